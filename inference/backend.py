@@ -1,0 +1,43 @@
+"""What the cache boundary asks of an engine, and what it gets back.
+
+Contract: a :class:`Backend` turns :class:`EngineRequest` s into
+:class:`Generation` s, one per request, in request order. It is prepared
+(model loaded) lazily by its factory, never by the cache layer's planning.
+Sample ``k`` of an input is generated with its own seed (``seed + k`` when the
+descriptor sets a seed), so it does not depend on how many samples are asked
+for at once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One prompt for the engine: a rendered input (parsed) and its sample index."""
+
+    rendered: dict[str, Any]  # {"type": "messages", "messages": [...]} or {"type": "text", "text": ...}
+    sample_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the engine produced for one request."""
+
+    text: str
+    finish_reason: str | None = None
+    usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens
+    top_logprobs: dict[str, float] | None = None  # first generated token: decoded token -> logprob
+
+
+class Backend(Protocol):
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+        """One generation per request, in order. Raises on engine failure."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (GPU memory, worker processes)."""
+        ...

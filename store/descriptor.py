@@ -1,0 +1,161 @@
+"""Descriptors, canonical JSON and hashes: the one place where bytes are hashed.
+
+Contract:
+
+* :func:`canonical_json` gives sorted keys, compact separators and unescaped
+  UTF-8 (orjson). For strings, ints, bools and null, which is all a rendered
+  input holds, that is byte-identical to ``json.dumps(sort_keys=True,
+  separators=(",", ":"), ensure_ascii=False)``, so legacy hashes can be checked.
+* :class:`ModelDescriptor` holds everything about a model call that changes its
+  output. Its :meth:`~ModelDescriptor.sha256` is stable across processes and
+  Python versions; integral floats in free-form fields are written as ints, so
+  ``0`` and ``0.0`` hash alike everywhere.
+* :func:`render_messages` / :func:`render_text` give the canonical rendered
+  input (the ``input_text`` column); :func:`input_hash` gives the content
+  address of sample ``k`` of it: sample 0 hashes the rendered bytes, sample
+  ``k > 0`` hashes the same object with ``"sample": k`` added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+
+from store.errors import InvalidInputError
+
+DESCRIPTOR_FORMAT: Literal["judgestore-descriptor/v1"] = "judgestore-descriptor/v1"
+InputMode = Literal["chat", "text"]
+
+_MAX_EXACT_FLOAT_INT = 2**53
+
+
+def _normalise(value: Any) -> Any:
+    """Integral floats become ints, recursively; everything else is kept."""
+    if isinstance(value, float) and value.is_integer() and abs(value) < _MAX_EXACT_FLOAT_INT:
+        return int(value)
+    if isinstance(value, Mapping):
+        return {k: _normalise(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalise(v) for v in value]
+    return value
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical JSON bytes of ``value`` (sorted keys, compact, UTF-8).
+
+    Raises :class:`InvalidInputError` for values JSON cannot carry (lone
+    surrogates, non-string keys, objects orjson does not know).
+    """
+    try:
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+    except (orjson.JSONEncodeError, TypeError) as e:
+        raise InvalidInputError(f"value cannot be written as canonical JSON: {e}") from e
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+class SamplingSettings(BaseModel):
+    """Sampling parameters, with vLLM's ``SamplingParams`` defaults.
+
+    Unknown sampling settings are kept (``extra="allow"``) so they reach the
+    hash: a spurious miss is safe, a stale hit is not.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    min_p: float = 0.0
+    seed: int | None = None
+    max_tokens: int | None = 16
+    stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    repetition_penalty: float = 1.0
+    logprobs: int | None = None
+
+
+class ModelDescriptor(BaseModel):
+    """Everything about a model call that changes its output (see DESIGN.md)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    format: Literal["judgestore-descriptor/v1"] = DESCRIPTOR_FORMAT
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+    revision: str | None = None
+    input_mode: InputMode = "chat"
+    sampling: SamplingSettings = SamplingSettings()
+    chat_template_sha256: str | None = None
+    chat_template_kwargs: dict[str, JsonValue] = Field(default_factory=dict)
+    enable_thinking: bool | None = None
+    thinking_token_budget: int | None = None
+    engine: dict[str, JsonValue] = Field(default_factory=dict)
+    backend_version: str | None = None
+
+    @field_validator("provider", "model")
+    @classmethod
+    def _no_surrounding_space(cls, v: str) -> str:
+        if v != v.strip():
+            raise ValueError("must not start or end with whitespace")
+        return v
+
+    def canonical_json(self) -> bytes:
+        """The bytes that are hashed: normalised numbers, sorted keys."""
+        return canonical_json(_normalise(self.model_dump(mode="json")))
+
+    def sha256(self) -> str:
+        """Full SHA-256 hex of :meth:`canonical_json` (written to metadata.json)."""
+        return sha256_hex(self.canonical_json())
+
+    def hash16(self) -> str:
+        """First 16 hex characters of :meth:`sha256`: the folder name."""
+        return self.sha256()[:16]
+
+
+def render_messages(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Rendered input of a chat: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
+    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+        raise InvalidInputError("messages must be a list of {'role', 'content'} objects")
+    clean = []
+    for i, m in enumerate(messages):
+        if not isinstance(m, Mapping):
+            raise InvalidInputError(f"message {i} is not an object: {m!r:.80}")
+        role, content = m.get("role"), m.get("content")
+        if not isinstance(role, str) or not isinstance(content, str):
+            raise InvalidInputError(f"message {i} needs string 'role' and 'content': {m!r:.80}")
+        extra = set(m) - {"role", "content"}
+        if extra:
+            raise InvalidInputError(f"message {i} has unsupported keys {sorted(extra)}")
+        clean.append({"content": content, "role": role})
+    if not clean:
+        raise InvalidInputError("messages must not be empty")
+    return canonical_json({"messages": clean, "type": "messages"}).decode()
+
+
+def render_text(text: str) -> str:
+    """Rendered input of a plain prompt: ``{"text":..,"type":"text"}``."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"text prompt must be a string, got {type(text).__name__}")
+    return canonical_json({"text": text, "type": "text"}).decode()
+
+
+def input_hash(rendered: str, sample_index: int = 0) -> str:
+    """Content address of sample ``sample_index`` of a rendered input."""
+    if sample_index == 0:
+        try:
+            return sha256_hex(rendered.encode())
+        except UnicodeEncodeError as e:
+            raise InvalidInputError(f"rendered input is not valid UTF-8 text: {e}") from e
+    if sample_index < 0:
+        raise InvalidInputError(f"sample_index must be >= 0, got {sample_index}")
+    payload = orjson.loads(rendered)
+    payload["sample"] = sample_index
+    return sha256_hex(canonical_json(payload))

@@ -1,0 +1,179 @@
+"""Where a descriptor's database lives, and how to find every one of them.
+
+Contract::
+
+    {store_root}/{role}/{task}/{provider}/{model}/{descriptor_hash16}/
+        metadata.json    descriptor, its full hash, role and task
+        {role}.db        the SQLite database
+
+* Segments are percent-encoded (``quote(s, safe="")``), so ``Qwen/Qwen3-8B`` is
+  the one segment ``Qwen%2FQwen3-8B``; empty, ``.`` and ``..`` are rejected.
+* ``metadata.json`` is written atomically (temporary file, fsync, rename) and
+  its bytes are deterministic for a descriptor. :func:`read_metadata` refuses a
+  folder whose name is not the hash of the descriptor it holds.
+* Nothing above this module builds paths: callers pass a :class:`Location`.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, get_args
+from urllib.parse import quote, unquote
+
+import orjson
+from pydantic import ValidationError
+
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
+
+Role = Literal["completions", "judgements"]
+ROLES: tuple[Role, ...] = get_args(Role)
+METADATA_FILE = "metadata.json"
+METADATA_FORMAT = "judgestore-metadata/v1"
+
+
+def encode_segment(value: str) -> str:
+    """Percent-encode one path segment; reject empty, ``.`` and ``..``."""
+    if not isinstance(value, str) or value in ("", ".", ".."):
+        raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
+    return quote(value, safe="")
+
+
+def decode_segment(segment: str) -> str:
+    """Inverse of :func:`encode_segment`; rejects what it would never produce."""
+    value = unquote(segment)
+    if encode_segment(value) != segment:
+        raise InvalidInputError(f"path segment {segment!r} is not in canonical percent-encoding")
+    return value
+
+
+def check_role(role: str) -> Role:
+    if role not in ROLES:
+        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
+    return role  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """The address of one descriptor database inside a store root."""
+
+    role: Role
+    task: str
+    provider: str
+    model: str
+    descriptor_hash16: str
+
+    @classmethod
+    def of(cls, role: str, task: str, descriptor: ModelDescriptor) -> Location:
+        location = cls(check_role(role), task, descriptor.provider, descriptor.model, descriptor.hash16())
+        location.relative_folder()  # validates every segment now, not at first use
+        return location
+
+    def relative_folder(self) -> Path:
+        return Path(
+            self.role,
+            encode_segment(self.task),
+            encode_segment(self.provider),
+            encode_segment(self.model),
+            encode_segment(self.descriptor_hash16),
+        )
+
+    def folder(self, root: Path) -> Path:
+        return root / self.relative_folder()
+
+    def db_path(self, root: Path) -> Path:
+        return self.folder(root) / f"{self.role}.db"
+
+    @classmethod
+    def from_db_path(cls, root: Path, db_path: Path) -> Location:
+        """Parse ``{root}/{role}/{task}/{provider}/{model}/{hash16}/{role}.db``."""
+        parts = db_path.relative_to(root).parts
+        if len(parts) != 6 or parts[0] not in ROLES or parts[5] != f"{parts[0]}.db":
+            raise InvalidInputError(f"{db_path} is not a descriptor database path under {root}")
+        role, task, provider, model, hash16 = parts[0], *map(decode_segment, parts[1:5])
+        return cls(check_role(role), task, provider, model, hash16)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredMetadata:
+    """What a descriptor folder's metadata.json says."""
+
+    role: Role
+    task: str
+    descriptor: ModelDescriptor
+    descriptor_sha256: str
+    assumptions: tuple[str, ...] = ()
+
+
+def metadata_bytes(role: Role, task: str, descriptor: ModelDescriptor, assumptions: tuple[str, ...] = ()) -> bytes:
+    """Deterministic metadata.json bytes: the same descriptor gives the same bytes."""
+    doc: dict[str, object] = {
+        "format": METADATA_FORMAT,
+        "role": role,
+        "task": task,
+        "descriptor": orjson.loads(descriptor.canonical_json()),
+        "descriptor_sha256": descriptor.sha256(),
+    }
+    if assumptions:
+        doc["assumptions"] = list(assumptions)
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+
+
+def write_metadata(folder: Path, data: bytes) -> None:
+    """Write metadata.json atomically: readers see the old file or the new one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".metadata.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, folder / METADATA_FILE)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def read_metadata(folder: Path) -> StoredMetadata:
+    """Read and verify a folder's metadata.json against the folder's name."""
+    path = folder / METADATA_FILE
+    try:
+        doc = orjson.loads(path.read_bytes())
+    except FileNotFoundError as e:
+        raise MetadataMissingError(path, "missing; this folder was not written by judgestore") from e
+    except orjson.JSONDecodeError as e:
+        raise MetadataMismatchError(path, f"not valid JSON ({e})") from e
+    try:
+        descriptor = ModelDescriptor.model_validate(doc["descriptor"])
+        stored_hash = doc["descriptor_sha256"]
+        role, task = check_role(doc["role"]), doc["task"]
+    except (KeyError, TypeError, ValidationError, InvalidInputError) as e:
+        raise MetadataMismatchError(path, f"not a judgestore metadata.json ({e})") from e
+    actual = descriptor.sha256()
+    if stored_hash != actual or folder.name != actual[:16]:
+        raise MetadataMismatchError(
+            path,
+            f"descriptor hashes to {actual[:16]} but the folder is named {folder.name} "
+            f"and the file records {str(stored_hash)[:16]}; the file was edited or moved. "
+            "Restore it or move the folder to the name of its hash "
+            "(`judgestore verify` lists every such folder).",
+        )
+    return StoredMetadata(role, task, descriptor, actual, tuple(doc.get("assumptions", ())))
+
+
+def walk(root: Path) -> Iterator[Location]:
+    """Every descriptor database under ``root``, in sorted order.
+
+    Paths that do not parse as a location (stray files, foreign folders) are
+    skipped here; ``judgestore verify`` reports them.
+    """
+    for role in ROLES:
+        for db_path in sorted((root / role).glob(f"*/*/*/*/{role}.db")):
+            try:
+                yield Location.from_db_path(root, db_path)
+            except InvalidInputError:
+                continue

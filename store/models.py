@@ -1,0 +1,121 @@
+"""The tables: typed declarative models for completions and judgements.
+
+Contract:
+
+* ``input_hash`` (the content address, see :mod:`store.descriptor`) is the
+  primary key; the typed metadata columns are for inspection and targeted
+  deletion and are never part of the key.
+* Small metadata columns come before the large text columns (filtered
+  metadata queries read fewer overflow pages).
+* ``created_at`` is stored in UTC and read back as an aware UTC datetime.
+* JSON columns store SQL NULL for Python ``None`` (``none_as_null``).
+* Every constraint and index is named by the naming convention, so migrations
+  can refer to them on every backend.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, CheckConstraint, DateTime, Index, Integer, MetaData, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+ORIENTATIONS = ("direct", "reversed")
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Aware datetimes in, aware UTC datetimes out; naive input is refused."""
+
+    impl = DateTime
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError(f"created_at must be timezone-aware, got naive {value!r}")
+        return value.astimezone(UTC).replace(tzinfo=None)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        return None if value is None else value.replace(tzinfo=UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map: ClassVar[dict[Any, Any]] = {
+        datetime: UTCDateTime(),
+        dict[str, Any]: JSON(none_as_null=True),
+    }
+
+
+class _Row:
+    """Columns shared by both tables, in storage order (sort_order)."""
+
+    input_hash: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-100)
+    sample_index: Mapped[int] = mapped_column(Integer, default=0, sort_order=-99)
+    benchmark: Mapped[str | None] = mapped_column(String, sort_order=-90)
+    instruction_id: Mapped[str | None] = mapped_column(String, sort_order=-89)
+    finish_reason: Mapped[str | None] = mapped_column(String, sort_order=10)
+    run_id: Mapped[str | None] = mapped_column(String, sort_order=11)
+    created_by: Mapped[str | None] = mapped_column(String, sort_order=12)
+    created_at: Mapped[datetime] = mapped_column(sort_order=13)
+    usage: Mapped[dict[str, Any] | None] = mapped_column(sort_order=20)
+    top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
+    input_text: Mapped[str] = mapped_column(Text, sort_order=30)
+    completion: Mapped[str] = mapped_column(Text, sort_order=31)
+
+
+def _row_constraints(table: str) -> tuple[Any, ...]:
+    """Constraints and indexes both tables share (the queries users run)."""
+    return (
+        CheckConstraint("sample_index >= 0", name="sample_index_nonnegative"),
+        Index(f"ix_{table}_benchmark_instruction_id", "benchmark", "instruction_id"),
+        Index(f"ix_{table}_run_id", "run_id"),
+        Index(f"ix_{table}_created_at", "created_at"),
+    )
+
+
+class Completion(_Row, Base):
+    """One generated completion of one rendered input (sample ``sample_index``)."""
+
+    __tablename__ = "completions"
+
+    model: Mapped[str | None] = mapped_column(String, sort_order=-80)
+
+    __table_args__ = (*_row_constraints("completions"), Index("ix_completions_model", "model"))
+
+
+class Judgement(_Row, Base):
+    """One judge completion; ``model_b`` is NULL for pointwise judgements."""
+
+    __tablename__ = "judgements"
+
+    model_a: Mapped[str | None] = mapped_column(String, sort_order=-80)
+    model_b: Mapped[str | None] = mapped_column(String, sort_order=-79)
+    judge: Mapped[str | None] = mapped_column(String, sort_order=-78)
+    orientation: Mapped[str | None] = mapped_column(String(16), sort_order=-77)
+
+    __table_args__ = (
+        *_row_constraints("judgements"),
+        CheckConstraint("orientation IS NULL OR orientation IN ('direct', 'reversed')", name="orientation_valid"),
+        Index("ix_judgements_model_a", "model_a"),
+        Index("ix_judgements_model_b", "model_b"),
+        Index("ix_judgements_judge", "judge"),
+    )
+
+
+MODEL_OF_ROLE: dict[str, type[Completion] | type[Judgement]] = {
+    "completions": Completion,
+    "judgements": Judgement,
+}

@@ -1,0 +1,110 @@
+"""Records: the plain values that cross module boundaries instead of ORM objects.
+
+Contract: a record's fields are exactly its table's columns (same names, same
+types, ``top_logprobs`` and ``usage`` decoded), so a record can be written
+and read back unchanged. :class:`RowFilter` is the one way to select rows by
+their typed metadata columns, for queries and targeted deletes alike.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from store.errors import InvalidInputError
+
+Orientation = Literal["direct", "reversed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionRecord:
+    """One row of ``completions``."""
+
+    input_hash: str
+    sample_index: int = 0
+    input_text: str
+    completion: str
+    benchmark: str | None = None
+    instruction_id: str | None = None
+    model: str | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    top_logprobs: dict[str, Any] | None = None
+    run_id: str | None = None
+    created_by: str | None = None
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JudgementRecord:
+    """One row of ``judgements``; ``model_b`` is None for a pointwise judgement."""
+
+    input_hash: str
+    sample_index: int = 0
+    input_text: str
+    completion: str
+    benchmark: str | None = None
+    instruction_id: str | None = None
+    model_a: str | None = None
+    model_b: str | None = None
+    judge: str | None = None
+    orientation: Orientation | None = None
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    top_logprobs: dict[str, Any] | None = None
+    run_id: str | None = None
+    created_by: str | None = None
+    created_at: datetime
+
+
+Record = CompletionRecord | JudgementRecord
+RECORD_OF_ROLE: dict[str, type[CompletionRecord] | type[JudgementRecord]] = {
+    "completions": CompletionRecord,
+    "judgements": JudgementRecord,
+}
+
+
+def record_fields(record_type: type[Record]) -> tuple[str, ...]:
+    return tuple(f.name for f in dataclasses.fields(record_type))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RowFilter:
+    """Rows whose typed columns equal every field that is set (AND of the set fields).
+
+    ``model`` selects completions of that model, and judgements where the
+    model is ``model_a`` or ``model_b``. ``created_after`` is inclusive,
+    ``created_before`` exclusive. ``pointwise=True`` keeps judgements whose
+    ``model_b`` is NULL, ``False`` the pairwise ones.
+    """
+
+    benchmark: str | None = None
+    instruction_id: str | None = None
+    model: str | None = None
+    model_a: str | None = None
+    model_b: str | None = None
+    judge: str | None = None
+    orientation: Orientation | None = None
+    pointwise: bool | None = None
+    run_id: str | None = None
+    created_by: str | None = None
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    input_hashes: tuple[str, ...] | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        for name in ("created_after", "created_before"):
+            value = getattr(self, name)
+            if value is not None and value.tzinfo is None:
+                raise InvalidInputError(f"{name} must be timezone-aware (e.g. 2026-01-01T00:00:00+00:00)")
+        if self.orientation is not None and self.orientation not in ("direct", "reversed"):
+            raise InvalidInputError(f"orientation must be 'direct' or 'reversed', got {self.orientation!r}")
+
+    def is_empty(self) -> bool:
+        return all(getattr(self, f.name) is None for f in dataclasses.fields(self))
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields that are set, for messages and ``--json`` output."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}

@@ -1,0 +1,66 @@
+"""Configuration through the environment (``JUDGESTORE_*``) or arguments.
+
+Contract: nothing is read at import time. Build a :class:`Settings` where it is
+needed (``Settings()`` reads the environment then); every field has a default
+a new user can live with.
+"""
+
+from __future__ import annotations
+
+import functools
+import getpass
+import os
+import secrets
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+JournalPolicy = Literal["auto", "refuse-network", "rollback", "wal"]
+
+
+def _default_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no passwd entry (containers) and no $USER
+        return f"uid-{os.getuid()}"
+
+
+@functools.cache
+def _process_run_id() -> str:
+    """One id per process: UTC start time, pid and a random suffix."""
+    return f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def default_run_id() -> str:
+    """The SLURM job (and array task) id when running under SLURM, else a per-process id."""
+    job = os.environ.get("SLURM_JOB_ID")
+    if not job:
+        return _process_run_id()
+    array_job, array_task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
+    if array_job and array_task:
+        return f"slurm-{array_job}_{array_task}"
+    return f"slurm-{job}"
+
+
+class Settings(BaseSettings):
+    """Every knob of judgestore; environment variables use the ``JUDGESTORE_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore")
+
+    store_root: Path = Field(default=Path("judgestore-data"), description="Folder holding every descriptor database.")
+    auto_upgrade: bool = Field(default=False, description="Upgrade a database that is behind when it is opened.")
+    journal_policy: JournalPolicy = Field(
+        default="auto",
+        description=(
+            "auto: WAL on local disks, rollback journal plus a warning on a network filesystem; "
+            "refuse-network: WAL locally, refuse network filesystems; rollback / wal: always that mode."
+        ),
+    )
+    busy_timeout_ms: int = Field(default=30_000, ge=0, description="How long SQLite waits for a lock.")
+    lock_retries: int = Field(default=8, ge=0, description="Retries of a write transaction after the busy timeout.")
+    max_open_databases: int = Field(default=64, ge=1, description="Engines kept open at once (LRU).")
+    created_by: str = Field(default_factory=_default_user, description="Recorded on every row written.")
+    run_id: str = Field(default_factory=default_run_id, description="Recorded on every row written.")

@@ -1,0 +1,254 @@
+"""The store: one SQLite database per (role, task, descriptor), opened on demand.
+
+Contract:
+
+* :meth:`Store.database` opens (and, read-write, creates) the database of a
+  descriptor: it verifies the folder's metadata.json, classifies the schema
+  with one SELECT and refuses anything but a current database with a typed
+  error (a database that is behind is upgraded first when ``auto_upgrade`` is
+  set). An empty database is created at head under a file lock, so two
+  processes starting at once cannot race.
+* Engines are cached per database, at most ``max_open_databases`` of them
+  (least recently used are disposed).
+* :meth:`Database.transaction` is one ``BEGIN IMMEDIATE`` write transaction
+  (the lock is retried with backoff after the busy timeout); the convenience
+  methods on :class:`Database` each run in a transaction of their own and
+  retry the whole unit if the database stays locked.
+* A read-only store never creates or changes a file.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from filelock import FileLock
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DatabaseError as SADatabaseError
+from sqlalchemy.exc import OperationalError
+
+from store.descriptor import ModelDescriptor
+from store.errors import DatabaseBusyError, DatabaseMissingError, UpgradeFailedError
+from store.layout import Location, StoredMetadata, metadata_bytes, read_metadata, walk, write_metadata
+from store.records import Record, RowFilter
+from store.repository import OnConflict, Repository
+from store.schema import (
+    SchemaState,
+    SchemaStatus,
+    UpgradeOutcome,
+    classify,
+    create_at_head,
+    lock_path,
+    raise_for_status,
+    raise_translated,
+    upgrade_database,
+)
+from store.settings import Settings
+
+T = TypeVar("T")
+
+
+def _is_locked(error: OperationalError) -> bool:
+    message = str(error.orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+class Database:
+    """One descriptor database: its location, its engine, and transactions over it."""
+
+    def __init__(self, location: Location, path: Path, engine: Engine, settings: Settings, readonly: bool) -> None:
+        self.location = location
+        self.path = path
+        self.engine = engine
+        self.settings = settings
+        self.readonly = readonly
+
+    @property
+    def role(self) -> str:
+        return self.location.role
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        """Run ``attempt``; if the database stays locked past the busy timeout, back off and retry."""
+        for tries in range(self.settings.lock_retries + 1):
+            try:
+                return attempt()
+            except OperationalError as e:
+                if not _is_locked(e) or tries == self.settings.lock_retries:
+                    if _is_locked(e):
+                        raise DatabaseBusyError(
+                            self.path,
+                            f"still locked after {tries + 1} tries of {self.settings.busy_timeout_ms} ms; "
+                            "another process holds a long write transaction (raise "
+                            "JUDGESTORE_BUSY_TIMEOUT_MS or JUDGESTORE_LOCK_RETRIES)",
+                        ) from e
+                    raise
+                time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Repository]:
+        """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error."""
+        conn = self.engine.connect().execution_options(write=True)
+        try:
+            self._retry(conn.begin)
+            yield Repository(conn, self.location.role)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    @contextmanager
+    def reading(self) -> Iterator[Repository]:
+        """A read transaction: one consistent snapshot for everything done inside it."""
+        with self.engine.connect() as conn, conn.begin():
+            yield Repository(conn, self.location.role)
+
+    def _write(self, work: Callable[[Repository], T]) -> T:
+        def attempt() -> T:
+            with self.transaction() as repo:
+                return work(repo)
+
+        return self._retry(attempt)
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+        with self.reading() as repo:
+            return repo.get_many(hashes)
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        rows = list(records)
+        return self._write(lambda repo: repo.put_many(rows, on_conflict))
+
+    def delete(self, flt: RowFilter) -> int:
+        return self._write(lambda repo: repo.delete(flt))
+
+    def count(self, flt: RowFilter | None = None) -> int:
+        with self.reading() as repo:
+            return repo.count(flt)
+
+    def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
+        """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
+        with self.reading() as repo:
+            yield from repo.query(flt, limit=limit)
+
+    def metadata(self) -> StoredMetadata:
+        return read_metadata(self.path.parent)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+
+class Store:
+    """A store root holding descriptor databases; see the module docstring."""
+
+    def __init__(self, settings: Settings | None = None, *, root: Path | str | None = None, readonly: bool = False):
+        self.settings = settings or Settings()
+        self.root = Path(root) if root is not None else self.settings.store_root
+        self.readonly = readonly
+        self._open: OrderedDict[Path, Database] = OrderedDict()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def locations(self) -> list[Location]:
+        """Every descriptor database under the root."""
+        return list(walk(self.root))
+
+    def database(
+        self, role: str, task: str, descriptor: ModelDescriptor, *, assumptions: tuple[str, ...] = ()
+    ) -> Database:
+        """The database of ``descriptor``; read-write stores create it (and its metadata.json) if needed."""
+        location = Location.of(role, task, descriptor)
+        cached = self._cached(location.db_path(self.root))
+        if cached is not None:
+            return cached
+        folder = location.folder(self.root)
+        if not self.readonly and not (folder / "metadata.json").exists():
+            write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
+        return self.open(location)
+
+    def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
+        """The database of ``descriptor`` if it exists; never creates anything."""
+        location = Location.of(role, task, descriptor)
+        if not location.db_path(self.root).exists():
+            return None
+        return self.open(location)
+
+    def open(self, location: Location) -> Database:
+        """Open an existing descriptor folder (verifying metadata.json and the schema)."""
+        path = location.db_path(self.root)
+        cached = self._cached(path)
+        if cached is not None:
+            return cached
+        read_metadata(path.parent)
+        if self.readonly and not path.exists():
+            raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
+        from store.engine import create_sqlite_engine
+
+        engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
+        try:
+            self._check_schema(engine, path)
+        except BaseException:
+            engine.dispose()
+            raise
+        database = Database(location, path, engine, self.settings, self.readonly)
+        self._open[path] = database
+        while len(self._open) > self.settings.max_open_databases:
+            self._open.popitem(last=False)[1].close()
+        return database
+
+    def _cached(self, path: Path) -> Database | None:
+        database = self._open.get(path)
+        if database is not None:
+            self._open.move_to_end(path)
+        return database
+
+    def _status(self, engine: Engine, path: Path) -> SchemaStatus:
+        try:
+            with engine.connect() as conn:
+                return classify(conn, path)
+        except SADatabaseError as e:  # connecting can fail too (a file that is not a database)
+            raise_translated(path, e)
+
+    def _check_schema(self, engine: Engine, path: Path) -> None:
+        status = self._status(engine, path)
+        if status.state is SchemaState.CURRENT:
+            return
+        if status.state is SchemaState.EMPTY and not self.readonly:
+            self._create(engine, path)
+            return
+        if status.state is SchemaState.BEHIND and self.settings.auto_upgrade and not self.readonly:
+            engine.dispose()
+            result = upgrade_database(path, self.settings)
+            if result.outcome is not UpgradeOutcome.UPGRADED:
+                raise UpgradeFailedError(
+                    path, f"automatic upgrade from {status.revision} failed ({result.error}); the file was restored"
+                )
+            return
+        if status.state is SchemaState.EMPTY:
+            raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")
+        raise_for_status(status, path)
+
+    def _create(self, engine: Engine, path: Path) -> None:
+        """Create the schema at head, once, even when many processes try at the same moment."""
+        with FileLock(lock_path(path)):
+            conn: Connection
+            with engine.connect().execution_options(write=True) as conn, conn.begin():
+                status = classify(conn, path)  # another process may have won the race
+                if status.state is SchemaState.EMPTY:
+                    create_at_head(conn)
+                else:
+                    raise_for_status(status, path)
