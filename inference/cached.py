@@ -1,0 +1,320 @@
+"""The cache boundary: plan a batch against the store, prepare the engine only for misses.
+
+Contract (DESIGN.md, "Rules of behaviour"):
+
+* The whole batch is rendered and hashed, then looked up in one pass; the
+  :class:`Plan` (hits, misses, duplicates) is known before anything runs.
+* The engine factory is called only if something is missing, so a full hit
+  never loads a model (nor imports vLLM). Identical inputs in a batch are
+  generated once.
+* Misses are generated in chunks and each chunk is written before the next
+  starts: a crash loses at most one chunk, and a rerun generates only what
+  is still missing.
+* Sample ``k`` of an input has its own key (the sample-index rule), so asking
+  for more samples than are stored generates only the missing ones.
+* Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
+  ``off`` never touches the store; ``replay`` only reads and raises
+  :class:`CacheMissError` on the first miss, before preparing anything;
+  ``readonly`` reads and generates misses but never writes.
+* Empty outputs are returned but never stored; engine errors propagate after
+  the chunks already finished were written.
+* Responses come back in the caller's order.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Literal, get_args
+
+import orjson
+
+from inference.backend import Backend, EngineRequest, Generation
+from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
+from store.descriptor import ModelDescriptor, input_hash
+from store.errors import InvalidInputError, JudgestoreError
+from store.layout import Role
+from store.records import CompletionRecord, JudgementRecord, Record
+from store.settings import Settings
+from store.store import Store
+
+Mode = Literal["use", "refresh", "off", "replay", "readonly"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+DEFAULT_CHUNK_SIZE = 64
+
+
+class CacheMissError(JudgestoreError):
+    """``replay`` mode met an input that the store does not hold."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Input:
+    """One distinct (rendered input, sample) to look up or generate."""
+
+    key: str
+    rendered: str
+    sample_index: int
+    request_index: int  # the first request that asked for it: its metadata labels the row
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a batch needs: counted over (request, sample) slots and distinct keys."""
+
+    role: Role
+    requested: int  # (request, sample) slots
+    distinct: int
+    hits: int
+    misses: int
+    duplicates: int  # slots that share a key with an earlier slot
+    mode: Mode
+    missing: tuple[_Input, ...] = field(default=(), repr=False)
+    seconds: float = 0.0  # render + hash + lookup
+
+    def summary(self) -> str:
+        return (
+            f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
+            f"{self.hits} hits, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
+        )
+
+
+@dataclass
+class RunStats:
+    """What one call did, for summaries and tests."""
+
+    plan: Plan | None = None
+    generated: int = 0
+    written: int = 0
+    engine_loaded: bool = False
+    seconds: float = 0.0
+
+
+ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
+
+
+class CachedModel:
+    """One model (descriptor) behind the store; see the module docstring.
+
+    ``backend_factory`` is called at most once, the first time something is
+    missing; its engine is then reused for later batches until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        store: Store | None,
+        descriptor: ModelDescriptor,
+        *,
+        task: str,
+        backend_factory: Callable[[], Backend],
+        mode: Mode = "use",
+        settings: Settings | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        label: str | None = None,
+    ) -> None:
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if store is None and mode != "off":
+            raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
+        if chunk_size < 1:
+            raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.store = store
+        self.descriptor = descriptor
+        self.task = task
+        self.mode: Mode = mode
+        self.settings = settings or (store.settings if store is not None else Settings())
+        self.chunk_size = chunk_size
+        self.label = label or descriptor.model
+        self._backend_factory = backend_factory
+        self._backend: Backend | None = None
+        self.last = RunStats()
+
+    @property
+    def engine_loaded(self) -> bool:
+        return self._backend is not None
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> CachedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ public API
+
+    def complete(
+        self,
+        requests: Sequence[CompletionRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> list[Response]:
+        """Completions for ``requests``, in order."""
+        return self._run("completions", requests, on_plan, on_progress)
+
+    def judge(
+        self,
+        requests: Sequence[JudgementRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> list[Response]:
+        """Judgements for ``requests``, in order."""
+        return self._run("judgements", requests, on_plan, on_progress)
+
+    def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
+        """Render, hash and look up ``requests`` without generating anything."""
+        keys, inputs = self._render(role, requests)
+        return self._plan(role, keys, inputs, self._lookup(role, inputs))
+
+    # ------------------------------------------------------------ the boundary
+
+    def _render(self, role: Role, requests: Sequence[Request]) -> tuple[list[list[str]], dict[str, _Input]]:
+        """Keys of each request's samples, and the distinct inputs in first-seen order."""
+        expected = CompletionRequest if role == "completions" else JudgementRequest
+        keys_per_request: list[list[str]] = []
+        inputs: dict[str, _Input] = {}
+        mode = self.descriptor.input_mode
+        for i, request in enumerate(requests):
+            if not isinstance(request, expected):
+                raise InvalidInputError(f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}")
+            rendered = request.render(mode)
+            keys = [input_hash(rendered, k) for k in range(request.n)]
+            keys_per_request.append(keys)
+            for k, key in enumerate(keys):
+                if key not in inputs:
+                    inputs[key] = _Input(key, rendered, k, i)
+        return keys_per_request, inputs
+
+    def _lookup(self, role: Role, inputs: dict[str, _Input]) -> dict[str, Record]:
+        if self.mode in ("off", "refresh") or self.store is None or not inputs:
+            return {}
+        database = self.store.find(role, self.task, self.descriptor)
+        return {} if database is None else database.get_many(inputs)
+
+    def _plan(
+        self, role: Role, keys: list[list[str]], inputs: dict[str, _Input], hits: dict[str, Record], seconds: float = 0
+    ) -> Plan:
+        requested = sum(map(len, keys))
+        missing = tuple(inp for key, inp in inputs.items() if key not in hits)
+        return Plan(
+            role,
+            requested,
+            len(inputs),
+            len(inputs) - len(missing),
+            len(missing),
+            requested - len(inputs),
+            self.mode,
+            missing,
+            seconds,
+        )
+
+    def _run(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        on_plan: Callable[[Plan], None] | None,
+        on_progress: ProgressCallback | None,
+    ) -> list[Response]:
+        started = time.perf_counter()
+        self.last = RunStats()
+        keys, inputs = self._render(role, requests)
+        hits = self._lookup(role, inputs)
+        plan = self._plan(role, keys, inputs, hits, time.perf_counter() - started)
+        self.last.plan = plan
+        if on_plan is not None:
+            on_plan(plan)
+        if plan.missing and self.mode == "replay":
+            first = plan.missing[0]
+            request = requests[first.request_index]
+            raise CacheMissError(
+                f"replay mode: {plan.misses} of {plan.distinct} inputs are not in the store; the first is "
+                f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
+                f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
+            )
+        results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
+        if plan.missing:
+            results.update(self._generate(role, requests, plan.missing, on_progress))
+        self.last.seconds = time.perf_counter() - started
+        return [Response(r, tuple(results[k] for k in ks)) for r, ks in zip(requests, keys, strict=True)]
+
+    def _generate(
+        self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
+    ) -> dict[str, Sample]:
+        if self._backend is None:
+            self._backend = self._backend_factory()
+        self.last.engine_loaded = True
+        database = None
+        if self.mode in ("use", "refresh") and self.store is not None:
+            database = self.store.database(role, self.task, self.descriptor)
+        results: dict[str, Sample] = {}
+        for start in range(0, len(missing), self.chunk_size):
+            chunk = missing[start : start + self.chunk_size]
+            engine_requests = [EngineRequest(orjson.loads(inp.rendered), inp.sample_index) for inp in chunk]
+            generations = self._backend.generate(engine_requests)
+            if len(generations) != len(chunk):
+                raise RuntimeError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
+            now = datetime.now(UTC)
+            records = [
+                self._record(role, requests[inp.request_index], inp, gen, now)
+                for inp, gen in zip(chunk, generations, strict=True)
+                if gen.text  # empty outputs are returned, never stored
+            ]
+            if database is not None and records:
+                self.last.written += database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+            for inp, gen in zip(chunk, generations, strict=True):
+                results[inp.key] = Sample(
+                    inp.key,
+                    inp.sample_index,
+                    gen.text,
+                    gen.finish_reason,
+                    gen.usage or None,
+                    gen.top_logprobs,
+                    cached=False,
+                )
+            self.last.generated += len(chunk)
+            if on_progress is not None:
+                on_progress(self.last.generated, len(missing))
+        return results
+
+    def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
+        common = {
+            "input_hash": inp.key,
+            "sample_index": inp.sample_index,
+            "input_text": inp.rendered,
+            "completion": gen.text,
+            "benchmark": request.benchmark,
+            "instruction_id": request.instruction_id,
+            "finish_reason": gen.finish_reason,
+            "usage": gen.usage or None,
+            "top_logprobs": gen.top_logprobs,
+            "run_id": self.settings.run_id,
+            "created_by": self.settings.created_by,
+            "created_at": now,
+        }
+        if isinstance(request, JudgementRequest):
+            return JudgementRecord(
+                model_a=request.model_a,
+                model_b=request.model_b,
+                judge=request.judge or self.label,
+                orientation=request.orientation,
+                **common,
+            )  # type: ignore[arg-type]
+        return CompletionRecord(model=request.model or self.label, **common)  # type: ignore[arg-type]
+
+
+def _sample_of(record: Record) -> Sample:
+    return Sample(
+        record.input_hash,
+        record.sample_index,
+        record.completion,
+        record.finish_reason,
+        record.usage,
+        record.top_logprobs,
+        cached=True,
+    )

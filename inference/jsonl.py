@@ -1,0 +1,199 @@
+"""JSONL files of requests and results, as the command line reads and writes them.
+
+Contract:
+
+* Completion request lines: ``{"messages": [...]}`` or ``{"text": "..."}``,
+  with optional ``benchmark``, ``instruction_id``, ``n`` and ``model`` (the
+  label recorded on the row).
+* Judgement lines come in three shapes: already rendered (``messages`` or
+  ``text`` plus ``model_a``, ``model_b``, ``orientation``); a pair to judge
+  (``question``, ``model_a``, ``answer_a``, ``model_b``, ``answer_b``), which
+  becomes one request per orientation asked for; or one answer to rate
+  pointwise (``question``, ``model_a``, ``answer_a``, no ``model_b``).
+* A bad line raises :class:`~store.errors.InvalidInputError` naming the file
+  and line; nothing is generated before the whole file has parsed.
+* Result lines carry the request's metadata, the text (sample 0), every
+  sample when ``n > 1``, logprobs, finish reason, usage and ``cached``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from inference.judging import pairwise_requests, pointwise_request
+from inference.requests import CompletionRequest, JudgementRequest, Orientation, Response
+from store.errors import InvalidInputError
+
+_REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
+_RENDERED_JUDGEMENT_KEYS = _REQUEST_KEYS | {"model_a", "model_b", "judge", "orientation"}
+_PAIR_KEYS = {"question", "model_a", "answer_a", "model_b", "answer_b", "benchmark", "instruction_id"}
+
+
+def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for every non-blank line; a bad line names file and line."""
+    try:
+        handle = path.open("rb")
+    except OSError as e:
+        raise InvalidInputError(f"{path}: cannot read ({e.strerror})") from e
+    with handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError as e:
+                raise InvalidInputError(f"{path}:{number}: not valid JSON ({e})") from e
+            if not isinstance(value, dict):
+                raise InvalidInputError(f"{path}:{number}: each line must be a JSON object")
+            yield number, value
+
+
+def _build(path: Path, number: int, factory: Any, values: dict[str, Any]) -> Any:
+    try:
+        return factory(**values)
+    except (InvalidInputError, TypeError) as e:
+        raise InvalidInputError(f"{path}:{number}: {e}") from e
+
+
+def _check_keys(path: Path, number: int, row: dict[str, Any], allowed: set[str]) -> None:
+    unknown = set(row) - allowed
+    if unknown:
+        raise InvalidInputError(f"{path}:{number}: unknown keys {sorted(unknown)} (allowed: {sorted(allowed)})")
+
+
+def read_completion_requests(path: Path) -> list[CompletionRequest]:
+    requests = []
+    for number, row in read_lines(path):
+        _check_keys(path, number, row, _REQUEST_KEYS | {"model"})
+        requests.append(_build(path, number, CompletionRequest, row))
+    return requests
+
+
+def read_judgement_requests(
+    path: Path, orientations: Sequence[Orientation], judge: str | None = None
+) -> list[JudgementRequest]:
+    """Judgement requests from rendered, pair or pointwise lines (see the module docstring)."""
+    requests: list[JudgementRequest] = []
+    for number, row in read_lines(path):
+        if "messages" in row or "text" in row:
+            _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
+            requests.append(_build(path, number, JudgementRequest, {"judge": judge, **row}))
+            continue
+        _check_keys(path, number, row, _PAIR_KEYS)
+        missing = {"question", "model_a", "answer_a"} - set(row)
+        if row.get("model_b") is not None:
+            missing |= {"answer_b"} - set(row)
+        if missing:
+            raise InvalidInputError(f"{path}:{number}: missing keys {sorted(missing)}")
+        if row.get("model_b") is None:
+            requests.append(
+                _build(
+                    path,
+                    number,
+                    pointwise_request,
+                    {
+                        "question": row["question"],
+                        "model": row["model_a"],
+                        "answer": row["answer_a"],
+                        "benchmark": row.get("benchmark"),
+                        "instruction_id": row.get("instruction_id"),
+                        "judge": judge,
+                    },
+                )
+            )
+        else:
+            requests.extend(
+                _build(path, number, pairwise_requests, {**row, "orientations": orientations, "judge": judge})
+            )
+    return requests
+
+
+def response_row(response: Response, label: str | None = None) -> dict[str, Any]:
+    """One result line: the request's metadata, then what was generated or found.
+
+    ``label`` is the name of the model that answered (recorded as ``model`` or
+    ``judge`` when the request does not name one).
+    """
+    request = response.request
+    row: dict[str, Any] = {"benchmark": request.benchmark, "instruction_id": request.instruction_id}
+    if isinstance(request, JudgementRequest):
+        row |= {
+            "model_a": request.model_a,
+            "model_b": request.model_b,
+            "judge": request.judge or label,
+            "orientation": request.orientation,
+        }
+    else:
+        row["model"] = request.model or label
+    first = response.samples[0]
+    row |= {
+        "input_hash": first.input_hash,
+        "completion": first.text,
+        "finish_reason": first.finish_reason,
+        "usage": first.usage,
+        "top_logprobs": first.top_logprobs,
+        "cached": response.cached,
+    }
+    if len(response.samples) > 1:
+        row["samples"] = [
+            {"sample_index": s.sample_index, "completion": s.text, "cached": s.cached} for s in response.samples
+        ]
+    return row
+
+
+def write_responses(out: IO[bytes], responses: Iterable[Response], label: str | None = None) -> int:
+    count = 0
+    for response in responses:
+        out.write(orjson.dumps(response_row(response, label)) + b"\n")
+        count += 1
+    return count
+
+
+def _question(request: CompletionRequest) -> str:
+    if request.text is not None:
+        return request.text
+    users = [m["content"] for m in request.messages or () if m.get("role") == "user"]
+    return str(users[-1] if users else request.messages[-1]["content"])  # type: ignore[index]
+
+
+def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
+    """Pair lines for every two models' answers to every prompt, joined on (benchmark, instruction_id).
+
+    ``answers`` are result files of ``judgestore generate`` (one model each).
+    A prompt that a model did not answer raises: judging half a benchmark
+    silently would bias the comparison.
+    """
+    by_model: dict[str, dict[tuple[Any, Any], str]] = {}
+    for path in answers:
+        for number, row in read_lines(path):
+            model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
+            if not isinstance(model, str) or "completion" not in row:
+                raise InvalidInputError(f"{path}:{number}: not a result line (needs model and completion)")
+            by_model.setdefault(model, {})[key] = row["completion"]
+    if len(by_model) < 2:
+        raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
+    pairs = []
+    models = sorted(by_model)
+    for request in read_completion_requests(prompts):
+        key = (request.benchmark, request.instruction_id)
+        for i, model_a in enumerate(models):
+            for model_b in models[i + 1 :]:
+                for model in (model_a, model_b):
+                    if key not in by_model[model]:
+                        raise InvalidInputError(f"{model} has no answer for {request.describe()}")
+                pairs.append(
+                    {
+                        "question": _question(request),
+                        "benchmark": request.benchmark,
+                        "instruction_id": request.instruction_id,
+                        "model_a": model_a,
+                        "answer_a": by_model[model_a][key],
+                        "model_b": model_b,
+                        "answer_b": by_model[model_b][key],
+                    }
+                )
+    return pairs

@@ -1,0 +1,114 @@
+"""What callers pass to the cache boundary, and what they get back.
+
+Contract:
+
+* A request carries chat ``messages`` or a plain ``text`` prompt (exactly
+  one), the metadata recorded on its row (benchmark, instruction id; for a
+  judgement also model_a, model_b (None: pointwise), judge label and
+  orientation) and ``n``, the number of samples wanted.
+* The metadata is never part of the key: the same input asked under two
+  benchmarks is one row (the first writer's metadata is kept).
+* A :class:`Response` holds one :class:`Sample` per requested sample, each
+  saying whether it came from the store.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from store.descriptor import InputMode, render_messages, render_text
+from store.errors import InvalidInputError
+
+Orientation = Literal["direct", "reversed"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Request:
+    messages: Sequence[Mapping[str, Any]] | None = None
+    text: str | None = None
+    benchmark: str | None = None
+    instruction_id: str | None = None
+    n: int = 1
+
+    def __post_init__(self) -> None:
+        if (self.messages is None) == (self.text is None):
+            raise InvalidInputError("a request needs exactly one of `messages` or `text`")
+        if not isinstance(self.n, int) or self.n < 1:
+            raise InvalidInputError(f"n must be a positive integer, got {self.n!r}")
+
+    def render(self, input_mode: InputMode) -> str:
+        """The canonical rendered input; the model's input mode must match the request's shape."""
+        if input_mode == "chat":
+            if self.messages is None:
+                raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
+            return render_messages(self.messages)
+        if self.text is None:
+            raise InvalidInputError("this model takes text input: give `text`, not `messages`")
+        return render_text(self.text)
+
+    def describe(self) -> str:
+        """A short human name for messages: benchmark/instruction, or the start of the prompt."""
+        if self.benchmark is not None or self.instruction_id is not None:
+            return f"{self.benchmark or '?'}/{self.instruction_id or '?'}"
+        shown = self.text if self.text is not None else str(self.messages and self.messages[-1].get("content"))
+        return repr(shown[:60])
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionRequest(_Request):
+    """A prompt to complete; ``model`` labels the row (default: the descriptor's model)."""
+
+    model: str | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class JudgementRequest(_Request):
+    """A rendered judge conversation about ``model_a`` (and ``model_b``, None when pointwise)."""
+
+    model_a: str | None = None
+    model_b: str | None = None
+    judge: str | None = None
+    orientation: Orientation | None = None
+
+    def __post_init__(self) -> None:
+        _Request.__post_init__(self)
+        if self.orientation not in (None, "direct", "reversed"):
+            raise InvalidInputError(f"orientation must be 'direct', 'reversed' or None, got {self.orientation!r}")
+
+
+Request = CompletionRequest | JudgementRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """One generated (or stored) sample of one request."""
+
+    input_hash: str
+    sample_index: int
+    text: str
+    finish_reason: str | None
+    usage: dict[str, Any] | None
+    top_logprobs: dict[str, Any] | None
+    cached: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """The samples of one request, in sample order; ``text`` etc. are sample 0's."""
+
+    request: Request
+    samples: tuple[Sample, ...] = field(default=())
+
+    @property
+    def text(self) -> str:
+        return self.samples[0].text
+
+    @property
+    def top_logprobs(self) -> dict[str, Any] | None:
+        return self.samples[0].top_logprobs
+
+    @property
+    def cached(self) -> bool:
+        return all(s.cached for s in self.samples)

@@ -1,0 +1,209 @@
+"""The cache boundary with a counting fake engine: fast checks of every edge case.
+
+Each behaviour here is also shown on the real vLLM engine in
+``test_cached_engine.py``; the fake makes it cheap to count exactly what the
+engine was asked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from inference.backend import EngineRequest, Generation
+from inference.cached import CachedModel, CacheMissError
+from inference.requests import CompletionRequest, JudgementRequest
+from store.descriptor import ModelDescriptor, input_hash, render_messages
+from store.errors import InvalidInputError
+from store.records import RowFilter
+from store.store import Store
+
+
+class CountingBackend:
+    """Answers deterministically from the prompt and counts every prompt it receives."""
+
+    def __init__(self, fail_after: int | None = None, empty_for: str | None = None) -> None:
+        self.received: list[EngineRequest] = []
+        self.fail_after = fail_after
+        self.empty_for = empty_for
+        self.closed = False
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+        if self.fail_after is not None and len(self.received) + len(requests) > self.fail_after:
+            raise RuntimeError("engine crashed")
+        self.received.extend(requests)
+        out = []
+        for r in requests:
+            content = r.rendered["messages"][-1]["content"]
+            text = "" if content == self.empty_for else f"answer to {content} #{r.sample_index}"
+            out.append(Generation(text, "stop", {"prompt_tokens": 3, "completion_tokens": 4}, {"x": -0.5}))
+        return out
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class Factory:
+    def __init__(self, backend: CountingBackend) -> None:
+        self.backend = backend
+        self.calls = 0
+
+    def __call__(self) -> CountingBackend:
+        self.calls += 1
+        return self.backend
+
+
+def ask(i: int, n: int = 1) -> CompletionRequest:
+    return CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}], benchmark="b", instruction_id=str(i), n=n)
+
+
+@pytest.fixture
+def descriptor() -> ModelDescriptor:
+    return ModelDescriptor(provider="vllm", model="tiny", sampling={"temperature": 0.0})
+
+
+def model(store: Store | None, descriptor: ModelDescriptor, backend: CountingBackend, **kw: object) -> CachedModel:
+    return CachedModel(store, descriptor, task="t", backend_factory=Factory(backend), **kw)  # type: ignore[arg-type]
+
+
+def test_full_hit_never_calls_the_factory(store: Store, descriptor: ModelDescriptor) -> None:
+    model(store, descriptor, CountingBackend()).complete([ask(i) for i in range(5)])
+    again = CountingBackend()
+    cached = model(store, descriptor, again)
+    responses = cached.complete([ask(i) for i in range(5)])
+    assert cached._backend_factory.calls == 0  # type: ignore[attr-defined]
+    assert not cached.engine_loaded and not cached.last.engine_loaded
+    assert all(r.cached for r in responses)
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]
+
+
+def test_partial_hit_sends_exactly_the_misses_in_caller_order(store: Store, descriptor: ModelDescriptor) -> None:
+    model(store, descriptor, CountingBackend()).complete([ask(1), ask(3)])
+    backend = CountingBackend()
+    responses = model(store, descriptor, backend).complete([ask(i) for i in range(5)])
+    assert sorted(r.rendered["messages"][0]["content"] for r in backend.received) == ["q0", "q2", "q4"]
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]
+    assert [r.cached for r in responses] == [False, True, False, True, False]
+    assert store.database("completions", "t", descriptor).count() == 5
+
+
+def test_duplicates_in_a_batch_are_generated_once(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = CountingBackend()
+    cached = model(store, descriptor, backend)
+    responses = cached.complete([ask(1), ask(2), ask(1), ask(1)])
+    assert len(backend.received) == 2
+    assert cached.last.plan is not None
+    assert (cached.last.plan.distinct, cached.last.plan.duplicates, cached.last.plan.misses) == (2, 2, 2)
+    assert responses[0].text == responses[2].text == responses[3].text
+
+
+def test_more_samples_generate_only_the_missing_ones(store: Store, descriptor: ModelDescriptor) -> None:
+    model(store, descriptor, CountingBackend()).complete([ask(7, n=2)])
+    backend = CountingBackend()
+    (response,) = model(store, descriptor, backend).complete([ask(7, n=4)])
+    assert sorted(r.sample_index for r in backend.received) == [2, 3]
+    assert [s.sample_index for s in response.samples] == [0, 1, 2, 3]
+    assert [s.cached for s in response.samples] == [True, True, False, False]
+    rendered = render_messages([{"role": "user", "content": "q7"}])
+    assert response.samples[0].input_hash == input_hash(rendered)
+    assert len({s.input_hash for s in response.samples}) == 4
+
+
+def test_replay_fails_on_a_miss_naming_the_first_and_never_prepares(store: Store, descriptor: ModelDescriptor) -> None:
+    model(store, descriptor, CountingBackend()).complete([ask(0)])
+    backend = CountingBackend()
+    cached = model(store, descriptor, backend, mode="replay")
+    with pytest.raises(CacheMissError, match=r"request 1 \(b/1\)"):
+        cached.complete([ask(0), ask(1), ask(2)])
+    assert cached._backend_factory.calls == 0  # type: ignore[attr-defined]
+    assert [r.text for r in cached.complete([ask(0)])] == ["answer to q0 #0"]
+
+
+def test_refresh_regenerates_and_replaces(store: Store, descriptor: ModelDescriptor) -> None:
+    model(store, descriptor, CountingBackend()).complete([ask(0)])
+    database = store.database("completions", "t", descriptor)
+    before = next(iter(database.query()))
+
+    class Other(CountingBackend):
+        def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+            return [Generation("fresh", "stop") for _ in requests]
+
+    responses = model(store, descriptor, Other(), mode="refresh").complete([ask(0)])
+    after = next(iter(database.query()))
+    assert responses[0].text == "fresh" and not responses[0].cached
+    assert (before.completion, after.completion) == ("answer to q0 #0", "fresh")
+    assert database.count() == 1
+
+
+def test_readonly_generates_but_never_writes(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = CountingBackend()
+    responses = model(store, descriptor, backend, mode="readonly").complete([ask(0), ask(1)])
+    assert [r.cached for r in responses] == [False, False]
+    assert store.find("completions", "t", descriptor) is None
+    assert not any(store.root.rglob("*.db"))
+
+
+def test_off_mode_needs_no_store(descriptor: ModelDescriptor) -> None:
+    backend = CountingBackend()
+    responses = model(None, descriptor, backend, mode="off").complete([ask(0), ask(0)])
+    assert len(backend.received) == 1 and responses[1].text == "answer to q0 #0"
+
+
+def test_empty_outputs_are_returned_but_not_stored(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = CountingBackend(empty_for="q1")
+    responses = model(store, descriptor, backend).complete([ask(0), ask(1)])
+    assert responses[1].text == ""
+    assert store.database("completions", "t", descriptor).count() == 1
+
+
+def test_a_crash_keeps_finished_chunks_and_the_rerun_resumes(store: Store, descriptor: ModelDescriptor) -> None:
+    crashing = CountingBackend(fail_after=4)
+    with pytest.raises(RuntimeError, match="engine crashed"):
+        model(store, descriptor, crashing, chunk_size=2).complete([ask(i) for i in range(7)])
+    assert store.database("completions", "t", descriptor).count() == 4  # two whole chunks written
+    backend = CountingBackend()
+    responses = model(store, descriptor, backend, chunk_size=2).complete([ask(i) for i in range(7)])
+    assert len(backend.received) == 3
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(7)]
+
+
+def test_judgements_record_pair_orientation_and_pointwise(store: Store, descriptor: ModelDescriptor) -> None:
+    requests = [
+        JudgementRequest(messages=[{"role": "user", "content": "A vs B"}], model_a="A", model_b="B", orientation="direct"),
+        JudgementRequest(messages=[{"role": "user", "content": "B vs A"}], model_a="A", model_b="B", orientation="reversed"),
+        JudgementRequest(messages=[{"role": "user", "content": "rate A"}], model_a="A"),
+    ]
+    model(store, descriptor, CountingBackend(), label="judge-x").judge(requests)
+    database = store.database("judgements", "t", descriptor)
+    rows = {r.orientation: r for r in database.query()}
+    assert set(rows) == {"direct", "reversed", None}
+    assert rows[None].model_b is None and rows["direct"].model_b == "B"
+    assert {r.judge for r in rows.values()} == {"judge-x"}
+    assert database.count(RowFilter(pointwise=True)) == 1
+
+
+def test_results_equal_what_the_miss_returned(store: Store, descriptor: ModelDescriptor) -> None:
+    first = model(store, descriptor, CountingBackend()).complete([ask(0)])[0].samples[0]
+    again = model(store, descriptor, CountingBackend()).complete([ask(0)])[0].samples[0]
+    assert (first.text, first.top_logprobs, first.usage, first.finish_reason) == (
+        again.text,
+        again.top_logprobs,
+        again.usage,
+        again.finish_reason,
+    )
+    assert again.cached and not first.cached
+
+
+def test_bad_requests_are_refused_before_anything_runs(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = CountingBackend()
+    cached = model(store, descriptor, backend)
+    with pytest.raises(InvalidInputError, match="chat input"):
+        cached.complete([ask(0), CompletionRequest(text="plain")])
+    with pytest.raises(InvalidInputError, match="exactly one"):
+        CompletionRequest(messages=[{"role": "user", "content": "x"}], text="y")
+    with pytest.raises(InvalidInputError, match="n must be"):
+        CompletionRequest(text="y", n=0)
+    with pytest.raises(InvalidInputError, match="take JudgementRequest"):
+        cached.judge([ask(0)])  # type: ignore[list-item]
+    assert backend.received == [] and not any(store.root.rglob("*.db"))
