@@ -11,17 +11,25 @@ Contract:
   ``journal_policy``: WAL on local disks; on a network filesystem (NFS,
   Lustre, GPFS, CIFS...: read from the mount table) the rollback journal with
   a :class:`NetworkFilesystemWarning`, or a refusal. Never silently.
+  Switching the journal rewrites the file header, so it is not done on
+  connect but by :func:`apply_journal_mode`, once the caller knows the file is
+  ours (a foreign or newer file is refused untouched).
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
   created. A WAL database that no writer has open is read as ``immutable``;
   one that a writer has open (its ``-wal`` exists) is read with ``mode=ro``.
+  That choice is made again for every read-only connection (they are not
+  pooled): an immutable connection kept open would never see a writer's later
+  commits and would read their checkpointed pages as corruption.
 """
 
 from __future__ import annotations
 
+import functools
+import re
 import sqlite3
 import warnings
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import orjson
@@ -46,33 +54,39 @@ class NetworkFilesystemWarning(UserWarning):
 
 
 def _unescape_mount_path(field: str) -> str:
-    # /proc/mounts escapes space, tab, newline and backslash as octal (\040...).
-    return field.encode().decode("unicode_escape") if "\\" in field else field
+    # /proc/mounts escapes space, tab, newline and backslash as octal (\040...); every
+    # other character, non-ASCII ones included, is written as is.
+    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
 
 
-def filesystem_type(path: Path, mounts_file: Path = MOUNTS_FILE) -> str | None:
+def filesystem_type(path: Path, mounts_file: Path | None = None) -> str | None:
     """Type of the filesystem holding ``path`` (its nearest existing ancestor), or None if unknown."""
     target = path.resolve()
     while not target.exists() and target != target.parent:
         target = target.parent
     try:
-        lines = mounts_file.read_text().splitlines()
+        text = (mounts_file or MOUNTS_FILE).read_text(encoding="utf-8", errors="surrogateescape")
     except OSError:
         return None
-    best: tuple[int, str] | None = None
-    for line in lines:
+    table = _mount_table(text)
+    for folder in (target, *target.parents):  # deepest first: the innermost mount holding the path
+        if folder in table:
+            return table[folder]
+    return None
+
+
+@functools.lru_cache(maxsize=8)
+def _mount_table(text: str) -> dict[Path, str]:
+    """Mount point -> filesystem type of a mounts file's text; the last line for a mount point wins (parsed once)."""
+    table: dict[Path, str] = {}
+    for line in text.splitlines():
         fields = line.split()
-        if len(fields) < 3:
-            continue
-        mount_point, fstype = Path(_unescape_mount_path(fields[1])), fields[2]
-        if (target == mount_point or mount_point in target.parents) and (
-            best is None or len(mount_point.parts) >= best[0]
-        ):
-            best = (len(mount_point.parts), fstype)
-    return None if best is None else best[1]
+        if len(fields) >= 3:
+            table[Path(_unescape_mount_path(fields[1]))] = fields[2]
+    return table
 
 
-def journal_mode_for(path: Path, settings: Settings, mounts_file: Path = MOUNTS_FILE) -> str:
+def journal_mode_for(path: Path, settings: Settings, mounts_file: Path | None = None) -> str:
     """``"wal"`` or ``"delete"`` for a read-write open of ``path``, per the journal policy."""
     policy = settings.journal_policy
     if policy == "wal":
@@ -107,6 +121,20 @@ def _is_wal_file(path: Path) -> bool:
         return False
 
 
+class FileStamp(NamedTuple):
+    """What a writer changes: the main file's identity, size and mtime, and whether its WAL exists."""
+
+    inode: int
+    size: int
+    mtime_ns: int
+    wal_exists: bool
+
+
+def file_stamp(path: Path) -> FileStamp:
+    st = path.stat()
+    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, Path(f"{path}-wal").exists())
+
+
 def readonly_uri(path: Path) -> str:
     """SQLite URI that reads ``path`` without creating or changing any file."""
     base = f"file:{quote(str(path.resolve()))}?mode=ro"
@@ -124,16 +152,18 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
 
     ``pooled=False`` gives a NullPool engine for one-off work (upgrades) whose
     connections close, and release the file, as soon as they are returned.
+    Read-only engines are never pooled (see the module docstring).
     """
     if readonly:
-        uri = readonly_uri(path)
         journal = None
+        pooled = False
     else:
-        uri = f"file:{quote(str(path.resolve()))}?mode=rwc"
         journal = journal_mode_for(path, settings)
+    read_write_uri = f"file:{quote(str(path.resolve()))}?mode=rwc"
     timeout_s = settings.busy_timeout_ms / 1000
 
     def connect() -> sqlite3.Connection:
+        uri = readonly_uri(path) if readonly else read_write_uri
         return sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
 
     engine = create_engine(
@@ -142,6 +172,7 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
         poolclass=QueuePool if pooled else NullPool,
         json_serializer=json_dumps,
         json_deserializer=orjson.loads,
+        execution_options={"journal_mode": journal},  # applied by apply_journal_mode
     )
 
     @event.listens_for(engine, "connect")
@@ -150,7 +181,6 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
         cursor.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
         cursor.execute("PRAGMA foreign_keys = ON")
         if journal is not None:
-            cursor.execute(f"PRAGMA journal_mode = {journal}")
             # NORMAL is durable in WAL mode except for the last commits on power loss.
             cursor.execute(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
         cursor.close()
@@ -161,3 +191,19 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def apply_journal_mode(engine: Engine) -> None:
+    """Put the file in the journal mode chosen for ``engine`` (no-op for read-only engines).
+
+    Call it only once the file is known to be ours (current, or just created):
+    the switch is persistent and rewrites the file header.
+    """
+    journal = engine.get_execution_options().get("journal_mode")
+    if journal is None:
+        return
+    raw = engine.raw_connection()
+    try:
+        raw.driver_connection.execute(f"PRAGMA journal_mode = {journal}").fetchall()  # type: ignore[union-attr]
+    finally:
+        raw.close()

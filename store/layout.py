@@ -40,7 +40,10 @@ def encode_segment(value: str) -> str:
     """Percent-encode one path segment; reject empty, ``.`` and ``..``."""
     if not isinstance(value, str) or value in ("", ".", ".."):
         raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
-    return quote(value, safe="")
+    try:
+        return quote(value, safe="")
+    except UnicodeEncodeError as e:  # lone surrogates have no UTF-8 bytes to encode
+        raise InvalidInputError(f"invalid path segment {value!r}: not valid Unicode text ({e})") from e
 
 
 def decode_segment(segment: str) -> str:

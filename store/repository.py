@@ -18,6 +18,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import gc
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -25,8 +26,9 @@ from operator import attrgetter
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import Column, ColumnElement, Connection, String, Table, bindparam, delete, func, or_, select
+from sqlalchemy import Column, ColumnElement, Connection, Select, String, Table, bindparam, delete, func, or_, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
@@ -37,6 +39,8 @@ OnConflict = Literal["ignore", "replace"]
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
 IN_LIST_BATCH = 5_000  # other dialects: well under every parameter limit
 STREAM_PARTITION = 1_000
+# (role, on_conflict, paramstyle) -> (SQL, parameter names in order, their getter): compiled once per process
+_SQLITE_INSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...], attrgetter[Any]]] = {}
 
 
 @contextmanager
@@ -51,17 +55,32 @@ def gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+@functools.cache
+def _shape(role: Role) -> tuple[Table, type[Record], tuple[str, ...], tuple[Column[Any], ...], attrgetter[Any]]:
+    """A role's table, record type, field names, columns in field order and field getter (built once)."""
+    table: Table = MODEL_OF_ROLE[role].__table__  # type: ignore[assignment]
+    record_type = RECORD_OF_ROLE[role]
+    fields = record_fields(record_type)
+    return table, record_type, fields, tuple(table.c[name] for name in fields), attrgetter(*fields)
+
+
+@functools.cache
+def _lookup_statement(role: Role, sqlite_dialect: bool) -> Select[Any]:
+    """The bulk key lookup, built once per role: its cache key is memoized, not recomputed per call."""
+    table, _, _, columns, _ = _shape(role)
+    if sqlite_dialect:
+        values = func.json_each(bindparam("keys", type_=String)).table_valued("value")
+        return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
+    return select(*columns).where(table.c.input_hash.in_(bindparam("keys", expanding=True)))
+
+
 class Repository:
     """The rows of one role's table in one descriptor database."""
 
     def __init__(self, conn: Connection, role: Role) -> None:
         self.conn = conn
         self.role = role
-        self.table: Table = MODEL_OF_ROLE[role].__table__  # type: ignore[assignment]
-        self.record_type = RECORD_OF_ROLE[role]
-        self._fields = record_fields(self.record_type)
-        self._columns = [self.table.c[name] for name in self._fields]
-        self._values_of = attrgetter(*self._fields)
+        self.table, self.record_type, self._fields, self._columns, self._values_of = _shape(role)
 
     # ------------------------------------------------------------ reads
 
@@ -76,18 +95,15 @@ class Repository:
         found: dict[str, Record] = {}
         sqlite_dialect = self.conn.dialect.name == "sqlite"
         batch = LOOKUP_BATCH if sqlite_dialect else IN_LIST_BATCH
-        for start in range(0, len(keys), batch):
-            chunk = keys[start : start + batch]
-            key_column = self.table.c.input_hash
-            if sqlite_dialect:
-                values = func.json_each(bindparam("keys", type_=String)).table_valued("value")
-                stmt = select(*self._columns).where(key_column.in_(select(values.c.value)))
-                rows = self.conn.execute(stmt, {"keys": orjson.dumps(chunk).decode()}).all()
-            else:
-                stmt = select(*self._columns).where(key_column.in_(bindparam("keys", expanding=True)))
-                rows = self.conn.execute(stmt, {"keys": chunk}).all()
-            for record in self._records(rows):
-                found[record.input_hash] = record
+        stmt = _lookup_statement(self.role, sqlite_dialect)
+        # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
+        # small dicts as the rows are built, and every collection would rescan all of them.
+        with gc_paused():
+            for start in range(0, len(keys), batch):
+                chunk = keys[start : start + batch]
+                param = orjson.dumps(chunk).decode() if sqlite_dialect else chunk
+                for record in self._records(self.conn.execute(stmt, {"keys": param}).all()):
+                    found[record.input_hash] = record
         return found
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
@@ -110,17 +126,66 @@ class Repository:
         """Insert ``records``; returns how many rows were written (ignored duplicates not counted)."""
         if on_conflict not in ("ignore", "replace"):
             raise InvalidInputError(f"on_conflict must be 'ignore' or 'replace', got {on_conflict!r}")
-        rows = []
+        try:
+            if self.conn.dialect.name == "sqlite":
+                sql, rows = self._sqlite_rows(records, on_conflict)
+                if not rows:
+                    return 0
+                result = self.conn.exec_driver_sql(sql, rows)
+            else:
+                dicts = [dict(zip(self._fields, self._values_of(r), strict=True)) for r in self._checked(records)]
+                if not dicts:
+                    return 0
+                result = self.conn.execute(self._insert(on_conflict), dicts)
+        except IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
+            raise InvalidInputError(f"{self.role} rows rejected by the database: {e.orig}") from e
+        except StatementError as e:
+            if isinstance(e, DBAPIError):  # locked, damaged...: the caller's retry and translation handle these
+                raise
+            raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e  # e.g. a naive created_at
+        return max(result.rowcount, 0)
+
+    def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
         for record in records:
             if type(record) is not self.record_type:
                 raise InvalidInputError(
                     f"{self.role} rows must be {self.record_type.__name__}, got {type(record).__name__}"
                 )
-            rows.append(dict(zip(self._fields, self._values_of(record), strict=True)))
-        if not rows:
-            return 0
-        result = self.conn.execute(self._insert(on_conflict), rows)
-        return max(result.rowcount, 0)
+            yield record
+
+    def _sqlite_rows(self, records: Iterable[Record], on_conflict: OnConflict) -> tuple[str, list[tuple[Any, ...]]]:
+        """The insert's SQL and its parameter tuples, bound by the column types' own bind processors.
+
+        This is what ``conn.execute(insert, dicts)`` sends, without SQLAlchemy's per-row parameter
+        processing (about 1.3x of raw sqlite3 on ~9 KB rows): the statement is compiled once and
+        each value goes through the same processor SQLAlchemy would apply (JSON, UTC datetimes).
+        """
+        dialect = self.conn.dialect
+        key = (self.role, on_conflict, dialect.paramstyle)
+        plan = _SQLITE_INSERTS.get(key)
+        if plan is None:
+            compiled = self._insert(on_conflict).compile(dialect=dialect, column_keys=list(self._fields))
+            names = tuple(compiled.positiontup or ())
+            if sorted(names) != sorted(self._fields):
+                raise AssertionError(f"unexpected insert parameters {names}")
+            plan = _SQLITE_INSERTS[key] = (str(compiled), names, attrgetter(*names))
+        sql, names, values_of = plan
+        processors = []
+        for i, name in enumerate(names):
+            column_type = self.table.c[name].type
+            process = column_type.dialect_impl(dialect).bind_processor(dialect)
+            if process is not None:
+                processors.append((i, process))
+        rows = []
+        for record in self._checked(records):
+            values = list(values_of(record))
+            try:
+                for i, process in processors:
+                    values[i] = process(values[i])
+            except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
+                raise InvalidInputError(f"{self.role} row cannot be written: {e}") from e
+            rows.append(tuple(values))
+        return sql, rows
 
     def _insert(self, on_conflict: OnConflict) -> Any:
         dialect = sqlite if self.conn.dialect.name == "sqlite" else postgresql

@@ -116,18 +116,26 @@ def revisions_of(script: ScriptDirectory) -> Revisions:
     return Revisions(head=heads[0], known=frozenset(s.revision for s in script.walk_revisions()))
 
 
-def raise_translated(path: Path, error: SADatabaseError) -> NoReturn:
-    """Re-raise an SQLite failure as a typed error when it means 'not a database' or 'damaged'."""
+def translated(path: Path, error: SADatabaseError) -> Exception:
+    """The typed error an SQLite failure stands for ('not a database', 'damaged'), else ``error`` itself."""
     code = getattr(error.orig, "sqlite_errorcode", None)
     if code == _SQLITE_NOTADB:
-        raise NotADatabaseError(path, "is not an SQLite database (wrong header); it was not touched") from error
+        return NotADatabaseError(path, "is not an SQLite database (wrong header); it was not touched")
     if code == _SQLITE_CORRUPT:
-        raise CorruptDatabaseError(
+        return CorruptDatabaseError(
             path,
             "is damaged (truncated or malformed pages); it was not touched. Restore it from "
             "a backup (`*.bak-*` beside it after an upgrade) or delete it to recompute its rows",
-        ) from error
-    raise error
+        )
+    return error
+
+
+def raise_translated(path: Path, error: SADatabaseError) -> NoReturn:
+    """Re-raise an SQLite failure as a typed error when it means 'not a database' or 'damaged'."""
+    typed = translated(path, error)
+    if typed is error:
+        raise error
+    raise typed from error
 
 
 def classify(conn: Connection, path: Path, known: Revisions | None = None) -> SchemaStatus:
@@ -220,11 +228,12 @@ def _database_files(db_path: Path) -> list[Path]:
 
 
 def _backup(db_path: Path, revision: str | None) -> Path:
-    """Copy the database (and its WAL, if any) byte for byte; return the main copy's path."""
+    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path."""
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = db_path.with_name(f"{db_path.name}.bak-{revision}-{stamp}")
     for source in _database_files(db_path):
-        shutil.copy2(source, Path(str(source).replace(str(db_path), str(target), 1)))
+        if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
+            shutil.copy2(source, Path(str(source).replace(str(db_path), str(target), 1)))
     return target
 
 
@@ -232,11 +241,16 @@ def _restore(db_path: Path, backup: Path) -> None:
     """Put the backed-up bytes back where they differ (a migration that committed part of its work).
 
     When the failed migration was rolled back, as transactional DDL is, the
-    bytes already match and nothing is written.
+    bytes already match and nothing is written. Without a saved WAL, a live
+    one would replay the failed migration's frames onto the restored file: it goes.
     """
-    for live, saved in ((db_path, backup), (Path(f"{db_path}-wal"), Path(f"{backup}-wal"))):
+    live_wal, saved_wal = Path(f"{db_path}-wal"), Path(f"{backup}-wal")
+    for live, saved in ((db_path, backup), (live_wal, saved_wal)):
         if saved.exists() and (not live.exists() or live.read_bytes() != saved.read_bytes()):
             shutil.copy2(saved, live)
+    if not saved_wal.exists():
+        live_wal.unlink(missing_ok=True)
+        Path(f"{db_path}-shm").unlink(missing_ok=True)
 
 
 def upgrade_database(
@@ -287,6 +301,8 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             reached = classify(conn, db_path, known).revision
     except Exception as e:
         if backup is None:  # refused before anything was written
+            if isinstance(e, SADatabaseError):  # e.g. not a database at all, failing on BEGIN
+                e = translated(db_path, e)
             if isinstance(e, DatabaseError | SADatabaseError):
                 return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
             raise

@@ -14,7 +14,11 @@ Contract:
   (the lock is retried with backoff after the busy timeout); the convenience
   methods on :class:`Database` each run in a transaction of their own and
   retry the whole unit if the database stays locked.
-* A read-only store never creates or changes a file.
+* A read-only store never creates or changes a file. Without a writer's WAL
+  it reads the file as immutable, so a read that raced a writer appearing
+  meanwhile (the file changed under it) is run again rather than trusted.
+* A file found damaged while it is used raises the same typed errors as on
+  open (:class:`~store.errors.CorruptDatabaseError`, ...).
 """
 
 from __future__ import annotations
@@ -33,8 +37,24 @@ from sqlalchemy.exc import DatabaseError as SADatabaseError
 from sqlalchemy.exc import OperationalError
 
 from store.descriptor import ModelDescriptor
-from store.errors import DatabaseBusyError, DatabaseMissingError, UpgradeFailedError
-from store.layout import Location, StoredMetadata, metadata_bytes, read_metadata, walk, write_metadata
+from store.errors import (
+    CorruptDatabaseError,
+    DatabaseBusyError,
+    DatabaseError,
+    DatabaseMissingError,
+    MetadataMismatchError,
+    NotADatabaseError,
+    UpgradeFailedError,
+)
+from store.layout import (
+    METADATA_FILE,
+    Location,
+    StoredMetadata,
+    metadata_bytes,
+    read_metadata,
+    walk,
+    write_metadata,
+)
 from store.records import Record, RowFilter
 from store.repository import OnConflict, Repository
 from store.schema import (
@@ -51,6 +71,27 @@ from store.schema import (
 from store.settings import Settings
 
 T = TypeVar("T")
+READONLY_READ_ATTEMPTS = 5
+
+
+def _stable_read(path: Path, read: Callable[[], T]) -> T:
+    """Run a read-only ``read``; run it again if the file changed under it (see the module docstring)."""
+    from store.engine import file_stamp
+
+    for _ in range(READONLY_READ_ATTEMPTS):
+        before = file_stamp(path)
+        try:
+            result = read()
+        except (CorruptDatabaseError, NotADatabaseError):
+            if file_stamp(path) == before:
+                raise
+            continue
+        after = file_stamp(path)
+        if after == before or (before.wal_exists and after.wal_exists):  # with a WAL, SQLite's locks held
+            return result
+    raise DatabaseBusyError(
+        path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
+    )
 
 
 def _is_locked(error: OperationalError) -> bool:
@@ -93,22 +134,35 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Repository]:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error."""
-        conn = self.engine.connect().execution_options(write=True)
-        try:
-            self._retry(conn.begin)
-            yield Repository(conn, self.location.role)
-            conn.commit()
-        except BaseException:
-            conn.rollback()
-            raise
-        finally:
-            conn.close()
+        if self.readonly:
+            raise DatabaseError(self.path, "was opened read-only: writes are refused (open the store without readonly)")
+        with self._translated():
+            conn = self.engine.connect().execution_options(write=True)
+            try:
+                self._retry(conn.begin)
+                yield Repository(conn, self.location.role)
+                conn.commit()
+            except BaseException:
+                conn.rollback()
+                raise
+            finally:
+                conn.close()
 
     @contextmanager
     def reading(self) -> Iterator[Repository]:
         """A read transaction: one consistent snapshot for everything done inside it."""
-        with self.engine.connect() as conn, conn.begin():
+        with self._translated(), self.engine.connect() as conn, conn.begin():
             yield Repository(conn, self.location.role)
+
+    @contextmanager
+    def _translated(self) -> Iterator[None]:
+        """A damaged file found mid-use raises the typed error an open would have raised."""
+        try:
+            yield
+        except SADatabaseError as e:
+            if isinstance(e, OperationalError):  # locks, missing tables...: not about the file's bytes
+                raise
+            raise_translated(self.path, e)
 
     def _write(self, work: Callable[[Repository], T]) -> T:
         def attempt() -> T:
@@ -117,9 +171,16 @@ class Database:
 
         return self._retry(attempt)
 
+    def _read(self, work: Callable[[Repository], T]) -> T:
+        def attempt() -> T:
+            with self.reading() as repo:
+                return work(repo)
+
+        return _stable_read(self.path, attempt) if self.readonly else attempt()
+
     def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        with self.reading() as repo:
-            return repo.get_many(hashes)
+        keys = list(hashes)
+        return self._read(lambda repo: repo.get_many(keys))
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)
@@ -129,8 +190,7 @@ class Database:
         return self._write(lambda repo: repo.delete(flt))
 
     def count(self, flt: RowFilter | None = None) -> int:
-        with self.reading() as repo:
-            return repo.count(flt)
+        return self._read(lambda repo: repo.count(flt))
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
@@ -193,9 +253,9 @@ class Store:
         cached = self._cached(path)
         if cached is not None:
             return cached
-        read_metadata(path.parent)
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
+        self._check_location(location, read_metadata(path.parent))
         from store.engine import create_sqlite_engine
 
         engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
@@ -210,6 +270,17 @@ class Store:
             self._open.popitem(last=False)[1].close()
         return database
 
+    def _check_location(self, location: Location, metadata: StoredMetadata) -> None:
+        """The folder's place in the tree must match what its metadata.json records, not only its hash."""
+        recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
+        actual = (location.role, location.task, location.provider, location.model)
+        if recorded != actual:
+            raise MetadataMismatchError(
+                location.folder(self.root) / METADATA_FILE,
+                f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
+                f"{'/'.join(actual)}; the folder was moved. Move it back (percent-encoded), or delete it",
+            )
+
     def _cached(self, path: Path) -> Database | None:
         database = self._open.get(path)
         if database is not None:
@@ -217,18 +288,26 @@ class Store:
         return database
 
     def _status(self, engine: Engine, path: Path) -> SchemaStatus:
-        try:
-            with engine.connect() as conn:
-                return classify(conn, path)
-        except SADatabaseError as e:  # connecting can fail too (a file that is not a database)
-            raise_translated(path, e)
+        def attempt() -> SchemaStatus:
+            try:
+                with engine.connect() as conn:
+                    return classify(conn, path)
+            except SADatabaseError as e:  # connecting can fail too (a file that is not a database)
+                raise_translated(path, e)
+
+        return _stable_read(path, attempt) if self.readonly else attempt()
 
     def _check_schema(self, engine: Engine, path: Path) -> None:
+        """Refuse anything but a current database; the journal is switched only once the file is ours."""
+        from store.engine import apply_journal_mode
+
         status = self._status(engine, path)
         if status.state is SchemaState.CURRENT:
+            apply_journal_mode(engine)
             return
         if status.state is SchemaState.EMPTY and not self.readonly:
             self._create(engine, path)
+            apply_journal_mode(engine)
             return
         if status.state is SchemaState.BEHIND and self.settings.auto_upgrade and not self.readonly:
             engine.dispose()
@@ -237,6 +316,7 @@ class Store:
                 raise UpgradeFailedError(
                     path, f"automatic upgrade from {status.revision} failed ({result.error}); the file was restored"
                 )
+            apply_journal_mode(engine)
             return
         if status.state is SchemaState.EMPTY:
             raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")

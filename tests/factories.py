@@ -1,11 +1,19 @@
-"""Record factories: rows whose input hash really is the hash of their input."""
+"""Record factories (rows whose input hash really is the hash of their input) and test databases."""
 
 from __future__ import annotations
 
+import hashlib
+import sqlite3
+from collections.abc import Iterable
+from contextlib import closing
 from datetime import UTC, datetime
+from pathlib import Path
 
-from store.descriptor import input_hash, render_messages
-from store.records import CompletionRecord, JudgementRecord
+from store.descriptor import ModelDescriptor, input_hash, render_messages
+from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
+from store.repository import Repository
+from store.settings import Settings
+from store.store import Store
 
 
 def completion_record(
@@ -55,3 +63,57 @@ def judgement_record(
     }
     values.update(overrides)
     return JudgementRecord(**values)  # type: ignore[arg-type]
+
+
+# ---------------------------------------------------------------- files and databases
+
+SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # 0001 + a synthetic 0002
+
+
+def file_digests(*folders: Path) -> dict[str, str]:
+    """SHA-256 of every file under ``folders``: equal before and after means nothing was written."""
+    return {
+        str(path): hashlib.sha256(path.read_bytes()).hexdigest()
+        for folder in folders
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+
+
+def current_database(
+    root: Path, role: str, task: str, descriptor: ModelDescriptor, records: Iterable[Record] = ()
+) -> Path:
+    """A database made by the store (WAL, at head) holding ``records``; the store is closed again.
+
+    Records of the other role go to the other table of the same file (every file holds both
+    tables), so schema tests can check that rows of both survive an upgrade.
+    """
+    rows = list(records)
+    with Store(Settings(), root=root) as s:
+        database = s.database(role, task, descriptor)
+        with database.transaction() as repo:
+            for table_role, record_type in RECORD_OF_ROLE.items():
+                Repository(repo.conn, table_role).put_many(r for r in rows if type(r) is record_type)
+        return database.path
+
+
+def stamp(db_path: Path, revision: str) -> None:
+    """Rewrite the revision a database records, as another judgestore version would have left it."""
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        conn.execute("UPDATE judgestore_alembic_version SET version_num = ?", (revision,))
+
+
+def foreign_database(db_path: Path, kind: str = "optuna") -> None:
+    """An SQLite file another tool made: ``optuna`` (its own ``alembic_version``) or ``random`` tables."""
+    db_path.parent.mkdir(parents=True, exist_ok=True)
+    with closing(sqlite3.connect(db_path)) as conn, conn:
+        if kind == "optuna":
+            conn.execute("CREATE TABLE alembic_version (version_num VARCHAR(32) PRIMARY KEY)")
+            conn.execute("INSERT INTO alembic_version VALUES ('v3.2.0.a')")
+            conn.execute("CREATE TABLE studies (study_id INTEGER PRIMARY KEY, study_name TEXT)")
+            conn.execute("CREATE TABLE trials (trial_id INTEGER PRIMARY KEY, study_id INTEGER, value REAL)")
+            conn.execute("INSERT INTO studies VALUES (1, 'demo')")
+        else:
+            conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
+            conn.execute("CREATE TABLE tags (note_id INTEGER, tag TEXT)")
+            conn.execute("INSERT INTO notes VALUES (1, 'hello')")

@@ -170,8 +170,12 @@ def test_a_crash_keeps_finished_chunks_and_the_rerun_resumes(store: Store, descr
 
 def test_judgements_record_pair_orientation_and_pointwise(store: Store, descriptor: ModelDescriptor) -> None:
     requests = [
-        JudgementRequest(messages=[{"role": "user", "content": "A vs B"}], model_a="A", model_b="B", orientation="direct"),
-        JudgementRequest(messages=[{"role": "user", "content": "B vs A"}], model_a="A", model_b="B", orientation="reversed"),
+        JudgementRequest(
+            messages=[{"role": "user", "content": "A vs B"}], model_a="A", model_b="B", orientation="direct"
+        ),
+        JudgementRequest(
+            messages=[{"role": "user", "content": "B vs A"}], model_a="A", model_b="B", orientation="reversed"
+        ),
         JudgementRequest(messages=[{"role": "user", "content": "rate A"}], model_a="A"),
     ]
     model(store, descriptor, CountingBackend(), label="judge-x").judge(requests)

@@ -1,0 +1,272 @@
+"""The cache boundary on the real vLLM engine with the tiny local model.
+
+One engine serves the module (vLLM on CPU runs in-process, where an engine is
+closed only at module teardown); each test reaches it through a counting
+factory, so "the engine was never prepared" and "exactly the misses were
+sent" are counted, not assumed. The crash test runs its own engine in a
+child process that kills itself with SIGKILL half-way.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from inference.backend import EngineRequest, Generation
+from inference.cached import CachedModel, CacheMissError, Mode
+from inference.descriptors import descriptor_from_vllm
+from inference.judging import pairwise_requests, pointwise_request
+from inference.requests import CompletionRequest
+from inference.vllm_backend import VLLMBackend, create_vllm_backend
+from store.descriptor import ModelDescriptor
+from store.records import RowFilter
+from store.settings import Settings
+from store.store import Store
+from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
+
+pytestmark = pytest.mark.engine
+
+GREEDY = {"temperature": 0, "max_tokens": 12, "logprobs": 3}
+SEEDED = {"temperature": 1.0, "max_tokens": 8, "seed": 1234}
+QUESTIONS = [f"Question {i}: name a colour that rhymes with {w}." for i, w in enumerate(["bed", "bean", "sky", "cat"])]
+
+
+def describe(model_dir: Path, sampling: dict[str, object] = GREEDY) -> ModelDescriptor:
+    return descriptor_from_vllm(str(model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling=sampling)
+
+
+class Counting:
+    """A view of the shared engine that counts what it is asked; closing it keeps the engine."""
+
+    def __init__(self, engine: VLLMBackend) -> None:
+        self.engine = engine
+        self.received: list[EngineRequest] = []
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+        self.received.extend(requests)
+        return self.engine.generate(requests)
+
+    def close(self) -> None:
+        pass
+
+
+class Factory:
+    """Builds a counting view of the shared engine for one descriptor, and counts how often it is asked to."""
+
+    def __init__(self, engine: VLLMBackend, descriptor: ModelDescriptor) -> None:
+        self.engine, self.descriptor = engine, descriptor
+        self.calls = 0
+        self.backend: Counting | None = None
+
+    def __call__(self) -> Counting:
+        self.calls += 1
+        self.backend = Counting(self.engine.with_descriptor(self.descriptor))
+        return self.backend
+
+    @property
+    def received(self) -> list[EngineRequest]:
+        return [] if self.backend is None else self.backend.received
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
+    pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed")
+    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS) as backend:
+        yield backend
+
+
+def cached(
+    store: Store | None, engine: VLLMBackend, descriptor: ModelDescriptor, mode: Mode = "use", **kw: object
+) -> tuple[CachedModel, Factory]:
+    factory = Factory(engine, descriptor)
+    return CachedModel(store, descriptor, task="mt-bench", backend_factory=factory, mode=mode, **kw), factory  # type: ignore[arg-type]
+
+
+def ask(question: str, n: int = 1) -> CompletionRequest:
+    return CompletionRequest(
+        messages=[{"role": "user", "content": question}], benchmark="mt-bench", instruction_id=question[:11], n=n
+    )
+
+
+def test_a_full_hit_never_prepares_the_engine(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    descriptor = describe(tiny_model_dir)
+    first, _ = cached(store, engine, descriptor)
+    generated = first.complete([ask(q) for q in QUESTIONS])
+    second, factory = cached(store, engine, descriptor)
+    hits = second.complete([ask(q) for q in QUESTIONS])
+    assert factory.calls == 0 and not second.engine_loaded
+    assert [r.cached for r in hits] == [True] * 4
+    assert [r.text for r in hits] == [r.text for r in generated]
+
+
+def test_a_partial_hit_sends_exactly_the_misses(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    descriptor = describe(tiny_model_dir)
+    cached(store, engine, descriptor)[0].complete([ask(QUESTIONS[1]), ask(QUESTIONS[3])])
+    model, factory = cached(store, engine, descriptor)
+    responses = model.complete([ask(q) for q in QUESTIONS])
+    assert [r.rendered["messages"][0]["content"] for r in factory.received] == [QUESTIONS[0], QUESTIONS[2]]
+    assert [r.cached for r in responses] == [False, True, False, True]
+    assert [r.request.messages[0]["content"] for r in responses] == QUESTIONS  # type: ignore[index]
+    assert store.database("completions", "mt-bench", descriptor).count() == 4
+
+
+def test_cached_results_equal_uncached_ones_logprobs_included(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir)
+    uncached = cached(None, engine, descriptor, mode="off")[0].complete([ask(q) for q in QUESTIONS])
+    cached(store, engine, descriptor)[0].complete([ask(q) for q in QUESTIONS])
+    hits = cached(store, engine, descriptor)[0].complete([ask(q) for q in QUESTIONS])
+    assert all(r.cached for r in hits) and not any(r.cached for r in uncached)
+    for hit, fresh in zip(hits, uncached, strict=True):
+        h, f = hit.samples[0], fresh.samples[0]
+        assert (h.text, h.top_logprobs, h.finish_reason, h.usage) == (f.text, f.top_logprobs, f.finish_reason, f.usage)
+        assert h.top_logprobs and len(h.top_logprobs) <= 3
+
+
+def test_replay_fails_on_a_miss_and_refresh_replaces(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    descriptor = describe(tiny_model_dir)
+    cached(store, engine, descriptor)[0].complete([ask(QUESTIONS[0])])
+    replay, factory = cached(store, engine, descriptor, mode="replay")
+    with pytest.raises(CacheMissError, match=r"request 1 \(mt-bench/Question 1:\)"):
+        replay.complete([ask(QUESTIONS[0]), ask(QUESTIONS[1])])
+    assert factory.calls == 0
+    database = store.database("completions", "mt-bench", descriptor)
+    assert database.count(RowFilter(run_id="test-run")) == 1
+    refresh, factory = cached(store, engine, descriptor, mode="refresh", settings=Settings(run_id="refresh-run"))
+    refresh.complete([ask(QUESTIONS[0])])
+    assert len(factory.received) == 1
+    assert database.count(RowFilter(run_id="refresh-run")) == 1 and database.count() == 1
+
+
+def test_asking_for_four_samples_after_two_generates_two(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir, SEEDED)
+    (two,) = cached(store, engine, descriptor)[0].complete([ask(QUESTIONS[0], n=2)])
+    model, factory = cached(store, engine, descriptor)
+    (four,) = model.complete([ask(QUESTIONS[0], n=4)])
+    assert sorted(r.sample_index for r in factory.received) == [2, 3]
+    assert [s.text for s in four.samples[:2]] == [s.text for s in two.samples]
+    assert len({s.text for s in four.samples}) > 1  # seeded sampling: the samples differ
+    assert store.database("completions", "mt-bench", descriptor).count() == 4
+
+
+def test_multi_turn_keys_chain_on_the_real_turn_one_answer(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """MT-Bench shape: turn 2 carries the turn-1 answer, so its key changes when that answer does."""
+    descriptor = describe(tiny_model_dir)
+    model, factory = cached(store, engine, descriptor)
+    turn1 = [{"role": "user", "content": "Write a haiku about rain."}]
+    (first,) = model.complete([CompletionRequest(messages=turn1, benchmark="mt-bench", instruction_id="81-t1")])
+    turn2 = [*turn1, {"role": "assistant", "content": first.text}, {"role": "user", "content": "Now about snow."}]
+    (second,) = model.complete([CompletionRequest(messages=turn2, benchmark="mt-bench", instruction_id="81-t2")])
+    assert len(factory.received) == 2
+    assert factory.received[1].rendered["messages"][1]["content"] == first.text
+    rerun, rerun_factory = cached(store, engine, descriptor)
+    (again,) = rerun.complete([CompletionRequest(messages=turn2, benchmark="mt-bench", instruction_id="81-t2")])
+    assert again.cached and again.text == second.text and rerun_factory.calls == 0
+    other = [*turn1, {"role": "assistant", "content": first.text + " (edited)"}, turn2[2]]
+    plan = rerun.plan("completions", [CompletionRequest(messages=other)])
+    assert plan.misses == 1  # a different turn-1 answer is a different turn-2 input
+
+
+def test_pairwise_both_orientations_and_pointwise_rows(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    judge = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4, "logprobs": 2})
+    requests = [
+        *pairwise_requests(
+            question="2+2?",
+            model_a="m-a",
+            answer_a="4",
+            model_b="m-b",
+            answer_b="5",
+            benchmark="arena",
+            instruction_id="q1",
+        ),
+        pointwise_request(question="2+2?", model="m-a", answer="4", benchmark="arena", instruction_id="q1"),
+    ]
+    model, _ = cached(store, engine, judge, label="tiny-judge")
+    responses = model.judge(requests)
+    assert all(r.top_logprobs for r in responses)
+    database = store.database("judgements", "mt-bench", judge)
+    rows = {row.orientation: row for row in database.query()}
+    assert set(rows) == {"direct", "reversed", None}
+    assert (
+        (rows["direct"].model_a, rows["direct"].model_b)
+        == ("m-a", "m-b")
+        == (
+            rows["reversed"].model_a,
+            rows["reversed"].model_b,
+        )
+    )
+    assert rows[None].model_b is None and rows[None].judge == "tiny-judge"
+    assert rows["direct"].input_text != rows["reversed"].input_text
+
+
+CRASHING_RUN = """
+import os, signal, sys
+from pathlib import Path
+from inference.cached import CachedModel
+from inference.descriptors import descriptor_from_vllm
+from inference.requests import CompletionRequest
+from inference.vllm_backend import create_vllm_backend
+from store.store import Store
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+model_dir, root, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+sampling = {"temperature": 0, "max_tokens": 8}
+descriptor = descriptor_from_vllm(model_dir, engine_kwargs=TINY_ENGINE_KWARGS, sampling=sampling)
+
+def progress(done, total):
+    if done >= kill_after:  # the chunk is written before progress is reported
+        os.kill(os.getpid(), signal.SIGKILL)
+
+requests = [CompletionRequest(messages=[{"role": "user", "content": f"prompt {i}"}]) for i in range(10)]
+model = CachedModel(Store(root=root), descriptor, task="crash", chunk_size=2,
+                    backend_factory=lambda: create_vllm_backend(descriptor, TINY_ENGINE_KWARGS))
+model.complete(requests, on_progress=progress)
+"""
+
+
+def test_a_sigkilled_run_loses_at_most_one_chunk_and_the_rerun_resumes(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.run(
+        [sys.executable, "-c", CRASHING_RUN, str(tiny_model_dir), str(store.root), "4"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    descriptor = descriptor_from_vllm(
+        str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling={"temperature": 0, "max_tokens": 8}
+    )
+    database = store.database("completions", "crash", descriptor)
+    assert database.count() == 4  # two chunks of two were written before the kill; none half-written
+    model, factory = cached(store, engine, descriptor)
+    model.task = "crash"
+    responses = model.complete(
+        [CompletionRequest(messages=[{"role": "user", "content": f"prompt {i}"}]) for i in range(10)]
+    )
+    assert len(factory.received) == 6
+    assert [r.cached for r in responses] == [True] * 4 + [False] * 6
+    assert database.count() == 10
+    verify = subprocess.run(
+        [sys.executable, "-m", "store", "verify", "--store-root", str(store.root)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr

@@ -1,0 +1,184 @@
+"""`judgestore generate / pairs / judge` as a user runs them: real processes, real engine, tiny model.
+
+The second run of each command happens in a fresh process, so "vLLM was never
+imported" is read from that process's own ``sys.modules`` (its ``--json``
+summary reports it).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
+
+ENGINE_ARGS = [
+    arg
+    for key, value in TINY_ENGINE_KWARGS.items()
+    for arg in ("--engine-arg", f"{key}={orjson.dumps(value).decode()}")
+]
+
+
+def judgestore(*args: str, root: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(root)}
+    result = subprocess.run(
+        [sys.executable, "-c", "from inference.cli import main; main()", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check:
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
+    return result
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    rows = [
+        {"benchmark": "demo", "instruction_id": str(i), "messages": [{"role": "user", "content": f"Tell me {w}."}]}
+        for i, w in enumerate(["a joke", "a fact", "a story"])
+    ]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+@pytest.mark.engine
+def test_generate_judge_and_rerun_without_the_engine(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, tiny_model_dir_b: Path
+) -> None:
+    root = tmp_path / "store"
+    common = ["--task", "demo", "--temperature", "0", "--max-tokens", "8", *ENGINE_ARGS, "--json"]
+
+    def generate(model: Path, label: str) -> dict[str, Any]:
+        out = tmp_path / f"{label}.jsonl"
+        summary = orjson.loads(
+            judgestore(
+                "generate",
+                "--model",
+                str(model),
+                "--label",
+                label,
+                "-i",
+                str(prompts),
+                "-o",
+                str(out),
+                *common,
+                root=root,
+            ).stdout
+        )
+        return {"summary": summary, "rows": lines(out)}
+
+    first_a, first_b = generate(tiny_model_dir, "tiny-a"), generate(tiny_model_dir_b, "tiny-b")
+    assert first_a["summary"]["engine_loaded"] and first_a["summary"]["rows_written"] == 3
+    assert [r["completion"] for r in first_a["rows"]] != [r["completion"] for r in first_b["rows"]]
+
+    pairs = tmp_path / "pairs.jsonl"
+    judgestore(
+        "pairs",
+        "--prompts",
+        str(prompts),
+        "--answers",
+        str(tmp_path / "tiny-a.jsonl"),
+        "--answers",
+        str(tmp_path / "tiny-b.jsonl"),
+        "-o",
+        str(pairs),
+        root=root,
+    )
+    verdicts = tmp_path / "verdicts.jsonl"
+    judge_args = [
+        "judge",
+        "--model",
+        str(tiny_model_dir),
+        "--label",
+        "judge",
+        "-i",
+        str(pairs),
+        "-o",
+        str(verdicts),
+        "--orientation",
+        "both",
+        "--top-logprobs",
+        "3",
+        *common,
+    ]
+    judged = orjson.loads(judgestore(*judge_args, root=root).stdout)
+    assert (judged["requested"], judged["rows_written"]) == (6, 6)
+    first_verdicts = lines(verdicts)
+    assert {r["orientation"] for r in first_verdicts} == {"direct", "reversed"}
+
+    again_a = generate(tiny_model_dir, "tiny-a")
+    again_judged = orjson.loads(judgestore(*judge_args, root=root).stdout)
+    for summary in (again_a["summary"], again_judged):
+        assert summary["misses"] == 0 and summary["hits"] == summary["requested"]
+        assert summary["engine_loaded"] is False and summary["vllm_imported"] is False
+    assert [r["completion"] for r in again_a["rows"]] == [r["completion"] for r in first_a["rows"]]
+    assert all(r["cached"] for r in lines(verdicts))
+    assert [(r["completion"], r["top_logprobs"]) for r in lines(verdicts)] == [
+        (r["completion"], r["top_logprobs"]) for r in first_verdicts
+    ]
+
+    replay = judgestore(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--label",
+        "tiny-a",
+        "-i",
+        str(pairs),
+        "--mode",
+        "replay",
+        *common,
+        root=root,
+        check=False,
+    )
+    assert replay.returncode == 1  # pair lines are not completion requests: refused before planning
+    assert "unknown keys" in replay.stderr
+
+
+def test_a_bad_request_file_names_the_line_and_changes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
+    root = tmp_path / "store"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"messages": [{"role": "user", "content": "ok"}]}\n{"messages": "not a list"\n')
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(bad), *ENGINE_ARGS, root=root, check=False
+    )
+    assert result.returncode == 1
+    assert f"{bad}:2: not valid JSON" in result.stderr
+    assert not root.exists()
+
+
+def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--task",
+        "t",
+        "-i",
+        str(prompts),
+        "--mode",
+        "replay",
+        *ENGINE_ARGS,
+        root=root,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert "replay mode: 3 of 3 inputs are not in the store; the first is request 0 (demo/0)" in result.stderr
+    assert not root.exists()

@@ -1,0 +1,52 @@
+CREATE INDEX ix_completions_benchmark_instruction_id ON completions (benchmark, instruction_id);
+CREATE INDEX ix_completions_created_at ON completions (created_at);
+CREATE INDEX ix_completions_model ON completions (model);
+CREATE INDEX ix_completions_run_id ON completions (run_id);
+CREATE INDEX ix_judgements_benchmark_instruction_id ON judgements (benchmark, instruction_id);
+CREATE INDEX ix_judgements_created_at ON judgements (created_at);
+CREATE INDEX ix_judgements_judge ON judgements (judge);
+CREATE INDEX ix_judgements_model_a ON judgements (model_a);
+CREATE INDEX ix_judgements_model_b ON judgements (model_b);
+CREATE INDEX ix_judgements_run_id ON judgements (run_id);
+CREATE TABLE completions (
+  input_hash VARCHAR(64) NOT NULL,
+  sample_index INTEGER NOT NULL,
+  benchmark VARCHAR,
+  instruction_id VARCHAR,
+  model VARCHAR,
+  finish_reason VARCHAR,
+  run_id VARCHAR,
+  created_by VARCHAR,
+  created_at DATETIME NOT NULL,
+  usage JSON,
+  top_logprobs JSON,
+  input_text TEXT NOT NULL,
+  completion TEXT NOT NULL,
+  CONSTRAINT ck_completions_sample_index_nonnegative CHECK (sample_index >= 0),
+  CONSTRAINT pk_completions PRIMARY KEY (input_hash)
+);
+CREATE TABLE judgements (
+  input_hash VARCHAR(64) NOT NULL,
+  sample_index INTEGER NOT NULL,
+  benchmark VARCHAR,
+  instruction_id VARCHAR,
+  model_a VARCHAR,
+  model_b VARCHAR,
+  judge VARCHAR,
+  orientation VARCHAR(16),
+  finish_reason VARCHAR,
+  run_id VARCHAR,
+  created_by VARCHAR,
+  created_at DATETIME NOT NULL,
+  usage JSON,
+  top_logprobs JSON,
+  input_text TEXT NOT NULL,
+  completion TEXT NOT NULL,
+  CONSTRAINT ck_judgements_orientation_valid CHECK (orientation IS NULL OR orientation IN ('direct', 'reversed')),
+  CONSTRAINT ck_judgements_sample_index_nonnegative CHECK (sample_index >= 0),
+  CONSTRAINT pk_judgements PRIMARY KEY (input_hash)
+);
+CREATE TABLE judgestore_alembic_version (
+  version_num VARCHAR(32) NOT NULL,
+  CONSTRAINT judgestore_alembic_version_pkc PRIMARY KEY (version_num)
+);

@@ -1,0 +1,510 @@
+"""The `judgestore` data commands, run for real: in-process through typer's CliRunner, and as
+`python -m store` (and the `judgestore` console script, once inference/cli.py provides it) in a subprocess.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import importlib.util
+import io
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from store import schema
+from store.cli import app
+from store.descriptor import ModelDescriptor
+from store.layout import Location, walk
+from store.records import RowFilter
+from store.schema import read_script_directory, revisions_of
+from store.settings import Settings
+from store.store import Store
+from tests.factories import completion_record, judgement_record
+
+REVISIONS = Path(__file__).parent / "revisions"
+QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
+LLAMA = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B", sampling={"temperature": 0.0})
+JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature": 0.0, "max_tokens": 8})
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    """Every file under ``root`` and the hash of its bytes."""
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
+    }
+
+
+@pytest.fixture
+def filled(store_root: Path) -> Path:
+    """Two completion databases (3 + 2 rows) and one judgement database (4 pairwise + 1 pointwise)."""
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i, model="qwen") for i in range(3)])
+        store.database("completions", "mt-bench", LLAMA).put_many(
+            [completion_record(i, model="llama", run_id="run-2") for i in range(10, 12)]
+        )
+        store.database("judgements", "arena-hard", JUDGE).put_many(
+            [judgement_record(i, orientation=o) for i in range(2) for o in ("direct", "reversed")]
+            + [judgement_record(7, pointwise=True, run_id="run-2")]
+        )
+    return store_root
+
+
+def db_path(root: Path, descriptor: ModelDescriptor) -> Path:
+    location = next(loc for loc in walk(root) if loc.descriptor_hash16 == descriptor.hash16())
+    return location.db_path(root)
+
+
+def judgestore(*args: str, input: str | None = None) -> Any:
+    """Run a command in-process; stdout and stderr are kept apart, tables are wide enough to read."""
+    return CliRunner().invoke(app, list(args), input=input, env={"COLUMNS": "200"})
+
+
+def as_json(text: str) -> Any:
+    return orjson.loads(text)
+
+
+def count_rows(root: Path, flt: RowFilter | None = None, role: str | None = None) -> int:
+    with Store(Settings(), root=root, readonly=True) as store:
+        return sum(store.open(loc).count(flt) for loc in walk(root) if role in (None, loc.role))
+
+
+@pytest.fixture
+def synthetic_head(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Make this process's library know the test revision 0002, so databases at 0001 are behind."""
+    script = read_script_directory(REVISIONS)
+    known = revisions_of(script)
+    monkeypatch.setattr(schema, "script_directory", lambda: script)
+    monkeypatch.setattr(schema, "revisions", lambda: known)
+    return known.head
+
+
+# ---------------------------------------------------------------- ls
+
+
+def test_ls_json_lists_every_database(filled: Path) -> None:
+    result = judgestore("ls", "--json")
+    assert result.exit_code == 0, result.output
+    listed = {d["model"]: d for d in as_json(result.stdout)}
+    assert {m: (d["role"], d["task"], d["rows"], d["state"]) for m, d in listed.items()} == {
+        "Qwen/Qwen3-8B": ("completions", "mt-bench", 3, "current"),
+        "meta-llama/Llama-3.1-8B": ("completions", "mt-bench", 2, "current"),
+        "judge-1": ("judgements", "arena-hard", 5, "current"),
+    }
+    assert listed["judge-1"]["descriptor"] == JUDGE.hash16()
+    assert listed["judge-1"]["size_bytes"] == db_path(filled, JUDGE).stat().st_size
+    assert result.stderr == ""
+
+
+def test_ls_table_and_selectors(filled: Path) -> None:
+    result = judgestore("ls")
+    assert result.exit_code == 0
+    assert QWEN.hash16() in result.stdout and "current" in result.stdout and "3 databases, 10 rows" in result.stdout
+    only = as_json(judgestore("ls", "--json", "--role", "judgements").stdout)
+    assert [d["model"] for d in only] == ["judge-1"]
+    assert as_json(judgestore("ls", "--json", "--model-id", "Qwen/Qwen3-8B").stdout)[0]["rows"] == 3
+
+
+def test_store_root_option_wins_over_the_environment(filled: Path, tmp_path: Path) -> None:
+    moved = tmp_path / "elsewhere"
+    shutil.copytree(filled, moved)
+    shutil.rmtree(filled)
+    assert as_json(judgestore("ls", "--json").stdout) == []
+    assert len(as_json(judgestore("ls", "--json", "--store-root", str(moved)).stdout)) == 3
+
+
+def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
+    result = judgestore("ls", "--store-root", str(tmp_path / "nothing-here"))
+    assert result.exit_code == 0
+    assert "No databases" in result.stderr and "does not exist" in result.stderr
+    assert not (tmp_path / "nothing-here").exists()
+
+
+def test_a_bad_setting_in_the_environment_is_one_clear_error(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUDGESTORE_BUSY_TIMEOUT_MS", "soon")
+    result = judgestore("ls")
+    assert result.exit_code == 1
+    assert result.stderr.startswith("Error: invalid setting in the environment: JUDGESTORE_BUSY_TIMEOUT_MS")
+
+
+def test_read_only_commands_write_nothing(filled: Path) -> None:
+    before = snapshot(filled)
+    for args in (["ls"], ["query", "--format", "jsonl"], ["db", "status"], ["verify"], ["delete", "--judge", "judge-1",
+                 "--dry-run"]):  # fmt: skip
+        assert judgestore(*args).exit_code == 0, args
+    assert snapshot(filled) == before
+
+
+# ---------------------------------------------------------------- query
+
+
+def test_query_jsonl_streams_filtered_rows(filled: Path) -> None:
+    result = judgestore("query", "--role", "completions", "--model", "qwen", "--format", "jsonl")
+    assert result.exit_code == 0, result.output
+    rows = [as_json(line) for line in result.stdout.splitlines()]
+    assert sorted(r["instruction_id"] for r in rows) == ["0", "1", "2"]
+    first = rows[0]
+    assert first["role"] == "completions" and first["descriptor"] == QWEN.hash16()
+    assert first["descriptor_model"] == "Qwen/Qwen3-8B" and first["model"] == "qwen"
+    assert first["input_hash"] == completion_record(int(first["instruction_id"])).input_hash
+    assert first["created_at"] == "2026-01-01T00:00:00+00:00"
+    assert first["usage"] == {"completion_tokens": 3, "prompt_tokens": 10 + int(first["instruction_id"])}
+
+
+def test_query_csv_has_a_header_and_one_line_per_row(filled: Path) -> None:
+    result = judgestore("query", "--run-id", "run-2", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = list(csv.DictReader(io.StringIO(result.stdout)))
+    assert len(rows) == 3
+    assert {"role", "descriptor", "input_hash", "model", "model_a", "judge", "completion"} <= set(rows[0])
+    pointwise = next(r for r in rows if r["role"] == "judgements")
+    assert pointwise["model_b"] == "" and pointwise["judge"] == "judge-1"
+    assert orjson.loads(pointwise["top_logprobs"]) == {"A": -0.1, "B": -2.3}
+
+    narrow = judgestore("query", "--role", "completions", "--format", "csv", "--columns", "input_hash,completion")
+    assert narrow.stdout.splitlines()[0] == "input_hash,completion"
+    assert len(narrow.stdout.splitlines()) == 6
+
+
+def test_query_json_is_one_array_and_judgement_filters_pick_judgements(filled: Path) -> None:
+    result = judgestore("query", "--json", "--judge", "judge-1", "--pairwise", "--orientation", "reversed")
+    assert result.exit_code == 0, result.output
+    rows = as_json(result.stdout)
+    assert len(rows) == 2
+    assert {(r["role"], r["orientation"], r["model_b"]) for r in rows} == {("judgements", "reversed", "model-b")}
+    assert as_json(judgestore("query", "--json", "--pointwise").stdout)[0]["instruction_id"] == "7"
+    assert as_json(judgestore("query", "--json", "--benchmark", "none-such").stdout) == []
+
+
+def test_query_time_range_and_limit(filled: Path) -> None:
+    def n(*args: str) -> int:
+        result = judgestore("query", "--format", "jsonl", *args)
+        assert result.exit_code == 0, result.output
+        return len(result.stdout.splitlines())
+
+    assert n() == 10
+    assert n("--since", "2026-01-02") == 5  # naive means UTC: judgements were written 2026-01-02T00:00Z
+    assert n("--until", "2026-01-02") == 5
+    assert n("--since", "2026-01-01T23:00:00-02:00") == 0
+    assert n("--limit", "4") == 4
+    assert n("--model", "model-a", "--limit", "100") == 5
+
+
+def test_query_table_shows_rows(filled: Path) -> None:
+    result = judgestore("query", "--role", "judgements", "--limit", "2")
+    assert result.exit_code == 0
+    assert "judge-1" in result.stdout and "2 rows" in result.stdout
+    assert "[[A]]" in result.stdout  # completions are shown as text, never as rich markup
+
+
+def test_query_usage_errors_exit_2(filled: Path) -> None:
+    assert judgestore("query", "--columns", "input_hash,nope").exit_code == 2
+    assert judgestore("query", "--since", "last tuesday").exit_code == 2
+    assert judgestore("query", "--format", "xml").exit_code == 2
+    assert judgestore("query", "--role", "bananas").exit_code == 2
+
+
+def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:
+    result = judgestore("query", "--role", "completions", "--judge", "judge-1")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "Error: filters on judge apply to judgements only, not completions"
+    assert result.stdout == ""
+    as_error = judgestore("query", "--json", "--role", "completions", "--judge", "judge-1")
+    assert as_json(as_error.stderr) == {
+        "error": "filters on judge apply to judgements only, not completions",
+        "type": "InvalidInputError",
+    }
+
+
+# ---------------------------------------------------------------- delete
+
+
+def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
+    before = snapshot(filled)
+    result = judgestore("delete", "--run-id", "run-2", "--dry-run", "--json")
+    assert result.exit_code == 0, result.output
+    report = as_json(result.stdout)
+    assert report["dry_run"] is True and report["matched"] == 3 and report["deleted"] == 0
+    assert sorted((d["role"], d["rows"]) for d in report["databases"]) == [("completions", 2), ("judgements", 1)]
+    assert report["filter"] == {"run_id": "run-2"}
+    text = judgestore("delete", "--run-id", "run-2", "--dry-run")
+    assert "Rows to delete (dry run)" in text.stdout and "3 rows in 2 databases" in text.stdout
+    assert snapshot(filled) == before
+
+
+def test_delete_yes_deletes_exactly_the_filtered_rows(filled: Path) -> None:
+    result = judgestore("delete", "--model", "model-b", "--orientation", "direct", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    report = as_json(result.stdout)
+    assert report["matched"] == report["deleted"] == 2
+    assert report["databases"][0]["deleted"] == 2
+    assert count_rows(filled) == 8
+    assert count_rows(filled, RowFilter(orientation="direct"), "judgements") == 0
+    assert count_rows(filled, RowFilter(orientation="reversed"), "judgements") == 2
+
+
+def test_delete_asks_first(filled: Path) -> None:
+    before = snapshot(filled)
+    refused = judgestore("delete", "--run-id", "run-2", input="n\n")
+    assert refused.exit_code == 1
+    assert "Delete 3 rows from 2 databases?" in refused.stderr
+    assert snapshot(filled) == before
+    accepted = judgestore("delete", "--run-id", "run-2", input="y\n")
+    assert accepted.exit_code == 0, accepted.output
+    assert "Deleted 3 rows from 2 databases." in accepted.stdout
+    assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
+
+
+def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
+    before = snapshot(filled)
+    for args in ([], ["--role", "completions", "--task", "mt-bench"], ["--model-id", "judge-1", "--provider", "vllm"]):
+        result = judgestore("delete", "--yes", *args)
+        assert result.exit_code == 1
+        assert "refusing to delete with an empty filter" in result.stderr
+        assert "only choose databases" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1
+    as_error = as_json(judgestore("delete", "--yes", "--json", "--role", "judgements").stderr)
+    assert as_error["type"] == "EmptyFilterError"
+    assert snapshot(filled) == before
+
+
+def test_delete_with_nothing_matching(filled: Path) -> None:
+    result = judgestore("delete", "--benchmark", "none-such", "--yes")
+    assert result.exit_code == 0 and "nothing to delete" in result.stdout
+    assert as_json(judgestore("delete", "--benchmark", "none-such", "--json").stdout)["matched"] == 0
+
+
+# ---------------------------------------------------------------- db status / upgrade
+
+
+def test_db_status_of_a_current_store(filled: Path) -> None:
+    result = judgestore("db", "status", "--json")
+    assert result.exit_code == 0
+    status = as_json(result.stdout)
+    assert status["ok"] is True and status["head"] == "0001"
+    assert {d["state"] for d in status["databases"]} == {"current"}
+    assert judgestore("db", "status").exit_code == 0
+
+
+def _break(filled: Path) -> tuple[Path, Path]:
+    """Put a not-SQLite file and another tool's database at two descriptor database paths."""
+    garbage, foreign = db_path(filled, QWEN), db_path(filled, LLAMA)
+    garbage.write_bytes(b"this is not an SQLite file" * 200)
+    foreign.unlink()
+    with sqlite3.connect(foreign) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.execute("INSERT INTO alembic_version VALUES ('abc123')")
+    conn.close()
+    return garbage, foreign
+
+
+def test_db_status_and_upgrade_refuse_bad_files_untouched(filled: Path) -> None:
+    garbage, foreign = _break(filled)
+    before = snapshot(filled)
+
+    status = judgestore("db", "status")
+    assert status.exit_code == 1
+    assert "not-a-database" in status.stdout and "foreign" in status.stdout
+    assert "2 of 3 databases need attention" in status.stderr
+    states = {d["path"]: d for d in as_json(judgestore("db", "status", "--json").stdout)["databases"]}
+    assert states[str(garbage)]["state"] == "not-a-database"
+    assert str(garbage) in states[str(garbage)]["error"]
+    assert states[str(foreign)]["state"] == "foreign" and "alembic_version" in states[str(foreign)]["error"]
+
+    upgrade = judgestore("db", "upgrade", "--json")
+    assert upgrade.exit_code == 1
+    results = {r["path"]: r for r in as_json(upgrade.stdout)["results"]}
+    assert results[str(garbage)]["outcome"] == "refused"
+    assert "not an SQLite database" in results[str(garbage)]["error"]
+    assert results[str(foreign)]["outcome"] == "refused"
+    assert results[str(db_path(filled, JUDGE))]["outcome"] == "up-to-date"
+    assert judgestore("db", "upgrade").exit_code == 1
+    assert snapshot(filled) == before
+
+
+def test_db_status_names_a_newer_database(filled: Path) -> None:
+    with sqlite3.connect(db_path(filled, JUDGE)) as conn:
+        conn.execute("UPDATE judgestore_alembic_version SET version_num = '9999'")
+    conn.close()
+    result = judgestore("db", "status", "--json")
+    assert result.exit_code == 1
+    ahead = next(d for d in as_json(result.stdout)["databases"] if d["state"] == "ahead")
+    assert ahead["revision"] == "9999" and "pip install -U judgestore" in ahead["error"]
+    refused = as_json(judgestore("db", "upgrade", "--json").stdout)["results"]
+    assert [r["outcome"] for r in refused].count("refused") == 1
+
+
+def test_db_upgrade_brings_behind_databases_to_head_once(filled: Path, synthetic_head: str) -> None:
+    status = judgestore("db", "status")
+    assert status.exit_code == 1
+    assert "behind" in status.stdout and "judgestore db upgrade" in status.stderr
+
+    first = judgestore("db", "upgrade", "--json")
+    assert first.exit_code == 0, first.output
+    results = as_json(first.stdout)["results"]
+    assert [(r["outcome"], r["from_revision"], r["to_revision"]) for r in results] == [
+        ("upgraded", "0001", synthetic_head)
+    ] * 3
+    assert all(Path(r["backup"]).exists() for r in results)
+
+    second = judgestore("db", "upgrade")
+    assert second.exit_code == 0 and "3 up-to-date" in second.stdout
+    assert judgestore("db", "status").exit_code == 0
+    assert count_rows(filled) == 10
+
+
+def test_db_upgrade_no_backup(filled: Path, synthetic_head: str) -> None:
+    result = judgestore("db", "upgrade", "--no-backup", "--role", "judgements", "--json")
+    assert result.exit_code == 0, result.output
+    [only] = as_json(result.stdout)["results"]
+    assert only["outcome"] == "upgraded" and only["backup"] is None
+    assert not list(db_path(filled, JUDGE).parent.glob("*.bak-*"))
+
+
+def test_a_command_on_a_behind_database_says_what_to_run(filled: Path, synthetic_head: str) -> None:
+    result = judgestore("query", "--role", "completions")
+    assert result.exit_code == 1
+    assert "judgestore db upgrade" in result.stderr and "Traceback" not in result.output
+    as_json_error = judgestore("query", "--json")
+    error = as_json(as_json_error.stderr)
+    assert error["type"] == "SchemaBehindError" and error["path"].endswith(".db")
+    assert as_json_error.stdout == ""  # no half-written JSON array
+
+
+# ---------------------------------------------------------------- verify
+
+
+def test_verify_a_clean_store(filled: Path) -> None:
+    result = judgestore("verify")
+    assert result.exit_code == 0
+    assert "3 databases, 10 rows, no problems" in result.stdout
+    report = as_json(judgestore("verify", "--json").stdout)
+    assert report == {"ok": True, "databases": 3, "rows_checked": 10, "problems": []}
+
+
+def test_verify_detects_a_tampered_row(filled: Path) -> None:
+    path = db_path(filled, QWEN)
+    victim = completion_record(2).input_hash
+    with sqlite3.connect(path) as conn:
+        conn.execute(
+            "UPDATE completions SET input_text = replace(input_text, '2', '3') WHERE input_hash = ?", (victim,)
+        )
+    conn.close()
+    result = judgestore("verify", "--json")
+    assert result.exit_code == 1
+    [problem] = as_json(result.stdout)["problems"]
+    assert problem["kind"] == "input-hash" and problem["path"] == str(path) and victim in problem["message"]
+    text = judgestore("verify")
+    assert text.exit_code == 1 and "input-hash" in text.stdout and "1 problems" in text.stdout
+
+
+def test_verify_detects_metadata_that_does_not_match_its_folder(filled: Path) -> None:
+    meta = db_path(filled, JUDGE).parent / "metadata.json"
+    meta.write_bytes(meta.read_bytes().replace(b'"judge-1"', b'"judge-2"'))
+    result = judgestore("verify", "--json")
+    assert result.exit_code == 1
+    [problem] = as_json(result.stdout)["problems"]
+    assert problem["kind"] == "metadata" and problem["path"] == str(meta)
+    assert "folder is named" in problem["message"]
+
+
+def test_verify_lists_bad_files_and_strays(filled: Path) -> None:
+    garbage, foreign = _break(filled)
+    (filled / "judgements" / "arena-hard" / "notes.txt").write_text("mine")
+    before = snapshot(filled)
+    result = judgestore("verify", "--json")
+    assert result.exit_code == 1
+    problems = {(p["path"], p["kind"]) for p in as_json(result.stdout)["problems"]}
+    assert problems == {
+        (str(garbage), "file"),
+        (str(foreign), "schema"),
+        (str(filled / "judgements" / "arena-hard" / "notes.txt"), "stray"),
+    }
+    assert judgestore("verify", "--role", "judgements").exit_code == 0  # a selector leaves strays out
+    assert snapshot(filled) == before
+
+
+# ---------------------------------------------------------------- the real process
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "store", *args], capture_output=True, text=True, cwd=cwd, env=os.environ, timeout=120
+    )
+
+
+def test_python_m_store_lists_and_queries(filled: Path, tmp_path: Path) -> None:
+    listed = run("ls", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert sum(d["rows"] for d in as_json(listed.stdout)) == 10
+    rows = run("query", "--format", "jsonl", "--judge", "judge-1", cwd=tmp_path)
+    assert rows.returncode == 0, rows.stderr
+    assert len(rows.stdout.splitlines()) == 5
+    helped = run("--help", cwd=tmp_path)
+    assert helped.returncode == 0
+    for command in ("ls", "query", "delete", "verify", "db"):
+        assert command in helped.stdout
+
+
+def test_python_m_store_on_bad_input_exits_1_without_a_traceback(filled: Path, tmp_path: Path) -> None:
+    garbage, _ = _break(filled)
+    before = snapshot(filled)
+    status = run("db", "status", cwd=tmp_path)
+    assert status.returncode == 1
+    assert "need attention" in status.stderr and "Traceback" not in status.stderr
+    query = run("query", "--role", "completions", "--json", cwd=tmp_path)
+    assert query.returncode == 1 and "Traceback" not in query.stderr and query.stdout == ""
+    error = as_json(query.stderr)
+    assert error["path"] in (str(garbage), str(db_path(filled, LLAMA)))
+    deleted = run("delete", "--yes", "--role", "completions", cwd=tmp_path)
+    assert deleted.returncode == 1 and "empty filter" in deleted.stderr
+    assert snapshot(filled) == before
+
+
+def test_python_m_store_delete_and_verify(filled: Path, tmp_path: Path) -> None:
+    deleted = run("delete", "--run-id", "run-2", "--yes", cwd=tmp_path)
+    assert deleted.returncode == 0, deleted.stderr
+    assert count_rows(filled) == 7
+    assert run("verify", cwd=tmp_path).returncode == 0
+
+
+def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "big", QWEN).put_many([completion_record(i) for i in range(5000)])
+    piped = subprocess.run(
+        f"{sys.executable} -m store query --format jsonl | head -n 1",
+        shell=True,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=os.environ,
+        timeout=120,
+    )
+    assert len(piped.stdout.splitlines()) == 1
+    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+
+
+@pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli.py does not exist yet")
+def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
+    script = Path(sys.executable).with_name("judgestore")
+    result = subprocess.run([str(script), "ls", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert len(as_json(result.stdout)) == 3
+
+
+def test_store_cli_is_importable_as_an_app() -> None:
+    import typer
+
+    from store import cli
+
+    assert isinstance(cli.app, typer.Typer) and callable(cli.main)
+    location = Location("completions", "t", "p", "m", "0" * 16)
+    assert cli._where(location) == "completions/t/p/m/0000000000000000"

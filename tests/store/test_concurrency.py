@@ -1,0 +1,122 @@
+"""Many processes on one database: 4 writers racing to create it and fill it, 2 readers meanwhile."""
+
+from __future__ import annotations
+
+import multiprocessing
+import sqlite3
+import time
+import traceback
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+from store.descriptor import ModelDescriptor
+from store.errors import DatabaseMissingError
+from store.settings import Settings
+from store.store import Store
+from tests.factories import completion_record
+
+WRITERS, ROWS_PER_WRITER, BATCH = 4, 5_000, 100
+DESCRIPTOR = ModelDescriptor(provider="vllm", model="org/shared-model")
+ROLE, TASK = "completions", "mt-bench"
+
+
+def _report_failure(failures: Any, who: str) -> None:
+    failures.put(f"{who}: {traceback.format_exc()}")
+    raise SystemExit(1)
+
+
+def write_rows(root: str, worker: int, start: Any, created: Any, failures: Any) -> None:
+    """Writer ``worker``: rows ``worker * 5000 ..``, 100 per transaction, starting with everyone else."""
+    try:
+        with Store(Settings(), root=Path(root)) as s:
+            start.wait()
+            database = s.database(ROLE, TASK, DESCRIPTOR)  # all writers race to create the file
+            created.set()
+            first = worker * ROWS_PER_WRITER
+            for offset in range(0, ROWS_PER_WRITER, BATCH):
+                batch = [completion_record(first + offset + i, model=f"w{worker}") for i in range(BATCH)]
+                written = database.put_many(batch)
+                if written != BATCH:
+                    raise AssertionError(f"batch at {offset} wrote {written} rows, not {BATCH}")
+    except BaseException:
+        _report_failure(failures, f"writer {worker}")
+
+
+def read_rows(root: str, readonly: bool, start: Any, created: Any, done: Any, failures: Any, loops: Any) -> None:
+    """Reader: count and look up rows until the writers finish; every snapshot holds whole batches."""
+    try:
+        with Store(Settings(), root=Path(root), readonly=readonly) as s:
+            start.wait()
+            if readonly:  # a read-only store creates nothing: it waits for a writer to create the file
+                created.wait(60)
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        database = s.database(ROLE, TASK, DESCRIPTOR)
+                        break
+                    except DatabaseMissingError:  # the file exists but its schema is not committed yet
+                        if time.monotonic() > deadline:
+                            raise
+                        time.sleep(0.01)
+            else:
+                database = s.database(ROLE, TASK, DESCRIPTOR)
+            last, rounds, partway = 0, 0, 0
+            probe = [completion_record(i).input_hash for i in range(0, WRITERS * ROWS_PER_WRITER, 97)]
+            while True:
+                finished = done.is_set()
+                seen = database.count()
+                if seen % BATCH or seen < last:
+                    raise AssertionError(f"saw {seen} rows after {last}: a partial or lost batch")
+                found = database.get_many(probe)
+                for record in found.values():
+                    expected = completion_record(int(record.instruction_id), model=record.model)
+                    if record != expected:
+                        raise AssertionError(f"row {record.instruction_id} read back as {record!r}")
+                last, rounds = seen, rounds + 1
+                if 0 < seen < WRITERS * ROWS_PER_WRITER:
+                    partway += 1
+                if finished:
+                    break
+            if last != WRITERS * ROWS_PER_WRITER:
+                raise AssertionError(f"after the writers finished the reader saw {last} rows")
+            loops.put((rounds, partway))
+    except BaseException:
+        _report_failure(failures, f"{'read-only' if readonly else 'read-write'} reader")
+
+
+def test_four_writers_and_two_readers_on_one_database(store_root: Path) -> None:
+    spawn = multiprocessing.get_context("spawn")
+    start, created, done = spawn.Barrier(WRITERS + 2), spawn.Event(), spawn.Event()
+    failures, loops = spawn.Queue(), spawn.Queue()
+    writers = [
+        spawn.Process(target=write_rows, args=(str(store_root), w, start, created, failures)) for w in range(WRITERS)
+    ]
+    readers = [
+        spawn.Process(target=read_rows, args=(str(store_root), readonly, start, created, done, failures, loops))
+        for readonly in (False, True)
+    ]
+    for process in writers + readers:
+        process.start()
+    for process in writers:
+        process.join(120)
+    done.set()
+    for process in readers:
+        process.join(60)
+    errors = []
+    while not failures.empty():
+        errors.append(failures.get())
+    assert not errors, "\n".join(errors)
+    assert [p.exitcode for p in writers + readers] == [0] * (WRITERS + 2)
+    rounds = [loops.get(timeout=5) for _ in readers]
+    assert sum(partway for _, partway in rounds) > 0, f"no reader read while the writers wrote: {rounds}"
+
+    with Store(Settings(), root=store_root, readonly=True) as s:
+        database = s.database(ROLE, TASK, DESCRIPTOR)
+        assert database.count() == WRITERS * ROWS_PER_WRITER
+        every = [completion_record(i, model=f"w{i // ROWS_PER_WRITER}") for i in range(WRITERS * ROWS_PER_WRITER)]
+        assert database.get_many(r.input_hash for r in every) == {r.input_hash: r for r in every}
+        path = database.path
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+        assert conn.execute("SELECT count(*) FROM judgestore_alembic_version").fetchone() == (1,)

@@ -1,0 +1,244 @@
+"""Where a descriptor's database lives: percent-encoded segments, metadata.json, walking a root."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
+from store.layout import (
+    METADATA_FILE,
+    Location,
+    decode_segment,
+    encode_segment,
+    metadata_bytes,
+    read_metadata,
+    walk,
+    write_metadata,
+)
+from store.store import Store
+from tests.factories import completion_record, current_database, file_digests
+
+segments = st.text(min_size=1, max_size=40).filter(lambda s: s not in (".", ".."))
+
+
+# ---------------------------------------------------------------- segments
+
+
+@settings(max_examples=300, deadline=None)
+@given(segments)
+def test_any_segment_round_trips_and_stays_one_path_component(value: str) -> None:
+    encoded = encode_segment(value)
+    assert decode_segment(encoded) == value
+    assert "/" not in encoded and "\x00" not in encoded
+    assert encoded not in ("", ".", "..")
+    assert Path("root", encoded).parent == Path("root")
+
+
+def test_model_ids_with_slashes_are_one_segment(descriptor: ModelDescriptor) -> None:
+    location = Location.of("completions", "mt-bench", descriptor)
+    assert location.relative_folder() == Path("completions", "mt-bench", "vllm", "Qwen%2FQwen3-8B", descriptor.hash16())
+    assert location.db_path(Path("/r")) == Path("/r/completions/mt-bench/vllm/Qwen%2FQwen3-8B", descriptor.hash16(),
+                                                "completions.db")  # fmt: skip
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "\ud800", None, 3])
+def test_empty_dot_dotdot_and_non_text_segments_are_refused(bad: object) -> None:
+    with pytest.raises(InvalidInputError):
+        encode_segment(bad)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad", ["", ".", "..", "%2e", "%2E%2E", "a/b", "%2f", "Qwen%2fx", "%41", "caf\u00e9"])
+def test_non_canonical_or_forbidden_encodings_are_refused(bad: str) -> None:
+    with pytest.raises(InvalidInputError):
+        decode_segment(bad)
+
+
+@pytest.mark.parametrize("task", ["", ".", ".."])
+def test_location_refuses_bad_task_segments(task: str, descriptor: ModelDescriptor) -> None:
+    with pytest.raises(InvalidInputError):
+        Location.of("completions", task, descriptor)
+
+
+def test_location_refuses_unknown_roles(descriptor: ModelDescriptor) -> None:
+    with pytest.raises(InvalidInputError, match="role"):
+        Location.of("battles", "t", descriptor)
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from(["completions", "judgements"]), segments, segments, segments)
+def test_location_round_trips_through_its_db_path(role: str, task: str, provider: str, model: str) -> None:
+    provider, model = provider.strip() or "p", model.strip() or "m"
+    if provider in (".", "..") or model in (".", ".."):
+        return
+    descriptor = ModelDescriptor(provider=provider, model=model)
+    location = Location.of(role, task, descriptor)
+    root = Path("/store")
+    assert Location.from_db_path(root, location.db_path(root)) == location
+
+
+@pytest.mark.parametrize(
+    "relative",
+    [
+        "completions/t/p/m/0123456789abcdef/judgements.db",  # file named after the other role
+        "completions/t/p/0123456789abcdef/completions.db",  # one level short
+        "other/t/p/m/0123456789abcdef/other.db",
+        "completions/t/p/a%2fb/0123456789abcdef/completions.db",  # non-canonical encoding
+    ],
+)
+def test_paths_that_are_not_locations_are_refused(relative: str) -> None:
+    with pytest.raises(InvalidInputError):
+        Location.from_db_path(Path("/r"), Path("/r") / relative)
+
+
+# ---------------------------------------------------------------- metadata.json
+
+
+def test_metadata_round_trips_and_its_bytes_are_deterministic(tmp_path: Path, descriptor: ModelDescriptor) -> None:
+    folder = Location.of("judgements", "arena", descriptor).folder(tmp_path)
+    data = metadata_bytes("judgements", "arena", descriptor, ("template guessed",))
+    assert data == metadata_bytes("judgements", "arena", descriptor, ("template guessed",))
+    write_metadata(folder, data)
+    assert (folder / METADATA_FILE).read_bytes() == data
+    stored = read_metadata(folder)
+    assert (stored.role, stored.task, stored.descriptor) == ("judgements", "arena", descriptor)
+    assert stored.descriptor_sha256 == descriptor.sha256()
+    assert stored.assumptions == ("template guessed",)
+    assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]  # no temporary file left behind
+
+
+@pytest.mark.parametrize("failing", ["fsync", "replace"])
+def test_metadata_write_is_atomic(
+    failing: str, tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write that dies before the rename leaves the old file whole and no temporary file."""
+    folder = Location.of("completions", "t", descriptor).folder(tmp_path)
+    old = metadata_bytes("completions", "t", descriptor)
+    write_metadata(folder, old)
+
+    def crash(*_args: object) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, failing, crash)
+    with pytest.raises(OSError, match="disk full"):
+        write_metadata(folder, old.replace(b'"task": "t"', b'"task": "other"'))
+    monkeypatch.undo()
+    assert (folder / METADATA_FILE).read_bytes() == old
+    assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
+
+
+def _edit_json(path: Path, edit: object) -> None:
+    doc = json.loads(path.read_bytes())
+    edit(doc)  # type: ignore[operator]
+    path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: d["descriptor"]["sampling"].update(temperature=0.9), id="descriptor-edited"),
+        pytest.param(lambda d: d.update(descriptor_sha256="0" * 64), id="recorded-hash-edited"),
+        pytest.param(lambda d: d.pop("descriptor"), id="descriptor-removed"),
+        pytest.param(lambda d: d.update(role="battles"), id="unknown-role"),
+    ],
+)
+def test_edited_metadata_is_refused_naming_the_file(
+    edit: object, store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
+    metadata = db_path.parent / METADATA_FILE
+    _edit_json(metadata, edit)
+    before = file_digests(store_root)
+    with pytest.raises(MetadataMismatchError) as caught:
+        read_metadata(db_path.parent)
+    assert str(metadata) in str(caught.value)
+    with Store(root=store_root) as s, pytest.raises(MetadataMismatchError):
+        s.database("completions", "t", descriptor)
+    assert file_digests(store_root) == before
+
+
+def test_metadata_that_is_not_json_is_refused(store_root: Path, descriptor: ModelDescriptor) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor)
+    (db_path.parent / METADATA_FILE).write_bytes(b"{not json")
+    with pytest.raises(MetadataMismatchError, match="not valid JSON"):
+        read_metadata(db_path.parent)
+
+
+def test_missing_metadata_is_refused(store_root: Path, descriptor: ModelDescriptor) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor)
+    (db_path.parent / METADATA_FILE).unlink()
+    with pytest.raises(MetadataMissingError, match=METADATA_FILE):
+        read_metadata(db_path.parent)
+    before = file_digests(store_root)
+    with Store(root=store_root) as s, pytest.raises(MetadataMissingError):
+        s.open(Location.of("completions", "t", descriptor))
+    assert file_digests(store_root) == before
+
+
+def test_a_renamed_descriptor_folder_is_refused(store_root: Path, descriptor: ModelDescriptor) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
+    renamed = db_path.parent.with_name("0123456789abcdef")
+    db_path.parent.rename(renamed)
+    with pytest.raises(MetadataMismatchError, match="0123456789abcdef"):
+        read_metadata(renamed)
+    (location,) = walk(store_root)
+    before = file_digests(store_root)
+    with Store(root=store_root) as s, pytest.raises(MetadataMismatchError):
+        s.open(location)
+    assert file_digests(store_root) == before
+
+
+@pytest.mark.parametrize("level", ["model", "provider", "task"])
+def test_a_folder_moved_under_another_model_provider_or_task_is_refused(
+    level: str, store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    """The hash still matches, but the tree would misreport what the database holds."""
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
+    folder = db_path.parent
+    moved_level = {"model": folder.parent, "provider": folder.parent.parent, "task": folder.parent.parent.parent}[level]
+    moved_level.rename(moved_level.with_name("elsewhere"))
+    (location,) = walk(store_root)
+    assert getattr(location, level) == "elsewhere"
+    before = file_digests(store_root)
+    with Store(root=store_root) as s, pytest.raises(MetadataMismatchError, match="moved") as caught:
+        s.open(location)
+    assert METADATA_FILE in str(caught.value)
+    assert file_digests(store_root) == before
+
+
+# ---------------------------------------------------------------- walking a root
+
+
+def test_walk_lists_every_database_and_skips_strays(store_root: Path) -> None:
+    made = set()
+    for role, task, provider, model in [
+        ("completions", "mt-bench", "vllm", "Qwen/Qwen3-8B"),
+        ("completions", "mt-bench", "vllm", "meta-llama/Llama-3.1-8B"),
+        ("completions", ".hidden task", "openai", "gpt-4o"),
+        ("judgements", "arena-hard", "vllm", "Qwen/Qwen3-8B"),
+        ("judgements", "ünïcödé ✓", "vllm", "100%/weird?#"),
+    ]:
+        d = ModelDescriptor(provider=provider, model=model)
+        current_database(store_root, role, task, d)
+        made.add(Location.of(role, task, d))
+    # Strays: a file beside the roles, a database at the wrong depth, one in a non-canonical folder.
+    (store_root / "completions" / "README").write_text("notes")
+    (store_root / "completions" / "mt-bench" / "completions.db").write_bytes(b"")
+    stray = store_root / "judgements" / "t" / "p" / "a%2fb" / "0123456789abcdef"
+    stray.mkdir(parents=True)
+    (stray / "judgements.db").write_bytes(b"")
+    found = list(walk(store_root))
+    assert set(found) == made
+    assert len(found) == len(made)
+    assert found == sorted(found, key=lambda loc: (loc.role != "completions", str(loc.relative_folder())))
+
+
+def test_walk_of_a_missing_root_is_empty(tmp_path: Path) -> None:
+    assert list(walk(tmp_path / "nowhere")) == []
+    assert not (tmp_path / "nowhere").exists()

@@ -1,0 +1,179 @@
+"""The models and the migration scripts describe the same schema, and the scripts form one line.
+
+The committed dump ``tests/store/schema_dump.sql`` is what ``upgrade head`` builds
+on an empty database; regenerate it after adding a revision with::
+
+    .venv/bin/python -m tests.store.test_migrations --write-schema-dump
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from alembic.autogenerate import compare_metadata
+from alembic.runtime.migration import MigrationContext
+from sqlalchemy import create_engine, inspect
+
+from store.models import Base, Completion, Judgement
+from store.schema import MIGRATION_OPTIONS, VERSION_TABLE, create_at_head, migrations_dir, read_script_directory
+from tests.factories import SYNTHETIC_REVISIONS
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SCHEMA_DUMP = Path(__file__).with_name("schema_dump.sql")
+REGENERATE = "`.venv/bin/python -m tests.store.test_migrations --write-schema-dump`"
+
+
+def normalised_schema(db_path: Path, *, include_version_table: bool = True) -> str:
+    """sqlite_master as comparable text: whitespace collapsed, table constraints sorted, objects sorted."""
+    import sqlite3
+
+    with sqlite3.connect(db_path) as conn:
+        rows = conn.execute("SELECT type, name, sql FROM sqlite_master WHERE sql IS NOT NULL").fetchall()
+    conn.close()
+    statements = []
+    for kind, name, sql in sorted(rows):
+        if not include_version_table and name == VERSION_TABLE:
+            continue
+        sql = " ".join(sql.split())
+        if kind == "table":
+            head, body = sql.split("(", 1)
+            parts = [p.strip() for p in re.split(r",(?![^(]*\))", body.rstrip(")"))]
+            columns = [p for p in parts if not p.startswith("CONSTRAINT")]
+            constraints = sorted(p for p in parts if p.startswith("CONSTRAINT"))
+            sql = head + "(\n  " + ",\n  ".join(columns + constraints) + "\n)"
+        statements.append(sql + ";")
+    return "\n".join(statements) + "\n"
+
+
+def upgraded_to_head(db_path: Path) -> Path:
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.begin() as conn:
+        create_at_head(conn)
+    engine.dispose()
+    return db_path
+
+
+def test_the_scripts_have_exactly_one_head() -> None:
+    script = read_script_directory()
+    assert len(script.get_heads()) == 1
+    assert [s.revision for s in script.walk_revisions()][-1] == "0001"  # the line starts at 0001
+
+
+def test_every_revision_documents_itself() -> None:
+    """STYLE.md: what changes, why, data impact, expected cost; forward-only downgrade."""
+    for path in sorted((migrations_dir() / "versions").glob("[0-9]*.py")):
+        module = ast.parse(path.read_text())
+        doc = ast.get_docstring(module) or ""
+        for heading in ("What changes", "Why", "Data impact", "Expected cost"):
+            assert heading in doc, f"{path.name}: docstring lacks {heading!r}"
+
+
+def test_upgrade_from_empty_builds_the_same_schema_as_create_all(tmp_path: Path) -> None:
+    migrated = upgraded_to_head(tmp_path / "migrated.db")
+    created = tmp_path / "created.db"
+    engine = create_engine(f"sqlite:///{created}")
+    Base.metadata.create_all(engine)
+    engine.dispose()
+    assert normalised_schema(migrated, include_version_table=False) == normalised_schema(created)
+    # and the same through the inspector: columns in order, types, nullability, indexes, constraint names
+    engines = [create_engine(f"sqlite:///{p}") for p in (migrated, created)]
+    described = []
+    for engine in engines:
+        insp = inspect(engine)
+        described.append(
+            {
+                table: (
+                    [(c["name"], str(c["type"]), c["nullable"]) for c in insp.get_columns(table)],
+                    sorted((i["name"], tuple(i["column_names"]), i["unique"]) for i in insp.get_indexes(table)),
+                    sorted((c["name"], c["sqltext"]) for c in insp.get_check_constraints(table)),
+                    insp.get_pk_constraint(table),
+                )
+                for table in ("completions", "judgements")
+            }
+        )
+        engine.dispose()
+    assert described[0] == described[1]
+
+
+def test_upgrade_from_empty_matches_the_committed_schema_dump(tmp_path: Path) -> None:
+    actual = normalised_schema(upgraded_to_head(tmp_path / "migrated.db"))
+    assert SCHEMA_DUMP.exists(), f"{SCHEMA_DUMP} is missing; create it with {REGENERATE}"
+    assert actual == SCHEMA_DUMP.read_text(), (
+        f"`upgrade head` no longer builds the schema in {SCHEMA_DUMP.name}. If the change is intended "
+        f"(a new revision), regenerate the dump with {REGENERATE} and commit it."
+    )
+
+
+def test_models_match_the_design() -> None:
+    completions, judgements = Completion.__table__, Judgement.__table__
+    assert [c.name for c in completions.primary_key] == ["input_hash"]
+    assert judgements.c.model_b.nullable and judgements.c.orientation.nullable
+    assert not completions.c.input_text.nullable and not completions.c.created_at.nullable
+    assert {"model_a", "model_b", "judge", "orientation"} <= set(judgements.c.keys())
+    # small metadata columns are stored before the large text columns
+    names = [c.name for c in judgements.columns]
+    assert names.index("judge") < names.index("input_text") < names.index("completion")
+    for table in (completions, judgements):
+        for item in [*table.constraints, *table.indexes]:
+            assert item.name, f"{table.name}: unnamed {item!r}"
+
+
+def test_autogenerate_finds_no_difference_with_nothing_filtered(tmp_path: Path) -> None:
+    assert not {"include_object", "include_name", "include_schemas"} & set(MIGRATION_OPTIONS)
+    engine = create_engine(f"sqlite:///{upgraded_to_head(tmp_path / 'head.db')}")
+    with engine.connect() as conn:
+        context = MigrationContext.configure(conn, opts=MIGRATION_OPTIONS)
+        assert compare_metadata(context, Base.metadata) == []
+    engine.dispose()
+
+
+def test_autogenerate_does_see_a_difference_when_there_is_one(tmp_path: Path) -> None:
+    """The comparison above is not vacuous: a revision the models lack shows up."""
+    from store.schema import migrate
+
+    engine = create_engine(f"sqlite:///{tmp_path / 'ahead.db'}")
+    with engine.begin() as conn:
+        migrate(conn, script=read_script_directory(SYNTHETIC_REVISIONS))
+    with engine.connect() as conn:
+        diff = compare_metadata(MigrationContext.configure(conn, opts=MIGRATION_OPTIONS), Base.metadata)
+    engine.dispose()
+    assert [(d[0], d[3].name) for d in diff] == [("remove_column", "verdict")]
+
+
+def test_alembic_check_command_passes(tmp_path: Path) -> None:
+    """What CI runs: the developers' `alembic check` from the repository root."""
+    db = upgraded_to_head(tmp_path / "dev.db")
+    env = {**os.environ, "JUDGESTORE_ALEMBIC_DB": str(db)}
+    result = subprocess.run(
+        [sys.executable, "-m", "alembic", "check"], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+def test_synthetic_script_directory_starts_from_the_shipped_0001() -> None:
+    shipped = (migrations_dir() / "versions" / "0001_initial_schema.py").read_bytes()
+    copy = (SYNTHETIC_REVISIONS / "versions" / "0001_initial_schema.py").read_bytes()
+    assert copy == shipped, f"copy migrations/versions/0001_initial_schema.py to {SYNTHETIC_REVISIONS}/versions"
+    script = read_script_directory(SYNTHETIC_REVISIONS)
+    assert script.get_heads() == ["0002"]
+    assert script.get_revision("0002").down_revision == "0001"
+
+
+def _write_schema_dump() -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        SCHEMA_DUMP.write_text(normalised_schema(upgraded_to_head(Path(tmp) / "head.db")))
+    print(f"wrote {SCHEMA_DUMP}")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--write-schema-dump"]:
+        raise SystemExit(f"usage: {REGENERATE.strip('`')}")
+    _write_schema_dump()

@@ -1,0 +1,472 @@
+"""Statements over one descriptor database: get_many, put_many, query, delete, count."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from sqlalchemy import event
+
+import store.repository
+from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
+from store.errors import EmptyFilterError, InvalidInputError
+from store.records import CompletionRecord, JudgementRecord, RowFilter
+from store.repository import Repository
+from store.store import Database, Store
+from tests.factories import completion_record, file_digests, judgement_record
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def completions(store: Store, descriptor: ModelDescriptor) -> Database:
+    return store.database("completions", "mt-bench", descriptor)
+
+
+@pytest.fixture
+def judgements(store: Store, descriptor: ModelDescriptor) -> Database:
+    return store.database("judgements", "arena-hard", descriptor)
+
+
+@pytest.fixture
+def statements(completions: Database) -> Iterator[list[str]]:
+    """The SQL statements the repository sends (one entry per execute)."""
+    seen: list[str] = []
+
+    def record(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
+        seen.append(statement)
+
+    event.listen(completions.engine, "before_cursor_execute", record)
+    yield seen
+    event.remove(completions.engine, "before_cursor_execute", record)
+
+
+def lookups(statements: list[str]) -> list[str]:
+    return [s for s in statements if s.lstrip().startswith("SELECT") and "input_text" in s]
+
+
+# ---------------------------------------------------------------- get_many
+
+
+@pytest.mark.parametrize("hit_percent", [0, 50, 100])
+def test_get_many_returns_exactly_the_stored_rows(hit_percent: int, completions: Database) -> None:
+    stored = [completion_record(i) for i in range(100)]
+    completions.put_many(stored)
+    asked = [completion_record(i).input_hash for i in range(100 - hit_percent, 200 - hit_percent)]
+    found = completions.get_many(asked)
+    expected = {r.input_hash: r for r in stored if r.input_hash in set(asked)}
+    assert len(expected) == hit_percent
+    assert found == expected
+
+
+def test_get_many_of_nothing_is_empty(completions: Database) -> None:
+    completions.put_many([completion_record(1)])
+    assert completions.get_many([]) == {}
+    assert completions.get_many(iter(())) == {}
+
+
+def test_get_many_batches_keys_beyond_one_statement(
+    completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.repository, "LOOKUP_BATCH", 7)
+    stored = [completion_record(i) for i in range(50)]
+    completions.put_many(stored)
+    statements.clear()
+    asked = [r.input_hash for r in stored] + [completion_record(i).input_hash for i in range(1000, 1030)]
+    found = completions.get_many(asked)
+    assert found == {r.input_hash: r for r in stored}
+    assert len(lookups(statements)) == math.ceil(80 / 7)
+
+
+def test_duplicate_keys_are_looked_up_once(
+    completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.repository, "LOOKUP_BATCH", 10)
+    stored = [completion_record(i) for i in range(10)]
+    completions.put_many(stored)
+    statements.clear()
+    found = completions.get_many([r.input_hash for r in stored] * 5)
+    assert found == {r.input_hash: r for r in stored}
+    assert len(lookups(statements)) == 1  # 50 keys, 10 distinct: one batch
+
+
+def test_get_many_uses_one_json_parameter_on_sqlite(completions: Database, statements: list[str]) -> None:
+    completions.put_many([completion_record(1)])
+    statements.clear()
+    completions.get_many([completion_record(i).input_hash for i in range(500)])
+    (lookup,) = lookups(statements)
+    assert "json_each" in lookup and lookup.count("?") == 1
+
+
+class OtherDialect:
+    """A connection that says it is not SQLite: drives the repository's IN-list branch (PostgreSQL's)."""
+
+    def __init__(self, conn: Any) -> None:
+        self._conn = conn
+        self.dialect = SimpleNamespace(name="postgresql")
+
+    def execute(self, *args: Any, **kwargs: Any) -> Any:
+        return self._conn.execute(*args, **kwargs)
+
+
+def test_get_many_in_list_branch_batches_and_finds_the_same_rows(
+    completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.repository, "IN_LIST_BATCH", 6)
+    stored = [completion_record(i) for i in range(20)]
+    completions.put_many(stored)
+    asked = [r.input_hash for r in stored[5:]] * 2 + [completion_record(i).input_hash for i in range(100, 110)]
+    with completions.reading() as repo:
+        statements.clear()
+        found = Repository(OtherDialect(repo.conn), "completions").get_many(asked)  # type: ignore[arg-type]
+    assert found == {r.input_hash: r for r in stored[5:]}
+    assert len(lookups(statements)) == math.ceil(25 / 6)
+    assert all("json_each" not in s for s in lookups(statements))
+
+
+# ---------------------------------------------------------------- put_many
+
+
+def test_put_many_ignore_keeps_stored_rows_and_counts_new_ones(completions: Database) -> None:
+    first = [completion_record(i) for i in range(10)]
+    assert completions.put_many(first) == 10
+    changed = [completion_record(i, completion="changed") for i in range(15)]
+    assert completions.put_many(changed, on_conflict="ignore") == 5
+    found = completions.get_many(r.input_hash for r in changed)
+    assert [found[r.input_hash].completion for r in changed] == [f"answer {i}" for i in range(10)] + ["changed"] * 5
+    assert completions.count() == 15
+
+
+def test_put_many_replace_overwrites_stored_rows(completions: Database) -> None:
+    completions.put_many([completion_record(i) for i in range(10)])
+    changed = [completion_record(i, completion="changed", top_logprobs=None, run_id="run-2") for i in range(15)]
+    assert completions.put_many(changed, on_conflict="replace") == 15
+    found = completions.get_many(r.input_hash for r in changed)
+    assert found == {r.input_hash: r for r in changed}
+    assert completions.count() == 15
+
+
+def test_put_many_writes_each_input_once_even_if_repeated(completions: Database) -> None:
+    assert completions.put_many([completion_record(1), completion_record(1), completion_record(2)]) == 2
+    assert completions.count() == 2
+
+
+def test_put_many_of_nothing_writes_nothing(completions: Database) -> None:
+    assert completions.put_many([]) == 0
+    assert completions.count() == 0
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        pytest.param(lambda: judgement_record(1), id="judgement-in-completions"),
+        pytest.param(lambda: {"input_hash": "x"}, id="a-dict"),
+        pytest.param(lambda: completion_record(1, created_at=datetime(2026, 1, 1)), id="naive-created-at"),
+        pytest.param(lambda: completion_record(1, sample_index=-1), id="negative-sample-index"),
+        pytest.param(lambda: completion_record(1, input_text=None), id="no-input-text"),
+        pytest.param(lambda: completion_record(1, created_at=None), id="no-created-at"),
+    ],
+)
+def test_malformed_rows_are_refused_and_nothing_of_the_batch_is_written(bad: Any, completions: Database) -> None:
+    completions.put_many([completion_record(100)])
+    with pytest.raises(InvalidInputError):
+        completions.put_many([completion_record(1), completion_record(2), bad()])
+    assert completions.count() == 1
+
+
+def test_a_bad_orientation_is_refused(judgements: Database) -> None:
+    with pytest.raises(InvalidInputError, match="orientation"):
+        judgements.put_many([judgement_record(1), judgement_record(2, orientation="sideways")])
+    assert judgements.count() == 0
+
+
+def test_unknown_conflict_policy_is_refused(completions: Database) -> None:
+    with pytest.raises(InvalidInputError, match="on_conflict"):
+        completions.put_many([completion_record(1)], on_conflict="update")  # type: ignore[arg-type]
+    assert completions.count() == 0
+
+
+def test_writes_inside_one_transaction_commit_together_or_not_at_all(completions: Database) -> None:
+    with pytest.raises(RuntimeError), completions.transaction() as repo:
+        repo.put_many([completion_record(1)])
+        raise RuntimeError("caller failed half-way")
+    assert completions.count() == 0
+    with completions.transaction() as repo:
+        repo.put_many([completion_record(1)])
+        repo.put_many([completion_record(2)])
+        assert repo.count() == 2
+    assert completions.count() == 2
+
+
+# ---------------------------------------------------------------- round trips
+
+
+texts = st.text(max_size=300)
+logprobs = st.dictionaries(st.text(max_size=20), st.floats(allow_nan=False, allow_infinity=False), max_size=20)
+
+
+def test_arbitrary_text_and_logprobs_round_trip(completions: Database) -> None:
+    @settings(max_examples=80, deadline=None)
+    @given(
+        prompt=texts,
+        answer=texts,
+        top=st.none() | logprobs,
+        usage=st.none() | st.dictionaries(st.text(max_size=10), st.integers(min_value=-(2**63), max_value=2**63 - 1)),
+        meta=st.none() | texts,
+        when=st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2200, 1, 1), timezones=st.just(UTC)),
+        sample=st.integers(min_value=0, max_value=2**31),
+    )
+    def round_trip(
+        prompt: str, answer: str, top: Any, usage: Any, meta: str | None, when: datetime, sample: int
+    ) -> None:
+        rendered = render_text(prompt)
+        record = CompletionRecord(
+            input_hash=input_hash(rendered, sample),
+            sample_index=sample,
+            input_text=rendered,
+            completion=answer,
+            benchmark=meta,
+            instruction_id=meta,
+            model=meta,
+            finish_reason=meta,
+            usage=usage,
+            top_logprobs=top,
+            run_id=meta,
+            created_by=meta,
+            created_at=when,
+        )
+        completions.put_many([record], on_conflict="replace")
+        back = completions.get_many([record.input_hash])[record.input_hash]
+        assert back == record
+        assert back.created_at.tzinfo is UTC
+        if top is not None:
+            assert list(back.top_logprobs) == sorted(top)  # canonical JSON: keys come back sorted
+
+    round_trip()
+
+
+def test_created_at_comes_back_as_aware_utc(completions: Database) -> None:
+    paris = timezone(timedelta(hours=2))
+    record = completion_record(1, created_at=datetime(2026, 6, 1, 14, 30, 15, 123456, tzinfo=paris))
+    completions.put_many([record])
+    back = completions.get_many([record.input_hash])[record.input_hash]
+    assert back.created_at == datetime(2026, 6, 1, 12, 30, 15, 123456, tzinfo=UTC)
+    assert back.created_at.tzinfo is UTC
+
+
+def test_json_none_is_stored_as_sql_null(completions: Database) -> None:
+    completions.put_many([completion_record(2, top_logprobs=None, usage=None)])
+    with completions.reading() as repo:
+        raw = repo.conn.exec_driver_sql("SELECT top_logprobs IS NULL, usage IS NULL FROM completions").one()
+    assert tuple(raw) == (1, 1)
+
+
+# ---------------------------------------------------------------- query, count, delete
+
+
+def judgement_rows() -> list[JudgementRecord]:
+    """A small arena: every field takes a few values so each filter selects a strict subset."""
+    rows = []
+    for i in range(60):
+        pointwise = i % 5 == 0
+        rows.append(
+            judgement_record(
+                i,
+                pointwise=pointwise,
+                orientation=None if pointwise else ("direct" if i % 2 else "reversed"),
+                benchmark=["arena-hard", "mt-bench"][i % 2],
+                instruction_id=str(i % 7),
+                model_a=["model-a", "model-c"][i % 3 == 0],
+                model_b=None if pointwise else ["model-b", "model-a", "model-d"][i % 3],
+                judge=["judge-1", "judge-2"][i % 4 == 0],
+                run_id=f"run-{i % 3}",
+                created_by=["alice", "bob"][i % 2],
+                created_at=T0 + timedelta(hours=i),
+            )
+        )
+    return rows
+
+
+def expected(rows: list[Any], flt: RowFilter) -> list[Any]:
+    """The filter's meaning, spelled out in Python (RowFilter's docstring)."""
+
+    def keep(r: Any) -> bool:
+        for name in ("benchmark", "instruction_id", "model_a", "model_b", "judge", "orientation", "run_id",
+                     "created_by"):  # fmt: skip
+            if getattr(flt, name) is not None and getattr(r, name, None) != getattr(flt, name):
+                return False
+        if flt.model is not None:
+            models = {r.model} if isinstance(r, CompletionRecord) else {r.model_a, r.model_b}
+            if flt.model not in models:
+                return False
+        if flt.pointwise is not None and (r.model_b is None) != flt.pointwise:
+            return False
+        if flt.created_after is not None and r.created_at < flt.created_after:
+            return False
+        if flt.created_before is not None and r.created_at >= flt.created_before:
+            return False
+        return flt.input_hashes is None or r.input_hash in flt.input_hashes
+
+    return sorted((r for r in rows if keep(r)), key=lambda r: (r.created_at, r.input_hash))
+
+
+JUDGEMENT_FILTERS = [
+    RowFilter(benchmark="mt-bench"),
+    RowFilter(instruction_id="3"),
+    RowFilter(model="model-a"),  # model_a OR model_b
+    RowFilter(model="model-d"),
+    RowFilter(model_a="model-c"),
+    RowFilter(model_b="model-a"),
+    RowFilter(judge="judge-2"),
+    RowFilter(orientation="reversed"),
+    RowFilter(pointwise=True),
+    RowFilter(pointwise=False),
+    RowFilter(run_id="run-1"),
+    RowFilter(created_by="bob"),
+    RowFilter(created_after=T0 + timedelta(hours=10)),  # inclusive
+    RowFilter(created_before=T0 + timedelta(hours=10)),  # exclusive
+    RowFilter(created_after=T0 + timedelta(hours=5), created_before=T0 + timedelta(hours=25)),
+    RowFilter(benchmark="arena-hard", model="model-a", judge="judge-1", orientation="direct"),
+    RowFilter(model="nobody"),
+]
+
+
+@pytest.fixture
+def arena(judgements: Database) -> list[JudgementRecord]:
+    rows = judgement_rows()
+    judgements.put_many(rows)
+    return rows
+
+
+@pytest.mark.parametrize("flt", JUDGEMENT_FILTERS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.as_dict().items()))
+def test_query_and_count_select_what_the_filter_says(
+    flt: RowFilter, judgements: Database, arena: list[JudgementRecord]
+) -> None:
+    want = expected(arena, flt)
+    assert 0 <= len(want) < len(arena)
+    assert list(judgements.query(flt)) == want
+    assert judgements.count(flt) == len(want)
+
+
+def test_query_without_filter_returns_everything_in_creation_order(
+    judgements: Database, arena: list[JudgementRecord]
+) -> None:
+    assert list(judgements.query()) == expected(arena, RowFilter())
+    assert judgements.count() == 60
+
+
+def test_query_limit(judgements: Database, arena: list[JudgementRecord]) -> None:
+    assert (
+        list(judgements.query(RowFilter(benchmark="mt-bench"), limit=4))
+        == expected(arena, RowFilter(benchmark="mt-bench"))[:4]
+    )
+    assert list(judgements.query(limit=0)) == []
+
+
+def test_query_by_input_hashes(judgements: Database, arena: list[JudgementRecord]) -> None:
+    hashes = tuple(r.input_hash for r in arena[::9])
+    assert list(judgements.query(RowFilter(input_hashes=hashes))) == expected(arena, RowFilter(input_hashes=hashes))
+
+
+def test_completion_filters(completions: Database) -> None:
+    rows = [completion_record(i, model=["m1", "m2"][i % 2], created_at=T0 + timedelta(minutes=i)) for i in range(20)]
+    completions.put_many(rows)
+    for flt in [RowFilter(model="m2"), RowFilter(benchmark="mt-bench", instruction_id="4"), RowFilter(run_id="x")]:
+        assert list(completions.query(flt)) == expected(rows, flt)
+    for judgement_only in [RowFilter(judge="j"), RowFilter(model_b="m"), RowFilter(pointwise=True)]:
+        with pytest.raises(InvalidInputError, match="other role"):
+            list(completions.query(judgement_only))
+
+
+def test_query_streams_in_partitions(
+    judgements: Database, arena: list[JudgementRecord], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store.repository, "STREAM_PARTITION", 7)
+    partitions: list[int] = []
+    real = Repository._records
+
+    def counting(self: Repository, rows: Any) -> Any:
+        partitions.append(len(rows))
+        return real(self, rows)
+
+    monkeypatch.setattr(Repository, "_records", counting)
+    assert list(judgements.query()) == expected(arena, RowFilter())
+    assert partitions == [7] * 8 + [4]  # never more than one partition of rows built at once
+
+
+def test_a_query_abandoned_half_way_releases_its_connection(judgements: Database, arena: list[JudgementRecord]) -> None:
+    rows = judgements.query()
+    first = list(itertools.islice(rows, 5))
+    rows.close()
+    assert first == expected(arena, RowFilter())[:5]
+    judgements.put_many([judgement_record(1000)])  # a write is not blocked by the abandoned read
+    assert judgements.count() == 61
+
+
+def test_delete_returns_the_count_and_removes_only_matching_rows(
+    judgements: Database, arena: list[JudgementRecord]
+) -> None:
+    flt = RowFilter(run_id="run-1", judge="judge-1")
+    doomed = expected(arena, flt)
+    assert judgements.delete(flt) == len(doomed) > 0
+    assert judgements.count(flt) == 0
+    remaining = [r for r in arena if r not in doomed]
+    assert list(judgements.query()) == expected(remaining, RowFilter())
+    assert judgements.delete(flt) == 0
+
+
+def test_delete_by_model_removes_both_sides_of_the_pair(judgements: Database, arena: list[JudgementRecord]) -> None:
+    assert judgements.delete(RowFilter(model="model-a")) == len(expected(arena, RowFilter(model="model-a")))
+    assert all("model-a" not in (r.model_a, r.model_b) for r in judgements.query())
+
+
+def test_delete_with_an_empty_filter_is_refused_and_changes_nothing(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    with Store(root=store_root) as s:
+        s.database("judgements", "arena-hard", descriptor).put_many(judgement_rows())
+    before = file_digests(store_root)
+    with Store(root=store_root) as s:
+        database = s.database("judgements", "arena-hard", descriptor)
+        with pytest.raises(EmptyFilterError, match="empty filter"):
+            database.delete(RowFilter())
+        with pytest.raises(EmptyFilterError):
+            database.delete(RowFilter(pointwise=None))
+        assert database.count() == 60
+    assert file_digests(store_root) == before
+
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        pytest.param(lambda: RowFilter(created_after=datetime(2026, 1, 1)), id="naive-datetime"),
+        pytest.param(lambda: RowFilter(orientation="sideways"), id="bad-orientation"),  # type: ignore[arg-type]
+    ],
+)
+def test_bad_filters_are_refused(make: Any) -> None:
+    with pytest.raises(InvalidInputError):
+        make()
+
+
+def test_records_cross_the_boundary_not_orm_objects(completions: Database) -> None:
+    completions.put_many([completion_record(1)])
+    (record,) = completions.get_many([completion_record(1).input_hash]).values()
+    assert dataclasses.is_dataclass(record) and type(record) is CompletionRecord
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        record.completion = "x"  # type: ignore[misc]
+
+
+def test_chat_inputs_round_trip(judgements: Database) -> None:
+    rendered = render_messages([{"role": "user", "content": "Which is better?\n\n[A] ...\n[B] ..."}])
+    record = judgement_record(1, input_text=rendered, input_hash=input_hash(rendered))
+    judgements.put_many([record])
+    assert judgements.get_many([record.input_hash]) == {record.input_hash: record}

@@ -1,0 +1,138 @@
+"""Settings come from JUDGESTORE_* variables when a Settings is built, never at import."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from store.settings import Settings
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def bare_environment(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    """No JUDGESTORE_* and no SLURM_* variables (the shared fixture sets a few JUDGESTORE_ ones)."""
+    for name in list(os.environ):
+        if name.startswith(("JUDGESTORE_", "SLURM_")):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def test_defaults_a_new_user_can_live_with(bare_environment: pytest.MonkeyPatch) -> None:
+    settings = Settings()
+    assert settings.store_root == Path("judgestore-data")
+    assert settings.auto_upgrade is False
+    assert settings.journal_policy == "auto"
+    assert settings.busy_timeout_ms == 30_000
+    assert settings.max_open_databases >= 1
+    assert settings.created_by == getpass.getuser()
+    assert str(os.getpid()) in settings.run_id
+    assert Settings().run_id == settings.run_id  # one id per process
+
+
+def test_every_setting_reads_its_judgestore_variable(bare_environment: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    for name, value in {
+        "JUDGESTORE_STORE_ROOT": str(tmp_path / "cache"),
+        "JUDGESTORE_AUTO_UPGRADE": "1",
+        "JUDGESTORE_JOURNAL_POLICY": "refuse-network",
+        "JUDGESTORE_BUSY_TIMEOUT_MS": "500",
+        "JUDGESTORE_LOCK_RETRIES": "2",
+        "JUDGESTORE_MAX_OPEN_DATABASES": "3",
+        "JUDGESTORE_CREATED_BY": "alice",
+        "JUDGESTORE_RUN_ID": "nightly-7",
+    }.items():
+        bare_environment.setenv(name, value)
+    settings = Settings()
+    assert settings.store_root == tmp_path / "cache"
+    assert settings.auto_upgrade is True
+    assert settings.journal_policy == "refuse-network"
+    assert (settings.busy_timeout_ms, settings.lock_retries, settings.max_open_databases) == (500, 2, 3)
+    assert (settings.created_by, settings.run_id) == ("alice", "nightly-7")
+
+
+def test_variables_without_the_prefix_are_not_read(bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv("STORE_ROOT", "/elsewhere")
+    bare_environment.setenv("RUN_ID", "not-mine")
+    settings = Settings()
+    assert settings.store_root == Path("judgestore-data") and settings.run_id != "not-mine"
+
+
+def test_arguments_override_the_environment(bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv("JUDGESTORE_BUSY_TIMEOUT_MS", "500")
+    assert Settings(busy_timeout_ms=10).busy_timeout_ms == 10
+
+
+def test_slurm_job_id_becomes_the_run_id(bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv("SLURM_JOB_ID", "4242")
+    assert Settings().run_id == "slurm-4242"
+    bare_environment.setenv("SLURM_ARRAY_JOB_ID", "4200")
+    bare_environment.setenv("SLURM_ARRAY_TASK_ID", "7")
+    assert Settings().run_id == "slurm-4200_7"
+    bare_environment.setenv("JUDGESTORE_RUN_ID", "explicit")
+    assert Settings().run_id == "explicit"
+
+
+def test_unknown_judgestore_variables_and_arguments_are_ignored(bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv("JUDGESTORE_FROM_A_NEWER_VERSION", "x")
+    bare_environment.setenv("JUDGESTORE_HF_TOKEN", "secret")
+    settings = Settings(not_a_setting=1)  # type: ignore[call-arg]
+    assert not hasattr(settings, "from_a_newer_version") and not hasattr(settings, "not_a_setting")
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("JUDGESTORE_JOURNAL_POLICY", "sometimes"),
+        ("JUDGESTORE_BUSY_TIMEOUT_MS", "-1"),
+        ("JUDGESTORE_AUTO_UPGRADE", "maybe"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_setting(name: str, value: str, bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv(name, value)
+    with pytest.raises(ValidationError, match=name.removeprefix("JUDGESTORE_").lower()):
+        Settings()
+
+
+_IMPORT_EVERYTHING = """
+import os
+import store, store.settings, store.store, store.schema, store.engine, store.repository, store.layout
+from store.settings import Settings
+found = [m.__name__ + "." + k for m in (store.settings, store.store, store.schema, store.engine, store.repository)
+         for k, v in vars(m).items() if isinstance(v, Settings)]
+assert not found, found
+os.environ["JUDGESTORE_JOURNAL_POLICY"] = "wal"
+os.environ["JUDGESTORE_BUSY_TIMEOUT_MS"] = "77"
+os.environ["SLURM_JOB_ID"] = "99"
+s = Settings()
+print(s.journal_policy, s.busy_timeout_ms, s.run_id)
+"""
+
+
+def test_no_settings_instance_and_no_environment_read_at_import(bare_environment: pytest.MonkeyPatch) -> None:
+    """Every module imports with an invalid value in the environment (nothing builds a Settings then),
+    and a Settings built later reads the variables as they are at that moment."""
+    env = {**os.environ, "JUDGESTORE_JOURNAL_POLICY": "not-a-policy"}
+    result = subprocess.run(
+        [sys.executable, "-c", _IMPORT_EVERYTHING], cwd=REPO_ROOT, env=env, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["wal", "77", "slurm-99"]
+
+
+def test_run_ids_differ_between_processes(bare_environment: pytest.MonkeyPatch) -> None:
+    probe = "from store.settings import Settings; print(Settings().run_id)"
+    env = dict(os.environ)
+    ids = {
+        subprocess.run(
+            [sys.executable, "-c", probe], cwd=REPO_ROOT, env=env, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for _ in range(2)
+    }
+    assert len(ids) == 2 and Settings().run_id not in ids

@@ -1,0 +1,318 @@
+"""The Store: opening descriptor databases, the bounded engine cache, read-only use, locks."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import time
+from collections.abc import Iterable
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    CorruptDatabaseError,
+    DatabaseBusyError,
+    DatabaseError,
+    DatabaseMissingError,
+    JudgestoreError,
+)
+from store.layout import METADATA_FILE, Location, read_metadata
+from store.records import Record, RowFilter
+from store.repository import Repository
+from store.settings import Settings
+from store.store import Store
+from tests.factories import completion_record, current_database, file_digests, judgement_record
+
+
+def open_db_files() -> set[str]:
+    """Database files this process holds open (what the engine cache costs in file handles)."""
+    names = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.endswith(".db"):
+            names.add(target)
+    return names
+
+
+def journal_mode(db_path: Path) -> str:
+    with closing(sqlite3.connect(db_path)) as conn:
+        return conn.execute("PRAGMA journal_mode").fetchone()[0]
+
+
+def test_database_creates_folder_metadata_and_schema(
+    store: Store, store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    database = store.database("completions", "mt-bench", descriptor, assumptions=("chat template guessed",))
+    location = Location.of("completions", "mt-bench", descriptor)
+    assert database.location == location and database.path == location.db_path(store_root)
+    metadata = read_metadata(database.path.parent)
+    assert (metadata.task, metadata.descriptor, metadata.assumptions) == (
+        "mt-bench",
+        descriptor,
+        ("chat template guessed",),
+    )
+    assert database.metadata() == metadata
+    assert database.count() == 0
+    assert journal_mode(database.path) == "wal"
+    assert store.locations() == [location]
+
+
+def test_the_same_database_is_returned_while_cached(store: Store, descriptor: ModelDescriptor) -> None:
+    assert store.database("completions", "t", descriptor) is store.database("completions", "t", descriptor)
+    assert store.open(Location.of("completions", "t", descriptor)) is store.database("completions", "t", descriptor)
+
+
+def test_rows_persist_across_stores(store_root: Path, descriptor: ModelDescriptor) -> None:
+    with Store(root=store_root) as s:
+        s.database("judgements", "arena", descriptor).put_many([judgement_record(i) for i in range(5)])
+    with Store(root=store_root) as s:
+        assert s.database("judgements", "arena", descriptor).count() == 5
+
+
+def test_completions_and_judgements_of_one_model_never_collide(store: Store, descriptor: ModelDescriptor) -> None:
+    battle = store.database("completions", "arena", descriptor)
+    judge = store.database("judgements", "arena", descriptor)
+    assert battle.path != judge.path
+    battle.put_many([completion_record(1)])
+    assert judge.count() == 0
+
+
+def test_engine_cache_is_bounded(store_root: Path) -> None:
+    descriptors = [ModelDescriptor(provider="vllm", model=f"m{i}") for i in range(5)]
+    before = open_db_files()
+    with Store(Settings(max_open_databases=2), root=store_root) as s:
+        databases = []
+        for d in descriptors:
+            databases.append(s.database("completions", "t", d))
+            databases[-1].put_many([completion_record(1)])
+        assert open_db_files() - before == {str(databases[3].path), str(databases[4].path)}
+        s.database("completions", "t", descriptors[3])  # touch: 3 becomes the most recent
+        s.database("completions", "t", descriptors[0]).count()  # reopening 0 evicts 4, the least recent
+        assert open_db_files() - before == {str(databases[3].path), str(databases[0].path)}
+        assert len(s._open) == 2  # engines kept
+    assert open_db_files() == before, "closing the store releases every file"
+
+
+def test_evicted_databases_still_work(store_root: Path) -> None:
+    with Store(Settings(max_open_databases=1), root=store_root) as s:
+        first = s.database("completions", "t", ModelDescriptor(provider="p", model="a"))
+        s.database("completions", "t", ModelDescriptor(provider="p", model="b"))
+        first.put_many([completion_record(1)])
+        assert first.count() == 1
+
+
+# ---------------------------------------------------------------- read-only
+
+
+def test_read_only_queries_write_nothing(store_root: Path, descriptor: ModelDescriptor) -> None:
+    rows = [completion_record(i) for i in range(30)]
+    db_path = current_database(store_root, "completions", "t", descriptor, rows)
+    assert db_path.read_bytes()[18:20] == b"\x02\x02"  # a WAL database
+    before = file_digests(store_root)
+    with Store(root=store_root, readonly=True) as s:
+        database = s.database("completions", "t", descriptor)
+        assert database.count() == 30
+        assert len(database.get_many(r.input_hash for r in rows)) == 30
+        assert len(list(database.query(RowFilter(model="model-a")))) == 30
+        assert not Path(f"{db_path}-wal").exists() and not Path(f"{db_path}-shm").exists()
+    assert file_digests(store_root) == before
+
+
+def test_read_only_store_sees_a_live_writers_commits_without_creating_files(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    current_database(store_root, "completions", "t", descriptor, [completion_record(0)])
+    with Store(root=store_root) as writer, Store(root=store_root, readonly=True) as reader:
+        written = writer.database("completions", "t", descriptor)
+        read = reader.database("completions", "t", descriptor)
+        assert read.count() == 1
+        files = sorted(p.name for p in written.path.parent.iterdir())
+        written.put_many([completion_record(i) for i in range(1, 20)])
+        assert read.count() == 20
+        assert sorted(p.name for p in written.path.parent.iterdir()) == files
+
+
+def test_read_only_store_sees_commits_made_after_it_opened(store_root: Path, descriptor: ModelDescriptor) -> None:
+    """Regression: an immutable connection kept in a pool saw stale rows, then reported corruption."""
+    current_database(store_root, "completions", "t", descriptor, [completion_record(0, completion="x" * 2000)])
+    with Store(root=store_root, readonly=True) as reader:
+        read = reader.database("completions", "t", descriptor)
+        assert read.count() == 1
+        with Store(root=store_root) as writer:
+            written = writer.database("completions", "t", descriptor)
+            written.put_many([completion_record(i, completion="y" * 2000) for i in range(1, 500)])
+            written.delete(RowFilter(instruction_id="0"))
+        assert read.count() == 499
+        assert len(list(read.query())) == 499
+
+
+def test_read_only_open_of_a_missing_database_creates_nothing(store_root: Path, descriptor: ModelDescriptor) -> None:
+    with Store(root=store_root, readonly=True) as s:
+        with pytest.raises(DatabaseMissingError, match="read-only") as caught:
+            s.database("completions", "t", descriptor)
+        assert str(Location.of("completions", "t", descriptor).db_path(store_root)) in str(caught.value)
+        assert s.find("completions", "t", descriptor) is None
+    assert not store_root.exists()
+
+
+def test_read_only_open_of_a_folder_without_database_creates_nothing(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor)
+    db_path.unlink()
+    before = file_digests(store_root)
+    with Store(root=store_root, readonly=True) as s, pytest.raises(DatabaseMissingError):
+        s.database("completions", "t", descriptor)
+    assert file_digests(store_root) == before
+
+
+def test_read_only_store_cannot_write(store_root: Path, descriptor: ModelDescriptor) -> None:
+    current_database(store_root, "completions", "t", descriptor, [completion_record(0)])
+    before = file_digests(store_root)
+    with Store(root=store_root, readonly=True) as s:
+        database = s.database("completions", "t", descriptor)
+        with pytest.raises(DatabaseError, match="read-only"):
+            database.put_many([completion_record(1)])
+        with pytest.raises(DatabaseError, match="read-only"):
+            database.delete(RowFilter(run_id="run-1"))
+    assert file_digests(store_root) == before
+
+
+def test_find_never_creates(store: Store, store_root: Path, descriptor: ModelDescriptor) -> None:
+    assert store.find("completions", "t", descriptor) is None
+    assert not store_root.exists()
+    store.database("completions", "t", descriptor)
+    assert store.find("completions", "t", descriptor) is not None
+
+
+def test_metadata_of_an_existing_folder_is_not_rewritten(store_root: Path, descriptor: ModelDescriptor) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor)
+    metadata = db_path.parent / METADATA_FILE
+    stat = metadata.stat()
+    with Store(root=store_root) as s:
+        s.database("completions", "t", descriptor, assumptions=("something new",))
+    assert metadata.stat().st_mtime_ns == stat.st_mtime_ns and metadata.stat().st_ino == stat.st_ino
+
+
+# ---------------------------------------------------------------- locks
+
+
+def test_a_lock_held_too_long_gives_a_typed_error_naming_the_file(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    current_database(store_root, "completions", "t", descriptor)
+    impatient = Settings(busy_timeout_ms=50, lock_retries=1)
+    with Store(root=store_root) as holder, Store(impatient, root=store_root) as waiter:
+        held = holder.database("completions", "t", descriptor)
+        waiting = waiter.database("completions", "t", descriptor)
+        with held.transaction() as repo:
+            repo.put_many([completion_record(1)])
+            with pytest.raises(DatabaseBusyError) as caught:
+                waiting.put_many([completion_record(2)])
+            assert str(waiting.path) in str(caught.value) and "JUDGESTORE_BUSY_TIMEOUT_MS" in str(caught.value)
+            assert waiting.count() == 0  # readers are not blocked by a writer (WAL)
+        assert waiting.put_many([completion_record(2)]) == 1  # once the lock is free, the write goes through
+    assert isinstance(caught.value, JudgestoreError)
+
+
+def test_a_write_waits_for_a_short_lock_instead_of_failing(store_root: Path, descriptor: ModelDescriptor) -> None:
+    import threading
+
+    current_database(store_root, "completions", "t", descriptor)
+    with (
+        Store(root=store_root) as holder,
+        Store(Settings(busy_timeout_ms=10, lock_retries=8), root=store_root) as waiter,
+    ):
+        held = holder.database("completions", "t", descriptor)
+        waiting = waiter.database("completions", "t", descriptor)
+        holding, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            with held.transaction() as repo:
+                repo.put_many([completion_record(1)])
+                holding.set()
+                release.wait(5)
+
+        thread = threading.Thread(target=hold)
+        thread.start()
+        assert holding.wait(5)
+        threading.Timer(0.3, release.set).start()
+        started = time.monotonic()
+        assert waiting.put_many([completion_record(2)]) == 1  # retried with backoff past the busy timeout
+        assert time.monotonic() - started >= 0.25, "the write cannot have gone through while the lock was held"
+        thread.join()
+        assert waiting.count() == 2
+
+
+# ---------------------------------------------------------------- read-only reads racing a writer
+
+
+def _change_file_under_the_read(db_path: Path) -> None:
+    """What a writer's checkpoint does to the main file while an immutable reader reads it."""
+    stat = db_path.stat()
+    os.utime(db_path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+
+
+def test_a_read_only_read_the_file_changed_under_is_run_again(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(i) for i in range(3)])
+    calls: list[int] = []
+    real = Repository.count
+
+    def racing(self: Repository, flt: RowFilter | None = None) -> int:
+        calls.append(1)
+        if len(calls) == 1:
+            _change_file_under_the_read(db_path)
+            return -1  # what a torn read might return
+        return real(self, flt)
+
+    with Store(root=store_root, readonly=True) as s:
+        database = s.database("completions", "t", descriptor)
+        monkeypatch.setattr(Repository, "count", racing)
+        assert database.count() == 3
+    assert len(calls) == 2
+
+
+def test_a_read_only_read_that_fails_as_damaged_while_the_file_changes_is_run_again(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = [completion_record(i) for i in range(3)]
+    db_path = current_database(store_root, "completions", "t", descriptor, rows)
+    calls: list[int] = []
+    real = Repository.get_many
+
+    def racing(self: Repository, hashes: Iterable[str]) -> dict[str, Record]:
+        calls.append(1)
+        if len(calls) == 1:
+            _change_file_under_the_read(db_path)
+            raise CorruptDatabaseError(db_path, "is damaged")  # pages read half-way through a checkpoint
+        return real(self, hashes)
+
+    with Store(root=store_root, readonly=True) as s:
+        database = s.database("completions", "t", descriptor)
+        monkeypatch.setattr(Repository, "get_many", racing)
+        assert set(database.get_many(r.input_hash for r in rows)) == {r.input_hash for r in rows}
+    assert len(calls) == 2
+
+
+def test_a_read_only_reader_gives_up_with_a_typed_error_if_the_file_never_settles(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
+
+    def always_racing(self: Repository, flt: RowFilter | None = None) -> int:
+        _change_file_under_the_read(db_path)
+        return 0
+
+    with Store(root=store_root, readonly=True) as s:
+        database = s.database("completions", "t", descriptor)
+        monkeypatch.setattr(Repository, "count", always_racing)
+        with pytest.raises(DatabaseBusyError, match="changed under"):
+            database.count()
