@@ -31,6 +31,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from inference import legacy_cli
 from inference.cached import Plan
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.requests import Orientation, Request
@@ -371,6 +372,9 @@ def pairs_command(
         sys.stdout.write(orjson.dumps({"pairs": len(pairs)}).decode() + "\n")
     else:
         Console(stderr=True).print(f"{len(pairs)} pairs written")
+
+
+legacy_cli.register(app)
 
 
 def main() -> None:

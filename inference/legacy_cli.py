@@ -1,0 +1,273 @@
+"""``judgestore import``: bring legacy caches into the store (and ``--detect`` to only look at them).
+
+Contract:
+
+* :func:`register` adds the ``import`` command to a typer app (the whole
+  ``judgestore`` app in :mod:`inference.cli`); registering twice is a no-op.
+* Thin: detection is :func:`store.legacy.detect.detect`, the import
+  :func:`store.legacy.importer.import_sources`, descriptors
+  :class:`inference.legacy.LegacyDescriptorMapper`. This module parses options
+  and renders: a rich table on stdout (or ``--json``), a progress bar on
+  stderr (terminals only), and ``--report FILE`` with the full JSON report.
+* Exit status 1 when anything failed: a source that is corrupt, invalid or
+  whose metadata.json does not match its folder, or any row that failed
+  (its stored hash does not match its input, malformed values...). Skipped
+  rows (no descriptor, no inputs, empty outputs) and conflicts are reported
+  with their reasons and do not fail the command. ``--detect`` exits 1 when a
+  source is corrupt or invalid.
+* ``--dry-run`` writes nothing anywhere (the store is opened read-only; the
+  report file, if asked for, is the only file written).
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import orjson
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from inference.legacy import (
+    LegacyDescriptorMapper,
+    load_user_descriptor,
+    parse_assumed_models,
+    parse_assumed_settings,
+)
+from store.cli import JsonOutput, StoreRoot, command_errors, settings_and_root
+from store.legacy.detect import Detection, DetectionResult, State, detect
+from store.legacy.formats import InputsTable
+from store.legacy.importer import ImportOptions, ImportProgress, import_sources
+from store.legacy.report import ImportReport
+from store.store import Store
+
+_STATE_STYLE = {
+    State.OK: "green",
+    State.JUDGESTORE: "dim",
+    State.NOT_OURS: "dim",
+    State.CORRUPT: "bold red",
+    State.INVALID: "bold red",
+}
+
+
+def _stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def _stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _shown(path: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path.cwd()))
+    except ValueError:
+        return str(path)
+
+
+def _detect_table(result: DetectionResult) -> Table:
+    table = Table(title="Legacy caches found", title_justify="left")
+    table.add_column("Source", overflow="fold", ratio=3)
+    for name in ("Variant", "Role", "Task"):
+        table.add_column(name, no_wrap=True)
+    table.add_column("Rows", justify="right", no_wrap=True)
+    table.add_column("State", no_wrap=True)
+    table.add_column("Descriptor / problem", overflow="fold", ratio=2)
+    for d in result.detections:
+        table.add_row(
+            Text(_shown(d.path)),
+            d.variant or "",
+            d.role or ("per row" if d.variant == "S2" else ""),
+            Text(d.tree.task if d.tree else ""),
+            "" if d.rows is None else f"{d.rows:,}",
+            Text(d.state.value, style=_STATE_STYLE[d.state]),
+            Text(_detail(d)),
+        )
+    table.caption = f"{len(result.detections)} sources" + (
+        f"; {result.ignored_files} other files ignored" if result.ignored_files else ""
+    )
+    return table
+
+
+def _detail(d: Detection) -> str:
+    """For a known variant, what its metadata.json says; otherwise what is wrong."""
+    if d.state is not State.OK or d.kind == "metadata":
+        return d.detail
+    if d.metadata is None:
+        return "no metadata.json (needs --descriptor)" if d.variant != "LangChain" else "never imported"
+    model = d.metadata.model
+    return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
+
+
+def _import_table(report: ImportReport) -> Table:
+    title = "Import" + (" (dry run: nothing written)" if report.dry_run else "") + f" into {report.store_root}"
+    table = Table(title=title, title_justify="left")
+    table.add_column("Source", overflow="fold")
+    table.add_column("Variant", no_wrap=True)
+    for name in ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed"):
+        table.add_column(name, justify="right", no_wrap=True)
+    table.add_column("Status", no_wrap=True)
+    for s in report.sources:
+        style = {"failed": "bold red", "partial": "bold red", "imported": "green"}.get(s.status, "dim")
+        table.add_row(
+            Text(_shown(s.path)),
+            s.variant or "",
+            f"{s.rows:,}",
+            f"{s.imported:,}",
+            f"{s.already_present:,}",
+            f"{s.conflicts:,}",
+            f"{sum(s.skipped.values()):,}",
+            f"{sum(s.failed.values()):,}",
+            Text(s.status, style=style),
+        )
+    totals = report.totals()
+    table.caption = (
+        f"{totals['rows']:,} rows: {totals['imported']:,} imported, {totals['already_present']:,} already present, "
+        f"{totals['conflicts']:,} conflicts, {totals['skipped']:,} skipped, {totals['failed']:,} failed"
+    )
+    return table
+
+
+def _print_reasons(report: ImportReport, console: Console) -> None:
+    """Why rows were skipped or failed, per source, with a few example rows; then notes and conflicts."""
+    for s in report.sources:
+        lines: list[Text] = []
+        for label, counter, style in (("failed", s.failed, "bold red"), ("skipped", s.skipped, "yellow")):
+            for reason, count in counter.items():
+                examples = s.examples.get(reason)
+                where = f" (e.g. {'; '.join(examples)})" if examples else ""
+                what = f"  {label} {count:,}: " if count else f"  {label}: "  # 0: a file whose rows are unknown
+                lines.append(Text.assemble((what, style), reason + where))
+        if s.conflicts:
+            lines.append(Text.assemble(("  conflicts ", "bold yellow"), f"{s.conflicts:,}: a different output is "
+                                       "already stored under the same key; the stored one was kept"))  # fmt: skip
+            for c in s.conflict_list[:3]:
+                lines.append(Text(f"    {c['row']}: kept {c['kept']}, not imported {c['not_imported']}"))
+        lines += [Text(f"  assumed: {a}", style="dim") for a in s.assumptions]
+        lines += [Text(f"  note: {n}", style="dim") for n in s.notes]
+        if lines:
+            console.print(Text(_shown(s.path), style="bold"))
+            for line in lines:
+                console.print(line, soft_wrap=True)
+
+
+def import_command(
+    sources: Annotated[list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).")],
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    detect_only: Annotated[
+        bool, typer.Option("--detect", help="Only say what each source is (variant, role, rows); import nothing.")
+    ] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be imported; write nothing.")] = False,
+    report_path: Annotated[
+        Path | None, typer.Option("--report", metavar="FILE", help="Write the full JSON report to FILE.")
+    ] = None,
+    descriptor_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--descriptor",
+            metavar="FILE",
+            help="Descriptor for sources that record none (S0, S1, DataFrame caches) or cannot be mapped: a "
+            'judgestore descriptor or metadata.json, or {"vllm": {"model": .., "engine_kwargs": .., "sampling": ..}}.',
+        ),
+    ] = None,
+    task: Annotated[
+        str | None, typer.Option("--task", help="Task for sources outside a legacy tree (S0, S1, DataFrame caches).")
+    ] = None,
+    assume_current_model: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--assume-current-model",
+            metavar="MODEL|LEGACY=CURRENT",
+            help="Resolve the revision and chat template the legacy files never recorded from this model as it is "
+            "now (recorded in metadata.json as an assumption). Repeatable.",
+        ),
+    ] = None,
+    assume_setting: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--assume-setting",
+            metavar="KEY=VALUE",
+            help="A setting the legacy run used but never recorded (e.g. logprobs=5); recorded as an assumption.",
+        ),
+    ] = None,
+    inputs_path: Annotated[
+        Path | None,
+        typer.Option(
+            "--inputs",
+            metavar="FILE",
+            help="JSONL naming the inputs that DataFrame caches and S1 completions never stored "
+            '({"instruction_index": 7, "messages": [...]}, MT-Bench: "turns"; ELO judge caches: "row").',
+        ),
+    ] = None,
+) -> None:
+    """Import legacy caches (S0 ... S7, DataFrame caches) into the store; legacy files are only read.
+
+    Every row is rehashed under judgestore's rule and verified against its
+    stored hash; rows already in the store win; rows that cannot be attributed
+    to a descriptor are skipped with the reason, never guessed. A second run
+    imports nothing new.
+
+    Examples:
+
+        judgestore import ~/judgearena-data/cache --detect
+
+        judgestore import old-cache/ --assume-current-model Qwen/Qwen3-8B --dry-run
+
+        judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json --task mt-bench --report report.json
+    """
+    settings, root = settings_and_root(store_root)
+    result = detect(sources)
+    if detect_only:
+        if json_output:
+            found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}
+            sys.stdout.write(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n")
+        else:
+            _stdout().print(_detect_table(result))
+        if any(d.state in (State.CORRUPT, State.INVALID) for d in result.detections):
+            raise typer.Exit(1)
+        return
+    mapper = LegacyDescriptorMapper(
+        user_descriptor=load_user_descriptor(descriptor_path) if descriptor_path is not None else None,
+        assume_current_model=parse_assumed_models(assume_current_model or []),
+        assume_settings=parse_assumed_settings(assume_setting or []),
+        detections=result.detections,
+    )
+    options = ImportOptions(
+        task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None
+    )
+    err = _stderr()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with (
+        Store(settings, root=root, readonly=dry_run) as store,
+        Progress(*columns, console=err, transient=True, disable=json_output or not err.is_terminal) as progress,
+    ):
+        bar = progress.add_task("importing", total=None)
+
+        def on_progress(event: ImportProgress) -> None:
+            name = f"[{event.index + 1}/{event.sources}] {event.path.name}"
+            progress.update(bar, description=name, total=event.rows_total, completed=event.rows_done)
+
+        report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,
+                                ignored_files=result.ignored_files)  # fmt: skip
+    payload: dict[str, Any] = report.as_dict()
+    if report_path is not None:
+        report_path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n")
+    if json_output:
+        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        _stdout().print(_import_table(report))
+        _print_reasons(report, err)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``import`` to ``app`` (once)."""
+    if any(command.name == "import" for command in app.registered_commands):
+        return
+    app.command("import")(command_errors(import_command))

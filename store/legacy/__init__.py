@@ -1,0 +1,16 @@
+"""Legacy caches (LEGACY_FORMATS.md) read, checked and imported into the current layout.
+
+Modules, in the order an import runs through them:
+
+* :mod:`store.legacy.readonly` opens legacy files without changing a byte.
+* :mod:`store.legacy.metadata` reads legacy ``metadata.json`` files and trees.
+* :mod:`store.legacy.detect` says what each file is, by content.
+* :mod:`store.legacy.formats` streams each variant's rows.
+* :mod:`store.legacy.importer` verifies, normalises and writes them.
+* :mod:`store.legacy.report` accounts for every row.
+
+This package never decides which descriptor legacy rows belong to: a resolver
+passed to :func:`store.legacy.importer.import_sources` does
+(``inference.legacy`` maps legacy descriptors with the live rules; the store
+layer imports nothing from ``inference``).
+"""

@@ -1,0 +1,343 @@
+"""What a legacy cache is, told by its content: tables, columns, NOT NULL flags, metadata.json keys.
+
+Contract:
+
+* :func:`detect` walks the given files and folders (sorted, so every run sees
+  the same order) and returns one :class:`Detection` per candidate file:
+  every SQLite file (by its header, whatever its name), every zip, parquet or
+  ``.csv`` file, and every legacy ``metadata.json`` that has no database
+  beside it. A file named explicitly is always reported; inside folders,
+  files that are none of those (logs, JSONL outputs) are counted, not listed,
+  and SQLite sidecars (``-wal``, ``-shm``, ``-journal``) belong to their database.
+* A name never decides anything: a ``judgements.db`` holding a ``completions``
+  table is a completions cache; a ``.db`` that is not SQLite is ``corrupt``.
+* States: ``ok`` (a known variant; importable or not is the importer's call),
+  ``corrupt`` (not readable as what it claims to be: damaged SQLite, bad zip,
+  parquet without pyarrow...), ``invalid`` (our table or DataFrame columns,
+  but not the columns of any known variant, e.g. a CSV missing a column),
+  ``not-ours`` (another tool's SQLite file, or a file with none of our
+  columns) and ``judgestore`` (already a current judgestore database).
+* The variants are exactly those of LEGACY_FORMATS.md (S0 ... S7, the
+  DataFrame caches, LangChain's SQLiteCache); ``usage_json`` added to any
+  S3-onwards table (by ``ALTER TABLE`` on old files) is reported as a flag,
+  and an S4c or S6j table with it is named S7c / S7j.
+* Opening is strictly read-only (:mod:`store.legacy.readonly`).
+"""
+
+from __future__ import annotations
+
+import enum
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from store.layout import Role
+from store.legacy.metadata import (
+    LEGACY_METADATA_FILE,
+    LegacyMetadata,
+    LegacyTree,
+    MetadataForm,
+    legacy_tree,
+    read_legacy_metadata,
+)
+from store.legacy.readonly import (
+    ColumnInfo,
+    DataFrameError,
+    file_kind,
+    open_dataframe,
+    open_sqlite_readonly,
+    table_columns,
+)
+
+VERSION_TABLE = "judgestore_alembic_version"
+_SIDECARS = ("-wal", "-shm", "-journal")
+
+
+class State(enum.StrEnum):
+    OK = "ok"
+    CORRUPT = "corrupt"
+    INVALID = "invalid"
+    NOT_OURS = "not-ours"
+    JUDGESTORE = "judgestore"
+
+
+@dataclass(frozen=True, slots=True)
+class TableSpec:
+    """One legacy table shape: the exact column set (``usage_json`` aside)."""
+
+    variant: str
+    table: str
+    role: Role
+    columns: frozenset[str]
+    optional: frozenset[str] = frozenset()
+
+
+_S1C = frozenset({"instruction_index", "completion", "pushed_by", "pushed_at", "run_id"})
+_S1J = frozenset(
+    {"id", "instruction_index", "model_A", "model_B", "judge_input", "judge_output", "pushed_by", "pushed_at",
+     "run_id"}
+)  # fmt: skip
+_S3C = frozenset({"input_hash", "input_text", "completion", "benchmark", "instruction_id", "model", "pushed_at"})
+_S4C = _S3C | {"pushed_by", "run_id"}
+_S3J = frozenset(
+    {"input_hash", "judge_input", "judge_completion", "benchmark", "instruction_id", "model_a", "model_b", "judge",
+     "orientation", "pushed_at"}
+)  # fmt: skip
+_S4J = _S3J | {"pushed_by", "run_id"}
+_S5J = _S4J | {"top_logprobs"}
+
+# S5j and S6j share their columns; the NOT NULL flag of model_b tells them apart (see _sqlite_variant).
+TABLE_SPECS: tuple[TableSpec, ...] = (
+    TableSpec(
+        "S0",
+        "annotations",
+        "judgements",
+        frozenset({"benchmark", "instruction_id", "model_a", "model_b", "judge", "judge_input", "judge_completion"}),
+        frozenset({"reasoning_content", "input_tokens", "output_tokens", "reasoning_tokens", "date"}),
+    ),
+    TableSpec("S1c", "completions", "completions", _S1C),
+    TableSpec("S1j", "judgements", "judgements", _S1J),
+    TableSpec("S3c", "completions", "completions", _S3C),
+    TableSpec("S4c", "completions", "completions", _S4C),
+    TableSpec("S3j", "judgements", "judgements", _S3J),
+    TableSpec("S4j", "judgements", "judgements", _S4J),
+    TableSpec("S5j", "judgements", "judgements", _S5J),
+)
+S2_TABLES = {
+    "inference": frozenset(
+        {"input_hash", "input_text", "output_text", "producer_metadata_json", "pushed_by", "pushed_at", "run_id"}
+    ),
+    "inference_metadata": frozenset({"input_hash", "metadata_hash", "metadata_json", "observed_at", "run_id"}),
+}
+LANGCHAIN_COLUMNS = frozenset({"prompt", "llm", "idx", "response"})
+# Variants from S3 on carry a content hash; usage_json may have been added to any of them in place.
+USAGE_CAPABLE = frozenset({"S3c", "S4c", "S3j", "S4j", "S5j", "S6j"})
+_RENAMED_WITH_USAGE = {"S4c": "S7c", "S6j": "S7j"}
+
+_ELO = frozenset(
+    {"judge_completion", "instruction", "completion_A", "completion_B", "pref", "use_model_a_as_opponent",
+     "our_model_is_position_a", "opponent_model"}
+)  # fmt: skip
+DATAFRAME_SPECS: dict[str, tuple[Role, frozenset[str]]] = {
+    "DF-mt-bench": ("completions", frozenset({"instruction_index", "completion_turn_1", "completion_turn_2"})),
+    "DF-elo-judge": ("judgements", _ELO),
+    "DF-completions": ("completions", frozenset({"completion", "instruction_index"})),
+}
+_DATAFRAME_COLUMNS = frozenset().union(*(cols for _, cols in DATAFRAME_SPECS.values()))
+
+
+@dataclass(frozen=True, slots=True)
+class Detection:
+    """What one source file is; see the module docstring for the states."""
+
+    path: Path
+    state: State
+    detail: str  # what was found, or why it cannot be used
+    variant: str | None = None  # S0, S1c, ..., S7j, DF-completions, DF-mt-bench, DF-elo-judge, LangChain
+    role: Role | None = None  # None: S2 (role per row), LangChain, or not a variant
+    kind: str = "sqlite"  # sqlite | dataframe | metadata | other
+    table: str | None = None
+    columns: tuple[str, ...] = ()
+    has_usage: bool = False  # usage_json present (S3 onwards)
+    rows: int | None = None
+    metadata: LegacyMetadata | None = None
+    tree: LegacyTree | None = None
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def ok(self) -> bool:
+        return self.state is State.OK
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "path": str(self.path),
+            "state": self.state.value,
+            "variant": self.variant,
+            "role": self.role,
+            "kind": self.kind,
+            "rows": self.rows,
+            "detail": self.detail,
+            "metadata_form": None if self.metadata is None else self.metadata.form.value,
+            "task": None if self.tree is None else self.tree.task,
+            "notes": list(self.notes),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class DetectionResult:
+    detections: tuple[Detection, ...]
+    ignored_files: int  # files inside the given folders that are not candidates at all
+
+
+# ---------------------------------------------------------------- SQLite
+
+
+def _sqlite_variant(tables: dict[str, tuple[ColumnInfo, ...]]) -> tuple[State, str, TableSpec | None, str | None]:
+    """(state, detail, spec, variant) for a file's user tables."""
+    names = set(tables)
+    if VERSION_TABLE in names:
+        return State.JUDGESTORE, "already a judgestore database (nothing to import)", None, None
+    if set(S2_TABLES) <= names:
+        for table, expected in S2_TABLES.items():
+            found = {c.name for c in tables[table]}
+            if found != expected:
+                return State.INVALID, _column_mismatch(table, found, expected), None, None
+        return State.OK, "S2 inference cache (inference + inference_metadata)", None, "S2"
+    if "full_llm_cache" in names and {c.name for c in tables["full_llm_cache"]} >= LANGCHAIN_COLUMNS:
+        return State.OK, "LangChain SQLiteCache (full_llm_cache)", None, "LangChain"
+    ours = [t for t in ("annotations", "completions", "judgements") if t in names]
+    if not ours:
+        shown = ", ".join(sorted(names)[:6]) or "no tables"
+        return State.NOT_OURS, f"SQLite file of another tool ({shown})", None, None
+    if len(ours) > 1:
+        return State.INVALID, f"holds several legacy tables ({', '.join(ours)}); no legacy variant does", None, None
+    table = ours[0]
+    columns = {c.name for c in tables[table]}
+    has_usage = "usage_json" in columns
+    base = columns - {"usage_json"}
+    for spec in TABLE_SPECS:
+        if spec.table != table or not (spec.columns <= base <= spec.columns | spec.optional):
+            continue
+        variant = spec.variant
+        if variant == "S5j":
+            model_b = next(c for c in tables[table] if c.name == "model_b")
+            variant = "S5j" if model_b.notnull else "S6j"
+        if has_usage and variant not in USAGE_CAPABLE:
+            return State.INVALID, f"{variant} table with a usage_json column, which no variant has", None, None
+        name = _RENAMED_WITH_USAGE.get(variant, f"{variant}+usage_json") if has_usage else variant
+        return State.OK, f"{name} ({table}, {len(columns)} columns)", spec, name
+    closest = max((s for s in TABLE_SPECS if s.table == table), key=lambda s: len(s.columns & base))
+    return State.INVALID, _column_mismatch(table, base, closest.columns, closest.variant), None, None
+
+
+def _column_mismatch(table: str, found: set[str], expected: frozenset[str], variant: str | None = None) -> str:
+    missing, extra = sorted(expected - found), sorted(found - expected)
+    against = f" (closest: {variant})" if variant else ""
+    return f"table {table} matches no known variant{against}: missing columns {missing}, unexpected {extra}"
+
+
+def _detect_sqlite(path: Path) -> Detection:
+    try:
+        with open_sqlite_readonly(path) as conn:
+            tables = table_columns(conn)
+            state, detail, spec, variant = _sqlite_variant(tables)
+            table = spec.table if spec else ("inference" if variant == "S2" else None)
+            if variant == "LangChain":
+                table = "full_llm_cache"
+            rows = None
+            if state is State.OK and table is not None:
+                rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+    except (sqlite3.DatabaseError, OSError) as e:
+        return Detection(path, State.CORRUPT, f"damaged or unreadable SQLite file ({e})")
+    if state is not State.OK:
+        return Detection(path, state, detail)
+    assert variant is not None
+    columns = tuple(c.name for c in tables[table]) if table else ()
+    role = spec.role if spec else None
+    return Detection(
+        path, state, detail, variant, role, "sqlite", table, columns, "usage_json" in columns, rows,
+        *_metadata_beside(path),
+    )  # fmt: skip
+
+
+def _metadata_beside(path: Path) -> tuple[LegacyMetadata | None, LegacyTree | None]:
+    beside = path.parent / LEGACY_METADATA_FILE
+    metadata = read_legacy_metadata(beside) if beside.is_file() else None
+    return metadata, legacy_tree(path)
+
+
+# ---------------------------------------------------------------- DataFrames
+
+
+def _detect_dataframe(path: Path, named: bool) -> Detection | None:
+    try:
+        source = open_dataframe(path)
+    except DataFrameError as e:
+        return Detection(path, State.CORRUPT, f"{e}", kind="dataframe")
+    columns = set(source.columns)
+    for variant, (role, expected) in DATAFRAME_SPECS.items():
+        if expected <= columns:
+            detail = f"pass-level DataFrame cache ({source.fmt}, {variant})"
+            return Detection(path, State.OK, detail, variant, role, "dataframe", None, source.columns,
+                             rows=source.rows, tree=legacy_tree(path))  # fmt: skip
+    if columns & _DATAFRAME_COLUMNS:
+        # closest: most shared columns, then fewest missing
+        variant, (role, expected) = max(
+            DATAFRAME_SPECS.items(), key=lambda kv: (len(kv[1][1] & columns), -len(kv[1][1] - columns))
+        )
+        missing = sorted(expected - columns)
+        detail = f"{source.fmt} cache with missing columns {missing} (closest: {variant}; has {sorted(columns)})"
+        return Detection(path, State.INVALID, detail, None, role, "dataframe", None, source.columns)
+    if not named:
+        return None
+    return Detection(path, State.NOT_OURS, f"{source.fmt} file with none of the cache columns", kind="dataframe")
+
+
+# ---------------------------------------------------------------- walking
+
+
+def _candidates(source: Path) -> Iterator[tuple[Path, bool]]:
+    """(file, named explicitly) for every file under ``source``, sorted, sidecars left out."""
+    if source.is_dir():
+        for path in sorted(p for p in source.rglob("*") if p.is_file()):
+            if not path.name.endswith(_SIDECARS):
+                yield path, False
+    else:
+        yield source, True
+
+
+def detect_file(path: Path, *, named: bool = True) -> Detection | None:
+    """The detection of one file; None for an unnamed file that is not a candidate at all."""
+    if not path.exists():
+        return Detection(path, State.CORRUPT, "does not exist", kind="other")
+    kind = file_kind(path)
+    if kind == "sqlite":
+        return _detect_sqlite(path)
+    if kind in ("zip", "parquet", "csv"):
+        return _detect_dataframe(path, named)
+    if path.suffix in (".db", ".sqlite", ".sqlite3") or named:
+        what = "not an SQLite database (wrong header)" if path.suffix in (".db", ".sqlite", ".sqlite3") else None
+        if what is not None:
+            return Detection(path, State.CORRUPT, what, kind="other")
+        return Detection(path, State.NOT_OURS, "not a legacy cache (not SQLite, CSV, zip or parquet)", kind="other")
+    return None
+
+
+def detect(sources: Sequence[Path] | Iterable[Path]) -> DetectionResult:
+    """Detect every candidate under ``sources``; see the module docstring."""
+    detections: list[Detection] = []
+    ignored = 0
+    seen: set[Path] = set()
+    folders_with_data: set[Path] = set()
+    lone_metadata: list[Path] = []
+    for source in sources:
+        for path, named in _candidates(Path(source)):
+            resolved = path.resolve()
+            if resolved in seen:
+                continue
+            seen.add(resolved)
+            if path.name == LEGACY_METADATA_FILE:
+                lone_metadata.append(path)
+                continue
+            detection = detect_file(path, named=named)
+            if detection is None:
+                ignored += 1
+                continue
+            if detection.kind == "sqlite":
+                folders_with_data.add(path.parent.resolve())
+            detections.append(detection)
+    for path in lone_metadata:
+        if path.parent.resolve() in folders_with_data:
+            continue
+        metadata = read_legacy_metadata(path)
+        if metadata.form is MetadataForm.UNKNOWN:
+            ignored += 1
+            continue
+        if metadata.form is MetadataForm.JUDGESTORE:
+            detail = "a judgestore metadata.json (its database is missing; nothing to import)"
+            detections.append(Detection(path, State.JUDGESTORE, detail, kind="metadata", metadata=metadata))
+            continue
+        detail = f"{metadata.form.value} metadata.json with no database beside it (nothing to import)"
+        detections.append(Detection(path, State.OK, detail, kind="metadata", metadata=metadata, tree=legacy_tree(path)))
+    return DetectionResult(tuple(detections), ignored)

@@ -1,0 +1,145 @@
+"""What an import did, per source file: every row accounted for.
+
+Contract: for each source, ``rows`` (outputs read, or known to be there when
+the whole source was skipped or failed) equals ``imported + already_present
++ conflicts + sum(skipped) + sum(failed)``; :meth:`SourceReport.balanced`
+checks it. Reasons are short sentences; each keeps up to
+:data:`EXAMPLES_PER_REASON` row locators so a user can find the rows. A
+conflict is a row whose recomputed key is already taken (in the store, or by
+an earlier row of this import) by a *different* output: the row already
+there is kept and the conflict is listed, never merged.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+EXAMPLES_PER_REASON = 5
+CONFLICTS_LISTED = 50
+
+
+@dataclass
+class SourceReport:
+    """The outcome of one source file."""
+
+    path: Path
+    variant: str | None
+    state: str  # the detection state
+    rows: int = 0
+    imported: int = 0
+    already_present: int = 0
+    conflicts: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    failed: Counter[str] = field(default_factory=Counter)
+    examples: dict[str, list[str]] = field(default_factory=dict)
+    conflict_list: list[dict[str, Any]] = field(default_factory=list)
+    rekeyed: int = 0  # rows whose judgestore key differs from the legacy stored hash (S2, non-canonical inputs)
+    targets: list[str] = field(default_factory=list)  # descriptor folders written (relative to the store root)
+    assumptions: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    error: str | None = None  # why the whole source was skipped or failed
+    source_failed: bool = False  # the file itself is bad (its rows, if any are known, are counted in failed)
+
+    def skip(self, reason: str, locator: str | None = None, count: int = 1) -> None:
+        self.skipped[reason] += count
+        self._example(reason, locator)
+
+    def fail(self, reason: str, locator: str | None = None, count: int = 1) -> None:
+        self.failed[reason] += count
+        self._example(reason, locator)
+
+    def conflict(self, key: str, locator: str, kept: str, dropped: str) -> None:
+        self.conflicts += 1
+        if len(self.conflict_list) < CONFLICTS_LISTED:
+            self.conflict_list.append({"input_hash": key, "row": locator, "kept": kept, "not_imported": dropped})
+
+    def note(self, message: str) -> None:
+        if message not in self.notes:
+            self.notes.append(message)
+
+    def _example(self, reason: str, locator: str | None) -> None:
+        if locator is None:
+            return
+        shown = self.examples.setdefault(reason, [])
+        if len(shown) < EXAMPLES_PER_REASON:
+            shown.append(locator)
+
+    @property
+    def has_failures(self) -> bool:
+        return self.source_failed or any(self.failed.values())
+
+    @property
+    def status(self) -> str:
+        if self.has_failures:
+            return "failed" if not (self.imported or self.already_present) else "partial"
+        if self.imported or self.already_present or self.conflicts:
+            return "imported"
+        return "skipped"
+
+    def accounted(self) -> int:
+        """Rows with an outcome so far."""
+        outcomes = self.imported + self.already_present + self.conflicts
+        return outcomes + sum(self.skipped.values()) + sum(self.failed.values())
+
+    def balanced(self) -> bool:
+        return self.rows == self.accounted()
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "path": str(self.path),
+            "variant": self.variant,
+            "state": self.state,
+            "status": self.status,
+            "rows": self.rows,
+            "imported": self.imported,
+            "already_present": self.already_present,
+            "conflicts": self.conflicts,
+            "skipped": dict(self.skipped),
+            "failed": dict(self.failed),
+            "examples": self.examples,
+            "conflict_list": self.conflict_list,
+            "rekeyed": self.rekeyed,
+            "targets": self.targets,
+            "assumptions": self.assumptions,
+            "notes": self.notes,
+            "error": self.error,
+        }
+
+
+@dataclass
+class ImportReport:
+    """Every source's report, and the totals."""
+
+    store_root: Path
+    dry_run: bool
+    sources: list[SourceReport] = field(default_factory=list)
+    ignored_files: int = 0
+
+    def totals(self) -> dict[str, int]:
+        return {
+            "sources": len(self.sources),
+            "rows": sum(s.rows for s in self.sources),
+            "imported": sum(s.imported for s in self.sources),
+            "already_present": sum(s.already_present for s in self.sources),
+            "conflicts": sum(s.conflicts for s in self.sources),
+            "skipped": sum(sum(s.skipped.values()) for s in self.sources),
+            "failed": sum(sum(s.failed.values()) for s in self.sources),
+        }
+
+    @property
+    def ok(self) -> bool:
+        """False when anything failed (a file, or a row); skips and conflicts are reported, not failures."""
+        return not any(s.has_failures for s in self.sources)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "store_root": str(self.store_root),
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "totals": self.totals(),
+            "ignored_files": self.ignored_files,
+            "sources": [s.as_dict() for s in self.sources],
+        }

@@ -1,0 +1,113 @@
+"""`judgestore import` as a user types it: options, output, report file, exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import orjson
+import pytest
+import typer
+
+from inference.legacy_cli import register
+from store.descriptor import ModelDescriptor
+from store.layout import read_metadata, walk
+from tests.legacy import builders as b
+from tests.legacy.conftest import judgestore, stored_rows
+
+
+def test_register_adds_the_command_once() -> None:
+    app = typer.Typer()
+    register(app)
+    register(app)
+    assert [c.name for c in app.registered_commands] == ["import"]
+
+
+def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [
+        {
+            "benchmark": "mt-bench",
+            "instruction_id": str(i),
+            "model_a": "a",
+            "model_b": "b",
+            "judge": "gpt-4",
+            "judge_input": f"Compare answers to question {i} — ¿cuál?",
+            "judge_completion": f"[[{'AB'[i % 2]}]]",
+            "date": "2025-12-31T23:59:59",
+        }
+        for i in range(4)
+    ]
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    pd.DataFrame({"completion": ["Paris.", "Berlin."], "instruction_index": [0, 1]}).to_csv(
+        legacy / "cache" / "model-x.csv.zip", index=False
+    )
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text(
+        "\n".join(
+            json.dumps({"instruction_index": i, "messages": [{"role": "user", "content": q}]})
+            for i, q in enumerate(["Capital of France?", "Capital of Germany?"])
+        )
+    )
+    descriptor = ModelDescriptor(provider="vllm", model="gpt-4-judge", sampling={"temperature": 0.0})
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(descriptor.model_dump_json())
+    report_file = tmp_path / "report.json"
+    args = [
+        "import",
+        str(legacy),
+        "--store-root",
+        str(root),
+        "--descriptor",
+        str(descriptor_file),
+        "--task",
+        "mt-bench",
+        "--inputs",
+        str(inputs),
+        "--report",
+        str(report_file),
+    ]
+
+    dry = judgestore(*args[:-2], "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert orjson.loads(dry.stdout)["totals"]["imported"] == 6 and not root.exists()
+
+    result = judgestore(*args)
+    assert result.returncode == 0, result.stderr
+    assert "6 imported" in " ".join(result.stdout.split())
+    report = orjson.loads(report_file.read_bytes())
+    assert report["ok"] and report["totals"] == {
+        "sources": 2,
+        "rows": 6,
+        "imported": 6,
+        "already_present": 0,
+        "conflicts": 0,
+        "skipped": 0,
+        "failed": 0,
+    }
+    by_role = {loc.role: loc for loc in walk(root)}
+    assert set(by_role) == {"completions", "judgements"}
+    metadata = read_metadata(by_role["judgements"].folder(root))
+    assert metadata.descriptor == descriptor
+    assert any("given by the user" in a for a in metadata.assumptions)
+    assert any("imported as one user message" in a for a in metadata.assumptions)
+    judged = next(rows for folder, rows in stored_rows(root).items() if folder.startswith("judgements"))
+    assert sorted(r["completion"] for r in judged) == ["[[A]]", "[[A]]", "[[B]]", "[[B]]"]
+
+    again = judgestore(*args[:-2], "--json")
+    assert orjson.loads(again.stdout)["totals"]["already_present"] == 6
+
+
+def test_usage_errors_name_the_option(tmp_path: Path) -> None:
+    bad = tmp_path / "descriptor.json"
+    bad.write_text("[1, 2]")
+    result = judgestore("import", str(tmp_path), "--descriptor", str(bad))
+    assert result.returncode == 1 and "descriptor.json: a descriptor file holds a JSON object" in result.stderr
+    result = judgestore("import", str(tmp_path), "--assume-setting", "novalue", "--json")
+    assert result.returncode == 1
+    assert orjson.loads(result.stderr)["error"] == "--assume-setting expects KEY=VALUE, got 'novalue'"
+    inputs = tmp_path / "inputs.jsonl"
+    inputs.write_text('{"instruction_index": 1}\n')
+    result = judgestore("import", str(tmp_path), "--inputs", str(inputs))
+    assert result.returncode == 1 and "inputs.jsonl:1: give exactly one of messages, text, turns" in result.stderr

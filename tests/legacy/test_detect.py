@@ -1,0 +1,97 @@
+"""Detection by content: tables, columns, NOT NULL flags, metadata.json keys; never by a file's name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from store.descriptor import ModelDescriptor
+from store.legacy.detect import Detection, State, detect, detect_file
+from store.legacy.metadata import MetadataForm, read_legacy_metadata
+from store.settings import Settings
+from store.store import Store
+from tests.legacy import builders as b
+from tests.legacy.conftest import run_import
+
+
+def _one(path: Path) -> Detection:
+    detection = detect_file(path)
+    assert detection is not None
+    return detection
+
+
+def test_names_do_not_decide(tmp_path: Path) -> None:
+    s5 = b.create_db(tmp_path / "completions.db", b.S5J_DDL)
+    s6 = b.create_db(tmp_path / "whatever.sqlite", b.S6J_DDL)
+    s0 = b.create_db(tmp_path / "cache.bin", b.S0_DDL)
+    assert (_one(s5).variant, _one(s5).role) == ("S5j", "judgements")  # model_b NOT NULL
+    assert _one(s6).variant == "S6j"  # the same columns, model_b nullable
+    assert _one(s0).variant == "S0"
+    not_sqlite = tmp_path / "judgements.db"
+    not_sqlite.write_text("SQLite format 2, honestly")
+    assert (_one(not_sqlite).state, _one(not_sqlite).detail) == (State.CORRUPT, "not an SQLite database (wrong header)")
+
+
+def test_usage_json_added_in_place_is_a_flag_and_names_s7(tmp_path: Path) -> None:
+    altered = b.create_db(tmp_path / "a.db", b.S4C_DDL, alter=["ALTER TABLE completions ADD COLUMN usage_json TEXT"])
+    s5 = b.create_db(tmp_path / "b.db", b.S5J_DDL, alter=["ALTER TABLE judgements ADD COLUMN usage_json TEXT"])
+    s1 = b.create_db(tmp_path / "c.db", b.S1C_DDL, alter=["ALTER TABLE completions ADD COLUMN usage_json TEXT"])
+    assert (_one(altered).variant, _one(altered).has_usage) == ("S7c", True)
+    assert _one(s5).variant == "S5j+usage_json"
+    assert _one(s1).state is State.INVALID and "usage_json" in _one(s1).detail
+
+
+def test_unknown_foreign_and_judgestore_files(tmp_path: Path, store_root: Path) -> None:
+    extra = b.create_db(tmp_path / "x.db", b.S4C_DDL, alter=["ALTER TABLE completions ADD COLUMN score REAL"])
+    detection = _one(extra)
+    assert detection.state is State.INVALID
+    assert "closest: S4c" in detection.detail and "unexpected ['score']" in detection.detail
+    foreign = b.create_db(tmp_path / "optuna.db", "CREATE TABLE studies (id INTEGER PRIMARY KEY)", table="studies")
+    assert _one(foreign).state is State.NOT_OURS
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="m")).count()
+    found = detect([store_root]).detections
+    assert {d.state for d in found} == {State.JUDGESTORE}
+    assert run_import([store_root], store_root.parent / "other").sources[0].status == "skipped"
+
+
+def test_legacy_metadata_forms(tmp_path: Path) -> None:
+    forms = {
+        "s3.json": (b.s3_metadata("m", {"max_tokens": 8}), MetadataForm.S3),
+        "s2.json": ({"descriptor_schema_version": "judgearena-inference-descriptor/v1", "model_spec": "VLLM/m",
+                     "model": "m"}, MetadataForm.S2),
+        "s1.json": ({"model": "m", "arena": "mt-bench", "languages": ["en", "fr"], "n_instructions": 80,
+                     "pushed_by": "u", "pushed_at": "2026-01-01"}, MetadataForm.S1),
+        "other.json": ({"hello": "world"}, MetadataForm.UNKNOWN),
+    }  # fmt: skip
+    for name, (doc, form) in forms.items():
+        (tmp_path / name).write_text(json.dumps(doc))
+        metadata = read_legacy_metadata(tmp_path / name)
+        assert metadata.form is form, name
+        assert (metadata.problem is None) == (form is not MetadataForm.UNKNOWN)
+    (tmp_path / "broken.json").write_text("{not json")
+    assert "not valid JSON" in str(read_legacy_metadata(tmp_path / "broken.json").problem)
+
+
+def test_s1_files_beside_their_metadata_need_a_descriptor(legacy_root: Path, store_root: Path) -> None:
+    folder = legacy_root / "results" / "mt-bench_model-x"
+    folder.mkdir(parents=True)
+    (folder / "metadata.json").write_text(json.dumps({"model": "model-x", "arena": "mt-bench"}))
+    b.create_db(folder / "judgements.db", b.S1J_DDL, [
+        {"instruction_index": 0, "model_A": "a", "model_B": "b", "judge_input": "p", "judge_output": "[[A]]"}
+    ])  # fmt: skip
+    (detection,) = detect([legacy_root]).detections
+    assert detection.metadata is not None and detection.metadata.form is MetadataForm.S1
+    from inference.legacy import LegacyDescriptorMapper
+
+    report = run_import([legacy_root], store_root, LegacyDescriptorMapper(detections=[detection]), task="t")
+    assert report.sources[0].skipped == {"S1j records no descriptor; import it with --descriptor FILE": 1}
+
+
+def test_a_lone_metadata_json_is_reported_not_imported(legacy_root: Path, store_root: Path) -> None:
+    folder = b.legacy_folder(legacy_root, "completions", "t", "VLLM", "m", b.s3_metadata("m", {}))
+    (found,) = detect([legacy_root]).detections
+    assert (found.kind, found.path) == ("metadata", folder / "metadata.json")
+    assert "no database beside it" in found.detail
+    report = run_import([legacy_root], store_root)
+    assert report.sources[0].status == "skipped" and report.ok

@@ -1,0 +1,312 @@
+"""Imports are safe to repeat, to interrupt and to dry-run; bad sources are reported and the rest goes on."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+from contextlib import closing
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from store.descriptor import input_hash
+from store.records import CompletionRecord
+from store.settings import Settings
+from store.store import Store
+from tests.legacy import builders as b
+from tests.legacy.conftest import CHAT, REPO_ROOT, all_rows, checksum, judgestore, run_import
+
+
+def _s4c(root: Path, task: str, n: int, *, offset: int = 0, completion: str = "answer {i}", **kw: Any) -> Path:
+    rows = []
+    for i in range(offset, offset + n):
+        text = b.rendered_messages([{"role": "user", "content": f"question {i}: {b.AWKWARD_TEXTS[i % 7]}"}])
+        rows.append(
+            {
+                "input_hash": b.sha(text),
+                "input_text": text,
+                "completion": completion.format(i=i),
+                "benchmark": task,
+                "instruction_id": str(i),
+                "model": "m",
+                "pushed_by": "u",
+                "pushed_at": "2026-01-01T00:00:00",
+                "run_id": "r",
+            }
+        )
+    folder = b.legacy_folder(root, "completions", task, "VLLM", "m", b.s3_metadata("m", {"max_tokens": 8}))
+    return b.create_db(folder / "completions.db", b.S4C_DDL, rows, **kw)
+
+
+def _s6j(root: Path, n: int) -> Path:
+    rows = []
+    for i in range(n):
+        text = b.rendered_messages([{"role": "user", "content": f"judge {i} ¿?"}])
+        rows.append(
+            {
+                "input_hash": b.sha(text),
+                "judge_input": text,
+                "judge_completion": f"[[A]] {i}",
+                "benchmark": "t",
+                "instruction_id": str(i),
+                "model_a": "a",
+                "model_b": None if i % 2 else "b",
+                "judge": "j",
+                "top_logprobs": '{"A":-0.5}',
+                "orientation": "single" if i % 2 else "forward",
+                "pushed_by": "u",
+                "pushed_at": "2026-01-01T00:00:00",
+                "run_id": "r",
+            }
+        )
+    folder = b.legacy_folder(root, "judgements", "t", "VLLM", "j", b.s3_metadata("j", {"max_tokens": 8}))
+    return b.create_db(folder / "judgements.db", b.S6J_DDL, rows)
+
+
+def _s0(root: Path, n: int) -> Path:
+    rows = [
+        {
+            "benchmark": "b",
+            "instruction_id": str(i),
+            "model_a": "a",
+            "model_b": "b",
+            "judge": "j",
+            "judge_input": f"p{i}",
+            "judge_completion": f"c{i}",
+            "date": "",
+        }
+        for i in range(n)
+    ]
+    return b.create_db(root / "cache" / "db" / "b" / "j.db", b.S0_DDL, rows)
+
+
+def test_a_dry_run_changes_nothing_on_disk_and_counts_what_a_real_run_does(legacy_root: Path, store_root: Path) -> None:
+    _s4c(legacy_root, "t", 30, leave_wal=True)  # a pending -wal must not be touched either
+    _s6j(legacy_root, 10)
+    _s0(legacy_root, 5)
+    run_import([legacy_root / "judgements"], store_root)  # the store already holds the S6j rows
+    before = b.file_digests(legacy_root, store_root)
+    dry = run_import([legacy_root], store_root, task="b", dry_run=True)
+    assert b.file_digests(legacy_root, store_root) == before
+    real = run_import([legacy_root], store_root, task="b")
+    assert dry.totals() == real.totals()
+    assert real.totals()["imported"] == 35 and real.totals()["already_present"] == 10
+
+
+def test_a_dry_run_into_a_new_store_creates_nothing(legacy_root: Path, store_root: Path) -> None:
+    _s4c(legacy_root, "t", 5)
+    result = judgestore(
+        "import", str(legacy_root), "--store-root", str(store_root), "--dry-run", "--assume-current-model", "m"
+    )
+    assert not store_root.exists()
+    assert result.returncode == 0
+
+
+def test_a_second_import_imports_nothing_new(legacy_root: Path, store_root: Path) -> None:
+    _s4c(legacy_root, "t", 25)
+    _s6j(legacy_root, 12)
+    first = run_import([legacy_root], store_root)
+    rows = all_rows(store_root)
+    second = run_import([legacy_root], store_root)
+    assert first.totals()["imported"] == 37
+    assert second.totals()["imported"] == 0 and second.totals()["already_present"] == 37
+    assert checksum(all_rows(store_root)) == checksum(rows)
+
+
+KILLED_IMPORT = """
+import os, signal, sys
+from pathlib import Path
+from store.legacy.detect import detect
+from store.legacy.importer import ImportOptions, import_sources
+from store.store import Store
+from tests.legacy.conftest import fixed
+
+legacy, root, kill_after = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+
+def progress(event):
+    if event.rows_done >= kill_after:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+with Store(root=root) as store:
+    import_sources(detect([legacy]).detections, store, fixed(), ImportOptions(chunk_size=10), on_progress=progress)
+"""
+
+
+def test_a_killed_import_leaves_a_consistent_store_and_a_rerun_completes_it(
+    legacy_root: Path, store_root: Path
+) -> None:
+    _s4c(legacy_root, "t", 95)
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    child = subprocess.run(
+        [sys.executable, "-c", KILLED_IMPORT, str(legacy_root), str(store_root), "40"],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    partial = len(all_rows(store_root))
+    assert partial == 40  # whole chunks only
+    verify = subprocess.run(
+        [sys.executable, "-m", "store", "verify", "--store-root", str(store_root)],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    rerun = run_import([legacy_root], store_root, chunk_size=10)
+    assert (rerun.totals()["imported"], rerun.totals()["already_present"]) == (95 - partial, partial)
+    assert len(all_rows(store_root)) == 95
+
+
+def test_rows_already_in_the_store_win_and_differences_are_conflicts(legacy_root: Path, store_root: Path) -> None:
+    _s4c(legacy_root, "t", 6)
+    local = []
+    for i, completion in ((0, "answer 0"), (1, "a fresher local answer")):
+        text = b.rendered_messages([{"role": "user", "content": f"question {i}: {b.AWKWARD_TEXTS[i]}"}])
+        local.append(
+            CompletionRecord(
+                input_hash=input_hash(text),
+                input_text=text,
+                completion=completion,
+                created_at=datetime(2026, 5, 1, tzinfo=UTC),
+                run_id="live",
+            )
+        )
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", CHAT).put_many(local)
+    report = run_import([legacy_root], store_root)
+    source = report.sources[0]
+    assert (source.imported, source.already_present, source.conflicts) == (4, 1, 1)
+    (conflict,) = source.conflict_list
+    assert "fresher local" in conflict["kept"] and "answer 1" in conflict["not_imported"]
+    stored = {r["input_hash"]: r for r in all_rows(store_root)}
+    assert stored[local[1].input_hash]["completion"] == "a fresher local answer"
+    assert stored[local[1].input_hash]["run_id"] == "live"
+
+
+def test_two_legacy_rows_with_one_key_and_two_outputs_are_a_conflict_not_a_merge(
+    tmp_path: Path, store_root: Path
+) -> None:
+    first = _s4c(tmp_path / "alice", "t", 4)
+    second = _s4c(tmp_path / "bob", "t", 4, offset=2, completion="bob's answer {i}")
+    report = run_import([first, second], store_root)
+    assert [s.imported for s in report.sources] == [4, 2]
+    assert report.sources[1].conflicts == 2 and report.ok
+    assert {c["row"].split(" (")[0] for c in report.sources[1].conflict_list} == {"row 1", "row 2"}
+    assert not any(
+        r["completion"].startswith("bob's") and r["instruction_id"] in ("2", "3") for r in all_rows(store_root)
+    )
+
+
+def test_bad_sources_are_reported_and_the_rest_is_imported(legacy_root: Path, store_root: Path, tmp_path: Path) -> None:
+    pd = pytest.importorskip("pandas")
+    good = _s4c(legacy_root, "good", 5)
+    # 1. not SQLite at all, though named like a cache
+    (legacy_root / "broken").mkdir()
+    (legacy_root / "broken" / "judgements.db").write_bytes(b"this is not a database" * 100)
+    # 2. SQLite, truncated mid-file
+    truncated = _s4c(tmp_path / "t2", "trunc", 400)
+    data = truncated.read_bytes()
+    (legacy_root / "broken" / "truncated.db").write_bytes(data[: len(data) // 2])
+    # 3. a metadata.json edited after its folder was named
+    edited = _s4c(legacy_root, "edited", 3)
+    metadata_path = edited.parent / "metadata.json"
+    doc = orjson.loads(metadata_path.read_bytes())
+    doc["model_kwargs"]["max_tokens"] = 4096
+    metadata_path.write_bytes(orjson.dumps(doc))
+    # 4. rows whose stored hash does not match their input
+    tampered = _s4c(legacy_root, "tampered", 4)
+    with closing(sqlite3.connect(tampered)) as conn:
+        conn.execute("UPDATE completions SET input_text = replace(input_text, 'question 1', 'question one')")
+        conn.commit()
+    # 5. a CSV cache with a missing column
+    cache = legacy_root / "cache"
+    cache.mkdir()
+    pd.DataFrame({"instruction_index": [0, 1], "answer": ["x", "y"]}).to_csv(cache / "m.csv.zip", index=False)
+
+    report = run_import([legacy_root], store_root, task="pass")
+    by_name = {s.path.relative_to(legacy_root).parts[0] + "/" + s.path.name: s for s in report.sources}
+    assert not report.ok
+    assert by_name["completions/completions.db"].status != "failed"
+    reasons = {name: (s.status, s.error or "; ".join(s.failed)) for name, s in by_name.items()}
+    assert reasons["broken/judgements.db"] == ("failed", "not an SQLite database (wrong header)")
+    assert reasons["broken/truncated.db"][0] == "failed" and "damaged" in reasons["broken/truncated.db"][1]
+    assert (
+        reasons["cache/m.csv.zip"][0] == "failed" and "missing columns ['completion']" in reasons["cache/m.csv.zip"][1]
+    )
+    sources = {s.path: s for s in report.sources}
+    assert sources[good].imported == 5
+    assert sources[edited].status == "failed" and "edited or the folder renamed" in str(sources[edited].error)
+    assert sources[edited].failed and sum(sources[edited].failed.values()) == 3
+    assert (sources[tampered].imported, dict(sources[tampered].failed)) == (
+        3,
+        {"stored input_hash does not match its input (the row was edited or damaged)": 1},
+    )
+    assert sources[tampered].examples[next(iter(sources[tampered].failed))][0].startswith("row 2 (input_hash ")
+
+    result = judgestore(
+        "import",
+        str(legacy_root),
+        "--store-root",
+        str(tmp_path / "cli-store"),
+        "--task",
+        "pass",
+        "--assume-current-model",
+        "m",
+        "--report",
+        str(tmp_path / "report.json"),
+    )
+    assert result.returncode == 1
+    assert "not an SQLite database" in result.stderr and "does not match its input" in result.stderr
+    written = orjson.loads((tmp_path / "report.json").read_bytes())
+    assert written["ok"] is False and written["totals"]["failed"] >= 4
+
+
+def test_detect_prints_what_was_found(legacy_root: Path) -> None:
+    _s4c(legacy_root, "t", 3)
+    _s6j(legacy_root, 2)
+    _s0(legacy_root, 2)
+    b.create_db(legacy_root / "elsewhere" / "judgements.db", b.S3C_DDL, [])  # a misleading name
+    (legacy_root / "notes.txt").write_text("not a cache")
+    result = judgestore("import", "--detect", str(legacy_root), "--json")
+    assert result.returncode == 0, result.stderr
+
+    def shown(path: str) -> str:  # the descriptor-hash folder as HASH
+        parts = list(Path(path).relative_to(legacy_root).parts)
+        return "/".join("HASH" if len(parts) == 6 and i == 4 else p for i, p in enumerate(parts))
+
+    found = {shown(d["path"]): (d["variant"], d["role"], d["rows"]) for d in orjson.loads(result.stdout)["sources"]}
+    assert found == {
+        "cache/db/b/j.db": ("S0", "judgements", 2),
+        "completions/t/VLLM/m/HASH/completions.db": ("S4c", "completions", 3),
+        "elsewhere/judgements.db": ("S3c", "completions", 0),  # by content, not by name
+        "judgements/t/VLLM/j/HASH/judgements.db": ("S6j", "judgements", 2),
+    }
+    table = judgestore("import", "--detect", str(legacy_root))
+    assert "S4c" in table.stdout and "S6j" in table.stdout and "1 other files ignored" in table.stdout
+
+
+def test_a_damaged_destination_database_fails_its_source_and_the_import_goes_on(
+    tmp_path: Path, store_root: Path
+) -> None:
+    first = _s4c(tmp_path / "one", "broken-target", 5)
+    second = _s6j(tmp_path / "two", 4)
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "broken-target", CHAT)
+        path = database.path
+    path.write_bytes(b"garbage where a database was" * 200)
+    report = run_import([first, second], store_root)
+    broken, fine = report.sources
+    assert broken.status == "failed" and "not an SQLite database" in str(broken.error)
+    assert sum(broken.failed.values()) == 5
+    assert fine.imported == 4 and not report.ok
