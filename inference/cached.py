@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Literal, get_args
+from typing import Any, Literal, get_args
 
 import orjson
 
@@ -283,7 +283,7 @@ class CachedModel:
         return results
 
     def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
-        common = {
+        common: dict[str, Any] = {
             "input_hash": inp.key,
             "sample_index": inp.sample_index,
             "input_text": inp.rendered,
@@ -304,8 +304,8 @@ class CachedModel:
                 judge=request.judge or self.label,
                 orientation=request.orientation,
                 **common,
-            )  # type: ignore[arg-type]
-        return CompletionRecord(model=request.model or self.label, **common)  # type: ignore[arg-type]
+            )
+        return CompletionRecord(model=request.model or self.label, **common)
 
 
 def _sample_of(record: Record) -> Sample:

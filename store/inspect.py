@@ -54,10 +54,9 @@ from store.layout import (
     ROLES,
     Location,
     Role,
-    StoredMetadata,
     check_role,
     decode_segment,
-    read_metadata,
+    read_location_metadata,
     walk,
 )
 from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields
@@ -157,28 +156,6 @@ def parse_timestamp(value: str) -> datetime:
             f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-01-31 or 2026-01-31T12:00:00+02:00)"
         ) from e
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
-
-
-def check_metadata(root: Path, location: Location) -> StoredMetadata:
-    """Read a folder's metadata.json and check it against the whole location, not only the hash.
-
-    :func:`store.layout.read_metadata` checks that the folder is named after
-    the descriptor's hash; this also checks that the folder lies under the
-    role, task, provider and model the file records (a folder moved by hand
-    keeps its hash but not its meaning).
-    """
-    folder = location.folder(root)
-    metadata = read_metadata(folder)
-    recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
-    actual = (location.role, location.task, location.provider, location.model)
-    if recorded != actual:
-        raise MetadataMismatchError(
-            folder / METADATA_FILE,
-            f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
-            f"{'/'.join(actual)}; the folder was moved. Move it back under {'/'.join(recorded)} "
-            "(percent-encoded), or delete it",
-        )
-    return metadata
 
 
 # ---------------------------------------------------------------- listing
@@ -298,7 +275,7 @@ def inspect_database(
         state, error = _file_state(e), str(e)
     if state not in (DatabaseState.NOT_A_DATABASE, DatabaseState.CORRUPT, DatabaseState.UNREADABLE):
         try:
-            check_metadata(root, location)
+            read_location_metadata(root, location)
         except MetadataMissingError as e:
             state, error = DatabaseState.METADATA_MISSING, str(e)
         except MetadataMismatchError as e:
@@ -537,7 +514,7 @@ def verify_database(
     path = location.db_path(root)
     problems: list[Problem] = []
     try:
-        check_metadata(root, location)
+        read_location_metadata(root, location)
     except (MetadataMissingError, MetadataMismatchError) as e:
         problems.append(Problem(e.path, ProblemKind.METADATA, str(e)))
     except OSError as e:

@@ -168,6 +168,28 @@ def read_metadata(folder: Path) -> StoredMetadata:
     return StoredMetadata(role, task, descriptor, actual, tuple(doc.get("assumptions", ())))
 
 
+def read_location_metadata(root: Path, location: Location) -> StoredMetadata:
+    """Read a descriptor folder's metadata.json and check it against the whole location.
+
+    :func:`read_metadata` checks that the folder is named after the
+    descriptor's hash; this also checks that the folder lies under the role,
+    task, provider and model the file records (a folder moved by hand keeps
+    its hash but not its meaning).
+    """
+    folder = location.folder(root)
+    metadata = read_metadata(folder)
+    recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
+    actual = (location.role, location.task, location.provider, location.model)
+    if recorded != actual:
+        raise MetadataMismatchError(
+            folder / METADATA_FILE,
+            f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
+            f"{'/'.join(actual)}; the folder was moved. Move it back under {'/'.join(recorded)} "
+            "(percent-encoded), or delete it",
+        )
+    return metadata
+
+
 def walk(root: Path) -> Iterator[Location]:
     """Every descriptor database under ``root``, in sorted order.
 

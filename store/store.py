@@ -42,15 +42,14 @@ from store.errors import (
     DatabaseBusyError,
     DatabaseError,
     DatabaseMissingError,
-    MetadataMismatchError,
     NotADatabaseError,
     UpgradeFailedError,
 )
 from store.layout import (
-    METADATA_FILE,
     Location,
     StoredMetadata,
     metadata_bytes,
+    read_location_metadata,
     read_metadata,
     walk,
     write_metadata,
@@ -255,7 +254,7 @@ class Store:
             return cached
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
-        self._check_location(location, read_metadata(path.parent))
+        read_location_metadata(self.root, location)
         from store.engine import create_sqlite_engine
 
         engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
@@ -269,17 +268,6 @@ class Store:
         while len(self._open) > self.settings.max_open_databases:
             self._open.popitem(last=False)[1].close()
         return database
-
-    def _check_location(self, location: Location, metadata: StoredMetadata) -> None:
-        """The folder's place in the tree must match what its metadata.json records, not only its hash."""
-        recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
-        actual = (location.role, location.task, location.provider, location.model)
-        if recorded != actual:
-            raise MetadataMismatchError(
-                location.folder(self.root) / METADATA_FILE,
-                f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
-                f"{'/'.join(actual)}; the folder was moved. Move it back (percent-encoded), or delete it",
-            )
 
     def _cached(self, path: Path) -> Database | None:
         database = self._open.get(path)

@@ -16,7 +16,6 @@ from store.inspect import (
     DatabaseState,
     ProblemKind,
     Selector,
-    check_metadata,
     delete_rows,
     inspect_database,
     parse_timestamp,
@@ -29,7 +28,7 @@ from store.inspect import (
     upgrade_store,
     verify_database,
 )
-from store.layout import Location
+from store.layout import Location, read_location_metadata
 from store.records import RowFilter
 from store.schema import UpgradeOutcome, read_script_directory
 from store.settings import Settings
@@ -196,7 +195,7 @@ def test_a_moved_folder_does_not_match_its_metadata(filled: Path, settings: Sett
     moved.folder(filled).parent.mkdir(parents=True)
     qwen.folder(filled).rename(moved.folder(filled))
     with pytest.raises(Exception, match="the folder was moved"):
-        check_metadata(filled, moved)
+        read_location_metadata(filled, moved)
     assert inspect_database(filled, moved, settings).state is DatabaseState.METADATA_MISMATCH
 
 
