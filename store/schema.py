@@ -91,11 +91,16 @@ def migrations_dir() -> Path:
     return Path(str(files("migrations")))
 
 
-def read_script_directory(location: Path | None = None) -> ScriptDirectory:
-    """Read the revision scripts (imports Alembic). Cached callers: :func:`script_directory`."""
+def read_script_directory(*extra_versions: Path) -> ScriptDirectory:
+    """Read the shipped revision scripts, plus those in ``extra_versions`` folders (imports Alembic).
+
+    The extra folders hold revisions that build on the shipped ones (the
+    tests' synthetic revisions). Cached callers: :func:`script_directory`.
+    """
     from alembic.script import ScriptDirectory
 
-    return ScriptDirectory(str(location or migrations_dir()))
+    locations = [migrations_dir() / "versions", *extra_versions]
+    return ScriptDirectory(str(migrations_dir()), version_locations=[str(p) for p in locations])
 
 
 @functools.cache

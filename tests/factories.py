@@ -67,7 +67,7 @@ def judgement_record(
 
 # ---------------------------------------------------------------- files and databases
 
-SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # 0001 + a synthetic 0002
+SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # a synthetic 0002 on top of the shipped 0001
 
 
 def file_digests(*folders: Path) -> dict[str, str]:

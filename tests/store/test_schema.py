@@ -381,12 +381,9 @@ FAILURES = {
 
 def failing_script(tmp_path: Path, kind: str) -> Any:
     folder = tmp_path / f"failing-{kind}"
-    (folder / "versions").mkdir(parents=True)
-    shutil.copyfile(
-        SYNTHETIC_REVISIONS / "versions" / "0001_initial_schema.py", folder / "versions" / "0001_initial.py"
-    )
+    folder.mkdir()
     how, body, _ = FAILURES[kind]
-    (folder / "versions" / "0002_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body))
+    (folder / "0002_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body))
     return read_script_directory(folder)
 
 
