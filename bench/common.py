@@ -1,0 +1,293 @@
+"""Helpers shared by the benchmarks: deterministic rows, interleaved timing, tables.
+
+Contract:
+
+* :func:`completion_records` gives the same rows for the same seed, shaped as
+  PERF_NOTES.md describes real traffic: rendered prompt 2-8 KB, completion
+  1-4 KB, an OpenAI-style ``top_logprobs`` object of about 1 KB in half the
+  rows (nested small dicts, which is what makes decoding GC-heavy), ``usage``
+  in every row. Input hashes really are the hashes of the rendered inputs.
+* :func:`measure` runs the variants of one case interleaved call by call (A B,
+  B A, ...), each sample preceded by untimed ``setup`` and a full
+  ``gc.collect()`` and followed by untimed ``teardown``; every call ends with
+  a timed ``gc.collect(0)`` (what pausing the GC deferred is charged to whoever
+  paused it). It keeps every sample, wall clock and process CPU time, per call.
+* :func:`print_table` / :func:`environment` / :func:`write_json` print and save
+  results; ratios are always taken between variants measured in the same run.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import platform
+import random
+import sqlite3
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.descriptor import input_hash, render_messages
+from store.records import CompletionRecord
+
+# ---------------------------------------------------------------- deterministic content
+
+_SYLLABLES = ("ka", "lo", "mi", "ne", "ru", "sta", "ter", "vin", "or", "el", "qua", "dis", "pen", "tro", "ax")
+_NON_ASCII = ("¿qué", "naïve", "Größe", "façade", "日本語", "データ", "🙂", "→", "ε", "Ω")
+
+
+class TextPool:
+    """A long deterministic pseudo-text; rows take slices of it at random offsets.
+
+    About 1 word in 200 is non-ASCII (accents, CJK, an emoji), so most rows of
+    a few KB hold some, as real prompts and completions do.
+    """
+
+    def __init__(self, seed: int, size: int = 1 << 21) -> None:
+        rng = random.Random(seed)
+        vocab = ["".join(rng.choices(_SYLLABLES, k=rng.randint(1, 4))) for _ in range(3000)]
+        words: list[str] = []
+        length = 0
+        while length < size:
+            word = rng.choice(_NON_ASCII) if rng.random() < 0.005 else rng.choice(vocab)
+            if rng.random() < 0.08:
+                word += "." if rng.random() < 0.7 else ",\n"
+            words.append(word)
+            length += len(word) + 1
+        self.text = " ".join(words)
+
+    def take(self, rng: random.Random, length: int) -> str:
+        start = rng.randrange(0, len(self.text) - length)
+        return self.text[start : start + length]
+
+
+def _top_logprobs(rng: random.Random, pool: TextPool, positions: int = 5) -> dict[str, Any]:
+    """OpenAI-shaped logprobs, about 1 KB of JSON."""
+    content = []
+    for _ in range(positions):
+        alternatives = [
+            {"token": pool.take(rng, rng.randint(1, 6)), "logprob": round(-rng.expovariate(1.0), 6)} for _ in range(5)
+        ]
+        chosen = alternatives[0]
+        content.append({"token": chosen["token"], "logprob": chosen["logprob"], "top_logprobs": alternatives})
+    return {"content": content}
+
+
+def completion_records(
+    n: int, *, seed: int = 1, start: int = 0, model: str = "bench/model-1", benchmark_names: Sequence[str] = ()
+) -> list[CompletionRecord]:
+    """``n`` distinct completion rows (row ``i`` is the same for a given seed, whatever ``n``).
+
+    Each row is ~9 KB on average: rendered prompt 2-8 KB, completion 1-4 KB,
+    ``top_logprobs`` (~1 KB JSON) in odd rows, ``usage`` in every row.
+    """
+    pool = _pool(seed)
+    benchmarks = tuple(benchmark_names) or ("mt-bench", "arena-hard", "alpaca-eval", "ifeval")
+    base = datetime(2026, 1, 1, tzinfo=UTC)
+    records = []
+    for i in range(start, start + n):
+        rng = random.Random(seed * 1_000_003 + i)
+        system = pool.take(rng, rng.randint(40, 200))
+        prompt_len = rng.randint(2000, 8000) - len(system) - 60
+        messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": f"#{i} " + pool.take(rng, max(prompt_len, 100))},
+        ]
+        rendered = render_messages(messages)
+        completion = pool.take(rng, rng.randint(1000, 4000))
+        prompt_tokens, completion_tokens = len(rendered) // 4, len(completion) // 4
+        records.append(
+            CompletionRecord(
+                input_hash=input_hash(rendered),
+                input_text=rendered,
+                completion=completion,
+                benchmark=benchmarks[i % len(benchmarks)],
+                instruction_id=str(i),
+                model=model,
+                finish_reason="stop" if rng.random() < 0.9 else "length",
+                usage={
+                    "prompt_tokens": prompt_tokens,
+                    "completion_tokens": completion_tokens,
+                    "total_tokens": prompt_tokens + completion_tokens,
+                },
+                top_logprobs=_top_logprobs(rng, pool) if i % 2 else None,
+                run_id="bench-run",
+                created_by="bench",
+                created_at=base + timedelta(seconds=i, microseconds=rng.randrange(1_000_000)),
+            )
+        )
+    return records
+
+
+_POOLS: dict[int, TextPool] = {}
+
+
+def _pool(seed: int) -> TextPool:
+    if seed not in _POOLS:
+        _POOLS[seed] = TextPool(seed)
+    return _POOLS[seed]
+
+
+def miss_hashes(n: int, *, salt: str = "miss") -> list[str]:
+    """``n`` well-formed input hashes that no generated row has."""
+    return [input_hash(f"{salt}-{i}") for i in range(n)]
+
+
+def mean_row_bytes(records: Sequence[CompletionRecord]) -> float:
+    """Average stored size of a row's text and JSON columns, in bytes."""
+    total = 0
+    for r in records:
+        total += len(r.input_text.encode()) + len(r.completion.encode())
+        for value in (r.usage, r.top_logprobs):
+            if value is not None:
+                total += len(orjson.dumps(value))
+    return total / max(len(records), 1)
+
+
+# ---------------------------------------------------------------- timing
+
+
+@dataclass
+class Variant:
+    """One way of doing a case's work: ``run(setup())`` is timed, nothing else is."""
+
+    name: str
+    run: Callable[[Any], Any]
+    setup: Callable[[], Any] = lambda: None
+    teardown: Callable[[Any, Any], None] = lambda _state, _result: None
+
+
+@dataclass
+class Timing:
+    """Seconds per call of one variant: wall clock (the figure) and process CPU time (less sensitive to load)."""
+
+    name: str
+    times: list[float] = field(default_factory=list)
+    cpu_times: list[float] = field(default_factory=list)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu_times)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "median_s": self.median,
+            "cpu_median_s": self.cpu_median,
+            "times_s": self.times,
+            "cpu_times_s": self.cpu_times,
+        }
+
+
+def _call(variant: Variant, state: Any) -> tuple[float, float, Any]:
+    """One timed call, wall and CPU seconds.
+
+    The call ends with ``gc.collect(0)``: code that pauses the cyclic GC leaves
+    its young objects to the next collection, and that work belongs to the
+    variant that deferred it, not to whoever allocates next.
+    """
+    w0, c0 = time.perf_counter(), time.process_time()
+    result = variant.run(state)
+    gc.collect(0)
+    return time.perf_counter() - w0, time.process_time() - c0, result
+
+
+def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]]:
+    """One sample of every variant: ``inner`` calls each, interleaved call by call (A B, B A, ...).
+
+    Interleaving single calls, not whole samples, puts the same background load
+    on every variant, which matters on a small shared machine.
+    """
+    states = [v.setup() for v in variants]
+    gc.collect()
+    totals = [[0.0, 0.0] for _ in variants]
+    results: list[Any] = [None] * len(variants)
+    for k in range(inner):
+        order = range(len(variants)) if k % 2 == 0 else reversed(range(len(variants)))
+        for i in order:
+            wall, cpu, results[i] = _call(variants[i], states[i])
+            totals[i][0] += wall
+            totals[i][1] += cpu
+    for v, state, result in zip(variants, states, results, strict=True):
+        v.teardown(state, result)
+    return [(wall / inner, cpu / inner) for wall, cpu in totals]
+
+
+def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: bool = True) -> dict[str, Timing]:
+    """Time each variant in ``reps`` samples of ``inner`` calls (seconds per call), interleaved.
+
+    Within a sample the calls alternate between variants; across samples the
+    order of the variants alternates too. With ``inner == 1`` and a ``setup``,
+    each call gets a fresh state (e.g. an empty database).
+    """
+    timings = {v.name: Timing(v.name) for v in variants}
+    if warmup:
+        _sample(variants, 1)
+    for rep in range(reps):
+        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+        for v, (wall, cpu) in zip(order, _sample(order, inner), strict=True):
+            timings[v.name].times.append(wall)
+            timings[v.name].cpu_times.append(cpu)
+    return timings
+
+
+# ---------------------------------------------------------------- reporting
+
+
+def environment() -> dict[str, Any]:
+    """Versions and machine facts worth printing beside any figure."""
+    import sqlalchemy
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 0
+    return {
+        "python": platform.python_version(),
+        "sqlite": sqlite3.sqlite_version,
+        "sqlalchemy": sqlalchemy.__version__,
+        "orjson": orjson.__version__,
+        "platform": platform.platform(),
+        "cpus": cpus,
+        "argv": sys.argv[1:],
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+def format_seconds(seconds: float) -> str:
+    if seconds >= 1:
+        return f"{seconds:.2f} s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.1f} ms"
+    return f"{seconds * 1e6:.0f} us"
+
+
+def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> None:
+    """Plain aligned text (columns in ``right`` are right-aligned)."""
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(
+            str(c).rjust(w) if i in right else str(c).ljust(w)
+            for i, (c, w) in enumerate(zip(cells, widths, strict=True))
+        ).rstrip()
+
+    print(line(headers))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print(line(row))
+
+
+def write_json(path: Path, document: dict[str, Any]) -> None:
+    path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
