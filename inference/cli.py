@@ -35,10 +35,10 @@ from inference import legacy_cli
 from inference.cached import Plan
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.requests import Orientation, Request
-from inference.spec import ModelSpec
+from inference.spec import ModelSpec, parse_key_values
 from store.cli import JsonOutput, StoreRoot, app, command_errors, settings_and_root
-from store.errors import InvalidInputError
 from store.store import Store
+from store.sync.settings import SyncSettings, open_remote
 
 _MODEL = "Model"
 _SAMPLING = "Sampling"
@@ -115,20 +115,15 @@ ModeOption = Annotated[
     typer.Option("--mode", help="use | refresh | off | replay (misses are errors) | readonly.", rich_help_panel=_RUN),
 ]
 ChunkOption = Annotated[int, typer.Option("--chunk-size", help="Rows written per chunk.", rich_help_panel=_RUN)]
-
-
-def _key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs; a value is parsed as JSON when it is JSON, else kept as a string."""
-    parsed: dict[str, Any] = {}
-    for item in items or ():
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InvalidInputError(f"{option} expects KEY=VALUE, got {item!r}")
-        try:
-            parsed[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            parsed[key] = raw
-    return parsed
+FetchOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--fetch/--no-fetch",
+        help="Fetch this model's folder from the shared remote first (JUDGESTORE_HUB_REPO or JUDGESTORE_SYNC_DIR; "
+        "default: JUDGESTORE_FETCH_BEFORE_RUN).",
+        rich_help_panel=_RUN,
+    ),
+]
 
 
 def _spec(
@@ -146,9 +141,9 @@ def _spec(
         label=label,
         input_mode=input_mode.value,  # type: ignore[arg-type]
         sampling=sampling,
-        engine_kwargs=_key_values(engine_args, "--engine-arg"),
+        engine_kwargs=parse_key_values(engine_args, "--engine-arg"),
         chat_template=chat_template,
-        chat_template_kwargs=_key_values(template_kwargs, "--chat-template-kwarg"),
+        chat_template_kwargs=parse_key_values(template_kwargs, "--chat-template-kwarg"),
         enable_thinking=thinking,
     )
 
@@ -172,6 +167,7 @@ def _run(
     output: Path,
     mode: ModeChoice,
     chunk_size: int,
+    fetch: bool | None,
     store_root: Path | None,
     json_output: bool,
 ) -> None:
@@ -181,8 +177,14 @@ def _run(
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     settings, root = settings_and_root(store_root)
     err = Console(stderr=True, highlight=False)
-    store = None if mode is ModeChoice.off else Store(settings, root=root, readonly=mode in ("replay", "readonly"))
-    cached = spec.cached(store, task=task, mode=mode.value, chunk_size=chunk_size)  # type: ignore[arg-type]
+    sync_settings = SyncSettings()
+    remote = (
+        open_remote(settings=sync_settings) if (sync_settings.fetch_before_run if fetch is None else fetch) else None
+    )
+    # Replay never writes rows of its own; with a remote it still imports the fetched ones.
+    readonly = mode is ModeChoice.readonly or (mode is ModeChoice.replay and remote is None)
+    store = None if mode is ModeChoice.off else Store(settings, root=root, readonly=readonly)
+    cached = spec.cached(store, task=task, mode=mode.value, chunk_size=chunk_size, remote=remote)  # type: ignore[arg-type]
     columns = (TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=err, transient=True, disable=json_output) as progress, cached:
         bar = progress.add_task("generate", total=None, visible=False)
@@ -213,6 +215,7 @@ def _run(
         "hits": plan.hits,
         "misses": plan.misses,
         "duplicates": plan.duplicates,
+        "fetched_rows": cached.last.fetched_rows,
         "generated": cached.last.generated,
         "rows_written": cached.last.written,
         "engine_loaded": cached.last.engine_loaded,
@@ -227,6 +230,7 @@ def _run(
     err.print(
         f"done: {plan.hits} hits ({hit_rate:.0f}%), {plan.misses} misses, {summary['rows_written']} rows written, "
         f"{summary['wall_seconds']} s, engine loaded: {'yes' if summary['engine_loaded'] else 'no'}"
+        + (f", {summary['fetched_rows']} rows fetched from {remote.url}" if remote is not None else "")
         + ("" if summary["vllm_imported"] else " (vLLM never imported)")
     )
 
@@ -251,6 +255,7 @@ def generate_command(
     thinking: ThinkingOption = None,
     mode: ModeOption = ModeChoice.use,
     chunk_size: ChunkOption = 64,
+    fetch: FetchOption = None,
     store_root: StoreRoot = None,
     json_output: JsonOutput = False,
 ) -> None:
@@ -266,7 +271,7 @@ def generate_command(
         model,
         label,
         input_mode,
-        params | _key_values(sampling, "--sampling"),
+        params | parse_key_values(sampling, "--sampling"),
         engine_arg,
         chat_template,
         chat_template_kwarg,
@@ -281,6 +286,7 @@ def generate_command(
         output=output,
         mode=mode,
         chunk_size=chunk_size,
+        fetch=fetch,
         store_root=store_root,
         json_output=json_output,
     )
@@ -311,6 +317,7 @@ def judge_command(
     thinking: ThinkingOption = None,
     mode: ModeOption = ModeChoice.use,
     chunk_size: ChunkOption = 64,
+    fetch: FetchOption = None,
     store_root: StoreRoot = None,
     json_output: JsonOutput = False,
 ) -> None:
@@ -327,7 +334,7 @@ def judge_command(
         model,
         label,
         input_mode,
-        params | _key_values(sampling, "--sampling"),
+        params | parse_key_values(sampling, "--sampling"),
         engine_arg,
         chat_template,
         chat_template_kwarg,
@@ -345,6 +352,7 @@ def judge_command(
         output=output,
         mode=mode,
         chunk_size=chunk_size,
+        fetch=fetch,
         store_root=store_root,
         json_output=json_output,
     )

@@ -357,20 +357,6 @@ def parse_assumed_models(values: Sequence[str]) -> dict[str, str]:
     return result
 
 
-def parse_assumed_settings(values: Sequence[str]) -> dict[str, Any]:
-    """``--assume-setting KEY=VALUE`` values (JSON when they parse as JSON, else strings)."""
-    result: dict[str, Any] = {}
-    for value in values:
-        key, sep, raw = value.partition("=")
-        if not sep or not key:
-            raise InvalidInputError(f"--assume-setting expects KEY=VALUE, got {value!r}")
-        try:
-            result[key] = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            result[key] = raw
-    return result
-
-
 def _same_model(a: str, b: str) -> bool:
     """Two spellings of one model: equal ids, or paths of the same folder."""
     if a == b:

@@ -36,8 +36,8 @@ from inference.legacy import (
     LegacyDescriptorMapper,
     load_user_descriptor,
     parse_assumed_models,
-    parse_assumed_settings,
 )
+from inference.spec import parse_key_values
 from store.cli import JsonOutput, StoreRoot, command_errors, settings_and_root
 from store.legacy.detect import Detection, DetectionResult, State, detect
 from store.legacy.formats import InputsTable
@@ -234,7 +234,7 @@ def import_command(
     mapper = LegacyDescriptorMapper(
         user_descriptor=load_user_descriptor(descriptor_path) if descriptor_path is not None else None,
         assume_current_model=parse_assumed_models(assume_current_model or []),
-        assume_settings=parse_assumed_settings(assume_setting or []),
+        assume_settings=parse_key_values(assume_setting, "--assume-setting"),
         detections=result.detections,
     )
     options = ImportOptions(

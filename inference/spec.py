@@ -9,15 +9,38 @@ imported only when :meth:`ModelSpec.cached` actually needs the engine.
 from __future__ import annotations
 
 import functools
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
 
 from inference.backend import Backend
 from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
 from inference.descriptors import descriptor_from_vllm
 from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError
 from store.store import Store
+
+if TYPE_CHECKING:
+    from store.sync.remote import Remote
+
+
+def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]:
+    """``KEY=VALUE`` settings as given on a command line: JSON values when they parse as JSON, else strings.
+
+    ``option`` names the flag in the error a malformed item raises.
+    """
+    parsed: dict[str, Any] = {}
+    for item in items or ():
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise InvalidInputError(f"{option} expects KEY=VALUE, got {item!r}")
+        try:
+            parsed[key] = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            parsed[key] = raw
+    return parsed
 
 
 @dataclass(frozen=True)
@@ -56,9 +79,18 @@ class ModelSpec:
         return create_vllm_backend(self.descriptor, self.engine_kwargs, chat_template=self.chat_template)
 
     def cached(
-        self, store: Store | None, *, task: str, mode: Mode = "use", chunk_size: int = DEFAULT_CHUNK_SIZE
+        self,
+        store: Store | None,
+        *,
+        task: str,
+        mode: Mode = "use",
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        remote: Remote | None = None,
     ) -> CachedModel:
-        """This model behind ``store``: the engine is loaded only if a batch has misses."""
+        """This model behind ``store``: the engine is loaded only if a batch has misses.
+
+        With a ``remote``, the run's descriptor folder is fetched from it first.
+        """
         return CachedModel(
             store,
             self.descriptor,
@@ -67,4 +99,5 @@ class ModelSpec:
             mode=mode,
             chunk_size=chunk_size,
             label=self.label or self.model,
+            remote=remote,
         )

@@ -117,3 +117,22 @@ def foreign_database(db_path: Path, kind: str = "optuna") -> None:
             conn.execute("CREATE TABLE notes (id INTEGER PRIMARY KEY, body TEXT)")
             conn.execute("CREATE TABLE tags (note_id INTEGER, tag TEXT)")
             conn.execute("INSERT INTO notes VALUES (1, 'hello')")
+
+
+QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
+LLAMA = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B", sampling={"temperature": 0.0})
+JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature": 0.0, "max_tokens": 8})
+
+
+def fill_small_store(root: Path) -> Path:
+    """Two completion databases (3 + 2 rows) and one judgement database (4 pairwise + 1 pointwise)."""
+    with Store(Settings(), root=root) as store:
+        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i, model="qwen") for i in range(3)])
+        store.database("completions", "mt-bench", LLAMA).put_many(
+            [completion_record(i, model="llama", run_id="run-2") for i in range(10, 12)]
+        )
+        store.database("judgements", "arena-hard", JUDGE).put_many(
+            [judgement_record(i, orientation=o) for i in range(2) for o in ("direct", "reversed")]
+            + [judgement_record(7, pointwise=True, run_id="run-2")]
+        )
+    return root

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import csv
-import hashlib
 import importlib.util
 import io
 import os
@@ -28,34 +27,9 @@ from store.records import RowFilter
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store
-from tests.factories import completion_record, judgement_record
+from tests.factories import JUDGE, LLAMA, QWEN, SYNTHETIC_REVISIONS, completion_record, file_digests
 
-REVISIONS = Path(__file__).parent / "revisions"
-QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
-LLAMA = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B", sampling={"temperature": 0.0})
-JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature": 0.0, "max_tokens": 8})
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file under ``root`` and the hash of its bytes."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
-    }
-
-
-@pytest.fixture
-def filled(store_root: Path) -> Path:
-    """Two completion databases (3 + 2 rows) and one judgement database (4 pairwise + 1 pointwise)."""
-    with Store(Settings(), root=store_root) as store:
-        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i, model="qwen") for i in range(3)])
-        store.database("completions", "mt-bench", LLAMA).put_many(
-            [completion_record(i, model="llama", run_id="run-2") for i in range(10, 12)]
-        )
-        store.database("judgements", "arena-hard", JUDGE).put_many(
-            [judgement_record(i, orientation=o) for i in range(2) for o in ("direct", "reversed")]
-            + [judgement_record(7, pointwise=True, run_id="run-2")]
-        )
-    return store_root
+REVISIONS = SYNTHETIC_REVISIONS
 
 
 def db_path(root: Path, descriptor: ModelDescriptor) -> Path:
@@ -136,11 +110,11 @@ def test_a_bad_setting_in_the_environment_is_one_clear_error(filled: Path, monke
 
 
 def test_read_only_commands_write_nothing(filled: Path) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     for args in (["ls"], ["query", "--format", "jsonl"], ["db", "status"], ["verify"], ["delete", "--judge", "judge-1",
                  "--dry-run"]):  # fmt: skip
         assert judgestore(*args).exit_code == 0, args
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 # ---------------------------------------------------------------- query
@@ -228,7 +202,7 @@ def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:
 
 
 def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     result = judgestore("delete", "--run-id", "run-2", "--dry-run", "--json")
     assert result.exit_code == 0, result.output
     report = as_json(result.stdout)
@@ -237,7 +211,7 @@ def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
     assert report["filter"] == {"run_id": "run-2"}
     text = judgestore("delete", "--run-id", "run-2", "--dry-run")
     assert "Rows to delete (dry run)" in text.stdout and "3 rows in 2 databases" in text.stdout
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_delete_yes_deletes_exactly_the_filtered_rows(filled: Path) -> None:
@@ -252,11 +226,11 @@ def test_delete_yes_deletes_exactly_the_filtered_rows(filled: Path) -> None:
 
 
 def test_delete_asks_first(filled: Path) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     refused = judgestore("delete", "--run-id", "run-2", input="n\n")
     assert refused.exit_code == 1
     assert "Delete 3 rows from 2 databases?" in refused.stderr
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
     accepted = judgestore("delete", "--run-id", "run-2", input="y\n")
     assert accepted.exit_code == 0, accepted.output
     assert "Deleted 3 rows from 2 databases." in accepted.stdout
@@ -264,7 +238,7 @@ def test_delete_asks_first(filled: Path) -> None:
 
 
 def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     for args in ([], ["--role", "completions", "--task", "mt-bench"], ["--model-id", "judge-1", "--provider", "vllm"]):
         result = judgestore("delete", "--yes", *args)
         assert result.exit_code == 1
@@ -273,7 +247,7 @@ def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
         assert len(result.stderr.strip().splitlines()) == 1
     as_error = as_json(judgestore("delete", "--yes", "--json", "--role", "judgements").stderr)
     assert as_error["type"] == "EmptyFilterError"
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_delete_with_nothing_matching(filled: Path) -> None:
@@ -308,7 +282,7 @@ def _break(filled: Path) -> tuple[Path, Path]:
 
 def test_db_status_and_upgrade_refuse_bad_files_untouched(filled: Path) -> None:
     garbage, foreign = _break(filled)
-    before = snapshot(filled)
+    before = file_digests(filled)
 
     status = judgestore("db", "status")
     assert status.exit_code == 1
@@ -327,7 +301,7 @@ def test_db_status_and_upgrade_refuse_bad_files_untouched(filled: Path) -> None:
     assert results[str(foreign)]["outcome"] == "refused"
     assert results[str(db_path(filled, JUDGE))]["outcome"] == "up-to-date"
     assert judgestore("db", "upgrade").exit_code == 1
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_db_status_names_a_newer_database(filled: Path) -> None:
@@ -419,7 +393,7 @@ def test_verify_detects_metadata_that_does_not_match_its_folder(filled: Path) ->
 def test_verify_lists_bad_files_and_strays(filled: Path) -> None:
     garbage, foreign = _break(filled)
     (filled / "judgements" / "arena-hard" / "notes.txt").write_text("mine")
-    before = snapshot(filled)
+    before = file_digests(filled)
     result = judgestore("verify", "--json")
     assert result.exit_code == 1
     problems = {(p["path"], p["kind"]) for p in as_json(result.stdout)["problems"]}
@@ -429,7 +403,7 @@ def test_verify_lists_bad_files_and_strays(filled: Path) -> None:
         (str(filled / "judgements" / "arena-hard" / "notes.txt"), "stray"),
     }
     assert judgestore("verify", "--role", "judgements").exit_code == 0  # a selector leaves strays out
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 # ---------------------------------------------------------------- the real process
@@ -456,7 +430,7 @@ def test_python_m_store_lists_and_queries(filled: Path, tmp_path: Path) -> None:
 
 def test_python_m_store_on_bad_input_exits_1_without_a_traceback(filled: Path, tmp_path: Path) -> None:
     garbage, _ = _break(filled)
-    before = snapshot(filled)
+    before = file_digests(filled)
     status = run("db", "status", cwd=tmp_path)
     assert status.returncode == 1
     assert "need attention" in status.stderr and "Traceback" not in status.stderr
@@ -466,7 +440,7 @@ def test_python_m_store_on_bad_input_exits_1_without_a_traceback(filled: Path, t
     assert error["path"] in (str(garbage), str(db_path(filled, LLAMA)))
     deleted = run("delete", "--yes", "--role", "completions", cwd=tmp_path)
     assert deleted.returncode == 1 and "empty filter" in deleted.stderr
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_python_m_store_delete_and_verify(filled: Path, tmp_path: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import sqlite3
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
@@ -33,39 +32,14 @@ from store.records import RowFilter
 from store.schema import UpgradeOutcome, read_script_directory
 from store.settings import Settings
 from store.store import Store
-from tests.factories import completion_record, judgement_record
+from tests.factories import JUDGE, LLAMA, QWEN, SYNTHETIC_REVISIONS, completion_record, file_digests, judgement_record
 
-REVISIONS = Path(__file__).parent / "revisions"
-QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
-LLAMA = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B", sampling={"temperature": 0.0})
-JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature": 0.0, "max_tokens": 8})
-
-
-def snapshot(root: Path) -> dict[str, str]:
-    """Every file under ``root`` and the hash of its bytes."""
-    return {
-        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()
-    }
+REVISIONS = SYNTHETIC_REVISIONS
 
 
 @pytest.fixture
 def settings() -> Settings:
     return Settings()
-
-
-@pytest.fixture
-def filled(store_root: Path, settings: Settings) -> Path:
-    """Two completion databases (3 + 2 rows) and one judgement database (4 pairwise + 1 pointwise)."""
-    with Store(settings, root=store_root) as store:
-        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i, model="qwen") for i in range(3)])
-        store.database("completions", "mt-bench", LLAMA).put_many(
-            [completion_record(i, model="llama", run_id="run-2") for i in range(10, 12)]
-        )
-        store.database("judgements", "arena-hard", JUDGE).put_many(
-            [judgement_record(i, orientation=o) for i in range(2) for o in ("direct", "reversed")]
-            + [judgement_record(7, pointwise=True, run_id="run-2")]
-        )
-    return store_root
 
 
 def location_of(root: Path, descriptor: ModelDescriptor) -> Location:
@@ -133,7 +107,7 @@ def test_timestamps_without_an_offset_are_utc() -> None:
 
 
 def test_inspect_counts_rows_and_reads_state_without_writing(filled: Path, settings: Settings) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     infos = {info.location.model: info for info in (inspect_database(filled, loc, settings) for loc in select(filled))}
     assert {m: (i.state, i.rows) for m, i in infos.items()} == {
         "Qwen/Qwen3-8B": (DatabaseState.CURRENT, 3),
@@ -144,7 +118,7 @@ def test_inspect_counts_rows_and_reads_state_without_writing(filled: Path, setti
     assert info.ok and info.revision == info.head and info.error is None
     assert info.size_bytes == info.path.stat().st_size > 0
     assert info.as_dict()["descriptor"] == JUDGE.hash16()
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_inspect_names_each_kind_of_bad_file(filled: Path, settings: Settings) -> None:
@@ -157,7 +131,7 @@ def test_inspect_names_each_kind_of_bad_file(filled: Path, settings: Settings) -
     doc = orjson.loads(meta.read_bytes())
     doc["descriptor"]["sampling"]["temperature"] = 0.7
     meta.write_bytes(orjson.dumps(doc))
-    before = snapshot(filled)
+    before = file_digests(filled)
 
     states = {loc.model: inspect_database(filled, loc, settings) for loc in select(filled)}
     assert states["Qwen/Qwen3-8B"].state is DatabaseState.NOT_A_DATABASE
@@ -167,7 +141,7 @@ def test_inspect_names_each_kind_of_bad_file(filled: Path, settings: Settings) -
     assert states["judge-1"].state is DatabaseState.METADATA_MISMATCH
     assert states["judge-1"].rows == 5  # the file itself is fine
     assert not any(info.ok for info in states.values())
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_inspect_reports_a_foreign_and_a_truncated_database(filled: Path, settings: Settings) -> None:
@@ -248,19 +222,19 @@ def test_query_refuses_a_database_that_is_behind(
 
 
 def test_delete_refuses_an_empty_row_filter_before_opening_anything(filled: Path, settings: Settings) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     with pytest.raises(EmptyFilterError):
         plan_delete(filled, settings, Selector(role="completions", task="mt-bench"), RowFilter())
     with pytest.raises(EmptyFilterError):
         delete_rows(filled, settings, [], RowFilter())
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_delete_removes_exactly_the_planned_rows(filled: Path, settings: Settings) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
     assert sorted((e.location.role, e.rows) for e in plan) == [("completions", 2), ("judgements", 1)]
-    assert snapshot(filled) == before  # planning is read-only
+    assert file_digests(filled) == before  # planning is read-only
 
     deleted = delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
     assert sum(e.rows for e in deleted) == 3
@@ -297,26 +271,26 @@ def test_upgrade_store_never_writes_to_files_it_refuses(filled: Path, settings: 
     with sqlite3.connect(llama.db_path(filled)) as conn:  # rollback journal: a WAL switch would show
         conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
     conn.close()
-    before = snapshot(filled)
+    before = file_digests(filled)
     results = {r.path: r for r in upgrade_store(filled, select(filled), settings)}
     assert results[qwen.db_path(filled)].outcome is UpgradeOutcome.REFUSED
     assert "not an SQLite database" in str(results[qwen.db_path(filled)].error)
     assert results[llama.db_path(filled)].outcome is UpgradeOutcome.REFUSED
     assert "not a judgestore database" in str(results[llama.db_path(filled)].error)
     assert results[location_of(filled, JUDGE).db_path(filled)].outcome is UpgradeOutcome.UP_TO_DATE
-    assert snapshot(filled) == before  # not a byte changed, no lock file created
+    assert file_digests(filled) == before  # not a byte changed, no lock file created
 
 
 # ---------------------------------------------------------------- verification
 
 
 def test_verify_passes_a_clean_store(filled: Path, settings: Settings) -> None:
-    before = snapshot(filled)
+    before = file_digests(filled)
     results = [verify_database(filled, loc, settings) for loc in select(filled)]
     assert all(r.ok for r in results), [r.problems for r in results]
     assert sum(r.rows_checked for r in results) == 10
     assert stray_paths(filled) == []
-    assert snapshot(filled) == before
+    assert file_digests(filled) == before
 
 
 def test_verify_finds_a_row_whose_input_was_edited(filled: Path, settings: Settings) -> None:
