@@ -825,6 +825,12 @@ def verify_command(
         raise typer.Exit(1)
 
 
+# Sharing through the Hub or a shared folder; store.sync.cli imports this module, so it is mounted last.
+from store.sync.cli import hub_app  # noqa: E402
+
+app.add_typer(hub_app, name="hub")
+
+
 def main() -> None:
     """Entry point of ``python -m store`` (and, through inference.cli, of ``judgestore``)."""
     app(prog_name="judgestore")

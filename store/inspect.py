@@ -52,6 +52,7 @@ from store.errors import (
 from store.layout import (
     METADATA_FILE,
     ROLES,
+    SYNC_FOLDER,
     Location,
     Role,
     check_role,
@@ -587,7 +588,8 @@ def _tree_problems(folder: Path, depth: int, role: str) -> Iterator[Problem]:
 def stray_paths(root: Path) -> list[Problem]:
     """Files and folders under ``root`` that are not part of the layout (see :mod:`store.layout`).
 
-    Backups (``*.db.bak-*``), WAL files and lock files are part of the layout.
+    Backups (``*.db.bak-*``), WAL files, lock files and sharing's bookkeeping
+    folder are part of the layout.
     """
     if not root.is_dir():
         return []
@@ -595,6 +597,6 @@ def stray_paths(root: Path) -> list[Problem]:
     for entry in sorted(root.iterdir()):
         if entry.name in ROLES and entry.is_dir():
             problems += _tree_problems(entry, 0, entry.name)
-        else:
+        elif entry.name != SYNC_FOLDER:
             problems.append(Problem(entry, ProblemKind.STRAY, f"not a role folder ({' or '.join(ROLES)})"))
     return problems

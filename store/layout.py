@@ -33,6 +33,7 @@ from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissi
 Role = Literal["completions", "judgements"]
 ROLES: tuple[Role, ...] = get_args(Role)
 METADATA_FILE = "metadata.json"
+SYNC_FOLDER = ".judgestore-sync"  # sharing's bookkeeping at the store root (store.sync.workspace)
 METADATA_FORMAT = "judgestore-metadata/v1"
 
 

@@ -1,0 +1,40 @@
+"""Sharing caches: push rows to a remote as immutable shards, fetch and validate other people's.
+
+The library surface (the CLI in :mod:`store.sync.cli` and the inference
+layer call these):
+
+* :func:`push` / :func:`fetch` with a :class:`~store.inspect.Selector`
+  (role, task, provider, model, descriptor) return a :class:`PushReport` /
+  :class:`FetchReport`.
+* :func:`selector_for` selects exactly one descriptor folder: the inference
+  layer fetches the folders of a run with it before planning the run.
+* :func:`open_remote` builds a :class:`HubRemote` (a Hugging Face dataset
+  repository) or a :class:`DirectoryRemote` (a shared folder) from arguments
+  or ``JUDGESTORE_HUB_REPO`` / ``JUDGESTORE_SYNC_DIR``.
+
+Importing this package does not import ``huggingface_hub``; building a Hub
+remote does. The protocol and its guarantees are in ``docs/sharing.md`` and
+the docstrings of :mod:`store.sync.push` and :mod:`store.sync.fetch`.
+"""
+
+from __future__ import annotations
+
+from store.sync.fetch import FetchReport, fetch, selector_for
+from store.sync.hub import HubRemote, RetryPolicy
+from store.sync.push import PushReport, push
+from store.sync.remote import DirectoryRemote, Remote
+from store.sync.settings import SyncSettings, open_remote
+
+__all__ = [
+    "DirectoryRemote",
+    "FetchReport",
+    "HubRemote",
+    "PushReport",
+    "Remote",
+    "RetryPolicy",
+    "SyncSettings",
+    "fetch",
+    "open_remote",
+    "push",
+    "selector_for",
+]

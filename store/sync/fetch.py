@@ -1,0 +1,427 @@
+"""Fetch: import the shards of a remote that this store has not imported yet, trusting nothing.
+
+Protocol of one fetch (under the store root's sync lock):
+
+1. **Pin** the remote's head (a commit id on the Hub), so every listing and
+   download sees one state, however many pushes land meanwhile.
+2. **List only what the selector picks**: level by level (role, task,
+   provider, model, descriptor), a fixed filter becomes a path segment and
+   an open level is listed; below the last filter one recursive listing per
+   folder. Every listed path is parsed as untrusted
+   (:func:`store.sync.layout.parse_remote_path`); anything else is reported
+   and never read.
+3. **Per folder, in sorted order**: skip it if every shard is already
+   imported (or was pushed from here). Otherwise read its metadata.json and
+   accept it only if it is byte-identical to what this library writes for the
+   descriptor it holds, under the folder's name, role, task, provider and
+   model.
+4. **Per shard, in sorted name order** (so every store converges on the same
+   rows): download it (a few at once, size capped) and validate *all* of it
+   (:func:`store.sync.shards.read_shard`). Only then import: the valid shards
+   of a small group have their keys recorded as fetched (so a push never
+   echoes them back), their rows inserted in one transaction with INSERT OR
+   IGNORE in name order (a row already here, local or fetched, wins), and are
+   then recorded as imported. A shard or metadata.json that fails validation
+   is quarantined under ``.judgestore-sync/quarantine`` and reported; a
+   download that keeps failing is reported and tried again by the next fetch.
+   Neither stops the other shards.
+
+Crash safety: the bookkeeping lives in its own file, so the import and the
+"imported" mark are two commits. The import is idempotent (INSERT OR IGNORE
+of the same validated rows), so a crash between them only means the next
+fetch downloads the shard again and inserts nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from store.descriptor import ModelDescriptor
+from store.errors import JudgestoreError
+from store.inspect import Selector
+from store.layout import ROLES, Location, StoredMetadata, encode_segment
+from store.store import Database, Store
+from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
+from store.sync.errors import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteMetadataError,
+    ShardError,
+    UntrustedContentError,
+)
+from store.sync.layout import (
+    LEVELS,
+    METADATA_MAX_BYTES,
+    folder_segment,
+    metadata_path,
+    parse_remote_path,
+    remote_folder,
+    shard_path,
+    verify_remote_metadata,
+)
+from store.sync.remote import Remote
+from store.sync.shards import DEFAULT_MAX_BYTES, Shard, ShardOrigin, read_shard
+from store.sync.workspace import Problem, Progress, no_progress, quarantine, sync_lock
+
+DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this store already has
+DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
+GROUP_SHARDS = 8  # shards validated, then imported in one transaction...
+GROUP_BYTES = 32 * 1024 * 1024  # ...as long as their compressed sizes add up to no more than this
+
+
+@dataclass(slots=True)
+class RemoteFolder:
+    """A descriptor folder as listed on the remote: whether it has a metadata.json, and its shards' sizes."""
+
+    location: Location
+    has_metadata: bool = False
+    shards: dict[str, int | None] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class FetchedFolder:
+    """What a fetch imported (or, in a dry run, would download) for one descriptor folder."""
+
+    location: Location
+    shards: int = 0
+    rows_read: int = 0  # rows in the imported shards
+    rows_inserted: int = 0  # rows that were new here (the rest were already present and kept)
+    bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        loc = self.location
+        return {
+            "role": loc.role, "task": loc.task, "provider": loc.provider, "model": loc.model,
+            "descriptor": loc.descriptor_hash16, "shards": self.shards, "rows_read": self.rows_read,
+            "rows_inserted": self.rows_inserted, "bytes": self.bytes,
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class FetchReport:
+    """The outcome of :func:`fetch`. ``ok`` is false if anything was rejected, quarantined or failed."""
+
+    remote: str
+    revision: str | None
+    dry_run: bool
+    folders: list[FetchedFolder] = field(default_factory=list)
+    skipped: int = 0  # shards already imported here (or pushed from here)
+    quarantined: list[Problem] = field(default_factory=list)  # read, failed validation, kept aside
+    failed: list[Problem] = field(default_factory=list)  # could not be downloaded or imported now; retried next time
+    rejected_paths: list[Problem] = field(default_factory=list)  # listed paths that are not judgestore's layout
+
+    @property
+    def shards(self) -> int:
+        return sum(f.shards for f in self.folders)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows_inserted for f in self.folders)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.folders)
+
+    @property
+    def ok(self) -> bool:
+        return not (self.quarantined or self.failed or self.rejected_paths)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "remote": self.remote,
+            "revision": self.revision,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "shards": self.shards,
+            "rows_read": sum(f.rows_read for f in self.folders),
+            "rows_inserted": self.rows,
+            "bytes": self.bytes,
+            "skipped": self.skipped,
+            "folders": [f.as_dict() for f in self.folders],
+            "quarantined": [p.as_dict() for p in self.quarantined],
+            "failed": [p.as_dict() for p in self.failed],
+            "rejected_paths": [p.as_dict() for p in self.rejected_paths],
+        }
+
+
+def fetch(
+    store: Store,
+    remote: Remote,
+    selector: Selector | None = None,
+    *,
+    dry_run: bool = False,
+    max_shard_bytes: int = DEFAULT_MAX_BYTES,
+    progress: Progress = no_progress,
+) -> FetchReport:
+    """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""
+    selector = selector or Selector()
+    with sync_lock(store.root), Bookkeeping(store.root) as books:
+        revision = remote.head()
+        report = FetchReport(remote.url, revision, dry_run)
+        folders = discover(remote, revision, selector, report.rejected_paths)
+        remote_id = books.remote_id(remote.url)
+        work: list[tuple[RemoteFolder, list[str]]] = []
+        for key in sorted(folders):
+            listed = folders[key]
+            states = books.states(remote_id, key)
+            todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
+            report.skipped += len(listed.shards) - len(todo)
+            if todo:
+                work.append((listed, todo))
+        total = sum(len(todo) for _, todo in work)
+        if dry_run:
+            for listed, todo in work:
+                size = sum(listed.shards[name] or 0 for name in todo)
+                report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
+            return report
+        with ThreadPoolExecutor(DOWNLOAD_WORKERS, thread_name_prefix="judgestore-fetch") as pool:
+            importer = _Importer(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
+            for listed, todo in work:
+                importer.folder(listed, todo, lambda n: progress("Downloading", n, total))
+    return report
+
+
+def selector_for(role: str, task: str, descriptor: ModelDescriptor) -> Selector:
+    """The selector of exactly one descriptor folder (what a run is about to read and write)."""
+    location = Location.of(role, task, descriptor)
+    return Selector(
+        role=location.role,
+        task=location.task,
+        provider=location.provider,
+        model=location.model,
+        descriptor=location.descriptor_hash16,
+    )
+
+
+def discover(
+    remote: Remote, revision: str | None, selector: Selector, rejected: list[Problem]
+) -> dict[str, RemoteFolder]:
+    """The descriptor folders on the remote that ``selector`` picks, listing only below what it fixes."""
+    filters: list[str | None] = [selector.role, selector.task, selector.provider, selector.model, selector.descriptor]
+    prefixes: list[tuple[str, ...]] = [()]
+    depth = 0
+    while depth < len(LEVELS) and any(value is not None for value in filters[depth:]):
+        value = filters[depth]
+        deeper: list[tuple[str, ...]] = []
+        for segments in prefixes:
+            fixed = _fixed_segment(LEVELS[depth], value)
+            if fixed is not None:  # nothing to list: the filter names the folder
+                deeper.append((*segments, fixed))
+                continue
+            for entry in remote.list("/".join(segments), revision=revision, recursive=False):
+                name = _child_name(entry.path, segments, rejected)
+                if name is None or not entry.is_dir:
+                    if name is not None and depth > 0:
+                        rejected.append(Problem(entry.path, "a file where only descriptor folders belong"))
+                    continue
+                if depth == 0 and name not in ROLES:
+                    continue  # README.md, .gitattributes and other top-level entries are not ours to judge
+                try:
+                    folder_segment(LEVELS[depth], name, entry.path)
+                except UntrustedContentError as e:
+                    rejected.append(Problem(e.path, e.reason))
+                    continue
+                if value is None or name.startswith(value[:16]):
+                    deeper.append((*segments, name))
+        prefixes = deeper
+        depth += 1
+    folders: dict[str, RemoteFolder] = {}
+    for segments in prefixes:
+        prefix = "/".join(segments)
+        for entry in remote.list(prefix, revision=revision, recursive=True):
+            if entry.is_dir:
+                continue
+            _add_file(entry.path, entry.size, prefix, selector, folders, rejected)
+    return folders
+
+
+def _fixed_segment(level: str, value: str | None) -> str | None:
+    """The path segment a filter pins at ``level``, or None when the level must be listed and matched."""
+    if value is None or (level == "descriptor" and len(value) < 16):  # a hash prefix matches by listing
+        return None
+    if level == "descriptor":
+        return value[:16]
+    return value if level == "role" else encode_segment(value)
+
+
+def _child_name(path: str, segments: tuple[str, ...], rejected: list[Problem]) -> str | None:
+    """The last segment of a listed child of ``segments``, or None (reported) if it is not one."""
+    parent = "/".join(segments)
+    name = path[len(parent) + 1 :] if parent else path
+    if (parent and not path.startswith(parent + "/")) or not name or "/" in name:
+        rejected.append(Problem(path, f"listed under {parent or '/'} but is not a child of it"))
+        return None
+    return name
+
+
+def _add_file(
+    path: str,
+    size: int | None,
+    prefix: str,
+    selector: Selector,
+    folders: dict[str, RemoteFolder],
+    rejected: list[Problem],
+) -> None:
+    top = path.split("/", 1)[0]
+    if not prefix and top not in ROLES and ".." not in path.split("/"):
+        return  # top-level files of the repository (README.md, .gitattributes): not part of the layout
+    try:
+        if prefix and not path.startswith(prefix + "/"):
+            raise UntrustedContentError(path, f"listed under {prefix} but lies outside it")
+        parsed = parse_remote_path(path)
+    except UntrustedContentError as e:
+        rejected.append(Problem(path, e.reason))
+        return
+    if not selector.matches(parsed.location):
+        return
+    folder = folders.setdefault(remote_folder(parsed.location), RemoteFolder(parsed.location))
+    if parsed.shard is None:
+        folder.has_metadata = True
+    else:
+        folder.shards[parsed.shard] = size
+
+
+class _Importer:
+    """Downloads, validates and imports the shards of one fetch (the state every folder shares)."""
+
+    def __init__(
+        self,
+        store: Store,
+        remote: Remote,
+        revision: str | None,
+        books: Bookkeeping,
+        remote_id: int,
+        max_bytes: int,
+        report: FetchReport,
+        pool: ThreadPoolExecutor,
+    ) -> None:
+        self.store, self.remote, self.revision = store, remote, revision
+        self.books, self.remote_id, self.max_bytes = books, remote_id, max_bytes
+        self.report, self.pool = report, pool
+        self.done = 0
+
+    def folder(self, listed: RemoteFolder, todo: Sequence[str], progress: Callable[[int], None]) -> None:
+        location = listed.location
+        metadata = self._metadata(listed, len(todo))
+        database = None
+        if metadata is not None:
+            try:
+                database = self.store.database(
+                    metadata.role, metadata.task, metadata.descriptor, assumptions=metadata.assumptions
+                )
+            except JudgestoreError as e:  # the local folder is damaged, behind...: a local problem, per folder
+                self.report.failed.append(Problem(remote_folder(location), f"local database cannot take rows: {e}"))
+        if metadata is None or database is None:
+            self.done += len(todo)
+            progress(self.done)
+            return
+        fetched = FetchedFolder(location)
+        for group in _groups(todo, listed.shards):
+            self._group(listed, group, ShardOrigin.of(metadata), database, fetched)
+            self.done += len(group)
+            progress(self.done)
+        if fetched.shards:
+            self.report.folders.append(fetched)
+
+    def _metadata(self, listed: RemoteFolder, shards: int) -> StoredMetadata | None:
+        """The folder's verified metadata, or None (reported) if it is missing, unreadable or forged."""
+        meta_path = metadata_path(listed.location)
+        if not listed.has_metadata:
+            self.report.failed.append(Problem(meta_path, f"missing, so the folder's {shards} shards cannot be checked"))
+            return None
+        try:
+            data = self.remote.read(meta_path, revision=self.revision, max_bytes=METADATA_MAX_BYTES)
+        except RemoteAuthError:
+            raise
+        except (RemoteError, UntrustedContentError) as e:
+            self.report.failed.append(Problem(meta_path, str(e)))
+            return None
+        try:
+            return verify_remote_metadata(data, listed.location)
+        except RemoteMetadataError as e:
+            saved = quarantine(self.store.root, self.remote.url, meta_path, data, str(e), self.revision)
+            self.report.quarantined.append(Problem(meta_path, e.reason, str(saved)))
+            return None
+
+    def _group(
+        self,
+        listed: RemoteFolder,
+        names: Sequence[str],
+        origin: ShardOrigin,
+        database: Database,
+        fetched: FetchedFolder,
+    ) -> None:
+        """Download a few shards at once, validate each completely, then import the valid ones in one transaction."""
+        location, folder = listed.location, remote_folder(listed.location)
+        wanted: list[str] = []
+        for name in names:
+            size = listed.shards[name]
+            if size is not None and size > self.max_bytes:
+                self.report.rejected_paths.append(
+                    Problem(shard_path(location, name), f"is {size:,} bytes, over the cap of {self.max_bytes:,}")
+                )
+            else:
+                wanted.append(name)
+        downloads = [
+            self.pool.submit(
+                self.remote.read, shard_path(location, n), revision=self.revision, max_bytes=self.max_bytes
+            )
+            for n in wanted
+        ]
+        valid: list[tuple[Shard, int]] = []
+        for name, download in zip(wanted, downloads, strict=True):
+            path = shard_path(location, name)
+            try:
+                data = download.result()
+            except RemoteAuthError:
+                raise
+            except (RemoteError, UntrustedContentError) as e:
+                self.report.failed.append(Problem(path, str(e)))
+                continue
+            try:
+                valid.append((read_shard(data, name, origin, where=path, max_bytes=self.max_bytes), len(data)))
+            except ShardError as e:
+                saved = quarantine(self.store.root, self.remote.url, path, data, str(e), self.revision)
+                self.report.quarantined.append(Problem(path, e.reason, str(saved)))
+        if not valid:
+            return
+        # Keys are known before the rows land: a crash in between must not let a push echo them back.
+        self.books.record(
+            self.remote_id,
+            ShardState.FETCHED,
+            [NewShard(folder, shard.name, len(shard.records), size, shard.keys) for shard, size in valid],
+            self.revision,
+        )
+        try:
+            # In name order, first occurrence wins: every store that fetches these shards keeps the same rows.
+            inserted = database.put_many([r for shard, _ in valid for r in shard.records], on_conflict="ignore")
+        except JudgestoreError as e:
+            for shard, _ in valid:
+                self.report.failed.append(Problem(shard_path(location, shard.name), f"could not be imported: {e}"))
+            return
+        self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
+                             self.revision)  # fmt: skip
+        fetched.shards += len(valid)
+        fetched.rows_read += sum(len(shard.records) for shard, _ in valid)
+        fetched.rows_inserted += inserted
+        fetched.bytes += sum(size for _, size in valid)
+
+
+def _groups(names: Sequence[str], sizes: dict[str, int | None]) -> list[list[str]]:
+    """Consecutive runs of shards small enough to hold in memory together (by listed size)."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    weight = 0
+    for name in names:
+        size = sizes.get(name) or 0
+        if current and (len(current) >= GROUP_SHARDS or weight + size > GROUP_BYTES):
+            groups.append(current)
+            current, weight = [], 0
+        current.append(name)
+        weight += size
+    if current:
+        groups.append(current)
+    return groups

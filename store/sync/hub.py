@@ -1,0 +1,333 @@
+"""A Hugging Face Hub dataset repository as a :class:`~store.sync.remote.Remote`.
+
+Contract (on top of the remote contract in :mod:`store.sync.remote`):
+
+* ``huggingface_hub`` is imported when a :class:`HubRemote` is built, never
+  when :mod:`store` or :mod:`store.sync` is imported.
+* Pushes commit with ``create_commit`` on a branch *without*
+  ``parent_commit``: the Hub serialises concurrent commits itself, and since
+  every file is new and content addressed, no commit can undo another's.
+* Every request is retried with exponential backoff and jitter on 408, 409,
+  423, 425, 429 (waiting at least what ``Retry-After`` asks), 5xx, timeouts
+  and dropped connections; 401 and 403 raise
+  :class:`~store.sync.errors.RemoteAuthError` and 404
+  :class:`~store.sync.errors.RemoteNotFoundError` at once.
+* :meth:`HubRemote.add_files` is idempotent: each attempt asks the Hub which
+  of the paths already exist at the branch head, builds fresh
+  ``CommitOperationAdd`` objects (the client mutates them) for the others,
+  and commits only those. A commit that was applied although its reply was
+  an error (a 500 after the fact, a timeout) is therefore never repeated:
+  the next attempt finds its files and commits nothing.
+* Reads go through ``hf_hub_download`` at a pinned commit into a temporary
+  cache that is removed at once, so no shard lingers in the user's HF cache.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import logging
+import math
+import os
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from store.sync.errors import (
+    RemoteAuthError,
+    RemoteError,
+    RemoteNotFoundError,
+    RemoteUnavailableError,
+    SyncError,
+    UntrustedContentError,
+)
+from store.sync.remote import AddResult, OutgoingFile, RemoteEntry
+
+if TYPE_CHECKING:
+    from huggingface_hub import HfApi
+
+T = TypeVar("T")
+log = logging.getLogger("store.sync")
+
+RETRYABLE_STATUS = frozenset({408, 409, 423, 425, 429})
+PATHS_PER_REQUEST = 100
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """How often and how long to wait: ``attempts`` tries in all, backoff doubling from ``base_delay``."""
+
+    attempts: int = 8
+    base_delay: float = 1.0
+    max_delay: float = 60.0
+    max_retry_after: float = 600.0  # a Retry-After beyond this is taken as this
+
+    def delay(self, attempt: int, retry_after: float | None, rng: random.Random) -> float:
+        """Seconds to wait after failed attempt ``attempt`` (0-based).
+
+        "Equal jitter": half the backoff is fixed, half random, so eight pushers
+        rejected at the same moment come back at different moments, yet none
+        retries at once. A server's Retry-After is a floor, not a suggestion.
+        """
+        backoff = min(self.max_delay, self.base_delay * 2.0**attempt)
+        wait = backoff / 2 + rng.uniform(0, backoff / 2)
+        if retry_after is not None:
+            wait = max(wait, min(retry_after, self.max_retry_after))
+        return wait
+
+
+@dataclass(frozen=True, slots=True)
+class _Failure:
+    status: int | None  # None: no HTTP answer (timeout, dropped connection)
+    retryable: bool
+    retry_after: float | None
+    detail: str
+
+
+def _transport_errors() -> tuple[type[BaseException], ...]:
+    kinds: list[type[BaseException]] = [TimeoutError, ConnectionError]
+    for module in ("httpx2", "httpx"):  # huggingface_hub 2.x ships on httpx2; be ready for either
+        try:
+            kinds.append(__import__(module).TransportError)
+        except (ImportError, AttributeError):
+            continue
+    return tuple(kinds)
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    try:
+        seconds = float(value)
+    except ValueError:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        seconds = (when - datetime.now(UTC)).total_seconds()
+    return max(0.0, seconds) if math.isfinite(seconds) else None
+
+
+def _classify(error: BaseException) -> _Failure | None:
+    """What a client exception means for retrying; None for exceptions that are not about the network."""
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:  # the HTTP error may be the cause of another
+        seen.add(id(current))
+        response = getattr(current, "response", None)
+        if isinstance(current, HfHubHTTPError) and response is not None:
+            status = int(response.status_code)
+            retryable = status in RETRYABLE_STATUS or status >= 500
+            detail = str(current).strip().splitlines()[0] if str(current).strip() else f"HTTP {status}"
+            return _Failure(status, retryable, _retry_after(response.headers), detail)
+        if isinstance(current, _transport_errors()):
+            return _Failure(None, True, None, f"{type(current).__name__}: {current}")
+        current = current.__cause__ or current.__context__
+    if isinstance(error, LocalEntryNotFoundError):  # hf_hub_download could not reach the file
+        return _Failure(None, True, None, str(error).splitlines()[0])
+    if isinstance(error, OSError) and "Consistency check failed" in str(error):  # a download cut short
+        return _Failure(None, True, None, str(error).splitlines()[0])
+    return None
+
+
+def _is_missing_file(error: BaseException) -> bool:
+    from huggingface_hub.errors import RemoteEntryNotFoundError
+
+    current: BaseException | None = error
+    for _ in range(8):  # the cause chain is short; bound it anyway
+        if current is None:
+            return False
+        if isinstance(current, RemoteEntryNotFoundError):
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+class HubRemote:
+    """A dataset repository (and branch) on the Hugging Face Hub, or on any server speaking its API."""
+
+    def __init__(
+        self,
+        repo_id: str,
+        *,
+        revision: str = "main",
+        repo_type: str = "dataset",
+        token: str | bool | None = None,
+        endpoint: str | None = None,
+        retry: RetryPolicy | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+        rng: random.Random | None = None,
+        max_files_per_add: int = 100,
+        api: HfApi | None = None,
+    ) -> None:
+        try:
+            from huggingface_hub import HfApi
+        except ImportError as e:
+            raise SyncError(
+                "sharing through the Hugging Face Hub needs huggingface_hub: `pip install 'judgestore[hub]'` "
+                "(or share through a folder with --dir)"
+            ) from e
+
+        self.repo_id = repo_id
+        self.revision = revision
+        self.repo_type = repo_type
+        self.api = api or HfApi(endpoint=endpoint, token=token)
+        self.retry = retry or RetryPolicy()
+        self.sleep = sleep
+        self.rng = rng or random.Random()
+        self.max_files_per_add = max_files_per_add
+
+    def __repr__(self) -> str:
+        return f"HubRemote({self.url!r}, revision={self.revision!r})"
+
+    @property
+    def url(self) -> str:
+        # The repository, not the revision: what was pushed to or fetched from a repo is known whichever
+        # branch, tag or commit a later fetch pins, so a row fetched at a tag is not pushed back to main.
+        return f"hf:{self.api.endpoint.rstrip('/')}/{self.repo_type}s/{self.repo_id}"
+
+    # ------------------------------------------------------------ the retry edge
+
+    def _call(self, what: str, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` under the retry policy, translating client errors into typed ones."""
+        for tries in range(self.retry.attempts):
+            try:
+                return attempt()
+            except Exception as e:
+                failure = _classify(e)
+                if failure is None:
+                    if isinstance(e, ValueError | KeyError | TypeError):  # a malformed answer from the server
+                        raise RemoteError(self.url, f"{what}: unexpected answer from the server ({e})") from e
+                    raise
+                self._raise_if_fatal(what, failure, e)
+                if tries == self.retry.attempts - 1:
+                    raise RemoteUnavailableError(
+                        self.url,
+                        f"{what} still failing after {self.retry.attempts} attempts ({failure.detail}); nothing "
+                        "unconfirmed was recorded, so running the same command again later is safe",
+                    ) from e
+                wait = self.retry.delay(tries, failure.retry_after, self.rng)
+                log.warning("%s: %s failed (%s); retrying in %.1fs", self.url, what, failure.detail, wait)
+                self.sleep(wait)
+        raise AssertionError("unreachable")
+
+    def _raise_if_fatal(self, what: str, failure: _Failure, error: Exception) -> None:
+        if failure.status in (401, 403):
+            hint = (
+                # the Hub also answers 401 for a private or missing repository when the request is anonymous
+                "no valid token, or the repository is private or missing: run `hf auth login`, set HF_TOKEN or "
+                "pass --token, and check --repo"
+                if failure.status == 401
+                else "the token may not do this (pushing needs a write token with access to the repository)"
+            )
+            raise RemoteAuthError(self.url, f"{what}: HTTP {failure.status}, {hint}") from error
+        if failure.status == 404 and _is_missing_file(error):
+            raise RemoteNotFoundError(self.url, f"{what}: HTTP 404, no such file at this revision") from error
+        if failure.status == 404:
+            raise RemoteNotFoundError(
+                self.url,
+                f"{what}: HTTP 404, the repository or the revision {self.revision!r} does not exist, or the token "
+                "cannot see it (a private repository). Check --repo and --revision; to create it, push with "
+                "--create-repo.",
+            ) from error
+        if not failure.retryable:
+            raise RemoteError(self.url, f"{what}: {failure.detail}") from error
+
+    # ------------------------------------------------------------ the remote protocol
+
+    def create_repo(self, *, private: bool = False) -> None:
+        """Create the repository if it does not exist (an existing one is left as it is)."""
+        self._call(
+            "creating the repository",
+            lambda: self.api.create_repo(self.repo_id, repo_type=self.repo_type, private=private, exist_ok=True),
+        )
+
+    def head(self) -> str | None:
+        info = self._call(
+            f"resolving {self.revision!r}",
+            lambda: self.api.repo_info(self.repo_id, repo_type=self.repo_type, revision=self.revision),
+        )
+        if not info.sha:
+            raise RemoteError(self.url, f"the server did not say which commit {self.revision!r} points to")
+        return str(info.sha)
+
+    def list(self, prefix: str, *, revision: str | None, recursive: bool) -> list[RemoteEntry]:
+        from huggingface_hub import RepoFolder
+        from huggingface_hub.errors import RemoteEntryNotFoundError
+
+        def attempt() -> list[RemoteEntry]:
+            try:
+                items = list(
+                    self.api.list_repo_tree(
+                        self.repo_id,
+                        path_in_repo=prefix or None,
+                        recursive=recursive,
+                        revision=revision or self.revision,
+                        repo_type=self.repo_type,
+                    )
+                )
+            except RemoteEntryNotFoundError:
+                return []
+            return [
+                RemoteEntry(item.path, True)
+                if isinstance(item, RepoFolder)
+                else RemoteEntry(item.path, False, item.size)
+                for item in items
+            ]
+
+        return self._call(f"listing {prefix or '/'}", attempt)
+
+    def read(self, path: str, *, revision: str | None, max_bytes: int) -> bytes:
+        def attempt() -> bytes:
+            with tempfile.TemporaryDirectory(prefix="judgestore-download-") as cache:
+                local = self.api.hf_hub_download(
+                    self.repo_id, path, repo_type=self.repo_type, revision=revision or self.revision, cache_dir=cache
+                )
+                if os.path.getsize(local) > max_bytes:
+                    raise UntrustedContentError(path, f"is larger than the cap of {max_bytes:,} bytes; refusing it")
+                with open(local, "rb") as f:
+                    return f.read()
+
+        return self._call(f"downloading {path}", attempt)
+
+    def _existing_now(self, paths: Sequence[str]) -> set[str]:
+        """The paths among ``paths`` that are files at the branch head (one request per 100 paths, no retry)."""
+        from huggingface_hub import RepoFile
+
+        found: set[str] = set()
+        for start in range(0, len(paths), PATHS_PER_REQUEST):
+            chunk = list(paths[start : start + PATHS_PER_REQUEST])
+            infos = self.api.get_paths_info(self.repo_id, chunk, revision=self.revision, repo_type=self.repo_type)
+            found.update(info.path for info in infos if isinstance(info, RepoFile))
+        return found
+
+    def existing(self, paths: Sequence[str]) -> set[str]:
+        if not paths:
+            return set()
+        return self._call("checking which files exist", lambda: self._existing_now(paths))
+
+    def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult:
+        from huggingface_hub import CommitOperationAdd
+
+        wanted = [f.path for f in files]
+
+        def attempt() -> AddResult:
+            # Ask again on every attempt: a failed attempt may have been applied all the same.
+            present = self._existing_now(wanted)
+            todo = [f for f in files if f.path not in present]
+            if not todo:
+                return AddResult((), tuple(wanted), ())
+            # Fresh operation objects every time: create_commit mutates them and refuses reused ones.
+            operations = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(f.source)) for f in todo]
+            info = self.api.create_commit(
+                self.repo_id, operations, commit_message=message, repo_type=self.repo_type, revision=self.revision
+            )
+            return AddResult(tuple(f.path for f in todo), tuple(p for p in wanted if p in present), (str(info.oid),))
+
+        return self._call(f"committing {len(files)} files", attempt)

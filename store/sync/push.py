@@ -1,0 +1,270 @@
+"""Push: send a remote the rows it does not have yet, as immutable shards, and record what it confirmed.
+
+Protocol of one push (under the store root's sync lock):
+
+1. **Settle an interrupted push.** Shards recorded as ``pending`` for this
+   remote (built, then the process died or the remote kept failing) are
+   looked up on the remote: those there are recorded as pushed, the others
+   are forgotten, so their rows count as unsent again.
+2. **Export.** For each selected descriptor folder, the local keys the
+   remote is not known to have (:mod:`store.sync.bookkeeping`: neither pushed
+   there nor fetched from there) are read in key order and cut into shards in
+   a staging folder. A folder whose metadata.json on the remote differs from
+   ours is reported and skipped: we never rewrite a shared file.
+3. **Record, then send.** The new shards are recorded as ``pending`` with
+   their keys; then the files go out in batches of at most
+   ``remote.max_files_per_add`` (one commit each on the Hub), a folder's
+   metadata.json before its shards. After each batch the remote confirmed,
+   its shards are recorded as ``pushed``.
+
+Guarantees: a row is never lost (until the remote confirms a shard, its rows
+stay unsent) and never sent twice (a crash after the commit and before the
+bookkeeping leaves the shard pending; step 1 finds it on the remote next
+time, and :meth:`~store.sync.remote.Remote.add_files` skips files that
+exist, so a retried commit is a no-op). A push with nothing new makes no
+commit.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.errors import InvalidInputError, JudgestoreError
+from store.inspect import Selector, select
+from store.layout import METADATA_FILE, Location, StoredMetadata, metadata_bytes
+from store.store import Store
+from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
+from store.sync.errors import RemoteMetadataError
+from store.sync.layout import METADATA_MAX_BYTES, SHARDS_DIR, metadata_path, remote_folder, verify_remote_metadata
+from store.sync.remote import OutgoingFile, Remote
+from store.sync.shards import DEFAULT_TARGET_BYTES, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
+from store.sync.workspace import Problem, Progress, no_progress, staging_folder, sync_lock
+
+KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
+ROW_BATCH = 2_000  # rows read back per get_many while writing shards
+
+
+@dataclass(slots=True)
+class PushedFolder:
+    """What a push sent (or, in a dry run, would send) for one descriptor folder."""
+
+    location: Location
+    shards: int = 0
+    rows: int = 0
+    bytes: int = 0
+
+    def as_dict(self) -> dict[str, Any]:
+        loc = self.location
+        return {
+            "role": loc.role, "task": loc.task, "provider": loc.provider, "model": loc.model,
+            "descriptor": loc.descriptor_hash16, "shards": self.shards, "rows": self.rows, "bytes": self.bytes,
+        }  # fmt: skip
+
+
+@dataclass(slots=True)
+class PushReport:
+    """The outcome of :func:`push`. ``ok`` is false when some folder could not be pushed."""
+
+    remote: str
+    dry_run: bool
+    folders: list[PushedFolder] = field(default_factory=list)
+    commits: list[str] = field(default_factory=list)
+    unchanged: int = 0  # selected folders with nothing new for this remote
+    already_present: int = 0  # shards the remote had already (another pusher, or an interrupted push)
+    recovered: int = 0  # pending shards of an interrupted push, found on the remote and recorded
+    problems: list[Problem] = field(default_factory=list)
+
+    @property
+    def shards(self) -> int:
+        return sum(f.shards for f in self.folders)
+
+    @property
+    def rows(self) -> int:
+        return sum(f.rows for f in self.folders)
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.folders)
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "remote": self.remote,
+            "dry_run": self.dry_run,
+            "ok": self.ok,
+            "shards": self.shards,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "commits": self.commits,
+            "unchanged_folders": self.unchanged,
+            "already_present": self.already_present,
+            "recovered": self.recovered,
+            "folders": [f.as_dict() for f in self.folders],
+            "problems": [p.as_dict() for p in self.problems],
+        }
+
+
+@dataclass(slots=True)
+class _FolderPlan:
+    location: Location
+    metadata: StoredMetadata
+    shards: list[BuiltShard]
+    metadata_file: Path | None = None  # set when the remote has no metadata.json for the folder yet
+
+
+def push(
+    store: Store,
+    remote: Remote,
+    selector: Selector | None = None,
+    *,
+    dry_run: bool = False,
+    target_bytes: int = DEFAULT_TARGET_BYTES,
+    progress: Progress = no_progress,
+) -> PushReport:
+    """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
+    if not store.root.is_dir():
+        raise InvalidInputError(f"{store.root}: no store here (the folder does not exist); check --store-root")
+    report = PushReport(remote.url, dry_run)
+    locations = select(store.root, selector)
+    with sync_lock(store.root), Bookkeeping(store.root) as books, staging_folder(store.root) as staging:
+        remote_id = books.remote_id(remote.url)
+        if not dry_run:
+            report.recovered = _settle_pending(books, remote_id, remote)
+        plans: list[_FolderPlan] = []
+        for done, location in enumerate(locations, start=1):
+            try:
+                plan = _plan_folder(store, location, books, remote_id, staging, target_bytes)
+            except JudgestoreError as e:
+                report.problems.append(Problem(remote_folder(location), str(e)))
+                continue
+            finally:
+                progress("Exporting", done, len(locations))
+            if plan is None:
+                report.unchanged += 1
+            else:
+                plans.append(plan)
+        plans = _check_remote_metadata(plans, remote, staging, report)
+        report.folders = [
+            PushedFolder(p.location, len(p.shards), sum(s.rows for s in p.shards), sum(s.size for s in p.shards))
+            for p in plans
+        ]
+        if dry_run or not plans:
+            return report
+        books.record(
+            remote_id,
+            ShardState.PENDING,
+            (NewShard(remote_folder(p.location), s.name, s.rows, s.size, s.keys) for p in plans for s in p.shards),
+        )
+        _send(plans, remote, books, remote_id, report, progress)
+    return report
+
+
+def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote) -> int:
+    """Resolve shards an earlier push left pending; returns how many the remote turned out to have."""
+    pending = books.shards(remote_id, ShardState.PENDING)
+    if not pending:
+        return 0
+    paths = {
+        (entry.folder, entry.name): f"{entry.folder}/{SHARDS_DIR}/{shard_file_name(entry.name)}" for entry in pending
+    }
+    present = remote.existing(list(paths.values()))
+    there = [shard for shard, path in paths.items() if path in present]
+    books.set_state(remote_id, there, ShardState.PUSHED)
+    books.forget(remote_id, [shard for shard, path in paths.items() if path not in present])
+    return len(there)
+
+
+def _plan_folder(
+    store: Store, location: Location, books: Bookkeeping, remote_id: int, staging: Path, target_bytes: int
+) -> _FolderPlan | None:
+    """Shards of the folder's rows the remote does not have, or None if it has them all."""
+    database = store.open(location)
+    folder = remote_folder(location)
+    unsent: list[str] = []
+    batch: list[str] = []
+    # Only keys are kept while scanning; rows are read back by key once the unsent ones are known,
+    # so memory holds one shard's worth of rows however large the table is.
+    for record in database.query():
+        batch.append(record.input_hash)
+        if len(batch) >= KEY_BATCH:
+            unsent += books.unknown_keys(remote_id, folder, batch)
+            batch = []
+    unsent += books.unknown_keys(remote_id, folder, batch)
+    if not unsent:
+        return None
+    unsent.sort()
+    metadata = database.metadata()
+    writer = ShardWriter(ShardOrigin.of(metadata), staging / folder, target_bytes)
+    for start in range(0, len(unsent), ROW_BATCH):
+        chunk = unsent[start : start + ROW_BATCH]
+        found = database.get_many(chunk)
+        for key in chunk:
+            if key in found:  # deleted since the scan: nothing to send
+                writer.add(found[key])
+    shards = writer.close()
+    return _FolderPlan(location, metadata, shards) if shards else None
+
+
+def _check_remote_metadata(
+    plans: list[_FolderPlan], remote: Remote, staging: Path, report: PushReport
+) -> list[_FolderPlan]:
+    """Keep the folders whose remote metadata.json is ours byte for byte, or absent (then it is sent too)."""
+    if not plans:
+        return plans
+    present = remote.existing([metadata_path(p.location) for p in plans])
+    kept: list[_FolderPlan] = []
+    for plan in plans:
+        ours = metadata_bytes(plan.metadata.role, plan.metadata.task, plan.metadata.descriptor,
+                              plan.metadata.assumptions)  # fmt: skip
+        path = metadata_path(plan.location)
+        if path in present:
+            try:
+                verify_remote_metadata(remote.read(path, revision=None, max_bytes=METADATA_MAX_BYTES), plan.location)
+            except RemoteMetadataError as e:
+                report.problems.append(Problem(path, f"{e}; this folder was not pushed"))
+                continue
+        else:
+            plan.metadata_file = staging / remote_folder(plan.location) / METADATA_FILE
+            plan.metadata_file.parent.mkdir(parents=True, exist_ok=True)
+            plan.metadata_file.write_bytes(ours)
+        kept.append(plan)
+    return kept
+
+
+def _send(
+    plans: list[_FolderPlan],
+    remote: Remote,
+    books: Bookkeeping,
+    remote_id: int,
+    report: PushReport,
+    progress: Progress,
+) -> None:
+    """Add the files in batches; record each batch's shards as pushed as soon as the remote confirms it."""
+    outgoing: list[tuple[OutgoingFile, str, str | None]] = []  # (file, folder, shard name or None)
+    for plan in plans:
+        folder = remote_folder(plan.location)
+        if plan.metadata_file is not None:
+            outgoing.append((OutgoingFile(metadata_path(plan.location), plan.metadata_file), folder, None))
+        for shard in plan.shards:
+            path = f"{folder}/{SHARDS_DIR}/{shard.file_name}"
+            outgoing.append((OutgoingFile(path, shard.path), folder, shard.name))
+    shard_count = sum(len(p.shards) for p in plans)
+    rows = sum(s.rows for p in plans for s in p.shards)
+    message = f"judgestore push: {shard_count} shards, {rows} rows in {len(plans)} folders"
+    size = max(1, remote.max_files_per_add)
+    sent = 0
+    for start in range(0, len(outgoing), size):
+        batch = outgoing[start : start + size]
+        result = remote.add_files([file for file, _, _ in batch], message=message)
+        present = set(result.present)
+        confirmed = [(folder, name) for _, folder, name in batch if name is not None]
+        report.already_present += sum(1 for file, _, name in batch if name is not None and file.path in present)
+        books.set_state(remote_id, confirmed, ShardState.PUSHED, result.commits[-1] if result.commits else None)
+        report.commits += result.commits
+        sent += len(batch)
+        progress("Uploading", sent, len(outgoing))

@@ -1,0 +1,234 @@
+"""Remotes: where shards are shared. The :class:`Remote` protocol and the plain-folder remote.
+
+Contract of every remote (the contract tests in ``tests/sync`` run against
+each implementation):
+
+* Files are immutable once written. :meth:`Remote.add_files` writes only the
+  paths that are absent and reports the rest as already present; it never
+  rewrites a file. Shard paths are content addressed, so "present" means
+  "the same rows are there".
+* :meth:`Remote.head` pins a revision (a commit id, or None where the remote
+  has no history); :meth:`Remote.list` and :meth:`Remote.read` at that
+  revision see one consistent state even while others push.
+* :meth:`Remote.list` of a prefix that does not exist is empty; paths in the
+  answer are relative to the remote's root, ``/``-separated, and untrusted
+  (the caller parses them with :func:`store.sync.layout.parse_remote_path`).
+* :meth:`Remote.read` never returns more than ``max_bytes``.
+* Errors are :class:`~store.sync.errors.RemoteError` (the remote failed) or
+  :class:`~store.sync.errors.UntrustedContentError` (a file is not what it
+  should be), never a bare ``OSError`` or HTTP exception.
+
+:class:`DirectoryRemote` is a folder, e.g. on a cluster's shared filesystem.
+Each file is written to a temporary name beside its target, fsynced, then
+hard-linked into place, which fails if the target exists: concurrent writers
+never see half a file and never overwrite one. It keeps no history, so its
+head is None and a fetch simply sees the files present when it lists them.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import os
+import shutil
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from store.sync.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
+from store.sync.layout import safe_segments
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteEntry:
+    """One file or folder in a listing (``size`` in bytes, None for folders or when unknown)."""
+
+    path: str
+    is_dir: bool
+    size: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OutgoingFile:
+    """A file to write: its path on the remote and the local file holding its bytes."""
+
+    path: str
+    source: Path
+
+
+@dataclass(frozen=True, slots=True)
+class AddResult:
+    """What :meth:`Remote.add_files` did: paths it wrote, paths already there, commits it made."""
+
+    added: tuple[str, ...] = ()
+    present: tuple[str, ...] = ()
+    commits: tuple[str, ...] = field(default=())
+
+
+@runtime_checkable
+class Remote(Protocol):
+    """Where shards are shared (see the module docstring for the contract)."""
+
+    @property
+    def url(self) -> str:
+        """A stable name for this remote, under which the bookkeeping records what was shared with it."""
+        ...
+
+    @property
+    def max_files_per_add(self) -> int:
+        """The most files one :meth:`add_files` call should carry (one commit on the Hub)."""
+        ...
+
+    def head(self) -> str | None: ...
+
+    def list(self, prefix: str, *, revision: str | None, recursive: bool) -> list[RemoteEntry]: ...
+
+    def read(self, path: str, *, revision: str | None, max_bytes: int) -> bytes: ...
+
+    def existing(self, paths: Sequence[str]) -> set[str]: ...
+
+    def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult: ...
+
+
+class DirectoryRemote:
+    """A remote that is a plain folder (a shared filesystem, a USB disk, a test)."""
+
+    max_files_per_add = 1000
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root).absolute()
+
+    def __repr__(self) -> str:
+        return f"DirectoryRemote({str(self.root)!r})"
+
+    @property
+    def url(self) -> str:
+        return f"dir:{self.root}"
+
+    def _check_root(self) -> None:
+        if not self.root.is_dir():
+            raise RemoteNotFoundError(self.url, "the folder does not exist (create it, or check the path)")
+
+    def _path(self, relative: str) -> Path:
+        """The local path of a remote path, refusing anything that resolves outside the root (symlinks included)."""
+        path = self.root.joinpath(*safe_segments(relative)) if relative else self.root
+        real_root = os.path.realpath(self.root)
+        real = os.path.realpath(path)
+        if real != real_root and not real.startswith(real_root + os.sep):
+            raise UntrustedContentError(relative, f"resolves outside {self.root} (a symbolic link?); refusing it")
+        return path
+
+    def head(self) -> str | None:
+        self._check_root()
+        return None
+
+    def list(self, prefix: str, *, revision: str | None = None, recursive: bool = False) -> list[RemoteEntry]:
+        self._check_root()
+        base = self._path(prefix)
+        if not base.is_dir():
+            return []
+        entries: builtins.list[RemoteEntry] = []
+        self._scan(base, prefix, recursive, entries)
+        return entries
+
+    def _scan(self, folder: Path, relative: str, recursive: bool, out: builtins.list[RemoteEntry]) -> None:
+        try:
+            children = sorted(os.scandir(folder), key=lambda e: e.name)
+        except FileNotFoundError:  # removed while listing
+            return
+        except OSError as e:
+            raise RemoteError(self.url, f"cannot list {relative or '/'}: {e}") from e
+        for child in children:
+            # Dot names are this remote's temporary files (and never part of the layout); symbolic
+            # links are not something a push writes, and following one could leave the root.
+            if child.name.startswith(".") or child.is_symlink():
+                continue
+            path = f"{relative}/{child.name}" if relative else child.name
+            if child.is_dir(follow_symlinks=False):
+                out.append(RemoteEntry(path, True))
+                if recursive:
+                    self._scan(Path(child.path), path, recursive, out)
+            elif child.is_file(follow_symlinks=False):
+                out.append(RemoteEntry(path, False, child.stat(follow_symlinks=False).st_size))
+
+    def read(self, path: str, *, revision: str | None = None, max_bytes: int) -> bytes:
+        self._check_root()
+        local = self._path(path)
+        try:
+            fd = os.open(local, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0))
+        except FileNotFoundError as e:
+            raise RemoteNotFoundError(self.url, f"{path} does not exist (removed since it was listed?)") from e
+        except OSError as e:
+            raise RemoteError(self.url, f"cannot read {path}: {e}") from e
+        with os.fdopen(fd, "rb") as f:
+            data = f.read(max_bytes + 1)
+        if len(data) > max_bytes:
+            raise UntrustedContentError(path, f"is larger than the cap of {max_bytes:,} bytes; refusing it")
+        return data
+
+    def existing(self, paths: Sequence[str]) -> set[str]:
+        self._check_root()
+        return {p for p in paths if self._path(p).is_file()}
+
+    def add_files(self, files: Sequence[OutgoingFile], *, message: str = "") -> AddResult:
+        self._check_root()
+        added: list[str] = []
+        present: list[str] = []
+        for file in files:
+            (added if self._add(file) else present).append(file.path)
+        return AddResult(tuple(added), tuple(present))
+
+    def _add(self, file: OutgoingFile) -> bool:
+        """Write one file unless it exists; True if this call wrote it."""
+        target = self._path(file.path)
+        if target.exists():
+            return False
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = target.parent / f".{target.name}.{uuid.uuid4().hex}.tmp"
+            try:
+                with open(file.source, "rb") as src, open(tmp, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                    dst.flush()
+                    os.fsync(dst.fileno())
+                wrote = _link_no_replace(tmp, target)
+            finally:
+                tmp.unlink(missing_ok=True)
+            _fsync_folder(target.parent)
+        except OSError as e:
+            raise RemoteError(self.url, f"cannot write {file.path}: {e}") from e
+        return wrote
+
+
+def _link_no_replace(tmp: Path, target: Path) -> bool:
+    """Put ``tmp`` at ``target`` unless something is there already; True if it was put there."""
+    try:
+        os.link(tmp, target)
+        return True
+    except FileExistsError:
+        return False
+    except OSError as e:
+        # Some filesystems have no hard links. A rename then does the job; at worst two writers
+        # rename the same content-addressed bytes over each other, which readers cannot tell apart.
+        if e.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK, errno.EXDEV):
+            raise
+        if target.exists():
+            return False
+        os.replace(tmp, target)
+        return True
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a new directory entry durable (a no-op where folders cannot be opened)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

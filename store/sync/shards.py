@@ -1,0 +1,364 @@
+"""Shards: the immutable, byte-deterministic files in which rows travel between stores.
+
+Contract:
+
+* A shard is gzip-compressed JSON Lines. Line 1 is the header, canonical
+  JSON with exactly ``format`` (``judgestore-shard/v1``), ``role``, ``task``,
+  ``provider``, ``model``, ``descriptor_sha256`` (the full hash), ``rows`` and
+  ``library_version``. Every following line is one row: canonical JSON of the
+  record's fields (``created_at`` as ISO-8601 UTC, ``+00:00``), rows in
+  strictly increasing ``input_hash`` order. Every line ends with ``\\n``.
+* A shard's name is the SHA-256 hex of its uncompressed bytes; its file is
+  ``{name}.jsonl.gz``, compressed with gzip mtime 0 and no file name, so the
+  same rows (written by the same library version) give the same file on every
+  machine. Identity is the *uncompressed* content: two zlib builds may
+  compress differently, and both files are the same shard.
+* :func:`read_shard` trusts nothing: it decompresses with a size cap, rejects
+  a truncated stream or trailing bytes, checks the SHA-256 against the name,
+  the header against the folder the shard was found in, every line for
+  canonical form, every row against the table's schema, and recomputes every
+  input hash with :func:`store.descriptor.input_hash`. It returns records
+  only if *all* of that holds, so a caller imports all of a shard or none.
+"""
+
+from __future__ import annotations
+
+import functools
+import gzip
+import hashlib
+import importlib.metadata
+import re
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from store.descriptor import canonical_json, input_hash
+from store.layout import Role, StoredMetadata
+from store.records import RECORD_OF_ROLE, Record, record_fields
+from store.sync.errors import ShardError
+
+SHARD_FORMAT = "judgestore-shard/v1"
+SHARD_SUFFIX = ".jsonl.gz"
+DEFAULT_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for
+DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloads) for one shard
+_HEADER_KEYS = frozenset(
+    {"format", "role", "task", "provider", "model", "descriptor_sha256", "rows", "library_version"}
+)
+HASH64 = re.compile(r"[0-9a-f]{64}")
+
+
+@functools.cache
+def library_version() -> str:
+    try:
+        return importlib.metadata.version("judgestore")
+    except importlib.metadata.PackageNotFoundError:  # running from a source tree that was never installed
+        return "unknown"
+
+
+def shard_file_name(name: str) -> str:
+    return f"{name}{SHARD_SUFFIX}"
+
+
+@dataclass(frozen=True, slots=True)
+class ShardOrigin:
+    """Where a shard's rows belong: what its header must say, and what the folder it lies in says."""
+
+    role: Role
+    task: str
+    provider: str
+    model: str
+    descriptor_sha256: str
+
+    @classmethod
+    def of(cls, metadata: StoredMetadata) -> ShardOrigin:
+        d = metadata.descriptor
+        return cls(metadata.role, metadata.task, d.provider, d.model, metadata.descriptor_sha256)
+
+    def header(self, rows: int, version: str) -> dict[str, Any]:
+        return {
+            "format": SHARD_FORMAT,
+            "role": self.role,
+            "task": self.task,
+            "provider": self.provider,
+            "model": self.model,
+            "descriptor_sha256": self.descriptor_sha256,
+            "rows": rows,
+            "library_version": version,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BuiltShard:
+    """A shard written to a staging folder, ready to be sent."""
+
+    name: str
+    path: Path
+    rows: int
+    keys: tuple[str, ...]
+    size: int  # compressed bytes
+
+    @property
+    def file_name(self) -> str:
+        return shard_file_name(self.name)
+
+
+@dataclass(frozen=True, slots=True)
+class Shard:
+    """A validated shard: its header and its records, in key order."""
+
+    name: str
+    header: dict[str, Any]
+    records: list[Record]
+
+    @property
+    def keys(self) -> list[str]:
+        return [r.input_hash for r in self.records]
+
+
+# ---------------------------------------------------------------- writing
+
+
+def row_line(record: Record) -> bytes:
+    """One row's line: canonical JSON of every field of the record, then a newline."""
+    fields = record_fields(type(record))
+    values = {name: getattr(record, name) for name in fields}
+    values["created_at"] = record.created_at.astimezone(UTC).isoformat()
+    return canonical_json(values) + b"\n"
+
+
+class ShardWriter:
+    """Cut rows, given in increasing key order, into shards of about ``target_bytes`` (uncompressed).
+
+    The cut points depend only on the rows, so the same rows always give the
+    same shards. Each shard is written to ``staging`` as soon as it is full,
+    so memory holds one shard at a time.
+    """
+
+    def __init__(self, origin: ShardOrigin, staging: Path, target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
+        self.origin = origin
+        self.staging = staging
+        self.target_bytes = target_bytes
+        self.shards: list[BuiltShard] = []
+        self._lines: list[bytes] = []
+        self._keys: list[str] = []
+        self._size = 0
+
+    def add(self, record: Record) -> None:
+        if self._keys and record.input_hash <= self._keys[-1]:
+            raise ValueError(f"rows must come in strictly increasing key order ({record.input_hash})")
+        line = row_line(record)
+        if self._lines and self._size + len(line) > self.target_bytes:
+            self._flush()
+        self._lines.append(line)
+        self._keys.append(record.input_hash)
+        self._size += len(line)
+
+    def close(self) -> list[BuiltShard]:
+        if self._lines:
+            self._flush()
+        return self.shards
+
+    def _flush(self) -> None:
+        header = canonical_json(self.origin.header(len(self._lines), library_version())) + b"\n"
+        content = header + b"".join(self._lines)
+        name = hashlib.sha256(content).hexdigest()
+        data = gzip.compress(content, compresslevel=6, mtime=0)
+        self.staging.mkdir(parents=True, exist_ok=True)
+        path = self.staging / shard_file_name(name)
+        path.write_bytes(data)
+        self.shards.append(BuiltShard(name, path, len(self._lines), tuple(self._keys), len(data)))
+        self._lines, self._keys, self._size = [], [], 0
+
+
+def build_shards(
+    origin: ShardOrigin, records: Iterable[Record], staging: Path, target_bytes: int = DEFAULT_TARGET_BYTES
+) -> list[BuiltShard]:
+    """Shards holding ``records`` (sorted here by key; duplicate keys keep the first)."""
+    writer = ShardWriter(origin, staging, target_bytes)
+    seen: set[str] = set()
+    for record in sorted(records, key=lambda r: r.input_hash):
+        if record.input_hash not in seen:
+            seen.add(record.input_hash)
+            writer.add(record)
+    return writer.close()
+
+
+# ---------------------------------------------------------------- reading
+
+
+def gunzip_capped(data: bytes, max_bytes: int, where: str) -> bytes:
+    """Decompress one gzip member, refusing more than ``max_bytes`` of output, truncation and trailing bytes."""
+    decompressor = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
+    try:
+        content = decompressor.decompress(data, max_bytes + 1)
+    except zlib.error as e:
+        raise ShardError(where, f"is not valid gzip ({e})") from e
+    if len(content) > max_bytes:
+        raise ShardError(where, f"decompresses to more than {max_bytes:,} bytes (the cap); refusing it")
+    if not decompressor.eof:
+        raise ShardError(where, "is truncated (the gzip stream ends early)")
+    if decompressor.unused_data:
+        raise ShardError(where, "has bytes after the end of its gzip stream")
+    return content
+
+
+def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Shard:
+    """Validate a shard completely and return its records; raise :class:`ShardError` on the first problem."""
+    if len(data) > max_bytes:
+        raise ShardError(where, f"is {len(data):,} bytes, over the cap of {max_bytes:,}")
+    content = gunzip_capped(data, max_bytes, where)
+    actual = hashlib.sha256(content).hexdigest()
+    if actual != name:
+        raise ShardError(where, f"content hashes to {actual}, not to its name {name}: the file was altered")
+    if not content.endswith(b"\n"):
+        raise ShardError(where, "does not end with a newline")
+    lines = content[:-1].split(b"\n")
+    header = _read_header(lines[0], origin, where)
+    if header["rows"] != len(lines) - 1:
+        raise ShardError(where, f"header says {header['rows']} rows but the shard holds {len(lines) - 1}")
+    check_row = _ROW_CHECKS[origin.role]
+    record_type = RECORD_OF_ROLE[origin.role]
+    records: list[Record] = []
+    previous = ""
+    for lineno, line in enumerate(lines[1:], start=2):
+        row = _canonical_object(line, where, lineno)
+        values = check_row(row, where, lineno)
+        if values["input_hash"] <= previous:
+            raise ShardError(where, f"line {lineno}: rows are not in strictly increasing input_hash order")
+        previous = values["input_hash"]
+        records.append(record_type(**values))
+    return Shard(name, header, records)
+
+
+def _canonical_object(line: bytes, where: str, lineno: int) -> Any:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError as e:
+        raise ShardError(where, f"line {lineno} is not JSON ({e})") from e
+    try:
+        canonical = canonical_json(value)
+    except ValueError as e:  # InvalidInputError: a value JSON cannot carry
+        raise ShardError(where, f"line {lineno}: {e}") from e
+    if canonical != line:
+        raise ShardError(where, f"line {lineno} is not canonical JSON (sorted keys, compact, UTF-8)")
+    return value
+
+
+def _read_header(line: bytes, origin: ShardOrigin, where: str) -> dict[str, Any]:
+    header = _canonical_object(line, where, 1)
+    if not isinstance(header, dict) or header.get("format") != SHARD_FORMAT:
+        found = header.get("format") if isinstance(header, dict) else None
+        raise ShardError(
+            where,
+            f"header format is {found!r}, not {SHARD_FORMAT!r}: written by a newer judgestore or not a shard "
+            "(upgrade the library: `pip install -U judgestore`)",
+        )
+    if set(header) != _HEADER_KEYS:
+        raise ShardError(where, f"header keys {sorted(header)} are not {sorted(_HEADER_KEYS)}")
+    rows = header["rows"]
+    if type(rows) is not int or rows < 1 or not isinstance(header["library_version"], str):
+        raise ShardError(where, "header 'rows' must be a positive integer and 'library_version' a string")
+    expected = origin.header(rows, header["library_version"])
+    wrong = [key for key in ("role", "task", "provider", "model", "descriptor_sha256") if header[key] != expected[key]]
+    if wrong:
+        found = ", ".join(f"{key}={header[key]!r}" for key in wrong)
+        wanted = ", ".join(f"{key}={expected[key]!r}" for key in wrong)
+        raise ShardError(where, f"header says {found} but the shard lies in the folder of {wanted}")
+    return header
+
+
+# ---------------------------------------------------------------- row schema
+
+Check = Callable[[Any], bool]
+
+
+def _optional(check: Check) -> Check:
+    return lambda v: v is None or check(v)
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _is_hash(v: Any) -> bool:
+    return isinstance(v, str) and HASH64.fullmatch(v) is not None
+
+
+def _is_index(v: Any) -> bool:
+    return type(v) is int and v >= 0
+
+
+def _is_object(v: Any) -> bool:
+    return isinstance(v, dict)
+
+
+def _is_orientation(v: Any) -> bool:
+    return v in ("direct", "reversed")
+
+
+def _is_utc_timestamp(v: Any) -> bool:
+    if not isinstance(v, str):
+        return False
+    try:
+        parsed = datetime.fromisoformat(v)
+    except ValueError:
+        return False
+    return parsed.utcoffset() is not None and parsed.astimezone(UTC).isoformat() == v
+
+
+_COMMON: dict[str, Check] = {
+    "input_hash": _is_hash,
+    "sample_index": _is_index,
+    "input_text": _is_str,
+    "completion": _is_str,
+    "benchmark": _optional(_is_str),
+    "instruction_id": _optional(_is_str),
+    "finish_reason": _optional(_is_str),
+    "usage": _optional(_is_object),
+    "top_logprobs": _optional(_is_object),
+    "run_id": _optional(_is_str),
+    "created_by": _optional(_is_str),
+    "created_at": _is_utc_timestamp,
+}
+_SCHEMAS: dict[str, dict[str, Check]] = {
+    "completions": {**_COMMON, "model": _optional(_is_str)},
+    "judgements": {
+        **_COMMON,
+        "model_a": _optional(_is_str),
+        "model_b": _optional(_is_str),
+        "judge": _optional(_is_str),
+        "orientation": _optional(_is_orientation),
+    },
+}
+
+
+def _row_checker(role: str) -> Callable[[Any, str, int], dict[str, Any]]:
+    schema = _SCHEMAS[role]
+    names = frozenset(schema)
+
+    def check(row: Any, where: str, lineno: int) -> dict[str, Any]:
+        if not isinstance(row, dict) or set(row) != names:
+            got = sorted(row) if isinstance(row, dict) else type(row).__name__
+            raise ShardError(where, f"line {lineno}: a {role} row needs exactly the fields {sorted(names)}, got {got}")
+        bad = [name for name, ok in schema.items() if not ok(row[name])]
+        if bad:
+            raise ShardError(where, f"line {lineno}: invalid value for {', '.join(bad)}")
+        try:
+            recomputed = input_hash(row["input_text"], row["sample_index"])
+        except (ValueError, TypeError) as e:  # sample k > 0 of an input that is not JSON
+            raise ShardError(where, f"line {lineno}: input_text cannot be hashed ({e})") from e
+        if recomputed != row["input_hash"]:
+            raise ShardError(
+                where, f"line {lineno}: input_hash {row['input_hash']} is not the hash of its input ({recomputed})"
+            )
+        return {**row, "created_at": datetime.fromisoformat(row["created_at"]).astimezone(UTC)}
+
+    return check
+
+
+_ROW_CHECKS = {role: _row_checker(role) for role in _SCHEMAS}

@@ -1,0 +1,219 @@
+"""The Hub remote against the fake Hub: retries, Retry-After, failures that must not retry, faults mid-transfer.
+
+The client is the real huggingface_hub; only the server is fake (see
+``fake_hub.py``), and faults are injected on it. Retries never really sleep:
+the remote is given a sleep function that records what it was asked to wait.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+
+import pytest
+
+from store.store import Store
+from store.sync import fetch, push
+from store.sync.bookkeeping import Bookkeeping, ShardState
+from store.sync.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
+from store.sync.hub import HubRemote, RetryPolicy, _retry_after
+from tests.sync.fake_hub import FakeHub, Fault
+from tests.sync.helpers import READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
+
+# huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
+pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
+MakeStore = Callable[[str], Store]
+
+
+def commits_of(hub: FakeHub) -> int:
+    return len(hub.commits(REPO))
+
+
+def test_409_on_the_first_commits_is_retried_with_backoff(hub: FakeHub, make_store: MakeStore, sleeps: Sleeps) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(6)))
+    hub.add_fault(Fault("POST", "/commit/", status=409, times=2))
+    before = commits_of(hub)
+
+    report = push(alice, hub_remote(hub, sleeps))
+
+    assert report.ok and len(report.commits) == 1 and commits_of(hub) == before + 1
+    assert len(sleeps) == 2 and sleeps[0] > 0
+    assert fetch(make_store("bob"), hub_remote(hub)).rows == 6
+
+
+def test_a_500_after_the_commit_was_applied_does_not_commit_twice(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(6)))
+    hub.add_fault(Fault("POST", "/commit/", status=500, after_apply=True))
+    before = commits_of(hub)
+
+    report = push(alice, hub_remote(hub, sleeps))
+
+    assert report.ok and commits_of(hub) == before + 1  # applied once; the retry found its files there
+    assert report.commits == [] and report.already_present == report.shards == 1 and len(sleeps) == 1
+    with Bookkeeping(alice.root) as books:
+        states = {entry.state for entry in books.shards(books.remote_id(hub_remote(hub).url))}
+    assert states == {ShardState.PUSHED}
+    assert push(alice, hub_remote(hub)).shards == 0 and commits_of(hub) == before + 1
+
+
+def test_429_waits_at_least_what_retry_after_says(hub: FakeHub, make_store: MakeStore, sleeps: Sleeps) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    hub.add_fault(Fault("POST", "/commit/", status=429, headers={"Retry-After": "7"}))
+
+    assert push(alice, hub_remote(hub, sleeps)).ok
+    assert sleeps and sleeps[0] >= 7
+
+
+def test_retry_delays_grow_with_jitter_and_respect_retry_after() -> None:
+    policy = RetryPolicy(base_delay=1.0, max_delay=8.0)
+    rng = random.Random(0)
+    delays = [policy.delay(attempt, None, rng) for attempt in range(6)]
+    for attempt, delay in enumerate(delays):
+        cap = min(8.0, 2**attempt)
+        assert cap / 2 <= delay <= cap
+    assert policy.delay(0, 30.0, rng) == 30.0
+    assert policy.delay(0, 10_000.0, rng) == policy.max_retry_after
+    later = format_datetime(datetime.now(UTC) + timedelta(seconds=120), usegmt=True)
+    assert 100 < (_retry_after({"Retry-After": later}) or 0) <= 120
+    assert _retry_after({"Retry-After": "soon"}) is None and _retry_after({}) is None
+
+
+def test_a_bad_token_fails_at_once_without_retrying(hub: FakeHub, make_store: MakeStore, sleeps: Sleeps) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    with pytest.raises(RemoteAuthError, match="401"):
+        push(alice, hub_remote(hub, sleeps, token="hf_not_a_real_token"))
+    with pytest.raises(RemoteAuthError, match=r"403.*write token"):
+        push(alice, hub_remote(hub, sleeps, token=READ_TOKEN))
+    assert sleeps == []
+
+
+def test_a_missing_repository_fails_at_once_and_create_repo_fixes_it(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    remote = hub_remote(hub, sleeps)
+    remote.repo_id = "org/not-there-yet"
+    with pytest.raises(RemoteNotFoundError, match="--create-repo"):
+        push(alice, remote)
+    assert sleeps == []
+
+    remote.create_repo(private=True)
+    remote.create_repo(private=True)  # an existing repository is fine
+    assert push(alice, remote).rows == 3
+    assert hub.repo("org/not-there-yet").private
+
+
+def test_a_remote_that_keeps_failing_leaves_the_push_pending_and_the_next_push_completes_it(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(5)))
+    fault = hub.add_fault(Fault("POST", "/commit/", status=503, times=1_000))
+    with pytest.raises(RemoteUnavailableError, match="running the same command again"):
+        push(alice, hub_remote(hub, sleeps))
+    assert len(sleeps) == 3  # four attempts, three waits
+
+    fault.times = 0
+    report = push(alice, hub_remote(hub))
+    assert report.ok and report.rows == 5 and report.recovered == 0
+    assert fetch(make_store("bob"), hub_remote(hub)).rows == 5
+
+
+def test_many_files_go_out_in_several_commits_of_bounded_size(hub: FakeHub, make_store: MakeStore) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(30)))
+    before = commits_of(hub)
+
+    report = push(alice, hub_remote(hub, max_files_per_add=3), target_bytes=2_000)
+
+    assert report.shards >= 8 and len(report.commits) == commits_of(hub) - before
+    assert len(report.commits) == -(-(report.shards + 1) // 3)  # metadata.json + shards, 3 files a commit
+    assert fetch(make_store("bob"), hub_remote(hub)).rows == 30
+
+
+def test_a_download_cut_short_is_resumed_and_never_imported_truncated(hub: FakeHub, make_store: MakeStore) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(8)))
+    push(alice, hub_remote(hub))
+    hub.add_fault(Fault("GET", "/shards/", truncate=100))  # the connection drops 100 bytes into the body
+
+    bob = make_store("bob")
+    report = fetch(bob, hub_remote(hub))
+
+    assert report.ok and rows(bob) == rows(alice)
+
+
+def test_a_download_that_stays_short_is_reported_and_fetched_next_time(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(8)))
+    push(alice, hub_remote(hub))
+    shard = next(path for path in hub.files(REPO) if "/shards/" in path)
+    fault = hub.add_fault(Fault("GET", "/shards/", body=hub.files(REPO)[shard][:50], times=1_000))
+
+    bob = make_store("bob")
+    report = fetch(bob, hub_remote(hub, sleeps))
+
+    assert not report.ok and [p.path for p in report.failed] == [shard]
+    assert rows(bob) == {} and len(sleeps) == 3
+    fault.times = 0
+    assert fetch(bob, hub_remote(hub)).rows == 8
+
+
+def test_fetch_pins_the_head_it_started_from(
+    hub: FakeHub, make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    push(alice, hub_remote(hub))
+    remote = hub_remote(hub)
+    pinned = remote.head()
+    fill(alice, completions(range(4, 6)))
+    push(alice, hub_remote(hub))  # lands after the fetch pinned its revision
+    monkeypatch.setattr(remote, "head", lambda: pinned)
+
+    report = fetch(make_store("bob"), remote)
+
+    assert report.revision == pinned and report.rows == 4
+
+
+def test_a_listing_with_dot_dot_paths_is_rejected_and_nothing_is_downloaded_from_it(
+    hub: FakeHub, make_store: MakeStore
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    genuine = next(path for path in hub.files(REPO) if "/shards/" in path)
+    hostile = [
+        genuine.replace("/mt-bench/", "/mt-bench/../../../../../../escaped/"),
+        "completions/../../outside.jsonl.gz",
+        "../top-level-escape",
+    ]
+    hub.put_raw(REPO, dict.fromkeys(hostile, hub.files(REPO)[genuine]))
+    hub.requests.clear()
+
+    bob = make_store("bob")
+    report = fetch(bob, hub_remote(hub))
+
+    assert sorted(p.path for p in report.rejected_paths) == sorted(hostile)
+    assert all("'..'" in p.reason for p in report.rejected_paths)
+    assert not any(".." in path for method, path in hub.requests if "/resolve/" in path)
+    assert len(rows(bob)) == 3
+    assert not (bob.root.parent / "escaped").exists() and not (bob.root.parent / "outside.jsonl.gz").exists()
+
+
+def test_without_huggingface_hub_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if the `hub` extra was not installed
+    with pytest.raises(SyncError, match=r"pip install 'judgestore\[hub\]'"):
+        HubRemote(REPO)
