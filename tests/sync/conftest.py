@@ -37,6 +37,8 @@ def _hub_client_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     # constants are read when huggingface_hub is first imported, which may have been before this fixture
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
     monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    # the vLLM tests run offline (HF_HUB_OFFLINE=1); if the client was first imported then, it is offline for good
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     disable_progress_bars()
 
 
