@@ -18,6 +18,9 @@ Contract (DESIGN.md, "Rules of behaviour"):
   ``readonly`` reads and generates misses but never writes.
 * Empty outputs are returned but never stored; engine errors propagate after
   the chunks already finished were written.
+* With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
+  it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
+  and ``replay``, so colleagues' rows count as hits.
 * Responses come back in the caller's order.
 """
 
@@ -27,7 +30,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import orjson
 
@@ -37,8 +40,12 @@ from store.descriptor import ModelDescriptor, input_hash
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Role
 from store.records import CompletionRecord, JudgementRecord, Record
+from store.repository import gc_paused
 from store.settings import Settings
 from store.store import Store
+
+if TYPE_CHECKING:
+    from store.sync.remote import Remote
 
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)
@@ -51,12 +58,15 @@ class CacheMissError(JudgestoreError):
 
 @dataclass(frozen=True, slots=True)
 class _Input:
-    """One distinct (rendered input, sample) to look up or generate."""
+    """One distinct (rendered input, sample) to generate."""
 
     key: str
-    rendered: str
+    rendered: bytes  # UTF-8 canonical JSON; decoded to text only for a row that is written
     sample_index: int
     request_index: int  # the first request that asked for it: its metadata labels the row
+
+
+_Slot = tuple[int, int]  # a distinct key's (sample index, index of the first request that asked for it)
 
 
 @dataclass(frozen=True)
@@ -85,6 +95,7 @@ class RunStats:
     """What one call did, for summaries and tests."""
 
     plan: Plan | None = None
+    fetched_rows: int = 0
     generated: int = 0
     written: int = 0
     engine_loaded: bool = False
@@ -112,6 +123,7 @@ class CachedModel:
         settings: Settings | None = None,
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         label: str | None = None,
+        remote: Remote | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -128,6 +140,8 @@ class CachedModel:
         self.label = label or descriptor.model
         self._backend_factory = backend_factory
         self._backend: Backend | None = None
+        self.remote = remote
+        self._fetched: set[Role] = set()
         self.last = RunStats()
 
     @property
@@ -170,38 +184,75 @@ class CachedModel:
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
         keys, inputs = self._render(role, requests)
-        return self._plan(role, keys, inputs, self._lookup(role, inputs))
+        return self._plan(role, requests, keys, inputs, self._lookup(role, inputs))
 
     # ------------------------------------------------------------ the boundary
 
-    def _render(self, role: Role, requests: Sequence[Request]) -> tuple[list[list[str]], dict[str, _Input]]:
-        """Keys of each request's samples, and the distinct inputs in first-seen order."""
+    def _render(self, role: Role, requests: Sequence[Request]) -> tuple[list[list[str]], dict[str, _Slot]]:
+        """Keys of each request's samples, and the distinct keys in first-seen order.
+
+        The rendered inputs are not kept: a hit never needs them, and holding a whole batch of
+        them (a few KB each) costs more than rendering the misses again in :meth:`_plan`.
+        """
         expected = CompletionRequest if role == "completions" else JudgementRequest
         keys_per_request: list[list[str]] = []
-        inputs: dict[str, _Input] = {}
+        inputs: dict[str, _Slot] = {}
         mode = self.descriptor.input_mode
-        for i, request in enumerate(requests):
-            if not isinstance(request, expected):
-                raise InvalidInputError(f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}")
-            rendered = request.render(mode)
-            keys = [input_hash(rendered, k) for k in range(request.n)]
-            keys_per_request.append(keys)
-            for k, key in enumerate(keys):
-                if key not in inputs:
-                    inputs[key] = _Input(key, rendered, k, i)
+        with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
+            for i, request in enumerate(requests):
+                if not isinstance(request, expected):
+                    raise InvalidInputError(
+                        f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}"
+                    )
+                rendered = request.render_bytes(mode)
+                if request.n == 1:  # the common case, without the loop
+                    key = input_hash(rendered)
+                    keys_per_request.append([key])
+                    if key not in inputs:
+                        inputs[key] = (0, i)
+                    continue
+                keys = [input_hash(rendered, k) for k in range(request.n)]
+                keys_per_request.append(keys)
+                for k, key in enumerate(keys):
+                    if key not in inputs:
+                        inputs[key] = (k, i)
         return keys_per_request, inputs
 
-    def _lookup(self, role: Role, inputs: dict[str, _Input]) -> dict[str, Record]:
+    def _fetch(self, role: Role) -> None:
+        """Import the remote's rows of this descriptor folder, once per role and model."""
+        if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
+            return
+        from store.sync import fetch, selector_for
+
+        report = fetch(self.store, self.remote, selector_for(role, self.task, self.descriptor))
+        self._fetched.add(role)
+        self.last.fetched_rows = report.rows
+
+    def _lookup(self, role: Role, inputs: dict[str, _Slot]) -> dict[str, Record]:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
+        self._fetch(role)
         database = self.store.find(role, self.task, self.descriptor)
         return {} if database is None else database.get_many(inputs)
 
     def _plan(
-        self, role: Role, keys: list[list[str]], inputs: dict[str, _Input], hits: dict[str, Record], seconds: float = 0
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        keys: list[list[str]],
+        inputs: dict[str, _Slot],
+        hits: dict[str, Record],
+        seconds: float = 0,
     ) -> Plan:
         requested = sum(map(len, keys))
-        missing = tuple(inp for key, inp in inputs.items() if key not in hits)
+        mode = self.descriptor.input_mode
+        rendered: dict[int, bytes] = {}  # request index -> its rendered input, for the misses only
+        missing = []
+        for key, (k, i) in inputs.items():
+            if key not in hits:
+                if i not in rendered:
+                    rendered[i] = requests[i].render_bytes(mode)
+                missing.append(_Input(key, rendered[i], k, i))
         return Plan(
             role,
             requested,
@@ -210,7 +261,7 @@ class CachedModel:
             len(missing),
             requested - len(inputs),
             self.mode,
-            missing,
+            tuple(missing),
             seconds,
         )
 
@@ -225,7 +276,7 @@ class CachedModel:
         self.last = RunStats()
         keys, inputs = self._render(role, requests)
         hits = self._lookup(role, inputs)
-        plan = self._plan(role, keys, inputs, hits, time.perf_counter() - started)
+        plan = self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started)
         self.last.plan = plan
         if on_plan is not None:
             on_plan(plan)
@@ -237,11 +288,13 @@ class CachedModel:
                 f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
                 f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
             )
-        results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
+        with gc_paused():
+            results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
         if plan.missing:
             results.update(self._generate(role, requests, plan.missing, on_progress))
         self.last.seconds = time.perf_counter() - started
-        return [Response(r, tuple(results[k] for k in ks)) for r, ks in zip(requests, keys, strict=True)]
+        with gc_paused():
+            return [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
 
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
@@ -286,7 +339,7 @@ class CachedModel:
         common: dict[str, Any] = {
             "input_hash": inp.key,
             "sample_index": inp.sample_index,
-            "input_text": inp.rendered,
+            "input_text": inp.rendered.decode(),
             "completion": gen.text,
             "benchmark": request.benchmark,
             "instruction_id": request.instruction_id,

@@ -18,7 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from store.descriptor import InputMode, render_messages, render_text
+from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError
 
 Orientation = Literal["direct", "reversed"]
@@ -40,13 +40,17 @@ class _Request:
 
     def render(self, input_mode: InputMode) -> str:
         """The canonical rendered input; the model's input mode must match the request's shape."""
+        return self.render_bytes(input_mode).decode()
+
+    def render_bytes(self, input_mode: InputMode) -> bytes:
+        """:meth:`render` as UTF-8 bytes (what :func:`~store.descriptor.input_hash` hashes)."""
         if input_mode == "chat":
             if self.messages is None:
                 raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
-            return render_messages(self.messages)
+            return render_messages_bytes(self.messages)
         if self.text is None:
             raise InvalidInputError("this model takes text input: give `text`, not `messages`")
-        return render_text(self.text)
+        return render_text_bytes(self.text)
 
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""

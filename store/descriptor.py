@@ -14,6 +14,11 @@ Contract:
   input (the ``input_text`` column); :func:`input_hash` gives the content
   address of sample ``k`` of it: sample 0 hashes the rendered bytes, sample
   ``k > 0`` hashes the same object with ``"sample": k`` added.
+  :func:`render_messages_bytes` / :func:`render_text_bytes` give the same
+  input as its UTF-8 bytes, which :func:`input_hash` also takes: a batch of
+  lookups hashes them directly, and a rendered input is decoded to text only
+  when it is written (decoding and re-encoding a few KB of non-ASCII text
+  costs more than hashing it).
 """
 
 from __future__ import annotations
@@ -120,36 +125,49 @@ class ModelDescriptor(BaseModel):
         return self.sha256()[:16]
 
 
-def render_messages(messages: Sequence[Mapping[str, Any]]) -> str:
-    """Rendered input of a chat: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
-    if isinstance(messages, str | bytes) or not isinstance(messages, Sequence):
+def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
+    """UTF-8 bytes of :func:`render_messages`: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
+    # The exact-type tests first are fast paths: a list of dicts is by far the common case.
+    if type(messages) is not list and (isinstance(messages, str | bytes) or not isinstance(messages, Sequence)):
         raise InvalidInputError("messages must be a list of {'role', 'content'} objects")
-    clean = []
+    clean: list[Mapping[str, Any]] = []
     for i, m in enumerate(messages):
-        if not isinstance(m, Mapping):
+        if type(m) is not dict and not isinstance(m, Mapping):
             raise InvalidInputError(f"message {i} is not an object: {m!r:.80}")
         role, content = m.get("role"), m.get("content")
         if not isinstance(role, str) or not isinstance(content, str):
             raise InvalidInputError(f"message {i} needs string 'role' and 'content': {m!r:.80}")
-        extra = set(m) - {"role", "content"}
-        if extra:
-            raise InvalidInputError(f"message {i} has unsupported keys {sorted(extra)}")
-        clean.append({"content": content, "role": role})
+        if len(m) != 2:  # both keys are there, so any other key is one too many
+            raise InvalidInputError(f"message {i} has unsupported keys {sorted(set(m) - {'role', 'content'})}")
+        # A plain dict holding exactly these two keys serialises (keys sorted) to the same bytes as its copy.
+        clean.append(m if type(m) is dict else {"content": content, "role": role})
     if not clean:
         raise InvalidInputError("messages must not be empty")
-    return canonical_json({"messages": clean, "type": "messages"}).decode()
+    return canonical_json({"messages": clean, "type": "messages"})
+
+
+def render_messages(messages: Sequence[Mapping[str, Any]]) -> str:
+    """Rendered input of a chat: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
+    return render_messages_bytes(messages).decode()
+
+
+def render_text_bytes(text: str) -> bytes:
+    """UTF-8 bytes of :func:`render_text`: ``{"text":..,"type":"text"}``."""
+    if not isinstance(text, str):
+        raise InvalidInputError(f"text prompt must be a string, got {type(text).__name__}")
+    return canonical_json({"text": text, "type": "text"})
 
 
 def render_text(text: str) -> str:
     """Rendered input of a plain prompt: ``{"text":..,"type":"text"}``."""
-    if not isinstance(text, str):
-        raise InvalidInputError(f"text prompt must be a string, got {type(text).__name__}")
-    return canonical_json({"text": text, "type": "text"}).decode()
+    return render_text_bytes(text).decode()
 
 
-def input_hash(rendered: str, sample_index: int = 0) -> str:
-    """Content address of sample ``sample_index`` of a rendered input."""
+def input_hash(rendered: str | bytes, sample_index: int = 0) -> str:
+    """Content address of sample ``sample_index`` of a rendered input (text, or its UTF-8 bytes)."""
     if sample_index == 0:
+        if isinstance(rendered, bytes):
+            return sha256_hex(rendered)
         try:
             return sha256_hex(rendered.encode())
         except UnicodeEncodeError as e:

@@ -16,7 +16,13 @@ from typing import Any
 import orjson
 import pytest
 
+from inference.cached import CachedModel
+from inference.jsonl import read_completion_requests
+from inference.spec import ModelSpec
+from store.store import Store
+from store.sync import DirectoryRemote, push
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
+from tests.inference.test_cached import CountingBackend
 
 ENGINE_ARGS = [
     arg
@@ -182,3 +188,49 @@ def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     assert result.returncode == 1
     assert "replay mode: 3 of 3 inputs are not in the store; the first is request 0 (demo/0)" in result.stderr
     assert not root.exists()
+
+
+def test_fetch_before_run_turns_a_colleagues_rows_into_hits(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """A colleague generated and pushed to a shared folder; our run fetches first and never loads the engine."""
+    spec = ModelSpec(
+        model=str(tiny_model_dir),
+        label="tiny-a",
+        engine_kwargs=TINY_ENGINE_KWARGS,
+        sampling={"temperature": 0, "max_tokens": 8},
+    )
+    with Store(root=tmp_path / "colleague") as theirs:
+        model = CachedModel(theirs, spec.descriptor, task="demo", backend_factory=CountingBackend, label="tiny-a")
+        model.complete(read_completion_requests(prompts))
+        (tmp_path / "shared").mkdir()
+        push(theirs, DirectoryRemote(tmp_path / "shared"))
+    out = tmp_path / "out.jsonl"
+    args = [
+        "generate",
+        "--model",
+        str(tiny_model_dir),
+        "--label",
+        "tiny-a",
+        "--task",
+        "demo",
+        "-i",
+        str(prompts),
+        "-o",
+        str(out),
+        "--temperature",
+        "0",
+        "--max-tokens",
+        "8",
+        *ENGINE_ARGS,
+        "--fetch",
+        "--json",
+    ]
+    env_root = tmp_path / "ours"
+    os.environ["JUDGESTORE_SYNC_DIR"] = str(tmp_path / "shared")  # the autouse fixture restores the environment
+    summary = orjson.loads(judgestore(*args, root=env_root).stdout)
+    assert (summary["fetched_rows"], summary["hits"], summary["misses"]) == (3, 3, 0)
+    assert summary["engine_loaded"] is False and summary["vllm_imported"] is False
+    assert [r["completion"] for r in lines(out)] == [
+        f"answer to Tell me {w}. #0" for w in ("a joke", "a fact", "a story")
+    ]

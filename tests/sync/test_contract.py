@@ -193,10 +193,10 @@ def test_a_push_interrupted_before_the_commit_sends_its_rows_next_time(
     def die(*args: object, **kwargs: object) -> None:
         raise Crash()
 
-    monkeypatch.setattr(type(remote), "add_files", die)
-    with pytest.raises(Crash):
-        push(alice, remote)
-    monkeypatch.undo()
+    with monkeypatch.context() as patched:  # undo only this patch, not the autouse fixtures' ones
+        patched.setattr(type(remote), "add_files", die)
+        with pytest.raises(Crash):
+            push(alice, remote)
     assert side.files() == {}
 
     fill(alice, completions(range(8, 10)))  # more rows arrived meanwhile: the shards will differ

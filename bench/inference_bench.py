@@ -1,0 +1,645 @@
+"""The cache boundary's full-hit paths beside the floor of the same work (issue 3, "Benchmark").
+
+Usage::
+
+    python bench/inference_bench.py [--quick] [--reps N] [--json out.json] [--only plan,cli]
+
+Two parts, each measured beside its floor in the same run:
+
+* plan: a store holds N completion rows (~9 KB each, as PERF_NOTES.md
+  describes: rendered prompt 2-8 KB with some non-ASCII, completion 1-4 KB,
+  ``top_logprobs`` ~1 KB of JSON in half the rows) whose input hashes really
+  are ``input_hash(render_messages(messages))``; a batch of the same N chat
+  requests is then planned, every one a hit.
+
+  - ours, ``plan``: ``CachedModel(store, descriptor, ...).plan("completions",
+    requests)``: render, hash and look up the batch (the store's engine is
+    already open; the first, warm-up call opens it).
+  - ours, ``complete``: ``CachedModel.complete(requests)``: the full-hit run a
+    user makes, which also builds the Responses (kept by the caller).
+  - floor, the same work with orjson, hashlib and stdlib sqlite3 only: per
+    request ``orjson.dumps({"messages": messages, "type": "messages"},
+    option=OPT_SORT_KEYS)`` then ``hashlib.sha256(...).hexdigest()``; the keys
+    deduplicated; then ``SELECT <the 13 columns> FROM completions WHERE
+    input_hash IN (SELECT value FROM json_each(?))`` in batches of
+    ``store.repository.LOOKUP_BATCH`` keys in one read transaction,
+    ``fetchall``, and a ``dict[key, row tuple]`` with ``usage`` and
+    ``top_logprobs`` decoded by ``orjson.loads`` (``created_at`` left as
+    text), built with the cyclic GC paused; the number of hits is returned and
+    the rows dropped, as ``plan`` drops its records. Same file, same pragmas
+    (WAL, synchronous=NORMAL). Not included: validating the messages,
+    ``CompletionRecord`` objects, parsing ``created_at``, the Plan.
+  - floor + records: the floor building what ``Database.get_many`` returns
+    (``CompletionRecord`` objects, ``created_at`` parsed to an aware UTC
+    datetime), as ``bench/store_bench.py``'s raw ``get_many`` does; shown
+    beside, for the part of the gap that is the result's shape.
+
+  Every variant drops its result inside its own timing (``complete``'s
+  Responses too, which is charged to ours).
+  - The split, measured in a second interleaved series: render + hash (ours:
+    ``CachedModel._render``; floor: the dumps + sha256 loop) and lookup (ours:
+    ``CachedModel._lookup`` of the rendered keys, i.e. ``Store.find`` +
+    ``Database.get_many``; floor: the query loop above, with and without
+    records).
+
+  Before timing, every key and every row of ours is checked against the floor.
+
+* cli: the tiny model is built into a temporary folder, 16 chat prompts are
+  written as JSONL, and ``judgestore generate --model DIR --task bench -i
+  prompts -o out --json --temperature 0 --max-tokens 16`` (the engine args of
+  ``tests/inference/conftest.py`` as ``--engine-arg k=v``, its ``VLLM_ENV`` in
+  the environment) runs in a fresh store: once with nothing stored (vLLM
+  import, engine build, generation), then three times full-hit. Beside them:
+  ``judgestore --help`` (the interpreter plus the command line's imports: the
+  floor of any run) and ``python -c pass``. Wall time is measured around the
+  subprocess; ``wall_seconds`` is the command's own summary (from the start of
+  its work, after its imports).
+
+Targets: the plan within 1.2x of the floor; a full-hit CLI run never loads
+the engine nor imports vLLM. PASS/MISS is printed; the exit status is 0 whatever
+the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import hashlib
+import os
+import shutil
+import sqlite3
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))  # `python bench/inference_bench.py` from anywhere
+
+from bench.common import (  # noqa: E402
+    Timing,
+    Variant,
+    completion_records,
+    environment,
+    format_seconds,
+    mean_row_bytes,
+    measure,
+    print_table,
+    write_json,
+)
+from inference.backend import Backend  # noqa: E402
+from inference.cached import CachedModel  # noqa: E402
+from inference.requests import CompletionRequest  # noqa: E402
+from store.descriptor import ModelDescriptor  # noqa: E402
+from store.layout import Role  # noqa: E402
+from store.records import CompletionRecord, record_fields  # noqa: E402
+from store.repository import LOOKUP_BATCH  # noqa: E402
+from store.settings import Settings  # noqa: E402
+from store.store import Store  # noqa: E402
+
+TARGET = 1.2
+ROLE: Role = "completions"
+TASK = "bench"
+FIELDS = record_fields(CompletionRecord)
+SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
+CLI_PROMPTS = 16
+CLI_HIT_RUNS = 3
+
+
+@dataclass
+class Sizes:
+    plan: tuple[tuple[int, int, int], ...]  # (requests, repetitions, calls per repetition)
+    cli_hit_runs: int
+
+
+FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS)
+QUICK = Sizes(plan=((10_000, 3, 1),), cli_hit_runs=CLI_HIT_RUNS)
+
+
+@dataclass
+class Result:
+    case: str
+    ours: Timing
+    floor: Timing
+    requests: int
+    targeted: bool  # the 1.2x target applies to this line
+    records_floor: Timing  # the floor building what get_many builds (records, parsed created_at)
+
+    @property
+    def ratio(self) -> float:
+        return self.ours.median / self.floor.median
+
+    @property
+    def cpu_ratio(self) -> float:
+        return self.ours.cpu_median / self.floor.cpu_median
+
+    @property
+    def records_ratio(self) -> float:
+        return self.ours.median / self.records_floor.median
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "case": self.case,
+            "requests": self.requests,
+            "ours": self.ours.as_dict(),
+            "floor": self.floor.as_dict(),
+            "floor_with_records": self.records_floor.as_dict(),
+            "ratio": self.ratio,
+            "ratio_to_floor_with_records": self.records_ratio,
+            "cpu_ratio": self.cpu_ratio,
+            "target": TARGET if self.targeted else None,
+            "pass": self.ratio <= TARGET if self.targeted else None,
+        }
+
+
+@dataclass
+class CliRun:
+    name: str
+    walls: list[float] = field(default_factory=list)
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def wall(self) -> float:
+        return statistics.median(self.walls)
+
+    def summary_median(self, key: str) -> float | None:
+        values = [s[key] for s in self.summaries if key in s]
+        return statistics.median(values) if values else None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "median_wall_s": self.wall, "walls_s": self.walls, "summaries": self.summaries}
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+@contextmanager
+def gc_paused() -> Any:
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+# ---------------------------------------------------------------- the floor: orjson + hashlib + sqlite3
+
+
+def floor_keys(batch: Sequence[list[dict[str, str]]]) -> list[str]:
+    """Render and hash every request: canonical JSON by orjson, SHA-256 by hashlib."""
+    dumps, sha256, sort_keys = orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
+    return [sha256(dumps({"messages": m, "type": "messages"}, option=sort_keys)).hexdigest() for m in batch]
+
+
+def floor_rows(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[Any, ...]]:
+    """Look the keys up in batches of LOOKUP_BATCH; rows with their JSON columns decoded."""
+    unique = list(dict.fromkeys(keys))
+    found: dict[str, tuple[Any, ...]] = {}
+    loads = orjson.loads
+    with gc_paused():
+        conn.execute("BEGIN")
+        try:
+            for start in range(0, len(unique), LOOKUP_BATCH):
+                chunk = orjson.dumps(unique[start : start + LOOKUP_BATCH]).decode()
+                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
+                    SELECT_BY_KEYS, (chunk,)
+                ).fetchall():
+                    found[h] = (
+                        h, si, it, co, bm, ii, mo, fr,
+                        None if us is None else loads(us), None if tl is None else loads(tl),
+                        ri, cb, ca,
+                    )  # fmt: skip
+        finally:
+            conn.execute("COMMIT")
+    return found
+
+
+def floor_records(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, CompletionRecord]:
+    """What ``Database.get_many`` returns, raw: ``CompletionRecord`` objects, ``created_at`` parsed to aware UTC."""
+    unique = list(dict.fromkeys(keys))
+    found: dict[str, CompletionRecord] = {}
+    loads, fromiso, utc, make = orjson.loads, datetime.fromisoformat, UTC, CompletionRecord
+    with gc_paused():
+        conn.execute("BEGIN")
+        try:
+            for start in range(0, len(unique), LOOKUP_BATCH):
+                chunk = orjson.dumps(unique[start : start + LOOKUP_BATCH]).decode()
+                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
+                    SELECT_BY_KEYS, (chunk,)
+                ).fetchall():
+                    found[h] = make(
+                        input_hash=h,
+                        sample_index=si,
+                        input_text=it,
+                        completion=co,
+                        benchmark=bm,
+                        instruction_id=ii,
+                        model=mo,
+                        finish_reason=fr,
+                        usage=None if us is None else loads(us),
+                        top_logprobs=None if tl is None else loads(tl),
+                        run_id=ri,
+                        created_by=cb,
+                        created_at=fromiso(ca).replace(tzinfo=utc),
+                    )
+        finally:
+            conn.execute("COMMIT")
+    return found
+
+
+def floor_plan(conn: sqlite3.Connection, batch: Sequence[list[dict[str, str]]]) -> int:
+    """The floor of ``plan``: keys, lookup, the number of hits (the rows are dropped, as plan drops its records)."""
+    return len(floor_rows(conn, floor_keys(batch)))
+
+
+def floor_plan_records(conn: sqlite3.Connection, batch: Sequence[list[dict[str, str]]]) -> int:
+    """:func:`floor_plan` building what ``get_many`` builds (records, parsed ``created_at``)."""
+    return len(floor_records(conn, floor_keys(batch)))
+
+
+def raw_connect(path: Path, settings: Settings) -> sqlite3.Connection:
+    """A connection with judgestore's pragmas (WAL, synchronous=NORMAL, busy timeout, foreign keys)."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=rw"
+    conn = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout_ms / 1000, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA journal_mode = wal")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+# ---------------------------------------------------------------- plan
+
+
+class EngineCalled(AssertionError):
+    pass
+
+
+def no_engine() -> Backend:
+    raise EngineCalled("a full-hit batch asked for the engine")
+
+
+def messages_of(record: CompletionRecord) -> list[dict[str, str]]:
+    """The chat a caller would pass: role first, as users write it (the rendered form sorts keys)."""
+    return [{"role": m["role"], "content": m["content"]} for m in orjson.loads(record.input_text)["messages"]]
+
+
+class PlanBench:
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.settings = Settings(store_root=workdir / "unused", run_id="bench-run", created_by="bench")
+        self.descriptor = ModelDescriptor(provider="bench", model="bench/model-1")
+        self.results: list[Result] = []
+        self.notes: list[str] = []
+
+    def run(self, n: int, reps: int, inner: int) -> None:
+        t0 = time.perf_counter()
+        records = completion_records(n)
+        if not self.results:
+            self.notes.append(
+                f"rows: {mean_row_bytes(records[:5_000]) / 1e3:.1f} KB on average (rendered prompt 2-8 KB, "
+                "completion 1-4 KB, top_logprobs ~1.2 KB JSON in half the rows)"
+            )
+        root = self.workdir / f"store-{n}"
+        store = Store(self.settings, root=root)
+        db = store.database(ROLE, TASK, self.descriptor)
+        for start in range(0, n, 10_000):
+            db.put_many(records[start : start + 10_000])
+        with db.engine.connect() as conn:
+            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        batch = [messages_of(r) for r in records]
+        requests = [
+            CompletionRequest(messages=m, benchmark=r.benchmark, instruction_id=r.instruction_id)
+            for m, r in zip(batch, records, strict=True)
+        ]
+        log(
+            f"plan {n:,}: store of {n:,} rows ({db.path.stat().st_size / 1e6:,.0f} MB) built in "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
+        cached = CachedModel(store, self.descriptor, task=TASK, backend_factory=no_engine)
+        raw = raw_connect(db.path, self.settings)
+        try:
+            inputs = self._check(cached, raw, requests, batch, records)
+            del records
+            gc.collect()
+            keys = list(inputs)
+            log(f"  timing {n:,} requests: {reps} interleaved repetitions of {inner} calls, then the split")
+            whole = measure(
+                [
+                    Variant("ours plan", lambda _s: cached.plan(ROLE, requests).hits),
+                    Variant("ours complete", lambda _s: len(cached.complete(requests))),
+                    Variant("floor", lambda _s: floor_plan(raw, batch)),
+                    Variant("floor + records", lambda _s: floor_plan_records(raw, batch)),
+                ],
+                reps,
+                inner=inner,
+            )
+            split = measure(
+                [
+                    Variant("ours render+hash", lambda _s: len(cached._render(ROLE, requests)[1])),
+                    Variant("floor render+hash", lambda _s: len(floor_keys(batch))),
+                    Variant("ours lookup", lambda _s: len(cached._lookup(ROLE, inputs))),
+                    Variant("floor lookup", lambda _s: len(floor_rows(raw, keys))),
+                    Variant("floor lookup + records", lambda _s: len(floor_records(raw, keys))),
+                ],
+                reps,
+                inner=inner,
+            )
+        finally:
+            raw.close()
+            store.close()
+            shutil.rmtree(root, ignore_errors=True)
+        floor, records_floor = whole["floor"], whole["floor + records"]
+        self.results += [
+            Result(f"plan, {n:,} requests", whole["ours plan"], floor, n, True, records_floor),
+            Result(f"complete, {n:,} requests", whole["ours complete"], floor, n, False, records_floor),
+            Result(
+                "  render + hash",
+                split["ours render+hash"],
+                split["floor render+hash"],
+                n,
+                False,
+                split["floor render+hash"],
+            ),
+            Result("  lookup", split["ours lookup"], split["floor lookup"], n, False, split["floor lookup + records"]),
+        ]
+
+    def _check(
+        self,
+        cached: CachedModel,
+        raw: sqlite3.Connection,
+        requests: list[CompletionRequest],
+        batch: list[list[dict[str, str]]],
+        records: list[CompletionRecord],
+    ) -> dict[str, Any]:
+        """Ours and the floor compute the same keys and rows, every request is a hit, no engine is asked for."""
+        n = len(requests)
+        plan = cached.plan(ROLE, requests)
+        if (plan.hits, plan.misses, plan.duplicates, plan.requested) != (n, 0, 0, n):
+            raise AssertionError(f"not a full hit: {plan.summary()}")
+        responses = cached.complete(requests)
+        if not all(r.cached for r in responses) or cached.engine_loaded or cached.last.engine_loaded:
+            raise AssertionError("complete() of a full-hit batch did not come only from the store")
+        if [r.text for r in responses] != [r.completion for r in records]:
+            raise AssertionError("complete() returned other texts than the stored ones")
+        _, inputs = cached._render(ROLE, requests)
+        keys = floor_keys(batch)
+        if keys != list(inputs) or keys != [r.input_hash for r in records]:
+            raise AssertionError("the floor's keys differ from judgestore's input hashes")
+        ours, rows = cached._lookup(ROLE, inputs), floor_rows(raw, keys)
+        if ours.keys() != rows.keys() or len(rows) != n:
+            raise AssertionError("the floor found other rows than judgestore")
+        for key, record in ours.items():
+            row = rows[key]
+            values = tuple(getattr(record, name) for name in FIELDS)
+            if values[:-1] != row[:-1] or datetime.fromisoformat(row[-1]).replace(tzinfo=UTC) != record.created_at:
+                raise AssertionError(f"the floor's row {key[:16]} differs from judgestore's record")
+        del ours, rows, responses
+        return inputs
+
+
+# ---------------------------------------------------------------- cli
+
+
+def judgestore_command() -> list[str]:
+    script = Path(sys.executable).parent / "judgestore"
+    if not script.exists():
+        script = REPO_ROOT / ".venv" / "bin" / "judgestore"
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "from inference.cli import main; main()"]
+
+
+def cli_prompts(path: Path, n: int) -> None:
+    topics = ("a joke", "a fact", "a story", "the weather", "a poem", "naïve Größe", "日本語", "a riddle")
+    rows = [
+        {
+            "benchmark": "bench",
+            "instruction_id": str(i),
+            "messages": [{"role": "user", "content": f"Tell me {topics[i % len(topics)]}, number {i}."}],
+        }
+        for i in range(n)
+    ]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+
+class CliBench:
+    def __init__(self, workdir: Path, hit_runs: int) -> None:
+        self.workdir = workdir
+        self.hit_runs = hit_runs
+        self.runs: dict[str, CliRun] = {}
+        self.notes: list[str] = []
+
+    def run(self) -> None:
+        from inference.tiny_model import build_tiny_model
+        from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
+
+        model = build_tiny_model(self.workdir / "tiny-llama", seed=0)
+        prompts = self.workdir / "prompts.jsonl"
+        cli_prompts(prompts, CLI_PROMPTS)
+        root = self.workdir / "cli-store"
+        engine_args = [
+            a for k, v in TINY_ENGINE_KWARGS.items() for a in ("--engine-arg", f"{k}={orjson.dumps(v).decode()}")
+        ]
+        env = {**os.environ, **VLLM_ENV}
+        env.pop("JUDGESTORE_STORE_ROOT", None)
+        command = judgestore_command()
+        generate = [
+            *command, "generate", "--model", str(model), "--task", "bench", "-i", str(prompts),
+            "--json", "--temperature", "0", "--max-tokens", "16", "--store-root", str(root), *engine_args,
+        ]  # fmt: skip
+        self.notes.append(f"cli: {CLI_PROMPTS} prompts; command: {' '.join(generate[: len(command) + 1])} ...")
+        outputs: list[bytes] = []
+
+        def timed(name: str, args: list[str], out: Path | None = None) -> None:
+            t0 = time.perf_counter()
+            result = subprocess.run(
+                [*args, *(("-o", str(out)) if out else ())],
+                cwd=self.workdir,
+                env=env,
+                capture_output=True,
+                timeout=1800,
+            )
+            wall = time.perf_counter() - t0
+            if result.returncode != 0:
+                raise RuntimeError(f"{name} failed ({result.returncode}): {result.stderr.decode()[-3000:]}")
+            run = self.runs.setdefault(name, CliRun(name))
+            run.walls.append(wall)
+            if out is not None:
+                run.summaries.append(orjson.loads(result.stdout))
+                outputs.append(out.read_bytes())
+            log(f"  {name}: {wall:.2f} s")
+
+        log("cli: first run (nothing stored: vLLM import, engine build, generation)")
+        timed("generate, first run (miss)", generate, self.workdir / "out-0.jsonl")
+        for k in range(self.hit_runs):
+            timed("generate, full hit", generate, self.workdir / f"out-{k + 1}.jsonl")
+            timed("judgestore --help", [*command, "--help"])
+            timed("python -c pass", [sys.executable, "-c", "pass"])
+        first = [orjson.loads(line) for line in outputs[0].splitlines()]
+        for later in outputs[1:]:
+            lines = [orjson.loads(line) for line in later.splitlines()]
+            if [x.get("text") for x in lines] != [x.get("text") for x in first]:
+                raise AssertionError("a full-hit run returned other texts than the first run")
+        self._check()
+
+    def _check(self) -> None:
+        miss = self.runs["generate, first run (miss)"].summaries[0]
+        if (miss["misses"], miss["engine_loaded"], miss["vllm_imported"]) != (CLI_PROMPTS, True, True):
+            raise AssertionError(f"the first run was not a miss that loaded the engine: {miss}")
+        for s in self.runs["generate, full hit"].summaries:
+            if (s["hits"], s["misses"], s["engine_loaded"], s["vllm_imported"]) != (CLI_PROMPTS, 0, False, False):
+                raise AssertionError(f"a full-hit run was not served from the store alone: {s}")
+
+
+# ---------------------------------------------------------------- report
+
+
+def report_plan(results: Sequence[Result]) -> None:
+    headers = [
+        "case",
+        "judgestore",
+        "floor",
+        "ratio",
+        "1.2x",
+        "CPU ratio",
+        "per request (ours / floor)",
+        "floor + records",
+        "ratio to it",
+    ]
+    rows = []
+    for r in results:
+        per = f"{format_seconds(r.ours.median / r.requests)} / {format_seconds(r.floor.median / r.requests)}"
+        verdict = ("PASS" if r.ratio <= TARGET else "MISS") if r.targeted else ""
+        same = r.records_floor is r.floor
+        rows.append(
+            [
+                r.case,
+                format_seconds(r.ours.median),
+                format_seconds(r.floor.median),
+                f"{r.ratio:.2f}x",
+                verdict,
+                f"{r.cpu_ratio:.2f}x",
+                per,
+                "" if same else format_seconds(r.records_floor.median),
+                "" if same else f"{r.records_ratio:.2f}x",
+            ]
+        )
+    print()
+    print_table(headers, rows, right=(1, 2, 3, 5, 7, 8))
+
+
+def report_cli(runs: dict[str, CliRun]) -> None:
+    miss = runs["generate, first run (miss)"]
+    headers = ["run", "wall (median)", "summary wall_seconds", "engine_loaded", "vllm_imported", "vs first run"]
+    rows = []
+    for run in runs.values():
+        inner = run.summary_median("wall_seconds")
+        flags = {k: sorted({str(s[k]) for s in run.summaries}) for k in ("engine_loaded", "vllm_imported")}
+        rows.append(
+            [
+                f"{run.name} (x{len(run.walls)})",
+                format_seconds(run.wall),
+                "" if inner is None else format_seconds(inner),
+                ",".join(flags["engine_loaded"]) or "-",
+                ",".join(flags["vllm_imported"]) or "-",
+                f"{run.wall / miss.wall:.3f}x",
+            ]
+        )
+    print()
+    print_table(headers, rows, right=(1, 2, 5))
+    hit, help_ = runs["generate, full hit"], runs["judgestore --help"]
+    loaded = any(s["engine_loaded"] or s["vllm_imported"] for s in hit.summaries)
+    print(
+        f"\nfull hit: {hit.wall / miss.wall:.3f}x of the first run; {hit.wall - help_.wall:+.2f} s beside "
+        f"`judgestore --help` ({hit.wall / help_.wall:.2f}x); engine start paid by a full hit: "
+        f"{'YES (MISS)' if loaded else 'never (PASS)'}"
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="10k requests only, 3 repetitions")
+    parser.add_argument("--reps", type=int, help="repetitions of every plan size (default 5 for 10k, 3 for 100k)")
+    parser.add_argument("--json", type=Path, help="also write every timing to this file")
+    parser.add_argument("--only", default="plan,cli", help="comma-separated subset of plan,cli")
+    parser.add_argument("--workdir", type=Path, help="where stores and the tiny model go (default: a temporary folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    args = parser.parse_args(argv)
+    sizes = QUICK if args.quick else FULL
+    only = set(args.only.split(","))
+    if not only <= {"plan", "cli"}:
+        parser.error(f"--only: unknown parts {sorted(only - {'plan', 'cli'})}")
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-inference-bench-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    env = environment()
+    log(f"judgestore inference bench: {'quick' if args.quick else 'full'}, work folder {workdir}")
+    started = time.perf_counter()
+    load_before = os.getloadavg()[0]
+    plan_bench = PlanBench(workdir)
+    cli_bench = CliBench(workdir, sizes.cli_hit_runs)
+    try:
+        if "plan" in only:
+            for n, reps, inner in sizes.plan:
+                plan_bench.run(n, args.reps or reps, inner)
+        if "cli" in only:
+            cli_bench.run()
+    finally:
+        if not args.keep:
+            shutil.rmtree(workdir, ignore_errors=True)
+    notes = [
+        *plan_bench.notes,
+        "floor = per request orjson.dumps({'messages', 'type'}, OPT_SORT_KEYS) + hashlib.sha256 hex; keys "
+        f"deduplicated; raw sqlite3 json_each lookup in batches of {LOOKUP_BATCH:,} in one read transaction, fetchall, "
+        "dict key -> row tuple with usage/top_logprobs decoded by orjson (GC paused), hits counted, rows dropped. "
+        "Not in the floor: message validation, CompletionRecord objects, created_at parsing, the Plan. "
+        "'floor + records' also builds what get_many returns (CompletionRecord objects, created_at parsed to aware "
+        "UTC datetimes), as bench/store_bench.py's raw get_many does. 'complete' also builds the Samples and "
+        "Responses; every variant drops its result inside its timing",
+        "split: render + hash = CachedModel._render vs the dumps+sha256 loop; lookup = CachedModel._lookup "
+        "(Store.find + Database.get_many) vs the raw query loop",
+        *cli_bench.notes,
+        "plan: medians of interleaved repetitions ("
+        + ", ".join(f"{n:,}: {args.reps or r} x {i} calls" for n, r, i in sizes.plan)
+        + "); ratio = wall clock, CPU ratio = process CPU time; "
+        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; python {env['python']}, "
+        f"sqlite {env['sqlite']}, sqlalchemy {env['sqlalchemy']}, orjson {env['orjson']}, {env['cpus']} CPUs; "
+        f"{time.perf_counter() - started:.0f} s in all",
+    ]
+    if plan_bench.results:
+        report_plan(plan_bench.results)
+    if cli_bench.runs:
+        report_cli(cli_bench.runs)
+    print()
+    for note in notes:
+        print(f"* {note}")
+    if args.json:
+        write_json(
+            args.json,
+            {
+                "environment": env,
+                "quick": args.quick,
+                "notes": notes,
+                "plan": [r.as_dict() for r in plan_bench.results],
+                "cli": [r.as_dict() for r in cli_bench.runs.values()],
+            },
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
