@@ -31,11 +31,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 
 from store.descriptor import input_hash, render_messages
-from store.records import CompletionRecord
+from store.records import CompletionRecord, record_fields
+from store.repository import LOOKUP_BATCH, gc_paused
+from store.settings import Settings
 
 # ---------------------------------------------------------------- deterministic content
 
@@ -291,3 +294,53 @@ def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right:
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
     path.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n")
+
+
+# ---------------------------------------------------------------- raw sqlite3: the physical limit
+
+FIELDS = record_fields(CompletionRecord)
+SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
+
+
+def raw_connect(path: Path, settings: Settings) -> sqlite3.Connection:
+    """A connection with judgestore's pragmas (WAL, synchronous=NORMAL, busy timeout, foreign keys)."""
+    uri = f"file:{quote(str(path.resolve()))}?mode=rwc"
+    conn = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout_ms / 1000, isolation_level=None)
+    conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
+    conn.execute("PRAGMA foreign_keys = ON")
+    conn.execute("PRAGMA journal_mode = wal")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    return conn
+
+
+def raw_get_many(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str, CompletionRecord]:
+    """The same result as ``Database.get_many``, with stdlib sqlite3 and orjson only."""
+    keys = list(dict.fromkeys(hashes))
+    found: dict[str, CompletionRecord] = {}
+    loads, fromiso, utc, make = orjson.loads, datetime.fromisoformat, UTC, CompletionRecord
+    with gc_paused():
+        conn.execute("BEGIN")
+        try:
+            for start in range(0, len(keys), LOOKUP_BATCH):
+                chunk = orjson.dumps(keys[start : start + LOOKUP_BATCH]).decode()
+                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
+                    SELECT_BY_KEYS, (chunk,)
+                ).fetchall():
+                    found[h] = make(
+                        input_hash=h,
+                        sample_index=si,
+                        input_text=it,
+                        completion=co,
+                        benchmark=bm,
+                        instruction_id=ii,
+                        model=mo,
+                        finish_reason=fr,
+                        usage=None if us is None else loads(us),
+                        top_logprobs=None if tl is None else loads(tl),
+                        run_id=ri,
+                        created_by=cb,
+                        created_at=fromiso(ca).replace(tzinfo=utc),
+                    )
+        finally:
+            conn.execute("COMMIT")
+    return found

@@ -74,12 +74,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
@@ -87,14 +85,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/inference_bench.py` from anywhere
 
 from bench.common import (  # noqa: E402
+    FIELDS,
+    SELECT_BY_KEYS,
     Timing,
     Variant,
     completion_records,
     environment,
     format_seconds,
+    gc_paused,
     mean_row_bytes,
     measure,
     print_table,
+    raw_connect,
+    raw_get_many,
     write_json,
 )
 from inference.backend import Backend  # noqa: E402
@@ -102,7 +105,7 @@ from inference.cached import CachedModel  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
-from store.records import CompletionRecord, record_fields  # noqa: E402
+from store.records import CompletionRecord  # noqa: E402
 from store.repository import LOOKUP_BATCH  # noqa: E402
 from store.settings import Settings  # noqa: E402
 from store.store import Store  # noqa: E402
@@ -110,8 +113,6 @@ from store.store import Store  # noqa: E402
 TARGET = 1.2
 ROLE: Role = "completions"
 TASK = "bench"
-FIELDS = record_fields(CompletionRecord)
-SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
 CLI_PROMPTS = 16
 CLI_HIT_RUNS = 3
 
@@ -184,20 +185,6 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-@contextmanager
-def gc_paused() -> Any:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
-# ---------------------------------------------------------------- the floor: orjson + hashlib + sqlite3
-
-
 def floor_keys(batch: Sequence[list[dict[str, str]]]) -> list[str]:
     """Render and hash every request: canonical JSON by orjson, SHA-256 by hashlib."""
     dumps, sha256, sort_keys = orjson.dumps, hashlib.sha256, orjson.OPT_SORT_KEYS
@@ -227,39 +214,6 @@ def floor_rows(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple
     return found
 
 
-def floor_records(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, CompletionRecord]:
-    """What ``Database.get_many`` returns, raw: ``CompletionRecord`` objects, ``created_at`` parsed to aware UTC."""
-    unique = list(dict.fromkeys(keys))
-    found: dict[str, CompletionRecord] = {}
-    loads, fromiso, utc, make = orjson.loads, datetime.fromisoformat, UTC, CompletionRecord
-    with gc_paused():
-        conn.execute("BEGIN")
-        try:
-            for start in range(0, len(unique), LOOKUP_BATCH):
-                chunk = orjson.dumps(unique[start : start + LOOKUP_BATCH]).decode()
-                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
-                    SELECT_BY_KEYS, (chunk,)
-                ).fetchall():
-                    found[h] = make(
-                        input_hash=h,
-                        sample_index=si,
-                        input_text=it,
-                        completion=co,
-                        benchmark=bm,
-                        instruction_id=ii,
-                        model=mo,
-                        finish_reason=fr,
-                        usage=None if us is None else loads(us),
-                        top_logprobs=None if tl is None else loads(tl),
-                        run_id=ri,
-                        created_by=cb,
-                        created_at=fromiso(ca).replace(tzinfo=utc),
-                    )
-        finally:
-            conn.execute("COMMIT")
-    return found
-
-
 def floor_plan(conn: sqlite3.Connection, batch: Sequence[list[dict[str, str]]]) -> int:
     """The floor of ``plan``: keys, lookup, the number of hits (the rows are dropped, as plan drops its records)."""
     return len(floor_rows(conn, floor_keys(batch)))
@@ -267,18 +221,7 @@ def floor_plan(conn: sqlite3.Connection, batch: Sequence[list[dict[str, str]]]) 
 
 def floor_plan_records(conn: sqlite3.Connection, batch: Sequence[list[dict[str, str]]]) -> int:
     """:func:`floor_plan` building what ``get_many`` builds (records, parsed ``created_at``)."""
-    return len(floor_records(conn, floor_keys(batch)))
-
-
-def raw_connect(path: Path, settings: Settings) -> sqlite3.Connection:
-    """A connection with judgestore's pragmas (WAL, synchronous=NORMAL, busy timeout, foreign keys)."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=rw"
-    conn = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout_ms / 1000, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA journal_mode = wal")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    return conn
+    return len(raw_get_many(conn, floor_keys(batch)))
 
 
 # ---------------------------------------------------------------- plan
@@ -353,7 +296,7 @@ class PlanBench:
                     Variant("floor render+hash", lambda _s: len(floor_keys(batch))),
                     Variant("ours lookup", lambda _s: len(cached._lookup(ROLE, inputs))),
                     Variant("floor lookup", lambda _s: len(floor_rows(raw, keys))),
-                    Variant("floor lookup + records", lambda _s: len(floor_records(raw, keys))),
+                    Variant("floor lookup + records", lambda _s: len(raw_get_many(raw, keys))),
                 ],
                 reps,
                 inner=inner,

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import gc
 import hashlib
 import os
 import random
@@ -58,33 +57,36 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC
 from functools import partial
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/store_bench.py` from anywhere
 
 from bench.common import (
+    FIELDS,
+    SELECT_BY_KEYS,
     Timing,
     Variant,
     completion_records,
     environment,
     format_seconds,
+    gc_paused,
     mean_row_bytes,
     measure,
     miss_hashes,
     print_table,
+    raw_connect,
+    raw_get_many,
     write_json,
 )
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role, metadata_bytes, write_metadata
-from store.records import CompletionRecord, record_fields
+from store.records import CompletionRecord
 from store.repository import LOOKUP_BATCH
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
@@ -93,9 +95,7 @@ from store.store import Database, Store
 TARGET = 1.2
 ROLE: Role = "completions"
 TASK = "bench"
-FIELDS = record_fields(CompletionRecord)
 COLUMNS = ", ".join(FIELDS)
-SELECT_BY_KEYS = f"SELECT {COLUMNS} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
 INSERT_IGNORE = f"INSERT OR IGNORE INTO completions ({COLUMNS}) VALUES ({', '.join('?' * len(FIELDS))})"
 
 
@@ -176,62 +176,7 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-@contextmanager
-def gc_paused() -> Any:
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 # ---------------------------------------------------------------- raw sqlite3: the same work
-
-
-def raw_connect(path: Path, settings: Settings) -> sqlite3.Connection:
-    """A connection with judgestore's pragmas (WAL, synchronous=NORMAL, busy timeout, foreign keys)."""
-    uri = f"file:{quote(str(path.resolve()))}?mode=rwc"
-    conn = sqlite3.connect(uri, uri=True, timeout=settings.busy_timeout_ms / 1000, isolation_level=None)
-    conn.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
-    conn.execute("PRAGMA foreign_keys = ON")
-    conn.execute("PRAGMA journal_mode = wal")
-    conn.execute("PRAGMA synchronous = NORMAL")
-    return conn
-
-
-def raw_get_many(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str, CompletionRecord]:
-    """The same result as ``Database.get_many``, with stdlib sqlite3 and orjson only."""
-    keys = list(dict.fromkeys(hashes))
-    found: dict[str, CompletionRecord] = {}
-    loads, fromiso, utc, make = orjson.loads, datetime.fromisoformat, UTC, CompletionRecord
-    with gc_paused():
-        conn.execute("BEGIN")
-        try:
-            for start in range(0, len(keys), LOOKUP_BATCH):
-                chunk = orjson.dumps(keys[start : start + LOOKUP_BATCH]).decode()
-                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
-                    SELECT_BY_KEYS, (chunk,)
-                ).fetchall():
-                    found[h] = make(
-                        input_hash=h,
-                        sample_index=si,
-                        input_text=it,
-                        completion=co,
-                        benchmark=bm,
-                        instruction_id=ii,
-                        model=mo,
-                        finish_reason=fr,
-                        usage=None if us is None else loads(us),
-                        top_logprobs=None if tl is None else loads(tl),
-                        run_id=ri,
-                        created_by=cb,
-                        created_at=fromiso(ca).replace(tzinfo=utc),
-                    )
-        finally:
-            conn.execute("COMMIT")
-    return found
 
 
 def raw_fetch_only(conn: sqlite3.Connection, hashes: Sequence[str]) -> int:
