@@ -22,7 +22,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import IO, Annotated, Any
 
@@ -186,7 +186,11 @@ def _run(
     store = None if mode is ModeChoice.off else Store(settings, root=root, readonly=readonly)
     cached = spec.cached(store, task=task, mode=mode.value, chunk_size=chunk_size, remote=remote)  # type: ignore[arg-type]
     columns = (TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=err, transient=True, disable=json_output) as progress, cached:
+    with (
+        Progress(*columns, console=err, transient=True, disable=json_output) as progress,
+        cached,
+        store if store is not None else nullcontext(),
+    ):
         bar = progress.add_task("generate", total=None, visible=False)
 
         def on_plan(plan: Plan) -> None:
@@ -201,8 +205,6 @@ def _run(
         responses = run(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
         with _output(output) as out:
             write_responses(out, responses, cached.label)
-    if store is not None:
-        store.close()
     plan = cached.last.plan
     assert plan is not None
     summary = {
