@@ -70,8 +70,8 @@ from store.schema import (
     UpgradeResult,
     classify,
     raise_for_status,
-    raise_translated,
     revisions_of,
+    translated,
     upgrade_database,
 )
 from store.settings import Settings
@@ -226,13 +226,6 @@ def database_size(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal")) if p.exists())
 
 
-def _translated(path: Path, error: SADatabaseError) -> Exception:
-    try:
-        raise_translated(path, error)
-    except Exception as e:  # raise_translated never returns: it raises the typed error or the original
-        return e
-
-
 def _file_state(error: BaseException) -> DatabaseState:
     if isinstance(error, NotADatabaseError):
         return DatabaseState.NOT_A_DATABASE
@@ -270,7 +263,7 @@ def inspect_database(
         finally:
             engine.dispose()
     except SADatabaseError as e:
-        failure = _translated(path, e)
+        failure = translated(path, e)
         state, error = _file_state(failure), str(failure)
     except (JudgestoreError, OSError) as e:
         state, error = _file_state(e), str(e)
@@ -535,7 +528,7 @@ def verify_database(
         finally:
             engine.dispose()
     except SADatabaseError as e:
-        problems.append(Problem(path, ProblemKind.FILE, str(_translated(path, e))))
+        problems.append(Problem(path, ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
         problems.append(Problem(path, ProblemKind.FILE, f"{type(e).__name__}: {e}"))
     return DatabaseVerification(location, path, checked, tuple(problems))
