@@ -98,6 +98,7 @@ class RunStats:
     fetched_rows: int = 0
     generated: int = 0
     written: int = 0
+    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
     engine_loaded: bool = False
     seconds: float = 0.0
 
@@ -286,9 +287,11 @@ class CachedModel:
             results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
         if plan.missing:
             results.update(self._generate(role, requests, plan.missing, on_progress))
-        self.last.seconds = time.perf_counter() - started
         with gc_paused():
-            return [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
+            responses = [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
+        self.last.truncated = sum(s.finish_reason == "length" for response in responses for s in response.samples)
+        self.last.seconds = time.perf_counter() - started
+        return responses
 
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None

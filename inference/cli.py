@@ -24,7 +24,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import IO, Annotated, Any
+from typing import IO, Annotated
 
 import orjson
 import typer
@@ -35,8 +35,9 @@ from inference import legacy_cli
 from inference.cached import Plan
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.requests import Orientation, Request
-from inference.spec import ModelSpec, parse_key_values
+from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
 from store.cli import JsonOutput, StoreRoot, app, command_errors, settings_and_root
+from store.errors import InvalidInputError
 from store.store import Store
 from store.sync.settings import SyncSettings, open_remote
 
@@ -56,6 +57,11 @@ class ModeChoice(enum.StrEnum):
 class InputModeChoice(enum.StrEnum):
     chat = "chat"
     text = "text"
+
+
+class LogprobPositionsChoice(enum.StrEnum):
+    first = "first"
+    all = "all"
 
 
 class OrientationsChoice(enum.StrEnum):
@@ -101,8 +107,49 @@ ThinkingOption = Annotated[
         "--enable-thinking/--disable-thinking", help="Thinking switch of the template.", rich_help_panel=_MODEL
     ),
 ]
-TemperatureOption = Annotated[float, typer.Option("--temperature", rich_help_panel=_SAMPLING)]
-MaxTokensOption = Annotated[int, typer.Option("--max-tokens", rich_help_panel=_SAMPLING)]
+TemperatureOption = Annotated[
+    float | None,
+    typer.Option(
+        "--temperature",
+        show_default=False,
+        help=f"Default {DEFAULT_SAMPLING['temperature']} (greedy), as in the Python API.",
+        rich_help_panel=_SAMPLING,
+    ),
+]
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option(
+        "--max-tokens",
+        show_default=False,
+        help=f"Default {DEFAULT_SAMPLING['max_tokens']}, as in the Python API.",
+        rich_help_panel=_SAMPLING,
+    ),
+]
+LogprobPositionsOption = Annotated[
+    LogprobPositionsChoice,
+    typer.Option(
+        "--logprob-positions",
+        help="Keep the top logprobs of the first generated token, or of every one (needs --top-logprobs).",
+        rich_help_panel=_SAMPLING,
+    ),
+]
+RevisionOption = Annotated[
+    str | None,
+    typer.Option(
+        "--revision",
+        help="Branch, tag or commit of a Hub model (default main); it is pinned to a commit either way.",
+        rich_help_panel=_MODEL,
+    ),
+]
+AllowUnpinnedOption = Annotated[
+    bool,
+    typer.Option(
+        "--allow-unpinned",
+        help="When a Hub model can be pinned neither from the local cache nor through the Hub, cache under an "
+        "explicitly unpinned descriptor instead of refusing (its rows never hit a pinned run).",
+        rich_help_panel=_MODEL,
+    ),
+]
 SeedOption = Annotated[int | None, typer.Option("--seed", rich_help_panel=_SAMPLING)]
 SamplingOption = Annotated[
     list[str] | None,
@@ -130,21 +177,38 @@ def _spec(
     model: str,
     label: str | None,
     input_mode: InputModeChoice,
-    sampling: dict[str, Any],
+    *,
+    temperature: float | None,
+    max_tokens: int | None,
+    seed: int | None,
+    top_logprobs: int | None,
+    logprob_positions: LogprobPositionsChoice,
+    sampling: Sequence[str] | None,
     engine_args: Sequence[str] | None,
+    revision: str | None,
+    allow_unpinned: bool,
     chat_template: str | None,
     template_kwargs: Sequence[str] | None,
     thinking: bool | None,
 ) -> ModelSpec:
+    """The model spec of a command line; options left out take ModelSpec's (the library's) defaults."""
+    given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
+    engine_kwargs = parse_key_values(engine_args, "--engine-arg")
+    if revision is not None:
+        if engine_kwargs.get("revision", revision) != revision:
+            raise InvalidInputError("--revision and --engine-arg revision= differ; pass one of them")
+        engine_kwargs["revision"] = revision
     return ModelSpec(
         model=model,
         label=label,
         input_mode=input_mode.value,  # type: ignore[arg-type]
-        sampling=sampling,
-        engine_kwargs=parse_key_values(engine_args, "--engine-arg"),
+        sampling={k: v for k, v in given.items() if v is not None} | parse_key_values(sampling, "--sampling"),
+        engine_kwargs=engine_kwargs,
         chat_template=chat_template,
         chat_template_kwargs=parse_key_values(template_kwargs, "--chat-template-kwarg"),
         enable_thinking=thinking,
+        logprob_positions=logprob_positions.value,  # type: ignore[arg-type]
+        allow_unpinned=allow_unpinned,
     )
 
 
@@ -187,7 +251,7 @@ def _run(
     cached = spec.cached(store, task=task, mode=mode.value, chunk_size=chunk_size, remote=remote)  # type: ignore[arg-type]
     columns = (TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with (
-        Progress(*columns, console=err, transient=True, disable=json_output) as progress,
+        Progress(*columns, console=err, transient=True, disable=json_output or not err.is_terminal) as progress,
         cached,
         store if store is not None else nullcontext(),
     ):
@@ -195,7 +259,7 @@ def _run(
 
         def on_plan(plan: Plan) -> None:
             if not json_output:
-                err.print(f"plan: {plan.summary()}")
+                err.print(f"plan: {plan.summary()}", soft_wrap=True)
             progress.update(bar, total=plan.misses, visible=plan.misses > 0)
 
         def on_progress(done: int, total: int) -> None:
@@ -220,6 +284,7 @@ def _run(
         "fetched_rows": cached.last.fetched_rows,
         "generated": cached.last.generated,
         "rows_written": cached.last.written,
+        "truncated": cached.last.truncated,
         "engine_loaded": cached.last.engine_loaded,
         "vllm_imported": "vllm" in sys.modules,
         "wall_seconds": round(time.perf_counter() - started, 3),
@@ -233,8 +298,16 @@ def _run(
         f"done: {plan.hits} hits ({hit_rate:.0f}%), {plan.misses} misses, {summary['rows_written']} rows written, "
         f"{summary['wall_seconds']} s, engine loaded: {'yes' if summary['engine_loaded'] else 'no'}"
         + (f", {summary['fetched_rows']} rows fetched from {remote.url}" if remote is not None else "")
-        + ("" if summary["vllm_imported"] else " (vLLM never imported)")
+        + ("" if summary["vllm_imported"] else " (vLLM never imported)"),
+        soft_wrap=True,
     )
+    if cached.last.truncated:
+        err.print(
+            f"note: {cached.last.truncated} outputs stopped at max_tokens "
+            f"({spec.descriptor.sampling.max_tokens}; finish_reason=length): raise --max-tokens to let them finish",
+            style="yellow",
+            soft_wrap=True,
+        )
 
 
 @app.command("generate")
@@ -246,12 +319,15 @@ def generate_command(
     output: OutputOption = Path("-"),
     label: LabelOption = None,
     input_mode: InputModeOption = InputModeChoice.chat,
-    temperature: TemperatureOption = 0.0,
-    max_tokens: MaxTokensOption = 256,
+    temperature: TemperatureOption = None,
+    max_tokens: MaxTokensOption = None,
     seed: SeedOption = None,
     top_logprobs: Annotated[int | None, typer.Option("--top-logprobs", rich_help_panel=_SAMPLING)] = None,
+    logprob_positions: LogprobPositionsOption = LogprobPositionsChoice.first,
     sampling: SamplingOption = None,
     engine_arg: EngineArgOption = None,
+    revision: RevisionOption = None,
+    allow_unpinned: AllowUnpinnedOption = False,
     chat_template: ChatTemplateOption = None,
     chat_template_kwarg: TemplateKwargOption = None,
     thinking: ThinkingOption = None,
@@ -268,16 +344,22 @@ def generate_command(
 
     Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
     """
-    params = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
     spec = _spec(
         model,
         label,
         input_mode,
-        params | parse_key_values(sampling, "--sampling"),
-        engine_arg,
-        chat_template,
-        chat_template_kwarg,
-        thinking,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        top_logprobs=top_logprobs,
+        logprob_positions=logprob_positions,
+        sampling=sampling,
+        engine_args=engine_arg,
+        revision=revision,
+        allow_unpinned=allow_unpinned,
+        chat_template=chat_template,
+        template_kwargs=chat_template_kwarg,
+        thinking=thinking,
     )
     requests = read_completion_requests(input_path)
     _run(
@@ -306,14 +388,20 @@ def judge_command(
         OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=_RUN)
     ] = OrientationsChoice.both,
     top_logprobs: Annotated[
-        int | None, typer.Option("--top-logprobs", help="Logprobs of the verdict token.", rich_help_panel=_SAMPLING)
+        int | None,
+        typer.Option(
+            "--top-logprobs", help="Candidates kept per position (the verdict token).", rich_help_panel=_SAMPLING
+        ),
     ] = None,
+    logprob_positions: LogprobPositionsOption = LogprobPositionsChoice.first,
     input_mode: InputModeOption = InputModeChoice.chat,
-    temperature: TemperatureOption = 0.0,
-    max_tokens: MaxTokensOption = 256,
+    temperature: TemperatureOption = None,
+    max_tokens: MaxTokensOption = None,
     seed: SeedOption = None,
     sampling: SamplingOption = None,
     engine_arg: EngineArgOption = None,
+    revision: RevisionOption = None,
+    allow_unpinned: AllowUnpinnedOption = False,
     chat_template: ChatTemplateOption = None,
     chat_template_kwarg: TemplateKwargOption = None,
     thinking: ThinkingOption = None,
@@ -331,21 +419,27 @@ def judge_command(
 
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
-    params = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
     spec = _spec(
         model,
         label,
         input_mode,
-        params | parse_key_values(sampling, "--sampling"),
-        engine_arg,
-        chat_template,
-        chat_template_kwarg,
-        thinking,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        top_logprobs=top_logprobs,
+        logprob_positions=logprob_positions,
+        sampling=sampling,
+        engine_args=engine_arg,
+        revision=revision,
+        allow_unpinned=allow_unpinned,
+        chat_template=chat_template,
+        template_kwargs=chat_template_kwarg,
+        thinking=thinking,
     )
     orientations: tuple[Orientation, ...] = (
         ("direct", "reversed") if orientation is OrientationsChoice.both else (orientation.value,)  # type: ignore[assignment]
     )
-    requests = read_judgement_requests(input_path, orientations, judge=label or model)
+    requests = read_judgement_requests(input_path, orientations, judge=spec.display_name)
     _run(
         spec,
         requests,

@@ -7,35 +7,37 @@ torch or transformers and never loads a model or a tokenizer: it reads a few
 small files (and samples the weight files) so that a run that is all cache
 hits finishes without touching the engine.
 
-* ``model`` is kept as given (hub id or path). ``revision`` is resolved: for a
-  local folder ``"sha256:<digest>"`` of its small files (configs, tokenizer,
-  templates, weight index, remote code) and a fingerprint of each weight file;
-  for a hub id the commit (``revision=`` when it is already a commit, else the
-  commit the local Hugging Face cache maps the branch or tag to), else None.
+* ``model`` and ``revision`` come from :func:`inference.model_source.resolve_model`:
+  a local folder is its folder name and ``"sha256:<digest>"`` of its files
+  (however its path is spelled); a Hub id is the id and the commit it is
+  pinned to (local cache, else the Hub), or ``"unpinned:<revision>"`` when
+  the caller opted into an unpinned descriptor. A separate tokenizer is named
+  the same way in ``engine["tokenizer"]`` / ``engine["tokenizer_revision"]``.
 * Engine settings are kept unless listed in :data:`EXECUTION_ONLY_SETTINGS`;
   an unknown setting is kept (a spurious miss is safe, a stale hit is not).
 * ``chat_template_sha256`` hashes the effective chat template: the explicit
   one (text or file) if given, else the model's (``chat_template.jinja``, then
-  ``tokenizer_config.json``); None in text mode or when the model has none.
+  ``tokenizer_config.json``, from the folder, the Hugging Face cache or,
+  alone, from the Hub); None in text mode, when the model has none, or when
+  an unpinned model's files are not here.
 * ``backend_version`` is the installed vLLM distribution's version.
 """
 
 from __future__ import annotations
 
 import enum
-import hashlib
 import importlib.metadata
 import importlib.util
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import JsonValue, ValidationError
 
-from store.descriptor import ModelDescriptor, SamplingSettings, canonical_json, sha256_hex
+from inference.model_source import model_name, resolve_model
+from store.descriptor import LogprobPositions, ModelDescriptor, SamplingSettings, canonical_json, sha256_hex
 from store.errors import InvalidInputError
 
 # Engine settings that change how (where, how fast, in how much memory) vLLM
@@ -125,21 +127,6 @@ EXECUTION_ONLY_SETTINGS: frozenset[str] = frozenset(
 # copying them into ``descriptor.engine``.
 _RESOLVED_SETTINGS = frozenset({"model", "revision", "tokenizer", "tokenizer_revision", "chat_template"})
 
-_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-
-# Files that decide what a folder's model computes, besides its weights: every
-# top-level JSON (configs, tokenizer, special tokens, weight index, quantization
-# and processor configs), templates, tokenizer vocabularies and remote code.
-_SMALL_FILE_SUFFIXES = (".json", ".jinja", ".model", ".tiktoken", ".py")
-_SMALL_FILE_NAMES = frozenset({"merges.txt", "vocab.txt"})
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
-# A weight fingerprint reads the head of the file (the safetensors header:
-# names, dtypes, shapes) and a few evenly spaced blocks: retrained or replaced
-# weights change them all, and a 100 GB checkpoint costs a few hundred KiB.
-_WEIGHT_HEAD_BYTES = 1 << 16
-_WEIGHT_SAMPLES = 16
-_WEIGHT_SAMPLE_BYTES = 1 << 12
-
 
 def _json_value(value: Any, where: str) -> JsonValue:
     """``value`` as plain JSON (paths as strings, sets sorted), or a clear error."""
@@ -169,88 +156,6 @@ def backend_version() -> str | None:
         except importlib.metadata.PackageNotFoundError:
             continue
     return None
-
-
-def _weight_fingerprint(path: Path) -> str:
-    size = path.stat().st_size
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        digest.update(f.read(_WEIGHT_HEAD_BYTES))
-        if size > _WEIGHT_HEAD_BYTES:
-            for i in range(1, _WEIGHT_SAMPLES + 1):
-                f.seek(size * i // (_WEIGHT_SAMPLES + 1))
-                digest.update(f.read(_WEIGHT_SAMPLE_BYTES))
-    return digest.hexdigest()
-
-
-def local_model_digest(folder: Path) -> str:
-    """``"sha256:<hex>"`` naming what a local model folder computes.
-
-    Covers the top-level configs, tokenizer and template files, remote code and
-    ``additional_chat_templates/``, by content, plus name, size and a sampled
-    fingerprint of each weight file (see ``_weight_fingerprint``). Timestamps
-    and the folder's own path are not part of it, so a copied folder keeps
-    its digest. Docs (README, LICENSE) are left out.
-    """
-    folder = Path(folder)
-    entries: list[list[JsonValue]] = []
-    candidates = sorted(folder.iterdir()) + sorted((folder / "additional_chat_templates").glob("*.jinja"))
-    for path in candidates:
-        if not path.is_file() or path.name.startswith("."):
-            continue
-        name = path.relative_to(folder).as_posix()
-        if path.name.endswith(_WEIGHT_SUFFIXES):
-            entries.append(["weights", name, path.stat().st_size, _weight_fingerprint(path)])
-        elif path.name.endswith(_SMALL_FILE_SUFFIXES) or path.name in _SMALL_FILE_NAMES:
-            entries.append(["file", name, sha256_hex(path.read_bytes())])
-    if not entries:
-        raise InvalidInputError(f"{folder}: no model files found (expected config.json, tokenizer and weights)")
-    return "sha256:" + sha256_hex(canonical_json(entries))
-
-
-def _hf_cache_repo(repo_id: str, cache_dir: str | os.PathLike[str] | None) -> Path:
-    if cache_dir is None:
-        from huggingface_hub import constants
-
-        cache_dir = constants.HF_HUB_CACHE
-    return Path(cache_dir) / ("models--" + repo_id.replace("/", "--"))
-
-
-def hub_commit(
-    repo_id: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
-) -> str | None:
-    """The commit of ``repo_id`` at ``revision`` (a commit, or a branch or tag in the local HF cache).
-
-    Never goes to the network: an id that was never downloaded gives None.
-    """
-    if revision is not None and _COMMIT_RE.match(revision):
-        return revision
-    ref = _hf_cache_repo(repo_id, cache_dir) / "refs" / (revision or "main")
-    try:
-        commit = ref.read_text(encoding="utf-8").strip()
-    except OSError:
-        return None
-    return commit if _COMMIT_RE.match(commit) else None
-
-
-def _files_folder(model: str, revision: str | None, cache_dir: str | os.PathLike[str] | None) -> Path | None:
-    """Where a model's files lie on this machine: the folder itself, or its HF cache snapshot."""
-    if Path(model).is_dir():
-        return Path(model)
-    commit = hub_commit(model, revision, cache_dir)
-    if commit is None:
-        return None
-    snapshot = _hf_cache_repo(model, cache_dir) / "snapshots" / commit
-    return snapshot if snapshot.is_dir() else None
-
-
-def resolve_revision(
-    model: str, revision: str | None = None, cache_dir: str | os.PathLike[str] | None = None
-) -> str | None:
-    """The descriptor's ``revision`` of ``model``: folder digest, hub commit, or None."""
-    if Path(model).is_dir():
-        return local_model_digest(Path(model))
-    return hub_commit(model, revision, cache_dir)
 
 
 def load_chat_template_text(template: str | os.PathLike[str]) -> str:
@@ -331,42 +236,39 @@ def _tokenizer_source(model: str, engine_kwargs: Mapping[str, Any]) -> tuple[str
     )
 
 
-def _tokenizer_settings(model: str, engine_kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
-    """Engine entries naming a separate tokenizer.
-
-    A tokenizer that is the model's own (the default) adds nothing; a separate
-    one is named as given plus its resolved revision, so editing a local
-    tokenizer folder misses like editing the model does.
-    """
+def _separate_tokenizer(model: str, engine_kwargs: Mapping[str, Any]) -> bool:
     tokenizer, revision = _tokenizer_source(model, engine_kwargs)
-    if tokenizer == model and revision == engine_kwargs.get("revision"):
-        return {}
-    resolved = resolve_revision(tokenizer, revision, engine_kwargs.get("download_dir")) or revision
-    return {"tokenizer": tokenizer, "tokenizer_revision": resolved}
+    return model_name(tokenizer) != model_name(model) or revision != engine_kwargs.get("revision")
+
+
+def _explicit_template(engine_kwargs: Mapping[str, Any], chat_template: str | None) -> str | None:
+    """The text of a template given explicitly (argument, or ``engine_kwargs["chat_template"]``), if any."""
+    from_engine = engine_kwargs.get("chat_template")
+    if from_engine is None:
+        return None if chat_template is None else load_chat_template_text(chat_template)
+    text = load_chat_template_text(from_engine)
+    if chat_template is not None and load_chat_template_text(chat_template) != text:
+        raise InvalidInputError("chat_template and engine_kwargs['chat_template'] differ; pass one of them")
+    return text
 
 
 def effective_chat_template(
     model: str, *, engine_kwargs: Mapping[str, Any] | None = None, chat_template: str | None = None
 ) -> str | None:
-    """The text of the chat template vLLM will apply, or None if there is none (or no files yet).
+    """The text of the chat template vLLM will apply, or None if the model has none.
 
     An explicit template (``chat_template``, or ``engine_kwargs["chat_template"]``
     as ``vllm.LLM`` accepts it) wins; otherwise the tokenizer's files, read
-    from the folder or the local Hugging Face cache (see
-    :func:`model_chat_template`). A hub model never downloaded has none yet.
+    from the folder, the Hugging Face cache or the Hub (see
+    :func:`~inference.model_source.resolve_model`).
     """
     engine_kwargs = engine_kwargs or {}
-    from_engine = engine_kwargs.get("chat_template")
-    if from_engine is not None:
-        text = load_chat_template_text(from_engine)
-        if chat_template is not None and load_chat_template_text(chat_template) != text:
-            raise InvalidInputError("chat_template and engine_kwargs['chat_template'] differ; pass one of them")
-        return text
-    if chat_template is not None:
-        return load_chat_template_text(chat_template)
+    explicit = _explicit_template(engine_kwargs, chat_template)
+    if explicit is not None:
+        return explicit
     tokenizer, revision = _tokenizer_source(model, engine_kwargs)
-    folder = _files_folder(tokenizer, revision, engine_kwargs.get("download_dir"))
-    return model_chat_template(folder) if folder is not None else None
+    source = resolve_model(tokenizer, revision, cache_dir=engine_kwargs.get("download_dir"))
+    return model_chat_template(source.files) if source.files is not None else None
 
 
 def descriptor_from_vllm(
@@ -379,24 +281,28 @@ def descriptor_from_vllm(
     chat_template_kwargs: Mapping[str, Any] | None = None,
     enable_thinking: bool | None = None,
     thinking_token_budget: int | None = None,
+    logprob_positions: LogprobPositions = "first",
     provider: str = "vllm",
+    allow_unpinned: bool = False,
 ) -> ModelDescriptor:
     """The descriptor of generating with ``vllm.LLM(model, **engine_kwargs)``.
 
     ``sampling`` holds ``SamplingParams`` kwargs (``logprobs`` is the number of
     top logprobs); ``n`` is not one of them, samples are asked for per request.
+    ``logprob_positions`` says which generated positions keep their
+    candidates (``"first"`` or ``"all"``; it needs ``logprobs``).
     ``chat_template`` is a template text or a file; it may instead be given as
     ``engine_kwargs["chat_template"]``, as ``vllm.LLM`` accepts it there.
     ``enable_thinking`` and ``thinking_token_budget`` may also be given inside
     ``chat_template_kwargs`` / ``sampling``; either spelling hashes alike.
-    Raises :class:`InvalidInputError` for settings that cannot be hashed.
+    Raises :class:`InvalidInputError` for settings that cannot be hashed, and
+    :class:`~inference.model_source.UnpinnedModelError` for a Hub model that
+    cannot be pinned (unless ``allow_unpinned``).
     """
     engine_kwargs = dict(engine_kwargs or {})
     given_model = engine_kwargs.get("model")
-    if given_model is not None and os.fspath(given_model) != model:
+    if given_model is not None and model_name(os.fspath(given_model)) != model_name(model):
         raise InvalidInputError(f"model {model!r} and engine_kwargs['model'] {given_model!r} differ")
-    revision_arg = engine_kwargs.get("revision")
-    cache_dir = engine_kwargs.get("download_dir")
 
     sampling = dict(sampling or {})
     if sampling.pop("n", 1) != 1:
@@ -415,13 +321,36 @@ def descriptor_from_vllm(
         sampling_settings = SamplingSettings(**{k: _json_value(v, f"sampling.{k}") for k, v in sampling.items()})
     except ValidationError as e:
         raise InvalidInputError(f"invalid sampling settings: {e}") from e
+    if logprob_positions != "first" and sampling_settings.logprobs is None:
+        raise InvalidInputError(f"logprob_positions={logprob_positions!r} needs logprobs (a number of candidates)")
 
+    chat = input_mode == "chat"
+    explicit = _explicit_template(engine_kwargs, chat_template) if chat else None
+    separate = _separate_tokenizer(model, engine_kwargs)
+    cache_dir = engine_kwargs.get("download_dir")
+    source = resolve_model(
+        model,
+        engine_kwargs.get("revision"),
+        cache_dir=cache_dir,
+        need_files=chat and explicit is None and not separate,  # the files that give the chat template
+        allow_unpinned=allow_unpinned,
+    )
     engine = engine_settings(engine_kwargs)
-    engine.update(_tokenizer_settings(model, engine_kwargs))
+    tokenizer_source = source
+    if separate:
+        tokenizer, revision = _tokenizer_source(model, engine_kwargs)
+        tokenizer_source = resolve_model(
+            tokenizer,
+            revision,
+            cache_dir=cache_dir,
+            need_files=chat and explicit is None,
+            allow_unpinned=allow_unpinned,
+        )
+        engine |= {"tokenizer": tokenizer_source.name, "tokenizer_revision": tokenizer_source.revision}
 
     template_kwargs: dict[str, JsonValue] = {}
     template_sha: str | None = None
-    if input_mode == "chat":
+    if chat:
         template_kwargs = {
             str(k): _json_value(v, f"chat_template_kwargs.{k}") for k, v in (chat_template_kwargs or {}).items()
         }
@@ -431,7 +360,9 @@ def descriptor_from_vllm(
             if enable_thinking is not None and in_kwargs != enable_thinking:
                 raise InvalidInputError("enable_thinking is given twice with different values")
             enable_thinking = in_kwargs
-        template_text = effective_chat_template(model, engine_kwargs=engine_kwargs, chat_template=chat_template)
+        template_text = explicit
+        if template_text is None and tokenizer_source.files is not None:
+            template_text = model_chat_template(tokenizer_source.files)
         template_sha = sha256_hex(template_text.encode()) if template_text is not None else None
     else:
         # A plain prompt never meets the chat template, so its settings cannot change the output.
@@ -440,14 +371,15 @@ def descriptor_from_vllm(
     try:
         return ModelDescriptor(
             provider=provider,
-            model=model,
-            revision=resolve_revision(model, revision_arg, cache_dir),
+            model=source.name,
+            revision=source.revision,
             input_mode=input_mode,
             sampling=sampling_settings,
             chat_template_sha256=template_sha,
             chat_template_kwargs=template_kwargs,
             enable_thinking=enable_thinking,
             thinking_token_budget=thinking_token_budget,
+            logprob_positions=logprob_positions,
             engine=engine,
             backend_version=backend_version(),
         )

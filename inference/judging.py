@@ -1,12 +1,17 @@
 """Judge conversations built from answers, for callers without a prompt of their own.
 
-Contract: :func:`pairwise_requests` turns one question and two answers into
-one :class:`JudgementRequest` per orientation: ``direct`` shows model A's
-answer first, ``reversed`` shows model B's answer first; both rows keep
-``model_a``/``model_b`` as the pair's identity, so a position bias shows up as
-disagreement between the two rows. :func:`pointwise_request` rates one answer
-(``model_b`` None). Research codebases that render their own judge prompt
-pass ``messages`` directly instead.
+Contract: :func:`pairwise_requests` turns one question and the answers of a
+pair (X, Y) into one :class:`JudgementRequest` per orientation. As in
+JudgeArena (#128), ``model_a``/``model_b`` are the *positional slots* of the
+rendered prompt: ``model_a`` is the model whose answer is shown first (as
+"Assistant A"), and ``orientation`` says how that order relates to the pair's:
+the ``direct`` row shows X first (``model_a=X, model_b=Y``), the ``reversed``
+row shows Y first (``model_a=Y, model_b=X``). A verdict "[[A]]" therefore
+always favours ``model_a``, and a position bias shows up as the two rows of a
+pair disagreeing about the same model. :func:`pointwise_request` rates one
+answer (``model_b`` None, ``orientation`` None). Research codebases that render
+their own judge prompt pass ``messages`` directly instead, with the same
+meaning of the slots.
 """
 
 from __future__ import annotations
@@ -39,15 +44,18 @@ def pairwise_requests(
     instruction_id: str | None = None,
     judge: str | None = None,
 ) -> list[JudgementRequest]:
-    """One judgement request per orientation for the pair (A, B)."""
+    """One judgement request per orientation for the pair (``model_a``, ``model_b``), slots positional."""
     requests = []
     for orientation in orientations:
-        first, second = (answer_a, answer_b) if orientation == "direct" else (answer_b, answer_a)
+        shown = [(model_a, answer_a), (model_b, answer_b)]
+        if orientation == "reversed":
+            shown.reverse()
+        (first_model, first), (second_model, second) = shown
         requests.append(
             JudgementRequest(
                 messages=_pairwise_messages(question, first, second),
-                model_a=model_a,
-                model_b=model_b,
+                model_a=first_model,
+                model_b=second_model,
                 judge=judge,
                 orientation=orientation,
                 benchmark=benchmark,

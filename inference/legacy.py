@@ -68,6 +68,7 @@ import orjson
 from pydantic import ValidationError
 
 from inference.descriptors import backend_version as installed_backend_version
+from inference.model_source import UnpinnedModelError
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
@@ -286,7 +287,7 @@ def map_legacy_descriptor(
     settings, notes = live_settings(metadata, model=model, assumed=assumed)
     try:
         descriptor = settings.spec().descriptor
-    except (InvalidInputError, OSError) as e:
+    except (InvalidInputError, UnpinnedModelError, OSError) as e:
         raise LegacyMappingError(f"the live rules refuse these settings: {e}") from e
     return descriptor.model_copy(update={"backend_version": legacy_backend_version(metadata)}), settings, notes
 
@@ -437,7 +438,7 @@ class LegacyDescriptorMapper:
         today = datetime.now(UTC).date().isoformat()
         assumptions = [
             f"legacy cache recorded no revision or chat template for {metadata.model!r}; both were resolved from "
-            f"{current!r} as it was on {today} (revision {descriptor.revision or 'unknown: not found locally'})"
+            f"{current!r} as it was on {today} (revision {descriptor.revision})"
         ]
         assumptions += [f"legacy run assumed to have used {note} (not recorded by the file)" for note in assumed_notes]
         notes = [f"live settings that hit these rows: {settings.describe()}"]

@@ -10,10 +10,13 @@ Contract:
   and renders: a rich table on stdout (or ``--json``), a progress bar on
   stderr (terminals only), and ``--report FILE`` with the full JSON report.
 * Exit status 1 when anything failed: a source that is corrupt, invalid or
-  whose metadata.json does not match its folder, or any row that failed
-  (its stored hash does not match its input, malformed values...). Skipped
-  rows (no descriptor, no inputs, empty outputs) and conflicts are reported
-  with their reasons and do not fail the command. ``--detect`` exits 1 when a
+  whose metadata.json does not match its folder, any row that failed (its
+  stored hash does not match its input, malformed values...), or rows left
+  out because no descriptor could be named for them (no task, no
+  descriptor, a LangChain cache): a script never mistakes "0 imported, 70
+  skipped" for success (``--json``: ``"ok": false`` and
+  ``totals.unattributed``). Rows skipped for what they are (empty outputs,
+  inputs never stored) and conflicts are reported and do not fail it. ``--detect`` exits 1 when a
   source is corrupt or invalid.
 * ``--dry-run`` writes nothing anywhere (the store is opened read-only; the
   report file, if asked for, is the only file written).
@@ -262,6 +265,14 @@ def import_command(
     else:
         _stdout().print(_import_table(report))
         _print_reasons(report, err)
+        unattributed = report.totals()["unattributed"]
+        if unattributed:
+            err.print(
+                f"{unattributed:,} rows were not imported because no descriptor could be named for them; "
+                "see the reasons above (--assume-current-model, --descriptor, --task)",
+                style="bold red",
+                soft_wrap=True,
+            )
     if not report.ok:
         raise typer.Exit(1)
 

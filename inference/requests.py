@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError
+from store.logprobs import text_logprobs
 
 Orientation = Literal["direct", "reversed"]
 
@@ -69,7 +70,12 @@ class CompletionRequest(_Request):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JudgementRequest(_Request):
-    """A rendered judge conversation about ``model_a`` (and ``model_b``, None when pointwise)."""
+    """A rendered judge conversation about ``model_a`` (and ``model_b``, None when pointwise).
+
+    The slots are positional (JudgeArena #128): ``model_a`` is the model whose
+    answer the prompt shows first, ``model_b`` the second; ``orientation``
+    (``direct``/``reversed``) relates that order to the source pair's.
+    """
 
     model_a: str | None = None
     model_b: str | None = None
@@ -94,8 +100,12 @@ class Sample:
     text: str
     finish_reason: str | None
     usage: dict[str, Any] | None
-    top_logprobs: dict[str, Any] | None
+    top_logprobs: dict[str, Any] | None  # stored shape, see store.logprobs
     cached: bool
+
+    def text_logprobs(self, position: int = 0) -> dict[str, float]:
+        """``{text: logprob}`` at one generated position: JudgeArena's view (:func:`store.logprobs.text_logprobs`)."""
+        return text_logprobs(self.top_logprobs, position)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +122,10 @@ class Response:
     @property
     def top_logprobs(self) -> dict[str, Any] | None:
         return self.samples[0].top_logprobs
+
+    def text_logprobs(self, position: int = 0) -> dict[str, float]:
+        """Sample 0's ``{text: logprob}`` at ``position`` (e.g. ``.get("A")`` for a verdict token)."""
+        return self.samples[0].text_logprobs(position)
 
     @property
     def cached(self) -> bool:

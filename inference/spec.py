@@ -4,6 +4,10 @@ Contract: :class:`ModelSpec` is the one place where user settings become a
 descriptor (:func:`inference.descriptors.descriptor_from_vllm`) and a lazily
 prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
 imported only when :meth:`ModelSpec.cached` actually needs the engine.
+
+Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
+(greedy, up to 256 new tokens), the same defaults as the command line;
+every other setting is vLLM's own default.
 """
 
 from __future__ import annotations
@@ -18,12 +22,16 @@ import orjson
 from inference.backend import Backend
 from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
 from inference.descriptors import descriptor_from_vllm
-from store.descriptor import ModelDescriptor
+from store.descriptor import LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError
 from store.store import Store
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote
+
+# judgestore's defaults for the library and the command line alike (vLLM's own are
+# temperature 1.0 and max_tokens 16, which silently truncates most answers).
+DEFAULT_SAMPLING: Mapping[str, Any] = {"temperature": 0.0, "max_tokens": 256}
 
 
 def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]:
@@ -45,10 +53,17 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """Everything needed to describe and, if needed, load one vLLM model."""
+    """Everything needed to describe and, if needed, load one vLLM model.
+
+    ``model`` is a Hub id or a local folder, as ``vllm.LLM(model=...)`` takes
+    it; a Hub id is pinned to a commit (pass ``engine_kwargs={"revision": ..}``
+    for a branch, tag or commit; ``allow_unpinned=True`` accepts an explicitly
+    unpinned descriptor when it cannot be pinned). ``sampling`` is merged over
+    :data:`DEFAULT_SAMPLING`.
+    """
 
     model: str
-    label: str | None = None  # the name recorded in rows (model / judge columns); default: model
+    label: str | None = None  # the name recorded in rows (model / judge columns); default: the descriptor's model
     input_mode: Literal["chat", "text"] = "chat"
     sampling: Mapping[str, Any] = field(default_factory=dict)
     engine_kwargs: Mapping[str, Any] = field(default_factory=dict)
@@ -56,27 +71,38 @@ class ModelSpec:
     chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
     enable_thinking: bool | None = None
     thinking_token_budget: int | None = None
+    logprob_positions: LogprobPositions = "first"
     provider: str = "vllm"
+    allow_unpinned: bool = False
 
     @functools.cached_property
     def descriptor(self) -> ModelDescriptor:
         return descriptor_from_vllm(
             self.model,
             engine_kwargs=self.engine_kwargs,
-            sampling=self.sampling,
+            sampling={**DEFAULT_SAMPLING, **self.sampling},
             input_mode=self.input_mode,
             chat_template=self.chat_template,
             chat_template_kwargs=self.chat_template_kwargs,
             enable_thinking=self.enable_thinking,
             thinking_token_budget=self.thinking_token_budget,
+            logprob_positions=self.logprob_positions,
             provider=self.provider,
+            allow_unpinned=self.allow_unpinned,
         )
+
+    @property
+    def display_name(self) -> str:
+        """The name recorded in rows: the label, else the descriptor's model (a Hub id, or a folder's name)."""
+        return self.label or self.descriptor.model
 
     def backend(self) -> Backend:
         """Load the engine now (imports vLLM)."""
         from inference.vllm_backend import create_vllm_backend
 
-        return create_vllm_backend(self.descriptor, self.engine_kwargs, chat_template=self.chat_template)
+        return create_vllm_backend(
+            self.descriptor, self.engine_kwargs, model=self.model, chat_template=self.chat_template
+        )
 
     def cached(
         self,
@@ -98,6 +124,6 @@ class ModelSpec:
             backend_factory=self.backend,
             mode=mode,
             chunk_size=chunk_size,
-            label=self.label or self.model,
+            label=self.display_name,
             remote=remote,
         )

@@ -15,41 +15,60 @@ Contract:
   Sample ``k`` gets seed ``seed + k`` when the descriptor sets a seed, so it
   is the same whether it is asked for alone or with others.
 * Each :class:`Generation` carries the text, finish reason, token counts and,
-  when ``sampling.logprobs`` is set, the top logprobs of the first generated
-  token (decoded token -> logprob).
+  when ``sampling.logprobs`` is set, every candidate vLLM returned (token id,
+  decoded text, logprob, rank) and the sampled token, for the first generated
+  position or all of them (``descriptor.logprob_positions``), in the lossless
+  shape of :mod:`store.logprobs`.
 * :meth:`VLLMBackend.close` shuts the engine down; it is idempotent, and a
   closed backend refuses to generate.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from inference.backend import EngineRequest, Generation
 from inference.descriptors import effective_chat_template, engine_settings, load_chat_template_text
+from inference.model_source import COMMIT_RE, local_model_digest, model_name
+from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import InvalidInputError, JudgestoreError
+from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
 
 
-def _top_logprobs(first_token: Mapping[int, Any], count: int) -> dict[str, float]:
-    """Decoded token -> logprob of the ``count`` best candidates for one position.
+class EngineMismatchError(JudgestoreError):
+    """The engine vLLM loaded (commit, folder, chat template) is not what the descriptor names."""
 
-    vLLM adds the sampled token when it is not among the top ``count`` (so up to
-    ``count + 1`` entries); it is not a *top* logprob, so it is dropped. Two ids
-    can decode to the same string (byte-level pieces of one character both
-    decode to ""): the higher logprob is kept.
+
+def _token(token_id: int, entry: Any) -> TokenLogprob:
+    text = entry.decoded_token if entry.decoded_token is not None else ""
+    return TokenLogprob(text, float(entry.logprob), token_id, entry.rank)
+
+
+def position_logprobs(candidates: Mapping[int, Any], sampled_id: int | None, count: int) -> PositionLogprobs:
+    """Every candidate vLLM returned for one position, and the sampled token (see :mod:`store.logprobs`).
+
+    vLLM returns the ``count`` best tokens plus the sampled one when it is not
+    among them (with its true rank, above ``count``): the former are the
+    candidates, in rank order; the latter is kept as ``sampled`` only.
     """
-    best: dict[str, float] = {}
-    for token_id, entry in first_token.items():
-        if entry.rank is not None and entry.rank > count:
-            continue
-        key = entry.decoded_token if entry.decoded_token is not None else str(token_id)
-        if key not in best or entry.logprob > best[key]:
-            best[key] = float(entry.logprob)
-    return best
+    top = sorted(
+        (
+            _token(token_id, entry)
+            for token_id, entry in candidates.items()
+            if entry.rank is None or entry.rank <= count
+        ),
+        key=lambda t: (t.rank if t.rank is not None else count + 1, -t.logprob),
+    )
+    sampled = None
+    if sampled_id is not None and sampled_id in candidates:
+        sampled = _token(sampled_id, candidates[sampled_id])
+    return PositionLogprobs(tuple(top), sampled)
 
 
 def _check_template(descriptor: ModelDescriptor, template: str | None) -> None:
@@ -178,9 +197,16 @@ class VLLMBackend:
     def _generation(self, output: Any) -> Generation:
         completion = output.outputs[0]
         count = self._descriptor.sampling.logprobs
-        top: dict[str, float] | None = None
+        top: dict[str, Any] | None = None
         if count is not None:
-            top = _top_logprobs(completion.logprobs[0], count) if completion.logprobs else {}
+            per_position = list(completion.logprobs or ())
+            if self._descriptor.logprob_positions == "first":
+                per_position = per_position[:1]
+            token_ids = list(completion.token_ids)
+            top = logprobs.encode(
+                position_logprobs(candidates or {}, token_ids[i] if i < len(token_ids) else None, count)
+                for i, candidates in enumerate(per_position)
+            )
         return Generation(
             text=completion.text,
             finish_reason=completion.finish_reason,
@@ -211,18 +237,19 @@ class VLLMBackend:
         self.close()
 
 
-def _check_engine_kwargs(descriptor: ModelDescriptor, engine_kwargs: Mapping[str, Any]) -> None:
+def _check_engine_kwargs(descriptor: ModelDescriptor, model: str, engine_kwargs: Mapping[str, Any]) -> None:
     """Refuse engine kwargs whose output-affecting part differs from the descriptor's."""
-    model = engine_kwargs.get("model", descriptor.model)
-    if str(model) != descriptor.model:
-        raise InvalidInputError(f"engine model {model!r} is not the descriptor's {descriptor.model!r}")
+    name = model_name(os.fspath(engine_kwargs.get("model", model)))
+    if name != descriptor.model:
+        raise InvalidInputError(f"engine model {name!r} is not the descriptor's {descriptor.model!r}")
     given = engine_settings(engine_kwargs)
     # A separate tokenizer is named in the descriptor with its resolved revision,
     # which the kwargs do not carry: compare the rest.
     expected = {k: v for k, v in descriptor.engine.items() if k not in ("tokenizer", "tokenizer_revision")}
-    tokenizer = str(engine_kwargs.get("tokenizer") or descriptor.model)
-    if tokenizer != descriptor.engine.get("tokenizer", descriptor.model):
-        raise InvalidInputError(f"engine tokenizer {tokenizer!r} is not the descriptor's")
+    tokenizer = engine_kwargs.get("tokenizer")
+    tokenizer_name = model_name(os.fspath(tokenizer)) if tokenizer is not None else descriptor.model
+    if tokenizer_name != descriptor.engine.get("tokenizer", descriptor.model):
+        raise InvalidInputError(f"engine tokenizer {tokenizer_name!r} is not the descriptor's")
     if (
         descriptor.model_copy(update={"engine": given}).sha256()
         != descriptor.model_copy(update={"engine": expected}).sha256()
@@ -233,30 +260,98 @@ def _check_engine_kwargs(descriptor: ModelDescriptor, engine_kwargs: Mapping[str
         )
 
 
-def create_vllm_backend(
-    descriptor: ModelDescriptor, engine_kwargs: Mapping[str, Any], *, chat_template: str | None = None
-) -> VLLMBackend:
-    """Load ``vllm.LLM(**engine_kwargs)`` for ``descriptor`` (the only place vLLM is imported).
+def _pinned_commit(descriptor: ModelDescriptor) -> str | None:
+    revision = descriptor.revision
+    return revision if revision is not None and COMMIT_RE.match(revision) else None
 
-    ``engine_kwargs`` are the full ``vllm.LLM`` kwargs, execution-only ones
-    included; ``model`` defaults to the descriptor's, and a hub model is pinned
-    to the descriptor's commit. ``chat_template`` (text or file) is the
-    explicit template the descriptor was built with, if any; its hash must
-    match ``descriptor.chat_template_sha256``.
+
+def loaded_chat_template(llm: Any, explicit: str | None) -> str | None:
+    """The template a loaded engine applies to chats: vLLM's own choice (explicit, processor, tokenizer, fallback)."""
+    from vllm.renderers.hf import resolve_chat_template
+
+    return resolve_chat_template(llm.get_tokenizer(), explicit, None, model_config=llm.llm_engine.model_config)
+
+
+def verify_loaded(llm: Any, descriptor: ModelDescriptor, model: str, explicit: str | None) -> None:
+    """Raise :class:`EngineMismatchError` unless the loaded engine is what ``descriptor`` names.
+
+    Checked after the load and before any row can be written: the commit vLLM
+    resolved (a Hub model), the folder's digest (a local one, whose files may
+    have changed since the descriptor was computed), and the chat template it
+    will apply. An unpinned descriptor pins neither, by the caller's choice.
     """
-    _check_engine_kwargs(descriptor, engine_kwargs)
+    problems = []
+    if descriptor.revision is not None and descriptor.revision.startswith("sha256:"):
+        digest = local_model_digest(Path(model))
+        if digest != descriptor.revision:
+            problems.append(f"the folder {model} now digests to {digest}, not the descriptor's {descriptor.revision}")
+    elif (commit := _pinned_commit(descriptor)) is not None:
+        loaded = getattr(llm.llm_engine.model_config, "revision", None)
+        if loaded != commit:
+            problems.append(f"vLLM loaded revision {loaded}, not the descriptor's commit {commit}")
+    if descriptor.input_mode == "chat" and not descriptor.unpinned:
+        template = loaded_chat_template(llm, explicit)
+        sha = sha256_hex(template.encode()) if template is not None else None
+        if sha != descriptor.chat_template_sha256:
+            problems.append(
+                f"vLLM applies a chat template with sha256 {sha}, "
+                f"not the descriptor's {descriptor.chat_template_sha256}"
+            )
+    if problems:
+        raise EngineMismatchError(
+            f"{descriptor.model}: the engine vLLM loaded is not the one the cache key describes: "
+            + "; ".join(problems)
+            + ". Nothing was generated or written; run again (the key is computed afresh), or report the model "
+            "if it persists (vLLM may pick a template from files judgestore does not read)"
+        )
+
+
+def create_vllm_backend(
+    descriptor: ModelDescriptor,
+    engine_kwargs: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    chat_template: str | None = None,
+) -> VLLMBackend:
+    """Load ``vllm.LLM(model, **engine_kwargs)`` for ``descriptor`` (the only place vLLM is imported).
+
+    ``model`` is what vLLM loads (a Hub id or a folder, however spelled;
+    default: the descriptor's model). ``engine_kwargs`` are the full
+    ``vllm.LLM`` kwargs, execution-only ones included; a Hub model is pinned to
+    the descriptor's commit. ``chat_template`` (text or file) is the explicit
+    template the descriptor was built with, if any. Settings and template are
+    checked against the descriptor before the load, and what was loaded after
+    it (:func:`verify_loaded`); a mismatch shuts the engine down and raises.
+    """
+    if model is None:
+        model = os.fspath(engine_kwargs.get("model", descriptor.model))
+        local = descriptor.revision is not None and descriptor.revision.startswith("sha256:")
+        if local and "model" not in engine_kwargs:
+            raise InvalidInputError(
+                f"the descriptor of {descriptor.model!r} names a local folder by its name only: pass model=<its path>"
+            )
+    _check_engine_kwargs(descriptor, model, engine_kwargs)
     kwargs = dict(engine_kwargs)
-    kwargs.setdefault("model", descriptor.model)
-    if descriptor.revision is not None and not descriptor.revision.startswith("sha256:"):
+    kwargs["model"] = model
+    if (commit := _pinned_commit(descriptor)) is not None:
         # The descriptor resolved a branch or tag to this commit: load exactly
         # that, even if the branch has moved on the hub since.
-        kwargs["revision"] = descriptor.revision
+        kwargs["revision"] = commit
 
-    # Both templates are checked against the descriptor before the slow part.
+    # Checked against the descriptor before the slow part.
     explicit = load_chat_template_text(chat_template) if chat_template is not None else None
-    engine_template = effective_chat_template(descriptor.model, engine_kwargs=kwargs)
-    _check_template(descriptor, explicit if explicit is not None else engine_template)
+    engine_template = None
+    if not descriptor.unpinned:
+        engine_template = effective_chat_template(model, engine_kwargs=kwargs)
+        _check_template(descriptor, explicit if explicit is not None else engine_template)
 
     from vllm import LLM, SamplingParams
 
-    return VLLMBackend(LLM(**kwargs), SamplingParams, descriptor, explicit, engine_template=engine_template)
+    llm = LLM(**kwargs)
+    backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
+    try:
+        verify_loaded(llm, descriptor, model, explicit)
+    except BaseException:
+        backend.close()
+        raise
+    return backend

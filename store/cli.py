@@ -140,11 +140,31 @@ ModelOption = Annotated[
         "--model", help="Completions of this model; judgements where it is model_a or model_b.", rich_help_panel=_FILTER
     ),
 ]
-ModelAOption = Annotated[str | None, typer.Option("--model-a", help="(judgements)", rich_help_panel=_FILTER)]
-ModelBOption = Annotated[str | None, typer.Option("--model-b", help="(judgements)", rich_help_panel=_FILTER)]
+ModelAOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model-a", help="(judgements) The model whose answer the prompt shows first.", rich_help_panel=_FILTER
+    ),
+]
+ModelBOption = Annotated[
+    str | None,
+    typer.Option("--model-b", help="(judgements) The model whose answer is shown second.", rich_help_panel=_FILTER),
+]
 JudgeOption = Annotated[str | None, typer.Option("--judge", help="(judgements)", rich_help_panel=_FILTER)]
 OrientationOption = Annotated[
-    OrientationChoice | None, typer.Option("--orientation", help="(judgements)", rich_help_panel=_FILTER)
+    OrientationChoice | None,
+    typer.Option(
+        "--orientation", help="(judgements) direct or reversed, relative to the source pair.", rich_help_panel=_FILTER
+    ),
+]
+PairOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--pair",
+        metavar="MODEL",
+        help="(judgements) Give twice: every judgement of the pair, both orientations (slots X,Y or Y,X).",
+        rich_help_panel=_FILTER,
+    ),
 ]
 PointwiseOption = Annotated[
     bool | None,
@@ -206,7 +226,7 @@ def _error_line(error: JudgestoreError) -> str:
     if isinstance(error, EmptyFilterError):
         return (
             f"{error} (row filters: --benchmark, --instruction-id, --model, --model-a, --model-b, --judge, "
-            "--orientation, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash; "
+            "--orientation, --pair, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash; "
             "--role, --task, --provider, --model-id and --descriptor only choose databases)"
         )
     return str(error)
@@ -382,6 +402,7 @@ def _row_filter(
     model_b: str | None,
     judge: str | None,
     orientation: OrientationChoice | None,
+    pair: list[str] | None,
     pointwise: bool | None,
     run_id: str | None,
     created_by: str | None,
@@ -389,6 +410,8 @@ def _row_filter(
     until: datetime | None,
     input_hash: list[str] | None,
 ) -> RowFilter:
+    if pair is not None and len(pair) != 2:
+        raise typer.BadParameter(f"give --pair exactly twice (the two models), got {len(pair)}", param_hint="--pair")
     return RowFilter(
         benchmark=benchmark,
         instruction_id=instruction_id,
@@ -397,6 +420,7 @@ def _row_filter(
         model_b=model_b,
         judge=judge,
         orientation=None if orientation is None else orientation.value,  # type: ignore[arg-type]
+        pair=None if pair is None else (pair[0], pair[1]),
         pointwise=pointwise,
         run_id=run_id,
         created_by=created_by,
@@ -492,6 +516,7 @@ def query_command(
     model_b: ModelBOption = None,
     judge: JudgeOption = None,
     orientation: OrientationOption = None,
+    pair: PairOption = None,
     pointwise: PointwiseOption = None,
     run_id: RunIdOption = None,
     created_by: CreatedByOption = None,
@@ -502,12 +527,15 @@ def query_command(
     """Print the rows that match the filters, streamed (jsonl, csv and json never hold all rows).
 
     Read-only. Both roles unless --role; judgement-only filters (--judge,
-    --model-a, --model-b, --orientation, --pointwise/--pairwise) select
-    judgements. --json means --format json (a JSON array) unless --format is given.
+    --model-a, --model-b, --orientation, --pair, --pointwise/--pairwise) select
+    judgements. model_a/model_b are the positional slots of the judge prompt
+    (model_a's answer is shown first). --json means --format json (a JSON array) unless --format is given.
 
     Examples:
 
         judgestore query --role judgements --judge gpt-4o --benchmark mt-bench
+
+        judgestore query --pair model-x --pair model-y --format jsonl
 
         judgestore query --model my-model --since 2026-01-01 --format jsonl > rows.jsonl
 
@@ -515,8 +543,8 @@ def query_command(
     """
     settings, root = settings_and_root(store_root)
     selector = _selector(role, task, provider, model_id, descriptor)
-    flt = _row_filter(benchmark, instruction_id, model, model_a, model_b, judge, orientation, pointwise, run_id,
-                      created_by, since, until, input_hash)  # fmt: skip
+    flt = _row_filter(benchmark, instruction_id, model, model_a, model_b, judge, orientation, pair, pointwise,
+                      run_id, created_by, since, until, input_hash)  # fmt: skip
     fmt = OutputFormat.json if json_output and output_format is OutputFormat.table else output_format
     roles = roles_for(flt, selector.role)
     available = row_columns(roles)
@@ -572,6 +600,7 @@ def delete_command(
     model_b: ModelBOption = None,
     judge: JudgeOption = None,
     orientation: OrientationOption = None,
+    pair: PairOption = None,
     pointwise: PointwiseOption = None,
     run_id: RunIdOption = None,
     created_by: CreatedByOption = None,
@@ -593,8 +622,8 @@ def delete_command(
     """
     settings, root = settings_and_root(store_root)
     selector = _selector(role, task, provider, model_id, descriptor)
-    flt = _row_filter(benchmark, instruction_id, model, model_a, model_b, judge, orientation, pointwise, run_id,
-                      created_by, since, until, input_hash)  # fmt: skip
+    flt = _row_filter(benchmark, instruction_id, model, model_a, model_b, judge, orientation, pair, pointwise,
+                      run_id, created_by, since, until, input_hash)  # fmt: skip
     plan = plan_delete(root, settings, selector, flt)
     matched = sum(entry.rows for entry in plan)
     report: dict[str, Any] = {

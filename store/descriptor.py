@@ -9,7 +9,10 @@ Contract:
 * :class:`ModelDescriptor` holds everything about a model call that changes its
   output. Its :meth:`~ModelDescriptor.sha256` is stable across processes and
   Python versions; integral floats in free-form fields are written as ints, so
-  ``0`` and ``0.0`` hash alike everywhere.
+  ``0`` and ``0.0`` hash alike everywhere. Fields added after the first
+  release (:data:`ADDED_FIELDS`) are hashed only when they differ from their
+  default, so every descriptor that does not use them keeps the hash, and the
+  folder, it always had.
 * :func:`render_messages` / :func:`render_text` give the canonical rendered
   input (the ``input_text`` column); :func:`input_hash` gives the content
   address of sample ``k`` of it: sample 0 hashes the rendered bytes, sample
@@ -34,6 +37,8 @@ from store.errors import InvalidInputError
 
 DESCRIPTOR_FORMAT: Literal["judgestore-descriptor/v1"] = "judgestore-descriptor/v1"
 InputMode = Literal["chat", "text"]
+LogprobPositions = Literal["first", "all"]
+UNPINNED_PREFIX = "unpinned:"  # the revision of a model the caller chose not to pin (see inference.model_source)
 
 _MAX_EXACT_FLOAT_INT = 2**53
 
@@ -104,6 +109,8 @@ class ModelDescriptor(BaseModel):
     thinking_token_budget: int | None = None
     engine: dict[str, JsonValue] = Field(default_factory=dict)
     backend_version: str | None = None
+    # Added in 0.2: which generated positions keep their top logprobs (see store.logprobs).
+    logprob_positions: LogprobPositions = "first"
 
     @field_validator("provider", "model")
     @classmethod
@@ -112,9 +119,18 @@ class ModelDescriptor(BaseModel):
             raise ValueError("must not start or end with whitespace")
         return v
 
+    @property
+    def unpinned(self) -> bool:
+        """Whether the caller opted into a descriptor that pins neither the model's commit nor its template."""
+        return self.revision is not None and self.revision.startswith(UNPINNED_PREFIX)
+
     def canonical_json(self) -> bytes:
-        """The bytes that are hashed: normalised numbers, sorted keys."""
-        return canonical_json(_normalise(self.model_dump(mode="json")))
+        """The bytes that are hashed: normalised numbers, sorted keys, added fields only when set."""
+        data = self.model_dump(mode="json")
+        for name, default in ADDED_FIELDS.items():
+            if data[name] == default:
+                del data[name]
+        return canonical_json(_normalise(data))
 
     def sha256(self) -> str:
         """Full SHA-256 hex of :meth:`canonical_json` (written to metadata.json)."""
@@ -123,6 +139,10 @@ class ModelDescriptor(BaseModel):
     def hash16(self) -> str:
         """First 16 hex characters of :meth:`sha256`: the folder name."""
         return self.sha256()[:16]
+
+
+# Fields added after the first release, with the default that leaves them out of the hash.
+ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first"}
 
 
 def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:

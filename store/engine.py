@@ -32,10 +32,10 @@ from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import quote
 
-import orjson
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.pool import NullPool, QueuePool
 
+from store import jsonvalues
 from store.errors import NetworkFilesystemError
 from store.settings import Settings
 
@@ -142,11 +142,6 @@ def readonly_uri(path: Path) -> str:
     return base if wal_exists or not _is_wal_file(path) else base + "&immutable=1"
 
 
-def json_dumps(value: Any) -> str:
-    """JSON columns are written as canonical JSON (sorted keys, unescaped UTF-8)."""
-    return orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
-
-
 def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = False, pooled: bool = True) -> Engine:
     """An engine over one SQLite file; see the module docstring for what it guarantees.
 
@@ -170,8 +165,8 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
         "sqlite://",
         creator=connect,
         poolclass=QueuePool if pooled else NullPool,
-        json_serializer=json_dumps,
-        json_deserializer=orjson.loads,
+        json_serializer=jsonvalues.dumps,  # canonical JSON; NaN and infinities kept exactly
+        json_deserializer=jsonvalues.loads,
         execution_options={"journal_mode": journal},  # applied by apply_journal_mode
     )
 

@@ -117,5 +117,5 @@ class EmptyFilterError(JudgestoreError, ValueError):
         super().__init__(
             "refusing to delete with an empty filter (it would delete every row); "
             "name at least one of benchmark, instruction_id, model, model_a, "
-            "model_b, judge, orientation, run_id, created_after, created_before"
+            "model_b, judge, orientation, pair, run_id, created_after, created_before"
         )

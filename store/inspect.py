@@ -80,7 +80,7 @@ from store.store import Store
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
-JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pointwise")
+JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", "pointwise")
 LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
 MAX_LISTED_BAD_ROWS = 10
 

@@ -97,7 +97,20 @@ class Completion(_Row, Base):
 
 
 class Judgement(_Row, Base):
-    """One judge completion; ``model_b`` is NULL for pointwise judgements."""
+    """One judge completion; ``model_b`` is NULL for pointwise judgements.
+
+    ``model_a``/``model_b`` are the *positional slots* of the rendered judge
+    prompt (JudgeArena #128): ``model_a`` is the model whose answer is shown
+    first. ``orientation`` relates that order to the source pair (X, Y):
+    ``direct`` shows X first (``model_a = X``), ``reversed`` shows Y first
+    (``model_a = Y``). Native and imported rows carry this one meaning (rows
+    judgestore 0.1.0 wrote with the pair's identity are converted by migration
+    0002). Every judgement of the pair (X, Y), both orientations::
+
+        select(Judgement).where(
+            or_(and_(Judgement.model_a == X, Judgement.model_b == Y),
+                and_(Judgement.model_a == Y, Judgement.model_b == X)))
+    """
 
     __tablename__ = "judgements"
 

@@ -39,7 +39,11 @@ class CompletionRecord:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class JudgementRecord:
-    """One row of ``judgements``; ``model_b`` is None for a pointwise judgement."""
+    """One row of ``judgements``; ``model_b`` is None for a pointwise judgement.
+
+    ``model_a``/``model_b`` are the positional slots of the judge prompt (see
+    :class:`store.models.Judgement`).
+    """
 
     input_hash: str
     sample_index: int = 0
@@ -75,7 +79,9 @@ class RowFilter:
     """Rows whose typed columns equal every field that is set (AND of the set fields).
 
     ``model`` selects completions of that model, and judgements where the
-    model is ``model_a`` or ``model_b``. ``created_after`` is inclusive,
+    model is ``model_a`` or ``model_b``. ``pair=(X, Y)`` selects the
+    judgements of that pair in both orientations (slots ``(X, Y)`` or
+    ``(Y, X)``). ``created_after`` is inclusive,
     ``created_before`` exclusive. ``pointwise=True`` keeps judgements whose
     ``model_b`` is NULL, ``False`` the pairwise ones.
     """
@@ -87,6 +93,7 @@ class RowFilter:
     model_b: str | None = None
     judge: str | None = None
     orientation: Orientation | None = None
+    pair: tuple[str, str] | None = None
     pointwise: bool | None = None
     run_id: str | None = None
     created_by: str | None = None
@@ -99,6 +106,8 @@ class RowFilter:
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:
                 raise InvalidInputError(f"{name} must be timezone-aware (e.g. 2026-01-01T00:00:00+00:00)")
+        if self.pair is not None and (len(self.pair) != 2 or not all(isinstance(m, str) for m in self.pair)):
+            raise InvalidInputError(f"pair must be two model names, got {self.pair!r}")
         if self.orientation is not None and self.orientation not in ("direct", "reversed"):
             raise InvalidInputError(f"orientation must be 'direct' or 'reversed', got {self.orientation!r}")
 

@@ -26,7 +26,20 @@ from operator import attrgetter
 from typing import Any, Literal
 
 import orjson
-from sqlalchemy import Column, ColumnElement, Connection, Select, String, Table, bindparam, delete, func, or_, select
+from sqlalchemy import (
+    Column,
+    ColumnElement,
+    Connection,
+    Select,
+    String,
+    Table,
+    and_,
+    bindparam,
+    delete,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 
@@ -221,6 +234,10 @@ class Repository:
                 clauses.append(self.table.c.model == flt.model)
             else:
                 clauses.append(or_(self.table.c.model_a == flt.model, self.table.c.model_b == flt.model))
+        if flt.pair is not None:
+            x, y = flt.pair
+            model_a, model_b = self._column("model_a"), self._column("model_b")
+            clauses.append(or_(and_(model_a == x, model_b == y), and_(model_a == y, model_b == x)))
         if flt.pointwise is not None:
             model_b = self._column("model_b")
             clauses.append(model_b.is_(None) if flt.pointwise else model_b.is_not(None))

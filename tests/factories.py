@@ -12,6 +12,7 @@ from pathlib import Path
 from store.descriptor import ModelDescriptor, input_hash, render_messages
 from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
 from store.repository import Repository
+from store.schema import revisions
 from store.settings import Settings
 from store.store import Store
 
@@ -67,7 +68,9 @@ def judgement_record(
 
 # ---------------------------------------------------------------- files and databases
 
-SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # a synthetic 0002 on top of the shipped 0001
+SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # a synthetic revision on top of the shipped head
+SHIPPED_HEAD = revisions().head  # the newest revision the library ships
+SYNTHETIC_HEAD = "9001"  # tests/store/revisions/9001_add_judgement_verdict.py
 
 
 def file_digests(*folders: Path) -> dict[str, str]:

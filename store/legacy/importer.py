@@ -20,8 +20,10 @@ Contract:
   with no time at all gets the source file's modification time);
   orientation ``forward``/``swapped`` become ``direct``/``reversed``;
   ``single`` (and an empty ``model_b``) means pointwise: ``model_b`` and
-  ``orientation`` NULL; ``top_logprobs`` and ``usage_json`` are decoded and
-  carried over; ``sample_index`` is 0; a row without a model/judge label gets
+  ``orientation`` NULL; ``top_logprobs`` (``{decoded token: logprob}``) is
+  stored in the lossless shape of :mod:`store.logprobs` (candidates without
+  token ids, no sampled token: what the old file knew) and ``usage_json`` as
+  it is, both with NaN and infinities kept; ``sample_index`` is 0; a row without a model/judge label gets
   the descriptor's model. Empty outputs are skipped (judgestore never stores
   one; a live run regenerates it).
 * Writes go in chunks, one ``BEGIN IMMEDIATE`` transaction each: the chunk's
@@ -55,6 +57,7 @@ from store.legacy.formats import InputForm, InputsTable, LegacyRow, count_rows, 
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.readonly import DataFrameError
 from store.legacy.report import ImportReport, SourceReport
+from store.logprobs import from_text_logprobs
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.store import Database, Store
 
@@ -243,13 +246,27 @@ def _json_object(value: str | None, column: str) -> dict[str, Any] | None:
         return None
     try:
         decoded = orjson.loads(value)
-    except orjson.JSONDecodeError as e:
-        raise _fail(f"{column} is not valid JSON ({e})") from e
+    except orjson.JSONDecodeError:
+        try:  # Python's json.dumps wrote NaN and infinities as NaN / -Infinity, which strict JSON (orjson) refuses
+            decoded = json.loads(value)
+        except ValueError as e:
+            raise _fail(f"{column} is not valid JSON ({e})") from e
     if decoded is None:
         return None
     if not isinstance(decoded, dict):
         raise _fail(f"{column} is not a JSON object")
     return decoded
+
+
+def _top_logprobs(value: str | None) -> dict[str, Any] | None:
+    """Legacy ``{decoded token: logprob}`` in the lossless shape (candidates without ids; no sampled token)."""
+    decoded = _json_object(value, "top_logprobs")
+    if decoded is None:
+        return None
+    try:
+        return from_text_logprobs(decoded)
+    except InvalidInputError as e:
+        raise _fail(str(e)) from e
 
 
 def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: datetime) -> Record:
@@ -270,7 +287,7 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         "benchmark": row.benchmark,
         "instruction_id": row.instruction_id,
         "usage": usage,
-        "top_logprobs": _json_object(row.top_logprobs, "top_logprobs"),
+        "top_logprobs": _top_logprobs(row.top_logprobs),
         "run_id": row.run_id,
         "created_by": row.created_by,
         "created_at": parse_time(row.created_at, fallback_time),
@@ -375,6 +392,7 @@ class _Importer:
         if detection.variant == "LangChain":
             report.error = LANGCHAIN_REASON
             report.skip(LANGCHAIN_REASON, count=report.rows)
+            report.unattributed = report.rows
             return False
         if detection.metadata is not None:
             problem = check_metadata_folder(detection.metadata, detection.tree)
@@ -386,8 +404,10 @@ class _Importer:
         return True
 
     def _skip_all(self, report: SourceReport, reason: str) -> SourceReport:
+        """Skip a whole source that no descriptor could be named for (the import does not succeed)."""
         report.error = reason
         report.skip(reason, count=report.rows)
+        report.unattributed = report.rows
         return report
 
     def _rows(

@@ -42,6 +42,7 @@ class SourceReport:
     notes: list[str] = field(default_factory=list)
     error: str | None = None  # why the whole source was skipped or failed
     source_failed: bool = False  # the file itself is bad (its rows, if any are known, are counted in failed)
+    unattributed: int = 0  # rows skipped because no descriptor could be named for them (counted in skipped too)
 
     def skip(self, reason: str, locator: str | None = None, count: int = 1) -> None:
         self.skipped[reason] += count
@@ -101,6 +102,7 @@ class SourceReport:
             "failed": dict(self.failed),
             "examples": self.examples,
             "conflict_list": self.conflict_list,
+            "unattributed": self.unattributed,
             "rekeyed": self.rekeyed,
             "targets": self.targets,
             "assumptions": self.assumptions,
@@ -126,13 +128,18 @@ class ImportReport:
             "already_present": sum(s.already_present for s in self.sources),
             "conflicts": sum(s.conflicts for s in self.sources),
             "skipped": sum(sum(s.skipped.values()) for s in self.sources),
+            "unattributed": sum(s.unattributed for s in self.sources),
             "failed": sum(sum(s.failed.values()) for s in self.sources),
         }
 
     @property
     def ok(self) -> bool:
-        """False when anything failed (a file, or a row); skips and conflicts are reported, not failures."""
-        return not any(s.has_failures for s in self.sources)
+        """False when anything failed (a file, or a row) or rows were left out for want of a descriptor.
+
+        Rows skipped for what they are (empty outputs, inputs that were never
+        stored) and conflicts are reported and do not make an import fail.
+        """
+        return not any(s.has_failures or s.unattributed for s in self.sources)
 
     def as_dict(self) -> dict[str, Any]:
         return {

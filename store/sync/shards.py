@@ -6,8 +6,10 @@ Contract:
   JSON with exactly ``format`` (``judgestore-shard/v1``), ``role``, ``task``,
   ``provider``, ``model``, ``descriptor_sha256`` (the full hash), ``rows`` and
   ``library_version``. Every following line is one row: canonical JSON of the
-  record's fields (``created_at`` as ISO-8601 UTC, ``+00:00``), rows in
-  strictly increasing ``input_hash`` order. Every line ends with ``\\n``.
+  record's fields (``created_at`` as ISO-8601 UTC, ``+00:00``; the JSON
+  columns as :func:`store.jsonvalues.to_plain` gives them, so NaN and
+  infinities travel exactly), rows in strictly increasing ``input_hash``
+  order. Every line ends with ``\\n``.
 * A shard's name is the SHA-256 hex of its uncompressed bytes; its file is
   ``{name}.jsonl.gz``, compressed with gzip mtime 0 and no file name, so the
   same rows (written by the same library version) give the same file on every
@@ -19,6 +21,10 @@ Contract:
   canonical form, every row against the table's schema, and recomputes every
   input hash with :func:`store.descriptor.input_hash`. It returns records
   only if *all* of that holds, so a caller imports all of a shard or none.
+* Judgement rows of shards pushed by judgestore 0.1.0 are read with today's
+  meaning of ``model_a``/``model_b`` (the positional slots of the judge
+  prompt): the reversed rows that 0.1.0's default judge prompt wrote with the
+  pair's identity get their slots swapped, as migration 0002 does in a store.
 """
 
 from __future__ import annotations
@@ -37,7 +43,8 @@ from typing import Any
 
 import orjson
 
-from store.descriptor import canonical_json, input_hash
+from store import jsonvalues
+from store.descriptor import canonical_json, input_hash, render_messages
 from store.layout import Role, StoredMetadata
 from store.records import RECORD_OF_ROLE, Record, record_fields
 from store.sync.errors import ShardError
@@ -50,6 +57,16 @@ _HEADER_KEYS = frozenset(
     {"format", "role", "task", "provider", "model", "descriptor_sha256", "rows", "library_version"}
 )
 HASH64 = re.compile(r"[0-9a-f]{64}")
+JSON_COLUMNS = ("usage", "top_logprobs")
+# judgestore 0.1.0's default judge prompt: its reversed rows carry the pair's identity (see the module docstring).
+IDENTITY_SLOTS_VERSIONS = frozenset({"0.1.0"})
+_V0_1_PAIRWISE_SYSTEM = (
+    "You are an impartial judge. Compare the two answers to the user's question. "
+    "Reply with [[A]] if Assistant A's answer is better, [[B]] if Assistant B's answer is better."
+)
+_IDENTITY_SLOTS_PREFIX = render_messages([{"role": "system", "content": _V0_1_PAIRWISE_SYSTEM}]).removesuffix(
+    '],"type":"messages"}'
+)
 
 
 @functools.cache
@@ -128,6 +145,8 @@ def row_line(record: Record) -> bytes:
     fields = record_fields(type(record))
     values = {name: getattr(record, name) for name in fields}
     values["created_at"] = record.created_at.astimezone(UTC).isoformat()
+    for name in JSON_COLUMNS:
+        values[name] = jsonvalues.to_plain(values[name])
     return canonical_json(values) + b"\n"
 
 
@@ -223,6 +242,7 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
         raise ShardError(where, f"header says {header['rows']} rows but the shard holds {len(lines) - 1}")
     check_row = _ROW_CHECKS[origin.role]
     record_type = RECORD_OF_ROLE[origin.role]
+    identity_slots = origin.role == "judgements" and header["library_version"] in IDENTITY_SLOTS_VERSIONS
     records: list[Record] = []
     previous = ""
     for lineno, line in enumerate(lines[1:], start=2):
@@ -231,6 +251,12 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
         if values["input_hash"] <= previous:
             raise ShardError(where, f"line {lineno}: rows are not in strictly increasing input_hash order")
         previous = values["input_hash"]
+        if (
+            identity_slots
+            and values["orientation"] == "reversed"
+            and values["input_text"].startswith(_IDENTITY_SLOTS_PREFIX)
+        ):
+            values["model_a"], values["model_b"] = values["model_b"], values["model_a"]
         records.append(record_type(**values))
     return Shard(name, header, records)
 
@@ -356,7 +382,11 @@ def _row_checker(role: str) -> Callable[[Any, str, int], dict[str, Any]]:
             raise ShardError(
                 where, f"line {lineno}: input_hash {row['input_hash']} is not the hash of its input ({recomputed})"
             )
-        return {**row, "created_at": datetime.fromisoformat(row["created_at"]).astimezone(UTC)}
+        try:
+            json_values = {name: jsonvalues.from_plain(row[name]) for name in JSON_COLUMNS}
+        except ValueError as e:  # InvalidInputError: an unknown tag
+            raise ShardError(where, f"line {lineno}: {e}") from e
+        return {**row, **json_values, "created_at": datetime.fromisoformat(row["created_at"]).astimezone(UTC)}
 
     return check
 

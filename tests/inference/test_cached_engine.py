@@ -9,20 +9,25 @@ child process that kills itself with SIGKILL half-way.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import orjson
 import pytest
 
 from inference.backend import EngineRequest, Generation
 from inference.cached import CachedModel, CacheMissError, Mode
+from inference.cli import InputModeChoice, LogprobPositionsChoice, _spec
 from inference.descriptors import descriptor_from_vllm
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
+from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend
 from store.descriptor import ModelDescriptor
 from store.records import RowFilter
@@ -34,6 +39,13 @@ pytestmark = pytest.mark.engine
 
 GREEDY = {"temperature": 0, "max_tokens": 12, "logprobs": 3}
 SEEDED = {"temperature": 1.0, "max_tokens": 8, "seed": 1234}
+# What `judgestore generate --model M` passes when no option is given.
+CLI_DEFAULTS: dict[str, object] = {
+    "temperature": None, "max_tokens": None, "seed": None, "top_logprobs": None,
+    "logprob_positions": LogprobPositionsChoice.first, "sampling": None, "engine_args": [
+        f"{k}={json.dumps(v)}" for k, v in TINY_ENGINE_KWARGS.items()
+    ], "revision": None, "allow_unpinned": False, "chat_template": None, "template_kwargs": None, "thinking": None,
+}  # fmt: skip
 QUESTIONS = [f"Question {i}: name a colour that rhymes with {w}." for i, w in enumerate(["bed", "bean", "sky", "cat"])]
 
 
@@ -77,7 +89,7 @@ class Factory:
 @pytest.fixture(scope="module")
 def engine(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
     pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed")
-    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS) as backend:
+    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS, model=str(tiny_model_dir)) as backend:
         yield backend
 
 
@@ -198,16 +210,14 @@ def test_pairwise_both_orientations_and_pointwise_rows(store: Store, engine: VLL
     database = store.database("judgements", "mt-bench", judge)
     rows = {row.orientation: row for row in database.query()}
     assert set(rows) == {"direct", "reversed", None}
-    assert (
-        (rows["direct"].model_a, rows["direct"].model_b)
-        == ("m-a", "m-b")
-        == (
-            rows["reversed"].model_a,
-            rows["reversed"].model_b,
-        )
-    )
+    # Positional slots (JudgeArena #128): model_a is the model whose answer the prompt shows first.
+    assert (rows["direct"].model_a, rows["direct"].model_b) == ("m-a", "m-b")
+    assert (rows["reversed"].model_a, rows["reversed"].model_b) == ("m-b", "m-a")
+    for row in (rows["direct"], rows["reversed"]):
+        user = orjson.loads(row.input_text)["messages"][1]["content"]
+        assert user.index("[Assistant A]\n" + {"m-a": "4", "m-b": "5"}[row.model_a]) >= 0
     assert rows[None].model_b is None and rows[None].judge == "tiny-judge"
-    assert rows["direct"].input_text != rows["reversed"].input_text
+    assert database.count(RowFilter(pair=("m-b", "m-a"))) == 2  # the pair, both orientations
 
 
 CRASHING_RUN = """
@@ -230,7 +240,7 @@ def progress(done, total):
 
 requests = [CompletionRequest(messages=[{"role": "user", "content": f"prompt {i}"}]) for i in range(10)]
 model = CachedModel(Store(root=root), descriptor, task="crash", chunk_size=2,
-                    backend_factory=lambda: create_vllm_backend(descriptor, TINY_ENGINE_KWARGS))
+                    backend_factory=lambda: create_vllm_backend(descriptor, TINY_ENGINE_KWARGS, model=model_dir))
 model.complete(requests, on_progress=progress)
 """
 
@@ -270,3 +280,60 @@ def test_a_sigkilled_run_loses_at_most_one_chunk_and_the_rerun_resumes(
         timeout=120,
     )
     assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_spec_without_sampling_settings_gets_the_command_lines_defaults_and_does_not_truncate_at_16(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    spec = ModelSpec(model=str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS)
+    assert spec.descriptor.sampling.max_tokens == DEFAULT_SAMPLING["max_tokens"] == 256
+    assert spec.descriptor.sampling.temperature == DEFAULT_SAMPLING["temperature"] == 0
+    cli_spec = _spec(str(tiny_model_dir), None, InputModeChoice.chat, **CLI_DEFAULTS)
+    assert cli_spec.descriptor.sha256() == spec.descriptor.sha256()  # one set of defaults for both
+
+    long = ModelSpec(model=str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling={"ignore_eos": True})
+    model, _ = cached(store, engine, long.descriptor)
+    (response,) = model.complete([ask(QUESTIONS[0])])
+    assert response.samples[0].usage is not None and response.samples[0].usage["completion_tokens"] > 16
+    assert model.last.truncated == (response.samples[0].finish_reason == "length")
+
+
+_CHANGED_FILES_RUN = """
+import json, sys
+from pathlib import Path
+from inference.cached import CachedModel
+from inference.requests import CompletionRequest
+from inference.spec import ModelSpec
+from inference.vllm_backend import EngineMismatchError
+from store.store import Store
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+folder, root = Path(sys.argv[1]), sys.argv[2]
+spec = ModelSpec(model=str(folder), engine_kwargs=TINY_ENGINE_KWARGS, sampling={"max_tokens": 4})
+descriptor = spec.descriptor  # the key is computed (and the plan made) with the files as they were
+config = json.loads((folder / "config.json").read_text())
+config["rope_theta"] = config.get("rope_theta", 10000.0) * 2  # then someone changes the model under the run
+(folder / "config.json").write_text(json.dumps(config))
+model = CachedModel(Store(root=root), descriptor, task="t", backend_factory=spec.backend)
+try:
+    model.complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+except EngineMismatchError as e:
+    print("refused:", e)
+"""
+
+
+def test_a_model_changed_between_planning_and_loading_writes_nothing(tmp_path: Path, tiny_model_dir: Path) -> None:
+    folder = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, folder)
+    root = tmp_path / "store"
+    result = subprocess.run(
+        [sys.executable, "-c", _CHANGED_FILES_RUN, str(folder), str(root)],
+        cwd=REPO_ROOT,
+        env={**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "refused:" in result.stdout and "now digests to" in result.stdout
+    assert not list(root.rglob("*.db"))  # no database, no row: the engine never produced a row under that key

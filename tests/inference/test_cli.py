@@ -19,6 +19,7 @@ import pytest
 from inference.cached import CachedModel
 from inference.jsonl import read_completion_requests
 from inference.spec import ModelSpec
+from store import logprobs
 from store.store import Store
 from store.sync import DirectoryRemote, push
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
@@ -118,13 +119,21 @@ def test_generate_judge_and_rerun_without_the_engine(
         "--orientation",
         "both",
         "--top-logprobs",
-        "3",
+        "5",
         *common,
     ]
     judged = orjson.loads(judgestore(*judge_args, root=root).stdout)
     assert (judged["requested"], judged["rows_written"]) == (6, 6)
     first_verdicts = lines(verdicts)
     assert {r["orientation"] for r in first_verdicts} == {"direct", "reversed"}
+    with Store(root=root, readonly=True) as store:  # what is stored: 5 candidates with their ids, and the sampled token
+        (location,) = [loc for loc in store.locations() if loc.role == "judgements"]
+        for row in store.open(location).query():
+            (first,) = logprobs.decode(row.top_logprobs)
+            assert len({c.token_id for c in first.candidates}) == 5 and None not in {
+                c.token_id for c in first.candidates
+            }
+            assert first.sampled is not None and first.sampled.token_id is not None
 
     again_a = generate(tiny_model_dir, "tiny-a")
     again_judged = orjson.loads(judgestore(*judge_args, root=root).stdout)
@@ -234,3 +243,19 @@ def test_fetch_before_run_turns_a_colleagues_rows_into_hits(
     assert [r["completion"] for r in lines(out)] == [
         f"answer to Tell me {w}. #0" for w in ("a joke", "a fact", "a story")
     ]
+
+
+@pytest.mark.engine
+def test_the_summary_counts_outputs_that_stopped_at_max_tokens(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    root = tmp_path / "store"
+    out = str(tmp_path / "o.jsonl")
+    args = ["generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "-o", out,
+            "--max-tokens", "2", "--sampling", "ignore_eos=true", *ENGINE_ARGS]  # fmt: skip
+    summary = orjson.loads(judgestore(*args, "--json", root=root).stdout)
+    assert summary["truncated"] == 3 and summary["requested"] == 3
+    assert all(r["finish_reason"] == "length" for r in lines(tmp_path / "o.jsonl"))
+    human = judgestore(*args, root=root)  # all hits now: still counted, and said
+    assert "3 outputs stopped at max_tokens (2; finish_reason=length)" in human.stderr
+    assert "raise --max-tokens" in human.stderr

@@ -10,19 +10,14 @@ from typing import Any
 
 import pytest
 
-from inference.descriptors import (
-    EXECUTION_ONLY_SETTINGS,
-    backend_version,
-    descriptor_from_vllm,
-    local_model_digest,
-)
+from inference.descriptors import EXECUTION_ONLY_SETTINGS, backend_version, descriptor_from_vllm
+from inference.model_source import local_model_digest
 from inference.tiny_model import CHATML_TEMPLATE, build_tiny_model
 from store.descriptor import sha256_hex
 from store.errors import InvalidInputError
 from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
 
 SAMPLING = {"temperature": 0.0, "max_tokens": 32}
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
 def _installed_vllm_version() -> str | None:
@@ -111,7 +106,7 @@ def test_descriptor_fields(tiny_model_dir: Path) -> None:
         sampling={"temperature": 0, "max_tokens": 8, "stop": "\n", "logprobs": 3, "ignore_eos": True},
     )
     assert d.provider == "vllm"
-    assert d.model == str(tiny_model_dir)
+    assert d.model == tiny_model_dir.name  # a folder is named by its name, pinned by its files
     assert d.revision == local_model_digest(tiny_model_dir)
     assert d.engine == {"dtype": "float32", "max_model_len": 256, "seed": 0}
     assert d.sampling.stop == ("\n",)
@@ -177,36 +172,10 @@ def test_text_mode_ignores_chat_settings(tiny_model_dir: Path) -> None:
     assert with_chat_settings.sha256() == plain.sha256()
 
 
-def _fake_hf_cache(root: Path, repo_id: str, commit: str, files: dict[str, str]) -> Path:
-    repo = root / ("models--" + repo_id.replace("/", "--"))
-    (repo / "refs").mkdir(parents=True)
-    (repo / "refs" / "main").write_text(commit)
-    snapshot = repo / "snapshots" / commit
-    snapshot.mkdir(parents=True)
-    for name, text in files.items():
-        (snapshot / name).write_text(text)
-    return snapshot
-
-
-def test_hub_model_revision_and_template_come_from_the_local_cache(tmp_path: Path) -> None:
-    cache = tmp_path / "hf"
-    _fake_hf_cache(cache, "org/model", COMMIT, {"tokenizer_config.json": json.dumps({"chat_template": "T"})})
-    d = descriptor_from_vllm("org/model", engine_kwargs={"download_dir": str(cache)})
-    assert d.model == "org/model"
-    assert d.revision == COMMIT
-    assert d.chat_template_sha256 == sha256_hex(b"T")
-    assert d.engine == {}
-
-    other = "f" * 40
-    assert descriptor_from_vllm("org/model", engine_kwargs={"revision": other}).revision == other
-    missing = descriptor_from_vllm("org/never-downloaded", engine_kwargs={"download_dir": str(cache)})
-    assert missing.revision is None and missing.chat_template_sha256 is None
-
-
 def test_separate_tokenizer_is_named_with_its_revision(tmp_path: Path, tiny_model_dir: Path) -> None:
     tokenizer = build_tiny_model(tmp_path / "tok")
     d = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": str(tokenizer)})
-    assert d.engine == {"tokenizer": str(tokenizer), "tokenizer_revision": local_model_digest(tokenizer)}
+    assert d.engine == {"tokenizer": "tok", "tokenizer_revision": local_model_digest(tokenizer)}
     same = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": str(tiny_model_dir)})
     assert same.engine == {}
 
@@ -235,3 +204,40 @@ def test_building_a_descriptor_loads_no_ml_library(tiny_model_dir: Path) -> None
         "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'tokenizers') if m in sys.modules))\n"
     )
     assert run_fresh_python(code).stdout.strip() == "[]"
+
+
+def test_every_spelling_of_a_local_folder_gives_one_descriptor(
+    tmp_path: Path, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = build_tiny_model(tmp_path / "models" / "m")
+    monkeypatch.chdir(tmp_path / "models")
+    spellings = ["./m", "m", "m/", str(folder), str(folder) + "/", "../models/m"]
+    hashes = {descriptor_from_vllm(spelling).sha256() for spelling in spellings}
+    assert len(hashes) == 1
+    assert descriptor_from_vllm("./m").model == "m"
+
+
+def test_a_moved_folder_keeps_its_descriptor_and_other_files_never_share_one(
+    tmp_path: Path, tiny_model_dir_b: Path
+) -> None:
+    folder = build_tiny_model(tmp_path / "a" / "m")
+    before = descriptor_from_vllm(str(folder)).sha256()
+    moved = tmp_path / "b" / "m"
+    moved.parent.mkdir()
+    shutil.move(folder, moved)
+    assert descriptor_from_vllm(str(moved)).sha256() == before
+
+    other_weights = build_tiny_model(tmp_path / "c" / "m", seed=1)  # same name, other files
+    assert descriptor_from_vllm(str(other_weights)).sha256() != before
+    renamed = tmp_path / "b" / "renamed"
+    shutil.move(moved, renamed)  # same files, another name: a new descriptor (a spurious miss is safe)
+    assert descriptor_from_vllm(str(renamed)).sha256() != before
+
+
+def test_all_position_logprobs_are_part_of_the_key_and_need_logprobs(tiny_model_dir: Path) -> None:
+    first = descriptor_from_vllm(str(tiny_model_dir), sampling={"logprobs": 5})
+    every = descriptor_from_vllm(str(tiny_model_dir), sampling={"logprobs": 5}, logprob_positions="all")
+    assert first.sha256() != every.sha256()
+    assert b"logprob_positions" not in first.canonical_json()  # an added field at its default is not hashed
+    with pytest.raises(InvalidInputError, match="needs logprobs"):
+        descriptor_from_vllm(str(tiny_model_dir), logprob_positions="all")

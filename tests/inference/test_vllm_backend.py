@@ -16,9 +16,11 @@ import pytest
 
 from inference.backend import EngineRequest, Generation
 from inference.descriptors import descriptor_from_vllm
-from inference.vllm_backend import VLLMBackend, create_vllm_backend
+from inference.vllm_backend import EngineMismatchError, VLLMBackend, create_vllm_backend, verify_loaded
+from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, JudgestoreError
+from store.logprobs import LOGPROBS_FORMAT
 from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
 
 GREEDY = {"temperature": 0, "max_tokens": 12}
@@ -41,14 +43,14 @@ def describe(model_dir: Path, **kwargs: Any) -> ModelDescriptor:
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
     pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed (pip install judgestore[vllm])")
-    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS) as b:
+    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS, model=str(tiny_model_dir)) as b:
         yield b
 
 
 @pytest.fixture(scope="module")
 def rebuilt_backend(tiny_model_dir: Path, vllm_env: None, backend: VLLMBackend) -> Iterator[VLLMBackend]:
     """A second engine on the same model; depends on ``backend`` so it is closed first."""
-    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS) as b:
+    with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS, model=str(tiny_model_dir)) as b:
         yield b
 
 
@@ -77,26 +79,48 @@ def test_greedy_is_deterministic_across_engine_builds(backend: VLLMBackend, rebu
 
 
 @pytest.mark.engine
-def test_top_logprobs_of_the_first_token(backend: VLLMBackend, tiny_model_dir: Path) -> None:
-    with_logprobs = backend.with_descriptor(describe(tiny_model_dir, sampling={**GREEDY, "logprobs": 3}))
+def test_top_logprobs_keep_every_candidate_with_its_id_and_the_sampled_token(
+    backend: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    with_logprobs = backend.with_descriptor(describe(tiny_model_dir, sampling={**GREEDY, "logprobs": 5}))
     (g,) = with_logprobs.generate([chat(QUESTIONS[0])])
-    assert g.top_logprobs is not None and len(g.top_logprobs) == 3
-    assert all(isinstance(token, str) and logprob <= 0 for token, logprob in g.top_logprobs.items())
+    assert g.top_logprobs is not None and g.top_logprobs["format"] == LOGPROBS_FORMAT
+    (first,) = logprobs.decode(g.top_logprobs)  # the first position only, by default
+    assert len(first.candidates) == 5
+    assert len({c.token_id for c in first.candidates}) == 5 and all(c.token_id is not None for c in first.candidates)
+    assert [c.rank for c in first.candidates] == [1, 2, 3, 4, 5]
+    assert all(c.logprob <= 0 for c in first.candidates)
+    assert first.sampled is not None and first.sampled.rank == 1 and first.sampled == first.candidates[0]  # greedy
+    view = logprobs.text_logprobs(g.top_logprobs)  # JudgeArena's {text: logprob}, ids of one text merged
+    assert set(view) == {c.text for c in first.candidates}
     (plain,) = backend.generate([chat(QUESTIONS[0])])
     assert g.text == plain.text  # asking for logprobs changes nothing else
 
 
 @pytest.mark.engine
-def test_sampled_token_outside_the_top_n_is_not_reported(backend: VLLMBackend, tiny_model_dir: Path) -> None:
+def test_a_sampled_token_outside_the_top_k_is_kept_apart(backend: VLLMBackend, tiny_model_dir: Path) -> None:
     hot = backend.with_descriptor(
         describe(tiny_model_dir, sampling={"temperature": 2.0, "seed": 3, "max_tokens": 1, "logprobs": 1})
     )
     samples = hot.generate([chat(QUESTIONS[0], k) for k in range(6)])
-    # At temperature 2 the sampled first token differs between samples, and vLLM
-    # appends it when it is not the best; the top-1 entry is the same for all.
+    positions = [logprobs.decode(g.top_logprobs)[0] for g in samples]
+    # At temperature 2 the sampled first token differs between samples; the top-1 candidate is the same for all.
     assert len({g.text for g in samples}) > 1
-    assert all(g.top_logprobs == samples[0].top_logprobs for g in samples)
-    assert samples[0].top_logprobs is not None and len(samples[0].top_logprobs) == 1
+    assert all(p.candidates == positions[0].candidates and len(p.candidates) == 1 for p in positions)
+    outside = [p.sampled for p in positions if p.sampled is not None and p.sampled.rank != 1]
+    assert outside and all(t.rank is not None and t.rank > 1 and t.token_id is not None for t in outside)
+
+
+@pytest.mark.engine
+def test_every_generated_position_can_keep_its_candidates(backend: VLLMBackend, tiny_model_dir: Path) -> None:
+    every = backend.with_descriptor(
+        describe(tiny_model_dir, sampling={**GREEDY, "logprobs": 2, "ignore_eos": True}, logprob_positions="all")
+    )
+    (g,) = every.generate([chat(QUESTIONS[1])])
+    positions = logprobs.decode(g.top_logprobs)
+    assert len(positions) == g.usage["completion_tokens"] == 12
+    assert all(len(p.candidates) == 2 and p.sampled is not None for p in positions)
+    assert "".join(p.sampled.text for p in positions if p.sampled) == g.text  # the sampled tokens spell the text
 
 
 @pytest.mark.engine
@@ -167,17 +191,23 @@ def test_engine_kwargs_must_match_the_descriptor(tiny_model_dir: Path) -> None:
     # Refused before anything is loaded: these never build an engine.
     descriptor = describe(tiny_model_dir)
     with pytest.raises(InvalidInputError, match=r"\['dtype'\]"):
-        create_vllm_backend(descriptor, {**TINY_ENGINE_KWARGS, "dtype": "bfloat16"})
+        create_vllm_backend(descriptor, {**TINY_ENGINE_KWARGS, "dtype": "bfloat16"}, model=str(tiny_model_dir))
     with pytest.raises(InvalidInputError, match="model"):
         create_vllm_backend(descriptor, {**TINY_ENGINE_KWARGS, "model": "other/model"})
+    with pytest.raises(InvalidInputError, match="pass model="):
+        create_vllm_backend(descriptor, TINY_ENGINE_KWARGS)
 
 
 def test_the_descriptors_explicit_template_must_reach_the_backend(tiny_model_dir: Path) -> None:
     template = "{{ messages[-1]['content'] }}"
     with pytest.raises(InvalidInputError, match="chat template"):
-        create_vllm_backend(describe(tiny_model_dir, chat_template=template), TINY_ENGINE_KWARGS)
+        create_vllm_backend(
+            describe(tiny_model_dir, chat_template=template), TINY_ENGINE_KWARGS, model=str(tiny_model_dir)
+        )
     with pytest.raises(InvalidInputError, match="chat template"):
-        create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS, chat_template=template)
+        create_vllm_backend(
+            describe(tiny_model_dir), TINY_ENGINE_KWARGS, model=str(tiny_model_dir), chat_template=template
+        )
 
 
 def test_importing_the_inference_modules_loads_no_ml_library() -> None:
@@ -187,3 +217,18 @@ def test_importing_the_inference_modules_loads_no_ml_library() -> None:
         "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))\n"
     )
     assert run_fresh_python(code).stdout.strip() == "[]"
+
+
+@pytest.mark.engine
+def test_what_vllm_loaded_is_checked_against_the_descriptor(backend: VLLMBackend, tiny_model_dir: Path) -> None:
+    llm, descriptor = backend._llm, backend.descriptor
+    verify_loaded(llm, descriptor, str(tiny_model_dir), None)  # the engine the descriptor names: passes
+    other_template = descriptor.model_copy(update={"chat_template_sha256": "0" * 64})
+    with pytest.raises(EngineMismatchError, match="chat template"):
+        verify_loaded(llm, other_template, str(tiny_model_dir), None)
+    other_files = descriptor.model_copy(update={"revision": "sha256:" + "0" * 64})
+    with pytest.raises(EngineMismatchError, match="digests to"):
+        verify_loaded(llm, other_files, str(tiny_model_dir), None)
+    other_commit = descriptor.model_copy(update={"revision": "a" * 40})
+    with pytest.raises(EngineMismatchError, match="loaded revision None"):
+        verify_loaded(llm, other_commit, str(tiny_model_dir), None)

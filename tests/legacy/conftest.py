@@ -11,11 +11,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from store import jsonvalues
 from store.descriptor import ModelDescriptor
 from store.engine import create_sqlite_engine
 from store.layout import walk
@@ -104,7 +104,7 @@ def all_rows(store_root: Path) -> list[dict[str, Any]]:
 
 def checksum(rows: Iterable[dict[str, Any]]) -> str:
     """Order-independent digest of row contents."""
-    lines = sorted(orjson.dumps(r, option=orjson.OPT_SORT_KEYS) for r in rows)
+    lines = sorted(jsonvalues.dumps_bytes(r) for r in rows)  # infinities stay distinct from None
     return hashlib.sha256(b"\n".join(lines)).hexdigest()
 
 

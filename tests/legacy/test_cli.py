@@ -84,6 +84,7 @@ def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path:
         "already_present": 0,
         "conflicts": 0,
         "skipped": 0,
+        "unattributed": 0,
         "failed": 0,
     }
     by_role = {loc.role: loc for loc in walk(root)}

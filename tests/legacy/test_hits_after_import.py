@@ -132,7 +132,8 @@ def test_an_imported_s6j_store_makes_a_live_judging_run_all_hits(
     assert model.last.plan is not None and model.last.plan.hits == len(requests) and model.last.plan.misses == 0
     assert not model.engine_loaded and not model.last.engine_loaded
     assert [r.text for r in responses] == [row["judge_completion"] for row in rows]
-    assert [r.top_logprobs for r in responses] == [json.loads(row["top_logprobs"]) for row in rows]
+    # JudgeArena's view of the stored candidates is what the legacy file held
+    assert [r.text_logprobs() for r in responses] == [json.loads(row["top_logprobs"]) for row in rows]
 
     # The real command line, in a fresh process: it must report no engine and no vLLM import.
     lines = tmp_path / "judge-inputs.jsonl"
@@ -191,6 +192,58 @@ def test_without_the_assumption_nothing_is_imported_and_the_reason_names_the_opt
 ) -> None:
     _legacy_s6j(legacy_root, str(tiny_model), _requests()[:3])
     result = judgestore("import", str(legacy_root), "--store-root", str(store_root))
-    assert result.returncode == 0  # skipped, not failed
-    assert "--assume-current-model" in result.stderr
+    assert result.returncode == 1  # nothing could be attributed: a script must not read this as success
+    assert "--assume-current-model" in result.stderr and "3 rows were not imported" in result.stderr
+    as_json = judgestore("import", str(legacy_root), "--store-root", str(store_root), "--json")
+    report = orjson.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["ok"] is False and report["totals"]["unattributed"] == 3
     assert not store_root.exists()
+
+
+def _judgearena_style(
+    question: str, first: tuple[str, str], second: tuple[str, str], orientation: str
+) -> JudgementRequest:
+    """A prompt JudgeArena rendered itself: the slots are positional, model_a's answer comes first."""
+    content = f"Which answer to '{question}' is better?\nFirst: {first[1]}\nSecond: {second[1]}"
+    return JudgementRequest(
+        messages=[{"role": "user", "content": content}], model_a=first[0], model_b=second[0],
+        orientation=orientation, benchmark=TASK, instruction_id=question,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_native_and_imported_judgements_mean_the_same_by_model_a(
+    tiny_model: Path, legacy_root: Path, store_root: Path
+) -> None:
+    from tests.inference.test_cached import CountingBackend, Factory
+
+    x, y = ("m-x", "4"), ("m-y", "5")
+    legacy = [_judgearena_style("2+2?", x, y, "direct"), _judgearena_style("2+2?", y, x, "reversed")]
+    _legacy_s6j(legacy_root, str(tiny_model), legacy)
+    imported = judgestore(
+        "import", str(legacy_root), "--store-root", str(store_root), "--assume-current-model", str(tiny_model),
+        "--assume-setting", "logprobs=3",
+    )  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+
+    spec = ModelSpec(model=str(tiny_model), engine_kwargs=TINY_ENGINE_KWARGS, sampling=LIVE_SAMPLING)
+    native = pairwise_requests(question="2+2?", model_a="m-x", answer_a="4", model_b="m-y", answer_b="5",
+                               benchmark=TASK, instruction_id="native")  # fmt: skip
+    with Store(Settings(), root=store_root) as store:
+        CachedModel(store, spec.descriptor, task=TASK, backend_factory=Factory(CountingBackend())).judge(native)
+
+    def query(*filters: str) -> list[dict[str, Any]]:
+        result = judgestore("query", "--store-root", str(store_root), "--role", "judgements", *filters, "--json")
+        assert result.returncode == 0, result.stderr
+        return orjson.loads(result.stdout)
+
+    def first_answer(row: dict[str, Any]) -> str:
+        content = orjson.loads(row["input_text"])["messages"][-1]["content"]
+        return content.split("[Assistant A]\n")[1][0] if "[Assistant A]" in content else content.split("First: ")[1][0]
+
+    x_first = query("--model-a", "m-x")
+    assert sorted(r["instruction_id"] for r in x_first) == ["2+2?", "native"]  # one imported, one native row
+    assert {r["orientation"] for r in x_first} == {"direct"} and {first_answer(r) for r in x_first} == {"4"}
+    y_first = query("--model-a", "m-y", "--orientation", "reversed")
+    assert sorted(r["instruction_id"] for r in y_first) == ["2+2?", "native"]
+    assert {first_answer(r) for r in y_first} == {"5"}  # m-y's answer is shown first in both
+    assert len(query("--pair", "m-y", "--pair", "m-x")) == 4

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from store.descriptor import input_hash
+from store.logprobs import from_text_logprobs
 from tests.legacy import builders as b
 from tests.legacy.conftest import all_rows, checksum, expected_row, run_import, utc
 
@@ -55,7 +57,8 @@ S6J_ROWS = st.lists(
             "model_b": st.none() | TEXT.filter(bool),
             "judge": TEXT,
             "orientation": st.sampled_from([None, "single", *LEGACY_ORIENTATIONS]),
-            "top_logprobs": st.none() | st.dictionaries(TEXT, st.floats(-50, 0, allow_nan=False), max_size=4),
+            "top_logprobs": st.none()
+            | st.dictionaries(TEXT, st.floats(-50, 0, allow_nan=False) | st.just(-math.inf), max_size=4),
             "pushed_by": TEXT,
             "pushed_at": TIME,
             "run_id": TEXT,
@@ -138,7 +141,7 @@ def test_generated_s6j_rows_come_back_exactly(rows: list[dict[str, Any]]) -> Non
                 model_b=None if pointwise else r["model_b"],
                 judge=r["judge"] or "legacy-model",
                 orientation=None if pointwise else LEGACY_ORIENTATIONS.get(r["orientation"]),
-                top_logprobs=top,
+                top_logprobs=None if top is None else from_text_logprobs(top),
                 created_by=r["pushed_by"],
                 created_at=utc(r["pushed_at"]),
                 run_id=r["run_id"],

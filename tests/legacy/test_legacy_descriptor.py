@@ -200,7 +200,7 @@ def test_the_assumption_is_recorded_in_metadata_json(tiny_model: Path, legacy_ro
     assert report.totals()["imported"] == 1
     (location,) = walk(store_root)
     metadata = read_metadata(location.folder(store_root))
-    assert metadata.descriptor.model == str(tiny_model)
+    assert metadata.descriptor.model == tiny_model.name
     assert metadata.descriptor == live(tiny_model, sampling={"temperature": 0.6, "top_p": 0.95, "max_tokens": 8})
     (assumption,) = metadata.assumptions
     assert "recorded no revision or chat template for 'org/old-name'" in assumption

@@ -99,11 +99,12 @@ def test_a_dry_run_changes_nothing_on_disk_and_counts_what_a_real_run_does(legac
     assert real.totals()["imported"] == 35 and real.totals()["already_present"] == 10
 
 
-def test_a_dry_run_into_a_new_store_creates_nothing(legacy_root: Path, store_root: Path) -> None:
+def test_a_dry_run_into_a_new_store_creates_nothing(legacy_root: Path, store_root: Path, tiny_model: Path) -> None:
     _s4c(legacy_root, "t", 5)
     result = judgestore(
-        "import", str(legacy_root), "--store-root", str(store_root), "--dry-run", "--assume-current-model", "m"
-    )
+        "import", str(legacy_root), "--store-root", str(store_root), "--dry-run", "--assume-current-model",
+        f"m={tiny_model}",
+    )  # fmt: skip
     assert not store_root.exists()
     assert result.returncode == 0
 
@@ -208,7 +209,9 @@ def test_two_legacy_rows_with_one_key_and_two_outputs_are_a_conflict_not_a_merge
     )
 
 
-def test_bad_sources_are_reported_and_the_rest_is_imported(legacy_root: Path, store_root: Path, tmp_path: Path) -> None:
+def test_bad_sources_are_reported_and_the_rest_is_imported(
+    legacy_root: Path, store_root: Path, tmp_path: Path, tiny_model: Path
+) -> None:
     pd = pytest.importorskip("pandas")
     good = _s4c(legacy_root, "good", 5)
     # 1. not SQLite at all, though named like a cache
@@ -262,7 +265,7 @@ def test_bad_sources_are_reported_and_the_rest_is_imported(legacy_root: Path, st
         "--task",
         "pass",
         "--assume-current-model",
-        "m",
+        f"m={tiny_model}",
         "--report",
         str(tmp_path / "report.json"),
     )

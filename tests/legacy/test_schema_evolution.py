@@ -4,8 +4,8 @@ The package tree (store/, migrations/, alembic.ini) is copied to a temporary
 folder and edited there, exactly as the guide says; the repository itself is
 never changed. The commands run in subprocesses whose PYTHONPATH puts the copy
 first, so they see the edited models and the new revision; the store is built
-beforehand by this checkout's library (revision 0001), as a user's store would
-have been.
+beforehand by this checkout's library (its shipped head), as a user's store
+would have been.
 """
 
 from __future__ import annotations
@@ -23,11 +23,12 @@ from store.descriptor import ModelDescriptor
 from store.errors import SchemaAheadError
 from store.settings import Settings
 from store.store import Store
-from tests.factories import completion_record, judgement_record
+from tests.factories import SHIPPED_HEAD, completion_record, judgement_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GUIDE = REPO_ROOT / "docs" / "schema-evolution.md"
 ALEMBIC = Path(sys.executable).with_name("alembic")
+NEW_REVISION = f"{int(SHIPPED_HEAD) + 1:04d}"  # the guide's new revision, after the newest shipped one
 
 MODEL_ANCHOR = "    orientation: Mapped[str | None] = mapped_column(String(16), sort_order=-77)\n"
 MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(String(16), sort_order=-76)\n"
@@ -77,7 +78,7 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     copy = _copy_package(tmp_path / "copy")
     env = {**os.environ, "PYTHONPATH": str(copy), "JUDGESTORE_ALEMBIC_DB": str(tmp_path / "dev.db")}
 
-    # The store, written by this checkout's library (revision 0001): many descriptor databases.
+    # The store, written by this checkout's library (its shipped head): many descriptor databases.
     root = tmp_path / "store"
     with Store(Settings(), root=root) as store:
         for k, descriptor in enumerate(DESCRIPTORS):
@@ -95,10 +96,18 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
 
     # 3. the revision, generated; its docstring filled in; then check passes
     generated = _run(
-        copy, str(ALEMBIC), "revision", "--autogenerate", "-m", "add judgement verdict", "--rev-id", "0002", env=env
+        copy,
+        str(ALEMBIC),
+        "revision",
+        "--autogenerate",
+        "-m",
+        "add judgement verdict",
+        "--rev-id",
+        NEW_REVISION,
+        env=env,
     )
     assert generated.returncode == 0, generated.stderr
-    revision = copy / "migrations" / "versions" / "0002_add_judgement_verdict.py"
+    revision = copy / "migrations" / "versions" / f"{NEW_REVISION}_add_judgement_verdict.py"
     source = revision.read_text()
     assert "batch_op.add_column(sa.Column('verdict', sa.String(length=16), nullable=True))" in source
     assert "forward-only" in source
@@ -116,9 +125,11 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     assert upgrade.returncode == 0, upgrade.stderr
     results = orjson.loads(upgrade.stdout)["results"]
     assert len(results) == 2 * len(DESCRIPTORS)
-    assert {(r["outcome"], r["from_revision"], r["to_revision"]) for r in results} == {("upgraded", "0001", "0002")}
+    assert {(r["outcome"], r["from_revision"], r["to_revision"]) for r in results} == {
+        ("upgraded", SHIPPED_HEAD, NEW_REVISION)
+    }
     for result in results:
-        assert Path(result["backup"]).is_file() and ".bak-0001-" in result["backup"]
+        assert Path(result["backup"]).is_file() and f".bak-{SHIPPED_HEAD}-" in result["backup"]
         assert sum(result["rows"].values()) > 0
     again = _store(copy, "db", "upgrade", "--store-root", str(root), "--json", env=env)
     assert {r["outcome"] for r in orjson.loads(again.stdout)["results"]} == {"up-to-date"}

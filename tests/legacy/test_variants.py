@@ -12,6 +12,7 @@ input hash recomputed from its stored input.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from store.descriptor import input_hash
 from store.legacy.detect import detect
+from store.logprobs import from_text_logprobs
 from tests.legacy import builders as b
 from tests.legacy.conftest import TEXT, all_rows, checksum, expected_row, fixed, mtime, run_import, utc
 
@@ -145,7 +147,8 @@ def _judgement_rows(
         }
         if provenance:
             row |= {"pushed_by": "ana", "run_id": f"run-{i % 3}"}
-        top = {"A": -0.01 * i, "B": -4.5, "Ü": -9.0} if logprobs and i % 3 else None
+        # -inf: a masked token, which the legacy writer (json.dumps) wrote as -Infinity
+        top = {"A": -0.01 * i, "B": -4.5, "Ü": -9.0, "X": -math.inf} if logprobs and i % 3 else None
         if logprobs:
             row["top_logprobs"] = None if top is None else b.legacy_dumps(top)
         usage_value = {"prompt_tokens": 100 + i} if usage and i % 2 == 0 else None
@@ -163,7 +166,7 @@ def _judgement_rows(
                 model_b=model_b,
                 judge="VLLM/judge",
                 orientation=orientation,
-                top_logprobs=top,
+                top_logprobs=None if top is None else from_text_logprobs(top),
                 usage=usage_value,
                 run_id=row.get("run_id"),
                 created_by=row.get("pushed_by"),

@@ -27,7 +27,7 @@ from store.records import RowFilter
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store
-from tests.factories import JUDGE, LLAMA, QWEN, SYNTHETIC_REVISIONS, completion_record, file_digests
+from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
 
 REVISIONS = SYNTHETIC_REVISIONS
 
@@ -53,7 +53,7 @@ def count_rows(root: Path, flt: RowFilter | None = None, role: str | None = None
 
 @pytest.fixture
 def synthetic_head(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Make this process's library know the test revision 0002, so databases at 0001 are behind."""
+    """Make this process's library know the synthetic test revision, so databases at the shipped head are behind."""
     script = read_script_directory(REVISIONS)
     known = revisions_of(script)
     monkeypatch.setattr(schema, "script_directory", lambda: script)
@@ -263,7 +263,7 @@ def test_db_status_of_a_current_store(filled: Path) -> None:
     result = judgestore("db", "status", "--json")
     assert result.exit_code == 0
     status = as_json(result.stdout)
-    assert status["ok"] is True and status["head"] == "0001"
+    assert status["ok"] is True and status["head"] == SHIPPED_HEAD
     assert {d["state"] for d in status["databases"]} == {"current"}
     assert judgestore("db", "status").exit_code == 0
 
@@ -325,7 +325,7 @@ def test_db_upgrade_brings_behind_databases_to_head_once(filled: Path, synthetic
     assert first.exit_code == 0, first.output
     results = as_json(first.stdout)["results"]
     assert [(r["outcome"], r["from_revision"], r["to_revision"]) for r in results] == [
-        ("upgraded", "0001", synthetic_head)
+        ("upgraded", SHIPPED_HEAD, synthetic_head)
     ] * 3
     assert all(Path(r["backup"]).exists() for r in results)
 

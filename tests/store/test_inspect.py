@@ -32,7 +32,17 @@ from store.records import RowFilter
 from store.schema import UpgradeOutcome, read_script_directory
 from store.settings import Settings
 from store.store import Store
-from tests.factories import JUDGE, LLAMA, QWEN, SYNTHETIC_REVISIONS, completion_record, file_digests, judgement_record
+from tests.factories import (
+    JUDGE,
+    LLAMA,
+    QWEN,
+    SHIPPED_HEAD,
+    SYNTHETIC_HEAD,
+    SYNTHETIC_REVISIONS,
+    completion_record,
+    file_digests,
+    judgement_record,
+)
 
 REVISIONS = SYNTHETIC_REVISIONS
 
@@ -257,7 +267,7 @@ def test_upgrade_store_upgrades_behind_databases_once(filled: Path, settings: Se
     script = read_script_directory(REVISIONS)
     results = list(upgrade_store(filled, select(filled), settings, script=script))
     assert [(r.outcome, r.from_revision, r.to_revision) for r in results] == [
-        (UpgradeOutcome.UPGRADED, "0001", "0002")
+        (UpgradeOutcome.UPGRADED, SHIPPED_HEAD, SYNTHETIC_HEAD)
     ] * 3
     assert all(r.backup is not None and r.backup.exists() for r in results)
     again = list(upgrade_store(filled, select(filled), settings, script=script))

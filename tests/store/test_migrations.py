@@ -13,15 +13,29 @@ import os
 import re
 import subprocess
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
+from store.descriptor import input_hash, render_messages
 from store.models import Base, Completion, Judgement
-from store.schema import MIGRATION_OPTIONS, VERSION_TABLE, create_at_head, migrations_dir, read_script_directory
-from tests.factories import SYNTHETIC_REVISIONS
+from store.records import JudgementRecord
+from store.repository import Repository
+from store.schema import (
+    MIGRATION_OPTIONS,
+    VERSION_TABLE,
+    UpgradeOutcome,
+    create_at_head,
+    migrate,
+    migrations_dir,
+    read_script_directory,
+    upgrade_database,
+)
+from store.settings import Settings
+from tests.factories import SYNTHETIC_HEAD, SYNTHETIC_REVISIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DUMP = Path(__file__).with_name("schema_dump.sql")
@@ -158,8 +172,8 @@ def test_alembic_check_command_passes(tmp_path: Path) -> None:
 
 def test_synthetic_revisions_build_on_the_shipped_ones() -> None:
     script = read_script_directory(SYNTHETIC_REVISIONS)
-    assert script.get_heads() == ["0002"]
-    assert script.get_revision("0002").down_revision == "0001"
+    assert script.get_heads() == [SYNTHETIC_HEAD]
+    assert script.get_revision(SYNTHETIC_HEAD).down_revision == read_script_directory().get_current_head()
 
 
 def _write_schema_dump() -> None:
@@ -174,3 +188,48 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--write-schema-dump"]:
         raise SystemExit(f"usage: {REGENERATE.strip('`')}")
     _write_schema_dump()
+
+
+# judgestore 0.1.0's default judge prompt: its reversed rows carried the pair's identity in model_a/model_b.
+V0_1_PAIRWISE_SYSTEM = (
+    "You are an impartial judge. Compare the two answers to the user's question. "
+    "Reply with [[A]] if Assistant A's answer is better, [[B]] if Assistant B's answer is better."
+)
+
+
+def _judgement(system: str, orientation: str | None, model_a: str, model_b: str | None, n: int = 0) -> JudgementRecord:
+    text = render_messages([{"role": "system", "content": system}, {"role": "user", "content": f"q{n} {orientation}"}])
+    return JudgementRecord(
+        input_hash=input_hash(text), sample_index=0, input_text=text, completion="[[A]]", model_a=model_a,
+        model_b=model_b, judge="j", orientation=orientation, created_at=datetime(2026, 1, 1, tzinfo=UTC),  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_the_rest(tmp_path: Path) -> None:
+    db_path = tmp_path / "judgements.db"
+    engine = create_engine(f"sqlite:///{db_path}")
+    native_reversed = _judgement(V0_1_PAIRWISE_SYSTEM, "reversed", "x", "y", 1)  # identity: X first in the pair
+    native_direct = _judgement(V0_1_PAIRWISE_SYSTEM, "direct", "x", "y", 2)
+    imported_reversed = _judgement("A legacy JudgeArena prompt", "reversed", "y", "x", 3)  # already positional
+    pointwise = _judgement(V0_1_PAIRWISE_SYSTEM, None, "x", None, 4)
+    with engine.begin() as conn:
+        migrate(conn, "0001")
+        Repository(conn, "judgements").put_many([native_reversed, native_direct, imported_reversed, pointwise])
+    engine.dispose()
+
+    result = upgrade_database(db_path, Settings())
+    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0001", "0002")
+    assert result.rows == {"completions": 0, "judgements": 4}
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.connect() as conn:
+        slots = {
+            row.input_hash: (row.model_a, row.model_b, row.orientation)
+            for row in Repository(conn, "judgements").query()
+        }
+    engine.dispose()
+    assert slots == {
+        native_reversed.input_hash: ("y", "x", "reversed"),  # now: Y's answer is the one shown first
+        native_direct.input_hash: ("x", "y", "direct"),
+        imported_reversed.input_hash: ("y", "x", "reversed"),
+        pointwise.input_hash: ("x", None, None),
+    }

@@ -41,6 +41,8 @@ from store.schema import (
 from store.settings import Settings
 from store.store import Store
 from tests.factories import (
+    SHIPPED_HEAD,
+    SYNTHETIC_HEAD,
     SYNTHETIC_REVISIONS,
     completion_record,
     current_database,
@@ -55,12 +57,12 @@ UNKNOWN_REVISION = "9f3e2d1c0b"
 
 @pytest.fixture(scope="module")
 def synthetic() -> Any:
-    """The script directory with a second revision (0002) this library does not ship."""
+    """The script directory with a synthetic revision on top of the shipped head."""
     return read_script_directory(SYNTHETIC_REVISIONS)
 
 
 def pretend_shipped_scripts_are(script: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the library believe its scripts are ``script`` (with head 0002, a 0001 database is behind)."""
+    """Make the library believe its scripts are ``script`` (a database at the shipped head is then behind)."""
     known = revisions_of(script)
     monkeypatch.setattr(store.schema, "script_directory", lambda: script)
     monkeypatch.setattr(store.schema, "revisions", lambda: known)
@@ -72,7 +74,7 @@ def reader(db_path: Path) -> sqlite3.Connection:
 
 
 def rows_of(db_path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of both tables, in the columns 0001 created (a new column does not hide a lost value)."""
+    """Every row of both tables, in the columns the shipped head has (a new column does not hide a lost value)."""
     columns = {
         "completions": "input_hash, sample_index, benchmark, instruction_id, model, finish_reason, run_id, "
         "created_by, created_at, usage, top_logprobs, input_text, completion",
@@ -99,7 +101,7 @@ def sample_rows(tag: str, n: int = 6) -> list[Any]:
     ]
 
 
-def at_0002(db_path: Path, synthetic: Any) -> None:
+def at_synthetic_head(db_path: Path, synthetic: Any) -> None:
     engine = create_engine(f"sqlite:///{db_path}")
     with engine.begin() as conn:
         migrate(conn, script=synthetic)
@@ -120,7 +122,7 @@ def _make_state(state: str, path: Path, root: Path, descriptor: ModelDescriptor,
     made = current_database(root, "completions", "t", descriptor, [completion_record(1)])
     shutil.move(made, path)
     if state == "current":
-        at_0002(path, synthetic)
+        at_synthetic_head(path, synthetic)
     elif state == "ahead":
         stamp(path, UNKNOWN_REVISION)
 
@@ -129,8 +131,8 @@ def _make_state(state: str, path: Path, root: Path, descriptor: ModelDescriptor,
     ("state", "expected", "revision"),
     [
         ("empty", SchemaState.EMPTY, None),
-        ("current", SchemaState.CURRENT, "0002"),
-        ("behind", SchemaState.BEHIND, "0001"),
+        ("current", SchemaState.CURRENT, SYNTHETIC_HEAD),
+        ("behind", SchemaState.BEHIND, SHIPPED_HEAD),
         ("ahead", SchemaState.AHEAD, UNKNOWN_REVISION),
         ("foreign-optuna", SchemaState.FOREIGN, None),
         ("foreign-random", SchemaState.FOREIGN, None),
@@ -147,7 +149,7 @@ def test_classify_tells_the_five_states_apart(
     with engine.connect() as conn:
         status = classify(conn, path, revisions_of(synthetic))
     engine.dispose()
-    assert (status.state, status.revision, status.head) == (expected, revision, "0002")
+    assert (status.state, status.revision, status.head) == (expected, revision, SYNTHETIC_HEAD)
     if state == "foreign-optuna":
         assert status.tables == ("alembic_version", "studies", "trials")
     if state in ("current", "behind", "ahead"):
@@ -177,8 +179,8 @@ def _placed(store_root: Path, descriptor: ModelDescriptor) -> Path:
 @pytest.mark.parametrize(
     ("state", "error", "must_say"),
     [
-        ("behind", SchemaBehindError, ["0001", "0002", "`judgestore db upgrade`"]),
-        ("ahead", SchemaAheadError, [UNKNOWN_REVISION, "0001", "`pip install -U judgestore`", "not touched"]),
+        ("behind", SchemaBehindError, [SHIPPED_HEAD, SYNTHETIC_HEAD, "`judgestore db upgrade`"]),
+        ("ahead", SchemaAheadError, [UNKNOWN_REVISION, SHIPPED_HEAD, "`pip install -U judgestore`", "not touched"]),
         ("foreign-optuna", ForeignDatabaseError, ["alembic_version", "studies", "judgestore_alembic_version"]),
         ("foreign-random", ForeignDatabaseError, ["notes", "tags", "refusing to touch it"]),
     ],
@@ -296,7 +298,7 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
     assert file_digests(store_root) == before
     with Store(Settings(), root=store_root) as s:
         s.database("completions", "t", descriptor).put_many([completion_record(1)])
-    assert version_of(db_path) == "0001"
+    assert version_of(db_path) == SHIPPED_HEAD
     assert db_path.read_bytes()[18:20] == b"\x02\x02"  # WAL, switched only once the file was known to be ours
 
 
@@ -309,11 +311,15 @@ def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
     db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
     original, rows = db_path.read_bytes(), rows_of(db_path)
     result = upgrade_database(db_path, Settings(), script=synthetic)
-    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0001", "0002")
+    assert (result.outcome, result.from_revision, result.to_revision) == (
+        UpgradeOutcome.UPGRADED,
+        SHIPPED_HEAD,
+        SYNTHETIC_HEAD,
+    )
     assert result.rows == {"completions": 6, "judgements": 3}
     assert result.backup is not None and result.backup.read_bytes() == original
     assert rows_of(db_path) == rows
-    assert version_of(db_path) == "0002" and "verdict" in judgement_columns(db_path)
+    assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)
 
 
 def test_upgrade_without_keeping_the_backup_leaves_none(
@@ -330,15 +336,15 @@ _FAILING_REVISION = '''"""Synthetic failing revision: {how}.
 What changes: a nullable column, then an injected failure on databases marked 'explode'.
 Why: tests of the runner's restore. Data impact: none once restored. Expected cost: milliseconds.
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 9001
+Revises: {shipped}
 """
 
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0002"
-down_revision = "0001"
+revision = "9001"
+down_revision = "{shipped}"
 branch_labels = None
 depends_on = None
 
@@ -383,7 +389,7 @@ def failing_script(tmp_path: Path, kind: str) -> Any:
     folder = tmp_path / f"failing-{kind}"
     folder.mkdir()
     how, body, _ = FAILURES[kind]
-    (folder / "0002_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body))
+    (folder / "9001_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body, shipped=SHIPPED_HEAD))
     return read_script_directory(folder)
 
 
@@ -410,16 +416,16 @@ def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
     assert results == seen
     assert [r.outcome for r in results] == [UpgradeOutcome.UPGRADED, UpgradeOutcome.FAILED, UpgradeOutcome.UPGRADED]
     failed = results[1]
-    assert failed.path == bad and failed.from_revision == "0001" and failed.to_revision is None
+    assert failed.path == bad and failed.from_revision == SHIPPED_HEAD and failed.to_revision is None
     assert FAILURES[kind][2] in str(failed.error)
     assert bad.read_bytes() == original, "the database must be restored byte for byte"
-    assert rows_of(bad) == rows and version_of(bad) == "0001"
+    assert rows_of(bad) == rows and version_of(bad) == SHIPPED_HEAD
     left = sorted(p.name for p in bad.parent.iterdir() if ".bak-" not in p.name)
     assert left == files, "the restore must not leave new files beside the database"
     assert failed.backup is not None and failed.backup.read_bytes() == original
     assert (bad in restored) == (kind == "commits-then-raises"), "a rolled-back migration needs no copy"
     for good in (paths[0], paths[2]):
-        assert version_of(good) == "0002"
+        assert version_of(good) == SYNTHETIC_HEAD
 
 
 def test_a_failed_automatic_upgrade_on_open_restores_the_file(
@@ -449,7 +455,7 @@ def test_auto_upgrade_opens_a_database_that_is_behind(
         database = s.database("judgements", "t", descriptor)
         assert database.count() == 3
         assert database.get_many([r.input_hash for r in rows if r.completion.startswith("auto verdict")])
-    assert version_of(db_path) == "0002" and rows_of(db_path) == before
+    assert version_of(db_path) == SYNTHETIC_HEAD and rows_of(db_path) == before
     assert db_path.read_bytes()[18:20] == b"\x02\x02"
 
 
@@ -457,9 +463,9 @@ def test_upgrading_200_databases_at_mixed_revisions(
     tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
 ) -> None:
     template = current_database(tmp_path / "template", "judgements", "t", descriptor, sample_rows("template", 20))
-    template_0002 = tmp_path / "template-0002.db"
-    shutil.copyfile(template, template_0002)
-    at_0002(template_0002, synthetic)
+    template_synthetic = tmp_path / "template-synthetic.db"
+    shutil.copyfile(template, template_synthetic)
+    at_synthetic_head(template_synthetic, synthetic)
     folder = tmp_path / "many"
     folder.mkdir()
     paths, kinds = [], []
@@ -472,16 +478,16 @@ def test_upgrading_200_databases_at_mixed_revisions(
             if i == 42
             else "not-sqlite"
             if i == 99
-            else "0002"
+            else SYNTHETIC_HEAD
             if i % 4 == 0
-            else "0001"
+            else SHIPPED_HEAD
         )
         if kind == "foreign":
             foreign_database(path)
         elif kind == "not-sqlite":
             path.write_text("id,answer\n1,yes\n")
         else:
-            shutil.copyfile(template_0002 if kind == "0002" else template, path)
+            shutil.copyfile(template_synthetic if kind == SYNTHETIC_HEAD else template, path)
             with closing(sqlite3.connect(path)) as conn, conn:  # distinct content in every file
                 conn.execute("UPDATE completions SET completion = completion || ?", (f" (file {i})",))
                 conn.execute("DELETE FROM judgements WHERE rowid % 5 = ?", (i % 5,))
@@ -489,15 +495,15 @@ def test_upgrading_200_databases_at_mixed_revisions(
                 stamp(path, UNKNOWN_REVISION)
         paths.append(path)
         kinds.append(kind)
-    rows = {p: rows_of(p) for p, k in zip(paths, kinds, strict=True) if k in ("0001", "0002")}
-    untouched = {p: p.read_bytes() for p, k in zip(paths, kinds, strict=True) if k != "0001"}
+    rows = {p: rows_of(p) for p, k in zip(paths, kinds, strict=True) if k in (SHIPPED_HEAD, SYNTHETIC_HEAD)}
+    untouched = {p: p.read_bytes() for p, k in zip(paths, kinds, strict=True) if k != SHIPPED_HEAD}
 
     results = list(upgrade_databases(paths, Settings(), script=synthetic, keep_backup=False))
 
     assert [r.path for r in results] == paths  # one report per file, in order
     expected = {
-        "0001": UpgradeOutcome.UPGRADED,
-        "0002": UpgradeOutcome.UP_TO_DATE,
+        SHIPPED_HEAD: UpgradeOutcome.UPGRADED,
+        SYNTHETIC_HEAD: UpgradeOutcome.UP_TO_DATE,
         "foreign": UpgradeOutcome.REFUSED,
         "ahead": UpgradeOutcome.REFUSED,
         "not-sqlite": UpgradeOutcome.REFUSED,
@@ -507,10 +513,10 @@ def test_upgrading_200_databases_at_mixed_revisions(
     assert "not a judgestore database" in str(by_path[paths[17]].error)
     assert UNKNOWN_REVISION in str(by_path[paths[42]].error)
     assert "not an SQLite database" in str(by_path[paths[99]].error)
-    assert sum(r.outcome is UpgradeOutcome.UPGRADED for r in results) == kinds.count("0001") == 147
+    assert sum(r.outcome is UpgradeOutcome.UPGRADED for r in results) == kinds.count(SHIPPED_HEAD) == 147
     for path, before in rows.items():
         assert rows_of(path) == before, f"{path.name}: rows changed"
-        assert version_of(path) == "0002" and "verdict" in judgement_columns(path)
+        assert version_of(path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(path)
     for path, data in untouched.items():
         assert path.read_bytes() == data, f"{path.name} was written although it needed no upgrade"
 

@@ -9,8 +9,8 @@ import pytest
 
 from store.settings import Settings
 from store.store import Store
-from tests.sync import socket_guard
-from tests.sync.fake_hub import FakeHub
+from tests import socket_guard
+from tests.fake_hub import FakeHub, point_client_at
 from tests.sync.helpers import READ_TOKEN, REPO, WRITE_TOKEN, RemoteSide, Sleeps
 
 
@@ -24,22 +24,7 @@ def _loopback_only() -> Iterator[None]:
 @pytest.fixture(autouse=True)
 def _hub_client_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The real client, pointed at nothing real: no Xet, no telemetry, no saved token, no shared cache."""
-    for name in ("HF_ENDPOINT", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
-    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
-    monkeypatch.setenv("HF_TOKEN", WRITE_TOKEN)
-    import huggingface_hub.constants as constants
-    from huggingface_hub.utils.tqdm import disable_progress_bars
-
-    # constants are read when huggingface_hub is first imported, which may have been before this fixture
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
-    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
-    # the vLLM tests run offline (HF_HUB_OFFLINE=1); if the client was first imported then, it is offline for good
-    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
-    disable_progress_bars()
+    point_client_at(monkeypatch, tmp_path / "hf-home", token=WRITE_TOKEN)
 
 
 @pytest.fixture

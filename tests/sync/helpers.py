@@ -13,7 +13,7 @@ from store.store import Store
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.remote import DirectoryRemote, Remote
 from tests.factories import completion_record, judgement_record
-from tests.sync.fake_hub import FakeHub
+from tests.fake_hub import FakeHub
 
 WRITE_TOKEN = "hf_test_write_token"
 READ_TOKEN = "hf_test_read_token"

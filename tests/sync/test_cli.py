@@ -20,14 +20,14 @@ from typer.testing import CliRunner, Result
 from store.settings import Settings
 from store.store import Store
 from store.sync.cli import hub_app
-from tests.sync.fake_hub import FakeHub
+from tests.fake_hub import FakeHub
 from tests.sync.helpers import QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = (
-    "import sys; from tests.sync import socket_guard; socket_guard.install(); "
+    "import sys; from tests import socket_guard; socket_guard.install(); "
     "from store.sync.cli import hub_app; hub_app(prog_name='judgestore hub')"
 )
 

@@ -20,7 +20,7 @@ from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
 from store.sync.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
-from tests.sync.fake_hub import FakeHub, Fault
+from tests.fake_hub import FakeHub, Fault
 from tests.sync.helpers import READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix

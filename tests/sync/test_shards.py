@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -11,8 +12,12 @@ from typing import Any
 import orjson
 import pytest
 
-from store.descriptor import canonical_json
+from inference.judging import pairwise_requests
+from store import logprobs
+from store.descriptor import canonical_json, input_hash
+from store.logprobs import PositionLogprobs, TokenLogprob
 from store.records import RECORD_OF_ROLE, record_fields
+from store.sync import shards
 from store.sync.errors import ShardError
 from store.sync.shards import (
     _SCHEMAS,
@@ -168,3 +173,42 @@ def test_a_compressed_file_over_the_cap_is_refused_before_decompressing(tmp_path
     name, data = one_shard(tmp_path)
     with pytest.raises(ShardError, match="over the cap"):
         read_shard(data, name, ORIGIN, where="x", max_bytes=len(data) - 1)
+
+
+def test_nan_and_infinities_travel_in_a_shard_exactly(tmp_path: Path) -> None:
+    top = logprobs.encode([PositionLogprobs((TokenLogprob("A", -0.5, 1, 1), TokenLogprob("B", -math.inf, 2, 2)))])
+    records = [replace(r, top_logprobs=top, usage={"x": math.nan}) for r in judgements(range(2))]
+    (shard,) = build_shards(JUDGE_ORIGIN, records, tmp_path)
+    read = read_shard(shard.path.read_bytes(), shard.name, JUDGE_ORIGIN, where="test")
+    for record in read.records:
+        assert logprobs.decode(record.top_logprobs)[0].candidates[1].logprob == -math.inf
+        assert record.usage is not None and math.isnan(record.usage["x"])
+
+
+def test_reversed_rows_of_0_1_default_judge_prompt_are_read_with_positional_slots(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (reversed_row,) = pairwise_requests(
+        question="2+2?", model_a="x", answer_a="4", model_b="y", answer_b="5", orientations=("reversed",)
+    )
+    text = reversed_row.render("chat")
+    old = replace(
+        judgements(range(1))[0],
+        input_hash=input_hash(text),
+        input_text=text,
+        model_a="x",
+        model_b="y",
+        orientation="reversed",
+    )  # fmt: skip  (0.1.0 wrote the pair's identity, X first, in both orientations)
+    custom = replace(judgements(range(1, 2))[0], model_a="y", model_b="x", orientation="reversed")
+
+    monkeypatch.setattr(shards, "library_version", lambda: "0.1.0")
+    (pushed_by_0_1,) = build_shards(JUDGE_ORIGIN, [old, custom], tmp_path / "old")
+    read = read_shard(pushed_by_0_1.path.read_bytes(), pushed_by_0_1.name, JUDGE_ORIGIN, where="test")
+    slots = {r.input_hash: (r.model_a, r.model_b) for r in read.records}
+    assert slots == {old.input_hash: ("y", "x"), custom.input_hash: ("y", "x")}  # only 0.1.0's own prompt is fixed
+
+    monkeypatch.setattr(shards, "library_version", lambda: "0.2.0")
+    (pushed_now,) = build_shards(JUDGE_ORIGIN, [replace(old, model_a="y", model_b="x")], tmp_path / "new")
+    (row,) = read_shard(pushed_now.path.read_bytes(), pushed_now.name, JUDGE_ORIGIN, where="test").records
+    assert (row.model_a, row.model_b) == ("y", "x")  # a shard of today is read as written

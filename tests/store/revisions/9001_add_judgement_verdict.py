@@ -1,24 +1,30 @@
 """Synthetic test revision: add a nullable ``verdict`` column to ``judgements``.
 
 What changes: one nullable column; every existing row gets NULL there.
-Why: the schema tests need a revision after 0001 to upgrade databases to.
+Why: the schema tests need a revision after the shipped head to upgrade databases to.
 Data impact: none (no row is rewritten, no row is dropped).
 Expected cost: milliseconds per database (SQLite adds a nullable column in place).
 
-Revision ID: 0002
-Revises: 0001
+Revision ID: 9001
+Revises: (the shipped head, found when the file is read)
 Create Date: 2026-11-30
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0002"
-down_revision: str | None = "0001"
+import migrations
+
+# Always on top of the newest shipped revision, so adding a real one never breaks the schema tests.
+_SHIPPED = sorted(p.name.split("_", 1)[0] for p in (Path(migrations.__file__).parent / "versions").glob("[0-9]*_*.py"))
+
+revision: str = "9001"
+down_revision: str | None = _SHIPPED[-1]
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
@@ -193,6 +194,15 @@ class FakeHub:
             repo = self.repo(repo_id, repo_type)
             adds = {p: StoredFile(d, self._is_lfs(p, len(d))) for p, d in files.items() if d is not None}
             return self._commit(repo, "main", "raw edit", adds, [p for p, d in files.items() if d is None]).oid
+
+    def tag(self, repo_id: str, tag: str, revision: str = "main", repo_type: str = "dataset") -> str:
+        """Point ``tag`` at the commit ``revision`` names now (tags and branches resolve alike on the Hub)."""
+        with self.lock:
+            repo = self.repo(repo_id, repo_type)
+            commit = repo.resolve(revision)
+            assert commit is not None
+            repo.branches[tag] = commit.oid
+            return commit.oid
 
     def add_fault(self, fault: Fault) -> Fault:
         with self.lock:
@@ -581,6 +591,38 @@ class _Handler(BaseHTTPRequestHandler):
             self.close_connection = True  # the peer sees the connection drop mid-body
             return
         self._send(status, body, headers)
+
+
+def point_client_at(
+    monkeypatch: Any, hf_home: Path, *, endpoint: str | None = None, token: str | None = None, offline: bool = False
+) -> None:
+    """The real ``huggingface_hub`` client, pointed at ``endpoint``: no Xet, no telemetry, a cache of its own.
+
+    The client reads some settings once, when it is first imported (perhaps by
+    an earlier test, perhaps offline), so its constants are set as well as the
+    environment.
+    """
+    for name in ("HF_ENDPOINT", "HF_HUB_OFFLINE", "HUGGING_FACE_HUB_TOKEN", "HF_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HF_HUB_DISABLE_XET", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_TELEMETRY", "1")
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setenv("HF_HOME", str(hf_home))
+    if endpoint is not None:
+        monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    if token is not None:
+        monkeypatch.setenv("HF_TOKEN", token)
+    if offline:
+        monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as constants
+    from huggingface_hub.utils.tqdm import disable_progress_bars
+
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_XET", True)
+    monkeypatch.setattr(constants, "HF_HUB_DISABLE_TELEMETRY", True)
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", offline)
+    monkeypatch.setattr(constants, "HF_HOME", str(hf_home))
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(hf_home / "hub"))
+    disable_progress_bars()
 
 
 @contextmanager
