@@ -12,7 +12,8 @@ Contract:
   B A, ...), each sample preceded by untimed ``setup`` and a full
   ``gc.collect()`` and followed by untimed ``teardown``; every call ends with
   a timed ``gc.collect(0)`` (what pausing the GC deferred is charged to whoever
-  paused it). It keeps every sample, wall clock and process CPU time, per call.
+  paused it), then an untimed ``check`` of its result where one is given. It
+  keeps every sample, wall clock and process CPU time, per call.
 * :func:`print_table` / :func:`environment` / :func:`write_json` print and save
   results (plain aligned text, or a Markdown table); ratios are always taken
   between variants measured in the same run.
@@ -172,12 +173,19 @@ def mean_row_bytes(records: Sequence[CompletionRecord]) -> float:
 
 @dataclass
 class Variant:
-    """One way of doing a case's work: ``run(setup())`` is timed, nothing else is."""
+    """One way of doing a case's work: ``run(setup())`` is timed, nothing else is.
+
+    ``check(state, result)``, when given, runs untimed right after every call;
+    the result is then dropped instead of being kept for ``teardown``, so a
+    large result never stays alive (and in the way) during the other variants'
+    calls.
+    """
 
     name: str
     run: Callable[[Any], Any]
     setup: Callable[[], Any] = lambda: None
     teardown: Callable[[Any, Any], None] = lambda _state, _result: None
+    check: Callable[[Any, Any], None] | None = None
 
 
 @dataclass
@@ -232,7 +240,12 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
     for k in range(inner):
         order = range(len(variants)) if k % 2 == 0 else reversed(range(len(variants)))
         for i in order:
-            wall, cpu, results[i] = _call(variants[i], states[i])
+            wall, cpu, result = _call(variants[i], states[i])
+            if variants[i].check is not None:
+                variants[i].check(states[i], result)
+                result = None
+            results[i] = result
+            del result
             totals[i][0] += wall
             totals[i][1] += cpu
     for v, state, result in zip(variants, states, results, strict=True):

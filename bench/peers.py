@@ -671,10 +671,10 @@ class Bench:
         def run(_state: None) -> Any:
             return contender.lookup(inputs)
 
-        def teardown(_state: None, result: Any) -> None:
+        def check_answers(_state: None, result: Any) -> None:
             check(f"{contender.name}, {operation}", contender.answers(result, inputs), expected)
 
-        return Variant(contender.slug, run, teardown=teardown)
+        return Variant(contender.slug, run, check=check_answers)
 
 
 # ---------------------------------------------------------------- report
