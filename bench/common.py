@@ -2,18 +2,21 @@
 
 Contract:
 
-* :func:`completion_records` gives the same rows for the same seed, shaped as
-  PERF_NOTES.md describes real traffic: rendered prompt 2-8 KB, completion
-  1-4 KB, an OpenAI-style ``top_logprobs`` object of about 1 KB in half the
-  rows (nested small dicts, which is what makes decoding GC-heavy), ``usage``
-  in every row. Input hashes really are the hashes of the rendered inputs.
+* :func:`completion_records` gives the same rows for the same seed, shaped by
+  default as PERF_NOTES.md describes real traffic: rendered prompt 2-8 KB,
+  completion 1-4 KB, an OpenAI-style ``top_logprobs`` object of about 1 KB in
+  half the rows (nested small dicts, which is what makes decoding GC-heavy),
+  ``usage`` in every row; the sizes and the logprobs can be changed. Input
+  hashes really are the hashes of the rendered inputs.
 * :func:`measure` runs the variants of one case interleaved call by call (A B,
   B A, ...), each sample preceded by untimed ``setup`` and a full
   ``gc.collect()`` and followed by untimed ``teardown``; every call ends with
   a timed ``gc.collect(0)`` (what pausing the GC deferred is charged to whoever
-  paused it). It keeps every sample, wall clock and process CPU time, per call.
+  paused it), then an untimed ``check`` of its result where one is given. It
+  keeps every sample, wall clock and process CPU time, per call.
 * :func:`print_table` / :func:`environment` / :func:`write_json` print and save
-  results; ratios are always taken between variants measured in the same run.
+  results (plain aligned text, or a Markdown table); ratios are always taken
+  between variants measured in the same run.
 """
 
 from __future__ import annotations
@@ -84,12 +87,23 @@ def _top_logprobs(rng: random.Random, pool: TextPool, positions: int = 5) -> dic
 
 
 def completion_records(
-    n: int, *, seed: int = 1, start: int = 0, model: str = "bench/model-1", benchmark_names: Sequence[str] = ()
+    n: int,
+    *,
+    seed: int = 1,
+    start: int = 0,
+    model: str = "bench/model-1",
+    benchmark_names: Sequence[str] = (),
+    prompt_chars: tuple[int, int] = (2000, 8000),
+    completion_chars: tuple[int, int] = (1000, 4000),
+    logprobs: bool = True,
 ) -> list[CompletionRecord]:
-    """``n`` distinct completion rows (row ``i`` is the same for a given seed, whatever ``n``).
+    """``n`` distinct completion rows (row ``i`` is the same for a given seed and shape, whatever ``n``).
 
-    Each row is ~9 KB on average: rendered prompt 2-8 KB, completion 1-4 KB,
-    ``top_logprobs`` (~1 KB JSON) in odd rows, ``usage`` in every row.
+    By default each row is ~9 KB on average: rendered prompt 2-8 KB, completion
+    1-4 KB, ``top_logprobs`` (~1 KB JSON) in odd rows, ``usage`` in every row.
+    ``prompt_chars`` / ``completion_chars`` bound the rendered prompt and the
+    completion (in characters, a few non-ASCII among them); ``logprobs=False``
+    leaves ``top_logprobs`` out of every row.
     """
     pool = _pool(seed)
     benchmarks = tuple(benchmark_names) or ("mt-bench", "arena-hard", "alpaca-eval", "ifeval")
@@ -98,13 +112,13 @@ def completion_records(
     for i in range(start, start + n):
         rng = random.Random(seed * 1_000_003 + i)
         system = pool.take(rng, rng.randint(40, 200))
-        prompt_len = rng.randint(2000, 8000) - len(system) - 60
+        prompt_len = rng.randint(*prompt_chars) - len(system) - 60
         messages = [
             {"role": "system", "content": system},
             {"role": "user", "content": f"#{i} " + pool.take(rng, max(prompt_len, 100))},
         ]
         rendered = render_messages(messages)
-        completion = pool.take(rng, rng.randint(1000, 4000))
+        completion = pool.take(rng, rng.randint(*completion_chars))
         prompt_tokens, completion_tokens = len(rendered) // 4, len(completion) // 4
         records.append(
             CompletionRecord(
@@ -120,7 +134,7 @@ def completion_records(
                     "completion_tokens": completion_tokens,
                     "total_tokens": prompt_tokens + completion_tokens,
                 },
-                top_logprobs=_top_logprobs(rng, pool) if i % 2 else None,
+                top_logprobs=_top_logprobs(rng, pool) if logprobs and i % 2 else None,
                 run_id="bench-run",
                 created_by="bench",
                 created_at=base + timedelta(seconds=i, microseconds=rng.randrange(1_000_000)),
@@ -159,12 +173,19 @@ def mean_row_bytes(records: Sequence[CompletionRecord]) -> float:
 
 @dataclass
 class Variant:
-    """One way of doing a case's work: ``run(setup())`` is timed, nothing else is."""
+    """One way of doing a case's work: ``run(setup())`` is timed, nothing else is.
+
+    ``check(state, result)``, when given, runs untimed right after every call;
+    the result is then dropped instead of being kept for ``teardown``, so a
+    large result never stays alive (and in the way) during the other variants'
+    calls.
+    """
 
     name: str
     run: Callable[[Any], Any]
     setup: Callable[[], Any] = lambda: None
     teardown: Callable[[Any, Any], None] = lambda _state, _result: None
+    check: Callable[[Any, Any], None] | None = None
 
 
 @dataclass
@@ -219,7 +240,12 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
     for k in range(inner):
         order = range(len(variants)) if k % 2 == 0 else reversed(range(len(variants)))
         for i in order:
-            wall, cpu, results[i] = _call(variants[i], states[i])
+            wall, cpu, result = _call(variants[i], states[i])
+            if variants[i].check is not None:
+                variants[i].check(states[i], result)
+                result = None
+            results[i] = result
+            del result
             totals[i][0] += wall
             totals[i][1] += cpu
     for v, state, result in zip(variants, states, results, strict=True):
@@ -276,8 +302,16 @@ def format_seconds(seconds: float) -> str:
     return f"{seconds * 1e6:.0f} us"
 
 
-def print_table(headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = ()) -> None:
-    """Plain aligned text (columns in ``right`` are right-aligned)."""
+def print_table(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], *, right: Sequence[int] = (), markdown: bool = False
+) -> None:
+    """Plain aligned text, or a Markdown table with ``markdown`` (columns in ``right`` are right-aligned)."""
+    if markdown:
+        print("| " + " | ".join(headers) + " |")
+        print("|" + "|".join("---:" if i in right else "---" for i in range(len(headers))) + "|")
+        for row in rows:
+            print("| " + " | ".join(str(c) for c in row) + " |")
+        return
     widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
