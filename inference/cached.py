@@ -37,7 +37,7 @@ import orjson
 from inference.backend import Backend, EngineRequest, Generation
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import BackendError, CacheMissError, InvalidInputError
 from store.layout import Role
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
@@ -50,10 +50,6 @@ if TYPE_CHECKING:
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_CHUNK_SIZE = 64
-
-
-class CacheMissError(JudgestoreError):
-    """``replay`` mode met an input that the store does not hold."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,7 +304,7 @@ class CachedModel:
             engine_requests = [EngineRequest(orjson.loads(inp.rendered), inp.sample_index) for inp in chunk]
             generations = self._backend.generate(engine_requests)
             if len(generations) != len(chunk):
-                raise RuntimeError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
+                raise BackendError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
             now = datetime.now(UTC)
             records = [
                 self._record(role, requests[inp.request_index], inp, gen, now)

@@ -68,10 +68,9 @@ import orjson
 from pydantic import ValidationError
 
 from inference.descriptors import backend_version as installed_backend_version
-from inference.model_source import UnpinnedModelError
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, LegacyMappingError, UnpinnedModelError
 from store.legacy.detect import Detection
 from store.legacy.importer import Attribution
 from store.legacy.metadata import LegacyMetadata, MetadataForm, check_metadata_folder
@@ -99,10 +98,6 @@ _S2_KEYS = frozenset(
      "sampling", "engine_settings", "vllm_version"}
 )  # fmt: skip
 _TYPED_KWARGS = frozenset({"chat_template", "chat_template_kwargs", "thinking_token_budget", "disable_thinking"})
-
-
-class LegacyMappingError(InvalidInputError):
-    """A legacy descriptor that the live rules cannot reproduce (the message says why)."""
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from pathlib import Path
 from pydantic import JsonValue
 
 from store.descriptor import UNPINNED_PREFIX, canonical_json, sha256_hex
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import InvalidInputError, JudgestoreError, ModelNotFoundError, UnpinnedModelError
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HUB_TIMEOUT_S = 10.0
@@ -58,14 +58,6 @@ _WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 _WEIGHT_HEAD_BYTES = 1 << 16
 _WEIGHT_SAMPLES = 16
 _WEIGHT_SAMPLE_BYTES = 1 << 12
-
-
-class UnpinnedModelError(JudgestoreError):
-    """A Hub model that can be pinned to a commit neither from the local cache nor through the Hub."""
-
-
-class ModelNotFoundError(InvalidInputError):
-    """The Hub does not know this model, this revision, or refuses access to it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -35,14 +35,10 @@ from inference.descriptors import effective_chat_template, engine_settings, load
 from inference.model_source import COMMIT_RE, local_model_digest, model_name
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError
 from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
-
-
-class EngineMismatchError(JudgestoreError):
-    """The engine vLLM loaded (commit, folder, chat template) is not what the descriptor names."""
 
 
 def _token(token_id: int, entry: Any) -> TokenLogprob:

@@ -1,8 +1,18 @@
-"""One exception hierarchy for judgestore.
+"""One exception hierarchy for judgestore: every error it raises on purpose is defined here.
 
-Every error is a :class:`JudgestoreError`. Messages name the file or object
-at fault, say what is wrong, and, where there is one, the next command to
-run. Callers chain the original exception (``raise ... from e``).
+Contract:
+
+* Every error is a :class:`JudgestoreError`; the command line prints one as
+  a single line (or a JSON object) and exits 1.
+* Messages name the file or object at fault, say what is wrong, and, where
+  there is one, the next command to run. Callers chain the original
+  exception (``raise ... from e``).
+* ``path`` is always a :class:`~pathlib.Path` on this machine; a path inside
+  a remote is ``remote_path`` (a POSIX string).
+* Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
+  bad input (:class:`InvalidInputError`), sharing (:class:`SyncError`),
+  legacy imports (:class:`LegacyError`), models and engines
+  (:class:`ModelError`), and the cache boundary (:class:`CacheMissError`).
 """
 
 from __future__ import annotations
@@ -34,7 +44,7 @@ class MetadataMissingError(LayoutError):
     """A descriptor folder has no readable metadata.json."""
 
 
-class DatabaseError(JudgestoreError):
+class DatabaseFileError(JudgestoreError):
     """A database file cannot be used as it is."""
 
     def __init__(self, path: Path | str, message: str) -> None:
@@ -42,19 +52,19 @@ class DatabaseError(JudgestoreError):
         super().__init__(f"{self.path}: {message}")
 
 
-class DatabaseMissingError(DatabaseError):
+class DatabaseMissingError(DatabaseFileError):
     """A read-only open of a database that does not exist."""
 
 
-class NotADatabaseError(DatabaseError):
+class NotADatabaseError(DatabaseFileError):
     """The file is not an SQLite database at all."""
 
 
-class CorruptDatabaseError(DatabaseError):
+class CorruptDatabaseError(DatabaseFileError):
     """The file is SQLite but damaged (truncated, malformed pages)."""
 
 
-class SchemaError(DatabaseError):
+class SchemaError(DatabaseFileError):
     """The database's schema revision does not match this library."""
 
 
@@ -102,11 +112,15 @@ class UpgradeFailedError(SchemaError):
     """A migration failed; the database was restored to its state before the upgrade."""
 
 
-class NetworkFilesystemError(DatabaseError):
+class MigrationScriptsError(JudgestoreError):
+    """The shipped migration scripts are not one line of revisions (a packaging error)."""
+
+
+class NetworkFilesystemError(DatabaseFileError):
     """The database lies on a network filesystem and the policy refuses it."""
 
 
-class DatabaseBusyError(DatabaseError):
+class DatabaseBusyError(DatabaseFileError):
     """Another process kept the database locked longer than the retry budget."""
 
 
@@ -119,3 +133,107 @@ class EmptyFilterError(JudgestoreError, ValueError):
             "name at least one of benchmark, instruction_id, model, model_a, "
             "model_b, judge, orientation, pair, run_id, created_after, created_before"
         )
+
+
+# ---------------------------------------------------------------- sharing (push / fetch)
+
+
+class SyncError(JudgestoreError):
+    """Base class of every push/fetch error.
+
+    Two families: :class:`RemoteError` (the remote cannot be used right now;
+    nothing was half-done: a push records nothing it could not confirm, a
+    fetch imports nothing it did not validate) and :class:`UntrustedContentError`
+    (something on the remote is not what judgestore writes; fetch reports it
+    per file and carries on; nothing of it is imported).
+    """
+
+
+class RemoteError(SyncError):
+    """The remote refused or failed a request."""
+
+    def __init__(self, remote: str, message: str) -> None:
+        self.remote = remote
+        super().__init__(f"{remote}: {message}")
+
+
+class RemoteAuthError(RemoteError):
+    """401/403: the token is missing, invalid, or lacks the permission (never retried)."""
+
+
+class RemoteNotFoundError(RemoteError):
+    """404: no such repository or revision (never retried)."""
+
+
+class RemoteUnavailableError(RemoteError):
+    """A transient failure (409, 429, 5xx, timeouts) that outlasted every retry."""
+
+
+class UntrustedContentError(SyncError):
+    """A file on the remote is not what judgestore writes; nothing of it is used."""
+
+    def __init__(self, remote_path: str, message: str) -> None:
+        self.remote_path = remote_path
+        self.reason = message
+        super().__init__(f"{remote_path}: {message}")
+
+
+class UnsafeRemotePathError(UntrustedContentError):
+    """A remote path that is absolute, climbs out with ``..``, or is not canonically encoded."""
+
+
+class ShardError(UntrustedContentError):
+    """A shard failed validation (size, gzip, SHA-256, header, a row)."""
+
+
+class RemoteMetadataError(UntrustedContentError):
+    """A remote metadata.json that does not match its folder or this library's bytes."""
+
+
+class BookkeepingError(SyncError):
+    """The sync bookkeeping database cannot be used (e.g. written by a newer judgestore)."""
+
+
+# ---------------------------------------------------------------- legacy imports
+
+
+class LegacyError(JudgestoreError):
+    """Base class of the errors of reading legacy caches."""
+
+
+class DataFrameError(LegacyError):
+    """A DataFrame cache (CSV, zipped CSV, parquet) cannot be read, or lacks a column."""
+
+
+class LegacyMappingError(LegacyError, InvalidInputError):
+    """A legacy descriptor that the live rules cannot reproduce (the message says why)."""
+
+
+# ---------------------------------------------------------------- models and engines
+
+
+class ModelError(JudgestoreError):
+    """Base class of the errors about the model a run names and the engine that serves it."""
+
+
+class UnpinnedModelError(ModelError):
+    """A Hub model that can be pinned to a commit neither from the local cache nor through the Hub."""
+
+
+class ModelNotFoundError(ModelError, InvalidInputError):
+    """The Hub does not know this model, this revision, or refuses access to it."""
+
+
+class EngineMismatchError(ModelError):
+    """The engine vLLM loaded (commit, folder, chat template) is not what the descriptor names."""
+
+
+class BackendError(ModelError):
+    """An engine or server broke the backend contract (e.g. returned the wrong number of generations)."""
+
+
+# ---------------------------------------------------------------- the cache boundary
+
+
+class CacheMissError(JudgestoreError):
+    """``replay`` mode met an input that the store does not hold."""

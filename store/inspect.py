@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DatabaseError as SADatabaseError
+from sqlalchemy.exc import DatabaseError
 
 from store import schema
 from store.descriptor import input_hash
@@ -262,7 +262,7 @@ def inspect_database(
                     rows = Repository(conn, location.role).count()
         finally:
             engine.dispose()
-    except SADatabaseError as e:
+    except DatabaseError as e:
         failure = translated(path, e)
         state, error = _file_state(failure), str(failure)
     except (JudgestoreError, OSError) as e:
@@ -527,7 +527,7 @@ def verify_database(
                     problems += bad_rows
         finally:
             engine.dispose()
-    except SADatabaseError as e:
+    except DatabaseError as e:
         problems.append(Problem(path, ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
         problems.append(Problem(path, ProblemKind.FILE, f"{type(e).__name__}: {e}"))

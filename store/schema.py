@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DatabaseError as SADatabaseError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from store.errors import (
     CorruptDatabaseError,
-    DatabaseError,
+    DatabaseFileError,
     ForeignDatabaseError,
+    MigrationScriptsError,
     NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
@@ -117,11 +117,11 @@ def revisions() -> Revisions:
 def revisions_of(script: ScriptDirectory) -> Revisions:
     heads = script.get_heads()
     if len(heads) != 1:
-        raise RuntimeError(f"migrations must have exactly one head, found {heads}")
+        raise MigrationScriptsError(f"migrations must have exactly one head, found {heads}")
     return Revisions(head=heads[0], known=frozenset(s.revision for s in script.walk_revisions()))
 
 
-def translated(path: Path, error: SADatabaseError) -> Exception:
+def translated(path: Path, error: DatabaseError) -> Exception:
     """The typed error an SQLite failure stands for ('not a database', 'damaged'), else ``error`` itself."""
     code = getattr(error.orig, "sqlite_errorcode", None)
     if code == _SQLITE_NOTADB:
@@ -135,7 +135,7 @@ def translated(path: Path, error: SADatabaseError) -> Exception:
     return error
 
 
-def raise_translated(path: Path, error: SADatabaseError) -> NoReturn:
+def raise_translated(path: Path, error: DatabaseError) -> NoReturn:
     """Re-raise an SQLite failure as a typed error when it means 'not a database' or 'damaged'."""
     typed = translated(path, error)
     if typed is error:
@@ -157,12 +157,12 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
     except OperationalError as e:
         if "no such table" not in str(e.orig):
             raise_translated(path, e)
-    except SADatabaseError as e:
+    except DatabaseError as e:
         raise_translated(path, e)
     # No version table, or a version table without exactly one row: is anything else here?
     try:
         tables = tuple(sorted(inspect(conn).get_table_names()))
-    except SADatabaseError as e:
+    except DatabaseError as e:
         raise_translated(path, e)
     state = SchemaState.FOREIGN if tables else SchemaState.EMPTY
     return SchemaStatus(state, None, known.head, tables)
@@ -302,13 +302,13 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             after = _row_counts(conn)
             changed = {t: (n, after.get(t)) for t, n in before.items() if after.get(t) != n}
             if changed:
-                raise DatabaseError(db_path, f"row counts changed during the upgrade (before, after): {changed}")
+                raise DatabaseFileError(db_path, f"row counts changed during the upgrade (before, after): {changed}")
             reached = classify(conn, db_path, known).revision
     except Exception as e:
         if backup is None:  # refused before anything was written
-            if isinstance(e, SADatabaseError):  # e.g. not a database at all, failing on BEGIN
+            if isinstance(e, DatabaseError):  # e.g. not a database at all, failing on BEGIN
                 e = translated(db_path, e)
-            if isinstance(e, DatabaseError | SADatabaseError):
+            if isinstance(e, DatabaseFileError | DatabaseError):
                 return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
             raise
         engine.dispose()  # release the file before its bytes are put back

@@ -33,14 +33,13 @@ from typing import TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DatabaseError as SADatabaseError
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DatabaseError, OperationalError
 
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
-    DatabaseError,
+    DatabaseFileError,
     DatabaseMissingError,
     NotADatabaseError,
     UpgradeFailedError,
@@ -134,7 +133,9 @@ class Database:
     def transaction(self) -> Iterator[Repository]:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error."""
         if self.readonly:
-            raise DatabaseError(self.path, "was opened read-only: writes are refused (open the store without readonly)")
+            raise DatabaseFileError(
+                self.path, "was opened read-only: writes are refused (open the store without readonly)"
+            )
         with self._translated():
             conn = self.engine.connect().execution_options(write=True)
             try:
@@ -158,7 +159,7 @@ class Database:
         """A damaged file found mid-use raises the typed error an open would have raised."""
         try:
             yield
-        except SADatabaseError as e:
+        except DatabaseError as e:
             if isinstance(e, OperationalError):  # locks, missing tables...: not about the file's bytes
                 raise
             raise_translated(self.path, e)
@@ -280,7 +281,7 @@ class Store:
             try:
                 with engine.connect() as conn:
                     return classify(conn, path)
-            except SADatabaseError as e:  # connecting can fail too (a file that is not a database)
+            except DatabaseError as e:  # connecting can fail too (a file that is not a database)
                 raise_translated(path, e)
 
         return _stable_read(path, attempt) if self.readonly else attempt()

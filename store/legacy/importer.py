@@ -50,12 +50,11 @@ from typing import Any
 import orjson
 
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import DataFrameError, InvalidInputError, JudgestoreError
 from store.layout import Location, Role
 from store.legacy.detect import Detection, State
 from store.legacy.formats import InputForm, InputsTable, LegacyRow, count_rows, iter_rows
 from store.legacy.metadata import check_metadata_folder
-from store.legacy.readonly import DataFrameError
 from store.legacy.report import ImportReport, SourceReport
 from store.logprobs import from_text_logprobs
 from store.records import CompletionRecord, JudgementRecord, Record

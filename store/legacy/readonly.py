@@ -34,15 +34,13 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+from store.errors import DataFrameError
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 ZIP_MAGIC = b"PK\x03\x04"
 PARQUET_MAGIC = b"PAR1"
 _JOURNALS = ("-wal", "-journal")
 _CSV_FIELD_LIMIT = 1 << 30  # legacy completions can be long; the csv default (128 KiB) is far too small
-
-
-class DataFrameError(Exception):
-    """A DataFrame cache that cannot be read (not a zip of one CSV, no pyarrow, broken parquet...)."""
 
 
 def file_kind(path: Path) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import orjson
 
-from store.sync.errors import BookkeepingError
+from store.errors import BookkeepingError
 from store.sync.workspace import SYNC_DIR
 
 BOOKKEEPING_FILE = "sync.db"

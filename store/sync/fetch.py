@@ -40,18 +40,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.descriptor import ModelDescriptor
-from store.errors import JudgestoreError
-from store.inspect import Selector
-from store.layout import ROLES, Location, StoredMetadata, encode_segment
-from store.store import Database, Store
-from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.errors import (
+from store.errors import (
+    JudgestoreError,
     RemoteAuthError,
     RemoteError,
     RemoteMetadataError,
     ShardError,
     UntrustedContentError,
 )
+from store.inspect import Selector
+from store.layout import ROLES, Location, StoredMetadata, encode_segment
+from store.store import Database, Store
+from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.layout import (
     LEVELS,
     METADATA_MAX_BYTES,
@@ -222,7 +222,7 @@ def discover(
                 try:
                     folder_segment(LEVELS[depth], name, entry.path)
                 except UntrustedContentError as e:
-                    rejected.append(Problem(e.path, e.reason))
+                    rejected.append(Problem(e.remote_path, e.reason))
                     continue
                 if value is None or name.startswith(value[:16]):
                     deeper.append((*segments, name))

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from store.sync.errors import (
+from store.errors import (
     RemoteAuthError,
     RemoteError,
     RemoteNotFoundError,

@@ -29,9 +29,8 @@ import orjson
 from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
 from store.layout import METADATA_FILE, ROLES, Location, StoredMetadata, check_role, decode_segment, metadata_bytes
-from store.sync.errors import RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
 from store.sync.shards import HASH64, SHARD_SUFFIX, shard_file_name
 
 SHARDS_DIR = "shards"

@@ -31,12 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
 from store.inspect import Selector, select
 from store.layout import METADATA_FILE, Location, StoredMetadata, metadata_bytes
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.errors import RemoteMetadataError
 from store.sync.layout import METADATA_MAX_BYTES, SHARDS_DIR, metadata_path, remote_folder, verify_remote_metadata
 from store.sync.remote import OutgoingFile, Remote
 from store.sync.shards import DEFAULT_TARGET_BYTES, BuiltShard, ShardOrigin, ShardWriter, shard_file_name

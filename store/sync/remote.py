@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from store.sync.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
+from store.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
 from store.sync.layout import safe_segments
 
 

@@ -45,9 +45,9 @@ import orjson
 
 from store import jsonvalues
 from store.descriptor import canonical_json, input_hash, render_messages
+from store.errors import ShardError
 from store.layout import Role, StoredMetadata
 from store.records import RECORD_OF_ROLE, Record, record_fields
-from store.sync.errors import ShardError
 
 SHARD_FORMAT = "judgestore-shard/v1"
 SHARD_SUFFIX = ".jsonl.gz"

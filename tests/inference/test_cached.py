@@ -12,10 +12,10 @@ from collections.abc import Sequence
 import pytest
 
 from inference.backend import EngineRequest, Generation
-from inference.cached import CachedModel, CacheMissError
+from inference.cached import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest
 from store.descriptor import ModelDescriptor, input_hash, render_messages
-from store.errors import InvalidInputError
+from store.errors import CacheMissError, InvalidInputError
 from store.records import RowFilter
 from store.store import Store
 

@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from inference.backend import EngineRequest, Generation
-from inference.cached import CachedModel, CacheMissError, Mode
+from inference.cached import CachedModel, Mode
 from inference.cli import InputModeChoice, LogprobPositionsChoice, _spec
 from inference.descriptors import descriptor_from_vllm
 from inference.judging import pairwise_requests, pointwise_request
@@ -30,6 +30,7 @@ from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend
 from store.descriptor import ModelDescriptor
+from store.errors import CacheMissError
 from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
@@ -304,7 +305,7 @@ from pathlib import Path
 from inference.cached import CachedModel
 from inference.requests import CompletionRequest
 from inference.spec import ModelSpec
-from inference.vllm_backend import EngineMismatchError
+from store.errors import EngineMismatchError
 from store.store import Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 

@@ -16,9 +16,10 @@ from typer.testing import CliRunner
 
 from inference.cli import app
 from inference.descriptors import descriptor_from_vllm
-from inference.model_source import ModelNotFoundError, UnpinnedModelError, cached_commit, resolve_model
+from inference.model_source import cached_commit, resolve_model
 from inference.tiny_model import CHATML_TEMPLATE
 from store.descriptor import sha256_hex
+from store.errors import ModelNotFoundError, UnpinnedModelError
 from tests import socket_guard
 from tests.factories import file_digests
 from tests.fake_hub import FakeHub, point_client_at

@@ -16,10 +16,10 @@ import pytest
 
 from inference.backend import EngineRequest, Generation
 from inference.descriptors import descriptor_from_vllm
-from inference.vllm_backend import EngineMismatchError, VLLMBackend, create_vllm_backend, verify_loaded
+from inference.vllm_backend import VLLMBackend, create_vllm_backend, verify_loaded
 from store import logprobs
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, JudgestoreError
+from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError
 from store.logprobs import LOGPROBS_FORMAT
 from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
 

@@ -15,7 +15,7 @@ from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
-    DatabaseError,
+    DatabaseFileError,
     DatabaseMissingError,
     JudgestoreError,
 )
@@ -177,9 +177,9 @@ def test_read_only_store_cannot_write(store_root: Path, descriptor: ModelDescrip
     before = file_digests(store_root)
     with Store(root=store_root, readonly=True) as s:
         database = s.database("completions", "t", descriptor)
-        with pytest.raises(DatabaseError, match="read-only"):
+        with pytest.raises(DatabaseFileError, match="read-only"):
             database.put_many([completion_record(1)])
-        with pytest.raises(DatabaseError, match="read-only"):
+        with pytest.raises(DatabaseFileError, match="read-only"):
             database.delete(RowFilter(run_id="run-1"))
     assert file_digests(store_root) == before
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from store.errors import BookkeepingError
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState, bookkeeping_path
-from store.sync.errors import BookkeepingError
 
 
 def test_keys_are_known_once_pushed_or_fetched_and_only_to_that_remote(tmp_path: Path) -> None:

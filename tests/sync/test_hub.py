@@ -15,10 +15,10 @@ from email.utils import format_datetime
 
 import pytest
 
+from store.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
 from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
-from store.sync.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
 from tests.fake_hub import FakeHub, Fault
 from tests.sync.helpers import READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows

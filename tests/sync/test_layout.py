@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from store.errors import RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
 from store.layout import Location, metadata_bytes
-from store.sync.errors import RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
 from store.sync.layout import metadata_path, parse_remote_path, shard_path, verify_remote_metadata
 from tests.sync.helpers import QWEN, QWEN_FOLDER
 

@@ -15,10 +15,10 @@ import pytest
 from inference.judging import pairwise_requests
 from store import logprobs
 from store.descriptor import canonical_json, input_hash
+from store.errors import ShardError
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.records import RECORD_OF_ROLE, record_fields
 from store.sync import shards
-from store.sync.errors import ShardError
 from store.sync.shards import (
     _SCHEMAS,
     SHARD_FORMAT,
