@@ -38,7 +38,7 @@ from inference.backend import Backend, EngineRequest, Generation
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError
-from store.layout import Role
+from store.layout import Role, Selector
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
 from store.settings import Settings
@@ -213,9 +213,9 @@ class CachedModel:
         """Import the remote's rows of this descriptor folder, once per role and model."""
         if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
             return
-        from store.sync import fetch, selector_for
+        from store.sync import fetch
 
-        report = fetch(self.store, self.remote, selector_for(role, self.task, self.descriptor))
+        report = fetch(self.store, self.remote, Selector.of(role, self.task, self.descriptor))
         self._fetched.add(role)
         self.last.fetched_rows = report.rows
 

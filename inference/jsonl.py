@@ -25,8 +25,9 @@ from typing import IO, Any
 import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
-from inference.requests import CompletionRequest, JudgementRequest, Orientation, Response
+from inference.requests import CompletionRequest, JudgementRequest, Response
 from store.errors import InvalidInputError
+from store.records import Orientation
 
 _REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
 _RENDERED_JUDGEMENT_KEYS = _REQUEST_KEYS | {"model_a", "model_b", "judge", "orientation"}

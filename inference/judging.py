@@ -18,7 +18,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from inference.requests import JudgementRequest, Orientation
+from inference.requests import JudgementRequest
+from store.records import Orientation
 
 PAIRWISE_SYSTEM = (
     "You are an impartial judge. Compare the two answers to the user's question. "

@@ -2,8 +2,8 @@
 
 Contract:
 
-* :func:`register` adds the ``import`` command to a typer app (the whole
-  ``judgestore`` app in :mod:`inference.cli`); registering twice is a no-op.
+* :func:`register` adds the ``import`` command to the app
+  :func:`store.cli.build_app` assembles (:func:`inference.cli.main` passes it).
 * Thin: detection is :func:`store.legacy.detect.detect`, the import
   :func:`store.legacy.importer.import_sources`, descriptors
   :class:`inference.legacy.LegacyDescriptorMapper`. This module parses options
@@ -24,14 +24,12 @@ Contract:
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import orjson
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
 
@@ -41,7 +39,16 @@ from inference.legacy import (
     parse_assumed_models,
 )
 from inference.spec import parse_key_values
-from store.cli import JsonOutput, StoreRoot, command_errors, settings_and_root
+from store.cli.common import (
+    JsonOutput,
+    StoreRoot,
+    command_errors,
+    emit_json,
+    progress_bars,
+    settings_and_root,
+    stderr,
+    stdout,
+)
 from store.legacy.detect import Detection, DetectionResult, State, detect
 from store.legacy.formats import InputsTable
 from store.legacy.importer import ImportOptions, ImportProgress, import_sources
@@ -55,14 +62,6 @@ _STATE_STYLE = {
     State.CORRUPT: "bold red",
     State.INVALID: "bold red",
 }
-
-
-def _stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False)
-
-
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
 
 
 def _shown(path: Path) -> str:
@@ -228,9 +227,9 @@ def import_command(
     if detect_only:
         if json_output:
             found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}
-            sys.stdout.write(orjson.dumps(found, option=orjson.OPT_INDENT_2).decode() + "\n")
+            emit_json(found)
         else:
-            _stdout().print(_detect_table(result))
+            stdout().print(_detect_table(result))
         if any(d.state in (State.CORRUPT, State.INVALID) for d in result.detections):
             raise typer.Exit(1)
         return
@@ -243,17 +242,11 @@ def import_command(
     options = ImportOptions(
         task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None
     )
-    err = _stderr()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with (
-        Store(settings, root=root, readonly=dry_run) as store,
-        Progress(*columns, console=err, transient=True, disable=json_output or not err.is_terminal) as progress,
-    ):
-        bar = progress.add_task("importing", total=None)
+    err = stderr()
+    with Store(settings, root=root, readonly=dry_run) as store, progress_bars(json_output) as progress:
 
         def on_progress(event: ImportProgress) -> None:
-            name = f"[{event.index + 1}/{event.sources}] {event.path.name}"
-            progress.update(bar, description=name, total=event.rows_total, completed=event.rows_done)
+            progress(f"[{event.index + 1}/{event.sources}] {event.path.name}", event.rows_done, event.rows_total)
 
         report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,
                                 ignored_files=result.ignored_files)  # fmt: skip
@@ -261,9 +254,9 @@ def import_command(
     if report_path is not None:
         report_path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n")
     if json_output:
-        sys.stdout.write(orjson.dumps(payload, option=orjson.OPT_INDENT_2).decode() + "\n")
+        emit_json(payload)
     else:
-        _stdout().print(_import_table(report))
+        stdout().print(_import_table(report))
         _print_reasons(report, err)
         unattributed = report.totals()["unattributed"]
         if unattributed:
@@ -278,7 +271,4 @@ def import_command(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``import`` to ``app`` (once)."""
-    if any(command.name == "import" for command in app.registered_commands):
-        return
     app.command("import")(command_errors(import_command))

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError
 from store.logprobs import text_logprobs
-
-Orientation = Literal["direct", "reversed"]
+from store.records import ORIENTATIONS, Orientation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -84,7 +83,7 @@ class JudgementRequest(_Request):
 
     def __post_init__(self) -> None:
         _Request.__post_init__(self)
-        if self.orientation not in (None, "direct", "reversed"):
+        if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct', 'reversed' or None, got {self.orientation!r}")
 
 

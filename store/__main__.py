@@ -1,6 +1,6 @@
 """``python -m store``: the data commands of ``judgestore`` (see :mod:`store.cli`)."""
 
-from store.cli import main
+from store.cli.app import main
 
 if __name__ == "__main__":
     main()

@@ -20,6 +20,8 @@ Contract:
   That choice is made again for every read-only connection (they are not
   pooled): an immutable connection kept open would never see a writer's later
   commits and would read their checkpointed pages as corruption.
+* :func:`translated` turns an SQLite failure that means "not a database" or
+  "damaged" into the typed error an open raises.
 """
 
 from __future__ import annotations
@@ -29,14 +31,16 @@ import re
 import sqlite3
 import warnings
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, NoReturn
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.exc import DatabaseError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from store import jsonvalues
-from store.errors import NetworkFilesystemError
+from store.errors import CorruptDatabaseError, NetworkFilesystemError, NotADatabaseError
+from store.layout import wal_path
 from store.settings import Settings
 
 NETWORK_FILESYSTEMS = frozenset(
@@ -46,6 +50,7 @@ NETWORK_FILESYSTEMS = frozenset(
     }
 )  # fmt: skip
 MOUNTS_FILE = Path("/proc/self/mounts")
+_SQLITE_NOTADB, _SQLITE_CORRUPT = 26, 11
 _WAL_HEADER_BYTES = b"\x02\x02"  # bytes 18-19 of the file header: read/write version 2 = WAL
 
 
@@ -132,13 +137,13 @@ class FileStamp(NamedTuple):
 
 def file_stamp(path: Path) -> FileStamp:
     st = path.stat()
-    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, Path(f"{path}-wal").exists())
+    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, wal_path(path).exists())
 
 
 def readonly_uri(path: Path) -> str:
     """SQLite URI that reads ``path`` without creating or changing any file."""
     base = f"file:{quote(str(path.resolve()))}?mode=ro"
-    wal_exists = Path(f"{path}-wal").exists()
+    wal_exists = wal_path(path).exists()
     return base if wal_exists or not _is_wal_file(path) else base + "&immutable=1"
 
 
@@ -186,6 +191,28 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
         conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
+
+
+def translated(path: Path, error: DatabaseError) -> Exception:
+    """The typed error an SQLite failure stands for ('not a database', 'damaged'), else ``error`` itself."""
+    code = getattr(error.orig, "sqlite_errorcode", None)
+    if code == _SQLITE_NOTADB:
+        return NotADatabaseError(path, "is not an SQLite database (wrong header); it was not touched")
+    if code == _SQLITE_CORRUPT:
+        return CorruptDatabaseError(
+            path,
+            "is damaged (truncated or malformed pages); it was not touched. Restore it from "
+            "a backup (`*.bak-*` beside it after an upgrade) or delete it to recompute its rows",
+        )
+    return error
+
+
+def raise_translated(path: Path, error: DatabaseError) -> NoReturn:
+    """Re-raise an SQLite failure as a typed error when it means 'not a database' or 'damaged'."""
+    typed = translated(path, error)
+    if typed is error:
+        raise error
+    raise typed from error
 
 
 def apply_journal_mode(engine: Engine) -> None:

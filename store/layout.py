@@ -1,17 +1,27 @@
-"""Where a descriptor's database lives, and how to find every one of them.
+"""Where a descriptor's database lives, every file name of a store, and how to find and select databases.
 
 Contract::
 
     {store_root}/{role}/{task}/{provider}/{model}/{descriptor_hash16}/
-        metadata.json    descriptor, its full hash, role and task
-        {role}.db        the SQLite database
+        metadata.json                    descriptor, its full hash, role and task
+        {role}.db                        the SQLite database
+        {role}.db-wal, {role}.db-shm     SQLite's side files (WAL mode)
+        {role}.db.lock                   held while the database is created or upgraded
+        {role}.db.bak-{revision}-{time}  the byte-for-byte copy an upgrade keeps
+    {store_root}/.judgestore-sync/       sharing's workspace (store.sync.workspace)
 
 * Segments are percent-encoded (``quote(s, safe="")``), so ``Qwen/Qwen3-8B`` is
   the one segment ``Qwen%2FQwen3-8B``; empty, ``.`` and ``..`` are rejected.
 * ``metadata.json`` is written atomically (temporary file, fsync, rename) and
   its bytes are deterministic for a descriptor. :func:`read_metadata` refuses a
   folder whose name is not the hash of the descriptor it holds.
-* Nothing above this module builds paths: callers pass a :class:`Location`.
+* Nothing above this module builds paths or file names: callers pass a
+  :class:`Location` or use the functions here (:func:`wal_path`,
+  :func:`lock_path`, :func:`backup_path`, :func:`database_files`...).
+* A :class:`Selector` picks *databases* by their location (role, task,
+  provider, descriptor model, descriptor hash prefix); :func:`select` lists
+  the ones under a root. Selecting databases never selects rows
+  (:class:`~store.records.RowFilter` does).
 """
 
 from __future__ import annotations
@@ -32,9 +42,15 @@ from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissi
 
 Role = Literal["completions", "judgements"]
 ROLES: tuple[Role, ...] = get_args(Role)
+LEVELS = ("role", "task", "provider", "model", "descriptor")  # the folder levels of a descriptor folder
 METADATA_FILE = "metadata.json"
-SYNC_FOLDER = ".judgestore-sync"  # sharing's bookkeeping at the store root (store.sync.workspace)
+METADATA_TEMP_PREFIX = ".metadata."  # a metadata.json being written (left behind only by a crash)
+SYNC_FOLDER = ".judgestore-sync"  # sharing's workspace at the store root (store.sync.workspace)
 METADATA_FORMAT = "judgestore-metadata/v1"
+WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
+SQLITE_SIDE_SUFFIXES = (WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX)  # files SQLite keeps beside a database
+LOCK_SUFFIX = ".lock"
+BACKUP_INFIX = ".bak-"
 
 
 def encode_segment(value: str) -> str:
@@ -90,16 +106,77 @@ class Location:
         return root / self.relative_folder()
 
     def db_path(self, root: Path) -> Path:
-        return self.folder(root) / f"{self.role}.db"
+        return self.folder(root) / database_name(self.role)
+
+    def metadata_path(self, root: Path) -> Path:
+        return self.folder(root) / METADATA_FILE
+
+    def as_dict(self, *, model_key: str = "model") -> dict[str, str]:
+        """The location as ``--json`` outputs show it (rows name it ``descriptor_model``: ``model`` is theirs)."""
+        return {
+            "role": self.role,
+            "task": self.task,
+            "provider": self.provider,
+            model_key: self.model,
+            "descriptor": self.descriptor_hash16,
+        }
 
     @classmethod
     def from_db_path(cls, root: Path, db_path: Path) -> Location:
         """Parse ``{root}/{role}/{task}/{provider}/{model}/{hash16}/{role}.db``."""
         parts = db_path.relative_to(root).parts
-        if len(parts) != 6 or parts[0] not in ROLES or parts[5] != f"{parts[0]}.db":
+        if len(parts) != 6 or parts[0] not in ROLES or parts[5] != database_name(parts[0]):
             raise InvalidInputError(f"{db_path} is not a descriptor database path under {root}")
         role, task, provider, model, hash16 = parts[0], *map(decode_segment, parts[1:5])
         return cls(check_role(role), task, provider, model, hash16)
+
+
+# ---------------------------------------------------------------- file names
+
+
+def database_name(role: str) -> str:
+    return f"{role}.db"
+
+
+def wal_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + WAL_SUFFIX)
+
+
+def shm_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + SHM_SUFFIX)
+
+
+def lock_path(db_path: Path) -> Path:
+    return db_path.with_name(db_path.name + LOCK_SUFFIX)
+
+
+def backup_path(db_path: Path, revision: str | None, stamp: str) -> Path:
+    """Where an upgrade keeps the copy of ``db_path`` it makes at ``revision`` (``stamp``: a UTC time)."""
+    return db_path.with_name(f"{db_path.name}{BACKUP_INFIX}{revision}-{stamp}")
+
+
+def is_backup_of(name: str, db_name: str) -> bool:
+    return name.startswith(db_name + BACKUP_INFIX)
+
+
+def descriptor_folder_names(role: str) -> frozenset[str]:
+    """The names a descriptor folder may hold besides backups (see the module docstring)."""
+    db_name = database_name(role)
+    return frozenset({METADATA_FILE, db_name, db_name + WAL_SUFFIX, db_name + SHM_SUFFIX, db_name + LOCK_SUFFIX})
+
+
+def database_files(db_path: Path) -> list[Path]:
+    """The files holding a database's rows: the database and its WAL, those that exist."""
+    return [p for p in (db_path, wal_path(db_path)) if p.exists()]
+
+
+def database_size(db_path: Path) -> int:
+    """Bytes on disk of a database and its write-ahead log."""
+    return sum(p.stat().st_size for p in database_files(db_path))
+
+
+def sync_folder(root: Path) -> Path:
+    return root / SYNC_FOLDER
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +207,7 @@ def metadata_bytes(role: Role, task: str, descriptor: ModelDescriptor, assumptio
 def write_metadata(folder: Path, data: bytes) -> None:
     """Write metadata.json atomically: readers see the old file or the new one."""
     folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".metadata.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=METADATA_TEMP_PREFIX, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
@@ -198,8 +275,68 @@ def walk(root: Path) -> Iterator[Location]:
     skipped here; ``judgestore verify`` reports them.
     """
     for role in ROLES:
-        for db_path in sorted((root / role).glob(f"*/*/*/*/{role}.db")):
+        for db_path in sorted((root / role).glob(f"*/*/*/*/{database_name(role)}")):
             try:
                 yield Location.from_db_path(root, db_path)
             except InvalidInputError:
                 continue
+
+
+# ---------------------------------------------------------------- selecting databases
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Selector:
+    """Databases whose location equals every field that is set.
+
+    ``descriptor`` is a prefix of the folder name (the descriptor hash's first
+    16 hex characters); a full 64-character hash selects its folder too.
+    """
+
+    role: Role | None = None
+    task: str | None = None
+    provider: str | None = None
+    model: str | None = None
+    descriptor: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.role is not None:
+            check_role(self.role)
+        if self.descriptor is not None and not (
+            self.descriptor and all(c in "0123456789abcdef" for c in self.descriptor)
+        ):
+            raise InvalidInputError(f"descriptor must be lowercase hex (a hash prefix), got {self.descriptor!r}")
+
+    @classmethod
+    def of(cls, role: str, task: str, descriptor: ModelDescriptor) -> Selector:
+        """Exactly the folder of one descriptor (what a run reads and writes)."""
+        location = Location.of(role, task, descriptor)
+        return cls(role=location.role, task=location.task, provider=location.provider, model=location.model,
+                   descriptor=location.descriptor_hash16)  # fmt: skip
+
+    def matches(self, location: Location) -> bool:
+        return (
+            (self.role is None or location.role == self.role)
+            and (self.task is None or location.task == self.task)
+            and (self.provider is None or location.provider == self.provider)
+            and (self.model is None or location.model == self.model)
+            and (self.descriptor is None or location.descriptor_hash16.startswith(self.descriptor[:16]))
+        )
+
+    def is_empty(self) -> bool:
+        return all(value is None for value in self.as_dict().values())
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {
+            "role": self.role,
+            "task": self.task,
+            "provider": self.provider,
+            "model": self.model,
+            "descriptor": self.descriptor,
+        }
+
+
+def select(root: Path, selector: Selector | None = None) -> list[Location]:
+    """Every descriptor database under ``root`` that ``selector`` picks, in walk order."""
+    selector = selector or Selector()
+    return [location for location in walk(root) if selector.matches(location)]

@@ -31,8 +31,6 @@ NAMING_CONVENTION = {
     "pk": "pk_%(table_name)s",
 }
 
-ORIENTATIONS = ("direct", "reversed")
-
 
 class UTCDateTime(TypeDecorator[datetime]):
     """Aware datetimes in, aware UTC datetimes out; naive input is refused."""

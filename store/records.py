@@ -3,19 +3,25 @@
 Contract: a record's fields are exactly its table's columns (same names, same
 types, ``top_logprobs`` and ``usage`` decoded), so a record can be written
 and read back unchanged. :class:`RowFilter` is the one way to select rows by
-their typed metadata columns, for queries and targeted deletes alike.
+their typed metadata columns, for queries and targeted deletes alike; filters
+that exist only on judgements (:data:`JUDGEMENT_ONLY_FILTERS`) restrict a
+query to judgement databases (:func:`roles_for`), and combined with
+``role="completions"`` they are an error.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
 
 from store.errors import InvalidInputError
+from store.layout import ROLES, Role
 
-Orientation = Literal["direct", "reversed"]
+Orientation = Literal["direct", "reversed"]  # relative to the source pair (see store.models.Judgement)
+ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
+JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", "pointwise")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,7 +114,7 @@ class RowFilter:
                 raise InvalidInputError(f"{name} must be timezone-aware (e.g. 2026-01-01T00:00:00+00:00)")
         if self.pair is not None and (len(self.pair) != 2 or not all(isinstance(m, str) for m in self.pair)):
             raise InvalidInputError(f"pair must be two model names, got {self.pair!r}")
-        if self.orientation is not None and self.orientation not in ("direct", "reversed"):
+        if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct' or 'reversed', got {self.orientation!r}")
 
     def is_empty(self) -> bool:
@@ -117,3 +123,24 @@ class RowFilter:
     def as_dict(self) -> dict[str, Any]:
         """The fields that are set, for messages and ``--json`` output."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+def roles_for(flt: RowFilter, role: Role | None = None) -> tuple[Role, ...]:
+    """The roles whose tables have every column ``flt`` names (see the module docstring)."""
+    judgement_only = [name for name in JUDGEMENT_ONLY_FILTERS if getattr(flt, name) is not None]
+    if not judgement_only:
+        return (role,) if role is not None else ROLES
+    if role == "completions":
+        raise InvalidInputError(f"filters on {', '.join(judgement_only)} apply to judgements only, not completions")
+    return ("judgements",)
+
+
+def parse_timestamp(value: str) -> datetime:
+    """An ISO-8601 date or date-time; a value without a UTC offset is taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError as e:
+        raise InvalidInputError(
+            f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-01-31 or 2026-01-31T12:00:00+02:00)"
+        ) from e
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed

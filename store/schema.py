@@ -1,4 +1,4 @@
-"""Schema revisions of descriptor databases: classify on open, create, upgrade many.
+"""Schema revisions of descriptor databases: classify on open, create at head, and the state of a database.
 
 Contract:
 
@@ -8,41 +8,44 @@ Contract:
   ``judgestore_alembic_version``).
 * The Alembic script directory is read once per process (:func:`revisions`);
   Alembic itself is imported only when a migration actually runs.
+  :func:`migrate` runs the scripts on a connection the caller holds (the
+  steps come from Alembic's ``ScriptDirectory._upgrade_revs``, what ``alembic
+  upgrade`` itself runs; a test pins that private API).
 * :func:`create_at_head` builds an empty database at head inside the caller's
-  transaction; :func:`upgrade_database` takes a file lock, re-checks, backs the
-  file up, migrates inside one write transaction, verifies row counts and
-  restores the backup byte for byte on any failure. :func:`upgrade_databases`
-  does that for many files, one bad file never stopping the others; a second
-  run does nothing.
+  transaction. Upgrades are :mod:`store.upgrade`'s.
+* :func:`database_info` classifies one database of a store read-only, file
+  and metadata.json included, into one :class:`DatabaseState`; it never raises
+  for a bad file: what is wrong becomes a state and a message naming the file.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import enum
 import functools
-import shutil
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any
 
-from filelock import FileLock
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DatabaseError, OperationalError
 
+from store.engine import create_sqlite_engine, raise_translated, translated
 from store.errors import (
     CorruptDatabaseError,
-    DatabaseFileError,
     ForeignDatabaseError,
+    JudgestoreError,
+    MetadataMismatchError,
+    MetadataMissingError,
     MigrationScriptsError,
     NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
 )
+from store.layout import Location, database_size, read_location_metadata
 from store.models import Base, UTCDateTime
+from store.repository import Repository
 from store.settings import Settings
 
 if TYPE_CHECKING:
@@ -59,15 +62,24 @@ MIGRATION_OPTIONS: dict[str, Any] = {
         "sa.DateTime()" if kind == "type" and isinstance(obj, UTCDateTime) else False
     ),
 }
-_SQLITE_NOTADB, _SQLITE_CORRUPT = 26, 11
 
 
-class SchemaState(enum.StrEnum):
+class DatabaseState(enum.StrEnum):
+    """What a database file is, from the store's point of view (:func:`classify` gives the first five)."""
+
     EMPTY = "empty"
     CURRENT = "current"
     BEHIND = "behind"
     AHEAD = "ahead"
     FOREIGN = "foreign"
+    NOT_A_DATABASE = "not-a-database"
+    CORRUPT = "corrupt"
+    UNREADABLE = "unreadable"
+    METADATA_MISSING = "metadata-missing"
+    METADATA_MISMATCH = "metadata-mismatch"
+
+
+USABLE_STATES = frozenset({DatabaseState.CURRENT, DatabaseState.EMPTY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +92,7 @@ class Revisions:
 
 @dataclass(frozen=True, slots=True)
 class SchemaStatus:
-    state: SchemaState
+    state: DatabaseState
     revision: str | None  # what the file records (None: no version table or no row)
     head: str
     tables: tuple[str, ...] = ()  # filled for empty/foreign only
@@ -121,28 +133,6 @@ def revisions_of(script: ScriptDirectory) -> Revisions:
     return Revisions(head=heads[0], known=frozenset(s.revision for s in script.walk_revisions()))
 
 
-def translated(path: Path, error: DatabaseError) -> Exception:
-    """The typed error an SQLite failure stands for ('not a database', 'damaged'), else ``error`` itself."""
-    code = getattr(error.orig, "sqlite_errorcode", None)
-    if code == _SQLITE_NOTADB:
-        return NotADatabaseError(path, "is not an SQLite database (wrong header); it was not touched")
-    if code == _SQLITE_CORRUPT:
-        return CorruptDatabaseError(
-            path,
-            "is damaged (truncated or malformed pages); it was not touched. Restore it from "
-            "a backup (`*.bak-*` beside it after an upgrade) or delete it to recompute its rows",
-        )
-    return error
-
-
-def raise_translated(path: Path, error: DatabaseError) -> NoReturn:
-    """Re-raise an SQLite failure as a typed error when it means 'not a database' or 'damaged'."""
-    typed = translated(path, error)
-    if typed is error:
-        raise error
-    raise typed from error
-
-
 def classify(conn: Connection, path: Path, known: Revisions | None = None) -> SchemaStatus:
     """Where the database behind ``conn`` stands; one SELECT when it has our version table."""
     known = known or revisions()
@@ -151,8 +141,8 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
         if rows and len(rows) == 1:
             revision = rows[0][0]
             if revision == known.head:
-                return SchemaStatus(SchemaState.CURRENT, revision, known.head)
-            state = SchemaState.BEHIND if revision in known.known else SchemaState.AHEAD
+                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
             return SchemaStatus(state, revision, known.head)
     except OperationalError as e:
         if "no such table" not in str(e.orig):
@@ -164,17 +154,17 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
         tables = tuple(sorted(inspect(conn).get_table_names()))
     except DatabaseError as e:
         raise_translated(path, e)
-    state = SchemaState.FOREIGN if tables else SchemaState.EMPTY
+    state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
     return SchemaStatus(state, None, known.head, tables)
 
 
 def raise_for_status(status: SchemaStatus, path: Path) -> None:
     """The typed error that refuses to open a database in ``status``, if any."""
-    if status.state is SchemaState.BEHIND:
+    if status.state is DatabaseState.BEHIND:
         raise SchemaBehindError(path, str(status.revision), status.head)
-    if status.state is SchemaState.AHEAD:
+    if status.state is DatabaseState.AHEAD:
         raise SchemaAheadError(path, str(status.revision), status.head)
-    if status.state is SchemaState.FOREIGN:
+    if status.state is DatabaseState.FOREIGN:
         raise ForeignDatabaseError(path, list(status.tables))
 
 
@@ -198,136 +188,102 @@ def create_at_head(conn: Connection) -> None:
     migrate(conn)
 
 
-# ---------------------------------------------------------------- upgrades
-
-
-class UpgradeOutcome(enum.StrEnum):
-    UPGRADED = "upgraded"
-    UP_TO_DATE = "up-to-date"
-    REFUSED = "refused"  # ahead, foreign, not a database, corrupt: never touched
-    FAILED = "failed"  # the migration failed and the backup was restored
+# ---------------------------------------------------------------- the state of a database in a store
 
 
 @dataclass(frozen=True, slots=True)
-class UpgradeResult:
+class DatabaseInfo:
+    """One database as :func:`database_info` found it.
+
+    ``state`` is the most serious thing found: a file that cannot be read
+    first, then a metadata.json that does not match, then the schema state.
+    ``rows`` is counted for current databases only; ``error`` explains every
+    state but current and empty.
+    """
+
+    location: Location
     path: Path
-    outcome: UpgradeOutcome
-    from_revision: str | None
-    to_revision: str | None
-    backup: Path | None = None
-    rows: dict[str, int] | None = None
+    state: DatabaseState
+    revision: str | None
+    head: str
+    rows: int | None
+    size_bytes: int
     error: str | None = None
 
+    @property
+    def ok(self) -> bool:
+        """Whether the store opens this database as it is (empty ones are created at head)."""
+        return self.state in USABLE_STATES
 
-def lock_path(db_path: Path) -> Path:
-    return db_path.with_name(db_path.name + ".lock")
-
-
-def _row_counts(conn: Connection) -> dict[str, int]:
-    tables = [t for t in inspect(conn).get_table_names() if t != VERSION_TABLE]
-    return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables}
-
-
-def _database_files(db_path: Path) -> list[Path]:
-    return [p for p in (db_path, Path(f"{db_path}-wal")) if p.exists()]
-
-
-def _backup(db_path: Path, revision: str | None) -> Path:
-    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path."""
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    target = db_path.with_name(f"{db_path.name}.bak-{revision}-{stamp}")
-    for source in _database_files(db_path):
-        if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
-            shutil.copy2(source, Path(str(source).replace(str(db_path), str(target), 1)))
-    return target
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.location.as_dict(),
+            "path": str(self.path),
+            "state": self.state.value,
+            "revision": self.revision,
+            "head": self.head,
+            "rows": self.rows,
+            "size_bytes": self.size_bytes,
+            "error": self.error,
+        }
 
 
-def _restore(db_path: Path, backup: Path) -> None:
-    """Put the backed-up bytes back where they differ (a migration that committed part of its work).
-
-    When the failed migration was rolled back, as transactional DDL is, the
-    bytes already match and nothing is written. Without a saved WAL, a live
-    one would replay the failed migration's frames onto the restored file: it goes.
-    """
-    live_wal, saved_wal = Path(f"{db_path}-wal"), Path(f"{backup}-wal")
-    for live, saved in ((db_path, backup), (live_wal, saved_wal)):
-        if saved.exists() and (not live.exists() or live.read_bytes() != saved.read_bytes()):
-            shutil.copy2(saved, live)
-    if not saved_wal.exists():
-        live_wal.unlink(missing_ok=True)
-        Path(f"{db_path}-shm").unlink(missing_ok=True)
+def _file_state(error: BaseException) -> DatabaseState:
+    if isinstance(error, NotADatabaseError):
+        return DatabaseState.NOT_A_DATABASE
+    if isinstance(error, CorruptDatabaseError):
+        return DatabaseState.CORRUPT
+    return DatabaseState.UNREADABLE
 
 
-def upgrade_database(
-    db_path: Path,
-    settings: Settings,
-    *,
-    script: ScriptDirectory | None = None,
-    keep_backup: bool = True,
-) -> UpgradeResult:
-    """Upgrade one database to head; see the module docstring for the guarantees."""
-    from store.engine import create_sqlite_engine
+def status_error(status: SchemaStatus, path: Path) -> str | None:
+    """The message of the error :func:`raise_for_status` would raise, or None for a usable database."""
+    try:
+        raise_for_status(status, path)
+    except JudgestoreError as e:
+        return str(e)
+    return None
 
-    script = script or script_directory()
-    known = revisions() if script is script_directory() else revisions_of(script)
-    with FileLock(lock_path(db_path)):
-        engine = create_sqlite_engine(db_path, settings, pooled=False)
+
+def database_info(
+    root: Path, location: Location, settings: Settings, *, known: Revisions | None = None, count_rows: bool = True
+) -> DatabaseInfo:
+    """Classify one database read-only (and count its rows when it is current); never raises for a bad file."""
+    known = known or revisions()
+    path = location.db_path(root)
+    size = database_size(path)
+    revision: str | None = None
+    rows: int | None = None
+    error: str | None = None
+    try:
+        engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
-            result = _upgrade_locked(engine, db_path, known, script)
+            with engine.connect() as conn, conn.begin():
+                status = classify(conn, path, known)
+                state, revision, error = status.state, status.revision, status_error(status, path)
+                if status.state is DatabaseState.CURRENT and count_rows:
+                    rows = Repository(conn, location.role).count()
         finally:
             engine.dispose()
-    if result.backup is not None and result.outcome is UpgradeOutcome.UPGRADED and not keep_backup:
-        for path in _database_files(result.backup):
-            path.unlink()
-        result = dataclasses.replace(result, backup=None)
-    return result
+    except DatabaseError as e:
+        failure = translated(path, e)
+        state, error = _file_state(failure), str(failure)
+    except (JudgestoreError, OSError) as e:
+        state, error = _file_state(e), str(e)
+    if state not in (DatabaseState.NOT_A_DATABASE, DatabaseState.CORRUPT, DatabaseState.UNREADABLE):
+        try:
+            read_location_metadata(root, location)
+        except MetadataMissingError as e:
+            state, error = DatabaseState.METADATA_MISSING, str(e)
+        except MetadataMismatchError as e:
+            state, error = DatabaseState.METADATA_MISMATCH, str(e)
+        except OSError as e:  # unreadable (permissions): say so, never a traceback
+            state, error = DatabaseState.UNREADABLE, f"{location.metadata_path(root)}: {e}"
+    return DatabaseInfo(location, path, state, revision, known.head, rows, size, error)
 
 
-def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: ScriptDirectory) -> UpgradeResult:
-    backup: Path | None = None
-    found: str | None = None
-    try:
-        with engine.connect().execution_options(write=True) as conn, conn.begin():  # BEGIN IMMEDIATE
-            status = classify(conn, db_path, known)
-            found = status.revision
-            if status.state is SchemaState.CURRENT:
-                return UpgradeResult(db_path, UpgradeOutcome.UP_TO_DATE, found, found)
-            if status.state is SchemaState.EMPTY:
-                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error="empty database: no tables")
-            if status.state is not SchemaState.BEHIND:
-                raise_for_status(status, db_path)
-            before = _row_counts(conn)
-            backup = _backup(db_path, found)
-            migrate(conn, script=script)
-            after = _row_counts(conn)
-            changed = {t: (n, after.get(t)) for t, n in before.items() if after.get(t) != n}
-            if changed:
-                raise DatabaseFileError(db_path, f"row counts changed during the upgrade (before, after): {changed}")
-            reached = classify(conn, db_path, known).revision
-    except Exception as e:
-        if backup is None:  # refused before anything was written
-            if isinstance(e, DatabaseError):  # e.g. not a database at all, failing on BEGIN
-                e = translated(db_path, e)
-            if isinstance(e, DatabaseFileError | DatabaseError):
-                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
-            raise
-        engine.dispose()  # release the file before its bytes are put back
-        _restore(db_path, backup)
-        return UpgradeResult(db_path, UpgradeOutcome.FAILED, found, None, backup, error=f"{type(e).__name__}: {e}")
-    return UpgradeResult(db_path, UpgradeOutcome.UPGRADED, found, reached, backup, before)
-
-
-def upgrade_databases(
-    paths: Iterable[Path],
-    settings: Settings,
-    *,
-    on_result: Callable[[UpgradeResult], None] | None = None,
-    script: ScriptDirectory | None = None,
-    keep_backup: bool = True,
-) -> Iterator[UpgradeResult]:
-    """Upgrade each database in turn, yielding one result per file."""
-    for path in paths:
-        result = upgrade_database(path, settings, script=script, keep_backup=keep_backup)
-        if on_result is not None:
-            on_result(result)
-        yield result
+def database_infos(
+    root: Path, locations: Iterable[Location], settings: Settings, *, count_rows: bool = True
+) -> Iterator[DatabaseInfo]:
+    for location in locations:
+        yield database_info(root, location, settings, count_rows=count_rows)

@@ -19,6 +19,14 @@ Contract:
   meanwhile (the file changed under it) is run again rather than trusted.
 * A file found damaged while it is used raises the same typed errors as on
   open (:class:`~store.errors.CorruptDatabaseError`, ...).
+* Across databases: :meth:`Store.query_rows` streams the rows a
+  :class:`~store.records.RowFilter` matches in the databases a
+  :class:`~store.layout.Selector` picks (databases in walk order, rows of one
+  database by ``created_at``); :meth:`Store.plan_delete` counts them and
+  :meth:`Store.delete_rows` deletes them, one write transaction per database.
+  Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
+  before opening anything. Databases without tables are skipped; any other
+  database that cannot be opened raises its typed error.
 """
 
 from __future__ import annotations
@@ -28,45 +36,45 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from store.descriptor import ModelDescriptor
+from store.engine import apply_journal_mode, create_sqlite_engine, file_stamp, raise_translated
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
     DatabaseFileError,
     DatabaseMissingError,
+    EmptyFilterError,
+    InvalidInputError,
     NotADatabaseError,
     UpgradeFailedError,
 )
 from store.layout import (
+    ROLES,
     Location,
+    Role,
+    Selector,
     StoredMetadata,
+    lock_path,
     metadata_bytes,
     read_location_metadata,
     read_metadata,
+    select,
     walk,
     write_metadata,
 )
-from store.records import Record, RowFilter
+from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields, roles_for
 from store.repository import OnConflict, Repository
-from store.schema import (
-    SchemaState,
-    SchemaStatus,
-    UpgradeOutcome,
-    classify,
-    create_at_head,
-    lock_path,
-    raise_for_status,
-    raise_translated,
-    upgrade_database,
-)
+from store.schema import DatabaseState, SchemaStatus, classify, create_at_head, raise_for_status
 from store.settings import Settings
+from store.upgrade import UpgradeOutcome, upgrade_database
 
 T = TypeVar("T")
 READONLY_READ_ATTEMPTS = 5
@@ -74,8 +82,6 @@ READONLY_READ_ATTEMPTS = 5
 
 def _stable_read(path: Path, read: Callable[[], T]) -> T:
     """Run a read-only ``read``; run it again if the file changed under it (see the module docstring)."""
-    from store.engine import file_stamp
-
     for _ in range(READONLY_READ_ATTEMPTS):
         before = file_stamp(path)
         try:
@@ -227,6 +233,59 @@ class Store:
         """Every descriptor database under the root."""
         return list(walk(self.root))
 
+    # ------------------------------------------------------------ rows across databases
+
+    def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
+        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
+        roles = roles_for(flt, selector.role)
+        for location in select(self.root, selector):
+            if location.role not in roles:
+                continue
+            try:
+                yield self.open(location)
+            except DatabaseMissingError:
+                continue
+
+    def query_rows(self, selector: Selector, flt: RowFilter, *, limit: int | None = None) -> Iterator[FoundRow]:
+        """Stream the rows matching ``flt`` from every selected database (see the module docstring)."""
+        if limit is not None and limit < 0:
+            raise InvalidInputError(f"limit must be >= 0, got {limit}")
+        remaining = limit
+        for database in self._selected(selector, flt):
+            if remaining == 0:
+                return
+            for record in database.query(flt, limit=remaining):
+                yield FoundRow(database.location, record)
+                if remaining is not None:
+                    remaining -= 1
+
+    def plan_delete(self, selector: Selector, flt: RowFilter) -> list[RowCount]:
+        """Count the rows ``flt`` matches in each selected database; databases with none are left out."""
+        if flt.is_empty():
+            raise EmptyFilterError()
+        plan = []
+        for database in self._selected(selector, flt):
+            rows = database.count(flt)
+            if rows:
+                plan.append(RowCount(database.location, database.path, rows))
+        return plan
+
+    def delete_rows(self, plan: Iterable[RowCount], flt: RowFilter) -> list[RowCount]:
+        """Delete the rows matching ``flt`` from the databases of ``plan``; returns the rows actually deleted.
+
+        Each database is one write transaction; rows written after the plan was
+        made that match ``flt`` are deleted too (the counts say so).
+        """
+        if flt.is_empty():
+            raise EmptyFilterError()
+        deleted = []
+        for entry in plan:
+            database = self.open(entry.location)
+            deleted.append(RowCount(entry.location, database.path, database.delete(flt)))
+        return deleted
+
+    # ------------------------------------------------------------ one database
+
     def database(
         self, role: str, task: str, descriptor: ModelDescriptor, *, assumptions: tuple[str, ...] = ()
     ) -> Database:
@@ -236,7 +295,7 @@ class Store:
         if cached is not None:
             return cached
         folder = location.folder(self.root)
-        if not self.readonly and not (folder / "metadata.json").exists():
+        if not self.readonly and not location.metadata_path(self.root).exists():
             write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
         return self.open(location)
 
@@ -256,8 +315,6 @@ class Store:
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
         read_location_metadata(self.root, location)
-        from store.engine import create_sqlite_engine
-
         engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
         try:
             self._check_schema(engine, path)
@@ -288,17 +345,15 @@ class Store:
 
     def _check_schema(self, engine: Engine, path: Path) -> None:
         """Refuse anything but a current database; the journal is switched only once the file is ours."""
-        from store.engine import apply_journal_mode
-
         status = self._status(engine, path)
-        if status.state is SchemaState.CURRENT:
+        if status.state is DatabaseState.CURRENT:
             apply_journal_mode(engine)
             return
-        if status.state is SchemaState.EMPTY and not self.readonly:
+        if status.state is DatabaseState.EMPTY and not self.readonly:
             self._create(engine, path)
             apply_journal_mode(engine)
             return
-        if status.state is SchemaState.BEHIND and self.settings.auto_upgrade and not self.readonly:
+        if status.state is DatabaseState.BEHIND and self.settings.auto_upgrade and not self.readonly:
             engine.dispose()
             result = upgrade_database(path, self.settings)
             if result.outcome is not UpgradeOutcome.UPGRADED:
@@ -307,7 +362,7 @@ class Store:
                 )
             apply_journal_mode(engine)
             return
-        if status.state is SchemaState.EMPTY:
+        if status.state is DatabaseState.EMPTY:
             raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")
         raise_for_status(status, path)
 
@@ -317,7 +372,48 @@ class Store:
             conn: Connection
             with engine.connect().execution_options(write=True) as conn, conn.begin():
                 status = classify(conn, path)  # another process may have won the race
-                if status.state is SchemaState.EMPTY:
+                if status.state is DatabaseState.EMPTY:
                     create_at_head(conn)
                 else:
                     raise_for_status(status, path)
+
+
+# ---------------------------------------------------------------- rows across databases
+
+LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
+
+
+def row_columns(roles: Iterable[Role] = ROLES) -> tuple[str, ...]:
+    """Column names of :meth:`FoundRow.as_dict` for rows of ``roles``: location first, then the record's fields."""
+    chosen = set(roles)
+    columns: list[str] = list(LOCATION_COLUMNS)
+    for role in ROLES:
+        if role in chosen:
+            columns += [name for name in record_fields(RECORD_OF_ROLE[role]) if name not in columns]
+    return tuple(columns)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundRow:
+    """A row and the database it came from."""
+
+    location: Location
+    record: Record
+
+    def as_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = self.location.as_dict(model_key="descriptor_model")
+        for name in record_fields(type(self.record)):
+            values[name] = getattr(self.record, name)
+        return values
+
+
+@dataclass(frozen=True, slots=True)
+class RowCount:
+    """How many rows of one database a filter matched (or deleted)."""
+
+    location: Location
+    path: Path
+    rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.location.as_dict(), "path": str(self.path), "rows": self.rows}

@@ -3,11 +3,12 @@
 The library surface (the CLI in :mod:`store.sync.cli` and the inference
 layer call these):
 
-* :func:`push` / :func:`fetch` with a :class:`~store.inspect.Selector`
+* :func:`push` / :func:`fetch` with a :class:`~store.layout.Selector`
   (role, task, provider, model, descriptor) return a :class:`PushReport` /
   :class:`FetchReport`.
-* :func:`selector_for` selects exactly one descriptor folder: the inference
-  layer fetches the folders of a run with it before planning the run.
+* ``Selector.of(role, task, descriptor)`` selects exactly one descriptor
+  folder: the inference layer fetches the folder of a run with it before
+  planning the run.
 * :func:`open_remote` builds a :class:`HubRemote` (a Hugging Face dataset
   repository) or a :class:`DirectoryRemote` (a shared folder) from arguments
   or ``JUDGESTORE_HUB_REPO`` / ``JUDGESTORE_SYNC_DIR``.
@@ -19,7 +20,7 @@ the docstrings of :mod:`store.sync.push` and :mod:`store.sync.fetch`.
 
 from __future__ import annotations
 
-from store.sync.fetch import FetchReport, fetch, selector_for
+from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.push import PushReport, push
 from store.sync.remote import DirectoryRemote, Remote
@@ -36,5 +37,4 @@ __all__ = [
     "fetch",
     "open_remote",
     "push",
-    "selector_for",
 ]

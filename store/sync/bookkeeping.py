@@ -34,7 +34,7 @@ from pathlib import Path
 import orjson
 
 from store.errors import BookkeepingError
-from store.sync.workspace import SYNC_DIR
+from store.sync.workspace import workspace
 
 BOOKKEEPING_FILE = "sync.db"
 FORMAT_VERSION = 1
@@ -100,7 +100,7 @@ class NewShard:
 
 
 def bookkeeping_path(root: Path) -> Path:
-    return root / SYNC_DIR / BOOKKEEPING_FILE
+    return workspace(root) / BOOKKEEPING_FILE
 
 
 def _now() -> str:

@@ -2,56 +2,50 @@
 
 Contract:
 
-* Thin, like :mod:`store.cli`: parse, call :func:`store.sync.push` /
-  :func:`store.sync.fetch`, render a table (or ``--json``). Progress bars and
-  notes go to stderr, and only on a terminal.
-* A selection is required: ``--role/--task/--provider/--model/--descriptor``
+* Thin, like the other commands (:mod:`store.cli.common`): parse, call
+  :func:`store.sync.push` / :func:`store.sync.fetch`, render a table (or
+  ``--json``). Progress bars and notes go to stderr, and only on a terminal.
+* A selection is required: ``--role/--task/--provider/--model-id/--descriptor``
   or ``--all``, so nobody pushes or downloads a whole team cache by accident.
 * Exit status 1 when the report is not ok (a folder not pushed; a shard
   quarantined, rejected or not downloaded) or on a typed error (a rejected
   token, a missing repository); 2 on usage errors.
-* ``hub_app`` is defined before :mod:`store.cli` is imported, so that
-  ``store.cli`` may mount it (``app.add_typer(hub_app, name="hub")`` at its end)
-  whichever of the two modules is imported first.
+* :func:`register` adds the ``hub`` group to the app :mod:`store.cli` builds.
 """
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
+from rich.filesize import decimal
+from rich.table import Table
+from rich.text import Text
 
-hub_app = typer.Typer(
-    name="hub",
-    help="Share caches: push rows to a Hugging Face dataset repo (or a shared folder) and fetch others' rows.",
-    no_args_is_help=True,
+from store.cli.common import (
+    JsonOutput,
+    StoreRoot,
+    command_errors,
+    emit_json,
+    grouped,
+    location_cells,
+    location_table,
+    progress_bars,
+    selection,
+    settings_and_root,
+    stdout,
 )
-
-import orjson  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.filesize import decimal  # noqa: E402
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn  # noqa: E402
-from rich.table import Table  # noqa: E402
-from rich.text import Text  # noqa: E402
-
-from store.cli import JsonOutput, RoleChoice, StoreRoot, command_errors, settings_and_root  # noqa: E402
-from store.inspect import Selector  # noqa: E402
-from store.layout import Location, check_role  # noqa: E402
-from store.store import Store  # noqa: E402
-from store.sync.fetch import FetchReport, fetch  # noqa: E402
-from store.sync.hub import HubRemote  # noqa: E402
-from store.sync.push import PushReport, push  # noqa: E402
-from store.sync.remote import DirectoryRemote, Remote  # noqa: E402
-from store.sync.settings import SyncSettings, open_remote  # noqa: E402
-from store.sync.workspace import Problem  # noqa: E402
-from store.sync.workspace import Progress as ProgressCallback  # noqa: E402
+from store.layout import Selector
+from store.store import Store
+from store.sync.fetch import FetchReport, fetch
+from store.sync.hub import HubRemote
+from store.sync.push import PushReport, push
+from store.sync.remote import DirectoryRemote, Remote
+from store.sync.settings import SyncSettings, open_remote
+from store.sync.workspace import SyncProblem
 
 _REMOTE = "Remote"
-_SELECT = "Select descriptor folders"
 
 RepoOption = Annotated[
     str | None,
@@ -75,47 +69,27 @@ TokenOption = Annotated[
     ),
 ]  # fmt: skip
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Only show what would be sent or downloaded.")]
-AllOption = Annotated[bool, typer.Option("--all", help="Every descriptor folder.", rich_help_panel=_SELECT)]
-RoleOption = Annotated[RoleChoice | None, typer.Option("--role", rich_help_panel=_SELECT)]
-TaskOption = Annotated[str | None, typer.Option("--task", rich_help_panel=_SELECT)]
-ProviderOption = Annotated[str | None, typer.Option("--provider", rich_help_panel=_SELECT)]
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        "--model", "--model-id", help="Descriptors of this model (e.g. Qwen/Qwen3-8B).", rich_help_panel=_SELECT
-    ),
-]
-DescriptorOption = Annotated[
-    str | None,
-    typer.Option("--descriptor", metavar="HASH", help="Descriptor hash or a prefix of it.", rich_help_panel=_SELECT),
-]
+AllOption = Annotated[bool, typer.Option("--all", help="Every descriptor folder.", rich_help_panel="Select databases")]
+
+
+def register(app: typer.Typer) -> None:
+    hub_app = typer.Typer(
+        name="hub",
+        help="Share caches: push rows to a Hugging Face dataset repo (or a shared folder) and fetch others' rows.",
+        no_args_is_help=True,
+    )
+    hub_app.command("push")(command_errors(grouped(selector=selection)(push_command)))
+    hub_app.command("fetch")(command_errors(grouped(selector=selection)(fetch_command)))
+    app.add_typer(hub_app, name="hub")
 
 
 # ---------------------------------------------------------------- helpers
 
 
-def _stderr() -> Console:
-    return Console(stderr=True, highlight=False)
-
-
-def _selection(
-    all_folders: bool,
-    role: RoleChoice | None,
-    task: str | None,
-    provider: str | None,
-    model: str | None,
-    descriptor: str | None,
-) -> Selector:
-    selector = Selector(
-        role=None if role is None else check_role(role.value),
-        task=task,
-        provider=provider,
-        model=model,
-        descriptor=descriptor,
-    )
+def _required(selector: Selector, all_folders: bool) -> Selector:
     if selector.is_empty() and not all_folders:
         raise typer.BadParameter(
-            "choose what to share: --role, --task, --provider, --model, --descriptor, or --all for everything",
+            "choose what to share: --role, --task, --provider, --model-id, --descriptor, or --all for everything",
             param_hint="selection",
         )
     if all_folders and not selector.is_empty():
@@ -132,42 +106,7 @@ def _remote(repo: str | None, directory: Path | None, revision: str | None, toke
     return remote
 
 
-@contextmanager
-def _bars(json_output: bool) -> Iterator[ProgressCallback]:
-    """A progress callback drawing one transient bar per phase on stderr (a terminal only, never with --json)."""
-    console = _stderr()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    with Progress(*columns, console=console, transient=True, disable=json_output or not console.is_terminal) as bars:
-        tasks: dict[str, Any] = {}
-
-        def update(phase: str, done: int, total: int) -> None:
-            if phase not in tasks:
-                tasks[phase] = bars.add_task(phase, total=total)
-            bars.update(tasks[phase], completed=done, total=total)
-
-        yield update
-
-
-def _emit_json(value: object) -> None:
-    sys.stdout.write(orjson.dumps(value, option=orjson.OPT_INDENT_2).decode() + "\n")
-
-
-def _folder_table(title: str, *columns: str) -> Table:
-    table = Table(title=title, title_justify="left")
-    for name in ("Role", "Task", "Provider", "Model"):
-        table.add_column(name, overflow="fold")
-    table.add_column("Descriptor", no_wrap=True, min_width=16)
-    for name in columns:
-        table.add_column(name, justify="right", no_wrap=True)
-    return table
-
-
-def _cells(location: Location) -> tuple[Text, ...]:
-    return (Text(location.role), Text(location.task), Text(location.provider), Text(location.model),
-            Text(location.descriptor_hash16))  # fmt: skip
-
-
-def _problems(title: str, groups: dict[str, list[Problem]]) -> None:
+def _problems(title: str, groups: dict[str, list[SyncProblem]]) -> None:
     """Problems on stdout (they are part of the result), one row each, whole paths and reasons."""
     rows = [(kind, p) for kind, problems in groups.items() for p in problems]
     if not rows:
@@ -179,15 +118,14 @@ def _problems(title: str, groups: dict[str, list[Problem]]) -> None:
     for kind, problem in rows:
         reason = problem.reason + (f" (kept in {problem.saved_to})" if problem.saved_to else "")
         table.add_row(Text(kind, style="bold red"), Text(problem.path), Text(reason))
-    Console(highlight=False).print(table)
+    stdout().print(table)
 
 
 # ---------------------------------------------------------------- push
 
 
-@hub_app.command("push")
-@command_errors
 def push_command(
+    selector: Selector,
     store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
@@ -204,11 +142,6 @@ def push_command(
     ] = False,
     dry_run: DryRunOption = False,
     all_folders: AllOption = False,
-    role: RoleOption = None,
-    task: TaskOption = None,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    descriptor: DescriptorOption = None,
 ) -> None:
     """Send the remote every selected row it does not have yet, as immutable shards.
 
@@ -224,7 +157,7 @@ def push_command(
         judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
     """
     settings, root = settings_and_root(store_root)
-    selector = _selection(all_folders, role, task, provider, model, descriptor)
+    selector = _required(selector, all_folders)
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
     if private and not create_repo:
@@ -234,11 +167,11 @@ def push_command(
             remote.create_repo(private=private)
         elif isinstance(remote, DirectoryRemote):
             remote.root.mkdir(parents=True, exist_ok=True)
-    with Store(settings, root=root, readonly=True) as store, _bars(json_output) as progress:
+    with Store(settings, root=root, readonly=True) as store, progress_bars(json_output) as progress:
         report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
                       progress=progress)  # fmt: skip
     if json_output:
-        _emit_json(report.as_dict())
+        emit_json(report.as_dict())
     else:
         _render_push(report)
     if not report.ok:
@@ -246,12 +179,14 @@ def push_command(
 
 
 def _render_push(report: PushReport) -> None:
-    out = Console(highlight=False)
+    out = stdout()
     if report.folders:
         title = f"{'Would push' if report.dry_run else 'Pushed'} to {report.remote}"
-        table = _folder_table(title, "Shards", "Rows", "Bytes")
+        table = location_table(title, ("Shards", "right"), ("Rows", "right"), ("Bytes", "right"))
         for folder in report.folders:
-            table.add_row(*_cells(folder.location), f"{folder.shards:,}", f"{folder.rows:,}", decimal(folder.bytes))
+            table.add_row(
+                *location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows:,}", decimal(folder.bytes)
+            )
         table.caption = (
             f"{report.shards:,} shards, {report.rows:,} rows, {decimal(report.bytes)}; "
             f"{len(report.commits)} commits; {report.unchanged} folders had nothing new"
@@ -268,9 +203,8 @@ def _render_push(report: PushReport) -> None:
 # ---------------------------------------------------------------- fetch
 
 
-@hub_app.command("fetch")
-@command_errors
 def fetch_command(
+    selector: Selector,
     store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
@@ -282,11 +216,6 @@ def fetch_command(
     token: TokenOption = None,
     dry_run: DryRunOption = False,
     all_folders: AllOption = False,
-    role: RoleOption = None,
-    task: TaskOption = None,
-    provider: ProviderOption = None,
-    model: ModelOption = None,
-    descriptor: DescriptorOption = None,
 ) -> None:
     """Import the selected shards of the remote that this store has not imported yet.
 
@@ -303,14 +232,14 @@ def fetch_command(
         judgestore hub fetch --dir /shared/judgestore --all --dry-run
     """
     settings, root = settings_and_root(store_root)
-    selector = _selection(all_folders, role, task, provider, model, descriptor)
+    selector = _required(selector, all_folders)
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
-    with Store(settings, root=root) as store, _bars(json_output) as progress:
+    with Store(settings, root=root) as store, progress_bars(json_output) as progress:
         report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
                        progress=progress)  # fmt: skip
     if json_output:
-        _emit_json(report.as_dict())
+        emit_json(report.as_dict())
     else:
         _render_fetch(report)
     if not report.ok:
@@ -318,17 +247,23 @@ def fetch_command(
 
 
 def _render_fetch(report: FetchReport) -> None:
-    out = Console(highlight=False)
+    out = stdout()
     at = f" at {report.revision[:12]}" if report.revision else ""
     if report.folders:
         if report.dry_run:
-            table = _folder_table(f"Would download from {report.remote}{at}", "Shards", "Bytes")
+            table = location_table(f"Would download from {report.remote}{at}", ("Shards", "right"), ("Bytes", "right"))
             for folder in report.folders:
-                table.add_row(*_cells(folder.location), f"{folder.shards:,}", decimal(folder.bytes))
+                table.add_row(*location_cells(folder.location), f"{folder.shards:,}", decimal(folder.bytes))
         else:
-            table = _folder_table(f"Fetched from {report.remote}{at}", "Shards", "Rows new", "Rows read", "Bytes")
+            table = location_table(
+                f"Fetched from {report.remote}{at}",
+                ("Shards", "right"),
+                ("Rows new", "right"),
+                ("Rows read", "right"),
+                ("Bytes", "right"),
+            )
             for folder in report.folders:
-                table.add_row(*_cells(folder.location), f"{folder.shards:,}", f"{folder.rows_inserted:,}",
+                table.add_row(*location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows_inserted:,}",
                               f"{folder.rows_read:,}", decimal(folder.bytes))  # fmt: skip
         table.caption = (
             f"{report.shards:,} shards, {report.rows:,} new rows, {decimal(report.bytes)}; "

@@ -39,7 +39,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.descriptor import ModelDescriptor
 from store.errors import (
     JudgestoreError,
     RemoteAuthError,
@@ -48,8 +47,7 @@ from store.errors import (
     ShardError,
     UntrustedContentError,
 )
-from store.inspect import Selector
-from store.layout import ROLES, Location, StoredMetadata, encode_segment
+from store.layout import ROLES, Location, Selector, StoredMetadata, encode_segment
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.layout import (
@@ -64,7 +62,7 @@ from store.sync.layout import (
 )
 from store.sync.remote import Remote
 from store.sync.shards import DEFAULT_MAX_BYTES, Shard, ShardOrigin, read_shard
-from store.sync.workspace import Problem, Progress, no_progress, quarantine, sync_lock
+from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, quarantine, sync_lock
 
 DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this store already has
 DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
@@ -109,9 +107,11 @@ class FetchReport:
     dry_run: bool
     folders: list[FetchedFolder] = field(default_factory=list)
     skipped: int = 0  # shards already imported here (or pushed from here)
-    quarantined: list[Problem] = field(default_factory=list)  # read, failed validation, kept aside
-    failed: list[Problem] = field(default_factory=list)  # could not be downloaded or imported now; retried next time
-    rejected_paths: list[Problem] = field(default_factory=list)  # listed paths that are not judgestore's layout
+    quarantined: list[SyncProblem] = field(default_factory=list)  # read, failed validation, kept aside
+    failed: list[SyncProblem] = field(
+        default_factory=list
+    )  # could not be downloaded or imported now; retried next time
+    rejected_paths: list[SyncProblem] = field(default_factory=list)  # listed paths that are not judgestore's layout
 
     @property
     def shards(self) -> int:
@@ -154,7 +154,7 @@ def fetch(
     *,
     dry_run: bool = False,
     max_shard_bytes: int = DEFAULT_MAX_BYTES,
-    progress: Progress = no_progress,
+    progress: ProgressCallback = no_progress,
 ) -> FetchReport:
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""
     selector = selector or Selector()
@@ -184,20 +184,8 @@ def fetch(
     return report
 
 
-def selector_for(role: str, task: str, descriptor: ModelDescriptor) -> Selector:
-    """The selector of exactly one descriptor folder (what a run is about to read and write)."""
-    location = Location.of(role, task, descriptor)
-    return Selector(
-        role=location.role,
-        task=location.task,
-        provider=location.provider,
-        model=location.model,
-        descriptor=location.descriptor_hash16,
-    )
-
-
 def discover(
-    remote: Remote, revision: str | None, selector: Selector, rejected: list[Problem]
+    remote: Remote, revision: str | None, selector: Selector, rejected: list[SyncProblem]
 ) -> dict[str, RemoteFolder]:
     """The descriptor folders on the remote that ``selector`` picks, listing only below what it fixes."""
     filters: list[str | None] = [selector.role, selector.task, selector.provider, selector.model, selector.descriptor]
@@ -215,14 +203,14 @@ def discover(
                 name = _child_name(entry.path, segments, rejected)
                 if name is None or not entry.is_dir:
                     if name is not None and depth > 0:
-                        rejected.append(Problem(entry.path, "a file where only descriptor folders belong"))
+                        rejected.append(SyncProblem(entry.path, "a file where only descriptor folders belong"))
                     continue
                 if depth == 0 and name not in ROLES:
                     continue  # README.md, .gitattributes and other top-level entries are not ours to judge
                 try:
                     folder_segment(LEVELS[depth], name, entry.path)
                 except UntrustedContentError as e:
-                    rejected.append(Problem(e.remote_path, e.reason))
+                    rejected.append(SyncProblem(e.remote_path, e.reason))
                     continue
                 if value is None or name.startswith(value[:16]):
                     deeper.append((*segments, name))
@@ -247,12 +235,12 @@ def _fixed_segment(level: str, value: str | None) -> str | None:
     return value if level == "role" else encode_segment(value)
 
 
-def _child_name(path: str, segments: tuple[str, ...], rejected: list[Problem]) -> str | None:
+def _child_name(path: str, segments: tuple[str, ...], rejected: list[SyncProblem]) -> str | None:
     """The last segment of a listed child of ``segments``, or None (reported) if it is not one."""
     parent = "/".join(segments)
     name = path[len(parent) + 1 :] if parent else path
     if (parent and not path.startswith(parent + "/")) or not name or "/" in name:
-        rejected.append(Problem(path, f"listed under {parent or '/'} but is not a child of it"))
+        rejected.append(SyncProblem(path, f"listed under {parent or '/'} but is not a child of it"))
         return None
     return name
 
@@ -263,7 +251,7 @@ def _add_file(
     prefix: str,
     selector: Selector,
     folders: dict[str, RemoteFolder],
-    rejected: list[Problem],
+    rejected: list[SyncProblem],
 ) -> None:
     top = path.split("/", 1)[0]
     if not prefix and top not in ROLES and ".." not in path.split("/"):
@@ -273,7 +261,7 @@ def _add_file(
             raise UntrustedContentError(path, f"listed under {prefix} but lies outside it")
         parsed = parse_remote_path(path)
     except UntrustedContentError as e:
-        rejected.append(Problem(path, e.reason))
+        rejected.append(SyncProblem(path, e.reason))
         return
     if not selector.matches(parsed.location):
         return
@@ -313,7 +301,7 @@ class _Importer:
                     metadata.role, metadata.task, metadata.descriptor, assumptions=metadata.assumptions
                 )
             except JudgestoreError as e:  # the local folder is damaged, behind...: a local problem, per folder
-                self.report.failed.append(Problem(remote_folder(location), f"local database cannot take rows: {e}"))
+                self.report.failed.append(SyncProblem(remote_folder(location), f"local database cannot take rows: {e}"))
         if metadata is None or database is None:
             self.done += len(todo)
             progress(self.done)
@@ -330,20 +318,22 @@ class _Importer:
         """The folder's verified metadata, or None (reported) if it is missing, unreadable or forged."""
         meta_path = metadata_path(listed.location)
         if not listed.has_metadata:
-            self.report.failed.append(Problem(meta_path, f"missing, so the folder's {shards} shards cannot be checked"))
+            self.report.failed.append(
+                SyncProblem(meta_path, f"missing, so the folder's {shards} shards cannot be checked")
+            )
             return None
         try:
             data = self.remote.read(meta_path, revision=self.revision, max_bytes=METADATA_MAX_BYTES)
         except RemoteAuthError:
             raise
         except (RemoteError, UntrustedContentError) as e:
-            self.report.failed.append(Problem(meta_path, str(e)))
+            self.report.failed.append(SyncProblem(meta_path, str(e)))
             return None
         try:
             return verify_remote_metadata(data, listed.location)
         except RemoteMetadataError as e:
             saved = quarantine(self.store.root, self.remote.url, meta_path, data, str(e), self.revision)
-            self.report.quarantined.append(Problem(meta_path, e.reason, str(saved)))
+            self.report.quarantined.append(SyncProblem(meta_path, e.reason, str(saved)))
             return None
 
     def _group(
@@ -361,7 +351,7 @@ class _Importer:
             size = listed.shards[name]
             if size is not None and size > self.max_bytes:
                 self.report.rejected_paths.append(
-                    Problem(shard_path(location, name), f"is {size:,} bytes, over the cap of {self.max_bytes:,}")
+                    SyncProblem(shard_path(location, name), f"is {size:,} bytes, over the cap of {self.max_bytes:,}")
                 )
             else:
                 wanted.append(name)
@@ -379,13 +369,13 @@ class _Importer:
             except RemoteAuthError:
                 raise
             except (RemoteError, UntrustedContentError) as e:
-                self.report.failed.append(Problem(path, str(e)))
+                self.report.failed.append(SyncProblem(path, str(e)))
                 continue
             try:
                 valid.append((read_shard(data, name, origin, where=path, max_bytes=self.max_bytes), len(data)))
             except ShardError as e:
                 saved = quarantine(self.store.root, self.remote.url, path, data, str(e), self.revision)
-                self.report.quarantined.append(Problem(path, e.reason, str(saved)))
+                self.report.quarantined.append(SyncProblem(path, e.reason, str(saved)))
         if not valid:
             return
         # Keys are known before the rows land: a crash in between must not let a push echo them back.
@@ -400,7 +390,7 @@ class _Importer:
             inserted = database.put_many([r for shard, _ in valid for r in shard.records], on_conflict="ignore")
         except JudgestoreError as e:
             for shard, _ in valid:
-                self.report.failed.append(Problem(shard_path(location, shard.name), f"could not be imported: {e}"))
+                self.report.failed.append(SyncProblem(shard_path(location, shard.name), f"could not be imported: {e}"))
             return
         self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
                              self.revision)  # fmt: skip

@@ -32,14 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
-from store.inspect import Selector, select
-from store.layout import METADATA_FILE, Location, StoredMetadata, metadata_bytes
+from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes, select
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.layout import METADATA_MAX_BYTES, SHARDS_DIR, metadata_path, remote_folder, verify_remote_metadata
 from store.sync.remote import OutgoingFile, Remote
 from store.sync.shards import DEFAULT_TARGET_BYTES, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
-from store.sync.workspace import Problem, Progress, no_progress, staging_folder, sync_lock
+from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, staging_folder, sync_lock
 
 KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
 ROW_BATCH = 2_000  # rows read back per get_many while writing shards
@@ -73,7 +72,7 @@ class PushReport:
     unchanged: int = 0  # selected folders with nothing new for this remote
     already_present: int = 0  # shards the remote had already (another pusher, or an interrupted push)
     recovered: int = 0  # pending shards of an interrupted push, found on the remote and recorded
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[SyncProblem] = field(default_factory=list)
 
     @property
     def shards(self) -> int:
@@ -123,7 +122,7 @@ def push(
     *,
     dry_run: bool = False,
     target_bytes: int = DEFAULT_TARGET_BYTES,
-    progress: Progress = no_progress,
+    progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
     if not store.root.is_dir():
@@ -139,7 +138,7 @@ def push(
             try:
                 plan = _plan_folder(store, location, books, remote_id, staging, target_bytes)
             except JudgestoreError as e:
-                report.problems.append(Problem(remote_folder(location), str(e)))
+                report.problems.append(SyncProblem(remote_folder(location), str(e)))
                 continue
             finally:
                 progress("Exporting", done, len(locations))
@@ -225,7 +224,7 @@ def _check_remote_metadata(
             try:
                 verify_remote_metadata(remote.read(path, revision=None, max_bytes=METADATA_MAX_BYTES), plan.location)
             except RemoteMetadataError as e:
-                report.problems.append(Problem(path, f"{e}; this folder was not pushed"))
+                report.problems.append(SyncProblem(path, f"{e}; this folder was not pushed"))
                 continue
         else:
             plan.metadata_file = staging / remote_folder(plan.location) / METADATA_FILE
@@ -241,7 +240,7 @@ def _send(
     books: Bookkeeping,
     remote_id: int,
     report: PushReport,
-    progress: Progress,
+    progress: ProgressCallback,
 ) -> None:
     """Add the files in batches; record each batch's shards as pushed as soon as the remote confirms it."""
     outgoing: list[tuple[OutgoingFile, str, str | None]] = []  # (file, folder, shard name or None)

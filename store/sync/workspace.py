@@ -26,12 +26,10 @@ from pathlib import Path
 import orjson
 from filelock import FileLock
 
-from store.layout import SYNC_FOLDER
+from store.layout import sync_folder
 
-SYNC_DIR = SYNC_FOLDER
-
-Progress = Callable[[str, int, int], None]
-"""``progress(phase, done, total)``: called as work advances (the CLI draws bars with it)."""
+ProgressCallback = Callable[[str, int, int], None]
+"""``progress(phase, done, total)``: called as work advances (the CLI draws one bar per phase with it)."""
 
 
 def no_progress(phase: str, done: int, total: int) -> None:
@@ -39,7 +37,7 @@ def no_progress(phase: str, done: int, total: int) -> None:
 
 
 @dataclass(frozen=True, slots=True)
-class Problem:
+class SyncProblem:
     """Something a push or fetch could not use, and why (the report lists them; nothing of it was imported)."""
 
     path: str
@@ -51,7 +49,7 @@ class Problem:
 
 
 def workspace(root: Path) -> Path:
-    return root / SYNC_DIR
+    return sync_folder(root)
 
 
 @contextmanager

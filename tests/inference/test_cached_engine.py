@@ -23,7 +23,7 @@ import pytest
 
 from inference.backend import EngineRequest, Generation
 from inference.cached import CachedModel, Mode
-from inference.cli import InputModeChoice, LogprobPositionsChoice, _spec
+from inference.cli import model_spec
 from inference.descriptors import descriptor_from_vllm
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
@@ -40,13 +40,6 @@ pytestmark = pytest.mark.engine
 
 GREEDY = {"temperature": 0, "max_tokens": 12, "logprobs": 3}
 SEEDED = {"temperature": 1.0, "max_tokens": 8, "seed": 1234}
-# What `judgestore generate --model M` passes when no option is given.
-CLI_DEFAULTS: dict[str, object] = {
-    "temperature": None, "max_tokens": None, "seed": None, "top_logprobs": None,
-    "logprob_positions": LogprobPositionsChoice.first, "sampling": None, "engine_args": [
-        f"{k}={json.dumps(v)}" for k, v in TINY_ENGINE_KWARGS.items()
-    ], "revision": None, "allow_unpinned": False, "chat_template": None, "template_kwargs": None, "thinking": None,
-}  # fmt: skip
 QUESTIONS = [f"Question {i}: name a colour that rhymes with {w}." for i, w in enumerate(["bed", "bean", "sky", "cat"])]
 
 
@@ -289,7 +282,8 @@ def test_a_spec_without_sampling_settings_gets_the_command_lines_defaults_and_do
     spec = ModelSpec(model=str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS)
     assert spec.descriptor.sampling.max_tokens == DEFAULT_SAMPLING["max_tokens"] == 256
     assert spec.descriptor.sampling.temperature == DEFAULT_SAMPLING["temperature"] == 0
-    cli_spec = _spec(str(tiny_model_dir), None, InputModeChoice.chat, **CLI_DEFAULTS)
+    engine_args = [f"{k}={json.dumps(v)}" for k, v in TINY_ENGINE_KWARGS.items()]
+    cli_spec = model_spec(model=str(tiny_model_dir), engine_arg=engine_args)  # what the command line passes
     assert cli_spec.descriptor.sha256() == spec.descriptor.sha256()  # one set of defaults for both
 
     long = ModelSpec(model=str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling={"ignore_eos": True})

@@ -14,10 +14,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from inference.cli import app
+from inference.cli import register
 from inference.descriptors import descriptor_from_vllm
 from inference.model_source import cached_commit, resolve_model
 from inference.tiny_model import CHATML_TEMPLATE
+from store.cli.app import build_app
 from store.descriptor import sha256_hex
 from store.errors import ModelNotFoundError, UnpinnedModelError
 from tests import socket_guard
@@ -145,7 +146,9 @@ def test_generate_refuses_an_unpinnable_model_before_planning(
     point_client_at(monkeypatch, hf_home, offline=True)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
-    result = CliRunner().invoke(app, ["generate", "--model", REPO, "--task", "t", "-i", str(prompts), "--json"])
+    result = CliRunner().invoke(
+        build_app(register), ["generate", "--model", REPO, "--task", "t", "-i", str(prompts), "--json"]
+    )
     assert result.exit_code == 1
     error = json.loads(result.stderr)
     assert error["type"] == "UnpinnedModelError" and "--allow-unpinned" in error["error"]

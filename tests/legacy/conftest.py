@@ -130,7 +130,7 @@ def mtime(path: Path) -> str:
 
 def judgestore(*args: str, env: dict[str, str] | None = None, timeout: int = 120) -> subprocess.CompletedProcess[str]:
     """The `judgestore` CLI (with `import` registered) in a fresh process."""
-    code = "from inference.cli import app; from inference.legacy_cli import register; register(app); app()"
+    code = "from inference.cli import main; main()"
     return subprocess.run(
         [sys.executable, "-c", code, *args],
         cwd=REPO_ROOT,

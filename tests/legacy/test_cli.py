@@ -7,20 +7,19 @@ from pathlib import Path
 
 import orjson
 import pytest
-import typer
 
 from inference.legacy_cli import register
+from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import read_metadata, walk
 from tests.legacy import builders as b
 from tests.legacy.conftest import judgestore, stored_rows
 
 
-def test_register_adds_the_command_once() -> None:
-    app = typer.Typer()
-    register(app)
-    register(app)
-    assert [c.name for c in app.registered_commands] == ["import"]
+def test_import_is_a_command_of_judgestore_but_not_of_the_store_alone() -> None:
+    app = build_app(register)
+    assert "import" in [c.name for c in app.registered_commands]
+    assert "import" not in [c.name for c in build_app().registered_commands]
 
 
 def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path: Path) -> None:

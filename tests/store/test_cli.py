@@ -20,9 +20,9 @@ import pytest
 from typer.testing import CliRunner
 
 from store import schema
-from store.cli import app
+from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
-from store.layout import Location, walk
+from store.layout import walk
 from store.records import RowFilter
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
@@ -39,7 +39,7 @@ def db_path(root: Path, descriptor: ModelDescriptor) -> Path:
 
 def judgestore(*args: str, input: str | None = None) -> Any:
     """Run a command in-process; stdout and stderr are kept apart, tables are wide enough to read."""
-    return CliRunner().invoke(app, list(args), input=input, env={"COLUMNS": "200"})
+    return CliRunner().invoke(build_app(), list(args), input=input, env={"COLUMNS": "200"})
 
 
 def as_json(text: str) -> Any:
@@ -175,8 +175,23 @@ def test_query_time_range_and_limit(filled: Path) -> None:
 def test_query_table_shows_rows(filled: Path) -> None:
     result = judgestore("query", "--role", "judgements", "--limit", "2")
     assert result.exit_code == 0
-    assert "judge-1" in result.stdout and "2 rows" in result.stdout
+    assert "model_a" in result.stdout and "orientation" in result.stdout and "2 rows" in result.stdout
     assert "[[A]]" in result.stdout  # completions are shown as text, never as rich markup
+    assert "judge-1" in judgestore("query", "--role", "judgements", "--columns", "judge,completion").stdout
+
+
+def test_tables_fit_an_80_column_terminal(filled: Path, store_root: Path) -> None:
+    long_model = ModelDescriptor(provider="vllm", model="x" * 120, sampling={"temperature": 0.0})
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "mt-bench", long_model).put_many([completion_record(99, completion="w " * 500)])
+    for args in (("ls",), ("query",), ("query", "--role", "judgements")):
+        result = CliRunner().invoke(build_app(), list(args), env={"COLUMNS": "80"})
+        assert result.exit_code == 0, result.output
+        body = [line for line in result.stdout.splitlines() if line.startswith("│")]
+        assert body and all(len(line) <= 80 for line in result.stdout.splitlines()), result.stdout
+        rows = {"ls": 4, "query": 11}.get(args[0]) if len(args) == 1 else 5
+        assert len(body) == rows, result.stdout  # one line per row: nothing wraps
+        assert all("…" in line for line in body if "xxx" in line or "w w w" in line)
 
 
 def test_query_usage_errors_exit_2(filled: Path) -> None:
@@ -474,11 +489,15 @@ def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
     assert len(as_json(result.stdout)) == 3
 
 
-def test_store_cli_is_importable_as_an_app() -> None:
-    import typer
+def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: Path) -> None:
+    def commands(*argv: str) -> set[str]:
+        result = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
+                                env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        listed = result.stdout.split("Commands")[1].splitlines()  # the panel after Options
+        return {line.split()[1] for line in listed if line.startswith("│ ") and len(line.split()) > 2}
 
-    from store import cli
-
-    assert isinstance(cli.app, typer.Typer) and callable(cli.main)
-    location = Location("completions", "t", "p", "m", "0" * 16)
-    assert cli._where(location) == "completions/t/p/m/0000000000000000"
+    store_only = commands(sys.executable, "-m", "store")
+    everything = commands(str(Path(sys.executable).with_name("judgestore")))
+    assert store_only == {"ls", "query", "delete", "db", "verify", "hub"}
+    assert everything == store_only | {"generate", "judge", "pairs", "import"}

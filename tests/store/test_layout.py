@@ -15,15 +15,17 @@ from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissi
 from store.layout import (
     METADATA_FILE,
     Location,
+    Selector,
     decode_segment,
     encode_segment,
     metadata_bytes,
     read_metadata,
+    select,
     walk,
     write_metadata,
 )
 from store.store import Store
-from tests.factories import completion_record, current_database, file_digests
+from tests.factories import QWEN, completion_record, current_database, file_digests
 
 segments = st.text(min_size=1, max_size=40).filter(lambda s: s not in (".", ".."))
 
@@ -242,3 +244,27 @@ def test_walk_lists_every_database_and_skips_strays(store_root: Path) -> None:
 def test_walk_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     assert list(walk(tmp_path / "nowhere")) == []
     assert not (tmp_path / "nowhere").exists()
+
+
+# ---------------------------------------------------------------- selecting databases
+
+
+def test_selector_picks_databases_by_location(filled: Path) -> None:
+    assert len(select(filled)) == 3
+    assert {loc.model for loc in select(filled, Selector(role="completions"))} == {
+        "Qwen/Qwen3-8B",
+        "meta-llama/Llama-3.1-8B",
+    }
+    assert [loc.model for loc in select(filled, Selector(model="judge-1"))] == ["judge-1"]
+    assert [loc.task for loc in select(filled, Selector(task="arena-hard"))] == ["arena-hard"]
+    assert select(filled, Selector(provider="openai")) == []
+    prefix = QWEN.hash16()[:6]
+    assert [loc.descriptor_hash16 for loc in select(filled, Selector(descriptor=prefix))] == [QWEN.hash16()]
+    assert [loc.descriptor_hash16 for loc in select(filled, Selector(descriptor=QWEN.sha256()))] == [QWEN.hash16()]
+
+
+def test_selector_rejects_a_bad_role_or_hash() -> None:
+    with pytest.raises(InvalidInputError):
+        Selector(role="completion")  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError):
+        Selector(descriptor="not-hex")

@@ -27,14 +27,13 @@ from store.repository import Repository
 from store.schema import (
     MIGRATION_OPTIONS,
     VERSION_TABLE,
-    UpgradeOutcome,
     create_at_head,
     migrate,
     migrations_dir,
     read_script_directory,
-    upgrade_database,
 )
 from store.settings import Settings
+from store.upgrade import UpgradeOutcome, upgrade_database
 from tests.factories import SYNTHETIC_HEAD, SYNTHETIC_REVISIONS
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

@@ -1,4 +1,4 @@
-"""Schema revisions on open and in upgrades: classify, refuse untouched, upgrade many, restore on failure."""
+"""Schema revisions on open: classify, refuse untouched, read the scripts once; the state of a database in a store."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from collections.abc import Callable, Iterator
 from contextlib import closing
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
 
+import orjson
 import pytest
 from sqlalchemy import Engine, create_engine, event
 
-import store.engine
 import store.schema
+import store.store
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -23,27 +23,23 @@ from store.errors import (
     NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
-    UpgradeFailedError,
 )
-from store.layout import Location, metadata_bytes, write_metadata
+from store.layout import Location, metadata_bytes, read_location_metadata, select, write_metadata
 from store.schema import (
-    SchemaState,
-    UpgradeOutcome,
-    UpgradeResult,
+    DatabaseState,
     classify,
-    migrate,
+    database_info,
     raise_for_status,
-    read_script_directory,
     revisions_of,
-    upgrade_database,
-    upgrade_databases,
 )
 from store.settings import Settings
 from store.store import Store
 from tests.factories import (
+    JUDGE,
+    LLAMA,
+    QWEN,
     SHIPPED_HEAD,
     SYNTHETIC_HEAD,
-    SYNTHETIC_REVISIONS,
     completion_record,
     current_database,
     file_digests,
@@ -51,62 +47,8 @@ from tests.factories import (
     judgement_record,
     stamp,
 )
-
-UNKNOWN_REVISION = "9f3e2d1c0b"
-
-
-@pytest.fixture(scope="module")
-def synthetic() -> Any:
-    """The script directory with a synthetic revision on top of the shipped head."""
-    return read_script_directory(SYNTHETIC_REVISIONS)
-
-
-def pretend_shipped_scripts_are(script: Any, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Make the library believe its scripts are ``script`` (a database at the shipped head is then behind)."""
-    known = revisions_of(script)
-    monkeypatch.setattr(store.schema, "script_directory", lambda: script)
-    monkeypatch.setattr(store.schema, "revisions", lambda: known)
-
-
-def reader(db_path: Path) -> sqlite3.Connection:
-    """A connection that writes nothing, not even -wal/-shm files (nobody writes while tests read)."""
-    return sqlite3.connect(f"file:{quote(str(db_path))}?immutable=1", uri=True)
-
-
-def rows_of(db_path: Path) -> dict[str, list[tuple[Any, ...]]]:
-    """Every row of both tables, in the columns the shipped head has (a new column does not hide a lost value)."""
-    columns = {
-        "completions": "input_hash, sample_index, benchmark, instruction_id, model, finish_reason, run_id, "
-        "created_by, created_at, usage, top_logprobs, input_text, completion",
-        "judgements": "input_hash, sample_index, benchmark, instruction_id, model_a, model_b, judge, orientation, "
-        "finish_reason, run_id, created_by, created_at, usage, top_logprobs, input_text, completion",
-    }
-    with closing(reader(db_path)) as conn:
-        return {t: conn.execute(f"SELECT {c} FROM {t} ORDER BY input_hash").fetchall() for t, c in columns.items()}
-
-
-def version_of(db_path: Path) -> str:
-    with closing(reader(db_path)) as conn:
-        return conn.execute("SELECT version_num FROM judgestore_alembic_version").fetchone()[0]
-
-
-def judgement_columns(db_path: Path) -> list[str]:
-    with closing(reader(db_path)) as conn:
-        return [r[1] for r in conn.execute("PRAGMA table_info(judgements)")]
-
-
-def sample_rows(tag: str, n: int = 6) -> list[Any]:
-    return [completion_record(i, completion=f"{tag} answer {i}") for i in range(n)] + [
-        judgement_record(i, completion=f"{tag} verdict {i}", pointwise=i % 2 == 0) for i in range(n // 2)
-    ]
-
-
-def at_synthetic_head(db_path: Path, synthetic: Any) -> None:
-    engine = create_engine(f"sqlite:///{db_path}")
-    with engine.begin() as conn:
-        migrate(conn, script=synthetic)
-    engine.dispose()
-
+from tests.store.conftest import location_of
+from tests.store.schema_helpers import UNKNOWN_REVISION, at_synthetic_head, pretend_shipped_scripts_are, version_of
 
 # ---------------------------------------------------------------- classification
 
@@ -130,16 +72,21 @@ def _make_state(state: str, path: Path, root: Path, descriptor: ModelDescriptor,
 @pytest.mark.parametrize(
     ("state", "expected", "revision"),
     [
-        ("empty", SchemaState.EMPTY, None),
-        ("current", SchemaState.CURRENT, SYNTHETIC_HEAD),
-        ("behind", SchemaState.BEHIND, SHIPPED_HEAD),
-        ("ahead", SchemaState.AHEAD, UNKNOWN_REVISION),
-        ("foreign-optuna", SchemaState.FOREIGN, None),
-        ("foreign-random", SchemaState.FOREIGN, None),
+        ("empty", DatabaseState.EMPTY, None),
+        ("current", DatabaseState.CURRENT, SYNTHETIC_HEAD),
+        ("behind", DatabaseState.BEHIND, SHIPPED_HEAD),
+        ("ahead", DatabaseState.AHEAD, UNKNOWN_REVISION),
+        ("foreign-optuna", DatabaseState.FOREIGN, None),
+        ("foreign-random", DatabaseState.FOREIGN, None),
     ],
 )
 def test_classify_tells_the_five_states_apart(
-    state: str, expected: SchemaState, revision: str | None, tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+    state: str,
+    expected: DatabaseState,
+    revision: str | None,
+    tmp_path: Path,
+    descriptor: ModelDescriptor,
+    synthetic: Any,
 ) -> None:
     path = tmp_path / "db" / "x.db"
     _make_state(state, path, tmp_path / "root", descriptor, synthetic)
@@ -302,230 +249,6 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
     assert db_path.read_bytes()[18:20] == b"\x02\x02"  # WAL, switched only once the file was known to be ours
 
 
-# ---------------------------------------------------------------- upgrades
-
-
-def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
-    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
-) -> None:
-    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
-    original, rows = db_path.read_bytes(), rows_of(db_path)
-    result = upgrade_database(db_path, Settings(), script=synthetic)
-    assert (result.outcome, result.from_revision, result.to_revision) == (
-        UpgradeOutcome.UPGRADED,
-        SHIPPED_HEAD,
-        SYNTHETIC_HEAD,
-    )
-    assert result.rows == {"completions": 6, "judgements": 3}
-    assert result.backup is not None and result.backup.read_bytes() == original
-    assert rows_of(db_path) == rows
-    assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)
-
-
-def test_upgrade_without_keeping_the_backup_leaves_none(
-    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
-) -> None:
-    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
-    result = upgrade_database(db_path, Settings(), script=synthetic, keep_backup=False)
-    assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is None
-    assert not [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
-
-
-_FAILING_REVISION = '''"""Synthetic failing revision: {how}.
-
-What changes: a nullable column, then an injected failure on databases marked 'explode'.
-Why: tests of the runner's restore. Data impact: none once restored. Expected cost: milliseconds.
-
-Revision ID: 9001
-Revises: {shipped}
-"""
-
-import sqlalchemy as sa
-from alembic import op
-
-revision = "9001"
-down_revision = "{shipped}"
-branch_labels = None
-depends_on = None
-
-
-def upgrade():
-    bind = op.get_bind()
-    marked = bind.execute(sa.text("SELECT count(*) FROM completions WHERE benchmark = 'explode'")).scalar()
-    with op.batch_alter_table("judgements") as batch_op:
-        batch_op.add_column(sa.Column("verdict", sa.String(), nullable=True))
-    if not marked:
-        return
-{body}
-
-
-def downgrade():
-    raise NotImplementedError
-'''
-
-FAILURES = {
-    "raises": (
-        "the migration raises after changing the schema",
-        '    raise RuntimeError("injected failure")',
-        "RuntimeError: injected failure",
-    ),
-    "commits-then-raises": (
-        "the migration commits part of its work, writes more, then raises (rollback cannot undo it)",
-        '    op.execute("COMMIT")\n'
-        "    op.execute(\"UPDATE completions SET completion = 'clobbered'\")\n"
-        '    op.execute("DELETE FROM judgements")\n'
-        '    raise RuntimeError("injected failure after a partial commit")',
-        "after a partial commit",
-    ),
-    "loses-rows": (
-        "the migration silently drops rows (the row-count check must catch it)",
-        "    op.execute(\"DELETE FROM completions WHERE instruction_id = '1'\")",
-        "row counts changed",
-    ),
-}
-
-
-def failing_script(tmp_path: Path, kind: str) -> Any:
-    folder = tmp_path / f"failing-{kind}"
-    folder.mkdir()
-    how, body, _ = FAILURES[kind]
-    (folder / "9001_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body, shipped=SHIPPED_HEAD))
-    return read_script_directory(folder)
-
-
-@pytest.mark.parametrize("kind", list(FAILURES))
-def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
-    kind: str, tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    script = failing_script(tmp_path, kind)
-    paths = []
-    for name in ("good-1", "bad", "good-2"):
-        rows = sample_rows(name)
-        if name == "bad":
-            rows[0] = completion_record(0, benchmark="explode")
-        paths.append(current_database(tmp_path / name, "judgements", "t", descriptor, rows))
-    bad = paths[1]
-    original, rows, files = bad.read_bytes(), rows_of(bad), sorted(p.name for p in bad.parent.iterdir())
-    restored: list[Path] = []  # copies back onto the live file: only a partial commit should need one
-    real_copy = shutil.copy2
-    monkeypatch.setattr(
-        store.schema.shutil, "copy2", lambda src, dst: restored.append(Path(dst)) or real_copy(src, dst)
-    )
-    seen: list[UpgradeResult] = []
-    results = list(upgrade_databases(paths, Settings(), script=script, on_result=seen.append))
-    assert results == seen
-    assert [r.outcome for r in results] == [UpgradeOutcome.UPGRADED, UpgradeOutcome.FAILED, UpgradeOutcome.UPGRADED]
-    failed = results[1]
-    assert failed.path == bad and failed.from_revision == SHIPPED_HEAD and failed.to_revision is None
-    assert FAILURES[kind][2] in str(failed.error)
-    assert bad.read_bytes() == original, "the database must be restored byte for byte"
-    assert rows_of(bad) == rows and version_of(bad) == SHIPPED_HEAD
-    left = sorted(p.name for p in bad.parent.iterdir() if ".bak-" not in p.name)
-    assert left == files, "the restore must not leave new files beside the database"
-    assert failed.backup is not None and failed.backup.read_bytes() == original
-    assert (bad in restored) == (kind == "commits-then-raises"), "a rolled-back migration needs no copy"
-    for good in (paths[0], paths[2]):
-        assert version_of(good) == SYNTHETIC_HEAD
-
-
-def test_a_failed_automatic_upgrade_on_open_restores_the_file(
-    store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    script = failing_script(tmp_path, "commits-then-raises")
-    rows = [completion_record(0, benchmark="explode"), *sample_rows("x")[1:]]
-    db_path = current_database(store_root, "judgements", "t", descriptor, rows)
-    original = db_path.read_bytes()
-    pretend_shipped_scripts_are(script, monkeypatch)
-    with Store(Settings(auto_upgrade=True), root=store_root) as s, pytest.raises(UpgradeFailedError) as caught:
-        s.database("judgements", "t", descriptor)
-    assert str(db_path) in str(caught.value) and "restored" in str(caught.value)
-    assert db_path.read_bytes() == original
-
-
-def test_auto_upgrade_opens_a_database_that_is_behind(
-    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    rows = sample_rows("auto")
-    db_path = current_database(store_root, "judgements", "t", descriptor, rows)
-    before = rows_of(db_path)
-    pretend_shipped_scripts_are(synthetic, monkeypatch)
-    with Store(Settings(), root=store_root) as s, pytest.raises(SchemaBehindError):
-        s.database("judgements", "t", descriptor)
-    with Store(Settings(auto_upgrade=True), root=store_root) as s:
-        database = s.database("judgements", "t", descriptor)
-        assert database.count() == 3
-        assert database.get_many([r.input_hash for r in rows if r.completion.startswith("auto verdict")])
-    assert version_of(db_path) == SYNTHETIC_HEAD and rows_of(db_path) == before
-    assert db_path.read_bytes()[18:20] == b"\x02\x02"
-
-
-def test_upgrading_200_databases_at_mixed_revisions(
-    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
-) -> None:
-    template = current_database(tmp_path / "template", "judgements", "t", descriptor, sample_rows("template", 20))
-    template_synthetic = tmp_path / "template-synthetic.db"
-    shutil.copyfile(template, template_synthetic)
-    at_synthetic_head(template_synthetic, synthetic)
-    folder = tmp_path / "many"
-    folder.mkdir()
-    paths, kinds = [], []
-    for i in range(200):
-        path = folder / f"db-{i:03d}.db"
-        kind = (
-            "foreign"
-            if i == 17
-            else "ahead"
-            if i == 42
-            else "not-sqlite"
-            if i == 99
-            else SYNTHETIC_HEAD
-            if i % 4 == 0
-            else SHIPPED_HEAD
-        )
-        if kind == "foreign":
-            foreign_database(path)
-        elif kind == "not-sqlite":
-            path.write_text("id,answer\n1,yes\n")
-        else:
-            shutil.copyfile(template_synthetic if kind == SYNTHETIC_HEAD else template, path)
-            with closing(sqlite3.connect(path)) as conn, conn:  # distinct content in every file
-                conn.execute("UPDATE completions SET completion = completion || ?", (f" (file {i})",))
-                conn.execute("DELETE FROM judgements WHERE rowid % 5 = ?", (i % 5,))
-            if kind == "ahead":
-                stamp(path, UNKNOWN_REVISION)
-        paths.append(path)
-        kinds.append(kind)
-    rows = {p: rows_of(p) for p, k in zip(paths, kinds, strict=True) if k in (SHIPPED_HEAD, SYNTHETIC_HEAD)}
-    untouched = {p: p.read_bytes() for p, k in zip(paths, kinds, strict=True) if k != SHIPPED_HEAD}
-
-    results = list(upgrade_databases(paths, Settings(), script=synthetic, keep_backup=False))
-
-    assert [r.path for r in results] == paths  # one report per file, in order
-    expected = {
-        SHIPPED_HEAD: UpgradeOutcome.UPGRADED,
-        SYNTHETIC_HEAD: UpgradeOutcome.UP_TO_DATE,
-        "foreign": UpgradeOutcome.REFUSED,
-        "ahead": UpgradeOutcome.REFUSED,
-        "not-sqlite": UpgradeOutcome.REFUSED,
-    }
-    assert [r.outcome for r in results] == [expected[k] for k in kinds]
-    by_path = {r.path: r for r in results}
-    assert "not a judgestore database" in str(by_path[paths[17]].error)
-    assert UNKNOWN_REVISION in str(by_path[paths[42]].error)
-    assert "not an SQLite database" in str(by_path[paths[99]].error)
-    assert sum(r.outcome is UpgradeOutcome.UPGRADED for r in results) == kinds.count(SHIPPED_HEAD) == 147
-    for path, before in rows.items():
-        assert rows_of(path) == before, f"{path.name}: rows changed"
-        assert version_of(path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(path)
-    for path, data in untouched.items():
-        assert path.read_bytes() == data, f"{path.name} was written although it needed no upgrade"
-
-    snapshot = file_digests(folder)
-    again = list(upgrade_databases(paths, Settings(), script=synthetic))
-    assert not [r for r in again if r.outcome is UpgradeOutcome.UPGRADED]
-    assert file_digests(folder) == snapshot, "a second run must do nothing"
-
-
 # ---------------------------------------------------------------- the script directory is read once
 
 
@@ -533,7 +256,7 @@ def test_upgrading_200_databases_at_mixed_revisions(
 def traced_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """Every statement SQLite runs, one list per engine the store creates (PRAGMAs on connect included)."""
     per_engine: list[list[str]] = []
-    real: Callable[..., Engine] = store.engine.create_sqlite_engine
+    real: Callable[..., Engine] = store.store.create_sqlite_engine
 
     def traced(*args: Any, **kwargs: Any) -> Engine:
         engine = real(*args, **kwargs)
@@ -542,7 +265,7 @@ def traced_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]
         event.listen(engine, "connect", lambda dbapi, _rec: dbapi.set_trace_callback(log.append), insert=True)
         return engine
 
-    monkeypatch.setattr(store.engine, "create_sqlite_engine", traced)
+    monkeypatch.setattr(store.store, "create_sqlite_engine", traced)  # what Store opens databases with
     yield per_engine
 
 
@@ -583,3 +306,73 @@ def test_opening_200_current_databases_reads_the_scripts_once_and_runs_one_selec
             "SELECT version_num FROM judgestore_alembic_version",
             "ROLLBACK",
         ]
+
+
+# ---------------------------------------------------------------- the state of a database in a store
+
+
+def test_inspect_counts_rows_and_reads_state_without_writing(filled: Path, settings: Settings) -> None:
+    before = file_digests(filled)
+    infos = {info.location.model: info for info in (database_info(filled, loc, settings) for loc in select(filled))}
+    assert {m: (i.state, i.rows) for m, i in infos.items()} == {
+        "Qwen/Qwen3-8B": (DatabaseState.CURRENT, 3),
+        "meta-llama/Llama-3.1-8B": (DatabaseState.CURRENT, 2),
+        "judge-1": (DatabaseState.CURRENT, 5),
+    }
+    info = infos["judge-1"]
+    assert info.ok and info.revision == info.head and info.error is None
+    assert info.size_bytes == info.path.stat().st_size > 0
+    assert info.as_dict()["descriptor"] == JUDGE.hash16()
+    assert file_digests(filled) == before
+
+
+def test_inspect_names_each_kind_of_bad_file(filled: Path, settings: Settings) -> None:
+    qwen, llama, judge = (location_of(filled, d) for d in (QWEN, LLAMA, JUDGE))
+    qwen.db_path(filled).write_bytes(b"this is not an SQLite file at all" * 100)
+    with sqlite3.connect(llama.db_path(filled)) as conn:
+        conn.execute("UPDATE judgestore_alembic_version SET version_num = '9999'")
+    conn.close()
+    meta = judge.folder(filled) / "metadata.json"
+    doc = orjson.loads(meta.read_bytes())
+    doc["descriptor"]["sampling"]["temperature"] = 0.7
+    meta.write_bytes(orjson.dumps(doc))
+    before = file_digests(filled)
+
+    states = {loc.model: database_info(filled, loc, settings) for loc in select(filled)}
+    assert states["Qwen/Qwen3-8B"].state is DatabaseState.NOT_A_DATABASE
+    assert str(qwen.db_path(filled)) in str(states["Qwen/Qwen3-8B"].error)
+    assert states["meta-llama/Llama-3.1-8B"].state is DatabaseState.AHEAD
+    assert "Upgrade the library" in str(states["meta-llama/Llama-3.1-8B"].error)
+    assert states["judge-1"].state is DatabaseState.METADATA_MISMATCH
+    assert states["judge-1"].rows == 5  # the file itself is fine
+    assert not any(info.ok for info in states.values())
+    assert file_digests(filled) == before
+
+
+def test_inspect_reports_a_foreign_and_a_truncated_database(filled: Path, settings: Settings) -> None:
+    qwen, judge = location_of(filled, QWEN), location_of(filled, JUDGE)
+    qwen.db_path(filled).unlink()
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+        conn.execute("CREATE TABLE studies (id INTEGER)")
+    conn.close()
+    with Store(settings, root=filled) as store:
+        store.database("judgements", "arena-hard", JUDGE).put_many(
+            [judgement_record(100 + i, completion="x" * 4000) for i in range(200)]
+        )
+    data = judge.db_path(filled).read_bytes()
+    judge.db_path(filled).write_bytes(data[: len(data) // 2])
+
+    assert database_info(filled, qwen, settings).state is DatabaseState.FOREIGN
+    truncated = database_info(filled, judge, settings)
+    assert truncated.state is DatabaseState.CORRUPT and "damaged" in str(truncated.error)
+
+
+def test_a_moved_folder_does_not_match_its_metadata(filled: Path, settings: Settings) -> None:
+    qwen = location_of(filled, QWEN)
+    moved = Location("completions", "other-task", qwen.provider, qwen.model, qwen.descriptor_hash16)
+    moved.folder(filled).parent.mkdir(parents=True)
+    qwen.folder(filled).rename(moved.folder(filled))
+    with pytest.raises(Exception, match="the folder was moved"):
+        read_location_metadata(filled, moved)
+    assert database_info(filled, moved, settings).state is DatabaseState.METADATA_MISMATCH

@@ -7,6 +7,7 @@ import sqlite3
 import time
 from collections.abc import Iterable
 from contextlib import closing
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -17,14 +18,19 @@ from store.errors import (
     DatabaseBusyError,
     DatabaseFileError,
     DatabaseMissingError,
+    EmptyFilterError,
     JudgestoreError,
+    SchemaBehindError,
 )
-from store.layout import METADATA_FILE, Location, read_metadata
+from store.layout import METADATA_FILE, Location, Selector, read_metadata
 from store.records import Record, RowFilter
 from store.repository import Repository
+from store.schema import read_script_directory
 from store.settings import Settings
-from store.store import Store
-from tests.factories import completion_record, current_database, file_digests, judgement_record
+from store.store import Store, row_columns
+from tests.factories import SYNTHETIC_REVISIONS, completion_record, current_database, file_digests, judgement_record
+from tests.store.conftest import delete_rows, plan_delete, query_rows
+from tests.store.schema_helpers import pretend_shipped_scripts_are
 
 
 def open_db_files() -> set[str]:
@@ -316,3 +322,91 @@ def test_a_read_only_reader_gives_up_with_a_typed_error_if_the_file_never_settle
         monkeypatch.setattr(Repository, "count", always_racing)
         with pytest.raises(DatabaseBusyError, match="changed under"):
             database.count()
+
+
+# ---------------------------------------------------------------- rows across databases
+
+
+def test_row_columns_put_the_location_first() -> None:
+    assert row_columns(("completions",))[:6] == (
+        "role",
+        "task",
+        "provider",
+        "descriptor_model",
+        "descriptor",
+        "input_hash",
+    )
+    assert "judge" not in row_columns(("completions",))
+    both = row_columns()
+    assert {"model", "model_a", "model_b", "judge", "orientation"} <= set(both)
+    assert len(both) == len(set(both))
+
+
+def test_query_streams_matching_rows_with_their_location(filled: Path, settings: Settings) -> None:
+    rows = query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))
+    assert not isinstance(rows, list)  # a generator: rows are streamed
+    found = list(rows)
+    assert sorted((r.location.role, r.record.instruction_id) for r in found) == [
+        ("completions", "10"),
+        ("completions", "11"),
+        ("judgements", "7"),
+    ]
+    as_dict = found[0].as_dict()
+    assert as_dict["descriptor"] == found[0].location.descriptor_hash16
+    assert as_dict["input_hash"] == found[0].record.input_hash
+
+
+def test_query_filters_and_limits_across_databases(filled: Path, settings: Settings) -> None:
+    def count(selector: Selector | None = None, limit: int | None = None, **flt: object) -> int:
+        rows = query_rows(filled, settings, selector or Selector(), RowFilter(**flt), limit=limit)  # type: ignore[arg-type]
+        return sum(1 for _ in rows)
+
+    assert count() == 10
+    assert count(limit=4) == 4
+    assert count(limit=0) == 0
+    assert count(Selector(role="completions")) == 5
+    assert count(model="qwen") == 3
+    assert count(model="model-b") == 4  # judgements where it is model_a or model_b
+    assert count(pointwise=True) == 1
+    assert count(orientation="reversed") == 2
+    assert count(judge="judge-1") == 5
+    assert count(created_after=datetime(2026, 1, 2, tzinfo=UTC)) == 5
+    assert count(created_before=datetime(2026, 1, 2, tzinfo=UTC)) == 5
+    assert count(created_after=datetime(2026, 1, 1, 23, tzinfo=timezone(timedelta(hours=-2)))) == 0
+
+
+def test_query_refuses_a_database_that_is_behind(
+    filled: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pretend_shipped_scripts_are(read_script_directory(SYNTHETIC_REVISIONS), monkeypatch)
+    with pytest.raises(SchemaBehindError, match="judgestore db upgrade"):
+        list(query_rows(filled, settings, Selector(), RowFilter()))
+
+
+def test_delete_refuses_an_empty_row_filter_before_opening_anything(filled: Path, settings: Settings) -> None:
+    before = file_digests(filled)
+    with pytest.raises(EmptyFilterError):
+        plan_delete(filled, settings, Selector(role="completions", task="mt-bench"), RowFilter())
+    with pytest.raises(EmptyFilterError):
+        delete_rows(filled, settings, [], RowFilter())
+    assert file_digests(filled) == before
+
+
+def test_delete_removes_exactly_the_planned_rows(filled: Path, settings: Settings) -> None:
+    before = file_digests(filled)
+    plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
+    assert sorted((e.location.role, e.rows) for e in plan) == [("completions", 2), ("judgements", 1)]
+    assert file_digests(filled) == before  # planning is read-only
+
+    deleted = delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
+    assert sum(e.rows for e in deleted) == 3
+    remaining = list(query_rows(filled, settings, Selector(), RowFilter()))
+    assert len(remaining) == 7 and all(r.record.run_id == "run-1" for r in remaining)
+    assert plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2")) == []
+
+
+def test_delete_within_selected_databases_only(filled: Path, settings: Settings) -> None:
+    plan = plan_delete(filled, settings, Selector(role="judgements"), RowFilter(run_id="run-2"))
+    assert [(e.location.role, e.rows) for e in plan] == [("judgements", 1)]
+    delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
+    assert sum(1 for _ in query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == 2

@@ -1,7 +1,6 @@
 """`judgestore hub push` / `hub fetch`: in-process through typer's CliRunner, and as real processes on loopback.
 
-Until ``store/cli.py`` mounts the sub-app, the subprocess tests run it as
-``python -c "from store.sync.cli import hub_app; hub_app()"``, with the
+The subprocess tests run ``python -m store hub ...`` in effect, with the
 socket guard installed in the child too.
 """
 
@@ -17,9 +16,9 @@ import orjson
 import pytest
 from typer.testing import CliRunner, Result
 
+from store.cli.app import build_app
 from store.settings import Settings
 from store.store import Store
-from store.sync.cli import hub_app
 from tests.fake_hub import FakeHub
 from tests.sync.helpers import QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
 
@@ -28,12 +27,12 @@ pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload ra
 ROOT = Path(__file__).resolve().parents[2]
 CHILD = (
     "import sys; from tests import socket_guard; socket_guard.install(); "
-    "from store.sync.cli import hub_app; hub_app(prog_name='judgestore hub')"
+    "sys.argv.insert(1, 'hub'); from store.cli.app import main; main()"
 )
 
 
 def hub_cli(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(hub_app, list(args), env={"COLUMNS": "200", **(env or {})})
+    return CliRunner().invoke(build_app(), ["hub", *args], env={"COLUMNS": "200", **(env or {})})
 
 
 def filled_store(root: Path) -> Path:
@@ -158,12 +157,6 @@ def test_importing_the_cli_does_not_import_the_hub_client() -> None:
     assert result.stdout.strip() == "False"
 
 
-def test_the_sub_app_mounts_on_the_judgestore_app(tmp_path: Path) -> None:
-    from store.cli import app
-
-    app.add_typer(hub_app, name="hub")
-    try:
-        result = CliRunner().invoke(app, ["hub", "push", "--help"], env={"COLUMNS": "200"})
-    finally:
-        app.registered_groups = [g for g in app.registered_groups if g.typer_instance is not hub_app]
-    assert result.exit_code == 0 and "--create-repo" in result.stdout
+def test_hub_is_a_command_group_of_the_judgestore_app() -> None:
+    result = CliRunner().invoke(build_app(), ["hub", "push", "--help"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0 and "--create-repo" in result.stdout and "--model-id" in result.stdout

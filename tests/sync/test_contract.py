@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from store.inspect import Selector
+from store.layout import Selector
 from store.store import Store
-from store.sync import fetch, push, selector_for
+from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
 from store.sync.hub import RetryPolicy
 from store.sync.workspace import workspace
@@ -384,6 +384,6 @@ def test_the_inference_layer_can_fetch_exactly_the_folder_of_a_run(side: RemoteS
     fill(alice, completions(range(4)), judgements(range(3)))
     push(alice, side.new())
 
-    report = fetch(bob, side.new(), selector_for("completions", "mt-bench", QWEN))
+    report = fetch(bob, side.new(), Selector.of("completions", "mt-bench", QWEN))
 
     assert report.ok and report.rows == 4 and {loc.task for loc, _ in rows(bob)} == {"mt-bench"}

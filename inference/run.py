@@ -1,0 +1,167 @@
+"""One whole run, as ``judgestore generate`` / ``judge`` do it: plan, generate what is missing, summarise.
+
+Contract:
+
+* :func:`run_requests` opens what a run needs and closes it again: the store
+  (none in mode ``off``; read-only in mode ``readonly``, and in mode
+  ``replay`` unless a remote is fetched from, since replay writes no row of
+  its own but imports the fetched ones), the shared remote (``fetch=None``
+  follows ``JUDGESTORE_FETCH_BEFORE_RUN``), and the model behind the cache
+  boundary (:meth:`~inference.spec.ModelSpec.cached`). It returns the
+  responses in request order and a :class:`RunSummary`.
+* vLLM logs to stderr during the run (``VLLM_LOGGING_STREAM``, unless the
+  caller set it), so that stdout can carry results.
+* The command line only renders what this returns; a Python caller gets the
+  same behaviour and the same summary.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from inference.cached import CachedModel, Mode, Plan, ProgressCallback
+from inference.requests import Request, Response
+from store.descriptor import ModelDescriptor
+from store.layout import Role, check_role
+from store.settings import Settings
+from store.store import Store
+
+if TYPE_CHECKING:
+    from store.sync.remote import Remote
+
+
+class RunnableSpec(Protocol):
+    """A model a run can use: its descriptor, and the model behind the store (vLLM's or a server's)."""
+
+    @property
+    def descriptor(self) -> ModelDescriptor: ...
+
+    @property
+    def display_name(self) -> str: ...
+
+    def cached(
+        self, store: Store | None, *, task: str, mode: Mode = ..., chunk_size: int = ..., remote: Remote | None = ...
+    ) -> CachedModel: ...
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What one run did; :meth:`as_dict` is the ``--json`` summary of ``generate``/``judge``."""
+
+    role: str
+    task: str
+    model: str
+    descriptor: str
+    mode: str
+    requests: int
+    requested: int
+    hits: int
+    misses: int
+    duplicates: int
+    fetched_rows: int
+    generated: int
+    rows_written: int
+    truncated: int
+    max_tokens: int | None
+    engine_loaded: bool
+    vllm_imported: bool
+    wall_seconds: float
+    remote: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        del values["remote"], values["max_tokens"]
+        return values
+
+    def line(self) -> str:
+        """The one-line human summary."""
+        distinct = self.hits + self.misses
+        hit_rate = 100 * self.hits / distinct if distinct else 100.0
+        return (
+            f"done: {self.hits} hits ({hit_rate:.0f}%), {self.misses} misses, {self.rows_written} rows written, "
+            f"{self.wall_seconds} s, engine loaded: {'yes' if self.engine_loaded else 'no'}"
+            + (f", {self.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
+            + ("" if self.vllm_imported else " (vLLM never imported)")
+        )
+
+    def truncation_note(self) -> str | None:
+        """What to do about outputs that stopped at ``max_tokens``, if any did."""
+        if not self.truncated:
+            return None
+        return (
+            f"note: {self.truncated} outputs stopped at max_tokens ({self.max_tokens}; finish_reason=length): "
+            "raise --max-tokens to let them finish"
+        )
+
+
+@dataclass(frozen=True)
+class RunResult:
+    responses: list[Response]
+    summary: RunSummary
+
+
+def run_requests(
+    spec: RunnableSpec,
+    requests: Sequence[Request],
+    *,
+    role: Role,
+    task: str,
+    settings: Settings | None = None,
+    mode: Mode = "use",
+    chunk_size: int | None = None,
+    fetch: bool | None = None,
+    on_plan: Callable[[Plan], None] | None = None,
+    on_progress: ProgressCallback | None = None,
+) -> RunResult:
+    """Run ``requests`` through ``spec`` behind the store of ``settings``; see the module docstring."""
+    from store.sync.settings import SyncSettings, open_remote
+
+    started = time.perf_counter()
+    role = check_role(role)
+    os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
+    settings = settings or Settings()
+    sync_settings = SyncSettings()
+    remote = (
+        open_remote(settings=sync_settings) if (sync_settings.fetch_before_run if fetch is None else fetch) else None
+    )
+    readonly = mode == "readonly" or (mode == "replay" and remote is None)
+    store = None if mode == "off" else Store(settings, readonly=readonly)
+    options: dict[str, Any] = {"mode": mode, "remote": remote}
+    if chunk_size is not None:
+        options["chunk_size"] = chunk_size
+    cached = spec.cached(store, task=task, **options)
+    with cached, store if store is not None else nullcontext():
+        if role == "completions":
+            responses = cached.complete(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
+        else:
+            responses = cached.judge(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
+    last, plan = cached.last, cached.last.plan
+    assert plan is not None
+    summary = RunSummary(
+        role=role,
+        task=task,
+        model=spec.display_name,
+        descriptor=spec.descriptor.hash16(),
+        mode=mode,
+        requests=len(requests),
+        requested=plan.requested,
+        hits=plan.hits,
+        misses=plan.misses,
+        duplicates=plan.duplicates,
+        fetched_rows=last.fetched_rows,
+        generated=last.generated,
+        rows_written=last.written,
+        truncated=last.truncated,
+        max_tokens=spec.descriptor.sampling.max_tokens,
+        engine_loaded=last.engine_loaded,
+        vllm_imported="vllm" in sys.modules,
+        wall_seconds=round(time.perf_counter() - started, 3),
+        remote=None if remote is None else remote.url,
+    )
+    return RunResult(responses, summary)

@@ -1,0 +1,46 @@
+"""The ``judgestore`` command line, assembled in one place.
+
+Contract:
+
+* :func:`build_app` builds the one typer app: the store's commands (``ls``,
+  ``query``, ``delete``, ``db status``, ``db upgrade``, ``verify``, ``hub
+  push``, ``hub fetch``), then the commands of each registrar it is given.
+  Each CLI module exposes ``register(app)``; nothing mutates a global app at
+  import time and no CLI module imports another.
+* ``python -m store`` (:func:`main`) runs the store's commands alone, without
+  the inference layer's imports; the ``judgestore`` console script
+  (:func:`inference.cli.main`) runs the same app with the inference layer's
+  commands added (``generate``, ``judge``, ``pairs``, ``import``).
+* The edge (errors, options, output) is :mod:`store.cli.common`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import typer
+
+from store.cli import data, db
+from store.sync import cli as sync_cli
+
+Registrar = Callable[[typer.Typer], None]
+STORE_COMMANDS: tuple[Registrar, ...] = (data.register, db.register, sync_cli.register)
+
+
+def build_app(*registrars: Registrar) -> typer.Typer:
+    """The ``judgestore`` app: the store's commands, then each registrar's."""
+    app = typer.Typer(
+        name="judgestore",
+        help="A content-addressed store of LLM completions and judgements.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_show_locals=False,
+    )
+    for register in (*STORE_COMMANDS, *registrars):
+        register(app)
+    return app
+
+
+def main() -> None:
+    """``python -m store``: the store's commands."""
+    build_app()(prog_name="judgestore")

@@ -1,0 +1,376 @@
+"""What every ``judgestore`` command shares: the error edge, the options, and the rendering helpers.
+
+Contract:
+
+* :func:`command_errors` is the edge: a :class:`~store.errors.JudgestoreError`
+  becomes one line on stderr (with ``--json``: a JSON object with ``error``,
+  ``type`` and, when known, ``path``) and exit status 1. Usage errors exit 2
+  (click).
+* stdout carries only the result (a table, JSON, JSONL or CSV); progress
+  bars, notes and errors go to stderr, and bars only on a terminal, never with
+  ``--json``.
+* One name per option meaning, across all commands: ``--store-root`` and
+  ``--json`` everywhere; databases are chosen with ``--role --task
+  --provider --model-id --descriptor`` (:func:`selection`); rows are filtered
+  with ``--benchmark --instruction-id --model --model-a --model-b --judge
+  --orientation --pair --pointwise/--pairwise --run-id --created-by --since
+  --until --input-hash`` (:func:`row_filter`); ``--model`` names the model of
+  the rows (a row filter) in the data commands and the model to run in
+  ``generate``/``judge``.
+* :func:`grouped` lets a command take a whole group of options as one value
+  (a :class:`~store.layout.Selector`, a :class:`~store.records.RowFilter`):
+  the group is declared once, by the function that builds the value.
+* Tables fit the terminal: cells end in an ellipsis instead of wrapping one
+  character per line (:func:`location_table`, :func:`fit`).
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, ParamSpec, TypeVar
+
+import orjson
+import typer
+from pydantic import ValidationError
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
+
+from store import jsonvalues
+from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
+from store.layout import Location, Selector
+from store.records import RowFilter, parse_timestamp
+from store.schema import DatabaseInfo
+from store.settings import Settings
+from store.sync.workspace import ProgressCallback
+
+P = ParamSpec("P")
+R = TypeVar("R")
+T = TypeVar("T")
+
+SELECT_PANEL = "Select databases"
+FILTER_PANEL = "Filter rows"
+
+
+class RoleChoice(enum.StrEnum):
+    completions = "completions"
+    judgements = "judgements"
+
+
+class OrientationChoice(enum.StrEnum):
+    direct = "direct"
+    reversed = "reversed"
+
+
+# ---------------------------------------------------------------- the edge
+
+
+def stdout() -> Console:
+    return Console(highlight=False, soft_wrap=False)
+
+
+def stderr() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+def _error_payload(error: JudgestoreError) -> dict[str, str]:
+    payload = {"error": str(error), "type": type(error).__name__}
+    path = getattr(error, "path", None)
+    if path is not None:
+        payload["path"] = str(path)
+    return payload
+
+
+def _error_line(error: JudgestoreError) -> str:
+    if isinstance(error, EmptyFilterError):
+        return (
+            f"{error} (row filters: --benchmark, --instruction-id, --model, --model-a, --model-b, --judge, "
+            "--orientation, --pair, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash; "
+            "--role, --task, --provider, --model-id and --descriptor only choose databases)"
+        )
+    return str(error)
+
+
+def command_errors(func: Callable[P, R]) -> Callable[P, R]:
+    """Turn a command's :class:`JudgestoreError` into one line on stderr and exit status 1.
+
+    Put it under ``app.command()``. A command whose ``json_output`` parameter
+    (the ``--json`` option) is true gets the error as a JSON object instead.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return func(*args, **kwargs)
+        except JudgestoreError as e:
+            if kwargs.get("json_output"):
+                sys.stderr.write(orjson.dumps(_error_payload(e)).decode() + "\n")
+            else:
+                stderr().print(Text.assemble(("Error: ", "bold red"), _error_line(e)), soft_wrap=True)
+            raise typer.Exit(1) from None
+
+    return wrapper
+
+
+def settings_and_root(store_root: Path | None) -> tuple[Settings, Path]:
+    """Settings from the environment, and the store root: ``--store-root`` if given, else the settings' one."""
+    try:
+        settings = Settings()
+    except ValidationError as e:
+        wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e
+    return settings, store_root if store_root is not None else settings.store_root
+
+
+def to_json(value: object, *, indent: bool = True) -> str:
+    """JSON text for results: paths as strings, NaN and infinities kept (:mod:`store.jsonvalues`)."""
+
+    def default(v: object) -> object:
+        if isinstance(v, Path):
+            return str(v)
+        raise TypeError(f"not JSON serializable: {type(v).__name__}")
+
+    option = orjson.OPT_INDENT_2 if indent else 0
+    return orjson.dumps(jsonvalues.to_plain(value), default=default, option=option).decode()
+
+
+def emit_json(value: object) -> None:
+    sys.stdout.write(to_json(value) + "\n")
+
+
+def note(message: str, *, json_output: bool) -> None:
+    """Notes go to stderr, and never in --json mode (stderr carries only JSON errors there)."""
+    if not json_output:
+        stderr().print(Text(message, style="dim"), soft_wrap=True)
+
+
+@contextmanager
+def progress_bars(json_output: bool = False) -> Iterator[ProgressCallback]:
+    """A progress callback drawing one transient bar per phase on stderr (a terminal only, never with --json).
+
+    A phase's bar appears at its first call and goes once ``done`` reaches ``total``.
+    """
+    console = stderr()
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=True, disable=json_output or not console.is_terminal) as bars:
+        tasks: dict[str, Any] = {}
+
+        def update(phase: str, done: int, total: int) -> None:
+            if phase not in tasks:
+                tasks[phase] = bars.add_task(phase, total=total)
+            bars.update(tasks[phase], completed=done, total=total)
+            if total and done >= total:
+                bars.remove_task(tasks[phase])
+
+        yield update
+
+
+def counted(items: Iterable[T], total: int, phase: str) -> Iterator[T]:
+    """Yield ``items`` while a bar (see :func:`progress_bars`) counts them."""
+    with progress_bars() as progress:
+        for done, item in enumerate(items, 1):
+            yield item
+            progress(phase, done, total)
+
+
+# ---------------------------------------------------------------- option groups
+
+
+def grouped(**builders: Callable[..., Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Replace each named parameter of a command by the options of its builder, and pass the built value.
+
+    ``@grouped(selector=selection)`` gives the command every option
+    :func:`selection` declares; the command receives ``selector=selection(...)``.
+    """
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        group_params = {
+            name: list(inspect.signature(b, eval_str=True).parameters.values()) for name, b in builders.items()
+        }
+        params = [p for p in signature.parameters.values() if p.name not in builders]
+        params += [p for group in group_params.values() for p in group]
+        params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required ones first, order kept
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> R:
+            for name, builder in builders.items():
+                kwargs[name] = builder(**{p.name: kwargs.pop(p.name) for p in group_params[name]})
+            return command(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+StoreRoot = Annotated[
+    Path | None,
+    typer.Option(
+        "--store-root",
+        metavar="PATH",
+        show_default=False,
+        help="Store root folder (default: $JUDGESTORE_STORE_ROOT, else ./judgestore-data).",
+    ),
+]
+JsonOutput = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout; errors as JSON on stderr.")]
+
+
+def selection(
+    role: Annotated[
+        RoleChoice | None, typer.Option("--role", help="Only this role.", rich_help_panel=SELECT_PANEL)
+    ] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.", rich_help_panel=SELECT_PANEL)] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Only this provider (e.g. vllm).", rich_help_panel=SELECT_PANEL)
+    ] = None,
+    model_id: Annotated[
+        str | None,
+        typer.Option(
+            "--model-id",
+            help="Only descriptors of this model (a Hub id, or a local folder's name).",
+            rich_help_panel=SELECT_PANEL,
+        ),
+    ] = None,
+    descriptor: Annotated[
+        str | None,
+        typer.Option(
+            "--descriptor", metavar="HASH", help="Descriptor hash or a prefix of it.", rich_help_panel=SELECT_PANEL
+        ),
+    ] = None,
+) -> Selector:
+    """The databases chosen by ``--role --task --provider --model-id --descriptor``."""
+    return Selector(
+        role=None if role is None else role.value,  # type: ignore[arg-type]
+        task=task,
+        provider=provider,
+        model=model_id,
+        descriptor=descriptor,
+    )
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        return parse_timestamp(value)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+
+
+def _filter(name: str, help_text: str | None = None, **kwargs: Any) -> Any:
+    return typer.Option(name, help=help_text, rich_help_panel=FILTER_PANEL, **kwargs)
+
+
+def row_filter(
+    benchmark: Annotated[str | None, _filter("--benchmark")] = None,
+    instruction_id: Annotated[str | None, _filter("--instruction-id")] = None,
+    model: Annotated[
+        str | None, _filter("--model", "Completions of this model; judgements where it is model_a or model_b.")
+    ] = None,
+    model_a: Annotated[str | None, _filter("--model-a", "(judgements) The model whose answer is shown first.")] = None,
+    model_b: Annotated[str | None, _filter("--model-b", "(judgements) The model whose answer is shown second.")] = None,
+    judge: Annotated[str | None, _filter("--judge", "(judgements)")] = None,
+    orientation: Annotated[
+        OrientationChoice | None,
+        _filter("--orientation", "(judgements) direct or reversed, relative to the source pair."),
+    ] = None,
+    pair: Annotated[
+        list[str] | None,
+        _filter("--pair", "(judgements) Give twice: every judgement of the pair, both orientations.", metavar="MODEL"),
+    ] = None,
+    pointwise: Annotated[
+        bool | None,
+        _filter(
+            "--pointwise/--pairwise", "Only pointwise (no model_b) or only pairwise judgements.", show_default=False
+        ),
+    ] = None,
+    run_id: Annotated[str | None, _filter("--run-id")] = None,
+    created_by: Annotated[str | None, _filter("--created-by")] = None,
+    since: Annotated[
+        datetime | None,
+        _filter("--since", "created_at >= TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        _filter("--until", "created_at < TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
+    ] = None,
+    input_hash: Annotated[list[str] | None, _filter("--input-hash", "This row (repeatable).", metavar="HASH")] = None,
+) -> RowFilter:
+    """The rows chosen by the row filter options (see the module docstring)."""
+    if pair is not None and len(pair) != 2:
+        raise typer.BadParameter(f"give --pair exactly twice (the two models), got {len(pair)}", param_hint="--pair")
+    return RowFilter(
+        benchmark=benchmark,
+        instruction_id=instruction_id,
+        model=model,
+        model_a=model_a,
+        model_b=model_b,
+        judge=judge,
+        orientation=None if orientation is None else orientation.value,  # type: ignore[arg-type]
+        pair=None if pair is None else (pair[0], pair[1]),
+        pointwise=pointwise,
+        run_id=run_id,
+        created_by=created_by,
+        created_after=since,
+        created_before=until,
+        input_hashes=tuple(input_hash) if input_hash else None,
+    )
+
+
+# ---------------------------------------------------------------- tables
+
+
+def fit(value: str, width: int) -> str:
+    """``value`` on one line, cut to ``width`` characters with an ellipsis."""
+    line = " ".join(value.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def location_table(title: str, *extra: tuple[str, str]) -> Table:
+    """A table whose first columns say where a database is: role, task, provider, model, descriptor.
+
+    Long names end in an ellipsis (the descriptor hash is always whole), so a
+    row stays one line in an 80-column terminal.
+    """
+    table = Table(title=title, title_justify="left")
+    table.add_column("Role", no_wrap=True, max_width=11)
+    for name in ("Task", "Provider", "Model"):
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4)
+    table.add_column("Descriptor", no_wrap=True, min_width=16)
+    for name, justify in extra:
+        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+    return table
+
+
+def location_cells(location: Location) -> tuple[str | Text, ...]:
+    return (location.role, Text(location.task), Text(location.provider), Text(location.model),
+            location.descriptor_hash16)  # fmt: skip
+
+
+def state_text(info: DatabaseInfo) -> Text:
+    return Text(info.state.value, style="green" if info.ok else "bold red")
+
+
+def relative(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def unprefixed(message: str, path: Path) -> str:
+    """A message without its leading ``{path}: `` (for tables whose first column already names the file)."""
+    return message.removeprefix(f"{path}: ")
+
+
+def no_databases(root: Path, json_output: bool) -> None:
+    where = "" if root.is_dir() else " (the folder does not exist)"
+    note(f"No databases under {root}{where}.", json_output=json_output)

@@ -1,0 +1,309 @@
+"""The data commands: ``ls``, ``query``, ``delete``.
+
+Contract:
+
+* Thin: parse, call :class:`~store.store.Store` and :mod:`store.schema`,
+  render (see :mod:`store.cli.common` for the edge, the options and where
+  output goes). ``ls`` and ``query`` never write a byte.
+* ``query`` streams: jsonl, csv and json never hold all rows; ``--format
+  table`` shows the first 100 rows (unless ``--limit``) in a few columns that
+  fit a terminal (``--columns`` for others). JSON values keep NaN and
+  infinities as ``{"$float": ...}`` (:mod:`store.jsonvalues`).
+* ``delete`` needs a row filter, shows the count per database, asks (unless
+  ``--yes``), and writes nothing before that.
+"""
+
+from __future__ import annotations
+
+import csv
+import enum
+import io
+import os
+import sys
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.filesize import decimal
+from rich.table import Table
+from rich.text import Text
+
+from store.cli.common import (
+    JsonOutput,
+    StoreRoot,
+    command_errors,
+    counted,
+    emit_json,
+    fit,
+    grouped,
+    location_cells,
+    location_table,
+    no_databases,
+    note,
+    row_filter,
+    selection,
+    settings_and_root,
+    state_text,
+    stdout,
+    to_json,
+)
+from store.layout import Selector, select
+from store.records import RowFilter, roles_for
+from store.schema import database_infos
+from store.store import FoundRow, Store, row_columns
+
+TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
+COMPLETION_WIDTH = 48
+
+# What `query --format table` shows by default: enough to recognise a row in 80 columns.
+TABLE_COLUMNS: dict[tuple[str, ...], tuple[str, ...]] = {
+    ("completions",): ("input_hash", "instruction_id", "model", "completion"),
+    ("judgements",): ("input_hash", "instruction_id", "model_a", "model_b", "orientation", "completion"),
+    ("completions", "judgements"): (
+        "role",
+        "input_hash",
+        "instruction_id",
+        "model",
+        "model_a",
+        "model_b",
+        "completion",
+    ),
+}
+_CELL_WIDTHS = {"input_hash": 12, "descriptor": 16, "completion": COMPLETION_WIDTH, "input_text": COMPLETION_WIDTH}
+
+
+class OutputFormat(enum.StrEnum):
+    table = "table"
+    jsonl = "jsonl"
+    csv = "csv"
+    json = "json"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("ls")(command_errors(grouped(selector=selection)(ls_command)))
+    app.command("query")(command_errors(grouped(selector=selection, flt=row_filter)(query_command)))
+    app.command("delete")(command_errors(grouped(selector=selection, flt=row_filter)(delete_command)))
+
+
+# ---------------------------------------------------------------- ls
+
+
+def ls_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+    """List every database: role, task, provider, model, descriptor, rows, size, schema state.
+
+    Read-only: never writes anything. States: current, empty, behind, ahead,
+    foreign, not-a-database, corrupt, unreadable, metadata-missing, metadata-mismatch.
+
+    Examples:
+
+        judgestore ls
+
+        judgestore ls --role judgements --json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    infos = list(counted(database_infos(root, locations, settings), len(locations), "Reading"))
+    if json_output:
+        emit_json([info.as_dict() for info in infos])
+        return
+    if not infos:
+        no_databases(root, json_output)
+        return
+    table = location_table(f"Databases under {root}", ("Rows", "right"), ("Size", "right"), ("State", "left"))
+    for info in infos:
+        count = "" if info.rows is None else f"{info.rows:,}"
+        table.add_row(*location_cells(info.location), count, decimal(info.size_bytes), state_text(info))
+    rows = sum(info.rows or 0 for info in infos)
+    size = sum(info.size_bytes for info in infos)
+    table.caption = f"{len(infos)} databases, {rows:,} rows, {decimal(size)}"
+    stdout().print(table)
+
+
+# ---------------------------------------------------------------- query
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, dict | list):
+        return to_json(value, indent=False)
+    return str(value)
+
+
+def _table_cell(name: str, value: Any) -> Text:
+    # created_at is always UTC; whitespace is folded so that a row stays a row, whatever the completion holds
+    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else _csv_cell(value)
+    return Text(fit(cell, _CELL_WIDTHS.get(name, 24)))
+
+
+def _write_rows(rows: Iterator[FoundRow], fmt: OutputFormat, columns: tuple[str, ...]) -> int:
+    """Write rows to stdout as they come (jsonl, csv, json array); returns how many were written."""
+    out = sys.stdout
+    written = 0
+    if fmt is OutputFormat.csv:
+        writer = csv.writer(out, lineterminator="\n")
+        writer.writerow(columns)
+        for row in rows:
+            values = row.as_dict()
+            writer.writerow([_csv_cell(values.get(name)) for name in columns])
+            written += 1
+        return written
+    for row in rows:
+        values = row.as_dict()
+        line = to_json({name: values[name] for name in columns if name in values}, indent=False)
+        if fmt is OutputFormat.json:  # "[" only with the first row: an error before it leaves stdout empty
+            out.write(("[\n" if written == 0 else ",\n") + line)
+        else:
+            out.write(line + "\n")
+        written += 1
+    if fmt is OutputFormat.json:
+        out.write("\n]\n" if written else "[]\n")
+    return written
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so that flushing at exit does not fail again on the closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, io.UnsupportedOperation):
+        pass
+
+
+def _columns(given: str | None, available: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
+    if given is None:
+        return default
+    chosen = tuple(name.strip() for name in given.split(",") if name.strip())
+    unknown = [name for name in chosen if name not in available]
+    if unknown or not chosen:
+        raise typer.BadParameter(
+            f"unknown column(s) {unknown}; choose from {', '.join(available)}", param_hint="--columns"
+        )
+    return chosen
+
+
+def query_command(
+    selector: Selector,
+    flt: RowFilter,
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    output_format: Annotated[
+        OutputFormat,
+        typer.Option("--format", "-f", help="table (the first 100 rows unless --limit), jsonl, csv or json."),
+    ] = OutputFormat.table,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", metavar="A,B,..", help="Only these columns, in this order.")
+    ] = None,
+) -> None:
+    """Print the rows that match the filters, streamed (jsonl, csv and json never hold all rows).
+
+    Read-only. Both roles unless --role; judgement-only filters (--judge,
+    --model-a, --model-b, --orientation, --pair, --pointwise/--pairwise) select
+    judgements. model_a/model_b are the positional slots of the judge prompt
+    (model_a's answer is shown first). --json means --format json (a JSON
+    array) unless --format is given. The table shows a few columns; --columns
+    picks others (every field of the rows, and role, task, provider,
+    descriptor_model, descriptor).
+
+    Examples:
+
+        judgestore query --role judgements --judge gpt-4o --benchmark mt-bench
+
+        judgestore query --pair model-x --pair model-y --format jsonl
+
+        judgestore query --model my-model --since 2026-01-01 --format jsonl > rows.jsonl
+
+        judgestore query --run-id slurm-4242 --format csv --columns input_hash,model,completion
+    """
+    settings, root = settings_and_root(store_root)
+    fmt = OutputFormat.json if json_output and output_format is OutputFormat.table else output_format
+    roles = roles_for(flt, selector.role)
+    available = row_columns(roles)
+    chosen = _columns(columns, available, TABLE_COLUMNS[tuple(roles)] if fmt is OutputFormat.table else available)
+    with Store(settings, root=root, readonly=True) as store:
+        if fmt is not OutputFormat.table:
+            try:
+                _write_rows(store.query_rows(selector, flt, limit=limit), fmt, chosen)
+                sys.stdout.flush()
+            except BrokenPipeError:  # `judgestore query ... | head`: the reader has all it wanted
+                _silence_stdout()
+            return
+        shown = TABLE_ROWS if limit is None else limit
+        found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))
+    table = Table(title=f"Rows under {root}", title_justify="left")
+    for name in chosen:
+        table.add_column(name, no_wrap=True, overflow="ellipsis")
+    for row in found[:shown]:
+        values = row.as_dict()
+        table.add_row(*(_table_cell(name, values.get(name)) for name in chosen))
+    table.caption = f"{min(len(found), shown)} rows"
+    stdout().print(table)
+    if limit is None and len(found) > shown:
+        note(f"Showing the first {shown} rows; pass --limit N, or --format jsonl/csv for all.", json_output=False)
+
+
+# ---------------------------------------------------------------- delete
+
+
+def delete_command(
+    selector: Selector,
+    flt: RowFilter,
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
+) -> None:
+    """Delete the rows that match the filters: shows the count per database, asks, then deletes.
+
+    At least one row filter is required: --role, --task, --provider,
+    --model-id and --descriptor only choose databases and never delete on
+    their own. Nothing is written before you confirm (or pass --yes).
+
+    Examples:
+
+        judgestore delete --run-id slurm-4242 --dry-run
+
+        judgestore delete --model my-model --benchmark mt-bench --yes
+    """
+    settings, root = settings_and_root(store_root)
+    with Store(settings, root=root, readonly=True) as store:
+        plan = store.plan_delete(selector, flt)
+    matched = sum(entry.rows for entry in plan)
+    report: dict[str, Any] = {
+        "selector": {k: v for k, v in selector.as_dict().items() if v is not None},
+        "filter": flt.as_dict(),
+        "dry_run": dry_run,
+        "matched": matched,
+        "deleted": 0,
+        "databases": [entry.as_dict() for entry in plan],
+    }
+    if not json_output:
+        if not plan:
+            stdout().print("No rows match the filter; nothing to delete.")
+            return
+        table = location_table("Rows to delete" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
+        for entry in plan:
+            table.add_row(*location_cells(entry.location), f"{entry.rows:,}")
+        table.caption = f"{matched:,} rows in {len(plan)} databases"
+        stdout().print(table)
+    if dry_run or not plan:
+        if json_output:
+            emit_json(report)
+        return
+    if not yes:
+        typer.confirm(f"Delete {matched:,} rows from {len(plan)} databases?", abort=True, err=True)
+    with Store(settings, root=root) as store:
+        deleted = store.delete_rows(plan, flt)
+    report["deleted"] = sum(entry.rows for entry in deleted)
+    deleted_by_path = {entry.path: entry.rows for entry in deleted}
+    for entry in report["databases"]:
+        entry["deleted"] = deleted_by_path.get(Path(entry["path"]), 0)
+    if json_output:
+        emit_json(report)
+    else:
+        stdout().print(f"Deleted {report['deleted']:,} rows from {len(deleted)} databases.")

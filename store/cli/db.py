@@ -1,0 +1,212 @@
+"""The maintenance commands: ``db status``, ``db upgrade`` and ``verify``.
+
+Contract:
+
+* Thin: parse, call :mod:`store.schema`, :mod:`store.upgrade` and
+  :mod:`store.verify`, render (see :mod:`store.cli.common`).
+* ``db status`` and ``verify`` never write; ``db upgrade`` writes only the
+  databases that are behind (with a backup each).
+* Each exits 1 when it finds a problem: a database that is not usable, an
+  upgrade refused or failed, a verification problem.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+from rich.table import Table
+from rich.text import Text
+
+from store import schema
+from store.cli.common import (
+    JsonOutput,
+    StoreRoot,
+    command_errors,
+    counted,
+    emit_json,
+    grouped,
+    no_databases,
+    note,
+    relative,
+    selection,
+    settings_and_root,
+    state_text,
+    stderr,
+    stdout,
+    unprefixed,
+)
+from store.layout import Selector, select
+from store.schema import database_infos
+from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_store
+from store.verify import stray_paths, verify_database
+
+
+def register(app: typer.Typer) -> None:
+    db_app = typer.Typer(name="db", help="Schema revisions of the databases: status and upgrade.", no_args_is_help=True)
+    db_app.command("status")(command_errors(grouped(selector=selection)(db_status_command)))
+    db_app.command("upgrade")(command_errors(grouped(selector=selection)(db_upgrade_command)))
+    app.add_typer(db_app, name="db")
+    app.command("verify")(command_errors(grouped(selector=selection)(verify_command)))
+
+
+def db_status_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+    """Schema state of every database against this library's head revision.
+
+    Read-only. Exits 1 if any database is behind, ahead, foreign, damaged or
+    has a metadata.json that does not match its folder.
+
+    Examples:
+
+        judgestore db status
+
+        judgestore db status --json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    infos = list(counted(database_infos(root, locations, settings, count_rows=False), len(locations), "Checking"))
+    head = schema.revisions().head
+    bad = [info for info in infos if not info.ok]
+    if json_output:
+        emit_json({"head": head, "ok": not bad, "databases": [info.as_dict() for info in infos]})
+    elif not infos:
+        no_databases(root, json_output)
+    else:
+        table = Table(title=f"Schema revisions (library head: {head})", title_justify="left")
+        table.add_column("Database", overflow="fold")
+        for name in ("State", "Revision", "Problem"):
+            table.add_column(name, overflow="fold")
+        for info in infos:
+            problem = unprefixed(info.error or "", info.path)
+            table.add_row(
+                Text(str(info.location.relative_folder())), state_text(info), info.revision or "", Text(problem)
+            )
+        stdout().print(table)
+        if bad:
+            behind = sum(info.state == "behind" for info in bad)
+            hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
+            stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
+        else:
+            note(f"All {len(infos)} databases can be opened.", json_output=json_output)
+    if bad:
+        raise typer.Exit(1)
+
+
+_OUTCOME_STYLE = {
+    UpgradeOutcome.UPGRADED: "green",
+    UpgradeOutcome.UP_TO_DATE: "dim",
+    UpgradeOutcome.REFUSED: "bold red",
+    UpgradeOutcome.FAILED: "bold red",
+}
+
+
+def db_upgrade_command(
+    selector: Selector,
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    no_backup: Annotated[
+        bool, typer.Option("--no-backup", help="Delete each backup once its upgrade succeeded.")
+    ] = False,
+) -> None:
+    """Upgrade every database that is behind to this library's head revision.
+
+    Per file: lock, re-check, back up beside it (*.bak-REVISION-TIME), migrate,
+    verify row counts; a failure restores the backup. Ahead, foreign and
+    damaged files are refused and not touched. A second run does nothing.
+    Exits 1 if anything was refused or failed.
+
+    Examples:
+
+        judgestore db upgrade
+
+        judgestore db upgrade --task mt-bench --json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    upgrades = upgrade_store(root, locations, settings, keep_backup=not no_backup)
+    results = list(counted(upgrades, len(locations), "Upgrading"))
+    bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
+    if json_output:
+        emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
+    elif not results:
+        no_databases(root, json_output)
+    else:
+        table = Table(title="Upgrade", title_justify="left")
+        table.add_column("Database", overflow="fold")
+        for name in ("Result", "From", "To", "Backup / problem"):
+            table.add_column(name, overflow="fold")
+        for r in results:
+            detail = unprefixed(r.error, r.path) if r.error else (relative(r.backup, root) if r.backup else "")
+            table.add_row(
+                Text(relative(r.path.parent, root)),
+                Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
+                r.from_revision or "",
+                r.to_revision or "",
+                Text(detail),
+            )
+        counts = {outcome: sum(r.outcome is outcome for r in results) for outcome in UpgradeOutcome}
+        table.caption = ", ".join(f"{n} {outcome.value}" for outcome, n in counts.items() if n)
+        stdout().print(table)
+    if bad:
+        raise typer.Exit(1)
+
+
+def _result_dict(result: UpgradeResult) -> dict[str, Any]:
+    return {
+        "path": str(result.path),
+        "outcome": result.outcome.value,
+        "from_revision": result.from_revision,
+        "to_revision": result.to_revision,
+        "backup": None if result.backup is None else str(result.backup),
+        "rows": result.rows,
+        "error": result.error,
+    }
+
+
+def verify_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+    """Check every database: integrity, metadata, schema, and every row's input hash.
+
+    SQLite's integrity_check, metadata.json against its folder, the schema
+    state, and that every row's input_text hashes to its input_hash. Without
+    a database selector it also lists stray files and folders under the root.
+    Read-only. Exits 1 on any problem, listing each with its file.
+
+    Examples:
+
+        judgestore verify
+
+        judgestore verify --role judgements --json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    checks = (verify_database(root, location, settings) for location in locations)
+    results = list(counted(checks, len(locations), "Verifying"))
+    problems = [problem for result in results for problem in result.problems]
+    if selector.is_empty():
+        problems += stray_paths(root)
+    rows = sum(result.rows_checked for result in results)
+    if json_output:
+        emit_json(
+            {
+                "ok": not problems,
+                "databases": len(results),
+                "rows_checked": rows,
+                "problems": [problem.as_dict() for problem in problems],
+            }
+        )
+    elif problems:
+        table = Table(title=f"Problems under {root}", title_justify="left")
+        table.add_column("Path", overflow="fold")
+        table.add_column("Kind", no_wrap=True)
+        table.add_column("Problem", overflow="fold")  # hashes and commands stay whole, to be copied
+        for problem in problems:
+            message = unprefixed(problem.message, problem.path)
+            table.add_row(Text(relative(problem.path, root)), problem.kind.value, Text(message))
+        table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
+        stdout().print(table)
+    elif not results:
+        no_databases(root, json_output)
+    else:
+        stdout().print(f"OK: {len(results)} databases, {rows:,} rows, no problems.")
+    if problems:
+        raise typer.Exit(1)

@@ -1,0 +1,198 @@
+"""Upgrading descriptor databases to this library's head revision, one file at a time, safely.
+
+Contract:
+
+* :func:`upgrade_database` takes the file's lock, re-checks its revision
+  inside it, keeps a byte-for-byte backup beside it
+  (:func:`store.layout.backup_path`), migrates inside one write transaction,
+  verifies the row counts, and restores the backup on any failure. Only a
+  ``behind`` database is written; ahead, foreign, empty and damaged files are
+  reported (``refused``) untouched; a current one is ``up-to-date``.
+* :func:`upgrade_databases` does that for many files, one bad file never
+  stopping the others; a second run does nothing. :func:`upgrade_store` does
+  it for descriptor folders of a store, refusing, read-only, every folder that
+  is not ``behind`` (metadata.json that does not match, for instance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import shutil
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import DatabaseError
+
+from store import schema
+from store.engine import create_sqlite_engine, translated
+from store.errors import DatabaseFileError
+from store.layout import Location, backup_path, database_files, lock_path, shm_path, wal_path
+from store.schema import (
+    VERSION_TABLE,
+    DatabaseState,
+    Revisions,
+    classify,
+    database_info,
+    migrate,
+    raise_for_status,
+    revisions_of,
+)
+from store.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+
+class UpgradeOutcome(enum.StrEnum):
+    UPGRADED = "upgraded"
+    UP_TO_DATE = "up-to-date"
+    REFUSED = "refused"  # ahead, foreign, not a database, corrupt: never touched
+    FAILED = "failed"  # the migration failed and the backup was restored
+
+
+@dataclass(frozen=True, slots=True)
+class UpgradeResult:
+    path: Path
+    outcome: UpgradeOutcome
+    from_revision: str | None
+    to_revision: str | None
+    backup: Path | None = None
+    rows: dict[str, int] | None = None
+    error: str | None = None
+
+
+def _row_counts(conn: Connection) -> dict[str, int]:
+    tables = [t for t in inspect(conn).get_table_names() if t != VERSION_TABLE]
+    return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables}
+
+
+def _backup(db_path: Path, revision: str | None) -> Path:
+    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    target = backup_path(db_path, revision, stamp)
+    for source in database_files(db_path):
+        if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
+            shutil.copy2(source, Path(str(source).replace(str(db_path), str(target), 1)))
+    return target
+
+
+def _restore(db_path: Path, backup: Path) -> None:
+    """Put the backed-up bytes back where they differ (a migration that committed part of its work).
+
+    When the failed migration was rolled back, as transactional DDL is, the
+    bytes already match and nothing is written. Without a saved WAL, a live
+    one would replay the failed migration's frames onto the restored file: it goes.
+    """
+    live_wal, saved_wal = wal_path(db_path), wal_path(backup)
+    for live, saved in ((db_path, backup), (live_wal, saved_wal)):
+        if saved.exists() and (not live.exists() or live.read_bytes() != saved.read_bytes()):
+            shutil.copy2(saved, live)
+    if not saved_wal.exists():
+        live_wal.unlink(missing_ok=True)
+        shm_path(db_path).unlink(missing_ok=True)
+
+
+def upgrade_database(
+    db_path: Path,
+    settings: Settings,
+    *,
+    script: ScriptDirectory | None = None,
+    keep_backup: bool = True,
+) -> UpgradeResult:
+    """Upgrade one database to head; see the module docstring for the guarantees."""
+    script = script or schema.script_directory()
+    known = schema.revisions() if script is schema.script_directory() else revisions_of(script)
+    with FileLock(lock_path(db_path)):
+        engine = create_sqlite_engine(db_path, settings, pooled=False)
+        try:
+            result = _upgrade_locked(engine, db_path, known, script)
+        finally:
+            engine.dispose()
+    if result.backup is not None and result.outcome is UpgradeOutcome.UPGRADED and not keep_backup:
+        for path in database_files(result.backup):
+            path.unlink()
+        result = dataclasses.replace(result, backup=None)
+    return result
+
+
+def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: ScriptDirectory) -> UpgradeResult:
+    backup: Path | None = None
+    found: str | None = None
+    try:
+        with engine.connect().execution_options(write=True) as conn, conn.begin():  # BEGIN IMMEDIATE
+            status = classify(conn, db_path, known)
+            found = status.revision
+            if status.state is DatabaseState.CURRENT:
+                return UpgradeResult(db_path, UpgradeOutcome.UP_TO_DATE, found, found)
+            if status.state is DatabaseState.EMPTY:
+                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error="empty database: no tables")
+            if status.state is not DatabaseState.BEHIND:
+                raise_for_status(status, db_path)
+            before = _row_counts(conn)
+            backup = _backup(db_path, found)
+            migrate(conn, script=script)
+            after = _row_counts(conn)
+            changed = {t: (n, after.get(t)) for t, n in before.items() if after.get(t) != n}
+            if changed:
+                raise DatabaseFileError(db_path, f"row counts changed during the upgrade (before, after): {changed}")
+            reached = classify(conn, db_path, known).revision
+    except Exception as e:
+        if backup is None:  # refused before anything was written
+            if isinstance(e, DatabaseError):  # e.g. not a database at all, failing on BEGIN
+                e = translated(db_path, e)
+            if isinstance(e, DatabaseFileError | DatabaseError):
+                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
+            raise
+        engine.dispose()  # release the file before its bytes are put back
+        _restore(db_path, backup)
+        return UpgradeResult(db_path, UpgradeOutcome.FAILED, found, None, backup, error=f"{type(e).__name__}: {e}")
+    return UpgradeResult(db_path, UpgradeOutcome.UPGRADED, found, reached, backup, before)
+
+
+def upgrade_store(
+    root: Path,
+    locations: Iterable[Location],
+    settings: Settings,
+    *,
+    keep_backup: bool = True,
+    script: ScriptDirectory | None = None,
+) -> Iterator[UpgradeResult]:
+    """Upgrade every ``behind`` database among ``locations``; report the others without writing to them.
+
+    Each database is looked at read-only first (:func:`store.schema.database_info`,
+    metadata.json included): current and empty ones are ``up-to-date`` (an
+    empty one is created at head when it is first written); every state but
+    ``behind`` is ``refused`` with its reason, and its file is never opened for
+    writing. The ``behind`` ones go through :func:`upgrade_databases`.
+    """
+    known = schema.revisions() if script is None else revisions_of(script)
+    for location in locations:
+        info = database_info(root, location, settings, known=known, count_rows=False)
+        if info.state is DatabaseState.BEHIND:
+            yield from upgrade_databases([info.path], settings, script=script, keep_backup=keep_backup)
+        elif info.ok:
+            yield UpgradeResult(info.path, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
+        else:
+            yield UpgradeResult(info.path, UpgradeOutcome.REFUSED, info.revision, None, error=info.error)
+
+
+def upgrade_databases(
+    paths: Iterable[Path],
+    settings: Settings,
+    *,
+    on_result: Callable[[UpgradeResult], None] | None = None,
+    script: ScriptDirectory | None = None,
+    keep_backup: bool = True,
+) -> Iterator[UpgradeResult]:
+    """Upgrade each database in turn, yielding one result per file."""
+    for path in paths:
+        result = upgrade_database(path, settings, script=script, keep_backup=keep_backup)
+        if on_result is not None:
+            on_result(result)
+        yield result

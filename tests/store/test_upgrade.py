@@ -1,0 +1,297 @@
+"""Upgrades: keep every row and a byte-exact backup, restore on failure, refuse untouched, upgrade many."""
+
+from __future__ import annotations
+
+import shutil
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import store.upgrade
+from store.descriptor import ModelDescriptor
+from store.errors import SchemaBehindError, UpgradeFailedError
+from store.layout import select
+from store.schema import read_script_directory
+from store.settings import Settings
+from store.store import Store
+from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_database, upgrade_databases, upgrade_store
+from tests.factories import (
+    JUDGE,
+    LLAMA,
+    QWEN,
+    SHIPPED_HEAD,
+    SYNTHETIC_HEAD,
+    SYNTHETIC_REVISIONS,
+    completion_record,
+    current_database,
+    file_digests,
+    foreign_database,
+    stamp,
+)
+from tests.store.conftest import location_of
+from tests.store.schema_helpers import (
+    UNKNOWN_REVISION,
+    at_synthetic_head,
+    judgement_columns,
+    pretend_shipped_scripts_are,
+    rows_of,
+    sample_rows,
+    version_of,
+)
+
+REVISIONS = SYNTHETIC_REVISIONS
+
+
+def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
+    original, rows = db_path.read_bytes(), rows_of(db_path)
+    result = upgrade_database(db_path, Settings(), script=synthetic)
+    assert (result.outcome, result.from_revision, result.to_revision) == (
+        UpgradeOutcome.UPGRADED,
+        SHIPPED_HEAD,
+        SYNTHETIC_HEAD,
+    )
+    assert result.rows == {"completions": 6, "judgements": 3}
+    assert result.backup is not None and result.backup.read_bytes() == original
+    assert rows_of(db_path) == rows
+    assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)
+
+
+def test_upgrade_without_keeping_the_backup_leaves_none(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
+    result = upgrade_database(db_path, Settings(), script=synthetic, keep_backup=False)
+    assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is None
+    assert not [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
+
+
+_FAILING_REVISION = '''"""Synthetic failing revision: {how}.
+
+What changes: a nullable column, then an injected failure on databases marked 'explode'.
+Why: tests of the runner's restore. Data impact: none once restored. Expected cost: milliseconds.
+
+Revision ID: 9001
+Revises: {shipped}
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "9001"
+down_revision = "{shipped}"
+branch_labels = None
+depends_on = None
+
+
+def upgrade():
+    bind = op.get_bind()
+    marked = bind.execute(sa.text("SELECT count(*) FROM completions WHERE benchmark = 'explode'")).scalar()
+    with op.batch_alter_table("judgements") as batch_op:
+        batch_op.add_column(sa.Column("verdict", sa.String(), nullable=True))
+    if not marked:
+        return
+{body}
+
+
+def downgrade():
+    raise NotImplementedError
+'''
+
+FAILURES = {
+    "raises": (
+        "the migration raises after changing the schema",
+        '    raise RuntimeError("injected failure")',
+        "RuntimeError: injected failure",
+    ),
+    "commits-then-raises": (
+        "the migration commits part of its work, writes more, then raises (rollback cannot undo it)",
+        '    op.execute("COMMIT")\n'
+        "    op.execute(\"UPDATE completions SET completion = 'clobbered'\")\n"
+        '    op.execute("DELETE FROM judgements")\n'
+        '    raise RuntimeError("injected failure after a partial commit")',
+        "after a partial commit",
+    ),
+    "loses-rows": (
+        "the migration silently drops rows (the row-count check must catch it)",
+        "    op.execute(\"DELETE FROM completions WHERE instruction_id = '1'\")",
+        "row counts changed",
+    ),
+}
+
+
+def failing_script(tmp_path: Path, kind: str) -> Any:
+    folder = tmp_path / f"failing-{kind}"
+    folder.mkdir()
+    how, body, _ = FAILURES[kind]
+    (folder / "9001_fails.py").write_text(_FAILING_REVISION.format(how=how, body=body, shipped=SHIPPED_HEAD))
+    return read_script_directory(folder)
+
+
+@pytest.mark.parametrize("kind", list(FAILURES))
+def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
+    kind: str, tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = failing_script(tmp_path, kind)
+    paths = []
+    for name in ("good-1", "bad", "good-2"):
+        rows = sample_rows(name)
+        if name == "bad":
+            rows[0] = completion_record(0, benchmark="explode")
+        paths.append(current_database(tmp_path / name, "judgements", "t", descriptor, rows))
+    bad = paths[1]
+    original, rows, files = bad.read_bytes(), rows_of(bad), sorted(p.name for p in bad.parent.iterdir())
+    restored: list[Path] = []  # copies back onto the live file: only a partial commit should need one
+    real_copy = shutil.copy2
+    monkeypatch.setattr(
+        store.upgrade.shutil, "copy2", lambda src, dst: restored.append(Path(dst)) or real_copy(src, dst)
+    )
+    seen: list[UpgradeResult] = []
+    results = list(upgrade_databases(paths, Settings(), script=script, on_result=seen.append))
+    assert results == seen
+    assert [r.outcome for r in results] == [UpgradeOutcome.UPGRADED, UpgradeOutcome.FAILED, UpgradeOutcome.UPGRADED]
+    failed = results[1]
+    assert failed.path == bad and failed.from_revision == SHIPPED_HEAD and failed.to_revision is None
+    assert FAILURES[kind][2] in str(failed.error)
+    assert bad.read_bytes() == original, "the database must be restored byte for byte"
+    assert rows_of(bad) == rows and version_of(bad) == SHIPPED_HEAD
+    left = sorted(p.name for p in bad.parent.iterdir() if ".bak-" not in p.name)
+    assert left == files, "the restore must not leave new files beside the database"
+    assert failed.backup is not None and failed.backup.read_bytes() == original
+    assert (bad in restored) == (kind == "commits-then-raises"), "a rolled-back migration needs no copy"
+    for good in (paths[0], paths[2]):
+        assert version_of(good) == SYNTHETIC_HEAD
+
+
+def test_a_failed_automatic_upgrade_on_open_restores_the_file(
+    store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    script = failing_script(tmp_path, "commits-then-raises")
+    rows = [completion_record(0, benchmark="explode"), *sample_rows("x")[1:]]
+    db_path = current_database(store_root, "judgements", "t", descriptor, rows)
+    original = db_path.read_bytes()
+    pretend_shipped_scripts_are(script, monkeypatch)
+    with Store(Settings(auto_upgrade=True), root=store_root) as s, pytest.raises(UpgradeFailedError) as caught:
+        s.database("judgements", "t", descriptor)
+    assert str(db_path) in str(caught.value) and "restored" in str(caught.value)
+    assert db_path.read_bytes() == original
+
+
+def test_auto_upgrade_opens_a_database_that_is_behind(
+    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    rows = sample_rows("auto")
+    db_path = current_database(store_root, "judgements", "t", descriptor, rows)
+    before = rows_of(db_path)
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    with Store(Settings(), root=store_root) as s, pytest.raises(SchemaBehindError):
+        s.database("judgements", "t", descriptor)
+    with Store(Settings(auto_upgrade=True), root=store_root) as s:
+        database = s.database("judgements", "t", descriptor)
+        assert database.count() == 3
+        assert database.get_many([r.input_hash for r in rows if r.completion.startswith("auto verdict")])
+    assert version_of(db_path) == SYNTHETIC_HEAD and rows_of(db_path) == before
+    assert db_path.read_bytes()[18:20] == b"\x02\x02"
+
+
+def test_upgrading_200_databases_at_mixed_revisions(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    template = current_database(tmp_path / "template", "judgements", "t", descriptor, sample_rows("template", 20))
+    template_synthetic = tmp_path / "template-synthetic.db"
+    shutil.copyfile(template, template_synthetic)
+    at_synthetic_head(template_synthetic, synthetic)
+    folder = tmp_path / "many"
+    folder.mkdir()
+    paths, kinds = [], []
+    for i in range(200):
+        path = folder / f"db-{i:03d}.db"
+        kind = (
+            "foreign"
+            if i == 17
+            else "ahead"
+            if i == 42
+            else "not-sqlite"
+            if i == 99
+            else SYNTHETIC_HEAD
+            if i % 4 == 0
+            else SHIPPED_HEAD
+        )
+        if kind == "foreign":
+            foreign_database(path)
+        elif kind == "not-sqlite":
+            path.write_text("id,answer\n1,yes\n")
+        else:
+            shutil.copyfile(template_synthetic if kind == SYNTHETIC_HEAD else template, path)
+            with closing(sqlite3.connect(path)) as conn, conn:  # distinct content in every file
+                conn.execute("UPDATE completions SET completion = completion || ?", (f" (file {i})",))
+                conn.execute("DELETE FROM judgements WHERE rowid % 5 = ?", (i % 5,))
+            if kind == "ahead":
+                stamp(path, UNKNOWN_REVISION)
+        paths.append(path)
+        kinds.append(kind)
+    rows = {p: rows_of(p) for p, k in zip(paths, kinds, strict=True) if k in (SHIPPED_HEAD, SYNTHETIC_HEAD)}
+    untouched = {p: p.read_bytes() for p, k in zip(paths, kinds, strict=True) if k != SHIPPED_HEAD}
+
+    results = list(upgrade_databases(paths, Settings(), script=synthetic, keep_backup=False))
+
+    assert [r.path for r in results] == paths  # one report per file, in order
+    expected = {
+        SHIPPED_HEAD: UpgradeOutcome.UPGRADED,
+        SYNTHETIC_HEAD: UpgradeOutcome.UP_TO_DATE,
+        "foreign": UpgradeOutcome.REFUSED,
+        "ahead": UpgradeOutcome.REFUSED,
+        "not-sqlite": UpgradeOutcome.REFUSED,
+    }
+    assert [r.outcome for r in results] == [expected[k] for k in kinds]
+    by_path = {r.path: r for r in results}
+    assert "not a judgestore database" in str(by_path[paths[17]].error)
+    assert UNKNOWN_REVISION in str(by_path[paths[42]].error)
+    assert "not an SQLite database" in str(by_path[paths[99]].error)
+    assert sum(r.outcome is UpgradeOutcome.UPGRADED for r in results) == kinds.count(SHIPPED_HEAD) == 147
+    for path, before in rows.items():
+        assert rows_of(path) == before, f"{path.name}: rows changed"
+        assert version_of(path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(path)
+    for path, data in untouched.items():
+        assert path.read_bytes() == data, f"{path.name} was written although it needed no upgrade"
+
+    snapshot = file_digests(folder)
+    again = list(upgrade_databases(paths, Settings(), script=synthetic))
+    assert not [r for r in again if r.outcome is UpgradeOutcome.UPGRADED]
+    assert file_digests(folder) == snapshot, "a second run must do nothing"
+
+
+# ---------------------------------------------------------------- a whole store
+
+
+def test_upgrade_store_upgrades_behind_databases_once(filled: Path, settings: Settings) -> None:
+    script = read_script_directory(REVISIONS)
+    results = list(upgrade_store(filled, select(filled), settings, script=script))
+    assert [(r.outcome, r.from_revision, r.to_revision) for r in results] == [
+        (UpgradeOutcome.UPGRADED, SHIPPED_HEAD, SYNTHETIC_HEAD)
+    ] * 3
+    assert all(r.backup is not None and r.backup.exists() for r in results)
+    again = list(upgrade_store(filled, select(filled), settings, script=script))
+    assert [r.outcome for r in again] == [UpgradeOutcome.UP_TO_DATE] * 3
+
+
+def test_upgrade_store_never_writes_to_files_it_refuses(filled: Path, settings: Settings) -> None:
+    qwen, llama = location_of(filled, QWEN), location_of(filled, LLAMA)
+    qwen.db_path(filled).write_bytes(b"garbage" * 1000)
+    llama.db_path(filled).unlink()
+    with sqlite3.connect(llama.db_path(filled)) as conn:  # rollback journal: a WAL switch would show
+        conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
+    conn.close()
+    before = file_digests(filled)
+    results = {r.path: r for r in upgrade_store(filled, select(filled), settings)}
+    assert results[qwen.db_path(filled)].outcome is UpgradeOutcome.REFUSED
+    assert "not an SQLite database" in str(results[qwen.db_path(filled)].error)
+    assert results[llama.db_path(filled)].outcome is UpgradeOutcome.REFUSED
+    assert "not a judgestore database" in str(results[llama.db_path(filled)].error)
+    assert results[location_of(filled, JUDGE).db_path(filled)].outcome is UpgradeOutcome.UP_TO_DATE
+    assert file_digests(filled) == before  # not a byte changed, no lock file created

@@ -1,0 +1,72 @@
+"""verify: integrity, metadata, schema, every row's input hash, and stray files."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from store.layout import Location, select
+from store.settings import Settings
+from store.verify import ProblemKind, stray_paths, verify_database
+from tests.factories import JUDGE, LLAMA, QWEN, completion_record, file_digests
+from tests.store.conftest import location_of
+
+
+def test_verify_passes_a_clean_store(filled: Path, settings: Settings) -> None:
+    before = file_digests(filled)
+    results = [verify_database(filled, loc, settings) for loc in select(filled)]
+    assert all(r.ok for r in results), [r.problems for r in results]
+    assert sum(r.rows_checked for r in results) == 10
+    assert stray_paths(filled) == []
+    assert file_digests(filled) == before
+
+
+def test_verify_finds_a_row_whose_input_was_edited(filled: Path, settings: Settings) -> None:
+    qwen = location_of(filled, QWEN)
+    victim = completion_record(1, model="qwen").input_hash
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute(
+            "UPDATE completions SET input_text = ? WHERE input_hash = ?", ('{"type":"text","text":"x"}', victim)
+        )
+    conn.close()
+    result = verify_database(filled, qwen, settings)
+    assert [p.kind for p in result.problems] == [ProblemKind.INPUT_HASH]
+    assert victim in result.problems[0].message and result.problems[0].path == qwen.db_path(filled)
+    assert f"judgestore delete --input-hash {victim}" in result.problems[0].message
+
+
+def test_verify_finds_metadata_schema_and_file_problems(filled: Path, settings: Settings) -> None:
+    qwen, llama, judge = (location_of(filled, d) for d in (QWEN, LLAMA, JUDGE))
+    (qwen.folder(filled) / "metadata.json").write_text("{}")
+    with sqlite3.connect(llama.db_path(filled)) as conn:
+        conn.execute("UPDATE judgestore_alembic_version SET version_num = '9999'")
+    conn.close()
+    judge.db_path(filled).write_bytes(b"\0" * 4096)
+
+    kinds = {loc.model: [p.kind for p in verify_database(filled, loc, settings).problems] for loc in select(filled)}
+    assert kinds == {
+        "Qwen/Qwen3-8B": [ProblemKind.METADATA],
+        "meta-llama/Llama-3.1-8B": [ProblemKind.SCHEMA],
+        "judge-1": [ProblemKind.FILE],
+    }
+
+
+def test_stray_paths_lists_what_is_not_part_of_the_layout(filled: Path) -> None:
+    qwen = location_of(filled, QWEN)
+    (filled / "notes.txt").write_text("hi")
+    (filled / "completions" / "mt-bench" / "stray.db").write_text("x")
+    (filled / "judgements" / "bad%zzsegment").mkdir()
+    (qwen.folder(filled) / "copy.db").write_text("x")
+    (qwen.folder(filled) / f"completions.db.bak-0001-{'2' * 8}").write_text("a backup is expected")
+    empty = Location("completions", "mt-bench", "vllm", "x", "0" * 16).folder(filled)
+    empty.mkdir(parents=True)
+
+    found = {str(p.path.relative_to(filled)): p.kind for p in stray_paths(filled)}
+    assert set(found) == {
+        "notes.txt",
+        "completions/mt-bench/stray.db",
+        "judgements/bad%zzsegment",
+        str(qwen.relative_folder() / "copy.db"),
+        str(empty.relative_to(filled)),
+    }
+    assert set(found.values()) == {ProblemKind.STRAY}
