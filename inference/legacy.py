@@ -4,7 +4,7 @@ Contract: a legacy metadata.json (S3+ ``judgearena-inference-cache/v1`` or S2
 ``judgearena-inference-descriptor/v1``) is turned into the vLLM settings a live
 run would pass (:class:`LiveSettings`: what :class:`~inference.spec.ModelSpec`
 takes), and the descriptor is computed by ``ModelSpec(...).descriptor``, i.e.
-:func:`inference.descriptors.descriptor_from_vllm`, the one place where live
+:func:`inference.vllm_descriptor.descriptor_from_vllm`, the one place where live
 settings become a descriptor. Nothing here re-implements a hashing rule.
 
 The mapping of a legacy VLLM descriptor:
@@ -67,7 +67,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from inference.descriptors import backend_version as installed_backend_version
+from inference.vllm_descriptor import backend_version as installed_backend_version
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError, UnpinnedModelError

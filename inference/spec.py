@@ -1,7 +1,7 @@
 """A model as a user names it: model id or path, vLLM engine and sampling settings.
 
 Contract: :class:`ModelSpec` is the one place where user settings become a
-descriptor (:func:`inference.descriptors.descriptor_from_vllm`) and a lazily
+descriptor (:func:`inference.vllm_descriptor.descriptor_from_vllm`) and a lazily
 prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
 imported only when :meth:`ModelSpec.cached` actually needs the engine.
 
@@ -21,7 +21,7 @@ import orjson
 
 from inference.backend import Backend
 from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
-from inference.descriptors import descriptor_from_vllm
+from inference.vllm_descriptor import descriptor_from_vllm
 from store.descriptor import LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError
 from store.store import Store

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.backend import EngineRequest, Generation
-from inference.descriptors import effective_chat_template, engine_settings, load_chat_template_text
+from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from inference.model_source import COMMIT_RE, local_model_digest, model_name
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex

@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from store.descriptor import canonical_json
 from store.errors import InvalidInputError
 
 FLOAT_TAG = "$float"
@@ -76,12 +77,9 @@ def from_plain(value: Any) -> Any:
 
 def dumps_bytes(value: Any) -> bytes:
     """Canonical JSON bytes of a column value; see the module docstring."""
-    try:
-        data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
-        if b"null" in data or _TAG_BYTES in data:
-            data = orjson.dumps(to_plain(value), option=orjson.OPT_SORT_KEYS)
-    except (orjson.JSONEncodeError, TypeError) as e:
-        raise InvalidInputError(f"value cannot be stored as JSON: {e}") from e
+    data = canonical_json(value)
+    if b"null" in data or _TAG_BYTES in data:
+        data = canonical_json(to_plain(value))
     return data
 
 

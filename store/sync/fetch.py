@@ -8,7 +8,7 @@ Protocol of one fetch (under the store root's sync lock):
    provider, model, descriptor), a fixed filter becomes a path segment and
    an open level is listed; below the last filter one recursive listing per
    folder. Every listed path is parsed as untrusted
-   (:func:`store.sync.layout.parse_remote_path`); anything else is reported
+   (:func:`store.sync.remote_layout.parse_remote_path`); anything else is reported
    and never read.
 3. **Per folder, in sorted order**: skip it if every shard is already
    imported (or was pushed from here). Otherwise read its metadata.json and
@@ -50,7 +50,7 @@ from store.errors import (
 from store.layout import ROLES, Location, Selector, StoredMetadata, encode_segment
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.layout import (
+from store.sync.remote_layout import (
     LEVELS,
     METADATA_MAX_BYTES,
     folder_segment,

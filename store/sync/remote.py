@@ -12,7 +12,7 @@ each implementation):
   revision see one consistent state even while others push.
 * :meth:`Remote.list` of a prefix that does not exist is empty; paths in the
   answer are relative to the remote's root, ``/``-separated, and untrusted
-  (the caller parses them with :func:`store.sync.layout.parse_remote_path`).
+  (the caller parses them with :func:`store.sync.remote_layout.parse_remote_path`).
 * :meth:`Remote.read` never returns more than ``max_bytes``.
 * Errors are :class:`~store.sync.errors.RemoteError` (the remote failed) or
   :class:`~store.sync.errors.UntrustedContentError` (a file is not what it
@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from store.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
-from store.sync.layout import safe_segments
+from store.sync.remote_layout import safe_segments
 
 
 @dataclass(frozen=True, slots=True)

@@ -75,7 +75,7 @@ def staging_folder(root: Path) -> Iterator[Path]:
 def quarantine(root: Path, remote_url: str, path: str, data: bytes, reason: str, revision: str | None) -> Path:
     """Keep rejected bytes for inspection under ``quarantine/{remote}/{path}``, with ``.reason.json`` beside them.
 
-    ``path`` must already be a safe relative path (see :func:`store.sync.layout.safe_segments`).
+    ``path`` must already be a safe relative path (see :func:`store.sync.remote_layout.safe_segments`).
     """
     slug = hashlib.sha256(remote_url.encode()).hexdigest()[:12]
     target = workspace(root) / "quarantine" / slug / Path(*path.split("/"))

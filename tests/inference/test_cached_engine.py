@@ -24,7 +24,7 @@ import pytest
 from inference.backend import EngineRequest, Generation
 from inference.cached import CachedModel, Mode
 from inference.cli import model_spec
-from inference.descriptors import descriptor_from_vllm
+from inference.vllm_descriptor import descriptor_from_vllm
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
@@ -218,7 +218,7 @@ CRASHING_RUN = """
 import os, signal, sys
 from pathlib import Path
 from inference.cached import CachedModel
-from inference.descriptors import descriptor_from_vllm
+from inference.vllm_descriptor import descriptor_from_vllm
 from inference.requests import CompletionRequest
 from inference.vllm_backend import create_vllm_backend
 from store.store import Store

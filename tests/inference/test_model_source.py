@@ -15,7 +15,7 @@ import pytest
 from typer.testing import CliRunner
 
 from inference.cli import register
-from inference.descriptors import descriptor_from_vllm
+from inference.vllm_descriptor import descriptor_from_vllm
 from inference.model_source import cached_commit, resolve_model
 from inference.tiny_model import CHATML_TEMPLATE
 from store.cli.app import build_app

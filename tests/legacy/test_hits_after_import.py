@@ -25,7 +25,7 @@ import pytest
 
 from inference.backend import Backend
 from inference.cached import CachedModel
-from inference.descriptors import backend_version
+from inference.vllm_descriptor import backend_version
 from inference.judging import pairwise_requests, pointwise_request
 from inference.legacy import LEGACY_EXECUTION_ONLY
 from inference.requests import JudgementRequest

@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.descriptors import backend_version
+from inference.vllm_descriptor import backend_version
 from inference.legacy import (
     LEGACY_EXECUTION_ONLY,
     LegacyDescriptorMapper,

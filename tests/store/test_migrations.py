@@ -232,3 +232,16 @@ def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_t
         imported_reversed.input_hash: ("y", "x", "reversed"),
         pointwise.input_hash: ("x", None, None),
     }
+
+
+def test_the_private_alembic_api_migrate_uses_still_gives_the_steps_in_order() -> None:
+    """store.schema.migrate takes its steps from ScriptDirectory._upgrade_revs, as `alembic upgrade` does.
+
+    It is private API: if an Alembic release changes it, this test says so before any database is migrated.
+    """
+    script = read_script_directory()
+    line = [(s.revision,) for s in reversed(list(script.walk_revisions()))]  # 0001 first
+    steps = script._upgrade_revs("heads", ())
+    assert [step.to_revisions for step in steps] == line and all(step.is_upgrade for step in steps)
+    assert [step.to_revisions for step in script._upgrade_revs("heads", "0001")] == line[1:]
+    assert script._upgrade_revs("heads", script.get_current_head()) == []

@@ -6,7 +6,7 @@ import pytest
 
 from store.errors import RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
 from store.layout import Location, metadata_bytes
-from store.sync.layout import metadata_path, parse_remote_path, shard_path, verify_remote_metadata
+from store.sync.remote_layout import metadata_path, parse_remote_path, shard_path, verify_remote_metadata
 from tests.sync.helpers import QWEN, QWEN_FOLDER
 
 LOCATION = Location.of("completions", "mt-bench", QWEN)
