@@ -67,8 +67,8 @@ from typing import Any, Literal
 import orjson
 from pydantic import ValidationError
 
-from inference.vllm_descriptor import backend_version as installed_backend_version
 from inference.spec import ModelSpec
+from inference.vllm_descriptor import backend_version as installed_backend_version
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError, UnpinnedModelError
 from store.legacy.detect import Detection

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from inference.backend import EngineRequest, Generation
-from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from inference.model_source import COMMIT_RE, local_model_digest, model_name
+from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError

@@ -50,6 +50,7 @@ from store.errors import (
 from store.layout import ROLES, Location, Selector, StoredMetadata, encode_segment
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
+from store.sync.remote import Remote
 from store.sync.remote_layout import (
     LEVELS,
     METADATA_MAX_BYTES,
@@ -60,7 +61,6 @@ from store.sync.remote_layout import (
     shard_path,
     verify_remote_metadata,
 )
-from store.sync.remote import Remote
 from store.sync.shards import DEFAULT_MAX_BYTES, Shard, ShardOrigin, read_shard
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, quarantine, sync_lock
 

@@ -35,8 +35,14 @@ from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes, select
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote_layout import METADATA_MAX_BYTES, SHARDS_DIR, metadata_path, remote_folder, verify_remote_metadata
 from store.sync.remote import OutgoingFile, Remote
+from store.sync.remote_layout import (
+    METADATA_MAX_BYTES,
+    SHARDS_DIR,
+    metadata_path,
+    remote_folder,
+    verify_remote_metadata,
+)
 from store.sync.shards import DEFAULT_TARGET_BYTES, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, staging_folder, sync_lock
 

@@ -24,11 +24,11 @@ import pytest
 from inference.backend import EngineRequest, Generation
 from inference.cached import CachedModel, Mode
 from inference.cli import model_spec
-from inference.vllm_descriptor import descriptor_from_vllm
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend
+from inference.vllm_descriptor import descriptor_from_vllm
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError
 from store.records import RowFilter

@@ -15,9 +15,9 @@ import pytest
 from typer.testing import CliRunner
 
 from inference.cli import register
-from inference.vllm_descriptor import descriptor_from_vllm
 from inference.model_source import cached_commit, resolve_model
 from inference.tiny_model import CHATML_TEMPLATE
+from inference.vllm_descriptor import descriptor_from_vllm
 from store.cli.app import build_app
 from store.descriptor import sha256_hex
 from store.errors import ModelNotFoundError, UnpinnedModelError

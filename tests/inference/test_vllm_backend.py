@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from inference.backend import EngineRequest, Generation
-from inference.vllm_descriptor import descriptor_from_vllm
 from inference.vllm_backend import VLLMBackend, create_vllm_backend, verify_loaded
+from inference.vllm_descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from inference.vllm_descriptor import EXECUTION_ONLY_SETTINGS, backend_version, descriptor_from_vllm
 from inference.model_source import local_model_digest
 from inference.tiny_model import CHATML_TEMPLATE, build_tiny_model
+from inference.vllm_descriptor import EXECUTION_ONLY_SETTINGS, backend_version, descriptor_from_vllm
 from store.descriptor import sha256_hex
 from store.errors import InvalidInputError
 from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python

@@ -25,11 +25,11 @@ import pytest
 
 from inference.backend import Backend
 from inference.cached import CachedModel
-from inference.vllm_descriptor import backend_version
 from inference.judging import pairwise_requests, pointwise_request
 from inference.legacy import LEGACY_EXECUTION_ONLY
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
+from inference.vllm_descriptor import backend_version
 from store.layout import read_metadata, walk
 from store.settings import Settings
 from store.store import Store

@@ -14,7 +14,6 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.vllm_descriptor import backend_version
 from inference.legacy import (
     LEGACY_EXECUTION_ONLY,
     LegacyDescriptorMapper,
@@ -25,6 +24,7 @@ from inference.legacy import (
     parse_assumed_models,
 )
 from inference.spec import ModelSpec
+from inference.vllm_descriptor import backend_version
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
 from store.layout import read_metadata, walk
