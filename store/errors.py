@@ -124,6 +124,30 @@ class DatabaseBusyError(DatabaseFileError):
     """Another process kept the database locked longer than the retry budget."""
 
 
+class ServerError(JudgestoreError):
+    """A PostgreSQL store's server cannot be used as asked (``url`` is shown without its password)."""
+
+    def __init__(self, url: str, message: str) -> None:
+        self.url = url
+        super().__init__(f"{url}: {message}")
+
+
+class ServerUnavailableError(ServerError):
+    """The server cannot be reached, or dropped the connection and stayed away past every retry."""
+
+
+class ServerAuthError(ServerError):
+    """The server refused the credentials."""
+
+
+class ServerPermissionError(ServerError):
+    """The store's user may not do what the store needs (create schemas, write rows)."""
+
+
+class ForeignSchemaError(ServerError):
+    """A schema judgestore would use exists but belongs to something else; it is never touched."""
+
+
 class EmptyFilterError(JudgestoreError, ValueError):
     """A delete without any filter: it would empty the table, so it is refused."""
 

@@ -51,6 +51,10 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore")
 
     store_root: Path = Field(default=Path("judgestore-data"), description="Folder holding every descriptor database.")
+    store_url: str | None = Field(
+        default=None,
+        description="A PostgreSQL store (postgresql+psycopg://user@host/db) instead of the folder; see the README.",
+    )
     auto_upgrade: bool = Field(default=False, description="Upgrade a database that is behind when it is opened.")
     journal_policy: JournalPolicy = Field(
         default="auto",
@@ -62,5 +66,8 @@ class Settings(BaseSettings):
     busy_timeout_ms: int = Field(default=30_000, ge=0, description="How long SQLite waits for a lock.")
     lock_retries: int = Field(default=8, ge=0, description="Retries of a write transaction after the busy timeout.")
     max_open_databases: int = Field(default=64, ge=1, description="Engines kept open at once (LRU).")
+    pool_size: int = Field(default=2, ge=1, description="PostgreSQL: connections kept open per process.")
+    pool_overflow: int = Field(default=2, ge=0, description="PostgreSQL: extra connections a burst may open.")
+    connect_timeout_s: int = Field(default=10, ge=1, description="PostgreSQL: seconds to wait for the server.")
     created_by: str = Field(default_factory=_default_user, description="Recorded on every row written.")
     run_id: str = Field(default_factory=default_run_id, description="Recorded on every row written.")

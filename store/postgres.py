@@ -1,0 +1,216 @@
+"""The store on a PostgreSQL server: one schema per descriptor database, a registry, engines, locks and errors.
+
+Contract:
+
+* A store URL (``postgresql+psycopg://user@host/db``) names one database on
+  a server. Each descriptor database of the SQLite layout is a PostgreSQL
+  *schema* there holding the same ``completions``/``judgements`` tables and
+  its own Alembic version table; the models are mapped onto it with
+  SQLAlchemy's ``schema_translate_map`` (:func:`schema_options`).
+* :func:`schema_name` derives the schema's name from the location alone:
+  ``js_`` plus the role's initial and 32 hex characters of a hash of role,
+  task, provider, model and descriptor hash. It is deterministic, 37
+  characters (PostgreSQL's limit is 63 bytes), and never carries a user's
+  text, so no model name can inject anything; it is quoted anyway.
+* The registry table (schema ``judgestore``, table ``registry``) is what the
+  folder tree and ``metadata.json`` are for SQLite: one row per descriptor
+  schema with its role, task, provider, model, descriptor hash and the exact
+  metadata.json bytes. A row whose metadata does not hash to its descriptor
+  is refused, as a folder whose metadata.json does not match its name is.
+* Every schema is created, and every upgrade runs, inside one transaction
+  under a transaction-level advisory lock on the schema's name
+  (:func:`advisory_lock`): two processes creating or upgrading the same
+  schema at once serialise, and the second finds the work done.
+* :func:`translated` turns what the driver raises (server down, wrong
+  password, no such database, no permission) into typed errors that name
+  the server (password hidden: :func:`display_url`) and the next step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any, NoReturn
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    DateTime,
+    Engine,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    create_engine,
+    func,
+    select,
+    text,
+)
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+
+from store import jsonvalues
+from store.errors import (
+    InvalidInputError,
+    JudgestoreError,
+    ServerAuthError,
+    ServerError,
+    ServerPermissionError,
+    ServerUnavailableError,
+)
+from store.layout import Location, check_role
+from store.models import NAMING_CONVENTION
+from store.settings import Settings
+
+REGISTRY_SCHEMA = "judgestore"
+SCHEMA_PREFIX = "js_"
+POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg")
+
+registry_metadata = MetaData(naming_convention=NAMING_CONVENTION, schema=REGISTRY_SCHEMA)
+registry = Table(
+    "registry",
+    registry_metadata,
+    Column("schema_name", String(63), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("task", Text, nullable=False),
+    Column("provider", Text, nullable=False),
+    Column("model", Text, nullable=False),
+    Column("descriptor_hash16", String(16), nullable=False),
+    Column("descriptor_sha256", String(64), nullable=False),
+    Column("metadata_json", Text, nullable=False),  # the exact bytes a metadata.json would hold
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("role", "task", "provider", "model", "descriptor_hash16"),
+)
+
+
+def is_store_url(value: str) -> bool:
+    return value.split("://", 1)[0] in POSTGRES_DRIVERS
+
+
+def display_url(url: str) -> str:
+    """The URL as it may be printed: never with its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return "<an invalid store URL>"
+
+
+def schema_name(location: Location) -> str:
+    """The schema of one descriptor database (see the module docstring)."""
+    key = "\0".join((location.role, location.task, location.provider, location.model, location.descriptor_hash16))
+    return f"{SCHEMA_PREFIX}{location.role[0]}_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def schema_options(location: Location) -> dict[str, Any]:
+    """The execution options that map the models onto a location's schema."""
+    return {"schema_translate_map": {None: schema_name(location)}}
+
+
+def quoted(identifier: str) -> str:
+    if not identifier.replace("_", "").isalnum() or '"' in identifier:
+        raise InvalidInputError(f"refusing an unexpected PostgreSQL identifier {identifier!r}")
+    return f'"{identifier}"'
+
+
+def create_postgres_engine(url: str, settings: Settings) -> Engine:
+    """One pooled engine for every schema of the server's database (see the module docstring)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise InvalidInputError(
+            f"{display_url(url)} is not a store URL ({e}); expected postgresql+psycopg://..."
+        ) from e
+    if parsed.drivername not in POSTGRES_DRIVERS:
+        raise InvalidInputError(f"store URL driver {parsed.drivername!r} is not supported; use postgresql+psycopg")
+    try:
+        return create_engine(
+            parsed.set(drivername="postgresql+psycopg"),
+            pool_size=settings.pool_size,
+            max_overflow=settings.pool_overflow,
+            pool_pre_ping=True,  # a connection the server dropped is replaced, not handed out
+            connect_args={"connect_timeout": settings.connect_timeout_s, "application_name": "judgestore"},
+            json_serializer=jsonvalues.dumps,
+            json_deserializer=jsonvalues.loads,
+        )
+    except (NoSuchModuleError, ModuleNotFoundError) as e:
+        raise InvalidInputError(
+            "a PostgreSQL store needs the psycopg driver: pip install 'judgestore[postgresql]'"
+        ) from e
+
+
+def advisory_lock(conn: Connection, name: str) -> None:
+    """Hold a transaction-level advisory lock on ``name`` until the caller's transaction ends."""
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    conn.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+def ensure_registry(conn: Connection) -> None:
+    """Create the registry schema and table if they are missing (inside the caller's transaction)."""
+    advisory_lock(conn, REGISTRY_SCHEMA)
+    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted(REGISTRY_SCHEMA)}"))
+    registry_metadata.create_all(conn, checkfirst=True)
+
+
+def registered(conn: Connection) -> list[tuple[Location, str]]:
+    """Every registered descriptor schema, as (location, metadata.json text), in layout order."""
+    if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
+        return []
+    rows = conn.execute(
+        select(registry.c.role, registry.c.task, registry.c.provider, registry.c.model,
+               registry.c.descriptor_hash16, registry.c.metadata_json)
+        .order_by(registry.c.role, registry.c.task, registry.c.provider, registry.c.model, registry.c.descriptor_hash16)
+    ).all()  # fmt: skip
+    return [(Location(check_role(r[0]), r[1], r[2], r[3], r[4]), r[5]) for r in rows]
+
+
+def register(conn: Connection, location: Location, descriptor_sha256: str, metadata_json: str) -> None:
+    """Record a descriptor schema in the registry (the caller holds the schema's advisory lock)."""
+    conn.execute(
+        registry.insert().values(
+            schema_name=schema_name(location),
+            role=location.role,
+            task=location.task,
+            provider=location.provider,
+            model=location.model,
+            descriptor_hash16=location.descriptor_hash16,
+            descriptor_sha256=descriptor_sha256,
+            metadata_json=metadata_json,
+            created_at=datetime.now(UTC).replace(tzinfo=None),
+        )
+    )
+
+
+def _sqlstate(error: DBAPIError) -> str | None:
+    return getattr(error.orig, "sqlstate", None)
+
+
+def translated(url: str, error: DBAPIError) -> JudgestoreError | DBAPIError:
+    """The typed error a driver failure stands for, else ``error`` itself (see the module docstring)."""
+    shown = display_url(url)
+    state = _sqlstate(error) or ""
+    message = str(error.orig).strip().splitlines()[0] if error.orig is not None else str(error)
+    if state == "28P01" or "password authentication failed" in message:
+        return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
+    if state.startswith("28"):
+        return ServerAuthError(shown, f"the server refused the connection ({message})")
+    if state == "3D000":
+        return ServerError(shown, f"{message}; create it (createdb) or fix the URL")
+    if state == "42501":
+        return ServerPermissionError(
+            shown,
+            f"{message}. The store's user needs CREATE on the database (GRANT CREATE ON DATABASE ... TO ...) to "
+            "create schemas, and USAGE/CREATE on the judgestore schemas",
+        )
+    if isinstance(error, OperationalError) or state.startswith("08") or state == "57P01":
+        return ServerUnavailableError(
+            shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
+        )
+    return error
+
+
+def raise_translated(url: str, error: DBAPIError) -> NoReturn:
+    typed = translated(url, error)
+    if typed is error:
+        raise error
+    raise typed from error
