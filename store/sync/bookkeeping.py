@@ -330,7 +330,7 @@ class Bookkeeping:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 chunk = orjson.dumps(list(keys[start : start + LOOKUP_BATCH])).decode()
                 params = {"keys": chunk, "remote_id": remote_id, "folder": folder}
-                unknown += conn.execute(_UNKNOWN_KEYS, params).scalars()
+                unknown += conn.execute(_UNKNOWN_KEYS, params).scalars().all()
             return unknown
 
         return self._run(work)
