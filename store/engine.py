@@ -22,26 +22,35 @@ Contract:
   commits and would read their checkpointed pages as corruption.
 * :func:`translated` turns an SQLite failure that means "not a database" or
   "damaged" into the typed error an open raises.
+* A lock held past the busy timeout is retried by :func:`retry_while_locked`
+  (backoff with jitter, ``lock_retries`` times), then raises
+  :class:`~store.errors.DatabaseBusyError`; every writer of a SQLite file
+  (descriptor databases, sync bookkeeping) retries through it.
 """
 
 from __future__ import annotations
 
 import functools
+import random
 import re
 import sqlite3
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple, NoReturn
+from typing import Any, NamedTuple, NoReturn, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy.exc import DatabaseError, OperationalError
 from sqlalchemy.pool import NullPool, QueuePool
 
 from store import jsonvalues
-from store.errors import CorruptDatabaseError, NetworkFilesystemError, NotADatabaseError
+from store.errors import CorruptDatabaseError, DatabaseBusyError, NetworkFilesystemError, NotADatabaseError
 from store.layout import wal_path
 from store.settings import Settings
+
+T = TypeVar("T")
 
 NETWORK_FILESYSTEMS = frozenset(
     {
@@ -229,3 +238,27 @@ def apply_journal_mode(engine: Engine) -> None:
         raw.driver_connection.execute(f"PRAGMA journal_mode = {journal}").fetchall()  # type: ignore[union-attr]
     finally:
         raw.close()
+
+
+def is_locked(error: OperationalError) -> bool:
+    message = str(error.orig).lower()
+    return "database is locked" in message or "database is busy" in message
+
+
+def retry_while_locked(attempt: Callable[[], T], path: Path, settings: Settings) -> T:
+    """Run ``attempt``; if the database stays locked past the busy timeout, back off and retry."""
+    for tries in range(settings.lock_retries + 1):
+        try:
+            return attempt()
+        except OperationalError as e:
+            if not is_locked(e) or tries == settings.lock_retries:
+                if is_locked(e):
+                    raise DatabaseBusyError(
+                        path,
+                        f"still locked after {tries + 1} tries of {settings.busy_timeout_ms} ms; "
+                        "another process holds a long write transaction (raise "
+                        "JUDGESTORE_BUSY_TIMEOUT_MS or JUDGESTORE_LOCK_RETRIES)",
+                    ) from e
+                raise
+            time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
+    raise AssertionError("unreachable")

@@ -13,7 +13,9 @@ Contract:
 * The two dialect-specific hot statements (insert ignoring duplicates and the
   bulk key lookup) live here and nowhere else. SQLite looks keys up with
   ``json_each`` (one parameter, one plan, no variable limit); other backends
-  use chunked ``IN`` lists.
+  use chunked ``IN`` lists. :func:`json_each_keys` and :data:`LOOKUP_BATCH`
+  are that key list and its batch size, for the other SQLite files that look
+  keys up in bulk (the sync bookkeeping).
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
@@ -77,12 +80,20 @@ def _shape(role: Role) -> tuple[Table, type[Record], tuple[str, ...], tuple[Colu
     return table, record_type, fields, tuple(table.c[name] for name in fields), attrgetter(*fields)
 
 
+def json_each_keys() -> TableValuedAlias:
+    """SQLite's bulk key list: ``json_each`` over one JSON-array parameter ``keys`` (columns ``value``, ``key``).
+
+    Bind it a JSON array of at most :data:`LOOKUP_BATCH` keys; ``key`` is each value's position in it.
+    """
+    return func.json_each(bindparam("keys", type_=String)).table_valued("value", "key")
+
+
 @functools.cache
 def _lookup_statement(role: Role, sqlite_dialect: bool) -> Select[Any]:
     """The bulk key lookup, built once per role: its cache key is memoized, not recomputed per call."""
     table, _, _, columns, _ = _shape(role)
     if sqlite_dialect:
-        values = func.json_each(bindparam("keys", type_=String)).table_valued("value")
+        values = json_each_keys()
         return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
     return select(*columns).where(table.c.input_hash.in_(bindparam("keys", expanding=True)))
 

@@ -31,8 +31,6 @@ Contract:
 
 from __future__ import annotations
 
-import random
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -98,11 +96,6 @@ def _stable_read(path: Path, read: Callable[[], T]) -> T:
     )
 
 
-def _is_locked(error: OperationalError) -> bool:
-    message = str(error.orig).lower()
-    return "database is locked" in message or "database is busy" in message
-
-
 class Database:
     """One descriptor database: its location, its engine, and transactions over it."""
 
@@ -119,21 +112,9 @@ class Database:
 
     def _retry(self, attempt: Callable[[], T]) -> T:
         """Run ``attempt``; if the database stays locked past the busy timeout, back off and retry."""
-        for tries in range(self.settings.lock_retries + 1):
-            try:
-                return attempt()
-            except OperationalError as e:
-                if not _is_locked(e) or tries == self.settings.lock_retries:
-                    if _is_locked(e):
-                        raise DatabaseBusyError(
-                            self.path,
-                            f"still locked after {tries + 1} tries of {self.settings.busy_timeout_ms} ms; "
-                            "another process holds a long write transaction (raise "
-                            "JUDGESTORE_BUSY_TIMEOUT_MS or JUDGESTORE_LOCK_RETRIES)",
-                        ) from e
-                    raise
-                time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
-        raise AssertionError("unreachable")
+        from store.engine import retry_while_locked
+
+        return retry_while_locked(attempt, self.path, self.settings)
 
     @contextmanager
     def transaction(self) -> Iterator[Repository]:

@@ -62,7 +62,9 @@ class Cluster:
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-E", "UTF8", "--no-sync", "-A", "trust")
         (self.data / "pg_hba.conf").write_text(f"local all {SUPERUSER} trust\nlocal all all scram-sha-256\n")
         options = f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off -c max_connections=200"
-        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-w", "-t", "60", "-l", str(self.folder / "log"), "start")
+        self._run(
+            "pg_ctl", "-D", str(self.data), "-o", options, "-w", "-t", "60", "-l", str(self.folder / "log"), "start"
+        )
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")

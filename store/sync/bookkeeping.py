@@ -5,9 +5,23 @@ Contract:
 * One small SQLite file per store root, ``{root}/.judgestore-sync/sync.db``,
   beside the descriptor databases and never inside them: their schema (and
   Alembic's view of it) stays exactly the models', and a descriptor folder can
-  be copied, upgraded or deleted without sync state riding along. Its own
-  tiny schema is created with ``CREATE TABLE IF NOT EXISTS`` and versioned by
-  ``PRAGMA user_version``; a file from a newer judgestore is refused.
+  be copied, upgraded or deleted without sync state riding along.
+* Its tables are the SQLAlchemy Core tables of :data:`metadata`. Its format is
+  the number in ``PRAGMA user_version`` (0: a new, empty file). Opening applies
+  the steps of :data:`MIGRATIONS` that the file lacks, in order, in one
+  ``BEGIN IMMEDIATE`` transaction: a file is upgraded completely or not at
+  all, and two processes opening it at once upgrade it once. A file of a newer
+  format, or a non-empty file with no format (not ours), is refused with a
+  :class:`~store.errors.BookkeepingError` and left untouched. Format 1 is
+  the schema the first sharing release wrote, frozen in its step.
+* The file is opened by :func:`store.engine.create_sqlite_engine`, always
+  with SQLite's rollback journal (safe on network filesystems, where store
+  roots of clusters often live), the store's busy timeout, and
+  ``BEGIN IMMEDIATE`` writes. A transaction that stays locked past the busy
+  timeout is retried by :func:`store.engine.retry_while_locked`, the same
+  retry the descriptor databases use.
+* Every SQLite error is raised as a :class:`~store.errors.BookkeepingError`
+  naming the file and what to do.
 * A shard is recorded per (remote, descriptor folder, shard name) with a
   state: ``pending`` (built and about to be committed by a push), ``pushed``
   (the remote confirmed it), ``fetched`` (validated; its rows are being
@@ -16,55 +30,55 @@ Contract:
   shard of that remote. Push sends only keys not known to the remote, so a
   fetched row is never echoed back, and a row another pusher sent is never
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
-  from one remote can still be pushed to another (mirroring).
-* The file uses SQLite's rollback journal (safe on network filesystems, where
-  store roots of clusters often live) and ``BEGIN IMMEDIATE`` writes.
+  from one remote can still be pushed to another (mirroring). Keys are looked
+  up as the repository looks them up: ``json_each`` over batches of
+  :data:`~store.repository.LOOKUP_BATCH`.
 """
 
 from __future__ import annotations
 
 import enum
 import sqlite3
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import orjson
+from sqlalchemy import (
+    CheckConstraint,
+    Column,
+    Connection,
+    ForeignKey,
+    Integer,
+    MetaData,
+    Table,
+    Text,
+    UniqueConstraint,
+    bindparam,
+    delete,
+    exists,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.sqlite import insert
+from sqlalchemy.exc import DBAPIError
 
-from store.errors import BookkeepingError
+from store.engine import apply_journal_mode, create_sqlite_engine, retry_while_locked
+from store.errors import BookkeepingError, DatabaseBusyError
+from store.models import NAMING_CONVENTION
+from store.repository import LOOKUP_BATCH, json_each_keys
+from store.settings import Settings
 from store.sync.workspace import workspace
 
+T = TypeVar("T")
 BOOKKEEPING_FILE = "sync.db"
-FORMAT_VERSION = 1
-LOOKUP_BATCH = 20_000
-BUSY_TIMEOUT_S = 60.0
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS remotes (
-    id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL UNIQUE
-);
-CREATE TABLE IF NOT EXISTS shards (
-    id INTEGER PRIMARY KEY,
-    remote_id INTEGER NOT NULL REFERENCES remotes (id),
-    folder TEXT NOT NULL,
-    name TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('pending', 'pushed', 'fetched', 'imported')),
-    rows INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    revision TEXT,
-    updated_at TEXT NOT NULL,
-    UNIQUE (remote_id, folder, name)
-);
-CREATE TABLE IF NOT EXISTS shard_keys (
-    input_hash TEXT NOT NULL,
-    shard_id INTEGER NOT NULL REFERENCES shards (id) ON DELETE CASCADE,
-    PRIMARY KEY (input_hash, shard_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ix_shard_keys_shard_id ON shard_keys (shard_id);
-"""
+_START_AFRESH = (
+    "move it away and fetch again (a fetch re-imports idempotently; a push may then re-send rows, which is harmless)"
+)
 
 
 class ShardState(enum.StrEnum):
@@ -75,6 +89,90 @@ class ShardState(enum.StrEnum):
 
 
 KNOWN_STATES = (ShardState.PUSHED, ShardState.FETCHED, ShardState.IMPORTED)
+
+# ------------------------------------------------------------ tables
+
+# Indexes are named by the store's convention (format 1's one index already follows it); its
+# constraints are unnamed in format 1, so the other conventions are left out and the tables
+# describe the file as it lies on disk.
+metadata = MetaData(naming_convention={"ix": NAMING_CONVENTION["ix"]})
+
+remotes_table = Table(
+    "remotes",
+    metadata,
+    Column("id", Integer, primary_key=True, nullable=True),  # a rowid alias, declared as format 1 declares it
+    Column("url", Text, nullable=False, unique=True),
+)
+
+shards_table = Table(
+    "shards",
+    metadata,
+    Column("id", Integer, primary_key=True, nullable=True),
+    Column("remote_id", Integer, ForeignKey("remotes.id"), nullable=False),
+    Column("folder", Text, nullable=False),
+    Column("name", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("rows", Integer, nullable=False),
+    Column("bytes", Integer, nullable=False),
+    Column("revision", Text),
+    Column("updated_at", Text, nullable=False),  # ISO 8601 with its UTC offset, as format 1 stores it
+    CheckConstraint(f"state IN ({', '.join(repr(s.value) for s in ShardState)})"),
+    UniqueConstraint("remote_id", "folder", "name"),
+)
+
+shard_keys_table = Table(
+    "shard_keys",
+    metadata,
+    Column("input_hash", Text, primary_key=True),
+    Column("shard_id", Integer, ForeignKey("shards.id", ondelete="CASCADE"), primary_key=True, index=True),
+    sqlite_with_rowid=False,
+)
+
+# ------------------------------------------------------------ formats
+
+_FORMAT_1_DDL = (
+    """CREATE TABLE remotes (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE
+)""",
+    """CREATE TABLE shards (
+    id INTEGER PRIMARY KEY,
+    remote_id INTEGER NOT NULL REFERENCES remotes (id),
+    folder TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'pushed', 'fetched', 'imported')),
+    rows INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    revision TEXT,
+    updated_at TEXT NOT NULL,
+    UNIQUE (remote_id, folder, name)
+)""",
+    """CREATE TABLE shard_keys (
+    input_hash TEXT NOT NULL,
+    shard_id INTEGER NOT NULL REFERENCES shards (id) ON DELETE CASCADE,
+    PRIMARY KEY (input_hash, shard_id)
+) WITHOUT ROWID""",
+    "CREATE INDEX ix_shard_keys_shard_id ON shard_keys (shard_id)",
+)
+
+
+def _format_1(conn: Connection) -> None:
+    """Format 1: remotes, shards and their keys (the first sharing release).
+
+    What changes: creates the three tables and the index of shard_keys by shard on a new file.
+    Why: the bookkeeping's first schema. Data impact: none, the file is empty. Cost: instant.
+    The statements are those that release wrote (its files hold exactly this schema); never
+    edit them: a change to the tables is a new step.
+    """
+    for statement in _FORMAT_1_DDL:
+        conn.exec_driver_sql(statement)
+
+
+Migration = Callable[[Connection], None]
+MIGRATIONS: tuple[Migration, ...] = (_format_1,)
+"""``MIGRATIONS[n - 1]`` takes a file from format ``n - 1`` to ``n``; the last format is this library's."""
+
+# ------------------------------------------------------------ records
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,18 +205,60 @@ def _now() -> str:
     return datetime.now(UTC).isoformat()
 
 
-class Bookkeeping:
-    """The bookkeeping database of one store root (see the module docstring)."""
+# ------------------------------------------------------------ statements (built once)
 
-    def __init__(self, root: Path) -> None:
+_keys = json_each_keys()
+_UNKNOWN_KEYS = (
+    select(_keys.c.value)
+    .where(
+        ~exists().where(
+            shard_keys_table.c.input_hash == _keys.c.value,
+            shards_table.c.id == shard_keys_table.c.shard_id,
+            shards_table.c.remote_id == bindparam("remote_id"),
+            shards_table.c.folder == bindparam("folder"),
+            shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
+        )
+    )
+    .order_by(_keys.c.key)
+)
+_INSERT_REMOTE = insert(remotes_table).on_conflict_do_nothing()
+_INSERT_SHARD = insert(shards_table).on_conflict_do_nothing()
+_INSERT_KEY = insert(shard_keys_table).on_conflict_do_nothing()
+_THIS_SHARD = (
+    shards_table.c.remote_id == bindparam("b_remote_id"),
+    shards_table.c.folder == bindparam("b_folder"),
+    shards_table.c.name == bindparam("b_name"),
+)
+_SET_STATE = (
+    update(shards_table)
+    .where(*_THIS_SHARD)
+    .values(
+        state=bindparam("b_state"),
+        revision=func.coalesce(bindparam("b_revision", type_=Text), shards_table.c.revision),
+        updated_at=bindparam("b_updated_at"),
+    )
+)
+_FORGET = delete(shards_table).where(*_THIS_SHARD)
+
+
+class Bookkeeping:
+    """The bookkeeping database of one store root (see the module docstring).
+
+    ``settings`` gives the busy timeout and lock retries (default: read from the environment);
+    its journal policy is not used, the bookkeeping always uses the rollback journal.
+    """
+
+    def __init__(self, root: Path, *, settings: Settings | None = None) -> None:
         self.path = bookkeeping_path(root)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        self._conn.execute("PRAGMA foreign_keys = ON")
+        self.settings = (settings or Settings()).model_copy(update={"journal_policy": "rollback"})
+        self._engine = create_sqlite_engine(self.path, self.settings)
         try:
-            self._ensure_schema()
+            self._run(self._upgrade, write=True)
+            with self._translated():
+                apply_journal_mode(self._engine)  # only now: a refused file is left as it was
         except BaseException:
-            self._conn.close()
+            self._engine.dispose()
             raise
 
     def __enter__(self) -> Bookkeeping:
@@ -128,74 +268,85 @@ class Bookkeeping:
         self.close()
 
     def close(self) -> None:
-        self._conn.close()
+        self._engine.dispose()
+
+    def _run(self, work: Callable[[Connection], T], *, write: bool = False) -> T:
+        """``work`` in one transaction (``BEGIN IMMEDIATE`` if ``write``), retried while the file stays locked."""
+
+        def attempt() -> T:
+            with self._engine.connect() as conn, conn.execution_options(write=write).begin():
+                return work(conn)
+
+        with self._translated():
+            return retry_while_locked(attempt, self.path, self.settings)
 
     @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        self._conn.execute("BEGIN IMMEDIATE")
+    def _translated(self) -> Iterator[None]:
         try:
-            yield self._conn
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-
-    def _ensure_schema(self) -> None:
-        try:
-            with self._write() as conn:
-                version = conn.execute("PRAGMA user_version").fetchone()[0]
-                if version > FORMAT_VERSION:
-                    raise BookkeepingError(
-                        f"{self.path}: sync bookkeeping format {version} is newer than this library's "
-                        f"{FORMAT_VERSION}; upgrade judgestore (`pip install -U judgestore`)"
-                    )
-                if version < FORMAT_VERSION:
-                    for statement in _SCHEMA.split(";"):
-                        if statement.strip():
-                            conn.execute(statement)
-                    conn.execute(f"PRAGMA user_version = {FORMAT_VERSION}")
-        except sqlite3.DatabaseError as e:
+            yield
+        except DatabaseBusyError as e:
+            raise BookkeepingError(str(e)) from e  # it names the file and the settings to raise
+        except (DBAPIError, sqlite3.Error) as e:
+            cause = e.orig if isinstance(e, DBAPIError) else e
             raise BookkeepingError(
-                f"{self.path}: the sync bookkeeping database cannot be used ({e}); move it away and fetch again "
-                "(a fetch re-imports idempotently; a push may then re-send rows, which is harmless)"
+                f"{self.path}: the sync bookkeeping database cannot be used ({cause}); {_START_AFRESH}"
             ) from e
+
+    def _upgrade(self, conn: Connection) -> None:
+        """Bring the file to this library's format (see the module docstring); runs in the open's write transaction."""
+        found = int(conn.exec_driver_sql("PRAGMA user_version").scalar_one())
+        latest = len(MIGRATIONS)
+        if found == latest:
+            return
+        if found > latest:
+            raise BookkeepingError(
+                f"{self.path}: sync bookkeeping format {found} is newer than this library's "
+                f"{latest}; upgrade judgestore (`pip install -U judgestore`)"
+            )
+        if found == 0 and conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar_one():
+            raise BookkeepingError(
+                f"{self.path}: not a judgestore sync bookkeeping database (it holds tables but no "
+                f"bookkeeping format); {_START_AFRESH}"
+            )
+        for migration in MIGRATIONS[found:]:
+            migration(conn)
+        conn.exec_driver_sql(f"PRAGMA user_version = {latest}")
 
     # ------------------------------------------------------------ reads
 
     def remote_id(self, url: str) -> int:
-        with self._write() as conn:
-            conn.execute("INSERT OR IGNORE INTO remotes (url) VALUES (?)", (url,))
-            return int(conn.execute("SELECT id FROM remotes WHERE url = ?", (url,)).fetchone()[0])
+        def work(conn: Connection) -> int:
+            conn.execute(_INSERT_REMOTE, {"url": url})
+            return int(conn.execute(select(remotes_table.c.id).where(remotes_table.c.url == url)).scalar_one())
+
+        return self._run(work, write=True)
 
     def unknown_keys(self, remote_id: int, folder: str, keys: Sequence[str]) -> list[str]:
         """The keys among ``keys`` that the remote is not known to have (order kept)."""
-        unknown: list[str] = []
-        states = ",".join(f"'{s.value}'" for s in KNOWN_STATES)
-        sql = (
-            "SELECT j.value FROM json_each(?) AS j WHERE NOT EXISTS ("
-            " SELECT 1 FROM shard_keys AS k JOIN shards AS s ON s.id = k.shard_id"
-            f" WHERE k.input_hash = j.value AND s.remote_id = ? AND s.folder = ? AND s.state IN ({states}))"
-            " ORDER BY j.key"
-        )
-        for start in range(0, len(keys), LOOKUP_BATCH):
-            chunk = orjson.dumps(list(keys[start : start + LOOKUP_BATCH])).decode()
-            unknown += [row[0] for row in self._conn.execute(sql, (chunk, remote_id, folder))]
-        return unknown
+
+        def work(conn: Connection) -> list[str]:
+            unknown: list[str] = []
+            for start in range(0, len(keys), LOOKUP_BATCH):
+                chunk = orjson.dumps(list(keys[start : start + LOOKUP_BATCH])).decode()
+                params = {"keys": chunk, "remote_id": remote_id, "folder": folder}
+                unknown += conn.execute(_UNKNOWN_KEYS, params).scalars().all()
+            return unknown
+
+        return self._run(work)
 
     def states(self, remote_id: int, folder: str) -> dict[str, ShardState]:
         """Every recorded shard of a folder and its state."""
-        rows = self._conn.execute(
-            "SELECT name, state FROM shards WHERE remote_id = ? AND folder = ?", (remote_id, folder)
-        )
+        c = shards_table.c
+        stmt = select(c.name, c.state).where(c.remote_id == remote_id, c.folder == folder)
+        rows = self._run(lambda conn: conn.execute(stmt).all())
         return {name: ShardState(state) for name, state in rows}
 
     def shards(self, remote_id: int, state: ShardState | None = None) -> list[ShardEntry]:
-        sql = "SELECT folder, name, state, rows, bytes FROM shards WHERE remote_id = ?"
-        params: tuple[object, ...] = (remote_id,)
+        c = shards_table.c
+        stmt = select(c.folder, c.name, c.state, c.rows, c.bytes).where(c.remote_id == remote_id)
         if state is not None:
-            sql += " AND state = ?"
-            params += (state.value,)
-        rows = self._conn.execute(sql + " ORDER BY folder, name", params)
+            stmt = stmt.where(c.state == state.value)
+        rows = self._run(lambda conn: conn.execute(stmt.order_by(c.folder, c.name)).all())
         return [ShardEntry(folder, name, ShardState(s), n, size) for folder, name, s, n, size in rows]
 
     # ------------------------------------------------------------ writes
@@ -204,21 +355,29 @@ class Bookkeeping:
         self, remote_id: int, state: ShardState, shards: Iterable[NewShard], revision: str | None = None
     ) -> None:
         """Record shards with their keys in one transaction; a shard already recorded moves to ``state``."""
-        with self._write() as conn:
-            for shard in shards:
-                cursor = conn.execute(
-                    "INSERT OR IGNORE INTO shards (remote_id, folder, name, state, rows, bytes, revision, updated_at)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    (remote_id, shard.folder, shard.name, state.value, shard.rows, shard.size, revision, _now()),
-                )
-                if cursor.rowcount:
-                    shard_id = cursor.lastrowid
-                    conn.executemany(
-                        "INSERT OR IGNORE INTO shard_keys (input_hash, shard_id) VALUES (?, ?)",
-                        ((key, shard_id) for key in shard.keys),
-                    )
+        entries = list(shards)  # a retry runs the transaction again, so an iterator must not be spent by the first
+
+        def work(conn: Connection) -> None:
+            for shard in entries:
+                row = {
+                    "remote_id": remote_id,
+                    "folder": shard.folder,
+                    "name": shard.name,
+                    "state": state.value,
+                    "rows": shard.rows,
+                    "bytes": shard.size,
+                    "revision": revision,
+                    "updated_at": _now(),
+                }
+                result = conn.execute(_INSERT_SHARD, row)
+                if result.rowcount:
+                    shard_id = result.lastrowid
+                    if shard.keys:
+                        conn.execute(_INSERT_KEY, [{"input_hash": key, "shard_id": shard_id} for key in shard.keys])
                 else:
                     self._set_state(conn, remote_id, [(shard.folder, shard.name)], state, revision)
+
+        self._run(work, write=True)
 
     def set_state(
         self,
@@ -228,27 +387,36 @@ class Bookkeeping:
         revision: str | None = None,
     ) -> None:
         """Move recorded shards, given as (folder, name), to ``state`` in one transaction."""
-        with self._write() as conn:
-            self._set_state(conn, remote_id, shards, state, revision)
+        names = list(shards)
+        self._run(lambda conn: self._set_state(conn, remote_id, names, state, revision), write=True)
 
     @staticmethod
     def _set_state(
-        conn: sqlite3.Connection,
+        conn: Connection,
         remote_id: int,
-        shards: Iterable[tuple[str, str]],
+        shards: Sequence[tuple[str, str]],
         state: ShardState,
         revision: str | None,
     ) -> None:
-        conn.executemany(
-            "UPDATE shards SET state = ?, revision = coalesce(?, revision), updated_at = ?"
-            " WHERE remote_id = ? AND folder = ? AND name = ?",
-            ((state.value, revision, _now(), remote_id, folder, name) for folder, name in shards),
-        )
+        now = _now()
+        params = [
+            {
+                "b_remote_id": remote_id,
+                "b_folder": folder,
+                "b_name": name,
+                "b_state": state.value,
+                "b_revision": revision,
+                "b_updated_at": now,
+            }
+            for folder, name in shards
+        ]
+        if params:
+            conn.execute(_SET_STATE, params)
 
     def forget(self, remote_id: int, shards: Iterable[tuple[str, str]]) -> None:
         """Drop shards, given as (folder, name), and their keys: pending ones that never reached the remote."""
-        with self._write() as conn:
-            conn.executemany(
-                "DELETE FROM shards WHERE remote_id = ? AND folder = ? AND name = ?",
-                ((remote_id, folder, name) for folder, name in shards),
-            )
+        params: list[dict[str, Any]] = [
+            {"b_remote_id": remote_id, "b_folder": folder, "b_name": name} for folder, name in shards
+        ]
+        if params:
+            self._run(lambda conn: conn.execute(_FORGET, params), write=True)

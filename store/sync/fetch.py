@@ -158,7 +158,7 @@ def fetch(
 ) -> FetchReport:
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""
     selector = selector or Selector()
-    with sync_lock(store.root), Bookkeeping(store.root) as books:
+    with sync_lock(store.root), Bookkeeping(store.root, settings=store.settings) as books:
         revision = remote.head()
         report = FetchReport(remote.url, revision, dry_run)
         folders = discover(remote, revision, selector, report.rejected_paths)

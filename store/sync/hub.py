@@ -10,8 +10,8 @@ Contract (on top of the remote contract in :mod:`store.sync.remote`):
 * Every request is retried with exponential backoff and jitter on 408, 409,
   423, 425, 429 (waiting at least what ``Retry-After`` asks), 5xx, timeouts
   and dropped connections; 401 and 403 raise
-  :class:`~store.sync.errors.RemoteAuthError` and 404
-  :class:`~store.sync.errors.RemoteNotFoundError` at once.
+  :class:`~store.errors.RemoteAuthError` and 404
+  :class:`~store.errors.RemoteNotFoundError` at once.
 * :meth:`HubRemote.add_files` is idempotent: each attempt asks the Hub which
   of the paths already exist at the branch head, builds fresh
   ``CommitOperationAdd`` objects (the client mutates them) for the others,

@@ -135,7 +135,11 @@ def push(
         raise InvalidInputError(f"{store.root}: no store here (the folder does not exist); check --store-root")
     report = PushReport(remote.url, dry_run)
     locations = select(store.root, selector)
-    with sync_lock(store.root), Bookkeeping(store.root) as books, staging_folder(store.root) as staging:
+    with (
+        sync_lock(store.root),
+        Bookkeeping(store.root, settings=store.settings) as books,
+        staging_folder(store.root) as staging,
+    ):
         remote_id = books.remote_id(remote.url)
         if not dry_run:
             report.recovered = _settle_pending(books, remote_id, remote)

@@ -14,8 +14,8 @@ each implementation):
   answer are relative to the remote's root, ``/``-separated, and untrusted
   (the caller parses them with :func:`store.sync.remote_layout.parse_remote_path`).
 * :meth:`Remote.read` never returns more than ``max_bytes``.
-* Errors are :class:`~store.sync.errors.RemoteError` (the remote failed) or
-  :class:`~store.sync.errors.UntrustedContentError` (a file is not what it
+* Errors are :class:`~store.errors.RemoteError` (the remote failed) or
+  :class:`~store.errors.UntrustedContentError` (a file is not what it
   should be), never a bare ``OSError`` or HTTP exception.
 
 :class:`DirectoryRemote` is a folder, e.g. on a cluster's shared filesystem.

@@ -3,13 +3,96 @@
 from __future__ import annotations
 
 import sqlite3
+import threading
+import time
 from contextlib import closing
 from pathlib import Path
+from typing import Any
 
 import pytest
+from sqlalchemy import Connection, create_engine
 
 from store.errors import BookkeepingError
+from store.settings import Settings
+from store.sync import bookkeeping
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState, bookkeeping_path
+
+# Format 1 as the first sharing release wrote it, copied from that release's store/sync/bookkeeping.py.
+# Frozen here, never imported: these tests check that files written by that code keep working.
+FORMAT_1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS remotes (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS shards (
+    id INTEGER PRIMARY KEY,
+    remote_id INTEGER NOT NULL REFERENCES remotes (id),
+    folder TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'pushed', 'fetched', 'imported')),
+    rows INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    revision TEXT,
+    updated_at TEXT NOT NULL,
+    UNIQUE (remote_id, folder, name)
+);
+CREATE TABLE IF NOT EXISTS shard_keys (
+    input_hash TEXT NOT NULL,
+    shard_id INTEGER NOT NULL REFERENCES shards (id) ON DELETE CASCADE,
+    PRIMARY KEY (input_hash, shard_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ix_shard_keys_shard_id ON shard_keys (shard_id);
+"""
+HUB = "hf:hub/datasets/org/a"
+
+
+def write_format_1_file(root: Path) -> Path:
+    """A bookkeeping file as the first release wrote it: its schema, user_version 1, then a push's rows."""
+    path = bookkeeping_path(root)
+    path.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("BEGIN IMMEDIATE")
+        for statement in FORMAT_1_SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.execute("COMMIT")
+        conn.execute("INSERT INTO remotes (url) VALUES (?)", (HUB,))
+        conn.executemany(
+            "INSERT INTO shards (remote_id, folder, name, state, rows, bytes, revision, updated_at)"
+            " VALUES (1, 'f', ?, ?, ?, ?, ?, '2026-01-02T03:04:05.000006+00:00')",
+            [("s1", "pushed", 2, 10, "commit-1"), ("s2", "pending", 1, 5, None)],
+        )
+        conn.executemany(
+            "INSERT INTO shard_keys (input_hash, shard_id) VALUES (?, ?)", [("k1", 1), ("k2", 1), ("k3", 2)]
+        )
+    return path
+
+
+def schema_of(path: Path) -> list[tuple[Any, ...]]:
+    """Every table and index of a file with the SQL that created it, and its format."""
+    with closing(sqlite3.connect(path)) as conn:
+        rows = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY name").fetchall()
+        return [*rows, ("user_version", conn.execute("PRAGMA user_version").fetchone()[0])]
+
+
+def structure_of(path: Path) -> dict[str, Any]:
+    """What SQLite reports about each table: columns, foreign keys, indexes and their columns, rowid or not."""
+    with closing(sqlite3.connect(path)) as conn:
+        tables = conn.execute("SELECT name, sql FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+        return {
+            name: {
+                "columns": conn.execute(f"PRAGMA table_xinfo({name})").fetchall(),
+                "foreign_keys": conn.execute(f"PRAGMA foreign_key_list({name})").fetchall(),
+                "indexes": sorted(
+                    (index, unique, origin, partial, conn.execute(f"PRAGMA index_xinfo({index})").fetchall())
+                    for _, index, unique, origin, partial in conn.execute(f"PRAGMA index_list({name})")
+                ),
+                "without_rowid": sql.rstrip().endswith("WITHOUT ROWID"),
+            }
+            for name, sql in tables
+        }
 
 
 def test_keys_are_known_once_pushed_or_fetched_and_only_to_that_remote(tmp_path: Path) -> None:
@@ -38,12 +121,17 @@ def test_recording_a_known_shard_again_moves_its_state(tmp_path: Path) -> None:
         assert [e.state for e in books.shards(remote)] == [ShardState.IMPORTED]
 
 
-def test_a_bookkeeping_file_from_a_newer_judgestore_is_refused(tmp_path: Path) -> None:
+def test_a_bookkeeping_file_from_a_newer_judgestore_is_refused_and_left_untouched(tmp_path: Path) -> None:
     Bookkeeping(tmp_path).close()
-    with closing(sqlite3.connect(bookkeeping_path(tmp_path))) as conn:
+    path = bookkeeping_path(tmp_path)
+    with closing(sqlite3.connect(path)) as conn:
         conn.execute("PRAGMA user_version = 99")
-    with pytest.raises(BookkeepingError, match="newer than this library"):
+    before = path.read_bytes()
+    with pytest.raises(BookkeepingError, match="newer than this library") as caught:
         Bookkeeping(tmp_path)
+    assert str(path) in str(caught.value) and "pip install -U judgestore" in str(caught.value)
+    assert path.read_bytes() == before
+    assert sorted(p.name for p in path.parent.iterdir()) == ["sync.db"]  # no journal left behind either
 
 
 def test_a_damaged_bookkeeping_file_says_what_to_do(tmp_path: Path) -> None:
@@ -52,3 +140,133 @@ def test_a_damaged_bookkeeping_file_says_what_to_do(tmp_path: Path) -> None:
     path.write_bytes(b"this is not sqlite" * 100)
     with pytest.raises(BookkeepingError, match="move it away"):
         Bookkeeping(tmp_path)
+
+
+def test_a_file_with_tables_but_no_format_is_not_ours_and_is_left_untouched(tmp_path: Path) -> None:
+    path = bookkeeping_path(tmp_path)
+    path.parent.mkdir(parents=True)
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("CREATE TABLE notes (text TEXT)")
+    before = path.read_bytes()
+    with pytest.raises(BookkeepingError, match=r"not a judgestore sync bookkeeping database.*move it away"):
+        Bookkeeping(tmp_path)
+    assert path.read_bytes() == before
+
+
+# ---------------------------------------------------------------- formats
+
+
+def test_a_format_1_file_written_by_the_first_release_opens_and_works_unchanged(tmp_path: Path) -> None:
+    path = write_format_1_file(tmp_path)
+    schema = schema_of(path)
+    with Bookkeeping(tmp_path) as books:
+        hub = books.remote_id(HUB)
+        assert hub == 1
+        assert books.states(hub, "f") == {"s1": ShardState.PUSHED, "s2": ShardState.PENDING}
+        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3", "k4"]) == ["k3", "k4"]  # k3 is only pending
+        books.set_state(hub, [("f", "s2")], ShardState.PUSHED, "commit-2")
+        books.record(hub, ShardState.FETCHED, [NewShard("f", "s3", 1, 7, ["k5"])])
+        assert books.unknown_keys(hub, "f", ["k3", "k4", "k5"]) == ["k4"]
+    assert schema_of(path) == schema
+
+
+def test_a_new_file_holds_exactly_the_schema_the_first_release_wrote(tmp_path: Path) -> None:
+    Bookkeeping(tmp_path / "new").close()
+    old = write_format_1_file(tmp_path / "old")
+    assert schema_of(bookkeeping_path(tmp_path / "new")) == schema_of(old)
+
+
+def test_the_tables_describe_the_file_the_migrations_write(tmp_path: Path) -> None:
+    Bookkeeping(tmp_path).close()
+    migrated = bookkeeping_path(tmp_path)
+    created = tmp_path / "create_all.db"
+    engine = create_engine(f"sqlite:///{created}")
+    bookkeeping.metadata.create_all(engine)
+    engine.dispose()
+    assert structure_of(created) == structure_of(migrated), (
+        "store.sync.bookkeeping's tables and MIGRATIONS disagree: add a migration step for the change"
+    )
+    shards_sql = next(sql for _, name, _, sql in schema_of(migrated)[:-1] if name == "shards")
+    for check in bookkeeping.shards_table.constraints:  # CHECKs are not reported by any PRAGMA
+        if hasattr(check, "sqltext"):
+            assert f"CHECK ({check.sqltext})" in shards_sql
+
+
+def _format_2(conn: Connection) -> None:
+    """A synthetic next format: shards get a note, filled in for the rows already there."""
+    conn.exec_driver_sql("ALTER TABLE shards ADD COLUMN note TEXT")
+    conn.exec_driver_sql("UPDATE shards SET note = 'from format 1'")
+
+
+def test_a_format_1_file_is_upgraded_by_the_steps_it_lacks_and_keeps_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = write_format_1_file(tmp_path)
+    monkeypatch.setattr(bookkeeping, "MIGRATIONS", (*bookkeeping.MIGRATIONS, _format_2))
+    with Bookkeeping(tmp_path) as books:
+        hub = books.remote_id(HUB)
+        assert books.states(hub, "f") == {"s1": ShardState.PUSHED, "s2": ShardState.PENDING}
+        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3"]) == ["k3"]
+    with closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("SELECT name, note FROM shards ORDER BY name").fetchall() == [
+            ("s1", "from format 1"),
+            ("s2", "from format 1"),
+        ]
+        assert conn.execute("SELECT count(*) FROM shard_keys").fetchone()[0] == 3
+    with Bookkeeping(tmp_path) as books:  # a second open has nothing left to do
+        assert books.unknown_keys(1, "f", ["k1"]) == []
+
+
+def test_an_upgrade_that_fails_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = write_format_1_file(tmp_path)
+    before = path.read_bytes()
+
+    def broken_step(conn: Connection) -> None:
+        _format_2(conn)
+        conn.exec_driver_sql("SELECT * FROM no_such_table")
+
+    monkeypatch.setattr(bookkeeping, "MIGRATIONS", (*bookkeeping.MIGRATIONS, broken_step))
+    with pytest.raises(BookkeepingError, match=r"no such table: no_such_table.*move it away") as caught:
+        Bookkeeping(tmp_path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == before  # one transaction: the first half of the step was rolled back too
+
+
+# ---------------------------------------------------------------- locks and errors
+
+
+def _hold_write_lock(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    conn.execute("BEGIN IMMEDIATE")
+    return conn
+
+
+def test_a_lock_held_too_long_gives_a_bookkeeping_error_naming_the_file(tmp_path: Path) -> None:
+    with Bookkeeping(tmp_path, settings=Settings(busy_timeout_ms=50, lock_retries=1)) as books:
+        holder = _hold_write_lock(books.path)
+        try:
+            with pytest.raises(BookkeepingError, match="still locked after 2 tries") as caught:
+                books.remote_id(HUB)
+        finally:
+            holder.close()
+        assert str(books.path) in str(caught.value) and "JUDGESTORE_BUSY_TIMEOUT_MS" in str(caught.value)
+        assert books.remote_id(HUB) == 1  # once the lock is free, the write goes through
+
+
+def test_a_short_lock_is_waited_out_instead_of_failing(tmp_path: Path) -> None:
+    with Bookkeeping(tmp_path, settings=Settings(busy_timeout_ms=10, lock_retries=8)) as books:
+        holder = _hold_write_lock(books.path)
+        threading.Timer(0.3, holder.close).start()
+        started = time.monotonic()
+        assert books.remote_id(HUB) == 1  # retried with backoff past the busy timeout
+        assert time.monotonic() - started >= 0.25, "the write cannot have gone through while the lock was held"
+
+
+def test_a_file_damaged_after_it_was_opened_names_the_file_and_what_to_do(tmp_path: Path) -> None:
+    with Bookkeeping(tmp_path) as books:
+        with closing(sqlite3.connect(books.path)) as conn:
+            conn.execute("DROP TABLE shard_keys")
+        with pytest.raises(BookkeepingError, match=r"no such table: shard_keys.*move it away") as caught:
+            books.unknown_keys(books.remote_id(HUB), "f", ["k1"])
+        assert str(books.path) in str(caught.value)
