@@ -6,6 +6,7 @@ neither a key nor the ``openai`` library (against the fake in ``tests/fake_opena
 
 from __future__ import annotations
 
+import sys
 import warnings
 from collections.abc import Iterator
 
@@ -16,7 +17,7 @@ from inference.hosted import HOSTED_PROTOCOL, HostedKeyWarning, HostedSpec, host
 from inference.openai_backend import request_body
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING
-from store.errors import InvalidInputError, MissingAPIKeyError
+from store.errors import InvalidInputError, JudgestoreError, MissingAPIKeyError
 from store.store import Store
 from tests.fake_openai import FakeOpenAI
 from tests.inference.conftest import run_fresh_python
@@ -174,6 +175,7 @@ def test_the_spec_holds_the_name_of_the_key_never_the_key(monkeypatch: pytest.Mo
 def test_a_missing_key_is_a_typed_error_naming_the_variable_only_when_something_is_missing(
     store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    pytest.importorskip("openai")
     spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, api_key_env="JUDGE_KEY")
     with pytest.raises(MissingAPIKeyError, match="JUDGE_KEY is not set"):
         spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
@@ -200,6 +202,7 @@ print("openai imported:", "openai" in sys.modules, "vllm imported:", "vllm" in s
 
 
 def test_a_full_hit_run_never_imports_openai_nor_contacts_the_server(store: Store) -> None:
+    pytest.importorskip("openai")  # to fill the store
     with FakeOpenAI() as fake:
         spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
         spec.cached(store, task="t").complete(
@@ -211,3 +214,12 @@ def test_a_full_hit_run_never_imports_openai_nor_contacts_the_server(store: Stor
         _FULL_HIT_RUN.replace("sys.argv[1]", repr(base_url)).replace("sys.argv[2]", repr(str(store.root)))
     )
     assert "openai imported: False vllm imported: False" in result.stdout
+
+
+def test_without_the_openai_library_a_miss_says_how_to_install_it(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)  # as if it were not installed
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
+    with pytest.raises(JudgestoreError, match=r"pip install 'judgestore\[openai\]'"):
+        spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])

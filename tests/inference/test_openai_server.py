@@ -68,6 +68,7 @@ class Server:
 @pytest.fixture(scope="module")
 def server(tiny_model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     pytest.importorskip("vllm", reason="the served-model tests need vLLM installed")
+    pytest.importorskip("openai", reason="the hosted backend needs the openai client")
     port = _free_port()
     log = tmp_path_factory.mktemp("vllm-server") / "server.log"
     command = [
