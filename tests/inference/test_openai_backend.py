@@ -221,6 +221,13 @@ def test_a_refused_key_is_a_typed_error_sent_once_that_names_the_variable_not_th
     assert KEY not in printed and "<api key>" in printed  # the server echoed the key: blanked out
 
 
+def test_a_403_is_an_auth_error_too_and_is_not_retried(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=403, body=b'{"error": {"message": "this key may not use fake-judge"}}'))
+    with pytest.raises(HostedAuthError, match="403: the server refused the request .no API key was sent.: this key"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 1
+
+
 def test_a_model_the_server_does_not_serve_is_a_typed_error_listing_what_it_serves(
     store: Store, fake: FakeOpenAI
 ) -> None:
