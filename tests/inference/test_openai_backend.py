@@ -223,7 +223,7 @@ def test_a_refused_key_is_a_typed_error_sent_once_that_names_the_variable_not_th
 
 def test_a_403_is_an_auth_error_too_and_is_not_retried(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=403, body=b'{"error": {"message": "this key may not use fake-judge"}}'))
-    with pytest.raises(HostedAuthError, match="403: the server refused the request .no API key was sent.: this key"):
+    with pytest.raises(HostedAuthError, match=r"403: the server refused the request \(no API key was sent\): this key"):
         served(fake).cached(store, task="t").complete([ask(0)])
     assert len(fake.completions()) == 1
 
