@@ -34,6 +34,12 @@ Two parts, each measured beside its floor in the same run:
     datetime), as ``bench/store_bench.py``'s raw ``get_many`` does; shown
     beside, for the part of the gap that is the result's shape.
 
+  - ours, hosted spec (10k requests): the same rows stored under a hosted
+    model's descriptor (``HostedSpec(provider="vllm-server", ...)``), planned
+    and completed through ``HostedSpec.cached()`` (issue 11). The plan is the
+    same code, so the figures match the lines above; the check before timing
+    also asserts that no client was made and ``openai`` was never imported.
+
   Every variant drops its result inside its own timing (``complete``'s
   Responses too, which is charged to ours).
   - The split, measured in a second interleaved series: render + hash (ours:
@@ -102,6 +108,7 @@ from bench.common import (  # noqa: E402
 )
 from inference.backend import Backend  # noqa: E402
 from inference.cached import CachedModel  # noqa: E402
+from inference.hosted import HostedSpec  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
@@ -115,6 +122,7 @@ ROLE: Role = "completions"
 TASK = "bench"
 CLI_PROMPTS = 16
 CLI_HIT_RUNS = 3
+HOSTED_MAX_REQUESTS = 10_000  # the hosted spec's full hit is measured at this size (its rows are stored twice)
 
 
 @dataclass
@@ -273,17 +281,36 @@ class PlanBench:
             f"{time.perf_counter() - t0:.1f} s"
         )
         cached = CachedModel(store, self.descriptor, task=TASK, backend_factory=no_engine)
+        # The same rows under a hosted model's descriptor, planned through HostedSpec.cached():
+        # the plan is the same code, so a full hit costs the same and never makes a client.
+        hosted = None
+        if n <= HOSTED_MAX_REQUESTS:
+            spec = HostedSpec(model="bench-judge", provider="vllm-server", base_url="http://judge.invalid:8000/v1")
+            hosted_db = store.database(ROLE, TASK, spec.descriptor)
+            for start in range(0, n, 10_000):
+                hosted_db.put_many(records[start : start + 10_000])
+            hosted = spec.cached(store, task=TASK)
         raw = raw_connect(db.path, self.settings)
         try:
             inputs = self._check(cached, raw, requests, batch, records)
+            if hosted is not None:
+                self._check_hosted(hosted, requests, records)
             del records
             gc.collect()
             keys = list(inputs)
             log(f"  timing {n:,} requests: {reps} interleaved repetitions of {inner} calls, then the split")
+            hosted_variants = []
+            if hosted is not None:
+                model = hosted
+                hosted_variants = [
+                    Variant("hosted plan", lambda _s: model.plan(ROLE, requests).hits),
+                    Variant("hosted complete", lambda _s: len(model.complete(requests))),
+                ]
             whole = measure(
                 [
                     Variant("ours plan", lambda _s: cached.plan(ROLE, requests).hits),
                     Variant("ours complete", lambda _s: len(cached.complete(requests))),
+                    *hosted_variants,
                     Variant("floor", lambda _s: floor_plan(raw, batch)),
                     Variant("floor + records", lambda _s: floor_plan_records(raw, batch)),
                 ],
@@ -309,6 +336,13 @@ class PlanBench:
         self.results += [
             Result(f"plan, {n:,} requests", whole["ours plan"], floor, n, True, records_floor),
             Result(f"complete, {n:,} requests", whole["ours complete"], floor, n, False, records_floor),
+        ]
+        if hosted is not None:
+            self.results += [
+                Result(f"plan, hosted spec, {n:,}", whole["hosted plan"], floor, n, True, records_floor),
+                Result(f"complete, hosted spec, {n:,}", whole["hosted complete"], floor, n, False, records_floor),
+            ]
+        self.results += [
             Result(
                 "  render + hash",
                 split["ours render+hash"],
@@ -319,6 +353,14 @@ class PlanBench:
             ),
             Result("  lookup", split["ours lookup"], split["floor lookup"], n, False, split["floor lookup + records"]),
         ]
+
+    def _check_hosted(self, hosted: CachedModel, requests: list[CompletionRequest], records: list[Any]) -> None:
+        """A full hit through HostedSpec.cached(): every request from the store, no client made, openai not imported."""
+        responses = hosted.complete(requests)
+        if not all(r.cached for r in responses) or hosted.engine_loaded or "openai" in sys.modules:
+            raise AssertionError("a full-hit batch of the hosted spec did not come only from the store")
+        if [r.text for r in responses] != [r.completion for r in records]:
+            raise AssertionError("the hosted spec returned other texts than the stored ones")
 
     def _check(
         self,

@@ -6,13 +6,19 @@ Contract: a :class:`Backend` turns :class:`EngineRequest` s into
 Sample ``k`` of an input is generated with its own seed (``seed + k`` when the
 descriptor sets a seed), so it does not depend on how many samples are asked
 for at once.
+
+A :class:`StreamingBackend` (a remote API, where requests finish one by one
+and each one costs money) also yields ``(index, generation)`` pairs as they
+complete, over all the misses of a batch at once: the cache boundary writes
+them as they arrive instead of waiting for a whole chunk, and the backend
+keeps its concurrency busy across what would have been chunk boundaries.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,4 +46,15 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the engine (GPU memory, worker processes)."""
+        ...
+
+
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
+        """``(index in requests, generation)`` once per request, in the order they complete.
+
+        On a failure it yields what completed first (requests already in flight
+        are let finish), then raises. Closing the iterator early cancels the rest.
+        """
         ...

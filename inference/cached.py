@@ -9,7 +9,12 @@ Contract (DESIGN.md, "Rules of behaviour"):
   generated once.
 * Misses are generated in chunks and each chunk is written before the next
   starts: a crash loses at most one chunk, and a rerun generates only what
-  is still missing.
+  is still missing. A :class:`~inference.backend.StreamingBackend` (a hosted
+  API) gets all the misses at once and its generations are written as they
+  arrive, every ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`,
+  whichever comes first; what arrived before a failure or an interrupt is
+  written before the error propagates. A kill loses at most what arrived
+  since the last write and what was in flight.
 * Sample ``k`` of an input has its own key (the sample-index rule), so asking
   for more samples than are stored generates only the missing ones.
 * Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
@@ -34,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import orjson
 
-from inference.backend import Backend, EngineRequest, Generation
+from inference.backend import Backend, EngineRequest, Generation, StreamingBackend
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError
@@ -50,6 +55,9 @@ if TYPE_CHECKING:
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_CHUNK_SIZE = 64
+# A streaming backend's arrivals are written at least this often, so a slow hosted run killed
+# half-way loses seconds of paid requests rather than a whole chunk's worth.
+STREAM_FLUSH_SECONDS = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,25 +303,22 @@ class CachedModel:
         if self._backend is None:
             self._backend = self._backend_factory()
         self.last.engine_loaded = True
+        backend = self._backend
         database = None
         if self.mode in ("use", "refresh") and self.store is not None:
             database = self.store.database(role, self.task, self.descriptor)
         results: dict[str, Sample] = {}
-        for start in range(0, len(missing), self.chunk_size):
-            chunk = missing[start : start + self.chunk_size]
-            engine_requests = [EngineRequest(orjson.loads(inp.rendered), inp.sample_index) for inp in chunk]
-            generations = self._backend.generate(engine_requests)
-            if len(generations) != len(chunk):
-                raise BackendError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
+
+        def write(done: Sequence[tuple[_Input, Generation]]) -> None:
             now = datetime.now(UTC)
             records = [
                 self._record(role, requests[inp.request_index], inp, gen, now)
-                for inp, gen in zip(chunk, generations, strict=True)
+                for inp, gen in done
                 if gen.text  # empty outputs are returned, never stored
             ]
             if database is not None and records:
                 self.last.written += database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
-            for inp, gen in zip(chunk, generations, strict=True):
+            for inp, gen in done:
                 results[inp.key] = Sample(
                     inp.key,
                     inp.sample_index,
@@ -323,10 +328,48 @@ class CachedModel:
                     gen.top_logprobs,
                     cached=False,
                 )
-            self.last.generated += len(chunk)
+            self.last.generated += len(done)
             if on_progress is not None:
                 on_progress(self.last.generated, len(missing))
+
+        if isinstance(backend, StreamingBackend):
+            self._stream(backend, missing, write)
+            return results
+        for start in range(0, len(missing), self.chunk_size):
+            chunk = missing[start : start + self.chunk_size]
+            generations = backend.generate([_engine_request(inp) for inp in chunk])
+            if len(generations) != len(chunk):
+                raise BackendError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
+            write(list(zip(chunk, generations, strict=True)))
         return results
+
+    def _stream(
+        self,
+        backend: StreamingBackend,
+        missing: Sequence[_Input],
+        write: Callable[[Sequence[tuple[_Input, Generation]]], None],
+    ) -> None:
+        """Write a streaming backend's generations as they arrive (see the module docstring)."""
+        pending: list[tuple[_Input, Generation]] = []
+        seen: set[int] = set()
+        last_write = time.monotonic()
+        try:
+            for index, generation in backend.generate_stream([_engine_request(inp) for inp in missing]):
+                if index in seen or not 0 <= index < len(missing):
+                    raise BackendError(f"backend returned request index {index} twice or out of range")
+                seen.add(index)
+                pending.append((missing[index], generation))
+                if len(pending) >= self.chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
+                    done, pending = pending, []
+                    write(done)
+                    last_write = time.monotonic()
+        finally:
+            # What arrived before a failure or an interrupt was paid for: keep it.
+            if pending:
+                done, pending = pending, []
+                write(done)
+        if len(seen) != len(missing):
+            raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
 
     def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
         common: dict[str, Any] = {
@@ -352,6 +395,10 @@ class CachedModel:
                 **common,
             )
         return CompletionRecord(model=request.model or self.label, **common)
+
+
+def _engine_request(inp: _Input) -> EngineRequest:
+    return EngineRequest(orjson.loads(inp.rendered), inp.sample_index)
 
 
 def _sample_of(record: Record) -> Sample:

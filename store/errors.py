@@ -261,3 +261,46 @@ class BackendError(ModelError):
 
 class CacheMissError(JudgestoreError):
     """``replay`` mode met an input that the store does not hold."""
+
+
+# ---------------------------------------------------------------- hosted models (OpenAI-compatible servers)
+
+
+class HostedAPIError(ModelError):
+    """A hosted API or served model (OpenAI-compatible endpoint) could not be used.
+
+    ``endpoint`` is the base URL (never a secret); ``status`` the HTTP status
+    when there was one. Messages never include an API key.
+    """
+
+    def __init__(self, endpoint: str, message: str, *, status: int | None = None) -> None:
+        self.endpoint, self.status = endpoint, status
+        super().__init__(f"{endpoint}: {message}")
+
+
+class MissingAPIKeyError(HostedAPIError):
+    """The environment variable that should hold the API key is not set."""
+
+
+class HostedAuthError(HostedAPIError):
+    """401 / 403: the server refused the API key, or the key may not use this model."""
+
+
+class HostedNotFoundError(HostedAPIError):
+    """404 for something other than the model: usually a base URL without its ``/v1``."""
+
+
+class HostedModelNotFoundError(HostedNotFoundError):
+    """The server does not serve the model the descriptor names."""
+
+
+class HostedRequestError(HostedAPIError):
+    """The server rejected the request itself (400, 422): a setting it does not accept."""
+
+
+class HostedResponseError(HostedAPIError):
+    """The server answered 200 with a body that is not a completion (malformed JSON, no choices)."""
+
+
+class HostedUnavailableError(HostedAPIError):
+    """429 / 5xx / timeouts / connection errors that outlasted every retry, or a Retry-After too long to wait."""

@@ -7,7 +7,8 @@ engine was asked.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pytest
 
@@ -211,3 +212,45 @@ def test_bad_requests_are_refused_before_anything_runs(store: Store, descriptor:
     with pytest.raises(InvalidInputError, match="take JudgementRequest"):
         cached.judge([ask(0)])  # type: ignore[list-item]
     assert backend.received == [] and not any(store.root.rglob("*.db"))
+
+
+class StreamingBackend(CountingBackend):
+    """A hosted-API-like backend: generations arrive one by one, last request first; it may fail after some."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__()
+        self.stream_fail_after = fail_after
+        self.rows_seen_at_arrival: list[int] = []  # rows in the store when each generation was handed over
+        self.database: Any = None
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
+        generations = CountingBackend.generate(self, requests)
+        for sent, index in enumerate(reversed(range(len(requests)))):
+            if self.stream_fail_after is not None and sent >= self.stream_fail_after:
+                raise RuntimeError("API failed")
+            if self.database is not None:
+                self.rows_seen_at_arrival.append(self.database.count())
+            yield index, generations[index]
+
+
+def test_a_streaming_backend_gets_every_miss_at_once_and_rows_are_written_as_they_arrive(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    backend = StreamingBackend()
+    backend.database = store.database("completions", "t", descriptor)
+    progress: list[tuple[int, int]] = []
+    responses = model(store, descriptor, backend, chunk_size=2).complete(
+        [ask(i) for i in range(5)], on_progress=lambda done, total: progress.append((done, total))
+    )
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]  # caller's order
+    assert backend.rows_seen_at_arrival == [0, 0, 2, 2, 4]  # written every chunk_size arrivals, not at the end
+    assert progress == [(2, 5), (4, 5), (5, 5)]  # reported after each write
+
+
+def test_a_streaming_backend_that_fails_keeps_what_arrived(store: Store, descriptor: ModelDescriptor) -> None:
+    with pytest.raises(RuntimeError, match="API failed"):
+        model(store, descriptor, StreamingBackend(fail_after=3), chunk_size=10).complete([ask(i) for i in range(5)])
+    assert store.database("completions", "t", descriptor).count() == 3  # arrived, so paid for: written
+    rerun = CountingBackend()
+    model(store, descriptor, rerun).complete([ask(i) for i in range(5)])
+    assert sorted(r.rendered["messages"][0]["content"] for r in rerun.received) == ["q0", "q1"]

@@ -180,6 +180,8 @@ def test_zero_and_zero_point_zero_hash_alike_in_typed_and_free_form_fields() -> 
         {"input_mode": "text"},
         {"enable_thinking": False},
         {"chat_template_kwargs": {"enable_thinking": False}},
+        {"endpoint": "https://openrouter.ai/api/v1"},  # hosted: where requests go
+        {"routing": {"order": ["deepinfra"], "allow_fallbacks": False}},  # hosted: who answers
     ],
 )
 def test_every_output_affecting_field_changes_the_hash(change: dict[str, Any]) -> None:

@@ -1,0 +1,621 @@
+"""A backend for any OpenAI-compatible server (OpenAI, OpenRouter, Together, ``vllm serve``).
+
+Contract:
+
+* Importing this module does not import ``openai``: :func:`create_openai_backend`
+  does, and the cache boundary calls it only when a batch has misses, so a run
+  that is all hits never imports the client (nor sends a request).
+* What is sent is a pure function of the descriptor and the request,
+  :func:`request_body`: chat input goes to ``/chat/completions``, text input
+  to ``/completions``; ``temperature`` always, ``max_tokens`` when set (as
+  ``max_completion_tokens`` for OpenAI's chat API, which refuses the old
+  name for newer models), the other sampling settings when they differ from
+  their neutral value (top_p 1, penalties 0, top_k 0, min_p 0,
+  repetition_penalty 1) and always to a ``vllm-server``, whose
+  ``generation_config`` defaults would otherwise apply; ``seed + k`` for
+  sample ``k`` when a seed is set; ``stop``; logprobs; every unknown
+  sampling setting as it is; OpenRouter routing as ``provider``; chat
+  template kwargs to a ``vllm-server``.
+* :class:`OpenAIBackend` is a :class:`~inference.backend.StreamingBackend`:
+  at most ``max_concurrency`` requests are in flight, and each generation is
+  handed to the cache boundary as it completes, so a killed run keeps what
+  it paid for. It runs its own event loop on a private thread, so it works
+  from plain scripts and from inside a running loop (notebooks) alike.
+* 408, 409, 429, 5xx, timeouts and connection errors are retried with
+  exponential backoff and jitter (:class:`RetryPolicy`); ``Retry-After`` (or
+  ``retry-after-ms``) is a floor on the wait, and pauses every request of the
+  backend, not only the one that met it. A wait longer than
+  ``RetryPolicy.max_retry_after`` is not waited out. Other failures are not
+  retried: each raises a typed :class:`~store.errors.HostedAPIError`
+  (401/403 :class:`~store.errors.HostedAuthError`, a model the server does
+  not serve :class:`~store.errors.HostedModelNotFoundError`, a malformed
+  body :class:`~store.errors.HostedResponseError`, ...). On a failure, no
+  new request starts; those in flight finish and are kept, then it raises.
+* Logprobs are stored in the lossless shape of :mod:`store.logprobs`: the
+  candidates in the order the API ranks them (rank 1, 2, ...), their text and
+  ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
+  sampled token with its rank when it is among the candidates; the first
+  position or all of them (``descriptor.logprob_positions``).
+* The API key is held by the client only: it is never logged, and any
+  message built from a server's answer has it blanked out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import email.utils
+import json
+import logging
+import queue
+import random
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from inference.backend import EngineRequest, Generation
+from store import logprobs
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    HostedAPIError,
+    HostedAuthError,
+    HostedModelNotFoundError,
+    HostedNotFoundError,
+    HostedRequestError,
+    HostedResponseError,
+    HostedUnavailableError,
+    InvalidInputError,
+    JudgestoreError,
+)
+from store.logprobs import PositionLogprobs, TokenLogprob
+
+log = logging.getLogger("judgestore.hosted")
+
+DEFAULT_MAX_CONCURRENCY = 8  # hosted APIs rate-limit per key; 8 in flight keeps most tiers busy without 429 storms
+DEFAULT_TIMEOUT_S = 120.0
+RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
+
+# Settings :func:`request_body` sets itself: an unknown sampling setting may not take these names.
+RESERVED_BODY_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "max_completion_tokens",
+        "provider",
+        "chat_template_kwargs",
+    }
+)
+# Sampling settings sent only when they differ from these values (except to a vllm-server: always).
+_NEUTRAL: tuple[tuple[str, float], ...] = (
+    ("top_p", 1.0),
+    ("presence_penalty", 0.0),
+    ("frequency_penalty", 0.0),
+    ("top_k", 0),
+    ("min_p", 0.0),
+    ("repetition_penalty", 1.0),
+)
+_MODEL_MISSING_HINTS = ("does not exist", "not found", "not a valid model", "invalid model", "unknown model", "no such")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried: ``base_s * 2**attempt`` capped at ``max_s``, times a jitter in [0.5, 1]."""
+
+    max_retries: int = 6
+    base_s: float = 1.0
+    max_s: float = 60.0
+    max_retry_after_s: float = 300.0  # a server asking for a longer pause gets an error instead of a silent wait
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based); ``retry_after`` is a floor."""
+        backoff = min(self.max_s, self.base_s * 2**attempt) * random.uniform(0.5, 1.0)
+        return max(backoff, retry_after or 0.0)
+
+
+@dataclass
+class RequestStats:
+    """What a backend sent, for run summaries: HTTP requests (retries included), retries, tokens."""
+
+    requests_sent: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _messages_of(request: EngineRequest, input_mode: str) -> Any:
+    expected = "messages" if input_mode == "chat" else "text"
+    if request.rendered.get("type") != expected:
+        raise InvalidInputError(
+            f"a {request.rendered.get('type')!r} input cannot go to a model whose input mode is {input_mode!r}"
+        )
+    return request.rendered[expected]
+
+
+def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[str, Any]:
+    """The JSON body sent for ``request`` under ``descriptor`` (see the module docstring)."""
+    chat = descriptor.input_mode == "chat"
+    body: dict[str, Any] = {"model": descriptor.model}
+    body["messages" if chat else "prompt"] = _messages_of(request, descriptor.input_mode)
+    sampling = descriptor.sampling
+    always = descriptor.provider == "vllm-server"
+    body["temperature"] = sampling.temperature
+    if sampling.max_tokens is not None:
+        body["max_completion_tokens" if chat and descriptor.provider == "openai" else "max_tokens"] = (
+            sampling.max_tokens
+        )
+    for name, neutral in _NEUTRAL:
+        value = getattr(sampling, name)
+        if always or value != neutral:
+            body[name] = value
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed + request.sample_index
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.logprobs is not None:
+        if chat:
+            body["logprobs"], body["top_logprobs"] = True, sampling.logprobs
+        else:
+            body["logprobs"] = sampling.logprobs
+    body.update(sampling.model_extra or {})
+    if descriptor.routing:
+        body["provider"] = descriptor.routing
+    if chat and (descriptor.chat_template_kwargs or descriptor.enable_thinking is not None):
+        kwargs = dict(descriptor.chat_template_kwargs)
+        if descriptor.enable_thinking is not None:
+            kwargs["enable_thinking"] = descriptor.enable_thinking
+        body["chat_template_kwargs"] = kwargs
+    return body
+
+
+# ------------------------------------------------------------------ responses
+
+
+class _Malformed(Exception):
+    """A response body that is not what the API promises; turned into HostedResponseError with the endpoint."""
+
+
+def _get(value: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False) -> Any:
+    item = value.get(key) if isinstance(value, dict) else None
+    if item is None and optional:
+        return None
+    if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
+        raise _Malformed(f"{where}.{key} is {type(item).__name__}, not {getattr(kind, '__name__', kind)}")
+    return item
+
+
+def _rank_of(token: TokenLogprob, candidates: Sequence[TokenLogprob]) -> int | None:
+    for candidate in candidates:
+        if (candidate.text, candidate.bytes, candidate.logprob) == (token.text, token.bytes, token.logprob):
+            return candidate.rank
+    return None
+
+
+def _bytes_of(entry: dict[str, Any], where: str) -> tuple[int, ...] | None:
+    raw = entry.get("bytes")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
+        raise _Malformed(f"{where}.bytes is not a list of integers")
+    return tuple(raw)
+
+
+def _chat_token(entry: Any, rank: int | None, where: str) -> TokenLogprob:
+    return TokenLogprob(
+        _get(entry, "token", str, where),
+        float(_get(entry, "logprob", (int, float), where)),
+        None,
+        rank,
+        _bytes_of(entry, where),
+    )
+
+
+def chat_position(entry: Any, where: str = "logprobs.content[0]") -> PositionLogprobs:
+    """One position of chat ``logprobs.content``: its ``top_logprobs`` ranked by order, and the sampled token."""
+    top = _get(entry, "top_logprobs", list, where, optional=True) or []
+    candidates = tuple(_chat_token(t, i, f"{where}.top_logprobs[{i - 1}]") for i, t in enumerate(top, 1))
+    sampled = _chat_token(entry, None, where)
+    return PositionLogprobs(candidates, dataclasses.replace(sampled, rank=_rank_of(sampled, candidates)))
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int) -> PositionLogprobs:
+    """Position ``i`` of a text completion's ``logprobs``: ``top_logprobs[i]`` ({text: logprob}) best first."""
+    where = f"logprobs.top_logprobs[{i}]"
+    alternatives = top[i] if i < len(top) and top[i] is not None else {}
+    if not isinstance(alternatives, dict):
+        raise _Malformed(f"{where} is not an object")
+    ordered = sorted(alternatives.items(), key=lambda item: -float(item[1]))  # stable: ties keep the server's order
+    candidates = tuple(TokenLogprob(str(text), float(lp), None, rank) for rank, (text, lp) in enumerate(ordered, 1))
+    sampled = None
+    if i < len(tokens) and i < len(token_logprobs) and token_logprobs[i] is not None:
+        token = TokenLogprob(str(tokens[i]), float(token_logprobs[i]))
+        sampled = dataclasses.replace(token, rank=_rank_of(token, candidates))
+    return PositionLogprobs(candidates, sampled)
+
+
+def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
+    """A :class:`Generation` from a decoded response body; raises ``_Malformed`` for anything else."""
+    chat = descriptor.input_mode == "chat"
+    choices = _get(data, "choices", list, "response")
+    if not choices:
+        raise _Malformed("response.choices is empty")
+    choice = choices[0]
+    if chat:
+        message = _get(choice, "message", dict, "choices[0]")
+        text = _get(message, "content", str, "choices[0].message", optional=True) or ""
+    else:
+        text = _get(choice, "text", str, "choices[0]")
+    finish_reason = _get(choice, "finish_reason", str, "choices[0]", optional=True)
+    usage: dict[str, int] = {}
+    raw_usage = data.get("usage")
+    if isinstance(raw_usage, dict):
+        usage = {k: raw_usage[k] for k in ("prompt_tokens", "completion_tokens") if isinstance(raw_usage.get(k), int)}
+    top: dict[str, Any] | None = None
+    if descriptor.sampling.logprobs is not None:
+        raw = choice.get("logprobs")
+        first = descriptor.logprob_positions == "first"
+        positions: list[PositionLogprobs] | None = None
+        if chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
+            content = raw["content"][:1] if first else raw["content"]
+            positions = [chat_position(e, f"logprobs.content[{i}]") for i, e in enumerate(content)]
+        elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
+            tokens, lps, alternatives = _list(raw.get("tokens")), _list(raw.get("token_logprobs")), raw["top_logprobs"]
+            count = min(1, len(alternatives)) if first else len(alternatives)
+            positions = [text_position(tokens, lps, alternatives, i) for i in range(count)]
+        elif raw is not None:
+            raise _Malformed("choices[0].logprobs is not the shape the API documents")
+        if positions is not None:
+            top = logprobs.encode(positions)
+    return Generation(text=text, finish_reason=finish_reason, usage=usage, top_logprobs=top)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """The wait a server asks for: ``retry-after-ms``, else ``Retry-After`` in seconds or as an HTTP date."""
+    if not headers:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def _server_message(body: Any, fallback: str) -> str:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(inner, str):
+            return inner
+    return body if isinstance(body, str) and body else fallback
+
+
+# ------------------------------------------------------------------ the backend
+
+_DONE = object()
+
+
+class OpenAIBackend:
+    """Requests to one OpenAI-compatible endpoint under one descriptor. Build it with :func:`create_openai_backend`."""
+
+    def __init__(
+        self,
+        client: Any,
+        openai_module: Any,
+        descriptor: ModelDescriptor,
+        *,
+        key_env: str | None,
+        secret: str | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        retry: RetryPolicy | None = None,
+        stats: RequestStats | None = None,
+    ) -> None:
+        if descriptor.endpoint is None:
+            raise InvalidInputError(f"the descriptor of {descriptor.model!r} has no endpoint: build it as a hosted one")
+        if max_concurrency < 1:
+            raise InvalidInputError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self._client = client
+        self._openai = openai_module
+        self._descriptor = descriptor
+        self._endpoint: str = descriptor.endpoint
+        self._key_env = key_env
+        self._secret = secret if secret else None
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self.stats = stats if stats is not None else RequestStats()
+        self._not_before = 0.0  # loop time before which no request starts (a server's Retry-After)
+        self._warned_no_logprobs = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="judgestore-openai", daemon=True)
+        self._thread.start()
+        # A backend dropped without close() (a notebook) still stops its thread when it is collected.
+        self._stop_loop = weakref.finalize(self, self._loop.call_soon_threadsafe, self._loop.stop)
+        self._closed = False
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        return self._descriptor
+
+    # ------------------------------------------------------------ Backend
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+        """One generation per request, in order (all sent at once, ``max_concurrency`` in flight)."""
+        results: list[Generation | None] = [None] * len(requests)
+        for index, generation in self.generate_stream(requests):
+            results[index] = generation
+        return [g for g in results if g is not None]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
+        """``(index, generation)`` as each request completes; see :class:`~inference.backend.StreamingBackend`."""
+        if self._closed:
+            raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
+        for request in requests:  # refuse a wrong input mode before anything is sent
+            _messages_of(request, self._descriptor.input_mode)
+        if not requests:
+            return
+        arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put), self._loop)
+        future.add_done_callback(lambda _: arrivals.put(_DONE))
+        try:
+            while True:
+                try:
+                    item = arrivals.get(timeout=0.5)  # a timeout keeps Ctrl-C responsive
+                except queue.Empty:
+                    continue
+                if item is _DONE:
+                    break
+                yield item
+            future.result()
+        finally:
+            future.cancel()  # no-op once done; otherwise the caller stopped early: stop sending
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the event loop thread. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._client.close(), self._loop).result(timeout=10)
+        except Exception:  # closing is best effort: the connections die with the loop anyway
+            log.debug("closing the HTTP client failed", exc_info=True)
+        self._stop_loop()
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> OpenAIBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ on the loop thread
+
+    async def _run(self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation]], None]) -> None:
+        indexes = iter(range(len(requests)))
+        failures: list[Exception] = []
+
+        async def worker() -> None:
+            for i in indexes:  # shared: each worker takes the next request
+                if failures:
+                    return
+                try:
+                    generation = await self._one(requests[i])
+                except Exception as e:
+                    failures.append(e)
+                    return
+                emit((i, generation))
+
+        await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
+        if failures:
+            raise failures[0]
+
+    async def _one(self, request: EngineRequest) -> Generation:
+        body = request_body(self._descriptor, request)
+        attempt = 0
+        while True:
+            wait = self._not_before - self._loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.stats.requests_sent += 1
+            try:
+                raw = await self._send(body)
+            except self._openai.APIStatusError as e:
+                status = int(e.status_code)
+                if status in RETRY_STATUSES or status >= 500:
+                    reason = f"HTTP {status}"
+                    delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e)
+                else:
+                    raise await self._status_error(e) from self._cause(e)
+            except self._openai.APIConnectionError as e:  # APITimeoutError included
+                reason = "a timeout" if isinstance(e, self._openai.APITimeoutError) else f"a connection error ({e})"
+                delay = self._retry_delay(attempt, reason, None, e)
+            else:
+                return self._generation(raw)
+            attempt += 1
+            self.stats.retries += 1
+            log.warning(
+                "%s: %s; retry %d of %d in %.1f s", self._endpoint, reason, attempt, self.retry.max_retries, delay
+            )
+            await asyncio.sleep(delay)
+
+    async def _send(self, body: dict[str, Any]) -> Any:
+        body = dict(body)
+        model = body.pop("model")
+        if self._descriptor.input_mode == "chat":
+            messages = body.pop("messages")
+            return await self._client.chat.completions.with_raw_response.create(
+                model=model, messages=messages, extra_body=body
+            )
+        prompt = body.pop("prompt")
+        return await self._client.completions.with_raw_response.create(model=model, prompt=prompt, extra_body=body)
+
+    def _retry_delay(self, attempt: int, reason: str, retry_after: float | None, cause: Exception) -> float:
+        """The wait before the next try, or a raised HostedUnavailableError when there is none."""
+        if retry_after is not None and retry_after > self.retry.max_retry_after_s:
+            raise HostedUnavailableError(
+                self._endpoint,
+                f"{reason} with Retry-After {retry_after:.0f} s, longer than judgestore waits "
+                f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota). What finished is stored: "
+                "rerun later and only the rest is sent",
+            ) from self._cause(cause)
+        if attempt >= self.retry.max_retries:
+            raise HostedUnavailableError(
+                self._endpoint,
+                f"{reason}, still after {self.retry.max_retries} retries. What finished is stored: rerun later "
+                "(or with a lower --max-concurrency) and only the rest is sent",
+            ) from self._cause(cause)
+        if retry_after is not None:  # every request of this backend waits, not only this one
+            self._not_before = max(self._not_before, self._loop.time() + retry_after)
+        return self.retry.delay(attempt, retry_after)
+
+    def _generation(self, raw: Any) -> Generation:
+        try:
+            data = json.loads(raw.content)  # the stdlib reads NaN and Infinity, which some servers write
+            generation = generation_from_body(self._descriptor, data)
+        except (ValueError, _Malformed) as e:  # json.JSONDecodeError is a ValueError
+            raise HostedResponseError(
+                self._endpoint,
+                f"the server answered {getattr(raw, 'status_code', '?')} with a body that is not a "
+                f"{'chat ' if self._descriptor.input_mode == 'chat' else ''}completion ({self._redact(str(e))}). "
+                "Is the base URL an OpenAI-compatible API?",
+            ) from e
+        asked = self._descriptor.sampling.logprobs is not None
+        if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
+            self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text
+            log.warning("%s returned no logprobs for %s although asked", self._endpoint, self._descriptor.model)
+        self.stats.prompt_tokens += generation.usage.get("prompt_tokens", 0)
+        self.stats.completion_tokens += generation.usage.get("completion_tokens", 0)
+        return generation
+
+    async def _status_error(self, e: Any) -> HostedAPIError:
+        status = int(e.status_code)
+        message = self._redact(_server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
+        model = self._descriptor.model
+        if status in (401, 403):
+            where = f"the key in {self._key_env}" if self._key_env else "the request (no API key was sent)"
+            hint = (
+                f"check {self._key_env}, or name another variable with --api-key-env"
+                if self._key_env
+                else ("set the key's environment variable, or name it with --api-key-env")
+            )
+            return HostedAuthError(
+                self._endpoint, f"{status}: the server refused {where}: {message}; {hint}", status=status
+            )
+        code = e.body.get("error", {}).get("code") if isinstance(getattr(e, "body", None), dict) else None
+        lowered = message.lower()
+        model_missing = code == "model_not_found" or (
+            status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in _MODEL_MISSING_HINTS)
+        )
+        if model_missing:
+            served = await self._served_models()
+            shown = f" It serves: {', '.join(served[:20])}{', ...' if len(served) > 20 else ''}." if served else ""
+            return HostedModelNotFoundError(
+                self._endpoint,
+                f"{status}: the server does not serve the model {model!r} ({message}).{shown} Check --model "
+                "(a served name, e.g. a vllm serve --served-model-name)",
+                status=status,
+            )
+        if status == 404:
+            return HostedNotFoundError(
+                self._endpoint,
+                f"404 for {self._path()}: {message}. Check --base-url (OpenAI-compatible APIs usually end in /v1)",
+                status=status,
+            )
+        return HostedRequestError(
+            self._endpoint,
+            f"{status}: the server refused the request for {model!r}: {message}. It was sent the settings "
+            f"{sorted(request_body_keys(self._descriptor))}; drop or change the one it names",
+            status=status,
+        )
+
+    async def _served_models(self) -> list[str]:
+        """The ids the server lists at ``/models`` (best effort: [] when it lists none)."""
+        try:
+            page = await self._client.models.list(timeout=10)
+            return sorted(str(m.id) for m in page.data)
+        except Exception:
+            return []
+
+    def _path(self) -> str:
+        return "/chat/completions" if self._descriptor.input_mode == "chat" else "/completions"
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._secret, "<api key>") if self._secret else text
+
+    def _cause(self, e: BaseException) -> BaseException | None:
+        """``e`` to chain, unless its text holds the key (a server echoing it): then nothing is chained."""
+        if self._secret and (self._secret in str(e) or self._secret in repr(getattr(e, "body", ""))):
+            return None
+        return e
+
+
+def request_body_keys(descriptor: ModelDescriptor) -> set[str]:
+    """The names of the settings :func:`request_body` sends under ``descriptor`` (for messages)."""
+    sample = {"type": "messages", "messages": []} if descriptor.input_mode == "chat" else {"type": "text", "text": ""}
+    return set(request_body(descriptor, EngineRequest(sample))) - {"model", "messages", "prompt"}
+
+
+def create_openai_backend(
+    descriptor: ModelDescriptor,
+    *,
+    api_key: str | None,
+    key_env: str | None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    retry: RetryPolicy | None = None,
+    stats: RequestStats | None = None,
+) -> OpenAIBackend:
+    """An :class:`OpenAIBackend` for ``descriptor.endpoint`` (the only place ``openai`` is imported).
+
+    ``api_key`` is sent as the bearer token (None: a placeholder, for servers
+    without keys); ``key_env`` names where it came from, for messages.
+    The client's own retries are off: :class:`RetryPolicy` retries, and counts.
+    """
+    try:
+        import openai
+    except ImportError as e:
+        raise JudgestoreError("hosted models need the openai client library: pip install 'judgestore[openai]'") from e
+    # Always an explicit key: left None, the client would fall back to OPENAI_API_KEY and send an
+    # OpenAI key to whatever endpoint this is.
+    client = openai.AsyncOpenAI(
+        api_key=api_key or "no-key", base_url=descriptor.endpoint, max_retries=0, timeout=timeout_s
+    )
+    return OpenAIBackend(
+        client,
+        openai,
+        descriptor,
+        key_env=key_env,
+        secret=api_key,
+        max_concurrency=max_concurrency,
+        retry=retry,
+        stats=stats,
+    )

@@ -1,0 +1,69 @@
+"""Settings as a descriptor holds them, for every backend: plain JSON values, and sampling spelled one way.
+
+Contract: :func:`json_value` turns a setting into plain JSON or refuses it
+with :class:`~store.errors.InvalidInputError` (it must be hashable into a
+descriptor); :func:`sampling_settings_from` turns ``SamplingParams``-style
+kwargs into typed :class:`~store.descriptor.SamplingSettings`, the same way
+for the in-process engine (:mod:`inference.vllm_descriptor`) and hosted
+servers (:mod:`inference.hosted`), so both hash a setting alike.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import JsonValue, ValidationError
+
+from store.descriptor import LogprobPositions, SamplingSettings, canonical_json
+from store.errors import InvalidInputError
+
+
+def json_value(value: Any, where: str) -> JsonValue:
+    """``value`` as plain JSON (paths as strings, sets sorted), or a clear error."""
+    if value is None or isinstance(value, bool | int | float | str):
+        return value
+    if isinstance(value, enum.Enum):
+        return json_value(value.value, where)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, Mapping):
+        return {str(k): json_value(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_value(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        return sorted((json_value(v, where) for v in value), key=lambda v: canonical_json(v))
+    raise InvalidInputError(
+        f"setting {where!r} = {value!r:.80} cannot be written into a descriptor; "
+        "pass it as plain JSON (a dict, list, string or number)"
+    )
+
+
+def sampling_settings_from(
+    sampling: Mapping[str, Any], logprob_positions: LogprobPositions = "first"
+) -> SamplingSettings:
+    """``SamplingParams``-style kwargs as typed :class:`SamplingSettings`, spelled one way.
+
+    ``n`` must be 1 (samples are asked for per request); a ``stop`` string is a
+    one-item list; ``seed=-1`` (vLLM's "no seed") is None; ``logprobs=True``
+    is 1. Unknown settings are kept. Shared by the in-process engine and
+    hosted APIs (:mod:`inference.hosted`), so both hash a setting alike.
+    """
+    sampling = dict(sampling)
+    if sampling.pop("n", 1) != 1:
+        raise InvalidInputError("sampling 'n' must be 1: ask for more samples per request instead")
+    if isinstance(sampling.get("stop"), str):
+        sampling["stop"] = [sampling["stop"]]
+    if sampling.get("seed") == -1:  # vLLM reads -1 as "no seed"
+        sampling["seed"] = None
+    if sampling.get("logprobs") is True:  # and True as 1
+        sampling["logprobs"] = 1
+    try:
+        settings = SamplingSettings(**{k: json_value(v, f"sampling.{k}") for k, v in sampling.items()})
+    except ValidationError as e:
+        raise InvalidInputError(f"invalid sampling settings: {e}") from e
+    if logprob_positions != "first" and settings.logprobs is None:
+        raise InvalidInputError(f"logprob_positions={logprob_positions!r} needs logprobs (a number of candidates)")
+    return settings

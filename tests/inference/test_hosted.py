@@ -1,0 +1,225 @@
+"""Hosted descriptors and specs: what is in the key, what is refused, what is sent.
+
+No server is needed here except for the two runs that show a full hit needs
+neither a key nor the ``openai`` library (against the fake in ``tests/fake_openai.py``).
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from inference.backend import EngineRequest
+from inference.hosted import HOSTED_PROTOCOL, HostedKeyWarning, HostedSpec, hosted_descriptor, normalise_endpoint
+from inference.openai_backend import request_body
+from inference.requests import CompletionRequest
+from inference.spec import DEFAULT_SAMPLING
+from store.errors import InvalidInputError, JudgestoreError, MissingAPIKeyError
+from store.store import Store
+from tests.fake_openai import FakeOpenAI
+from tests.inference.conftest import run_fresh_python
+
+DATED = "gpt-4o-2024-08-06"
+PINNED = {"order": ["deepinfra"], "allow_fallbacks": False}
+
+
+@pytest.fixture(autouse=True)
+def _no_keys_or_urls(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def chat(text: str) -> EngineRequest:
+    return EngineRequest({"type": "messages", "messages": [{"role": "user", "content": text}]})
+
+
+# ------------------------------------------------------------------ what is in the key
+
+
+def test_the_endpoint_is_the_given_url_normalised_else_the_providers_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert normalise_endpoint("vllm-server", "HTTP://GPU-Node-3:8000/v1/") == "http://gpu-node-3:8000/v1"
+    assert normalise_endpoint("openai", None) == "https://api.openai.com/v1"
+    assert normalise_endpoint("openrouter", None) == "https://openrouter.ai/api/v1"
+    assert normalise_endpoint("together", None) == "https://api.together.xyz/v1"
+    monkeypatch.setenv("OPENAI_BASE_URL", "https://proxy.example.org/openai/v1/")
+    assert normalise_endpoint("openai", None) == "https://proxy.example.org/openai/v1"  # honoured for openai
+    assert normalise_endpoint("openrouter", None) == "https://openrouter.ai/api/v1"  # and only there
+    with pytest.raises(InvalidInputError, match="--base-url"):
+        normalise_endpoint("vllm-server", None)  # a served model has no default address
+
+
+def test_a_trailing_slash_or_a_capital_host_is_the_same_key() -> None:
+    one = hosted_descriptor("vllm-server", "judge", base_url="http://Node:8000/v1/")
+    two = hosted_descriptor("vllm-server", "judge", base_url="http://node:8000/v1")
+    three = hosted_descriptor("vllm-server", "judge", base_url="http://node:8001/v1")
+    assert one.sha256() == two.sha256() != three.sha256()
+
+
+def test_a_hosted_key_holds_provider_model_endpoint_sampling_and_the_request_mapping_version() -> None:
+    descriptor = HostedSpec(model=DATED, sampling={"logprobs": 5}).descriptor
+    assert (descriptor.provider, descriptor.model, descriptor.endpoint) == (
+        "openai",
+        DATED,
+        "https://api.openai.com/v1",
+    )
+    assert descriptor.backend_version == HOSTED_PROTOCOL
+    assert descriptor.sampling.logprobs == 5
+    assert b'"endpoint":"https://api.openai.com/v1"' in descriptor.canonical_json()
+    assert b'"routing"' not in descriptor.canonical_json()  # an added field at its default is not hashed
+
+
+def test_a_hosted_spec_without_sampling_settings_gets_the_same_defaults_as_model_spec() -> None:
+    sampling = HostedSpec(model=DATED).descriptor.sampling
+    assert (sampling.temperature, sampling.max_tokens) == (
+        DEFAULT_SAMPLING["temperature"],
+        DEFAULT_SAMPLING["max_tokens"],
+    )
+    assert HostedSpec(model=DATED, sampling={"max_tokens": 32}).descriptor.sampling.max_tokens == 32
+
+
+def test_every_sampling_setting_sent_is_in_the_key() -> None:
+    base = HostedSpec(model=DATED).descriptor.sha256()
+    for change in ({"temperature": 0.7}, {"seed": 1}, {"stop": ["\n"]}, {"logprobs": 2}, {"reasoning_effort": "low"}):
+        assert HostedSpec(model=DATED, sampling=change).descriptor.sha256() != base, change
+
+
+def test_pinned_openrouter_routing_is_another_key_and_unpinned_routing_is_warned_about() -> None:
+    model = "meta-llama/llama-3.1-70b-instruct"
+    with pytest.warns(HostedKeyWarning, match="not pinned"):
+        unpinned = HostedSpec(model=model, provider="openrouter").descriptor
+    with pytest.warns(HostedKeyWarning, match="not pinned"):
+        fallbacks = HostedSpec(model=model, provider="openrouter", routing={"order": ["deepinfra"]}).descriptor
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pinned = HostedSpec(model=model, provider="openrouter", routing=PINNED).descriptor
+    assert len({unpinned.sha256(), fallbacks.sha256(), pinned.sha256()}) == 3
+    assert pinned.routing == PINNED
+    assert request_body(pinned, chat("hi"))["provider"] == PINNED  # what pins the key is what is sent
+    with pytest.raises(InvalidInputError, match="has none"):
+        HostedSpec(model="m", provider="together", routing=PINNED).descriptor  # noqa: B018
+
+
+def test_an_undated_openai_alias_is_warned_about_and_a_dated_snapshot_is_not() -> None:
+    with pytest.warns(HostedKeyWarning, match="dated snapshot"):
+        HostedSpec(model="gpt-4o").descriptor  # noqa: B018
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        HostedSpec(model=DATED).descriptor  # noqa: B018
+        HostedSpec(model="gpt-4-0613").descriptor  # noqa: B018
+
+
+def test_chat_template_kwargs_reach_a_vllm_server_only() -> None:
+    spec = HostedSpec(model="m", provider="vllm-server", base_url="http://h:8000/v1", enable_thinking=False)
+    assert request_body(spec.descriptor, chat("hi"))["chat_template_kwargs"] == {"enable_thinking": False}
+    spelled = HostedSpec(
+        model="m", provider="vllm-server", base_url="http://h:8000/v1", chat_template_kwargs={"enable_thinking": False}
+    )
+    assert spelled.descriptor.sha256() == spec.descriptor.sha256()  # either spelling hashes alike
+    with pytest.raises(InvalidInputError, match="vllm-server only"):
+        HostedSpec(model=DATED, enable_thinking=False).descriptor  # noqa: B018
+
+
+# ------------------------------------------------------------------ secrets
+
+
+SECRET = "sk-proj-THISISASECRETKEY0123456789abcdef"
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("sampling", {"api_key": "x"}),
+        ("sampling", {"extra_headers": {"Authorization": "x"}}),
+        ("sampling", {"user": f"Bearer {SECRET}"}),
+        ("sampling", {"stop": [SECRET]}),
+        ("routing", {"order": ["x"], "allow_fallbacks": False, "token": "abc"}),
+        ("base_url", "https://user:pw@api.example.org/v1"),
+        ("base_url", f"https://api.example.org/v1?key={SECRET}"),
+        ("revision", SECRET),
+    ],
+)
+def test_anything_that_looks_like_a_secret_is_refused_without_being_shown(field: str, value: object) -> None:
+    provider = "openrouter" if field == "routing" else "vllm-server"
+    kwargs = {"base_url": "http://h:8000/v1", field: value}
+    with pytest.raises(InvalidInputError) as caught:
+        HostedSpec(model="m", provider=provider, **kwargs).descriptor  # type: ignore[arg-type]  # noqa: B018
+    assert SECRET not in str(caught.value) and "pw@" not in str(caught.value)
+
+
+def test_the_value_of_a_key_in_the_environment_is_refused_wherever_it_appears(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MY_JUDGE_KEY", "plain-looking-but-secret")
+    with pytest.raises(InvalidInputError, match=r"sampling\.stop\[0\] holds what looks like an API key") as caught:
+        HostedSpec(model=DATED, api_key_env="MY_JUDGE_KEY", sampling={"stop": ["plain-looking-but-secret"]}).descriptor  # noqa: B018
+    assert "plain-looking-but-secret" not in str(caught.value)
+
+
+def test_the_spec_holds_the_name_of_the_key_never_the_key(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", SECRET)
+    spec = HostedSpec(model=DATED)
+    assert spec.key_env == "OPENAI_API_KEY"
+    assert SECRET not in repr(spec) and SECRET.encode() not in spec.descriptor.canonical_json()
+
+
+# ------------------------------------------------------------------ a full hit needs no key and no openai
+
+
+def test_a_missing_key_is_a_typed_error_naming_the_variable_only_when_something_is_missing(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("openai")
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, api_key_env="JUDGE_KEY")
+    with pytest.raises(MissingAPIKeyError, match="JUDGE_KEY is not set"):
+        spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+    assert fake.completions() == []
+    monkeypatch.setenv("JUDGE_KEY", "k-123456789")
+    spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+    monkeypatch.delenv("JUDGE_KEY")
+    (hit,) = spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+    assert hit.cached and len(fake.completions()) == 1
+
+
+_FULL_HIT_RUN = """
+import sys
+from inference.hosted import HostedSpec
+from inference.requests import CompletionRequest
+from store.store import Store
+
+spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=sys.argv[1])
+with Store(root=sys.argv[2]) as store, spec.cached(store, task="t") as model:
+    responses = model.complete([CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}]) for i in range(3)])
+assert all(r.cached for r in responses) and not model.engine_loaded
+print("openai imported:", "openai" in sys.modules, "vllm imported:", "vllm" in sys.modules)
+"""
+
+
+def test_a_full_hit_run_never_imports_openai_nor_contacts_the_server(store: Store) -> None:
+    pytest.importorskip("openai")  # to fill the store
+    with FakeOpenAI() as fake:
+        spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
+        spec.cached(store, task="t").complete(
+            [CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}]) for i in range(3)]
+        )
+        base_url = fake.base_url
+    # The server is gone: a full hit must not need it.
+    result = run_fresh_python(
+        _FULL_HIT_RUN.replace("sys.argv[1]", repr(base_url)).replace("sys.argv[2]", repr(str(store.root)))
+    )
+    assert "openai imported: False vllm imported: False" in result.stdout
+
+
+def test_without_the_openai_library_a_miss_says_how_to_install_it(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "openai", None)  # as if it were not installed
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
+    with pytest.raises(JudgestoreError, match=r"pip install 'judgestore\[openai\]'"):
+        spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])

@@ -1,0 +1,396 @@
+"""The OpenAI-compatible backend against a fake server on loopback, through the real ``openai`` client.
+
+Every fault a hosted API shows (429 with Retry-After, 5xx, timeouts, refused
+keys, unknown models, malformed bodies, a killed run) is injected at the
+server (``tests/fake_openai.py``) and counted there, so "retried", "not
+retried" and "sent only what was left" are counts of HTTP requests, not
+assumptions. The same backend against a real ``vllm serve`` is in
+``test_openai_server.py``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from inference.backend import EngineRequest
+from inference.hosted import HostedSpec
+from inference.judging import pairwise_requests
+from inference.openai_backend import RetryPolicy, generation_from_body, request_body
+from inference.requests import CompletionRequest
+from store import logprobs
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    HostedAuthError,
+    HostedModelNotFoundError,
+    HostedNotFoundError,
+    HostedRequestError,
+    HostedResponseError,
+    HostedUnavailableError,
+)
+from store.store import Store
+from tests.fake_openai import FakeOpenAI, Fault
+from tests.inference.conftest import REPO_ROOT
+
+pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'judgestore[openai]')")
+
+FAST_RETRIES = RetryPolicy(max_retries=3, base_s=0.01, max_s=0.05)
+KEY = "sk-test-DO-NOT-LEAK-0123456789abcdefXYZ"
+
+
+@pytest.fixture(autouse=True)
+def _no_keys(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def served(fake: FakeOpenAI, **kw: Any) -> HostedSpec:
+    settings: dict[str, Any] = {
+        "model": "fake-judge",
+        "provider": "vllm-server",
+        "base_url": fake.base_url,
+        "retry": FAST_RETRIES,
+        "timeout_s": 5.0,
+        **kw,
+    }
+    return HostedSpec(**settings)
+
+
+def ask(i: int) -> CompletionRequest:
+    return CompletionRequest(
+        messages=[{"role": "user", "content": f"question {i}"}], benchmark="b", instruction_id=str(i)
+    )
+
+
+# ------------------------------------------------------------------ the happy path
+
+
+def test_only_misses_are_sent_and_a_rerun_sends_nothing(store: Store, fake: FakeOpenAI) -> None:
+    spec = served(fake, sampling={"logprobs": 3, "max_tokens": 5})
+    first = spec.cached(store, task="t").complete([ask(i) for i in range(6)])
+    assert len(fake.completions()) == 6 and not any(r.cached for r in first)
+    again = spec.cached(store, task="t").complete([ask(i) for i in range(8)])
+    assert len(fake.completions()) == 8  # only the two new ones
+    assert [r.cached for r in again] == [True] * 6 + [False] * 2
+    assert [(r.text, r.samples[0].top_logprobs) for r in again[:6]] == [
+        (r.text, r.samples[0].top_logprobs) for r in first
+    ]
+    assert first[0].text == "echo: question 0" and first[0].samples[0].usage == {
+        "prompt_tokens": 7,
+        "completion_tokens": 3,
+    }
+    assert spec.stats.as_dict() == {"requests_sent": 8, "retries": 0, "prompt_tokens": 56, "completion_tokens": 24}
+
+
+def test_judgements_go_through_the_same_boundary(store: Store, fake: FakeOpenAI) -> None:
+    spec = served(fake, label="fake-judge-v1", sampling={"logprobs": 2, "max_tokens": 4})
+    requests = pairwise_requests(question="2+2?", model_a="m-a", answer_a="4", model_b="m-b", answer_b="5")
+    verdicts = spec.cached(store, task="arena").judge(requests)
+    assert len(fake.completions()) == 2 and all(v.samples[0].text_logprobs() for v in verdicts)
+    rows = {r.orientation: r for r in store.database("judgements", "arena", spec.descriptor).query()}
+    assert (rows["reversed"].model_a, rows["reversed"].judge) == ("m-b", "fake-judge-v1")
+    assert all(r.cached for r in spec.cached(store, task="arena").judge(requests))
+    assert len(fake.completions()) == 2
+
+
+def test_at_most_max_concurrency_requests_are_in_flight(store: Store, fake: FakeOpenAI) -> None:
+    fake.delay = 0.1
+    started = time.monotonic()
+    served(fake, max_concurrency=3).cached(store, task="t").complete([ask(i) for i in range(9)])
+    assert fake.max_in_flight == 3
+    assert time.monotonic() - started < 0.9 * 9 * fake.delay  # concurrent, not one by one
+
+
+def test_what_is_sent_is_the_descriptor(fake: FakeOpenAI) -> None:
+    spec = served(fake, sampling={"seed": 7, "stop": "\n", "logprobs": 2, "top_k": 20, "ignore_eos": True})
+    request = EngineRequest({"type": "messages", "messages": [{"role": "user", "content": "hi"}]}, sample_index=3)
+    assert request_body(spec.descriptor, request) == {
+        "model": "fake-judge",
+        "messages": [{"role": "user", "content": "hi"}],
+        "temperature": 0.0,
+        "max_tokens": 256,
+        "top_p": 1.0,  # a vllm-server is sent every setting: its generation_config would fill the gaps
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "top_k": 20,
+        "min_p": 0.0,
+        "repetition_penalty": 1.0,
+        "seed": 10,  # seed + sample index
+        "stop": ["\n"],
+        "logprobs": True,
+        "top_logprobs": 2,
+        "ignore_eos": True,  # an unknown setting is sent as it is (and is in the key)
+    }
+    openai = HostedSpec(model="gpt-4o-2024-08-06", sampling={"temperature": 0.5}).descriptor
+    assert request_body(openai, EngineRequest({"type": "messages", "messages": []})) == {
+        "model": "gpt-4o-2024-08-06",
+        "messages": [],
+        "temperature": 0.5,
+        "max_completion_tokens": 256,  # OpenAI's chat API refuses max_tokens for newer models
+    }
+
+
+# ------------------------------------------------------------------ retries
+
+
+def test_a_429_waits_at_least_its_retry_after(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=429, headers={"Retry-After": "1"}))
+    spec = served(fake)
+    (response,) = spec.cached(store, task="t").complete([ask(0)])
+    first, second = fake.completions()
+    assert second.at - first.at >= 0.95  # the backoff alone would be 10 ms: Retry-After is a floor
+    assert response.text == "echo: question 0" and spec.stats.retries == 1
+
+
+def test_a_retry_after_longer_than_judgestore_waits_is_an_error_not_a_silent_hour(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.add_fault(Fault(status=429, headers={"Retry-After": "3600"}))
+    with pytest.raises(HostedUnavailableError, match="Retry-After 3600 s"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 1
+
+
+def test_a_500_then_success_is_retried(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=500))
+    fake.add_fault(Fault(status=503))
+    spec = served(fake)
+    (response,) = spec.cached(store, task="t").complete([ask(0)])
+    assert response.text == "echo: question 0" and len(fake.completions()) == 3 and spec.stats.retries == 2
+
+
+def test_5xx_that_outlasts_the_retries_is_a_typed_error(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=502, times=100))
+    with pytest.raises(HostedUnavailableError, match="HTTP 502, still after 3 retries"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 4
+
+
+def test_a_timeout_is_retried(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=200, delay=1.5))  # answers, but after the client gave up
+    spec = served(fake, timeout_s=0.3)
+    (response,) = spec.cached(store, task="t").complete([ask(0)])
+    assert response.text == "echo: question 0" and spec.stats.retries == 1
+
+
+def test_a_timeout_that_never_ends_is_a_typed_error(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=200, delay=1.0, times=100))
+    with pytest.raises(HostedUnavailableError, match="a timeout, still after 1 retries"):
+        served(fake, timeout_s=0.2, retry=RetryPolicy(max_retries=1, base_s=0.01)).cached(store, task="t").complete(
+            [ask(0)]
+        )
+
+
+def test_a_server_that_is_not_there_is_retried_then_a_typed_error(store: Store, fake: FakeOpenAI) -> None:
+    spec = HostedSpec(
+        model="m", provider="vllm-server", base_url="http://127.0.0.1:9/v1", retry=RetryPolicy(1, 0.01), timeout_s=2
+    )
+    with pytest.raises(HostedUnavailableError, match="connection error"):
+        spec.cached(store, task="t").complete([ask(0)])
+    assert spec.stats.requests_sent == 2
+
+
+# ------------------------------------------------------------------ failures that are not retried
+
+
+def test_a_refused_key_is_a_typed_error_sent_once_that_names_the_variable_not_the_key(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    with FakeOpenAI(api_key="sk-the-right-one-000000000000") as fake:
+        with pytest.raises(HostedAuthError, match="401: the server refused the key in JUDGE_KEY") as caught:
+            served(fake, api_key_env="JUDGE_KEY").cached(store, task="t").complete([ask(0)])
+        assert len(fake.completions()) == 1
+    printed = "".join(traceback.format_exception(caught.value))
+    assert KEY not in printed and "<api key>" in printed  # the server echoed the key: blanked out
+
+
+def test_a_403_is_an_auth_error_too_and_is_not_retried(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=403, body=b'{"error": {"message": "this key may not use fake-judge"}}'))
+    with pytest.raises(HostedAuthError, match=r"403: the server refused the request \(no API key was sent\): this key"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 1
+
+
+def test_a_model_the_server_does_not_serve_is_a_typed_error_listing_what_it_serves(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    with pytest.raises(HostedModelNotFoundError, match=r"does not serve the model 'fake-judje'.*It serves: fake-judge"):
+        served(fake, model="fake-judje").cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 1
+
+
+def test_a_base_url_without_v1_is_a_typed_404_with_a_hint(store: Store, fake: FakeOpenAI) -> None:
+    with pytest.raises(HostedNotFoundError, match=r"404 for /chat/completions.*usually end in /v1"):
+        served(fake, base_url=fake.base_url.removesuffix("/v1")).cached(store, task="t").complete([ask(0)])
+
+
+def test_a_setting_the_server_refuses_is_a_typed_error_naming_what_was_sent(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=400, body=b'{"error": {"message": "Unrecognized request argument: top_k"}}'))
+    with pytest.raises(HostedRequestError, match=r"Unrecognized request argument: top_k.*'top_k'"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 1
+
+
+@pytest.mark.parametrize(
+    "body", [b"<html>502 Bad Gateway</html>", b'{"id": "x", "object": "chat.completion"}', b'{"choices": []}']
+)
+def test_a_malformed_body_is_a_typed_error_and_nothing_is_stored(store: Store, fake: FakeOpenAI, body: bytes) -> None:
+    fake.add_fault(Fault(status=200, body=body))
+    spec = served(fake)
+    with pytest.raises(HostedResponseError, match="not a chat completion"):
+        spec.cached(store, task="t").complete([ask(0)])
+    assert store.find("completions", "t", spec.descriptor) is None or not list(
+        store.database("completions", "t", spec.descriptor).query()
+    )
+
+
+def test_a_failure_stops_new_requests_and_keeps_what_finished(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=400, after=2))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(HostedRequestError):
+        spec.cached(store, task="t").complete([ask(i) for i in range(6)])
+    assert len(fake.completions()) == 3  # two answers, the refusal, and nothing after it
+    assert store.database("completions", "t", spec.descriptor).count() == 2
+    spec.cached(store, task="t").complete([ask(i) for i in range(6)])
+    assert len(fake.completions()) == 3 + 4
+
+
+# ------------------------------------------------------------------ logprobs
+
+
+def test_chat_logprobs_are_stored_losslessly_for_the_first_or_every_position(store: Store, fake: FakeOpenAI) -> None:
+    first = served(fake, sampling={"logprobs": 3}).cached(store, task="t").complete([ask(0)])[0].samples[0]
+    (position,) = logprobs.decode(first.top_logprobs)
+    assert [(c.text, c.rank, c.token_id) for c in position.candidates] == [
+        ("echo:", 1, None),
+        ("alt1", 2, None),
+        ("alt2", 3, None),
+    ]
+    assert position.candidates[0].bytes == tuple(b"echo:")
+    assert position.sampled is not None and (position.sampled.text, position.sampled.rank) == ("echo:", 1)
+    assert first.text_logprobs() == {"echo:": -0.25, "alt1": -1.75, "alt2": -3.25}  # JudgeArena's view
+
+    every = served(fake, sampling={"logprobs": 1}, logprob_positions="all").cached(store, task="t").complete([ask(0)])
+    positions = logprobs.decode(every[0].samples[0].top_logprobs)
+    assert [p.sampled.text for p in positions if p.sampled] == ["echo:", " question", " 0"]
+
+
+def test_text_completions_and_their_logprobs(store: Store, fake: FakeOpenAI) -> None:
+    spec = served(fake, input_mode="text", sampling={"logprobs": 2, "max_tokens": 2})
+    (response,) = spec.cached(store, task="t").complete([CompletionRequest(text="plain prompt")])
+    assert fake.completions()[-1].path == "/v1/completions" and fake.completions()[-1].body["prompt"] == "plain prompt"  # type: ignore[index]
+    assert response.text == "echo: plain" and response.samples[0].finish_reason == "length"
+    (position,) = logprobs.decode(response.samples[0].top_logprobs)
+    assert [(c.text, c.rank) for c in position.candidates] == [("echo:", 1), ("alt1", 2)]
+    assert position.sampled is not None and position.sampled.rank == 1
+
+
+def test_a_vllm_server_body_with_empty_bytes_and_a_sampled_token_outside_the_top(fake: FakeOpenAI) -> None:
+    descriptor: ModelDescriptor = served(fake, sampling={"logprobs": 1}).descriptor
+    body = {
+        "choices": [
+            {
+                "message": {"content": "\ufffdx"},
+                "finish_reason": "length",
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "",
+                            "logprob": -2.5,
+                            "bytes": [],
+                            "top_logprobs": [{"token": "I", "logprob": -0.5, "bytes": [73]}],
+                        }
+                    ]
+                },
+            }
+        ],
+        "usage": {"prompt_tokens": 4, "completion_tokens": 2, "total_tokens": 6},
+    }
+    generation = generation_from_body(descriptor, body)
+    (position,) = logprobs.decode(generation.top_logprobs)
+    assert position.sampled is not None and (position.sampled.text, position.sampled.rank) == ("", None)
+    assert position.sampled.bytes == () and position.candidates[0].bytes == (73,)
+    assert generation.usage == {"prompt_tokens": 4, "completion_tokens": 2}
+
+
+# ------------------------------------------------------------------ a killed run, secrets
+
+_KILLED_RUN = """
+import os, signal, sys
+from inference.hosted import HostedSpec
+from inference.requests import CompletionRequest
+from store.store import Store
+
+base_url, root, kill_after = sys.argv[1], sys.argv[2], int(sys.argv[3])
+
+def progress(done, total):
+    if done >= kill_after:  # rows are written before progress is reported
+        os.kill(os.getpid(), signal.SIGKILL)
+
+spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=base_url, max_concurrency=2)
+requests = [CompletionRequest(messages=[{"role": "user", "content": f"prompt {i}"}]) for i in range(12)]
+spec.cached(Store(root=root), task="killed", chunk_size=2).complete(requests, on_progress=progress)
+"""
+
+
+def test_a_sigkilled_run_keeps_what_it_wrote_and_the_rerun_sends_only_the_rest(store: Store, fake: FakeOpenAI) -> None:
+    fake.delay = 0.05
+    child = subprocess.run(
+        [sys.executable, "-c", _KILLED_RUN, fake.base_url, str(store.root), "4"],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr[-2000:]
+    spec = served(fake)
+    kept = store.database("completions", "killed", spec.descriptor).count()
+    sent_before = len(fake.completions())
+    assert 4 <= kept < 12 and sent_before < 12
+    requests = [CompletionRequest(messages=[{"role": "user", "content": f"prompt {i}"}]) for i in range(12)]
+    responses = spec.cached(store, task="killed").complete(requests)
+    assert len(fake.completions()) - sent_before == 12 - kept  # exactly the requests that were not stored
+    assert sum(r.cached for r in responses) == kept
+    assert store.database("completions", "killed", spec.descriptor).count() == 12
+
+
+def test_the_key_never_reaches_the_store_the_logs_or_a_summary(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    caplog.set_level(logging.DEBUG)  # every logger, the client's and httpx's included
+    with FakeOpenAI(api_key=KEY) as fake:
+        fake.add_fault(Fault(status=429, headers={"Retry-After": "0"}))  # a retry, logged
+        spec = served(fake, api_key_env="JUDGE_KEY", sampling={"logprobs": 2})
+        model = spec.cached(store, task="t")
+        model.complete([ask(i) for i in range(3)])
+        model.judge(pairwise_requests(question="q", model_a="a", answer_a="x", model_b="b", answer_b="y"))
+        assert fake.completions()[-1].headers["authorization"] == f"Bearer {KEY}"  # it was sent: to the server only
+        summary = orjson.dumps(
+            {"descriptor": spec.descriptor.model_dump(), "stats": spec.stats.as_dict(), "run": repr(model.last)}
+        ).decode()
+        print(repr(spec), summary, model.last.plan.summary() if model.last.plan else "")
+    files = [path for path in store.root.rglob("*") if path.is_file()]  # metadata.json, the dbs, their WAL files
+    assert {"metadata.json", "completions.db", "judgements.db"} <= {path.name for path in files}
+    assert not [path for path in files if KEY.encode() in path.read_bytes()]
+    captured = capsys.readouterr()
+    assert KEY not in captured.out + captured.err
+    assert KEY not in caplog.text and "retry 1 of 3" in caplog.text
