@@ -49,7 +49,7 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.legacy.detect import Detection, DetectionResult, State, detect
+from store.legacy.detect import Detection, DetectionResult, LegacyVariant, State, detect
 from store.legacy.formats import InputsTable
 from store.legacy.importer import ImportOptions, ImportProgress, import_sources
 from store.legacy.report import ImportReport
@@ -83,7 +83,7 @@ def _detect_table(result: DetectionResult) -> Table:
         table.add_row(
             Text(_shown(d.path)),
             d.variant or "",
-            d.role or ("per row" if d.variant == "S2" else ""),
+            d.role or ("per row" if d.variant is LegacyVariant.S2 else ""),
             Text(d.tree.task if d.tree else ""),
             "" if d.rows is None else f"{d.rows:,}",
             Text(d.state.value, style=_STATE_STYLE[d.state]),
@@ -100,7 +100,7 @@ def _detail(d: Detection) -> str:
     if d.state is not State.OK or d.kind == "metadata":
         return d.detail
     if d.metadata is None:
-        return "no metadata.json (needs --descriptor)" if d.variant != "LangChain" else "never imported"
+        return "no metadata.json (needs --descriptor)" if d.variant is not LegacyVariant.LANGCHAIN else "never imported"
     model = d.metadata.model
     return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
 

@@ -40,7 +40,7 @@ import orjson
 
 from store.errors import InvalidInputError
 from store.layout import Role
-from store.legacy.detect import Detection
+from store.legacy.detect import Detection, LegacyVariant
 from store.legacy.readonly import open_dataframe, open_sqlite_readonly
 
 
@@ -410,7 +410,7 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
     source = open_dataframe(detection.path)
     variant = detection.variant
     for position, r in enumerate(source.iter_rows()):
-        if variant == "DF-elo-judge":
+        if variant is LegacyVariant.DF_ELO_JUDGE:
             key = str(position)
             entry = inputs.by_row.get(key) if inputs is not None else None
             yield LegacyRow(
@@ -437,7 +437,7 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
             "skip": None if entry else _missing_input("instruction_index", key, inputs),
         }
         base_id = entry.instruction_id if entry and entry.instruction_id else key
-        if variant == "DF-mt-bench":
+        if variant is LegacyVariant.DF_MT_BENCH:
             first = _text_or_none(r.get("completion_turn_1"))
             for turn, column in enumerate(("completion_turn_1", "completion_turn_2")):
                 yield LegacyRow(
@@ -462,26 +462,26 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
 
 def iter_rows(detection: Detection, inputs: InputsTable | None = None, *, fallback_time: str) -> Iterator[LegacyRow]:
     """The rows of one ``ok`` detection; ``fallback_time`` is used where a format records no time at all."""
-    variant = detection.variant or ""
+    variant = detection.variant
     if detection.kind == "dataframe":
         yield from _dataframe_rows(detection, inputs, fallback_time)
         return
     with open_sqlite_readonly(detection.path) as conn:
-        if variant == "S0":
+        if variant is LegacyVariant.S0:
             yield from _s0_rows(conn, detection)
-        elif variant in ("S1c", "S1j"):
+        elif variant in (LegacyVariant.S1C, LegacyVariant.S1J):
             yield from _s1_rows(conn, detection, inputs)
-        elif variant == "S2":
+        elif variant is LegacyVariant.S2:
             yield from _s2_rows(conn)
         elif detection.table in ("completions", "judgements"):
             yield from _content_hashed_rows(conn, detection)
         else:
-            raise InvalidInputError(f"{detection.path}: variant {variant!r} has no row reader")
+            raise InvalidInputError(f"{detection.path}: variant {str(variant or '')!r} has no row reader")
 
 
 def count_rows(detection: Detection) -> int:
     """How many outputs a source holds (DataFrames are read through; MT-Bench rows hold two)."""
     if detection.kind == "dataframe":
-        per_row = 2 if detection.variant == "DF-mt-bench" else 1
+        per_row = 2 if detection.variant is LegacyVariant.DF_MT_BENCH else 1
         return per_row * sum(1 for _ in open_dataframe(detection.path).iter_rows())
     return detection.rows or 0

@@ -52,7 +52,7 @@ import orjson
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.errors import DataFrameError, InvalidInputError, JudgestoreError
 from store.layout import Location, Role
-from store.legacy.detect import Detection, State
+from store.legacy.detect import Detection, LegacyVariant, State
 from store.legacy.formats import InputForm, InputsTable, LegacyRow, count_rows, iter_rows
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.report import ImportReport, SourceReport
@@ -61,8 +61,10 @@ from store.records import CompletionRecord, JudgementRecord, Record
 from store.store import Database, Store
 
 DEFAULT_CHUNK_SIZE = 1000
-NEEDS_INPUTS = frozenset({"S1c", "DF-completions", "DF-mt-bench", "DF-elo-judge"})
-RAW_PROMPT_VARIANTS = frozenset({"S0", "S1j"})
+NEEDS_INPUTS = frozenset(
+    {LegacyVariant.S1C, LegacyVariant.DF_COMPLETIONS, LegacyVariant.DF_MT_BENCH, LegacyVariant.DF_ELO_JUDGE}
+)
+RAW_PROMPT_VARIANTS = frozenset({LegacyVariant.S0, LegacyVariant.S1J})
 LANGCHAIN_REASON = (
     "LangChain SQLiteCache: its `llm` string does not identify the vLLM model or its settings and its prompts "
     "are LangChain's serialisation, so it is never imported (rerun those prompts with `judgestore generate`)"
@@ -388,7 +390,7 @@ class _Importer:
             report.error = detection.detail
             report.skip(detection.detail, count=report.rows)
             return False
-        if detection.variant == "LangChain":
+        if detection.variant is LegacyVariant.LANGCHAIN:
             report.error = LANGCHAIN_REASON
             report.skip(LANGCHAIN_REASON, count=report.rows)
             report.unattributed = report.rows

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from store.legacy.detect import LegacyVariant
+
 EXAMPLES_PER_REASON = 5
 CONFLICTS_LISTED = 50
 
@@ -26,7 +28,7 @@ class SourceReport:
     """The outcome of one source file."""
 
     path: Path
-    variant: str | None
+    variant: LegacyVariant | None
     state: str  # the detection state
     rows: int = 0
     imported: int = 0
