@@ -51,8 +51,8 @@ from store.legacy.readonly import (
     open_sqlite_readonly,
     table_columns,
 )
+from store.schema import VERSION_TABLE
 
-VERSION_TABLE = "judgestore_alembic_version"
 _SIDECARS = ("-wal", "-shm", "-journal")
 
 
