@@ -11,10 +11,11 @@ Contract:
   ``ImportOptions.task``, else the source is skipped.
 * Every row is converted to a record whose key is recomputed under
   judgestore's rule from the stored input, after the legacy hash is verified:
-  S3 onwards hashed the same canonical bytes (``sha256(input_text)`` must equal
-  the stored hash); S2 hashed the JSON-quoted canonical string of
-  ``{"kind": "chat"|"raw", ..}``. A row whose stored hash does not match its
-  input fails; the rest go on.
+  S3 onwards hashed the same canonical bytes (``input_hash(input_text)`` must
+  equal the stored hash); S2 hashed the JSON-quoted canonical string of
+  ``{"kind": "chat"|"raw", ..}``. Every hash goes through
+  :mod:`store.descriptor`. A row whose stored hash does not match its input
+  fails; the rest go on.
 * Values are normalised: ``pushed_by``/``pushed_at`` become
   ``created_by``/``created_at`` (ISO-8601; no offset means UTC; a format
   with no time at all gets the source file's modification time);
@@ -38,7 +39,6 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
 import json
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
+from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
 from store.errors import DataFrameError, InvalidInputError, JudgestoreError
 from store.layout import Location, Role
 from store.legacy.detect import Detection, LegacyVariant, State
@@ -57,7 +57,7 @@ from store.legacy.formats import InputForm, InputsTable, LegacyRow, count_rows, 
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.report import ImportReport, SourceReport
 from store.logprobs import from_text_logprobs
-from store.records import CompletionRecord, JudgementRecord, Record
+from store.records import CompletionRecord, JudgementRecord, Record, parse_timestamp
 from store.store import Database, Store
 
 DEFAULT_CHUNK_SIZE = 1000
@@ -140,7 +140,7 @@ def _skip(reason: str) -> _RowOutcome:
 
 def s2_input_hash(canonical: str) -> str:
     """The S2 content address: SHA-256 of the canonical string written as a JSON string."""
-    return hashlib.sha256(json.dumps(canonical, ensure_ascii=False).encode()).hexdigest()
+    return sha256_hex(json.dumps(canonical, ensure_ascii=False).encode())
 
 
 def _render_rendered(payload: Any, mode: str) -> str:
@@ -217,7 +217,7 @@ def _rendered_input(row: LegacyRow, mode: str) -> str:
     if row.stored_hash is None:
         raise _fail("input_hash is NULL")
     if row.input_form is InputForm.RENDERED:
-        if hashlib.sha256(row.input_text.encode()).hexdigest() != row.stored_hash:
+        if input_hash(row.input_text) != row.stored_hash:  # S3 onwards hashed exactly as judgestore does
             raise _fail("stored input_hash does not match its input (the row was edited or damaged)")
         parse = _render_rendered
     else:
@@ -231,15 +231,18 @@ def _rendered_input(row: LegacyRow, mode: str) -> str:
     return parse(payload, mode)
 
 
-def parse_time(value: str | None, fallback: datetime) -> datetime:
-    """An aware UTC datetime from an ISO-8601 string; None or empty gives ``fallback``."""
+def created_at(value: str | None, fallback: datetime) -> datetime:
+    """A row's ``pushed_at``/``date`` as an aware UTC datetime (no offset means UTC); None or empty: ``fallback``.
+
+    A value that is not ISO-8601 fails the row, not the import.
+    """
     if value is None or not value.strip():
         return fallback
     try:
-        parsed = datetime.fromisoformat(value.strip())
-    except ValueError as e:
+        parsed = parse_timestamp(value)
+    except InvalidInputError as e:
         raise _fail(f"time {value!r} is not ISO-8601") from e
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+    return parsed.astimezone(UTC)
 
 
 def _json_object(value: str | None, column: str) -> dict[str, Any] | None:
@@ -291,7 +294,7 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         "top_logprobs": _top_logprobs(row.top_logprobs),
         "run_id": row.run_id,
         "created_by": row.created_by,
-        "created_at": parse_time(row.created_at, fallback_time),
+        "created_at": created_at(row.created_at, fallback_time),
     }
     if row.role == "completions":
         return CompletionRecord(model=row.model or descriptor.model, **common)
@@ -311,7 +314,7 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
 
 
 def _preview(text: str) -> str:
-    digest = hashlib.sha256(text.encode()).hexdigest()[:12]
+    digest = sha256_hex(text.encode())[:12]
     shown = text if len(text) <= 40 else text[:39] + "…"
     return f"{shown!r} (sha256 {digest})"
 
