@@ -2,8 +2,8 @@
 
 Contract: a legacy metadata.json (S3+ ``judgearena-inference-cache/v1`` or S2
 ``judgearena-inference-descriptor/v1``) is turned into the vLLM settings a live
-run would pass (:class:`LiveSettings`: what :class:`~inference.spec.ModelSpec`
-takes), and the descriptor is computed by ``ModelSpec(...).descriptor``, i.e.
+run would pass, as a :class:`~inference.spec.ModelSpec`, and the descriptor is
+computed by its :attr:`~inference.spec.ModelSpec.descriptor`, i.e.
 :func:`inference.descriptors.descriptor_from_vllm`, the one place where live
 settings become a descriptor. Nothing here re-implements a hashing rule.
 
@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -100,41 +100,27 @@ _S2_KEYS = frozenset(
 _TYPED_KWARGS = frozenset({"chat_template", "chat_template_kwargs", "thinking_token_budget", "disable_thinking"})
 
 
-@dataclass(frozen=True)
-class LiveSettings:
-    """What a live run passes: the fields of :class:`~inference.spec.ModelSpec`."""
+# The ModelSpec fields a legacy descriptor (or a ``{"vllm": {..}}`` descriptor file) sets; the others keep
+# their defaults, as the legacy runs had no such settings.
+SPEC_FIELDS = frozenset(
+    {"model", "input_mode", "sampling", "engine_kwargs", "chat_template", "chat_template_kwargs", "enable_thinking",
+     "thinking_token_budget"}
+)  # fmt: skip
 
-    model: str
-    input_mode: Literal["chat", "text"] = "chat"
-    sampling: dict[str, Any] = field(default_factory=dict)
-    engine_kwargs: dict[str, Any] = field(default_factory=dict)
-    chat_template: str | None = None
-    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    enable_thinking: bool | None = None
-    thinking_token_budget: int | None = None
 
-    def spec(self) -> ModelSpec:
-        return ModelSpec(
-            model=self.model,
-            input_mode=self.input_mode,
-            sampling=self.sampling,
-            engine_kwargs=self.engine_kwargs,
-            chat_template=self.chat_template,
-            chat_template_kwargs=self.chat_template_kwargs,
-            enable_thinking=self.enable_thinking,
-            thinking_token_budget=self.thinking_token_budget,
-        )
-
-    def describe(self) -> str:
-        """The settings as one line, for reports ("use these to hit the imported rows")."""
-        shown: dict[str, Any] = {"model": self.model, "input_mode": self.input_mode, "sampling": self.sampling,
-                                 "engine_kwargs": self.engine_kwargs}  # fmt: skip
-        for name in ("chat_template_kwargs", "enable_thinking", "thinking_token_budget"):
-            if getattr(self, name):
-                shown[name] = getattr(self, name)
-        if self.chat_template is not None:
-            shown["chat_template"] = self.chat_template if len(self.chat_template) < 60 else "(inline template)"
-        return orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode()
+def settings_line(spec: ModelSpec) -> str:
+    """The settings a live run passes to hit the imported rows, as one line of JSON for reports."""
+    shown: dict[str, Any] = {"model": spec.model, "input_mode": spec.input_mode, "sampling": dict(spec.sampling),
+                             "engine_kwargs": dict(spec.engine_kwargs)}  # fmt: skip
+    if spec.chat_template_kwargs:
+        shown["chat_template_kwargs"] = dict(spec.chat_template_kwargs)
+    if spec.enable_thinking:
+        shown["enable_thinking"] = spec.enable_thinking
+    if spec.thinking_token_budget:
+        shown["thinking_token_budget"] = spec.thinking_token_budget
+    if spec.chat_template is not None:
+        shown["chat_template"] = spec.chat_template if len(spec.chat_template) < 60 else "(inline template)"
+    return orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode()
 
 
 def _mapping(value: Any, name: str) -> dict[str, Any]:
@@ -195,10 +181,10 @@ def _split_s3(kwargs: dict[str, Any], assumed: Mapping[str, Any]) -> tuple[dict[
     return sampling, engine, notes
 
 
-def live_settings(
+def live_spec(
     metadata: LegacyMetadata, *, model: str | None = None, assumed: Mapping[str, Any] | None = None
-) -> tuple[LiveSettings, list[str]]:
-    """The live settings equivalent to a legacy VLLM descriptor, and the ``--assume-setting`` notes applied.
+) -> tuple[ModelSpec, list[str]]:
+    """The live run equivalent to a legacy VLLM descriptor, and the ``--assume-setting`` notes applied.
 
     ``model`` replaces the legacy model id (``--assume-current-model LEGACY=CURRENT``).
     Raises :class:`LegacyMappingError` when the live rules cannot reproduce it.
@@ -253,7 +239,7 @@ def live_settings(
         sampling["top_p"] = VLLM_LEGACY_TOP_P
     if budget is not None and not isinstance(budget, int):
         raise LegacyMappingError(f"thinking_token_budget {budget!r} is not an integer")
-    settings = LiveSettings(
+    spec = ModelSpec(
         model=model or legacy_model,
         input_mode=input_mode,
         sampling=sampling,
@@ -263,7 +249,7 @@ def live_settings(
         enable_thinking=enable_thinking,
         thinking_token_budget=budget,
     )
-    return settings, notes
+    return spec, notes
 
 
 def legacy_backend_version(metadata: LegacyMetadata) -> str | None:
@@ -273,18 +259,18 @@ def legacy_backend_version(metadata: LegacyMetadata) -> str | None:
 
 def map_legacy_descriptor(
     metadata: LegacyMetadata, *, model: str | None = None, assumed: Mapping[str, Any] | None = None
-) -> tuple[ModelDescriptor, LiveSettings, list[str]]:
+) -> tuple[ModelDescriptor, ModelSpec, list[str]]:
     """The descriptor a live run with the legacy settings computes, on the legacy vLLM version.
 
     Resolves revision and chat template from the model *as it is now* (that is
     what the live rules do): callers record that as an assumption.
     """
-    settings, notes = live_settings(metadata, model=model, assumed=assumed)
+    spec, notes = live_spec(metadata, model=model, assumed=assumed)
     try:
-        descriptor = settings.spec().descriptor
+        descriptor = spec.descriptor
     except (InvalidInputError, UnpinnedModelError, OSError) as e:
         raise LegacyMappingError(f"the live rules refuse these settings: {e}") from e
-    return descriptor.model_copy(update={"backend_version": legacy_backend_version(metadata)}), settings, notes
+    return descriptor.model_copy(update={"backend_version": legacy_backend_version(metadata)}), spec, notes
 
 
 # ---------------------------------------------------------------- the user's descriptor
@@ -314,14 +300,19 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
         vllm = doc["vllm"]
         if not isinstance(vllm, dict) or not isinstance(vllm.get("model"), str):
             raise InvalidInputError(f"{path}: 'vllm' must be an object with at least a 'model'")
+        unknown = sorted(set(vllm) - SPEC_FIELDS)
+        if unknown:
+            raise InvalidInputError(
+                f"{path}: invalid vLLM settings (unknown keys {unknown}; known: {sorted(SPEC_FIELDS)})"
+            )
         try:
-            settings = LiveSettings(**vllm)
-            descriptor = settings.spec().descriptor
+            spec = ModelSpec(**vllm)
+            descriptor = spec.descriptor
         except (TypeError, InvalidInputError) as e:
             raise InvalidInputError(f"{path}: invalid vLLM settings ({e})") from e
         assumption = (
             f"imported under the vLLM settings of {path.name}, given by the user; revision and chat template "
-            f"resolved from {settings.model} as it was on {today}"
+            f"resolved from {spec.model} as it was on {today}"
         )
         return UserDescriptor(descriptor, path, assumption)
     raw = doc.get("descriptor", doc)
@@ -411,21 +402,21 @@ class LegacyDescriptorMapper:
             what = detection.variant or "this file"
             return Attribution(None, reason=f"{what} records no descriptor; import it with --descriptor FILE")
         try:
-            settings, _ = live_settings(metadata, assumed=self.assumed_settings)
+            recorded, _ = live_spec(metadata, assumed=self.assumed_settings)
         except LegacyMappingError as e:
             return Attribution(None, reason=str(e))
-        current = self._assumed_model_for(settings.model)
+        current = self._assumed_model_for(recorded.model)
         if current is None:
             return Attribution(
                 None,
                 reason=(
                     f"the legacy descriptor does not record the resolved revision or chat template of "
-                    f"{settings.model!r}; pass --assume-current-model {settings.model!r} to resolve them from the "
+                    f"{recorded.model!r}; pass --assume-current-model {recorded.model!r} to resolve them from the "
                     "model as it is now (recorded as an assumption), or --descriptor FILE"
                 ),
             )
         try:
-            descriptor, settings, assumed_notes = map_legacy_descriptor(
+            descriptor, spec, assumed_notes = map_legacy_descriptor(
                 metadata, model=current, assumed=self.assumed_settings
             )
         except LegacyMappingError as e:
@@ -436,7 +427,7 @@ class LegacyDescriptorMapper:
             f"{current!r} as it was on {today} (revision {descriptor.revision})"
         ]
         assumptions += [f"legacy run assumed to have used {note} (not recorded by the file)" for note in assumed_notes]
-        notes = [f"live settings that hit these rows: {settings.describe()}"]
+        notes = [f"live settings that hit these rows: {settings_line(spec)}"]
         installed = installed_backend_version()
         if descriptor.backend_version != installed:
             notes.append(
