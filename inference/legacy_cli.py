@@ -50,8 +50,8 @@ from store.cli.common import (
     stdout,
 )
 from store.legacy.detect import Detection, DetectionResult, LegacyVariant, State, detect
-from store.legacy.formats import InputsTable
 from store.legacy.importer import ImportOptions, ImportProgress, import_sources
+from store.legacy.inputs import InputsTable
 from store.legacy.report import ImportReport
 from store.store import Store
 

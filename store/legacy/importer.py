@@ -53,7 +53,8 @@ from store.descriptor import ModelDescriptor, input_hash, render_messages, rende
 from store.errors import DataFrameError, InvalidInputError, JudgestoreError
 from store.layout import Location, Role
 from store.legacy.detect import Detection, LegacyVariant, State
-from store.legacy.formats import InputForm, InputsTable, LegacyRow, count_rows, iter_rows
+from store.legacy.formats import InputForm, LegacyRow, count_rows, iter_rows
+from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.report import ImportReport, SourceReport
 from store.logprobs import from_text_logprobs
