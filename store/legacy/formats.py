@@ -5,7 +5,7 @@ Contract:
 * :func:`iter_rows` streams the rows of one detected source in a stable order
   (``rowid`` for SQLite, file order for DataFrames), read-only
   (:mod:`store.legacy.readonly`). It only *reads*: hashes are verified, inputs
-  rendered and values normalised by :mod:`store.legacy.importer`.
+  rendered and values normalised by :mod:`store.legacy.convert`.
 * Each row says how its input was stored (:class:`InputForm`): ``rendered``
   (S3 onwards: judgestore's own canonical rendered input, whose SHA-256 is the
   stored ``input_hash``), ``s2`` (``{"kind": "chat"|"raw", ..}``, hashed

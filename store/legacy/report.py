@@ -54,6 +54,19 @@ class SourceReport:
         self.failed[reason] += count
         self._example(reason, locator)
 
+    def fail_source(self, error: str, *, reason: str | None = None, count: int | None = None) -> None:
+        """The source failed (``error``): ``count`` rows (default: all) fail with ``reason`` (default: ``error``)."""
+        self.source_failed = True
+        self.error = error
+        self.fail(error if reason is None else reason, count=self.rows if count is None else count)
+
+    def skip_source(self, reason: str, *, unattributed: bool) -> None:
+        """Skip every row of the source; ``unattributed``: because no descriptor could be named for them."""
+        self.error = reason
+        self.skip(reason, count=self.rows)
+        if unattributed:
+            self.unattributed = self.rows
+
     def conflict(self, key: str, locator: str, kept: str, dropped: str) -> None:
         self.conflicts += 1
         if len(self.conflict_list) < CONFLICTS_LISTED:
