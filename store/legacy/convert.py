@@ -36,13 +36,13 @@ from typing import Any, Literal
 
 import orjson
 
-from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
+from store.descriptor import InputMode, ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
 from store.errors import InvalidInputError
 from store.legacy.formats import InputForm, LegacyRow
 from store.logprobs import from_text_logprobs
-from store.records import CompletionRecord, JudgementRecord, Record, parse_timestamp
+from store.records import CompletionRecord, JudgementRecord, Orientation, Record, parse_timestamp
 
-_ORIENTATIONS: dict[str | None, str | None] = {
+_ORIENTATIONS: dict[str | None, Orientation | None] = {
     None: None,
     "": None,
     "direct": "direct",
@@ -75,7 +75,7 @@ def s2_input_hash(canonical: str) -> str:
     return sha256_hex(json.dumps(canonical, ensure_ascii=False).encode())
 
 
-def _render_rendered(payload: Any, mode: str) -> str:
+def _render_rendered(payload: Any, mode: InputMode) -> str:
     """An S3-onwards rendered input, re-rendered under judgestore's rule."""
     if not isinstance(payload, dict):
         raise _fail("input_text is not a JSON object")
@@ -86,37 +86,29 @@ def _render_rendered(payload: Any, mode: str) -> str:
     if set(payload) != expected:
         raise _fail(f"rendered input has unexpected keys {sorted(set(payload) - expected)}")
     if kind == "messages":
-        return _render_chat(payload["messages"], mode)
-    return _render_plain(payload["text"], mode)
+        return _render("chat", payload["messages"], mode)
+    return _render("text", payload["text"], mode)
 
 
-def _render_s2(payload: Any, mode: str) -> str:
+def _render_s2(payload: Any, mode: InputMode) -> str:
     if not isinstance(payload, dict) or payload.get("kind") not in ("chat", "raw"):
         raise _fail("S2 input is not {'kind': 'chat'|'raw', ...}")
     if payload["kind"] == "chat":
-        return _render_chat(payload.get("messages"), mode)
-    return _render_plain(payload.get("text"), mode)
+        return _render("chat", payload.get("messages"), mode)
+    return _render("text", payload.get("text"), mode)
 
 
-def _render_chat(messages: Any, mode: str) -> str:
-    if mode != "chat":
-        raise _skip("a chat input under a text-mode descriptor (a live run could never ask for it)")
+def _render(kind: InputMode, value: Any, mode: InputMode) -> str:
+    """``value`` (chat messages or a text prompt) rendered; an input the mode never asks for is skipped."""
+    if mode != kind:
+        raise _skip(f"a {kind} input under a {mode}-mode descriptor (a live run could never ask for it)")
     try:
-        return render_messages(messages)
+        return render_messages(value) if kind == "chat" else render_text(value)
     except InvalidInputError as e:
-        raise _fail(f"input messages cannot be rendered: {e}") from e
+        raise _fail(f"input {'messages' if kind == 'chat' else 'text'} cannot be rendered: {e}") from e
 
 
-def _render_plain(text: Any, mode: str) -> str:
-    if mode != "text":
-        raise _skip("a text input under a chat-mode descriptor (a live run could never ask for it)")
-    try:
-        return render_text(text)
-    except InvalidInputError as e:
-        raise _fail(f"input text cannot be rendered: {e}") from e
-
-
-def _render_raw(text: str, mode: str) -> str:
+def _render_raw(text: str, mode: InputMode) -> str:
     """A plain legacy prompt: a rendered input if it already is one, else one user message (or the text)."""
     if text.startswith("{"):
         try:
@@ -126,22 +118,22 @@ def _render_raw(text: str, mode: str) -> str:
         if isinstance(payload, dict) and payload.get("type") in ("messages", "text"):
             return _render_rendered(payload, mode)
     if mode == "chat":
-        return _render_chat([{"role": "user", "content": text}], mode)
-    return _render_plain(text, mode)
+        return _render("chat", [{"role": "user", "content": text}], mode)
+    return _render("text", text, mode)
 
 
-def _rendered_input(row: LegacyRow, mode: str) -> str:
+def _rendered_input(row: LegacyRow, mode: InputMode) -> str:
     if row.input_form is InputForm.GIVEN:
         entry = row.given
         if entry is None:
             raise _skip(row.skip or "no input")
         if entry.text is not None and row.given_turn == 0:
-            return _render_plain(entry.text, mode)
+            return _render("text", entry.text, mode)
         try:
             messages = entry.messages_for_turn(row.given_turn, row.previous_answer)
         except InvalidInputError as e:
             raise _skip(str(e)) from e
-        return _render_chat(messages, mode)
+        return _render("chat", messages, mode)
     if row.input_text is None:
         raise _skip("no input stored (NULL)") if row.input_form is InputForm.RAW else _fail("input is NULL")
     if row.input_form is InputForm.RAW:
@@ -237,6 +229,6 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         model_a=row.model_a,
         model_b=None if pointwise else row.model_b,
         judge=row.judge or descriptor.model,
-        orientation=None if pointwise else _ORIENTATIONS[row.orientation],  # type: ignore[arg-type]
+        orientation=None if pointwise else _ORIENTATIONS[row.orientation],
         **common,
     )
