@@ -33,11 +33,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inference.legacy import (
-    LegacyDescriptorMapper,
-    load_user_descriptor,
-    parse_assumed_models,
-)
+from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
+from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import parse_key_values
 from store.cli.common import (
     JsonOutput,

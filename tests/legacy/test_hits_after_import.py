@@ -27,7 +27,7 @@ from inference.backend import Backend
 from inference.cached import CachedModel
 from inference.descriptors import backend_version
 from inference.judging import pairwise_requests, pointwise_request
-from inference.legacy import LEGACY_EXECUTION_ONLY
+from inference.legacy_settings import LEGACY_EXECUTION_ONLY
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
 from store.layout import read_metadata, walk

@@ -1,4 +1,4 @@
-"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy.py).
+"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy_settings.py, legacy.py).
 
 The reference is always the live path itself: ``ModelSpec(...).descriptor``
 with the settings a user would pass today. A mapping that differs from it by
@@ -15,18 +15,12 @@ import orjson
 import pytest
 
 from inference.descriptors import backend_version
-from inference.legacy import (
-    LEGACY_EXECUTION_ONLY,
-    LegacyDescriptorMapper,
-    LegacyMappingError,
-    live_spec,
-    load_user_descriptor,
-    map_legacy_descriptor,
-    parse_assumed_models,
-)
+from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
+from inference.legacy_settings import LEGACY_EXECUTION_ONLY, live_spec, map_legacy_descriptor
+from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, LegacyMappingError
 from store.layout import read_metadata, walk
 from store.legacy.detect import detect
 from store.legacy.metadata import read_legacy_metadata
