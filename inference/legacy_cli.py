@@ -33,11 +33,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inference.legacy import (
-    LegacyDescriptorMapper,
-    load_user_descriptor,
-    parse_assumed_models,
-)
+from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
+from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import parse_key_values
 from store.cli.common import (
     JsonOutput,
@@ -49,9 +46,9 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.legacy.detect import Detection, DetectionResult, State, detect
-from store.legacy.formats import InputsTable
+from store.legacy.detect import Detection, DetectionResult, LegacyVariant, State, detect
 from store.legacy.importer import ImportOptions, ImportProgress, import_sources
+from store.legacy.inputs import InputsTable
 from store.legacy.report import ImportReport
 from store.store import Store
 
@@ -83,7 +80,7 @@ def _detect_table(result: DetectionResult) -> Table:
         table.add_row(
             Text(_shown(d.path)),
             d.variant or "",
-            d.role or ("per row" if d.variant == "S2" else ""),
+            d.role or ("per row" if d.variant is LegacyVariant.S2 else ""),
             Text(d.tree.task if d.tree else ""),
             "" if d.rows is None else f"{d.rows:,}",
             Text(d.state.value, style=_STATE_STYLE[d.state]),
@@ -100,7 +97,7 @@ def _detail(d: Detection) -> str:
     if d.state is not State.OK or d.kind == "metadata":
         return d.detail
     if d.metadata is None:
-        return "no metadata.json (needs --descriptor)" if d.variant != "LangChain" else "never imported"
+        return "no metadata.json (needs --descriptor)" if d.variant is not LegacyVariant.LANGCHAIN else "never imported"
     model = d.metadata.model
     return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
 

@@ -18,9 +18,11 @@ Contract:
   ``not-ours`` (another tool's SQLite file, or a file with none of our
   columns) and ``judgestore`` (already a current judgestore database).
 * The variants are exactly those of LEGACY_FORMATS.md (S0 ... S7, the
-  DataFrame caches, LangChain's SQLiteCache); ``usage_json`` added to any
+  DataFrame caches, LangChain's SQLiteCache), one :class:`LegacyVariant`
+  each, whose value is the name reports print; ``usage_json`` added to any
   S3-onwards table (by ``ALTER TABLE`` on old files) is reported as a flag,
-  and an S4c or S6j table with it is named S7c / S7j.
+  and an S4c or S6j table with it is named S7c / S7j (any other one
+  ``S3c+usage_json``, say).
 * Opening is strictly read-only (:mod:`store.legacy.readonly`).
 """
 
@@ -49,9 +51,35 @@ from store.legacy.readonly import (
     open_sqlite_readonly,
     table_columns,
 )
+from store.schema import VERSION_TABLE
 
-VERSION_TABLE = "judgestore_alembic_version"
 _SIDECARS = ("-wal", "-shm", "-journal")
+
+
+class LegacyVariant(enum.StrEnum):
+    """One legacy cache variant of LEGACY_FORMATS.md; the value is its name in reports and ``--json``."""
+
+    S0 = "S0"
+    S1C = "S1c"
+    S1J = "S1j"
+    S2 = "S2"
+    S3C = "S3c"
+    S4C = "S4c"
+    S7C = "S7c"  # S4c with usage_json
+    S3J = "S3j"
+    S4J = "S4j"
+    S5J = "S5j"
+    S6J = "S6j"
+    S7J = "S7j"  # S6j with usage_json
+    # usage_json added in place (ALTER TABLE) to a table whose shape has no S7 name
+    S3C_USAGE = "S3c+usage_json"
+    S3J_USAGE = "S3j+usage_json"
+    S4J_USAGE = "S4j+usage_json"
+    S5J_USAGE = "S5j+usage_json"
+    DF_COMPLETIONS = "DF-completions"
+    DF_MT_BENCH = "DF-mt-bench"
+    DF_ELO_JUDGE = "DF-elo-judge"
+    LANGCHAIN = "LangChain"
 
 
 class State(enum.StrEnum):
@@ -66,7 +94,7 @@ class State(enum.StrEnum):
 class TableSpec:
     """One legacy table shape: the exact column set (``usage_json`` aside)."""
 
-    variant: str
+    variant: LegacyVariant
     table: str
     role: Role
     columns: frozenset[str]
@@ -90,19 +118,19 @@ _S5J = _S4J | {"top_logprobs"}
 # S5j and S6j share their columns; the NOT NULL flag of model_b tells them apart (see _sqlite_variant).
 TABLE_SPECS: tuple[TableSpec, ...] = (
     TableSpec(
-        "S0",
+        LegacyVariant.S0,
         "annotations",
         "judgements",
         frozenset({"benchmark", "instruction_id", "model_a", "model_b", "judge", "judge_input", "judge_completion"}),
         frozenset({"reasoning_content", "input_tokens", "output_tokens", "reasoning_tokens", "date"}),
     ),
-    TableSpec("S1c", "completions", "completions", _S1C),
-    TableSpec("S1j", "judgements", "judgements", _S1J),
-    TableSpec("S3c", "completions", "completions", _S3C),
-    TableSpec("S4c", "completions", "completions", _S4C),
-    TableSpec("S3j", "judgements", "judgements", _S3J),
-    TableSpec("S4j", "judgements", "judgements", _S4J),
-    TableSpec("S5j", "judgements", "judgements", _S5J),
+    TableSpec(LegacyVariant.S1C, "completions", "completions", _S1C),
+    TableSpec(LegacyVariant.S1J, "judgements", "judgements", _S1J),
+    TableSpec(LegacyVariant.S3C, "completions", "completions", _S3C),
+    TableSpec(LegacyVariant.S4C, "completions", "completions", _S4C),
+    TableSpec(LegacyVariant.S3J, "judgements", "judgements", _S3J),
+    TableSpec(LegacyVariant.S4J, "judgements", "judgements", _S4J),
+    TableSpec(LegacyVariant.S5J, "judgements", "judgements", _S5J),
 )
 S2_TABLES = {
     "inference": frozenset(
@@ -112,17 +140,26 @@ S2_TABLES = {
 }
 LANGCHAIN_COLUMNS = frozenset({"prompt", "llm", "idx", "response"})
 # Variants from S3 on carry a content hash; usage_json may have been added to any of them in place.
-USAGE_CAPABLE = frozenset({"S3c", "S4c", "S3j", "S4j", "S5j", "S6j"})
-_RENAMED_WITH_USAGE = {"S4c": "S7c", "S6j": "S7j"}
+_WITH_USAGE = {
+    LegacyVariant.S3C: LegacyVariant.S3C_USAGE,
+    LegacyVariant.S4C: LegacyVariant.S7C,
+    LegacyVariant.S3J: LegacyVariant.S3J_USAGE,
+    LegacyVariant.S4J: LegacyVariant.S4J_USAGE,
+    LegacyVariant.S5J: LegacyVariant.S5J_USAGE,
+    LegacyVariant.S6J: LegacyVariant.S7J,
+}
 
 _ELO = frozenset(
     {"judge_completion", "instruction", "completion_A", "completion_B", "pref", "use_model_a_as_opponent",
      "our_model_is_position_a", "opponent_model"}
 )  # fmt: skip
-DATAFRAME_SPECS: dict[str, tuple[Role, frozenset[str]]] = {
-    "DF-mt-bench": ("completions", frozenset({"instruction_index", "completion_turn_1", "completion_turn_2"})),
-    "DF-elo-judge": ("judgements", _ELO),
-    "DF-completions": ("completions", frozenset({"completion", "instruction_index"})),
+DATAFRAME_SPECS: dict[LegacyVariant, tuple[Role, frozenset[str]]] = {
+    LegacyVariant.DF_MT_BENCH: (
+        "completions",
+        frozenset({"instruction_index", "completion_turn_1", "completion_turn_2"}),
+    ),
+    LegacyVariant.DF_ELO_JUDGE: ("judgements", _ELO),
+    LegacyVariant.DF_COMPLETIONS: ("completions", frozenset({"completion", "instruction_index"})),
 }
 _DATAFRAME_COLUMNS = frozenset().union(*(cols for _, cols in DATAFRAME_SPECS.values()))
 
@@ -134,7 +171,7 @@ class Detection:
     path: Path
     state: State
     detail: str  # what was found, or why it cannot be used
-    variant: str | None = None  # S0, S1c, ..., S7j, DF-completions, DF-mt-bench, DF-elo-judge, LangChain
+    variant: LegacyVariant | None = None
     role: Role | None = None  # None: S2 (role per row), LangChain, or not a variant
     kind: str = "sqlite"  # sqlite | dataframe | metadata | other
     table: str | None = None
@@ -173,7 +210,9 @@ class DetectionResult:
 # ---------------------------------------------------------------- SQLite
 
 
-def _sqlite_variant(tables: dict[str, tuple[ColumnInfo, ...]]) -> tuple[State, str, TableSpec | None, str | None]:
+def _sqlite_variant(
+    tables: dict[str, tuple[ColumnInfo, ...]],
+) -> tuple[State, str, TableSpec | None, LegacyVariant | None]:
     """(state, detail, spec, variant) for a file's user tables."""
     names = set(tables)
     if VERSION_TABLE in names:
@@ -183,9 +222,9 @@ def _sqlite_variant(tables: dict[str, tuple[ColumnInfo, ...]]) -> tuple[State, s
             found = {c.name for c in tables[table]}
             if found != expected:
                 return State.INVALID, _column_mismatch(table, found, expected), None, None
-        return State.OK, "S2 inference cache (inference + inference_metadata)", None, "S2"
+        return State.OK, "S2 inference cache (inference + inference_metadata)", None, LegacyVariant.S2
     if "full_llm_cache" in names and {c.name for c in tables["full_llm_cache"]} >= LANGCHAIN_COLUMNS:
-        return State.OK, "LangChain SQLiteCache (full_llm_cache)", None, "LangChain"
+        return State.OK, "LangChain SQLiteCache (full_llm_cache)", None, LegacyVariant.LANGCHAIN
     ours = [t for t in ("annotations", "completions", "judgements") if t in names]
     if not ours:
         shown = ", ".join(sorted(names)[:6]) or "no tables"
@@ -200,18 +239,21 @@ def _sqlite_variant(tables: dict[str, tuple[ColumnInfo, ...]]) -> tuple[State, s
         if spec.table != table or not (spec.columns <= base <= spec.columns | spec.optional):
             continue
         variant = spec.variant
-        if variant == "S5j":
+        if variant is LegacyVariant.S5J:
             model_b = next(c for c in tables[table] if c.name == "model_b")
-            variant = "S5j" if model_b.notnull else "S6j"
-        if has_usage and variant not in USAGE_CAPABLE:
-            return State.INVALID, f"{variant} table with a usage_json column, which no variant has", None, None
-        name = _RENAMED_WITH_USAGE.get(variant, f"{variant}+usage_json") if has_usage else variant
-        return State.OK, f"{name} ({table}, {len(columns)} columns)", spec, name
+            variant = LegacyVariant.S5J if model_b.notnull else LegacyVariant.S6J
+        if has_usage:
+            if variant not in _WITH_USAGE:
+                return State.INVALID, f"{variant} table with a usage_json column, which no variant has", None, None
+            variant = _WITH_USAGE[variant]
+        return State.OK, f"{variant} ({table}, {len(columns)} columns)", spec, variant
     closest = max((s for s in TABLE_SPECS if s.table == table), key=lambda s: len(s.columns & base))
     return State.INVALID, _column_mismatch(table, base, closest.columns, closest.variant), None, None
 
 
-def _column_mismatch(table: str, found: set[str], expected: frozenset[str], variant: str | None = None) -> str:
+def _column_mismatch(
+    table: str, found: set[str], expected: frozenset[str], variant: LegacyVariant | None = None
+) -> str:
     missing, extra = sorted(expected - found), sorted(found - expected)
     against = f" (closest: {variant})" if variant else ""
     return f"table {table} matches no known variant{against}: missing columns {missing}, unexpected {extra}"
@@ -222,8 +264,8 @@ def _detect_sqlite(path: Path) -> Detection:
         with open_sqlite_readonly(path) as conn:
             tables = table_columns(conn)
             state, detail, spec, variant = _sqlite_variant(tables)
-            table = spec.table if spec else ("inference" if variant == "S2" else None)
-            if variant == "LangChain":
+            table = spec.table if spec else ("inference" if variant is LegacyVariant.S2 else None)
+            if variant is LegacyVariant.LANGCHAIN:
                 table = "full_llm_cache"
             rows = None
             if state is State.OK and table is not None:

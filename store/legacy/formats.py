@@ -5,42 +5,38 @@ Contract:
 * :func:`iter_rows` streams the rows of one detected source in a stable order
   (``rowid`` for SQLite, file order for DataFrames), read-only
   (:mod:`store.legacy.readonly`). It only *reads*: hashes are verified, inputs
-  rendered and values normalised by :mod:`store.legacy.importer`.
+  rendered and values normalised by :mod:`store.legacy.convert`.
 * Each row says how its input was stored (:class:`InputForm`): ``rendered``
   (S3 onwards: judgestore's own canonical rendered input, whose SHA-256 is the
   stored ``input_hash``), ``s2`` (``{"kind": "chat"|"raw", ..}``, hashed
   JSON-quoted), ``raw`` (a plain prompt: S0 and S1j ``judge_input``) or
   ``given`` (taken from the user's inputs file: S1c and the DataFrame caches).
-* A value that is not UTF-8 text, or a row whose input is missing from the
-  inputs file, comes back with ``problem`` set, so it fails alone.
+* A value that is not UTF-8 text comes back with ``problem`` set, so that
+  row fails alone.
 * Column names are mapped onto judgestore's: ``judge_input`` -> input,
   ``judge_completion``/``judge_output``/``output_text`` -> completion,
   ``model_A``/``model_B`` -> ``model_a``/``model_b``, ``instruction_index``
   -> ``instruction_id``.
-* The inputs file (``--inputs``, JSONL) names the inputs that DataFrame caches
-  and S1 completions never stored: ``{"instruction_index": 7, "messages":
-  [...]}`` or ``{"instruction_index": 7, "text": "..."}``; for the MT-Bench
-  cache ``{"instruction_index": 81, "turns": ["q1", "q2"], "system": "..."}``
-  (turn 2's input is turn 1, the cached turn-1 answer, then turn 2); for ELO
-  judge caches ``{"row": 0, "messages": [...]}`` (0-based row position).
-  Optional ``benchmark`` and ``instruction_id`` fill those columns.
+* Rows whose input was never stored take it from the user's inputs file
+  (:mod:`store.legacy.inputs`), by ``instruction_index`` (S1c, DataFrame
+  completions, MT-Bench: one row per turn) or by row position (ELO judge
+  caches); a row with no entry there is returned with ``skip`` set.
 """
 
 from __future__ import annotations
 
 import enum
-import math
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
 from store.errors import InvalidInputError
 from store.layout import Role
-from store.legacy.detect import Detection
+from store.legacy.detect import Detection, LegacyVariant
+from store.legacy.inputs import InputEntry, InputsTable, normalise_key
 from store.legacy.readonly import open_dataframe, open_sqlite_readonly
 
 
@@ -82,115 +78,6 @@ class LegacyRow:
     notes: list[str] = field(default_factory=list)
 
 
-# ---------------------------------------------------------------- inputs file
-
-
-def normalise_key(value: Any) -> str:
-    """``7``, ``7.0`` and ``"7"`` name the same instruction (CSV and pandas float columns write ``7.0``)."""
-    if isinstance(value, bool):
-        return str(value)
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        return str(int(value))
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return str(int(number)) if math.isfinite(number) and number.is_integer() else value
-    return str(value)
-
-
-@dataclass(frozen=True, slots=True)
-class InputEntry:
-    """One line of the inputs file."""
-
-    messages: tuple[dict[str, Any], ...] | None = None
-    text: str | None = None
-    turns: tuple[str, ...] | None = None
-    system: str | None = None
-    benchmark: str | None = None
-    instruction_id: str | None = None
-
-    def messages_for_turn(self, turn: int, previous_answer: str | None) -> list[dict[str, Any]]:
-        """The chat input of MT-Bench turn ``turn`` (0-based); a single-turn entry only has turn 0."""
-        if self.turns is None:
-            if turn != 0 or self.messages is None:
-                raise InvalidInputError("this input has no turns; MT-Bench rows need {'turns': [q1, q2]}")
-            return list(self.messages)
-        if turn >= len(self.turns):
-            raise InvalidInputError(f"the input has {len(self.turns)} turns; turn {turn + 1} is missing")
-        messages: list[dict[str, Any]] = [{"role": "system", "content": self.system}] if self.system else []
-        messages.append({"role": "user", "content": self.turns[0]})
-        if turn == 1:
-            if previous_answer is None:
-                raise InvalidInputError("turn 2's input needs the turn-1 answer, which this row does not hold")
-            messages += [{"role": "assistant", "content": previous_answer}, {"role": "user", "content": self.turns[1]}]
-        return messages
-
-
-@dataclass(frozen=True, slots=True)
-class InputsTable:
-    """The user's inputs file, keyed by normalised ``instruction_index`` or ``row``."""
-
-    path: Path
-    by_index: Mapping[str, InputEntry]
-    by_row: Mapping[str, InputEntry]
-
-    @classmethod
-    def load(cls, path: Path) -> InputsTable:
-        """Parse the JSONL file; a bad line raises :class:`InvalidInputError` naming file and line."""
-        by_index: dict[str, InputEntry] = {}
-        by_row: dict[str, InputEntry] = {}
-        try:
-            lines = path.read_bytes().splitlines()
-        except OSError as e:
-            raise InvalidInputError(f"{path}: cannot read the inputs file ({e.strerror})") from e
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            where = f"{path}:{number}"
-            try:
-                value = orjson.loads(line)
-            except orjson.JSONDecodeError as e:
-                raise InvalidInputError(f"{where}: not valid JSON ({e})") from e
-            if not isinstance(value, dict) or ("instruction_index" in value) == ("row" in value):
-                raise InvalidInputError(f"{where}: each line is an object with exactly one of instruction_index, row")
-            entry = _entry(value, where)
-            target = by_index if "instruction_index" in value else by_row
-            key = normalise_key(value.get("instruction_index", value.get("row")))
-            if key in target:
-                raise InvalidInputError(f"{where}: {key!r} is given twice")
-            target[key] = entry
-        return cls(path, by_index, by_row)
-
-
-def _entry(value: dict[str, Any], where: str) -> InputEntry:
-    shapes = [k for k in ("messages", "text", "turns") if k in value]
-    if len(shapes) != 1:
-        raise InvalidInputError(f"{where}: give exactly one of messages, text, turns")
-    allowed = {"instruction_index", "row", "messages", "text", "turns", "system", "benchmark", "instruction_id"}
-    unknown = set(value) - allowed
-    if unknown:
-        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}")
-    messages, text, turns = value.get("messages"), value.get("text"), value.get("turns")
-    if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
-        raise InvalidInputError(f"{where}: messages must be a list of {{role, content}} objects")
-    if text is not None and not isinstance(text, str):
-        raise InvalidInputError(f"{where}: text must be a string")
-    if turns is not None and not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
-        raise InvalidInputError(f"{where}: turns must be a non-empty list of strings")
-    optional = {k: value.get(k) for k in ("system", "benchmark", "instruction_id")}
-    for key, item in optional.items():
-        if item is not None and not isinstance(item, str):
-            raise InvalidInputError(f"{where}: {key} must be a string")
-    return InputEntry(
-        messages=tuple(messages) if messages is not None else None,
-        text=text,
-        turns=tuple(turns) if turns is not None else None,
-        **optional,
-    )
-
-
 # ---------------------------------------------------------------- SQLite rows
 
 
@@ -222,6 +109,26 @@ def _select(conn: sqlite3.Connection, table: str, columns: list[str], present: s
 
 def _quoted(column: str) -> str:
     return '"' + column.replace('"', '""') + '"'
+
+
+def _provenance(r: dict[str, Any]) -> dict[str, Any]:
+    """The row's ``pushed_by``/``pushed_at``/``run_id`` under judgestore's names, and its read problem."""
+    return {
+        "created_by": _text_or_none(r["pushed_by"]),
+        "created_at": _text_or_none(r["pushed_at"]),
+        "run_id": _text_or_none(r["run_id"]),
+        "problem": r.get("__problem__"),
+    }
+
+
+def _given(
+    inputs: InputsTable | None, kind: Literal["instruction_index", "row"], key: str
+) -> tuple[InputEntry | None, str | None]:
+    """The inputs-file entry for ``key``, and why the row is skipped when there is none."""
+    if inputs is None:
+        return None, "no input stored and no inputs file given (--inputs)"
+    entry = (inputs.by_index if kind == "instruction_index" else inputs.by_row).get(key)
+    return entry, None if entry else f"no input for {kind} {key} in {inputs.path.name}"
 
 
 def _hash_locator(rowid: int, stored_hash: Any) -> str:
@@ -259,10 +166,7 @@ def _content_hashed_rows(conn: sqlite3.Connection, detection: Detection) -> Iter
             orientation=_text_or_none(r.get("orientation")),
             top_logprobs=r.get("top_logprobs"),
             usage_json=r["usage_json"],
-            created_by=_text_or_none(r["pushed_by"]),
-            created_at=_text_or_none(r["pushed_at"]),
-            run_id=_text_or_none(r["run_id"]),
-            problem=r.get("__problem__"),
+            **_provenance(r),
         )
 
 
@@ -306,7 +210,7 @@ def _s1_rows(conn: sqlite3.Connection, detection: Detection, inputs: InputsTable
         for r in _select(conn, "completions", ["instruction_index", "completion", "pushed_by", "pushed_at",
                                                "run_id"], present):  # fmt: skip
             key = normalise_key(r["instruction_index"])
-            entry = inputs.by_index.get(key) if inputs is not None else None
+            entry, skip = _given(inputs, "instruction_index", key)
             yield LegacyRow(
                 locator=f"row {r['rowid']} (instruction_index {key})",
                 role="completions",
@@ -315,11 +219,8 @@ def _s1_rows(conn: sqlite3.Connection, detection: Detection, inputs: InputsTable
                 completion=r["completion"],
                 instruction_id=(entry.instruction_id if entry and entry.instruction_id else key),
                 benchmark=entry.benchmark if entry else None,
-                created_by=_text_or_none(r["pushed_by"]),
-                created_at=_text_or_none(r["pushed_at"]),
-                run_id=_text_or_none(r["run_id"]),
-                problem=r.get("__problem__"),
-                skip=None if entry else _missing_input("instruction_index", key, inputs),
+                skip=skip,
+                **_provenance(r),
             )
         return
     columns = ["instruction_index", "model_A", "model_B", "judge_input", "judge_output", "pushed_by", "pushed_at",
@@ -335,17 +236,8 @@ def _s1_rows(conn: sqlite3.Connection, detection: Detection, inputs: InputsTable
             instruction_id=key,
             model_a=_text_or_none(r["model_A"]),
             model_b=_text_or_none(r["model_B"]),
-            created_by=_text_or_none(r["pushed_by"]),
-            created_at=_text_or_none(r["pushed_at"]),
-            run_id=_text_or_none(r["run_id"]),
-            problem=r.get("__problem__"),
+            **_provenance(r),
         )
-
-
-def _missing_input(kind: str, key: str, inputs: InputsTable | None) -> str:
-    if inputs is None:
-        return "no input stored and no inputs file given (--inputs)"
-    return f"no input for {kind} {key} in {inputs.path.name}"
 
 
 _S2_SQL = """
@@ -410,9 +302,8 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
     source = open_dataframe(detection.path)
     variant = detection.variant
     for position, r in enumerate(source.iter_rows()):
-        if variant == "DF-elo-judge":
-            key = str(position)
-            entry = inputs.by_row.get(key) if inputs is not None else None
+        if variant is LegacyVariant.DF_ELO_JUDGE:
+            entry, skip = _given(inputs, "row", str(position))
             yield LegacyRow(
                 locator=f"row {position}",
                 role="judgements",
@@ -423,21 +314,21 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
                 instruction_id=entry.instruction_id if entry else None,
                 model_b=_text_or_none(r.get("opponent_model")),
                 created_at=created_at,
-                skip=None if entry else _missing_input("row", key, inputs),
+                skip=skip,
             )
             continue
         key = normalise_key(r.get("instruction_index"))
-        entry = inputs.by_index.get(key) if inputs is not None else None
+        entry, skip = _given(inputs, "instruction_index", key)
         common = {
             "role": "completions",
             "input_form": InputForm.GIVEN,
             "given": entry,
             "benchmark": entry.benchmark if entry else None,
             "created_at": created_at,
-            "skip": None if entry else _missing_input("instruction_index", key, inputs),
+            "skip": skip,
         }
         base_id = entry.instruction_id if entry and entry.instruction_id else key
-        if variant == "DF-mt-bench":
+        if variant is LegacyVariant.DF_MT_BENCH:
             first = _text_or_none(r.get("completion_turn_1"))
             for turn, column in enumerate(("completion_turn_1", "completion_turn_2")):
                 yield LegacyRow(
@@ -462,26 +353,26 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
 
 def iter_rows(detection: Detection, inputs: InputsTable | None = None, *, fallback_time: str) -> Iterator[LegacyRow]:
     """The rows of one ``ok`` detection; ``fallback_time`` is used where a format records no time at all."""
-    variant = detection.variant or ""
+    variant = detection.variant
     if detection.kind == "dataframe":
         yield from _dataframe_rows(detection, inputs, fallback_time)
         return
     with open_sqlite_readonly(detection.path) as conn:
-        if variant == "S0":
+        if variant is LegacyVariant.S0:
             yield from _s0_rows(conn, detection)
-        elif variant in ("S1c", "S1j"):
+        elif variant in (LegacyVariant.S1C, LegacyVariant.S1J):
             yield from _s1_rows(conn, detection, inputs)
-        elif variant == "S2":
+        elif variant is LegacyVariant.S2:
             yield from _s2_rows(conn)
         elif detection.table in ("completions", "judgements"):
             yield from _content_hashed_rows(conn, detection)
         else:
-            raise InvalidInputError(f"{detection.path}: variant {variant!r} has no row reader")
+            raise InvalidInputError(f"{detection.path}: variant {str(variant or '')!r} has no row reader")
 
 
 def count_rows(detection: Detection) -> int:
     """How many outputs a source holds (DataFrames are read through; MT-Bench rows hold two)."""
     if detection.kind == "dataframe":
-        per_row = 2 if detection.variant == "DF-mt-bench" else 1
+        per_row = 2 if detection.variant is LegacyVariant.DF_MT_BENCH else 1
         return per_row * sum(1 for _ in open_dataframe(detection.path).iter_rows())
     return detection.rows or 0

@@ -23,13 +23,14 @@ Contract:
 from __future__ import annotations
 
 import enum
-import hashlib
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
+
+from store.descriptor import sha256_hex
 
 S3_SCHEMA = "judgearena-inference-cache/v1"
 S2_SCHEMA = "judgearena-inference-descriptor/v1"
@@ -53,7 +54,7 @@ def legacy_json(value: Any) -> bytes:
 
 
 def legacy_hash(value: Any) -> str:
-    return hashlib.sha256(legacy_json(value)).hexdigest()
+    return sha256_hex(legacy_json(value))
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from store.legacy.detect import LegacyVariant
+
 EXAMPLES_PER_REASON = 5
 CONFLICTS_LISTED = 50
 
@@ -26,7 +28,7 @@ class SourceReport:
     """The outcome of one source file."""
 
     path: Path
-    variant: str | None
+    variant: LegacyVariant | None
     state: str  # the detection state
     rows: int = 0
     imported: int = 0
@@ -51,6 +53,19 @@ class SourceReport:
     def fail(self, reason: str, locator: str | None = None, count: int = 1) -> None:
         self.failed[reason] += count
         self._example(reason, locator)
+
+    def fail_source(self, error: str, *, reason: str | None = None, count: int | None = None) -> None:
+        """The source failed (``error``): ``count`` rows (default: all) fail with ``reason`` (default: ``error``)."""
+        self.source_failed = True
+        self.error = error
+        self.fail(error if reason is None else reason, count=self.rows if count is None else count)
+
+    def skip_source(self, reason: str, *, unattributed: bool) -> None:
+        """Skip every row of the source; ``unattributed``: because no descriptor could be named for them."""
+        self.error = reason
+        self.skip(reason, count=self.rows)
+        if unattributed:
+            self.unattributed = self.rows
 
     def conflict(self, key: str, locator: str, kept: str, dropped: str) -> None:
         self.conflicts += 1

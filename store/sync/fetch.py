@@ -178,7 +178,7 @@ def fetch(
                 report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
             return report
         with ThreadPoolExecutor(DOWNLOAD_WORKERS, thread_name_prefix="judgestore-fetch") as pool:
-            importer = _Importer(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
+            importer = ShardImporter(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
             for listed, todo in work:
                 importer.folder(listed, todo, lambda n: progress("Downloading", n, total))
     return report
@@ -272,7 +272,7 @@ def _add_file(
         folder.shards[parsed.shard] = size
 
 
-class _Importer:
+class ShardImporter:
     """Downloads, validates and imports the shards of one fetch (the state every folder shares)."""
 
     def __init__(

@@ -20,8 +20,8 @@ from store.descriptor import ModelDescriptor
 from store.engine import create_sqlite_engine
 from store.layout import walk
 from store.legacy.detect import Detection, detect
-from store.legacy.formats import InputsTable
 from store.legacy.importer import Attribution, ImportOptions, ImportProgress, import_sources
+from store.legacy.inputs import InputsTable
 from store.legacy.report import ImportReport
 from store.models import MODEL_OF_ROLE
 from store.settings import Settings

@@ -26,7 +26,7 @@ import pytest
 from inference.backend import Backend
 from inference.cached import CachedModel
 from inference.judging import pairwise_requests, pointwise_request
-from inference.legacy import LEGACY_EXECUTION_ONLY
+from inference.legacy_settings import LEGACY_EXECUTION_ONLY
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
 from inference.vllm_descriptor import backend_version

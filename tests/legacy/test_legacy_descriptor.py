@@ -1,4 +1,4 @@
-"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy.py).
+"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy_settings.py, legacy.py).
 
 The reference is always the live path itself: ``ModelSpec(...).descriptor``
 with the settings a user would pass today. A mapping that differs from it by
@@ -14,19 +14,13 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.legacy import (
-    LEGACY_EXECUTION_ONLY,
-    LegacyDescriptorMapper,
-    LegacyMappingError,
-    live_settings,
-    load_user_descriptor,
-    map_legacy_descriptor,
-    parse_assumed_models,
-)
+from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
+from inference.legacy_settings import LEGACY_EXECUTION_ONLY, live_spec, map_legacy_descriptor
+from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import ModelSpec
 from inference.vllm_descriptor import backend_version
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, LegacyMappingError
 from store.layout import read_metadata, walk
 from store.legacy.detect import detect
 from store.legacy.metadata import read_legacy_metadata
@@ -51,7 +45,7 @@ def test_s3_kwargs_map_to_the_live_descriptor(tiny_model: Path, tmp_path: Path) 
     """Engine kwargs (legacy execution-only ones already dropped, judgestore's dropped too), sampling kwargs
     spelled as ints, the engine seed: the same descriptor as the live spec with floats and execution settings."""
     legacy_kwargs = {**LEGACY_ENGINE, "max_tokens": 8, "temperature": 0, "top_p": 1, "chat_template": None}
-    descriptor, settings, _ = map_legacy_descriptor(s3(str(tiny_model), legacy_kwargs, tmp_path))
+    descriptor, spec, _ = map_legacy_descriptor(s3(str(tiny_model), legacy_kwargs, tmp_path))
     expected = live(
         tiny_model,
         engine_kwargs=TINY_ENGINE_KWARGS,
@@ -61,7 +55,7 @@ def test_s3_kwargs_map_to_the_live_descriptor(tiny_model: Path, tmp_path: Path) 
     assert descriptor.engine == {"dtype": "float32", "max_model_len": 256, "seed": 0}
     assert descriptor.revision is not None and descriptor.revision.startswith("sha256:")
     assert descriptor.chat_template_sha256 is not None  # the tiny model's own ChatML template
-    assert settings.spec().descriptor == expected
+    assert spec.descriptor == expected
 
 
 def test_missing_temperature_and_top_p_mean_the_legacy_defaults(tiny_model: Path, tmp_path: Path) -> None:
@@ -150,14 +144,14 @@ def test_s2_descriptors_map_with_the_same_rules(tiny_model: Path, tmp_path: Path
 
 def test_assumed_settings_fill_only_what_was_not_recorded(tiny_model: Path, tmp_path: Path) -> None:
     metadata = s3(str(tiny_model), {"max_tokens": 8, "temperature": 0}, tmp_path)
-    settings, notes = live_settings(metadata, assumed={"logprobs": 3})
-    assert settings.sampling["logprobs"] == 3 and notes == ["logprobs=3"]
-    assert live_settings(metadata, assumed={"max_tokens": 8})[1] == []  # recorded, same value: nothing assumed
+    spec, notes = live_spec(metadata, assumed={"logprobs": 3})
+    assert spec.sampling["logprobs"] == 3 and notes == ["logprobs=3"]
+    assert live_spec(metadata, assumed={"max_tokens": 8})[1] == []  # recorded, same value: nothing assumed
     with pytest.raises(LegacyMappingError, match="records max_tokens=8 but --assume-setting says 9"):
-        live_settings(metadata, assumed={"max_tokens": 9})
+        live_spec(metadata, assumed={"max_tokens": 9})
     unrecorded = s3(str(tiny_model), {"temperature": 0, "max_tokens": None}, tmp_path)
-    settings, notes = live_settings(unrecorded, assumed={"max_tokens": 512})
-    assert settings.sampling["max_tokens"] == 512 and notes == ["max_tokens=512"]
+    spec, notes = live_spec(unrecorded, assumed={"max_tokens": 512})
+    assert spec.sampling["max_tokens"] == 512 and notes == ["max_tokens=512"]
 
 
 def _tree_with(legacy_root: Path, model: str, kwargs: dict[str, Any], task: str = "t") -> Path:
@@ -249,6 +243,10 @@ def test_user_descriptor_files(tiny_model: Path, tmp_path: Path) -> None:
     bad = tmp_path / "bad.json"
     bad.write_text('{"provider": "vllm"}')
     with pytest.raises(InvalidInputError, match=r"bad.json: not a judgestore descriptor"):
+        load_user_descriptor(bad)
+    # Only the settings a legacy run could have had: a label or an opt-out of pinning is not a vLLM setting.
+    bad.write_text(orjson.dumps({"vllm": {"model": str(tiny_model), "allow_unpinned": True}}).decode())
+    with pytest.raises(InvalidInputError, match=r"bad.json: invalid vLLM settings \(unknown keys \['allow_unpinned'\]"):
         load_user_descriptor(bad)
     with pytest.raises(InvalidInputError, match="expects MODEL or LEGACY=CURRENT"):
         parse_assumed_models(["=x"])

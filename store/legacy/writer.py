@@ -1,0 +1,164 @@
+"""Imported records written into their descriptor databases, a chunk at a time, every outcome counted.
+
+Contract:
+
+* :class:`ChunkedWriter` keeps one pending chunk per destination (role, task,
+  descriptor) and writes it when it holds ``chunk_size`` records, or on
+  :meth:`ChunkedWriter.flush`. Each chunk is one ``BEGIN IMMEDIATE``
+  transaction: the chunk's keys are looked up, new rows inserted (``INSERT ..
+  ON CONFLICT DO NOTHING``), rows already there with the same output counted
+  as already present, and rows already there with a different output
+  reported as conflicts (the stored row is kept: local rows win). A killed
+  import leaves whole chunks only, and a rerun imports exactly what is
+  missing.
+* A destination database is created (with the source's assumptions in its
+  ``metadata.json``) the first time a record goes to it.
+* ``dry_run`` (on a read-only store) writes nothing and creates nothing; it
+  counts what a real run would, keys seen earlier in the same dry run
+  included.
+* Outcomes go into the :class:`~store.legacy.report.SourceReport` passed
+  along; a chunk the store refuses fails its rows and marks the source failed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from store.descriptor import ModelDescriptor, sha256_hex
+from store.errors import JudgestoreError
+from store.layout import Location, Role
+from store.legacy.report import SourceReport
+from store.records import Record
+from store.store import Database, Store
+
+Outcome = Literal["imported", "present", "conflict"]
+
+
+def _preview(text: str) -> str:
+    digest = sha256_hex(text.encode())[:12]
+    shown = text if len(text) <= 40 else text[:39] + "…"
+    return f"{shown!r} (sha256 {digest})"
+
+
+@dataclass
+class _Target:
+    """One destination database and, in a dry run, the keys this run would already have written."""
+
+    location: Location
+    database: Database | None  # None: a dry run into a database that does not exist yet
+    seen: dict[str, str] = field(default_factory=dict)  # dry run: key -> completion
+    pending: list[tuple[Record, str]] = field(default_factory=list)  # (record, row locator)
+
+
+class ChunkedWriter:
+    """Writes records to their databases in chunks; see the module docstring."""
+
+    def __init__(self, store: Store, *, dry_run: bool, chunk_size: int) -> None:
+        self.store = store
+        self.dry_run = dry_run
+        self.chunk_size = chunk_size
+        self._targets: dict[tuple[Role, str, str], _Target] = {}
+
+    def add(
+        self,
+        record: Record,
+        locator: str,
+        *,
+        role: Role,
+        task: str,
+        descriptor: ModelDescriptor,
+        assumptions: tuple[str, ...],
+        report: SourceReport,
+    ) -> None:
+        """Queue ``record`` (``locator`` names its legacy row) for its database; a full chunk is written now."""
+        target = self._target(role, task, descriptor, assumptions, report)
+        target.pending.append((record, locator))
+        if len(target.pending) >= self.chunk_size:
+            self._write(target, report)
+
+    def flush(self, report: SourceReport) -> None:
+        """Write every pending chunk; outcomes are counted in ``report``."""
+        for target in self._targets.values():
+            self._write(target, report)
+
+    def _target(
+        self, role: Role, task: str, descriptor: ModelDescriptor, assumptions: tuple[str, ...], report: SourceReport
+    ) -> _Target:
+        key = (role, task, descriptor.sha256())
+        target = self._targets.get(key)
+        if target is None:
+            if self.dry_run:
+                database = self.store.find(role, task, descriptor)
+            else:
+                database = self.store.database(role, task, descriptor, assumptions=assumptions)
+            target = self._targets[key] = _Target(Location.of(role, task, descriptor), database)
+        where = str(target.location.relative_folder())
+        if where not in report.targets:
+            report.targets.append(where)
+        return target
+
+    def _write(self, target: _Target, report: SourceReport) -> None:
+        batch, target.pending = target.pending, []
+        if not batch:
+            return
+        keys = [record.input_hash for record, _ in batch]
+        try:
+            outcomes = (_outcomes_dry if self.dry_run else _outcomes_written)(target, batch, keys)
+        except JudgestoreError as e:
+            report.fail_source(
+                f"{target.location.relative_folder()}: {e}", reason=f"not written: {e}", count=len(batch)
+            )
+            return
+        for (record, locator), (outcome, kept) in zip(batch, outcomes, strict=True):
+            if outcome == "imported":
+                report.imported += 1
+            elif outcome == "present":
+                report.already_present += 1
+            else:
+                assert kept is not None
+                report.conflict(record.input_hash, locator, _preview(kept), _preview(record.completion))
+
+
+def _outcomes_written(
+    target: _Target, batch: list[tuple[Record, str]], keys: list[str]
+) -> list[tuple[Outcome, str | None]]:
+    assert target.database is not None
+    with target.database.transaction() as repo:
+        existing = {key: record.completion for key, record in repo.get_many(keys).items()}
+        outcomes, new = _classify(batch, existing)
+        written = repo.put_many(new, "ignore")
+    if written != len(new):  # cannot happen under the write lock; say so rather than miscount
+        raise JudgestoreError(f"expected to insert {len(new)} rows, inserted {written}")
+    return outcomes
+
+
+def _outcomes_dry(
+    target: _Target, batch: list[tuple[Record, str]], keys: list[str]
+) -> list[tuple[Outcome, str | None]]:
+    stored: dict[str, str] = {}
+    if target.database is not None:
+        stored = {key: record.completion for key, record in target.database.get_many(keys).items()}
+    existing = {**stored, **{k: target.seen[k] for k in keys if k in target.seen}}
+    outcomes, new = _classify(batch, existing)
+    target.seen.update((record.input_hash, record.completion) for record in new)
+    return outcomes
+
+
+def _classify(
+    batch: list[tuple[Record, str]], existing: dict[str, str]
+) -> tuple[list[tuple[Outcome, str | None]], list[Record]]:
+    """Per row: imported (new), present (same output stored) or conflict (another output stored, kept)."""
+    outcomes: list[tuple[Outcome, str | None]] = []
+    new: list[Record] = []
+    for record, _ in batch:
+        kept = existing.get(record.input_hash)
+        if kept is None:
+            existing[record.input_hash] = record.completion
+            new.append(record)
+            outcomes.append(("imported", None))
+        elif kept == record.completion:
+            outcomes.append(("present", None))
+        else:
+            outcomes.append(("conflict", kept))
+    return outcomes, new

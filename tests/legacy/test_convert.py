@@ -1,0 +1,42 @@
+"""One legacy row to one record (store/legacy/convert.py): times, hashes, and rows refused alone."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+import pytest
+
+from store.descriptor import input_hash, render_text, sha256_hex
+from store.legacy.convert import RowNotImported, parse_created_at, s2_input_hash, to_record
+from store.legacy.formats import InputForm, LegacyRow
+from tests.legacy.conftest import TEXT
+
+FALLBACK = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def test_legacy_times_are_utc_and_a_missing_one_takes_the_fallback() -> None:
+    assert parse_created_at("2026-02-01T10:00:00", FALLBACK) == datetime(2026, 2, 1, 10, tzinfo=UTC)
+    converted = parse_created_at("2026-02-01T12:00:00+02:00", FALLBACK)
+    assert converted == datetime(2026, 2, 1, 10, tzinfo=UTC) and converted.tzinfo is UTC  # stored in UTC
+    assert parse_created_at(None, FALLBACK) is FALLBACK
+    assert parse_created_at("  ", FALLBACK) is FALLBACK
+
+
+def test_a_time_that_is_not_iso_8601_fails_its_row_only() -> None:
+    with pytest.raises(RowNotImported) as refused:
+        parse_created_at("last tuesday", FALLBACK)
+    assert refused.value.kind == "fail" and refused.value.reason == "time 'last tuesday' is not ISO-8601"
+
+
+def test_s3_rows_are_checked_with_judgestores_hash_and_s2_rows_with_the_json_quoted_rule() -> None:
+    rendered = render_text("hello")
+    row = LegacyRow("row 1", "completions", InputForm.RENDERED, "hi", rendered, input_hash(rendered))
+    assert to_record(row, TEXT, FALLBACK).input_hash == input_hash(rendered)
+    s2_text = '{"kind":"raw","text":"hello"}'
+    assert s2_input_hash(s2_text) == sha256_hex(json.dumps(s2_text, ensure_ascii=False).encode())
+    s2_row = LegacyRow("row 2", "completions", InputForm.S2, "hi", s2_text, s2_input_hash(s2_text))
+    assert to_record(s2_row, TEXT, FALLBACK).input_hash == input_hash(rendered)  # rekeyed under judgestore's rule
+    row.stored_hash = input_hash(render_text("edited"))
+    with pytest.raises(RowNotImported, match="does not match its input"):
+        to_record(row, TEXT, FALLBACK)
