@@ -33,7 +33,9 @@ import typer
 
 from inference import legacy_cli
 from inference.cached import Mode, Plan
+from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
+from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
 from inference.requests import Request
 from inference.run import run_requests
 from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
@@ -53,6 +55,7 @@ from store.layout import Role
 from store.records import Orientation
 
 _MODEL = "Model"
+_HOSTED = "Hosted model (an OpenAI-compatible server)"
 _SAMPLING = "Sampling"
 _RUN = "Run"
 
@@ -73,6 +76,13 @@ class InputModeChoice(enum.StrEnum):
 class LogprobPositionsChoice(enum.StrEnum):
     first = "first"
     all = "all"
+
+
+class ProviderChoice(enum.StrEnum):
+    openai = "openai"
+    openrouter = "openrouter"
+    together = "together"
+    vllm_server = "vllm-server"
 
 
 class OrientationsChoice(enum.StrEnum):
@@ -99,12 +109,18 @@ def _model(name: str, help_text: str, **kwargs: object) -> typer.models.OptionIn
     return typer.Option(name, help=help_text, rich_help_panel=_MODEL, **kwargs)  # type: ignore[arg-type]
 
 
+def _hosted(name: str, help_text: str, **kwargs: object) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, rich_help_panel=_HOSTED, **kwargs)  # type: ignore[arg-type]
+
+
 def _sampling(name: str, help_text: str | None = None, **kwargs: object) -> typer.models.OptionInfo:
     return typer.Option(name, help=help_text, rich_help_panel=_SAMPLING, **kwargs)  # type: ignore[arg-type]
 
 
 def model_spec(
-    model: Annotated[str, _model("--model", "Hub id or local folder, as vllm.LLM(model=...) takes it.")],
+    model: Annotated[
+        str, _model("--model", "Hub id or local folder (as vllm.LLM takes it), or the model name a server serves.")
+    ],
     label: Annotated[str | None, _model("--label", "Name recorded in the rows (default: the model's).")] = None,
     revision: Annotated[
         str | None, _model("--revision", "Branch, tag or commit of a Hub model (default main); pinned to a commit.")
@@ -148,9 +164,57 @@ def model_spec(
     sampling: Annotated[
         list[str] | None, _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE")
     ] = None,
-) -> ModelSpec:
+    provider: Annotated[
+        ProviderChoice | None,
+        _hosted("--provider", "Send requests to this server instead of loading the model in-process."),
+    ] = None,
+    base_url: Annotated[str | None, _hosted("--base-url", "The server's URL (default: the provider's).")] = None,
+    api_key_env: Annotated[
+        str | None,
+        _hosted(
+            "--api-key-env",
+            "Variable holding the API key (default OPENAI_API_KEY, OPENROUTER_API_KEY...).",
+            metavar="NAME",
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int, _hosted("--max-concurrency", "Requests in flight at once.", min=1)
+    ] = DEFAULT_MAX_CONCURRENCY,
+    routing: Annotated[
+        list[str] | None,
+        _hosted(
+            "--routing",
+            'OpenRouter provider routing (repeat), e.g. order=["x"] allow_fallbacks=false.',
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+) -> ModelSpec | HostedSpec:
     """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
     given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
+    sampling_kwargs = {k: v for k, v in given.items() if v is not None} | parse_key_values(sampling, "--sampling")
+    if provider is not None:
+        engine_only = {"--engine-arg": engine_arg, "--chat-template": chat_template, "--allow-unpinned": allow_unpinned}
+        refused = [name for name, value in engine_only.items() if value]
+        if refused:
+            raise InvalidInputError(f"{', '.join(refused)} apply to the in-process engine, not to --provider")
+        return HostedSpec(
+            model=model,
+            provider=provider.value,  # type: ignore[arg-type]
+            base_url=base_url,
+            api_key_env=api_key_env,
+            label=label,
+            input_mode=input_mode.value,  # type: ignore[arg-type]
+            sampling=sampling_kwargs,
+            routing=parse_key_values(routing, "--routing"),
+            chat_template_kwargs=parse_key_values(chat_template_kwarg, "--chat-template-kwarg"),
+            enable_thinking=thinking,
+            logprob_positions=logprob_positions.value,  # type: ignore[arg-type]
+            revision=revision,
+            max_concurrency=max_concurrency,
+        )
+    hosted_only = {"--base-url": base_url, "--api-key-env": api_key_env, "--routing": routing}
+    if any(hosted_only.values()):
+        raise InvalidInputError(f"{', '.join(k for k, v in hosted_only.items() if v)} need --provider")
     engine_kwargs = parse_key_values(engine_arg, "--engine-arg")
     if revision is not None:
         if engine_kwargs.get("revision", revision) != revision:
@@ -160,7 +224,7 @@ def model_spec(
         model=model,
         label=label,
         input_mode=input_mode.value,  # type: ignore[arg-type]
-        sampling={k: v for k, v in given.items() if v is not None} | parse_key_values(sampling, "--sampling"),
+        sampling=sampling_kwargs,
         engine_kwargs=engine_kwargs,
         chat_template=chat_template,
         chat_template_kwargs=parse_key_values(chat_template_kwarg, "--chat-template-kwarg"),
@@ -222,7 +286,12 @@ def _output(path: Path) -> Iterator[IO[bytes]]:
 
 
 def _run(
-    spec: ModelSpec, requests: list[Request], role: Role, run: RunOptions, store_root: Path | None, json_output: bool
+    spec: ModelSpec | HostedSpec,
+    requests: list[Request],
+    role: Role,
+    run: RunOptions,
+    store_root: Path | None,
+    json_output: bool,
 ) -> None:
     """Run, with the plan and a progress bar on stderr; write the results; print the summary."""
     settings, root = settings_and_root(store_root)
@@ -259,7 +328,7 @@ def _run(
 
 
 def generate_command(
-    spec: ModelSpec, run: RunOptions, store_root: StoreRoot = None, json_output: JsonOutput = False
+    spec: ModelSpec | HostedSpec, run: RunOptions, store_root: StoreRoot = None, json_output: JsonOutput = False
 ) -> None:
     """Complete every request of a JSONL file, asking the store first.
 

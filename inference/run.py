@@ -73,22 +73,29 @@ class RunSummary:
     vllm_imported: bool
     wall_seconds: float
     remote: str | None = None
+    sent: dict[str, int] | None = None  # a server's model: requests sent, retries, tokens used
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
-        del values["remote"], values["max_tokens"]
-        return values
+        del values["remote"], values["max_tokens"], values["sent"]
+        return values | (self.sent or {})
 
     def line(self) -> str:
         """The one-line human summary."""
         distinct = self.hits + self.misses
         hit_rate = 100 * self.hits / distinct if distinct else 100.0
-        return (
+        loaded = "engine loaded" if self.sent is None else "client opened"
+        line = (
             f"done: {self.hits} hits ({hit_rate:.0f}%), {self.misses} misses, {self.rows_written} rows written, "
-            f"{self.wall_seconds} s, engine loaded: {'yes' if self.engine_loaded else 'no'}"
+            f"{self.wall_seconds} s, {loaded}: {'yes' if self.engine_loaded else 'no'}"
             + (f", {self.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
-            + ("" if self.vllm_imported else " (vLLM never imported)")
         )
+        if self.sent is not None:
+            tokens = self.sent["prompt_tokens"] + self.sent["completion_tokens"]
+            return (
+                line + f"; sent {self.sent['requests_sent']} requests ({self.sent['retries']} retries), {tokens} tokens"
+            )
+        return line + ("" if self.vllm_imported else " (vLLM never imported)")
 
     def truncation_note(self) -> str | None:
         """What to do about outputs that stopped at ``max_tokens``, if any did."""
@@ -163,5 +170,6 @@ def run_requests(
         vllm_imported="vllm" in sys.modules,
         wall_seconds=round(time.perf_counter() - started, 3),
         remote=None if remote is None else remote.url,
+        sent=stats.as_dict() if (stats := getattr(spec, "stats", None)) is not None else None,
     )
     return RunResult(responses, summary)
