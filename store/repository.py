@@ -11,9 +11,12 @@ Contract:
 * :meth:`~Repository.query` streams: rows are fetched in partitions, never all
   at once. :meth:`~Repository.delete` refuses an empty filter.
 * The two dialect-specific hot statements (insert ignoring duplicates and the
-  bulk key lookup) live here and nowhere else. SQLite looks keys up with
-  ``json_each`` (one parameter, one plan, no variable limit); other backends
-  use chunked ``IN`` lists. :func:`json_each_keys` and :data:`LOOKUP_BATCH`
+  bulk key lookup) live here and nowhere else, each in a SQLite and a
+  PostgreSQL form. SQLite looks keys up with ``json_each`` (one parameter,
+  one plan, no variable limit) and inserts through a compiled ``INSERT OR
+  IGNORE`` executemany; PostgreSQL looks keys up with ``= ANY(:keys)`` (one
+  array parameter) and inserts with ``INSERT ... ON CONFLICT DO NOTHING``,
+  batched by SQLAlchemy's insertmanyvalues. :func:`json_each_keys` and :data:`LOOKUP_BATCH`
   are that key list and its batch size, for the other SQLite files that look
   keys up in bulk (the sync bookkeeping).
 """
@@ -36,6 +39,7 @@ from sqlalchemy import (
     String,
     Table,
     and_,
+    any_,
     bindparam,
     delete,
     func,
@@ -53,7 +57,7 @@ from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields
 
 OnConflict = Literal["ignore", "replace"]
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
-IN_LIST_BATCH = 5_000  # other dialects: well under every parameter limit
+ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 STREAM_PARTITION = 1_000
 # (role, on_conflict, paramstyle) -> (SQL, parameter names in order, their getter): compiled once per process
 _SQLITE_INSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...], attrgetter[Any]]] = {}
@@ -90,12 +94,17 @@ def json_each_keys() -> TableValuedAlias:
 
 @functools.cache
 def _lookup_statement(role: Role, sqlite_dialect: bool) -> Select[Any]:
-    """The bulk key lookup, built once per role: its cache key is memoized, not recomputed per call."""
+    """The bulk key lookup, built once per role: its cache key is memoized, not recomputed per call.
+
+    SQLite reads the keys from one JSON parameter (``json_each``); PostgreSQL
+    from one array parameter (``= ANY(:keys)``). Either way one statement and
+    one plan, whatever the number of keys.
+    """
     table, _, _, columns, _ = _shape(role)
     if sqlite_dialect:
         values = json_each_keys()
         return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
-    return select(*columns).where(table.c.input_hash.in_(bindparam("keys", expanding=True)))
+    return select(*columns).where(table.c.input_hash == any_(bindparam("keys", type_=postgresql.ARRAY(String))))
 
 
 class Repository:
@@ -118,7 +127,7 @@ class Repository:
         keys = list(dict.fromkeys(hashes))
         found: dict[str, Record] = {}
         sqlite_dialect = self.conn.dialect.name == "sqlite"
-        batch = LOOKUP_BATCH if sqlite_dialect else IN_LIST_BATCH
+        batch = LOOKUP_BATCH if sqlite_dialect else ARRAY_BATCH
         stmt = _lookup_statement(self.role, sqlite_dialect)
         # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
         # small dicts as the rows are built, and every collection would rescan all of them.
@@ -160,7 +169,9 @@ class Repository:
                 dicts = [dict(zip(self._fields, self._values_of(r), strict=True)) for r in self._checked(records)]
                 if not dicts:
                     return 0
-                result = self.conn.execute(self._insert(on_conflict), dicts)
+                # RETURNING counts what was written: a batched executemany has no reliable rowcount.
+                stmt = self._insert(on_conflict).returning(self.table.c.input_hash)
+                return len(self.conn.execute(stmt, dicts).all())
         except IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
             raise InvalidInputError(f"{self.role} rows rejected by the database: {e.orig}") from e
         except StatementError as e:
