@@ -6,7 +6,9 @@ and read back unchanged. :class:`RowFilter` is the one way to select rows by
 their typed metadata columns, for queries and targeted deletes alike; filters
 that exist only on judgements (:data:`JUDGEMENT_ONLY_FILTERS`) restrict a
 query to judgement databases (:func:`roles_for`), and combined with
-``role="completions"`` they are an error.
+``role="completions"`` they are an error. What went wrong is selectable
+too: rows by finish reason (``"length"``: truncated at ``max_tokens``),
+empty completions, and error rows (:data:`ERROR_FINISH_REASONS`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from store.layout import ROLES, Role
 Orientation = Literal["direct", "reversed"]  # relative to the source pair (see store.models.Judgement)
 ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
 JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", "pointwise")
+# Finish reasons that mean the engine or API did not produce a real answer (vLLM: abort; hosted APIs: error,
+# content_filter). "stop" and "length" are answers; "length" is selected on its own as truncation.
+ERROR_FINISH_REASONS = ("error", "abort", "content_filter")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +94,11 @@ class RowFilter:
     judgements of that pair in both orientations (slots ``(X, Y)`` or
     ``(Y, X)``). ``created_after`` is inclusive,
     ``created_before`` exclusive. ``pointwise=True`` keeps judgements whose
-    ``model_b`` is NULL, ``False`` the pairwise ones.
+    ``model_b`` is NULL, ``False`` the pairwise ones. ``finish_reasons``
+    keeps rows whose finish reason is any of them; ``empty=True`` rows whose
+    completion is empty or only whitespace (``False``: the others);
+    ``error=True`` rows whose finish reason is one of
+    :data:`ERROR_FINISH_REASONS` (``False``: the others, NULL included).
     """
 
     benchmark: str | None = None
@@ -106,6 +115,9 @@ class RowFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     input_hashes: tuple[str, ...] | None = field(default=None)
+    finish_reasons: tuple[str, ...] | None = None
+    empty: bool | None = None
+    error: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("created_after", "created_before"):
@@ -116,6 +128,10 @@ class RowFilter:
             raise InvalidInputError(f"pair must be two model names, got {self.pair!r}")
         if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct' or 'reversed', got {self.orientation!r}")
+        if self.finish_reasons is not None and (
+            isinstance(self.finish_reasons, str) or not all(isinstance(r, str) for r in self.finish_reasons)
+        ):
+            raise InvalidInputError(f"finish_reasons must be a tuple of strings, got {self.finish_reasons!r}")
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in dataclasses.fields(self))

@@ -46,7 +46,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.models import MODEL_OF_ROLE
-from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields
+from store.records import ERROR_FINISH_REASONS, RECORD_OF_ROLE, Record, RowFilter, record_fields
 
 OnConflict = Literal["ignore", "replace"]
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
@@ -247,4 +247,13 @@ class Repository:
             clauses.append(self.table.c.created_at < flt.created_before)
         if flt.input_hashes is not None:
             clauses.append(self.table.c.input_hash.in_(flt.input_hashes))
+        if flt.finish_reasons is not None:
+            clauses.append(self.table.c.finish_reason.in_(flt.finish_reasons))
+        if flt.empty is not None:
+            strip = func.trim if self.conn.dialect.name == "sqlite" else func.btrim  # PostgreSQL's trim takes FROM
+            blank = strip(self.table.c.completion, " \t\r\n") == ""
+            clauses.append(blank if flt.empty else ~blank)
+        if flt.error is not None:
+            failed = self.table.c.finish_reason.in_(ERROR_FINISH_REASONS)
+            clauses.append(failed if flt.error else or_(~failed, self.table.c.finish_reason.is_(None)))
         return clauses

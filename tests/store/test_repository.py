@@ -387,6 +387,30 @@ def test_completion_filters(completions: Database) -> None:
             list(completions.query(judgement_only))
 
 
+def test_what_went_wrong_is_selectable(completions: Database) -> None:
+    """Truncated, empty and error rows: "delete every truncated completion, then rerun" is one filter."""
+    shapes = [("stop", "fine"), ("length", "cut sho"), ("abort", ""), (None, "legacy"), ("length", " \n\t"),
+              ("content_filter", "no"), ("error", "x"), ("stop", "")]  # fmt: skip
+    rows = [completion_record(i, finish_reason=reason, completion=text) for i, (reason, text) in enumerate(shapes)]
+    completions.put_many(rows)
+
+    def ids(flt: RowFilter) -> list[int]:
+        return sorted(int(r.instruction_id or -1) for r in completions.query(flt))
+
+    assert ids(RowFilter(finish_reasons=("length",))) == [1, 4]
+    assert ids(RowFilter(finish_reasons=("length", "stop"))) == [0, 1, 4, 7]
+    assert ids(RowFilter(empty=True)) == [2, 4, 7]
+    assert ids(RowFilter(empty=False)) == [0, 1, 3, 5, 6]
+    assert ids(RowFilter(error=True)) == [2, 5, 6]
+    assert ids(RowFilter(error=False)) == [0, 1, 3, 4, 7]  # a NULL finish reason is no error
+    assert ids(RowFilter(finish_reasons=("length",), empty=False)) == [1]
+    assert completions.count(RowFilter(finish_reasons=("length",))) == 2
+    assert completions.delete(RowFilter(finish_reasons=("length",))) == 2
+    assert completions.count() == len(shapes) - 2
+    with pytest.raises(InvalidInputError, match="tuple of strings"):
+        RowFilter(finish_reasons="length")  # type: ignore[arg-type]
+
+
 def test_query_streams_in_partitions(
     judgements: Database, arena: list[JudgementRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
