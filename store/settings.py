@@ -64,3 +64,6 @@ class Settings(BaseSettings):
     max_open_databases: int = Field(default=64, ge=1, description="Engines kept open at once (LRU).")
     created_by: str = Field(default_factory=_default_user, description="Recorded on every row written.")
     run_id: str = Field(default_factory=default_run_id, description="Recorded on every row written.")
+    record_runs: bool = Field(
+        default=True, description="Append each run's accounting (hits, tokens and engine time saved) to `runs`."
+    )
