@@ -254,6 +254,8 @@ def _run(
         emit_json(summary.as_dict())
         return
     err.print(summary.line(), soft_wrap=True)
+    if (saved := summary.savings_line()) is not None:
+        err.print(saved, soft_wrap=True)
     if (truncated := summary.truncation_note()) is not None:
         err.print(truncated, style="yellow", soft_wrap=True)
 
