@@ -141,6 +141,40 @@ class RowFilter:
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
 
 
+@dataclass(frozen=True, slots=True)
+class RowTotals:
+    """Rows of one table added up: how many, their data bytes, and the token counts and engine time in ``usage``.
+
+    ``data_bytes`` is what the row's values take (rendered input, completion,
+    ``usage`` and ``top_logprobs`` as stored), without the index and page
+    overhead of the file. ``rows_with_cost`` counts rows whose ``usage``
+    records ``engine_seconds``.
+    """
+
+    rows: int = 0
+    data_bytes: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    engine_seconds: float = 0.0
+    rows_with_cost: int = 0
+
+    def __add__(self, other: RowTotals) -> RowTotals:
+        return RowTotals(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """The rows sharing one value of a column: how many, their data bytes, and when the newest was written."""
+
+    key: Any
+    rows: int
+    data_bytes: int
+    newest: datetime
+
+
 def roles_for(flt: RowFilter, role: Role | None = None) -> tuple[Role, ...]:
     """The roles whose tables have every column ``flt`` names (see the module docstring)."""
     judgement_only = [name for name in JUDGEMENT_ONLY_FILTERS if getattr(flt, name) is not None]

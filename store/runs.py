@@ -92,13 +92,15 @@ class RunTotals:
 
     @classmethod
     def none(cls) -> RunTotals:
-        return cls(0, *([0] * len(_SUMMED)), None, None)  # type: ignore[arg-type]
+        zeros: dict[str, Any] = {name: 0.0 if "seconds" in name else 0 for name in _SUMMED}
+        return cls(runs=0, **zeros, first_started_at=None, last_finished_at=None)
 
     def __add__(self, other: RunTotals) -> RunTotals:
         firsts = [t for t in (self.first_started_at, other.first_started_at) if t is not None]
         lasts = [t for t in (self.last_finished_at, other.last_finished_at) if t is not None]
-        sums = [getattr(self, name) + getattr(other, name) for name in _SUMMED]
-        return RunTotals(self.runs + other.runs, *sums, min(firsts, default=None), max(lasts, default=None))
+        sums: dict[str, Any] = {name: getattr(self, name) + getattr(other, name) for name in _SUMMED}
+        return RunTotals(runs=self.runs + other.runs, **sums, first_started_at=min(firsts, default=None),
+                         last_finished_at=max(lasts, default=None))  # fmt: skip
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -126,5 +128,7 @@ def run_totals(database: Database) -> RunTotals:
     with database.reading() as repo:
         row = repo.conn.execute(stmt).one()
     count, *sums, first, last = row  # min/max keep the column's type: aware UTC datetimes
-    typed = (float(v) if "seconds" in name else int(v) for name, v in zip(_SUMMED, sums, strict=True))
-    return RunTotals(int(count), *typed, first, last)
+    typed: dict[str, Any] = {
+        name: float(v) if "seconds" in name else int(v) for name, v in zip(_SUMMED, sums, strict=True)
+    }
+    return RunTotals(runs=int(count), **typed, first_started_at=first, last_finished_at=last)
