@@ -12,7 +12,10 @@ Contract:
 
 from __future__ import annotations
 
+import enum
+import sys
 from datetime import timedelta
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -38,6 +41,7 @@ from store.cli.common import (
 )
 from store.compact import VacuumOutcome, vacuum_store
 from store.errors import InvalidInputError
+from store.export import export_rows
 from store.layout import Selector, select
 from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
 from store.records import RowFilter
@@ -49,6 +53,7 @@ def register(app: typer.Typer) -> None:
     app.command("stats")(command_errors(grouped(selector=selection)(stats_command)))
     app.command("prune")(command_errors(grouped(selector=selection, flt=row_filter)(prune_command)))
     app.command("vacuum")(command_errors(grouped(selector=selection)(vacuum_command)))
+    app.command("export")(command_errors(grouped(selector=selection, flt=row_filter)(export_command)))
 
 
 def compact(value: float) -> str:
@@ -311,3 +316,69 @@ def vacuum_command(selector: Selector, store_root: StoreRoot = None, json_output
             note(r.error or r.outcome.value, json_output=False)
     if failed:
         raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- export
+
+
+class ExportFormatChoice(enum.StrEnum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+    csv = "csv"
+    json = "json"
+
+
+def export_command(
+    selector: Selector,
+    flt: RowFilter,
+    output_format: Annotated[
+        ExportFormatChoice, typer.Option("--format", "-f", help="parquet (typed columns), jsonl, csv or json.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="File to write ('-': stdout, text formats only).")
+    ] = Path("-"),
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", metavar="A,B,..", help="Only these columns, in this order.")
+    ] = None,
+) -> None:
+    """Export the rows that match the filters for analysis: Parquet with typed columns, or JSONL, CSV, JSON.
+
+    Read-only and streamed (constant memory for millions of rows). Columns:
+    the database's location (role, task, provider, descriptor_model,
+    descriptor), then every field of the rows; in Parquet, created_at is a
+    UTC timestamp and usage/top_logprobs are JSON. A file is written beside
+    its destination and renamed into place. --json prints a summary (rows,
+    file) instead of a note. From Python: store.export.to_pandas / to_dataset.
+
+    Examples:
+
+        judgestore export --format parquet -o judgements.parquet --role judgements
+
+        judgestore export --format jsonl --model my-model --since 2026-01-01 > rows.jsonl
+
+        judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
+    """
+    settings, root = settings_and_root(store_root)
+    to_stdout = str(output) == "-"
+    if to_stdout and output_format is ExportFormatChoice.parquet:
+        raise typer.BadParameter("Parquet is binary: give a file with --output", param_hint="--output")
+    if to_stdout and json_output:
+        raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
+    chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
+    with Store(settings, root=root, readonly=True) as store:
+        rows = export_rows(
+            store,
+            sys.stdout if to_stdout else output,
+            output_format.value,  # type: ignore[arg-type]
+            selector,
+            flt,
+            columns=chosen,
+            limit=limit,
+        )
+    if json_output:
+        emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
+    elif not to_stdout:
+        note(f"exported {rows:,} rows to {output} ({output_format.value})", json_output=False)

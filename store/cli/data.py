@@ -15,12 +15,10 @@ Contract:
 
 from __future__ import annotations
 
-import csv
 import enum
 import io
 import os
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,13 +45,13 @@ from store.cli.common import (
     settings_and_root,
     state_text,
     stdout,
-    to_json,
 )
+from store.export import text_cell, write_text
 from store.layout import Selector, select
 from store.records import RowFilter, roles_for
 from store.schema import DatabaseInfo, DatabaseState, database_infos
 from store.settings import Settings
-from store.store import FoundRow, Store, row_columns
+from store.store import Store, row_columns
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
 COMPLETION_WIDTH = 48
@@ -150,45 +148,10 @@ def _matching(
 # ---------------------------------------------------------------- query
 
 
-def _csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict | list):
-        return to_json(value, indent=False)
-    return str(value)
-
-
 def _table_cell(name: str, value: Any) -> Text:
     # created_at is always UTC; whitespace is folded so that a row stays a row, whatever the completion holds
-    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else _csv_cell(value)
+    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value)
     return Text(fit(cell, _CELL_WIDTHS.get(name, 24)))
-
-
-def _write_rows(rows: Iterator[FoundRow], fmt: OutputFormat, columns: tuple[str, ...]) -> int:
-    """Write rows to stdout as they come (jsonl, csv, json array); returns how many were written."""
-    out = sys.stdout
-    written = 0
-    if fmt is OutputFormat.csv:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            values = row.as_dict()
-            writer.writerow([_csv_cell(values.get(name)) for name in columns])
-            written += 1
-        return written
-    for row in rows:
-        values = row.as_dict()
-        line = to_json({name: values[name] for name in columns if name in values}, indent=False)
-        if fmt is OutputFormat.json:  # "[" only with the first row: an error before it leaves stdout empty
-            out.write(("[\n" if written == 0 else ",\n") + line)
-        else:
-            out.write(line + "\n")
-        written += 1
-    if fmt is OutputFormat.json:
-        out.write("\n]\n" if written else "[]\n")
-    return written
 
 
 def _silence_stdout() -> None:
@@ -254,7 +217,7 @@ def query_command(
     with Store(settings, root=root, readonly=True) as store:
         if fmt is not OutputFormat.table:
             try:
-                _write_rows(store.query_rows(selector, flt, limit=limit), fmt, chosen)
+                write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
                 sys.stdout.flush()
             except BrokenPipeError:  # `judgestore query ... | head`: the reader has all it wanted
                 _silence_stdout()

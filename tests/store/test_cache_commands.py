@@ -93,3 +93,23 @@ def test_vacuum_reports_each_database(filled: Path) -> None:
     assert {r["outcome"] for r in report["results"]} == {"vacuumed"} and len(report["results"]) == 3
     assert "Vacuumed under" in judgestore("vacuum").stdout
     assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 10
+
+
+def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    before = file_digests(filled)
+    target = tmp_path / "rows.parquet"
+    done = judgestore("export", "--format", "parquet", "-o", str(target), "--finish-reason", "length", "--json")
+    assert done.exit_code == 0, done.output
+    assert orjson.loads(done.stdout) == {"rows": 3, "format": "parquet", "output": str(target)}
+    assert pq.read_table(target).column("finish_reason").to_pylist() == ["length"] * 3
+    text = judgestore("export", "-f", "jsonl", "--role", "judgements")
+    query = judgestore("query", "--format", "jsonl", "--role", "judgements")
+    assert text.stdout == query.stdout and len(text.stdout.splitlines()) == 5
+    csv_file = tmp_path / "rows.csv"
+    judgestore("export", "-f", "csv", "-o", str(csv_file), "--columns", "input_hash,completion")
+    assert (
+        csv_file.read_text().splitlines()[0] == "input_hash,completion" and len(csv_file.read_text().splitlines()) == 14
+    )
+    assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
+    assert file_digests(filled) == before
