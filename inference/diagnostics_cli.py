@@ -202,7 +202,8 @@ def _print_descriptor(report: DescriptorReport) -> None:
     held = f"holds {report.rows:,} rows" if report.exists else "is not in the store"
     out.print(Text(f"descriptor {report.location.descriptor_hash16} ({where}) {held}", style="bold"), soft_wrap=True)
     if not report.neighbours:
-        out.print("no other descriptor of this model is stored (a first run, or another --model / --provider)")
+        if not report.exists:
+            out.print("no descriptor of this model is stored (a first run, or another --model / --provider?)")
         return
     out.print("stored descriptors of this model, nearest first (stored -> this run):")
     for n in report.neighbours:
