@@ -10,7 +10,7 @@ Contract:
   records what producing it cost.
 * :func:`usage_totals` adds up ``usage`` values (stored rows or fresh
   generations): tokens in and out, engine seconds, and how many carried no
-  engine time (rows written before 0.3, imported rows).
+  engine time (rows written before revision 0003, imported rows).
 * :func:`run_record` turns one call's plan and counts into the row
   :func:`store.runs.record_run` appends to the database's ``runs`` table.
 * Savings are counted over the distinct inputs the store answered (hits):

@@ -97,7 +97,7 @@ class RunSummary:
         if not self.hits:
             return None
         unknown = (
-            f"; {self.hits_without_cost} hit rows record no engine time (written before 0.3 or imported)"
+            f"; {self.hits_without_cost} hit rows record no engine time (written before revision 0003, or imported)"
             if self.hits_without_cost
             else ""
         )

@@ -137,7 +137,7 @@ class Run(Base):
     ``completion_tokens`` and ``engine_seconds`` are what the engine spent on
     the misses; the ``saved_*`` columns add up what the hit rows had cost when
     they were generated (their ``usage``), and ``hits_without_cost`` counts
-    hits whose row records no engine time (rows written before 0.3 or
+    hits whose row records no engine time (rows written before revision 0003 or
     imported), which ``saved_engine_seconds`` therefore leaves out.
     """
 

@@ -144,7 +144,7 @@ def _print_totals(totals: StoreTotals) -> None:
             + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")
         )
     else:
-        lines.append("runs: none recorded yet (runs are recorded from judgestore 0.3 on)")
+        lines.append("runs: none recorded yet (runs are recorded since schema revision 0003)")
     for line in lines:
         stdout().print(line, soft_wrap=True)
 
