@@ -35,7 +35,7 @@ class Generation:
 
     text: str
     finish_reason: str | None = None
-    usage: dict[str, int] = field(default_factory=dict)  # prompt_tokens, completion_tokens
+    usage: dict[str, int | float] = field(default_factory=dict)  # prompt_tokens, completion_tokens (engine_seconds)
     top_logprobs: dict[str, float] | None = None  # first generated token: decoded token -> logprob
 
 

@@ -23,6 +23,14 @@ Contract (DESIGN.md, "Rules of behaviour"):
   ``readonly`` reads and generates misses but never writes.
 * Empty outputs are returned but never stored; engine errors propagate after
   the chunks already finished were written.
+* Each generated row's ``usage`` records what producing it cost: its share of
+  its chunk's engine time (:func:`inference.accounting.priced`). ``last``
+  counts what the misses cost and what the hits saved, and each call in mode
+  ``use`` or ``refresh`` appends that accounting to the database's ``runs``
+  table (unless ``JUDGESTORE_RECORD_RUNS=0``).
+* A plan with misses says whether they were expected: how many rows the
+  descriptor's database already holds, or how many other descriptors of the
+  same model the task has (``judgestore explain`` says why they missed).
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
@@ -33,19 +41,21 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal, get_args
 
 import orjson
 
+from inference.accounting import UsageTotals, priced, run_record, usage_totals
 from inference.backend import Backend, EngineRequest, Generation, StreamingBackend
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError
-from store.layout import Role, Selector
+from store.layout import Role, Selector, select
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
+from store.runs import record_run
 from store.settings import Settings
 from store.store import Store
 
@@ -86,11 +96,30 @@ class Plan:
     mode: Mode
     missing: tuple[_Input, ...] = field(default=(), repr=False)
     seconds: float = 0.0  # render + hash + lookup
+    stored_rows: int | None = None  # with misses: rows the descriptor's database holds (None: no database)
+    other_descriptors: int = 0  # with misses and no database: stored descriptors of this role, task and model
 
     def summary(self) -> str:
         return (
             f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
             f"{self.hits} hits, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
+        )
+
+    @property
+    def unexpected_misses(self) -> bool:
+        """Misses although the store holds rows of this descriptor, or of another descriptor of this model."""
+        return self.misses > 0 and bool(self.stored_rows or self.other_descriptors)
+
+    def miss_note(self) -> str | None:
+        """Why the misses are surprising, for a hint to run ``judgestore explain``; None when they are not."""
+        if not self.unexpected_misses:
+            return None
+        if self.stored_rows:
+            return f"{self.misses} misses although this descriptor's database holds {self.stored_rows} rows"
+        others = "descriptor" if self.other_descriptors == 1 else "descriptors"
+        return (
+            f"{self.misses} misses: nothing is stored under this descriptor, but {self.other_descriptors} other "
+            f"{others} of this model and task are"
         )
 
 
@@ -105,6 +134,8 @@ class RunStats:
     truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
     engine_loaded: bool = False
     seconds: float = 0.0
+    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
+    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
 
 
 ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
@@ -271,11 +302,11 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None,
         on_progress: ProgressCallback | None,
     ) -> list[Response]:
-        started = time.perf_counter()
+        started, started_at = time.perf_counter(), datetime.now(UTC)
         self.last = RunStats()
         keys, inputs = self._render(role, requests)
         hits = self._lookup(role, inputs)
-        plan = self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started)
+        plan = self._with_miss_context(self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started))
         self.last.plan = plan
         if on_plan is not None:
             on_plan(plan)
@@ -294,8 +325,47 @@ class CachedModel:
         with gc_paused():
             responses = [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
         self.last.truncated = sum(s.finish_reason == "length" for response in responses for s in response.samples)
+        self.last.saved = usage_totals(record.usage for record in hits.values())
         self.last.seconds = time.perf_counter() - started
+        self._record_run(plan, started_at)
         return responses
+
+    def _with_miss_context(self, plan: Plan) -> Plan:
+        """Say whether the misses were expected (see :attr:`Plan.unexpected_misses`); only runs with misses pay."""
+        if not plan.misses or self.store is None or self.mode not in ("use", "readonly", "replay"):
+            return plan
+        database = self.store.find(plan.role, self.task, self.descriptor)
+        if database is not None:
+            return replace(plan, stored_rows=database.count())
+        mine = Selector.of(plan.role, self.task, self.descriptor)
+        others = select(self.store.root, replace(mine, descriptor=None))
+        return replace(plan, other_descriptors=len(others))
+
+    def _record_run(self, plan: Plan, started_at: datetime) -> None:
+        """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""
+        store = self.store
+        if store is None or store.readonly or self.mode not in ("use", "refresh") or not plan.requested:
+            return
+        if not self.settings.record_runs:
+            return
+        database = store.find(plan.role, self.task, self.descriptor)
+        if database is None:  # nothing hit and nothing was written (every output empty)
+            return
+        last = self.last
+        record = run_record(
+            plan,
+            spent=last.spent,
+            saved=last.saved,
+            generated=last.generated,
+            written=last.written,
+            truncated=last.truncated,
+            run_id=self.settings.run_id,
+            created_by=self.settings.created_by,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+            wall_seconds=last.seconds,
+        )
+        record_run(database, record)
 
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
@@ -310,6 +380,7 @@ class CachedModel:
         results: dict[str, Sample] = {}
 
         def write(done: Sequence[tuple[_Input, Generation]]) -> None:
+            self.last.spent += usage_totals(gen.usage for _, gen in done)
             now = datetime.now(UTC)
             records = [
                 self._record(role, requests[inp.request_index], inp, gen, now)
@@ -337,9 +408,11 @@ class CachedModel:
             return results
         for start in range(0, len(missing), self.chunk_size):
             chunk = missing[start : start + self.chunk_size]
+            generating = time.perf_counter()
             generations = backend.generate([_engine_request(inp) for inp in chunk])
             if len(generations) != len(chunk):
                 raise BackendError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
+            generations = priced(generations, time.perf_counter() - generating)
             write(list(zip(chunk, generations, strict=True)))
         return results
 
@@ -361,15 +434,21 @@ class CachedModel:
                 pending.append((missing[index], generation))
                 if len(pending) >= self.chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
                     done, pending = pending, []
-                    write(done)
+                    write(self._priced(done, time.monotonic() - last_write))
                     last_write = time.monotonic()
         finally:
             # What arrived before a failure or an interrupt was paid for: keep it.
             if pending:
                 done, pending = pending, []
-                write(done)
+                write(self._priced(done, time.monotonic() - last_write))
         if len(seen) != len(missing):
             raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
+
+    @staticmethod
+    def _priced(done: Sequence[tuple[_Input, Generation]], seconds: float) -> list[tuple[_Input, Generation]]:
+        """Streamed arrivals with their shares of the wall time since the last write (requests overlap)."""
+        generations = priced([gen for _, gen in done], seconds)
+        return list(zip((inp for inp, _ in done), generations, strict=True))
 
     def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
         common: dict[str, Any] = {

@@ -3,8 +3,10 @@
 Contract:
 
 * :func:`main` runs the app :func:`store.cli.build_app` assembles, with the
-  commands of this module and of :mod:`inference.legacy_cli` (``import``)
-  registered into it; :mod:`store` knows nothing of inference.
+  commands of this module, of :mod:`inference.legacy_cli` (``import``) and of
+  :mod:`inference.diagnostics_cli` (``explain``, ``audit``, given this
+  module's model options) registered into it; :mod:`store` knows nothing of
+  inference.
 * ``generate`` and ``judge`` read a JSONL file of requests, print the plan
   (hits, misses, duplicates) before anything runs, show a progress bar while
   the engine generates (on a terminal), write one result line per request,
@@ -31,8 +33,9 @@ from typing import IO, Annotated
 import orjson
 import typer
 
-from inference import legacy_cli
+from inference import diagnostics_cli, legacy_cli
 from inference.cached import Mode, Plan
+from inference.explain import explain_command_line
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
@@ -99,7 +102,7 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """The ``judgestore`` console script: the store's commands and the inference layer's."""
-    build_app(register, legacy_cli.register)(prog_name="judgestore")
+    build_app(register, legacy_cli.register, diagnostics_cli.registrar(model_spec))(prog_name="judgestore")
 
 
 # ---------------------------------------------------------------- option groups
@@ -301,6 +304,8 @@ def _run(
         def on_plan(plan: Plan) -> None:
             if not json_output:
                 err.print(f"plan: {plan.summary()}", soft_wrap=True)
+                if (why := plan.miss_note()) is not None:
+                    err.print(f"note: {why}; run `{explain_command_line(sys.argv)}` to see why", soft_wrap=True)
             if plan.misses:
                 progress("generating", 0, plan.misses)
 
@@ -323,6 +328,8 @@ def _run(
         emit_json(summary.as_dict())
         return
     err.print(summary.line(), soft_wrap=True)
+    if (saved := summary.savings_line()) is not None:
+        err.print(saved, soft_wrap=True)
     if (truncated := summary.truncation_note()) is not None:
         err.print(truncated, style="yellow", soft_wrap=True)
 

@@ -261,7 +261,7 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
     else:
         text = _get(choice, "text", str, "choices[0]")
     finish_reason = _get(choice, "finish_reason", str, "choices[0]", optional=True)
-    usage: dict[str, int] = {}
+    usage: dict[str, int | float] = {}
     raw_usage = data.get("usage")
     if isinstance(raw_usage, dict):
         usage = {k: raw_usage[k] for k in ("prompt_tokens", "completion_tokens") if isinstance(raw_usage.get(k), int)}
@@ -512,8 +512,8 @@ class OpenAIBackend:
         if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
             self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text
             log.warning("%s returned no logprobs for %s although asked", self._endpoint, self._descriptor.model)
-        self.stats.prompt_tokens += generation.usage.get("prompt_tokens", 0)
-        self.stats.completion_tokens += generation.usage.get("completion_tokens", 0)
+        self.stats.prompt_tokens += int(generation.usage.get("prompt_tokens", 0))
+        self.stats.completion_tokens += int(generation.usage.get("completion_tokens", 0))
         return generation
 
     async def _status_error(self, e: Any) -> HostedAPIError:

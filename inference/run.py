@@ -13,6 +13,10 @@ Contract:
   caller set it), so that stdout can carry results.
 * The command line only renders what this returns; a Python caller gets the
   same behaviour and the same summary.
+* The summary says what the cache saved (the tokens and engine seconds the
+  hit rows had cost when they were generated) and what the misses cost; the
+  same accounting is appended to the database's ``runs`` table
+  (:mod:`inference.accounting`).
 """
 
 from __future__ import annotations
@@ -74,11 +78,35 @@ class RunSummary:
     wall_seconds: float
     remote: str | None = None
     sent: dict[str, int] | None = None  # a server's model: requests sent, retries, tokens used
+    saved_prompt_tokens: int = 0
+    saved_completion_tokens: int = 0
+    saved_engine_seconds: float = 0.0
+    hits_without_cost: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    engine_seconds: float = 0.0
+    stored_rows: int | None = None  # with misses: rows this descriptor's database already held
+    other_descriptors: int = 0  # with misses and no database: other stored descriptors of the model and task
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
         del values["remote"], values["max_tokens"], values["sent"]
-        return values | (self.sent or {})
+        sent = self.sent or {}
+        return values | {name: sent[name] for name in ("requests_sent", "retries") if name in sent}
+
+    def savings_line(self) -> str | None:
+        """What the cache saved this run, if anything was a hit."""
+        if not self.hits:
+            return None
+        unknown = (
+            f"; {self.hits_without_cost} hit rows record no engine time (written before revision 0003, or imported)"
+            if self.hits_without_cost
+            else ""
+        )
+        return (
+            f"saved: {self.hits} requests not sent, {self.saved_prompt_tokens:,} tokens in and "
+            f"{self.saved_completion_tokens:,} out, ~{self.saved_engine_seconds:.2f} s of engine time{unknown}"
+        )
 
     def line(self) -> str:
         """The one-line human summary."""
@@ -171,5 +199,14 @@ def run_requests(
         wall_seconds=round(time.perf_counter() - started, 3),
         remote=None if remote is None else remote.url,
         sent=stats.as_dict() if (stats := getattr(spec, "stats", None)) is not None else None,
+        saved_prompt_tokens=last.saved.prompt_tokens,
+        saved_completion_tokens=last.saved.completion_tokens,
+        saved_engine_seconds=last.saved.engine_seconds,
+        hits_without_cost=last.saved.without_cost,
+        prompt_tokens=last.spent.prompt_tokens,
+        completion_tokens=last.spent.completion_tokens,
+        engine_seconds=last.spent.engine_seconds,
+        stored_rows=plan.stored_rows,
+        other_descriptors=plan.other_descriptors,
     )
     return RunResult(responses, summary)

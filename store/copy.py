@@ -114,6 +114,19 @@ def copy_database(
         result.problem = "the target does not hold every source row with the same output (see conflicts)"
 
 
+@dataclass
+class _Progress:
+    phase: str
+    total: int
+    report: Callable[[str, int, int], None] | None
+    done: int = 0
+
+    def advance(self, rows: int) -> None:
+        self.done += rows
+        if self.report is not None:
+            self.report(self.phase, self.done, self.total)
+
+
 def copy_store(
     source: Store,
     target: Store,
@@ -131,17 +144,10 @@ def copy_store(
         metadata = database.metadata()
         result = CopiedDatabase(location)
         report.databases.append(result)
-        total = database.count()
-        done = 0
-
-        def advance(rows: int, phase: str = str(location.relative_folder())) -> None:
-            nonlocal done
-            done += rows
-            if on_progress is not None:
-                on_progress(phase, done, total)
+        progress = _Progress(str(location.relative_folder()), database.count(), on_progress)
 
         destination = target.database(
             location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions
         )
-        copy_database(database, destination, result, chunk_size, advance)
+        copy_database(database, destination, result, chunk_size, progress.advance)
     return report

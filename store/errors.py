@@ -256,6 +256,10 @@ class BackendError(ModelError):
     """An engine or server broke the backend contract (e.g. returned the wrong number of generations)."""
 
 
+class MissingDependencyError(JudgestoreError):
+    """An optional package a feature needs is not installed; the message names what to install."""
+
+
 # ---------------------------------------------------------------- the cache boundary
 
 

@@ -11,6 +11,9 @@ Contract:
 * JSON columns store SQL NULL for Python ``None`` (``none_as_null``).
 * Every constraint and index is named by the naming convention, so migrations
   can refer to them on every backend.
+* ``runs`` (:class:`Run`) is the accounting of the calls that used a
+  database: what was asked, what the store answered, what the engine cost and
+  what the hits saved. It is bookkeeping beside the rows, never part of them.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, CheckConstraint, DateTime, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -123,6 +126,51 @@ class Judgement(_Row, Base):
         Index("ix_judgements_model_a", "model_a"),
         Index("ix_judgements_model_b", "model_b"),
         Index("ix_judgements_judge", "judge"),
+    )
+
+
+class Run(Base):
+    """One call of the cache boundary that used this database (``CachedModel.complete``/``judge``).
+
+    Counts are over (request, sample) slots (``requested``) and distinct keys
+    (the rest), as in the plan a run prints. ``prompt_tokens``,
+    ``completion_tokens`` and ``engine_seconds`` are what the engine spent on
+    the misses; the ``saved_*`` columns add up what the hit rows had cost when
+    they were generated (their ``usage``), and ``hits_without_cost`` counts
+    hits whose row records no engine time (rows written before revision 0003 or
+    imported), which ``saved_engine_seconds`` therefore leaves out.
+    """
+
+    __tablename__ = "runs"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    role: Mapped[str] = mapped_column(String(16))
+    run_id: Mapped[str | None] = mapped_column(String)
+    created_by: Mapped[str | None] = mapped_column(String)
+    started_at: Mapped[datetime]
+    finished_at: Mapped[datetime]
+    mode: Mapped[str] = mapped_column(String(16))
+    requested: Mapped[int] = mapped_column(Integer)
+    distinct_inputs: Mapped[int] = mapped_column(Integer)
+    hits: Mapped[int] = mapped_column(Integer)
+    misses: Mapped[int] = mapped_column(Integer)
+    duplicates: Mapped[int] = mapped_column(Integer)
+    generated: Mapped[int] = mapped_column(Integer)
+    rows_written: Mapped[int] = mapped_column(Integer)
+    truncated: Mapped[int] = mapped_column(Integer)
+    prompt_tokens: Mapped[int] = mapped_column(Integer)
+    completion_tokens: Mapped[int] = mapped_column(Integer)
+    engine_seconds: Mapped[float] = mapped_column(Float)
+    saved_prompt_tokens: Mapped[int] = mapped_column(Integer)
+    saved_completion_tokens: Mapped[int] = mapped_column(Integer)
+    saved_engine_seconds: Mapped[float] = mapped_column(Float)
+    hits_without_cost: Mapped[int] = mapped_column(Integer)
+    wall_seconds: Mapped[float] = mapped_column(Float)
+
+    __table_args__ = (
+        CheckConstraint("role IN ('completions', 'judgements')", name="role_valid"),
+        Index("ix_runs_started_at", "started_at"),
+        Index("ix_runs_run_id", "run_id"),
     )
 
 

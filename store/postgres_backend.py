@@ -203,11 +203,11 @@ class PostgresBackend:
                     select(func.count()).select_from(text("pg_namespace")).where(text("nspname = :n")), {"n": name}
                 ).scalar_one()
                 if exists:
-                    tables = inspect(conn).get_table_names(schema=name)
+                    tables = ", ".join(inspect(conn).get_table_names(schema=name)) or "none"
                     raise ForeignSchemaError(
                         self.where,
-                        f"schema {name} exists but is not registered by judgestore (tables: {', '.join(tables) or 'none'})"
-                        "; it was not touched. Drop it, or point the store at another database",
+                        f"schema {name} exists but is not registered by judgestore (tables: {tables}); it was not "
+                        "touched. Drop it, or point the store at another database",
                     )
                 conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
                 self._migrate(conn, location)

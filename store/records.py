@@ -6,7 +6,9 @@ and read back unchanged. :class:`RowFilter` is the one way to select rows by
 their typed metadata columns, for queries and targeted deletes alike; filters
 that exist only on judgements (:data:`JUDGEMENT_ONLY_FILTERS`) restrict a
 query to judgement databases (:func:`roles_for`), and combined with
-``role="completions"`` they are an error.
+``role="completions"`` they are an error. What went wrong is selectable
+too: rows by finish reason (``"length"``: truncated at ``max_tokens``),
+empty completions, and error rows (:data:`ERROR_FINISH_REASONS`).
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from store.layout import ROLES, Role
 Orientation = Literal["direct", "reversed"]  # relative to the source pair (see store.models.Judgement)
 ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
 JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", "pointwise")
+# Finish reasons that mean the engine or API did not produce a real answer (vLLM: abort; hosted APIs: error,
+# content_filter). "stop" and "length" are answers; "length" is selected on its own as truncation.
+ERROR_FINISH_REASONS = ("error", "abort", "content_filter")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,7 +94,11 @@ class RowFilter:
     judgements of that pair in both orientations (slots ``(X, Y)`` or
     ``(Y, X)``). ``created_after`` is inclusive,
     ``created_before`` exclusive. ``pointwise=True`` keeps judgements whose
-    ``model_b`` is NULL, ``False`` the pairwise ones.
+    ``model_b`` is NULL, ``False`` the pairwise ones. ``finish_reasons``
+    keeps rows whose finish reason is any of them; ``empty=True`` rows whose
+    completion is empty or only whitespace (``False``: the others);
+    ``error=True`` rows whose finish reason is one of
+    :data:`ERROR_FINISH_REASONS` (``False``: the others, NULL included).
     """
 
     benchmark: str | None = None
@@ -106,6 +115,9 @@ class RowFilter:
     created_after: datetime | None = None
     created_before: datetime | None = None
     input_hashes: tuple[str, ...] | None = field(default=None)
+    finish_reasons: tuple[str, ...] | None = None
+    empty: bool | None = None
+    error: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("created_after", "created_before"):
@@ -116,6 +128,10 @@ class RowFilter:
             raise InvalidInputError(f"pair must be two model names, got {self.pair!r}")
         if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct' or 'reversed', got {self.orientation!r}")
+        if self.finish_reasons is not None and (
+            isinstance(self.finish_reasons, str) or not all(isinstance(r, str) for r in self.finish_reasons)
+        ):
+            raise InvalidInputError(f"finish_reasons must be a tuple of strings, got {self.finish_reasons!r}")
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in dataclasses.fields(self))
@@ -123,6 +139,40 @@ class RowFilter:
     def as_dict(self) -> dict[str, Any]:
         """The fields that are set, for messages and ``--json`` output."""
         return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if getattr(self, f.name) is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class RowTotals:
+    """Rows of one table added up: how many, their data bytes, and the token counts and engine time in ``usage``.
+
+    ``data_bytes`` is what the row's values take (rendered input, completion,
+    ``usage`` and ``top_logprobs`` as stored), without the index and page
+    overhead of the file. ``rows_with_cost`` counts rows whose ``usage``
+    records ``engine_seconds``.
+    """
+
+    rows: int = 0
+    data_bytes: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    engine_seconds: float = 0.0
+    rows_with_cost: int = 0
+
+    def __add__(self, other: RowTotals) -> RowTotals:
+        return RowTotals(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """The rows sharing one value of a column: how many, their data bytes, and when the newest was written."""
+
+    key: Any
+    rows: int
+    data_bytes: int
+    newest: datetime
 
 
 def roles_for(flt: RowFilter, role: Role | None = None) -> tuple[Role, ...]:

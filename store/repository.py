@@ -10,6 +10,9 @@ Contract:
   the row already stored, ``"replace"`` overwrites it.
 * :meth:`~Repository.query` streams: rows are fetched in partitions, never all
   at once. :meth:`~Repository.delete` refuses an empty filter.
+* Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
+  rows up in the database, and :meth:`~Repository.sample` picks rows at
+  random through the primary key; none of them builds a row it does not return.
 * The two dialect-specific hot statements (insert ignoring duplicates and the
   bulk key lookup) live here and nowhere else, each in a SQLite and a
   PostgreSQL form. SQLite looks keys up with ``json_each`` (one parameter,
@@ -35,12 +38,15 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
+    LargeBinary,
     Select,
     String,
     Table,
+    Text,
     and_,
     any_,
     bindparam,
+    cast,
     delete,
     func,
     or_,
@@ -53,9 +59,11 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.models import MODEL_OF_ROLE
-from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields
+from store.records import ERROR_FINISH_REASONS, RECORD_OF_ROLE, Record, RowFilter, RowGroup, RowTotals, record_fields
 
 OnConflict = Literal["ignore", "replace"]
+GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
+DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 STREAM_PARTITION = 1_000
@@ -237,6 +245,61 @@ class Repository:
         result = self.conn.execute(delete(self.table).where(*self._where(flt)))
         return max(result.rowcount, 0)
 
+    # ------------------------------------------------------------ aggregates
+
+    def _byte_length(self, column: Any) -> Any:
+        """Bytes a text or JSON value takes as stored (0 for NULL)."""
+        text = column if isinstance(column.type, Text | String) else cast(column, Text)
+        if self.conn.dialect.name == "sqlite":
+            return func.coalesce(func.length(cast(text, LargeBinary)), 0)
+        return func.coalesce(func.octet_length(text), 0)
+
+    def _data_bytes(self) -> Any:
+        c = self.table.c
+        input_text, completion, usage, top = (self._byte_length(c[name]) for name in DATA_COLUMNS)
+        return input_text + completion + usage + top
+
+    def totals(self, flt: RowFilter | None = None) -> RowTotals:
+        """The matching rows added up (see :class:`~store.records.RowTotals`)."""
+        usage = self.table.c.usage
+        stmt = select(
+            func.count(),
+            func.coalesce(func.sum(self._data_bytes()), 0),
+            func.coalesce(func.sum(usage["prompt_tokens"].as_integer()), 0),
+            func.coalesce(func.sum(usage["completion_tokens"].as_integer()), 0),
+            func.coalesce(func.sum(usage["engine_seconds"].as_float()), 0.0),
+            func.count(usage["engine_seconds"].as_float()),
+        ).where(*self._where(flt or RowFilter()))
+        rows, data, prompt, completion, seconds, priced = self.conn.execute(stmt).one()
+        return RowTotals(int(rows), int(data), int(prompt), int(completion), float(seconds), int(priced))
+
+    def groups(self, by: GroupBy, flt: RowFilter | None = None) -> list[RowGroup]:
+        """The matching rows grouped by one column's value, in the column's order (NULL first)."""
+        key = self._column(by)
+        newest = func.max(self.table.c.created_at)
+        stmt = (
+            select(key, func.count(), func.coalesce(func.sum(self._data_bytes()), 0), newest)
+            .where(*self._where(flt or RowFilter()))
+            .group_by(key)
+            .order_by(key.is_not(None), key)
+        )
+        return [RowGroup(k, int(n), int(size), when) for k, n, size, when in self.conn.execute(stmt).all()]
+
+    def sample(self, n: int, start: str, flt: RowFilter | None = None) -> list[Record]:
+        """Up to ``n`` matching rows: those whose input hash follows ``start``, wrapping around.
+
+        Input hashes are SHA-256 digests, so the rows after a random
+        ``start`` are a uniform random sample of the table, read through
+        the primary key in ``O(n log rows)``, whatever the table's size.
+        """
+        clauses = self._where(flt or RowFilter())
+        base = select(*self._columns).where(*clauses).order_by(self.table.c.input_hash).limit(n)
+        found = self._records(self.conn.execute(base.where(self.table.c.input_hash >= start)).all())
+        if len(found) < n:
+            wrapped = base.where(self.table.c.input_hash < start).limit(n - len(found))
+            found += self._records(self.conn.execute(wrapped).all())
+        return found
+
     # ------------------------------------------------------------ filters
 
     def _column(self, name: str) -> Column[Any]:
@@ -269,4 +332,13 @@ class Repository:
             clauses.append(self.table.c.created_at < flt.created_before)
         if flt.input_hashes is not None:
             clauses.append(self.table.c.input_hash.in_(flt.input_hashes))
+        if flt.finish_reasons is not None:
+            clauses.append(self.table.c.finish_reason.in_(flt.finish_reasons))
+        if flt.empty is not None:
+            strip = func.trim if self.conn.dialect.name == "sqlite" else func.btrim  # PostgreSQL's trim takes FROM
+            blank = strip(self.table.c.completion, " \t\r\n") == ""
+            clauses.append(blank if flt.empty else ~blank)
+        if flt.error is not None:
+            failed = self.table.c.finish_reason.in_(ERROR_FINISH_REASONS)
+            clauses.append(failed if flt.error else or_(~failed, self.table.c.finish_reason.is_(None)))
         return clauses

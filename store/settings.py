@@ -71,3 +71,6 @@ class Settings(BaseSettings):
     connect_timeout_s: int = Field(default=10, ge=1, description="PostgreSQL: seconds to wait for the server.")
     created_by: str = Field(default_factory=_default_user, description="Recorded on every row written.")
     run_id: str = Field(default_factory=default_run_id, description="Recorded on every row written.")
+    record_runs: bool = Field(
+        default=True, description="Append each run's accounting (hits, tokens and engine time saved) to `runs`."
+    )

@@ -227,6 +227,10 @@ class Store:
             except DatabaseMissingError:
                 continue
 
+    def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
+        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
+        return self._selected(selector, flt or RowFilter())
+
     def query_rows(self, selector: Selector, flt: RowFilter, *, limit: int | None = None) -> Iterator[FoundRow]:
         """Stream the rows matching ``flt`` from every selected database (see the module docstring)."""
         if limit is not None and limit < 0:

@@ -14,7 +14,8 @@ Contract:
   --provider --model-id --descriptor`` (:func:`selection`); rows are filtered
   with ``--benchmark --instruction-id --model --model-a --model-b --judge
   --orientation --pair --pointwise/--pairwise --run-id --created-by --since
-  --until --input-hash`` (:func:`row_filter`); ``--model`` names the model of
+  --until --input-hash --finish-reason --empty/--non-empty --error/--no-error``
+  (:func:`row_filter`); ``--model`` names the model of
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
 * :func:`grouped` lets a command take a whole group of options as one value
@@ -47,7 +48,7 @@ from rich.text import Text
 from store import jsonvalues
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
 from store.layout import Location, Selector
-from store.records import RowFilter, parse_timestamp
+from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.schema import DatabaseInfo
 from store.settings import Settings
 from store.sync.workspace import ProgressCallback
@@ -93,7 +94,8 @@ def _error_line(error: JudgestoreError) -> str:
     if isinstance(error, EmptyFilterError):
         return (
             f"{error} (row filters: --benchmark, --instruction-id, --model, --model-a, --model-b, --judge, "
-            "--orientation, --pair, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash; "
+            "--orientation, --pair, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash, "
+            "--finish-reason, --empty/--non-empty, --error/--no-error; "
             "--role, --task, --provider, --model-id and --descriptor only choose databases)"
         )
     return str(error)
@@ -303,6 +305,28 @@ def row_filter(
         _filter("--until", "created_at < TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
     ] = None,
     input_hash: Annotated[list[str] | None, _filter("--input-hash", "This row (repeatable).", metavar="HASH")] = None,
+    finish_reason: Annotated[
+        list[str] | None,
+        _filter(
+            "--finish-reason",
+            "Rows that finished for this reason (repeatable): length (truncated at max_tokens), stop, ...",
+            metavar="REASON",
+        ),
+    ] = None,
+    empty: Annotated[
+        bool | None,
+        _filter(
+            "--empty/--non-empty", "Only empty (or whitespace) completions, or only the others.", show_default=False
+        ),
+    ] = None,
+    error: Annotated[
+        bool | None,
+        _filter(
+            "--error/--no-error",
+            f"Only error rows (finish reason {', '.join(ERROR_FINISH_REASONS)}), or only the others.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> RowFilter:
     """The rows chosen by the row filter options (see the module docstring)."""
     if pair is not None and len(pair) != 2:
@@ -322,6 +346,9 @@ def row_filter(
         created_after=since,
         created_before=until,
         input_hashes=tuple(input_hash) if input_hash else None,
+        finish_reasons=tuple(finish_reason) if finish_reason else None,
+        empty=empty,
+        error=error,
     )
 
 

@@ -15,12 +15,10 @@ Contract:
 
 from __future__ import annotations
 
-import csv
 import enum
 import io
 import os
 import sys
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
@@ -47,12 +45,13 @@ from store.cli.common import (
     settings_and_root,
     state_text,
     stdout,
-    to_json,
 )
+from store.export import text_cell, write_text
 from store.layout import Selector, select
 from store.records import RowFilter, roles_for
-from store.schema import database_infos
-from store.store import FoundRow, Store, row_columns
+from store.schema import DatabaseInfo, DatabaseState, database_infos
+from store.settings import Settings
+from store.store import Store, row_columns
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
 COMPLETION_WIDTH = 48
@@ -82,7 +81,7 @@ class OutputFormat(enum.StrEnum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ls")(command_errors(grouped(selector=selection)(ls_command)))
+    app.command("ls")(command_errors(grouped(selector=selection, flt=row_filter)(ls_command)))
     app.command("query")(command_errors(grouped(selector=selection, flt=row_filter)(query_command)))
     app.command("delete")(command_errors(grouped(selector=selection, flt=row_filter)(delete_command)))
 
@@ -90,79 +89,69 @@ def register(app: typer.Typer) -> None:
 # ---------------------------------------------------------------- ls
 
 
-def ls_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+def ls_command(
+    selector: Selector, flt: RowFilter, store_root: StoreRoot = None, json_output: JsonOutput = False
+) -> None:
     """List every database: role, task, provider, model, descriptor, rows, size, schema state.
 
     Read-only: never writes anything. States: current, empty, behind, ahead,
     foreign, not-a-database, corrupt, unreadable, metadata-missing, metadata-mismatch.
+    With row filters, a Matching column counts the rows they select in each
+    current database (--json: "matching").
 
     Examples:
 
         judgestore ls
 
         judgestore ls --role judgements --json
+
+        judgestore ls --finish-reason length          # how many truncated rows, per database
     """
     settings, root = settings_and_root(store_root)
     locations = select(root, selector)
     infos = list(counted(database_infos(root, locations, settings), len(locations), "Reading"))
+    matching = None if flt.is_empty() else _matching(root, infos, settings, flt, selector)
     if json_output:
-        emit_json([info.as_dict() for info in infos])
+        emit_json(
+            [info.as_dict() | ({} if matching is None else {"matching": matching[i]}) for i, info in enumerate(infos)]
+        )
         return
     if not infos:
         no_databases(root, json_output)
         return
-    table = location_table(f"Databases under {root}", ("Rows", "right"), ("Size", "right"), ("State", "left"))
-    for info in infos:
+    extra = [("Rows", "right")] + ([] if matching is None else [("Matching", "right")])
+    table = location_table(f"Databases under {root}", *extra, ("Size", "right"), ("State", "left"))
+    for i, info in enumerate(infos):
         count = "" if info.rows is None else f"{info.rows:,}"
-        table.add_row(*location_cells(info.location), count, decimal(info.size_bytes), state_text(info))
+        cells = [count] + ([] if matching is None else ["" if matching[i] is None else f"{matching[i]:,}"])
+        table.add_row(*location_cells(info.location), *cells, decimal(info.size_bytes), state_text(info))
     rows = sum(info.rows or 0 for info in infos)
     size = sum(info.size_bytes for info in infos)
-    table.caption = f"{len(infos)} databases, {rows:,} rows, {decimal(size)}"
+    selected = "" if matching is None else f" ({sum(n or 0 for n in matching):,} matching)"
+    table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"
     stdout().print(table)
+
+
+def _matching(
+    root: Path, infos: list[DatabaseInfo], settings: Settings, flt: RowFilter, selector: Selector
+) -> list[int | None]:
+    """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role)."""
+    roles = roles_for(flt, selector.role)
+    counts: list[int | None] = []
+    with Store(settings, root=root, readonly=True) as store:
+        for info in infos:
+            usable = info.state is DatabaseState.CURRENT and info.location.role in roles
+            counts.append(store.open(info.location).count(flt) if usable else None)
+    return counts
 
 
 # ---------------------------------------------------------------- query
 
 
-def _csv_cell(value: Any) -> str:
-    if value is None:
-        return ""
-    if isinstance(value, datetime):
-        return value.isoformat()
-    if isinstance(value, dict | list):
-        return to_json(value, indent=False)
-    return str(value)
-
-
 def _table_cell(name: str, value: Any) -> Text:
     # created_at is always UTC; whitespace is folded so that a row stays a row, whatever the completion holds
-    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else _csv_cell(value)
+    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value)
     return Text(fit(cell, _CELL_WIDTHS.get(name, 24)))
-
-
-def _write_rows(rows: Iterator[FoundRow], fmt: OutputFormat, columns: tuple[str, ...]) -> int:
-    """Write rows to stdout as they come (jsonl, csv, json array); returns how many were written."""
-    out = sys.stdout
-    written = 0
-    if fmt is OutputFormat.csv:
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            values = row.as_dict()
-            writer.writerow([_csv_cell(values.get(name)) for name in columns])
-            written += 1
-        return written
-    for row in rows:
-        values = row.as_dict()
-        line = to_json({name: values[name] for name in columns if name in values}, indent=False)
-        if fmt is OutputFormat.json:  # "[" only with the first row: an error before it leaves stdout empty
-            out.write(("[\n" if written == 0 else ",\n") + line)
-        else:
-            out.write(line + "\n")
-        written += 1
-    if fmt is OutputFormat.json:
-        out.write("\n]\n" if written else "[]\n")
-    return written
 
 
 def _silence_stdout() -> None:
@@ -228,7 +217,7 @@ def query_command(
     with Store(settings, root=root, readonly=True) as store:
         if fmt is not OutputFormat.table:
             try:
-                _write_rows(store.query_rows(selector, flt, limit=limit), fmt, chosen)
+                write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
                 sys.stdout.flush()
             except BrokenPipeError:  # `judgestore query ... | head`: the reader has all it wanted
                 _silence_stdout()

@@ -254,3 +254,68 @@ def test_a_streaming_backend_that_fails_keeps_what_arrived(store: Store, descrip
     rerun = CountingBackend()
     model(store, descriptor, rerun).complete([ask(i) for i in range(5)])
     assert sorted(r.rendered["messages"][0]["content"] for r in rerun.received) == ["q0", "q1"]
+
+
+# ---------------------------------------------------------------- what it cost, what it saved
+
+
+def test_each_row_records_its_share_of_the_engine_time(store: Store, descriptor: ModelDescriptor) -> None:
+    responses = model(store, descriptor, CountingBackend()).complete([ask(i) for i in range(3)])
+    rows = list(store.database("completions", "t", descriptor).query())
+    for row in rows:
+        assert row.usage is not None and row.usage["completion_tokens"] == 4 and row.usage["engine_seconds"] >= 0
+    assert [r.samples[0].usage for r in responses] == [  # what a miss returns is what its row holds
+        next(row.usage for row in rows if row.input_hash == r.samples[0].input_hash) for r in responses
+    ]
+
+
+def test_a_full_hit_run_says_what_it_saved_and_records_it(store: Store, descriptor: ModelDescriptor) -> None:
+    from store.runs import recent_runs
+
+    first = model(store, descriptor, CountingBackend())
+    first.complete([ask(i) for i in range(4)])
+    assert (first.last.spent.rows, first.last.spent.prompt_tokens, first.last.spent.completion_tokens) == (4, 12, 16)
+    assert first.last.saved.rows == 0
+    again = model(store, descriptor, CountingBackend())
+    again.complete([ask(i) for i in range(4)] + [ask(0)])
+    saved = again.last.saved
+    assert (saved.rows, saved.prompt_tokens, saved.completion_tokens, saved.without_cost) == (4, 12, 16, 0)
+    assert saved.engine_seconds == pytest.approx(first.last.spent.engine_seconds)
+    assert again.last.spent.rows == 0
+    second, one = recent_runs(store.database("completions", "t", descriptor))
+    assert (one.hits, one.misses, one.generated, one.rows_written, one.prompt_tokens) == (0, 4, 4, 4, 12)
+    assert (second.requested, second.hits, second.duplicates, second.saved_completion_tokens) == (5, 4, 1, 16)
+    assert second.run_id == "test-run" and second.created_by == "tester" and second.mode == "use"
+
+
+def test_runs_are_not_recorded_when_nothing_may_be_written(
+    store: Store, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.runs import recent_runs
+    from store.settings import Settings
+
+    model(store, descriptor, CountingBackend()).complete([ask(0)])
+    database = store.database("completions", "t", descriptor)
+    model(store, descriptor, CountingBackend(), mode="readonly").complete([ask(0), ask(1)])
+    model(store, descriptor, CountingBackend(), mode="replay").complete([ask(0)])
+    monkeypatch.setenv("JUDGESTORE_RECORD_RUNS", "0")
+    model(store, descriptor, CountingBackend(), settings=Settings()).complete([ask(0)])
+    assert len(recent_runs(database)) == 1
+
+
+def test_a_plan_says_when_misses_are_unexpected(store: Store, descriptor: ModelDescriptor) -> None:
+    fresh = model(store, descriptor, CountingBackend()).plan("completions", [ask(0)])
+    model(store, descriptor, CountingBackend()).complete([ask(0), ask(1)])
+    cached = model(store, descriptor, CountingBackend())
+    cached.complete([ask(0), ask(2)])
+    plan = cached.last.plan
+    assert plan is not None and plan.stored_rows == 2 and plan.unexpected_misses
+    assert plan.miss_note() == "1 misses although this descriptor's database holds 2 rows"
+    other = descriptor.model_copy(update={"sampling": descriptor.sampling.model_copy(update={"temperature": 0.7})})
+    elsewhere = model(store, other, CountingBackend(), mode="replay")
+    with pytest.raises(CacheMissError):
+        elsewhere.complete([ask(0)])
+    assert elsewhere.last.plan is not None and elsewhere.last.plan.other_descriptors == 1
+    assert "1 other descriptor of this model and task" in str(elsewhere.last.plan.miss_note())
+    assert fresh.miss_note() is None  # plan() alone does not look further; an empty store is no surprise either
+    assert model(store, descriptor, CountingBackend()).last.plan is None

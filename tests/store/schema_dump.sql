@@ -8,6 +8,8 @@ CREATE INDEX ix_judgements_judge ON judgements (judge);
 CREATE INDEX ix_judgements_model_a ON judgements (model_a);
 CREATE INDEX ix_judgements_model_b ON judgements (model_b);
 CREATE INDEX ix_judgements_run_id ON judgements (run_id);
+CREATE INDEX ix_runs_run_id ON runs (run_id);
+CREATE INDEX ix_runs_started_at ON runs (started_at);
 CREATE TABLE completions (
   input_hash VARCHAR(64) NOT NULL,
   sample_index INTEGER NOT NULL,
@@ -49,4 +51,31 @@ CREATE TABLE judgements (
 CREATE TABLE judgestore_alembic_version (
   version_num VARCHAR(32) NOT NULL,
   CONSTRAINT judgestore_alembic_version_pkc PRIMARY KEY (version_num)
+);
+CREATE TABLE runs (
+  id INTEGER NOT NULL,
+  role VARCHAR(16) NOT NULL,
+  run_id VARCHAR,
+  created_by VARCHAR,
+  started_at DATETIME NOT NULL,
+  finished_at DATETIME NOT NULL,
+  mode VARCHAR(16) NOT NULL,
+  requested INTEGER NOT NULL,
+  distinct_inputs INTEGER NOT NULL,
+  hits INTEGER NOT NULL,
+  misses INTEGER NOT NULL,
+  duplicates INTEGER NOT NULL,
+  generated INTEGER NOT NULL,
+  rows_written INTEGER NOT NULL,
+  truncated INTEGER NOT NULL,
+  prompt_tokens INTEGER NOT NULL,
+  completion_tokens INTEGER NOT NULL,
+  engine_seconds FLOAT NOT NULL,
+  saved_prompt_tokens INTEGER NOT NULL,
+  saved_completion_tokens INTEGER NOT NULL,
+  saved_engine_seconds FLOAT NOT NULL,
+  hits_without_cost INTEGER NOT NULL,
+  wall_seconds FLOAT NOT NULL,
+  CONSTRAINT ck_runs_role_valid CHECK (role IN ('completions', 'judgements')),
+  CONSTRAINT pk_runs PRIMARY KEY (id)
 );

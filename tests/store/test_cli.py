@@ -265,6 +265,26 @@ def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
     assert file_digests(filled) == before
 
 
+def test_truncated_rows_are_counted_by_ls_and_deleted_by_finish_reason(filled: Path) -> None:
+    with Store(Settings(), root=filled) as store:
+        store.database("completions", "mt-bench", QWEN).put_many(
+            [completion_record(i, model="qwen", finish_reason="length") for i in range(20, 24)]
+        )
+    listed = {d["model"]: d for d in as_json(judgestore("ls", "--json", "--finish-reason", "length").stdout)}
+    assert {m: (d["rows"], d["matching"]) for m, d in listed.items()} == {
+        "Qwen/Qwen3-8B": (7, 4),
+        "meta-llama/Llama-3.1-8B": (2, 0),
+        "judge-1": (5, 0),
+    }
+    assert "Matching" in judgestore("ls", "--finish-reason", "length").stdout
+    assert "matching" not in as_json(judgestore("ls", "--json").stdout)[0]
+    deleted = as_json(judgestore("delete", "--finish-reason", "length", "--yes", "--json").stdout)
+    assert deleted["deleted"] == 4 and deleted["filter"] == {"finish_reasons": ["length"]}
+    assert count_rows(filled) == 10
+    assert as_json(judgestore("query", "--empty", "--json").stdout) == []
+    assert len(as_json(judgestore("query", "--no-error", "--non-empty", "--json").stdout)) == 10
+
+
 def test_delete_with_nothing_matching(filled: Path) -> None:
     result = judgestore("delete", "--benchmark", "none-such", "--yes")
     assert result.exit_code == 0 and "nothing to delete" in result.stdout
@@ -499,5 +519,5 @@ def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: P
 
     store_only = commands(sys.executable, "-m", "store")
     everything = commands(str(Path(sys.executable).with_name("judgestore")))
-    assert store_only == {"ls", "query", "delete", "db", "verify", "hub"}
-    assert everything == store_only | {"generate", "judge", "pairs", "import"}
+    assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub"}
+    assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit"}

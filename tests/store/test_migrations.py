@@ -217,7 +217,7 @@ def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_t
     engine.dispose()
 
     result = upgrade_database(db_path, Settings())
-    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0001", "0002")
+    assert (result.outcome, result.from_revision) == (UpgradeOutcome.UPGRADED, "0001")
     assert result.rows == {"completions": 0, "judgements": 4}
     engine = create_engine(f"sqlite:///{db_path}")
     with engine.connect() as conn:

@@ -8,7 +8,6 @@ import math
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -105,32 +104,6 @@ def test_get_many_uses_one_json_parameter_on_sqlite(completions: Database, state
     completions.get_many([completion_record(i).input_hash for i in range(500)])
     (lookup,) = lookups(statements)
     assert "json_each" in lookup and lookup.count("?") == 1
-
-
-class OtherDialect:
-    """A connection that says it is not SQLite: drives the repository's IN-list branch (PostgreSQL's)."""
-
-    def __init__(self, conn: Any) -> None:
-        self._conn = conn
-        self.dialect = SimpleNamespace(name="postgresql")
-
-    def execute(self, *args: Any, **kwargs: Any) -> Any:
-        return self._conn.execute(*args, **kwargs)
-
-
-def test_get_many_in_list_branch_batches_and_finds_the_same_rows(
-    completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(store.repository, "IN_LIST_BATCH", 6)
-    stored = [completion_record(i) for i in range(20)]
-    completions.put_many(stored)
-    asked = [r.input_hash for r in stored[5:]] * 2 + [completion_record(i).input_hash for i in range(100, 110)]
-    with completions.reading() as repo:
-        statements.clear()
-        found = Repository(OtherDialect(repo.conn), "completions").get_many(asked)  # type: ignore[arg-type]
-    assert found == {r.input_hash: r for r in stored[5:]}
-    assert len(lookups(statements)) == math.ceil(25 / 6)
-    assert all("json_each" not in s for s in lookups(statements))
 
 
 # ---------------------------------------------------------------- put_many
@@ -385,6 +358,30 @@ def test_completion_filters(completions: Database) -> None:
     for judgement_only in [RowFilter(judge="j"), RowFilter(model_b="m"), RowFilter(pointwise=True)]:
         with pytest.raises(InvalidInputError, match="other role"):
             list(completions.query(judgement_only))
+
+
+def test_what_went_wrong_is_selectable(completions: Database) -> None:
+    """Truncated, empty and error rows: "delete every truncated completion, then rerun" is one filter."""
+    shapes = [("stop", "fine"), ("length", "cut sho"), ("abort", ""), (None, "legacy"), ("length", " \n\t"),
+              ("content_filter", "no"), ("error", "x"), ("stop", "")]  # fmt: skip
+    rows = [completion_record(i, finish_reason=reason, completion=text) for i, (reason, text) in enumerate(shapes)]
+    completions.put_many(rows)
+
+    def ids(flt: RowFilter) -> list[int]:
+        return sorted(int(r.instruction_id or -1) for r in completions.query(flt))
+
+    assert ids(RowFilter(finish_reasons=("length",))) == [1, 4]
+    assert ids(RowFilter(finish_reasons=("length", "stop"))) == [0, 1, 4, 7]
+    assert ids(RowFilter(empty=True)) == [2, 4, 7]
+    assert ids(RowFilter(empty=False)) == [0, 1, 3, 5, 6]
+    assert ids(RowFilter(error=True)) == [2, 5, 6]
+    assert ids(RowFilter(error=False)) == [0, 1, 3, 4, 7]  # a NULL finish reason is no error
+    assert ids(RowFilter(finish_reasons=("length",), empty=False)) == [1]
+    assert completions.count(RowFilter(finish_reasons=("length",))) == 2
+    assert completions.delete(RowFilter(finish_reasons=("length",))) == 2
+    assert completions.count() == len(shapes) - 2
+    with pytest.raises(InvalidInputError, match="tuple of strings"):
+        RowFilter(finish_reasons="length")  # type: ignore[arg-type]
 
 
 def test_query_streams_in_partitions(

@@ -1,0 +1,384 @@
+"""Knowing the cache: ``stats``, ``prune``, ``vacuum`` and ``export``.
+
+Contract:
+
+* Thin: parse, call :mod:`store.stats`, :mod:`store.prune`,
+  :mod:`store.compact` and :mod:`store.export`, render (see
+  :mod:`store.cli.common` for the edge, the options and where output goes).
+* ``stats`` and ``export`` never write. ``prune`` plans read-only, shows the
+  rows per database, asks (unless ``--yes``), and writes nothing before that;
+  ``--dry-run`` only shows. ``vacuum`` rewrites files without changing a row.
+"""
+
+from __future__ import annotations
+
+import enum
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.filesize import decimal
+from rich.table import Table
+from rich.text import Text
+
+from store.cli.common import (
+    JsonOutput,
+    StoreRoot,
+    command_errors,
+    counted,
+    emit_json,
+    grouped,
+    location_cells,
+    location_table,
+    no_databases,
+    note,
+    row_filter,
+    selection,
+    settings_and_root,
+    stdout,
+)
+from store.compact import VacuumOutcome, vacuum_store
+from store.errors import InvalidInputError
+from store.export import export_rows
+from store.layout import Selector, select
+from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
+from store.records import RowFilter
+from store.stats import DatabaseStats, StoreTotals, store_stats
+from store.store import Store
+
+
+def register(app: typer.Typer) -> None:
+    app.command("stats")(command_errors(grouped(selector=selection)(stats_command)))
+    app.command("prune")(command_errors(grouped(selector=selection, flt=row_filter)(prune_command)))
+    app.command("vacuum")(command_errors(grouped(selector=selection)(vacuum_command)))
+    app.command("export")(command_errors(grouped(selector=selection, flt=row_filter)(export_command)))
+
+
+def compact(value: float) -> str:
+    """``1234567`` as ``1.2M``: a count that fits a narrow column."""
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(value) >= size:
+            return f"{value / size:.1f}{unit}"
+    return f"{value:.0f}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.1f} s" if value < 120 else f"{value / 60:.1f} min" if value < 7200 else f"{value / 3600:.1f} h"
+
+
+# ---------------------------------------------------------------- stats
+
+
+def stats_command(
+    selector: Selector,
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    runs: Annotated[int, typer.Option("--runs", min=0, help="Also list the N most recent runs of each database.")] = 0,
+) -> None:
+    """What each database holds and what its runs saved: rows, size, tokens, truncated rows, hits, savings.
+
+    Read-only. Per role, task, model and descriptor: rows, size on disk,
+    tokens stored (in and out), rows that stopped at max_tokens, recorded
+    runs, their hits and the engine time those hits saved (what the hit rows
+    had cost when they were generated). --runs N lists the N most recent
+    runs of each database (hit counts over time); --json gives everything.
+
+    Examples:
+
+        judgestore stats
+
+        judgestore stats --model-id Qwen/Qwen3-8B --runs 5
+
+        judgestore stats --json > stats.json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    with Store(settings, root=root, readonly=True) as store:
+        found = list(counted(store_stats(store, selector, recent=max(runs, 5)), len(locations), "Reading"))
+    totals = StoreTotals.of(found)
+    if json_output:
+        emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})
+        return
+    if not found:
+        no_databases(root, json_output)
+        return
+    table = location_table(f"Cache under {root}", ("Rows", "right"), ("Size", "right"), ("Hits", "right"),
+                           ("Saved", "right"))  # fmt: skip
+    for entry in found:
+        if entry.error is not None:
+            table.add_row(
+                *location_cells(entry.location), Text("unreadable", style="bold red"), decimal(entry.size_bytes)
+            )
+            continue
+        table.add_row(*location_cells(entry.location), f"{entry.rows.rows:,}", decimal(entry.size_bytes),
+                      f"{entry.runs.hits:,}", _seconds(entry.runs.saved_engine_seconds))  # fmt: skip
+    table.caption = (
+        f"{totals.databases} databases, {totals.rows.rows:,} rows, {decimal(totals.size_bytes)}; "
+        "Hits: of recorded runs; Saved: engine time they saved"
+    )
+    stdout().print(table)
+    _print_totals(totals)
+    if runs:
+        _print_runs(found, runs)
+    for entry in found:
+        if entry.error is not None:
+            note(entry.error, json_output=False)
+
+
+def _print_totals(totals: StoreTotals) -> None:
+    rows, run = totals.rows, totals.runs
+    lines = [
+        f"stored: {rows.rows:,} rows, {rows.prompt_tokens:,} tokens in and {rows.completion_tokens:,} out, "
+        f"{decimal(rows.data_bytes)} of data; {totals.truncated:,} stopped at max_tokens "
+        "(`judgestore query --finish-reason length`)",
+    ]
+    if run.runs:
+        distinct = run.hits + run.misses
+        rate = 100 * run.hits / distinct if distinct else 100.0
+        lines.append(
+            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {distinct:,} distinct inputs ({rate:.0f}%); "
+            f"saved {run.saved_prompt_tokens:,} tokens in and {run.saved_completion_tokens:,} out, "
+            f"~{_seconds(run.saved_engine_seconds)} of engine time"
+            + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")
+        )
+    else:
+        lines.append("runs: none recorded yet (runs are recorded since schema revision 0003)")
+    for line in lines:
+        stdout().print(line, soft_wrap=True)
+
+
+def _print_runs(found: list[DatabaseStats], limit: int) -> None:
+    table = Table(title="Recent runs (newest first)", title_justify="left")
+    for name, justify in (("Started (UTC)", "left"), ("Model", "left"), ("Mode", "left"), ("Asked", "right"),
+                          ("Hits", "right"), ("Misses", "right"), ("Saved", "right")):  # fmt: skip
+        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    recent = sorted(
+        ((run, entry.location) for entry in found for run in entry.recent_runs[:limit]),
+        key=lambda item: item[0].started_at,
+        reverse=True,
+    )
+    for run, location in recent[:limit]:
+        table.add_row(
+            run.started_at.strftime("%Y-%m-%d %H:%M"),
+            Text(location.model),
+            run.mode,
+            f"{run.requested:,}",
+            f"{run.hits:,}",
+            f"{run.misses:,}",
+            _seconds(run.saved_engine_seconds),
+        )
+    stdout().print(table)
+
+
+# ---------------------------------------------------------------- prune
+
+
+def _duration(value: str) -> timedelta:
+    try:
+        return parse_duration(value)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+
+
+def _size(value: str) -> int:
+    try:
+        return parse_size(value)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+
+
+def prune_command(
+    selector: Selector,
+    flt: RowFilter,
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    older_than: Annotated[
+        timedelta | None,
+        typer.Option(
+            "--older-than",
+            metavar="DURATION",
+            parser=_duration,
+            help="Rows written before now - DURATION (30d, 12h, 2w, 90m).",
+        ),
+    ] = None,
+    keep_last_runs: Annotated[
+        int | None,
+        typer.Option("--keep-last-runs", min=0, metavar="N", help="Rows of every run but the N newest (by run id)."),
+    ] = None,
+    max_size: Annotated[
+        int | None,
+        typer.Option(
+            "--max-size",
+            metavar="SIZE",
+            parser=_size,
+            help="The oldest rows until the data fits in SIZE (500MB, 2GB, 1.5GiB; what `stats` shows as data).",
+        ),
+    ] = None,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be pruned.")] = False,
+) -> None:
+    """Delete old rows: older than a duration, of all but the last runs, or the oldest beyond a size.
+
+    Every option given must hold for a row to go (row filters included), and
+    at least one is required: nothing is pruned that a filter did not select.
+    Shows the rows per database, asks (unless --yes), then deletes; --dry-run
+    only shows. Files keep their size until `judgestore vacuum`.
+
+    Examples:
+
+        judgestore prune --older-than 90d --dry-run
+
+        judgestore prune --keep-last-runs 3 --role completions --yes
+
+        judgestore prune --max-size 20GB && judgestore vacuum
+    """
+    settings, root = settings_and_root(store_root)
+    rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
+    with Store(settings, root=root, readonly=True) as store:
+        plan = plan_prune(store, selector, rule)
+    report: dict[str, Any] = {**plan.as_dict(), "dry_run": dry_run, "deleted": 0}
+    if not json_output:
+        if plan.pruned_runs:
+            note(f"keeping runs {', '.join(plan.kept_runs)}; pruning {', '.join(plan.pruned_runs)}", json_output=False)
+        if plan.rule.max_bytes is not None:
+            note(
+                f"data {decimal(plan.data_bytes)}, cap {decimal(plan.rule.max_bytes)}: "
+                + (
+                    f"pruning rows written before {plan.size_cutoff:%Y-%m-%d %H:%M:%S}"
+                    if plan.size_cutoff
+                    else "nothing to prune for size"
+                ),
+                json_output=False,
+            )
+        if not plan.counts:
+            stdout().print("No rows match; nothing to prune.")
+            return
+        table = location_table("Rows to prune" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
+        for entry in plan.counts:
+            table.add_row(*location_cells(entry.location), f"{entry.rows:,}")
+        table.caption = f"{plan.rows:,} rows ({decimal(plan.freed_bytes)} of data) in {len(plan.counts)} databases"
+        stdout().print(table)
+    if dry_run or not plan.counts:
+        if json_output:
+            emit_json(report)
+        return
+    if not yes:
+        typer.confirm(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", abort=True, err=True)
+    with Store(settings, root=root) as store:
+        deleted = prune(store, plan)
+    report["deleted"] = sum(entry.rows for entry in deleted)
+    deleted_by_path = {str(entry.path): entry.rows for entry in deleted}
+    for entry in report["databases"]:
+        entry["deleted"] = deleted_by_path.get(entry["path"], 0)
+    if json_output:
+        emit_json(report)
+    else:
+        freed = "; `judgestore vacuum` gives the space back"
+        stdout().print(f"Pruned {report['deleted']:,} rows from {len(deleted)} databases{freed}.")
+
+
+# ---------------------------------------------------------------- vacuum
+
+
+def vacuum_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+    """Give the space of deleted rows back to the disk (SQLite VACUUM and a truncating WAL checkpoint).
+
+    Rows are never changed. Each database is compacted under its lock, after
+    its other users' transactions finish (up to the busy timeout); one that
+    stays busy, or is not a usable judgestore database, is reported and left
+    as it was. Exits 1 if any database was not vacuumed.
+
+    Examples:
+
+        judgestore vacuum
+
+        judgestore vacuum --role judgements --json
+    """
+    settings, root = settings_and_root(store_root)
+    locations = select(root, selector)
+    results = list(counted(vacuum_store(root, locations, settings), len(locations), "Vacuuming"))
+    failed = [r for r in results if r.outcome is not VacuumOutcome.VACUUMED]
+    if json_output:
+        emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
+    elif not results:
+        no_databases(root, json_output)
+    else:
+        table = location_table(f"Vacuumed under {root}", ("Before", "right"), ("After", "right"), ("Result", "left"))
+        for r in results:
+            style = "green" if r.outcome is VacuumOutcome.VACUUMED else "bold red"
+            table.add_row(*location_cells(r.location), decimal(r.bytes_before), decimal(r.bytes_after),
+                          Text(r.outcome.value, style=style))  # fmt: skip
+        table.caption = f"{len(results)} databases, {decimal(sum(r.freed for r in results))} freed"
+        stdout().print(table)
+        for r in failed:
+            note(r.error or r.outcome.value, json_output=False)
+    if failed:
+        raise typer.Exit(1)
+
+
+# ---------------------------------------------------------------- export
+
+
+class ExportFormatChoice(enum.StrEnum):
+    parquet = "parquet"
+    jsonl = "jsonl"
+    csv = "csv"
+    json = "json"
+
+
+def export_command(
+    selector: Selector,
+    flt: RowFilter,
+    output_format: Annotated[
+        ExportFormatChoice, typer.Option("--format", "-f", help="parquet (typed columns), jsonl, csv or json.")
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="File to write ('-': stdout, text formats only).")
+    ] = Path("-"),
+    store_root: StoreRoot = None,
+    json_output: JsonOutput = False,
+    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
+    columns: Annotated[
+        str | None, typer.Option("--columns", metavar="A,B,..", help="Only these columns, in this order.")
+    ] = None,
+) -> None:
+    """Export the rows that match the filters for analysis: Parquet with typed columns, or JSONL, CSV, JSON.
+
+    Read-only and streamed (constant memory for millions of rows). Columns:
+    the database's location (role, task, provider, descriptor_model,
+    descriptor), then every field of the rows; in Parquet, created_at is a
+    UTC timestamp and usage/top_logprobs are JSON. A file is written beside
+    its destination and renamed into place. --json prints a summary (rows,
+    file) instead of a note. From Python: store.export.to_pandas / to_dataset.
+
+    Examples:
+
+        judgestore export --format parquet -o judgements.parquet --role judgements
+
+        judgestore export --format jsonl --model my-model --since 2026-01-01 > rows.jsonl
+
+        judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
+    """
+    settings, root = settings_and_root(store_root)
+    to_stdout = str(output) == "-"
+    if to_stdout and output_format is ExportFormatChoice.parquet:
+        raise typer.BadParameter("Parquet is binary: give a file with --output", param_hint="--output")
+    if to_stdout and json_output:
+        raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
+    chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
+    with Store(settings, root=root, readonly=True) as store:
+        rows = export_rows(
+            store,
+            sys.stdout if to_stdout else output,
+            output_format.value,  # type: ignore[arg-type]
+            selector,
+            flt,
+            columns=chosen,
+            limit=limit,
+        )
+    if json_output:
+        emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
+    elif not to_stdout:
+        note(f"exported {rows:,} rows to {output} ({output_format.value})", json_output=False)

@@ -1,0 +1,224 @@
+"""Pruning a store: rows older than a duration, of old runs, or the oldest beyond a size, planned before deleted.
+
+Contract:
+
+* A :class:`PruneRule` selects rows by the AND of what it sets: a
+  :class:`~store.records.RowFilter` (``--run-id``, ``--benchmark``, ...),
+  ``older_than`` (``created_at`` before now minus it), ``keep_last_runs``
+  (rows of every run but the N whose newest rows are newest; rows without a
+  run id belong to no run and are kept) and ``max_bytes`` (the oldest rows,
+  whole write chunks at a time, until the data of the selected databases
+  (:attr:`~store.records.RowTotals.data_bytes`, what ``judgestore stats``
+  shows) fits). A rule that sets nothing is refused: nothing is pruned that
+  a filter did not select.
+* :func:`plan_prune` reads only: it turns the rule into row filters
+  (:attr:`PrunePlan.filters`, disjoint) and counts their rows per database.
+  :func:`prune` deletes exactly those filters' rows, one write transaction
+  per database and filter, so a dry run's counts are what a prune deletes
+  (rows written in between that match are deleted too, and counted).
+* Files keep their size until ``judgestore vacuum`` (:mod:`store.compact`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from store.errors import InvalidInputError
+from store.layout import Location, Selector
+from store.records import RowFilter, RowTotals
+from store.store import Database, RowCount, Store
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
+_DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?))?b?\s*$", re.IGNORECASE)
+_SIZE_POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
+_TICK = timedelta(microseconds=1)  # created_at is stored to the microsecond
+
+
+def parse_duration(text: str) -> timedelta:
+    """``90s``, ``45m``, ``12h``, ``30d``, ``2w`` (a number and one unit)."""
+    match = _DURATION.match(text)
+    if not match:
+        raise InvalidInputError(f"{text!r} is not a duration: give a number and a unit, e.g. 30d, 12h, 2w, 90m, 45s")
+    return timedelta(**{_DURATION_UNITS[match.group(2).lower()]: float(match.group(1))})
+
+
+def parse_size(text: str) -> int:
+    """Bytes of ``500MB``, ``1.5GiB``, ``200k``, ``1000`` (decimal units; ``i`` for powers of 1024)."""
+    match = _SIZE.match(text)
+    if not match:
+        raise InvalidInputError(f"{text!r} is not a size: give a number and a unit, e.g. 500MB, 2GB, 1.5GiB")
+    number, prefix, binary = match.groups()
+    power = 0 if prefix is None else _SIZE_POWERS[prefix.lower()]
+    return int(float(number) * (1024 if binary else 1000) ** power)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PruneRule:
+    """What to prune (see the module docstring); every criterion that is set must hold."""
+
+    flt: RowFilter = field(default_factory=RowFilter)
+    older_than: timedelta | None = None
+    keep_last_runs: int | None = None
+    max_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.older_than is not None and self.older_than < timedelta(0):
+            raise InvalidInputError(f"older_than must not be negative, got {self.older_than}")
+        if self.keep_last_runs is not None and self.keep_last_runs < 0:
+            raise InvalidInputError(f"keep_last_runs must be >= 0, got {self.keep_last_runs}")
+        if self.max_bytes is not None and self.max_bytes < 0:
+            raise InvalidInputError(f"max_bytes must be >= 0, got {self.max_bytes}")
+
+    def is_empty(self) -> bool:
+        return (
+            self.flt.is_empty() and self.older_than is None and self.keep_last_runs is None and self.max_bytes is None
+        )
+
+
+@dataclass(frozen=True)
+class PrunePlan:
+    """What :func:`prune` will delete: disjoint row filters and their rows per database.
+
+    ``kept_runs``/``pruned_runs`` are set by ``keep_last_runs`` (newest
+    first); ``size_cutoff`` is the ``created_at`` before which ``max_bytes``
+    prunes (None: the data already fits, or no cap); ``data_bytes`` is the
+    selected databases' data, ``freed_bytes`` the data of the rows to delete.
+    """
+
+    rule: PruneRule
+    now: datetime
+    filters: tuple[RowFilter, ...]
+    counts: tuple[RowCount, ...]
+    kept_runs: tuple[str, ...] = ()
+    pruned_runs: tuple[str, ...] = ()
+    size_cutoff: datetime | None = None
+    data_bytes: int = 0
+    freed_bytes: int = 0
+
+    @property
+    def rows(self) -> int:
+        return sum(entry.rows for entry in self.counts)
+
+    def as_dict(self) -> dict[str, Any]:
+        rule = self.rule
+        return {
+            "rule": {
+                "filter": rule.flt.as_dict(),
+                "older_than_seconds": None if rule.older_than is None else rule.older_than.total_seconds(),
+                "keep_last_runs": rule.keep_last_runs,
+                "max_bytes": rule.max_bytes,
+            },
+            "now": self.now,
+            "rows": self.rows,
+            "kept_runs": list(self.kept_runs),
+            "pruned_runs": list(self.pruned_runs),
+            "size_cutoff": self.size_cutoff,
+            "data_bytes": self.data_bytes,
+            "freed_bytes": self.freed_bytes,
+            "databases": [entry.as_dict() for entry in self.counts],
+        }
+
+
+def _ranked_runs(databases: list[Database], flt: RowFilter) -> list[str]:
+    """Run ids of the matching rows, the run with the newest row first."""
+    newest: dict[str, datetime] = {}
+    for database in databases:
+        with database.reading() as repo:
+            for group in repo.groups("run_id", flt):
+                if group.key is not None and (group.key not in newest or group.newest > newest[group.key]):
+                    newest[group.key] = group.newest
+    return sorted(newest, key=lambda run: (newest[run], run), reverse=True)
+
+
+def _size_cutoff(databases: list[Database], filters: tuple[RowFilter, ...], excess: int) -> datetime | None:
+    """The ``created_at`` before which the oldest matching rows free ``excess`` bytes (all of them if they cannot)."""
+    chunks: dict[datetime, int] = {}
+    for database in databases:
+        with database.reading() as repo:
+            for flt in filters:
+                for group in repo.groups("created_at", flt):
+                    chunks[group.key] = chunks.get(group.key, 0) + group.data_bytes
+    freed, cutoff = 0, None
+    for created_at in sorted(chunks):
+        freed += chunks[created_at]
+        cutoff = created_at + _TICK
+        if freed >= excess:
+            break
+    return cutoff
+
+
+def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: datetime | None = None) -> PrunePlan:
+    """Count what ``rule`` prunes in the databases ``selector`` picks; reads only (see the module docstring)."""
+    if rule.is_empty():
+        raise InvalidInputError(
+            "prune needs at least one of --older-than, --keep-last-runs, --max-size or a row filter "
+            "(nothing is pruned that a filter did not select)"
+        )
+    now = now or datetime.now(UTC)
+    databases = list(store.databases(selector, rule.flt))
+    base = rule.flt
+    if rule.older_than is not None:
+        before = now - rule.older_than
+        base = dataclasses.replace(base, created_before=min(before, base.created_before or before))
+    filters: tuple[RowFilter, ...] = (base,)
+    kept: tuple[str, ...] = ()
+    pruned: tuple[str, ...] = ()
+    if rule.keep_last_runs is not None:
+        ranked = _ranked_runs(databases, rule.flt)
+        kept, older = tuple(ranked[: rule.keep_last_runs]), ranked[rule.keep_last_runs :]
+        filters = tuple(dataclasses.replace(base, run_id=run) for run in older)
+        pruned = tuple(older)
+    data = RowTotals()
+    for database in databases:
+        with database.reading() as repo:
+            data += repo.totals()
+    cutoff = None
+    if rule.max_bytes is not None:
+        if data.data_bytes <= rule.max_bytes or not filters:
+            filters = ()
+        else:
+            cutoff = _size_cutoff(databases, filters, data.data_bytes - rule.max_bytes)
+            filters = (
+                ()
+                if cutoff is None
+                else tuple(
+                    dataclasses.replace(f, created_before=min(cutoff, f.created_before or cutoff)) for f in filters
+                )
+            )
+    counts: dict[Path, tuple[Location, int]] = {}
+    freed = 0
+    for database in databases:
+        with database.reading() as repo:
+            for flt in filters:
+                totals = repo.totals(flt)
+                if totals.rows:
+                    location, rows = counts.get(database.path, (database.location, 0))
+                    counts[database.path] = (location, rows + totals.rows)
+                    freed += totals.data_bytes
+    return PrunePlan(
+        rule,
+        now,
+        filters,
+        tuple(RowCount(location, path, rows) for path, (location, rows) in counts.items()),
+        kept,
+        pruned,
+        cutoff,
+        data.data_bytes,
+        freed,
+    )
+
+
+def prune(store: Store, plan: PrunePlan) -> list[RowCount]:
+    """Delete the rows of ``plan``'s filters in its databases; returns the rows deleted per database."""
+    deleted: dict[Path, tuple[Location, int]] = {}
+    for flt in plan.filters:
+        for entry in store.delete_rows(plan.counts, flt):
+            location, rows = deleted.get(entry.path, (entry.location, 0))
+            deleted[entry.path] = (location, rows + entry.rows)
+    return [RowCount(location, path, rows) for path, (location, rows) in deleted.items()]

@@ -1,0 +1,120 @@
+"""What a store holds and what it saved, per descriptor database: rows, size, tokens, finish reasons, runs.
+
+Contract:
+
+* :func:`database_stats` reads one database (one read transaction for its
+  rows, one for its runs): the rows added up (:class:`~store.records.RowTotals`:
+  data bytes, tokens in and out, engine seconds recorded), rows per finish
+  reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
+  tokens and engine seconds saved) and the most recent runs.
+* :func:`store_stats` does that for every database a
+  :class:`~store.layout.Selector` picks, read-only. A database that cannot be
+  opened (behind, foreign, damaged...) is reported with its error and never
+  stops the others.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from store.errors import JudgestoreError
+from store.layout import Location, Selector, database_size, select
+from store.records import RowTotals
+from store.runs import RunRecord, RunTotals, recent_runs, run_totals
+from store.store import Database, Store
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseStats:
+    """One database as :func:`database_stats` found it (``error``: why it could not be read)."""
+
+    location: Location
+    path: Path
+    size_bytes: int
+    rows: RowTotals = field(default_factory=RowTotals)
+    finish_reasons: dict[str | None, int] = field(default_factory=dict)
+    runs: RunTotals = field(default_factory=RunTotals.none)
+    recent_runs: tuple[RunRecord, ...] = ()
+    error: str | None = None
+
+    @property
+    def truncated(self) -> int:
+        """Rows that stopped at ``max_tokens`` (finish reason ``length``)."""
+        return self.finish_reasons.get("length", 0)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.location.as_dict(),
+            "path": str(self.path),
+            "size_bytes": self.size_bytes,
+            "rows": self.rows.as_dict(),
+            "finish_reasons": {str(k) if k is not None else "null": n for k, n in self.finish_reasons.items()},
+            "runs": self.runs.as_dict(),
+            "recent_runs": [run.as_dict() for run in self.recent_runs],
+            "error": self.error,
+        }
+
+
+def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
+    """The statistics of one open database; ``recent`` most recent runs are listed."""
+    with database.reading() as repo:
+        totals = repo.totals()
+        reasons = {group.key: group.rows for group in repo.groups("finish_reason")}
+    return DatabaseStats(
+        database.location,
+        database.path,
+        database_size(database.path),
+        totals,
+        reasons,
+        run_totals(database),
+        tuple(recent_runs(database, recent)) if recent else (),
+    )
+
+
+def store_stats(store: Store, selector: Selector | None = None, *, recent: int = 5) -> Iterator[DatabaseStats]:
+    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring)."""
+    for location in select(store.root, selector):
+        path = location.db_path(store.root)
+        try:
+            yield database_stats(store.open(location), recent=recent)
+        except JudgestoreError as e:
+            yield DatabaseStats(location, path, database_size(path), error=str(e))
+
+
+@dataclass(frozen=True, slots=True)
+class StoreTotals:
+    """Every database of a :func:`store_stats` listing added up."""
+
+    databases: int
+    size_bytes: int
+    rows: RowTotals
+    runs: RunTotals
+    truncated: int
+    unreadable: int
+
+    @classmethod
+    def of(cls, stats: list[DatabaseStats]) -> StoreTotals:
+        rows, runs = RowTotals(), RunTotals.none()
+        for entry in stats:
+            rows, runs = rows + entry.rows, runs + entry.runs
+        return cls(
+            len(stats),
+            sum(s.size_bytes for s in stats),
+            rows,
+            runs,
+            sum(s.truncated for s in stats),
+            sum(s.error is not None for s in stats),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "databases": self.databases,
+            "size_bytes": self.size_bytes,
+            "rows": self.rows.as_dict(),
+            "runs": self.runs.as_dict(),
+            "truncated": self.truncated,
+            "unreadable": self.unreadable,
+        }

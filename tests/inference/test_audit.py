@@ -1,0 +1,112 @@
+"""The audit with a deterministic fake engine: sampling, regeneration without the store, comparison."""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference.audit import audit_database, compare, regenerate, sample_rows
+from inference.cached import CachedModel
+from inference.requests import CompletionRequest, JudgementRequest, Sample
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError
+from store.records import RowFilter
+from store.settings import Settings
+from store.store import Store
+from tests.factories import file_digests
+from tests.inference.test_cached import CountingBackend, Factory
+
+DESCRIPTOR = ModelDescriptor(provider="vllm", model="tiny", sampling={"temperature": 0.0, "logprobs": 2})
+
+
+@dataclass
+class FakeSpec:
+    """What a run needs of a model (RunnableSpec), with the counting fake engine behind it."""
+
+    backend: CountingBackend
+    descriptor: ModelDescriptor = DESCRIPTOR
+    display_name: str = "tiny"
+
+    def cached(self, store: Store | None, *, task: str, mode: Any = "use", **kw: Any) -> CachedModel:
+        return CachedModel(store, self.descriptor, task=task, backend_factory=Factory(self.backend), mode=mode, **kw)
+
+
+def ask(i: int, n: int = 1) -> CompletionRequest:
+    return CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}], benchmark="b", instruction_id=str(i), n=n)
+
+
+@pytest.fixture
+def filled(store: Store) -> Store:
+    spec = FakeSpec(CountingBackend())
+    spec.cached(store, task="t").complete([ask(i, n=2 if i == 3 else 1) for i in range(12)])
+    spec.cached(store, task="t").judge(
+        [
+            JudgementRequest(messages=[{"role": "user", "content": f"judge {i}"}], model_a="x", model_b="y")
+            for i in range(3)
+        ]
+    )
+    return store
+
+
+def test_samples_are_random_repeatable_and_filtered(filled: Store) -> None:
+    database = filled.database("completions", "t", DESCRIPTOR)
+    first = [r.input_hash for r in sample_rows(database, 5, seed=1)]
+    assert len(set(first)) == 5 and first == [r.input_hash for r in sample_rows(database, 5, seed=1)]
+    assert {r.input_hash for r in sample_rows(database, 5, seed=2)} != set(first)
+    assert len(sample_rows(database, 100, seed=1)) == 13  # every row, wrapping around the key space
+    only = sample_rows(database, 5, seed=1, flt=RowFilter(instruction_id="3"))
+    assert sorted(r.sample_index for r in only) == [0, 1]
+    with pytest.raises(InvalidInputError):
+        sample_rows(database, -1)
+
+
+def test_an_audit_of_untouched_rows_is_all_exact_and_writes_nothing(filled: Store) -> None:
+    filled.close()
+    before = file_digests(filled.root)
+    backend = CountingBackend()
+    with Store(Settings(), root=filled.root, readonly=True) as readonly:
+        database = readonly.find("completions", "t", DESCRIPTOR)
+        assert database is not None
+        report = audit_database(database, FakeSpec(backend), sample=50, seed=0)
+    assert (report.sampled, report.exact, report.exact_rate, report.rows_in_database) == (13, 13, 1.0, 13)
+    assert report.max_abs_logprob_delta == 0.0 and report.top_tokens_changed == 0
+    assert len(backend.received) == 13  # sample 1 of q3 regenerated as sample 1, once
+    assert file_digests(filled.root) == before
+    judged = audit_database(filled.database("judgements", "t", DESCRIPTOR), FakeSpec(CountingBackend()), sample=3)
+    assert judged.exact_rate == 1.0 and judged.as_dict()["sampled"] == 3
+
+
+def test_an_altered_completion_is_found_with_its_first_difference(filled: Store) -> None:
+    database = filled.database("completions", "t", DESCRIPTOR)
+    with closing(sqlite3.connect(database.path)) as conn, conn:
+        conn.execute("UPDATE completions SET completion = 'answer to q5 #9' WHERE instruction_id = '5'")
+    report = audit_database(database, FakeSpec(CountingBackend()), sample=13, seed=4)
+    (mismatch,) = report.mismatches
+    assert mismatch.instruction_id == "5" and mismatch.first_difference == len("answer to q5 #")
+    assert (mismatch.stored, mismatch.regenerated) == ("answer to q5 #9", "answer to q5 #0")
+    assert report.exact == 12 and report.as_dict()["mismatches"][0]["first_difference"] == 14
+
+
+def test_regenerating_needs_a_model_without_the_store(filled: Store) -> None:
+    rows = sample_rows(filled.database("completions", "t", DESCRIPTOR), 2, seed=0)
+    with pytest.raises(InvalidInputError, match="mode 'off'"):
+        regenerate(FakeSpec(CountingBackend()).cached(filled, task="t"), rows)
+
+
+def test_logprob_deltas_compare_the_first_token_view(store: Store, tmp_path: Path) -> None:
+    spec = FakeSpec(CountingBackend())
+    spec.cached(store, task="t").complete([ask(0)])
+    (row,) = store.database("completions", "t", DESCRIPTOR).query()
+    moved = Sample(row.input_hash, 0, row.completion, "stop", None, {"x": -0.25, "y": -3.0}, cached=False)
+    audit = compare(row, moved)
+    assert audit.exact and audit.logprob_deltas == {"x": 0.25} and audit.max_abs_delta == 0.25
+    flipped = Sample(row.input_hash, 0, row.completion + "!", "length", None, {"x": -5.0, "z": -0.1}, cached=False)
+    changed = compare(row, flipped)
+    assert changed.top_token_changed and (changed.top_token_stored, changed.top_token_regenerated) == ("x", "z")
+    assert changed.first_difference == len(row.completion) and not changed.exact
+    assert Settings().record_runs  # audits never add to the runs either: the model runs without the store

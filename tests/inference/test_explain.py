@@ -1,0 +1,138 @@
+"""`explain` without an engine: descriptor differences, nearest descriptors, input diffs, the hint's command line."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from inference.cached import CachedModel
+from inference.explain import (
+    FieldChange,
+    descriptor_changes,
+    explain_command_line,
+    explain_descriptor,
+    explain_inputs,
+    input_diffs,
+)
+from inference.requests import CompletionRequest
+from store.descriptor import ModelDescriptor, render_messages, render_text
+from store.settings import Settings
+from store.store import Store
+from tests.inference.test_cached import CountingBackend, Factory
+
+BASE = ModelDescriptor(provider="vllm", model="tiny", revision="sha256:ab", sampling={"temperature": 0.0},
+                       backend_version="0.11.0", chat_template_sha256="ab12" * 16)  # fmt: skip
+
+
+def with_sampling(descriptor: ModelDescriptor, **sampling: object) -> ModelDescriptor:
+    return descriptor.model_copy(update={"sampling": descriptor.sampling.model_copy(update=sampling)})
+
+
+def ask(i: int, text: str | None = None) -> CompletionRequest:
+    content = text if text is not None else f"Tell me fact number {i} about the sea."
+    return CompletionRequest(messages=[{"role": "user", "content": content}], benchmark="b", instruction_id=str(i))
+
+
+def fill(root: Path, descriptor: ModelDescriptor, task: str = "t", n: int = 3) -> None:
+    with Store(Settings(), root=root) as store:
+        CachedModel(store, descriptor, task=task, backend_factory=Factory(CountingBackend())).complete(
+            [ask(i) for i in range(n)]
+        )
+
+
+def test_descriptor_changes_name_each_field_stored_to_wanted() -> None:
+    wanted = with_sampling(BASE, temperature=0.7).model_copy(
+        update={"backend_version": "0.32.0", "chat_template_sha256": "9f3e" * 16}
+    )
+    changes = descriptor_changes(BASE, wanted)
+    assert [c.field for c in changes] == ["backend_version", "chat_template_sha256", "sampling.temperature"]
+    assert changes[2] == FieldChange("sampling.temperature", 0.0, 0.7)
+    assert changes[0].text() == "backend_version 0.11.0 -> 0.32.0"
+    assert changes[1].text() == "chat_template_sha256 ab12ab12ab12ab12… -> 9f3e9f3e9f3e9f3e…"
+    assert descriptor_changes(BASE, with_sampling(BASE, temperature=0)) == []  # 0 and 0.0 hash alike
+    engine = descriptor_changes(BASE, BASE.model_copy(update={"engine": {"dtype": "float32"}}))
+    assert engine == [FieldChange("engine.dtype", None, "float32")]
+
+
+def test_a_missing_descriptor_lists_the_stored_ones_nearest_first(store_root: Path) -> None:
+    fill(store_root, BASE)
+    fill(store_root, with_sampling(BASE, temperature=1.0, seed=3), n=5)
+    fill(store_root, BASE, task="other", n=2)
+    wanted = with_sampling(BASE, temperature=0.7)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        report = explain_descriptor(store, "completions", "t", wanted)
+    assert not report.exists and report.rows == 0
+    assert [(n.rows, [c.text() for c in n.changes]) for n in report.neighbours] == [
+        (3, ["sampling.temperature 0.0 -> 0.7"]),
+        (2, ["task other -> t", "sampling.temperature 0.0 -> 0.7"]),
+        (5, ["sampling.seed 3 -> (none)", "sampling.temperature 1.0 -> 0.7"]),
+    ]
+    assert report.as_dict()["neighbours"][0]["changes"][0]["field"] == "sampling.temperature"
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        same = explain_descriptor(store, "completions", "t", BASE)
+    assert same.exists and same.rows == 3 and len(same.neighbours) == 2
+
+
+def test_input_diffs_say_which_message_and_which_characters() -> None:
+    stored = render_messages(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a joke."}]
+    )
+    edited = render_messages(
+        [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Tell me a story."}]
+    )
+    (diff,) = input_diffs(stored, edited)
+    assert (diff.where, diff.position) == ("message 1 (user) content", 10)
+    assert (diff.stored, diff.wanted) == ("Tell me a joke.", "Tell me a story.")
+    assert diff.edits and "replace" in diff.edits[0]
+    longer = render_messages([{"role": "system", "content": "Be brief."}])
+    assert [d.where for d in input_diffs(stored, longer)] == ["message 1 (user) only in the stored input"]
+    assert [d.where for d in input_diffs(stored, render_text("Tell me a joke."))] == ["input type"]
+    assert input_diffs(stored, stored) == []
+
+
+def test_each_miss_is_explained_against_the_row_it_should_have_matched(store_root: Path) -> None:
+    fill(store_root, BASE)
+    fill(store_root, with_sampling(BASE, temperature=0.7), n=1)
+    requests = [ask(0), ask(1, "Tell me fact number 1 about the SEA."), ask(7), ask(0).__class__(
+        messages=[{"role": "user", "content": "Tell me fact number 2 about the sea."}], n=2)]  # fmt: skip
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        model = CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend()), mode="readonly")
+        plan = model.plan("completions", requests)
+        assert (plan.hits, plan.misses) == (2, 3)
+        neighbours = [n.location for n in explain_descriptor(store, "completions", "t", BASE).neighbours]
+        report = explain_inputs(store, "completions", "t", BASE, plan, requests, neighbours=neighbours)
+    edited, unknown, second_sample = report.explained
+    assert edited.request == "b/1" and "same benchmark/instruction" in edited.reason
+    assert edited.diffs[0].text().startswith("message 0 (user) content at character 32: ")
+    assert "sea" in edited.diffs[0].stored and "SEA" in edited.diffs[0].wanted
+    assert unknown.request == "b/7" and "nearest stored input" in unknown.reason and unknown.nearest is not None
+    assert second_sample.sample_index == 1 and "never generated" in second_sample.reason
+    assert report.as_dict()["misses"] == 3
+
+
+def test_a_miss_stored_under_another_descriptor_says_which(store_root: Path) -> None:
+    other = with_sampling(BASE, temperature=0.7)
+    fill(store_root, other, n=2)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        model = CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend()), mode="readonly")
+        plan = model.plan("completions", [ask(0)])
+        neighbours = [n.location for n in explain_descriptor(store, "completions", "t", BASE).neighbours]
+        (miss,) = explain_inputs(store, "completions", "t", BASE, plan, [ask(0)], neighbours=neighbours).explained
+    assert miss.stored_under == (other.hash16(),) and other.hash16() in miss.reason
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["judgestore", "generate", "--model", "m", "--task", "t", "-i", "p.jsonl", "-o", "out.jsonl", "--json"],
+         "judgestore explain --model m --task t -i p.jsonl"),
+        (["x", "judge", "--model", "j", "--output=v.jsonl", "--mode", "use", "--orientation", "direct", "--fetch"],
+         "judgestore explain --role judgements --model j --orientation direct"),
+        (["judgestore", "ls"], "judgestore explain --help"),
+        (["judgestore", "generate", "--model", "my model", "--chunk-size", "8"],
+         "judgestore explain --model 'my model'"),
+    ],
+)  # fmt: skip
+def test_the_hint_names_the_explain_command_of_the_same_run(argv: list[str], expected: str) -> None:
+    assert explain_command_line(argv) == expected

@@ -1,0 +1,115 @@
+"""`judgestore stats / prune / vacuum` (and `export`) as a user runs them, in-process through typer's CliRunner."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from typer.testing import CliRunner
+
+from store.cli.app import build_app
+from store.runs import record_run
+from store.settings import Settings
+from store.store import Store
+from tests.factories import QWEN, completion_record, file_digests, fill_small_store
+from tests.store.test_runs import run
+
+
+def judgestore(*args: str, input: str | None = None) -> Any:
+    return CliRunner().invoke(build_app(), list(args), input=input, env={"COLUMNS": "200"})
+
+
+@pytest.fixture
+def filled(store_root: Path) -> Path:
+    fill_small_store(store_root)
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        recent = datetime.now(UTC) - timedelta(hours=1)
+        database.put_many([completion_record(i, finish_reason="length", created_at=recent, run_id="run-3")
+                           for i in range(20, 23)])  # fmt: skip
+        record_run(database, run(2))
+    return store_root
+
+
+def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
+    before = file_digests(filled)
+    result = judgestore("stats")
+    assert result.exit_code == 0, result.output
+    assert "Cache under" in result.stdout and QWEN.hash16() in result.stdout
+    assert "stored: 13 rows" in result.stdout and "3 stopped at max_tokens" in result.stdout
+    assert "runs: 1 recorded, 2 hits of 10 distinct inputs (20%); saved 200 tokens in and 40 out" in result.stdout
+    report = orjson.loads(judgestore("stats", "--json", "--runs", "3").stdout)
+    qwen = next(d for d in report["databases"] if d["model"] == "Qwen/Qwen3-8B")
+    assert qwen["rows"]["rows"] == 6 and qwen["finish_reasons"] == {"length": 3, "stop": 3}
+    assert [r["run_id"] for r in qwen["recent_runs"]] == ["run-2"]
+    assert report["totals"]["runs"]["saved_engine_seconds"] == 1.0
+    listed = judgestore("stats", "--runs", "3", "--model-id", "Qwen/Qwen3-8B")
+    assert "Recent runs" in listed.stdout and "Qwen/Qwen3-8B" in listed.stdout
+    assert file_digests(filled) == before  # read-only
+
+
+def test_prune_dry_run_counts_what_the_prune_deletes(filled: Path) -> None:
+    before = file_digests(filled)
+    dry = judgestore("prune", "--older-than", "30d", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    planned = orjson.loads(dry.stdout)
+    assert (planned["rows"], planned["deleted"], planned["dry_run"]) == (10, 0, True)
+    assert "Rows to prune (dry run)" in judgestore("prune", "--older-than", "30d", "--dry-run").stdout
+    assert file_digests(filled) == before
+    refused = judgestore("prune", "--older-than", "30d", input="n\n")
+    assert refused.exit_code == 1 and "Prune 10 rows from 3 databases?" in refused.stderr
+    assert file_digests(filled) == before
+    done = orjson.loads(judgestore("prune", "--older-than", "30d", "--yes", "--json").stdout)
+    assert done["deleted"] == planned["rows"]
+    assert {d["path"]: d["rows"] for d in done["databases"]} == {d["path"]: d["rows"] for d in planned["databases"]}
+    assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 3
+
+
+def test_prune_keep_last_runs_and_max_size(filled: Path) -> None:
+    kept = orjson.loads(judgestore("prune", "--keep-last-runs", "2", "--dry-run", "--json").stdout)
+    # run-1 and run-2 both wrote their newest rows on 2026-01-02: the tie goes to the greater run id
+    assert kept["kept_runs"] == ["run-3", "run-2"] and kept["pruned_runs"] == ["run-1"] and kept["rows"] == 7
+    sized = orjson.loads(judgestore("prune", "--max-size", "1MB", "--dry-run", "--json").stdout)
+    assert sized["rows"] == 0 and sized["size_cutoff"] is None and sized["rule"]["max_bytes"] == 1_000_000
+    text = judgestore("prune", "--max-size", "1MB", "--dry-run")
+    assert "nothing to prune for size" in text.stderr and "nothing to prune" in text.stdout
+
+
+def test_prune_needs_a_criterion_and_valid_values(filled: Path) -> None:
+    refused = judgestore("prune", "--role", "completions", "--yes")
+    assert refused.exit_code == 1 and "nothing is pruned that a filter did not select" in refused.stderr
+    assert judgestore("prune", "--older-than", "soon").exit_code == 2
+    assert "e.g. 500MB" in judgestore("prune", "--max-size", "big").stderr
+
+
+def test_vacuum_reports_each_database(filled: Path) -> None:
+    judgestore("prune", "--run-id", "run-3", "--yes")
+    result = judgestore("vacuum", "--json")
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert {r["outcome"] for r in report["results"]} == {"vacuumed"} and len(report["results"]) == 3
+    assert "Vacuumed under" in judgestore("vacuum").stdout
+    assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 10
+
+
+def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
+    pq = pytest.importorskip("pyarrow.parquet")
+    before = file_digests(filled)
+    target = tmp_path / "rows.parquet"
+    done = judgestore("export", "--format", "parquet", "-o", str(target), "--finish-reason", "length", "--json")
+    assert done.exit_code == 0, done.output
+    assert orjson.loads(done.stdout) == {"rows": 3, "format": "parquet", "output": str(target)}
+    assert pq.read_table(target).column("finish_reason").to_pylist() == ["length"] * 3
+    text = judgestore("export", "-f", "jsonl", "--role", "judgements")
+    query = judgestore("query", "--format", "jsonl", "--role", "judgements")
+    assert text.stdout == query.stdout and len(text.stdout.splitlines()) == 5
+    csv_file = tmp_path / "rows.csv"
+    judgestore("export", "-f", "csv", "-o", str(csv_file), "--columns", "input_hash,completion")
+    assert (
+        csv_file.read_text().splitlines()[0] == "input_hash,completion" and len(csv_file.read_text().splitlines()) == 14
+    )
+    assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
+    assert file_digests(filled) == before

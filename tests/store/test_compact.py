@@ -1,0 +1,64 @@
+"""`vacuum`: deleted rows give their space back; rows, busy files and foreign files are left alone."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+from store.compact import VacuumOutcome, vacuum_database
+from store.layout import walk
+from store.records import RowFilter
+from store.settings import Settings
+from store.store import Store
+from tests.factories import QWEN, completion_record, foreign_database
+
+
+def big_store(root: Path) -> Path:
+    with Store(Settings(), root=root) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        database.put_many([completion_record(i, completion="x" * 4000, run_id=f"run-{i % 2}") for i in range(200)])
+        database.delete(RowFilter(run_id="run-0"))
+        return database.path
+
+
+def test_vacuum_gives_the_space_of_deleted_rows_back_and_keeps_every_row(store_root: Path) -> None:
+    path = big_store(store_root)
+    (location,) = walk(store_root)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        before = sorted(r.input_hash for r in store.open(location).query())
+    result = vacuum_database(store_root, location, Settings())
+    assert result.outcome is VacuumOutcome.VACUUMED and result.error is None
+    assert result.bytes_after < result.bytes_before / 1.5 and result.freed > 300_000
+    assert not (path.parent / "completions.db-wal").exists() or (path.parent / "completions.db-wal").stat().st_size == 0
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert sorted(r.input_hash for r in store.open(location).query()) == before
+    assert vacuum_database(store_root, location, Settings()).freed == 0  # a second time has nothing to give
+
+
+def test_a_database_held_by_a_writer_is_reported_busy_and_left_as_it_was(store_root: Path) -> None:
+    path = big_store(store_root)
+    (location,) = walk(store_root)
+    holder = sqlite3.connect(path, timeout=0)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        holder.execute("DELETE FROM completions WHERE instruction_id = '1'")
+        result = vacuum_database(store_root, location, Settings(busy_timeout_ms=100))
+    finally:
+        holder.rollback()
+        holder.close()
+    assert result.outcome is VacuumOutcome.BUSY and "try again" in str(result.error)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert store.open(location).count() == 100
+
+
+def test_a_foreign_file_is_refused_untouched(store_root: Path) -> None:
+    big_store(store_root)
+    (location,) = walk(store_root)
+    path = location.db_path(store_root)
+    for side in path.parent.glob("completions.db*"):
+        side.unlink()
+    foreign_database(path)
+    original = path.read_bytes()
+    result = vacuum_database(store_root, location, Settings())
+    assert result.outcome is VacuumOutcome.REFUSED and "alembic_version" in str(result.error)
+    assert path.read_bytes() == original

@@ -1,0 +1,149 @@
+"""Export for analysis: Parquet with typed columns equals `query --format jsonl`; frames; streamed; atomic."""
+
+from __future__ import annotations
+
+import io
+import math
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from store import export, jsonvalues
+from store.errors import InvalidInputError, MissingDependencyError
+from store.export import export_rows, record_batches, to_arrow, to_dataset, to_pandas
+from store.layout import Selector
+from store.records import RowFilter
+from store.settings import Settings
+from store.store import Store
+from tests.factories import QWEN, completion_record, fill_small_store
+
+pa = pytest.importorskip("pyarrow")
+pq = pytest.importorskip("pyarrow.parquet")
+
+
+@pytest.fixture
+def filled(store_root: Path) -> Path:
+    fill_small_store(store_root)
+    with Store(Settings(), root=store_root) as store:  # a value JSON has no literal for must survive too
+        store.database("completions", "mt-bench", QWEN).put_many(
+            [completion_record(50, usage={"prompt_tokens": 1, "completion_tokens": 2, "engine_seconds": math.inf})]
+        )
+    return store_root
+
+
+def query_jsonl(root: Path, selector: Selector, flt: RowFilter) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    with Store(Settings(), root=root, readonly=True) as store:
+        export_rows(store, out, "jsonl", selector, flt)
+    return [orjson.loads(line) for line in out.getvalue().splitlines()]
+
+
+def parquet_rows(path: Path) -> list[dict[str, Any]]:
+    """A Parquet file's rows as `query --format jsonl` writes them (times in ISO 8601, JSON values decoded)."""
+    rows = []
+    for row in pq.read_table(path).to_pylist():
+        for name in ("usage", "top_logprobs"):
+            if row[name] is not None:
+                row[name] = jsonvalues.to_plain(jsonvalues.loads(row[name]))
+        row["created_at"] = row["created_at"].isoformat()
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize(
+    ("selector", "flt"),
+    [
+        (Selector(), RowFilter()),
+        (Selector(role="judgements"), RowFilter(pointwise=False)),
+        (Selector(role="completions"), RowFilter(run_id="run-1")),
+    ],
+)
+def test_parquet_round_trips_to_what_query_jsonl_prints(
+    filled: Path, tmp_path: Path, selector: Selector, flt: RowFilter
+) -> None:
+    target = tmp_path / "out" / "rows.parquet"
+    with Store(Settings(), root=filled, readonly=True) as store:
+        written = export_rows(store, target, "parquet", selector, flt)
+    expected = query_jsonl(filled, selector, flt)
+    assert written == len(expected) > 0
+    assert parquet_rows(target) == [{name: row.get(name) for name in parquet_rows(target)[0]} for row in expected]
+
+
+def test_parquet_columns_are_typed(filled: Path, tmp_path: Path) -> None:
+    target = tmp_path / "rows.parquet"
+    with Store(Settings(), root=filled, readonly=True) as store:
+        export_rows(store, target, "parquet")
+    schema = pq.read_schema(target)
+    assert schema.field("sample_index").type == pa.int64()
+    assert schema.field("created_at").type == pa.timestamp("us", tz="UTC")
+    assert schema.field("completion").type == pa.string()
+    if hasattr(pa, "json_"):
+        assert schema.field("usage").type == pa.json_(pa.string())
+    assert schema.names[:5] == ["role", "task", "provider", "descriptor_model", "descriptor"]
+    assert {"model", "model_a", "judge"} <= set(schema.names)
+
+
+def test_rows_are_built_one_batch_at_a_time(filled: Path) -> None:
+    with Store(Settings(), root=filled, readonly=True) as store:
+        rows = store.query_rows(Selector(), RowFilter())
+        sizes = [batch.num_rows for batch in record_batches(rows, ("input_hash", "created_at"), batch_rows=4)]
+    assert sizes == [4, 4, 3]
+
+
+def test_a_failed_export_leaves_no_file(filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = tmp_path / "rows.parquet"
+    target.write_bytes(b"the previous export")
+
+    def broken(*_: Any, **__: Any) -> Any:
+        yield from ()
+        raise OSError("disk full")
+
+    monkeypatch.setattr(export, "record_batches", broken)
+    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(OSError, match="disk full"):
+        export_rows(store, target, "parquet")
+    assert target.read_bytes() == b"the previous export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet", "store"]  # no temporary file left
+
+
+def test_unknown_columns_are_refused(filled: Path) -> None:
+    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(InvalidInputError, match="unknown"):
+        export_rows(store, io.StringIO(), "jsonl", columns=["nope"])
+
+
+def test_to_pandas_types_and_decodes(filled: Path) -> None:
+    pandas = pytest.importorskip("pandas")
+    frame = to_pandas(filled)
+    assert len(frame) == 11 and str(frame["sample_index"].dtype) == "int64"
+    assert isinstance(frame["created_at"].dtype, pandas.DatetimeTZDtype) and str(frame["created_at"].dt.tz) == "UTC"
+    usage = frame.set_index("instruction_id").loc["50"]["usage"]
+    assert usage["engine_seconds"] == math.inf  # exact, not a string
+    judged = to_pandas(filled, Selector(role="judgements"), RowFilter(pointwise=True), columns=["judge", "usage"])
+    assert list(judged.columns) == ["judge", "usage"] and len(judged) == 1
+    raw = to_pandas(filled, limit=2, decode_json=False)
+    assert len(raw) == 2 and all(isinstance(v, str) or pandas.isna(v) for v in raw["top_logprobs"])
+
+
+def test_to_arrow_accepts_an_open_store(filled: Path) -> None:
+    with Store(Settings(), root=filled, readonly=True) as store:
+        assert to_arrow(store, Selector(role="completions")).num_rows == 6
+
+
+def test_to_dataset_needs_datasets_and_builds_one_from_arrow(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "datasets", None)  # not installed
+    with pytest.raises(MissingDependencyError, match="pip install datasets"):
+        to_dataset(filled)
+    fake = types.ModuleType("datasets")
+    fake.Dataset = lambda table: ("Dataset", table)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "datasets", fake)
+    kind, table = to_dataset(filled, Selector(role="judgements"))
+    assert kind == "Dataset" and table.num_rows == 5 and table.schema.field("usage").type == pa.string()
+
+
+def test_without_pyarrow_parquet_says_what_to_install(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(MissingDependencyError, match="export"):
+        export_rows(store, filled / "x.parquet", "parquet")

@@ -1,0 +1,144 @@
+"""Pruning: every criterion is a filter, the plan counts what the prune deletes, nothing else goes."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from store.errors import InvalidInputError
+from store.layout import Selector
+from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
+from store.records import RowFilter
+from store.settings import Settings
+from store.store import Store
+from tests.factories import JUDGE, QWEN, completion_record, judgement_record
+
+NOW = datetime(2026, 6, 1, tzinfo=UTC)
+
+
+@pytest.fixture
+def aged(store_root: Path) -> Path:
+    """Completions of three runs 40, 20 and 1 day old (4 rows each), judgements of the middle run, legacy rows."""
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        for k, days in enumerate((40, 20, 1)):
+            when = NOW - timedelta(days=days)
+            database.put_many([completion_record(10 * k + i, run_id=f"run-{k}", created_at=when) for i in range(4)])
+        database.put_many([completion_record(99, run_id=None, created_at=NOW - timedelta(days=400))])
+        store.database("judgements", "arena", JUDGE).put_many(
+            [judgement_record(i, run_id="run-1", created_at=NOW - timedelta(days=20)) for i in range(3)]
+        )
+    return store_root
+
+
+def planned(root: Path, rule: PruneRule, selector: Selector | None = None) -> tuple[dict[str, int], object]:
+    with Store(Settings(), root=root, readonly=True) as store:
+        plan = plan_prune(store, selector or Selector(), rule, now=NOW)
+    return {entry.location.role: entry.rows for entry in plan.counts}, plan
+
+
+def pruned(root: Path, rule: PruneRule, selector: Selector | None = None) -> dict[str, int]:
+    counts, plan = planned(root, rule, selector)
+    with Store(Settings(), root=root) as store:
+        deleted = {entry.location.role: entry.rows for entry in prune(store, plan)}  # type: ignore[arg-type]
+    assert deleted == counts  # the dry run's counts are what the prune deletes
+    return deleted
+
+
+def remaining(root: Path) -> dict[str, set[str | None]]:
+    with Store(Settings(), root=root, readonly=True) as store:
+        return {
+            role: {r.run_id for r in store.database(role, task, d).query()}
+            for role, task, d in (("completions", "mt-bench", QWEN), ("judgements", "arena", JUDGE))
+        }
+
+
+def test_older_than_prunes_rows_written_before_now_minus_the_duration(aged: Path) -> None:
+    assert pruned(aged, PruneRule(older_than=timedelta(days=30))) == {"completions": 5}
+    assert remaining(aged) == {"completions": {"run-1", "run-2"}, "judgements": {"run-1"}}
+
+
+def test_keep_last_runs_prunes_the_other_runs_and_never_rows_without_a_run(aged: Path) -> None:
+    counts, plan = planned(aged, PruneRule(keep_last_runs=1))
+    assert plan.kept_runs == ("run-2",) and plan.pruned_runs == ("run-1", "run-0")  # type: ignore[attr-defined]
+    assert counts == {"completions": 8, "judgements": 3}
+    pruned(aged, PruneRule(keep_last_runs=1))
+    assert remaining(aged) == {"completions": {"run-2", None}, "judgements": set()}
+
+
+def test_criteria_combine_with_and(aged: Path) -> None:
+    rule = PruneRule(flt=RowFilter(run_id="run-1"), older_than=timedelta(days=10))
+    assert pruned(aged, rule, Selector(role="completions")) == {"completions": 4}
+    assert remaining(aged)["judgements"] == {"run-1"}  # the selector kept them out
+    assert pruned(aged, PruneRule(older_than=timedelta(days=30), keep_last_runs=3)) == {}  # three runs left
+    assert pruned(aged, PruneRule(older_than=timedelta(days=30), keep_last_runs=2)) == {"completions": 4}  # run-0
+
+
+def test_max_size_prunes_the_oldest_rows_until_the_data_fits(aged: Path) -> None:
+    _, whole = planned(aged, PruneRule(max_bytes=10**9))
+    assert whole.counts == () and whole.size_cutoff is None  # type: ignore[attr-defined]
+    data = whole.data_bytes  # type: ignore[attr-defined]
+    row = data // 16  # 16 rows of about the same size
+    counts, plan = planned(aged, PruneRule(max_bytes=data - 2 * row))
+    assert counts == {"completions": 5}  # the 400-day-old row, then the whole oldest chunk (run-0)
+    assert plan.freed_bytes >= 2 * row and plan.size_cutoff == NOW - timedelta(days=40, microseconds=-1)  # type: ignore[attr-defined]
+    pruned(aged, PruneRule(max_bytes=data - 2 * row))
+    _, after = planned(aged, PruneRule(max_bytes=data - 2 * row))
+    assert after.data_bytes <= data - 2 * row and after.counts == ()  # type: ignore[attr-defined]
+
+
+def test_max_size_only_prunes_rows_the_other_criteria_select(aged: Path) -> None:
+    counts, _ = planned(aged, PruneRule(max_bytes=0, flt=RowFilter(run_id="run-2")))
+    assert counts == {"completions": 4}
+
+
+def test_a_rule_without_a_criterion_is_refused(aged: Path) -> None:
+    with pytest.raises(InvalidInputError, match="nothing is pruned that a filter did not select"):
+        planned(aged, PruneRule())
+    with pytest.raises(InvalidInputError):
+        PruneRule(keep_last_runs=-1)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("30d", timedelta(days=30)),
+        ("12h", timedelta(hours=12)),
+        ("2w", timedelta(weeks=2)),
+        ("90m", timedelta(minutes=90)),
+        ("1.5d", timedelta(hours=36)),
+        (" 45s ", timedelta(seconds=45)),
+    ],
+)
+def test_durations(text: str, expected: timedelta) -> None:
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("500MB", 500_000_000),
+        ("2gb", 2 * 10**9),
+        ("1.5GiB", int(1.5 * 2**30)),
+        ("200k", 200_000),
+        ("1000", 1000),
+        ("10 KiB", 10 * 1024),
+        ("7B", 7),
+    ],
+)
+def test_sizes(text: str, expected: int) -> None:
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bad", ["", "30", "3 days", "d", "-1d"])
+def test_bad_durations_say_what_to_write(bad: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"e\.g\. 30d"):
+        parse_duration(bad)
+
+
+@pytest.mark.parametrize("bad", ["", "MB", "5 XB", "1iB", "-3MB"])
+def test_bad_sizes_say_what_to_write(bad: str) -> None:
+    with pytest.raises(InvalidInputError, match=r"e\.g\. 500MB"):
+        parse_size(bad)
