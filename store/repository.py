@@ -52,8 +52,14 @@ OnConflict = Literal["ignore", "replace"]
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
 IN_LIST_BATCH = 5_000  # other dialects: well under every parameter limit
 STREAM_PARTITION = 1_000
+ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
 # (role, on_conflict, paramstyle) -> (SQL, parameter names in order, their getter): compiled once per process
 _SQLITE_INSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...], attrgetter[Any]]] = {}
+
+
+def journaled_bytes(records: Sequence[Record]) -> int:
+    """About the disk space writing ``records`` needs: their text twice over (pages, and SQLite's journal of them)."""
+    return 2 * sum(len(r.input_text) + len(r.completion) + ROW_OVERHEAD_BYTES for r in records)
 
 
 @contextmanager

@@ -32,6 +32,7 @@ Contract:
 from __future__ import annotations
 
 import random
+import sqlite3
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
@@ -42,10 +43,10 @@ from typing import Any, TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.descriptor import ModelDescriptor
-from store.engine import apply_journal_mode, create_sqlite_engine, file_stamp, raise_translated
+from store.engine import apply_journal_mode, create_sqlite_engine, file_stamp, raise_translated, translated
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
@@ -54,6 +55,7 @@ from store.errors import (
     EmptyFilterError,
     InvalidInputError,
     NotADatabaseError,
+    StoreFullError,
     UpgradeFailedError,
 )
 from store.layout import (
@@ -71,7 +73,7 @@ from store.layout import (
     write_metadata,
 )
 from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields, roles_for
-from store.repository import OnConflict, Repository
+from store.repository import OnConflict, Repository, journaled_bytes
 from store.schema import DatabaseState, SchemaStatus, classify, create_at_head, raise_for_status
 from store.settings import Settings
 from store.upgrade import UpgradeOutcome, upgrade_database
@@ -138,21 +140,26 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Repository]:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error."""
+        with self._translated(), self._write_transaction() as repo:
+            yield repo
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[Repository]:
+        """:meth:`transaction` without the translation of errors (so that :meth:`_retry` sees a lock)."""
         if self.readonly:
             raise DatabaseFileError(
                 self.path, "was opened read-only: writes are refused (open the store without readonly)"
             )
-        with self._translated():
-            conn = self.engine.connect().execution_options(write=True)
-            try:
-                self._retry(conn.begin)
-                yield Repository(conn, self.location.role)
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                conn.close()
+        conn = self.engine.connect().execution_options(write=True)
+        try:
+            self._retry(conn.begin)
+            yield Repository(conn, self.location.role)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
 
     @contextmanager
     def reading(self) -> Iterator[Repository]:
@@ -161,21 +168,26 @@ class Database:
             yield Repository(conn, self.location.role)
 
     @contextmanager
-    def _translated(self) -> Iterator[None]:
-        """A damaged file found mid-use raises the typed error an open would have raised."""
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        """Any SQLite, driver or filesystem failure raises its typed error (:func:`store.engine.translated`).
+
+        ``needed_bytes`` estimates what a write needs; it is called only when the disk turns out full.
+        """
         try:
             yield
-        except DatabaseError as e:
-            if isinstance(e, OperationalError):  # locks, missing tables...: not about the file's bytes
-                raise
-            raise_translated(self.path, e)
+        except (DBAPIError, sqlite3.Error, OSError) as e:
+            typed = translated(self.path, e)
+            if isinstance(typed, StoreFullError) and needed_bytes is not None:
+                typed = StoreFullError(typed.path, free_bytes=typed.free_bytes, needed_bytes=needed_bytes())
+            raise typed from e
 
-    def _write(self, work: Callable[[Repository], T]) -> T:
+    def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
         def attempt() -> T:
-            with self.transaction() as repo:
+            with self._write_transaction() as repo:
                 return work(repo)
 
-        return self._retry(attempt)
+        with self._translated(needed_bytes):
+            return self._retry(attempt)
 
     def _read(self, work: Callable[[Repository], T]) -> T:
         def attempt() -> T:
@@ -190,7 +202,7 @@ class Database:
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)
-        return self._write(lambda repo: repo.put_many(rows, on_conflict))
+        return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
     def delete(self, flt: RowFilter) -> int:
         return self._write(lambda repo: repo.delete(flt))
@@ -296,7 +308,10 @@ class Store:
             return cached
         folder = location.folder(self.root)
         if not self.readonly and not location.metadata_path(self.root).exists():
-            write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
+            try:
+                write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
+            except OSError as e:  # a full or read-only disk: typed, naming the folder
+                raise_translated(folder, e)
         return self.open(location)
 
     def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
@@ -314,10 +329,16 @@ class Store:
             return cached
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
-        read_location_metadata(self.root, location)
+        try:
+            read_location_metadata(self.root, location)
+        except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
+            raise_translated(location.metadata_path(self.root), e)
         engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
         try:
             self._check_schema(engine, path)
+        except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
+            engine.dispose()
+            raise_translated(path, e)
         except BaseException:
             engine.dispose()
             raise
@@ -338,7 +359,7 @@ class Store:
             try:
                 with engine.connect() as conn:
                     return classify(conn, path)
-            except DatabaseError as e:  # connecting can fail too (a file that is not a database)
+            except DBAPIError as e:  # connecting can fail too (a file that is not a database)
                 raise_translated(path, e)
 
         return _stable_read(path, attempt) if self.readonly else attempt()
