@@ -17,7 +17,11 @@ Contract (DESIGN.md, "Rules of behaviour"):
   :class:`CacheMissError` on the first miss, before preparing anything;
   ``readonly`` reads and generates misses but never writes.
 * Empty outputs are returned but never stored; engine errors propagate after
-  the chunks already finished were written.
+  the chunks already finished were written. The database is opened (and
+  created) before the engine is prepared, so a store that cannot be written
+  fails before any model loads; a write that fails later (a full disk)
+  raises its typed error with ``rows_kept``, the rows this run stored before
+  it, which are kept.
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
@@ -37,12 +41,12 @@ import orjson
 from inference.backend import Backend, EngineRequest, Generation
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import BackendError, CacheMissError, InvalidInputError
+from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError
 from store.layout import Role, Selector
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
 from store.settings import Settings
-from store.store import Store
+from store.store import Database, Store
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote
@@ -292,12 +296,13 @@ class CachedModel:
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
     ) -> dict[str, Sample]:
+        database = None
+        if self.mode in ("use", "refresh") and self.store is not None:
+            # Before the engine: a store that cannot be written (read-only, full) fails in seconds, not after a load.
+            database = self.store.database(role, self.task, self.descriptor)
         if self._backend is None:
             self._backend = self._backend_factory()
         self.last.engine_loaded = True
-        database = None
-        if self.mode in ("use", "refresh") and self.store is not None:
-            database = self.store.database(role, self.task, self.descriptor)
         results: dict[str, Sample] = {}
         for start in range(0, len(missing), self.chunk_size):
             chunk = missing[start : start + self.chunk_size]
@@ -312,7 +317,7 @@ class CachedModel:
                 if gen.text  # empty outputs are returned, never stored
             ]
             if database is not None and records:
-                self.last.written += database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+                self.last.written += self._write(database, records)
             for inp, gen in zip(chunk, generations, strict=True):
                 results[inp.key] = Sample(
                     inp.key,
@@ -327,6 +332,18 @@ class CachedModel:
             if on_progress is not None:
                 on_progress(self.last.generated, len(missing))
         return results
+
+    def _write(self, database: Database, records: list[Record]) -> int:
+        """Write one chunk; a failure (a full disk...) says how many rows this run stored before it."""
+        try:
+            return database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+        except JudgestoreError as e:
+            e.rows_kept = self.last.written
+            e.add_note(
+                f"This run stored {self.last.written} rows before the failure ({self.last.generated} generated); "
+                "they are kept, and running it again generates only the rest."
+            )
+            raise
 
     def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
         common: dict[str, Any] = {

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import errno
 import functools
+import os
 import re
 import shutil
 import sqlite3
@@ -73,6 +74,7 @@ _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQ
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS, _SQLITE_NOTADB = 13, 14, 15, 22, 26
 _SQLITE_OS_FAILURES = frozenset({_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS})
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
+NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less than this free is the disk filling up
 _UNDECODABLE = re.compile(r"could not decode to utf-8 column '([^']*)'", re.IGNORECASE)
 _WAL_HEADER_BYTES = b"\x02\x02"  # bytes 18-19 of the file header: read/write version 2 = WAL
 
@@ -227,6 +229,16 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
+def _on_readonly_filesystem(path: Path) -> bool:
+    target = path
+    while not target.exists() and target != target.parent:
+        target = target.parent
+    try:
+        return bool(os.statvfs(target).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
 def translated(path: Path, error: BaseException, *, needed_bytes: int | None = None) -> JudgestoreError:
     """The typed error that a failure on ``path`` stands for (see the module docstring).
 
@@ -259,7 +271,13 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
             path,
             "another process kept it locked past the busy timeout; try again (or raise JUDGESTORE_BUSY_TIMEOUT_MS)",
         )
+    if primary == _SQLITE_CANTOPEN and _on_readonly_filesystem(path):
+        return StoreNotWritableError(path, "a read-only filesystem: SQLite cannot create its -wal and -shm files there")
     if primary in _SQLITE_OS_FAILURES:
+        free = free_bytes(path)
+        if primary == _SQLITE_IOERR and free is not None and free < NEARLY_FULL_BYTES:
+            # SQLite reports a write or a -shm mapping that ran out of space as an I/O error
+            return StoreFullError(path, free_bytes=free, needed_bytes=needed_bytes)
         return DatabaseIOError(
             path,
             f"the operating system failed to open, read or write it ({message}); the operation was not "

@@ -205,17 +205,30 @@ def metadata_bytes(role: Role, task: str, descriptor: ModelDescriptor, assumptio
 
 
 def write_metadata(folder: Path, data: bytes) -> None:
-    """Write metadata.json atomically: readers see the old file or the new one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=METADATA_TEMP_PREFIX, suffix=".tmp")
+    """Write metadata.json atomically: readers see the old file or the new one.
+
+    On failure (a full or read-only disk) nothing is left behind: neither the
+    temporary file nor the folders this call created.
+    """
+    created = [f for f in (folder, *folder.parents) if not f.exists()]
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / METADATA_FILE)
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=folder, prefix=METADATA_TEMP_PREFIX, suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, folder / METADATA_FILE)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for made in created:  # deepest first; a folder another process filled meanwhile stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
         raise
 
 

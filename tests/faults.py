@@ -76,13 +76,16 @@ def remount(folder: Path, mode: str) -> None:
 def fill_up(folder: Path) -> Path:
     """Fill the filesystem holding ``folder`` to the last byte; returns the filler file."""
     filler = folder / "filler"
-    with filler.open("ab") as f:
-        try:
-            while True:
-                f.write(b"\0" * 4096)
-                f.flush()
-        except OSError:
-            pass
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        for size in (1 << 16, 512, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * size)
+            except OSError:
+                continue
+    finally:
+        os.close(fd)
     return filler
 
 

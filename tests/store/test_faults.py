@@ -3,6 +3,8 @@ next step, exit status 1, no traceback, and every byte of the store as it was.""
 
 from __future__ import annotations
 
+import errno
+import shutil
 import sqlite3
 from contextlib import closing
 from pathlib import Path
@@ -10,12 +12,14 @@ from pathlib import Path
 import orjson
 import pytest
 
-from store.errors import CorruptDatabaseError, DamagedTextError
+from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
 from store.layout import walk
+from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
-from tests.faults import assert_failed_cleanly, damage_text, json_error, judgestore
+from tests.faults import assert_failed_cleanly, damage_text, fill_up, json_error, judgestore, small_filesystem
+from tests.store.conftest import know_synthetic_revision
 
 
 def qwen_db(root: Path) -> Path:
@@ -124,3 +128,80 @@ def test_a_raw_driver_error_that_escapes_a_library_path_is_still_typed_at_the_ed
     assert_failed_cleanly(result)
     assert json_error(result)["type"] == "UnexpectedDatabaseError"
     assert json_error(result)["path"] == str(filled) and "disk I/O error" in json_error(result)["error"]
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def big_rows(start: int, count: int) -> list[CompletionRecord]:
+    return [completion_record(i, completion=f"{i} " + "x" * 40_000) for i in range(start, start + count)]
+
+
+def test_a_write_onto_a_full_disk_is_a_typed_error_and_committed_rows_are_intact(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "disk", "2m") as disk, Store(Settings(), root=disk / "store") as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        committed: list[CompletionRecord] = []
+        with pytest.raises(StoreFullError) as caught:
+            for start in range(0, 1000, 5):  # chunks of 5 rows of 40 kB until the disk is full
+                chunk = big_rows(start, 5)
+                database.put_many(chunk)
+                committed += chunk
+        assert committed, "the first chunks fit"
+        full = caught.value
+        assert full.path == database.path and full.needed_bytes is not None and full.needed_bytes > 400_000
+        assert "disk is full" in str(full) and "rows stored before it are intact" in str(full)
+        assert not isinstance(full.__cause__, StoreFullError)  # the driver's error is chained
+        stored = database.get_many(r.input_hash for r in committed + big_rows(len(committed), 5))
+        assert stored == {r.input_hash: r for r in committed}  # every committed row, byte for byte; no partial chunk
+        verified = judgestore("verify", "--store-root", str(disk / "store"))
+        assert verified.exit_code == 0, verified.output
+
+
+def test_creating_a_database_on_a_full_disk_leaves_nothing_behind(tmp_path: Path) -> None:
+    with small_filesystem(tmp_path / "disk", "1m") as disk:
+        (disk / "store").mkdir()
+        fill_up(disk)
+        before = file_digests(disk / "store")
+        with Store(Settings(), root=disk / "store") as store, pytest.raises(StoreFullError) as caught:
+            store.database("completions", "mt-bench", QWEN)
+        assert "disk is full" in str(caught.value)
+        assert file_digests(disk / "store") == before
+        assert list((disk / "store").iterdir()) == []  # not even the folders of the descriptor
+
+
+def test_db_upgrade_on_a_full_disk_refuses_and_leaves_no_partial_backup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with small_filesystem(tmp_path / "disk", "3m") as disk:
+        root = disk / "store"
+        with Store(Settings(), root=root) as store:
+            store.database("completions", "mt-bench", QWEN).put_many(big_rows(0, 20))
+        know_synthetic_revision(monkeypatch)  # the database is now behind: the upgrade backs it up first
+        fill_up(disk)
+        before = file_digests(root)
+        result = judgestore("db", "upgrade", "--store-root", str(root), "--json")
+        assert_failed_cleanly(result)
+        (outcome,) = orjson.loads(result.stdout)["results"]
+        assert outcome["outcome"] == "refused" and "disk is full" in outcome["error"]
+        assert file_digests(root) == before  # no partial backup; the database as it was
+
+
+def test_a_backup_that_fails_midway_is_removed_and_the_upgrade_refused(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def copy_half(source: Path, target: Path) -> None:
+        target.write_bytes(Path(source).read_bytes()[:1000])
+        raise OSError(errno.ENOSPC, "No space left on device", str(target))
+
+    know_synthetic_revision(monkeypatch)
+    monkeypatch.setattr(shutil, "copy2", copy_half)
+    before = file_digests(filled)
+    result = judgestore("db", "upgrade", "--store-root", str(filled), "--json")
+    assert_failed_cleanly(result)
+    outcomes = orjson.loads(result.stdout)["results"]
+    assert {o["outcome"] for o in outcomes} == {"refused"}
+    assert all("disk is full" in o["error"] and ".bak-" in o["error"] for o in outcomes)
+    assert {k: v for k, v in file_digests(filled).items() if not k.endswith((".lock", "-wal", "-shm"))} == {
+        k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))
+    }
+    assert not list(filled.rglob("*.bak-*"))
