@@ -263,6 +263,8 @@ def database_info(
                 state, revision, error = status.state, status.revision, status_error(status, path)
                 if status.state is DatabaseState.CURRENT and count_rows:
                     rows = Repository(conn, location.role).count()
+                elif status.state is DatabaseState.EMPTY and count_rows:
+                    rows = 0  # no tables yet: empty, nothing to read (store.store's one meaning of it)
         finally:
             engine.dispose()
     except DBAPIError as e:

@@ -27,6 +27,11 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
+* A database without tables (a zero-byte file, the normal state for an
+  instant while another process creates it) has one meaning everywhere:
+  empty, nothing to read. :meth:`Store.find` and :meth:`Store.open_existing`
+  return None for it in a read-only store (a read-write store creates its
+  tables), queries and pushes skip it, and ``ls`` counts 0 rows in it.
 """
 
 from __future__ import annotations
@@ -248,15 +253,11 @@ class Store:
     # ------------------------------------------------------------ rows across databases
 
     def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
-        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
+        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
         roles = roles_for(flt, selector.role)
         for location in select(self.root, selector):
-            if location.role not in roles:
-                continue
-            try:
-                yield self.open(location)
-            except DatabaseMissingError:
-                continue
+            if location.role in roles and (database := self.open_existing(location)) is not None:
+                yield database
 
     def query_rows(self, selector: Selector, flt: RowFilter, *, limit: int | None = None) -> Iterator[FoundRow]:
         """Stream the rows matching ``flt`` from every selected database (see the module docstring)."""
@@ -315,11 +316,22 @@ class Store:
         return self.open(location)
 
     def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
-        """The database of ``descriptor`` if it exists; never creates anything."""
-        location = Location.of(role, task, descriptor)
+        """The database of ``descriptor`` if it has anything to read (:meth:`open_existing`); creates no file."""
+        return self.open_existing(Location.of(role, task, descriptor))
+
+    def open_existing(self, location: Location) -> Database | None:
+        """:meth:`open`, or None when the location holds nothing to read.
+
+        Nothing to read: no file, or (read-only) a file without tables yet, such as a
+        zero-byte one, which is what another process creating the database leaves for an
+        instant. A read-write store creates the tables of such a file, as :meth:`open` does.
+        """
         if not location.db_path(self.root).exists():
             return None
-        return self.open(location)
+        try:
+            return self.open(location)
+        except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
+            return None
 
     def open(self, location: Location) -> Database:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""

@@ -130,3 +130,27 @@ def test_generate_on_a_read_only_store_fails_before_the_engine_loads_and_readonl
         assert readonly.exit_code == 0, readonly.output
         assert orjson.loads(readonly.stdout)["hits"] == 2 and len(engine.received) == 2
         assert file_digests(root) == before
+
+
+# ---------------------------------------------------------------- a database with no tables yet (zero bytes)
+
+
+def test_generate_readonly_over_a_zero_byte_database_generates_the_misses(
+    tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend
+) -> None:
+    root = tmp_path / "store"
+    assert generate(tiny_model_dir, root, requests_file(tmp_path / "two.jsonl", 2, 10)).exit_code == 0
+    (location,) = walk(root)
+    db_path = location.db_path(root)
+    for side in db_path.parent.iterdir():
+        if side.name != "metadata.json":
+            side.unlink()
+    db_path.write_bytes(b"")  # what another process creating the database leaves for an instant
+    engine.received.clear()
+    before = file_digests(root)
+    readonly = generate(tiny_model_dir, root, requests_file(tmp_path / "four.jsonl", 4, 10), "--mode", "readonly")
+    assert readonly.exit_code == 0, readonly.output
+    assert len(engine.received) == 4 and file_digests(root) == before
+    replay = generate(tiny_model_dir, root, requests_file(tmp_path / "four.jsonl", 4, 10), "--mode", "replay")
+    assert_failed_cleanly(replay)
+    assert "not in the store" in replay.stderr and file_digests(root) == before

@@ -13,8 +13,8 @@ import orjson
 import pytest
 
 from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
-from store.layout import walk
-from store.records import CompletionRecord
+from store.layout import Selector, walk
+from store.records import CompletionRecord, RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
@@ -205,3 +205,49 @@ def test_a_backup_that_fails_midway_is_removed_and_the_upgrade_refused(
         k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))
     }
     assert not list(filled.rglob("*.bak-*"))
+
+
+# ---------------------------------------------------------------- a database with no tables yet (zero bytes)
+
+
+@pytest.fixture
+def zero_byte(store_root: Path) -> Path:
+    """A small store plus a descriptor folder whose database is zero bytes (another process is creating it)."""
+    fill_small_store(store_root)
+    with Store(Settings(), root=store_root) as store:
+        path = store.database("completions", "other-task", QWEN).path
+    for side in path.parent.iterdir():
+        if side.name != "metadata.json":
+            side.unlink()
+    path.write_bytes(b"")
+    return path
+
+
+def test_a_zero_byte_database_is_empty_with_nothing_to_read_through_the_api(zero_byte: Path, store_root: Path) -> None:
+    before = file_digests(store_root)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert store.find("completions", "other-task", QWEN) is None
+        assert len(list(store.query_rows(Selector(), RowFilter()))) == 10
+    assert file_digests(store_root) == before
+    with Store(Settings(), root=store_root) as store:  # a writer creates its tables, as it creates the file
+        database = store.find("completions", "other-task", QWEN)
+        assert database is not None and database.count() == 0
+
+
+def test_every_command_reads_a_zero_byte_database_as_empty(zero_byte: Path, store_root: Path, tmp_path: Path) -> None:
+    before = file_digests(store_root)
+    listed = judgestore("ls", "--json", "--store-root", str(store_root))
+    assert listed.exit_code == 0, listed.output
+    (empty,) = [d for d in orjson.loads(listed.stdout) if d["path"] == str(zero_byte)]
+    assert (empty["state"], empty["rows"]) == ("empty", 0)
+    for args in (["db", "status"], ["verify"], ["query", "--format", "jsonl"], ["delete", "--run-id", "x", "--yes"]):
+        result = judgestore(*args, "--store-root", str(store_root))
+        assert result.exit_code == 0, (args, result.output)
+    assert file_digests(store_root) == before
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    pushed = judgestore("hub", "push", "--all", "--dir", str(shared), "--store-root", str(store_root), "--json")
+    assert pushed.exit_code == 0, pushed.output
+    report = orjson.loads(pushed.stdout)
+    assert report["ok"] and report["rows"] == 10 and report["unchanged_folders"] == 1
+    assert zero_byte.read_bytes() == b""
