@@ -6,6 +6,7 @@ The commands run in-process through the whole app; ``generate`` gets a counting 
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -154,3 +155,38 @@ def test_generate_readonly_over_a_zero_byte_database_generates_the_misses(
     replay = generate(tiny_model_dir, root, requests_file(tmp_path / "four.jsonl", 4, 10), "--mode", "replay")
     assert_failed_cleanly(replay)
     assert "not in the store" in replay.stderr and file_digests(root) == before
+
+
+# ---------------------------------------------------------------- text that is not valid Unicode
+
+
+def test_a_lone_surrogate_in_a_completion_or_a_prompt_is_a_typed_error_before_it_is_written(
+    tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    answer = engine.generate
+
+    def broken_answer_to_prompt_3(requests: Any) -> Any:
+        return [
+            dataclasses.replace(g, text="broken \udc80 answer") if r.rendered["messages"][0]["content"][0] == "3" else g
+            for r, g in zip(requests, answer(requests), strict=True)
+        ]
+
+    monkeypatch.setattr(engine, "generate", broken_answer_to_prompt_3)
+    root = tmp_path / "store"
+    result = generate(tiny_model_dir, root, requests_file(tmp_path / "six.jsonl", 6, 10), "--json")
+    assert_failed_cleanly(result)
+    error = json_error(result)
+    assert error["type"] == "InvalidInputError" and "completion is not valid Unicode" in error["error"]
+    assert error["rows_kept"] == 2 and len(stored_keys(root)) == 2  # the first chunk; nothing of the second
+    assert judgestore("verify", "--store-root", str(root)).exit_code == 0
+
+    prompts = tmp_path / "surrogate.jsonl"
+    prompts.write_bytes(b'{"messages": [{"role": "user", "content": "\\udc80"}]}\n')
+    engine.received.clear()
+    before = file_digests(root)
+    bad_prompt = generate(tiny_model_dir, root, prompts, "--json")
+    assert_failed_cleanly(bad_prompt)
+    assert (
+        json_error(bad_prompt)["type"] == "InvalidInputError" and "surrogate.jsonl:1" in json_error(bad_prompt)["error"]
+    )
+    assert engine.received == [] and file_digests(root) == before
