@@ -65,6 +65,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 SELECT_PANEL = "Select databases"
+LONG_NAME_CELL = 48  # the widest a task, provider or model cell of a table gets (--json has the whole name)
 FILTER_PANEL = "Filter rows"
 
 
@@ -365,8 +366,8 @@ def location_table(title: str, *extra: tuple[str, str]) -> Table:
     """
     table = Table(title=title, title_justify="left")
     table.add_column("Role", no_wrap=True, max_width=11)
-    for name in ("Task", "Provider", "Model"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4)
+    for name in ("Task", "Provider", "Model"):  # a name of hundreds of characters must not push the rest out
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4, max_width=LONG_NAME_CELL)
     table.add_column("Descriptor", no_wrap=True, min_width=16)
     for name, justify in extra:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]

@@ -190,3 +190,32 @@ def test_a_lone_surrogate_in_a_completion_or_a_prompt_is_a_typed_error_before_it
         json_error(bad_prompt)["type"] == "InvalidInputError" and "surrogate.jsonl:1" in json_error(bad_prompt)["error"]
     )
     assert engine.received == [] and file_digests(root) == before
+
+
+# ---------------------------------------------------------------- names longer than a file name may be
+
+
+@pytest.mark.parametrize("task", ["t" * 300, "評価" * 40], ids=["300 characters", "80 CJK characters"])
+def test_generate_with_a_task_too_long_for_a_file_name_works_and_lists_the_whole_name(
+    task: str, tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend
+) -> None:
+    root = tmp_path / "store"
+    requests = requests_file(tmp_path / "two.jsonl", 2, 10)
+    for mode in ("use", "refresh"):
+        result = judgestore("generate", "--model", str(tiny_model_dir), "--task", task, "-i", str(requests),
+                            "--store-root", str(root), "--mode", mode, "--json")  # fmt: skip
+        assert result.exit_code == 0, result.output
+    listed = orjson.loads(judgestore("ls", "--json", "--store-root", str(root)).stdout)
+    assert [(d["task"], d["rows"]) for d in listed] == [(task, 2)]
+    assert judgestore("verify", "--store-root", str(root)).exit_code == 0
+
+
+def test_a_name_the_store_refuses_is_refused_before_the_engine_loads(
+    tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend
+) -> None:
+    for mode in ("use", "refresh", "readonly"):
+        result = judgestore("generate", "--model", str(tiny_model_dir), "--task", "..", "-i",
+                            str(requests_file(tmp_path / "r.jsonl", 2, 10)), "--store-root", str(tmp_path / "s"),
+                            "--mode", mode, "--json")  # fmt: skip
+        assert_failed_cleanly(result)
+        assert json_error(result)["type"] == "InvalidInputError" and engine.received == []

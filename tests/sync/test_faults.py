@@ -94,3 +94,25 @@ def test_push_of_a_store_whose_sync_workspace_exists_on_a_read_only_mount_is_ref
         assert json_error(result)["type"] == "StoreNotWritableError"
         assert file_digests(root) == before and file_digests(shared) == remote_before
         assert orjson.loads(judgestore("ls", "--json", "--store-root", str(root)).stdout)  # reads still work
+
+
+# ---------------------------------------------------------------- names longer than a file name may be
+
+
+def test_folders_with_names_too_long_for_a_file_name_are_pushed_and_fetched_whole(
+    store_root: Path, shared: Path, tmp_path: Path
+) -> None:
+    long_model = ModelDescriptor(provider="vllm", model="org/" + "m" * 300, sampling={"temperature": 0.0})
+    cjk_task = "评测任务" * 30
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", cjk_task, long_model).put_many([completion_record(i) for i in range(3)])
+        store.database("completions", "mt-bench", long_model).put_many([completion_record(9)])
+    pushed = judgestore("hub", "push", "--all", "--dir", str(shared), "--store-root", str(store_root))
+    assert pushed.exit_code == 0, pushed.output
+    fresh = tmp_path / "fresh"
+    for selection in (["--all"], ["--model-id", long_model.model, "--task", cjk_task]):
+        fetched = judgestore("hub", "fetch", *selection, "--dir", str(shared), "--store-root", str(fresh), "--json")
+        assert fetched.exit_code == 0, fetched.output
+    assert all_rows(fresh) == all_rows(store_root) and len(all_rows(fresh)) == 2
+    report = orjson.loads(judgestore("ls", "--json", "--store-root", str(fresh)).stdout)
+    assert {(d["task"], d["model"]) for d in report} == {(cjk_task, long_model.model), ("mt-bench", long_model.model)}
