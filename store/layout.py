@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -281,7 +281,9 @@ def write_metadata(folder: Path, data: bytes) -> None:
     created = [f for f in (folder, *folder.parents) if not f.exists()]
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=METADATA_TEMP_PREFIX, suffix=".tmp")
+        tmp = folder / f"{METADATA_TEMP_PREFIX}{uuid.uuid4().hex}.tmp"
+        # Mode 0666 less the umask, as any file the user writes: colleagues sharing the store read it.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
@@ -289,7 +291,7 @@ def write_metadata(folder: Path, data: bytes) -> None:
                 os.fsync(f.fileno())
             os.replace(tmp, folder / METADATA_FILE)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
     except BaseException:
         for made in created:  # deepest first; a folder another process filled meanwhile stays

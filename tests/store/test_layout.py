@@ -218,6 +218,29 @@ def test_metadata_write_is_atomic(
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
 
 
+def test_metadata_gets_the_mode_any_file_of_the_user_gets(tmp_path: Path, descriptor: ModelDescriptor) -> None:
+    """Colleagues sharing a store (a group folder) must be able to read it: not a temporary file's 0600."""
+    umask = os.umask(0o022)
+    try:
+        folder = Location.of("completions", "t", descriptor).folder(tmp_path)
+        write_metadata(folder, metadata_bytes("completions", "t", descriptor))
+    finally:
+        os.umask(umask)
+    assert (folder / METADATA_FILE).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_metadata_write_leaves_no_folder_it_created(
+    tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        write_metadata(Location.of("completions", "t", descriptor).folder(tmp_path / "root"), b"{}")
+    assert list(tmp_path.iterdir()) == []
+
+
 def _edit_json(path: Path, edit: object) -> None:
     doc = json.loads(path.read_bytes())
     edit(doc)  # type: ignore[operator]
