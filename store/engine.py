@@ -229,6 +229,11 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
+def _readable(path: Path) -> bool:
+    """Whether this process (its effective user, as the OS checks it) may read ``path``."""
+    return os.access(path, os.R_OK, effective_ids=os.access in os.supports_effective_ids)
+
+
 def _on_readonly_filesystem(path: Path) -> bool:
     target = path
     while not target.exists() and target != target.parent:
@@ -270,6 +275,12 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         return DatabaseBusyError(
             path,
             "another process kept it locked past the busy timeout; try again (or raise JUDGESTORE_BUSY_TIMEOUT_MS)",
+        )
+    if primary == _SQLITE_CANTOPEN and path.exists() and not _readable(path):
+        return DatabaseIOError(
+            path,
+            "permission denied: this user may not read it; the operation was not completed. Fix its "
+            "permissions (a writer also creates -wal, -shm and .lock files beside it), or run as a user who may",
         )
     if primary == _SQLITE_CANTOPEN and _on_readonly_filesystem(path):
         return StoreNotWritableError(path, "a read-only filesystem: SQLite cannot create its -wal and -shm files there")
