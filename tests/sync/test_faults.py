@@ -116,3 +116,25 @@ def test_folders_with_names_too_long_for_a_file_name_are_pushed_and_fetched_whol
     assert all_rows(fresh) == all_rows(store_root) and len(all_rows(fresh)) == 2
     report = orjson.loads(judgestore("ls", "--json", "--store-root", str(fresh)).stdout)
     assert {(d["task"], d["model"]) for d in report} == {(cjk_task, long_model.model), ("mt-bench", long_model.model)}
+
+
+# ---------------------------------------------------------------- a full disk
+
+
+def test_fetch_onto_a_full_disk_fails_cleanly_and_keeps_what_it_imported(shared: Path, tmp_path: Path) -> None:
+    source = tmp_path / "source"
+    big = ModelDescriptor(provider="vllm", model="big", sampling={"temperature": 0.0})
+    with Store(Settings(), root=source) as store:
+        database = store.database("completions", "mt-bench", big)
+        for start in range(0, 60, 10):  # six pushes: six shards, imported one group after another
+            database.put_many([completion_record(i, completion="x" * 50_000) for i in range(start, start + 10)])
+            assert judgestore("hub", "push", "--all", "--dir", str(shared), "--store-root", str(source)).exit_code == 0
+    with small_filesystem(tmp_path / "disk", "2m") as disk:
+        root = disk / "store"
+        for args in (["--json"], []):
+            result = judgestore("hub", "fetch", "--all", "--dir", str(shared), "--store-root", str(root), *args)
+            assert_failed_cleanly(result)
+            assert "disk is full" in " ".join(result.output.split())
+        kept = all_rows(root)
+        assert judgestore("verify", "--store-root", str(root)).exit_code == 0  # what it imported is intact
+        assert all(rows <= all_rows(source)[folder] for folder, rows in kept.items())
