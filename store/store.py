@@ -174,10 +174,7 @@ class Database:
 
     @contextmanager
     def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
-        """Any SQLite, driver or filesystem failure raises its typed error (:func:`store.engine.translated`).
-
-        ``needed_bytes`` estimates what a write needs; it is called only when the disk turns out full.
-        """
+        """Any SQLite, driver or OS failure raises its typed error; ``needed_bytes()`` sizes a full disk's."""
         try:
             yield
         except (DBAPIError, sqlite3.Error, OSError) as e:
@@ -320,11 +317,9 @@ class Store:
         return self.open_existing(Location.of(role, task, descriptor))
 
     def open_existing(self, location: Location) -> Database | None:
-        """:meth:`open`, or None when the location holds nothing to read.
+        """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet.
 
-        Nothing to read: no file, or (read-only) a file without tables yet, such as a
-        zero-byte one, which is what another process creating the database leaves for an
-        instant. A read-write store creates the tables of such a file, as :meth:`open` does.
+        A zero-byte file is what another process creating the database leaves for an instant.
         """
         if not location.db_path(self.root).exists():
             return None
