@@ -4,8 +4,11 @@ next step, exit status 1, no traceback, and every byte of the store as it was.""
 from __future__ import annotations
 
 import errno
+import os
 import shutil
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 
@@ -251,3 +254,18 @@ def test_every_command_reads_a_zero_byte_database_as_empty(zero_byte: Path, stor
     report = orjson.loads(pushed.stdout)
     assert report["ok"] and report["rows"] == 10 and report["unchanged_folders"] == 1
     assert zero_byte.read_bytes() == b""
+
+
+def test_a_real_process_over_damaged_text_prints_one_line_and_no_traceback(
+    damaged_text: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, _ = damaged_text
+    before = file_digests(root)
+    result = subprocess.run(
+        [sys.executable, "-m", "store", "query", "--format", "jsonl", "--store-root", str(root)],
+        capture_output=True, text=True, cwd=tmp_path, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )  # fmt: skip
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("Error: ") and "not valid UTF-8" in result.stderr
+    assert file_digests(root) == before
