@@ -17,11 +17,12 @@ Contract (DESIGN.md, "Rules of behaviour"):
   :class:`CacheMissError` on the first miss, before preparing anything;
   ``readonly`` reads and generates misses but never writes.
 * Empty outputs are returned but never stored; engine errors propagate after
-  the chunks already finished were written. The database is opened (and
-  created) before the engine is prepared, so a store that cannot be written
-  fails before any model loads; a write that fails later (a full disk)
-  raises its typed error with ``rows_kept``, the rows this run stored before
-  it, which are kept.
+  the chunks already finished were written. Before the engine is prepared,
+  the store is checked for what can be known without writing
+  (:meth:`~store.store.Store.check_writable`: names, a read-only filesystem,
+  permissions), so such a store fails before any model loads; a write that
+  fails later (a full disk) raises its typed error with ``rows_kept``, the
+  rows this run stored before it, which are kept.
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
@@ -296,13 +297,15 @@ class CachedModel:
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
     ) -> dict[str, Sample]:
-        database = None
-        if self.mode in ("use", "refresh") and self.store is not None:
-            # Before the engine: a store that cannot be written (read-only, full) fails in seconds, not after a load.
-            database = self.store.database(role, self.task, self.descriptor)
+        store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
+        if store is not None and self._backend is None:
+            # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
+            # (and nothing is created for an engine that may yet be refused).
+            store.check_writable(role, self.task, self.descriptor)
         if self._backend is None:
             self._backend = self._backend_factory()
         self.last.engine_loaded = True
+        database = None if store is None else store.database(role, self.task, self.descriptor)
         results: dict[str, Sample] = {}
         for start in range(0, len(missing), self.chunk_size):
             chunk = missing[start : start + self.chunk_size]

@@ -244,6 +244,21 @@ def _on_readonly_filesystem(path: Path) -> bool:
         return False
 
 
+def write_refusal(db_path: Path) -> JudgestoreError | None:
+    """The typed error writing ``db_path`` would meet, if it can be known without writing, else None.
+
+    The file (if it exists) and the nearest folder that exists must be writable: a read-only
+    filesystem or missing permissions are known in advance; a full disk is not.
+    """
+    folder = next(f for f in db_path.parents if f.exists())
+    for target in (db_path, folder) if db_path.exists() else (folder,):
+        if _on_readonly_filesystem(target):
+            return StoreNotWritableError(target, "a read-only filesystem")
+        if not os.access(target, os.W_OK, effective_ids=os.access in os.supports_effective_ids):
+            return StoreNotWritableError(target, "this user may not write it: permission denied")
+    return None
+
+
 def translated(path: Path, error: BaseException, *, needed_bytes: int | None = None) -> JudgestoreError:
     """The typed error that a failure on ``path`` stands for (see the module docstring).
 

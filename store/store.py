@@ -27,11 +27,9 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
-* A database without tables (a zero-byte file, the normal state for an
-  instant while another process creates it) has one meaning everywhere:
-  empty, nothing to read. :meth:`Store.find` and :meth:`Store.open_existing`
-  return None for it in a read-only store (a read-write store creates its
-  tables), queries and pushes skip it, and ``ls`` counts 0 rows in it.
+* A database without tables (zero bytes: another process is creating it)
+  means one thing: empty. Read-only, :meth:`Store.find` and
+  :meth:`Store.open_existing` return None for it; queries and pushes skip it.
 """
 
 from __future__ import annotations
@@ -42,16 +40,22 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.descriptor import ModelDescriptor
-from store.engine import apply_journal_mode, create_sqlite_engine, file_stamp, raise_translated, translated
+from store.engine import (
+    apply_journal_mode,
+    create_sqlite_engine,
+    file_stamp,
+    raise_translated,
+    translated,
+    write_refusal,
+)
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
@@ -64,9 +68,7 @@ from store.errors import (
     UpgradeFailedError,
 )
 from store.layout import (
-    ROLES,
     Location,
-    Role,
     Selector,
     StoredMetadata,
     lock_path,
@@ -77,7 +79,7 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields, roles_for
+from store.records import FoundRow, Record, RowCount, RowFilter, roles_for
 from store.repository import OnConflict, Repository, journaled_bytes
 from store.schema import DatabaseState, SchemaStatus, classify, create_at_head, raise_for_status
 from store.settings import Settings
@@ -312,6 +314,17 @@ class Store:
                 raise_translated(folder, e)
         return self.open(location)
 
+    def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
+        """Raise what writing this descriptor's database would meet, where that is known without writing anything.
+
+        A name the layout refuses, a read-only store (:func:`store.engine.write_refusal`: a read-only
+        filesystem, no permission). A full disk shows only when a write fails.
+        """
+        path = Location.of(role, task, descriptor).db_path(self.root)
+        refusal = DatabaseFileError(path, "the store was opened read-only") if self.readonly else write_refusal(path)
+        if refusal is not None:
+            raise refusal
+
     def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
         """The database of ``descriptor`` if it has anything to read (:meth:`open_existing`); creates no file."""
         return self.open_existing(Location.of(role, task, descriptor))
@@ -404,44 +417,3 @@ class Store:
                     create_at_head(conn)
                 else:
                     raise_for_status(status, path)
-
-
-# ---------------------------------------------------------------- rows across databases
-
-LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
-
-
-def row_columns(roles: Iterable[Role] = ROLES) -> tuple[str, ...]:
-    """Column names of :meth:`FoundRow.as_dict` for rows of ``roles``: location first, then the record's fields."""
-    chosen = set(roles)
-    columns: list[str] = list(LOCATION_COLUMNS)
-    for role in ROLES:
-        if role in chosen:
-            columns += [name for name in record_fields(RECORD_OF_ROLE[role]) if name not in columns]
-    return tuple(columns)
-
-
-@dataclass(frozen=True, slots=True)
-class FoundRow:
-    """A row and the database it came from."""
-
-    location: Location
-    record: Record
-
-    def as_dict(self) -> dict[str, Any]:
-        values: dict[str, Any] = self.location.as_dict(model_key="descriptor_model")
-        for name in record_fields(type(self.record)):
-            values[name] = getattr(self.record, name)
-        return values
-
-
-@dataclass(frozen=True, slots=True)
-class RowCount:
-    """How many rows of one database a filter matched (or deleted)."""
-
-    location: Location
-    path: Path
-    rows: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.location.as_dict(), "path": str(self.path), "rows": self.rows}

@@ -50,9 +50,9 @@ from store.cli.common import (
     to_json,
 )
 from store.layout import Selector, select
-from store.records import RowFilter, roles_for
+from store.records import FoundRow, RowFilter, roles_for, row_columns
 from store.schema import database_infos
-from store.store import FoundRow, Store, row_columns
+from store.store import Store
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
 COMPLETION_WIDTH = 48

@@ -11,10 +11,10 @@ import pytest
 from store import schema
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Selector, select
-from store.records import RowFilter
+from store.records import FoundRow, RowCount, RowFilter
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
-from store.store import FoundRow, RowCount, Store
+from store.store import Store
 from tests.factories import SYNTHETIC_REVISIONS, fill_small_store
 
 
