@@ -297,6 +297,14 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
             "permission denied: this user may not read it; the operation was not completed. Fix its "
             "permissions (a writer also creates -wal, -shm and .lock files beside it), or run as a user who may",
         )
+    if primary in (_SQLITE_CANTOPEN, _SQLITE_IOERR) and wal_path(path).exists() and _on_readonly_filesystem(path):
+        return DatabaseIOError(
+            path,
+            "cannot be read here: its write-ahead log (-wal) still holds commits (a writer was interrupted, or the "
+            "copy was taken while one wrote), and on a read-only filesystem SQLite cannot create the -shm file it "
+            "needs to read them; nothing was changed. Open it once where it can be written (remount read-write, "
+            "or copy the folder elsewhere and run `judgestore verify` on the copy)",
+        )
     if primary == _SQLITE_CANTOPEN and _on_readonly_filesystem(path):
         return StoreNotWritableError(path, "a read-only filesystem: SQLite cannot create its -wal and -shm files there")
     if primary in _SQLITE_OS_FAILURES:
@@ -347,8 +355,8 @@ def _os_failure(path: Path, error: OSError, needed_bytes: int | None) -> Judgest
         )
     return DatabaseIOError(
         where,
-        f"{error.strerror or error}; the operation was not completed. Check the disk and the path, then run "
-        "`judgestore verify`",
+        f"{error.strerror or error}; the operation was not completed. Check the disk and the path (for a "
+        "store's file, then run `judgestore verify`)",
     )
 
 

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 import tempfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +156,17 @@ def _edit_metadata(path: Path) -> None:
     metadata.write_bytes(orjson.dumps(doc, option=orjson.OPT_INDENT_2))
 
 
+def _leave_wal(path: Path) -> None:
+    """Leave a commit in ``path``'s -wal, as a writer killed before its checkpoint does."""
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        with conn:
+            conn.execute(f"UPDATE {_table(path)} SET run_id = 'left-in-the-wal' WHERE rowid = 1")
+        saved = {side: side.read_bytes() for side in (path, path.with_name(path.name + "-wal"))}
+    for side, data in saved.items():  # closing checkpointed and removed the -wal: put both back as they were
+        side.write_bytes(data)
+
+
 DAMAGES: dict[str, Callable[[Path], None]] = {
     "healthy": lambda path: None,
     "not SQLite": lambda path: path.write_bytes(b"this is a text file, not a database\n" * 200),
@@ -167,6 +179,7 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "metadata mismatch": _edit_metadata,
     "unreadable": lambda path: path.chmod(0),
     "read-only mount": lambda path: None,  # the whole store, on a tmpfs remounted read-only
+    "read-only mount, a -wal left": _leave_wal,  # ...and the bad files keep a commit in a -wal (a writer died)
 }
 
 
@@ -187,9 +200,10 @@ def as_nobody() -> Iterator[None]:
 
 @contextmanager
 def bad_place(kind: str, template: Place, tmp_path: Path) -> Iterator[Place]:
-    if kind == "read-only mount":
+    if kind.startswith("read-only mount"):
         with small_filesystem(tmp_path / "disk", "16m") as disk:
             place = copy_place(template, disk / "place")
+            _each(place, DAMAGES[kind])
             remount(disk, "ro")
             yield place
         return
@@ -256,7 +270,7 @@ def test_the_fixtures_are_what_they_say(template: Place, tmp_path: Path) -> None
     assert len(template.requests.read_bytes().splitlines()) == 3  # two hits and a miss
     for kind in DAMAGES:
         if kind in ("healthy", "read-only mount"):
-            continue
+            continue  # (a read-only mount has no bad file: every write fails)
         with bad_place(kind, template, tmp_path / kind.replace(" ", "-")) as place:
             with as_nobody() if kind == "unreadable" and is_root() else nullcontext():
                 status = judgestore("db", "status", "--json", "--store-root", str(place.root))
