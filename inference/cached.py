@@ -31,6 +31,12 @@ Contract (DESIGN.md, "Rules of behaviour"):
 * A plan with misses says whether they were expected: how many rows the
   descriptor's database already holds, or how many other descriptors of the
   same model the task has (``judgestore explain`` says why they missed).
+* Before the engine is prepared,
+  the store is checked for what can be known without writing
+  (:meth:`~store.store.Store.check_writable`: names, a read-only filesystem,
+  permissions), so such a store fails before any model loads; a write that
+  fails later (a full disk) raises its typed error with ``rows_kept``, the
+  rows this run stored before it, which are kept.
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
@@ -51,13 +57,13 @@ from inference.accounting import UsageTotals, priced, run_record, usage_totals
 from inference.backend import Backend, EngineRequest, Generation, StreamingBackend
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import BackendError, CacheMissError, InvalidInputError
+from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError
 from store.layout import Role, Selector, select
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
 from store.runs import record_run
 from store.settings import Settings
-from store.store import Store
+from store.store import Database, Store
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote
@@ -370,13 +376,16 @@ class CachedModel:
     def _generate(
         self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
     ) -> dict[str, Sample]:
+        store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
+        if store is not None and self._backend is None:
+            # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
+            # (and nothing is created for an engine that may yet be refused).
+            store.check_writable(role, self.task, self.descriptor)
         if self._backend is None:
             self._backend = self._backend_factory()
         self.last.engine_loaded = True
         backend = self._backend
-        database = None
-        if self.mode in ("use", "refresh") and self.store is not None:
-            database = self.store.database(role, self.task, self.descriptor)
+        database = None if store is None else store.database(role, self.task, self.descriptor)
         results: dict[str, Sample] = {}
 
         def write(done: Sequence[tuple[_Input, Generation]]) -> None:
@@ -388,7 +397,7 @@ class CachedModel:
                 if gen.text  # empty outputs are returned, never stored
             ]
             if database is not None and records:
-                self.last.written += database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+                self.last.written += self._write(database, records)
             for inp, gen in done:
                 results[inp.key] = Sample(
                     inp.key,
@@ -449,6 +458,18 @@ class CachedModel:
         """Streamed arrivals with their shares of the wall time since the last write (requests overlap)."""
         generations = priced([gen for _, gen in done], seconds)
         return list(zip((inp for inp, _ in done), generations, strict=True))
+
+    def _write(self, database: Database, records: list[Record]) -> int:
+        """Write one chunk; a failure (a full disk...) says how many rows this run stored before it."""
+        try:
+            return database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+        except JudgestoreError as e:
+            e.rows_kept = self.last.written
+            e.add_note(
+                f"This run stored {self.last.written} rows before the failure ({self.last.generated} generated); "
+                "they are kept, and running it again generates only the rest."
+            )
+            raise
 
     def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
         common: dict[str, Any] = {

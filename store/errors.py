@@ -9,6 +9,10 @@ Contract:
   exception (``raise ... from e``).
 * ``path`` is always a :class:`~pathlib.Path` on this machine; a path inside
   a remote is ``remote_path`` (a POSIX string).
+* Every SQLite, driver or filesystem failure on a store file reaches the
+  caller as a :class:`DatabaseFileError` (``store.engine.translated``
+  chooses which): damaged, full, not writable, busy, I/O... never as a raw
+  ``sqlite3``, SQLAlchemy or ``OSError`` exception.
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
   bad input (:class:`InvalidInputError`), sharing (:class:`SyncError`),
   legacy imports (:class:`LegacyError`), models and engines
@@ -21,7 +25,15 @@ from pathlib import Path
 
 
 class JudgestoreError(Exception):
-    """Base class of every error judgestore raises on purpose."""
+    """Base class of every error judgestore raises on purpose.
+
+    ``rows_kept`` is set by a command that stored rows before it failed (a
+    run that met a full disk): they are intact, and a rerun does not compute
+    them again. Notes added with :meth:`add_note` are part of the message the
+    command line prints.
+    """
+
+    rows_kept: int | None = None
 
 
 class InvalidInputError(JudgestoreError, ValueError):
@@ -146,6 +158,65 @@ class ServerPermissionError(ServerError):
 
 class ForeignSchemaError(ServerError):
     """A schema judgestore would use exists but belongs to something else; it is never touched."""
+
+
+class StoreFullError(DatabaseFileError):
+    """The filesystem holding a store file is full (or the user's quota is): the write was rolled back."""
+
+    def __init__(self, path: Path | str, *, free_bytes: int | None, needed_bytes: int | None = None) -> None:
+        self.free_bytes, self.needed_bytes = free_bytes, needed_bytes
+        free = "" if free_bytes is None else f" ({_size(free_bytes)} free on its filesystem)"
+        needed = (
+            "Free some space"
+            if needed_bytes is None
+            else f"Free at least {_size(needed_bytes)} (about twice the rows being written: SQLite journals them)"
+        )
+        super().__init__(
+            path,
+            f"the disk is full{free}: nothing of the failed write was kept, and rows stored before it are intact. "
+            f"{needed} or move the store (--store-root), then run the command again: "
+            "rows already stored are not computed again.",
+        )
+
+
+class StoreNotWritableError(DatabaseFileError):
+    """The filesystem refused a write: a read-only mount, or permissions. Nothing was changed."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(
+            path,
+            f"cannot be written ({reason}); nothing was changed. Read-only commands (ls, query, "
+            "verify, db status, generate --mode readonly) work here; to write, remount it read-write, "
+            "fix its permissions, or copy the store to a writable --store-root.",
+        )
+
+
+class DatabaseIOError(DatabaseFileError):
+    """The operating system failed to read or write the file (an I/O error, a file it cannot open)."""
+
+
+class DamagedTextError(CorruptDatabaseError):
+    """A text value in the file is not valid UTF-8: the page holding it was damaged."""
+
+
+class SchemaMismatchError(DatabaseFileError):
+    """A table or column that the file's schema revision promises is missing: another tool edited the file."""
+
+
+class UnexpectedDatabaseError(DatabaseFileError):
+    """SQLite failed in a way judgestore has no name for; the message carries SQLite's own words."""
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: ``812 bytes``, ``3.4 MB``."""
+    if n < 1000:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("kB", "MB", "GB"):
+        value /= 1000
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000:.1f} TB"
 
 
 class EmptyFilterError(JudgestoreError, ValueError):

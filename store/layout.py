@@ -12,6 +12,17 @@ Contract::
 
 * Segments are percent-encoded (``quote(s, safe="")``), so ``Qwen/Qwen3-8B`` is
   the one segment ``Qwen%2FQwen3-8B``; empty, ``.`` and ``..`` are rejected.
+* A segment whose encoding is longer than a file name may be
+  (:data:`NAME_MAX_BYTES`, 255 bytes on Linux filesystems: a 300-character
+  model id, 90 CJK characters) is shortened to its first
+  :data:`SHORT_PREFIX_BYTES` bytes, ``+`` and the SHA-256 of the whole name.
+  ``+`` never appears in an encoded segment, so a shortened one is known as
+  such; every name short enough for the filesystem keeps the folder it always
+  had. The whole name is in the folder's metadata.json: walking a store reads
+  it there (:meth:`Location.from_db_path`), so listings show the whole name,
+  and a name known only by its segment (a remote's listing, a metadata.json
+  that cannot be read) is a :class:`ShortName`, which selectors and the
+  metadata checks compare by segment.
 * ``metadata.json`` is written atomically (temporary file, fsync, rename) and
   its bytes are deterministic for a descriptor. :func:`read_metadata` refuses a
   folder whose name is not the hash of the descriptor it holds.
@@ -27,7 +38,8 @@ Contract::
 from __future__ import annotations
 
 import os
-import tempfile
+import re
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +49,7 @@ from urllib.parse import quote, unquote
 import orjson
 from pydantic import ValidationError
 
-from store.descriptor import ModelDescriptor
+from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 
 Role = Literal["completions", "judgements"]
@@ -51,20 +63,60 @@ WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
 SQLITE_SIDE_SUFFIXES = (WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX)  # files SQLite keeps beside a database
 LOCK_SUFFIX = ".lock"
 BACKUP_INFIX = ".bak-"
+NAME_MAX_BYTES = 255  # the longest file name ext4, xfs, btrfs, tmpfs and NFS take
+SHORT_PREFIX_BYTES = 120  # what a shortened segment keeps of the encoded name (then "+" and 64 hex)
+_LONGEST_ESCAPE = len("%F0%9F%99%82")  # one character, encoded
+_SHORTENED = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*\+[0-9a-f]{64}")
+
+
+class ShortName(str):
+    """A name known only by its shortened segment (see the module docstring); its value is the segment.
+
+    The whole name is in the folder's metadata.json. :func:`encode_segment`
+    gives the segment back, so a location holding one still has its folder.
+    """
+
+
+def same_name(wanted: str, name: str) -> bool:
+    """Whether ``name`` (a location's, perhaps a :class:`ShortName`) is ``wanted`` (a whole name)."""
+    if isinstance(name, ShortName):
+        return encode_segment(wanted) == name
+    return name == wanted
 
 
 def encode_segment(value: str) -> str:
-    """Percent-encode one path segment; reject empty, ``.`` and ``..``."""
+    """Percent-encode one path segment, shortened if too long (module docstring); reject empty, ``.``, ``..``."""
+    if isinstance(value, ShortName):
+        return str(value)
     if not isinstance(value, str) or value in ("", ".", ".."):
         raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
     try:
-        return quote(value, safe="")
+        encoded = quote(value, safe="")
     except UnicodeEncodeError as e:  # lone surrogates have no UTF-8 bytes to encode
         raise InvalidInputError(f"invalid path segment {value!r}: not valid Unicode text ({e})") from e
+    if len(encoded) <= NAME_MAX_BYTES:
+        return encoded
+    prefix, size = [], 0
+    for char in value:  # whole characters only: a prefix is itself a canonical segment
+        piece = quote(char, safe="")
+        if size + len(piece) > SHORT_PREFIX_BYTES:
+            break
+        prefix.append(piece)
+        size += len(piece)
+    return f"{''.join(prefix)}+{sha256_hex(value.encode())}"
 
 
 def decode_segment(segment: str) -> str:
-    """Inverse of :func:`encode_segment`; rejects what it would never produce."""
+    """Inverse of :func:`encode_segment` (a shortened segment gives a :class:`ShortName`); rejects the rest."""
+    if "+" in segment:
+        prefix = segment.partition("+")[0]
+        if _SHORTENED.fullmatch(segment) and SHORT_PREFIX_BYTES - _LONGEST_ESCAPE < len(prefix) <= SHORT_PREFIX_BYTES:
+            try:
+                if quote(unquote(prefix, errors="strict"), safe="") == prefix:
+                    return ShortName(segment)
+            except UnicodeDecodeError:
+                pass
+        raise InvalidInputError(f"path segment {segment!r} is neither percent-encoded nor a shortened name")
     value = unquote(segment)
     if encode_segment(value) != segment:
         raise InvalidInputError(f"path segment {segment!r} is not in canonical percent-encoding")
@@ -123,12 +175,28 @@ class Location:
 
     @classmethod
     def from_db_path(cls, root: Path, db_path: Path) -> Location:
-        """Parse ``{root}/{role}/{task}/{provider}/{model}/{hash16}/{role}.db``."""
+        """Parse ``{root}/{role}/{task}/{provider}/{model}/{hash16}/{role}.db``.
+
+        Shortened names are read from the folder's metadata.json; where it cannot be read (or
+        does not match), they stay :class:`ShortName` and the metadata checks report the folder.
+        """
         parts = db_path.relative_to(root).parts
         if len(parts) != 6 or parts[0] not in ROLES or parts[5] != database_name(parts[0]):
             raise InvalidInputError(f"{db_path} is not a descriptor database path under {root}")
         role, task, provider, model, hash16 = parts[0], *map(decode_segment, parts[1:5])
-        return cls(check_role(role), task, provider, model, hash16)
+        location = cls(check_role(role), task, provider, model, hash16)
+        shortened = any(isinstance(name, ShortName) for name in (task, provider, model))
+        return location._resolved(db_path.parent) if shortened else location
+
+    def _resolved(self, folder: Path) -> Location:
+        """This location with its shortened names replaced by the whole names its metadata.json records."""
+        try:
+            metadata = read_metadata(folder)
+        except (MetadataMissingError, MetadataMismatchError, OSError):
+            return self
+        whole = Location(self.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model,
+                         self.descriptor_hash16)  # fmt: skip
+        return whole if whole.relative_folder() == self.relative_folder() else self
 
 
 # ---------------------------------------------------------------- file names
@@ -205,17 +273,32 @@ def metadata_bytes(role: Role, task: str, descriptor: ModelDescriptor, assumptio
 
 
 def write_metadata(folder: Path, data: bytes) -> None:
-    """Write metadata.json atomically: readers see the old file or the new one."""
-    folder.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=METADATA_TEMP_PREFIX, suffix=".tmp")
+    """Write metadata.json atomically: readers see the old file or the new one.
+
+    On failure (a full or read-only disk) nothing is left behind: neither the
+    temporary file nor the folders this call created.
+    """
+    created = [f for f in (folder, *folder.parents) if not f.exists()]
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, folder / METADATA_FILE)
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = folder / f"{METADATA_TEMP_PREFIX}{uuid.uuid4().hex}.tmp"
+        # Mode 0666 less the umask, as any file the user writes: colleagues sharing the store read it.
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, folder / METADATA_FILE)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        for made in created:  # deepest first; a folder another process filled meanwhile stays
+            try:
+                made.rmdir()
+            except OSError:
+                break
         raise
 
 
@@ -258,7 +341,7 @@ def read_location_metadata(root: Path, location: Location) -> StoredMetadata:
     metadata = read_metadata(folder)
     recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
     actual = (location.role, location.task, location.provider, location.model)
-    if recorded != actual:
+    if Location(*recorded, location.descriptor_hash16).relative_folder() != location.relative_folder():
         raise MetadataMismatchError(
             folder / METADATA_FILE,
             f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
@@ -317,9 +400,9 @@ class Selector:
     def matches(self, location: Location) -> bool:
         return (
             (self.role is None or location.role == self.role)
-            and (self.task is None or location.task == self.task)
-            and (self.provider is None or location.provider == self.provider)
-            and (self.model is None or location.model == self.model)
+            and (self.task is None or same_name(self.task, location.task))
+            and (self.provider is None or same_name(self.provider, location.provider))
+            and (self.model is None or same_name(self.model, location.model))
             and (self.descriptor is None or location.descriptor_hash16.startswith(self.descriptor[:16]))
         )
 

@@ -30,8 +30,8 @@ from typing import Any
 
 from store.errors import InvalidInputError
 from store.layout import Location, Selector
-from store.records import RowFilter, RowTotals
-from store.store import Database, RowCount, Store
+from store.records import RowCount, RowFilter, RowTotals
+from store.store import Database, Store
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}

@@ -8,18 +8,22 @@ that exist only on judgements (:data:`JUDGEMENT_ONLY_FILTERS`) restrict a
 query to judgement databases (:func:`roles_for`), and combined with
 ``role="completions"`` they are an error. What went wrong is selectable
 too: rows by finish reason (``"length"``: truncated at ``max_tokens``),
-empty completions, and error rows (:data:`ERROR_FINISH_REASONS`).
+empty completions, and error rows (:data:`ERROR_FINISH_REASONS`). :class:`FoundRow` and
+:class:`RowCount` are a row, or a count of rows, with the location of the
+database it came from, as the store's queries across databases return them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, get_args
 
 from store.errors import InvalidInputError
-from store.layout import ROLES, Role
+from store.layout import ROLES, Location, Role
 
 Orientation = Literal["direct", "reversed"]  # relative to the source pair (see store.models.Judgement)
 ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
@@ -194,3 +198,44 @@ def parse_timestamp(value: str) -> datetime:
             f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-01-31 or 2026-01-31T12:00:00+02:00)"
         ) from e
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+# ---------------------------------------------------------------- rows across databases
+
+LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
+
+
+def row_columns(roles: Iterable[Role] = ROLES) -> tuple[str, ...]:
+    """Column names of :meth:`FoundRow.as_dict` for rows of ``roles``: location first, then the record's fields."""
+    chosen = set(roles)
+    columns: list[str] = list(LOCATION_COLUMNS)
+    for role in ROLES:
+        if role in chosen:
+            columns += [name for name in record_fields(RECORD_OF_ROLE[role]) if name not in columns]
+    return tuple(columns)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundRow:
+    """A row and the database it came from."""
+
+    location: Location
+    record: Record
+
+    def as_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = self.location.as_dict(model_key="descriptor_model")
+        for name in record_fields(type(self.record)):
+            values[name] = getattr(self.record, name)
+        return values
+
+
+@dataclass(frozen=True, slots=True)
+class RowCount:
+    """How many rows of one database a filter matched (or deleted)."""
+
+    location: Location
+    path: Path
+    rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.location.as_dict(), "path": str(self.path), "rows": self.rows}

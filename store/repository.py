@@ -7,7 +7,15 @@ Contract:
 * :meth:`~Repository.get_many` takes any number of hashes and returns the rows
   found (missing keys are simply absent) in batches of one statement each.
 * :meth:`~Repository.put_many` inserts in one executemany; ``"ignore"`` keeps
-  the row already stored, ``"replace"`` overwrites it.
+  the row already stored, ``"replace"`` overwrites it. It first checks that
+  every row is stored under the hash of its input (``input_hash`` is
+  :func:`~store.descriptor.input_hash` of ``input_text`` and
+  ``sample_index``): a row under another key would be a stale hit until
+  ``judgestore verify`` found it. The check hashes each ``input_text`` once,
+  about 11 us for an 8 KB row (18% of a 10,000-row put_many); ``verify``
+  remains the net for files written by other tools. Text that is not valid
+  Unicode (a lone surrogate) is an :class:`~store.errors.InvalidInputError`
+  naming the row and column, like a surrogate in a prompt.
 * :meth:`~Repository.query` streams: rows are fetched in partitions, never all
   at once. :meth:`~Repository.delete` refuses an empty filter.
 * Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
@@ -56,6 +64,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.sql.selectable import TableValuedAlias
 
+from store.descriptor import input_hash
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.models import MODEL_OF_ROLE
@@ -67,8 +76,23 @@ DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what Row
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 STREAM_PARTITION = 1_000
+ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
 # (role, on_conflict, paramstyle) -> (SQL, parameter names in order, their getter): compiled once per process
 _SQLITE_INSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...], attrgetter[Any]]] = {}
+
+
+def journaled_bytes(records: Sequence[Record]) -> int:
+    """About the disk space writing ``records`` needs: their text twice over (pages, and SQLite's journal of them)."""
+    return 2 * sum(len(r.input_text) + len(r.completion) + ROW_OVERHEAD_BYTES for r in records)
+
+
+def _unencodable(text: str) -> str | None:
+    """The first characters of ``text`` that UTF-8 cannot encode (lone surrogates), or None."""
+    try:
+        text.encode()
+    except UnicodeEncodeError as e:
+        return text[e.start : e.end]
+    return None
 
 
 @contextmanager
@@ -164,22 +188,32 @@ class Repository:
     # ------------------------------------------------------------ writes
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
-        """Insert ``records``; returns how many rows were written (ignored duplicates not counted)."""
+        """Insert ``records``; returns how many rows were written (ignored duplicates not counted).
+
+        A malformed row raises :class:`InvalidInputError` naming it, and the transaction must
+        not commit (the database's own transactions roll back): a record of the other table,
+        an ``input_hash`` that is not the hash of the row's input (:func:`store.descriptor.input_hash`),
+        text that is not valid Unicode (a lone surrogate, in any column), a value a column refuses.
+        """
         if on_conflict not in ("ignore", "replace"):
             raise InvalidInputError(f"on_conflict must be 'ignore' or 'replace', got {on_conflict!r}")
+        rows: list[Any] = []
+        names: tuple[str, ...] = self._fields
         try:
             if self.conn.dialect.name == "sqlite":
-                sql, rows = self._sqlite_rows(records, on_conflict)
+                sql, names, rows = self._sqlite_rows(records, on_conflict)
                 if not rows:
                     return 0
                 result = self.conn.exec_driver_sql(sql, rows)
             else:
-                dicts = [dict(zip(self._fields, self._values_of(r), strict=True)) for r in self._checked(records)]
-                if not dicts:
+                rows = [dict(zip(self._fields, self._values_of(r), strict=True)) for r in self._checked(records)]
+                if not rows:
                     return 0
                 # RETURNING counts what was written: a batched executemany has no reliable rowcount.
                 stmt = self._insert(on_conflict).returning(self.table.c.input_hash)
-                return len(self.conn.execute(stmt, dicts).all())
+                return len(self.conn.execute(stmt, rows).all())
+        except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
+            raise self._not_unicode(names, rows) from e
         except IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
             raise InvalidInputError(f"{self.role} rows rejected by the database: {e.orig}") from e
         except StatementError as e:
@@ -188,16 +222,50 @@ class Repository:
             raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e  # e.g. a naive created_at
         return max(result.rowcount, 0)
 
+    def _not_unicode(self, names: tuple[str, ...], rows: Sequence[Any]) -> InvalidInputError:
+        """The error naming the first row (and column) holding text that is not valid Unicode."""
+        for row in rows:
+            values = row if isinstance(row, dict) else dict(zip(names, row, strict=True))
+            for name, value in values.items():
+                if isinstance(value, str) and (bad := _unencodable(value)) is not None:
+                    return InvalidInputError(
+                        f"{self.role} row {values.get('input_hash')!r}: {name} is not valid Unicode text (it holds "
+                        f"the lone surrogate {bad!r}, which has no UTF-8 bytes); nothing of the batch was written"
+                    )
+        return InvalidInputError(f"{self.role} rows hold text that is not valid Unicode")
+
     def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
+        """Each record, once it is known to be of this table and to be stored under the hash of its input."""
         for record in records:
             if type(record) is not self.record_type:
                 raise InvalidInputError(
                     f"{self.role} rows must be {self.record_type.__name__}, got {type(record).__name__}"
                 )
+            self._check_key(record)
             yield record
 
-    def _sqlite_rows(self, records: Iterable[Record], on_conflict: OnConflict) -> tuple[str, list[tuple[Any, ...]]]:
-        """The insert's SQL and its parameter tuples, bound by the column types' own bind processors.
+    def _check_key(self, record: Record) -> None:
+        """Refuse a row whose ``input_hash`` is not the content address of its ``input_text`` (and sample).
+
+        A row stored under another key would be served as a hit for an input it does not answer.
+        """
+        if not isinstance(record.input_text, str):
+            raise InvalidInputError(f"{self.role} row {record.input_hash!r}: input_text must be text")
+        try:
+            actual = input_hash(record.input_text, record.sample_index)
+        except (InvalidInputError, ValueError) as e:  # not UTF-8 text; a sample > 0 of an input that is not JSON
+            raise InvalidInputError(f"{self.role} row {record.input_hash!r}: input_text cannot be hashed ({e})") from e
+        if actual != record.input_hash:
+            raise InvalidInputError(
+                f"{self.role} row {record.input_hash!r} (sample {record.sample_index}): its input_text hashes to "
+                f"{actual}; a row is stored under the hash of its input (store.descriptor.input_hash). Nothing of "
+                "the batch was written"
+            )
+
+    def _sqlite_rows(
+        self, records: Iterable[Record], on_conflict: OnConflict
+    ) -> tuple[str, tuple[str, ...], list[tuple[Any, ...]]]:
+        """The insert's SQL, its parameter names and tuples, bound by the column types' own bind processors.
 
         This is what ``conn.execute(insert, dicts)`` sends, without SQLAlchemy's per-row parameter
         processing (about 1.3x of raw sqlite3 on ~9 KB rows): the statement is compiled once and
@@ -228,7 +296,7 @@ class Repository:
             except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
                 raise InvalidInputError(f"{self.role} row cannot be written: {e}") from e
             rows.append(tuple(values))
-        return sql, rows
+        return sql, names, rows
 
     def _insert(self, on_conflict: OnConflict) -> Any:
         dialect = sqlite if self.conn.dialect.name == "sqlite" else postgresql

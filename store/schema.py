@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, inspect, text
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.engine import create_sqlite_engine, raise_translated, translated
 from store.errors import (
@@ -147,12 +147,12 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
     except OperationalError as e:
         if "no such table" not in str(e.orig):
             raise_translated(path, e)
-    except DatabaseError as e:
+    except DBAPIError as e:
         raise_translated(path, e)
     # No version table, or a version table without exactly one row: is anything else here?
     try:
         tables = tuple(sorted(inspect(conn).get_table_names()))
-    except DatabaseError as e:
+    except DBAPIError as e:
         raise_translated(path, e)
     state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
     return SchemaStatus(state, None, known.head, tables)
@@ -263,9 +263,11 @@ def database_info(
                 state, revision, error = status.state, status.revision, status_error(status, path)
                 if status.state is DatabaseState.CURRENT and count_rows:
                     rows = Repository(conn, location.role).count()
+                elif status.state is DatabaseState.EMPTY and count_rows:
+                    rows = 0  # no tables yet: empty, nothing to read (store.store's one meaning of it)
         finally:
             engine.dispose()
-    except DatabaseError as e:
+    except DBAPIError as e:
         failure = translated(path, e)
         state, error = _file_state(failure), str(failure)
     except (JudgestoreError, OSError) as e:

@@ -27,23 +27,33 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
+* A database without tables (zero bytes: another process is creating it)
+  means one thing: empty. Read-only, :meth:`Store.find` and
+  :meth:`Store.open_existing` return None for it; queries and pushes skip it.
 """
 
 from __future__ import annotations
 
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DBAPIError
 
 from store.descriptor import ModelDescriptor
-from store.engine import apply_journal_mode, create_sqlite_engine, file_stamp, raise_translated
+from store.engine import (
+    apply_journal_mode,
+    create_sqlite_engine,
+    file_stamp,
+    raise_translated,
+    translated,
+    write_refusal,
+)
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
@@ -52,12 +62,11 @@ from store.errors import (
     EmptyFilterError,
     InvalidInputError,
     NotADatabaseError,
+    StoreFullError,
     UpgradeFailedError,
 )
 from store.layout import (
-    ROLES,
     Location,
-    Role,
     Selector,
     StoredMetadata,
     lock_path,
@@ -68,8 +77,8 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.records import RECORD_OF_ROLE, Record, RowFilter, record_fields, roles_for
-from store.repository import OnConflict, Repository
+from store.records import FoundRow, Record, RowCount, RowFilter, roles_for
+from store.repository import OnConflict, Repository, journaled_bytes
 from store.schema import DatabaseState, SchemaStatus, classify, create_at_head, raise_for_status
 from store.settings import Settings
 from store.upgrade import UpgradeOutcome, upgrade_database
@@ -119,21 +128,26 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Repository]:
         """A write transaction (``BEGIN IMMEDIATE``): commits on success, rolls back on error."""
+        with self._translated(), self._write_transaction() as repo:
+            yield repo
+
+    @contextmanager
+    def _write_transaction(self) -> Iterator[Repository]:
+        """:meth:`transaction` without the translation of errors (so that :meth:`_retry` sees a lock)."""
         if self.readonly:
             raise DatabaseFileError(
                 self.path, "was opened read-only: writes are refused (open the store without readonly)"
             )
-        with self._translated():
-            conn = self.engine.connect().execution_options(write=True)
-            try:
-                self._retry(conn.begin)
-                yield Repository(conn, self.location.role)
-                conn.commit()
-            except BaseException:
-                conn.rollback()
-                raise
-            finally:
-                conn.close()
+        conn = self.engine.connect().execution_options(write=True)
+        try:
+            self._retry(conn.begin)
+            yield Repository(conn, self.location.role)
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
 
     @contextmanager
     def reading(self) -> Iterator[Repository]:
@@ -142,21 +156,23 @@ class Database:
             yield Repository(conn, self.location.role)
 
     @contextmanager
-    def _translated(self) -> Iterator[None]:
-        """A damaged file found mid-use raises the typed error an open would have raised."""
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        """Any SQLite, driver or OS failure raises its typed error; ``needed_bytes()`` sizes a full disk's."""
         try:
             yield
-        except DatabaseError as e:
-            if isinstance(e, OperationalError):  # locks, missing tables...: not about the file's bytes
-                raise
-            raise_translated(self.path, e)
+        except (DBAPIError, sqlite3.Error, OSError) as e:
+            typed = translated(self.path, e)
+            if isinstance(typed, StoreFullError) and needed_bytes is not None:
+                typed = StoreFullError(typed.path, free_bytes=typed.free_bytes, needed_bytes=needed_bytes())
+            raise typed from e
 
-    def _write(self, work: Callable[[Repository], T]) -> T:
+    def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
         def attempt() -> T:
-            with self.transaction() as repo:
+            with self._write_transaction() as repo:
                 return work(repo)
 
-        return self._retry(attempt)
+        with self._translated(needed_bytes):
+            return self._retry(attempt)
 
     def _read(self, work: Callable[[Repository], T]) -> T:
         def attempt() -> T:
@@ -171,7 +187,7 @@ class Database:
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)
-        return self._write(lambda repo: repo.put_many(rows, on_conflict))
+        return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
     def delete(self, flt: RowFilter) -> int:
         return self._write(lambda repo: repo.delete(flt))
@@ -217,15 +233,11 @@ class Store:
     # ------------------------------------------------------------ rows across databases
 
     def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
-        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
+        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
         roles = roles_for(flt, selector.role)
         for location in select(self.root, selector):
-            if location.role not in roles:
-                continue
-            try:
-                yield self.open(location)
-            except DatabaseMissingError:
-                continue
+            if location.role in roles and (database := self.open_existing(location)) is not None:
+                yield database
 
     def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
         """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
@@ -281,15 +293,38 @@ class Store:
             return cached
         folder = location.folder(self.root)
         if not self.readonly and not location.metadata_path(self.root).exists():
-            write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
+            try:
+                write_metadata(folder, metadata_bytes(location.role, task, descriptor, assumptions))
+            except OSError as e:  # a full or read-only disk: typed, naming the folder
+                raise_translated(folder, e)
         return self.open(location)
 
+    def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
+        """Raise what writing this descriptor's database would meet, where that is known without writing anything.
+
+        A name the layout refuses, a read-only store (:func:`store.engine.write_refusal`: a read-only
+        filesystem, no permission). A full disk shows only when a write fails.
+        """
+        path = Location.of(role, task, descriptor).db_path(self.root)
+        refusal = DatabaseFileError(path, "the store was opened read-only") if self.readonly else write_refusal(path)
+        if refusal is not None:
+            raise refusal
+
     def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
-        """The database of ``descriptor`` if it exists; never creates anything."""
-        location = Location.of(role, task, descriptor)
+        """The database of ``descriptor`` if it has anything to read (:meth:`open_existing`); creates no file."""
+        return self.open_existing(Location.of(role, task, descriptor))
+
+    def open_existing(self, location: Location) -> Database | None:
+        """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet.
+
+        A zero-byte file is what another process creating the database leaves for an instant.
+        """
         if not location.db_path(self.root).exists():
             return None
-        return self.open(location)
+        try:
+            return self.open(location)
+        except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
+            return None
 
     def open(self, location: Location) -> Database:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""
@@ -299,10 +334,16 @@ class Store:
             return cached
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
-        read_location_metadata(self.root, location)
+        try:
+            read_location_metadata(self.root, location)
+        except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
+            raise_translated(location.metadata_path(self.root), e)
         engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
         try:
             self._check_schema(engine, path)
+        except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
+            engine.dispose()
+            raise_translated(path, e)
         except BaseException:
             engine.dispose()
             raise
@@ -323,7 +364,7 @@ class Store:
             try:
                 with engine.connect() as conn:
                     return classify(conn, path)
-            except DatabaseError as e:  # connecting can fail too (a file that is not a database)
+            except DBAPIError as e:  # connecting can fail too (a file that is not a database)
                 raise_translated(path, e)
 
         return _stable_read(path, attempt) if self.readonly else attempt()
@@ -361,44 +402,3 @@ class Store:
                     create_at_head(conn)
                 else:
                     raise_for_status(status, path)
-
-
-# ---------------------------------------------------------------- rows across databases
-
-LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
-
-
-def row_columns(roles: Iterable[Role] = ROLES) -> tuple[str, ...]:
-    """Column names of :meth:`FoundRow.as_dict` for rows of ``roles``: location first, then the record's fields."""
-    chosen = set(roles)
-    columns: list[str] = list(LOCATION_COLUMNS)
-    for role in ROLES:
-        if role in chosen:
-            columns += [name for name in record_fields(RECORD_OF_ROLE[role]) if name not in columns]
-    return tuple(columns)
-
-
-@dataclass(frozen=True, slots=True)
-class FoundRow:
-    """A row and the database it came from."""
-
-    location: Location
-    record: Record
-
-    def as_dict(self) -> dict[str, Any]:
-        values: dict[str, Any] = self.location.as_dict(model_key="descriptor_model")
-        for name in record_fields(type(self.record)):
-            values[name] = getattr(self.record, name)
-        return values
-
-
-@dataclass(frozen=True, slots=True)
-class RowCount:
-    """How many rows of one database a filter matched (or deleted)."""
-
-    location: Location
-    path: Path
-    rows: int
-
-    def as_dict(self) -> dict[str, Any]:
-        return {**self.location.as_dict(), "path": str(self.path), "rows": self.rows}

@@ -7,7 +7,9 @@ Contract:
   (:func:`store.layout.backup_path`), migrates inside one write transaction,
   verifies the row counts, and restores the backup on any failure. Only a
   ``behind`` database is written; ahead, foreign, empty and damaged files are
-  reported (``refused``) untouched; a current one is ``up-to-date``.
+  reported (``refused``) untouched; a current one is ``up-to-date``. A disk
+  without room for the backup, or that cannot be written, refuses the
+  upgrade before anything is written (a copy that fails midway is removed).
 * :func:`upgrade_databases` does that for many files, one bad file never
   stopping the others; a second run does nothing. :func:`upgrade_store` does
   it for descriptor folders of a store, refusing, read-only, every folder that
@@ -19,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import shutil
+import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -27,12 +30,12 @@ from typing import TYPE_CHECKING
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine, inspect, text
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.engine import create_sqlite_engine, translated
-from store.errors import DatabaseFileError
-from store.layout import Location, backup_path, database_files, lock_path, shm_path, wal_path
+from store.engine import NEARLY_FULL_BYTES, create_sqlite_engine, free_bytes, translated
+from store.errors import DatabaseFileError, StoreFullError
+from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
 from store.schema import (
     VERSION_TABLE,
     DatabaseState,
@@ -73,12 +76,22 @@ def _row_counts(conn: Connection) -> dict[str, int]:
 
 
 def _backup(db_path: Path, revision: str | None) -> Path:
-    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path."""
+    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path.
+
+    A copy that fails (a full disk) leaves no partial backup behind and raises the typed error.
+    """
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = backup_path(db_path, revision, stamp)
-    for source in database_files(db_path):
-        if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
-            shutil.copy2(source, Path(str(source).replace(str(db_path), str(target), 1)))
+    copies: list[Path] = []
+    try:
+        for source in database_files(db_path):
+            if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
+                copies.append(Path(str(source).replace(str(db_path), str(target), 1)))
+                shutil.copy2(source, copies[-1])
+    except OSError as e:
+        for copy in copies:
+            copy.unlink(missing_ok=True)
+        raise translated(target, e, needed_bytes=database_size(db_path)) from e
     return target
 
 
@@ -108,12 +121,23 @@ def upgrade_database(
     """Upgrade one database to head; see the module docstring for the guarantees."""
     script = script or schema.script_directory()
     known = schema.revisions() if script is schema.script_directory() else revisions_of(script)
-    with FileLock(lock_path(db_path)):
+    needed, free = database_size(db_path), free_bytes(db_path)
+    if free is not None and free < needed + NEARLY_FULL_BYTES:  # the backup would not fit: refuse before any write
+        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES)
+        return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error=f"{full} (the backup needs the room)")
+    try:
+        lock = FileLock(lock_path(db_path))
+        lock.acquire()
+    except OSError as e:  # a read-only or full disk cannot hold the lock file: nothing was touched
+        return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error=str(translated(db_path, e)))
+    try:
         engine = create_sqlite_engine(db_path, settings, pooled=False)
         try:
             result = _upgrade_locked(engine, db_path, known, script)
         finally:
             engine.dispose()
+    finally:
+        lock.release()
     if result.backup is not None and result.outcome is UpgradeOutcome.UPGRADED and not keep_backup:
         for path in database_files(result.backup):
             path.unlink()
@@ -144,9 +168,9 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             reached = classify(conn, db_path, known).revision
     except Exception as e:
         if backup is None:  # refused before anything was written
-            if isinstance(e, DatabaseError):  # e.g. not a database at all, failing on BEGIN
+            if isinstance(e, DBAPIError | sqlite3.Error | OSError):  # not a database, failing on BEGIN; read-only
                 e = translated(db_path, e)
-            if isinstance(e, DatabaseFileError | DatabaseError):
+            if isinstance(e, DatabaseFileError):
                 return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
             raise
         engine.dispose()  # release the file before its bytes are put back

@@ -5,7 +5,8 @@ Contract:
 * :func:`verify_database` checks one database read-only (nothing written,
   not even a ``-wal`` file): SQLite's ``integrity_check``, its metadata.json
   against its folder, its schema state, and that every row's ``input_text``
-  hashes to its ``input_hash``. It never raises for a bad database: what is
+  hashes to its ``input_hash`` (a row whose text is not valid UTF-8, a
+  damaged page, is named by its key). It never raises for a bad database: what is
   wrong becomes :class:`Problem` records, each naming its file and the next
   step.
 * :func:`stray_paths` lists files and folders under a root that are not part
@@ -15,17 +16,24 @@ Contract:
 from __future__ import annotations
 
 import enum
+import sqlite3
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, text
-from sqlalchemy.exc import DatabaseError
+from sqlalchemy.exc import DBAPIError
 
 from store import schema
 from store.descriptor import input_hash
 from store.engine import create_sqlite_engine, translated
-from store.errors import InvalidInputError, JudgestoreError, MetadataMismatchError, MetadataMissingError
+from store.errors import (
+    DamagedTextError,
+    InvalidInputError,
+    JudgestoreError,
+    MetadataMismatchError,
+    MetadataMissingError,
+)
 from store.layout import (
     LEVELS,
     METADATA_FILE,
@@ -52,6 +60,7 @@ class ProblemKind(enum.StrEnum):
     METADATA = "metadata"  # metadata.json missing or not matching its folder
     SCHEMA = "schema"  # behind, ahead or foreign
     INPUT_HASH = "input-hash"  # a row's input_text does not hash to its input_hash
+    TEXT = "text"  # a row holds text that is not valid UTF-8 (a damaged page)
     STRAY = "stray"  # a file or folder that is not part of the layout
 
 
@@ -85,31 +94,87 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
     return [Problem(path, ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
 
 
-def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
-    checked, bad = 0, 0
-    problems: list[Problem] = []
-    for record in Repository(conn, location.role).query():
-        checked += 1
+class _RowChecks:
+    """Problems found row by row: rows whose input does not hash to their key, rows whose text is damaged."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.checked = 0
+        self.bad = 0
+        self.problems: list[Problem] = []
+
+    def _add(self, kind: ProblemKind, message: str) -> None:
+        self.bad += 1
+        if self.bad <= MAX_LISTED_BAD_ROWS:
+            self.problems.append(Problem(self.path, kind, message))
+
+    def hashed(self, key: str, sample_index: int, rendered: str | bytes) -> None:
+        self.checked += 1
         try:
-            actual = input_hash(record.input_text, record.sample_index)
+            actual = input_hash(rendered, sample_index)
         except (JudgestoreError, ValueError) as e:
             actual = f"<unhashable: {e}>"
-        if actual == record.input_hash:
-            continue
-        bad += 1
-        if bad <= MAX_LISTED_BAD_ROWS:
-            problems.append(
-                Problem(
-                    path,
-                    ProblemKind.INPUT_HASH,
-                    f"row {record.input_hash} (sample {record.sample_index}): its input_text hashes to "
-                    f"{actual[:16]}..., not to its input_hash; the row was edited. Delete it with "
-                    f"`judgestore delete --input-hash {record.input_hash}` so that it is recomputed",
-                )
+        if actual != key:
+            self._add(
+                ProblemKind.INPUT_HASH,
+                f"row {key} (sample {sample_index}): its input_text hashes to {actual[:16]}..., not to its "
+                f"input_hash; the row was edited. Delete it with `judgestore delete --input-hash {key}` so that "
+                "it is recomputed",
             )
-    if bad > MAX_LISTED_BAD_ROWS:
-        problems.append(Problem(path, ProblemKind.INPUT_HASH, f"{bad} rows in all do not hash to their input_hash"))
-    return checked, problems
+
+    def damaged(self, key: str | None, rowid: int, columns: list[str]) -> None:
+        self.checked += 1
+        fix = (
+            f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
+            if key is not None
+            else "Its key is damaged too: restore the file from a backup, or delete the file to recompute its rows"
+        )
+        self._add(
+            ProblemKind.TEXT,
+            f"row {key or '?'} (rowid {rowid}): {', '.join(columns)} {'is' if len(columns) == 1 else 'are'} not "
+            f"valid UTF-8 (a damaged page). {fix}",
+        )
+
+    def result(self) -> tuple[int, list[Problem]]:
+        if self.bad > MAX_LISTED_BAD_ROWS:
+            self.problems.append(Problem(self.path, ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems"))
+        return self.checked, self.problems
+
+
+def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
+    checks = _RowChecks(path)
+    for record in Repository(conn, location.role).query():
+        checks.hashed(record.input_hash, record.sample_index, record.input_text)
+    return checks.result()
+
+
+def _utf8(value: bytes) -> str | None:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
+    """The row scan again, reading text as bytes: names the rows whose text is not UTF-8 (damaged pages)."""
+    checks = _RowChecks(path)
+    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+    saved, driver.text_factory = driver.text_factory, bytes
+    try:
+        cursor = driver.execute(f'SELECT rowid, * FROM "{Repository(conn, location.role).table.name}"')
+        names = [column[0] for column in cursor.description]
+        for rowid, *values in cursor:
+            row = dict(zip(names[1:], values, strict=True))
+            raw_key = row["input_hash"]
+            key = _utf8(raw_key) if isinstance(raw_key, bytes) else None
+            bad = [name for name, v in row.items() if isinstance(v, bytes) and _utf8(v) is None]
+            if bad or key is None:
+                checks.damaged(key, rowid, bad or ["input_hash"])
+            else:
+                checks.hashed(key, int(row["sample_index"]), row["input_text"])
+    finally:
+        driver.text_factory = saved
+    return checks.result()
 
 
 def verify_database(
@@ -135,11 +200,16 @@ def verify_database(
                 if status.state not in USABLE_STATES:
                     problems.append(Problem(path, ProblemKind.SCHEMA, str(status_error(status, path))))
                 elif status.state is DatabaseState.CURRENT:
-                    checked, bad_rows = _row_hash_problems(conn, location, path)
+                    try:
+                        checked, bad_rows = _row_hash_problems(conn, location, path)
+                    except DBAPIError as e:
+                        if not isinstance(translated(path, e), DamagedTextError):
+                            raise
+                        checked, bad_rows = _raw_row_problems(conn, location, path)
                     problems += bad_rows
         finally:
             engine.dispose()
-    except DatabaseError as e:
+    except DBAPIError as e:
         problems.append(Problem(path, ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
         problems.append(Problem(path, ProblemKind.FILE, f"{type(e).__name__}: {e}"))

@@ -3,9 +3,13 @@
 Contract:
 
 * :func:`command_errors` is the edge: a :class:`~store.errors.JudgestoreError`
-  becomes one line on stderr (with ``--json``: a JSON object with ``error``,
-  ``type`` and, when known, ``path``) and exit status 1. Usage errors exit 2
-  (click).
+  becomes one line on stderr, its notes after it (with ``--json``: a JSON
+  object with ``error``, ``type`` and, when known, ``path``, ``notes`` and
+  ``rows_kept``) and exit status 1. An SQLite, driver or filesystem error
+  that a library path failed to translate is translated here
+  (:func:`store.engine.translated`, naming the file the error names, else
+  the store root): no command prints a Python traceback for a bad file or
+  a bad disk. Usage errors exit 2 (click).
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
@@ -30,12 +34,14 @@ from __future__ import annotations
 import enum
 import functools
 import inspect
+import os
+import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, ParamSpec, TypeVar
+from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -44,8 +50,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from rich.text import Text
+from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues
+from store.engine import translated
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
 from store.layout import Location, Selector
 from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
@@ -58,6 +66,7 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 SELECT_PANEL = "Select databases"
+LONG_NAME_CELL = 48  # the widest a task, provider or model cell of a table gets (--json has the whole name)
 FILTER_PANEL = "Filter rows"
 
 
@@ -82,11 +91,15 @@ def stderr() -> Console:
     return Console(stderr=True, highlight=False)
 
 
-def _error_payload(error: JudgestoreError) -> dict[str, str]:
-    payload = {"error": str(error), "type": type(error).__name__}
+def _error_payload(error: JudgestoreError) -> dict[str, object]:
+    payload: dict[str, object] = {"error": str(error), "type": type(error).__name__}
     path = getattr(error, "path", None)
     if path is not None:
         payload["path"] = str(path)
+    if getattr(error, "__notes__", None):
+        payload["notes"] = list(error.__notes__)
+    if error.rows_kept is not None:
+        payload["rows_kept"] = error.rows_kept
     return payload
 
 
@@ -98,7 +111,13 @@ def _error_line(error: JudgestoreError) -> str:
             "--finish-reason, --empty/--non-empty, --error/--no-error; "
             "--role, --task, --provider, --model-id and --descriptor only choose databases)"
         )
-    return str(error)
+    return " ".join([str(error), *getattr(error, "__notes__", ())])
+
+
+def _store_root(kwargs: dict[str, Any]) -> Path:
+    """The store root a command was given, for errors that name no file of their own."""
+    given = kwargs.get("store_root")
+    return Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
 
 
 def command_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -108,16 +127,21 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
     (the ``--json`` option) is true gets the error as a JSON object instead.
     """
 
+    def report(error: JudgestoreError, json_output: object) -> NoReturn:
+        if json_output:
+            sys.stderr.write(orjson.dumps(_error_payload(error)).decode() + "\n")
+        else:
+            stderr().print(Text.assemble(("Error: ", "bold red"), _error_line(error)), soft_wrap=True)
+        raise typer.Exit(1) from None
+
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         try:
             return func(*args, **kwargs)
         except JudgestoreError as e:
-            if kwargs.get("json_output"):
-                sys.stderr.write(orjson.dumps(_error_payload(e)).decode() + "\n")
-            else:
-                stderr().print(Text.assemble(("Error: ", "bold red"), _error_line(e)), soft_wrap=True)
-            raise typer.Exit(1) from None
+            report(e, kwargs.get("json_output"))
+        except (sqlite3.Error, DBAPIError, OSError) as e:  # the last line of defence: see the module docstring
+            report(translated(_store_root(kwargs), e), kwargs.get("json_output"))
 
     return wrapper
 
@@ -369,8 +393,8 @@ def location_table(title: str, *extra: tuple[str, str]) -> Table:
     """
     table = Table(title=title, title_justify="left")
     table.add_column("Role", no_wrap=True, max_width=11)
-    for name in ("Task", "Provider", "Model"):
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4)
+    for name in ("Task", "Provider", "Model"):  # a name of hundreds of characters must not push the rest out
+        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4, max_width=LONG_NAME_CELL)
     table.add_column("Descriptor", no_wrap=True, min_width=16)
     for name, justify in extra:
         table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]

@@ -48,10 +48,10 @@ from store.cli.common import (
 )
 from store.export import text_cell, write_text
 from store.layout import Selector, select
-from store.records import RowFilter, roles_for
+from store.records import RowFilter, roles_for, row_columns
 from store.schema import DatabaseInfo, DatabaseState, database_infos
 from store.settings import Settings
-from store.store import Store, row_columns
+from store.store import Store
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
 COMPLETION_WIDTH = 48

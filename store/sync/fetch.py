@@ -292,8 +292,10 @@ class ShardImporter:
         self.done = 0
 
     def folder(self, listed: RemoteFolder, todo: Sequence[str], progress: Callable[[int], None]) -> None:
-        location = listed.location
         metadata = self._metadata(listed, len(todo))
+        location = listed.location  # its names may be shortened segments; metadata.json has the whole ones
+        if metadata is not None:
+            location = Location.of(metadata.role, metadata.task, metadata.descriptor)
         database = None
         if metadata is not None:
             try:

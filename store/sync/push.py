@@ -190,8 +190,10 @@ def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote) -> int:
 def _plan_folder(
     store: Store, location: Location, books: Bookkeeping, remote_id: int, staging: Path, target_bytes: int
 ) -> _FolderPlan | None:
-    """Shards of the folder's rows the remote does not have, or None if it has them all."""
-    database = store.open(location)
+    """Shards of the folder's rows the remote does not have, or None if it has them all (or the folder none)."""
+    database = store.open_existing(location)
+    if database is None:  # no tables yet: nothing to send
+        return None
     folder = remote_folder(location)
     unsent: list[str] = []
     batch: list[str] = []

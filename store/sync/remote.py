@@ -23,6 +23,10 @@ Each file is written to a temporary name beside its target, fsynced, then
 hard-linked into place, which fails if the target exists: concurrent writers
 never see half a file and never overwrite one. It keeps no history, so its
 head is None and a fetch simply sees the files present when it lists them.
+Its listings leave out dot-named *files* (its own temporary files, and the
+``.nfs*`` or ``.DS_Store`` files a shared filesystem leaves), which the
+layout never names; dot-named *folders* are listed, since a task or a model
+may start with ``.`` (``.%2Fmodels%2Fx``): every folder a push wrote is seen.
 """
 
 from __future__ import annotations
@@ -141,16 +145,15 @@ class DirectoryRemote:
         except OSError as e:
             raise RemoteError(self.url, f"cannot list {relative or '/'}: {e}") from e
         for child in children:
-            # Dot names are this remote's temporary files (and never part of the layout); symbolic
-            # links are not something a push writes, and following one could leave the root.
-            if child.name.startswith(".") or child.is_symlink():
+            # Symbolic links are not something a push writes, and following one could leave the root.
+            if child.is_symlink():
                 continue
             path = f"{relative}/{child.name}" if relative else child.name
             if child.is_dir(follow_symlinks=False):
-                out.append(RemoteEntry(path, True))
+                out.append(RemoteEntry(path, True))  # dot-named too: a task or model may start with "."
                 if recursive:
                     self._scan(Path(child.path), path, recursive, out)
-            elif child.is_file(follow_symlinks=False):
+            elif child.is_file(follow_symlinks=False) and not child.name.startswith("."):
                 out.append(RemoteEntry(path, False, child.stat(follow_symlinks=False).st_size))
 
     def read(self, path: str, *, revision: str | None = None, max_bytes: int) -> bytes:

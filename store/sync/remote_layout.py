@@ -7,8 +7,10 @@ Contract::
         shards/{sha256}.jsonl.gz           immutable shards (see store.sync.shards)
 
 * Segments are percent-encoded exactly as in a local store
-  (:func:`store.layout.encode_segment`), so a remote folder and a local
-  folder of the same descriptor have the same relative path.
+  (:func:`store.layout.encode_segment`, long names shortened), so a remote
+  folder and a local folder of the same descriptor have the same relative
+  path. A shortened segment parses to a :class:`~store.layout.ShortName`
+  until the folder's metadata.json gives the whole name.
 * Every path read from a remote is untrusted. :func:`parse_remote_path`
   accepts only the two shapes above, with ``/`` separators, a known role, a
   16-hex descriptor folder, a 64-hex shard name, and segments in canonical
@@ -123,7 +125,7 @@ def verify_remote_metadata(data: bytes, location: Location) -> StoredMetadata:
         raise RemoteMetadataError(where, f"is not a judgestore metadata.json ({e})") from e
     actual = (role, task, descriptor.provider, descriptor.model, descriptor.hash16())
     folder = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
-    if actual != folder:
+    if Location(*actual).relative_folder() != location.relative_folder():  # by segment: long names are shortened
         raise RemoteMetadataError(
             where,
             f"describes {'/'.join(actual)} but lies in the folder {'/'.join(folder)}; the folder was moved or the "

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import sqlite3
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from pathlib import Path
 import orjson
 from filelock import FileLock
 
+from store.engine import translated
 from store.layout import sync_folder
 
 ProgressCallback = Callable[[str, int, int], None]
@@ -54,11 +56,29 @@ def workspace(root: Path) -> Path:
 
 @contextmanager
 def sync_lock(root: Path) -> Iterator[None]:
-    """One push or fetch per store root at a time (a second one waits)."""
+    """One push or fetch per store root at a time (a second one waits).
+
+    Push and fetch record what they share in the workspace, so it must be
+    writable: on a read-only (or full) disk this raises the typed error before
+    anything is done. A raw SQLite or filesystem error raised inside comes
+    from the workspace's own files (the bookkeeping, staged shards; descriptor
+    databases and remotes raise typed errors) and is raised typed as well.
+    """
     folder = workspace(root)
-    folder.mkdir(parents=True, exist_ok=True)
-    with FileLock(folder / "lock"):
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(folder / "lock")
+        lock.acquire()
+    except OSError as e:
+        error = translated(folder, e)
+        error.add_note(f"hub push and hub fetch record what they share in {folder}, so it must be writable.")
+        raise error from e
+    try:
         yield
+    except (sqlite3.Error, OSError) as e:
+        raise translated(folder, e) from e
+    finally:
+        lock.release()
 
 
 @contextmanager

@@ -8,12 +8,13 @@ from typing import Any
 
 import pytest
 
+from store import schema
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Selector, select
-from store.records import RowFilter
-from store.schema import read_script_directory
+from store.records import FoundRow, RowCount, RowFilter
+from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
-from store.store import FoundRow, RowCount, Store
+from store.store import Store
 from tests.factories import SYNTHETIC_REVISIONS, fill_small_store
 
 
@@ -32,6 +33,21 @@ def settings() -> Settings:
 def synthetic() -> Any:
     """The script directory with a synthetic revision on top of the shipped head."""
     return read_script_directory(SYNTHETIC_REVISIONS)
+
+
+def know_synthetic_revision(monkeypatch: pytest.MonkeyPatch) -> str:
+    """Make this process's library know the synthetic test revision, so databases at the shipped head are behind."""
+    script = read_script_directory(SYNTHETIC_REVISIONS)
+    known = revisions_of(script)
+    monkeypatch.setattr(schema, "script_directory", lambda: script)
+    monkeypatch.setattr(schema, "revisions", lambda: known)
+    return known.head
+
+
+@pytest.fixture
+def synthetic_head(monkeypatch: pytest.MonkeyPatch) -> str:
+    """See :func:`know_synthetic_revision` (databases made in the test are made at the synthetic head)."""
+    return know_synthetic_revision(monkeypatch)
 
 
 def location_of(root: Path, descriptor: ModelDescriptor) -> Location:

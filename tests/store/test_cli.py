@@ -19,12 +19,10 @@ import orjson
 import pytest
 from typer.testing import CliRunner
 
-from store import schema
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import walk
 from store.records import RowFilter
-from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
@@ -49,16 +47,6 @@ def as_json(text: str) -> Any:
 def count_rows(root: Path, flt: RowFilter | None = None, role: str | None = None) -> int:
     with Store(Settings(), root=root, readonly=True) as store:
         return sum(store.open(loc).count(flt) for loc in walk(root) if role in (None, loc.role))
-
-
-@pytest.fixture
-def synthetic_head(monkeypatch: pytest.MonkeyPatch) -> str:
-    """Make this process's library know the synthetic test revision, so databases at the shipped head are behind."""
-    script = read_script_directory(REVISIONS)
-    known = revisions_of(script)
-    monkeypatch.setattr(schema, "script_directory", lambda: script)
-    monkeypatch.setattr(schema, "revisions", lambda: known)
-    return known.head
 
 
 # ---------------------------------------------------------------- ls

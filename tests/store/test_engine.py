@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import warnings
 from contextlib import closing
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.exc import DBAPIError
 
 import store.engine
 from store.descriptor import ModelDescriptor
@@ -18,8 +20,20 @@ from store.engine import (
     filesystem_type,
     journal_mode_for,
     readonly_uri,
+    translated,
 )
-from store.errors import NetworkFilesystemError
+from store.errors import (
+    CorruptDatabaseError,
+    DamagedTextError,
+    DatabaseBusyError,
+    DatabaseIOError,
+    NetworkFilesystemError,
+    NotADatabaseError,
+    SchemaMismatchError,
+    StoreFullError,
+    StoreNotWritableError,
+    UnexpectedDatabaseError,
+)
 from store.settings import Settings
 from store.store import Store
 from tests.factories import completion_record, current_database
@@ -193,3 +207,61 @@ def test_readonly_uri_survives_odd_characters_in_the_path(tmp_path: Path) -> Non
         assert conn.exec_driver_sql("SELECT x FROM t").scalar() == 42
     engine.dispose()
     assert sorted(p.name for p in folder.iterdir()) == ["x.db"]
+
+
+# ---------------------------------------------------------------- what a failure means
+
+
+def _sqlite_error(message: str, code: int | None, kind: type[sqlite3.Error] = sqlite3.OperationalError) -> Exception:
+    error = kind(message)
+    if code is not None:
+        error.sqlite_errorcode = code  # type: ignore[attr-defined]
+    return error
+
+
+@pytest.mark.parametrize(
+    ("error", "typed", "words"),
+    [
+        (_sqlite_error("file is not a database", 26, sqlite3.DatabaseError), NotADatabaseError, "not an SQLite"),
+        (_sqlite_error("database disk image is malformed", 11, sqlite3.DatabaseError), CorruptDatabaseError, "damaged"),
+        (_sqlite_error("database or disk is full", 13), StoreFullError, "disk is full"),
+        (_sqlite_error("attempt to write a readonly database", 8), StoreNotWritableError, "remount it read-write"),
+        (_sqlite_error("attempt to write a readonly database", 8 | (1 << 8)), StoreNotWritableError, "read-only"),
+        (_sqlite_error("disk I/O error", 10 | (3 << 8)), DatabaseIOError, "judgestore verify"),
+        (_sqlite_error("unable to open database file", 14), DatabaseIOError, "permissions"),
+        (_sqlite_error("database is locked", 5), DatabaseBusyError, "JUDGESTORE_BUSY_TIMEOUT_MS"),
+        (_sqlite_error("Could not decode to UTF-8 column 'completion' with text 'x'", None), DamagedTextError,
+         "--input-hash"),
+        (_sqlite_error("no such table: completions", 1), SchemaMismatchError, "backup"),
+        (_sqlite_error("something new", 1), UnexpectedDatabaseError, "something new"),
+        (sqlite3.InterfaceError("bad parameter"), UnexpectedDatabaseError, "judgestore verify"),
+        (OSError(errno.ENOSPC, "No space left on device"), StoreFullError, "disk is full"),
+        (OSError(errno.EDQUOT, "Disk quota exceeded"), StoreFullError, "disk is full"),
+        (OSError(errno.EROFS, "Read-only file system"), StoreNotWritableError, "read-only filesystem"),
+        (OSError(errno.EACCES, "Permission denied"), DatabaseIOError, "permission denied"),
+        (OSError(errno.EIO, "Input/output error"), DatabaseIOError, "Input/output error"),
+    ],
+)  # fmt: skip
+def test_every_sqlite_or_filesystem_failure_becomes_a_typed_error_naming_the_file(
+    error: Exception, typed: type[Exception], words: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "completions.db"
+    for raised in (error, DBAPIError.instance("SELECT 1", None, error, sqlite3.Error)):
+        if isinstance(error, OSError) and raised is not error:
+            continue
+        result = translated(path, raised)  # type: ignore[arg-type]
+        assert type(result) is typed
+        assert str(result).startswith(f"{path}: ") and words in str(result)
+
+
+def test_a_failure_the_os_names_a_file_for_is_reported_on_that_file(tmp_path: Path) -> None:
+    lock = tmp_path / "completions.db.lock"
+    result = translated(tmp_path / "completions.db", OSError(errno.EROFS, "Read-only file system", str(lock)))
+    assert isinstance(result, StoreNotWritableError) and result.path == lock
+
+
+def test_a_full_disk_says_what_is_free_and_what_the_write_needs(tmp_path: Path) -> None:
+    full = translated(tmp_path / "x.db", OSError(errno.ENOSPC, "No space left"), needed_bytes=3_400_000)
+    assert isinstance(full, StoreFullError)
+    assert full.free_bytes is not None and "free on its filesystem" in str(full)
+    assert full.needed_bytes == 3_400_000 and "Free at least 3.4 MB" in str(full)

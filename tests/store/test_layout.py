@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from pathlib import Path
+from urllib.parse import quote, unquote
 
 import pytest
 from hypothesis import given, settings
@@ -14,8 +16,11 @@ from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.layout import (
     METADATA_FILE,
+    NAME_MAX_BYTES,
+    SHORT_PREFIX_BYTES,
     Location,
     Selector,
+    ShortName,
     decode_segment,
     encode_segment,
     metadata_bytes,
@@ -24,6 +29,8 @@ from store.layout import (
     walk,
     write_metadata,
 )
+from store.schema import DatabaseState, database_info
+from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, current_database, file_digests
 
@@ -99,6 +106,82 @@ def test_paths_that_are_not_locations_are_refused(relative: str) -> None:
         Location.from_db_path(Path("/r"), Path("/r") / relative)
 
 
+# ---------------------------------------------------------------- names longer than a file name may be
+
+LONG_NAMES = {
+    "a 300-character model id": "org/" + "m" * 296,
+    "40 CJK characters": "模型名" * 14,
+    "a deep local path given as a model": "/" + "/".join(["very-deep-folder"] * 20) + "/model",
+    "emoji": "🙂" * 30,
+}
+
+
+@pytest.mark.parametrize("name", list(LONG_NAMES.values()), ids=list(LONG_NAMES))
+def test_a_name_longer_than_a_file_name_may_be_gets_a_short_segment_and_keeps_its_folder(
+    name: str, store_root: Path
+) -> None:
+    segment = encode_segment(name)
+    assert len(segment.encode()) <= NAME_MAX_BYTES and "/" not in segment
+    prefix, mark, digest = segment.partition("+")
+    assert mark == "+" and digest == hashlib.sha256(name.encode()).hexdigest()
+    assert name.startswith(unquote(prefix, errors="strict")) and len(prefix) <= SHORT_PREFIX_BYTES  # whole characters
+    assert isinstance(decode_segment(segment), ShortName) and encode_segment(decode_segment(segment)) == segment
+    descriptor = ModelDescriptor(provider="vllm", model=name)
+    with Store(root=store_root) as store:  # on a real filesystem: no "File name too long"
+        store.database("completions", name, descriptor).put_many([completion_record(1)])
+    (location,) = walk(store_root)
+    assert (location.task, location.model) == (name, name)  # whole names, read from metadata.json
+    assert select(store_root, Selector(model=name, task=name)) == [location]
+    assert select(store_root, Selector(model=name + "x")) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(min_size=1, max_size=400).filter(lambda s: s not in (".", "..")))
+def test_any_name_gets_one_segment_a_filesystem_takes_and_decodes_back_or_to_its_short_name(value: str) -> None:
+    segment = encode_segment(value)
+    assert len(segment.encode()) <= NAME_MAX_BYTES and Path("root", segment).parent == Path("root")
+    decoded = decode_segment(segment)
+    assert decoded == value if len(quote(value, safe="")) <= NAME_MAX_BYTES else isinstance(decoded, ShortName)
+    assert encode_segment(decoded) == segment
+
+
+@pytest.mark.parametrize("length", [NAME_MAX_BYTES - 1, NAME_MAX_BYTES])
+def test_every_name_a_filesystem_takes_keeps_the_segment_it_always_had(length: int) -> None:
+    assert encode_segment("m" * length) == "m" * length
+    assert encode_segment("%" * (length // 3)) == "%25" * (length // 3)
+    assert len(encode_segment("m" * (length + 2))) < NAME_MAX_BYTES  # just over: shortened
+
+
+def test_two_long_names_with_the_same_beginning_get_different_folders() -> None:
+    first, second = "x" * 400 + "a", "x" * 400 + "b"
+    assert encode_segment(first) != encode_segment(second)
+    assert encode_segment(first)[:SHORT_PREFIX_BYTES] == encode_segment(second)[:SHORT_PREFIX_BYTES]
+
+
+@pytest.mark.parametrize(
+    "bad", ["a+" + "0" * 64, "x" * SHORT_PREFIX_BYTES + "+" + "0" * 63, "x" * SHORT_PREFIX_BYTES + "+" + "G" * 64,
+            "%2" + "x" * (SHORT_PREFIX_BYTES - 2) + "+" + "0" * 64, "a+b",
+            "%E6%A8" + "x" * (SHORT_PREFIX_BYTES - 6) + "+" + "0" * 64, "%41" * 40 + "+" + "0" * 64],
+)  # fmt: skip
+def test_a_segment_with_a_plus_that_this_library_would_not_write_is_refused(bad: str) -> None:
+    with pytest.raises(InvalidInputError):
+        decode_segment(bad)
+
+
+def test_a_long_named_folder_whose_metadata_is_unreadable_is_listed_and_reported_not_hidden(
+    store_root: Path, settings: Settings
+) -> None:
+    descriptor = ModelDescriptor(provider="vllm", model=LONG_NAMES["a 300-character model id"])
+    with Store(root=store_root) as store:
+        path = store.database("completions", "t", descriptor).path
+    (path.parent / METADATA_FILE).unlink()
+    (location,) = walk(store_root)
+    assert isinstance(location.model, ShortName) and location.model == encode_segment(descriptor.model)
+    assert select(store_root, Selector(model=descriptor.model)) == [location]
+    info = database_info(store_root, location, settings)
+    assert info.state is DatabaseState.METADATA_MISSING
+
+
 # ---------------------------------------------------------------- metadata.json
 
 
@@ -133,6 +216,29 @@ def test_metadata_write_is_atomic(
     monkeypatch.undo()
     assert (folder / METADATA_FILE).read_bytes() == old
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]
+
+
+def test_metadata_gets_the_mode_any_file_of_the_user_gets(tmp_path: Path, descriptor: ModelDescriptor) -> None:
+    """Colleagues sharing a store (a group folder) must be able to read it: not a temporary file's 0600."""
+    umask = os.umask(0o022)
+    try:
+        folder = Location.of("completions", "t", descriptor).folder(tmp_path)
+        write_metadata(folder, metadata_bytes("completions", "t", descriptor))
+    finally:
+        os.umask(umask)
+    assert (folder / METADATA_FILE).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_failed_metadata_write_leaves_no_folder_it_created(
+    tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(*_args: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError, match="No space"):
+        write_metadata(Location.of("completions", "t", descriptor).folder(tmp_path / "root"), b"{}")
+    assert list(tmp_path.iterdir()) == []
 
 
 def _edit_json(path: Path, edit: object) -> None:

@@ -156,6 +156,43 @@ def test_malformed_rows_are_refused_and_nothing_of_the_batch_is_written(bad: Any
     assert completions.count() == 1
 
 
+def test_a_row_whose_key_is_not_the_hash_of_its_input_is_refused_on_write(completions: Database) -> None:
+    """Such a row would be served as a hit for an input it does not answer (verify is the net for other writers)."""
+    other = completion_record(7)
+    sample_1 = completion_record(8, sample_index=1)  # sample k > 0 is keyed by input_hash(rendered, k)
+    for bad in (
+        completion_record(1, input_hash=other.input_hash),
+        completion_record(1, input_hash="h1"),
+        dataclasses.replace(sample_1, input_hash=completion_record(8).input_hash),
+        completion_record(1, sample_index=1, input_text="not JSON"),
+    ):
+        with pytest.raises(InvalidInputError, match=r"hash") as caught:
+            completions.put_many([completion_record(2), bad])
+        assert bad.input_hash in str(caught.value)
+    assert completions.count() == 0
+    assert completions.put_many([dataclasses.replace(sample_1, input_hash=input_hash(sample_1.input_text, 1))]) == 1
+
+
+@pytest.mark.parametrize("column", ["completion", "benchmark", "instruction_id", "model", "run_id", "input_text"])
+def test_a_lone_surrogate_in_any_text_is_the_same_typed_error_and_nothing_is_written(
+    completions: Database, column: str
+) -> None:
+    completions.put_many([completion_record(100)])
+    bad = completion_record(1, **{column: "before \ud800 after"})
+    with pytest.raises(InvalidInputError) as caught:
+        completions.put_many([completion_record(2), bad, completion_record(3)])
+    assert column in str(caught.value) and bad.input_hash in str(caught.value)
+    assert completions.count() == 1
+    with pytest.raises(InvalidInputError):  # a surrogate in a prompt: the same error, before any row exists
+        render_messages([{"role": "user", "content": "\udc80"}])
+
+
+def test_a_lone_surrogate_in_a_judgement_is_refused(judgements: Database) -> None:
+    with pytest.raises(InvalidInputError, match="judge is not valid Unicode"):
+        judgements.put_many([judgement_record(1), judgement_record(2, judge="j\udfff")])
+    assert judgements.count() == 0
+
+
 def test_a_bad_orientation_is_refused(judgements: Database) -> None:
     with pytest.raises(InvalidInputError, match="orientation"):
         judgements.put_many([judgement_record(1), judgement_record(2, orientation="sideways")])

@@ -23,11 +23,11 @@ from store.errors import (
     SchemaBehindError,
 )
 from store.layout import METADATA_FILE, Location, Selector, read_metadata
-from store.records import Record, RowFilter
+from store.records import Record, RowFilter, row_columns
 from store.repository import Repository
 from store.schema import read_script_directory
 from store.settings import Settings
-from store.store import Store, row_columns
+from store.store import Store
 from tests.factories import SYNTHETIC_REVISIONS, completion_record, current_database, file_digests, judgement_record
 from tests.store.conftest import delete_rows, plan_delete, query_rows
 from tests.store.schema_helpers import pretend_shipped_scripts_are
