@@ -58,7 +58,7 @@ from inference.backend import Backend, EngineRequest, Generation, StreamingBacke
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError
-from store.layout import Role, Selector, select
+from store.layout import Role, Selector
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.repository import gc_paused
 from store.runs import record_run
@@ -344,7 +344,7 @@ class CachedModel:
         if database is not None:
             return replace(plan, stored_rows=database.count())
         mine = Selector.of(plan.role, self.task, self.descriptor)
-        others = select(self.store.root, replace(mine, descriptor=None))
+        others = self.store.select(replace(mine, descriptor=None))
         return replace(plan, other_descriptors=len(others))
 
     def _record_run(self, plan: Plan, started_at: datetime) -> None:

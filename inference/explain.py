@@ -38,7 +38,7 @@ from inference.cached import Plan
 from inference.requests import Request
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError
-from store.layout import Location, Role, Selector, read_location_metadata, select
+from store.layout import Location, Role, Selector
 from store.records import Record, RowFilter
 from store.store import Database, Store
 
@@ -138,11 +138,11 @@ def explain_descriptor(
     location = Location.of(role, task, descriptor)
     database = store.find(role, task, descriptor)
     neighbours = []
-    for other in select(store.root, Selector(role=location.role, provider=location.provider, model=location.model)):
+    for other in store.select(Selector(role=location.role, provider=location.provider, model=location.model)):
         if other == location:
             continue
         try:
-            metadata = read_location_metadata(store.root, other)
+            metadata = store.open(other).metadata()
             changes = descriptor_changes(metadata.descriptor, descriptor)
             if other.task != task:
                 changes.insert(0, FieldChange("task", other.task, task))

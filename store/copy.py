@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.layout import Location, Selector, select_locations
+from store.layout import Location, Selector
 from store.records import Record
 from store.store import Database, Store
 
@@ -137,7 +137,7 @@ def copy_store(
 ) -> CopyReport:
     """Copy the databases ``selector`` picks from ``source`` into ``target``; see the module docstring."""
     report = CopyReport(source.where, target.where)
-    for location in select_locations(source.locations(), selector):
+    for location in source.select(selector):
         database = source.open_existing(location)
         if database is None:
             continue  # no tables yet: nothing to copy

@@ -7,8 +7,10 @@ Contract:
 * Messages name the file or object at fault, say what is wrong, and, where
   there is one, the next command to run. Callers chain the original
   exception (``raise ... from e``).
-* ``path`` is always a :class:`~pathlib.Path` on this machine; a path inside
-  a remote is ``remote_path`` (a POSIX string).
+* ``path`` is always a :class:`~pathlib.Path` on this machine, or None; a
+  path inside a remote is ``remote_path`` (a POSIX string). Errors about a
+  descriptor database say ``where`` it is: a file's path, or a PostgreSQL
+  server's schema (then ``path`` is None).
 * Every SQLite, driver or filesystem failure on a store file reaches the
   caller as a :class:`DatabaseFileError` (``store.engine.translated``
   chooses which): damaged, full, not writable, busy, I/O... never as a raw
@@ -40,12 +42,20 @@ class InvalidInputError(JudgestoreError, ValueError):
     """A value given to judgestore cannot be used (bad message, bad segment...)."""
 
 
-class LayoutError(JudgestoreError):
-    """The folder tree of a store is not what judgestore wrote."""
+def _place(where: Path | str) -> tuple[str, Path | None]:
+    """How a message names a place, and its path when it is a file (a server's schema has none)."""
+    if isinstance(where, Path) or "://" not in where:
+        path = Path(where)
+        return str(path), path
+    return where, None
 
-    def __init__(self, path: Path | str, message: str) -> None:
-        self.path = Path(path)
-        super().__init__(f"{self.path}: {message}")
+
+class LayoutError(JudgestoreError):
+    """The folder tree of a store (or a server's registry) is not what judgestore wrote."""
+
+    def __init__(self, where: Path | str, message: str) -> None:
+        self.where, self.path = _place(where)
+        super().__init__(f"{self.where}: {message}")
 
 
 class MetadataMismatchError(LayoutError):
@@ -57,11 +67,11 @@ class MetadataMissingError(LayoutError):
 
 
 class DatabaseFileError(JudgestoreError):
-    """A database file cannot be used as it is."""
+    """A descriptor database (a file, or a server's schema) cannot be used as it is."""
 
-    def __init__(self, path: Path | str, message: str) -> None:
-        self.path = Path(path)
-        super().__init__(f"{self.path}: {message}")
+    def __init__(self, where: Path | str, message: str) -> None:
+        self.where, self.path = _place(where)
+        super().__init__(f"{self.where}: {message}")
 
 
 class DatabaseMissingError(DatabaseFileError):

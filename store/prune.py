@@ -25,7 +25,6 @@ import dataclasses
 import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 from store.errors import InvalidInputError
@@ -191,21 +190,21 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
                     dataclasses.replace(f, created_before=min(cutoff, f.created_before or cutoff)) for f in filters
                 )
             )
-    counts: dict[Path, tuple[Location, int]] = {}
+    counts: dict[str, tuple[Location, int]] = {}
     freed = 0
     for database in databases:
         with database.reading() as repo:
             for flt in filters:
                 totals = repo.totals(flt)
                 if totals.rows:
-                    location, rows = counts.get(database.path, (database.location, 0))
-                    counts[database.path] = (location, rows + totals.rows)
+                    location, rows = counts.get(database.where, (database.location, 0))
+                    counts[database.where] = (location, rows + totals.rows)
                     freed += totals.data_bytes
     return PrunePlan(
         rule,
         now,
         filters,
-        tuple(RowCount(location, path, rows) for path, (location, rows) in counts.items()),
+        tuple(RowCount(location, where, rows) for where, (location, rows) in counts.items()),
         kept,
         pruned,
         cutoff,
@@ -216,9 +215,9 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
 
 def prune(store: Store, plan: PrunePlan) -> list[RowCount]:
     """Delete the rows of ``plan``'s filters in its databases; returns the rows deleted per database."""
-    deleted: dict[Path, tuple[Location, int]] = {}
+    deleted: dict[str, tuple[Location, int]] = {}
     for flt in plan.filters:
         for entry in store.delete_rows(plan.counts, flt):
-            location, rows = deleted.get(entry.path, (entry.location, 0))
-            deleted[entry.path] = (location, rows + entry.rows)
-    return [RowCount(location, path, rows) for path, (location, rows) in deleted.items()]
+            location, rows = deleted.get(entry.where, (entry.location, 0))
+            deleted[entry.where] = (location, rows + entry.rows)
+    return [RowCount(location, where, rows) for where, (location, rows) in deleted.items()]

@@ -19,7 +19,6 @@ import dataclasses
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any, Literal, get_args
 
 from store.errors import InvalidInputError
@@ -234,8 +233,8 @@ class RowCount:
     """How many rows of one database a filter matched (or deleted)."""
 
     location: Location
-    path: Path
+    where: str  # the database, as messages name it (a file, or a server's schema)
     rows: int
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.location.as_dict(), "path": str(self.path), "rows": self.rows}
+        return {**self.location.as_dict(), "path": self.where, "rows": self.rows}

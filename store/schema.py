@@ -158,7 +158,7 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
     return SchemaStatus(state, None, known.head, tables)
 
 
-def raise_for_status(status: SchemaStatus, path: Path) -> None:
+def raise_for_status(status: SchemaStatus, path: Path | str) -> None:
     """The typed error that refuses to open a database in ``status``, if any."""
     if status.state is DatabaseState.BEHIND:
         raise SchemaBehindError(path, str(status.revision), status.head)
@@ -202,7 +202,7 @@ class DatabaseInfo:
     """
 
     location: Location
-    path: Path
+    where: str  # the database, as messages name it (a file, or a server's schema)
     state: DatabaseState
     revision: str | None
     head: str
@@ -218,7 +218,7 @@ class DatabaseInfo:
     def as_dict(self) -> dict[str, Any]:
         return {
             **self.location.as_dict(),
-            "path": str(self.path),
+            "path": self.where,
             "state": self.state.value,
             "revision": self.revision,
             "head": self.head,
@@ -236,7 +236,7 @@ def _file_state(error: BaseException) -> DatabaseState:
     return DatabaseState.UNREADABLE
 
 
-def status_error(status: SchemaStatus, path: Path) -> str | None:
+def status_error(status: SchemaStatus, path: Path | str) -> str | None:
     """The message of the error :func:`raise_for_status` would raise, or None for a usable database."""
     try:
         raise_for_status(status, path)
@@ -281,7 +281,7 @@ def database_info(
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
         except OSError as e:  # unreadable (permissions): say so, never a traceback
             state, error = DatabaseState.UNREADABLE, f"{location.metadata_path(root)}: {e}"
-    return DatabaseInfo(location, path, state, revision, known.head, rows, size, error)
+    return DatabaseInfo(location, str(path), state, revision, known.head, rows, size, error)
 
 
 def database_infos(

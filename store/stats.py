@@ -17,11 +17,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from store.errors import JudgestoreError
-from store.layout import Location, Selector, database_size, select
+from store.layout import Location, Selector
 from store.records import RowTotals
 from store.runs import RunRecord, RunTotals, recent_runs, run_totals
 from store.store import Database, Store
@@ -32,7 +31,7 @@ class DatabaseStats:
     """One database as :func:`database_stats` found it (``error``: why it could not be read)."""
 
     location: Location
-    path: Path
+    where: str  # the database, as messages name it
     size_bytes: int
     rows: RowTotals = field(default_factory=RowTotals)
     finish_reasons: dict[str | None, int] = field(default_factory=dict)
@@ -48,7 +47,7 @@ class DatabaseStats:
     def as_dict(self) -> dict[str, Any]:
         return {
             **self.location.as_dict(),
-            "path": str(self.path),
+            "path": self.where,
             "size_bytes": self.size_bytes,
             "rows": self.rows.as_dict(),
             "finish_reasons": {str(k) if k is not None else "null": n for k, n in self.finish_reasons.items()},
@@ -65,8 +64,8 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
         reasons = {group.key: group.rows for group in repo.groups("finish_reason")}
     return DatabaseStats(
         database.location,
-        database.path,
-        database_size(database.path),
+        database.where,
+        database.size_bytes(),
         totals,
         reasons,
         run_totals(database),
@@ -76,12 +75,11 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
 
 def store_stats(store: Store, selector: Selector | None = None, *, recent: int = 5) -> Iterator[DatabaseStats]:
     """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring)."""
-    for location in select(store.root, selector):
-        path = location.db_path(store.root)
+    for info in store.infos(store.select(selector), count_rows=False):
         try:
-            yield database_stats(store.open(location), recent=recent)
+            yield database_stats(store.open(info.location), recent=recent)
         except JudgestoreError as e:
-            yield DatabaseStats(location, path, database_size(path), error=str(e))
+            yield DatabaseStats(info.location, info.where, info.size_bytes, error=str(e))
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ class UpgradeOutcome(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class UpgradeResult:
-    path: Path
+    where: str  # the database, as messages name it (a file, or a server's schema)
     outcome: UpgradeOutcome
     from_revision: str | None
     to_revision: str | None
@@ -124,12 +124,14 @@ def upgrade_database(
     needed, free = database_size(db_path), free_bytes(db_path)
     if free is not None and free < needed + NEARLY_FULL_BYTES:  # the backup would not fit: refuse before any write
         full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES)
-        return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error=f"{full} (the backup needs the room)")
+        return UpgradeResult(
+            str(db_path), UpgradeOutcome.REFUSED, None, None, error=f"{full} (the backup needs the room)"
+        )
     try:
         lock = FileLock(lock_path(db_path))
         lock.acquire()
     except OSError as e:  # a read-only or full disk cannot hold the lock file: nothing was touched
-        return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error=str(translated(db_path, e)))
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(translated(db_path, e)))
     try:
         engine = create_sqlite_engine(db_path, settings, pooled=False)
         try:
@@ -153,9 +155,11 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             status = classify(conn, db_path, known)
             found = status.revision
             if status.state is DatabaseState.CURRENT:
-                return UpgradeResult(db_path, UpgradeOutcome.UP_TO_DATE, found, found)
+                return UpgradeResult(str(db_path), UpgradeOutcome.UP_TO_DATE, found, found)
             if status.state is DatabaseState.EMPTY:
-                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, None, None, error="empty database: no tables")
+                return UpgradeResult(
+                    str(db_path), UpgradeOutcome.REFUSED, None, None, error="empty database: no tables"
+                )
             if status.state is not DatabaseState.BEHIND:
                 raise_for_status(status, db_path)
             before = _row_counts(conn)
@@ -171,12 +175,12 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             if isinstance(e, DBAPIError | sqlite3.Error | OSError):  # not a database, failing on BEGIN; read-only
                 e = translated(db_path, e)
             if isinstance(e, DatabaseFileError):
-                return UpgradeResult(db_path, UpgradeOutcome.REFUSED, found, None, error=str(e))
+                return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=str(e))
             raise
         engine.dispose()  # release the file before its bytes are put back
         _restore(db_path, backup)
-        return UpgradeResult(db_path, UpgradeOutcome.FAILED, found, None, backup, error=f"{type(e).__name__}: {e}")
-    return UpgradeResult(db_path, UpgradeOutcome.UPGRADED, found, reached, backup, before)
+        return UpgradeResult(str(db_path), UpgradeOutcome.FAILED, found, None, backup, error=f"{type(e).__name__}: {e}")
+    return UpgradeResult(str(db_path), UpgradeOutcome.UPGRADED, found, reached, backup, before)
 
 
 def upgrade_store(
@@ -199,11 +203,11 @@ def upgrade_store(
     for location in locations:
         info = database_info(root, location, settings, known=known, count_rows=False)
         if info.state is DatabaseState.BEHIND:
-            yield from upgrade_databases([info.path], settings, script=script, keep_backup=keep_backup)
+            yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
         elif info.ok:
-            yield UpgradeResult(info.path, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
+            yield UpgradeResult(info.where, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
         else:
-            yield UpgradeResult(info.path, UpgradeOutcome.REFUSED, info.revision, None, error=info.error)
+            yield UpgradeResult(info.where, UpgradeOutcome.REFUSED, info.revision, None, error=info.error)
 
 
 def upgrade_databases(

@@ -66,18 +66,18 @@ class ProblemKind(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class Problem:
-    path: Path
+    where: str  # the file or folder at fault, or a server's schema
     kind: ProblemKind
     message: str
 
     def as_dict(self) -> dict[str, str]:
-        return {"path": str(self.path), "kind": self.kind.value, "message": self.message}
+        return {"path": self.where, "kind": self.kind.value, "message": self.message}
 
 
 @dataclass(frozen=True, slots=True)
 class DatabaseVerification:
     location: Location
-    path: Path
+    where: str
     rows_checked: int
     problems: tuple[Problem, ...]
 
@@ -91,7 +91,7 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
     if findings == ["ok"]:
         return []
     shown = "; ".join(findings[:5]) + (f"; and {len(findings) - 5} more" if len(findings) > 5 else "")
-    return [Problem(path, ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
+    return [Problem(str(path), ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
 
 
 class _RowChecks:
@@ -106,7 +106,7 @@ class _RowChecks:
     def _add(self, kind: ProblemKind, message: str) -> None:
         self.bad += 1
         if self.bad <= MAX_LISTED_BAD_ROWS:
-            self.problems.append(Problem(self.path, kind, message))
+            self.problems.append(Problem(str(self.path), kind, message))
 
     def hashed(self, key: str, sample_index: int, rendered: str | bytes) -> None:
         self.checked += 1
@@ -137,7 +137,9 @@ class _RowChecks:
 
     def result(self) -> tuple[int, list[Problem]]:
         if self.bad > MAX_LISTED_BAD_ROWS:
-            self.problems.append(Problem(self.path, ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems"))
+            self.problems.append(
+                Problem(str(self.path), ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems")
+            )
         return self.checked, self.problems
 
 
@@ -187,9 +189,9 @@ def verify_database(
     try:
         read_location_metadata(root, location)
     except (MetadataMissingError, MetadataMismatchError) as e:
-        problems.append(Problem(e.path, ProblemKind.METADATA, str(e)))
+        problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
     except OSError as e:
-        problems.append(Problem(location.metadata_path(root), ProblemKind.METADATA, str(e)))
+        problems.append(Problem(str(location.metadata_path(root)), ProblemKind.METADATA, str(e)))
     checked = 0
     try:
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
@@ -198,7 +200,7 @@ def verify_database(
                 problems += _integrity_problems(conn, path)
                 status = classify(conn, path, known)
                 if status.state not in USABLE_STATES:
-                    problems.append(Problem(path, ProblemKind.SCHEMA, str(status_error(status, path))))
+                    problems.append(Problem(str(path), ProblemKind.SCHEMA, str(status_error(status, path))))
                 elif status.state is DatabaseState.CURRENT:
                     try:
                         checked, bad_rows = _row_hash_problems(conn, location, path)
@@ -210,10 +212,10 @@ def verify_database(
         finally:
             engine.dispose()
     except DBAPIError as e:
-        problems.append(Problem(path, ProblemKind.FILE, str(translated(path, e))))
+        problems.append(Problem(str(path), ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
-        problems.append(Problem(path, ProblemKind.FILE, f"{type(e).__name__}: {e}"))
-    return DatabaseVerification(location, path, checked, tuple(problems))
+        problems.append(Problem(str(path), ProblemKind.FILE, f"{type(e).__name__}: {e}"))
+    return DatabaseVerification(location, str(path), checked, tuple(problems))
 
 
 def _is_canonical_segment(name: str) -> bool:
@@ -238,9 +240,9 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
             if entry.name.startswith(METADATA_TEMP_PREFIX)
             else f"not part of a descriptor folder (expected {METADATA_FILE}, {db_name} and its backups)"
         )
-        problems.append(Problem(entry, ProblemKind.STRAY, why))
+        problems.append(Problem(str(entry), ProblemKind.STRAY, why))
     if db_name not in names:
-        problems.append(Problem(folder, ProblemKind.STRAY, f"descriptor folder without {db_name}"))
+        problems.append(Problem(str(folder), ProblemKind.STRAY, f"descriptor folder without {db_name}"))
     return problems
 
 
@@ -251,9 +253,11 @@ def _tree_problems(folder: Path, depth: int, role: str) -> Iterator[Problem]:
     level = _FOLDER_LEVELS[depth]
     for entry in sorted(folder.iterdir()):
         if not entry.is_dir():
-            yield Problem(entry, ProblemKind.STRAY, f"a file where a {level} folder belongs")
+            yield Problem(str(entry), ProblemKind.STRAY, f"a file where a {level} folder belongs")
         elif not _is_canonical_segment(entry.name):
-            yield Problem(entry, ProblemKind.STRAY, f"{level} folder name is not a canonical percent-encoded segment")
+            yield Problem(
+                str(entry), ProblemKind.STRAY, f"{level} folder name is not a canonical percent-encoded segment"
+            )
         elif depth < len(_FOLDER_LEVELS) - 1:
             yield from _tree_problems(entry, depth + 1, role)
         else:
@@ -273,5 +277,5 @@ def stray_paths(root: Path) -> list[Problem]:
         if entry.name in ROLES and entry.is_dir():
             problems += _tree_problems(entry, 0, entry.name)
         elif entry.name != SYNC_FOLDER:
-            problems.append(Problem(entry, ProblemKind.STRAY, f"not a role folder ({' or '.join(ROLES)})"))
+            problems.append(Problem(str(entry), ProblemKind.STRAY, f"not a role folder ({' or '.join(ROLES)})"))
     return problems

@@ -269,7 +269,7 @@ def prune_command(
     with Store(settings, root=root) as store:
         deleted = prune(store, plan)
     report["deleted"] = sum(entry.rows for entry in deleted)
-    deleted_by_path = {str(entry.path): entry.rows for entry in deleted}
+    deleted_by_path = {entry.where: entry.rows for entry in deleted}
     for entry in report["databases"]:
         entry["deleted"] = deleted_by_path.get(entry["path"], 0)
     if json_output:

@@ -410,16 +410,19 @@ def state_text(info: DatabaseInfo) -> Text:
     return Text(info.state.value, style="green" if info.ok else "bold red")
 
 
-def relative(path: Path, root: Path) -> str:
+def relative(where: Path | str, root: Path | None) -> str:
+    """A file under the store root relative to it; anything else (a server's schema) as it is."""
+    if root is None or (isinstance(where, str) and "://" in where):
+        return str(where)
     try:
-        return str(path.relative_to(root))
+        return str(Path(where).relative_to(root))
     except ValueError:
-        return str(path)
+        return str(where)
 
 
-def unprefixed(message: str, path: Path) -> str:
-    """A message without its leading ``{path}: `` (for tables whose first column already names the file)."""
-    return message.removeprefix(f"{path}: ")
+def unprefixed(message: str, where: Path | str) -> str:
+    """A message without its leading ``{where}: `` (for tables whose first column already names the place)."""
+    return message.removeprefix(f"{where}: ")
 
 
 def no_databases(root: Path, json_output: bool) -> None:

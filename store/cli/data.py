@@ -289,9 +289,9 @@ def delete_command(
     with Store(settings, root=root) as store:
         deleted = store.delete_rows(plan, flt)
     report["deleted"] = sum(entry.rows for entry in deleted)
-    deleted_by_path = {entry.path: entry.rows for entry in deleted}
+    deleted_by_path = {entry.where: entry.rows for entry in deleted}
     for entry in report["databases"]:
-        entry["deleted"] = deleted_by_path.get(Path(entry["path"]), 0)
+        entry["deleted"] = deleted_by_path.get(entry["path"], 0)
     if json_output:
         emit_json(report)
     else:

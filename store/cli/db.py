@@ -77,7 +77,7 @@ def db_status_command(selector: Selector, store_root: StoreRoot = None, json_out
         for name in ("State", "Revision", "Problem"):
             table.add_column(name, overflow="fold")
         for info in infos:
-            problem = unprefixed(info.error or "", info.path)
+            problem = unprefixed(info.error or "", info.where)
             table.add_row(
                 Text(str(info.location.relative_folder())), state_text(info), info.revision or "", Text(problem)
             )
@@ -136,9 +136,9 @@ def db_upgrade_command(
         for name in ("Result", "From", "To", "Backup / problem"):
             table.add_column(name, overflow="fold")
         for r in results:
-            detail = unprefixed(r.error, r.path) if r.error else (relative(r.backup, root) if r.backup else "")
+            detail = unprefixed(r.error, r.where) if r.error else (relative(r.backup, root) if r.backup else "")
             table.add_row(
-                Text(relative(r.path.parent, root)),
+                Text(relative(r.where, root)),
                 Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
                 r.from_revision or "",
                 r.to_revision or "",
@@ -153,7 +153,7 @@ def db_upgrade_command(
 
 def _result_dict(result: UpgradeResult) -> dict[str, Any]:
     return {
-        "path": str(result.path),
+        "path": result.where,
         "outcome": result.outcome.value,
         "from_revision": result.from_revision,
         "to_revision": result.to_revision,
@@ -200,8 +200,8 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
         table.add_column("Kind", no_wrap=True)
         table.add_column("Problem", overflow="fold")  # hashes and commands stay whole, to be copied
         for problem in problems:
-            message = unprefixed(problem.message, problem.path)
-            table.add_row(Text(relative(problem.path, root)), problem.kind.value, Text(message))
+            message = unprefixed(problem.message, problem.where)
+            table.add_row(Text(relative(problem.where, root)), problem.kind.value, Text(message))
         table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:

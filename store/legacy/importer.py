@@ -230,7 +230,7 @@ def import_sources(
         raise InvalidInputError("a dry run needs a read-only store: Store(..., readonly=True)")
     detections = list(detections)
     importer = SourceImporter(store, resolver, options, on_progress)
-    report = ImportReport(store.root, options.dry_run, ignored_files=ignored_files)
+    report = ImportReport(store.where, options.dry_run, ignored_files=ignored_files)
     for index, detection in enumerate(detections):
         report.sources.append(importer.source(detection, index, len(detections)))
     return report

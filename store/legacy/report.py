@@ -130,7 +130,7 @@ class SourceReport:
 class ImportReport:
     """Every source's report, and the totals."""
 
-    store_root: Path
+    store_root: str  # the store, as messages name it: its root folder, or its URL without the password
     dry_run: bool
     sources: list[SourceReport] = field(default_factory=list)
     ignored_files: int = 0
@@ -158,7 +158,7 @@ class ImportReport:
 
     def as_dict(self) -> dict[str, Any]:
         return {
-            "store_root": str(self.store_root),
+            "store_root": self.store_root,
             "dry_run": self.dry_run,
             "ok": self.ok,
             "totals": self.totals(),

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
-from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes, select
+from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import OutgoingFile, Remote
@@ -131,10 +131,10 @@ def push(
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
-    if not store.root.is_dir():
+    if not store.is_server and not store.root.is_dir():
         raise InvalidInputError(f"{store.root}: no store here (the folder does not exist); check --store-root")
     report = PushReport(remote.url, dry_run)
-    locations = select(store.root, selector)
+    locations = store.select(selector)
     with (
         sync_lock(store.root),
         Bookkeeping(store.root, settings=store.settings) as books,

@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy import Engine, create_engine, event
 
 import store.schema
-import store.store
+import store.sqlite_storage
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -256,7 +256,7 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
 def traced_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """Every statement SQLite runs, one list per engine the store creates (PRAGMAs on connect included)."""
     per_engine: list[list[str]] = []
-    real: Callable[..., Engine] = store.store.create_sqlite_engine
+    real: Callable[..., Engine] = store.sqlite_storage.create_sqlite_engine
 
     def traced(*args: Any, **kwargs: Any) -> Engine:
         engine = real(*args, **kwargs)
@@ -265,7 +265,7 @@ def traced_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]
         event.listen(engine, "connect", lambda dbapi, _rec: dbapi.set_trace_callback(log.append), insert=True)
         return engine
 
-    monkeypatch.setattr(store.store, "create_sqlite_engine", traced)  # what Store opens databases with
+    monkeypatch.setattr(store.sqlite_storage, "create_sqlite_engine", traced)  # what Store opens databases with
     yield per_engine
 
 
@@ -321,7 +321,7 @@ def test_inspect_counts_rows_and_reads_state_without_writing(filled: Path, setti
     }
     info = infos["judge-1"]
     assert info.ok and info.revision == info.head and info.error is None
-    assert info.size_bytes == info.path.stat().st_size > 0
+    assert info.size_bytes == Path(info.where).stat().st_size > 0
     assert info.as_dict()["descriptor"] == JUDGE.hash16()
     assert file_digests(filled) == before
 

@@ -31,7 +31,7 @@ def test_stats_add_up_rows_tokens_and_runs_per_database(store_root: Path) -> Non
     assert qwen.rows.data_bytes > sum(len(completion_record(i).input_text) for i in range(3))
     assert (qwen.runs.runs, qwen.runs.hits, qwen.runs.saved_prompt_tokens) == (2, 4, 400)
     assert [r.run_id for r in qwen.recent_runs] == ["run-3", "run-1"]
-    assert qwen.size_bytes == database_size(qwen.path) >= qwen.path.stat().st_size
+    assert qwen.size_bytes == database_size(Path(qwen.where)) >= Path(qwen.where).stat().st_size
     judge = found["judge-1"]
     assert (judge.rows.rows, judge.runs.runs, judge.error) == (5, 0, None)
     totals = StoreTotals.of(list(found.values()))

@@ -101,7 +101,7 @@ def test_engine_cache_is_bounded(store_root: Path) -> None:
         s.database("completions", "t", descriptors[3])  # touch: 3 becomes the most recent
         s.database("completions", "t", descriptors[0]).count()  # reopening 0 evicts 4, the least recent
         assert open_db_files() - before == {str(databases[3].path), str(databases[0].path)}
-        assert len(s._open) == 2  # engines kept
+        assert len(s.storage._open) == 2  # engines kept
     assert open_db_files() == before, "closing the store releases every file"
 
 

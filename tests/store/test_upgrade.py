@@ -156,7 +156,7 @@ def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
     assert results == seen
     assert [r.outcome for r in results] == [UpgradeOutcome.UPGRADED, UpgradeOutcome.FAILED, UpgradeOutcome.UPGRADED]
     failed = results[1]
-    assert failed.path == bad and failed.from_revision == SHIPPED_HEAD and failed.to_revision is None
+    assert failed.where == str(bad) and failed.from_revision == SHIPPED_HEAD and failed.to_revision is None
     assert FAILURES[kind][2] in str(failed.error)
     assert bad.read_bytes() == original, "the database must be restored byte for byte"
     assert rows_of(bad) == rows and version_of(bad) == SHIPPED_HEAD
@@ -240,7 +240,7 @@ def test_upgrading_200_databases_at_mixed_revisions(
 
     results = list(upgrade_databases(paths, Settings(), script=synthetic, keep_backup=False))
 
-    assert [r.path for r in results] == paths  # one report per file, in order
+    assert [r.where for r in results] == [str(p) for p in paths]  # one report per file, in order
     expected = {
         SHIPPED_HEAD: UpgradeOutcome.UPGRADED,
         SYNTHETIC_HEAD: UpgradeOutcome.UP_TO_DATE,
@@ -249,7 +249,7 @@ def test_upgrading_200_databases_at_mixed_revisions(
         "not-sqlite": UpgradeOutcome.REFUSED,
     }
     assert [r.outcome for r in results] == [expected[k] for k in kinds]
-    by_path = {r.path: r for r in results}
+    by_path = {Path(r.where): r for r in results}
     assert "not a judgestore database" in str(by_path[paths[17]].error)
     assert UNKNOWN_REVISION in str(by_path[paths[42]].error)
     assert "not an SQLite database" in str(by_path[paths[99]].error)
@@ -288,7 +288,7 @@ def test_upgrade_store_never_writes_to_files_it_refuses(filled: Path, settings: 
         conn.execute("CREATE TABLE alembic_version (version_num TEXT)")
     conn.close()
     before = file_digests(filled)
-    results = {r.path: r for r in upgrade_store(filled, select(filled), settings)}
+    results = {Path(r.where): r for r in upgrade_store(filled, select(filled), settings)}
     assert results[qwen.db_path(filled)].outcome is UpgradeOutcome.REFUSED
     assert "not an SQLite database" in str(results[qwen.db_path(filled)].error)
     assert results[llama.db_path(filled)].outcome is UpgradeOutcome.REFUSED

@@ -31,7 +31,7 @@ def test_verify_finds_a_row_whose_input_was_edited(filled: Path, settings: Setti
     conn.close()
     result = verify_database(filled, qwen, settings)
     assert [p.kind for p in result.problems] == [ProblemKind.INPUT_HASH]
-    assert victim in result.problems[0].message and result.problems[0].path == qwen.db_path(filled)
+    assert victim in result.problems[0].message and result.problems[0].where == str(qwen.db_path(filled))
     assert f"judgestore delete --input-hash {victim}" in result.problems[0].message
 
 
@@ -61,7 +61,7 @@ def test_stray_paths_lists_what_is_not_part_of_the_layout(filled: Path) -> None:
     empty = Location("completions", "mt-bench", "vllm", "x", "0" * 16).folder(filled)
     empty.mkdir(parents=True)
 
-    found = {str(p.path.relative_to(filled)): p.kind for p in stray_paths(filled)}
+    found = {str(Path(p.where).relative_to(filled)): p.kind for p in stray_paths(filled)}
     assert set(found) == {
         "notes.txt",
         "completions/mt-bench/stray.db",

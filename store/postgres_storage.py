@@ -1,0 +1,419 @@
+"""A store on a PostgreSQL server: list, create, open, inspect, upgrade and verify descriptor schemas.
+
+Contract (the layout itself is :mod:`store.postgres`'s):
+
+* :class:`PostgresStorage` is what :class:`~store.store.Store` uses for a
+  store URL, as :class:`~store.sqlite_storage.SqliteStorage` is for a folder:
+  the same operations, the same typed errors. One pooled engine serves every
+  schema; a :class:`PostgresDatabase` maps the models onto its schema with
+  ``schema_translate_map``.
+* Creating a descriptor's schema is one transaction under the schema's
+  advisory lock: ``CREATE SCHEMA``, the migrations at head (with the schema as
+  ``search_path``, so data migrations written as plain SQL land there too),
+  and its registry row. A concurrent creator waits on the lock and then finds
+  the schema registered. A schema of that name that is not ours is refused
+  untouched (:class:`~store.errors.ForeignSchemaError`).
+* Opening checks the registry row (its metadata must hash to the descriptor
+  folder's hash) and the revision with one SELECT of the schema's version
+  table; anything but current is refused with the same typed errors as a
+  SQLite file (behind, ahead, foreign), unless ``auto_upgrade``.
+* Upgrades run per schema, each in its own transaction under the schema's
+  advisory lock; PostgreSQL's DDL is transactional, so a failed migration
+  leaves the schema exactly as it was (no backup is needed) and the other
+  schemas go on; row counts are verified as for SQLite. A second upgrade
+  started at once waits on the lock and then finds nothing to do.
+* Writes retry what a healthy server may answer (a serialisation failure, a
+  deadlock, a connection dropped mid-transaction: the server rolled the
+  transaction back, so no partial chunk exists) with backoff,
+  ``lock_retries`` times. Every driver error is typed
+  (:func:`store.postgres.translated`).
+* A read-only store opens read-only transactions and never creates anything.
+* Side files (sharing's workspace) live in a folder of this machine named
+  after the URL (:attr:`PostgresStorage.local_root`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import orjson
+from pydantic import ValidationError
+from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select, text
+from sqlalchemy.exc import DBAPIError
+
+from store.database import Database
+from store.descriptor import ModelDescriptor, input_hash
+from store.errors import (
+    DatabaseMissingError,
+    ForeignSchemaError,
+    InvalidInputError,
+    JudgestoreError,
+    MetadataMismatchError,
+    ServerUnavailableError,
+    UpgradeFailedError,
+)
+from store.layout import METADATA_FILE, Location, StoredMetadata, check_role
+from store.postgres import (
+    advisory_lock,
+    create_postgres_engine,
+    display_url,
+    ensure_registry,
+    quoted,
+    raise_translated,
+    register,
+    registered,
+    registry,
+    schema_name,
+    schema_options,
+)
+from store.repository import Repository
+from store.schema import (
+    USABLE_STATES,
+    VERSION_TABLE,
+    DatabaseInfo,
+    DatabaseState,
+    Revisions,
+    SchemaStatus,
+    migrate,
+    raise_for_status,
+    revisions_of,
+    status_error,
+)
+from store.settings import Settings
+from store.upgrade import UpgradeOutcome, UpgradeResult
+from store.verify import MAX_LISTED_BAD_ROWS, DatabaseVerification, Problem, ProblemKind
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+T = TypeVar("T")
+# SQLSTATEs after which the whole transaction may simply run again.
+RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
+UNDEFINED_TABLE = "42P01"
+
+
+def _retryable(error: DBAPIError) -> bool:
+    return error.connection_invalidated or getattr(error.orig, "sqlstate", None) in RETRYABLE_STATES
+
+
+def _revisions(script: ScriptDirectory | None) -> Revisions:
+    from store import schema  # the module's attribute: tests stand in another line of scripts
+
+    return schema.revisions() if script is None else revisions_of(script)
+
+
+class PostgresStorage:
+    """A store URL's descriptor schemas (see the module docstring)."""
+
+    def __init__(self, url: str, settings: Settings, *, readonly: bool = False) -> None:
+        self.url = url
+        self.settings = settings
+        self.readonly = readonly
+        self.where = display_url(url)
+        self.root: Path | None = None
+        digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
+        self.local_root = Path.home() / ".cache" / "judgestore" / "servers" / digest
+        self.engine = create_postgres_engine(url, settings)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def location_where(self, location: Location) -> str:
+        return f"{self.where} schema {schema_name(location)}"
+
+    # ------------------------------------------------------------ connections
+
+    @contextmanager
+    def connection(self, *, write: bool = False) -> Iterator[Connection]:
+        """A connection in a transaction (read-only unless ``write``), driver errors typed."""
+        try:
+            with self.engine.connect() as conn:
+                if not write:
+                    conn = conn.execution_options(postgresql_readonly=True)
+                with conn.begin():
+                    yield conn
+        except DBAPIError as e:
+            raise_translated(self.url, e)
+
+    def retry(self, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` again after what a healthy server may answer (see the module docstring)."""
+        for tries in range(self.settings.lock_retries + 1):
+            try:
+                return attempt()
+            except DBAPIError as e:
+                if not _retryable(e):
+                    raise_translated(self.url, e)
+                if tries == self.settings.lock_retries:
+                    raise ServerUnavailableError(
+                        self.where, f"still failing after {tries + 1} tries ({str(e.orig).strip()}); try again later"
+                    ) from e
+                time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------ the registry
+
+    def locations(self) -> list[Location]:
+        with self.connection() as conn:
+            return [location for location, _ in registered(conn)]
+
+    def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
+        """The registry's record of ``location``, verified like a metadata.json; None when unregistered."""
+        if not conn.dialect.has_table(conn, registry.name, schema=registry.schema):
+            return None
+        row = conn.execute(
+            select(registry.c.metadata_json).where(registry.c.schema_name == schema_name(location))
+        ).scalar_one_or_none()
+        if row is None:
+            return None
+        where = f"{self.location_where(location)} (registry)"
+        try:
+            doc = orjson.loads(row)
+            descriptor = ModelDescriptor.model_validate(doc["descriptor"])
+            stored = StoredMetadata(check_role(doc["role"]), doc["task"], descriptor, doc["descriptor_sha256"],
+                                    tuple(doc.get("assumptions", ())))  # fmt: skip
+        except (KeyError, TypeError, ValueError, ValidationError, InvalidInputError) as e:
+            raise MetadataMismatchError(where, f"not a judgestore {METADATA_FILE} ({e})") from e
+        actual = descriptor.sha256()
+        recorded = (stored.role, stored.task, descriptor.provider, descriptor.model, actual[:16])
+        expected = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
+        if stored.descriptor_sha256 != actual or recorded != expected:
+            raise MetadataMismatchError(
+                where, f"records {'/'.join(recorded)} but is registered as {'/'.join(expected)}; it was edited"
+            )
+        return stored
+
+    # ------------------------------------------------------------ schemas
+
+    def classify(self, conn: Connection, location: Location, known: Revisions | None = None) -> SchemaStatus:
+        """The schema's state, with one SELECT when it has its version table (a savepoint guards the miss)."""
+        known = known or _revisions(None)
+        name = schema_name(location)
+        version = Table(VERSION_TABLE, MetaData(), Column("version_num", String), schema=name)
+        try:
+            with conn.begin_nested():
+                rows = conn.execute(select(version.c.version_num)).all()
+        except DBAPIError as e:
+            if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
+                raise
+            rows = []
+        if len(rows) == 1:
+            revision = rows[0][0]
+            if revision == known.head:
+                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
+            return SchemaStatus(state, revision, known.head)
+        tables = tuple(sorted(inspect(conn).get_table_names(schema=name)))
+        return SchemaStatus(DatabaseState.FOREIGN if tables else DatabaseState.EMPTY, None, known.head, tables)
+
+    def _migrate(self, conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
+        conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
+        migrate(conn.execution_options(**schema_options(location)), script=script)
+
+    def database(self, location: Location, metadata: bytes) -> PostgresDatabase:
+        """The database of ``location``; a read-write store creates and registers its schema if needed."""
+        if not self.readonly:
+            self._create(location, metadata)
+        return self.open(location)
+
+    def _create(self, location: Location, metadata: bytes) -> None:
+        name = schema_name(location)
+        descriptor_sha256 = orjson.loads(metadata)["descriptor_sha256"]
+
+        def attempt() -> None:
+            with self.engine.connect() as conn, conn.begin():
+                ensure_registry(conn)
+                advisory_lock(conn, name)
+                if self.metadata(conn, location) is not None:
+                    return  # already there (another process may have won the race)
+                found = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :n"), {"n": name})
+                if found.scalar_one():
+                    tables = ", ".join(inspect(conn).get_table_names(schema=name)) or "none"
+                    raise ForeignSchemaError(
+                        self.where,
+                        f"schema {name} exists but judgestore did not register it (tables: {tables}); it was not "
+                        "touched. Drop it, or point the store at another database",
+                    )
+                conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
+                self._migrate(conn, location)
+                register(conn, location, descriptor_sha256, metadata.decode())
+
+        self.retry(attempt)
+
+    def check_writable(self, location: Location) -> None:
+        if self.readonly:
+            raise DatabaseMissingError(self.location_where(location), "the store was opened read-only")
+
+    def open_existing(self, location: Location) -> PostgresDatabase | None:
+        try:
+            return self.open(location)
+        except DatabaseMissingError:
+            return None
+
+    def open(self, location: Location) -> PostgresDatabase:
+        """Open a registered schema (verifying its registry row and its revision)."""
+        with self.connection() as conn:
+            if self.metadata(conn, location) is None:
+                raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
+            status = self.classify(conn, location)
+        if status.state is DatabaseState.BEHIND and self.settings.auto_upgrade and not self.readonly:
+            (result,) = self.upgrade([location])
+            if result.outcome is not UpgradeOutcome.UPGRADED:
+                raise UpgradeFailedError(
+                    result.where, f"automatic upgrade from {status.revision} failed ({result.error})"
+                )
+        elif status.state is not DatabaseState.CURRENT:
+            raise_for_status(status, self.location_where(location))
+        return PostgresDatabase(self, location)
+
+    # ------------------------------------------------------------ the whole store
+
+    def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
+        """One schema's state (and rows when current), read-only; never raises for a bad schema."""
+        known = known or _revisions(None)
+        where = self.location_where(location)
+        revision = rows = error = None
+        try:
+            with self.connection() as conn:
+                self.metadata(conn, location)
+                status = self.classify(conn, location, known)
+                state, revision, error = status.state, status.revision, status_error(status, where)
+                if status.state is DatabaseState.CURRENT and count_rows:
+                    repo = Repository(conn.execution_options(**schema_options(location)), location.role)
+                    rows = repo.count()
+        except MetadataMismatchError as e:
+            state, error = DatabaseState.METADATA_MISMATCH, str(e)
+        except JudgestoreError as e:
+            state, error = DatabaseState.UNREADABLE, str(e)
+        return DatabaseInfo(location, where, state, revision, known.head, rows, self._size(location), error)
+
+    def _size(self, location: Location) -> int:
+        """Bytes the schema's tables take on the server (indexes and TOAST included)."""
+        query = text(
+            "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :n AND c.relkind = 'r'"
+        )
+        try:
+            with self.connection() as conn:
+                return int(conn.execute(query, {"n": schema_name(location)}).scalar_one())
+        except JudgestoreError:
+            return 0
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
+        known = _revisions(script)
+        for location in locations:
+            where = self.location_where(location)
+            try:
+                yield self._upgrade(location, where, known, script)
+            except JudgestoreError as e:
+                yield UpgradeResult(where, UpgradeOutcome.REFUSED, None, None, error=str(e))
+
+    def _upgrade(
+        self, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
+    ) -> UpgradeResult:
+        with self.connection(write=True) as conn:
+            advisory_lock(conn, schema_name(location))
+            self.metadata(conn, location)
+            status = self.classify(conn, location, known)
+            if status.state in USABLE_STATES:
+                return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
+            if status.state is not DatabaseState.BEHIND:
+                return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
+                                     error=status_error(status, where))  # fmt: skip
+            before = self._row_counts(conn, location)
+            try:
+                with conn.begin_nested():  # rolled back as a whole if anything below fails
+                    self._migrate(conn, location, script)
+                    after = self._row_counts(conn, location)
+                    if {t: n for t, n in after.items() if t in before} != before:
+                        raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
+            except (DBAPIError, JudgestoreError) as e:
+                failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
+                return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
+            reached = self.classify(conn, location, known).revision
+            return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
+
+    def _row_counts(self, conn: Connection, location: Location) -> dict[str, int]:
+        name = schema_name(location)
+        tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+        return {t: conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{quoted(t)}")).scalar_one() for t in tables}
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        """Registry row, schema state, and every row's input hash; never raises for a bad schema."""
+        where = self.location_where(location)
+        problems: list[Problem] = []
+        checked = 0
+        try:
+            with self.connection() as conn:
+                try:
+                    self.metadata(conn, location)
+                except MetadataMismatchError as e:
+                    problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
+                status = self.classify(conn, location)
+                if status.state not in USABLE_STATES:
+                    problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
+                elif status.state is DatabaseState.CURRENT:
+                    repo = Repository(conn.execution_options(**schema_options(location)), location.role)
+                    bad = 0
+                    for record in repo.query():
+                        checked += 1
+                        if input_hash(record.input_text, record.sample_index) != record.input_hash:
+                            bad += 1
+                            if bad <= MAX_LISTED_BAD_ROWS:
+                                problems.append(Problem(where, ProblemKind.INPUT_HASH,
+                                    f"row {record.input_hash}: its input_text does not hash to its input_hash; "
+                                    f"delete it (`judgestore delete --input-hash {record.input_hash}`)"))  # fmt: skip
+        except JudgestoreError as e:
+            problems.append(Problem(where, ProblemKind.FILE, str(e)))
+        return DatabaseVerification(location, where, checked, tuple(problems))
+
+    def strays(self) -> list[Problem]:
+        return []  # the registry is the layout: nothing can lie outside it
+
+
+class PostgresDatabase(Database):
+    """One descriptor schema: the same repository as SQLite, on the server's connections."""
+
+    def __init__(self, storage: PostgresStorage, location: Location) -> None:
+        self.storage = storage
+        self.location = location
+        self.where = storage.location_where(location)
+        self.path = None
+        self.settings = storage.settings
+        self.readonly = storage.readonly
+        self._options = schema_options(location)
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[Connection]:
+        with self.storage.engine.connect() as conn:
+            conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        try:
+            yield
+        except DBAPIError as e:
+            raise_translated(self.storage.url, e)
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        return self.storage.retry(attempt)
+
+    def size_bytes(self) -> int:
+        return self.storage._size(self.location)
+
+    def metadata(self) -> StoredMetadata:
+        with self.storage.connection() as conn:
+            stored = self.storage.metadata(conn, self.location)
+        if stored is None:
+            raise DatabaseMissingError(self.where, "is not in this store's registry")
+        return stored

@@ -1,0 +1,194 @@
+"""A store root on disk: one SQLite file per descriptor folder, opened on demand and kept open in an LRU.
+
+Contract:
+
+* :meth:`SqliteStorage.database` creates a descriptor's folder, its
+  metadata.json (atomically) and its database at head, under a file lock so
+  that two processes starting at once cannot race; :meth:`~SqliteStorage.open`
+  verifies metadata.json against the folder, classifies the schema with one
+  SELECT and refuses anything but a current database with a typed error (a
+  database that is behind is upgraded first when ``auto_upgrade`` is set).
+  The journal is switched to WAL only once the file is known to be ours.
+* Engines are cached per database, at most ``max_open_databases`` of them
+  (least recently used are disposed).
+* A read-only store never creates or changes a file; a database without
+  tables (zero bytes: another process is creating it) means one thing there:
+  empty (:meth:`~SqliteStorage.open_existing` returns None).
+* Inspecting, upgrading and verifying are :mod:`store.schema`,
+  :mod:`store.upgrade` and :mod:`store.verify`'s, on this root.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from store.database import SqliteDatabase, stable_read
+from store.engine import apply_journal_mode, create_sqlite_engine, raise_translated, write_refusal
+from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
+from store.layout import Location, lock_path, read_location_metadata, walk, write_metadata
+from store.schema import (
+    DatabaseInfo,
+    DatabaseState,
+    Revisions,
+    SchemaStatus,
+    classify,
+    create_at_head,
+    raise_for_status,
+)
+from store.schema import database_info as sqlite_database_info
+from store.settings import Settings
+from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_database, upgrade_store
+from store.verify import DatabaseVerification, Problem, stray_paths, verify_database
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+
+class SqliteStorage:
+    """The descriptor databases under one store root (see the module docstring)."""
+
+    def __init__(self, root: Path, settings: Settings, *, readonly: bool = False) -> None:
+        self.root = root
+        self.local_root = root
+        self.where = str(root)
+        self.settings = settings
+        self.readonly = readonly
+        self._open: OrderedDict[Path, SqliteDatabase] = OrderedDict()
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+
+    def locations(self) -> list[Location]:
+        return list(walk(self.root))
+
+    # ------------------------------------------------------------ one database
+
+    def database(self, location: Location, metadata: bytes) -> SqliteDatabase:
+        """The database of ``location``; a read-write store creates it (and its metadata.json) if needed."""
+        cached = self._cached(location.db_path(self.root))
+        if cached is not None:
+            return cached
+        if not self.readonly and not location.metadata_path(self.root).exists():
+            folder = location.folder(self.root)
+            try:
+                write_metadata(folder, metadata)
+            except OSError as e:  # a full or read-only disk: typed, naming the folder
+                raise_translated(folder, e)
+        return self.open(location)
+
+    def check_writable(self, location: Location) -> None:
+        path = location.db_path(self.root)
+        refusal = DatabaseFileError(path, "the store was opened read-only") if self.readonly else write_refusal(path)
+        if refusal is not None:
+            raise refusal
+
+    def open_existing(self, location: Location) -> SqliteDatabase | None:
+        """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
+        if not location.db_path(self.root).exists():
+            return None
+        try:
+            return self.open(location)
+        except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
+            return None
+
+    def open(self, location: Location) -> SqliteDatabase:
+        """Open an existing descriptor folder (verifying metadata.json and the schema)."""
+        path = location.db_path(self.root)
+        cached = self._cached(path)
+        if cached is not None:
+            return cached
+        if self.readonly and not path.exists():
+            raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
+        try:
+            read_location_metadata(self.root, location)
+        except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
+            raise_translated(location.metadata_path(self.root), e)
+        engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
+        try:
+            self._check_schema(engine, path)
+        except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
+            engine.dispose()
+            raise_translated(path, e)
+        except BaseException:
+            engine.dispose()
+            raise
+        database = SqliteDatabase(location, path, engine, self.settings, self.readonly)
+        self._open[path] = database
+        while len(self._open) > self.settings.max_open_databases:
+            self._open.popitem(last=False)[1].close()
+        return database
+
+    def _cached(self, path: Path) -> SqliteDatabase | None:
+        database = self._open.get(path)
+        if database is not None:
+            self._open.move_to_end(path)
+        return database
+
+    def _status(self, engine: Engine, path: Path) -> SchemaStatus:
+        def attempt() -> SchemaStatus:
+            try:
+                with engine.connect() as conn:
+                    return classify(conn, path)
+            except DBAPIError as e:  # connecting can fail too (a file that is not a database)
+                raise_translated(path, e)
+
+        return stable_read(path, attempt) if self.readonly else attempt()
+
+    def _check_schema(self, engine: Engine, path: Path) -> None:
+        """Refuse anything but a current database; the journal is switched only once the file is ours."""
+        status = self._status(engine, path)
+        if status.state is DatabaseState.CURRENT:
+            apply_journal_mode(engine)
+            return
+        if status.state is DatabaseState.EMPTY and not self.readonly:
+            self._create(engine, path)
+            apply_journal_mode(engine)
+            return
+        if status.state is DatabaseState.BEHIND and self.settings.auto_upgrade and not self.readonly:
+            engine.dispose()
+            result = upgrade_database(path, self.settings)
+            if result.outcome is not UpgradeOutcome.UPGRADED:
+                raise UpgradeFailedError(
+                    path, f"automatic upgrade from {status.revision} failed ({result.error}); the file was restored"
+                )
+            apply_journal_mode(engine)
+            return
+        if status.state is DatabaseState.EMPTY:
+            raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")
+        raise_for_status(status, path)
+
+    def _create(self, engine: Engine, path: Path) -> None:
+        """Create the schema at head, once, even when many processes try at the same moment."""
+        with FileLock(lock_path(path)):
+            conn: Connection
+            with engine.connect().execution_options(write=True) as conn, conn.begin():
+                status = classify(conn, path)  # another process may have won the race
+                if status.state is DatabaseState.EMPTY:
+                    create_at_head(conn)
+                else:
+                    raise_for_status(status, path)
+
+    # ------------------------------------------------------------ the whole root
+
+    def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
+        return sqlite_database_info(self.root, location, self.settings, known=known, count_rows=count_rows)
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        return upgrade_store(self.root, locations, self.settings, keep_backup=keep_backup, script=script)
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        return verify_database(self.root, location, self.settings)
+
+    def strays(self) -> list[Problem]:
+        return stray_paths(self.root)
