@@ -29,12 +29,14 @@ Contract (the layout itself is :mod:`store.postgres`'s):
   (:func:`store.postgres.translated`).
 * A read-only store opens read-only transactions and never creates anything.
 * Side files (sharing's workspace) live in a folder of this machine named
-  after the URL (:attr:`PostgresStorage.local_root`).
+  after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
+  ``~/.cache``; :attr:`PostgresStorage.local_root`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -118,7 +120,8 @@ class PostgresStorage:
         self.where = display_url(url)
         self.root: Path | None = None
         digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
-        self.local_root = Path.home() / ".cache" / "judgestore" / "servers" / digest
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        self.local_root = cache / "judgestore" / "servers" / digest
         self.engine = create_postgres_engine(url, settings)
 
     def close(self) -> None:
@@ -335,7 +338,7 @@ class PostgresStorage:
                     after = self._row_counts(conn, location)
                     if {t: n for t, n in after.items() if t in before} != before:
                         raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
-            except (DBAPIError, JudgestoreError) as e:
+            except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
                 failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
                 return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
             reached = self.classify(conn, location, known).revision

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import importlib.util
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,15 +12,17 @@ import pytest
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
 from store.store import Store
+from tests.pg_server import Cluster, running_cluster, server_bin
 
 
 @pytest.fixture(autouse=True)
 def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """No test touches a real store: the default root points into the test's temp folder."""
-    for name in list(__import__("os").environ):
+    for name in list(os.environ):
         if name.startswith("JUDGESTORE_"):
             monkeypatch.delenv(name)
     monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(tmp_path / "store"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a server store's side files
     monkeypatch.setenv("JUDGESTORE_RUN_ID", "test-run")
     monkeypatch.setenv("JUDGESTORE_CREATED_BY", "tester")
 
@@ -37,3 +41,30 @@ def store(store_root: Path) -> Iterator[Store]:
 @pytest.fixture
 def descriptor() -> ModelDescriptor:
     return ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0, "max_tokens": 64})
+
+
+# ---------------------------------------------------------------- a PostgreSQL server, started by the tests
+
+REQUIRE_POSTGRES = "JS_TEST_REQUIRE_POSTGRES"  # CI sets it: the PostgreSQL tests must run there, never skip
+
+
+@pytest.fixture(scope="session")
+def pg_cluster() -> Iterator[Cluster]:
+    """A throwaway PostgreSQL cluster for the session (tests/pg_server.py); skipped only without its binaries."""
+    missing = None
+    if server_bin() is None:
+        missing = "PostgreSQL's server binaries are not installed (apt-get install postgresql; .ci/setup does it)"
+    elif importlib.util.find_spec("psycopg") is None:
+        missing = "the psycopg driver is not installed (pip install 'judgestore[postgresql]')"
+    if missing is not None:
+        if os.environ.get(REQUIRE_POSTGRES):
+            pytest.fail(f"{missing}, and {REQUIRE_POSTGRES} says these tests must run")
+        pytest.skip(missing)
+    with running_cluster() as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def pg_url(pg_cluster: Cluster) -> str:
+    """The URL of an empty database of its own on the test cluster."""
+    return pg_cluster.url(pg_cluster.new_database())

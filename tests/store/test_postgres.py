@@ -1,0 +1,212 @@
+"""The store on a PostgreSQL server: the same rows, migrations and errors as a folder, one schema per descriptor."""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import event, inspect
+from sqlalchemy.engine import make_url
+
+from store import logprobs
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    ForeignSchemaError,
+    InvalidInputError,
+    SchemaAheadError,
+    SchemaBehindError,
+    ServerAuthError,
+    ServerError,
+    ServerPermissionError,
+    ServerUnavailableError,
+)
+from store.layout import Location, metadata_bytes
+from store.logprobs import PositionLogprobs, TokenLogprob
+from store.postgres import registry, schema_name
+from store.records import RowFilter
+from store.schema import DatabaseState
+from store.store import Store
+from store.upgrade import UpgradeOutcome
+from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
+from tests.pg_server import Cluster
+from tests.store.schema_helpers import pretend_shipped_scripts_are
+from tests.store.test_upgrade import failing_script
+
+QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
+
+
+def test_a_server_store_keeps_rows_exactly_as_a_folder_does(pg_url: str) -> None:
+    top = logprobs.encode([PositionLogprobs((TokenLogprob("A", -0.5, 1, 1), TokenLogprob("B", -math.inf, 2, 2)))])
+    rows = [judgement_record(i, top_logprobs=top, usage={"x": -math.inf}) for i in range(20)]
+    with Store(url=pg_url) as store:
+        database = store.database("judgements", "arena", QWEN)
+        assert database.put_many(rows) == 20 and database.put_many(rows) == 0
+        assert database.count() == 20 and database.count(RowFilter(orientation="direct")) == 20
+    with Store(url=pg_url, readonly=True) as again:
+        found = again.find("judgements", "arena", QWEN)
+        assert found is not None
+        got = found.get_many([r.input_hash for r in rows] + ["0" * 64])
+        assert got == {r.input_hash: r for r in rows}
+        assert [r.input_hash for r in found.query()] == [
+            r.input_hash for r in sorted(rows, key=lambda r: (r.created_at, r.input_hash))
+        ]
+        assert again.locations() == [Location.of("judgements", "arena", QWEN)]
+        assert found.metadata().descriptor == QWEN
+        assert again.find("completions", "arena", QWEN) is None
+
+
+def test_schema_names_are_short_safe_and_the_registry_keeps_the_whole_name(pg_url: str, pg_cluster: Cluster) -> None:
+    hostile = ModelDescriptor(provider="vllm", model='x"; DROP SCHEMA public CASCADE; --' + "é" * 80)
+    location = Location.of("completions", "t", hostile)
+    assert re.fullmatch(r"js_c_[0-9a-f]{32}", schema_name(location))
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", hostile).put_many([completion_record(1)])
+        assert store.locations() == [location]
+        with store.storage.connection() as conn:
+            row = conn.execute(registry.select()).one()
+    assert row.model == hostile.model and row.descriptor_hash16 == hostile.hash16()
+    assert row.metadata_json.encode() == metadata_bytes("completions", "t", hostile)
+    database = make_url(pg_url).database
+    assert pg_cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'public'", database) == [(1,)]
+
+
+def test_opening_reads_the_revision_with_one_select(pg_url: str) -> None:
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+    with Store(url=pg_url) as store:
+        statements: list[str] = []
+        event.listen(store.storage.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+        store.open(Location.of("completions", "t", QWEN))
+    assert sum("judgestore_alembic_version" in s for s in statements) == 1
+
+
+def test_a_schema_that_is_not_ours_is_refused_untouched(pg_url: str, pg_cluster: Cluster) -> None:
+    database = make_url(pg_url).database
+    name = schema_name(Location.of("completions", "t", QWEN))
+    pg_cluster.sql(
+        f'CREATE SCHEMA "{name}"; CREATE TABLE "{name}".theirs (x int); INSERT INTO "{name}".theirs VALUES (7)',
+        database,
+    )
+    with Store(url=pg_url) as store, pytest.raises(ForeignSchemaError, match="not touched"):
+        store.database("completions", "t", QWEN)
+    assert pg_cluster.sql(f'SELECT x FROM "{name}".theirs', database) == [(7,)]
+
+
+def test_a_newer_revision_in_a_schema_is_refused_untouched(pg_url: str, pg_cluster: Cluster) -> None:
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    name = schema_name(Location.of("completions", "t", QWEN))
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = 'f00d'", database)
+    with Store(url=pg_url) as store:
+        with pytest.raises(SchemaAheadError, match="f00d"):
+            store.open(Location.of("completions", "t", QWEN))
+        (info,) = store.infos(store.locations())
+        assert info.state is DatabaseState.AHEAD
+    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("f00d",)]
+
+
+@pytest.mark.parametrize("kind", ["bad-scheme", "down", "password", "no-database"])
+def test_a_server_that_cannot_be_used_is_a_typed_error(kind: str, pg_cluster: Cluster, tmp_path: Path) -> None:
+    if kind == "password":
+        pg_cluster.sql(
+            "DO $$ BEGIN CREATE ROLE judge LOGIN PASSWORD 'right'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+        )
+    url, error = {
+        "bad-scheme": ("mysql://user@host/db", InvalidInputError),
+        "down": (f"postgresql+psycopg://postgres@/x?host={tmp_path}", ServerUnavailableError),
+        "password": (pg_cluster.url("postgres", "judge", "wrong"), ServerAuthError),
+        "no-database": (pg_cluster.url("no_such_database"), ServerError),
+    }[kind]
+    with pytest.raises(error) as caught, Store(url=url) as store:
+        store.locations()
+    assert "wrong" not in str(caught.value)  # a password is never shown
+
+
+def test_a_user_who_may_not_create_schemas_gets_a_typed_error_and_nothing_changes(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    database = make_url(pg_url).database
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE reader LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql(f'REVOKE CREATE ON DATABASE "{database}" FROM PUBLIC')
+    with (
+        Store(url=pg_cluster.url(database, "reader", "pw")) as store,
+        pytest.raises(ServerPermissionError, match="CREATE"),
+    ):
+        store.database("completions", "t", QWEN)
+    assert pg_cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'js_%'", database) == [(0,)]
+
+
+# ---------------------------------------------------------------- revisions per schema
+
+
+def test_db_upgrade_upgrades_every_schema_in_its_own_transaction(
+    pg_url: str, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    descriptors = [ModelDescriptor(provider="vllm", model=f"m{i}") for i in range(3)]
+    with Store(url=pg_url) as store:
+        for i, d in enumerate(descriptors):
+            store.database("judgements", "t", d).put_many([judgement_record(k) for k in range(i + 2)])
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    with Store(url=pg_url) as store:
+        locations = store.locations()
+        assert {info.state for info in store.infos(locations)} == {DatabaseState.BEHIND}
+        with pytest.raises(SchemaBehindError, match="judgestore db upgrade"):
+            store.open(locations[0])
+        results = list(store.upgrade(locations))
+        assert [(r.outcome, r.from_revision, r.to_revision) for r in results] == [
+            (UpgradeOutcome.UPGRADED, SHIPPED_HEAD, SYNTHETIC_HEAD)
+        ] * 3
+        assert [r.rows["judgements"] for r in results if r.rows] == [2, 3, 4]
+        assert {r.outcome for r in store.upgrade(locations)} == {UpgradeOutcome.UP_TO_DATE}  # a second run: nothing
+        for location, d in zip(locations, descriptors, strict=True):
+            assert store.open(location).count() == int(d.model[1:]) + 2
+            with store.storage.connection() as conn:
+                columns = {c["name"] for c in inspect(conn).get_columns("judgements", schema=schema_name(location))}
+            assert "verdict" in columns  # the synthetic revision's column, in every schema
+
+
+def test_a_failed_migration_leaves_its_schema_as_it_was_and_the_others_go_on(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(url=pg_url) as store:
+        for name in ("good", "explode"):
+            store.database("completions", "t", ModelDescriptor(provider="vllm", model=name)).put_many(
+                [completion_record(1, benchmark=name)]  # the failing revision explodes where it finds 'explode'
+            )
+    script = failing_script(tmp_path, "raises")
+    pretend_shipped_scripts_are(script, monkeypatch)
+    with Store(url=pg_url) as store:
+        results = {r.where.rsplit(" ", 1)[-1]: r for r in store.upgrade(store.locations(), script=script)}
+        by_model = {loc.model: schema_name(loc) for loc in store.locations()}
+        assert results[by_model["explode"]].outcome is UpgradeOutcome.FAILED
+        assert "rolled back" in str(results[by_model["explode"]].error)
+        assert results[by_model["good"]].outcome is UpgradeOutcome.UPGRADED
+        bad = next(loc for loc in store.locations() if loc.model == "explode")
+        assert store.storage.info(bad).revision == SHIPPED_HEAD  # the failed schema is as it was
+
+
+def test_two_upgrades_started_at_once_migrate_once(
+    pg_url: str, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(url=pg_url) as store:
+        store.database("judgements", "t", QWEN).put_many([judgement_record(1)])
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    outcomes: list[UpgradeOutcome] = []
+
+    def upgrade() -> None:
+        with Store(url=pg_url) as store:
+            outcomes.extend(r.outcome for r in store.upgrade(store.locations()))
+
+    threads = [threading.Thread(target=upgrade) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(outcomes) == sorted([UpgradeOutcome.UPGRADED, UpgradeOutcome.UP_TO_DATE])
