@@ -7,7 +7,8 @@ Contract:
   against its folder, its schema state, and that every row's ``input_text``
   hashes to its ``input_hash``. It never raises for a bad database: what is
   wrong becomes :class:`Problem` records, each naming its file and the next
-  step.
+  step. It also counts the rows adopted from older descriptors
+  (``judgestore adopt``), which are checked like every other row.
 * :func:`stray_paths` lists files and folders under a root that are not part
   of the layout (:mod:`store.layout`).
 """
@@ -39,6 +40,7 @@ from store.layout import (
     is_backup_of,
     read_location_metadata,
 )
+from store.records import RowFilter
 from store.repository import Repository
 from store.schema import USABLE_STATES, DatabaseState, Revisions, classify, status_error
 from store.settings import Settings
@@ -71,6 +73,7 @@ class DatabaseVerification:
     path: Path
     rows_checked: int
     problems: tuple[Problem, ...]
+    rows_adopted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -125,7 +128,7 @@ def verify_database(
         problems.append(Problem(e.path, ProblemKind.METADATA, str(e)))
     except OSError as e:
         problems.append(Problem(location.metadata_path(root), ProblemKind.METADATA, str(e)))
-    checked = 0
+    checked = adopted = 0
     try:
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
@@ -137,13 +140,14 @@ def verify_database(
                 elif status.state is DatabaseState.CURRENT:
                     checked, bad_rows = _row_hash_problems(conn, location, path)
                     problems += bad_rows
+                    adopted = Repository(conn, location.role).count(RowFilter(adopted=True))
         finally:
             engine.dispose()
     except DatabaseError as e:
         problems.append(Problem(path, ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
         problems.append(Problem(path, ProblemKind.FILE, f"{type(e).__name__}: {e}"))
-    return DatabaseVerification(location, path, checked, tuple(problems))
+    return DatabaseVerification(location, path, checked, tuple(problems), adopted)
 
 
 def _is_canonical_segment(name: str) -> bool:

@@ -396,7 +396,7 @@ def test_verify_a_clean_store(filled: Path) -> None:
     assert result.exit_code == 0
     assert "3 databases, 10 rows, no problems" in result.stdout
     report = as_json(judgestore("verify", "--json").stdout)
-    assert report == {"ok": True, "databases": 3, "rows_checked": 10, "problems": []}
+    assert report == {"ok": True, "databases": 3, "rows_checked": 10, "rows_adopted": 0, "problems": []}
 
 
 def test_verify_detects_a_tampered_row(filled: Path) -> None:
