@@ -357,7 +357,7 @@ def raw_get_many(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str, C
         try:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 chunk = orjson.dumps(keys[start : start + LOOKUP_BATCH]).decode()
-                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca in conn.execute(
+                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca, af in conn.execute(
                     SELECT_BY_KEYS, (chunk,)
                 ).fetchall():
                     found[h] = make(
@@ -374,6 +374,7 @@ def raw_get_many(conn: sqlite3.Connection, hashes: Sequence[str]) -> dict[str, C
                         run_id=ri,
                         created_by=cb,
                         created_at=fromiso(ca).replace(tzinfo=utc),
+                        adopted_from=af,
                     )
         finally:
             conn.execute("COMMIT")

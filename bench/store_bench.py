@@ -214,6 +214,7 @@ def raw_row(r: CompletionRecord) -> tuple[Any, ...]:
         r.run_id,
         r.created_by,
         r.created_at.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds"),
+        r.adopted_from,
     )
 
 

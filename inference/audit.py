@@ -113,6 +113,26 @@ class AuditReport:
     def top_tokens_changed(self) -> int:
         return sum(r.top_token_changed for r in self.rows if r.logprob_deltas or r.top_token_stored)
 
+    def lines(self) -> list[str]:
+        """The human report: the exact-match rate, the logprob change, each mismatch and where it starts."""
+        lines = [
+            f"audit of {self.model} ({self.role}/{self.task}, descriptor {self.descriptor}): "
+            f"{self.exact} of {self.sampled} sampled rows regenerated exactly ({self.exact_rate:.1%}); "
+            f"{self.rows_in_database:,} rows stored, {self.seconds:.1f} s"
+        ]
+        if self.max_abs_logprob_delta is not None:
+            lines.append(
+                f"first-token logprobs: largest change {self.max_abs_logprob_delta:.3g}, "
+                f"{self.top_tokens_changed} rows with another most likely first token"
+            )
+        for row in self.mismatches:
+            where = f"{row.benchmark or '?'}/{row.instruction_id or '?'}"
+            lines.append(
+                f"  {row.input_hash[:16]} ({where}, sample {row.sample_index}) differs at character "
+                f"{row.first_difference}: {row.stored!r} -> {row.regenerated!r}"
+            )
+        return lines
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "role": self.role,

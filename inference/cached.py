@@ -28,6 +28,9 @@ Contract (DESIGN.md, "Rules of behaviour"):
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
   table (unless ``JUDGESTORE_RECORD_RUNS=0``).
+* A plan counts apart the hits that are adopted rows (copied from an older
+  descriptor by ``judgestore adopt``, :mod:`inference.adopt`): they answer
+  like any hit, and the plan and the summary say how many there were.
 * A plan with misses says whether they were expected: how many rows the
   descriptor's database already holds, or how many other descriptors of the
   same model the task has (``judgestore explain`` says why they missed).
@@ -104,11 +107,13 @@ class Plan:
     seconds: float = 0.0  # render + hash + lookup
     stored_rows: int | None = None  # with misses: rows the descriptor's database holds (None: no database)
     other_descriptors: int = 0  # with misses and no database: stored descriptors of this role, task and model
+    adopted_hits: int = 0  # hits on rows adopted from an older descriptor (the others were generated or imported)
 
     def summary(self) -> str:
+        adopted = f" ({self.adopted_hits} adopted)" if self.adopted_hits else ""
         return (
             f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
-            f"{self.hits} hits, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
+            f"{self.hits} hits{adopted}, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
         )
 
     @property
@@ -299,6 +304,7 @@ class CachedModel:
             self.mode,
             tuple(missing),
             seconds,
+            adopted_hits=sum(1 for record in hits.values() if record.adopted_from is not None),
         )
 
     def _run(

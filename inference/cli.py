@@ -4,9 +4,9 @@ Contract:
 
 * :func:`main` runs the app :func:`store.cli.build_app` assembles, with the
   commands of this module, of :mod:`inference.legacy_cli` (``import``) and of
-  :mod:`inference.diagnostics_cli` (``explain``, ``audit``, given this
-  module's model options) registered into it; :mod:`store` knows nothing of
-  inference.
+  :mod:`inference.diagnostics_cli` (``explain``, ``audit``) and of
+  :mod:`inference.adopt_cli` (``adopt``), both given this module's model
+  options, registered into it; :mod:`store` knows nothing of inference.
 * ``generate`` and ``judge`` read a JSONL file of requests, print the plan
   (hits, misses, duplicates) before anything runs, show a progress bar while
   the engine generates (on a terminal), write one result line per request,
@@ -33,7 +33,7 @@ from typing import IO, Annotated
 import orjson
 import typer
 
-from inference import diagnostics_cli, legacy_cli
+from inference import adopt_cli, diagnostics_cli, legacy_cli
 from inference.cached import Mode, Plan
 from inference.explain import explain_command_line
 from inference.hosted import HostedSpec
@@ -102,7 +102,9 @@ def register(app: typer.Typer) -> None:
 
 def main() -> None:
     """The ``judgestore`` console script: the store's commands and the inference layer's."""
-    build_app(register, legacy_cli.register, diagnostics_cli.registrar(model_spec))(prog_name="judgestore")
+    build_app(register, legacy_cli.register, diagnostics_cli.registrar(model_spec), adopt_cli.registrar(model_spec))(
+        prog_name="judgestore"
+    )
 
 
 # ---------------------------------------------------------------- option groups

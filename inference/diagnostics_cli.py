@@ -287,21 +287,5 @@ def audit_command(
 
 def _print_audit(report: AuditReport) -> None:
     out = stdout()
-    out.print(
-        f"audit of {report.model} ({report.role}/{report.task}, descriptor {report.descriptor}): "
-        f"{report.exact} of {report.sampled} sampled rows regenerated exactly ({report.exact_rate:.1%}); "
-        f"{report.rows_in_database:,} rows stored, {report.seconds:.1f} s",
-        soft_wrap=True,
-    )
-    if report.max_abs_logprob_delta is not None:
-        out.print(
-            f"first-token logprobs: largest change {report.max_abs_logprob_delta:.3g}, "
-            f"{report.top_tokens_changed} rows with another most likely first token"
-        )
-    for row in report.mismatches:
-        where = f"{row.benchmark or '?'}/{row.instruction_id or '?'}"
-        out.print(
-            f"  {row.input_hash[:16]} ({where}, sample {row.sample_index}) differs at character "
-            f"{row.first_difference}: {row.stored!r} -> {row.regenerated!r}",
-            soft_wrap=True,
-        )
+    for line in report.lines():
+        out.print(line, soft_wrap=True)

@@ -21,7 +21,10 @@ returns an :class:`~store.legacy.importer.Attribution`, never a guess:
   most: sources carrying two different legacy descriptors are refused rather
   than merged under one.
 * Report notes say which live settings hit the imported rows, and warn when
-  the installed vLLM differs from the one that produced them.
+  the installed vLLM differs from the one that produced them; then they give
+  the exact ``judgestore adopt`` command (:func:`inference.adopt.adopt_command_line`)
+  that audits those rows with the installed vLLM and, if they come out the
+  same, adopts them for it.
 """
 
 from __future__ import annotations
@@ -32,10 +35,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from inference.adopt import adopt_command_line
 from inference.legacy_settings import live_spec, map_legacy_descriptor, settings_line
 from inference.legacy_user_descriptor import UserDescriptor
+from inference.spec import ModelSpec
 from inference.vllm_descriptor import backend_version as installed_backend_version
+from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
+from store.layout import ROLES
 from store.legacy.detect import Detection
 from store.legacy.importer import Attribution
 from store.legacy.metadata import MetadataForm, check_metadata_folder
@@ -75,7 +82,9 @@ class LegacyDescriptorMapper:
         assume_current_model: Mapping[str, str] | None = None,
         assume_settings: Mapping[str, Any] | None = None,
         detections: Sequence[Detection] = (),
+        task: str | None = None,
     ) -> None:
+        self.task = task  # for sources outside a legacy tree (``--task``): the task of the adopt command
         self.user = user_descriptor
         self.assumed_models = dict(assume_current_model or {})
         self.assumed_settings = dict(assume_settings or {})
@@ -145,7 +154,27 @@ class LegacyDescriptorMapper:
                 f"rows were produced by vLLM {descriptor.backend_version}; this machine has {installed}: a live run "
                 "here computes another descriptor and will not hit them (a different engine may change outputs)"
             )
+            notes += self._adopt_notes(detection, spec, descriptor, installed)
         return Attribution(descriptor, tuple(assumptions), notes=tuple(notes))
+
+    def _adopt_notes(
+        self, detection: Detection, spec: ModelSpec, descriptor: ModelDescriptor, installed: str | None
+    ) -> list[str]:
+        """The ``judgestore adopt`` command for each role of the source (S2 sources hold both)."""
+        task = detection.tree.task if detection.tree is not None else self.task
+        if task is None:
+            return []  # the importer skips the source: no task
+        notes = []
+        for role in (detection.role,) if detection.role is not None else ROLES:
+            try:
+                command = adopt_command_line(spec, role=role, task=task, source=descriptor.hash16())
+            except InvalidInputError as e:
+                notes.append(f"to use them with vLLM {installed}, audit and adopt them from Python: {e}")
+                continue
+            notes.append(
+                f"to audit {role} with vLLM {installed} and adopt them if they come out the same, run: {command}"
+            )
+        return notes
 
     def __call__(self, detection: Detection) -> Attribution:
         derived = self._derive(detection)

@@ -235,6 +235,7 @@ def import_command(
         assume_current_model=parse_assumed_models(assume_current_model or []),
         assume_settings=parse_key_values(assume_setting, "--assume-setting"),
         detections=result.detections,
+        task=task,
     )
     options = ImportOptions(
         task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None

@@ -14,7 +14,8 @@ Contract:
 * The command line only renders what this returns; a Python caller gets the
   same behaviour and the same summary.
 * The summary says what the cache saved (the tokens and engine seconds the
-  hit rows had cost when they were generated) and what the misses cost; the
+  hit rows had cost when they were generated), how many hits were adopted
+  rows (:mod:`inference.adopt`), and what the misses cost; the
   same accounting is appended to the database's ``runs`` table
   (:mod:`inference.accounting`).
 """
@@ -87,6 +88,7 @@ class RunSummary:
     engine_seconds: float = 0.0
     stored_rows: int | None = None  # with misses: rows this descriptor's database already held
     other_descriptors: int = 0  # with misses and no database: other stored descriptors of the model and task
+    adopted_hits: int = 0  # hits on rows adopted from an older descriptor (`judgestore adopt`)
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -112,9 +114,11 @@ class RunSummary:
         """The one-line human summary."""
         distinct = self.hits + self.misses
         hit_rate = 100 * self.hits / distinct if distinct else 100.0
+        adopted = f"; {self.adopted_hits} adopted" if self.adopted_hits else ""
         loaded = "engine loaded" if self.sent is None else "client opened"
         line = (
-            f"done: {self.hits} hits ({hit_rate:.0f}%), {self.misses} misses, {self.rows_written} rows written, "
+            f"done: {self.hits} hits ({hit_rate:.0f}%{adopted}), {self.misses} misses, "
+            f"{self.rows_written} rows written, "
             f"{self.wall_seconds} s, {loaded}: {'yes' if self.engine_loaded else 'no'}"
             + (f", {self.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
         )
@@ -208,5 +212,6 @@ def run_requests(
         engine_seconds=last.spent.engine_seconds,
         stored_rows=plan.stored_rows,
         other_descriptors=plan.other_descriptors,
+        adopted_hits=plan.adopted_hits,
     )
     return RunResult(responses, summary)

@@ -18,7 +18,8 @@ Contract:
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
   bad input (:class:`InvalidInputError`), sharing (:class:`SyncError`),
   legacy imports (:class:`LegacyError`), models and engines
-  (:class:`ModelError`), and the cache boundary (:class:`CacheMissError`).
+  (:class:`ModelError`), and the cache boundary (:class:`CacheMissError`,
+  :class:`AdoptionError`).
 """
 
 from __future__ import annotations
@@ -346,6 +347,11 @@ class MissingDependencyError(JudgestoreError):
 
 class CacheMissError(JudgestoreError):
     """``replay`` mode met an input that the store does not hold."""
+
+
+class AdoptionError(JudgestoreError, ValueError):
+    """``judgestore adopt`` has no single source descriptor it may adopt from: none, several, or one that differs
+    in a field the caller did not allow. Raised before any engine is loaded; nothing is written."""
 
 
 # ---------------------------------------------------------------- hosted models (OpenAI-compatible servers)

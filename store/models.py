@@ -14,6 +14,11 @@ Contract:
 * ``runs`` (:class:`Run`) is the accounting of the calls that used a
   database: what was asked, what the store answered, what the engine cost and
   what the hits saved. It is bookkeeping beside the rows, never part of them.
+* ``adopted_from`` is NULL for rows this descriptor's engine produced (or
+  that were imported); a row copied in from an older descriptor by
+  ``judgestore adopt`` holds that descriptor's full SHA-256 there, and
+  ``adoptions`` (:class:`Adoption`) records each adoption: the source, the
+  fields allowed to differ, the audit that justified it, the thresholds.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text
+from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -75,6 +80,11 @@ class _Row:
     top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
     input_text: Mapped[str] = mapped_column(Text, sort_order=30)
     completion: Mapped[str] = mapped_column(Text, sort_order=31)
+    # Last, where revision 0004 added it in place (SQLite appends columns); NULL: not adopted.
+    adopted_from: Mapped[str | None] = mapped_column(String(64), sort_order=40)
+
+
+ADOPTED = text("adopted_from IS NOT NULL")
 
 
 def _row_constraints(table: str) -> tuple[Any, ...]:
@@ -84,6 +94,8 @@ def _row_constraints(table: str) -> tuple[Any, ...]:
         Index(f"ix_{table}_benchmark_instruction_id", "benchmark", "instruction_id"),
         Index(f"ix_{table}_run_id", "run_id"),
         Index(f"ix_{table}_created_at", "created_at"),
+        # Partial: rows that were not adopted (nearly all) cost the index nothing on write.
+        Index(f"ix_{table}_adopted_from", "adopted_from", sqlite_where=ADOPTED, postgresql_where=ADOPTED),
     )
 
 
@@ -172,6 +184,42 @@ class Run(Base):
         Index("ix_runs_started_at", "started_at"),
         Index("ix_runs_run_id", "run_id"),
     )
+
+
+class Adoption(Base):
+    """One ``judgestore adopt`` into this database: rows of an older descriptor, copied after an audit.
+
+    ``source_descriptor`` is the full SHA-256 of the descriptor the rows were
+    copied from (what the rows' ``adopted_from`` holds); ``details`` holds
+    the fields that were allowed to differ (``across``), how they differed
+    (``changes``: field, stored, wanted), the source folder's assumptions and
+    the sampled rows that differed (never copied). The audit figures and the
+    thresholds they met are columns. It is the history of adoptions: rows
+    deleted later (``judgestore delete --adopted-from``) leave it as it was.
+    """
+
+    __tablename__ = "adoptions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    source_descriptor: Mapped[str] = mapped_column(String(64))
+    source_task: Mapped[str] = mapped_column(String)
+    source_rows: Mapped[int] = mapped_column(Integer)
+    details: Mapped[dict[str, Any]]
+    sampled: Mapped[int] = mapped_column(Integer)
+    exact: Mapped[int] = mapped_column(Integer)
+    max_abs_logprob_delta: Mapped[float | None] = mapped_column(Float)
+    top_tokens_changed: Mapped[int] = mapped_column(Integer)
+    sample_seed: Mapped[int | None] = mapped_column(Integer)
+    min_exact: Mapped[float] = mapped_column(Float)
+    max_logprob_delta: Mapped[float | None] = mapped_column(Float)
+    rows_adopted: Mapped[int] = mapped_column(Integer)
+    rows_present: Mapped[int] = mapped_column(Integer)
+    rows_excluded: Mapped[int] = mapped_column(Integer)
+    run_id: Mapped[str | None] = mapped_column(String)
+    created_by: Mapped[str | None] = mapped_column(String)
+    adopted_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_adoptions_source_descriptor", "source_descriptor"),)
 
 
 MODEL_OF_ROLE: dict[str, type[Completion] | type[Judgement]] = {

@@ -74,6 +74,7 @@ from store.postgres import (
     schema_name,
     schema_options,
 )
+from store.records import RowFilter
 from store.repository import Repository
 from store.schema import (
     USABLE_STATES,
@@ -353,7 +354,7 @@ class PostgresStorage:
         """Registry row, schema state, and every row's input hash; never raises for a bad schema."""
         where = self.location_where(location)
         problems: list[Problem] = []
-        checked = 0
+        checked = adopted = 0
         try:
             with self.connection() as conn:
                 try:
@@ -374,9 +375,10 @@ class PostgresStorage:
                                 problems.append(Problem(where, ProblemKind.INPUT_HASH,
                                     f"row {record.input_hash}: its input_text does not hash to its input_hash; "
                                     f"delete it (`judgestore delete --input-hash {record.input_hash}`)"))  # fmt: skip
+                    adopted = repo.count(RowFilter(adopted=True))
         except JudgestoreError as e:
             problems.append(Problem(where, ProblemKind.FILE, str(e)))
-        return DatabaseVerification(location, where, checked, tuple(problems))
+        return DatabaseVerification(location, where, checked, tuple(problems), adopted)
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it

@@ -8,7 +8,9 @@ that exist only on judgements (:data:`JUDGEMENT_ONLY_FILTERS`) restrict a
 query to judgement databases (:func:`roles_for`), and combined with
 ``role="completions"`` they are an error. What went wrong is selectable
 too: rows by finish reason (``"length"``: truncated at ``max_tokens``),
-empty completions, and error rows (:data:`ERROR_FINISH_REASONS`). :class:`FoundRow` and
+empty completions, and error rows (:data:`ERROR_FINISH_REASONS`). So are
+adopted rows (``judgestore adopt``): all of them, or those of one source
+descriptor (a prefix of its hash). :class:`FoundRow` and
 :class:`RowCount` are a row, or a count of rows, with the location of the
 database it came from, as the store's queries across databases return them.
 """
@@ -49,6 +51,7 @@ class CompletionRecord:
     run_id: str | None = None
     created_by: str | None = None
     created_at: datetime
+    adopted_from: str | None = None  # the source descriptor's SHA-256 of an adopted row
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,6 +78,7 @@ class JudgementRecord:
     run_id: str | None = None
     created_by: str | None = None
     created_at: datetime
+    adopted_from: str | None = None  # the source descriptor's SHA-256 of an adopted row
 
 
 Record = CompletionRecord | JudgementRecord
@@ -102,6 +106,8 @@ class RowFilter:
     completion is empty or only whitespace (``False``: the others);
     ``error=True`` rows whose finish reason is one of
     :data:`ERROR_FINISH_REASONS` (``False``: the others, NULL included).
+    ``adopted_from`` keeps rows adopted from the descriptor whose hash starts
+    with it; ``adopted=True`` every adopted row (``False``: the others).
     """
 
     benchmark: str | None = None
@@ -121,6 +127,8 @@ class RowFilter:
     finish_reasons: tuple[str, ...] | None = None
     empty: bool | None = None
     error: bool | None = None
+    adopted_from: str | None = None
+    adopted: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("created_after", "created_before"):
@@ -135,6 +143,12 @@ class RowFilter:
             isinstance(self.finish_reasons, str) or not all(isinstance(r, str) for r in self.finish_reasons)
         ):
             raise InvalidInputError(f"finish_reasons must be a tuple of strings, got {self.finish_reasons!r}")
+        if self.adopted_from is not None and not (
+            0 < len(self.adopted_from) <= 64 and all(c in "0123456789abcdef" for c in self.adopted_from)
+        ):
+            raise InvalidInputError(
+                f"adopted_from must be a descriptor hash or a prefix of it, got {self.adopted_from!r}"
+            )
 
     def is_empty(self) -> bool:
         return all(getattr(self, f.name) is None for f in dataclasses.fields(self))

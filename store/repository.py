@@ -409,4 +409,9 @@ class Repository:
         if flt.error is not None:
             failed = self.table.c.finish_reason.in_(ERROR_FINISH_REASONS)
             clauses.append(failed if flt.error else or_(~failed, self.table.c.finish_reason.is_(None)))
+        adopted_from = self.table.c.adopted_from
+        if flt.adopted_from is not None:
+            clauses.append(adopted_from.startswith(flt.adopted_from, autoescape=True))
+        if flt.adopted is not None:
+            clauses.append(adopted_from.is_not(None) if flt.adopted else adopted_from.is_(None))
         return clauses

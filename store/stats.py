@@ -6,7 +6,8 @@ Contract:
   rows, one for its runs): the rows added up (:class:`~store.records.RowTotals`:
   data bytes, tokens in and out, engine seconds recorded), rows per finish
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
-  tokens and engine seconds saved) and the most recent runs.
+  tokens and engine seconds saved) and the most recent runs, and how many
+  rows were adopted from older descriptors (``judgestore adopt``).
 * :func:`store_stats` does that for every database a
   :class:`~store.layout.Selector` picks, read-only. A database that cannot be
   opened (behind, foreign, damaged...) is reported with its error and never
@@ -21,7 +22,7 @@ from typing import Any
 
 from store.errors import JudgestoreError
 from store.layout import Location, Selector
-from store.records import RowTotals
+from store.records import RowFilter, RowTotals
 from store.runs import RunRecord, RunTotals, recent_runs, run_totals
 from store.store import Database, Store
 
@@ -38,6 +39,7 @@ class DatabaseStats:
     runs: RunTotals = field(default_factory=RunTotals.none)
     recent_runs: tuple[RunRecord, ...] = ()
     error: str | None = None
+    adopted_rows: int = 0  # rows copied from older descriptors (their adopted_from is set)
 
     @property
     def truncated(self) -> int:
@@ -54,6 +56,7 @@ class DatabaseStats:
             "runs": self.runs.as_dict(),
             "recent_runs": [run.as_dict() for run in self.recent_runs],
             "error": self.error,
+            "adopted_rows": self.adopted_rows,
         }
 
 
@@ -62,6 +65,7 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
     with database.reading() as repo:
         totals = repo.totals()
         reasons = {group.key: group.rows for group in repo.groups("finish_reason")}
+        adopted = repo.count(RowFilter(adopted=True))
     return DatabaseStats(
         database.location,
         database.where,
@@ -70,6 +74,7 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
         reasons,
         run_totals(database),
         tuple(recent_runs(database, recent)) if recent else (),
+        adopted_rows=adopted,
     )
 
 
@@ -92,6 +97,7 @@ class StoreTotals:
     runs: RunTotals
     truncated: int
     unreadable: int
+    adopted_rows: int = 0
 
     @classmethod
     def of(cls, stats: list[DatabaseStats]) -> StoreTotals:
@@ -105,6 +111,7 @@ class StoreTotals:
             runs,
             sum(s.truncated for s in stats),
             sum(s.error is not None for s in stats),
+            sum(s.adopted_rows for s in stats),
         )
 
     def as_dict(self) -> dict[str, Any]:
@@ -115,4 +122,5 @@ class StoreTotals:
             "runs": self.runs.as_dict(),
             "truncated": self.truncated,
             "unreadable": self.unreadable,
+            "adopted_rows": self.adopted_rows,
         }

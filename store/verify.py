@@ -8,7 +8,8 @@ Contract:
   hashes to its ``input_hash`` (a row whose text is not valid UTF-8, a
   damaged page, is named by its key). It never raises for a bad database: what is
   wrong becomes :class:`Problem` records, each naming its file and the next
-  step.
+  step. It also counts the rows adopted from older descriptors
+  (``judgestore adopt``), which are checked like every other row.
 * :func:`stray_paths` lists files and folders under a root that are not part
   of the layout (:mod:`store.layout`).
 """
@@ -47,6 +48,7 @@ from store.layout import (
     is_backup_of,
     read_location_metadata,
 )
+from store.records import RowFilter
 from store.repository import Repository
 from store.schema import USABLE_STATES, DatabaseState, Revisions, classify, status_error
 from store.settings import Settings
@@ -80,6 +82,7 @@ class DatabaseVerification:
     where: str
     rows_checked: int
     problems: tuple[Problem, ...]
+    rows_adopted: int = 0
 
     @property
     def ok(self) -> bool:
@@ -192,7 +195,7 @@ def verify_database(
         problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
     except OSError as e:
         problems.append(Problem(str(location.metadata_path(root)), ProblemKind.METADATA, str(e)))
-    checked = 0
+    checked = adopted = 0
     try:
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
@@ -209,13 +212,14 @@ def verify_database(
                             raise
                         checked, bad_rows = _raw_row_problems(conn, location, path)
                     problems += bad_rows
+                    adopted = Repository(conn, location.role).count(RowFilter(adopted=True))
         finally:
             engine.dispose()
     except DBAPIError as e:
         problems.append(Problem(str(path), ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
         problems.append(Problem(str(path), ProblemKind.FILE, f"{type(e).__name__}: {e}"))
-    return DatabaseVerification(location, str(path), checked, tuple(problems))
+    return DatabaseVerification(location, str(path), checked, tuple(problems), adopted)
 
 
 def _is_canonical_segment(name: str) -> bool:

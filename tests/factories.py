@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import sqlite3
 from collections.abc import Iterable
@@ -9,7 +10,10 @@ from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 
+from sqlalchemy import Connection, insert, inspect
+
 from store.descriptor import ModelDescriptor, input_hash, render_messages
+from store.models import MODEL_OF_ROLE
 from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
 from store.repository import Repository
 from store.schema import revisions
@@ -98,6 +102,14 @@ def current_database(
             for table_role, record_type in RECORD_OF_ROLE.items():
                 Repository(repo.conn, table_role).put_many(r for r in rows if type(r) is record_type)
         return database.path
+
+
+def put_at_old_revision(conn: Connection, role: str, records: Iterable[Record]) -> None:
+    """Insert rows into a database an older revision made: only the columns its table has yet."""
+    table = MODEL_OF_ROLE[role].__table__
+    present = {column["name"] for column in inspect(conn).get_columns(table.name)}
+    rows = [{k: v for k, v in dataclasses.asdict(r).items() if k in present} for r in records]
+    conn.execute(insert(table), rows)
 
 
 def stamp(db_path: Path, revision: str) -> None:

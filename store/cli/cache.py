@@ -145,6 +145,11 @@ def _print_totals(totals: StoreTotals) -> None:
         )
     else:
         lines.append("runs: none recorded yet (runs are recorded since schema revision 0003)")
+    if totals.adopted_rows:
+        lines.append(
+            f"adopted: {totals.adopted_rows:,} of the rows were copied from older descriptors after an audit "
+            "(`judgestore query --adopted`; `judgestore delete --adopted-from HASH` takes them out)"
+        )
     for line in lines:
         stdout().print(line, soft_wrap=True)
 

@@ -18,8 +18,8 @@ Contract:
   --provider --model-id --descriptor`` (:func:`selection`); rows are filtered
   with ``--benchmark --instruction-id --model --model-a --model-b --judge
   --orientation --pair --pointwise/--pairwise --run-id --created-by --since
-  --until --input-hash --finish-reason --empty/--non-empty --error/--no-error``
-  (:func:`row_filter`); ``--model`` names the model of
+  --until --input-hash --finish-reason --empty/--non-empty --error/--no-error
+  --adopted-from --adopted/--not-adopted`` (:func:`row_filter`); ``--model`` names the model of
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
 * :func:`grouped` lets a command take a whole group of options as one value
@@ -108,7 +108,7 @@ def _error_line(error: JudgestoreError) -> str:
         return (
             f"{error} (row filters: --benchmark, --instruction-id, --model, --model-a, --model-b, --judge, "
             "--orientation, --pair, --pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash, "
-            "--finish-reason, --empty/--non-empty, --error/--no-error; "
+            "--finish-reason, --empty/--non-empty, --error/--no-error, --adopted-from, --adopted/--not-adopted; "
             "--role, --task, --provider, --model-id and --descriptor only choose databases)"
         )
     return " ".join([str(error), *getattr(error, "__notes__", ())])
@@ -351,6 +351,22 @@ def row_filter(
             show_default=False,
         ),
     ] = None,
+    adopted_from: Annotated[
+        str | None,
+        _filter(
+            "--adopted-from",
+            "Rows `judgestore adopt` copied from this descriptor (its hash or a prefix).",
+            metavar="HASH",
+        ),
+    ] = None,
+    adopted: Annotated[
+        bool | None,
+        _filter(
+            "--adopted/--not-adopted",
+            "Only rows adopted from older descriptors, or only the others.",
+            show_default=False,
+        ),
+    ] = None,
 ) -> RowFilter:
     """The rows chosen by the row filter options (see the module docstring)."""
     if pair is not None and len(pair) != 2:
@@ -373,6 +389,8 @@ def row_filter(
         finish_reasons=tuple(finish_reason) if finish_reason else None,
         empty=empty,
         error=error,
+        adopted_from=adopted_from,
+        adopted=adopted,
     )
 
 

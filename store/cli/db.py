@@ -185,12 +185,14 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
     if selector.is_empty():
         problems += stray_paths(root)
     rows = sum(result.rows_checked for result in results)
+    adopted = sum(result.rows_adopted for result in results)
     if json_output:
         emit_json(
             {
                 "ok": not problems,
                 "databases": len(results),
                 "rows_checked": rows,
+                "rows_adopted": adopted,
                 "problems": [problem.as_dict() for problem in problems],
             }
         )
@@ -207,6 +209,7 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
     elif not results:
         no_databases(root, json_output)
     else:
-        stdout().print(f"OK: {len(results)} databases, {rows:,} rows, no problems.")
+        of_which = f" ({adopted:,} adopted from older descriptors)" if adopted else ""
+        stdout().print(f"OK: {len(results)} databases, {rows:,} rows{of_which}, no problems.")
     if problems:
         raise typer.Exit(1)

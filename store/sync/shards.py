@@ -9,7 +9,9 @@ Contract:
   record's fields (``created_at`` as ISO-8601 UTC, ``+00:00``; the JSON
   columns as :func:`store.jsonvalues.to_plain` gives them, so NaN and
   infinities travel exactly), rows in strictly increasing ``input_hash``
-  order. Every line ends with ``\\n``.
+  order. Every line ends with ``\\n``. ``adopted_from`` (:data:`OMITTED_WHEN_NULL`)
+  is written only for an adopted row, so the line of every other row is what
+  libraries before revision 0004 wrote and read.
 * A shard's name is the SHA-256 hex of its uncompressed bytes; its file is
   ``{name}.jsonl.gz``, compressed with gzip mtime 0 and no file name, so the
   same rows (written by the same library version) give the same file on every
@@ -58,6 +60,7 @@ _HEADER_KEYS = frozenset(
 )
 HASH64 = re.compile(r"[0-9a-f]{64}")
 JSON_COLUMNS = ("usage", "top_logprobs")
+OMITTED_WHEN_NULL = ("adopted_from",)  # fields added after the first shards: absent means NULL
 # judgestore 0.1.0's default judge prompt: its reversed rows carry the pair's identity (see the module docstring).
 IDENTITY_SLOTS_VERSIONS = frozenset({"0.1.0"})
 _V0_1_PAIRWISE_SYSTEM = (
@@ -141,9 +144,12 @@ class Shard:
 
 
 def row_line(record: Record) -> bytes:
-    """One row's line: canonical JSON of every field of the record, then a newline."""
+    """One row's line: canonical JSON of every field of the record (but a null :data:`OMITTED_WHEN_NULL`)."""
     fields = record_fields(type(record))
     values = {name: getattr(record, name) for name in fields}
+    for name in OMITTED_WHEN_NULL:
+        if values[name] is None:
+            del values[name]
     values["created_at"] = record.created_at.astimezone(UTC).isoformat()
     for name in JSON_COLUMNS:
         values[name] = jsonvalues.to_plain(values[name])
@@ -350,6 +356,7 @@ _COMMON: dict[str, Check] = {
     "run_id": _optional(_is_str),
     "created_by": _optional(_is_str),
     "created_at": _is_utc_timestamp,
+    "adopted_from": _is_hash,  # present only when set (OMITTED_WHEN_NULL)
 }
 _SCHEMAS: dict[str, dict[str, Check]] = {
     "completions": {**_COMMON, "model": _optional(_is_str)},
@@ -367,11 +374,17 @@ def _row_checker(role: str) -> Callable[[Any, str, int], dict[str, Any]]:
     schema = _SCHEMAS[role]
     names = frozenset(schema)
 
+    required = names - frozenset(OMITTED_WHEN_NULL)
+
     def check(row: Any, where: str, lineno: int) -> dict[str, Any]:
-        if not isinstance(row, dict) or set(row) != names:
+        if not isinstance(row, dict) or not required <= set(row) <= names:
             got = sorted(row) if isinstance(row, dict) else type(row).__name__
-            raise ShardError(where, f"line {lineno}: a {role} row needs exactly the fields {sorted(names)}, got {got}")
-        bad = [name for name, ok in schema.items() if not ok(row[name])]
+            raise ShardError(
+                where,
+                f"line {lineno}: a {role} row needs exactly the fields {sorted(required)} "
+                f"(and {', '.join(OMITTED_WHEN_NULL)} when set), got {got}",
+            )
+        bad = [name for name, ok in schema.items() if name in row and not ok(row[name])]
         if bad:
             raise ShardError(where, f"line {lineno}: invalid value for {', '.join(bad)}")
         try:

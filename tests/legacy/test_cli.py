@@ -111,3 +111,45 @@ def test_usage_errors_name_the_option(tmp_path: Path) -> None:
     inputs.write_text('{"instruction_index": 1}\n')
     result = judgestore("import", str(tmp_path), "--inputs", str(inputs))
     assert result.returncode == 1 and "inputs.jsonl:1: give exactly one of messages, text, turns" in result.stderr
+
+
+def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_model: Path, tmp_path: Path) -> None:
+    """The printed `judgestore adopt` names the imported descriptor and settings that differ from it only in the
+    vLLM version: `judgestore explain` given the same options finds it as the nearest, differing in nothing else."""
+    import shlex
+
+    from inference.vllm_descriptor import backend_version
+
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    kwargs = {"dtype": "float32", "max_model_len": 256, "seed": 0, "max_tokens": 8, "temperature": 0}
+    metadata = b.s3_metadata(str(tiny_model), kwargs, backend_version="0.10.0")
+    folder = b.legacy_folder(legacy, "completions", "mt bench", "VLLM", str(tiny_model), metadata)
+    text = b.rendered_messages([{"role": "user", "content": "hi"}])
+    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "mt bench",
+           "instruction_id": "0", "model": "tiny", "pushed_by": "u", "pushed_at": "2026-01-01",
+           "run_id": "r"}  # fmt: skip
+    b.create_db(folder / "completions.db", b.S4C_DDL, [row])
+
+    imported = judgestore("import", str(legacy), "--store-root", str(root), "--assume-current-model", str(tiny_model))
+    assert imported.returncode == 0, imported.stderr
+    (location,) = walk(root)
+    notes = " ".join(imported.stderr.split())  # rich wraps long lines on stderr
+    assert f"rows were produced by vLLM 0.10.0; this machine has {backend_version()}" in notes
+    command = shlex.split(notes.split("adopt them if they come out the same, run: ", 1)[1].split(" note:")[0])
+    assert command[:2] == ["judgestore", "adopt"]
+    assert command[command.index("--from") + 1] == location.descriptor_hash16
+    assert command[command.index("--task") + 1] == "mt bench"
+    assert command[command.index("--across") + 1] == "backend_version"
+
+    options = command[2 : command.index("--from")]
+    explained = judgestore("explain", *options, "--store-root", str(root), "--json")
+    assert explained.returncode == 0, explained.stderr
+    (nearest,) = orjson.loads(explained.stdout)["descriptor"]["neighbours"]
+    assert nearest["descriptor"] == location.descriptor_hash16
+    assert [(c["field"], c["stored"], c["wanted"]) for c in nearest["changes"]] == [
+        ("backend_version", "0.10.0", backend_version())
+    ]
+    again = judgestore("import", str(legacy), "--store-root", str(root), "--assume-current-model", str(tiny_model),
+                       "--dry-run", "--json")  # fmt: skip
+    (source,) = orjson.loads(again.stdout)["sources"]
+    assert any(note.endswith("run: " + shlex.join(command)) for note in source["notes"])  # --json carries it whole

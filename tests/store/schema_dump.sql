@@ -1,7 +1,10 @@
+CREATE INDEX ix_adoptions_source_descriptor ON adoptions (source_descriptor);
+CREATE INDEX ix_completions_adopted_from ON completions (adopted_from) WHERE adopted_from IS NOT NULL;
 CREATE INDEX ix_completions_benchmark_instruction_id ON completions (benchmark, instruction_id);
 CREATE INDEX ix_completions_created_at ON completions (created_at);
 CREATE INDEX ix_completions_model ON completions (model);
 CREATE INDEX ix_completions_run_id ON completions (run_id);
+CREATE INDEX ix_judgements_adopted_from ON judgements (adopted_from) WHERE adopted_from IS NOT NULL;
 CREATE INDEX ix_judgements_benchmark_instruction_id ON judgements (benchmark, instruction_id);
 CREATE INDEX ix_judgements_created_at ON judgements (created_at);
 CREATE INDEX ix_judgements_judge ON judgements (judge);
@@ -10,6 +13,27 @@ CREATE INDEX ix_judgements_model_b ON judgements (model_b);
 CREATE INDEX ix_judgements_run_id ON judgements (run_id);
 CREATE INDEX ix_runs_run_id ON runs (run_id);
 CREATE INDEX ix_runs_started_at ON runs (started_at);
+CREATE TABLE adoptions (
+  id INTEGER NOT NULL,
+  source_descriptor VARCHAR(64) NOT NULL,
+  source_task VARCHAR NOT NULL,
+  source_rows INTEGER NOT NULL,
+  details JSON NOT NULL,
+  sampled INTEGER NOT NULL,
+  exact INTEGER NOT NULL,
+  max_abs_logprob_delta FLOAT,
+  top_tokens_changed INTEGER NOT NULL,
+  sample_seed INTEGER,
+  min_exact FLOAT NOT NULL,
+  max_logprob_delta FLOAT,
+  rows_adopted INTEGER NOT NULL,
+  rows_present INTEGER NOT NULL,
+  rows_excluded INTEGER NOT NULL,
+  run_id VARCHAR,
+  created_by VARCHAR,
+  adopted_at DATETIME NOT NULL,
+  CONSTRAINT pk_adoptions PRIMARY KEY (id)
+);
 CREATE TABLE completions (
   input_hash VARCHAR(64) NOT NULL,
   sample_index INTEGER NOT NULL,
@@ -24,6 +48,7 @@ CREATE TABLE completions (
   top_logprobs JSON,
   input_text TEXT NOT NULL,
   completion TEXT NOT NULL,
+  adopted_from VARCHAR(64),
   CONSTRAINT ck_completions_sample_index_nonnegative CHECK (sample_index >= 0),
   CONSTRAINT pk_completions PRIMARY KEY (input_hash)
 );
@@ -44,6 +69,7 @@ CREATE TABLE judgements (
   top_logprobs JSON,
   input_text TEXT NOT NULL,
   completion TEXT NOT NULL,
+  adopted_from VARCHAR(64),
   CONSTRAINT ck_judgements_orientation_valid CHECK (orientation IS NULL OR orientation IN ('direct', 'reversed')),
   CONSTRAINT ck_judgements_sample_index_nonnegative CHECK (sample_index >= 0),
   CONSTRAINT pk_judgements PRIMARY KEY (input_hash)

@@ -384,7 +384,7 @@ def test_verify_a_clean_store(filled: Path) -> None:
     assert result.exit_code == 0
     assert "3 databases, 10 rows, no problems" in result.stdout
     report = as_json(judgestore("verify", "--json").stdout)
-    assert report == {"ok": True, "databases": 3, "rows_checked": 10, "problems": []}
+    assert report == {"ok": True, "databases": 3, "rows_checked": 10, "rows_adopted": 0, "problems": []}
 
 
 def test_verify_detects_a_tampered_row(filled: Path) -> None:
@@ -508,4 +508,4 @@ def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: P
     store_only = commands(sys.executable, "-m", "store")
     everything = commands(str(Path(sys.executable).with_name("judgestore")))
     assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub"}
-    assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit"}
+    assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit", "adopt"}

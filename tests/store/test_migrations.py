@@ -34,7 +34,7 @@ from store.schema import (
 )
 from store.settings import Settings
 from store.upgrade import UpgradeOutcome, upgrade_database
-from tests.factories import SYNTHETIC_HEAD, SYNTHETIC_REVISIONS
+from tests.factories import SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DUMP = Path(__file__).with_name("schema_dump.sql")
@@ -213,7 +213,7 @@ def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_t
     pointwise = _judgement(V0_1_PAIRWISE_SYSTEM, None, "x", None, 4)
     with engine.begin() as conn:
         migrate(conn, "0001")
-        Repository(conn, "judgements").put_many([native_reversed, native_direct, imported_reversed, pointwise])
+        put_at_old_revision(conn, "judgements", [native_reversed, native_direct, imported_reversed, pointwise])
     engine.dispose()
 
     result = upgrade_database(db_path, Settings())
@@ -232,6 +232,24 @@ def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_t
         imported_reversed.input_hash: ("y", "x", "reversed"),
         pointwise.input_hash: ("x", None, None),
     }
+
+
+def test_0004_adds_adoptions_and_leaves_every_stored_row_not_adopted(tmp_path: Path) -> None:
+    db_path = tmp_path / "completions.db"
+    engine = create_engine(f"sqlite:///{db_path}")
+    rows = [completion_record(i) for i in range(3)]
+    with engine.begin() as conn:
+        migrate(conn, "0003")
+        put_at_old_revision(conn, "completions", rows)
+    engine.dispose()
+    result = upgrade_database(db_path, Settings())
+    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0003", "0004")
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.connect() as conn:
+        stored = sorted(Repository(conn, "completions").query(), key=lambda r: r.input_hash)
+        assert stored == sorted(rows, key=lambda r: r.input_hash)  # adopted_from NULL: none adopted
+        assert "adoptions" in inspect(conn).get_table_names()
+    engine.dispose()
 
 
 def test_the_private_alembic_api_migrate_uses_still_gives_the_steps_in_order() -> None:

@@ -88,7 +88,7 @@ def test_eight_writers_and_four_readers_on_one_schema_lose_nothing(pg_url: str) 
         assert set(database.get_many(expected)) == expected
 
 
-def test_a_backend_killed_mid_write_is_retried_and_never_leaves_a_partial_chunk(pg_url: str, pg_cluster: Cluster) -> None:
+def test_a_backend_killed_mid_write_is_retried_and_leaves_no_partial_chunk(pg_url: str, pg_cluster: Cluster) -> None:
     rows = [completion_record(i, completion="x" * 2_000) for i in range(5_000)]
     outcome: list[object] = []
     with Store(Settings(), url=pg_url) as store:

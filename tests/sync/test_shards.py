@@ -212,3 +212,22 @@ def test_reversed_rows_of_0_1_default_judge_prompt_are_read_with_positional_slot
     (pushed_now,) = build_shards(JUDGE_ORIGIN, [replace(old, model_a="y", model_b="x")], tmp_path / "new")
     (row,) = read_shard(pushed_now.path.read_bytes(), pushed_now.name, JUDGE_ORIGIN, where="test").records
     assert (row.model_a, row.model_b) == ("y", "x")  # a shard of today is read as written
+
+
+def test_adopted_rows_travel_marked_and_other_rows_keep_the_lines_older_libraries_read(tmp_path: Path) -> None:
+    source = "ab" * 32  # the full SHA-256 of the descriptor the row was adopted from
+    plain, adopted = [*completions([0]), replace(completions([1])[0], adopted_from=source)]
+    name, data = one_shard(tmp_path, [plain, adopted])
+    rows = {r["input_hash"]: r for r in map(orjson.loads, gzip.decompress(data).splitlines()[1:])}
+    assert "adopted_from" not in rows[plain.input_hash]  # byte for byte what revision 0003's library wrote
+    assert rows[adopted.input_hash]["adopted_from"] == source
+    read = {r.input_hash: r for r in read_shard(data, name, ORIGIN, where="x").records}
+    assert (read[plain.input_hash], read[adopted.input_hash]) == (plain, adopted)
+
+
+@pytest.mark.parametrize("value", [None, "not-a-hash"])
+def test_an_adopted_from_that_is_null_or_not_a_hash_is_refused(tmp_path: Path, value: Any) -> None:
+    _, data = one_shard(tmp_path)
+    name, forged = rewritten(data, edit_row(adopted_from=value))
+    with pytest.raises(ShardError, match="adopted_from"):
+        read_shard(forged, name, ORIGIN, where="x")

@@ -1,0 +1,187 @@
+"""Adopting with a deterministic fake engine: choosing the source, the thresholds, what is written, what hits after.
+
+The real engine on the tiny model is in test_adopt_engine.py.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from contextlib import closing
+from pathlib import Path
+from typing import Any
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from inference.adopt import adopt, adopt_command_line, adoption_candidates, choose_source, spec_options
+from inference.cached import CachedModel
+from inference.cli import model_spec
+from inference.requests import JudgementRequest
+from inference.spec import ModelSpec
+from store.adoption import adoptions
+from store.cli.common import grouped
+from store.descriptor import ModelDescriptor
+from store.errors import AdoptionError, InvalidInputError
+from store.settings import Settings
+from store.store import Store
+from tests.factories import file_digests
+from tests.inference.test_audit import FakeSpec
+from tests.inference.test_cached import CountingBackend, ask
+
+NEW = ModelDescriptor(provider="vllm", model="tiny", sampling={"temperature": 0.0, "logprobs": 2},
+                      backend_version="0.32.0")  # fmt: skip
+OLD = NEW.model_copy(update={"backend_version": "0.11.0"})
+OLDER = NEW.model_copy(update={"backend_version": "0.10.0"})
+HOTTER = OLD.model_copy(update={"sampling": NEW.sampling.model_copy(update={"temperature": 0.7})})
+
+
+def fill(store: Store, descriptor: ModelDescriptor, n: int = 6, task: str = "t") -> None:
+    """``n`` completions and 2 judgements written by the fake engine under ``descriptor``."""
+    spec = FakeSpec(CountingBackend(), descriptor)
+    spec.cached(store, task=task).complete([ask(i) for i in range(n)])
+    spec.cached(store, task=task).judge(
+        [JudgementRequest(messages=[{"role": "user", "content": f"judge {i}"}], model_a="x") for i in range(2)]
+    )
+
+
+def never() -> Any:
+    pytest.fail("the engine was prepared although every request should hit")
+
+
+def test_the_source_is_the_only_stored_descriptor_that_differs_in_allowed_fields_only(store: Store) -> None:
+    fill(store, OLD)
+    fill(store, HOTTER)
+    candidates = adoption_candidates(store, "completions", "t", NEW, ["backend_version"])
+    assert [c.location.descriptor_hash16 for c in candidates] == [OLD.hash16(), HOTTER.hash16()]  # nearest first
+    assert [c.field for c in candidates[1].disallowed] == ["sampling.temperature"]
+    assert choose_source(candidates).location.descriptor_hash16 == OLD.hash16()
+    with pytest.raises(AdoptionError, match=r"sampling\.temperature 0\.7 -> 0\.0, which --across does not allow"):
+        choose_source(candidates, HOTTER.hash16()[:8])
+    widened = adoption_candidates(store, "completions", "t", NEW, ["backend_version", "sampling"])
+    with pytest.raises(AdoptionError, match=r"2 stored descriptors differ .* --from HASH") as raised:
+        choose_source(widened)
+    assert str(raised.value).index(OLD.hash16()) < str(raised.value).index(HOTTER.hash16())
+    with pytest.raises(AdoptionError, match=r"no stored descriptor .* starts with 'ffff"):
+        choose_source(candidates, "ffff")
+    with pytest.raises(AdoptionError, match="only in the allowed fields"):
+        choose_source(adoption_candidates(store, "completions", "t", NEW, ["engine"]))
+    with pytest.raises(InvalidInputError, match="not a descriptor field"):
+        adoption_candidates(store, "completions", "t", NEW, ["backend-version"])
+
+
+def test_another_task_is_a_difference_that_must_be_allowed_too(store: Store) -> None:
+    fill(store, OLD, task="elsewhere")
+    with pytest.raises(AdoptionError, match=r"task elsewhere -> t"):
+        choose_source(adoption_candidates(store, "completions", "t", NEW, ["backend_version"]))
+    allowed = adoption_candidates(store, "completions", "t", NEW, ["backend_version", "task"])
+    assert choose_source(allowed).location.task == "elsewhere"
+
+
+def test_an_audit_of_100_percent_adopts_every_row_and_the_next_run_is_all_hits(store: Store) -> None:
+    fill(store, OLD)
+    backend = CountingBackend()
+    report = adopt(store, FakeSpec(backend, NEW), role="completions", task="t", across=["backend_version"], sample=4)
+    assert report.met and report.adopted and len(backend.received) == 4  # only the sample was regenerated
+    assert (report.counts.source_rows, report.counts.adopted, report.counts.present) == (6, 6, 0)
+    assert report.lines()[-1].startswith(f"adopted 6 rows into {NEW.hash16()}")
+    (record,) = adoptions(store.database("completions", "t", NEW))
+    assert record.source_descriptor == OLD.sha256() and record.details["across"] == ["backend_version"]
+    assert record.details["changes"] == [{"field": "backend_version", "stored": "0.11.0", "wanted": "0.32.0"}]
+    assert (record.sampled, record.exact, record.min_exact) == (4, 4, 1.0)
+
+    model = CachedModel(store, NEW, task="t", backend_factory=never)
+    model.complete([ask(i) for i in range(6)])
+    assert model.last.plan is not None and (model.last.plan.hits, model.last.plan.adopted_hits) == (6, 6)
+    assert "6 hits (6 adopted)" in model.last.plan.summary()
+
+
+def test_adopted_rows_are_never_served_for_a_descriptor_that_differs_in_a_field_not_allowed(store: Store) -> None:
+    fill(store, OLD)
+    adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    backend = CountingBackend()
+    hotter_now = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"temperature": 0.7})})
+    model = FakeSpec(backend, hotter_now).cached(store, task="t")
+    model.complete([ask(i) for i in range(6)])
+    assert model.last.plan is not None and (model.last.plan.hits, model.last.plan.adopted_hits) == (0, 0)
+    assert len(backend.received) == 6  # generated, never answered from the adopted rows
+
+
+def test_an_altered_row_is_refused_named_and_nothing_is_written(store: Store) -> None:
+    fill(store, OLD)
+    source = store.database("completions", "t", OLD)
+    with closing(sqlite3.connect(source.path)) as conn, conn:
+        conn.execute("UPDATE completions SET completion = 'answer to q2 #7' WHERE instruction_id = '2'")
+    store.close()
+    before = file_digests(store.root)
+    with Store(Settings(), root=store.root) as again:
+        report = adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t",
+                       across=["backend_version"], sample=6)  # fmt: skip
+    assert not report.met and not report.adopted and report.record is None
+    (mismatch,) = report.audit.mismatches
+    assert mismatch.instruction_id == "2" and mismatch.first_difference == len("answer to q2 #")
+    assert "refused: the exact-match rate 83.3% is under --min-exact 100.0%" in report.lines()[-1]
+    assert any(line.strip().startswith(mismatch.input_hash[:16]) for line in report.lines())
+    assert file_digests(store.root) == before
+
+
+def test_a_lower_minimum_adopts_all_but_the_sampled_rows_that_differed(store: Store) -> None:
+    fill(store, OLD)
+    source = store.database("completions", "t", OLD)
+    with closing(sqlite3.connect(source.path)) as conn, conn:
+        conn.execute("UPDATE completions SET completion = 'edited' WHERE instruction_id = '2'")
+    report = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
+                   sample=6, min_exact=0.8)  # fmt: skip
+    assert report.adopted and (report.counts.adopted, report.counts.excluded) == (5, 1)
+    adopted = {r.instruction_id for r in store.database("completions", "t", NEW).query()}
+    assert adopted == {"0", "1", "3", "4", "5"}
+
+
+def test_a_dry_run_writes_nothing_and_says_what_it_would_adopt(store: Store) -> None:
+    fill(store, OLD)
+    store.close()
+    before = file_digests(store.root)
+    with Store(Settings(), root=store.root, readonly=True) as readonly:
+        report = adopt(readonly, FakeSpec(CountingBackend(), NEW), role="completions", task="t",
+                       across=["backend_version"], dry_run=True)  # fmt: skip
+        with pytest.raises(InvalidInputError, match="open the store writable"):
+            adopt(readonly, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    assert report.met and not report.adopted and report.counts.adopted == 6
+    assert report.lines()[-1].startswith("dry run: would adopt 6 rows")
+    assert file_digests(store.root) == before
+
+
+def test_judgements_meet_a_logprob_bound_only_when_logprobs_can_be_compared(store: Store) -> None:
+    fill(store, OLD)
+    spec = FakeSpec(CountingBackend(), NEW)
+    kept = adopt(store, spec, role="judgements", task="t", across=["backend_version"], max_logprob_delta=0.01,
+                 dry_run=True)  # fmt: skip
+    assert kept.met and kept.audit.max_abs_logprob_delta == 0.0
+    source = store.database("judgements", "t", OLD)
+    with closing(sqlite3.connect(source.path)) as conn, conn:
+        conn.execute("UPDATE judgements SET top_logprobs = NULL")
+    unchecked = adopt(store, spec, role="judgements", task="t", across=["backend_version"], max_logprob_delta=0.01)
+    assert not unchecked.met and "cannot be checked" in unchecked.unmet[0]
+    assert store.find("judgements", "t", NEW) is None
+
+
+def test_the_command_line_rebuilds_the_spec_it_was_made_from(tiny_model_dir: Path) -> None:
+    spec = ModelSpec(
+        model=str(tiny_model_dir),
+        label="tiny",
+        input_mode="text",
+        sampling={"temperature": 0.0, "max_tokens": 8, "top_p": 0.95, "logprobs": 3, "stop": ["\n"]},
+        engine_kwargs={"dtype": "float32", "max_model_len": 256, "seed": 0, "quantization": "true"},
+        chat_template_kwargs={"style": "short"},
+        enable_thinking=False,
+        logprob_positions="all",
+    )
+    built: list[Any] = []
+    app = typer.Typer()
+    app.command()(grouped(spec=model_spec)(lambda spec: built.append(spec)))
+    result = CliRunner().invoke(app, spec_options(spec))
+    assert result.exit_code == 0, result.output
+    assert built[0].descriptor == spec.descriptor and built[0].display_name == "tiny"
+    command = adopt_command_line(spec, role="judgements", task="mt bench", source="0123abcd")
+    assert command.startswith("judgestore adopt --model ")
+    assert command.endswith("--task 'mt bench' --role judgements --from 0123abcd --across backend_version")
