@@ -45,6 +45,11 @@ _MAX_EXACT_FLOAT_INT = 2**53
 
 def _normalise(value: Any) -> Any:
     """Integral floats become ints, recursively; everything else is kept."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # most of a descriptor: answered first
+        return value
+    if kind is dict:
+        return {k: _normalise(v) for k, v in value.items()}
     if isinstance(value, float) and value.is_integer() and abs(value) < _MAX_EXACT_FLOAT_INT:
         return int(value)
     if isinstance(value, Mapping):
