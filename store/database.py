@@ -40,7 +40,15 @@ from store.errors import (
 )
 from store.layout import Location, StoredMetadata, database_size, read_metadata
 from store.records import Record, RowFilter
-from store.repository import OnConflict, Repository, check_keys, journaled_bytes, sqlite_get_many, sqlite_insert
+from store.repository import (
+    OnConflict,
+    Repository,
+    check_keys,
+    gc_paused,
+    journaled_bytes,
+    sqlite_get_many,
+    sqlite_insert,
+)
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -275,7 +283,8 @@ class SqliteDatabase(Database):
         self._refuse_if_readonly()
         insert = sqlite_insert(self.location.role, on_conflict)
         records = list(records)
-        rows = insert.rows(records)
+        with gc_paused():  # a batch of tuples that outlive the loop: the GC would rescan them
+            rows = insert.rows(records)
         if not rows:
             return 0
 
