@@ -11,12 +11,14 @@ Contract:
   quarantined, rejected or not downloaded) or on a typed error (a rejected
   token, a missing repository); 2 on usage errors.
 * :func:`register` adds the ``hub`` group to the app :mod:`store.cli` builds.
+  :mod:`store.sync` is imported when a hub command runs, so that starting
+  any other command does not pay for it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.filesize import decimal
@@ -25,7 +27,6 @@ from rich.text import Text
 
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     emit_json,
     grouped,
@@ -33,17 +34,16 @@ from store.cli.common import (
     location_table,
     progress_bars,
     selection,
-    settings_and_root,
     stdout,
+    store_settings,
 )
 from store.layout import Selector
+from store.settings import Settings
 from store.store import Store
-from store.sync.fetch import FetchReport, fetch
-from store.sync.hub import HubRemote
-from store.sync.push import PushReport, push
-from store.sync.remote import DirectoryRemote, Remote
-from store.sync.settings import SyncSettings, open_remote
-from store.sync.workspace import SyncProblem
+
+if TYPE_CHECKING:  # store.sync is imported when a hub command runs, not when any command starts
+    from store.sync import FetchReport, PushReport, Remote
+    from store.sync.workspace import SyncProblem
 
 _REMOTE = "Remote"
 
@@ -78,8 +78,8 @@ def register(app: typer.Typer) -> None:
         help="Share caches: push rows to a Hugging Face dataset repo (or a shared folder) and fetch others' rows.",
         no_args_is_help=True,
     )
-    hub_app.command("push")(command_errors(grouped(selector=selection)(push_command)))
-    hub_app.command("fetch")(command_errors(grouped(selector=selection)(fetch_command)))
+    hub_app.command("push")(command_errors(grouped(settings=store_settings, selector=selection)(push_command)))
+    hub_app.command("fetch")(command_errors(grouped(settings=store_settings, selector=selection)(fetch_command)))
     app.add_typer(hub_app, name="hub")
 
 
@@ -98,6 +98,8 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
 
 
 def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> Remote:
+    from store.sync import HubRemote, open_remote
+
     remote = open_remote(repo=repo, directory=directory, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars
@@ -125,8 +127,8 @@ def _problems(title: str, groups: dict[str, list[SyncProblem]]) -> None:
 
 
 def push_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
     directory: DirOption = None,
@@ -156,8 +158,9 @@ def push_command(
 
         judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
     """
-    settings, root = settings_and_root(store_root)
     selector = _required(selector, all_folders)
+    from store.sync import DirectoryRemote, HubRemote, SyncSettings, push
+
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
     if private and not create_repo:
@@ -167,7 +170,7 @@ def push_command(
             remote.create_repo(private=private)
         elif isinstance(remote, DirectoryRemote):
             remote.root.mkdir(parents=True, exist_ok=True)
-    with Store(settings, root=root, readonly=True) as store, progress_bars(json_output) as progress:
+    with Store(settings, readonly=True) as store, progress_bars(json_output) as progress:
         report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
                       progress=progress)  # fmt: skip
     if json_output:
@@ -204,8 +207,8 @@ def _render_push(report: PushReport) -> None:
 
 
 def fetch_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
     directory: DirOption = None,
@@ -231,11 +234,12 @@ def fetch_command(
 
         judgestore hub fetch --dir /shared/judgestore --all --dry-run
     """
-    settings, root = settings_and_root(store_root)
     selector = _required(selector, all_folders)
+    from store.sync import SyncSettings, fetch
+
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
-    with Store(settings, root=root) as store, progress_bars(json_output) as progress:
+    with Store(settings) as store, progress_bars(json_output) as progress:
         report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
                        progress=progress)  # fmt: skip
     if json_output:
