@@ -335,7 +335,13 @@ def sqlite_get_many(conn: sqlite3.Connection, role: Role, keys: Sequence[str]) -
         try:
             for start in range(0, len(keys), LOOKUP_BATCH):
                 batch = keys if len(keys) <= LOOKUP_BATCH else keys[start : start + LOOKUP_BATCH]
-                read(conn.execute(sql, (orjson.dumps(batch).decode(),)), found)
+                cursor = conn.execute(sql, (orjson.dumps(batch).decode(),))
+                try:
+                    read(cursor, found)
+                finally:
+                    # A row that fails to decode (text that is not UTF-8) leaves the statement running and
+                    # its snapshot held: closing the cursor ends it, whatever the exception's frames keep.
+                    cursor.close()
         finally:
             if own and conn.in_transaction:
                 conn.execute("ROLLBACK")  # it only read

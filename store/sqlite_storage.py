@@ -81,7 +81,7 @@ class SqliteStorage:
         self.where = str(root)
         self.settings = settings
         self.readonly = readonly
-        self._open: OrderedDict[Path, SqliteDatabase] = OrderedDict()
+        self._open: OrderedDict[tuple[str, ...], SqliteDatabase] = OrderedDict()  # by folder names (segments)
         self._filesystems: Filesystems | None = None  # the mount table, read at the first open
 
     def close(self) -> None:
@@ -95,11 +95,11 @@ class SqliteStorage:
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> SqliteDatabase:
         """The database of ``location``; a read-write store creates it (and metadata.json: ``metadata()``) if needed."""
-        folder = location.folder(self.root)
-        path = folder / database_name(location.role)
-        cached = self._cached(path)
+        cached = self._cached(location)
         if cached is not None:
             return cached
+        folder = location.folder(self.root)
+        path = folder / database_name(location.role)
         if not self.readonly and not (folder / METADATA_FILE).exists():
             try:
                 write_metadata(folder, metadata())
@@ -115,17 +115,17 @@ class SqliteStorage:
 
     def open_existing(self, location: Location) -> SqliteDatabase | None:
         """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
-        if not location.db_path(self.root).exists():
+        path = location.db_path(self.root)
+        if not path.exists():
             return None
         try:
-            return self.open(location)
+            return self._cached(location) or self._open_at(location, path)
         except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
             return None
 
     def open(self, location: Location) -> SqliteDatabase:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""
-        path = location.db_path(self.root)
-        return self._cached(path) or self._open_at(location, path)
+        return self._cached(location) or self._open_at(location, location.db_path(self.root))
 
     def _open_at(self, location: Location, path: Path) -> SqliteDatabase:
         if self.readonly and not path.exists():
@@ -157,7 +157,7 @@ class SqliteStorage:
         database = SqliteDatabase(
             location, path, connect, self.settings, self.readonly, connection=connection, engine=engine
         )
-        self._open[path] = database
+        self._open[location.segments()] = database
         while len(self._open) > self.settings.max_open_databases:
             self._open.popitem(last=False)[1].close()
         return database
@@ -188,10 +188,11 @@ class SqliteStorage:
 
         return stable_read(path, attempt) if self.readonly else attempt()
 
-    def _cached(self, path: Path) -> SqliteDatabase | None:
-        database = self._open.get(path)
+    def _cached(self, location: Location) -> SqliteDatabase | None:
+        key = location.segments()
+        database = self._open.get(key)
         if database is not None:
-            self._open.move_to_end(path)
+            self._open.move_to_end(key)
         return database
 
     def _status(self, engine: Engine, path: Path) -> SchemaStatus:

@@ -5,8 +5,10 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -23,12 +25,13 @@ import store.repository
 from store.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.engine import sqlite_dialect
-from store.errors import EmptyFilterError, InvalidInputError
+from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
 from store.models import MODEL_OF_ROLE, UTCDateTime
 from store.records import CompletionRecord, JudgementRecord, RowFilter, record_fields
 from store.repository import Repository
 from store.store import Database, Store
-from tests.factories import completion_record, file_digests, judgement_record
+from tests.factories import completion_record, current_database, file_digests, judgement_record
+from tests.faults import damage_text
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -670,3 +673,17 @@ def test_threads_read_and_write_one_database_at_once(completions: Database) -> N
     with ThreadPoolExecutor(max_workers=4) as pool:
         assert sum(pool.map(work, range(4))) == 160
     assert completions.count() == 160
+
+
+def test_a_read_that_fails_on_damaged_text_holds_no_snapshot(store_root: Path, descriptor: ModelDescriptor) -> None:
+    """The statement a failed read leaves running is ended: writers, checkpoints and closing go on as usual."""
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(i) for i in range(3)])
+    key = damage_text(db_path)
+    with Store(root=store_root) as s:
+        database = s.database("completions", "t", descriptor)
+        with pytest.raises(DamagedTextError):
+            database.get_many([key])
+        assert database.put_many([completion_record(7)]) == 1
+        with closing(sqlite3.connect(db_path)) as other:
+            assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # 1: a reader held it
+    assert not Path(f"{db_path}-wal").exists()  # the last connection closed and checkpointed it
