@@ -80,6 +80,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -269,8 +270,8 @@ class PlanBench:
         db = store.database(ROLE, TASK, self.descriptor)
         for start in range(0, n, 10_000):
             db.put_many(records[start : start + 10_000])
-        with db.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        with closing(sqlite3.connect(db.path, isolation_level=None)) as checkpoint:  # outside any transaction
+            checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         batch = [messages_of(r) for r in records]
         requests = [
             CompletionRequest(messages=m, benchmark=r.benchmark, instruction_id=r.instruction_id)

@@ -4,7 +4,7 @@ Contract:
 
 * Usage::
 
-      python bench/peers.py [--quick] [--reps N] [--json out.json] [--workdir DIR] [--keep]
+      python bench/peers.py [--quick] [--reps N] [--json out.json] [--workdir DIR] [--keep] [--only a,b]
 
 * Five contenders do the same operations on the same deterministic chat
   prompts (``bench/common.py``'s generator: a system and a user message,
@@ -723,10 +723,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
     parser.add_argument("--workdir", type=Path, help="where the stores go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--only",
+        help="comma-separated contenders besides the floor (" + ",".join(k.slug for k in CONTENDERS[1:]) + ")",
+    )
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
     kinds = [kind for kind in CONTENDERS if available(kind)]
+    if args.only:
+        chosen = {"floor", *args.only.split(",")}
+        if unknown := chosen - {k.slug for k in CONTENDERS}:
+            parser.error(f"unknown contenders {', '.join(sorted(unknown))}")
+        kinds = [kind for kind in kinds if kind.slug in chosen]
     if LangChain in kinds:
         # Imported first because it installs its own warning filters; then its sunset notice and the
         # warning that loads() (inside SQLiteCache.lookup) gives on every hit are silenced, not printed.
@@ -734,7 +743,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         import langchain_community.cache  # noqa: F401
 
         warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
-    missing = [kind.name for kind in CONTENDERS if kind not in kinds]
+    missing = [kind.name for kind in CONTENDERS if not available(kind)]
     sizes = SIZES[:1] if args.quick else SIZES
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-peers-"))
     workdir.mkdir(parents=True, exist_ok=True)

@@ -57,6 +57,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC
 from functools import partial
@@ -305,8 +306,8 @@ class Bench:
         store, db = self.fresh_database(self.workdir / "lookup")
         for start in range(0, len(records), 10_000):
             db.put_many(records[start : start + 10_000])
-        with db.engine.connect() as conn:
-            conn.exec_driver_sql("PRAGMA wal_checkpoint(TRUNCATE)")
+        with closing(sqlite3.connect(db.path, isolation_level=None)) as checkpoint:  # outside any transaction
+            checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         size_mb = db.path.stat().st_size / 1e6
         self.notes.append(f"lookup database: {s.db_rows:,} rows, {size_mb:,.0f} MB, same file for both variants")
         raw = raw_connect(db.path, self.settings)

@@ -252,6 +252,12 @@ class CachedModel:
                         f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}"
                     )
                 rendered = request.render_bytes(mode)
+                if request.n == 1:  # the usual request: one sample, no list built to hold its keys
+                    key = input_hash(rendered)
+                    keys_per_request.append([key])
+                    if key not in inputs:
+                        inputs[key] = (0, i)
+                    continue
                 keys = [input_hash(rendered, k) for k in range(request.n)]
                 keys_per_request.append(keys)
                 for k, key in enumerate(keys):

@@ -21,6 +21,7 @@ Contract:
 from __future__ import annotations
 
 import sqlite3
+import threading
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
@@ -29,7 +30,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.engine import file_stamp, retry_while_locked, translated
+from store.engine import file_stamp, retry_while_locked, sqlite_engine, translated
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
@@ -39,7 +40,15 @@ from store.errors import (
 )
 from store.layout import Location, StoredMetadata, database_size, read_metadata
 from store.records import Record, RowFilter
-from store.repository import OnConflict, Repository, journaled_bytes
+from store.repository import (
+    OnConflict,
+    Repository,
+    check_keys,
+    gc_paused,
+    journaled_bytes,
+    sqlite_get_many,
+    sqlite_insert,
+)
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -169,15 +178,49 @@ def stable_read(path: Path, read: Callable[[], T]) -> T:
 
 
 class SqliteDatabase(Database):
-    """One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, immutable read-only reads re-checked."""
+    """One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, immutable read-only reads re-checked.
 
-    def __init__(self, location: Location, path: Path, engine: Engine, settings: Settings, readonly: bool) -> None:
+    :meth:`get_many` and :meth:`put_many` run on a sqlite3 connection with the
+    store's pragmas (:mod:`store.repository`'s SQLite paths): the one that
+    found the file current when it was opened, kept for them (a second thread
+    meanwhile, and every read-only read, gets a connection of its own). Everything
+    else goes through an SQLAlchemy engine, created the first time something
+    needs it (:attr:`engine`): opening a database and reading or writing its
+    rows never builds one.
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        path: Path,
+        connect: Callable[[], sqlite3.Connection],
+        settings: Settings,
+        readonly: bool,
+        *,
+        connection: sqlite3.Connection | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        """``connect`` opens a connection with the store's pragmas (:func:`store.engine.sqlite_connector`);
+        ``connection`` is one already open (read-write only), ``engine`` one the opener built."""
         self.location = location
         self.path = path
         self.where = str(path)
-        self.engine = engine
         self.settings = settings
         self.readonly = readonly
+        self._connect_fn = connect
+        self._connection = connection
+        self._connection_lock = threading.Lock()
+        self._engine = engine
+        self._engine_lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine over this file (created on first use; the ORM's way in)."""
+        if self._engine is None:
+            with self._engine_lock:
+                if self._engine is None:
+                    self._engine = sqlite_engine(self._connect_fn, None, pooled=not self.readonly)
+        return self._engine
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:
@@ -195,6 +238,71 @@ class SqliteDatabase(Database):
             raise
         finally:
             conn.close()
+
+    @contextmanager
+    def _driver(self) -> Iterator[sqlite3.Connection]:
+        """A sqlite3 connection in autocommit mode: the kept one if it is free, else one for this call only."""
+        if not self.readonly and self._connection_lock.acquire(blocking=False):
+            try:
+                if self._connection is None:
+                    self._connection = self._connect_fn()
+                conn = self._connection
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:  # a failure left it there: never hand it on like that
+                        self._connection = None
+                        conn.close()
+            finally:
+                self._connection_lock.release()
+            return
+        conn = self._connect_fn()  # read-only connections are made afresh (see store.engine)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+        keys = list(hashes)
+        if not keys:
+            return {}
+
+        def attempt() -> dict[str, Record]:
+            with self._translated(), self._driver() as conn:
+                return sqlite_get_many(conn, self.location.role, keys)
+
+        return self._stable(attempt)
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        """Insert in a write transaction of its own; keys are checked after binding, before the commit.
+
+        What :meth:`Repository.put_many` checks first is checked here too, and
+        nothing of a batch holding a malformed row is committed; the row
+        processing is done before the write lock is taken.
+        """
+        self._refuse_if_readonly()
+        insert = sqlite_insert(self.location.role, on_conflict)
+        records = list(records)
+        with gc_paused():  # a batch of tuples that outlive the loop: the GC would rescan them
+            rows = insert.rows(records)
+        if not rows:
+            return 0
+
+        def attempt() -> int:
+            with self._driver() as conn:
+                conn.execute("BEGIN IMMEDIATE")  # waits for the write lock up front
+                try:
+                    written = insert.execute(conn, rows)
+                    check_keys(self.location.role, records)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return written
+
+        with self._translated(lambda: journaled_bytes(records)):
+            return self._retry(attempt)
 
     @contextmanager
     def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
@@ -224,4 +332,9 @@ class SqliteDatabase(Database):
         return database_size(self.path)
 
     def close(self) -> None:
-        self.engine.dispose()
+        with self._connection_lock:  # waits for a get_many or put_many under way
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+        if self._engine is not None:
+            self._engine.dispose()

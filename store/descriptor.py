@@ -45,6 +45,11 @@ _MAX_EXACT_FLOAT_INT = 2**53
 
 def _normalise(value: Any) -> Any:
     """Integral floats become ints, recursively; everything else is kept."""
+    kind = type(value)
+    if kind is str or kind is int or kind is bool or value is None:  # most of a descriptor: answered first
+        return value
+    if kind is dict:
+        return {k: _normalise(v) for k, v in value.items()}
     if isinstance(value, float) and value.is_integer() and abs(value) < _MAX_EXACT_FLOAT_INT:
         return int(value)
     if isinstance(value, Mapping):
@@ -152,7 +157,16 @@ ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first", "endpoint": None, 
 
 def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
     """UTF-8 bytes of :func:`render_messages`: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
-    # The exact-type tests first are fast paths: a list of dicts is by far the common case.
+    # The common case first: a non-empty list of plain dicts holding exactly a string role and content
+    # serialises (keys sorted) to the same bytes as the copy the general path below builds.
+    if type(messages) is list and messages:
+        for m in messages:
+            if type(m) is not dict or len(m) != 2:
+                break
+            if type(m.get("role")) is not str or type(m.get("content")) is not str:
+                break
+        else:
+            return canonical_json({"messages": messages, "type": "messages"})
     if type(messages) is not list and (isinstance(messages, str | bytes) or not isinstance(messages, Sequence)):
         raise InvalidInputError("messages must be a list of {'role', 'content'} objects")
     clean: list[Mapping[str, Any]] = []
@@ -191,6 +205,8 @@ def render_text(text: str) -> str:
 def input_hash(rendered: str | bytes, sample_index: int = 0) -> str:
     """Content address of sample ``sample_index`` of a rendered input (text, or its UTF-8 bytes)."""
     if sample_index == 0:
+        if type(rendered) is bytes:
+            return hashlib.sha256(rendered).hexdigest()  # sha256_hex, inlined: a batch hashes thousands
         if isinstance(rendered, bytes):
             return sha256_hex(rendered)
         try:

@@ -49,6 +49,7 @@ from typing import Any, NamedTuple, NoReturn, TypeVar
 from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event
+from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool, QueuePool
 
@@ -100,39 +101,71 @@ def _unescape_mount_path(field: str) -> str:
 
 def filesystem_type(path: Path, mounts_file: Path | None = None) -> str | None:
     """Type of the filesystem holding ``path`` (its nearest existing ancestor), or None if unknown."""
-    target = path.resolve()
-    while not target.exists() and target != target.parent:
-        target = target.parent
-    try:
-        text = (mounts_file or MOUNTS_FILE).read_text(encoding="utf-8", errors="surrogateescape")
-    except OSError:
-        return None
-    table = _mount_table(text)
-    for folder in (target, *target.parents):  # deepest first: the innermost mount holding the path
-        if folder in table:
-            return table[folder]
-    return None
+    return Filesystems(mounts_file).type_of(path.resolve())
+
+
+class Filesystems:
+    """The filesystem types of paths, from one reading of the mount table.
+
+    A store reads the table once, when it opens its first database, not once
+    per database (mounts under a store root do not come and go while it is
+    open). None when the table cannot be read.
+    """
+
+    def __init__(self, mounts_file: Path | None = None) -> None:
+        try:
+            text = (mounts_file or MOUNTS_FILE).read_text(encoding="utf-8", errors="surrogateescape")
+        except OSError:
+            self._table: dict[str, str] | None = None
+        else:
+            self._table = _mount_table(text)
+
+    def type_of(self, resolved: Path) -> str | None:
+        """:func:`filesystem_type` of a path already resolved (strings, not Paths: it runs on every open)."""
+        if self._table is None:
+            return None
+        target = str(resolved)
+        while not os.path.exists(target) and target != (parent := os.path.dirname(target)):
+            target = parent
+        while True:  # deepest first: the innermost mount holding the path
+            if target in self._table:
+                return self._table[target]
+            parent = os.path.dirname(target)
+            if parent == target:
+                return None
+            target = parent
 
 
 @functools.lru_cache(maxsize=8)
-def _mount_table(text: str) -> dict[Path, str]:
+def _mount_table(text: str) -> dict[str, str]:
     """Mount point -> filesystem type of a mounts file's text; the last line for a mount point wins (parsed once)."""
-    table: dict[Path, str] = {}
+    table: dict[str, str] = {}
     for line in text.splitlines():
         fields = line.split()
         if len(fields) >= 3:
-            table[Path(_unescape_mount_path(fields[1]))] = fields[2]
+            table[str(Path(_unescape_mount_path(fields[1])))] = fields[2]
     return table
 
 
-def journal_mode_for(path: Path, settings: Settings, mounts_file: Path | None = None) -> str:
-    """``"wal"`` or ``"delete"`` for a read-write open of ``path``, per the journal policy."""
+def journal_mode_for(
+    path: Path,
+    settings: Settings,
+    mounts_file: Path | None = None,
+    *,
+    resolved: Path | None = None,
+    filesystems: Filesystems | None = None,
+) -> str:
+    """``"wal"`` or ``"delete"`` for a read-write open of ``path``, per the journal policy.
+
+    ``resolved`` (its ``resolve()``) and ``filesystems`` (a reading of the
+    mount table) are used when the caller has them.
+    """
     policy = settings.journal_policy
     if policy == "wal":
         return "wal"
     if policy == "rollback":
         return "delete"
-    fstype = filesystem_type(path, mounts_file)
+    fstype = (filesystems or Filesystems(mounts_file)).type_of(resolved or path.resolve())
     if fstype not in NETWORK_FILESYSTEMS:
         return "wal"
     if policy == "refuse-network":
@@ -181,6 +214,56 @@ def readonly_uri(path: Path) -> str:
     return base if wal_exists or not _is_wal_file(path) else base + "&immutable=1"
 
 
+# What every SQLite engine of a store is given, and what the raw fast paths use (store.repository):
+# one dialect configured the same way, so both bind and read columns through the same processors.
+JSON_OPTIONS: dict[str, Any] = {
+    "json_serializer": jsonvalues.dumps,  # canonical JSON; NaN and infinities kept exactly
+    "json_deserializer": jsonvalues.loads,
+}
+
+
+@functools.cache
+def sqlite_dialect() -> Dialect:
+    """The SQLite dialect of the store's engines (its JSON options), for compiling statements once per process."""
+    from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+
+    return SQLiteDialect_pysqlite(dbapi=SQLiteDialect_pysqlite.import_dbapi(), **JSON_OPTIONS)
+
+
+def sqlite_connector(
+    path: Path, settings: Settings, *, readonly: bool = False, filesystems: Filesystems | None = None
+) -> tuple[Callable[[], sqlite3.Connection], str | None]:
+    """A function opening a connection to ``path`` with the store's pragmas, and the journal mode chosen.
+
+    The journal mode is None for read-only connections; for read-write ones
+    it is to be applied once the file is known to be ours
+    (:func:`set_journal_mode`). Read-only connections choose ``immutable``
+    afresh each time (see the module docstring). ``filesystems``: the mount
+    table as the caller read it (:class:`Filesystems`), else it is read now.
+    """
+    resolved = path.resolve()
+    journal = None if readonly else journal_mode_for(path, settings, resolved=resolved, filesystems=filesystems)
+    read_write_uri = f"file:{quote(str(resolved))}?mode=rwc"
+    timeout_s = settings.busy_timeout_ms / 1000
+    pragmas = [f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}", "PRAGMA foreign_keys = ON"]
+    if journal is not None:
+        # NORMAL is durable in WAL mode except for the last commits on power loss.
+        pragmas.append(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
+
+    def connect() -> sqlite3.Connection:
+        uri = readonly_uri(path) if readonly else read_write_uri
+        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        try:
+            for pragma in pragmas:
+                conn.execute(pragma)
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    return connect, journal
+
+
 def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = False, pooled: bool = True) -> Engine:
     """An engine over one SQLite file; see the module docstring for what it guarantees.
 
@@ -188,36 +271,19 @@ def create_sqlite_engine(path: Path, settings: Settings, *, readonly: bool = Fal
     connections close, and release the file, as soon as they are returned.
     Read-only engines are never pooled (see the module docstring).
     """
-    if readonly:
-        journal = None
-        pooled = False
-    else:
-        journal = journal_mode_for(path, settings)
-    read_write_uri = f"file:{quote(str(path.resolve()))}?mode=rwc"
-    timeout_s = settings.busy_timeout_ms / 1000
+    connect, journal = sqlite_connector(path, settings, readonly=readonly)
+    return sqlite_engine(connect, journal, pooled=pooled and not readonly)
 
-    def connect() -> sqlite3.Connection:
-        uri = readonly_uri(path) if readonly else read_write_uri
-        return sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
 
+def sqlite_engine(connect: Callable[[], sqlite3.Connection], journal: str | None, *, pooled: bool = True) -> Engine:
+    """The engine of :func:`create_sqlite_engine` over connections that ``connect`` (:func:`sqlite_connector`) opens."""
     engine = create_engine(
         "sqlite://",
         creator=connect,
         poolclass=QueuePool if pooled else NullPool,
-        json_serializer=jsonvalues.dumps,  # canonical JSON; NaN and infinities kept exactly
-        json_deserializer=jsonvalues.loads,
         execution_options={"journal_mode": journal},  # applied by apply_journal_mode
+        **JSON_OPTIONS,
     )
-
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection: sqlite3.Connection, _record: Any) -> None:
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}")
-        cursor.execute("PRAGMA foreign_keys = ON")
-        if journal is not None:
-            # NORMAL is durable in WAL mode except for the last commits on power loss.
-            cursor.execute(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
-        cursor.close()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
@@ -385,22 +451,30 @@ def apply_journal_mode(engine: Engine) -> None:
         return
     raw = engine.raw_connection()
     try:
-        raw.driver_connection.execute(f"PRAGMA journal_mode = {journal}").fetchall()  # type: ignore[union-attr]
+        set_journal_mode(raw.driver_connection, journal)  # type: ignore[arg-type]
     finally:
         raw.close()
 
 
-def is_locked(error: OperationalError) -> bool:
-    message = str(error.orig).lower()
+def set_journal_mode(conn: sqlite3.Connection, journal: str) -> None:
+    """:func:`apply_journal_mode` on one raw connection (same conditions: the file is known to be ours)."""
+    conn.execute(f"PRAGMA journal_mode = {journal}").fetchall()
+
+
+def is_locked(error: OperationalError | sqlite3.OperationalError) -> bool:
+    message = str(error.orig if isinstance(error, OperationalError) else error).lower()
     return "database is locked" in message or "database is busy" in message
 
 
 def retry_while_locked(attempt: Callable[[], T], path: Path, settings: Settings) -> T:
-    """Run ``attempt``; if the database stays locked past the busy timeout, back off and retry."""
+    """Run ``attempt``; if the database stays locked past the busy timeout, back off and retry.
+
+    ``attempt`` may use SQLAlchemy or a raw sqlite3 connection: both kinds of lock error are retried.
+    """
     for tries in range(settings.lock_retries + 1):
         try:
             return attempt()
-        except OperationalError as e:
+        except (OperationalError, sqlite3.OperationalError) as e:
             if not is_locked(e) or tries == settings.lock_retries:
                 if is_locked(e):
                     raise DatabaseBusyError(

@@ -37,6 +37,7 @@ Contract::
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import uuid
@@ -88,6 +89,18 @@ def encode_segment(value: str) -> str:
     """Percent-encode one path segment, shortened if too long (module docstring); reject empty, ``.``, ``..``."""
     if isinstance(value, ShortName):
         return str(value)
+    if type(value) is str:
+        return _encoded(value)
+    return _encode(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _encoded(value: str) -> str:
+    """:func:`_encode` of a plain string, remembered: a store names few tasks, providers and models."""
+    return _encode(value)
+
+
+def _encode(value: str) -> str:
     if not isinstance(value, str) or value in ("", ".", ".."):
         raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
     try:
@@ -142,17 +155,21 @@ class Location:
     @classmethod
     def of(cls, role: str, task: str, descriptor: ModelDescriptor) -> Location:
         location = cls(check_role(role), task, descriptor.provider, descriptor.model, descriptor.hash16())
-        location.relative_folder()  # validates every segment now, not at first use
+        location.segments()  # validates every segment now, not at first use
         return location
 
-    def relative_folder(self) -> Path:
-        return Path(
+    def segments(self) -> tuple[str, str, str, str, str]:
+        """The folder names from the store root down to the descriptor folder."""
+        return (
             self.role,
             encode_segment(self.task),
             encode_segment(self.provider),
             encode_segment(self.model),
             encode_segment(self.descriptor_hash16),
         )
+
+    def relative_folder(self) -> Path:
+        return Path(*self.segments())
 
     def folder(self, root: Path) -> Path:
         return root / self.relative_folder()
@@ -341,7 +358,7 @@ def read_location_metadata(root: Path, location: Location) -> StoredMetadata:
     metadata = read_metadata(folder)
     recorded = (metadata.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model)
     actual = (location.role, location.task, location.provider, location.model)
-    if Location(*recorded, location.descriptor_hash16).relative_folder() != location.relative_folder():
+    if Location(*recorded, location.descriptor_hash16).segments() != location.segments():
         raise MetadataMismatchError(
             folder / METADATA_FILE,
             f"records role/task/provider/model {'/'.join(recorded)} but the folder lies under "
@@ -349,6 +366,37 @@ def read_location_metadata(root: Path, location: Location) -> StoredMetadata:
             "(percent-encoded), or delete it",
         )
     return metadata
+
+
+def check_location_metadata(root: Path, location: Location) -> None:
+    """Raise what :func:`read_location_metadata` raises for ``location``, without building the descriptor when
+    it need not (every open of a database runs this).
+
+    A metadata.json as :func:`metadata_bytes` writes it holds the descriptor in
+    its canonical form: hashing that form as it stands gives the hash recorded
+    beside it and the folder's name, and its role, task, provider and model
+    name the folders above. Such a file is accepted on those facts; any other
+    file (edited, moved, written in another form) gets the full check.
+    """
+    folder = location.folder(root)
+    try:
+        doc = orjson.loads((folder / METADATA_FILE).read_bytes())
+        descriptor = doc["descriptor"]
+        if type(descriptor) is dict and descriptor.keys() <= _DESCRIPTOR_FIELDS:
+            digest = sha256_hex(orjson.dumps(descriptor, option=orjson.OPT_SORT_KEYS))
+            recorded = Location(doc["role"], doc["task"], descriptor["provider"], descriptor["model"], folder.name)
+            if (
+                digest == doc["descriptor_sha256"]
+                and digest[:16] == folder.name
+                and recorded.segments() == location.segments()
+            ):
+                return
+    except (OSError, ValueError, KeyError, TypeError, InvalidInputError):
+        pass  # the full check says what is wrong
+    read_location_metadata(root, location)
+
+
+_DESCRIPTOR_FIELDS = frozenset(ModelDescriptor.model_fields)
 
 
 def walk(root: Path) -> Iterator[Location]:

@@ -219,10 +219,10 @@ class PostgresStorage:
         conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
         migrate(conn.execution_options(**schema_options(location)), script=script)
 
-    def database(self, location: Location, metadata: bytes) -> PostgresDatabase:
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> PostgresDatabase:
         """The database of ``location``; a read-write store creates and registers its schema if needed."""
         if not self.readonly:
-            self._create(location, metadata)
+            self._create(location, metadata())
         return self.open(location)
 
     def _create(self, location: Location, metadata: bytes) -> None:

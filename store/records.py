@@ -81,6 +81,39 @@ class JudgementRecord:
     adopted_from: str | None = None  # the source descriptor's SHA-256 of an adopted row
 
 
+def _init_through_slots(cls: type[Any]) -> None:
+    """Give a frozen slots dataclass an ``__init__`` that stores each field straight into its slot.
+
+    Same signature, same instances: the one :mod:`dataclasses` generates gets
+    past ``frozen`` with ``object.__setattr__`` per field, this one calls each
+    slot's descriptor, which is what that ends in (1.1 us per record instead
+    of 1.8; a batch builds thousands).
+    """
+    fields = dataclasses.fields(cls)
+    if any(f.default_factory is not dataclasses.MISSING or not f.kw_only or not f.init for f in fields):
+        raise AssertionError(f"{cls.__name__}: only keyword fields with plain defaults are built this way")
+    namespace: dict[str, Any] = {}
+    parameters = []
+    for f in fields:
+        namespace[f"_set_{f.name}"] = getattr(cls, f.name).__set__  # the slot's member descriptor
+        if f.default is dataclasses.MISSING:
+            parameters.append(f.name)
+        else:
+            namespace[f"_default_{f.name}"] = f.default
+            parameters.append(f"{f.name}=_default_{f.name}")
+    source = f"def __init__(self, *, {', '.join(parameters)}) -> None:\n" + "".join(
+        f"    _set_{f.name}(self, {f.name})\n" for f in fields
+    )
+    exec(source, namespace)  # the source: this class's own field names
+    init = namespace["__init__"]
+    init.__qualname__ = f"{cls.__qualname__}.__init__"
+    init.__annotations__ = cls.__init__.__annotations__
+    cls.__init__ = init
+
+
+_init_through_slots(CompletionRecord)
+_init_through_slots(JudgementRecord)
+
 Record = CompletionRecord | JudgementRecord
 RECORD_OF_ROLE: dict[str, type[CompletionRecord] | type[JudgementRecord]] = {
     "completions": CompletionRecord,

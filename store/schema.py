@@ -5,7 +5,8 @@ Contract:
 * :func:`classify` tells, with one SELECT on the happy path, whether a database
   is ``empty``, ``current``, ``behind`` (an older revision of ours), ``ahead``
   (a revision this library does not know) or ``foreign`` (tables, but no
-  ``judgestore_alembic_version``).
+  ``judgestore_alembic_version``). :func:`is_current` is that SELECT on a raw
+  sqlite3 connection, for opening without building an engine.
 * The shipped revisions are read once per process, from the scripts' text
   (:func:`revisions`); Alembic itself is imported only when a migration
   actually runs.
@@ -24,6 +25,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+import sqlite3
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
@@ -178,6 +180,25 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
         raise_translated(path, e)
     state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
     return SchemaStatus(state, None, known.head, tables)
+
+
+def is_current(conn: sqlite3.Connection, path: Path, known: Revisions | None = None) -> bool:
+    """Whether the database behind a raw sqlite3 connection is at head: the one SELECT of :func:`classify`.
+
+    False means anything else (no version table, another revision, not one
+    row); :func:`classify` then says what it is. A file SQLite cannot read
+    raises its typed error.
+    """
+    known = known or revisions()
+    try:
+        rows = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return False
+        raise_translated(path, e)
+    except sqlite3.Error as e:
+        raise_translated(path, e)
+    return len(rows) == 1 and rows[0][0] == known.head
 
 
 def raise_for_status(status: SchemaStatus, path: Path | str) -> None:

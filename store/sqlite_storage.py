@@ -9,8 +9,11 @@ Contract:
   SELECT and refuses anything but a current database with a typed error (a
   database that is behind is upgraded first when ``auto_upgrade`` is set).
   The journal is switched to WAL only once the file is known to be ours.
-* Engines are cached per database, at most ``max_open_databases`` of them
-  (least recently used are disposed).
+  A current database is recognised on a plain sqlite3 connection, which the
+  database then keeps for its reads and writes: opening builds no SQLAlchemy
+  engine (only creating, upgrading or refusing a file does).
+* Open databases are cached, at most ``max_open_databases`` of them (least
+  recently used are closed).
 * A read-only store never creates or changes a file; a database without
   tables (zero bytes: another process is creating it) means one thing there:
   empty (:meth:`~SqliteStorage.open_existing` returns None).
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,9 +34,25 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.database import SqliteDatabase, stable_read
-from store.engine import apply_journal_mode, create_sqlite_engine, raise_translated, write_refusal
+from store.engine import (
+    Filesystems,
+    apply_journal_mode,
+    raise_translated,
+    set_journal_mode,
+    sqlite_connector,
+    sqlite_engine,
+    write_refusal,
+)
 from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
-from store.layout import Location, lock_path, read_location_metadata, walk, write_metadata
+from store.layout import (
+    METADATA_FILE,
+    Location,
+    check_location_metadata,
+    database_name,
+    lock_path,
+    walk,
+    write_metadata,
+)
 from store.schema import (
     DatabaseInfo,
     DatabaseState,
@@ -41,6 +60,7 @@ from store.schema import (
     SchemaStatus,
     classify,
     create_at_head,
+    is_current,
     raise_for_status,
 )
 from store.schema import database_info as sqlite_database_info
@@ -61,7 +81,8 @@ class SqliteStorage:
         self.where = str(root)
         self.settings = settings
         self.readonly = readonly
-        self._open: OrderedDict[Path, SqliteDatabase] = OrderedDict()
+        self._open: OrderedDict[tuple[str, ...], SqliteDatabase] = OrderedDict()  # by folder names (segments)
+        self._filesystems: Filesystems | None = None  # the mount table, read at the first open
 
     def close(self) -> None:
         while self._open:
@@ -72,18 +93,19 @@ class SqliteStorage:
 
     # ------------------------------------------------------------ one database
 
-    def database(self, location: Location, metadata: bytes) -> SqliteDatabase:
-        """The database of ``location``; a read-write store creates it (and its metadata.json) if needed."""
-        cached = self._cached(location.db_path(self.root))
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> SqliteDatabase:
+        """The database of ``location``; a read-write store creates it (and metadata.json: ``metadata()``) if needed."""
+        cached = self._cached(location)
         if cached is not None:
             return cached
-        if not self.readonly and not location.metadata_path(self.root).exists():
-            folder = location.folder(self.root)
+        folder = location.folder(self.root)
+        path = folder / database_name(location.role)
+        if not self.readonly and not (folder / METADATA_FILE).exists():
             try:
-                write_metadata(folder, metadata)
+                write_metadata(folder, metadata())
             except OSError as e:  # a full or read-only disk: typed, naming the folder
                 raise_translated(folder, e)
-        return self.open(location)
+        return self._open_at(location, path)
 
     def check_writable(self, location: Location) -> None:
         path = location.db_path(self.root)
@@ -93,44 +115,84 @@ class SqliteStorage:
 
     def open_existing(self, location: Location) -> SqliteDatabase | None:
         """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
-        if not location.db_path(self.root).exists():
+        path = location.db_path(self.root)
+        if not path.exists():
             return None
         try:
-            return self.open(location)
+            return self._cached(location) or self._open_at(location, path)
         except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
             return None
 
     def open(self, location: Location) -> SqliteDatabase:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""
-        path = location.db_path(self.root)
-        cached = self._cached(path)
-        if cached is not None:
-            return cached
+        return self._cached(location) or self._open_at(location, location.db_path(self.root))
+
+    def _open_at(self, location: Location, path: Path) -> SqliteDatabase:
         if self.readonly and not path.exists():
             raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
         try:
-            read_location_metadata(self.root, location)
+            check_location_metadata(self.root, location)
         except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
             raise_translated(location.metadata_path(self.root), e)
-        engine = create_sqlite_engine(path, self.settings, readonly=self.readonly)
+        if self._filesystems is None:
+            self._filesystems = Filesystems()
+        connect, journal = sqlite_connector(path, self.settings, readonly=self.readonly, filesystems=self._filesystems)
+        engine = None
         try:
-            self._check_schema(engine, path)
+            connection = self._opened_current(connect, path, journal)
+            if connection is None:  # anything but current: classified, created or upgraded with an engine
+                engine = sqlite_engine(connect, journal, pooled=not self.readonly)
+                self._check_schema(engine, path)
         except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
-            engine.dispose()
+            if engine is not None:
+                engine.dispose()
             raise_translated(path, e)
         except BaseException:
-            engine.dispose()
+            if engine is not None:
+                engine.dispose()
             raise
-        database = SqliteDatabase(location, path, engine, self.settings, self.readonly)
-        self._open[path] = database
+        if self.readonly and connection is not None:
+            connection.close()  # read-only connections are made afresh for every read (see store.engine)
+            connection = None
+        database = SqliteDatabase(
+            location, path, connect, self.settings, self.readonly, connection=connection, engine=engine
+        )
+        self._open[location.segments()] = database
         while len(self._open) > self.settings.max_open_databases:
             self._open.popitem(last=False)[1].close()
         return database
 
-    def _cached(self, path: Path) -> SqliteDatabase | None:
-        database = self._open.get(path)
+    def _opened_current(
+        self, connect: Callable[[], sqlite3.Connection], path: Path, journal: str | None
+    ) -> sqlite3.Connection | None:
+        """The usual open: a sqlite3 connection on which one SELECT found the file current (journal then set).
+
+        None for anything else, with nothing left open: :meth:`_check_schema` classifies it with an engine.
+        """
+
+        def attempt() -> sqlite3.Connection | None:
+            try:
+                conn = connect()
+            except sqlite3.Error as e:  # connecting can fail too (a file that is not a database)
+                raise_translated(path, e)
+            try:
+                if not is_current(conn, path):
+                    conn.close()
+                    return None
+                if journal is not None:
+                    set_journal_mode(conn, journal)  # the file is ours: switching is safe now
+            except BaseException:
+                conn.close()
+                raise
+            return conn
+
+        return stable_read(path, attempt) if self.readonly else attempt()
+
+    def _cached(self, location: Location) -> SqliteDatabase | None:
+        key = location.segments()
+        database = self._open.get(key)
         if database is not None:
-            self._open.move_to_end(path)
+            self._open.move_to_end(key)
         return database
 
     def _status(self, engine: Engine, path: Path) -> SchemaStatus:

@@ -168,7 +168,7 @@ class Store:
     ) -> Database:
         """The database of ``descriptor``; a read-write store creates it if needed."""
         location = Location.of(role, task, descriptor)
-        return self.storage.database(location, metadata_bytes(location.role, task, descriptor, assumptions))
+        return self.storage.database(location, lambda: metadata_bytes(location.role, task, descriptor, assumptions))
 
     def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
         """Raise what writing this descriptor's database would meet, where that is known without writing anything.

@@ -21,9 +21,11 @@ from store.layout import (
     Location,
     Selector,
     ShortName,
+    check_location_metadata,
     decode_segment,
     encode_segment,
     metadata_bytes,
+    read_location_metadata,
     read_metadata,
     select,
     walk,
@@ -269,6 +271,43 @@ def test_edited_metadata_is_refused_naming_the_file(
     with Store(root=store_root) as s, pytest.raises(MetadataMismatchError):
         s.database("completions", "t", descriptor)
     assert file_digests(store_root) == before
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        pytest.param(lambda d: None, id="as-written"),
+        pytest.param(lambda d: d["descriptor"].pop("format"), id="a-default-left-out"),
+        pytest.param(lambda d: d["descriptor"]["sampling"].update(temperature=1), id="an-integral-float-as-int"),
+        pytest.param(lambda d: d["descriptor"]["sampling"].update(top_k=0.0), id="an-int-as-float"),
+        pytest.param(lambda d: d["descriptor"].update(surprise=1), id="an-unknown-field"),
+        pytest.param(lambda d: d["descriptor"]["sampling"].update(temperature=0.9), id="descriptor-edited"),
+        pytest.param(lambda d: d.update(task="other"), id="task-edited"),
+        pytest.param(lambda d: d.update(role="judgements"), id="role-edited"),
+        pytest.param(lambda d: d.update(descriptor_sha256="0" * 64), id="recorded-hash-edited"),
+    ],
+)
+def test_opening_checks_metadata_as_reading_it_does(edit: object, store_root: Path) -> None:
+    """Opening accepts a metadata.json in the form it writes by hashing it as it stands; any other file, valid
+    or not, gets the full check, so opening accepts and refuses exactly what read_location_metadata does."""
+    descriptor = ModelDescriptor(provider="vllm", model="org/m", sampling={"temperature": 1.0, "max_tokens": 8})
+    location = Location.of("completions", "t", descriptor)
+    current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
+    _edit_json(location.metadata_path(store_root), edit)
+    try:
+        read_location_metadata(store_root, location)
+        expected: type[Exception] | None = None
+    except MetadataMismatchError as e:
+        expected = type(e)
+    if expected is None:
+        check_location_metadata(store_root, location)
+        with Store(root=store_root) as s:
+            assert s.open(location).count() == 1
+    else:
+        with pytest.raises(expected):
+            check_location_metadata(store_root, location)
+        with Store(root=store_root) as s, pytest.raises(expected):
+            s.open(location)
 
 
 def test_metadata_that_is_not_json_is_refused(store_root: Path, descriptor: ModelDescriptor) -> None:

@@ -5,23 +5,33 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import sqlite3
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from sqlalchemy import event
+from sqlalchemy import event, insert, select
+from sqlalchemy.orm import Session
 
+import store.jsonvalues
 import store.repository
+from store.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
-from store.errors import EmptyFilterError, InvalidInputError
-from store.records import CompletionRecord, JudgementRecord, RowFilter
+from store.engine import sqlite_dialect
+from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
+from store.models import MODEL_OF_ROLE, UTCDateTime
+from store.records import CompletionRecord, JudgementRecord, RowFilter, record_fields
 from store.repository import Repository
 from store.store import Database, Store
-from tests.factories import completion_record, file_digests, judgement_record
+from tests.factories import completion_record, current_database, file_digests, judgement_record
+from tests.faults import damage_text
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -38,15 +48,28 @@ def judgements(store: Store, descriptor: ModelDescriptor) -> Database:
 
 @pytest.fixture
 def statements(completions: Database) -> Iterator[list[str]]:
-    """The SQL statements the repository sends (one entry per execute)."""
+    """The SQL statements SQLite runs for the database, parameters filled in (one entry per statement).
+
+    Traced on the connection the database keeps (get_many, put_many) and on its engine's (everything else).
+    """
     seen: list[str] = []
 
-    def record(_conn: Any, _cursor: Any, statement: str, *_rest: Any) -> None:
-        seen.append(statement)
+    def trace(dbapi_connection: Any, *_rest: Any) -> None:
+        dbapi_connection.set_trace_callback(seen.append)
 
-    event.listen(completions.engine, "before_cursor_execute", record)
+    def untrace(dbapi_connection: Any, *_rest: Any) -> None:
+        dbapi_connection.set_trace_callback(None)
+
+    assert isinstance(completions, SqliteDatabase)
+    with completions._driver() as kept:
+        trace(kept)
+    event.listen(completions.engine.pool, "checkout", trace)
+    event.listen(completions.engine.pool, "checkin", untrace)
     yield seen
-    event.remove(completions.engine, "before_cursor_execute", record)
+    event.remove(completions.engine.pool, "checkout", trace)
+    event.remove(completions.engine.pool, "checkin", untrace)
+    with completions._driver() as kept:
+        untrace(kept)
 
 
 def lookups(statements: list[str]) -> list[str]:
@@ -101,9 +124,10 @@ def test_duplicate_keys_are_looked_up_once(
 def test_get_many_uses_one_json_parameter_on_sqlite(completions: Database, statements: list[str]) -> None:
     completions.put_many([completion_record(1)])
     statements.clear()
-    completions.get_many([completion_record(i).input_hash for i in range(500)])
-    (lookup,) = lookups(statements)
-    assert "json_each" in lookup and lookup.count("?") == 1
+    keys = [completion_record(i).input_hash for i in range(500)]
+    completions.get_many(keys)
+    (lookup,) = lookups(statements)  # traced with its parameter filled in: one JSON array of the 500 keys
+    assert lookup.count("json_each(") == 1 and f"json_each('{orjson.dumps(keys).decode()}')" in lookup
 
 
 # ---------------------------------------------------------------- put_many
@@ -504,3 +528,162 @@ def test_chat_inputs_round_trip(judgements: Database) -> None:
     record = judgement_record(1, input_text=rendered, input_hash=input_hash(rendered))
     judgements.put_many([record])
     assert judgements.get_many([record.input_hash]) == {record.input_hash: record}
+
+
+# ---------------------------------------------------------------- SQLite's fast paths against SQLAlchemy's own
+
+
+def odd_completions() -> list[CompletionRecord]:
+    """Rows that exercise every column processor: NaN and infinities, None fields, times in other zones."""
+    paris = timezone(timedelta(hours=2))
+    return [
+        completion_record(1, usage={"prompt_tokens": 1, "engine_seconds": math.inf}, top_logprobs=None),
+        completion_record(2, top_logprobs={"content": [{"token": "A", "logprob": -math.inf}], "x": math.nan}),
+        completion_record(
+            3,
+            usage=None,
+            top_logprobs=None,
+            benchmark=None,
+            instruction_id=None,
+            model=None,
+            finish_reason=None,
+            run_id=None,
+            created_by=None,
+        ),
+        completion_record(4, created_at=datetime(2026, 6, 1, 14, 30, 15, tzinfo=paris)),  # no microseconds
+        completion_record(5, created_at=datetime(1, 1, 1, 2, 0, 0, 1, tzinfo=paris), adopted_from="ab" * 32),
+        completion_record(6, usage={"nested": {"list": [1, 2.5, None, "¿"]}}, completion=""),
+    ]
+
+
+def odd_judgements() -> list[JudgementRecord]:
+    return [
+        judgement_record(1, pointwise=True),  # model_b and orientation NULL
+        judgement_record(2, orientation="reversed", top_logprobs={"A": math.nan, "B": -math.inf}),
+        judgement_record(3, model_a=None, judge=None, top_logprobs=None, usage={"completion_tokens": 0}),
+    ]
+
+
+def same_records(a: Any, b: Any) -> bool:
+    """Equal field by field, a NaN equal to a NaN (JSON values compared as the canonical text that is stored)."""
+    if type(a) is not type(b):
+        return False
+    for x, y in zip(dataclasses.astuple(a), dataclasses.astuple(b), strict=True):
+        if isinstance(x, dict) or isinstance(y, dict):
+            if x is None or y is None or store.jsonvalues.dumps(x) != store.jsonvalues.dumps(y):
+                return False
+        elif x != y:
+            return False
+    return True
+
+
+@pytest.mark.parametrize("role", ["completions", "judgements"])
+def test_get_many_reads_what_sqlalchemy_reads(role: str, store: Store, descriptor: ModelDescriptor) -> None:
+    """get_many reads on the driver's connection: its records equal what SQLAlchemy's processors and the ORM give."""
+    database = store.database(role, "t", descriptor)
+    rows: list[Any] = odd_completions() if role == "completions" else odd_judgements()
+    database.put_many(rows)
+    fast = database.get_many(r.input_hash for r in rows)
+    with database.reading() as repo:
+        through_sqlalchemy = {r.input_hash: r for r in repo.query()}  # Core select, SQLAlchemy's result processing
+    model = MODEL_OF_ROLE[role]
+    with Session(database.engine) as session:
+        orm = {o.input_hash: o for o in session.scalars(select(model))}
+    assert fast.keys() == through_sqlalchemy.keys() == orm.keys() == {r.input_hash for r in rows}
+    for row in rows:
+        got = fast[row.input_hash]
+        assert same_records(got, row) and same_records(got, through_sqlalchemy[row.input_hash])
+        assert same_records(
+            got, type(got)(**{name: getattr(orm[row.input_hash], name) for name in record_fields(type(got))})
+        )
+        assert got.created_at.tzinfo is UTC and got.created_at == row.created_at
+    if role == "completions":
+        nan = fast[rows[1].input_hash].top_logprobs
+        assert nan is not None and math.isnan(nan["x"]) and nan["content"][0]["logprob"] == -math.inf
+
+
+@pytest.mark.parametrize("role", ["completions", "judgements"])
+def test_put_many_writes_the_bytes_sqlalchemy_writes(role: str, store: Store, descriptor: ModelDescriptor) -> None:
+    """put_many binds through the columns' own processors: the stored values (and their types) are SQLAlchemy's."""
+    rows: list[Any] = odd_completions() if role == "completions" else odd_judgements()
+    ours = store.database(role, "ours", descriptor)
+    ours.put_many(rows)
+    theirs = store.database(role, "theirs", descriptor)
+    table = MODEL_OF_ROLE[role].__table__
+    with theirs.engine.begin() as conn:
+        conn.execute(insert(table), [dataclasses.asdict(r) for r in rows])
+
+    def stored(database: Database) -> list[tuple[Any, ...]]:
+        names = [c.name for c in table.columns]
+        columns = ", ".join(f"{n}, typeof({n})" for n in names)
+        with database.reading() as repo:
+            return [tuple(r) for r in repo.conn.exec_driver_sql(f"SELECT {columns} FROM {role} ORDER BY input_hash")]
+
+    assert stored(ours) == stored(theirs)
+
+
+def test_created_at_is_bound_and_read_as_the_column_type_does() -> None:
+    """The fast created_at conversions give what UTCDateTime's own processors give, for every shape of value."""
+    dialect = sqlite_dialect()
+    column_type = UTCDateTime()
+    bind_own = column_type.dialect_impl(dialect).bind_processor(dialect)
+    read_own = column_type.dialect_impl(dialect).result_processor(dialect, None)
+    assert bind_own is not None and read_own is not None
+    bind, read = store.repository._utc_to_text(bind_own), store.repository._utc_from_text(read_own)
+    zones = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-11)), UTC]
+    moments = [datetime(2026, 3, 29, 1, 59, 59, 999999), datetime(1, 1, 2), datetime(9999, 12, 30, 23, 0, 0, 1)]
+    for zone, moment in itertools.product(zones, moments):
+        value = moment.replace(tzinfo=zone)
+        assert bind(value) == bind_own(value) and bind(value) == bind(value)  # the second: the kept text
+    for naive in (datetime(2026, 1, 1), None):
+        if naive is None:
+            assert bind(naive) is None and bind_own(naive) is None
+        else:
+            with pytest.raises(ValueError, match="timezone-aware"):
+                bind(naive)
+    texts = ["2026-01-01 12:00:00.000001", "2026-01-01 12:00:00", "2026-01-01", "2026-01-01T12:00:00.5",
+             "2026-01-01 12:00:00+02:00", "0001-01-01 00:00:00.000000"]  # fmt: skip
+    for text in texts:
+        assert read(text) == read_own(text) and read(text).tzinfo is UTC
+
+
+def test_a_failed_write_leaves_the_database_usable(completions: Database) -> None:
+    with pytest.raises(InvalidInputError, match="hash"):
+        completions.put_many([completion_record(1), completion_record(2, input_hash="0" * 64)])
+    assert completions.count() == 0
+    assert completions.put_many([completion_record(1), completion_record(2)]) == 2
+    assert set(completions.get_many([completion_record(1).input_hash, completion_record(2).input_hash])) == {
+        completion_record(1).input_hash,
+        completion_record(2).input_hash,
+    }
+
+
+def test_threads_read_and_write_one_database_at_once(completions: Database) -> None:
+    """The connection a database keeps serves one call at a time; a thread that finds it busy gets its own."""
+
+    def work(t: int) -> int:
+        mine = [completion_record(1000 * t + i) for i in range(40)]
+        for start in range(0, 40, 10):
+            assert completions.put_many(mine[start : start + 10]) == 10
+            assert set(completions.get_many(r.input_hash for r in mine[: start + 10])) == {
+                r.input_hash for r in mine[: start + 10]
+            }
+        return len(mine)
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert sum(pool.map(work, range(4))) == 160
+    assert completions.count() == 160
+
+
+def test_a_read_that_fails_on_damaged_text_holds_no_snapshot(store_root: Path, descriptor: ModelDescriptor) -> None:
+    """The statement a failed read leaves running is ended: writers, checkpoints and closing go on as usual."""
+    db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(i) for i in range(3)])
+    key = damage_text(db_path)
+    with Store(root=store_root) as s:
+        database = s.database("completions", "t", descriptor)
+        with pytest.raises(DamagedTextError):
+            database.get_many([key])
+        assert database.put_many([completion_record(7)]) == 1
+        with closing(sqlite3.connect(db_path)) as other:
+            assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # 1: a reader held it
+    assert not Path(f"{db_path}-wal").exists()  # the last connection closed and checkpointed it

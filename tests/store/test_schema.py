@@ -11,7 +11,7 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import create_engine, event
 
 import store.schema
 import store.sqlite_storage
@@ -253,20 +253,25 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
 
 
 @pytest.fixture
-def traced_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
-    """Every statement SQLite runs, one list per engine the store creates (PRAGMAs on connect included)."""
-    per_engine: list[list[str]] = []
-    real: Callable[..., Engine] = store.sqlite_storage.create_sqlite_engine
+def traced_connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
+    """Every statement SQLite runs after connecting, one list per connection the store opens."""
+    per_connection: list[list[str]] = []
+    real = store.sqlite_storage.sqlite_connector
 
-    def traced(*args: Any, **kwargs: Any) -> Engine:
-        engine = real(*args, **kwargs)
-        log: list[str] = []
-        per_engine.append(log)
-        event.listen(engine, "connect", lambda dbapi, _rec: dbapi.set_trace_callback(log.append), insert=True)
-        return engine
+    def traced(*args: Any, **kwargs: Any) -> tuple[Callable[[], sqlite3.Connection], str | None]:
+        connect, journal = real(*args, **kwargs)
 
-    monkeypatch.setattr(store.sqlite_storage, "create_sqlite_engine", traced)  # what Store opens databases with
-    yield per_engine
+        def connect_traced() -> sqlite3.Connection:
+            conn = connect()
+            log: list[str] = []
+            per_connection.append(log)
+            conn.set_trace_callback(log.append)
+            return conn
+
+        return connect_traced, journal
+
+    monkeypatch.setattr(store.sqlite_storage, "sqlite_connector", traced)  # what Store opens databases with
+    yield per_connection
 
 
 @pytest.fixture(scope="module")
@@ -287,7 +292,7 @@ def test_opening_200_current_databases_reads_the_scripts_once_and_runs_one_selec
     readonly: bool,
     two_hundred_current: tuple[Path, list[ModelDescriptor]],
     monkeypatch: pytest.MonkeyPatch,
-    traced_engines: list[list[str]],
+    traced_connections: list[list[str]],
 ) -> None:
     root, descriptors = two_hundred_current
     store.schema.script_directory.cache_clear()
@@ -300,15 +305,12 @@ def test_opening_200_current_databases_reads_the_scripts_once_and_runs_one_selec
     with Store(Settings(), root=root, readonly=readonly) as s:
         for d in descriptors:
             s.database("completions", "t", d)
+        assert all(database._engine is None for database in s.storage._open.values())  # no engine was built
     assert len(reads) == 1, "the revision scripts must be read once per process, not per file"
     assert alembic_reads == [], "opening a current database needs no Alembic"
-    assert len(traced_engines) == 200
-    for log in traced_engines:  # PRAGMAs aside (connection setup, journal mode), one SELECT per open
-        assert [q for q in log if not q.startswith("PRAGMA")] == [
-            "BEGIN",
-            "SELECT version_num FROM judgestore_alembic_version",
-            "ROLLBACK",
-        ]
+    assert len(traced_connections) == 200
+    for log in traced_connections:  # PRAGMAs aside (journal mode), one SELECT per open
+        assert [q for q in log if not q.startswith("PRAGMA")] == ["SELECT version_num FROM judgestore_alembic_version"]
 
 
 # ---------------------------------------------------------------- the state of a database in a store

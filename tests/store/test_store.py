@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 from contextlib import closing
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from store import database as database_module
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -22,7 +23,7 @@ from store.errors import (
     JudgestoreError,
     SchemaBehindError,
 )
-from store.layout import METADATA_FILE, Location, Selector, read_metadata
+from store.layout import METADATA_FILE, Location, Role, Selector, read_metadata
 from store.records import Record, RowFilter, row_columns
 from store.repository import Repository
 from store.schema import read_script_directory
@@ -292,18 +293,18 @@ def test_a_read_only_read_that_fails_as_damaged_while_the_file_changes_is_run_ag
     rows = [completion_record(i) for i in range(3)]
     db_path = current_database(store_root, "completions", "t", descriptor, rows)
     calls: list[int] = []
-    real = Repository.get_many
+    real = database_module.sqlite_get_many  # what Database.get_many reads with on SQLite
 
-    def racing(self: Repository, hashes: Iterable[str]) -> dict[str, Record]:
+    def racing(conn: sqlite3.Connection, role: Role, hashes: Sequence[str]) -> dict[str, Record]:
         calls.append(1)
         if len(calls) == 1:
             _change_file_under_the_read(db_path)
             raise CorruptDatabaseError(db_path, "is damaged")  # pages read half-way through a checkpoint
-        return real(self, hashes)
+        return real(conn, role, hashes)
 
     with Store(root=store_root, readonly=True) as s:
         database = s.database("completions", "t", descriptor)
-        monkeypatch.setattr(Repository, "get_many", racing)
+        monkeypatch.setattr(database_module, "sqlite_get_many", racing)
         assert set(database.get_many(r.input_hash for r in rows)) == {r.input_hash for r in rows}
     assert len(calls) == 2
 
