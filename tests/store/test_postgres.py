@@ -31,6 +31,7 @@ from store.records import RowFilter
 from store.schema import DatabaseState
 from store.store import Store
 from store.upgrade import UpgradeOutcome
+from store.verify import ProblemKind
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
@@ -210,3 +211,88 @@ def test_two_upgrades_started_at_once_migrate_once(
     for t in threads:
         t.join()
     assert sorted(outcomes) == sorted([UpgradeOutcome.UPGRADED, UpgradeOutcome.UP_TO_DATE])
+
+
+# ---------------------------------------------------------------- verify on a server
+
+
+def _server_store(pg_url: str) -> list[Location]:
+    """Three schemas: completions of two models (one with 12 rows, two adopted) and judgements."""
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many(
+            [completion_record(i, adopted_from="ab" * 32 if i < 2 else None) for i in range(12)]
+        )
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="other")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+        store.database("judgements", "t", QWEN).put_many([judgement_record(i) for i in range(4)])
+        return store.locations()
+
+
+def _verify(pg_url: str) -> dict[str, Any]:
+    with Store(url=pg_url, readonly=True) as store:
+        return {loc.role + "/" + loc.model: store.verify(loc) for loc in store.locations()}
+
+
+def test_verify_passes_a_clean_server_store_and_counts_adopted_rows(pg_url: str) -> None:
+    _server_store(pg_url)
+    results = _verify(pg_url)
+    assert all(r.ok for r in results.values()), [r.problems for r in results.values()]
+    assert [r.rows_checked for r in results.values()] == [12, 3, 4]
+    assert results["completions/Qwen/Qwen3-8B"].rows_adopted == 2
+    assert all(" schema js_" in r.where for r in results.values())
+
+
+def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cluster: Cluster) -> None:
+    locations = _server_store(pg_url)
+    qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)
+    name, database = schema_name(qwen), make_url(pg_url).database
+    victim = completion_record(5).input_hash
+    edited = "0" * 64
+    pg_cluster.sql(f"UPDATE \"{name}\".completions SET input_hash = '{edited}' WHERE input_hash = '{victim}'", database)
+    results = _verify(pg_url)
+    (problem,) = results["completions/Qwen/Qwen3-8B"].problems
+    assert problem.kind is ProblemKind.INPUT_HASH and edited in problem.message and name in problem.where
+    assert f"judgestore delete --input-hash {edited}" in problem.message
+    assert results["completions/Qwen/Qwen3-8B"].rows_checked == 12
+    assert all(r.ok for key, r in results.items() if key != "completions/Qwen/Qwen3-8B")
+    assert pg_cluster.sql(f"SELECT count(*) FROM \"{name}\".completions WHERE input_hash = '{edited}'", database) == [
+        (1,)
+    ]  # verify changes nothing
+
+
+def test_verify_on_a_server_lists_ten_bad_rows_and_counts_them_all(pg_url: str, pg_cluster: Cluster) -> None:
+    locations = _server_store(pg_url)
+    qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)
+    pg_cluster.sql(
+        f"UPDATE \"{schema_name(qwen)}\".completions SET input_text = input_text || ' '", make_url(pg_url).database
+    )
+    problems = _verify(pg_url)["completions/Qwen/Qwen3-8B"].problems
+    assert len(problems) == 11 and {p.kind for p in problems} == {ProblemKind.INPUT_HASH}
+    assert "12 rows in all have problems" in problems[-1].message
+
+
+def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dropped_table(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    locations = _server_store(pg_url)
+    database = make_url(pg_url).database
+    by_key = {loc.role + "/" + loc.model: loc for loc in locations}
+    pg_cluster.sql(
+        "UPDATE judgestore.registry SET metadata_json = replace(metadata_json, '\"t\"', '\"u\"') "
+        f"WHERE schema_name = '{schema_name(by_key['judgements/Qwen/Qwen3-8B'])}'",
+        database,
+    )
+    pg_cluster.sql(
+        f"UPDATE \"{schema_name(by_key['completions/other'])}\".judgestore_alembic_version SET version_num = 'f00d'",
+        database,
+    )
+    pg_cluster.sql(f'DROP TABLE "{schema_name(by_key["completions/Qwen/Qwen3-8B"])}".completions', database)
+    results = _verify(pg_url)
+    kinds = {key: [p.kind for p in r.problems] for key, r in results.items()}
+    assert kinds["judgements/Qwen/Qwen3-8B"] == [ProblemKind.METADATA]
+    assert (
+        kinds["completions/other"] == [ProblemKind.SCHEMA]
+        and "f00d" in results["completions/other"].problems[0].message
+    )
+    assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]
