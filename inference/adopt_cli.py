@@ -27,13 +27,13 @@ from inference.run import RunnableSpec
 from store.cli.common import (
     JsonOutput,
     RoleChoice,
-    StoreRoot,
     command_errors,
     emit_json,
     grouped,
-    settings_and_root,
     stdout,
+    store_settings,
 )
+from store.settings import Settings
 from store.store import Store
 
 SpecOptions = Callable[..., RunnableSpec]
@@ -45,13 +45,14 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
     """The ``register`` of ``adopt``, with the model options of ``generate``/``judge``."""
 
     def register(app: typer.Typer) -> None:
-        app.command("adopt")(command_errors(grouped(spec=spec_options)(adopt_command)))
+        app.command("adopt")(command_errors(grouped(spec=spec_options, settings=store_settings)(adopt_command)))
 
     return register
 
 
 def adopt_command(
     spec: RunnableSpec,
+    settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     across: Annotated[
         list[str],
@@ -103,7 +104,6 @@ def adopt_command(
         ),
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Audit and report; write nothing.")] = False,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Carry rows of an older descriptor (another vLLM version...) over to this one, after an audit.
@@ -127,9 +127,8 @@ def adopt_command(
         judgestore adopt --model ./judge --role judgements --task arena --top-logprobs 5 \\
             --across backend_version --max-logprob-delta 0.05 --dry-run
     """
-    settings, root = settings_and_root(store_root)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
-    with Store(settings, root=root, readonly=dry_run) as store:
+    with Store(settings, readonly=dry_run) as store:
         report = adopt(
             store,
             spec,

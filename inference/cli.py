@@ -45,17 +45,17 @@ from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
 from store.cli.app import build_app
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     emit_json,
     grouped,
     progress_bars,
-    settings_and_root,
     stderr,
+    store_settings,
 )
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.records import Orientation
+from store.settings import Settings
 
 _MODEL = "Model"
 _HOSTED = "Hosted model (an OpenAI-compatible server)"
@@ -95,16 +95,25 @@ class OrientationsChoice(enum.StrEnum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("generate")(command_errors(grouped(spec=model_spec, run=run_options)(generate_command)))
-    app.command("judge")(command_errors(grouped(spec=model_spec, run=run_options)(judge_command)))
+    app.command("generate")(
+        command_errors(grouped(spec=model_spec, run=run_options, settings=store_settings)(generate_command))
+    )
+    app.command("judge")(
+        command_errors(grouped(spec=model_spec, run=run_options, settings=store_settings)(judge_command))
+    )
     app.command("pairs")(command_errors(pairs_command))
 
 
-def main() -> None:
-    """The ``judgestore`` console script: the store's commands and the inference layer's."""
-    build_app(register, legacy_cli.register, diagnostics_cli.registrar(model_spec), adopt_cli.registrar(model_spec))(
-        prog_name="judgestore"
+def app() -> typer.Typer:
+    """The whole ``judgestore`` command line: the store's commands and the inference layer's."""
+    return build_app(
+        register, legacy_cli.register, diagnostics_cli.registrar(model_spec), adopt_cli.registrar(model_spec)
     )
+
+
+def main() -> None:
+    """The ``judgestore`` console script."""
+    app()(prog_name="judgestore")
 
 
 # ---------------------------------------------------------------- option groups
@@ -295,11 +304,10 @@ def _run(
     requests: list[Request],
     role: Role,
     run: RunOptions,
-    store_root: Path | None,
+    settings: Settings,
     json_output: bool,
 ) -> None:
     """Run, with the plan and a progress bar on stderr; write the results; print the summary."""
-    settings, root = settings_and_root(store_root)
     err = stderr()
     with progress_bars(json_output) as progress:
 
@@ -316,7 +324,7 @@ def _run(
             requests,
             role=role,
             task=run.task,
-            settings=settings.model_copy(update={"store_root": root}),
+            settings=settings,
             mode=run.mode,
             chunk_size=run.chunk_size,
             fetch=run.fetch,
@@ -337,7 +345,7 @@ def _run(
 
 
 def generate_command(
-    spec: ModelSpec | HostedSpec, run: RunOptions, store_root: StoreRoot = None, json_output: JsonOutput = False
+    spec: ModelSpec | HostedSpec, run: RunOptions, settings: Settings, json_output: JsonOutput = False
 ) -> None:
     """Complete every request of a JSONL file, asking the store first.
 
@@ -346,13 +354,13 @@ def generate_command(
 
     Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
     """
-    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, store_root, json_output)
+    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output)
 
 
 def judge_command(
     spec: ModelSpec,
     run: RunOptions,
-    store_root: StoreRoot = None,
+    settings: Settings,
     json_output: JsonOutput = False,
     orientation: Annotated[
         OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=_RUN)
@@ -373,7 +381,7 @@ def judge_command(
         ("direct", "reversed") if orientation is OrientationsChoice.both else (orientation.value,)  # type: ignore[assignment]
     )
     requests = read_judgement_requests(run.input_path, orientations, judge=spec.display_name)
-    _run(spec, list(requests), "judgements", run, store_root, json_output)
+    _run(spec, list(requests), "judgements", run, settings, json_output)
 
 
 def pairs_command(

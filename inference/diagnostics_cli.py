@@ -37,18 +37,18 @@ from inference.run import RunnableSpec
 from store.cli.common import (
     JsonOutput,
     RoleChoice,
-    StoreRoot,
     command_errors,
     emit_json,
     grouped,
-    settings_and_root,
     stderr,
     stdout,
+    store_settings,
 )
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
 from store.layout import Role
 from store.records import Orientation
+from store.settings import Settings
 from store.store import Store
 
 SpecOptions = Callable[..., RunnableSpec]
@@ -65,8 +65,10 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
     """The ``register`` of ``explain`` and ``audit``, with the model options of ``generate``/``judge``."""
 
     def register(app: typer.Typer) -> None:
-        app.command("explain")(command_errors(grouped(spec=optional_model(spec_options))(explain_command)))
-        app.command("audit")(command_errors(grouped(spec=spec_options)(audit_command)))
+        app.command("explain")(
+            command_errors(grouped(spec=optional_model(spec_options), settings=store_settings)(explain_command))
+        )
+        app.command("audit")(command_errors(grouped(spec=spec_options, settings=store_settings)(audit_command)))
 
     return register
 
@@ -121,6 +123,7 @@ def _never_loaded() -> Any:
 
 def explain_command(
     spec: RunnableSpec | None,
+    settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
         RoleChoice, typer.Option("--role", help="completions (generate) or judgements (judge).", rich_help_panel=_WHAT)
@@ -145,7 +148,6 @@ def explain_command(
         ),
     ] = None,
     limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Explain at most N misses.")] = 10,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Why a run misses: its descriptor against the stored ones, and each missing input against stored rows.
@@ -167,12 +169,11 @@ def explain_command(
     """
     if (spec is None) == (descriptor_file is None):
         raise typer.BadParameter("give the model (--model and its options) or --descriptor-file, not both")
-    settings, root = settings_and_root(store_root)
     descriptor = spec.descriptor if spec is not None else _descriptor_file(descriptor_file)  # type: ignore[arg-type]
     role_value: Role = role.value  # type: ignore[assignment]
     label = spec.display_name if spec is not None else descriptor.model
     requests = None if input_path is None else _requests(input_path, role_value, orientation, label)
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         report = explain_descriptor(store, role_value, task, descriptor)
         inputs = None
         if requests is not None:
@@ -234,6 +235,7 @@ def _print_inputs(inputs: InputReport) -> None:
 
 def audit_command(
     spec: RunnableSpec,
+    settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
         RoleChoice, typer.Option("--role", help="completions (generate) or judgements (judge).", rich_help_panel=_WHAT)
@@ -245,7 +247,6 @@ def audit_command(
     fail_under: Annotated[
         float, typer.Option("--fail-under", min=0.0, max=1.0, help="Exit 1 when the exact-match rate is below this.")
     ] = 1.0,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Regenerate a random sample of stored rows with the engine and compare: do they still come out the same?
@@ -262,9 +263,8 @@ def audit_command(
 
         judgestore audit --model ./judge --role judgements --task arena --top-logprobs 5 --json
     """
-    settings, root = settings_and_root(store_root)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         try:
             database = store.find(role.value, task, spec.descriptor)
         except DatabaseMissingError:

@@ -38,18 +38,19 @@ from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import parse_key_values
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     emit_json,
+    grouped,
     progress_bars,
-    settings_and_root,
     stderr,
     stdout,
+    store_settings,
 )
 from store.legacy.detect import Detection, DetectionResult, LegacyVariant, State, detect
 from store.legacy.importer import ImportOptions, ImportProgress, import_sources
 from store.legacy.inputs import InputsTable
 from store.legacy.report import ImportReport
+from store.settings import Settings
 from store.store import Store
 
 _STATE_STYLE = {
@@ -156,7 +157,7 @@ def _print_reasons(report: ImportReport, console: Console) -> None:
 
 def import_command(
     sources: Annotated[list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).")],
-    store_root: StoreRoot = None,
+    settings: Settings,
     json_output: JsonOutput = False,
     detect_only: Annotated[
         bool, typer.Option("--detect", help="Only say what each source is (variant, role, rows); import nothing.")
@@ -219,7 +220,6 @@ def import_command(
 
         judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json --task mt-bench --report report.json
     """
-    settings, root = settings_and_root(store_root)
     result = detect(sources)
     if detect_only:
         if json_output:
@@ -241,7 +241,7 @@ def import_command(
         task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None
     )
     err = stderr()
-    with Store(settings, root=root, readonly=dry_run) as store, progress_bars(json_output) as progress:
+    with Store(settings, readonly=dry_run) as store, progress_bars(json_output) as progress:
 
         def on_progress(event: ImportProgress) -> None:
             progress(f"[{event.index + 1}/{event.sources}] {event.path.name}", event.rows_done, event.rows_total)
@@ -269,4 +269,4 @@ def import_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("import")(command_errors(import_command))
+    app.command("import")(command_errors(grouped(settings=store_settings)(import_command)))

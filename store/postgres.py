@@ -129,7 +129,11 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
             pool_size=settings.pool_size,
             max_overflow=settings.pool_overflow,
             pool_pre_ping=True,  # a connection the server dropped is replaced, not handed out
-            connect_args={"connect_timeout": settings.connect_timeout_s, "application_name": "judgestore"},
+            connect_args={
+                "connect_timeout": settings.connect_timeout_s,
+                "application_name": "judgestore",
+                **({} if settings.prepared_statements else {"prepare_threshold": None}),
+            },
             json_serializer=jsonvalues.dumps,
             json_deserializer=jsonvalues.loads,
         )

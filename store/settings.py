@@ -69,6 +69,11 @@ class Settings(BaseSettings):
     pool_size: int = Field(default=2, ge=1, description="PostgreSQL: connections kept open per process.")
     pool_overflow: int = Field(default=2, ge=0, description="PostgreSQL: extra connections a burst may open.")
     connect_timeout_s: int = Field(default=10, ge=1, description="PostgreSQL: seconds to wait for the server.")
+    prepared_statements: bool = Field(
+        default=True,
+        description="PostgreSQL: let psycopg prepare statements it runs often; false behind a PgBouncer in "
+        "transaction mode that does not track them (before 1.21, or max_prepared_statements = 0).",
+    )
     created_by: str = Field(default_factory=_default_user, description="Recorded on every row written.")
     run_id: str = Field(default_factory=default_run_id, description="Recorded on every row written.")
     record_runs: bool = Field(

@@ -25,7 +25,6 @@ from rich.text import Text
 
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     counted,
     emit_json,
@@ -36,24 +35,29 @@ from store.cli.common import (
     note,
     row_filter,
     selection,
-    settings_and_root,
     stdout,
+    store_settings,
 )
 from store.compact import VacuumOutcome, vacuum_store
 from store.errors import InvalidInputError
 from store.export import export_rows
-from store.layout import Selector, select
+from store.layout import Selector
 from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
 from store.records import RowFilter
+from store.settings import Settings
 from store.stats import DatabaseStats, StoreTotals, store_stats
 from store.store import Store
 
 
 def register(app: typer.Typer) -> None:
-    app.command("stats")(command_errors(grouped(selector=selection)(stats_command)))
-    app.command("prune")(command_errors(grouped(selector=selection, flt=row_filter)(prune_command)))
-    app.command("vacuum")(command_errors(grouped(selector=selection)(vacuum_command)))
-    app.command("export")(command_errors(grouped(selector=selection, flt=row_filter)(export_command)))
+    app.command("stats")(command_errors(grouped(settings=store_settings, selector=selection)(stats_command)))
+    app.command("prune")(
+        command_errors(grouped(settings=store_settings, selector=selection, flt=row_filter)(prune_command))
+    )
+    app.command("vacuum")(command_errors(grouped(settings=store_settings, selector=selection)(vacuum_command)))
+    app.command("export")(
+        command_errors(grouped(settings=store_settings, selector=selection, flt=row_filter)(export_command))
+    )
 
 
 def compact(value: float) -> str:
@@ -72,8 +76,8 @@ def _seconds(value: float) -> str:
 
 
 def stats_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     runs: Annotated[int, typer.Option("--runs", min=0, help="Also list the N most recent runs of each database.")] = 0,
 ) -> None:
@@ -93,18 +97,17 @@ def stats_command(
 
         judgestore stats --json > stats.json
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
+        locations = store.select(selector)
         found = list(counted(store_stats(store, selector, recent=max(runs, 5)), len(locations), "Reading"))
     totals = StoreTotals.of(found)
     if json_output:
         emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})
         return
     if not found:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
         return
-    table = location_table(f"Cache under {root}", ("Rows", "right"), ("Size", "right"), ("Hits", "right"),
+    table = location_table(f"Cache in {store.where}", ("Rows", "right"), ("Size", "right"), ("Hits", "right"),
                            ("Saved", "right"))  # fmt: skip
     for entry in found:
         if entry.error is not None:
@@ -195,9 +198,9 @@ def _size(value: str) -> int:
 
 
 def prune_command(
+    settings: Settings,
     selector: Selector,
     flt: RowFilter,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     older_than: Annotated[
         timedelta | None,
@@ -239,9 +242,8 @@ def prune_command(
 
         judgestore prune --max-size 20GB && judgestore vacuum
     """
-    settings, root = settings_and_root(store_root)
     rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         plan = plan_prune(store, selector, rule)
     report: dict[str, Any] = {**plan.as_dict(), "dry_run": dry_run, "deleted": 0}
     if not json_output:
@@ -271,7 +273,7 @@ def prune_command(
         return
     if not yes:
         typer.confirm(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", abort=True, err=True)
-    with Store(settings, root=root) as store:
+    with Store(settings) as store:
         deleted = prune(store, plan)
     report["deleted"] = sum(entry.rows for entry in deleted)
     deleted_by_path = {entry.where: entry.rows for entry in deleted}
@@ -287,13 +289,15 @@ def prune_command(
 # ---------------------------------------------------------------- vacuum
 
 
-def vacuum_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutput = False) -> None:
     """Give the space of deleted rows back to the disk (SQLite VACUUM and a truncating WAL checkpoint).
 
     Rows are never changed. Each database is compacted under its lock, after
     its other users' transactions finish (up to the busy timeout); one that
     stays busy, or is not a usable judgestore database, is reported and left
-    as it was. Exits 1 if any database was not vacuumed.
+    as it was. Exits 1 if any database was not vacuumed. A folder store only:
+    on a PostgreSQL server, autovacuum reuses the space (VACUUM FULL, run by
+    the database owner, gives it back to the disk).
 
     Examples:
 
@@ -301,16 +305,24 @@ def vacuum_command(selector: Selector, store_root: StoreRoot = None, json_output
 
         judgestore vacuum --role judgements --json
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    results = list(counted(vacuum_store(root, locations, settings), len(locations), "Vacuuming"))
+    with Store(settings) as store:
+        if store.storage.root is None:
+            raise InvalidInputError(
+                f"{store.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
+                "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
+            )
+        locations = store.select(selector)
+        results = list(counted(vacuum_store(store.storage.root, locations, store.settings), len(locations),
+                               "Vacuuming"))  # fmt: skip
     failed = [r for r in results if r.outcome is not VacuumOutcome.VACUUMED]
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
     elif not results:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
     else:
-        table = location_table(f"Vacuumed under {root}", ("Before", "right"), ("After", "right"), ("Result", "left"))
+        table = location_table(
+            f"Vacuumed in {store.where}", ("Before", "right"), ("After", "right"), ("Result", "left")
+        )
         for r in results:
             style = "green" if r.outcome is VacuumOutcome.VACUUMED else "bold red"
             table.add_row(*location_cells(r.location), decimal(r.bytes_before), decimal(r.bytes_after),
@@ -334,6 +346,7 @@ class ExportFormatChoice(enum.StrEnum):
 
 
 def export_command(
+    settings: Settings,
     selector: Selector,
     flt: RowFilter,
     output_format: Annotated[
@@ -342,7 +355,6 @@ def export_command(
     output: Annotated[
         Path, typer.Option("--output", "-o", help="File to write ('-': stdout, text formats only).")
     ] = Path("-"),
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
     columns: Annotated[
@@ -366,14 +378,13 @@ def export_command(
 
         judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
     """
-    settings, root = settings_and_root(store_root)
     to_stdout = str(output) == "-"
     if to_stdout and output_format is ExportFormatChoice.parquet:
         raise typer.BadParameter("Parquet is binary: give a file with --output", param_hint="--output")
     if to_stdout and json_output:
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         rows = export_rows(
             store,
             sys.stdout if to_stdout else output,

@@ -13,8 +13,8 @@ Contract:
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
-* One name per option meaning, across all commands: ``--store-root`` and
-  ``--json`` everywhere; databases are chosen with ``--role --task
+* One name per option meaning, across all commands: ``--store-root`` or
+  ``--store-url`` (:func:`store_settings`) and ``--json`` everywhere; databases are chosen with ``--role --task
   --provider --model-id --descriptor`` (:func:`selection`); rows are filtered
   with ``--benchmark --instruction-id --model --model-a --model-b --judge
   --orientation --pair --pointwise/--pairwise --run-id --created-by --since
@@ -52,19 +52,22 @@ from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
-from store import jsonvalues
+from store import jsonvalues, postgres
 from store.engine import translated
-from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
+from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, ServerError
 from store.layout import Location, Selector
+from store.postgres import display_url
 from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.schema import DatabaseInfo
 from store.settings import Settings
+from store.store import Store
 from store.sync.workspace import ProgressCallback
 
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
 
+STORE_PANEL = "Store"
 SELECT_PANEL = "Select databases"
 LONG_NAME_CELL = 48  # the widest a task, provider or model cell of a table gets (--json has the whole name)
 FILTER_PANEL = "Filter rows"
@@ -114,10 +117,15 @@ def _error_line(error: JudgestoreError) -> str:
     return " ".join([str(error), *getattr(error, "__notes__", ())])
 
 
-def _store_root(kwargs: dict[str, Any]) -> Path:
-    """The store root a command was given, for errors that name no file of their own."""
+def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:
+    """The typed error for a failure no library path translated, naming the store the command was given."""
+    url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
+    if url and isinstance(error, DBAPIError):
+        typed = postgres.translated(url, error)
+        return typed if isinstance(typed, JudgestoreError) else ServerError(display_url(url), str(error.orig or error))
     given = kwargs.get("store_root")
-    return Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
+    root = Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
+    return translated(root, error)
 
 
 def command_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -141,19 +149,57 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
         except JudgestoreError as e:
             report(e, kwargs.get("json_output"))
         except (sqlite3.Error, DBAPIError, OSError) as e:  # the last line of defence: see the module docstring
-            report(translated(_store_root(kwargs), e), kwargs.get("json_output"))
+            report(_last_defence(kwargs, e), kwargs.get("json_output"))
 
     return wrapper
 
 
-def settings_and_root(store_root: Path | None) -> tuple[Settings, Path]:
-    """Settings from the environment, and the store root: ``--store-root`` if given, else the settings' one."""
+def environment_settings() -> Settings:
+    """Settings from the environment; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError`."""
     try:
-        settings = Settings()
+        return Settings()
     except ValidationError as e:
         wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
         raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e
-    return settings, store_root if store_root is not None else settings.store_root
+
+
+def store_settings(
+    store_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--store-root",
+            metavar="PATH",
+            show_default=False,
+            help="Store root folder (default: $JUDGESTORE_STORE_ROOT, else ./judgestore-data).",
+            rich_help_panel=STORE_PANEL,
+        ),
+    ] = None,
+    store_url: Annotated[
+        str | None,
+        typer.Option(
+            "--store-url",
+            metavar="URL",
+            show_default=False,
+            help="A PostgreSQL store, e.g. postgresql+psycopg://user@host/db (default: $JUDGESTORE_STORE_URL).",
+            rich_help_panel=STORE_PANEL,
+        ),
+    ] = None,
+) -> Settings:
+    """The ``--store-root`` / ``--store-url`` group: the settings, naming the store a command works on.
+
+    An explicit option wins over the environment: ``--store-root`` means that
+    folder even when ``JUDGESTORE_STORE_URL`` is set. Without either, the
+    settings decide (``JUDGESTORE_STORE_URL``, else ``JUDGESTORE_STORE_ROOT``,
+    else ``./judgestore-data``). ``Store(settings)`` opens it.
+    """
+    if store_root is not None and store_url is not None:
+        raise InvalidInputError("--store-root and --store-url name two stores; give one")
+    settings = environment_settings()
+    if store_root is not None:
+        return settings.model_copy(update={"store_root": store_root, "store_url": None})
+    if store_url is not None:
+        return settings.model_copy(update={"store_url": store_url})
+    return settings
 
 
 def to_json(value: object, *, indent: bool = True) -> str:
@@ -239,15 +285,6 @@ def grouped(**builders: Callable[..., Any]) -> Callable[[Callable[..., R]], Call
     return decorate
 
 
-StoreRoot = Annotated[
-    Path | None,
-    typer.Option(
-        "--store-root",
-        metavar="PATH",
-        show_default=False,
-        help="Store root folder (default: $JUDGESTORE_STORE_ROOT, else ./judgestore-data).",
-    ),
-]
 JsonOutput = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout; errors as JSON on stderr.")]
 
 
@@ -443,6 +480,6 @@ def unprefixed(message: str, where: Path | str) -> str:
     return message.removeprefix(f"{where}: ")
 
 
-def no_databases(root: Path, json_output: bool) -> None:
-    where = "" if root.is_dir() else " (the folder does not exist)"
-    note(f"No databases under {root}{where}.", json_output=json_output)
+def no_databases(store: Store, json_output: bool) -> None:
+    missing = store.storage.root is not None and not store.storage.root.is_dir()
+    note(f"No databases in {store.where}{' (the folder does not exist)' if missing else ''}.", json_output=json_output)

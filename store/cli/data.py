@@ -20,7 +20,6 @@ import io
 import os
 import sys
 from datetime import datetime
-from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -30,7 +29,6 @@ from rich.text import Text
 
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     counted,
     emit_json,
@@ -42,14 +40,14 @@ from store.cli.common import (
     note,
     row_filter,
     selection,
-    settings_and_root,
     state_text,
     stdout,
+    store_settings,
 )
 from store.export import text_cell, write_text
-from store.layout import Selector, select
+from store.layout import Selector
 from store.records import RowFilter, roles_for, row_columns
-from store.schema import DatabaseInfo, DatabaseState, database_infos
+from store.schema import DatabaseInfo, DatabaseState
 from store.settings import Settings
 from store.store import Store
 
@@ -81,17 +79,19 @@ class OutputFormat(enum.StrEnum):
 
 
 def register(app: typer.Typer) -> None:
-    app.command("ls")(command_errors(grouped(selector=selection, flt=row_filter)(ls_command)))
-    app.command("query")(command_errors(grouped(selector=selection, flt=row_filter)(query_command)))
-    app.command("delete")(command_errors(grouped(selector=selection, flt=row_filter)(delete_command)))
+    app.command("ls")(command_errors(grouped(settings=store_settings, selector=selection, flt=row_filter)(ls_command)))
+    app.command("query")(
+        command_errors(grouped(settings=store_settings, selector=selection, flt=row_filter)(query_command))
+    )
+    app.command("delete")(
+        command_errors(grouped(settings=store_settings, selector=selection, flt=row_filter)(delete_command))
+    )
 
 
 # ---------------------------------------------------------------- ls
 
 
-def ls_command(
-    selector: Selector, flt: RowFilter, store_root: StoreRoot = None, json_output: JsonOutput = False
-) -> None:
+def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_output: JsonOutput = False) -> None:
     """List every database: role, task, provider, model, descriptor, rows, size, schema state.
 
     Read-only: never writes anything. States: current, empty, behind, ahead,
@@ -107,20 +107,20 @@ def ls_command(
 
         judgestore ls --finish-reason length          # how many truncated rows, per database
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    infos = list(counted(database_infos(root, locations, settings), len(locations), "Reading"))
-    matching = None if flt.is_empty() else _matching(root, infos, settings, flt, selector)
+    with Store(settings, readonly=True) as store:
+        locations = store.select(selector)
+        infos = list(counted(store.infos(locations), len(locations), "Reading"))
+        matching = None if flt.is_empty() else _matching(store, infos, flt, selector)
     if json_output:
         emit_json(
             [info.as_dict() | ({} if matching is None else {"matching": matching[i]}) for i, info in enumerate(infos)]
         )
         return
     if not infos:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
         return
     extra = [("Rows", "right")] + ([] if matching is None else [("Matching", "right")])
-    table = location_table(f"Databases under {root}", *extra, ("Size", "right"), ("State", "left"))
+    table = location_table(f"Databases in {store.where}", *extra, ("Size", "right"), ("State", "left"))
     for i, info in enumerate(infos):
         count = "" if info.rows is None else f"{info.rows:,}"
         cells = [count] + ([] if matching is None else ["" if matching[i] is None else f"{matching[i]:,}"])
@@ -132,16 +132,13 @@ def ls_command(
     stdout().print(table)
 
 
-def _matching(
-    root: Path, infos: list[DatabaseInfo], settings: Settings, flt: RowFilter, selector: Selector
-) -> list[int | None]:
+def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:
     """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role)."""
     roles = roles_for(flt, selector.role)
     counts: list[int | None] = []
-    with Store(settings, root=root, readonly=True) as store:
-        for info in infos:
-            usable = info.state is DatabaseState.CURRENT and info.location.role in roles
-            counts.append(store.open(info.location).count(flt) if usable else None)
+    for info in infos:
+        usable = info.state is DatabaseState.CURRENT and info.location.role in roles
+        counts.append(store.open(info.location).count(flt) if usable else None)
     return counts
 
 
@@ -176,9 +173,9 @@ def _columns(given: str | None, available: tuple[str, ...], default: tuple[str, 
 
 
 def query_command(
+    settings: Settings,
     selector: Selector,
     flt: RowFilter,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     output_format: Annotated[
         OutputFormat,
@@ -209,12 +206,11 @@ def query_command(
 
         judgestore query --run-id slurm-4242 --format csv --columns input_hash,model,completion
     """
-    settings, root = settings_and_root(store_root)
     fmt = OutputFormat.json if json_output and output_format is OutputFormat.table else output_format
     roles = roles_for(flt, selector.role)
     available = row_columns(roles)
     chosen = _columns(columns, available, TABLE_COLUMNS[tuple(roles)] if fmt is OutputFormat.table else available)
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         if fmt is not OutputFormat.table:
             try:
                 write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
@@ -224,7 +220,7 @@ def query_command(
             return
         shown = TABLE_ROWS if limit is None else limit
         found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))
-    table = Table(title=f"Rows under {root}", title_justify="left")
+    table = Table(title=f"Rows in {store.where}", title_justify="left")
     for name in chosen:
         table.add_column(name, no_wrap=True, overflow="ellipsis")
     for row in found[:shown]:
@@ -240,9 +236,9 @@ def query_command(
 
 
 def delete_command(
+    settings: Settings,
     selector: Selector,
     flt: RowFilter,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Only show what would be deleted.")] = False,
@@ -259,8 +255,7 @@ def delete_command(
 
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
-    settings, root = settings_and_root(store_root)
-    with Store(settings, root=root, readonly=True) as store:
+    with Store(settings, readonly=True) as store:
         plan = store.plan_delete(selector, flt)
     matched = sum(entry.rows for entry in plan)
     report: dict[str, Any] = {
@@ -286,7 +281,7 @@ def delete_command(
         return
     if not yes:
         typer.confirm(f"Delete {matched:,} rows from {len(plan)} databases?", abort=True, err=True)
-    with Store(settings, root=root) as store:
+    with Store(settings) as store:
         deleted = store.delete_rows(plan, flt)
     report["deleted"] = sum(entry.rows for entry in deleted)
     deleted_by_path = {entry.where: entry.rows for entry in deleted}

@@ -21,7 +21,6 @@ from rich.text import Text
 from store import schema
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     counted,
     emit_json,
@@ -30,27 +29,27 @@ from store.cli.common import (
     note,
     relative,
     selection,
-    settings_and_root,
     state_text,
     stderr,
     stdout,
+    store_settings,
     unprefixed,
 )
-from store.layout import Selector, select
-from store.schema import database_infos
-from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_store
-from store.verify import stray_paths, verify_database
+from store.layout import Selector
+from store.settings import Settings
+from store.store import Store
+from store.upgrade import UpgradeOutcome, UpgradeResult
 
 
 def register(app: typer.Typer) -> None:
     db_app = typer.Typer(name="db", help="Schema revisions of the databases: status and upgrade.", no_args_is_help=True)
-    db_app.command("status")(command_errors(grouped(selector=selection)(db_status_command)))
-    db_app.command("upgrade")(command_errors(grouped(selector=selection)(db_upgrade_command)))
+    db_app.command("status")(command_errors(grouped(settings=store_settings, selector=selection)(db_status_command)))
+    db_app.command("upgrade")(command_errors(grouped(settings=store_settings, selector=selection)(db_upgrade_command)))
     app.add_typer(db_app, name="db")
-    app.command("verify")(command_errors(grouped(selector=selection)(verify_command)))
+    app.command("verify")(command_errors(grouped(settings=store_settings, selector=selection)(verify_command)))
 
 
-def db_status_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+def db_status_command(settings: Settings, selector: Selector, json_output: JsonOutput = False) -> None:
     """Schema state of every database against this library's head revision.
 
     Read-only. Exits 1 if any database is behind, ahead, foreign, damaged or
@@ -62,15 +61,15 @@ def db_status_command(selector: Selector, store_root: StoreRoot = None, json_out
 
         judgestore db status --json
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    infos = list(counted(database_infos(root, locations, settings, count_rows=False), len(locations), "Checking"))
+    with Store(settings, readonly=True) as store:
+        locations = store.select(selector)
+        infos = list(counted(store.infos(locations, count_rows=False), len(locations), "Checking"))
     head = schema.revisions().head
     bad = [info for info in infos if not info.ok]
     if json_output:
         emit_json({"head": head, "ok": not bad, "databases": [info.as_dict() for info in infos]})
     elif not infos:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
     else:
         table = Table(title=f"Schema revisions (library head: {head})", title_justify="left")
         table.add_column("Database", overflow="fold")
@@ -87,7 +86,7 @@ def db_status_command(selector: Selector, store_root: StoreRoot = None, json_out
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
             stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
         else:
-            note(f"All {len(infos)} databases can be opened.", json_output=json_output)
+            note(f"All {len(infos)} databases can be store.", json_output=json_output)
     if bad:
         raise typer.Exit(1)
 
@@ -101,8 +100,8 @@ _OUTCOME_STYLE = {
 
 
 def db_upgrade_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     no_backup: Annotated[
         bool, typer.Option("--no-backup", help="Delete each backup once its upgrade succeeded.")
@@ -121,15 +120,15 @@ def db_upgrade_command(
 
         judgestore db upgrade --task mt-bench --json
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    upgrades = upgrade_store(root, locations, settings, keep_backup=not no_backup)
-    results = list(counted(upgrades, len(locations), "Upgrading"))
+    with Store(settings) as store:
+        locations = store.select(selector)
+        results = list(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
+    root = store.storage.root
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
         emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
     elif not results:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
     else:
         table = Table(title="Upgrade", title_justify="left")
         table.add_column("Database", overflow="fold")
@@ -163,7 +162,7 @@ def _result_dict(result: UpgradeResult) -> dict[str, Any]:
     }
 
 
-def verify_command(selector: Selector, store_root: StoreRoot = None, json_output: JsonOutput = False) -> None:
+def verify_command(settings: Settings, selector: Selector, json_output: JsonOutput = False) -> None:
     """Check every database: integrity, metadata, schema, and every row's input hash.
 
     SQLite's integrity_check, metadata.json against its folder, the schema
@@ -177,13 +176,13 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
 
         judgestore verify --role judgements --json
     """
-    settings, root = settings_and_root(store_root)
-    locations = select(root, selector)
-    checks = (verify_database(root, location, settings) for location in locations)
-    results = list(counted(checks, len(locations), "Verifying"))
-    problems = [problem for result in results for problem in result.problems]
-    if selector.is_empty():
-        problems += stray_paths(root)
+    with Store(settings, readonly=True) as store:
+        locations = store.select(selector)
+        results = list(counted((store.verify(location) for location in locations), len(locations), "Verifying"))
+        problems = [problem for result in results for problem in result.problems]
+        if selector.is_empty():
+            problems += store.strays()
+    root = store.storage.root
     rows = sum(result.rows_checked for result in results)
     adopted = sum(result.rows_adopted for result in results)
     if json_output:
@@ -197,7 +196,7 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
             }
         )
     elif problems:
-        table = Table(title=f"Problems under {root}", title_justify="left")
+        table = Table(title=f"Problems in {store.where}", title_justify="left")
         table.add_column("Path", overflow="fold")
         table.add_column("Kind", no_wrap=True)
         table.add_column("Problem", overflow="fold")  # hashes and commands stay whole, to be copied
@@ -207,7 +206,7 @@ def verify_command(selector: Selector, store_root: StoreRoot = None, json_output
         table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:
-        no_databases(root, json_output)
+        no_databases(store, json_output)
     else:
         of_which = f" ({adopted:,} adopted from older descriptors)" if adopted else ""
         stdout().print(f"OK: {len(results)} databases, {rows:,} rows{of_which}, no problems.")

@@ -25,13 +25,13 @@ from store.cli.common import (
     JsonOutput,
     command_errors,
     emit_json,
+    environment_settings,
     grouped,
     location_cells,
     location_table,
     note,
     progress_bars,
     selection,
-    settings_and_root,
     stderr,
     stdout,
 )
@@ -98,7 +98,7 @@ def copy_command(
     """
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
-    settings, _ = settings_and_root(None)
+    settings = environment_settings()
     with (
         Store(settings, root=from_root, url=from_url, readonly=True) as source,
         Store(settings, root=to_root, url=to_url) as target,

@@ -25,7 +25,6 @@ from rich.text import Text
 
 from store.cli.common import (
     JsonOutput,
-    StoreRoot,
     command_errors,
     emit_json,
     grouped,
@@ -33,10 +32,11 @@ from store.cli.common import (
     location_table,
     progress_bars,
     selection,
-    settings_and_root,
     stdout,
+    store_settings,
 )
 from store.layout import Selector
+from store.settings import Settings
 from store.store import Store
 from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote
@@ -78,8 +78,8 @@ def register(app: typer.Typer) -> None:
         help="Share caches: push rows to a Hugging Face dataset repo (or a shared folder) and fetch others' rows.",
         no_args_is_help=True,
     )
-    hub_app.command("push")(command_errors(grouped(selector=selection)(push_command)))
-    hub_app.command("fetch")(command_errors(grouped(selector=selection)(fetch_command)))
+    hub_app.command("push")(command_errors(grouped(settings=store_settings, selector=selection)(push_command)))
+    hub_app.command("fetch")(command_errors(grouped(settings=store_settings, selector=selection)(fetch_command)))
     app.add_typer(hub_app, name="hub")
 
 
@@ -125,8 +125,8 @@ def _problems(title: str, groups: dict[str, list[SyncProblem]]) -> None:
 
 
 def push_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
     directory: DirOption = None,
@@ -156,7 +156,6 @@ def push_command(
 
         judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
     """
-    settings, root = settings_and_root(store_root)
     selector = _required(selector, all_folders)
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
@@ -167,7 +166,7 @@ def push_command(
             remote.create_repo(private=private)
         elif isinstance(remote, DirectoryRemote):
             remote.root.mkdir(parents=True, exist_ok=True)
-    with Store(settings, root=root, readonly=True) as store, progress_bars(json_output) as progress:
+    with Store(settings, readonly=True) as store, progress_bars(json_output) as progress:
         report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
                       progress=progress)  # fmt: skip
     if json_output:
@@ -204,8 +203,8 @@ def _render_push(report: PushReport) -> None:
 
 
 def fetch_command(
+    settings: Settings,
     selector: Selector,
-    store_root: StoreRoot = None,
     json_output: JsonOutput = False,
     repo: RepoOption = None,
     directory: DirOption = None,
@@ -231,11 +230,10 @@ def fetch_command(
 
         judgestore hub fetch --dir /shared/judgestore --all --dry-run
     """
-    settings, root = settings_and_root(store_root)
     selector = _required(selector, all_folders)
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
-    with Store(settings, root=root) as store, progress_bars(json_output) as progress:
+    with Store(settings) as store, progress_bars(json_output) as progress:
         report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
                        progress=progress)  # fmt: skip
     if json_output:

@@ -38,7 +38,7 @@ def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
     before = file_digests(filled)
     result = judgestore("stats")
     assert result.exit_code == 0, result.output
-    assert "Cache under" in result.stdout and QWEN.hash16() in result.stdout
+    assert "Cache in" in result.stdout and QWEN.hash16() in result.stdout
     assert "stored: 13 rows" in result.stdout and "3 stopped at max_tokens" in result.stdout
     assert "runs: 1 recorded, 2 hits of 10 distinct inputs (20%); saved 200 tokens in and 40 out" in result.stdout
     report = orjson.loads(judgestore("stats", "--json", "--runs", "3").stdout)
@@ -91,7 +91,7 @@ def test_vacuum_reports_each_database(filled: Path) -> None:
     assert result.exit_code == 0, result.output
     report = orjson.loads(result.stdout)
     assert {r["outcome"] for r in report["results"]} == {"vacuumed"} and len(report["results"]) == 3
-    assert "Vacuumed under" in judgestore("vacuum").stdout
+    assert "Vacuumed in" in judgestore("vacuum").stdout
     assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 10
 
 

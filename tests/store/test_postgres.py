@@ -29,6 +29,7 @@ from store.logprobs import PositionLogprobs, TokenLogprob
 from store.postgres import registry, schema_name
 from store.records import RowFilter
 from store.schema import DatabaseState
+from store.settings import Settings
 from store.store import Store
 from store.upgrade import UpgradeOutcome
 from store.verify import ProblemKind
@@ -36,6 +37,8 @@ from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, jud
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
 from tests.store.test_upgrade import failing_script
+
+pytestmark = pytest.mark.postgres
 
 QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
 
@@ -211,6 +214,17 @@ def test_two_upgrades_started_at_once_migrate_once(
     for t in threads:
         t.join()
     assert sorted(outcomes) == sorted([UpgradeOutcome.UPGRADED, UpgradeOutcome.UP_TO_DATE])
+
+
+@pytest.mark.parametrize("prepared", [True, False])
+def test_prepared_statements_can_be_turned_off_for_a_transaction_pooler(pg_url: str, prepared: bool) -> None:
+    with Store(Settings(prepared_statements=prepared), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(i) for i in range(3)])
+        with store.storage.connection() as conn:
+            for _ in range(6):  # psycopg prepares a statement from its 5th run on a connection, unless told not to
+                conn.exec_driver_sql("SELECT count(*) FROM judgestore.registry").scalar_one()
+            prepared_now = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar_one()
+    assert (prepared_now > 0) is prepared
 
 
 # ---------------------------------------------------------------- verify on a server

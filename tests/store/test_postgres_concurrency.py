@@ -8,12 +8,16 @@ import time
 import traceback
 from typing import Any
 
+import pytest
+
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, ServerUnavailableError
 from store.settings import Settings
 from store.store import Store
 from tests.factories import completion_record
 from tests.pg_server import Cluster
+
+pytestmark = pytest.mark.postgres
 
 WRITERS, READERS, ROWS_PER_WRITER, BATCH, OVERLAP = 8, 4, 1_000, 50, 500
 DESCRIPTOR = ModelDescriptor(provider="vllm", model="org/shared-model")

@@ -1,0 +1,206 @@
+"""Every command on a PostgreSQL store (``--store-url``), as a user types it, against a real throwaway server.
+
+The model is a fake OpenAI-compatible server (tests/fake_openai.py, the real
+client library speaks to it), so that this runs without the engine; the real
+engine on a server store is in tests/inference/test_postgres_engine.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy import create_engine, inspect
+from typer.testing import CliRunner, Result
+
+from inference.cli import app
+from store.descriptor import ModelDescriptor
+from store.postgres import schema_name
+from store.schema import read_script_directory
+from store.settings import Settings
+from store.store import Store
+from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, judgement_record
+from tests.fake_openai import FakeOpenAI
+from tests.legacy import builders as b
+from tests.store.schema_helpers import pretend_shipped_scripts_are
+
+pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
+pytestmark = pytest.mark.postgres
+KEY = "sk-test-0123456789abcdef0123456789"
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGESTORE_STORE_URL", "JUDGESTORE_STORE_ROOT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUDGE_KEY", KEY)
+    with FakeOpenAI(api_key=KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def prompts(tmp_path: Path) -> Path:
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(5)]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path
+
+
+def judgestore(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(app(), list(args), env={"COLUMNS": "200", **(env or {})})
+
+
+def generate(fake: FakeOpenAI, prompts: Path, out: Path, *store: str) -> Result:
+    return judgestore(
+        "generate", "--provider", "vllm-server", "--base-url", fake.base_url, "--model", "fake-judge",
+        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(out), "--json", *store,
+    )  # fmt: skip
+
+
+def as_json(result: Result) -> Any:
+    assert result.exit_code == 0, result.output
+    return orjson.loads(result.stdout)
+
+
+def test_generate_then_every_read_command_on_a_server_store(
+    fake: FakeOpenAI, prompts: Path, tmp_path: Path, pg_url: str
+) -> None:
+    store = ("--store-url", pg_url)
+    first = as_json(generate(fake, prompts, tmp_path / "a.jsonl", *store))
+    assert (first["misses"], first["rows_written"]) == (5, 5)
+    again = as_json(generate(fake, prompts, tmp_path / "b.jsonl", *store))
+    assert (again["hits"], again["requests_sent"]) == (5, 0) and len(fake.completions()) == 5
+    assert not (tmp_path / "judgestore-data").exists()  # nothing went to the default folder
+
+    (listed,) = as_json(judgestore("ls", "--json", *store))
+    assert (listed["state"], listed["rows"], listed["task"]) == ("current", 5, "t")
+    assert listed["path"].startswith("postgresql+psycopg://") and "js_c_" in listed["path"]
+    rows = [orjson.loads(line) for line in judgestore("query", "--format", "jsonl", *store).stdout.splitlines()]
+    assert sorted(r["instruction_id"] for r in rows) == ["0", "1", "2", "3", "4"]
+    assert as_json(judgestore("db", "status", "--json", *store))["ok"] is True
+    assert [r["outcome"] for r in as_json(judgestore("db", "upgrade", "--json", *store))["results"]] == ["up-to-date"]
+    verified = as_json(judgestore("verify", "--json", *store))
+    assert (verified["ok"], verified["databases"], verified["rows_checked"]) == (True, 1, 5)
+    stats = as_json(judgestore("stats", "--json", *store))
+    assert stats["totals"]["rows"]["rows"] == 5 and stats["databases"][0]["runs"]["runs"] == 2
+    exported = judgestore("export", "--format", "jsonl", "--instruction-id", "3", *store)
+    assert [orjson.loads(line)["instruction_id"] for line in exported.stdout.splitlines()] == ["3"]
+
+    deleted = as_json(judgestore("delete", "--instruction-id", "0", "--yes", "--json", *store))
+    assert deleted["deleted"] == 1
+    pruned = as_json(judgestore("prune", "--instruction-id", "1", "--older-than", "0s", "--yes", "--json", *store))
+    assert pruned["deleted"] == 1
+    assert as_json(judgestore("ls", "--json", *store))[0]["rows"] == 3
+    third = as_json(generate(fake, prompts, tmp_path / "c.jsonl", *store))
+    assert (third["hits"], third["misses"]) == (3, 2)  # exactly the deleted rows are recomputed
+
+
+def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str, fake: FakeOpenAI) -> None:
+    result = judgestore("vacuum", "--store-url", pg_url)
+    assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
+
+
+def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+    descriptor = ModelDescriptor(provider="vllm", model="org/m")
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(6)])
+    remote = tmp_path / "remote"
+    pushed = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--create-repo", "--json",
+                                "--store-url", pg_url))  # fmt: skip
+    assert pushed["rows"] == 6
+    folder = tmp_path / "folder"
+    fetched = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-root", str(folder)))
+    assert fetched["rows_inserted"] == 6
+    (listed,) = as_json(judgestore("ls", "--json", "--store-root", str(folder)))
+    assert listed["rows"] == 6 and listed["descriptor"] == descriptor.hash16()
+
+
+def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+    legacy = tmp_path / "legacy"
+    rows = [
+        {"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+         "judge_input": f"Compare answers to question {i}", "judge_completion": "[[A]]", "date": "2025-12-31"}
+        for i in range(4)
+    ]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="gpt-4-judge").model_dump_json())
+    args = ("import", str(legacy), "--descriptor", str(descriptor_file), "--task", "mt-bench", "--json",
+            "--store-url", pg_url)  # fmt: skip
+    assert as_json(judgestore(*args))["totals"]["imported"] == 4
+    assert as_json(judgestore(*args))["totals"]["already_present"] == 4
+    (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
+    assert (listed["role"], listed["rows"]) == ("judgements", 4)
+
+
+def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+    folder = tmp_path / "folder"
+    with Store(Settings(), root=folder) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).count()
+    env = {"JUDGESTORE_STORE_URL": pg_url}
+    from_env = as_json(judgestore("ls", "--json", env=env))
+    assert from_env == []  # the server, which holds nothing yet
+    (from_folder,) = as_json(judgestore("ls", "--json", "--store-root", str(folder), env=env))
+    assert from_folder["path"].startswith(str(folder))
+    both = judgestore("ls", "--store-root", str(folder), "--store-url", pg_url)
+    assert both.exit_code == 1 and "give one" in both.stderr
+
+
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        ("postgresql+psycopg://judgestore@127.0.0.1:1/nowhere", "cannot reach the server"),
+        ("postgresql+psycopg://", "cannot reach the server"),  # the default socket, where no server runs
+        ("not a url", "store URL"),
+    ],
+)
+def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, fake: FakeOpenAI, tmp_path: Path) -> None:
+    for args in (("ls",), ("db", "upgrade"), ("verify",)):
+        result = judgestore(*args, "--store-url", url, "--json")
+        assert result.exit_code == 1, (args, result.output)
+        error = json.loads(result.stderr)
+        assert expected in error["error"] and error["type"].endswith("Error"), error
+        assert "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("backend", ["folder", "server"])
+def test_the_worked_example_revision_upgrades_either_backend_from_the_command_line(
+    backend: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI
+) -> None:
+    """docs/schema-evolution.md's revision (judgements.verdict, tests/store/revisions) on a folder and on a server."""
+    store = ("--store-root", str(tmp_path / "folder")) if backend == "folder" else ("--store-url", pg_url)
+    settings = Settings(store_root=tmp_path / "folder", store_url=pg_url if backend == "server" else None)
+    with Store(settings) as opened:
+        for i in range(2):
+            opened.database("judgements", "t", ModelDescriptor(provider="vllm", model=f"m{i}")).put_many(
+                [judgement_record(k) for k in range(i + 3)]
+            )
+    pretend_shipped_scripts_are(read_script_directory(SYNTHETIC_REVISIONS), monkeypatch)
+
+    status = judgestore("db", "status", "--json", *store)
+    assert status.exit_code == 1 and {d["state"] for d in orjson.loads(status.stdout)["databases"]} == {"behind"}
+    refused = judgestore("query", *store)
+    assert refused.exit_code == 1 and "judgestore db upgrade" in refused.stderr
+    upgraded = as_json(judgestore("db", "upgrade", "--json", *store))["results"]
+    assert [(r["outcome"], r["from_revision"], r["to_revision"]) for r in upgraded] == [
+        ("upgraded", SHIPPED_HEAD, SYNTHETIC_HEAD)
+    ] * 2
+    assert sorted(r["rows"]["judgements"] for r in upgraded) == [3, 4]
+    again = as_json(judgestore("db", "upgrade", "--json", *store))["results"]
+    assert {r["outcome"] for r in again} == {"up-to-date"}
+    assert as_json(judgestore("verify", "--json", *store))["rows_checked"] == 7
+    with Store(settings, readonly=True) as opened:
+        for location in opened.locations():
+            assert opened.open(location).count() == int(location.model[1:]) + 3
+            if backend == "folder":
+                engine = create_engine(f"sqlite:///{location.db_path(tmp_path / 'folder')}")
+                schema = None
+            else:
+                engine, schema = create_engine(pg_url), schema_name(location)
+            with engine.connect() as conn:
+                assert "verdict" in {c["name"] for c in inspect(conn).get_columns("judgements", schema=schema)}
+            engine.dispose()
