@@ -8,11 +8,14 @@ import threading
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import event, inspect
 from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
 
 from store import logprobs
+from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.errors import (
     ForeignSchemaError,
@@ -270,6 +273,10 @@ def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cl
     assert f"judgestore delete --input-hash {edited}" in problem.message
     assert results["completions/Qwen/Qwen3-8B"].rows_checked == 12
     assert all(r.ok for key, r in results.items() if key != "completions/Qwen/Qwen3-8B")
+    command = CliRunner().invoke(build_app(), ["verify", "--store-url", pg_url, "--json"])
+    assert command.exit_code == 1
+    report = orjson.loads(command.stdout)
+    assert [p["kind"] for p in report["problems"]] == ["input-hash"] and report["rows_checked"] == 19
     assert pg_cluster.sql(f"SELECT count(*) FROM \"{name}\".completions WHERE input_hash = '{edited}'", database) == [
         (1,)
     ]  # verify changes nothing
