@@ -26,8 +26,10 @@ Contract:
   PostgreSQL form. SQLite looks keys up with ``json_each`` (one parameter,
   one plan, no variable limit) and inserts through a compiled ``INSERT OR
   IGNORE`` executemany; PostgreSQL looks keys up with ``= ANY(:keys)`` (one
-  array parameter) and inserts with ``INSERT ... ON CONFLICT DO NOTHING``,
-  batched by SQLAlchemy's insertmanyvalues. :func:`json_each_keys` and :data:`LOOKUP_BATCH`
+  array parameter; faster than a join against ``unnest``) and inserts with a
+  compiled ``INSERT ... ON CONFLICT DO NOTHING`` in psycopg's executemany
+  (pipeline mode; as fast as ``COPY`` into a temporary table, see
+  ``bench/pg_bench.py``). :func:`json_each_keys` and :data:`LOOKUP_BATCH`
   are that key list and its batch size, for the other SQLite files that look
   keys up in bulk (the sync bookkeeping).
 """
@@ -77,8 +79,9 @@ LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far belo
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 STREAM_PARTITION = 1_000
 ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
-# (role, on_conflict, paramstyle) -> (SQL, parameter names in order, their getter): compiled once per process
-_SQLITE_INSERTS: dict[tuple[str, str, str], tuple[str, tuple[str, ...], attrgetter[Any]]] = {}
+# (role, on_conflict, dialect, paramstyle, schema) -> (SQL, parameter names in order, their getter, positional):
+# compiled once per process and table
+_DRIVER_INSERTS: dict[tuple[str, str, str, str, str | None], tuple[str, tuple[str, ...], attrgetter[Any], bool]] = {}
 
 
 def journaled_bytes(records: Sequence[Record]) -> int:
@@ -200,18 +203,11 @@ class Repository:
         rows: list[Any] = []
         names: tuple[str, ...] = self._fields
         try:
-            if self.conn.dialect.name == "sqlite":
-                sql, names, rows = self._sqlite_rows(records, on_conflict)
-                if not rows:
-                    return 0
-                result = self.conn.exec_driver_sql(sql, rows)
-            else:
-                rows = [dict(zip(self._fields, self._values_of(r), strict=True)) for r in self._checked(records)]
-                if not rows:
-                    return 0
-                # RETURNING counts what was written: a batched executemany has no reliable rowcount.
-                stmt = self._insert(on_conflict).returning(self.table.c.input_hash)
-                return len(self.conn.execute(stmt, rows).all())
+            sql, names, rows = self._driver_rows(records, on_conflict)
+            if not rows:
+                return 0
+            # The driver's executemany: sqlite3's loop; psycopg's pipeline mode, whose rowcount is the sum.
+            result = self.conn.exec_driver_sql(sql, rows)
         except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
             raise self._not_unicode(names, rows) from e
         except IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
@@ -262,25 +258,30 @@ class Repository:
                 "the batch was written"
             )
 
-    def _sqlite_rows(
+    def _driver_rows(
         self, records: Iterable[Record], on_conflict: OnConflict
-    ) -> tuple[str, tuple[str, ...], list[tuple[Any, ...]]]:
-        """The insert's SQL, its parameter names and tuples, bound by the column types' own bind processors.
+    ) -> tuple[str, tuple[str, ...], list[Any]]:
+        """The insert's SQL, its parameter names and rows, bound by the column types' own bind processors.
 
         This is what ``conn.execute(insert, dicts)`` sends, without SQLAlchemy's per-row parameter
-        processing (about 1.3x of raw sqlite3 on ~9 KB rows): the statement is compiled once and
-        each value goes through the same processor SQLAlchemy would apply (JSON, UTC datetimes).
+        processing (about 1.3x of raw sqlite3 on ~9 KB rows) and, on PostgreSQL, without its
+        insertmanyvalues batches (multi-row VALUES of 14,000 parameters that psycopg parses again
+        each time: about 2x raw executemany): the statement is compiled once per table (with its
+        schema) and each value goes through the same processor SQLAlchemy would apply (JSON, UTC
+        datetimes). Rows are tuples for a positional paramstyle (sqlite3), dicts for a named one.
         """
         dialect = self.conn.dialect
-        key = (self.role, on_conflict, dialect.paramstyle)
-        plan = _SQLITE_INSERTS.get(key)
+        translate = self.conn.get_execution_options().get("schema_translate_map")
+        key = (self.role, on_conflict, dialect.name, dialect.paramstyle, (translate or {}).get(None))
+        plan = _DRIVER_INSERTS.get(key)
         if plan is None:
-            compiled = self._insert(on_conflict).compile(dialect=dialect, column_keys=list(self._fields))
-            names = tuple(compiled.positiontup or ())
-            if sorted(names) != sorted(self._fields):
+            schema = {"schema_translate_map": translate, "render_schema_translate": True} if translate else {}
+            compiled = self._insert(on_conflict).compile(dialect=dialect, column_keys=list(self._fields), **schema)
+            names = tuple(compiled.positiontup or ()) if compiled.positional else self._fields
+            if sorted(names) != sorted(self._fields) or sorted(compiled.binds) != sorted(self._fields):
                 raise AssertionError(f"unexpected insert parameters {names}")
-            plan = _SQLITE_INSERTS[key] = (str(compiled), names, attrgetter(*names))
-        sql, names, values_of = plan
+            plan = _DRIVER_INSERTS[key] = (str(compiled), names, attrgetter(*names), compiled.positional)
+        sql, names, values_of, positional = plan
         processors = []
         for i, name in enumerate(names):
             column_type = self.table.c[name].type
@@ -295,7 +296,7 @@ class Repository:
                     values[i] = process(values[i])
             except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
                 raise InvalidInputError(f"{self.role} row cannot be written: {e}") from e
-            rows.append(tuple(values))
+            rows.append(tuple(values) if positional else dict(zip(names, values, strict=True)))
         return sql, names, rows
 
     def _insert(self, on_conflict: OnConflict) -> Any:

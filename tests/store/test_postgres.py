@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +65,28 @@ def test_a_server_store_keeps_rows_exactly_as_a_folder_does(pg_url: str) -> None
         assert again.locations() == [Location.of("judgements", "arena", QWEN)]
         assert found.metadata().descriptor == QWEN
         assert again.find("completions", "arena", QWEN) is None
+
+
+def test_writes_on_a_server_count_what_they_wrote_and_refuse_malformed_rows_whole(pg_url: str) -> None:
+    with Store(url=pg_url) as store:
+        completions = store.database("completions", "t", QWEN)
+        judgements = store.database("judgements", "t", QWEN)
+        assert completions.put_many([completion_record(i) for i in range(10)] + [completion_record(3)]) == 10
+        changed = [completion_record(i, completion="changed") for i in range(15)]
+        assert completions.put_many(changed) == 5  # ignore: the 10 stored rows are kept
+        assert completions.get_many([changed[0].input_hash])[changed[0].input_hash].completion == "answer 0"
+        assert completions.put_many(changed, on_conflict="replace") == 15
+        assert completions.get_many(r.input_hash for r in changed) == {r.input_hash: r for r in changed}
+        for bad in (
+            completion_record(1, created_at=datetime(2026, 1, 1)),  # naive
+            completion_record(1, model="m\ud800"),  # a lone surrogate
+            completion_record(1, input_hash=completion_record(2).input_hash),  # not the hash of its input
+        ):
+            with pytest.raises(InvalidInputError):
+                completions.put_many([completion_record(100), bad])
+        with pytest.raises(InvalidInputError, match="orientation"):
+            judgements.put_many([judgement_record(1), judgement_record(2, orientation="sideways")])
+        assert completions.count() == 15 and judgements.count() == 0
 
 
 def test_schema_names_are_short_safe_and_the_registry_keeps_the_whole_name(pg_url: str, pg_cluster: Cluster) -> None:
