@@ -53,6 +53,7 @@ from sqlalchemy.engine import make_url
 
 from store import jsonvalues
 from store.adoption import ADOPTIONS
+from store.descriptor import canonical_json
 from store.errors import (
     DatabaseFileError,
     ForeignSchemaError,
@@ -158,20 +159,23 @@ class CopyReport:
 
 
 def _plain(value: Any) -> Any:
-    return value.astimezone(UTC).isoformat() if isinstance(value, datetime) else value
+    """A column value as it is compared: JSON values as their canonical text (NaN kept), times in UTC."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, dict | list):
+        return jsonvalues.dumps(value)
+    return value
 
 
 def row_digest(record: Record) -> int:
     """SHA-256 of the row's canonical JSON, every column (see the module docstring), as an integer."""
     values = {name: _plain(getattr(record, name)) for name in record_fields(type(record))}
-    return int.from_bytes(hashlib.sha256(jsonvalues.dumps_bytes(values)).digest(), "big")
+    return int.from_bytes(hashlib.sha256(canonical_json(values)).digest(), "big")
 
 
 def _differing_fields(ours: Record, theirs: Record) -> list[str]:
-    def canonical(record: Record, name: str) -> bytes:
-        return jsonvalues.dumps_bytes(_plain(getattr(record, name)))
-
-    return [name for name in record_fields(type(ours)) if canonical(ours, name) != canonical(theirs, name)]
+    names = record_fields(type(ours))
+    return [name for name in names if _plain(getattr(ours, name)) != _plain(getattr(theirs, name))]
 
 
 # ---------------------------------------------------------------- rows
@@ -242,7 +246,7 @@ def copy_database(
 
 def _comparable(row: Sequence[Any]) -> tuple[Any, ...]:
     """A bookkeeping row as a hashable value that compares the same on both backends (JSON canonical)."""
-    return tuple(jsonvalues.dumps(v) if isinstance(v, dict | list) else _plain(v) for v in row)
+    return tuple(_plain(v) for v in row)
 
 
 def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
