@@ -35,7 +35,6 @@ import typer
 
 from inference import adopt_cli, diagnostics_cli, legacy_cli
 from inference.cached import Mode, Plan
-from inference.explain import explain_command_line
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
@@ -315,6 +314,8 @@ def _run(
             if not json_output:
                 err.print(f"plan: {plan.summary()}", soft_wrap=True)
                 if (why := plan.miss_note()) is not None:
+                    from inference.explain import explain_command_line  # only a run that misses needs it
+
                     err.print(f"note: {why}; run `{explain_command_line(sys.argv)}` to see why", soft_wrap=True)
             if plan.misses:
                 progress("generating", 0, plan.misses)

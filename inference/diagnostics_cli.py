@@ -21,16 +21,14 @@ import inspect
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any, get_args
+from typing import TYPE_CHECKING, Annotated, Any, get_args
 
 import orjson
 import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from inference.audit import AuditReport, audit_database
 from inference.cached import CachedModel
-from inference.explain import DescriptorReport, InputReport, explain_descriptor, explain_inputs
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.requests import Request
 from inference.run import RunnableSpec
@@ -50,6 +48,10 @@ from store.layout import Role
 from store.records import Orientation
 from store.settings import Settings
 from store.store import Store
+
+if TYPE_CHECKING:  # imported when the command runs: starting `judgestore generate` does not pay for them
+    from inference.audit import AuditReport
+    from inference.explain import DescriptorReport, InputReport
 
 SpecOptions = Callable[..., RunnableSpec]
 _WHAT = "What to explain"
@@ -173,6 +175,8 @@ def explain_command(
     role_value: Role = role.value  # type: ignore[assignment]
     label = spec.display_name if spec is not None else descriptor.model
     requests = None if input_path is None else _requests(input_path, role_value, orientation, label)
+    from inference.explain import explain_descriptor, explain_inputs
+
     with Store(settings, readonly=True) as store:
         report = explain_descriptor(store, role_value, task, descriptor)
         inputs = None
@@ -263,6 +267,8 @@ def audit_command(
 
         judgestore audit --model ./judge --role judgements --task arena --top-logprobs 5 --json
     """
+    from inference.audit import audit_database
+
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
     with Store(settings, readonly=True) as store:
         try:

@@ -25,7 +25,7 @@ Contract:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import orjson
 import typer
@@ -33,8 +33,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
-from inference.legacy_user_descriptor import load_user_descriptor
 from inference.spec import parse_key_values
 from store.cli.common import (
     JsonOutput,
@@ -46,19 +44,20 @@ from store.cli.common import (
     stdout,
     store_settings,
 )
-from store.legacy.detect import Detection, DetectionResult, LegacyVariant, State, detect
-from store.legacy.importer import ImportOptions, ImportProgress, import_sources
-from store.legacy.inputs import InputsTable
-from store.legacy.report import ImportReport
 from store.settings import Settings
 from store.store import Store
 
-_STATE_STYLE = {
-    State.OK: "green",
-    State.JUDGESTORE: "dim",
-    State.NOT_OURS: "dim",
-    State.CORRUPT: "bold red",
-    State.INVALID: "bold red",
+if TYPE_CHECKING:  # the legacy readers are imported when `import` runs: other commands do not pay for them
+    from store.legacy.detect import Detection, DetectionResult
+    from store.legacy.importer import ImportProgress
+    from store.legacy.report import ImportReport
+
+_STATE_STYLE = {  # by store.legacy.detect.State, a StrEnum: its members are these strings
+    "ok": "green",
+    "judgestore": "dim",
+    "not-ours": "dim",
+    "corrupt": "bold red",
+    "invalid": "bold red",
 }
 
 
@@ -70,6 +69,8 @@ def _shown(path: Path) -> str:
 
 
 def _detect_table(result: DetectionResult) -> Table:
+    from store.legacy.detect import LegacyVariant
+
     table = Table(title="Legacy caches found", title_justify="left")
     table.add_column("Source", overflow="fold", ratio=3)
     for name in ("Variant", "Role", "Task"):
@@ -95,6 +96,8 @@ def _detect_table(result: DetectionResult) -> Table:
 
 def _detail(d: Detection) -> str:
     """For a known variant, what its metadata.json says; otherwise what is wrong."""
+    from store.legacy.detect import LegacyVariant, State
+
     if d.state is not State.OK or d.kind == "metadata":
         return d.detail
     if d.metadata is None:
@@ -220,6 +223,12 @@ def import_command(
 
         judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json --task mt-bench --report report.json
     """
+    from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
+    from inference.legacy_user_descriptor import load_user_descriptor
+    from store.legacy.detect import State, detect
+    from store.legacy.importer import ImportOptions, import_sources
+    from store.legacy.inputs import InputsTable
+
     result = detect(sources)
     if detect_only:
         if json_output:

@@ -34,7 +34,7 @@ from inference.cached import CachedModel, Mode, Plan, ProgressCallback
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
 from store.layout import Role, check_role
-from store.settings import Settings
+from store.settings import Settings, SyncSettings
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -159,16 +159,17 @@ def run_requests(
     on_progress: ProgressCallback | None = None,
 ) -> RunResult:
     """Run ``requests`` through ``spec`` behind the store of ``settings``; see the module docstring."""
-    from store.sync.settings import SyncSettings, open_remote
 
     started = time.perf_counter()
     role = check_role(role)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     settings = settings or Settings()
     sync_settings = SyncSettings()
-    remote = (
-        open_remote(settings=sync_settings) if (sync_settings.fetch_before_run if fetch is None else fetch) else None
-    )
+    remote = None
+    if sync_settings.fetch_before_run if fetch is None else fetch:
+        from store.sync import open_remote  # sharing's code is imported by the runs that fetch
+
+        remote = open_remote(settings=sync_settings)
     readonly = mode == "readonly" or (mode == "replay" and remote is None)
     store = None if mode == "off" else Store(settings, readonly=readonly)
     options: dict[str, Any] = {"mode": mode, "remote": remote}

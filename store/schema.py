@@ -6,8 +6,9 @@ Contract:
   is ``empty``, ``current``, ``behind`` (an older revision of ours), ``ahead``
   (a revision this library does not know) or ``foreign`` (tables, but no
   ``judgestore_alembic_version``).
-* The Alembic script directory is read once per process (:func:`revisions`);
-  Alembic itself is imported only when a migration actually runs.
+* The shipped revisions are read once per process, from the scripts' text
+  (:func:`revisions`); Alembic itself is imported only when a migration
+  actually runs.
   :func:`migrate` runs the scripts on a connection the caller holds (the
   steps come from Alembic's ``ScriptDirectory._upgrade_revs``, what ``alembic
   upgrade`` itself runs; a test pins that private API).
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
@@ -120,10 +122,30 @@ def script_directory() -> ScriptDirectory:
     return read_script_directory()
 
 
+# A script's identity as Alembic's template writes it: `revision: str = "0004"`, `down_revision: ... = "0003"`.
+_IDENTITY_LINE = re.compile(r'^(revision|down_revision)\b[^=\n]*=\s*(?:"([^"\n]*)"|None)\s*$', re.MULTILINE)
+
+
 @functools.cache
 def revisions() -> Revisions:
-    """Head and known revisions of the shipped scripts, read once per process."""
-    return revisions_of(script_directory())
+    """Head and known revisions of the shipped scripts, read once per process.
+
+    Read from each script's ``revision`` / ``down_revision`` lines as text:
+    Alembic's own reading imports Alembic and every script, about 100 ms of
+    every command's start (a full-hit run is all start). A script those lines
+    do not describe (a merge, a computed id) falls back to Alembic's reading;
+    tests/store/test_migrations.py checks that both agree.
+    """
+    down_of: dict[str, str | None] = {}
+    for script in sorted((migrations_dir() / "versions").glob("[!_]*.py")):
+        found = dict((name, value or None) for name, value in _IDENTITY_LINE.findall(script.read_text("utf-8")))
+        if "revision" not in found or "down_revision" not in found or found["revision"] is None:
+            return revisions_of(script_directory())
+        down_of[found["revision"]] = found["down_revision"]
+    heads = set(down_of) - set(down_of.values())
+    if len(heads) != 1 or any(down is not None and down not in down_of for down in down_of.values()):
+        return revisions_of(script_directory())  # Alembic names what is wrong
+    return Revisions(head=heads.pop(), known=frozenset(down_of))
 
 
 def revisions_of(script: ScriptDirectory) -> Revisions:

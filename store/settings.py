@@ -79,3 +79,22 @@ class Settings(BaseSettings):
     record_runs: bool = Field(
         default=True, description="Append each run's accounting (hits, tokens and engine time saved) to `runs`."
     )
+
+
+SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for
+MAX_SHARD_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloads) for one shard
+
+
+class SyncSettings(BaseSettings):
+    """Where and how caches are shared (:mod:`store.sync`); environment variables use the ``JUDGESTORE_`` prefix."""
+
+    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore")
+
+    hub_repo: str | None = Field(default=None, description="Dataset repository (ORG/NAME) pushed to and fetched from.")
+    hub_revision: str = Field(default="main", description="Branch to push to; branch, tag or commit to fetch.")
+    sync_dir: Path | None = Field(default=None, description="A shared folder to use as the remote instead of the Hub.")
+    shard_target_bytes: int = Field(default=SHARD_TARGET_BYTES, ge=1, description="Uncompressed bytes per shard.")
+    max_shard_bytes: int = Field(default=MAX_SHARD_BYTES, ge=1, description="Largest shard a fetch accepts.")
+    fetch_before_run: bool = Field(
+        default=False, description="`judgestore generate/judge` fetch their descriptor folder from the remote first."
+    )

@@ -7,11 +7,13 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
 from store.store import Store
+from tests.fake_openai import FakeOpenAI
 from tests.pg_server import Cluster, running_cluster, server_bin
 
 
@@ -68,3 +70,28 @@ def pg_cluster() -> Iterator[Cluster]:
 def pg_url(pg_cluster: Cluster) -> str:
     """The URL of an empty database of its own on the test cluster."""
     return pg_cluster.url(pg_cluster.new_database())
+
+
+# ---------------------------------------------------------------- a model behind an OpenAI-compatible server
+
+OPENAI_KEY = "sk-test-0123456789abcdef0123456789"  # what the fake server demands, from $JUDGE_KEY
+
+
+@pytest.fixture
+def openai_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    """A fake OpenAI-compatible server on loopback (tests/fake_openai.py); its key is in ``$JUDGE_KEY``."""
+    pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("JUDGE_KEY", OPENAI_KEY)
+    with FakeOpenAI(api_key=OPENAI_KEY) as server:
+        yield server
+
+
+@pytest.fixture
+def chat_prompts(tmp_path: Path) -> Path:
+    """Five chat requests (``instruction_id`` 0 to 4) in a JSONL file."""
+    path = tmp_path / "prompts.jsonl"
+    rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(5)]
+    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    return path

@@ -8,7 +8,6 @@ engine on a server store is in tests/inference/test_postgres_engine.py.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,36 +27,17 @@ from tests.fake_openai import FakeOpenAI
 from tests.legacy import builders as b
 from tests.store.schema_helpers import pretend_shipped_scripts_are
 
-pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
 pytestmark = pytest.mark.postgres
-KEY = "sk-test-0123456789abcdef0123456789"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "JUDGESTORE_STORE_URL", "JUDGESTORE_STORE_ROOT"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("JUDGE_KEY", KEY)
-    with FakeOpenAI(api_key=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "prompts.jsonl"
-    rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(5)]
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
 
 
 def judgestore(*args: str, env: dict[str, str] | None = None) -> Result:
     return CliRunner().invoke(app(), list(args), env={"COLUMNS": "200", **(env or {})})
 
 
-def generate(fake: FakeOpenAI, prompts: Path, out: Path, *store: str) -> Result:
+def generate(openai_server: FakeOpenAI, chat_prompts: Path, out: Path, *store: str) -> Result:
     return judgestore(
-        "generate", "--provider", "vllm-server", "--base-url", fake.base_url, "--model", "fake-judge",
-        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(out), "--json", *store,
+        "generate", "--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(chat_prompts), "-o", str(out), "--json", *store,
     )  # fmt: skip
 
 
@@ -67,14 +47,14 @@ def as_json(result: Result) -> Any:
 
 
 def test_generate_then_every_read_command_on_a_server_store(
-    fake: FakeOpenAI, prompts: Path, tmp_path: Path, pg_url: str
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, pg_url: str
 ) -> None:
     store = ("--store-url", pg_url)
-    first = as_json(generate(fake, prompts, tmp_path / "a.jsonl", *store))
+    first = as_json(generate(openai_server, chat_prompts, tmp_path / "a.jsonl", *store))
     assert (first["misses"], first["rows_written"]) == (5, 5)
-    again = as_json(generate(fake, prompts, tmp_path / "b.jsonl", *store))
-    assert (again["hits"], again["requests_sent"]) == (5, 0) and len(fake.completions()) == 5
-    assert not (tmp_path / "judgestore-data").exists()  # nothing went to the default folder
+    again = as_json(generate(openai_server, chat_prompts, tmp_path / "b.jsonl", *store))
+    assert (again["hits"], again["requests_sent"]) == (5, 0) and len(openai_server.completions()) == 5
+    assert not (tmp_path / "store").exists()  # nothing went to the folder in JUDGESTORE_STORE_ROOT
 
     (listed,) = as_json(judgestore("ls", "--json", *store))
     assert (listed["state"], listed["rows"], listed["task"]) == ("current", 5, "t")
@@ -95,16 +75,16 @@ def test_generate_then_every_read_command_on_a_server_store(
     pruned = as_json(judgestore("prune", "--instruction-id", "1", "--older-than", "0s", "--yes", "--json", *store))
     assert pruned["deleted"] == 1
     assert as_json(judgestore("ls", "--json", *store))[0]["rows"] == 3
-    third = as_json(generate(fake, prompts, tmp_path / "c.jsonl", *store))
+    third = as_json(generate(openai_server, chat_prompts, tmp_path / "c.jsonl", *store))
     assert (third["hits"], third["misses"]) == (3, 2)  # exactly the deleted rows are recomputed
 
 
-def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str, fake: FakeOpenAI) -> None:
+def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str) -> None:
     result = judgestore("vacuum", "--store-url", pg_url)
     assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
 
 
-def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_path: Path) -> None:
     descriptor = ModelDescriptor(provider="vllm", model="org/m")
     with Store(Settings(), url=pg_url) as store:
         store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(6)])
@@ -119,7 +99,7 @@ def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_pa
     assert listed["rows"] == 6 and listed["descriptor"] == descriptor.hash16()
 
 
-def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path) -> None:
     legacy = tmp_path / "legacy"
     rows = [
         {"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
@@ -137,7 +117,7 @@ def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path, fake: 
     assert (listed["role"], listed["rows"]) == ("judgements", 4)
 
 
-def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tmp_path: Path, fake: FakeOpenAI) -> None:
+def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     with Store(Settings(), root=folder) as store:
         store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).count()
@@ -158,7 +138,7 @@ def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tm
         ("not a url", "store URL"),
     ],
 )
-def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, fake: FakeOpenAI, tmp_path: Path) -> None:
+def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_path: Path) -> None:
     for args in (("ls",), ("db", "upgrade"), ("verify",)):
         result = judgestore(*args, "--store-url", url, "--json")
         assert result.exit_code == 1, (args, result.output)
@@ -169,7 +149,7 @@ def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, fake: F
 
 @pytest.mark.parametrize("backend", ["folder", "server"])
 def test_the_worked_example_revision_upgrades_either_backend_from_the_command_line(
-    backend: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fake: FakeOpenAI
+    backend: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """docs/schema-evolution.md's revision (judgements.verdict, tests/store/revisions) on a folder and on a server."""
     store = ("--store-root", str(tmp_path / "folder")) if backend == "folder" else ("--store-url", pg_url)

@@ -13,6 +13,10 @@ Contract:
   (:func:`inference.cli.main`) runs the same app with the inference layer's
   commands added (``generate``, ``judge``, ``pairs``, ``import``).
 * The edge (errors, options, output) is :mod:`store.cli.common`.
+* A command module imports what only its commands use (sharing, the legacy
+  readers, stats, prune, vacuum, export, explain, audit) inside them: starting
+  a command imports its own path, and a run that is all hits is nothing but
+  its start (see the README's Performance section).
 """
 
 from __future__ import annotations
@@ -21,17 +25,10 @@ from collections.abc import Callable
 
 import typer
 
-from store.cli import cache, data, db, transfer
-from store.sync import cli as sync_cli
+from store.cli import cache, data, db, hub, transfer
 
 Registrar = Callable[[typer.Typer], None]
-STORE_COMMANDS: tuple[Registrar, ...] = (
-    data.register,
-    db.register,
-    cache.register,
-    sync_cli.register,
-    transfer.register,
-)
+STORE_COMMANDS: tuple[Registrar, ...] = (data.register, db.register, cache.register, hub.register, transfer.register)
 
 
 def build_app(*registrars: Registrar) -> typer.Typer:

@@ -16,7 +16,7 @@ import enum
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.filesize import decimal
@@ -38,15 +38,14 @@ from store.cli.common import (
     stdout,
     store_settings,
 )
-from store.compact import VacuumOutcome, vacuum_store
 from store.errors import InvalidInputError
-from store.export import export_rows
 from store.layout import Selector
-from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
 from store.records import RowFilter
 from store.settings import Settings
-from store.stats import DatabaseStats, StoreTotals, store_stats
 from store.store import Store
+
+if TYPE_CHECKING:  # each command imports its module when it runs (see store.cli.app)
+    from store.stats import DatabaseStats, StoreTotals
 
 
 def register(app: typer.Typer) -> None:
@@ -97,6 +96,8 @@ def stats_command(
 
         judgestore stats --json > stats.json
     """
+    from store.stats import StoreTotals, store_stats
+
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
         found = list(counted(store_stats(store, selector, recent=max(runs, 5)), len(locations), "Reading"))
@@ -184,6 +185,8 @@ def _print_runs(found: list[DatabaseStats], limit: int) -> None:
 
 
 def _duration(value: str) -> timedelta:
+    from store.prune import parse_duration
+
     try:
         return parse_duration(value)
     except InvalidInputError as e:
@@ -191,6 +194,8 @@ def _duration(value: str) -> timedelta:
 
 
 def _size(value: str) -> int:
+    from store.prune import parse_size
+
     try:
         return parse_size(value)
     except InvalidInputError as e:
@@ -242,6 +247,8 @@ def prune_command(
 
         judgestore prune --max-size 20GB && judgestore vacuum
     """
+    from store.prune import PruneRule, plan_prune, prune
+
     rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
     with Store(settings, readonly=True) as store:
         plan = plan_prune(store, selector, rule)
@@ -305,6 +312,8 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
 
         judgestore vacuum --role judgements --json
     """
+    from store.compact import VacuumOutcome, vacuum_store
+
     with Store(settings) as store:
         if store.storage.root is None:
             raise InvalidInputError(
@@ -378,6 +387,8 @@ def export_command(
 
         judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
     """
+    from store.export import export_rows
+
     to_stdout = str(output) == "-"
     if to_stdout and output_format is ExportFormatChoice.parquet:
         raise typer.BadParameter("Parquet is binary: give a file with --output", param_hint="--output")

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, ParamSpec, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -61,7 +61,9 @@ from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.schema import DatabaseInfo
 from store.settings import Settings
 from store.store import Store
-from store.sync.workspace import ProgressCallback
+
+if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)
+    from store.sync.workspace import ProgressCallback
 
 P = ParamSpec("P")
 R = TypeVar("R")

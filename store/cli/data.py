@@ -44,7 +44,6 @@ from store.cli.common import (
     stdout,
     store_settings,
 )
-from store.export import text_cell, write_text
 from store.layout import Selector
 from store.records import RowFilter, roles_for, row_columns
 from store.schema import DatabaseInfo, DatabaseState
@@ -147,6 +146,8 @@ def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector:
 
 def _table_cell(name: str, value: Any) -> Text:
     # created_at is always UTC; whitespace is folded so that a row stays a row, whatever the completion holds
+    from store.export import text_cell
+
     cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value)
     return Text(fit(cell, _CELL_WIDTHS.get(name, 24)))
 
@@ -206,6 +207,8 @@ def query_command(
 
         judgestore query --run-id slurm-4242 --format csv --columns input_hash,model,completion
     """
+    from store.export import write_text
+
     fmt = OutputFormat.json if json_output and output_format is OutputFormat.table else output_format
     roles = roles_for(flt, selector.role)
     available = row_columns(roles)

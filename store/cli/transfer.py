@@ -16,7 +16,7 @@ Contract:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.text import Text
@@ -35,10 +35,12 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.copy import DEFAULT_CHUNK_SIZE, CopiedDatabase, CopyReport, copy_store
 from store.errors import InvalidInputError
 from store.layout import Selector
 from store.store import Store
+
+if TYPE_CHECKING:
+    from store.copy import CopiedDatabase, CopyReport
 
 STORES_PANEL = "Stores"
 
@@ -77,8 +79,9 @@ def copy_command(
         typer.Option("--to-url", metavar="URL", help="Copy into this PostgreSQL store.", rich_help_panel=STORES_PANEL),
     ] = None,
     chunk_size: Annotated[
-        int, typer.Option("--chunk-size", min=1, help="Rows per write transaction (a killed copy resumes by chunk).")
-    ] = DEFAULT_CHUNK_SIZE,
+        int | None,
+        typer.Option("--chunk-size", min=1, show_default=False, help="Rows per write transaction (default 2,000)."),
+    ] = None,
     json_output: JsonOutput = False,
 ) -> None:
     """Copy every selected descriptor database from one store to another, verifying every row.
@@ -96,6 +99,8 @@ def copy_command(
 
         judgestore copy --from-url postgresql+psycopg://me@db-host/evals --to-root ./mirror --task mt-bench --json
     """
+    from store.copy import DEFAULT_CHUNK_SIZE, copy_store  # imported by this command only (see store.cli.app)
+
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
     settings = environment_settings()
@@ -104,7 +109,7 @@ def copy_command(
         Store(settings, root=to_root, url=to_url) as target,
         progress_bars(json_output) as progress,
     ):
-        report = copy_store(source, target, selector, chunk_size=chunk_size, on_progress=progress)
+        report = copy_store(source, target, selector, chunk_size=chunk_size or DEFAULT_CHUNK_SIZE, on_progress=progress)
     if json_output:
         emit_json(report.as_dict())
     elif not report.databases:

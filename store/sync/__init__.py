@@ -1,6 +1,6 @@
 """Sharing caches: push rows to a remote as immutable shards, fetch and validate other people's.
 
-The library surface (the CLI in :mod:`store.sync.cli` and the inference
+The library surface (the CLI in :mod:`store.cli.hub` and the inference
 layer call these):
 
 * :func:`push` / :func:`fetch` with a :class:`~store.layout.Selector`
@@ -20,11 +20,11 @@ the docstrings of :mod:`store.sync.push` and :mod:`store.sync.fetch`.
 
 from __future__ import annotations
 
+from store.settings import SyncSettings
 from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.push import PushReport, push
-from store.sync.remote import DirectoryRemote, Remote
-from store.sync.settings import SyncSettings, open_remote
+from store.sync.remote import DirectoryRemote, Remote, open_remote
 
 __all__ = [
     "DirectoryRemote",

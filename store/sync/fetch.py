@@ -48,6 +48,7 @@ from store.errors import (
     UntrustedContentError,
 )
 from store.layout import ROLES, Location, Selector, StoredMetadata, encode_segment
+from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import Remote
@@ -61,7 +62,7 @@ from store.sync.remote_layout import (
     shard_path,
     verify_remote_metadata,
 )
-from store.sync.shards import DEFAULT_MAX_BYTES, Shard, ShardOrigin, read_shard
+from store.sync.shards import Shard, ShardOrigin, read_shard
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, quarantine, sync_lock
 
 DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this store already has
@@ -153,7 +154,7 @@ def fetch(
     selector: Selector | None = None,
     *,
     dry_run: bool = False,
-    max_shard_bytes: int = DEFAULT_MAX_BYTES,
+    max_shard_bytes: int = MAX_SHARD_BYTES,
     progress: ProgressCallback = no_progress,
 ) -> FetchReport:
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""

@@ -33,6 +33,7 @@ from typing import Any
 
 from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
+from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import OutgoingFile, Remote
@@ -43,7 +44,7 @@ from store.sync.remote_layout import (
     remote_folder,
     verify_remote_metadata,
 )
-from store.sync.shards import DEFAULT_TARGET_BYTES, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
+from store.sync.shards import BuiltShard, ShardOrigin, ShardWriter, shard_file_name
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, staging_folder, sync_lock
 
 KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
@@ -127,7 +128,7 @@ def push(
     selector: Selector | None = None,
     *,
     dry_run: bool = False,
-    target_bytes: int = DEFAULT_TARGET_BYTES,
+    target_bytes: int = SHARD_TARGET_BYTES,
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""

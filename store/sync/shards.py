@@ -50,11 +50,10 @@ from store.descriptor import canonical_json, input_hash, render_messages
 from store.errors import ShardError
 from store.layout import Role, StoredMetadata
 from store.records import RECORD_OF_ROLE, Record, record_fields
+from store.settings import MAX_SHARD_BYTES, SHARD_TARGET_BYTES
 
 SHARD_FORMAT = "judgestore-shard/v1"
 SHARD_SUFFIX = ".jsonl.gz"
-DEFAULT_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for
-DEFAULT_MAX_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloads) for one shard
 _HEADER_KEYS = frozenset(
     {"format", "role", "task", "provider", "model", "descriptor_sha256", "rows", "library_version"}
 )
@@ -164,7 +163,7 @@ class ShardWriter:
     so memory holds one shard at a time.
     """
 
-    def __init__(self, origin: ShardOrigin, staging: Path, target_bytes: int = DEFAULT_TARGET_BYTES) -> None:
+    def __init__(self, origin: ShardOrigin, staging: Path, target_bytes: int = SHARD_TARGET_BYTES) -> None:
         self.origin = origin
         self.staging = staging
         self.target_bytes = target_bytes
@@ -201,7 +200,7 @@ class ShardWriter:
 
 
 def build_shards(
-    origin: ShardOrigin, records: Iterable[Record], staging: Path, target_bytes: int = DEFAULT_TARGET_BYTES
+    origin: ShardOrigin, records: Iterable[Record], staging: Path, target_bytes: int = SHARD_TARGET_BYTES
 ) -> list[BuiltShard]:
     """Shards holding ``records`` (sorted here by key; duplicate keys keep the first)."""
     writer = ShardWriter(origin, staging, target_bytes)
@@ -232,7 +231,7 @@ def gunzip_capped(data: bytes, max_bytes: int, where: str) -> bytes:
     return content
 
 
-def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_bytes: int = DEFAULT_MAX_BYTES) -> Shard:
+def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_bytes: int = MAX_SHARD_BYTES) -> Shard:
     """Validate a shard completely and return its records; raise :class:`ShardError` on the first problem."""
     if len(data) > max_bytes:
         raise ShardError(where, f"is {len(data):,} bytes, over the cap of {max_bytes:,}")

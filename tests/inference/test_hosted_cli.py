@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,77 +11,66 @@ from typer.testing import CliRunner, Result
 
 from inference.cli import register
 from store.cli.app import build_app
+from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
 from tests.fake_openai import FakeOpenAI
 
 pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
-KEY = "sk-test-0123456789abcdef0123456789"
-
-
-@pytest.fixture
-def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
-    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("JUDGE_KEY", KEY)
-    with FakeOpenAI(api_key=KEY) as server:
-        yield server
-
-
-@pytest.fixture
-def prompts(tmp_path: Path) -> Path:
-    path = tmp_path / "prompts.jsonl"
-    rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": f"question {i}"}]} for i in range(5)]
-    path.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
-    return path
 
 
 def judgestore(*args: str) -> Result:
     return CliRunner().invoke(build_app(register), list(args), env={"COLUMNS": "200"})
 
 
-def generate(fake: FakeOpenAI, prompts: Path, out: Path, *extra: str) -> Result:
+def generate(openai_server: FakeOpenAI, chat_prompts: Path, out: Path, *extra: str) -> Result:
     return judgestore(
-        "generate", "--provider", "vllm-server", "--base-url", fake.base_url, "--model", "fake-judge",
-        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(out), *extra,
+        "generate", "--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(chat_prompts), "-o", str(out), *extra,
     )  # fmt: skip
 
 
 def test_a_rerun_sends_nothing_and_the_summary_counts_what_was_sent(
-    fake: FakeOpenAI, prompts: Path, tmp_path: Path, store_root: Path
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
 ) -> None:
-    first = generate(fake, prompts, tmp_path / "a.jsonl", "--json", "--top-logprobs", "2")
+    first = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--json", "--top-logprobs", "2")
     assert first.exit_code == 0, first.output
     summary: dict[str, Any] = orjson.loads(first.stdout)
     assert (summary["misses"], summary["rows_written"], summary["requests_sent"]) == (5, 5, 5)
-    assert summary["completion_tokens"] > 0 and len(fake.completions()) == 5
+    assert summary["completion_tokens"] > 0 and len(openai_server.completions()) == 5
 
-    again = generate(fake, prompts, tmp_path / "b.jsonl", "--json", "--top-logprobs", "2")
+    again = generate(openai_server, chat_prompts, tmp_path / "b.jsonl", "--json", "--top-logprobs", "2")
     assert again.exit_code == 0, again.output
-    assert orjson.loads(again.stdout)["requests_sent"] == 0 and len(fake.completions()) == 5  # zero HTTP requests
+    assert (
+        orjson.loads(again.stdout)["requests_sent"] == 0 and len(openai_server.completions()) == 5
+    )  # zero HTTP requests
     first_rows = [orjson.loads(line) for line in (tmp_path / "a.jsonl").read_bytes().splitlines()]
     second_rows = [orjson.loads(line) for line in (tmp_path / "b.jsonl").read_bytes().splitlines()]
     assert [r["completion"] for r in first_rows] == [r["completion"] for r in second_rows]
     assert all(r["top_logprobs"]["positions"][0]["candidates"] for r in second_rows)
 
-    human = generate(fake, prompts, tmp_path / "c.jsonl", "--top-logprobs", "2")
+    human = generate(openai_server, chat_prompts, tmp_path / "c.jsonl", "--top-logprobs", "2")
     assert "5 hits (100%)" in human.stderr and "client opened: no; sent 0 requests (0 retries)" in human.stderr
     for output in (first.output, again.output, human.output):
-        assert KEY not in output
-    assert not any(KEY.encode() in (store_root / name).read_bytes() for name in file_digests(store_root))
+        assert OPENAI_KEY not in output
+    assert not any(OPENAI_KEY.encode() in (store_root / name).read_bytes() for name in file_digests(store_root))
 
 
-def test_engine_options_and_server_options_do_not_mix(fake: FakeOpenAI, prompts: Path, tmp_path: Path) -> None:
-    mixed = generate(fake, prompts, tmp_path / "o.jsonl", "--engine-arg", "dtype=float32")
+def test_engine_options_and_server_options_do_not_mix(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
+) -> None:
+    mixed = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", "--engine-arg", "dtype=float32")
     assert mixed.exit_code == 1 and "--engine-arg apply to the in-process engine" in mixed.stderr
-    orphan = judgestore("generate", "--model", "m", "--base-url", fake.base_url, "--task", "t", "-i", str(prompts))
+    orphan = judgestore(
+        "generate", "--model", "m", "--base-url", openai_server.base_url, "--task", "t", "-i", str(chat_prompts)
+    )
     assert orphan.exit_code == 1 and "--base-url need --provider" in orphan.stderr
-    assert fake.completions() == []
+    assert openai_server.completions() == []
 
 
 def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
-    fake: FakeOpenAI, prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("JUDGE_KEY", "sk-wrong-key-9999999999999999")
-    refused = generate(fake, prompts, tmp_path / "o.jsonl")
+    refused = generate(openai_server, chat_prompts, tmp_path / "o.jsonl")
     assert refused.exit_code == 1 and "JUDGE_KEY" in refused.stderr
     assert "sk-wrong-key" not in refused.output and "Traceback" not in refused.output

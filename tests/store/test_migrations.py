@@ -16,10 +16,12 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
+from store import schema
 from store.descriptor import input_hash, render_messages
 from store.models import Base, Completion, Judgement
 from store.records import JudgementRecord
@@ -167,6 +169,34 @@ def test_alembic_check_command_passes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+def test_the_revisions_read_as_text_are_those_alembic_reads_without_importing_alembic() -> None:
+    assert schema.revisions() == schema.revisions_of(read_script_directory())
+    code = "import sys; from store import schema; schema.revisions(); print('alembic' in sys.modules)"
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False"
+
+
+def test_a_script_whose_identity_is_not_plain_text_is_read_by_alembic(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    migrations = tmp_path / "migrations"
+    (migrations / "versions").mkdir(parents=True)
+    for script in (schema.migrations_dir() / "versions").glob("*.py"):
+        text = script.read_text().replace('down_revision: str | None = "0001"', 'down_revision = ("0001",)')
+        (migrations / "versions" / script.name).write_text(text)
+    (migrations / "script.py.mako").write_text((schema.migrations_dir() / "script.py.mako").read_text())
+    monkeypatch.setattr(schema, "migrations_dir", lambda: migrations)
+    read_by_alembic = []
+    monkeypatch.setattr(schema, "revisions_of", lambda script: read_by_alembic.append(script) or "alembic's")
+    schema.revisions.cache_clear()
+    schema.script_directory.cache_clear()
+    try:
+        assert schema.revisions() == "alembic's" and len(read_by_alembic) == 1
+    finally:
+        schema.revisions.cache_clear()
+        schema.script_directory.cache_clear()
 
 
 def test_synthetic_revisions_build_on_the_shipped_ones() -> None:

@@ -293,12 +293,15 @@ def test_opening_200_current_databases_reads_the_scripts_once_and_runs_one_selec
     store.schema.script_directory.cache_clear()
     store.schema.revisions.cache_clear()
     reads: list[object] = []
-    real_read = store.schema.read_script_directory
-    monkeypatch.setattr(store.schema, "read_script_directory", lambda *a: reads.append(a) or real_read(*a))
+    alembic_reads: list[object] = []
+    real_dir, real_read = store.schema.migrations_dir, store.schema.read_script_directory
+    monkeypatch.setattr(store.schema, "migrations_dir", lambda: reads.append(1) or real_dir())
+    monkeypatch.setattr(store.schema, "read_script_directory", lambda *a: alembic_reads.append(a) or real_read(*a))
     with Store(Settings(), root=root, readonly=readonly) as s:
         for d in descriptors:
             s.database("completions", "t", d)
-    assert len(reads) == 1, "the Alembic script directory must be read once per process, not per file"
+    assert len(reads) == 1, "the revision scripts must be read once per process, not per file"
+    assert alembic_reads == [], "opening a current database needs no Alembic"
     assert len(traced_engines) == 200
     for log in traced_engines:  # PRAGMAs aside (connection setup, journal mode), one SELECT per open
         assert [q for q in log if not q.startswith("PRAGMA")] == [

@@ -151,7 +151,7 @@ def test_push_and_fetch_as_processes_against_the_loopback_hub(hub: FakeHub, tmp_
 
 
 def test_importing_the_cli_does_not_import_the_hub_client() -> None:
-    code = "import sys, store.sync, store.sync.cli; print('huggingface_hub' in sys.modules)"
+    code = "import sys, store.sync, store.cli.hub; print('huggingface_hub' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "False"

@@ -11,12 +11,14 @@ Contract:
   quarantined, rejected or not downloaded) or on a typed error (a rejected
   token, a missing repository); 2 on usage errors.
 * :func:`register` adds the ``hub`` group to the app :mod:`store.cli` builds.
+  :mod:`store.sync` is imported when a hub command runs, so that starting
+  any other command does not pay for it.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.filesize import decimal
@@ -38,12 +40,10 @@ from store.cli.common import (
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
-from store.sync.fetch import FetchReport, fetch
-from store.sync.hub import HubRemote
-from store.sync.push import PushReport, push
-from store.sync.remote import DirectoryRemote, Remote
-from store.sync.settings import SyncSettings, open_remote
-from store.sync.workspace import SyncProblem
+
+if TYPE_CHECKING:  # store.sync is imported when a hub command runs, not when any command starts
+    from store.sync import FetchReport, PushReport, Remote
+    from store.sync.workspace import SyncProblem
 
 _REMOTE = "Remote"
 
@@ -98,6 +98,8 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
 
 
 def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> Remote:
+    from store.sync import HubRemote, open_remote
+
     remote = open_remote(repo=repo, directory=directory, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars
@@ -157,6 +159,8 @@ def push_command(
         judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
     """
     selector = _required(selector, all_folders)
+    from store.sync import DirectoryRemote, HubRemote, SyncSettings, push
+
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
     if private and not create_repo:
@@ -231,6 +235,8 @@ def fetch_command(
         judgestore hub fetch --dir /shared/judgestore --all --dry-run
     """
     selector = _required(selector, all_folders)
+    from store.sync import SyncSettings, fetch
+
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
     with Store(settings) as store, progress_bars(json_output) as progress:
