@@ -4,6 +4,7 @@ Usage::
 
     python bench/store_bench.py [--quick] [--reps N] [--json out.json] [--only get,put,open]
                                 [--db-rows N] [--open-dbs N] [--workdir DIR] [--keep]
+    python bench/store_bench.py --backend postgresql [--url URL] [--quick] ...   (see bench/pg_bench.py)
 
 Every case is measured beside a "raw" variant that uses only ``sqlite3`` and
 ``orjson`` on an identically-shaped database (the same file for lookups, the
@@ -536,7 +537,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--open-dbs", type=int, help="databases opened per sample (default 1,000, --quick 200)")
     parser.add_argument("--workdir", type=Path, help="where the databases go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
+    parser.add_argument(
+        "--backend",
+        choices=("sqlite", "postgresql"),
+        default="sqlite",
+        help="postgresql: get and put beside raw psycopg on one server (bench/pg_bench.py)",
+    )
+    parser.add_argument("--url", help="with --backend postgresql: bench in this database (default: a throwaway server)")
     args = parser.parse_args(argv)
+    if args.backend == "postgresql":
+        from bench import pg_bench
+
+        return pg_bench.main(args)
     sizes = dataclasses.replace(
         QUICK if args.quick else FULL,
         **{k: v for k, v in (("db_rows", args.db_rows), ("open_dbs", args.open_dbs)) if v is not None},

@@ -4,51 +4,127 @@ Contract:
 
 * :func:`copy_store` copies the descriptor databases a selector picks from
   one :class:`~store.store.Store` to another, whatever their backends (a
-  folder to a PostgreSQL server and back): the target database is created
-  under the same descriptor (and the same recorded assumptions), and rows
-  are streamed in chunks of ``chunk_size``, each written in one transaction
-  ignoring rows already there. So a copy is idempotent, and a copy killed
-  half-way is finished by running it again.
-* Rows already in the target are never overwritten; a key the target holds
-  with a different output is counted as a conflict (the target's row is kept).
-* The copy is verified as it goes: each chunk is read back from the target,
-  and an order-independent digest of (key, sample, output) over the source's
-  rows must equal the digest of what the target holds under those keys. A
-  mismatch is reported per database, never silently accepted.
-* The source store is only read (open it read-only).
+  folder to a PostgreSQL server, back, or folder to folder). The target
+  database is created under the same descriptor and the same recorded
+  assumptions. Rows are streamed from the source in chunks of
+  ``chunk_size``; each chunk is written in one transaction that ignores rows
+  already there. So a copy is idempotent (a second run writes nothing), and
+  a copy killed half-way is finished by running it again: every chunk that
+  committed is found, the others are written.
+* What travels: every row with every column, ``adopted_from`` included (an
+  adopted row stays adopted, from the same source descriptor), and the two
+  bookkeeping tables, ``runs`` (what each call cost and saved: ``judgestore
+  stats``) and ``adoptions`` (the audit behind adopted rows). Bookkeeping
+  rows have no key of their own: a source row is copied unless the target
+  already holds an identical one (every column but the id; counted as a
+  multiset), so copying again adds nothing, and the target gives them new ids.
+  What does not travel: backups, locks, sharing's workspace, and rows written
+  to the source after its rows were read.
+* Rows already in the target are never overwritten. A key the target holds
+  with a different row (any column) is a *conflict*: the target's row is
+  kept, the key is reported, and the database is not verified.
+* The copy is verified as it goes and per database: each chunk is read back
+  from the target, and each row's digest (SHA-256 of its canonical JSON,
+  every column, so NaN and -inf compare exactly) must equal the source's.
+  A database is verified when every source row is in the target with the
+  same digest and the order-independent sum of the digests (the database
+  digest) is the same on both sides; anything else is reported per database,
+  never silently accepted.
+* Before anything is written: a source and a target that are the same store,
+  a source that does not exist (no folder; a server database without a
+  judgestore registry) and a server that cannot be used (wrong URL, down,
+  wrong password) are typed errors. The source is only read (open it
+  read-only). A database that cannot be copied (behind or ahead of this
+  library, not ours, a source row that is not stored under the hash of its
+  input) is reported and the others go on.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
+from sqlalchemy import Table, insert, select
+from sqlalchemy.engine import make_url
+
+from store import jsonvalues
+from store.adoption import ADOPTIONS
+from store.descriptor import canonical_json
+from store.errors import (
+    DatabaseFileError,
+    ForeignSchemaError,
+    InvalidInputError,
+    LayoutError,
+    StoreMissingError,
+)
 from store.layout import Location, Selector
-from store.records import Record
+from store.records import Record, record_fields
+from store.runs import RUNS
 from store.store import Database, Store
 
 DEFAULT_CHUNK_SIZE = 2_000
 _DIGEST_MODULUS = 1 << 256
+MAX_LISTED_KEYS = 10  # conflicting or unverified keys named per database (the counts are whole)
+BOOKKEEPING: tuple[Table, ...] = (RUNS, ADOPTIONS)
+
+# What makes one database impossible to copy while the others can go on (a server that is down stops the copy).
+_DATABASE_ERRORS = (DatabaseFileError, LayoutError, ForeignSchemaError)
+Progress = Callable[[str, int, int], None]  # (phase, done, total), as store.cli.common.progress_bars draws it
 
 
 @dataclass
 class CopiedDatabase:
-    """What copying one descriptor database did."""
+    """What copying one descriptor database did, and whether the target now holds every source row."""
 
     location: Location
+    source: str  # the source database, as messages name it
+    target: str | None = None  # the target database (None: it could not be opened)
     source_rows: int = 0
-    written: int = 0
-    already_there: int = 0
-    conflicts: int = 0
-    verified: bool = False
-    problem: str | None = None
+    matched: int = 0  # source rows the target now holds, identical (digests equal)
+    written: int = 0  # rows this copy inserted
+    already_there: int = 0  # identical rows the target held before (or another writer wrote meanwhile)
+    conflicts: int = 0  # keys the target holds with a different row: kept, reported
+    missing: int = 0  # rows written that could not be read back
+    source_digest: int = 0
+    target_digest: int = 0
+    bookkeeping: dict[str, int] = field(default_factory=dict)  # table -> rows copied
+    conflicting_keys: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def verified(self) -> bool:
+        """Every source row is in the target, the same, and the database digests agree."""
+        return (
+            self.target is not None
+            and not self.problems
+            and self.matched == self.source_rows
+            and not self.conflicts
+            and not self.missing
+            and self.source_digest == self.target_digest
+        )
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.location.as_dict(), "source_rows": self.source_rows, "written": self.written,
-                "already_there": self.already_there, "conflicts": self.conflicts, "verified": self.verified,
-                "problem": self.problem}  # fmt: skip
+        return {
+            **self.location.as_dict(),
+            "source": self.source,
+            "target": self.target,
+            "source_rows": self.source_rows,
+            "matched": self.matched,
+            "written": self.written,
+            "already_there": self.already_there,
+            "conflicts": self.conflicts,
+            "missing": self.missing,
+            "verified": self.verified,
+            "source_digest": f"{self.source_digest:064x}",
+            "target_digest": f"{self.target_digest:064x}",
+            "bookkeeping": dict(self.bookkeeping),
+            "conflicting_keys": list(self.conflicting_keys),
+            "problems": list(self.problems),
+        }
 
 
 @dataclass
@@ -59,16 +135,50 @@ class CopyReport:
 
     @property
     def ok(self) -> bool:
-        return all(d.verified and not d.conflicts for d in self.databases)
+        return all(d.verified for d in self.databases)
+
+    @property
+    def rows_written(self) -> int:
+        return sum(d.written for d in self.databases)
 
     def as_dict(self) -> dict[str, Any]:
         return {
             "source": self.source,
             "target": self.target,
             "ok": self.ok,
-            "rows_written": sum(d.written for d in self.databases),
+            "databases_copied": len(self.databases),
+            "source_rows": sum(d.source_rows for d in self.databases),
+            "rows_written": self.rows_written,
+            "already_there": sum(d.already_there for d in self.databases),
+            "conflicts": sum(d.conflicts for d in self.databases),
             "databases": [d.as_dict() for d in self.databases],
         }
+
+
+# ---------------------------------------------------------------- digests
+
+
+def _plain(value: Any) -> Any:
+    """A column value as it is compared: JSON values as their canonical text (NaN kept), times in UTC."""
+    if isinstance(value, datetime):
+        return value.astimezone(UTC).isoformat()
+    if isinstance(value, dict | list):
+        return jsonvalues.dumps(value)
+    return value
+
+
+def row_digest(record: Record) -> int:
+    """SHA-256 of the row's canonical JSON, every column (see the module docstring), as an integer."""
+    values = {name: _plain(getattr(record, name)) for name in record_fields(type(record))}
+    return int.from_bytes(hashlib.sha256(canonical_json(values)).digest(), "big")
+
+
+def _differing_fields(ours: Record, theirs: Record) -> list[str]:
+    names = record_fields(type(ours))
+    return [name for name in names if _plain(getattr(ours, name)) != _plain(getattr(theirs, name))]
+
+
+# ---------------------------------------------------------------- rows
 
 
 def _chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
@@ -82,49 +192,122 @@ def _chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
         yield chunk
 
 
-def _digest(records: Iterable[Record]) -> int:
-    """An order-independent digest of (key, sample, output): the sum of each row's SHA-256."""
-    total = 0
-    for r in records:
-        row = f"{r.input_hash}\0{r.sample_index}\0{r.completion}".encode()
-        total = (total + int.from_bytes(hashlib.sha256(row).digest(), "big")) % _DIGEST_MODULUS
-    return total
+def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
+    """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
+    before = target.get_many(r.input_hash for r in chunk)
+    fresh = [r for r in chunk if r.input_hash not in before]
+    written = target.put_many(fresh) if fresh else 0
+    after = target.get_many(r.input_hash for r in fresh) if fresh else {}
+    matched = matched_before = 0
+    for record in chunk:
+        want = row_digest(record)
+        result.source_digest = (result.source_digest + want) % _DIGEST_MODULUS
+        held = before.get(record.input_hash) or after.get(record.input_hash)
+        if held is None:
+            result.missing += 1
+            continue
+        got = row_digest(held)
+        result.target_digest = (result.target_digest + got) % _DIGEST_MODULUS
+        if got == want:
+            matched += 1
+            matched_before += record.input_hash in before
+            continue
+        result.conflicts += 1  # the target held it, or another writer wrote it between our lookup and our insert
+        if len(result.conflicting_keys) < MAX_LISTED_KEYS:
+            result.conflicting_keys.append(record.input_hash)
+            fields = ", ".join(_differing_fields(record, held))
+            result.problems.append(
+                f"row {record.input_hash}: the target holds another row under this key (differs in {fields}); "
+                "the target's row was kept"
+            )
+    result.source_rows += len(chunk)
+    result.matched += matched
+    result.written += written
+    result.already_there += matched_before + max(0, matched - matched_before - written)
 
 
 def copy_database(
     source: Database, target: Database, result: CopiedDatabase, chunk_size: int, on_rows: Callable[[int], None]
 ) -> None:
-    """Copy one database's rows chunk by chunk, reading each chunk back from the target to verify it."""
-    expected = found = 0
+    """Copy one database's rows chunk by chunk, then its bookkeeping (see the module docstring)."""
+    if chunk_size < 1:
+        raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
     for chunk in _chunks(source.query(), chunk_size):
-        keys = [r.input_hash for r in chunk]
-        result.source_rows += len(chunk)
-        present = target.get_many(keys)
-        result.already_there += sum(1 for r in chunk if present.get(r.input_hash) == r)
-        result.conflicts += sum(1 for r in chunk if r.input_hash in present and present[r.input_hash] != r)
-        fresh = [r for r in chunk if r.input_hash not in present]
-        if fresh:
-            result.written += target.put_many(fresh)
-        expected = (expected + _digest(chunk)) % _DIGEST_MODULUS
-        found = (found + _digest(target.get_many(keys).values())) % _DIGEST_MODULUS
+        _copy_chunk(chunk, target, result)
         on_rows(len(chunk))
-    if found == expected:
-        result.verified = True
-    else:
-        result.problem = "the target does not hold every source row with the same output (see conflicts)"
+    if result.missing:
+        result.problems.append(f"{result.missing} rows written to the target could not be read back from it")
+    for table in BOOKKEEPING:
+        result.bookkeeping[str(table.name)] = copy_bookkeeping(source, target, table)
 
 
-@dataclass
-class _Progress:
-    phase: str
-    total: int
-    report: Callable[[str, int, int], None] | None
-    done: int = 0
+# ---------------------------------------------------------------- bookkeeping
 
-    def advance(self, rows: int) -> None:
-        self.done += rows
-        if self.report is not None:
-            self.report(self.phase, self.done, self.total)
+
+def _comparable(row: Sequence[Any]) -> tuple[Any, ...]:
+    """A bookkeeping row as a hashable value that compares the same on both backends (JSON canonical)."""
+    return tuple(_plain(v) for v in row)
+
+
+def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
+    """Copy ``table``'s rows the target lacks (identical rows compared without the id); returns rows copied."""
+    columns = [c for c in table.c if c.name != "id"]
+    query = select(*columns).order_by(table.c.id)
+    with source.reading() as repo:
+        rows = repo.conn.execute(query).all()
+    if not rows:
+        return 0
+    with target.transaction() as repo:
+        held = Counter(_comparable(row) for row in repo.conn.execute(query).all())
+        lacking = []
+        for row in rows:
+            key = _comparable(row)
+            if held[key]:
+                held[key] -= 1
+            else:
+                lacking.append({c.name: value for c, value in zip(columns, row, strict=True)})
+        if lacking:
+            repo.conn.execute(insert(table), lacking)
+    return len(lacking)
+
+
+# ---------------------------------------------------------------- stores
+
+
+def _normalised_url(url: str) -> str:
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql+psycopg", password=None).render_as_string(hide_password=False)
+
+
+def same_store(a: Store, b: Store) -> bool:
+    """Whether two stores are the same folder, or the same database of the same server (as far as URLs tell)."""
+    root_a, root_b = a.storage.root, b.storage.root
+    if root_a is not None and root_b is not None:
+        return root_a.resolve() == root_b.resolve()
+    if root_a is None and root_b is None:
+        return _normalised_url(a.storage.url) == _normalised_url(b.storage.url)  # type: ignore[union-attr]
+    return False
+
+
+def check_source(source: Store) -> None:
+    """Raise :class:`StoreMissingError` unless ``source`` holds a store (a folder; a server with a registry)."""
+    if source.storage.root is not None:
+        if not source.storage.root.is_dir():
+            raise StoreMissingError(source.where, "no such folder: there is no store to copy; check --from-root")
+        return
+    from store.postgres import REGISTRY_SCHEMA, registry
+
+    with source.storage.connection() as conn:  # type: ignore[union-attr]
+        if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
+            raise StoreMissingError(
+                source.where, "this database holds no judgestore store (no registry): there is nothing to copy"
+            )
+
+
+def check_target(target: Store) -> None:
+    """Reach a server target before anything is written (a wrong URL, a server down, a wrong password)."""
+    if target.storage.root is None:
+        target.locations()
 
 
 def copy_store(
@@ -133,21 +316,61 @@ def copy_store(
     selector: Selector | None = None,
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
-    on_progress: Callable[[str, int, int], None] | None = None,
+    on_progress: Progress | None = None,
 ) -> CopyReport:
     """Copy the databases ``selector`` picks from ``source`` into ``target``; see the module docstring."""
+    if chunk_size < 1:
+        raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
+    if same_store(source, target):
+        raise InvalidInputError(f"the source and the target are the same store ({source.where}); nothing to copy")
+    check_source(source)
+    check_target(target)
     report = CopyReport(source.where, target.where)
     for location in source.select(selector):
-        database = source.open_existing(location)
+        try:
+            database = source.open_existing(location)
+        except _DATABASE_ERRORS as e:  # behind or ahead of this library, not ours, edited metadata
+            report.databases.append(CopiedDatabase(location, f"{source.where}: {location.relative_folder()}",
+                                                   problems=[f"the source database cannot be read: {e}"]))  # fmt: skip
+            continue
         if database is None:
             continue  # no tables yet: nothing to copy
-        metadata = database.metadata()
-        result = CopiedDatabase(location)
+        result = CopiedDatabase(location, database.where)
         report.databases.append(result)
-        progress = _Progress(str(location.relative_folder()), database.count(), on_progress)
+        _copy_one(database, target, result, chunk_size, on_progress)
+    return report
 
+
+def _copy_one(
+    database: Database, target: Store, result: CopiedDatabase, chunk_size: int, on_progress: Progress | None
+) -> None:
+    location = result.location
+    phase = f"{location.role}/{location.task}/{location.model}/{location.descriptor_hash16}"
+    total = done = 0
+
+    def advance(rows: int) -> None:
+        nonlocal done
+        done += rows
+        if on_progress is not None:
+            on_progress(phase, done, total)
+
+    try:
+        total = database.count()
+        metadata = database.metadata()
         destination = target.database(
             location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions
         )
-        copy_database(database, destination, result, chunk_size, progress.advance)
-    return report
+        result.target = destination.where
+        held = destination.metadata()
+        if held.assumptions != metadata.assumptions:
+            result.problems.append(
+                f"the target records the assumptions {list(held.assumptions)}, the source {list(metadata.assumptions)}"
+            )
+        copy_database(database, destination, result, chunk_size, advance)
+    except InvalidInputError as e:  # a source row the target refuses (not stored under the hash of its input)
+        result.problems.append(f"{e}; run `judgestore verify` on the source")
+    except _DATABASE_ERRORS as e:  # the target's database is behind, ahead, not ours, its metadata edited
+        result.problems.append(str(e))
+    finally:
+        if on_progress is not None and done < total:
+            on_progress(phase, total, total)  # the bar goes, whatever happened

@@ -67,6 +67,10 @@ class MetadataMissingError(LayoutError):
     """A descriptor folder has no readable metadata.json."""
 
 
+class StoreMissingError(LayoutError):
+    """A store that must exist (a copy's source) is not there: no such folder, or no registry on the server."""
+
+
 class DatabaseFileError(JudgestoreError):
     """A descriptor database (a file, or a server's schema) cannot be used as it is."""
 

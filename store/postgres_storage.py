@@ -50,7 +50,7 @@ from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, sel
 from sqlalchemy.exc import DBAPIError
 
 from store.database import Database
-from store.descriptor import ModelDescriptor, input_hash
+from store.descriptor import ModelDescriptor
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
@@ -90,7 +90,7 @@ from store.schema import (
 )
 from store.settings import Settings
 from store.upgrade import UpgradeOutcome, UpgradeResult
-from store.verify import MAX_LISTED_BAD_ROWS, DatabaseVerification, Problem, ProblemKind
+from store.verify import DatabaseVerification, Problem, ProblemKind, RowChecks
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -99,6 +99,7 @@ T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
 RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
 UNDEFINED_TABLE = "42P01"
+UNDEFINED_COLUMN = "42703"
 
 
 def _retryable(error: DBAPIError) -> bool:
@@ -362,23 +363,35 @@ class PostgresStorage:
                 except MetadataMismatchError as e:
                     problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
                 status = self.classify(conn, location)
-                if status.state not in USABLE_STATES:
-                    problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
-                elif status.state is DatabaseState.CURRENT:
-                    repo = Repository(conn.execution_options(**schema_options(location)), location.role)
-                    bad = 0
-                    for record in repo.query():
-                        checked += 1
-                        if input_hash(record.input_text, record.sample_index) != record.input_hash:
-                            bad += 1
-                            if bad <= MAX_LISTED_BAD_ROWS:
-                                problems.append(Problem(where, ProblemKind.INPUT_HASH,
-                                    f"row {record.input_hash}: its input_text does not hash to its input_hash; "
-                                    f"delete it (`judgestore delete --input-hash {record.input_hash}`)"))  # fmt: skip
-                    adopted = repo.count(RowFilter(adopted=True))
+            if status.state not in USABLE_STATES:
+                problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
+            elif status.state is DatabaseState.CURRENT:
+                checked, found, adopted = self._verify_rows(location, where)
+                problems += found
         except JudgestoreError as e:
             problems.append(Problem(where, ProblemKind.FILE, str(e)))
         return DatabaseVerification(location, where, checked, tuple(problems), adopted)
+
+    def _verify_rows(self, location: Location, where: str) -> tuple[int, list[Problem], int]:
+        """Every row's input hash, and the adopted rows counted; a table another tool changed is a problem."""
+        checks = RowChecks(where)
+        try:
+            with self.connection() as conn:  # its own transaction: a failure here ends only this one
+                repo = Repository(conn.execution_options(**schema_options(location)), location.role)
+                for record in repo.query():
+                    checks.hashed(record.input_hash, record.sample_index, record.input_text)
+                adopted = repo.count(RowFilter(adopted=True))
+        except DBAPIError as e:  # what store.postgres.translated has no name for
+            state = getattr(e.orig, "sqlstate", None)
+            message = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
+            if state in (UNDEFINED_TABLE, UNDEFINED_COLUMN):
+                what = f"{message}: a table or column its revision promises is missing (another tool edited the schema)"
+                return checks.checked, [Problem(where, ProblemKind.SCHEMA, what)], 0
+            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {message}")], 0
+        except ValueError as e:  # a JSON value that does not decode (InvalidInputError is one)
+            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
+        checked, problems = checks.result()
+        return checked, problems, adopted
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it

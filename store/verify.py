@@ -97,11 +97,15 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
     return [Problem(str(path), ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
 
 
-class _RowChecks:
-    """Problems found row by row: rows whose input does not hash to their key, rows whose text is damaged."""
+class RowChecks:
+    """Problems found row by row: rows whose input does not hash to their key, rows whose text is damaged.
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    ``where`` names the database in each problem (a file, or a server's schema); at most
+    :data:`MAX_LISTED_BAD_ROWS` rows are listed, then one problem counts them all.
+    """
+
+    def __init__(self, where: Path | str) -> None:
+        self.where = str(where)
         self.checked = 0
         self.bad = 0
         self.problems: list[Problem] = []
@@ -109,7 +113,7 @@ class _RowChecks:
     def _add(self, kind: ProblemKind, message: str) -> None:
         self.bad += 1
         if self.bad <= MAX_LISTED_BAD_ROWS:
-            self.problems.append(Problem(str(self.path), kind, message))
+            self.problems.append(Problem(self.where, kind, message))
 
     def hashed(self, key: str, sample_index: int, rendered: str | bytes) -> None:
         self.checked += 1
@@ -140,14 +144,12 @@ class _RowChecks:
 
     def result(self) -> tuple[int, list[Problem]]:
         if self.bad > MAX_LISTED_BAD_ROWS:
-            self.problems.append(
-                Problem(str(self.path), ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems")
-            )
+            self.problems.append(Problem(self.where, ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems"))
         return self.checked, self.problems
 
 
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
-    checks = _RowChecks(path)
+    checks = RowChecks(path)
     for record in Repository(conn, location.role).query():
         checks.hashed(record.input_hash, record.sample_index, record.input_text)
     return checks.result()
@@ -162,7 +164,7 @@ def _utf8(value: bytes) -> str | None:
 
 def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
     """The row scan again, reading text as bytes: names the rows whose text is not UTF-8 (damaged pages)."""
-    checks = _RowChecks(path)
+    checks = RowChecks(path)
     driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
     saved, driver.text_factory = driver.text_factory, bytes
     try:

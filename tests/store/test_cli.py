@@ -27,6 +27,8 @@ from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
 
+REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
+
 REVISIONS = SYNTHETIC_REVISIONS
 
 
@@ -500,12 +502,12 @@ def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
 def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: Path) -> None:
     def commands(*argv: str) -> set[str]:
         result = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
-                                env={**os.environ, "COLUMNS": "200"})  # fmt: skip
+                                env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO)})  # fmt: skip
         assert result.returncode == 0, result.stderr
         listed = result.stdout.split("Commands")[1].splitlines()  # the panel after Options
         return {line.split()[1] for line in listed if line.startswith("│ ") and len(line.split()) > 2}
 
     store_only = commands(sys.executable, "-m", "store")
     everything = commands(str(Path(sys.executable).with_name("judgestore")))
-    assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub"}
+    assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub", "copy"}
     assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit", "adopt"}

@@ -5,14 +5,18 @@ from __future__ import annotations
 import math
 import re
 import threading
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 from sqlalchemy import event, inspect
 from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
 
 from store import logprobs
+from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.errors import (
     ForeignSchemaError,
@@ -32,6 +36,7 @@ from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
 from store.upgrade import UpgradeOutcome
+from store.verify import ProblemKind
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
@@ -60,6 +65,28 @@ def test_a_server_store_keeps_rows_exactly_as_a_folder_does(pg_url: str) -> None
         assert again.locations() == [Location.of("judgements", "arena", QWEN)]
         assert found.metadata().descriptor == QWEN
         assert again.find("completions", "arena", QWEN) is None
+
+
+def test_writes_on_a_server_count_what_they_wrote_and_refuse_malformed_rows_whole(pg_url: str) -> None:
+    with Store(url=pg_url) as store:
+        completions = store.database("completions", "t", QWEN)
+        judgements = store.database("judgements", "t", QWEN)
+        assert completions.put_many([completion_record(i) for i in range(10)] + [completion_record(3)]) == 10
+        changed = [completion_record(i, completion="changed") for i in range(15)]
+        assert completions.put_many(changed) == 5  # ignore: the 10 stored rows are kept
+        assert completions.get_many([changed[0].input_hash])[changed[0].input_hash].completion == "answer 0"
+        assert completions.put_many(changed, on_conflict="replace") == 15
+        assert completions.get_many(r.input_hash for r in changed) == {r.input_hash: r for r in changed}
+        for bad in (
+            completion_record(1, created_at=datetime(2026, 1, 1)),  # naive
+            completion_record(1, model="m\ud800"),  # a lone surrogate
+            completion_record(1, input_hash=completion_record(2).input_hash),  # not the hash of its input
+        ):
+            with pytest.raises(InvalidInputError):
+                completions.put_many([completion_record(100), bad])
+        with pytest.raises(InvalidInputError, match="orientation"):
+            judgements.put_many([judgement_record(1), judgement_record(2, orientation="sideways")])
+        assert completions.count() == 15 and judgements.count() == 0
 
 
 def test_schema_names_are_short_safe_and_the_registry_keeps_the_whole_name(pg_url: str, pg_cluster: Cluster) -> None:
@@ -224,3 +251,92 @@ def test_prepared_statements_can_be_turned_off_for_a_transaction_pooler(pg_url: 
                 conn.exec_driver_sql("SELECT count(*) FROM judgestore.registry").scalar_one()
             prepared_now = conn.exec_driver_sql("SELECT count(*) FROM pg_prepared_statements").scalar_one()
     assert (prepared_now > 0) is prepared
+
+
+# ---------------------------------------------------------------- verify on a server
+
+
+def _server_store(pg_url: str) -> list[Location]:
+    """Three schemas: completions of two models (one with 12 rows, two adopted) and judgements."""
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many(
+            [completion_record(i, adopted_from="ab" * 32 if i < 2 else None) for i in range(12)]
+        )
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="other")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+        store.database("judgements", "t", QWEN).put_many([judgement_record(i) for i in range(4)])
+        return store.locations()
+
+
+def _verify(pg_url: str) -> dict[str, Any]:
+    with Store(url=pg_url, readonly=True) as store:
+        return {loc.role + "/" + loc.model: store.verify(loc) for loc in store.locations()}
+
+
+def test_verify_passes_a_clean_server_store_and_counts_adopted_rows(pg_url: str) -> None:
+    _server_store(pg_url)
+    results = _verify(pg_url)
+    assert all(r.ok for r in results.values()), [r.problems for r in results.values()]
+    assert [r.rows_checked for r in results.values()] == [12, 3, 4]
+    assert results["completions/Qwen/Qwen3-8B"].rows_adopted == 2
+    assert all(" schema js_" in r.where for r in results.values())
+
+
+def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cluster: Cluster) -> None:
+    locations = _server_store(pg_url)
+    qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)
+    name, database = schema_name(qwen), make_url(pg_url).database
+    victim = completion_record(5).input_hash
+    edited = "0" * 64
+    pg_cluster.sql(f"UPDATE \"{name}\".completions SET input_hash = '{edited}' WHERE input_hash = '{victim}'", database)
+    results = _verify(pg_url)
+    (problem,) = results["completions/Qwen/Qwen3-8B"].problems
+    assert problem.kind is ProblemKind.INPUT_HASH and edited in problem.message and name in problem.where
+    assert f"judgestore delete --input-hash {edited}" in problem.message
+    assert results["completions/Qwen/Qwen3-8B"].rows_checked == 12
+    assert all(r.ok for key, r in results.items() if key != "completions/Qwen/Qwen3-8B")
+    command = CliRunner().invoke(build_app(), ["verify", "--store-url", pg_url, "--json"])
+    assert command.exit_code == 1
+    report = orjson.loads(command.stdout)
+    assert [p["kind"] for p in report["problems"]] == ["input-hash"] and report["rows_checked"] == 19
+    assert pg_cluster.sql(f"SELECT count(*) FROM \"{name}\".completions WHERE input_hash = '{edited}'", database) == [
+        (1,)
+    ]  # verify changes nothing
+
+
+def test_verify_on_a_server_lists_ten_bad_rows_and_counts_them_all(pg_url: str, pg_cluster: Cluster) -> None:
+    locations = _server_store(pg_url)
+    qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)
+    pg_cluster.sql(
+        f"UPDATE \"{schema_name(qwen)}\".completions SET input_text = input_text || ' '", make_url(pg_url).database
+    )
+    problems = _verify(pg_url)["completions/Qwen/Qwen3-8B"].problems
+    assert len(problems) == 11 and {p.kind for p in problems} == {ProblemKind.INPUT_HASH}
+    assert "12 rows in all have problems" in problems[-1].message
+
+
+def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dropped_table(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    locations = _server_store(pg_url)
+    database = make_url(pg_url).database
+    by_key = {loc.role + "/" + loc.model: loc for loc in locations}
+    pg_cluster.sql(
+        "UPDATE judgestore.registry SET metadata_json = replace(metadata_json, '\"t\"', '\"u\"') "
+        f"WHERE schema_name = '{schema_name(by_key['judgements/Qwen/Qwen3-8B'])}'",
+        database,
+    )
+    pg_cluster.sql(
+        f"UPDATE \"{schema_name(by_key['completions/other'])}\".judgestore_alembic_version SET version_num = 'f00d'",
+        database,
+    )
+    pg_cluster.sql(f'DROP TABLE "{schema_name(by_key["completions/Qwen/Qwen3-8B"])}".completions', database)
+    results = _verify(pg_url)
+    kinds = {key: [p.kind for p in r.problems] for key, r in results.items()}
+    assert kinds["judgements/Qwen/Qwen3-8B"] == [ProblemKind.METADATA]
+    assert (
+        kinds["completions/other"] == [ProblemKind.SCHEMA]
+        and "f00d" in results["completions/other"].problems[0].message
+    )
+    assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]

@@ -1,0 +1,155 @@
+"""``judgestore copy``: move a store between a folder and a PostgreSQL server (or folder to folder).
+
+Contract:
+
+* Thin: parse, call :func:`store.copy.copy_store`, render (see
+  :mod:`store.cli.common` for the edge, the options and where output goes).
+* Exactly one of ``--from-root`` / ``--from-url`` and one of ``--to-root`` /
+  ``--to-url``; anything else is an :class:`~store.errors.InvalidInputError`
+  (exit 1, a JSON error with ``--json``) before any store is opened. The
+  source is opened read-only.
+* Exits 1 when any database did not verify (a conflict, a row that did not
+  read back the same, a database that could not be copied); a second run of
+  a finished copy writes nothing and exits 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.text import Text
+
+from store.cli.common import (
+    JsonOutput,
+    command_errors,
+    emit_json,
+    environment_settings,
+    grouped,
+    location_cells,
+    location_table,
+    note,
+    progress_bars,
+    selection,
+    stderr,
+    stdout,
+)
+from store.errors import InvalidInputError
+from store.layout import Selector
+from store.store import Store
+
+if TYPE_CHECKING:
+    from store.copy import CopiedDatabase, CopyReport
+
+STORES_PANEL = "Stores"
+
+
+def register(app: typer.Typer) -> None:
+    app.command("copy")(command_errors(grouped(selector=selection)(copy_command)))
+
+
+def _one_of(root: Path | None, url: str | None, side: str) -> None:
+    if (root is None) == (url is None):
+        given = "both" if root is not None else "neither"
+        raise InvalidInputError(f"give exactly one of --{side}-root PATH and --{side}-url URL (got {given})")
+
+
+def copy_command(
+    selector: Selector,
+    from_root: Annotated[
+        Path | None,
+        typer.Option("--from-root", metavar="PATH", help="Copy from this store folder.", rich_help_panel=STORES_PANEL),
+    ] = None,
+    from_url: Annotated[
+        str | None,
+        typer.Option(
+            "--from-url",
+            metavar="URL",
+            help="Copy from this PostgreSQL store (postgresql+psycopg://user@host/db).",
+            rich_help_panel=STORES_PANEL,
+        ),
+    ] = None,
+    to_root: Annotated[
+        Path | None,
+        typer.Option("--to-root", metavar="PATH", help="Copy into this store folder.", rich_help_panel=STORES_PANEL),
+    ] = None,
+    to_url: Annotated[
+        str | None,
+        typer.Option("--to-url", metavar="URL", help="Copy into this PostgreSQL store.", rich_help_panel=STORES_PANEL),
+    ] = None,
+    chunk_size: Annotated[
+        int | None,
+        typer.Option("--chunk-size", min=1, show_default=False, help="Rows per write transaction (default 2,000)."),
+    ] = None,
+    json_output: JsonOutput = False,
+) -> None:
+    """Copy every selected descriptor database from one store to another, verifying every row.
+
+    Rows keep every column (adopted rows stay adopted); the runs and adoptions
+    tables travel too. Rows the target already holds are kept, never
+    overwritten: a key it holds with a different row is reported as a
+    conflict. Idempotent: run it again after a kill to finish, or to check a
+    finished copy (it then writes nothing). Exits 1 if any database did not
+    verify.
+
+    Examples:
+
+        judgestore copy --from-root ./judgestore-data --to-url postgresql+psycopg://me@db-host/evals
+
+        judgestore copy --from-url postgresql+psycopg://me@db-host/evals --to-root ./mirror --task mt-bench --json
+    """
+    from store.copy import DEFAULT_CHUNK_SIZE, copy_store  # imported by this command only (see store.cli.app)
+
+    _one_of(from_root, from_url, "from")
+    _one_of(to_root, to_url, "to")
+    settings = environment_settings()
+    with (
+        Store(settings, root=from_root, url=from_url, readonly=True) as source,
+        Store(settings, root=to_root, url=to_url) as target,
+        progress_bars(json_output) as progress,
+    ):
+        report = copy_store(source, target, selector, chunk_size=chunk_size or DEFAULT_CHUNK_SIZE, on_progress=progress)
+    if json_output:
+        emit_json(report.as_dict())
+    elif not report.databases:
+        note(f"Nothing to copy: no databases in {report.source} match.", json_output=json_output)
+    else:
+        _render(report)
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+def _render(report: CopyReport) -> None:
+    extra = [("Rows", "right"), ("Written", "right"), ("Conflicts", "right"), ("OK", "left")]
+    table = location_table(f"Copy {report.source} -> {report.target}", *extra)
+    for d in report.databases:
+        table.add_row(
+            *location_cells(d.location),
+            f"{d.source_rows:,}",
+            f"{d.written:,}",
+            Text(f"{d.conflicts:,}", style="bold red" if d.conflicts else ""),
+            Text("yes", style="green") if d.verified else Text("NO", style="bold red"),
+        )
+    runs = sum(d.bookkeeping.get("runs", 0) for d in report.databases)
+    adopted = sum(d.bookkeeping.get("adoptions", 0) for d in report.databases)
+    table.caption = (
+        f"{len(report.databases)} databases, {report.rows_written:,} rows written, {runs:,} runs and "
+        f"{adopted:,} adoptions copied"
+    )
+    stdout().print(table)
+    for d in report.databases:
+        for problem in _problems(d):
+            stderr().print(Text(f"{d.location.relative_folder()}: {problem}", style="red"), soft_wrap=True)
+    if not report.ok:
+        bad = sum(not d.verified for d in report.databases)
+        stderr().print(Text(f"{bad} of {len(report.databases)} databases did not verify.", style="bold red"))
+
+
+def _problems(d: CopiedDatabase) -> list[str]:
+    listed = list(d.problems)
+    if d.conflicts > len(d.conflicting_keys):
+        listed.append(f"{d.conflicts} conflicting rows in all (the target's rows were kept)")
+    if not d.problems and not d.verified and d.target is not None:
+        listed.append("the database digests differ: the target does not hold every source row unchanged")
+    return listed

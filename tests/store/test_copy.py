@@ -1,0 +1,309 @@
+"""Copying a store between a folder and a PostgreSQL server: every row and column, verified, idempotent, resumable."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from sqlalchemy.engine import make_url
+from typer.testing import CliRunner
+
+from store.adoption import AdoptionRecord, adopt_rows, adoptions
+from store.cli.app import build_app
+from store.copy import copy_store, row_digest
+from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
+from store.layout import Location, Selector
+from store.postgres import schema_name
+from store.runs import RunRecord, recent_runs, record_run
+from store.settings import Settings
+from store.store import Store
+from tests.factories import JUDGE, QWEN, completion_record, file_digests, fill_small_store, judgement_record
+from tests.pg_server import Cluster
+from tests.store.test_runs import run
+
+REPO = Path(__file__).resolve().parents[2]
+OLD_QWEN = QWEN.model_copy(update={"backend_version": "0.10.0"})
+
+
+def full_store(root: Path) -> Path:
+    """The small store, plus rows with NaN and -inf, adopted rows with their adoption record, and runs."""
+    fill_small_store(root)
+    with Store(Settings(), root=root) as store:
+        odd = store.database("completions", "mt-bench", QWEN)
+        odd.put_many([completion_record(40, usage={"x": math.nan, "y": -math.inf}, top_logprobs={"A": -math.inf})])
+        record_run(odd, run(1))
+        record_run(odd, run(2))
+        old = store.database("completions", "mt-bench", OLD_QWEN)
+        old.put_many([completion_record(i, model="qwen-old") for i in range(50, 54)])
+        evidence = AdoptionRecord(source_descriptor=OLD_QWEN.sha256(), source_task="mt-bench", source_rows=0,
+                                  details={"across": ["backend_version"], "nan": "no"}, sampled=2, exact=2,
+                                  max_abs_logprob_delta=None, top_tokens_changed=0, sample_seed=7, min_exact=1.0,
+                                  max_logprob_delta=0.5)  # fmt: skip
+        adopt_rows(old, odd, evidence)
+    return root
+
+
+def snapshot(store: Store) -> dict[Location, Any]:
+    """Everything a copy must carry, per database: each row's digest, runs and adoptions without their ids."""
+    found: dict[Location, Any] = {}
+    for location in store.locations():
+        database = store.open(location)
+        rows = {r.input_hash: row_digest(r) for r in database.query()}
+        runs = sorted((replace(r, id=None) for r in recent_runs(database, 1000)), key=lambda r: r.started_at)
+        adopted = [replace(a, id=None) for a in adoptions(database)]
+        found[location] = (rows, runs, adopted, database.metadata())
+    return found
+
+
+def test_a_folder_goes_to_a_server_and_back_with_every_row_and_its_bookkeeping(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        original = snapshot(source)
+        report = copy_store(source, server, chunk_size=2)
+        assert report.ok, report.as_dict()
+        assert report.rows_written == sum(len(rows) for rows, *_ in original.values()) == 19
+        assert snapshot(server) == original
+        qwen = next(d for d in report.databases if d.location == Location.of("completions", "mt-bench", QWEN))
+        assert qwen.bookkeeping == {"runs": 2, "adoptions": 1} and qwen.source_digest == qwen.target_digest
+        adopted = [r for r in server.open(qwen.location).query() if r.adopted_from is not None]
+        assert len(adopted) == 4 and {r.adopted_from for r in adopted} == {OLD_QWEN.sha256()}
+        nan_row = server.open(qwen.location).get_many([completion_record(40).input_hash])
+        assert math.isnan(next(iter(nan_row.values())).usage["x"])  # type: ignore[index]
+
+    with Store(url=pg_url, readonly=True) as server, Store(root=tmp_path / "back") as back:
+        report = copy_store(server, back)
+        assert report.ok and snapshot(back) == original
+    assert not [p for p in (tmp_path / "back").rglob("*") if p.name.endswith(".lock") and p.stat().st_size]
+
+
+def test_a_second_copy_writes_nothing_and_still_verifies(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        first = copy_store(source, server)
+        again = copy_store(source, server)
+    assert first.ok and again.ok
+    assert again.rows_written == 0 and again.as_dict()["already_there"] == first.rows_written
+    assert all(d.bookkeeping == {"runs": 0, "adoptions": 0} for d in again.databases)
+
+
+def test_folder_to_folder_with_a_selection(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        report = copy_store(source, target, Selector(role="judgements"))
+        assert report.ok and [d.location.role for d in report.databases] == ["judgements"]
+        assert target.locations() == [Location.of("judgements", "arena-hard", JUDGE)]
+        assert snapshot(target) == {k: v for k, v in snapshot(source).items() if k.role == "judgements"}
+
+
+def test_a_conflicting_row_in_the_target_is_reported_and_kept(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    theirs = completion_record(1, model="qwen", completion="another answer")
+    with Store(url=pg_url) as server:
+        server.database("completions", "mt-bench", QWEN).put_many([theirs])
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        report = copy_store(source, server)
+        (bad,) = [d for d in report.databases if not d.verified]
+        assert not report.ok and bad.conflicts == 1 and bad.conflicting_keys == [theirs.input_hash]
+        assert "differs in completion" in bad.problems[0]
+        assert bad.matched == bad.source_rows - 1 and bad.source_digest != bad.target_digest
+        kept = server.open(bad.location).get_many([theirs.input_hash])
+        assert kept == {theirs.input_hash: theirs}
+        assert all(d.verified for d in report.databases if d is not bad)  # the other databases went on
+
+
+def test_a_source_row_not_stored_under_its_hash_is_reported_and_the_others_go_on(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    with sqlite3.connect(location.db_path(root)) as conn:
+        conn.execute("UPDATE judgements SET input_text = 'edited' WHERE instruction_id = '7'")
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        report = copy_store(source, target, chunk_size=100)
+    (bad,) = [d for d in report.databases if not d.verified]
+    assert bad.location == location and "judgestore verify" in bad.problems[0]
+    assert len([d for d in report.databases if d.verified]) == 3
+
+
+def test_a_target_database_at_a_newer_revision_is_reported_untouched_and_the_others_go_on(
+    tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    root = full_store(tmp_path / "folder")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    with Store(url=pg_url) as server:
+        server.database("judgements", "arena-hard", JUDGE)
+    name, database = schema_name(location), make_url(pg_url).database
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = 'f00d'", database)
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        report = copy_store(source, server)
+    (bad,) = [d for d in report.databases if not d.verified]
+    assert bad.location == location and "f00d" in bad.problems[0] and bad.target is None
+    assert sum(d.written for d in report.databases) == 14
+    assert pg_cluster.sql(f'SELECT count(*) FROM "{name}".judgements', database) == [(0,)]
+
+
+def test_the_same_store_on_both_sides_is_refused(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "a")
+    before = file_digests(root)
+    with (
+        Store(root=root, readonly=True) as source,
+        Store(root=tmp_path / "." / "a") as target,
+        pytest.raises(InvalidInputError, match="same store"),
+    ):
+        copy_store(source, target)
+    assert file_digests(root) == before
+    other_spelling = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    with (
+        Store(url=pg_url, readonly=True) as source,
+        Store(url=other_spelling) as target,
+        pytest.raises(InvalidInputError, match="same store"),
+    ):
+        copy_store(source, target)
+
+
+def test_a_missing_source_is_a_typed_error_and_creates_nothing(tmp_path: Path, pg_url: str) -> None:
+    with (
+        Store(root=tmp_path / "nowhere", readonly=True) as source,
+        Store(root=tmp_path / "target") as target,
+        pytest.raises(StoreMissingError, match="no such folder"),
+    ):
+        copy_store(source, target)
+    assert not (tmp_path / "target").exists()
+    with (
+        Store(url=pg_url, readonly=True) as source,  # an empty database: no registry, no store
+        Store(root=tmp_path / "target") as target,
+        pytest.raises(StoreMissingError, match="no registry"),
+    ):
+        copy_store(source, target)
+    assert not (tmp_path / "target").exists()
+
+
+@pytest.mark.parametrize("side", ["source", "target"])
+def test_a_server_that_cannot_be_used_is_a_typed_error_and_nothing_changes(
+    side: str, tmp_path: Path, pg_cluster: Cluster
+) -> None:
+    root = full_store(tmp_path / "folder")
+    before = file_digests(root)
+    down = f"postgresql+psycopg://postgres@/x?host={tmp_path}"  # no server listens there
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE judge LOGIN PASSWORD 'right'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    wrong_password = pg_cluster.url("postgres", "judge", "wrong")
+    for url, error in ((down, ServerUnavailableError), (wrong_password, ServerAuthError)):
+        if side == "target":
+            stores = (Store(root=root, readonly=True), Store(url=url))
+        else:
+            stores = (Store(url=url, readonly=True), Store(root=tmp_path / "target"))
+        with stores[0] as source, stores[1] as target, pytest.raises(error):
+            copy_store(source, target)
+    assert file_digests(root) == before and not (tmp_path / "target").exists()
+
+
+# ---------------------------------------------------------------- the command
+
+
+def invoke(*args: str) -> Any:
+    return CliRunner().invoke(build_app(), ["copy", *args])
+
+
+def test_judgestore_copy_reports_json_and_exits_0_when_everything_verified(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    result = invoke("--from-root", str(root), "--to-url", pg_url, "--json")
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert report["ok"] and report["rows_written"] == 19 and report["databases_copied"] == 4
+    assert "@" in report["target"] and "password" not in report["target"]
+    again = invoke("--from-url", pg_url, "--to-root", str(tmp_path / "back"), "--role", "completions")
+    assert again.exit_code == 0, again.output
+    assert "3 databases, 14 rows written" in again.stdout
+
+
+def test_judgestore_copy_exits_1_when_a_row_conflicts(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    with Store(root=tmp_path / "b") as target:
+        target.database("judgements", "arena-hard", JUDGE).put_many([judgement_record(0, completion="[[B]]")])
+    result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"))
+    assert result.exit_code == 1
+    assert "differs in completion" in result.stderr and "did not verify" in result.stderr
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--to-root", "b"],
+        ["--from-root", "a", "--from-url", "postgresql+psycopg://u@h/d", "--to-root", "b"],
+        ["--from-root", "a"],
+        ["--from-root", "a", "--to-root", "b", "--to-url", "postgresql+psycopg://u@h/d"],
+    ],
+)
+def test_judgestore_copy_needs_exactly_one_source_and_one_target(args: list[str], tmp_path: Path) -> None:
+    result = invoke(*args, "--json")
+    assert result.exit_code == 1
+    error = orjson.loads(result.stderr)
+    assert error["type"] == "InvalidInputError" and "exactly one of" in error["error"]
+
+
+def test_judgestore_copy_with_a_wrong_url_is_a_typed_error(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    before = file_digests(root)
+    result = invoke("--from-root", str(root), "--to-url", "mysql://user@host/db", "--json")
+    assert result.exit_code == 1
+    assert orjson.loads(result.stderr)["type"] == "InvalidInputError"
+    assert file_digests(root) == before
+
+
+def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
+    rows = 6_000
+    root = tmp_path / "big"
+    with Store(root=root) as store:
+        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i) for i in range(rows)])
+    argv = [sys.executable, "-m", "store", "copy", "--from-root", str(root), "--to-url", pg_url, "--chunk-size", "25"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    table = f'"{schema_name(Location.of("completions", "mt-bench", QWEN))}".completions'
+    database = make_url(pg_url).database
+
+    def copied() -> int:
+        try:
+            return int(pg_cluster.sql(f"SELECT count(*) FROM {table}", database)[0][0])  # type: ignore[arg-type]
+        except Exception:  # the schema does not exist yet
+            return 0
+
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    _, stderr = child.communicate()
+    partial = copied()
+    assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
+
+    again = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    report = orjson.loads(again.stdout)
+    (result,) = report["databases"]
+    assert result["verified"] and result["source_rows"] == rows
+    assert result["written"] == rows - partial and result["already_there"] == partial
+    assert copied() == rows
+    with Store(url=pg_url, readonly=True) as server:
+        held = server.open(Location.of("completions", "mt-bench", QWEN))
+        assert held.count() == rows
+        expected = {r.input_hash: row_digest(r) for r in (completion_record(i) for i in range(rows))}
+        assert {r.input_hash: row_digest(r) for r in held.query()} == expected
+
+
+def test_runs_the_target_holds_are_kept_and_copied_runs_get_new_ids(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    with Store(root=tmp_path / "b") as target:
+        record_run(target.database("completions", "mt-bench", QWEN), run(9))
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        assert copy_store(source, target).ok
+        runs: list[RunRecord] = recent_runs(target.open(Location.of("completions", "mt-bench", QWEN)))
+    assert [r.run_id for r in runs] == ["run-9", "run-2", "run-1"] and len({r.id for r in runs}) == 3
