@@ -15,7 +15,7 @@ Contract:
 * Subclasses say how to connect, retry and translate: :class:`SqliteDatabase`
   here (``BEGIN IMMEDIATE`` writers; a read-only file read as immutable is
   read again if a writer changed it meanwhile),
-  :class:`store.postgres_backend.PostgresDatabase` for a server.
+  :class:`store.postgres_storage.PostgresDatabase` for a server.
 """
 
 from __future__ import annotations

@@ -79,6 +79,33 @@ def test_generate_then_every_read_command_on_a_server_store(
     assert (third["hits"], third["misses"]) == (3, 2)  # exactly the deleted rows are recomputed
 
 
+def test_judge_pairwise_and_pointwise_on_a_server_store(openai_server: FakeOpenAI, tmp_path: Path, pg_url: str) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [
+        {"instruction_id": "0", "question": "q0", "model_a": "a", "answer_a": "x", "model_b": "b", "answer_b": "y"},
+        {"instruction_id": "1", "question": "q1", "model_a": "a", "answer_a": "z"},  # pointwise: no model_b
+    ]
+    pairs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+    def judge() -> Any:
+        return as_json(judgestore(
+            "judge", "--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+            "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(pairs), "-o", str(tmp_path / "verdicts.jsonl"),
+            "--orientation", "both", "--json", "--store-url", pg_url,
+        ))  # fmt: skip
+
+    first = judge()
+    assert (first["requested"], first["rows_written"]) == (3, 3)  # the pair both ways, the single answer once
+    again = judge()
+    assert (again["hits"], again["requests_sent"]) == (3, 0) and len(openai_server.completions()) == 3
+    (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
+    assert (listed["role"], listed["rows"]) == ("judgements", 3) and "js_j_" in listed["path"]
+    rows = [orjson.loads(x) for x in judgestore("query", "--role", "judgements", "--format", "jsonl",
+                                                 "--store-url", pg_url).stdout.splitlines()]  # fmt: skip
+    slots = sorted((r["model_a"], r["model_b"] or "", r["orientation"] or "") for r in rows)
+    assert slots == [("a", "", ""), ("a", "b", "direct"), ("b", "a", "reversed")]  # pointwise: model_b NULL
+
+
 def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str) -> None:
     result = judgestore("vacuum", "--store-url", pg_url)
     assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
