@@ -4,8 +4,9 @@ Contract:
 
 * :func:`vacuum_database` compacts one SQLite file in place: under the
   file's lock (the one creation and upgrades take, so neither runs at the
-  same time), it checks that the file is ours (current or behind; ahead,
-  foreign and damaged files are refused untouched), checkpoints the WAL
+  same time), it checks that the file is ours (its folder's metadata.json
+  matches the location, its schema is current or behind; ahead, foreign and
+  damaged files, and edited or moved folders, are refused untouched), checkpoints the WAL
   (``wal_checkpoint(TRUNCATE)``), runs ``VACUUM`` (which rewrites the file
   without its free pages, in one transaction of SQLite's own), and
   checkpoints again so the WAL is emptied. Writers and readers of other
@@ -30,7 +31,7 @@ from sqlalchemy.exc import DatabaseError
 
 from store.engine import create_sqlite_engine, translated
 from store.errors import JudgestoreError
-from store.layout import Location, database_size, lock_path
+from store.layout import Location, check_location_metadata, database_size, lock_path
 from store.schema import DatabaseState, classify, status_error
 from store.settings import Settings
 
@@ -81,6 +82,12 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
 
     if not path.exists():
         return result(VacuumOutcome.REFUSED, f"{path}: does not exist")
+    try:  # a folder whose metadata.json is not its descriptor's (edited, moved) is not ours to rewrite
+        check_location_metadata(root, location)
+    except JudgestoreError as e:
+        return result(VacuumOutcome.REFUSED, str(e))
+    except OSError as e:
+        return result(VacuumOutcome.REFUSED, f"{location.metadata_path(root)}: cannot be read ({e.strerror or e})")
     with FileLock(lock_path(path)):
         engine = create_sqlite_engine(path, settings, pooled=False)
         try:

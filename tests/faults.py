@@ -21,14 +21,11 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from inference import cli as inference_cli
-from inference import legacy_cli
-from store.cli.app import build_app
 
 
 def judgestore(*args: str, input: str | None = None) -> Result:
-    """The whole ``judgestore`` app (store, inference and import commands) in-process."""
-    app = build_app(inference_cli.register, legacy_cli.register)
-    return CliRunner().invoke(app, list(args), input=input, env={"COLUMNS": "200"})
+    """The whole ``judgestore`` app (every command the console script has) in-process."""
+    return CliRunner().invoke(inference_cli.app(), list(args), input=input, env={"COLUMNS": "200"})
 
 
 def assert_failed_cleanly(result: Result, exit_code: int = 1) -> None:

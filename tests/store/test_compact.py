@@ -5,6 +5,8 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import orjson
+
 from store.compact import VacuumOutcome, vacuum_database
 from store.layout import walk
 from store.records import RowFilter
@@ -61,4 +63,19 @@ def test_a_foreign_file_is_refused_untouched(store_root: Path) -> None:
     original = path.read_bytes()
     result = vacuum_database(store_root, location, Settings())
     assert result.outcome is VacuumOutcome.REFUSED and "alembic_version" in str(result.error)
+    assert path.read_bytes() == original
+
+
+def test_a_folder_whose_metadata_was_edited_is_refused_untouched(store_root: Path) -> None:
+    """Free pages of a deleted batch are there to give back, but not in a folder that is no longer its descriptor's."""
+    big_store(store_root)
+    (location,) = walk(store_root)
+    path = location.db_path(store_root)
+    metadata = location.metadata_path(store_root)
+    doc = orjson.loads(metadata.read_bytes())
+    doc["descriptor"]["sampling"]["temperature"] = 0.5  # no longer the descriptor the folder is named after
+    metadata.write_bytes(orjson.dumps(doc))
+    original = path.read_bytes()
+    result = vacuum_database(store_root, location, Settings())
+    assert result.outcome is VacuumOutcome.REFUSED and "metadata.json" in str(result.error)
     assert path.read_bytes() == original
