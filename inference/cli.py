@@ -37,6 +37,7 @@ from inference import adopt_cli, diagnostics_cli, legacy_cli
 from inference.cached import Mode, Plan
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
+from inference.judging import OrientationsChoice
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
 from inference.requests import Request
 from inference.run import run_requests
@@ -53,7 +54,6 @@ from store.cli.common import (
 )
 from store.errors import InvalidInputError
 from store.layout import Role
-from store.records import Orientation
 from store.settings import Settings
 
 _MODEL = "Model"
@@ -85,12 +85,6 @@ class ProviderChoice(enum.StrEnum):
     openrouter = "openrouter"
     together = "together"
     vllm_server = "vllm-server"
-
-
-class OrientationsChoice(enum.StrEnum):
-    both = "both"
-    direct = "direct"
-    reversed = "reversed"
 
 
 def register(app: typer.Typer) -> None:
@@ -378,10 +372,7 @@ def judge_command(
 
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
-    orientations: tuple[Orientation, ...] = (
-        ("direct", "reversed") if orientation is OrientationsChoice.both else (orientation.value,)  # type: ignore[assignment]
-    )
-    requests = read_judgement_requests(run.input_path, orientations, judge=spec.display_name)
+    requests = read_judgement_requests(run.input_path, orientation.orientations(), judge=spec.display_name)
     _run(spec, list(requests), "judgements", run, settings, json_output)
 
 

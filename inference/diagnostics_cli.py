@@ -16,7 +16,6 @@ Contract:
 
 from __future__ import annotations
 
-import enum
 import inspect
 import os
 from collections.abc import Callable
@@ -30,6 +29,7 @@ from rich.text import Text
 
 from inference.cached import CachedModel
 from inference.jsonl import read_completion_requests, read_judgement_requests
+from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.run import RunnableSpec
 from store.cli.common import (
@@ -45,7 +45,6 @@ from store.cli.common import (
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
 from store.layout import Role
-from store.records import Orientation
 from store.settings import Settings
 from store.store import Store
 
@@ -55,12 +54,6 @@ if TYPE_CHECKING:  # imported when the command runs: starting `judgestore genera
 
 SpecOptions = Callable[..., RunnableSpec]
 _WHAT = "What to explain"
-
-
-class OrientationsChoice(enum.StrEnum):
-    both = "both"
-    direct = "direct"
-    reversed = "reversed"
 
 
 def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
@@ -113,10 +106,7 @@ def _descriptor_file(path: Path) -> ModelDescriptor:
 def _requests(path: Path, role: Role, orientation: OrientationsChoice, label: str) -> list[Request]:
     if role == "completions":
         return list(read_completion_requests(path))
-    orientations: tuple[Orientation, ...] = (
-        ("direct", "reversed") if orientation is OrientationsChoice.both else (orientation.value,)  # type: ignore[assignment]
-    )
-    return list(read_judgement_requests(path, orientations, judge=label))
+    return list(read_judgement_requests(path, orientation.orientations(), judge=label))
 
 
 def _never_loaded() -> Any:

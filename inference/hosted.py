@@ -51,7 +51,6 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import JsonValue, ValidationError
 
 from inference.backend import Backend
-from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
 from inference.openai_backend import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_TIMEOUT_S,
@@ -60,13 +59,12 @@ from inference.openai_backend import (
     RetryPolicy,
 )
 from inference.sampling import json_value, sampling_settings_from
-from inference.spec import DEFAULT_SAMPLING
+from inference.spec import DEFAULT_SAMPLING, CacheableSpec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, MissingAPIKeyError
-from store.store import Store
 
 if TYPE_CHECKING:
-    from store.sync.remote import Remote
+    pass
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)
@@ -281,7 +279,7 @@ def hosted_descriptor(
 
 
 @dataclass(frozen=True)
-class HostedSpec:
+class HostedSpec(CacheableSpec):
     """A hosted or served model as a user names it; the hosted counterpart of :class:`~inference.spec.ModelSpec`.
 
     ``sampling`` is merged over :data:`~inference.spec.DEFAULT_SAMPLING`.
@@ -359,25 +357,4 @@ class HostedSpec:
             timeout_s=self.timeout_s,
             retry=self.retry,
             stats=self.stats,
-        )
-
-    def cached(
-        self,
-        store: Store | None,
-        *,
-        task: str,
-        mode: Mode = "use",
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        remote: Remote | None = None,
-    ) -> CachedModel:
-        """This model behind ``store``: requests are sent only for what the store does not hold."""
-        return CachedModel(
-            store,
-            self.descriptor,
-            task=task,
-            backend_factory=self.backend,
-            mode=mode,
-            chunk_size=chunk_size,
-            label=self.display_name,
-            remote=remote,
         )

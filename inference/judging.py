@@ -16,6 +16,7 @@ meaning of the slots.
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Iterable
 
 from inference.requests import JudgementRequest
@@ -84,3 +85,18 @@ def pointwise_request(
         benchmark=benchmark,
         instruction_id=instruction_id,
     )
+
+
+class OrientationsChoice(enum.StrEnum):
+    """The command line's ``--orientation``: one orientation of each pair, or both."""
+
+    both = "both"
+    direct = "direct"
+    reversed = "reversed"
+
+    def orientations(self) -> tuple[Orientation, ...]:
+        if self is OrientationsChoice.direct:
+            return ("direct",)
+        if self is OrientationsChoice.reversed:
+            return ("reversed",)
+        return ("direct", "reversed")

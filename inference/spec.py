@@ -51,8 +51,52 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
     return parsed
 
 
+class CacheableSpec:
+    """What a model spec (:class:`ModelSpec`, :class:`inference.hosted.HostedSpec`) puts behind a store.
+
+    A subclass has a ``descriptor`` (the cache key), a ``display_name`` (recorded
+    in rows) and ``backend()``, which starts the engine or the client: called
+    only when a batch has misses.
+    """
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        raise NotImplementedError
+
+    @property
+    def display_name(self) -> str:
+        raise NotImplementedError
+
+    def backend(self) -> Backend:
+        raise NotImplementedError
+
+    def cached(
+        self,
+        store: Store | None,
+        *,
+        task: str,
+        mode: Mode = "use",
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        remote: Remote | None = None,
+    ) -> CachedModel:
+        """This model behind ``store``: ``backend()`` runs only if a batch has misses.
+
+        With a ``remote``, the run's descriptor folder is fetched from it first.
+        """
+        return CachedModel(
+            store,
+            self.descriptor,
+            task=task,
+            backend_factory=self.backend,
+            mode=mode,
+            chunk_size=chunk_size,
+            label=self.display_name,
+            remote=remote,
+        )
+
+
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(CacheableSpec):
     """Everything needed to describe and, if needed, load one vLLM model.
 
     ``model`` is a Hub id or a local folder, as ``vllm.LLM(model=...)`` takes
@@ -102,28 +146,4 @@ class ModelSpec:
 
         return create_vllm_backend(
             self.descriptor, self.engine_kwargs, model=self.model, chat_template=self.chat_template
-        )
-
-    def cached(
-        self,
-        store: Store | None,
-        *,
-        task: str,
-        mode: Mode = "use",
-        chunk_size: int = DEFAULT_CHUNK_SIZE,
-        remote: Remote | None = None,
-    ) -> CachedModel:
-        """This model behind ``store``: the engine is loaded only if a batch has misses.
-
-        With a ``remote``, the run's descriptor folder is fetched from it first.
-        """
-        return CachedModel(
-            store,
-            self.descriptor,
-            task=task,
-            backend_factory=self.backend,
-            mode=mode,
-            chunk_size=chunk_size,
-            label=self.display_name,
-            remote=remote,
         )

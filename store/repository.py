@@ -71,7 +71,7 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
 from sqlalchemy.sql.selectable import TableValuedAlias
 
@@ -146,6 +146,8 @@ def _lookup_statement(role: Role, sqlite_dialect: bool) -> Select[Any]:
     if sqlite_dialect:
         values = json_each_keys()
         return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
+    from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
+
     return select(*columns).where(table.c.input_hash == any_(bindparam("keys", type_=postgresql.ARRAY(String))))
 
 
@@ -458,6 +460,8 @@ def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tu
     key = (role, on_conflict, (translate or {}).get(None))
     plan = _POSTGRES_INSERTS.get(key)
     if plan is None:
+        from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
+
         dialect = conn.dialect
         table, _, fields, _, _ = _shape(role)
         schema = {"schema_translate_map": translate, "render_schema_translate": True} if translate else {}

@@ -47,13 +47,12 @@ from store.errors import (
     ShardError,
     UntrustedContentError,
 )
-from store.layout import ROLES, Location, Selector, StoredMetadata, encode_segment
+from store.layout import LEVELS, ROLES, Location, Selector, StoredMetadata, encode_segment
 from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import Remote
 from store.sync.remote_layout import (
-    LEVELS,
     METADATA_MAX_BYTES,
     folder_segment,
     metadata_path,
@@ -91,12 +90,8 @@ class FetchedFolder:
     bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        loc = self.location
-        return {
-            "role": loc.role, "task": loc.task, "provider": loc.provider, "model": loc.model,
-            "descriptor": loc.descriptor_hash16, "shards": self.shards, "rows_read": self.rows_read,
-            "rows_inserted": self.rows_inserted, "bytes": self.bytes,
-        }  # fmt: skip
+        counts = {"shards": self.shards, "rows_read": self.rows_read, "rows_inserted": self.rows_inserted}
+        return {**self.location.as_dict(), **counts, "bytes": self.bytes}
 
 
 @dataclass(slots=True)

@@ -61,11 +61,7 @@ class PushedFolder:
     bytes: int = 0
 
     def as_dict(self) -> dict[str, Any]:
-        loc = self.location
-        return {
-            "role": loc.role, "task": loc.task, "provider": loc.provider, "model": loc.model,
-            "descriptor": loc.descriptor_hash16, "shards": self.shards, "rows": self.rows, "bytes": self.bytes,
-        }  # fmt: skip
+        return {**self.location.as_dict(), "shards": self.shards, "rows": self.rows, "bytes": self.bytes}
 
 
 @dataclass(slots=True)

@@ -32,13 +32,21 @@ from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
-from store.layout import METADATA_FILE, ROLES, Location, StoredMetadata, check_role, decode_segment, metadata_bytes
+from store.layout import (
+    LEVELS,
+    METADATA_FILE,
+    ROLES,
+    Location,
+    StoredMetadata,
+    check_role,
+    decode_segment,
+    metadata_bytes,
+)
 from store.sync.shards import HASH64, SHARD_SUFFIX, shard_file_name
 
 SHARDS_DIR = "shards"
 METADATA_MAX_BYTES = 1024 * 1024
 HASH16 = re.compile(r"[0-9a-f]{16}")
-LEVELS = ("role", "task", "provider", "model", "descriptor")
 
 
 def remote_folder(location: Location) -> str:

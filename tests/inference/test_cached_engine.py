@@ -29,6 +29,7 @@ from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend
 from inference.vllm_descriptor import descriptor_from_vllm
+from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError
 from store.records import RowFilter
@@ -135,7 +136,8 @@ def test_cached_results_equal_uncached_ones_logprobs_included(
         assert (h.text, h.top_logprobs, h.finish_reason) == (f.text, f.top_logprobs, f.finish_reason)
         tokens = ("prompt_tokens", "completion_tokens")  # engine_seconds is each generation's own time
         assert [h.usage[k] for k in tokens] == [f.usage[k] for k in tokens]  # type: ignore[index]
-        assert h.top_logprobs and len(h.top_logprobs) <= 3
+        (first,) = logprobs.decode(h.top_logprobs)  # "logprobs": 3, kept for the first position only
+        assert len(first.candidates) == 3 and len({c.token_id for c in first.candidates}) == 3
 
 
 def test_replay_fails_on_a_miss_and_refresh_replaces(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
