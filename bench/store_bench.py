@@ -2,7 +2,7 @@
 
 Usage::
 
-    python bench/store_bench.py [--quick] [--reps N] [--json out.json] [--only get,put,open]
+    python bench/store_bench.py [--quick] [--reps N] [--json out.json] [--only get,put,index,open]
                                 [--db-rows N] [--open-dbs N] [--workdir DIR] [--keep]
     python bench/store_bench.py --backend postgresql [--url URL] [--quick] ...   (see bench/pg_bench.py)
 
@@ -32,6 +32,8 @@ Cases:
   transaction, same pragmas (WAL, synchronous=NORMAL, busy timeout, foreign
   keys), JSON columns encoded by orjson with sorted keys, ``created_at`` as
   SQLAlchemy stores it on SQLite (``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC).
+* index: what each secondary index costs a write: raw put_many of new rows
+  with all of them, without each one, and without any (printed as a note).
 * open: open-and-check ``--open-dbs`` current databases with a fresh
   :class:`~store.store.Store` per sample (so the engine cache hides
   nothing), then close them all. Raw per database: read metadata.json, hash
@@ -286,6 +288,7 @@ class Bench:
         self.results: list[Result] = []
         self.notes: list[str] = []
         self._records: list[CompletionRecord] = []
+        self.index_timings: dict[str, Timing] = {}
 
     def records(self, n: int) -> list[CompletionRecord]:
         if len(self._records) < n:
@@ -418,6 +421,58 @@ class Bench:
             ours_teardown(ours_state, None)
             raw_teardown(raw_state, None)
 
+    # ------------------------------------------------------------ what each index costs a write
+
+    def bench_indexes(self) -> None:
+        """Raw put_many of new rows with every secondary index, without each one, and without any.
+
+        Measured on the raw floor (the same DDL, less one ``CREATE INDEX``) so
+        the figure is the index's own cost, not judgestore's code around it.
+        """
+        template_store, template = self.fresh_database(self.workdir / "index-template")
+        template_store.close()
+        ddl = schema_ddl(template.path)
+        indexes = [sql.split()[2] for sql in ddl if sql.startswith("CREATE INDEX") and " completions " in sql]
+        counter = iter(range(10**9))
+
+        def setup_without(dropped: frozenset[str]) -> Callable[[], tuple[sqlite3.Connection, Path]]:
+            def setup() -> tuple[sqlite3.Connection, Path]:
+                path = self.workdir / f"index-put-{next(counter)}.db"
+                conn = raw_connect(path, self.settings)
+                for statement in ddl:
+                    if not (statement.startswith("CREATE INDEX") and statement.split()[2] in dropped):
+                        conn.execute(statement)
+                return conn, path
+
+            return setup
+
+        def teardown(state: tuple[sqlite3.Connection, Path], _result: Any) -> None:
+            conn, path = state
+            conn.close()
+            for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+                p.unlink(missing_ok=True)
+
+        n = self.sizes.puts[0]
+        records = self.records(n)
+        variants = [Variant("all indexes", partial(_raw_put, records), setup_without(frozenset()), teardown)]
+        variants += [
+            Variant(f"without {name}", partial(_raw_put, records), setup_without(frozenset({name})), teardown)
+            for name in indexes
+        ]
+        variants.append(Variant("no index", partial(_raw_put, records), setup_without(frozenset(indexes)), teardown))
+        log(f"  put_many {n:,} new rows (raw) with and without each of {len(indexes)} indexes x{self.reps}")
+        timings = measure(variants, self.reps)
+        full = timings["all indexes"].median
+        lines = [f"raw put_many of {n:,} new rows with all {len(indexes)} secondary indexes: {format_seconds(full)}"]
+        for name in [*(f"without {i}" for i in indexes), "no index"]:
+            t = timings[name].median
+            lines.append(
+                f"{name}: {format_seconds(t)} (the index{'es' if name == 'no index' else ''} cost "
+                f"{(full - t) / t:+.0%} of a write)"
+            )
+        self.notes.append("index cost: " + "; ".join(lines))
+        self.index_timings = timings
+
     # ------------------------------------------------------------ open
 
     def bench_open(self) -> None:
@@ -532,7 +587,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smaller sizes and 3 repetitions (about a minute)")
     parser.add_argument("--reps", type=int, help="repetitions per case (default 5, --quick 3)")
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
-    parser.add_argument("--only", default="get,put,open", help="comma-separated subset of get,put,open")
+    parser.add_argument("--only", default="get,put,index,open", help="comma-separated subset of get,put,index,open")
     parser.add_argument("--db-rows", type=int, help="rows of the lookup database (default 100,000, --quick 10,000)")
     parser.add_argument("--open-dbs", type=int, help="databases opened per sample (default 1,000, --quick 200)")
     parser.add_argument("--workdir", type=Path, help="where the databases go (default: a temporary folder)")
@@ -555,8 +610,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     reps = args.reps or sizes.reps
     only = set(args.only.split(","))
-    if not only <= {"get", "put", "open"}:
-        parser.error(f"--only: unknown cases {sorted(only - {'get', 'put', 'open'})}")
+    if not only <= {"get", "put", "index", "open"}:
+        parser.error(f"--only: unknown cases {sorted(only - {'get', 'put', 'index', 'open'})}")
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -569,6 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases: list[tuple[str, Callable[[], None]]] = [
         ("get", bench.bench_get_many),
         ("put", bench.bench_put_many),
+        ("index", bench.bench_indexes),
         ("open", bench.bench_open),
     ]
     try:
@@ -606,6 +662,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "sizes": dataclasses.asdict(sizes),
                 "notes": bench.notes,
                 "results": [r.as_dict() for r in bench.results],
+                "index_cost": {name: t.as_dict() for name, t in bench.index_timings.items()},
             },
         )
     return 0
