@@ -14,7 +14,10 @@ Contract:
   busy is reported (``busy``) and left as it was.
 * :func:`vacuum_store` does that for many databases, one bad or busy file
   never stopping the others. Rows are never changed; only free pages go.
-* The PostgreSQL backend, when it lands, runs ``VACUUM`` on its schemas here.
+* A PostgreSQL store is not compacted here: autovacuum makes the space of
+  deleted rows reusable, and giving it back to the disk (``VACUUM FULL``)
+  locks each table and needs its owner, so ``judgestore vacuum`` says that
+  instead of doing it.
 """
 
 from __future__ import annotations

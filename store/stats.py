@@ -6,8 +6,9 @@ Contract:
   rows, one for its runs): the rows added up (:class:`~store.records.RowTotals`:
   data bytes, tokens in and out, engine seconds recorded), rows per finish
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
-  tokens and engine seconds saved) and the most recent runs, and how many
-  rows were adopted from older descriptors (``judgestore adopt``).
+  tokens and engine seconds saved) and the most recent runs, how many
+  rows were adopted from older descriptors and the record of each adoption
+  (``judgestore adopt``: from where, across what, on what evidence).
 * :func:`store_stats` does that for every database a
   :class:`~store.layout.Selector` picks, read-only. A database that cannot be
   opened (behind, foreign, damaged...) is reported with its error and never
@@ -20,6 +21,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.adoption import AdoptionRecord, adoptions
 from store.errors import JudgestoreError
 from store.layout import Location, Selector
 from store.records import RowFilter, RowTotals
@@ -40,6 +42,7 @@ class DatabaseStats:
     recent_runs: tuple[RunRecord, ...] = ()
     error: str | None = None
     adopted_rows: int = 0  # rows copied from older descriptors (their adopted_from is set)
+    adoptions: tuple[AdoptionRecord, ...] = ()  # newest first
 
     @property
     def truncated(self) -> int:
@@ -57,6 +60,7 @@ class DatabaseStats:
             "recent_runs": [run.as_dict() for run in self.recent_runs],
             "error": self.error,
             "adopted_rows": self.adopted_rows,
+            "adoptions": [adoption.as_dict() for adoption in self.adoptions],
         }
 
 
@@ -75,6 +79,7 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
         run_totals(database),
         tuple(recent_runs(database, recent)) if recent else (),
         adopted_rows=adopted,
+        adoptions=tuple(adoptions(database)),
     )
 
 

@@ -124,6 +124,7 @@ def stats_command(
     )
     stdout().print(table)
     _print_totals(totals)
+    _print_adoptions(found)
     if runs:
         _print_runs(found, runs)
     for entry in found:
@@ -156,6 +157,21 @@ def _print_totals(totals: StoreTotals) -> None:
         )
     for line in lines:
         stdout().print(line, soft_wrap=True)
+
+
+def _print_adoptions(found: list[DatabaseStats]) -> None:
+    """One line per recorded adoption: into which database, from where, across what, on what evidence."""
+    for entry in found:
+        for adoption in entry.adoptions:
+            when = adoption.adopted_at.strftime("%Y-%m-%d %H:%M") if adoption.adopted_at else "?"
+            across = ", ".join(adoption.details.get("across", ())) or "-"
+            stdout().print(
+                f"adoption {when}: {adoption.rows_adopted:,} rows into {entry.location.model} "
+                f"({entry.location.descriptor_hash16}) from {adoption.source_descriptor[:16]} "
+                f"(task {adoption.source_task}) across {across}; audit {adoption.exact}/{adoption.sampled} exact",
+                soft_wrap=True,
+                highlight=False,
+            )
 
 
 def _print_runs(found: list[DatabaseStats], limit: int) -> None:

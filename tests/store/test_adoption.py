@@ -130,7 +130,14 @@ def test_the_commands_show_and_take_back_adopted_rows(store: Store, source: Data
     verify = orjson.loads(run(root, "verify", "--json").stdout)
     assert verify["ok"] and verify["rows_adopted"] == 5
     assert "(5 adopted from older descriptors)" in run(root, "verify").stdout
-    assert "adopted: 5 of the rows" in run(root, "stats").stdout
+    stats_text = run(root, "stats").stdout
+    assert "adopted: 5 of the rows" in stats_text
+    assert f"5 rows into {NEW.model} ({NEW.hash16()}) from {OLD.hash16()} (task mt-bench) across backend_version; " \
+        "audit 3/3 exact" in stats_text  # fmt: skip
+    (recorded,) = [d for d in orjson.loads(run(root, "stats", "--json").stdout)["databases"] if d["adoptions"]]
+    (adoption,) = recorded["adoptions"]
+    assert (recorded["descriptor"], adoption["source_descriptor"]) == (NEW.hash16(), OLD.sha256())
+    assert (adoption["rows_adopted"], adoption["exact"], adoption["sampled"]) == (5, 3, 3)
     dry = orjson.loads(run(root, "delete", "--adopted-from", OLD.hash16(), "--dry-run", "--json").stdout)
     assert dry["matched"] == 5 and dry["deleted"] == 0
     done = orjson.loads(run(root, "delete", "--adopted-from", OLD.hash16(), "--yes", "--json").stdout)
