@@ -63,6 +63,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 # ---------------------------------------------------------------- a PostgreSQL server, started by the tests
 
+
 @pytest.fixture(scope="session")
 def pg_cluster() -> Iterator[Cluster]:
     """A throwaway PostgreSQL cluster for the session (tests/pg_server.py); skipped only without its binaries."""
