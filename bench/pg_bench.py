@@ -68,7 +68,7 @@ from store.descriptor import ModelDescriptor
 from store.layout import Location, Role
 from store.postgres import REGISTRY_SCHEMA, schema_name
 from store.records import CompletionRecord
-from store.repository import ARRAY_BATCH
+from store.row_statements import ARRAY_BATCH
 from store.settings import Settings
 from store.store import Database, Store
 

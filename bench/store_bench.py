@@ -91,7 +91,7 @@ from bench.common import (
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role, metadata_bytes, write_metadata
 from store.records import CompletionRecord
-from store.repository import LOOKUP_BATCH
+from store.row_statements import LOOKUP_BATCH
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 from store.store import Database, Store

@@ -13,7 +13,7 @@ Contract:
   the provider's default when not given, ``OPENAI_BASE_URL`` for ``openai``);
   ``sampling`` with the same defaults as the in-process engine
   (:data:`~inference.spec.DEFAULT_SAMPLING`) and the same spelling rules, so
-  exactly what :func:`~inference.openai_backend.request_body` sends is
+  exactly what :func:`~inference.openai_wire.request_body` sends is
   hashed; ``routing``, OpenRouter's ``provider`` preferences, which decide
   who answers; ``chat_template_kwargs`` / ``enable_thinking`` (a
   ``vllm-server`` only); ``revision``, a pin the caller asserts (the commit a
@@ -51,13 +51,8 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import JsonValue, ValidationError
 
 from inference.backend import Backend
-from inference.openai_backend import (
-    DEFAULT_MAX_CONCURRENCY,
-    DEFAULT_TIMEOUT_S,
-    RESERVED_BODY_KEYS,
-    RequestStats,
-    RetryPolicy,
-)
+from inference.openai_backend import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
+from inference.openai_wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
 from inference.spec import DEFAULT_SAMPLING, CacheableSpec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor

@@ -5,17 +5,6 @@ Contract:
 * Importing this module does not import ``openai``: :func:`create_openai_backend`
   does, and the cache boundary calls it only when a batch has misses, so a run
   that is all hits never imports the client (nor sends a request).
-* What is sent is a pure function of the descriptor and the request,
-  :func:`request_body`: chat input goes to ``/chat/completions``, text input
-  to ``/completions``; ``temperature`` always, ``max_tokens`` when set (as
-  ``max_completion_tokens`` for OpenAI's chat API, which refuses the old
-  name for newer models), the other sampling settings when they differ from
-  their neutral value (top_p 1, penalties 0, top_k 0, min_p 0,
-  repetition_penalty 1) and always to a ``vllm-server``, whose
-  ``generation_config`` defaults would otherwise apply; ``seed + k`` for
-  sample ``k`` when a seed is set; ``stop``; logprobs; every unknown
-  sampling setting as it is; OpenRouter routing as ``provider``; chat
-  template kwargs to a ``vllm-server``.
 * :class:`OpenAIBackend` is a :class:`~inference.backend.StreamingBackend`:
   at most ``max_concurrency`` requests are in flight, and each generation is
   handed to the cache boundary as it completes, so a killed run keeps what
@@ -31,11 +20,8 @@ Contract:
   not serve :class:`~store.errors.HostedModelNotFoundError`, a malformed
   body :class:`~store.errors.HostedResponseError`, ...). On a failure, no
   new request starts; those in flight finish and are kept, then it raises.
-* Logprobs are stored in the lossless shape of :mod:`store.logprobs`: the
-  candidates in the order the API ranks them (rank 1, 2, ...), their text and
-  ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
-  sampled token with its rank when it is among the candidates; the first
-  position or all of them (``descriptor.logprob_positions``).
+* What goes over the wire (the request body, the generation a response
+  body gives, what a server's error says) is :mod:`inference.openai_wire`'s.
 * The API key is held by the client only: it is never logged, and any
   message built from a server's answer has it blanked out.
 """
@@ -43,21 +29,26 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import email.utils
 import json
 import logging
 import queue
 import random
 import threading
-import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from inference.backend import EngineRequest, Generation
-from store import logprobs
+from inference.openai_wire import (
+    MODEL_MISSING_HINTS,
+    generation_from_body,
+    messages_of,
+    request_body,
+    request_body_keys,
+    retry_after_seconds,
+    server_message,
+)
 from store.descriptor import ModelDescriptor
 from store.errors import (
     HostedAPIError,
@@ -70,40 +61,12 @@ from store.errors import (
     InvalidInputError,
     JudgestoreError,
 )
-from store.logprobs import PositionLogprobs, TokenLogprob
 
 log = logging.getLogger("judgestore.hosted")
 
 DEFAULT_MAX_CONCURRENCY = 8  # hosted APIs rate-limit per key; 8 in flight keeps most tiers busy without 429 storms
 DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
-
-# Settings :func:`request_body` sets itself: an unknown sampling setting may not take these names.
-RESERVED_BODY_KEYS = frozenset(
-    {
-        "model",
-        "messages",
-        "prompt",
-        "stream",
-        "stream_options",
-        "n",
-        "logprobs",
-        "top_logprobs",
-        "max_completion_tokens",
-        "provider",
-        "chat_template_kwargs",
-    }
-)
-# Sampling settings sent only when they differ from these values (except to a vllm-server: always).
-_NEUTRAL: tuple[tuple[str, float], ...] = (
-    ("top_p", 1.0),
-    ("presence_penalty", 0.0),
-    ("frequency_penalty", 0.0),
-    ("top_k", 0),
-    ("min_p", 0.0),
-    ("repetition_penalty", 1.0),
-)
-_MODEL_MISSING_HINTS = ("does not exist", "not found", "not a valid model", "invalid model", "unknown model", "no such")
 
 
 @dataclass(frozen=True)
@@ -132,190 +95,6 @@ class RequestStats:
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
-
-
-def _messages_of(request: EngineRequest, input_mode: str) -> Any:
-    expected = "messages" if input_mode == "chat" else "text"
-    if request.rendered.get("type") != expected:
-        raise InvalidInputError(
-            f"a {request.rendered.get('type')!r} input cannot go to a model whose input mode is {input_mode!r}"
-        )
-    return request.rendered[expected]
-
-
-def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[str, Any]:
-    """The JSON body sent for ``request`` under ``descriptor`` (see the module docstring)."""
-    chat = descriptor.input_mode == "chat"
-    body: dict[str, Any] = {"model": descriptor.model}
-    body["messages" if chat else "prompt"] = _messages_of(request, descriptor.input_mode)
-    sampling = descriptor.sampling
-    always = descriptor.provider == "vllm-server"
-    body["temperature"] = sampling.temperature
-    if sampling.max_tokens is not None:
-        body["max_completion_tokens" if chat and descriptor.provider == "openai" else "max_tokens"] = (
-            sampling.max_tokens
-        )
-    for name, neutral in _NEUTRAL:
-        value = getattr(sampling, name)
-        if always or value != neutral:
-            body[name] = value
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed + request.sample_index
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
-    if sampling.logprobs is not None:
-        if chat:
-            body["logprobs"], body["top_logprobs"] = True, sampling.logprobs
-        else:
-            body["logprobs"] = sampling.logprobs
-    body.update(sampling.model_extra or {})
-    if descriptor.routing:
-        body["provider"] = descriptor.routing
-    if chat and (descriptor.chat_template_kwargs or descriptor.enable_thinking is not None):
-        kwargs = dict(descriptor.chat_template_kwargs)
-        if descriptor.enable_thinking is not None:
-            kwargs["enable_thinking"] = descriptor.enable_thinking
-        body["chat_template_kwargs"] = kwargs
-    return body
-
-
-# ------------------------------------------------------------------ responses
-
-
-class _Malformed(Exception):
-    """A response body that is not what the API promises; turned into HostedResponseError with the endpoint."""
-
-
-def _get(value: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False) -> Any:
-    item = value.get(key) if isinstance(value, dict) else None
-    if item is None and optional:
-        return None
-    if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
-        raise _Malformed(f"{where}.{key} is {type(item).__name__}, not {getattr(kind, '__name__', kind)}")
-    return item
-
-
-def _rank_of(token: TokenLogprob, candidates: Sequence[TokenLogprob]) -> int | None:
-    for candidate in candidates:
-        if (candidate.text, candidate.bytes, candidate.logprob) == (token.text, token.bytes, token.logprob):
-            return candidate.rank
-    return None
-
-
-def _bytes_of(entry: dict[str, Any], where: str) -> tuple[int, ...] | None:
-    raw = entry.get("bytes")
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
-        raise _Malformed(f"{where}.bytes is not a list of integers")
-    return tuple(raw)
-
-
-def _chat_token(entry: Any, rank: int | None, where: str) -> TokenLogprob:
-    return TokenLogprob(
-        _get(entry, "token", str, where),
-        float(_get(entry, "logprob", (int, float), where)),
-        None,
-        rank,
-        _bytes_of(entry, where),
-    )
-
-
-def chat_position(entry: Any, where: str = "logprobs.content[0]") -> PositionLogprobs:
-    """One position of chat ``logprobs.content``: its ``top_logprobs`` ranked by order, and the sampled token."""
-    top = _get(entry, "top_logprobs", list, where, optional=True) or []
-    candidates = tuple(_chat_token(t, i, f"{where}.top_logprobs[{i - 1}]") for i, t in enumerate(top, 1))
-    sampled = _chat_token(entry, None, where)
-    return PositionLogprobs(candidates, dataclasses.replace(sampled, rank=_rank_of(sampled, candidates)))
-
-
-def _list(value: Any) -> list[Any]:
-    return value if isinstance(value, list) else []
-
-
-def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int) -> PositionLogprobs:
-    """Position ``i`` of a text completion's ``logprobs``: ``top_logprobs[i]`` ({text: logprob}) best first."""
-    where = f"logprobs.top_logprobs[{i}]"
-    alternatives = top[i] if i < len(top) and top[i] is not None else {}
-    if not isinstance(alternatives, dict):
-        raise _Malformed(f"{where} is not an object")
-    ordered = sorted(alternatives.items(), key=lambda item: -float(item[1]))  # stable: ties keep the server's order
-    candidates = tuple(TokenLogprob(str(text), float(lp), None, rank) for rank, (text, lp) in enumerate(ordered, 1))
-    sampled = None
-    if i < len(tokens) and i < len(token_logprobs) and token_logprobs[i] is not None:
-        token = TokenLogprob(str(tokens[i]), float(token_logprobs[i]))
-        sampled = dataclasses.replace(token, rank=_rank_of(token, candidates))
-    return PositionLogprobs(candidates, sampled)
-
-
-def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
-    """A :class:`Generation` from a decoded response body; raises ``_Malformed`` for anything else."""
-    chat = descriptor.input_mode == "chat"
-    choices = _get(data, "choices", list, "response")
-    if not choices:
-        raise _Malformed("response.choices is empty")
-    choice = choices[0]
-    if chat:
-        message = _get(choice, "message", dict, "choices[0]")
-        text = _get(message, "content", str, "choices[0].message", optional=True) or ""
-    else:
-        text = _get(choice, "text", str, "choices[0]")
-    finish_reason = _get(choice, "finish_reason", str, "choices[0]", optional=True)
-    usage: dict[str, int | float] = {}
-    raw_usage = data.get("usage")
-    if isinstance(raw_usage, dict):
-        usage = {k: raw_usage[k] for k in ("prompt_tokens", "completion_tokens") if isinstance(raw_usage.get(k), int)}
-    top: dict[str, Any] | None = None
-    if descriptor.sampling.logprobs is not None:
-        raw = choice.get("logprobs")
-        first = descriptor.logprob_positions == "first"
-        positions: list[PositionLogprobs] | None = None
-        if chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
-            content = raw["content"][:1] if first else raw["content"]
-            positions = [chat_position(e, f"logprobs.content[{i}]") for i, e in enumerate(content)]
-        elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
-            tokens, lps, alternatives = _list(raw.get("tokens")), _list(raw.get("token_logprobs")), raw["top_logprobs"]
-            count = min(1, len(alternatives)) if first else len(alternatives)
-            positions = [text_position(tokens, lps, alternatives, i) for i in range(count)]
-        elif raw is not None:
-            raise _Malformed("choices[0].logprobs is not the shape the API documents")
-        if positions is not None:
-            top = logprobs.encode(positions)
-    return Generation(text=text, finish_reason=finish_reason, usage=usage, top_logprobs=top)
-
-
-# ------------------------------------------------------------------ errors
-
-
-def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
-    """The wait a server asks for: ``retry-after-ms``, else ``Retry-After`` in seconds or as an HTTP date."""
-    if not headers:
-        return None
-    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
-        value = headers.get(name)
-        if value is None:
-            continue
-        try:
-            return max(0.0, float(value) / scale)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value:
-        try:
-            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-        except (TypeError, ValueError):
-            return None
-    return None
-
-
-def _server_message(body: Any, fallback: str) -> str:
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
-        if isinstance(inner, str):
-            return inner
-    return body if isinstance(body, str) and body else fallback
 
 
 # ------------------------------------------------------------------ the backend
@@ -378,7 +157,7 @@ class OpenAIBackend:
         if self._closed:
             raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
         for request in requests:  # refuse a wrong input mode before anything is sent
-            _messages_of(request, self._descriptor.input_mode)
+            messages_of(request, self._descriptor.input_mode)
         if not requests:
             return
         arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -501,7 +280,7 @@ class OpenAIBackend:
         try:
             data = json.loads(raw.content)  # the stdlib reads NaN and Infinity, which some servers write
             generation = generation_from_body(self._descriptor, data)
-        except (ValueError, _Malformed) as e:  # json.JSONDecodeError is a ValueError
+        except ValueError as e:  # a malformed body; json.JSONDecodeError is a ValueError too
             raise HostedResponseError(
                 self._endpoint,
                 f"the server answered {getattr(raw, 'status_code', '?')} with a body that is not a "
@@ -518,7 +297,7 @@ class OpenAIBackend:
 
     async def _status_error(self, e: Any) -> HostedAPIError:
         status = int(e.status_code)
-        message = self._redact(_server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
+        message = self._redact(server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
         model = self._descriptor.model
         if status in (401, 403):
             where = f"the key in {self._key_env}" if self._key_env else "the request (no API key was sent)"
@@ -533,7 +312,7 @@ class OpenAIBackend:
         code = e.body.get("error", {}).get("code") if isinstance(getattr(e, "body", None), dict) else None
         lowered = message.lower()
         model_missing = code == "model_not_found" or (
-            status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in _MODEL_MISSING_HINTS)
+            status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in MODEL_MISSING_HINTS)
         )
         if model_missing:
             served = await self._served_models()
@@ -576,12 +355,6 @@ class OpenAIBackend:
         if self._secret and (self._secret in str(e) or self._secret in repr(getattr(e, "body", ""))):
             return None
         return e
-
-
-def request_body_keys(descriptor: ModelDescriptor) -> set[str]:
-    """The names of the settings :func:`request_body` sends under ``descriptor`` (for messages)."""
-    sample = {"type": "messages", "messages": []} if descriptor.input_mode == "chat" else {"type": "text", "text": ""}
-    return set(request_body(descriptor, EngineRequest(sample))) - {"model", "messages", "prompt"}
 
 
 def create_openai_backend(

@@ -40,16 +40,10 @@ from store.errors import (
 )
 from store.layout import Location, StoredMetadata, database_size, read_metadata
 from store.records import Record, RowFilter
-from store.repository import (
-    OnConflict,
-    Repository,
-    check_keys,
-    gc_paused,
-    journaled_bytes,
-    sqlite_get_many,
-    sqlite_insert,
-)
+from store.repository import Repository
+from store.row_statements import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
+from store.sqlite_rows import sqlite_get_many, sqlite_insert
 
 T = TypeVar("T")
 READONLY_READ_ATTEMPTS = 5

@@ -33,6 +33,7 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    record_deleted,
     row_filter,
     selection,
     stdout,
@@ -298,10 +299,7 @@ def prune_command(
         typer.confirm(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", abort=True, err=True)
     with Store(settings) as store:
         deleted = prune(store, plan)
-    report["deleted"] = sum(entry.rows for entry in deleted)
-    deleted_by_path = {entry.where: entry.rows for entry in deleted}
-    for entry in report["databases"]:
-        entry["deleted"] = deleted_by_path.get(entry["path"], 0)
+    record_deleted(report, deleted)
     if json_output:
         emit_json(report)
     else:

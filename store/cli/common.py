@@ -37,7 +37,7 @@ import inspect
 import os
 import sqlite3
 import sys
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
@@ -57,7 +57,7 @@ from store.engine import translated
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, ServerError
 from store.layout import Location, Selector
 from store.postgres import display_url
-from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
+from store.records import ERROR_FINISH_REASONS, RowCount, RowFilter, parse_timestamp
 from store.schema import DatabaseInfo
 from store.settings import Settings
 from store.store import Store
@@ -214,6 +214,14 @@ def to_json(value: object, *, indent: bool = True) -> str:
 
     option = orjson.OPT_INDENT_2 if indent else 0
     return orjson.dumps(jsonvalues.to_plain(value), default=default, option=option).decode()
+
+
+def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:
+    """Put what a delete or prune removed into its ``--json`` report: the total, and each database's rows by path."""
+    report["deleted"] = sum(entry.rows for entry in deleted)
+    by_path = {entry.where: entry.rows for entry in deleted}
+    for entry in report["databases"]:
+        entry["deleted"] = by_path.get(entry["path"], 0)
 
 
 def emit_json(value: object) -> None:

@@ -38,6 +38,7 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    record_deleted,
     row_filter,
     selection,
     state_text,
@@ -286,10 +287,7 @@ def delete_command(
         typer.confirm(f"Delete {matched:,} rows from {len(plan)} databases?", abort=True, err=True)
     with Store(settings) as store:
         deleted = store.delete_rows(plan, flt)
-    report["deleted"] = sum(entry.rows for entry in deleted)
-    deleted_by_path = {entry.where: entry.rows for entry in deleted}
-    for entry in report["databases"]:
-        entry["deleted"] = deleted_by_path.get(entry["path"], 0)
+    record_deleted(report, deleted)
     if json_output:
         emit_json(report)
     else:

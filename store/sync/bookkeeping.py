@@ -32,7 +32,7 @@ Contract:
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
   from one remote can still be pushed to another (mirroring). Keys are looked
   up as the repository looks them up: ``json_each`` over batches of
-  :data:`~store.repository.LOOKUP_BATCH`.
+  :data:`~store.row_statements.LOOKUP_BATCH`.
 """
 
 from __future__ import annotations
@@ -70,7 +70,7 @@ from sqlalchemy.exc import DBAPIError
 from store.engine import apply_journal_mode, create_sqlite_engine, retry_while_locked
 from store.errors import BookkeepingError, DatabaseBusyError
 from store.models import NAMING_CONVENTION
-from store.repository import LOOKUP_BATCH, json_each_keys
+from store.row_statements import LOOKUP_BATCH, json_each_keys
 from store.settings import Settings
 from store.sync.workspace import workspace
 

@@ -14,7 +14,7 @@ import pytest
 
 from inference.backend import EngineRequest
 from inference.hosted import HOSTED_PROTOCOL, HostedKeyWarning, HostedSpec, hosted_descriptor, normalise_endpoint
-from inference.openai_backend import request_body
+from inference.openai_wire import request_body
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING
 from store.errors import InvalidInputError, JudgestoreError, MissingAPIKeyError

@@ -26,7 +26,8 @@ import pytest
 from inference.backend import EngineRequest
 from inference.hosted import HostedSpec
 from inference.judging import pairwise_requests
-from inference.openai_backend import RetryPolicy, generation_from_body, request_body
+from inference.openai_backend import RetryPolicy
+from inference.openai_wire import generation_from_body, request_body
 from inference.requests import CompletionRequest
 from store import logprobs
 from store.descriptor import ModelDescriptor

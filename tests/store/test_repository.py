@@ -21,7 +21,7 @@ from sqlalchemy import event, insert, select
 from sqlalchemy.orm import Session
 
 import store.jsonvalues
-import store.repository
+import store.sqlite_rows
 from store.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.engine import sqlite_dialect
@@ -629,7 +629,7 @@ def test_created_at_is_bound_and_read_as_the_column_type_does() -> None:
     bind_own = column_type.dialect_impl(dialect).bind_processor(dialect)
     read_own = column_type.dialect_impl(dialect).result_processor(dialect, None)
     assert bind_own is not None and read_own is not None
-    bind, read = store.repository._utc_to_text(bind_own), store.repository._utc_from_text(read_own)
+    bind, read = store.sqlite_rows._utc_to_text(bind_own), store.sqlite_rows._utc_from_text(read_own)
     zones = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-11)), UTC]
     moments = [datetime(2026, 3, 29, 1, 59, 59, 999999), datetime(1, 1, 2), datetime(9999, 12, 30, 23, 0, 0, 1)]
     for zone, moment in itertools.product(zones, moments):
