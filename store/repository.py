@@ -63,7 +63,6 @@ from store.layout import Role
 from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
 from store.row_statements import (
     ARRAY_BATCH,
-    STREAM_PARTITION,
     OnConflict,
     check_key,
     check_on_conflict,
@@ -79,6 +78,7 @@ from store.sqlite_rows import sqlite_get_many, sqlite_insert
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
+STREAM_PARTITION = 1_000  # rows a query fetches at a time
 
 
 # (role, on_conflict, schema) -> the PostgreSQL insert's SQL and its columns' bind processors: compiled once per

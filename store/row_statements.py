@@ -51,7 +51,6 @@ OnConflict = Literal["ignore", "replace"]
 
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
-STREAM_PARTITION = 1_000
 ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
 
 

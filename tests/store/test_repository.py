@@ -99,7 +99,7 @@ def test_get_many_of_nothing_is_empty(completions: Database) -> None:
 def test_get_many_batches_keys_beyond_one_statement(
     completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.repository, "LOOKUP_BATCH", 7)
+    monkeypatch.setattr(store.sqlite_rows, "LOOKUP_BATCH", 7)
     stored = [completion_record(i) for i in range(50)]
     completions.put_many(stored)
     statements.clear()
@@ -112,7 +112,7 @@ def test_get_many_batches_keys_beyond_one_statement(
 def test_duplicate_keys_are_looked_up_once(
     completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.repository, "LOOKUP_BATCH", 10)
+    monkeypatch.setattr(store.sqlite_rows, "LOOKUP_BATCH", 10)
     stored = [completion_record(i) for i in range(10)]
     completions.put_many(stored)
     statements.clear()
