@@ -1,4 +1,4 @@
-"""Faults met by `judgestore generate` and `judgestore import`: a full disk, a read-only store.
+"""Faults met by `judgestore generate`, `judge` and `import`: a full disk, a read-only store.
 
 The commands run in-process through the whole app; ``generate`` gets a counting engine instead of vLLM
 (the fault is the store's, not the engine's), so these tests need no model load.
@@ -74,6 +74,36 @@ def test_generate_onto_a_full_disk_says_how_many_rows_it_kept_and_a_rerun_resume
         remount(disk, "size=16m")
         engine.received.clear()
         rerun = generate(tiny_model_dir, root, requests, "--json")
+        assert rerun.exit_code == 0, rerun.output
+        summary = orjson.loads(rerun.stdout)
+        assert summary["hits"] >= kept and len(engine.received) == 40 - summary["hits"]
+        assert len(stored_keys(root)) == 40
+
+
+def test_judge_onto_a_full_disk_says_how_many_rows_it_kept_and_a_rerun_resumes(
+    tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    lines = [{"instruction_id": str(i), "question": f"{i} " + "q" * 10_000, "model_a": "a", "answer_a": "x" * 10_000,
+              "model_b": "b", "answer_b": "y" * 10_000} for i in range(20)]  # fmt: skip
+    pairs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+    def judge(root: Path) -> Any:
+        return judgestore("judge", "--model", str(tiny_model_dir), "--task", "t", "-i", str(pairs), "-o",
+                          str(tmp_path / "verdicts.jsonl"), "--orientation", "both", "--store-root", str(root),
+                          "--chunk-size", "2", "--json")  # fmt: skip
+
+    with small_filesystem(tmp_path / "disk", "2m") as disk:
+        root = disk / "store"
+        result = judge(root)
+        assert_failed_cleanly(result)
+        error = json_error(result)
+        assert error["type"] == "StoreFullError" and "disk is full" in error["error"]
+        kept = error["rows_kept"]
+        assert 0 < kept < 40 and len(stored_keys(root)) == kept  # both orientations of 20 pairs: 40 rows asked
+        remount(disk, "size=16m")
+        engine.received.clear()
+        rerun = judge(root)
         assert rerun.exit_code == 0, rerun.output
         summary = orjson.loads(rerun.stdout)
         assert summary["hits"] >= kept and len(engine.received) == 40 - summary["hits"]
