@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from store.descriptor import ModelDescriptor
 from store.layout import Selector
 from store.store import Store
 from store.sync import fetch, push
@@ -50,6 +51,20 @@ def test_push_then_fetch_into_a_fresh_store_gives_identical_rows(side: RemoteSid
     assert fetched.rows == 55 and fetched.shards == pushed.shards
     assert rows(bob) == rows(alice)  # every field, provenance included (run_id, created_by, created_at)
     assert sorted(p.name for p in (bob.root / "completions").rglob("metadata.json")) == ["metadata.json"]
+
+
+def test_folders_whose_names_start_with_a_dot_travel_both_ways(side: RemoteSide, make_store: MakeStore) -> None:
+    """A local model path (``./models/x``) and a task named ``.hidden`` are folders like any other."""
+    alice = make_store("alice")
+    dotted = ModelDescriptor(provider="vllm", model="./models/x", sampling={"temperature": 0.0})
+    alice.database("completions", "mt-bench", dotted).put_many(completions(range(3)))
+    alice.database("completions", ".hidden-task", dotted).put_many(completions(range(4, 6)))
+    assert push(alice, side.new()).rows == 5
+
+    bob = make_store("bob")
+    fetched = fetch(bob, side.new())
+    assert fetched.ok and fetched.rows == 5, fetched.as_dict()
+    assert rows(bob) == rows(alice)
 
 
 def test_a_repeated_push_sends_nothing_and_makes_no_commit(side: RemoteSide, make_store: MakeStore) -> None:
