@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -297,6 +298,41 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_c
         assert held.count() == rows
         expected = {r.input_hash: row_digest(r) for r in (completion_record(i) for i in range(rows))}
         assert {r.input_hash: row_digest(r) for r in held.query()} == expected
+
+
+def test_a_killed_copy_from_a_server_finishes_when_run_again(tmp_path: Path, pg_url: str) -> None:
+    rows = 6_000
+    location = Location.of("completions", "mt-bench", QWEN)
+    with Store(url=pg_url) as server:
+        server.database("completions", "mt-bench", QWEN).put_many([completion_record(i) for i in range(rows)])
+    root = tmp_path / "folder"
+    argv = [sys.executable, "-m", "store", "copy", "--from-url", pg_url, "--to-root", str(root), "--chunk-size", "25"]
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+
+    def copied() -> int:
+        try:
+            with closing(sqlite3.connect(f"{location.db_path(root).as_uri()}?mode=ro", uri=True)) as conn:
+                return int(conn.execute("SELECT count(*) FROM completions").fetchone()[0])
+        except sqlite3.Error:  # not created yet, or its tables not yet
+            return 0
+
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    _, stderr = child.communicate()
+    partial = copied()
+    assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
+
+    again = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    (result,) = orjson.loads(again.stdout)["databases"]
+    assert result["verified"] and result["source_rows"] == rows
+    assert result["written"] == rows - partial and result["already_there"] == partial
+    with Store(root=root, readonly=True) as folder:
+        expected = {r.input_hash: row_digest(r) for r in (completion_record(i) for i in range(rows))}
+        assert {r.input_hash: row_digest(r) for r in folder.open(location).query()} == expected
 
 
 def test_runs_the_target_holds_are_kept_and_copied_runs_get_new_ids(tmp_path: Path) -> None:
