@@ -31,7 +31,7 @@ from inference.backend import Generation
 from store.runs import RunRecord
 
 if TYPE_CHECKING:
-    from inference.cached import Plan
+    from inference.plan import Plan
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
 

@@ -24,15 +24,8 @@ import typer
 
 from inference.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.run import RunnableSpec
-from store.cli.common import (
-    JsonOutput,
-    RoleChoice,
-    command_errors,
-    emit_json,
-    grouped,
-    stdout,
-    store_settings,
-)
+from store.cli.common import command_errors, emit_json, stdout
+from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.settings import Settings
 from store.store import Store
 

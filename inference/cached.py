@@ -3,7 +3,8 @@
 Contract (DESIGN.md, "Rules of behaviour"):
 
 * The whole batch is rendered and hashed, then looked up in one pass; the
-  :class:`Plan` (hits, misses, duplicates) is known before anything runs.
+  :class:`~inference.plan.Plan` (hits, misses, duplicates) is known before
+  anything runs.
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
   generated once.
@@ -50,14 +51,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from inference.accounting import UsageTotals, priced, run_record, usage_totals
+from inference.accounting import priced, run_record, usage_totals
 from inference.backend import Backend, EngineRequest, Generation, StreamingBackend
+from inference.plan import MODES, Mode, Plan, PlannedInput, RunStats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError
@@ -71,82 +73,11 @@ from store.store import Database, Store
 if TYPE_CHECKING:
     from store.sync.remote import Remote
 
-Mode = Literal["use", "refresh", "off", "replay", "readonly"]
-MODES: tuple[Mode, ...] = get_args(Mode)
 DEFAULT_CHUNK_SIZE = 64
 # A streaming backend's arrivals are written at least this often, so a slow hosted run killed
 # half-way loses seconds of paid requests rather than a whole chunk's worth.
 STREAM_FLUSH_SECONDS = 2.0
-
-
-@dataclass(frozen=True, slots=True)
-class _Input:
-    """One distinct (rendered input, sample) to generate."""
-
-    key: str
-    rendered: bytes  # UTF-8 canonical JSON; decoded to text only for a row that is written
-    sample_index: int
-    request_index: int  # the first request that asked for it: its metadata labels the row
-
-
 _Slot = tuple[int, int]  # a distinct key's (sample index, index of the first request that asked for it)
-
-
-@dataclass(frozen=True)
-class Plan:
-    """What a batch needs: counted over (request, sample) slots and distinct keys."""
-
-    role: Role
-    requested: int  # (request, sample) slots
-    distinct: int
-    hits: int
-    misses: int
-    duplicates: int  # slots that share a key with an earlier slot
-    mode: Mode
-    missing: tuple[_Input, ...] = field(default=(), repr=False)
-    seconds: float = 0.0  # render + hash + lookup
-    stored_rows: int | None = None  # with misses: rows the descriptor's database holds (None: no database)
-    other_descriptors: int = 0  # with misses and no database: stored descriptors of this role, task and model
-    adopted_hits: int = 0  # hits on rows adopted from an older descriptor (the others were generated or imported)
-
-    def summary(self) -> str:
-        adopted = f" ({self.adopted_hits} adopted)" if self.adopted_hits else ""
-        return (
-            f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
-            f"{self.hits} hits{adopted}, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
-        )
-
-    @property
-    def unexpected_misses(self) -> bool:
-        """Misses although the store holds rows of this descriptor, or of another descriptor of this model."""
-        return self.misses > 0 and bool(self.stored_rows or self.other_descriptors)
-
-    def miss_note(self) -> str | None:
-        """Why the misses are surprising, for a hint to run ``judgestore explain``; None when they are not."""
-        if not self.unexpected_misses:
-            return None
-        if self.stored_rows:
-            return f"{self.misses} misses although this descriptor's database holds {self.stored_rows} rows"
-        others = "descriptor" if self.other_descriptors == 1 else "descriptors"
-        return (
-            f"{self.misses} misses: nothing is stored under this descriptor, but {self.other_descriptors} other "
-            f"{others} of this model and task are"
-        )
-
-
-@dataclass
-class RunStats:
-    """What one call did, for summaries and tests."""
-
-    plan: Plan | None = None
-    fetched_rows: int = 0
-    generated: int = 0
-    written: int = 0
-    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
-    engine_loaded: bool = False
-    seconds: float = 0.0
-    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
-    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
 
 
 ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
@@ -299,7 +230,7 @@ class CachedModel:
             if key not in hits:
                 if i not in rendered:
                     rendered[i] = requests[i].render_bytes(mode)
-                missing.append(_Input(key, rendered[i], k, i))
+                missing.append(PlannedInput(key, rendered[i], k, i))
         return Plan(
             role,
             requested,
@@ -386,7 +317,11 @@ class CachedModel:
         record_run(database, record)
 
     def _generate(
-        self, role: Role, requests: Sequence[Request], missing: Sequence[_Input], on_progress: ProgressCallback | None
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        on_progress: ProgressCallback | None,
     ) -> dict[str, Sample]:
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
         if store is not None and self._backend is None:
@@ -400,7 +335,7 @@ class CachedModel:
         database = None if store is None else store.database(role, self.task, self.descriptor)
         results: dict[str, Sample] = {}
 
-        def write(done: Sequence[tuple[_Input, Generation]]) -> None:
+        def write(done: Sequence[tuple[PlannedInput, Generation]]) -> None:
             self.last.spent += usage_totals(gen.usage for _, gen in done)
             now = datetime.now(UTC)
             records = [
@@ -440,11 +375,11 @@ class CachedModel:
     def _stream(
         self,
         backend: StreamingBackend,
-        missing: Sequence[_Input],
-        write: Callable[[Sequence[tuple[_Input, Generation]]], None],
+        missing: Sequence[PlannedInput],
+        write: Callable[[Sequence[tuple[PlannedInput, Generation]]], None],
     ) -> None:
         """Write a streaming backend's generations as they arrive (see the module docstring)."""
-        pending: list[tuple[_Input, Generation]] = []
+        pending: list[tuple[PlannedInput, Generation]] = []
         seen: set[int] = set()
         last_write = time.monotonic()
         try:
@@ -466,7 +401,9 @@ class CachedModel:
             raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
 
     @staticmethod
-    def _priced(done: Sequence[tuple[_Input, Generation]], seconds: float) -> list[tuple[_Input, Generation]]:
+    def _priced(
+        done: Sequence[tuple[PlannedInput, Generation]], seconds: float
+    ) -> list[tuple[PlannedInput, Generation]]:
         """Streamed arrivals with their shares of the wall time since the last write (requests overlap)."""
         generations = priced([gen for _, gen in done], seconds)
         return list(zip((inp for inp, _ in done), generations, strict=True))
@@ -483,7 +420,7 @@ class CachedModel:
             )
             raise
 
-    def _record(self, role: Role, request: Request, inp: _Input, gen: Generation, now: datetime) -> Record:
+    def _record(self, role: Role, request: Request, inp: PlannedInput, gen: Generation, now: datetime) -> Record:
         common: dict[str, Any] = {
             "input_hash": inp.key,
             "sample_index": inp.sample_index,
@@ -509,7 +446,7 @@ class CachedModel:
         return CompletionRecord(model=request.model or self.label, **common)
 
 
-def _engine_request(inp: _Input) -> EngineRequest:
+def _engine_request(inp: PlannedInput) -> EngineRequest:
     return EngineRequest(orjson.loads(inp.rendered), inp.sample_index)
 
 

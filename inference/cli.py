@@ -34,24 +34,17 @@ import orjson
 import typer
 
 from inference import adopt_cli, diagnostics_cli, legacy_cli
-from inference.cached import Mode, Plan
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
+from inference.plan import Mode, Plan
 from inference.requests import Request
 from inference.run import run_requests
 from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
 from store.cli.app import build_app
-from store.cli.common import (
-    JsonOutput,
-    command_errors,
-    emit_json,
-    grouped,
-    progress_bars,
-    stderr,
-    store_settings,
-)
+from store.cli.common import command_errors, emit_json, progress_bars, stderr
+from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.settings import Settings

@@ -32,16 +32,8 @@ from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.run import RunnableSpec
-from store.cli.common import (
-    JsonOutput,
-    RoleChoice,
-    command_errors,
-    emit_json,
-    grouped,
-    stderr,
-    stdout,
-    store_settings,
-)
+from store.cli.common import command_errors, emit_json, stderr, stdout
+from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
 from store.layout import Role

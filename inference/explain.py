@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from inference.cached import Plan
+from inference.plan import Plan
 from inference.requests import Request
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError

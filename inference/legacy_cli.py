@@ -34,16 +34,8 @@ from rich.table import Table
 from rich.text import Text
 
 from inference.spec import parse_key_values
-from store.cli.common import (
-    JsonOutput,
-    command_errors,
-    emit_json,
-    grouped,
-    progress_bars,
-    stderr,
-    stdout,
-    store_settings,
-)
+from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout
+from store.cli.options import JsonOutput, grouped, store_settings
 from store.settings import Settings
 from store.store import Store
 

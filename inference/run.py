@@ -30,7 +30,8 @@ from contextlib import nullcontext
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inference.cached import CachedModel, Mode, Plan, ProgressCallback
+from inference.cached import CachedModel, ProgressCallback
+from inference.plan import Mode, Plan
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
 from store.layout import Role, check_role

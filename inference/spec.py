@@ -20,7 +20,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from inference.backend import Backend
-from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel, Mode
+from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel
+from inference.plan import Mode
 from inference.vllm_descriptor import descriptor_from_vllm
 from store.descriptor import LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError

@@ -32,11 +32,12 @@ from typing import Any
 from filelock import FileLock
 from sqlalchemy.exc import DatabaseError
 
-from store.engine import create_sqlite_engine, translated
+from store.engine import create_sqlite_engine
 from store.errors import JudgestoreError
 from store.layout import Location, check_location_metadata, database_size, lock_path
 from store.schema import DatabaseState, classify, status_error
 from store.settings import Settings
+from store.sqlite_errors import translated
 
 
 class VacuumOutcome(enum.StrEnum):

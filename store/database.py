@@ -30,7 +30,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.engine import file_stamp, retry_while_locked, sqlite_engine, translated
+from store.engine import file_stamp, sqlite_engine
 from store.errors import (
     CorruptDatabaseError,
     DatabaseBusyError,
@@ -43,6 +43,7 @@ from store.records import Record, RowFilter
 from store.repository import Repository
 from store.row_statements import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
+from store.sqlite_errors import retry_while_locked, translated
 from store.sqlite_rows import sqlite_get_many, sqlite_insert
 
 T = TypeVar("T")

@@ -12,7 +12,7 @@ Contract:
   descriptor database say ``where`` it is: a file's path, or a PostgreSQL
   server's schema (then ``path`` is None).
 * Every SQLite, driver or filesystem failure on a store file reaches the
-  caller as a :class:`DatabaseFileError` (``store.engine.translated``
+  caller as a :class:`DatabaseFileError` (``store.sqlite_errors.translated``
   chooses which): damaged, full, not writable, busy, I/O... never as a raw
   ``sqlite3``, SQLAlchemy or ``OSError`` exception.
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store.engine import create_sqlite_engine, raise_translated, translated
+from store.engine import create_sqlite_engine
 from store.errors import (
     CorruptDatabaseError,
     ForeignDatabaseError,
@@ -51,6 +51,7 @@ from store.layout import Location, database_size, read_location_metadata
 from store.models import Base, UTCDateTime
 from store.repository import Repository
 from store.settings import Settings
+from store.sqlite_errors import raise_translated, translated
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

@@ -34,15 +34,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.database import SqliteDatabase, stable_read
-from store.engine import (
-    Filesystems,
-    apply_journal_mode,
-    raise_translated,
-    set_journal_mode,
-    sqlite_connector,
-    sqlite_engine,
-    write_refusal,
-)
+from store.engine import Filesystems, apply_journal_mode, set_journal_mode, sqlite_connector, sqlite_engine
 from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
 from store.layout import (
     METADATA_FILE,
@@ -65,6 +57,7 @@ from store.schema import (
 )
 from store.schema import database_info as sqlite_database_info
 from store.settings import Settings
+from store.sqlite_errors import raise_translated, write_refusal
 from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_database, upgrade_store
 from store.verify import DatabaseVerification, Problem, stray_paths, verify_database
 

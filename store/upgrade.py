@@ -33,7 +33,7 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.engine import NEARLY_FULL_BYTES, create_sqlite_engine, free_bytes, translated
+from store.engine import create_sqlite_engine
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
 from store.schema import (
@@ -47,6 +47,7 @@ from store.schema import (
     revisions_of,
 )
 from store.settings import Settings
+from store.sqlite_errors import NEARLY_FULL_BYTES, free_bytes, translated
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

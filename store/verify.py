@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import schema
 from store.descriptor import input_hash
-from store.engine import create_sqlite_engine, translated
+from store.engine import create_sqlite_engine
 from store.errors import (
     DamagedTextError,
     InvalidInputError,
@@ -52,6 +52,7 @@ from store.records import RowFilter
 from store.repository import Repository
 from store.schema import USABLE_STATES, DatabaseState, Revisions, classify, status_error
 from store.settings import Settings
+from store.sqlite_errors import translated
 
 MAX_LISTED_BAD_ROWS = 10
 

@@ -12,7 +12,7 @@ Contract:
   the inference layer's imports; the ``judgestore`` console script
   (:func:`inference.cli.main`) runs the same app with the inference layer's
   commands added (``generate``, ``judge``, ``pairs``, ``import``).
-* The edge (errors, options, output) is :mod:`store.cli.common`.
+* The edge (errors, output) is :mod:`store.cli.common`; the shared option groups are :mod:`store.cli.options`.
 * A command module imports what only its commands use (sharing, the legacy
   readers, stats, prune, vacuum, export, explain, audit) inside them: starting
   a command imports its own path, and a run that is all hits is nothing but

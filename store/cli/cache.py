@@ -24,21 +24,17 @@ from rich.table import Table
 from rich.text import Text
 
 from store.cli.common import (
-    JsonOutput,
     command_errors,
     counted,
     emit_json,
-    grouped,
     location_cells,
     location_table,
     no_databases,
     note,
     record_deleted,
-    row_filter,
-    selection,
     stdout,
-    store_settings,
 )
+from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.errors import InvalidInputError
 from store.layout import Selector
 from store.records import RowFilter

@@ -28,23 +28,19 @@ from rich.table import Table
 from rich.text import Text
 
 from store.cli.common import (
-    JsonOutput,
     command_errors,
     counted,
     emit_json,
     fit,
-    grouped,
     location_cells,
     location_table,
     no_databases,
     note,
     record_deleted,
-    row_filter,
-    selection,
     state_text,
     stdout,
-    store_settings,
 )
+from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.layout import Selector
 from store.records import RowFilter, roles_for, row_columns
 from store.schema import DatabaseInfo, DatabaseState

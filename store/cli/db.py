@@ -20,21 +20,18 @@ from rich.text import Text
 
 from store import schema
 from store.cli.common import (
-    JsonOutput,
     command_errors,
     counted,
     emit_json,
-    grouped,
     no_databases,
     note,
     relative,
-    selection,
     state_text,
     stderr,
     stdout,
-    store_settings,
     unprefixed,
 )
+from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store

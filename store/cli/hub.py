@@ -25,18 +25,8 @@ from rich.filesize import decimal
 from rich.table import Table
 from rich.text import Text
 
-from store.cli.common import (
-    JsonOutput,
-    command_errors,
-    emit_json,
-    grouped,
-    location_cells,
-    location_table,
-    progress_bars,
-    selection,
-    stdout,
-    store_settings,
-)
+from store.cli.common import command_errors, emit_json, location_cells, location_table, progress_bars, stdout
+from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store

@@ -22,19 +22,16 @@ import typer
 from rich.text import Text
 
 from store.cli.common import (
-    JsonOutput,
     command_errors,
     emit_json,
-    environment_settings,
-    grouped,
     location_cells,
     location_table,
     note,
     progress_bars,
-    selection,
     stderr,
     stdout,
 )
+from store.cli.options import JsonOutput, environment_settings, grouped, selection
 from store.errors import InvalidInputError
 from store.layout import Selector
 from store.store import Store

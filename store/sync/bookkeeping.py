@@ -18,7 +18,7 @@ Contract:
   with SQLite's rollback journal (safe on network filesystems, where store
   roots of clusters often live), the store's busy timeout, and
   ``BEGIN IMMEDIATE`` writes. A transaction that stays locked past the busy
-  timeout is retried by :func:`store.engine.retry_while_locked`, the same
+  timeout is retried by :func:`store.sqlite_errors.retry_while_locked`, the same
   retry the descriptor databases use.
 * Every SQLite error is raised as a :class:`~store.errors.BookkeepingError`
   naming the file and what to do.
@@ -67,11 +67,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.exc import DBAPIError
 
-from store.engine import apply_journal_mode, create_sqlite_engine, retry_while_locked
+from store.engine import apply_journal_mode, create_sqlite_engine
 from store.errors import BookkeepingError, DatabaseBusyError
 from store.models import NAMING_CONVENTION
 from store.row_statements import LOOKUP_BATCH, json_each_keys
 from store.settings import Settings
+from store.sqlite_errors import retry_while_locked
 from store.sync.workspace import workspace
 
 T = TypeVar("T")

@@ -20,7 +20,7 @@ from inference.cli import model_spec
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
 from store.adoption import adoptions
-from store.cli.common import grouped
+from store.cli.options import grouped
 from store.descriptor import ModelDescriptor
 from store.errors import AdoptionError, InvalidInputError
 from store.settings import Settings

@@ -22,9 +22,10 @@ import orjson
 import pytest
 
 from inference.backend import EngineRequest, Generation
-from inference.cached import CachedModel, Mode
+from inference.cached import CachedModel
 from inference.cli import model_spec
 from inference.judging import pairwise_requests, pointwise_request
+from inference.plan import Mode
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend

@@ -20,7 +20,6 @@ from store.engine import (
     filesystem_type,
     journal_mode_for,
     readonly_uri,
-    translated,
 )
 from store.errors import (
     CorruptDatabaseError,
@@ -35,6 +34,7 @@ from store.errors import (
     UnexpectedDatabaseError,
 )
 from store.settings import Settings
+from store.sqlite_errors import translated
 from store.store import Store
 from tests.factories import completion_record, current_database
 

@@ -1,0 +1,92 @@
+"""What the cache boundary decides for a batch, and what a call did.
+
+Contract:
+
+* A :class:`Plan` counts a batch over its (request, sample) slots and its
+  distinct keys: hits (adopted ones apart), misses, duplicates, and, when
+  there are misses, whether they were expected (rows the descriptor's
+  database holds, other descriptors of the model). Its ``missing`` inputs
+  are what the engine will be asked for, in first-seen order.
+* :class:`RunStats` is what one call of :class:`~inference.cached.CachedModel`
+  did: its plan, what was fetched, generated and written, and what the
+  misses cost and the hits saved.
+* :data:`Mode` names how a call uses the store (see :mod:`inference.cached`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, get_args
+
+from inference.accounting import UsageTotals
+from store.layout import Role
+
+Mode = Literal["use", "refresh", "off", "replay", "readonly"]
+MODES: tuple[Mode, ...] = get_args(Mode)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedInput:
+    """One distinct (rendered input, sample) a plan found missing: what the engine is asked for."""
+
+    key: str
+    rendered: bytes  # UTF-8 canonical JSON; decoded to text only for a row that is written
+    sample_index: int
+    request_index: int  # the first request that asked for it: its metadata labels the row
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a batch needs: counted over (request, sample) slots and distinct keys."""
+
+    role: Role
+    requested: int  # (request, sample) slots
+    distinct: int
+    hits: int
+    misses: int
+    duplicates: int  # slots that share a key with an earlier slot
+    mode: Mode
+    missing: tuple[PlannedInput, ...] = field(default=(), repr=False)
+    seconds: float = 0.0  # render + hash + lookup
+    stored_rows: int | None = None  # with misses: rows the descriptor's database holds (None: no database)
+    other_descriptors: int = 0  # with misses and no database: stored descriptors of this role, task and model
+    adopted_hits: int = 0  # hits on rows adopted from an older descriptor (the others were generated or imported)
+
+    def summary(self) -> str:
+        adopted = f" ({self.adopted_hits} adopted)" if self.adopted_hits else ""
+        return (
+            f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
+            f"{self.hits} hits{adopted}, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
+        )
+
+    @property
+    def unexpected_misses(self) -> bool:
+        """Misses although the store holds rows of this descriptor, or of another descriptor of this model."""
+        return self.misses > 0 and bool(self.stored_rows or self.other_descriptors)
+
+    def miss_note(self) -> str | None:
+        """Why the misses are surprising, for a hint to run ``judgestore explain``; None when they are not."""
+        if not self.unexpected_misses:
+            return None
+        if self.stored_rows:
+            return f"{self.misses} misses although this descriptor's database holds {self.stored_rows} rows"
+        others = "descriptor" if self.other_descriptors == 1 else "descriptors"
+        return (
+            f"{self.misses} misses: nothing is stored under this descriptor, but {self.other_descriptors} other "
+            f"{others} of this model and task are"
+        )
+
+
+@dataclass
+class RunStats:
+    """What one call did, for summaries and tests."""
+
+    plan: Plan | None = None
+    fetched_rows: int = 0
+    generated: int = 0
+    written: int = 0
+    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
+    engine_loaded: bool = False
+    seconds: float = 0.0
+    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
+    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated

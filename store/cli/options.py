@@ -1,0 +1,278 @@
+"""The options ``judgestore`` commands share, each declared once as a group that builds one value.
+
+Contract:
+
+* One name per option meaning, across all commands: ``--store-root`` or
+  ``--store-url`` (:func:`store_settings`) and ``--json`` everywhere; databases are chosen with ``--role --task
+  --provider --model-id --descriptor`` (:func:`selection`); rows are filtered
+  with ``--benchmark --instruction-id --model --model-a --model-b --judge
+  --orientation --pair --pointwise/--pairwise --run-id --created-by --since
+  --until --input-hash --finish-reason --empty/--non-empty --error/--no-error
+  --adopted-from --adopted/--not-adopted`` (:func:`row_filter`); ``--model`` names the model of
+  the rows (a row filter) in the data commands and the model to run in
+  ``generate``/``judge``.
+* :func:`grouped` lets a command take a whole group of options as one value
+  (a :class:`~store.layout.Selector`, a :class:`~store.records.RowFilter`, the
+  :class:`~store.settings.Settings` naming the store): the group is declared
+  once, by the function that builds the value.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import inspect
+from collections.abc import Callable
+from datetime import datetime
+from pathlib import Path
+from typing import Annotated, Any, TypeVar
+
+import typer
+from pydantic import ValidationError
+
+from store.errors import InvalidInputError
+from store.layout import Selector
+from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
+from store.settings import Settings
+
+R = TypeVar("R")
+
+STORE_PANEL = "Store"
+SELECT_PANEL = "Select databases"
+FILTER_PANEL = "Filter rows"
+
+
+class RoleChoice(enum.StrEnum):
+    completions = "completions"
+    judgements = "judgements"
+
+
+class OrientationChoice(enum.StrEnum):
+    direct = "direct"
+    reversed = "reversed"
+
+
+def environment_settings() -> Settings:
+    """Settings from the environment; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError`."""
+    try:
+        return Settings()
+    except ValidationError as e:
+        wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e
+
+
+def store_settings(
+    store_root: Annotated[
+        Path | None,
+        typer.Option(
+            "--store-root",
+            metavar="PATH",
+            show_default=False,
+            help="Store root folder (default: $JUDGESTORE_STORE_ROOT, else ./judgestore-data).",
+            rich_help_panel=STORE_PANEL,
+        ),
+    ] = None,
+    store_url: Annotated[
+        str | None,
+        typer.Option(
+            "--store-url",
+            metavar="URL",
+            show_default=False,
+            help="A PostgreSQL store, e.g. postgresql+psycopg://user@host/db (default: $JUDGESTORE_STORE_URL).",
+            rich_help_panel=STORE_PANEL,
+        ),
+    ] = None,
+) -> Settings:
+    """The ``--store-root`` / ``--store-url`` group: the settings, naming the store a command works on.
+
+    An explicit option wins over the environment: ``--store-root`` means that
+    folder even when ``JUDGESTORE_STORE_URL`` is set. Without either, the
+    settings decide (``JUDGESTORE_STORE_URL``, else ``JUDGESTORE_STORE_ROOT``,
+    else ``./judgestore-data``). ``Store(settings)`` opens it.
+    """
+    if store_root is not None and store_url is not None:
+        raise InvalidInputError("--store-root and --store-url name two stores; give one")
+    settings = environment_settings()
+    if store_root is not None:
+        return settings.model_copy(update={"store_root": store_root, "store_url": None})
+    if store_url is not None:
+        return settings.model_copy(update={"store_url": store_url})
+    return settings
+
+
+# ---------------------------------------------------------------- option groups
+
+
+def grouped(**builders: Callable[..., Any]) -> Callable[[Callable[..., R]], Callable[..., R]]:
+    """Replace each named parameter of a command by the options of its builder, and pass the built value.
+
+    ``@grouped(selector=selection)`` gives the command every option
+    :func:`selection` declares; the command receives ``selector=selection(...)``.
+    """
+
+    def decorate(command: Callable[..., R]) -> Callable[..., R]:
+        signature = inspect.signature(command, eval_str=True)
+        group_params = {
+            name: list(inspect.signature(b, eval_str=True).parameters.values()) for name, b in builders.items()
+        }
+        params = [p for p in signature.parameters.values() if p.name not in builders]
+        params += [p for group in group_params.values() for p in group]
+        params.sort(key=lambda p: p.default is not inspect.Parameter.empty)  # required ones first, order kept
+
+        @functools.wraps(command)
+        def wrapper(*args: Any, **kwargs: Any) -> R:
+            for name, builder in builders.items():
+                kwargs[name] = builder(**{p.name: kwargs.pop(p.name) for p in group_params[name]})
+            return command(*args, **kwargs)
+
+        wrapper.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        wrapper.__annotations__ = {p.name: p.annotation for p in params}
+        return wrapper
+
+    return decorate
+
+
+JsonOutput = Annotated[bool, typer.Option("--json", help="Machine-readable JSON on stdout; errors as JSON on stderr.")]
+
+
+def selection(
+    role: Annotated[
+        RoleChoice | None, typer.Option("--role", help="Only this role.", rich_help_panel=SELECT_PANEL)
+    ] = None,
+    task: Annotated[str | None, typer.Option("--task", help="Only this task.", rich_help_panel=SELECT_PANEL)] = None,
+    provider: Annotated[
+        str | None, typer.Option("--provider", help="Only this provider (e.g. vllm).", rich_help_panel=SELECT_PANEL)
+    ] = None,
+    model_id: Annotated[
+        str | None,
+        typer.Option(
+            "--model-id",
+            help="Only descriptors of this model (a Hub id, or a local folder's name).",
+            rich_help_panel=SELECT_PANEL,
+        ),
+    ] = None,
+    descriptor: Annotated[
+        str | None,
+        typer.Option(
+            "--descriptor", metavar="HASH", help="Descriptor hash or a prefix of it.", rich_help_panel=SELECT_PANEL
+        ),
+    ] = None,
+) -> Selector:
+    """The databases chosen by ``--role --task --provider --model-id --descriptor``."""
+    return Selector(
+        role=None if role is None else role.value,  # type: ignore[arg-type]
+        task=task,
+        provider=provider,
+        model=model_id,
+        descriptor=descriptor,
+    )
+
+
+def _timestamp(value: str) -> datetime:
+    try:
+        return parse_timestamp(value)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+
+
+def _filter(name: str, help_text: str | None = None, **kwargs: Any) -> Any:
+    return typer.Option(name, help=help_text, rich_help_panel=FILTER_PANEL, **kwargs)
+
+
+def row_filter(
+    benchmark: Annotated[str | None, _filter("--benchmark")] = None,
+    instruction_id: Annotated[str | None, _filter("--instruction-id")] = None,
+    model: Annotated[
+        str | None, _filter("--model", "Completions of this model; judgements where it is model_a or model_b.")
+    ] = None,
+    model_a: Annotated[str | None, _filter("--model-a", "(judgements) The model whose answer is shown first.")] = None,
+    model_b: Annotated[str | None, _filter("--model-b", "(judgements) The model whose answer is shown second.")] = None,
+    judge: Annotated[str | None, _filter("--judge", "(judgements)")] = None,
+    orientation: Annotated[
+        OrientationChoice | None,
+        _filter("--orientation", "(judgements) direct or reversed, relative to the source pair."),
+    ] = None,
+    pair: Annotated[
+        list[str] | None,
+        _filter("--pair", "(judgements) Give twice: every judgement of the pair, both orientations.", metavar="MODEL"),
+    ] = None,
+    pointwise: Annotated[
+        bool | None,
+        _filter(
+            "--pointwise/--pairwise", "Only pointwise (no model_b) or only pairwise judgements.", show_default=False
+        ),
+    ] = None,
+    run_id: Annotated[str | None, _filter("--run-id")] = None,
+    created_by: Annotated[str | None, _filter("--created-by")] = None,
+    since: Annotated[
+        datetime | None,
+        _filter("--since", "created_at >= TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
+    ] = None,
+    until: Annotated[
+        datetime | None,
+        _filter("--until", "created_at < TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
+    ] = None,
+    input_hash: Annotated[list[str] | None, _filter("--input-hash", "This row (repeatable).", metavar="HASH")] = None,
+    finish_reason: Annotated[
+        list[str] | None,
+        _filter(
+            "--finish-reason",
+            "Rows that finished for this reason (repeatable): length (truncated at max_tokens), stop, ...",
+            metavar="REASON",
+        ),
+    ] = None,
+    empty: Annotated[
+        bool | None,
+        _filter(
+            "--empty/--non-empty", "Only empty (or whitespace) completions, or only the others.", show_default=False
+        ),
+    ] = None,
+    error: Annotated[
+        bool | None,
+        _filter(
+            "--error/--no-error",
+            f"Only error rows (finish reason {', '.join(ERROR_FINISH_REASONS)}), or only the others.",
+            show_default=False,
+        ),
+    ] = None,
+    adopted_from: Annotated[
+        str | None,
+        _filter(
+            "--adopted-from",
+            "Rows `judgestore adopt` copied from this descriptor (its hash or a prefix).",
+            metavar="HASH",
+        ),
+    ] = None,
+    adopted: Annotated[
+        bool | None,
+        _filter(
+            "--adopted/--not-adopted",
+            "Only rows adopted from older descriptors, or only the others.",
+            show_default=False,
+        ),
+    ] = None,
+) -> RowFilter:
+    """The rows chosen by the row filter options (see the module docstring)."""
+    if pair is not None and len(pair) != 2:
+        raise typer.BadParameter(f"give --pair exactly twice (the two models), got {len(pair)}", param_hint="--pair")
+    return RowFilter(
+        benchmark=benchmark,
+        instruction_id=instruction_id,
+        model=model,
+        model_a=model_a,
+        model_b=model_b,
+        judge=judge,
+        orientation=None if orientation is None else orientation.value,  # type: ignore[arg-type]
+        pair=None if pair is None else (pair[0], pair[1]),
+        pointwise=pointwise,
+        run_id=run_id,
+        created_by=created_by,
+        created_after=since,
+        created_before=until,
+        input_hashes=tuple(input_hash) if input_hash else None,
+        finish_reasons=tuple(finish_reason) if finish_reason else None,
+        empty=empty,
+        error=error,
+        adopted_from=adopted_from,
+        adopted=adopted,
+    )
