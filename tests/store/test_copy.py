@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
 from pathlib import Path
@@ -261,6 +262,19 @@ def test_judgestore_copy_with_a_wrong_url_is_a_typed_error(tmp_path: Path) -> No
     assert file_digests(root) == before
 
 
+def kill_midway(argv: list[str], env: dict[str, str], copied: Callable[[], int], rows: int) -> int:
+    """Start the copy ``argv``, SIGKILL it once a tenth of ``rows`` arrived; the rows it left (checked mid-way)."""
+    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 60
+    while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    child.send_signal(signal.SIGKILL)
+    _, stderr = child.communicate()
+    partial = copied()
+    assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
+    return partial
+
+
 def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_cluster: Cluster) -> None:
     rows = 6_000
     root = tmp_path / "big"
@@ -277,14 +291,7 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_c
         except Exception:  # the schema does not exist yet
             return 0
 
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    _, stderr = child.communicate()
-    partial = copied()
-    assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
+    partial = kill_midway(argv, env, copied, rows)
 
     again = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
@@ -316,14 +323,7 @@ def test_a_killed_copy_from_a_server_finishes_when_run_again(tmp_path: Path, pg_
         except sqlite3.Error:  # not created yet, or its tables not yet
             return 0
 
-    child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.01)
-    child.send_signal(signal.SIGKILL)
-    _, stderr = child.communicate()
-    partial = copied()
-    assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
+    partial = kill_midway(argv, env, copied, rows)
 
     again = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
