@@ -24,7 +24,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -33,7 +33,7 @@ from sqlalchemy import Table, insert, select
 
 from store.errors import InvalidInputError
 from store.models import Adoption
-from store.records import Record, RowFilter
+from store.records import RowFilter, batched
 
 if TYPE_CHECKING:
     from store.store import Database
@@ -82,17 +82,6 @@ class AdoptionCounts:
     excluded: int
 
 
-def _batches(source: Database) -> Iterator[list[Record]]:
-    batch: list[Record] = []
-    for record in source.query():
-        batch.append(record)
-        if len(batch) == COPY_BATCH:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
 def _check_pair(source: Database, target: Database | None) -> None:
     if target is not None and (source.path == target.path or source.role != target.role):
         raise InvalidInputError(
@@ -106,7 +95,7 @@ def plan_adoption(source: Database, target: Database | None, exclude: Sequence[s
     _check_pair(source, target)
     left_out = frozenset(exclude)
     rows = adopted = present = excluded = 0
-    for batch in _batches(source):
+    for batch in batched(source.query(), COPY_BATCH):
         rows += len(batch)
         keys = [r.input_hash for r in batch if r.input_hash not in left_out]
         excluded += len(batch) - len(keys)
@@ -125,7 +114,7 @@ def adopt_rows(
     mark = adoption.source_descriptor
     rows = adopted = excluded = 0
     with target.transaction() as repo:
-        for batch in _batches(source):
+        for batch in batched(source.query(), COPY_BATCH):
             rows += len(batch)
             marked = [dataclasses.replace(r, adopted_from=mark) for r in batch if r.input_hash not in left_out]
             excluded += len(batch) - len(marked)

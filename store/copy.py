@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -62,7 +62,7 @@ from store.errors import (
     StoreMissingError,
 )
 from store.layout import Location, Selector
-from store.records import Record, record_fields
+from store.records import Record, batched, record_fields
 from store.runs import RUNS
 from store.store import Database, Store
 
@@ -181,17 +181,6 @@ def _differing_fields(ours: Record, theirs: Record) -> list[str]:
 # ---------------------------------------------------------------- rows
 
 
-def _chunks(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
-    chunk: list[Record] = []
-    for record in records:
-        chunk.append(record)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
     before = target.get_many(r.input_hash for r in chunk)
@@ -232,7 +221,7 @@ def copy_database(
     """Copy one database's rows chunk by chunk, then its bookkeeping (see the module docstring)."""
     if chunk_size < 1:
         raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
-    for chunk in _chunks(source.query(), chunk_size):
+    for chunk in batched(source.query(), chunk_size):
         _copy_chunk(chunk, target, result)
         on_rows(len(chunk))
     if result.missing:

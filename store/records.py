@@ -18,7 +18,7 @@ database it came from, as the store's queries across databases return them.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -285,3 +285,15 @@ class RowCount:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.location.as_dict(), "path": self.where, "rows": self.rows}
+
+
+def batched(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    """``records`` in lists of ``size`` (the last one shorter), read lazily: one list is held at a time."""
+    batch: list[Record] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

@@ -3,7 +3,8 @@
 Contract:
 
 * Thin: parse, call :func:`store.copy.copy_store`, render (see
-  :mod:`store.cli.common` for the edge, the options and where output goes).
+  :mod:`store.cli.common` for the edge and where output goes,
+  :mod:`store.cli.options` for the shared options).
 * Exactly one of ``--from-root`` / ``--from-url`` and one of ``--to-root`` /
   ``--to-url``; anything else is an :class:`~store.errors.InvalidInputError`
   (exit 1, a JSON error with ``--json``) before any store is opened. The
