@@ -14,8 +14,6 @@ Contract:
   the store read-only and writes nothing; the audit still runs the engine.
 """
 
-from __future__ import annotations
-
 import os
 from collections.abc import Callable
 from typing import Annotated

@@ -20,8 +20,6 @@ Contract:
   out take the library's defaults (:data:`inference.spec.DEFAULT_SAMPLING`).
 """
 
-from __future__ import annotations
-
 import enum
 import sys
 from collections.abc import Iterator

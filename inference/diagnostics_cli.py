@@ -14,8 +14,6 @@ Contract:
   the exact-match rate is under ``--fail-under`` (default 1.0), for CI.
 """
 
-from __future__ import annotations
-
 import inspect
 import os
 from collections.abc import Callable
@@ -183,7 +181,7 @@ def explain_command(
         _print_inputs(inputs)
 
 
-def _print_descriptor(report: DescriptorReport) -> None:
+def _print_descriptor(report: "DescriptorReport") -> None:
     out = stdout()
     where = f"{report.location.role}/{report.location.task}/{report.location.model}"
     held = f"holds {report.rows:,} rows" if report.exists else "is not in the store"
@@ -202,7 +200,7 @@ def _print_descriptor(report: DescriptorReport) -> None:
         out.print(head + f"{n.rows:,} rows): {changes}", soft_wrap=True)
 
 
-def _print_inputs(inputs: InputReport) -> None:
+def _print_inputs(inputs: "InputReport") -> None:
     out = stdout()
     out.print(
         f"inputs: {inputs.requested} requested, {inputs.distinct} distinct, {inputs.hits} hits, {inputs.misses} misses"
@@ -273,7 +271,7 @@ def audit_command(
         raise typer.Exit(1)
 
 
-def _print_audit(report: AuditReport) -> None:
+def _print_audit(report: "AuditReport") -> None:
     out = stdout()
     for line in report.lines():
         out.print(line, soft_wrap=True)

@@ -22,8 +22,6 @@ Contract:
   report file, if asked for, is the only file written).
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -60,7 +58,7 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _detect_table(result: DetectionResult) -> Table:
+def _detect_table(result: "DetectionResult") -> Table:
     from store.legacy.detect import LegacyVariant
 
     table = Table(title="Legacy caches found", title_justify="left")
@@ -86,7 +84,7 @@ def _detect_table(result: DetectionResult) -> Table:
     return table
 
 
-def _detail(d: Detection) -> str:
+def _detail(d: "Detection") -> str:
     """For a known variant, what its metadata.json says; otherwise what is wrong."""
     from store.legacy.detect import LegacyVariant, State
 
@@ -98,7 +96,7 @@ def _detail(d: Detection) -> str:
     return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
 
 
-def _import_table(report: ImportReport) -> Table:
+def _import_table(report: "ImportReport") -> Table:
     title = "Import" + (" (dry run: nothing written)" if report.dry_run else "") + f" into {report.store_root}"
     table = Table(title=title, title_justify="left")
     table.add_column("Source", overflow="fold")
@@ -127,7 +125,7 @@ def _import_table(report: ImportReport) -> Table:
     return table
 
 
-def _print_reasons(report: ImportReport, console: Console) -> None:
+def _print_reasons(report: "ImportReport", console: Console) -> None:
     """Why rows were skipped or failed, per source, with a few example rows; then notes and conflicts."""
     for s in report.sources:
         lines: list[Text] = []
@@ -244,7 +242,7 @@ def import_command(
     err = stderr()
     with Store(settings, readonly=dry_run) as store, progress_bars(json_output) as progress:
 
-        def on_progress(event: ImportProgress) -> None:
+        def on_progress(event: "ImportProgress") -> None:
             progress(f"[{event.index + 1}/{event.sources}] {event.path.name}", event.rows_done, event.rows_total)
 
         report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,

@@ -17,9 +17,12 @@ Contract:
   readers, stats, prune, vacuum, export, explain, audit) inside them: starting
   a command imports its own path, and a run that is all hits is nothing but
   its start (see the README's Performance section).
+* The modules that declare commands or option groups do not use
+  ``from __future__ import annotations``: typer reads every command's
+  annotations when the app starts, and string annotations would be compiled
+  and evaluated there, about 30 ms of each start for 20 commands. A type only
+  imported under ``TYPE_CHECKING`` is quoted instead.
 """
-
-from __future__ import annotations
 
 from collections.abc import Callable
 

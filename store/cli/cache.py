@@ -10,8 +10,6 @@ Contract:
   ``--dry-run`` only shows. ``vacuum`` rewrites files without changing a row.
 """
 
-from __future__ import annotations
-
 import enum
 import sys
 from datetime import timedelta
@@ -129,7 +127,7 @@ def stats_command(
             note(entry.error, json_output=False)
 
 
-def _print_totals(totals: StoreTotals) -> None:
+def _print_totals(totals: "StoreTotals") -> None:
     rows, run = totals.rows, totals.runs
     lines = [
         f"stored: {rows.rows:,} rows, {rows.prompt_tokens:,} tokens in and {rows.completion_tokens:,} out, "
@@ -156,7 +154,7 @@ def _print_totals(totals: StoreTotals) -> None:
         stdout().print(line, soft_wrap=True)
 
 
-def _print_adoptions(found: list[DatabaseStats]) -> None:
+def _print_adoptions(found: "list[DatabaseStats]") -> None:
     """One line per recorded adoption: into which database, from where, across what, on what evidence."""
     for entry in found:
         for adoption in entry.adoptions:
@@ -171,7 +169,7 @@ def _print_adoptions(found: list[DatabaseStats]) -> None:
             )
 
 
-def _print_runs(found: list[DatabaseStats], limit: int) -> None:
+def _print_runs(found: "list[DatabaseStats]", limit: int) -> None:
     table = Table(title="Recent runs (newest first)", title_justify="left")
     for name, justify in (("Started (UTC)", "left"), ("Model", "left"), ("Mode", "left"), ("Asked", "right"),
                           ("Hits", "right"), ("Misses", "right"), ("Saved", "right")):  # fmt: skip

@@ -13,8 +13,6 @@ Contract:
   ``--yes``), and writes nothing before that.
 """
 
-from __future__ import annotations
-
 import enum
 import io
 import os

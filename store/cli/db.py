@@ -10,8 +10,6 @@ Contract:
   upgrade refused or failed, a verification problem.
 """
 
-from __future__ import annotations
-
 from typing import Annotated, Any
 
 import typer

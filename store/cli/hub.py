@@ -15,8 +15,6 @@ Contract:
   any other command does not pay for it.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -87,7 +85,7 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
     return selector
 
 
-def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> Remote:
+def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> "Remote":
     from store.sync import HubRemote, open_remote
 
     remote = open_remote(repo=repo, directory=directory, revision=revision, token=token)
@@ -98,7 +96,7 @@ def _remote(repo: str | None, directory: Path | None, revision: str | None, toke
     return remote
 
 
-def _problems(title: str, groups: dict[str, list[SyncProblem]]) -> None:
+def _problems(title: str, groups: "dict[str, list[SyncProblem]]") -> None:
     """Problems on stdout (they are part of the result), one row each, whole paths and reasons."""
     rows = [(kind, p) for kind, problems in groups.items() for p in problems]
     if not rows:
@@ -171,7 +169,7 @@ def push_command(
         raise typer.Exit(1)
 
 
-def _render_push(report: PushReport) -> None:
+def _render_push(report: "PushReport") -> None:
     out = stdout()
     if report.folders:
         title = f"{'Would push' if report.dry_run else 'Pushed'} to {report.remote}"
@@ -240,7 +238,7 @@ def fetch_command(
         raise typer.Exit(1)
 
 
-def _render_fetch(report: FetchReport) -> None:
+def _render_fetch(report: "FetchReport") -> None:
     out = stdout()
     at = f" at {report.revision[:12]}" if report.revision else ""
     if report.folders:

@@ -17,8 +17,6 @@ Contract:
   once, by the function that builds the value.
 """
 
-from __future__ import annotations
-
 import enum
 import functools
 import inspect

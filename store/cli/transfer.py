@@ -14,8 +14,6 @@ Contract:
   a finished copy writes nothing and exits 0.
 """
 
-from __future__ import annotations
-
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -118,7 +116,7 @@ def copy_command(
         raise typer.Exit(1)
 
 
-def _render(report: CopyReport) -> None:
+def _render(report: "CopyReport") -> None:
     extra = [("Rows", "right"), ("Written", "right"), ("Conflicts", "right"), ("OK", "left")]
     table = location_table(f"Copy {report.source} -> {report.target}", *extra)
     for d in report.databases:
@@ -144,7 +142,7 @@ def _render(report: CopyReport) -> None:
         stderr().print(Text(f"{bad} of {len(report.databases)} databases did not verify.", style="bold red"))
 
 
-def _problems(d: CopiedDatabase) -> list[str]:
+def _problems(d: "CopiedDatabase") -> list[str]:
     listed = list(d.problems)
     if d.conflicts > len(d.conflicting_keys):
         listed.append(f"{d.conflicts} conflicting rows in all (the target's rows were kept)")
