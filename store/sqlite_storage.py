@@ -136,6 +136,12 @@ class SqliteStorage:
             if connection is None:  # anything but current: classified, created or upgraded with an engine
                 engine = sqlite_engine(connect, journal, pooled=not self.readonly)
                 self._check_schema(engine, path)
+                if not self.readonly:
+                    # Now current: end as the usual open does, with the kept driver connection and no engine,
+                    # rather than an idle engine connection while the first write opens another one.
+                    engine.dispose()
+                    engine = None
+                    connection = self._opened_current(connect, path, journal)
         except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
             if engine is not None:
                 engine.dispose()
