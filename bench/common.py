@@ -42,6 +42,7 @@ from store.descriptor import input_hash, render_messages
 from store.records import CompletionRecord, record_fields
 from store.row_statements import LOOKUP_BATCH, gc_paused
 from store.settings import Settings
+from store.store import Database
 
 # ---------------------------------------------------------------- deterministic content
 
@@ -241,8 +242,9 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
         order = range(len(variants)) if k % 2 == 0 else reversed(range(len(variants)))
         for i in order:
             wall, cpu, result = _call(variants[i], states[i])
-            if variants[i].check is not None:
-                variants[i].check(states[i], result)
+            check = variants[i].check
+            if check is not None:
+                check(states[i], result)
                 result = None
             results[i] = result
             del result
@@ -334,6 +336,13 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 
 FIELDS = record_fields(CompletionRecord)
 SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
+
+
+def file_of(database: Database) -> Path:
+    """The SQLite file of ``database`` (these benches use folder stores; a server's database has no file)."""
+    if database.path is None:
+        raise AssertionError(f"{database.location} is not an SQLite file")
+    return database.path
 
 
 def raw_connect(path: Path, settings: Settings) -> sqlite3.Connection:

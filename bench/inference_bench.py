@@ -102,6 +102,7 @@ from bench.common import (  # noqa: E402
     Variant,
     completion_records,
     environment,
+    file_of,
     format_seconds,
     gc_paused,
     mean_row_bytes,
@@ -283,9 +284,10 @@ class PlanBench:
         root = self.workdir / f"store-{n}"
         store = Store(self.settings, root=root)
         db = store.database(ROLE, TASK, self.descriptor)
+        path = file_of(db)
         for start in range(0, n, 10_000):
             db.put_many(records[start : start + 10_000])
-        with closing(sqlite3.connect(db.path, isolation_level=None)) as checkpoint:  # outside any transaction
+        with closing(sqlite3.connect(path, isolation_level=None)) as checkpoint:  # outside any transaction
             checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
         batch = [messages_of(r) for r in records]
         requests = [
@@ -293,7 +295,7 @@ class PlanBench:
             for m, r in zip(batch, records, strict=True)
         ]
         log(
-            f"plan {n:,}: store of {n:,} rows ({db.path.stat().st_size / 1e6:,.0f} MB) built in "
+            f"plan {n:,}: store of {n:,} rows ({path.stat().st_size / 1e6:,.0f} MB) built in "
             f"{time.perf_counter() - t0:.1f} s"
         )
         cached = CachedModel(store, self.descriptor, task=TASK, backend_factory=no_engine)
@@ -306,7 +308,7 @@ class PlanBench:
             for start in range(0, n, 10_000):
                 hosted_db.put_many(records[start : start + 10_000])
             hosted = spec.cached(store, task=TASK)
-        raw = raw_connect(db.path, self.settings)
+        raw = raw_connect(path, self.settings)
         try:
             inputs = self._check(cached, raw, requests, batch, records)
             if hosted is not None:

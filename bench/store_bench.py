@@ -78,6 +78,7 @@ from bench.common import (
     Variant,
     completion_records,
     environment,
+    file_of,
     format_seconds,
     gc_paused,
     mean_row_bytes,
@@ -310,11 +311,11 @@ class Bench:
         store, db = self.fresh_database(self.workdir / "lookup")
         for start in range(0, len(records), 10_000):
             db.put_many(records[start : start + 10_000])
-        with closing(sqlite3.connect(db.path, isolation_level=None)) as checkpoint:  # outside any transaction
+        with closing(sqlite3.connect(file_of(db), isolation_level=None)) as checkpoint:  # outside any transaction
             checkpoint.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-        size_mb = db.path.stat().st_size / 1e6
+        size_mb = file_of(db).stat().st_size / 1e6
         self.notes.append(f"lookup database: {s.db_rows:,} rows, {size_mb:,.0f} MB, same file for both variants")
-        raw = raw_connect(db.path, self.settings)
+        raw = raw_connect(file_of(db), self.settings)
         misses = miss_hashes(max(s.lookups))
         try:
             self._check_get_many(db, raw, records[:500], misses[:500])
@@ -365,7 +366,7 @@ class Bench:
     def bench_put_many(self) -> None:
         template_store, template = self.fresh_database(self.workdir / "template")
         template_store.close()
-        ddl = schema_ddl(template.path)
+        ddl = schema_ddl(file_of(template))
         counter = iter(range(10**9))
 
         def raw_setup() -> tuple[sqlite3.Connection, Path]:
@@ -415,7 +416,7 @@ class Bench:
                 raise AssertionError(f"rows written (ours, raw): {written}, re-put: {again}")
             ours_state[0].close()
             raw_state[0].close()
-            if all_rows(ours_state[1].path) != all_rows(raw_state[1]):
+            if all_rows(file_of(ours_state[1])) != all_rows(raw_state[1]):
                 raise AssertionError("raw put_many does not store the same bytes as Database.put_many")
         finally:
             ours_teardown(ours_state, None)
@@ -431,7 +432,7 @@ class Bench:
         """
         template_store, template = self.fresh_database(self.workdir / "index-template")
         template_store.close()
-        ddl = schema_ddl(template.path)
+        ddl = schema_ddl(file_of(template))
         indexes = [sql.split()[2] for sql in ddl if sql.startswith("CREATE INDEX") and " completions " in sql]
         counter = iter(range(10**9))
 
@@ -489,7 +490,7 @@ class Bench:
         for d, loc in zip(descriptors[1:], locations[1:], strict=True):
             write_metadata(loc.folder(root), metadata_bytes(ROLE, TASK, d))
             shutil.copyfile(template, loc.db_path(root))
-        shutil.rmtree(first.path.parent)  # the bench descriptor's own database is not one of the n
+        shutil.rmtree(file_of(first).parent)  # the bench descriptor's own database is not one of the n
         targets = [RawTarget(loc.db_path(root), loc.descriptor_hash16) for loc in locations]
         head = revisions().head  # once per process, as the library does
 
