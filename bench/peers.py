@@ -6,7 +6,7 @@ Contract:
 
       python bench/peers.py [--quick] [--reps N] [--json out.json] [--workdir DIR] [--keep] [--only a,b]
 
-* Five contenders do the same operations on the same deterministic chat
+* Six contenders do the same operations on the same deterministic chat
   prompts (``bench/common.py``'s generator: a system and a user message,
   rendered 2-4 KB, completions 1-2 KB, ``usage`` in every row, no logprobs):
   write N new prompts into an empty store, then look N prompts up at 100 %,
@@ -25,6 +25,10 @@ Contract:
     one ``WHERE key IN (SELECT value FROM json_each(?))`` query for the whole
     batch, ``fetchall``, a ``dict[key, tuple]`` with ``usage`` decoded by
     orjson, cyclic GC paused.
+  - floor, no prompt: the floor with ``input_text`` left NULL, i.e. a cache
+    that keeps only the answer behind the hash, as diskcache and sqlitedict
+    do here. Not a peer: the fastest such a cache can be, which bounds how
+    far ahead of them a store that keeps the prompt can get.
   - LangChain ``SQLiteCache``, as ``BaseChatModel._generate_with_cache`` calls
     it: per prompt ``lookup(dumps(messages), llm_string)`` and, for a miss,
     ``update(dumps(messages), llm_string, [ChatGeneration(AIMessage(...))])``.
@@ -193,7 +197,7 @@ def _floor_key(messages: list[dict[str, str]]) -> str:
 FLOOR_DDL = """CREATE TABLE completions (
     key TEXT PRIMARY KEY, sample_index INTEGER NOT NULL, benchmark TEXT, instruction_id TEXT, model TEXT,
     finish_reason TEXT, run_id TEXT, created_by TEXT, created_at TEXT NOT NULL, usage TEXT, top_logprobs TEXT,
-    input_text TEXT NOT NULL, completion TEXT NOT NULL)"""
+    input_text TEXT{prompt_constraint}, completion TEXT NOT NULL)"""
 FLOOR_INSERT = "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 FLOOR_SELECT = "SELECT * FROM completions WHERE key IN (SELECT value FROM json_each(?))"
 
@@ -201,13 +205,14 @@ FLOOR_SELECT = "SELECT * FROM completions WHERE key IN (SELECT value FROM json_e
 class Floor(Contender):
     name = "floor (sqlite3)"
     slug = "floor"
+    keeps_prompt: ClassVar[bool] = True
 
     def __init__(self, folder: Path) -> None:
         path = folder / "floor.db"
         fresh = not path.exists()
         self.conn = raw_connect(path, SETTINGS)
         if fresh:
-            self.conn.execute(FLOOR_DDL)
+            self.conn.execute(FLOOR_DDL.format(prompt_constraint=" NOT NULL" if self.keeps_prompt else ""))
 
     @staticmethod
     def native(call: Call) -> list[dict[str, str]]:
@@ -217,6 +222,7 @@ class Floor(Contender):
         dumps, sort, sha256 = orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256
         now = datetime.now(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
         rows = []
+        keeps_prompt = self.keeps_prompt
         for messages, call in zip(inputs, calls, strict=True):
             rendered = dumps({"messages": messages, "type": "messages"}, option=sort)
             rows.append(
@@ -232,7 +238,7 @@ class Floor(Contender):
                     now,
                     dumps(call.usage, option=sort).decode(),
                     None,
-                    rendered.decode(),
+                    rendered.decode() if keeps_prompt else None,
                     call.completion,
                 )
             )
@@ -277,6 +283,19 @@ class Floor(Contender):
 
     def close(self) -> None:
         self.conn.close()
+
+
+class FloorNoPrompt(Floor):
+    """The floor without the prompt (``input_text`` NULL): as fast as a cache that keeps only answers can be here.
+
+    Not a peer: the reference that says how far a store keeping the prompt
+    can get ahead of a peer that does not (diskcache and sqlitedict keep the
+    answer behind a hash).
+    """
+
+    name = "floor, no prompt (sqlite3)"
+    slug = "floor-no-prompt"
+    keeps_prompt = False
 
 
 # What ChatOpenAI(model=..., temperature=0)._get_llm_string() looks like: computed once here, per call in LangChain.
@@ -530,7 +549,7 @@ def _count_rows(path: Path, table: str) -> int:
         conn.close()
 
 
-CONTENDERS: tuple[type[Contender], ...] = (Floor, LangChain, SqliteDictLmEval, DiskcacheDSPy, Judgestore)
+CONTENDERS: tuple[type[Contender], ...] = (Floor, FloorNoPrompt, LangChain, SqliteDictLmEval, DiskcacheDSPy, Judgestore)
 PEERS = ("langchain", "sqlitedict", "diskcache")
 
 
@@ -704,6 +723,15 @@ def report(cases: Sequence[Case], kinds: Sequence[type[Contender]]) -> None:
         rows.append(row)
     print()
     print_table(headers, rows, right=tuple(range(1, len(headers))), markdown=True)
+    if peers and FloorNoPrompt.slug in names:
+        print(
+            "\nThe floor without the prompt over half the best peer's time (above 1.00x: even a store that keeps "
+            "only answers cannot be 2x faster than the best peer there):\n"
+        )
+        for case in cases:
+            fastest_peer = min(case.timings[slug].median for slug in peers)
+            no_prompt = case.timings[FloorNoPrompt.slug].median
+            print(f"- {case.operation}: {no_prompt / (fastest_peer / 2):.2f}x")
 
 
 def peer_versions() -> dict[str, str]:
