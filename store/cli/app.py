@@ -20,8 +20,8 @@ Contract:
 * The modules that declare commands or option groups do not use
   ``from __future__ import annotations``: typer reads every command's
   annotations when the app starts, and string annotations would be compiled
-  and evaluated there, about 30 ms of each start for 20 commands. A type only
-  imported under ``TYPE_CHECKING`` is quoted instead.
+  and evaluated there, about 500 of them at every start (tests/test_cli_start.py
+  checks this). A type only imported under ``TYPE_CHECKING`` is quoted instead.
 """
 
 from collections.abc import Callable
