@@ -129,8 +129,6 @@ TASK = "bench"
 CLI_PROMPTS = 16
 CLI_HIT_RUNS = 9
 CLI_TARGET_S = 0.6  # a full-hit `judgestore generate`, whole process, on the 2-core machine (issue 13)
-# What a full hit must never import: the engine, the Hub client, the dataframes, the migrations, the server drivers.
-KEPT_OUT = ("vllm", "torch", "transformers", "pandas", "pyarrow", "huggingface_hub", "alembic", "psycopg", "openai")
 # Top-level packages shown on their own in the import breakdown; the rest is "other".
 IMPORT_GROUPS = {
     "sqlalchemy": ("sqlalchemy",),
@@ -447,7 +445,7 @@ class ImportBreakdown:
 
     groups: dict[str, float]  # seconds per group, largest first; "stdlib" and "other" last
     modules: int
-    kept_out: dict[str, bool]  # each KEPT_OUT package: True when it was not imported
+    kept_out: dict[str, bool]  # each package tests/test_cli_start.py keeps out of a start: True if not imported
 
     @property
     def total(self) -> float:
@@ -470,21 +468,22 @@ def import_breakdown(generate: list[str], out: Path, env: dict[str, str], cwd: P
     result = subprocess.run([*script, *args, "-o", str(out)], cwd=cwd, env=env, capture_output=True, timeout=600)
     if result.returncode != 0:
         raise RuntimeError(f"the -X importtime run failed ({result.returncode}): {result.stderr.decode()[-3000:]}")
+    from tests.test_cli_start import HEAVY  # one list of what starting the command line never imports
+
     group_of = {package: name for name, packages in IMPORT_GROUPS.items() for package in packages}
     seconds: dict[str, float] = {}
-    imported: set[str] = set()
+    imported: list[str] = []  # the top-level package of every module imported
     for line in result.stderr.decode().splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
         self_us, _, name = (part.strip() for part in line.removeprefix("import time:").split("|"))
         top = name.split(".")[0]
-        imported.add(top)
+        imported.append(top)
         group = group_of.get(top) or ("stdlib" if top in sys.stdlib_module_names or top.startswith("_") else "other")
         seconds[group] = seconds.get(group, 0.0) + int(self_us) / 1e6
     tail = {k: seconds.pop(k) for k in ("stdlib", "other") if k in seconds}
     groups = dict(sorted(seconds.items(), key=lambda kv: -kv[1])) | tail
-    modules = sum(1 for line in result.stderr.decode().splitlines() if line.startswith("import time:")) - 1
-    return ImportBreakdown(groups, modules, {p: p not in imported for p in KEPT_OUT})
+    return ImportBreakdown(groups, len(imported), {p: p not in imported for p in HEAVY})
 
 
 class CliBench:
