@@ -22,8 +22,11 @@ Contract (DESIGN.md, "Rules of behaviour"):
   ``off`` never touches the store; ``replay`` only reads and raises
   :class:`CacheMissError` on the first miss, before preparing anything;
   ``readonly`` reads and generates misses but never writes.
-* Empty outputs are returned but never stored; engine errors propagate after
-  the chunks already finished were written.
+* Every output is a result: an empty completion with a normal finish reason
+  (``stop``, ``length``) is stored and hit like any other. (Earlier versions
+  returned empty outputs without storing them: such an input is generated
+  once more, then hits.)
+  Engine errors propagate after the chunks already finished were written.
 * Each generated row's ``usage`` records what producing it cost: its share of
   its chunk's engine time (:func:`inference.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
@@ -298,7 +301,7 @@ class CachedModel:
         if not self.settings.record_runs:
             return
         database = store.find(plan.role, self.task, self.descriptor)
-        if database is None:  # nothing hit and nothing was written (every output empty)
+        if database is None:  # nothing hit and nothing was written
             return
         last = self.last
         record = run_record(
@@ -338,11 +341,7 @@ class CachedModel:
         def write(done: Sequence[tuple[PlannedInput, Generation]]) -> None:
             self.last.spent += usage_totals(gen.usage for _, gen in done)
             now = datetime.now(UTC)
-            records = [
-                self._record(role, requests[inp.request_index], inp, gen, now)
-                for inp, gen in done
-                if gen.text  # empty outputs are returned, never stored
-            ]
+            records = [self._record(role, requests[inp.request_index], inp, gen, now) for inp, gen in done]
             if database is not None and records:
                 self.last.written += self._write(database, records)
             for inp, gen in done:

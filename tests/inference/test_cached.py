@@ -151,11 +151,19 @@ def test_off_mode_needs_no_store(descriptor: ModelDescriptor) -> None:
     assert len(backend.received) == 1 and responses[1].text == "answer to q0 #0"
 
 
-def test_empty_outputs_are_returned_but_not_stored(store: Store, descriptor: ModelDescriptor) -> None:
+def test_an_empty_output_is_a_result_stored_and_hit_like_any_other(store: Store, descriptor: ModelDescriptor) -> None:
     backend = CountingBackend(empty_for="q1")
     responses = model(store, descriptor, backend).complete([ask(0), ask(1)])
-    assert responses[1].text == ""
-    assert store.database("completions", "t", descriptor).count() == 1
+    assert responses[1].text == "" and responses[1].samples[0].finish_reason == "stop"
+    database = store.database("completions", "t", descriptor)
+    assert database.count() == 2
+    (row,) = [r for r in database.query() if r.instruction_id == "1"]
+    assert row.completion == "" and row.top_logprobs == {"x": -0.5}  # its logprobs are kept too
+    rerun = CountingBackend()
+    again = model(store, descriptor, rerun)
+    hits = again.complete([ask(0), ask(1)])
+    assert rerun.received == [] and not again.engine_loaded
+    assert [r.cached for r in hits] == [True, True] and hits[1].text == ""
 
 
 def test_a_crash_keeps_finished_chunks_and_the_rerun_resumes(store: Store, descriptor: ModelDescriptor) -> None:
