@@ -334,6 +334,11 @@ class ModelNotFoundError(ModelError, InvalidInputError):
     """The Hub does not know this model, this revision, or refuses access to it."""
 
 
+class ModelFolderNotFoundError(ModelError, InvalidInputError):
+    """A model named by a path (``./m``, ``../m``, ``/m``, ``~/m``, or ``d/m`` with ``d`` an existing folder) that is
+    not a folder."""
+
+
 class EngineMismatchError(ModelError):
     """The engine vLLM loaded (commit, folder, chat template) is not what the descriptor names."""
 
