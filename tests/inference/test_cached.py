@@ -34,9 +34,7 @@ class CountingBackend:
     It refuses (as an engine refuses a prompt too long for it) every prompt in ``refuse``.
     """
 
-    def __init__(
-        self, fail_after: int | None = None, empty_for: str | None = None, refuse: Sequence[str] = ()
-    ) -> None:
+    def __init__(self, fail_after: int | None = None, empty_for: str | None = None, refuse: Sequence[str] = ()) -> None:
         self.received: list[EngineRequest] = []
         self.fail_after = fail_after
         self.empty_for = empty_for
