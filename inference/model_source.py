@@ -169,6 +169,12 @@ def _snapshot(repo_id: str, commit: str, cache_dir: str | os.PathLike[str] | Non
     return _cache_repo(repo_id, cache_dir) / "snapshots" / commit
 
 
+def cached_snapshot(repo_id: str, commit: str, cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The folder of ``commit``'s files in the local Hugging Face cache (``cache_dir``: vLLM's ``download_dir``)."""
+    snapshot = _snapshot(repo_id, commit, cache_dir)
+    return snapshot if snapshot.is_dir() else None
+
+
 def _has_template_files(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TEMPLATE_FILES)
 
