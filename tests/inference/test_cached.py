@@ -414,3 +414,24 @@ def test_a_plan_says_when_misses_are_unexpected(store: Store, descriptor: ModelD
     assert "1 other descriptor of this model and task" in str(elsewhere.last.plan.miss_note())
     assert fresh.miss_note() is None  # plan() alone does not look further; an empty store is no surprise either
     assert model(store, descriptor, CountingBackend()).last.plan is None
+
+
+@pytest.mark.postgres
+def test_on_a_server_store_a_row_it_refuses_fails_alone_too(pg_url: str, descriptor: ModelDescriptor) -> None:
+    from store.settings import Settings
+
+    backend = CountingBackend()
+    answer = backend.generate
+
+    def broken_answer_to_q1(requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [
+            Generation("broken \udc80 answer", "stop") if r.rendered["messages"][0]["content"] == "q1" else g
+            for r, g in zip(requests, answer(requests), strict=True)
+        ]
+
+    backend.generate = broken_answer_to_q1  # type: ignore[method-assign]
+    with Store(Settings(), url=pg_url) as server:
+        cached = model(server, descriptor, backend, chunk_size=4)
+        with pytest.raises(RequestsFailedError, match=r"request 1 \(b/1\): InvalidInputError"):
+            cached.complete([ask(i) for i in range(6)])
+        assert server.database("completions", "t", descriptor).count() == 5 == cached.last.written
