@@ -42,7 +42,13 @@ from inference.model_source import COMMIT_RE, local_model_digest, model_name
 from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError, RequestRefusedError
+from store.errors import (
+    BackendError,
+    EngineMismatchError,
+    InvalidInputError,
+    JudgestoreError,
+    RequestRefusedError,
+)
 from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
@@ -199,7 +205,7 @@ class VLLMBackend:
             else:
                 outputs = self._llm.generate([r.rendered["text"] for r in requests], params, use_tqdm=False)
         except VLLMClientError:  # vLLM refused the call before generating anything: find who, generate the rest
-            return self._isolating(requests, params, VLLMClientError)
+            return self._isolating(requests, params)
         return [self._generation(o) for o in outputs]
 
     def _enqueue(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[str]:
@@ -216,10 +222,10 @@ class VLLMBackend:
             [r.rendered["text"] for r in requests], list(params), use_tqdm=False
         )
 
-    def _isolating(
-        self, requests: Sequence[EngineRequest], params: Sequence[Any], refused_by: type[Exception]
-    ) -> list[Generation | Refusal]:
+    def _isolating(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[Generation | Refusal]:
         """Queue halves of a refused batch down to each refused request, then generate the queued ones together."""
+        from vllm.exceptions import VLLMClientError
+
         results: list[Generation | Refusal | None] = [None] * len(requests)
         queued: list[int] = []  # in the order they were added, which is the order vLLM returns them in
         ids: list[str] = []
@@ -227,7 +233,7 @@ class VLLMBackend:
         def enqueue(indexes: list[int]) -> None:
             try:
                 ids.extend(self._enqueue([requests[i] for i in indexes], [params[i] for i in indexes]))
-            except refused_by as e:
+            except VLLMClientError as e:
                 if len(indexes) == 1:
                     reason = " ".join(str(e).split())
                     results[indexes[0]] = Refusal(RequestRefusedError(f"vLLM refused this request: {reason}"))
@@ -245,7 +251,7 @@ class VLLMBackend:
             self._llm.llm_engine.abort_request(ids, internal=True)
             raise
         if len(outputs) != len(queued):
-            raise JudgestoreError(f"vLLM returned {len(outputs)} outputs for the {len(queued)} requests it accepted")
+            raise BackendError(f"vLLM returned {len(outputs)} outputs for the {len(queued)} requests it accepted")
         for index, output in zip(queued, outputs, strict=True):  # sorted by request id: the order they were added
             results[index] = self._generation(output)
         return [r for r in results if r is not None]
