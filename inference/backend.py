@@ -1,11 +1,18 @@
 """What the cache boundary asks of an engine, and what it gets back.
 
 Contract: a :class:`Backend` turns :class:`EngineRequest` s into
-:class:`Generation` s, one per request, in request order. It is prepared
+:class:`Generation` s, one per request, in request order. A request the
+engine or server refuses (a prompt too long for it, a value it rejects) comes
+back as a :class:`Refusal` in its place: it fails alone, and the others are
+generated. A failure of the engine itself raises. A backend is prepared
 (model loaded) lazily by its factory, never by the cache layer's planning.
 Sample ``k`` of an input is generated with its own seed (``seed + k`` when the
 descriptor sets a seed), so it does not depend on how many samples are asked
 for at once.
+
+A :data:`Preflight` finds, before the engine is prepared, the requests it
+would refuse (:mod:`inference.preflight`): those fail without it, and a batch
+of nothing else never loads it.
 
 A :class:`StreamingBackend` (a remote API, where requests finish one by one
 and each one costs money) also yields ``(index, generation)`` pairs as they
@@ -16,9 +23,11 @@ keeps its concurrency busy across what would have been chunk boundaries.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from store.errors import JudgestoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +48,20 @@ class Generation:
     top_logprobs: dict[str, float] | None = None  # first generated token: decoded token -> logprob
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the engine or server refused (a :class:`~store.errors.RequestRefusedError`): it fails alone."""
+
+    error: JudgestoreError
+
+
+# Requests an engine would refuse, by their index in the batch, found without preparing it.
+Preflight = Callable[[Sequence[EngineRequest]], Mapping[int, JudgestoreError]]
+
+
 class Backend(Protocol):
-    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
-        """One generation per request, in order. Raises on engine failure."""
+    def generate(self, requests: Sequence[EngineRequest]) -> Sequence[Generation | Refusal]:
+        """One generation (or refusal) per request, in order. Raises on engine failure."""
         ...
 
     def close(self) -> None:
@@ -51,8 +71,8 @@ class Backend(Protocol):
 
 @runtime_checkable
 class StreamingBackend(Backend, Protocol):
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
-        """``(index in requests, generation)`` once per request, in the order they complete.
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        """``(index in requests, generation or refusal)`` once per request, in the order they complete.
 
         On a failure it yields what completed first (requests already in flight
         are let finish), then raises. Closing the iterator early cancels the rest.

@@ -22,8 +22,23 @@ Contract (DESIGN.md, "Rules of behaviour"):
   ``off`` never touches the store; ``replay`` only reads and raises
   :class:`CacheMissError` on the first miss, before preparing anything;
   ``readonly`` reads and generates misses but never writes.
-* Empty outputs are returned but never stored; engine errors propagate after
-  the chunks already finished were written.
+* Every output is a result: an empty completion with a normal finish reason
+  (``stop``, ``length``) is stored and hit like any other. (Earlier versions
+  returned empty outputs without storing them: such an input is generated
+  once more, then hits.)
+* A bad request fails alone; only a failure of the engine itself stops the
+  call (after the chunks already finished were written). Before the engine
+  is prepared, the ``preflight`` (:mod:`inference.preflight`) finds the
+  misses it would refuse (a prompt too long for the model): they fail
+  without it, and a batch of nothing else never prepares it. A request the
+  engine or server refuses anyway comes back as a
+  :class:`~inference.backend.Refusal`, and a row the store refuses
+  (:class:`InvalidInputError`, e.g. a lone surrogate) is split from its
+  chunk, whose other rows are written. None of them is stored. The call
+  returns every answer, then raises one :class:`RequestsFailedError` listing
+  the failed inputs (:class:`~inference.plan.Failure`, also in
+  ``last.failed``) and carrying every response (``.responses``), the failed
+  ones marked with their ``error``.
 * Each generated row's ``usage`` records what producing it cost: its share of
   its chunk's engine time (:func:`inference.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
@@ -53,16 +68,16 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
 from inference.accounting import priced, run_record, usage_totals
-from inference.backend import Backend, EngineRequest, Generation, StreamingBackend
-from inference.plan import MODES, Mode, Plan, PlannedInput, RunStats
+from inference.backend import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
+from inference.plan import MODES, Failure, Mode, Plan, PlannedInput, RunStats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError
+from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
 from store.layout import Role, Selector
 from store.records import CompletionRecord, JudgementRecord, Record
 from store.row_statements import gc_paused
@@ -102,6 +117,7 @@ class CachedModel:
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         label: str | None = None,
         remote: Remote | None = None,
+        preflight: Preflight | None = None,
     ) -> None:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
@@ -119,6 +135,7 @@ class CachedModel:
         self._backend_factory = backend_factory
         self._backend: Backend | None = None
         self.remote = remote
+        self._preflight = preflight
         self._fetched: set[Role] = set()
         self.last = RunStats()
 
@@ -273,10 +290,14 @@ class CachedModel:
             results.update(self._generate(role, requests, plan.missing, on_progress))
         with gc_paused():
             responses = [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
-        self.last.truncated = sum(s.finish_reason == "length" for response in responses for s in response.samples)
+        self.last.truncated = sum(
+            s.finish_reason == "length" and s.error is None for response in responses for s in response.samples
+        )
         self.last.saved = usage_totals(record.usage for record in hits.values())
         self.last.seconds = time.perf_counter() - started
         self._record_run(plan, started_at)
+        if self.last.failed:
+            raise RequestsFailedError(_failed_message(plan, self.last), failures=self.last.failed, responses=responses)
         return responses
 
     def _with_miss_context(self, plan: Plan) -> Plan:
@@ -298,7 +319,7 @@ class CachedModel:
         if not self.settings.record_runs:
             return
         database = store.find(plan.role, self.task, self.descriptor)
-        if database is None:  # nothing hit and nothing was written (every output empty)
+        if database is None:  # nothing hit and nothing was written
             return
         last = self.last
         record = run_record(
@@ -324,6 +345,30 @@ class CachedModel:
         on_progress: ProgressCallback | None,
     ) -> dict[str, Sample]:
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
+        results: dict[str, Sample] = {}
+        done_count = 0
+
+        def fail(inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
+            request = requests[inp.request_index]
+            self.last.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
+            results[inp.key] = _sample(inp, gen, error)
+
+        def progress(count: int) -> None:
+            nonlocal done_count
+            done_count += count
+            if on_progress is not None:
+                on_progress(done_count, len(missing))
+
+        engine_requests = [_engine_request(inp) for inp in missing]
+        refused = self._preflight(engine_requests) if self._preflight is not None else {}
+        for index, error in refused.items():
+            fail(missing[index], error)
+        if refused:
+            progress(len(refused))
+        todo = [i for i in range(len(missing)) if i not in refused]
+        if not todo:  # every miss would be refused: the engine is never prepared for them
+            return results
+
         if store is not None and self._backend is None:
             # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
             # (and nothing is created for an engine that may yet be refused).
@@ -333,61 +378,58 @@ class CachedModel:
         self.last.engine_loaded = True
         backend = self._backend
         database = None if store is None else store.database(role, self.task, self.descriptor)
-        results: dict[str, Sample] = {}
 
-        def write(done: Sequence[tuple[PlannedInput, Generation]]) -> None:
-            self.last.spent += usage_totals(gen.usage for _, gen in done)
+        def write(done: Sequence[tuple[PlannedInput, Generation | Refusal]]) -> None:
+            answered = [(inp, gen) for inp, gen in done if isinstance(gen, Generation)]
+            for inp, outcome in done:
+                if isinstance(outcome, Refusal):
+                    fail(inp, outcome.error)
+            self.last.spent += usage_totals(gen.usage for _, gen in answered)
             now = datetime.now(UTC)
-            records = [
-                self._record(role, requests[inp.request_index], inp, gen, now)
-                for inp, gen in done
-                if gen.text  # empty outputs are returned, never stored
-            ]
+            records = [self._record(role, requests[inp.request_index], inp, gen, now) for inp, gen in answered]
+            not_kept: dict[str, InvalidInputError] = {}
             if database is not None and records:
-                self.last.written += self._write(database, records)
-            for inp, gen in done:
-                results[inp.key] = Sample(
-                    inp.key,
-                    inp.sample_index,
-                    gen.text,
-                    gen.finish_reason,
-                    gen.usage or None,
-                    gen.top_logprobs,
-                    cached=False,
-                )
-            self.last.generated += len(done)
-            if on_progress is not None:
-                on_progress(self.last.generated, len(missing))
+                written, not_kept = self._write(database, records)
+                self.last.written += written
+            for inp, gen in answered:
+                if inp.key in not_kept:
+                    fail(inp, not_kept[inp.key], gen)
+                else:
+                    results[inp.key] = _sample(inp, gen)
+            self.last.generated += len(answered)
+            progress(len(done))
 
+        chosen = [missing[i] for i in todo]
         if isinstance(backend, StreamingBackend):
-            self._stream(backend, missing, write)
+            self._stream(backend, chosen, [engine_requests[i] for i in todo], write)
             return results
-        for start in range(0, len(missing), self.chunk_size):
-            chunk = missing[start : start + self.chunk_size]
+        for start in range(0, len(todo), self.chunk_size):
+            chunk = todo[start : start + self.chunk_size]
             generating = time.perf_counter()
-            generations = backend.generate([_engine_request(inp) for inp in chunk])
-            if len(generations) != len(chunk):
-                raise BackendError(f"backend returned {len(generations)} generations for {len(chunk)} requests")
-            generations = priced(generations, time.perf_counter() - generating)
-            write(list(zip(chunk, generations, strict=True)))
+            outcomes = backend.generate([engine_requests[i] for i in chunk])
+            if len(outcomes) != len(chunk):
+                raise BackendError(f"backend returned {len(outcomes)} generations for {len(chunk)} requests")
+            done = list(zip((missing[i] for i in chunk), outcomes, strict=True))
+            write(self._priced(done, time.perf_counter() - generating))
         return results
 
     def _stream(
         self,
         backend: StreamingBackend,
         missing: Sequence[PlannedInput],
-        write: Callable[[Sequence[tuple[PlannedInput, Generation]]], None],
+        engine_requests: Sequence[EngineRequest],
+        write: Callable[[Sequence[tuple[PlannedInput, Generation | Refusal]]], None],
     ) -> None:
         """Write a streaming backend's generations as they arrive (see the module docstring)."""
-        pending: list[tuple[PlannedInput, Generation]] = []
+        pending: list[tuple[PlannedInput, Generation | Refusal]] = []
         seen: set[int] = set()
         last_write = time.monotonic()
         try:
-            for index, generation in backend.generate_stream([_engine_request(inp) for inp in missing]):
+            for index, outcome in backend.generate_stream(engine_requests):
                 if index in seen or not 0 <= index < len(missing):
                     raise BackendError(f"backend returned request index {index} twice or out of range")
                 seen.add(index)
-                pending.append((missing[index], generation))
+                pending.append((missing[index], outcome))
                 if len(pending) >= self.chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
                     done, pending = pending, []
                     write(self._priced(done, time.monotonic() - last_write))
@@ -402,16 +444,37 @@ class CachedModel:
 
     @staticmethod
     def _priced(
-        done: Sequence[tuple[PlannedInput, Generation]], seconds: float
-    ) -> list[tuple[PlannedInput, Generation]]:
-        """Streamed arrivals with their shares of the wall time since the last write (requests overlap)."""
-        generations = priced([gen for _, gen in done], seconds)
-        return list(zip((inp for inp, _ in done), generations, strict=True))
+        done: Sequence[tuple[PlannedInput, Generation | Refusal]], seconds: float
+    ) -> list[tuple[PlannedInput, Generation | Refusal]]:
+        """The generations of ``done`` with their shares of ``seconds`` (refusals cost nothing)."""
+        answered = {i: outcome for i, (_, outcome) in enumerate(done) if isinstance(outcome, Generation)}
+        result = list(done)
+        for i, generation in zip(answered, priced(list(answered.values()), seconds), strict=True):
+            result[i] = (done[i][0], generation)
+        return result
 
-    def _write(self, database: Database, records: list[Record]) -> int:
-        """Write one chunk; a failure (a full disk...) says how many rows this run stored before it."""
+    def _write(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
+        """Write one chunk: the rows written, and the rows the store refused (by input hash) with its reason.
+
+        A row the store refuses (:class:`InvalidInputError`: a value it cannot hold) fails alone: the chunk is
+        split until that row is alone, and every other row is written. Any other failure (a full disk...) says
+        how many rows this run stored before it, and raises.
+        """
+        policy: Literal["ignore", "replace"] = "replace" if self.mode == "refresh" else "ignore"
+        refused: dict[str, InvalidInputError] = {}
+
+        def put(batch: list[Record]) -> int:
+            try:
+                return database.put_many(batch, policy)
+            except InvalidInputError as e:  # the store refused a value before writing anything of the batch
+                if len(batch) == 1:
+                    refused[batch[0].input_hash] = e
+                    return 0
+                half = len(batch) // 2
+                return put(batch[:half]) + put(batch[half:])
+
         try:
-            return database.put_many(records, "replace" if self.mode == "refresh" else "ignore")
+            return put(records), refused
         except JudgestoreError as e:
             e.rows_kept = self.last.written
             e.add_note(
@@ -446,8 +509,39 @@ class CachedModel:
         return CompletionRecord(model=request.model or self.label, **common)
 
 
+_SHOWN_FAILURES = 3  # in the error's message; every one is in its ``failures``
+
+
+def _failed_message(plan: Plan, last: RunStats) -> str:
+    failed = last.failed
+    shown = "; ".join(f.line() for f in failed[:_SHOWN_FAILURES])
+    more = f"; and {len(failed) - _SHOWN_FAILURES} more" if len(failed) > _SHOWN_FAILURES else ""
+    kept = f", {last.written} rows written" if last.written else ""
+    return (
+        f"{len(failed)} of {plan.misses} inputs to generate failed and were not stored "
+        f"({plan.misses - len(failed)} answered{kept}, {plan.hits} hits): {shown}{more}. "
+        "Every response is in the error's .responses, the failed ones with their .error; a rerun asks only for those"
+    )
+
+
 def _engine_request(inp: PlannedInput) -> EngineRequest:
     return EngineRequest(orjson.loads(inp.rendered), inp.sample_index)
+
+
+def _sample(inp: PlannedInput, gen: Generation | None, error: JudgestoreError | None = None) -> Sample:
+    """A generated sample; with ``error``, a failed one (``gen`` is its generation when only the store refused it)."""
+    if gen is None:
+        return Sample(inp.key, inp.sample_index, "", None, None, None, cached=False, error=error)
+    return Sample(
+        inp.key,
+        inp.sample_index,
+        gen.text,
+        gen.finish_reason,
+        gen.usage or None,
+        gen.top_logprobs,
+        cached=False,
+        error=error,
+    )
 
 
 def _sample_of(record: Record) -> Sample:

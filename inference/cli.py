@@ -13,7 +13,10 @@ Contract:
   and end with the summary of :func:`inference.run.run_requests`: hits,
   misses, rows written, outputs that stopped at ``max_tokens``, wall time,
   and whether the engine was loaded (and vLLM imported). A run that is all
-  hits never imports vLLM.
+  hits never imports vLLM. Requests that failed (refused by the engine or
+  server, or their rows by the store) are listed with their typed reason
+  (``failures`` in ``--json``), their result lines carry an ``error``, and
+  the command exits 1; every other result is written and stored.
 * vLLM settings are named as ``vllm.LLM`` and ``SamplingParams`` name them:
   ``--engine-arg KEY=VALUE`` and ``--sampling KEY=VALUE`` (values are JSON,
   else strings), with options for the common sampling settings. Options left
@@ -322,12 +325,16 @@ def _run(
     summary = result.summary
     if json_output:
         emit_json(summary.as_dict())
-        return
-    err.print(summary.line(), soft_wrap=True)
-    if (saved := summary.savings_line()) is not None:
-        err.print(saved, soft_wrap=True)
-    if (truncated := summary.truncation_note()) is not None:
-        err.print(truncated, style="yellow", soft_wrap=True)
+    else:
+        err.print(summary.line(), soft_wrap=True)
+        if (saved := summary.savings_line()) is not None:
+            err.print(saved, soft_wrap=True)
+        if (truncated := summary.truncation_note()) is not None:
+            err.print(truncated, style="yellow", soft_wrap=True)
+        for line in summary.failure_lines():
+            err.print(line, style="red", soft_wrap=True, markup=False)
+    if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
+        raise typer.Exit(1)
 
 
 def generate_command(

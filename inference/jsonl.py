@@ -13,7 +13,12 @@ Contract:
 * A bad line raises :class:`~store.errors.InvalidInputError` naming the file
   and line; nothing is generated before the whole file has parsed.
 * Result lines carry the request's metadata, the text (sample 0), every
-  sample when ``n > 1``, logprobs, finish reason, usage and ``cached``.
+  sample when ``n > 1``, logprobs, finish reason, usage, ``cached`` and
+  ``error``: null for an answer; for a request that failed (nothing of it
+  stored), ``{"type": ..., "message": ...}``, its typed reason on one line.
+  A failed sample's ``completion`` (and ``top_logprobs``) is null.
+* :func:`make_pairs` refuses an answers file whose line for a prompt is an
+  error: judging a failure would judge nothing.
 """
 
 from __future__ import annotations
@@ -25,8 +30,8 @@ from typing import IO, Any
 import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
-from inference.requests import CompletionRequest, JudgementRequest, Response
-from store.errors import InvalidInputError
+from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
+from store.errors import InvalidInputError, JudgestoreError
 from store.records import Orientation
 
 _REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
@@ -133,17 +138,28 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
     first = response.samples[0]
     row |= {
         "input_hash": first.input_hash,
-        "completion": first.text,
+        "completion": _completion(first),
         "finish_reason": first.finish_reason,
         "usage": first.usage,
-        "top_logprobs": first.top_logprobs,
+        "top_logprobs": None if first.error is not None else first.top_logprobs,
         "cached": response.cached,
+        "error": _error(response.error),
     }
     if len(response.samples) > 1:
         row["samples"] = [
-            {"sample_index": s.sample_index, "completion": s.text, "cached": s.cached} for s in response.samples
+            {"sample_index": s.sample_index, "completion": _completion(s), "cached": s.cached, "error": _error(s.error)}
+            for s in response.samples
         ]
     return row
+
+
+def _completion(sample: Sample) -> str | None:
+    """The text; None for a failed sample (even one generated and refused by the store: it may not be JSON text)."""
+    return None if sample.error is not None else sample.text
+
+
+def _error(error: JudgestoreError | None) -> dict[str, str] | None:
+    return None if error is None else {"type": type(error).__name__, "message": " ".join(str(error).split())}
 
 
 def write_responses(out: IO[bytes], responses: Iterable[Response], label: str | None = None) -> int:
@@ -174,6 +190,13 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
             model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
             if not isinstance(model, str) or "completion" not in row:
                 raise InvalidInputError(f"{path}:{number}: not a result line (needs model and completion)")
+            if row.get("error"):
+                error = row["error"]
+                reason = f"{error.get('type')}: {error.get('message')}" if isinstance(error, dict) else error
+                raise InvalidInputError(
+                    f"{path}:{number}: {model} failed on this request ({reason}); run generate again once it is "
+                    "fixed, or drop the prompt"
+                )
             by_model.setdefault(model, {})[key] = row["completion"]
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")

@@ -21,6 +21,11 @@ transformers and never downloads weights.
   chat template (``chat_template.jinja``, ``tokenizer_config.json``) are read
   from the cached snapshot of that commit, or downloaded alone (by commit, into
   the Hugging Face cache, never the weights).
+* **A path that is not a folder** (a model named ``./m``, ``../m``, ``/m``,
+  ``~/m``, or ``d/m`` where the folder ``d`` exists) is neither: it raises
+  :class:`~store.errors.ModelFolderNotFoundError` ("no such model folder"),
+  never a Hub lookup (a Hub id has no such spelling, and one whose first part
+  names a local folder is taken as a path).
 * When neither the cache nor the Hub can answer, :class:`UnpinnedModelError`
   says how to fix it; with ``allow_unpinned`` the source is instead marked
   *unpinned* (revision ``"unpinned:<requested revision>"``), so its rows never
@@ -39,7 +44,13 @@ from pathlib import Path
 from pydantic import JsonValue
 
 from store.descriptor import UNPINNED_PREFIX, canonical_json, sha256_hex
-from store.errors import InvalidInputError, JudgestoreError, ModelNotFoundError, UnpinnedModelError
+from store.errors import (
+    InvalidInputError,
+    JudgestoreError,
+    ModelFolderNotFoundError,
+    ModelNotFoundError,
+    UnpinnedModelError,
+)
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
 HUB_TIMEOUT_S = 10.0
@@ -158,6 +169,12 @@ def _snapshot(repo_id: str, commit: str, cache_dir: str | os.PathLike[str] | Non
     return _cache_repo(repo_id, cache_dir) / "snapshots" / commit
 
 
+def cached_snapshot(repo_id: str, commit: str, cache_dir: str | os.PathLike[str] | None = None) -> Path | None:
+    """The folder of ``commit``'s files in the local Hugging Face cache (``cache_dir``: vLLM's ``download_dir``)."""
+    snapshot = _snapshot(repo_id, commit, cache_dir)
+    return snapshot if snapshot.is_dir() else None
+
+
 def _has_template_files(folder: Path) -> bool:
     return any((folder / name).is_file() for name in TEMPLATE_FILES)
 
@@ -237,6 +254,30 @@ def _unpinned_error(repo_id: str, revision: str | None, cause: str, need_files: 
     )
 
 
+_PATH_PREFIXES = ("./", "../", "/", "~")
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether ``model`` is spelled as a path rather than a Hub id (see the module docstring)."""
+    if model in (".", "..") or model.startswith(_PATH_PREFIXES):
+        return True
+    parent = Path(model).parent
+    return parent != Path(".") and parent.is_dir()
+
+
+def check_folder(model: str) -> None:
+    """Raise :class:`ModelFolderNotFoundError` when ``model`` is spelled as a path and is not a folder."""
+    path = Path(model)
+    if path.is_dir() or not looks_like_path(model):
+        return
+    if path.exists():
+        raise ModelFolderNotFoundError(f"{model} is a file, not a model folder: give the folder holding config.json")
+    expanded = Path(model).expanduser()
+    if model.startswith("~") and expanded.is_dir():
+        raise ModelFolderNotFoundError(f"no such model folder: {model} (~ is not expanded here: give {expanded})")
+    raise ModelFolderNotFoundError(f"no such model folder: {model}")
+
+
 def resolve_model(
     model: str,
     revision: str | None = None,
@@ -253,6 +294,7 @@ def resolve_model(
     """
     if Path(model).is_dir():
         return ModelSource(model, model_name(model), local_model_digest(Path(model)), Path(model), revision)
+    check_folder(model)
     commit = cached_commit(model, revision, cache_dir)
     available: frozenset[str] | None = None
     try:

@@ -14,12 +14,20 @@ Contract:
   exponential backoff and jitter (:class:`RetryPolicy`); ``Retry-After`` (or
   ``retry-after-ms``) is a floor on the wait, and pauses every request of the
   backend, not only the one that met it. A wait longer than
-  ``RetryPolicy.max_retry_after`` is not waited out. Other failures are not
-  retried: each raises a typed :class:`~store.errors.HostedAPIError`
-  (401/403 :class:`~store.errors.HostedAuthError`, a model the server does
-  not serve :class:`~store.errors.HostedModelNotFoundError`, a malformed
-  body :class:`~store.errors.HostedResponseError`, ...). On a failure, no
-  new request starts; those in flight finish and are kept, then it raises.
+  ``RetryPolicy.max_retry_after`` is not waited out.
+* A request the server refuses (400, 413, 422: a prompt longer than its
+  context, a value it rejects) fails alone: it comes back as a
+  :class:`~inference.backend.Refusal` carrying a
+  :class:`~store.errors.HostedRequestError` with the server's reason, and
+  the other requests go on. A server that refuses the first
+  :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none refuses
+  a setting, not a request: no new request starts and that error is raised.
+* Other failures are not retried: each raises a typed
+  :class:`~store.errors.HostedAPIError` (401/403
+  :class:`~store.errors.HostedAuthError`, a model the server does not serve
+  :class:`~store.errors.HostedModelNotFoundError`, a malformed body
+  :class:`~store.errors.HostedResponseError`, ...). On a failure, no new
+  request starts; those in flight finish and are kept, then it raises.
 * What goes over the wire (the request body, the generation a response
   body gives, what a server's error says) is :mod:`inference.openai_wire`'s.
 * The API key is held by the client only: it is never logged, and any
@@ -39,7 +47,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from inference.backend import EngineRequest, Generation
+from inference.backend import EngineRequest, Generation, Refusal
 from inference.openai_wire import (
     MODEL_MISSING_HINTS,
     generation_from_body,
@@ -67,6 +75,8 @@ log = logging.getLogger("judgestore.hosted")
 DEFAULT_MAX_CONCURRENCY = 8  # hosted APIs rate-limit per key; 8 in flight keeps most tiers busy without 429 storms
 DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
+REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
+REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
 
 
 @dataclass(frozen=True)
@@ -145,14 +155,14 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------ Backend
 
-    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
-        """One generation per request, in order (all sent at once, ``max_concurrency`` in flight)."""
-        results: list[Generation | None] = [None] * len(requests)
-        for index, generation in self.generate_stream(requests):
-            results[index] = generation
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        """One generation (or refusal) per request, in order (all sent at once, ``max_concurrency`` in flight)."""
+        results: list[Generation | Refusal | None] = [None] * len(requests)
+        for index, outcome in self.generate_stream(requests):
+            results[index] = outcome
         return [g for g in results if g is not None]
 
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
         """``(index, generation)`` as each request completes; see :class:`~inference.backend.StreamingBackend`."""
         if self._closed:
             raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
@@ -198,24 +208,45 @@ class OpenAIBackend:
 
     # ------------------------------------------------------------ on the loop thread
 
-    async def _run(self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation]], None]) -> None:
+    async def _run(
+        self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation | Refusal]], None]
+    ) -> None:
         indexes = iter(range(len(requests)))
+        started = answered = refused = 0
         failures: list[Exception] = []
 
         async def worker() -> None:
+            nonlocal started, answered, refused
             for i in indexes:  # shared: each worker takes the next request
                 if failures:
                     return
+                started += 1
                 try:
                     generation = await self._one(requests[i])
+                except HostedRequestError as e:  # this request is refused: it fails alone
+                    refused += 1
+                    emit((i, Refusal(e)))
+                    if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
+                        failures.append(self._refused_settings(e, refused))
+                        return
+                    continue
                 except Exception as e:
                     failures.append(e)
                     return
+                answered += 1
                 emit((i, generation))
 
         await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
         if failures:
             raise failures[0]
+
+    def _refused_settings(self, last: HostedRequestError, refused: int) -> HostedRequestError:
+        return HostedRequestError(
+            self._endpoint,
+            f"the server refused the first {refused} requests of the batch and answered none: it refuses the "
+            f"settings, not one request, so no more were sent. The last refusal: {last}",
+            status=last.status,
+        )
 
     async def _one(self, request: EngineRequest) -> Generation:
         body = request_body(self._descriptor, request)
@@ -329,10 +360,16 @@ class OpenAIBackend:
                 f"404 for {self._path()}: {message}. Check --base-url (OpenAI-compatible APIs usually end in /v1)",
                 status=status,
             )
-        return HostedRequestError(
+        sent = sorted(request_body_keys(self._descriptor))
+        if status in REFUSAL_STATUSES:
+            return HostedRequestError(
+                self._endpoint,
+                f"{status}: the server refused this request: {message} (settings sent: {', '.join(sent)})",
+                status=status,
+            )
+        return HostedAPIError(
             self._endpoint,
-            f"{status}: the server refused the request for {model!r}: {message}. It was sent the settings "
-            f"{sorted(request_body_keys(self._descriptor))}; drop or change the one it names",
+            f"{status}: the server refused the request for {model!r}: {message}. It was sent the settings {sent}",
             status=status,
         )
 

@@ -8,8 +8,8 @@ Contract:
   database holds, other descriptors of the model). Its ``missing`` inputs
   are what the engine will be asked for, in first-seen order.
 * :class:`RunStats` is what one call of :class:`~inference.cached.CachedModel`
-  did: its plan, what was fetched, generated and written, and what the
-  misses cost and the hits saved.
+  did: its plan, what was fetched, generated and written, the inputs that
+  failed (:class:`Failure`), and what the misses cost and the hits saved.
 * :data:`Mode` names how a call uses the store (see :mod:`inference.cached`).
 """
 
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Literal, get_args
 
 from inference.accounting import UsageTotals
+from store.errors import JudgestoreError
 from store.layout import Role
 
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
@@ -77,6 +78,37 @@ class Plan:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """One input of a call that failed: refused by the engine or server, or its row by the store. Never stored."""
+
+    request_index: int  # the first request that asked for it
+    request: str  # that request, named for people (benchmark/instruction, or the start of its prompt)
+    sample_index: int
+    input_hash: str
+    error: JudgestoreError
+
+    @property
+    def message(self) -> str:
+        """The error's message on one line."""
+        return " ".join(str(self.error).split())
+
+    def line(self) -> str:
+        """``request 3 (bench/id), sample 0: Type: message``."""
+        sample = f", sample {self.sample_index}" if self.sample_index else ""
+        return f"request {self.request_index} ({self.request}){sample}: {type(self.error).__name__}: {self.message}"
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "request_index": self.request_index,
+            "request": self.request,
+            "sample_index": self.sample_index,
+            "input_hash": self.input_hash,
+            "type": type(self.error).__name__,
+            "error": self.message,
+        }
+
+
 @dataclass
 class RunStats:
     """What one call did, for summaries and tests."""
@@ -90,3 +122,4 @@ class RunStats:
     seconds: float = 0.0
     spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
     saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
+    failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)

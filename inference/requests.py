@@ -9,7 +9,10 @@ Contract:
 * The metadata is never part of the key: the same input asked under two
   benchmarks is one row (the first writer's metadata is kept).
 * A :class:`Response` holds one :class:`Sample` per requested sample, each
-  saying whether it came from the store.
+  saying whether it came from the store. A sample that failed (its request
+  was refused, or the store refused its row) carries the typed ``error`` and
+  was not stored; its text is empty unless it was generated and only the
+  store refused it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, JudgestoreError
 from store.logprobs import text_logprobs
 from store.records import ORIENTATIONS, Orientation
 
@@ -101,6 +104,7 @@ class Sample:
     usage: dict[str, Any] | None
     top_logprobs: dict[str, Any] | None  # stored shape, see store.logprobs
     cached: bool
+    error: JudgestoreError | None = None  # why it failed (never stored); None for an answer
 
     def text_logprobs(self, position: int = 0) -> dict[str, float]:
         """``{text: logprob}`` at one generated position: JudgeArena's view (:func:`store.logprobs.text_logprobs`)."""
@@ -129,3 +133,8 @@ class Response:
     @property
     def cached(self) -> bool:
         return all(s.cached for s in self.samples)
+
+    @property
+    def error(self) -> JudgestoreError | None:
+        """Why the request failed (its first failed sample's error), or None when every sample was answered."""
+        return next((s.error for s in self.samples if s.error is not None), None)

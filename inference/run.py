@@ -13,6 +13,10 @@ Contract:
   caller set it), so that stdout can carry results.
 * The command line only renders what this returns; a Python caller gets the
   same behaviour and the same summary.
+* Requests that failed (refused by the engine or server, or their rows by
+  the store) do not stop the run: it returns every response, the failed ones
+  marked with their ``error``, and the summary lists them (``failures``);
+  the command line writes them with an ``error`` field and exits 1.
 * The summary says what the cache saved (the tokens and engine seconds the
   hit rows had cost when they were generated), how many hits were adopted
   rows (:mod:`inference.adopt`), and what the misses cost; the
@@ -27,13 +31,14 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
 from inference.cached import CachedModel, ProgressCallback
-from inference.plan import Mode, Plan
+from inference.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
+from store.errors import RequestsFailedError
 from store.layout import Role, check_role
 from store.settings import Settings, SyncSettings
 from store.store import Store
@@ -90,10 +95,17 @@ class RunSummary:
     stored_rows: int | None = None  # with misses: rows this descriptor's database already held
     other_descriptors: int = 0  # with misses and no database: other stored descriptors of the model and task
     adopted_hits: int = 0  # hits on rows adopted from an older descriptor (`judgestore adopt`)
+    failures: tuple[Failure, ...] = ()  # inputs that failed: refused by the engine, a server or the store
+
+    @property
+    def failed(self) -> int:
+        return len(self.failures)
 
     def as_dict(self) -> dict[str, Any]:
-        values = asdict(self)
+        values = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: failures hold live exceptions
         del values["remote"], values["max_tokens"], values["sent"]
+        values["failed"] = self.failed
+        values["failures"] = [failure.as_dict() for failure in self.failures]
         sent = self.sent or {}
         return values | {name: sent[name] for name in ("requests_sent", "retries") if name in sent}
 
@@ -117,8 +129,9 @@ class RunSummary:
         hit_rate = 100 * self.hits / distinct if distinct else 100.0
         adopted = f"; {self.adopted_hits} adopted" if self.adopted_hits else ""
         loaded = "engine loaded" if self.sent is None else "client opened"
+        failed = f", {self.failed} failed" if self.failures else ""
         line = (
-            f"done: {self.hits} hits ({hit_rate:.0f}%{adopted}), {self.misses} misses, "
+            f"done: {self.hits} hits ({hit_rate:.0f}%{adopted}), {self.misses} misses{failed}, "
             f"{self.rows_written} rows written, "
             f"{self.wall_seconds} s, {loaded}: {'yes' if self.engine_loaded else 'no'}"
             + (f", {self.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
@@ -129,6 +142,20 @@ class RunSummary:
                 line + f"; sent {self.sent['requests_sent']} requests ({self.sent['retries']} retries), {tokens} tokens"
             )
         return line + ("" if self.vllm_imported else " (vLLM never imported)")
+
+    def failure_lines(self, limit: int = 10) -> list[str]:
+        """What failed, for people: a heading, one line per failed input (``limit`` at most), and what to do."""
+        if not self.failures:
+            return []
+        lines = [
+            f"failed: {self.failed} of {self.misses} inputs were not answered or not stored (each has an `error` "
+            "in its output line):"
+        ]
+        lines += [f"  {failure.line()}" for failure in self.failures[:limit]]
+        if self.failed > limit:
+            lines.append(f"  ... and {self.failed - limit} more (every one is in --json's failures)")
+        lines.append("fix or drop them and run again: only they are asked for (the others are stored)")
+        return lines
 
     def truncation_note(self) -> str | None:
         """What to do about outputs that stopped at ``max_tokens``, if any did."""
@@ -178,10 +205,13 @@ def run_requests(
         options["chunk_size"] = chunk_size
     cached = spec.cached(store, task=task, **options)
     with cached, store if store is not None else nullcontext():
-        if role == "completions":
-            responses = cached.complete(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
-        else:
-            responses = cached.judge(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
+        try:
+            if role == "completions":
+                responses = cached.complete(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
+            else:
+                responses = cached.judge(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
+        except RequestsFailedError as e:  # the summary lists them; every response is kept
+            responses = e.responses
     last, plan = cached.last, cached.last.plan
     assert plan is not None
     summary = RunSummary(
@@ -215,5 +245,6 @@ def run_requests(
         stored_rows=plan.stored_rows,
         other_descriptors=plan.other_descriptors,
         adopted_hits=plan.adopted_hits,
+        failures=tuple(last.failed),
     )
     return RunResult(responses, summary)

@@ -3,7 +3,9 @@
 Contract: :class:`ModelSpec` is the one place where user settings become a
 descriptor (:func:`inference.vllm_descriptor.descriptor_from_vllm`) and a lazily
 prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
-imported only when :meth:`ModelSpec.cached` actually needs the engine.
+imported only when :meth:`ModelSpec.cached` actually needs the engine. Before
+it does, its :attr:`~ModelSpec.preflight` (:mod:`inference.preflight`) refuses
+the prompts too long for the model, which then fail without it.
 
 Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
 (greedy, up to 256 new tokens), the same defaults as the command line;
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from inference.backend import Backend
+from inference.backend import Backend, Preflight
 from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel
 from inference.plan import Mode
 from inference.vllm_descriptor import descriptor_from_vllm
@@ -71,6 +73,11 @@ class CacheableSpec:
     def backend(self) -> Backend:
         raise NotImplementedError
 
+    @property
+    def preflight(self) -> Preflight | None:
+        """What finds, before ``backend()``, the requests it would refuse (None: nothing can be known before)."""
+        return None
+
     def cached(
         self,
         store: Store | None,
@@ -93,6 +100,7 @@ class CacheableSpec:
             chunk_size=chunk_size,
             label=self.display_name,
             remote=remote,
+            preflight=self.preflight,
         )
 
 
@@ -140,6 +148,16 @@ class ModelSpec(CacheableSpec):
     def display_name(self) -> str:
         """The name recorded in rows: the label, else the descriptor's model (a Hub id, or a folder's name)."""
         return self.label or self.descriptor.model
+
+    @functools.cached_property
+    def preflight(self) -> Preflight | None:
+        """Refuses the prompts vLLM would refuse as too long, with the model's tokenizer (:mod:`inference.preflight`).
+
+        Built when a run is planned, run only when it has misses; it reads nothing until then.
+        """
+        from inference.preflight import PromptLengthCheck
+
+        return PromptLengthCheck(self.descriptor, self.model, self.engine_kwargs, self.chat_template)
 
     def backend(self) -> Backend:
         """Load the engine now (imports vLLM)."""

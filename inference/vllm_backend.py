@@ -14,6 +14,13 @@ Contract:
   with one ``SamplingParams`` per request built from ``descriptor.sampling``.
   Sample ``k`` gets seed ``seed + k`` when the descriptor sets a seed, so it
   is the same whether it is asked for alone or with others.
+* A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
+  model's context, a chat its template rejects) fails alone: when a batch is
+  refused, its requests are queued again in halves (``LLM.enqueue_chat`` /
+  ``enqueue``, which add nothing of a refused call), down to each refused
+  request, which comes back as a :class:`~inference.backend.Refusal`
+  (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the
+  queued ones are then generated together (``wait_for_completion``).
 * Each :class:`Generation` carries the text, finish reason, token counts and,
   when ``sampling.logprobs`` is set, every candidate vLLM returned (token id,
   decoded text, logprob, rank) and the sampled token, for the first generated
@@ -30,12 +37,18 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.backend import EngineRequest, Generation
+from inference.backend import EngineRequest, Generation, Refusal
 from inference.model_source import COMMIT_RE, local_model_digest, model_name
 from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError
+from store.errors import (
+    BackendError,
+    EngineMismatchError,
+    InvalidInputError,
+    JudgestoreError,
+    RequestRefusedError,
+)
 from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
@@ -164,8 +177,8 @@ class VLLMBackend:
         except (TypeError, ValueError) as e:  # unknown field; value out of vLLM's range
             raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
 
-    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
-        """One generation per request, in order. Raises on engine failure."""
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        """One generation per request, in order; a request vLLM refuses is a :class:`Refusal`. Raises on failure."""
         if self._llm is None:
             raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
         if not requests:
@@ -178,17 +191,70 @@ class VLLMBackend:
                     f"request {i} is {r.rendered.get('type')!r} input but the descriptor's input mode is {mode!r}"
                 )
         params = [self._sampling_params(r.sample_index) for r in requests]
-        if mode == "chat":
-            outputs = self._llm.chat(
+        from vllm.exceptions import VLLMClientError  # vLLM is loaded already: this backend holds an engine
+
+        try:
+            if mode == "chat":
+                outputs = self._llm.chat(
+                    [r.rendered["messages"] for r in requests],
+                    params,
+                    use_tqdm=False,
+                    chat_template=self._chat_template,
+                    chat_template_kwargs=self._chat_template_kwargs,
+                )
+            else:
+                outputs = self._llm.generate([r.rendered["text"] for r in requests], params, use_tqdm=False)
+        except VLLMClientError:  # vLLM refused the call before generating anything: find who, generate the rest
+            return self._isolating(requests, params)
+        return [self._generation(o) for o in outputs]
+
+    def _enqueue(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[str]:
+        """Add ``requests`` to the engine without running it (their ids); vLLM adds none if it refuses one."""
+        if self._descriptor.input_mode == "chat":
+            return self._llm.enqueue_chat(  # type: ignore[no-any-return]
                 [r.rendered["messages"] for r in requests],
-                params,
+                list(params),
                 use_tqdm=False,
                 chat_template=self._chat_template,
                 chat_template_kwargs=self._chat_template_kwargs,
             )
-        else:
-            outputs = self._llm.generate([r.rendered["text"] for r in requests], params, use_tqdm=False)
-        return [self._generation(o) for o in outputs]
+        return self._llm.enqueue(  # type: ignore[no-any-return]
+            [r.rendered["text"] for r in requests], list(params), use_tqdm=False
+        )
+
+    def _isolating(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[Generation | Refusal]:
+        """Queue halves of a refused batch down to each refused request, then generate the queued ones together."""
+        from vllm.exceptions import VLLMClientError
+
+        results: list[Generation | Refusal | None] = [None] * len(requests)
+        queued: list[int] = []  # in the order they were added, which is the order vLLM returns them in
+        ids: list[str] = []
+
+        def enqueue(indexes: list[int]) -> None:
+            try:
+                ids.extend(self._enqueue([requests[i] for i in indexes], [params[i] for i in indexes]))
+            except VLLMClientError as e:
+                if len(indexes) == 1:
+                    reason = " ".join(str(e).split())
+                    results[indexes[0]] = Refusal(RequestRefusedError(f"vLLM refused this request: {reason}"))
+                    return
+                half = len(indexes) // 2
+                enqueue(indexes[:half])
+                enqueue(indexes[half:])
+            else:
+                queued.extend(indexes)
+
+        try:
+            enqueue(list(range(len(requests))))
+            outputs = self._llm.wait_for_completion(use_tqdm=False) if queued else []
+        except BaseException:  # leave nothing queued behind for the engine's next call to run
+            self._llm.llm_engine.abort_request(ids, internal=True)
+            raise
+        if len(outputs) != len(queued):
+            raise BackendError(f"vLLM returned {len(outputs)} outputs for the {len(queued)} requests it accepted")
+        for index, output in zip(queued, outputs, strict=True):  # sorted by request id: the order they were added
+            results[index] = self._generation(output)
+        return [r for r in results if r is not None]
 
     def _generation(self, output: Any) -> Generation:
         completion = output.outputs[0]

@@ -18,13 +18,18 @@ Contract:
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
   bad input (:class:`InvalidInputError`), sharing (:class:`SyncError`),
   legacy imports (:class:`LegacyError`), models and engines
-  (:class:`ModelError`), and the cache boundary (:class:`CacheMissError`,
-  :class:`AdoptionError`).
+  (:class:`ModelError`; one request the engine or server refuses is a
+  :class:`RequestRefusedError`, which fails alone), and the cache boundary
+  (:class:`CacheMissError`, :class:`AdoptionError`, and
+  :class:`RequestsFailedError`, raised at the end of a call some of whose
+  requests failed).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 class JudgestoreError(Exception):
@@ -334,8 +339,27 @@ class ModelNotFoundError(ModelError, InvalidInputError):
     """The Hub does not know this model, this revision, or refuses access to it."""
 
 
+class ModelFolderNotFoundError(ModelError, InvalidInputError):
+    """A model named by a path (``./m``, ``../m``, ``/m``, ``~/m``, or ``d/m`` with ``d`` an existing folder) that is
+    not a folder."""
+
+
 class EngineMismatchError(ModelError):
     """The engine vLLM loaded (commit, folder, chat template) is not what the descriptor names."""
+
+
+class RequestRefusedError(ModelError, InvalidInputError):
+    """The engine or server refused one request of a batch (a value it rejects, a prompt too long for it).
+
+    That request fails alone: nothing of it is stored, and the rest of the batch is generated and stored.
+    """
+
+
+class PromptTooLongError(RequestRefusedError):
+    """A prompt leaves no room for one generated token within the engine's context (``max_model_len``).
+
+    Found with the model's own tokenizer and chat template before the engine loads.
+    """
 
 
 class BackendError(ModelError):
@@ -351,6 +375,21 @@ class MissingDependencyError(JudgestoreError):
 
 class CacheMissError(JudgestoreError):
     """``replay`` mode met an input that the store does not hold."""
+
+
+class RequestsFailedError(JudgestoreError):
+    """Some requests of a ``complete``/``judge`` call failed; every other one was answered (and stored).
+
+    Raised at the end of the call. ``failures`` lists each failed input (an
+    :class:`inference.plan.Failure`: its request, sample and typed error);
+    ``responses`` holds every response in request order, the failed ones
+    marked with their ``error``, so nothing answered is lost by raising.
+    """
+
+    def __init__(self, message: str, *, failures: Sequence[Any], responses: Sequence[Any]) -> None:
+        self.failures = list(failures)
+        self.responses = list(responses)
+        super().__init__(message)
 
 
 class AdoptionError(JudgestoreError, ValueError):
@@ -389,8 +428,11 @@ class HostedModelNotFoundError(HostedNotFoundError):
     """The server does not serve the model the descriptor names."""
 
 
-class HostedRequestError(HostedAPIError):
-    """The server rejected the request itself (400, 422): a setting it does not accept."""
+class HostedRequestError(HostedAPIError, RequestRefusedError):
+    """The server rejected a request itself (400, 413, 422): a prompt too long for it, a value or setting it refuses.
+
+    Like every :class:`RequestRefusedError`, it fails that request alone.
+    """
 
 
 class HostedResponseError(HostedAPIError):

@@ -10,6 +10,16 @@ It answers what :mod:`inference.openai_backend` sends:
 ``GET  /v1/models``                the served model ids
 =================================  ==============================================================
 
+Like a real server, it has a context length (``context_length``, 4096 by default;
+a token here is a word of the prompt: the contents of the messages, or the
+prompt, split on whitespace). As ``vllm serve`` (0.32) does, a prompt of
+``context_length`` tokens or more gets a 400 with OpenAI's error body
+(``{"error": {"message", "type": "BadRequestError", "param", "code": 400}}``),
+and an answer that would not fit stops at the context (finish reason
+``length``). With ``empty_replies`` set, every answer is empty (finish reason
+``stop``, one logprob position for the end-of-sequence token, whose text is
+empty), as a judge whose first token ends its answer.
+
 A request for a model it does not serve gets OpenAI's 404 (``model_not_found``).
 With ``api_key`` set, a request without ``Authorization: Bearer <api_key>`` gets a
 401 that *echoes the key it was sent* (as careless servers do), so tests can
@@ -70,9 +80,13 @@ def _logprob(i: int, rank: int) -> float:
 class FakeOpenAI:
     """The server and what it saw; use as a context manager (see the module docstring)."""
 
-    def __init__(self, models: tuple[str, ...] = ("fake-judge",), *, api_key: str | None = None) -> None:
+    def __init__(
+        self, models: tuple[str, ...] = ("fake-judge",), *, api_key: str | None = None, context_length: int = 4096
+    ) -> None:
         self.models = models
         self.api_key = api_key
+        self.context_length = context_length
+        self.empty_replies = False
         self.requests: list[Recorded] = []
         self.faults: list[Fault] = []
         self.delay = 0.0  # every completion waits this long (keeps requests in flight, for kill tests)
@@ -152,8 +166,19 @@ class FakeOpenAI:
                     message = f"The model `{model}` does not exist or you do not have access to it."
                     self._json(404, {"error": {"message": message, "code": "model_not_found"}})
                     return
+                chat = route == "/v1/chat/completions"
+                prompt_tokens = fake.prompt_tokens(body, chat)
+                if prompt_tokens >= fake.context_length:
+                    message = (
+                        f"This model's maximum context length is {fake.context_length} tokens. However, your prompt "
+                        f"contains {prompt_tokens} input tokens, which exceeds this limit even without any output "
+                        "tokens. Please reduce the length of the input prompt."
+                    )
+                    error = {"message": message, "type": "BadRequestError", "param": "input_tokens", "code": 400}
+                    self._json(400, {"error": error})
+                    return
                 time.sleep(fake.delay)
-                self._json(200, fake._chat(body) if route == "/v1/chat/completions" else fake._text(body))
+                self._json(200, fake._chat(body, prompt_tokens) if chat else fake._text(body, prompt_tokens))
 
             def _json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(value).encode(), "application/json", headers or {})
@@ -231,34 +256,49 @@ class FakeOpenAI:
             )
         return positions
 
-    def _chat(self, body: dict[str, Any]) -> dict[str, Any]:
+    def prompt_tokens(self, body: dict[str, Any], chat: bool) -> int:
+        """The prompt's length in this server's tokens: its words."""
+        if chat:
+            return sum(len(str(m.get("content", "")).split()) for m in body["messages"] if isinstance(m, dict))
+        return len(str(body["prompt"]).split())
+
+    def _answer_pieces(self, prompt: str, limit: int | None, prompt_tokens: int) -> tuple[list[str], str]:
+        """The answer's tokens and finish reason: cut at ``max_tokens`` and at the context, as vLLM does."""
+        room = self.context_length - prompt_tokens
+        limit = room if limit is None else min(limit, room)
+        if self.empty_replies:
+            return [""], "stop"
+        pieces = _words(prompt, limit)
+        return pieces, "length" if len(pieces) >= limit else "stop"
+
+    def _chat(self, body: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
         limit = body.get("max_completion_tokens", body.get("max_tokens"))
-        pieces = _words(str(body["messages"][-1]["content"]), limit)
+        pieces, finish_reason = self._answer_pieces(str(body["messages"][-1]["content"]), limit, prompt_tokens)
         text = "".join(pieces)
         choice: dict[str, Any] = {
             "index": 0,
             "message": {"role": "assistant", "content": text},
-            "finish_reason": "length" if limit is not None and len(pieces) >= limit else "stop",
+            "finish_reason": finish_reason,
             "logprobs": None,
         }
         if body.get("logprobs"):
             choice["logprobs"] = {"content": self._positions(pieces, int(body.get("top_logprobs") or 0))}
+        usage = {"prompt_tokens": prompt_tokens, "completion_tokens": len(pieces)}
         return {
             "id": "chatcmpl-fake",
             "object": "chat.completion",
             "created": 0,
             "model": body["model"],
             "choices": [choice],
-            "usage": {"prompt_tokens": 7, "completion_tokens": len(pieces), "total_tokens": 7 + len(pieces)},
+            "usage": usage | {"total_tokens": prompt_tokens + len(pieces)},
         }
 
-    def _text(self, body: dict[str, Any]) -> dict[str, Any]:
-        limit = body.get("max_tokens")
-        pieces = _words(str(body["prompt"]), limit)
+    def _text(self, body: dict[str, Any], prompt_tokens: int) -> dict[str, Any]:
+        pieces, finish_reason = self._answer_pieces(str(body["prompt"]), body.get("max_tokens"), prompt_tokens)
         choice: dict[str, Any] = {
             "index": 0,
             "text": "".join(pieces),
-            "finish_reason": "length" if limit is not None and len(pieces) >= limit else "stop",
+            "finish_reason": finish_reason,
             "logprobs": None,
         }
         k = body.get("logprobs")
@@ -278,7 +318,11 @@ class FakeOpenAI:
             "created": 0,
             "model": body["model"],
             "choices": [choice],
-            "usage": {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)},
+            "usage": {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": len(pieces),
+                "total_tokens": prompt_tokens + len(pieces),
+            },
         }
 
 

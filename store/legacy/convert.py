@@ -25,7 +25,8 @@ Contract:
   token ids, no sampled token: what the old file knew) and ``usage_json`` as
   it is, both with NaN and infinities kept; ``sample_index`` is 0; a row
   without a model/judge label gets the descriptor's model. Empty outputs are
-  skipped (judgestore never stores one; a live run regenerates it).
+  skipped: legacy caches wrote one for a failed call too, so it may not be
+  an answer (a live run stores a genuine empty answer, and regenerates this one).
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ _ORIENTATIONS: dict[str | None, Orientation | None] = {
     "swapped": "reversed",
     "single": None,
 }
-_EMPTY_OUTPUT = "empty or NULL output (judgestore never stores an empty output; a live run regenerates it)"
+# Legacy caches wrote "" (or NULL) for a failed call as well as for an empty answer and cannot tell which:
+# such a row is not imported, and a live run, which does store a genuine empty answer, generates it again.
+_EMPTY_OUTPUT = "empty or NULL output (legacy caches wrote one for a failed call too; a live run regenerates it)"
 
 
 class RowNotImported(Exception):

@@ -12,31 +12,45 @@ from typing import Any
 
 import pytest
 
-from inference.backend import EngineRequest, Generation
+from inference.backend import EngineRequest, Generation, Refusal
 from inference.cached import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest
 from store.descriptor import ModelDescriptor, input_hash, render_messages
-from store.errors import CacheMissError, InvalidInputError
+from store.errors import (
+    CacheMissError,
+    InvalidInputError,
+    JudgestoreError,
+    PromptTooLongError,
+    RequestRefusedError,
+    RequestsFailedError,
+)
 from store.records import RowFilter
 from store.store import Store
 
 
 class CountingBackend:
-    """Answers deterministically from the prompt and counts every prompt it receives."""
+    """Answers deterministically from the prompt and counts every prompt it receives.
 
-    def __init__(self, fail_after: int | None = None, empty_for: str | None = None) -> None:
+    It refuses (as an engine refuses a prompt too long for it) every prompt in ``refuse``.
+    """
+
+    def __init__(self, fail_after: int | None = None, empty_for: str | None = None, refuse: Sequence[str] = ()) -> None:
         self.received: list[EngineRequest] = []
         self.fail_after = fail_after
         self.empty_for = empty_for
+        self.refuse = set(refuse)
         self.closed = False
 
-    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         if self.fail_after is not None and len(self.received) + len(requests) > self.fail_after:
             raise RuntimeError("engine crashed")
         self.received.extend(requests)
-        out = []
+        out: list[Generation | Refusal] = []
         for r in requests:
             content = r.rendered["messages"][-1]["content"]
+            if content in self.refuse:
+                out.append(Refusal(RequestRefusedError(f"the engine refuses {content!r}")))
+                continue
             text = "" if content == self.empty_for else f"answer to {content} #{r.sample_index}"
             out.append(Generation(text, "stop", {"prompt_tokens": 3, "completion_tokens": 4}, {"x": -0.5}))
         return out
@@ -151,11 +165,92 @@ def test_off_mode_needs_no_store(descriptor: ModelDescriptor) -> None:
     assert len(backend.received) == 1 and responses[1].text == "answer to q0 #0"
 
 
-def test_empty_outputs_are_returned_but_not_stored(store: Store, descriptor: ModelDescriptor) -> None:
+def test_an_empty_output_is_a_result_stored_and_hit_like_any_other(store: Store, descriptor: ModelDescriptor) -> None:
     backend = CountingBackend(empty_for="q1")
     responses = model(store, descriptor, backend).complete([ask(0), ask(1)])
-    assert responses[1].text == ""
-    assert store.database("completions", "t", descriptor).count() == 1
+    assert responses[1].text == "" and responses[1].samples[0].finish_reason == "stop"
+    database = store.database("completions", "t", descriptor)
+    assert database.count() == 2
+    (row,) = [r for r in database.query() if r.instruction_id == "1"]
+    assert row.completion == "" and row.top_logprobs == {"x": -0.5}  # its logprobs are kept too
+    rerun = CountingBackend()
+    again = model(store, descriptor, rerun)
+    hits = again.complete([ask(0), ask(1)])
+    assert rerun.received == [] and not again.engine_loaded
+    assert [r.cached for r in hits] == [True, True] and hits[1].text == ""
+
+
+def test_a_refused_request_fails_alone_and_the_rest_is_answered_and_stored(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    backend = CountingBackend(refuse=["q2"])
+    cached = model(store, descriptor, backend, chunk_size=2)
+    with pytest.raises(RequestsFailedError, match=r"1 of 5 inputs to generate failed.*request 2 \(b/2\)") as raised:
+        cached.complete([ask(i) for i in range(5)] + [ask(2)])  # the bad one twice: one input, two requests
+    responses = raised.value.responses
+    assert [r.text for r in responses] == [f"answer to q{i} #0" if i != 2 else "" for i in range(5)] + [""]
+    assert [r.error is not None for r in responses] == [False, False, True, False, False, True]
+    assert isinstance(responses[2].error, RequestRefusedError) and "refuses 'q2'" in str(responses[2].error)
+    (failure,) = raised.value.failures
+    assert (failure.request_index, failure.request, failure.sample_index) == (2, "b/2", 0)
+    assert cached.last.failed == [failure] and cached.last.written == 4
+    assert store.database("completions", "t", descriptor).count() == 4  # everything but the refused input
+    rerun = CountingBackend()
+    model(store, descriptor, rerun).complete([ask(i) for i in range(5)])
+    assert [r.rendered["messages"][0]["content"] for r in rerun.received] == ["q2"]
+
+
+def test_what_the_preflight_refuses_never_reaches_the_engine(store: Store, descriptor: ModelDescriptor) -> None:
+    asked: list[int] = []
+
+    def preflight(requests: Sequence[EngineRequest]) -> dict[int, JudgestoreError]:
+        asked.append(len(requests))
+        too_long = (i for i, r in enumerate(requests) if r.rendered["messages"][0]["content"] == "q3")
+        return {i: PromptTooLongError("the prompt is 300 tokens; max_model_len is 256") for i in too_long}
+
+    backend = CountingBackend()
+    first = model(store, descriptor, backend, preflight=preflight)
+    with pytest.raises(RequestsFailedError, match="PromptTooLongError: the prompt is 300 tokens"):
+        first.complete([ask(i) for i in range(5)])
+    assert sorted(r.rendered["messages"][0]["content"] for r in backend.received) == ["q0", "q1", "q2", "q4"]
+    rerun = CountingBackend()
+    again = model(store, descriptor, rerun, preflight=preflight)
+    with pytest.raises(RequestsFailedError) as raised:
+        again.complete([ask(i) for i in range(5)])
+    assert asked == [5, 1]  # only the misses are checked
+    assert rerun.received == [] and again._backend_factory.calls == 0  # type: ignore[attr-defined]
+    assert not again.last.engine_loaded and [r.cached for r in raised.value.responses] == [True] * 3 + [False, True]
+
+
+def test_a_row_the_store_refuses_fails_alone_and_every_other_row_is_written(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    backend = CountingBackend()
+    answer = backend.generate
+
+    def broken_answer_to_q5(requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [
+            Generation("broken \udc80 answer", "stop") if r.rendered["messages"][0]["content"] == "q5" else g
+            for r, g in zip(requests, answer(requests), strict=True)
+        ]
+
+    backend.generate = broken_answer_to_q5  # type: ignore[method-assign]
+    cached = model(store, descriptor, backend, chunk_size=8)
+    with pytest.raises(RequestsFailedError, match=r"request 5 \(b/5\): InvalidInputError: .*not valid Unicode"):
+        cached.complete([ask(i) for i in range(8)])
+    assert cached.last.written == 7 and cached.last.generated == 8
+    assert store.database("completions", "t", descriptor).count() == 7
+    (failure,) = cached.last.failed
+    assert failure.request_index == 5 and isinstance(failure.error, InvalidInputError)
+
+
+def test_a_streaming_backend_refusal_fails_alone(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = StreamingBackend()
+    backend.refuse = {"q1"}
+    with pytest.raises(RequestsFailedError) as raised:
+        model(store, descriptor, backend, chunk_size=2).complete([ask(i) for i in range(4)])
+    assert [r.error is None for r in raised.value.responses] == [True, False, True, True]
+    assert store.database("completions", "t", descriptor).count() == 3
 
 
 def test_a_crash_keeps_finished_chunks_and_the_rerun_resumes(store: Store, descriptor: ModelDescriptor) -> None:
@@ -223,7 +318,7 @@ class StreamingBackend(CountingBackend):
         self.rows_seen_at_arrival: list[int] = []  # rows in the store when each generation was handed over
         self.database: Any = None
 
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation]]:
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
         generations = CountingBackend.generate(self, requests)
         for sent, index in enumerate(reversed(range(len(requests)))):
             if self.stream_fail_after is not None and sent >= self.stream_fail_after:
@@ -319,3 +414,24 @@ def test_a_plan_says_when_misses_are_unexpected(store: Store, descriptor: ModelD
     assert "1 other descriptor of this model and task" in str(elsewhere.last.plan.miss_note())
     assert fresh.miss_note() is None  # plan() alone does not look further; an empty store is no surprise either
     assert model(store, descriptor, CountingBackend()).last.plan is None
+
+
+@pytest.mark.postgres
+def test_on_a_server_store_a_row_it_refuses_fails_alone_too(pg_url: str, descriptor: ModelDescriptor) -> None:
+    from store.settings import Settings
+
+    backend = CountingBackend()
+    answer = backend.generate
+
+    def broken_answer_to_q1(requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [
+            Generation("broken \udc80 answer", "stop") if r.rendered["messages"][0]["content"] == "q1" else g
+            for r, g in zip(requests, answer(requests), strict=True)
+        ]
+
+    backend.generate = broken_answer_to_q1  # type: ignore[method-assign]
+    with Store(Settings(), url=pg_url) as server:
+        cached = model(server, descriptor, backend, chunk_size=4)
+        with pytest.raises(RequestsFailedError, match=r"request 1 \(b/1\): InvalidInputError"):
+            cached.complete([ask(i) for i in range(6)])
+        assert server.database("completions", "t", descriptor).count() == 5 == cached.last.written

@@ -21,18 +21,19 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inference.backend import EngineRequest, Generation
+from inference.backend import EngineRequest, Generation, Refusal
 from inference.cached import CachedModel
 from inference.cli import model_spec
 from inference.judging import pairwise_requests, pointwise_request
 from inference.plan import Mode
+from inference.preflight import PromptLengthCheck
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from inference.vllm_backend import VLLMBackend, create_vllm_backend
 from inference.vllm_descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor
-from store.errors import CacheMissError
+from store.errors import CacheMissError, PromptTooLongError, RequestRefusedError, RequestsFailedError
 from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
@@ -56,7 +57,7 @@ class Counting:
         self.engine = engine
         self.received: list[EngineRequest] = []
 
-    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation]:
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         self.received.extend(requests)
         return self.engine.generate(requests)
 
@@ -94,6 +95,10 @@ def cached(
 ) -> tuple[CachedModel, Factory]:
     factory = Factory(engine, descriptor)
     return CachedModel(store, descriptor, task="mt-bench", backend_factory=factory, mode=mode, **kw), factory  # type: ignore[arg-type]
+
+
+def chat_request(content: str) -> EngineRequest:
+    return EngineRequest({"type": "messages", "messages": [{"role": "user", "content": content}]})
 
 
 def ask(question: str, n: int = 1) -> CompletionRequest:
@@ -337,3 +342,111 @@ def test_a_model_changed_between_planning_and_loading_writes_nothing(tmp_path: P
     assert result.returncode == 0, result.stderr
     assert "refused:" in result.stdout and "now digests to" in result.stdout
     assert not list(root.rglob("*.db"))  # no database, no row: the engine never produced a row under that key
+
+
+# ---------------------------------------------------------------- one bad request fails alone
+
+LONG = "Write a short poem about the sea. " * 60  # about 500 tokens: over the tiny engine's max_model_len of 256
+
+
+def test_a_prompt_over_max_model_len_fails_alone_before_the_engine_and_the_rerun_never_loads_it(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 8})
+    check = PromptLengthCheck(descriptor, str(tiny_model_dir), TINY_ENGINE_KWARGS)
+    batch = [ask(q) for q in QUESTIONS] + [ask(LONG)] + [ask(f"Question {i}: say hi.") for i in range(3)]
+    model, factory = cached(store, engine, descriptor, preflight=check)
+    with pytest.raises(RequestsFailedError, match=r"1 of 8 inputs.*request 4 .*PromptTooLongError") as raised:
+        model.complete(batch)
+    (failure,) = raised.value.failures
+    assert failure.request_index == 4 and isinstance(failure.error, PromptTooLongError)
+    assert "context is 256 (max_model_len)" in str(failure.error)
+    assert len(factory.received) == 7 and LONG not in str(factory.received)  # found before the engine was asked
+    responses = raised.value.responses
+    assert [r.error is None for r in responses] == [True] * 4 + [False] + [True] * 3
+    assert store.database("completions", "mt-bench", descriptor).count() == 7
+
+    rerun, rerun_factory = cached(store, engine, descriptor, preflight=check)
+    with pytest.raises(RequestsFailedError) as again:
+        rerun.complete(batch)
+    assert rerun_factory.calls == 0 and not rerun.last.engine_loaded  # 7 hits; the 8th fails without the engine
+    assert [r.cached for r in again.value.responses] == [True] * 4 + [False] + [True] * 3
+    assert [r.text for r in again.value.responses] == [r.text for r in responses]
+
+
+def test_without_the_preflight_the_engine_refuses_the_long_prompt_alone_and_generates_the_rest_together(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 8})
+    alone = cached(None, engine, descriptor, mode="off")[0].complete([ask(q) for q in QUESTIONS])
+    model, factory = cached(store, engine, descriptor)
+    batch = [ask(QUESTIONS[0]), ask(LONG), ask(QUESTIONS[1]), ask(LONG + "!"), ask(QUESTIONS[2]), ask(QUESTIONS[3])]
+    with pytest.raises(RequestsFailedError, match="2 of 6 inputs") as raised:
+        model.complete(batch)
+    assert len(factory.received) == 6  # the engine was asked for all of them, and refused two
+    errors = [r.error for r in raised.value.responses]
+    for error in (errors[1], errors[3]):
+        assert isinstance(error, RequestRefusedError) and "vLLM refused this request" in str(error)
+        assert "maximum context length is 256 tokens" in str(error)
+    answered = [r for r in raised.value.responses if r.error is None]
+    assert [r.text for r in answered] == [r.text for r in alone]  # the same answers as in a batch of their own
+    assert store.database("completions", "mt-bench", descriptor).count() == 4
+    (next_call,) = engine.with_descriptor(descriptor).generate([chat_request(QUESTIONS[0])])  # nothing left queued
+    assert isinstance(next_call, Generation) and next_call.text == alone[0].text
+
+
+def test_the_preflight_counts_tokens_as_vllm_does_and_agrees_on_the_boundary(
+    engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    check = PromptLengthCheck(descriptor, str(tiny_model_dir), TINY_ENGINE_KWARGS)
+    check([])  # loads the tokenizer
+    prompts = [*QUESTIONS, "", "Ünïcödé ✓ 評価 🙂", "x" * 100]
+    view = engine.with_descriptor(descriptor)
+    for prompt, generation in zip(prompts, view.generate([chat_request(p) for p in prompts]), strict=True):
+        assert isinstance(generation, Generation)
+        assert check._count(chat_request(prompt)) == generation.usage["prompt_tokens"], prompt
+
+    def sized(tokens: int) -> str:  # a prompt of exactly ``tokens`` tokens with the chat template
+        words = 1
+        while (count := check._count(chat_request("a " * words))) is not None and count < tokens:
+            words += 1
+        assert count == tokens, f"no prompt of exactly {tokens} tokens"
+        return "a " * words
+
+    fits, full = sized(255), sized(256)
+    assert check([chat_request(fits), chat_request(full)]).keys() == {1}
+    fitted, refused = view.generate([chat_request(fits), chat_request(full)])
+    assert isinstance(fitted, Generation) and fitted.finish_reason == "length"  # one token of room: vLLM answers it
+    assert isinstance(refused, Refusal)  # none: vLLM refuses it, as the preflight said
+
+
+def test_a_judge_whose_answers_are_empty_stores_them_and_the_rerun_is_all_hits(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    requests = [
+        *pairwise_requests(question="2+2?", model_a="m-a", answer_a="4", model_b="m-b", answer_b="5"),
+        *pairwise_requests(
+            question="Capital of France?", model_a="m-a", answer_a="Paris", model_b="m-b", answer_b="Rome"
+        ),
+        pointwise_request(question="Say hi.", model="m-a", answer="hi"),
+    ]
+    probe = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4, "logprobs": 2})
+    first_tokens = {
+        logprobs.decode(r.top_logprobs)[0].sampled.text
+        for r in cached(None, engine, probe, mode="off")[0].judge(requests)
+    }
+    stops = sorted(t for t in first_tokens if t.strip() and "\ufffd" not in t)
+    assert stops, f"the judge's first tokens {first_tokens} give no stop string"
+    # A stop string equal to a judge's first token: that answer is empty (finish_reason stop), its logprobs real.
+    judge = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4, "logprobs": 2, "stop": stops})
+    model, _ = cached(store, engine, judge)
+    responses = model.judge(requests)
+    empty = [r for r in responses if r.text == ""]
+    assert empty and all(r.samples[0].finish_reason == "stop" and r.top_logprobs for r in empty)
+    database = store.database("judgements", "mt-bench", judge)
+    assert database.count() == len(requests) == model.last.written  # the empty answers too
+    rerun, rerun_factory = cached(store, engine, judge)
+    again = rerun.judge(requests)
+    assert rerun_factory.calls == 0 and not rerun.last.engine_loaded
+    assert [(r.text, r.top_logprobs) for r in again] == [(r.text, r.top_logprobs) for r in responses]

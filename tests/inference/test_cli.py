@@ -259,3 +259,36 @@ def test_the_summary_counts_outputs_that_stopped_at_max_tokens(
     human = judgestore(*args, root=root)  # all hits now: still counted, and said
     assert "3 outputs stopped at max_tokens (2; finish_reason=length)" in human.stderr
     assert "raise --max-tokens" in human.stderr
+
+
+@pytest.mark.engine
+def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_the_rerun_never_loads_the_engine(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    root = tmp_path / "store"
+    prompts = tmp_path / "eight.jsonl"
+    contents = [f"Tell me fact number {i}." for i in range(8)]
+    contents[5] = "Write a short poem about the sea. " * 60  # about 500 tokens; max_model_len is 256
+    rows = [{"benchmark": "demo", "instruction_id": str(i), "messages": [{"role": "user", "content": c}]}
+            for i, c in enumerate(contents)]  # fmt: skip
+    prompts.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    args = ["generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--max-tokens", "4",
+            *ENGINE_ARGS]  # fmt: skip
+
+    first = judgestore(*args, "-o", str(tmp_path / "a.jsonl"), "--json", root=root, check=False)
+    assert first.returncode == 1 and "Traceback" not in first.stderr
+    summary = orjson.loads(first.stdout)
+    assert (summary["rows_written"], summary["failed"], summary["engine_loaded"]) == (7, 1, True)
+    (failure,) = summary["failures"]
+    assert (failure["request_index"], failure["request"], failure["type"]) == (5, "demo/5", "PromptTooLongError")
+    assert "context is 256 (max_model_len)" in failure["error"]
+    results = lines(tmp_path / "a.jsonl")
+    assert [r["error"] is None for r in results] == [True] * 5 + [False] + [True] * 2
+    assert results[5]["error"] == {"type": "PromptTooLongError", "message": failure["error"]}
+
+    again = judgestore(*args, "-o", str(tmp_path / "b.jsonl"), root=root, check=False)  # the human summary
+    assert again.returncode == 1 and "Traceback" not in again.stderr
+    assert "7 hits (88%), 1 misses, 1 failed, 0 rows written" in again.stderr
+    assert "engine loaded: no (vLLM never imported)" in again.stderr  # the refused prompt never needed it
+    assert "request 5 (demo/5): PromptTooLongError: the prompt is" in again.stderr
+    assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [r["completion"] for r in results]

@@ -29,6 +29,8 @@ def engine(monkeypatch: pytest.MonkeyPatch) -> CountingBackend:
     """The engine every ModelSpec loads in this test: counts what it is asked, answers at once."""
     backend = CountingBackend()
     monkeypatch.setattr(ModelSpec, "backend", lambda self: backend)
+    # It takes a prompt of any length: no preflight counts these long prompts against the tiny model's context.
+    monkeypatch.setattr(ModelSpec, "preflight", None)
     return backend
 
 
@@ -190,7 +192,7 @@ def test_generate_readonly_over_a_zero_byte_database_generates_the_misses(
 # ---------------------------------------------------------------- text that is not valid Unicode
 
 
-def test_a_lone_surrogate_in_a_completion_or_a_prompt_is_a_typed_error_before_it_is_written(
+def test_a_lone_surrogate_in_a_completion_fails_that_request_alone_and_in_a_prompt_is_a_typed_error(
     tmp_path: Path, tiny_model_dir: Path, engine: CountingBackend, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     answer = engine.generate
@@ -203,11 +205,17 @@ def test_a_lone_surrogate_in_a_completion_or_a_prompt_is_a_typed_error_before_it
 
     monkeypatch.setattr(engine, "generate", broken_answer_to_prompt_3)
     root = tmp_path / "store"
-    result = generate(tiny_model_dir, root, requests_file(tmp_path / "six.jsonl", 6, 10), "--json")
-    assert_failed_cleanly(result)
-    error = json_error(result)
-    assert error["type"] == "InvalidInputError" and "completion is not valid Unicode" in error["error"]
-    assert error["rows_kept"] == 2 and len(stored_keys(root)) == 2  # the first chunk; nothing of the second
+    requests = requests_file(tmp_path / "six.jsonl", 6, 10)
+    result = generate(tiny_model_dir, root, requests, "--json")
+    assert_failed_cleanly(result)  # exit 1: one request failed; the other five are written and stored
+    summary = orjson.loads(result.stdout)
+    assert (summary["failed"], summary["rows_written"], len(stored_keys(root))) == (1, 5, 5)
+    (failure,) = summary["failures"]
+    assert failure["request_index"] == 3 and failure["type"] == "InvalidInputError"
+    assert "completion is not valid Unicode" in failure["error"]
+    lines = [orjson.loads(line) for line in requests.with_suffix(".out").read_bytes().splitlines()]
+    assert [line["error"] is None for line in lines] == [True, True, True, False, True, True]
+    assert lines[3]["completion"] is None and lines[3]["error"]["type"] == "InvalidInputError"
     assert judgestore("verify", "--store-root", str(root)).exit_code == 0
 
     prompts = tmp_path / "surrogate.jsonl"

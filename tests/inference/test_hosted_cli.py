@@ -74,3 +74,31 @@ def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
     refused = generate(openai_server, chat_prompts, tmp_path / "o.jsonl")
     assert refused.exit_code == 1 and "JUDGE_KEY" in refused.stderr
     assert "sk-wrong-key" not in refused.output and "Traceback" not in refused.output
+
+
+def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_and_the_exit_status_is_1(
+    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path
+) -> None:
+    openai_server.context_length = 20
+    prompts = tmp_path / "prompts.jsonl"
+    contents = ["question 0", "word " * 30, "question 2"]  # the second is over the server's context
+    rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": c}]} for i, c in enumerate(contents)]
+    prompts.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+
+    result = generate(openai_server, prompts, tmp_path / "a.jsonl", "--json")
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    summary = orjson.loads(result.stdout)
+    assert (summary["failed"], summary["rows_written"], summary["misses"]) == (1, 2, 3)
+    (failure,) = summary["failures"]
+    assert (failure["request_index"], failure["request"], failure["type"]) == (1, "?/1", "HostedRequestError")
+    assert "maximum context length is 20 tokens" in failure["error"] and "\n" not in failure["error"]
+    lines = [orjson.loads(line) for line in (tmp_path / "a.jsonl").read_bytes().splitlines()]
+    assert [line["error"] for line in lines][::2] == [None, None]
+    assert lines[1]["completion"] is None and lines[1]["error"]["type"] == "HostedRequestError"
+    assert lines[1]["error"]["message"] == failure["error"]
+
+    human = generate(openai_server, prompts, tmp_path / "b.jsonl")  # two hits; the refused one is sent again
+    assert human.exit_code == 1 and "Traceback" not in human.output
+    assert "2 hits (67%), 1 misses, 1 failed, 0 rows written" in human.stderr
+    assert "failed: 1 of 1 inputs were not answered or not stored" in human.stderr
+    assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4

@@ -20,7 +20,7 @@ from inference.tiny_model import CHATML_TEMPLATE
 from inference.vllm_descriptor import descriptor_from_vllm
 from store.cli.app import build_app
 from store.descriptor import sha256_hex
-from store.errors import ModelNotFoundError, UnpinnedModelError
+from store.errors import ModelFolderNotFoundError, ModelNotFoundError, UnpinnedModelError
 from tests import socket_guard
 from tests.factories import file_digests
 from tests.fake_hub import FakeHub, point_client_at
@@ -154,3 +154,37 @@ def test_generate_refuses_an_unpinnable_model_before_planning(
     assert error["type"] == "UnpinnedModelError" and "--allow-unpinned" in error["error"]
     assert "Traceback" not in result.output
     assert file_digests(store_root) == {}  # nothing planned, nothing written
+
+
+@pytest.mark.parametrize(
+    "spelling", ["./models/does-not-exist", "../does-not-exist", "/no/such/folder", "~/no-such-model", "models/gone"]
+)
+def test_a_path_that_is_not_a_folder_is_no_such_folder_never_a_hub_id(
+    spelling: str, tmp_path: Path, hf_home: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point_client_at(monkeypatch, hf_home, offline=True)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models").mkdir()  # "models/gone": its parent folder exists, so it is a path
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n')
+    result = CliRunner().invoke(
+        build_app(register), ["generate", "--model", spelling, "--task", "t", "-i", str(prompts), "--json"]
+    )
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    error = json.loads(result.stderr)
+    assert error == {"error": f"no such model folder: {spelling}", "type": "ModelFolderNotFoundError"}
+    assert file_digests(store_root) == {}
+    with pytest.raises(ModelFolderNotFoundError, match="no such model folder"):
+        resolve_model(spelling)
+
+
+def test_a_file_is_not_a_model_folder_and_a_hub_id_is_still_a_hub_id(
+    tmp_path: Path, hf_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    point_client_at(monkeypatch, hf_home, offline=True)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "weights.safetensors").write_bytes(b"x")
+    with pytest.raises(ModelFolderNotFoundError, match=r"weights.safetensors is a file, not a model folder"):
+        resolve_model("./weights.safetensors")
+    with pytest.raises(UnpinnedModelError, match="hf download org/never-seen"):  # no folder "org" here: a Hub id
+        resolve_model("org/never-seen")

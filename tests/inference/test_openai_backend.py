@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -38,6 +39,7 @@ from store.errors import (
     HostedRequestError,
     HostedResponseError,
     HostedUnavailableError,
+    RequestsFailedError,
 )
 from store.store import Store
 from tests.fake_openai import FakeOpenAI, Fault
@@ -94,8 +96,8 @@ def test_only_misses_are_sent_and_a_rerun_sends_nothing(store: Store, fake: Fake
     ]
     usage = first[0].samples[0].usage
     assert first[0].text == "echo: question 0" and usage is not None
-    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (7, 3) and usage["engine_seconds"] >= 0
-    assert spec.stats.as_dict() == {"requests_sent": 8, "retries": 0, "prompt_tokens": 56, "completion_tokens": 24}
+    assert (usage["prompt_tokens"], usage["completion_tokens"]) == (2, 3) and usage["engine_seconds"] >= 0
+    assert spec.stats.as_dict() == {"requests_sent": 8, "retries": 0, "prompt_tokens": 16, "completion_tokens": 24}
 
 
 def test_judgements_go_through_the_same_boundary(store: Store, fake: FakeOpenAI) -> None:
@@ -243,9 +245,64 @@ def test_a_base_url_without_v1_is_a_typed_404_with_a_hint(store: Store, fake: Fa
 
 def test_a_setting_the_server_refuses_is_a_typed_error_naming_what_was_sent(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=400, body=b'{"error": {"message": "Unrecognized request argument: top_k"}}'))
-    with pytest.raises(HostedRequestError, match=r"Unrecognized request argument: top_k.*'top_k'"):
+    with pytest.raises(RequestsFailedError) as raised:
         served(fake).cached(store, task="t").complete([ask(0)])
-    assert len(fake.completions()) == 1
+    (failure,) = raised.value.failures
+    assert isinstance(failure.error, HostedRequestError) and failure.error.status == 400
+    assert re.search(r"Unrecognized request argument: top_k \(settings sent: .*top_k", str(failure.error))
+    assert len(fake.completions()) == 1  # a refusal is not retried
+
+
+def test_a_server_that_refuses_the_first_eight_requests_and_answers_none_refuses_the_settings(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.add_fault(Fault(status=400, times=100, body=b'{"error": {"message": "Unrecognized request argument: top_k"}}'))
+    spec = served(fake, max_concurrency=2)
+    with pytest.raises(HostedRequestError, match=r"refused the first \d+ requests of the batch and answered none"):
+        spec.cached(store, task="t").complete([ask(i) for i in range(30)])
+    assert 8 <= len(fake.completions()) <= 9  # the eighth refusal stops it (one more may have been in flight)
+    assert (
+        store.find("completions", "t", spec.descriptor) is None
+        or store.database("completions", "t", spec.descriptor).count() == 0
+    )
+
+
+def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone_and_the_rest_is_stored(store: Store) -> None:
+    with FakeOpenAI(context_length=40) as fake:
+        spec = served(fake)
+        batch = [ask(0), ask(1), CompletionRequest(messages=[{"role": "user", "content": "word " * 50}]), ask(3)]
+        with pytest.raises(RequestsFailedError, match=r"1 of 4 inputs.*request 2 .*HostedRequestError") as raised:
+            spec.cached(store, task="t").complete(batch)
+        (failure,) = raised.value.failures
+        assert failure.request_index == 2 and isinstance(failure.error, HostedRequestError)
+        assert "maximum context length is 40 tokens" in str(failure.error) and failure.error.status == 400
+        assert [r.error is None for r in raised.value.responses] == [True, True, False, True]
+        assert len(fake.completions()) == 4  # not retried
+        assert store.database("completions", "t", spec.descriptor).count() == 3
+        with pytest.raises(RequestsFailedError):
+            spec.cached(store, task="t").complete(batch)
+        assert len(fake.completions()) == 5  # the rerun sends only the refused one
+
+        # An answer that would not fit stops at the context, as vLLM's server stops it: a result, stored.
+        near = CompletionRequest(messages=[{"role": "user", "content": "word " * 38}])
+        (stopped,) = served(fake, sampling={"max_tokens": 10}).cached(store, task="t").complete([near])
+        assert stopped.samples[0].finish_reason == "length" and stopped.samples[0].usage["completion_tokens"] == 2  # type: ignore[index]
+
+
+def test_a_judge_whose_answers_are_empty_stores_them_and_the_rerun_sends_nothing(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.empty_replies = True
+    spec = served(fake, sampling={"logprobs": 2})
+    requests = pairwise_requests(question="2+2?", model_a="m-a", answer_a="4", model_b="m-b", answer_b="5")
+    verdicts = spec.cached(store, task="t").judge(requests)
+    assert [(r.text, r.samples[0].finish_reason) for r in verdicts] == [("", "stop"), ("", "stop")]
+    assert all(r.top_logprobs for r in verdicts)  # the first position's logprobs are real
+    assert store.database("judgements", "t", spec.descriptor).count() == 2
+    again = spec.cached(store, task="t")
+    hits = again.judge(requests)
+    assert len(fake.completions()) == 2 and not again.engine_loaded
+    assert [(r.cached, r.text, r.top_logprobs) for r in hits] == [(True, "", r.top_logprobs) for r in verdicts]
 
 
 @pytest.mark.parametrize(
@@ -262,9 +319,9 @@ def test_a_malformed_body_is_a_typed_error_and_nothing_is_stored(store: Store, f
 
 
 def test_a_failure_stops_new_requests_and_keeps_what_finished(store: Store, fake: FakeOpenAI) -> None:
-    fake.add_fault(Fault(status=400, after=2))
+    fake.add_fault(Fault(status=401, after=2))
     spec = served(fake, max_concurrency=1)
-    with pytest.raises(HostedRequestError):
+    with pytest.raises(HostedAuthError):
         spec.cached(store, task="t").complete([ask(i) for i in range(6)])
     assert len(fake.completions()) == 3  # two answers, the refusal, and nothing after it
     assert store.database("completions", "t", spec.descriptor).count() == 2

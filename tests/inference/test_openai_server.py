@@ -26,7 +26,7 @@ from inference.hosted import HostedSpec
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
 from store import logprobs
-from store.errors import HostedModelNotFoundError
+from store.errors import HostedModelNotFoundError, HostedRequestError, RequestsFailedError
 from store.store import Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
 
@@ -185,3 +185,18 @@ def test_text_mode_and_every_position_through_the_completions_route(store: Store
 def test_a_model_the_server_does_not_serve_names_the_one_it_does(store: Store, server: Server) -> None:
     with pytest.raises(HostedModelNotFoundError, match=r"It serves: tiny-llama"):
         spec(server, model="tiny-llama-2").cached(store, task="t").complete([ask(QUESTIONS[0])])
+
+
+def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone(store: Store, server: Server) -> None:
+    """What tests/fake_openai.py imitates: the real server's answer to a prompt longer than its context."""
+    long = "Write a short poem about the sea. " * 60
+    before = server.completion_requests()
+    model = spec(server).cached(store, task="long")
+    with pytest.raises(RequestsFailedError) as raised:
+        model.complete([ask(QUESTIONS[0]), ask(long), ask(QUESTIONS[1])])
+    (failure,) = raised.value.failures
+    assert failure.request_index == 1 and isinstance(failure.error, HostedRequestError)
+    assert failure.error.status == 400 and "maximum context length is 256 tokens" in str(failure.error)
+    assert server.completion_requests() - before == 3  # each sent once, the refused one not retried
+    assert [r.error is None and bool(r.text) for r in raised.value.responses] == [True, False, True]
+    assert model.last.written == 2

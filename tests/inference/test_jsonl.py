@@ -1,0 +1,47 @@
+"""Result lines of a request that failed, and pairs refused over one."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from inference.jsonl import make_pairs, response_row, write_responses
+from inference.requests import CompletionRequest, Response, Sample
+from store.errors import InvalidInputError, PromptTooLongError
+
+
+def ask(i: int) -> CompletionRequest:
+    return CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}], benchmark="b", instruction_id=str(i))
+
+
+def answered(i: int, model: str) -> Response:
+    return Response(ask(i), (Sample(f"h{i}", 0, f"{model} says {i}", "stop", None, None, cached=False),))
+
+
+def failed(i: int) -> Response:
+    error = PromptTooLongError("the prompt is 300 tokens,\nand the model's context is 256")
+    return Response(ask(i), (Sample(f"h{i}", 0, "", None, None, None, cached=False, error=error),))
+
+
+def test_a_failed_request_has_a_typed_one_line_error_and_no_completion() -> None:
+    row = response_row(failed(1), "m")
+    assert row["completion"] is None and row["cached"] is False
+    assert row["error"] == {
+        "type": "PromptTooLongError",
+        "message": "the prompt is 300 tokens, and the model's context is 256",
+    }
+    assert response_row(answered(0, "m"), "m")["error"] is None
+
+
+def test_pairs_refuse_an_answers_file_with_a_failed_line(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"messages": ask(i).messages, "instruction_id": str(i),
+                                               "benchmark": "b"}) + b"\n" for i in range(2)))  # fmt: skip
+    with (tmp_path / "a.jsonl").open("wb") as out:
+        write_responses(out, [answered(0, "a"), answered(1, "a")], "a")
+    with (tmp_path / "b.jsonl").open("wb") as out:
+        write_responses(out, [answered(0, "b"), failed(1)], "b")
+    with pytest.raises(InvalidInputError, match=r"b.jsonl:2: b failed on this request \(PromptTooLongError: the"):
+        make_pairs(prompts, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
