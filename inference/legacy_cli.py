@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from inference.spec import parse_key_values
 from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout
 from store.cli.options import JsonOutput, grouped, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.settings import Settings
 from store.store import Store
 
@@ -58,16 +58,12 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _detect_table(result: "DetectionResult") -> Table:
+def _detect_table(result: "DetectionResult") -> FittedTable:
     from store.legacy.detect import LegacyVariant
 
-    table = Table(title="Legacy caches found", title_justify="left")
-    table.add_column("Source", overflow="fold", ratio=3)
-    for name in ("Variant", "Role", "Task"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("Rows", justify="right", no_wrap=True)
-    table.add_column("State", no_wrap=True)
-    table.add_column("Descriptor / problem", overflow="fold", ratio=2)
+    columns = [Column("Source", fit=Fit.MIDDLE), Column("Variant"), Column("Role"), Column("Task", fit=Fit.MIDDLE)]
+    columns += [Column("Rows", justify="right"), Column("State"), Column("Descriptor / problem", fit=Fit.WRAP)]
+    table = FittedTable("Legacy caches found", columns)
     for d in result.detections:
         table.add_row(
             Text(_shown(d.path)),
@@ -96,14 +92,11 @@ def _detail(d: "Detection") -> str:
     return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
 
 
-def _import_table(report: "ImportReport") -> Table:
+def _import_table(report: "ImportReport") -> FittedTable:
     title = "Import" + (" (dry run: nothing written)" if report.dry_run else "") + f" into {report.store_root}"
-    table = Table(title=title, title_justify="left")
-    table.add_column("Source", overflow="fold")
-    table.add_column("Variant", no_wrap=True)
-    for name in ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
+    counts = ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed")
+    columns = [Column("Source", fit=Fit.MIDDLE), Column("Variant")]
+    table = FittedTable(title, [*columns, *(Column(name, justify="right") for name in counts), Column("Status")])
     for s in report.sources:
         style = {"failed": "bold red", "partial": "bold red", "imported": "green"}.get(s.status, "dim")
         table.add_row(
