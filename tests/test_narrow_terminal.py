@@ -141,3 +141,35 @@ def test_import_tables(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     imported = judgestore("import", "legacy", "--dry-run")
     headers = ("Source", "Variant", "Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed", "Status")
     check(imported, headers, names=(), exit_code=imported.exit_code)
+
+
+def every_command(group: Any, path: tuple[str, ...] = ()) -> list[tuple[tuple[str, ...], Any]]:
+    found = []
+    for name, command in group.commands.items():
+        if hasattr(command, "commands"):
+            found += every_command(command, (*path, name))
+        else:
+            found.append(((*path, name), command))
+    return found
+
+
+def test_every_help_reads_whole_at_80_columns() -> None:
+    """Option names are never cut (typer's boxed help cut --chat-template-kwarg), flags show no ``<bool>``."""
+    import typer.main
+
+    commands = every_command(typer.main.get_command(app()))
+    assert len(commands) >= 20
+    for path, command in [((), None), *commands]:
+        result = judgestore(*path, "--help")
+        assert result.exit_code == 0, result.output
+        lines = result.stdout.splitlines()
+        assert all(cell_len(line) <= 80 for line in lines), result.stdout
+        assert "…" not in result.stdout and "<bool>" not in result.stdout, result.stdout
+        for param in command.params if command is not None else ():
+            for name in (*param.opts, *param.secondary_opts):
+                assert name in result.stdout.split() or f"{name}," in result.stdout, (path, name, result.stdout)
+    generate = judgestore("generate", "--help").stdout
+    assert "--chat-template-kwarg KEY=VALUE" in generate and "--enable-thinking / --disable-thinking" in generate
+    for panel in ("Model:", "Run:", "Sampling:", "Hosted model (an OpenAI-compatible server):", "Store:"):
+        assert f"\n{panel}\n" in generate
+    assert "./judgestore-data" in judgestore("ls", "--help").stdout  # never broken at its hyphen

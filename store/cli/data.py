@@ -113,7 +113,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
 
         judgestore ls --role judgements --json
 
-        judgestore ls --finish-reason length          # how many truncated rows, per database
+        judgestore ls --finish-reason length        # truncated rows per database
     """
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)

@@ -505,8 +505,8 @@ def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: P
         result = subprocess.run([*argv, "--help"], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                                 env={**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO)})  # fmt: skip
         assert result.returncode == 0, result.stderr
-        listed = result.stdout.split("Commands")[1].splitlines()  # the panel after Options
-        return {line.split()[1] for line in listed if line.startswith("│ ") and len(line.split()) > 2}
+        listed = result.stdout.split("Commands:")[1].splitlines()  # the section after Options
+        return {line.split()[0] for line in listed if line.startswith("  ") and not line.startswith("   ")}
 
     store_only = commands(sys.executable, "-m", "store")
     everything = commands(str(Path(sys.executable).with_name("judgestore")))
