@@ -291,7 +291,9 @@ def test_db_status_of_a_current_store(filled: Path) -> None:
     status = as_json(result.stdout)
     assert status["ok"] is True and status["head"] == SHIPPED_HEAD
     assert {d["state"] for d in status["databases"]} == {"current"}
-    assert judgestore("db", "status").exit_code == 0
+    text = judgestore("db", "status")
+    assert text.exit_code == 0
+    assert text.stderr.strip() == "All 3 databases are usable; none needs `judgestore db upgrade`."
 
 
 def _break(filled: Path) -> tuple[Path, Path]:
