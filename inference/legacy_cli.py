@@ -17,7 +17,7 @@ Contract:
   skipped" for success (``--json``: ``"ok": false`` and
   ``totals.unattributed``). Rows skipped for what they are (empty outputs,
   inputs never stored) and conflicts are reported and do not fail it. ``--detect`` exits 1 when a
-  source is corrupt or invalid.
+  source is corrupt, invalid or missing.
 * ``--dry-run`` writes nothing anywhere (the store is opened read-only; the
   report file, if asked for, is the only file written).
 """
@@ -48,6 +48,7 @@ _STATE_STYLE = {  # by store.legacy.detect.State, a StrEnum: its members are the
     "not-ours": "dim",
     "corrupt": "bold red",
     "invalid": "bold red",
+    "missing": "bold red",
 }
 
 
@@ -208,7 +209,7 @@ def import_command(
     """
     from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
     from inference.legacy_user_descriptor import load_user_descriptor
-    from store.legacy.detect import State, detect
+    from store.legacy.detect import PROBLEM_STATES, detect
     from store.legacy.importer import ImportOptions, import_sources
     from store.legacy.inputs import InputsTable
 
@@ -219,7 +220,7 @@ def import_command(
             emit_json(found)
         else:
             stdout().print(_detect_table(result))
-        if any(d.state in (State.CORRUPT, State.INVALID) for d in result.detections):
+        if any(d.state in PROBLEM_STATES for d in result.detections):
             raise typer.Exit(1)
         return
     mapper = LegacyDescriptorMapper(
