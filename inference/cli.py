@@ -25,8 +25,9 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, NoReturn
 
 import orjson
 import typer
@@ -38,14 +39,16 @@ from inference.judging import OrientationsChoice
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
 from inference.plan import Mode, Plan
 from inference.requests import Request
-from inference.run import run_requests
+from inference.run import RunResult, run_requests
 from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
 from store.cli.app import build_app
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Role
+from store.records import RowFilter
 from store.settings import Settings
+from store.store import Store
 
 _MODEL = "Model"
 _HOSTED = "Hosted model (an OpenAI-compatible server)"
@@ -291,7 +294,39 @@ def _run(
     settings: Settings,
     json_output: bool,
 ) -> None:
-    """Run, with the plan and a progress bar on stderr; write the results; print the summary."""
+    """Run, with the plan and a progress bar on stderr; write the results; print the summary.
+
+    Ctrl-C stops the run with exit status 130 and one line (a JSON object
+    with ``--json``) saying how many rows the run stored: they are kept, and
+    the same command generates only the rest.
+    """
+    err = stderr()
+    started = datetime.now(UTC)
+    try:
+        result = _run_with_progress(spec, requests, role, run, settings, json_output)
+    except KeyboardInterrupt:
+        _interrupted(spec, role, run, settings, started, json_output)
+    with _output(run.output) as out:
+        write_responses(out, result.responses, spec.display_name)
+    summary = result.summary
+    if json_output:
+        emit_json(summary.as_dict())
+        return
+    err.print(summary.line(), soft_wrap=True)
+    if (saved := summary.savings_line()) is not None:
+        err.print(saved, soft_wrap=True)
+    if (truncated := summary.truncation_note()) is not None:
+        err.print(truncated, style="yellow", soft_wrap=True)
+
+
+def _run_with_progress(
+    spec: ModelSpec | HostedSpec,
+    requests: list[Request],
+    role: Role,
+    run: RunOptions,
+    settings: Settings,
+    json_output: bool,
+) -> RunResult:
     err = stderr()
     with progress_bars(json_output) as progress:
 
@@ -317,17 +352,40 @@ def _run(
             on_plan=on_plan,
             on_progress=lambda done, total: progress("generating", done, total),
         )
-    with _output(run.output) as out:
-        write_responses(out, result.responses, spec.display_name)
-    summary = result.summary
+    return result
+
+
+def _interrupted(
+    spec: ModelSpec | HostedSpec, role: Role, run: RunOptions, settings: Settings, started: datetime, json_output: bool
+) -> NoReturn:
+    """Ctrl-C: say what the run kept (its rows are those of its run id written since it started); exit 130."""
+    kept: int | None = 0
+    if run.mode in ("use", "refresh"):
+        try:
+            with Store(settings, readonly=True) as store:
+                database = store.find(role, run.task, spec.descriptor)
+                this_run = RowFilter(run_id=settings.run_id, created_after=started)
+                kept = 0 if database is None else database.count(this_run)
+        except JudgestoreError:
+            kept = None
+    if run.mode not in ("use", "refresh"):
+        message = f"interrupted; mode {run.mode} writes no rows, so nothing was stored"
+    elif kept is None:
+        message = (
+            "interrupted; the rows stored before it are kept, and running the same command again generates only "
+            "the rest"
+        )
+    else:
+        message = (
+            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and running the same "
+            "command again generates only the rest"
+        )
     if json_output:
-        emit_json(summary.as_dict())
-        return
-    err.print(summary.line(), soft_wrap=True)
-    if (saved := summary.savings_line()) is not None:
-        err.print(saved, soft_wrap=True)
-    if (truncated := summary.truncation_note()) is not None:
-        err.print(truncated, style="yellow", soft_wrap=True)
+        payload = {"error": message, "type": "Interrupted", "rows_kept": kept}
+        sys.stderr.write(orjson.dumps(payload).decode() + "\n")
+    else:
+        stderr().print(message, style="bold yellow", soft_wrap=True)
+    raise typer.Exit(130)
 
 
 def generate_command(
