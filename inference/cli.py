@@ -33,6 +33,7 @@ import orjson
 import typer
 
 from inference import adopt_cli, diagnostics_cli, legacy_cli
+from inference.engine_logs import VerboseOption, quiet_engine
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
@@ -293,14 +294,18 @@ def _run(
     run: RunOptions,
     settings: Settings,
     json_output: bool,
+    verbose: bool = False,
 ) -> None:
     """Run, with the plan and a progress bar on stderr; write the results; print the summary.
 
-    Ctrl-C stops the run with exit status 130 and one line (a JSON object
+    The engine's own log stays out of the output unless ``verbose``
+    (:mod:`inference.engine_logs`). Ctrl-C stops the run with exit status 130 and one line (a JSON object
     with ``--json``) saying how many rows the run stored: they are kept, and
     the same command generates only the rest.
     """
     err = stderr()
+    if not verbose:
+        quiet_engine()
     started = datetime.now(UTC)
     try:
         result = _run_with_progress(spec, requests, role, run, settings, json_output)
@@ -389,7 +394,11 @@ def _interrupted(
 
 
 def generate_command(
-    spec: ModelSpec | HostedSpec, run: RunOptions, settings: Settings, json_output: JsonOutput = False
+    spec: ModelSpec | HostedSpec,
+    run: RunOptions,
+    settings: Settings,
+    json_output: JsonOutput = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Complete every request of a JSONL file, asking the store first.
 
@@ -398,7 +407,7 @@ def generate_command(
 
     Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
     """
-    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output)
+    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output, verbose)
 
 
 def judge_command(
@@ -409,6 +418,7 @@ def judge_command(
     orientation: Annotated[
         OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=_RUN)
     ] = OrientationsChoice.both,
+    verbose: VerboseOption = False,
 ) -> None:
     """Judge pairs (both orientations by default) or single answers with a judge model.
 
@@ -422,7 +432,7 @@ def judge_command(
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
     requests = read_judgement_requests(run.input_path, orientation.orientations(), judge=spec.display_name)
-    _run(spec, list(requests), "judgements", run, settings, json_output)
+    _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
 
 
 def pairs_command(
