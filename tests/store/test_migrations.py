@@ -80,7 +80,7 @@ def test_the_scripts_have_exactly_one_head() -> None:
 
 
 def test_every_revision_documents_itself() -> None:
-    """STYLE.md: what changes, why, data impact, expected cost; forward-only downgrade."""
+    """Each revision says what changes, why, data impact, expected cost (docs/schema-evolution.md); forward-only."""
     for path in sorted((migrations_dir() / "versions").glob("[0-9]*.py")):
         module = ast.parse(path.read_text())
         doc = ast.get_docstring(module) or ""
