@@ -40,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import orjson
 
 from store import jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError
+from store.errors import InvalidInputError, MissingDependencyError, install_hint
 from store.layout import Selector
 from store.records import FoundRow, RowFilter, roles_for, row_columns
 from store.store import Store
@@ -111,7 +111,7 @@ def _pyarrow() -> Any:
         import pyarrow
     except ImportError as e:
         raise MissingDependencyError(
-            "Parquet and DataFrame export need pyarrow: `pip install 'judgestore[export]'` (pyarrow and pandas)"
+            "Parquet and DataFrame export need pyarrow: " + install_hint("export", "pyarrow pandas")
         ) from e
     return pyarrow
 
@@ -307,7 +307,7 @@ def to_pandas(
     try:
         import pandas
     except ImportError as e:
-        raise MissingDependencyError("to_pandas needs pandas: `pip install 'judgestore[export]'`") from e
+        raise MissingDependencyError("to_pandas needs pandas: " + install_hint("export", "pyarrow pandas")) from e
     table = to_arrow(source, selector, flt, columns=columns, limit=limit, json_type=False)
     frame = table.to_pandas()
     if decode_json:

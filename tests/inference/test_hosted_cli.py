@@ -15,7 +15,7 @@ from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
 from tests.fake_openai import FakeOpenAI
 
-pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
+pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
 
 
 def judgestore(*args: str) -> Result:

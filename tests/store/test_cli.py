@@ -339,7 +339,7 @@ def test_db_status_names_a_newer_database(filled: Path) -> None:
     result = judgestore("db", "status", "--json")
     assert result.exit_code == 1
     ahead = next(d for d in as_json(result.stdout)["databases"] if d["state"] == "ahead")
-    assert ahead["revision"] == "9999" and "pip install -U judgestore" in ahead["error"]
+    assert ahead["revision"] == "9999" and "Upgrade the library (in its clone" in ahead["error"]
     refused = as_json(judgestore("db", "upgrade", "--json").stdout)["results"]
     assert [r["outcome"] for r in refused].count("refused") == 1
 
