@@ -62,7 +62,7 @@ def _shown(path: Path) -> str:
 def _detect_table(result: "DetectionResult") -> FittedTable:
     from store.legacy.detect import LegacyVariant
 
-    columns = [Column("Source", fit=Fit.MIDDLE), Column("Variant"), Column("Role"), Column("Task", fit=Fit.MIDDLE)]
+    columns = [Column("Source", fit=Fit.PATH), Column("Variant"), Column("Role"), Column("Task", fit=Fit.MIDDLE)]
     columns += [Column("Rows", justify="right"), Column("State"), Column("Descriptor / problem", fit=Fit.WRAP)]
     table = FittedTable("Legacy caches found", columns)
     for d in result.detections:
@@ -96,7 +96,7 @@ def _detail(d: "Detection") -> str:
 def _import_table(report: "ImportReport") -> FittedTable:
     title = "Import" + (" (dry run: nothing written)" if report.dry_run else "") + f" into {report.store_root}"
     counts = ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed")
-    columns = [Column("Source", fit=Fit.MIDDLE), Column("Variant")]
+    columns = [Column("Source", fit=Fit.PATH), Column("Variant")]
     table = FittedTable(title, [*columns, *(Column(name, justify="right") for name in counts), Column("Status")])
     for s in report.sources:
         style = {"failed": "bold red", "partial": "bold red", "imported": "green"}.get(s.status, "dim")

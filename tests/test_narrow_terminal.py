@@ -99,7 +99,7 @@ def test_data_commands(demo: Path) -> None:
 def test_maintenance_commands(demo: Path) -> None:
     out = check(judgestore("db", "status"), ("Database", "State", "Revision", "Problem"), names=())
     assert out.count("current") == 5
-    check(judgestore("db", "upgrade"), ("Database", "Result", "From", "To", "Backup / problem"), names=())
+    check(judgestore("db", "upgrade"), ("Database", "Result", "From", "To"), names=())  # no backup: no such line
     (demo / "notes.txt").write_text("not part of the store")
     out = check(judgestore("verify"), ("Path", "Kind", "Problem"), names=(), exit_code=1)
     assert "notes.txt" in out
@@ -173,3 +173,15 @@ def test_every_help_reads_whole_at_80_columns() -> None:
     for panel in ("Model:", "Run:", "Sampling:", "Hosted model (an OpenAI-compatible server):", "Store:"):
         assert f"\n{panel}\n" in generate
     assert "./judgestore-data" in judgestore("ls", "--help").stdout  # never broken at its hyphen
+
+
+@pytest.mark.postgres
+def test_a_server_store_at_80_columns(demo: Path, pg_url: str) -> None:
+    """On a server: tiny-a and tiny-b apart in ls and copy, db upgrade names folders (never the URL, 5 lines deep)."""
+    check(judgestore("copy", "--from-root", str(demo), "--to-url", pg_url),
+          (*LOCATION, "Rows", "Written", "Conflicts", "Verified"), names=ALL)  # fmt: skip
+    check(judgestore("ls", "--store-url", pg_url), (*LOCATION, "Rows", "Size", "State"), names=ALL)
+    upgraded = check(judgestore("db", "upgrade", "--store-url", pg_url), ("Database", "Result", "From", "To"), names=())
+    assert "completions/demo/vllm/tiny-a/5b9daa177734311a" in upgraded  # a folder, whole, not the schema's URL
+    assert upgraded.count("up-to-date") == 6  # 5 databases and the caption
+    assert upgraded.count("postgresql") == 1  # the title, never a column

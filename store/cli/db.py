@@ -66,7 +66,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
     elif not infos:
         no_databases(store, json_output)
     else:
-        columns = [Column("Database", fit=Fit.MIDDLE), Column("State"), Column("Revision")]
+        columns = [Column("Database", fit=Fit.PATH), Column("State"), Column("Revision")]
         table = FittedTable(f"Schema revisions (library head: {head})", [*columns, Column("Problem", fit=Fit.WRAP)])
         for info in infos:
             problem = unprefixed(info.error or "", info.where)
@@ -124,7 +124,7 @@ def db_upgrade_command(
     elif not results:
         no_databases(store, json_output)
     else:
-        columns = [Column("Database", fit=Fit.MIDDLE), Column("Result"), Column("From"), Column("To")]
+        columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
         table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
             detail = unprefixed(r.error, r.where) if r.error else (relative(r.backup, root) if r.backup else "")
@@ -188,7 +188,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
             }
         )
     elif problems:
-        columns = [Column("Path", fit=Fit.MIDDLE), Column("Kind")]
+        columns = [Column("Path", fit=Fit.PATH), Column("Kind")]
         # problems wrap: the hashes and commands in them stay whole, to be copied
         table = FittedTable(f"Problems in {store.where}", [*columns, Column("Problem", fit=Fit.WRAP)])
         for problem in problems:

@@ -101,7 +101,7 @@ def _problems(title: str, groups: "dict[str, list[SyncProblem]]") -> None:
     rows = [(kind, p) for kind, problems in groups.items() for p in problems]
     if not rows:
         return
-    table = FittedTable(title, [Column("Kind"), Column("Path", fit=Fit.MIDDLE), Column("Reason", fit=Fit.WRAP)])
+    table = FittedTable(title, [Column("Kind"), Column("Path", fit=Fit.PATH), Column("Reason", fit=Fit.WRAP)])
     for kind, problem in rows:
         reason = problem.reason + (f" (kept in {problem.saved_to})" if problem.saved_to else "")
         table.add_row(Text(kind, style="bold red"), Text(problem.path), Text(reason))

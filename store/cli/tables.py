@@ -8,7 +8,9 @@ Contract:
   (:class:`Fit`): counts, sizes, states and descriptor hashes never do;
   names are shortened in the middle and identifiers at the end, each only as
   far as keeps every two different values of the column different; free text
-  wraps, or is cut with an ellipsis where one line per row matters more.
+  wraps, or is cut with an ellipsis where one line per row matters more. A
+  path gives way in its longest parts first, so that short ones (a role, a
+  task, a descriptor hash) stay whole.
 * A header is never cut. The layout is chosen at the console's width: the
   boxed table when every cell fits whole; else a table without borders
   whose shortened cells still fit (names keep as much as the width allows);
@@ -39,7 +41,8 @@ class Fit(enum.Enum):
     """How a column's cells give way when the table does not fit."""
 
     WHOLE = "whole"  # never shortened: counts, sizes, states, descriptor hashes, times
-    MIDDLE = "middle"  # a name (model, task, path): shortened in the middle, different values stay different
+    MIDDLE = "middle"  # a name (model, task): shortened in the middle, different values stay different
+    PATH = "path"  # a path: its longest parts shortened in their middle first, different values stay different
     PREFIX = "prefix"  # an identifier (input hash): shortened at the end, different values stay different
     WRAP = "wrap"  # free text (a problem and its next step): wraps onto more lines, never cut
     CUT = "cut"  # free text where one line per row matters more (a completion): cut at the end
@@ -54,9 +57,10 @@ class Column:
 
 
 # The narrowest a column that gives way gets (its header's width if that is wider).
-_NARROWEST = {Fit.MIDDLE: 8, Fit.PREFIX: 8, Fit.WRAP: 16, Fit.CUT: 8}
+_NARROWEST = {Fit.MIDDLE: 8, Fit.PATH: 48, Fit.PREFIX: 8, Fit.WRAP: 16, Fit.CUT: 8}
 # The order in which columns that gave way get room back: names first, then text.
-_ROOM_ORDER = (Fit.MIDDLE, Fit.PREFIX, Fit.CUT, Fit.WRAP)
+_ROOM_ORDER = (Fit.MIDDLE, Fit.PATH, Fit.PREFIX, Fit.CUT, Fit.WRAP)
+_SHORTEST_PART = 5  # a path's part is not shortened below this (then the whole path is, in its middle)
 
 
 def shorten_middle(value: str, width: int) -> str:
@@ -67,6 +71,28 @@ def shorten_middle(value: str, width: int) -> str:
     head = _take(value, (keep + 1) // 2)
     tail = _take(value[::-1], keep // 2)[::-1]
     return head + ELLIPSIS + tail
+
+
+def shorten_path(value: str, width: int) -> str:
+    """``value`` in ``width`` cells at most: its longest ``/``-separated parts shortened in their middle first.
+
+    The last part (a descriptor hash, a file name) stays whole:
+    ``completions/demo/vllm/meta-llama%2FLlama-3.1-70B-Instruct/bc3b9435e9bdf9e6``
+    keeps its role, task, provider and descriptor as long as the model's part
+    can give way.
+    """
+    excess = cell_len(value) - width
+    if excess <= 0:
+        return value
+    parts = value.split("/")
+    lengths = [cell_len(part) for part in parts]
+    while excess > 0:
+        longest = max(range(len(parts) - 1), key=lambda i: lengths[i], default=None)
+        if longest is None or lengths[longest] <= _SHORTEST_PART:
+            return shorten_middle(value, width)
+        lengths[longest] -= 1
+        excess -= 1
+    return "/".join(shorten_middle(part, n) for part, n in zip(parts, lengths, strict=True))
 
 
 def shorten_end(value: str, width: int) -> str:
@@ -91,7 +117,7 @@ def _one_line(value: str) -> str:
     return " ".join(value.split())
 
 
-_SHORTEN = {Fit.MIDDLE: shorten_middle, Fit.PREFIX: shorten_end, Fit.CUT: shorten_end}
+_SHORTEN = {Fit.MIDDLE: shorten_middle, Fit.PATH: shorten_path, Fit.PREFIX: shorten_end, Fit.CUT: shorten_end}
 
 
 class FittedTable:

@@ -6,7 +6,7 @@ from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
-from store.cli.tables import Column, Fit, FittedTable, shorten_end, shorten_middle
+from store.cli.tables import Column, Fit, FittedTable, shorten_end, shorten_middle, shorten_path
 
 
 def render(table: FittedTable, width: int) -> list[str]:
@@ -28,6 +28,9 @@ def test_shortening_keeps_the_start_and_the_end_within_the_width() -> None:
     assert shorten_middle("tiny-a", 8) == "tiny-a"
     assert shorten_end("354ea1afe0766d03", 12) == "354ea1afe07…"
     assert cell_len(shorten_middle("長い文章のモデル名です", 9)) <= 9  # wide characters count two cells
+    long = "completions/demo/vllm/meta-llama%2FLlama-3.1-70B-Instruct/bc3b9435e9bdf9e6"
+    assert shorten_path(long, 50) == "completions/demo/vllm/meta-…truct/bc3b9435e9bdf9e6"  # the model's part gave way
+    assert cell_len(shorten_path(long, 30)) <= 30
 
 
 def test_a_table_that_fits_keeps_its_box_and_every_cell_whole() -> None:
