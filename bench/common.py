@@ -3,7 +3,7 @@
 Contract:
 
 * :func:`completion_records` gives the same rows for the same seed, shaped by
-  default as PERF_NOTES.md describes real traffic: rendered prompt 2-8 KB,
+  default like real evaluation traffic: rendered prompt 2-8 KB,
   completion 1-4 KB, an OpenAI-style ``top_logprobs`` object of about 1 KB in
   half the rows (nested small dicts, which is what makes decoding GC-heavy),
   ``usage`` in every row; the sizes and the logprobs can be changed. Input

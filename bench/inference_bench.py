@@ -6,8 +6,8 @@ Usage::
 
 Two parts, each measured beside its floor in the same run:
 
-* plan: a store holds N completion rows (~9 KB each, as PERF_NOTES.md
-  describes: rendered prompt 2-8 KB with some non-ASCII, completion 1-4 KB,
+* plan: a store holds N completion rows (~9 KB each, shaped like real
+  traffic: rendered prompt 2-8 KB with some non-ASCII, completion 1-4 KB,
   ``top_logprobs`` ~1 KB of JSON in half the rows) whose input hashes really
   are ``input_hash(render_messages(messages))``; a batch of the same N chat
   requests is then planned, every one a hit.

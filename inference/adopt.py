@@ -117,11 +117,27 @@ def adoption_candidates(
     return [Candidate(n, tuple(c for c in n.changes if not allowed(c.field, names))) for n in report.neighbours]
 
 
-def choose_source(candidates: Sequence[Candidate], source: str | None = None) -> Candidate:
-    """The candidate to adopt from (see the module docstring); raises :class:`AdoptionError`."""
+def choose_source(
+    candidates: Sequence[Candidate], source: str | None = None, *, own: Location | None = None, own_rows: int = 0
+) -> Candidate:
+    """The candidate to adopt from (see the module docstring); raises :class:`AdoptionError`.
+
+    ``own`` is the run's own database and ``own_rows`` what it holds: never a
+    candidate (its rows already hit), named in the refusals so that they say
+    what is stored.
+    """
     listing = "\n".join(f"  {c.text()}" for c in candidates[:10])
+    mine = ""
+    if own is not None and own_rows:
+        mine = (f"; this run's own descriptor {own.descriptor_hash16} ({own.task}) holds {own_rows:,} rows, which "
+                "a run with these settings already hits")  # fmt: skip
     if source is not None:
         named = [c for c in candidates if c.location.descriptor_hash16.startswith(source[:16])]
+        if own is not None and not named and own.descriptor_hash16.startswith(source[:16]):
+            raise AdoptionError(
+                f"{source} is this run's own descriptor ({own.role}/{own.task}): its rows hit already. --from names "
+                f"the older descriptor to adopt from; the stored ones, nearest first:\n{listing or '  (none)'}"
+            )
         if len(named) != 1:
             what = "no" if not named else "more than one"
             raise AdoptionError(
@@ -149,9 +165,19 @@ def choose_source(candidates: Sequence[Candidate], source: str | None = None) ->
             f"{len(eligible)} stored descriptors differ from this run only in the allowed fields; choose one with "
             "--from HASH. Nearest first:\n" + "\n".join(f"  {c.text()}" for c in eligible)
         )
+    if candidates:
+        found = (
+            f"{mine}; the other stored ones, nearest first:\n{listing}"
+            if mine
+            else f"; the stored ones, nearest first:\n{listing}"
+        )
+    elif mine:
+        found = f"{mine}, and no other descriptor of this model and role is stored: there is nothing to adopt"
+    else:
+        found = "; no descriptor of this model and role is stored at all (`judgestore ls --model-id MODEL` lists them)"
     raise AdoptionError(
         "no stored descriptor of this model and role differs from this run only in the allowed fields (--across)"
-        + (f"; the stored ones, nearest first:\n{listing}" if candidates else "; none is stored at all")
+        + found
     )
 
 
@@ -189,6 +215,7 @@ class AdoptionReport:
             "target": self.target.as_dict(),
             "source": self.source.as_dict(),
             "source_sha256": self.source_sha256,
+            "same_descriptor": self.source.descriptor_hash16 == self.target.descriptor_hash16,  # --across task only
             "across": list(self.across),
             "changes": [asdict(c) for c in self.changes],
             "audit": self.audit.as_dict(),
@@ -206,19 +233,33 @@ class AdoptionReport:
         """The human report (after :meth:`~inference.audit.AuditReport.lines`)."""
         counts, source = self.counts, self.source.descriptor_hash16
         changes = "; ".join(c.text() for c in self.changes) or "no field"
-        lines = [f"source {source} ({self.source.task}, {counts.source_rows:,} rows) differs from this run in "
-                 f"{changes} (allowed: {', '.join(self.across)})"]  # fmt: skip
+        allowed_fields = f"(allowed: {', '.join(self.across)})"
+        # --across task with the same settings: the source is this very descriptor under another task
+        same = self.source.descriptor_hash16 == self.target.descriptor_hash16
+        if same:
+            lines = [f"source: the {counts.source_rows:,} rows of task {self.source.task}, stored under this run's "
+                     f"own descriptor {source}; only the task differs, {changes} {allowed_fields}"]  # fmt: skip
+        else:
+            lines = [f"source {source} ({self.source.task}, {counts.source_rows:,} rows) differs from this run in "
+                     f"{changes} {allowed_fields}"]  # fmt: skip
         lines += self.audit.lines()
         left_out = f", {counts.excluded:,} sampled rows that differed left out" if counts.excluded else ""
-        into = f"into {self.target.descriptor_hash16} ({counts.present:,} already there{left_out})"
+        into = f"into {self.task}/{self.target.descriptor_hash16} ({counts.present:,} already there{left_out})"
+        take_back = f"judgestore delete --role {self.role} --task {shlex.quote(self.task)}"
         if self.unmet:
             lines.append("refused: " + "; ".join(self.unmet) + ". Nothing was written.")
         elif self.dry_run:
             lines.append(f"dry run: would adopt {counts.adopted:,} rows {into}. Nothing was written.")
+        elif same:
+            lines.append(
+                f"adopted {counts.adopted:,} rows from task {self.source.task} {into}, each marked as adopted; they "
+                "were generated with exactly this run's settings, so the source descriptor they are marked with is "
+                f"this one; take them back out with `{take_back} --adopted-from {source}`"
+            )
         else:
             lines.append(
                 f"adopted {counts.adopted:,} rows {into}, marked adopted_from {source}; take them back out with "
-                f"`judgestore delete --adopted-from {source}`"
+                f"`{take_back} --adopted-from {source}`"
             )
         return lines
 
@@ -268,7 +309,10 @@ def adopt(
     if store.readonly and not dry_run:
         raise InvalidInputError("adopting writes the run's database: open the store writable, or pass dry_run")
     descriptor = spec.descriptor
-    chosen = choose_source(adoption_candidates(store, role, task, descriptor, names), source)
+    own = store.find(role, task, descriptor)
+    own_rows = own.count() if own is not None else 0
+    candidates = adoption_candidates(store, role, task, descriptor, names)
+    chosen = choose_source(candidates, source, own=Location.of(role, task, descriptor), own_rows=own_rows)
     source_db = store.open(chosen.location)
     metadata = read_location_metadata(store.root, chosen.location)
     audit = audit_database(source_db, spec, sample=sample, seed=seed, chunk_size=chunk_size)

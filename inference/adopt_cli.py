@@ -21,6 +21,7 @@ from typing import Annotated
 import typer
 
 from inference.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
+from inference.engine_logs import VerboseOption, quiet_engine
 from inference.run import RunnableSpec
 from store.cli.common import command_errors, emit_json, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
@@ -96,6 +97,7 @@ def adopt_command(
     ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Audit and report; write nothing.")] = False,
     json_output: JsonOutput = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Carry rows of an older descriptor (another vLLM version...) over to this one, after an audit.
 
@@ -119,6 +121,8 @@ def adopt_command(
             --across backend_version --max-logprob-delta 0.05 --dry-run
     """
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
+    if not verbose:
+        quiet_engine()
     with Store(settings, readonly=dry_run) as store:
         report = adopt(
             store,

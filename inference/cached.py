@@ -1,6 +1,6 @@
 """The cache boundary: plan a batch against the store, prepare the engine only for misses.
 
-Contract (DESIGN.md, "Rules of behaviour"):
+Contract (docs/design.md, "A run, step by step"):
 
 * The whole batch is rendered and hashed, then looked up in one pass; the
   :class:`~inference.plan.Plan` (hits, misses, duplicates) is known before

@@ -28,27 +28,31 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Annotated
+from typing import IO, Annotated, NoReturn
 
 import orjson
 import typer
 
 from inference import adopt_cli, diagnostics_cli, legacy_cli
+from inference.engine_logs import VerboseOption, quiet_engine
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
 from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
 from inference.plan import Mode, Plan
 from inference.requests import Request
-from inference.run import run_requests
+from inference.run import RunResult, run_requests
 from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
 from store.cli.app import build_app
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Role
+from store.records import RowFilter
 from store.settings import Settings
+from store.store import Store
 
 _MODEL = "Model"
 _HOSTED = "Hosted model (an OpenAI-compatible server)"
@@ -293,8 +297,48 @@ def _run(
     run: RunOptions,
     settings: Settings,
     json_output: bool,
+    verbose: bool = False,
 ) -> None:
-    """Run, with the plan and a progress bar on stderr; write the results; print the summary."""
+    """Run, with the plan and a progress bar on stderr; write the results; print the summary.
+
+    The engine's own log stays out of the output unless ``verbose``
+    (:mod:`inference.engine_logs`). Ctrl-C stops the run with exit status 130 and one line (a JSON object
+    with ``--json``) saying how many rows the run stored: they are kept, and
+    the same command generates only the rest.
+    """
+    err = stderr()
+    if not verbose:
+        quiet_engine()
+    started = datetime.now(UTC)
+    try:
+        result = _run_with_progress(spec, requests, role, run, settings, json_output)
+    except KeyboardInterrupt:
+        _interrupted(spec, role, run, settings, started, json_output)
+    with _output(run.output) as out:
+        write_responses(out, result.responses, spec.display_name)
+    summary = result.summary
+    if json_output:
+        emit_json(summary.as_dict())
+    else:
+        err.print(summary.line(), soft_wrap=True)
+        if (saved := summary.savings_line()) is not None:
+            err.print(saved, soft_wrap=True)
+        if (truncated := summary.truncation_note()) is not None:
+            err.print(truncated, style="yellow", soft_wrap=True)
+        for line in summary.failure_lines():
+            err.print(line, style="red", soft_wrap=True, markup=False)
+    if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
+        raise typer.Exit(1)
+
+
+def _run_with_progress(
+    spec: ModelSpec | HostedSpec,
+    requests: list[Request],
+    role: Role,
+    run: RunOptions,
+    settings: Settings,
+    json_output: bool,
+) -> RunResult:
     err = stderr()
     with progress_bars(json_output) as progress:
 
@@ -320,25 +364,48 @@ def _run(
             on_plan=on_plan,
             on_progress=lambda done, total: progress("generating", done, total),
         )
-    with _output(run.output) as out:
-        write_responses(out, result.responses, spec.display_name)
-    summary = result.summary
-    if json_output:
-        emit_json(summary.as_dict())
+    return result
+
+
+def _interrupted(
+    spec: ModelSpec | HostedSpec, role: Role, run: RunOptions, settings: Settings, started: datetime, json_output: bool
+) -> NoReturn:
+    """Ctrl-C: say what the run kept (its rows are those of its run id written since it started); exit 130."""
+    kept: int | None = 0
+    if run.mode in ("use", "refresh"):
+        try:
+            with Store(settings, readonly=True) as store:
+                database = store.find(role, run.task, spec.descriptor)
+                this_run = RowFilter(run_id=settings.run_id, created_after=started)
+                kept = 0 if database is None else database.count(this_run)
+        except JudgestoreError:
+            kept = None
+    if run.mode not in ("use", "refresh"):
+        message = f"interrupted; mode {run.mode} writes no rows, so nothing was stored"
+    elif kept is None:
+        message = (
+            "interrupted; the rows stored before it are kept, and running the same command again generates only "
+            "the rest"
+        )
     else:
-        err.print(summary.line(), soft_wrap=True)
-        if (saved := summary.savings_line()) is not None:
-            err.print(saved, soft_wrap=True)
-        if (truncated := summary.truncation_note()) is not None:
-            err.print(truncated, style="yellow", soft_wrap=True)
-        for line in summary.failure_lines():
-            err.print(line, style="red", soft_wrap=True, markup=False)
-    if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
-        raise typer.Exit(1)
+        message = (
+            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and running the same "
+            "command again generates only the rest"
+        )
+    if json_output:
+        payload = {"error": message, "type": "Interrupted", "rows_kept": kept}
+        sys.stderr.write(orjson.dumps(payload).decode() + "\n")
+    else:
+        stderr().print(message, style="bold yellow", soft_wrap=True)
+    raise typer.Exit(130)
 
 
 def generate_command(
-    spec: ModelSpec | HostedSpec, run: RunOptions, settings: Settings, json_output: JsonOutput = False
+    spec: ModelSpec | HostedSpec,
+    run: RunOptions,
+    settings: Settings,
+    json_output: JsonOutput = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Complete every request of a JSONL file, asking the store first.
 
@@ -347,7 +414,7 @@ def generate_command(
 
     Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
     """
-    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output)
+    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output, verbose)
 
 
 def judge_command(
@@ -358,6 +425,7 @@ def judge_command(
     orientation: Annotated[
         OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=_RUN)
     ] = OrientationsChoice.both,
+    verbose: VerboseOption = False,
 ) -> None:
     """Judge pairs (both orientations by default) or single answers with a judge model.
 
@@ -371,7 +439,7 @@ def judge_command(
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
     requests = read_judgement_requests(run.input_path, orientation.orientations(), judge=spec.display_name)
-    _run(spec, list(requests), "judgements", run, settings, json_output)
+    _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
 
 
 def pairs_command(

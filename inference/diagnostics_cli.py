@@ -26,6 +26,7 @@ from pydantic import ValidationError
 from rich.text import Text
 
 from inference.cached import CachedModel
+from inference.engine_logs import VerboseOption, quiet_engine
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
@@ -232,6 +233,7 @@ def audit_command(
         float, typer.Option("--fail-under", min=0.0, max=1.0, help="Exit 1 when the exact-match rate is below this.")
     ] = 1.0,
     json_output: JsonOutput = False,
+    verbose: VerboseOption = False,
 ) -> None:
     """Regenerate a random sample of stored rows with the engine and compare: do they still come out the same?
 
@@ -250,6 +252,8 @@ def audit_command(
     from inference.audit import audit_database
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
+    if not verbose:
+        quiet_engine()
     with Store(settings, readonly=True) as store:
         try:
             database = store.find(role.value, task, spec.descriptor)

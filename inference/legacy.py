@@ -149,7 +149,14 @@ class LegacyDescriptorMapper:
         assumptions += [f"legacy run assumed to have used {note} (not recorded by the file)" for note in assumed_notes]
         notes = [f"live settings that hit these rows: {settings_line(spec)}"]
         installed = installed_backend_version()
-        if descriptor.backend_version != installed:
+        if installed is None:  # a core install: judgestore without its vllm extra
+            produced = descriptor.backend_version
+            notes.append(
+                f"rows were produced by vLLM {produced}; vLLM is not installed here, so no run on this machine can "
+                f"use them yet: install vLLM {produced} to hit them as they are, or a newer vLLM and then "
+                "`judgestore adopt` them (it audits a sample with the new engine first)"
+            )
+        elif descriptor.backend_version != installed:
             notes.append(
                 f"rows were produced by vLLM {descriptor.backend_version}; this machine has {installed}: a live run "
                 "here computes another descriptor and will not hit them (a different engine may change outputs)"

@@ -17,7 +17,7 @@ Contract:
   skipped" for success (``--json``: ``"ok": false`` and
   ``totals.unattributed``). Rows skipped for what they are (empty outputs,
   inputs never stored) and conflicts are reported and do not fail it. ``--detect`` exits 1 when a
-  source is corrupt or invalid.
+  source is corrupt, invalid or missing.
 * ``--dry-run`` writes nothing anywhere (the store is opened read-only; the
   report file, if asked for, is the only file written).
 """
@@ -28,12 +28,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 import orjson
 import typer
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from inference.spec import parse_key_values
 from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout
 from store.cli.options import JsonOutput, grouped, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.settings import Settings
 from store.store import Store
 
@@ -48,6 +48,7 @@ _STATE_STYLE = {  # by store.legacy.detect.State, a StrEnum: its members are the
     "not-ours": "dim",
     "corrupt": "bold red",
     "invalid": "bold red",
+    "missing": "bold red",
 }
 
 
@@ -58,16 +59,12 @@ def _shown(path: Path) -> str:
         return str(path)
 
 
-def _detect_table(result: "DetectionResult") -> Table:
+def _detect_table(result: "DetectionResult") -> FittedTable:
     from store.legacy.detect import LegacyVariant
 
-    table = Table(title="Legacy caches found", title_justify="left")
-    table.add_column("Source", overflow="fold", ratio=3)
-    for name in ("Variant", "Role", "Task"):
-        table.add_column(name, no_wrap=True)
-    table.add_column("Rows", justify="right", no_wrap=True)
-    table.add_column("State", no_wrap=True)
-    table.add_column("Descriptor / problem", overflow="fold", ratio=2)
+    columns = [Column("Source", fit=Fit.PATH), Column("Variant"), Column("Role"), Column("Task", fit=Fit.MIDDLE)]
+    columns += [Column("Rows", justify="right"), Column("State"), Column("Descriptor / problem", fit=Fit.WRAP)]
+    table = FittedTable("Legacy caches found", columns)
     for d in result.detections:
         table.add_row(
             Text(_shown(d.path)),
@@ -96,14 +93,11 @@ def _detail(d: "Detection") -> str:
     return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
 
 
-def _import_table(report: "ImportReport") -> Table:
+def _import_table(report: "ImportReport") -> FittedTable:
     title = "Import" + (" (dry run: nothing written)" if report.dry_run else "") + f" into {report.store_root}"
-    table = Table(title=title, title_justify="left")
-    table.add_column("Source", overflow="fold")
-    table.add_column("Variant", no_wrap=True)
-    for name in ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed"):
-        table.add_column(name, justify="right", no_wrap=True)
-    table.add_column("Status", no_wrap=True)
+    counts = ("Rows", "Imported", "Present", "Conflicts", "Skipped", "Failed")
+    columns = [Column("Source", fit=Fit.PATH), Column("Variant")]
+    table = FittedTable(title, [*columns, *(Column(name, justify="right") for name in counts), Column("Status")])
     for s in report.sources:
         style = {"failed": "bold red", "partial": "bold red", "imported": "green"}.get(s.status, "dim")
         table.add_row(
@@ -215,7 +209,7 @@ def import_command(
     """
     from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
     from inference.legacy_user_descriptor import load_user_descriptor
-    from store.legacy.detect import State, detect
+    from store.legacy.detect import PROBLEM_STATES, detect
     from store.legacy.importer import ImportOptions, import_sources
     from store.legacy.inputs import InputsTable
 
@@ -226,7 +220,7 @@ def import_command(
             emit_json(found)
         else:
             stdout().print(_detect_table(result))
-        if any(d.state in (State.CORRUPT, State.INVALID) for d in result.detections):
+        if any(d.state in PROBLEM_STATES for d in result.detections):
             raise typer.Exit(1)
         return
     mapper = LegacyDescriptorMapper(

@@ -68,6 +68,7 @@ from store.errors import (
     HostedUnavailableError,
     InvalidInputError,
     JudgestoreError,
+    install_hint,
 )
 
 log = logging.getLogger("judgestore.hosted")
@@ -413,7 +414,9 @@ def create_openai_backend(
     try:
         import openai
     except ImportError as e:
-        raise JudgestoreError("hosted models need the openai client library: pip install 'judgestore[openai]'") from e
+        raise JudgestoreError(
+            "hosted models need the openai client library: " + install_hint("openai", "'openai>=1.50'")
+        ) from e
     # Always an explicit key: left None, the client would fall back to OPENAI_API_KEY and send an
     # OpenAI key to whatever endpoint this is.
     client = openai.AsyncOpenAI(

@@ -96,6 +96,8 @@ class RunSummary:
     other_descriptors: int = 0  # with misses and no database: other stored descriptors of the model and task
     adopted_hits: int = 0  # hits on rows adopted from an older descriptor (`judgestore adopt`)
     failures: tuple[Failure, ...] = ()  # inputs that failed: refused by the engine, a server or the store
+    max_model_len: int | None = None  # the engine's context window (prompt and answer together), when set
+    context_limited: int = 0  # of ``truncated``: outputs that stopped before max_tokens (the context window)
 
     @property
     def failed(self) -> int:
@@ -103,7 +105,7 @@ class RunSummary:
 
     def as_dict(self) -> dict[str, Any]:
         values = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: failures hold live exceptions
-        del values["remote"], values["max_tokens"], values["sent"]
+        del values["remote"], values["max_tokens"], values["sent"], values["max_model_len"], values["context_limited"]
         values["failed"] = self.failed
         values["failures"] = [failure.as_dict() for failure in self.failures]
         sent = self.sent or {}
@@ -158,13 +160,21 @@ class RunSummary:
         return lines
 
     def truncation_note(self) -> str | None:
-        """What to do about outputs that stopped at ``max_tokens``, if any did."""
+        """What to do about outputs that stopped at a length limit (finish_reason=length), naming the limit."""
         if not self.truncated:
             return None
-        return (
-            f"note: {self.truncated} outputs stopped at max_tokens ({self.max_tokens}; finish_reason=length): "
-            "raise --max-tokens to let them finish"
-        )
+        if not self.context_limited:
+            return (
+                f"note: {self.truncated} outputs stopped at max_tokens ({self.max_tokens}; finish_reason=length): "
+                "raise --max-tokens to let them finish"
+            )
+        window = (f"the engine's max_model_len ({self.max_model_len} tokens for prompt and answer together; raise "
+                  "--engine-arg max_model_len)" if self.max_model_len else "the model's context length")  # fmt: skip
+        parts = [f"{self.context_limited} at {window}, before max_tokens ({self.max_tokens})"]
+        if self.truncated > self.context_limited:
+            parts.append(f"{self.truncated - self.context_limited} at max_tokens (raise --max-tokens)")
+        head = f"note: {self.truncated} outputs stopped before they finished (finish_reason=length): "
+        return head + "; ".join(parts)
 
 
 @dataclass(frozen=True)
@@ -246,5 +256,24 @@ def run_requests(
         other_descriptors=plan.other_descriptors,
         adopted_hits=plan.adopted_hits,
         failures=tuple(last.failed),
+        max_model_len=_int_or_none(spec.descriptor.engine.get("max_model_len")),
+        context_limited=_context_limited(responses, spec.descriptor.sampling.max_tokens),
     )
     return RunResult(responses, summary)
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _context_limited(responses: Sequence[Response], max_tokens: int | None) -> int:
+    """Outputs that stopped at the length limit with fewer tokens than max_tokens: the context window stopped them."""
+    if max_tokens is None:
+        return 0
+    return sum(
+        1
+        for response in responses
+        for sample in response.samples
+        if sample.finish_reason == "length" and _int_or_none((sample.usage or {}).get("completion_tokens")) is not None
+        and (sample.usage or {})["completion_tokens"] < max_tokens
+    )  # fmt: skip

@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from inference.backend import EngineRequest, Generation, Refusal
+from inference.engine_logs import engine_is_quiet
 from inference.model_source import COMMIT_RE, local_model_digest, model_name
 from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
 from store import logprobs
@@ -409,6 +410,8 @@ def create_vllm_backend(
 
     from vllm import LLM, SamplingParams
 
+    if engine_is_quiet():  # the "Loading safetensors checkpoint shards" bar; it changes no output
+        kwargs.setdefault("use_tqdm_on_load", False)
     llm = LLM(**kwargs)
     backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
     try:

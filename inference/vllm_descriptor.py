@@ -42,7 +42,7 @@ from store.errors import InvalidInputError
 
 # Engine settings that change how (where, how fast, in how much memory) vLLM
 # runs, never which distribution a token is sampled from. Everything else is
-# part of the descriptor. The line is drawn where DESIGN.md draws it: vLLM
+# part of the descriptor. The line is drawn where docs/design.md draws it: vLLM
 # does not promise bitwise batch invariance (a different batch mix, block
 # layout, chunking or kernel can move a float32 logit in its last bit and, on
 # a near tie, flip a greedy token), so the cache stores *a* valid generation

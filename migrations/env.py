@@ -4,12 +4,15 @@ judgestore itself never runs this file: :mod:`store.schema` drives the same
 revision scripts programmatically, with the same options
 (:data:`store.schema.MIGRATION_OPTIONS`), on a connection it already holds.
 Here the database is the one named by ``JUDGESTORE_ALEMBIC_DB`` (default
-``./judgestore-dev.db``), or a connection passed in ``config.attributes``.
+``judgestore-dev.db`` in the system's temporary folder, so that a command run
+in a clone leaves nothing in it), or a connection passed in
+``config.attributes``.
 """
 
 from __future__ import annotations
 
 import os
+import tempfile
 
 from alembic import context
 from sqlalchemy import create_engine
@@ -34,7 +37,8 @@ def run_migrations_online() -> None:
     if given is not None:
         _run(given)
         return
-    url = "sqlite:///" + os.environ.get("JUDGESTORE_ALEMBIC_DB", "judgestore-dev.db")
+    default = os.path.join(tempfile.gettempdir(), "judgestore-dev.db")
+    url = "sqlite:///" + os.environ.get("JUDGESTORE_ALEMBIC_DB", default)
     with create_engine(url).connect() as connection:
         _run(connection)
 

@@ -98,7 +98,7 @@ class SamplingSettings(BaseModel):
 
 
 class ModelDescriptor(BaseModel):
-    """Everything about a model call that changes its output (see DESIGN.md)."""
+    """Everything about a model call that changes its output (see docs/design.md, "The key")."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

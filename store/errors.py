@@ -31,6 +31,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+# judgestore is installed from its clone or from a wheel built there, not from the package index: a message
+# that asks for an upgrade or an optional package says how it is done for such an install.
+UPGRADE_HOW = "in its clone: `git pull && pip install -e .`; or install a newer wheel"
+UPGRADE_JUDGESTORE = f"upgrade judgestore ({UPGRADE_HOW})"
+
+
+def install_hint(extra: str, packages: str) -> str:
+    """How to install what an optional feature needs: the packages, or judgestore's extra from its clone."""
+    return f"`pip install {packages}` (judgestore's {extra} extra: `pip install -e '.[{extra}]'` in its clone)"
+
 
 class JudgestoreError(Exception):
     """Base class of every error judgestore raises on purpose.
@@ -122,7 +132,7 @@ class SchemaAheadError(SchemaError):
             path,
             f"schema revision {found} is unknown to this library (its newest is "
             f"{expected}): the file was written by a newer judgestore. Upgrade the "
-            "library (`pip install -U judgestore`); the file was not touched.",
+            f"library ({UPGRADE_HOW}); the file was not touched.",
         )
 
 

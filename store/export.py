@@ -16,7 +16,8 @@ Contract:
   in Arrow's JSON extension type (a plain string where pyarrow predates it),
   so the file holds exactly what the store does, whatever the shape of
   those values. The file is written beside its destination and renamed into
-  place, so a failed export leaves no partial file.
+  place, so a failed export leaves no partial file; it gets the permissions the
+  file it replaces had, else those the umask gives a new file (as `>` would).
 * :func:`to_pandas` and :func:`to_dataset` build a ``pandas.DataFrame`` or a
   ``datasets.Dataset`` from the same batches, so notebooks never open SQLite by
   hand. pyarrow, pandas and datasets are optional: each is imported only by
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 import csv
 import os
+import stat
 import tempfile
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -38,7 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import orjson
 
 from store import jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError
+from store.errors import InvalidInputError, MissingDependencyError, install_hint
 from store.layout import Selector
 from store.records import FoundRow, RowFilter, roles_for, row_columns
 from store.store import Store
@@ -109,7 +111,7 @@ def _pyarrow() -> Any:
         import pyarrow
     except ImportError as e:
         raise MissingDependencyError(
-            "Parquet and DataFrame export need pyarrow: `pip install 'judgestore[export]'` (pyarrow and pandas)"
+            "Parquet and DataFrame export need pyarrow: " + install_hint("export", "pyarrow pandas")
         ) from e
     return pyarrow
 
@@ -164,6 +166,20 @@ def record_batches(
         yield flush()
 
 
+def _file_mode(path: Path) -> int:
+    """The permissions ``path`` gets: those of the file it replaces, else what the umask leaves of 0o666.
+
+    (mkstemp creates its file 0o600 whatever the umask; a file written with
+    ``>`` or ``cp`` would be readable as the umask says.)
+    """
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0o022)  # reading the umask means setting it: put it straight back
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
 @contextmanager
 def _replacing(path: Path, mode: str) -> Iterator[Any]:
     """A temporary file beside ``path`` that replaces it on success and is removed on failure."""
@@ -176,6 +192,7 @@ def _replacing(path: Path, mode: str) -> Iterator[Any]:
         else:
             with open(tmp, mode, encoding="utf-8", newline="") as handle:
                 yield handle
+        os.chmod(tmp, _file_mode(path))
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -290,7 +307,7 @@ def to_pandas(
     try:
         import pandas
     except ImportError as e:
-        raise MissingDependencyError("to_pandas needs pandas: `pip install 'judgestore[export]'`") from e
+        raise MissingDependencyError("to_pandas needs pandas: " + install_hint("export", "pyarrow pandas")) from e
     table = to_arrow(source, selector, flt, columns=columns, limit=limit, json_type=False)
     frame = table.to_pandas()
     if decode_json:

@@ -58,6 +58,7 @@ from store.errors import (
     ServerError,
     ServerPermissionError,
     ServerUnavailableError,
+    install_hint,
 )
 from store.layout import Location, check_role
 from store.models import NAMING_CONVENTION
@@ -139,7 +140,7 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
         )
     except (NoSuchModuleError, ModuleNotFoundError) as e:
         raise InvalidInputError(
-            "a PostgreSQL store needs the psycopg driver: pip install 'judgestore[postgresql]'"
+            "a PostgreSQL store needs the psycopg driver: " + install_hint("postgresql", "'psycopg[binary]>=3.2'")
         ) from e
 
 

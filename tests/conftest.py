@@ -71,7 +71,7 @@ def pg_cluster() -> Iterator[Cluster]:
     if server_bin() is None:
         missing = "PostgreSQL's server binaries are not installed (apt-get install postgresql; .ci/setup does it)"
     elif importlib.util.find_spec("psycopg") is None:
-        missing = "the psycopg driver is not installed (pip install 'judgestore[postgresql]')"
+        missing = "the psycopg driver is not installed (pip install 'psycopg[binary]>=3.2')"
     if missing is not None:
         pytest.skip(missing)  # a failure where every test must run (NO_SKIPS)
     with running_cluster() as cluster:
@@ -92,7 +92,7 @@ OPENAI_KEY = "sk-test-0123456789abcdef0123456789"  # what the fake server demand
 @pytest.fixture
 def openai_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
     """A fake OpenAI-compatible server on loopback (tests/fake_openai.py); its key is in ``$JUDGE_KEY``."""
-    pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
+    pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
     for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JUDGE_KEY", OPENAI_KEY)

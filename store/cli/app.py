@@ -12,7 +12,8 @@ Contract:
   the inference layer's imports; the ``judgestore`` console script
   (:func:`inference.cli.main`) runs the same app with the inference layer's
   commands added (``generate``, ``judge``, ``pairs``, ``import``).
-* The edge (errors, output) is :mod:`store.cli.common`; the shared option groups are :mod:`store.cli.options`.
+* The edge (errors, output) is :mod:`store.cli.common`; the shared option groups are :mod:`store.cli.options`;
+  tables are :mod:`store.cli.tables` and ``--help`` is :mod:`store.cli.help`, both made to fit 80 columns.
 * A command module imports what only its commands use (sharing, the legacy
   readers, stats, prune, vacuum, export, explain, audit) inside them: starting
   a command imports its own path, and a run that is all hits is nothing but
@@ -29,6 +30,7 @@ from collections.abc import Callable
 import typer
 
 from store.cli import cache, data, db, hub, transfer
+from store.cli.help import plain_help
 
 Registrar = Callable[[typer.Typer], None]
 STORE_COMMANDS: tuple[Registrar, ...] = (data.register, db.register, cache.register, hub.register, transfer.register)
@@ -45,6 +47,7 @@ def build_app(*registrars: Registrar) -> typer.Typer:
     )
     for register in (*STORE_COMMANDS, *registrars):
         register(app)
+    plain_help(app)  # help that reads whole at 80 columns (store.cli.help)
     return app
 
 

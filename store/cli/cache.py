@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.filesize import decimal
-from rich.table import Table
 from rich.text import Text
 
 from store.cli.common import (
@@ -33,6 +32,7 @@ from store.cli.common import (
     stdout,
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError
 from store.layout import Selector
 from store.records import RowFilter
@@ -151,7 +151,7 @@ def _print_totals(totals: "StoreTotals") -> None:
             "(`judgestore query --adopted`; `judgestore delete --adopted-from HASH` takes them out)"
         )
     for line in lines:
-        stdout().print(line, soft_wrap=True)
+        stdout().print(line)  # wrapped at the terminal's width, as a table is
 
 
 def _print_adoptions(found: "list[DatabaseStats]") -> None:
@@ -164,16 +164,14 @@ def _print_adoptions(found: "list[DatabaseStats]") -> None:
                 f"adoption {when}: {adoption.rows_adopted:,} rows into {entry.location.model} "
                 f"({entry.location.descriptor_hash16}) from {adoption.source_descriptor[:16]} "
                 f"(task {adoption.source_task}) across {across}; audit {adoption.exact}/{adoption.sampled} exact",
-                soft_wrap=True,
                 highlight=False,
             )
 
 
 def _print_runs(found: "list[DatabaseStats]", limit: int) -> None:
-    table = Table(title="Recent runs (newest first)", title_justify="left")
-    for name, justify in (("Started (UTC)", "left"), ("Model", "left"), ("Mode", "left"), ("Asked", "right"),
-                          ("Hits", "right"), ("Misses", "right"), ("Saved", "right")):  # fmt: skip
-        table.add_column(name, justify=justify, no_wrap=True, overflow="ellipsis")  # type: ignore[arg-type]
+    columns = [Column("Started (UTC)"), Column("Model", fit=Fit.MIDDLE, max_width=48), Column("Mode")]
+    columns += [Column(name, justify="right") for name in ("Asked", "Hits", "Misses", "Saved")]
+    table = FittedTable("Recent runs (newest first)", columns)
     recent = sorted(
         ((run, entry.location) for entry in found for run in entry.recent_runs[:limit]),
         key=lambda item: item[0].started_at,

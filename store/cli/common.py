@@ -13,8 +13,9 @@ Contract:
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
-* Tables fit the terminal: cells end in an ellipsis instead of wrapping one
-  character per line (:func:`location_table`, :func:`fit`).
+* Every table is a :class:`~store.cli.tables.FittedTable`: it fits the
+  terminal, 80 columns included, without cutting a header or making two rows
+  look alike (:func:`location_table` for tables of databases).
 * The options every command shares are :mod:`store.cli.options`'.
 """
 
@@ -33,11 +34,11 @@ import orjson
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues, postgres
+from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError, ServerError
 from store.layout import Location
 from store.postgres import display_url
@@ -52,8 +53,6 @@ if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store
 P = ParamSpec("P")
 R = TypeVar("R")
 T = TypeVar("T")
-
-LONG_NAME_CELL = 48  # the widest a task, provider or model cell of a table gets (--json has the whole name)
 
 # ---------------------------------------------------------------- the edge
 
@@ -187,27 +186,23 @@ def counted(items: Iterable[T], total: int, phase: str) -> Iterator[T]:
 
 # ---------------------------------------------------------------- tables
 
-
-def fit(value: str, width: int) -> str:
-    """``value`` on one line, cut to ``width`` characters with an ellipsis."""
-    line = " ".join(value.split())
-    return line if len(line) <= width else line[: width - 1] + "…"
+LONG_NAME_CELL = 48  # the widest a task, provider or model cell gets even with room (--json has the whole name)
 
 
-def location_table(title: str, *extra: tuple[str, str]) -> Table:
+def location_table(title: str, *extra: tuple[str, str]) -> FittedTable:
     """A table whose first columns say where a database is: role, task, provider, model, descriptor.
 
-    Long names end in an ellipsis (the descriptor hash is always whole), so a
-    row stays one line in an 80-column terminal.
+    ``extra`` columns (header, justification) hold counts, sizes and states:
+    they are never shortened. Task, provider and model are shortened in the
+    middle when the terminal is narrow, never so far that two different
+    names look alike; the descriptor hash is always whole
+    (:mod:`store.cli.tables`).
     """
-    table = Table(title=title, title_justify="left")
-    table.add_column("Role", no_wrap=True, max_width=11)
-    for name in ("Task", "Provider", "Model"):  # a name of hundreds of characters must not push the rest out
-        table.add_column(name, no_wrap=True, overflow="ellipsis", min_width=4, max_width=LONG_NAME_CELL)
-    table.add_column("Descriptor", no_wrap=True, min_width=16)
-    for name, justify in extra:
-        table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-    return table
+    columns = [Column("Role")]
+    columns += [Column(name, fit=Fit.MIDDLE, max_width=LONG_NAME_CELL) for name in ("Task", "Provider", "Model")]
+    columns.append(Column("Descriptor"))
+    columns += [Column(name, justify="right" if justify == "right" else "left") for name, justify in extra]
+    return FittedTable(title, columns)
 
 
 def location_cells(location: Location) -> tuple[str | Text, ...]:

@@ -22,14 +22,12 @@ from typing import Annotated, Any
 
 import typer
 from rich.filesize import decimal
-from rich.table import Table
 from rich.text import Text
 
 from store.cli.common import (
     command_errors,
     counted,
     emit_json,
-    fit,
     location_cells,
     location_table,
     no_databases,
@@ -39,6 +37,7 @@ from store.cli.common import (
     stdout,
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.records import RowFilter, roles_for, row_columns
 from store.schema import DatabaseInfo, DatabaseState
@@ -46,7 +45,6 @@ from store.settings import Settings
 from store.store import Store
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
-COMPLETION_WIDTH = 48
 
 # What `query --format table` shows by default: enough to recognise a row in 80 columns.
 TABLE_COLUMNS: dict[tuple[str, ...], tuple[str, ...]] = {
@@ -62,7 +60,23 @@ TABLE_COLUMNS: dict[tuple[str, ...], tuple[str, ...]] = {
         "completion",
     ),
 }
-_CELL_WIDTHS = {"input_hash": 12, "descriptor": 16, "completion": COMPLETION_WIDTH, "input_text": COMPLETION_WIDTH}
+# How each field's cells give way in a narrow terminal (store.cli.tables); a field not named here is
+# free text cut at 24 cells. A name is shortened in the middle, never so far that two rows look alike.
+_QUERY_COLUMNS: dict[str, tuple[Fit, int | None]] = {
+    "role": (Fit.WHOLE, None),
+    "descriptor": (Fit.WHOLE, None),
+    "created_at": (Fit.WHOLE, None),
+    "sample_index": (Fit.WHOLE, None),
+    "orientation": (Fit.WHOLE, None),
+    "finish_reason": (Fit.WHOLE, None),
+    "input_hash": (Fit.PREFIX, 12),
+    "adopted_from": (Fit.PREFIX, 16),
+    "completion": (Fit.CUT, 48),
+    "input_text": (Fit.CUT, 48),
+}
+_QUERY_NAMES = ("task", "provider", "descriptor_model", "benchmark", "instruction_id", "model", "model_a", "model_b",
+                "judge", "run_id", "created_by")  # fmt: skip
+_QUERY_COLUMNS.update({name: (Fit.MIDDLE, 24) for name in _QUERY_NAMES})
 
 
 class OutputFormat(enum.StrEnum):
@@ -99,7 +113,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
 
         judgestore ls --role judgements --json
 
-        judgestore ls --finish-reason length          # how many truncated rows, per database
+        judgestore ls --finish-reason length        # truncated rows per database
     """
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
@@ -139,12 +153,16 @@ def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector:
 # ---------------------------------------------------------------- query
 
 
-def _table_cell(name: str, value: Any) -> Text:
-    # created_at is always UTC; whitespace is folded so that a row stays a row, whatever the completion holds
+def _query_column(name: str) -> Column:
+    fit, width = _QUERY_COLUMNS.get(name, (Fit.CUT, 24))
+    return Column(name, fit=fit, max_width=width)
+
+
+def _table_cell(value: Any) -> Text:
+    # created_at is always UTC; the table folds whitespace, so that a row stays a row whatever the completion holds
     from store.export import text_cell
 
-    cell = value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value)
-    return Text(fit(cell, _CELL_WIDTHS.get(name, 24)))
+    return Text(value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value))
 
 
 def _silence_stdout() -> None:
@@ -218,12 +236,10 @@ def query_command(
             return
         shown = TABLE_ROWS if limit is None else limit
         found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))
-    table = Table(title=f"Rows in {store.where}", title_justify="left")
-    for name in chosen:
-        table.add_column(name, no_wrap=True, overflow="ellipsis")
+    table = FittedTable(f"Rows in {store.where}", [_query_column(name) for name in chosen])
     for row in found[:shown]:
         values = row.as_dict()
-        table.add_row(*(_table_cell(name, values.get(name)) for name in chosen))
+        table.add_row(*(_table_cell(values.get(name)) for name in chosen))
     table.caption = f"{min(len(found), shown)} rows"
     stdout().print(table)
     if limit is None and len(found) > shown:

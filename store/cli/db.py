@@ -13,7 +13,6 @@ Contract:
 from typing import Annotated, Any
 
 import typer
-from rich.table import Table
 from rich.text import Text
 
 from store import schema
@@ -30,6 +29,7 @@ from store.cli.common import (
     unprefixed,
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
@@ -66,10 +66,8 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
     elif not infos:
         no_databases(store, json_output)
     else:
-        table = Table(title=f"Schema revisions (library head: {head})", title_justify="left")
-        table.add_column("Database", overflow="fold")
-        for name in ("State", "Revision", "Problem"):
-            table.add_column(name, overflow="fold")
+        columns = [Column("Database", fit=Fit.PATH), Column("State"), Column("Revision")]
+        table = FittedTable(f"Schema revisions (library head: {head})", [*columns, Column("Problem", fit=Fit.WRAP)])
         for info in infos:
             problem = unprefixed(info.error or "", info.where)
             table.add_row(
@@ -81,7 +79,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
             stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
         else:
-            note(f"All {len(infos)} databases can be store.", json_output=json_output)
+            note(f"All {len(infos)} databases are usable; none needs `judgestore db upgrade`.", json_output=json_output)
     if bad:
         raise typer.Exit(1)
 
@@ -118,6 +116,7 @@ def db_upgrade_command(
     with Store(settings) as store:
         locations = store.select(selector)
         results = list(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
+        folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
     root = store.storage.root
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
@@ -125,14 +124,12 @@ def db_upgrade_command(
     elif not results:
         no_databases(store, json_output)
     else:
-        table = Table(title="Upgrade", title_justify="left")
-        table.add_column("Database", overflow="fold")
-        for name in ("Result", "From", "To", "Backup / problem"):
-            table.add_column(name, overflow="fold")
-        for r in results:
+        columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
+        table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
+        for folder, r in zip(folders, results, strict=True):
             detail = unprefixed(r.error, r.where) if r.error else (relative(r.backup, root) if r.backup else "")
             table.add_row(
-                Text(relative(r.where, root)),
+                Text(folder),
                 Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
                 r.from_revision or "",
                 r.to_revision or "",
@@ -191,10 +188,9 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
             }
         )
     elif problems:
-        table = Table(title=f"Problems in {store.where}", title_justify="left")
-        table.add_column("Path", overflow="fold")
-        table.add_column("Kind", no_wrap=True)
-        table.add_column("Problem", overflow="fold")  # hashes and commands stay whole, to be copied
+        columns = [Column("Path", fit=Fit.PATH), Column("Kind")]
+        # problems wrap: the hashes and commands in them stay whole, to be copied
+        table = FittedTable(f"Problems in {store.where}", [*columns, Column("Problem", fit=Fit.WRAP)])
         for problem in problems:
             message = unprefixed(problem.message, problem.where)
             table.add_row(Text(relative(problem.where, root)), problem.kind.value, Text(message))

@@ -20,11 +20,11 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.filesize import decimal
-from rich.table import Table
 from rich.text import Text
 
 from store.cli.common import command_errors, emit_json, location_cells, location_table, progress_bars, stdout
 from store.cli.options import JsonOutput, grouped, selection, store_settings
+from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
@@ -101,10 +101,7 @@ def _problems(title: str, groups: "dict[str, list[SyncProblem]]") -> None:
     rows = [(kind, p) for kind, problems in groups.items() for p in problems]
     if not rows:
         return
-    table = Table(title=title, title_justify="left")
-    table.add_column("Kind", no_wrap=True)
-    table.add_column("Path", overflow="fold")
-    table.add_column("Reason", overflow="fold")
+    table = FittedTable(title, [Column("Kind"), Column("Path", fit=Fit.PATH), Column("Reason", fit=Fit.WRAP)])
     for kind, problem in rows:
         reason = problem.reason + (f" (kept in {problem.saved_to})" if problem.saved_to else "")
         table.add_row(Text(kind, style="bold red"), Text(problem.path), Text(reason))

@@ -1,4 +1,4 @@
-"""Legacy caches (LEGACY_FORMATS.md) read, checked and imported into the current layout.
+"""Legacy caches (docs/legacy-formats.md) read, checked and imported into the current layout.
 
 Modules, in the order an import runs through them:
 

@@ -15,9 +15,12 @@ Contract:
   ``corrupt`` (not readable as what it claims to be: damaged SQLite, bad zip,
   parquet without pyarrow...), ``invalid`` (our table or DataFrame columns,
   but not the columns of any known variant, e.g. a CSV missing a column),
-  ``not-ours`` (another tool's SQLite file, or a file with none of our
-  columns) and ``judgestore`` (already a current judgestore database).
-* The variants are exactly those of LEGACY_FORMATS.md (S0 ... S7, the
+  ``missing`` (a path given that does not exist), ``not-ours`` (another
+  tool's SQLite file, or a file with none of our columns) and
+  ``judgestore`` (judgestore's own: a descriptor database, a backup of one,
+  or the sharing bookkeeping ``.judgestore-sync/sync.db``, told by its
+  tables). :data:`PROBLEM_STATES` are those a command fails on.
+* The variants are exactly those of docs/legacy-formats.md (S0 ... S7, the
   DataFrame caches, LangChain's SQLiteCache), one :class:`LegacyVariant`
   each, whose value is the name reports print; ``usage_json`` added to any
   S3-onwards table (by ``ALTER TABLE`` on old files) is reported as a flag,
@@ -54,10 +57,12 @@ from store.legacy.readonly import (
 from store.schema import VERSION_TABLE
 
 _SIDECARS = ("-wal", "-shm", "-journal")
+# The tables of sharing's bookkeeping (store.sync.bookkeeping; named here so that detecting does not import sharing)
+BOOKKEEPING_TABLES = frozenset({"remotes", "shards", "shard_keys"})
 
 
 class LegacyVariant(enum.StrEnum):
-    """One legacy cache variant of LEGACY_FORMATS.md; the value is its name in reports and ``--json``."""
+    """One legacy cache variant of docs/legacy-formats.md; the value is its name in reports and ``--json``."""
 
     S0 = "S0"
     S1C = "S1c"
@@ -86,8 +91,12 @@ class State(enum.StrEnum):
     OK = "ok"
     CORRUPT = "corrupt"
     INVALID = "invalid"
+    MISSING = "missing"
     NOT_OURS = "not-ours"
     JUDGESTORE = "judgestore"
+
+
+PROBLEM_STATES = frozenset({State.CORRUPT, State.INVALID, State.MISSING})  # a source the user must look at
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,6 +226,9 @@ def _sqlite_variant(
     names = set(tables)
     if VERSION_TABLE in names:
         return State.JUDGESTORE, "already a judgestore database (nothing to import)", None, None
+    if names >= BOOKKEEPING_TABLES:
+        detail = "judgestore's sharing bookkeeping (which shards were pushed and fetched; nothing to import)"
+        return State.JUDGESTORE, detail, None, None
     if set(S2_TABLES) <= names:
         for table, expected in S2_TABLES.items():
             found = {c.name for c in tables[table]}
@@ -332,7 +344,7 @@ def _candidates(source: Path) -> Iterator[tuple[Path, bool]]:
 def detect_file(path: Path, *, named: bool = True) -> Detection | None:
     """The detection of one file; None for an unnamed file that is not a candidate at all."""
     if not path.exists():
-        return Detection(path, State.CORRUPT, "does not exist", kind="other")
+        return Detection(path, State.MISSING, "does not exist (check the path)", kind="other")
     kind = file_kind(path)
     if kind == "sqlite":
         return _detect_sqlite(path)

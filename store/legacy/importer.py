@@ -35,7 +35,7 @@ from pathlib import Path
 from store.descriptor import ModelDescriptor
 from store.errors import DataFrameError, InvalidInputError, JudgestoreError
 from store.legacy.convert import RowNotImported, to_record
-from store.legacy.detect import Detection, LegacyVariant, State
+from store.legacy.detect import PROBLEM_STATES, Detection, LegacyVariant, State
 from store.legacy.formats import count_rows, iter_rows
 from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
@@ -146,7 +146,7 @@ class SourceImporter:
     def _importable(self, detection: Detection, report: SourceReport) -> bool:
         """Whether the detection is a source to read rows from; if not, all its rows are accounted for here."""
         report.rows = detection.rows or 0
-        if detection.state in (State.CORRUPT, State.INVALID):
+        if detection.state in PROBLEM_STATES:
             report.fail_source(detection.detail)
             return False
         if detection.state is not State.OK or detection.kind == "metadata":

@@ -68,7 +68,7 @@ from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.exc import DBAPIError
 
 from store.engine import apply_journal_mode, create_sqlite_engine
-from store.errors import BookkeepingError, DatabaseBusyError
+from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
 from store.models import NAMING_CONVENTION
 from store.row_statements import LOOKUP_BATCH, json_each_keys
 from store.settings import Settings
@@ -302,7 +302,7 @@ class Bookkeeping:
         if found > latest:
             raise BookkeepingError(
                 f"{self.path}: sync bookkeeping format {found} is newer than this library's "
-                f"{latest}; upgrade judgestore (`pip install -U judgestore`)"
+                f"{latest}; {UPGRADE_JUDGESTORE}"
             )
         if found == 0 and conn.exec_driver_sql("SELECT count(*) FROM sqlite_master").scalar_one():
             raise BookkeepingError(

@@ -170,8 +170,8 @@ class HubRemote:
             from huggingface_hub import HfApi
         except ImportError as e:
             raise SyncError(
-                "sharing through the Hugging Face Hub needs huggingface_hub: `pip install 'judgestore[hub]'` "
-                "(or share through a folder with --dir)"
+                "sharing through the Hugging Face Hub needs huggingface_hub, a dependency of judgestore: "
+                "`pip install 'huggingface_hub>=2.4,<3'` (or share through a folder with --dir)"
             ) from e
 
         self.repo_id = repo_id

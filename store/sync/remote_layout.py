@@ -31,7 +31,13 @@ import orjson
 from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, RemoteMetadataError, UnsafeRemotePathError, UntrustedContentError
+from store.errors import (
+    UPGRADE_JUDGESTORE,
+    InvalidInputError,
+    RemoteMetadataError,
+    UnsafeRemotePathError,
+    UntrustedContentError,
+)
 from store.layout import (
     LEVELS,
     METADATA_FILE,
@@ -144,6 +150,6 @@ def verify_remote_metadata(data: bytes, location: Location) -> StoredMetadata:
             where,
             "is not byte-identical to the metadata.json this library writes for its descriptor (written by "
             "another judgestore version, or edited); nothing of this folder is imported. If a newer judgestore "
-            "wrote it, upgrade: `pip install -U judgestore`.",
+            f"wrote it, {UPGRADE_JUDGESTORE}.",
         )
     return StoredMetadata(role, task, descriptor, descriptor.sha256(), assumptions)

@@ -47,7 +47,7 @@ import orjson
 
 from store import jsonvalues
 from store.descriptor import canonical_json, input_hash, render_messages
-from store.errors import ShardError
+from store.errors import UPGRADE_JUDGESTORE, ShardError
 from store.layout import Role, StoredMetadata
 from store.records import RECORD_OF_ROLE, Record, record_fields
 from store.settings import MAX_SHARD_BYTES, SHARD_TARGET_BYTES
@@ -287,7 +287,7 @@ def _read_header(line: bytes, origin: ShardOrigin, where: str) -> dict[str, Any]
         raise ShardError(
             where,
             f"header format is {found!r}, not {SHARD_FORMAT!r}: written by a newer judgestore or not a shard "
-            "(upgrade the library: `pip install -U judgestore`)",
+            f"({UPGRADE_JUDGESTORE})",
         )
     if set(header) != _HEADER_KEYS:
         raise ShardError(where, f"header keys {sorted(header)} are not {sorted(_HEADER_KEYS)}")

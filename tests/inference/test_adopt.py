@@ -78,13 +78,42 @@ def test_another_task_is_a_difference_that_must_be_allowed_too(store: Store) -> 
     assert choose_source(allowed).location.task == "elsewhere"
 
 
+def test_with_only_this_runs_own_rows_stored_the_refusal_says_they_are_there(store: Store) -> None:
+    fill(store, NEW)  # a run with these very settings wrote 6 rows: there is nothing older to adopt
+    spec = FakeSpec(CountingBackend(), NEW)
+    with pytest.raises(AdoptionError) as refused:
+        adopt(store, spec, role="completions", task="t", across=["backend_version"])
+    message = str(refused.value)
+    assert f"this run's own descriptor {NEW.hash16()} (t) holds 6 rows" in message
+    assert "nothing to adopt" in message and "none is stored" not in message
+    with pytest.raises(AdoptionError, match=r"is this run's own descriptor .* --from names the older descriptor"):
+        adopt(store, spec, role="completions", task="t", across=["backend_version"], source=NEW.hash16()[:8])
+    with Store(Settings(), root=store.root.parent / "empty") as empty, pytest.raises(AdoptionError) as nothing:
+        adopt(empty, spec, role="completions", task="t", across=["backend_version"])
+    assert "no descriptor of this model and role is stored at all" in str(nothing.value)
+
+
+def test_adopting_across_task_alone_names_the_task_not_a_second_descriptor(store: Store) -> None:
+    fill(store, NEW, task="elsewhere")  # the same settings, stored under another task
+    report = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["task"], sample=4)
+    assert report.adopted and report.as_dict()["same_descriptor"] is True
+    first, last = report.lines()[0], report.lines()[-1]
+    assert first.startswith(
+        f"source: the 6 rows of task elsewhere, stored under this run's own descriptor {NEW.hash16()}"
+    )
+    assert last.startswith(f"adopted 6 rows from task elsewhere into t/{NEW.hash16()}")
+    assert "marked adopted_from" not in last  # no second descriptor is implied
+    assert last.endswith(f"`judgestore delete --role completions --task t --adopted-from {NEW.hash16()}`")
+
+
 def test_an_audit_of_100_percent_adopts_every_row_and_the_next_run_is_all_hits(store: Store) -> None:
     fill(store, OLD)
     backend = CountingBackend()
     report = adopt(store, FakeSpec(backend, NEW), role="completions", task="t", across=["backend_version"], sample=4)
     assert report.met and report.adopted and len(backend.received) == 4  # only the sample was regenerated
     assert (report.counts.source_rows, report.counts.adopted, report.counts.present) == (6, 6, 0)
-    assert report.lines()[-1].startswith(f"adopted 6 rows into {NEW.hash16()}")
+    assert report.lines()[-1].startswith(f"adopted 6 rows into t/{NEW.hash16()}")
+    assert report.lines()[-1].endswith(f"`judgestore delete --role completions --task t --adopted-from {OLD.hash16()}`")
     (record,) = adoptions(store.database("completions", "t", NEW))
     assert record.source_descriptor == OLD.sha256() and record.details["across"] == ["backend_version"]
     assert record.details["changes"] == [{"field": "backend_version", "stored": "0.11.0", "wanted": "0.32.0"}]

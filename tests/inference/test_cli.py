@@ -69,27 +69,17 @@ def test_generate_judge_and_rerun_without_the_engine(
     root = tmp_path / "store"
     common = ["--task", "demo", "--temperature", "0", "--max-tokens", "8", *ENGINE_ARGS, "--json"]
 
-    def generate(model: Path, label: str) -> dict[str, Any]:
+    def generate(model: Path, label: str, *extra: str) -> dict[str, Any]:
         out = tmp_path / f"{label}.jsonl"
-        summary = orjson.loads(
-            judgestore(
-                "generate",
-                "--model",
-                str(model),
-                "--label",
-                label,
-                "-i",
-                str(prompts),
-                "-o",
-                str(out),
-                *common,
-                root=root,
-            ).stdout
-        )
-        return {"summary": summary, "rows": lines(out)}
+        args = ["generate", "--model", str(model), "--label", label, "-i", str(prompts), "-o", str(out)]
+        result = judgestore(*args, *common, *extra, root=root)
+        return {"summary": orjson.loads(result.stdout), "rows": lines(out), "stderr": result.stderr}
 
-    first_a, first_b = generate(tiny_model_dir, "tiny-a"), generate(tiny_model_dir_b, "tiny-b")
+    first_a, first_b = generate(tiny_model_dir, "tiny-a"), generate(tiny_model_dir_b, "tiny-b", "--verbose")
     assert first_a["summary"]["engine_loaded"] and first_a["summary"]["rows_written"] == 3
+    # The engine's own log (vLLM, torch, the weights' progress bar) stays out of a run's output unless -v
+    assert first_a["stderr"] == "", first_a["stderr"][-3000:]
+    assert "INFO" in first_b["stderr"] and "vllm" in first_b["stderr"].lower()
     assert [r["completion"] for r in first_a["rows"]] != [r["completion"] for r in first_b["rows"]]
 
     pairs = tmp_path / "pairs.jsonl"

@@ -221,5 +221,5 @@ def test_without_the_openai_library_a_miss_says_how_to_install_it(
 ) -> None:
     monkeypatch.setitem(sys.modules, "openai", None)  # as if it were not installed
     spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
-    with pytest.raises(JudgestoreError, match=r"pip install 'judgestore\[openai\]'"):
+    with pytest.raises(JudgestoreError, match=r"pip install 'openai>=1.50'` \(judgestore's openai extra"):
         spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])

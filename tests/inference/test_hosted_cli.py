@@ -15,7 +15,7 @@ from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
 from tests.fake_openai import FakeOpenAI
 
-pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install judgestore[openai])")
+pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
 
 
 def judgestore(*args: str) -> Result:
@@ -102,3 +102,46 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     assert "2 hits (67%), 1 misses, 1 failed, 0 rows written" in human.stderr
     assert "failed: 1 of 1 inputs were not answered or not stored" in human.stderr
     assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
+
+
+def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_rest(
+    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path
+) -> None:
+    """SIGINT (Ctrl-C) half-way: exit 130, no traceback, one line with the rows kept; a rerun sends only the rest."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.store.test_cli import REPO
+
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b"".join(orjson.dumps({"messages": [{"role": "user", "content": f"q {i}"}]}) + b"\n"
+                                 for i in range(40)))  # fmt: skip
+    openai_server.delay = 0.1
+    argv = ["generate", "--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+            "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "out.jsonl"),
+            "--max-concurrency", "1", "--chunk-size", "1"]  # fmt: skip
+    code = "from inference.cli import main; main()"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = subprocess.Popen([sys.executable, "-c", code, *argv], cwd=REPO, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    deadline = time.monotonic() + 60
+    while len(openai_server.completions()) < 4 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    child.send_signal(signal.SIGINT)
+    _, err = child.communicate(timeout=60)
+    openai_server.delay = 0.0
+    assert child.returncode == 130, err
+    assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+    line = " ".join(err.split())
+    assert "interrupted; this run stored" in line and "running the same command again generates only the rest" in line
+    kept = int(line.split("this run stored ")[1].split(" rows")[0])
+    sent = len(openai_server.completions())
+    assert 3 <= kept < 40 and sent < 40
+
+    again = judgestore(*argv, "--json")
+    assert again.exit_code == 0, again.output
+    summary = orjson.loads(again.stdout)
+    assert (summary["hits"], summary["misses"]) == (kept, 40 - kept)  # the rows it said it kept are the hits

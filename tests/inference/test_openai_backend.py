@@ -45,7 +45,7 @@ from store.store import Store
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.inference.conftest import REPO_ROOT
 
-pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'judgestore[openai]')")
+pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
 
 FAST_RETRIES = RetryPolicy(max_retries=3, base_s=0.01, max_s=0.05)
 KEY = "sk-test-DO-NOT-LEAK-0123456789abcdefXYZ"

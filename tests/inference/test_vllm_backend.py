@@ -42,7 +42,7 @@ def describe(model_dir: Path, **kwargs: Any) -> ModelDescriptor:
 
 @pytest.fixture(scope="module")
 def backend(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
-    pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed (pip install judgestore[vllm])")
+    pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed (bash .ci/setup installs it)")
     with create_vllm_backend(describe(tiny_model_dir), TINY_ENGINE_KWARGS, model=str(tiny_model_dir)) as b:
         yield b
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
-# ---------------------------------------------------------------- the exact legacy DDL (LEGACY_FORMATS.md)
+# ---------------------------------------------------------------- the exact legacy DDL (docs/legacy-formats.md)
 
 S0_DDL = """CREATE TABLE annotations (
     benchmark TEXT NOT NULL, instruction_id TEXT NOT NULL, model_a TEXT NOT NULL, model_b TEXT NOT NULL,

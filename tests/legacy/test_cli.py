@@ -153,3 +153,26 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
                        "--dry-run", "--json")  # fmt: skip
     (source,) = orjson.loads(again.stdout)["sources"]
     assert any(note.endswith("run: " + shlex.join(command)) for note in source["notes"])  # --json carries it whole
+
+
+def test_on_a_core_install_the_note_says_vllm_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without vLLM (a core install) the import note names what to install, never 'this machine has None'."""
+    import inference.legacy
+    from inference.legacy import LegacyDescriptorMapper
+    from inference.tiny_model import build_tiny_model
+    from tests.legacy.conftest import run_import
+
+    monkeypatch.setattr(inference.legacy, "installed_backend_version", lambda: None)
+    model = build_tiny_model(tmp_path / "tiny-local", seed=0)
+    metadata = b.s3_metadata(str(model), {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
+    folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", str(model), metadata)
+    text = b.rendered_messages([{"role": "user", "content": "hi"}])
+    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "t",
+           "instruction_id": "0", "model": "tiny", "pushed_by": "u", "pushed_at": "2026-01-01",
+           "run_id": "r"}  # fmt: skip
+    b.create_db(folder / "completions.db", b.S4C_DDL, [row])
+    mapper = LegacyDescriptorMapper(assume_current_model={str(model): str(model)})
+    (source,) = run_import([tmp_path / "legacy"], tmp_path / "store", mapper, dry_run=True).sources
+    notes = " ".join(source.notes)
+    assert "rows were produced by vLLM 0.10.0; vLLM is not installed here" in notes, notes
+    assert "None" not in notes and "install vLLM 0.10.0" in notes

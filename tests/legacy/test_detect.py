@@ -6,12 +6,14 @@ import json
 from pathlib import Path
 
 from store.descriptor import ModelDescriptor
-from store.legacy.detect import Detection, State, detect, detect_file
+from store.legacy.detect import BOOKKEEPING_TABLES, Detection, State, detect, detect_file
 from store.legacy.metadata import MetadataForm, read_legacy_metadata
 from store.settings import Settings
 from store.store import Store
+from store.sync.bookkeeping import metadata as bookkeeping_metadata
+from tests.factories import completion_record
 from tests.legacy import builders as b
-from tests.legacy.conftest import run_import
+from tests.legacy.conftest import judgestore, run_import
 
 
 def _one(path: Path) -> Detection:
@@ -53,6 +55,27 @@ def test_unknown_foreign_and_judgestore_files(tmp_path: Path, store_root: Path) 
     found = detect([store_root]).detections
     assert {d.state for d in found} == {State.JUDGESTORE}
     assert run_import([store_root], store_root.parent / "other").sources[0].status == "skipped"
+
+
+def test_a_store_with_its_sharing_bookkeeping_is_judgestore_and_a_missing_path_is_missing(
+    tmp_path: Path, store_root: Path
+) -> None:
+    """`import --detect` on a store: its sync.db is judgestore's own, not another tool's; a typo is `missing`."""
+    assert {t.name for t in bookkeeping_metadata.sorted_tables} == BOOKKEEPING_TABLES  # what detection looks for
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="m")).put_many([completion_record(1)])
+    pushed = judgestore("hub", "push", "--dir", str(tmp_path / "shared"), "--all", "--create-repo",
+                        "--store-root", str(store_root))  # fmt: skip
+    assert pushed.returncode == 0, pushed.stderr
+    sync_db = store_root / ".judgestore-sync" / "sync.db"
+    assert sync_db.is_file()
+    found = {d.path: d for d in detect([store_root, tmp_path / "no-such-cache"]).detections}
+    assert found[sync_db].state is State.JUDGESTORE and "sharing bookkeeping" in found[sync_db].detail
+    missing = found[tmp_path / "no-such-cache"]
+    assert (missing.state, missing.detail) == (State.MISSING, "does not exist (check the path)")
+    shown = judgestore("import", str(store_root), str(tmp_path / "no-such-cache"), "--detect")
+    assert shown.returncode == 1  # a path that is not there is a problem, as a corrupt one is
+    assert "another tool" not in shown.stdout and "corrupt" not in shown.stdout and "missing" in shown.stdout
 
 
 def test_legacy_metadata_forms(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Every legacy variant of LEGACY_FORMATS.md, built in its exact shape, imported and read back row for row.
+"""Every legacy variant of docs/legacy-formats.md, built in its exact shape, imported and read back row for row.
 
 Each case builds its files with raw sqlite3 (pandas/pyarrow for the DataFrame
 caches), holding awkward content: multi-turn conversations, non-ASCII and

@@ -87,7 +87,7 @@ def floats_for_ints(value: Any) -> Any:
 
 
 def json_dumps_canonical(value: Any) -> bytes:
-    """The reference canonical form DESIGN.md names (what legacy hashes were computed with)."""
+    """The reference canonical form docs/design.md names (what legacy hashes were computed with)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import math
+import os
+import stat
 import sys
 import types
 from pathlib import Path
@@ -107,6 +109,28 @@ def test_a_failed_export_leaves_no_file(filled: Path, tmp_path: Path, monkeypatc
         export_rows(store, target, "parquet")
     assert target.read_bytes() == b"the previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet", "store"]  # no temporary file left
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_an_export_respects_the_umask_and_keeps_the_mode_of_the_file_it_replaces(
+    filled: Path, tmp_path: Path, fmt: str
+) -> None:
+    """A new file is as readable as the umask says (mkstemp's 0600 is not kept); a replaced file keeps its mode."""
+    previous = os.umask(0o022)
+    try:
+        with Store(Settings(), root=filled, readonly=True) as store:
+            export_rows(store, tmp_path / f"shared.{fmt}", fmt)  # type: ignore[arg-type]
+            os.umask(0o077)
+            export_rows(store, tmp_path / f"private.{fmt}", fmt)  # type: ignore[arg-type]
+            kept = tmp_path / f"kept.{fmt}"
+            kept.write_bytes(b"an older export")
+            kept.chmod(0o640)
+            export_rows(store, kept, fmt)  # type: ignore[arg-type]
+    finally:
+        os.umask(previous)
+    assert stat.S_IMODE((tmp_path / f"shared.{fmt}").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / f"private.{fmt}").stat().st_mode) == 0o600
+    assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_bytes() != b"an older export"
 
 
 def test_unknown_columns_are_refused(filled: Path) -> None:

@@ -80,7 +80,7 @@ def test_the_scripts_have_exactly_one_head() -> None:
 
 
 def test_every_revision_documents_itself() -> None:
-    """STYLE.md: what changes, why, data impact, expected cost; forward-only downgrade."""
+    """Each revision says what changes, why, data impact, expected cost (docs/schema-evolution.md); forward-only."""
     for path in sorted((migrations_dir() / "versions").glob("[0-9]*.py")):
         module = ast.parse(path.read_text())
         doc = ast.get_docstring(module) or ""
@@ -169,6 +169,17 @@ def test_alembic_check_command_passes(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "No new upgrade operations detected" in result.stdout + result.stderr
+
+
+def test_alembic_in_a_fresh_clone_leaves_no_database_in_it(tmp_path: Path) -> None:
+    """Without JUDGESTORE_ALEMBIC_DB the scratch database goes to the temporary folder, never the clone's root."""
+    env = {k: v for k, v in os.environ.items() if k != "JUDGESTORE_ALEMBIC_DB"} | {"TMPDIR": str(tmp_path)}
+    for command in (["upgrade", "head"], ["check"]):
+        result = subprocess.run([sys.executable, "-m", "alembic", *command], cwd=REPO_ROOT, env=env,
+                                capture_output=True, text=True)  # fmt: skip
+        assert result.returncode == 0, result.stdout + result.stderr
+    assert (tmp_path / "judgestore-dev.db").is_file()
+    assert not (REPO_ROOT / "judgestore-dev.db").exists()
 
 
 def test_the_revisions_read_as_text_are_those_alembic_reads_without_importing_alembic() -> None:

@@ -127,7 +127,7 @@ def _placed(store_root: Path, descriptor: ModelDescriptor) -> Path:
     ("state", "error", "must_say"),
     [
         ("behind", SchemaBehindError, [SHIPPED_HEAD, SYNTHETIC_HEAD, "`judgestore db upgrade`"]),
-        ("ahead", SchemaAheadError, [UNKNOWN_REVISION, SHIPPED_HEAD, "`pip install -U judgestore`", "not touched"]),
+        ("ahead", SchemaAheadError, [UNKNOWN_REVISION, SHIPPED_HEAD, "`git pull && pip install -e .`", "not touched"]),
         ("foreign-optuna", ForeignDatabaseError, ["alembic_version", "studies", "judgestore_alembic_version"]),
         ("foreign-random", ForeignDatabaseError, ["notes", "tags", "refusing to touch it"]),
     ],

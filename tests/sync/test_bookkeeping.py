@@ -129,7 +129,7 @@ def test_a_bookkeeping_file_from_a_newer_judgestore_is_refused_and_left_untouche
     before = path.read_bytes()
     with pytest.raises(BookkeepingError, match="newer than this library") as caught:
         Bookkeeping(tmp_path)
-    assert str(path) in str(caught.value) and "pip install -U judgestore" in str(caught.value)
+    assert str(path) in str(caught.value) and "git pull && pip install -e ." in str(caught.value)
     assert path.read_bytes() == before
     assert sorted(p.name for p in path.parent.iterdir()) == ["sync.db"]  # no journal left behind either
 

@@ -215,5 +215,5 @@ def test_a_listing_with_dot_dot_paths_is_rejected_and_nothing_is_downloaded_from
 
 def test_without_huggingface_hub_the_error_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if the `hub` extra was not installed
-    with pytest.raises(SyncError, match=r"pip install 'judgestore\[hub\]'"):
+    with pytest.raises(SyncError, match=r"pip install 'huggingface_hub>=2.4,<3'"):
         HubRemote(REPO)

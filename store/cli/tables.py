@@ -1,0 +1,255 @@
+"""Tables that fit the terminal they are printed on, 80 columns included: the one way commands print tables.
+
+Contract:
+
+* A command builds a :class:`FittedTable` from :class:`Column` s, adds rows
+  of strings (or styled :class:`~rich.text.Text`) and prints it with
+  ``console.print(table)``. Each column says how its cells may give way
+  (:class:`Fit`): counts, sizes, states and descriptor hashes never do;
+  names are shortened in the middle and identifiers at the end, each only as
+  far as keeps every two different values of the column different; free text
+  wraps, or is cut with an ellipsis where one line per row matters more. A
+  path gives way in its longest parts first, so that short ones (a role, a
+  task, a descriptor hash) stay whole.
+* A header is never cut. The layout is chosen at the console's width: the
+  boxed table when every cell fits whole; else a table without borders
+  whose shortened cells still fit (names keep as much as the width allows);
+  else a list, one block of ``Header: value`` per row, where nothing is cut.
+* The title and the caption are lines of their own, wrapped at the
+  console's width (not squeezed into the table's).
+* ``--json`` output never comes here: it holds every value whole.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from rich import box
+from rich.cells import cell_len
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.table import Table
+from rich.text import Text
+
+ELLIPSIS = "…"
+Cell = str | Text
+
+
+class Fit(enum.Enum):
+    """How a column's cells give way when the table does not fit."""
+
+    WHOLE = "whole"  # never shortened: counts, sizes, states, descriptor hashes, times
+    MIDDLE = "middle"  # a name (model, task): shortened in the middle, different values stay different
+    PATH = "path"  # a path: its longest parts shortened in their middle first, different values stay different
+    PREFIX = "prefix"  # an identifier (input hash): shortened at the end, different values stay different
+    WRAP = "wrap"  # free text (a problem and its next step): wraps onto more lines, never cut
+    CUT = "cut"  # free text where one line per row matters more (a completion): cut at the end
+
+
+@dataclass(frozen=True)
+class Column:
+    header: str
+    justify: Literal["left", "right"] = "left"
+    fit: Fit = Fit.WHOLE
+    max_width: int | None = None  # the widest its cells get even with room to spare (not for WHOLE)
+
+
+# The narrowest a column that gives way gets (its header's width if that is wider).
+_NARROWEST = {Fit.MIDDLE: 8, Fit.PATH: 48, Fit.PREFIX: 8, Fit.WRAP: 16, Fit.CUT: 8}
+# The order in which columns that gave way get room back: names first, then text.
+_ROOM_ORDER = (Fit.MIDDLE, Fit.PATH, Fit.PREFIX, Fit.CUT, Fit.WRAP)
+_SHORTEST_PART = 5  # a path's part is not shortened below this (then the whole path is, in its middle)
+
+
+def shorten_middle(value: str, width: int) -> str:
+    """``value`` in ``width`` cells at most: its start and its end around an ellipsis."""
+    if cell_len(value) <= width:
+        return value
+    keep = max(width - 1, 0)
+    head = _take(value, (keep + 1) // 2)
+    tail = _take(value[::-1], keep // 2)[::-1]
+    return head + ELLIPSIS + tail
+
+
+def shorten_path(value: str, width: int) -> str:
+    """``value`` in ``width`` cells at most: its longest ``/``-separated parts shortened in their middle first.
+
+    The last part (a descriptor hash, a file name) stays whole:
+    ``completions/demo/vllm/meta-llama%2FLlama-3.1-70B-Instruct/bc3b9435e9bdf9e6``
+    keeps its role, task, provider and descriptor as long as the model's part
+    can give way.
+    """
+    excess = cell_len(value) - width
+    if excess <= 0:
+        return value
+    parts = value.split("/")
+    lengths = [cell_len(part) for part in parts]
+    while excess > 0:
+        longest = max(range(len(parts) - 1), key=lambda i: lengths[i], default=None)
+        if longest is None or lengths[longest] <= _SHORTEST_PART:
+            return shorten_middle(value, width)
+        lengths[longest] -= 1
+        excess -= 1
+    return "/".join(shorten_middle(part, n) for part, n in zip(parts, lengths, strict=True))
+
+
+def shorten_end(value: str, width: int) -> str:
+    """``value`` in ``width`` cells at most: its start and an ellipsis."""
+    if cell_len(value) <= width:
+        return value
+    return _take(value, max(width - 1, 0)) + ELLIPSIS
+
+
+def _take(value: str, cells: int) -> str:
+    """The longest start of ``value`` that fits ``cells`` cells (wide characters count two)."""
+    taken, used = [], 0
+    for char in value:
+        used += cell_len(char)
+        if used > cells:
+            break
+        taken.append(char)
+    return "".join(taken)
+
+
+def _one_line(value: str) -> str:
+    return " ".join(value.split())
+
+
+_SHORTEN = {Fit.MIDDLE: shorten_middle, Fit.PATH: shorten_path, Fit.PREFIX: shorten_end, Fit.CUT: shorten_end}
+
+
+class FittedTable:
+    """A table that chooses its layout at the width it is printed at (see the module docstring)."""
+
+    def __init__(self, title: str | None, columns: Sequence[Column], caption: str | None = None) -> None:
+        self.title = title
+        self.columns = list(columns)
+        self.caption = caption
+        self.rows: list[list[Cell]] = []
+
+    def add_row(self, *cells: Cell | None) -> None:
+        """One row; missing trailing cells are empty."""
+        row: list[Cell] = ["" if cell is None else cell for cell in cells]
+        self.rows.append(row + [""] * (len(self.columns) - len(row)))
+
+    # ---------------------------------------------------------------- widths
+
+    def _plain(self, index: int) -> list[str]:
+        fit = self.columns[index].fit
+        values = [_text(row[index]).plain for row in self.rows]
+        return [_one_line(v) for v in values] if fit is not Fit.WRAP else values
+
+    def _whole(self, index: int) -> int:
+        """The width at which every cell of the column is whole."""
+        widest = max((cell_len(line) for v in self._plain(index) for line in v.splitlines() or [""]), default=0)
+        return max(widest, cell_len(self.columns[index].header))
+
+    def _narrowest(self, index: int) -> int:
+        """The narrowest the column may get: whole cells stay whole, different names stay different."""
+        column = self.columns[index]
+        whole = self._whole(index)
+        if column.fit is Fit.WHOLE:
+            return whole
+        floor = max(cell_len(column.header), min(whole, _NARROWEST[column.fit]))
+        if column.fit in (Fit.WRAP, Fit.CUT):
+            return floor
+        distinct = set(self._plain(index))
+        shorten = _SHORTEN[column.fit]
+        for width in range(floor, whole):
+            if len({shorten(v, width) for v in distinct}) == len(distinct):
+                return width
+        return whole
+
+    def _natural(self, index: int) -> int:
+        """The width the column takes when there is room: whole, or ``max_width`` if that keeps names apart."""
+        column = self.columns[index]
+        whole = self._whole(index)
+        if column.fit is Fit.WHOLE or column.max_width is None:
+            return whole
+        return max(min(whole, column.max_width), self._narrowest(index))
+
+    def _widths(self, available: int, natural: list[int]) -> list[int] | None:
+        """Column widths that fit ``available`` cells: the narrowest, given room back up to natural."""
+        widths = [self._narrowest(i) for i in range(len(self.columns))]
+        spare = available - sum(widths)
+        if spare < 0:
+            return None
+        for fit in _ROOM_ORDER:
+            wanting = [i for i, c in enumerate(self.columns) if c.fit is fit and widths[i] < natural[i]]
+            while spare > 0 and wanting:  # one cell at a time, so that columns of a kind share the room
+                for i in list(wanting):
+                    if spare == 0:
+                        break
+                    widths[i] += 1
+                    spare -= 1
+                    if widths[i] >= natural[i]:
+                        wanting.remove(i)
+        return widths
+
+    # ---------------------------------------------------------------- rendering
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        width = options.max_width
+        if self.title:
+            yield Text(self.title, style="table.title")
+        n = len(self.columns)
+        natural = [self._natural(i) for i in range(n)]
+        if sum(natural) + 3 * n + 1 <= width:  # boxed: a border and a space each side of every cell
+            yield self._table(natural, boxed=True)
+        elif (widths := self._widths(width - 2 * (n - 1), natural)) is not None:  # two spaces between columns
+            yield self._table(widths, boxed=False)
+        else:
+            yield from self._blocks(width, natural)
+        if self.caption:
+            yield Text(self.caption, style="table.caption")
+
+    def _table(self, widths: list[int], *, boxed: bool) -> Table:
+        if boxed:
+            table = Table(show_header=True)
+        else:
+            table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, 1, 0, 0))
+        for column, width in zip(self.columns, widths, strict=True):
+            wraps = column.fit is Fit.WRAP
+            table.add_column(column.header, justify=column.justify, width=width, no_wrap=not wraps,
+                             overflow="fold" if wraps else "ellipsis")  # fmt: skip
+        for row in self.rows:
+            cells = zip(self.columns, row, widths, strict=True)
+            table.add_row(*(self._cell(column, cell, width) for column, cell, width in cells))
+        return table
+
+    @staticmethod
+    def _cell(column: Column, cell: Cell, width: int) -> Text:
+        text = _text(cell)
+        if column.fit in (Fit.WHOLE, Fit.WRAP):
+            return text
+        return Text(_SHORTEN[column.fit](_one_line(text.plain), width), style=text.style)
+
+    def _blocks(self, width: int, natural: list[int]) -> Iterator[Text]:
+        """The list layout: per row, ``Header: value`` items packed into lines, rows apart by a blank line.
+
+        Each value is as long as it is in a table with room to spare: whole, or its column's
+        ``max_width`` as far as that keeps different names apart (a completion stays a glance).
+        """
+        for number, row in enumerate(self.rows):
+            if number:
+                yield Text("")
+            line = Text()
+            for column, cell, room in zip(self.columns, row, natural, strict=True):
+                value = self._cell(column, cell, room)
+                if not value.plain:
+                    continue
+                item = Text.assemble((f"{column.header}: ", "bold"), value)
+                if line.plain and cell_len(line.plain) + 2 + cell_len(item.plain) > width:
+                    yield line
+                    line = Text("  ")
+                elif line.plain.strip():
+                    line.append("  ")
+                line.append_text(item)
+            if line.plain.strip():
+                yield line
+
+
+def _text(cell: Cell) -> Text:
+    return cell if isinstance(cell, Text) else Text(cell)

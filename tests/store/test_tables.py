@@ -1,0 +1,74 @@
+"""store/cli/tables.py: a table fits the width it is printed at without cutting a header or merging two rows."""
+
+from __future__ import annotations
+
+from rich.cells import cell_len
+from rich.console import Console
+from rich.text import Text
+
+from store.cli.tables import Column, Fit, FittedTable, shorten_end, shorten_middle, shorten_path
+
+
+def render(table: FittedTable, width: int) -> list[str]:
+    console = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))  # noqa: SIM115
+    console.print(table)
+    return console.export_text().splitlines()
+
+
+def models_table(*names: str, caption: str | None = None) -> FittedTable:
+    columns = [Column("Model", fit=Fit.MIDDLE, max_width=48), Column("Descriptor"), Column("Rows", justify="right")]
+    table = FittedTable("Databases in a store whose title is long enough to need wrapping somewhere", columns, caption)
+    for i, name in enumerate(names):
+        table.add_row(Text(name), f"{i:016x}", f"{i * 1000:,}")
+    return table
+
+
+def test_shortening_keeps_the_start_and_the_end_within_the_width() -> None:
+    assert shorten_middle("meta-llama/Llama-3.1-8B-Instruct", 16) == "meta-lla…nstruct"
+    assert shorten_middle("tiny-a", 8) == "tiny-a"
+    assert shorten_end("354ea1afe0766d03", 12) == "354ea1afe07…"
+    assert cell_len(shorten_middle("長い文章のモデル名です", 9)) <= 9  # wide characters count two cells
+    long = "completions/demo/vllm/meta-llama%2FLlama-3.1-70B-Instruct/bc3b9435e9bdf9e6"
+    assert shorten_path(long, 50) == "completions/demo/vllm/meta-…truct/bc3b9435e9bdf9e6"  # the model's part gave way
+    assert cell_len(shorten_path(long, 30)) <= 30
+
+
+def test_a_table_that_fits_keeps_its_box_and_every_cell_whole() -> None:
+    lines = render(models_table("tiny-a", "tiny-b", caption="2 databases"), 120)
+    assert lines[0].startswith("Databases in a store") and lines[-1] == "2 databases"
+    assert any("┃ Model" in line for line in lines)
+    assert any("│ tiny-a " in line for line in lines) and any("│ tiny-b " in line for line in lines)
+
+
+def test_narrow_names_are_shortened_in_the_middle_but_stay_apart() -> None:
+    names = ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", "tiny-a")
+    lines = render(models_table(*names), 50)
+    assert all(cell_len(line) <= 50 for line in lines), lines
+    cells = [line.split()[0] for line in lines if line.rstrip().endswith(("0", "1,000", "2,000"))]
+    assert len(cells) == 3 and len(set(cells)) == 3, lines  # three rows, three different names
+    assert "tiny-a" in cells and any("…" in cell for cell in cells)
+    assert all(not line.startswith(("│", "┃")) for line in lines)  # the borderless layout
+    assert lines[1] == "need wrapping somewhere"  # the title wraps at the terminal's width, not the table's
+    assert lines[2].split() == ["Model", "Descriptor", "Rows"]  # headers whole
+
+
+def test_too_narrow_for_a_table_becomes_a_list_that_cuts_nothing() -> None:
+    name = "an-organisation/a-model-too-long-for-it"  # under the column's max_width: whole
+    lines = render(models_table(name, "tiny-b", caption="a caption long enough to wrap at thirty cells"), 30)
+    assert all(cell_len(line) <= 30 for line in lines), lines
+    text = "\n".join(lines)
+    assert "Model:" in text and "Descriptor:" in text and "Rows:" in text
+    assert "".join(text.split()).count(name) == 1  # whole, folded at the terminal's edge at worst
+    assert "" in lines  # rows apart
+
+
+def test_cut_text_stays_on_one_line_and_wrapped_text_keeps_every_word() -> None:
+    columns = [Column("Path", fit=Fit.MIDDLE), Column("Completion", fit=Fit.CUT, max_width=20),
+               Column("Problem", fit=Fit.WRAP)]  # fmt: skip
+    table = FittedTable(None, columns)
+    problem = "the row was edited: run `judgestore delete --input-hash 907f963f` to recompute it"
+    table.add_row("a/b.db", "word " * 100, problem)
+    lines = render(table, 80)
+    assert all(cell_len(line) <= 80 for line in lines)
+    assert sum("word" in line for line in lines) == 1  # cut, with an ellipsis, on the row's first line
+    assert "judgestore delete --input-hash 907f963f" in " ".join(" ".join(lines).split())
