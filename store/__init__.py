@@ -1,0 +1,87 @@
+"""judgestore's store: the public names, importable from ``store`` itself.
+
+Contract:
+
+* ``from store import Store, Selector, RowFilter, Completion, Judgement, Run``
+  (and the other names of :data:`__all__`) is the supported way in; the
+  modules behind these names may move, these names stay.
+* Importing ``store`` (or any of its modules) imports nothing of these until
+  a name is used (:pep:`562`): a process that only hashes inputs, or the
+  command line's start, pays only for what it touches.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+# The public name -> the module that defines it.
+_WHERE = {
+    "Store": "store.store",
+    "Database": "store.database",
+    "Location": "store.layout",
+    "Selector": "store.layout",
+    "RowFilter": "store.records",
+    "FoundRow": "store.records",
+    "RowCount": "store.records",
+    "CompletionRecord": "store.records",
+    "JudgementRecord": "store.records",
+    "Record": "store.records",
+    "Completion": "store.models",
+    "Judgement": "store.models",
+    "Run": "store.models",
+    "Adoption": "store.models",
+    "ModelDescriptor": "store.descriptor",
+    "input_hash": "store.descriptor",
+    "Settings": "store.settings",
+    "text_logprobs": "store.logprobs",
+    "JudgestoreError": "store.errors",
+    "InvalidInputError": "store.errors",
+}
+
+__all__ = [
+    "Adoption",
+    "Completion",
+    "CompletionRecord",
+    "Database",
+    "FoundRow",
+    "InvalidInputError",
+    "Judgement",
+    "JudgementRecord",
+    "JudgestoreError",
+    "Location",
+    "ModelDescriptor",
+    "Record",
+    "RowCount",
+    "RowFilter",
+    "Run",
+    "Selector",
+    "Settings",
+    "Store",
+    "input_hash",
+    "text_logprobs",
+]
+
+if TYPE_CHECKING:
+    from store.database import Database
+    from store.descriptor import ModelDescriptor, input_hash
+    from store.errors import InvalidInputError, JudgestoreError
+    from store.layout import Location, Selector
+    from store.logprobs import text_logprobs
+    from store.models import Adoption, Completion, Judgement, Run
+    from store.records import CompletionRecord, FoundRow, JudgementRecord, Record, RowCount, RowFilter
+    from store.settings import Settings
+    from store.store import Store
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'store' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # the next lookup is a plain global
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
