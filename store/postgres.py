@@ -46,11 +46,12 @@ from sqlalchemy import (
     func,
     select,
     text,
+    type_coerce,
 )
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
 
-from store import jsonvalues
+from store import pgtext
 from store.errors import (
     InvalidInputError,
     JudgestoreError,
@@ -73,9 +74,9 @@ registry = Table(
     registry_metadata,
     Column("schema_name", String(63), primary_key=True),
     Column("role", String(16), nullable=False),
-    Column("task", Text, nullable=False),
-    Column("provider", Text, nullable=False),
-    Column("model", Text, nullable=False),
+    Column("task", pgtext.server_safe(Text()), nullable=False),  # escaped: see registered()
+    Column("provider", pgtext.server_safe(Text()), nullable=False),
+    Column("model", pgtext.server_safe(Text()), nullable=False),
     Column("descriptor_hash16", String(16), nullable=False),
     Column("descriptor_sha256", String(64), nullable=False),
     Column("metadata_json", Text, nullable=False),  # the exact bytes a metadata.json would hold
@@ -134,8 +135,8 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
                 "application_name": "judgestore",
                 **({} if settings.prepared_statements else {"prepare_threshold": None}),
             },
-            json_serializer=jsonvalues.dumps,
-            json_deserializer=jsonvalues.loads,
+            json_serializer=pgtext.dumps_json,
+            json_deserializer=pgtext.loads_json,
         )
     except (NoSuchModuleError, ModuleNotFoundError) as e:
         raise InvalidInputError(
@@ -157,15 +158,29 @@ def ensure_registry(conn: Connection) -> None:
 
 
 def registered(conn: Connection) -> list[tuple[Location, str]]:
-    """Every registered descriptor schema, as (location, metadata.json text), in layout order."""
+    """Every registered descriptor schema, as (location, metadata.json text), in layout order.
+
+    The names are stored escaped (:mod:`store.pgtext`), as every text column
+    is; a row registered before names were escaped holds them as they were,
+    and a name of that age holding U+FDD0 would read back changed. The
+    schema's name (a hash of the location) tells which reading is the row's:
+    the escaped one unless only the verbatim one hashes to it.
+    """
     if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
         return []
-    rows = conn.execute(
-        select(registry.c.role, registry.c.task, registry.c.provider, registry.c.model,
-               registry.c.descriptor_hash16, registry.c.metadata_json)
-        .order_by(registry.c.role, registry.c.task, registry.c.provider, registry.c.model, registry.c.descriptor_hash16)
-    ).all()  # fmt: skip
-    return [(Location(check_role(r[0]), r[1], r[2], r[3], r[4]), r[5]) for r in rows]
+    c = registry.c
+    names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping
+    query = select(c.schema_name, c.role, *names, c.descriptor_hash16, c.metadata_json)
+    rows = conn.execute(query.order_by(c.role, c.task, c.provider, c.model, c.descriptor_hash16)).all()
+    found = []
+    for name, role, task, provider, model, hash16, metadata_json in rows:
+        location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
+                            pgtext.unescape(model), hash16)  # fmt: skip
+        if schema_name(location) != name:
+            verbatim = Location(location.role, task, provider, model, hash16)
+            location = verbatim if schema_name(verbatim) == name else location
+        found.append((location, metadata_json))
+    return found
 
 
 def register(conn: Connection, location: Location, descriptor_sha256: str, metadata_json: str) -> None:
