@@ -95,8 +95,8 @@ class EscapedString(TypeDecorator[str]):
     def result_processor(self, dialect: Dialect, coltype: object) -> Any:
         return _result
 
-    def process_literal_param(self, value: str | None, dialect: Dialect) -> str | None:
-        return None if value is None else escape(value)
+    def process_literal_param(self, value: Any, dialect: Dialect) -> str:
+        return _bind(value)  # type: ignore[no-any-return]
 
 
 class EscapedText(EscapedString):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from typing import Any, NoReturn
+from urllib.parse import quote, unquote
 
 from sqlalchemy import (
     Column,
@@ -48,17 +49,31 @@ from sqlalchemy import (
     text,
     type_coerce,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+)
 
 from store import pgtext
 from store.errors import (
     InvalidInputError,
     JudgestoreError,
     ServerAuthError,
+    ServerBusyError,
+    ServerDamagedError,
     ServerError,
+    ServerFullError,
     ServerPermissionError,
+    ServerSchemaError,
     ServerUnavailableError,
+    ServerValueError,
+    UnexpectedServerError,
 )
 from store.layout import Location, check_role
 from store.models import NAMING_CONVENTION
@@ -89,12 +104,53 @@ def is_store_url(value: str) -> bool:
     return value.split("://", 1)[0] in POSTGRES_DRIVERS
 
 
+def parse_store_url(url: str) -> URL:
+    """A store URL parsed as the server will be asked: a password may hold an unencoded ``@``.
+
+    SQLAlchemy's parser ends the password at its first ``@``, so
+    ``eval:p@ss@host/db`` would mean the password ``p`` on the host
+    ``ss@host`` (and the message about that host would print the password's
+    tail). Here the user part ends at the last ``@`` before the path, as
+    browsers and :mod:`urllib` read it; the user and the password are
+    percent-encoded again before SQLAlchemy parses the URL.
+    """
+    scheme, separator, rest = url.partition("://")
+    head, slash, path = rest.partition("/")
+    if separator and "@" in head:
+        user_part, _, host = head.rpartition("@")
+        user, colon, password = user_part.partition(":")
+        encoded = quote(unquote(user), safe="") + (colon + quote(unquote(password), safe="") if colon else "")
+        url = f"{scheme}://{encoded}@{host}{slash}{path}"
+    return make_url(url)
+
+
+def _is_secret(name: str) -> bool:
+    return "password" in name.lower()  # password, sslpassword: libpq's parameters that hold a secret
+
+
 def display_url(url: str) -> str:
-    """The URL as it may be printed: never with its password."""
+    """The URL as it may be printed: never with its password, whether in the user part or a query parameter."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError):
         return "<an invalid store URL>"
+    hidden = {k: "***" for k in parsed.query if _is_secret(k)}
+    shown = parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+    return shown.replace("=%2A%2A%2A", "=***")  # as the user part's password is shown
+
+
+def _without_secrets(message: str, url: str) -> str:
+    """``message`` with every password the URL holds replaced by ``***`` (a driver may quote a URL's parts)."""
+    try:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError):
+        return message
+    secrets = [parsed.password, *(v for k, v in parsed.query.items() if _is_secret(k))]
+    for secret in secrets:
+        for value in secret if isinstance(secret, tuple) else (secret,):
+            if value:
+                message = message.replace(str(value), "***")
+    return message
 
 
 def schema_name(location: Location) -> str:
@@ -117,8 +173,8 @@ def quoted(identifier: str) -> str:
 def create_postgres_engine(url: str, settings: Settings) -> Engine:
     """One pooled engine for every schema of the server's database (see the module docstring)."""
     try:
-        parsed = make_url(url)
-    except ArgumentError as e:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError) as e:
         raise InvalidInputError(
             f"{display_url(url)} is not a store URL ({e}); expected postgresql+psycopg://..."
         ) from e
@@ -204,11 +260,25 @@ def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
 
 
-def translated(url: str, error: DBAPIError) -> JudgestoreError | DBAPIError:
-    """The typed error a driver failure stands for, else ``error`` itself (see the module docstring)."""
+# SQLSTATE classes and codes (PostgreSQL's appendix A) -> what they mean for a store
+_BUSY_STATES = {"40001": "a serialisation failure", "40P01": "a deadlock", "55P03": "a lock it could not get",
+                "57014": "a statement cancelled (statement_timeout?)"}  # fmt: skip
+_GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, starting; no connection slot free
+_MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
+
+
+def translated(url: str, error: DBAPIError) -> JudgestoreError:
+    """The typed error a driver failure stands for: every one has a class (see the module docstring).
+
+    The message names the server (password hidden: :func:`display_url`), says
+    what happened in the driver's words (any password in them hidden too),
+    and the next step.
+    """
     shown = display_url(url)
     state = _sqlstate(error) or ""
-    message = str(error.orig).strip().splitlines()[0] if error.orig is not None else str(error)
+    orig = error.orig if error.orig is not None else error
+    message = _without_secrets(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__, url)
+    kind = type(orig).__name__
     if state == "28P01" or "password authentication failed" in message:
         return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
     if state.startswith("28"):
@@ -221,15 +291,50 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError | DBAPIError:
             f"{message}. The store's user needs CREATE on the database (GRANT CREATE ON DATABASE ... TO ...) to "
             "create schemas, and USAGE/CREATE on the judgestore schemas",
         )
-    if isinstance(error, OperationalError) or state.startswith("08") or state == "57P01":
+    if state == "25006":
+        return ServerPermissionError(
+            shown, f"{message}: the server takes no writes (a standby, or default_transaction_read_only); "
+            "write to the primary, or open the store read-only"
+        )  # fmt: skip
+    if state in _BUSY_STATES:
+        return ServerBusyError(
+            shown, f"the transaction was rolled back after {_BUSY_STATES[state]} ({message}), past every retry; "
+            "nothing of it was kept. Run the command again (rows already stored are kept)"
+        )  # fmt: skip
+    if state.startswith("53") and state not in _GONE_STATES:
+        return ServerFullError(
+            shown, f"the server ran out of a resource ({message}); the transaction was rolled back. Free disk or "
+            "memory on the server (its administrator), then run the command again"
+        )  # fmt: skip
+    if (
+        isinstance(error, OperationalError | InterfaceError)
+        or state.startswith("08")
+        or state in _GONE_STATES
+        or error.connection_invalidated
+    ):
         return ServerUnavailableError(
             shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
         )
-    return error
+    if state in _MISSING_STATES:
+        return ServerSchemaError(
+            shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "
+            "it). Run `judgestore verify`"
+        )  # fmt: skip
+    if state.startswith(("22", "23")) or isinstance(error, DataError | IntegrityError):
+        return ServerValueError(
+            shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
+            "checks values before it sends them: please report this value"
+        )  # fmt: skip
+    if state.startswith("XX"):
+        return ServerDamagedError(
+            shown, f"the server reports damaged data ({message}); ask its administrator to check it (REINDEX, "
+            "amcheck), then run `judgestore verify`"
+        )  # fmt: skip
+    return UnexpectedServerError(
+        shown, f"PostgreSQL failed in a way judgestore has no name for ({kind}: {message}); the transaction was "
+        "rolled back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+    )  # fmt: skip
 
 
 def raise_translated(url: str, error: DBAPIError) -> NoReturn:
-    typed = translated(url, error)
-    if typed is error:
-        raise error
-    raise typed from error
+    raise translated(url, error) from error

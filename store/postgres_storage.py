@@ -57,7 +57,8 @@ from store.errors import (
     InvalidInputError,
     JudgestoreError,
     MetadataMismatchError,
-    ServerUnavailableError,
+    ServerError,
+    ServerSchemaError,
     UpgradeFailedError,
 )
 from store.layout import METADATA_FILE, Location, StoredMetadata, check_role
@@ -73,6 +74,7 @@ from store.postgres import (
     registry,
     schema_name,
     schema_options,
+    translated,
 )
 from store.records import RowFilter
 from store.repository import Repository
@@ -99,7 +101,6 @@ T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
 RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
 UNDEFINED_TABLE = "42P01"
-UNDEFINED_COLUMN = "42703"
 
 
 def _retryable(error: DBAPIError) -> bool:
@@ -155,9 +156,9 @@ class PostgresStorage:
                 if not _retryable(e):
                     raise_translated(self.url, e)
                 if tries == self.settings.lock_retries:
-                    raise ServerUnavailableError(
-                        self.where, f"still failing after {tries + 1} tries ({str(e.orig).strip()}); try again later"
-                    ) from e
+                    typed = translated(self.url, e)
+                    typed.add_note(f"(the server answered so {tries + 1} times in a row; try again later)")
+                    raise typed from e
                 time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
@@ -381,14 +382,9 @@ class PostgresStorage:
                 for record in repo.query():
                     checks.hashed(record.input_hash, record.sample_index, record.input_text)
                 adopted = repo.count(RowFilter(adopted=True))
-        except DBAPIError as e:  # what store.postgres.translated has no name for
-            state = getattr(e.orig, "sqlstate", None)
-            message = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
-            if state in (UNDEFINED_TABLE, UNDEFINED_COLUMN):
-                what = f"{message}: a table or column its revision promises is missing (another tool edited the schema)"
-                return checks.checked, [Problem(where, ProblemKind.SCHEMA, what)], 0
-            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {message}")], 0
-        except ValueError as e:  # a JSON value that does not decode (InvalidInputError is one)
+        except ServerSchemaError as e:  # a table or column its revision promises is missing
+            return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
+        except (ServerError, ValueError) as e:  # a JSON value that does not decode (InvalidInputError is one)
             return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
         checked, problems = checks.result()
         return checked, problems, adopted

@@ -66,6 +66,7 @@ from store.row_statements import (
     OnConflict,
     check_key,
     check_on_conflict,
+    check_values,
     gc_paused,
     insert_statement,
     lookup_statement,
@@ -177,8 +178,9 @@ class Repository:
         A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
         a record of the other table, an ``input_hash`` that is not the hash of the row's input
         (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value a column refuses. The transaction must not commit after it (the
-        database's own transactions roll back).
+        in any column), a value either backend refuses (:func:`~store.row_statements.check_values`).
+        The same row gets the same error on SQLite and PostgreSQL. The transaction must not
+        commit after it (the database's own transactions roll back).
         """
         check_on_conflict(on_conflict)
         if self.conn.dialect.name == "sqlite":
@@ -189,12 +191,13 @@ class Repository:
         dicts: list[dict[str, Any]] = []
         try:
             for record in self._checked(records):
+                check_values(self.role, record)
                 row = dict(zip(self._fields, self._values_of(record), strict=True))
                 try:
                     for name, process in processors:
                         row[name] = process(row[name])
                 except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
-                    unwritable(self.role, e)
+                    unwritable(self.role, record, e)
                 dicts.append(row)
             if not dicts:
                 return 0

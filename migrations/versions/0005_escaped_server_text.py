@@ -90,6 +90,10 @@ def _escaped_json(value: Any) -> Any:
     return value
 
 
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
 def _escape_text_columns(conn: sa.Connection, table: str, columns: tuple[str, ...]) -> None:
     # Before this revision no value holds an escape sequence, so replacing U+FDD0 by its escape is exact.
     assignments = ", ".join(f"{c} = replace({c}, :escape, :escaped)" for c in columns)
@@ -107,8 +111,7 @@ def _escape_json_column(conn: sa.Connection, table: str, key: str, column: str) 
         ),
         {"escape": _ESCAPE, "nul": _NUL_IN_JSON},
     ).all()
-    canonical = {"sort_keys": True, "separators": (",", ":"), "ensure_ascii": False}
-    updates = [{"key": k, "value": json.dumps(_escaped_json(json.loads(v)), **canonical)} for k, v in rows]
+    updates = [{"key": k, "value": _canonical(_escaped_json(json.loads(v)))} for k, v in rows]
     if updates:
         conn.execute(sa.text(f"UPDATE {table} SET {column} = CAST(:value AS json) WHERE {key} = :key"), updates)
 
