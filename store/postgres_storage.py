@@ -251,6 +251,34 @@ class PostgresStorage:
 
         self.retry(attempt)
 
+    def discard_if_empty(self, location: Location) -> bool:
+        """Drop a registered schema and its registry row if no table of it holds a row; returns whether it did.
+
+        For a copy that created the schema and then failed before any row was
+        written: an empty schema would stay listed. The tables are locked
+        before they are counted, so a writer that found the schema meanwhile
+        either committed first (then its rows keep the schema) or waits and
+        then meets no schema.
+        """
+        name = schema_name(location)
+
+        def attempt() -> bool:
+            with self.engine.connect() as conn, conn.begin():
+                advisory_lock(conn, name)
+                if self.metadata(conn, location) is None:
+                    return False
+                tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+                if tables:
+                    locked = ", ".join(f"{quoted(name)}.{quoted(t)}" for t in tables)
+                    conn.execute(text(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE"))
+                    if any(self._row_counts(conn, location).values()):
+                        return False
+                conn.execute(text(f"DROP SCHEMA {quoted(name)} CASCADE"))
+                conn.execute(registry.delete().where(registry.c.schema_name == name))
+                return True
+
+        return self.retry(attempt)  # every driver error typed (store.postgres.translated)
+
     def check_writable(self, location: Location) -> None:
         if self.readonly:
             raise DatabaseMissingError(self.location_where(location), "the store was opened read-only")
