@@ -262,7 +262,8 @@ def _sqlstate(error: DBAPIError) -> str | None:
 
 # SQLSTATE classes and codes (PostgreSQL's appendix A) -> what they mean for a store
 _BUSY_STATES = {"40001": "a serialisation failure", "40P01": "a deadlock", "55P03": "a lock it could not get",
-                "57014": "a statement cancelled (statement_timeout?)"}  # fmt: skip
+                "55006": "an object another session was using", "57014": "a statement cancelled (statement_timeout?)",
+                "57P04": "a statement cancelled (the database is being dropped?)"}  # fmt: skip
 _GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, starting; no connection slot free
 _MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
 
@@ -306,11 +307,16 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"the server ran out of a resource ({message}); the transaction was rolled back. Free disk or "
             "memory on the server (its administrator), then run the command again"
         )  # fmt: skip
+    if kind == "PipelineAborted":  # psycopg's: an earlier statement of the pipelined batch failed
+        return UnexpectedServerError(
+            shown, f"a statement of the same batch failed before this one ({message}); the transaction was rolled "
+            "back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+        )  # fmt: skip
     if (
-        isinstance(error, OperationalError | InterfaceError)
-        or state.startswith("08")
+        state.startswith("08")
         or state in _GONE_STATES
         or error.connection_invalidated
+        or (not state and isinstance(error, OperationalError | InterfaceError))  # the client lost the connection
     ):
         return ServerUnavailableError(
             shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
@@ -320,15 +326,15 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "
             "it). Run `judgestore verify`"
         )  # fmt: skip
-    if state.startswith(("22", "23")) or isinstance(error, DataError | IntegrityError):
+    if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(
             shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
             "checks values before it sends them: please report this value"
         )  # fmt: skip
-    if state.startswith("XX"):
+    if state.startswith(("XX", "58")):
         return ServerDamagedError(
-            shown, f"the server reports damaged data ({message}); ask its administrator to check it (REINDEX, "
-            "amcheck), then run `judgestore verify`"
+            shown, f"the server reports damaged data or a failing disk ({message}); ask its administrator to check "
+            "it (REINDEX, amcheck, its logs), then run `judgestore verify`"
         )  # fmt: skip
     return UnexpectedServerError(
         shown, f"PostgreSQL failed in a way judgestore has no name for ({kind}: {message}); the transaction was "

@@ -167,6 +167,8 @@ def check_key(role: Role, record: Record) -> None:
     try:
         actual = input_hash(record.input_text, record.sample_index)
     except (InvalidInputError, ValueError) as e:  # not UTF-8 text; a sample > 0 of an input that is not JSON
+        if (bad := _unencodable(record.input_text)) is not None:
+            raise _surrogate(role, record.input_hash, "input_text", bad) from e  # as the driver's refusal says it
         raise InvalidInputError(f"{role} row {record.input_hash!r}: input_text cannot be hashed ({e})") from e
     if actual != record.input_hash:
         raise InvalidInputError(
@@ -182,11 +184,15 @@ def not_unicode(role: Role, names: tuple[str, ...], rows: Sequence[Any]) -> Inva
         values = row if isinstance(row, dict) else dict(zip(names, row, strict=True))
         for name, value in values.items():
             if isinstance(value, str) and (bad := _unencodable(value)) is not None:
-                return InvalidInputError(
-                    f"{role} row {values.get('input_hash')!r}: {name} is not valid Unicode text (it holds "
-                    f"the lone surrogate {bad!r}, which has no UTF-8 bytes); nothing of the batch was written"
-                )
+                return _surrogate(role, values.get("input_hash"), name, bad)
     return InvalidInputError(f"{role} rows hold text that is not valid Unicode")
+
+
+def _surrogate(role: Role, key: object, column: str, bad: str) -> InvalidInputError:
+    return InvalidInputError(
+        f"{role} row {key!r}: {column} is not valid Unicode text (it holds the lone surrogate {bad!r}, which has no "
+        "UTF-8 bytes); nothing of the batch was written"
+    )
 
 
 def _refused(role: Role, record: Any, column: str, what: str) -> InvalidInputError:

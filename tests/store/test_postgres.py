@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import threading
@@ -11,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import event, inspect
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from store import logprobs
+from store import jsonvalues, logprobs
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -30,6 +31,7 @@ from store.errors import (
 )
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
+from store.pgtext import ESCAPE
 from store.postgres import registry, schema_name
 from store.records import RowFilter
 from store.schema import DatabaseState
@@ -340,3 +342,48 @@ def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dr
         and "f00d" in results["completions/other"].problems[0].message
     )
     assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]
+
+
+def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_after_revision_0005(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Values holding U+FDD0, and JSON holding \\u0000, that older code stored verbatim are rewritten escaped."""
+    verbatim = completion_record(
+        1,
+        completion=f"{ESCAPE}0 {ESCAPE}1 {ESCAPE}",
+        benchmark=f"b{ESCAPE}1",
+        usage={f"k{ESCAPE}0": "\0", "prompt_tokens": 3},
+        top_logprobs={"\0": -1.5, "x": [ESCAPE, -math.inf]},
+    )
+    plain = completion_record(2, usage={"prompt_tokens": 4})
+    with Store(url=pg_url) as server:
+        location = server.database("completions", "t", QWEN).location
+    name, database = schema_name(location), make_url(pg_url).database
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '0004'", database)
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:  # the rows as judgestore stored them before revision 0005: verbatim
+        for row in (verbatim, plain):
+            values = dataclasses.asdict(row)
+            values.update(usage=jsonvalues.dumps(row.usage), top_logprobs=jsonvalues.dumps(row.top_logprobs),
+                          created_at=row.created_at.replace(tzinfo=None))  # fmt: skip
+            placeholders = ", ".join(f"%({c})s::json" if c in ("usage", "top_logprobs") else f"%({c})s" for c in values)
+            conn.exec_driver_sql(f'INSERT INTO "{name}".completions ({", ".join(values)}) VALUES ({placeholders})',
+                                 values)  # fmt: skip
+    engine.dispose()
+    with Store(url=pg_url) as server:
+        (result,) = server.upgrade([location])
+        assert (result.outcome, result.from_revision, result.to_revision) == (
+            UpgradeOutcome.UPGRADED, "0004", SHIPPED_HEAD
+        )  # fmt: skip
+        opened = server.open(location)
+        found = opened.get_many([verbatim.input_hash, plain.input_hash])
+        assert math.isinf(found[verbatim.input_hash].top_logprobs["x"][1])  # type: ignore[index]
+        assert found == {verbatim.input_hash: verbatim, plain.input_hash: plain}
+        assert opened.count(RowFilter(benchmark=f"b{ESCAPE}1")) == 1
+        assert server.verify(location).ok
+        with opened.reading() as repo:
+            assert repo.totals().prompt_tokens == 7  # PostgreSQL's json operators read every usage value now
+    query = f'SELECT completion, usage::text, top_logprobs::text FROM "{name}".completions ORDER BY instruction_id'
+    completion, usage, top = pg_cluster.sql(query, database)[0]
+    assert completion == f"{ESCAPE}10 {ESCAPE}11 {ESCAPE}1"  # as revision 0005 rewrote it
+    assert "\\u0000" not in f"{usage}{top}" and f"k{ESCAPE}10" in str(usage)
