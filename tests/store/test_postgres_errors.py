@@ -18,8 +18,8 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import pytest
-from sqlalchemy.exc import DBAPIError
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
 from store.errors import (
     JudgestoreError,
