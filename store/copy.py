@@ -56,7 +56,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Table, insert, select
-from sqlalchemy.engine import make_url
 
 from store import jsonvalues
 from store.adoption import ADOPTIONS
@@ -300,8 +299,10 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
 
 
 def _normalised_url(url: str) -> str:
-    parsed = make_url(url)
-    return parsed.set(drivername="postgresql+psycopg", password=None).render_as_string(hide_password=False)
+    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
+    from store.postgres import display_url  # imported with a server store only
+
+    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)
 
 
 def same_store(a: Store, b: Store) -> bool:

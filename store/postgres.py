@@ -110,17 +110,24 @@ def parse_store_url(url: str) -> URL:
     SQLAlchemy's parser ends the password at its first ``@``, so
     ``eval:p@ss@host/db`` would mean the password ``p`` on the host
     ``ss@host`` (and the message about that host would print the password's
-    tail). Here the user part ends at the last ``@`` before the path, as
+    tail). Here the user part ends at the last ``@`` before the path (or
+    before the query, when the part before its ``?`` holds an ``@``), as
     browsers and :mod:`urllib` read it; the user and the password are
     percent-encoded again before SQLAlchemy parses the URL.
     """
     scheme, separator, rest = url.partition("://")
     head, slash, path = rest.partition("/")
+    tail = slash + path
+    before, question, after = head.partition("?")
+    if question and "@" in before:  # no path, and a query that may hold an @ (?password=p@ss) follows the host
+        head, tail = before, question + after + tail
     if separator and "@" in head:
         user_part, _, host = head.rpartition("@")
         user, colon, password = user_part.partition(":")
         encoded = quote(unquote(user), safe="") + (colon + quote(unquote(password), safe="") if colon else "")
-        url = f"{scheme}://{encoded}@{host}{slash}{path}"
+        path, question, query = tail.partition("?")
+        # An @ left in the query would make SQLAlchemy's user part run on to it; the query is unquoted again.
+        url = f"{scheme}://{encoded}@{host}{path}{question}{query.replace('@', '%40')}"
     return make_url(url)
 
 

@@ -32,7 +32,7 @@ from store.errors import (
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.pgtext import ESCAPE
-from store.postgres import registry, schema_name
+from store.postgres import display_url, parse_store_url, registry, schema_name
 from store.records import RowFilter
 from store.schema import DatabaseState
 from store.settings import Settings
@@ -387,3 +387,32 @@ def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_af
     completion, usage, top = pg_cluster.sql(query, database)[0]
     assert completion == f"{ESCAPE}10 {ESCAPE}11 {ESCAPE}1"  # as revision 0005 rewrote it
     assert "\\u0000" not in f"{usage}{top}" and f"k{ESCAPE}10" in str(usage)
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "host", "shown"),
+    [
+        ("postgresql+psycopg://eval:p@ss@db.example/evals", "p@ss", "db.example",
+         "postgresql+psycopg://eval:***@db.example/evals"),
+        ("postgresql+psycopg://eval:p%40ss@db.example:5433/evals", "p@ss", "db.example",
+         "postgresql+psycopg://eval:***@db.example:5433/evals"),
+        ("postgresql+psycopg://eval:a:b@c@/evals?host=/run/pg", "a:b@c", None,
+         "postgresql+psycopg://eval:***@/evals?host=%2Frun%2Fpg"),
+        ("postgresql+psycopg://eval@db.example/evals?password=p@ss&sslmode=require", None, "db.example",
+         "postgresql+psycopg://eval@db.example/evals?password=***&sslmode=require"),
+        ("postgresql+psycopg://eval@db.example/evals?sslpassword=k3y", None, "db.example",
+         "postgresql+psycopg://eval@db.example/evals?sslpassword=***"),
+        ("postgresql+psycopg://eval@db.example?password=p@ss", None, "db.example",
+         "postgresql+psycopg://eval@db.example?password=***"),
+        ("postgresql+psycopg://eval:p?s@s@db.example?sslmode=require", "p?s@s", "db.example",
+         "postgresql+psycopg://eval:***@db.example?sslmode=require"),
+        ("postgresql://eval@db.example/evals", None, "db.example", "postgresql://eval@db.example/evals"),
+    ],
+)  # fmt: skip
+def test_a_url_is_read_as_the_server_reads_it_and_shown_without_any_password(
+    url: str, password: str | None, host: str | None, shown: str
+) -> None:
+    parsed = parse_store_url(url)
+    assert (parsed.password, parsed.host) == (password, host)
+    assert display_url(url) == shown
+    assert "p@ss" not in display_url(url) and "k3y" not in display_url(url)
