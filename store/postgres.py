@@ -21,9 +21,17 @@ Contract:
   under a transaction-level advisory lock on the schema's name
   (:func:`advisory_lock`): two processes creating or upgrading the same
   schema at once serialise, and the second finds the work done.
-* :func:`translated` turns what the driver raises (server down, wrong
-  password, no such database, no permission) into typed errors that name
-  the server (password hidden: :func:`display_url`) and the next step.
+* :func:`translated` turns everything the driver raises into a typed error
+  (server down, wrong password, no such database, no permission, busy,
+  full, a refused value, an edited schema, damage; the rest an
+  :class:`~store.errors.UnexpectedServerError` with the driver's words) that
+  names the server and the next step.
+* A URL is read as the server will be asked (:func:`parse_store_url`: a
+  password may hold an unencoded ``@``) and printed without any password,
+  whether in the user part or a query parameter (:func:`display_url`); a
+  driver message quoting one has it replaced.
+* Text columns, the registry's names included, and JSON strings are stored
+  escaped (:mod:`store.pgtext`), so U+0000 fits.
 """
 
 from __future__ import annotations

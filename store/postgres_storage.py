@@ -28,6 +28,8 @@ Contract (the layout itself is :mod:`store.postgres`'s):
   ``lock_retries`` times. Every driver error is typed
   (:func:`store.postgres.translated`).
 * A read-only store opens read-only transactions and never creates anything.
+* :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
+  (a failed copy's), under its advisory lock and its tables' locks.
 * Side files (sharing's workspace) live in a folder of this machine named
   after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
   ``~/.cache``; :attr:`PostgresStorage.local_root`).

@@ -91,6 +91,9 @@ def _error_line(error: JudgestoreError) -> str:
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:
     """The typed error for a failure no library path translated, naming the store the command was given."""
     url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
+    if isinstance(error, DBAPIError) and type(error.orig).__module__.startswith("psycopg"):
+        url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its server this way
+        return postgres.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
     if url and isinstance(error, DBAPIError):
         return postgres.translated(url, error)
     given = kwargs.get("store_root")

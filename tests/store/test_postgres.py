@@ -416,3 +416,20 @@ def test_a_url_is_read_as_the_server_reads_it_and_shown_without_any_password(
     assert (parsed.password, parsed.host) == (password, host)
     assert display_url(url) == shown
     assert "p@ss" not in display_url(url) and "k3y" not in display_url(url)
+
+
+def test_names_holding_nul_are_registered_and_a_name_registered_verbatim_before_0005_still_opens(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    nul_task, old_task = "task\0with nul", f"task{ESCAPE}1"  # the second, stored verbatim, reads as escaped text
+    with Store(url=pg_url) as server:
+        for task in (nul_task, old_task):
+            server.database("completions", task, QWEN).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    assert database is not None
+    # What judgestore wrote before revision 0005: the name as it is, unescaped.
+    pg_cluster.sql(f"UPDATE judgestore.registry SET task = '{old_task}' WHERE task = '{old_task}1'", database)
+    assert pg_cluster.sql(f"SELECT count(*) FROM judgestore.registry WHERE task = '{old_task}'", database) == [(1,)]
+    with Store(url=pg_url, readonly=True) as server:
+        assert sorted(location.task for location in server.locations()) == sorted([nul_task, old_task])
+        assert all(server.open(location).count() == 1 for location in server.locations())
