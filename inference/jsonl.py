@@ -11,7 +11,9 @@ Contract:
   becomes one request per orientation asked for; or one answer to rate
   pointwise (``question``, ``model_a``, ``answer_a``, no ``model_b``).
 * A bad line raises :class:`~store.errors.InvalidInputError` naming the file
-  and line; nothing is generated before the whole file has parsed.
+  and line; nothing is generated before the whole file has parsed. An
+  integer ``benchmark``, ``instruction_id`` or model name (MT-Bench's
+  ``question_id``) is read as its decimal text, which is what the row keeps.
 * Result lines carry the request's metadata, the text (sample 0), every
   sample when ``n > 1``, logprobs, finish reason, usage, ``cached`` and
   ``error``: null for an answer; for a request that failed (nothing of it
@@ -37,6 +39,7 @@ from store.records import Orientation
 _REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
 _RENDERED_JUDGEMENT_KEYS = _REQUEST_KEYS | {"model_a", "model_b", "judge", "orientation"}
 _PAIR_KEYS = {"question", "model_a", "answer_a", "model_b", "answer_b", "benchmark", "instruction_id"}
+_TEXT_KEYS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")  # kept as text (docstring)
 
 
 def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -55,6 +58,9 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise InvalidInputError(f"{path}:{number}: not valid JSON ({e})") from e
             if not isinstance(value, dict):
                 raise InvalidInputError(f"{path}:{number}: each line must be a JSON object")
+            for key in _TEXT_KEYS:
+                if type(value.get(key)) is int:
+                    value[key] = str(value[key])
             yield number, value
 
 

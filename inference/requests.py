@@ -7,7 +7,9 @@ Contract:
   judgement also model_a, model_b (None: pointwise), judge label and
   orientation) and ``n``, the number of samples wanted.
 * The metadata is never part of the key: the same input asked under two
-  benchmarks is one row (the first writer's metadata is kept).
+  benchmarks is one row (the first writer's metadata is kept). It is text
+  (or None): anything else is refused when the request is made, before a
+  run, as every store would refuse it when the row is written.
 * A :class:`Response` holds one :class:`Sample` per requested sample, each
   saying whether it came from the store. A sample that failed (its request
   was refused, or the store refused its row) carries the typed ``error`` and
@@ -26,6 +28,9 @@ from store.errors import InvalidInputError, JudgestoreError
 from store.logprobs import text_logprobs
 from store.records import ORIENTATIONS, Orientation
 
+# Fields stored in text columns: text or None, as every store keeps them (store.row_statements.check_values).
+_TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
+
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Request:
@@ -40,6 +45,10 @@ class _Request:
             raise InvalidInputError("a request needs exactly one of `messages` or `text`")
         if not isinstance(self.n, int) or self.n < 1:
             raise InvalidInputError(f"n must be a positive integer, got {self.n!r}")
+        for name in _TEXT_FIELDS:  # stored in text columns, which hold text on every backend: refused before a run
+            value = getattr(self, name, None)
+            if value is not None and not isinstance(value, str):
+                raise InvalidInputError(f"{name} must be text or None, got {type(value).__name__} {value!r}")
 
     def render(self, input_mode: InputMode) -> str:
         """The canonical rendered input; the model's input mode must match the request's shape."""

@@ -33,23 +33,29 @@ Contract:
 * Before anything is written: a source and a target that are the same store,
   a source that does not exist (no folder; a server database without a
   judgestore registry) and a server that cannot be used (wrong URL, down,
-  wrong password) are typed errors. The source is only read (open it
-  read-only). A database that cannot be copied (behind or ahead of this
-  library, not ours, a source row that is not stored under the hash of its
-  input) is reported and the others go on.
+  wrong password) are typed errors; so is a server that becomes unreachable
+  or refuses the user during the copy (every database would fail alike). The
+  source is only read (open it read-only). Any other failure ends the copy of
+  that database alone: it is reported per database, naming the side where it
+  happened (the source that could not be read, or the target that failed or
+  refused a source row, with the row and what to do), and the others go on.
+  A server target's database that the failed copy had created and left
+  without a row is removed again (:meth:`~store.store.Store.discard_if_empty`),
+  so no empty database stays listed; a folder's empty file is kept (another
+  process may hold it open) and a rerun fills it.
 """
 
 from __future__ import annotations
 
 import hashlib
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import Table, insert, select
-from sqlalchemy.engine import make_url
 
 from store import jsonvalues
 from store.adoption import ADOPTIONS
@@ -58,7 +64,10 @@ from store.errors import (
     DatabaseFileError,
     ForeignSchemaError,
     InvalidInputError,
+    JudgestoreError,
     LayoutError,
+    ServerAuthError,
+    ServerUnavailableError,
     StoreMissingError,
 )
 from store.layout import Location, Selector
@@ -73,6 +82,8 @@ BOOKKEEPING: tuple[Table, ...] = (RUNS, ADOPTIONS)
 
 # What makes one database impossible to copy while the others can go on (a server that is down stops the copy).
 _DATABASE_ERRORS = (DatabaseFileError, LayoutError, ForeignSchemaError)
+# What stops the whole copy: a server that cannot be reached or refuses the user would fail every database alike.
+_STOPPING = (ServerUnavailableError, ServerAuthError)
 Progress = Callable[[str, int, int], None]  # (phase, done, total), as store.cli.common.progress_bars draws it
 
 
@@ -181,6 +192,30 @@ def _differing_fields(ours: Record, theirs: Record) -> list[str]:
 # ---------------------------------------------------------------- rows
 
 
+class _SourceFailed(Exception):
+    """A failure reading the source database, told apart from the target's while rows stream between them."""
+
+    def __init__(self, error: JudgestoreError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextmanager
+def _source_side() -> Iterator[None]:
+    """Mark what fails inside as the source's (a server that cannot be reached still stops the copy)."""
+    try:
+        yield
+    except _STOPPING:
+        raise
+    except JudgestoreError as e:
+        raise _SourceFailed(e) from e
+
+
+def _read(records: Iterable[Record]) -> Iterator[Record]:
+    with _source_side():
+        yield from records
+
+
 def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
     before = target.get_many(r.input_hash for r in chunk)
@@ -221,7 +256,7 @@ def copy_database(
     """Copy one database's rows chunk by chunk, then its bookkeeping (see the module docstring)."""
     if chunk_size < 1:
         raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
-    for chunk in batched(source.query(), chunk_size):
+    for chunk in batched(_read(source.query()), chunk_size):
         _copy_chunk(chunk, target, result)
         on_rows(len(chunk))
     if result.missing:
@@ -242,7 +277,7 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
     """Copy ``table``'s rows the target lacks (identical rows compared without the id); returns rows copied."""
     columns = [c for c in table.c if c.name != "id"]
     query = select(*columns).order_by(table.c.id)
-    with source.reading() as repo:
+    with _source_side(), source.reading() as repo:
         rows = repo.conn.execute(query).all()
     if not rows:
         return 0
@@ -264,8 +299,10 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
 
 
 def _normalised_url(url: str) -> str:
-    parsed = make_url(url)
-    return parsed.set(drivername="postgresql+psycopg", password=None).render_as_string(hide_password=False)
+    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
+    from store.postgres import display_url  # imported with a server store only
+
+    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)
 
 
 def same_store(a: Store, b: Store) -> bool:
@@ -333,9 +370,11 @@ def copy_store(
 def _copy_one(
     database: Database, target: Store, result: CopiedDatabase, chunk_size: int, on_progress: Progress | None
 ) -> None:
+    """Copy one database; a failure is reported in ``result``, naming the side where it happened (module docstring)."""
     location = result.location
     phase = f"{location.role}/{location.task}/{location.model}/{location.descriptor_hash16}"
     total = done = 0
+    created = False
 
     def advance(rows: int) -> None:
         nonlocal done
@@ -344,8 +383,10 @@ def _copy_one(
             on_progress(phase, done, total)
 
     try:
-        total = database.count()
-        metadata = database.metadata()
+        with _source_side():
+            total = database.count()
+            metadata = database.metadata()
+        created = target.open_existing(location) is None
         destination = target.database(
             location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions
         )
@@ -356,10 +397,31 @@ def _copy_one(
                 f"the target records the assumptions {list(held.assumptions)}, the source {list(metadata.assumptions)}"
             )
         copy_database(database, destination, result, chunk_size, advance)
-    except InvalidInputError as e:  # a source row the target refuses (not stored under the hash of its input)
-        result.problems.append(f"{e}; run `judgestore verify` on the source")
-    except _DATABASE_ERRORS as e:  # the target's database is behind, ahead, not ours, its metadata edited
-        result.problems.append(str(e))
+    except _SourceFailed as e:
+        result.problems.append(f"the source {database.where} cannot be read: {e.error}")
+    except _STOPPING:
+        raise
+    except InvalidInputError as e:  # a source row the target refuses: its key, or a value no store keeps now
+        result.problems.append(
+            f"the target {result.target or target.where} refused a source row, and the rows of its chunk were not "
+            f"written: {e}. The source was only read: delete or rewrite that row there (`judgestore delete "
+            "--input-hash HASH`; `judgestore verify` checks every row's key), then copy again; rows already "
+            "copied are kept"
+        )
+    except JudgestoreError as e:  # the target's database is behind, ahead, not ours, full, refused a write...
+        result.problems.append(f"the target {result.target or target.where} failed: {e}")
     finally:
         if on_progress is not None and done < total:
             on_progress(phase, total, total)  # the bar goes, whatever happened
+    if created and result.problems and not result.written and not any(result.bookkeeping.values()):
+        _discard(target, location, result)
+
+
+def _discard(target: Store, location: Location, result: CopiedDatabase) -> None:
+    """Remove the empty database a failed copy created in a server target, so that nothing empty stays listed."""
+    try:
+        if target.discard_if_empty(location):
+            result.problems.append("the empty database this copy had created in the target was removed")
+            result.target = None
+    except JudgestoreError as e:
+        result.problems.append(f"the empty database this copy created in the target could not be removed: {e}")

@@ -190,6 +190,35 @@ class ForeignSchemaError(ServerError):
     """A schema judgestore would use exists but belongs to something else; it is never touched."""
 
 
+class ServerBusyError(ServerError):
+    """The server kept aborting the transaction (serialisation failures, deadlocks, lock or statement timeouts)
+    past every retry; it was rolled back."""
+
+
+class ServerFullError(ServerError):
+    """The server ran out of a resource (disk, memory, connection slots); the transaction was rolled back."""
+
+
+class ServerValueError(ServerError, InvalidInputError):
+    """The server, or its driver, refused a value judgestore sent; nothing of the statement was kept.
+
+    :func:`store.row_statements.check_values` refuses such values on both
+    backends before anything is sent: this is what a value that passed it
+    meets."""
+
+
+class ServerSchemaError(ServerError):
+    """A table or column the schema's revision promises is missing on the server: another tool edited it."""
+
+
+class ServerDamagedError(ServerError):
+    """The server reports damaged data (an index or a page): its administrator must repair it."""
+
+
+class UnexpectedServerError(ServerError):
+    """PostgreSQL or its driver failed in a way judgestore has no name for; the message carries their words."""
+
+
 class StoreFullError(DatabaseFileError):
     """The filesystem holding a store file is full (or the user's quota is): the write was rolled back."""
 

@@ -9,6 +9,11 @@ Contract:
   metadata queries read fewer overflow pages).
 * ``created_at`` is stored in UTC and read back as an aware UTC datetime.
 * JSON columns store SQL NULL for Python ``None`` (``none_as_null``).
+* Every text column keeps any text, U+0000 included, on every backend: on
+  PostgreSQL its values are escaped (:func:`store.pgtext.server_safe`; the
+  JSON columns are escaped by the engine's serializer). The two hash columns
+  (``input_hash``, ``adopted_from``) hold hex digests, checked on write, and
+  are plain.
 * Every constraint and index is named by the naming convention, so migrations
   can refer to them on every backend.
 * ``runs`` (:class:`Run`) is the accounting of the calls that used a
@@ -30,6 +35,8 @@ from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, M
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
+
+from store.pgtext import server_safe
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -70,16 +77,16 @@ class _Row:
 
     input_hash: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-100)
     sample_index: Mapped[int] = mapped_column(Integer, default=0, sort_order=-99)
-    benchmark: Mapped[str | None] = mapped_column(String, sort_order=-90)
-    instruction_id: Mapped[str | None] = mapped_column(String, sort_order=-89)
-    finish_reason: Mapped[str | None] = mapped_column(String, sort_order=10)
-    run_id: Mapped[str | None] = mapped_column(String, sort_order=11)
-    created_by: Mapped[str | None] = mapped_column(String, sort_order=12)
+    benchmark: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-90)
+    instruction_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-89)
+    finish_reason: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=10)
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=11)
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=12)
     created_at: Mapped[datetime] = mapped_column(sort_order=13)
     usage: Mapped[dict[str, Any] | None] = mapped_column(sort_order=20)
     top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
-    input_text: Mapped[str] = mapped_column(Text, sort_order=30)
-    completion: Mapped[str] = mapped_column(Text, sort_order=31)
+    input_text: Mapped[str] = mapped_column(server_safe(Text()), sort_order=30)
+    completion: Mapped[str] = mapped_column(server_safe(Text()), sort_order=31)
     # Last, where revision 0004 added it in place (SQLite appends columns); NULL: not adopted.
     adopted_from: Mapped[str | None] = mapped_column(String(64), sort_order=40)
 
@@ -106,7 +113,7 @@ class Completion(_Row, Base):
 
     __tablename__ = "completions"
 
-    model: Mapped[str | None] = mapped_column(String, sort_order=-80)
+    model: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-80)
 
     __table_args__ = (*_row_constraints("completions"), Index("ix_completions_model", "model"))
 
@@ -129,10 +136,10 @@ class Judgement(_Row, Base):
 
     __tablename__ = "judgements"
 
-    model_a: Mapped[str | None] = mapped_column(String, sort_order=-80)
-    model_b: Mapped[str | None] = mapped_column(String, sort_order=-79)
-    judge: Mapped[str | None] = mapped_column(String, sort_order=-78)
-    orientation: Mapped[str | None] = mapped_column(String(16), sort_order=-77)
+    model_a: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-80)
+    model_b: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-79)
+    judge: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-78)
+    orientation: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-77)
 
     __table_args__ = (
         *_row_constraints("judgements"),
@@ -158,12 +165,12 @@ class Run(Base):
     __tablename__ = "runs"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
-    role: Mapped[str] = mapped_column(String(16))
-    run_id: Mapped[str | None] = mapped_column(String)
-    created_by: Mapped[str | None] = mapped_column(String)
+    role: Mapped[str] = mapped_column(server_safe(String(16)))
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()))
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()))
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
-    mode: Mapped[str] = mapped_column(String(16))
+    mode: Mapped[str] = mapped_column(server_safe(String(16)))
     requested: Mapped[int] = mapped_column(Integer)
     distinct_inputs: Mapped[int] = mapped_column(Integer)
     hits: Mapped[int] = mapped_column(Integer)
@@ -204,7 +211,7 @@ class Adoption(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     source_descriptor: Mapped[str] = mapped_column(String(64))
-    source_task: Mapped[str] = mapped_column(String)
+    source_task: Mapped[str] = mapped_column(server_safe(String()))
     source_rows: Mapped[int] = mapped_column(Integer)
     details: Mapped[dict[str, Any]]
     sampled: Mapped[int] = mapped_column(Integer)
@@ -217,8 +224,8 @@ class Adoption(Base):
     rows_adopted: Mapped[int] = mapped_column(Integer)
     rows_present: Mapped[int] = mapped_column(Integer)
     rows_excluded: Mapped[int] = mapped_column(Integer)
-    run_id: Mapped[str | None] = mapped_column(String)
-    created_by: Mapped[str | None] = mapped_column(String)
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()))
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()))
     adopted_at: Mapped[datetime]
 
     __table_args__ = (Index("ix_adoptions_source_descriptor", "source_descriptor"),)

@@ -21,9 +21,17 @@ Contract:
   under a transaction-level advisory lock on the schema's name
   (:func:`advisory_lock`): two processes creating or upgrading the same
   schema at once serialise, and the second finds the work done.
-* :func:`translated` turns what the driver raises (server down, wrong
-  password, no such database, no permission) into typed errors that name
-  the server (password hidden: :func:`display_url`) and the next step.
+* :func:`translated` turns everything the driver raises into a typed error
+  (server down, wrong password, no such database, no permission, busy,
+  full, a refused value, an edited schema, damage; the rest an
+  :class:`~store.errors.UnexpectedServerError` with the driver's words) that
+  names the server and the next step.
+* A URL is read as the server will be asked (:func:`parse_store_url`: a
+  password may hold an unencoded ``@``) and printed without any password,
+  whether in the user part or a query parameter (:func:`display_url`); a
+  driver message quoting one has it replaced.
+* Text columns, the registry's names included, and JSON strings are stored
+  escaped (:mod:`store.pgtext`), so U+0000 fits.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ from __future__ import annotations
 import hashlib
 from datetime import UTC, datetime
 from typing import Any, NoReturn
+from urllib.parse import quote, unquote
 
 from sqlalchemy import (
     Column,
@@ -46,18 +55,33 @@ from sqlalchemy import (
     func,
     select,
     text,
+    type_coerce,
 )
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, OperationalError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import (
+    ArgumentError,
+    DataError,
+    DBAPIError,
+    IntegrityError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+)
 
-from store import jsonvalues
+from store import pgtext
 from store.errors import (
     InvalidInputError,
     JudgestoreError,
     ServerAuthError,
+    ServerBusyError,
+    ServerDamagedError,
     ServerError,
+    ServerFullError,
     ServerPermissionError,
+    ServerSchemaError,
     ServerUnavailableError,
+    ServerValueError,
+    UnexpectedServerError,
     install_hint,
 )
 from store.layout import Location, check_role
@@ -74,9 +98,9 @@ registry = Table(
     registry_metadata,
     Column("schema_name", String(63), primary_key=True),
     Column("role", String(16), nullable=False),
-    Column("task", Text, nullable=False),
-    Column("provider", Text, nullable=False),
-    Column("model", Text, nullable=False),
+    Column("task", pgtext.server_safe(Text()), nullable=False),  # escaped: see registered()
+    Column("provider", pgtext.server_safe(Text()), nullable=False),
+    Column("model", pgtext.server_safe(Text()), nullable=False),
     Column("descriptor_hash16", String(16), nullable=False),
     Column("descriptor_sha256", String(64), nullable=False),
     Column("metadata_json", Text, nullable=False),  # the exact bytes a metadata.json would hold
@@ -89,12 +113,60 @@ def is_store_url(value: str) -> bool:
     return value.split("://", 1)[0] in POSTGRES_DRIVERS
 
 
+def parse_store_url(url: str) -> URL:
+    """A store URL parsed as the server will be asked: a password may hold an unencoded ``@``.
+
+    SQLAlchemy's parser ends the password at its first ``@``, so
+    ``eval:p@ss@host/db`` would mean the password ``p`` on the host
+    ``ss@host`` (and the message about that host would print the password's
+    tail). Here the user part ends at the last ``@`` before the path (or
+    before the query, when the part before its ``?`` holds an ``@``), as
+    browsers and :mod:`urllib` read it; the user and the password are
+    percent-encoded again before SQLAlchemy parses the URL.
+    """
+    scheme, separator, rest = url.partition("://")
+    head, slash, path = rest.partition("/")
+    tail = slash + path
+    before, question, after = head.partition("?")
+    if question and "@" in before:  # no path, and a query that may hold an @ (?password=p@ss) follows the host
+        head, tail = before, question + after + tail
+    if separator and "@" in head:
+        user_part, _, host = head.rpartition("@")
+        user, colon, password = user_part.partition(":")
+        encoded = quote(unquote(user), safe="") + (colon + quote(unquote(password), safe="") if colon else "")
+        path, question, query = tail.partition("?")
+        # An @ left in the query would make SQLAlchemy's user part run on to it; the query is unquoted again.
+        url = f"{scheme}://{encoded}@{host}{path}{question}{query.replace('@', '%40')}"
+    return make_url(url)
+
+
+def _is_secret(name: str) -> bool:
+    return "password" in name.lower()  # password, sslpassword: libpq's parameters that hold a secret
+
+
 def display_url(url: str) -> str:
-    """The URL as it may be printed: never with its password."""
+    """The URL as it may be printed: never with its password, whether in the user part or a query parameter."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
-    except ArgumentError:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError):
         return "<an invalid store URL>"
+    hidden = {k: "***" for k in parsed.query if _is_secret(k)}
+    shown = parsed.update_query_dict(hidden).render_as_string(hide_password=True)
+    return shown.replace("=%2A%2A%2A", "=***")  # as the user part's password is shown
+
+
+def _without_secrets(message: str, url: str) -> str:
+    """``message`` with every password the URL holds replaced by ``***`` (a driver may quote a URL's parts)."""
+    try:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError):
+        return message
+    secrets = [parsed.password, *(v for k, v in parsed.query.items() if _is_secret(k))]
+    for secret in secrets:
+        for value in secret if isinstance(secret, tuple) else (secret,):
+            if value:
+                message = message.replace(str(value), "***")
+    return message
 
 
 def schema_name(location: Location) -> str:
@@ -117,8 +189,8 @@ def quoted(identifier: str) -> str:
 def create_postgres_engine(url: str, settings: Settings) -> Engine:
     """One pooled engine for every schema of the server's database (see the module docstring)."""
     try:
-        parsed = make_url(url)
-    except ArgumentError as e:
+        parsed = parse_store_url(url)
+    except (ArgumentError, ValueError) as e:
         raise InvalidInputError(
             f"{display_url(url)} is not a store URL ({e}); expected postgresql+psycopg://..."
         ) from e
@@ -135,8 +207,8 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
                 "application_name": "judgestore",
                 **({} if settings.prepared_statements else {"prepare_threshold": None}),
             },
-            json_serializer=jsonvalues.dumps,
-            json_deserializer=jsonvalues.loads,
+            json_serializer=pgtext.dumps_json,
+            json_deserializer=pgtext.loads_json,
         )
     except (NoSuchModuleError, ModuleNotFoundError) as e:
         raise InvalidInputError(
@@ -158,15 +230,29 @@ def ensure_registry(conn: Connection) -> None:
 
 
 def registered(conn: Connection) -> list[tuple[Location, str]]:
-    """Every registered descriptor schema, as (location, metadata.json text), in layout order."""
+    """Every registered descriptor schema, as (location, metadata.json text), in layout order.
+
+    The names are stored escaped (:mod:`store.pgtext`), as every text column
+    is; a row registered before names were escaped holds them as they were,
+    and a name of that age holding U+FDD0 would read back changed. The
+    schema's name (a hash of the location) tells which reading is the row's:
+    the escaped one unless only the verbatim one hashes to it.
+    """
     if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
         return []
-    rows = conn.execute(
-        select(registry.c.role, registry.c.task, registry.c.provider, registry.c.model,
-               registry.c.descriptor_hash16, registry.c.metadata_json)
-        .order_by(registry.c.role, registry.c.task, registry.c.provider, registry.c.model, registry.c.descriptor_hash16)
-    ).all()  # fmt: skip
-    return [(Location(check_role(r[0]), r[1], r[2], r[3], r[4]), r[5]) for r in rows]
+    c = registry.c
+    names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping
+    query = select(c.schema_name, c.role, *names, c.descriptor_hash16, c.metadata_json)
+    rows = conn.execute(query.order_by(c.role, c.task, c.provider, c.model, c.descriptor_hash16)).all()
+    found = []
+    for name, role, task, provider, model, hash16, metadata_json in rows:
+        location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
+                            pgtext.unescape(model), hash16)  # fmt: skip
+        if schema_name(location) != name:
+            verbatim = Location(location.role, task, provider, model, hash16)
+            location = verbatim if schema_name(verbatim) == name else location
+        found.append((location, metadata_json))
+    return found
 
 
 def register(conn: Connection, location: Location, descriptor_sha256: str, metadata_json: str) -> None:
@@ -190,11 +276,26 @@ def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
 
 
-def translated(url: str, error: DBAPIError) -> JudgestoreError | DBAPIError:
-    """The typed error a driver failure stands for, else ``error`` itself (see the module docstring)."""
+# SQLSTATE classes and codes (PostgreSQL's appendix A) -> what they mean for a store
+_BUSY_STATES = {"40001": "a serialisation failure", "40P01": "a deadlock", "55P03": "a lock it could not get",
+                "55006": "an object another session was using", "57014": "a statement cancelled (statement_timeout?)",
+                "57P04": "a statement cancelled (the database is being dropped?)"}  # fmt: skip
+_GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, starting; no connection slot free
+_MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
+
+
+def translated(url: str, error: DBAPIError) -> JudgestoreError:
+    """The typed error a driver failure stands for: every one has a class (see the module docstring).
+
+    The message names the server (password hidden: :func:`display_url`), says
+    what happened in the driver's words (any password in them hidden too),
+    and the next step.
+    """
     shown = display_url(url)
     state = _sqlstate(error) or ""
-    message = str(error.orig).strip().splitlines()[0] if error.orig is not None else str(error)
+    orig = error.orig if error.orig is not None else error
+    message = _without_secrets(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__, url)
+    kind = type(orig).__name__
     if state == "28P01" or "password authentication failed" in message:
         return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
     if state.startswith("28"):
@@ -207,15 +308,55 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError | DBAPIError:
             f"{message}. The store's user needs CREATE on the database (GRANT CREATE ON DATABASE ... TO ...) to "
             "create schemas, and USAGE/CREATE on the judgestore schemas",
         )
-    if isinstance(error, OperationalError) or state.startswith("08") or state == "57P01":
+    if state == "25006":
+        return ServerPermissionError(
+            shown, f"{message}: the server takes no writes (a standby, or default_transaction_read_only); "
+            "write to the primary, or open the store read-only"
+        )  # fmt: skip
+    if state in _BUSY_STATES:
+        return ServerBusyError(
+            shown, f"the transaction was rolled back after {_BUSY_STATES[state]} ({message}), past every retry; "
+            "nothing of it was kept. Run the command again (rows already stored are kept)"
+        )  # fmt: skip
+    if state.startswith("53") and state not in _GONE_STATES:
+        return ServerFullError(
+            shown, f"the server ran out of a resource ({message}); the transaction was rolled back. Free disk or "
+            "memory on the server (its administrator), then run the command again"
+        )  # fmt: skip
+    if kind == "PipelineAborted":  # psycopg's: an earlier statement of the pipelined batch failed
+        return UnexpectedServerError(
+            shown, f"a statement of the same batch failed before this one ({message}); the transaction was rolled "
+            "back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+        )  # fmt: skip
+    if (
+        state.startswith("08")
+        or state in _GONE_STATES
+        or error.connection_invalidated
+        or (not state and isinstance(error, OperationalError | InterfaceError))  # the client lost the connection
+    ):
         return ServerUnavailableError(
             shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
         )
-    return error
+    if state in _MISSING_STATES:
+        return ServerSchemaError(
+            shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "
+            "it). Run `judgestore verify`"
+        )  # fmt: skip
+    if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
+        return ServerValueError(
+            shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
+            "checks values before it sends them: please report this value"
+        )  # fmt: skip
+    if state.startswith(("XX", "58")):
+        return ServerDamagedError(
+            shown, f"the server reports damaged data or a failing disk ({message}); ask its administrator to check "
+            "it (REINDEX, amcheck, its logs), then run `judgestore verify`"
+        )  # fmt: skip
+    return UnexpectedServerError(
+        shown, f"PostgreSQL failed in a way judgestore has no name for ({kind}: {message}); the transaction was "
+        "rolled back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+    )  # fmt: skip
 
 
 def raise_translated(url: str, error: DBAPIError) -> NoReturn:
-    typed = translated(url, error)
-    if typed is error:
-        raise error
-    raise typed from error
+    raise translated(url, error) from error

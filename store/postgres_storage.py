@@ -28,6 +28,8 @@ Contract (the layout itself is :mod:`store.postgres`'s):
   ``lock_retries`` times. Every driver error is typed
   (:func:`store.postgres.translated`).
 * A read-only store opens read-only transactions and never creates anything.
+* :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
+  (a failed copy's), under its advisory lock and its tables' locks.
 * Side files (sharing's workspace) live in a folder of this machine named
   after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
   ``~/.cache``; :attr:`PostgresStorage.local_root`).
@@ -57,7 +59,8 @@ from store.errors import (
     InvalidInputError,
     JudgestoreError,
     MetadataMismatchError,
-    ServerUnavailableError,
+    ServerError,
+    ServerSchemaError,
     UpgradeFailedError,
 )
 from store.layout import METADATA_FILE, Location, StoredMetadata, check_role
@@ -73,6 +76,7 @@ from store.postgres import (
     registry,
     schema_name,
     schema_options,
+    translated,
 )
 from store.records import RowFilter
 from store.repository import Repository
@@ -99,7 +103,6 @@ T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
 RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
 UNDEFINED_TABLE = "42P01"
-UNDEFINED_COLUMN = "42703"
 
 
 def _retryable(error: DBAPIError) -> bool:
@@ -155,9 +158,9 @@ class PostgresStorage:
                 if not _retryable(e):
                     raise_translated(self.url, e)
                 if tries == self.settings.lock_retries:
-                    raise ServerUnavailableError(
-                        self.where, f"still failing after {tries + 1} tries ({str(e.orig).strip()}); try again later"
-                    ) from e
+                    typed = translated(self.url, e)
+                    typed.add_note(f"(the server answered so {tries + 1} times in a row; try again later)")
+                    raise typed from e
                 time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
@@ -249,6 +252,34 @@ class PostgresStorage:
                 register(conn, location, descriptor_sha256, metadata.decode())
 
         self.retry(attempt)
+
+    def discard_if_empty(self, location: Location) -> bool:
+        """Drop a registered schema and its registry row if no table of it holds a row; returns whether it did.
+
+        For a copy that created the schema and then failed before any row was
+        written: an empty schema would stay listed. The tables are locked
+        before they are counted, so a writer that found the schema meanwhile
+        either committed first (then its rows keep the schema) or waits and
+        then meets no schema.
+        """
+        name = schema_name(location)
+
+        def attempt() -> bool:
+            with self.engine.connect() as conn, conn.begin():
+                advisory_lock(conn, name)
+                if self.metadata(conn, location) is None:
+                    return False
+                tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+                if tables:
+                    locked = ", ".join(f"{quoted(name)}.{quoted(t)}" for t in tables)
+                    conn.execute(text(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE"))
+                    if any(self._row_counts(conn, location).values()):
+                        return False
+                conn.execute(text(f"DROP SCHEMA {quoted(name)} CASCADE"))
+                conn.execute(registry.delete().where(registry.c.schema_name == name))
+                return True
+
+        return self.retry(attempt)  # every driver error typed (store.postgres.translated)
 
     def check_writable(self, location: Location) -> None:
         if self.readonly:
@@ -381,14 +412,9 @@ class PostgresStorage:
                 for record in repo.query():
                     checks.hashed(record.input_hash, record.sample_index, record.input_text)
                 adopted = repo.count(RowFilter(adopted=True))
-        except DBAPIError as e:  # what store.postgres.translated has no name for
-            state = getattr(e.orig, "sqlstate", None)
-            message = str(e.orig).strip().splitlines()[0] if e.orig is not None else str(e)
-            if state in (UNDEFINED_TABLE, UNDEFINED_COLUMN):
-                what = f"{message}: a table or column its revision promises is missing (another tool edited the schema)"
-                return checks.checked, [Problem(where, ProblemKind.SCHEMA, what)], 0
-            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {message}")], 0
-        except ValueError as e:  # a JSON value that does not decode (InvalidInputError is one)
+        except ServerSchemaError as e:  # a table or column its revision promises is missing
+            return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
+        except (ServerError, ValueError) as e:  # a JSON value that does not decode (InvalidInputError is one)
             return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
         checked, problems = checks.result()
         return checked, problems, adopted

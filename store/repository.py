@@ -43,6 +43,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import (
+    JSON,
     Column,
     ColumnElement,
     Connection,
@@ -56,8 +57,9 @@ from sqlalchemy import (
     or_,
     select,
 )
-from sqlalchemy.exc import DBAPIError, IntegrityError, StatementError
+from sqlalchemy.exc import DBAPIError, StatementError
 
+from store import pgtext
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
@@ -66,6 +68,7 @@ from store.row_statements import (
     OnConflict,
     check_key,
     check_on_conflict,
+    check_values,
     gc_paused,
     insert_statement,
     lookup_statement,
@@ -112,11 +115,21 @@ def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tu
             raise AssertionError(f"unexpected insert parameters {sorted(compiled.binds)}")
         processors = []
         for name in fields:
-            process = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+            process: Callable[[Any], Any] | None = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
+            if isinstance(table.c[name].type, JSON):
+                # Serialized here, not when psycopg sends the row (SQLAlchemy's processor wraps the value for
+                # psycopg's own dumper): a value JSON cannot carry is then refused before anything is sent, naming
+                # the row and the column as on SQLite. The text goes to the json column as an untyped literal; it is
+                # what the engine's serializer writes (store.postgres.create_postgres_engine).
+                process = _json_text
             if process is not None:
                 processors.append((name, process))
         plan = _POSTGRES_INSERTS[key] = (str(compiled), tuple(processors))
     return plan
+
+
+def _json_text(value: Any) -> str | None:
+    return None if value is None else pgtext.dumps_json(value)
 
 
 class Repository:
@@ -177,8 +190,9 @@ class Repository:
         A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
         a record of the other table, an ``input_hash`` that is not the hash of the row's input
         (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value a column refuses. The transaction must not commit after it (the
-        database's own transactions roll back).
+        in any column), a value either backend refuses (:func:`~store.row_statements.check_values`).
+        The same row gets the same error on SQLite and PostgreSQL. The transaction must not
+        commit after it (the database's own transactions roll back).
         """
         check_on_conflict(on_conflict)
         if self.conn.dialect.name == "sqlite":
@@ -194,7 +208,7 @@ class Repository:
                     for name, process in processors:
                         row[name] = process(row[name])
                 except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
-                    unwritable(self.role, e)
+                    unwritable(self.role, record, e)
                 dicts.append(row)
             if not dicts:
                 return 0
@@ -202,18 +216,18 @@ class Repository:
             result = self.conn.exec_driver_sql(sql, dicts)
         except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
             raise not_unicode(self.role, self._fields, dicts) from e
-        except IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
-            raise InvalidInputError(f"{self.role} rows rejected by the database: {e.orig}") from e
         except StatementError as e:
-            if isinstance(e, DBAPIError):  # locked, damaged...: the caller's retry and translation handle these
+            if isinstance(e, DBAPIError):  # every driver error: the database's retry and translation handle it
                 raise
             raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e
         return max(result.rowcount, 0)
 
     def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
-        """Each record, once it is known to be of this table and to be stored under the hash of its input."""
+        """Each record, once it is known to be of this table, to hold values both backends keep, and to be stored
+        under the hash of its input."""
         for record in records:
             refuse_other_type(self.role, record)
+            check_values(self.role, record)  # first, as on SQLite's own path (the same row, the same error)
             check_key(self.role, record)
             yield record
 

@@ -36,10 +36,12 @@ from store.row_statements import (
     LOOKUP_BATCH,
     OnConflict,
     check_on_conflict,
+    check_values,
     gc_paused,
     insert_statement,
     lookup_statement,
     not_unicode,
+    plain_values,
     refuse_other_type,
     table_shape,
     unwritable,
@@ -206,15 +208,16 @@ class SqliteInsert:
         one ``attrgetter`` call, then one tuple with each value processed
         inline (JSON objects by the JSON serializer the processor itself calls,
         aware ``created_at`` by :func:`_utc_to_text`, the rest by the type's own
-        processor). A record of the other table, or a value a processor
-        refuses (a naive ``created_at``), is an :class:`InvalidInputError`;
-        keys are not checked here (:func:`check_keys`).
+        processor). A record of the other table, a value :func:`check_values`
+        refuses, or a value a processor refuses (a naive ``created_at``), is an
+        :class:`InvalidInputError`; keys are not checked here (:func:`check_keys`).
         """
         dialect = sqlite_dialect()
         namespace: dict[str, Any] = {
             "record_type": record_type,
             "values_of": attrgetter(*self.names),
             "refuse": functools.partial(refuse_other_type, self.role),
+            "check": functools.partial(check_values, self.role),
             "unwritable": functools.partial(unwritable, self.role),
         }
         values = []
@@ -237,6 +240,8 @@ class SqliteInsert:
             else:
                 values.append(f"process_{i}(v{i})")
         variables = ", ".join(f"v{i}" for i in range(len(self.names)))
+        plain, names = plain_values(self.role, {name: f"v{i}" for i, name in enumerate(self.names)})
+        namespace.update(names)
         lines = [
             "def rows(records):",
             "    bound = []",
@@ -244,10 +249,12 @@ class SqliteInsert:
             "        if type(record) is not record_type:",
             "            refuse(record)",
             f"        {variables} = values_of(record)",
+            f"        if not ({plain}):",
+            "            check(record)  # raises what is wrong (or passes a row the expression is too strict for)",
             "        try:",
             f"            bound.append(({', '.join(values)}))",
             "        except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at",
-            "            unwritable(e)",
+            "            unwritable(record, e)",
             "    return bound",
         ]
         return _generated(f"{self.role} insert rows", lines, namespace)

@@ -106,6 +106,14 @@ class SqliteStorage:
         if refusal is not None:
             raise refusal
 
+    def discard_if_empty(self, location: Location) -> bool:
+        """Never removes anything: an empty database file lists 0 rows and a rerun fills it (see PostgresStorage's).
+
+        Another process may hold the file open (a run that found it meanwhile); removing it under that process
+        would lose what it writes next. A server's schema can be dropped under its tables' locks instead.
+        """
+        return False
+
     def open_existing(self, location: Location) -> SqliteDatabase | None:
         """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
         path = location.db_path(self.root)

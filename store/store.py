@@ -190,6 +190,12 @@ class Store:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
         return self.storage.open(location)
 
+    def discard_if_empty(self, location: Location) -> bool:
+        """Remove a server's descriptor schema that holds no row (a failed copy's); a folder's are kept."""
+        if self.readonly:
+            raise InvalidInputError(f"{self.where} was opened read-only: nothing is removed")
+        return self.storage.discard_if_empty(location)
+
     # ------------------------------------------------------------ looking at the whole store
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:

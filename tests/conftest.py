@@ -61,6 +61,23 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         report.longrepr = f"skipped ({reason}), but {NO_SKIPS} says every test must run here"
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_collectreport(report: pytest.CollectReport) -> Iterator[None]:
+    """Under ``JS_TEST_NO_SKIPS``, a module skipped while it is collected (a module-level ``importorskip``) fails.
+
+    Its tests never become items, so the hook above never sees them: without this, they would vanish with exit 0.
+    A wrapper changes the report before any other implementation sees it (pytest's session counts it as the
+    collection error it now is, and stops with a non-zero exit).
+    """
+    if report.skipped and os.environ.get(NO_SKIPS):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else report.longrepr
+        report.outcome = "failed"
+        report.longrepr = (
+            f"{report.nodeid} was skipped while collected ({reason}), but {NO_SKIPS} says every test must run here"
+        )
+    return (yield)
+
+
 # ---------------------------------------------------------------- a PostgreSQL server, started by the tests
 
 

@@ -10,10 +10,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
 from sqlalchemy import create_engine, inspect
+from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
 from inference.cli import app
@@ -25,6 +27,7 @@ from store.store import Store
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, judgement_record
 from tests.fake_openai import FakeOpenAI
 from tests.legacy import builders as b
+from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
 
 pytestmark = pytest.mark.postgres
@@ -211,3 +214,72 @@ def test_the_worked_example_revision_upgrades_either_backend_from_the_command_li
             with engine.connect() as conn:
                 assert "verdict" in {c["name"] for c in inspect(conn).get_columns("judgements", schema=schema)}
             engine.dispose()
+
+
+# ---------------------------------------------------------------- passwords never print
+
+PASSWORD = "Zq7@Wx9:pw-secret"  # an @ and a : in it, as real passwords have
+WRONG = "Yy3@Vv8:no-guess"
+
+
+def fragments(password: str) -> list[str]:
+    """The password and every piece a parser could cut it into (at its @ and :)."""
+    return [password, *password.replace(":", "@").split("@")]
+
+
+def password_spellings(user: str, database: str, socket: str, password: str, home: Path) -> dict[str, Any]:
+    """Each way a user can give the password: (URL, environment)."""
+    base = f"postgresql+psycopg://{user}@/{database}?host={socket}"
+    pgpass = home / ".pgpass"
+    escaped = password.replace("\\", "\\\\").replace(":", "\\:")
+    pgpass.write_text(f"*:*:*:{user}:{escaped}\n")
+    pgpass.chmod(0o600)
+    return {
+        "user-part, encoded": (f"postgresql+psycopg://{user}:{quote(password, safe='')}@/{database}?host={socket}", {}),
+        "user-part, @ unencoded": (f"postgresql+psycopg://{user}:{password}@/{database}?host={socket}", {}),
+        "query parameter": (f"{base}&password={quote(password, safe='')}", {}),
+        "PGPASSWORD": (base, {"PGPASSWORD": password}),
+        "~/.pgpass": (base, {"HOME": str(home)}),
+    }
+
+
+@pytest.mark.parametrize("right", [True, False], ids=["right-password", "wrong-password"])
+def test_no_password_spelling_ever_prints(right: bool, pg_url: str, pg_cluster: Cluster, tmp_path: Path) -> None:
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE pw_user LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; "
+        f"ALTER ROLE pw_user PASSWORD '{PASSWORD}'"
+    )
+    pg_cluster.sql(f'GRANT CONNECT, CREATE ON DATABASE "{database}" TO pw_user')
+    folder = tmp_path / "folder"
+    with Store(Settings(), root=folder) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+    given = PASSWORD if right else WRONG
+    home = tmp_path / "home"
+    home.mkdir()
+    for spelling, (url, env) in password_spellings("pw_user", database, pg_cluster.socket_dir, given, home).items():
+        runs = {
+            "copy": judgestore("copy", "--from-root", str(folder), "--to-url", url, env=env),
+            "copy --json": judgestore("copy", "--from-root", str(folder), "--to-url", url, "--json", env=env),
+            "ls": judgestore("ls", "--store-url", url, env=env),
+            "ls --json": judgestore("ls", "--json", "--store-url", url, env=env),
+            "db status": judgestore("db", "status", "--json", "--store-url", url, env=env),
+            "verify": judgestore("verify", "--store-url", url, env=env),
+            "query": judgestore("query", "--format", "jsonl", "--store-url", url, env=env),
+            "stats": judgestore("stats", "--store-url", url, env=env),
+        }
+        for command, result in runs.items():
+            printed = result.stdout + result.stderr
+            assert not [f for f in fragments(given) if f in printed], (spelling, command, printed)
+            assert "Traceback" not in printed
+            if right:
+                assert result.exit_code == 0, (spelling, command, printed)
+            else:
+                assert result.exit_code == 1 and "refused the credentials" in printed, (spelling, command, printed)
+        if right:
+            (listed,) = orjson.loads(runs["ls --json"].stdout)
+            assert listed["rows"] == 3 and listed["path"].startswith("postgresql+psycopg://pw_user")
+            assert "pw_user@" in runs["ls"].stdout.replace("\n", "") or "pw_user:***@" in runs["ls"].stdout

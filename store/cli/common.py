@@ -39,9 +39,8 @@ from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues, postgres
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import EmptyFilterError, JudgestoreError, ServerError
+from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
-from store.postgres import display_url
 from store.records import RowCount
 from store.schema import DatabaseInfo
 from store.sqlite_errors import translated
@@ -91,9 +90,11 @@ def _error_line(error: JudgestoreError) -> str:
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:
     """The typed error for a failure no library path translated, naming the store the command was given."""
     url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
+    if isinstance(error, DBAPIError) and type(error.orig).__module__.startswith("psycopg"):
+        url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its server this way
+        return postgres.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
     if url and isinstance(error, DBAPIError):
-        typed = postgres.translated(url, error)
-        return typed if isinstance(typed, JudgestoreError) else ServerError(display_url(url), str(error.orig or error))
+        return postgres.translated(url, error)
     given = kwargs.get("store_root")
     root = Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
     return translated(root, error)

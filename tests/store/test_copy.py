@@ -20,11 +20,15 @@ import pytest
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
+from store import logprobs
 from store.adoption import AdoptionRecord, adopt_rows, adoptions
 from store.cli.app import build_app
 from store.copy import copy_store, row_digest
+from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
 from store.layout import Location, Selector
+from store.logprobs import PositionLogprobs, TokenLogprob
+from store.pgtext import ESCAPE
 from store.postgres import schema_name
 from store.runs import RunRecord, recent_runs, record_run
 from store.settings import Settings
@@ -48,7 +52,7 @@ def full_store(root: Path) -> Path:
         old = store.database("completions", "mt-bench", OLD_QWEN)
         old.put_many([completion_record(i, model="qwen-old") for i in range(50, 54)])
         evidence = AdoptionRecord(source_descriptor=OLD_QWEN.sha256(), source_task="mt-bench", source_rows=0,
-                                  details={"across": ["backend_version"], "nan": "no"}, sampled=2, exact=2,
+                                  details={"across": ["backend_version"], "nan": "no\0", "\0": "x"}, sampled=2, exact=2,
                                   max_abs_logprob_delta=None, top_tokens_changed=0, sample_seed=7, min_exact=1.0,
                                   max_logprob_delta=0.5)  # fmt: skip
         adopt_rows(old, odd, evidence)
@@ -86,6 +90,106 @@ def test_a_folder_goes_to_a_server_and_back_with_every_row_and_its_bookkeeping(t
         report = copy_store(server, back)
         assert report.ok and snapshot(back) == original
     assert not [p for p in (tmp_path / "back").rglob("*") if p.name.endswith(".lock") and p.stat().st_size]
+
+
+TINY = ModelDescriptor(provider="vllm", model="tiny-b", sampling={"temperature": 0.0})
+SPECIAL = (
+    "\0 NUL, \U0001f600 4-byte, \u05e9\u05dc\u05d5\u05dd right-to-left, \u202econtrols\u202c, " + ESCAPE + "0 escape"
+)
+
+
+def text_store(root: Path) -> Path:
+    """The full store, and a database like the demo's (completions holding U+0000) with every kind of text."""
+    full_store(root)
+    with Store(Settings(), root=root) as store:
+        demo = store.database("completions", "demo\0task", TINY)
+        demo.put_many(
+            [
+                completion_record(100, completion="\0"),  # what the tiny model answered in the demo
+                completion_record(101, completion=f"before\0after {SPECIAL}", benchmark=f"b\0{ESCAPE}",
+                                  model="tiny\0b", run_id="r\0", created_by=SPECIAL, finish_reason="stop\0"),
+                completion_record(102, usage={"k\0": "v\0", SPECIAL: [SPECIAL, -math.inf]},
+                                  top_logprobs=logprobs.encode([PositionLogprobs(
+                                      (TokenLogprob("\0", -0.1, 0, 1), TokenLogprob(SPECIAL, -math.inf, 7, 2)),
+                                      TokenLogprob("\0", -0.1, 0, 1))])),
+                completion_record(103, completion=SPECIAL * 50_000),  # 4.6 MB
+            ]
+        )  # fmt: skip
+        record_run(demo, replace(run(3), run_id="run\0x", created_by=SPECIAL))
+    return root
+
+
+@pytest.mark.postgres
+def test_rows_holding_nul_and_every_kind_of_text_go_to_a_server_and_back_identical(tmp_path: Path, pg_url: str) -> None:
+    root = text_store(tmp_path / "folder")
+    with Store(root=root, readonly=True) as source:
+        original = snapshot(source)
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        there = copy_store(source, server, chunk_size=3)
+        assert there.ok and there.rows_written == 23, there.as_dict()
+        assert snapshot(server) == original
+        assert all(server.verify(location).ok for location in server.locations())
+    with Store(url=pg_url, readonly=True) as server, Store(root=tmp_path / "back") as back:
+        again = copy_store(server, back)
+        assert again.ok and snapshot(back) == original
+        assert all(back.verify(location).ok for location in back.locations())
+    digests = [{d.location: (d.source_digest, d.target_digest) for d in r.databases} for r in (there, again)]
+    assert digests[0] == digests[1] and all(a == b for a, b in digests[0].values())
+    with Store(root=root, readonly=True) as source:
+        assert all(source.verify(location).ok for location in source.locations())
+
+
+def old_row_the_server_refuses(root: Path, location: Location) -> str:
+    """A judgement as an older judgestore let SQLite keep it: a benchmark too long for PostgreSQL's index."""
+    row = judgement_record(50, benchmark="\U0001f600" * 2_000)
+    with closing(sqlite3.connect(location.db_path(root))) as conn, conn:
+        conn.execute(
+            "INSERT INTO judgements (input_hash, sample_index, benchmark, created_at, input_text, completion) "
+            "VALUES (?, 0, ?, '2099-01-01 00:00:00.000000', ?, ?)",  # the newest row: read last
+            (row.input_hash, row.benchmark, row.input_text, row.completion),
+        )
+    return row.input_hash
+
+
+@pytest.mark.postgres
+def test_a_database_the_target_refuses_is_reported_as_the_targets_and_leaves_no_empty_schema(
+    tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    root = full_store(tmp_path / "folder")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    key = old_row_the_server_refuses(root, location)
+    before = file_digests(root)
+    for attempt in range(2):  # a rerun meets the same row, and the others are there already
+        with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+            report = copy_store(source, server, chunk_size=100)
+            (bad,) = [d for d in report.databases if not d.verified]
+            problem = " ".join(bad.problems)
+            assert bad.location == location and bad.written == 0 and bad.target is None
+            assert problem.startswith(f"the target {server.where} schema {schema_name(location)} refused a source row")
+            assert key in problem and "benchmark" in problem and "judgestore delete --input-hash" in problem
+            assert "removed" in problem and "recompute" not in problem and "SQLite" not in problem
+            assert [d.verified for d in report.databases].count(True) == 3
+            assert sum(d.written for d in report.databases) == (14 if attempt == 0 else 0)
+            assert location not in server.locations()
+    database = make_url(pg_url).database
+    assert database is not None
+    assert pg_cluster.sql(f"SELECT count(*) FROM pg_namespace WHERE nspname = '{schema_name(location)}'", database) == [
+        (0,)
+    ]
+    assert file_digests(root) == before  # the source was only read
+
+
+@pytest.mark.postgres
+def test_a_database_that_fails_half_way_keeps_what_it_copied_and_a_rerun_finds_it(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    old_row_the_server_refuses(root, location)
+    for written, already_there in ((5, 0), (0, 5)):
+        with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+            report = copy_store(source, server, chunk_size=1)
+            (bad,) = [d for d in report.databases if not d.verified]
+            assert (bad.written, bad.already_there, bad.target) == (written, already_there, server.open(location).where)
+            assert "removed" not in " ".join(bad.problems) and server.open(location).count() == 5
 
 
 def test_a_second_copy_writes_nothing_and_still_verifies(tmp_path: Path, pg_url: str) -> None:
@@ -235,6 +339,25 @@ def test_judgestore_copy_exits_1_when_a_row_conflicts(tmp_path: Path) -> None:
     result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"))
     assert result.exit_code == 1
     assert "differs in completion" in result.stderr and "did not verify" in result.stderr
+
+
+@pytest.mark.postgres
+def test_judgestore_copy_names_the_failing_target_goes_on_and_exits_1(tmp_path: Path, pg_url: str) -> None:
+    root = full_store(tmp_path / "folder")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    old_row_the_server_refuses(root, location)
+    result = invoke("--from-root", str(root), "--to-url", pg_url)
+    assert result.exit_code == 1
+    assert f"the target {Store(url=pg_url).where} schema {schema_name(location)} refused a source row" in result.stderr
+    assert "1 of 4 databases did not verify" in result.stderr and "3 databases" not in result.stderr
+    assert "14 rows written" in result.stdout and "Traceback" not in result.output
+    as_json = invoke("--from-root", str(root), "--to-url", pg_url, "--json")
+    assert as_json.exit_code == 1
+    report = orjson.loads(as_json.stdout)
+    (bad,) = [d for d in report["databases"] if not d["verified"]]
+    assert bad["role"] == "judgements" and bad["target"] is None and "refused a source row" in bad["problems"][0]
+    listed = CliRunner().invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
+    assert {d["role"] for d in orjson.loads(listed.stdout)} == {"completions"}  # no empty judgements database
 
 
 @pytest.mark.parametrize(

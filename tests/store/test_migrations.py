@@ -36,7 +36,7 @@ from store.schema import (
 )
 from store.settings import Settings
 from store.upgrade import UpgradeOutcome, upgrade_database
-from tests.factories import SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
+from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SCHEMA_DUMP = Path(__file__).with_name("schema_dump.sql")
@@ -284,7 +284,7 @@ def test_0004_adds_adoptions_and_leaves_every_stored_row_not_adopted(tmp_path: P
         put_at_old_revision(conn, "completions", rows)
     engine.dispose()
     result = upgrade_database(db_path, Settings())
-    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0003", "0004")
+    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0003", SHIPPED_HEAD)
     engine = create_engine(f"sqlite:///{db_path}")
     with engine.connect() as conn:
         stored = sorted(Repository(conn, "completions").query(), key=lambda r: r.input_hash)

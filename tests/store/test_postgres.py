@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import threading
@@ -11,11 +12,11 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import event, inspect
+from sqlalchemy import create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
-from store import logprobs
+from store import jsonvalues, logprobs
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -30,7 +31,8 @@ from store.errors import (
 )
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.postgres import registry, schema_name
+from store.pgtext import ESCAPE
+from store.postgres import display_url, parse_store_url, registry, schema_name
 from store.records import RowFilter
 from store.schema import DatabaseState
 from store.settings import Settings
@@ -340,3 +342,94 @@ def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dr
         and "f00d" in results["completions/other"].problems[0].message
     )
     assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]
+
+
+def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_after_revision_0005(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Values holding U+FDD0, and JSON holding \\u0000, that older code stored verbatim are rewritten escaped."""
+    verbatim = completion_record(
+        1,
+        completion=f"{ESCAPE}0 {ESCAPE}1 {ESCAPE}",
+        benchmark=f"b{ESCAPE}1",
+        usage={f"k{ESCAPE}0": "\0", "prompt_tokens": 3},
+        top_logprobs={"\0": -1.5, "x": [ESCAPE, -math.inf]},
+    )
+    plain = completion_record(2, usage={"prompt_tokens": 4})
+    with Store(url=pg_url) as server:
+        location = server.database("completions", "t", QWEN).location
+    name, database = schema_name(location), make_url(pg_url).database
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '0004'", database)
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:  # the rows as judgestore stored them before revision 0005: verbatim
+        for row in (verbatim, plain):
+            values = dataclasses.asdict(row)
+            values.update(usage=jsonvalues.dumps(row.usage), top_logprobs=jsonvalues.dumps(row.top_logprobs),
+                          created_at=row.created_at.replace(tzinfo=None))  # fmt: skip
+            placeholders = ", ".join(f"%({c})s::json" if c in ("usage", "top_logprobs") else f"%({c})s" for c in values)
+            conn.exec_driver_sql(f'INSERT INTO "{name}".completions ({", ".join(values)}) VALUES ({placeholders})',
+                                 values)  # fmt: skip
+    engine.dispose()
+    with Store(url=pg_url) as server:
+        (result,) = server.upgrade([location])
+        assert (result.outcome, result.from_revision, result.to_revision) == (
+            UpgradeOutcome.UPGRADED, "0004", SHIPPED_HEAD
+        )  # fmt: skip
+        opened = server.open(location)
+        found = opened.get_many([verbatim.input_hash, plain.input_hash])
+        assert math.isinf(found[verbatim.input_hash].top_logprobs["x"][1])  # type: ignore[index]
+        assert found == {verbatim.input_hash: verbatim, plain.input_hash: plain}
+        assert opened.count(RowFilter(benchmark=f"b{ESCAPE}1")) == 1
+        assert server.verify(location).ok
+        with opened.reading() as repo:
+            assert repo.totals().prompt_tokens == 7  # PostgreSQL's json operators read every usage value now
+    query = f'SELECT completion, usage::text, top_logprobs::text FROM "{name}".completions ORDER BY instruction_id'
+    completion, usage, top = pg_cluster.sql(query, database)[0]
+    assert completion == f"{ESCAPE}10 {ESCAPE}11 {ESCAPE}1"  # as revision 0005 rewrote it
+    assert "\\u0000" not in f"{usage}{top}" and f"k{ESCAPE}10" in str(usage)
+
+
+@pytest.mark.parametrize(
+    ("url", "password", "host", "shown"),
+    [
+        ("postgresql+psycopg://eval:p@ss@db.example/evals", "p@ss", "db.example",
+         "postgresql+psycopg://eval:***@db.example/evals"),
+        ("postgresql+psycopg://eval:p%40ss@db.example:5433/evals", "p@ss", "db.example",
+         "postgresql+psycopg://eval:***@db.example:5433/evals"),
+        ("postgresql+psycopg://eval:a:b@c@/evals?host=/run/pg", "a:b@c", None,
+         "postgresql+psycopg://eval:***@/evals?host=%2Frun%2Fpg"),
+        ("postgresql+psycopg://eval@db.example/evals?password=p@ss&sslmode=require", None, "db.example",
+         "postgresql+psycopg://eval@db.example/evals?password=***&sslmode=require"),
+        ("postgresql+psycopg://eval@db.example/evals?sslpassword=k3y", None, "db.example",
+         "postgresql+psycopg://eval@db.example/evals?sslpassword=***"),
+        ("postgresql+psycopg://eval@db.example?password=p@ss", None, "db.example",
+         "postgresql+psycopg://eval@db.example?password=***"),
+        ("postgresql+psycopg://eval:p?s@s@db.example?sslmode=require", "p?s@s", "db.example",
+         "postgresql+psycopg://eval:***@db.example?sslmode=require"),
+        ("postgresql://eval@db.example/evals", None, "db.example", "postgresql://eval@db.example/evals"),
+    ],
+)  # fmt: skip
+def test_a_url_is_read_as_the_server_reads_it_and_shown_without_any_password(
+    url: str, password: str | None, host: str | None, shown: str
+) -> None:
+    parsed = parse_store_url(url)
+    assert (parsed.password, parsed.host) == (password, host)
+    assert display_url(url) == shown
+    assert "p@ss" not in display_url(url) and "k3y" not in display_url(url)
+
+
+def test_names_holding_nul_are_registered_and_a_name_registered_verbatim_before_0005_still_opens(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    nul_task, old_task = "task\0with nul", f"task{ESCAPE}1"  # the second, stored verbatim, reads as escaped text
+    with Store(url=pg_url) as server:
+        for task in (nul_task, old_task):
+            server.database("completions", task, QWEN).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    assert database is not None
+    # What judgestore wrote before revision 0005: the name as it is, unescaped.
+    pg_cluster.sql(f"UPDATE judgestore.registry SET task = '{old_task}' WHERE task = '{old_task}1'", database)
+    assert pg_cluster.sql(f"SELECT count(*) FROM judgestore.registry WHERE task = '{old_task}'", database) == [(1,)]
+    with Store(url=pg_url, readonly=True) as server:
+        assert sorted(location.task for location in server.locations()) == sorted([nul_task, old_task])
+        assert all(server.open(location).count() == 1 for location in server.locations())

@@ -1,0 +1,35 @@
+"""Requests: their metadata is text, as every store keeps it, and a request file's integer ids are read as text."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+import pytest
+
+from inference.jsonl import read_completion_requests, read_judgement_requests
+from inference.requests import CompletionRequest, JudgementRequest
+from store.errors import InvalidInputError
+
+
+@pytest.mark.parametrize("field", ["benchmark", "instruction_id", "model"])
+def test_metadata_that_is_not_text_is_refused_before_anything_runs(field: str) -> None:
+    with pytest.raises(InvalidInputError, match=f"{field} must be text or None, got int 3"):
+        CompletionRequest(text="q", **{field: 3})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="judge must be text"):
+        JudgementRequest(text="q", judge=["j"])  # type: ignore[arg-type]
+
+
+def test_integer_ids_in_a_request_file_are_read_as_their_text(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(orjson.dumps({"text": "q", "instruction_id": 81, "benchmark": 2024}) + b"\n")
+    (request,) = read_completion_requests(prompts)
+    assert (request.instruction_id, request.benchmark) == ("81", "2024")
+    pairs = tmp_path / "pairs.jsonl"
+    pair = {"question": "q", "model_a": 1, "answer_a": "x", "model_b": "b", "answer_b": "y", "instruction_id": 7}
+    pairs.write_bytes(orjson.dumps(pair) + b"\n")
+    judged = read_judgement_requests(pairs, ["direct"])
+    assert [(r.instruction_id, r.model_a, r.model_b) for r in judged] == [("7", "1", "b")]
+    prompts.write_bytes(orjson.dumps({"text": "q", "instruction_id": 1.5}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: instruction_id must be text"):
+        read_completion_requests(prompts)

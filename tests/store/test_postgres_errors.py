@@ -1,0 +1,217 @@
+"""Every error psycopg can raise reaches the caller of a server store as a typed error naming the server.
+
+Two ways: every exception class psycopg defines (client-side ones, without a
+SQLSTATE, included) through :func:`store.postgres.translated`; and each
+family raised by the driver itself, on the real server, while a server store
+writes and reads (the driver's cursor made to raise it, then a lock the
+server really waits on), after which the store is used again as if nothing
+happened, and nothing of the failed write was kept.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import psycopg
+import psycopg.errors
+import pytest
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+
+from store.errors import (
+    JudgestoreError,
+    ServerAuthError,
+    ServerBusyError,
+    ServerDamagedError,
+    ServerError,
+    ServerFullError,
+    ServerPermissionError,
+    ServerSchemaError,
+    ServerUnavailableError,
+    ServerValueError,
+    UnexpectedServerError,
+)
+from store.postgres import display_url, translated
+from store.settings import Settings
+from store.store import Store
+from tests.factories import QWEN, completion_record
+from tests.pg_server import Cluster
+
+URL = "postgresql+psycopg://eval:S3cr3t-pw@db.example:5432/evals?password=Qu3ry-pw"
+SECRETS = ("S3cr3t-pw", "Qu3ry-pw")
+
+EVERY_CLASS = sorted(
+    (c for c in vars(psycopg.errors).values() if inspect.isclass(c) and issubclass(c, psycopg.Error)),
+    key=lambda c: c.__name__,
+)
+
+EXPECTED: dict[type[psycopg.Error] | str, type[ServerError]] = {
+    # client-side: raised by psycopg itself, without a SQLSTATE
+    psycopg.Error: UnexpectedServerError,
+    psycopg.InterfaceError: ServerUnavailableError,
+    psycopg.DatabaseError: UnexpectedServerError,
+    psycopg.DataError: ServerValueError,
+    psycopg.OperationalError: ServerUnavailableError,
+    psycopg.IntegrityError: ServerValueError,
+    psycopg.InternalError: UnexpectedServerError,
+    psycopg.ProgrammingError: UnexpectedServerError,
+    psycopg.NotSupportedError: UnexpectedServerError,
+    psycopg.errors.ConnectionTimeout: ServerUnavailableError,
+    psycopg.errors.PipelineAborted: UnexpectedServerError,
+    # sent by the server
+    "28P01": ServerAuthError,
+    "28000": ServerAuthError,
+    "3D000": ServerError,
+    "42501": ServerPermissionError,
+    "25006": ServerPermissionError,
+    "40001": ServerBusyError,
+    "40P01": ServerBusyError,
+    "55P03": ServerBusyError,
+    "57014": ServerBusyError,
+    "53100": ServerFullError,
+    "53200": ServerFullError,
+    "53300": ServerUnavailableError,
+    "57P01": ServerUnavailableError,
+    "08006": ServerUnavailableError,
+    "42P01": ServerSchemaError,
+    "42703": ServerSchemaError,
+    "22021": ServerValueError,
+    "22001": ServerValueError,
+    "23505": ServerValueError,
+    "23514": ServerValueError,
+    "54000": ServerValueError,  # e.g. an index row too large
+    "58030": ServerDamagedError,  # an I/O error on the server
+    "P0001": UnexpectedServerError,
+    "XX001": ServerDamagedError,
+    "XX000": ServerDamagedError,
+    "0A000": UnexpectedServerError,
+    "42601": UnexpectedServerError,
+    "25P02": UnexpectedServerError,
+}
+
+
+# Raised on a real server store's writes and reads: every client-side class, and one SQLSTATE of each family.
+END_TO_END = [k for k in EXPECTED if not isinstance(k, str)] + [
+    "28P01", "42501", "25006", "40001", "55P03", "53100", "57P01", "42P01", "22021", "23514", "XX001", "0A000",
+]  # fmt: skip
+
+
+def wrapped(error: psycopg.Error) -> DBAPIError:
+    """``error`` as SQLAlchemy hands it on (its DBAPIError subclass chosen by the driver class)."""
+    return DBAPIError.instance("INSERT INTO completions ...", {}, error, psycopg.Error)
+
+
+def _class_of(key: type[psycopg.Error] | str) -> type[psycopg.Error]:
+    return psycopg.errors.lookup(key) if isinstance(key, str) else key
+
+
+@pytest.mark.parametrize("error_class", EVERY_CLASS, ids=lambda c: c.__name__)
+def test_every_psycopg_error_class_is_a_typed_error_naming_the_server_and_no_password(
+    error_class: type[psycopg.Error],
+) -> None:
+    message = f"something failed: password=S3cr3t-pw ({error_class.__name__})"  # a driver quoting a secret
+    typed = translated(URL, wrapped(error_class(message)))
+    assert isinstance(typed, ServerError)
+    text = str(typed)
+    assert text.startswith(display_url(URL) + ": ") and error_class.__name__ in text
+    assert not any(secret in text for secret in SECRETS), text
+
+
+@pytest.mark.parametrize("key", EXPECTED, ids=lambda k: k if isinstance(k, str) else k.__name__)
+def test_each_kind_of_driver_error_gets_its_own_class(key: type[psycopg.Error] | str) -> None:
+    typed = translated(URL, wrapped(_class_of(key)("it failed")))
+    assert type(typed) is EXPECTED[key], (key, typed)
+
+
+# ---------------------------------------------------------------- raised by the driver, on a real server
+
+
+@pytest.fixture
+def server(pg_url: str) -> Iterator[Store]:
+    with Store(Settings(lock_retries=1), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        yield store
+
+
+class Failing:
+    """psycopg's cursors (a query streams through a server-side one) made to raise ``error`` on every statement
+    that touches the completions table."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.error: psycopg.Error | None = None
+        for cursor, name in ((psycopg.Cursor, "execute"), (psycopg.Cursor, "executemany"),
+                             (psycopg.ServerCursor, "execute")):  # fmt: skip
+            monkeypatch.setattr(cursor, name, self._failing(getattr(cursor, name)))
+
+    def _failing(self, real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(cursor: psycopg.Cursor[Any], query: Any, *args: Any, **kwargs: Any) -> Any:
+            if self.error is not None and "completions" in str(query):
+                raise self.error
+            return real(cursor, query, *args, **kwargs)
+
+        return call
+
+
+OPERATIONS: dict[str, Callable[[Any], object]] = {
+    "put_many": lambda db: db.put_many([completion_record(2), completion_record(3)]),
+    "get_many": lambda db: db.get_many([completion_record(1).input_hash]),
+    "count": lambda db: db.count(),
+    "query": lambda db: list(db.query()),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("operation", OPERATIONS)
+@pytest.mark.parametrize("key", END_TO_END, ids=lambda k: k if isinstance(k, str) else k.__name__)
+def test_a_driver_error_on_a_write_or_a_read_reaches_the_caller_typed_and_the_store_goes_on(
+    key: type[psycopg.Error] | str, operation: str, server: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = server.open(server.locations()[0])
+    failing = Failing(monkeypatch)
+    failing.error = _class_of(key)("the driver failed here")
+    with pytest.raises(JudgestoreError) as caught:
+        OPERATIONS[operation](database)
+    assert type(caught.value) is EXPECTED[key]
+    assert str(caught.value).startswith(server.where) and "the driver failed here" in str(caught.value)
+    failing.error = None
+    assert database.count() == 1  # nothing of a failed write was kept
+    assert database.put_many([completion_record(4)]) == 1 and database.count() == 2
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("operation", OPERATIONS)
+def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_read(
+    operation: str, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Not made up: another session holds the table, the server gives up waiting (lock_timeout, 55P03)."""
+    with Store(url=pg_url) as store:
+        location = store.database("completions", "t", QWEN).location
+    impatient = pg_url + "&options=-c%20lock_timeout%3D200"
+    holding, release = threading.Event(), threading.Event()
+    database = make_url(pg_url).database
+    assert database is not None
+
+    def hold() -> None:
+        from store.postgres import schema_name
+
+        with psycopg.connect(host=pg_cluster.socket_dir, user="postgres", dbname=database) as conn:
+            conn.execute(f'LOCK TABLE "{schema_name(location)}".completions IN ACCESS EXCLUSIVE MODE')
+            holding.set()
+            release.wait(30)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with Store(Settings(lock_retries=0), url=impatient) as store:
+            with pytest.raises(ServerBusyError, match="a lock it could not get") as caught:
+                OPERATIONS[operation](store.open(location))
+            assert "Run the command again" in str(caught.value)
+    finally:
+        release.set()
+        holder.join()
+    with Store(url=pg_url) as store:
+        assert store.open(location).count() == 0
