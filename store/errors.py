@@ -427,7 +427,8 @@ class RequestsFailedError(JudgestoreError):
 
     def __init__(self, message: str, *, failures: Sequence[Any], responses: Sequence[Any]) -> None:
         self.failures = list(failures)
-        self.responses = list(responses)
+        # A list is kept as given: the cache boundary's carries what its call did (``responses.run``).
+        self.responses = responses if isinstance(responses, list) else list(responses)
         super().__init__(message)
 
 
