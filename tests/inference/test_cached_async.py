@@ -8,16 +8,17 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
-from inference import CachedModel, CompletionRequest
+from inference import CachedModel, CompletionRequest, HostedSpec
 from inference.backend import EngineRequest, Generation, Refusal
 from inference.cached import Responses
 from store import Store
 from store.descriptor import ModelDescriptor
 from store.errors import RequestRefusedError, RequestsFailedError
+from tests.fake_openai import FakeOpenAI
 
 
 class SlowBackend:
@@ -133,3 +134,40 @@ def test_a_failed_request_of_an_async_call_raises_with_every_response_and_its_su
     responses = raised.value.responses
     assert isinstance(responses, Responses) and [r.error is None for r in responses] == [True, False, True]
     assert responses.run.written == 2 and len(responses.run.failed) == 1
+
+
+# ------------------------------------------------------------------ hosted: the limit is the model's
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeOpenAI() as server:
+        yield server
+
+
+def test_concurrent_async_calls_of_a_hosted_model_share_its_limit(store: Store, fake: FakeOpenAI) -> None:
+    fake.delay = 0.1
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, max_concurrency=3)
+    model = spec.cached(store, task="t")
+
+    async def main() -> list[Responses]:
+        async with model:
+            return await asyncio.gather(*(model.acomplete([ask(10 * k + i) for i in range(6)]) for k in range(3)))
+
+    results = asyncio.run(main())
+    assert [r.text for r in results[2]] == [f"echo: q{20 + i}" for i in range(6)]
+    assert len(fake.completions()) == 18
+    assert fake.max_in_flight == 3  # three batches of six, never more than the model's three at once
+
+
+def test_a_hosted_models_limit_defaults_to_the_setting(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGESTORE_MAX_CONCURRENCY", "2")
+    fake.delay = 0.1
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
+    with spec.cached(store, task="t") as model:
+        model.complete([ask(i) for i in range(6)])
+    assert fake.max_in_flight == 2
