@@ -30,6 +30,12 @@ _WHERE = {
     "run_requests": "inference.run",
     "RunSummary": "inference.run",
     "RequestsFailedError": "store.errors",
+    "Responses": "inference.cached",
+    "chat_messages": "inference.messages",
+    "token_logprobs_last_wins": "inference.logprob_views",
+    "token_logprobs_merged": "inference.logprob_views",
+    "openai_logprobs": "inference.logprob_views",
+    "preference": "inference.logprob_views",
 }
 
 __all__ = [
@@ -41,17 +47,25 @@ __all__ = [
     "ModelSpec",
     "RequestsFailedError",
     "Response",
+    "Responses",
     "RunSummary",
     "Sample",
+    "chat_messages",
+    "openai_logprobs",
     "pairwise_requests",
     "pointwise_request",
+    "preference",
     "run_requests",
+    "token_logprobs_last_wins",
+    "token_logprobs_merged",
 ]
 
 if TYPE_CHECKING:
-    from inference.cached import CachedModel
+    from inference.cached import CachedModel, Responses
     from inference.hosted import HostedSpec
     from inference.judging import pairwise_requests, pointwise_request
+    from inference.logprob_views import openai_logprobs, preference, token_logprobs_last_wins, token_logprobs_merged
+    from inference.messages import chat_messages
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
     from inference.run import RunSummary, run_requests
     from inference.spec import DEFAULT_SAMPLING, ModelSpec
