@@ -7,7 +7,9 @@ Contract:
   supported way in; the modules behind these names may move, these names
   stay.
 * Importing ``inference`` imports nothing of these until a name is used
-  (:pep:`562`); nothing here imports vLLM, torch or the ``openai`` client.
+  (:pep:`562`); nothing here imports vLLM, torch or the ``openai`` client,
+  and ``langchain_core`` only when ``CachedChatModel`` is used (the
+  ``langchain`` extra).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ _WHERE = {
     "DEFAULT_SAMPLING": "inference.spec",
     "HostedSpec": "inference.hosted",
     "CachedModel": "inference.cached",
+    "CachedChatModel": "inference.langchain",
     "CompletionRequest": "inference.requests",
     "JudgementRequest": "inference.requests",
     "Response": "inference.requests",
@@ -40,6 +43,7 @@ _WHERE = {
 
 __all__ = [
     "DEFAULT_SAMPLING",
+    "CachedChatModel",
     "CachedModel",
     "CompletionRequest",
     "HostedSpec",
@@ -64,6 +68,7 @@ if TYPE_CHECKING:
     from inference.cached import CachedModel, Responses
     from inference.hosted import HostedSpec
     from inference.judging import pairwise_requests, pointwise_request
+    from inference.langchain import CachedChatModel
     from inference.logprob_views import openai_logprobs, preference, token_logprobs_last_wins, token_logprobs_merged
     from inference.messages import chat_messages
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
