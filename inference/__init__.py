@@ -34,6 +34,10 @@ _WHERE = {
     "RunSummary": "inference.run",
     "RequestsFailedError": "store.errors",
     "Responses": "inference.cached",
+    "prepare_model": "inference.compat",
+    "do_inference": "inference.compat",
+    "PreparedModel": "inference.compat",
+    "InferenceResult": "inference.compat",
     "chat_messages": "inference.messages",
     "token_logprobs_last_wins": "inference.logprob_views",
     "token_logprobs_merged": "inference.logprob_views",
@@ -47,18 +51,22 @@ __all__ = [
     "CachedModel",
     "CompletionRequest",
     "HostedSpec",
+    "InferenceResult",
     "JudgementRequest",
     "ModelSpec",
+    "PreparedModel",
     "RequestsFailedError",
     "Response",
     "Responses",
     "RunSummary",
     "Sample",
     "chat_messages",
+    "do_inference",
     "openai_logprobs",
     "pairwise_requests",
     "pointwise_request",
     "preference",
+    "prepare_model",
     "run_requests",
     "token_logprobs_last_wins",
     "token_logprobs_merged",
@@ -66,6 +74,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from inference.cached import CachedModel, Responses
+    from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
     from inference.hosted import HostedSpec
     from inference.judging import pairwise_requests, pointwise_request
     from inference.langchain import CachedChatModel
