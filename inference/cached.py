@@ -232,7 +232,7 @@ class CachedModel:
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
         keys, inputs = self._render(role, requests)
-        return self._plan(role, requests, keys, inputs, self._lookup(role, inputs, RunStats()))
+        return self._plan(role, requests, keys, inputs, self._lookup(role, inputs))
 
     # ------------------------------------------------------------ the boundary
 
@@ -266,7 +266,7 @@ class CachedModel:
                         inputs[key] = (k, i)
         return keys_per_request, inputs
 
-    def _fetch(self, role: Role, run: RunStats) -> None:
+    def _fetch(self, role: Role, run: RunStats | None) -> None:
         """Import the remote's rows of this descriptor folder, once per role and model."""
         if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
             return
@@ -274,9 +274,10 @@ class CachedModel:
 
         report = fetch(self.store, self.remote, Selector.of(role, self.task, self.descriptor))
         self._fetched.add(role)
-        run.fetched_rows = report.rows
+        if run is not None:
+            run.fetched_rows = report.rows
 
-    def _lookup(self, role: Role, inputs: dict[str, _Slot], run: RunStats) -> dict[str, Record]:
+    def _lookup(self, role: Role, inputs: dict[str, _Slot], run: RunStats | None = None) -> dict[str, Record]:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
         self._fetch(role, run)
