@@ -16,7 +16,8 @@ Contract:
   way; ``abatch`` and ``ainvoke`` run it off the event loop
   (:meth:`~inference.cached.CachedModel.acomplete`). ``stream`` yields the
   whole answer as one chunk (a hit streams its stored text; the engine does
-  not stream).
+  not stream). A config's ``max_concurrency`` does not split the batch: a
+  hosted model's own ``max_concurrency`` bounds its requests in flight.
 * Messages map to roles as :mod:`inference.messages` says (``human`` ->
   ``user``, ``ai`` -> ``assistant``, ``system``; tool messages and anything
   judgestore cannot key are refused with
