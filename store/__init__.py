@@ -37,6 +37,7 @@ _WHERE = {
     "text_logprobs": "store.logprobs",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
+    "UnsupportedMessageError": "store.errors",
 }
 
 __all__ = [
@@ -58,6 +59,7 @@ __all__ = [
     "Selector",
     "Settings",
     "Store",
+    "UnsupportedMessageError",
     "input_hash",
     "text_logprobs",
 ]
@@ -65,7 +67,7 @@ __all__ = [
 if TYPE_CHECKING:
     from store.database import Database
     from store.descriptor import ModelDescriptor, input_hash
-    from store.errors import InvalidInputError, JudgestoreError
+    from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
     from store.models import Adoption, Completion, Judgement, Run
