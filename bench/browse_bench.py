@@ -187,7 +187,7 @@ def main() -> None:
         (f"rows: search a rare word ({RARE})", "/rows", {"q": RARE}),
         ("battle", "/battle", {"benchmark": "arena-hard", "instruction_id": str(middle)}),
         ("row", "/row", {}),
-        ("judge (newest 10,000 verdicts)", "/judges", {"judge": "judge-j"}),
+        ("judge (newest 5,000 verdicts)", "/judges", {"judge": "judge-j"}),
         ("overview", "/", {}),
     ]
     results = []

@@ -69,7 +69,7 @@ from store.records import roles_for
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0
 AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in databases up to this size
-JUDGE_ROWS = 10_000  # the newest rows of a judge its page adds up
+JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
 
 

@@ -280,12 +280,17 @@ def _listed(location: Location, name: str, row: Any) -> Listed:
 def instruction_rows(
     database: Database, benchmark: str | None, instruction_id: str, *, model: str | None = None
 ) -> list[Record]:
-    """Every row of one instruction (of ``model``, if given); a ``benchmark`` of None means rows without one."""
+    """Every row of one instruction (of ``model``, if given); a ``benchmark`` of None means rows without one.
+
+    The rows are found through the benchmark/instruction index alone; the model is checked on the few found
+    (SQLite's planner, without statistics, would take the model's index: every row of the model).
+    """
     with database.reading() as repo:
         t = repo.table
         same = t.c.benchmark == benchmark if benchmark is not None else t.c.benchmark.is_(None)
-        where = [same, t.c.instruction_id == instruction_id, *repo.clauses(RowFilter(model=model))]
-        hashes = [h for (h,) in repo.conn.execute(select(t.c.input_hash).where(*where)).all()]
+        models = [t.c[name] for name in ("model", "model_a", "model_b") if name in t.c]
+        stmt = select(t.c.input_hash, *models).where(same, t.c.instruction_id == instruction_id)
+        hashes = [h for h, *named in repo.conn.execute(stmt).all() if model is None or model in named]
     found = database.get_many(hashes)
     return sorted(found.values(), key=lambda record: (record.created_at, record.input_hash))
 

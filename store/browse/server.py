@@ -35,6 +35,7 @@ from store.browse.browser import Browser
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
 STARTUP_SECONDS = 10.0
+BACKLOG = 2048  # uvicorn's own
 
 
 def is_loopback(host: str) -> bool:
@@ -62,7 +63,7 @@ def exposure(host: str, port: int, where: str) -> str:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """A listening-ready TCP socket on ``host``:``port`` (0: a free port)."""
+    """A listening TCP socket on ``host``:``port`` (0: a free port): connections wait in its queue for uvicorn."""
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -73,6 +74,7 @@ def bind(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(address)
+        sock.listen(BACKLOG)
     except OSError as e:
         sock.close()
         raise InvalidInputError(
