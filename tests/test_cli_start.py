@@ -18,7 +18,8 @@ from tests.inference.conftest import run_fresh_python
 
 # Never imported by starting the command line: each is imported by the commands that use it.
 # bench/inference_bench.py checks the same list on a whole full-hit run.
-HEAVY = ("vllm", "torch", "transformers", "pandas", "pyarrow", "huggingface_hub", "alembic", "psycopg", "openai")
+HEAVY = ("vllm", "torch", "transformers", "pandas", "pyarrow", "huggingface_hub", "alembic", "psycopg", "openai",
+         "starlette", "jinja2", "uvicorn", "markdown_it")  # fmt: skip
 
 
 def _callbacks(app: typer.Typer) -> Iterator[Callable[..., Any]]:
