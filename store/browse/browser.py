@@ -16,6 +16,10 @@ Contract:
 * A database that cannot be read (behind, foreign, damaged, a server error)
   never breaks a page: the overview shows its state and error, the other
   pages list it among the databases they skipped, with the error.
+* A rows page whose scan window (:mod:`store.browse.queries`) ended before
+  the page was full reads the next window, as long as it started less than
+  :data:`SCAN_SECONDS` ago: a rare word is found in fewer requests, and no
+  request reads more than one window past that.
 * One page at a time reads the store (a lock): the store's open databases
   are shared, and the browser serves one person.
 * The overview's finish reasons need a full read of each table (no index
@@ -27,6 +31,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -68,6 +73,7 @@ from store.records import roles_for
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0
+SCAN_SECONDS = 0.1  # a rows page goes on to the next scan window while it has room and started less than this ago
 AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in databases up to this size
 JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
@@ -317,12 +323,28 @@ class Browser:
         return self._locked(lambda: self._rows(query))
 
     def _rows(self, query: RowsQuery) -> RowsPage:
+        """Pages of one scan window each, joined while the page has room and :data:`SCAN_SECONDS` allow."""
         skipped: list[Skipped] = []
         roles = roles_for(query.flt, query.selector.role)
+        databases = list(self._databases(query.selector, roles, skipped, query.database))
+        deadline = time.monotonic() + SCAN_SECONDS
+        shown: list[Listed] = []
+        while True:
+            wanted = dataclasses.replace(query, limit=query.limit - len(shown))
+            rows, following, frontier = self._window(databases, wanted, skipped)
+            shown += rows
+            if frontier is None or len(shown) >= query.limit or time.monotonic() > deadline:
+                return RowsPage(shown, following, frontier, len(databases), skipped)
+            query = dataclasses.replace(query, after=frontier)
+
+    def _window(
+        self, databases: list[tuple[str, Database]], query: RowsQuery, skipped: list[Skipped]
+    ) -> tuple[list[Listed], Key | None, Key | None]:
+        """One page of at most one scan window per database: its rows, the next cursor, and where the scan ended."""
         slices = []
-        count = 0
-        for name, database in self._databases(query.selector, roles, skipped, query.database):
-            count += 1
+        for name, database in databases:
+            if any(s.name == name for s in skipped):
+                continue
             try:
                 slices.append(
                     queries.page(
@@ -346,8 +368,8 @@ class Browser:
             merged = [row for row in merged if (row.key >= frontier if newest else row.key <= frontier)]
         shown = merged[: query.limit]
         if len(merged) > query.limit:
-            return RowsPage(shown, shown[-1].key, None, count, skipped)
-        return RowsPage(shown, frontier, frontier, count, skipped)
+            return shown, shown[-1].key, None
+        return shown, frontier, frontier
 
     # ------------------------------------------------------------ a battle
 

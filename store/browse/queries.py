@@ -32,7 +32,7 @@ Contract:
   to (:attr:`Slice.scanned_to`), from which the next request goes on. A
   search for a rare word in a million rows is many short requests, never
   one of seconds. Its cost: each window reads its rows' text (the LIKE
-  cannot use an index), about 10 ms per 1,000 rows of a few KB on SQLite
+  cannot use an index), about 15 ms per 1,000 rows of a few KB on SQLite
   (``bench/browse_bench.py``).
 * Only what a page shows is read: the first :data:`PROMPT_PREFIX` characters
   of the input and :data:`COMPLETION_PREFIX` of the completion (a
@@ -57,7 +57,7 @@ from store.repository import Repository
 Order = Literal["newest", "oldest"]
 ORDERS: tuple[Order, ...] = ("newest", "oldest")
 PROBE_ROWS = 2_000  # an indexed filter matching at least this many rows is read in created_at order
-SCAN_WINDOW = 10_000  # rows a scanned filter or a search reads per request, per database
+SCAN_WINDOW = 5_000  # rows a scanned filter or a search reads per request, per database
 PROMPT_PREFIX = 600  # characters of the rendered input a rows page reads (the first message's start)
 COMPLETION_PREFIX = 400
 # Row filters whose columns have no index: applied within the scan window (see the module docstring).
