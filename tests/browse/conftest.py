@@ -34,7 +34,7 @@ CHROMIUM_ARGS = [
 @pytest.fixture(scope="session")
 def demo_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The demo store in a folder, built once; tests only read it (and check that they did)."""
-    root = tmp_path_factory.mktemp("browse") / "store"
+    root = tmp_path_factory.mktemp("browse") / "judgestore-data"
     with Store(Settings(), root=root) as store:
         demo.build(store)
     return root
@@ -48,7 +48,7 @@ def demo_url(pg_url: str) -> str:
     return pg_url
 
 
-@pytest.fixture(params=["folder", "server"])
+@pytest.fixture(params=["folder", pytest.param("server", marks=pytest.mark.postgres)])
 def demo_store(request: pytest.FixtureRequest) -> Iterator[Store]:
     """The demo store opened read-only, as ``judgestore browse`` opens it: a folder, then a server."""
     if request.param == "folder":

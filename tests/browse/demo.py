@@ -124,6 +124,7 @@ def build(store: Store) -> None:
         database = store.database("completions", TASK, descriptor(model))
         database.put_many(rows)
         record_run(database, run_record(len(rows)))
+        record_run(database, run_record(len(rows), rerun=True))  # the same run again: all hits
     judgements = []
     for i, (instruction, question) in enumerate(QUESTIONS.items()):
         for orientation in ("direct", "reversed"):
@@ -138,7 +139,9 @@ def build(store: Store) -> None:
             else:
                 p_a, p_b = FIRST_TOKEN.get((instruction, orientation)) or extra_preference(i, orientation)
                 top = first_token(p_a, p_b)
-                verdict_text = ("A" if p_a > p_b else "B") + f": {a if p_a > p_b else b} is better. {SCRIPT}"
+                verdict_text = ("A" if p_a > p_b else "B") + f": {a if p_a > p_b else b} is better."
+                if instruction == "01-coding":  # the judge quotes the script: text there too
+                    verdict_text += f" It wrote {SCRIPT}"
             judgements.append(
                 JudgementRecord(
                     input_hash=input_hash(rendered),
@@ -163,13 +166,31 @@ def build(store: Store) -> None:
     _adopted_row(store)
 
 
-def run_record(rows: int) -> RunRecord:
-    return RunRecord(role="completions", run_id="run-demo", created_by="tester", started_at=T0,
-                     finished_at=T0 + timedelta(minutes=30), mode="use", requested=rows, distinct_inputs=rows, hits=0,
-                     misses=rows, duplicates=0, generated=rows, rows_written=rows, truncated=0, prompt_tokens=20 * rows,
-                     completion_tokens=12 * rows, engine_seconds=0.25 * rows, saved_prompt_tokens=0,
-                     saved_completion_tokens=0, saved_engine_seconds=0.0, hits_without_cost=0,
-                     wall_seconds=30.0)  # fmt: skip
+def run_record(rows: int, *, rerun: bool = False) -> RunRecord:
+    """The accounting of the run that wrote a database's rows, or of the same run again (all hits)."""
+    start = T0 + timedelta(hours=2 if rerun else 0)
+    spent = {"prompt_tokens": 20 * rows, "completion_tokens": 12 * rows, "engine_seconds": 0.25 * rows}
+    saved = {"saved_" + name: value for name, value in spent.items()}
+    return RunRecord(
+        role="completions",
+        run_id="run-again" if rerun else "run-demo",
+        created_by="tester",
+        started_at=start,
+        finished_at=start + timedelta(minutes=1 if rerun else 30),
+        mode="use",
+        requested=rows,
+        distinct_inputs=rows,
+        hits=rows if rerun else 0,
+        misses=0 if rerun else rows,
+        duplicates=0,
+        generated=0 if rerun else rows,
+        rows_written=0 if rerun else rows,
+        truncated=0,
+        **({name: 0 for name in spent} if rerun else spent),  # type: ignore[arg-type]
+        **(saved if rerun else {name: 0 for name in saved}),  # type: ignore[arg-type]
+        hits_without_cost=0,
+        wall_seconds=0.1 if rerun else 30.0,
+    )
 
 
 OLD = descriptor("tiny-a").model_copy(update={"backend_version": "0.10.0"})

@@ -91,7 +91,8 @@ def test_the_overview_lists_every_database_with_its_figures(client: TestClient, 
     for name in names.values():
         assert f'data-db="{name}"' in html
     assert "stop&nbsp;24" in html  # the judge's 24 rows, all finished by stop
-    assert "2026-03-01 12:30:00" in html  # the completion databases' last recorded run
+    assert "2026-03-01 14:01:00" in html  # the completion databases' last recorded run
+    assert "260 tokens in, 156 out, ~3.2 s" in html  # what tiny-b's rerun (13 hits) saved
     assert html.count(">current<") == 4
     assert f'href="/judges?judge={demo.JUDGE}"' in html
 
@@ -160,6 +161,7 @@ def test_the_row_page_shows_every_logprob_position_the_descriptor_and_the_runs(
     written = next(iter(completions.query()))
     runs = get(client, "/row", db=names["tiny-b"], hash=written.input_hash).split('id="runs"')[1]
     assert "<td>wrote</td>" in runs and "run-demo" in runs
+    assert "<td>later, with hits</td>" in runs and "run-again" in runs
 
 
 def test_an_adopted_row_names_its_source_and_the_adoption(client: TestClient, demo_store: Store) -> None:

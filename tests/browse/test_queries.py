@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from store import ModelDescriptor, RowFilter, Selector, Store
+from store.browse import browser as browser_module
 from store.browse import queries
 from store.browse.browser import Browser, RowsQuery, database_name
 from store.browse.queries import Key
@@ -48,7 +49,7 @@ def fill(store: Store) -> None:
     store.database("judgements", "t", ModelDescriptor(provider="vllm", model="judge-1")).put_many(judged)
 
 
-@pytest.fixture(params=["folder", "server"])
+@pytest.fixture(params=["folder", pytest.param("server", marks=pytest.mark.postgres)])
 def paged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
     if request.param == "folder":
         root = tmp_path / "paged"
@@ -111,6 +112,7 @@ def test_scanned_filters_and_search_go_window_by_window_and_miss_nothing(
     paged: Store, monkeypatch: pytest.MonkeyPatch, flt: RowFilter, search: str | None
 ) -> None:
     monkeypatch.setattr(queries, "SCAN_WINDOW", 4)
+    monkeypatch.setattr(browser_module, "SCAN_SECONDS", 0)  # one window per request
     browser = Browser(paged)
     seen, requests = walk(browser, RowsQuery(flt=flt, search=search, limit=3))
     assert seen == expected(paged, flt, search=search)
@@ -121,9 +123,23 @@ def test_a_page_that_ends_where_a_scan_window_does_says_how_far_it_read(
     paged: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(queries, "SCAN_WINDOW", 4)
+    monkeypatch.setattr(browser_module, "SCAN_SECONDS", 0)
     page = Browser(paged).rows(RowsQuery(search="LIGHTHOUSE", limit=50))
     assert page.scanned_to is not None and page.next == page.scanned_to
     assert all(row.key >= page.scanned_to for row in page.rows)
+
+
+def test_a_page_reads_window_after_window_while_it_has_room_and_time(
+    paged: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(queries, "SCAN_WINDOW", 4)
+    monkeypatch.setattr(browser_module, "SCAN_SECONDS", 60)
+    page = Browser(paged).rows(RowsQuery(search="LIGHTHOUSE", limit=50))  # 116 rows: 29 windows of 4
+    assert [row.key for row in page.rows] == expected(paged, RowFilter(), search="lighthouse")
+    assert page.next is None and page.scanned_to is None
+    full = Browser(paged).rows(RowsQuery(flt=RowFilter(orientation="reversed"), limit=5))
+    assert [row.key for row in full.rows] == expected(paged, RowFilter(orientation="reversed"))[:5]
+    assert full.next is not None and full.next <= full.rows[-1].key  # the next page goes on from here
 
 
 def test_an_unselective_indexed_filter_is_read_in_time_order_on_sqlite(
