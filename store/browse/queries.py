@@ -46,18 +46,20 @@ import binascii
 import dataclasses
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 from sqlalchemy import ColumnElement, Table, and_, func, literal, or_, select, true, type_coerce
 
 from store import Database, InvalidInputError, Location, Record, RowFilter, Run
-from store.repository import Repository
+
+if TYPE_CHECKING:  # what Database.reading() yields; only its public face (table, conn, clauses) is used
+    from store.repository import Repository
 
 Order = Literal["newest", "oldest"]
 ORDERS: tuple[Order, ...] = ("newest", "oldest")
 PROBE_ROWS = 2_000  # an indexed filter matching at least this many rows is read in created_at order
-SCAN_WINDOW = 5_000  # rows a scanned filter or a search reads per request, per database
+SCAN_WINDOW = 5_000  # rows a scanned filter or a search reads per window, per database
 PROMPT_PREFIX = 600  # characters of the rendered input a rows page reads (the first message's start)
 COMPLETION_PREFIX = 400
 # Row filters whose columns have no index: applied within the scan window (see the module docstring).
