@@ -35,6 +35,12 @@ _WHERE = {
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
     "text_logprobs": "store.logprobs",
+    "RunRecord": "store.runs",
+    "RunTotals": "store.runs",
+    "recent_runs": "store.runs",
+    "run_totals": "store.runs",
+    "AdoptionRecord": "store.adoption",
+    "adoptions": "store.adoption",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
     "UnsupportedMessageError": "store.errors",
@@ -42,6 +48,7 @@ _WHERE = {
 
 __all__ = [
     "Adoption",
+    "AdoptionRecord",
     "Completion",
     "CompletionRecord",
     "Database",
@@ -56,15 +63,21 @@ __all__ = [
     "RowCount",
     "RowFilter",
     "Run",
+    "RunRecord",
+    "RunTotals",
     "Selector",
     "Settings",
     "Store",
     "UnsupportedMessageError",
+    "adoptions",
     "input_hash",
+    "recent_runs",
+    "run_totals",
     "text_logprobs",
 ]
 
 if TYPE_CHECKING:
+    from store.adoption import AdoptionRecord, adoptions
     from store.database import Database
     from store.descriptor import ModelDescriptor, input_hash
     from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
@@ -72,6 +85,7 @@ if TYPE_CHECKING:
     from store.logprobs import text_logprobs
     from store.models import Adoption, Completion, Judgement, Run
     from store.records import CompletionRecord, FoundRow, JudgementRecord, Record, RowCount, RowFilter
+    from store.runs import RunRecord, RunTotals, recent_runs, run_totals
     from store.settings import Settings
     from store.store import Store
 

@@ -30,6 +30,10 @@ HEAVY = (
     "openai",
     "langchain_core",
     "tqdm",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+    "markdown_it",
 )
 
 
