@@ -40,7 +40,7 @@ import orjson
 
 from store.descriptor import input_hash, render_messages
 from store.records import CompletionRecord, record_fields
-from store.row_statements import LOOKUP_BATCH, gc_paused
+from store.row_checks import LOOKUP_BATCH, gc_paused
 from store.settings import Settings
 from store.store import Database
 

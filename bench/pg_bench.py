@@ -64,11 +64,11 @@ from bench.common import (
     print_table,
     write_json,
 )
+from store.backends.postgres.registry import REGISTRY_SCHEMA, schema_name
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role
-from store.postgres import REGISTRY_SCHEMA, schema_name
 from store.records import CompletionRecord
-from store.row_statements import ARRAY_BATCH
+from store.row_checks import ARRAY_BATCH
 from store.settings import Settings
 from store.store import Database, Store
 

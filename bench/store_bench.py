@@ -92,7 +92,7 @@ from bench.common import (
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role, metadata_bytes, write_metadata
 from store.records import CompletionRecord
-from store.row_statements import LOOKUP_BATCH
+from store.row_checks import LOOKUP_BATCH
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 from store.store import Database, Store
@@ -520,7 +520,7 @@ class Bench:
 
     def _open_sql(self, root: Path) -> list[str]:
         """Every statement SQLite sees while judgestore opens one current database (pragmas included)."""
-        import store.engine as engine_module
+        import store.backends.sqlite.connections as engine_module
 
         seen: list[str] = []
 

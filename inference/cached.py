@@ -80,7 +80,7 @@ from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
 from store.layout import Role, Selector
 from store.records import CompletionRecord, JudgementRecord, Record
-from store.row_statements import gc_paused
+from store.row_checks import gc_paused
 from store.runs import record_run
 from store.settings import Settings
 from store.store import Database, Store

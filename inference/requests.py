@@ -28,7 +28,7 @@ from store.errors import InvalidInputError, JudgestoreError
 from store.logprobs import text_logprobs
 from store.records import ORIENTATIONS, Orientation
 
-# Fields stored in text columns: text or None, as every store keeps them (store.row_statements.check_values).
+# Fields stored in text columns: text or None, as every store keeps them (store.row_checks.check_values).
 _TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
 
 

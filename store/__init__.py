@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 # The public name -> the module that defines it.
 _WHERE = {
     "Store": "store.store",
-    "Database": "store.database",
+    "Database": "store.backend",
     "Location": "store.layout",
     "Selector": "store.layout",
     "RowFilter": "store.records",
@@ -63,7 +63,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from store.database import Database
+    from store.backend import Database
     from store.descriptor import ModelDescriptor, input_hash
     from store.errors import InvalidInputError, JudgestoreError
     from store.layout import Location, Selector

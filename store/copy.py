@@ -300,7 +300,7 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
 
 def _normalised_url(url: str) -> str:
     """The server, database and options a URL names, however it is spelled (its passwords left out)."""
-    from store.postgres import display_url  # imported with a server store only
+    from store.backends.postgres.connections import display_url
 
     return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)
 
@@ -321,7 +321,7 @@ def check_source(source: Store) -> None:
         if not source.storage.root.is_dir():
             raise StoreMissingError(source.where, "no such folder: there is no store to copy; check --from-root")
         return
-    from store.postgres import REGISTRY_SCHEMA, registry
+    from store.backends.postgres.registry import REGISTRY_SCHEMA, registry
 
     with source.storage.connection() as conn:  # type: ignore[union-attr]
         if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):

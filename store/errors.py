@@ -12,7 +12,7 @@ Contract:
   descriptor database say ``where`` it is: a file's path, or a PostgreSQL
   server's schema (then ``path`` is None).
 * Every SQLite, driver or filesystem failure on a store file reaches the
-  caller as a :class:`DatabaseFileError` (``store.sqlite_errors.translated``
+  caller as a :class:`DatabaseFileError` (``store.backends.sqlite.errors.translated``
   chooses which): damaged, full, not writable, busy, I/O... never as a raw
   ``sqlite3``, SQLAlchemy or ``OSError`` exception.
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
@@ -202,7 +202,7 @@ class ServerFullError(ServerError):
 class ServerValueError(ServerError, InvalidInputError):
     """The server, or its driver, refused a value judgestore sent; nothing of the statement was kept.
 
-    :func:`store.row_statements.check_values` refuses such values on both
+    :func:`store.row_checks.check_values` refuses such values on both
     backends before anything is sent: this is what a value that passed it
     meets."""
 

@@ -10,7 +10,7 @@ Contract:
 * ``created_at`` is stored in UTC and read back as an aware UTC datetime.
 * JSON columns store SQL NULL for Python ``None`` (``none_as_null``).
 * Every text column keeps any text, U+0000 included, on every backend: on
-  PostgreSQL its values are escaped (:func:`store.pgtext.server_safe`; the
+  PostgreSQL its values are escaped (:func:`store.backends.postgres.text.server_safe`; the
   JSON columns are escaped by the engine's serializer). The two hash columns
   (``input_hash``, ``adopted_from``) hold hex digests, checked on write, and
   are plain.
@@ -36,7 +36,7 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from store.pgtext import server_safe
+from store.backends.postgres.text import server_safe
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",

@@ -16,7 +16,7 @@ Contract:
   :func:`prune` deletes exactly those filters' rows, one write transaction
   per database and filter, so a dry run's counts are what a prune deletes
   (rows written in between that match are deleted too, and counted).
-* Files keep their size until ``judgestore vacuum`` (:mod:`store.compact`).
+* Files keep their size until ``judgestore vacuum`` (:mod:`store.backends.sqlite.vacuum`).
 """
 
 from __future__ import annotations

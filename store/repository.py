@@ -14,7 +14,7 @@ Contract:
   ``judgestore verify`` found it; ``verify`` remains the net for files
   written by other tools. ``Database.put_many``, which owns its transaction,
   checks after the rows are bound and before the commit
-  (:func:`~store.row_statements.check_keys`: then it costs about the SHA-256
+  (:func:`~store.row_checks.check_keys`: then it costs about the SHA-256
   alone, 3 us for a 3 KB input, not a
   second UTF-8 conversion as well). Text that is not valid Unicode (a lone
   surrogate) is an :class:`~store.errors.InvalidInputError` naming the row
@@ -25,9 +25,9 @@ Contract:
   rows up in the database, and :meth:`~Repository.sample` picks rows at
   random through the primary key; none of them builds a row it does not return.
 * The two dialect-specific hot statements (insert ignoring duplicates and the
-  bulk key lookup) are built in :mod:`store.row_statements`, each in a SQLite
+  bulk key lookup) are built in :mod:`store.row_checks`, each in a SQLite
   and a PostgreSQL form, and run from here. On SQLite they run on the sqlite3
-  connection itself (:mod:`store.sqlite_rows`: ``json_each`` over one JSON
+  connection itself (:mod:`store.backends.sqlite.rows`: ``json_each`` over one JSON
   parameter, a compiled ``INSERT ... ON CONFLICT`` executemany, records built
   straight into their slots). On PostgreSQL keys are looked up with ``=
   ANY(:keys)`` (one array parameter; faster than a join against ``unnest``)
@@ -39,11 +39,10 @@ Contract:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import (
-    JSON,
     Column,
     ColumnElement,
     Connection,
@@ -59,77 +58,28 @@ from sqlalchemy import (
 )
 from sqlalchemy.exc import DBAPIError, StatementError
 
-from store import pgtext
+from store.backends.postgres.rows import postgres_insert
+from store.backends.sqlite.rows import sqlite_get_many, sqlite_insert
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
-from store.row_statements import (
+from store.row_checks import (
     ARRAY_BATCH,
     OnConflict,
     check_key,
     check_on_conflict,
     check_values,
     gc_paused,
-    insert_statement,
     lookup_statement,
     not_unicode,
     refuse_other_type,
     table_shape,
     unwritable,
 )
-from store.sqlite_rows import sqlite_get_many, sqlite_insert
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
-
-
-# (role, on_conflict, schema) -> the PostgreSQL insert's SQL and its columns' bind processors: compiled once per
-# process and schema
-_POSTGRES_INSERTS: dict[tuple[str, str, str | None], tuple[str, tuple[tuple[str, Callable[[Any], Any]], ...]]] = {}
-
-
-def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """The insert of ``role`` for ``conn``'s schema, as SQL for psycopg's executemany, and the columns to bind.
-
-    psycopg's executemany runs in pipeline mode: one compiled statement, one
-    round trip for the batch. SQLAlchemy's insertmanyvalues instead sends
-    multi-row VALUES of 14,000 parameters that psycopg parses anew each time
-    (about 2x raw executemany on ~8 KB rows, ``bench/pg_bench.py``). The schema
-    (``schema_translate_map``) is rendered into the SQL; each value goes through
-    the processor SQLAlchemy would apply (returned as ``(name, processor)``).
-    """
-    translate = conn.get_execution_options().get("schema_translate_map")
-    key = (role, on_conflict, (translate or {}).get(None))
-    plan = _POSTGRES_INSERTS.get(key)
-    if plan is None:
-        from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
-
-        dialect = conn.dialect
-        table, _, fields, _, _ = table_shape(role)
-        schema = {"schema_translate_map": translate, "render_schema_translate": True} if translate else {}
-        compiled = insert_statement(role, on_conflict, postgresql).compile(
-            dialect=dialect, column_keys=list(fields), **schema
-        )
-        if compiled.positional or sorted(compiled.binds) != sorted(fields):
-            raise AssertionError(f"unexpected insert parameters {sorted(compiled.binds)}")
-        processors = []
-        for name in fields:
-            process: Callable[[Any], Any] | None = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-            if isinstance(table.c[name].type, JSON):
-                # Serialized here, not when psycopg sends the row (SQLAlchemy's processor wraps the value for
-                # psycopg's own dumper): a value JSON cannot carry is then refused before anything is sent, naming
-                # the row and the column as on SQLite. The text goes to the json column as an untyped literal; it is
-                # what the engine's serializer writes (store.postgres.create_postgres_engine).
-                process = _json_text
-            if process is not None:
-                processors.append((name, process))
-        plan = _POSTGRES_INSERTS[key] = (str(compiled), tuple(processors))
-    return plan
-
-
-def _json_text(value: Any) -> str | None:
-    return None if value is None else pgtext.dumps_json(value)
 
 
 class Repository:
@@ -190,7 +140,7 @@ class Repository:
         A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
         a record of the other table, an ``input_hash`` that is not the hash of the row's input
         (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value either backend refuses (:func:`~store.row_statements.check_values`).
+        in any column), a value either backend refuses (:func:`~store.row_checks.check_values`).
         The same row gets the same error on SQLite and PostgreSQL. The transaction must not
         commit after it (the database's own transactions roll back).
         """

@@ -3,9 +3,9 @@
 Contract:
 
 * ``Store(settings, root=...)`` is a folder of SQLite files
-  (:class:`~store.sqlite_storage.SqliteStorage`); ``Store(settings,
+  (:class:`~store.backends.sqlite.storage.SqliteStorage`); ``Store(settings,
   url="postgresql+psycopg://...")`` is a database on a server, one schema per
-  descriptor (:class:`~store.postgres_storage.PostgresStorage`). Without
+  descriptor (:class:`~store.backends.postgres.storage.PostgresStorage`). Without
   either, the settings decide (``JUDGESTORE_STORE_URL``, else
   ``JUDGESTORE_STORE_ROOT``, default ``./judgestore-data``). Everything below
   works the same on both.
@@ -14,8 +14,8 @@ Contract:
   registry) records and its schema revision; anything but a current database
   is refused with a typed error (a database that is behind is upgraded first
   when ``auto_upgrade`` is set). :meth:`Store.find` never creates anything.
-* A :class:`~store.database.Database` gives transactions over one database;
-  see :mod:`store.database`.
+* A :class:`~store.backend.Database` gives transactions over one database;
+  see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
 * Across databases: :meth:`Store.query_rows` streams the rows a
   :class:`~store.records.RowFilter` matches in the databases a
@@ -36,21 +36,19 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.database import Database
+from store.backend import Database
+from store.backends.sqlite.storage import SqliteStorage
 from store.descriptor import ModelDescriptor
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Location, Selector, metadata_bytes
 from store.records import FoundRow, RowCount, RowFilter, roles_for
-from store.schema import DatabaseInfo
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult
 from store.settings import Settings
-from store.sqlite_storage import SqliteStorage
-from store.upgrade import UpgradeResult
-from store.verify import DatabaseVerification, Problem
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
-    from store.postgres_storage import PostgresStorage
+    from store.backends.postgres.storage import PostgresStorage
 
 
 class Store:
@@ -71,7 +69,7 @@ class Store:
         url = url if url is not None else (self.settings.store_url if root is None else None)
         self.storage: SqliteStorage | PostgresStorage
         if url:
-            from store.postgres_storage import PostgresStorage  # the driver is imported only for a server
+            from store.backends.postgres.storage import PostgresStorage
 
             self.storage = PostgresStorage(url, self.settings, readonly=readonly)
         else:
@@ -206,7 +204,7 @@ class Store:
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
     ) -> Iterator[UpgradeResult]:
-        """Upgrade every database among ``locations`` that is behind; report the others (see :mod:`store.upgrade`)."""
+        """Upgrade every database among ``locations`` that is behind; report the others (as the backend does it)."""
         return self.storage.upgrade(locations, keep_backup=keep_backup, script=script)
 
     def verify(self, location: Location) -> DatabaseVerification:

@@ -3,7 +3,7 @@
 Contract:
 
 * Thin: parse, call :mod:`store.stats`, :mod:`store.prune`,
-  :mod:`store.compact` and :mod:`store.export`, render (see
+  :mod:`store.backends.sqlite.vacuum` and :mod:`store.export`, render (see
   :mod:`store.cli.common` for the edge, the options and where output goes).
 * ``stats`` and ``export`` never write. ``prune`` plans read-only, shows the
   rows per database, asks (unless ``--yes``), and writes nothing before that;
@@ -318,7 +318,8 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
 
         judgestore vacuum --role judgements --json
     """
-    from store.compact import VacuumOutcome, vacuum_store
+    from store.backends.sqlite.vacuum import vacuum_store
+    from store.reports import VacuumOutcome
 
     with Store(settings) as store:
         if store.storage.root is None:

@@ -7,7 +7,7 @@ Contract:
   object with ``error``, ``type`` and, when known, ``path``, ``notes`` and
   ``rows_kept``) and exit status 1. An SQLite, driver or filesystem error
   that a library path failed to translate is translated here
-  (:func:`store.sqlite_errors.translated`, naming the file the error names, else
+  (:func:`store.backends.sqlite.errors.translated`, naming the file the error names, else
   the store root): no command prints a Python traceback for a bad file or
   a bad disk. Usage errors exit 2 (click).
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
@@ -37,13 +37,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
-from store import jsonvalues, postgres
+from store import jsonvalues
+from store.backends.postgres import errors as postgres_errors
+from store.backends.sqlite.errors import translated
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
 from store.records import RowCount
-from store.schema import DatabaseInfo
-from store.sqlite_errors import translated
+from store.reports import DatabaseInfo
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)
@@ -92,9 +93,9 @@ def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OS
     url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
     if isinstance(error, DBAPIError) and type(error.orig).__module__.startswith("psycopg"):
         url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its server this way
-        return postgres.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
+        return postgres_errors.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
     if url and isinstance(error, DBAPIError):
-        return postgres.translated(url, error)
+        return postgres_errors.translated(url, error)
     given = kwargs.get("store_root")
     root = Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
     return translated(root, error)

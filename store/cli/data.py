@@ -40,7 +40,8 @@ from store.cli.options import JsonOutput, grouped, row_filter, selection, store_
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.records import RowFilter, roles_for, row_columns
-from store.schema import DatabaseInfo, DatabaseState
+from store.reports import DatabaseInfo
+from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
 

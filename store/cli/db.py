@@ -2,8 +2,8 @@
 
 Contract:
 
-* Thin: parse, call :mod:`store.schema`, :mod:`store.upgrade` and
-  :mod:`store.verify`, render (see :mod:`store.cli.common`).
+* Thin: parse, call :mod:`store.schema`, :mod:`store.backends.sqlite.upgrade` and
+  :mod:`store.backends.sqlite.verify`, render (see :mod:`store.cli.common`).
 * ``db status`` and ``verify`` never write; ``db upgrade`` writes only the
   databases that are behind (with a backup each).
 * Each exits 1 when it finds a problem: a database that is not usable, an
@@ -31,9 +31,9 @@ from store.cli.common import (
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
+from store.reports import UpgradeOutcome, UpgradeResult
 from store.settings import Settings
 from store.store import Store
-from store.upgrade import UpgradeOutcome, UpgradeResult
 
 
 def register(app: typer.Typer) -> None:

@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from store import jsonvalues
+from store.backends.sqlite.connections import create_sqlite_engine
 from store.descriptor import ModelDescriptor
-from store.engine import create_sqlite_engine
 from store.layout import walk
 from store.legacy.detect import Detection, detect
 from store.legacy.importer import Attribution, ImportOptions, ImportProgress, import_sources

@@ -22,14 +22,14 @@ from typer.testing import CliRunner
 
 from store import logprobs
 from store.adoption import AdoptionRecord, adopt_rows, adoptions
+from store.backends.postgres.registry import schema_name
+from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
 from store.copy import copy_store, row_digest
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
 from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.pgtext import ESCAPE
-from store.postgres import schema_name
 from store.runs import RunRecord, recent_runs, record_run
 from store.settings import Settings
 from store.store import Store

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store.backends.sqlite.schema import database_info
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.layout import (
@@ -31,7 +32,7 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.schema import DatabaseState, database_info
+from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, current_database, file_digests

@@ -22,9 +22,11 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from store import schema
+from store.backends.sqlite.upgrade import upgrade_database
 from store.descriptor import input_hash, render_messages
 from store.models import Base, Completion, Judgement
 from store.records import JudgementRecord
+from store.reports import UpgradeOutcome
 from store.repository import Repository
 from store.schema import (
     MIGRATION_OPTIONS,
@@ -35,7 +37,6 @@ from store.schema import (
     read_script_directory,
 )
 from store.settings import Settings
-from store.upgrade import UpgradeOutcome, upgrade_database
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

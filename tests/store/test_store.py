@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from store import database as database_module
+from store.backends.sqlite import database as database_module
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,

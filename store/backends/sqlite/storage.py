@@ -18,7 +18,7 @@ Contract:
   tables (zero bytes: another process is creating it) means one thing there:
   empty (:meth:`~SqliteStorage.open_existing` returns None).
 * Inspecting, upgrading and verifying are :mod:`store.schema`,
-  :mod:`store.upgrade` and :mod:`store.verify`'s, on this root.
+  :mod:`store.backends.sqlite.upgrade` and :mod:`store.backends.sqlite.verify`'s, on this root.
 """
 
 from __future__ import annotations
@@ -33,8 +33,19 @@ from filelock import FileLock
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.database import SqliteDatabase, stable_read
-from store.engine import Filesystems, apply_journal_mode, set_journal_mode, sqlite_connector, sqlite_engine
+from store.backends.sqlite.connections import (
+    Filesystems,
+    apply_journal_mode,
+    set_journal_mode,
+    sqlite_connector,
+    sqlite_engine,
+)
+from store.backends.sqlite.database import SqliteDatabase, stable_read
+from store.backends.sqlite.errors import raise_translated, write_refusal
+from store.backends.sqlite.schema import classify, is_current
+from store.backends.sqlite.schema import database_info as sqlite_database_info
+from store.backends.sqlite.upgrade import upgrade_database, upgrade_store
+from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
 from store.layout import (
     METADATA_FILE,
@@ -45,21 +56,9 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.schema import (
-    DatabaseInfo,
-    DatabaseState,
-    Revisions,
-    SchemaStatus,
-    classify,
-    create_at_head,
-    is_current,
-    raise_for_status,
-)
-from store.schema import database_info as sqlite_database_info
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult
+from store.schema import DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
 from store.settings import Settings
-from store.sqlite_errors import raise_translated, write_refusal
-from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_database, upgrade_store
-from store.verify import DatabaseVerification, Problem, stray_paths, verify_database
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -159,7 +158,7 @@ class SqliteStorage:
                 engine.dispose()
             raise
         if self.readonly and connection is not None:
-            connection.close()  # read-only connections are made afresh for every read (see store.engine)
+            connection.close()  # read-only connections are made afresh for every read (see .connections)
             connection = None
         database = SqliteDatabase(
             location, path, connect, self.settings, self.readonly, connection=connection, engine=engine

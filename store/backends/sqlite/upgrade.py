@@ -19,11 +19,9 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -33,42 +31,17 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.engine import create_sqlite_engine
+from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, translated
+from store.backends.sqlite.schema import classify, database_info
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
-from store.schema import (
-    VERSION_TABLE,
-    DatabaseState,
-    Revisions,
-    classify,
-    database_info,
-    migrate,
-    raise_for_status,
-    revisions_of,
-)
+from store.reports import UpgradeOutcome, UpgradeResult
+from store.schema import VERSION_TABLE, DatabaseState, Revisions, migrate, raise_for_status, revisions_of
 from store.settings import Settings
-from store.sqlite_errors import NEARLY_FULL_BYTES, free_bytes, translated
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
-
-
-class UpgradeOutcome(enum.StrEnum):
-    UPGRADED = "upgraded"
-    UP_TO_DATE = "up-to-date"
-    REFUSED = "refused"  # ahead, foreign, not a database, corrupt: never touched
-    FAILED = "failed"  # the migration failed and the backup was restored
-
-
-@dataclass(frozen=True, slots=True)
-class UpgradeResult:
-    where: str  # the database, as messages name it (a file, or a server's schema)
-    outcome: UpgradeOutcome
-    from_revision: str | None
-    to_revision: str | None
-    backup: Path | None = None
-    rows: dict[str, int] | None = None
-    error: str | None = None
 
 
 def _row_counts(conn: Connection) -> dict[str, int]:
@@ -194,7 +167,7 @@ def upgrade_store(
 ) -> Iterator[UpgradeResult]:
     """Upgrade every ``behind`` database among ``locations``; report the others without writing to them.
 
-    Each database is looked at read-only first (:func:`store.schema.database_info`,
+    Each database is looked at read-only first (:func:`store.backends.sqlite.schema.database_info`,
     metadata.json included): current and empty ones are ``up-to-date`` (an
     empty one is created at head when it is first written); every state but
     ``behind`` is ``refused`` with its reason, and its file is never opened for

@@ -4,11 +4,11 @@ Contract:
 
 * :func:`sqlite_get_many` and :func:`sqlite_insert` run their statement on
   the ``sqlite3`` connection itself: compiled once per process by the store's
-  SQLite dialect (:func:`store.engine.sqlite_dialect`), every value bound and
+  SQLite dialect (:func:`store.backends.sqlite.connections.sqlite_dialect`), every value bound and
   read through its column type's own processors, so the bytes and the values
   are SQLAlchemy's, without its per-row and per-call work (result rows,
   parameter dicts, events). :class:`~store.repository.Repository` uses them
-  inside its transaction; :class:`~store.database.SqliteDatabase` with a
+  inside its transaction; :class:`~store.backends.sqlite.database.SqliteDatabase` with a
   transaction of its own on a pooled connection.
 * Records are built straight into their slots by a reader generated once per
   role, as :mod:`dataclasses` generates ``__init__``.
@@ -27,12 +27,12 @@ import orjson
 from sqlalchemy import JSON, Table
 from sqlalchemy.dialects import sqlite
 
-from store.engine import sqlite_dialect
+from store.backends.sqlite.connections import sqlite_dialect
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.models import UTCDateTime
 from store.records import Record
-from store.row_statements import (
+from store.row_checks import (
     LOOKUP_BATCH,
     OnConflict,
     check_on_conflict,

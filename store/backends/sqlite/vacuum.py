@@ -22,53 +22,22 @@ Contract:
 
 from __future__ import annotations
 
-import enum
 import sqlite3
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
 from sqlalchemy.exc import DatabaseError
 
-from store.engine import create_sqlite_engine
+from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.errors import translated
+from store.backends.sqlite.schema import classify
 from store.errors import JudgestoreError
 from store.layout import Location, check_location_metadata, database_size, lock_path
-from store.schema import DatabaseState, classify, status_error
+from store.reports import VacuumOutcome, VacuumResult
+from store.schema import DatabaseState, status_error
 from store.settings import Settings
-from store.sqlite_errors import translated
-
-
-class VacuumOutcome(enum.StrEnum):
-    VACUUMED = "vacuumed"
-    BUSY = "busy"  # another process held the database past the busy timeout: left as it was
-    REFUSED = "refused"  # not ours, newer, damaged, or missing: never touched
-
-
-@dataclass(frozen=True, slots=True)
-class VacuumResult:
-    location: Location
-    path: Path
-    outcome: VacuumOutcome
-    bytes_before: int
-    bytes_after: int
-    error: str | None = None
-
-    @property
-    def freed(self) -> int:
-        return max(self.bytes_before - self.bytes_after, 0)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.location.as_dict(),
-            "path": str(self.path),
-            "outcome": self.outcome.value,
-            "bytes_before": self.bytes_before,
-            "bytes_after": self.bytes_after,
-            "freed": self.freed,
-            "error": self.error,
-        }
 
 
 def _is_busy(error: BaseException) -> bool:

@@ -1,9 +1,9 @@
 """A store on a PostgreSQL server: list, create, open, inspect, upgrade and verify descriptor schemas.
 
-Contract (the layout itself is :mod:`store.postgres`'s):
+Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 
 * :class:`PostgresStorage` is what :class:`~store.store.Store` uses for a
-  store URL, as :class:`~store.sqlite_storage.SqliteStorage` is for a folder:
+  store URL, as :class:`~store.backends.sqlite.storage.SqliteStorage` is for a folder:
   the same operations, the same typed errors. One pooled engine serves every
   schema; a :class:`PostgresDatabase` maps the models onto its schema with
   ``schema_translate_map``.
@@ -26,7 +26,7 @@ Contract (the layout itself is :mod:`store.postgres`'s):
   deadlock, a connection dropped mid-transaction: the server rolled the
   transaction back, so no partial chunk exists) with backoff,
   ``lock_retries`` times. Every driver error is typed
-  (:func:`store.postgres.translated`).
+  (:func:`store.backends.postgres.errors.translated`).
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
   (a failed copy's), under its advisory lock and its tables' locks.
@@ -51,7 +51,19 @@ from pydantic import ValidationError
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 
-from store.database import Database
+from store.backends.postgres.connections import create_postgres_engine, display_url
+from store.backends.postgres.database import PostgresDatabase
+from store.backends.postgres.errors import raise_translated, translated
+from store.backends.postgres.registry import (
+    advisory_lock,
+    ensure_registry,
+    quoted,
+    register,
+    registered,
+    registry,
+    schema_name,
+    schema_options,
+)
 from store.descriptor import ModelDescriptor
 from store.errors import (
     DatabaseMissingError,
@@ -64,26 +76,20 @@ from store.errors import (
     UpgradeFailedError,
 )
 from store.layout import METADATA_FILE, Location, StoredMetadata, check_role
-from store.postgres import (
-    advisory_lock,
-    create_postgres_engine,
-    display_url,
-    ensure_registry,
-    quoted,
-    raise_translated,
-    register,
-    registered,
-    registry,
-    schema_name,
-    schema_options,
-    translated,
-)
 from store.records import RowFilter
+from store.reports import (
+    DatabaseInfo,
+    DatabaseVerification,
+    Problem,
+    ProblemKind,
+    RowChecks,
+    UpgradeOutcome,
+    UpgradeResult,
+)
 from store.repository import Repository
 from store.schema import (
     USABLE_STATES,
     VERSION_TABLE,
-    DatabaseInfo,
     DatabaseState,
     Revisions,
     SchemaStatus,
@@ -93,8 +99,6 @@ from store.schema import (
     status_error,
 )
 from store.settings import Settings
-from store.upgrade import UpgradeOutcome, UpgradeResult
-from store.verify import DatabaseVerification, Problem, ProblemKind, RowChecks
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -279,7 +283,7 @@ class PostgresStorage:
                 conn.execute(registry.delete().where(registry.c.schema_name == name))
                 return True
 
-        return self.retry(attempt)  # every driver error typed (store.postgres.translated)
+        return self.retry(attempt)  # every driver error typed (store.backends.postgres.errors.translated)
 
     def check_writable(self, location: Location) -> None:
         if self.readonly:
@@ -421,43 +425,3 @@ class PostgresStorage:
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it
-
-
-class PostgresDatabase(Database):
-    """One descriptor schema: the same repository as SQLite, on the server's connections."""
-
-    def __init__(self, storage: PostgresStorage, location: Location) -> None:
-        self.storage = storage
-        self.location = location
-        self.where = storage.location_where(location)
-        self.path = None
-        self.settings = storage.settings
-        self.readonly = storage.readonly
-        self._options = schema_options(location)
-
-    @contextmanager
-    def _connect(self, *, write: bool) -> Iterator[Connection]:
-        with self.storage.engine.connect() as conn:
-            conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
-            with conn.begin():
-                yield conn
-
-    @contextmanager
-    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
-        try:
-            yield
-        except DBAPIError as e:
-            raise_translated(self.storage.url, e)
-
-    def _retry(self, attempt: Callable[[], T]) -> T:
-        return self.storage.retry(attempt)
-
-    def size_bytes(self) -> int:
-        return self.storage._size(self.location)
-
-    def metadata(self) -> StoredMetadata:
-        with self.storage.connection() as conn:
-            stored = self.storage.metadata(conn, self.location)
-        if stored is None:
-            raise DatabaseMissingError(self.where, "is not in this store's registry")
-        return stored

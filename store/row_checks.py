@@ -8,7 +8,7 @@ Contract:
   parameter on SQLite, ``= ANY(:keys)`` over one array on PostgreSQL) and
   :func:`insert_statement` (``INSERT ... ON CONFLICT`` ignoring or replacing)
   are the only dialect-specific forms of the hot statements;
-  :mod:`store.sqlite_rows` and :class:`~store.repository.Repository` compile
+  :mod:`store.backends.sqlite.rows` and :class:`~store.repository.Repository` compile
   and run them. :func:`json_each_keys` and :data:`LOOKUP_BATCH` are SQLite's
   key list and its batch size, for the other files that look keys up in bulk
   (the sync bookkeeping).
@@ -57,11 +57,11 @@ from sqlalchemy import (
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store import jsonvalues
+from store.backends.postgres.text import escaped_bytes
 from store.descriptor import input_hash
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.models import MODEL_OF_ROLE
-from store.pgtext import escaped_bytes
 from store.records import RECORD_OF_ROLE, Record, record_fields
 
 OnConflict = Literal["ignore", "replace"]
@@ -250,7 +250,7 @@ def check_values(role: Role, record: Any) -> None:
 def plain_values(role: Role, variable: dict[str, str]) -> tuple[str, dict[str, Any]]:
     """A Python expression, true only of rows :func:`check_values` passes, over the columns' ``variable`` names.
 
-    It is what generated row code (:mod:`store.sqlite_rows`) runs per row:
+    It is what generated row code (:mod:`store.backends.sqlite.rows`) runs per row:
     about 40 ns a column, on values already in local variables, against
     about 2 us for a call of :func:`check_values`, which such code calls only
     when the expression is false (to raise its error, or to pass a row the

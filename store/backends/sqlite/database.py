@@ -1,21 +1,15 @@
-"""One descriptor database and the transactions over it, whatever holds it: an SQLite file or a PostgreSQL schema.
+"""One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, read-only reads re-checked, fast rows.
 
 Contract:
 
-* :class:`Database` is what callers get from :class:`~store.store.Store`:
-  :meth:`~Database.get_many`, :meth:`~Database.put_many`,
-  :meth:`~Database.delete`, :meth:`~Database.count` and
-  :meth:`~Database.query`, each in a transaction of its own, the writes
-  retried as a whole unit when the backend says the attempt may simply run
-  again (a lock held too long, a serialisation failure, a dropped
-  connection); or :meth:`~Database.transaction` / :meth:`~Database.reading`
-  for several statements in one transaction. Every failure is raised as a
-  typed error naming the database (``where``) and the next step.
-* A read-only database refuses every write before touching anything.
-* Subclasses say how to connect, retry and translate: :class:`SqliteDatabase`
-  here (``BEGIN IMMEDIATE`` writers; a read-only file read as immutable is
-  read again if a writer changed it meanwhile),
-  :class:`store.postgres_storage.PostgresDatabase` for a server.
+* :class:`SqliteDatabase` is the SQLite side of :class:`store.backend.Database`:
+  writers take the lock up front (``BEGIN IMMEDIATE``) and retry a lock held
+  past the busy timeout; a read-only file read as immutable is read again if
+  a writer changed it meanwhile (:func:`stable_read`); every failure is typed
+  (:mod:`store.backends.sqlite.errors`).
+* :meth:`~SqliteDatabase.get_many` and :meth:`~SqliteDatabase.put_many` run on
+  a sqlite3 connection (:mod:`store.backends.sqlite.rows`); everything else
+  goes through an SQLAlchemy engine created on first use.
 """
 
 from __future__ import annotations
@@ -23,135 +17,27 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.engine import file_stamp, sqlite_engine
-from store.errors import (
-    CorruptDatabaseError,
-    DatabaseBusyError,
-    DatabaseFileError,
-    NotADatabaseError,
-    StoreFullError,
-)
+from store.backend import Database
+from store.backends.sqlite.connections import file_stamp, sqlite_engine
+from store.backends.sqlite.errors import retry_while_locked, translated
+from store.backends.sqlite.rows import sqlite_get_many, sqlite_insert
+from store.errors import CorruptDatabaseError, DatabaseBusyError, NotADatabaseError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata
-from store.records import Record, RowFilter
-from store.repository import Repository
-from store.row_statements import OnConflict, check_keys, gc_paused, journaled_bytes
+from store.records import Record
+from store.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
-from store.sqlite_errors import retry_while_locked, translated
-from store.sqlite_rows import sqlite_get_many, sqlite_insert
 
 T = TypeVar("T")
+
+
 READONLY_READ_ATTEMPTS = 5
-
-
-class Database:
-    """One descriptor database (see the module docstring); built by the store, never directly."""
-
-    location: Location
-    where: str  # how messages name it: a file's path, or a server's schema
-    path: Path | None  # the SQLite file, for what only a file has (size, VACUUM); None on a server
-    settings: Settings
-    readonly: bool
-
-    @property
-    def role(self) -> str:
-        return self.location.role
-
-    # ------------------------------------------------------------ what a backend says
-
-    def _connect(self, *, write: bool) -> AbstractContextManager[Connection]:
-        """A connection inside a transaction that commits on success (a writer's when ``write``)."""
-        raise NotImplementedError
-
-    @contextmanager
-    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
-        """Raise every driver or filesystem failure as its typed error (``needed_bytes()`` sizes a full disk's)."""
-        raise NotImplementedError
-        yield
-
-    def _retry(self, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` again after a failure that a second attempt may not meet."""
-        raise NotImplementedError
-
-    def _stable(self, attempt: Callable[[], T]) -> T:
-        """Run a read; a backend may run it again if what it read changed under it."""
-        return attempt()
-
-    def metadata(self) -> StoredMetadata:
-        """What the descriptor folder's metadata.json (or a server's registry) records."""
-        raise NotImplementedError
-
-    def close(self) -> None:
-        """Release what this database holds open."""
-
-    def size_bytes(self) -> int:
-        """Bytes it takes on disk (or on the server)."""
-        raise NotImplementedError
-
-    # ------------------------------------------------------------ transactions
-
-    def _refuse_if_readonly(self) -> None:
-        if self.readonly:
-            raise DatabaseFileError(
-                self.where, "was opened read-only: writes are refused (open the store without readonly)"
-            )
-
-    @contextmanager
-    def transaction(self) -> Iterator[Repository]:
-        """A write transaction: commits on success, rolls back on error."""
-        self._refuse_if_readonly()
-        with self._translated(), self._connect(write=True) as conn:
-            yield Repository(conn, self.location.role)
-
-    @contextmanager
-    def reading(self) -> Iterator[Repository]:
-        """A read transaction: one consistent snapshot for everything done inside it."""
-        with self._translated(), self._connect(write=False) as conn:
-            yield Repository(conn, self.location.role)
-
-    def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
-        self._refuse_if_readonly()
-
-        def attempt() -> T:
-            with self._connect(write=True) as conn:
-                return work(Repository(conn, self.location.role))
-
-        with self._translated(needed_bytes):
-            return self._retry(attempt)
-
-    def _read(self, work: Callable[[Repository], T]) -> T:
-        def attempt() -> T:
-            with self.reading() as repo:
-                return work(repo)
-
-        return self._stable(attempt)
-
-    # ------------------------------------------------------------ rows
-
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        keys = list(hashes)
-        return self._read(lambda repo: repo.get_many(keys))
-
-    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
-        rows = list(records)
-        return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
-
-    def delete(self, flt: RowFilter) -> int:
-        return self._write(lambda repo: repo.delete(flt))
-
-    def count(self, flt: RowFilter | None = None) -> int:
-        return self._read(lambda repo: repo.count(flt))
-
-    def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
-        """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
-        with self.reading() as repo:
-            yield from repo.query(flt, limit=limit)
 
 
 def stable_read(path: Path, read: Callable[[], T]) -> T:
@@ -195,7 +81,7 @@ class SqliteDatabase(Database):
         connection: sqlite3.Connection | None = None,
         engine: Engine | None = None,
     ) -> None:
-        """``connect`` opens a connection with the store's pragmas (:func:`store.engine.sqlite_connector`);
+        """``connect`` opens a connection with the store's pragmas (:func:`~.connections.sqlite_connector`);
         ``connection`` is one already open (read-write only), ``engine`` one the opener built."""
         self.location = location
         self.path = path
@@ -251,7 +137,7 @@ class SqliteDatabase(Database):
             finally:
                 self._connection_lock.release()
             return
-        conn = self._connect_fn()  # read-only connections are made afresh (see store.engine)
+        conn = self._connect_fn()  # read-only connections are made afresh (see store.backends.sqlite.connections)
         try:
             yield conn
         finally:

@@ -16,18 +16,17 @@ Contract:
 
 from __future__ import annotations
 
-import enum
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.descriptor import input_hash
-from store.engine import create_sqlite_engine
+from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.errors import translated
+from store.backends.sqlite.schema import classify
 from store.errors import (
     DamagedTextError,
     InvalidInputError,
@@ -49,45 +48,10 @@ from store.layout import (
     read_location_metadata,
 )
 from store.records import RowFilter
+from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.repository import Repository
-from store.schema import USABLE_STATES, DatabaseState, Revisions, classify, status_error
+from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
 from store.settings import Settings
-from store.sqlite_errors import translated
-
-MAX_LISTED_BAD_ROWS = 10
-
-
-class ProblemKind(enum.StrEnum):
-    FILE = "file"  # not SQLite, damaged, unreadable
-    INTEGRITY = "integrity"  # PRAGMA integrity_check found something
-    METADATA = "metadata"  # metadata.json missing or not matching its folder
-    SCHEMA = "schema"  # behind, ahead or foreign
-    INPUT_HASH = "input-hash"  # a row's input_text does not hash to its input_hash
-    TEXT = "text"  # a row holds text that is not valid UTF-8 (a damaged page)
-    STRAY = "stray"  # a file or folder that is not part of the layout
-
-
-@dataclass(frozen=True, slots=True)
-class Problem:
-    where: str  # the file or folder at fault, or a server's schema
-    kind: ProblemKind
-    message: str
-
-    def as_dict(self) -> dict[str, str]:
-        return {"path": self.where, "kind": self.kind.value, "message": self.message}
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseVerification:
-    location: Location
-    where: str
-    rows_checked: int
-    problems: tuple[Problem, ...]
-    rows_adopted: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return not self.problems
 
 
 def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
@@ -96,57 +60,6 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
         return []
     shown = "; ".join(findings[:5]) + (f"; and {len(findings) - 5} more" if len(findings) > 5 else "")
     return [Problem(str(path), ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
-
-
-class RowChecks:
-    """Problems found row by row: rows whose input does not hash to their key, rows whose text is damaged.
-
-    ``where`` names the database in each problem (a file, or a server's schema); at most
-    :data:`MAX_LISTED_BAD_ROWS` rows are listed, then one problem counts them all.
-    """
-
-    def __init__(self, where: Path | str) -> None:
-        self.where = str(where)
-        self.checked = 0
-        self.bad = 0
-        self.problems: list[Problem] = []
-
-    def _add(self, kind: ProblemKind, message: str) -> None:
-        self.bad += 1
-        if self.bad <= MAX_LISTED_BAD_ROWS:
-            self.problems.append(Problem(self.where, kind, message))
-
-    def hashed(self, key: str, sample_index: int, rendered: str | bytes) -> None:
-        self.checked += 1
-        try:
-            actual = input_hash(rendered, sample_index)
-        except (JudgestoreError, ValueError) as e:
-            actual = f"<unhashable: {e}>"
-        if actual != key:
-            self._add(
-                ProblemKind.INPUT_HASH,
-                f"row {key} (sample {sample_index}): its input_text hashes to {actual[:16]}..., not to its "
-                f"input_hash; the row was edited. Delete it with `judgestore delete --input-hash {key}` so that "
-                "it is recomputed",
-            )
-
-    def damaged(self, key: str | None, rowid: int, columns: list[str]) -> None:
-        self.checked += 1
-        fix = (
-            f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
-            if key is not None
-            else "Its key is damaged too: restore the file from a backup, or delete the file to recompute its rows"
-        )
-        self._add(
-            ProblemKind.TEXT,
-            f"row {key or '?'} (rowid {rowid}): {', '.join(columns)} {'is' if len(columns) == 1 else 'are'} not "
-            f"valid UTF-8 (a damaged page). {fix}",
-        )
-
-    def result(self) -> tuple[int, list[Problem]]:
-        if self.bad > MAX_LISTED_BAD_ROWS:
-            self.problems.append(Problem(self.where, ProblemKind.INPUT_HASH, f"{self.bad} rows in all have problems"))
-        return self.checked, self.problems
 
 
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:

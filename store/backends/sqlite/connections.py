@@ -21,7 +21,7 @@ Contract:
   pooled): an immutable connection kept open would never see a writer's later
   commits and would read their checkpointed pages as corruption.
 * What a failure on a file means (typed errors) and retrying a lock are
-  :mod:`store.sqlite_errors`'s.
+  :mod:`store.backends.sqlite.errors`'s.
 """
 
 from __future__ import annotations

@@ -1,0 +1,68 @@
+"""One descriptor schema on a PostgreSQL server: the store's repository on the server's connections.
+
+Contract: :class:`PostgresDatabase` is the PostgreSQL side of
+:class:`store.backend.Database`: every connection maps the models onto its
+schema (``schema_translate_map``), reads run in read-only transactions,
+writes are retried by the storage's policy, and every driver error is typed
+(:mod:`store.backends.postgres.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, TypeVar
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import DBAPIError
+
+from store.backend import Database
+from store.backends.postgres.errors import raise_translated
+from store.backends.postgres.registry import schema_options
+from store.errors import DatabaseMissingError
+from store.layout import Location, StoredMetadata
+
+if TYPE_CHECKING:
+    from store.backends.postgres.storage import PostgresStorage
+
+T = TypeVar("T")
+
+
+class PostgresDatabase(Database):
+    """One descriptor schema: the same repository as SQLite, on the server's connections."""
+
+    def __init__(self, storage: PostgresStorage, location: Location) -> None:
+        self.storage = storage
+        self.location = location
+        self.where = storage.location_where(location)
+        self.path = None
+        self.settings = storage.settings
+        self.readonly = storage.readonly
+        self._options = schema_options(location)
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[Connection]:
+        with self.storage.engine.connect() as conn:
+            conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        try:
+            yield
+        except DBAPIError as e:
+            raise_translated(self.storage.url, e)
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        return self.storage.retry(attempt)
+
+    def size_bytes(self) -> int:
+        return self.storage._size(self.location)
+
+    def metadata(self) -> StoredMetadata:
+        with self.storage.connection() as conn:
+            stored = self.storage.metadata(conn, self.location)
+        if stored is None:
+            raise DatabaseMissingError(self.where, "is not in this store's registry")
+        return stored
