@@ -38,9 +38,10 @@ from urllib.parse import quote
 
 import orjson
 
+from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import input_hash, render_messages
 from store.records import CompletionRecord, record_fields
-from store.row_checks import LOOKUP_BATCH, gc_paused
+from store.row_checks import gc_paused
 from store.settings import Settings
 from store.store import Database
 
@@ -340,7 +341,9 @@ SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash 
 
 def file_of(database: Database) -> Path:
     """The SQLite file of ``database`` (these benches use folder stores; a server's database has no file)."""
-    if database.path is None:
+    from store.backends.sqlite.database import SqliteDatabase
+
+    if not isinstance(database, SqliteDatabase):
         raise AssertionError(f"{database.location} is not an SQLite file")
     return database.path
 

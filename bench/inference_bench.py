@@ -22,7 +22,7 @@ Two parts, each measured beside its floor in the same run:
     option=OPT_SORT_KEYS)`` then ``hashlib.sha256(...).hexdigest()``; the keys
     deduplicated; then ``SELECT <the 13 columns> FROM completions WHERE
     input_hash IN (SELECT value FROM json_each(?))`` in batches of
-    ``store.row_checks.LOOKUP_BATCH`` keys in one read transaction,
+    ``store.backends.sqlite.rows.LOOKUP_BATCH`` keys in one read transaction,
     ``fetchall``, and a ``dict[key, row tuple]`` with ``usage`` and
     ``top_logprobs`` decoded by ``orjson.loads`` (``created_at`` left as
     text), built with the cyclic GC paused; the number of hits is returned and
@@ -116,10 +116,10 @@ from inference.backend import Backend  # noqa: E402
 from inference.cached import CachedModel  # noqa: E402
 from inference.hosted import HostedSpec  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
+from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
 from store.records import CompletionRecord  # noqa: E402
-from store.row_checks import LOOKUP_BATCH  # noqa: E402
 from store.settings import Settings  # noqa: E402
 from store.store import Store  # noqa: E402
 

@@ -65,10 +65,10 @@ from bench.common import (
     write_json,
 )
 from store.backends.postgres.registry import REGISTRY_SCHEMA, schema_name
+from store.backends.postgres.rows import ARRAY_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role
 from store.records import CompletionRecord
-from store.row_checks import ARRAY_BATCH
 from store.settings import Settings
 from store.store import Database, Store
 

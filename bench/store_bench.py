@@ -89,10 +89,10 @@ from bench.common import (
     raw_get_many,
     write_json,
 )
+from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role, metadata_bytes, write_metadata
 from store.records import CompletionRecord
-from store.row_checks import LOOKUP_BATCH
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 from store.store import Database, Store

@@ -83,9 +83,9 @@ class AdoptionCounts:
 
 
 def _check_pair(source: Database, target: Database | None) -> None:
-    if target is not None and (source.path == target.path or source.role != target.role):
+    if target is not None and (source.where == target.where or source.role != target.role):
         raise InvalidInputError(
-            f"cannot adopt {source.path} into {target.path}: a descriptor's rows are adopted into another "
+            f"cannot adopt {source.where} into {target.where}: a descriptor's rows are adopted into another "
             "descriptor of the same role"
         )
 

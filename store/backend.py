@@ -1,50 +1,61 @@
-"""One descriptor database and the transactions over it, whatever holds it: an SQLite file or a PostgreSQL schema.
+"""The seam between the store and what holds its databases: a :class:`Storage` of :class:`Database` s.
 
 Contract:
 
-* :class:`Database` is what callers get from :class:`~store.store.Store`:
+* A :class:`Storage` is the descriptor databases of one store: a folder of
+  SQLite files (:class:`~store.backends.sqlite.storage.SqliteStorage`) or a
+  database on a PostgreSQL server, one schema per descriptor
+  (:class:`~store.backends.postgres.storage.PostgresStorage`). Both do
+  everything below with the same typed errors and the same reports
+  (:mod:`store.reports`); what is above the seam (:class:`~store.store.Store`,
+  copy, stats, prune, export, adoption, the command line) never branches on
+  a dialect and never touches a root folder or a URL.
+* A :class:`Database` is one descriptor database:
   :meth:`~Database.get_many`, :meth:`~Database.put_many`,
   :meth:`~Database.delete`, :meth:`~Database.count` and
   :meth:`~Database.query`, each in a transaction of its own, the writes
   retried as a whole unit when the backend says the attempt may simply run
   again (a lock held too long, a serialisation failure, a dropped
   connection); or :meth:`~Database.transaction` / :meth:`~Database.reading`
-  for several statements in one transaction. Every failure is raised as a
-  typed error naming the database (``where``) and the next step.
-* A read-only database refuses every write before touching anything.
-* Subclasses say how to connect, retry and translate: :class:`SqliteDatabase`
-  here (``BEGIN IMMEDIATE`` writers; a read-only file read as immutable is
-  read again if a writer changed it meanwhile),
-  :class:`store.backends.postgres.database.PostgresDatabase` for a server.
+  for several statements in one transaction, through the backend's
+  :class:`~store.repository.Repository`. Every failure is raised as a typed
+  error naming the database (``where``) and the next step. A read-only
+  database refuses every write before touching anything.
+* A backend's :class:`Database` says how to connect, retry, translate a
+  failure and build its repository (whose two hot statements, the bulk
+  lookup and the insert, are the backend's own); the transactions above are
+  written once, here.
 """
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
-from store.errors import (
-    DatabaseFileError,
-)
+from store.errors import DatabaseFileError
 from store.layout import Location, StoredMetadata
 from store.records import Record, RowFilter
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
 from store.row_checks import OnConflict, journaled_bytes
 from store.settings import Settings
 
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
 T = TypeVar("T")
 
 
-class Database:
-    """One descriptor database (see the module docstring); built by the store, never directly."""
+class Database(ABC):
+    """One descriptor database (see the module docstring); built by its storage, never directly."""
 
     location: Location
     where: str  # how messages name it: a file's path, or a server's schema
-    path: Path | None  # the SQLite file, for what only a file has (size, VACUUM); None on a server
     settings: Settings
     readonly: bool
 
@@ -54,34 +65,36 @@ class Database:
 
     # ------------------------------------------------------------ what a backend says
 
+    @abstractmethod
     def _connect(self, *, write: bool) -> AbstractContextManager[Connection]:
         """A connection inside a transaction that commits on success (a writer's when ``write``)."""
-        raise NotImplementedError
 
-    @contextmanager
-    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+    @abstractmethod
+    def _repository(self, conn: Connection) -> Repository:
+        """The backend's repository of this database's table on ``conn``."""
+
+    @abstractmethod
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> AbstractContextManager[None]:
         """Raise every driver or filesystem failure as its typed error (``needed_bytes()`` sizes a full disk's)."""
-        raise NotImplementedError
-        yield
 
+    @abstractmethod
     def _retry(self, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` again after a failure that a second attempt may not meet."""
-        raise NotImplementedError
 
     def _stable(self, attempt: Callable[[], T]) -> T:
         """Run a read; a backend may run it again if what it read changed under it."""
         return attempt()
 
+    @abstractmethod
     def metadata(self) -> StoredMetadata:
         """What the descriptor folder's metadata.json (or a server's registry) records."""
-        raise NotImplementedError
 
-    def close(self) -> None:
-        """Release what this database holds open."""
-
+    @abstractmethod
     def size_bytes(self) -> int:
         """Bytes it takes on disk (or on the server)."""
-        raise NotImplementedError
+
+    def close(self) -> None:  # noqa: B027 (a backend with nothing to release keeps this one)
+        """Release what this database holds open."""
 
     # ------------------------------------------------------------ transactions
 
@@ -96,20 +109,20 @@ class Database:
         """A write transaction: commits on success, rolls back on error."""
         self._refuse_if_readonly()
         with self._translated(), self._connect(write=True) as conn:
-            yield Repository(conn, self.location.role)
+            yield self._repository(conn)
 
     @contextmanager
     def reading(self) -> Iterator[Repository]:
         """A read transaction: one consistent snapshot for everything done inside it."""
         with self._translated(), self._connect(write=False) as conn:
-            yield Repository(conn, self.location.role)
+            yield self._repository(conn)
 
     def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
         self._refuse_if_readonly()
 
         def attempt() -> T:
             with self._connect(write=True) as conn:
-                return work(Repository(conn, self.location.role))
+                return work(self._repository(conn))
 
         with self._translated(needed_bytes):
             return self._retry(attempt)
@@ -141,3 +154,59 @@ class Database:
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
         with self.reading() as repo:
             yield from repo.query(flt, limit=limit)
+
+
+class Storage(Protocol):
+    """The descriptor databases of one store (see the module docstring)."""
+
+    where: str  # the store as messages name it: the root folder, or the URL without its password
+    local_root: Path  # where this machine keeps the store's side files (sharing's workspace)
+    settings: Settings
+    readonly: bool
+
+    def close(self) -> None:
+        """Release every connection and open database."""
+
+    def absence(self) -> str | None:
+        """Why there is no store here at all (no such folder, no registry on the server), or None; creates nothing."""
+
+    def same_as(self, other: Storage) -> bool:
+        """Whether ``other`` is this very store (the same folder, the same database of the same server)."""
+
+    def shown(self, where: str) -> str:
+        """A database's ``where`` as a table shows it: under its root, or as it is."""
+
+    def locations(self) -> list[Location]:
+        """Every descriptor database, in layout order."""
+
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
+        """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""
+
+    def check_writable(self, location: Location) -> None:
+        """Raise what writing ``location`` would meet, where that is known without writing anything."""
+
+    def open(self, location: Location) -> Database:
+        """Open an existing database, verifying its metadata and its schema."""
+
+    def open_existing(self, location: Location) -> Database | None:
+        """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
+
+    def discard_if_empty(self, location: Location) -> bool:
+        """Remove ``location``'s database if it holds no row and nobody can be using it; whether it did."""
+
+    def info(self, location: Location, *, count_rows: bool = True) -> DatabaseInfo:
+        """The database's state (and rows), read-only; a bad database is a state, never an error."""
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        """Upgrade each database that is behind; report the others untouched."""
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        """Check one database read-only: its metadata, schema and every row's key."""
+
+    def strays(self) -> list[Problem]:
+        """What lies in the store that is not part of its layout."""
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        """Give back the space deleted rows left; a backend that cannot refuses with a typed error saying why."""

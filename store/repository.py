@@ -24,21 +24,16 @@ Contract:
 * Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
   rows up in the database, and :meth:`~Repository.sample` picks rows at
   random through the primary key; none of them builds a row it does not return.
-* The two dialect-specific hot statements (insert ignoring duplicates and the
-  bulk key lookup) are built in :mod:`store.row_checks`, each in a SQLite
-  and a PostgreSQL form, and run from here. On SQLite they run on the sqlite3
-  connection itself (:mod:`store.backends.sqlite.rows`: ``json_each`` over one JSON
-  parameter, a compiled ``INSERT ... ON CONFLICT`` executemany, records built
-  straight into their slots). On PostgreSQL keys are looked up with ``=
-  ANY(:keys)`` (one array parameter; faster than a join against ``unnest``)
-  and rows inserted with a compiled ``INSERT ... ON CONFLICT`` in psycopg's
-  executemany (:func:`postgres_insert`: pipeline mode, as fast as ``COPY``
-  into a temporary table, see ``bench/pg_bench.py``).
+* The base class is written once for both backends; each backend's
+  repository (:mod:`store.backends`) supplies what differs: the two hot
+  statements (the bulk key lookup, the insert ignoring or replacing
+  duplicates) on its own driver path, the bytes a value takes as stored, and
+  what counts as a blank completion. Nothing here names a dialect.
 """
 
 from __future__ import annotations
 
-import sqlite3
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
@@ -46,43 +41,32 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
-    LargeBinary,
-    String,
-    Text,
     and_,
-    cast,
     delete,
     func,
     or_,
     select,
 )
-from sqlalchemy.exc import DBAPIError, StatementError
 
-from store.backends.postgres.rows import postgres_insert
-from store.backends.sqlite.rows import sqlite_get_many, sqlite_insert
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Role
 from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
 from store.row_checks import (
-    ARRAY_BATCH,
     OnConflict,
     check_key,
-    check_on_conflict,
     check_values,
     gc_paused,
-    lookup_statement,
-    not_unicode,
     refuse_other_type,
     table_shape,
-    unwritable,
 )
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
+BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
 
 
-class Repository:
+class Repository(ABC):
     """The rows of one role's table in one descriptor database."""
 
     def __init__(self, conn: Connection, role: Role) -> None:
@@ -97,26 +81,9 @@ class Repository:
         with gc_paused():
             return [make(**dict(zip(names, row, strict=True))) for row in rows]
 
+    @abstractmethod
     def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        """Rows stored under any of ``hashes``, keyed by input hash."""
-        if self.conn.dialect.name == "sqlite":
-            return sqlite_get_many(self._driver_connection(), self.role, list(hashes))
-        keys = list(dict.fromkeys(hashes))
-        found: dict[str, Record] = {}
-        stmt = lookup_statement(self.role, False)
-        # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
-        # small dicts as the rows are built, and every collection would rescan all of them.
-        with gc_paused():
-            for start in range(0, len(keys), ARRAY_BATCH):
-                chunk = keys[start : start + ARRAY_BATCH]
-                for record in self._records(self.conn.execute(stmt, {"keys": chunk}).all()):
-                    found[record.input_hash] = record
-        return found
-
-    def _driver_connection(self) -> sqlite3.Connection:
-        """The sqlite3 connection under this repository's (inside its transaction)."""
-        conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
-        return conn
+        """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent)."""
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Rows matching ``flt`` ordered by creation time, streamed in partitions."""
@@ -134,6 +101,7 @@ class Repository:
 
     # ------------------------------------------------------------ writes
 
+    @abstractmethod
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         """Insert ``records``; returns how many rows were written (ignored duplicates not counted).
 
@@ -144,33 +112,6 @@ class Repository:
         The same row gets the same error on SQLite and PostgreSQL. The transaction must not
         commit after it (the database's own transactions roll back).
         """
-        check_on_conflict(on_conflict)
-        if self.conn.dialect.name == "sqlite":
-            insert = sqlite_insert(self.role, on_conflict)
-            rows = insert.rows(self._checked(records))
-            return insert.execute(self._driver_connection(), rows) if rows else 0
-        sql, processors = postgres_insert(self.conn, self.role, on_conflict)
-        dicts: list[dict[str, Any]] = []
-        try:
-            for record in self._checked(records):
-                row = dict(zip(self._fields, self._values_of(record), strict=True))
-                try:
-                    for name, process in processors:
-                        row[name] = process(row[name])
-                except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
-                    unwritable(self.role, record, e)
-                dicts.append(row)
-            if not dicts:
-                return 0
-            # psycopg's executemany (pipeline mode), whose rowcount is the sum of the rows written.
-            result = self.conn.exec_driver_sql(sql, dicts)
-        except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
-            raise not_unicode(self.role, self._fields, dicts) from e
-        except StatementError as e:
-            if isinstance(e, DBAPIError):  # every driver error: the database's retry and translation handle it
-                raise
-            raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e
-        return max(result.rowcount, 0)
 
     def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
         """Each record, once it is known to be of this table, to hold values both backends keep, and to be stored
@@ -190,12 +131,13 @@ class Repository:
 
     # ------------------------------------------------------------ aggregates
 
+    @abstractmethod
     def _byte_length(self, column: Any) -> Any:
-        """Bytes a text or JSON value takes as stored (0 for NULL)."""
-        text = column if isinstance(column.type, Text | String) else cast(column, Text)
-        if self.conn.dialect.name == "sqlite":
-            return func.coalesce(func.length(cast(text, LargeBinary)), 0)
-        return func.coalesce(func.octet_length(text), 0)
+        """Bytes a text or JSON value takes as stored (0 for NULL), as a SQL expression."""
+
+    @abstractmethod
+    def _blank(self, column: Any) -> ColumnElement[bool]:
+        """Whether a text value is empty or only whitespace (spaces, tabs, newlines), as a SQL expression."""
 
     def _data_bytes(self) -> Any:
         c = self.table.c
@@ -278,8 +220,7 @@ class Repository:
         if flt.finish_reasons is not None:
             clauses.append(self.table.c.finish_reason.in_(flt.finish_reasons))
         if flt.empty is not None:
-            strip = func.trim if self.conn.dialect.name == "sqlite" else func.btrim  # PostgreSQL's trim takes FROM
-            blank = strip(self.table.c.completion, " \t\r\n") == ""
+            blank = self._blank(self.table.c.completion)
             clauses.append(blank if flt.empty else ~blank)
         if flt.error is not None:
             failed = self.table.c.finish_reason.in_(ERROR_FINISH_REASONS)

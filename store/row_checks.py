@@ -46,15 +46,9 @@ from typing import Any, Literal
 from sqlalchemy import (
     JSON,
     Column,
-    Select,
     String,
     Table,
-    any_,
-    bindparam,
-    func,
-    select,
 )
-from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store import jsonvalues
 from store.backends.postgres.text import escaped_bytes
@@ -66,8 +60,6 @@ from store.records import RECORD_OF_ROLE, Record, record_fields
 
 OnConflict = Literal["ignore", "replace"]
 
-LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
-ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
 MAX_SAMPLE_INDEX = 2**31 - 1  # PostgreSQL's integer; SQLite's would be 2**63 - 1
 INDEXED_TEXT_BYTES = 1_300  # an indexed text value, escaped as on PostgreSQL: two fit a btree entry (2,704 bytes)
@@ -109,31 +101,6 @@ def table_shape(role: Role) -> tuple[Table, type[Record], tuple[str, ...], tuple
     record_type = RECORD_OF_ROLE[role]
     fields = record_fields(record_type)
     return table, record_type, fields, tuple(table.c[name] for name in fields), attrgetter(*fields)
-
-
-def json_each_keys() -> TableValuedAlias:
-    """SQLite's bulk key list: ``json_each`` over one JSON-array parameter ``keys`` (columns ``value``, ``key``).
-
-    Bind it a JSON array of at most :data:`LOOKUP_BATCH` keys; ``key`` is each value's position in it.
-    """
-    return func.json_each(bindparam("keys", type_=String)).table_valued("value", "key")
-
-
-@functools.cache
-def lookup_statement(role: Role, sqlite_dialect: bool) -> Select[Any]:
-    """The bulk key lookup, built once per role: its cache key is memoized, not recomputed per call.
-
-    SQLite reads the keys from one JSON parameter (``json_each``); PostgreSQL
-    from one array parameter (``= ANY(:keys)``). Either way one statement and
-    one plan, whatever the number of keys.
-    """
-    table, _, _, columns, _ = table_shape(role)
-    if sqlite_dialect:
-        values = json_each_keys()
-        return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
-    from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
-
-    return select(*columns).where(table.c.input_hash == any_(bindparam("keys", type_=postgresql.ARRAY(String))))
 
 
 def insert_statement(role: Role, on_conflict: OnConflict, dialect: Any) -> Any:

@@ -36,19 +36,17 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.backend import Database
-from store.backends.sqlite.storage import SqliteStorage
+from store.backend import Database, Storage
+from store.backends import open_storage
 from store.descriptor import ModelDescriptor
 from store.errors import EmptyFilterError, InvalidInputError
 from store.layout import Location, Selector, metadata_bytes
 from store.records import FoundRow, RowCount, RowFilter, roles_for
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
-
-    from store.backends.postgres.storage import PostgresStorage
 
 
 class Store:
@@ -64,17 +62,7 @@ class Store:
     ) -> None:
         self.settings = settings or Settings()
         self.readonly = readonly
-        if root is not None and url is not None:
-            raise InvalidInputError("a store is a folder (root) or a server (url), not both")
-        url = url if url is not None else (self.settings.store_url if root is None else None)
-        self.storage: SqliteStorage | PostgresStorage
-        if url:
-            from store.backends.postgres.storage import PostgresStorage
-
-            self.storage = PostgresStorage(url, self.settings, readonly=readonly)
-        else:
-            folder = Path(root) if root is not None else self.settings.store_root
-            self.storage = SqliteStorage(folder, self.settings, readonly=readonly)
+        self.storage: Storage = open_storage(self.settings, root=root, url=url, readonly=readonly)
 
     @property
     def where(self) -> str:
@@ -85,10 +73,6 @@ class Store:
     def root(self) -> Path:
         """Where the store keeps files of this machine (sharing's workspace): the root, or a folder for a server."""
         return self.storage.local_root
-
-    @property
-    def is_server(self) -> bool:
-        return self.storage.root is None
 
     def __enter__(self) -> Store:
         return self
@@ -209,6 +193,14 @@ class Store:
 
     def verify(self, location: Location) -> DatabaseVerification:
         return self.storage.verify(location)
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        """Give back the space of deleted rows (a folder store; a server store refuses, saying why)."""
+        return self.storage.vacuum(locations)
+
+    def shown(self, where: str) -> str:
+        """A database's ``where`` as tables show it (under the root for a folder store)."""
+        return self.storage.shown(where)
 
     def strays(self) -> list[Problem]:
         """Files and folders that are not part of the layout (a folder store only)."""

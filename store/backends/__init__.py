@@ -6,3 +6,32 @@ two: connections, the hot statements, what a driver failure means, schema
 checks, upgrades, verification and vacuuming. Nothing above the seam
 branches on a dialect or touches a folder or a URL.
 """
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from store.errors import InvalidInputError
+
+if TYPE_CHECKING:
+    from store.backend import Storage
+    from store.settings import Settings
+
+
+def open_storage(settings: Settings, *, root: Path | str | None, url: str | None, readonly: bool) -> Storage:
+    """The storage a store of these settings is: ``url`` (a server), else ``root``, else what the settings say.
+
+    An explicit ``root`` means that folder whatever ``JUDGESTORE_STORE_URL`` says; both at once are refused.
+    Only a server's store imports the PostgreSQL driver.
+    """
+    if root is not None and url is not None:
+        raise InvalidInputError("a store is a folder (root) or a server (url), not both")
+    url = url if url is not None else (settings.store_url if root is None else None)
+    if url:
+        from store.backends.postgres.storage import PostgresStorage
+
+        return PostgresStorage(url, settings, readonly=readonly)
+    from store.backends.sqlite.storage import SqliteStorage
+
+    return SqliteStorage(Path(root) if root is not None else settings.store_root, settings, readonly=readonly)

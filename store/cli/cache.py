@@ -318,18 +318,11 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
 
         judgestore vacuum --role judgements --json
     """
-    from store.backends.sqlite.vacuum import vacuum_store
     from store.reports import VacuumOutcome
 
     with Store(settings) as store:
-        if store.storage.root is None:
-            raise InvalidInputError(
-                f"{store.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
-                "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
-            )
         locations = store.select(selector)
-        results = list(counted(vacuum_store(store.storage.root, locations, store.settings), len(locations),
-                               "Vacuuming"))  # fmt: skip
+        results = list(counted(store.vacuum(locations), len(locations), "Vacuuming"))
     failed = [r for r in results if r.outcome is not VacuumOutcome.VACUUMED]
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})

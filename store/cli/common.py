@@ -216,21 +216,11 @@ def state_text(info: DatabaseInfo) -> Text:
     return Text(info.state.value, style="green" if info.ok else "bold red")
 
 
-def relative(where: Path | str, root: Path | None) -> str:
-    """A file under the store root relative to it; anything else (a server's schema) as it is."""
-    if root is None or (isinstance(where, str) and "://" in where):
-        return str(where)
-    try:
-        return str(Path(where).relative_to(root))
-    except ValueError:
-        return str(where)
-
-
 def unprefixed(message: str, where: Path | str) -> str:
     """A message without its leading ``{where}: `` (for tables whose first column already names the place)."""
     return message.removeprefix(f"{where}: ")
 
 
 def no_databases(store: Store, json_output: bool) -> None:
-    missing = store.storage.root is not None and not store.storage.root.is_dir()
-    note(f"No databases in {store.where}{' (the folder does not exist)' if missing else ''}.", json_output=json_output)
+    why = store.storage.absence()
+    note(f"No databases in {store.where}{f' ({why})' if why else ''}.", json_output=json_output)

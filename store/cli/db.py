@@ -22,7 +22,6 @@ from store.cli.common import (
     emit_json,
     no_databases,
     note,
-    relative,
     state_text,
     stderr,
     stdout,
@@ -117,7 +116,6 @@ def db_upgrade_command(
         locations = store.select(selector)
         results = list(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
-    root = store.storage.root
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
         emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
@@ -127,7 +125,7 @@ def db_upgrade_command(
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
         table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
-            detail = unprefixed(r.error, r.where) if r.error else (relative(r.backup, root) if r.backup else "")
+            detail = unprefixed(r.error, r.where) if r.error else (store.shown(str(r.backup)) if r.backup else "")
             table.add_row(
                 Text(folder),
                 Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
@@ -174,7 +172,6 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         problems = [problem for result in results for problem in result.problems]
         if selector.is_empty():
             problems += store.strays()
-    root = store.storage.root
     rows = sum(result.rows_checked for result in results)
     adopted = sum(result.rows_adopted for result in results)
     if json_output:
@@ -193,7 +190,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         table = FittedTable(f"Problems in {store.where}", [*columns, Column("Problem", fit=Fit.WRAP)])
         for problem in problems:
             message = unprefixed(problem.message, problem.where)
-            table.add_row(Text(relative(problem.where, root)), problem.kind.value, Text(message))
+            table.add_row(Text(store.shown(problem.where)), problem.kind.value, Text(message))
         table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:

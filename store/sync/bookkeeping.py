@@ -32,7 +32,7 @@ Contract:
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
   from one remote can still be pushed to another (mirroring). Keys are looked
   up as the repository looks them up: ``json_each`` over batches of
-  :data:`~store.row_checks.LOOKUP_BATCH`.
+  :data:`~store.backends.sqlite.rows.LOOKUP_BATCH`.
 """
 
 from __future__ import annotations
@@ -69,9 +69,9 @@ from sqlalchemy.exc import DBAPIError
 
 from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_engine
 from store.backends.sqlite.errors import retry_while_locked
+from store.backends.sqlite.rows import LOOKUP_BATCH, json_each_keys
 from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
 from store.models import NAMING_CONVENTION
-from store.row_checks import LOOKUP_BATCH, json_each_keys
 from store.settings import Settings
 from store.sync.workspace import workspace
 

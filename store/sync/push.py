@@ -128,8 +128,8 @@ def push(
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
-    if not store.is_server and not store.root.is_dir():
-        raise InvalidInputError(f"{store.root}: no store here (the folder does not exist); check --store-root")
+    if (why := store.storage.absence()) is not None:
+        raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
     report = PushReport(remote.url, dry_run)
     locations = store.select(selector)
     with (

@@ -279,7 +279,7 @@ def test_a_missing_source_is_a_typed_error_and_creates_nothing(tmp_path: Path, p
     with (
         Store(root=tmp_path / "nowhere", readonly=True) as source,
         Store(root=tmp_path / "target") as target,
-        pytest.raises(StoreMissingError, match="no such folder"),
+        pytest.raises(StoreMissingError, match="the folder does not exist"),
     ):
         copy_store(source, target)
     assert not (tmp_path / "target").exists()

@@ -19,6 +19,7 @@ from sqlalchemy.exc import DBAPIError
 from store.backend import Database
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.registry import schema_options
+from store.backends.postgres.rows import PostgresRepository
 from store.errors import DatabaseMissingError
 from store.layout import Location, StoredMetadata
 
@@ -35,10 +36,12 @@ class PostgresDatabase(Database):
         self.storage = storage
         self.location = location
         self.where = storage.location_where(location)
-        self.path = None
         self.settings = storage.settings
         self.readonly = storage.readonly
         self._options = schema_options(location)
+
+    def _repository(self, conn: Connection) -> PostgresRepository:
+        return PostgresRepository(conn, self.location.role)
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:

@@ -1,29 +1,51 @@
-"""PostgreSQL's hot paths: the bulk insert compiled once per schema for psycopg's pipeline, and the bulk lookup.
+"""PostgreSQL's repository: the bulk lookup over one array parameter and the insert in psycopg's pipeline.
 
-Contract: :func:`postgres_insert` is one role's ``INSERT ... ON CONFLICT``
-for a connection's schema, as SQL for psycopg's executemany (pipeline mode:
-one round trip for a batch, as fast as ``COPY``, see ``bench/pg_bench.py``)
-with the bind processors SQLAlchemy would apply.
+Contract:
+
+* :class:`PostgresRepository` is :class:`~store.repository.Repository` on a
+  server's connection: keys are looked up with ``= ANY(:keys)`` (one array
+  parameter per :data:`ARRAY_BATCH` keys; faster than a join against
+  ``unnest``), rows inserted by :func:`postgres_insert`, every row first
+  passing the checks both backends share (:mod:`store.row_checks`).
+* :func:`postgres_insert` is one role's ``INSERT ... ON CONFLICT`` for a
+  connection's schema, as SQL for psycopg's executemany (pipeline mode: one
+  round trip for a batch, as fast as ``COPY``, see ``bench/pg_bench.py``)
+  with the bind processors SQLAlchemy would apply.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import JSON, Connection
+from sqlalchemy import JSON, ColumnElement, Connection, Select, String, Text, any_, bindparam, cast, func, select
+from sqlalchemy.exc import DBAPIError, StatementError
 
 from store.backends.postgres import text as pgtext
+from store.errors import InvalidInputError
 from store.layout import Role
-from store.row_checks import OnConflict, insert_statement, table_shape
+from store.records import Record
+from store.repository import BLANK, Repository
+from store.row_checks import (
+    OnConflict,
+    check_on_conflict,
+    gc_paused,
+    insert_statement,
+    not_unicode,
+    table_shape,
+    unwritable,
+)
+
+ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 
 
-# (role, on_conflict, schema) -> the PostgreSQL insert's SQL and its columns' bind processors: compiled once per
-# process and schema
 def _json_text(value: Any) -> str | None:
     return None if value is None else pgtext.dumps_json(value)
 
 
+# (role, on_conflict, schema) -> the PostgreSQL insert's SQL and its columns' bind processors: compiled once per
+# process and schema
 _POSTGRES_INSERTS: dict[tuple[str, str, str | None], tuple[str, tuple[tuple[str, Callable[[Any], Any]], ...]]] = {}
 
 
@@ -64,3 +86,71 @@ def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tu
                 processors.append((name, process))
         plan = _POSTGRES_INSERTS[key] = (str(compiled), tuple(processors))
     return plan
+
+
+@functools.cache
+def lookup_statement(role: Role) -> Select[Any]:
+    """The bulk key lookup of ``role`` (``= ANY(:keys)``): one statement and one plan, whatever the number of keys."""
+    from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
+
+    table, _, _, columns, _ = table_shape(role)
+    return select(*columns).where(table.c.input_hash == any_(bindparam("keys", type_=postgresql.ARRAY(String))))
+
+
+class PostgresRepository(Repository):
+    """The rows of one role's table in one descriptor schema (see the module docstring)."""
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+        """Rows stored under any of ``hashes``, keyed by input hash."""
+        keys = list(dict.fromkeys(hashes))
+        found: dict[str, Record] = {}
+        stmt = lookup_statement(self.role)
+        # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
+        # small dicts as the rows are built, and every collection would rescan all of them.
+        with gc_paused():
+            for start in range(0, len(keys), ARRAY_BATCH):
+                chunk = keys[start : start + ARRAY_BATCH]
+                for record in self._records(self.conn.execute(stmt, {"keys": chunk}).all()):
+                    found[record.input_hash] = record
+        return found
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        """Insert ``records``; returns how many rows were written (ignored duplicates not counted).
+
+        A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
+        a record of the other table, an ``input_hash`` that is not the hash of the row's input
+        (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
+        in any column), a value either backend refuses (:func:`~store.row_checks.check_values`).
+        The same row gets the same error on SQLite and PostgreSQL. The transaction must not
+        commit after it (the database's own transactions roll back).
+        """
+        check_on_conflict(on_conflict)
+        sql, processors = postgres_insert(self.conn, self.role, on_conflict)
+        dicts: list[dict[str, Any]] = []
+        try:
+            for record in self._checked(records):
+                row = dict(zip(self._fields, self._values_of(record), strict=True))
+                try:
+                    for name, process in processors:
+                        row[name] = process(row[name])
+                except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
+                    unwritable(self.role, record, e)
+                dicts.append(row)
+            if not dicts:
+                return 0
+            # psycopg's executemany (pipeline mode), whose rowcount is the sum of the rows written.
+            result = self.conn.exec_driver_sql(sql, dicts)
+        except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
+            raise not_unicode(self.role, self._fields, dicts) from e
+        except StatementError as e:
+            if isinstance(e, DBAPIError):  # every driver error: the database's retry and translation handle it
+                raise
+            raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e
+        return max(result.rowcount, 0)
+
+    def _byte_length(self, column: Any) -> Any:
+        text = column if isinstance(column.type, Text | String) else cast(column, Text)
+        return func.coalesce(func.octet_length(text), 0)
+
+    def _blank(self, column: Any) -> ColumnElement[bool]:
+        return func.btrim(column, BLANK) == ""  # PostgreSQL's trim() takes FROM; btrim takes the characters

@@ -64,6 +64,7 @@ from store.backends.postgres.registry import (
     schema_name,
     schema_options,
 )
+from store.backends.postgres.rows import PostgresRepository
 from store.descriptor import ModelDescriptor
 from store.errors import (
     DatabaseMissingError,
@@ -85,8 +86,8 @@ from store.reports import (
     RowChecks,
     UpgradeOutcome,
     UpgradeResult,
+    VacuumResult,
 )
-from store.repository import Repository
 from store.schema import (
     USABLE_STATES,
     VERSION_TABLE,
@@ -102,6 +103,8 @@ from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+    from store.backend import Storage
 
 T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
@@ -127,7 +130,6 @@ class PostgresStorage:
         self.settings = settings
         self.readonly = readonly
         self.where = display_url(url)
-        self.root: Path | None = None
         digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
         cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
         self.local_root = cache / "judgestore" / "servers" / digest
@@ -135,6 +137,20 @@ class PostgresStorage:
 
     def close(self) -> None:
         self.engine.dispose()
+
+    def absence(self) -> str | None:
+        """Why the server's database holds no store (no registry); reaching the server is checked on the way."""
+        with self.connection() as conn:
+            if conn.dialect.has_table(conn, registry.name, schema=registry.schema):
+                return None
+        return "this database holds no judgestore store (no registry)"
+
+    def same_as(self, other: Storage) -> bool:
+        """The same database of the same server, as far as URLs tell (however spelled; passwords left out)."""
+        return isinstance(other, PostgresStorage) and _normalised_url(self.url) == _normalised_url(other.url)
+
+    def shown(self, where: str) -> str:
+        return where
 
     def location_where(self, location: Location) -> str:
         return f"{self.where} schema {schema_name(location)}"
@@ -324,7 +340,7 @@ class PostgresStorage:
                 status = self.classify(conn, location, known)
                 state, revision, error = status.state, status.revision, status_error(status, where)
                 if status.state is DatabaseState.CURRENT and count_rows:
-                    repo = Repository(conn.execution_options(**schema_options(location)), location.role)
+                    repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
                     rows = repo.count()
         except MetadataMismatchError as e:
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
@@ -412,7 +428,7 @@ class PostgresStorage:
         checks = RowChecks(where)
         try:
             with self.connection() as conn:  # its own transaction: a failure here ends only this one
-                repo = Repository(conn.execution_options(**schema_options(location)), location.role)
+                repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
                 for record in repo.query():
                     checks.hashed(record.input_hash, record.sample_index, record.input_text)
                 adopted = repo.count(RowFilter(adopted=True))
@@ -425,3 +441,14 @@ class PostgresStorage:
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        raise InvalidInputError(
+            f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
+            "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
+        )
+
+
+def _normalised_url(url: str) -> str:
+    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
+    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)

@@ -27,7 +27,7 @@ from sqlalchemy.exc import DBAPIError
 from store.backend import Database
 from store.backends.sqlite.connections import file_stamp, sqlite_engine
 from store.backends.sqlite.errors import retry_while_locked, translated
-from store.backends.sqlite.rows import sqlite_get_many, sqlite_insert
+from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
 from store.errors import CorruptDatabaseError, DatabaseBusyError, NotADatabaseError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata
 from store.records import Record
@@ -102,6 +102,9 @@ class SqliteDatabase(Database):
                 if self._engine is None:
                     self._engine = sqlite_engine(self._connect_fn, None, pooled=not self.readonly)
         return self._engine
+
+    def _repository(self, conn: Connection) -> SqliteRepository:
+        return SqliteRepository(conn, self.location.role)
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:

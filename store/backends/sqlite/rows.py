@@ -24,28 +24,48 @@ from operator import attrgetter
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Table
+from sqlalchemy import JSON, ColumnElement, LargeBinary, Select, String, Table, Text, bindparam, cast, func, select
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store.backends.sqlite.connections import sqlite_dialect
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.models import UTCDateTime
 from store.records import Record
+from store.repository import BLANK, Repository
 from store.row_checks import (
-    LOOKUP_BATCH,
     OnConflict,
     check_on_conflict,
     check_values,
     gc_paused,
     insert_statement,
-    lookup_statement,
     not_unicode,
     plain_values,
     refuse_other_type,
     table_shape,
     unwritable,
 )
+
+LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
+
+
+def json_each_keys() -> TableValuedAlias:
+    """SQLite's bulk key list: ``json_each`` over one JSON-array parameter ``keys`` (columns ``value``, ``key``).
+
+    Bind it a JSON array of at most :data:`LOOKUP_BATCH` keys; ``key`` is each value's position in it.
+    """
+    return func.json_each(bindparam("keys", type_=String)).table_valued("value", "key")
+
+
+@functools.cache
+def lookup_statement(role: Role) -> Select[Any]:
+    """The bulk key lookup of ``role``: the keys come from one JSON parameter (``json_each``), one plan for any
+    number of them; built once per role (its cache key is memoized, not recomputed per call)."""
+    table, _, _, columns, _ = table_shape(role)
+    values = json_each_keys()
+    return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
+
 
 RecordReader = Callable[[Iterable[Sequence[Any]], dict[str, Record]], None]
 
@@ -151,7 +171,7 @@ def _generated(name: str, lines: list[str], namespace: dict[str, Any]) -> Any:
 @functools.cache
 def _sqlite_lookup(role: Role) -> tuple[str, RecordReader]:
     """The bulk lookup's SQL (one ``?``: a JSON array of keys) and the reader of its rows, built once per process."""
-    return str(lookup_statement(role, True).compile(dialect=sqlite_dialect())), _record_reader(role)
+    return str(lookup_statement(role).compile(dialect=sqlite_dialect())), _record_reader(role)
 
 
 def sqlite_get_many(conn: sqlite3.Connection, role: Role, keys: Sequence[str]) -> dict[str, Record]:
@@ -275,3 +295,27 @@ def sqlite_insert(role: Role, on_conflict: OnConflict) -> SqliteInsert:
     """The compiled insert of ``role`` (``on_conflict``: ``"ignore"`` or ``"replace"``), built once per process."""
     check_on_conflict(on_conflict)
     return SqliteInsert(role, on_conflict)
+
+
+class SqliteRepository(Repository):
+    """The rows of one role's table in one SQLite file; the hot paths run on the driver's connection."""
+
+    def _driver(self) -> sqlite3.Connection:
+        """The sqlite3 connection under this repository's (inside its transaction)."""
+        conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
+        return conn
+
+    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+        return sqlite_get_many(self._driver(), self.role, list(hashes))
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        insert = sqlite_insert(self.role, on_conflict)
+        rows = insert.rows(self._checked(records))
+        return insert.execute(self._driver(), rows) if rows else 0
+
+    def _byte_length(self, column: Any) -> Any:
+        text = column if isinstance(column.type, Text | String) else cast(column, Text)
+        return func.coalesce(func.length(cast(text, LargeBinary)), 0)
+
+    def _blank(self, column: Any) -> ColumnElement[bool]:
+        return func.trim(column, BLANK) == ""

@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from store import schema
 from store.backends.sqlite.connections import create_sqlite_engine
 from store.backends.sqlite.errors import raise_translated, translated
+from store.backends.sqlite.rows import SqliteRepository
 from store.errors import (
     CorruptDatabaseError,
     JudgestoreError,
@@ -33,7 +34,6 @@ from store.errors import (
 )
 from store.layout import Location, database_size, read_location_metadata
 from store.reports import DatabaseInfo
-from store.repository import Repository
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, SchemaStatus, status_error
 from store.settings import Settings
 
@@ -107,7 +107,7 @@ def database_info(
                 status = classify(conn, path, known)
                 state, revision, error = status.state, status.revision, status_error(status, path)
                 if status.state is DatabaseState.CURRENT and count_rows:
-                    rows = Repository(conn, location.role).count()
+                    rows = SqliteRepository(conn, location.role).count()
                 elif status.state is DatabaseState.EMPTY and count_rows:
                     rows = 0  # no tables yet: empty, nothing to read (store.store's one meaning of it)
         finally:

@@ -17,8 +17,10 @@ Contract:
 * A read-only store never creates or changes a file; a database without
   tables (zero bytes: another process is creating it) means one thing there:
   empty (:meth:`~SqliteStorage.open_existing` returns None).
-* Inspecting, upgrading and verifying are :mod:`store.schema`,
-  :mod:`store.backends.sqlite.upgrade` and :mod:`store.backends.sqlite.verify`'s, on this root.
+* Inspecting, upgrading, verifying and vacuuming are
+  :mod:`~store.backends.sqlite.schema`, :mod:`~store.backends.sqlite.upgrade`,
+  :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
+  on this root.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from store.backends.sqlite.errors import raise_translated, write_refusal
 from store.backends.sqlite.schema import classify, is_current
 from store.backends.sqlite.schema import database_info as sqlite_database_info
 from store.backends.sqlite.upgrade import upgrade_database, upgrade_store
+from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
 from store.layout import (
@@ -56,12 +59,14 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.schema import DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
 from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+    from store.backend import Storage
 
 
 class SqliteStorage:
@@ -79,6 +84,18 @@ class SqliteStorage:
     def close(self) -> None:
         while self._open:
             self._open.popitem()[1].close()
+
+    def absence(self) -> str | None:
+        return None if self.root.is_dir() else "the folder does not exist"
+
+    def same_as(self, other: Storage) -> bool:
+        return isinstance(other, SqliteStorage) and self.root.resolve() == other.root.resolve()
+
+    def shown(self, where: str) -> str:
+        try:
+            return str(Path(where).relative_to(self.root))
+        except ValueError:
+            return where
 
     def locations(self) -> list[Location]:
         return list(walk(self.root))
@@ -260,3 +277,6 @@ class SqliteStorage:
 
     def strays(self) -> list[Problem]:
         return stray_paths(self.root)
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        return vacuum_store(self.root, locations, self.settings)

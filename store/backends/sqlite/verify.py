@@ -26,6 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from store import schema
 from store.backends.sqlite.connections import create_sqlite_engine
 from store.backends.sqlite.errors import translated
+from store.backends.sqlite.rows import SqliteRepository
 from store.backends.sqlite.schema import classify
 from store.errors import (
     DamagedTextError,
@@ -49,7 +50,6 @@ from store.layout import (
 )
 from store.records import RowFilter
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
-from store.repository import Repository
 from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
 from store.settings import Settings
 
@@ -64,7 +64,7 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
 
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
     checks = RowChecks(path)
-    for record in Repository(conn, location.role).query():
+    for record in SqliteRepository(conn, location.role).query():
         checks.hashed(record.input_hash, record.sample_index, record.input_text)
     return checks.result()
 
@@ -82,7 +82,7 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
     driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
     saved, driver.text_factory = driver.text_factory, bytes
     try:
-        cursor = driver.execute(f'SELECT rowid, * FROM "{Repository(conn, location.role).table.name}"')
+        cursor = driver.execute(f'SELECT rowid, * FROM "{SqliteRepository(conn, location.role).table.name}"')
         names = [column[0] for column in cursor.description]
         for rowid, *values in cursor:
             row = dict(zip(names[1:], values, strict=True))
@@ -128,7 +128,7 @@ def verify_database(
                             raise
                         checked, bad_rows = _raw_row_problems(conn, location, path)
                     problems += bad_rows
-                    adopted = Repository(conn, location.role).count(RowFilter(adopted=True))
+                    adopted = SqliteRepository(conn, location.role).count(RowFilter(adopted=True))
         finally:
             engine.dispose()
     except DBAPIError as e:
