@@ -32,21 +32,23 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from store.backend import Database, Storage
 from store.backends import open_storage
 from store.descriptor import ModelDescriptor
-from store.errors import EmptyFilterError, InvalidInputError
+from store.errors import EmptyFilterError, InvalidInputError, SchemaBehindError, UpgradeFailedError
 from store.layout import Location, Selector, metadata_bytes
 from store.records import FoundRow, RowCount, RowFilter, roles_for
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+T = TypeVar("T")
 
 
 class Store:
@@ -150,7 +152,8 @@ class Store:
     ) -> Database:
         """The database of ``descriptor``; a read-write store creates it if needed."""
         location = Location.of(role, task, descriptor)
-        return self.storage.database(location, lambda: metadata_bytes(location.role, task, descriptor, assumptions))
+        metadata = lambda: metadata_bytes(location.role, task, descriptor, assumptions)  # noqa: E731
+        return self._upgraded_if_behind(location, lambda: self.storage.database(location, metadata))
 
     def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
         """Raise what writing this descriptor's database would meet, where that is known without writing anything.
@@ -166,11 +169,26 @@ class Store:
 
     def open_existing(self, location: Location) -> Database | None:
         """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
-        return self.storage.open_existing(location)
+        return self._upgraded_if_behind(location, lambda: self.storage.open_existing(location))
 
     def open(self, location: Location) -> Database:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
-        return self.storage.open(location)
+        return self._upgraded_if_behind(location, lambda: self.storage.open(location))
+
+    def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T]) -> T:
+        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write)."""
+        try:
+            return open_it()
+        except SchemaBehindError as behind:
+            if not self.settings.auto_upgrade or self.readonly:
+                raise
+            (result,) = self.storage.upgrade([location])
+            if result.outcome is not UpgradeOutcome.UPGRADED:
+                raise UpgradeFailedError(
+                    result.where,
+                    f"automatic upgrade from {behind.found} failed ({result.error}); the database was restored",
+                ) from behind
+        return open_it()
 
     def discard_if_empty(self, location: Location) -> bool:
         """Remove a server's descriptor schema that holds no row (a failed copy's); a folder's are kept."""

@@ -317,13 +317,7 @@ class PostgresStorage:
             if self.metadata(conn, location) is None:
                 raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
             status = self.classify(conn, location)
-        if status.state is DatabaseState.BEHIND and self.settings.auto_upgrade and not self.readonly:
-            (result,) = self.upgrade([location])
-            if result.outcome is not UpgradeOutcome.UPGRADED:
-                raise UpgradeFailedError(
-                    result.where, f"automatic upgrade from {status.revision} failed ({result.error})"
-                )
-        elif status.state is not DatabaseState.CURRENT:
+        if status.state is not DatabaseState.CURRENT:
             raise_for_status(status, self.location_where(location))
         return PostgresDatabase(self, location)
 

@@ -25,37 +25,17 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
-from store.backends.sqlite.connections import file_stamp, sqlite_engine
+from store.backends.sqlite.connections import sqlite_engine
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
-from store.errors import CorruptDatabaseError, DatabaseBusyError, NotADatabaseError, StoreFullError
+from store.backends.sqlite.schema import stable_read
+from store.errors import StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata
 from store.records import Record
 from store.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
 
 T = TypeVar("T")
-
-
-READONLY_READ_ATTEMPTS = 5
-
-
-def stable_read(path: Path, read: Callable[[], T]) -> T:
-    """Run a read-only ``read`` of a file; run it again if a writer changed the file under it."""
-    for _ in range(READONLY_READ_ATTEMPTS):
-        before = file_stamp(path)
-        try:
-            result = read()
-        except (CorruptDatabaseError, NotADatabaseError):
-            if file_stamp(path) == before:
-                raise
-            continue
-        after = file_stamp(path)
-        if after == before or (before.wal_exists and after.wal_exists):  # with a WAL, SQLite's locks held
-            return result
-    raise DatabaseBusyError(
-        path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
-    )
 
 
 class SqliteDatabase(Database):

@@ -25,42 +25,32 @@ Contract:
 
 from __future__ import annotations
 
-import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from filelock import FileLock
-from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError
-
 from store.backends.sqlite.connections import (
     Filesystems,
-    apply_journal_mode,
-    set_journal_mode,
-    sqlite_connector,
-    sqlite_engine,
 )
-from store.backends.sqlite.database import SqliteDatabase, stable_read
+from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.errors import raise_translated, write_refusal
-from store.backends.sqlite.schema import classify, is_current
 from store.backends.sqlite.schema import database_info as sqlite_database_info
-from store.backends.sqlite.upgrade import upgrade_database, upgrade_store
+from store.backends.sqlite.schema import open_file
+from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
-from store.errors import DatabaseFileError, DatabaseMissingError, UpgradeFailedError
+from store.errors import DatabaseFileError, DatabaseMissingError
 from store.layout import (
     METADATA_FILE,
     Location,
     check_location_metadata,
     database_name,
-    lock_path,
     walk,
     write_metadata,
 )
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
-from store.schema import DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.schema import Revisions
 from store.settings import Settings
 
 if TYPE_CHECKING:
@@ -153,63 +143,13 @@ class SqliteStorage:
             raise_translated(location.metadata_path(self.root), e)
         if self._filesystems is None:
             self._filesystems = Filesystems()
-        connect, journal = sqlite_connector(path, self.settings, readonly=self.readonly, filesystems=self._filesystems)
-        engine = None
-        try:
-            connection = self._opened_current(connect, path, journal)
-            if connection is None:  # anything but current: classified, created or upgraded with an engine
-                engine = sqlite_engine(connect, journal, pooled=not self.readonly)
-                self._check_schema(engine, path)
-                if not self.readonly:
-                    # Now current: end as the usual open does, with the kept driver connection and no engine,
-                    # rather than an idle engine connection while the first write opens another one.
-                    engine.dispose()
-                    engine = None
-                    connection = self._opened_current(connect, path, journal)
-        except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
-            if engine is not None:
-                engine.dispose()
-            raise_translated(path, e)
-        except BaseException:
-            if engine is not None:
-                engine.dispose()
-            raise
-        if self.readonly and connection is not None:
-            connection.close()  # read-only connections are made afresh for every read (see .connections)
-            connection = None
-        database = SqliteDatabase(
-            location, path, connect, self.settings, self.readonly, connection=connection, engine=engine
-        )
+        opened = open_file(path, self.settings, readonly=self.readonly, filesystems=self._filesystems)
+        database = SqliteDatabase(location, path, opened.connect, self.settings, self.readonly,
+                                  connection=opened.connection, engine=opened.engine)  # fmt: skip
         self._open[location.segments()] = database
         while len(self._open) > self.settings.max_open_databases:
             self._open.popitem(last=False)[1].close()
         return database
-
-    def _opened_current(
-        self, connect: Callable[[], sqlite3.Connection], path: Path, journal: str | None
-    ) -> sqlite3.Connection | None:
-        """The usual open: a sqlite3 connection on which one SELECT found the file current (journal then set).
-
-        None for anything else, with nothing left open: :meth:`_check_schema` classifies it with an engine.
-        """
-
-        def attempt() -> sqlite3.Connection | None:
-            try:
-                conn = connect()
-            except sqlite3.Error as e:  # connecting can fail too (a file that is not a database)
-                raise_translated(path, e)
-            try:
-                if not is_current(conn, path):
-                    conn.close()
-                    return None
-                if journal is not None:
-                    set_journal_mode(conn, journal)  # the file is ours: switching is safe now
-            except BaseException:
-                conn.close()
-                raise
-            return conn
-
-        return stable_read(path, attempt) if self.readonly else attempt()
 
     def _cached(self, location: Location) -> SqliteDatabase | None:
         key = location.segments()
@@ -217,50 +157,6 @@ class SqliteStorage:
         if database is not None:
             self._open.move_to_end(key)
         return database
-
-    def _status(self, engine: Engine, path: Path) -> SchemaStatus:
-        def attempt() -> SchemaStatus:
-            try:
-                with engine.connect() as conn:
-                    return classify(conn, path)
-            except DBAPIError as e:  # connecting can fail too (a file that is not a database)
-                raise_translated(path, e)
-
-        return stable_read(path, attempt) if self.readonly else attempt()
-
-    def _check_schema(self, engine: Engine, path: Path) -> None:
-        """Refuse anything but a current database; the journal is switched only once the file is ours."""
-        status = self._status(engine, path)
-        if status.state is DatabaseState.CURRENT:
-            apply_journal_mode(engine)
-            return
-        if status.state is DatabaseState.EMPTY and not self.readonly:
-            self._create(engine, path)
-            apply_journal_mode(engine)
-            return
-        if status.state is DatabaseState.BEHIND and self.settings.auto_upgrade and not self.readonly:
-            engine.dispose()
-            result = upgrade_database(path, self.settings)
-            if result.outcome is not UpgradeOutcome.UPGRADED:
-                raise UpgradeFailedError(
-                    path, f"automatic upgrade from {status.revision} failed ({result.error}); the file was restored"
-                )
-            apply_journal_mode(engine)
-            return
-        if status.state is DatabaseState.EMPTY:
-            raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")
-        raise_for_status(status, path)
-
-    def _create(self, engine: Engine, path: Path) -> None:
-        """Create the schema at head, once, even when many processes try at the same moment."""
-        with FileLock(lock_path(path)):
-            conn: Connection
-            with engine.connect().execution_options(write=True) as conn, conn.begin():
-                status = classify(conn, path)  # another process may have won the race
-                if status.state is DatabaseState.EMPTY:
-                    create_at_head(conn)
-                else:
-                    raise_for_status(status, path)
 
     # ------------------------------------------------------------ the whole root
 
