@@ -59,13 +59,28 @@ Contract (docs/design.md, "A run, step by step"):
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
-* Responses come back in the caller's order.
+* Responses come back in the caller's order, as :class:`Responses`: a list
+  that also carries what its own call did (``.run``, a
+  :class:`~inference.plan.RunStats`). ``last`` is the latest call's (the
+  same object, filled in as that call goes), so concurrent callers read
+  ``.run`` of their own result, never ``last``.
+* :meth:`CachedModel.acomplete` / :meth:`~CachedModel.ajudge` are the same
+  calls for async code: the whole call (plan, lookups, writes, and the
+  engine for vLLM) runs in a worker thread, so the event loop stays free; a
+  hosted model's misses go out concurrently, at most its
+  ``max_concurrency`` at once across every call of the model. ``async
+  with`` closes the engine off the loop too. Concurrent calls are safe: the
+  engine is prepared once, and a local engine (not safe to call from two
+  threads) takes one chunk at a time. Cancelling the awaiting task does not
+  stop its thread: what it generates is still written.
 """
 
 from __future__ import annotations
 
+import asyncio
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -96,6 +111,16 @@ _Slot = tuple[int, int]  # a distinct key's (sample index, index of the first re
 
 
 ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
+
+
+class Responses(list[Response]):
+    """The responses of one call, in request order, and what that call did (:attr:`run`)."""
+
+    run: RunStats
+
+    def __init__(self, responses: Iterable[Response] = (), run: RunStats | None = None) -> None:
+        super().__init__(responses)
+        self.run = run if run is not None else RunStats()
 
 
 class CachedModel:
@@ -137,7 +162,9 @@ class CachedModel:
         self.remote = remote
         self._preflight = preflight
         self._fetched: set[Role] = set()
-        self.last = RunStats()
+        self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
+        self._engine_lock = threading.Lock()  # and a local engine takes one chunk at a time
+        self.last = RunStats()  # the latest call's; each call's own is its result's ``.run``
 
     @property
     def engine_loaded(self) -> bool:
@@ -154,6 +181,12 @@ class CachedModel:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    async def __aenter__(self) -> CachedModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)  # a vLLM shutdown takes seconds: not on the event loop
+
     # ------------------------------------------------------------ public API
 
     def complete(
@@ -162,8 +195,8 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
-    ) -> list[Response]:
-        """Completions for ``requests``, in order."""
+    ) -> Responses:
+        """Completions for ``requests``, in order; ``.run`` of the result says what this call did."""
         return self._run("completions", requests, on_plan, on_progress)
 
     def judge(
@@ -172,9 +205,29 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
-    ) -> list[Response]:
-        """Judgements for ``requests``, in order."""
+    ) -> Responses:
+        """Judgements for ``requests``, in order; ``.run`` of the result says what this call did."""
         return self._run("judgements", requests, on_plan, on_progress)
+
+    async def acomplete(
+        self,
+        requests: Sequence[CompletionRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """:meth:`complete` in a worker thread (see the module docstring); the callbacks are called there."""
+        return await asyncio.to_thread(self._run, "completions", requests, on_plan, on_progress)
+
+    async def ajudge(
+        self,
+        requests: Sequence[JudgementRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """:meth:`judge` in a worker thread (see the module docstring); the callbacks are called there."""
+        return await asyncio.to_thread(self._run, "judgements", requests, on_plan, on_progress)
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
@@ -213,7 +266,7 @@ class CachedModel:
                         inputs[key] = (k, i)
         return keys_per_request, inputs
 
-    def _fetch(self, role: Role) -> None:
+    def _fetch(self, role: Role, run: RunStats | None) -> None:
         """Import the remote's rows of this descriptor folder, once per role and model."""
         if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
             return
@@ -221,12 +274,13 @@ class CachedModel:
 
         report = fetch(self.store, self.remote, Selector.of(role, self.task, self.descriptor))
         self._fetched.add(role)
-        self.last.fetched_rows = report.rows
+        if run is not None:
+            run.fetched_rows = report.rows
 
-    def _lookup(self, role: Role, inputs: dict[str, _Slot]) -> dict[str, Record]:
+    def _lookup(self, role: Role, inputs: dict[str, _Slot], run: RunStats | None = None) -> dict[str, Record]:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
-        self._fetch(role)
+        self._fetch(role, run)
         database = self.store.find(role, self.task, self.descriptor)
         return {} if database is None else database.get_many(inputs)
 
@@ -267,13 +321,13 @@ class CachedModel:
         requests: Sequence[Request],
         on_plan: Callable[[Plan], None] | None,
         on_progress: ProgressCallback | None,
-    ) -> list[Response]:
+    ) -> Responses:
         started, started_at = time.perf_counter(), datetime.now(UTC)
-        self.last = RunStats()
+        run = self.last = RunStats()
         keys, inputs = self._render(role, requests)
-        hits = self._lookup(role, inputs)
+        hits = self._lookup(role, inputs, run)
         plan = self._with_miss_context(self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started))
-        self.last.plan = plan
+        run.plan = plan
         if on_plan is not None:
             on_plan(plan)
         if plan.missing and self.mode == "replay":
@@ -287,17 +341,19 @@ class CachedModel:
         with gc_paused():
             results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
         if plan.missing:
-            results.update(self._generate(role, requests, plan.missing, on_progress))
+            results.update(self._generate(role, requests, plan.missing, on_progress, run))
         with gc_paused():
-            responses = [Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)]
-        self.last.truncated = sum(
+            responses = Responses(
+                (Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)), run
+            )
+        run.truncated = sum(
             s.finish_reason == "length" and s.error is None for response in responses for s in response.samples
         )
-        self.last.saved = usage_totals(record.usage for record in hits.values())
-        self.last.seconds = time.perf_counter() - started
-        self._record_run(plan, started_at)
-        if self.last.failed:
-            raise RequestsFailedError(_failed_message(plan, self.last), failures=self.last.failed, responses=responses)
+        run.saved = usage_totals(record.usage for record in hits.values())
+        run.seconds = time.perf_counter() - started
+        self._record_run(plan, started_at, run)
+        if run.failed:
+            raise RequestsFailedError(_failed_message(plan, run), failures=run.failed, responses=responses)
         return responses
 
     def _with_miss_context(self, plan: Plan) -> Plan:
@@ -311,7 +367,7 @@ class CachedModel:
         others = self.store.select(replace(mine, descriptor=None))
         return replace(plan, other_descriptors=len(others))
 
-    def _record_run(self, plan: Plan, started_at: datetime) -> None:
+    def _record_run(self, plan: Plan, started_at: datetime, last: RunStats) -> None:
         """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""
         store = self.store
         if store is None or store.readonly or self.mode not in ("use", "refresh") or not plan.requested:
@@ -321,7 +377,6 @@ class CachedModel:
         database = store.find(plan.role, self.task, self.descriptor)
         if database is None:  # nothing hit and nothing was written
             return
-        last = self.last
         record = run_record(
             plan,
             spent=last.spent,
@@ -343,6 +398,7 @@ class CachedModel:
         requests: Sequence[Request],
         missing: Sequence[PlannedInput],
         on_progress: ProgressCallback | None,
+        run: RunStats,
     ) -> dict[str, Sample]:
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
         results: dict[str, Sample] = {}
@@ -350,7 +406,7 @@ class CachedModel:
 
         def fail(inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
             request = requests[inp.request_index]
-            self.last.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
+            run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
             results[inp.key] = _sample(inp, gen, error)
 
         def progress(count: int) -> None:
@@ -373,10 +429,8 @@ class CachedModel:
             # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
             # (and nothing is created for an engine that may yet be refused).
             store.check_writable(role, self.task, self.descriptor)
-        if self._backend is None:
-            self._backend = self._backend_factory()
-        self.last.engine_loaded = True
-        backend = self._backend
+        backend = self._prepared_backend()
+        run.engine_loaded = True
         database = None if store is None else store.database(role, self.task, self.descriptor)
 
         def write(done: Sequence[tuple[PlannedInput, Generation | Refusal]]) -> None:
@@ -384,19 +438,19 @@ class CachedModel:
             for inp, outcome in done:
                 if isinstance(outcome, Refusal):
                     fail(inp, outcome.error)
-            self.last.spent += usage_totals(gen.usage for _, gen in answered)
+            run.spent += usage_totals(gen.usage for _, gen in answered)
             now = datetime.now(UTC)
             records = [self._record(role, requests[inp.request_index], inp, gen, now) for inp, gen in answered]
             not_kept: dict[str, InvalidInputError] = {}
             if database is not None and records:
-                written, not_kept = self._write(database, records)
-                self.last.written += written
+                written, not_kept = self._write(database, records, run)
+                run.written += written
             for inp, gen in answered:
                 if inp.key in not_kept:
                     fail(inp, not_kept[inp.key], gen)
                 else:
                     results[inp.key] = _sample(inp, gen)
-            self.last.generated += len(answered)
+            run.generated += len(answered)
             progress(len(done))
 
         chosen = [missing[i] for i in todo]
@@ -405,13 +459,21 @@ class CachedModel:
             return results
         for start in range(0, len(todo), self.chunk_size):
             chunk = todo[start : start + self.chunk_size]
-            generating = time.perf_counter()
-            outcomes = backend.generate([engine_requests[i] for i in chunk])
+            with self._engine_lock:  # a local engine serves one caller's chunk at a time
+                generating = time.perf_counter()
+                outcomes = backend.generate([engine_requests[i] for i in chunk])
             if len(outcomes) != len(chunk):
                 raise BackendError(f"backend returned {len(outcomes)} generations for {len(chunk)} requests")
             done = list(zip((missing[i] for i in chunk), outcomes, strict=True))
             write(self._priced(done, time.perf_counter() - generating))
         return results
+
+    def _prepared_backend(self) -> Backend:
+        """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
+        with self._backend_lock:
+            if self._backend is None:
+                self._backend = self._backend_factory()
+            return self._backend
 
     def _stream(
         self,
@@ -453,7 +515,9 @@ class CachedModel:
             result[i] = (done[i][0], generation)
         return result
 
-    def _write(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
+    def _write(
+        self, database: Database, records: list[Record], run: RunStats
+    ) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one chunk: the rows written, and the rows the store refused (by input hash) with its reason.
 
         A row the store refuses (:class:`InvalidInputError`: a value it cannot hold) fails alone: the chunk is
@@ -476,9 +540,9 @@ class CachedModel:
         try:
             return put(records), refused
         except JudgestoreError as e:
-            e.rows_kept = self.last.written
+            e.rows_kept = run.written
             e.add_note(
-                f"This run stored {self.last.written} rows before the failure ({self.last.generated} generated); "
+                f"This run stored {run.written} rows before the failure ({run.generated} generated); "
                 "they are kept, and running it again generates only the rest."
             )
             raise

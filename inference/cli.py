@@ -40,7 +40,6 @@ from inference.engine_logs import VerboseOption, quiet_engine
 from inference.hosted import HostedSpec
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
-from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
 from inference.plan import Mode, Plan
 from inference.requests import Request
 from inference.run import RunResult, run_requests
@@ -183,8 +182,9 @@ def model_spec(
         ),
     ] = None,
     max_concurrency: Annotated[
-        int, _hosted("--max-concurrency", "Requests in flight at once.", min=1)
-    ] = DEFAULT_MAX_CONCURRENCY,
+        int | None,
+        _hosted("--max-concurrency", "Requests in flight at once (default: JUDGESTORE_MAX_CONCURRENCY, 8).", min=1),
+    ] = None,
     routing: Annotated[
         list[str] | None,
         _hosted(

@@ -51,12 +51,13 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import JsonValue, ValidationError
 
 from inference.backend import Backend
-from inference.openai_backend import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
+from inference.openai_backend import DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
 from inference.openai_wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
 from inference.spec import DEFAULT_SAMPLING, CacheableSpec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, MissingAPIKeyError
+from store.settings import Settings
 
 if TYPE_CHECKING:
     pass
@@ -280,6 +281,8 @@ class HostedSpec(CacheableSpec):
     ``sampling`` is merged over :data:`~inference.spec.DEFAULT_SAMPLING`.
     ``api_key_env`` names the environment variable holding the key (default:
     the provider's); the key itself is read only when a backend is created.
+    ``max_concurrency`` bounds the requests in flight (default: the
+    ``max_concurrency`` setting, ``JUDGESTORE_MAX_CONCURRENCY``, 8 unless set).
     ``stats`` counts what every backend of this spec sent (requests, retries,
     tokens), for run summaries.
     """
@@ -296,13 +299,13 @@ class HostedSpec(CacheableSpec):
     enable_thinking: bool | None = None
     logprob_positions: LogprobPositions = "first"
     revision: str | None = None
-    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    max_concurrency: int | None = None  # None: Settings().max_concurrency, read when the backend is created
     timeout_s: float = DEFAULT_TIMEOUT_S
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_concurrency < 1:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
             raise InvalidInputError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
         if self.provider not in PROVIDERS:
             raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
@@ -348,7 +351,7 @@ class HostedSpec(CacheableSpec):
             self.descriptor,
             api_key=key,
             key_env=self.key_env if key is not None else None,
-            max_concurrency=self.max_concurrency,
+            max_concurrency=self.max_concurrency or Settings().max_concurrency,
             timeout_s=self.timeout_s,
             retry=self.retry,
             stats=self.stats,

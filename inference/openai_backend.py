@@ -6,7 +6,9 @@ Contract:
   does, and the cache boundary calls it only when a batch has misses, so a run
   that is all hits never imports the client (nor sends a request).
 * :class:`OpenAIBackend` is a :class:`~inference.backend.StreamingBackend`:
-  at most ``max_concurrency`` requests are in flight, and each generation is
+  at most ``max_concurrency`` requests are in flight, counted over every
+  batch it is sending at once (concurrent async calls of one model share the
+  limit), and each generation is
   handed to the cache boundary as it completes, so a killed run keeps what
   it paid for. It runs its own event loop on a private thread, so it works
   from plain scripts and from inside a running loop (notebooks) alike.
@@ -142,6 +144,8 @@ class OpenAIBackend:
         self.retry = retry or RetryPolicy()
         self.stats = stats if stats is not None else RequestStats()
         self._not_before = 0.0  # loop time before which no request starts (a server's Retry-After)
+        # Shared by every batch in flight (concurrent async calls of one model): the limit is per backend.
+        self._slots = asyncio.Semaphore(max_concurrency)
         self._warned_no_logprobs = False
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="judgestore-openai", daemon=True)
@@ -217,25 +221,30 @@ class OpenAIBackend:
         failures: list[Exception] = []
 
         async def worker() -> None:
-            nonlocal started, answered, refused
             for i in indexes:  # shared: each worker takes the next request
-                if failures:
-                    return
-                started += 1
-                try:
-                    generation = await self._one(requests[i])
-                except HostedRequestError as e:  # this request is refused: it fails alone
-                    refused += 1
-                    emit((i, Refusal(e)))
-                    if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
-                        failures.append(self._refused_settings(e, refused))
+                async with self._slots:  # a request starts only when one of the backend's slots is free
+                    if failures or not await one(i):
                         return
-                    continue
-                except Exception as e:
-                    failures.append(e)
-                    return
-                answered += 1
-                emit((i, generation))
+
+        async def one(i: int) -> bool:
+            """Send request ``i``; False when no more requests should start."""
+            nonlocal started, answered, refused
+            started += 1
+            try:
+                generation = await self._one(requests[i])
+            except HostedRequestError as e:  # this request is refused: it fails alone
+                refused += 1
+                emit((i, Refusal(e)))
+                if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
+                    failures.append(self._refused_settings(e, refused))
+                    return False
+                return True
+            except Exception as e:
+                failures.append(e)
+                return False
+            answered += 1
+            emit((i, generation))
+            return True
 
         await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
         if failures:

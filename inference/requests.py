@@ -10,6 +10,10 @@ Contract:
   benchmarks is one row (the first writer's metadata is kept). It is text
   (or None): anything else is refused when the request is made, before a
   run, as every store would refuse it when the row is written.
+* ``messages`` are ``{"role", "content"}`` dicts, keyed and sent to the
+  chat template as given; other shapes (LangChain's messages, its
+  ``{"type": "human"}`` dicts) go through :mod:`inference.messages`, which
+  maps their roles (``human`` -> ``user``...), and a request given one says so.
 * A :class:`Response` holds one :class:`Sample` per requested sample, each
   saying whether it came from the store. A sample that failed (its request
   was refused, or the store refused its row) carries the typed ``error`` and
@@ -59,7 +63,15 @@ class _Request:
         if input_mode == "chat":
             if self.messages is None:
                 raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
-            return render_messages_bytes(self.messages)
+            try:
+                return render_messages_bytes(self.messages)
+            except InvalidInputError as e:
+                if any(isinstance(m, Mapping) and "role" not in m and "type" in m for m in self.messages):
+                    raise InvalidInputError(
+                        f"{e}. Messages are {{'role', 'content'}} dicts; LangChain's {{'type': 'human'}} shape (and "
+                        "its message objects) converts with inference.messages.chat_messages(...)"
+                    ) from e
+                raise
         if self.text is None:
             raise InvalidInputError("this model takes text input: give `text`, not `messages`")
         return render_text_bytes(self.text)

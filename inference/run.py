@@ -214,6 +214,7 @@ def run_requests(
     if chunk_size is not None:
         options["chunk_size"] = chunk_size
     cached = spec.cached(store, task=task, **options)
+    responses: list[Response]
     with cached, store if store is not None else nullcontext():
         try:
             if role == "completions":

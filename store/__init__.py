@@ -35,12 +35,20 @@ _WHERE = {
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
     "text_logprobs": "store.logprobs",
+    "RunRecord": "store.runs",
+    "RunTotals": "store.runs",
+    "recent_runs": "store.runs",
+    "run_totals": "store.runs",
+    "AdoptionRecord": "store.adoption",
+    "adoptions": "store.adoption",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
+    "UnsupportedMessageError": "store.errors",
 }
 
 __all__ = [
     "Adoption",
+    "AdoptionRecord",
     "Completion",
     "CompletionRecord",
     "Database",
@@ -55,21 +63,29 @@ __all__ = [
     "RowCount",
     "RowFilter",
     "Run",
+    "RunRecord",
+    "RunTotals",
     "Selector",
     "Settings",
     "Store",
+    "UnsupportedMessageError",
+    "adoptions",
     "input_hash",
+    "recent_runs",
+    "run_totals",
     "text_logprobs",
 ]
 
 if TYPE_CHECKING:
+    from store.adoption import AdoptionRecord, adoptions
     from store.backend import Database
     from store.descriptor import ModelDescriptor, input_hash
-    from store.errors import InvalidInputError, JudgestoreError
+    from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
     from store.models import Adoption, Completion, Judgement, Run
     from store.records import CompletionRecord, FoundRow, JudgementRecord, Record, RowCount, RowFilter
+    from store.runs import RunRecord, RunTotals, recent_runs, run_totals
     from store.settings import Settings
     from store.store import Store
 

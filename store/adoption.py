@@ -83,7 +83,7 @@ class AdoptionCounts:
 
 
 def _check_pair(source: Database, target: Database | None) -> None:
-    if target is not None and (source.where == target.where or source.role != target.role):
+    if target is not None and (source.location == target.location or source.role != target.role):
         raise InvalidInputError(
             f"cannot adopt {source.where} into {target.where}: a descriptor's rows are adopted into another "
             "descriptor of the same role"

@@ -93,6 +93,11 @@ class Database(ABC):
     def size_bytes(self) -> int:
         """Bytes it takes on disk (or on the server)."""
 
+    def stamp(self) -> object | None:
+        """A value equal between two calls while nothing was written in between, or None when the backend cannot
+        tell that cheaply (callers then keep what they derived for a while instead)."""
+        return None
+
     def close(self) -> None:  # noqa: B027 (a backend with nothing to release keeps this one)
         """Release what this database holds open."""
 

@@ -58,6 +58,10 @@ class InvalidInputError(JudgestoreError, ValueError):
     """A value given to judgestore cannot be used (bad message, bad segment...)."""
 
 
+class UnsupportedMessageError(InvalidInputError):
+    """A chat message judgestore cannot key as it stands: a tool message, a tool call, a name, content blocks."""
+
+
 def _place(where: Path | str) -> tuple[str, Path | None]:
     """How a message names a place, and its path when it is a file (a server's schema has none)."""
     if isinstance(where, Path) or "://" not in where:
@@ -427,7 +431,8 @@ class RequestsFailedError(JudgestoreError):
 
     def __init__(self, message: str, *, failures: Sequence[Any], responses: Sequence[Any]) -> None:
         self.failures = list(failures)
-        self.responses = list(responses)
+        # A list is kept as given: the cache boundary's carries what its call did (``responses.run``).
+        self.responses = responses if isinstance(responses, list) else list(responses)
         super().__init__(message)
 
 

@@ -21,6 +21,8 @@ Contract:
   and column, like a surrogate in a prompt.
 * :meth:`~Repository.query` streams: rows are fetched in partitions, never all
   at once. :meth:`~Repository.delete` refuses an empty filter.
+  :meth:`~Repository.clauses` gives a filter's WHERE clauses to callers that
+  compose their own statements over :attr:`~Repository.table`.
 * Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
   rows up in the database, and :meth:`~Repository.sample` picks rows at
   random through the primary key; none of them builds a row it does not return.
@@ -191,6 +193,11 @@ class Repository(ABC):
         if name not in self.table.c:
             raise InvalidInputError(f"{self.role} have no {name} column; this filter applies to the other role")
         return self.table.c[name]
+
+    def clauses(self, flt: RowFilter) -> list[ColumnElement[bool]]:
+        """The WHERE clauses selecting the rows ``flt`` matches, for statements a caller composes over
+        :attr:`table` (the browser's keyset pages): the same clauses :meth:`query` and :meth:`delete` use."""
+        return self._where(flt)
 
     def _where(self, flt: RowFilter) -> list[ColumnElement[bool]]:
         clauses: list[ColumnElement[bool]] = []

@@ -28,7 +28,7 @@ import re
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy import Connection
 
@@ -51,10 +51,23 @@ MIGRATION_OPTIONS: dict[str, Any] = {
     "compare_type": True,
     "compare_server_default": True,
     "target_metadata": Base.metadata,
-    "render_item": lambda kind, obj, _ctx: (
-        "sa.DateTime()" if kind == "type" and isinstance(obj, UTCDateTime) else False
-    ),
+    "render_item": lambda kind, obj, _ctx: _rendered_type(obj) if kind == "type" else False,
 }
+
+
+def _rendered_type(column_type: Any) -> str | Literal[False]:
+    """How a revision script spells one of the models' column types: the type the database has.
+
+    A UTC datetime is a plain ``DateTime``; a text column's PostgreSQL variant
+    (:func:`store.backends.postgres.text.server_safe`) escapes values in Python and has the
+    same DDL as its base type, so scripts name the base type alone. Anything
+    else is rendered by Alembic.
+    """
+    if isinstance(column_type, UTCDateTime):
+        return "sa.DateTime()"
+    if getattr(column_type, "_variant_mapping", None):
+        return f"sa.{column_type!r}".split(".with_variant(")[0]
+    return False
 
 
 class DatabaseState(enum.StrEnum):

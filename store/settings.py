@@ -79,6 +79,11 @@ class Settings(BaseSettings):
     record_runs: bool = Field(
         default=True, description="Append each run's accounting (hits, tokens and engine time saved) to `runs`."
     )
+    max_concurrency: int = Field(
+        default=8,
+        ge=1,
+        description="Hosted and served models: requests in flight at once, per model, unless the model sets its own.",
+    )
 
 
 SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for

@@ -18,7 +18,23 @@ from tests.inference.conftest import run_fresh_python
 
 # Never imported by starting the command line: each is imported by the commands that use it.
 # bench/inference_bench.py checks the same list on a whole full-hit run.
-HEAVY = ("vllm", "torch", "transformers", "pandas", "pyarrow", "huggingface_hub", "alembic", "psycopg", "openai")
+HEAVY = (
+    "vllm",
+    "torch",
+    "transformers",
+    "pandas",
+    "pyarrow",
+    "huggingface_hub",
+    "alembic",
+    "psycopg",
+    "openai",
+    "langchain_core",
+    "tqdm",
+    "starlette",
+    "jinja2",
+    "uvicorn",
+    "markdown_it",
+)
 
 
 def _callbacks(app: typer.Typer) -> Iterator[Callable[..., Any]]:

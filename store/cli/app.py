@@ -4,7 +4,7 @@ Contract:
 
 * :func:`build_app` builds the one typer app: the store's commands (``ls``,
   ``query``, ``delete``, ``db status``, ``db upgrade``, ``verify``, ``stats``,
-  ``prune``, ``vacuum``, ``export``, ``hub push``, ``hub fetch``, ``copy``), then the
+  ``prune``, ``vacuum``, ``export``, ``hub push``, ``hub fetch``, ``copy``, ``browse``), then the
   commands of each registrar it is given.
   Each CLI module exposes ``register(app)``; nothing mutates a global app at
   import time and no CLI module imports another.
@@ -29,11 +29,18 @@ from collections.abc import Callable
 
 import typer
 
-from store.cli import cache, data, db, hub, transfer
+from store.cli import browse, cache, data, db, hub, transfer
 from store.cli.help import plain_help
 
 Registrar = Callable[[typer.Typer], None]
-STORE_COMMANDS: tuple[Registrar, ...] = (data.register, db.register, cache.register, hub.register, transfer.register)
+STORE_COMMANDS: tuple[Registrar, ...] = (
+    data.register,
+    db.register,
+    cache.register,
+    hub.register,
+    transfer.register,
+    browse.register,
+)
 
 
 def build_app(*registrars: Registrar) -> typer.Typer:

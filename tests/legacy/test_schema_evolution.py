@@ -30,8 +30,8 @@ GUIDE = REPO_ROOT / "docs" / "schema-evolution.md"
 ALEMBIC = Path(sys.executable).with_name("alembic")
 NEW_REVISION = f"{int(SHIPPED_HEAD) + 1:04d}"  # the guide's new revision, after the newest shipped one
 
-MODEL_ANCHOR = "    orientation: Mapped[str | None] = mapped_column(String(16), sort_order=-77)\n"
-MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(String(16), sort_order=-76)\n"
+MODEL_ANCHOR = "    orientation: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-77)\n"
+MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-76)\n"
 RECORD_ANCHOR = "    orientation: Orientation | None = None\n    finish_reason: str | None = None\n"
 RECORD_EDIT = "    verdict: str | None = None\n"
 DOCSTRING = """What changes: adds the nullable column judgements.verdict (String(16)).

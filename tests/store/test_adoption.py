@@ -148,3 +148,16 @@ def test_the_commands_show_and_take_back_adopted_rows(store: Store, source: Data
         assert len(adoptions(left)) == 1  # the history stays
         old = readonly.find("completions", "mt-bench", OLD)
         assert old is not None and old.count() == 5  # the source is never touched
+
+
+def test_adoption_works_on_a_server_store_and_refuses_the_same_schema(pg_url: str) -> None:
+    """A server's databases have no file path: the pair is told apart by location (None == None is no refusal)."""
+    with Store(url=pg_url) as server:
+        old = server.database("completions", "mt-bench", OLD)
+        old.put_many([completion_record(i) for i in range(3)])
+        new = server.database("completions", "mt-bench", NEW)
+        record = adopt_rows(old, new, evidence())
+        assert record.rows_adopted == 3 and adoptions(new)[0].source_descriptor == OLD.sha256()
+        assert {r.adopted_from for r in new.query()} == {OLD.sha256()}
+        with pytest.raises(InvalidInputError, match="adopted into another descriptor"):
+            adopt_rows(old, old, evidence())

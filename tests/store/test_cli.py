@@ -512,5 +512,6 @@ def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: P
 
     store_only = commands(sys.executable, "-m", "store")
     everything = commands(str(Path(sys.executable).with_name("judgestore")))
-    assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub", "copy"}
+    assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub", "copy",
+                          "browse"}  # fmt: skip
     assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit", "adopt"}

@@ -30,7 +30,7 @@ from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
 from store.backends.sqlite.schema import stable_read
 from store.errors import StoreFullError
-from store.layout import Location, StoredMetadata, database_size, read_metadata
+from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.records import Record
 from store.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
@@ -190,6 +190,11 @@ class SqliteDatabase(Database):
     def metadata(self) -> StoredMetadata:
         assert self.path is not None
         return read_metadata(self.path.parent)
+
+    def stamp(self) -> object | None:
+        """The file's and its WAL's sizes and modification times: every commit changes one of them."""
+        files = (self.path, wal_path(self.path))
+        return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
 
     def size_bytes(self) -> int:
         assert self.path is not None

@@ -1,0 +1,311 @@
+"""The ``prepare_model`` / ``do_inference`` call shape: code written against it switches its import, not its calls.
+
+Contract:
+
+* :func:`prepare_model` returns a :class:`PreparedModel`: a model (a
+  :class:`~inference.spec.ModelSpec`, a :class:`~inference.hosted.HostedSpec`,
+  or a string, ``"VLLM/<model id or folder>"``, ``"OpenAI/<model>"``,
+  ``"OpenRouter/<model>"``, ``"Together/<model>"``, anything else being a
+  vLLM model id or folder), the role its rows are stored under
+  (``completions``, or ``judgements`` for a judge), the task, and the store
+  (default: the one the settings name, opened on first use). Nothing is
+  resolved, opened or loaded when it is prepared: the model's descriptor is
+  computed, and the store opened, on the first :func:`do_inference`; the
+  engine only when a call has misses.
+* ``do_inference(prepared, inputs, use_tqdm=False, *, return_top_logprobs=False,
+  cache_metadata=[...])`` answers ``inputs`` (strings, LangChain prompt
+  values or message lists: :func:`inference.messages.chat_messages`) through
+  one plan of the cache boundary, hits from the store and the misses in one
+  engine call, and returns the results in the caller's order: the texts, or
+  with ``return_top_logprobs=True`` :class:`InferenceResult` s carrying
+  ``text`` and ``first_token_top_logprobs``. The list also carries what the
+  call did (``.run``).
+* ``cache_metadata`` holds one dict per input (a :class:`ValueError`,
+  :class:`~store.errors.InvalidInputError`, otherwise, before anything
+  runs): ``{"instruction_id"}`` for completions,
+  ``{"instruction_id", "model_a", "model_b"}`` (``model_b`` None for a
+  pointwise judgement) and optionally ``"orientation"`` for judgements;
+  ``benchmark`` (default: the task), ``model`` and ``judge`` may be given
+  too. Any other key is refused, so a misspelt one is not lost silently.
+  A model prepared with ``mode="off"`` (no store) needs none.
+* ``first_token_top_logprobs`` is ``{decoded token: logprob}`` of the first
+  generated position, a later candidate with the same text replacing an
+  earlier one (:func:`inference.logprob_views.token_logprobs_last_wins`):
+  the dict a parser builds from the engine's candidates itself.
+  :attr:`InferenceResult.first_token_logprobs_merged` adds up the
+  probabilities of candidates with the same text instead; None when the
+  model was not asked for logprobs.
+* ``use_tqdm=True`` shows a tqdm progress bar over the misses as they are
+  generated (nothing to show when every input is a hit).
+* A request that fails (refused by the engine or server) fails alone: every
+  other answer is stored, then the call raises
+  :class:`~store.errors.RequestsFailedError`, which carries every response.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
+
+from inference.cached import CachedModel
+from inference.logprob_views import token_logprobs_last_wins, token_logprobs_merged
+from inference.messages import chat_messages, text_prompt
+from inference.plan import Mode, Plan, RunStats
+from inference.requests import CompletionRequest, JudgementRequest, Request, Response
+from inference.spec import CacheableSpec, ModelSpec
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError
+from store.layout import Role, check_role
+from store.store import Store
+
+if TYPE_CHECKING:
+    from tqdm import tqdm
+
+_T = TypeVar("_T")
+
+# "Provider/model" strings -> the hosted provider (None: the in-process vLLM engine).
+PROVIDER_PREFIXES: Mapping[str, str | None] = {
+    "VLLM": None,
+    "OpenAI": "openai",
+    "OpenRouter": "openrouter",
+    "Together": "together",
+}
+# cache_metadata keys, per role: those a caller must give, and those it may.
+REQUIRED_METADATA: Mapping[Role, frozenset[str]] = {
+    "completions": frozenset({"instruction_id"}),
+    "judgements": frozenset({"instruction_id", "model_a", "model_b"}),
+}
+OPTIONAL_METADATA: Mapping[Role, frozenset[str]] = {
+    "completions": frozenset({"benchmark", "model"}),
+    "judgements": frozenset({"benchmark", "judge", "orientation"}),
+}
+
+
+class Outputs(list[_T], Generic[_T]):
+    """The results of one :func:`do_inference` call, in the caller's order, and what the call did (:attr:`run`)."""
+
+    run: RunStats
+
+    def __init__(self, results: Iterable[_T] = (), run: RunStats | None = None) -> None:
+        super().__init__(results)
+        self.run = run if run is not None else RunStats()
+
+
+@dataclass(frozen=True, slots=True)
+class InferenceResult:
+    """One answer of :func:`do_inference` with ``return_top_logprobs=True``."""
+
+    text: str
+    first_token_top_logprobs: dict[str, float] | None  # last-wins {decoded token: logprob}; None: not asked
+    top_logprobs: dict[str, Any] | None = field(repr=False)  # the stored shape (every candidate), see store.logprobs
+    finish_reason: str | None = None
+    usage: dict[str, Any] | None = None
+    cached: bool = False
+    input_hash: str = ""
+
+    @property
+    def first_token_logprobs_merged(self) -> dict[str, float] | None:
+        """``{text: logprob}`` of the first position, candidates with the same text merged by log-sum-exp."""
+        return None if self.top_logprobs is None else token_logprobs_merged(self.top_logprobs)
+
+
+@dataclass
+class PreparedModel:
+    """A model, its role and task, and its store, nothing of which is loaded yet; see the module docstring."""
+
+    spec: CacheableSpec
+    task: str
+    role: Role = "completions"
+    store: Store | None = None
+    mode: Mode = "use"
+    _cached: CachedModel | None = field(default=None, init=False, repr=False)
+    _own_store: Store | None = field(default=None, init=False, repr=False)
+
+    @property
+    def model_spec(self) -> str:
+        """The name recorded in rows (the spec's label, else its model)."""
+        return self.spec.display_name
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        return self.spec.descriptor
+
+    @property
+    def engine_loaded(self) -> bool:
+        return self._cached is not None and self._cached.engine_loaded
+
+    @property
+    def last(self) -> RunStats:
+        """What the latest :func:`do_inference` call did (each call's own is its result's ``.run``)."""
+        return self._cached.last if self._cached is not None else RunStats()
+
+    def materialize(self) -> CachedModel:
+        """The model behind its store (the store is opened now; the engine when a call has misses)."""
+        if self._cached is None:
+            store = self.store
+            if store is None and self.mode != "off":
+                store = self._own_store = Store(readonly=self.mode in ("readonly", "replay"))
+            self._cached = self.spec.cached(store, task=self.task, mode=self.mode)
+        return self._cached
+
+    def close(self) -> None:
+        """Release the engine, and the store if this model opened it."""
+        if self._cached is not None:
+            self._cached.close()
+        if self._own_store is not None:
+            self._own_store.close()
+            self._own_store = None
+        self._cached = None
+
+    def __enter__(self) -> PreparedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def prepare_model(
+    model: CacheableSpec | str,
+    *,
+    task: str,
+    role: Role = "completions",
+    store: Store | None = None,
+    mode: Mode = "use",
+    **spec_options: Any,
+) -> PreparedModel:
+    """A :class:`PreparedModel`; ``spec_options`` (``sampling=``, ``engine_kwargs=``...) build the spec of a string."""
+    role = check_role(role)
+    if isinstance(model, str):
+        spec = _spec_of(model, spec_options)
+    elif spec_options:
+        raise InvalidInputError(f"{sorted(spec_options)} build a spec from a model name; {model!r} is a spec already")
+    else:
+        spec = model
+    return PreparedModel(spec, task, role, store, mode)
+
+
+def do_inference(
+    chat_model: PreparedModel,
+    inputs: Iterable[Any],
+    use_tqdm: bool = False,
+    *,
+    return_top_logprobs: bool = False,
+    cache_metadata: Sequence[Mapping[str, Any]] | None = None,
+) -> Outputs[Any]:
+    """The answers to ``inputs`` in order: texts, or :class:`InferenceResult` s (see the module docstring)."""
+    if not isinstance(chat_model, PreparedModel):
+        raise InvalidInputError(
+            f"do_inference takes a model from prepare_model(...), got a {type(chat_model).__name__}"
+        )
+    inputs = list(inputs)
+    requests = _requests(chat_model, inputs, cache_metadata)
+    model = chat_model.materialize()
+    bar: list[tqdm[Any]] = []
+    on_plan, on_progress = _progress_bar(bar, model.label) if use_tqdm else (None, None)
+    try:
+        if chat_model.role == "completions":
+            responses = model.complete(
+                cast(list[CompletionRequest], requests), on_plan=on_plan, on_progress=on_progress
+            )
+        else:
+            responses = model.judge(cast(list[JudgementRequest], requests), on_plan=on_plan, on_progress=on_progress)
+    finally:
+        for b in bar:
+            b.close()
+    if return_top_logprobs:
+        return Outputs((_result(r) for r in responses), responses.run)
+    return Outputs((r.text for r in responses), responses.run)
+
+
+# ------------------------------------------------------------------ internals
+
+
+def _spec_of(name: str, options: dict[str, Any]) -> CacheableSpec:
+    prefix, sep, rest = name.partition("/")
+    if sep and prefix in PROVIDER_PREFIXES:
+        provider = PROVIDER_PREFIXES[prefix]
+        if provider is not None:
+            from inference.hosted import HostedSpec  # only what a hosted model needs
+
+            return HostedSpec(model=rest, provider=provider, **options)  # type: ignore[arg-type]
+        name = rest
+    return ModelSpec(model=name, **options)
+
+
+def _requests(
+    prepared: PreparedModel, inputs: Sequence[Any], cache_metadata: Sequence[Mapping[str, Any]] | None
+) -> list[Request]:
+    """One request per input, its row metadata checked (see the module docstring) before anything runs."""
+    role = prepared.role
+    if cache_metadata is None and prepared.mode == "off":
+        cache_metadata = [{}] * len(inputs)
+    if cache_metadata is None or len(cache_metadata) != len(inputs):
+        given = "no cache_metadata" if cache_metadata is None else f"{len(cache_metadata)} cache_metadata entries"
+        raise InvalidInputError(
+            f"cache_metadata must hold one dict per input: {len(inputs)} inputs, {given}. Each is {_keys_line(role)}"
+        )
+    chat = prepared.descriptor.input_mode == "chat"
+    requests: list[Request] = []
+    for i, (item, metadata) in enumerate(zip(inputs, cache_metadata, strict=True)):
+        fields = _row_fields(i, role, metadata, prepared)
+        prompt: dict[str, Any] = {"messages": chat_messages(item)} if chat else {"text": text_prompt(item)}
+        requests.append(
+            CompletionRequest(**prompt, **fields) if role == "completions" else JudgementRequest(**prompt, **fields)
+        )
+    return requests
+
+
+def _row_fields(i: int, role: Role, metadata: Any, prepared: PreparedModel) -> dict[str, Any]:
+    if not isinstance(metadata, Mapping):
+        raise InvalidInputError(f"cache_metadata[{i}] is a {type(metadata).__name__}, not a dict: {_keys_line(role)}")
+    if prepared.mode == "off" and not metadata:
+        return {}
+    missing = sorted(REQUIRED_METADATA[role] - set(metadata))
+    unknown = sorted(set(metadata) - REQUIRED_METADATA[role] - OPTIONAL_METADATA[role])
+    if missing or unknown:
+        what = "; ".join(
+            part
+            for part in (f"lacks {missing}" if missing else "", f"has unknown keys {unknown}" if unknown else "")
+            if part
+        )
+        raise InvalidInputError(f"cache_metadata[{i}] {what}: {_keys_line(role)}")
+    fields = dict(metadata)
+    fields.setdefault("benchmark", prepared.task)
+    return fields
+
+
+def _keys_line(role: Role) -> str:
+    required = ", ".join(sorted(REQUIRED_METADATA[role]))
+    optional = ", ".join(sorted(OPTIONAL_METADATA[role]))
+    return f"{role} take {{{required}}} (and optionally {optional})"
+
+
+def _result(response: Response) -> InferenceResult:
+    sample = response.samples[0]
+    stored = sample.top_logprobs
+    return InferenceResult(
+        text=sample.text,
+        first_token_top_logprobs=None if stored is None else token_logprobs_last_wins(stored),
+        top_logprobs=stored,
+        finish_reason=sample.finish_reason,
+        usage=sample.usage,
+        cached=sample.cached,
+        input_hash=sample.input_hash,
+    )
+
+
+def _progress_bar(bars: list[Any], label: str) -> tuple[Callable[[Plan], None], Callable[[int, int], None]]:
+    """A plan callback that opens a tqdm bar over the misses, and a progress callback that moves it."""
+
+    def on_plan(plan: Plan) -> None:
+        if plan.misses and plan.mode != "replay":
+            from tqdm.auto import tqdm  # imported by the calls that show a bar
+
+            bars.append(tqdm(total=plan.misses, desc=f"{label}: generating", unit="input"))
+
+    def on_progress(done: int, total: int) -> None:
+        if bars:
+            bars[0].update(done - bars[0].n)
+
+    return on_plan, on_progress

@@ -1,0 +1,119 @@
+"""Conversations as evaluation code holds them, turned into the chat messages judgestore keys.
+
+Contract:
+
+* :func:`chat_messages` takes what LangChain-based code passes a chat model
+  (a string, a ``PromptValue`` such as ``ChatPromptTemplate.invoke``'s, a
+  list of LangChain messages, ``(role, content)`` pairs, or message dicts with
+  a ``role`` or LangChain's ``type``) and returns judgestore's
+  ``[{"role", "content"}, ...]``. Nothing here imports LangChain: its objects
+  are read by their ``type``, ``content`` (and ``to_messages``) attributes.
+* Roles map as LangChain's own chat models send them: ``human`` -> ``user``,
+  ``ai`` -> ``assistant``, ``system`` -> ``system``; ``user``, ``assistant``
+  and ``system`` stay. So the same conversation keys the same, whether it
+  came as LangChain messages, as dicts or as a
+  :class:`~inference.requests.CompletionRequest` of ``{"role", "content"}``
+  dicts: same rendered input, same input hash.
+* What judgestore cannot key as it stands is refused with
+  :class:`~store.errors.UnsupportedMessageError`, naming the message and what
+  to do, rather than dropped or passed on silently: tool and function
+  messages (and any other role), a message with tool calls or a ``name``,
+  OpenAI's ``developer`` role, and content that is not text (content blocks).
+* :class:`~inference.requests.CompletionRequest` itself takes
+  ``{"role", "content"}`` dicts verbatim (its roles are what the chat
+  template receives); this module is the way in for the other shapes.
+* :func:`text_prompt` is the same for a model that takes text input: a
+  string, or a conversation of one user message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from store.errors import UnsupportedMessageError
+
+# LangChain's message types (and the OpenAI roles) -> the role the chat template receives.
+ROLES: Mapping[str, str] = {
+    "human": "user",
+    "user": "user",
+    "ai": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+# Keys of a message dict that say nothing the model sees (LangChain's message id).
+_IGNORED_KEYS = frozenset({"role", "type", "content", "id"})
+
+
+def chat_messages(value: Any) -> list[dict[str, str]]:
+    """``value`` as judgestore's ``[{"role", "content"}, ...]`` (see the module docstring)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}]
+    to_messages = getattr(value, "to_messages", None)
+    if callable(to_messages):  # a LangChain PromptValue (ChatPromptValue, StringPromptValue)
+        value = to_messages()
+    if isinstance(value, Mapping) or not isinstance(value, Sequence):
+        raise UnsupportedMessageError(
+            f"a conversation is a string, a prompt value or a list of messages, not a {type(value).__name__}"
+        )
+    if not value:
+        raise UnsupportedMessageError("the conversation is empty: give at least one message")
+    return [_message(i, item) for i, item in enumerate(value)]
+
+
+def text_prompt(value: Any) -> str:
+    """The prompt of a model that takes text input: a string, or a conversation of one user message."""
+    if isinstance(value, str):
+        return value
+    messages = chat_messages(value)
+    if len(messages) != 1 or messages[0]["role"] != "user":
+        roles = ", ".join(m["role"] for m in messages)
+        raise UnsupportedMessageError(
+            f"this model takes text input, and the conversation has {len(messages)} messages ({roles}): pass the "
+            "prompt as a string, or use a model with input_mode='chat'"
+        )
+    return messages[0]["content"]
+
+
+def _message(i: int, item: Any) -> dict[str, str]:
+    if isinstance(item, str):
+        return {"role": "user", "content": item}
+    if isinstance(item, Mapping):
+        kind = item.get("role", item.get("type"))
+        extra = sorted(k for k, v in item.items() if k not in _IGNORED_KEYS and v not in (None, "", [], {}))
+        return _checked(i, kind, item.get("content"), extra)
+    if isinstance(item, tuple | list) and len(item) == 2:
+        return _checked(i, item[0], item[1], [])
+    kind = getattr(item, "type", None)
+    if kind is None or not hasattr(item, "content"):
+        raise UnsupportedMessageError(
+            f"message {i} is a {type(item).__name__}: give a LangChain message, a (role, content) pair or a dict "
+            "with 'role' and 'content'"
+        )
+    if kind == "chat":  # LangChain's ChatMessage names its role itself
+        kind = getattr(item, "role", kind)
+    extra = [name for name in ("tool_calls", "invalid_tool_calls", "name") if getattr(item, name, None)]
+    if (getattr(item, "additional_kwargs", None) or {}).get("__openai_role__") == "developer":
+        kind = "developer"
+    return _checked(i, kind, item.content, extra)
+
+
+def _checked(i: int, kind: Any, content: Any, extra: Sequence[str]) -> dict[str, str]:
+    role = ROLES.get(kind) if isinstance(kind, str) else None
+    if role is None:
+        raise UnsupportedMessageError(
+            f"message {i} is a {kind!r} message: judgestore keys user, assistant and system messages (LangChain's "
+            "human, ai and system); tool, function and other messages are not supported yet. Render the exchange "
+            "into the text of a user message, or leave it out"
+        )
+    if extra:
+        raise UnsupportedMessageError(
+            f"message {i} ({kind}) carries {', '.join(extra)}, which judgestore cannot key (only the role and the "
+            "text reach the model through it): leave them out"
+        )
+    if not isinstance(content, str):
+        raise UnsupportedMessageError(
+            f"message {i} ({kind}) has {type(content).__name__} content: judgestore keys text; join text blocks "
+            "into one string (images and other blocks are not supported)"
+        )
+    return {"role": role, "content": content}

@@ -1,0 +1,580 @@
+"""What each page of the browser shows, read from a store opened read-only: plain values for the templates.
+
+Contract:
+
+* :class:`Browser` wraps a :class:`~store.Store` that was opened with
+  ``readonly=True`` (it refuses any other) and answers one question per
+  page: :meth:`~Browser.overview`, :meth:`~Browser.rows`,
+  :meth:`~Browser.battle`, :meth:`~Browser.judges`, :meth:`~Browser.judge`,
+  :meth:`~Browser.row`. Each returns frozen dataclasses; no ORM object or
+  connection leaves this module. Statements are :mod:`store.browse.queries`'.
+* Databases are named by their folder in the layout
+  (``judgements/demo/vllm/tiny-judge/7216727f7e827b5c``: role, task,
+  provider, model, descriptor), the same for a folder and a server store.
+  The list is read again for every page, so databases created while the
+  browser runs show up.
+* A database that cannot be read (behind, foreign, damaged, a server error)
+  never breaks a page: the overview shows its state and error, the other
+  pages list it among the databases they skipped, with the error.
+* A rows page whose scan window (:mod:`store.browse.queries`) ended before
+  the page was full reads the next window, as long as it started less than
+  :data:`SCAN_SECONDS` ago: a rare word is found in fewer requests, and no
+  request reads more than one window past that.
+* One page at a time reads the store (a lock): the store's open databases
+  are shared, and the browser serves one person.
+* The overview's finish reasons need a full read of each table (no index
+  holds them): it counts them by itself in databases of up to
+  :data:`AUTO_COUNT_ROWS` rows, in larger ones when asked
+  (``count_all``), and keeps each count until the database's file changes
+  (a folder store) or for :data:`SERVER_CACHE_SECONDS` (a server store).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from store import (
+    AdoptionRecord,
+    CompletionRecord,
+    Database,
+    InvalidInputError,
+    JudgementRecord,
+    JudgestoreError,
+    Location,
+    Record,
+    RowFilter,
+    RunTotals,
+    Selector,
+    Store,
+    adoptions,
+    run_totals,
+)
+from store.browse import queries
+from store.browse.queries import JudgeRow, Key, Listed, Order, RunLine
+from store.browse.render import Turn, messages
+from store.browse.verdicts import (
+    JudgedRow,
+    JudgeFigures,
+    Preference,
+    Slot,
+    favoured_model,
+    judge_figures,
+    source_pair,
+    verdict,
+)
+from store.layout import metadata_bytes
+from store.logprobs import PositionLogprobs, decode
+from store.records import roles_for
+
+T = TypeVar("T")
+SERVER_CACHE_SECONDS = 60.0
+SCAN_SECONDS = 0.1  # a rows page goes on to the next scan window while it has room and started less than this ago
+AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in databases up to this size
+JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
+MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
+
+
+def database_name(location: Location) -> str:
+    """How the browser names a database: its folder in the layout (the same on a server)."""
+    return location.relative_folder().as_posix()
+
+
+class NotFoundError(JudgestoreError):
+    """What a page asked for is not in the store."""
+
+
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """A database a page could not read, and why."""
+
+    name: str
+    error: str
+
+
+# ---------------------------------------------------------------- overview
+
+
+@dataclass(frozen=True, slots=True)
+class DatabaseSummary:
+    name: str
+    location: Location
+    state: str
+    rows: int | None
+    size_bytes: int
+    finish_reasons: dict[str, int] | None  # None: not counted (a large table; the overview links to the count)
+    runs: RunTotals | None
+    error: str | None
+
+
+# ---------------------------------------------------------------- rows
+
+
+@dataclass(frozen=True, slots=True)
+class RowsQuery:
+    """A rows page: which databases, which rows, in which order, from where."""
+
+    selector: Selector = field(default_factory=Selector)
+    flt: RowFilter = field(default_factory=RowFilter)
+    database: str | None = None
+    search: str | None = None
+    order: Order = "newest"
+    after: Key | None = None
+    limit: int = 50
+
+
+@dataclass(frozen=True, slots=True)
+class RowsPage:
+    rows: list[Listed]
+    next: Key | None  # the cursor of the next page, None on the last one
+    scanned_to: Key | None  # set when the page ends where a scan window did (fewer rows than a page)
+    databases: int
+    skipped: list[Skipped]
+
+
+# ---------------------------------------------------------------- a battle
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """One model's answers to an instruction, turn by turn (``row``: the completion row of its last turn)."""
+
+    model: str
+    turns: list[str]
+    row: tuple[str, str] | None  # (database, input hash)
+    finish_reason: str | None
+    inputs: list[Turn] = field(default_factory=list)  # the messages of its last turn's input
+
+
+@dataclass(frozen=True, slots=True)
+class Round:
+    """One turn of the conversation: what was asked, and each model's answer (None: none stored)."""
+
+    asked: list[Turn]
+    answers: list[str | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """One judgement of the pair (``first``, ``second``), mapped back from slots to models."""
+
+    row: tuple[str, str]
+    judge: str | None
+    orientation: str | None
+    model_a: str | None
+    model_b: str | None
+    text: str
+    slot: Slot | None
+    favoured: str | None  # the model in the favoured slot
+    preference: Preference | None  # None: the verdict was read from the text, or none was found
+    p_first: float | None  # P(first model's slot) at the verdict token
+    p_second: float | None
+    share_first: float | None  # P(first) / (P(first) + P(second)): where the bar splits
+    sample_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeVerdicts:
+    """One judge's verdicts of a pair, in both orientations; ``disagree`` when they favour different models."""
+
+    judge: str
+    direct: list[Verdict]
+    reversed: list[Verdict]
+    other: list[Verdict]
+
+    @property
+    def disagree(self) -> bool:
+        firsts = [v.favoured for v in (self.direct[:1] + self.reversed[:1]) if v.favoured is not None]
+        return len(firsts) == 2 and firsts[0] != firsts[1]
+
+
+@dataclass(frozen=True, slots=True)
+class Battle:
+    benchmark: str | None
+    instruction_id: str
+    models: list[str]  # the pair judged (first, second), or the models that answered
+    pairs: list[tuple[str, str]]  # every pair judged on this instruction
+    system: list[Turn]
+    rounds: list[Round]
+    answers: list[Answer]
+    judges: list[JudgeVerdicts]
+    pointwise: list[Verdict]
+    skipped: list[Skipped]
+
+
+# ---------------------------------------------------------------- a judge
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeView:
+    judge: str
+    figures: JudgeFigures
+    read: int  # rows read (the newest JUDGE_ROWS at most)
+    total: int  # rows of this judge in the store
+    skipped: list[Skipped]
+
+
+# ---------------------------------------------------------------- a row
+
+
+@dataclass(frozen=True, slots=True)
+class RowView:
+    name: str
+    location: Location
+    record: Record
+    turns: list[Turn]
+    positions: list[PositionLogprobs]
+    metadata_json: str
+    wrote: list[RunLine]
+    hit: list[RunLine]
+    adopted_from: tuple[str | None, AdoptionRecord | None] | None  # (the source database's name, its record)
+    verdict: Verdict | None
+
+
+class Browser:
+    """The pages' data, read from a read-only store (see the module docstring)."""
+
+    def __init__(self, store: Store) -> None:
+        if not store.readonly:
+            raise InvalidInputError("the browser reads a store opened read-only: Store(..., readonly=True)")
+        self.store = store
+        self._lock = threading.Lock()
+        self._reasons: dict[str, tuple[Any, dict[str, int]]] = {}
+
+    @property
+    def where(self) -> str:
+        return self.store.where
+
+    def _locked(self, work: Callable[[], T]) -> T:
+        with self._lock:
+            return work()
+
+    def _databases(
+        self, selector: Selector, roles: tuple[str, ...], skipped: list[Skipped], only: str | None = None
+    ) -> Iterator[tuple[str, Database]]:
+        """The databases ``selector`` picks, of ``roles`` (``only``: that one); those that fail go to ``skipped``."""
+        for location in self.store.select(selector):
+            name = database_name(location)
+            if location.role not in roles or (only is not None and name != only):
+                continue
+            try:
+                database = self.store.open_existing(location)
+            except JudgestoreError as e:
+                skipped.append(Skipped(name, str(e)))
+                continue
+            if database is not None:
+                yield name, database
+
+    def _location(self, name: str) -> Location:
+        for location in self.store.locations():
+            if database_name(location) == name:
+                return location
+        raise NotFoundError(f"no database {name} in {self.where}")
+
+    # ------------------------------------------------------------ overview
+
+    def overview(self, *, count_all: bool = False) -> list[DatabaseSummary]:
+        """Every database: its state, rows, size, runs; finish reasons where known (see the module docstring)."""
+        return self._locked(lambda: self._overview(count_all))
+
+    def _overview(self, count_all: bool) -> list[DatabaseSummary]:
+        summaries = []
+        for info in self.store.infos(self.store.locations()):
+            name = database_name(info.location)
+            reasons: dict[str, int] | None = None
+            runs = None
+            error = info.error
+            if info.state.value == "current":
+                try:
+                    database = self.store.open(info.location)
+                    count = count_all or (info.rows or 0) <= AUTO_COUNT_ROWS
+                    reasons = self._finish_reasons(name, database, count=count)
+                    runs = run_totals(database)
+                except JudgestoreError as e:
+                    error = str(e)
+            summaries.append(
+                DatabaseSummary(name, info.location, info.state.value, info.rows, info.size_bytes, reasons, runs, error)
+            )
+        return summaries
+
+    def _finish_reasons(self, name: str, database: Database, *, count: bool) -> dict[str, int] | None:
+        """Rows per finish reason: kept from an earlier count while the database is unchanged, else counted if asked."""
+        stamp = database.stamp()
+        if stamp is None:  # a server's database: kept for a while
+            stamp = int(time.monotonic() // SERVER_CACHE_SECONDS)
+        cached = self._reasons.get(name)
+        if cached is not None and cached[0] == stamp:
+            return cached[1]
+        if not count:
+            return None
+        reasons = {("null" if k is None else str(k)): n for k, n in queries.finish_reasons(database).items()}
+        self._reasons[name] = (stamp, reasons)
+        return reasons
+
+    # ------------------------------------------------------------ rows
+
+    def rows(self, query: RowsQuery) -> RowsPage:
+        return self._locked(lambda: self._rows(query))
+
+    def _rows(self, query: RowsQuery) -> RowsPage:
+        """Pages of one scan window each, joined while the page has room and :data:`SCAN_SECONDS` allow."""
+        skipped: list[Skipped] = []
+        roles = roles_for(query.flt, query.selector.role)
+        databases = list(self._databases(query.selector, roles, skipped, query.database))
+        deadline = time.monotonic() + SCAN_SECONDS
+        shown: list[Listed] = []
+        while True:
+            wanted = dataclasses.replace(query, limit=query.limit - len(shown))
+            rows, following, frontier = self._window(databases, wanted, skipped)
+            shown += rows
+            if frontier is None or len(shown) >= query.limit or time.monotonic() > deadline:
+                return RowsPage(shown, following, frontier, len(databases), skipped)
+            query = dataclasses.replace(query, after=frontier)
+
+    def _window(
+        self, databases: list[tuple[str, Database]], query: RowsQuery, skipped: list[Skipped]
+    ) -> tuple[list[Listed], Key | None, Key | None]:
+        """One page of at most one scan window per database: its rows, the next cursor, and where the scan ended."""
+        slices = []
+        for name, database in databases:
+            if any(s.name == name for s in skipped):
+                continue
+            try:
+                slices.append(
+                    queries.page(
+                        database,
+                        name,
+                        query.flt,
+                        search=query.search,
+                        order=query.order,
+                        after=query.after,
+                        limit=query.limit,
+                    )
+                )
+            except JudgestoreError as e:
+                skipped.append(Skipped(name, str(e)))
+        newest = query.order == "newest"
+        merged = sorted((row for s in slices for row in s.rows), key=lambda r: r.key, reverse=newest)
+        frontiers = [s.scanned_to for s in slices if s.scanned_to is not None]
+        frontier = None
+        if frontiers:  # the scan that got least far decides how far this page may go
+            frontier = max(frontiers) if newest else min(frontiers)
+            merged = [row for row in merged if (row.key >= frontier if newest else row.key <= frontier)]
+        shown = merged[: query.limit]
+        if len(merged) > query.limit:
+            return shown, shown[-1].key, None
+        return shown, frontier, frontier
+
+    # ------------------------------------------------------------ a battle
+
+    def battle(
+        self, benchmark: str | None, instruction_id: str, pair: tuple[str, str] | None = None, task: str | None = None
+    ) -> Battle:
+        return self._locked(lambda: self._battle(benchmark, instruction_id, pair, task))
+
+    def _battle(
+        self, benchmark: str | None, instruction_id: str, pair: tuple[str, str] | None, task: str | None
+    ) -> Battle:
+        skipped: list[Skipped] = []
+        judged: list[tuple[str, JudgementRecord]] = []
+        for name, database in self._databases(Selector(role="judgements", task=task), ("judgements",), skipped):
+            for record in queries.instruction_rows(database, benchmark, instruction_id):
+                assert isinstance(record, JudgementRecord)
+                judged.append((name, record))
+        pairs = sorted({_pair_of(record) for _, record in judged if record.model_a and record.model_b})
+        if pair is not None and pair not in pairs and (pair[1], pair[0]) in pairs:
+            pair = (pair[1], pair[0])
+        chosen = pair if pair is not None else (pairs[0] if pairs else None)
+        answers = self._answers(benchmark, instruction_id, chosen, task, skipped)
+        if chosen is None and not answers and not judged:
+            where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
+            raise NotFoundError(f"no row of instruction {where} in {self.where}")
+        models = list(chosen) if chosen is not None else [a.model for a in answers]
+        system, rounds = _conversation(answers, models)
+        by_judge: dict[str, list[Verdict]] = {}
+        pointwise = []
+        for name, record in judged:
+            if record.model_b is None:
+                pointwise.append(_verdict(name, record, record.model_a or "", ""))
+            elif chosen is not None and {record.model_a, record.model_b} == set(chosen):
+                by_judge.setdefault(record.judge or "(no judge)", []).append(_verdict(name, record, *chosen))
+        judges = []
+        for judge in sorted(by_judge):
+            verdicts = sorted(by_judge[judge], key=lambda v: (v.sample_index, v.row))
+            judges.append(
+                JudgeVerdicts(
+                    judge,
+                    [v for v in verdicts if v.orientation == "direct"],
+                    [v for v in verdicts if v.orientation == "reversed"],
+                    [v for v in verdicts if v.orientation not in ("direct", "reversed")],
+                )
+            )
+        return Battle(benchmark, instruction_id, models, pairs, system, rounds, answers, judges, pointwise, skipped)
+
+    def _answers(
+        self,
+        benchmark: str | None,
+        instruction_id: str,
+        pair: tuple[str, str] | None,
+        task: str | None,
+        skipped: list[Skipped],
+    ) -> list[Answer]:
+        """Each model's longest conversation of this instruction (sample 0), from the completion databases."""
+        found: dict[str, tuple[str, CompletionRecord]] = {}
+        selector = Selector(role="completions", task=task)
+        for name, database in self._databases(selector, ("completions",), skipped):
+            for model in pair if pair is not None else (None,):
+                for record in queries.instruction_rows(database, benchmark, instruction_id, model=model):
+                    assert isinstance(record, CompletionRecord)
+                    if record.model is None or record.sample_index != 0:
+                        continue
+                    known = found.get(record.model)
+                    if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
+                        found[record.model] = (name, record)
+        models = list(pair) if pair is not None else sorted(found)[:MAX_BATTLE_MODELS]
+        answers = []
+        for model in models:
+            if model not in found:
+                answers.append(Answer(model, [], None, None))
+                continue
+            name, record = found[model]
+            inputs = messages(record.input_text)
+            earlier = [turn.content for turn in inputs if turn.role == "assistant"]
+            answers.append(
+                Answer(model, [*earlier, record.completion], (name, record.input_hash), record.finish_reason, inputs)
+            )
+        return answers
+
+    # ------------------------------------------------------------ judges
+
+    def judges(self) -> dict[str, int]:
+        return self._locked(self._judges)
+
+    def _judges(self) -> dict[str, int]:
+        totals: dict[str, int] = {}
+        for _, database in self._databases(Selector(role="judgements"), ("judgements",), []):
+            try:
+                for judge, n in queries.judges(database).items():
+                    totals[judge] = totals.get(judge, 0) + n
+            except JudgestoreError:
+                continue  # the overview shows what is wrong with it
+        return dict(sorted(totals.items()))
+
+    def judge(self, judge: str, limit: int = JUDGE_ROWS) -> JudgeView:
+        return self._locked(lambda: self._judge(judge, limit))
+
+    def _judge(self, judge: str, limit: int) -> JudgeView:
+        skipped: list[Skipped] = []
+        rows: list[tuple[str, JudgeRow]] = []
+        total = 0
+        for name, database in self._databases(Selector(role="judgements"), ("judgements",), skipped):
+            try:
+                total += queries.judges(database).get(judge, 0)
+                rows += [(name, row) for row in queries.judge_rows(database, judge, limit)]
+            except JudgestoreError as e:
+                skipped.append(Skipped(name, str(e)))
+        if total == 0:
+            raise NotFoundError(f"no judgement by judge {judge!r} in {self.where}")
+        rows.sort(key=lambda item: item[1].created_at, reverse=True)
+        rows = rows[:limit]
+        judged = []
+        pointwise = 0
+        for name, row in rows:
+            if row.model_a is None or row.model_b is None:
+                pointwise += 1
+                continue
+            slot, pref = verdict(row.completion, row.top_logprobs)
+            question = (name, str(row.benchmark), str(row.instruction_id), str(row.sample_index))
+            confidence = None if pref is None or slot is None else pref.confidence
+            judged.append(JudgedRow(question, row.model_a, row.model_b, row.orientation, slot, confidence))
+        return JudgeView(judge, judge_figures(judged, pointwise), len(rows), total, skipped)
+
+    # ------------------------------------------------------------ a row
+
+    def row(self, name: str, input_hash: str) -> RowView:
+        return self._locked(lambda: self._row(name, input_hash))
+
+    def _row(self, name: str, input_hash: str) -> RowView:
+        location = self._location(name)
+        database = self.store.open_existing(location)
+        record = None if database is None else database.get_many([input_hash]).get(input_hash)
+        if database is None or record is None:
+            raise NotFoundError(f"no row {input_hash} in {name}")
+        stored = database.metadata()
+        metadata = metadata_bytes(stored.role, stored.task, stored.descriptor, stored.assumptions).decode()
+        wrote, hit = queries.runs_of_row(database, record.run_id, record.created_at)
+        adopted = None
+        if record.adopted_from is not None:
+            source = next(
+                (database_name(loc) for loc in self.store.select(Selector(role=location.role,
+                                                                           descriptor=record.adopted_from[:16]))),
+                None,
+            )  # fmt: skip
+            adoption = next((a for a in adoptions(database) if a.source_descriptor == record.adopted_from), None)
+            adopted = (source, adoption)
+        judged = None
+        if isinstance(record, JudgementRecord) and record.model_a and record.model_b:
+            judged = _verdict(name, record, *_pair_of(record))
+        return RowView(name, location, record, messages(record.input_text), decode(record.top_logprobs), metadata,
+                       wrote, hit, adopted, judged)  # fmt: skip
+
+
+def _pair_of(record: JudgementRecord) -> tuple[str, str]:
+    """The source pair (X, Y) of a pairwise judgement."""
+    pair = source_pair(record.model_a, record.model_b, record.orientation)
+    assert pair is not None  # callers pass pairwise rows
+    return pair
+
+
+def _verdict(name: str, record: JudgementRecord, first: str, second: str) -> Verdict:
+    slot, pref = verdict(record.completion, record.top_logprobs)
+    p_first = p_second = share = None
+    if pref is not None:
+        slot_of_first = "A" if record.model_a == first else "B"
+        p_first, p_second = (pref.p_a, pref.p_b) if slot_of_first == "A" else (pref.p_b, pref.p_a)
+        share = pref.share_a if slot_of_first == "A" else 1 - pref.share_a
+    return Verdict(
+        row=(name, record.input_hash),
+        judge=record.judge,
+        orientation=record.orientation,
+        model_a=record.model_a,
+        model_b=record.model_b,
+        text=record.completion,
+        slot=slot,
+        favoured=favoured_model(slot, record.model_a, record.model_b),
+        preference=pref,
+        p_first=p_first,
+        p_second=p_second,
+        share_first=share,
+        sample_index=record.sample_index,
+    )
+
+
+def _conversation(answers: list[Answer], models: list[str]) -> tuple[list[Turn], list[Round]]:
+    """The question turn by turn, from the longest stored input, with each model's answer to each turn.
+
+    A turn is what the user said between two answers; model ``m``'s answer to
+    turn ``i`` is its ``i``-th assistant message (its last turn: the completion).
+    """
+    source = max((a for a in answers if a.row is not None), key=lambda a: len(a.inputs), default=None)
+    turns = source.inputs if source is not None else []
+    system = [turn for turn in turns if turn.role == "system"]
+    asked: list[list[Turn]] = [[]]
+    for turn in turns:
+        if turn.role == "assistant":
+            asked.append([])
+        elif turn.role != "system":
+            asked[-1].append(turn)
+    by_model = {answer.model: answer for answer in answers}
+    rounds = []
+    for i, question in enumerate(asked):
+        replies = []
+        for model in models:
+            answer = by_model.get(model)
+            replies.append(answer.turns[i] if answer is not None and i < len(answer.turns) else None)
+        rounds.append(Round(question, replies))
+    return system, rounds

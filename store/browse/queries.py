@@ -1,0 +1,380 @@
+"""Every statement the browser runs: keyset pages, bounded scans, a battle's rows, a judge's rows, a row's runs.
+
+Contract:
+
+* Statements are SQLAlchemy Core over the models' tables (:attr:`Repository.table`),
+  composed with the store's own filter clauses (:meth:`Repository.clauses`),
+  and run inside :meth:`Database.reading`: a read transaction (read-only on
+  PostgreSQL; on a read-only SQLite store, a connection that writes no byte).
+  They are the same on both backends but for two marked places: text search
+  is ``LIKE`` on SQLite (case-insensitive for ASCII) and ``ILIKE`` on
+  PostgreSQL (the pattern escaped like the stored text, so plain text is
+  found there too), and on SQLite an order hint (below).
+* Rows are listed by ``created_at`` (newest or oldest first), ties broken by
+  the database and then the input hash: a :class:`Key`. A page is the rows
+  after a key (*keyset pagination*): each database answers with an index
+  range read of ``limit + 1`` rows, whatever the page number.
+* Filters on indexed columns (benchmark/instruction, model, model A/B,
+  judge, run id, dates, hashes, adoption) narrow the statement. When such a
+  filter matches many rows (at least :data:`PROBE_ROWS`, counted through its
+  index), SQLite's planner (which has no statistics in a store's files)
+  would still read every matching row through that index to sort them,
+  seconds at a million rows; so there the filter is written so that no
+  index serves it, and the statement reads the ``created_at`` index in order
+  and stops after a page. PostgreSQL's planner decides from its statistics.
+  An instruction id without a benchmark is looked up under each benchmark
+  the table holds (its index leads with the benchmark), found by a loose
+  index scan.
+* Filters on columns without an index (orientation, finish reason) and the
+  full-text search are *scanned*: each request reads at most
+  :data:`SCAN_WINDOW` rows of the indexed selection past the cursor, in
+  listing order, and returns the matches among them with the key it scanned
+  to (:attr:`Slice.scanned_to`), from which the next request goes on. A
+  search for a rare word in a million rows is many short requests, never
+  one of seconds. Its cost: each window reads its rows' text (the LIKE
+  cannot use an index), about 15 ms per 1,000 rows of a few KB on SQLite
+  (``bench/browse_bench.py``).
+* Only what a page shows is read: the first :data:`PROMPT_PREFIX` characters
+  of the input and :data:`COMPLETION_PREFIX` of the completion (a
+  completion may be megabytes), and the logprobs of judgements only.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+import orjson
+from sqlalchemy import ColumnElement, Table, and_, func, literal, or_, select, true, type_coerce
+
+from store import Database, InvalidInputError, Location, Record, RowFilter, Run
+
+if TYPE_CHECKING:  # what Database.reading() yields; only its public face (table, conn, clauses) is used
+    from store.repository import Repository
+
+Order = Literal["newest", "oldest"]
+ORDERS: tuple[Order, ...] = ("newest", "oldest")
+PROBE_ROWS = 2_000  # an indexed filter matching at least this many rows is read in created_at order
+SCAN_WINDOW = 5_000  # rows a scanned filter or a search reads per window, per database
+PROMPT_PREFIX = 600  # characters of the rendered input a rows page reads (the first message's start)
+COMPLETION_PREFIX = 400
+# Row filters whose columns have no index: applied within the scan window (see the module docstring).
+SCANNED_FILTERS = ("orientation", "finish_reasons", "empty", "error", "created_by")
+_BEFORE_EVERY_HASH, _AFTER_EVERY_HASH = "", "g"  # input hashes are lowercase hex
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class Key:
+    """A row's place in the listing order: its creation time, then its database, then its input hash."""
+
+    created_at: datetime
+    database: str
+    input_hash: str
+
+    def token(self) -> str:
+        """The key as a URL's cursor (``after=``)."""
+        raw = orjson.dumps([self.created_at.isoformat(), self.database, self.input_hash])
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def from_token(cls, token: str) -> Key:
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+            created_at, database, input_hash = orjson.loads(raw)
+            key = cls(datetime.fromisoformat(created_at), str(database), str(input_hash))
+        except (binascii.Error, ValueError, TypeError) as e:
+            raise InvalidInputError(f"the page cursor {token[:40]!r} is not one this browser made; start again") from e
+        if key.created_at.tzinfo is None:
+            raise InvalidInputError(f"the page cursor {token[:40]!r} has no time zone; start again")
+        return key
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """One row as a rows page shows it (``prompt`` and ``completion`` are the first characters)."""
+
+    key: Key
+    location: Location
+    sample_index: int
+    benchmark: str | None
+    instruction_id: str | None
+    finish_reason: str | None
+    run_id: str | None
+    adopted_from: str | None
+    prompt: str
+    completion: str
+    completion_chars: int
+    model: str | None = None
+    model_a: str | None = None
+    model_b: str | None = None
+    judge: str | None = None
+    orientation: str | None = None
+    top_logprobs: dict[str, Any] | None = None
+
+    @property
+    def input_hash(self) -> str:
+        return self.key.input_hash
+
+
+@dataclass(frozen=True, slots=True)
+class Slice:
+    """One database's part of a page: up to ``limit + 1`` rows in listing order.
+
+    ``scanned_to`` is set when a scan window ended before the rows ran out
+    and before ``limit + 1`` matches were found: every row at or before it
+    (in listing order) was read; those after it were not.
+    """
+
+    rows: list[Listed]
+    scanned_to: Key | None = None
+
+
+def split_filter(flt: RowFilter) -> tuple[RowFilter, RowFilter, RowFilter]:
+    """``flt`` as its time range, its other indexed filters, and its scanned filters (:data:`SCANNED_FILTERS`)."""
+    times = RowFilter(created_after=flt.created_after, created_before=flt.created_before)
+    scanned = RowFilter(**{name: getattr(flt, name) for name in SCANNED_FILTERS})
+    others = dataclasses.replace(flt, created_after=None, created_before=None, **dict.fromkeys(SCANNED_FILTERS))
+    return times, others, scanned
+
+
+def _benchmarks(repo: Repository) -> list[str]:
+    """The distinct benchmarks of the table, one index seek each (a loose index scan, not a read of every row)."""
+    b = repo.table.c.benchmark
+    seen = select(func.min(b).label("value")).cte("seen", recursive=True)
+    following = select(select(func.min(b)).where(b > seen.c.value).scalar_subquery())
+    seen = seen.union_all(following.where(seen.c.value.is_not(None)))
+    return [value for (value,) in repo.conn.execute(select(seen.c.value).where(seen.c.value.is_not(None)))]
+
+
+def _indexed(repo: Repository, flt: RowFilter) -> list[ColumnElement[bool]]:
+    """The clauses of ``flt`` (indexed columns only), each able to use its index.
+
+    The index of instruction ids leads with the benchmark: an instruction id
+    alone is looked up under every benchmark the table holds (and none).
+    """
+    if flt.instruction_id is None or flt.benchmark is not None:
+        return repo.clauses(flt)
+    t = repo.table
+    instruction = t.c.instruction_id == flt.instruction_id
+    clauses = repo.clauses(dataclasses.replace(flt, instruction_id=None))
+    known = _benchmarks(repo)
+    in_any = or_(and_(t.c.benchmark.in_(known), instruction), and_(t.c.benchmark.is_(None), instruction))
+    return [*clauses, in_any if known else and_(t.c.benchmark.is_(None), instruction)]
+
+
+def _search(repo: Repository, text: str) -> ColumnElement[bool]:
+    t = repo.table
+    if repo.conn.dialect.name == "postgresql":
+        return or_(t.c.input_text.icontains(text, autoescape=True), t.c.completion.icontains(text, autoescape=True))
+    # SQLite's LIKE ignores the case of ASCII letters already; lower() would cost a copy of every text read.
+    return or_(t.c.input_text.contains(text, autoescape=True), t.c.completion.contains(text, autoescape=True))
+
+
+def _after(t: Table, database: str, key: Key, order: Order) -> ColumnElement[bool]:
+    """The rows of ``database`` after ``key`` in listing order (``database`` is constant within a table)."""
+    at, input_hash = t.c.created_at, t.c.input_hash
+    if order == "newest":
+        if database < key.database:
+            return at <= key.created_at
+        if database > key.database:
+            return at < key.created_at
+        return and_(at <= key.created_at, or_(at < key.created_at, input_hash < key.input_hash))
+    if database > key.database:
+        return at >= key.created_at
+    if database < key.database:
+        return at > key.created_at
+    return and_(at >= key.created_at, or_(at > key.created_at, input_hash > key.input_hash))
+
+
+def _in_time_order(repo: Repository, indexed: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
+    """``indexed`` as the statement should use them: as they are, or unable to use their index (see the docstring).
+
+    On SQLite a filter matching at least :data:`PROBE_ROWS` rows (counted
+    through its own index) is written ``(clause) IS 1``, which no index
+    serves: the planner then reads the ``created_at`` index in order and
+    stops after a page, instead of reading every matching row to sort them.
+    """
+    if not indexed or repo.conn.dialect.name != "sqlite":
+        return indexed
+    probe = select(literal(1)).select_from(repo.table).where(*indexed).limit(PROBE_ROWS).subquery()
+    if repo.conn.execute(select(func.count()).select_from(probe)).scalar_one() < PROBE_ROWS:
+        return indexed  # few rows: the filter's own index finds them, and sorting them is cheap
+    return [clause.is_(true()) for clause in indexed]
+
+
+def _order_by(t: Table, order: Order) -> tuple[Any, ...]:
+    if order == "newest":
+        return (t.c.created_at.desc(), t.c.input_hash.desc())
+    return (t.c.created_at.asc(), t.c.input_hash.asc())
+
+
+def _listing_columns(t: Table) -> list[Any]:
+    c = t.c
+    columns = [
+        c.input_hash,
+        c.created_at,
+        c.sample_index,
+        c.benchmark,
+        c.instruction_id,
+        c.finish_reason,
+        c.run_id,
+        c.adopted_from,
+        # type_coerce: the column's type reads the value back as stored (a server escapes U+0000)
+        type_coerce(func.substr(c.input_text, 1, PROMPT_PREFIX), c.input_text.type).label("prompt"),
+        type_coerce(func.substr(c.completion, 1, COMPLETION_PREFIX), c.completion.type).label("completion"),
+        func.length(c.completion).label("completion_chars"),
+    ]
+    if t.name == "judgements":
+        columns += [c.model_a, c.model_b, c.judge, c.orientation, c.top_logprobs]
+    else:
+        columns.append(c.model)
+    return columns
+
+
+def page(
+    database: Database,
+    name: str,
+    flt: RowFilter,
+    *,
+    search: str | None = None,
+    order: Order = "newest",
+    after: Key | None = None,
+    limit: int = 50,
+) -> Slice:
+    """Up to ``limit + 1`` rows of ``database`` (called ``name`` in keys) after ``after`` (see the module docstring)."""
+    times, others, scanned_flt = split_filter(flt)
+    with database.reading() as repo:
+        t = repo.table
+        where = [*repo.clauses(times), *_in_time_order(repo, _indexed(repo, others))]
+        scanned = repo.clauses(scanned_flt)
+        if search:
+            scanned.append(_search(repo, search))
+        if after is not None:
+            where.append(_after(t, name, after, order))
+        end = None
+        if scanned:
+            at = t.c.created_at
+            last = select(at).where(*where).order_by(at.desc() if order == "newest" else at.asc())
+            end = repo.conn.execute(last.offset(SCAN_WINDOW - 1).limit(1)).scalar_one_or_none()
+            if end is not None:  # the window ends there: the rows of that instant are read whole
+                where.append(at >= end if order == "newest" else at <= end)
+        stmt = select(*_listing_columns(t)).where(*where, *scanned).order_by(*_order_by(t, order)).limit(limit + 1)
+        found = repo.conn.execute(stmt).mappings().all()
+    rows = [_listed(database.location, name, row) for row in found]
+    if end is None or len(rows) > limit:
+        return Slice(rows)
+    return Slice(rows, Key(end, name, _BEFORE_EVERY_HASH if order == "newest" else _AFTER_EVERY_HASH))
+
+
+def _listed(location: Location, name: str, row: Any) -> Listed:
+    values = dict(row)
+    key = Key(values.pop("created_at"), name, values.pop("input_hash"))
+    return Listed(key=key, location=location, **values)
+
+
+# ---------------------------------------------------------------- one instruction, one judge, one row
+
+
+def instruction_rows(
+    database: Database, benchmark: str | None, instruction_id: str, *, model: str | None = None
+) -> list[Record]:
+    """Every row of one instruction (of ``model``, if given); a ``benchmark`` of None means rows without one.
+
+    The rows are found through the benchmark/instruction index alone; the model is checked on the few found
+    (SQLite's planner, without statistics, would take the model's index: every row of the model).
+    """
+    with database.reading() as repo:
+        t = repo.table
+        same = t.c.benchmark == benchmark if benchmark is not None else t.c.benchmark.is_(None)
+        models = [t.c[name] for name in ("model", "model_a", "model_b") if name in t.c]
+        stmt = select(t.c.input_hash, *models).where(same, t.c.instruction_id == instruction_id)
+        hashes = [h for h, *named in repo.conn.execute(stmt).all() if model is None or model in named]
+    found = database.get_many(hashes)
+    return sorted(found.values(), key=lambda record: (record.created_at, record.input_hash))
+
+
+@dataclass(frozen=True, slots=True)
+class JudgeRow:
+    """What a judge's figures read of one of its rows."""
+
+    benchmark: str | None
+    instruction_id: str | None
+    sample_index: int
+    model_a: str | None
+    model_b: str | None
+    orientation: str | None
+    completion: str
+    top_logprobs: dict[str, Any] | None
+    created_at: datetime
+
+
+def judge_rows(database: Database, judge: str, limit: int) -> list[JudgeRow]:
+    """The newest ``limit`` rows of ``judge`` in a judgements database."""
+    with database.reading() as repo:
+        t = repo.table
+        where = _in_time_order(repo, repo.clauses(RowFilter(judge=judge)))
+        columns = [t.c[f.name] for f in dataclasses.fields(JudgeRow)]
+        stmt = select(*columns).where(*where).order_by(*_order_by(t, "newest")).limit(limit)
+        return [JudgeRow(*row) for row in repo.conn.execute(stmt).all()]
+
+
+def judges(database: Database) -> dict[str, int]:
+    """Rows per judge in a judgements database (read through the judge index)."""
+    with database.reading() as repo:
+        t = repo.table
+        stmt = select(t.c.judge, func.count()).where(t.c.judge.is_not(None)).group_by(t.c.judge)
+        return {judge: int(n) for judge, n in repo.conn.execute(stmt).all()}
+
+
+def finish_reasons(database: Database) -> dict[str | None, int]:
+    """Rows per finish reason (a full read of the table: no index holds it)."""
+    with database.reading() as repo:
+        return {group.key: group.rows for group in repo.groups("finish_reason")}
+
+
+RUN_COLUMNS = ("id", "run_id", "created_by", "started_at", "finished_at", "mode", "requested", "hits", "misses",
+               "rows_written")  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class RunLine:
+    """A recorded run, as a row's page lists it."""
+
+    id: int
+    run_id: str | None
+    created_by: str | None
+    started_at: datetime
+    finished_at: datetime
+    mode: str
+    requested: int
+    hits: int
+    misses: int
+    rows_written: int
+
+
+def runs_of_row(database: Database, run_id: str | None, created_at: datetime, limit: int = 20) -> tuple[
+    list[RunLine], list[RunLine]
+]:  # fmt: skip
+    """The recorded runs with the row's run id (which wrote it), and the later runs that hit something.
+
+    Runs record counts, not keys: a later run with hits may have hit this row, or others.
+    """
+    runs: Table = Run.__table__  # type: ignore[assignment]
+    columns = [runs.c[name] for name in RUN_COLUMNS]
+    with database.reading() as repo:
+        wrote: list[RunLine] = []
+        if run_id is not None:
+            stmt = select(*columns).where(runs.c.run_id == run_id).order_by(runs.c.started_at).limit(limit)
+            wrote = [RunLine(*row) for row in repo.conn.execute(stmt).all()]
+        later = (
+            select(*columns)
+            .where(runs.c.finished_at >= created_at, runs.c.hits > 0)
+            .order_by(runs.c.started_at.desc())
+            .limit(limit)
+        )
+        hit = [RunLine(*row) for row in repo.conn.execute(later).all()]
+    return wrote, hit

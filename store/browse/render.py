@@ -1,0 +1,116 @@
+"""Stored text as the browser shows it: markdown rendered safely, rendered inputs read back as turns, snippets.
+
+Contract:
+
+* Every stored string is untrusted (prompts come from benchmarks and users,
+  completions from models). :func:`markdown` renders markdown with
+  markdown-it-py's CommonMark parser (plus tables and strikethrough) with raw
+  HTML *off*: a ``<script>`` in a completion comes out as the text
+  ``&lt;script&gt;``; links keep only the schemes markdown-it allows (no
+  ``javascript:``) and open nothing by themselves; images are not rendered
+  (a stored ``![](http://...)`` would make the browser fetch a URL the
+  prompt chose), their markdown stays as text. Code blocks are ``<pre><code>``,
+  escaped. Its output is the only HTML the templates insert unescaped.
+* :func:`messages` reads a rendered input (``{"type":"messages",...}`` or
+  ``{"type":"text",...}``, :mod:`store.descriptor`) back into turns; a value
+  that is neither is shown whole as one turn.
+* :func:`input_snippet` gives the first characters of the first message that
+  is not a system prompt, from the *start* of a rendered input (the rows
+  page reads only a prefix of each input), decoding the JSON string as far
+  as it goes.
+* :func:`clipped` bounds what a page shows of one text (a completion may be
+  tens of megabytes), saying how much was left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markupsafe import Markup
+
+SHOWN_CHARS = 200_000  # the most of one text a page shows
+SNIPPET_CHARS = 160
+
+
+@functools.cache
+def _parser() -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md.enable(["table", "strikethrough"])
+    md.disable("image")
+
+    def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        tokens[idx].attrSet("rel", "nofollow noopener noreferrer")
+        return renderer.renderToken(tokens, idx, options, env)  # type: ignore[no-any-return]
+
+    md.add_render_rule("link_open", link_open)
+    return md
+
+
+def markdown(text: str) -> Markup:
+    """``text`` rendered as markdown, every piece of raw HTML escaped (see the module docstring)."""
+    return Markup(_parser().render(text))
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One message of a rendered input: its role and text."""
+
+    role: str
+    content: str
+
+
+def messages(input_text: str) -> list[Turn]:
+    """The turns of a rendered input (see the module docstring)."""
+    try:
+        value = json.loads(input_text)
+    except ValueError:
+        return [Turn("input", input_text)]
+    if isinstance(value, dict) and value.get("type") == "text" and isinstance(value.get("text"), str):
+        return [Turn("prompt", value["text"])]
+    if isinstance(value, dict) and isinstance(value.get("messages"), list):
+        turns = []
+        for message in value["messages"]:
+            if not isinstance(message, dict):
+                return [Turn("input", input_text)]
+            content = message.get("content")
+            if not isinstance(content, str):  # multi-part content: shown as the JSON it is
+                content = json.dumps(content, ensure_ascii=False, indent=2)
+            turns.append(Turn(str(message.get("role", "?")), content))
+        return turns
+    return [Turn("input", input_text)]
+
+
+_FIRST_TEXT = re.compile(r'"(?:content|text)":"')
+_JSON_STRING_PART = re.compile(r'(?:[^"\\]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})*')
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def input_snippet(prefix: str, limit: int = SNIPPET_CHARS) -> str:
+    """The first non-system message's text (else the first), from the start of a rendered input.
+
+    Rendered inputs are canonical JSON with sorted keys, so a message's
+    ``content`` comes before its ``role``; the prefix may end anywhere.
+    """
+    first = None
+    for found in _FIRST_TEXT.finditer(prefix):
+        body = _JSON_STRING_PART.match(prefix, found.end())
+        assert body is not None  # the pattern matches the empty string
+        text: str = json.loads(f'"{body.group(0)}"')
+        text = _LONE_SURROGATE.sub("", text)[:limit]  # the prefix may end between the two halves of a pair
+        if first is None:
+            first = text
+        if not prefix.startswith('","role":"system"', body.end()):
+            return text
+    return first if first is not None else prefix[:limit]
+
+
+def clipped(text: str, limit: int = SHOWN_CHARS) -> tuple[str, int]:
+    """``text`` cut to ``limit`` characters, and how many were left out."""
+    if len(text) <= limit:
+        return text, 0
+    return text[:limit], len(text) - limit

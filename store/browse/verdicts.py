@@ -1,0 +1,213 @@
+"""What a judge said, read from its stored row: the verdict token's preference, the verdict, and a judge's figures.
+
+Contract:
+
+* :func:`preference` reads P(A) and P(B) from a row's stored ``top_logprobs``
+  at the *verdict position*: the first stored position whose candidates
+  include a token that reads ``A`` or ``B`` once whitespace and square
+  brackets are stripped (``"A"``, ``" A"``, ``"[[A"``). That is the first
+  generated token for a judge told to answer with the letter (JudgeArena's
+  ``weighted_token_preference`` reads the first token's ``"A"``/``"B"``);
+  with ``--logprob-positions all``, a judge answering ``[[A]]`` is read at
+  its letter. Candidates that read the same letter add up (their
+  probabilities are summed, as :func:`store.logprobs.text_logprobs` merges
+  candidates of the same text). None when no stored position has either.
+* :func:`verdict` is the slot a row favours: the likelier letter of its
+  preference; without one (no logprobs stored, or no letter among them),
+  the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is just the
+  letter. None otherwise (and on a tie).
+* Slots are positions in the judge prompt (:class:`store.models.Judgement`):
+  :func:`favoured_model` maps a verdict back to the model in that slot, so
+  the two orientations of a pair can be compared by model;
+  :func:`source_pair` gives the pair in its source order.
+* :func:`judge_figures` adds a judge's rows up: wins per model pair, how
+  often slot A wins (position bias), how often the two orientations of the
+  same question agree on the model, and the distribution of the verdict
+  token's confidence (``max(P(A), P(B)) / (P(A) + P(B))``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from store.logprobs import decode
+
+Slot = Literal["A", "B"]
+SLOTS: tuple[Slot, Slot] = ("A", "B")
+CONFIDENCE_BINS = 10  # bins of the confidence histogram, from 0.5 to 1.0
+_TEXT_VERDICT = re.compile(r"\[\[([AB])\]\]")
+
+
+def _letter(text: str) -> Slot | None:
+    stripped = text.strip().strip("[]").strip()
+    return stripped if stripped in SLOTS else None  # type: ignore[return-value]
+
+
+@dataclass(frozen=True, slots=True)
+class Preference:
+    """P(A) and P(B) at the verdict position (``position``: 0 is the first generated token)."""
+
+    p_a: float
+    p_b: float
+    position: int
+
+    @property
+    def share_a(self) -> float:
+        """P(A) / (P(A) + P(B)): where the bar between the two slots splits."""
+        total = self.p_a + self.p_b
+        return self.p_a / total if total > 0 else 0.5
+
+    @property
+    def confidence(self) -> float:
+        """How sure the verdict token is of the likelier slot, between 0.5 and 1."""
+        return max(self.share_a, 1 - self.share_a)
+
+    @property
+    def favoured(self) -> Slot | None:
+        if self.p_a == self.p_b:
+            return None
+        return "A" if self.p_a > self.p_b else "B"
+
+
+def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
+    """The verdict token's preference (see the module docstring); None when no stored position names a slot."""
+    for index, position in enumerate(decode(top_logprobs)):
+        mass = {"A": 0.0, "B": 0.0}
+        found = False
+        for candidate in position.candidates:
+            letter = _letter(candidate.text)
+            if letter is not None and not math.isnan(candidate.logprob):
+                mass[letter] += math.exp(candidate.logprob)
+                found = True
+        if found:
+            return Preference(mass["A"], mass["B"], index)
+    return None
+
+
+def text_verdict(completion: str) -> Slot | None:
+    """The slot a judge's text names: its last ``[[A]]``/``[[B]]``, or the text being just the letter."""
+    found = _TEXT_VERDICT.findall(completion)
+    if found:
+        return found[-1]  # type: ignore[no-any-return]
+    return _letter(completion) if len(completion) <= 8 else None
+
+
+def verdict(completion: str, top_logprobs: Mapping[str, Any] | None) -> tuple[Slot | None, Preference | None]:
+    """The slot a row favours and the preference it was read from (None when it came from the text)."""
+    pref = preference(top_logprobs)
+    if pref is not None:
+        return pref.favoured, pref
+    return text_verdict(completion), None
+
+
+def source_pair(model_a: str | None, model_b: str | None, orientation: str | None) -> tuple[str, str] | None:
+    """The pair (X, Y) a pairwise judgement compares, in the source's order: the direct orientation shows X first."""
+    if model_a is None or model_b is None:
+        return None
+    return (model_b, model_a) if orientation == "reversed" else (model_a, model_b)
+
+
+def favoured_model(slot: Slot | None, model_a: str | None, model_b: str | None) -> str | None:
+    """The model in the favoured slot."""
+    if slot is None:
+        return None
+    return model_a if slot == "A" else model_b
+
+
+# ---------------------------------------------------------------- a judge's figures
+
+
+@dataclass(frozen=True, slots=True)
+class JudgedRow:
+    """What the figures need of one pairwise judgement."""
+
+    question: tuple[str, ...]  # where it belongs: database, benchmark, instruction id, sample
+    model_a: str
+    model_b: str
+    orientation: str | None
+    slot: Slot | None
+    confidence: float | None  # None: the verdict came from the text
+
+
+@dataclass(slots=True)
+class PairFigures:
+    """One model pair (``first`` < ``second`` by name): who won how often."""
+
+    first: str
+    second: str
+    first_wins: int = 0
+    second_wins: int = 0
+    no_verdict: int = 0
+
+    @property
+    def judged(self) -> int:
+        return self.first_wins + self.second_wins + self.no_verdict
+
+
+@dataclass(slots=True)
+class JudgeFigures:
+    """A judge's rows added up (see the module docstring)."""
+
+    rows: int = 0
+    pointwise: int = 0
+    slot_a_wins: int = 0
+    slot_b_wins: int = 0
+    no_verdict: int = 0
+    from_logprobs: int = 0
+    both_orientations: int = 0  # questions judged in both orientations, each with a verdict
+    agreeing: int = 0  # of those, the ones where both favour the same model
+    pairs: dict[tuple[str, str], PairFigures] = field(default_factory=dict)
+    confidence_bins: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
+
+    @property
+    def slot_a_rate(self) -> float | None:
+        decided = self.slot_a_wins + self.slot_b_wins
+        return self.slot_a_wins / decided if decided else None
+
+    @property
+    def agreement_rate(self) -> float | None:
+        return self.agreeing / self.both_orientations if self.both_orientations else None
+
+
+def confidence_bin(confidence: float) -> int:
+    """The histogram bin of a confidence between 0.5 and 1 (1.0 falls in the last bin)."""
+    scaled = (confidence - 0.5) * 2 * CONFIDENCE_BINS
+    return min(CONFIDENCE_BINS - 1, max(0, int(scaled)))
+
+
+def judge_figures(rows: Iterable[JudgedRow], pointwise: int = 0) -> JudgeFigures:
+    """Add up a judge's pairwise rows (``pointwise``: how many pointwise rows were left out)."""
+    figures = JudgeFigures(pointwise=pointwise)
+    by_question: dict[tuple[Any, ...], dict[str, str | None]] = {}
+    for row in rows:
+        figures.rows += 1
+        first, second = sorted((row.model_a, row.model_b))
+        pair = figures.pairs.setdefault((first, second), PairFigures(first, second))
+        winner = favoured_model(row.slot, row.model_a, row.model_b)
+        if row.slot == "A":
+            figures.slot_a_wins += 1
+        elif row.slot == "B":
+            figures.slot_b_wins += 1
+        else:
+            figures.no_verdict += 1
+        if winner is None:
+            pair.no_verdict += 1
+        elif winner == first:
+            pair.first_wins += 1
+        else:
+            pair.second_wins += 1
+        if row.confidence is not None:
+            figures.from_logprobs += 1
+            figures.confidence_bins[confidence_bin(row.confidence)] += 1
+        if row.orientation in ("direct", "reversed"):
+            by_question.setdefault((*row.question, first, second), {})[row.orientation] = winner
+    for winners in by_question.values():
+        direct, reversed_ = winners.get("direct"), winners.get("reversed")
+        if direct is not None and reversed_ is not None:
+            figures.both_orientations += 1
+            figures.agreeing += direct == reversed_
+    return figures

@@ -1,0 +1,230 @@
+"""The web app's pages through Starlette's test client, on the demo store in a folder and on a server.
+
+What a reader relies on: every stored string is escaped (no page holds a
+``<script>`` element at all: the app ships no script), the security headers
+are on every response, a loopback app answers loopback names only, bad
+input gets a page that names it, and a database that cannot be read is
+reported without breaking the page.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+
+from store import InvalidInputError, Store, text_logprobs
+from store.browse import browser as browser_module
+from store.browse.app import create_app
+from store.browse.browser import Browser
+from store.settings import Settings
+from tests.browse import demo
+
+LOCAL = "http://127.0.0.1:8765"
+
+
+@pytest.fixture
+def client(demo_store: Store) -> Iterator[TestClient]:
+    with TestClient(create_app(Browser(demo_store)), base_url=LOCAL) as c:
+        yield c
+
+
+def get(client: TestClient, path: str, status: int = 200, **params: Any) -> str:
+    response = client.get(path, params=params or None)  # (an empty mapping would drop the path's own query)
+    assert response.status_code == status, response.text[-2000:]
+    assert "<script" not in response.text.lower()
+    assert "Traceback" not in response.text
+    return response.text
+
+
+def names_of(store: Store) -> dict[str, str]:
+    """Database name by descriptor model (the demo's older tiny-a database is "tiny-a@old")."""
+    from store.browse.browser import database_name
+
+    found = {}
+    for location in store.locations():
+        old = location.descriptor_hash16 == demo.OLD.hash16()
+        found[location.model + ("@old" if old else "")] = database_name(location)
+    return found
+
+
+def test_every_page_answers_with_the_security_headers(client: TestClient) -> None:
+    for path, params in [
+        ("/", {}),
+        ("/rows", {}),
+        ("/rows", {"q": "lighthouse", "orientation": "direct"}),
+        ("/battle", {"benchmark": demo.BENCH, "instruction_id": "01-coding"}),
+        ("/judges", {}),
+        ("/judges", {"judge": demo.JUDGE}),
+        ("/static/style.css", {}),
+    ]:
+        response = client.get(path, params=params)
+        assert response.status_code == 200, (path, response.text[-500:])
+        headers = response.headers
+        assert "script-src 'none'" in headers["content-security-policy"]
+        assert "img-src 'self'" in headers["content-security-policy"]
+        assert headers["x-content-type-options"] == "nosniff" and headers["x-frame-options"] == "DENY"
+        assert re.fullmatch(r"app;dur=\d+\.\d", headers["server-timing"])
+
+
+def test_a_stored_script_is_text_on_every_page(client: TestClient, demo_store: Store) -> None:
+    escaped = "&lt;script&gt;document.title="  # markdown keeps the quotes as they are; templates escape them too
+    battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding")
+    assert escaped in battle
+    rows = get(client, "/rows", instruction_id="01-coding")
+    assert escaped in rows
+    answer = re.search(r'href="(/row\?db=[^"]+)"', battle.split('data-model="tiny-b"')[1])
+    assert answer is not None
+    row = get(client, answer.group(1).replace("&amp;", "&"))
+    assert escaped in row
+
+
+def test_the_overview_lists_every_database_with_its_figures(client: TestClient, demo_store: Store) -> None:
+    html = get(client, "/")
+    names = names_of(demo_store)
+    for name in names.values():
+        assert f'data-db="{name}"' in html
+    assert "stop&nbsp;24" in html  # the judge's 24 rows, all finished by stop
+    assert "2026-03-01 14:01:00" in html  # the completion databases' last recorded run
+    assert "260 tokens in, 156 out, ~3.2 s" in html  # what tiny-b's rerun (13 hits) saved
+    assert html.count(">current<") == 4
+    assert f'href="/judges?judge={demo.JUDGE}"' in html
+
+
+def test_finish_reasons_of_large_databases_are_counted_when_asked(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(browser_module, "AUTO_COUNT_ROWS", 13)
+    html = get(client, "/")
+    assert html.count('href="/?finish_reasons=count"') == 2  # tiny-a (14 rows) and the judge (24)
+    counted = get(client, "/", finish_reasons="count")
+    assert "finish_reasons=count" not in counted and "stop&nbsp;24" in counted
+    assert "finish_reasons=count" not in get(client, "/")  # kept while the database is unchanged
+
+
+def test_the_battle_shows_both_answers_each_verdict_mapped_to_models_and_the_disagreement(
+    client: TestClient, demo_store: Store
+) -> None:
+    html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding")
+    assert "reverse_words" in html and "Use <code>split</code> and <code>join</code>" in html
+    assert html.count('class="verdict"') == 2 and "orientations disagree" in html
+    for orientation, a in (("direct", "tiny-a"), ("reversed", "tiny-b")):
+        card = html.split(f'data-orientation="{orientation}"')[1]
+        p_first, p_second = (
+            float(x) for x in re.search(r'data-p-first="([^"]+)" data-p-second="([^"]+)"', card).groups()
+        )  # type: ignore[union-attr]
+        p_a, p_b = demo.FIRST_TOKEN[("01-coding", orientation)]
+        # tiny-a is the first model of the pair: slot A in the direct row, slot B in the reversed one
+        assert (p_first, p_second) == pytest.approx((p_a, p_b) if a == "tiny-a" else (p_b, p_a), rel=1e-9)
+    agreeing = get(client, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
+    assert "orientations agree" in agreeing and "orientations disagree" not in agreeing
+
+
+def test_a_multi_turn_battle_shows_each_turn_with_each_models_answer(client: TestClient) -> None:
+    html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="02-multi")
+    turns = html.split('class="round"')[1:]
+    assert len(turns) == 2
+    assert "Name a prime number." in turns[0] and "Seven." in turns[0] and "Two." in turns[0]
+    assert demo.FOLLOW_UP in turns[1] and "Eleven is bigger." in turns[1] and "Thirteen." in turns[1]
+
+
+def test_a_verdict_read_from_the_text_says_so(client: TestClient) -> None:
+    html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="03-text")
+    assert html.count("no A/B token among the stored logprobs; verdict read from the text") == 2
+    assert html.count("Favours <b>tiny-b</b>") == 2 and "orientations agree" in html
+
+
+def test_the_row_page_shows_every_logprob_position_the_descriptor_and_the_runs(
+    client: TestClient, demo_store: Store
+) -> None:
+    names = names_of(demo_store)
+    judge = demo_store.open(next(loc for loc in demo_store.locations() if loc.model == demo.JUDGE))
+    record = next(r for r in judge.query() if r.instruction_id == "00-writing" and r.orientation == "reversed")
+    html = get(client, "/row", db=names[demo.JUDGE], hash=record.input_hash)
+    table = html.split('id="logprobs"')[1].split("</table>")[0]
+    assert table.count("<tr class=") == 4  # the four stored candidates of the first position
+    for text, logprob in text_logprobs(record.top_logprobs).items():
+        assert f'<code class="token">"{text}"</code>' in table and f"{logprob:.4f}" in table
+        assert f"{math.exp(logprob):.4f}" in table
+    stored = judge.metadata()
+    assert f"&#34;descriptor_sha256&#34;: &#34;{stored.descriptor_sha256}&#34;" in html
+    if judge.path is not None:  # a folder: the page shows the file's bytes
+        metadata = (judge.path.parent / "metadata.json").read_text()
+        assert metadata.strip().replace('"', "&#34;") in html
+    completions = demo_store.open(next(loc for loc in demo_store.locations() if loc.model == "tiny-b"))
+    written = next(iter(completions.query()))
+    runs = get(client, "/row", db=names["tiny-b"], hash=written.input_hash).split('id="runs"')[1]
+    assert "<td>wrote</td>" in runs and "run-demo" in runs
+    assert "<td>later, with hits</td>" in runs and "run-again" in runs
+
+
+def test_an_adopted_row_names_its_source_and_the_adoption(client: TestClient, demo_store: Store) -> None:
+    names = names_of(demo_store)
+    target = demo_store.open(
+        next(loc for loc in demo_store.locations() if loc.descriptor_hash16 == demo.descriptor("tiny-a").hash16())
+    )
+    adopted = next(r for r in target.query() if r.adopted_from is not None)
+    html = get(client, "/row", db=names["tiny-a"], hash=adopted.input_hash).split('id="adopted-from"')[1]
+    assert demo.OLD.sha256() in html and f'href="/rows?db={names["tiny-a@old"].replace("/", "%2F")}"' in html
+    assert "across backend_version; audit 1/1 exact" in html
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "status", "message"),
+    [
+        ("/rows", {"since": "yesterday"}, 400, "&#39;yesterday&#39; is not an ISO-8601 date"),
+        ("/rows", {"orientation": "sideways"}, 400, "orientation must be one of direct, reversed"),
+        ("/rows", {"limit": "9999"}, 400, "limit must be between 1 and 500"),
+        ("/rows", {"after": "not-a-cursor"}, 400, "the page cursor"),
+        ("/battle", {}, 400, "the page needs the instruction_id parameter"),
+        ("/battle", {"instruction_id": "1", "a": "x"}, 400, "a pair needs both models"),
+        ("/battle", {"benchmark": "nope", "instruction_id": "1"}, 404, "no row of instruction nope/1"),
+        ("/judges", {"judge": "nobody"}, 404, "no judgement by judge &#39;nobody&#39;"),
+        ("/row", {"db": "completions/x", "hash": "ab"}, 404, "no database completions/x"),
+        ("/nowhere", {}, 404, "no page at /nowhere"),
+    ],
+)
+def test_bad_input_gets_a_page_that_names_it(
+    client: TestClient, path: str, params: dict[str, str], status: int, message: str
+) -> None:
+    assert message in get(client, path, status, **params)
+
+
+def test_a_loopback_app_answers_loopback_names_only(demo_folder: Path) -> None:
+    with Store(Settings(), root=demo_folder, readonly=True) as store:
+        app = create_app(Browser(store))
+        for base, status in [(LOCAL, 200), ("http://localhost:8765", 200), ("http://[::1]:8765", 200),
+                             ("http://evil.example", 403), ("http://127.0.0.1.evil.example:8765", 403)]:  # fmt: skip
+            assert TestClient(app, base_url=base).get("/").status_code == status, base
+        assert (
+            TestClient(create_app(Browser(store), loopback_only=False), base_url="http://lan-host").get("/").status_code
+            == 200
+        )
+
+
+def test_the_browser_only_reads_a_store_opened_read_only(demo_folder: Path) -> None:
+    with Store(Settings(), root=demo_folder) as store, pytest.raises(InvalidInputError, match="readonly=True"):
+        Browser(store)
+
+
+def test_a_database_that_cannot_be_read_is_reported_and_the_rest_still_shows(demo_folder: Path, tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    judge_db = next(root.glob("judgements/*/*/*/*/judgements.db"))
+    judge_db.write_bytes(b"this is not a database" * 100)
+    with (
+        Store(Settings(), root=root, readonly=True) as store,
+        TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
+    ):
+        overview = get(c, "/")
+        assert "not-a-database" in overview and str(judge_db) in overview
+        rows = get(c, "/rows")
+        assert "Skipped judgements/" in rows and "tiny-a" in rows
+        battle = get(c, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
+        assert "Skipped judgements/" in battle and "The keeper found a <strong>bottle</strong>." in battle

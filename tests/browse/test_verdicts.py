@@ -1,0 +1,104 @@
+"""Reading a verdict from a judge's row: the verdict token's preference, the text, and a judge's figures."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from store.browse.verdicts import (
+    JudgedRow,
+    confidence_bin,
+    favoured_model,
+    judge_figures,
+    preference,
+    source_pair,
+    text_verdict,
+    verdict,
+)
+from store.logprobs import PositionLogprobs, TokenLogprob, encode
+
+
+def stored(*positions: dict[str, float]) -> dict[str, object]:
+    return encode(
+        PositionLogprobs(tuple(TokenLogprob(text, lp, rank=i) for i, (text, lp) in enumerate(p.items(), 1)))
+        for p in positions
+    )
+
+
+def test_the_first_token_gives_p_a_and_p_b_with_variants_of_a_letter_added_up() -> None:
+    pref = preference(stored({"A": math.log(0.5), " A": math.log(0.1), "B": math.log(0.3), "The": math.log(0.1)}))
+    assert pref is not None
+    assert pref.position == 0
+    assert pref.p_a == pytest.approx(0.6) and pref.p_b == pytest.approx(0.3)
+    assert pref.share_a == pytest.approx(2 / 3) and pref.confidence == pytest.approx(2 / 3)
+    assert pref.favoured == "A"
+
+
+def test_a_judge_answering_in_brackets_is_read_at_its_letter_when_every_position_is_stored() -> None:
+    pref = preference(stored({"[[": -0.01}, {"B": math.log(0.7), "A": math.log(0.2)}, {"]]": -0.01}))
+    assert pref is not None and pref.position == 1 and pref.favoured == "B"
+    assert preference(stored({"[[A": math.log(0.9), "[[B": math.log(0.05)})).favoured == "A"  # type: ignore[union-attr]
+
+
+def test_the_old_text_logprob_shape_reads_the_same() -> None:
+    pref = preference({"A": math.log(0.2), "B": math.log(0.7)})
+    assert pref is not None and pref.p_b == pytest.approx(0.7) and pref.favoured == "B"
+
+
+def test_no_letter_among_the_stored_tokens_is_no_preference_and_the_text_decides() -> None:
+    top = stored({"[[": -0.01})
+    assert preference(top) is None
+    assert preference(None) is None
+    assert verdict("Both are fine, but [[A]] ... on reflection [[B]]", top) == ("B", None)
+    assert verdict("A", None) == ("A", None)
+    assert verdict("I cannot decide.", None) == (None, None)
+    assert text_verdict("  B\n") == "B" and text_verdict("Because A is longer") is None
+
+
+def test_a_tie_favours_no_slot() -> None:
+    pref = preference(stored({"A": math.log(0.4), "B": math.log(0.4)}))
+    assert pref is not None and pref.favoured is None and pref.share_a == 0.5
+
+
+def test_slots_map_back_to_models_and_pairs_to_their_source_order() -> None:
+    assert favoured_model("A", "x", "y") == "x" and favoured_model("B", "x", "y") == "y"
+    assert favoured_model(None, "x", "y") is None
+    assert source_pair("x", "y", "direct") == ("x", "y")
+    assert source_pair("y", "x", "reversed") == ("x", "y")
+    assert source_pair("x", None, None) is None
+
+
+def test_confidence_bins_cover_one_half_to_one() -> None:
+    assert [confidence_bin(c) for c in (0.5, 0.549, 0.55, 0.97, 1.0)] == [0, 0, 1, 9, 9]
+
+
+def row(question: str, a: str, b: str, orientation: str, slot: str | None, confidence: float | None = 0.8) -> JudgedRow:
+    return JudgedRow((question,), a, b, orientation, slot, confidence)  # type: ignore[arg-type]
+
+
+def test_a_judges_figures_count_wins_by_model_position_bias_and_agreement() -> None:
+    rows = [
+        row("q1", "x", "y", "direct", "A"),  # x
+        row("q1", "y", "x", "reversed", "B"),  # x: agrees
+        row("q2", "x", "y", "direct", "A"),  # x
+        row("q2", "y", "x", "reversed", "A", 0.99),  # y: disagrees (slot A won both times)
+        row("q3", "x", "y", "direct", None, None),  # no verdict
+        row("q4", "x", "z", "direct", "B", None),  # z, from the text
+    ]
+    figures = judge_figures(rows, pointwise=2)
+    assert (figures.rows, figures.pointwise, figures.no_verdict) == (6, 2, 1)
+    assert (figures.slot_a_wins, figures.slot_b_wins) == (3, 2)
+    assert figures.slot_a_rate == pytest.approx(3 / 5)
+    assert (figures.both_orientations, figures.agreeing) == (2, 1)
+    assert figures.agreement_rate == 0.5
+    xy, xz = figures.pairs[("x", "y")], figures.pairs[("x", "z")]
+    assert (xy.first_wins, xy.second_wins, xy.no_verdict, xy.judged) == (3, 1, 1, 5)
+    assert (xz.first_wins, xz.second_wins) == (0, 1)
+    assert figures.from_logprobs == 4
+    assert sum(figures.confidence_bins) == 4 and figures.confidence_bins[9] == 1 and figures.confidence_bins[6] == 3
+
+
+def test_no_verdicts_give_no_rates() -> None:
+    figures = judge_figures([])
+    assert figures.slot_a_rate is None and figures.agreement_rate is None

@@ -1,0 +1,148 @@
+"""prepare_model / do_inference: the seed's call shape over the cache boundary, against the fake OpenAI server.
+
+The same calls on the tiny vLLM engine are in ``test_dropin_engine.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.prompts import ChatPromptTemplate
+
+from inference import HostedSpec, ModelSpec
+from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
+from store import RowFilter, Selector, Store
+from store.errors import InvalidInputError, RequestsFailedError
+from tests.fake_openai import FakeOpenAI
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeOpenAI() as server:
+        yield server
+
+
+def served(fake: FakeOpenAI, **sampling: Any) -> HostedSpec:
+    return HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, sampling=sampling)
+
+
+def ids(n: int) -> list[dict[str, Any]]:
+    return [{"instruction_id": str(i)} for i in range(n)]
+
+
+def test_results_come_in_the_callers_order_and_a_second_call_sends_nothing(store: Store, fake: FakeOpenAI) -> None:
+    with prepare_model(served(fake), task="arena", store=store) as model:
+        first = do_inference(model, ["q0", "q1", "q2"], cache_metadata=ids(3))
+        inputs = ["q2", "new", "q0", "q2"]
+        mixed = do_inference(model, inputs, cache_metadata=[{"instruction_id": s} for s in inputs])
+    assert first == ["echo: q0", "echo: q1", "echo: q2"]
+    assert mixed == ["echo: q2", "echo: new", "echo: q0", "echo: q2"]
+    assert mixed.run.plan is not None and (mixed.run.plan.hits, mixed.run.plan.misses) == (2, 1)
+    with prepare_model(served(fake), task="arena", store=store) as again:
+        assert do_inference(again, ["q1", "q0"], cache_metadata=ids(2)) == ["echo: q1", "echo: q0"]
+        assert not again.engine_loaded
+    assert len(fake.completions()) == 4
+
+
+@pytest.mark.parametrize(
+    ("metadata", "says"),
+    [
+        (None, "one dict per input: 2 inputs, no cache_metadata"),
+        ([{"instruction_id": "0"}], "2 inputs, 1 cache_metadata entries"),
+        ([{"instruction_id": "0"}, "1"], r"cache_metadata\[1\] is a str"),
+        ([{"instruction_id": "0"}, {}], r"cache_metadata\[1\] lacks \['instruction_id'\]"),
+        ([{"instruction_id": "0"}, {"instruction_id": "1", "instruction": "x"}], r"unknown keys \['instruction'\]"),
+    ],
+)
+def test_cache_metadata_must_hold_one_dict_per_input(store: Store, fake: FakeOpenAI, metadata: Any, says: str) -> None:
+    with (
+        prepare_model(served(fake), task="arena", store=store) as model,
+        pytest.raises(ValueError, match=says) as raised,
+    ):
+        do_inference(model, ["a", "b"], cache_metadata=metadata)
+    assert isinstance(raised.value, InvalidInputError)
+    assert fake.completions() == [] and store.locations() == []  # refused before anything ran
+
+
+def test_judgements_take_their_slots_and_orientation_and_the_task_as_benchmark(store: Store, fake: FakeOpenAI) -> None:
+    metadata = [
+        {"instruction_id": "3", "model_a": "x", "model_b": "y", "orientation": "direct"},
+        {"instruction_id": "3", "model_a": "y", "model_b": "x", "orientation": "reversed"},
+        {"instruction_id": "4", "model_a": "x", "model_b": None},
+    ]
+    with prepare_model(served(fake), task="arena", role="judgements", store=store) as judge:
+        do_inference(judge, ["[x, y]", "[y, x]", "[x]"], cache_metadata=metadata)
+        with pytest.raises(ValueError, match=r"lacks \['model_a', 'model_b'\]"):
+            do_inference(judge, ["[x]"], cache_metadata=ids(1))
+    rows = store.query_rows(Selector(role="judgements", task="arena"), RowFilter(benchmark="arena"))
+    seen = sorted(((r.record.model_a, r.record.model_b, r.record.orientation) for r in rows), key=str)  # type: ignore[union-attr]
+    assert seen == [("x", "y", "direct"), ("x", None, None), ("y", "x", "reversed")]
+
+
+def test_return_top_logprobs_gives_text_and_first_token_logprobs(store: Store, fake: FakeOpenAI) -> None:
+    with prepare_model(served(fake, logprobs=2, max_tokens=3), task="arena", store=store) as model:
+        fresh = do_inference(model, ["a b", "c d"], return_top_logprobs=True, cache_metadata=ids(2))
+        stored = do_inference(model, ["a b", "c d"], return_top_logprobs=True, cache_metadata=ids(2))
+    for result in (*fresh, *stored):
+        assert isinstance(result, InferenceResult)
+        assert result.first_token_top_logprobs == {"echo:": -0.25, "alt1": -1.75}
+        assert result.first_token_logprobs_merged == result.first_token_top_logprobs  # no two decode alike here
+    assert [r.text for r in stored] == ["echo: a b", "echo: c d"] == [r.text for r in fresh]
+    assert [r.cached for r in fresh + stored] == [False, False, True, True]
+    with prepare_model(served(fake), task="arena", store=store) as no_logprobs:
+        (plain,) = do_inference(no_logprobs, ["a b"], return_top_logprobs=True, cache_metadata=ids(1))
+    assert plain.first_token_top_logprobs is None and plain.text == "echo: a b"
+
+
+def test_use_tqdm_shows_a_progress_bar_over_the_misses(
+    store: Store, fake: FakeOpenAI, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with prepare_model(served(fake), task="arena", store=store) as model:
+        do_inference(model, ["hit"], cache_metadata=ids(1))
+        capsys.readouterr()
+        do_inference(model, ["hit", "m1", "m2", "m3"], use_tqdm=True, cache_metadata=ids(4))
+        bar = capsys.readouterr().err
+        do_inference(model, ["hit"], use_tqdm=True, cache_metadata=ids(1))
+        nothing = capsys.readouterr().err
+    assert "fake-judge: generating" in bar and "3/3" in bar and "4/" not in bar
+    assert nothing == ""  # every input a hit: nothing to generate, no bar
+
+
+def test_inputs_may_be_langchain_prompts_and_a_model_off_the_store_needs_no_metadata(fake: FakeOpenAI) -> None:
+    prompt = ChatPromptTemplate.from_messages([("system", "Judge."), ("human", "{q}")]).invoke({"q": "which?"})
+    with prepare_model(served(fake), task="arena", mode="off") as model:
+        assert do_inference(model, [prompt, "plain"]) == ["echo: which?", "echo: plain"]
+    sent = [r.body["messages"] for r in fake.completions()]  # type: ignore[index]
+    assert [{"role": "system", "content": "Judge."}, {"role": "user", "content": "which?"}] in sent
+
+
+def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
+    missing = tmp_path / "no-such-model"
+    model = prepare_model(f"VLLM/{missing}", task="arena", sampling={"max_tokens": 8})
+    assert isinstance(model, PreparedModel) and isinstance(model.spec, ModelSpec)
+    assert model.spec.model == str(missing) and model.spec.sampling == {"max_tokens": 8}
+    assert not model.engine_loaded
+    with pytest.raises(InvalidInputError, match="no such model folder"):
+        do_inference(model, ["hi"], cache_metadata=ids(1))
+    hosted = prepare_model("OpenRouter/meta/llama-3", task="arena", base_url="http://127.0.0.1:9/v1")
+    assert isinstance(hosted.spec, HostedSpec) and (hosted.spec.provider, hosted.spec.model) == (
+        "openrouter",
+        "meta/llama-3",
+    )
+    with pytest.raises(InvalidInputError, match="is a spec already"):
+        prepare_model(ModelSpec(model="m"), task="arena", sampling={})
+    with pytest.raises(InvalidInputError, match="takes a model from prepare_model"):
+        do_inference("VLLM/m", ["hi"], cache_metadata=ids(1))  # type: ignore[arg-type]
+
+
+def test_a_refused_input_fails_alone_and_the_call_raises_after_storing_the_rest(store: Store, fake: FakeOpenAI) -> None:
+    fake.context_length = 10
+    with prepare_model(served(fake), task="arena", store=store) as model:
+        with pytest.raises(RequestsFailedError) as raised:
+            do_inference(model, ["short", "long " * 20, "brief"], cache_metadata=ids(3))
+        assert [r.text for r in raised.value.responses] == ["echo: short", "", "echo: brief"]
+        assert do_inference(model, ["brief", "short"], cache_metadata=ids(2)).run.plan.hits == 2  # type: ignore[union-attr]

@@ -1,0 +1,223 @@
+"""CachedChatModel: a real langchain-core chat model in front of the store, against the fake OpenAI server.
+
+The same model over the tiny vLLM engine is in ``test_dropin_engine.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from langchain_core.callbacks import BaseCallbackHandler
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.prompts import ChatPromptTemplate
+
+from inference import CachedModel, CompletionRequest, HostedSpec
+from inference.langchain import CachedChatModel
+from store import InvalidInputError, RowFilter, Selector, Store
+from store.errors import HostedRequestError, UnsupportedMessageError
+from tests.fake_openai import FakeOpenAI
+
+HISTORY = [
+    SystemMessage("You are a judge."),
+    HumanMessage("Turn 1?"),
+    AIMessage("Answer 1."),
+    HumanMessage("Which is better?"),
+]
+SAME_HISTORY = [
+    {"role": "system", "content": "You are a judge."},
+    {"role": "user", "content": "Turn 1?"},
+    {"role": "assistant", "content": "Answer 1."},
+    {"role": "user", "content": "Which is better?"},
+]
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeOpenAI]:
+    for name in ("OPENAI_API_KEY", "OPENROUTER_API_KEY", "TOGETHER_API_KEY", "VLLM_API_KEY", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    with FakeOpenAI() as server:
+        yield server
+
+
+def served(fake: FakeOpenAI, **kw: Any) -> HostedSpec:
+    return HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, **kw)
+
+
+def chat_model(fake: FakeOpenAI, store: Store, **kw: Any) -> CachedChatModel:
+    spec_kw = {k: kw.pop(k) for k in ("sampling", "input_mode", "max_concurrency") if k in kw}
+    return CachedChatModel(spec=served(fake, **spec_kw), store=store, task="arena", **kw)
+
+
+def test_it_is_a_langchain_chat_model_and_a_second_batch_sends_nothing(store: Store, fake: FakeOpenAI) -> None:
+    inputs = [f"question {i}" for i in range(5)]
+    with chat_model(fake, store) as first:
+        assert isinstance(first, BaseChatModel)
+        answers = first.batch(inputs)
+    assert [a.content for a in answers] == [f"echo: question {i}" for i in range(5)]
+    assert len(fake.completions()) == 5
+    with chat_model(fake, store) as second:
+        again = second.batch(inputs)
+        assert not second.cached.engine_loaded  # type: ignore[union-attr]
+    assert len(fake.completions()) == 5  # the second batch sent no request
+    assert [a.content for a in again] == [a.content for a in answers]
+    assert all(a.response_metadata["judgestore"]["cached"] for a in again)
+    assert not any(a.response_metadata["judgestore"]["cached"] for a in answers)
+
+
+def test_abatch_sends_the_misses_concurrently(store: Store, fake: FakeOpenAI) -> None:
+    fake.delay = 0.2
+    inputs = [f"question {i}" for i in range(64)]
+    with chat_model(fake, store) as chat:
+        started = time.perf_counter()
+        answers = asyncio.run(chat.abatch(inputs))
+        seconds = time.perf_counter() - started
+    print(f"abatch of 64 misses, server answering in 0.2 s: {seconds:.2f} s (one at a time: 12.8 s)")
+    assert [a.content for a in answers] == [f"echo: question {i}" for i in range(64)]  # the caller's order
+    assert seconds < 0.4 * 64 * 0.2
+    assert 1 < fake.max_in_flight <= 8
+
+
+def test_a_langchain_history_and_the_same_completion_request_are_one_row(store: Store, fake: FakeOpenAI) -> None:
+    spec = served(fake)
+    with spec.cached(store, task="arena") as model:
+        (response,) = model.complete([CompletionRequest(messages=SAME_HISTORY)])
+    with CachedChatModel(spec=spec, store=store, task="arena") as chat:
+        message = chat.invoke(HISTORY)
+        from_template = chat.invoke(
+            ChatPromptTemplate.from_messages(
+                [("system", "You are a {who}."), ("human", "Turn 1?"), ("ai", "Answer 1."), ("human", "{q}")]
+            ).invoke({"who": "judge", "q": "Which is better?"})
+        )
+    judgestore = message.response_metadata["judgestore"]
+    assert judgestore["input_hash"] == response.samples[0].input_hash
+    assert judgestore["cached"] and from_template.response_metadata["judgestore"] == judgestore
+    assert judgestore["descriptor_hash"] == spec.descriptor.sha256()
+    assert len(fake.completions()) == 1
+    assert fake.completions()[0].body["messages"] == SAME_HISTORY  # type: ignore[index]
+
+
+def test_each_inputs_config_metadata_labels_its_row(store: Store, fake: FakeOpenAI) -> None:
+    configs = [
+        {"metadata": {"instruction_id": "7", "model_a": "x", "model_b": "y", "orientation": "direct", "other": 1}},
+        {"metadata": {"instruction_id": "7", "model_a": "y", "model_b": "x", "orientation": "reversed"}},
+        {"metadata": {"instruction_id": "8", "model_a": "x", "model_b": None}},
+    ]
+    with chat_model(fake, store, role="judgements") as judge:
+        judge.batch(["[x first]", "[y first]", "[x alone]"], config=configs)  # type: ignore[arg-type]
+    rows = sorted(
+        store.query_rows(Selector(role="judgements", task="arena"), RowFilter(judge="fake-judge")),
+        key=lambda r: r.record.completion,
+    )
+    seen = [(r.record.completion, r.record.model_a, r.record.model_b, r.record.orientation) for r in rows]  # type: ignore[union-attr]
+    assert seen == [
+        ("echo: [x alone]", "x", None, None),
+        ("echo: [x first]", "x", "y", "direct"),
+        ("echo: [y first]", "y", "x", "reversed"),
+    ]
+
+
+def test_a_refused_input_fails_alone(store: Store, fake: FakeOpenAI) -> None:
+    fake.context_length = 10
+    inputs = ["short one", "far " * 20, [HumanMessage("hi"), ToolMessage("42", tool_call_id="c")], "short two"]
+    with chat_model(fake, store) as chat:
+        outcomes = chat.batch(inputs, return_exceptions=True)
+        assert isinstance(outcomes[1], HostedRequestError)  # the server refused it
+        assert isinstance(outcomes[2], UnsupportedMessageError)  # never sent
+        assert [o.content for o in (outcomes[0], outcomes[3])] == ["echo: short one", "echo: short two"]
+        with pytest.raises(HostedRequestError):
+            chat.batch(inputs[:2])  # without return_exceptions: raised after the batch
+        assert chat.batch(["short one"])[0].response_metadata["judgestore"]["cached"]
+    assert len(fake.completions()) == 4  # short one, the refused one, short two; then the refused one again
+
+
+def test_call_time_sampling_is_refused_before_anything_is_sent(store: Store, fake: FakeOpenAI) -> None:
+    with chat_model(fake, store, sampling={"stop": ["\n"]}) as chat:
+        with pytest.raises(InvalidInputError, match="temperature"):
+            chat.invoke("hi", temperature=0.7)
+        with pytest.raises(InvalidInputError, match="stop"):
+            chat.invoke("hi", stop=["###"])
+        assert chat.invoke("hi", stop=["\n"]).content == "echo: hi"  # the spec's own stop is fine
+    assert len(fake.completions()) == 1
+
+
+def test_answers_carry_usage_finish_reason_and_openais_logprobs(store: Store, fake: FakeOpenAI) -> None:
+    with chat_model(fake, store, sampling={"logprobs": 3, "max_tokens": 2}) as chat:
+        message = chat.invoke("a b c")
+    assert message.content == "echo: a"
+    assert message.response_metadata["finish_reason"] == "length"
+    assert message.usage_metadata == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5}
+    first = message.response_metadata["logprobs"]["content"][0]
+    assert first["token"] == "echo:" and [t["token"] for t in first["top_logprobs"]] == ["echo:", "alt1", "alt2"]
+    assert message.response_metadata["usage"]["engine_seconds"] >= 0
+
+
+def test_stream_of_a_hit_yields_its_stored_text(store: Store, fake: FakeOpenAI) -> None:
+    with chat_model(fake, store) as chat:
+        fresh = "".join(str(c.content) for c in chat.stream("stream me"))
+        chunks = list(chat.stream("stream me"))
+    assert fresh == "echo: stream me" and len(chunks) == 1
+    assert chunks[0].content == fresh and chunks[0].response_metadata["judgestore"]["cached"]
+    assert len(fake.completions()) == 1
+
+
+def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None:
+    class Counting(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.started: list[Any] = []
+            self.ended: list[Any] = []
+            self.errors: list[BaseException] = []
+
+        def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
+            self.started.append(messages)
+
+        def on_llm_end(self, response: Any, **kw: Any) -> None:
+            self.ended.append(response.generations[0][0].text)
+
+        def on_llm_error(self, error: BaseException, **kw: Any) -> None:
+            self.errors.append(error)
+
+    handler = Counting()
+    with chat_model(fake, store) as chat:
+        chat.batch(
+            ["one", "two", [ToolMessage("x", tool_call_id="c")]], {"callbacks": [handler]}, return_exceptions=True
+        )
+    assert len(handler.started) == 3 and handler.ended == ["echo: one", "echo: two"]
+    assert [type(e) for e in handler.errors] == [UnsupportedMessageError]
+
+
+def test_ainvoke_a_chain_and_a_text_model(store: Store, fake: FakeOpenAI) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "Rate {answer}")])
+    with chat_model(fake, store) as chat:
+        chain = prompt | chat
+        assert chain.invoke({"answer": "this"}).content == "echo: Rate this"
+        assert asyncio.run(chat.ainvoke("async hi")).content == "echo: async hi"
+    with chat_model(fake, store, input_mode="text") as text:
+        assert text.invoke("plain prompt").content == "echo: plain prompt"
+        with pytest.raises(UnsupportedMessageError, match="text input"):
+            text.invoke([SystemMessage("s"), HumanMessage("h")])
+    assert fake.completions()[-1].path.endswith("/v1/completions")
+
+
+def test_generate_reports_what_its_call_did(store: Store, fake: FakeOpenAI) -> None:
+    with chat_model(fake, store) as chat:
+        chat.batch(["seen"])
+        result = chat.generate([[HumanMessage("seen")], [HumanMessage("new")]])
+    assert [g[0].text for g in result.generations] == ["echo: seen", "echo: new"]
+    assert result.llm_output is not None
+    summary = result.llm_output["judgestore"]
+    assert (summary["hits"], summary["misses"], summary["written"]) == (1, 1, 1)
+
+
+def test_it_wraps_a_cached_model_and_refuses_half_a_spec(store: Store, fake: FakeOpenAI) -> None:
+    model = CachedModel(store, served(fake).descriptor, task="arena", backend_factory=served(fake).backend)
+    with CachedChatModel(cached=model) as chat:
+        assert chat.invoke("wrapped").content == "echo: wrapped"
+    with pytest.raises(ValueError, match="needs task"):
+        CachedChatModel(spec=served(fake), store=store)
+    with pytest.raises(ValueError, match="not both"):
+        CachedChatModel(spec=served(fake), cached=model, task="arena")

@@ -1,0 +1,83 @@
+"""The logprob views parsers read: last-wins and merged ``{token: logprob}``, OpenAI's content shape, a preference."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from inference.logprob_views import openai_logprobs, preference, token_logprobs_last_wins, token_logprobs_merged
+from store.logprobs import PositionLogprobs, TokenLogprob, encode, from_text_logprobs
+
+# A judge's first token: "A" twice (two ids that decode alike), "B" once; it sampled a token outside the top 3.
+FIRST = PositionLogprobs(
+    (
+        TokenLogprob("A", -0.2, 65, 1),
+        TokenLogprob("B", -1.9, 66, 2),
+        TokenLogprob("A", -3.0, 300, 3),
+    ),
+    sampled=TokenLogprob("[[", -4.0, 91, 7),
+)
+SECOND = PositionLogprobs((TokenLogprob("]]", -0.1, 93, 1),), sampled=TokenLogprob("]]", -0.1, 93, 1))
+ROW = encode([FIRST, SECOND])
+
+
+def test_the_merged_view_adds_up_the_candidates_that_decode_alike() -> None:
+    merged = token_logprobs_merged(ROW)
+    assert merged["A"] == pytest.approx(math.log(math.exp(-0.2) + math.exp(-3.0)))
+    assert merged["B"] == -1.9
+    assert token_logprobs_merged(ROW, position=1) == {"]]": -0.1}
+
+
+def test_the_last_wins_view_keeps_the_last_candidate_of_a_text_in_rank_order() -> None:
+    assert token_logprobs_last_wins(ROW) == {"A": -3.0, "B": -1.9}
+    assert list(token_logprobs_last_wins(ROW)) == ["A", "B"]  # first seen order, as a dict comprehension keeps it
+
+
+def test_the_two_views_read_the_same_row_as_two_different_preferences() -> None:
+    assert preference(token_logprobs_merged(ROW)) == pytest.approx(0.14691, abs=1e-5)  # model_a clearly preferred
+    assert preference(token_logprobs_last_wins(ROW)) == pytest.approx(0.75026, abs=1e-5)  # read the other way
+
+
+def test_preference_counts_a_missing_token_as_probability_zero() -> None:
+    assert preference({"A": -0.5}) == 0.0
+    assert preference({"B": -3.0, "C": -0.1}) == 1.0
+    assert preference({"A": -1.0, "B": -1.0}) == 0.5
+    assert preference({"C": -0.1}) is None
+    assert preference({"A": -math.inf, "B": -math.inf}) is None
+    assert preference({"m": -2.0, "M": -0.5}, tokens=("m", "M")) == pytest.approx(1 / (1 + math.exp(-1.5)))
+
+
+def test_the_openai_shape_gives_the_sampled_token_and_its_top_candidates_per_position() -> None:
+    content = openai_logprobs(ROW)
+    assert content is not None
+    first, second = content["content"]
+    assert (first["token"], first["logprob"], first["bytes"]) == ("[[", -4.0, None)  # vLLM's rows hold no bytes
+    assert [(t["token"], t["logprob"]) for t in first["top_logprobs"]] == [("A", -0.2), ("B", -1.9), ("A", -3.0)]
+    assert second["token"] == "]]" and len(second["top_logprobs"]) == 1
+
+
+def test_the_openai_shape_keeps_an_apis_bytes() -> None:
+    row = encode(
+        [
+            PositionLogprobs(
+                (TokenLogprob("é", -0.3, None, 1, (195, 169)),), TokenLogprob("é", -0.3, None, 1, (195, 169))
+            )
+        ]
+    )
+    content = openai_logprobs(row)
+    assert content is not None and content["content"][0]["bytes"] == [195, 169]
+
+
+def test_rows_in_the_older_shape_read_the_same_way() -> None:
+    old = {"B": -1.9, "A": -0.2}
+    assert token_logprobs_last_wins(old) == {"A": -0.2, "B": -1.9} == token_logprobs_merged(old)
+    content = openai_logprobs(old)
+    assert content is not None and content["content"][0]["token"] == "A"  # no sampled token: the most likely
+    assert token_logprobs_last_wins(from_text_logprobs(old)) == token_logprobs_last_wins(old)
+
+
+def test_nothing_stored_gives_nothing() -> None:
+    assert token_logprobs_last_wins(None) == {} == token_logprobs_merged(None)
+    assert token_logprobs_last_wins(ROW, position=5) == {}
+    assert openai_logprobs(None) is None

@@ -1,0 +1,101 @@
+"""Conversations in LangChain's shapes become judgestore's messages, keyed exactly as its own requests are."""
+
+from __future__ import annotations
+
+import pytest
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.prompts import ChatPromptTemplate
+
+from inference import CompletionRequest
+from inference.messages import chat_messages, text_prompt
+from store import InvalidInputError, input_hash
+from store.errors import UnsupportedMessageError
+
+CONVERSATION = [
+    {"role": "system", "content": "You are a judge."},
+    {"role": "user", "content": "Turn 1?"},
+    {"role": "assistant", "content": "Answer 1."},
+    {"role": "user", "content": "Turn 2?"},
+]
+
+
+def key(messages: list[dict[str, str]]) -> str:
+    return input_hash(CompletionRequest(messages=messages).render_bytes("chat"))
+
+
+def test_a_multi_turn_langchain_history_keys_as_the_same_completion_request() -> None:
+    langchain = [
+        SystemMessage("You are a judge."),
+        HumanMessage("Turn 1?"),
+        AIMessage("Answer 1."),
+        HumanMessage("Turn 2?"),
+    ]
+    assert chat_messages(langchain) == CONVERSATION
+    assert key(chat_messages(langchain)) == key(CONVERSATION)
+
+
+def test_every_shape_of_the_same_conversation_gives_the_same_messages() -> None:
+    shapes = [
+        [("system", "You are a judge."), ("human", "Turn 1?"), ("ai", "Answer 1."), ("human", "Turn 2?")],
+        [
+            {"type": "system", "content": "You are a judge."},
+            {"type": "human", "content": "Turn 1?"},
+            {"type": "ai", "content": "Answer 1."},
+            {"type": "human", "content": "Turn 2?"},
+        ],
+        [
+            {"role": "system", "content": "You are a judge."},
+            {"role": "human", "content": "Turn 1?"},
+            {"role": "ai", "content": "Answer 1."},
+            {"role": "user", "content": "Turn 2?", "id": "m4"},
+        ],
+        ChatPromptTemplate.from_messages(
+            [("system", "You are a {who}."), ("human", "Turn 1?"), ("ai", "Answer 1."), ("human", "{q}")]
+        ).invoke({"who": "judge", "q": "Turn 2?"}),
+        [
+            SystemMessage("You are a judge."),
+            ChatMessage(role="user", content="Turn 1?"),
+            AIMessage("Answer 1."),
+            HumanMessage("Turn 2?"),
+        ],
+    ]
+    for shape in shapes:
+        assert chat_messages(shape) == CONVERSATION
+
+
+def test_a_string_is_one_user_message() -> None:
+    assert chat_messages("Hi") == [{"role": "user", "content": "Hi"}]
+    assert text_prompt("Hi") == "Hi" == text_prompt([HumanMessage("Hi")])
+
+
+@pytest.mark.parametrize(
+    ("conversation", "says"),
+    [
+        ([HumanMessage("hi"), ToolMessage("42", tool_call_id="c1")], "'tool' message"),
+        ([{"role": "tool", "content": "42"}], "'tool' message"),
+        ([{"role": "function", "content": "42"}], "'function' message"),
+        ([AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}])], "carries tool_calls"),
+        ([HumanMessage("hi", name="alice")], "carries name"),
+        ([{"role": "user", "content": "hi", "name": "alice"}], "carries name"),
+        ([{"role": "developer", "content": "be brief"}], "'developer' message"),
+        ([HumanMessage(content=[{"type": "text", "text": "hi"}])], "list content"),
+        ([], "empty"),
+        ([42], "int"),
+        ({"role": "user", "content": "hi"}, "not a dict"),
+    ],
+)
+def test_what_cannot_be_keyed_is_refused_with_a_typed_error(conversation: object, says: str) -> None:
+    with pytest.raises(UnsupportedMessageError, match=says) as raised:
+        chat_messages(conversation)
+    assert isinstance(raised.value, InvalidInputError)
+
+
+def test_a_text_model_takes_one_user_message_only() -> None:
+    with pytest.raises(UnsupportedMessageError, match="takes text input"):
+        text_prompt([SystemMessage("s"), HumanMessage("hi")])
+
+
+def test_a_completion_request_given_langchain_dicts_says_how_to_convert_them() -> None:
+    request = CompletionRequest(messages=[{"type": "human", "content": "hi"}])
+    with pytest.raises(InvalidInputError, match=r"inference\.messages\.chat_messages"):
+        request.render_bytes("chat")
