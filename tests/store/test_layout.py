@@ -17,14 +17,9 @@ from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.layout import (
     METADATA_FILE,
-    NAME_MAX_BYTES,
-    SHORT_PREFIX_BYTES,
     Location,
     Selector,
-    ShortName,
     check_location_metadata,
-    decode_segment,
-    encode_segment,
     metadata_bytes,
     read_location_metadata,
     read_metadata,
@@ -33,6 +28,7 @@ from store.layout import (
     write_metadata,
 )
 from store.schema import DatabaseState
+from store.segments import NAME_MAX_BYTES, SHORT_PREFIX_BYTES, ShortName, decode_segment, encode_segment
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, current_database, file_digests

@@ -47,7 +47,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from pydantic import ValidationError
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 
@@ -65,7 +64,6 @@ from store.backends.postgres.registry import (
     schema_options,
 )
 from store.backends.postgres.rows import PostgresRepository
-from store.descriptor import ModelDescriptor
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
@@ -76,7 +74,7 @@ from store.errors import (
     ServerSchemaError,
     UpgradeFailedError,
 )
-from store.layout import METADATA_FILE, Location, StoredMetadata, check_role
+from store.layout import Location, StoredMetadata, parse_metadata
 from store.records import RowFilter
 from store.reports import (
     DatabaseInfo,
@@ -200,17 +198,11 @@ class PostgresStorage:
         if row is None:
             return None
         where = f"{self.location_where(location)} (registry)"
-        try:
-            doc = orjson.loads(row)
-            descriptor = ModelDescriptor.model_validate(doc["descriptor"])
-            stored = StoredMetadata(check_role(doc["role"]), doc["task"], descriptor, doc["descriptor_sha256"],
-                                    tuple(doc.get("assumptions", ())))  # fmt: skip
-        except (KeyError, TypeError, ValueError, ValidationError, InvalidInputError) as e:
-            raise MetadataMismatchError(where, f"not a judgestore {METADATA_FILE} ({e})") from e
-        actual = descriptor.sha256()
-        recorded = (stored.role, stored.task, descriptor.provider, descriptor.model, actual[:16])
+        stored, recorded_hash = parse_metadata(row.encode(), where)
+        actual = stored.descriptor_sha256
+        recorded = (stored.role, stored.task, stored.descriptor.provider, stored.descriptor.model, actual[:16])
         expected = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
-        if stored.descriptor_sha256 != actual or recorded != expected:
+        if recorded_hash != actual or recorded != expected:
             raise MetadataMismatchError(
                 where, f"records {'/'.join(recorded)} but is registered as {'/'.join(expected)}; it was edited"
             )

@@ -41,14 +41,7 @@ from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import DatabaseFileError, DatabaseMissingError
-from store.layout import (
-    METADATA_FILE,
-    Location,
-    check_location_metadata,
-    database_name,
-    walk,
-    write_metadata,
-)
+from store.layout import METADATA_FILE, Location, check_location_metadata, database_name, walk, write_metadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.schema import Revisions
 from store.settings import Settings

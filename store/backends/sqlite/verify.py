@@ -43,7 +43,6 @@ from store.layout import (
     SYNC_FOLDER,
     Location,
     database_name,
-    decode_segment,
     descriptor_folder_names,
     is_backup_of,
     read_location_metadata,
@@ -51,6 +50,7 @@ from store.layout import (
 from store.records import RowFilter
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
+from store.segments import decode_segment
 from store.settings import Settings
 
 
