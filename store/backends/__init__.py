@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, JudgestoreError
 
 if TYPE_CHECKING:
     from store.backend import Storage
@@ -35,3 +35,20 @@ def open_storage(settings: Settings, *, root: Path | str | None, url: str | None
     from store.backends.sqlite.storage import SqliteStorage
 
     return SqliteStorage(Path(root) if root is not None else settings.store_root, settings, readonly=readonly)
+
+
+def typed_error(error: BaseException, *, root: Path, url: str | None) -> JudgestoreError:
+    """The typed error of a driver or filesystem failure no library path translated (a command's last defence).
+
+    The server's words for what its driver raised (never SQLite's), naming ``url``; the folder's for anything
+    else, naming ``root``.
+    """
+    from sqlalchemy.exc import DBAPIError
+
+    if isinstance(error, DBAPIError) and (url or type(error.orig).__module__.startswith("psycopg")):
+        from store.backends.postgres.errors import translated as server_error
+
+        return server_error(str(url or "postgresql://"), error)
+    from store.backends.sqlite.errors import translated as file_error
+
+    return file_error(root, error)

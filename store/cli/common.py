@@ -6,10 +6,11 @@ Contract:
   becomes one line on stderr, its notes after it (with ``--json``: a JSON
   object with ``error``, ``type`` and, when known, ``path``, ``notes`` and
   ``rows_kept``) and exit status 1. An SQLite, driver or filesystem error
-  that a library path failed to translate is translated here
-  (:func:`store.backends.sqlite.errors.translated`, naming the file the error names, else
-  the store root): no command prints a Python traceback for a bad file or
-  a bad disk. Usage errors exit 2 (click).
+  that a library path failed to translate is translated here by the
+  backend it came from (:func:`store.backends.typed_error`: the server
+  given, else the file the error names or the store root): no command
+  prints a Python traceback for a bad file or a bad disk. Usage errors
+  exit 2 (click).
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
@@ -38,8 +39,7 @@ from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues
-from store.backends.postgres import errors as postgres_errors
-from store.backends.sqlite.errors import translated
+from store.backends import typed_error
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
@@ -91,14 +91,10 @@ def _error_line(error: JudgestoreError) -> str:
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:
     """The typed error for a failure no library path translated, naming the store the command was given."""
     url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
-    if isinstance(error, DBAPIError) and type(error.orig).__module__.startswith("psycopg"):
-        url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its server this way
-        return postgres_errors.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
-    if url and isinstance(error, DBAPIError):
-        return postgres_errors.translated(url, error)
+    url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its servers this way
     given = kwargs.get("store_root")
     root = Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
-    return translated(root, error)
+    return typed_error(error, root=root, url=url)
 
 
 def command_errors(func: Callable[P, R]) -> Callable[P, R]:
