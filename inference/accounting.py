@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from inference.backend import Generation
-from store.runs import RunRecord
+from store.records import RunRecord
 
 if TYPE_CHECKING:
     from inference.plan import Plan

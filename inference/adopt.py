@@ -48,10 +48,11 @@ import orjson
 from inference.audit import AuditReport, audit_database
 from inference.explain import FieldChange, Neighbour, explain_descriptor
 from inference.spec import ModelSpec
-from store.adoption import AdoptionCounts, AdoptionRecord, adopt_rows, plan_adoption
+from store.adoption import AdoptionCounts, adopt_rows, plan_adoption
 from store.descriptor import ModelDescriptor
 from store.errors import AdoptionError, InvalidInputError
 from store.layout import Location, Role, check_role, read_location_metadata
+from store.records import AdoptionRecord
 from store.store import Store
 
 if TYPE_CHECKING:

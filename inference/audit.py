@@ -36,8 +36,9 @@ import orjson
 from inference.cached import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.logprobs import text_logprobs
-from store.records import JudgementRecord, Record, RowFilter
+from store.records import JudgementRecord, Record
 from store.store import Database
 
 if TYPE_CHECKING:

@@ -48,8 +48,8 @@ from store.cli.app import build_app
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import InvalidInputError, JudgestoreError
+from store.filters import RowFilter
 from store.layout import Role
-from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
 

@@ -38,8 +38,9 @@ from inference.plan import Plan
 from inference.requests import Request
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError
+from store.filters import RowFilter
 from store.layout import Location, Role, Selector
-from store.records import Record, RowFilter
+from store.records import Record
 from store.store import Database, Store
 
 EXCERPT = 30  # characters shown on each side of a difference

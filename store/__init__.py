@@ -21,9 +21,9 @@ _WHERE = {
     "Database": "store.backend",
     "Location": "store.layout",
     "Selector": "store.layout",
-    "RowFilter": "store.records",
-    "FoundRow": "store.records",
-    "RowCount": "store.records",
+    "RowFilter": "store.filters",
+    "FoundRow": "store.rows",
+    "RowCount": "store.rows",
     "CompletionRecord": "store.records",
     "JudgementRecord": "store.records",
     "Record": "store.records",
@@ -35,11 +35,11 @@ _WHERE = {
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
     "text_logprobs": "store.logprobs",
-    "RunRecord": "store.runs",
-    "RunTotals": "store.runs",
+    "RunRecord": "store.records",
+    "RunTotals": "store.records",
     "recent_runs": "store.runs",
     "run_totals": "store.runs",
-    "AdoptionRecord": "store.adoption",
+    "AdoptionRecord": "store.records",
     "adoptions": "store.adoption",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
@@ -77,15 +77,17 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from store.adoption import AdoptionRecord, adoptions
+    from store.adoption import adoptions
     from store.backend import Database
     from store.descriptor import ModelDescriptor, input_hash
     from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
+    from store.filters import RowFilter
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
     from store.models import Adoption, Completion, Judgement, Run
-    from store.records import CompletionRecord, FoundRow, JudgementRecord, Record, RowCount, RowFilter
-    from store.runs import RunRecord, RunTotals, recent_runs, run_totals
+    from store.records import AdoptionRecord, CompletionRecord, JudgementRecord, Record, RunRecord, RunTotals
+    from store.rows import FoundRow, RowCount
+    from store.runs import recent_runs, run_totals
     from store.settings import Settings
     from store.store import Store
 

@@ -38,8 +38,9 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from sqlalchemy import Connection
 
 from store.errors import DatabaseFileError
+from store.filters import RowFilter
 from store.layout import Location, StoredMetadata
-from store.records import Record, RowFilter
+from store.records import Record
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
 from store.row_checks import OnConflict, journaled_bytes

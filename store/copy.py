@@ -71,7 +71,8 @@ from store.errors import (
     StoreMissingError,
 )
 from store.layout import Location, Selector
-from store.records import Record, batched, record_fields
+from store.records import Record, record_fields
+from store.rows import batched
 from store.runs import RUNS
 from store.store import Database, Store
 

@@ -29,7 +29,7 @@ Contract:
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.engine import Dialect
@@ -45,6 +45,13 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+Orientation = Literal["direct", "reversed"]  # relative to the source pair (see Judgement)
+ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
+SUMMED = {"summed": True}  # a runs column that RunTotals adds up over a database's runs
+FILLED_BY_THE_DATABASE = {"record_default": None}  # a record yet to be written leaves it out (an id, say)
+FILLED_WHEN_WRITTEN = {"record_default": None}  # set by the code that writes the row (store.adoption)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -139,7 +146,7 @@ class Judgement(_Row, Base):
     model_a: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-80)
     model_b: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-79)
     judge: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-78)
-    orientation: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-77)
+    orientation: Mapped[Orientation | None] = mapped_column(server_safe(String(16)), sort_order=-77)
 
     __table_args__ = (
         *_row_constraints("judgements"),
@@ -164,28 +171,28 @@ class Run(Base):
 
     __tablename__ = "runs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, info=FILLED_BY_THE_DATABASE)
     role: Mapped[str] = mapped_column(server_safe(String(16)))
     run_id: Mapped[str | None] = mapped_column(server_safe(String()))
     created_by: Mapped[str | None] = mapped_column(server_safe(String()))
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
     mode: Mapped[str] = mapped_column(server_safe(String(16)))
-    requested: Mapped[int] = mapped_column(Integer)
+    requested: Mapped[int] = mapped_column(Integer, info=SUMMED)
     distinct_inputs: Mapped[int] = mapped_column(Integer)
-    hits: Mapped[int] = mapped_column(Integer)
-    misses: Mapped[int] = mapped_column(Integer)
+    hits: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    misses: Mapped[int] = mapped_column(Integer, info=SUMMED)
     duplicates: Mapped[int] = mapped_column(Integer)
-    generated: Mapped[int] = mapped_column(Integer)
-    rows_written: Mapped[int] = mapped_column(Integer)
-    truncated: Mapped[int] = mapped_column(Integer)
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    completion_tokens: Mapped[int] = mapped_column(Integer)
-    engine_seconds: Mapped[float] = mapped_column(Float)
-    saved_prompt_tokens: Mapped[int] = mapped_column(Integer)
-    saved_completion_tokens: Mapped[int] = mapped_column(Integer)
-    saved_engine_seconds: Mapped[float] = mapped_column(Float)
-    hits_without_cost: Mapped[int] = mapped_column(Integer)
+    generated: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    rows_written: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    truncated: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
+    saved_prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    saved_completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    saved_engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
+    hits_without_cost: Mapped[int] = mapped_column(Integer, info=SUMMED)
     wall_seconds: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (
@@ -209,7 +216,7 @@ class Adoption(Base):
 
     __tablename__ = "adoptions"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, info=FILLED_BY_THE_DATABASE)
     source_descriptor: Mapped[str] = mapped_column(String(64))
     source_task: Mapped[str] = mapped_column(server_safe(String()))
     source_rows: Mapped[int] = mapped_column(Integer)
@@ -221,12 +228,12 @@ class Adoption(Base):
     sample_seed: Mapped[int | None] = mapped_column(Integer)
     min_exact: Mapped[float] = mapped_column(Float)
     max_logprob_delta: Mapped[float | None] = mapped_column(Float)
-    rows_adopted: Mapped[int] = mapped_column(Integer)
-    rows_present: Mapped[int] = mapped_column(Integer)
-    rows_excluded: Mapped[int] = mapped_column(Integer)
-    run_id: Mapped[str | None] = mapped_column(server_safe(String()))
-    created_by: Mapped[str | None] = mapped_column(server_safe(String()))
-    adopted_at: Mapped[datetime]
+    rows_adopted: Mapped[int] = mapped_column(Integer, default=0)
+    rows_present: Mapped[int] = mapped_column(Integer, default=0)
+    rows_excluded: Mapped[int] = mapped_column(Integer, default=0)
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
+    adopted_at: Mapped[datetime] = mapped_column(info=FILLED_WHEN_WRITTEN)
 
     __table_args__ = (Index("ix_adoptions_source_descriptor", "source_descriptor"),)
 

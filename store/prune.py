@@ -28,8 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.layout import Location, Selector
-from store.records import RowCount, RowFilter, RowTotals
+from store.rows import RowCount, RowTotals
 from store.store import Database, Store
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)

@@ -51,8 +51,9 @@ from sqlalchemy import (
 )
 
 from store.errors import EmptyFilterError, InvalidInputError
+from store.filters import ERROR_FINISH_REASONS, RowFilter
 from store.layout import Role
-from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
+from store.records import Record
 from store.row_checks import (
     OnConflict,
     check_key,
@@ -61,6 +62,7 @@ from store.row_checks import (
     refuse_other_type,
     table_shape,
 )
+from store.rows import RowGroup, RowTotals
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures

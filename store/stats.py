@@ -21,11 +21,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from store.adoption import AdoptionRecord, adoptions
+from store.adoption import adoptions
 from store.errors import JudgestoreError
+from store.filters import RowFilter
 from store.layout import Location, Selector
-from store.records import RowFilter, RowTotals
-from store.runs import RunRecord, RunTotals, recent_runs, run_totals
+from store.records import AdoptionRecord, RunRecord, RunTotals
+from store.rows import RowTotals
+from store.runs import recent_runs, run_totals
 from store.store import Database, Store
 
 
@@ -38,7 +40,7 @@ class DatabaseStats:
     size_bytes: int
     rows: RowTotals = field(default_factory=RowTotals)
     finish_reasons: dict[str | None, int] = field(default_factory=dict)
-    runs: RunTotals = field(default_factory=RunTotals.none)
+    runs: RunTotals = field(default_factory=RunTotals)
     recent_runs: tuple[RunRecord, ...] = ()
     error: str | None = None
     adopted_rows: int = 0  # rows copied from older descriptors (their adopted_from is set)
@@ -106,7 +108,7 @@ class StoreTotals:
 
     @classmethod
     def of(cls, stats: list[DatabaseStats]) -> StoreTotals:
-        rows, runs = RowTotals(), RunTotals.none()
+        rows, runs = RowTotals(), RunTotals()
         for entry in stats:
             rows, runs = rows + entry.rows, runs + entry.runs
         return cls(

@@ -40,9 +40,10 @@ from store.backend import Database, Storage
 from store.backends import open_storage
 from store.descriptor import ModelDescriptor
 from store.errors import EmptyFilterError, InvalidInputError, SchemaBehindError, UpgradeFailedError
+from store.filters import RowFilter, roles_for
 from store.layout import Location, Selector, metadata_bytes
-from store.records import FoundRow, RowCount, RowFilter, roles_for
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
+from store.rows import FoundRow, RowCount
 from store.settings import Settings
 
 if TYPE_CHECKING:

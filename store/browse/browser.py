@@ -67,9 +67,9 @@ from store.browse.verdicts import (
     source_pair,
     verdict,
 )
+from store.filters import roles_for
 from store.layout import metadata_bytes
 from store.logprobs import PositionLogprobs, decode
-from store.records import roles_for
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0

@@ -34,8 +34,8 @@ from store.cli.common import (
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.layout import Selector
-from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
 

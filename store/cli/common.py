@@ -43,8 +43,8 @@ from store.backends import typed_error
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
-from store.records import RowCount
 from store.reports import DatabaseInfo
+from store.rows import RowCount
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)

@@ -38,9 +38,10 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.filters import RowFilter, roles_for
 from store.layout import Selector
-from store.records import RowFilter, roles_for, row_columns
 from store.reports import DatabaseInfo
+from store.rows import row_columns
 from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store

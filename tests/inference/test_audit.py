@@ -15,7 +15,7 @@ from inference.cached import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.factories import file_digests

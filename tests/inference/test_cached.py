@@ -24,7 +24,7 @@ from store.errors import (
     RequestRefusedError,
     RequestsFailedError,
 )
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.store import Store
 
 

@@ -34,7 +34,7 @@ from inference.vllm_descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, PromptTooLongError, RequestRefusedError, RequestsFailedError
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV

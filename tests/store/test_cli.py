@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
+from store.filters import RowFilter
 from store.layout import walk
-from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests

@@ -8,8 +8,8 @@ from pathlib import Path
 import orjson
 
 from store.backends.sqlite.vacuum import vacuum_database
+from store.filters import RowFilter
 from store.layout import walk
-from store.records import RowFilter
 from store.reports import VacuumOutcome
 from store.settings import Settings
 from store.store import Store

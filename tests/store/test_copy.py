@@ -21,7 +21,7 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from store import logprobs
-from store.adoption import AdoptionRecord, adopt_rows, adoptions
+from store.adoption import adopt_rows, adoptions
 from store.backends.postgres.registry import schema_name
 from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
@@ -30,7 +30,8 @@ from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
 from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.runs import RunRecord, recent_runs, record_run
+from store.records import AdoptionRecord, RunRecord
+from store.runs import recent_runs, record_run
 from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, QWEN, completion_record, file_digests, fill_small_store, judgement_record

@@ -16,8 +16,9 @@ import orjson
 import pytest
 
 from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
+from store.filters import RowFilter
 from store.layout import Selector, walk
-from store.records import CompletionRecord, RowFilter
+from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store

@@ -32,9 +32,9 @@ from store.errors import (
     ServerPermissionError,
     ServerUnavailableError,
 )
+from store.filters import RowFilter
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.records import RowFilter
 from store.reports import ProblemKind, UpgradeOutcome
 from store.schema import DatabaseState
 from store.settings import Settings

@@ -23,9 +23,11 @@ from store.errors import (
     JudgestoreError,
     SchemaBehindError,
 )
+from store.filters import RowFilter
 from store.layout import METADATA_FILE, Location, Role, Selector, read_metadata
-from store.records import Record, RowFilter, row_columns
+from store.records import Record
 from store.repository import Repository
+from store.rows import row_columns
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store

@@ -74,8 +74,8 @@ from store.errors import (
     ServerSchemaError,
     UpgradeFailedError,
 )
+from store.filters import RowFilter
 from store.layout import Location, StoredMetadata, parse_metadata
-from store.records import RowFilter
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,

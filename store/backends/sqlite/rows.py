@@ -10,14 +10,22 @@ Contract:
   parameter dicts, events). :class:`~store.repository.Repository` uses them
   inside its transaction; :class:`~store.backends.sqlite.database.SqliteDatabase` with a
   transaction of its own on a pooled connection.
-* Records are built straight into their slots by a reader generated once per
-  role, as :mod:`dataclasses` generates ``__init__``.
+* The per-row code is generated from the models once per process, as
+  :mod:`dataclasses` generates ``__init__``: for each table a reader,
+  ``read_completions``/``read_judgements`` (records built straight into their
+  slots), and a binder, ``bind_completions``/``bind_judgements`` (each
+  record's parameters, through the column types' processors). Their source
+  is registered with :mod:`linecache` (tracebacks and debuggers show it) and
+  printed by ``python -m store.backends.sqlite.rows``; tests hold their
+  results against SQLAlchemy's own reads and writes.
 """
 
 from __future__ import annotations
 
 import functools
+import linecache
 import sqlite3
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from operator import attrgetter
@@ -67,6 +75,7 @@ def lookup_statement(role: Role) -> Select[Any]:
     return select(*columns).where(table.c.input_hash.in_(select(values.c.value)))
 
 
+GENERATED: dict[str, str] = {}  # generated function name -> its source
 RecordReader = Callable[[Iterable[Sequence[Any]], dict[str, Record]], None]
 
 
@@ -137,35 +146,46 @@ def _record_reader(role: Role) -> RecordReader:
     dialect = sqlite_dialect()
     namespace: dict[str, Any] = {"new": object.__new__, "record_type": record_type}
     values = []
-    for i, (name, column) in enumerate(zip(fields, columns, strict=True)):
-        namespace[f"set_{i}"] = getattr(record_type, name).__set__  # the slot's member descriptor
+    for name, column in zip(fields, columns, strict=True):
+        namespace[f"set_{name}"] = getattr(record_type, name).__set__  # the slot's member descriptor
         process = column.type.dialect_impl(dialect).result_processor(dialect, None)
         if process is None:
-            values.append(f"c{i}")
+            values.append(name)
         elif isinstance(column.type, JSON):
             # What SQLite's JSON processor does with text, without its two wrapping calls; it has the rest
             # (a number SQLite stored as such).
-            namespace[f"process_{i}"], namespace[f"loads_{i}"] = process, dialect._json_deserializer
-            values.append(f"None if c{i} is None else loads_{i}(c{i}) if type(c{i}) is str else process_{i}(c{i})")
+            namespace[f"process_{name}"], namespace["loads"] = process, dialect._json_deserializer
+            values.append(
+                f"None if {name} is None else loads({name}) if type({name}) is str else process_{name}({name})"
+            )
         else:
-            namespace[f"process_{i}"] = _utc_from_text(process) if isinstance(column.type, UTCDateTime) else process
-            values.append(f"None if c{i} is None else process_{i}(c{i})")
-    key = fields.index("input_hash")
+            namespace[f"process_{name}"] = _utc_from_text(process) if isinstance(column.type, UTCDateTime) else process
+            values.append(f"None if {name} is None else process_{name}({name})")
     lines = [
-        "def read(rows, found):",
-        f"    for ({', '.join(f'c{i}' for i in range(len(fields)))},) in rows:",
+        f"def read_{role}(rows, found):",
+        f"    for ({', '.join(fields)},) in rows:",
         "        record = new(record_type)",
-        *(f"        set_{i}(record, {value})" for i, value in enumerate(values)),
-        f"        found[c{key}] = record",
+        *(f"        set_{name}(record, {value})" for name, value in zip(fields, values, strict=True)),
+        "        found[input_hash] = record",
     ]
-    reader: RecordReader = _generated(f"{role} reader", lines, namespace)
+    reader: RecordReader = _generated(lines, namespace)
     return reader
 
 
-def _generated(name: str, lines: list[str], namespace: dict[str, Any]) -> Any:
-    """The function that ``lines`` define, compiled in ``namespace`` (sources built from our own columns only)."""
-    exec(compile("\n".join(lines), f"<judgestore {name}>", "exec"), namespace)
-    return namespace[lines[0].split()[1].partition("(")[0]]
+def _generated(lines: list[str], namespace: dict[str, Any]) -> Any:
+    """The function that ``lines`` define (its name on the first line), compiled in ``namespace``.
+
+    The source is built from the models' own columns, never from data; it is
+    kept in :data:`GENERATED` and in :mod:`linecache` under a file name of its
+    own, so a traceback through it shows its lines.
+    """
+    name = lines[0].split()[1].partition("(")[0]
+    source = "\n".join(lines) + "\n"
+    filename = f"<judgestore generated {__name__}.{name}>"
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    GENERATED[name] = source
+    return namespace[name]
 
 
 @functools.cache
@@ -241,29 +261,29 @@ class SqliteInsert:
             "unwritable": functools.partial(unwritable, self.role),
         }
         values = []
-        for i, name in enumerate(self.names):
+        for name in self.names:
             column_type = table.c[name].type
             process = column_type.dialect_impl(dialect).bind_processor(dialect)
-            namespace[f"process_{i}"] = process
+            namespace[f"process_{name}"] = process
             if process is None:
-                values.append(f"v{i}")
+                values.append(name)
             elif isinstance(column_type, UTCDateTime):
-                namespace[f"process_{i}"] = _utc_to_text(process)
-                values.append(f"process_{i}(v{i})")
+                namespace[f"process_{name}"] = _utc_to_text(process)
+                values.append(f"process_{name}({name})")
             elif isinstance(column_type, JSON):
                 # An object is what SQLAlchemy's JSON processor hands its serializer (store.jsonvalues.dumps):
                 # it goes there directly; the processor has the rest (None is NULL, its NULL markers).
-                namespace[f"serialize_{i}"] = dialect._json_serializer
+                namespace["serialize"] = dialect._json_serializer
                 values.append(
-                    f"None if v{i} is None else serialize_{i}(v{i}) if type(v{i}) is dict else process_{i}(v{i})"
+                    f"None if {name} is None else serialize({name}) if type({name}) is dict else process_{name}({name})"
                 )
             else:
-                values.append(f"process_{i}(v{i})")
-        variables = ", ".join(f"v{i}" for i in range(len(self.names)))
-        plain, names = plain_values(self.role, {name: f"v{i}" for i, name in enumerate(self.names)})
+                values.append(f"process_{name}({name})")
+        variables = ", ".join(self.names)
+        plain, names = plain_values(self.role, {name: name for name in self.names})
         namespace.update(names)
         lines = [
-            "def rows(records):",
+            f"def bind_{self.role}(records):",
             "    bound = []",
             "    for record in records:",
             "        if type(record) is not record_type:",
@@ -277,7 +297,7 @@ class SqliteInsert:
             "            unwritable(record, e)",
             "    return bound",
         ]
-        return _generated(f"{self.role} insert rows", lines, namespace)
+        return _generated(lines, namespace)
 
     def execute(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> int:
         """Run the insert inside the caller's write transaction; returns the rows written."""
@@ -319,3 +339,15 @@ class SqliteRepository(Repository):
 
     def _blank(self, column: Any) -> ColumnElement[bool]:
         return func.trim(column, BLANK) == ""
+
+
+def generated_sources() -> str:
+    """The source of every generated reader and binder, as this process builds them."""
+    for role in ("completions", "judgements"):
+        _sqlite_lookup(role)
+        sqlite_insert(role, "ignore")
+    return "\n\n".join(GENERATED[name] for name in sorted(GENERATED))
+
+
+if __name__ == "__main__":
+    sys.stdout.write(generated_sources())

@@ -35,6 +35,7 @@ from store.errors import (
     MetadataMismatchError,
     MetadataMissingError,
 )
+from store.filters import RowFilter
 from store.layout import (
     LEVELS,
     METADATA_FILE,
@@ -47,7 +48,6 @@ from store.layout import (
     is_backup_of,
     read_location_metadata,
 )
-from store.records import RowFilter
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
 from store.segments import decode_segment
