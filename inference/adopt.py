@@ -37,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
 import sys
 from collections.abc import Sequence
@@ -227,7 +228,7 @@ class AdoptionReport:
             "dry_run": self.dry_run,
             "adopted": self.adopted,
             "counts": asdict(self.counts),
-            "record": None if self.record is None else self.record.as_dict(),
+            "record": None if self.record is None else dataclasses.asdict(self.record),
         }
 
     def lines(self) -> list[str]:

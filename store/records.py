@@ -72,25 +72,6 @@ class CompletionRecord:
         _CompletionRecord_set_completion(self, completion)
         _CompletionRecord_set_adopted_from(self, adopted_from)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The fields by name, values as they are (not copied)."""
-        return {
-            "input_hash": self.input_hash,
-            "sample_index": self.sample_index,
-            "benchmark": self.benchmark,
-            "instruction_id": self.instruction_id,
-            "model": self.model,
-            "finish_reason": self.finish_reason,
-            "run_id": self.run_id,
-            "created_by": self.created_by,
-            "created_at": self.created_at,
-            "usage": self.usage,
-            "top_logprobs": self.top_logprobs,
-            "input_text": self.input_text,
-            "completion": self.completion,
-            "adopted_from": self.adopted_from,
-        }
-
 
 # Each slot's own setter: what __init__ stores the values with.
 _CompletionRecord_set_input_hash = vars(CompletionRecord)["input_hash"].__set__
@@ -169,28 +150,6 @@ class JudgementRecord:
         _JudgementRecord_set_input_text(self, input_text)
         _JudgementRecord_set_completion(self, completion)
         _JudgementRecord_set_adopted_from(self, adopted_from)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The fields by name, values as they are (not copied)."""
-        return {
-            "input_hash": self.input_hash,
-            "sample_index": self.sample_index,
-            "benchmark": self.benchmark,
-            "instruction_id": self.instruction_id,
-            "model_a": self.model_a,
-            "model_b": self.model_b,
-            "judge": self.judge,
-            "orientation": self.orientation,
-            "finish_reason": self.finish_reason,
-            "run_id": self.run_id,
-            "created_by": self.created_by,
-            "created_at": self.created_at,
-            "usage": self.usage,
-            "top_logprobs": self.top_logprobs,
-            "input_text": self.input_text,
-            "completion": self.completion,
-            "adopted_from": self.adopted_from,
-        }
 
 
 # Each slot's own setter: what __init__ stores the values with.
@@ -292,34 +251,6 @@ class RunRecord:
         _RunRecord_set_hits_without_cost(self, hits_without_cost)
         _RunRecord_set_wall_seconds(self, wall_seconds)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The fields by name, values as they are (not copied)."""
-        return {
-            "id": self.id,
-            "role": self.role,
-            "run_id": self.run_id,
-            "created_by": self.created_by,
-            "started_at": self.started_at,
-            "finished_at": self.finished_at,
-            "mode": self.mode,
-            "requested": self.requested,
-            "distinct_inputs": self.distinct_inputs,
-            "hits": self.hits,
-            "misses": self.misses,
-            "duplicates": self.duplicates,
-            "generated": self.generated,
-            "rows_written": self.rows_written,
-            "truncated": self.truncated,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "engine_seconds": self.engine_seconds,
-            "saved_prompt_tokens": self.saved_prompt_tokens,
-            "saved_completion_tokens": self.saved_completion_tokens,
-            "saved_engine_seconds": self.saved_engine_seconds,
-            "hits_without_cost": self.hits_without_cost,
-            "wall_seconds": self.wall_seconds,
-        }
-
 
 # Each slot's own setter: what __init__ stores the values with.
 _RunRecord_set_id = vars(RunRecord)["id"].__set__
@@ -411,29 +342,6 @@ class AdoptionRecord:
         _AdoptionRecord_set_created_by(self, created_by)
         _AdoptionRecord_set_adopted_at(self, adopted_at)
 
-    def as_dict(self) -> dict[str, Any]:
-        """The fields by name, values as they are (not copied)."""
-        return {
-            "id": self.id,
-            "source_descriptor": self.source_descriptor,
-            "source_task": self.source_task,
-            "source_rows": self.source_rows,
-            "details": self.details,
-            "sampled": self.sampled,
-            "exact": self.exact,
-            "max_abs_logprob_delta": self.max_abs_logprob_delta,
-            "top_tokens_changed": self.top_tokens_changed,
-            "sample_seed": self.sample_seed,
-            "min_exact": self.min_exact,
-            "max_logprob_delta": self.max_logprob_delta,
-            "rows_adopted": self.rows_adopted,
-            "rows_present": self.rows_present,
-            "rows_excluded": self.rows_excluded,
-            "run_id": self.run_id,
-            "created_by": self.created_by,
-            "adopted_at": self.adopted_at,
-        }
-
 
 # Each slot's own setter: what __init__ stores the values with.
 _AdoptionRecord_set_id = vars(AdoptionRecord)["id"].__set__
@@ -496,26 +404,6 @@ class RunTotals:
             _earliest(self.first_started_at, other.first_started_at),
             _latest(self.last_finished_at, other.last_finished_at),
         )
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "runs": self.runs,
-            "requested": self.requested,
-            "hits": self.hits,
-            "misses": self.misses,
-            "generated": self.generated,
-            "rows_written": self.rows_written,
-            "truncated": self.truncated,
-            "prompt_tokens": self.prompt_tokens,
-            "completion_tokens": self.completion_tokens,
-            "engine_seconds": self.engine_seconds,
-            "saved_prompt_tokens": self.saved_prompt_tokens,
-            "saved_completion_tokens": self.saved_completion_tokens,
-            "saved_engine_seconds": self.saved_engine_seconds,
-            "hits_without_cost": self.hits_without_cost,
-            "first_started_at": self.first_started_at,
-            "last_finished_at": self.last_finished_at,
-        }
 
 
 RUN_SUMMED = (

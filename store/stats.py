@@ -17,6 +17,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,11 +59,11 @@ class DatabaseStats:
             "size_bytes": self.size_bytes,
             "rows": self.rows.as_dict(),
             "finish_reasons": {str(k) if k is not None else "null": n for k, n in self.finish_reasons.items()},
-            "runs": self.runs.as_dict(),
-            "recent_runs": [run.as_dict() for run in self.recent_runs],
+            "runs": dataclasses.asdict(self.runs),
+            "recent_runs": [dataclasses.asdict(run) for run in self.recent_runs],
             "error": self.error,
             "adopted_rows": self.adopted_rows,
-            "adoptions": [adoption.as_dict() for adoption in self.adoptions],
+            "adoptions": [dataclasses.asdict(adoption) for adoption in self.adoptions],
         }
 
 
@@ -126,7 +127,7 @@ class StoreTotals:
             "databases": self.databases,
             "size_bytes": self.size_bytes,
             "rows": self.rows.as_dict(),
-            "runs": self.runs.as_dict(),
+            "runs": dataclasses.asdict(self.runs),
             "truncated": self.truncated,
             "unreadable": self.unreadable,
             "adopted_rows": self.adopted_rows,
