@@ -164,7 +164,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from store.browse.browser import Browser, RowsQuery
+    from store.browse.browser import Browser
+    from store.browse.pages import RowsQuery
     from store.browse.queries import Key
     from store.browse.server import serving
 

@@ -45,7 +45,7 @@ def get(client: TestClient, path: str, status: int = 200, **params: Any) -> str:
 
 def names_of(store: Store) -> dict[str, str]:
     """Database name by descriptor model (the demo's older tiny-a database is "tiny-a@old")."""
-    from store.browse.browser import database_name
+    from store.browse.pages import database_name
 
     found = {}
     for location in store.locations():
