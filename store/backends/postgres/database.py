@@ -10,10 +10,10 @@ writes are retried by the storage's policy, and every driver error is typed
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, TypeVar
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
@@ -22,17 +22,34 @@ from store.backends.postgres.registry import schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.errors import DatabaseMissingError
 from store.layout import Location, StoredMetadata
-
-if TYPE_CHECKING:
-    from store.backends.postgres.storage import PostgresStorage
+from store.settings import Settings
 
 T = TypeVar("T")
+
+
+class Server(Protocol):
+    """What a schema's database uses of its storage (:class:`~.storage.PostgresStorage`)."""
+
+    url: str
+    engine: Engine
+    settings: Settings
+    readonly: bool
+
+    def location_where(self, location: Location) -> str: ...
+
+    def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
+
+    def retry(self, attempt: Callable[[], T]) -> T: ...
+
+    def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None: ...
+
+    def size_of(self, location: Location) -> int: ...
 
 
 class PostgresDatabase(Database):
     """One descriptor schema: the same repository as SQLite, on the server's connections."""
 
-    def __init__(self, storage: PostgresStorage, location: Location) -> None:
+    def __init__(self, storage: Server, location: Location) -> None:
         self.storage = storage
         self.location = location
         self.where = storage.location_where(location)
@@ -61,7 +78,7 @@ class PostgresDatabase(Database):
         return self.storage.retry(attempt)
 
     def size_bytes(self) -> int:
-        return self.storage._size(self.location)
+        return self.storage.size_of(self.location)
 
     def metadata(self) -> StoredMetadata:
         with self.storage.connection() as conn:

@@ -332,9 +332,9 @@ class PostgresStorage:
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
         except JudgestoreError as e:
             state, error = DatabaseState.UNREADABLE, str(e)
-        return DatabaseInfo(location, where, state, revision, known.head, rows, self._size(location), error)
+        return DatabaseInfo(location, where, state, revision, known.head, rows, self.size_of(location), error)
 
-    def _size(self, location: Location) -> int:
+    def size_of(self, location: Location) -> int:
         """Bytes the schema's tables take on the server (indexes and TOAST included)."""
         query = text(
             "SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0) FROM pg_class c "
