@@ -59,9 +59,14 @@ def demo_store(request: pytest.FixtureRequest) -> Iterator[Store]:
         yield store
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium() -> Iterator[Any]:
-    """A headless Chromium (Debian's) driven by Playwright, for the session."""
+    """A headless Chromium (Debian's) driven by Playwright, for one module.
+
+    Not for the session: Playwright's sync API holds an event loop as the
+    running one until it stops, and tests of async code that run later
+    (``asyncio.run``) must find none.
+    """
     if importlib.util.find_spec("playwright") is None:
         pytest.skip("Playwright is not installed (pip install playwright; the dev extra has it)")
     if not CHROMIUM.exists():
