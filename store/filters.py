@@ -30,6 +30,9 @@ JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", 
 ERROR_FINISH_REASONS = ("error", "abort", "content_filter")
 
 
+TEXT_FILTERS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge", "run_id", "created_by")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RowFilter:
     """Rows whose typed columns equal every field that is set (AND of the set fields).
@@ -69,6 +72,10 @@ class RowFilter:
     adopted: bool | None = None
 
     def __post_init__(self) -> None:
+        for name in TEXT_FILTERS:
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, str):
+                raise InvalidInputError(f"{name} filters on one text value, got {value!r}")
         for name in ("created_after", "created_before"):
             value = getattr(self, name)
             if value is not None and value.tzinfo is None:

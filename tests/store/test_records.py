@@ -89,3 +89,10 @@ def test_run_totals_add_up_the_summed_columns_of_runs() -> None:
     assert (total.runs, total.hits, total.engine_seconds) == (3, 5, 0.75)
     assert total.first_started_at == datetime(2026, 1, 1, tzinfo=UTC) and total.last_finished_at is None
     assert one + RunTotals() == one
+
+
+def test_a_text_filter_takes_one_text_value() -> None:
+    for bad in (["1", "2"], 3, b"x"):
+        with pytest.raises(InvalidInputError, match="instruction_id filters on one text value"):
+            RowFilter(instruction_id=bad)  # type: ignore[arg-type]
+    assert RowFilter(instruction_id="1").instruction_id == "1"

@@ -115,15 +115,6 @@ class PostgresRepository(Repository):
         return found
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
-        """Insert ``records``; returns how many rows were written (ignored duplicates not counted).
-
-        A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
-        a record of the other table, an ``input_hash`` that is not the hash of the row's input
-        (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value either backend refuses (:func:`~store.row_checks.check_values`).
-        The same row gets the same error on SQLite and PostgreSQL. The transaction must not
-        commit after it (the database's own transactions roll back).
-        """
         check_on_conflict(on_conflict)
         sql, processors = postgres_insert(self.conn, self.role, on_conflict)
         dicts: list[dict[str, Any]] = []
