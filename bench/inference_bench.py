@@ -112,9 +112,9 @@ from bench.common import (  # noqa: E402
     raw_get_many,
     write_json,
 )
-from inference.backend import Backend  # noqa: E402
-from inference.cached import CachedModel  # noqa: E402
-from inference.hosted import HostedSpec  # noqa: E402
+from inference.backends.base import Backend  # noqa: E402
+from inference.backends.hosted.spec import HostedSpec  # noqa: E402
+from inference.cache.model import CachedModel  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
@@ -495,7 +495,7 @@ class CliBench:
         self.notes: list[str] = []
 
     def run(self) -> None:
-        from inference.tiny_model import build_tiny_model
+        from inference.backends.vllm.tiny_model import build_tiny_model
         from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
 
         model = build_tiny_model(self.workdir / "tiny-llama", seed=0)

@@ -19,16 +19,16 @@ from typing import TYPE_CHECKING, Any
 _WHERE = {
     "ModelSpec": "inference.spec",
     "DEFAULT_SAMPLING": "inference.spec",
-    "HostedSpec": "inference.hosted",
-    "CachedModel": "inference.cached",
+    "HostedSpec": "inference.backends.hosted.spec",
+    "CachedModel": "inference.cache.model",
     "CompletionRequest": "inference.requests",
     "JudgementRequest": "inference.requests",
     "Response": "inference.requests",
     "Sample": "inference.requests",
     "pairwise_requests": "inference.judging",
     "pointwise_request": "inference.judging",
-    "run_requests": "inference.run",
-    "RunSummary": "inference.run",
+    "run_requests": "inference.cache.run",
+    "RunSummary": "inference.cache.run",
     "RequestsFailedError": "store.errors",
 }
 
@@ -49,11 +49,11 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from inference.cached import CachedModel
-    from inference.hosted import HostedSpec
+    from inference.backends.hosted.spec import HostedSpec
+    from inference.cache.model import CachedModel
+    from inference.cache.run import RunSummary, run_requests
     from inference.judging import pairwise_requests, pointwise_request
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-    from inference.run import RunSummary, run_requests
     from inference.spec import DEFAULT_SAMPLING, ModelSpec
     from store.errors import RequestsFailedError
 

@@ -1,10 +1,10 @@
 """A model as a user names it: model id or path, vLLM engine and sampling settings.
 
 Contract: :class:`ModelSpec` is the one place where user settings become a
-descriptor (:func:`inference.vllm_descriptor.descriptor_from_vllm`) and a lazily
-prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
+descriptor (:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`) and a lazily
+prepared engine (:func:`inference.backends.vllm.backend.create_vllm_backend`); vLLM is
 imported only when :meth:`ModelSpec.cached` actually needs the engine. Before
-it does, its :attr:`~ModelSpec.preflight` (:mod:`inference.preflight`) refuses
+it does, its :attr:`~ModelSpec.preflight` (:mod:`inference.backends.vllm.preflight`) refuses
 the prompts too long for the model, which then fail without it.
 
 Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
@@ -21,10 +21,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from inference.backend import Backend, Preflight
-from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel
-from inference.plan import Mode
-from inference.vllm_descriptor import descriptor_from_vllm
+from inference.backends.base import Backend, Preflight
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
+from inference.cache.plan import Mode
 from store.descriptor import LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError
 from store.store import Store
@@ -55,7 +55,7 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
 
 
 class CacheableSpec:
-    """What a model spec (:class:`ModelSpec`, :class:`inference.hosted.HostedSpec`) puts behind a store.
+    """What a model spec (:class:`ModelSpec`, :class:`inference.backends.hosted.spec.HostedSpec`) puts behind a store.
 
     A subclass has a ``descriptor`` (the cache key), a ``display_name`` (recorded
     in rows) and ``backend()``, which starts the engine or the client: called
@@ -151,17 +151,18 @@ class ModelSpec(CacheableSpec):
 
     @functools.cached_property
     def preflight(self) -> Preflight | None:
-        """Refuses the prompts vLLM would refuse as too long, with the model's tokenizer (:mod:`inference.preflight`).
+        """Refuses the prompts vLLM would refuse as too long, with the model's tokenizer.
 
-        Built when a run is planned, run only when it has misses; it reads nothing until then.
+        Built when a run is planned, run only when it has misses; it reads nothing until then
+        (:mod:`inference.backends.vllm.preflight`).
         """
-        from inference.preflight import PromptLengthCheck
+        from inference.backends.vllm.preflight import PromptLengthCheck
 
         return PromptLengthCheck(self.descriptor, self.model, self.engine_kwargs, self.chat_template)
 
     def backend(self) -> Backend:
         """Load the engine now (imports vLLM)."""
-        from inference.vllm_backend import create_vllm_backend
+        from inference.backends.vllm.backend import create_vllm_backend
 
         return create_vllm_backend(
             self.descriptor, self.engine_kwargs, model=self.model, chat_template=self.chat_template

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
-from inference.cli import app
+from inference.cli.app import app
 from store.descriptor import ModelDescriptor
 from store.postgres import schema_name
 from store.schema import read_script_directory

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from inference.audit import audit_database, compare, regenerate, sample_rows
-from inference.cached import CachedModel
+from inference.cache.model import CachedModel
+from inference.drift.audit import audit_database, compare, regenerate, sample_rows
 from inference.requests import CompletionRequest, JudgementRequest, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from inference.hosted import HostedSpec
+from inference.backends.hosted.spec import HostedSpec
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
 from store import logprobs

@@ -6,14 +6,14 @@ Contract:
   model become a :class:`~store.descriptor.ModelDescriptor`; :class:`HostedSpec`
   is the :class:`~inference.spec.ModelSpec` of hosted models (same
   ``descriptor``, ``display_name``, ``backend()`` and ``cached(store, task=...)``),
-  and its backend (:mod:`inference.openai_backend`, which imports ``openai``)
+  and its backend (:mod:`inference.backends.hosted.client`, which imports ``openai``)
   is created only when a batch has misses.
 * In the key: ``provider``; ``model`` as the API names it; ``endpoint``, the
   base URL requests go to (lowercase scheme and host, no trailing ``/``;
   the provider's default when not given, ``OPENAI_BASE_URL`` for ``openai``);
   ``sampling`` with the same defaults as the in-process engine
   (:data:`~inference.spec.DEFAULT_SAMPLING`) and the same spelling rules, so
-  exactly what :func:`~inference.openai_wire.request_body` sends is
+  exactly what :func:`~inference.backends.hosted.wire.request_body` sends is
   hashed; ``routing``, OpenRouter's ``provider`` preferences, which decide
   who answers; ``chat_template_kwargs`` / ``enable_thinking`` (a
   ``vllm-server`` only); ``revision``, a pin the caller asserts (the commit a
@@ -50,9 +50,9 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue, ValidationError
 
-from inference.backend import Backend
-from inference.openai_backend import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
-from inference.openai_wire import RESERVED_BODY_KEYS
+from inference.backends.base import Backend
+from inference.backends.hosted.client import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
+from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
 from inference.spec import DEFAULT_SAMPLING, CacheableSpec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
@@ -335,7 +335,7 @@ class HostedSpec(CacheableSpec):
 
     def backend(self) -> Backend:
         """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
-        from inference.openai_backend import create_openai_backend
+        from inference.backends.hosted.client import create_openai_backend
 
         key = os.environ.get(self.key_env) or None
         if key is None and (self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_required):

@@ -11,7 +11,7 @@ Contract:
   Errors still show. An environment variable the user set wins: each is only
   set when absent.
   vLLM's own weight-loading bar is turned off where the engine is built
-  (:func:`inference.vllm_backend.create_vllm_backend` asks :func:`engine_is_quiet`).
+  (:func:`inference.backends.vllm.backend.create_vllm_backend` asks :func:`engine_is_quiet`).
 * :data:`VerboseOption` is the ``-v``/``--verbose`` option of those commands.
 * It changes this process only (environment and warning filters); a Python
   caller of :mod:`inference` keeps vLLM's defaults unless it calls it.

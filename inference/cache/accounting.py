@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from inference.backend import Generation
+from inference.backends.base import Generation
 from store.runs import RunRecord
 
 if TYPE_CHECKING:
-    from inference.plan import Plan
+    from inference.cache.plan import Plan
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
 

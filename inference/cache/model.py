@@ -3,14 +3,14 @@
 Contract (docs/design.md, "A run, step by step"):
 
 * The whole batch is rendered and hashed, then looked up in one pass; the
-  :class:`~inference.plan.Plan` (hits, misses, duplicates) is known before
+  :class:`~inference.cache.plan.Plan` (hits, misses, duplicates) is known before
   anything runs.
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
   generated once.
 * Misses are generated in chunks and each chunk is written before the next
   starts: a crash loses at most one chunk, and a rerun generates only what
-  is still missing. A :class:`~inference.backend.StreamingBackend` (a hosted
+  is still missing. A :class:`~inference.backends.base.StreamingBackend` (a hosted
   API) gets all the misses at once and its generations are written as they
   arrive, every ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`,
   whichever comes first; what arrived before a failure or an interrupt is
@@ -28,24 +28,24 @@ Contract (docs/design.md, "A run, step by step"):
   once more, then hits.)
 * A bad request fails alone; only a failure of the engine itself stops the
   call (after the chunks already finished were written). Before the engine
-  is prepared, the ``preflight`` (:mod:`inference.preflight`) finds the
+  is prepared, the ``preflight`` (:mod:`inference.backends.vllm.preflight`) finds the
   misses it would refuse (a prompt too long for the model): they fail
   without it, and a batch of nothing else never prepares it. A request the
   engine or server refuses anyway comes back as a
-  :class:`~inference.backend.Refusal`, and a row the store refuses
+  :class:`~inference.backends.base.Refusal`, and a row the store refuses
   (:class:`InvalidInputError`, e.g. a lone surrogate) is split from its
   chunk, whose other rows are written. None of them is stored. The call
   returns every answer, then raises one :class:`RequestsFailedError` listing
-  the failed inputs (:class:`~inference.plan.Failure`, also in
+  the failed inputs (:class:`~inference.cache.plan.Failure`, also in
   ``last.failed``) and carrying every response (``.responses``), the failed
   ones marked with their ``error``.
 * Each generated row's ``usage`` records what producing it cost: its share of
-  its chunk's engine time (:func:`inference.accounting.priced`). ``last``
+  its chunk's engine time (:func:`inference.cache.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
   table (unless ``JUDGESTORE_RECORD_RUNS=0``).
 * A plan counts apart the hits that are adopted rows (copied from an older
-  descriptor by ``judgestore adopt``, :mod:`inference.adopt`): they answer
+  descriptor by ``judgestore adopt``, :mod:`inference.drift.adopt`): they answer
   like any hit, and the plan and the summary say how many there were.
 * A plan with misses says whether they were expected: how many rows the
   descriptor's database already holds, or how many other descriptors of the
@@ -72,9 +72,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from inference.accounting import priced, run_record, usage_totals
-from inference.backend import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
-from inference.plan import MODES, Failure, Mode, Plan, PlannedInput, RunStats
+from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
+from inference.cache.accounting import priced, run_record, usage_totals
+from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput, RunStats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError

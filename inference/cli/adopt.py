@@ -2,10 +2,10 @@
 
 Contract:
 
-* Thin: parse, call :func:`inference.adopt.adopt`, render (see
+* Thin: parse, call :func:`inference.drift.adopt.adopt`, render (see
   :mod:`store.cli.common` for the edge and where output goes).
 * Takes the model options ``generate``/``judge`` take: :func:`registrar`
-  receives that option group from :mod:`inference.cli` (no CLI module
+  receives that option group from :mod:`inference.cli.app` (no CLI module
   imports another), so the descriptor adopted into is exactly the one a run
   with the same options uses.
 * Exit status 1 when the thresholds are not met (nothing is written), and
@@ -20,9 +20,9 @@ from typing import Annotated
 
 import typer
 
-from inference.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
-from inference.engine_logs import VerboseOption, quiet_engine
-from inference.run import RunnableSpec
+from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
+from inference.cache.run import RunnableSpec
+from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from store.cli.common import command_errors, emit_json, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.settings import Settings

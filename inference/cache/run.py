@@ -19,9 +19,9 @@ Contract:
   the command line writes them with an ``error`` field and exits 1.
 * The summary says what the cache saved (the tokens and engine seconds the
   hit rows had cost when they were generated), how many hits were adopted
-  rows (:mod:`inference.adopt`), and what the misses cost; the
+  rows (:mod:`inference.drift.adopt`), and what the misses cost; the
   same accounting is appended to the database's ``runs`` table
-  (:mod:`inference.accounting`).
+  (:mod:`inference.cache.accounting`).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from contextlib import nullcontext
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING, Any, Protocol
 
-from inference.cached import CachedModel, ProgressCallback
-from inference.plan import Failure, Mode, Plan
+from inference.cache.model import CachedModel, ProgressCallback
+from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError

@@ -7,10 +7,10 @@ Contract:
   there are misses, whether they were expected (rows the descriptor's
   database holds, other descriptors of the model). Its ``missing`` inputs
   are what the engine will be asked for, in first-seen order.
-* :class:`RunStats` is what one call of :class:`~inference.cached.CachedModel`
+* :class:`RunStats` is what one call of :class:`~inference.cache.model.CachedModel`
   did: its plan, what was fetched, generated and written, the inputs that
   failed (:class:`Failure`), and what the misses cost and the hits saved.
-* :data:`Mode` names how a call uses the store (see :mod:`inference.cached`).
+* :data:`Mode` names how a call uses the store (see :mod:`inference.cache.model`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from inference.accounting import UsageTotals
+from inference.cache.accounting import UsageTotals
 from store.errors import JudgestoreError
 from store.layout import Role
 

@@ -1,16 +1,14 @@
-"""``judgestore generate``, ``judge`` and ``pairs``; and :func:`main`, the ``judgestore`` console script.
+"""``judgestore generate``, ``judge`` and ``pairs``, and the model options they share.
 
 Contract:
 
-* :func:`main` runs the app :func:`store.cli.build_app` assembles, with the
-  commands of this module, of :mod:`inference.legacy_cli` (``import``) and of
-  :mod:`inference.diagnostics_cli` (``explain``, ``audit``) and of
-  :mod:`inference.adopt_cli` (``adopt``), both given this module's model
-  options, registered into it; :mod:`store` knows nothing of inference.
+* :func:`register` adds the three commands to the app :mod:`inference.cli.app`
+  assembles; :func:`model_spec` is the model option group, which that module
+  also gives to ``explain``, ``audit`` and ``adopt``.
 * ``generate`` and ``judge`` read a JSONL file of requests, print the plan
   (hits, misses, duplicates) before anything runs, show a progress bar while
   the engine generates (on a terminal), write one result line per request,
-  and end with the summary of :func:`inference.run.run_requests`: hits,
+  and end with the summary of :func:`inference.cache.run.run_requests`: hits,
   misses, rows written, outputs that stopped at ``max_tokens``, wall time,
   and whether the engine was loaded (and vLLM imported). A run that is all
   hits never imports vLLM. Requests that failed (refused by the engine or
@@ -35,17 +33,15 @@ from typing import IO, Annotated, NoReturn
 import orjson
 import typer
 
-from inference import adopt_cli, diagnostics_cli, legacy_cli
-from inference.engine_logs import VerboseOption, quiet_engine
-from inference.hosted import HostedSpec
+from inference.backends.hosted.client import DEFAULT_MAX_CONCURRENCY
+from inference.backends.hosted.spec import HostedSpec
+from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
+from inference.cache.plan import Mode, Plan
+from inference.cache.run import RunResult, run_requests
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
-from inference.openai_backend import DEFAULT_MAX_CONCURRENCY
-from inference.plan import Mode, Plan
 from inference.requests import Request
-from inference.run import RunResult, run_requests
 from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
-from store.cli.app import build_app
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import InvalidInputError, JudgestoreError
@@ -93,18 +89,6 @@ def register(app: typer.Typer) -> None:
         command_errors(grouped(spec=model_spec, run=run_options, settings=store_settings)(judge_command))
     )
     app.command("pairs")(command_errors(pairs_command))
-
-
-def app() -> typer.Typer:
-    """The whole ``judgestore`` command line: the store's commands and the inference layer's."""
-    return build_app(
-        register, legacy_cli.register, diagnostics_cli.registrar(model_spec), adopt_cli.registrar(model_spec)
-    )
-
-
-def main() -> None:
-    """The ``judgestore`` console script."""
-    app()(prog_name="judgestore")
 
 
 # ---------------------------------------------------------------- option groups
@@ -302,7 +286,7 @@ def _run(
     """Run, with the plan and a progress bar on stderr; write the results; print the summary.
 
     The engine's own log stays out of the output unless ``verbose``
-    (:mod:`inference.engine_logs`). Ctrl-C stops the run with exit status 130 and one line (a JSON object
+    (:mod:`inference.backends.vllm.engine_logs`). Ctrl-C stops the run with exit status 130 and one line (a JSON object
     with ``--json``) saying how many rows the run stored: they are kept, and
     the same command generates only the rest.
     """
@@ -346,7 +330,7 @@ def _run_with_progress(
             if not json_output:
                 err.print(f"plan: {plan.summary()}", soft_wrap=True)
                 if (why := plan.miss_note()) is not None:
-                    from inference.explain import explain_command_line  # only a run that misses needs it
+                    from inference.drift.explain import explain_command_line  # only a run that misses needs it
 
                     err.print(f"note: {why}; run `{explain_command_line(sys.argv)}` to see why", soft_wrap=True)
             if plan.misses:
