@@ -1,6 +1,11 @@
-"""What a run cost and what the cache saved it: engine time per row, token totals, the run's accounting row.
+"""What a call did, what it cost and what the cache saved it: engine time per row, token totals, the ``runs`` row.
 
 Contract:
+
+* :class:`RunStats` is what one call of :class:`~inference.cache.model.CachedModel`
+  did: its plan, what was fetched, generated and written, the inputs that
+  failed (:class:`~inference.cache.plan.Failure`), and what the misses cost
+  and the hits saved.
 
 * :func:`priced` gives each generation of a batch its share of the batch's
   engine wall time, in its ``usage`` as ``engine_seconds`` (beside the token
@@ -23,15 +28,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from inference.backends.base import Generation
+from inference.cache.plan import Failure, Plan
 from store.runs import RunRecord
-
-if TYPE_CHECKING:
-    from inference.cache.plan import Plan
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
 
@@ -137,3 +140,19 @@ def run_record(
         hits_without_cost=saved.without_cost,
         wall_seconds=round(wall_seconds, 6),
     )
+
+
+@dataclass
+class RunStats:
+    """What one call did, for summaries and tests."""
+
+    plan: Plan | None = None
+    fetched_rows: int = 0
+    generated: int = 0
+    written: int = 0
+    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
+    engine_loaded: bool = False
+    seconds: float = 0.0
+    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
+    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
+    failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)

@@ -73,8 +73,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
-from inference.cache.accounting import priced, run_record, usage_totals
-from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput, RunStats
+from inference.cache.accounting import RunStats, priced, run_record, usage_totals
+from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError

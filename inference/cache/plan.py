@@ -1,4 +1,4 @@
-"""What the cache boundary decides for a batch, and what a call did.
+"""What the cache boundary decides for a batch, and what failed.
 
 Contract:
 
@@ -7,9 +7,8 @@ Contract:
   there are misses, whether they were expected (rows the descriptor's
   database holds, other descriptors of the model). Its ``missing`` inputs
   are what the engine will be asked for, in first-seen order.
-* :class:`RunStats` is what one call of :class:`~inference.cache.model.CachedModel`
-  did: its plan, what was fetched, generated and written, the inputs that
-  failed (:class:`Failure`), and what the misses cost and the hits saved.
+* A :class:`Failure` is one input of a call that failed (refused by the
+  engine or server, or its row by the store); never stored.
 * :data:`Mode` names how a call uses the store (see :mod:`inference.cache.model`).
 """
 
@@ -18,7 +17,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from inference.cache.accounting import UsageTotals
 from store.errors import JudgestoreError
 from store.layout import Role
 
@@ -107,19 +105,3 @@ class Failure:
             "type": type(self.error).__name__,
             "error": self.message,
         }
-
-
-@dataclass
-class RunStats:
-    """What one call did, for summaries and tests."""
-
-    plan: Plan | None = None
-    fetched_rows: int = 0
-    generated: int = 0
-    written: int = 0
-    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
-    engine_loaded: bool = False
-    seconds: float = 0.0
-    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
-    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
-    failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)
