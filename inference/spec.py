@@ -1,11 +1,23 @@
-"""A model as a user names it: model id or path, vLLM engine and sampling settings.
+"""A model as a user names it: what every spec is (:class:`Spec`), and vLLM's (:class:`ModelSpec`).
 
-Contract: :class:`ModelSpec` is the one place where user settings become a
-descriptor (:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`) and a lazily
-prepared engine (:func:`inference.backends.vllm.backend.create_vllm_backend`); vLLM is
-imported only when :meth:`ModelSpec.cached` actually needs the engine. Before
-it does, its :attr:`~ModelSpec.preflight` (:mod:`inference.backends.vllm.preflight`) refuses
-the prompts too long for the model, which then fail without it.
+Contract:
+
+* :class:`Spec` is the one interface of a model a run can use, whatever runs
+  it: a ``descriptor`` (the cache key), a ``display_name`` (recorded in
+  rows), ``backend()`` (starts the engine or the client, called only when a
+  batch has misses), an optional ``preflight``, ``sent()`` (what was sent to
+  a server, for run summaries) and ``cached()``, the model behind a store.
+  :class:`ModelSpec` (vLLM, in-process) and
+  :class:`~inference.backends.hosted.spec.HostedSpec` (a server) implement
+  it; :func:`~inference.cache.run.run_requests`, the audit and adoption take it.
+* :class:`ModelSpec` is the one place where user settings become a
+  descriptor (:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`)
+  and a lazily prepared engine
+  (:func:`inference.backends.vllm.backend.create_vllm_backend`); vLLM is
+  imported only when :meth:`Spec.cached` actually needs the engine. Before it
+  does, its :attr:`~ModelSpec.preflight`
+  (:mod:`inference.backends.vllm.preflight`) refuses the prompts too long for
+  the model, which then fail without it.
 
 Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
 (greedy, up to 256 new tokens), the same defaults as the command line;
@@ -14,6 +26,7 @@ every other setting is vLLM's own default.
 
 from __future__ import annotations
 
+import abc
 import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -54,28 +67,35 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
     return parsed
 
 
-class CacheableSpec:
-    """What a model spec (:class:`ModelSpec`, :class:`inference.backends.hosted.spec.HostedSpec`) puts behind a store.
+class Spec(abc.ABC):
+    """A model a run can use, put behind a store: see the module docstring.
 
-    A subclass has a ``descriptor`` (the cache key), a ``display_name`` (recorded
-    in rows) and ``backend()``, which starts the engine or the client: called
-    only when a batch has misses.
+    A subclass gives ``descriptor``, ``display_name`` and ``backend()``; the
+    rest has defaults that suit a model whose refusals cannot be known before
+    it loads and that sends nothing to a server.
     """
 
     @property
+    @abc.abstractmethod
     def descriptor(self) -> ModelDescriptor:
-        raise NotImplementedError
+        """The cache key of this model and its settings."""
 
     @property
+    @abc.abstractmethod
     def display_name(self) -> str:
-        raise NotImplementedError
+        """The name recorded in rows (the ``model`` / ``judge`` columns)."""
 
+    @abc.abstractmethod
     def backend(self) -> Backend:
-        raise NotImplementedError
+        """Start the engine or the client now: called only when a batch has misses."""
 
     @property
     def preflight(self) -> Preflight | None:
         """What finds, before ``backend()``, the requests it would refuse (None: nothing can be known before)."""
+        return None
+
+    def sent(self) -> dict[str, int] | None:
+        """What this spec's backends sent a server (requests, retries, tokens); None for an in-process engine."""
         return None
 
     def cached(
@@ -105,7 +125,7 @@ class CacheableSpec:
 
 
 @dataclass(frozen=True)
-class ModelSpec(CacheableSpec):
+class ModelSpec(Spec):
     """Everything needed to describe and, if needed, load one vLLM model.
 
     ``model`` is a Hub id or a local folder, as ``vllm.LLM(model=...)`` takes

@@ -73,7 +73,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
-from inference.cache.accounting import RunStats, priced, run_record, usage_totals
+from inference.cache.accounting import CallStats, priced, usage_totals
 from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor, input_hash
@@ -137,7 +137,7 @@ class CachedModel:
         self.remote = remote
         self._preflight = preflight
         self._fetched: set[Role] = set()
-        self.last = RunStats()
+        self.last = CallStats()
 
     @property
     def engine_loaded(self) -> bool:
@@ -269,7 +269,7 @@ class CachedModel:
         on_progress: ProgressCallback | None,
     ) -> list[Response]:
         started, started_at = time.perf_counter(), datetime.now(UTC)
-        self.last = RunStats()
+        self.last = CallStats()
         keys, inputs = self._render(role, requests)
         hits = self._lookup(role, inputs)
         plan = self._with_miss_context(self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started))
@@ -297,7 +297,7 @@ class CachedModel:
         self.last.seconds = time.perf_counter() - started
         self._record_run(plan, started_at)
         if self.last.failed:
-            raise RequestsFailedError(_failed_message(plan, self.last), failures=self.last.failed, responses=responses)
+            raise RequestsFailedError(self.last.failed_message(), failures=self.last.failed, responses=responses)
         return responses
 
     def _with_miss_context(self, plan: Plan) -> Plan:
@@ -321,19 +321,11 @@ class CachedModel:
         database = store.find(plan.role, self.task, self.descriptor)
         if database is None:  # nothing hit and nothing was written
             return
-        last = self.last
-        record = run_record(
-            plan,
-            spent=last.spent,
-            saved=last.saved,
-            generated=last.generated,
-            written=last.written,
-            truncated=last.truncated,
+        record = self.last.run_record(
             run_id=self.settings.run_id,
             created_by=self.settings.created_by,
             started_at=started_at,
             finished_at=datetime.now(UTC),
-            wall_seconds=last.seconds,
         )
         record_run(database, record)
 
@@ -507,21 +499,6 @@ class CachedModel:
                 **common,
             )
         return CompletionRecord(model=request.model or self.label, **common)
-
-
-_SHOWN_FAILURES = 3  # in the error's message; every one is in its ``failures``
-
-
-def _failed_message(plan: Plan, last: RunStats) -> str:
-    failed = last.failed
-    shown = "; ".join(f.line() for f in failed[:_SHOWN_FAILURES])
-    more = f"; and {len(failed) - _SHOWN_FAILURES} more" if len(failed) > _SHOWN_FAILURES else ""
-    kept = f", {last.written} rows written" if last.written else ""
-    return (
-        f"{len(failed)} of {plan.misses} inputs to generate failed and were not stored "
-        f"({plan.misses - len(failed)} answered{kept}, {plan.hits} hits): {shown}{more}. "
-        "Every response is in the error's .responses, the failed ones with their .error; a rerun asks only for those"
-    )
 
 
 def _engine_request(inp: PlannedInput) -> EngineRequest:

@@ -7,7 +7,7 @@ Contract:
   ``replay`` unless a remote is fetched from, since replay writes no row of
   its own but imports the fetched ones), the shared remote (``fetch=None``
   follows ``JUDGESTORE_FETCH_BEFORE_RUN``), and the model behind the cache
-  boundary (:meth:`~inference.spec.ModelSpec.cached`). It returns the
+  boundary (:meth:`~inference.spec.Spec.cached`). It returns the
   responses in request order and a :class:`RunSummary`.
 * vLLM logs to stderr during the run (``VLLM_LOGGING_STREAM``, unless the
   caller set it), so that stdout can carry results.
@@ -32,33 +32,18 @@ import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
-from inference.cache.model import CachedModel, ProgressCallback
+from inference.cache.model import ProgressCallback
 from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
-from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError
 from store.layout import Role, check_role
 from store.settings import Settings, SyncSettings
 from store.store import Store
 
 if TYPE_CHECKING:
-    from store.sync.remote import Remote
-
-
-class RunnableSpec(Protocol):
-    """A model a run can use: its descriptor, and the model behind the store (vLLM's or a server's)."""
-
-    @property
-    def descriptor(self) -> ModelDescriptor: ...
-
-    @property
-    def display_name(self) -> str: ...
-
-    def cached(
-        self, store: Store | None, *, task: str, mode: Mode = ..., chunk_size: int = ..., remote: Remote | None = ...
-    ) -> CachedModel: ...
+    from inference.spec import Spec
 
 
 @dataclass(frozen=True)
@@ -184,7 +169,7 @@ class RunResult:
 
 
 def run_requests(
-    spec: RunnableSpec,
+    spec: Spec,
     requests: Sequence[Request],
     *,
     role: Role,
@@ -244,7 +229,7 @@ def run_requests(
         vllm_imported="vllm" in sys.modules,
         wall_seconds=round(time.perf_counter() - started, 3),
         remote=None if remote is None else remote.url,
-        sent=stats.as_dict() if (stats := getattr(spec, "stats", None)) is not None else None,
+        sent=spec.sent(),
         saved_prompt_tokens=last.saved.prompt_tokens,
         saved_completion_tokens=last.saved.completion_tokens,
         saved_engine_seconds=last.saved.engine_seconds,

@@ -21,14 +21,14 @@ from typing import Annotated
 import typer
 
 from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
-from inference.cache.run import RunnableSpec
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
+from inference.spec import Spec
 from store.cli.common import command_errors, emit_json, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.settings import Settings
 from store.store import Store
 
-SpecOptions = Callable[..., RunnableSpec]
+SpecOptions = Callable[..., Spec]
 _WHAT = "What to adopt"
 _WHEN = "When to adopt"
 
@@ -43,7 +43,7 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
 
 
 def adopt_command(
-    spec: RunnableSpec,
+    spec: Spec,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     across: Annotated[

@@ -27,10 +27,10 @@ from rich.text import Text
 
 from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
 from inference.cache.model import CachedModel
-from inference.cache.run import RunnableSpec
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
+from inference.spec import Spec
 from store.cli.common import command_errors, emit_json, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
@@ -43,7 +43,7 @@ if TYPE_CHECKING:  # imported when the command runs: starting `judgestore genera
     from inference.drift.audit import AuditReport
     from inference.drift.explain import DescriptorReport, InputReport
 
-SpecOptions = Callable[..., RunnableSpec]
+SpecOptions = Callable[..., Spec]
 _WHAT = "What to explain"
 
 
@@ -59,11 +59,11 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
     return register
 
 
-def optional_model(spec_options: SpecOptions) -> Callable[..., RunnableSpec | None]:
+def optional_model(spec_options: SpecOptions) -> Callable[..., Spec | None]:
     """``spec_options`` with ``--model`` optional: None when it is not given."""
     signature = inspect.signature(spec_options, eval_str=True)
 
-    def build(**values: Any) -> RunnableSpec | None:
+    def build(**values: Any) -> Spec | None:
         return None if values.get("model") is None else spec_options(**values)
 
     params = []
@@ -105,7 +105,7 @@ def _never_loaded() -> Any:
 
 
 def explain_command(
-    spec: RunnableSpec | None,
+    spec: Spec | None,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
@@ -219,7 +219,7 @@ def _print_inputs(inputs: "InputReport") -> None:
 
 
 def audit_command(
-    spec: RunnableSpec,
+    spec: Spec,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[

@@ -10,7 +10,7 @@ Contract:
   the store** (a :class:`~inference.cache.model.CachedModel` in mode ``off``):
   nothing is read from or written to any database, and a row's sample ``k``
   is regenerated as sample ``k`` (its own seed). The model is whatever
-  :meth:`~inference.cache.run.RunnableSpec.cached` gives (vLLM, or a hosted API),
+  :meth:`~inference.spec.Spec.cached` gives (vLLM, or a hosted API),
   so the same audit checks a row against another engine or descriptor.
 * :func:`compare` puts each stored row beside its regeneration: exact match,
   the first differing character, finish reasons, and, when both carry top
@@ -41,7 +41,7 @@ from store.records import JudgementRecord, Record, RowFilter
 from store.store import Database
 
 if TYPE_CHECKING:
-    from inference.cache.run import RunnableSpec
+    from inference.spec import Spec
 
 EXCERPT = 40
 
@@ -246,7 +246,7 @@ def compare(row: Record, sample: Sample) -> RowAudit:
 
 def audit_database(
     database: Database,
-    spec: RunnableSpec,
+    spec: Spec,
     *,
     sample: int = 20,
     seed: int | None = None,

@@ -4,8 +4,9 @@ Contract:
 
 * :func:`hosted_descriptor` is the one place where the settings of a hosted
   model become a :class:`~store.descriptor.ModelDescriptor`; :class:`HostedSpec`
-  is the :class:`~inference.spec.ModelSpec` of hosted models (same
-  ``descriptor``, ``display_name``, ``backend()`` and ``cached(store, task=...)``),
+  is the :class:`~inference.spec.Spec` of hosted models, as
+  :class:`~inference.spec.ModelSpec` is vLLM's (same ``descriptor``,
+  ``display_name``, ``backend()`` and ``cached(store, task=...)``),
   and its backend (:mod:`inference.backends.hosted.client`, which imports ``openai``)
   is created only when a batch has misses.
 * In the key: ``provider``; ``model`` as the API names it; ``endpoint``, the
@@ -45,7 +46,7 @@ import re
 import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue, ValidationError
@@ -54,12 +55,9 @@ from inference.backends.base import Backend
 from inference.backends.hosted.client import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
-from inference.spec import DEFAULT_SAMPLING, CacheableSpec
+from inference.spec import DEFAULT_SAMPLING, Spec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, MissingAPIKeyError
-
-if TYPE_CHECKING:
-    pass
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)
@@ -274,7 +272,7 @@ def hosted_descriptor(
 
 
 @dataclass(frozen=True)
-class HostedSpec(CacheableSpec):
+class HostedSpec(Spec):
     """A hosted or served model as a user names it; the hosted counterpart of :class:`~inference.spec.ModelSpec`.
 
     ``sampling`` is merged over :data:`~inference.spec.DEFAULT_SAMPLING`.
@@ -332,6 +330,10 @@ class HostedSpec(CacheableSpec):
     def key_env(self) -> str:
         """The environment variable the API key is read from."""
         return self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_env
+
+    def sent(self) -> dict[str, int]:
+        """What every backend of this spec sent (:attr:`stats`): requests, retries, tokens."""
+        return self.stats.as_dict()
 
     def backend(self) -> Backend:
         """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
