@@ -4,7 +4,9 @@ Contract (docs/design.md, "A run, step by step"):
 
 * The whole batch is rendered and hashed, then looked up in one pass; the
   :class:`~inference.cache.plan.Plan` (hits, misses, duplicates) is known before
-  anything runs.
+  anything runs (:func:`~inference.cache.plan.batch_keys`,
+  :func:`~inference.cache.plan.plan_batch`). What the engine is asked, the rows
+  written and the samples returned are made by :mod:`inference.cache.rows`.
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
   generated once.
@@ -68,18 +70,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
-
-import orjson
+from typing import TYPE_CHECKING, Literal
 
 from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
 from inference.cache.accounting import CallStats, priced, usage_totals
-from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput
+from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
+from inference.cache.rows import engine_request, generated_record, generated_sample, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
-from store.descriptor import ModelDescriptor, input_hash
+from store.descriptor import ModelDescriptor
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
 from store.layout import Role, Selector
-from store.records import CompletionRecord, JudgementRecord, Record
+from store.records import Record
 from store.row_statements import gc_paused
 from store.runs import record_run
 from store.settings import Settings
@@ -92,7 +93,6 @@ DEFAULT_CHUNK_SIZE = 64
 # A streaming backend's arrivals are written at least this often, so a slow hosted run killed
 # half-way loses seconds of paid requests rather than a whole chunk's worth.
 STREAM_FLUSH_SECONDS = 2.0
-_Slot = tuple[int, int]  # a distinct key's (sample index, index of the first request that asked for it)
 
 
 ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
@@ -178,40 +178,11 @@ class CachedModel:
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
-        keys, inputs = self._render(role, requests)
-        return self._plan(role, requests, keys, inputs, self._lookup(role, inputs))
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        hits = self._lookup(role, inputs)
+        return plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode)
 
     # ------------------------------------------------------------ the boundary
-
-    def _render(self, role: Role, requests: Sequence[Request]) -> tuple[list[list[str]], dict[str, _Slot]]:
-        """Keys of each request's samples, and the distinct keys in first-seen order.
-
-        The rendered inputs are not kept: a hit never needs them, and holding a whole batch of
-        them (a few KB each) costs more than rendering the misses again in :meth:`_plan`.
-        """
-        expected = CompletionRequest if role == "completions" else JudgementRequest
-        keys_per_request: list[list[str]] = []
-        inputs: dict[str, _Slot] = {}
-        mode = self.descriptor.input_mode
-        with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
-            for i, request in enumerate(requests):
-                if not isinstance(request, expected):
-                    raise InvalidInputError(
-                        f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}"
-                    )
-                rendered = request.render_bytes(mode)
-                if request.n == 1:  # the usual request: one sample, no list built to hold its keys
-                    key = input_hash(rendered)
-                    keys_per_request.append([key])
-                    if key not in inputs:
-                        inputs[key] = (0, i)
-                    continue
-                keys = [input_hash(rendered, k) for k in range(request.n)]
-                keys_per_request.append(keys)
-                for k, key in enumerate(keys):
-                    if key not in inputs:
-                        inputs[key] = (k, i)
-        return keys_per_request, inputs
 
     def _fetch(self, role: Role) -> None:
         """Import the remote's rows of this descriptor folder, once per role and model."""
@@ -223,43 +194,12 @@ class CachedModel:
         self._fetched.add(role)
         self.last.fetched_rows = report.rows
 
-    def _lookup(self, role: Role, inputs: dict[str, _Slot]) -> dict[str, Record]:
+    def _lookup(self, role: Role, inputs: dict[str, Slot]) -> dict[str, Record]:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
         self._fetch(role)
         database = self.store.find(role, self.task, self.descriptor)
         return {} if database is None else database.get_many(inputs)
-
-    def _plan(
-        self,
-        role: Role,
-        requests: Sequence[Request],
-        keys: list[list[str]],
-        inputs: dict[str, _Slot],
-        hits: dict[str, Record],
-        seconds: float = 0,
-    ) -> Plan:
-        requested = sum(map(len, keys))
-        mode = self.descriptor.input_mode
-        rendered: dict[int, bytes] = {}  # request index -> its rendered input, for the misses only
-        missing = []
-        for key, (k, i) in inputs.items():
-            if key not in hits:
-                if i not in rendered:
-                    rendered[i] = requests[i].render_bytes(mode)
-                missing.append(PlannedInput(key, rendered[i], k, i))
-        return Plan(
-            role,
-            requested,
-            len(inputs),
-            len(inputs) - len(missing),
-            len(missing),
-            requested - len(inputs),
-            self.mode,
-            tuple(missing),
-            seconds,
-            adopted_hits=sum(1 for record in hits.values() if record.adopted_from is not None),
-        )
 
     def _run(
         self,
@@ -270,9 +210,11 @@ class CachedModel:
     ) -> list[Response]:
         started, started_at = time.perf_counter(), datetime.now(UTC)
         self.last = CallStats()
-        keys, inputs = self._render(role, requests)
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
         hits = self._lookup(role, inputs)
-        plan = self._with_miss_context(self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        plan = plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode, seconds)
+        plan = self._with_miss_context(plan)
         self.last.plan = plan
         if on_plan is not None:
             on_plan(plan)
@@ -285,7 +227,7 @@ class CachedModel:
                 f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
             )
         with gc_paused():
-            results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
+            results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
         if plan.missing:
             results.update(self._generate(role, requests, plan.missing, on_progress))
         with gc_paused():
@@ -343,7 +285,7 @@ class CachedModel:
         def fail(inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
             request = requests[inp.request_index]
             self.last.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
-            results[inp.key] = _sample(inp, gen, error)
+            results[inp.key] = generated_sample(inp, gen, error)
 
         def progress(count: int) -> None:
             nonlocal done_count
@@ -351,7 +293,7 @@ class CachedModel:
             if on_progress is not None:
                 on_progress(done_count, len(missing))
 
-        engine_requests = [_engine_request(inp) for inp in missing]
+        engine_requests = [engine_request(inp) for inp in missing]
         refused = self._preflight(engine_requests) if self._preflight is not None else {}
         for index, error in refused.items():
             fail(missing[index], error)
@@ -378,7 +320,10 @@ class CachedModel:
                     fail(inp, outcome.error)
             self.last.spent += usage_totals(gen.usage for _, gen in answered)
             now = datetime.now(UTC)
-            records = [self._record(role, requests[inp.request_index], inp, gen, now) for inp, gen in answered]
+            records = [
+                generated_record(requests[inp.request_index], inp, gen, now, label=self.label, settings=self.settings)
+                for inp, gen in answered
+            ]
             not_kept: dict[str, InvalidInputError] = {}
             if database is not None and records:
                 written, not_kept = self._write(database, records)
@@ -387,7 +332,7 @@ class CachedModel:
                 if inp.key in not_kept:
                     fail(inp, not_kept[inp.key], gen)
                 else:
-                    results[inp.key] = _sample(inp, gen)
+                    results[inp.key] = generated_sample(inp, gen)
             self.last.generated += len(answered)
             progress(len(done))
 
@@ -474,60 +419,3 @@ class CachedModel:
                 "they are kept, and running it again generates only the rest."
             )
             raise
-
-    def _record(self, role: Role, request: Request, inp: PlannedInput, gen: Generation, now: datetime) -> Record:
-        common: dict[str, Any] = {
-            "input_hash": inp.key,
-            "sample_index": inp.sample_index,
-            "input_text": inp.rendered.decode(),
-            "completion": gen.text,
-            "benchmark": request.benchmark,
-            "instruction_id": request.instruction_id,
-            "finish_reason": gen.finish_reason,
-            "usage": gen.usage or None,
-            "top_logprobs": gen.top_logprobs,
-            "run_id": self.settings.run_id,
-            "created_by": self.settings.created_by,
-            "created_at": now,
-        }
-        if isinstance(request, JudgementRequest):
-            return JudgementRecord(
-                model_a=request.model_a,
-                model_b=request.model_b,
-                judge=request.judge or self.label,
-                orientation=request.orientation,
-                **common,
-            )
-        return CompletionRecord(model=request.model or self.label, **common)
-
-
-def _engine_request(inp: PlannedInput) -> EngineRequest:
-    return EngineRequest(orjson.loads(inp.rendered), inp.sample_index)
-
-
-def _sample(inp: PlannedInput, gen: Generation | None, error: JudgestoreError | None = None) -> Sample:
-    """A generated sample; with ``error``, a failed one (``gen`` is its generation when only the store refused it)."""
-    if gen is None:
-        return Sample(inp.key, inp.sample_index, "", None, None, None, cached=False, error=error)
-    return Sample(
-        inp.key,
-        inp.sample_index,
-        gen.text,
-        gen.finish_reason,
-        gen.usage or None,
-        gen.top_logprobs,
-        cached=False,
-        error=error,
-    )
-
-
-def _sample_of(record: Record) -> Sample:
-    return Sample(
-        record.input_hash,
-        record.sample_index,
-        record.completion,
-        record.finish_reason,
-        record.usage,
-        record.top_logprobs,
-        cached=True,
-    )
