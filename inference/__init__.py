@@ -8,6 +8,12 @@ Contract:
   stay.
 * Importing ``inference`` imports nothing of these until a name is used
   (:pep:`562`); nothing here imports vLLM, torch or the ``openai`` client.
+
+Where they live: the vocabulary at the top (:mod:`inference.requests`,
+:mod:`inference.judging`, :mod:`inference.spec`); the cache boundary in
+:mod:`inference.cache`; the engines in :mod:`inference.backends` (``vllm``,
+``hosted``); explain, audit and adopt in :mod:`inference.drift`; legacy
+imports in :mod:`inference.legacy`; the commands in :mod:`inference.cli`.
 """
 
 from __future__ import annotations
@@ -17,10 +23,13 @@ from typing import TYPE_CHECKING, Any
 
 # The public name -> the module that defines it.
 _WHERE = {
+    "Spec": "inference.spec",
     "ModelSpec": "inference.spec",
     "DEFAULT_SAMPLING": "inference.spec",
     "HostedSpec": "inference.backends.hosted.spec",
     "CachedModel": "inference.cache.model",
+    "Plan": "inference.cache.plan",
+    "CallStats": "inference.cache.accounting",
     "CompletionRequest": "inference.requests",
     "JudgementRequest": "inference.requests",
     "Response": "inference.requests",
@@ -28,21 +37,36 @@ _WHERE = {
     "pairwise_requests": "inference.judging",
     "pointwise_request": "inference.judging",
     "run_requests": "inference.cache.run",
+    "RunResult": "inference.cache.run",
     "RunSummary": "inference.cache.run",
+    "audit_database": "inference.drift.audit",
+    "AuditReport": "inference.drift.audit",
+    "adopt": "inference.drift.adopt",
+    "AdoptionReport": "inference.drift.adopt",
     "RequestsFailedError": "store.errors",
+    "AdoptionError": "store.errors",
 }
 
 __all__ = [
     "DEFAULT_SAMPLING",
+    "AdoptionError",
+    "AdoptionReport",
+    "AuditReport",
     "CachedModel",
+    "CallStats",
     "CompletionRequest",
     "HostedSpec",
     "JudgementRequest",
     "ModelSpec",
+    "Plan",
     "RequestsFailedError",
     "Response",
+    "RunResult",
     "RunSummary",
     "Sample",
+    "Spec",
+    "adopt",
+    "audit_database",
     "pairwise_requests",
     "pointwise_request",
     "run_requests",
@@ -50,12 +74,16 @@ __all__ = [
 
 if TYPE_CHECKING:
     from inference.backends.hosted.spec import HostedSpec
+    from inference.cache.accounting import CallStats
     from inference.cache.model import CachedModel
-    from inference.cache.run import RunSummary, run_requests
+    from inference.cache.plan import Plan
+    from inference.cache.run import RunResult, RunSummary, run_requests
+    from inference.drift.adopt import AdoptionReport, adopt
+    from inference.drift.audit import AuditReport, audit_database
     from inference.judging import pairwise_requests, pointwise_request
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-    from inference.spec import DEFAULT_SAMPLING, ModelSpec
-    from store.errors import RequestsFailedError
+    from inference.spec import DEFAULT_SAMPLING, ModelSpec, Spec
+    from store.errors import AdoptionError, RequestsFailedError
 
 
 def __getattr__(name: str) -> Any:
