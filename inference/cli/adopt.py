@@ -20,7 +20,8 @@ from typing import Annotated
 
 import typer
 
-from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
+from inference.backends.vllm.engine_logs import quiet_engine
+from inference.cli.options import VerboseOption
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.spec import Spec
 from store.cli.common import command_errors, emit_json, stdout

@@ -7,14 +7,14 @@ Contract:
   ``pairs``), :mod:`inference.cli.legacy` (``import``),
   :mod:`inference.cli.diagnostics` (``explain``, ``audit``) and
   :mod:`inference.cli.adopt` (``adopt``) registered into it; the last two are
-  given ``generate``'s model options. :mod:`store` knows nothing of inference.
+  given the model options of :mod:`inference.cli.options`. :mod:`store` knows nothing of inference.
 * :func:`main` is the ``judgestore`` console script (``inference.cli:main``
   resolves to it).
 """
 
 import typer
 
-from inference.cli import adopt, diagnostics, generate, legacy
+from inference.cli import adopt, diagnostics, generate, legacy, options
 from store.cli.app import build_app
 
 
@@ -23,8 +23,8 @@ def app() -> typer.Typer:
     return build_app(
         generate.register,
         legacy.register,
-        diagnostics.registrar(generate.model_spec),
-        adopt.registrar(generate.model_spec),
+        diagnostics.registrar(options.model_spec),
+        adopt.registrar(options.model_spec),
     )
 
 

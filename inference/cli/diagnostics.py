@@ -25,8 +25,9 @@ import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from inference.backends.vllm.engine_logs import VerboseOption, quiet_engine
+from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.model import CachedModel
+from inference.cli.options import VerboseOption
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request

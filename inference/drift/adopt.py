@@ -363,7 +363,7 @@ def _value(value: Any) -> str:
 def spec_options(spec: ModelSpec) -> list[str]:
     """The ``generate``/``judge`` model options that build ``spec`` again.
 
-    See :func:`inference.cli.generate.model_spec`.
+    See :func:`inference.cli.options.model_spec`.
     """
     if spec.thinking_token_budget is not None or spec.provider != "vllm":
         raise InvalidInputError(

@@ -15,7 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from inference.cache.model import CachedModel
-from inference.cli.generate import model_spec
+from inference.cli.options import model_spec
 from inference.drift.adopt import adopt, adopt_command_line, adoption_candidates, choose_source, spec_options
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec

@@ -27,7 +27,7 @@ from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.backends.vllm.preflight import PromptLengthCheck
 from inference.cache.model import CachedModel
 from inference.cache.plan import Mode
-from inference.cli.generate import model_spec
+from inference.cli.options import model_spec
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
