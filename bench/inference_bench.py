@@ -113,10 +113,10 @@ from bench.common import (  # noqa: E402
     write_json,
 )
 from inference.backends.base import Backend  # noqa: E402
-from inference.backends.hosted.spec import HostedSpec  # noqa: E402
 from inference.cache.model import CachedModel  # noqa: E402
 from inference.cache.plan import batch_keys  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
+from inference.spec import HostedSpec  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
 from store.records import CompletionRecord  # noqa: E402

@@ -9,11 +9,12 @@ Contract:
 * Importing ``inference`` imports nothing of these until a name is used
   (:pep:`562`); nothing here imports vLLM, torch or the ``openai`` client.
 
-Where they live: the vocabulary at the top (:mod:`inference.requests`,
-:mod:`inference.judging`, :mod:`inference.spec`); the cache boundary in
-:mod:`inference.cache`; the engines in :mod:`inference.backends` (``vllm``,
-``hosted``); explain, audit and adopt in :mod:`inference.drift`; legacy
-imports in :mod:`inference.legacy`; the commands in :mod:`inference.cli`.
+Where they live: at the top the vocabulary (:mod:`inference.requests`,
+:mod:`inference.judging`), the specs (:mod:`inference.spec`) and one whole run
+(:mod:`inference.run`); the cache boundary in :mod:`inference.cache`; the
+engines in :mod:`inference.backends` (``vllm``, ``hosted``); explain, audit
+and adopt in :mod:`inference.drift`; legacy imports in
+:mod:`inference.legacy`; the commands in :mod:`inference.cli`.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _WHERE = {
     "Spec": "inference.spec",
     "ModelSpec": "inference.spec",
     "DEFAULT_SAMPLING": "inference.spec",
-    "HostedSpec": "inference.backends.hosted.spec",
+    "HostedSpec": "inference.spec",
     "CachedModel": "inference.cache.model",
     "Plan": "inference.cache.plan",
     "CallStats": "inference.cache.accounting",
@@ -36,9 +37,9 @@ _WHERE = {
     "Sample": "inference.requests",
     "pairwise_requests": "inference.judging",
     "pointwise_request": "inference.judging",
-    "run_requests": "inference.cache.run",
-    "RunResult": "inference.cache.run",
-    "RunSummary": "inference.cache.run",
+    "run_requests": "inference.run",
+    "RunResult": "inference.run",
+    "RunSummary": "inference.run",
     "audit_database": "inference.drift.audit",
     "AuditReport": "inference.drift.audit",
     "adopt": "inference.drift.adopt",
@@ -73,16 +74,15 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from inference.backends.hosted.spec import HostedSpec
     from inference.cache.accounting import CallStats
     from inference.cache.model import CachedModel
     from inference.cache.plan import Plan
-    from inference.cache.run import RunResult, RunSummary, run_requests
     from inference.drift.adopt import AdoptionReport, adopt
     from inference.drift.audit import AuditReport, audit_database
     from inference.judging import pairwise_requests, pointwise_request
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-    from inference.spec import DEFAULT_SAMPLING, ModelSpec, Spec
+    from inference.run import RunResult, RunSummary, run_requests
+    from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, Spec
     from store.errors import AdoptionError, RequestsFailedError
 
 

@@ -1,4 +1,4 @@
-"""A model as a user names it: what every spec is (:class:`Spec`), and vLLM's (:class:`ModelSpec`).
+"""A model as a user names it: what every spec is (:class:`Spec`), vLLM's and a server's.
 
 Contract:
 
@@ -7,9 +7,9 @@ Contract:
   rows), ``backend()`` (starts the engine or the client, called only when a
   batch has misses), an optional ``preflight``, ``sent()`` (what was sent to
   a server, for run summaries) and ``cached()``, the model behind a store.
-  :class:`ModelSpec` (vLLM, in-process) and
-  :class:`~inference.backends.hosted.spec.HostedSpec` (a server) implement
-  it; :func:`~inference.cache.run.run_requests`, the audit and adoption take it.
+  :class:`ModelSpec` (vLLM, in-process) and :class:`HostedSpec` (a server)
+  implement it; :func:`~inference.run.run_requests`, the audit and adoption
+  take it.
 * :class:`ModelSpec` is the one place where user settings become a
   descriptor (:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`)
   and a lazily prepared engine
@@ -18,16 +18,23 @@ Contract:
   does, its :attr:`~ModelSpec.preflight`
   (:mod:`inference.backends.vllm.preflight`) refuses the prompts too long for
   the model, which then fail without it.
+* :class:`HostedSpec` is the same for a model behind an OpenAI-compatible
+  server: its descriptor is
+  :func:`~inference.backends.hosted.descriptor.hosted_descriptor`'s, its
+  backend the client of :mod:`inference.backends.hosted.client` (which
+  imports ``openai`` only then). The API key is read from an environment
+  variable when the backend is created, never stored on the spec.
 
 Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
 (greedy, up to 256 new tokens), the same defaults as the command line;
-every other setting is vLLM's own default.
+every other setting is the engine's or the server's own default.
 """
 
 from __future__ import annotations
 
 import abc
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -35,11 +42,13 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 
 from inference.backends.base import Backend, Preflight
+from inference.backends.hosted.client import DEFAULT_MAX_CONCURRENCY, DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
+from inference.backends.hosted.descriptor import PROVIDER_DEFAULTS, PROVIDERS, Provider, hosted_descriptor
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
 from inference.cache.plan import Mode
-from store.descriptor import LogprobPositions, ModelDescriptor
-from store.errors import InvalidInputError
+from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
+from store.errors import InvalidInputError, MissingAPIKeyError
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -186,4 +195,90 @@ class ModelSpec(Spec):
 
         return create_vllm_backend(
             self.descriptor, self.engine_kwargs, model=self.model, chat_template=self.chat_template
+        )
+
+
+@dataclass(frozen=True)
+class HostedSpec(Spec):
+    """A hosted or served model as a user names it; the hosted counterpart of :class:`ModelSpec`.
+
+    ``sampling`` is merged over :data:`DEFAULT_SAMPLING`.
+    ``api_key_env`` names the environment variable holding the key (default:
+    the provider's); the key itself is read only when a backend is created.
+    ``stats`` counts what every backend of this spec sent (requests, retries,
+    tokens), for run summaries.
+    """
+
+    model: str
+    provider: Provider = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    label: str | None = None  # the name recorded in rows; default: the model
+    input_mode: InputMode = "chat"
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    routing: Mapping[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    enable_thinking: bool | None = None
+    logprob_positions: LogprobPositions = "first"
+    revision: str | None = None
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency < 1:
+            raise InvalidInputError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.provider not in PROVIDERS:
+            raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
+
+    @functools.cached_property
+    def descriptor(self) -> ModelDescriptor:
+        return hosted_descriptor(
+            self.provider,
+            self.model,
+            base_url=self.base_url,
+            input_mode=self.input_mode,
+            sampling={**DEFAULT_SAMPLING, **self.sampling},
+            routing=self.routing,
+            chat_template_kwargs=self.chat_template_kwargs,
+            enable_thinking=self.enable_thinking,
+            logprob_positions=self.logprob_positions,
+            revision=self.revision,
+            api_key_env=self.api_key_env,
+        )
+
+    @property
+    def display_name(self) -> str:
+        """The name recorded in rows: the label, else the model as the API names it."""
+        return self.label or self.descriptor.model
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable the API key is read from."""
+        return self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_env
+
+    def sent(self) -> dict[str, int]:
+        """What every backend of this spec sent (:attr:`stats`): requests, retries, tokens."""
+        return self.stats.as_dict()
+
+    def backend(self) -> Backend:
+        """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
+        from inference.backends.hosted.client import create_openai_backend
+
+        key = os.environ.get(self.key_env) or None
+        if key is None and (self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_required):
+            raise MissingAPIKeyError(
+                self.descriptor.endpoint or self.provider,
+                f"no API key: the environment variable {self.key_env} is not set. Set it, or name the variable "
+                "that holds the key with --api-key-env NAME (api_key_env=...)",
+            )
+        return create_openai_backend(
+            self.descriptor,
+            api_key=key,
+            key_env=self.key_env if key is not None else None,
+            max_concurrency=self.max_concurrency,
+            timeout_s=self.timeout_s,
+            retry=self.retry,
+            stats=self.stats,
         )

@@ -118,7 +118,7 @@ class ModelDescriptor(BaseModel):
     backend_version: str | None = None
     # Added in 0.2: which generated positions keep their top logprobs (see store.logprobs).
     logprob_positions: LogprobPositions = "first"
-    # Added in 0.3, for hosted APIs and servers (inference.backends.hosted.spec): the base URL requests go to
+    # Added in 0.3, for hosted APIs and servers (inference.backends.hosted.descriptor): the base URL requests go to
     # (never a secret: no credentials, no query), and the provider routing that changes who answers
     # (OpenRouter's ``provider`` preferences). None / {} for the in-process engine.
     endpoint: str | None = None

@@ -8,7 +8,7 @@ Contract:
 * ``generate`` and ``judge`` read a JSONL file of requests, print the plan
   (hits, misses, duplicates) before anything runs, show a progress bar while
   the engine generates (on a terminal), write one result line per request,
-  and end with the summary of :func:`inference.cache.run.run_requests`: hits,
+  and end with the summary of :func:`inference.run.run_requests`: hits,
   misses, rows written, outputs that stopped at ``max_tokens``, wall time,
   and whether the engine was loaded (and vLLM imported). A run that is all
   hits never imports vLLM. Requests that failed (refused by the engine or
@@ -27,15 +27,14 @@ from typing import IO, Annotated, NoReturn
 import orjson
 import typer
 
-from inference.backends.hosted.spec import HostedSpec
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.plan import Plan
-from inference.cache.run import RunResult, run_requests
 from inference.cli.options import RUN_PANEL, RunOptions, VerboseOption, model_spec, run_options
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
 from inference.requests import Request
-from inference.spec import ModelSpec
+from inference.run import RunResult, run_requests
+from inference.spec import HostedSpec, ModelSpec
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError

@@ -4,7 +4,7 @@ Contract:
 
 * :func:`model_spec` is the model of a command line: a
   :class:`~inference.spec.ModelSpec` (vLLM, in-process), or with
-  ``--provider`` a :class:`~inference.backends.hosted.spec.HostedSpec`.
+  ``--provider`` a :class:`~inference.spec.HostedSpec`.
   vLLM settings are named as ``vllm.LLM`` and ``SamplingParams`` name them:
   ``--engine-arg KEY=VALUE`` and ``--sampling KEY=VALUE`` (values are JSON,
   else strings), with options for the common sampling settings. Options left
@@ -28,9 +28,8 @@ from typing import Annotated
 import typer
 
 from inference.backends.hosted.client import DEFAULT_MAX_CONCURRENCY
-from inference.backends.hosted.spec import HostedSpec
 from inference.cache.plan import Mode
-from inference.spec import DEFAULT_SAMPLING, ModelSpec, parse_key_values
+from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, parse_key_values
 from store.errors import InvalidInputError
 
 _MODEL = "Model"

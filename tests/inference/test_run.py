@@ -1,11 +1,11 @@
-"""inference/cache/run.py: a whole run's summary says which limit stopped outputs that did not finish."""
+"""inference/run.py: a whole run's summary says which limit stopped outputs that did not finish."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from inference.backends.base import EngineRequest, Generation
-from inference.cache.run import run_requests
+from inference.run import run_requests
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
 from tests.inference.test_audit import FakeSpec
