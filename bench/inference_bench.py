@@ -43,7 +43,7 @@ Two parts, each measured beside its floor in the same run:
   Every variant drops its result inside its own timing (``complete``'s
   Responses too, which is charged to ours).
   - The split, measured in a second interleaved series: render + hash (ours:
-    ``CachedModel._render``; floor: the dumps + sha256 loop) and lookup (ours:
+    ``inference.cache.plan.batch_keys``; floor: the dumps + sha256 loop) and lookup (ours:
     ``CachedModel._lookup`` of the rendered keys, i.e. ``Store.find`` +
     ``Database.get_many``; floor: the query loop above, with and without
     records).
@@ -112,10 +112,11 @@ from bench.common import (  # noqa: E402
     raw_get_many,
     write_json,
 )
-from inference.backend import Backend  # noqa: E402
-from inference.cached import CachedModel  # noqa: E402
-from inference.hosted import HostedSpec  # noqa: E402
+from inference.backends.base import Backend  # noqa: E402
+from inference.cache.model import CachedModel  # noqa: E402
+from inference.cache.plan import batch_keys  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
+from inference.spec import HostedSpec  # noqa: E402
 from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
@@ -335,7 +336,9 @@ class PlanBench:
             )
             split = measure(
                 [
-                    Variant("ours render+hash", lambda _s: len(cached._render(ROLE, requests)[1])),
+                    Variant(
+                        "ours render+hash", lambda _s: len(batch_keys(ROLE, requests, cached.descriptor.input_mode)[1])
+                    ),
                     Variant("floor render+hash", lambda _s: len(floor_keys(batch))),
                     Variant("ours lookup", lambda _s: len(cached._lookup(ROLE, inputs))),
                     Variant("floor lookup", lambda _s: len(floor_rows(raw, keys))),
@@ -396,7 +399,7 @@ class PlanBench:
             raise AssertionError("complete() of a full-hit batch did not come only from the store")
         if [r.text for r in responses] != [r.completion for r in records]:
             raise AssertionError("complete() returned other texts than the stored ones")
-        _, inputs = cached._render(ROLE, requests)
+        _, inputs = batch_keys(ROLE, requests, cached.descriptor.input_mode)
         keys = floor_keys(batch)
         if keys != list(inputs) or keys != [r.input_hash for r in records]:
             raise AssertionError("the floor's keys differ from judgestore's input hashes")
@@ -495,7 +498,7 @@ class CliBench:
         self.notes: list[str] = []
 
     def run(self) -> None:
-        from inference.tiny_model import build_tiny_model
+        from inference.backends.vllm.tiny_model import build_tiny_model
         from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
 
         model = build_tiny_model(self.workdir / "tiny-llama", seed=0)
@@ -674,7 +677,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'floor + records' also builds what get_many returns (CompletionRecord objects, created_at parsed to aware "
         "UTC datetimes), as bench/store_bench.py's raw get_many does. 'complete' also builds the Samples and "
         "Responses; every variant drops its result inside its timing",
-        "split: render + hash = CachedModel._render vs the dumps+sha256 loop; lookup = CachedModel._lookup "
+        "split: render + hash = batch_keys vs the dumps+sha256 loop; lookup = CachedModel._lookup "
         "(Store.find + Database.get_many) vs the raw query loop",
         *cli_bench.notes,
         "plan: medians of interleaved repetitions ("

@@ -15,7 +15,7 @@ Contract:
   (``target`` None: a database that does not exist yet).
 * :func:`adoptions` reads a database's records back, newest first.
 * Deciding whether to adopt (the audit, the thresholds, which fields may
-  differ) is the inference layer's (:mod:`inference.adopt`); this module
+  differ) is the inference layer's (:mod:`inference.drift.adopt`); this module
   only moves rows and keeps the record. Rows adopted earlier are selected
   with :class:`~store.records.RowFilter` (``adopted_from``, ``adopted``),
   like any other rows.

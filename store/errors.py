@@ -424,7 +424,7 @@ class RequestsFailedError(JudgestoreError):
     """Some requests of a ``complete``/``judge`` call failed; every other one was answered (and stored).
 
     Raised at the end of the call. ``failures`` lists each failed input (an
-    :class:`inference.plan.Failure`: its request, sample and typed error);
+    :class:`inference.cache.plan.Failure`: its request, sample and typed error);
     ``responses`` holds every response in request order, the failed ones
     marked with their ``error``, so nothing answered is lost by raising.
     """

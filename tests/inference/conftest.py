@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from inference.tiny_model import build_tiny_model
+from inference.backends.vllm.tiny_model import build_tiny_model
 
 # vLLM on a small CPU machine: engine core in-process (no worker processes to
 # start), no torch.compile, no network, no usage reports, one OpenMP thread.

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.cached import CachedModel
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest
 from store.descriptor import ModelDescriptor, input_hash, render_messages
 from store.errors import (

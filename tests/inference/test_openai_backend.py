@@ -24,12 +24,12 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.backend import EngineRequest
-from inference.hosted import HostedSpec
+from inference.backends.base import EngineRequest
+from inference.backends.hosted.client import RetryPolicy
+from inference.backends.hosted.wire import generation_from_body, request_body
 from inference.judging import pairwise_requests
-from inference.openai_backend import RetryPolicy
-from inference.openai_wire import generation_from_body, request_body
 from inference.requests import CompletionRequest
+from inference.spec import HostedSpec
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -391,7 +391,7 @@ def test_a_vllm_server_body_with_empty_bytes_and_a_sampled_token_outside_the_top
 
 _KILLED_RUN = """
 import os, signal, sys
-from inference.hosted import HostedSpec
+from inference.spec import HostedSpec
 from inference.requests import CompletionRequest
 from store.store import Store
 

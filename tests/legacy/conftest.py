@@ -148,7 +148,7 @@ def legacy_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny local model of inference.tiny_model (built in well under a second, no network)."""
-    from inference.tiny_model import build_tiny_model
+    """The tiny local model of inference.backends.vllm.tiny_model (built in well under a second, no network)."""
+    from inference.backends.vllm.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", seed=0)

@@ -6,7 +6,7 @@ Contract: :class:`LegacyDescriptorMapper` is the
 returns an :class:`~store.legacy.importer.Attribution`, never a guess:
 
 * A source with an S3+ or S2 ``metadata.json`` is mapped with the live rules
-  (:mod:`inference.legacy_settings`). The resolved model revision and the
+  (:mod:`inference.legacy.settings`). The resolved model revision and the
   chat template's hash were never recorded: without
   ``--assume-current-model`` such sources are skipped, with the reason and
   the option to use. ``--assume-current-model MODEL`` (the legacy model id or
@@ -15,14 +15,14 @@ returns an :class:`~store.legacy.importer.Attribution`, never a guess:
   both from the model as it is now, exactly as a live run would; the
   assumption is written into ``metadata.json`` (``assumptions``), and so is
   every ``--assume-setting`` that filled a gap.
-* ``--descriptor FILE`` (:mod:`inference.legacy_user_descriptor`) imports the
+* ``--descriptor FILE`` (:mod:`inference.legacy.user_descriptor`) imports the
   sources that cannot be mapped (S0, S1, DataFrame caches, other providers,
   sources without an assumption). It applies to one legacy descriptor at
   most: sources carrying two different legacy descriptors are refused rather
   than merged under one.
 * Report notes say which live settings hit the imported rows, and warn when
   the installed vLLM differs from the one that produced them; then they give
-  the exact ``judgestore adopt`` command (:func:`inference.adopt.adopt_command_line`)
+  the exact ``judgestore adopt`` command (:func:`inference.drift.adopt.adopt_command_line`)
   that audits those rows with the installed vLLM and, if they come out the
   same, adopts them for it.
 """
@@ -35,11 +35,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from inference.adopt import adopt_command_line
-from inference.legacy_settings import live_spec, map_legacy_descriptor, settings_line
-from inference.legacy_user_descriptor import UserDescriptor
+from inference.backends.vllm.descriptor import backend_version as installed_backend_version
+from inference.drift.adopt import adopt_command_line
+from inference.legacy.settings import live_spec, map_legacy_descriptor, settings_line
+from inference.legacy.user_descriptor import UserDescriptor
 from inference.spec import ModelSpec
-from inference.vllm_descriptor import backend_version as installed_backend_version
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
 from store.layout import ROLES

@@ -7,7 +7,7 @@ torch or transformers and never loads a model or a tokenizer: it reads a few
 small files (and samples the weight files) so that a run that is all cache
 hits finishes without touching the engine.
 
-* ``model`` and ``revision`` come from :func:`inference.model_source.resolve_model`:
+* ``model`` and ``revision`` come from :func:`inference.backends.vllm.model_source.resolve_model`:
   a local folder is its folder name and ``"sha256:<digest>"`` of its files
   (however its path is spelled); a Hub id is the id and the commit it is
   pinned to (local cache, else the Hub), or ``"unpinned:<revision>"`` when
@@ -35,7 +35,7 @@ from typing import Any, Literal
 
 from pydantic import JsonValue, ValidationError
 
-from inference.model_source import model_name, resolve_model
+from inference.backends.vllm.model_source import model_name, resolve_model
 from inference.sampling import json_value, sampling_settings_from
 from store.descriptor import LogprobPositions, ModelDescriptor, canonical_json, sha256_hex
 from store.errors import InvalidInputError
@@ -240,7 +240,7 @@ def effective_chat_template(
     An explicit template (``chat_template``, or ``engine_kwargs["chat_template"]``
     as ``vllm.LLM`` accepts it) wins; otherwise the tokenizer's files, read
     from the folder, the Hugging Face cache or the Hub (see
-    :func:`~inference.model_source.resolve_model`).
+    :func:`~inference.backends.vllm.model_source.resolve_model`).
     """
     engine_kwargs = engine_kwargs or {}
     explicit = _explicit_template(engine_kwargs, chat_template)
@@ -276,7 +276,7 @@ def descriptor_from_vllm(
     ``enable_thinking`` and ``thinking_token_budget`` may also be given inside
     ``chat_template_kwargs`` / ``sampling``; either spelling hashes alike.
     Raises :class:`InvalidInputError` for settings that cannot be hashed, and
-    :class:`~inference.model_source.UnpinnedModelError` for a Hub model that
+    :class:`~inference.backends.vllm.model_source.UnpinnedModelError` for a Hub model that
     cannot be pinned (unless ``allow_unpinned``).
     """
     engine_kwargs = dict(engine_kwargs or {})

@@ -2,10 +2,10 @@
 
 Contract:
 
-* Thin: parse, call :func:`inference.adopt.adopt`, render (see
+* Thin: parse, call :func:`inference.drift.adopt.adopt`, render (see
   :mod:`store.cli.common` for the edge and where output goes).
 * Takes the model options ``generate``/``judge`` take: :func:`registrar`
-  receives that option group from :mod:`inference.cli` (no CLI module
+  receives that option group from :mod:`inference.cli.app` (no CLI module
   imports another), so the descriptor adopted into is exactly the one a run
   with the same options uses.
 * Exit status 1 when the thresholds are not met (nothing is written), and
@@ -20,15 +20,16 @@ from typing import Annotated
 
 import typer
 
-from inference.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
-from inference.engine_logs import VerboseOption, quiet_engine
-from inference.run import RunnableSpec
+from inference.backends.vllm.engine_logs import quiet_engine
+from inference.cli.options import VerboseOption
+from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
+from inference.spec import Spec
 from store.cli.common import command_errors, emit_json, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.settings import Settings
 from store.store import Store
 
-SpecOptions = Callable[..., RunnableSpec]
+SpecOptions = Callable[..., Spec]
 _WHAT = "What to adopt"
 _WHEN = "When to adopt"
 
@@ -43,7 +44,7 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
 
 
 def adopt_command(
-    spec: RunnableSpec,
+    spec: Spec,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     across: Annotated[

@@ -11,7 +11,7 @@ descriptor sets a seed), so it does not depend on how many samples are asked
 for at once.
 
 A :data:`Preflight` finds, before the engine is prepared, the requests it
-would refuse (:mod:`inference.preflight`): those fail without it, and a batch
+would refuse (:mod:`inference.backends.vllm.preflight`): those fail without it, and a batch
 of nothing else never loads it.
 
 A :class:`StreamingBackend` (a remote API, where requests finish one by one

@@ -33,7 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from inference.backend import EngineRequest, Generation
+from inference.backends.base import EngineRequest, Generation
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import (

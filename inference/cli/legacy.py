@@ -6,7 +6,7 @@ Contract:
   :func:`store.cli.build_app` assembles (:func:`inference.cli.main` passes it).
 * Thin: detection is :func:`store.legacy.detect.detect`, the import
   :func:`store.legacy.importer.import_sources`, descriptors
-  :class:`inference.legacy.LegacyDescriptorMapper`. This module parses options
+  :class:`inference.legacy.mapper.LegacyDescriptorMapper`. This module parses options
   and renders: a rich table on stdout (or ``--json``), a progress bar on
   stderr (terminals only), and ``--report FILE`` with the full JSON report.
 * Exit status 1 when anything failed: a source that is corrupt, invalid or
@@ -207,8 +207,8 @@ def import_command(
 
         judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json --task mt-bench --report report.json
     """
-    from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
-    from inference.legacy_user_descriptor import load_user_descriptor
+    from inference.legacy.mapper import LegacyDescriptorMapper, parse_assumed_models
+    from inference.legacy.user_descriptor import load_user_descriptor
     from store.legacy.detect import PROBLEM_STATES, detect
     from store.legacy.importer import ImportOptions, import_sources
     from store.legacy.inputs import InputsTable

@@ -11,17 +11,15 @@ Contract:
   Errors still show. An environment variable the user set wins: each is only
   set when absent.
   vLLM's own weight-loading bar is turned off where the engine is built
-  (:func:`inference.vllm_backend.create_vllm_backend` asks :func:`engine_is_quiet`).
-* :data:`VerboseOption` is the ``-v``/``--verbose`` option of those commands.
+  (:func:`inference.backends.vllm.backend.create_vllm_backend` asks :func:`engine_is_quiet`).
+  The ``-v``/``--verbose`` option is the command line's
+  (:data:`inference.cli.options.VerboseOption`).
 * It changes this process only (environment and warning filters); a Python
   caller of :mod:`inference` keeps vLLM's defaults unless it calls it.
 """
 
 import os
 import warnings
-from typing import Annotated
-
-import typer
 
 ENGINE_QUIET_ENV = {
     "VLLM_LOGGING_LEVEL": "ERROR",  # vLLM's own logger
@@ -30,14 +28,6 @@ ENGINE_QUIET_ENV = {
     "TQDM_DISABLE": "1",  # progress bars of the libraries below vLLM (tqdm reads it when first imported)
 }
 ENGINE_MODULES = r"(vllm|torch|transformers|triton)(\.|$)"
-
-VerboseOption = Annotated[
-    bool,
-    typer.Option(
-        "--verbose", "-v", help="Also show the engine's own log (vLLM, torch) on stderr; by default only errors."
-    ),
-]
-
 
 _quiet = False
 

@@ -1,7 +1,12 @@
-"""What a run cost and what the cache saved it: engine time per row, token totals, the run's accounting row.
+"""What a call did, what it cost and what the cache saved it: engine time per row, token totals, the ``runs`` row.
 
 Contract:
 
+* :class:`CallStats` is what one call of :class:`~inference.cache.model.CachedModel`
+  did: its plan, what was fetched, generated and written, the inputs that
+  failed (:class:`~inference.cache.plan.Failure`), and what the misses cost
+  and the hits saved. :meth:`CallStats.run_record` is the row
+  :func:`store.runs.record_run` appends to the database's ``runs`` table.
 * :func:`priced` gives each generation of a batch its share of the batch's
   engine wall time, in its ``usage`` as ``engine_seconds`` (beside the token
   counts the engine reported). Shares are proportional to completion tokens
@@ -11,8 +16,6 @@ Contract:
 * :func:`usage_totals` adds up ``usage`` values (stored rows or fresh
   generations): tokens in and out, engine seconds, and how many carried no
   engine time (rows written before revision 0003, imported rows).
-* :func:`run_record` turns one call's plan and counts into the row
-  :func:`store.runs.record_run` appends to the database's ``runs`` table.
 * Savings are counted over the distinct inputs the store answered (hits):
   what those rows had cost when they were generated. Duplicates inside a
   batch are not savings of the cache and are not counted.
@@ -23,15 +26,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from inference.backend import Generation
+from inference.backends.base import Generation
+from inference.cache.plan import Failure, Plan
 from store.records import RunRecord
-
-if TYPE_CHECKING:
-    from inference.plan import Plan
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
 
@@ -98,42 +99,65 @@ def usage_totals(usages: Iterable[Mapping[str, Any] | None]) -> UsageTotals:
     return UsageTotals(rows, prompt, completion, round(seconds, 6), without)
 
 
-def run_record(
-    plan: Plan,
-    *,
-    spent: UsageTotals,
-    saved: UsageTotals,
-    generated: int,
-    written: int,
-    truncated: int,
-    run_id: str | None,
-    created_by: str | None,
-    started_at: datetime,
-    finished_at: datetime,
-    wall_seconds: float,
-) -> RunRecord:
-    """The ``runs`` row of one call (see :class:`store.models.Run`)."""
-    return RunRecord(
-        role=plan.role,
-        run_id=run_id,
-        created_by=created_by,
-        started_at=started_at,
-        finished_at=finished_at,
-        mode=plan.mode,
-        requested=plan.requested,
-        distinct_inputs=plan.distinct,
-        hits=plan.hits,
-        misses=plan.misses,
-        duplicates=plan.duplicates,
-        generated=generated,
-        rows_written=written,
-        truncated=truncated,
-        prompt_tokens=spent.prompt_tokens,
-        completion_tokens=spent.completion_tokens,
-        engine_seconds=spent.engine_seconds,
-        saved_prompt_tokens=saved.prompt_tokens,
-        saved_completion_tokens=saved.completion_tokens,
-        saved_engine_seconds=saved.engine_seconds,
-        hits_without_cost=saved.without_cost,
-        wall_seconds=round(wall_seconds, 6),
-    )
+_SHOWN_FAILURES = 3  # in the failure message; every one is in ``failed``
+
+
+@dataclass
+class CallStats:
+    """What one call of a :class:`~inference.cache.model.CachedModel` did (its ``last``), for summaries and tests."""
+
+    plan: Plan | None = None
+    fetched_rows: int = 0
+    generated: int = 0
+    written: int = 0
+    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
+    engine_loaded: bool = False
+    seconds: float = 0.0
+    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
+    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
+    failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)
+
+    def run_record(
+        self, *, run_id: str | None, created_by: str | None, started_at: datetime, finished_at: datetime
+    ) -> RunRecord:
+        """The ``runs`` row of this call (see :class:`store.models.Run`)."""
+        plan, spent, saved = self.plan, self.spent, self.saved
+        assert plan is not None, "a call is recorded after it planned"
+        return RunRecord(
+            role=plan.role,
+            run_id=run_id,
+            created_by=created_by,
+            started_at=started_at,
+            finished_at=finished_at,
+            mode=plan.mode,
+            requested=plan.requested,
+            distinct_inputs=plan.distinct,
+            hits=plan.hits,
+            misses=plan.misses,
+            duplicates=plan.duplicates,
+            generated=self.generated,
+            rows_written=self.written,
+            truncated=self.truncated,
+            prompt_tokens=spent.prompt_tokens,
+            completion_tokens=spent.completion_tokens,
+            engine_seconds=spent.engine_seconds,
+            saved_prompt_tokens=saved.prompt_tokens,
+            saved_completion_tokens=saved.completion_tokens,
+            saved_engine_seconds=saved.engine_seconds,
+            hits_without_cost=saved.without_cost,
+            wall_seconds=round(self.seconds, 6),
+        )
+
+    def failed_message(self) -> str:
+        """What failed, for :class:`~store.errors.RequestsFailedError`: how many, the first few, what to do."""
+        plan, failed = self.plan, self.failed
+        assert plan is not None, "inputs fail after the call planned"
+        shown = "; ".join(f.line() for f in failed[:_SHOWN_FAILURES])
+        more = f"; and {len(failed) - _SHOWN_FAILURES} more" if len(failed) > _SHOWN_FAILURES else ""
+        kept = f", {self.written} rows written" if self.written else ""
+        return (
+            f"{len(failed)} of {plan.misses} inputs to generate failed and were not stored "
+            f"({plan.misses - len(failed)} answered{kept}, {plan.hits} hits): {shown}{more}. "
+            "Every response is in the error's .responses, the failed ones with their .error; a rerun asks only for "
+            "those"
+        )

@@ -1,19 +1,18 @@
-"""Hosted models and served ones: OpenAI, OpenRouter, Together or a ``vllm serve`` behind the same cache.
+"""The descriptor of a hosted or served model: OpenAI, OpenRouter, Together or a ``vllm serve``.
 
 Contract:
 
 * :func:`hosted_descriptor` is the one place where the settings of a hosted
-  model become a :class:`~store.descriptor.ModelDescriptor`; :class:`HostedSpec`
-  is the :class:`~inference.spec.ModelSpec` of hosted models (same
-  ``descriptor``, ``display_name``, ``backend()`` and ``cached(store, task=...)``),
-  and its backend (:mod:`inference.openai_backend`, which imports ``openai``)
-  is created only when a batch has misses.
+  model become a :class:`~store.descriptor.ModelDescriptor`;
+  :class:`inference.spec.HostedSpec` is the spec that uses it, as
+  :class:`~inference.spec.ModelSpec` uses
+  :func:`~inference.backends.vllm.descriptor.descriptor_from_vllm`.
 * In the key: ``provider``; ``model`` as the API names it; ``endpoint``, the
   base URL requests go to (lowercase scheme and host, no trailing ``/``;
   the provider's default when not given, ``OPENAI_BASE_URL`` for ``openai``);
   ``sampling`` with the same defaults as the in-process engine
   (:data:`~inference.spec.DEFAULT_SAMPLING`) and the same spelling rules, so
-  exactly what :func:`~inference.openai_wire.request_body` sends is
+  exactly what :func:`~inference.backends.hosted.wire.request_body` sends is
   hashed; ``routing``, OpenRouter's ``provider`` preferences, which decide
   who answers; ``chat_template_kwargs`` / ``enable_thinking`` (a
   ``vllm-server`` only); ``revision``, a pin the caller asserts (the commit a
@@ -29,7 +28,7 @@ Contract:
 * Secrets never reach a descriptor: the API key is read from an environment
   variable when the backend is created (``OPENAI_API_KEY``,
   ``OPENROUTER_API_KEY``, ``TOGETHER_API_KEY``, ``VLLM_API_KEY``, or the one
-  ``api_key_env`` names), never stored on the spec; a URL with credentials,
+  ``api_key_env`` names: :data:`PROVIDER_DEFAULTS`), never stored on the spec; a URL with credentials,
   a query or a fragment, a setting named like a credential (``api_key``,
   ``token``, ``authorization``...), a value shaped like a key
   (``sk-...``, ``Bearer ...``), or the value of any of those variables
@@ -39,28 +38,20 @@ Contract:
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import warnings
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from dataclasses import dataclass
+from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import JsonValue, ValidationError
 
-from inference.backend import Backend
-from inference.openai_backend import DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
-from inference.openai_wire import RESERVED_BODY_KEYS
+from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
-from inference.spec import DEFAULT_SAMPLING, CacheableSpec
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
-from store.errors import InvalidInputError, MissingAPIKeyError
-from store.settings import Settings
-
-if TYPE_CHECKING:
-    pass
+from store.errors import InvalidInputError
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)
@@ -208,7 +199,7 @@ def hosted_descriptor(
 ) -> ModelDescriptor:
     """The descriptor of ``model`` served by ``provider`` (see the module docstring).
 
-    ``sampling`` is taken as given (:class:`HostedSpec` merges it over
+    ``sampling`` is taken as given (:class:`~inference.spec.HostedSpec` merges it over
     :data:`~inference.spec.DEFAULT_SAMPLING`); ``logprobs: k`` asks for the
     top ``k`` candidates. ``api_key_env`` names one more variable whose value
     must not appear in the descriptor.
@@ -269,90 +260,3 @@ def hosted_descriptor(
         )
     except ValidationError as e:
         raise InvalidInputError(f"invalid descriptor for hosted model {model!r}: {e}") from e
-
-
-# ------------------------------------------------------------------ the spec
-
-
-@dataclass(frozen=True)
-class HostedSpec(CacheableSpec):
-    """A hosted or served model as a user names it; the hosted counterpart of :class:`~inference.spec.ModelSpec`.
-
-    ``sampling`` is merged over :data:`~inference.spec.DEFAULT_SAMPLING`.
-    ``api_key_env`` names the environment variable holding the key (default:
-    the provider's); the key itself is read only when a backend is created.
-    ``max_concurrency`` bounds the requests in flight (default: the
-    ``max_concurrency`` setting, ``JUDGESTORE_MAX_CONCURRENCY``, 8 unless set).
-    ``stats`` counts what every backend of this spec sent (requests, retries,
-    tokens), for run summaries.
-    """
-
-    model: str
-    provider: Provider = "openai"
-    base_url: str | None = None
-    api_key_env: str | None = None
-    label: str | None = None  # the name recorded in rows; default: the model
-    input_mode: InputMode = "chat"
-    sampling: Mapping[str, Any] = field(default_factory=dict)
-    routing: Mapping[str, Any] = field(default_factory=dict)
-    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    enable_thinking: bool | None = None
-    logprob_positions: LogprobPositions = "first"
-    revision: str | None = None
-    max_concurrency: int | None = None  # None: Settings().max_concurrency, read when the backend is created
-    timeout_s: float = DEFAULT_TIMEOUT_S
-    retry: RetryPolicy = field(default_factory=RetryPolicy)
-    stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise InvalidInputError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
-        if self.provider not in PROVIDERS:
-            raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
-
-    @functools.cached_property
-    def descriptor(self) -> ModelDescriptor:
-        return hosted_descriptor(
-            self.provider,
-            self.model,
-            base_url=self.base_url,
-            input_mode=self.input_mode,
-            sampling={**DEFAULT_SAMPLING, **self.sampling},
-            routing=self.routing,
-            chat_template_kwargs=self.chat_template_kwargs,
-            enable_thinking=self.enable_thinking,
-            logprob_positions=self.logprob_positions,
-            revision=self.revision,
-            api_key_env=self.api_key_env,
-        )
-
-    @property
-    def display_name(self) -> str:
-        """The name recorded in rows: the label, else the model as the API names it."""
-        return self.label or self.descriptor.model
-
-    @property
-    def key_env(self) -> str:
-        """The environment variable the API key is read from."""
-        return self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_env
-
-    def backend(self) -> Backend:
-        """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
-        from inference.openai_backend import create_openai_backend
-
-        key = os.environ.get(self.key_env) or None
-        if key is None and (self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_required):
-            raise MissingAPIKeyError(
-                self.descriptor.endpoint or self.provider,
-                f"no API key: the environment variable {self.key_env} is not set. Set it, or name the variable "
-                "that holds the key with --api-key-env NAME (api_key_env=...)",
-            )
-        return create_openai_backend(
-            self.descriptor,
-            api_key=key,
-            key_env=self.key_env if key is not None else None,
-            max_concurrency=self.max_concurrency or Settings().max_concurrency,
-            timeout_s=self.timeout_s,
-            retry=self.retry,
-            stats=self.stats,
-        )

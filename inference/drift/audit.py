@@ -7,10 +7,10 @@ Contract:
   :meth:`store.repository.Repository.sample`), optionally among the rows a
   :class:`~store.records.RowFilter` selects.
 * :func:`regenerate` asks a model for those rows' inputs again **without
-  the store** (a :class:`~inference.cached.CachedModel` in mode ``off``):
+  the store** (a :class:`~inference.cache.model.CachedModel` in mode ``off``):
   nothing is read from or written to any database, and a row's sample ``k``
   is regenerated as sample ``k`` (its own seed). The model is whatever
-  :meth:`~inference.run.RunnableSpec.cached` gives (vLLM, or a hosted API),
+  :meth:`~inference.spec.Spec.cached` gives (vLLM, or a hosted API),
   so the same audit checks a row against another engine or descriptor.
 * :func:`compare` puts each stored row beside its regeneration: exact match,
   the first differing character, finish reasons, and, when both carry top
@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from inference.cached import CachedModel
+from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
 from store.errors import InvalidInputError
 from store.filters import RowFilter
@@ -42,7 +42,7 @@ from store.records import JudgementRecord, Record
 from store.store import Database
 
 if TYPE_CHECKING:
-    from inference.run import RunnableSpec
+    from inference.spec import Spec
 
 EXCERPT = 40
 
@@ -247,7 +247,7 @@ def compare(row: Record, sample: Sample) -> RowAudit:
 
 def audit_database(
     database: Database,
-    spec: RunnableSpec,
+    spec: Spec,
     *,
     sample: int = 20,
     seed: int | None = None,

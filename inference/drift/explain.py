@@ -12,7 +12,7 @@ Contract:
   nearest differs in the fewest descriptor fields (then: the same task, then
   the most rows).
 * :func:`explain_inputs` takes the plan of a batch (:meth:`CachedModel.plan
-  <inference.cached.CachedModel.plan>`) and, for each missing input, finds
+  <inference.cache.model.CachedModel.plan>`) and, for each missing input, finds
   why: a sample index beyond those stored; the same input stored under
   another descriptor; else the stored row with the same
   ``benchmark``/``instruction_id``, or the nearest rendered input among at
@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from inference.plan import Plan
+from inference.cache.plan import Plan
 from inference.requests import Request
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError

@@ -2,7 +2,7 @@
 
 Contract:
 
-* :class:`PromptLengthCheck` is the :data:`~inference.backend.Preflight` of a
+* :class:`PromptLengthCheck` is the :data:`~inference.backends.base.Preflight` of a
   vLLM model (:meth:`inference.spec.ModelSpec.preflight`). It refuses, with
   :class:`~store.errors.PromptTooLongError`, a request whose prompt is at
   least ``max_model_len`` tokens: exactly what vLLM 0.32 refuses (it keeps
@@ -23,7 +23,7 @@ Contract:
   tokenizer files here, a tokenizer mode other than ``auto``/``hf``, a chat
   the template refuses to render, a context it cannot read) it leaves to
   the engine, which refuses such a request alone
-  (:class:`~inference.vllm_backend.VLLMBackend`).
+  (:class:`~inference.backends.vllm.backend.VLLMBackend`).
 * Lazy: nothing is read or imported until a batch has misses (a run that is
   all hits never calls it); the tokenizer is loaded once per check. Loading
   it imports transformers, which the engine that follows imports anyway: the
@@ -40,9 +40,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.backend import EngineRequest
-from inference.model_source import COMMIT_RE, cached_snapshot
-from inference.vllm_descriptor import load_chat_template_text
+from inference.backends.base import EngineRequest
+from inference.backends.vllm.descriptor import load_chat_template_text
+from inference.backends.vllm.model_source import COMMIT_RE, cached_snapshot
 from store.descriptor import ModelDescriptor
 from store.errors import JudgestoreError, PromptTooLongError
 

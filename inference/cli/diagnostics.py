@@ -2,10 +2,10 @@
 
 Contract:
 
-* Thin: parse, call :mod:`inference.explain` and :mod:`inference.audit`,
+* Thin: parse, call :mod:`inference.drift.explain` and :mod:`inference.drift.audit`,
   render (see :mod:`store.cli.common` for the edge and where output goes).
 * Both take the model options ``generate``/``judge`` take: :func:`registrar`
-  receives that option group from :mod:`inference.cli` (so no CLI module
+  receives that option group from :mod:`inference.cli.app` (so no CLI module
   imports another, and an option added there reaches these commands too).
   ``explain`` also takes ``--descriptor-file FILE`` (a descriptor or a
   metadata.json) instead of a model.
@@ -25,12 +25,13 @@ import typer
 from pydantic import ValidationError
 from rich.text import Text
 
-from inference.cached import CachedModel
-from inference.engine_logs import VerboseOption, quiet_engine
+from inference.backends.vllm.engine_logs import quiet_engine
+from inference.cache.model import CachedModel
+from inference.cli.options import VerboseOption
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
-from inference.run import RunnableSpec
+from inference.spec import Spec
 from store.cli.common import command_errors, emit_json, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
@@ -40,10 +41,10 @@ from store.settings import Settings
 from store.store import Store
 
 if TYPE_CHECKING:  # imported when the command runs: starting `judgestore generate` does not pay for them
-    from inference.audit import AuditReport
-    from inference.explain import DescriptorReport, InputReport
+    from inference.drift.audit import AuditReport
+    from inference.drift.explain import DescriptorReport, InputReport
 
-SpecOptions = Callable[..., RunnableSpec]
+SpecOptions = Callable[..., Spec]
 _WHAT = "What to explain"
 
 
@@ -59,11 +60,11 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
     return register
 
 
-def optional_model(spec_options: SpecOptions) -> Callable[..., RunnableSpec | None]:
+def optional_model(spec_options: SpecOptions) -> Callable[..., Spec | None]:
     """``spec_options`` with ``--model`` optional: None when it is not given."""
     signature = inspect.signature(spec_options, eval_str=True)
 
-    def build(**values: Any) -> RunnableSpec | None:
+    def build(**values: Any) -> Spec | None:
         return None if values.get("model") is None else spec_options(**values)
 
     params = []
@@ -105,7 +106,7 @@ def _never_loaded() -> Any:
 
 
 def explain_command(
-    spec: RunnableSpec | None,
+    spec: Spec | None,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
@@ -156,7 +157,7 @@ def explain_command(
     role_value: Role = role.value  # type: ignore[assignment]
     label = spec.display_name if spec is not None else descriptor.model
     requests = None if input_path is None else _requests(input_path, role_value, orientation, label)
-    from inference.explain import explain_descriptor, explain_inputs
+    from inference.drift.explain import explain_descriptor, explain_inputs
 
     with Store(settings, readonly=True) as store:
         report = explain_descriptor(store, role_value, task, descriptor)
@@ -219,7 +220,7 @@ def _print_inputs(inputs: "InputReport") -> None:
 
 
 def audit_command(
-    spec: RunnableSpec,
+    spec: Spec,
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
@@ -249,7 +250,7 @@ def audit_command(
 
         judgestore audit --model ./judge --role judgements --task arena --top-logprobs 5 --json
     """
-    from inference.audit import audit_database
+    from inference.drift.audit import audit_database
 
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
     if not verbose:

@@ -5,7 +5,7 @@ Contract:
 * Importing this module does not import ``openai``: :func:`create_openai_backend`
   does, and the cache boundary calls it only when a batch has misses, so a run
   that is all hits never imports the client (nor sends a request).
-* :class:`OpenAIBackend` is a :class:`~inference.backend.StreamingBackend`:
+* :class:`OpenAIBackend` is a :class:`~inference.backends.base.StreamingBackend`:
   at most ``max_concurrency`` requests are in flight, counted over every
   batch it is sending at once (concurrent async calls of one model share the
   limit), and each generation is
@@ -19,7 +19,7 @@ Contract:
   ``RetryPolicy.max_retry_after`` is not waited out.
 * A request the server refuses (400, 413, 422: a prompt longer than its
   context, a value it rejects) fails alone: it comes back as a
-  :class:`~inference.backend.Refusal` carrying a
+  :class:`~inference.backends.base.Refusal` carrying a
   :class:`~store.errors.HostedRequestError` with the server's reason, and
   the other requests go on. A server that refuses the first
   :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none refuses
@@ -31,7 +31,7 @@ Contract:
   :class:`~store.errors.HostedResponseError`, ...). On a failure, no new
   request starts; those in flight finish and are kept, then it raises.
 * What goes over the wire (the request body, the generation a response
-  body gives, what a server's error says) is :mod:`inference.openai_wire`'s.
+  body gives, what a server's error says) is :mod:`inference.backends.hosted.wire`'s.
 * The API key is held by the client only: it is never logged, and any
   message built from a server's answer has it blanked out.
 """
@@ -49,8 +49,8 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.openai_wire import (
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
     generation_from_body,
     messages_of,
@@ -168,7 +168,7 @@ class OpenAIBackend:
         return [g for g in results if g is not None]
 
     def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
-        """``(index, generation)`` as each request completes; see :class:`~inference.backend.StreamingBackend`."""
+        """``(index, generation)`` as each request completes; see :class:`~inference.backends.base.StreamingBackend`."""
         if self._closed:
             raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
         for request in requests:  # refuse a wrong input mode before anything is sent

@@ -1,29 +1,39 @@
-"""What the cache boundary decides for a batch, and what a call did.
+"""What the cache boundary decides for a batch, and what failed.
 
 Contract:
 
+* :func:`batch_keys` renders and hashes a batch: each request's sample keys
+  (sample ``k`` has its own key), and the distinct keys in first-seen order.
+  :func:`plan_batch` turns them and the hits a lookup found into a
+  :class:`Plan`; only the misses' inputs are rendered again (a hit never
+  needs its rendered input).
 * A :class:`Plan` counts a batch over its (request, sample) slots and its
   distinct keys: hits (adopted ones apart), misses, duplicates, and, when
   there are misses, whether they were expected (rows the descriptor's
   database holds, other descriptors of the model). Its ``missing`` inputs
   are what the engine will be asked for, in first-seen order.
-* :class:`RunStats` is what one call of :class:`~inference.cached.CachedModel`
-  did: its plan, what was fetched, generated and written, the inputs that
-  failed (:class:`Failure`), and what the misses cost and the hits saved.
-* :data:`Mode` names how a call uses the store (see :mod:`inference.cached`).
+* A :class:`Failure` is one input of a call that failed (refused by the
+  engine or server, or its row by the store); never stored.
+* :data:`Mode` names how a call uses the store (see :mod:`inference.cache.model`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from inference.accounting import UsageTotals
-from store.errors import JudgestoreError
+from store.row_checks import gc_paused
+
+from inference.requests import CompletionRequest, JudgementRequest, Request
+from store.descriptor import InputMode, input_hash
+from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Role
+from store.records import Record
 
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)
+Slot = tuple[int, int]  # a distinct key's (sample index, index of the first request that asked for it)
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,17 +119,67 @@ class Failure:
         }
 
 
-@dataclass
-class RunStats:
-    """What one call did, for summaries and tests."""
+def batch_keys(
+    role: Role, requests: Sequence[Request], input_mode: InputMode
+) -> tuple[list[list[str]], dict[str, Slot]]:
+    """Keys of each request's samples, and the distinct keys in first-seen order.
 
-    plan: Plan | None = None
-    fetched_rows: int = 0
-    generated: int = 0
-    written: int = 0
-    truncated: int = 0  # samples returned that stopped at max_tokens (finish_reason "length"), hits included
-    engine_loaded: bool = False
-    seconds: float = 0.0
-    spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
-    saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
-    failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)
+    The rendered inputs are not kept: a hit never needs them, and holding a whole batch of
+    them (a few KB each) costs more than rendering the misses again in :func:`plan_batch`.
+    """
+    expected = CompletionRequest if role == "completions" else JudgementRequest
+    keys_per_request: list[list[str]] = []
+    inputs: dict[str, Slot] = {}
+    with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
+        for i, request in enumerate(requests):
+            if not isinstance(request, expected):
+                raise InvalidInputError(f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}")
+            rendered = request.render_bytes(input_mode)
+            if request.n == 1:  # the usual request: one sample, no list built to hold its keys
+                key = input_hash(rendered)
+                keys_per_request.append([key])
+                if key not in inputs:
+                    inputs[key] = (0, i)
+                continue
+            keys = [input_hash(rendered, k) for k in range(request.n)]
+            keys_per_request.append(keys)
+            for k, key in enumerate(keys):
+                if key not in inputs:
+                    inputs[key] = (k, i)
+    return keys_per_request, inputs
+
+
+def plan_batch(
+    role: Role,
+    mode: Mode,
+    requests: Sequence[Request],
+    keys: list[list[str]],
+    inputs: dict[str, Slot],
+    hits: Mapping[str, Record],
+    input_mode: InputMode,
+    seconds: float = 0.0,
+) -> Plan:
+    """The plan of a batch :func:`batch_keys` keyed, given the ``hits`` a lookup found (misses rendered again).
+
+    ``seconds`` is what keying and looking up took.
+    """
+    requested = sum(map(len, keys))
+    rendered: dict[int, bytes] = {}  # request index -> its rendered input, for the misses only
+    missing = []
+    for key, (k, i) in inputs.items():
+        if key not in hits:
+            if i not in rendered:
+                rendered[i] = requests[i].render_bytes(input_mode)
+            missing.append(PlannedInput(key, rendered[i], k, i))
+    return Plan(
+        role,
+        requested,
+        len(inputs),
+        len(inputs) - len(missing),
+        len(missing),
+        requested - len(inputs),
+        mode,
+        tuple(missing),
+        seconds,
+        adopted_hits=sum(1 for record in hits.values() if record.adopted_from is not None),
+    )

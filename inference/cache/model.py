@@ -3,14 +3,16 @@
 Contract (docs/design.md, "A run, step by step"):
 
 * The whole batch is rendered and hashed, then looked up in one pass; the
-  :class:`~inference.plan.Plan` (hits, misses, duplicates) is known before
-  anything runs.
+  :class:`~inference.cache.plan.Plan` (hits, misses, duplicates) is known before
+  anything runs (:func:`~inference.cache.plan.batch_keys`,
+  :func:`~inference.cache.plan.plan_batch`). What the engine is asked, the rows
+  written and the samples returned are made by :mod:`inference.cache.rows`.
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
   generated once.
 * Misses are generated in chunks and each chunk is written before the next
   starts: a crash loses at most one chunk, and a rerun generates only what
-  is still missing. A :class:`~inference.backend.StreamingBackend` (a hosted
+  is still missing. A :class:`~inference.backends.base.StreamingBackend` (a hosted
   API) gets all the misses at once and its generations are written as they
   arrive, every ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`,
   whichever comes first; what arrived before a failure or an interrupt is
@@ -28,24 +30,24 @@ Contract (docs/design.md, "A run, step by step"):
   once more, then hits.)
 * A bad request fails alone; only a failure of the engine itself stops the
   call (after the chunks already finished were written). Before the engine
-  is prepared, the ``preflight`` (:mod:`inference.preflight`) finds the
+  is prepared, the ``preflight`` (:mod:`inference.backends.vllm.preflight`) finds the
   misses it would refuse (a prompt too long for the model): they fail
   without it, and a batch of nothing else never prepares it. A request the
   engine or server refuses anyway comes back as a
-  :class:`~inference.backend.Refusal`, and a row the store refuses
+  :class:`~inference.backends.base.Refusal`, and a row the store refuses
   (:class:`InvalidInputError`, e.g. a lone surrogate) is split from its
   chunk, whose other rows are written. None of them is stored. The call
   returns every answer, then raises one :class:`RequestsFailedError` listing
-  the failed inputs (:class:`~inference.plan.Failure`, also in
+  the failed inputs (:class:`~inference.cache.plan.Failure`, also in
   ``last.failed``) and carrying every response (``.responses``), the failed
   ones marked with their ``error``.
 * Each generated row's ``usage`` records what producing it cost: its share of
-  its chunk's engine time (:func:`inference.accounting.priced`). ``last``
+  its chunk's engine time (:func:`inference.cache.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
   table (unless ``JUDGESTORE_RECORD_RUNS=0``).
 * A plan counts apart the hits that are adopted rows (copied from an older
-  descriptor by ``judgestore adopt``, :mod:`inference.adopt`): they answer
+  descriptor by ``judgestore adopt``, :mod:`inference.drift.adopt`): they answer
   like any hit, and the plan and the summary say how many there were.
 * A plan with misses says whether they were expected: how many rows the
   descriptor's database already holds, or how many other descriptors of the
@@ -61,7 +63,7 @@ Contract (docs/design.md, "A run, step by step"):
   and ``replay``, so colleagues' rows count as hits.
 * Responses come back in the caller's order, as :class:`Responses`: a list
   that also carries what its own call did (``.run``, a
-  :class:`~inference.plan.RunStats`). ``last`` is the latest call's (the
+  :class:`~inference.cache.accounting.CallStats`). ``last`` is the latest call's (the
   same object, filled in as that call goes), so concurrent callers read
   ``.run`` of their own result, never ``last``.
 * :meth:`CachedModel.acomplete` / :meth:`~CachedModel.ajudge` are the same
@@ -83,18 +85,17 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal
 
-import orjson
-
-from inference.accounting import priced, run_record, usage_totals
-from inference.backend import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
-from inference.plan import MODES, Failure, Mode, Plan, PlannedInput, RunStats
+from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
+from inference.cache.accounting import CallStats, priced, usage_totals
+from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
+from inference.cache.rows import engine_request, generated_record, generated_sample, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
-from store.descriptor import ModelDescriptor, input_hash
+from store.descriptor import ModelDescriptor
 from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
 from store.layout import Role, Selector
-from store.records import CompletionRecord, JudgementRecord, Record
+from store.records import Record
 from store.row_checks import gc_paused
 from store.runs import record_run
 from store.settings import Settings
@@ -107,7 +108,6 @@ DEFAULT_CHUNK_SIZE = 64
 # A streaming backend's arrivals are written at least this often, so a slow hosted run killed
 # half-way loses seconds of paid requests rather than a whole chunk's worth.
 STREAM_FLUSH_SECONDS = 2.0
-_Slot = tuple[int, int]  # a distinct key's (sample index, index of the first request that asked for it)
 
 
 ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
@@ -116,11 +116,11 @@ ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
 class Responses(list[Response]):
     """The responses of one call, in request order, and what that call did (:attr:`run`)."""
 
-    run: RunStats
+    run: CallStats
 
-    def __init__(self, responses: Iterable[Response] = (), run: RunStats | None = None) -> None:
+    def __init__(self, responses: Iterable[Response] = (), run: CallStats | None = None) -> None:
         super().__init__(responses)
-        self.run = run if run is not None else RunStats()
+        self.run = run if run is not None else CallStats()
 
 
 class CachedModel:
@@ -164,7 +164,7 @@ class CachedModel:
         self._fetched: set[Role] = set()
         self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
         self._engine_lock = threading.Lock()  # and a local engine takes one chunk at a time
-        self.last = RunStats()  # the latest call's; each call's own is its result's ``.run``
+        self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
 
     @property
     def engine_loaded(self) -> bool:
@@ -231,42 +231,13 @@ class CachedModel:
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
-        keys, inputs = self._render(role, requests)
-        return self._plan(role, requests, keys, inputs, self._lookup(role, inputs))
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        hits = self._lookup(role, inputs)
+        return plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode)
 
     # ------------------------------------------------------------ the boundary
 
-    def _render(self, role: Role, requests: Sequence[Request]) -> tuple[list[list[str]], dict[str, _Slot]]:
-        """Keys of each request's samples, and the distinct keys in first-seen order.
-
-        The rendered inputs are not kept: a hit never needs them, and holding a whole batch of
-        them (a few KB each) costs more than rendering the misses again in :meth:`_plan`.
-        """
-        expected = CompletionRequest if role == "completions" else JudgementRequest
-        keys_per_request: list[list[str]] = []
-        inputs: dict[str, _Slot] = {}
-        mode = self.descriptor.input_mode
-        with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
-            for i, request in enumerate(requests):
-                if not isinstance(request, expected):
-                    raise InvalidInputError(
-                        f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}"
-                    )
-                rendered = request.render_bytes(mode)
-                if request.n == 1:  # the usual request: one sample, no list built to hold its keys
-                    key = input_hash(rendered)
-                    keys_per_request.append([key])
-                    if key not in inputs:
-                        inputs[key] = (0, i)
-                    continue
-                keys = [input_hash(rendered, k) for k in range(request.n)]
-                keys_per_request.append(keys)
-                for k, key in enumerate(keys):
-                    if key not in inputs:
-                        inputs[key] = (k, i)
-        return keys_per_request, inputs
-
-    def _fetch(self, role: Role, run: RunStats | None) -> None:
+    def _fetch(self, role: Role, run: CallStats | None) -> None:
         """Import the remote's rows of this descriptor folder, once per role and model."""
         if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
             return
@@ -277,43 +248,12 @@ class CachedModel:
         if run is not None:
             run.fetched_rows = report.rows
 
-    def _lookup(self, role: Role, inputs: dict[str, _Slot], run: RunStats | None = None) -> dict[str, Record]:
+    def _lookup(self, role: Role, inputs: dict[str, Slot], run: CallStats | None = None) -> dict[str, Record]:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
         self._fetch(role, run)
         database = self.store.find(role, self.task, self.descriptor)
         return {} if database is None else database.get_many(inputs)
-
-    def _plan(
-        self,
-        role: Role,
-        requests: Sequence[Request],
-        keys: list[list[str]],
-        inputs: dict[str, _Slot],
-        hits: dict[str, Record],
-        seconds: float = 0,
-    ) -> Plan:
-        requested = sum(map(len, keys))
-        mode = self.descriptor.input_mode
-        rendered: dict[int, bytes] = {}  # request index -> its rendered input, for the misses only
-        missing = []
-        for key, (k, i) in inputs.items():
-            if key not in hits:
-                if i not in rendered:
-                    rendered[i] = requests[i].render_bytes(mode)
-                missing.append(PlannedInput(key, rendered[i], k, i))
-        return Plan(
-            role,
-            requested,
-            len(inputs),
-            len(inputs) - len(missing),
-            len(missing),
-            requested - len(inputs),
-            self.mode,
-            tuple(missing),
-            seconds,
-            adopted_hits=sum(1 for record in hits.values() if record.adopted_from is not None),
-        )
 
     def _run(
         self,
@@ -323,10 +263,12 @@ class CachedModel:
         on_progress: ProgressCallback | None,
     ) -> Responses:
         started, started_at = time.perf_counter(), datetime.now(UTC)
-        run = self.last = RunStats()
-        keys, inputs = self._render(role, requests)
+        run = self.last = CallStats()
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
         hits = self._lookup(role, inputs, run)
-        plan = self._with_miss_context(self._plan(role, requests, keys, inputs, hits, time.perf_counter() - started))
+        seconds = time.perf_counter() - started
+        plan = plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode, seconds)
+        plan = self._with_miss_context(plan)
         run.plan = plan
         if on_plan is not None:
             on_plan(plan)
@@ -339,7 +281,7 @@ class CachedModel:
                 f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
             )
         with gc_paused():
-            results: dict[str, Sample] = {key: _sample_of(record) for key, record in hits.items()}
+            results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
         if plan.missing:
             results.update(self._generate(role, requests, plan.missing, on_progress, run))
         with gc_paused():
@@ -353,7 +295,7 @@ class CachedModel:
         run.seconds = time.perf_counter() - started
         self._record_run(plan, started_at, run)
         if run.failed:
-            raise RequestsFailedError(_failed_message(plan, run), failures=run.failed, responses=responses)
+            raise RequestsFailedError(run.failed_message(), failures=run.failed, responses=responses)
         return responses
 
     def _with_miss_context(self, plan: Plan) -> Plan:
@@ -367,7 +309,7 @@ class CachedModel:
         others = self.store.select(replace(mine, descriptor=None))
         return replace(plan, other_descriptors=len(others))
 
-    def _record_run(self, plan: Plan, started_at: datetime, last: RunStats) -> None:
+    def _record_run(self, plan: Plan, started_at: datetime, last: CallStats) -> None:
         """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""
         store = self.store
         if store is None or store.readonly or self.mode not in ("use", "refresh") or not plan.requested:
@@ -377,18 +319,11 @@ class CachedModel:
         database = store.find(plan.role, self.task, self.descriptor)
         if database is None:  # nothing hit and nothing was written
             return
-        record = run_record(
-            plan,
-            spent=last.spent,
-            saved=last.saved,
-            generated=last.generated,
-            written=last.written,
-            truncated=last.truncated,
+        record = last.run_record(
             run_id=self.settings.run_id,
             created_by=self.settings.created_by,
             started_at=started_at,
             finished_at=datetime.now(UTC),
-            wall_seconds=last.seconds,
         )
         record_run(database, record)
 
@@ -398,7 +333,7 @@ class CachedModel:
         requests: Sequence[Request],
         missing: Sequence[PlannedInput],
         on_progress: ProgressCallback | None,
-        run: RunStats,
+        run: CallStats,
     ) -> dict[str, Sample]:
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
         results: dict[str, Sample] = {}
@@ -407,7 +342,7 @@ class CachedModel:
         def fail(inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
             request = requests[inp.request_index]
             run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
-            results[inp.key] = _sample(inp, gen, error)
+            results[inp.key] = generated_sample(inp, gen, error)
 
         def progress(count: int) -> None:
             nonlocal done_count
@@ -415,7 +350,7 @@ class CachedModel:
             if on_progress is not None:
                 on_progress(done_count, len(missing))
 
-        engine_requests = [_engine_request(inp) for inp in missing]
+        engine_requests = [engine_request(inp) for inp in missing]
         refused = self._preflight(engine_requests) if self._preflight is not None else {}
         for index, error in refused.items():
             fail(missing[index], error)
@@ -440,7 +375,10 @@ class CachedModel:
                     fail(inp, outcome.error)
             run.spent += usage_totals(gen.usage for _, gen in answered)
             now = datetime.now(UTC)
-            records = [self._record(role, requests[inp.request_index], inp, gen, now) for inp, gen in answered]
+            records = [
+                generated_record(requests[inp.request_index], inp, gen, now, label=self.label, settings=self.settings)
+                for inp, gen in answered
+            ]
             not_kept: dict[str, InvalidInputError] = {}
             if database is not None and records:
                 written, not_kept = self._write(database, records, run)
@@ -449,7 +387,7 @@ class CachedModel:
                 if inp.key in not_kept:
                     fail(inp, not_kept[inp.key], gen)
                 else:
-                    results[inp.key] = _sample(inp, gen)
+                    results[inp.key] = generated_sample(inp, gen)
             run.generated += len(answered)
             progress(len(done))
 
@@ -516,7 +454,7 @@ class CachedModel:
         return result
 
     def _write(
-        self, database: Database, records: list[Record], run: RunStats
+        self, database: Database, records: list[Record], run: CallStats
     ) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one chunk: the rows written, and the rows the store refused (by input hash) with its reason.
 
@@ -546,75 +484,3 @@ class CachedModel:
                 "they are kept, and running it again generates only the rest."
             )
             raise
-
-    def _record(self, role: Role, request: Request, inp: PlannedInput, gen: Generation, now: datetime) -> Record:
-        common: dict[str, Any] = {
-            "input_hash": inp.key,
-            "sample_index": inp.sample_index,
-            "input_text": inp.rendered.decode(),
-            "completion": gen.text,
-            "benchmark": request.benchmark,
-            "instruction_id": request.instruction_id,
-            "finish_reason": gen.finish_reason,
-            "usage": gen.usage or None,
-            "top_logprobs": gen.top_logprobs,
-            "run_id": self.settings.run_id,
-            "created_by": self.settings.created_by,
-            "created_at": now,
-        }
-        if isinstance(request, JudgementRequest):
-            return JudgementRecord(
-                model_a=request.model_a,
-                model_b=request.model_b,
-                judge=request.judge or self.label,
-                orientation=request.orientation,
-                **common,
-            )
-        return CompletionRecord(model=request.model or self.label, **common)
-
-
-_SHOWN_FAILURES = 3  # in the error's message; every one is in its ``failures``
-
-
-def _failed_message(plan: Plan, last: RunStats) -> str:
-    failed = last.failed
-    shown = "; ".join(f.line() for f in failed[:_SHOWN_FAILURES])
-    more = f"; and {len(failed) - _SHOWN_FAILURES} more" if len(failed) > _SHOWN_FAILURES else ""
-    kept = f", {last.written} rows written" if last.written else ""
-    return (
-        f"{len(failed)} of {plan.misses} inputs to generate failed and were not stored "
-        f"({plan.misses - len(failed)} answered{kept}, {plan.hits} hits): {shown}{more}. "
-        "Every response is in the error's .responses, the failed ones with their .error; a rerun asks only for those"
-    )
-
-
-def _engine_request(inp: PlannedInput) -> EngineRequest:
-    return EngineRequest(orjson.loads(inp.rendered), inp.sample_index)
-
-
-def _sample(inp: PlannedInput, gen: Generation | None, error: JudgestoreError | None = None) -> Sample:
-    """A generated sample; with ``error``, a failed one (``gen`` is its generation when only the store refused it)."""
-    if gen is None:
-        return Sample(inp.key, inp.sample_index, "", None, None, None, cached=False, error=error)
-    return Sample(
-        inp.key,
-        inp.sample_index,
-        gen.text,
-        gen.finish_reason,
-        gen.usage or None,
-        gen.top_logprobs,
-        cached=False,
-        error=error,
-    )
-
-
-def _sample_of(record: Record) -> Sample:
-    return Sample(
-        record.input_hash,
-        record.sample_index,
-        record.completion,
-        record.finish_reason,
-        record.usage,
-        record.top_logprobs,
-        cached=True,
-    )

@@ -4,7 +4,7 @@ Contract: a legacy metadata.json (S3+ ``judgearena-inference-cache/v1`` or S2
 ``judgearena-inference-descriptor/v1``) is turned into the vLLM settings a live
 run would pass, as a :class:`~inference.spec.ModelSpec`, and the descriptor is
 computed by its :attr:`~inference.spec.ModelSpec.descriptor`, i.e.
-:func:`inference.vllm_descriptor.descriptor_from_vllm`, the one place where live
+:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`, the one place where live
 settings become a descriptor. Nothing here re-implements a hashing rule.
 
 The mapping of a legacy VLLM descriptor:
@@ -40,7 +40,7 @@ The mapping of a legacy VLLM descriptor:
   differently is refused.
 * The model's resolved revision and chat template were never recorded: the
   descriptor resolves them from the model *as it is now*, which only
-  :mod:`inference.legacy` decides to allow (``--assume-current-model``).
+  :mod:`inference.legacy.mapper` decides to allow (``--assume-current-model``).
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ the descriptor with the assumption to record in ``metadata.json``:
 * a judgestore descriptor;
 * a whole judgestore ``metadata.json`` (its ``descriptor``);
 * ``{"vllm": {"model": .., "engine_kwargs": {..}, "sampling": {..}, ...}}``:
-  the settings of a live run (:data:`~inference.legacy_settings.SPEC_FIELDS`,
+  the settings of a live run (:data:`~inference.legacy.settings.SPEC_FIELDS`,
   nothing else), resolved by the live rules
   (:attr:`inference.spec.ModelSpec.descriptor`) as the model is now.
 
 A file that cannot be read, is not JSON or is none of these raises
 :class:`~store.errors.InvalidInputError` naming the file and what to give.
-Which sources the descriptor applies to is :mod:`inference.legacy`'s call.
+Which sources the descriptor applies to is :mod:`inference.legacy.mapper`'s call.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from inference.legacy_settings import SPEC_FIELDS
+from inference.legacy.settings import SPEC_FIELDS
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError

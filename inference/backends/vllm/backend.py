@@ -1,4 +1,4 @@
-"""The real engine behind :class:`inference.backend.Backend`: offline vLLM.
+"""The real engine behind :class:`inference.backends.base.Backend`: offline vLLM.
 
 Contract:
 
@@ -18,7 +18,7 @@ Contract:
   model's context, a chat its template rejects) fails alone: when a batch is
   refused, its requests are queued again in halves (``LLM.enqueue_chat`` /
   ``enqueue``, which add nothing of a refused call), down to each refused
-  request, which comes back as a :class:`~inference.backend.Refusal`
+  request, which comes back as a :class:`~inference.backends.base.Refusal`
   (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the
   queued ones are then generated together (``wait_for_completion``).
 * Each :class:`Generation` carries the text, finish reason, token counts and,
@@ -37,10 +37,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.engine_logs import engine_is_quiet
-from inference.model_source import COMMIT_RE, local_model_digest, model_name
-from inference.vllm_descriptor import effective_chat_template, engine_settings, load_chat_template_text
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.vllm.descriptor import effective_chat_template, engine_settings, load_chat_template_text
+from inference.backends.vllm.engine_logs import engine_is_quiet
+from inference.backends.vllm.model_source import COMMIT_RE, local_model_digest, model_name
 from store import logprobs
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import (
