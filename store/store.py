@@ -134,7 +134,7 @@ class Store:
 
         return scalars(self, statement, selector)
 
-    def execute(self, statement: Select[Any], selector: Selector | None = None) -> Result[Any]:
+    def execute(self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None) -> Result[Any]:
         """Columns, or ``count``/``sum``/``min``/``max`` by group, over the selected databases (:mod:`store.across`)."""
         from store.across import execute
 

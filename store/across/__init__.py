@@ -68,16 +68,14 @@ def scalars(store: Store, statement: Select[E], selector: Selector | None = None
 
 
 def _found(store: Store, databases: list[Database], plan: Plan) -> Iterator[Found[Any]]:
-    descriptors: dict[int, ModelDescriptor] = {}
+    # Read before the rows: a server's reads then hold one connection at a time.
+    descriptors = [database.metadata().descriptor for database in databases]
     for index, values in store.storage.read_across(databases, plan):
         assert index is not None  # an entity's row always comes from one database
-        descriptor = descriptors.get(index)
-        if descriptor is None:
-            descriptor = descriptors[index] = databases[index].metadata().descriptor
-        yield Found(databases[index].location, descriptor, values[0])
+        yield Found(databases[index].location, descriptors[index], values[0])
 
 
-def execute(store: Store, statement: Select[Any], selector: Selector | None = None) -> Result[Any]:
+def execute(store: Store, statement: Select[*tuple[Any, ...]], selector: Selector | None = None) -> Result[Any]:
     """The rows of a column select or a combinable aggregate over the selected databases (module docstring)."""
     plan = Plan.of(statement)
     databases = _databases(store, plan, selector)

@@ -219,7 +219,7 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
         else:
             how.append("group")
     top = {id(c) for c, h in zip(columns, how, strict=True) if h != "group"}
-    for element in visitors.iterate(statement):
+    for element in visitors.iterate(statement.order_by(None)):  # an ordering names the result's own columns
         if isinstance(element, Over | WithinGroup):
             raise NotCombinableError("a window function (OVER) or an ordered-set aggregate")
         name = _function_name(element)
@@ -230,6 +230,10 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
             raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
     groups = statement._group_by_clauses
     if not top and not groups:
+        for term in statement._order_by_clauses:
+            if any(_function_name(e) in COMBINABLE or _function_name(e) in OTHER_AGGREGATES
+                   for e in visitors.iterate(term)):  # fmt: skip
+                raise NotCombinableError(f"order_by({term}), an aggregate of a statement that aggregates nothing,")
         return None
     for column, h in zip(columns, how, strict=True):
         if h == "group" and not any(_same(column, g) for g in groups):

@@ -309,12 +309,13 @@ class PostgresStorage:
     def open(self, location: Location) -> PostgresDatabase:
         """Open a registered schema (verifying its registry row and its revision)."""
         with self.connection() as conn:
-            if self.metadata(conn, location) is None:
+            stored = self.metadata(conn, location)
+            if stored is None:
                 raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
             status = self.classify(conn, location)
         if status.state is not DatabaseState.CURRENT:
             raise_for_status(status, self.location_where(location))
-        return PostgresDatabase(self, location)
+        return PostgresDatabase(self, location, stored)
 
     # ------------------------------------------------------------ the whole store
 
