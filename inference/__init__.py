@@ -43,6 +43,7 @@ _WHERE = {
     "token_logprobs_merged": "inference.logprob_views",
     "openai_logprobs": "inference.logprob_views",
     "preference": "inference.logprob_views",
+    "adopt": "inference.adopt",
 }
 
 __all__ = [
@@ -60,6 +61,7 @@ __all__ = [
     "Responses",
     "RunSummary",
     "Sample",
+    "adopt",
     "chat_messages",
     "do_inference",
     "openai_logprobs",
@@ -73,6 +75,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from inference.adopt import adopt
     from inference.cached import CachedModel, Responses
     from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
     from inference.hosted import HostedSpec
