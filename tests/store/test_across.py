@@ -9,6 +9,8 @@ the same server, so both sides order text alike).
 from __future__ import annotations
 
 import dataclasses
+import subprocess
+import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -233,6 +235,7 @@ def pg_one_table(engine: Engine, rows: list[JudgementRecord]) -> Iterator[Sessio
             yield session
 
 
+@pytest.mark.postgres
 @settings(PROPERTY, max_examples=12)
 @given(databases=stores(), case=CASES)
 def test_postgres_store_answers_as_one_table(
@@ -256,6 +259,7 @@ def _emptied(store: Store) -> None:
 # ---------------------------------------------------------------- the PostgreSQL path: one statement, one connection
 
 
+@pytest.mark.postgres
 def test_postgres_reads_every_schema_in_one_statement_on_one_connection(pg_url: str) -> None:
     databases = [[judgement_record(i * 10 + k, judge=f"j{i}") for k in range(5)] for i in range(3)]
     with Store(Settings(), url=pg_url) as store:
@@ -293,6 +297,7 @@ def test_postgres_reads_every_schema_in_one_statement_on_one_connection(pg_url: 
         assert held[1] == 1  # one connection at a time, never one per schema
 
 
+@pytest.mark.postgres
 def test_postgres_join_runs_in_each_schema_on_one_connection(pg_url: str) -> None:
     with Store(Settings(), url=pg_url) as store:
         _runs_store(store)
@@ -468,6 +473,7 @@ def test_rows_of_equal_keys_in_two_databases_stay_two_objects(store: Store) -> N
     assert sorted(f.descriptor.model for f in found) == ["judge-0", "judge-1"]
 
 
+@pytest.mark.postgres
 def test_postgres_rows_of_equal_keys_in_two_schemas_stay_two_objects(pg_url: str) -> None:
     with Store(Settings(), url=pg_url) as store:
         same = judgement_record(0)
@@ -510,3 +516,17 @@ def test_a_read_only_store_refuses_a_writing_session(store_root: Path) -> None:
         with pytest.raises(DatabaseFileError, match="read-only"), database.session(write=True):
             pass
         assert [f.row.instruction_id for f in reader.scalars(select(Judgement))] == ["0"]
+
+
+# ---------------------------------------------------------------- the memory bench, at a size a test can afford
+
+
+def test_the_streaming_bench_runs_small() -> None:
+    bench = Path(__file__).resolve().parents[2] / "bench" / "across_bench.py"
+    result = subprocess.run([sys.executable, str(bench), "--rows", "3000", "--databases", "5"],
+                            capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (
+        "ordered (k-way merge): 3,000 rows" in result.stdout
+        and "count by benchmark: 4 groups, 3,000 rows" in result.stdout
+    )
