@@ -17,9 +17,8 @@ Contract:
 * ``where``, ``order_by``, ``limit``/``offset`` and ``options`` hold across
   databases exactly as on one table holding every row of the selected
   databases (ties of ``order_by`` come in any order, as on one table). A
-  statement naming several tables (a join to ``runs``, an ``aliased()``
-  self-join) runs inside each database: rows of different databases are
-  never joined. Without a selector, every database of the entity's role
+  join (to ``runs``, an ``aliased()`` self-join) or a subquery runs inside
+  each database: rows of different databases never meet. Without a selector, every database of the entity's role
   (completions or judgements; both for runs and adoptions). Databases without
   tables are skipped.
 * Everything that cannot be answered exactly is refused, with a typed error,

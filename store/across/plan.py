@@ -76,7 +76,7 @@ class Plan:
     statement: Select[Any]
     kind: Kind
     tables: frozenset[str]  # the store's tables it reads
-    single_table: bool  # it reads one table, once, under its own name (a backend may read all databases as one)
+    single_table: bool  # it reads one table, once, and nothing else (a backend may read all databases as one)
     order: tuple[OrderKey, ...]
     limit: int | None
     offset: int
@@ -174,11 +174,16 @@ def _tables(statement: Select[Any]) -> frozenset[str]:
 
 
 def _single(statement: Select[Any], tables: frozenset[str]) -> bool:
-    """Whether ``statement`` reads one of the store's tables, once, under its own name (no alias, no join)."""
-    if len(tables) != 1:
+    """Whether ``statement`` reads one of the store's tables, once, under its own name.
+
+    No alias, no join, no subquery: those run inside each database (rows of two databases never meet), so a
+    backend may read every database as one table only when nothing else is read.
+    """
+    if len(tables) != 1 or len(statement.get_final_froms()) != 1:
         return False
-    aliases = [t for t in find_tables(statement, include_aliases=True) if isinstance(t, Alias)]
-    return not aliases and len(statement.get_final_froms()) == 1
+    if any(isinstance(t, Alias) for t in find_tables(statement, include_aliases=True)):
+        return False
+    return not any(isinstance(e, Select) and e is not statement for e in visitors.iterate(statement))
 
 
 def _order_key(term: ClauseElement) -> OrderKey:

@@ -336,6 +336,26 @@ def test_a_join_to_runs_matches_rows_of_their_own_database_only(store: Store) ->
     assert _cost_per_run(store) == _EXPECTED_COST
 
 
+def _subquery_stays_inside(store: Store) -> None:
+    second = [judgement_record(2, judge="j1", instruction_id="0"), judgement_record(3, judge="j1")]
+    fill(store, [[judgement_record(i, judge="j0") for i in range(2)], second])
+    ids_of_j0 = select(Judgement.instruction_id).where(Judgement.judge == "j0")
+    # The second database holds no row of j0: its subquery finds none, so its instruction "0" is not picked
+    # (over one table of both databases it would be).
+    stmt = select(Judgement).where(or_(Judgement.instruction_id.in_(ids_of_j0), Judgement.instruction_id == "3"))
+    assert sorted(f.row.instruction_id for f in store.scalars(stmt)) == ["0", "1", "3"]
+
+
+def test_a_subquery_runs_inside_each_database(store: Store) -> None:
+    _subquery_stays_inside(store)
+
+
+@pytest.mark.postgres
+def test_a_subquery_runs_inside_each_schema(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        _subquery_stays_inside(store)
+
+
 def test_runs_and_adoptions_are_read_from_both_roles(store: Store) -> None:
     _runs_store(store)
     judge = store.database("judgements", "demo", descriptor(0))

@@ -20,7 +20,7 @@ Contract:
   (:func:`_detached`): the same primary key may be in two schemas, and one
   ``Session``'s identity map would fold them into one object. Every column
   is loaded there (loader options such as ``load_only`` are not applied).
-* Any other statement (a join, an alias, entities among columns) runs in
+* Any other statement (a join, an alias, a subquery, entities among columns) runs in
   each schema on **one** connection (``schema_translate_map`` per
   execution, a ``Session`` per schema so equal keys stay distinct objects),
   and the rows are merged in Python (:mod:`store.across.merge`), NULLs
