@@ -134,7 +134,9 @@ class Store:
 
         return scalars(self, statement, selector)
 
-    def execute(self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None) -> Result[Any]:
+    def execute(
+        self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None
+    ) -> Result[*tuple[Any, ...]]:
         """Columns, or ``count``/``sum``/``min``/``max`` by group, over the selected databases (:mod:`store.across`)."""
         from store.across import execute
 

@@ -74,7 +74,9 @@ def _found(store: Store, databases: list[Database], plan: Plan) -> Iterator[Foun
         yield Found(databases[index].location, descriptors[index], values[0])
 
 
-def execute(store: Store, statement: Select[*tuple[Any, ...]], selector: Selector | None = None) -> Result[Any]:
+def execute(
+    store: Store, statement: Select[*tuple[Any, ...]], selector: Selector | None = None
+) -> Result[*tuple[Any, ...]]:
     """The rows of a column select or a combinable aggregate over the selected databases (module docstring)."""
     plan = Plan.of(statement)
     databases = _databases(store, plan, selector)

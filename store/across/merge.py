@@ -33,8 +33,8 @@ from store.across.plan import AcrossRows, Kind, OrderKey, Plan
 from store.errors import StatementError
 
 Reader = Callable[[Select[Any], int], Iterable[Row[Any]]]  # (statement, rows per batch) -> one database's rows
-ROWS_IN_MEMORY = 20_000  # rows buffered across every database's batch at once
-MIN_BATCH = 100
+ROWS_IN_MEMORY = 5_000  # rows buffered across every database's batch at once (a row may be ~10 KB)
+MIN_BATCH = 50
 
 
 def batch_size(plan: Plan, databases: int) -> int:

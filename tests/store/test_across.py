@@ -343,7 +343,7 @@ def _subquery_stays_inside(store: Store) -> None:
     # The second database holds no row of j0: its subquery finds none, so its instruction "0" is not picked
     # (over one table of both databases it would be).
     stmt = select(Judgement).where(or_(Judgement.instruction_id.in_(ids_of_j0), Judgement.instruction_id == "3"))
-    assert sorted(f.row.instruction_id for f in store.scalars(stmt)) == ["0", "1", "3"]
+    assert sorted(str(f.row.instruction_id) for f in store.scalars(stmt)) == ["0", "1", "3"]
 
 
 def test_a_subquery_runs_inside_each_database(store: Store) -> None:
