@@ -550,3 +550,20 @@ def test_the_streaming_bench_runs_small() -> None:
         "ordered (k-way merge): 3,000 rows" in result.stdout
         and "count by benchmark: 4 groups, 3,000 rows" in result.stdout
     )
+
+
+@pytest.mark.postgres
+def test_a_session_on_one_schema_reads_and_writes_it(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        database = store.database("judgements", "arena", descriptor(0))
+        database.put_many([judgement_record(i) for i in range(2)])
+        store.database("judgements", "arena", descriptor(1)).put_many([judgement_record(1)])
+        with database.session(write=True) as session:
+            session.execute(update(Judgement).where(Judgement.instruction_id == "1").values(benchmark="edited"))
+        with database.session() as session:
+            assert session.scalars(select(Judgement.benchmark).order_by(Judgement.instruction_id)).all() == [
+                "arena-hard",
+                "edited",
+            ]
+        other = store.database("judgements", "arena", descriptor(1))
+        assert [r.benchmark for r in other.query()] == ["arena-hard"]  # the other schema is untouched
