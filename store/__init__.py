@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 # The public name -> the module that defines it.
 _WHERE = {
     "Store": "store.store",
+    "Found": "store.across",
     "Database": "store.backend",
     "Location": "store.layout",
     "Selector": "store.layout",
@@ -44,14 +45,20 @@ _WHERE = {
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
     "UnsupportedMessageError": "store.errors",
+    "StatementError": "store.errors",
+    "NotCombinableError": "store.errors",
+    "AdoptionError": "store.errors",
+    "to_pandas": "store.export",
 }
 
 __all__ = [
     "Adoption",
+    "AdoptionError",
     "AdoptionRecord",
     "Completion",
     "CompletionRecord",
     "Database",
+    "Found",
     "FoundRow",
     "InvalidInputError",
     "Judgement",
@@ -59,6 +66,7 @@ __all__ = [
     "JudgestoreError",
     "Location",
     "ModelDescriptor",
+    "NotCombinableError",
     "Record",
     "RowCount",
     "RowFilter",
@@ -67,6 +75,7 @@ __all__ = [
     "RunTotals",
     "Selector",
     "Settings",
+    "StatementError",
     "Store",
     "UnsupportedMessageError",
     "adoptions",
@@ -74,13 +83,23 @@ __all__ = [
     "recent_runs",
     "run_totals",
     "text_logprobs",
+    "to_pandas",
 ]
 
 if TYPE_CHECKING:
+    from store.across import Found
     from store.adoption import adoptions
     from store.backend import Database
     from store.descriptor import ModelDescriptor, input_hash
-    from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
+    from store.errors import (
+        AdoptionError,
+        InvalidInputError,
+        JudgestoreError,
+        NotCombinableError,
+        StatementError,
+        UnsupportedMessageError,
+    )
+    from store.export import to_pandas
     from store.filters import RowFilter
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs

@@ -18,9 +18,15 @@ Contract:
   again (a lock held too long, a serialisation failure, a dropped
   connection); or :meth:`~Database.transaction` / :meth:`~Database.reading`
   for several statements in one transaction, through the backend's
-  :class:`~store.repository.Repository`. Every failure is raised as a typed
+  :class:`~store.repository.Repository`; or :meth:`~Database.session`, an
+  ORM ``Session`` on this database alone (the full ORM: a migration
+  script's updates, or reads of one database). Every failure is raised as a typed
   error naming the database (``where``) and the next step. A read-only
   database refuses every write before touching anything.
+* :meth:`Storage.read_across` is each backend's one read path across
+  databases (``Store.scalars``/``Store.execute``, :mod:`store.across`): the
+  rows of a planned statement over several databases as on one table
+  holding all their rows, each with the index of the database it came from.
 * A backend's :class:`Database` says how to connect, retry, translate a
   failure and build its repository (whose two hot statements, the bulk
   lookup and the insert, are the backend's own); the transactions above are
@@ -30,12 +36,13 @@ Contract:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, Row, Select
+from sqlalchemy.orm import Session
 
 from store.errors import DatabaseFileError
 from store.filters import RowFilter
@@ -43,11 +50,13 @@ from store.layout import Location, StoredMetadata
 from store.records import Record
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
-from store.row_checks import OnConflict, journaled_bytes
+from store.row_checks import OnConflict, gc_paused, journaled_bytes
 from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+    from store.across.plan import AcrossRows, Plan
 
 T = TypeVar("T")
 
@@ -122,6 +131,33 @@ class Database(ABC):
         """A read transaction: one consistent snapshot for everything done inside it."""
         with self._translated(), self._connect(write=False) as conn:
             yield self._repository(conn)
+
+    @contextmanager
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """An ORM ``Session`` on this database alone, in one transaction (read-only unless ``write``).
+
+        For the full ORM on one database: relationships, ``session.get``,
+        updates in a migration script (``write=True``: flushed and committed
+        when the block ends, rolled back if it raises). To read many
+        databases at once, use ``Store.scalars``/``Store.execute``.
+        """
+        if write:
+            self._refuse_if_readonly()
+        with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
+            yield session
+            if write:
+                session.flush()
+
+    def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
+        """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""
+        with self.session() as session:
+            result = session.execute(statement, execution_options={"yield_per": batch})
+            while True:
+                with gc_paused():  # a batch of ORM objects: the cyclic GC would rescan them (1.7x slower)
+                    rows = result.fetchmany(batch)
+                if not rows:
+                    return
+                yield from rows
 
     def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
         self._refuse_if_readonly()
@@ -216,3 +252,10 @@ class Storage(Protocol):
 
     def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
         """Give back the space deleted rows left; a backend that cannot refuses with a typed error saying why."""
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """The rows of ``plan`` over ``databases`` as over one table holding all their rows (:mod:`store.across`).
+
+        Each is ``(index of its database in databases, the row's values)``; an
+        aggregate's rows have no database (None). Read-only; streamed.
+        """

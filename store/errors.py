@@ -293,6 +293,20 @@ class EmptyFilterError(JudgestoreError, ValueError):
         )
 
 
+class StatementError(InvalidInputError):
+    """A SQLAlchemy statement that ``Store.scalars``/``Store.execute`` cannot run across databases as asked."""
+
+
+class NotCombinableError(StatementError):
+    """A statement whose result across databases cannot be combined exactly from each database's own result."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} cannot be combined exactly across databases (only count, sum, min and max, grouped or not, "
+            "can). Read the rows instead: `judgestore export` or store.export.to_pandas, then aggregate there"
+        )
+
+
 # ---------------------------------------------------------------- sharing (push / fetch)
 
 

@@ -25,6 +25,9 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
+* :meth:`Store.scalars` and :meth:`Store.execute` run one SQLAlchemy
+  ``select()`` over every database a selector picks, as on one table holding
+  all their rows (:mod:`store.across`); read-only.
 * :meth:`Store.infos`, :meth:`Store.upgrade`, :meth:`Store.verify` and
   :meth:`Store.strays` look at, upgrade and check the databases, whatever
   holds them.
@@ -34,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from store.backend import Database, Storage
 from store.backends import open_storage
@@ -48,8 +51,12 @@ from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+    from sqlalchemy import Result, Select
+
+    from store.across import Found
 
 T = TypeVar("T")
+E = TypeVar("E")
 
 
 class Store:
@@ -120,6 +127,20 @@ class Store:
                 yield FoundRow(database.location, record)
                 if remaining is not None:
                     remaining -= 1
+
+    def scalars(self, statement: Select[E], selector: Selector | None = None) -> Iterator[Found[E]]:
+        """``select(Entity)`` over the selected databases, a ``Found(location, descriptor, row)`` per row."""
+        from store.across import scalars
+
+        return scalars(self, statement, selector)
+
+    def execute(
+        self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None
+    ) -> Result[*tuple[Any, ...]]:
+        """Columns, or ``count``/``sum``/``min``/``max`` by group, over the selected databases (:mod:`store.across`)."""
+        from store.across import execute
+
+        return execute(self, statement, selector)
 
     def plan_delete(self, selector: Selector, flt: RowFilter) -> list[RowCount]:
         """Count the rows ``flt`` matches in each selected database; databases with none are left out."""

@@ -49,8 +49,10 @@ class Server(Protocol):
 class PostgresDatabase(Database):
     """One descriptor schema: the same repository as SQLite, on the server's connections."""
 
-    def __init__(self, storage: Server, location: Location) -> None:
+    def __init__(self, storage: Server, location: Location, stored: StoredMetadata | None = None) -> None:
+        """``stored``: the registry's record as opening read it (it never changes for a schema)."""
         self.storage = storage
+        self._stored = stored
         self.location = location
         self.where = storage.location_where(location)
         self.settings = storage.settings
@@ -81,6 +83,8 @@ class PostgresDatabase(Database):
         return self.storage.size_of(self.location)
 
     def metadata(self) -> StoredMetadata:
+        if self._stored is not None:
+            return self._stored
         with self.storage.connection() as conn:
             stored = self.storage.metadata(conn, self.location)
         if stored is None:

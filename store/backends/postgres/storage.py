@@ -30,6 +30,8 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
   (a failed copy's), under its advisory lock and its tables' locks.
+* :meth:`~PostgresStorage.read_across` reads many schemas in one statement
+  where it can (:mod:`store.backends.postgres.across`).
 * Side files (sharing's workspace) live in a folder of this machine named
   after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
   ``~/.cache``; :attr:`PostgresStorage.local_root`).
@@ -41,7 +43,7 @@ import hashlib
 import os
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -102,7 +104,8 @@ from store.settings import Settings
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
-    from store.backend import Storage
+    from store.across.plan import AcrossRows, Plan
+    from store.backend import Database, Storage
 
 T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
@@ -306,12 +309,13 @@ class PostgresStorage:
     def open(self, location: Location) -> PostgresDatabase:
         """Open a registered schema (verifying its registry row and its revision)."""
         with self.connection() as conn:
-            if self.metadata(conn, location) is None:
+            stored = self.metadata(conn, location)
+            if stored is None:
                 raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
             status = self.classify(conn, location)
         if status.state is not DatabaseState.CURRENT:
             raise_for_status(status, self.location_where(location))
-        return PostgresDatabase(self, location)
+        return PostgresDatabase(self, location, stored)
 
     # ------------------------------------------------------------ the whole store
 
@@ -427,6 +431,12 @@ class PostgresStorage:
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """One statement over every schema where the SQL allows it (:mod:`store.backends.postgres.across`)."""
+        from store.backends.postgres.across import read_across
+
+        return read_across(self, databases, plan)
 
     def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
         raise InvalidInputError(

@@ -17,6 +17,8 @@ Contract:
 * A read-only store never creates or changes a file; a database without
   tables (zero bytes: another process is creating it) means one thing there:
   empty (:meth:`~SqliteStorage.open_existing` returns None).
+* :meth:`~SqliteStorage.read_across` reads each file in a read transaction
+  of its own and merges their rows in Python (:mod:`store.across.merge`).
 * Inspecting, upgrading, verifying and vacuuming are
   :mod:`~store.backends.sqlite.schema`, :mod:`~store.backends.sqlite.upgrade`,
   :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
@@ -26,7 +28,7 @@ Contract:
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -49,7 +51,8 @@ from store.settings import Settings
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
-    from store.backend import Storage
+    from store.across.plan import AcrossRows, Plan
+    from store.backend import Database, Storage
 
 
 class SqliteStorage:
@@ -169,3 +172,9 @@ class SqliteStorage:
 
     def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
         return vacuum_store(self.root, locations, self.settings)
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """Each file read in a transaction of its own, its rows merged (:func:`store.across.merge.read_each`)."""
+        from store.across.merge import read_each
+
+        return read_each([database.stream for database in databases], plan, nulls_smallest=True)
