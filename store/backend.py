@@ -11,7 +11,8 @@ Contract:
   copy, stats, prune, export, adoption, the command line) never branches on
   a dialect and never touches a root folder or a URL.
 * A :class:`Database` is one descriptor database:
-  :meth:`~Database.get_many`, :meth:`~Database.put_many`,
+  :meth:`~Database.get_many` (``input_text`` deferred, :mod:`store.deferred`),
+  :meth:`~Database.put_many`,
   :meth:`~Database.delete`, :meth:`~Database.count` and
   :meth:`~Database.query`, each in a transaction of its own, the writes
   retried as a whole unit when the backend says the attempt may simply run
@@ -30,13 +31,14 @@ Contract:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from sqlalchemy import Connection
 
+from store.deferred import DeferredInputs
 from store.errors import DatabaseFileError
 from store.filters import RowFilter
 from store.layout import Location, StoredMetadata
@@ -142,9 +144,24 @@ class Database(ABC):
 
     # ------------------------------------------------------------ rows
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
+        """The rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
+
+        ``deferred`` (the default, a cache's lookup): ``input_text`` is left out of the statement and each
+        record reads it on first access, for every record of this call in one statement
+        (:mod:`store.deferred`); pass False where every record's prompt is wanted at once.
+        """
         keys = list(hashes)
-        return self._read(lambda repo: repo.get_many(keys))
+        lean = self._deferred_inputs() if deferred else None
+        return self._read(lambda repo: repo.get_many(keys, deferred=lean))
+
+    def _deferred_inputs(self) -> DeferredInputs:
+        """What a deferred lookup's records read their prompt through: this database, whole rows, later."""
+
+        def load(keys: Sequence[str]) -> dict[str, str]:
+            return {key: record.input_text for key, record in self.get_many(keys, deferred=False).items()}
+
+        return DeferredInputs(load, self.where)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)
