@@ -202,6 +202,14 @@ class Storage(Protocol):
     def locations(self) -> list[Location]:
         """Every descriptor database, in layout order."""
 
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out
+        one that does, nor one it cannot tell about (opening it then says what is wrong)."""
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        """``compute()``, a JSON value derived from the database; a backend that can tell cheaply that the
+        database has not changed since it last computed ``kind`` gives back what it gave then."""
+
     def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
         """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""
 

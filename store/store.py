@@ -25,6 +25,10 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
+* Commands open only the databases that can matter: those the selector
+  picks whose role has the filter's columns and which may hold a row the
+  filter matches (:meth:`~store.backend.Storage.narrowed`: a folder store
+  by its catalog, a server store in a few statements).
 * :meth:`Store.infos`, :meth:`Store.upgrade`, :meth:`Store.verify` and
   :meth:`Store.strays` look at, upgrade and check the databases, whatever
   holds them.
@@ -100,8 +104,9 @@ class Store:
     def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
         """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
         roles = roles_for(flt, selector.role)
-        for location in self.select(selector):
-            if location.role in roles and (database := self.open_existing(location)) is not None:
+        candidates = self.storage.narrowed((loc for loc in self.select(selector) if loc.role in roles), flt)
+        for location in candidates:
+            if (database := self.open_existing(location)) is not None:
                 yield database
 
     def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
