@@ -79,6 +79,10 @@ def template_rows(role: Role, rows: int) -> list[Any]:
     return [judgement_record(k, model_a="TEMPLATE", model_b="other/model", judge="judge/x") for k in range(rows)]
 
 
+def _model_column(role: Role) -> str:
+    return "model" if role == "completions" else "model_a"
+
+
 class Grower:
     """Adds databases to one store; ``grow(n)`` makes it hold databases 0..n-1."""
 
@@ -142,6 +146,7 @@ class PostgresGrower(Grower):
         self.url, self.rows = url, rows
         self.env = {"JUDGESTORE_STORE_URL": url}
         self.templates: dict[str, str] = {}
+        self.tables: dict[str, list[str]] = {}
 
     def grow(self, n: int) -> None:
         from sqlalchemy import text
@@ -150,30 +155,31 @@ class PostgresGrower(Grower):
 
         with Store(Settings(), url=self.url) as store:
             engine = store.storage.engine  # type: ignore[attr-defined]
-            start = self.size
-            while start < n:
-                stop = min(n, start + 200)
-                with engine.connect() as conn, conn.begin():
-                    for i in range(start, stop):
+            for i in range(self.size, n):
+                role, task, descriptor = descriptor_of(i)
+                if role not in self.templates:  # the first of its role, through the API
+                    store.database(role, task, descriptor).put_many(template_rows(role, self.rows))
+                    self.templates[role] = name = schema_name(Location.of(role, task, descriptor))
+                    with engine.begin() as conn:
+                        conn.execute(text(f"UPDATE {quoted(name)}.{role} SET {_model_column(role)} = :m"),
+                                     {"m": model_of(i)})  # fmt: skip
+                        found = conn.execute(text("SELECT tablename FROM pg_tables WHERE schemaname = :s"), {"s": name})
+                        self.tables[role] = [table for (table,) in found]
+            todo = [i for i in range(self.size, n) if schema_name(Location.of(*descriptor_of(i))) not in
+                    self.templates.values()]  # fmt: skip
+            for start in range(0, len(todo), 200):
+                with engine.begin() as conn:
+                    for i in todo[start : start + 200]:
                         role, task, descriptor = descriptor_of(i)
                         location = Location.of(role, task, descriptor)
-                        column = "model" if role == "completions" else "model_a"
-                        if role not in self.templates:
-                            conn.commit()
-                            store.database(role, task, descriptor).put_many(template_rows(role, self.rows))
-                            self.templates[role] = schema_name(location)
-                            conn.execute(text(f"UPDATE {quoted(self.templates[role])}.{role} SET {column} = :m"),
-                                         {"m": model_of(i)})  # fmt: skip
-                            continue
                         source, name = quoted(self.templates[role]), quoted(schema_name(location))
                         conn.execute(text(f"CREATE SCHEMA {name}"))
-                        for table in (role, "alembic_version"):
+                        for table in self.tables[role]:
                             conn.execute(text(f"CREATE TABLE {name}.{table} (LIKE {source}.{table} INCLUDING ALL)"))
                             conn.execute(text(f"INSERT INTO {name}.{table} SELECT * FROM {source}.{table}"))
-                        conn.execute(text(f"UPDATE {name}.{role} SET {column} = :m"), {"m": model_of(i)})
+                        conn.execute(text(f"UPDATE {name}.{role} SET {_model_column(role)} = :m"), {"m": model_of(i)})
                         meta = metadata_bytes(role, task, descriptor)
                         register(conn, location, orjson.loads(meta)["descriptor_sha256"], meta.decode())
-                start = stop
         self.size = max(self.size, n)
 
 
