@@ -228,6 +228,9 @@ class Storage(Protocol):
     def info(self, location: Location, *, count_rows: bool = True) -> DatabaseInfo:
         """The database's state (and rows), read-only; a bad database is a state, never an error."""
 
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        """:meth:`info` of each of ``locations``, in their order (a backend may read them together)."""
+
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
     ) -> Iterator[UpgradeResult]:

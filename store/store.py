@@ -206,8 +206,7 @@ class Store:
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
         """Each database's state (and rows), read-only; a bad database is a state, never an error."""
-        for location in locations:
-            yield self.storage.info(location, count_rows=count_rows)
+        return self.storage.infos(locations, count_rows=count_rows)
 
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None

@@ -176,3 +176,14 @@ def test_listing_and_stats_from_the_catalog_are_what_the_files_say(store_root: P
             answers.append((infos, statuses, stats))
     assert answers[0] == answers[1]
     assert all(status["rows"] is None for status in answers[0][1])
+
+
+def test_a_server_lists_its_schemas_together_as_it_reads_each(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+        locations = store.locations()
+        storage = store.storage
+        for count_rows in (True, False):
+            together = list(storage.infos(locations, count_rows=count_rows))
+            assert together == [storage.info(location, count_rows=count_rows) for location in locations]
+        assert all(info.rows in (2, 3) and info.size_bytes > 0 for info in storage.infos(locations))

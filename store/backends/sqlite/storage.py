@@ -222,6 +222,10 @@ class SqliteStorage:
         info = info_of(location, self.remembered(location, f"info {head}", compute))
         return info if count_rows else dataclasses.replace(info, rows=None)
 
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        for location in locations:
+            yield self.info(location, count_rows=count_rows)
+
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
     ) -> Iterator[UpgradeResult]:
