@@ -20,8 +20,10 @@ Contract:
   and the registry row), as a lab's store that grew by hand and by ``copy``.
 * At each size every command runs ``--reps`` times as a fresh process
   (``python -m store``: start-up and imports included, as a user meets it),
-  wall clock, median printed; the first run after growing (a catalog rebuilt,
-  if the store keeps one) is reported apart as "first".
+  wall clock and CPU time (user + system, from ``wait4``: what the command
+  costs, whatever else the machine runs), medians printed; the first run
+  after growing (a catalog rebuilt, if the store keeps one) is reported
+  apart as "first".
 * Each command must exit 0 and ``query --model X`` must print the rows of X
   (one database's): otherwise the bench stops with exit status 1.
 """
@@ -201,25 +203,32 @@ class Result:
     command: str
     first: float
     times: list[float]
+    first_cpu: float
+    cpu: list[float]
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
 
+    @property
+    def median_cpu(self) -> float:
+        return statistics.median(self.cpu)
 
-def run_command(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
+
+def run_command(argv: list[str], env: dict[str, str]) -> tuple[float, float, str]:
+    """Run ``python -m store argv``: its wall seconds, its CPU seconds (user + system, from ``wait4``), stdout."""
     started = time.perf_counter()
-    done = subprocess.run(
-        [sys.executable, "-m", "store", *argv],
-        env={**os.environ, **env, "COLUMNS": "200"},
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"`judgestore {' '.join(argv)}` failed ({done.returncode}): {done.stderr[-2000:]}")
-    return took, done.stdout
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        process = subprocess.Popen([sys.executable, "-m", "store", *argv], env={**os.environ, **env, "COLUMNS": "200"},
+                                   stdout=out, stderr=err, text=True)  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+        took = time.perf_counter() - started
+        process.returncode = code = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if code != 0:
+            raise SystemExit(f"`judgestore {' '.join(argv)}` failed ({code}): {err.read()[-2000:]}")
+        return took, usage.ru_utime + usage.ru_stime, out.read()
 
 
 def bench(backend: str, grower: Grower, sizes: Sequence[int], reps: int, rows: int) -> list[Result]:
@@ -231,17 +240,19 @@ def bench(backend: str, grower: Grower, sizes: Sequence[int], reps: int, rows: i
         target = size // 2
         for name, template in COMMANDS.items():
             argv = [part.format(model=model_of(target)) for part in template]
-            times = []
+            times, cpu = [], []
             for _ in range(reps + 1):
-                took, out = run_command(argv, grower.env)
+                took, used, out = run_command(argv, grower.env)
                 times.append(took)
+                cpu.append(used)
                 if name.startswith("query"):
                     found = orjson.loads(out)
                     models = {row.get("model") or row.get("model_a") for row in found}
                     if len(found) != rows or models != {model_of(target)}:
                         raise SystemExit(f"query --model {model_of(target)} gave {len(found)} rows of {models}")
-            results.append(Result(backend, size, name, times[0], times[1:]))
-            print(f"  {name}: first {times[0]:.2f} s, median {statistics.median(times[1:]):.2f} s", file=sys.stderr)
+            results.append(Result(backend, size, name, times[0], times[1:], cpu[0], cpu[1:]))
+            print(f"  {name}: first {times[0]:.2f} s ({cpu[0]:.2f} s CPU), median {statistics.median(times[1:]):.2f} s "
+                  f"({statistics.median(cpu[1:]):.2f} s CPU)", file=sys.stderr)  # fmt: skip
     return results
 
 
@@ -254,7 +265,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", help="a PostgreSQL store URL to fill (default: a throwaway server)")
     parser.add_argument("--workdir", type=Path, help="where the folder store goes (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
+    parser.add_argument("--commands", default=",".join(COMMANDS), help="which commands (default: all four)")
     args = parser.parse_args(argv)
+    for name in list(COMMANDS):
+        if name not in args.commands.split(","):
+            del COMMANDS[name]
     sizes = sorted(int(s) for s in args.sizes.split(","))
     backends = args.backends.split(",")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-scale-"))
@@ -275,7 +290,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             cells = [backend, name]
             for size in sizes:
                 (r,) = [r for r in results if (r.backend, r.size, r.command) == (backend, size, name)]
-                cells.append(f"{r.median:.2f} s (first {r.first:.2f})")
+                cells.append(f"{r.median:.2f} s / {r.median_cpu:.2f} s CPU (first {r.first:.1f} / {r.first_cpu:.1f})")
             rows.append(cells)
     print()
     print_table(headers, rows, right=tuple(range(2, len(headers))), markdown=True)
