@@ -140,7 +140,7 @@ class FittedTable:
 
     def _plain(self, index: int) -> list[str]:
         fit = self.columns[index].fit
-        values = [_text(row[index]).plain for row in self.rows]
+        values = [cell.plain if isinstance(cell := row[index], Text) else cell for row in self.rows]
         return [_one_line(v) for v in values] if fit is not Fit.WRAP else values
 
     def _whole(self, index: int) -> int:
@@ -203,7 +203,7 @@ class FittedTable:
         elif (widths := self._widths(width - 2 * (n - 1), natural)) is not None:  # two spaces between columns
             yield self._table(widths, boxed=False)
         else:
-            yield from self._blocks(width, natural)
+            yield from _rendered(self._blocks(width, natural), console, width)
         if self.caption:
             yield Text(self.caption, style="table.caption")
 
@@ -238,8 +238,8 @@ class FittedTable:
         else:
             yield Text("─" * (sum(widths) + 2 * (len(widths) - 1)))
         for row in self.rows:
-            cells = [self._cell(c, cell, w) for c, cell, w in zip(self.columns, row, widths, strict=True)]
-            yield self._line([(t.plain, t.style) for t in cells], widths, (edge, sep, pad))
+            yield self._line([self._plain_cell(*cw) for cw in zip(self.columns, row, widths, strict=True)], widths,
+                             (edge, sep, pad))  # fmt: skip
         if boxed:
             yield Text("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
 
@@ -264,6 +264,14 @@ class FittedTable:
         return Text(line, spans=spans, end="\n", no_wrap=True)
 
     @staticmethod
+    def _plain_cell(column: Column, cell: Cell, width: int) -> tuple[str, str | Style]:
+        """What :meth:`_cell` gives, as its text and its style (no :class:`Text` built: a long table has many)."""
+        value, style = (cell.plain, cell.style) if isinstance(cell, Text) else (cell, "")
+        if column.fit in (Fit.WHOLE, Fit.WRAP):
+            return value, style
+        return _SHORTEN[column.fit](_one_line(value), width), style
+
+    @staticmethod
     def _cell(column: Column, cell: Cell, width: int) -> Text:
         text = _text(cell)
         if column.fit in (Fit.WHOLE, Fit.WRAP):
@@ -282,11 +290,11 @@ class FittedTable:
                 yield Text("")
             line, spans = "", list[Span]()  # built as a string and its styled spans: rich's Text.append costs 10x
             for column, cell, room in zip(self.columns, row, natural, strict=True):
-                value = self._cell(column, cell, room)
-                if not value.plain:
+                plain, style = self._plain_cell(column, cell, room)
+                if not plain:
                     continue
                 label = f"{column.header}: "
-                item = label + value.plain
+                item = label + plain
                 if line and cell_len(line) + 2 + cell_len(item) > width:
                     yield Text(line, spans=spans)
                     line, spans = "  ", []
@@ -294,9 +302,10 @@ class FittedTable:
                     line += "  "
                 at = len(line)
                 spans.append(Span(at, at + len(label), bold))
-                if value.style:
-                    spans.append(Span(at + len(label), at + len(item), value.style))
-                spans += [span.move(at + len(label)) for span in value.spans]
+                if style:
+                    spans.append(Span(at + len(label), at + len(item), style))
+                if isinstance(cell, Text) and column.fit in (Fit.WHOLE, Fit.WRAP):  # kept whole, its spans too
+                    spans += [span.move(at + len(label)) for span in cell.spans]
                 line += item
             if line.strip():
                 yield Text(line, spans=spans)
@@ -309,7 +318,17 @@ class Lines:
         self.lines = lines
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        yield from self.lines
+        yield from _rendered(self.lines, console, options.max_width)
+
+
+def _rendered(lines: Iterable[Text], console: Console, width: int) -> RenderResult:
+    """Each line as rich prints it; one that fits ``width`` rendered straight to its segments (rich would
+    measure and wrap it first, several times the cost, for the same segments)."""
+    for line in lines:
+        if cell_len(line.plain) <= width:
+            yield from line.render(console, end="\n")
+        else:
+            yield line
 
 
 def _text(cell: Cell) -> Text:

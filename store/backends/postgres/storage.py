@@ -208,7 +208,8 @@ class PostgresStorage:
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
         """The ``locations`` whose schemas hold a row ``flt`` matches, asked in statements of
         :data:`EXISTS_BATCH` schemas each (one ``UNION ALL`` of ``LIMIT 1`` probes); a schema without the
-        role's table, or a batch the server refuses (a schema of another revision), is kept."""
+        role's table or at another revision, or a batch the server refuses, is kept: opening it says what is
+        wrong (or upgrades it)."""
         chosen = list(locations)
         if flt.is_empty() or not chosen:
             return chosen
@@ -217,10 +218,14 @@ class PostgresStorage:
             tables = {(name, table) for name, table in conn.execute(text(
                 "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
                 "WHERE c.relname IN ('completions', 'judgements') AND c.relkind = 'r'"))}  # fmt: skip
+            head = _revisions(None).head
+            current = {name for name, revision in _revisions_of(conn, [schema_name(loc) for loc in chosen]).items()
+                       if revision == head}  # fmt: skip
             for role in ("completions", "judgements"):
                 mine = [loc for loc in chosen if loc.role == role]
-                keep.update(loc for loc in mine if (schema_name(loc), role) not in tables)
-                probed = [loc for loc in mine if (schema_name(loc), role) in tables]
+                usable = {loc for loc in mine if (schema_name(loc), role) in tables and schema_name(loc) in current}
+                keep.update(loc for loc in mine if loc not in usable)  # opening them says what is wrong
+                probed = [loc for loc in mine if loc in usable]
                 if not probed:
                     continue
                 sql, params = _probe(conn, role, flt)
@@ -433,19 +438,9 @@ class PostgresStorage:
             {"names": wanted},
         )
         rows = {name: metadata_json for name, metadata_json in found}
-        versioned = {name for (name,) in conn.execute(text(
-            "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-            "WHERE c.relname = :t AND c.relkind = 'r'"), {"t": VERSION_TABLE})}  # fmt: skip
-        seen: dict[str, list[str]] = {}
-        probed = [name for name in wanted if name in versioned and name in rows]
-        for start in range(0, len(probed), EXISTS_BATCH):
-            union = " UNION ALL ".join(
-                f"SELECT '{name}', version_num FROM {quoted(name)}.{quoted(VERSION_TABLE)}"
-                for name in probed[start : start + EXISTS_BATCH]
-            )
-            for name, revision in conn.exec_driver_sql(union):
-                seen.setdefault(name, []).append(revision)
-        versions = {name: found_revisions[0] for name, found_revisions in seen.items() if len(found_revisions) == 1}
+        probed = [name for name in wanted if name in rows]
+        versions = _revisions_of(conn, probed)
+        probed = [name for name in probed if name in versions]
         counts: dict[str, int] = {}
         if count_rows:
             head = _revisions(None).head
@@ -575,6 +570,23 @@ SIZES = text(
 )  # bytes each schema's tables take, looked up by name (see PostgresStorage.size_of)
 SCHEMA_TABLES = (*Base.metadata.tables, VERSION_TABLE)  # what a descriptor schema holds
 PROBE_SCHEMA = "js_x_probe"  # stands for each schema's name in the probe's SQL (names are [a-z0-9_])
+
+
+def _revisions_of(conn: Connection, names: list[str]) -> dict[str, str]:
+    """The revision each of the schemas ``names`` records, where it has its version table with one row."""
+    versioned = {name for (name,) in conn.execute(text(
+        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "WHERE c.relname = :t AND c.relkind = 'r'"), {"t": VERSION_TABLE})}  # fmt: skip
+    probed = [name for name in names if name in versioned]
+    seen: dict[str, list[str]] = {}
+    for start in range(0, len(probed), EXISTS_BATCH):
+        union = " UNION ALL ".join(
+            f"SELECT '{name}', version_num FROM {quoted(name)}.{quoted(VERSION_TABLE)}"
+            for name in probed[start : start + EXISTS_BATCH]
+        )
+        for name, revision in conn.exec_driver_sql(union):
+            seen.setdefault(name, []).append(revision)
+    return {name: found[0] for name, found in seen.items() if len(found) == 1}
 
 
 def _probe(conn: Connection, role: Role, flt: RowFilter) -> tuple[str, dict[str, Any]]:

@@ -47,28 +47,29 @@ def catalog_path(root: Path) -> Path:
     return cache / "judgestore" / "catalogs" / f"{digest}.json"
 
 
-def _file(path: Path, header: int = 0) -> list[Any] | None:
+def _file(path: str, header: int = 0) -> list[Any] | None:
     """A file's inode, size, modification and change times (ns), and its first ``header`` bytes (hex)."""
     try:
-        st = path.stat()
+        st = os.stat(path)
         head = ""
         if header:
-            with path.open("rb") as f:
+            with open(path, "rb") as f:
                 head = f.read(header).hex()
     except FileNotFoundError:
         return None
     return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns, head]
 
 
-def stamp(db_path: Path) -> list[Any] | None:
+def stamp(db_path: Path | str) -> list[Any] | None:
     """What changes whenever the database's content or its folder's metadata may have changed (see the module
     docstring); None when the database file is not there."""
-    main = _file(db_path)
+    path = str(db_path)
+    main = _file(path)
     if main is None:
         return None
-    wal = Path(f"{db_path}{WAL_SUFFIX}")
-    shm = Path(f"{db_path}{SHM_SUFFIX}")
-    return [main, _file(wal, WAL_HEADER_BYTES), _file(shm, SHM_HEADER_BYTES), _file(db_path.parent / METADATA_FILE)]
+    metadata = os.path.join(os.path.dirname(path), METADATA_FILE)
+    return [main, _file(path + WAL_SUFFIX, WAL_HEADER_BYTES), _file(path + SHM_SUFFIX, SHM_HEADER_BYTES),
+            _file(metadata)]  # fmt: skip
 
 
 class Catalog:
@@ -77,6 +78,7 @@ class Catalog:
     def __init__(self, root: Path, path: Path | None = None) -> None:
         self.root = root
         self.path = path or catalog_path(root)
+        self._prefix = os.path.join(str(root), "")
         self._entries: dict[str, dict[str, Any]] = {}
         self._dirty = False
         try:
@@ -87,7 +89,7 @@ class Catalog:
             pass  # none yet, unreadable or damaged: it is rebuilt from the files
 
     def _key(self, db_path: Path) -> str:
-        return db_path.relative_to(self.root).as_posix()
+        return str(db_path)[len(self._prefix) :]  # the path under the root (the layout's names hold no separator)
 
     def remembered(self, db_path: Path, kind: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` (a JSON value derived from the database), or what it gave at the file's present stamp."""
