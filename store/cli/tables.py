@@ -208,7 +208,7 @@ class FittedTable:
             yield Text(self.caption, style="table.caption")
 
     def _table(self, widths: list[int], *, boxed: bool) -> Table | Lines:
-        if len(self.rows) > LONG_TABLE and not any(c.fit is Fit.WRAP for c in self.columns):
+        if len(self.rows) > LONG_TABLE and not self._wraps(widths):
             return Lines(self._lines(widths, boxed=boxed))
         if boxed:
             table = Table(show_header=True)
@@ -223,11 +223,18 @@ class FittedTable:
             table.add_row(*(self._cell(column, cell, width) for column, cell, width in cells))
         return table
 
+    def _wraps(self, widths: list[int]) -> bool:
+        """Whether a cell of a column that wraps needs more than one line at these widths."""
+        for i, (column, width) in enumerate(zip(self.columns, widths, strict=True)):
+            if column.fit is Fit.WRAP and any("\n" in v or cell_len(v) > width for v in self._plain(i)):
+                return True
+        return False
+
     def _lines(self, widths: list[int], *, boxed: bool) -> Iterator[Text]:
         """The table as :meth:`_table` draws it with rich's :class:`~rich.table.Table` (heavy-headed box, or
         borderless with a rule under the header), line by line: rich measures every cell of a table anew, about
-        1 ms a row, which a listing of thousands of databases cannot pay. For one-line cells only: a column
-        that wraps makes :meth:`_table` use rich's table whatever the rows."""
+        1 ms a row, which a listing of thousands of databases cannot pay. For one-line cells only: a cell that
+        must wrap makes :meth:`_table` use rich's table whatever the rows."""
         edge, sep, pad = ("│ ", " │ ", " │") if boxed else ("", "  ", "")
         if boxed:
             yield Text("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
