@@ -345,7 +345,7 @@ def walk(root: Path) -> Iterator[Location]:
         name = database_name(role)
         found = []
         # Folder by folder with os.scandir (its d_type, no stat per entry) rather than Path.glob: the same paths
-        # (hidden names skipped, as glob's "*" does), about 5x faster over thousands of databases.
+        # (a name starting with a dot included, as pathlib's "*" does), about 3x faster over thousands of databases.
         for task in _folders(os.path.join(root, role)):
             for provider in _folders(task):
                 for model in _folders(provider):
@@ -366,10 +366,10 @@ def walk(root: Path) -> Iterator[Location]:
 
 
 def _folders(path: str) -> list[str]:
-    """The folders in ``path`` (not hidden ones), as paths; none when it is not a readable folder."""
+    """The folders in ``path``, as paths; none when it is not a readable folder."""
     try:
         with os.scandir(path) as entries:
-            return [e.path for e in entries if not e.name.startswith(".") and e.is_dir()]
+            return [e.path for e in entries if e.is_dir()]
     except OSError:
         return []
 
