@@ -11,7 +11,8 @@ Contract:
   copy, stats, prune, export, adoption, the command line) never branches on
   a dialect and never touches a root folder or a URL.
 * A :class:`Database` is one descriptor database:
-  :meth:`~Database.get_many`, :meth:`~Database.put_many`,
+  :meth:`~Database.get_many` (``input_text`` deferred, :mod:`store.deferred`),
+  :meth:`~Database.put_many`,
   :meth:`~Database.delete`, :meth:`~Database.count` and
   :meth:`~Database.query`, each in a transaction of its own, the writes
   retried as a whole unit when the backend says the attempt may simply run
@@ -44,6 +45,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
+from store.deferred import DeferredInputs
 from store.errors import DatabaseFileError
 from store.filters import RowFilter
 from store.layout import Location, StoredMetadata
@@ -178,9 +180,24 @@ class Database(ABC):
 
     # ------------------------------------------------------------ rows
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
+        """The rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
+
+        ``deferred`` (the default, a cache's lookup): ``input_text`` is left out of the statement and each
+        record reads it on first access, for every record of this call in one statement
+        (:mod:`store.deferred`); pass False where every record's prompt is wanted at once.
+        """
         keys = list(hashes)
-        return self._read(lambda repo: repo.get_many(keys))
+        lean = self._deferred_inputs() if deferred else None
+        return self._read(lambda repo: repo.get_many(keys, deferred=lean))
+
+    def _deferred_inputs(self) -> DeferredInputs:
+        """What a deferred lookup's records read their prompt through: this database, whole rows, later."""
+
+        def load(keys: Sequence[str]) -> dict[str, str]:
+            return {key: record.input_text for key, record in self.get_many(keys, deferred=False).items()}
+
+        return DeferredInputs(load, self.where)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)
@@ -221,6 +238,14 @@ class Storage(Protocol):
     def locations(self) -> list[Location]:
         """Every descriptor database, in layout order."""
 
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out
+        one that does, nor one it cannot tell about (opening it then says what is wrong)."""
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        """``compute()``, a JSON value derived from the database; a backend that can tell cheaply that the
+        database has not changed since it last computed ``kind`` gives back what it gave then."""
+
     def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
         """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""
 
@@ -238,6 +263,9 @@ class Storage(Protocol):
 
     def info(self, location: Location, *, count_rows: bool = True) -> DatabaseInfo:
         """The database's state (and rows), read-only; a bad database is a state, never an error."""
+
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        """:meth:`info` of each of ``locations``, in their order (a backend may read them together)."""
 
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None

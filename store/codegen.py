@@ -11,8 +11,10 @@ Contract:
     table's columns in storage order, typed as the models annotate them (a
     nullable column defaults to None, a column with a scalar ``default`` to
     it, and ``info={"record_default": ...}`` gives a default to what the
-    database or the writer fills in), and :class:`~store.records.RunTotals`,
-    the ``runs`` columns marked ``info={"summed": True}`` added up.
+    database or the writer fills in; a table with a column marked
+    ``info={"deferred": True}`` gets :class:`~store.deferred.Deferrable`
+    as its base), and :class:`~store.records.RunTotals`, the ``runs``
+    columns marked ``info={"summed": True}`` added up.
 
   (SQLite's row readers and binders are generated from the same models when
   the process first needs them, and print as source:
@@ -89,6 +91,14 @@ def record_default(column: Column[Any]) -> str | None:
     return "None" if column.nullable else None
 
 
+def deferred_columns(model: type[Base]) -> tuple[str, ...]:
+    """The columns marked ``info={"deferred": True}``: a lookup leaves them out (:mod:`store.deferred`).
+
+    (Marked in ``info``, not the ORM's ``deferred=True``: ORM sessions over these tables keep loading rows whole.)
+    """
+    return tuple(c.key for c in columns(model) if c.info.get("deferred"))
+
+
 def field_type(model: type[Base], column: Column[Any]) -> str:
     text = annotation(model, column.key)
     if record_default(column) == "None" and not text.endswith("| None"):
@@ -115,6 +125,7 @@ def records_module() -> str:
         "from datetime import datetime",
         "from typing import Any",
         "",
+        "from store.deferred import Deferrable",
         "from store.models import Orientation",
     ]
     sections = [_record_class(model, name) for model, name in RECORD_OF_MODEL.items()]
@@ -144,9 +155,10 @@ def _record_class(model: type[Base], name: str) -> list[str]:
         default = record_default(column)
         params.append(f"{column.key}: {field_type(model, column)}" + ("" if default is None else f" = {default}"))
     setter = f"_{name}_set"
+    base = "(Deferrable)" if deferred_columns(model) else ""
     lines = [
         "@dataclass(frozen=True, slots=True, kw_only=True, init=False)",
-        f"class {name}:",
+        f"class {name}{base}:",
         f'    """One row of ``{model.__tablename__}`` (:class:`store.models.{model.__name__}`)."""',
         "",
         *(f"    {p}" for p in params),

@@ -219,10 +219,10 @@ def _read(records: Iterable[Record]) -> Iterator[Record]:
 
 def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
-    before = target.get_many(r.input_hash for r in chunk)
+    before = target.get_many((r.input_hash for r in chunk), deferred=False)
     fresh = [r for r in chunk if r.input_hash not in before]
     written = target.put_many(fresh) if fresh else 0
-    after = target.get_many(r.input_hash for r in fresh) if fresh else {}
+    after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
     matched = matched_before = 0
     for record in chunk:
         want = row_digest(record)

@@ -98,6 +98,10 @@ class DatabaseFileError(JudgestoreError):
         super().__init__(f"{self.where}: {message}")
 
 
+class RowGoneError(DatabaseFileError):
+    """A row a lookup found was deleted before its deferred ``input_text`` was read (:mod:`store.deferred`)."""
+
+
 class DatabaseMissingError(DatabaseFileError):
     """A read-only open of a database that does not exist."""
 

@@ -122,3 +122,39 @@ def parse_timestamp(value: str) -> datetime:
             f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-01-31 or 2026-01-31T12:00:00+02:00)"
         ) from e
     return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+
+
+# The columns whose distinct values say, per database, which text filters can match there (each indexed, so
+# listing them reads an index, not the rows): what a store may keep to open only the databases a filter can match.
+VALUE_COLUMNS: dict[Role, tuple[str, ...]] = {
+    "completions": ("benchmark", "model", "run_id"),
+    "judgements": ("benchmark", "model_a", "model_b", "judge", "run_id"),
+}
+
+
+CATALOGUED_FILTERS = ("benchmark", "model", "model_a", "model_b", "judge", "pair", "run_id")  # what may_match reads
+
+
+def may_match(role: Role, values: dict[str, list[str | None] | None], flt: RowFilter) -> bool:
+    """Whether a table of ``role`` whose :data:`VALUE_COLUMNS` hold ``values`` (each column's distinct values,
+    or None where they are not known) can hold a row ``flt`` matches; True whenever that cannot be ruled out."""
+
+    def absent(value: str, *columns: str) -> bool:
+        known = [values.get(column) for column in columns]
+        return all(k is not None for k in known) and not any(value in k for k in known if k is not None)
+
+    if flt.benchmark is not None and absent(flt.benchmark, "benchmark"):
+        return False
+    if flt.run_id is not None and absent(flt.run_id, "run_id"):
+        return False
+    model_columns = ("model",) if role == "completions" else ("model_a", "model_b")
+    if flt.model is not None and absent(flt.model, *model_columns):
+        return False
+    if role == "judgements":
+        for name in ("model_a", "model_b", "judge"):
+            value = getattr(flt, name)
+            if value is not None and absent(value, name):
+                return False
+        if flt.pair is not None and any(absent(m, "model_a", "model_b") for m in flt.pair):
+            return False
+    return True

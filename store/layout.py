@@ -342,11 +342,36 @@ def walk(root: Path) -> Iterator[Location]:
     skipped here; ``judgestore verify`` reports them.
     """
     for role in ROLES:
-        for db_path in sorted((root / role).glob(f"*/*/*/*/{database_name(role)}")):
+        name = database_name(role)
+        found = []
+        # Folder by folder with os.scandir (its d_type, no stat per entry) rather than Path.glob: the same paths
+        # (a name starting with a dot included, as pathlib's "*" does), about 3x faster over thousands of databases.
+        for task in _folders(os.path.join(root, role)):
+            for provider in _folders(task):
+                for model in _folders(provider):
+                    for descriptor in _folders(model):
+                        if os.path.exists(os.path.join(descriptor, name)):
+                            found.append(descriptor)
+        base = len(str(root)) + len(role) + 2
+        for folder in sorted(found, key=lambda path: path[base:].split(os.sep)):  # Path order: part by part
+            task, provider, model, hash16 = folder[base:].split(os.sep)
             try:
-                yield Location.from_db_path(root, db_path)
+                location = Location(role, decode_segment(task), decode_segment(provider), decode_segment(model),
+                                    decode_segment(hash16))  # fmt: skip
+                if any(isinstance(n, ShortName) for n in (location.task, location.provider, location.model)):
+                    location = location._resolved(Path(folder))
             except InvalidInputError:
                 continue
+            yield location
+
+
+def _folders(path: str) -> list[str]:
+    """The folders in ``path``, as paths; none when it is not a readable folder."""
+    try:
+        with os.scandir(path) as entries:
+            return [e.path for e in entries if e.is_dir()]
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- selecting databases

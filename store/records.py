@@ -17,11 +17,12 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from store.deferred import Deferrable
 from store.models import Orientation
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)
-class CompletionRecord:
+class CompletionRecord(Deferrable):
     """One row of ``completions`` (:class:`store.models.Completion`)."""
 
     input_hash: str
@@ -91,7 +92,7 @@ _CompletionRecord_set_adopted_from = vars(CompletionRecord)["adopted_from"].__se
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, init=False)
-class JudgementRecord:
+class JudgementRecord(Deferrable):
     """One row of ``judgements`` (:class:`store.models.Judgement`)."""
 
     input_hash: str

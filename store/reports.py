@@ -10,6 +10,7 @@ server's schema) and never raises: what is wrong is a state, an outcome or a
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,6 +57,16 @@ class DatabaseInfo:
             "size_bytes": self.size_bytes,
             "error": self.error,
         }
+
+
+def info_json(info: DatabaseInfo) -> dict[str, Any]:
+    """What :func:`info_of` reads back (the location aside: the caller knows it)."""
+    return {k: v for k, v in dataclasses.asdict(info).items() if k != "location"} | {"state": info.state.value}
+
+
+def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:
+    """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data``."""
+    return DatabaseInfo(location, **(data | {"state": DatabaseState(data["state"])}))
 
 
 class UpgradeOutcome(enum.StrEnum):

@@ -5,7 +5,9 @@ Contract:
 * A :class:`Repository` executes statements and never commits: the caller
   opens the transaction (``with database.transaction() as repo:``).
 * :meth:`~Repository.get_many` takes any number of hashes and returns the rows
-  found (missing keys are simply absent) in batches of one statement each.
+  found (missing keys are simply absent) in batches of one statement each;
+  given a :class:`~store.deferred.DeferredInputs` it leaves ``input_text``
+  out of the statement and the records read it on first access.
 * :meth:`~Repository.put_many` inserts in one executemany; ``"ignore"`` keeps
   the row already stored, ``"replace"`` overwrites it. It first checks that
   every row is stored under the hash of its input (``input_hash`` is
@@ -50,6 +52,7 @@ from sqlalchemy import (
     select,
 )
 
+from store.deferred import DeferredInputs, looked_up, set_deferred
 from store.errors import EmptyFilterError, InvalidInputError
 from store.filters import ERROR_FINISH_REASONS, RowFilter
 from store.layout import Role
@@ -85,9 +88,28 @@ class Repository(ABC):
         with gc_paused():
             return [make(**dict(zip(names, row, strict=True))) for row in rows]
 
+    def _lean_records(self, rows: Sequence[Any], deferred: DeferredInputs) -> list[Record]:
+        """Records of the lean lookup's rows (:func:`~store.deferred.looked_up`), each loading the rest through
+        ``deferred``."""
+        new, make = object.__new__, self.record_type
+        setters = [getattr(make, c.key).__set__ for c in looked_up(self._columns, True)]
+        records = []
+        with gc_paused():
+            for row in rows:
+                record = new(make)
+                for put, value in zip(setters, row, strict=True):
+                    put(record, value)
+                set_deferred(record, deferred)
+                records.append(record)
+        return records
+
     @abstractmethod
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent)."""
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+        """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
+
+        With ``deferred`` the statement leaves the deferred columns out (``input_text``) and each record reads
+        them through it on first access (:mod:`store.deferred`); the keys found are recorded in it.
+        """
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Rows matching ``flt`` ordered by creation time, streamed in partitions."""

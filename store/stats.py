@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from store.adoption import adoptions
@@ -87,12 +88,79 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
 
 
 def store_stats(store: Store, selector: Selector | None = None, *, recent: int = 5) -> Iterator[DatabaseStats]:
-    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring)."""
+    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring).
+
+    A database unchanged since its statistics were last read gives them back from the store's catalog
+    (:meth:`~store.backend.Storage.remembered`): a store of thousands of databases costs what listing it does.
+    """
     for info in store.infos(store.select(selector), count_rows=False):
+        location = info.location
+
+        def compute(location: Location = location) -> dict[str, Any]:
+            return _stats_json(database_stats(store.open(location), recent=recent))
+
         try:
-            yield database_stats(store.open(info.location), recent=recent)
+            yield _stats_of(location, store.storage.remembered(location, f"stats {recent}", compute))
         except JudgestoreError as e:
             yield DatabaseStats(info.location, info.where, info.size_bytes, error=str(e))
+
+
+_DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {_DATETIME: value.isoformat()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.keys() == {_DATETIME}:
+            return datetime.fromisoformat(value[_DATETIME])
+        return {k: _unplain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    return {f.name: _plain(getattr(instance, f.name)) for f in dataclasses.fields(instance)}
+
+
+def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
+    """What :func:`_stats_of` reads back (the location aside: the caller knows it)."""
+    return {
+        "where": stats.where,
+        "size_bytes": stats.size_bytes,
+        "rows": _fields(stats.rows),
+        "finish_reasons": [[reason, n] for reason, n in stats.finish_reasons.items()],
+        "runs": _fields(stats.runs),
+        "recent_runs": [_fields(run) for run in stats.recent_runs],
+        "adopted_rows": stats.adopted_rows,
+        "adoptions": [_fields(adoption) for adoption in stats.adoptions],
+    }
+
+
+def _stats_of(location: Location, data: dict[str, Any]) -> DatabaseStats:
+    def build(cls: Any, fields: dict[str, Any]) -> Any:
+        return cls(**{name: _unplain(value) for name, value in fields.items()})
+
+    return DatabaseStats(
+        location,
+        data["where"],
+        data["size_bytes"],
+        build(RowTotals, data["rows"]),
+        {reason: n for reason, n in data["finish_reasons"]},
+        build(RunTotals, data["runs"]),
+        tuple(build(RunRecord, run) for run in data["recent_runs"]),
+        adopted_rows=data["adopted_rows"],
+        adoptions=tuple(build(AdoptionRecord, adoption) for adoption in data["adoptions"]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,6 +28,10 @@ Contract:
 * :meth:`Store.scalars` and :meth:`Store.execute` run one SQLAlchemy
   ``select()`` over every database a selector picks, as on one table holding
   all their rows (:mod:`store.across`); read-only.
+* Commands open only the databases that can matter: those the selector
+  picks whose role has the filter's columns and which may hold a row the
+  filter matches (:meth:`~store.backend.Storage.narrowed`: a folder store
+  by its catalog, a server store in a few statements).
 * :meth:`Store.infos`, :meth:`Store.upgrade`, :meth:`Store.verify` and
   :meth:`Store.strays` look at, upgrade and check the databases, whatever
   holds them.
@@ -107,8 +111,9 @@ class Store:
     def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
         """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
         roles = roles_for(flt, selector.role)
-        for location in self.select(selector):
-            if location.role in roles and (database := self.open_existing(location)) is not None:
+        candidates = self.storage.narrowed((loc for loc in self.select(selector) if loc.role in roles), flt)
+        for location in candidates:
+            if (database := self.open_existing(location)) is not None:
                 yield database
 
     def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
@@ -222,8 +227,7 @@ class Store:
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
         """Each database's state (and rows), read-only; a bad database is a state, never an error."""
-        for location in locations:
-            yield self.storage.info(location, count_rows=count_rows)
+        return self.storage.infos(locations, count_rows=count_rows)
 
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None

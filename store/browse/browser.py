@@ -367,7 +367,7 @@ class Browser:
     def _row(self, name: str, input_hash: str) -> RowView:
         location = self._location(name)
         database = self.store.open_existing(location)
-        record = None if database is None else database.get_many([input_hash]).get(input_hash)
+        record = None if database is None else database.get_many([input_hash], deferred=False).get(input_hash)
         if database is None or record is None:
             raise NotFoundError(f"no row {input_hash} in {name}")
         stored = database.metadata()

@@ -293,7 +293,7 @@ def instruction_rows(
         models = [t.c[name] for name in ("model", "model_a", "model_b") if name in t.c]
         stmt = select(t.c.input_hash, *models).where(same, t.c.instruction_id == instruction_id)
         hashes = [h for h, *named in repo.conn.execute(stmt).all() if model is None or model in named]
-    found = database.get_many(hashes)
+    found = database.get_many(hashes, deferred=False)
     return sorted(found.values(), key=lambda record: (record.created_at, record.input_hash))
 
 

@@ -145,10 +145,11 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
 def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:
     """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role)."""
     roles = roles_for(flt, selector.role)
+    usable = [info.state is DatabaseState.CURRENT and info.location.role in roles for info in infos]
+    can_match = set(store.storage.narrowed([i.location for i, ok in zip(infos, usable, strict=True) if ok], flt))
     counts: list[int | None] = []
-    for info in infos:
-        usable = info.state is DatabaseState.CURRENT and info.location.role in roles
-        counts.append(store.open(info.location).count(flt) if usable else None)
+    for info, ok in zip(infos, usable, strict=True):
+        counts.append(None if not ok else store.open(info.location).count(flt) if info.location in can_match else 0)
     return counts
 
 

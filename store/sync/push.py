@@ -209,7 +209,7 @@ def _plan_folder(
     writer = ShardWriter(ShardOrigin.of(metadata), staging / folder, target_bytes)
     for start in range(0, len(unsent), ROW_BATCH):
         chunk = unsent[start : start + ROW_BATCH]
-        found = database.get_many(chunk)
+        found = database.get_many(chunk, deferred=False)
         for key in chunk:
             if key in found:  # deleted since the scan: nothing to send
                 writer.add(found[key])

@@ -78,7 +78,8 @@ def statements(completions: Database) -> Iterator[list[str]]:
 
 
 def lookups(statements: list[str]) -> list[str]:
-    return [s for s in statements if s.lstrip().startswith("SELECT") and "input_text" in s]
+    """The bulk lookups among ``statements`` (lean or whole: both key on one JSON array)."""
+    return [s for s in statements if s.lstrip().startswith("SELECT") and "json_each" in s]
 
 
 # ---------------------------------------------------------------- get_many
@@ -110,8 +111,9 @@ def test_get_many_batches_keys_beyond_one_statement(
     statements.clear()
     asked = [r.input_hash for r in stored] + [completion_record(i).input_hash for i in range(1000, 1030)]
     found = completions.get_many(asked)
-    assert found == {r.input_hash: r for r in stored}
     assert len(lookups(statements)) == math.ceil(80 / 7)
+    assert found == {r.input_hash: r for r in stored}  # reads the deferred prompts: 50 keys, ceil(50 / 7) more
+    assert len(lookups(statements)) == math.ceil(80 / 7) + math.ceil(50 / 7)
 
 
 def test_duplicate_keys_are_looked_up_once(
@@ -122,8 +124,8 @@ def test_duplicate_keys_are_looked_up_once(
     completions.put_many(stored)
     statements.clear()
     found = completions.get_many([r.input_hash for r in stored] * 5)
-    assert found == {r.input_hash: r for r in stored}
     assert len(lookups(statements)) == 1  # 50 keys, 10 distinct: one batch
+    assert found == {r.input_hash: r for r in stored}
 
 
 def test_get_many_uses_one_json_parameter_on_sqlite(completions: Database, statements: list[str]) -> None:
@@ -793,7 +795,10 @@ def test_a_read_that_fails_on_damaged_text_holds_no_snapshot(store_root: Path, d
     with Store(root=store_root) as s:
         database = s.database("completions", "t", descriptor)
         with pytest.raises(DamagedTextError):
-            database.get_many([key])
+            database.get_many([key], deferred=False)
+        lean = database.get_many([key])  # the damaged prompt is not read: it fails where it is read
+        with pytest.raises(DamagedTextError):
+            _ = lean[key].input_text
         assert database.put_many([completion_record(7)]) == 1
         with closing(sqlite3.connect(db_path)) as other:
             assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # 1: a reader held it

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from store.backends.sqlite import database as database_module
+from store.deferred import DeferredInputs
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -297,12 +298,14 @@ def test_a_read_only_read_that_fails_as_damaged_while_the_file_changes_is_run_ag
     calls: list[int] = []
     real = database_module.sqlite_get_many  # what Database.get_many reads with on SQLite
 
-    def racing(conn: sqlite3.Connection, role: Role, hashes: Sequence[str]) -> dict[str, Record]:
+    def racing(
+        conn: sqlite3.Connection, role: Role, hashes: Sequence[str], deferred: DeferredInputs | None = None
+    ) -> dict[str, Record]:
         calls.append(1)
         if len(calls) == 1:
             _change_file_under_the_read(db_path)
             raise CorruptDatabaseError(db_path, "is damaged")  # pages read half-way through a checkpoint
-        return real(conn, role, hashes)
+        return real(conn, role, hashes, deferred)
 
     with Store(root=store_root, readonly=True) as s:
         database = s.database("completions", "t", descriptor)

@@ -23,6 +23,7 @@ from sqlalchemy import JSON, ColumnElement, Connection, Select, String, Text, an
 from sqlalchemy.exc import DBAPIError, StatementError
 
 from store.backends.postgres import text as pgtext
+from store.deferred import DeferredInputs, looked_up
 from store.errors import InvalidInputError
 from store.layout import Role
 from store.records import Record
@@ -89,29 +90,34 @@ def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tu
 
 
 @functools.cache
-def lookup_statement(role: Role) -> Select[Any]:
-    """The bulk key lookup of ``role`` (``= ANY(:keys)``): one statement and one plan, whatever the number of keys."""
+def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
+    """The bulk key lookup of ``role`` (``= ANY(:keys)``): one statement and one plan, whatever the number of keys;
+    ``lean`` leaves the deferred columns out (:mod:`store.deferred`)."""
     from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
 
     table, _, _, columns, _ = table_shape(role)
-    return select(*columns).where(table.c.input_hash == any_(bindparam("keys", type_=postgresql.ARRAY(String))))
+    keys = bindparam("keys", type_=postgresql.ARRAY(String))
+    return select(*looked_up(columns, lean)).where(table.c.input_hash == any_(keys))
 
 
 class PostgresRepository(Repository):
     """The rows of one role's table in one descriptor schema (see the module docstring)."""
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        """Rows stored under any of ``hashes``, keyed by input hash."""
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+        """Rows stored under any of ``hashes``, keyed by input hash (see the base class)."""
         keys = list(dict.fromkeys(hashes))
         found: dict[str, Record] = {}
-        stmt = lookup_statement(self.role)
+        stmt = lookup_statement(self.role, deferred is not None)
         # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
         # small dicts as the rows are built, and every collection would rescan all of them.
         with gc_paused():
             for start in range(0, len(keys), ARRAY_BATCH):
-                chunk = keys[start : start + ARRAY_BATCH]
-                for record in self._records(self.conn.execute(stmt, {"keys": chunk}).all()):
+                rows = self.conn.execute(stmt, {"keys": keys[start : start + ARRAY_BATCH]}).all()
+                records = self._records(rows) if deferred is None else self._lean_records(rows, deferred)
+                for record in records:
                     found[record.input_hash] = record
+        if deferred is not None:
+            deferred.keys = list(found)
         return found
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:

@@ -126,14 +126,15 @@ class SqliteDatabase(Database):
         finally:
             conn.close()
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
         keys = list(hashes)
         if not keys:
             return {}
 
         def attempt() -> dict[str, Record]:
+            lean = self._deferred_inputs() if deferred else None  # afresh: a retry records its own keys
             with self._translated(), self._driver() as conn:
-                return sqlite_get_many(conn, self.location.role, keys)
+                return sqlite_get_many(conn, self.location.role, keys, lean)
 
         return self._stable(attempt)
 

@@ -27,24 +27,28 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
+import functools
+import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from store.backends.sqlite.connections import (
-    Filesystems,
-)
+from store import schema
+from store.backends.sqlite.catalog import Catalog
+from store.backends.sqlite.connections import Filesystems, readonly_uri
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.errors import raise_translated, write_refusal
 from store.backends.sqlite.schema import database_info as sqlite_database_info
-from store.backends.sqlite.schema import open_file
+from store.backends.sqlite.schema import is_current, open_file
 from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
-from store.errors import DatabaseFileError, DatabaseMissingError
+from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
+from store.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
 from store.layout import METADATA_FILE, Location, check_location_metadata, database_name, walk, write_metadata
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
 from store.schema import Revisions
 from store.settings import Settings
 
@@ -53,6 +57,9 @@ if TYPE_CHECKING:
 
     from store.across.plan import AcrossRows, Plan
     from store.backend import Database, Storage
+
+T = TypeVar("T")
+DISTINCT_LIMIT = 1_000  # distinct values a column keeps in the catalog; beyond, it says nothing about a filter
 
 
 class SqliteStorage:
@@ -66,10 +73,19 @@ class SqliteStorage:
         self.readonly = readonly
         self._open: OrderedDict[tuple[str, ...], SqliteDatabase] = OrderedDict()  # by folder names (segments)
         self._filesystems: Filesystems | None = None  # the mount table, read at the first open
+        self._catalog: Catalog | None = None  # read at first use (store.backends.sqlite.catalog)
 
     def close(self) -> None:
         while self._open:
             self._open.popitem()[1].close()
+        if self._catalog is not None:
+            self._catalog.save()
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.root)
+        return self._catalog
 
     def absence(self) -> str | None:
         return None if self.root.is_dir() else "the folder does not exist"
@@ -84,7 +100,49 @@ class SqliteStorage:
             return where
 
     def locations(self) -> list[Location]:
-        return list(walk(self.root))
+        found = list(walk(self.root))
+        self.catalog.keep_only(location.db_path(self.root) for location in found)
+        return found
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        """``compute()`` (a JSON value), or what it gave while the database's files are as they were then."""
+        value: T = self.catalog.remembered(location.db_path(self.root), kind, compute)
+        return value
+
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` whose databases may hold a row ``flt`` matches, by their catalogued distinct values
+        (a database that cannot be read for them is kept: opening it says what is wrong)."""
+        chosen = list(locations)
+        if not any(getattr(flt, name) is not None for name in CATALOGUED_FILTERS):
+            return chosen
+        kept = []
+        for location in chosen:
+            values = self.remembered(location, "values", functools.partial(self._values, location))
+            if values is None or may_match(location.role, values, flt):
+                kept.append(location)
+        return kept
+
+    def _values(self, location: Location) -> dict[str, list[str | None] | None] | None:
+        """The distinct values of the role's :data:`~store.filters.VALUE_COLUMNS` (None: unknown; a column with
+        more than :data:`DISTINCT_LIMIT` values: None for it)."""
+        path = location.db_path(self.root)
+        try:
+            conn = sqlite3.connect(readonly_uri(path), uri=True)
+        except sqlite3.Error:
+            return None
+        try:
+            if not is_current(conn, path):
+                return None
+            values: dict[str, list[str | None] | None] = {}
+            for column in VALUE_COLUMNS[location.role]:
+                sql = f"SELECT DISTINCT {column} FROM {location.role} LIMIT {DISTINCT_LIMIT + 1}"
+                found = [value for (value,) in conn.execute(sql)]
+                values[column] = found if len(found) <= DISTINCT_LIMIT else None
+            return values
+        except (sqlite3.Error, JudgestoreError):
+            return None
+        finally:
+            conn.close()
 
     # ------------------------------------------------------------ one database
 
@@ -157,7 +215,19 @@ class SqliteStorage:
     # ------------------------------------------------------------ the whole root
 
     def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
-        return sqlite_database_info(self.root, location, self.settings, known=known, count_rows=count_rows)
+        if known is not None:  # another line of scripts (tests, upgrades): read afresh
+            return sqlite_database_info(self.root, location, self.settings, known=known, count_rows=count_rows)
+        head = schema.revisions().head
+
+        def compute() -> dict[str, Any]:
+            return info_json(sqlite_database_info(self.root, location, self.settings))
+
+        info = info_of(location, self.remembered(location, f"info {head}", compute))
+        return info if count_rows else dataclasses.replace(info, rows=None)
+
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        for location in locations:
+            yield self.info(location, count_rows=count_rows)
 
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
