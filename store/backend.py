@@ -21,10 +21,14 @@ Contract:
   :class:`~store.repository.Repository`. Every failure is raised as a typed
   error naming the database (``where``) and the next step. A read-only
   database refuses every write before touching anything.
+* :meth:`Database.claims` runs the statements of the shared batches' work
+  queue (:mod:`store.claims`) in one transaction, a write retried as a
+  whole like the writes above.
 * A backend's :class:`Database` says how to connect, retry, translate a
   failure and build its repository (whose two hot statements, the bulk
-  lookup and the insert, are the backend's own); the transactions above are
-  written once, here.
+  lookup and the insert, are the backend's own) and its claims table (its
+  clock, key lists and row locking); the transactions above are written
+  once, here.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+    from store.claims import ClaimTable
 
 T = TypeVar("T")
 
@@ -73,6 +79,10 @@ class Database(ABC):
     @abstractmethod
     def _repository(self, conn: Connection) -> Repository:
         """The backend's repository of this database's table on ``conn``."""
+
+    @abstractmethod
+    def _claim_table(self, conn: Connection) -> ClaimTable:
+        """The backend's claims statements (:mod:`store.claims`) on ``conn``."""
 
     @abstractmethod
     def _translated(self, needed_bytes: Callable[[], int] | None = None) -> AbstractContextManager[None]:
@@ -160,6 +170,14 @@ class Database(ABC):
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
         with self.reading() as repo:
             yield from repo.query(flt, limit=limit)
+
+    # ------------------------------------------------------------ claims
+
+    def claims(self, work: Callable[[ClaimTable], T], *, write: bool = True) -> T:
+        """``work`` on the claims table (:mod:`store.claims`) in one transaction (a write, unless ``write=False``)."""
+        if write:
+            return self._write(lambda repo: work(self._claim_table(repo.conn)))
+        return self._read(lambda repo: work(self._claim_table(repo.conn)))
 
 
 class Storage(Protocol):
