@@ -64,7 +64,7 @@ def job_name() -> str:
 class QueueState:
     """Where the inputs of one batch stand (:meth:`WorkQueue.state`)."""
 
-    stored: int = 0
+    stored: frozenset[str] = frozenset()  # inputs whose rows are stored
     leased: int = 0  # live leases, held by any job
     stale: int = 0  # leases past their deadline, not stored: their holder died or stalled
     waiting: int = 0  # enqueued, never leased
@@ -218,15 +218,15 @@ class ClaimTable(ABC):
 
     def state(self, keys: Sequence[str]) -> QueueState:
         now = self.now()
-        stored = 0
+        stored: set[str] = set()
         seen: set[str] = set()
         leased = stale = waiting = 0
         failed: dict[str, str] = {}
         holders: set[str] = set()
         for start in range(0, len(keys), KEY_BATCH):
             params = {"keys": self._keys(keys[start : start + KEY_BATCH])}
-            found = select(func.count()).select_from(self.rows).where(self._keys_in(self.rows.c.input_hash))
-            stored += int(self.conn.execute(found, params).scalar_one())
+            found = select(self.rows.c.input_hash).where(self._keys_in(self.rows.c.input_hash))
+            stored.update(self.conn.execute(found, params).scalars())
             claims = select(CLAIMS.c.input_hash, CLAIMS.c.holder, CLAIMS.c.deadline, CLAIMS.c.failed).where(
                 self._keys_in(CLAIMS.c.input_hash), ~self._stored()
             )
@@ -241,8 +241,8 @@ class ClaimTable(ABC):
                 else:
                     leased += 1
                     holders.add(holder)
-        unqueued = len(set(keys)) - stored - len(seen)
-        return QueueState(stored, leased, stale, waiting, max(unqueued, 0), failed, frozenset(holders))
+        unqueued = len(set(keys)) - len(stored) - len(seen)
+        return QueueState(frozenset(stored), leased, stale, waiting, max(unqueued, 0), failed, frozenset(holders))
 
     def summary(self) -> ClaimsSummary:
         now = self.now()
