@@ -168,6 +168,7 @@ def generate_shared(
             pending = [k for k in pending if k not in errors]
 
     stored = _patiently(lambda: database.get_many(keys), patience)
+    _patiently(lambda: queue.finish(list(stored)), patience)  # claims a late join enqueued for stored inputs
     results: dict[str, Sample] = {}
     for key in keys:
         inp = by_key[key]
