@@ -3,7 +3,7 @@
 
 Used by tests/inference/test_shared_batch.py and bench/shared_bench.py: :func:`write_prompts` writes a prompt
 file, :func:`start_jobs` starts the processes, :func:`finish` waits for them, :func:`requests_per_prompt` counts
-what the server was asked for each prompt.
+what the server was asked for each prompt, :func:`busy_seconds` how long the batch kept it busy.
 """
 
 from __future__ import annotations
@@ -106,6 +106,12 @@ def finish(jobs: list[Job], timeout: float = 300) -> None:
                 job.process.wait()
             raise TimeoutError(f"{len(waiting)} jobs still running after {timeout} s")
         time.sleep(0.05)
+
+
+def busy_seconds(server: FakeOpenAI) -> float:
+    """From the server's first completion request to its last answer: how long the batch kept it busy."""
+    times = [recorded.at for recorded in server.completions()]
+    return max(times) - min(times) + server.delay if times else 0.0
 
 
 def requests_per_prompt(server: FakeOpenAI) -> Counter[str]:
