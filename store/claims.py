@@ -40,10 +40,10 @@ import socket
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Connection, ColumnElement, Insert, Select, Table, and_, delete, exists, func, or_, select, update
+from sqlalchemy import ColumnElement, Connection, Insert, Select, Table, and_, delete, exists, or_, select, update
 
 from store.layout import Role
 from store.models import MODEL_OF_ROLE, Claim
@@ -183,13 +183,12 @@ class ClaimTable(ABC):
             chunk = self._keys(keys[start : start + KEY_BATCH])
             taken += self.conn.execute(stmt.limit(limit - len(taken)), {"keys": chunk}).scalars().all()
         if taken:
-            self.conn.execute(
-                update(CLAIMS)
-                .where(self._keys_in(CLAIMS.c.input_hash))
-                .values(holder=holder, deadline=now + timedelta(seconds=lease_seconds), attempts=CLAIMS.c.attempts + 1,
-                        failed=None, updated_at=now),  # fmt: skip
-                {"keys": self._keys(taken)},
+            deadline = now + timedelta(seconds=lease_seconds)
+            leased = update(CLAIMS).where(self._keys_in(CLAIMS.c.input_hash))
+            leased = leased.values(
+                holder=holder, deadline=deadline, attempts=CLAIMS.c.attempts + 1, failed=None, updated_at=now
             )
+            self.conn.execute(leased, {"keys": self._keys(taken)})
         return taken
 
     def renew(self, holder: str, lease_seconds: float) -> int:

@@ -13,12 +13,15 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.descriptor import input_hash
 from store.errors import JudgestoreError
 from store.layout import Location
 from store.schema import USABLE_STATES, DatabaseState
+
+if TYPE_CHECKING:
+    from store.claims import ClaimsSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +42,7 @@ class DatabaseInfo:
     rows: int | None
     size_bytes: int
     error: str | None = None
+    claims: ClaimsSummary | None = None  # shared batches' work queue, for current databases (store.claims)
 
     @property
     def ok(self) -> bool:
@@ -55,6 +59,7 @@ class DatabaseInfo:
             "rows": self.rows,
             "size_bytes": self.size_bytes,
             "error": self.error,
+            "claims": None if self.claims is None else self.claims.as_dict(),
         }
 
 

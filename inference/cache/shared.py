@@ -37,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import threading
@@ -48,8 +49,13 @@ from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_sample, stored_sample
 from inference.requests import Request, Sample
 from store.claims import WorkQueue, sweep
-from store.errors import DatabaseBusyError, InvalidInputError, RequestRefusedError, ServerBusyError
-from store.errors import ServerUnavailableError
+from store.errors import (
+    DatabaseBusyError,
+    InvalidInputError,
+    RequestRefusedError,
+    ServerBusyError,
+    ServerUnavailableError,
+)
 from store.layout import Role
 
 if TYPE_CHECKING:
@@ -81,7 +87,9 @@ class _Renewal:
             try:
                 self.queue.renew()
             except Exception as e:  # the next tick tries again; the lease outlasts two missed renewals
-                log.warning("renewing the leases of %s failed (%s); trying again in %.1f s", self.queue.holder, e, every)
+                log.warning(
+                    "renewing the leases of %s failed (%s); trying again in %.1f s", self.queue.holder, e, every
+                )
 
     def __enter__(self) -> _Renewal:
         self._thread.start()
@@ -144,12 +152,12 @@ def generate_shared(
 
     with _Renewal(queue):
         while pending:
-            state = _patiently(lambda: queue.state(pending), patience)
+            state = _patiently(functools.partial(queue.state, pending), patience)
             failed_elsewhere.update(state.failed)
             pending = [k for k in pending if k not in state.stored]
             progress(len(keys) - len(pending) + len(state.failed))
             if state.unqueued:
-                _patiently(lambda: queue.join(pending), patience)
+                _patiently(functools.partial(queue.join, pending), patience)
             if not state.claimable and not state.leased:  # everything left failed
                 break
             block: list[str] = []
@@ -157,14 +165,15 @@ def generate_shared(
                 jobs = len(state.holders - {queue.holder}) + 1
                 size = block_size(state.claimable, jobs, model.chunk_size)
                 candidates = [k for k in pending if k not in own]
-                block = _patiently(lambda: queue.claim(candidates, size), patience)
+                block = _patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:
                 time.sleep(poll)  # others hold the rest: wait for their rows, or for their leases to end
                 continue
             got = model.generate_missing(role, requests, [by_key[k] for k in block], run)
             own.update(got)
             errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}
-            _patiently(lambda: queue.finish([k for k in block if k not in errors], errors), patience)
+            done = [k for k in block if k not in errors]
+            _patiently(functools.partial(queue.finish, done, errors), patience)
             pending = [k for k in pending if k not in errors]
 
     stored = _patiently(lambda: database.get_many(keys), patience)

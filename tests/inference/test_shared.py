@@ -146,7 +146,9 @@ def test_an_input_one_job_failed_is_reported_by_every_job_and_never_stored(
     assert len(outcomes) == 2
     for error in outcomes:
         assert [f.request_index for f in error.failures] == [5]
-        assert [r.text for r in error.responses if r.error is None] == [f"answer to q{i} #0" for i in range(12) if i != 5]
+        assert [r.text for r in error.responses if r.error is None] == [
+            f"answer to q{i} #0" for i in range(12) if i != 5
+        ]
     assert [p for b in backends for p in prompts_of(b)].count("q5") == 1  # the other job did not try it again
     assert models[0].store.database("completions", "t", descriptor).count() == 11  # type: ignore[union-attr]
 

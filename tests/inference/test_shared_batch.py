@@ -22,7 +22,6 @@ from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
 from tests.fake_openai import FakeOpenAI
-from tests.pg_server import running_cluster
 from tests.shared_jobs import KEY, Job, busy_seconds, finish, requests_per_prompt, start_jobs, write_prompts
 
 pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")

@@ -50,6 +50,7 @@ import orjson
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 
+from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.connections import create_postgres_engine, display_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
@@ -319,20 +320,23 @@ class PostgresStorage:
         """One schema's state (and rows when current), read-only; never raises for a bad schema."""
         known = known or _revisions(None)
         where = self.location_where(location)
-        revision = rows = error = None
+        revision = rows = error = claims = None
         try:
             with self.connection() as conn:
                 self.metadata(conn, location)
                 status = self.classify(conn, location, known)
                 state, revision, error = status.state, status.revision, status_error(status, where)
+                mapped = conn.execution_options(**schema_options(location))
+                if status.state is DatabaseState.CURRENT:
+                    claims = PostgresClaimTable(mapped, location.role).summary()
                 if status.state is DatabaseState.CURRENT and count_rows:
-                    repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
-                    rows = repo.count()
+                    rows = PostgresRepository(mapped, location.role).count()
         except MetadataMismatchError as e:
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
         except JudgestoreError as e:
             state, error = DatabaseState.UNREADABLE, str(e)
-        return DatabaseInfo(location, where, state, revision, known.head, rows, self.size_of(location), error)
+        size = self.size_of(location)
+        return DatabaseInfo(location, where, state, revision, known.head, rows, size, error, claims)
 
     def size_of(self, location: Location) -> int:
         """Bytes the schema's tables take on the server (indexes and TOAST included)."""
