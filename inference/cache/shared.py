@@ -169,7 +169,10 @@ def generate_shared(
             if not block:
                 time.sleep(poll)  # others hold the rest: wait for their rows, or for their leases to end
                 continue
-            got = model.generate_missing(role, requests, [by_key[k] for k in block], run)
+            # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
+            # lost; after, the block is asked for again and its rows are written once.
+            inputs = [by_key[k] for k in block]
+            got = _patiently(functools.partial(model.generate_missing, role, requests, inputs, run), patience)
             own.update(got)
             errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}
             done = [k for k in block if k not in errors]

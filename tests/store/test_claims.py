@@ -58,15 +58,15 @@ def test_stored_inputs_are_never_claimed_and_finishing_deletes_their_claims(data
 
 
 def test_a_lease_past_its_deadline_is_taken_over_and_renewing_keeps_it(database: Database) -> None:
-    dead = WorkQueue(database, holder="dead", lease_seconds=0.3)
-    alive = WorkQueue(database, holder="alive", lease_seconds=0.3)
+    dead = WorkQueue(database, holder="dead", lease_seconds=0.5)
+    alive = WorkQueue(database, holder="alive", lease_seconds=1.5)
     other = WorkQueue(database, holder="other", lease_seconds=5)
     dead.join(KEYS)
     assert dead.claim(KEYS, 2) == KEYS[:2]
     assert alive.claim(KEYS, 2) == KEYS[2:4]
-    time.sleep(0.2)
+    time.sleep(1.0)
     assert alive.renew() == 2
-    time.sleep(0.2)  # dead's deadline passed; alive's was pushed back
+    time.sleep(0.8)  # dead's deadline passed, and alive's first one; alive's renewed one has not
     state = other.state(KEYS)
     assert (state.stale, state.leased) == (2, 2)
     assert claims_summary(database).stale == 2

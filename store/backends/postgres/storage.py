@@ -24,8 +24,8 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   started at once waits on the lock and then finds nothing to do.
 * Writes retry what a healthy server may answer (a serialisation failure, a
   deadlock, a connection dropped mid-transaction: the server rolled the
-  transaction back, so no partial chunk exists) with backoff,
-  ``lock_retries`` times. Every driver error is typed
+  transaction back, so no partial chunk exists; a connection refused while
+  the server restarts) with backoff, ``lock_retries`` times. Every driver error is typed
   (:func:`store.backends.postgres.errors.translated`).
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select, text
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.connections import create_postgres_engine, display_url
@@ -112,7 +112,11 @@ UNDEFINED_TABLE = "42P01"
 
 
 def _retryable(error: DBAPIError) -> bool:
-    return error.connection_invalidated or getattr(error.orig, "sqlstate", None) in RETRYABLE_STATES
+    state = getattr(error.orig, "sqlstate", None)
+    # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
+    # connections for a moment); a server that answered, even with a refusal, says why with a state.
+    refused = state is None and isinstance(error, OperationalError)
+    return error.connection_invalidated or refused or state in RETRYABLE_STATES
 
 
 def _revisions(script: ScriptDirectory | None) -> Revisions:
