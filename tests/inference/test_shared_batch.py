@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
 from tests.fake_openai import FakeOpenAI
+from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
 from tests.pg_server import running_cluster, server_bin
 from tests.shared_jobs import KEY, Job, busy_seconds, finish, requests_per_prompt, start_jobs, write_prompts
 
@@ -183,3 +186,46 @@ def test_claims_survive_a_postgresql_restart_mid_batch(server: FakeOpenAI, tmp_p
     print(f"PostgreSQL restarted after {restarted_at} requests; {asked_twice} prompts asked twice")
     # The writes waited for the server (the typed retry path), so no block in flight was lost and asked again.
     assert asked_twice == 0
+
+
+@pytest.mark.engine
+def test_two_vllm_processes_on_a_folder_store_generate_each_prompt_once_as_one_would(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    count = 24
+    prompts = write_prompts(tmp_path / "prompts.jsonl", count)
+    engine = [
+        arg
+        for key, value in TINY_ENGINE_KWARGS.items()
+        for arg in ("--engine-arg", f"{key}={orjson.dumps(value).decode()}")
+    ]
+
+    def start(root: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
+        argv = [
+            sys.executable, "-c", "from inference.cli import main; main()", "generate", "--model", str(tiny_model_dir),
+            "--label", "tiny", "--task", "shared", "--temperature", "0", "--max-tokens", "8", "--top-logprobs", "3",
+            *engine, "-i", str(prompts), "-o", str(tmp_path / f"{name}.jsonl"), "--json", *extra,
+        ]  # fmt: skip
+        env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(root)}
+        out = (tmp_path / f"{name}.out").open("wb")
+        return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
+
+    # The single process on a store of its own runs beside the pair: three engine loads at once, not two then one.
+    processes = {
+        f"job{i}": start(tmp_path / "shared", f"job{i}", "--shared-batch", "--chunk-size", "2") for i in range(2)
+    }
+    processes["alone"] = start(tmp_path / "alone", "alone")
+    for name, process in processes.items():
+        assert process.wait(timeout=900) == 0, (tmp_path / f"{name}.out").read_text()[-3000:]
+
+    summaries = [orjson.loads((tmp_path / f"job{i}.out").read_bytes()) for i in range(2)]
+    assert sum(s["generated"] for s in summaries) == sum(s["rows_written"] for s in summaries) == count
+    rows = stored_rows({"JUDGESTORE_STORE_ROOT": str(tmp_path / "shared")})
+    assert len(rows) == len(set(rows)) == count  # 0 duplicate generations
+    outputs = [[orjson.loads(line) for line in (tmp_path / f"{n}.jsonl").read_bytes().splitlines()]
+               for n in ("job0", "job1", "alone")]  # fmt: skip
+    assert outputs[0] == outputs[1]
+    for line, single in zip(outputs[0], outputs[2], strict=True):  # as one process alone generated them
+        assert (line["completion"], line["top_logprobs"], line["finish_reason"]) == (
+            single["completion"], single["top_logprobs"], single["finish_reason"],
+        )  # fmt: skip
