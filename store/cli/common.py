@@ -219,15 +219,14 @@ def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> No
         if claims is None or not (claims.in_progress or claims.stale):
             continue
         name = f"{location.model} ({location.descriptor_hash16}, {location.role}/{location.task})"
-        stdout().print(f"in progress: {name}: {claims.short()}", highlight=False, soft_wrap=True)
+        stdout().print(f"in progress: {name}: {claims.short()}", highlight=False)  # wrapped, as a table is
         if claims.stale:
             stderr().print(
                 Text(
                     f"stale leases: {name}: {claims.stale} past their deadline (a job of a shared batch died or "
                     "stalled); the batch's other jobs take them over, and a job started on it again does",
                     style="yellow",
-                ),
-                soft_wrap=True,
+                )
             )
 
 

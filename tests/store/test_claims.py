@@ -6,7 +6,9 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
+import orjson
 import pytest
 
 from store.backend import Database
@@ -120,3 +122,34 @@ def test_concurrent_claimers_split_the_work_without_overlap(database: Database) 
         t.join()
     claimed = [k for block in taken.values() for k in block]
     assert sorted(claimed) == sorted(keys)
+
+
+def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    from typer.testing import CliRunner
+
+    from store.cli.app import build_app
+
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "t", descriptor)
+        WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
+        WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
+        WorkQueue(database, holder="alive", lease_seconds=60).claim(KEYS, 3)
+        time.sleep(0.2)
+
+    def judgestore(*args: str) -> Any:
+        result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result
+
+    for command in (["ls"], ["stats"], ["db", "status"]):
+        shown = judgestore(*command)
+        assert "in progress: Qwen/Qwen3-8B" in shown.stdout and "3 leased by 1 job, 5 waiting, 2 stale" in shown.stdout
+        assert "stale leases" in shown.stderr and "2 past their deadline" in shown.stderr
+    (listed,) = orjson.loads(judgestore("ls", "--json").stdout)
+    assert listed["claims"] | {"oldest_stale_deadline": None} == {
+        "leased": 3, "stale": 2, "waiting": 5, "failed": 0, "done": 0, "jobs": 1, "oldest_stale_deadline": None,
+    }  # fmt: skip
+    (stats,) = orjson.loads(judgestore("stats", "--json").stdout)["databases"]
+    assert stats["claims"]["stale"] == 2
