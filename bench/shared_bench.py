@@ -94,7 +94,8 @@ def main() -> None:
                     flush=True,
                 )
     if args.json is not None:
-        args.json.write_bytes(orjson.dumps({"args": vars(args) | {"json": str(args.json)}, "results": results}))
+        payload = {"args": vars(args) | {"json": str(args.json)}, "results": results}
+        args.json.write_bytes(orjson.dumps(payload, option=orjson.OPT_NON_STR_KEYS))
 
 
 if __name__ == "__main__":
