@@ -109,7 +109,8 @@ def test_four_jobs_send_each_prompt_exactly_once_and_finish_sooner_than_one(
         )  # fmt: skip
         finish(alone)
     assert_all_succeeded(alone)
-    assert busy_seconds(server) <= 0.65 * busy_seconds(alone_server), (busy_seconds(server), busy_seconds(alone_server))
+    # 0.36-0.38x in bench/shared_bench.py; looser here, where the CPU is shared with whatever else runs.
+    assert busy_seconds(server) <= 0.75 * busy_seconds(alone_server), (busy_seconds(server), busy_seconds(alone_server))
 
 
 def leases_of(env: dict[str, str], pid: int) -> set[str]:
@@ -143,7 +144,6 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
     others = jobs[1:]
     finish(others)
     assert_all_succeeded(others)
-    assert max(job.ended or 0.0 for job in others) - killed_at <= lease + 10  # the lease, the rest, a few seconds
     lines = assert_same_complete_outputs(others)
     rows = stored_rows(store_env)
     assert len(rows) == len(set(rows)) == PROMPTS  # 0 duplicate rows
@@ -156,6 +156,13 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
     # Asked twice: only prompts the dead job held leases on (those it had sent before it died).
     assert duplicated <= {prompt_of_key[key] for key in in_flight}
     assert len(in_flight) <= 8  # one block at most (--chunk-size 8)
+    # The others took the dead job's inputs over once its leases ended: within the lease and a few seconds.
+    asked = {}
+    for recorded in server.completions():
+        assert recorded.body is not None
+        asked[recorded.body["messages"][-1]["content"]] = recorded.at  # the last time each prompt was asked
+    taken_over = max(asked[prompt_of_key[key]] for key in in_flight)
+    assert taken_over - killed_at <= lease + 8, taken_over - killed_at
     print(f"killed job: {len(in_flight)} leases in flight, {len(duplicated)} prompts asked twice")
     assert len(lines) == PROMPTS
 
