@@ -162,7 +162,7 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
         assert recorded.body is not None
         asked[recorded.body["messages"][-1]["content"]] = recorded.at  # the last time each prompt was asked
     taken_over = max(asked[prompt_of_key[key]] for key in in_flight)
-    assert taken_over - killed_at <= lease + 8, taken_over - killed_at
+    assert taken_over - killed_at <= lease + 10, taken_over - killed_at
     print(f"killed job: {len(in_flight)} leases in flight, {len(duplicated)} prompts asked twice")
     assert len(lines) == PROMPTS
 
