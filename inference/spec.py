@@ -116,10 +116,12 @@ class Spec(abc.ABC):
         mode: Mode = "use",
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         remote: Remote | None = None,
+        shared: bool = False,
     ) -> CachedModel:
         """This model behind ``store``: ``backend()`` runs only if a batch has misses.
 
-        With a ``remote``, the run's descriptor folder is fetched from it first.
+        With a ``remote``, the run's descriptor folder is fetched from it first. With ``shared=True``, processes
+        and jobs started on the same batch generate each miss once between them (:mod:`inference.cache.shared`).
         """
         return CachedModel(
             store,
@@ -131,6 +133,7 @@ class Spec(abc.ABC):
             label=self.display_name,
             remote=remote,
             preflight=self.preflight,
+            shared=shared,
         )
 
 

@@ -28,10 +28,14 @@ Contract:
   databases (``Store.scalars``/``Store.execute``, :mod:`store.across`): the
   rows of a planned statement over several databases as on one table
   holding all their rows, each with the index of the database it came from.
+* :meth:`Database.claims` runs the statements of the shared batches' work
+  queue (:mod:`store.claims`) in one transaction, a write retried as a
+  whole like the writes above.
 * A backend's :class:`Database` says how to connect, retry, translate a
   failure and build its repository (whose two hot statements, the bulk
-  lookup and the insert, are the backend's own); the transactions above are
-  written once, here.
+  lookup and the insert, are the backend's own) and its claims table (its
+  clock, key lists and row locking); the transactions above are written
+  once, here.
 """
 
 from __future__ import annotations
@@ -59,6 +63,7 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
     from store.across.plan import AcrossRows, Plan
+    from store.claims import ClaimTable
 
 T = TypeVar("T")
 
@@ -84,6 +89,10 @@ class Database(ABC):
     @abstractmethod
     def _repository(self, conn: Connection) -> Repository:
         """The backend's repository of this database's table on ``conn``."""
+
+    @abstractmethod
+    def _claim_table(self, conn: Connection) -> ClaimTable:
+        """The backend's claims statements (:mod:`store.claims`) on ``conn``."""
 
     @abstractmethod
     def _translated(self, needed_bytes: Callable[[], int] | None = None) -> AbstractContextManager[None]:
@@ -213,6 +222,14 @@ class Database(ABC):
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
         with self.reading() as repo:
             yield from repo.query(flt, limit=limit)
+
+    # ------------------------------------------------------------ claims
+
+    def claims(self, work: Callable[[ClaimTable], T], *, write: bool = True) -> T:
+        """``work`` on the claims table (:mod:`store.claims`) in one transaction (a write, unless ``write=False``)."""
+        if write:
+            return self._write(lambda repo: work(self._claim_table(repo.conn)))
+        return self._read(lambda repo: work(self._claim_table(repo.conn)))
 
 
 class Storage(Protocol):

@@ -24,6 +24,11 @@ Contract:
   ``judgestore adopt`` holds that descriptor's full SHA-256 there, and
   ``adoptions`` (:class:`Adoption`) records each adoption: the source, the
   fields allowed to differ, the audit that justified it, the thresholds.
+* ``claims`` (:class:`Claim`) is the work queue of shared batches
+  (:mod:`store.claims`): one row per input some job leased to generate, with
+  the lease's holder and deadline. It is bookkeeping beside the rows, never
+  part of a row or its key: a claim left behind is harmless (an input whose
+  row is stored is never claimed again) and is swept.
 """
 
 from __future__ import annotations
@@ -237,6 +242,32 @@ class Adoption(Base):
     adopted_at: Mapped[datetime] = mapped_column(info=FILLED_WHEN_WRITTEN)
 
     __table_args__ = (Index("ix_adoptions_source_descriptor", "source_descriptor"),)
+
+
+class Claim(Base):
+    """One input of a shared batch that a job leased to generate (:mod:`store.claims`); never part of a row.
+
+    ``holder`` is the job holding the lease until ``deadline`` (renewed while
+    it works); NULL with a NULL deadline: enqueued, nobody holds it yet. A
+    lease past its deadline is stale: its holder died or stalled, and any job
+    may take the input over (``attempts`` counts the leases taken). ``failed``
+    is the error of a holder whose generation failed (never stored, like any
+    failure); the other jobs of the batch report it until the lease ends.
+    ``position`` is the input's place in the batch that enqueued it: blocks
+    are claimed in the caller's order.
+    """
+
+    __tablename__ = "claims"
+
+    input_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    holder: Mapped[str | None] = mapped_column(server_safe(String()))
+    deadline: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[str | None] = mapped_column(server_safe(Text()))
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_claims_position", "position"), Index("ix_claims_deadline", "deadline"))
 
 
 MODEL_OF_ROLE: dict[str, type[Completion] | type[Judgement]] = {

@@ -13,13 +13,17 @@ from __future__ import annotations
 import dataclasses
 import enum
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from store.descriptor import input_hash
 from store.errors import JudgestoreError
 from store.layout import Location
 from store.schema import USABLE_STATES, DatabaseState
+
+if TYPE_CHECKING:
+    from store.claims import ClaimsSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +44,7 @@ class DatabaseInfo:
     rows: int | None
     size_bytes: int
     error: str | None = None
+    claims: ClaimsSummary | None = None  # shared batches' work queue, for current databases (store.claims)
 
     @property
     def ok(self) -> bool:
@@ -56,6 +61,7 @@ class DatabaseInfo:
             "rows": self.rows,
             "size_bytes": self.size_bytes,
             "error": self.error,
+            "claims": None if self.claims is None else self.claims.as_dict(),
         }
 
 
@@ -65,8 +71,16 @@ def info_json(info: DatabaseInfo) -> dict[str, Any]:
 
 
 def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:
-    """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data``."""
-    return DatabaseInfo(location, **(data | {"state": DatabaseState(data["state"])}))
+    """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data`` (through JSON, claims too)."""
+    from store.claims import ClaimsSummary
+
+    claims = data.get("claims")
+    if isinstance(claims, dict):
+        deadline = claims.get("oldest_deadline")
+        if isinstance(deadline, str):
+            deadline = datetime.fromisoformat(deadline)
+        claims = ClaimsSummary(**(claims | {"oldest_deadline": deadline}))
+    return DatabaseInfo(location, **(data | {"state": DatabaseState(data["state"]), "claims": claims}))
 
 
 class UpgradeOutcome(enum.StrEnum):

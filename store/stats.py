@@ -8,7 +8,8 @@ Contract:
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
   tokens and engine seconds saved) and the most recent runs, how many
   rows were adopted from older descriptors and the record of each adoption
-  (``judgestore adopt``: from where, across what, on what evidence).
+  (``judgestore adopt``: from where, across what, on what evidence), and
+  the shared batches' work in progress (:func:`store.claims.claims_summary`).
 * :func:`store_stats` does that for every database a
   :class:`~store.layout.Selector` picks, read-only. A database that cannot be
   opened (behind, foreign, damaged...) is reported with its error and never
@@ -24,6 +25,7 @@ from datetime import datetime
 from typing import Any
 
 from store.adoption import adoptions
+from store.claims import ClaimsSummary, claims_summary
 from store.errors import JudgestoreError
 from store.filters import RowFilter
 from store.layout import Location, Selector
@@ -47,6 +49,7 @@ class DatabaseStats:
     error: str | None = None
     adopted_rows: int = 0  # rows copied from older descriptors (their adopted_from is set)
     adoptions: tuple[AdoptionRecord, ...] = ()  # newest first
+    claims: ClaimsSummary = field(default_factory=ClaimsSummary)  # shared batches' work in progress
 
     @property
     def truncated(self) -> int:
@@ -65,6 +68,7 @@ class DatabaseStats:
             "error": self.error,
             "adopted_rows": self.adopted_rows,
             "adoptions": [dataclasses.asdict(adoption) for adoption in self.adoptions],
+            "claims": self.claims.as_dict(),
         }
 
 
@@ -84,6 +88,7 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
         tuple(recent_runs(database, recent)) if recent else (),
         adopted_rows=adopted,
         adoptions=tuple(adoptions(database)),
+        claims=claims_summary(database),
     )
 
 

@@ -116,6 +116,7 @@ class CallStats:
     spent: UsageTotals = field(default_factory=UsageTotals)  # what the generated samples cost
     saved: UsageTotals = field(default_factory=UsageTotals)  # what the hit rows had cost when generated
     failed: list[Failure] = field(default_factory=list)  # inputs refused (by the engine, a server or the store)
+    from_other_jobs: int = 0  # a shared batch: the misses other jobs generated (inference.cache.shared)
 
     def run_record(
         self, *, run_id: str | None, created_by: str | None, started_at: datetime, finished_at: datetime
@@ -133,7 +134,7 @@ class CallStats:
             requested=plan.requested,
             distinct_inputs=plan.distinct,
             hits=plan.hits,
-            misses=plan.misses,
+            misses=plan.misses - self.from_other_jobs,  # a shared batch's job counts its own share
             duplicates=plan.duplicates,
             generated=self.generated,
             rows_written=self.written,

@@ -61,6 +61,10 @@ Contract (docs/design.md, "A run, step by step"):
 * With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
   it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
   and ``replay``, so colleagues' rows count as hits.
+* With ``shared=True`` (mode ``use``), jobs started on the same batch share
+  its misses through the store: each generates only the blocks it claims
+  (:mod:`inference.cache.shared`, which calls :meth:`CachedModel.generate_missing`
+  for each), and returns every answer as the store holds it.
 * Responses come back in the caller's order, as :class:`Responses`: a list
   that also carries what its own call did (``.run``, a
   :class:`~inference.cache.accounting.CallStats`). ``last`` is the latest call's (the
@@ -143,9 +147,12 @@ class CachedModel:
         label: str | None = None,
         remote: Remote | None = None,
         preflight: Preflight | None = None,
+        shared: bool = False,
     ) -> None:
         if mode not in MODES:
             raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if shared and mode != "use":
+            raise InvalidInputError(f"a shared batch writes what it generates: it needs mode 'use', not {mode!r}")
         if store is None and mode != "off":
             raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
         if chunk_size < 1:
@@ -161,6 +168,7 @@ class CachedModel:
         self._backend: Backend | None = None
         self.remote = remote
         self._preflight = preflight
+        self.shared = shared
         self._fetched: set[Role] = set()
         self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
         self._engine_lock = threading.Lock()  # and a local engine takes one chunk at a time
@@ -282,7 +290,11 @@ class CachedModel:
             )
         with gc_paused():
             results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
-        if plan.missing:
+        if plan.missing and self.shared:
+            from inference.cache.shared import generate_shared
+
+            results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
+        elif plan.missing:
             results.update(self._generate(role, requests, plan.missing, on_progress, run))
         with gc_paused():
             responses = Responses(
@@ -326,6 +338,17 @@ class CachedModel:
             finished_at=datetime.now(UTC),
         )
         record_run(database, record)
+
+    def generate_missing(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        run: CallStats,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Sample]:
+        """Generate and write these planned misses of ``requests`` (one block of a shared batch); ``run`` counts it."""
+        return self._generate(role, requests, missing, on_progress, run)
 
     def _generate(
         self,

@@ -15,6 +15,8 @@ Contract:
   server, or their rows by the store) are listed with their typed reason
   (``failures`` in ``--json``), their result lines carry an ``error``, and
   the command exits 1; every other result is written and stored.
+* ``--shared-batch``: jobs started on the same inputs and store share the
+  misses (:mod:`inference.cache.shared`); each writes the complete output.
 """
 
 import sys
@@ -138,6 +140,7 @@ def _run_with_progress(
             mode=run.mode,
             chunk_size=run.chunk_size,
             fetch=run.fetch,
+            shared=run.shared_batch,
             on_plan=on_plan,
             on_progress=lambda done, total: progress("generating", done, total),
         )

@@ -12,7 +12,8 @@ Contract:
   ``generate`` and ``judge`` take it, and :mod:`inference.cli.app` gives it
   to ``explain``, ``audit`` and ``adopt``.
 * :func:`run_options` is where a run's requests come from and go to, and how
-  it uses the store (:class:`RunOptions`).
+  it uses the store (:class:`RunOptions`), shared with other jobs or not
+  (``--shared-batch``).
 * :data:`VerboseOption` is the ``-v``/``--verbose`` option of the commands
   that may load vLLM; without it they call
   :func:`~inference.backends.vllm.engine_logs.quiet_engine`.
@@ -210,6 +211,7 @@ class RunOptions:
     mode: Mode
     chunk_size: int
     fetch: bool | None
+    shared_batch: bool = False
 
 
 def run_options(
@@ -240,5 +242,14 @@ def run_options(
             rich_help_panel=RUN_PANEL,
         ),
     ] = None,
+    shared_batch: Annotated[
+        bool,
+        typer.Option(
+            "--shared-batch",
+            help="Share this batch's misses with the other jobs started on the same inputs and store (a SLURM array, "
+            "one process per GPU): each generates only the blocks it claims, and every one writes the whole output.",
+            rich_help_panel=RUN_PANEL,
+        ),
+    ] = False,
 ) -> RunOptions:
-    return RunOptions(task, input_path, output, mode.value, chunk_size, fetch)  # type: ignore[arg-type]
+    return RunOptions(task, input_path, output, mode.value, chunk_size, fetch, shared_batch)  # type: ignore[arg-type]

@@ -28,6 +28,7 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    print_claims,
     record_deleted,
     stdout,
 )
@@ -119,6 +120,7 @@ def stats_command(
     )
     stdout().print(table)
     _print_totals(totals)
+    print_claims((entry.location, entry.claims) for entry in found)
     _print_adoptions(found)
     if runs:
         _print_runs(found, runs)

@@ -40,6 +40,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues
 from store.backends import typed_error
+from store.claims import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
@@ -210,6 +211,23 @@ def location_cells(location: Location) -> tuple[str | Text, ...]:
 
 def state_text(info: DatabaseInfo) -> Text:
     return Text(info.state.value, style="green" if info.ok else "bold red")
+
+
+def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> None:
+    """One line per database with shared-batch work in progress or stale leases (``ls``, ``stats``, ``db status``)."""
+    for location, claims in entries:
+        if claims is None or not (claims.in_progress or claims.stale):
+            continue
+        name = f"{location.model} ({location.descriptor_hash16}, {location.role}/{location.task})"
+        stdout().print(f"in progress: {name}: {claims.short()}", highlight=False)  # wrapped, as a table is
+        if claims.stale:
+            stderr().print(
+                Text(
+                    f"stale leases: {name}: {claims.stale} past their deadline (a job of a shared batch died or "
+                    "stalled); the batch's other jobs take them over, and a job started on it again does",
+                    style="yellow",
+                )
+            )
 
 
 def unprefixed(message: str, where: Path | str) -> str:

@@ -32,6 +32,7 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    print_claims,
     record_deleted,
     state_text,
     stdout,
@@ -140,6 +141,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     selected = "" if matching is None else f" ({sum(n or 0 for n in matching):,} matching)"
     table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"
     stdout().print(table)
+    print_claims((info.location, info.claims) for info in infos)
 
 
 def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:

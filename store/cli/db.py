@@ -22,6 +22,7 @@ from store.cli.common import (
     emit_json,
     no_databases,
     note,
+    print_claims,
     state_text,
     stderr,
     stdout,
@@ -73,6 +74,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
                 Text(str(info.location.relative_folder())), state_text(info), info.revision or "", Text(problem)
             )
         stdout().print(table)
+        print_claims((info.location, info.claims) for info in infos)
         if bad:
             behind = sum(info.state == "behind" for info in bad)
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""

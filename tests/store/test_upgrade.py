@@ -57,7 +57,7 @@ def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
         SHIPPED_HEAD,
         SYNTHETIC_HEAD,
     )
-    assert result.rows == {"completions": 6, "judgements": 3, "runs": 0, "adoptions": 0}
+    assert result.rows == {"completions": 6, "judgements": 3, "runs": 0, "adoptions": 0, "claims": 0}
     assert result.backup is not None and result.backup.read_bytes() == original
     assert rows_of(db_path) == rows
     assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
+from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.registry import schema_options
 from store.backends.postgres.rows import PostgresRepository
@@ -61,6 +62,9 @@ class PostgresDatabase(Database):
 
     def _repository(self, conn: Connection) -> PostgresRepository:
         return PostgresRepository(conn, self.location.role)
+
+    def _claim_table(self, conn: Connection) -> PostgresClaimTable:
+        return PostgresClaimTable(conn, self.location.role)
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:

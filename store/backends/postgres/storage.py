@@ -24,8 +24,8 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   started at once waits on the lock and then finds nothing to do.
 * Writes retry what a healthy server may answer (a serialisation failure, a
   deadlock, a connection dropped mid-transaction: the server rolled the
-  transaction back, so no partial chunk exists) with backoff,
-  ``lock_retries`` times. Every driver error is typed
+  transaction back, so no partial chunk exists; a connection refused while
+  the server restarts) with backoff, ``lock_retries`` times. Every driver error is typed
   (:func:`store.backends.postgres.errors.translated`).
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
@@ -63,8 +63,9 @@ from sqlalchemy import (
     select,
     text,
 )
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 
+from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.connections import create_postgres_engine, display_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
@@ -79,6 +80,7 @@ from store.backends.postgres.registry import (
     schema_options,
 )
 from store.backends.postgres.rows import PostgresRepository
+from store.claims import ClaimsSummary
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
@@ -128,7 +130,11 @@ UNDEFINED_TABLE = "42P01"
 
 
 def _retryable(error: DBAPIError) -> bool:
-    return error.connection_invalidated or getattr(error.orig, "sqlstate", None) in RETRYABLE_STATES
+    state = getattr(error.orig, "sqlstate", None)
+    # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
+    # connections for a moment); a server that answered, even with a refusal, says why with a state.
+    refused = state is None and isinstance(error, OperationalError)
+    return error.connection_invalidated or refused or state in RETRYABLE_STATES
 
 
 def _revisions(script: ScriptDirectory | None) -> Revisions:
@@ -378,20 +384,23 @@ class PostgresStorage:
         """One schema's state (and rows when current), read-only; never raises for a bad schema."""
         known = known or _revisions(None)
         where = self.location_where(location)
-        revision = rows = error = None
+        revision = rows = error = claims = None
         try:
             with self.connection() as conn:
                 self.metadata(conn, location)
                 status = self.classify(conn, location, known)
                 state, revision, error = status.state, status.revision, status_error(status, where)
+                mapped = conn.execution_options(**schema_options(location))
+                if status.state is DatabaseState.CURRENT:
+                    claims = PostgresClaimTable(mapped, location.role).summary()
                 if status.state is DatabaseState.CURRENT and count_rows:
-                    repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
-                    rows = repo.count()
+                    rows = PostgresRepository(mapped, location.role).count()
         except MetadataMismatchError as e:
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
         except JudgestoreError as e:
             state, error = DatabaseState.UNREADABLE, str(e)
-        return DatabaseInfo(location, where, state, revision, known.head, rows, self.size_of(location), error)
+        size = self.size_of(location)
+        return DatabaseInfo(location, where, state, revision, known.head, rows, size, error, claims)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
         """:meth:`info` of each location, the registry rows, revisions, row counts and sizes read in a few
@@ -403,8 +412,9 @@ class PostgresStorage:
         try:
             with self.connection() as conn:
                 rows, versions, counts, sizes = self._survey(conn, names, count_rows)
+                claims = self._claims_of(conn, {n: names[n] for n, v in versions.items() if v == known.head})
         except JudgestoreError:
-            rows, versions, counts, sizes = {}, {}, {}, {}
+            rows, versions, counts, sizes, claims = {}, {}, {}, {}, {}
         for name, location in names.items():
             revision = versions.get(name)
             if name not in rows or revision is None or name not in sizes:
@@ -425,7 +435,23 @@ class PostgresStorage:
             state = state or (DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD)
             status = SchemaStatus(state, revision, known.head)
             yield DatabaseInfo(location, where, state, revision, known.head, counts.get(name) if count_rows else None,
-                               sizes[name], status_error(status, where))  # fmt: skip
+                               sizes[name], status_error(status, where), claims.get(name))  # fmt: skip
+
+    def _claims_of(self, conn: Connection, current: dict[str, Location]) -> dict[str, ClaimsSummary]:
+        """The shared batches' claims of each current schema, as :meth:`info` reads them: one statement counts
+        every schema's claims (:data:`EXISTS_BATCH` schemas each), and only a schema holding some is read whole."""
+        names = list(current)
+        held: list[str] = []
+        for start in range(0, len(names), EXISTS_BATCH):
+            union = " UNION ALL ".join(
+                f"SELECT '{name}', count(*) FROM {quoted(name)}.claims" for name in names[start : start + EXISTS_BATCH]
+            )
+            held += [name for name, n in conn.exec_driver_sql(union) if n]
+        found = dict.fromkeys(names, ClaimsSummary())
+        for name in held:
+            mapped = conn.execution_options(**schema_options(current[name]))
+            found[name] = PostgresClaimTable(mapped, current[name].role).summary()
+        return found
 
     def _survey(
         self, conn: Connection, names: dict[str, Location], count_rows: bool

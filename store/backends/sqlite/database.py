@@ -25,6 +25,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
+from store.backends.sqlite.claims import SqliteClaimTable
 from store.backends.sqlite.connections import sqlite_engine
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
@@ -85,6 +86,9 @@ class SqliteDatabase(Database):
 
     def _repository(self, conn: Connection) -> SqliteRepository:
         return SqliteRepository(conn, self.location.role)
+
+    def _claim_table(self, conn: Connection) -> SqliteClaimTable:
+        return SqliteClaimTable(conn, self.location.role)
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:

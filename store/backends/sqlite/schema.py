@@ -30,13 +30,14 @@ import sqlite3
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from filelock import FileLock
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store import schema
+from store.backends.sqlite.claims import SqliteClaimTable
 from store.backends.sqlite.connections import (
     Filesystems,
     apply_journal_mode,
@@ -69,6 +70,9 @@ from store.schema import (
     status_error,
 )
 from store.settings import Settings
+
+if TYPE_CHECKING:
+    from store.claims import ClaimsSummary
 
 T = TypeVar("T")
 
@@ -135,12 +139,15 @@ def database_info(
     revision: str | None = None
     rows: int | None = None
     error: str | None = None
+    claims: ClaimsSummary | None = None
     try:
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
             with engine.connect() as conn, conn.begin():
                 status = classify(conn, path, known)
                 state, revision, error = status.state, status.revision, status_error(status, path)
+                if status.state is DatabaseState.CURRENT:
+                    claims = SqliteClaimTable(conn, location.role).summary()  # an empty table but while jobs run
                 if status.state is DatabaseState.CURRENT and count_rows:
                     rows = SqliteRepository(conn, location.role).count()
                 elif status.state is DatabaseState.EMPTY and count_rows:
@@ -161,7 +168,7 @@ def database_info(
             state, error = DatabaseState.METADATA_MISMATCH, str(e)
         except OSError as e:  # unreadable (permissions): say so, never a traceback
             state, error = DatabaseState.UNREADABLE, f"{location.metadata_path(root)}: {e}"
-    return DatabaseInfo(location, str(path), state, revision, known.head, rows, size, error)
+    return DatabaseInfo(location, str(path), state, revision, known.head, rows, size, error, claims)
 
 
 def database_infos(
