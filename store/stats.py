@@ -105,9 +105,12 @@ def store_stats(store: Store, selector: Selector | None = None, *, recent: int =
             return _stats_json(database_stats(store.open(location), recent=recent))
 
         try:
-            yield _stats_of(location, store.storage.remembered(location, f"stats {recent}", compute))
+            stats = _stats_of(location, store.storage.remembered(location, f"stats {recent}", compute))
         except JudgestoreError as e:
             yield DatabaseStats(info.location, info.where, info.size_bytes, error=str(e))
+            continue
+        # The claims as the listing read them (they change while a batch runs; the rest is remembered).
+        yield stats if info.claims is None else dataclasses.replace(stats, claims=info.claims)
 
 
 _DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
