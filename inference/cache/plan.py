@@ -23,13 +23,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from store.row_checks import gc_paused
-
 from inference.requests import CompletionRequest, JudgementRequest, Request
 from store.descriptor import InputMode, input_hash
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Role
 from store.records import Record
+from store.row_checks import gc_paused
 
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)

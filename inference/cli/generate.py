@@ -38,8 +38,8 @@ from inference.spec import HostedSpec, ModelSpec
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
-from store.layout import Role
 from store.filters import RowFilter
+from store.layout import Role
 from store.settings import Settings
 from store.store import Store
 
