@@ -65,6 +65,15 @@ from store.errors import (
 from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
+# vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
+# offset to rewind): a batch whose new prompts exceed one step's token budget meets it.
+_CPU_SEEDED_CHUNK = "Generator does not use offset"
+_CPU_SEEDED_MESSAGE = (
+    "vLLM on CPU cannot sample a seeded request whose prompt it prefills over two steps, which a batch of more "
+    "prompt tokens than one step's budget needs; give the engine a budget for every sequence at once: "
+    "--engine-arg max_num_batched_tokens=<max_num_seqs x max_model_len> (an execution setting: the cache key "
+    "and the rows already stored stay the same), then run again: what finished is kept"
+)
 
 
 def _token(token_id: int, entry: Any) -> TokenLogprob:
@@ -249,8 +258,10 @@ class VLLMBackend:
                         yield index, self._generation(output)
                 if pending:
                     raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
-            except BaseException:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
+            except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
                 engine.abort_request([str(i) for i in range(first, llm.request_counter.counter)], internal=False)
+                if isinstance(e, RuntimeError) and _CPU_SEEDED_CHUNK in str(e):
+                    raise BackendError(_CPU_SEEDED_MESSAGE) from e
                 raise
 
     def _add(
