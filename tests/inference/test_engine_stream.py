@@ -11,7 +11,7 @@ module teardown).
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,11 +32,11 @@ from tests.inference.conftest import TINY_ENGINE_KWARGS
 pytestmark = pytest.mark.engine
 
 WIDE_ENGINE_KWARGS = {**TINY_ENGINE_KWARGS, "max_num_seqs": 256}  # execution-only: the same descriptor
-GREEDY = {"temperature": 0, "max_tokens": 6, "logprobs": 3}
-SEEDED = {"temperature": 1.0, "max_tokens": 6, "seed": 77}
+GREEDY: dict[str, object] = {"temperature": 0, "max_tokens": 6, "logprobs": 3}
+SEEDED: dict[str, object] = {"temperature": 1.0, "max_tokens": 6, "seed": 77}
 
 
-def describe(model_dir: Path, sampling: dict[str, object]) -> ModelDescriptor:
+def describe(model_dir: Path, sampling: Mapping[str, object]) -> ModelDescriptor:
     return descriptor_from_vllm(str(model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling=sampling)
 
 
