@@ -14,11 +14,12 @@ A :data:`Preflight` finds, before the engine is prepared, the requests it
 would refuse (:mod:`inference.backends.vllm.preflight`): those fail without it, and a batch
 of nothing else never loads it.
 
-A :class:`StreamingBackend` (a remote API, where requests finish one by one
-and each one costs money) also yields ``(index, generation)`` pairs as they
-complete, over all the misses of a batch at once: the cache boundary writes
-them as they arrive instead of waiting for a whole chunk, and the backend
-keeps its concurrency busy across what would have been chunk boundaries.
+A :class:`StreamingBackend` (the local vLLM engine, a remote API: requests
+finish one by one) also yields ``(index, generation)`` pairs as they
+complete, over all the misses of a batch at once: the engine keeps as many
+in flight as it can (a local engine's scheduler holds up to its
+``max_num_seqs``, a remote one's concurrency stays busy), and the cache
+boundary writes them as they finish instead of waiting for a whole batch.
 """
 
 from __future__ import annotations

@@ -10,14 +10,13 @@ Contract (docs/design.md, "A run, step by step"):
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
   generated once.
-* Misses are generated in chunks and each chunk is written before the next
-  starts: a crash loses at most one chunk, and a rerun generates only what
-  is still missing. A :class:`~inference.backends.base.StreamingBackend` (a hosted
-  API) gets all the misses at once and its generations are written as they
-  arrive, every ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`,
-  whichever comes first; what arrived before a failure or an interrupt is
-  written before the error propagates. A kill loses at most what arrived
-  since the last write and what was in flight.
+* Every miss of a call goes to the engine at once, and what finishes is
+  written as it comes, every ``chunk_size`` generations or every
+  :data:`~inference.cache.generate.STREAM_FLUSH_SECONDS`
+  (:mod:`inference.cache.generate`): a crash loses at most one write
+  interval, a rerun generates only what is still missing, and Ctrl-C stops
+  the engine, writes what finished and says so. A backend that cannot stream
+  gets ``chunk_size`` misses at a time, each written before the next starts.
 * Sample ``k`` of an input has its own key (the sample-index rule), so asking
   for more samples than are stored generates only the missing ones.
 * Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
@@ -29,20 +28,20 @@ Contract (docs/design.md, "A run, step by step"):
   returned empty outputs without storing them: such an input is generated
   once more, then hits.)
 * A bad request fails alone; only a failure of the engine itself stops the
-  call (after the chunks already finished were written). Before the engine
-  is prepared, the ``preflight`` (:mod:`inference.backends.vllm.preflight`) finds the
-  misses it would refuse (a prompt too long for the model): they fail
-  without it, and a batch of nothing else never prepares it. A request the
-  engine or server refuses anyway comes back as a
+  call (after what finished was written). Before the engine is prepared, the
+  ``preflight`` (:mod:`inference.backends.vllm.preflight`) finds the misses
+  it would refuse (a prompt too long for the model): they fail without it,
+  and a batch of nothing else never prepares it. A request the engine or
+  server refuses anyway comes back as a
   :class:`~inference.backends.base.Refusal`, and a row the store refuses
   (:class:`InvalidInputError`, e.g. a lone surrogate) is split from its
-  chunk, whose other rows are written. None of them is stored. The call
+  write, whose other rows are written. None of them is stored. The call
   returns every answer, then raises one :class:`RequestsFailedError` listing
   the failed inputs (:class:`~inference.cache.plan.Failure`, also in
   ``last.failed``) and carrying every response (``.responses``), the failed
   ones marked with their ``error``.
 * Each generated row's ``usage`` records what producing it cost: its share of
-  its chunk's engine time (:func:`inference.cache.accounting.priced`). ``last``
+  its write interval's engine time (:func:`inference.cache.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
   table (unless ``JUDGESTORE_RECORD_RUNS=0``).
@@ -77,8 +76,10 @@ Contract (docs/design.md, "A run, step by step"):
   ``max_concurrency`` at once across every call of the model. ``async
   with`` closes the engine off the loop too. Concurrent calls are safe: the
   engine is prepared once, and a local engine (not safe to call from two
-  threads) takes one chunk at a time. Cancelling the awaiting task does not
-  stop its thread: what it generates is still written.
+  threads) serves one caller's batch at a time (vLLM's backend holds its
+  engine for a whole stream; a backend that cannot stream takes one chunk at
+  a time under the model's ``_engine_lock``). Cancelling the awaiting task
+  does not stop its thread: what it generates is still written.
 """
 
 from __future__ import annotations
@@ -89,32 +90,27 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
-from inference.backends.base import Backend, EngineRequest, Generation, Preflight, Refusal, StreamingBackend
-from inference.cache.accounting import CallStats, priced, usage_totals
-from inference.cache.plan import MODES, Failure, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
-from inference.cache.rows import engine_request, generated_record, generated_sample, stored_sample
+from inference.backends.base import Backend, Preflight
+from inference.cache.accounting import CallStats, usage_totals
+from inference.cache.generate import ProgressCallback, Writer, generate_into
+from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
+from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor
-from store.errors import BackendError, CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
+from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.layout import Role, Selector
 from store.records import Record
 from store.row_checks import gc_paused
 from store.runs import record_run
 from store.settings import Settings
-from store.store import Database, Store
+from store.store import Store
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote
 
-DEFAULT_CHUNK_SIZE = 64
-# A streaming backend's arrivals are written at least this often, so a slow hosted run killed
-# half-way loses seconds of paid requests rather than a whole chunk's worth.
-STREAM_FLUSH_SECONDS = 2.0
-
-
-ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
+DEFAULT_CHUNK_SIZE = 64  # generations written per write (also every STREAM_FLUSH_SECONDS): not the engine's batch
 
 
 class Responses(list[Response]):
@@ -171,7 +167,7 @@ class CachedModel:
         self.shared = shared
         self._fetched: set[Role] = set()
         self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
-        self._engine_lock = threading.Lock()  # and a local engine takes one chunk at a time
+        self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
         self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
 
     @property
@@ -358,30 +354,29 @@ class CachedModel:
         on_progress: ProgressCallback | None,
         run: CallStats,
     ) -> dict[str, Sample]:
+        """Generate ``missing`` (planned misses of ``requests``), write them, and return their samples by key.
+
+        A call's whole generation path; a caller may call it for any part of a plan's misses.
+        """
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
-        results: dict[str, Sample] = {}
-        done_count = 0
-
-        def fail(inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
-            request = requests[inp.request_index]
-            run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
-            results[inp.key] = generated_sample(inp, gen, error)
-
-        def progress(count: int) -> None:
-            nonlocal done_count
-            done_count += count
-            if on_progress is not None:
-                on_progress(done_count, len(missing))
-
+        writer = Writer(
+            requests,
+            run,
+            total=len(missing),
+            label=self.label,
+            settings=self.settings,
+            refresh=self.mode == "refresh",
+            on_progress=on_progress,
+        )
         engine_requests = [engine_request(inp) for inp in missing]
         refused = self._preflight(engine_requests) if self._preflight is not None else {}
         for index, error in refused.items():
-            fail(missing[index], error)
+            writer.fail(missing[index], error)
         if refused:
-            progress(len(refused))
+            writer.progress(len(refused))
         todo = [i for i in range(len(missing)) if i not in refused]
         if not todo:  # every miss would be refused: the engine is never prepared for them
-            return results
+            return writer.results
 
         if store is not None and self._backend is None:
             # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
@@ -389,45 +384,16 @@ class CachedModel:
             store.check_writable(role, self.task, self.descriptor)
         backend = self._prepared_backend()
         run.engine_loaded = True
-        database = None if store is None else store.database(role, self.task, self.descriptor)
-
-        def write(done: Sequence[tuple[PlannedInput, Generation | Refusal]]) -> None:
-            answered = [(inp, gen) for inp, gen in done if isinstance(gen, Generation)]
-            for inp, outcome in done:
-                if isinstance(outcome, Refusal):
-                    fail(inp, outcome.error)
-            run.spent += usage_totals(gen.usage for _, gen in answered)
-            now = datetime.now(UTC)
-            records = [
-                generated_record(requests[inp.request_index], inp, gen, now, label=self.label, settings=self.settings)
-                for inp, gen in answered
-            ]
-            not_kept: dict[str, InvalidInputError] = {}
-            if database is not None and records:
-                written, not_kept = self._write(database, records, run)
-                run.written += written
-            for inp, gen in answered:
-                if inp.key in not_kept:
-                    fail(inp, not_kept[inp.key], gen)
-                else:
-                    results[inp.key] = generated_sample(inp, gen)
-            run.generated += len(answered)
-            progress(len(done))
-
-        chosen = [missing[i] for i in todo]
-        if isinstance(backend, StreamingBackend):
-            self._stream(backend, chosen, [engine_requests[i] for i in todo], write)
-            return results
-        for start in range(0, len(todo), self.chunk_size):
-            chunk = todo[start : start + self.chunk_size]
-            with self._engine_lock:  # a local engine serves one caller's chunk at a time
-                generating = time.perf_counter()
-                outcomes = backend.generate([engine_requests[i] for i in chunk])
-            if len(outcomes) != len(chunk):
-                raise BackendError(f"backend returned {len(outcomes)} generations for {len(chunk)} requests")
-            done = list(zip((missing[i] for i in chunk), outcomes, strict=True))
-            write(self._priced(done, time.perf_counter() - generating))
-        return results
+        writer.database = None if store is None else store.database(role, self.task, self.descriptor)
+        generate_into(
+            writer,
+            backend,
+            [missing[i] for i in todo],
+            [engine_requests[i] for i in todo],
+            chunk_size=self.chunk_size,
+            engine_lock=self._engine_lock,
+        )
+        return writer.results
 
     def _prepared_backend(self) -> Backend:
         """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
@@ -435,75 +401,3 @@ class CachedModel:
             if self._backend is None:
                 self._backend = self._backend_factory()
             return self._backend
-
-    def _stream(
-        self,
-        backend: StreamingBackend,
-        missing: Sequence[PlannedInput],
-        engine_requests: Sequence[EngineRequest],
-        write: Callable[[Sequence[tuple[PlannedInput, Generation | Refusal]]], None],
-    ) -> None:
-        """Write a streaming backend's generations as they arrive (see the module docstring)."""
-        pending: list[tuple[PlannedInput, Generation | Refusal]] = []
-        seen: set[int] = set()
-        last_write = time.monotonic()
-        try:
-            for index, outcome in backend.generate_stream(engine_requests):
-                if index in seen or not 0 <= index < len(missing):
-                    raise BackendError(f"backend returned request index {index} twice or out of range")
-                seen.add(index)
-                pending.append((missing[index], outcome))
-                if len(pending) >= self.chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
-                    done, pending = pending, []
-                    write(self._priced(done, time.monotonic() - last_write))
-                    last_write = time.monotonic()
-        finally:
-            # What arrived before a failure or an interrupt was paid for: keep it.
-            if pending:
-                done, pending = pending, []
-                write(self._priced(done, time.monotonic() - last_write))
-        if len(seen) != len(missing):
-            raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
-
-    @staticmethod
-    def _priced(
-        done: Sequence[tuple[PlannedInput, Generation | Refusal]], seconds: float
-    ) -> list[tuple[PlannedInput, Generation | Refusal]]:
-        """The generations of ``done`` with their shares of ``seconds`` (refusals cost nothing)."""
-        answered = {i: outcome for i, (_, outcome) in enumerate(done) if isinstance(outcome, Generation)}
-        result = list(done)
-        for i, generation in zip(answered, priced(list(answered.values()), seconds), strict=True):
-            result[i] = (done[i][0], generation)
-        return result
-
-    def _write(
-        self, database: Database, records: list[Record], run: CallStats
-    ) -> tuple[int, dict[str, InvalidInputError]]:
-        """Write one chunk: the rows written, and the rows the store refused (by input hash) with its reason.
-
-        A row the store refuses (:class:`InvalidInputError`: a value it cannot hold) fails alone: the chunk is
-        split until that row is alone, and every other row is written. Any other failure (a full disk...) says
-        how many rows this run stored before it, and raises.
-        """
-        policy: Literal["ignore", "replace"] = "replace" if self.mode == "refresh" else "ignore"
-        refused: dict[str, InvalidInputError] = {}
-
-        def put(batch: list[Record]) -> int:
-            try:
-                return database.put_many(batch, policy)
-            except InvalidInputError as e:  # the store refused a value before writing anything of the batch
-                if len(batch) == 1:
-                    refused[batch[0].input_hash] = e
-                    return 0
-                half = len(batch) // 2
-                return put(batch[:half]) + put(batch[half:])
-
-        try:
-            return put(records), refused
-        except JudgestoreError as e:
-            e.rows_kept = run.written
-            e.add_note(
-                f"This run stored {run.written} rows before the failure ({run.generated} generated); "
-                "they are kept, and running it again generates only the rest."
-            )
-            raise

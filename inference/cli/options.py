@@ -231,7 +231,12 @@ def run_options(
         ),
     ] = ModeChoice.use,
     chunk_size: Annotated[
-        int, typer.Option("--chunk-size", help="Rows written per chunk.", rich_help_panel=RUN_PANEL)
+        int,
+        typer.Option(
+            "--chunk-size",
+            help="Write finished generations every N (or every 2 s); the engine gets every miss at once.",
+            rich_help_panel=RUN_PANEL,
+        ),
     ] = 64,
     fetch: Annotated[
         bool | None,

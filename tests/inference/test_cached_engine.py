@@ -51,7 +51,7 @@ def describe(model_dir: Path, sampling: dict[str, object] = GREEDY) -> ModelDesc
 
 
 class Counting:
-    """A view of the shared engine that counts what it is asked; closing it keeps the engine."""
+    """A streaming view of the shared engine that counts what it is asked; closing it keeps the engine."""
 
     def __init__(self, engine: VLLMBackend) -> None:
         self.engine = engine
@@ -60,6 +60,10 @@ class Counting:
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         self.received.extend(requests)
         return self.engine.generate(requests)
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        self.received.extend(requests)
+        return self.engine.generate_stream(requests)
 
     def close(self) -> None:
         pass

@@ -8,19 +8,30 @@ Contract:
   their output-affecting part and the chat template it would apply are what
   the descriptor says, so generations are never written under a descriptor
   that did not produce them.
-* :meth:`VLLMBackend.generate` sends chat input through ``LLM.chat`` (the
+* :meth:`VLLMBackend.generate_stream` (a
+  :class:`~inference.backends.base.StreamingBackend`) adds every request of
+  the batch to the engine at once, as ``LLM.chat`` does for chat input (the
   explicit chat template if one was given, ``chat_template_kwargs``, and
-  ``enable_thinking`` inside them) and text input through ``LLM.generate``,
-  with one ``SamplingParams`` per request built from ``descriptor.sampling``.
-  Sample ``k`` gets seed ``seed + k`` when the descriptor sets a seed, so it
-  is the same whether it is asked for alone or with others.
+  ``enable_thinking`` inside them) and ``LLM.generate`` for text input
+  (``LLM.enqueue_chat`` / ``enqueue``), with one ``SamplingParams`` per
+  request built from ``descriptor.sampling``; then it steps the engine
+  (``LLMEngine.step``) and yields each request as it finishes, so the
+  scheduler holds as many as ``max_num_seqs`` allows and the outputs are
+  those of ``LLM.chat`` over the same batch. :meth:`~VLLMBackend.generate`
+  is the same, returned in request order. Sample ``k`` gets seed
+  ``seed + k`` when the descriptor sets a seed, so it is the same whether it
+  is asked for alone or with others.
+* One stream at a time holds an engine (its views share the lock), from the
+  moment ``generate_stream`` returns to the last request; closing the stream
+  early, an engine failure or Ctrl-C aborts what is unfinished, so the
+  engine is left empty for the next call.
 * A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
-  model's context, a chat its template rejects) fails alone: when a batch is
-  refused, its requests are queued again in halves (``LLM.enqueue_chat`` /
-  ``enqueue``, which add nothing of a refused call), down to each refused
-  request, which comes back as a :class:`~inference.backends.base.Refusal`
-  (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the
-  queued ones are then generated together (``wait_for_completion``).
+  model's context, a chat its template rejects) fails alone: vLLM adds
+  nothing of a refused call, so the batch is added again in halves, down to
+  each refused request, which comes back as a
+  :class:`~inference.backends.base.Refusal`
+  (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the others
+  are generated together.
 * Each :class:`Generation` carries the text, finish reason, token counts and,
   when ``sampling.logprobs`` is set, every candidate vLLM returned (token id,
   decoded text, logprob, rank) and the sampled token, for the first generated
@@ -33,9 +44,10 @@ Contract:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Generator, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from inference.backends.base import EngineRequest, Generation, Refusal
 from inference.backends.vllm.descriptor import effective_chat_template, engine_settings, load_chat_template_text
@@ -53,6 +65,15 @@ from store.errors import (
 from store.logprobs import PositionLogprobs, TokenLogprob
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
+# vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
+# offset to rewind): a batch whose new prompts exceed one step's token budget meets it.
+_CPU_SEEDED_CHUNK = "Generator does not use offset"
+_CPU_SEEDED_MESSAGE = (
+    "vLLM on CPU cannot sample a seeded request whose prompt it prefills over two steps, which a batch of more "
+    "prompt tokens than one step's budget needs; give the engine a budget for every sequence at once: "
+    "--engine-arg max_num_batched_tokens=<max_num_seqs x max_model_len> (an execution setting: the cache key "
+    "and the rows already stored stay the same), then run again: what finished is kept"
+)
 
 
 def _token(token_id: int, entry: Any) -> TokenLogprob:
@@ -116,6 +137,7 @@ class VLLMBackend:
         *,
         engine_template: str | None = None,
         owns_engine: bool = True,
+        engine_lock: threading.Lock | None = None,
     ) -> None:
         """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
 
@@ -129,6 +151,9 @@ class VLLMBackend:
         self._chat_template = chat_template
         self._engine_template = engine_template
         self._owns_engine = owns_engine
+        # One stream at a time on an engine, across its views: vLLM's engine is not safe from two threads,
+        # and a stream's steps must return only its own requests.
+        self._engine_lock = engine_lock if engine_lock is not None else threading.Lock()
         kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
         if descriptor.enable_thinking is not None:
             kwargs["enable_thinking"] = descriptor.enable_thinking
@@ -160,6 +185,7 @@ class VLLMBackend:
             load_chat_template_text(chat_template) if chat_template is not None else None,
             engine_template=self._engine_template,
             owns_engine=False,
+            engine_lock=self._engine_lock,
         )
 
     def _sampling_params(self, sample_index: int) -> Any:
@@ -180,10 +206,22 @@ class VLLMBackend:
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         """One generation per request, in order; a request vLLM refuses is a :class:`Refusal`. Raises on failure."""
+        results: list[Generation | Refusal | None] = [None] * len(requests)
+        for index, outcome in self.generate_stream(requests):
+            results[index] = outcome
+        done = [r for r in results if r is not None]
+        if len(done) != len(requests):
+            raise BackendError(f"vLLM returned {len(done)} outputs for {len(requests)} requests")
+        return done
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        """``(index, generation or refusal)`` for every request, as the engine finishes them (see the module docstring).
+
+        When it returns, the engine is this stream's and every request is added; iterating steps the engine.
+        Closing the stream, an exception or an interrupt aborts what is unfinished and frees the engine.
+        """
         if self._llm is None:
             raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
-        if not requests:
-            return []
         mode = self._descriptor.input_mode
         expected = _RENDERED_TYPE[mode]
         for i, r in enumerate(requests):
@@ -192,25 +230,81 @@ class VLLMBackend:
                     f"request {i} is {r.rendered.get('type')!r} input but the descriptor's input mode is {mode!r}"
                 )
         params = [self._sampling_params(r.sample_index) for r in requests]
+        stream = self._run(requests, params)
+        next(stream)  # up to the first yield: the engine taken, every request added
+        return cast(Iterator[tuple[int, Generation | Refusal]], stream)
+
+    def _run(
+        self, requests: Sequence[EngineRequest], params: Sequence[Any]
+    ) -> Generator[tuple[int, Generation | Refusal] | None, None, None]:
+        """Add every request, yield ``None``, then step the engine and yield each request as it finishes."""
+        llm = self._llm
+        engine = llm.llm_engine
+        with self._engine_lock:
+            # vLLM numbers requests with its counter (the request ids of their outputs): everything numbered
+            # from here on is this stream's, including what a half-finished add left behind.
+            first = llm.request_counter.counter
+            try:
+                pending, refused = self._add(requests, params)
+                yield None
+                yield from refused.items()
+                while pending and engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if not output.finished:
+                            continue
+                        index = pending.pop(output.request_id, None)
+                        if index is None:
+                            raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
+                        yield index, self._generation(output)
+                if pending:
+                    raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
+            except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
+                engine.abort_request([str(i) for i in range(first, llm.request_counter.counter)], internal=False)
+                if isinstance(e, RuntimeError) and _CPU_SEEDED_CHUNK in str(e):
+                    raise BackendError(_CPU_SEEDED_MESSAGE) from e
+                raise
+
+    def _add(
+        self, requests: Sequence[EngineRequest], params: Sequence[Any]
+    ) -> tuple[dict[str, int], dict[int, Refusal]]:
+        """Add ``requests`` to the engine: their indexes by vLLM request id, and the ones vLLM refused.
+
+        vLLM adds nothing of a call it refuses: a refused batch is added again in halves, down to each refused
+        request.
+        """
         from vllm.exceptions import VLLMClientError  # vLLM is loaded already: this backend holds an engine
 
-        try:
-            if mode == "chat":
-                outputs = self._llm.chat(
-                    [r.rendered["messages"] for r in requests],
-                    params,
-                    use_tqdm=False,
-                    chat_template=self._chat_template,
-                    chat_template_kwargs=self._chat_template_kwargs,
-                )
-            else:
-                outputs = self._llm.generate([r.rendered["text"] for r in requests], params, use_tqdm=False)
-        except VLLMClientError:  # vLLM refused the call before generating anything: find who, generate the rest
-            return self._isolating(requests, params)
-        return [self._generation(o) for o in outputs]
+        counter = self._llm.request_counter
+        added: dict[str, int] = {}
+        refused: dict[int, Refusal] = {}
+
+        def add(indexes: list[int]) -> None:
+            before = counter.counter
+            try:
+                self._enqueue([requests[i] for i in indexes], [params[i] for i in indexes])
+            except VLLMClientError as e:
+                if len(indexes) == 1:
+                    reason = " ".join(str(e).split())
+                    refused[indexes[0]] = Refusal(RequestRefusedError(f"vLLM refused this request: {reason}"))
+                    return
+                half = len(indexes) // 2
+                add(indexes[:half])
+                add(indexes[half:])
+                return
+            if counter.counter - before != len(indexes):
+                raise BackendError(f"vLLM numbered {counter.counter - before} requests for the {len(indexes)} added")
+            added.update((str(before + k), index) for k, index in enumerate(indexes))
+
+        if requests:
+            add(list(range(len(requests))))
+        return added, refused
 
     def _enqueue(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[str]:
-        """Add ``requests`` to the engine without running it (their ids); vLLM adds none if it refuses one."""
+        """Add ``requests`` to the engine without running it (their ids); vLLM adds none if it refuses one.
+
+        The same rendering as ``LLM.chat`` / ``LLM.generate``, which add their requests the same way before
+        running the engine.
+        """
         if self._descriptor.input_mode == "chat":
             return self._llm.enqueue_chat(  # type: ignore[no-any-return]
                 [r.rendered["messages"] for r in requests],
@@ -222,40 +316,6 @@ class VLLMBackend:
         return self._llm.enqueue(  # type: ignore[no-any-return]
             [r.rendered["text"] for r in requests], list(params), use_tqdm=False
         )
-
-    def _isolating(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[Generation | Refusal]:
-        """Queue halves of a refused batch down to each refused request, then generate the queued ones together."""
-        from vllm.exceptions import VLLMClientError
-
-        results: list[Generation | Refusal | None] = [None] * len(requests)
-        queued: list[int] = []  # in the order they were added, which is the order vLLM returns them in
-        ids: list[str] = []
-
-        def enqueue(indexes: list[int]) -> None:
-            try:
-                ids.extend(self._enqueue([requests[i] for i in indexes], [params[i] for i in indexes]))
-            except VLLMClientError as e:
-                if len(indexes) == 1:
-                    reason = " ".join(str(e).split())
-                    results[indexes[0]] = Refusal(RequestRefusedError(f"vLLM refused this request: {reason}"))
-                    return
-                half = len(indexes) // 2
-                enqueue(indexes[:half])
-                enqueue(indexes[half:])
-            else:
-                queued.extend(indexes)
-
-        try:
-            enqueue(list(range(len(requests))))
-            outputs = self._llm.wait_for_completion(use_tqdm=False) if queued else []
-        except BaseException:  # leave nothing queued behind for the engine's next call to run
-            self._llm.llm_engine.abort_request(ids, internal=True)
-            raise
-        if len(outputs) != len(queued):
-            raise BackendError(f"vLLM returned {len(outputs)} outputs for the {len(queued)} requests it accepted")
-        for index, output in zip(queued, outputs, strict=True):  # sorted by request id: the order they were added
-            results[index] = self._generation(output)
-        return [r for r in results if r is not None]
 
     def _generation(self, output: Any) -> Generation:
         completion = output.outputs[0]
