@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
     from store.across.plan import AcrossRows, Plan
-    from store.claims import ClaimTable
+    from store.claim_table import ClaimTable
 
 T = TypeVar("T")
 

@@ -23,7 +23,7 @@ from store.layout import Location
 from store.schema import USABLE_STATES, DatabaseState
 
 if TYPE_CHECKING:
-    from store.claims import ClaimsSummary
+    from store.claim_table import ClaimsSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,7 @@ def info_json(info: DatabaseInfo) -> dict[str, Any]:
 
 def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:
     """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data`` (through JSON, claims too)."""
-    from store.claims import ClaimsSummary
+    from store.claim_table import ClaimsSummary
 
     claims = data.get("claims")
     if isinstance(claims, dict):

@@ -25,7 +25,8 @@ from datetime import datetime
 from typing import Any
 
 from store.adoption import adoptions
-from store.claims import ClaimsSummary, claims_summary
+from store.claim_table import ClaimsSummary
+from store.claims import claims_summary
 from store.errors import JudgestoreError
 from store.filters import RowFilter
 from store.layout import Location, Selector

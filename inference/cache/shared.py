@@ -43,7 +43,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_sample, stored_sample
@@ -60,7 +60,37 @@ from store.layout import Role
 
 if TYPE_CHECKING:
     from inference.cache.accounting import CallStats
-    from inference.cache.model import CachedModel, ProgressCallback
+    from inference.cache.generate import ProgressCallback
+    from store.descriptor import ModelDescriptor
+    from store.settings import Settings
+    from store.store import Store
+
+
+class SharingModel(Protocol):
+    """What a shared batch uses of a :class:`~inference.cache.model.CachedModel` (which calls it, so no import)."""
+
+    @property
+    def store(self) -> Store | None: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def descriptor(self) -> ModelDescriptor: ...
+    @property
+    def chunk_size(self) -> int: ...
+
+    def generate_missing(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        run: CallStats,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Sample]: ...
+
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -116,7 +146,7 @@ def _patiently(step: Callable[[], T], patience: float) -> T:
 
 
 def generate_shared(
-    model: CachedModel,
+    model: SharingModel,
     role: Role,
     requests: Sequence[Request],
     missing: Sequence[PlannedInput],

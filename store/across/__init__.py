@@ -33,7 +33,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, NamedTuple, Protocol, TypeVar
 
 from sqlalchemy import Select
 from sqlalchemy.engine import IteratorResult, Result
@@ -45,10 +45,18 @@ from store.errors import StatementError
 from store.layout import Location, Selector
 
 if TYPE_CHECKING:
-    from store.backend import Database
-    from store.store import Store
+    from store.backend import Database, Storage
 
 E = TypeVar("E")
+
+
+class Store(Protocol):
+    """What the queries use of a :class:`store.store.Store` (which calls them, so this module never imports it)."""
+
+    @property
+    def storage(self) -> Storage: ...
+    def select(self, selector: Selector | None = None) -> list[Location]: ...
+    def open_existing(self, location: Location) -> Database | None: ...
 
 
 class Found(NamedTuple, Generic[E]):

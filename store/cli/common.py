@@ -40,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import jsonvalues
 from store.backends import typed_error
-from store.claims import ClaimsSummary
+from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location

@@ -19,7 +19,7 @@ from sqlalchemy import select
 
 from inference.cache.plan import batch_keys
 from inference.jsonl import read_completion_requests
-from store.claims import CLAIMS
+from store.claim_table import CLAIMS
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store

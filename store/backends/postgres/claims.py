@@ -16,7 +16,7 @@ from typing import Any
 from sqlalchemy import ColumnElement, Insert, Select, String, any_, bindparam, func, select
 from sqlalchemy.dialects import postgresql
 
-from store.claims import CLAIMS, ClaimTable
+from store.claim_table import CLAIMS, ClaimTable
 
 
 class PostgresClaimTable(ClaimTable):

@@ -80,7 +80,7 @@ from store.backends.postgres.registry import (
     schema_options,
 )
 from store.backends.postgres.rows import PostgresRepository
-from store.claims import ClaimsSummary
+from store.claim_table import ClaimsSummary
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,

@@ -17,7 +17,7 @@ from sqlalchemy import ColumnElement, Insert, select
 from sqlalchemy.dialects import sqlite
 
 from store.backends.sqlite.rows import json_each_keys
-from store.claims import CLAIMS, ClaimTable
+from store.claim_table import CLAIMS, ClaimTable
 
 
 class SqliteClaimTable(ClaimTable):

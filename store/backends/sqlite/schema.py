@@ -72,7 +72,7 @@ from store.schema import (
 from store.settings import Settings
 
 if TYPE_CHECKING:
-    from store.claims import ClaimsSummary
+    from store.claim_table import ClaimsSummary
 
 T = TypeVar("T")
 
