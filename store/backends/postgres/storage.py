@@ -46,20 +46,16 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import orjson
 from sqlalchemy import (
     Column,
     Connection,
     MetaData,
-    Select,
     String,
     Table,
-    any_,
-    bindparam,
     inspect,
-    literal_column,
     select,
     text,
 )
@@ -80,7 +76,7 @@ from store.backends.postgres.registry import (
     schema_options,
 )
 from store.backends.postgres.rows import PostgresRepository
-from store.claim_table import ClaimsSummary
+from store.backends.postgres.survey import SCHEMA_TABLES, claims_of, matching, survey
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
@@ -92,8 +88,7 @@ from store.errors import (
     UpgradeFailedError,
 )
 from store.filters import RowFilter
-from store.layout import Location, Role, StoredMetadata, parse_metadata
-from store.models import Base
+from store.layout import Location, StoredMetadata, parse_metadata
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -215,37 +210,13 @@ class PostgresStorage:
         return compute()  # a server tells no cheap stamp of a schema's content: computed each time
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
-        """The ``locations`` whose schemas hold a row ``flt`` matches, asked in statements of
-        :data:`EXISTS_BATCH` schemas each (one ``UNION ALL`` of ``LIMIT 1`` probes); a schema without the
-        role's table or at another revision, or a batch the server refuses, is kept: opening it says what is
-        wrong (or upgrades it)."""
+        """The ``locations`` whose schemas may hold a row ``flt`` matches, asked in a few statements
+        (:func:`~store.backends.postgres.survey.matching`)."""
         chosen = list(locations)
         if flt.is_empty() or not chosen:
             return chosen
-        keep: set[Location] = set()
         with self.connection() as conn:
-            tables = {(name, table) for name, table in conn.execute(text(
-                "SELECT n.nspname, c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-                "WHERE c.relname IN ('completions', 'judgements') AND c.relkind = 'r'"))}  # fmt: skip
-            head = _revisions(None).head
-            current = {name for name, revision in _revisions_of(conn, [schema_name(loc) for loc in chosen]).items()
-                       if revision == head}  # fmt: skip
-            for role in ("completions", "judgements"):
-                mine = [loc for loc in chosen if loc.role == role]
-                usable = {loc for loc in mine if (schema_name(loc), role) in tables and schema_name(loc) in current}
-                keep.update(loc for loc in mine if loc not in usable)  # opening them says what is wrong
-                probed = [loc for loc in mine if loc in usable]
-                if not probed:
-                    continue
-                sql, params = _probe(conn, role, flt)
-                for start in range(0, len(probed), EXISTS_BATCH):
-                    batch = {schema_name(loc): loc for loc in probed[start : start + EXISTS_BATCH]}
-                    union = " UNION ALL ".join(f"({sql.replace(PROBE_SCHEMA, name)})" for name in batch)
-                    try:
-                        with conn.begin_nested():
-                            keep.update(batch[name] for (name,) in conn.exec_driver_sql(union, params))
-                    except DBAPIError:
-                        keep.update(batch.values())
+            keep = matching(conn, chosen, flt, _revisions(None).head)
         return [location for location in chosen if location in keep]
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
@@ -404,15 +375,15 @@ class PostgresStorage:
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
         """:meth:`info` of each location, the registry rows, revisions, row counts and sizes read in a few
-        statements for all of them (:data:`EXISTS_BATCH` schemas each) instead of six round trips per schema;
+        statements for all of them (:mod:`~store.backends.postgres.survey`) instead of six round trips per schema;
         a schema that is anything but registered with one revision row is read by :meth:`info`."""
         chosen = list(locations)
         known = _revisions(None)
         names = {schema_name(location): location for location in chosen}
         try:
             with self.connection() as conn:
-                rows, versions, counts, sizes = self._survey(conn, names, count_rows)
-                claims = self._claims_of(conn, {n: names[n] for n, v in versions.items() if v == known.head})
+                rows, versions, counts, sizes = survey(conn, names, known.head if count_rows else None)
+                claims = claims_of(conn, {n: names[n] for n, v in versions.items() if v == known.head})
         except JudgestoreError:
             rows, versions, counts, sizes, claims = {}, {}, {}, {}, {}
         for name, location in names.items():
@@ -436,55 +407,6 @@ class PostgresStorage:
             status = SchemaStatus(state, revision, known.head)
             yield DatabaseInfo(location, where, state, revision, known.head, counts.get(name) if count_rows else None,
                                sizes[name], status_error(status, where), claims.get(name))  # fmt: skip
-
-    def _claims_of(self, conn: Connection, current: dict[str, Location]) -> dict[str, ClaimsSummary]:
-        """The shared batches' claims of each current schema, as :meth:`info` reads them: one statement counts
-        every schema's claims (:data:`EXISTS_BATCH` schemas each), and only a schema holding some is read whole."""
-        names = list(current)
-        held: list[str] = []
-        for start in range(0, len(names), EXISTS_BATCH):
-            union = " UNION ALL ".join(
-                f"SELECT '{name}', count(*) FROM {quoted(name)}.claims" for name in names[start : start + EXISTS_BATCH]
-            )
-            held += [name for name, n in conn.exec_driver_sql(union) if n]
-        found = dict.fromkeys(names, ClaimsSummary())
-        for name in held:
-            mapped = conn.execution_options(**schema_options(current[name]))
-            found[name] = PostgresClaimTable(mapped, current[name].role).summary()
-        return found
-
-    def _survey(
-        self, conn: Connection, names: dict[str, Location], count_rows: bool
-    ) -> tuple[dict[str, str], dict[str, str], dict[str, int], dict[str, int]]:
-        """The registry rows, the one revision, the row count (current schemas) and the size of each schema."""
-        from sqlalchemy.dialects import postgresql
-
-        if not names or not conn.dialect.has_table(conn, registry.name, schema=registry.schema):
-            return {}, {}, {}, {}
-        wanted = list(names)
-        keys = bindparam("names", type_=postgresql.ARRAY(String))
-        found = conn.execute(
-            select(registry.c.schema_name, registry.c.metadata_json).where(registry.c.schema_name == any_(keys)),
-            {"names": wanted},
-        )
-        rows = {name: metadata_json for name, metadata_json in found}
-        probed = [name for name in wanted if name in rows]
-        versions = _revisions_of(conn, probed)
-        probed = [name for name in probed if name in versions]
-        counts: dict[str, int] = {}
-        if count_rows:
-            head = _revisions(None).head
-            current = [name for name in probed if versions.get(name) == head]
-            for start in range(0, len(current), EXISTS_BATCH):
-                union = " UNION ALL ".join(
-                    f"SELECT '{name}', count(*) FROM {quoted(name)}.{quoted(names[name].role)}"
-                    for name in current[start : start + EXISTS_BATCH]
-                )
-                counts.update((name, int(n)) for name, n in conn.exec_driver_sql(union))
-        sizes = {
-            name: int(size) for name, size in conn.execute(SIZES, {"names": wanted, "tables": list(SCHEMA_TABLES)})
-        }
-        return rows, versions, counts, sizes
 
     def size_of(self, location: Location) -> int:
         """Bytes the schema's tables take on the server (indexes and TOAST included).
@@ -597,50 +519,6 @@ class PostgresStorage:
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
         )
-
-
-EXISTS_BATCH = 500  # schemas probed per statement
-SIZES = text(
-    "SELECT s, coalesce(sum(pg_total_relation_size(to_regclass(format('%I.%I', s, t)))), 0) "
-    "FROM unnest(CAST(:names AS text[])) AS s CROSS JOIN unnest(CAST(:tables AS text[])) AS t GROUP BY s"
-)  # bytes each schema's tables take, looked up by name (see PostgresStorage.size_of)
-SCHEMA_TABLES = (*Base.metadata.tables, VERSION_TABLE)  # what a descriptor schema holds
-PROBE_SCHEMA = "js_x_probe"  # stands for each schema's name in the probe's SQL (names are [a-z0-9_])
-
-
-def _revisions_of(conn: Connection, names: list[str]) -> dict[str, str]:
-    """The revision each of the schemas ``names`` records, where it has its version table with one row."""
-    versioned = {name for (name,) in conn.execute(text(
-        "SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
-        "WHERE c.relname = :t AND c.relkind = 'r'"), {"t": VERSION_TABLE})}  # fmt: skip
-    probed = [name for name in names if name in versioned]
-    seen: dict[str, list[str]] = {}
-    for start in range(0, len(probed), EXISTS_BATCH):
-        union = " UNION ALL ".join(
-            f"SELECT '{name}', version_num FROM {quoted(name)}.{quoted(VERSION_TABLE)}"
-            for name in probed[start : start + EXISTS_BATCH]
-        )
-        for name, revision in conn.exec_driver_sql(union):
-            seen.setdefault(name, []).append(revision)
-    return {name: found[0] for name, found in seen.items() if len(found) == 1}
-
-
-def _probe(conn: Connection, role: Role, flt: RowFilter) -> tuple[str, dict[str, Any]]:
-    """The SQL (for the driver) selecting ``PROBE_SCHEMA``'s name if its table holds a row ``flt`` matches."""
-    repo = PostgresRepository(conn, role)
-    stmt: Select[Any] = (
-        select(literal_column(f"'{PROBE_SCHEMA}'").label("s"))
-        .select_from(repo.table)
-        .where(*repo.clauses(flt))
-        .limit(1)
-    )
-    compiled = stmt.compile(
-        dialect=conn.dialect,
-        schema_translate_map={None: PROBE_SCHEMA},
-        render_schema_translate=True,
-        compile_kwargs={"render_postcompile": True},
-    )
-    return str(compiled), dict(compiled.params)
 
 
 def _normalised_url(url: str) -> str:
