@@ -336,11 +336,12 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- raw sqlite3: the physical limit
 
 FIELDS = record_fields(CompletionRecord)
-# The columns raw_get_many unpacks, in its order (not the records' field order, which is the table's).
-RAW_COLUMNS = (
-    "input_hash, sample_index, input_text, completion, benchmark, instruction_id, model, finish_reason, usage, "
-    "top_logprobs, run_id, created_by, created_at, adopted_from"
-)
+# The columns the raw code reads and writes, in its order (not the records' field order, which is the table's).
+RAW_FIELDS = (
+    "input_hash", "sample_index", "input_text", "completion", "benchmark", "instruction_id", "model", "finish_reason",
+    "usage", "top_logprobs", "run_id", "created_by", "created_at", "adopted_from",
+)  # fmt: skip
+RAW_COLUMNS = ", ".join(RAW_FIELDS)
 SELECT_BY_KEYS = f"SELECT {RAW_COLUMNS} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
 
 

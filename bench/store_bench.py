@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.common import (
     FIELDS,
+    RAW_COLUMNS,
     SELECT_BY_KEYS,
     Timing,
     Variant,
@@ -100,7 +101,7 @@ from store.store import Database, Store
 TARGET = 1.2
 ROLE: Role = "completions"
 TASK = "bench"
-COLUMNS = ", ".join(FIELDS)
+COLUMNS = RAW_COLUMNS  # raw_row's order
 INSERT_IGNORE = f"INSERT OR IGNORE INTO completions ({COLUMNS}) VALUES ({', '.join('?' * len(FIELDS))})"
 
 
@@ -204,7 +205,7 @@ def _json_text(value: Any) -> str | None:
 
 
 def raw_row(r: CompletionRecord) -> tuple[Any, ...]:
-    """A record as judgestore stores it, in :data:`FIELDS` order."""
+    """A record as judgestore stores it, in :data:`~bench.common.RAW_FIELDS` order."""
     return (
         r.input_hash,
         r.sample_index,
