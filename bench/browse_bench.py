@@ -49,7 +49,7 @@ from bench.common import TextPool, environment, write_json  # noqa: E402
 from store import CompletionRecord, JudgementRecord, ModelDescriptor, Store, input_hash  # noqa: E402
 from store.descriptor import render_messages  # noqa: E402
 from store.logprobs import PositionLogprobs, TokenLogprob, encode  # noqa: E402
-from store.records import Orientation  # noqa: E402
+from store.models import Orientation  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BATCH = 10_000
@@ -164,7 +164,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from store.browse.browser import Browser, RowsQuery
+    from store.browse.browser import Browser
+    from store.browse.pages import RowsQuery
     from store.browse.queries import Key
     from store.browse.server import serving
 

@@ -38,9 +38,10 @@ from urllib.parse import quote
 
 import orjson
 
+from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import input_hash, render_messages
 from store.records import CompletionRecord, record_fields
-from store.row_statements import LOOKUP_BATCH, gc_paused
+from store.row_checks import gc_paused
 from store.settings import Settings
 from store.store import Database
 
@@ -335,12 +336,20 @@ def write_json(path: Path, document: dict[str, Any]) -> None:
 # ---------------------------------------------------------------- raw sqlite3: the physical limit
 
 FIELDS = record_fields(CompletionRecord)
-SELECT_BY_KEYS = f"SELECT {', '.join(FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
+# The columns the raw code reads and writes, in its order (not the records' field order, which is the table's).
+RAW_FIELDS = (
+    "input_hash", "sample_index", "input_text", "completion", "benchmark", "instruction_id", "model", "finish_reason",
+    "usage", "top_logprobs", "run_id", "created_by", "created_at", "adopted_from",
+)  # fmt: skip
+RAW_COLUMNS = ", ".join(RAW_FIELDS)
+SELECT_BY_KEYS = f"SELECT {RAW_COLUMNS} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
 
 
 def file_of(database: Database) -> Path:
     """The SQLite file of ``database`` (these benches use folder stores; a server's database has no file)."""
-    if database.path is None:
+    from store.backends.sqlite.database import SqliteDatabase
+
+    if not isinstance(database, SqliteDatabase):
         raise AssertionError(f"{database.location} is not an SQLite file")
     return database.path
 

@@ -1,10 +1,10 @@
-"""The cache boundary's full-hit paths beside the floor of the same work (issue 3, "Benchmark").
+"""The cache boundary beside the floor of the same work: full hits (issue 3, "Benchmark") and cold misses (issue 22).
 
 Usage::
 
-    python bench/inference_bench.py [--quick] [--reps N] [--json out.json] [--only plan,cli]
+    python bench/inference_bench.py [--quick] [--reps N] [--json out.json] [--only plan,cli,engine]
 
-Two parts, each measured beside its floor in the same run:
+Three parts, each measured beside its floor in the same run:
 
 * plan: a store holds N completion rows (~9 KB each, shaped like real
   traffic: rendered prompt 2-8 KB with some non-ASCII, completion 1-4 KB,
@@ -22,7 +22,7 @@ Two parts, each measured beside its floor in the same run:
     option=OPT_SORT_KEYS)`` then ``hashlib.sha256(...).hexdigest()``; the keys
     deduplicated; then ``SELECT <the 13 columns> FROM completions WHERE
     input_hash IN (SELECT value FROM json_each(?))`` in batches of
-    ``store.row_statements.LOOKUP_BATCH`` keys in one read transaction,
+    ``store.backends.sqlite.rows.LOOKUP_BATCH`` keys in one read transaction,
     ``fetchall``, and a ``dict[key, row tuple]`` with ``usage`` and
     ``top_logprobs`` decoded by ``orjson.loads`` (``created_at`` left as
     text), built with the cyclic GC paused; the number of hits is returned and
@@ -43,7 +43,7 @@ Two parts, each measured beside its floor in the same run:
   Every variant drops its result inside its own timing (``complete``'s
   Responses too, which is charged to ours).
   - The split, measured in a second interleaved series: render + hash (ours:
-    ``CachedModel._render``; floor: the dumps + sha256 loop) and lookup (ours:
+    ``inference.cache.plan.batch_keys``; floor: the dumps + sha256 loop) and lookup (ours:
     ``CachedModel._lookup`` of the rendered keys, i.e. ``Store.find`` +
     ``Database.get_many``; floor: the query loop above, with and without
     records).
@@ -65,14 +65,35 @@ Two parts, each measured beside its floor in the same run:
   vLLM, torch, transformers, pandas, pyarrow, the Hub client, Alembic,
   psycopg and ``openai`` are never imported.
 
+* engine: the tiny model in one in-process vLLM engine (the engine kwargs of
+  ``tests/inference/conftest.py`` with ``max_num_seqs=256``), greedy, 16
+  tokens; 512 chat prompts. Interleaved, on that one engine:
+
+  - ours, cold: ``CachedModel(Store(fresh folder), ...).complete(prompts)``:
+    every prompt a miss; plan, the database created, every miss added to the
+    engine at once, rows written every ``chunk_size`` (64) as they finish,
+    the ``runs`` row.
+  - floor, plain: ``LLM.chat(the same rendered chats, one SamplingParams
+    each)`` over the whole batch, as a script without a cache would.
+  - beside them: ours with the database already created (untimed; the batch
+    still all misses), and ours through a backend without streaming, which
+    the cache sends 64 misses at a time (judgestore before issue 22).
+
+  One more untimed call of each runs under a wrapped
+  ``Scheduler.schedule`` and records the most requests vLLM's scheduler
+  held (running + waiting) and ran at once; the texts of all of them must
+  be equal.
+
 Targets: the plan within 1.2x of the floor; a full-hit CLI run under 0.6 s,
-never loading the engine nor importing vLLM (nor the other packages above).
+never loading the engine nor importing vLLM (nor the other packages above);
+a cold run of the engine part within 1.05x of the plain ``LLM.chat``.
 PASS/MISS is printed; the exit status is 0 whatever the figures.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import gc
 import hashlib
 import os
@@ -83,7 +104,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -112,14 +133,15 @@ from bench.common import (  # noqa: E402
     raw_get_many,
     write_json,
 )
-from inference.backend import Backend  # noqa: E402
-from inference.cached import CachedModel  # noqa: E402
-from inference.hosted import HostedSpec  # noqa: E402
+from inference.backends.base import Backend  # noqa: E402
+from inference.cache.model import CachedModel, Responses  # noqa: E402
+from inference.cache.plan import batch_keys  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
+from inference.spec import HostedSpec  # noqa: E402
+from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.layout import Role  # noqa: E402
 from store.records import CompletionRecord  # noqa: E402
-from store.row_statements import LOOKUP_BATCH  # noqa: E402
 from store.settings import Settings  # noqa: E402
 from store.store import Store  # noqa: E402
 
@@ -138,16 +160,22 @@ IMPORT_GROUPS = {
     "judgestore (store, inference)": ("store", "inference"),
 }
 HOSTED_MAX_REQUESTS = 10_000  # the hosted spec's full hit is measured at this size (its rows are stored twice)
+ENGINE_PROMPTS = 512
+ENGINE_MAX_NUM_SEQS = 256
+ENGINE_SAMPLING = {"temperature": 0, "max_tokens": 16}
+ENGINE_TARGET = 1.05  # a cold generate of ENGINE_PROMPTS beside a plain LLM.chat of the whole batch (issue 22)
+COLD, PLAIN = "judgestore, cold (whole batch)", "plain LLM.chat"
 
 
 @dataclass
 class Sizes:
     plan: tuple[tuple[int, int, int], ...]  # (requests, repetitions, calls per repetition)
     cli_hit_runs: int
+    engine_reps: int
 
 
-FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS)
-QUICK = Sizes(plan=((10_000, 3, 1),), cli_hit_runs=5)
+FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS, engine_reps=7)
+QUICK = Sizes(plan=((10_000, 3, 1),), cli_hit_runs=5, engine_reps=3)
 
 
 @dataclass
@@ -335,7 +363,9 @@ class PlanBench:
             )
             split = measure(
                 [
-                    Variant("ours render+hash", lambda _s: len(cached._render(ROLE, requests)[1])),
+                    Variant(
+                        "ours render+hash", lambda _s: len(batch_keys(ROLE, requests, cached.descriptor.input_mode)[1])
+                    ),
                     Variant("floor render+hash", lambda _s: len(floor_keys(batch))),
                     Variant("ours lookup", lambda _s: len(cached._lookup(ROLE, inputs))),
                     Variant("floor lookup", lambda _s: len(floor_rows(raw, keys))),
@@ -396,7 +426,7 @@ class PlanBench:
             raise AssertionError("complete() of a full-hit batch did not come only from the store")
         if [r.text for r in responses] != [r.completion for r in records]:
             raise AssertionError("complete() returned other texts than the stored ones")
-        _, inputs = cached._render(ROLE, requests)
+        _, inputs = batch_keys(ROLE, requests, cached.descriptor.input_mode)
         keys = floor_keys(batch)
         if keys != list(inputs) or keys != [r.input_hash for r in records]:
             raise AssertionError("the floor's keys differ from judgestore's input hashes")
@@ -495,7 +525,7 @@ class CliBench:
         self.notes: list[str] = []
 
     def run(self) -> None:
-        from inference.tiny_model import build_tiny_model
+        from inference.backends.vllm.tiny_model import build_tiny_model
         from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
 
         model = build_tiny_model(self.workdir / "tiny-llama", seed=0)
@@ -555,6 +585,152 @@ class CliBench:
         for s in self.runs["generate, full hit"].summaries:
             if (s["hits"], s["misses"], s["engine_loaded"], s["vllm_imported"]) != (CLI_PROMPTS, 0, False, False):
                 raise AssertionError(f"a full-hit run was not served from the store alone: {s}")
+
+
+# ---------------------------------------------------------------- engine
+
+
+class Chunked:
+    """The engine without streaming: the cache sends it ``chunk_size`` misses at a time (judgestore before issue 22)."""
+
+    def __init__(self, view: Any) -> None:
+        self.view = view
+
+    def generate(self, requests: Sequence[Any]) -> Any:
+        return self.view.generate(requests)
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass
+class Peaks:
+    held: int = 0  # running + waiting in vLLM's scheduler
+    running: int = 0
+
+
+class EngineBench:
+    """A cold ``complete`` of ENGINE_PROMPTS misses beside a plain ``LLM.chat`` of the same batch on the same engine."""
+
+    def __init__(self, workdir: Path, reps: int) -> None:
+        self.workdir = workdir
+        self.reps = reps
+        self.timings: dict[str, Timing] = {}
+        self.peaks: dict[str, Peaks] = {}
+        self.notes: list[str] = []
+
+    def run(self) -> None:
+        from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV
+
+        os.environ.update(VLLM_ENV)  # before vLLM is imported: it reads some of them once
+        from inference.backends.vllm.backend import create_vllm_backend
+        from inference.backends.vllm.descriptor import descriptor_from_vllm
+        from inference.backends.vllm.tiny_model import build_tiny_model
+
+        model_dir = build_tiny_model(self.workdir / "engine-tiny-llama", seed=0)
+        engine_kwargs = {**TINY_ENGINE_KWARGS, "max_num_seqs": ENGINE_MAX_NUM_SEQS}
+        descriptor = descriptor_from_vllm(str(model_dir), engine_kwargs=engine_kwargs, sampling=ENGINE_SAMPLING)
+        requests = [
+            CompletionRequest(messages=[{"role": "user", "content": f"Tell me about {i % 13}, number {i}."}])
+            for i in range(ENGINE_PROMPTS)
+        ]
+        self.notes.append(
+            f"engine: {ENGINE_PROMPTS} chat prompts, the tiny model, sampling {ENGINE_SAMPLING}, engine kwargs "
+            f"{engine_kwargs}; each judgestore call is cold (a fresh store); plain = LLM.chat(all prompts, "
+            "one SamplingParams each) on the same engine"
+        )
+        t0 = time.perf_counter()
+        backend = create_vllm_backend(descriptor, engine_kwargs, model=str(model_dir))
+        log(f"engine: built in {time.perf_counter() - t0:.1f} s; {ENGINE_PROMPTS} prompts")
+        try:
+            self._measure(backend, descriptor, requests)
+        finally:
+            backend.close()
+
+    def _measure(self, backend: Any, descriptor: ModelDescriptor, requests: list[CompletionRequest]) -> None:
+        from inference.cache.rows import engine_request
+
+        stores: list[Path] = []
+
+        def cold(chunked: bool = False, database: bool = False) -> Callable[[], CachedModel]:
+            """A fresh store (every prompt a miss); with ``database``, its database already created (untimed)."""
+
+            def factory() -> Backend:
+                view = backend.with_descriptor(descriptor)
+                return Chunked(view) if chunked else view
+
+            def setup() -> CachedModel:
+                root = self.workdir / f"engine-store-{len(stores)}"
+                stores.append(root)
+                settings = Settings(store_root=root, run_id="bench-run", created_by="bench")
+                store = Store(settings, root=root)
+                if database:
+                    store.database(ROLE, TASK, descriptor)
+                return CachedModel(store, descriptor, task=TASK, backend_factory=factory)
+
+            return setup
+
+        def teardown(model: CachedModel, _result: Any) -> None:
+            if model.store is not None:
+                model.store.close()
+
+        missing = (
+            CachedModel(None, descriptor, task=TASK, mode="off", backend_factory=no_engine).plan(ROLE, requests).missing
+        )
+        messages = [engine_request(inp).rendered["messages"] for inp in missing]
+
+        def plain(_state: Any) -> list[Any]:
+            params = [backend._sampling_params(inp.sample_index) for inp in missing]  # built per call, as ours is
+            return backend._llm.chat(messages, params, use_tqdm=False)  # type: ignore[no-any-return]
+
+        def check(model: CachedModel, result: Any) -> None:
+            run = model.last
+            if (run.generated, run.written, len(result)) != (len(requests),) * 3:
+                raise AssertionError(f"a cold run did not generate and write every prompt: {run.generated}")
+
+        def complete(model: CachedModel) -> Responses:
+            return model.complete(requests)
+
+        variants = [
+            Variant(COLD, complete, cold(), teardown, check),
+            Variant(PLAIN, plain),
+            Variant("  the database already created", complete, cold(database=True), teardown, check),
+            Variant("  64 at a time (before)", complete, cold(chunked=True), teardown, check),
+        ]
+        self._check(variants)
+        self.timings = measure(variants, self.reps)
+        for root in stores:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _check(self, variants: list[Variant]) -> None:
+        """Untimed: one call of each under a recording scheduler (peaks), and the same texts from all three."""
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        schedule = Scheduler.schedule
+        texts: dict[str, list[str]] = {}
+        for variant in variants:
+            peaks = self.peaks[variant.name] = Peaks()
+
+            def recording(sched: Any, *args: Any, _peaks: Peaks = peaks, **kwargs: Any) -> Any:
+                _peaks.held = max(_peaks.held, len(sched.running) + len(sched.waiting))
+                output = schedule(sched, *args, **kwargs)
+                _peaks.running = max(_peaks.running, len(sched.running))
+                return output
+
+            Scheduler.schedule = recording  # type: ignore[method-assign,assignment]
+            try:
+                state = variant.setup()
+                result = variant.run(state)
+                if isinstance(result, Responses):
+                    texts[variant.name] = [r.text for r in result]
+                else:  # the plain call's RequestOutputs, in request order
+                    texts[variant.name] = [o.outputs[0].text for o in result]
+                variant.teardown(state, result)
+            finally:
+                Scheduler.schedule = schedule  # type: ignore[method-assign]
+        first, *others = texts.values()
+        if any(other != first for other in others):
+            raise AssertionError("judgestore and the plain LLM.chat generated other texts")
 
 
 # ---------------------------------------------------------------- report
@@ -634,19 +810,35 @@ def report_cli(runs: dict[str, CliRun], imports: ImportBreakdown | None) -> None
     )
 
 
+def report_engine(bench: EngineBench) -> None:
+    plain = bench.timings[PLAIN]
+    headers = ["run", "median", "vs plain", "1.05x", "CPU ratio", "peak held", "peak running"]
+    rows = []
+    for name, timing in bench.timings.items():
+        ratio = timing.median / plain.median
+        verdict = ("PASS" if ratio <= ENGINE_TARGET else "MISS") if name == COLD else ""
+        peaks = bench.peaks[name]
+        cpu = f"{timing.cpu_median / plain.cpu_median:.3f}x"
+        rows.append(
+            [name, format_seconds(timing.median), f"{ratio:.3f}x", verdict, cpu, str(peaks.held), str(peaks.running)]
+        )
+    print()
+    print_table(headers, rows, right=(1, 2, 4, 5, 6))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10k requests only, 3 repetitions")
     parser.add_argument("--reps", type=int, help="repetitions of every plan size (default 5 for 10k, 3 for 100k)")
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
-    parser.add_argument("--only", default="plan,cli", help="comma-separated subset of plan,cli")
+    parser.add_argument("--only", default="plan,cli,engine", help="comma-separated subset of plan,cli,engine")
     parser.add_argument("--workdir", type=Path, help="where stores and the tiny model go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     only = set(args.only.split(","))
-    if not only <= {"plan", "cli"}:
-        parser.error(f"--only: unknown parts {sorted(only - {'plan', 'cli'})}")
+    if not only <= {"plan", "cli", "engine"}:
+        parser.error(f"--only: unknown parts {sorted(only - {'plan', 'cli', 'engine'})}")
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-inference-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
@@ -656,12 +848,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = os.getloadavg()[0]
     plan_bench = PlanBench(workdir)
     cli_bench = CliBench(workdir, sizes.cli_hit_runs)
+    engine_bench = EngineBench(workdir, args.reps or sizes.engine_reps)
     try:
         if "plan" in only:
             for n, reps, inner in sizes.plan:
                 plan_bench.run(n, args.reps or reps, inner)
         if "cli" in only:
             cli_bench.run()
+        if "engine" in only:
+            engine_bench.run()
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
@@ -674,9 +869,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         "'floor + records' also builds what get_many returns (CompletionRecord objects, created_at parsed to aware "
         "UTC datetimes), as bench/store_bench.py's raw get_many does. 'complete' also builds the Samples and "
         "Responses; every variant drops its result inside its timing",
-        "split: render + hash = CachedModel._render vs the dumps+sha256 loop; lookup = CachedModel._lookup "
+        "split: render + hash = batch_keys vs the dumps+sha256 loop; lookup = CachedModel._lookup "
         "(Store.find + Database.get_many) vs the raw query loop",
         *cli_bench.notes,
+        *engine_bench.notes,
         "plan: medians of interleaved repetitions ("
         + ", ".join(f"{n:,}: {args.reps or r} x {i} calls" for n, r, i in sizes.plan)
         + "); ratio = wall clock, CPU ratio = process CPU time; "
@@ -688,6 +884,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_plan(plan_bench.results)
     if cli_bench.runs:
         report_cli(cli_bench.runs, cli_bench.imports)
+    if engine_bench.timings:
+        report_engine(engine_bench)
     print()
     for note in notes:
         print(f"* {note}")
@@ -701,6 +899,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "plan": [r.as_dict() for r in plan_bench.results],
                 "cli": [r.as_dict() for r in cli_bench.runs.values()],
                 "cli_imports": None if cli_bench.imports is None else cli_bench.imports.as_dict(),
+                "engine": {
+                    "timings": [t.as_dict() for t in engine_bench.timings.values()],
+                    "peaks": {name: dataclasses.asdict(p) for name, p in engine_bench.peaks.items()},
+                    "target": ENGINE_TARGET,
+                },
             },
         )
     return 0

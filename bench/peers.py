@@ -22,8 +22,10 @@ Contract:
     index), judgestore's pragmas (WAL, ``synchronous=NORMAL``). Key: SHA-256 of
     orjson's sorted-keys rendering of the messages (judgestore's hash). Writes:
     one ``executemany`` of ``INSERT OR IGNORE`` in one transaction. Lookups:
-    one ``WHERE key IN (SELECT value FROM json_each(?))`` query for the whole
-    batch, ``fetchall``, a ``dict[key, tuple]`` with ``usage`` decoded by
+    one ``SELECT key, finish_reason, usage, top_logprobs, completion ...
+    WHERE key IN (SELECT value FROM json_each(?))`` query for the whole
+    batch (what a hit returns, not the prompt), ``fetchall``, a
+    ``dict[key, tuple]`` with ``usage`` and ``top_logprobs`` decoded by
     orjson, cyclic GC paused.
   - floor, no prompt: the floor with ``input_text`` left NULL, i.e. a cache
     that keeps only the answer behind the hash, as diskcache and sqlitedict
@@ -199,7 +201,11 @@ FLOOR_DDL = """CREATE TABLE completions (
     finish_reason TEXT, run_id TEXT, created_by TEXT, created_at TEXT NOT NULL, usage TEXT, top_logprobs TEXT,
     input_text TEXT{prompt_constraint}, completion TEXT NOT NULL)"""
 FLOOR_INSERT = "INSERT OR IGNORE INTO completions VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
-FLOOR_SELECT = "SELECT * FROM completions WHERE key IN (SELECT value FROM json_each(?))"
+# What a hit returns (the answer and what the cache reports about it); the prompt stays on disk.
+FLOOR_SELECT = (
+    "SELECT key, finish_reason, usage, top_logprobs, completion FROM completions"
+    " WHERE key IN (SELECT value FROM json_each(?))"
+)
 
 
 class Floor(Contender):
@@ -255,23 +261,8 @@ class Floor(Contender):
         loads = orjson.loads
         found = {}
         with gc_paused():
-            for k, si, bm, ii, mo, fr, ri, cb, ca, us, tl, it, co in self.conn.execute(
-                FLOOR_SELECT, (orjson.dumps(keys).decode(),)
-            ).fetchall():
-                found[k] = (
-                    si,
-                    bm,
-                    ii,
-                    mo,
-                    fr,
-                    ri,
-                    cb,
-                    ca,
-                    None if us is None else loads(us),
-                    None if tl is None else loads(tl),
-                    it,
-                    co,
-                )
+            for k, fr, us, tl, co in self.conn.execute(FLOOR_SELECT, (orjson.dumps(keys).decode(),)).fetchall():
+                found[k] = (fr, None if us is None else loads(us), None if tl is None else loads(tl), co)
         return found
 
     def answers(self, result: dict[str, tuple[Any, ...]], inputs: Sequence[list[dict[str, str]]]) -> list[str | None]:

@@ -52,6 +52,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.common import (
     FIELDS,
+    RAW_COLUMNS,
+    RAW_FIELDS,
     Timing,
     Variant,
     completion_records,
@@ -64,18 +66,18 @@ from bench.common import (
     print_table,
     write_json,
 )
+from store.backends.postgres.registry import REGISTRY_SCHEMA, schema_name
+from store.backends.postgres.rows import ARRAY_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role
-from store.postgres import REGISTRY_SCHEMA, schema_name
 from store.records import CompletionRecord
-from store.row_statements import ARRAY_BATCH
 from store.settings import Settings
 from store.store import Database, Store
 
 TARGET = 1.3
 ROLE: Role = "completions"
 TASK = "bench"
-COLUMNS = ", ".join(FIELDS)
+COLUMNS = RAW_COLUMNS  # raw_row's order
 INSERT_BATCH = 1_000  # rows per multi-row VALUES statement (SQLAlchemy's insertmanyvalues default)
 
 
@@ -184,7 +186,7 @@ def lookup_sql(schema: str, how: str) -> str:
     table = f'"{schema}".completions'
     if how == "any":
         return f"SELECT {COLUMNS} FROM {table} WHERE input_hash = ANY(%s::varchar[])"
-    columns = ", ".join(f"t.{c}" for c in FIELDS)
+    columns = ", ".join(f"t.{c}" for c in RAW_FIELDS)
     return f"SELECT {columns} FROM {table} AS t JOIN unnest(%s::varchar[]) AS k(h) ON t.input_hash = k.h"
 
 
@@ -220,7 +222,7 @@ def _json_text(value: Any) -> str | None:
 
 
 def raw_row(r: CompletionRecord) -> tuple[Any, ...]:
-    """A record as judgestore stores it on PostgreSQL, in :data:`FIELDS` order."""
+    """A record as judgestore stores it on PostgreSQL, in :data:`~bench.common.RAW_FIELDS` order."""
     return (r.input_hash, r.sample_index, r.input_text, r.completion, r.benchmark, r.instruction_id, r.model,
             r.finish_reason, _json_text(r.usage), _json_text(r.top_logprobs), r.run_id, r.created_by,
             r.created_at.astimezone(UTC).replace(tzinfo=None), r.adopted_from)  # fmt: skip

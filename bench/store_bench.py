@@ -73,6 +73,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.common import (
     FIELDS,
+    RAW_COLUMNS,
     SELECT_BY_KEYS,
     Timing,
     Variant,
@@ -89,10 +90,10 @@ from bench.common import (
     raw_get_many,
     write_json,
 )
+from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Role, metadata_bytes, write_metadata
 from store.records import CompletionRecord
-from store.row_statements import LOOKUP_BATCH
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 from store.store import Database, Store
@@ -100,7 +101,7 @@ from store.store import Database, Store
 TARGET = 1.2
 ROLE: Role = "completions"
 TASK = "bench"
-COLUMNS = ", ".join(FIELDS)
+COLUMNS = RAW_COLUMNS  # raw_row's order
 INSERT_IGNORE = f"INSERT OR IGNORE INTO completions ({COLUMNS}) VALUES ({', '.join('?' * len(FIELDS))})"
 
 
@@ -204,7 +205,7 @@ def _json_text(value: Any) -> str | None:
 
 
 def raw_row(r: CompletionRecord) -> tuple[Any, ...]:
-    """A record as judgestore stores it, in :data:`FIELDS` order."""
+    """A record as judgestore stores it, in :data:`~bench.common.RAW_FIELDS` order."""
     return (
         r.input_hash,
         r.sample_index,
@@ -520,7 +521,7 @@ class Bench:
 
     def _open_sql(self, root: Path) -> list[str]:
         """Every statement SQLite sees while judgestore opens one current database (pragmas included)."""
-        import store.engine as engine_module
+        import store.backends.sqlite.connections as engine_module
 
         seen: list[str] = []
 

@@ -76,7 +76,7 @@ def specs(args: argparse.Namespace) -> tuple[ModelSpec, ModelSpec, ModelSpec]:
             ModelSpec(model=args.model_b, sampling=answer),
             ModelSpec(model=args.judge, sampling=judge),
         )
-    from inference.tiny_model import build_tiny_model
+    from inference.backends.vllm.tiny_model import build_tiny_model
 
     for name, value in TINY_ENV.items():
         os.environ.setdefault(name, value)  # read by vLLM when a miss first imports it

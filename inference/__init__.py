@@ -10,6 +10,15 @@ Contract:
   (:pep:`562`); nothing here imports vLLM, torch or the ``openai`` client,
   and ``langchain_core`` only when ``CachedChatModel`` is used (the
   ``langchain`` extra).
+
+Where they live: at the top the vocabulary (:mod:`inference.requests`,
+:mod:`inference.judging`), the specs (:mod:`inference.spec`) and one whole run
+(:mod:`inference.run`); the cache boundary in :mod:`inference.cache`; the
+engines in :mod:`inference.backends` (``vllm``, ``hosted``); explain, audit
+and adopt in :mod:`inference.drift`; legacy imports in
+:mod:`inference.legacy`; the commands in :mod:`inference.cli`; the drop-in
+shapes (:mod:`inference.langchain`, :mod:`inference.compat`,
+:mod:`inference.messages`, :mod:`inference.logprob_views`).
 """
 
 from __future__ import annotations
@@ -19,11 +28,14 @@ from typing import TYPE_CHECKING, Any
 
 # The public name -> the module that defines it.
 _WHERE = {
+    "Spec": "inference.spec",
     "ModelSpec": "inference.spec",
     "DEFAULT_SAMPLING": "inference.spec",
-    "HostedSpec": "inference.hosted",
-    "CachedModel": "inference.cached",
+    "HostedSpec": "inference.spec",
+    "CachedModel": "inference.cache.model",
     "CachedChatModel": "inference.langchain",
+    "Plan": "inference.cache.plan",
+    "CallStats": "inference.cache.accounting",
     "CompletionRequest": "inference.requests",
     "JudgementRequest": "inference.requests",
     "Response": "inference.requests",
@@ -31,9 +43,15 @@ _WHERE = {
     "pairwise_requests": "inference.judging",
     "pointwise_request": "inference.judging",
     "run_requests": "inference.run",
+    "RunResult": "inference.run",
     "RunSummary": "inference.run",
+    "audit_database": "inference.drift.audit",
+    "AuditReport": "inference.drift.audit",
+    "adopt": "inference.drift.adopt",
+    "AdoptionReport": "inference.drift.adopt",
     "RequestsFailedError": "store.errors",
-    "Responses": "inference.cached",
+    "AdoptionError": "store.errors",
+    "Responses": "inference.cache.model",
     "prepare_model": "inference.compat",
     "do_inference": "inference.compat",
     "PreparedModel": "inference.compat",
@@ -47,19 +65,28 @@ _WHERE = {
 
 __all__ = [
     "DEFAULT_SAMPLING",
+    "AdoptionError",
+    "AdoptionReport",
+    "AuditReport",
     "CachedChatModel",
     "CachedModel",
+    "CallStats",
     "CompletionRequest",
     "HostedSpec",
     "InferenceResult",
     "JudgementRequest",
     "ModelSpec",
+    "Plan",
     "PreparedModel",
     "RequestsFailedError",
     "Response",
     "Responses",
+    "RunResult",
     "RunSummary",
     "Sample",
+    "Spec",
+    "adopt",
+    "audit_database",
     "chat_messages",
     "do_inference",
     "openai_logprobs",
@@ -73,17 +100,20 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
-    from inference.cached import CachedModel, Responses
+    from inference.cache.accounting import CallStats
+    from inference.cache.model import CachedModel, Responses
+    from inference.cache.plan import Plan
     from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
-    from inference.hosted import HostedSpec
+    from inference.drift.adopt import AdoptionReport, adopt
+    from inference.drift.audit import AuditReport, audit_database
     from inference.judging import pairwise_requests, pointwise_request
     from inference.langchain import CachedChatModel
     from inference.logprob_views import openai_logprobs, preference, token_logprobs_last_wins, token_logprobs_merged
     from inference.messages import chat_messages
     from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-    from inference.run import RunSummary, run_requests
-    from inference.spec import DEFAULT_SAMPLING, ModelSpec
-    from store.errors import RequestsFailedError
+    from inference.run import RunResult, RunSummary, run_requests
+    from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, Spec
+    from store.errors import AdoptionError, RequestsFailedError
 
 
 def __getattr__(name: str) -> Any:

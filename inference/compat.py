@@ -3,7 +3,7 @@
 Contract:
 
 * :func:`prepare_model` returns a :class:`PreparedModel`: a model (a
-  :class:`~inference.spec.ModelSpec`, a :class:`~inference.hosted.HostedSpec`,
+  :class:`~inference.spec.ModelSpec`, a :class:`~inference.spec.HostedSpec`,
   or a string, ``"VLLM/<model id or folder>"``, ``"OpenAI/<model>"``,
   ``"OpenRouter/<model>"``, ``"Together/<model>"``, anything else being a
   vLLM model id or folder), the role its rows are stored under
@@ -48,12 +48,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
-from inference.cached import CachedModel
+from inference.cache.accounting import CallStats
+from inference.cache.model import CachedModel
+from inference.cache.plan import Mode, Plan
 from inference.logprob_views import token_logprobs_last_wins, token_logprobs_merged
 from inference.messages import chat_messages, text_prompt
-from inference.plan import Mode, Plan, RunStats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
-from inference.spec import CacheableSpec, ModelSpec
+from inference.spec import ModelSpec, Spec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
 from store.layout import Role, check_role
@@ -85,11 +86,11 @@ OPTIONAL_METADATA: Mapping[Role, frozenset[str]] = {
 class Outputs(list[_T], Generic[_T]):
     """The results of one :func:`do_inference` call, in the caller's order, and what the call did (:attr:`run`)."""
 
-    run: RunStats
+    run: CallStats
 
-    def __init__(self, results: Iterable[_T] = (), run: RunStats | None = None) -> None:
+    def __init__(self, results: Iterable[_T] = (), run: CallStats | None = None) -> None:
         super().__init__(results)
-        self.run = run if run is not None else RunStats()
+        self.run = run if run is not None else CallStats()
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,7 +115,7 @@ class InferenceResult:
 class PreparedModel:
     """A model, its role and task, and its store, nothing of which is loaded yet; see the module docstring."""
 
-    spec: CacheableSpec
+    spec: Spec
     task: str
     role: Role = "completions"
     store: Store | None = None
@@ -136,9 +137,9 @@ class PreparedModel:
         return self._cached is not None and self._cached.engine_loaded
 
     @property
-    def last(self) -> RunStats:
+    def last(self) -> CallStats:
         """What the latest :func:`do_inference` call did (each call's own is its result's ``.run``)."""
-        return self._cached.last if self._cached is not None else RunStats()
+        return self._cached.last if self._cached is not None else CallStats()
 
     def materialize(self) -> CachedModel:
         """The model behind its store (the store is opened now; the engine when a call has misses)."""
@@ -166,7 +167,7 @@ class PreparedModel:
 
 
 def prepare_model(
-    model: CacheableSpec | str,
+    model: Spec | str,
     *,
     task: str,
     role: Role = "completions",
@@ -221,12 +222,12 @@ def do_inference(
 # ------------------------------------------------------------------ internals
 
 
-def _spec_of(name: str, options: dict[str, Any]) -> CacheableSpec:
+def _spec_of(name: str, options: dict[str, Any]) -> Spec:
     prefix, sep, rest = name.partition("/")
     if sep and prefix in PROVIDER_PREFIXES:
         provider = PROVIDER_PREFIXES[prefix]
         if provider is not None:
-            from inference.hosted import HostedSpec  # only what a hosted model needs
+            from inference.spec import HostedSpec  # only what a hosted model needs
 
             return HostedSpec(model=rest, provider=provider, **options)  # type: ignore[arg-type]
         name = rest

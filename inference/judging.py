@@ -20,7 +20,7 @@ import enum
 from collections.abc import Iterable
 
 from inference.requests import JudgementRequest
-from store.records import Orientation
+from store.models import Orientation
 
 PAIRWISE_SYSTEM = (
     "You are an impartial judge. Compare the two answers to the user's question. "

@@ -4,8 +4,8 @@ Contract:
 
 * :class:`CachedChatModel` is a real ``langchain_core`` ``BaseChatModel``
   over a :class:`~inference.spec.ModelSpec` or
-  :class:`~inference.hosted.HostedSpec` and a store (or over a
-  :class:`~inference.cached.CachedModel` already built). Its ``role``
+  :class:`~inference.spec.HostedSpec` and a store (or over a
+  :class:`~inference.cache.model.CachedModel` already built). Its ``role``
   (``completions``, or ``judgements`` for a judge) picks the store's role
   root. ``langchain-core`` is the optional extra ``langchain``; this is the
   only module that imports it.
@@ -14,7 +14,7 @@ Contract:
   hosted model's concurrently, ``max_concurrency`` at once), never one call
   per input in threads. ``invoke``, ``ainvoke`` and ``generate`` go the same
   way; ``abatch`` and ``ainvoke`` run it off the event loop
-  (:meth:`~inference.cached.CachedModel.acomplete`). ``stream`` yields the
+  (:meth:`~inference.cache.model.CachedModel.acomplete`). ``stream`` yields the
   whole answer as one chunk (a hit streams its stored text; the engine does
   not stream). A config's ``max_concurrency`` does not split the batch: a
   hosted model's own ``max_concurrency`` bounds its requests in flight.
@@ -56,12 +56,13 @@ import asyncio
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
-from inference.cached import CachedModel, Responses
+from inference.cache.accounting import CallStats
+from inference.cache.model import CachedModel, Responses
+from inference.cache.plan import Mode
 from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
-from inference.plan import Mode, RunStats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
-from inference.spec import CacheableSpec
+from inference.spec import Spec
 from store.errors import InvalidInputError, MissingDependencyError, RequestsFailedError, install_hint
 from store.layout import Role
 from store.store import Store
@@ -99,14 +100,14 @@ class CachedChatModel(BaseChatModel):
 
     Build it from a spec and a store (``CachedChatModel(spec=..., store=...,
     task="arena", role="judgements")``), or around a
-    :class:`~inference.cached.CachedModel` (``CachedChatModel(cached=...)``).
+    :class:`~inference.cache.model.CachedModel` (``CachedChatModel(cached=...)``).
     The engine is prepared only when a batch has misses; :meth:`close` (or
     ``with``) releases it.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
-    spec: CacheableSpec | None = None
+    spec: Spec | None = None
     store: Store | None = None
     task: str | None = None
     role: Literal["completions", "judgements"] = "completions"
@@ -248,7 +249,7 @@ class CachedChatModel(BaseChatModel):
         return self.cached
 
     @property
-    def last_run(self) -> RunStats:
+    def last_run(self) -> CallStats:
         """What the latest call did (the cache boundary's ``last``; concurrent calls share it)."""
         return self._model.last
 
@@ -295,7 +296,7 @@ class CachedChatModel(BaseChatModel):
         configs: Sequence[RunnableConfig],
         stop: list[str] | None,
         kwargs: Mapping[str, Any],
-    ) -> tuple[list[Outcome], list[CallbackManagerForLLMRun], RunStats | None]:
+    ) -> tuple[list[Outcome], list[CallbackManagerForLLMRun], CallStats | None]:
         self._check_call(stop, kwargs)
         serialized, params = dumpd(self), self._invocation_params(stop)
         managers = []
@@ -341,7 +342,7 @@ class CachedChatModel(BaseChatModel):
         configs: Sequence[RunnableConfig],
         stop: list[str] | None,
         kwargs: Mapping[str, Any],
-    ) -> tuple[list[Outcome], list[AsyncCallbackManagerForLLMRun], RunStats | None]:
+    ) -> tuple[list[Outcome], list[AsyncCallbackManagerForLLMRun], CallStats | None]:
         self._check_call(stop, kwargs)
         serialized, params = dumpd(self), self._invocation_params(stop)
         managers = []
@@ -493,7 +494,7 @@ def _raise_first(outcomes: Sequence[Outcome]) -> list[AIMessage]:
     return cast(list[AIMessage], list(outcomes))
 
 
-def _result(messages: Sequence[AIMessage], managers: Sequence[Any], run: RunStats | None) -> LLMResult:
+def _result(messages: Sequence[AIMessage], managers: Sequence[Any], run: CallStats | None) -> LLMResult:
     llm_output: dict[str, Any] = {}
     if run is not None and run.plan is not None:
         llm_output["judgestore"] = {

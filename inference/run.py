@@ -7,10 +7,13 @@ Contract:
   ``replay`` unless a remote is fetched from, since replay writes no row of
   its own but imports the fetched ones), the shared remote (``fetch=None``
   follows ``JUDGESTORE_FETCH_BEFORE_RUN``), and the model behind the cache
-  boundary (:meth:`~inference.spec.ModelSpec.cached`). It returns the
+  boundary (:meth:`~inference.spec.Spec.cached`). It returns the
   responses in request order and a :class:`RunSummary`.
 * vLLM logs to stderr during the run (``VLLM_LOGGING_STREAM``, unless the
   caller set it), so that stdout can carry results.
+* ``shared=True`` (``--shared-batch``): the jobs started on the same
+  requests share their misses through the store, each generating only what
+  it claims (:mod:`inference.cache.shared`); every job returns every answer.
 * The command line only renders what this returns; a Python caller gets the
   same behaviour and the same summary.
 * Requests that failed (refused by the engine or server, or their rows by
@@ -19,9 +22,14 @@ Contract:
   the command line writes them with an ``error`` field and exits 1.
 * The summary says what the cache saved (the tokens and engine seconds the
   hit rows had cost when they were generated), how many hits were adopted
-  rows (:mod:`inference.adopt`), and what the misses cost; the
+  rows (:mod:`inference.drift.adopt`), and what the misses cost; the
   same accounting is appended to the database's ``runs`` table
-  (:mod:`inference.accounting`).
+  (:mod:`inference.cache.accounting`).
+* A :class:`RunSummary` holds the call's
+  :class:`~inference.cache.accounting.CallStats` (its plan, counts, spent and
+  saved totals) rather than a copy of each number, and adds what only the run
+  knows; :meth:`RunSummary.as_dict` spells out the ``--json`` keys, in the
+  order scripts have always read them.
 """
 
 from __future__ import annotations
@@ -31,11 +39,12 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from inference.cached import CachedModel, ProgressCallback
-from inference.plan import Failure, Mode, Plan
+from inference.cache.accounting import CallStats
+from inference.cache.model import ProgressCallback
+from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError
@@ -44,99 +53,133 @@ from store.settings import Settings, SyncSettings
 from store.store import Store
 
 if TYPE_CHECKING:
-    from store.sync.remote import Remote
-
-
-class RunnableSpec(Protocol):
-    """A model a run can use: its descriptor, and the model behind the store (vLLM's or a server's)."""
-
-    @property
-    def descriptor(self) -> ModelDescriptor: ...
-
-    @property
-    def display_name(self) -> str: ...
-
-    def cached(
-        self, store: Store | None, *, task: str, mode: Mode = ..., chunk_size: int = ..., remote: Remote | None = ...
-    ) -> CachedModel: ...
+    from inference.spec import Spec
 
 
 @dataclass(frozen=True)
 class RunSummary:
-    """What one run did; :meth:`as_dict` is the ``--json`` summary of ``generate``/``judge``."""
+    """What one run did: the call's own stats, and what only the run knows.
 
-    role: str
+    ``call`` is what the model's call did (its plan; what it fetched,
+    generated and wrote; what the misses cost and the hits saved; what
+    failed). The run adds the request count, its wall time, whether vLLM was
+    imported, the remote it fetched from, what was sent to a server, and how
+    many outputs the context window stopped. :meth:`as_dict` is the ``--json``
+    summary of ``generate``/``judge``.
+    """
+
     task: str
-    model: str
-    descriptor: str
-    mode: str
+    model: str  # the name recorded in rows (the spec's display name)
+    descriptor: ModelDescriptor
     requests: int
-    requested: int
-    hits: int
-    misses: int
-    duplicates: int
-    fetched_rows: int
-    generated: int
-    rows_written: int
-    truncated: int
-    max_tokens: int | None
-    engine_loaded: bool
-    vllm_imported: bool
+    call: CallStats
     wall_seconds: float
-    remote: str | None = None
+    vllm_imported: bool
+    remote: str | None = None  # the remote fetched from, by its url
     sent: dict[str, int] | None = None  # a server's model: requests sent, retries, tokens used
-    saved_prompt_tokens: int = 0
-    saved_completion_tokens: int = 0
-    saved_engine_seconds: float = 0.0
-    hits_without_cost: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    engine_seconds: float = 0.0
-    stored_rows: int | None = None  # with misses: rows this descriptor's database already held
-    other_descriptors: int = 0  # with misses and no database: other stored descriptors of the model and task
-    adopted_hits: int = 0  # hits on rows adopted from an older descriptor (`judgestore adopt`)
-    failures: tuple[Failure, ...] = ()  # inputs that failed: refused by the engine, a server or the store
-    max_model_len: int | None = None  # the engine's context window (prompt and answer together), when set
     context_limited: int = 0  # of ``truncated``: outputs that stopped before max_tokens (the context window)
 
     @property
+    def plan(self) -> Plan:
+        assert self.call.plan is not None, "a run is summarised after its call planned"
+        return self.call.plan
+
+    @property
+    def hits(self) -> int:
+        return self.plan.hits
+
+    @property
+    def misses(self) -> int:
+        return self.plan.misses
+
+    @property
+    def truncated(self) -> int:
+        return self.call.truncated
+
+    @property
+    def failures(self) -> tuple[Failure, ...]:
+        """Inputs that failed: refused by the engine, a server or the store."""
+        return tuple(self.call.failed)
+
+    @property
     def failed(self) -> int:
-        return len(self.failures)
+        return len(self.call.failed)
+
+    @property
+    def max_tokens(self) -> int | None:
+        return self.descriptor.sampling.max_tokens
+
+    @property
+    def max_model_len(self) -> int | None:
+        """The engine's context window (prompt and answer together), when set."""
+        return _int_or_none(self.descriptor.engine.get("max_model_len"))
 
     def as_dict(self) -> dict[str, Any]:
-        values = {f.name: getattr(self, f.name) for f in fields(self)}  # shallow: failures hold live exceptions
-        del values["remote"], values["max_tokens"], values["sent"], values["max_model_len"], values["context_limited"]
-        values["failed"] = self.failed
-        values["failures"] = [failure.as_dict() for failure in self.failures]
+        plan, call, saved, spent = self.plan, self.call, self.call.saved, self.call.spent
         sent = self.sent or {}
-        return values | {name: sent[name] for name in ("requests_sent", "retries") if name in sent}
+        return {
+            "role": plan.role,
+            "task": self.task,
+            "model": self.model,
+            "descriptor": self.descriptor.hash16(),
+            "mode": plan.mode,
+            "requests": self.requests,
+            "requested": plan.requested,
+            "hits": plan.hits,
+            "misses": plan.misses,
+            "duplicates": plan.duplicates,
+            "fetched_rows": call.fetched_rows,
+            "generated": call.generated,
+            "rows_written": call.written,
+            "truncated": call.truncated,
+            "engine_loaded": call.engine_loaded,
+            "vllm_imported": self.vllm_imported,
+            "wall_seconds": self.wall_seconds,
+            "saved_prompt_tokens": saved.prompt_tokens,
+            "saved_completion_tokens": saved.completion_tokens,
+            "saved_engine_seconds": saved.engine_seconds,
+            "hits_without_cost": saved.without_cost,
+            "prompt_tokens": spent.prompt_tokens,
+            "completion_tokens": spent.completion_tokens,
+            "engine_seconds": spent.engine_seconds,
+            "stored_rows": plan.stored_rows,
+            "other_descriptors": plan.other_descriptors,
+            "adopted_hits": plan.adopted_hits,
+            "failures": [failure.as_dict() for failure in call.failed],
+            "failed": self.failed,
+            "from_other_jobs": call.from_other_jobs,
+        } | {name: sent[name] for name in ("requests_sent", "retries") if name in sent}
 
     def savings_line(self) -> str | None:
         """What the cache saved this run, if anything was a hit."""
         if not self.hits:
             return None
+        saved = self.call.saved
         unknown = (
-            f"; {self.hits_without_cost} hit rows record no engine time (written before revision 0003, or imported)"
-            if self.hits_without_cost
+            f"; {saved.without_cost} hit rows record no engine time (written before revision 0003, or imported)"
+            if saved.without_cost
             else ""
         )
         return (
-            f"saved: {self.hits} requests not sent, {self.saved_prompt_tokens:,} tokens in and "
-            f"{self.saved_completion_tokens:,} out, ~{self.saved_engine_seconds:.2f} s of engine time{unknown}"
+            f"saved: {self.hits} requests not sent, {saved.prompt_tokens:,} tokens in and "
+            f"{saved.completion_tokens:,} out, ~{saved.engine_seconds:.2f} s of engine time{unknown}"
         )
 
     def line(self) -> str:
         """The one-line human summary."""
-        distinct = self.hits + self.misses
-        hit_rate = 100 * self.hits / distinct if distinct else 100.0
-        adopted = f"; {self.adopted_hits} adopted" if self.adopted_hits else ""
+        plan, call = self.plan, self.call
+        distinct = plan.hits + plan.misses
+        hit_rate = 100 * plan.hits / distinct if distinct else 100.0
+        adopted = f"; {plan.adopted_hits} adopted" if plan.adopted_hits else ""
         loaded = "engine loaded" if self.sent is None else "client opened"
-        failed = f", {self.failed} failed" if self.failures else ""
+        failed = f", {self.failed} failed" if call.failed else ""
+        if call.from_other_jobs:
+            failed += f", {call.from_other_jobs} generated by other jobs"
         line = (
-            f"done: {self.hits} hits ({hit_rate:.0f}%{adopted}), {self.misses} misses{failed}, "
-            f"{self.rows_written} rows written, "
-            f"{self.wall_seconds} s, {loaded}: {'yes' if self.engine_loaded else 'no'}"
-            + (f", {self.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
+            f"done: {plan.hits} hits ({hit_rate:.0f}%{adopted}), {plan.misses} misses{failed}, "
+            f"{call.written} rows written, "
+            f"{self.wall_seconds} s, {loaded}: {'yes' if call.engine_loaded else 'no'}"
+            + (f", {call.fetched_rows} rows fetched from {self.remote}" if self.remote is not None else "")
         )
         if self.sent is not None:
             tokens = self.sent["prompt_tokens"] + self.sent["completion_tokens"]
@@ -184,7 +227,7 @@ class RunResult:
 
 
 def run_requests(
-    spec: RunnableSpec,
+    spec: Spec,
     requests: Sequence[Request],
     *,
     role: Role,
@@ -195,6 +238,7 @@ def run_requests(
     fetch: bool | None = None,
     on_plan: Callable[[Plan], None] | None = None,
     on_progress: ProgressCallback | None = None,
+    shared: bool = False,
 ) -> RunResult:
     """Run ``requests`` through ``spec`` behind the store of ``settings``; see the module docstring."""
 
@@ -210,7 +254,7 @@ def run_requests(
         remote = open_remote(settings=sync_settings)
     readonly = mode == "readonly" or (mode == "replay" and remote is None)
     store = None if mode == "off" else Store(settings, readonly=readonly)
-    options: dict[str, Any] = {"mode": mode, "remote": remote}
+    options: dict[str, Any] = {"mode": mode, "remote": remote, "shared": shared}
     if chunk_size is not None:
         options["chunk_size"] = chunk_size
     cached = spec.cached(store, task=task, **options)
@@ -223,41 +267,16 @@ def run_requests(
                 responses = cached.judge(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
         except RequestsFailedError as e:  # the summary lists them; every response is kept
             responses = e.responses
-    last, plan = cached.last, cached.last.plan
-    assert plan is not None
     summary = RunSummary(
-        role=role,
         task=task,
         model=spec.display_name,
-        descriptor=spec.descriptor.hash16(),
-        mode=mode,
+        descriptor=spec.descriptor,
         requests=len(requests),
-        requested=plan.requested,
-        hits=plan.hits,
-        misses=plan.misses,
-        duplicates=plan.duplicates,
-        fetched_rows=last.fetched_rows,
-        generated=last.generated,
-        rows_written=last.written,
-        truncated=last.truncated,
-        max_tokens=spec.descriptor.sampling.max_tokens,
-        engine_loaded=last.engine_loaded,
-        vllm_imported="vllm" in sys.modules,
+        call=cached.last,
         wall_seconds=round(time.perf_counter() - started, 3),
+        vllm_imported="vllm" in sys.modules,
         remote=None if remote is None else remote.url,
-        sent=stats.as_dict() if (stats := getattr(spec, "stats", None)) is not None else None,
-        saved_prompt_tokens=last.saved.prompt_tokens,
-        saved_completion_tokens=last.saved.completion_tokens,
-        saved_engine_seconds=last.saved.engine_seconds,
-        hits_without_cost=last.saved.without_cost,
-        prompt_tokens=last.spent.prompt_tokens,
-        completion_tokens=last.spent.completion_tokens,
-        engine_seconds=last.spent.engine_seconds,
-        stored_rows=plan.stored_rows,
-        other_descriptors=plan.other_descriptors,
-        adopted_hits=plan.adopted_hits,
-        failures=tuple(last.failed),
-        max_model_len=_int_or_none(spec.descriptor.engine.get("max_model_len")),
+        sent=spec.sent(),
         context_limited=_context_limited(responses, spec.descriptor.sampling.max_tokens),
     )
     return RunResult(responses, summary)

@@ -4,8 +4,8 @@ Contract: :func:`json_value` turns a setting into plain JSON or refuses it
 with :class:`~store.errors.InvalidInputError` (it must be hashable into a
 descriptor); :func:`sampling_settings_from` turns ``SamplingParams``-style
 kwargs into typed :class:`~store.descriptor.SamplingSettings`, the same way
-for the in-process engine (:mod:`inference.vllm_descriptor`) and hosted
-servers (:mod:`inference.hosted`), so both hash a setting alike.
+for the in-process engine (:mod:`inference.backends.vllm.descriptor`) and hosted
+servers (:mod:`inference.backends.hosted.descriptor`), so both hash a setting alike.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def sampling_settings_from(
     ``n`` must be 1 (samples are asked for per request); a ``stop`` string is a
     one-item list; ``seed=-1`` (vLLM's "no seed") is None; ``logprobs=True``
     is 1. Unknown settings are kept. Shared by the in-process engine and
-    hosted APIs (:mod:`inference.hosted`), so both hash a setting alike.
+    hosted APIs (:mod:`inference.backends.hosted.descriptor`), so both hash a setting alike.
     """
     sampling = dict(sampling)
     if sampling.pop("n", 1) != 1:

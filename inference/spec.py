@@ -1,32 +1,55 @@
-"""A model as a user names it: model id or path, vLLM engine and sampling settings.
+"""A model as a user names it: what every spec is (:class:`Spec`), vLLM's and a server's.
 
-Contract: :class:`ModelSpec` is the one place where user settings become a
-descriptor (:func:`inference.vllm_descriptor.descriptor_from_vllm`) and a lazily
-prepared engine (:func:`inference.vllm_backend.create_vllm_backend`); vLLM is
-imported only when :meth:`ModelSpec.cached` actually needs the engine. Before
-it does, its :attr:`~ModelSpec.preflight` (:mod:`inference.preflight`) refuses
-the prompts too long for the model, which then fail without it.
+Contract:
+
+* :class:`Spec` is the one interface of a model a run can use, whatever runs
+  it: a ``descriptor`` (the cache key), a ``display_name`` (recorded in
+  rows), ``backend()`` (starts the engine or the client, called only when a
+  batch has misses), an optional ``preflight``, ``sent()`` (what was sent to
+  a server, for run summaries) and ``cached()``, the model behind a store.
+  :class:`ModelSpec` (vLLM, in-process) and :class:`HostedSpec` (a server)
+  implement it; :func:`~inference.run.run_requests`, the audit and adoption
+  take it.
+* :class:`ModelSpec` is the one place where user settings become a
+  descriptor (:func:`inference.backends.vllm.descriptor.descriptor_from_vllm`)
+  and a lazily prepared engine
+  (:func:`inference.backends.vllm.backend.create_vllm_backend`); vLLM is
+  imported only when :meth:`Spec.cached` actually needs the engine. Before it
+  does, its :attr:`~ModelSpec.preflight`
+  (:mod:`inference.backends.vllm.preflight`) refuses the prompts too long for
+  the model, which then fail without it.
+* :class:`HostedSpec` is the same for a model behind an OpenAI-compatible
+  server: its descriptor is
+  :func:`~inference.backends.hosted.descriptor.hosted_descriptor`'s, its
+  backend the client of :mod:`inference.backends.hosted.client` (which
+  imports ``openai`` only then). The API key is read from an environment
+  variable when the backend is created, never stored on the spec.
 
 Sampling settings a caller does not give take :data:`DEFAULT_SAMPLING`
 (greedy, up to 256 new tokens), the same defaults as the command line;
-every other setting is vLLM's own default.
+every other setting is the engine's or the server's own default.
 """
 
 from __future__ import annotations
 
+import abc
 import functools
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from inference.backend import Backend, Preflight
-from inference.cached import DEFAULT_CHUNK_SIZE, CachedModel
-from inference.plan import Mode
-from inference.vllm_descriptor import descriptor_from_vllm
-from store.descriptor import LogprobPositions, ModelDescriptor
-from store.errors import InvalidInputError
+from inference.backends.base import Backend, Preflight
+from inference.backends.hosted.client import DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
+from inference.backends.hosted.descriptor import PROVIDER_DEFAULTS, PROVIDERS, Provider, hosted_descriptor
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
+from inference.cache.plan import Mode
+from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
+from store.errors import InvalidInputError, MissingAPIKeyError
+from store.settings import Settings
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -54,28 +77,35 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
     return parsed
 
 
-class CacheableSpec:
-    """What a model spec (:class:`ModelSpec`, :class:`inference.hosted.HostedSpec`) puts behind a store.
+class Spec(abc.ABC):
+    """A model a run can use, put behind a store: see the module docstring.
 
-    A subclass has a ``descriptor`` (the cache key), a ``display_name`` (recorded
-    in rows) and ``backend()``, which starts the engine or the client: called
-    only when a batch has misses.
+    A subclass gives ``descriptor``, ``display_name`` and ``backend()``; the
+    rest has defaults that suit a model whose refusals cannot be known before
+    it loads and that sends nothing to a server.
     """
 
     @property
+    @abc.abstractmethod
     def descriptor(self) -> ModelDescriptor:
-        raise NotImplementedError
+        """The cache key of this model and its settings."""
 
     @property
+    @abc.abstractmethod
     def display_name(self) -> str:
-        raise NotImplementedError
+        """The name recorded in rows (the ``model`` / ``judge`` columns)."""
 
+    @abc.abstractmethod
     def backend(self) -> Backend:
-        raise NotImplementedError
+        """Start the engine or the client now: called only when a batch has misses."""
 
     @property
     def preflight(self) -> Preflight | None:
         """What finds, before ``backend()``, the requests it would refuse (None: nothing can be known before)."""
+        return None
+
+    def sent(self) -> dict[str, int] | None:
+        """What this spec's backends sent a server (requests, retries, tokens); None for an in-process engine."""
         return None
 
     def cached(
@@ -86,10 +116,12 @@ class CacheableSpec:
         mode: Mode = "use",
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         remote: Remote | None = None,
+        shared: bool = False,
     ) -> CachedModel:
         """This model behind ``store``: ``backend()`` runs only if a batch has misses.
 
-        With a ``remote``, the run's descriptor folder is fetched from it first.
+        With a ``remote``, the run's descriptor folder is fetched from it first. With ``shared=True``, processes
+        and jobs started on the same batch generate each miss once between them (:mod:`inference.cache.shared`).
         """
         return CachedModel(
             store,
@@ -101,11 +133,12 @@ class CacheableSpec:
             label=self.display_name,
             remote=remote,
             preflight=self.preflight,
+            shared=shared,
         )
 
 
 @dataclass(frozen=True)
-class ModelSpec(CacheableSpec):
+class ModelSpec(Spec):
     """Everything needed to describe and, if needed, load one vLLM model.
 
     ``model`` is a Hub id or a local folder, as ``vllm.LLM(model=...)`` takes
@@ -151,18 +184,107 @@ class ModelSpec(CacheableSpec):
 
     @functools.cached_property
     def preflight(self) -> Preflight | None:
-        """Refuses the prompts vLLM would refuse as too long, with the model's tokenizer (:mod:`inference.preflight`).
+        """Refuses the prompts vLLM would refuse as too long, with the model's tokenizer.
 
-        Built when a run is planned, run only when it has misses; it reads nothing until then.
+        Built when a run is planned, run only when it has misses; it reads nothing until then
+        (:mod:`inference.backends.vllm.preflight`).
         """
-        from inference.preflight import PromptLengthCheck
+        from inference.backends.vllm.preflight import PromptLengthCheck
 
         return PromptLengthCheck(self.descriptor, self.model, self.engine_kwargs, self.chat_template)
 
     def backend(self) -> Backend:
         """Load the engine now (imports vLLM)."""
-        from inference.vllm_backend import create_vllm_backend
+        from inference.backends.vllm.backend import create_vllm_backend
 
         return create_vllm_backend(
             self.descriptor, self.engine_kwargs, model=self.model, chat_template=self.chat_template
+        )
+
+
+@dataclass(frozen=True)
+class HostedSpec(Spec):
+    """A hosted or served model as a user names it; the hosted counterpart of :class:`ModelSpec`.
+
+    ``sampling`` is merged over :data:`DEFAULT_SAMPLING`.
+    ``api_key_env`` names the environment variable holding the key (default:
+    the provider's); the key itself is read only when a backend is created.
+    ``max_concurrency`` bounds the requests in flight (default: the
+    ``max_concurrency`` setting, ``JUDGESTORE_MAX_CONCURRENCY``, 8 unless set).
+    ``stats`` counts what every backend of this spec sent (requests, retries,
+    tokens), for run summaries.
+    """
+
+    model: str
+    provider: Provider = "openai"
+    base_url: str | None = None
+    api_key_env: str | None = None
+    label: str | None = None  # the name recorded in rows; default: the model
+    input_mode: InputMode = "chat"
+    sampling: Mapping[str, Any] = field(default_factory=dict)
+    routing: Mapping[str, Any] = field(default_factory=dict)
+    chat_template_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    enable_thinking: bool | None = None
+    logprob_positions: LogprobPositions = "first"
+    revision: str | None = None
+    max_concurrency: int | None = None  # None: Settings().max_concurrency, read when the backend is created
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise InvalidInputError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.provider not in PROVIDERS:
+            raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
+
+    @functools.cached_property
+    def descriptor(self) -> ModelDescriptor:
+        return hosted_descriptor(
+            self.provider,
+            self.model,
+            base_url=self.base_url,
+            input_mode=self.input_mode,
+            sampling={**DEFAULT_SAMPLING, **self.sampling},
+            routing=self.routing,
+            chat_template_kwargs=self.chat_template_kwargs,
+            enable_thinking=self.enable_thinking,
+            logprob_positions=self.logprob_positions,
+            revision=self.revision,
+            api_key_env=self.api_key_env,
+        )
+
+    @property
+    def display_name(self) -> str:
+        """The name recorded in rows: the label, else the model as the API names it."""
+        return self.label or self.descriptor.model
+
+    @property
+    def key_env(self) -> str:
+        """The environment variable the API key is read from."""
+        return self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_env
+
+    def sent(self) -> dict[str, int]:
+        """What every backend of this spec sent (:attr:`stats`): requests, retries, tokens."""
+        return self.stats.as_dict()
+
+    def backend(self) -> Backend:
+        """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
+        from inference.backends.hosted.client import create_openai_backend
+
+        key = os.environ.get(self.key_env) or None
+        if key is None and (self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_required):
+            raise MissingAPIKeyError(
+                self.descriptor.endpoint or self.provider,
+                f"no API key: the environment variable {self.key_env} is not set. Set it, or name the variable "
+                "that holds the key with --api-key-env NAME (api_key_env=...)",
+            )
+        return create_openai_backend(
+            self.descriptor,
+            api_key=key,
+            key_env=self.key_env if key is not None else None,
+            max_concurrency=self.max_concurrency or Settings().max_concurrency,
+            timeout_s=self.timeout_s,
+            retry=self.retry,
+            stats=self.stats,
         )

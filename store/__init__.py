@@ -18,12 +18,13 @@ from typing import TYPE_CHECKING, Any
 # The public name -> the module that defines it.
 _WHERE = {
     "Store": "store.store",
-    "Database": "store.database",
+    "Found": "store.across",
+    "Database": "store.backend",
     "Location": "store.layout",
     "Selector": "store.layout",
-    "RowFilter": "store.records",
-    "FoundRow": "store.records",
-    "RowCount": "store.records",
+    "RowFilter": "store.filters",
+    "FoundRow": "store.rows",
+    "RowCount": "store.rows",
     "CompletionRecord": "store.records",
     "JudgementRecord": "store.records",
     "Record": "store.records",
@@ -35,23 +36,29 @@ _WHERE = {
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
     "text_logprobs": "store.logprobs",
-    "RunRecord": "store.runs",
-    "RunTotals": "store.runs",
+    "RunRecord": "store.records",
+    "RunTotals": "store.records",
     "recent_runs": "store.runs",
     "run_totals": "store.runs",
-    "AdoptionRecord": "store.adoption",
+    "AdoptionRecord": "store.records",
     "adoptions": "store.adoption",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
     "UnsupportedMessageError": "store.errors",
+    "StatementError": "store.errors",
+    "NotCombinableError": "store.errors",
+    "AdoptionError": "store.errors",
+    "to_pandas": "store.export",
 }
 
 __all__ = [
     "Adoption",
+    "AdoptionError",
     "AdoptionRecord",
     "Completion",
     "CompletionRecord",
     "Database",
+    "Found",
     "FoundRow",
     "InvalidInputError",
     "Judgement",
@@ -59,6 +66,7 @@ __all__ = [
     "JudgestoreError",
     "Location",
     "ModelDescriptor",
+    "NotCombinableError",
     "Record",
     "RowCount",
     "RowFilter",
@@ -67,6 +75,7 @@ __all__ = [
     "RunTotals",
     "Selector",
     "Settings",
+    "StatementError",
     "Store",
     "UnsupportedMessageError",
     "adoptions",
@@ -74,18 +83,30 @@ __all__ = [
     "recent_runs",
     "run_totals",
     "text_logprobs",
+    "to_pandas",
 ]
 
 if TYPE_CHECKING:
-    from store.adoption import AdoptionRecord, adoptions
-    from store.database import Database
+    from store.across import Found
+    from store.adoption import adoptions
+    from store.backend import Database
     from store.descriptor import ModelDescriptor, input_hash
-    from store.errors import InvalidInputError, JudgestoreError, UnsupportedMessageError
+    from store.errors import (
+        AdoptionError,
+        InvalidInputError,
+        JudgestoreError,
+        NotCombinableError,
+        StatementError,
+        UnsupportedMessageError,
+    )
+    from store.export import to_pandas
+    from store.filters import RowFilter
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
     from store.models import Adoption, Completion, Judgement, Run
-    from store.records import CompletionRecord, FoundRow, JudgementRecord, Record, RowCount, RowFilter
-    from store.runs import RunRecord, RunTotals, recent_runs, run_totals
+    from store.records import AdoptionRecord, CompletionRecord, JudgementRecord, Record, RunRecord, RunTotals
+    from store.rows import FoundRow, RowCount
+    from store.runs import recent_runs, run_totals
     from store.settings import Settings
     from store.store import Store
 

@@ -15,7 +15,7 @@ Contract:
   (``target`` None: a database that does not exist yet).
 * :func:`adoptions` reads a database's records back, newest first.
 * Deciding whether to adopt (the audit, the thresholds, which fields may
-  differ) is the inference layer's (:mod:`inference.adopt`); this module
+  differ) is the inference layer's (:mod:`inference.drift.adopt`); this module
   only moves rows and keeps the record. Rows adopted earlier are selected
   with :class:`~store.records.RowFilter` (``adopted_from``, ``adopted``),
   like any other rows.
@@ -27,13 +27,15 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from sqlalchemy import Table, insert, select
 
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.models import Adoption
-from store.records import RowFilter, batched
+from store.records import AdoptionRecord, record_fields
+from store.rows import batched
 
 if TYPE_CHECKING:
     from store.store import Database
@@ -42,34 +44,7 @@ ADOPTIONS: Table = Adoption.__table__  # type: ignore[assignment]
 COPY_BATCH = 1_000  # rows per insert statement (and per lookup when planning)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class AdoptionRecord:
-    """One row of ``adoptions`` (see :class:`store.models.Adoption`); the counts are filled in by :func:`adopt_rows`."""
-
-    source_descriptor: str  # full SHA-256
-    source_task: str
-    source_rows: int
-    details: dict[str, Any]
-    sampled: int
-    exact: int
-    max_abs_logprob_delta: float | None
-    top_tokens_changed: int
-    sample_seed: int | None
-    min_exact: float
-    max_logprob_delta: float | None
-    rows_adopted: int = 0
-    rows_present: int = 0
-    rows_excluded: int = 0
-    run_id: str | None = None
-    created_by: str | None = None
-    adopted_at: datetime | None = None
-    id: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(AdoptionRecord))
+_FIELDS = record_fields(AdoptionRecord)
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +58,6 @@ class AdoptionCounts:
 
 
 def _check_pair(source: Database, target: Database | None) -> None:
-    # Locations, not paths: a server's databases have no path (None == None would refuse every adoption there).
     if target is not None and (source.location == target.location or source.role != target.role):
         raise InvalidInputError(
             f"cannot adopt {source.where} into {target.where}: a descriptor's rows are adopted into another "

@@ -71,7 +71,8 @@ from store.errors import (
     StoreMissingError,
 )
 from store.layout import Location, Selector
-from store.records import Record, batched, record_fields
+from store.records import Record, record_fields
+from store.rows import batched
 from store.runs import RUNS
 from store.store import Database, Store
 
@@ -218,10 +219,10 @@ def _read(records: Iterable[Record]) -> Iterator[Record]:
 
 def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
-    before = target.get_many(r.input_hash for r in chunk)
+    before = target.get_many((r.input_hash for r in chunk), deferred=False)
     fresh = [r for r in chunk if r.input_hash not in before]
     written = target.put_many(fresh) if fresh else 0
-    after = target.get_many(r.input_hash for r in fresh) if fresh else {}
+    after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
     matched = matched_before = 0
     for record in chunk:
         want = row_digest(record)
@@ -298,42 +299,20 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
 # ---------------------------------------------------------------- stores
 
 
-def _normalised_url(url: str) -> str:
-    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
-    from store.postgres import display_url  # imported with a server store only
-
-    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)
-
-
 def same_store(a: Store, b: Store) -> bool:
     """Whether two stores are the same folder, or the same database of the same server (as far as URLs tell)."""
-    root_a, root_b = a.storage.root, b.storage.root
-    if root_a is not None and root_b is not None:
-        return root_a.resolve() == root_b.resolve()
-    if root_a is None and root_b is None:
-        return _normalised_url(a.storage.url) == _normalised_url(b.storage.url)  # type: ignore[union-attr]
-    return False
+    return a.storage.same_as(b.storage)
 
 
 def check_source(source: Store) -> None:
     """Raise :class:`StoreMissingError` unless ``source`` holds a store (a folder; a server with a registry)."""
-    if source.storage.root is not None:
-        if not source.storage.root.is_dir():
-            raise StoreMissingError(source.where, "no such folder: there is no store to copy; check --from-root")
-        return
-    from store.postgres import REGISTRY_SCHEMA, registry
-
-    with source.storage.connection() as conn:  # type: ignore[union-attr]
-        if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
-            raise StoreMissingError(
-                source.where, "this database holds no judgestore store (no registry): there is nothing to copy"
-            )
+    if (why := source.storage.absence()) is not None:
+        raise StoreMissingError(source.where, f"{why}: there is no store to copy; check --from-root or --from-url")
 
 
 def check_target(target: Store) -> None:
-    """Reach a server target before anything is written (a wrong URL, a server down, a wrong password)."""
-    if target.storage.root is None:
-        target.locations()
+    """Reach the target before anything is written (a wrong URL, a server down, a wrong password)."""
+    target.locations()
 
 
 def copy_store(

@@ -38,7 +38,9 @@ from store.errors import InvalidInputError
 DESCRIPTOR_FORMAT: Literal["judgestore-descriptor/v1"] = "judgestore-descriptor/v1"
 InputMode = Literal["chat", "text"]
 LogprobPositions = Literal["first", "all"]
-UNPINNED_PREFIX = "unpinned:"  # the revision of a model the caller chose not to pin (see inference.model_source)
+UNPINNED_PREFIX = (
+    "unpinned:"  # the revision of a model the caller chose not to pin (see inference.backends.vllm.model_source)
+)
 
 _MAX_EXACT_FLOAT_INT = 2**53
 
@@ -116,7 +118,7 @@ class ModelDescriptor(BaseModel):
     backend_version: str | None = None
     # Added in 0.2: which generated positions keep their top logprobs (see store.logprobs).
     logprob_positions: LogprobPositions = "first"
-    # Added in 0.3, for hosted APIs and servers (inference.hosted): the base URL requests go to
+    # Added in 0.3, for hosted APIs and servers (inference.backends.hosted.descriptor): the base URL requests go to
     # (never a secret: no credentials, no query), and the provider routing that changes who answers
     # (OpenRouter's ``provider`` preferences). None / {} for the in-process engine.
     endpoint: str | None = None

@@ -12,7 +12,7 @@ Contract:
   descriptor database say ``where`` it is: a file's path, or a PostgreSQL
   server's schema (then ``path`` is None).
 * Every SQLite, driver or filesystem failure on a store file reaches the
-  caller as a :class:`DatabaseFileError` (``store.sqlite_errors.translated``
+  caller as a :class:`DatabaseFileError` (``store.backends.sqlite.errors.translated``
   chooses which): damaged, full, not writable, busy, I/O... never as a raw
   ``sqlite3``, SQLAlchemy or ``OSError`` exception.
 * Families: the store's files (:class:`DatabaseFileError`, :class:`LayoutError`),
@@ -96,6 +96,10 @@ class DatabaseFileError(JudgestoreError):
     def __init__(self, where: Path | str, message: str) -> None:
         self.where, self.path = _place(where)
         super().__init__(f"{self.where}: {message}")
+
+
+class RowGoneError(DatabaseFileError):
+    """A row a lookup found was deleted before its deferred ``input_text`` was read (:mod:`store.deferred`)."""
 
 
 class DatabaseMissingError(DatabaseFileError):
@@ -206,7 +210,7 @@ class ServerFullError(ServerError):
 class ServerValueError(ServerError, InvalidInputError):
     """The server, or its driver, refused a value judgestore sent; nothing of the statement was kept.
 
-    :func:`store.row_statements.check_values` refuses such values on both
+    :func:`store.row_checks.check_values` refuses such values on both
     backends before anything is sent: this is what a value that passed it
     meets."""
 
@@ -290,6 +294,20 @@ class EmptyFilterError(JudgestoreError, ValueError):
             "refusing to delete with an empty filter (it would delete every row); "
             "name at least one of benchmark, instruction_id, model, model_a, "
             "model_b, judge, orientation, pair, run_id, created_after, created_before"
+        )
+
+
+class StatementError(InvalidInputError):
+    """A SQLAlchemy statement that ``Store.scalars``/``Store.execute`` cannot run across databases as asked."""
+
+
+class NotCombinableError(StatementError):
+    """A statement whose result across databases cannot be combined exactly from each database's own result."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} cannot be combined exactly across databases (only count, sum, min and max, grouped or not, "
+            "can). Read the rows instead: `judgestore export` or store.export.to_pandas, then aggregate there"
         )
 
 
@@ -424,7 +442,7 @@ class RequestsFailedError(JudgestoreError):
     """Some requests of a ``complete``/``judge`` call failed; every other one was answered (and stored).
 
     Raised at the end of the call. ``failures`` lists each failed input (an
-    :class:`inference.plan.Failure`: its request, sample and typed error);
+    :class:`inference.cache.plan.Failure`: its request, sample and typed error);
     ``responses`` holds every response in request order, the failed ones
     marked with their ``error``, so nothing answered is lost by raising.
     """

@@ -41,8 +41,9 @@ import orjson
 
 from store import jsonvalues
 from store.errors import InvalidInputError, MissingDependencyError, install_hint
+from store.filters import RowFilter, roles_for
 from store.layout import Selector
-from store.records import FoundRow, RowFilter, roles_for, row_columns
+from store.rows import FoundRow, row_columns
 from store.store import Store
 
 if TYPE_CHECKING:

@@ -10,19 +10,13 @@ Contract::
         {role}.db.bak-{revision}-{time}  the byte-for-byte copy an upgrade keeps
     {store_root}/.judgestore-sync/       sharing's workspace (store.sync.workspace)
 
-* Segments are percent-encoded (``quote(s, safe="")``), so ``Qwen/Qwen3-8B`` is
-  the one segment ``Qwen%2FQwen3-8B``; empty, ``.`` and ``..`` are rejected.
-* A segment whose encoding is longer than a file name may be
-  (:data:`NAME_MAX_BYTES`, 255 bytes on Linux filesystems: a 300-character
-  model id, 90 CJK characters) is shortened to its first
-  :data:`SHORT_PREFIX_BYTES` bytes, ``+`` and the SHA-256 of the whole name.
-  ``+`` never appears in an encoded segment, so a shortened one is known as
-  such; every name short enough for the filesystem keeps the folder it always
-  had. The whole name is in the folder's metadata.json: walking a store reads
-  it there (:meth:`Location.from_db_path`), so listings show the whole name,
-  and a name known only by its segment (a remote's listing, a metadata.json
-  that cannot be read) is a :class:`ShortName`, which selectors and the
-  metadata checks compare by segment.
+* Each name is one folder name, percent-encoded and, when too long for a
+  file name, shortened (:mod:`store.segments`). The whole name is in the
+  folder's metadata.json: walking a store reads it there
+  (:meth:`Location.from_db_path`), so listings show the whole name, and a
+  name known only by its segment (a remote's listing, a metadata.json that
+  cannot be read) is a :class:`~store.segments.ShortName`, which selectors
+  and the metadata checks compare by segment.
 * ``metadata.json`` is written atomically (temporary file, fsync, rename) and
   its bytes are deterministic for a descriptor. :func:`read_metadata` refuses a
   folder whose name is not the hash of the descriptor it holds.
@@ -37,21 +31,19 @@ Contract::
 
 from __future__ import annotations
 
-import functools
 import os
-import re
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
-from urllib.parse import quote, unquote
 
 import orjson
 from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
+from store.segments import ShortName, decode_segment, encode_segment, same_name
 
 Role = Literal["completions", "judgements"]
 ROLES: tuple[Role, ...] = get_args(Role)
@@ -64,76 +56,6 @@ WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
 SQLITE_SIDE_SUFFIXES = (WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX)  # files SQLite keeps beside a database
 LOCK_SUFFIX = ".lock"
 BACKUP_INFIX = ".bak-"
-NAME_MAX_BYTES = 255  # the longest file name ext4, xfs, btrfs, tmpfs and NFS take
-SHORT_PREFIX_BYTES = 120  # what a shortened segment keeps of the encoded name (then "+" and 64 hex)
-_LONGEST_ESCAPE = len("%F0%9F%99%82")  # one character, encoded
-_SHORTENED = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*\+[0-9a-f]{64}")
-
-
-class ShortName(str):
-    """A name known only by its shortened segment (see the module docstring); its value is the segment.
-
-    The whole name is in the folder's metadata.json. :func:`encode_segment`
-    gives the segment back, so a location holding one still has its folder.
-    """
-
-
-def same_name(wanted: str, name: str) -> bool:
-    """Whether ``name`` (a location's, perhaps a :class:`ShortName`) is ``wanted`` (a whole name)."""
-    if isinstance(name, ShortName):
-        return encode_segment(wanted) == name
-    return name == wanted
-
-
-def encode_segment(value: str) -> str:
-    """Percent-encode one path segment, shortened if too long (module docstring); reject empty, ``.``, ``..``."""
-    if isinstance(value, ShortName):
-        return str(value)
-    if type(value) is str:
-        return _encoded(value)
-    return _encode(value)
-
-
-@functools.lru_cache(maxsize=4096)
-def _encoded(value: str) -> str:
-    """:func:`_encode` of a plain string, remembered: a store names few tasks, providers and models."""
-    return _encode(value)
-
-
-def _encode(value: str) -> str:
-    if not isinstance(value, str) or value in ("", ".", ".."):
-        raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
-    try:
-        encoded = quote(value, safe="")
-    except UnicodeEncodeError as e:  # lone surrogates have no UTF-8 bytes to encode
-        raise InvalidInputError(f"invalid path segment {value!r}: not valid Unicode text ({e})") from e
-    if len(encoded) <= NAME_MAX_BYTES:
-        return encoded
-    prefix, size = [], 0
-    for char in value:  # whole characters only: a prefix is itself a canonical segment
-        piece = quote(char, safe="")
-        if size + len(piece) > SHORT_PREFIX_BYTES:
-            break
-        prefix.append(piece)
-        size += len(piece)
-    return f"{''.join(prefix)}+{sha256_hex(value.encode())}"
-
-
-def decode_segment(segment: str) -> str:
-    """Inverse of :func:`encode_segment` (a shortened segment gives a :class:`ShortName`); rejects the rest."""
-    if "+" in segment:
-        prefix = segment.partition("+")[0]
-        if _SHORTENED.fullmatch(segment) and SHORT_PREFIX_BYTES - _LONGEST_ESCAPE < len(prefix) <= SHORT_PREFIX_BYTES:
-            try:
-                if quote(unquote(prefix, errors="strict"), safe="") == prefix:
-                    return ShortName(segment)
-            except UnicodeDecodeError:
-                pass
-        raise InvalidInputError(f"path segment {segment!r} is neither percent-encoded nor a shortened name")
-    value = unquote(segment)
-    if encode_segment(value) != segment:
-        raise InvalidInputError(f"path segment {segment!r} is not in canonical percent-encoding")
-    return value
 
 
 def check_role(role: str) -> Role:
@@ -319,31 +241,45 @@ def write_metadata(folder: Path, data: bytes) -> None:
         raise
 
 
+def parse_metadata(data: bytes, where: Path | str) -> tuple[StoredMetadata, str]:
+    """The metadata.json document ``data`` (a file's, or a server registry's copy) and the hash it records.
+
+    The returned record holds the hash the descriptor really has; the caller compares the recorded one with it
+    (and with the folder's name, or the registry's row). What is not a judgestore metadata.json is refused
+    with :class:`MetadataMismatchError` naming ``where``.
+    """
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError as e:
+        raise MetadataMismatchError(where, f"not valid JSON ({e})") from e
+    try:
+        descriptor = ModelDescriptor.model_validate(doc["descriptor"])
+        stored_hash = str(doc["descriptor_sha256"])
+        role, task = check_role(doc["role"]), doc["task"]
+        assumptions = tuple(doc.get("assumptions", ()))
+    except (KeyError, TypeError, ValidationError, InvalidInputError) as e:
+        raise MetadataMismatchError(where, f"not a judgestore {METADATA_FILE} ({e})") from e
+    return StoredMetadata(role, task, descriptor, descriptor.sha256(), assumptions), stored_hash
+
+
 def read_metadata(folder: Path) -> StoredMetadata:
     """Read and verify a folder's metadata.json against the folder's name."""
     path = folder / METADATA_FILE
     try:
-        doc = orjson.loads(path.read_bytes())
+        data = path.read_bytes()
     except FileNotFoundError as e:
         raise MetadataMissingError(path, "missing; this folder was not written by judgestore") from e
-    except orjson.JSONDecodeError as e:
-        raise MetadataMismatchError(path, f"not valid JSON ({e})") from e
-    try:
-        descriptor = ModelDescriptor.model_validate(doc["descriptor"])
-        stored_hash = doc["descriptor_sha256"]
-        role, task = check_role(doc["role"]), doc["task"]
-    except (KeyError, TypeError, ValidationError, InvalidInputError) as e:
-        raise MetadataMismatchError(path, f"not a judgestore metadata.json ({e})") from e
-    actual = descriptor.sha256()
+    metadata, stored_hash = parse_metadata(data, path)
+    actual = metadata.descriptor_sha256
     if stored_hash != actual or folder.name != actual[:16]:
         raise MetadataMismatchError(
             path,
             f"descriptor hashes to {actual[:16]} but the folder is named {folder.name} "
-            f"and the file records {str(stored_hash)[:16]}; the file was edited or moved. "
+            f"and the file records {stored_hash[:16]}; the file was edited or moved. "
             "Restore it or move the folder to the name of its hash "
             "(`judgestore verify` lists every such folder).",
         )
-    return StoredMetadata(role, task, descriptor, actual, tuple(doc.get("assumptions", ())))
+    return metadata
 
 
 def read_location_metadata(root: Path, location: Location) -> StoredMetadata:
@@ -406,11 +342,36 @@ def walk(root: Path) -> Iterator[Location]:
     skipped here; ``judgestore verify`` reports them.
     """
     for role in ROLES:
-        for db_path in sorted((root / role).glob(f"*/*/*/*/{database_name(role)}")):
+        name = database_name(role)
+        found = []
+        # Folder by folder with os.scandir (its d_type, no stat per entry) rather than Path.glob: the same paths
+        # (a name starting with a dot included, as pathlib's "*" does), about 3x faster over thousands of databases.
+        for task in _folders(os.path.join(root, role)):
+            for provider in _folders(task):
+                for model in _folders(provider):
+                    for descriptor in _folders(model):
+                        if os.path.exists(os.path.join(descriptor, name)):
+                            found.append(descriptor)
+        base = len(str(root)) + len(role) + 2
+        for folder in sorted(found, key=lambda path: path[base:].split(os.sep)):  # Path order: part by part
+            task, provider, model, hash16 = folder[base:].split(os.sep)
             try:
-                yield Location.from_db_path(root, db_path)
+                location = Location(role, decode_segment(task), decode_segment(provider), decode_segment(model),
+                                    decode_segment(hash16))  # fmt: skip
+                if any(isinstance(n, ShortName) for n in (location.task, location.provider, location.model)):
+                    location = location._resolved(Path(folder))
             except InvalidInputError:
                 continue
+            yield location
+
+
+def _folders(path: str) -> list[str]:
+    """The folders in ``path``, as paths; none when it is not a readable folder."""
+    try:
+        with os.scandir(path) as entries:
+            return [e.path for e in entries if e.is_dir()]
+    except OSError:
+        return []
 
 
 # ---------------------------------------------------------------- selecting databases

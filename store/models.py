@@ -10,7 +10,7 @@ Contract:
 * ``created_at`` is stored in UTC and read back as an aware UTC datetime.
 * JSON columns store SQL NULL for Python ``None`` (``none_as_null``).
 * Every text column keeps any text, U+0000 included, on every backend: on
-  PostgreSQL its values are escaped (:func:`store.pgtext.server_safe`; the
+  PostgreSQL its values are escaped (:func:`store.backends.postgres.text.server_safe`; the
   JSON columns are escaped by the engine's serializer). The two hash columns
   (``input_hash``, ``adopted_from``) hold hex digests, checked on write, and
   are plain.
@@ -24,19 +24,24 @@ Contract:
   ``judgestore adopt`` holds that descriptor's full SHA-256 there, and
   ``adoptions`` (:class:`Adoption`) records each adoption: the source, the
   fields allowed to differ, the audit that justified it, the thresholds.
+* ``claims`` (:class:`Claim`) is the work queue of shared batches
+  (:mod:`store.claims`): one row per input some job leased to generate, with
+  the lease's holder and deadline. It is bookkeeping beside the rows, never
+  part of a row or its key: a claim left behind is harmless (an input whose
+  row is stored is never claimed again) and is swept.
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal, get_args
 
 from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-from store.pgtext import server_safe
+from store.backends.postgres.text import server_safe
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -45,6 +50,13 @@ NAMING_CONVENTION = {
     "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
     "pk": "pk_%(table_name)s",
 }
+
+
+Orientation = Literal["direct", "reversed"]  # relative to the source pair (see Judgement)
+ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
+SUMMED = {"summed": True}  # a runs column that RunTotals adds up over a database's runs
+FILLED_BY_THE_DATABASE = {"record_default": None}  # a record yet to be written leaves it out (an id, say)
+FILLED_WHEN_WRITTEN = {"record_default": None}  # set by the code that writes the row (store.adoption)
 
 
 class UTCDateTime(TypeDecorator[datetime]):
@@ -85,7 +97,8 @@ class _Row:
     created_at: Mapped[datetime] = mapped_column(sort_order=13)
     usage: Mapped[dict[str, Any] | None] = mapped_column(sort_order=20)
     top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
-    input_text: Mapped[str] = mapped_column(server_safe(Text()), sort_order=30)
+    # Deferred: a cache hit never returns the prompt (2-8 KB), so the lookup leaves it out (store.deferred).
+    input_text: Mapped[str] = mapped_column(server_safe(Text()), sort_order=30, info={"deferred": True})
     completion: Mapped[str] = mapped_column(server_safe(Text()), sort_order=31)
     # Last, where revision 0004 added it in place (SQLite appends columns); NULL: not adopted.
     adopted_from: Mapped[str | None] = mapped_column(String(64), sort_order=40)
@@ -139,7 +152,7 @@ class Judgement(_Row, Base):
     model_a: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-80)
     model_b: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-79)
     judge: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-78)
-    orientation: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-77)
+    orientation: Mapped[Orientation | None] = mapped_column(server_safe(String(16)), sort_order=-77)
 
     __table_args__ = (
         *_row_constraints("judgements"),
@@ -164,28 +177,28 @@ class Run(Base):
 
     __tablename__ = "runs"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, info=FILLED_BY_THE_DATABASE)
     role: Mapped[str] = mapped_column(server_safe(String(16)))
     run_id: Mapped[str | None] = mapped_column(server_safe(String()))
     created_by: Mapped[str | None] = mapped_column(server_safe(String()))
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
     mode: Mapped[str] = mapped_column(server_safe(String(16)))
-    requested: Mapped[int] = mapped_column(Integer)
+    requested: Mapped[int] = mapped_column(Integer, info=SUMMED)
     distinct_inputs: Mapped[int] = mapped_column(Integer)
-    hits: Mapped[int] = mapped_column(Integer)
-    misses: Mapped[int] = mapped_column(Integer)
+    hits: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    misses: Mapped[int] = mapped_column(Integer, info=SUMMED)
     duplicates: Mapped[int] = mapped_column(Integer)
-    generated: Mapped[int] = mapped_column(Integer)
-    rows_written: Mapped[int] = mapped_column(Integer)
-    truncated: Mapped[int] = mapped_column(Integer)
-    prompt_tokens: Mapped[int] = mapped_column(Integer)
-    completion_tokens: Mapped[int] = mapped_column(Integer)
-    engine_seconds: Mapped[float] = mapped_column(Float)
-    saved_prompt_tokens: Mapped[int] = mapped_column(Integer)
-    saved_completion_tokens: Mapped[int] = mapped_column(Integer)
-    saved_engine_seconds: Mapped[float] = mapped_column(Float)
-    hits_without_cost: Mapped[int] = mapped_column(Integer)
+    generated: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    rows_written: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    truncated: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
+    saved_prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    saved_completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    saved_engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
+    hits_without_cost: Mapped[int] = mapped_column(Integer, info=SUMMED)
     wall_seconds: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (
@@ -209,7 +222,7 @@ class Adoption(Base):
 
     __tablename__ = "adoptions"
 
-    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, info=FILLED_BY_THE_DATABASE)
     source_descriptor: Mapped[str] = mapped_column(String(64))
     source_task: Mapped[str] = mapped_column(server_safe(String()))
     source_rows: Mapped[int] = mapped_column(Integer)
@@ -221,14 +234,40 @@ class Adoption(Base):
     sample_seed: Mapped[int | None] = mapped_column(Integer)
     min_exact: Mapped[float] = mapped_column(Float)
     max_logprob_delta: Mapped[float | None] = mapped_column(Float)
-    rows_adopted: Mapped[int] = mapped_column(Integer)
-    rows_present: Mapped[int] = mapped_column(Integer)
-    rows_excluded: Mapped[int] = mapped_column(Integer)
-    run_id: Mapped[str | None] = mapped_column(server_safe(String()))
-    created_by: Mapped[str | None] = mapped_column(server_safe(String()))
-    adopted_at: Mapped[datetime]
+    rows_adopted: Mapped[int] = mapped_column(Integer, default=0)
+    rows_present: Mapped[int] = mapped_column(Integer, default=0)
+    rows_excluded: Mapped[int] = mapped_column(Integer, default=0)
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
+    adopted_at: Mapped[datetime] = mapped_column(info=FILLED_WHEN_WRITTEN)
 
     __table_args__ = (Index("ix_adoptions_source_descriptor", "source_descriptor"),)
+
+
+class Claim(Base):
+    """One input of a shared batch that a job leased to generate (:mod:`store.claims`); never part of a row.
+
+    ``holder`` is the job holding the lease until ``deadline`` (renewed while
+    it works); NULL with a NULL deadline: enqueued, nobody holds it yet. A
+    lease past its deadline is stale: its holder died or stalled, and any job
+    may take the input over (``attempts`` counts the leases taken). ``failed``
+    is the error of a holder whose generation failed (never stored, like any
+    failure); the other jobs of the batch report it until the lease ends.
+    ``position`` is the input's place in the batch that enqueued it: blocks
+    are claimed in the caller's order.
+    """
+
+    __tablename__ = "claims"
+
+    input_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    position: Mapped[int] = mapped_column(Integer)
+    holder: Mapped[str | None] = mapped_column(server_safe(String()))
+    deadline: Mapped[datetime | None]
+    attempts: Mapped[int] = mapped_column(Integer, default=0)
+    failed: Mapped[str | None] = mapped_column(server_safe(Text()))
+    updated_at: Mapped[datetime]
+
+    __table_args__ = (Index("ix_claims_position", "position"), Index("ix_claims_deadline", "deadline"))
 
 
 MODEL_OF_ROLE: dict[str, type[Completion] | type[Judgement]] = {

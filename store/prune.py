@@ -16,7 +16,7 @@ Contract:
   :func:`prune` deletes exactly those filters' rows, one write transaction
   per database and filter, so a dry run's counts are what a prune deletes
   (rows written in between that match are deleted too, and counted).
-* Files keep their size until ``judgestore vacuum`` (:mod:`store.compact`).
+* Files keep their size until ``judgestore vacuum`` (:mod:`store.backends.sqlite.vacuum`).
 """
 
 from __future__ import annotations
@@ -28,8 +28,9 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.layout import Location, Selector
-from store.records import RowCount, RowFilter, RowTotals
+from store.rows import RowCount, RowTotals
 from store.store import Database, Store
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)

@@ -5,7 +5,9 @@ Contract:
 * A :class:`Repository` executes statements and never commits: the caller
   opens the transaction (``with database.transaction() as repo:``).
 * :meth:`~Repository.get_many` takes any number of hashes and returns the rows
-  found (missing keys are simply absent) in batches of one statement each.
+  found (missing keys are simply absent) in batches of one statement each;
+  given a :class:`~store.deferred.DeferredInputs` it leaves ``input_text``
+  out of the statement and the records read it on first access.
 * :meth:`~Repository.put_many` inserts in one executemany; ``"ignore"`` keeps
   the row already stored, ``"replace"`` overwrites it. It first checks that
   every row is stored under the hash of its input (``input_hash`` is
@@ -14,7 +16,7 @@ Contract:
   ``judgestore verify`` found it; ``verify`` remains the net for files
   written by other tools. ``Database.put_many``, which owns its transaction,
   checks after the rows are bound and before the commit
-  (:func:`~store.row_statements.check_keys`: then it costs about the SHA-256
+  (:func:`~store.row_checks.check_keys`: then it costs about the SHA-256
   alone, 3 us for a 3 KB input, not a
   second UTF-8 conversion as well). Text that is not valid Unicode (a lone
   surrogate) is an :class:`~store.errors.InvalidInputError` naming the row
@@ -26,115 +28,52 @@ Contract:
 * Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
   rows up in the database, and :meth:`~Repository.sample` picks rows at
   random through the primary key; none of them builds a row it does not return.
-* The two dialect-specific hot statements (insert ignoring duplicates and the
-  bulk key lookup) are built in :mod:`store.row_statements`, each in a SQLite
-  and a PostgreSQL form, and run from here. On SQLite they run on the sqlite3
-  connection itself (:mod:`store.sqlite_rows`: ``json_each`` over one JSON
-  parameter, a compiled ``INSERT ... ON CONFLICT`` executemany, records built
-  straight into their slots). On PostgreSQL keys are looked up with ``=
-  ANY(:keys)`` (one array parameter; faster than a join against ``unnest``)
-  and rows inserted with a compiled ``INSERT ... ON CONFLICT`` in psycopg's
-  executemany (:func:`postgres_insert`: pipeline mode, as fast as ``COPY``
-  into a temporary table, see ``bench/pg_bench.py``).
+* The base class is written once for both backends; each backend's
+  repository (:mod:`store.backends`) supplies what differs: the two hot
+  statements (the bulk key lookup, the insert ignoring or replacing
+  duplicates) on its own driver path, the bytes a value takes as stored, and
+  what counts as a blank completion. Nothing here names a dialect.
 """
 
 from __future__ import annotations
 
-import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
 from sqlalchemy import (
-    JSON,
     Column,
     ColumnElement,
     Connection,
-    LargeBinary,
-    String,
-    Text,
     and_,
-    cast,
     delete,
     func,
     or_,
     select,
 )
-from sqlalchemy.exc import DBAPIError, StatementError
 
-from store import pgtext
+from store.deferred import DeferredInputs, looked_up, set_deferred
 from store.errors import EmptyFilterError, InvalidInputError
+from store.filters import ERROR_FINISH_REASONS, RowFilter
 from store.layout import Role
-from store.records import ERROR_FINISH_REASONS, Record, RowFilter, RowGroup, RowTotals
-from store.row_statements import (
-    ARRAY_BATCH,
+from store.records import Record
+from store.row_checks import (
     OnConflict,
     check_key,
-    check_on_conflict,
     check_values,
     gc_paused,
-    insert_statement,
-    lookup_statement,
-    not_unicode,
     refuse_other_type,
     table_shape,
-    unwritable,
 )
-from store.sqlite_rows import sqlite_get_many, sqlite_insert
+from store.rows import RowGroup, RowTotals
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
+BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
 
 
-# (role, on_conflict, schema) -> the PostgreSQL insert's SQL and its columns' bind processors: compiled once per
-# process and schema
-_POSTGRES_INSERTS: dict[tuple[str, str, str | None], tuple[str, tuple[tuple[str, Callable[[Any], Any]], ...]]] = {}
-
-
-def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tuple[str, tuple[tuple[str, Any], ...]]:
-    """The insert of ``role`` for ``conn``'s schema, as SQL for psycopg's executemany, and the columns to bind.
-
-    psycopg's executemany runs in pipeline mode: one compiled statement, one
-    round trip for the batch. SQLAlchemy's insertmanyvalues instead sends
-    multi-row VALUES of 14,000 parameters that psycopg parses anew each time
-    (about 2x raw executemany on ~8 KB rows, ``bench/pg_bench.py``). The schema
-    (``schema_translate_map``) is rendered into the SQL; each value goes through
-    the processor SQLAlchemy would apply (returned as ``(name, processor)``).
-    """
-    translate = conn.get_execution_options().get("schema_translate_map")
-    key = (role, on_conflict, (translate or {}).get(None))
-    plan = _POSTGRES_INSERTS.get(key)
-    if plan is None:
-        from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
-
-        dialect = conn.dialect
-        table, _, fields, _, _ = table_shape(role)
-        schema = {"schema_translate_map": translate, "render_schema_translate": True} if translate else {}
-        compiled = insert_statement(role, on_conflict, postgresql).compile(
-            dialect=dialect, column_keys=list(fields), **schema
-        )
-        if compiled.positional or sorted(compiled.binds) != sorted(fields):
-            raise AssertionError(f"unexpected insert parameters {sorted(compiled.binds)}")
-        processors = []
-        for name in fields:
-            process: Callable[[Any], Any] | None = table.c[name].type.dialect_impl(dialect).bind_processor(dialect)
-            if isinstance(table.c[name].type, JSON):
-                # Serialized here, not when psycopg sends the row (SQLAlchemy's processor wraps the value for
-                # psycopg's own dumper): a value JSON cannot carry is then refused before anything is sent, naming
-                # the row and the column as on SQLite. The text goes to the json column as an untyped literal; it is
-                # what the engine's serializer writes (store.postgres.create_postgres_engine).
-                process = _json_text
-            if process is not None:
-                processors.append((name, process))
-        plan = _POSTGRES_INSERTS[key] = (str(compiled), tuple(processors))
-    return plan
-
-
-def _json_text(value: Any) -> str | None:
-    return None if value is None else pgtext.dumps_json(value)
-
-
-class Repository:
+class Repository(ABC):
     """The rows of one role's table in one descriptor database."""
 
     def __init__(self, conn: Connection, role: Role) -> None:
@@ -149,26 +88,28 @@ class Repository:
         with gc_paused():
             return [make(**dict(zip(names, row, strict=True))) for row in rows]
 
-    def get_many(self, hashes: Iterable[str]) -> dict[str, Record]:
-        """Rows stored under any of ``hashes``, keyed by input hash."""
-        if self.conn.dialect.name == "sqlite":
-            return sqlite_get_many(self._driver_connection(), self.role, list(hashes))
-        keys = list(dict.fromkeys(hashes))
-        found: dict[str, Record] = {}
-        stmt = lookup_statement(self.role, False)
-        # The GC stays paused while rows are fetched too: the JSON columns are decoded into many
-        # small dicts as the rows are built, and every collection would rescan all of them.
+    def _lean_records(self, rows: Sequence[Any], deferred: DeferredInputs) -> list[Record]:
+        """Records of the lean lookup's rows (:func:`~store.deferred.looked_up`), each loading the rest through
+        ``deferred``."""
+        new, make = object.__new__, self.record_type
+        setters = [getattr(make, c.key).__set__ for c in looked_up(self._columns, True)]
+        records = []
         with gc_paused():
-            for start in range(0, len(keys), ARRAY_BATCH):
-                chunk = keys[start : start + ARRAY_BATCH]
-                for record in self._records(self.conn.execute(stmt, {"keys": chunk}).all()):
-                    found[record.input_hash] = record
-        return found
+            for row in rows:
+                record = new(make)
+                for put, value in zip(setters, row, strict=True):
+                    put(record, value)
+                set_deferred(record, deferred)
+                records.append(record)
+        return records
 
-    def _driver_connection(self) -> sqlite3.Connection:
-        """The sqlite3 connection under this repository's (inside its transaction)."""
-        conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
-        return conn
+    @abstractmethod
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+        """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
+
+        With ``deferred`` the statement leaves the deferred columns out (``input_text``) and each record reads
+        them through it on first access (:mod:`store.deferred`); the keys found are recorded in it.
+        """
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Rows matching ``flt`` ordered by creation time, streamed in partitions."""
@@ -186,43 +127,17 @@ class Repository:
 
     # ------------------------------------------------------------ writes
 
+    @abstractmethod
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         """Insert ``records``; returns how many rows were written (ignored duplicates not counted).
 
         A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
         a record of the other table, an ``input_hash`` that is not the hash of the row's input
         (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value either backend refuses (:func:`~store.row_statements.check_values`).
+        in any column), a value either backend refuses (:func:`~store.row_checks.check_values`).
         The same row gets the same error on SQLite and PostgreSQL. The transaction must not
         commit after it (the database's own transactions roll back).
         """
-        check_on_conflict(on_conflict)
-        if self.conn.dialect.name == "sqlite":
-            insert = sqlite_insert(self.role, on_conflict)
-            rows = insert.rows(self._checked(records))
-            return insert.execute(self._driver_connection(), rows) if rows else 0
-        sql, processors = postgres_insert(self.conn, self.role, on_conflict)
-        dicts: list[dict[str, Any]] = []
-        try:
-            for record in self._checked(records):
-                row = dict(zip(self._fields, self._values_of(record), strict=True))
-                try:
-                    for name, process in processors:
-                        row[name] = process(row[name])
-                except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at
-                    unwritable(self.role, record, e)
-                dicts.append(row)
-            if not dicts:
-                return 0
-            # psycopg's executemany (pipeline mode), whose rowcount is the sum of the rows written.
-            result = self.conn.exec_driver_sql(sql, dicts)
-        except UnicodeEncodeError as e:  # the driver encodes text as it binds it: found before any commit
-            raise not_unicode(self.role, self._fields, dicts) from e
-        except StatementError as e:
-            if isinstance(e, DBAPIError):  # every driver error: the database's retry and translation handle it
-                raise
-            raise InvalidInputError(f"{self.role} row cannot be written: {e.orig}") from e
-        return max(result.rowcount, 0)
 
     def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
         """Each record, once it is known to be of this table, to hold values both backends keep, and to be stored
@@ -242,12 +157,13 @@ class Repository:
 
     # ------------------------------------------------------------ aggregates
 
+    @abstractmethod
     def _byte_length(self, column: Any) -> Any:
-        """Bytes a text or JSON value takes as stored (0 for NULL)."""
-        text = column if isinstance(column.type, Text | String) else cast(column, Text)
-        if self.conn.dialect.name == "sqlite":
-            return func.coalesce(func.length(cast(text, LargeBinary)), 0)
-        return func.coalesce(func.octet_length(text), 0)
+        """Bytes a text or JSON value takes as stored (0 for NULL), as a SQL expression."""
+
+    @abstractmethod
+    def _blank(self, column: Any) -> ColumnElement[bool]:
+        """Whether a text value is empty or only whitespace (spaces, tabs, newlines), as a SQL expression."""
 
     def _data_bytes(self) -> Any:
         c = self.table.c
@@ -335,8 +251,7 @@ class Repository:
         if flt.finish_reasons is not None:
             clauses.append(self.table.c.finish_reason.in_(flt.finish_reasons))
         if flt.empty is not None:
-            strip = func.trim if self.conn.dialect.name == "sqlite" else func.btrim  # PostgreSQL's trim takes FROM
-            blank = strip(self.table.c.completion, " \t\r\n") == ""
+            blank = self._blank(self.table.c.completion)
             clauses.append(blank if flt.empty else ~blank)
         if flt.error is not None:
             failed = self.table.c.finish_reason.in_(ERROR_FINISH_REASONS)

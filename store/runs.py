@@ -16,14 +16,12 @@ Contract:
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, func, insert, select
 
 from store.models import Run
+from store.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
 
 if TYPE_CHECKING:
     from store.store import Database
@@ -31,79 +29,7 @@ if TYPE_CHECKING:
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RunRecord:
-    """One row of ``runs``; ``id`` is given by the database."""
-
-    role: str
-    run_id: str | None
-    created_by: str | None
-    started_at: datetime
-    finished_at: datetime
-    mode: str
-    requested: int
-    distinct_inputs: int
-    hits: int
-    misses: int
-    duplicates: int
-    generated: int
-    rows_written: int
-    truncated: int
-    prompt_tokens: int
-    completion_tokens: int
-    engine_seconds: float
-    saved_prompt_tokens: int
-    saved_completion_tokens: int
-    saved_engine_seconds: float
-    hits_without_cost: int
-    wall_seconds: float
-    id: int | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-
-_FIELDS = tuple(f.name for f in dataclasses.fields(RunRecord))
-_SUMMED = ("requested", "hits", "misses", "generated", "rows_written", "truncated", "prompt_tokens",
-           "completion_tokens", "engine_seconds", "saved_prompt_tokens", "saved_completion_tokens",
-           "saved_engine_seconds", "hits_without_cost")  # fmt: skip
-
-
-@dataclass(frozen=True, slots=True)
-class RunTotals:
-    """The runs of one database added up; times are None when no run was recorded."""
-
-    runs: int
-    requested: int
-    hits: int
-    misses: int
-    generated: int
-    rows_written: int
-    truncated: int
-    prompt_tokens: int
-    completion_tokens: int
-    engine_seconds: float
-    saved_prompt_tokens: int
-    saved_completion_tokens: int
-    saved_engine_seconds: float
-    hits_without_cost: int
-    first_started_at: datetime | None
-    last_finished_at: datetime | None
-
-    @classmethod
-    def none(cls) -> RunTotals:
-        zeros: dict[str, Any] = {name: 0.0 if "seconds" in name else 0 for name in _SUMMED}
-        return cls(runs=0, **zeros, first_started_at=None, last_finished_at=None)
-
-    def __add__(self, other: RunTotals) -> RunTotals:
-        firsts = [t for t in (self.first_started_at, other.first_started_at) if t is not None]
-        lasts = [t for t in (self.last_finished_at, other.last_finished_at) if t is not None]
-        sums: dict[str, Any] = {name: getattr(self, name) + getattr(other, name) for name in _SUMMED}
-        return RunTotals(runs=self.runs + other.runs, **sums, first_started_at=min(firsts, default=None),
-                         last_finished_at=max(lasts, default=None))  # fmt: skip
-
-    def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+_FIELDS = record_fields(RunRecord)
 
 
 def record_run(database: Database, run: RunRecord) -> int:
@@ -123,12 +49,12 @@ def recent_runs(database: Database, limit: int = 10) -> list[RunRecord]:
 
 def run_totals(database: Database) -> RunTotals:
     """Every recorded run of the database, added up."""
-    columns = [func.count(), *(func.coalesce(func.sum(RUNS.c[name]), 0) for name in _SUMMED)]
+    columns = [func.count(), *(func.coalesce(func.sum(RUNS.c[name]), 0) for name in RUN_SUMMED)]
     stmt = select(*columns, func.min(RUNS.c.started_at), func.max(RUNS.c.finished_at))
     with database.reading() as repo:
         row = repo.conn.execute(stmt).one()
     count, *sums, first, last = row  # min/max keep the column's type: aware UTC datetimes
     typed: dict[str, Any] = {
-        name: float(v) if "seconds" in name else int(v) for name, v in zip(_SUMMED, sums, strict=True)
+        name: float(v) if "seconds" in name else int(v) for name, v in zip(RUN_SUMMED, sums, strict=True)
     }
     return RunTotals(runs=int(count), **typed, first_started_at=first, last_finished_at=last)

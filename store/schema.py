@@ -14,7 +14,7 @@ Contract:
   steps come from Alembic's ``ScriptDirectory._upgrade_revs``, what ``alembic
   upgrade`` itself runs; a test pins that private API).
 * :func:`create_at_head` builds an empty database at head inside the caller's
-  transaction. Upgrades are :mod:`store.upgrade`'s.
+  transaction. Upgrades are :mod:`store.backends.sqlite.upgrade`'s.
 * :func:`database_info` classifies one database of a store read-only, file
   and metadata.json included, into one :class:`DatabaseState`; it never raises
   for a bad file: what is wrong becomes a state and a message naming the file.
@@ -25,33 +25,21 @@ from __future__ import annotations
 import enum
 import functools
 import re
-import sqlite3
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from sqlalchemy import Connection, inspect, text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy import Connection
 
-from store.engine import create_sqlite_engine
 from store.errors import (
-    CorruptDatabaseError,
     ForeignDatabaseError,
     JudgestoreError,
-    MetadataMismatchError,
-    MetadataMissingError,
     MigrationScriptsError,
-    NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
 )
-from store.layout import Location, database_size, read_location_metadata
 from store.models import Base, UTCDateTime
-from store.repository import Repository
-from store.settings import Settings
-from store.sqlite_errors import raise_translated, translated
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -71,7 +59,7 @@ def _rendered_type(column_type: Any) -> str | Literal[False]:
     """How a revision script spells one of the models' column types: the type the database has.
 
     A UTC datetime is a plain ``DateTime``; a text column's PostgreSQL variant
-    (:func:`store.pgtext.server_safe`) escapes values in Python and has the
+    (:func:`store.backends.postgres.text.server_safe`) escapes values in Python and has the
     same DDL as its base type, so scripts name the base type alone. Anything
     else is rendered by Alembic.
     """
@@ -171,50 +159,6 @@ def revisions_of(script: ScriptDirectory) -> Revisions:
     return Revisions(head=heads[0], known=frozenset(s.revision for s in script.walk_revisions()))
 
 
-def classify(conn: Connection, path: Path, known: Revisions | None = None) -> SchemaStatus:
-    """Where the database behind ``conn`` stands; one SELECT when it has our version table."""
-    known = known or revisions()
-    try:
-        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-        if rows and len(rows) == 1:
-            revision = rows[0][0]
-            if revision == known.head:
-                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
-            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
-            return SchemaStatus(state, revision, known.head)
-    except OperationalError as e:
-        if "no such table" not in str(e.orig):
-            raise_translated(path, e)
-    except DBAPIError as e:
-        raise_translated(path, e)
-    # No version table, or a version table without exactly one row: is anything else here?
-    try:
-        tables = tuple(sorted(inspect(conn).get_table_names()))
-    except DBAPIError as e:
-        raise_translated(path, e)
-    state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
-    return SchemaStatus(state, None, known.head, tables)
-
-
-def is_current(conn: sqlite3.Connection, path: Path, known: Revisions | None = None) -> bool:
-    """Whether the database behind a raw sqlite3 connection is at head: the one SELECT of :func:`classify`.
-
-    False means anything else (no version table, another revision, not one
-    row); :func:`classify` then says what it is. A file SQLite cannot read
-    raises its typed error.
-    """
-    known = known or revisions()
-    try:
-        rows = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
-    except sqlite3.OperationalError as e:
-        if "no such table" in str(e):
-            return False
-        raise_translated(path, e)
-    except sqlite3.Error as e:
-        raise_translated(path, e)
-    return len(rows) == 1 and rows[0][0] == known.head
-
-
 def raise_for_status(status: SchemaStatus, path: Path | str) -> None:
     """The typed error that refuses to open a database in ``status``, if any."""
     if status.state is DatabaseState.BEHIND:
@@ -248,51 +192,6 @@ def create_at_head(conn: Connection) -> None:
 # ---------------------------------------------------------------- the state of a database in a store
 
 
-@dataclass(frozen=True, slots=True)
-class DatabaseInfo:
-    """One database as :func:`database_info` found it.
-
-    ``state`` is the most serious thing found: a file that cannot be read
-    first, then a metadata.json that does not match, then the schema state.
-    ``rows`` is counted for current databases only; ``error`` explains every
-    state but current and empty.
-    """
-
-    location: Location
-    where: str  # the database, as messages name it (a file, or a server's schema)
-    state: DatabaseState
-    revision: str | None
-    head: str
-    rows: int | None
-    size_bytes: int
-    error: str | None = None
-
-    @property
-    def ok(self) -> bool:
-        """Whether the store opens this database as it is (empty ones are created at head)."""
-        return self.state in USABLE_STATES
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            **self.location.as_dict(),
-            "path": self.where,
-            "state": self.state.value,
-            "revision": self.revision,
-            "head": self.head,
-            "rows": self.rows,
-            "size_bytes": self.size_bytes,
-            "error": self.error,
-        }
-
-
-def _file_state(error: BaseException) -> DatabaseState:
-    if isinstance(error, NotADatabaseError):
-        return DatabaseState.NOT_A_DATABASE
-    if isinstance(error, CorruptDatabaseError):
-        return DatabaseState.CORRUPT
-    return DatabaseState.UNREADABLE
-
-
 def status_error(status: SchemaStatus, path: Path | str) -> str | None:
     """The message of the error :func:`raise_for_status` would raise, or None for a usable database."""
     try:
@@ -300,49 +199,3 @@ def status_error(status: SchemaStatus, path: Path | str) -> str | None:
     except JudgestoreError as e:
         return str(e)
     return None
-
-
-def database_info(
-    root: Path, location: Location, settings: Settings, *, known: Revisions | None = None, count_rows: bool = True
-) -> DatabaseInfo:
-    """Classify one database read-only (and count its rows when it is current); never raises for a bad file."""
-    known = known or revisions()
-    path = location.db_path(root)
-    size = database_size(path)
-    revision: str | None = None
-    rows: int | None = None
-    error: str | None = None
-    try:
-        engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
-        try:
-            with engine.connect() as conn, conn.begin():
-                status = classify(conn, path, known)
-                state, revision, error = status.state, status.revision, status_error(status, path)
-                if status.state is DatabaseState.CURRENT and count_rows:
-                    rows = Repository(conn, location.role).count()
-                elif status.state is DatabaseState.EMPTY and count_rows:
-                    rows = 0  # no tables yet: empty, nothing to read (store.store's one meaning of it)
-        finally:
-            engine.dispose()
-    except DBAPIError as e:
-        failure = translated(path, e)
-        state, error = _file_state(failure), str(failure)
-    except (JudgestoreError, OSError) as e:
-        state, error = _file_state(e), str(e)
-    if state not in (DatabaseState.NOT_A_DATABASE, DatabaseState.CORRUPT, DatabaseState.UNREADABLE):
-        try:
-            read_location_metadata(root, location)
-        except MetadataMissingError as e:
-            state, error = DatabaseState.METADATA_MISSING, str(e)
-        except MetadataMismatchError as e:
-            state, error = DatabaseState.METADATA_MISMATCH, str(e)
-        except OSError as e:  # unreadable (permissions): say so, never a traceback
-            state, error = DatabaseState.UNREADABLE, f"{location.metadata_path(root)}: {e}"
-    return DatabaseInfo(location, str(path), state, revision, known.head, rows, size, error)
-
-
-def database_infos(
-    root: Path, locations: Iterable[Location], settings: Settings, *, count_rows: bool = True
-) -> Iterator[DatabaseInfo]:
-    for location in locations:
-        yield database_info(root, location, settings, count_rows=count_rows)

@@ -84,6 +84,12 @@ class Settings(BaseSettings):
         ge=1,
         description="Hosted and served models: requests in flight at once, per model, unless the model sets its own.",
     )
+    lease_seconds: float = Field(
+        default=120.0,
+        gt=0,
+        description="Shared batches: how long a job's claim on a block lasts unless renewed (renewed every third of "
+        "it); a dead job's work is taken over after it.",
+    )
 
 
 SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for

@@ -8,7 +8,8 @@ Contract:
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
   tokens and engine seconds saved) and the most recent runs, how many
   rows were adopted from older descriptors and the record of each adoption
-  (``judgestore adopt``: from where, across what, on what evidence).
+  (``judgestore adopt``: from where, across what, on what evidence), and
+  the shared batches' work in progress (:func:`store.claims.claims_summary`).
 * :func:`store_stats` does that for every database a
   :class:`~store.layout.Selector` picks, read-only. A database that cannot be
   opened (behind, foreign, damaged...) is reported with its error and never
@@ -17,15 +18,21 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
-from store.adoption import AdoptionRecord, adoptions
+from store.adoption import adoptions
+from store.claim_table import ClaimsSummary
+from store.claims import claims_summary
 from store.errors import JudgestoreError
+from store.filters import RowFilter
 from store.layout import Location, Selector
-from store.records import RowFilter, RowTotals
-from store.runs import RunRecord, RunTotals, recent_runs, run_totals
+from store.records import AdoptionRecord, RunRecord, RunTotals
+from store.rows import RowTotals
+from store.runs import recent_runs, run_totals
 from store.store import Database, Store
 
 
@@ -38,11 +45,12 @@ class DatabaseStats:
     size_bytes: int
     rows: RowTotals = field(default_factory=RowTotals)
     finish_reasons: dict[str | None, int] = field(default_factory=dict)
-    runs: RunTotals = field(default_factory=RunTotals.none)
+    runs: RunTotals = field(default_factory=RunTotals)
     recent_runs: tuple[RunRecord, ...] = ()
     error: str | None = None
     adopted_rows: int = 0  # rows copied from older descriptors (their adopted_from is set)
     adoptions: tuple[AdoptionRecord, ...] = ()  # newest first
+    claims: ClaimsSummary = field(default_factory=ClaimsSummary)  # shared batches' work in progress
 
     @property
     def truncated(self) -> int:
@@ -56,11 +64,12 @@ class DatabaseStats:
             "size_bytes": self.size_bytes,
             "rows": self.rows.as_dict(),
             "finish_reasons": {str(k) if k is not None else "null": n for k, n in self.finish_reasons.items()},
-            "runs": self.runs.as_dict(),
-            "recent_runs": [run.as_dict() for run in self.recent_runs],
+            "runs": dataclasses.asdict(self.runs),
+            "recent_runs": [dataclasses.asdict(run) for run in self.recent_runs],
             "error": self.error,
             "adopted_rows": self.adopted_rows,
-            "adoptions": [adoption.as_dict() for adoption in self.adoptions],
+            "adoptions": [dataclasses.asdict(adoption) for adoption in self.adoptions],
+            "claims": self.claims.as_dict(),
         }
 
 
@@ -80,16 +89,87 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
         tuple(recent_runs(database, recent)) if recent else (),
         adopted_rows=adopted,
         adoptions=tuple(adoptions(database)),
+        claims=claims_summary(database),
     )
 
 
 def store_stats(store: Store, selector: Selector | None = None, *, recent: int = 5) -> Iterator[DatabaseStats]:
-    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring)."""
+    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring).
+
+    A database unchanged since its statistics were last read gives them back from the store's catalog
+    (:meth:`~store.backend.Storage.remembered`): a store of thousands of databases costs what listing it does.
+    """
     for info in store.infos(store.select(selector), count_rows=False):
+        location = info.location
+
+        def compute(location: Location = location) -> dict[str, Any]:
+            return _stats_json(database_stats(store.open(location), recent=recent))
+
         try:
-            yield database_stats(store.open(info.location), recent=recent)
+            stats = _stats_of(location, store.storage.remembered(location, f"stats {recent}", compute))
         except JudgestoreError as e:
             yield DatabaseStats(info.location, info.where, info.size_bytes, error=str(e))
+            continue
+        # The claims as the listing read them (they change while a batch runs; the rest is remembered).
+        yield stats if info.claims is None else dataclasses.replace(stats, claims=info.claims)
+
+
+_DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return {_DATETIME: value.isoformat()}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _unplain(value: Any) -> Any:
+    if isinstance(value, dict):
+        if value.keys() == {_DATETIME}:
+            return datetime.fromisoformat(value[_DATETIME])
+        return {k: _unplain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_unplain(v) for v in value]
+    return value
+
+
+def _fields(instance: Any) -> dict[str, Any]:
+    return {f.name: _plain(getattr(instance, f.name)) for f in dataclasses.fields(instance)}
+
+
+def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
+    """What :func:`_stats_of` reads back (the location aside: the caller knows it)."""
+    return {
+        "where": stats.where,
+        "size_bytes": stats.size_bytes,
+        "rows": _fields(stats.rows),
+        "finish_reasons": [[reason, n] for reason, n in stats.finish_reasons.items()],
+        "runs": _fields(stats.runs),
+        "recent_runs": [_fields(run) for run in stats.recent_runs],
+        "adopted_rows": stats.adopted_rows,
+        "adoptions": [_fields(adoption) for adoption in stats.adoptions],
+    }
+
+
+def _stats_of(location: Location, data: dict[str, Any]) -> DatabaseStats:
+    def build(cls: Any, fields: dict[str, Any]) -> Any:
+        return cls(**{name: _unplain(value) for name, value in fields.items()})
+
+    return DatabaseStats(
+        location,
+        data["where"],
+        data["size_bytes"],
+        build(RowTotals, data["rows"]),
+        {reason: n for reason, n in data["finish_reasons"]},
+        build(RunTotals, data["runs"]),
+        tuple(build(RunRecord, run) for run in data["recent_runs"]),
+        adopted_rows=data["adopted_rows"],
+        adoptions=tuple(build(AdoptionRecord, adoption) for adoption in data["adoptions"]),
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +186,7 @@ class StoreTotals:
 
     @classmethod
     def of(cls, stats: list[DatabaseStats]) -> StoreTotals:
-        rows, runs = RowTotals(), RunTotals.none()
+        rows, runs = RowTotals(), RunTotals()
         for entry in stats:
             rows, runs = rows + entry.rows, runs + entry.runs
         return cls(
@@ -124,7 +204,7 @@ class StoreTotals:
             "databases": self.databases,
             "size_bytes": self.size_bytes,
             "rows": self.rows.as_dict(),
-            "runs": self.runs.as_dict(),
+            "runs": dataclasses.asdict(self.runs),
             "truncated": self.truncated,
             "unreadable": self.unreadable,
             "adopted_rows": self.adopted_rows,

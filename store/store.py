@@ -3,9 +3,9 @@
 Contract:
 
 * ``Store(settings, root=...)`` is a folder of SQLite files
-  (:class:`~store.sqlite_storage.SqliteStorage`); ``Store(settings,
+  (:class:`~store.backends.sqlite.storage.SqliteStorage`); ``Store(settings,
   url="postgresql+psycopg://...")`` is a database on a server, one schema per
-  descriptor (:class:`~store.postgres_storage.PostgresStorage`). Without
+  descriptor (:class:`~store.backends.postgres.storage.PostgresStorage`). Without
   either, the settings decide (``JUDGESTORE_STORE_URL``, else
   ``JUDGESTORE_STORE_ROOT``, default ``./judgestore-data``). Everything below
   works the same on both.
@@ -14,8 +14,8 @@ Contract:
   registry) records and its schema revision; anything but a current database
   is refused with a typed error (a database that is behind is upgraded first
   when ``auto_upgrade`` is set). :meth:`Store.find` never creates anything.
-* A :class:`~store.database.Database` gives transactions over one database;
-  see :mod:`store.database`.
+* A :class:`~store.backend.Database` gives transactions over one database;
+  see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
 * Across databases: :meth:`Store.query_rows` streams the rows a
   :class:`~store.records.RowFilter` matches in the databases a
@@ -25,6 +25,13 @@ Contract:
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
+* :meth:`Store.scalars` and :meth:`Store.execute` run one SQLAlchemy
+  ``select()`` over every database a selector picks, as on one table holding
+  all their rows (:mod:`store.across`); read-only.
+* Commands open only the databases that can matter: those the selector
+  picks whose role has the filter's columns and which may hold a row the
+  filter matches (:meth:`~store.backend.Storage.narrowed`: a folder store
+  by its catalog, a server store in a few statements).
 * :meth:`Store.infos`, :meth:`Store.upgrade`, :meth:`Store.verify` and
   :meth:`Store.strays` look at, upgrade and check the databases, whatever
   holds them.
@@ -32,25 +39,28 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from store.database import Database
+from store.backend import Database, Storage
+from store.backends import open_storage
 from store.descriptor import ModelDescriptor
-from store.errors import EmptyFilterError, InvalidInputError
+from store.errors import EmptyFilterError, InvalidInputError, SchemaBehindError, UpgradeFailedError
+from store.filters import RowFilter, roles_for
 from store.layout import Location, Selector, metadata_bytes
-from store.records import FoundRow, RowCount, RowFilter, roles_for
-from store.schema import DatabaseInfo
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
+from store.rows import FoundRow, RowCount
 from store.settings import Settings
-from store.sqlite_storage import SqliteStorage
-from store.upgrade import UpgradeResult
-from store.verify import DatabaseVerification, Problem
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+    from sqlalchemy import Result, Select
 
-    from store.postgres_storage import PostgresStorage
+    from store.across import Found
+
+T = TypeVar("T")
+E = TypeVar("E")
 
 
 class Store:
@@ -66,17 +76,7 @@ class Store:
     ) -> None:
         self.settings = settings or Settings()
         self.readonly = readonly
-        if root is not None and url is not None:
-            raise InvalidInputError("a store is a folder (root) or a server (url), not both")
-        url = url if url is not None else (self.settings.store_url if root is None else None)
-        self.storage: SqliteStorage | PostgresStorage
-        if url:
-            from store.postgres_storage import PostgresStorage  # the driver is imported only for a server
-
-            self.storage = PostgresStorage(url, self.settings, readonly=readonly)
-        else:
-            folder = Path(root) if root is not None else self.settings.store_root
-            self.storage = SqliteStorage(folder, self.settings, readonly=readonly)
+        self.storage: Storage = open_storage(self.settings, root=root, url=url, readonly=readonly)
 
     @property
     def where(self) -> str:
@@ -87,10 +87,6 @@ class Store:
     def root(self) -> Path:
         """Where the store keeps files of this machine (sharing's workspace): the root, or a folder for a server."""
         return self.storage.local_root
-
-    @property
-    def is_server(self) -> bool:
-        return self.storage.root is None
 
     def __enter__(self) -> Store:
         return self
@@ -115,8 +111,9 @@ class Store:
     def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
         """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
         roles = roles_for(flt, selector.role)
-        for location in self.select(selector):
-            if location.role in roles and (database := self.open_existing(location)) is not None:
+        candidates = self.storage.narrowed((loc for loc in self.select(selector) if loc.role in roles), flt)
+        for location in candidates:
+            if (database := self.open_existing(location)) is not None:
                 yield database
 
     def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
@@ -135,6 +132,20 @@ class Store:
                 yield FoundRow(database.location, record)
                 if remaining is not None:
                     remaining -= 1
+
+    def scalars(self, statement: Select[E], selector: Selector | None = None) -> Iterator[Found[E]]:
+        """``select(Entity)`` over the selected databases, a ``Found(location, descriptor, row)`` per row."""
+        from store.across import scalars
+
+        return scalars(self, statement, selector)
+
+    def execute(
+        self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None
+    ) -> Result[*tuple[Any, ...]]:
+        """Columns, or ``count``/``sum``/``min``/``max`` by group, over the selected databases (:mod:`store.across`)."""
+        from store.across import execute
+
+        return execute(self, statement, selector)
 
     def plan_delete(self, selector: Selector, flt: RowFilter) -> list[RowCount]:
         """Count the rows ``flt`` matches in each selected database; databases with none are left out."""
@@ -168,7 +179,8 @@ class Store:
     ) -> Database:
         """The database of ``descriptor``; a read-write store creates it if needed."""
         location = Location.of(role, task, descriptor)
-        return self.storage.database(location, lambda: metadata_bytes(location.role, task, descriptor, assumptions))
+        metadata = lambda: metadata_bytes(location.role, task, descriptor, assumptions)  # noqa: E731
+        return self._upgraded_if_behind(location, lambda: self.storage.database(location, metadata))
 
     def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
         """Raise what writing this descriptor's database would meet, where that is known without writing anything.
@@ -184,11 +196,26 @@ class Store:
 
     def open_existing(self, location: Location) -> Database | None:
         """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
-        return self.storage.open_existing(location)
+        return self._upgraded_if_behind(location, lambda: self.storage.open_existing(location))
 
     def open(self, location: Location) -> Database:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
-        return self.storage.open(location)
+        return self._upgraded_if_behind(location, lambda: self.storage.open(location))
+
+    def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T]) -> T:
+        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write)."""
+        try:
+            return open_it()
+        except SchemaBehindError as behind:
+            if not self.settings.auto_upgrade or self.readonly:
+                raise
+            (result,) = self.storage.upgrade([location])
+            if result.outcome is not UpgradeOutcome.UPGRADED:
+                raise UpgradeFailedError(
+                    result.where,
+                    f"automatic upgrade from {behind.found} failed ({result.error}); the database was restored",
+                ) from behind
+        return open_it()
 
     def discard_if_empty(self, location: Location) -> bool:
         """Remove a server's descriptor schema that holds no row (a failed copy's); a folder's are kept."""
@@ -200,17 +227,24 @@ class Store:
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
         """Each database's state (and rows), read-only; a bad database is a state, never an error."""
-        for location in locations:
-            yield self.storage.info(location, count_rows=count_rows)
+        return self.storage.infos(locations, count_rows=count_rows)
 
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
     ) -> Iterator[UpgradeResult]:
-        """Upgrade every database among ``locations`` that is behind; report the others (see :mod:`store.upgrade`)."""
+        """Upgrade every database among ``locations`` that is behind; report the others (as the backend does it)."""
         return self.storage.upgrade(locations, keep_backup=keep_backup, script=script)
 
     def verify(self, location: Location) -> DatabaseVerification:
         return self.storage.verify(location)
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        """Give back the space of deleted rows (a folder store; a server store refuses, saying why)."""
+        return self.storage.vacuum(locations)
+
+    def shown(self, where: str) -> str:
+        """A database's ``where`` as tables show it (under the root for a folder store)."""
+        return self.storage.shown(where)
 
     def strays(self) -> list[Problem]:
         """Files and folders that are not part of the layout (a folder store only)."""

@@ -10,6 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from inference.backends.vllm.engine_logs import ENGINE_QUIET_ENV
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
 from store.store import Store
@@ -23,6 +24,10 @@ def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     for name in list(os.environ):
         if name.startswith("JUDGESTORE_"):
             monkeypatch.delenv(name)
+    # A command run in-process quiets the engine through os.environ (engine_logs.quiet_engine) for good; a later
+    # test's subprocess must not inherit that (a worker of pytest-xdist runs many tests in one process).
+    for name in ENGINE_QUIET_ENV:
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(tmp_path / "store"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a server store's side files
     monkeypatch.setenv("JUDGESTORE_RUN_ID", "test-run")

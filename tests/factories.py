@@ -12,10 +12,10 @@ from pathlib import Path
 
 from sqlalchemy import Connection, insert, inspect
 
+from store.backends.sqlite.rows import SqliteRepository
 from store.descriptor import ModelDescriptor, input_hash, render_messages
 from store.models import MODEL_OF_ROLE
 from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
-from store.repository import Repository
 from store.schema import revisions
 from store.settings import Settings
 from store.store import Store
@@ -100,7 +100,7 @@ def current_database(
         database = s.database(role, task, descriptor)
         with database.transaction() as repo:
             for table_role, record_type in RECORD_OF_ROLE.items():
-                Repository(repo.conn, table_role).put_many(r for r in rows if type(r) is record_type)
+                SqliteRepository(repo.conn, table_role).put_many(r for r in rows if type(r) is record_type)
         return database.path
 
 

@@ -1,6 +1,6 @@
 """A fake OpenAI-compatible server for tests: an HTTP server on 127.0.0.1 that the real ``openai`` client talks to.
 
-It answers what :mod:`inference.openai_backend` sends:
+It answers what :mod:`inference.backends.hosted.client` sends:
 
 =================================  ==============================================================
 ``POST /v1/chat/completions``      a chat completion: ``"echo: "`` + the last message, cut to

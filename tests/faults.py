@@ -20,12 +20,12 @@ import orjson
 import pytest
 from typer.testing import CliRunner, Result
 
-from inference import cli as inference_cli
+from inference.cli.app import app
 
 
 def judgestore(*args: str, input: str | None = None) -> Result:
     """The whole ``judgestore`` app (every command the console script has) in-process."""
-    return CliRunner().invoke(inference_cli.app(), list(args), input=input, env={"COLUMNS": "200"})
+    return CliRunner().invoke(app(), list(args), input=input, env={"COLUMNS": "200"})
 
 
 def assert_failed_cleanly(result: Result, exit_code: int = 1) -> None:

@@ -18,6 +18,7 @@ import pwd
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -61,6 +62,9 @@ class Cluster:
     def start(self) -> None:
         self._run("initdb", "-D", str(self.data), "-U", SUPERUSER, "-E", "UTF8", "--no-sync", "-A", "trust")
         (self.data / "pg_hba.conf").write_text(f"local all {SUPERUSER} trust\nlocal all all scram-sha-256\n")
+        self._launch()
+
+    def _launch(self) -> None:
         options = f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off -c max_connections=200"
         self._run(
             "pg_ctl", "-D", str(self.data), "-o", options, "-w", "-t", "60", "-l", str(self.folder / "log"), "start"
@@ -68,6 +72,12 @@ class Cluster:
 
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
+
+    def restart(self, downtime: float = 0.0) -> None:
+        """Stop the server as a crash would (every connection dropped), wait ``downtime`` seconds, start it again."""
+        self.stop()
+        time.sleep(downtime)
+        self._launch()
 
     def sql(self, statement: str, database: str = "postgres") -> list[tuple[object, ...]]:
         """Run one statement as the superuser (autocommit); return its rows, if any."""

@@ -104,7 +104,7 @@ def engine() -> Iterator[CountingBackend]:
 @pytest.fixture(scope="module")
 def template(tmp_path_factory: pytest.TempPathFactory, engine: CountingBackend) -> Place:
     """A healthy place: a small store plus the walk's descriptor in both roles, pushed to a shared folder."""
-    from inference.tiny_model import build_tiny_model
+    from inference.backends.vllm.tiny_model import build_tiny_model
 
     base = tmp_path_factory.mktemp("template")
     model = build_tiny_model(base / "tiny-llama", seed=0)

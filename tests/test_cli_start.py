@@ -13,7 +13,7 @@ from typing import Any
 
 import typer
 
-from inference import cli as inference_cli
+from inference.cli.app import app
 from tests.inference.conftest import run_fresh_python
 
 # Never imported by starting the command line: each is imported by the commands that use it.
@@ -47,7 +47,7 @@ def _callbacks(app: typer.Typer) -> Iterator[Callable[..., Any]]:
 
 
 def test_no_command_leaves_string_annotations_for_typer_to_evaluate() -> None:
-    callbacks = list(_callbacks(inference_cli.app()))
+    callbacks = list(_callbacks(app()))
     assert len(callbacks) >= 20  # every command of the whole app, the db and hub groups' included
     for callback in callbacks:
         # The command itself and every wrapper around it (store.cli.options.grouped evaluates what it wraps).
@@ -61,7 +61,7 @@ def test_no_command_leaves_string_annotations_for_typer_to_evaluate() -> None:
 def test_starting_the_command_line_imports_no_heavy_package() -> None:
     code = (
         "import sys, typer\n"
-        "from inference.cli import app\n"
+        "from inference.cli.app import app\n"
         "typer.main.get_command(app())\n"  # what every start does: every command converted for click
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )

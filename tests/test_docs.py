@@ -100,7 +100,9 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
             record_run(database, run(2))
         judge = ModelDescriptor(provider="vllm", model="tiny-judge", sampling={"temperature": 0, "max_tokens": 8})
         pairs = [
-            judgement_record(i, orientation=o, model_a=a, model_b=b, judge="tiny-judge", created_at=recent)
+            judgement_record(
+                i, orientation=o, model_a=a, model_b=b, judge="tiny-judge", benchmark="demo-bench", created_at=recent
+            )
             for i in range(8)
             for o, a, b in (("direct", "tiny-a", "tiny-b"), ("reversed", "tiny-b", "tiny-a"))
         ]

@@ -17,7 +17,7 @@ import pytest
 from rich.cells import cell_len
 from typer.testing import CliRunner
 
-from inference.cli import app
+from inference.cli.app import app
 from store.descriptor import ModelDescriptor
 from store.runs import record_run
 from store.settings import Settings

@@ -18,9 +18,9 @@ from sqlalchemy import create_engine, inspect
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner, Result
 
-from inference.cli import app
+from inference.cli.app import app
+from store.backends.postgres.registry import schema_name
 from store.descriptor import ModelDescriptor
-from store.postgres import schema_name
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store

@@ -3,7 +3,7 @@
 What changes: no table or index changes, and nothing on SQLite. On
 PostgreSQL, judgestore from this revision on stores every text column (and
 every string inside a JSON column, keys included) with U+0000 written as
-U+FDD0 "0" and U+FDD0 itself as U+FDD0 "1" (``store.pgtext``), because
+U+FDD0 "0" and U+FDD0 itself as U+FDD0 "1" (``store.backends.postgres.text``), because
 PostgreSQL's ``text`` cannot hold U+0000 and its ``json`` cannot read it.
 Values written before this revision are stored verbatim: this revision
 rewrites the few that the new reading would change, the values holding U+FDD0
@@ -18,7 +18,7 @@ a value written before this revision that holds U+FDD0 followed by "0" or
 Data impact: every value reads back exactly as it was written; only values
 holding U+FDD0 or a JSON ``\\u0000`` are rewritten (their stored form
 changes, not their value). Row counts, keys and every other value are
-unchanged. The registry's names are not rewritten here: ``store.postgres``
+unchanged. The registry's names are not rewritten here: ``store.backends.postgres.registry``
 tells an old verbatim name from an escaped one by the schema's name.
 Expected cost: on SQLite nothing. On PostgreSQL one sequential read of every
 text and JSON value of the four tables (TOAST included: about the time a
@@ -44,7 +44,7 @@ down_revision: str | None = "0004"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
-# Frozen here on purpose: a migration must not change when store.pgtext does.
+# Frozen here on purpose: a migration must not change when store.backends.postgres.text does.
 _ESCAPE = "\ufdd0"
 _NUL_IN_JSON = "\\u0000"
 # table -> (its key, its text columns, its JSON columns), as revision 0004 left them

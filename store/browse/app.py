@@ -44,11 +44,13 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from store import InvalidInputError, JudgestoreError, RowFilter, Selector
-from store.browse.browser import Browser, NotFoundError, RowsQuery, database_name
+from store.browse.browser import Browser
+from store.browse.pages import NotFoundError, RowsQuery, database_name
 from store.browse.queries import ORDERS, SCAN_WINDOW, Key
 from store.browse.render import clipped, input_snippet, markdown
 from store.browse.verdicts import CONFIDENCE_BINS, preference, source_pair
-from store.records import ORIENTATIONS, parse_timestamp
+from store.filters import parse_timestamp
+from store.models import ORIENTATIONS
 
 HERE = Path(__file__).parent
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})

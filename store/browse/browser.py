@@ -35,41 +35,48 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from store import (
-    AdoptionRecord,
     CompletionRecord,
     Database,
     InvalidInputError,
     JudgementRecord,
     JudgestoreError,
     Location,
-    Record,
-    RowFilter,
-    RunTotals,
     Selector,
     Store,
     adoptions,
     run_totals,
 )
 from store.browse import queries
-from store.browse.queries import JudgeRow, Key, Listed, Order, RunLine
+from store.browse.pages import (
+    Answer,
+    Battle,
+    DatabaseSummary,
+    JudgeVerdicts,
+    JudgeView,
+    NotFoundError,
+    Round,
+    RowsPage,
+    RowsQuery,
+    RowView,
+    Skipped,
+    Verdict,
+    database_name,
+)
+from store.browse.queries import JudgeRow, Key, Listed
 from store.browse.render import Turn, messages
 from store.browse.verdicts import (
     JudgedRow,
-    JudgeFigures,
-    Preference,
-    Slot,
     favoured_model,
     judge_figures,
     source_pair,
     verdict,
 )
+from store.filters import roles_for
 from store.layout import metadata_bytes
-from store.logprobs import PositionLogprobs, decode
-from store.records import roles_for
+from store.logprobs import decode
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0
@@ -79,160 +86,19 @@ JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s o
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
 
 
-def database_name(location: Location) -> str:
-    """How the browser names a database: its folder in the layout (the same on a server)."""
-    return location.relative_folder().as_posix()
-
-
-class NotFoundError(JudgestoreError):
-    """What a page asked for is not in the store."""
-
-
-@dataclass(frozen=True, slots=True)
-class Skipped:
-    """A database a page could not read, and why."""
-
-    name: str
-    error: str
-
-
 # ---------------------------------------------------------------- overview
-
-
-@dataclass(frozen=True, slots=True)
-class DatabaseSummary:
-    name: str
-    location: Location
-    state: str
-    rows: int | None
-    size_bytes: int
-    finish_reasons: dict[str, int] | None  # None: not counted (a large table; the overview links to the count)
-    runs: RunTotals | None
-    error: str | None
 
 
 # ---------------------------------------------------------------- rows
 
 
-@dataclass(frozen=True, slots=True)
-class RowsQuery:
-    """A rows page: which databases, which rows, in which order, from where."""
-
-    selector: Selector = field(default_factory=Selector)
-    flt: RowFilter = field(default_factory=RowFilter)
-    database: str | None = None
-    search: str | None = None
-    order: Order = "newest"
-    after: Key | None = None
-    limit: int = 50
-
-
-@dataclass(frozen=True, slots=True)
-class RowsPage:
-    rows: list[Listed]
-    next: Key | None  # the cursor of the next page, None on the last one
-    scanned_to: Key | None  # set when the page ends where a scan window did (fewer rows than a page)
-    databases: int
-    skipped: list[Skipped]
-
-
 # ---------------------------------------------------------------- a battle
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """One model's answers to an instruction, turn by turn (``row``: the completion row of its last turn)."""
-
-    model: str
-    turns: list[str]
-    row: tuple[str, str] | None  # (database, input hash)
-    finish_reason: str | None
-    inputs: list[Turn] = field(default_factory=list)  # the messages of its last turn's input
-
-
-@dataclass(frozen=True, slots=True)
-class Round:
-    """One turn of the conversation: what was asked, and each model's answer (None: none stored)."""
-
-    asked: list[Turn]
-    answers: list[str | None]
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """One judgement of the pair (``first``, ``second``), mapped back from slots to models."""
-
-    row: tuple[str, str]
-    judge: str | None
-    orientation: str | None
-    model_a: str | None
-    model_b: str | None
-    text: str
-    slot: Slot | None
-    favoured: str | None  # the model in the favoured slot
-    preference: Preference | None  # None: the verdict was read from the text, or none was found
-    p_first: float | None  # P(first model's slot) at the verdict token
-    p_second: float | None
-    share_first: float | None  # P(first) / (P(first) + P(second)): where the bar splits
-    sample_index: int
-
-
-@dataclass(frozen=True, slots=True)
-class JudgeVerdicts:
-    """One judge's verdicts of a pair, in both orientations; ``disagree`` when they favour different models."""
-
-    judge: str
-    direct: list[Verdict]
-    reversed: list[Verdict]
-    other: list[Verdict]
-
-    @property
-    def disagree(self) -> bool:
-        firsts = [v.favoured for v in (self.direct[:1] + self.reversed[:1]) if v.favoured is not None]
-        return len(firsts) == 2 and firsts[0] != firsts[1]
-
-
-@dataclass(frozen=True, slots=True)
-class Battle:
-    benchmark: str | None
-    instruction_id: str
-    models: list[str]  # the pair judged (first, second), or the models that answered
-    pairs: list[tuple[str, str]]  # every pair judged on this instruction
-    system: list[Turn]
-    rounds: list[Round]
-    answers: list[Answer]
-    judges: list[JudgeVerdicts]
-    pointwise: list[Verdict]
-    skipped: list[Skipped]
 
 
 # ---------------------------------------------------------------- a judge
 
 
-@dataclass(frozen=True, slots=True)
-class JudgeView:
-    judge: str
-    figures: JudgeFigures
-    read: int  # rows read (the newest JUDGE_ROWS at most)
-    total: int  # rows of this judge in the store
-    skipped: list[Skipped]
-
-
 # ---------------------------------------------------------------- a row
-
-
-@dataclass(frozen=True, slots=True)
-class RowView:
-    name: str
-    location: Location
-    record: Record
-    turns: list[Turn]
-    positions: list[PositionLogprobs]
-    metadata_json: str
-    wrote: list[RunLine]
-    hit: list[RunLine]
-    adopted_from: tuple[str | None, AdoptionRecord | None] | None  # (the source database's name, its record)
-    verdict: Verdict | None
 
 
 class Browser:
@@ -303,10 +169,8 @@ class Browser:
 
     def _finish_reasons(self, name: str, database: Database, *, count: bool) -> dict[str, int] | None:
         """Rows per finish reason: kept from an earlier count while the database is unchanged, else counted if asked."""
-        if database.path is not None:
-            files = [database.path, database.path.with_name(database.path.name + "-wal")]
-            stamp: Any = tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
-        else:
+        stamp = database.stamp()
+        if stamp is None:  # a server's database: kept for a while
             stamp = int(time.monotonic() // SERVER_CACHE_SECONDS)
         cached = self._reasons.get(name)
         if cached is not None and cached[0] == stamp:
@@ -503,7 +367,7 @@ class Browser:
     def _row(self, name: str, input_hash: str) -> RowView:
         location = self._location(name)
         database = self.store.open_existing(location)
-        record = None if database is None else database.get_many([input_hash]).get(input_hash)
+        record = None if database is None else database.get_many([input_hash], deferred=False).get(input_hash)
         if database is None or record is None:
             raise NotFoundError(f"no row {input_hash} in {name}")
         stored = database.metadata()

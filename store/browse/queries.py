@@ -223,7 +223,7 @@ def _listing_columns(t: Table) -> list[Any]:
         c.finish_reason,
         c.run_id,
         c.adopted_from,
-        # type_coerce: the column's type reads the value back as stored (PostgreSQL's escaped U+0000, store.pgtext)
+        # type_coerce: the column's type reads the value back as stored (a server escapes U+0000)
         type_coerce(func.substr(c.input_text, 1, PROMPT_PREFIX), c.input_text.type).label("prompt"),
         type_coerce(func.substr(c.completion, 1, COMPLETION_PREFIX), c.completion.type).label("completion"),
         func.length(c.completion).label("completion_chars"),
@@ -293,7 +293,7 @@ def instruction_rows(
         models = [t.c[name] for name in ("model", "model_a", "model_b") if name in t.c]
         stmt = select(t.c.input_hash, *models).where(same, t.c.instruction_id == instruction_id)
         hashes = [h for h, *named in repo.conn.execute(stmt).all() if model is None or model in named]
-    found = database.get_many(hashes)
+    found = database.get_many(hashes, deferred=False)
     return sorted(found.values(), key=lambda record: (record.created_at, record.input_hash))
 
 

@@ -63,7 +63,9 @@ def browse_command(
     from store.browse.server import serve
 
     with Store(settings, readonly=True) as store:
-        if store.storage.root is not None and not store.storage.root.is_dir():
-            raise StoreMissingError(store.where, "no such folder: there is no store to browse; check --store-root")
+        if (why := store.storage.absence()) is not None:
+            raise StoreMissingError(
+                store.where, f"{why}: there is no store to browse; check --store-root or --store-url"
+            )
         serve(Browser(store), host, port, open_browser=open_browser,
               say=lambda line: stderr().print(line, soft_wrap=True, markup=False, highlight=False))  # fmt: skip

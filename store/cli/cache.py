@@ -3,7 +3,7 @@
 Contract:
 
 * Thin: parse, call :mod:`store.stats`, :mod:`store.prune`,
-  :mod:`store.compact` and :mod:`store.export`, render (see
+  :mod:`store.backends.sqlite.vacuum` and :mod:`store.export`, render (see
   :mod:`store.cli.common` for the edge, the options and where output goes).
 * ``stats`` and ``export`` never write. ``prune`` plans read-only, shows the
   rows per database, asks (unless ``--yes``), and writes nothing before that;
@@ -28,14 +28,15 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    print_claims,
     record_deleted,
     stdout,
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError
+from store.filters import RowFilter
 from store.layout import Selector
-from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
 
@@ -119,6 +120,7 @@ def stats_command(
     )
     stdout().print(table)
     _print_totals(totals)
+    print_claims((entry.location, entry.claims) for entry in found)
     _print_adoptions(found)
     if runs:
         _print_runs(found, runs)
@@ -318,17 +320,11 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
 
         judgestore vacuum --role judgements --json
     """
-    from store.compact import VacuumOutcome, vacuum_store
+    from store.reports import VacuumOutcome
 
     with Store(settings) as store:
-        if store.storage.root is None:
-            raise InvalidInputError(
-                f"{store.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
-                "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
-            )
         locations = store.select(selector)
-        results = list(counted(vacuum_store(store.storage.root, locations, store.settings), len(locations),
-                               "Vacuuming"))  # fmt: skip
+        results = list(counted(store.vacuum(locations), len(locations), "Vacuuming"))
     failed = [r for r in results if r.outcome is not VacuumOutcome.VACUUMED]
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})

@@ -6,10 +6,11 @@ Contract:
   becomes one line on stderr, its notes after it (with ``--json``: a JSON
   object with ``error``, ``type`` and, when known, ``path``, ``notes`` and
   ``rows_kept``) and exit status 1. An SQLite, driver or filesystem error
-  that a library path failed to translate is translated here
-  (:func:`store.sqlite_errors.translated`, naming the file the error names, else
-  the store root): no command prints a Python traceback for a bad file or
-  a bad disk. Usage errors exit 2 (click).
+  that a library path failed to translate is translated here by the
+  backend it came from (:func:`store.backends.typed_error`: the server
+  given, else the file the error names or the store root): no command
+  prints a Python traceback for a bad file or a bad disk. Usage errors
+  exit 2 (click).
 * stdout carries only the result (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
@@ -37,13 +38,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 from sqlalchemy.exc import DBAPIError
 
-from store import jsonvalues, postgres
+from store import jsonvalues
+from store.backends import typed_error
+from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Location
-from store.records import RowCount
-from store.schema import DatabaseInfo
-from store.sqlite_errors import translated
+from store.reports import DatabaseInfo
+from store.rows import RowCount
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)
@@ -90,14 +92,10 @@ def _error_line(error: JudgestoreError) -> str:
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:
     """The typed error for a failure no library path translated, naming the store the command was given."""
     url = kwargs.get("store_url") or (None if kwargs.get("store_root") else os.environ.get("JUDGESTORE_STORE_URL"))
-    if isinstance(error, DBAPIError) and type(error.orig).__module__.startswith("psycopg"):
-        url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its server this way
-        return postgres.translated(str(url or "postgresql://"), error)  # never SQLite's words for a server
-    if url and isinstance(error, DBAPIError):
-        return postgres.translated(url, error)
+    url = url or kwargs.get("to_url") or kwargs.get("from_url")  # copy names its servers this way
     given = kwargs.get("store_root")
     root = Path(given) if given is not None else Path(os.environ.get("JUDGESTORE_STORE_ROOT", "judgestore-data"))
-    return translated(root, error)
+    return typed_error(error, root=root, url=url)
 
 
 def command_errors(func: Callable[P, R]) -> Callable[P, R]:
@@ -215,14 +213,21 @@ def state_text(info: DatabaseInfo) -> Text:
     return Text(info.state.value, style="green" if info.ok else "bold red")
 
 
-def relative(where: Path | str, root: Path | None) -> str:
-    """A file under the store root relative to it; anything else (a server's schema) as it is."""
-    if root is None or (isinstance(where, str) and "://" in where):
-        return str(where)
-    try:
-        return str(Path(where).relative_to(root))
-    except ValueError:
-        return str(where)
+def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> None:
+    """One line per database with shared-batch work in progress or stale leases (``ls``, ``stats``, ``db status``)."""
+    for location, claims in entries:
+        if claims is None or not (claims.in_progress or claims.stale):
+            continue
+        name = f"{location.model} ({location.descriptor_hash16}, {location.role}/{location.task})"
+        stdout().print(f"in progress: {name}: {claims.short()}", highlight=False)  # wrapped, as a table is
+        if claims.stale:
+            stderr().print(
+                Text(
+                    f"stale leases: {name}: {claims.stale} past their deadline (a job of a shared batch died or "
+                    "stalled); the batch's other jobs take them over, and a job started on it again does",
+                    style="yellow",
+                )
+            )
 
 
 def unprefixed(message: str, where: Path | str) -> str:
@@ -231,5 +236,5 @@ def unprefixed(message: str, where: Path | str) -> str:
 
 
 def no_databases(store: Store, json_output: bool) -> None:
-    missing = store.storage.root is not None and not store.storage.root.is_dir()
-    note(f"No databases in {store.where}{' (the folder does not exist)' if missing else ''}.", json_output=json_output)
+    why = store.storage.absence()
+    note(f"No databases in {store.where}{f' ({why})' if why else ''}.", json_output=json_output)

@@ -32,15 +32,18 @@ from store.cli.common import (
     location_table,
     no_databases,
     note,
+    print_claims,
     record_deleted,
     state_text,
     stdout,
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.filters import RowFilter, roles_for
 from store.layout import Selector
-from store.records import RowFilter, roles_for, row_columns
-from store.schema import DatabaseInfo, DatabaseState
+from store.reports import DatabaseInfo
+from store.rows import row_columns
+from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
 
@@ -138,15 +141,17 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     selected = "" if matching is None else f" ({sum(n or 0 for n in matching):,} matching)"
     table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"
     stdout().print(table)
+    print_claims((info.location, info.claims) for info in infos)
 
 
 def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:
     """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role)."""
     roles = roles_for(flt, selector.role)
+    usable = [info.state is DatabaseState.CURRENT and info.location.role in roles for info in infos]
+    can_match = set(store.storage.narrowed([i.location for i, ok in zip(infos, usable, strict=True) if ok], flt))
     counts: list[int | None] = []
-    for info in infos:
-        usable = info.state is DatabaseState.CURRENT and info.location.role in roles
-        counts.append(store.open(info.location).count(flt) if usable else None)
+    for info, ok in zip(infos, usable, strict=True):
+        counts.append(None if not ok else store.open(info.location).count(flt) if info.location in can_match else 0)
     return counts
 
 

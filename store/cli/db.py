@@ -2,8 +2,8 @@
 
 Contract:
 
-* Thin: parse, call :mod:`store.schema`, :mod:`store.upgrade` and
-  :mod:`store.verify`, render (see :mod:`store.cli.common`).
+* Thin: parse, call :mod:`store.schema`, :mod:`store.backends.sqlite.upgrade` and
+  :mod:`store.backends.sqlite.verify`, render (see :mod:`store.cli.common`).
 * ``db status`` and ``verify`` never write; ``db upgrade`` writes only the
   databases that are behind (with a backup each).
 * Each exits 1 when it finds a problem: a database that is not usable, an
@@ -22,7 +22,7 @@ from store.cli.common import (
     emit_json,
     no_databases,
     note,
-    relative,
+    print_claims,
     state_text,
     stderr,
     stdout,
@@ -31,9 +31,9 @@ from store.cli.common import (
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
+from store.reports import UpgradeOutcome, UpgradeResult
 from store.settings import Settings
 from store.store import Store
-from store.upgrade import UpgradeOutcome, UpgradeResult
 
 
 def register(app: typer.Typer) -> None:
@@ -74,6 +74,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
                 Text(str(info.location.relative_folder())), state_text(info), info.revision or "", Text(problem)
             )
         stdout().print(table)
+        print_claims((info.location, info.claims) for info in infos)
         if bad:
             behind = sum(info.state == "behind" for info in bad)
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
@@ -117,7 +118,6 @@ def db_upgrade_command(
         locations = store.select(selector)
         results = list(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
-    root = store.storage.root
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
         emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
@@ -127,7 +127,7 @@ def db_upgrade_command(
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
         table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
-            detail = unprefixed(r.error, r.where) if r.error else (relative(r.backup, root) if r.backup else "")
+            detail = unprefixed(r.error, r.where) if r.error else (store.shown(str(r.backup)) if r.backup else "")
             table.add_row(
                 Text(folder),
                 Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
@@ -174,7 +174,6 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         problems = [problem for result in results for problem in result.problems]
         if selector.is_empty():
             problems += store.strays()
-    root = store.storage.root
     rows = sum(result.rows_checked for result in results)
     adopted = sum(result.rows_adopted for result in results)
     if json_output:
@@ -193,7 +192,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         table = FittedTable(f"Problems in {store.where}", [*columns, Column("Problem", fit=Fit.WRAP)])
         for problem in problems:
             message = unprefixed(problem.message, problem.where)
-            table.add_row(Text(relative(problem.where, root)), problem.kind.value, Text(message))
+            table.add_row(Text(store.shown(problem.where)), problem.kind.value, Text(message))
         table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:

@@ -29,8 +29,8 @@ import typer
 from pydantic import ValidationError
 
 from store.errors import InvalidInputError
+from store.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.layout import Selector
-from store.records import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.settings import Settings
 
 R = TypeVar("R")

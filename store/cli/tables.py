@@ -23,15 +23,16 @@ Contract:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.style import Style
 from rich.table import Table
-from rich.text import Text
+from rich.text import Span, Text
 
 ELLIPSIS = "…"
 Cell = str | Text
@@ -60,6 +61,7 @@ class Column:
 _NARROWEST = {Fit.MIDDLE: 8, Fit.PATH: 48, Fit.PREFIX: 8, Fit.WRAP: 16, Fit.CUT: 8}
 # The order in which columns that gave way get room back: names first, then text.
 _ROOM_ORDER = (Fit.MIDDLE, Fit.PATH, Fit.PREFIX, Fit.CUT, Fit.WRAP)
+LONG_TABLE = 200  # rows beyond which a table is drawn line by line (FittedTable._lines), not by rich's Table
 _SHORTEST_PART = 5  # a path's part is not shortened below this (then the whole path is, in its middle)
 
 
@@ -138,7 +140,7 @@ class FittedTable:
 
     def _plain(self, index: int) -> list[str]:
         fit = self.columns[index].fit
-        values = [_text(row[index]).plain for row in self.rows]
+        values = [cell.plain if isinstance(cell := row[index], Text) else cell for row in self.rows]
         return [_one_line(v) for v in values] if fit is not Fit.WRAP else values
 
     def _whole(self, index: int) -> int:
@@ -201,11 +203,13 @@ class FittedTable:
         elif (widths := self._widths(width - 2 * (n - 1), natural)) is not None:  # two spaces between columns
             yield self._table(widths, boxed=False)
         else:
-            yield from self._blocks(width, natural)
+            yield from _rendered(self._blocks(width, natural), console, width)
         if self.caption:
             yield Text(self.caption, style="table.caption")
 
-    def _table(self, widths: list[int], *, boxed: bool) -> Table:
+    def _table(self, widths: list[int], *, boxed: bool) -> Table | Lines:
+        if len(self.rows) > LONG_TABLE and not self._wraps(widths):
+            return Lines(self._lines(widths, boxed=boxed))
         if boxed:
             table = Table(show_header=True)
         else:
@@ -218,6 +222,61 @@ class FittedTable:
             cells = zip(self.columns, row, widths, strict=True)
             table.add_row(*(self._cell(column, cell, width) for column, cell, width in cells))
         return table
+
+    def _wraps(self, widths: list[int]) -> bool:
+        """Whether a cell of a column that wraps needs more than one line at these widths."""
+        for i, (column, width) in enumerate(zip(self.columns, widths, strict=True)):
+            if column.fit is Fit.WRAP and any("\n" in v or cell_len(v) > width for v in self._plain(i)):
+                return True
+        return False
+
+    def _lines(self, widths: list[int], *, boxed: bool) -> Iterator[Text]:
+        """The table as :meth:`_table` draws it with rich's :class:`~rich.table.Table` (heavy-headed box, or
+        borderless with a rule under the header), line by line: rich measures every cell of a table anew, about
+        1 ms a row, which a listing of thousands of databases cannot pay. For one-line cells only: a cell that
+        must wrap makes :meth:`_table` use rich's table whatever the rows."""
+        edge, sep, pad = ("│ ", " │ ", " │") if boxed else ("", "  ", "")
+        if boxed:
+            yield Text("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
+        header: list[tuple[str, str | Style]] = [(c.header, "bold") for c in self.columns]
+        yield self._line(header, widths, ("┃ ", " ┃ ", " ┃") if boxed else (edge, sep, pad))
+        if boxed:
+            yield Text("┡" + "╇".join("━" * (w + 2) for w in widths) + "┩")
+        else:
+            yield Text("─" * (sum(widths) + 2 * (len(widths) - 1)))
+        for row in self.rows:
+            yield self._line([self._plain_cell(*cw) for cw in zip(self.columns, row, widths, strict=True)], widths,
+                             (edge, sep, pad))  # fmt: skip
+        if boxed:
+            yield Text("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
+
+    def _line(self, cells: list[tuple[str, str | Style]], widths: list[int], frame: tuple[str, str, str]) -> Text:
+        edge, sep, pad = frame
+        parts, spans, at = [edge], [], len(edge)
+        for i, ((value, style), width, column) in enumerate(zip(cells, widths, self.columns, strict=True)):
+            if cell_len(value) > width:  # what rich's ellipsis overflow does with a cell wider than its column
+                value = shorten_end(value, width)
+            room = " " * (width - cell_len(value))
+            text = room + value if column.justify == "right" else value + room
+            if i:
+                parts.append(sep)
+                at += len(sep)
+            if style:
+                start = at + (len(room) if column.justify == "right" else 0)
+                spans.append(Span(start, start + len(value), style))
+            parts.append(text)
+            at += len(text)
+        parts.append(pad)
+        line = "".join(parts)
+        return Text(line, spans=spans, end="\n", no_wrap=True)
+
+    @staticmethod
+    def _plain_cell(column: Column, cell: Cell, width: int) -> tuple[str, str | Style]:
+        """What :meth:`_cell` gives, as its text and its style (no :class:`Text` built: a long table has many)."""
+        value, style = (cell.plain, cell.style) if isinstance(cell, Text) else (cell, "")
+        if column.fit in (Fit.WHOLE, Fit.WRAP):
+            return value, style
+        return _SHORTEN[column.fit](_one_line(value), width), style
 
     @staticmethod
     def _cell(column: Column, cell: Cell, width: int) -> Text:
@@ -232,23 +291,51 @@ class FittedTable:
         Each value is as long as it is in a table with room to spare: whole, or its column's
         ``max_width`` as far as that keeps different names apart (a completion stays a glance).
         """
+        bold = Style(bold=True)
         for number, row in enumerate(self.rows):
             if number:
                 yield Text("")
-            line = Text()
+            line, spans = "", list[Span]()  # built as a string and its styled spans: rich's Text.append costs 10x
             for column, cell, room in zip(self.columns, row, natural, strict=True):
-                value = self._cell(column, cell, room)
-                if not value.plain:
+                plain, style = self._plain_cell(column, cell, room)
+                if not plain:
                     continue
-                item = Text.assemble((f"{column.header}: ", "bold"), value)
-                if line.plain and cell_len(line.plain) + 2 + cell_len(item.plain) > width:
-                    yield line
-                    line = Text("  ")
-                elif line.plain.strip():
-                    line.append("  ")
-                line.append_text(item)
-            if line.plain.strip():
-                yield line
+                label = f"{column.header}: "
+                item = label + plain
+                if line and cell_len(line) + 2 + cell_len(item) > width:
+                    yield Text(line, spans=spans)
+                    line, spans = "  ", []
+                elif line.strip():
+                    line += "  "
+                at = len(line)
+                spans.append(Span(at, at + len(label), bold))
+                if style:
+                    spans.append(Span(at + len(label), at + len(item), style))
+                if isinstance(cell, Text) and column.fit in (Fit.WHOLE, Fit.WRAP):  # kept whole, its spans too
+                    spans += [span.move(at + len(label)) for span in cell.spans]
+                line += item
+            if line.strip():
+                yield Text(line, spans=spans)
+
+
+class Lines:
+    """Lines printed as they are (a long table drawn by :meth:`FittedTable._lines`)."""
+
+    def __init__(self, lines: Iterable[Text]) -> None:
+        self.lines = lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield from _rendered(self.lines, console, options.max_width)
+
+
+def _rendered(lines: Iterable[Text], console: Console, width: int) -> RenderResult:
+    """Each line as rich prints it; one that fits ``width`` rendered straight to its segments (rich would
+    measure and wrap it first, several times the cost, for the same segments)."""
+    for line in lines:
+        if cell_len(line.plain) <= width:
+            yield from line.render(console, end="\n")
+        else:
+            yield line
 
 
 def _text(cell: Cell) -> Text:

@@ -39,9 +39,11 @@ import orjson
 
 from store.descriptor import InputMode, ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
 from store.errors import InvalidInputError
+from store.filters import parse_timestamp
 from store.legacy.formats import InputForm, LegacyRow
 from store.logprobs import from_text_logprobs
-from store.records import CompletionRecord, JudgementRecord, Orientation, Record, parse_timestamp
+from store.models import Orientation
+from store.records import CompletionRecord, JudgementRecord, Record
 
 _ORIENTATIONS: dict[str | None, Orientation | None] = {
     None: None,

@@ -16,15 +16,21 @@ layer call these):
 Importing this package does not import ``huggingface_hub``; building a Hub
 remote does. The protocol and its guarantees are in ``docs/sharing.md`` and
 the docstrings of :mod:`store.sync.push` and :mod:`store.sync.fetch`.
+:func:`open_remote` is defined here, above both kinds of remote, so that the
+imports run one way (this package -> :mod:`store.sync.hub` ->
+:mod:`store.sync.remote`).
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from store.errors import InvalidInputError
 from store.settings import SyncSettings
 from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.push import PushReport, push
-from store.sync.remote import DirectoryRemote, Remote, open_remote
+from store.sync.remote import DirectoryRemote, Remote
 
 __all__ = [
     "DirectoryRemote",
@@ -38,3 +44,29 @@ __all__ = [
     "open_remote",
     "push",
 ]
+
+
+def open_remote(
+    *,
+    repo: str | None = None,
+    directory: Path | None = None,
+    revision: str | None = None,
+    token: str | None = None,
+    settings: SyncSettings | None = None,
+) -> Remote:
+    """The remote the arguments name (a repository or a folder, not both), else the settings (a folder first)."""
+    if repo is not None and directory is not None:
+        raise InvalidInputError("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
+    settings = settings or SyncSettings()
+    if directory is None and repo is None:
+        directory, repo = settings.sync_dir, settings.hub_repo
+    if directory is not None:
+        return DirectoryRemote(directory)
+    if repo is None:
+        raise InvalidInputError(
+            "no remote given: pass --repo ORG/NAME (a Hugging Face dataset repository) or --dir PATH "
+            "(a shared folder), or set JUDGESTORE_HUB_REPO or JUDGESTORE_SYNC_DIR"
+        )
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise InvalidInputError(f"--repo must be ORG/NAME (a dataset repository id), got {repo!r}")
+    return HubRemote(repo, revision=revision or settings.hub_revision, token=token)

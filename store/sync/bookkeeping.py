@@ -14,11 +14,11 @@ Contract:
   format, or a non-empty file with no format (not ours), is refused with a
   :class:`~store.errors.BookkeepingError` and left untouched. Format 1 is
   the schema the first sharing release wrote, frozen in its step.
-* The file is opened by :func:`store.engine.create_sqlite_engine`, always
+* The file is opened by :func:`store.backends.sqlite.connections.create_sqlite_engine`, always
   with SQLite's rollback journal (safe on network filesystems, where store
   roots of clusters often live), the store's busy timeout, and
   ``BEGIN IMMEDIATE`` writes. A transaction that stays locked past the busy
-  timeout is retried by :func:`store.sqlite_errors.retry_while_locked`, the same
+  timeout is retried by :func:`store.backends.sqlite.errors.retry_while_locked`, the same
   retry the descriptor databases use.
 * Every SQLite error is raised as a :class:`~store.errors.BookkeepingError`
   naming the file and what to do.
@@ -32,7 +32,7 @@ Contract:
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
   from one remote can still be pushed to another (mirroring). Keys are looked
   up as the repository looks them up: ``json_each`` over batches of
-  :data:`~store.row_statements.LOOKUP_BATCH`.
+  :data:`~store.backends.sqlite.rows.LOOKUP_BATCH`.
 """
 
 from __future__ import annotations
@@ -67,12 +67,12 @@ from sqlalchemy import (
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.exc import DBAPIError
 
-from store.engine import apply_journal_mode, create_sqlite_engine
+from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_engine
+from store.backends.sqlite.errors import retry_while_locked
+from store.backends.sqlite.rows import LOOKUP_BATCH, json_each_keys
 from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
 from store.models import NAMING_CONVENTION
-from store.row_statements import LOOKUP_BATCH, json_each_keys
 from store.settings import Settings
-from store.sqlite_errors import retry_while_locked
 from store.sync.workspace import workspace
 
 T = TypeVar("T")

@@ -47,7 +47,8 @@ from store.errors import (
     ShardError,
     UntrustedContentError,
 )
-from store.layout import LEVELS, ROLES, Location, Selector, StoredMetadata, encode_segment
+from store.layout import LEVELS, ROLES, Location, Selector, StoredMetadata
+from store.segments import encode_segment
 from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState

@@ -128,8 +128,8 @@ def push(
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
-    if not store.is_server and not store.root.is_dir():
-        raise InvalidInputError(f"{store.root}: no store here (the folder does not exist); check --store-root")
+    if (why := store.storage.absence()) is not None:
+        raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
     report = PushReport(remote.url, dry_run)
     locations = store.select(selector)
     with (
@@ -209,7 +209,7 @@ def _plan_folder(
     writer = ShardWriter(ShardOrigin.of(metadata), staging / folder, target_bytes)
     for start in range(0, len(unsent), ROW_BATCH):
         chunk = unsent[start : start + ROW_BATCH]
-        found = database.get_many(chunk)
+        found = database.get_many(chunk, deferred=False)
         for key in chunk:
             if key in found:  # deleted since the scan: nothing to send
                 writer.add(found[key])

@@ -41,8 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from store.errors import InvalidInputError, RemoteError, RemoteNotFoundError, UntrustedContentError
-from store.settings import SyncSettings
+from store.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
 from store.sync.remote_layout import safe_segments
 
 
@@ -236,31 +235,3 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
-
-
-def open_remote(
-    *,
-    repo: str | None = None,
-    directory: Path | None = None,
-    revision: str | None = None,
-    token: str | None = None,
-    settings: SyncSettings | None = None,
-) -> Remote:
-    """The remote named by the arguments, else by the settings (see the module docstring)."""
-    if repo is not None and directory is not None:
-        raise InvalidInputError("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
-    settings = settings or SyncSettings()
-    if directory is None and repo is None:
-        directory, repo = settings.sync_dir, settings.hub_repo
-    if directory is not None:
-        return DirectoryRemote(directory)
-    if repo is None:
-        raise InvalidInputError(
-            "no remote given: pass --repo ORG/NAME (a Hugging Face dataset repository) or --dir PATH "
-            "(a shared folder), or set JUDGESTORE_HUB_REPO or JUDGESTORE_SYNC_DIR"
-        )
-    if repo.count("/") != 1 or not all(repo.split("/")):
-        raise InvalidInputError(f"--repo must be ORG/NAME (a dataset repository id), got {repo!r}")
-    from store.sync.hub import HubRemote
-
-    return HubRemote(repo, revision=revision or settings.hub_revision, token=token)

@@ -7,9 +7,9 @@ Contract::
         shards/{sha256}.jsonl.gz           immutable shards (see store.sync.shards)
 
 * Segments are percent-encoded exactly as in a local store
-  (:func:`store.layout.encode_segment`, long names shortened), so a remote
+  (:func:`store.segments.encode_segment`, long names shortened), so a remote
   folder and a local folder of the same descriptor have the same relative
-  path. A shortened segment parses to a :class:`~store.layout.ShortName`
+  path. A shortened segment parses to a :class:`~store.segments.ShortName`
   until the folder's metadata.json gives the whole name.
 * Every path read from a remote is untrusted. :func:`parse_remote_path`
   accepts only the two shapes above, with ``/`` separators, a known role, a
@@ -38,16 +38,8 @@ from store.errors import (
     UnsafeRemotePathError,
     UntrustedContentError,
 )
-from store.layout import (
-    LEVELS,
-    METADATA_FILE,
-    ROLES,
-    Location,
-    StoredMetadata,
-    check_role,
-    decode_segment,
-    metadata_bytes,
-)
+from store.layout import LEVELS, METADATA_FILE, ROLES, Location, StoredMetadata, check_role, metadata_bytes
+from store.segments import decode_segment
 from store.sync.shards import HASH64, SHARD_SUFFIX, shard_file_name
 
 SHARDS_DIR = "shards"

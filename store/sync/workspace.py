@@ -27,8 +27,8 @@ from pathlib import Path
 import orjson
 from filelock import FileLock
 
+from store.backends.sqlite.errors import translated
 from store.layout import sync_folder
-from store.sqlite_errors import translated
 
 ProgressCallback = Callable[[str, int, int], None]
 """``progress(phase, done, total)``: called as work advances (the CLI draws one bar per phase with it)."""

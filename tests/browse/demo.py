@@ -26,10 +26,11 @@ import math
 from datetime import UTC, datetime, timedelta
 
 from store import CompletionRecord, JudgementRecord, ModelDescriptor, Store, input_hash
-from store.adoption import AdoptionRecord, adopt_rows
+from store.adoption import adopt_rows
 from store.descriptor import render_messages
 from store.logprobs import PositionLogprobs, TokenLogprob, encode
-from store.runs import RunRecord, record_run
+from store.records import AdoptionRecord, RunRecord
+from store.runs import record_run
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TASK, BENCH = "demo", "demo-bench"

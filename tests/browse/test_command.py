@@ -113,7 +113,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
 def test_browse_refuses_a_store_folder_that_does_not_exist(tmp_path: Path) -> None:
     result = run("--store-root", str(tmp_path / "nowhere"), "--port", "0")
     assert result.returncode == 1 and "Traceback" not in result.stderr
-    assert "no such folder: there is no store to browse; check --store-root" in result.stderr
+    assert "the folder does not exist: there is no store to browse; check --store-root" in result.stderr
 
 
 def test_browse_on_a_port_in_use_names_it_and_the_way_out(demo_folder: Path) -> None:

@@ -19,7 +19,8 @@ from sqlalchemy import event
 from store import ModelDescriptor, RowFilter, Selector, Store
 from store.browse import browser as browser_module
 from store.browse import queries
-from store.browse.browser import Browser, RowsQuery, database_name
+from store.browse.browser import Browser
+from store.browse.pages import RowsQuery, database_name
 from store.browse.queries import Key
 from store.settings import Settings
 from tests.factories import completion_record, judgement_record

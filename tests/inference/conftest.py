@@ -1,7 +1,8 @@
 """Fixtures for the inference tests: tiny local models and a CPU-friendly vLLM setup.
 
-The models are built once per session (well under a second each, no network);
-engines are built by the test modules that need them, once per module.
+The models are built once per run, shared by every test process (a few seconds
+each, no network); engines are built by the test modules that need them, once
+per module.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from inference.tiny_model import build_tiny_model
+from inference.backends.vllm.tiny_model import build_tiny_model
+from tests.built_once import built_once
 
 # vLLM on a small CPU machine: engine core in-process (no worker processes to
 # start), no torch.compile, no network, no usage reports, one OpenMP thread.
@@ -42,13 +44,19 @@ TINY_ENGINE_KWARGS: dict[str, Any] = {
 
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", seed=0)
+    """The tiny model, built once per run (read-only: copy it to change a file)."""
+    return (
+        built_once(tmp_path_factory, "tiny-model", lambda f: build_tiny_model(f / "tiny-llama", seed=0)) / "tiny-llama"
+    )
 
 
 @pytest.fixture(scope="session")
 def tiny_model_dir_b(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Same architecture and tokenizer as :func:`tiny_model_dir`, other weights."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model-b") / "tiny-llama", seed=1)
+    return (
+        built_once(tmp_path_factory, "tiny-model-b", lambda f: build_tiny_model(f / "tiny-llama", seed=1))
+        / "tiny-llama"
+    )
 
 
 @pytest.fixture(scope="session")

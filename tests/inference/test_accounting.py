@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from inference.accounting import UsageTotals, priced, usage_totals
-from inference.backend import Generation
+from inference.backends.base import Generation
+from inference.cache.accounting import UsageTotals, priced, usage_totals
 
 
 def test_shares_follow_completion_tokens_and_add_up_to_the_batch_time() -> None:

@@ -14,9 +14,9 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from inference.adopt import adopt, adopt_command_line, adoption_candidates, choose_source, spec_options
-from inference.cached import CachedModel
-from inference.cli import model_spec
+from inference.cache.model import CachedModel
+from inference.cli.options import model_spec
+from inference.drift.adopt import adopt, adopt_command_line, adoption_candidates, choose_source, spec_options
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
 from store.adoption import adoptions

@@ -20,8 +20,8 @@ import pytest
 
 from store.layout import Location, metadata_bytes, read_location_metadata, walk, write_metadata
 from tests.factories import file_digests
-from tests.inference.test_cache_commands import JUDGE_SAMPLING, PROMPTS, SAMPLING, TASK, prompt_rows, write_jsonl
-from tests.inference.test_cli import ENGINE_ARGS, judgestore, lines
+from tests.inference.test_cache_commands import JUDGE_SAMPLING, SAMPLING, TASK, demo_store
+from tests.inference.test_cli import ENGINE_ARGS, judgestore
 
 pytestmark = pytest.mark.engine
 
@@ -31,20 +31,11 @@ OLD_VLLM = "0.10.0"
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
     """4 completions of the tiny model and 8 judgements of them (both orientations, top logprobs)."""
-    folder = tmp_path_factory.mktemp("adopt")
-    root = folder / "store"
-    prompts = write_jsonl(folder / "prompts.jsonl", prompt_rows(PROMPTS))
+    folder = demo_store(tmp_path_factory, tiny_model_dir)
     model = ["--model", str(tiny_model_dir), "--label", "tiny", *TASK, *SAMPLING, *ENGINE_ARGS]
-    answers = folder / "answers.jsonl"
-    judgestore("generate", *model, "-i", str(prompts), "-o", str(answers), root=root)
-    pairs = write_jsonl(folder / "pairs.jsonl", [
-        {"question": p, "benchmark": "demo", "instruction_id": a["instruction_id"], "model_a": "tiny",
-         "answer_a": a["completion"], "model_b": "reference", "answer_b": "I do not know."}
-        for p, a in zip(PROMPTS, lines(answers), strict=True)
-    ])  # fmt: skip
     judge = ["--model", str(tiny_model_dir), "--label", "tiny-judge", *TASK, *JUDGE_SAMPLING, *ENGINE_ARGS]
-    judgestore("judge", *judge, "-i", str(pairs), "-o", os.devnull, root=root)
-    return {"root": root, "prompts": prompts, "pairs": pairs, "model": model, "judge": judge}
+    return {"root": folder / "store", "prompts": folder / "prompts.jsonl", "pairs": folder / "pairs.jsonl",
+            "model": model, "judge": judge}  # fmt: skip
 
 
 @pytest.fixture

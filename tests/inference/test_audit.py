@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from inference.audit import audit_database, compare, regenerate, sample_rows
-from inference.cached import CachedModel
+from inference.cache.model import CachedModel
+from inference.drift.audit import audit_database, compare, regenerate, sample_rows
 from inference.requests import CompletionRequest, JudgementRequest, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.factories import file_digests
@@ -26,7 +26,7 @@ DESCRIPTOR = ModelDescriptor(provider="vllm", model="tiny", sampling={"temperatu
 
 @dataclass
 class FakeSpec:
-    """What a run needs of a model (RunnableSpec), with the counting fake engine behind it."""
+    """What a run needs of a model (inference.spec.Spec), with the counting fake engine behind it."""
 
     backend: CountingBackend
     descriptor: ModelDescriptor = DESCRIPTOR
@@ -34,6 +34,9 @@ class FakeSpec:
 
     def cached(self, store: Store | None, *, task: str, mode: Any = "use", **kw: Any) -> CachedModel:
         return CachedModel(store, self.descriptor, task=task, backend_factory=Factory(self.backend), mode=mode, **kw)
+
+    def sent(self) -> None:
+        return None  # an in-process engine sends nothing to a server
 
 
 def ask(i: int, n: int = 1) -> CompletionRequest:

@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from store.layout import walk
+from tests.built_once import built_once
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 from tests.inference.test_cli import ENGINE_ARGS, judgestore, lines
 
@@ -40,16 +41,19 @@ def prompt_rows(prompts: list[str]) -> list[dict[str, Any]]:
             for i, p in enumerate(prompts)]  # fmt: skip
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
-    """A store holding 4 completions of the tiny model and 8 judgements of them (both orientations)."""
-    folder = tmp_path_factory.mktemp("kyc")
+def build_demo_store(folder: Path, tiny_model_dir: Path) -> None:
+    """4 completions of the tiny model and 8 judgements of them (both orientations, top logprobs), by the CLI.
+
+    Shared by this module and test_adopt_engine.py (:func:`tests.built_once.built_once`): the summary of the
+    first run is kept beside the store, in ``first.json``.
+    """
     root = folder / "store"
     prompts = write_jsonl(folder / "prompts.jsonl", prompt_rows(PROMPTS))
     model = ["--model", str(tiny_model_dir), "--label", "tiny"]
     answers = folder / "answers.jsonl"
-    first = orjson.loads(judgestore("generate", *model, *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(prompts),
-                                    "-o", str(answers), "--json", root=root).stdout)  # fmt: skip
+    first = judgestore("generate", *model, *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(prompts),
+                       "-o", str(answers), "--json", root=root).stdout  # fmt: skip
+    (folder / "first.json").write_text(first)
     pairs = write_jsonl(folder / "pairs.jsonl", [
         {"question": p, "benchmark": "demo", "instruction_id": a["instruction_id"], "model_a": "tiny",
          "answer_a": a["completion"], "model_b": "reference", "answer_b": "I do not know."}
@@ -58,9 +62,23 @@ def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dic
     judge = ["--model", str(tiny_model_dir), "--label", "tiny-judge", *JUDGE_SAMPLING]
     judged = orjson.loads(judgestore("judge", *judge, *TASK, *ENGINE_ARGS, "-i", str(pairs), "-o",
                                      str(folder / "verdicts.jsonl"), "--json", root=root).stdout)  # fmt: skip
-    assert (first["rows_written"], judged["rows_written"]) == (4, 8)
-    return {"root": root, "folder": folder, "prompts": prompts, "model": model, "judge": judge, "first": first,
-            "pairs": pairs}  # fmt: skip
+    assert (orjson.loads(first)["rows_written"], judged["rows_written"]) == (4, 8)
+
+
+def demo_store(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """The folder :func:`build_demo_store` fills, built once per run (read-only: copy the store to change it)."""
+    return built_once(tmp_path_factory, "cli-demo-store", lambda folder: build_demo_store(folder, tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> dict[str, Any]:
+    """A store holding 4 completions of the tiny model and 8 judgements of them (both orientations)."""
+    folder = demo_store(tmp_path_factory, tiny_model_dir)
+    model = ["--model", str(tiny_model_dir), "--label", "tiny"]
+    judge = ["--model", str(tiny_model_dir), "--label", "tiny-judge", *JUDGE_SAMPLING]
+    return {"root": folder / "store", "prompts": folder / "prompts.jsonl", "model": model,
+            "judge": judge, "first": orjson.loads((folder / "first.json").read_bytes()),
+            "pairs": folder / "pairs.jsonl"}  # fmt: skip
 
 
 @pytest.fixture

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.cached import CachedModel
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest
 from store.descriptor import ModelDescriptor, input_hash, render_messages
 from store.errors import (
@@ -24,7 +24,7 @@ from store.errors import (
     RequestRefusedError,
     RequestsFailedError,
 )
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.store import Store
 
 
@@ -315,6 +315,7 @@ class StreamingBackend(CountingBackend):
     def __init__(self, fail_after: int | None = None) -> None:
         super().__init__()
         self.stream_fail_after = fail_after
+        self.failure: BaseException = RuntimeError("API failed")
         self.rows_seen_at_arrival: list[int] = []  # rows in the store when each generation was handed over
         self.database: Any = None
 
@@ -322,7 +323,7 @@ class StreamingBackend(CountingBackend):
         generations = CountingBackend.generate(self, requests)
         for sent, index in enumerate(reversed(range(len(requests)))):
             if self.stream_fail_after is not None and sent >= self.stream_fail_after:
-                raise RuntimeError("API failed")
+                raise self.failure
             if self.database is not None:
                 self.rows_seen_at_arrival.append(self.database.count())
             yield index, generations[index]
@@ -349,6 +350,15 @@ def test_a_streaming_backend_that_fails_keeps_what_arrived(store: Store, descrip
     rerun = CountingBackend()
     model(store, descriptor, rerun).complete([ask(i) for i in range(5)])
     assert sorted(r.rendered["messages"][0]["content"] for r in rerun.received) == ["q0", "q1"]
+
+
+def test_ctrl_c_writes_what_arrived_and_says_so(store: Store, descriptor: ModelDescriptor) -> None:
+    backend = StreamingBackend(fail_after=3)
+    backend.failure = KeyboardInterrupt()
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model(store, descriptor, backend, chunk_size=10).complete([ask(i) for i in range(5)])
+    assert store.database("completions", "t", descriptor).count() == 3
+    assert "this call stored 3 rows (3 generated)" in "\n".join(raised.value.__notes__)
 
 
 # ---------------------------------------------------------------- what it cost, what it saved

@@ -13,8 +13,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from inference import CachedModel, CompletionRequest, HostedSpec
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.cached import Responses
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.cache.model import Responses
 from store import Store
 from store.descriptor import ModelDescriptor
 from store.errors import RequestRefusedError, RequestsFailedError

@@ -21,20 +21,20 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inference.backend import EngineRequest, Generation, Refusal
-from inference.cached import CachedModel
-from inference.cli import model_spec
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.backends.vllm.preflight import PromptLengthCheck
+from inference.cache.model import CachedModel
+from inference.cache.plan import Mode
+from inference.cli.options import model_spec
 from inference.judging import pairwise_requests, pointwise_request
-from inference.plan import Mode
-from inference.preflight import PromptLengthCheck
 from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
-from inference.vllm_backend import VLLMBackend, create_vllm_backend
-from inference.vllm_descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, PromptTooLongError, RequestRefusedError, RequestsFailedError
-from store.records import RowFilter
+from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
@@ -51,7 +51,7 @@ def describe(model_dir: Path, sampling: dict[str, object] = GREEDY) -> ModelDesc
 
 
 class Counting:
-    """A view of the shared engine that counts what it is asked; closing it keeps the engine."""
+    """A streaming view of the shared engine that counts what it is asked; closing it keeps the engine."""
 
     def __init__(self, engine: VLLMBackend) -> None:
         self.engine = engine
@@ -60,6 +60,10 @@ class Counting:
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         self.received.extend(requests)
         return self.engine.generate(requests)
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        self.received.extend(requests)
+        return self.engine.generate_stream(requests)
 
     def close(self) -> None:
         pass
@@ -227,10 +231,10 @@ def test_pairwise_both_orientations_and_pointwise_rows(store: Store, engine: VLL
 CRASHING_RUN = """
 import os, signal, sys
 from pathlib import Path
-from inference.cached import CachedModel
-from inference.vllm_descriptor import descriptor_from_vllm
+from inference.cache.model import CachedModel
+from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.requests import CompletionRequest
-from inference.vllm_backend import create_vllm_backend
+from inference.backends.vllm.backend import create_vllm_backend
 from store.store import Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 
@@ -306,7 +310,7 @@ def test_a_spec_without_sampling_settings_gets_the_command_lines_defaults_and_do
 _CHANGED_FILES_RUN = """
 import json, sys
 from pathlib import Path
-from inference.cached import CachedModel
+from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
 from inference.spec import ModelSpec
 from store.errors import EngineMismatchError

@@ -16,7 +16,7 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.cached import CachedModel
+from inference.cache.model import CachedModel
 from inference.jsonl import read_completion_requests
 from inference.spec import ModelSpec
 from store import logprobs

@@ -19,10 +19,10 @@ import pytest
 from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
 
 from inference import CompletionRequest, ModelSpec
-from inference.backend import Backend
+from inference.backends.base import Backend
+from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
 from inference.compat import do_inference, prepare_model
 from inference.langchain import CachedChatModel
-from inference.vllm_backend import VLLMBackend, create_vllm_backend
 from store import Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 

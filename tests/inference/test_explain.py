@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from inference.cached import CachedModel
-from inference.explain import (
+from inference.cache.model import CachedModel
+from inference.drift.explain import (
     FieldChange,
     descriptor_changes,
     explain_command_line,

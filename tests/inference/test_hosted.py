@@ -12,11 +12,16 @@ from collections.abc import Iterator
 
 import pytest
 
-from inference.backend import EngineRequest
-from inference.hosted import HOSTED_PROTOCOL, HostedKeyWarning, HostedSpec, hosted_descriptor, normalise_endpoint
-from inference.openai_wire import request_body
+from inference.backends.base import EngineRequest
+from inference.backends.hosted.descriptor import (
+    HOSTED_PROTOCOL,
+    HostedKeyWarning,
+    hosted_descriptor,
+    normalise_endpoint,
+)
+from inference.backends.hosted.wire import request_body
 from inference.requests import CompletionRequest
-from inference.spec import DEFAULT_SAMPLING
+from inference.spec import DEFAULT_SAMPLING, HostedSpec
 from store.errors import InvalidInputError, JudgestoreError, MissingAPIKeyError
 from store.store import Store
 from tests.fake_openai import FakeOpenAI
@@ -189,7 +194,7 @@ def test_a_missing_key_is_a_typed_error_naming_the_variable_only_when_something_
 
 _FULL_HIT_RUN = """
 import sys
-from inference.hosted import HostedSpec
+from inference.spec import HostedSpec
 from inference.requests import CompletionRequest
 from store.store import Store
 

@@ -9,7 +9,7 @@ import orjson
 import pytest
 from typer.testing import CliRunner, Result
 
-from inference.cli import register
+from inference.cli.generate import register
 from store.cli.app import build_app
 from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests

@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from inference.cli import register
-from inference.model_source import cached_commit, resolve_model
-from inference.tiny_model import CHATML_TEMPLATE
-from inference.vllm_descriptor import descriptor_from_vllm
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.backends.vllm.model_source import cached_commit, resolve_model
+from inference.backends.vllm.tiny_model import CHATML_TEMPLATE
+from inference.cli.generate import register
 from store.cli.app import build_app
 from store.descriptor import sha256_hex
 from store.errors import ModelFolderNotFoundError, ModelNotFoundError, UnpinnedModelError

@@ -16,7 +16,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Iterator
 from typing import Any
@@ -24,12 +23,12 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.backend import EngineRequest
-from inference.hosted import HostedSpec
+from inference.backends.base import EngineRequest
+from inference.backends.hosted.client import RetryPolicy
+from inference.backends.hosted.wire import generation_from_body, request_body
 from inference.judging import pairwise_requests
-from inference.openai_backend import RetryPolicy
-from inference.openai_wire import generation_from_body, request_body
 from inference.requests import CompletionRequest
+from inference.spec import HostedSpec
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -113,10 +112,9 @@ def test_judgements_go_through_the_same_boundary(store: Store, fake: FakeOpenAI)
 
 def test_at_most_max_concurrency_requests_are_in_flight(store: Store, fake: FakeOpenAI) -> None:
     fake.delay = 0.1
-    started = time.monotonic()
     served(fake, max_concurrency=3).cached(store, task="t").complete([ask(i) for i in range(9)])
+    # Three at once (one by one would be 1), never more; the server counts, so a loaded machine cannot fake it.
     assert fake.max_in_flight == 3
-    assert time.monotonic() - started < 0.9 * 9 * fake.delay  # concurrent, not one by one
 
 
 def test_what_is_sent_is_the_descriptor(fake: FakeOpenAI) -> None:
@@ -391,7 +389,7 @@ def test_a_vllm_server_body_with_empty_bytes_and_a_sampled_token_outside_the_top
 
 _KILLED_RUN = """
 import os, signal, sys
-from inference.hosted import HostedSpec
+from inference.spec import HostedSpec
 from inference.requests import CompletionRequest
 from store.store import Store
 

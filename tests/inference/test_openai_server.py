@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from inference.hosted import HostedSpec
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest
+from inference.spec import HostedSpec
 from store import logprobs
 from store.errors import HostedModelNotFoundError, HostedRequestError, RequestsFailedError
 from store.store import Store

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from inference.backend import EngineRequest, Generation
+from inference.backends.base import EngineRequest, Generation
 from inference.run import run_requests
 from store.descriptor import ModelDescriptor
 from store.settings import Settings

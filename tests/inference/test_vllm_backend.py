@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from inference.backend import EngineRequest, Generation
-from inference.vllm_backend import VLLMBackend, create_vllm_backend, verify_loaded
-from inference.vllm_descriptor import descriptor_from_vllm
+from inference.backends.base import EngineRequest, Generation
+from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend, verify_loaded
+from inference.backends.vllm.descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError
@@ -213,7 +213,8 @@ def test_the_descriptors_explicit_template_must_reach_the_backend(tiny_model_dir
 def test_importing_the_inference_modules_loads_no_ml_library() -> None:
     code = (
         "import sys\n"
-        "import inference.vllm_backend, inference.vllm_descriptor, inference.tiny_model\n"
+        "import inference.backends.vllm.backend, inference.backends.vllm.descriptor\n"
+        "import inference.backends.vllm.tiny_model\n"
         "print(sorted(m for m in ('vllm', 'torch', 'transformers') if m in sys.modules))\n"
     )
     assert run_fresh_python(code).stdout.strip() == "[]"

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from inference.model_source import local_model_digest
-from inference.tiny_model import CHATML_TEMPLATE, build_tiny_model
-from inference.vllm_descriptor import EXECUTION_ONLY_SETTINGS, backend_version, descriptor_from_vllm
+from inference.backends.vllm.descriptor import EXECUTION_ONLY_SETTINGS, backend_version, descriptor_from_vllm
+from inference.backends.vllm.model_source import local_model_digest
+from inference.backends.vllm.tiny_model import CHATML_TEMPLATE, build_tiny_model
 from store.descriptor import sha256_hex
 from store.errors import InvalidInputError
 from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
@@ -198,7 +198,7 @@ def test_bad_settings_are_refused(tiny_model_dir: Path, kwargs: dict[str, Any], 
 def test_building_a_descriptor_loads_no_ml_library(tiny_model_dir: Path) -> None:
     code = (
         "import sys\n"
-        "from inference.vllm_descriptor import descriptor_from_vllm\n"
+        "from inference.backends.vllm.descriptor import descriptor_from_vllm\n"
         f"d = descriptor_from_vllm({str(tiny_model_dir)!r}, engine_kwargs={{'dtype': 'float32'}})\n"
         "assert d.chat_template_sha256 and d.revision.startswith('sha256:')\n"
         "print(sorted(m for m in ('vllm', 'torch', 'transformers', 'tokenizers') if m in sys.modules))\n"

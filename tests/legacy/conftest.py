@@ -16,8 +16,8 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from store import jsonvalues
+from store.backends.sqlite.connections import create_sqlite_engine
 from store.descriptor import ModelDescriptor
-from store.engine import create_sqlite_engine
 from store.layout import walk
 from store.legacy.detect import Detection, detect
 from store.legacy.importer import Attribution, ImportOptions, ImportProgress, import_sources
@@ -26,6 +26,7 @@ from store.legacy.report import ImportReport
 from store.models import MODEL_OF_ROLE
 from store.settings import Settings
 from store.store import Store
+from tests.built_once import built_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHAT = ModelDescriptor(provider="vllm", model="legacy-model", sampling={"temperature": 0.0, "max_tokens": 64})
@@ -148,7 +149,9 @@ def legacy_root(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny local model of inference.tiny_model (built in well under a second, no network)."""
-    from inference.tiny_model import build_tiny_model
+    """The tiny local model of inference.backends.vllm.tiny_model (the inference tests' own, built once per run)."""
+    from inference.backends.vllm.tiny_model import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model") / "tiny-llama", seed=0)
+    return (
+        built_once(tmp_path_factory, "tiny-model", lambda f: build_tiny_model(f / "tiny-llama", seed=0)) / "tiny-llama"
+    )

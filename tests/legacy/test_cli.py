@@ -8,7 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inference.legacy_cli import register
+from inference.cli.legacy import register
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import read_metadata, walk
@@ -118,7 +118,7 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
     vLLM version: `judgestore explain` given the same options finds it as the nearest, differing in nothing else."""
     import shlex
 
-    from inference.vllm_descriptor import backend_version
+    from inference.backends.vllm.descriptor import backend_version
 
     legacy, root = tmp_path / "legacy", tmp_path / "store"
     kwargs = {"dtype": "float32", "max_model_len": 256, "seed": 0, "max_tokens": 8, "temperature": 0}
@@ -157,12 +157,12 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
 
 def test_on_a_core_install_the_note_says_vllm_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without vLLM (a core install) the import note names what to install, never 'this machine has None'."""
-    import inference.legacy
-    from inference.legacy import LegacyDescriptorMapper
-    from inference.tiny_model import build_tiny_model
+    import inference.legacy.mapper
+    from inference.backends.vllm.tiny_model import build_tiny_model
+    from inference.legacy.mapper import LegacyDescriptorMapper
     from tests.legacy.conftest import run_import
 
-    monkeypatch.setattr(inference.legacy, "installed_backend_version", lambda: None)
+    monkeypatch.setattr(inference.legacy.mapper, "installed_backend_version", lambda: None)
     model = build_tiny_model(tmp_path / "tiny-local", seed=0)
     metadata = b.s3_metadata(str(model), {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
     folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", str(model), metadata)

@@ -105,7 +105,7 @@ def test_s1_files_beside_their_metadata_need_a_descriptor(legacy_root: Path, sto
     ])  # fmt: skip
     (detection,) = detect([legacy_root]).detections
     assert detection.metadata is not None and detection.metadata.form is MetadataForm.S1
-    from inference.legacy import LegacyDescriptorMapper
+    from inference.legacy.mapper import LegacyDescriptorMapper
 
     report = run_import([legacy_root], store_root, LegacyDescriptorMapper(detections=[detection]), task="t")
     assert report.sources[0].skipped == {"S1j records no descriptor; import it with --descriptor FILE": 1}

@@ -23,13 +23,13 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.backend import Backend
-from inference.cached import CachedModel
+from inference.backends.base import Backend
+from inference.backends.vllm.descriptor import backend_version
+from inference.cache.model import CachedModel
 from inference.judging import pairwise_requests, pointwise_request
-from inference.legacy_settings import LEGACY_EXECUTION_ONLY
+from inference.legacy.settings import LEGACY_EXECUTION_ONLY
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
-from inference.vllm_descriptor import backend_version
 from store.layout import read_metadata, walk
 from store.settings import Settings
 from store.store import Store

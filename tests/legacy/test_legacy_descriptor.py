@@ -1,4 +1,4 @@
-"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy_settings.py, legacy.py).
+"""Legacy descriptors map onto the descriptor a live run computes (inference/legacy/settings.py, legacy.py).
 
 The reference is always the live path itself: ``ModelSpec(...).descriptor``
 with the settings a user would pass today. A mapping that differs from it by
@@ -14,11 +14,11 @@ from typing import Any
 import orjson
 import pytest
 
-from inference.legacy import LegacyDescriptorMapper, parse_assumed_models
-from inference.legacy_settings import LEGACY_EXECUTION_ONLY, live_spec, map_legacy_descriptor
-from inference.legacy_user_descriptor import load_user_descriptor
+from inference.backends.vllm.descriptor import backend_version
+from inference.legacy.mapper import LegacyDescriptorMapper, parse_assumed_models
+from inference.legacy.settings import LEGACY_EXECUTION_ONLY, live_spec, map_legacy_descriptor
+from inference.legacy.user_descriptor import load_user_descriptor
 from inference.spec import ModelSpec
-from inference.vllm_descriptor import backend_version
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
 from store.layout import read_metadata, walk

@@ -30,10 +30,9 @@ GUIDE = REPO_ROOT / "docs" / "schema-evolution.md"
 ALEMBIC = Path(sys.executable).with_name("alembic")
 NEW_REVISION = f"{int(SHIPPED_HEAD) + 1:04d}"  # the guide's new revision, after the newest shipped one
 
-MODEL_ANCHOR = "    orientation: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-77)\n"
+MODEL_ANCHOR = "    orientation: Mapped[Orientation | None] = mapped_column(server_safe(String(16)), sort_order=-77)\n"
 MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-76)\n"
-RECORD_ANCHOR = "    orientation: Orientation | None = None\n    finish_reason: str | None = None\n"
-RECORD_EDIT = "    verdict: str | None = None\n"
+CODEGEN = "python -m store.codegen"
 DOCSTRING = """What changes: adds the nullable column judgements.verdict (String(16)).
 Why: parsed verdicts can be filtered on without re-parsing completions.
 Data impact: none; existing rows read NULL, no row is rewritten.
@@ -68,7 +67,7 @@ def _store(copy: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedP
 
 def test_the_guide_shows_the_edits_this_test_makes() -> None:
     guide = GUIDE.read_text()
-    for snippet in (MODEL_EDIT, RECORD_EDIT, DOCSTRING, 'alembic revision --autogenerate -m "add judgement verdict"'):
+    for snippet in (MODEL_EDIT, CODEGEN, DOCSTRING, 'alembic revision --autogenerate -m "add judgement verdict"'):
         assert snippet in guide
 
 
@@ -85,9 +84,12 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
             store.database("judgements", "mt-bench", descriptor).put_many([judgement_record(i) for i in range(k + 3)])
             store.database("completions", "mt-bench", descriptor).put_many([completion_record(i) for i in range(4)])
 
-    # 1. the model and the record, edited as the guide shows
+    # 1. the model, edited as the guide shows, and the records generated from it
     _edit(copy / "store" / "models.py", MODEL_ANCHOR, MODEL_EDIT)
-    _edit(copy / "store" / "records.py", RECORD_ANCHOR, RECORD_EDIT)
+    stale = _run(copy, sys.executable, "-m", "store.codegen", "--check", env=env)
+    assert stale.returncode == 1 and "store/records.py" in stale.stderr  # the guide's command is then needed
+    assert _run(copy, *CODEGEN.replace("python", sys.executable, 1).split(), env=env).returncode == 0
+    assert "    verdict: str | None = None\n" in (copy / "store" / "records.py").read_text()
 
     # 2. a development database at head; alembic check sees the new column
     assert _run(copy, str(ALEMBIC), "upgrade", "head", env=env).returncode == 0

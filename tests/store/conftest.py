@@ -10,8 +10,9 @@ import pytest
 
 from store import schema
 from store.descriptor import ModelDescriptor
+from store.filters import RowFilter
 from store.layout import Location, Selector, select
-from store.records import FoundRow, RowCount, RowFilter
+from store.rows import FoundRow, RowCount
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store

@@ -1,4 +1,6 @@
 CREATE INDEX ix_adoptions_source_descriptor ON adoptions (source_descriptor);
+CREATE INDEX ix_claims_deadline ON claims (deadline);
+CREATE INDEX ix_claims_position ON claims (position);
 CREATE INDEX ix_completions_adopted_from ON completions (adopted_from) WHERE adopted_from IS NOT NULL;
 CREATE INDEX ix_completions_benchmark_instruction_id ON completions (benchmark, instruction_id);
 CREATE INDEX ix_completions_created_at ON completions (created_at);
@@ -33,6 +35,16 @@ CREATE TABLE adoptions (
   created_by VARCHAR,
   adopted_at DATETIME NOT NULL,
   CONSTRAINT pk_adoptions PRIMARY KEY (id)
+);
+CREATE TABLE claims (
+  input_hash VARCHAR(64) NOT NULL,
+  position INTEGER NOT NULL,
+  holder VARCHAR,
+  deadline DATETIME,
+  attempts INTEGER NOT NULL,
+  failed TEXT,
+  updated_at DATETIME NOT NULL,
+  CONSTRAINT pk_claims PRIMARY KEY (input_hash)
 );
 CREATE TABLE completions (
   input_hash VARCHAR(64) NOT NULL,

@@ -1,5 +1,5 @@
 """The `judgestore` data commands, run for real: in-process through typer's CliRunner, and as
-`python -m store` (and the `judgestore` console script, once inference/cli.py provides it) in a subprocess.
+`python -m store` (and the `judgestore` console script, once inference/cli/ provides it) in a subprocess.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from typer.testing import CliRunner
 
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
+from store.filters import RowFilter
 from store.layout import walk
-from store.records import RowFilter
 from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
@@ -494,7 +494,7 @@ def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path)
     assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
 
 
-@pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli.py does not exist yet")
+@pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli/ does not exist yet")
 def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("judgestore")
     result = subprocess.run([str(script), "ls", "--json"], capture_output=True, text=True, cwd=tmp_path, timeout=120)

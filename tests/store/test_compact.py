@@ -7,9 +7,10 @@ from pathlib import Path
 
 import orjson
 
-from store.compact import VacuumOutcome, vacuum_database
+from store.backends.sqlite.vacuum import vacuum_database
+from store.filters import RowFilter
 from store.layout import walk
-from store.records import RowFilter
+from store.reports import VacuumOutcome
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, foreign_database

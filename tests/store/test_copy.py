@@ -21,16 +21,17 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from store import logprobs
-from store.adoption import AdoptionRecord, adopt_rows, adoptions
+from store.adoption import adopt_rows, adoptions
+from store.backends.postgres.registry import schema_name
+from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
 from store.copy import copy_store, row_digest
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
 from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.pgtext import ESCAPE
-from store.postgres import schema_name
-from store.runs import RunRecord, recent_runs, record_run
+from store.records import AdoptionRecord, RunRecord
+from store.runs import recent_runs, record_run
 from store.settings import Settings
 from store.store import Store
 from tests.factories import JUDGE, QWEN, completion_record, file_digests, fill_small_store, judgement_record
@@ -279,7 +280,7 @@ def test_a_missing_source_is_a_typed_error_and_creates_nothing(tmp_path: Path, p
     with (
         Store(root=tmp_path / "nowhere", readonly=True) as source,
         Store(root=tmp_path / "target") as target,
-        pytest.raises(StoreMissingError, match="no such folder"),
+        pytest.raises(StoreMissingError, match="the folder does not exist"),
     ):
         copy_store(source, target)
     assert not (tmp_path / "target").exists()

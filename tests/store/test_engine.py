@@ -12,15 +12,16 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
-import store.engine
-from store.descriptor import ModelDescriptor
-from store.engine import (
+import store.backends.sqlite.connections
+from store.backends.sqlite.connections import (
     NetworkFilesystemWarning,
     create_sqlite_engine,
     filesystem_type,
     journal_mode_for,
     readonly_uri,
 )
+from store.backends.sqlite.errors import translated
+from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
     DamagedTextError,
@@ -34,7 +35,6 @@ from store.errors import (
     UnexpectedDatabaseError,
 )
 from store.settings import Settings
-from store.sqlite_errors import translated
 from store.store import Store
 from tests.factories import completion_record, current_database
 
@@ -128,7 +128,9 @@ def test_an_unreadable_mount_table_means_unknown_and_wal(tmp_path: Path) -> None
 def test_a_store_on_a_network_filesystem_uses_the_rollback_journal(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.engine, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs4 rw 0 0"))
+    monkeypatch.setattr(
+        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs4 rw 0 0")
+    )
     with pytest.warns(NetworkFilesystemWarning), Store(root=store_root) as s:
         database = s.database("completions", "t", descriptor)
         database.put_many([completion_record(1)])
@@ -142,7 +144,9 @@ def test_a_store_on_a_network_filesystem_uses_the_rollback_journal(
 def test_a_store_refusing_network_filesystems_creates_no_database(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.engine, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} lustre rw 0 0"))
+    monkeypatch.setattr(
+        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} lustre rw 0 0")
+    )
     with Store(Settings(journal_policy="refuse-network"), root=store_root) as s, pytest.raises(NetworkFilesystemError):
         s.database("completions", "t", descriptor)
     assert not list(store_root.rglob("*.db"))
@@ -153,7 +157,9 @@ def test_a_wal_database_moved_to_a_network_filesystem_is_switched_to_rollback(
 ) -> None:
     db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
     assert db_path.read_bytes()[18:20] == b"\x02\x02"
-    monkeypatch.setattr(store.engine, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs rw 0 0"))
+    monkeypatch.setattr(
+        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs rw 0 0")
+    )
     with pytest.warns(NetworkFilesystemWarning), Store(root=store_root) as s:
         assert s.database("completions", "t", descriptor).count() == 1
     assert db_path.read_bytes()[18:20] == b"\x01\x01"

@@ -16,8 +16,9 @@ import orjson
 import pytest
 
 from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
+from store.filters import RowFilter
 from store.layout import Selector, walk
-from store.records import CompletionRecord, RowFilter
+from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
@@ -48,7 +49,10 @@ def test_damaged_text_read_through_the_api_is_a_typed_error(damaged_text: tuple[
         with pytest.raises(DamagedTextError) as caught:
             list(database.query())
         with pytest.raises(CorruptDatabaseError):  # a kind of damage: callers that handle damage handle it
-            database.get_many([key])
+            database.get_many([key], deferred=False)
+        found = database.get_many([key])  # the lookup leaves the prompt unread: the damage shows where it is read
+        with pytest.raises(CorruptDatabaseError):
+            _ = found[key].input_text
     assert caught.value.path == qwen_db(root)
     assert "judgestore verify" in str(caught.value) and "--input-hash" in str(caught.value)
     if readonly:

@@ -12,18 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from store.backends.sqlite.schema import database_info
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.layout import (
     METADATA_FILE,
-    NAME_MAX_BYTES,
-    SHORT_PREFIX_BYTES,
     Location,
     Selector,
-    ShortName,
     check_location_metadata,
-    decode_segment,
-    encode_segment,
     metadata_bytes,
     read_location_metadata,
     read_metadata,
@@ -31,7 +27,8 @@ from store.layout import (
     walk,
     write_metadata,
 )
-from store.schema import DatabaseState, database_info
+from store.schema import DatabaseState
+from store.segments import NAME_MAX_BYTES, SHORT_PREFIX_BYTES, ShortName, decode_segment, encode_segment
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, current_database, file_digests

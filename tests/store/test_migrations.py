@@ -22,10 +22,12 @@ from alembic.runtime.migration import MigrationContext
 from sqlalchemy import create_engine, inspect
 
 from store import schema
+from store.backends.sqlite.rows import SqliteRepository
+from store.backends.sqlite.upgrade import upgrade_database
 from store.descriptor import input_hash, render_messages
 from store.models import Base, Completion, Judgement
 from store.records import JudgementRecord
-from store.repository import Repository
+from store.reports import UpgradeOutcome
 from store.schema import (
     MIGRATION_OPTIONS,
     VERSION_TABLE,
@@ -35,7 +37,6 @@ from store.schema import (
     read_script_directory,
 )
 from store.settings import Settings
-from store.upgrade import UpgradeOutcome, upgrade_database
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -264,7 +265,7 @@ def test_0002_makes_the_slots_of_0_1_default_prompt_rows_positional_and_leaves_t
     with engine.connect() as conn:
         slots = {
             row.input_hash: (row.model_a, row.model_b, row.orientation)
-            for row in Repository(conn, "judgements").query()
+            for row in SqliteRepository(conn, "judgements").query()
         }
     engine.dispose()
     assert slots == {
@@ -287,7 +288,7 @@ def test_0004_adds_adoptions_and_leaves_every_stored_row_not_adopted(tmp_path: P
     assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.UPGRADED, "0003", SHIPPED_HEAD)
     engine = create_engine(f"sqlite:///{db_path}")
     with engine.connect() as conn:
-        stored = sorted(Repository(conn, "completions").query(), key=lambda r: r.input_hash)
+        stored = sorted(SqliteRepository(conn, "completions").query(), key=lambda r: r.input_hash)
         assert stored == sorted(rows, key=lambda r: r.input_hash)  # adopted_from NULL: none adopted
         assert "adoptions" in inspect(conn).get_table_names()
     engine.dispose()

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from store import jsonvalues
-from store.pgtext import ESCAPE, dumps_json, escape, escaped_bytes, loads_json, unescape
+from store.backends.postgres.text import ESCAPE, dumps_json, escape, escaped_bytes, loads_json, unescape
 
 # Text that stresses the escape: NUL and the escape character itself, the digits that follow it, and the rest
 # (lone surrogates aside: no store keeps them, tests/store/test_repository.py).

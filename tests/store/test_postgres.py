@@ -17,6 +17,9 @@ from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from store import jsonvalues, logprobs
+from store.backends.postgres.connections import display_url, parse_store_url
+from store.backends.postgres.registry import registry, schema_name
+from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -29,16 +32,13 @@ from store.errors import (
     ServerPermissionError,
     ServerUnavailableError,
 )
+from store.filters import RowFilter
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.pgtext import ESCAPE
-from store.postgres import display_url, parse_store_url, registry, schema_name
-from store.records import RowFilter
+from store.reports import ProblemKind, UpgradeOutcome
 from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
-from store.upgrade import UpgradeOutcome
-from store.verify import ProblemKind
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
@@ -360,6 +360,7 @@ def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_af
         location = server.database("completions", "t", QWEN).location
     name, database = schema_name(location), make_url(pg_url).database
     pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '0004'", database)
+    pg_cluster.sql(f'DROP TABLE "{name}".claims', database)  # what revision 0006 adds
     engine = create_engine(pg_url)
     with engine.begin() as conn:  # the rows as judgestore stored them before revision 0005: verbatim
         for row in (verbatim, plain):

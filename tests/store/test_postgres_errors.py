@@ -1,7 +1,7 @@
 """Every error psycopg can raise reaches the caller of a server store as a typed error naming the server.
 
 Two ways: every exception class psycopg defines (client-side ones, without a
-SQLSTATE, included) through :func:`store.postgres.translated`; and each
+SQLSTATE, included) through :func:`store.backends.postgres.errors.translated`; and each
 family raised by the driver itself, on the real server, while a server store
 writes and reads (the driver's cursor made to raise it, then a lock the
 server really waits on), after which the store is used again as if nothing
@@ -21,6 +21,8 @@ import pytest
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
+from store.backends.postgres.connections import display_url
+from store.backends.postgres.errors import translated
 from store.errors import (
     JudgestoreError,
     ServerAuthError,
@@ -34,7 +36,6 @@ from store.errors import (
     ServerValueError,
     UnexpectedServerError,
 )
-from store.postgres import display_url, translated
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record
@@ -195,7 +196,7 @@ def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_r
     assert database is not None
 
     def hold() -> None:
-        from store.postgres import schema_name
+        from store.backends.postgres.registry import schema_name
 
         with psycopg.connect(host=pg_cluster.socket_dir, user="postgres", dbname=database) as conn:
             conn.execute(f'LOCK TABLE "{schema_name(location)}".completions IN ACCESS EXCLUSIVE MODE')

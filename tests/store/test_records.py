@@ -1,4 +1,4 @@
-"""Row filters: which roles a filter applies to, and the times it takes."""
+"""Records and row filters: records are what the models declare, built as their dataclass would build them."""
 
 from __future__ import annotations
 
@@ -9,8 +9,11 @@ from typing import Any
 
 import pytest
 
+from store import codegen
 from store.errors import InvalidInputError
-from store.records import CompletionRecord, JudgementRecord, RowFilter, parse_timestamp, roles_for
+from store.filters import RowFilter, parse_timestamp, roles_for
+from store.models import Adoption, Completion, Judgement, Run
+from store.records import AdoptionRecord, CompletionRecord, JudgementRecord, RunRecord, RunTotals
 
 
 def test_judgement_only_filters_select_judgements() -> None:
@@ -42,7 +45,8 @@ def test_records_are_built_as_their_dataclass_would_build_them(record_type: type
         slots=True,
         kw_only=True,
     )
-    assert inspect.signature(record_type) == inspect.signature(reference)
+    ours, theirs = inspect.signature(record_type), inspect.signature(reference)
+    assert ours.parameters == theirs.parameters  # (the generated module spells ``-> None`` as a string)
     when = datetime(2026, 1, 1, tzinfo=UTC)
     given = {"input_hash": "h", "input_text": "t", "completion": "c", "created_at": when, "usage": {"n": 1}}
     built, expected = record_type(**given), reference(**given)
@@ -58,3 +62,37 @@ def test_records_are_built_as_their_dataclass_would_build_them(record_type: type
         assert str(ours.value) == str(theirs.value)
     with pytest.raises(TypeError):
         record_type("h")
+
+
+def test_the_records_are_what_the_models_give_today() -> None:
+    """store/records.py is generated from the models: a model changed without it fails here, naming the command."""
+    assert codegen.stale() == [], f"run `{codegen.COMMAND}` (the models changed since store/records.py was written)"
+
+
+@pytest.mark.parametrize(
+    ("model", "record_type"),
+    [(Completion, CompletionRecord), (Judgement, JudgementRecord), (Run, RunRecord), (Adoption, AdoptionRecord)],
+)
+def test_a_record_has_exactly_its_table_columns_in_storage_order(model: Any, record_type: type[Any]) -> None:
+    assert tuple(f.name for f in dataclasses.fields(record_type)) == tuple(c.key for c in model.__table__.columns)
+    nullable = {c.key for c in model.__table__.columns if c.nullable}
+    defaults_none = {f.name for f in dataclasses.fields(record_type) if f.default is None}
+    assert nullable <= defaults_none  # a nullable column may be left out of a record
+
+
+def test_run_totals_add_up_the_summed_columns_of_runs() -> None:
+    summed = {c.key for c in Run.__table__.columns if c.info.get("summed")}
+    assert summed and summed <= {f.name for f in dataclasses.fields(RunTotals)}
+    one = RunTotals(runs=1, hits=2, engine_seconds=0.5, first_started_at=datetime(2026, 1, 2, tzinfo=UTC))
+    two = RunTotals(runs=2, hits=3, engine_seconds=0.25, first_started_at=datetime(2026, 1, 1, tzinfo=UTC))
+    total = one + two
+    assert (total.runs, total.hits, total.engine_seconds) == (3, 5, 0.75)
+    assert total.first_started_at == datetime(2026, 1, 1, tzinfo=UTC) and total.last_finished_at is None
+    assert one + RunTotals() == one
+
+
+def test_a_text_filter_takes_one_text_value() -> None:
+    for bad in (["1", "2"], 3, b"x"):
+        with pytest.raises(InvalidInputError, match="instruction_id filters on one text value"):
+            RowFilter(instruction_id=bad)  # type: ignore[arg-type]
+    assert RowFilter(instruction_id="1").instruction_id == "1"

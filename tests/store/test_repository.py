@@ -20,19 +20,20 @@ from hypothesis import strategies as st
 from sqlalchemy import event, insert, select
 from sqlalchemy.orm import Session
 
+import store.backends.sqlite.rows
 import store.jsonvalues
-import store.sqlite_rows
 from store import logprobs
-from store.database import SqliteDatabase
+from store.backends.postgres.text import ESCAPE
+from store.backends.sqlite.connections import sqlite_dialect
+from store.backends.sqlite.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
-from store.engine import sqlite_dialect
 from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
+from store.filters import RowFilter
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.models import MODEL_OF_ROLE, UTCDateTime
-from store.pgtext import ESCAPE
-from store.records import CompletionRecord, JudgementRecord, RowFilter, record_fields
+from store.records import CompletionRecord, JudgementRecord, record_fields
 from store.repository import Repository
-from store.row_statements import MAX_SAMPLE_INDEX
+from store.row_checks import MAX_SAMPLE_INDEX
 from store.store import Database, Store
 from tests.factories import completion_record, current_database, file_digests, judgement_record
 from tests.faults import damage_text
@@ -77,7 +78,8 @@ def statements(completions: Database) -> Iterator[list[str]]:
 
 
 def lookups(statements: list[str]) -> list[str]:
-    return [s for s in statements if s.lstrip().startswith("SELECT") and "input_text" in s]
+    """The bulk lookups among ``statements`` (lean or whole: both key on one JSON array)."""
+    return [s for s in statements if s.lstrip().startswith("SELECT") and "json_each" in s]
 
 
 # ---------------------------------------------------------------- get_many
@@ -103,26 +105,27 @@ def test_get_many_of_nothing_is_empty(completions: Database) -> None:
 def test_get_many_batches_keys_beyond_one_statement(
     completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.sqlite_rows, "LOOKUP_BATCH", 7)
+    monkeypatch.setattr(store.backends.sqlite.rows, "LOOKUP_BATCH", 7)
     stored = [completion_record(i) for i in range(50)]
     completions.put_many(stored)
     statements.clear()
     asked = [r.input_hash for r in stored] + [completion_record(i).input_hash for i in range(1000, 1030)]
     found = completions.get_many(asked)
-    assert found == {r.input_hash: r for r in stored}
     assert len(lookups(statements)) == math.ceil(80 / 7)
+    assert found == {r.input_hash: r for r in stored}  # reads the deferred prompts: 50 keys, ceil(50 / 7) more
+    assert len(lookups(statements)) == math.ceil(80 / 7) + math.ceil(50 / 7)
 
 
 def test_duplicate_keys_are_looked_up_once(
     completions: Database, statements: list[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.sqlite_rows, "LOOKUP_BATCH", 10)
+    monkeypatch.setattr(store.backends.sqlite.rows, "LOOKUP_BATCH", 10)
     stored = [completion_record(i) for i in range(10)]
     completions.put_many(stored)
     statements.clear()
     found = completions.get_many([r.input_hash for r in stored] * 5)
-    assert found == {r.input_hash: r for r in stored}
     assert len(lookups(statements)) == 1  # 50 keys, 10 distinct: one batch
+    assert found == {r.input_hash: r for r in stored}
 
 
 def test_get_many_uses_one_json_parameter_on_sqlite(completions: Database, statements: list[str]) -> None:
@@ -739,7 +742,7 @@ def test_created_at_is_bound_and_read_as_the_column_type_does() -> None:
     bind_own = column_type.dialect_impl(dialect).bind_processor(dialect)
     read_own = column_type.dialect_impl(dialect).result_processor(dialect, None)
     assert bind_own is not None and read_own is not None
-    bind, read = store.sqlite_rows._utc_to_text(bind_own), store.sqlite_rows._utc_from_text(read_own)
+    bind, read = store.backends.sqlite.rows._utc_to_text(bind_own), store.backends.sqlite.rows._utc_from_text(read_own)
     zones = [UTC, timezone(timedelta(hours=5, minutes=30)), timezone(timedelta(hours=-11)), UTC]
     moments = [datetime(2026, 3, 29, 1, 59, 59, 999999), datetime(1, 1, 2), datetime(9999, 12, 30, 23, 0, 0, 1)]
     for zone, moment in itertools.product(zones, moments):
@@ -792,7 +795,10 @@ def test_a_read_that_fails_on_damaged_text_holds_no_snapshot(store_root: Path, d
     with Store(root=store_root) as s:
         database = s.database("completions", "t", descriptor)
         with pytest.raises(DamagedTextError):
-            database.get_many([key])
+            database.get_many([key], deferred=False)
+        lean = database.get_many([key])  # the damaged prompt is not read: it fails where it is read
+        with pytest.raises(DamagedTextError):
+            _ = lean[key].input_text
         assert database.put_many([completion_record(7)]) == 1
         with closing(sqlite3.connect(db_path)) as other:
             assert other.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()[0] == 0  # 1: a reader held it

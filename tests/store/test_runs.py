@@ -7,7 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from store.descriptor import ModelDescriptor
-from store.runs import RunRecord, RunTotals, recent_runs, record_run, run_totals
+from store.records import RunRecord, RunTotals
+from store.runs import recent_runs, record_run, run_totals
 from store.settings import Settings
 from store.store import Store
 from tests.factories import completion_record
@@ -41,14 +42,14 @@ def test_runs_are_appended_and_read_back_newest_first(store: Store, descriptor: 
 
 def test_totals_add_up_every_run(store: Store, descriptor: ModelDescriptor) -> None:
     database = store.database("completions", "mt-bench", descriptor)
-    assert run_totals(database) == RunTotals.none()
+    assert run_totals(database) == RunTotals()
     for i in range(4):
         record_run(database, run(i))
     totals = run_totals(database)
     assert (totals.runs, totals.hits, totals.misses, totals.saved_prompt_tokens) == (4, 6, 34, 600)
     assert totals.saved_engine_seconds == pytest.approx(3.0) and isinstance(totals.engine_seconds, float)
     assert (totals.first_started_at, totals.last_finished_at) == (T0, T0 + timedelta(hours=3, seconds=5))
-    assert (totals + RunTotals.none()) == totals
+    assert (totals + RunTotals()) == totals
     assert (totals + totals).runs == 8
 
 

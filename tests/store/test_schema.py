@@ -13,8 +13,9 @@ import orjson
 import pytest
 from sqlalchemy import create_engine, event
 
+import store.backends.sqlite.schema
 import store.schema
-import store.sqlite_storage
+from store.backends.sqlite.schema import classify, database_info
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -25,13 +26,7 @@ from store.errors import (
     SchemaBehindError,
 )
 from store.layout import Location, metadata_bytes, read_location_metadata, select, write_metadata
-from store.schema import (
-    DatabaseState,
-    classify,
-    database_info,
-    raise_for_status,
-    revisions_of,
-)
+from store.schema import DatabaseState, raise_for_status, revisions_of
 from store.settings import Settings
 from store.store import Store
 from tests.factories import (
@@ -256,7 +251,7 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
 def traced_connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """Every statement SQLite runs after connecting, one list per connection the store opens."""
     per_connection: list[list[str]] = []
-    real = store.sqlite_storage.sqlite_connector
+    real = store.backends.sqlite.schema.sqlite_connector
 
     def traced(*args: Any, **kwargs: Any) -> tuple[Callable[[], sqlite3.Connection], str | None]:
         connect, journal = real(*args, **kwargs)
@@ -270,7 +265,7 @@ def traced_connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[st
 
         return connect_traced, journal
 
-    monkeypatch.setattr(store.sqlite_storage, "sqlite_connector", traced)  # what Store opens databases with
+    monkeypatch.setattr(store.backends.sqlite.schema, "sqlite_connector", traced)  # what Store opens databases with
     yield per_connection
 
 

@@ -102,9 +102,10 @@ def test_bad_values_are_refused_naming_the_setting(name: str, value: str, bare_e
 
 _IMPORT_EVERYTHING = """
 import os
-import store, store.settings, store.store, store.schema, store.engine, store.repository, store.layout
+import store, store.settings, store.store, store.schema, store.repository, store.layout
+from store.backends.sqlite import connections
 from store.settings import Settings
-found = [m.__name__ + "." + k for m in (store.settings, store.store, store.schema, store.engine, store.repository)
+found = [m.__name__ + "." + k for m in (store.settings, store.store, store.schema, connections, store.repository)
          for k, v in vars(m).items() if isinstance(v, Settings)]
 assert not found, found
 os.environ["JUDGESTORE_JOURNAL_POLICY"] = "wal"

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from store import database as database_module
+from store.backends.sqlite import database as database_module
+from store.deferred import DeferredInputs
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -23,9 +24,11 @@ from store.errors import (
     JudgestoreError,
     SchemaBehindError,
 )
+from store.filters import RowFilter
 from store.layout import METADATA_FILE, Location, Role, Selector, read_metadata
-from store.records import Record, RowFilter, row_columns
+from store.records import Record
 from store.repository import Repository
+from store.rows import row_columns
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
@@ -295,12 +298,14 @@ def test_a_read_only_read_that_fails_as_damaged_while_the_file_changes_is_run_ag
     calls: list[int] = []
     real = database_module.sqlite_get_many  # what Database.get_many reads with on SQLite
 
-    def racing(conn: sqlite3.Connection, role: Role, hashes: Sequence[str]) -> dict[str, Record]:
+    def racing(
+        conn: sqlite3.Connection, role: Role, hashes: Sequence[str], deferred: DeferredInputs | None = None
+    ) -> dict[str, Record]:
         calls.append(1)
         if len(calls) == 1:
             _change_file_under_the_read(db_path)
             raise CorruptDatabaseError(db_path, "is damaged")  # pages read half-way through a checkpoint
-        return real(conn, role, hashes)
+        return real(conn, role, hashes, deferred)
 
     with Store(root=store_root, readonly=True) as s:
         database = s.database("completions", "t", descriptor)

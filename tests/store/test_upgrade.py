@@ -10,14 +10,15 @@ from typing import Any
 
 import pytest
 
-import store.upgrade
+import store.backends.sqlite.upgrade
+from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, upgrade_store
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaBehindError, UpgradeFailedError
 from store.layout import select
+from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
-from store.upgrade import UpgradeOutcome, UpgradeResult, upgrade_database, upgrade_databases, upgrade_store
 from tests.factories import (
     JUDGE,
     LLAMA,
@@ -56,7 +57,7 @@ def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
         SHIPPED_HEAD,
         SYNTHETIC_HEAD,
     )
-    assert result.rows == {"completions": 6, "judgements": 3, "runs": 0, "adoptions": 0}
+    assert result.rows == {"completions": 6, "judgements": 3, "runs": 0, "adoptions": 0, "claims": 0}
     assert result.backup is not None and result.backup.read_bytes() == original
     assert rows_of(db_path) == rows
     assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)
@@ -149,7 +150,9 @@ def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
     restored: list[Path] = []  # copies back onto the live file: only a partial commit should need one
     real_copy = shutil.copy2
     monkeypatch.setattr(
-        store.upgrade.shutil, "copy2", lambda src, dst: restored.append(Path(dst)) or real_copy(src, dst)
+        store.backends.sqlite.upgrade.shutil,
+        "copy2",
+        lambda src, dst: restored.append(Path(dst)) or real_copy(src, dst),
     )
     seen: list[UpgradeResult] = []
     results = list(upgrade_databases(paths, Settings(), script=script, on_result=seen.append))

@@ -5,9 +5,10 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+from store.backends.sqlite.verify import stray_paths, verify_database
 from store.layout import Location, select
+from store.reports import ProblemKind
 from store.settings import Settings
-from store.verify import ProblemKind, stray_paths, verify_database
 from tests.factories import JUDGE, LLAMA, QWEN, completion_record, file_digests
 from tests.store.conftest import location_of
 

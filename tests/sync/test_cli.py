@@ -88,7 +88,10 @@ def test_fetch_reports_a_quarantined_shard_and_exits_1(tmp_path: Path) -> None:
     shard = next((shared / QWEN_FOLDER / "shards").iterdir())
     shard.write_bytes(shard.read_bytes()[:-8])
 
-    result = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(tmp_path / "bob"))
+    # Wide enough for the whole message on one line, however long the temporary folder's path is (xdist's are longer).
+    result = hub_cli(
+        "fetch", "--dir", str(shared), "--all", "--store-root", str(tmp_path / "bob"), env={"COLUMNS": "1000"}
+    )
 
     assert result.exit_code == 1
     assert "quarantined" in result.stdout and "truncated" in result.stdout and ".judgestore-sync" in result.stdout

@@ -1,0 +1,81 @@
+"""What the cache boundary asks of an engine, and what it gets back.
+
+Contract: a :class:`Backend` turns :class:`EngineRequest` s into
+:class:`Generation` s, one per request, in request order. A request the
+engine or server refuses (a prompt too long for it, a value it rejects) comes
+back as a :class:`Refusal` in its place: it fails alone, and the others are
+generated. A failure of the engine itself raises. A backend is prepared
+(model loaded) lazily by its factory, never by the cache layer's planning.
+Sample ``k`` of an input is generated with its own seed (``seed + k`` when the
+descriptor sets a seed), so it does not depend on how many samples are asked
+for at once.
+
+A :data:`Preflight` finds, before the engine is prepared, the requests it
+would refuse (:mod:`inference.backends.vllm.preflight`): those fail without it, and a batch
+of nothing else never loads it.
+
+A :class:`StreamingBackend` (the local vLLM engine, a remote API: requests
+finish one by one) also yields ``(index, generation)`` pairs as they
+complete, over all the misses of a batch at once: the engine keeps as many
+in flight as it can (a local engine's scheduler holds up to its
+``max_num_seqs``, a remote one's concurrency stays busy), and the cache
+boundary writes them as they finish instead of waiting for a whole batch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from store.errors import JudgestoreError
+
+
+@dataclass(frozen=True, slots=True)
+class EngineRequest:
+    """One prompt for the engine: a rendered input (parsed) and its sample index."""
+
+    rendered: dict[str, Any]  # {"type": "messages", "messages": [...]} or {"type": "text", "text": ...}
+    sample_index: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """What the engine produced for one request."""
+
+    text: str
+    finish_reason: str | None = None
+    usage: dict[str, int | float] = field(default_factory=dict)  # prompt_tokens, completion_tokens (engine_seconds)
+    top_logprobs: dict[str, float] | None = None  # first generated token: decoded token -> logprob
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A request the engine or server refused (a :class:`~store.errors.RequestRefusedError`): it fails alone."""
+
+    error: JudgestoreError
+
+
+# Requests an engine would refuse, by their index in the batch, found without preparing it.
+Preflight = Callable[[Sequence[EngineRequest]], Mapping[int, JudgestoreError]]
+
+
+class Backend(Protocol):
+    def generate(self, requests: Sequence[EngineRequest]) -> Sequence[Generation | Refusal]:
+        """One generation (or refusal) per request, in order. Raises on engine failure."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine (GPU memory, worker processes)."""
+        ...
+
+
+@runtime_checkable
+class StreamingBackend(Backend, Protocol):
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        """``(index in requests, generation or refusal)`` once per request, in the order they complete.
+
+        On a failure it yields what completed first (requests already in flight
+        are let finish), then raises. Closing the iterator early cancels the rest.
+        """
+        ...

@@ -1,0 +1,443 @@
+"""A backend for any OpenAI-compatible server (OpenAI, OpenRouter, Together, ``vllm serve``).
+
+Contract:
+
+* Importing this module does not import ``openai``: :func:`create_openai_backend`
+  does, and the cache boundary calls it only when a batch has misses, so a run
+  that is all hits never imports the client (nor sends a request).
+* :class:`OpenAIBackend` is a :class:`~inference.backends.base.StreamingBackend`:
+  at most ``max_concurrency`` requests are in flight, counted over every
+  batch it is sending at once (concurrent async calls of one model share the
+  limit), and each generation is
+  handed to the cache boundary as it completes, so a killed run keeps what
+  it paid for. It runs its own event loop on a private thread, so it works
+  from plain scripts and from inside a running loop (notebooks) alike.
+* 408, 409, 429, 5xx, timeouts and connection errors are retried with
+  exponential backoff and jitter (:class:`RetryPolicy`); ``Retry-After`` (or
+  ``retry-after-ms``) is a floor on the wait, and pauses every request of the
+  backend, not only the one that met it. A wait longer than
+  ``RetryPolicy.max_retry_after`` is not waited out.
+* A request the server refuses (400, 413, 422: a prompt longer than its
+  context, a value it rejects) fails alone: it comes back as a
+  :class:`~inference.backends.base.Refusal` carrying a
+  :class:`~store.errors.HostedRequestError` with the server's reason, and
+  the other requests go on. A server that refuses the first
+  :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none refuses
+  a setting, not a request: no new request starts and that error is raised.
+* Other failures are not retried: each raises a typed
+  :class:`~store.errors.HostedAPIError` (401/403
+  :class:`~store.errors.HostedAuthError`, a model the server does not serve
+  :class:`~store.errors.HostedModelNotFoundError`, a malformed body
+  :class:`~store.errors.HostedResponseError`, ...). On a failure, no new
+  request starts; those in flight finish and are kept, then it raises.
+* What goes over the wire (the request body, the generation a response
+  body gives, what a server's error says) is :mod:`inference.backends.hosted.wire`'s.
+* The API key is held by the client only: it is never logged, and any
+  message built from a server's answer has it blanked out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import queue
+import random
+import threading
+import weakref
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.hosted.wire import (
+    MODEL_MISSING_HINTS,
+    generation_from_body,
+    messages_of,
+    request_body,
+    request_body_keys,
+    retry_after_seconds,
+    server_message,
+)
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    HostedAPIError,
+    HostedAuthError,
+    HostedModelNotFoundError,
+    HostedNotFoundError,
+    HostedRequestError,
+    HostedResponseError,
+    HostedUnavailableError,
+    InvalidInputError,
+    JudgestoreError,
+    install_hint,
+)
+
+log = logging.getLogger("judgestore.hosted")
+
+DEFAULT_MAX_CONCURRENCY = 8  # hosted APIs rate-limit per key; 8 in flight keeps most tiers busy without 429 storms
+DEFAULT_TIMEOUT_S = 120.0
+RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
+REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
+REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How transient failures are retried: ``base_s * 2**attempt`` capped at ``max_s``, times a jitter in [0.5, 1]."""
+
+    max_retries: int = 6
+    base_s: float = 1.0
+    max_s: float = 60.0
+    max_retry_after_s: float = 300.0  # a server asking for a longer pause gets an error instead of a silent wait
+
+    def delay(self, attempt: int, retry_after: float | None) -> float:
+        """Seconds to wait before retry number ``attempt`` (0-based); ``retry_after`` is a floor."""
+        backoff = min(self.max_s, self.base_s * 2**attempt) * random.uniform(0.5, 1.0)
+        return max(backoff, retry_after or 0.0)
+
+
+@dataclass
+class RequestStats:
+    """What a backend sent, for run summaries: HTTP requests (retries included), retries, tokens."""
+
+    requests_sent: int = 0
+    retries: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# ------------------------------------------------------------------ the backend
+
+_DONE = object()
+
+
+class OpenAIBackend:
+    """Requests to one OpenAI-compatible endpoint under one descriptor. Build it with :func:`create_openai_backend`."""
+
+    def __init__(
+        self,
+        client: Any,
+        openai_module: Any,
+        descriptor: ModelDescriptor,
+        *,
+        key_env: str | None,
+        secret: str | None = None,
+        max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        retry: RetryPolicy | None = None,
+        stats: RequestStats | None = None,
+    ) -> None:
+        if descriptor.endpoint is None:
+            raise InvalidInputError(f"the descriptor of {descriptor.model!r} has no endpoint: build it as a hosted one")
+        if max_concurrency < 1:
+            raise InvalidInputError(f"max_concurrency must be >= 1, got {max_concurrency}")
+        self._client = client
+        self._openai = openai_module
+        self._descriptor = descriptor
+        self._endpoint: str = descriptor.endpoint
+        self._key_env = key_env
+        self._secret = secret if secret else None
+        self.max_concurrency = max_concurrency
+        self.retry = retry or RetryPolicy()
+        self.stats = stats if stats is not None else RequestStats()
+        self._not_before = 0.0  # loop time before which no request starts (a server's Retry-After)
+        # Shared by every batch in flight (concurrent async calls of one model): the limit is per backend.
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._warned_no_logprobs = False
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="judgestore-openai", daemon=True)
+        self._thread.start()
+        # A backend dropped without close() (a notebook) still stops its thread when it is collected.
+        self._stop_loop = weakref.finalize(self, self._loop.call_soon_threadsafe, self._loop.stop)
+        self._closed = False
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        return self._descriptor
+
+    # ------------------------------------------------------------ Backend
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        """One generation (or refusal) per request, in order (all sent at once, ``max_concurrency`` in flight)."""
+        results: list[Generation | Refusal | None] = [None] * len(requests)
+        for index, outcome in self.generate_stream(requests):
+            results[index] = outcome
+        return [g for g in results if g is not None]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        """``(index, generation)`` as each request completes; see :class:`~inference.backends.base.StreamingBackend`."""
+        if self._closed:
+            raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
+        for request in requests:  # refuse a wrong input mode before anything is sent
+            messages_of(request, self._descriptor.input_mode)
+        if not requests:
+            return
+        arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put), self._loop)
+        future.add_done_callback(lambda _: arrivals.put(_DONE))
+        try:
+            while True:
+                try:
+                    item = arrivals.get(timeout=0.5)  # a timeout keeps Ctrl-C responsive
+                except queue.Empty:
+                    continue
+                if item is _DONE:
+                    break
+                yield item
+            future.result()
+        finally:
+            future.cancel()  # no-op once done; otherwise the caller stopped early: stop sending
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the event loop thread. Safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            asyncio.run_coroutine_threadsafe(self._client.close(), self._loop).result(timeout=10)
+        except Exception:  # closing is best effort: the connections die with the loop anyway
+            log.debug("closing the HTTP client failed", exc_info=True)
+        self._stop_loop()
+        self._thread.join(timeout=10)
+        if not self._thread.is_alive():
+            self._loop.close()
+
+    def __enter__(self) -> OpenAIBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ on the loop thread
+
+    async def _run(
+        self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation | Refusal]], None]
+    ) -> None:
+        indexes = iter(range(len(requests)))
+        started = answered = refused = 0
+        failures: list[Exception] = []
+
+        async def worker() -> None:
+            for i in indexes:  # shared: each worker takes the next request
+                async with self._slots:  # a request starts only when one of the backend's slots is free
+                    if failures or not await one(i):
+                        return
+
+        async def one(i: int) -> bool:
+            """Send request ``i``; False when no more requests should start."""
+            nonlocal started, answered, refused
+            started += 1
+            try:
+                generation = await self._one(requests[i])
+            except HostedRequestError as e:  # this request is refused: it fails alone
+                refused += 1
+                emit((i, Refusal(e)))
+                if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
+                    failures.append(self._refused_settings(e, refused))
+                    return False
+                return True
+            except Exception as e:
+                failures.append(e)
+                return False
+            answered += 1
+            emit((i, generation))
+            return True
+
+        await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
+        if failures:
+            raise failures[0]
+
+    def _refused_settings(self, last: HostedRequestError, refused: int) -> HostedRequestError:
+        return HostedRequestError(
+            self._endpoint,
+            f"the server refused the first {refused} requests of the batch and answered none: it refuses the "
+            f"settings, not one request, so no more were sent. The last refusal: {last}",
+            status=last.status,
+        )
+
+    async def _one(self, request: EngineRequest) -> Generation:
+        body = request_body(self._descriptor, request)
+        attempt = 0
+        while True:
+            wait = self._not_before - self._loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            self.stats.requests_sent += 1
+            try:
+                raw = await self._send(body)
+            except self._openai.APIStatusError as e:
+                status = int(e.status_code)
+                if status in RETRY_STATUSES or status >= 500:
+                    reason = f"HTTP {status}"
+                    delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e)
+                else:
+                    raise await self._status_error(e) from self._cause(e)
+            except self._openai.APIConnectionError as e:  # APITimeoutError included
+                reason = "a timeout" if isinstance(e, self._openai.APITimeoutError) else f"a connection error ({e})"
+                delay = self._retry_delay(attempt, reason, None, e)
+            else:
+                return self._generation(raw)
+            attempt += 1
+            self.stats.retries += 1
+            log.warning(
+                "%s: %s; retry %d of %d in %.1f s", self._endpoint, reason, attempt, self.retry.max_retries, delay
+            )
+            await asyncio.sleep(delay)
+
+    async def _send(self, body: dict[str, Any]) -> Any:
+        body = dict(body)
+        model = body.pop("model")
+        if self._descriptor.input_mode == "chat":
+            messages = body.pop("messages")
+            return await self._client.chat.completions.with_raw_response.create(
+                model=model, messages=messages, extra_body=body
+            )
+        prompt = body.pop("prompt")
+        return await self._client.completions.with_raw_response.create(model=model, prompt=prompt, extra_body=body)
+
+    def _retry_delay(self, attempt: int, reason: str, retry_after: float | None, cause: Exception) -> float:
+        """The wait before the next try, or a raised HostedUnavailableError when there is none."""
+        if retry_after is not None and retry_after > self.retry.max_retry_after_s:
+            raise HostedUnavailableError(
+                self._endpoint,
+                f"{reason} with Retry-After {retry_after:.0f} s, longer than judgestore waits "
+                f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota). What finished is stored: "
+                "rerun later and only the rest is sent",
+            ) from self._cause(cause)
+        if attempt >= self.retry.max_retries:
+            raise HostedUnavailableError(
+                self._endpoint,
+                f"{reason}, still after {self.retry.max_retries} retries. What finished is stored: rerun later "
+                "(or with a lower --max-concurrency) and only the rest is sent",
+            ) from self._cause(cause)
+        if retry_after is not None:  # every request of this backend waits, not only this one
+            self._not_before = max(self._not_before, self._loop.time() + retry_after)
+        return self.retry.delay(attempt, retry_after)
+
+    def _generation(self, raw: Any) -> Generation:
+        try:
+            data = json.loads(raw.content)  # the stdlib reads NaN and Infinity, which some servers write
+            generation = generation_from_body(self._descriptor, data)
+        except ValueError as e:  # a malformed body; json.JSONDecodeError is a ValueError too
+            raise HostedResponseError(
+                self._endpoint,
+                f"the server answered {getattr(raw, 'status_code', '?')} with a body that is not a "
+                f"{'chat ' if self._descriptor.input_mode == 'chat' else ''}completion ({self._redact(str(e))}). "
+                "Is the base URL an OpenAI-compatible API?",
+            ) from e
+        asked = self._descriptor.sampling.logprobs is not None
+        if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
+            self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text
+            log.warning("%s returned no logprobs for %s although asked", self._endpoint, self._descriptor.model)
+        self.stats.prompt_tokens += int(generation.usage.get("prompt_tokens", 0))
+        self.stats.completion_tokens += int(generation.usage.get("completion_tokens", 0))
+        return generation
+
+    async def _status_error(self, e: Any) -> HostedAPIError:
+        status = int(e.status_code)
+        message = self._redact(server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
+        model = self._descriptor.model
+        if status in (401, 403):
+            where = f"the key in {self._key_env}" if self._key_env else "the request (no API key was sent)"
+            hint = (
+                f"check {self._key_env}, or name another variable with --api-key-env"
+                if self._key_env
+                else ("set the key's environment variable, or name it with --api-key-env")
+            )
+            return HostedAuthError(
+                self._endpoint, f"{status}: the server refused {where}: {message}; {hint}", status=status
+            )
+        code = e.body.get("error", {}).get("code") if isinstance(getattr(e, "body", None), dict) else None
+        lowered = message.lower()
+        model_missing = code == "model_not_found" or (
+            status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in MODEL_MISSING_HINTS)
+        )
+        if model_missing:
+            served = await self._served_models()
+            shown = f" It serves: {', '.join(served[:20])}{', ...' if len(served) > 20 else ''}." if served else ""
+            return HostedModelNotFoundError(
+                self._endpoint,
+                f"{status}: the server does not serve the model {model!r} ({message}).{shown} Check --model "
+                "(a served name, e.g. a vllm serve --served-model-name)",
+                status=status,
+            )
+        if status == 404:
+            return HostedNotFoundError(
+                self._endpoint,
+                f"404 for {self._path()}: {message}. Check --base-url (OpenAI-compatible APIs usually end in /v1)",
+                status=status,
+            )
+        sent = sorted(request_body_keys(self._descriptor))
+        if status in REFUSAL_STATUSES:
+            return HostedRequestError(
+                self._endpoint,
+                f"{status}: the server refused this request: {message} (settings sent: {', '.join(sent)})",
+                status=status,
+            )
+        return HostedAPIError(
+            self._endpoint,
+            f"{status}: the server refused the request for {model!r}: {message}. It was sent the settings {sent}",
+            status=status,
+        )
+
+    async def _served_models(self) -> list[str]:
+        """The ids the server lists at ``/models`` (best effort: [] when it lists none)."""
+        try:
+            page = await self._client.models.list(timeout=10)
+            return sorted(str(m.id) for m in page.data)
+        except Exception:
+            return []
+
+    def _path(self) -> str:
+        return "/chat/completions" if self._descriptor.input_mode == "chat" else "/completions"
+
+    def _redact(self, text: str) -> str:
+        return text.replace(self._secret, "<api key>") if self._secret else text
+
+    def _cause(self, e: BaseException) -> BaseException | None:
+        """``e`` to chain, unless its text holds the key (a server echoing it): then nothing is chained."""
+        if self._secret and (self._secret in str(e) or self._secret in repr(getattr(e, "body", ""))):
+            return None
+        return e
+
+
+def create_openai_backend(
+    descriptor: ModelDescriptor,
+    *,
+    api_key: str | None,
+    key_env: str | None,
+    max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    retry: RetryPolicy | None = None,
+    stats: RequestStats | None = None,
+) -> OpenAIBackend:
+    """An :class:`OpenAIBackend` for ``descriptor.endpoint`` (the only place ``openai`` is imported).
+
+    ``api_key`` is sent as the bearer token (None: a placeholder, for servers
+    without keys); ``key_env`` names where it came from, for messages.
+    The client's own retries are off: :class:`RetryPolicy` retries, and counts.
+    """
+    try:
+        import openai
+    except ImportError as e:
+        raise JudgestoreError(
+            "hosted models need the openai client library: " + install_hint("openai", "'openai>=1.50'")
+        ) from e
+    # Always an explicit key: left None, the client would fall back to OPENAI_API_KEY and send an
+    # OpenAI key to whatever endpoint this is.
+    client = openai.AsyncOpenAI(
+        api_key=api_key or "no-key", base_url=descriptor.endpoint, max_retries=0, timeout=timeout_s
+    )
+    return OpenAIBackend(
+        client,
+        openai,
+        descriptor,
+        key_env=key_env,
+        secret=api_key,
+        max_concurrency=max_concurrency,
+        retry=retry,
+        stats=stats,
+    )

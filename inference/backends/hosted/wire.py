@@ -1,0 +1,261 @@
+"""The OpenAI-compatible wire format: the body a request sends, the generation a response body gives.
+
+Contract:
+
+* What is sent is a pure function of the descriptor and the request,
+  :func:`request_body`: chat input goes to ``/chat/completions``, text input
+  to ``/completions``; ``temperature`` always, ``max_tokens`` when set (as
+  ``max_completion_tokens`` for OpenAI's chat API, which refuses the old
+  name for newer models), the other sampling settings when they differ from
+  their neutral value (top_p 1, penalties 0, top_k 0, min_p 0,
+  repetition_penalty 1) and always to a ``vllm-server``, whose
+  ``generation_config`` defaults would otherwise apply; ``seed + k`` for
+  sample ``k`` when a seed is set; ``stop``; logprobs; every unknown
+  sampling setting as it is; OpenRouter routing as ``provider``; chat
+  template kwargs to a ``vllm-server``.
+* Logprobs are stored in the lossless shape of :mod:`store.logprobs`: the
+  candidates in the order the API ranks them (rank 1, 2, ...), their text and
+  ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
+  sampled token with its rank when it is among the candidates; the first
+  position or all of them (``descriptor.logprob_positions``).
+* A response body that is not what the API documents raises ``ValueError``
+  (the backend turns it into a typed error naming the endpoint);
+  :func:`retry_after_seconds` and :func:`server_message` read what a
+  server's refusal says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import email.utils
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from inference.backends.base import EngineRequest, Generation
+from store import logprobs
+from store.descriptor import ModelDescriptor
+from store.errors import (
+    InvalidInputError,
+)
+from store.logprobs import PositionLogprobs, TokenLogprob
+
+log = logging.getLogger("judgestore.hosted")
+
+# Settings :func:`request_body` sets itself: an unknown sampling setting may not take these names.
+RESERVED_BODY_KEYS = frozenset(
+    {
+        "model",
+        "messages",
+        "prompt",
+        "stream",
+        "stream_options",
+        "n",
+        "logprobs",
+        "top_logprobs",
+        "max_completion_tokens",
+        "provider",
+        "chat_template_kwargs",
+    }
+)
+# Sampling settings sent only when they differ from these values (except to a vllm-server: always).
+_NEUTRAL: tuple[tuple[str, float], ...] = (
+    ("top_p", 1.0),
+    ("presence_penalty", 0.0),
+    ("frequency_penalty", 0.0),
+    ("top_k", 0),
+    ("min_p", 0.0),
+    ("repetition_penalty", 1.0),
+)
+MODEL_MISSING_HINTS = ("does not exist", "not found", "not a valid model", "invalid model", "unknown model", "no such")
+
+
+def messages_of(request: EngineRequest, input_mode: str) -> Any:
+    expected = "messages" if input_mode == "chat" else "text"
+    if request.rendered.get("type") != expected:
+        raise InvalidInputError(
+            f"a {request.rendered.get('type')!r} input cannot go to a model whose input mode is {input_mode!r}"
+        )
+    return request.rendered[expected]
+
+
+def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[str, Any]:
+    """The JSON body sent for ``request`` under ``descriptor`` (see the module docstring)."""
+    chat = descriptor.input_mode == "chat"
+    body: dict[str, Any] = {"model": descriptor.model}
+    body["messages" if chat else "prompt"] = messages_of(request, descriptor.input_mode)
+    sampling = descriptor.sampling
+    always = descriptor.provider == "vllm-server"
+    body["temperature"] = sampling.temperature
+    if sampling.max_tokens is not None:
+        body["max_completion_tokens" if chat and descriptor.provider == "openai" else "max_tokens"] = (
+            sampling.max_tokens
+        )
+    for name, neutral in _NEUTRAL:
+        value = getattr(sampling, name)
+        if always or value != neutral:
+            body[name] = value
+    if sampling.seed is not None:
+        body["seed"] = sampling.seed + request.sample_index
+    if sampling.stop:
+        body["stop"] = list(sampling.stop)
+    if sampling.logprobs is not None:
+        if chat:
+            body["logprobs"], body["top_logprobs"] = True, sampling.logprobs
+        else:
+            body["logprobs"] = sampling.logprobs
+    body.update(sampling.model_extra or {})
+    if descriptor.routing:
+        body["provider"] = descriptor.routing
+    if chat and (descriptor.chat_template_kwargs or descriptor.enable_thinking is not None):
+        kwargs = dict(descriptor.chat_template_kwargs)
+        if descriptor.enable_thinking is not None:
+            kwargs["enable_thinking"] = descriptor.enable_thinking
+        body["chat_template_kwargs"] = kwargs
+    return body
+
+
+# ------------------------------------------------------------------ responses
+
+
+def _get(value: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False) -> Any:
+    item = value.get(key) if isinstance(value, dict) else None
+    if item is None and optional:
+        return None
+    if not isinstance(item, kind) or (isinstance(item, bool) and kind is not bool):
+        raise ValueError(f"{where}.{key} is {type(item).__name__}, not {getattr(kind, '__name__', kind)}")
+    return item
+
+
+def _rank_of(token: TokenLogprob, candidates: Sequence[TokenLogprob]) -> int | None:
+    for candidate in candidates:
+        if (candidate.text, candidate.bytes, candidate.logprob) == (token.text, token.bytes, token.logprob):
+            return candidate.rank
+    return None
+
+
+def _bytes_of(entry: dict[str, Any], where: str) -> tuple[int, ...] | None:
+    raw = entry.get("bytes")
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not all(isinstance(b, int) and not isinstance(b, bool) for b in raw):
+        raise ValueError(f"{where}.bytes is not a list of integers")
+    return tuple(raw)
+
+
+def _chat_token(entry: Any, rank: int | None, where: str) -> TokenLogprob:
+    return TokenLogprob(
+        _get(entry, "token", str, where),
+        float(_get(entry, "logprob", (int, float), where)),
+        None,
+        rank,
+        _bytes_of(entry, where),
+    )
+
+
+def chat_position(entry: Any, where: str = "logprobs.content[0]") -> PositionLogprobs:
+    """One position of chat ``logprobs.content``: its ``top_logprobs`` ranked by order, and the sampled token."""
+    top = _get(entry, "top_logprobs", list, where, optional=True) or []
+    candidates = tuple(_chat_token(t, i, f"{where}.top_logprobs[{i - 1}]") for i, t in enumerate(top, 1))
+    sampled = _chat_token(entry, None, where)
+    return PositionLogprobs(candidates, dataclasses.replace(sampled, rank=_rank_of(sampled, candidates)))
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int) -> PositionLogprobs:
+    """Position ``i`` of a text completion's ``logprobs``: ``top_logprobs[i]`` ({text: logprob}) best first."""
+    where = f"logprobs.top_logprobs[{i}]"
+    alternatives = top[i] if i < len(top) and top[i] is not None else {}
+    if not isinstance(alternatives, dict):
+        raise ValueError(f"{where} is not an object")
+    ordered = sorted(alternatives.items(), key=lambda item: -float(item[1]))  # stable: ties keep the server's order
+    candidates = tuple(TokenLogprob(str(text), float(lp), None, rank) for rank, (text, lp) in enumerate(ordered, 1))
+    sampled = None
+    if i < len(tokens) and i < len(token_logprobs) and token_logprobs[i] is not None:
+        token = TokenLogprob(str(tokens[i]), float(token_logprobs[i]))
+        sampled = dataclasses.replace(token, rank=_rank_of(token, candidates))
+    return PositionLogprobs(candidates, sampled)
+
+
+def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
+    """A :class:`Generation` from a decoded response body.
+
+    Anything else raises ``ValueError``; the backend reports it as a
+    :class:`~store.errors.HostedResponseError` naming the endpoint.
+    """
+    chat = descriptor.input_mode == "chat"
+    choices = _get(data, "choices", list, "response")
+    if not choices:
+        raise ValueError("response.choices is empty")
+    choice = choices[0]
+    if chat:
+        message = _get(choice, "message", dict, "choices[0]")
+        text = _get(message, "content", str, "choices[0].message", optional=True) or ""
+    else:
+        text = _get(choice, "text", str, "choices[0]")
+    finish_reason = _get(choice, "finish_reason", str, "choices[0]", optional=True)
+    usage: dict[str, int | float] = {}
+    raw_usage = data.get("usage")
+    if isinstance(raw_usage, dict):
+        usage = {k: raw_usage[k] for k in ("prompt_tokens", "completion_tokens") if isinstance(raw_usage.get(k), int)}
+    top: dict[str, Any] | None = None
+    if descriptor.sampling.logprobs is not None:
+        raw = choice.get("logprobs")
+        first = descriptor.logprob_positions == "first"
+        positions: list[PositionLogprobs] | None = None
+        if chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
+            content = raw["content"][:1] if first else raw["content"]
+            positions = [chat_position(e, f"logprobs.content[{i}]") for i, e in enumerate(content)]
+        elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
+            tokens, lps, alternatives = _list(raw.get("tokens")), _list(raw.get("token_logprobs")), raw["top_logprobs"]
+            count = min(1, len(alternatives)) if first else len(alternatives)
+            positions = [text_position(tokens, lps, alternatives, i) for i in range(count)]
+        elif raw is not None:
+            raise ValueError("choices[0].logprobs is not the shape the API documents")
+        if positions is not None:
+            top = logprobs.encode(positions)
+    return Generation(text=text, finish_reason=finish_reason, usage=usage, top_logprobs=top)
+
+
+# ------------------------------------------------------------------ errors
+
+
+def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
+    """The wait a server asks for: ``retry-after-ms``, else ``Retry-After`` in seconds or as an HTTP date."""
+    if not headers:
+        return None
+    for name, scale in (("retry-after-ms", 1000.0), ("retry-after", 1.0)):
+        value = headers.get(name)
+        if value is None:
+            continue
+        try:
+            return max(0.0, float(value) / scale)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value:
+        try:
+            return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+def server_message(body: Any, fallback: str) -> str:
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return inner["message"]
+        if isinstance(inner, str):
+            return inner
+    return body if isinstance(body, str) and body else fallback
+
+
+def request_body_keys(descriptor: ModelDescriptor) -> set[str]:
+    """The names of the settings :func:`request_body` sends under ``descriptor`` (for messages)."""
+    sample = {"type": "messages", "messages": []} if descriptor.input_mode == "chat" else {"type": "text", "text": ""}
+    return set(request_body(descriptor, EngineRequest(sample))) - {"model", "messages", "prompt"}

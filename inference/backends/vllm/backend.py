@@ -1,0 +1,482 @@
+"""The real engine behind :class:`inference.backends.base.Backend`: offline vLLM.
+
+Contract:
+
+* :func:`create_vllm_backend` is the only place that imports vLLM (and with it
+  torch); importing this module imports neither. It builds ``vllm.LLM`` from
+  the full engine kwargs, execution-only ones included, after checking that
+  their output-affecting part and the chat template it would apply are what
+  the descriptor says, so generations are never written under a descriptor
+  that did not produce them.
+* :meth:`VLLMBackend.generate_stream` (a
+  :class:`~inference.backends.base.StreamingBackend`) adds every request of
+  the batch to the engine at once, as ``LLM.chat`` does for chat input (the
+  explicit chat template if one was given, ``chat_template_kwargs``, and
+  ``enable_thinking`` inside them) and ``LLM.generate`` for text input
+  (``LLM.enqueue_chat`` / ``enqueue``), with one ``SamplingParams`` per
+  request built from ``descriptor.sampling``; then it steps the engine
+  (``LLMEngine.step``) and yields each request as it finishes, so the
+  scheduler holds as many as ``max_num_seqs`` allows and the outputs are
+  those of ``LLM.chat`` over the same batch. :meth:`~VLLMBackend.generate`
+  is the same, returned in request order. Sample ``k`` gets seed
+  ``seed + k`` when the descriptor sets a seed, so it is the same whether it
+  is asked for alone or with others.
+* One stream at a time holds an engine (its views share the lock), from the
+  moment ``generate_stream`` returns to the last request; closing the stream
+  early, an engine failure or Ctrl-C aborts what is unfinished, so the
+  engine is left empty for the next call.
+* A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
+  model's context, a chat its template rejects) fails alone: vLLM adds
+  nothing of a refused call, so the batch is added again in halves, down to
+  each refused request, which comes back as a
+  :class:`~inference.backends.base.Refusal`
+  (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the others
+  are generated together.
+* Each :class:`Generation` carries the text, finish reason, token counts and,
+  when ``sampling.logprobs`` is set, every candidate vLLM returned (token id,
+  decoded text, logprob, rank) and the sampled token, for the first generated
+  position or all of them (``descriptor.logprob_positions``), in the lossless
+  shape of :mod:`store.logprobs`.
+* :meth:`VLLMBackend.close` shuts the engine down; it is idempotent, and a
+  closed backend refuses to generate.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Generator, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, cast
+
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.vllm.descriptor import effective_chat_template, engine_settings, load_chat_template_text
+from inference.backends.vllm.engine_logs import engine_is_quiet
+from inference.backends.vllm.model_source import COMMIT_RE, local_model_digest, model_name
+from store import logprobs
+from store.descriptor import ModelDescriptor, sha256_hex
+from store.errors import (
+    BackendError,
+    EngineMismatchError,
+    InvalidInputError,
+    JudgestoreError,
+    RequestRefusedError,
+)
+from store.logprobs import PositionLogprobs, TokenLogprob
+
+_RENDERED_TYPE = {"chat": "messages", "text": "text"}
+# vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
+# offset to rewind): a batch whose new prompts exceed one step's token budget meets it.
+_CPU_SEEDED_CHUNK = "Generator does not use offset"
+_CPU_SEEDED_MESSAGE = (
+    "vLLM on CPU cannot sample a seeded request whose prompt it prefills over two steps, which a batch of more "
+    "prompt tokens than one step's budget needs; give the engine a budget for every sequence at once: "
+    "--engine-arg max_num_batched_tokens=<max_num_seqs x max_model_len> (an execution setting: the cache key "
+    "and the rows already stored stay the same), then run again: what finished is kept"
+)
+
+
+def _token(token_id: int, entry: Any) -> TokenLogprob:
+    text = entry.decoded_token if entry.decoded_token is not None else ""
+    return TokenLogprob(text, float(entry.logprob), token_id, entry.rank)
+
+
+def position_logprobs(candidates: Mapping[int, Any], sampled_id: int | None, count: int) -> PositionLogprobs:
+    """Every candidate vLLM returned for one position, and the sampled token (see :mod:`store.logprobs`).
+
+    vLLM returns the ``count`` best tokens plus the sampled one when it is not
+    among them (with its true rank, above ``count``): the former are the
+    candidates, in rank order; the latter is kept as ``sampled`` only.
+    """
+    top = sorted(
+        (
+            _token(token_id, entry)
+            for token_id, entry in candidates.items()
+            if entry.rank is None or entry.rank <= count
+        ),
+        key=lambda t: (t.rank if t.rank is not None else count + 1, -t.logprob),
+    )
+    sampled = None
+    if sampled_id is not None and sampled_id in candidates:
+        sampled = _token(sampled_id, candidates[sampled_id])
+    return PositionLogprobs(tuple(top), sampled)
+
+
+def _check_template(descriptor: ModelDescriptor, template: str | None) -> None:
+    """Refuse to chat under a template other than the one ``descriptor`` hashed.
+
+    Catches the easy mistake of building the descriptor with an explicit
+    template and the backend without it (or the other way round), which would
+    store generations under a descriptor that did not produce them.
+    """
+    if descriptor.input_mode != "chat":
+        return
+    sha = sha256_hex(template.encode()) if template is not None else None
+    if sha != descriptor.chat_template_sha256:
+        raise InvalidInputError(
+            f"the chat template the engine would apply (sha256 {sha}) is not the descriptor's "
+            f"({descriptor.chat_template_sha256}); pass the same chat_template to the descriptor and the backend"
+        )
+
+
+class VLLMBackend:
+    """A loaded ``vllm.LLM`` generating under one descriptor. Build it with :func:`create_vllm_backend`.
+
+    One live engine per process when vLLM runs in-process
+    (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, as on CPU): vLLM's shutdown tears
+    down process-global torch.distributed state, so closing one engine breaks
+    any other still open. Close a backend before creating the next.
+    """
+
+    def __init__(
+        self,
+        llm: Any,
+        sampling_params_cls: type,
+        descriptor: ModelDescriptor,
+        chat_template: str | None = None,
+        *,
+        engine_template: str | None = None,
+        owns_engine: bool = True,
+        engine_lock: threading.Lock | None = None,
+    ) -> None:
+        """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
+
+        ``engine_template`` is the template the engine applies when none is
+        passed per request (its own ``chat_template`` kwarg, or the model's).
+        """
+        _check_template(descriptor, chat_template if chat_template is not None else engine_template)
+        self._llm: Any = llm
+        self._sampling_params_cls = sampling_params_cls
+        self._descriptor = descriptor
+        self._chat_template = chat_template
+        self._engine_template = engine_template
+        self._owns_engine = owns_engine
+        # One stream at a time on an engine, across its views: vLLM's engine is not safe from two threads,
+        # and a stream's steps must return only its own requests.
+        self._engine_lock = engine_lock if engine_lock is not None else threading.Lock()
+        kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
+        if descriptor.enable_thinking is not None:
+            kwargs["enable_thinking"] = descriptor.enable_thinking
+        self._chat_template_kwargs = kwargs or None
+
+    @property
+    def descriptor(self) -> ModelDescriptor:
+        return self._descriptor
+
+    def with_descriptor(self, descriptor: ModelDescriptor, *, chat_template: str | None = None) -> VLLMBackend:
+        """A backend on the same loaded engine for another sampling, template or input mode.
+
+        Only what is applied per request may differ (sampling, thinking, chat
+        template and its kwargs, input mode); the model, its revision, the
+        engine settings and the vLLM version must be the same, or it raises.
+        The view does not own the engine: closing it leaves the engine running,
+        and it must not be used after the owner is closed.
+        """
+        if self._llm is None:
+            raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
+        engine_fields = ("provider", "model", "revision", "engine", "backend_version")
+        differ = [k for k in engine_fields if getattr(self._descriptor, k) != getattr(descriptor, k)]
+        if differ:
+            raise InvalidInputError(f"descriptor needs another engine: it differs in {differ}")
+        return VLLMBackend(
+            self._llm,
+            self._sampling_params_cls,
+            descriptor,
+            load_chat_template_text(chat_template) if chat_template is not None else None,
+            engine_template=self._engine_template,
+            owns_engine=False,
+            engine_lock=self._engine_lock,
+        )
+
+    def _sampling_params(self, sample_index: int) -> Any:
+        sampling = self._descriptor.sampling
+        # model_dump keeps the extra (unknown) fields, so they reach vLLM too.
+        fields = sampling.model_dump()
+        fields["stop"] = list(sampling.stop)
+        if sampling.seed is not None:
+            fields["seed"] = sampling.seed + sample_index
+        if self._descriptor.thinking_token_budget is not None:
+            # vLLM 0.32 honours it only with a reasoning config on the engine
+            # (engine kwarg ``reasoning_config``) and says so when it is missing.
+            fields["thinking_token_budget"] = self._descriptor.thinking_token_budget
+        try:
+            return self._sampling_params_cls(**fields)
+        except (TypeError, ValueError) as e:  # unknown field; value out of vLLM's range
+            raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        """One generation per request, in order; a request vLLM refuses is a :class:`Refusal`. Raises on failure."""
+        results: list[Generation | Refusal | None] = [None] * len(requests)
+        for index, outcome in self.generate_stream(requests):
+            results[index] = outcome
+        done = [r for r in results if r is not None]
+        if len(done) != len(requests):
+            raise BackendError(f"vLLM returned {len(done)} outputs for {len(requests)} requests")
+        return done
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        """``(index, generation or refusal)`` for every request, as the engine finishes them (see the module docstring).
+
+        When it returns, the engine is this stream's and every request is added; iterating steps the engine.
+        Closing the stream, an exception or an interrupt aborts what is unfinished and frees the engine.
+        """
+        if self._llm is None:
+            raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
+        mode = self._descriptor.input_mode
+        expected = _RENDERED_TYPE[mode]
+        for i, r in enumerate(requests):
+            if r.rendered.get("type") != expected:
+                raise InvalidInputError(
+                    f"request {i} is {r.rendered.get('type')!r} input but the descriptor's input mode is {mode!r}"
+                )
+        params = [self._sampling_params(r.sample_index) for r in requests]
+        stream = self._run(requests, params)
+        next(stream)  # up to the first yield: the engine taken, every request added
+        return cast(Iterator[tuple[int, Generation | Refusal]], stream)
+
+    def _run(
+        self, requests: Sequence[EngineRequest], params: Sequence[Any]
+    ) -> Generator[tuple[int, Generation | Refusal] | None, None, None]:
+        """Add every request, yield ``None``, then step the engine and yield each request as it finishes."""
+        llm = self._llm
+        engine = llm.llm_engine
+        with self._engine_lock:
+            # vLLM numbers requests with its counter (the request ids of their outputs): everything numbered
+            # from here on is this stream's, including what a half-finished add left behind.
+            first = llm.request_counter.counter
+            try:
+                pending, refused = self._add(requests, params)
+                yield None
+                yield from refused.items()
+                while pending and engine.has_unfinished_requests():
+                    for output in engine.step():
+                        if not output.finished:
+                            continue
+                        index = pending.pop(output.request_id, None)
+                        if index is None:
+                            raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
+                        yield index, self._generation(output)
+                if pending:
+                    raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
+            except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
+                engine.abort_request([str(i) for i in range(first, llm.request_counter.counter)], internal=False)
+                if isinstance(e, RuntimeError) and _CPU_SEEDED_CHUNK in str(e):
+                    raise BackendError(_CPU_SEEDED_MESSAGE) from e
+                raise
+
+    def _add(
+        self, requests: Sequence[EngineRequest], params: Sequence[Any]
+    ) -> tuple[dict[str, int], dict[int, Refusal]]:
+        """Add ``requests`` to the engine: their indexes by vLLM request id, and the ones vLLM refused.
+
+        vLLM adds nothing of a call it refuses: a refused batch is added again in halves, down to each refused
+        request.
+        """
+        from vllm.exceptions import VLLMClientError  # vLLM is loaded already: this backend holds an engine
+
+        counter = self._llm.request_counter
+        added: dict[str, int] = {}
+        refused: dict[int, Refusal] = {}
+
+        def add(indexes: list[int]) -> None:
+            before = counter.counter
+            try:
+                self._enqueue([requests[i] for i in indexes], [params[i] for i in indexes])
+            except VLLMClientError as e:
+                if len(indexes) == 1:
+                    reason = " ".join(str(e).split())
+                    refused[indexes[0]] = Refusal(RequestRefusedError(f"vLLM refused this request: {reason}"))
+                    return
+                half = len(indexes) // 2
+                add(indexes[:half])
+                add(indexes[half:])
+                return
+            if counter.counter - before != len(indexes):
+                raise BackendError(f"vLLM numbered {counter.counter - before} requests for the {len(indexes)} added")
+            added.update((str(before + k), index) for k, index in enumerate(indexes))
+
+        if requests:
+            add(list(range(len(requests))))
+        return added, refused
+
+    def _enqueue(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> list[str]:
+        """Add ``requests`` to the engine without running it (their ids); vLLM adds none if it refuses one.
+
+        The same rendering as ``LLM.chat`` / ``LLM.generate``, which add their requests the same way before
+        running the engine.
+        """
+        if self._descriptor.input_mode == "chat":
+            return self._llm.enqueue_chat(  # type: ignore[no-any-return]
+                [r.rendered["messages"] for r in requests],
+                list(params),
+                use_tqdm=False,
+                chat_template=self._chat_template,
+                chat_template_kwargs=self._chat_template_kwargs,
+            )
+        return self._llm.enqueue(  # type: ignore[no-any-return]
+            [r.rendered["text"] for r in requests], list(params), use_tqdm=False
+        )
+
+    def _generation(self, output: Any) -> Generation:
+        completion = output.outputs[0]
+        count = self._descriptor.sampling.logprobs
+        top: dict[str, Any] | None = None
+        if count is not None:
+            per_position = list(completion.logprobs or ())
+            if self._descriptor.logprob_positions == "first":
+                per_position = per_position[:1]
+            token_ids = list(completion.token_ids)
+            top = logprobs.encode(
+                position_logprobs(candidates or {}, token_ids[i] if i < len(token_ids) else None, count)
+                for i, candidates in enumerate(per_position)
+            )
+        return Generation(
+            text=completion.text,
+            finish_reason=completion.finish_reason,
+            usage={
+                "prompt_tokens": len(output.prompt_token_ids or ()),
+                "completion_tokens": len(completion.token_ids),
+            },
+            top_logprobs=top,
+        )
+
+    def close(self) -> None:
+        """Shut the engine down (memory, worker processes). Safe to call twice."""
+        llm, self._llm = self._llm, None
+        if llm is None or not self._owns_engine:
+            return
+        # vLLM 0.32 has no public LLM.shutdown(); the engine core's shutdown
+        # releases the workers and tears down torch.distributed state, which
+        # a second engine in the same process needs.
+        core = getattr(getattr(llm, "llm_engine", None), "engine_core", None)
+        shutdown = getattr(core, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+
+    def __enter__(self) -> VLLMBackend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _check_engine_kwargs(descriptor: ModelDescriptor, model: str, engine_kwargs: Mapping[str, Any]) -> None:
+    """Refuse engine kwargs whose output-affecting part differs from the descriptor's."""
+    name = model_name(os.fspath(engine_kwargs.get("model", model)))
+    if name != descriptor.model:
+        raise InvalidInputError(f"engine model {name!r} is not the descriptor's {descriptor.model!r}")
+    given = engine_settings(engine_kwargs)
+    # A separate tokenizer is named in the descriptor with its resolved revision,
+    # which the kwargs do not carry: compare the rest.
+    expected = {k: v for k, v in descriptor.engine.items() if k not in ("tokenizer", "tokenizer_revision")}
+    tokenizer = engine_kwargs.get("tokenizer")
+    tokenizer_name = model_name(os.fspath(tokenizer)) if tokenizer is not None else descriptor.model
+    if tokenizer_name != descriptor.engine.get("tokenizer", descriptor.model):
+        raise InvalidInputError(f"engine tokenizer {tokenizer_name!r} is not the descriptor's")
+    if (
+        descriptor.model_copy(update={"engine": given}).sha256()
+        != descriptor.model_copy(update={"engine": expected}).sha256()
+    ):
+        differ = sorted(k for k in given.keys() | expected.keys() if given.get(k) != expected.get(k))
+        raise InvalidInputError(
+            f"engine kwargs differ from the descriptor in {differ}; build the descriptor from the same kwargs"
+        )
+
+
+def _pinned_commit(descriptor: ModelDescriptor) -> str | None:
+    revision = descriptor.revision
+    return revision if revision is not None and COMMIT_RE.match(revision) else None
+
+
+def loaded_chat_template(llm: Any, explicit: str | None) -> str | None:
+    """The template a loaded engine applies to chats: vLLM's own choice (explicit, processor, tokenizer, fallback)."""
+    from vllm.renderers.hf import resolve_chat_template
+
+    return resolve_chat_template(llm.get_tokenizer(), explicit, None, model_config=llm.llm_engine.model_config)
+
+
+def verify_loaded(llm: Any, descriptor: ModelDescriptor, model: str, explicit: str | None) -> None:
+    """Raise :class:`EngineMismatchError` unless the loaded engine is what ``descriptor`` names.
+
+    Checked after the load and before any row can be written: the commit vLLM
+    resolved (a Hub model), the folder's digest (a local one, whose files may
+    have changed since the descriptor was computed), and the chat template it
+    will apply. An unpinned descriptor pins neither, by the caller's choice.
+    """
+    problems = []
+    if descriptor.revision is not None and descriptor.revision.startswith("sha256:"):
+        digest = local_model_digest(Path(model))
+        if digest != descriptor.revision:
+            problems.append(f"the folder {model} now digests to {digest}, not the descriptor's {descriptor.revision}")
+    elif (commit := _pinned_commit(descriptor)) is not None:
+        loaded = getattr(llm.llm_engine.model_config, "revision", None)
+        if loaded != commit:
+            problems.append(f"vLLM loaded revision {loaded}, not the descriptor's commit {commit}")
+    if descriptor.input_mode == "chat" and not descriptor.unpinned:
+        template = loaded_chat_template(llm, explicit)
+        sha = sha256_hex(template.encode()) if template is not None else None
+        if sha != descriptor.chat_template_sha256:
+            problems.append(
+                f"vLLM applies a chat template with sha256 {sha}, "
+                f"not the descriptor's {descriptor.chat_template_sha256}"
+            )
+    if problems:
+        raise EngineMismatchError(
+            f"{descriptor.model}: the engine vLLM loaded is not the one the cache key describes: "
+            + "; ".join(problems)
+            + ". Nothing was generated or written; run again (the key is computed afresh), or report the model "
+            "if it persists (vLLM may pick a template from files judgestore does not read)"
+        )
+
+
+def create_vllm_backend(
+    descriptor: ModelDescriptor,
+    engine_kwargs: Mapping[str, Any],
+    *,
+    model: str | None = None,
+    chat_template: str | None = None,
+) -> VLLMBackend:
+    """Load ``vllm.LLM(model, **engine_kwargs)`` for ``descriptor`` (the only place vLLM is imported).
+
+    ``model`` is what vLLM loads (a Hub id or a folder, however spelled;
+    default: the descriptor's model). ``engine_kwargs`` are the full
+    ``vllm.LLM`` kwargs, execution-only ones included; a Hub model is pinned to
+    the descriptor's commit. ``chat_template`` (text or file) is the explicit
+    template the descriptor was built with, if any. Settings and template are
+    checked against the descriptor before the load, and what was loaded after
+    it (:func:`verify_loaded`); a mismatch shuts the engine down and raises.
+    """
+    if model is None:
+        model = os.fspath(engine_kwargs.get("model", descriptor.model))
+        local = descriptor.revision is not None and descriptor.revision.startswith("sha256:")
+        if local and "model" not in engine_kwargs:
+            raise InvalidInputError(
+                f"the descriptor of {descriptor.model!r} names a local folder by its name only: pass model=<its path>"
+            )
+    _check_engine_kwargs(descriptor, model, engine_kwargs)
+    kwargs = dict(engine_kwargs)
+    kwargs["model"] = model
+    if (commit := _pinned_commit(descriptor)) is not None:
+        # The descriptor resolved a branch or tag to this commit: load exactly
+        # that, even if the branch has moved on the hub since.
+        kwargs["revision"] = commit
+
+    # Checked against the descriptor before the slow part.
+    explicit = load_chat_template_text(chat_template) if chat_template is not None else None
+    engine_template = None
+    if not descriptor.unpinned:
+        engine_template = effective_chat_template(model, engine_kwargs=kwargs)
+        _check_template(descriptor, explicit if explicit is not None else engine_template)
+
+    from vllm import LLM, SamplingParams
+
+    if engine_is_quiet():  # the "Loading safetensors checkpoint shards" bar; it changes no output
+        kwargs.setdefault("use_tqdm_on_load", False)
+    llm = LLM(**kwargs)
+    backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
+    try:
+        verify_loaded(llm, descriptor, model, explicit)
+    except BaseException:
+        backend.close()
+        raise
+    return backend

@@ -1,0 +1,222 @@
+"""Generating a call's misses and writing them as they come.
+
+Contract:
+
+* :func:`generate_into` hands the engine the misses of one call and writes
+  what comes back through a :class:`Writer`. A
+  :class:`~inference.backends.base.StreamingBackend` (the local vLLM engine, a
+  hosted API) gets every miss at once, so the engine holds as many of them as
+  it can schedule; its generations are written as they finish, every
+  ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`, whichever
+  comes first. ``chunk_size`` is the write interval, never the engine's batch.
+  A backend that only generates whole batches gets them ``chunk_size`` at a
+  time, each written before the next starts, under the caller's engine lock.
+* A crash loses at most what finished since the last write (and what was in
+  flight); a rerun generates only what is still missing. On a failure or an
+  interrupt the stream is closed first (the local engine aborts what is
+  unfinished and is free for the next call), then what finished is written,
+  then the error propagates; a :class:`KeyboardInterrupt` carries a note
+  saying how many rows this call wrote.
+* :class:`Writer` turns each batch of outcomes into the call's state: each
+  generation gets its share of the batch's engine time
+  (:func:`~inference.cache.accounting.priced`), its row is written (policy
+  ``replace`` in mode ``refresh``, else ``ignore``), and its sample is kept
+  (``results``, by input hash). A :class:`~inference.backends.base.Refusal`
+  and a row the store refuses (:class:`InvalidInputError`, split from its
+  batch until alone) fail alone, in ``run.failed``; any other write failure
+  raises with ``rows_kept``, the rows this call stored before it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from typing import Literal
+
+from inference.backends.base import Backend, EngineRequest, Generation, Refusal, StreamingBackend
+from inference.cache.accounting import CallStats, priced, usage_totals
+from inference.cache.plan import Failure, PlannedInput
+from inference.cache.rows import generated_record, generated_sample
+from inference.requests import Request, Sample
+from store.errors import BackendError, InvalidInputError, JudgestoreError
+from store.records import Record
+from store.settings import Settings
+from store.store import Database
+
+# Finished generations are written at least this often, so a slow run killed half-way loses seconds of work
+# (or of paid requests) rather than a whole write interval's worth.
+STREAM_FLUSH_SECONDS = 2.0
+
+ProgressCallback = Callable[[int, int], None]  # (generated so far, to generate)
+Outcomes = Sequence[tuple[PlannedInput, Generation | Refusal]]
+
+
+class Writer:
+    """One call's generations: rows written to ``database`` (if any), samples and failures kept for the call."""
+
+    def __init__(
+        self,
+        requests: Sequence[Request],
+        run: CallStats,
+        *,
+        total: int,
+        label: str,
+        settings: Settings,
+        refresh: bool = False,
+        on_progress: ProgressCallback | None = None,
+    ) -> None:
+        self.requests = requests
+        self.run = run
+        self.total = total  # misses of the call, refused ones included: what progress counts to
+        self.label = label
+        self.settings = settings
+        self.policy: Literal["ignore", "replace"] = "replace" if refresh else "ignore"
+        self.on_progress = on_progress
+        self.database: Database | None = None  # set once the engine is prepared, if the call writes
+        self.results: dict[str, Sample] = {}
+        self.done = 0
+
+    def fail(self, inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
+        request = self.requests[inp.request_index]
+        self.run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
+        self.results[inp.key] = generated_sample(inp, gen, error)
+
+    def progress(self, count: int) -> None:
+        self.done += count
+        if self.on_progress is not None:
+            self.on_progress(self.done, self.total)
+
+    def write(self, done: Outcomes, seconds: float) -> None:
+        """Keep and write ``done``, whose generations took ``seconds`` of engine time together."""
+        done = _priced(done, seconds)
+        run = self.run
+        answered = [(inp, gen) for inp, gen in done if isinstance(gen, Generation)]
+        for inp, outcome in done:
+            if isinstance(outcome, Refusal):
+                self.fail(inp, outcome.error)
+        run.spent += usage_totals(gen.usage for _, gen in answered)
+        now = datetime.now(UTC)
+        records = [
+            generated_record(self.requests[inp.request_index], inp, gen, now, label=self.label, settings=self.settings)
+            for inp, gen in answered
+        ]
+        not_kept: dict[str, InvalidInputError] = {}
+        if self.database is not None and records:
+            written, not_kept = self._put(self.database, records)
+            run.written += written
+        for inp, gen in answered:
+            if inp.key in not_kept:
+                self.fail(inp, not_kept[inp.key], gen)
+            else:
+                self.results[inp.key] = generated_sample(inp, gen)
+        run.generated += len(answered)
+        self.progress(len(done))
+
+    def _put(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
+        """Write one batch: the rows written, and the rows the store refused (by input hash) with its reason.
+
+        A row the store refuses (:class:`InvalidInputError`: a value it cannot hold) fails alone: the batch is
+        split until that row is alone, and every other row is written. Any other failure (a full disk...) says
+        how many rows this call stored before it, and raises.
+        """
+        refused: dict[str, InvalidInputError] = {}
+
+        def put(batch: list[Record]) -> int:
+            try:
+                return database.put_many(batch, self.policy)
+            except InvalidInputError as e:  # the store refused a value before writing anything of the batch
+                if len(batch) == 1:
+                    refused[batch[0].input_hash] = e
+                    return 0
+                half = len(batch) // 2
+                return put(batch[:half]) + put(batch[half:])
+
+        try:
+            return put(records), refused
+        except JudgestoreError as e:
+            e.rows_kept = self.run.written
+            e.add_note(
+                f"This run stored {self.run.written} rows before the failure ({self.run.generated} generated); "
+                "they are kept, and running it again generates only the rest."
+            )
+            raise
+
+
+def generate_into(
+    writer: Writer,
+    backend: Backend,
+    missing: Sequence[PlannedInput],
+    engine_requests: Sequence[EngineRequest],
+    *,
+    chunk_size: int,
+    engine_lock: threading.Lock,
+) -> None:
+    """Generate ``missing`` (asked as ``engine_requests``) on ``backend`` and write them (see the module docstring)."""
+    try:
+        if isinstance(backend, StreamingBackend):
+            _stream(writer, backend, missing, engine_requests, chunk_size)
+            return
+        for start in range(0, len(missing), chunk_size):
+            chunk = slice(start, start + chunk_size)
+            with engine_lock:  # a backend without streaming serves one caller's chunk at a time
+                generating = time.perf_counter()
+                outcomes = backend.generate(engine_requests[chunk])
+            if len(outcomes) != len(missing[chunk]):
+                raise BackendError(f"backend returned {len(outcomes)} generations for {len(missing[chunk])} requests")
+            writer.write(list(zip(missing[chunk], outcomes, strict=True)), time.perf_counter() - generating)
+    except KeyboardInterrupt as e:
+        e.add_note(
+            f"judgestore: interrupted; the engine was stopped and what had finished was written: this call stored "
+            f"{writer.run.written} rows ({writer.run.generated} generated), which are kept, and running it again "
+            "generates only the rest"
+        )
+        raise
+
+
+def _stream(
+    writer: Writer,
+    backend: StreamingBackend,
+    missing: Sequence[PlannedInput],
+    engine_requests: Sequence[EngineRequest],
+    chunk_size: int,
+) -> None:
+    """Write a streaming backend's generations as they finish (see the module docstring)."""
+    pending: list[tuple[PlannedInput, Generation | Refusal]] = []
+    seen: set[int] = set()
+    # A local engine is taken, and every request added, when generate_stream returns: the clock starts there,
+    # so a call that waited for another's batch does not charge the wait to its rows.
+    stream = backend.generate_stream(engine_requests)
+    last_write = time.monotonic()
+    try:
+        try:
+            for index, outcome in stream:
+                if index in seen or not 0 <= index < len(missing):
+                    raise BackendError(f"backend returned request index {index} twice or out of range")
+                seen.add(index)
+                pending.append((missing[index], outcome))
+                if len(pending) >= chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
+                    done, pending = pending, []
+                    writer.write(done, time.monotonic() - last_write)
+                    last_write = time.monotonic()
+        finally:
+            close = getattr(stream, "close", None)
+            if callable(close):  # stops the engine's unfinished requests before the last write
+                close()
+    finally:
+        # What finished before a failure or an interrupt was generated (or paid for): keep it.
+        if pending:
+            done, pending = pending, []
+            writer.write(done, time.monotonic() - last_write)
+    if len(seen) != len(missing):
+        raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
+
+
+def _priced(done: Outcomes, seconds: float) -> list[tuple[PlannedInput, Generation | Refusal]]:
+    """The generations of ``done`` with their shares of ``seconds`` (refusals cost nothing)."""
+    answered = {i: outcome for i, (_, outcome) in enumerate(done) if isinstance(outcome, Generation)}
+    result = list(done)
+    for i, generation in zip(answered, priced(list(answered.values()), seconds), strict=True):
+        result[i] = (done[i][0], generation)
+    return result

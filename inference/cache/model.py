@@ -1,0 +1,403 @@
+"""The cache boundary: plan a batch against the store, prepare the engine only for misses.
+
+Contract (docs/design.md, "A run, step by step"):
+
+* The whole batch is rendered and hashed, then looked up in one pass; the
+  :class:`~inference.cache.plan.Plan` (hits, misses, duplicates) is known before
+  anything runs (:func:`~inference.cache.plan.batch_keys`,
+  :func:`~inference.cache.plan.plan_batch`). What the engine is asked, the rows
+  written and the samples returned are made by :mod:`inference.cache.rows`.
+* The engine factory is called only if something is missing, so a full hit
+  never loads a model (nor imports vLLM). Identical inputs in a batch are
+  generated once.
+* Every miss of a call goes to the engine at once, and what finishes is
+  written as it comes, every ``chunk_size`` generations or every
+  :data:`~inference.cache.generate.STREAM_FLUSH_SECONDS`
+  (:mod:`inference.cache.generate`): a crash loses at most one write
+  interval, a rerun generates only what is still missing, and Ctrl-C stops
+  the engine, writes what finished and says so. A backend that cannot stream
+  gets ``chunk_size`` misses at a time, each written before the next starts.
+* Sample ``k`` of an input has its own key (the sample-index rule), so asking
+  for more samples than are stored generates only the missing ones.
+* Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
+  ``off`` never touches the store; ``replay`` only reads and raises
+  :class:`CacheMissError` on the first miss, before preparing anything;
+  ``readonly`` reads and generates misses but never writes.
+* Every output is a result: an empty completion with a normal finish reason
+  (``stop``, ``length``) is stored and hit like any other. (Earlier versions
+  returned empty outputs without storing them: such an input is generated
+  once more, then hits.)
+* A bad request fails alone; only a failure of the engine itself stops the
+  call (after what finished was written). Before the engine is prepared, the
+  ``preflight`` (:mod:`inference.backends.vllm.preflight`) finds the misses
+  it would refuse (a prompt too long for the model): they fail without it,
+  and a batch of nothing else never prepares it. A request the engine or
+  server refuses anyway comes back as a
+  :class:`~inference.backends.base.Refusal`, and a row the store refuses
+  (:class:`InvalidInputError`, e.g. a lone surrogate) is split from its
+  write, whose other rows are written. None of them is stored. The call
+  returns every answer, then raises one :class:`RequestsFailedError` listing
+  the failed inputs (:class:`~inference.cache.plan.Failure`, also in
+  ``last.failed``) and carrying every response (``.responses``), the failed
+  ones marked with their ``error``.
+* Each generated row's ``usage`` records what producing it cost: its share of
+  its write interval's engine time (:func:`inference.cache.accounting.priced`). ``last``
+  counts what the misses cost and what the hits saved, and each call in mode
+  ``use`` or ``refresh`` appends that accounting to the database's ``runs``
+  table (unless ``JUDGESTORE_RECORD_RUNS=0``).
+* A plan counts apart the hits that are adopted rows (copied from an older
+  descriptor by ``judgestore adopt``, :mod:`inference.drift.adopt`): they answer
+  like any hit, and the plan and the summary say how many there were.
+* A plan with misses says whether they were expected: how many rows the
+  descriptor's database already holds, or how many other descriptors of the
+  same model the task has (``judgestore explain`` says why they missed).
+* Before the engine is prepared,
+  the store is checked for what can be known without writing
+  (:meth:`~store.store.Store.check_writable`: names, a read-only filesystem,
+  permissions), so such a store fails before any model loads; a write that
+  fails later (a full disk) raises its typed error with ``rows_kept``, the
+  rows this run stored before it, which are kept.
+* With a ``remote`` (opt-in), the descriptor folder of a run is fetched from
+  it (:func:`store.sync.fetch`) before the first lookup, in modes ``use``
+  and ``replay``, so colleagues' rows count as hits.
+* With ``shared=True`` (mode ``use``), jobs started on the same batch share
+  its misses through the store: each generates only the blocks it claims
+  (:mod:`inference.cache.shared`, which calls :meth:`CachedModel.generate_missing`
+  for each), and returns every answer as the store holds it.
+* Responses come back in the caller's order, as :class:`Responses`: a list
+  that also carries what its own call did (``.run``, a
+  :class:`~inference.cache.accounting.CallStats`). ``last`` is the latest call's (the
+  same object, filled in as that call goes), so concurrent callers read
+  ``.run`` of their own result, never ``last``.
+* :meth:`CachedModel.acomplete` / :meth:`~CachedModel.ajudge` are the same
+  calls for async code: the whole call (plan, lookups, writes, and the
+  engine for vLLM) runs in a worker thread, so the event loop stays free; a
+  hosted model's misses go out concurrently, at most its
+  ``max_concurrency`` at once across every call of the model. ``async
+  with`` closes the engine off the loop too. Concurrent calls are safe: the
+  engine is prepared once, and a local engine (not safe to call from two
+  threads) serves one caller's batch at a time (vLLM's backend holds its
+  engine for a whole stream; a backend that cannot stream takes one chunk at
+  a time under the model's ``_engine_lock``). Cancelling the awaiting task
+  does not stop its thread: what it generates is still written.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+from inference.backends.base import Backend, Preflight
+from inference.cache.accounting import CallStats, usage_totals
+from inference.cache.generate import ProgressCallback, Writer, generate_into
+from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
+from inference.cache.rows import engine_request, stored_sample
+from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
+from store.descriptor import ModelDescriptor
+from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
+from store.layout import Role, Selector
+from store.records import Record
+from store.row_checks import gc_paused
+from store.runs import record_run
+from store.settings import Settings
+from store.store import Store
+
+if TYPE_CHECKING:
+    from store.sync.remote import Remote
+
+DEFAULT_CHUNK_SIZE = 64  # generations written per write (also every STREAM_FLUSH_SECONDS): not the engine's batch
+
+
+class Responses(list[Response]):
+    """The responses of one call, in request order, and what that call did (:attr:`run`)."""
+
+    run: CallStats
+
+    def __init__(self, responses: Iterable[Response] = (), run: CallStats | None = None) -> None:
+        super().__init__(responses)
+        self.run = run if run is not None else CallStats()
+
+
+class CachedModel:
+    """One model (descriptor) behind the store; see the module docstring.
+
+    ``backend_factory`` is called at most once, the first time something is
+    missing; its engine is then reused for later batches until :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        store: Store | None,
+        descriptor: ModelDescriptor,
+        *,
+        task: str,
+        backend_factory: Callable[[], Backend],
+        mode: Mode = "use",
+        settings: Settings | None = None,
+        chunk_size: int = DEFAULT_CHUNK_SIZE,
+        label: str | None = None,
+        remote: Remote | None = None,
+        preflight: Preflight | None = None,
+        shared: bool = False,
+    ) -> None:
+        if mode not in MODES:
+            raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
+        if shared and mode != "use":
+            raise InvalidInputError(f"a shared batch writes what it generates: it needs mode 'use', not {mode!r}")
+        if store is None and mode != "off":
+            raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
+        if chunk_size < 1:
+            raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
+        self.store = store
+        self.descriptor = descriptor
+        self.task = task
+        self.mode: Mode = mode
+        self.settings = settings or (store.settings if store is not None else Settings())
+        self.chunk_size = chunk_size
+        self.label = label or descriptor.model
+        self._backend_factory = backend_factory
+        self._backend: Backend | None = None
+        self.remote = remote
+        self._preflight = preflight
+        self.shared = shared
+        self._fetched: set[Role] = set()
+        self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
+        self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
+        self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
+
+    @property
+    def engine_loaded(self) -> bool:
+        return self._backend is not None
+
+    def close(self) -> None:
+        if self._backend is not None:
+            self._backend.close()
+            self._backend = None
+
+    def __enter__(self) -> CachedModel:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> CachedModel:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await asyncio.to_thread(self.close)  # a vLLM shutdown takes seconds: not on the event loop
+
+    # ------------------------------------------------------------ public API
+
+    def complete(
+        self,
+        requests: Sequence[CompletionRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """Completions for ``requests``, in order; ``.run`` of the result says what this call did."""
+        return self._run("completions", requests, on_plan, on_progress)
+
+    def judge(
+        self,
+        requests: Sequence[JudgementRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """Judgements for ``requests``, in order; ``.run`` of the result says what this call did."""
+        return self._run("judgements", requests, on_plan, on_progress)
+
+    async def acomplete(
+        self,
+        requests: Sequence[CompletionRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """:meth:`complete` in a worker thread (see the module docstring); the callbacks are called there."""
+        return await asyncio.to_thread(self._run, "completions", requests, on_plan, on_progress)
+
+    async def ajudge(
+        self,
+        requests: Sequence[JudgementRequest],
+        *,
+        on_plan: Callable[[Plan], None] | None = None,
+        on_progress: ProgressCallback | None = None,
+    ) -> Responses:
+        """:meth:`judge` in a worker thread (see the module docstring); the callbacks are called there."""
+        return await asyncio.to_thread(self._run, "judgements", requests, on_plan, on_progress)
+
+    def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
+        """Render, hash and look up ``requests`` without generating anything."""
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        hits = self._lookup(role, inputs)
+        return plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode)
+
+    # ------------------------------------------------------------ the boundary
+
+    def _fetch(self, role: Role, run: CallStats | None) -> None:
+        """Import the remote's rows of this descriptor folder, once per role and model."""
+        if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
+            return
+        from store.sync import fetch
+
+        report = fetch(self.store, self.remote, Selector.of(role, self.task, self.descriptor))
+        self._fetched.add(role)
+        if run is not None:
+            run.fetched_rows = report.rows
+
+    def _lookup(self, role: Role, inputs: dict[str, Slot], run: CallStats | None = None) -> dict[str, Record]:
+        if self.mode in ("off", "refresh") or self.store is None or not inputs:
+            return {}
+        self._fetch(role, run)
+        database = self.store.find(role, self.task, self.descriptor)
+        return {} if database is None else database.get_many(inputs)
+
+    def _run(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        on_plan: Callable[[Plan], None] | None,
+        on_progress: ProgressCallback | None,
+    ) -> Responses:
+        started, started_at = time.perf_counter(), datetime.now(UTC)
+        run = self.last = CallStats()
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        hits = self._lookup(role, inputs, run)
+        seconds = time.perf_counter() - started
+        plan = plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode, seconds)
+        plan = self._with_miss_context(plan)
+        run.plan = plan
+        if on_plan is not None:
+            on_plan(plan)
+        if plan.missing and self.mode == "replay":
+            first = plan.missing[0]
+            request = requests[first.request_index]
+            raise CacheMissError(
+                f"replay mode: {plan.misses} of {plan.distinct} inputs are not in the store; the first is "
+                f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
+                f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
+            )
+        with gc_paused():
+            results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
+        if plan.missing and self.shared:
+            from inference.cache.shared import generate_shared
+
+            results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
+        elif plan.missing:
+            results.update(self._generate(role, requests, plan.missing, on_progress, run))
+        with gc_paused():
+            responses = Responses(
+                (Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)), run
+            )
+        run.truncated = sum(
+            s.finish_reason == "length" and s.error is None for response in responses for s in response.samples
+        )
+        run.saved = usage_totals(record.usage for record in hits.values())
+        run.seconds = time.perf_counter() - started
+        self._record_run(plan, started_at, run)
+        if run.failed:
+            raise RequestsFailedError(run.failed_message(), failures=run.failed, responses=responses)
+        return responses
+
+    def _with_miss_context(self, plan: Plan) -> Plan:
+        """Say whether the misses were expected (see :attr:`Plan.unexpected_misses`); only runs with misses pay."""
+        if not plan.misses or self.store is None or self.mode not in ("use", "readonly", "replay"):
+            return plan
+        database = self.store.find(plan.role, self.task, self.descriptor)
+        if database is not None:
+            return replace(plan, stored_rows=database.count())
+        mine = Selector.of(plan.role, self.task, self.descriptor)
+        others = self.store.select(replace(mine, descriptor=None))
+        return replace(plan, other_descriptors=len(others))
+
+    def _record_run(self, plan: Plan, started_at: datetime, last: CallStats) -> None:
+        """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""
+        store = self.store
+        if store is None or store.readonly or self.mode not in ("use", "refresh") or not plan.requested:
+            return
+        if not self.settings.record_runs:
+            return
+        database = store.find(plan.role, self.task, self.descriptor)
+        if database is None:  # nothing hit and nothing was written
+            return
+        record = last.run_record(
+            run_id=self.settings.run_id,
+            created_by=self.settings.created_by,
+            started_at=started_at,
+            finished_at=datetime.now(UTC),
+        )
+        record_run(database, record)
+
+    def generate_missing(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        run: CallStats,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Sample]:
+        """Generate and write these planned misses of ``requests`` (one block of a shared batch); ``run`` counts it."""
+        return self._generate(role, requests, missing, on_progress, run)
+
+    def _generate(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        on_progress: ProgressCallback | None,
+        run: CallStats,
+    ) -> dict[str, Sample]:
+        """Generate ``missing`` (planned misses of ``requests``), write them, and return their samples by key.
+
+        A call's whole generation path; a caller may call it for any part of a plan's misses.
+        """
+        store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
+        writer = Writer(
+            requests,
+            run,
+            total=len(missing),
+            label=self.label,
+            settings=self.settings,
+            refresh=self.mode == "refresh",
+            on_progress=on_progress,
+        )
+        engine_requests = [engine_request(inp) for inp in missing]
+        refused = self._preflight(engine_requests) if self._preflight is not None else {}
+        for index, error in refused.items():
+            writer.fail(missing[index], error)
+        if refused:
+            writer.progress(len(refused))
+        todo = [i for i in range(len(missing)) if i not in refused]
+        if not todo:  # every miss would be refused: the engine is never prepared for them
+            return writer.results
+
+        if store is not None and self._backend is None:
+            # Before the engine: a bad name or a store that cannot be written fails in seconds, not after a load
+            # (and nothing is created for an engine that may yet be refused).
+            store.check_writable(role, self.task, self.descriptor)
+        backend = self._prepared_backend()
+        run.engine_loaded = True
+        writer.database = None if store is None else store.database(role, self.task, self.descriptor)
+        generate_into(
+            writer,
+            backend,
+            [missing[i] for i in todo],
+            [engine_requests[i] for i in todo],
+            chunk_size=self.chunk_size,
+            engine_lock=self._engine_lock,
+        )
+        return writer.results
+
+    def _prepared_backend(self) -> Backend:
+        """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
+        with self._backend_lock:
+            if self._backend is None:
+                self._backend = self._backend_factory()
+            return self._backend

@@ -1,0 +1,233 @@
+"""Many jobs, one batch: the misses of a plan generated once across processes and nodes (``--shared-batch``).
+
+Contract:
+
+* :func:`generate_shared` is what a :class:`~inference.cache.model.CachedModel`
+  made with ``shared=True`` does with its plan's misses instead of generating
+  them all. Every job started on the same inputs and settings plans the whole
+  batch, joins the store's work queue of the descriptor's database
+  (:class:`store.claims.WorkQueue`: a folder store's SQLite database for
+  processes on one machine, a PostgreSQL schema for jobs on many nodes), then
+  claims misses in blocks, generates and writes only what it claimed (through
+  :meth:`CachedModel.generate_missing`, the same generation as an unshared
+  run), and claims again. A job that starts late joins the remaining work.
+* Blocks are sized by guided self-scheduling: the claimable inputs over twice
+  the jobs at work, at most ``chunk_size`` and at least one, so blocks shrink
+  near the end of the batch and the jobs finish close together.
+* A claim is a lease of ``JUDGESTORE_LEASE_SECONDS`` (renewed every third
+  of it by a thread while the job works). A job that dies loses its leases
+  when they expire and the others take the inputs over; only the inputs that
+  were in flight in the dead job are asked for twice, and a late result for a
+  lease that was taken over is never written twice (rows are inserted
+  ignoring duplicates: ``rows_written`` counts what this job actually
+  stored).
+* The job returns when every input of the batch is stored (or failed: an
+  input a job failed is reported by every job while its failure mark lasts,
+  and tried again by a job that has not tried it once the mark ends). Every
+  answer is then read from the store, so every job returns the same
+  responses, in the caller's order, whichever job generated them.
+* A store that stops answering for a moment (a PostgreSQL restart, a busy
+  SQLite file) does not end the job: the queue's steps are retried for up to
+  a lease; the claims live in the database and survive it.
+* The call's :class:`~inference.cache.accounting.CallStats` counts what this
+  job generated and wrote; ``from_other_jobs`` the distinct inputs other jobs
+  generated, which its ``runs`` row does not count as its misses (summed over
+  the jobs, ``runs`` counts each input once).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Protocol, TypeVar
+
+from inference.cache.plan import Failure, PlannedInput
+from inference.cache.rows import generated_sample, stored_sample
+from inference.requests import Request, Sample
+from store.claims import WorkQueue, sweep
+from store.errors import (
+    DatabaseBusyError,
+    InvalidInputError,
+    RequestRefusedError,
+    ServerBusyError,
+    ServerUnavailableError,
+)
+from store.layout import Role
+
+if TYPE_CHECKING:
+    from inference.cache.accounting import CallStats
+    from inference.cache.generate import ProgressCallback
+    from store.descriptor import ModelDescriptor
+    from store.settings import Settings
+    from store.store import Store
+
+
+class SharingModel(Protocol):
+    """What a shared batch uses of a :class:`~inference.cache.model.CachedModel` (which calls it, so no import)."""
+
+    @property
+    def store(self) -> Store | None: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def settings(self) -> Settings: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def descriptor(self) -> ModelDescriptor: ...
+    @property
+    def chunk_size(self) -> int: ...
+
+    def generate_missing(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        missing: Sequence[PlannedInput],
+        run: CallStats,
+        on_progress: ProgressCallback | None = None,
+    ) -> dict[str, Sample]: ...
+
+
+T = TypeVar("T")
+log = logging.getLogger(__name__)
+TRANSIENT = (ServerUnavailableError, ServerBusyError, DatabaseBusyError)  # a store that may answer again soon
+SWEEP_AFTER_LEASES = 30  # claims left behind are swept once past their deadline by this many leases (at least 1 h)
+
+
+def block_size(claimable: int, jobs: int, most: int) -> int:
+    """Guided self-scheduling: ``claimable / (2 * jobs)`` rounded up, within ``[1, most]``."""
+    return max(1, min(most, math.ceil(claimable / (2 * max(jobs, 1)))))
+
+
+class _Renewal:
+    """A thread renewing the job's leases every third of a lease until the job is done."""
+
+    def __init__(self, queue: WorkQueue) -> None:
+        self.queue = queue
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="judgestore-lease-renewal", daemon=True)
+
+    def _run(self) -> None:
+        every = self.queue.lease_seconds / 3
+        while not self._stop.wait(every):
+            try:
+                self.queue.renew()
+            except Exception as e:  # the next tick tries again; the lease outlasts two missed renewals
+                log.warning(
+                    "renewing the leases of %s failed (%s); trying again in %.1f s", self.queue.holder, e, every
+                )
+
+    def __enter__(self) -> _Renewal:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+def _patiently(step: Callable[[], T], patience: float) -> T:
+    """``step()``, tried again while the store says it may answer soon, for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    pause = 0.2
+    while True:
+        try:
+            return step()
+        except TRANSIENT as e:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("the store did not answer (%s); trying again in %.1f s", e, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+
+
+def generate_shared(
+    model: SharingModel,
+    role: Role,
+    requests: Sequence[Request],
+    missing: Sequence[PlannedInput],
+    on_progress: ProgressCallback | None,
+    run: CallStats,
+) -> dict[str, Sample]:
+    """Generate ``missing`` together with the other jobs of the batch; every answer read from the store."""
+    store = model.store
+    if store is None or model.mode != "use":
+        raise InvalidInputError(f"a shared batch needs a store in mode use, not mode {model.mode!r}")
+    lease = model.settings.lease_seconds
+    patience = max(lease, 30.0)
+    poll = min(0.5, lease / 10)
+    store.check_writable(role, model.task, model.descriptor)
+    database = store.database(role, model.task, model.descriptor)
+    queue = WorkQueue(database, lease_seconds=lease)
+    by_key = {inp.key: inp for inp in missing}
+    keys = list(by_key)
+    _patiently(lambda: sweep(database, max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
+    _patiently(lambda: queue.join(keys), patience)
+
+    own: dict[str, Sample] = {}  # what this job generated (or failed)
+    failed_elsewhere: dict[str, str] = {}
+    pending = list(keys)  # not yet known to be stored, nor failed by this job
+
+    reported = 0
+
+    def progress(done: int) -> None:
+        nonlocal reported
+        if on_progress is not None and done > reported:  # only forward: a bar is finished once it is full
+            reported = done
+            on_progress(done, len(keys))
+
+    with _Renewal(queue):
+        while pending:
+            state = _patiently(functools.partial(queue.state, pending), patience)
+            failed_elsewhere.update(state.failed)
+            pending = [k for k in pending if k not in state.stored]
+            progress(len(keys) - len(pending) + len(state.failed))
+            if state.unqueued:
+                _patiently(functools.partial(queue.join, pending), patience)
+            if not state.claimable and not state.leased:  # everything left failed
+                break
+            block: list[str] = []
+            if state.claimable:
+                jobs = len(state.holders - {queue.holder}) + 1
+                size = block_size(state.claimable, jobs, model.chunk_size)
+                candidates = [k for k in pending if k not in own]
+                block = _patiently(functools.partial(queue.claim, candidates, size), patience)
+            if not block:
+                time.sleep(poll)  # others hold the rest: wait for their rows, or for their leases to end
+                continue
+            # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
+            # lost; after, the block is asked for again and its rows are written once.
+            inputs = [by_key[k] for k in block]
+            got = _patiently(functools.partial(model.generate_missing, role, requests, inputs, run), patience)
+            own.update(got)
+            errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}
+            done = [k for k in block if k not in errors]
+            _patiently(functools.partial(queue.finish, done, errors), patience)
+            pending = [k for k in pending if k not in errors]
+
+    stored = _patiently(lambda: database.get_many(keys), patience)
+    _patiently(lambda: queue.finish(list(stored)), patience)  # claims a late join enqueued for stored inputs
+    results: dict[str, Sample] = {}
+    for key in keys:
+        inp = by_key[key]
+        if key in stored:
+            results[key] = stored_sample(stored[key])
+        elif key in own:
+            results[key] = own[key]  # failed here: already in run.failed
+        else:
+            error = RequestRefusedError(f"failed in another job of the shared batch: {failed_elsewhere.get(key)}")
+            request = requests[inp.request_index]
+            run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, key, error))
+            results[key] = generated_sample(inp, None, error)
+    run.from_other_jobs = sum(1 for key in keys if key not in own)
+    progress(len(keys))
+    return results
+
+
+def _error_text(sample: Sample) -> str:
+    error = sample.error
+    return "" if error is None else f"{type(error).__name__}: {' '.join(str(error).split())}"

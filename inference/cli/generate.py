@@ -1,0 +1,244 @@
+"""``judgestore generate``, ``judge`` and ``pairs``.
+
+Contract:
+
+* :func:`register` adds the three commands to the app :mod:`inference.cli.app`
+  assembles; ``generate`` and ``judge`` take the model and run options of
+  :mod:`inference.cli.options`.
+* ``generate`` and ``judge`` read a JSONL file of requests, print the plan
+  (hits, misses, duplicates) before anything runs, show a progress bar while
+  the engine generates (on a terminal), write one result line per request,
+  and end with the summary of :func:`inference.run.run_requests`: hits,
+  misses, rows written, outputs that stopped at ``max_tokens``, wall time,
+  and whether the engine was loaded (and vLLM imported). A run that is all
+  hits never imports vLLM. Requests that failed (refused by the engine or
+  server, or their rows by the store) are listed with their typed reason
+  (``failures`` in ``--json``), their result lines carry an ``error``, and
+  the command exits 1; every other result is written and stored.
+* ``--shared-batch``: jobs started on the same inputs and store share the
+  misses (:mod:`inference.cache.shared`); each writes the complete output.
+"""
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Annotated, NoReturn
+
+import orjson
+import typer
+
+from inference.backends.vllm.engine_logs import quiet_engine
+from inference.cache.plan import Plan
+from inference.cli.options import RUN_PANEL, RunOptions, VerboseOption, model_spec, run_options
+from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
+from inference.judging import OrientationsChoice
+from inference.requests import Request
+from inference.run import RunResult, run_requests
+from inference.spec import HostedSpec, ModelSpec
+from store.cli.common import command_errors, emit_json, progress_bars, stderr
+from store.cli.options import JsonOutput, grouped, store_settings
+from store.errors import JudgestoreError
+from store.filters import RowFilter
+from store.layout import Role
+from store.settings import Settings
+from store.store import Store
+
+
+def register(app: typer.Typer) -> None:
+    app.command("generate")(
+        command_errors(grouped(spec=model_spec, run=run_options, settings=store_settings)(generate_command))
+    )
+    app.command("judge")(
+        command_errors(grouped(spec=model_spec, run=run_options, settings=store_settings)(judge_command))
+    )
+    app.command("pairs")(command_errors(pairs_command))
+
+
+# ---------------------------------------------------------------- commands
+
+
+@contextmanager
+def _output(path: Path) -> Iterator[IO[bytes]]:
+    if str(path) == "-":
+        yield sys.stdout.buffer
+        sys.stdout.flush()
+        return
+    with path.open("wb") as handle:
+        yield handle
+
+
+def _run(
+    spec: ModelSpec | HostedSpec,
+    requests: list[Request],
+    role: Role,
+    run: RunOptions,
+    settings: Settings,
+    json_output: bool,
+    verbose: bool = False,
+) -> None:
+    """Run, with the plan and a progress bar on stderr; write the results; print the summary.
+
+    The engine's own log stays out of the output unless ``verbose``
+    (:mod:`inference.backends.vllm.engine_logs`). Ctrl-C stops the run with exit status 130 and one line (a JSON object
+    with ``--json``) saying how many rows the run stored: they are kept, and
+    the same command generates only the rest.
+    """
+    err = stderr()
+    if not verbose:
+        quiet_engine()
+    started = datetime.now(UTC)
+    try:
+        result = _run_with_progress(spec, requests, role, run, settings, json_output)
+    except KeyboardInterrupt:
+        _interrupted(spec, role, run, settings, started, json_output)
+    with _output(run.output) as out:
+        write_responses(out, result.responses, spec.display_name)
+    summary = result.summary
+    if json_output:
+        emit_json(summary.as_dict())
+    else:
+        err.print(summary.line(), soft_wrap=True)
+        if (saved := summary.savings_line()) is not None:
+            err.print(saved, soft_wrap=True)
+        if (truncated := summary.truncation_note()) is not None:
+            err.print(truncated, style="yellow", soft_wrap=True)
+        for line in summary.failure_lines():
+            err.print(line, style="red", soft_wrap=True, markup=False)
+    if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
+        raise typer.Exit(1)
+
+
+def _run_with_progress(
+    spec: ModelSpec | HostedSpec,
+    requests: list[Request],
+    role: Role,
+    run: RunOptions,
+    settings: Settings,
+    json_output: bool,
+) -> RunResult:
+    err = stderr()
+    with progress_bars(json_output) as progress:
+
+        def on_plan(plan: Plan) -> None:
+            if not json_output:
+                err.print(f"plan: {plan.summary()}", soft_wrap=True)
+                if (why := plan.miss_note()) is not None:
+                    from inference.drift.explain import explain_command_line  # only a run that misses needs it
+
+                    err.print(f"note: {why}; run `{explain_command_line(sys.argv)}` to see why", soft_wrap=True)
+            if plan.misses:
+                progress("generating", 0, plan.misses)
+
+        result = run_requests(
+            spec,
+            requests,
+            role=role,
+            task=run.task,
+            settings=settings,
+            mode=run.mode,
+            chunk_size=run.chunk_size,
+            fetch=run.fetch,
+            shared=run.shared_batch,
+            on_plan=on_plan,
+            on_progress=lambda done, total: progress("generating", done, total),
+        )
+    return result
+
+
+def _interrupted(
+    spec: ModelSpec | HostedSpec, role: Role, run: RunOptions, settings: Settings, started: datetime, json_output: bool
+) -> NoReturn:
+    """Ctrl-C: say what the run kept (its rows are those of its run id written since it started); exit 130."""
+    kept: int | None = 0
+    if run.mode in ("use", "refresh"):
+        try:
+            with Store(settings, readonly=True) as store:
+                database = store.find(role, run.task, spec.descriptor)
+                this_run = RowFilter(run_id=settings.run_id, created_after=started)
+                kept = 0 if database is None else database.count(this_run)
+        except JudgestoreError:
+            kept = None
+    if run.mode not in ("use", "refresh"):
+        message = f"interrupted; mode {run.mode} writes no rows, so nothing was stored"
+    elif kept is None:
+        message = (
+            "interrupted; the rows stored before it are kept, and running the same command again generates only "
+            "the rest"
+        )
+    else:
+        message = (
+            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and running the same "
+            "command again generates only the rest"
+        )
+    if json_output:
+        payload = {"error": message, "type": "Interrupted", "rows_kept": kept}
+        sys.stderr.write(orjson.dumps(payload).decode() + "\n")
+    else:
+        stderr().print(message, style="bold yellow", soft_wrap=True)
+    raise typer.Exit(130)
+
+
+def generate_command(
+    spec: ModelSpec | HostedSpec,
+    run: RunOptions,
+    settings: Settings,
+    json_output: JsonOutput = False,
+    verbose: VerboseOption = False,
+) -> None:
+    """Complete every request of a JSONL file, asking the store first.
+
+    Each input line is {"messages": [...]} or {"text": "..."} with optional
+    "benchmark", "instruction_id", "n" (samples) and "model" (label).
+
+    Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
+    """
+    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output, verbose)
+
+
+def judge_command(
+    spec: ModelSpec,
+    run: RunOptions,
+    settings: Settings,
+    json_output: JsonOutput = False,
+    orientation: Annotated[
+        OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=RUN_PANEL)
+    ] = OrientationsChoice.both,
+    verbose: VerboseOption = False,
+) -> None:
+    """Judge pairs (both orientations by default) or single answers with a judge model.
+
+    Lines are pairs {"question", "model_a", "answer_a", "model_b", "answer_b"},
+    single answers {"question", "model_a", "answer_a"} (pointwise), or judge
+    conversations already rendered {"messages", "model_a", "model_b", "orientation"}.
+    model_a/model_b of the rows are the positional slots of the judge prompt:
+    the reversed row of a pair shows model_b's answer first, so it records it
+    as model_a.
+
+    Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
+    """
+    requests = read_judgement_requests(run.input_path, orientation.orientations(), judge=spec.display_name)
+    _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
+
+
+def pairs_command(
+    prompts: Annotated[Path, typer.Option("--prompts", help="The JSONL of requests given to generate.")],
+    answers: Annotated[
+        list[Path], typer.Option("--answers", help="A result file of generate (repeat, one per model).")
+    ],
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSONL file of pairs ('-': stdout).")] = Path("-"),
+    json_output: JsonOutput = False,
+) -> None:
+    """Pair every two models' answers to every prompt, ready for `judgestore judge`.
+
+    Example: judgestore pairs --prompts prompts.jsonl --answers a.jsonl --answers b.jsonl -o pairs.jsonl
+    """
+    pairs = make_pairs(prompts, answers)
+    with _output(output) as out:
+        for pair in pairs:
+            out.write(orjson.dumps(pair) + b"\n")
+    if json_output:
+        emit_json({"pairs": len(pairs)})
+    else:
+        stderr().print(f"{len(pairs)} pairs written")

@@ -1,0 +1,260 @@
+"""The option groups the inference layer's commands share: the model, the run, ``-v``.
+
+Contract:
+
+* :func:`model_spec` is the model of a command line: a
+  :class:`~inference.spec.ModelSpec` (vLLM, in-process), or with
+  ``--provider`` a :class:`~inference.spec.HostedSpec`.
+  vLLM settings are named as ``vllm.LLM`` and ``SamplingParams`` name them:
+  ``--engine-arg KEY=VALUE`` and ``--sampling KEY=VALUE`` (values are JSON,
+  else strings), with options for the common sampling settings. Options left
+  out take the library's defaults (:data:`inference.spec.DEFAULT_SAMPLING`).
+  ``generate`` and ``judge`` take it, and :mod:`inference.cli.app` gives it
+  to ``explain``, ``audit`` and ``adopt``.
+* :func:`run_options` is where a run's requests come from and go to, and how
+  it uses the store (:class:`RunOptions`), shared with other jobs or not
+  (``--shared-batch``).
+* :data:`VerboseOption` is the ``-v``/``--verbose`` option of the commands
+  that may load vLLM; without it they call
+  :func:`~inference.backends.vllm.engine_logs.quiet_engine`.
+* Like every module that declares options, this one does not use
+  ``from __future__ import annotations`` (see :mod:`store.cli.app`).
+"""
+
+import enum
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from inference.cache.plan import Mode
+from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, parse_key_values
+from store.errors import InvalidInputError
+
+_MODEL = "Model"
+_HOSTED = "Hosted model (an OpenAI-compatible server)"
+_SAMPLING = "Sampling"
+RUN_PANEL = "Run"
+
+
+class ModeChoice(enum.StrEnum):
+    use = "use"
+    refresh = "refresh"
+    off = "off"
+    replay = "replay"
+    readonly = "readonly"
+
+
+class InputModeChoice(enum.StrEnum):
+    chat = "chat"
+    text = "text"
+
+
+class LogprobPositionsChoice(enum.StrEnum):
+    first = "first"
+    all = "all"
+
+
+class ProviderChoice(enum.StrEnum):
+    openai = "openai"
+    openrouter = "openrouter"
+    together = "together"
+    vllm_server = "vllm-server"
+
+
+VerboseOption = Annotated[
+    bool,
+    typer.Option(
+        "--verbose", "-v", help="Also show the engine's own log (vLLM, torch) on stderr; by default only errors."
+    ),
+]
+
+
+def _model(name: str, help_text: str, **kwargs: object) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, rich_help_panel=_MODEL, **kwargs)  # type: ignore[arg-type]
+
+
+def _hosted(name: str, help_text: str, **kwargs: object) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, rich_help_panel=_HOSTED, **kwargs)  # type: ignore[arg-type]
+
+
+def _sampling(name: str, help_text: str | None = None, **kwargs: object) -> typer.models.OptionInfo:
+    return typer.Option(name, help=help_text, rich_help_panel=_SAMPLING, **kwargs)  # type: ignore[arg-type]
+
+
+def model_spec(
+    model: Annotated[
+        str, _model("--model", "Hub id or local folder (as vllm.LLM takes it), or the model name a server serves.")
+    ],
+    label: Annotated[str | None, _model("--label", "Name recorded in the rows (default: the model's).")] = None,
+    revision: Annotated[
+        str | None, _model("--revision", "Branch, tag or commit of a Hub model (default main); pinned to a commit.")
+    ] = None,
+    allow_unpinned: Annotated[
+        bool,
+        _model(
+            "--allow-unpinned",
+            "When a Hub model can be pinned neither from the local cache nor through the Hub, cache under an "
+            "explicitly unpinned descriptor instead of refusing (its rows never hit a pinned run).",
+        ),
+    ] = False,
+    input_mode: Annotated[InputModeChoice, _model("--input-mode", "chat: LLM.chat; text: LLM.generate.")] = (
+        InputModeChoice.chat
+    ),
+    engine_arg: Annotated[
+        list[str] | None, _model("--engine-arg", "A vllm.LLM kwarg (repeat).", metavar="KEY=VALUE")
+    ] = None,
+    chat_template: Annotated[str | None, _model("--chat-template", "Template file or text.")] = None,
+    chat_template_kwarg: Annotated[
+        list[str] | None, _model("--chat-template-kwarg", "Chat template kwarg (repeat).", metavar="KEY=VALUE")
+    ] = None,
+    thinking: Annotated[
+        bool | None, _model("--enable-thinking/--disable-thinking", "Thinking switch of the template.")
+    ] = None,
+    temperature: Annotated[
+        float | None,
+        _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False),
+    ] = None,
+    max_tokens: Annotated[
+        int | None, _sampling("--max-tokens", f"Default {DEFAULT_SAMPLING['max_tokens']}.", show_default=False)
+    ] = None,
+    seed: Annotated[int | None, _sampling("--seed")] = None,
+    top_logprobs: Annotated[
+        int | None, _sampling("--top-logprobs", "Candidates kept per position (e.g. of the verdict token).")
+    ] = None,
+    logprob_positions: Annotated[
+        LogprobPositionsChoice,
+        _sampling("--logprob-positions", "Keep candidates for the first generated token, or for every one."),
+    ] = LogprobPositionsChoice.first,
+    sampling: Annotated[
+        list[str] | None, _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE")
+    ] = None,
+    provider: Annotated[
+        ProviderChoice | None,
+        _hosted("--provider", "Send requests to this server instead of loading the model in-process."),
+    ] = None,
+    base_url: Annotated[str | None, _hosted("--base-url", "The server's URL (default: the provider's).")] = None,
+    api_key_env: Annotated[
+        str | None,
+        _hosted(
+            "--api-key-env",
+            "Variable holding the API key (default OPENAI_API_KEY, OPENROUTER_API_KEY...).",
+            metavar="NAME",
+        ),
+    ] = None,
+    max_concurrency: Annotated[
+        int | None,
+        _hosted("--max-concurrency", "Requests in flight at once (default: JUDGESTORE_MAX_CONCURRENCY, 8).", min=1),
+    ] = None,
+    routing: Annotated[
+        list[str] | None,
+        _hosted(
+            "--routing",
+            'OpenRouter provider routing (repeat), e.g. order=["x"] allow_fallbacks=false.',
+            metavar="KEY=VALUE",
+        ),
+    ] = None,
+) -> ModelSpec | HostedSpec:
+    """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
+    given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
+    sampling_kwargs = {k: v for k, v in given.items() if v is not None} | parse_key_values(sampling, "--sampling")
+    if provider is not None:
+        engine_only = {"--engine-arg": engine_arg, "--chat-template": chat_template, "--allow-unpinned": allow_unpinned}
+        refused = [name for name, value in engine_only.items() if value]
+        if refused:
+            raise InvalidInputError(f"{', '.join(refused)} apply to the in-process engine, not to --provider")
+        return HostedSpec(
+            model=model,
+            provider=provider.value,  # type: ignore[arg-type]
+            base_url=base_url,
+            api_key_env=api_key_env,
+            label=label,
+            input_mode=input_mode.value,  # type: ignore[arg-type]
+            sampling=sampling_kwargs,
+            routing=parse_key_values(routing, "--routing"),
+            chat_template_kwargs=parse_key_values(chat_template_kwarg, "--chat-template-kwarg"),
+            enable_thinking=thinking,
+            logprob_positions=logprob_positions.value,  # type: ignore[arg-type]
+            revision=revision,
+            max_concurrency=max_concurrency,
+        )
+    hosted_only = {"--base-url": base_url, "--api-key-env": api_key_env, "--routing": routing}
+    if any(hosted_only.values()):
+        raise InvalidInputError(f"{', '.join(k for k, v in hosted_only.items() if v)} need --provider")
+    engine_kwargs = parse_key_values(engine_arg, "--engine-arg")
+    if revision is not None:
+        if engine_kwargs.get("revision", revision) != revision:
+            raise InvalidInputError("--revision and --engine-arg revision= differ; pass one of them")
+        engine_kwargs["revision"] = revision
+    return ModelSpec(
+        model=model,
+        label=label,
+        input_mode=input_mode.value,  # type: ignore[arg-type]
+        sampling=sampling_kwargs,
+        engine_kwargs=engine_kwargs,
+        chat_template=chat_template,
+        chat_template_kwargs=parse_key_values(chat_template_kwarg, "--chat-template-kwarg"),
+        enable_thinking=thinking,
+        logprob_positions=logprob_positions.value,  # type: ignore[arg-type]
+        allow_unpinned=allow_unpinned,
+    )
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Where a run's requests come from and go to, and how it uses the store (see :func:`run_options`)."""
+
+    task: str
+    input_path: Path
+    output: Path
+    mode: Mode
+    chunk_size: int
+    fetch: bool | None
+    shared_batch: bool = False
+
+
+def run_options(
+    task: Annotated[
+        str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=RUN_PANEL)
+    ],
+    input_path: Annotated[
+        Path, typer.Option("--input", "-i", help="JSONL file of requests.", rich_help_panel=RUN_PANEL)
+    ],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="JSONL file of results ('-': stdout).", rich_help_panel=RUN_PANEL)
+    ] = Path("-"),
+    mode: Annotated[
+        ModeChoice,
+        typer.Option(
+            "--mode", help="use | refresh | off | replay (misses are errors) | readonly.", rich_help_panel=RUN_PANEL
+        ),
+    ] = ModeChoice.use,
+    chunk_size: Annotated[
+        int,
+        typer.Option(
+            "--chunk-size",
+            help="Write finished generations every N (or every 2 s); the engine gets every miss at once.",
+            rich_help_panel=RUN_PANEL,
+        ),
+    ] = 64,
+    fetch: Annotated[
+        bool | None,
+        typer.Option(
+            "--fetch/--no-fetch",
+            help="Fetch this model's folder from the shared remote first (JUDGESTORE_HUB_REPO or JUDGESTORE_SYNC_DIR;"
+            " default: JUDGESTORE_FETCH_BEFORE_RUN).",
+            rich_help_panel=RUN_PANEL,
+        ),
+    ] = None,
+    shared_batch: Annotated[
+        bool,
+        typer.Option(
+            "--shared-batch",
+            help="Share this batch's misses with the other jobs started on the same inputs and store (a SLURM array, "
+            "one process per GPU): each generates only the blocks it claims, and every one writes the whole output.",
+            rich_help_panel=RUN_PANEL,
+        ),
+    ] = False,
+) -> RunOptions:
+    return RunOptions(task, input_path, output, mode.value, chunk_size, fetch, shared_batch)  # type: ignore[arg-type]

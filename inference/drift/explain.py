@@ -1,0 +1,379 @@
+"""Why a run missed: the descriptor it asked for against the stored ones, and each missing input against stored rows.
+
+Contract:
+
+* :func:`descriptor_changes` lists, field by field (dotted paths such as
+  ``sampling.temperature``), how a stored descriptor differs from the one a
+  run asks for: ``stored -> wanted``.
+* :func:`explain_descriptor` says whether the run's database exists and how
+  many rows it holds, and lists the stored descriptors of the same role and
+  model (any task), nearest first (fewest differing fields, then most rows),
+  each with its differences (the task is one too) and row count: the
+  nearest differs in the fewest descriptor fields (then: the same task, then
+  the most rows).
+* :func:`explain_inputs` takes the plan of a batch (:meth:`CachedModel.plan
+  <inference.cache.model.CachedModel.plan>`) and, for each missing input, finds
+  why: a sample index beyond those stored; the same input stored under
+  another descriptor; else the stored row with the same
+  ``benchmark``/``instruction_id``, or the nearest rendered input among at
+  most ``scan`` rows, with a compact diff of the rendered inputs
+  (:func:`input_diffs`: which message, which characters).
+* Everything here reads: the store is opened read-only by callers, the engine
+  is never prepared, and vLLM is never imported.
+* :func:`explain_command_line` turns a ``generate``/``judge`` command line
+  into the ``judgestore explain`` command that explains it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import orjson
+
+from inference.cache.plan import Plan
+from inference.requests import Request
+from store.descriptor import ModelDescriptor, input_hash
+from store.errors import JudgestoreError
+from store.filters import RowFilter
+from store.layout import Location, Role, Selector
+from store.records import Record
+from store.store import Database, Store
+
+EXCERPT = 30  # characters shown on each side of a difference
+MAX_EDITS = 3  # edits listed per differing message
+
+
+# ---------------------------------------------------------------- descriptors
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    """One field that differs: its dotted path, the stored value and the one asked for (None: absent)."""
+
+    field: str
+    stored: Any
+    wanted: Any
+
+    def text(self, width: int = 16) -> str:
+        return f"{self.field} {_short(self.stored, width)} -> {_short(self.wanted, width)}"
+
+
+def _short(value: Any, width: int) -> str:
+    text = "(none)" if value is None else value if isinstance(value, str) else orjson.dumps(value).decode()
+    hexlike = isinstance(value, str) and len(value) > width and all(c in "0123456789abcdef:sha256" for c in value)
+    return text[:width] + "…" if hexlike or len(text) > 3 * width else text
+
+
+def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
+    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf)."""
+    if isinstance(value, Mapping):
+        flat: dict[str, Any] = {}
+        for key in sorted(value):
+            flat |= _flatten(value[key], f"{prefix}{key}.")
+        return flat
+    return {prefix.rstrip("."): value}
+
+
+def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list[FieldChange]:
+    """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash)."""
+    old, new = _flatten(stored.model_dump(mode="json")), _flatten(wanted.model_dump(mode="json"))
+    return [
+        FieldChange(name, old.get(name), new.get(name))
+        for name in sorted(old.keys() | new.keys())
+        if old.get(name) != new.get(name)
+    ]
+
+
+@dataclass(frozen=True)
+class Neighbour:
+    """A stored descriptor of the same role and model, and how it differs from the one asked for."""
+
+    location: Location
+    rows: int | None  # None: the database could not be opened (error says why)
+    changes: tuple[FieldChange, ...]
+    error: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.location.as_dict(), "rows": self.rows, "changes": [asdict(c) for c in self.changes],
+                "error": self.error}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class DescriptorReport:
+    """The run's database (does it exist, how many rows) and the stored descriptors nearest to it."""
+
+    location: Location
+    descriptor: ModelDescriptor
+    exists: bool
+    rows: int
+    neighbours: tuple[Neighbour, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **self.location.as_dict(),
+            "exists": self.exists,
+            "rows": self.rows,
+            "neighbours": [n.as_dict() for n in self.neighbours],
+        }
+
+
+def _rows(database: Database | None) -> int:
+    return 0 if database is None else database.count()
+
+
+def _nearness(n: Neighbour) -> tuple[bool, int, bool, int, str]:
+    """Readable first, then fewest descriptor fields changed, the same task, most rows."""
+    other_task = any(c.field == "task" for c in n.changes)
+    fields = len(n.changes) - other_task
+    return (n.error is not None, fields, other_task, -(n.rows or 0), n.location.descriptor_hash16)
+
+
+def explain_descriptor(
+    store: Store, role: Role, task: str, descriptor: ModelDescriptor, *, limit: int = 5
+) -> DescriptorReport:
+    """See the module docstring; reads metadata.json files and counts rows, nothing else."""
+    location = Location.of(role, task, descriptor)
+    database = store.find(role, task, descriptor)
+    neighbours = []
+    for other in store.select(Selector(role=location.role, provider=location.provider, model=location.model)):
+        if other == location:
+            continue
+        try:
+            metadata = store.open(other).metadata()
+            changes = descriptor_changes(metadata.descriptor, descriptor)
+            if other.task != task:
+                changes.insert(0, FieldChange("task", other.task, task))
+            neighbours.append(Neighbour(other, store.open(other).count(), tuple(changes)))
+        except JudgestoreError as e:
+            neighbours.append(Neighbour(other, None, (), str(e)))
+    neighbours.sort(key=_nearness)
+    return DescriptorReport(location, descriptor, database is not None, _rows(database), tuple(neighbours[:limit]))
+
+
+# ---------------------------------------------------------------- inputs
+
+
+@dataclass(frozen=True, slots=True)
+class InputDiff:
+    """One place where two rendered inputs differ, with excerpts around its first differing character."""
+
+    where: str  # "message 1 (user) content", "message 2", "input type", "text"
+    position: int | None  # first differing character of that part, when both have it
+    stored: str
+    wanted: str
+    edits: tuple[str, ...] = ()  # e.g. "replace 'joke' -> 'story' at 8"
+
+    def text(self) -> str:
+        at = "" if self.position is None else f" at character {self.position}"
+        edits = f" ({'; '.join(self.edits)})" if self.edits else ""
+        return f"{self.where}{at}: {self.stored!r} -> {self.wanted!r}{edits}"
+
+
+def _first_difference(a: str, b: str) -> int:
+    for i, (x, y) in enumerate(zip(a, b, strict=False)):
+        if x != y:
+            return i
+    return min(len(a), len(b))
+
+
+def _excerpt(text: str, position: int) -> str:
+    start, end = max(position - EXCERPT, 0), position + EXCERPT
+    return ("…" if start else "") + text[start:end] + ("…" if end < len(text) else "")
+
+
+def _edits(a: str, b: str) -> tuple[str, ...]:
+    matcher = difflib.SequenceMatcher(None, a, b, autojunk=False)
+    edits = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        old, new = _short(a[i1:i2], 20), _short(b[j1:j2], 20)
+        edits.append({"replace": f"replace {old!r} -> {new!r}", "delete": f"delete {old!r}",
+                      "insert": f"insert {new!r}"}[tag] + f" at {i1}")  # fmt: skip
+    return tuple(edits[:MAX_EDITS]) + ((f"{len(edits) - MAX_EDITS} more",) if len(edits) > MAX_EDITS else ())
+
+
+def _text_diff(where: str, a: str, b: str) -> InputDiff:
+    position = _first_difference(a, b)
+    return InputDiff(where, position, _excerpt(a, position), _excerpt(b, position), _edits(a, b))
+
+
+def input_diffs(stored: str, wanted: str) -> list[InputDiff]:
+    """Where the rendered input ``wanted`` differs from ``stored``: which message, which characters."""
+    old, new = orjson.loads(stored), orjson.loads(wanted)
+    if old.get("type") != new.get("type"):
+        return [InputDiff("input type", None, str(old.get("type")), str(new.get("type")))]
+    if new.get("type") == "text":
+        return [] if old["text"] == new["text"] else [_text_diff("text", old["text"], new["text"])]
+    diffs = []
+    before, after = old.get("messages", []), new.get("messages", [])
+    for i in range(max(len(before), len(after))):
+        if i >= len(before) or i >= len(after):
+            present = after[i] if i >= len(before) else before[i]
+            side = "wanted" if i >= len(before) else "stored"
+            diffs.append(InputDiff(f"message {i} ({present['role']}) only in the {side} input", None,
+                                   "" if side == "wanted" else _excerpt(present["content"], 0),
+                                   "" if side == "stored" else _excerpt(present["content"], 0)))  # fmt: skip
+            continue
+        a, b = before[i], after[i]
+        if a["role"] != b["role"]:
+            diffs.append(InputDiff(f"message {i} role", None, a["role"], b["role"]))
+        if a["content"] != b["content"]:
+            diffs.append(_text_diff(f"message {i} ({b['role']}) content", a["content"], b["content"]))
+    return diffs
+
+
+@dataclass(frozen=True)
+class MissExplanation:
+    """Why one (request, sample) missed."""
+
+    request_index: int
+    request: str  # benchmark/instruction id, or the start of the prompt
+    sample_index: int
+    input_hash: str
+    reason: str
+    nearest: str | None = None  # input hash of the stored row compared with
+    similarity: float | None = None
+    diffs: tuple[InputDiff, ...] = ()
+    stored_under: tuple[str, ...] = ()  # other descriptors (hash16) holding this very input
+
+    def as_dict(self) -> dict[str, Any]:
+        values = asdict(self)
+        values["diffs"] = [asdict(d) for d in self.diffs]
+        return values
+
+
+@dataclass(frozen=True)
+class InputReport:
+    """The plan of a batch, and why (some of) its misses missed."""
+
+    requested: int
+    distinct: int
+    hits: int
+    misses: int
+    explained: tuple[MissExplanation, ...] = field(default=())
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "requested": self.requested,
+            "distinct": self.distinct,
+            "hits": self.hits,
+            "misses": self.misses,
+            "explained": [m.as_dict() for m in self.explained],
+        }
+
+
+def _nearest(wanted: str, candidates: Iterable[Record]) -> tuple[Record, float] | None:
+    """The candidate whose rendered input is most similar to ``wanted`` (a cheap bound first, then the real ratio)."""
+    matcher = difflib.SequenceMatcher(None, autojunk=False)
+    matcher.set_seq2(wanted)  # what the matcher indexes, once
+    scored = []
+    for record in candidates:
+        matcher.set_seq1(record.input_text)
+        scored.append((matcher.quick_ratio(), record))
+    scored.sort(key=lambda item: item[0], reverse=True)
+    best: tuple[Record, float] | None = None
+    for _, record in scored[:5]:
+        matcher.set_seq1(record.input_text)
+        ratio = matcher.ratio()
+        if best is None or ratio > best[1]:
+            best = (record, ratio)
+    return best
+
+
+def explain_inputs(
+    store: Store,
+    role: Role,
+    task: str,
+    descriptor: ModelDescriptor,
+    plan: Plan,
+    requests: Sequence[Request],
+    *,
+    neighbours: Sequence[Location] = (),
+    limit: int = 10,
+    scan: int = 2000,
+) -> InputReport:
+    """Explain up to ``limit`` of ``plan``'s misses (see the module docstring)."""
+    database = store.find(role, task, descriptor)
+    missing = plan.missing[:limit]
+    elsewhere: dict[str, list[str]] = {}
+    for location in neighbours:
+        try:
+            found = store.open(location).get_many(m.key for m in missing)
+        except JudgestoreError:
+            continue
+        for key in found:
+            elsewhere.setdefault(key, []).append(location.descriptor_hash16)
+    sample = None
+    explained = []
+    for miss in missing:
+        request = requests[miss.request_index]
+        wanted = miss.rendered.decode()
+        base = MissExplanation(miss.request_index, request.describe(), miss.sample_index, miss.key, "")
+        stored_under = tuple(elsewhere.get(miss.key, ()))
+        if stored_under:
+            explained.append(_with(base, f"this input is stored under descriptor {', '.join(stored_under)}, "
+                                         "not this one", stored_under=stored_under))  # fmt: skip
+            continue
+        if database is None:
+            explained.append(_with(base, "nothing is stored under this descriptor"))
+            continue
+        if miss.sample_index > 0 and database.get_many([input_hash(miss.rendered)]):
+            explained.append(_with(base, f"sample {miss.sample_index} of this input was never generated (fewer "
+                                         "samples are stored); it will be generated"))  # fmt: skip
+            continue
+        candidates: list[Record] = []
+        how = ""
+        if request.benchmark is not None and request.instruction_id is not None:
+            flt = RowFilter(benchmark=request.benchmark, instruction_id=request.instruction_id)
+            candidates, how = list(database.query(flt, limit=50)), "the stored row of the same benchmark/instruction"
+        if not candidates:
+            if sample is None:
+                sample = list(database.query(limit=scan))
+            candidates, how = sample, f"the nearest stored input (of {len(sample)} read)"
+        nearest = _nearest(wanted, candidates)
+        if nearest is None:
+            explained.append(_with(base, "no stored row to compare with"))
+            continue
+        record, ratio = nearest
+        diffs = tuple(input_diffs(record.input_text, wanted))
+        reason = f"{how} ({100 * ratio:.0f}% similar) has another rendered input"
+        if not diffs:
+            reason = f"{how} has the same rendered input but sample {record.sample_index}"
+        explained.append(_with(base, reason, nearest=record.input_hash, similarity=round(ratio, 4), diffs=diffs))
+    return InputReport(plan.requested, plan.distinct, plan.hits, plan.misses, tuple(explained))
+
+
+def _with(base: MissExplanation, reason: str, **values: Any) -> MissExplanation:
+    return MissExplanation(**{**asdict(base), "diffs": (), "reason": reason, **values})
+
+
+# ---------------------------------------------------------------- the hint of generate / judge
+
+_RUN_ONLY_WITH_VALUE = ("-o", "--output", "--mode", "--chunk-size")
+_RUN_ONLY_FLAGS = ("--fetch", "--no-fetch", "--json")
+
+
+def explain_command_line(argv: Sequence[str]) -> str:
+    """The ``judgestore explain`` command for a ``generate``/``judge`` command line (``sys.argv``)."""
+    args = list(argv[1:])
+    command = next((i for i, arg in enumerate(args) if arg in ("generate", "judge")), None)
+    if command is None:
+        return "judgestore explain --help"
+    role = ["--role", "judgements"] if args[command] == "judge" else []
+    kept: list[str] = []
+    rest = iter(args[command + 1 :])
+    for arg in rest:
+        name = arg.split("=", 1)[0]
+        if name in _RUN_ONLY_WITH_VALUE:
+            if "=" not in arg:
+                next(rest, None)
+            continue
+        if arg in _RUN_ONLY_FLAGS:
+            continue
+        kept.append(arg)
+    return shlex.join(["judgestore", "explain", *role, *kept])

@@ -1,0 +1,199 @@
+"""Which descriptor each legacy source's rows are imported under: the resolver of ``judgestore import``.
+
+Contract: :class:`LegacyDescriptorMapper` is the
+:data:`~store.legacy.importer.Resolver` passed to
+:func:`store.legacy.importer.import_sources`. For each detected source it
+returns an :class:`~store.legacy.importer.Attribution`, never a guess:
+
+* A source with an S3+ or S2 ``metadata.json`` is mapped with the live rules
+  (:mod:`inference.legacy.settings`). The resolved model revision and the
+  chat template's hash were never recorded: without
+  ``--assume-current-model`` such sources are skipped, with the reason and
+  the option to use. ``--assume-current-model MODEL`` (the legacy model id or
+  path, as recorded) or ``LEGACY=CURRENT`` (the legacy model is now at
+  CURRENT, a hub id or folder, which is then the descriptor's model) resolves
+  both from the model as it is now, exactly as a live run would; the
+  assumption is written into ``metadata.json`` (``assumptions``), and so is
+  every ``--assume-setting`` that filled a gap.
+* ``--descriptor FILE`` (:mod:`inference.legacy.user_descriptor`) imports the
+  sources that cannot be mapped (S0, S1, DataFrame caches, other providers,
+  sources without an assumption). It applies to one legacy descriptor at
+  most: sources carrying two different legacy descriptors are refused rather
+  than merged under one.
+* Report notes say which live settings hit the imported rows, and warn when
+  the installed vLLM differs from the one that produced them; then they give
+  the exact ``judgestore adopt`` command (:func:`inference.drift.adopt.adopt_command_line`)
+  that audits those rows with the installed vLLM and, if they come out the
+  same, adopts them for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from inference.backends.vllm.descriptor import backend_version as installed_backend_version
+from inference.drift.adopt import adopt_command_line
+from inference.legacy.settings import live_spec, map_legacy_descriptor, settings_line
+from inference.legacy.user_descriptor import UserDescriptor
+from inference.spec import ModelSpec
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError, LegacyMappingError
+from store.layout import ROLES
+from store.legacy.detect import Detection
+from store.legacy.importer import Attribution
+from store.legacy.metadata import MetadataForm, check_metadata_folder
+
+
+def parse_assumed_models(values: Sequence[str]) -> dict[str, str]:
+    """``--assume-current-model`` values: ``MODEL`` (as recorded) or ``LEGACY=CURRENT``; legacy -> current."""
+    result: dict[str, str] = {}
+    for value in values:
+        legacy, sep, current = value.partition("=")
+        legacy, current = (legacy, current) if sep else (value, value)
+        if not legacy or not current:
+            raise InvalidInputError(f"--assume-current-model expects MODEL or LEGACY=CURRENT, got {value!r}")
+        if legacy in result and result[legacy] != current:
+            raise InvalidInputError(f"--assume-current-model names {legacy!r} twice")
+        result[legacy] = current
+    return result
+
+
+def _same_model(a: str, b: str) -> bool:
+    """Two spellings of one model: equal ids, or paths of the same folder."""
+    if a == b:
+        return True
+    try:
+        return os.path.isdir(a) and os.path.isdir(b) and os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+class LegacyDescriptorMapper:
+    """The :data:`~store.legacy.importer.Resolver` of ``judgestore import``: live rules, assumptions, --descriptor."""
+
+    def __init__(
+        self,
+        *,
+        user_descriptor: UserDescriptor | None = None,
+        assume_current_model: Mapping[str, str] | None = None,
+        assume_settings: Mapping[str, Any] | None = None,
+        detections: Sequence[Detection] = (),
+        task: str | None = None,
+    ) -> None:
+        self.task = task  # for sources outside a legacy tree (``--task``): the task of the adopt command
+        self.user = user_descriptor
+        self.assumed_models = dict(assume_current_model or {})
+        self.assumed_settings = dict(assume_settings or {})
+        self._derived: dict[Path, Attribution] = {}
+        # --descriptor may name one legacy descriptor, never merge several: find out which sources would use it.
+        falling_back = {
+            d.metadata.sha256
+            for d in detections
+            if d.ok
+            and d.kind != "metadata"
+            and d.metadata is not None
+            and d.metadata.form in (MetadataForm.S3, MetadataForm.S2)
+            and check_metadata_folder(d.metadata, d.tree) is None
+            and self._derive(d).descriptor is None
+        }
+        self._user_refused = len(falling_back) > 1 and self.user is not None
+
+    def _assumed_model_for(self, legacy: str) -> str | None:
+        for name, current in self.assumed_models.items():
+            if _same_model(name, legacy):
+                return current
+        return None
+
+    def _derive(self, detection: Detection) -> Attribution:
+        """The attribution from the legacy metadata alone (and the assumptions given), cached per source."""
+        cached = self._derived.get(detection.path)
+        if cached is not None:
+            return cached
+        self._derived[detection.path] = result = self._derive_uncached(detection)
+        return result
+
+    def _derive_uncached(self, detection: Detection) -> Attribution:
+        metadata = detection.metadata
+        if metadata is None or metadata.form not in (MetadataForm.S3, MetadataForm.S2):
+            what = detection.variant or "this file"
+            return Attribution(None, reason=f"{what} records no descriptor; import it with --descriptor FILE")
+        try:
+            recorded, _ = live_spec(metadata, assumed=self.assumed_settings)
+        except LegacyMappingError as e:
+            return Attribution(None, reason=str(e))
+        current = self._assumed_model_for(recorded.model)
+        if current is None:
+            return Attribution(
+                None,
+                reason=(
+                    f"the legacy descriptor does not record the resolved revision or chat template of "
+                    f"{recorded.model!r}; pass --assume-current-model {recorded.model!r} to resolve them from the "
+                    "model as it is now (recorded as an assumption), or --descriptor FILE"
+                ),
+            )
+        try:
+            descriptor, spec, assumed_notes = map_legacy_descriptor(
+                metadata, model=current, assumed=self.assumed_settings
+            )
+        except LegacyMappingError as e:
+            return Attribution(None, reason=str(e))
+        today = datetime.now(UTC).date().isoformat()
+        assumptions = [
+            f"legacy cache recorded no revision or chat template for {metadata.model!r}; both were resolved from "
+            f"{current!r} as it was on {today} (revision {descriptor.revision})"
+        ]
+        assumptions += [f"legacy run assumed to have used {note} (not recorded by the file)" for note in assumed_notes]
+        notes = [f"live settings that hit these rows: {settings_line(spec)}"]
+        installed = installed_backend_version()
+        if installed is None:  # a core install: judgestore without its vllm extra
+            produced = descriptor.backend_version
+            notes.append(
+                f"rows were produced by vLLM {produced}; vLLM is not installed here, so no run on this machine can "
+                f"use them yet: install vLLM {produced} to hit them as they are, or a newer vLLM and then "
+                "`judgestore adopt` them (it audits a sample with the new engine first)"
+            )
+        elif descriptor.backend_version != installed:
+            notes.append(
+                f"rows were produced by vLLM {descriptor.backend_version}; this machine has {installed}: a live run "
+                "here computes another descriptor and will not hit them (a different engine may change outputs)"
+            )
+            notes += self._adopt_notes(detection, spec, descriptor, installed)
+        return Attribution(descriptor, tuple(assumptions), notes=tuple(notes))
+
+    def _adopt_notes(
+        self, detection: Detection, spec: ModelSpec, descriptor: ModelDescriptor, installed: str | None
+    ) -> list[str]:
+        """The ``judgestore adopt`` command for each role of the source (S2 sources hold both)."""
+        task = detection.tree.task if detection.tree is not None else self.task
+        if task is None:
+            return []  # the importer skips the source: no task
+        notes = []
+        for role in (detection.role,) if detection.role is not None else ROLES:
+            try:
+                command = adopt_command_line(spec, role=role, task=task, source=descriptor.hash16())
+            except InvalidInputError as e:
+                notes.append(f"to use them with vLLM {installed}, audit and adopt them from Python: {e}")
+                continue
+            notes.append(
+                f"to audit {role} with vLLM {installed} and adopt them if they come out the same, run: {command}"
+            )
+        return notes
+
+    def __call__(self, detection: Detection) -> Attribution:
+        derived = self._derive(detection)
+        if derived.descriptor is not None or self.user is None:
+            return derived
+        if self._user_refused and detection.metadata is not None:
+            return Attribution(
+                None,
+                reason=(
+                    "--descriptor applies to one legacy descriptor, and the sources given carry several: "
+                    "import each legacy descriptor folder on its own"
+                ),
+            )
+        notes = (f"not mapped from its legacy descriptor: {derived.reason}",) if detection.metadata else ()
+        return Attribution(self.user.descriptor, (self.user.assumption,), notes=notes)

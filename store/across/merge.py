@@ -1,0 +1,147 @@
+"""Combining each database's answer to one statement into the answer of one table holding every row.
+
+Contract:
+
+* :func:`read_each` asks every database (a :data:`Reader` each, which a
+  backend supplies) for :meth:`~store.across.plan.Plan.per_database` and
+  yields ``(database index, values)`` in the global order: a k-way merge
+  (:func:`heapq.merge`) of the per-database ordered streams, each read
+  ``batch_size`` rows at a time, so memory holds a few batches whatever the
+  row count; ``offset`` rows are skipped and ``limit`` kept after the merge.
+  Without ``order_by`` the databases follow each other in the order given.
+* Aggregates (``count``, ``sum``, ``min``, ``max`` and ``group_by``) are
+  combined per group (the index is None): counts and sums add up, NULLs are
+  ignored as SQL does, and a statement without ``group_by`` gives one row
+  even over no database (``count`` 0, the rest NULL), as on an empty table.
+  Groups are then ordered, offset and limited as the statement says.
+* NULLs order where the backend puts them (``nulls_smallest``: SQLite's
+  NULLs come first ascending, PostgreSQL's last) unless ``nulls_first()`` /
+  ``nulls_last()`` say otherwise. Values that Python cannot compare (a JSON
+  column) are refused with a typed error.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Row, Select
+
+from store.across.plan import AcrossRows, Kind, OrderKey, Plan
+from store.errors import StatementError
+
+Reader = Callable[[Select[Any], int], Iterable[Row[Any]]]  # (statement, rows per batch) -> one database's rows
+ROWS_IN_MEMORY = 5_000  # rows buffered across every database's batch at once (a row may be ~10 KB)
+MIN_BATCH = 50
+
+
+def batch_size(plan: Plan, databases: int) -> int:
+    """Rows each database reads at a time: the merge holds one batch of each."""
+    size = max(MIN_BATCH, ROWS_IN_MEMORY // max(databases, 1))
+    return size if plan.limit is None else max(1, min(size, plan.limit + plan.offset))
+
+
+class _Descending:
+    """An ordering value whose order is reversed (``order_by(x.desc())`` next to ascending terms)."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: tuple[Any, ...]) -> None:
+        self.item = item
+
+    def __lt__(self, other: _Descending) -> bool:
+        return other.item < self.item
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and self.item == other.item
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def sort_key(order: Sequence[OrderKey], *, nulls_smallest: bool) -> Callable[[Sequence[Any]], tuple[Any, ...]]:
+    """A key over the ordering's values that sorts ascending as the statement's ORDER BY does."""
+    # NULL ranks below every value (0) or above (2); a descending term is then reversed as a whole.
+    null_rank = []
+    for key in order:
+        nulls_first = key.nulls_first if key.nulls_first is not None else nulls_smallest != key.descending
+        null_rank.append(0 if nulls_first != key.descending else 2)
+    terms = list(zip(null_rank, (key.descending for key in order), strict=True))
+
+    def key_of(values: Sequence[Any]) -> tuple[Any, ...]:
+        parts: list[Any] = []
+        for (rank, descending), value in zip(terms, values, strict=True):
+            item = (rank,) if value is None else (1, value)
+            parts.append(_Descending(item) if descending else item)
+        return tuple(parts)
+
+    return key_of
+
+
+def read_each(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) -> AcrossRows:
+    """The statement's rows over every database, as on one table (see the module docstring)."""
+    if plan.kind is Kind.AGGREGATE:
+        yield from ((None, row) for row in _aggregated(readers, plan, nulls_smallest=nulls_smallest))
+        return
+    statement, size, width = plan.per_database(), batch_size(plan, len(readers)), plan.width
+
+    def stream(index: int, reader: Reader) -> Iterator[tuple[int, tuple[Any, ...]]]:
+        for row in reader(statement, size):
+            yield index, tuple(row)
+
+    streams = [stream(i, reader) for i, reader in enumerate(readers)]
+    if plan.order:
+        key_of = sort_key(plan.order, nulls_smallest=nulls_smallest)
+        merged: Iterator[tuple[int, tuple[Any, ...]]] = heapq.merge(*streams, key=lambda item: key_of(item[1][width:]))
+    else:
+        merged = itertools.chain.from_iterable(streams)
+    stop = None if plan.limit is None else plan.offset + plan.limit
+    try:
+        for index, values in itertools.islice(merged, plan.offset, stop):
+            yield index, values[:width]
+    except TypeError as e:  # two ordering values Python cannot compare
+        raise StatementError(f"order_by {_terms(plan)}: values of different databases cannot be compared ({e})") from e
+
+
+def _terms(plan: Plan) -> str:
+    return ", ".join(str(key.expression) for key in plan.order)
+
+
+def _aggregated(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) -> list[tuple[Any, ...]]:
+    statement = plan.per_database()
+    groups_at = [i for i, how in enumerate(plan.combine) if how == "group"]
+    combined: dict[tuple[Any, ...], list[Any]] = {}
+    for reader in readers:
+        for row in reader(statement, batch_size(plan, len(readers))):
+            values = tuple(row)
+            group = tuple(values[i] for i in groups_at)
+            found = combined.get(group)
+            if found is None:
+                combined[group] = list(values)
+                continue
+            for i, how in enumerate(plan.combine):
+                found[i] = _combined(how, found[i], values[i])
+    if not combined and not groups_at:  # no group_by: one row, as an empty table gives
+        combined[()] = [0 if how == "count" else None for how in plan.combine]
+    rows = [tuple(values) for values in combined.values()]
+    if plan.order:
+        key_of = sort_key(plan.order, nulls_smallest=nulls_smallest)
+        try:
+            rows.sort(key=lambda row: key_of([row[i] for i in plan.order_columns]))
+        except TypeError as e:
+            raise StatementError(f"order_by {_terms(plan)}: the values cannot be compared ({e})") from e
+    stop = None if plan.limit is None else plan.offset + plan.limit
+    return rows[plan.offset : stop]
+
+
+def _combined(how: str, a: Any, b: Any) -> Any:
+    if how == "group":
+        return a
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if how in ("count", "sum"):
+        return a + b
+    return min(a, b) if how == "min" else max(a, b)

@@ -1,0 +1,268 @@
+"""What a statement asks of a query across databases, and whether the answer can be combined exactly.
+
+Contract:
+
+* :meth:`Plan.of` reads a SQLAlchemy 2 ``select()`` once, before any
+  database is opened, and refuses what cannot be answered exactly from each
+  database's own answer with a typed error (:class:`~store.errors.StatementError`,
+  :class:`~store.errors.NotCombinableError`): anything but a ``select()``
+  (these calls only read), ``FOR UPDATE``, ``DISTINCT``, ``HAVING``, window
+  functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
+  any aggregate that is not a column of the result, ``count(DISTINCT x)``
+  included), a column of an aggregate that is not grouped by, an ordering by
+  text, a ``COLLATE`` in an ordering, a limit or offset that is not a number,
+  a statement that reads none of the store's tables or both completions and
+  judgements (no database holds both).
+* A plan is one of three kinds: :attr:`Kind.ENTITY` (``select(Entity)`` of
+  one of :data:`ENTITIES`, what ``Store.scalars`` takes), :attr:`Kind.ROWS`
+  (columns, entities among them) and :attr:`Kind.AGGREGATE` (``count``,
+  ``sum``, ``min``, ``max``, ``group_by``). It says how each database is
+  asked (:meth:`Plan.per_database`: the global ``limit + offset`` rows in
+  the global order, the ordering's values added as trailing columns) and how
+  the answers combine (:attr:`Plan.combine`); :mod:`store.across.merge` does
+  the combining.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Alias, Select, Table
+from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
+from sqlalchemy.sql.elements import CollationClause, FunctionFilter, Label, Over, UnaryExpression, WithinGroup
+from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.util import find_tables
+
+from store.errors import NotCombinableError, StatementError
+from store.layout import Role
+from store.models import Adoption, Base, Completion, Judgement, Run
+
+ENTITIES: tuple[type[Base], ...] = (Completion, Judgement, Run, Adoption)
+ROLE_OF_TABLE: dict[str, Role] = {"completions": "completions", "judgements": "judgements"}
+COMBINABLE = ("count", "sum", "min", "max")
+# Aggregate functions of SQLite and PostgreSQL that cannot be combined from per-database results.
+OTHER_AGGREGATES = frozenset({
+    "avg", "total", "group_concat", "string_agg", "array_agg", "json_group_array", "json_group_object",
+    "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg", "stddev", "stddev_pop", "stddev_samp",
+    "variance", "var_pop", "var_samp", "median", "mode", "percentile_cont", "percentile_disc", "every",
+    "bool_and", "bool_or", "bit_and", "bit_or", "corr", "covar_pop", "covar_samp", "regr_slope",
+})  # fmt: skip
+AcrossRows = Iterator[tuple[int | None, tuple[Any, ...]]]  # (index of the database or None, values)
+KEY_LABEL = "_judgestore_key_{}"  # an ordering's value, added as a trailing column of each database's statement
+
+
+class Kind(enum.Enum):
+    ENTITY = "entity"
+    ROWS = "rows"
+    AGGREGATE = "aggregate"
+
+
+@dataclass(frozen=True, slots=True)
+class OrderKey:
+    """One term of ``order_by``: its expression, direction, and where NULLs go (None: the backend's default)."""
+
+    expression: ColumnElement[Any]
+    descending: bool
+    nulls_first: bool | None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A statement read for a query across databases (see the module docstring)."""
+
+    statement: Select[Any]
+    kind: Kind
+    tables: frozenset[str]  # the store's tables it reads
+    single_table: bool  # it reads one table, once, and nothing else (a backend may read all databases as one)
+    order: tuple[OrderKey, ...]
+    limit: int | None
+    offset: int
+    width: int  # columns of the result
+    combine: tuple[str, ...]  # AGGREGATE: per column, "group" or one of COMBINABLE
+    order_columns: tuple[int, ...]  # AGGREGATE: the result column each OrderKey orders by
+
+    @property
+    def role(self) -> Role | None:
+        """The role of every database the statement can read (None: both hold its tables)."""
+        roles = {ROLE_OF_TABLE[name] for name in self.tables if name in ROLE_OF_TABLE}
+        return roles.pop() if roles else None
+
+    @property
+    def entity(self) -> type[Base]:
+        return self.statement.column_descriptions[0]["entity"]  # type: ignore[no-any-return]
+
+    @property
+    def has_entities(self) -> bool:
+        """Whether a result column is an entity (or an ``aliased()`` one) rather than a column."""
+        return any(d["entity"] is not None and d["expr"] is d["entity"] for d in self.statement.column_descriptions)
+
+    def per_database(self) -> Select[Any]:
+        """What each database runs: every row the global window may need, the ordering's values trailing."""
+        if self.kind is Kind.AGGREGATE:
+            return self.statement.order_by(None).limit(None).offset(None)
+        needed = None if self.limit is None else self.limit + self.offset
+        keys = [key.expression.label(KEY_LABEL.format(i)) for i, key in enumerate(self.order)]
+        return self.statement.limit(needed).offset(None).add_columns(*keys)
+
+    @classmethod
+    def of(cls, statement: object, *, entity_only: bool = False) -> Plan:
+        """Read ``statement``; refuse what cannot be combined exactly (see the module docstring)."""
+        if not isinstance(statement, Select):
+            raise StatementError(
+                f"expected a select() statement, got {type(statement).__name__}: queries across databases only "
+                "read. To change one database, use `with store.open(location).session(write=True) as session:`"
+            )
+        if statement._for_update_arg is not None:
+            raise StatementError("FOR UPDATE locks rows for a write; queries across databases only read")
+        if statement._distinct or statement._distinct_on:
+            raise NotCombinableError("DISTINCT")
+        if statement._having_criteria:
+            raise NotCombinableError("HAVING")
+        tables = _tables(statement)
+        descriptions = statement.column_descriptions
+        is_entity = len(descriptions) == 1 and any(descriptions[0]["expr"] is e for e in ENTITIES)
+        if entity_only and not is_entity:
+            names = ", ".join(e.__name__ for e in ENTITIES)
+            raise StatementError(
+                f"Store.scalars takes select() of one of {names} (got {_shown(statement)}); "
+                "use Store.execute for columns and aggregates"
+            )
+        limit, offset = _number(statement, "limit"), _number(statement, "offset") or 0
+        order = tuple(_order_key(term) for term in statement._order_by_clauses)
+        combine = _combination(statement)
+        if combine is None:
+            return cls(statement, Kind.ENTITY if is_entity else Kind.ROWS, tables, _single(statement, tables),
+                       order, limit, offset, len(descriptions), (), ())  # fmt: skip
+        return cls(statement, Kind.AGGREGATE, tables, _single(statement, tables), order, limit, offset,
+                   len(descriptions), combine, _order_columns(statement, order))  # fmt: skip
+
+
+def _shown(statement: Select[Any]) -> str:
+    names = [str(d["name"]) for d in statement.column_descriptions]
+    return f"select({', '.join(names)})"
+
+
+def _number(statement: Select[Any], which: str) -> int | None:
+    clause = getattr(statement, f"_{which}_clause")
+    if clause is None:
+        return None
+    value = getattr(clause, "value", None)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise StatementError(f"{which} must be a whole number >= 0 written into the statement, got {clause}")
+    return value
+
+
+def _tables(statement: Select[Any]) -> frozenset[str]:
+    """The store's tables ``statement`` reads (through aliases and subqueries too)."""
+    ours = {table.name for table in Base.metadata.sorted_tables}
+    found = frozenset(
+        table.name for table in find_tables(statement, include_joins=True) if isinstance(table, Table)
+    ) | frozenset(
+        e.original.name  # an aliased(Entity): the alias of one of our tables
+        for e in find_tables(statement, include_aliases=True)
+        if isinstance(e, Alias) and isinstance(e.original, Table)
+    )
+    found = found & ours
+    if not found:
+        raise StatementError(f"{_shown(statement)} reads none of the store's tables ({', '.join(sorted(ours))})")
+    if {"completions", "judgements"} <= found:
+        raise StatementError("a statement cannot read completions and judgements together: no database holds both")
+    return found
+
+
+def _single(statement: Select[Any], tables: frozenset[str]) -> bool:
+    """Whether ``statement`` reads one of the store's tables, once, under its own name.
+
+    No alias, no join, no subquery: those run inside each database (rows of two databases never meet), so a
+    backend may read every database as one table only when nothing else is read.
+    """
+    if len(tables) != 1 or len(statement.get_final_froms()) != 1:
+        return False
+    if any(isinstance(t, Alias) for t in find_tables(statement, include_aliases=True)):
+        return False
+    return not any(isinstance(e, Select) and e is not statement for e in visitors.iterate(statement))
+
+
+def _order_key(term: ClauseElement) -> OrderKey:
+    descending, nulls_first = False, None
+    while isinstance(term, UnaryExpression) and term.modifier in (
+        operators.desc_op, operators.asc_op, operators.nulls_first_op, operators.nulls_last_op,
+    ):  # fmt: skip
+        if term.modifier is operators.desc_op:
+            descending = True
+        elif term.modifier is operators.nulls_first_op:
+            nulls_first = True
+        elif term.modifier is operators.nulls_last_op:
+            nulls_first = False
+        term = term.element
+    if isinstance(term, Label):
+        term = term.element
+    if not isinstance(term, ColumnElement) or type(term).__name__.startswith("_textual"):
+        raise StatementError(f"order_by({term}) is text; order by a column or an expression of columns")
+    if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
+        raise StatementError(f"order_by({term}) names a collation; across databases rows are ordered by value")
+    return OrderKey(term, descending, nulls_first)
+
+
+def _function_name(element: object) -> str | None:
+    return element.name.lower() if isinstance(element, FunctionElement) and hasattr(element, "name") else None
+
+
+def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
+    """How each result column combines across databases; None when the statement aggregates nothing."""
+    columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
+    how: list[str] = []
+    for column in columns:
+        name = _function_name(column)
+        if name in COMBINABLE and not any(
+            isinstance(e, UnaryExpression) and e.operator is operators.distinct_op for e in visitors.iterate(column)
+        ):
+            how.append(name)  # type: ignore[arg-type]
+        else:
+            how.append("group")
+    top = {id(c) for c, h in zip(columns, how, strict=True) if h != "group"}
+    for element in visitors.iterate(statement.order_by(None)):  # an ordering names the result's own columns
+        if isinstance(element, Over | WithinGroup):
+            raise NotCombinableError("a window function (OVER) or an ordered-set aggregate")
+        name = _function_name(element)
+        if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in top:
+            where = " with DISTINCT, inside an expression or in a subquery" if name in COMBINABLE else ""
+            raise NotCombinableError(f"{name}(...){where}")
+        if isinstance(element, FunctionFilter) and id(element.func) in top:
+            raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
+    groups = statement._group_by_clauses
+    if not top and not groups:
+        for term in statement._order_by_clauses:
+            if any(_function_name(e) in COMBINABLE or _function_name(e) in OTHER_AGGREGATES
+                   for e in visitors.iterate(term)):  # fmt: skip
+                raise NotCombinableError(f"order_by({term}), an aggregate of a statement that aggregates nothing,")
+        return None
+    for column, h in zip(columns, how, strict=True):
+        if h == "group" and not any(_same(column, g) for g in groups):
+            raise NotCombinableError(f"the column {column} of an aggregate, not in its group_by,")
+    return tuple(how)
+
+
+def _same(a: ClauseElement, b: ClauseElement) -> bool:
+    return a.compare(b.element if isinstance(b, Label) else b)
+
+
+def _order_columns(statement: Select[Any], order: tuple[OrderKey, ...]) -> tuple[int, ...]:
+    """For an aggregate: the result column each ordering term names (an aggregate is ordered by its own columns)."""
+    columns = list(statement.selected_columns)
+    positions = []
+    for key in order:
+        for i, column in enumerate(columns):
+            element = column.element if isinstance(column, Label) else column
+            if key.expression.compare(element) or key.expression.compare(column):
+                positions.append(i)
+                break
+        else:
+            raise StatementError(
+                f"order_by({key.expression}) is not a column of the aggregate; across databases an aggregate is "
+                "ordered by its own columns"
+            )
+    return tuple(positions)

@@ -1,0 +1,306 @@
+"""The seam between the store and what holds its databases: a :class:`Storage` of :class:`Database` s.
+
+Contract:
+
+* A :class:`Storage` is the descriptor databases of one store: a folder of
+  SQLite files (:class:`~store.backends.sqlite.storage.SqliteStorage`) or a
+  database on a PostgreSQL server, one schema per descriptor
+  (:class:`~store.backends.postgres.storage.PostgresStorage`). Both do
+  everything below with the same typed errors and the same reports
+  (:mod:`store.reports`); what is above the seam (:class:`~store.store.Store`,
+  copy, stats, prune, export, adoption, the command line) never branches on
+  a dialect and never touches a root folder or a URL.
+* A :class:`Database` is one descriptor database:
+  :meth:`~Database.get_many` (``input_text`` deferred, :mod:`store.deferred`),
+  :meth:`~Database.put_many`,
+  :meth:`~Database.delete`, :meth:`~Database.count` and
+  :meth:`~Database.query`, each in a transaction of its own, the writes
+  retried as a whole unit when the backend says the attempt may simply run
+  again (a lock held too long, a serialisation failure, a dropped
+  connection); or :meth:`~Database.transaction` / :meth:`~Database.reading`
+  for several statements in one transaction, through the backend's
+  :class:`~store.repository.Repository`; or :meth:`~Database.session`, an
+  ORM ``Session`` on this database alone (the full ORM: a migration
+  script's updates, or reads of one database). Every failure is raised as a typed
+  error naming the database (``where``) and the next step. A read-only
+  database refuses every write before touching anything.
+* :meth:`Storage.read_across` is each backend's one read path across
+  databases (``Store.scalars``/``Store.execute``, :mod:`store.across`): the
+  rows of a planned statement over several databases as on one table
+  holding all their rows, each with the index of the database it came from.
+* :meth:`Database.claims` runs the statements of the shared batches' work
+  queue (:mod:`store.claims`) in one transaction, a write retried as a
+  whole like the writes above.
+* A backend's :class:`Database` says how to connect, retry, translate a
+  failure and build its repository (whose two hot statements, the bulk
+  lookup and the insert, are the backend's own) and its claims table (its
+  clock, key lists and row locking); the transactions above are written
+  once, here.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+
+from sqlalchemy import Connection, Row, Select
+from sqlalchemy.orm import Session
+
+from store.deferred import DeferredInputs
+from store.errors import DatabaseFileError
+from store.filters import RowFilter
+from store.layout import Location, StoredMetadata
+from store.records import Record
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.repository import Repository
+from store.row_checks import OnConflict, gc_paused, journaled_bytes
+from store.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+    from store.across.plan import AcrossRows, Plan
+    from store.claim_table import ClaimTable
+
+T = TypeVar("T")
+
+
+class Database(ABC):
+    """One descriptor database (see the module docstring); built by its storage, never directly."""
+
+    location: Location
+    where: str  # how messages name it: a file's path, or a server's schema
+    settings: Settings
+    readonly: bool
+
+    @property
+    def role(self) -> str:
+        return self.location.role
+
+    # ------------------------------------------------------------ what a backend says
+
+    @abstractmethod
+    def _connect(self, *, write: bool) -> AbstractContextManager[Connection]:
+        """A connection inside a transaction that commits on success (a writer's when ``write``)."""
+
+    @abstractmethod
+    def _repository(self, conn: Connection) -> Repository:
+        """The backend's repository of this database's table on ``conn``."""
+
+    @abstractmethod
+    def _claim_table(self, conn: Connection) -> ClaimTable:
+        """The backend's claims statements (:mod:`store.claims`) on ``conn``."""
+
+    @abstractmethod
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> AbstractContextManager[None]:
+        """Raise every driver or filesystem failure as its typed error (``needed_bytes()`` sizes a full disk's)."""
+
+    @abstractmethod
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` again after a failure that a second attempt may not meet."""
+
+    def _stable(self, attempt: Callable[[], T]) -> T:
+        """Run a read; a backend may run it again if what it read changed under it."""
+        return attempt()
+
+    @abstractmethod
+    def metadata(self) -> StoredMetadata:
+        """What the descriptor folder's metadata.json (or a server's registry) records."""
+
+    @abstractmethod
+    def size_bytes(self) -> int:
+        """Bytes it takes on disk (or on the server)."""
+
+    def stamp(self) -> object | None:
+        """A value equal between two calls while nothing was written in between, or None when the backend cannot
+        tell that cheaply (callers then keep what they derived for a while instead)."""
+        return None
+
+    def close(self) -> None:  # noqa: B027 (a backend with nothing to release keeps this one)
+        """Release what this database holds open."""
+
+    # ------------------------------------------------------------ transactions
+
+    def _refuse_if_readonly(self) -> None:
+        if self.readonly:
+            raise DatabaseFileError(
+                self.where, "was opened read-only: writes are refused (open the store without readonly)"
+            )
+
+    @contextmanager
+    def transaction(self) -> Iterator[Repository]:
+        """A write transaction: commits on success, rolls back on error."""
+        self._refuse_if_readonly()
+        with self._translated(), self._connect(write=True) as conn:
+            yield self._repository(conn)
+
+    @contextmanager
+    def reading(self) -> Iterator[Repository]:
+        """A read transaction: one consistent snapshot for everything done inside it."""
+        with self._translated(), self._connect(write=False) as conn:
+            yield self._repository(conn)
+
+    @contextmanager
+    def session(self, *, write: bool = False) -> Iterator[Session]:
+        """An ORM ``Session`` on this database alone, in one transaction (read-only unless ``write``).
+
+        For the full ORM on one database: relationships, ``session.get``,
+        updates in a migration script (``write=True``: flushed and committed
+        when the block ends, rolled back if it raises). To read many
+        databases at once, use ``Store.scalars``/``Store.execute``.
+        """
+        if write:
+            self._refuse_if_readonly()
+        with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
+            yield session
+            if write:
+                session.flush()
+
+    def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
+        """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""
+        with self.session() as session:
+            result = session.execute(statement, execution_options={"yield_per": batch})
+            while True:
+                with gc_paused():  # a batch of ORM objects: the cyclic GC would rescan them (1.7x slower)
+                    rows = result.fetchmany(batch)
+                if not rows:
+                    return
+                yield from rows
+
+    def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
+        self._refuse_if_readonly()
+
+        def attempt() -> T:
+            with self._connect(write=True) as conn:
+                return work(self._repository(conn))
+
+        with self._translated(needed_bytes):
+            return self._retry(attempt)
+
+    def _read(self, work: Callable[[Repository], T]) -> T:
+        def attempt() -> T:
+            with self.reading() as repo:
+                return work(repo)
+
+        return self._stable(attempt)
+
+    # ------------------------------------------------------------ rows
+
+    def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
+        """The rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
+
+        ``deferred`` (the default, a cache's lookup): ``input_text`` is left out of the statement and each
+        record reads it on first access, for every record of this call in one statement
+        (:mod:`store.deferred`); pass False where every record's prompt is wanted at once.
+        """
+        keys = list(hashes)
+        lean = self._deferred_inputs() if deferred else None
+        return self._read(lambda repo: repo.get_many(keys, deferred=lean))
+
+    def _deferred_inputs(self) -> DeferredInputs:
+        """What a deferred lookup's records read their prompt through: this database, whole rows, later."""
+
+        def load(keys: Sequence[str]) -> dict[str, str]:
+            return {key: record.input_text for key, record in self.get_many(keys, deferred=False).items()}
+
+        return DeferredInputs(load, self.where)
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        rows = list(records)
+        return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
+
+    def delete(self, flt: RowFilter) -> int:
+        return self._write(lambda repo: repo.delete(flt))
+
+    def count(self, flt: RowFilter | None = None) -> int:
+        return self._read(lambda repo: repo.count(flt))
+
+    def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
+        """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
+        with self.reading() as repo:
+            yield from repo.query(flt, limit=limit)
+
+    # ------------------------------------------------------------ claims
+
+    def claims(self, work: Callable[[ClaimTable], T], *, write: bool = True) -> T:
+        """``work`` on the claims table (:mod:`store.claims`) in one transaction (a write, unless ``write=False``)."""
+        if write:
+            return self._write(lambda repo: work(self._claim_table(repo.conn)))
+        return self._read(lambda repo: work(self._claim_table(repo.conn)))
+
+
+class Storage(Protocol):
+    """The descriptor databases of one store (see the module docstring)."""
+
+    where: str  # the store as messages name it: the root folder, or the URL without its password
+    local_root: Path  # where this machine keeps the store's side files (sharing's workspace)
+    settings: Settings
+    readonly: bool
+
+    def close(self) -> None:
+        """Release every connection and open database."""
+
+    def absence(self) -> str | None:
+        """Why there is no store here at all (no such folder, no registry on the server), or None; creates nothing."""
+
+    def same_as(self, other: Storage) -> bool:
+        """Whether ``other`` is this very store (the same folder, the same database of the same server)."""
+
+    def shown(self, where: str) -> str:
+        """A database's ``where`` as a table shows it: under its root, or as it is."""
+
+    def locations(self) -> list[Location]:
+        """Every descriptor database, in layout order."""
+
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out
+        one that does, nor one it cannot tell about (opening it then says what is wrong)."""
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        """``compute()``, a JSON value derived from the database; a backend that can tell cheaply that the
+        database has not changed since it last computed ``kind`` gives back what it gave then."""
+
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
+        """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""
+
+    def check_writable(self, location: Location) -> None:
+        """Raise what writing ``location`` would meet, where that is known without writing anything."""
+
+    def open(self, location: Location) -> Database:
+        """Open an existing database, verifying its metadata and its schema."""
+
+    def open_existing(self, location: Location) -> Database | None:
+        """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
+
+    def discard_if_empty(self, location: Location) -> bool:
+        """Remove ``location``'s database if it holds no row and nobody can be using it; whether it did."""
+
+    def info(self, location: Location, *, count_rows: bool = True) -> DatabaseInfo:
+        """The database's state (and rows), read-only; a bad database is a state, never an error."""
+
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        """:meth:`info` of each of ``locations``, in their order (a backend may read them together)."""
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        """Upgrade each database that is behind; report the others untouched."""
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        """Check one database read-only: its metadata, schema and every row's key."""
+
+    def strays(self) -> list[Problem]:
+        """What lies in the store that is not part of its layout."""
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        """Give back the space deleted rows left; a backend that cannot refuses with a typed error saying why."""
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """The rows of ``plan`` over ``databases`` as over one table holding all their rows (:mod:`store.across`).
+
+        Each is ``(index of its database in databases, the row's values)``; an
+        aggregate's rows have no database (None). Read-only; streamed.
+        """

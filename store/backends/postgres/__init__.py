@@ -1,0 +1,1 @@
+"""The server backend: one PostgreSQL schema per descriptor, listed in a registry table."""

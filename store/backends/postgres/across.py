@@ -1,0 +1,104 @@
+"""Reading many descriptor schemas of a PostgreSQL store as one: one statement wherever the SQL allows it.
+
+Contract:
+
+* A statement that reads one of the store's tables once, under its own name
+  (:attr:`~store.across.plan.Plan.single_table`), entities of that table or
+  columns or aggregates, runs as **one** statement: the table's name is
+  bound, for that statement only, to a common table expression that is the
+  ``UNION ALL`` of the table in every selected schema::
+
+      WITH judgements AS (SELECT ..., 0 AS _judgestore_db FROM js_j_1.judgements
+                          UNION ALL SELECT ..., 1 FROM js_j_2.judgements ...)
+      SELECT ... FROM judgements WHERE ... ORDER BY ... LIMIT ...
+
+  so ``where``, ``order_by``, ``limit``, ``offset`` and the aggregates are
+  the server's own over every row (PostgreSQL pushes the conditions into
+  each branch and merges ordered branches), in one round trip, streamed
+  through a server-side cursor.
+* Entities read that way are built from their columns as detached objects
+  (:func:`_detached`): the same primary key may be in two schemas, and one
+  ``Session``'s identity map would fold them into one object. Every column
+  is loaded there (loader options such as ``load_only`` are not applied).
+* Any other statement (a join, an alias, a subquery, entities among columns) runs in
+  each schema on **one** connection (``schema_translate_map`` per
+  execution, a ``Session`` per schema so equal keys stay distinct objects),
+  and the rows are merged in Python (:mod:`store.across.merge`), NULLs
+  ordered as PostgreSQL orders them. Never a connection per schema.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack
+from functools import partial
+from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import Integer, MetaData, Row, Select, inspect, literal_column, select, union_all
+from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm.attributes import set_committed_value
+
+from store.across.merge import read_each
+from store.across.plan import AcrossRows, Kind, Plan
+from store.backends.postgres.registry import quoted, schema_name
+from store.models import Base
+
+if TYPE_CHECKING:
+    from store.backend import Database
+    from store.backends.postgres.database import Server
+
+DATABASE_COLUMN = "_judgestore_db"  # the index of the schema a row of the union came from
+ROWS_PER_FETCH = 2_000
+
+
+def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+    """The rows of ``plan`` over ``databases`` (see the module docstring)."""
+    schemas = [schema_name(database.location) for database in databases]
+    if not schemas or not plan.single_table or (plan.kind is Kind.ROWS and plan.has_entities):
+        yield from _each_schema(server, schemas, plan)
+        return
+    (name,) = plan.tables
+    table = Base.metadata.tables[name]
+    branches = [
+        select(*table.to_metadata(MetaData(), schema=schema).c, literal_column(str(i), Integer).label(DATABASE_COLUMN))
+        for i, schema in enumerate(schemas)
+    ]
+    statement: Select[Any] = plan.statement
+    if plan.kind is Kind.ENTITY:
+        statement = statement.with_only_columns(*table.c, literal_column(f"{quoted(name)}.{DATABASE_COLUMN}", Integer))
+    statement = statement.add_cte(union_all(*branches).cte(name))
+    with server.connection() as conn:
+        rows = conn.execution_options(yield_per=ROWS_PER_FETCH).execute(statement)
+        if plan.kind is not Kind.ENTITY:
+            for row in rows:
+                yield None, tuple(row)
+            return
+        build = _builder(plan.entity, table.c.keys())
+        for row in rows:
+            yield row[-1], (build(row),)
+
+
+def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
+    with server.connection() as conn, ExitStack() as sessions:
+        readers = [partial(_read_schema, sessions.enter_context(Session(bind=conn)), schema) for schema in schemas]
+        yield from read_each(readers, plan, nulls_smallest=False)
+
+
+def _read_schema(session: Session, schema: str, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
+    options = {"yield_per": batch, "schema_translate_map": {None: schema}}
+    yield from session.execute(statement, execution_options=options)
+
+
+def _builder(entity: type[Base], columns: list[str]) -> Any:
+    """Build detached ``entity`` objects from rows of its table's columns (in ``columns`` order)."""
+    mapper = inspect(entity)
+    positions = [(prop.key, columns.index(prop.columns[0].name)) for prop in mapper.column_attrs]
+
+    def build(row: Row[Any]) -> Base:
+        instance = mapper.class_manager.new_instance()
+        for key, position in positions:
+            set_committed_value(instance, key, row[position])
+        make_transient_to_detached(instance)
+        return instance  # type: ignore[no-any-return]
+
+    return build

@@ -1,0 +1,96 @@
+"""One descriptor schema on a PostgreSQL server: the store's repository on the server's connections.
+
+Contract: :class:`PostgresDatabase` is the PostgreSQL side of
+:class:`store.backend.Database`: every connection maps the models onto its
+schema (``schema_translate_map``), reads run in read-only transactions,
+writes are retried by the storage's policy, and every driver error is typed
+(:mod:`store.backends.postgres.errors`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol, TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from store.backend import Database
+from store.backends.postgres.claims import PostgresClaimTable
+from store.backends.postgres.errors import raise_translated
+from store.backends.postgres.registry import schema_options
+from store.backends.postgres.rows import PostgresRepository
+from store.errors import DatabaseMissingError
+from store.layout import Location, StoredMetadata
+from store.settings import Settings
+
+T = TypeVar("T")
+
+
+class Server(Protocol):
+    """What a schema's database uses of its storage (:class:`~.storage.PostgresStorage`)."""
+
+    url: str
+    engine: Engine
+    settings: Settings
+    readonly: bool
+
+    def location_where(self, location: Location) -> str: ...
+
+    def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
+
+    def retry(self, attempt: Callable[[], T]) -> T: ...
+
+    def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None: ...
+
+    def size_of(self, location: Location) -> int: ...
+
+
+class PostgresDatabase(Database):
+    """One descriptor schema: the same repository as SQLite, on the server's connections."""
+
+    def __init__(self, storage: Server, location: Location, stored: StoredMetadata | None = None) -> None:
+        """``stored``: the registry's record as opening read it (it never changes for a schema)."""
+        self.storage = storage
+        self._stored = stored
+        self.location = location
+        self.where = storage.location_where(location)
+        self.settings = storage.settings
+        self.readonly = storage.readonly
+        self._options = schema_options(location)
+
+    def _repository(self, conn: Connection) -> PostgresRepository:
+        return PostgresRepository(conn, self.location.role)
+
+    def _claim_table(self, conn: Connection) -> PostgresClaimTable:
+        return PostgresClaimTable(conn, self.location.role)
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[Connection]:
+        with self.storage.engine.connect() as conn:
+            conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
+            with conn.begin():
+                yield conn
+
+    @contextmanager
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        try:
+            yield
+        except DBAPIError as e:
+            raise_translated(self.storage.url, e)
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        return self.storage.retry(attempt)
+
+    def size_bytes(self) -> int:
+        return self.storage.size_of(self.location)
+
+    def metadata(self) -> StoredMetadata:
+        if self._stored is not None:
+            return self._stored
+        with self.storage.connection() as conn:
+            stored = self.storage.metadata(conn, self.location)
+        if stored is None:
+            raise DatabaseMissingError(self.where, "is not in this store's registry")
+        return stored

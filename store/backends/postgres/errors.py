@@ -1,0 +1,122 @@
+"""What a failure on a PostgreSQL server means: every driver error as a typed error naming the server and the next step.
+
+Contract: :func:`translated` turns everything the driver raises into a typed
+error (server down, wrong password, no such database, no permission, busy,
+full, a refused value, an edited schema, damage; the rest an
+:class:`~store.errors.UnexpectedServerError` with the driver's words, any
+password it quotes removed) that names the server and the next step.
+"""
+
+from __future__ import annotations
+
+from typing import NoReturn
+
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
+
+from store.backends.postgres.connections import _without_secrets, display_url
+from store.errors import (
+    JudgestoreError,
+    ServerAuthError,
+    ServerBusyError,
+    ServerDamagedError,
+    ServerError,
+    ServerFullError,
+    ServerPermissionError,
+    ServerSchemaError,
+    ServerUnavailableError,
+    ServerValueError,
+    UnexpectedServerError,
+)
+
+# SQLSTATE classes and codes (PostgreSQL's appendix A) -> what they mean for a store
+_BUSY_STATES = {"40001": "a serialisation failure", "40P01": "a deadlock", "55P03": "a lock it could not get",
+                "55006": "an object another session was using", "57014": "a statement cancelled (statement_timeout?)",
+                "57P04": "a statement cancelled (the database is being dropped?)"}  # fmt: skip
+
+
+_GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, starting; no connection slot free
+
+
+_MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
+
+
+def _sqlstate(error: DBAPIError) -> str | None:
+    return getattr(error.orig, "sqlstate", None)
+
+
+def translated(url: str, error: DBAPIError) -> JudgestoreError:
+    """The typed error a driver failure stands for: every one has a class (see the module docstring).
+
+    The message names the server (password hidden: :func:`display_url`), says
+    what happened in the driver's words (any password in them hidden too),
+    and the next step.
+    """
+    shown = display_url(url)
+    state = _sqlstate(error) or ""
+    orig = error.orig if error.orig is not None else error
+    message = _without_secrets(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__, url)
+    kind = type(orig).__name__
+    if state == "28P01" or "password authentication failed" in message:
+        return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
+    if state.startswith("28"):
+        return ServerAuthError(shown, f"the server refused the connection ({message})")
+    if state == "3D000":
+        return ServerError(shown, f"{message}; create it (createdb) or fix the URL")
+    if state == "42501":
+        return ServerPermissionError(
+            shown,
+            f"{message}. The store's user needs CREATE on the database (GRANT CREATE ON DATABASE ... TO ...) to "
+            "create schemas, and USAGE/CREATE on the judgestore schemas",
+        )
+    if state == "25006":
+        return ServerPermissionError(
+            shown, f"{message}: the server takes no writes (a standby, or default_transaction_read_only); "
+            "write to the primary, or open the store read-only"
+        )  # fmt: skip
+    if state in _BUSY_STATES:
+        return ServerBusyError(
+            shown, f"the transaction was rolled back after {_BUSY_STATES[state]} ({message}), past every retry; "
+            "nothing of it was kept. Run the command again (rows already stored are kept)"
+        )  # fmt: skip
+    if state.startswith("53") and state not in _GONE_STATES:
+        return ServerFullError(
+            shown, f"the server ran out of a resource ({message}); the transaction was rolled back. Free disk or "
+            "memory on the server (its administrator), then run the command again"
+        )  # fmt: skip
+    if kind == "PipelineAborted":  # psycopg's: an earlier statement of the pipelined batch failed
+        return UnexpectedServerError(
+            shown, f"a statement of the same batch failed before this one ({message}); the transaction was rolled "
+            "back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+        )  # fmt: skip
+    if (
+        state.startswith("08")
+        or state in _GONE_STATES
+        or error.connection_invalidated
+        or (not state and isinstance(error, OperationalError | InterfaceError))  # the client lost the connection
+    ):
+        return ServerUnavailableError(
+            shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
+        )
+    if state in _MISSING_STATES:
+        return ServerSchemaError(
+            shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "
+            "it). Run `judgestore verify`"
+        )  # fmt: skip
+    if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
+        return ServerValueError(
+            shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
+            "checks values before it sends them: please report this value"
+        )  # fmt: skip
+    if state.startswith(("XX", "58")):
+        return ServerDamagedError(
+            shown, f"the server reports damaged data or a failing disk ({message}); ask its administrator to check "
+            "it (REINDEX, amcheck, its logs), then run `judgestore verify`"
+        )  # fmt: skip
+    return UnexpectedServerError(
+        shown, f"PostgreSQL failed in a way judgestore has no name for ({kind}: {message}); the transaction was "
+        "rolled back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
+    )  # fmt: skip
+
+
+def raise_translated(url: str, error: DBAPIError) -> NoReturn:
+    raise translated(url, error) from error

@@ -1,0 +1,155 @@
+"""The store on a PostgreSQL server: one schema per descriptor database, a registry, engines, locks and errors.
+
+Contract:
+
+* A store URL (``postgresql+psycopg://user@host/db``) names one database on
+  a server. Each descriptor database of the SQLite layout is a PostgreSQL
+  *schema* there holding the same ``completions``/``judgements`` tables and
+  its own Alembic version table; the models are mapped onto it with
+  SQLAlchemy's ``schema_translate_map`` (:func:`schema_options`).
+* :func:`schema_name` derives the schema's name from the location alone:
+  ``js_`` plus the role's initial and 32 hex characters of a hash of role,
+  task, provider, model and descriptor hash. It is deterministic, 37
+  characters (PostgreSQL's limit is 63 bytes), and never carries a user's
+  text, so no model name can inject anything; it is quoted anyway.
+* The registry table (schema ``judgestore``, table ``registry``) is what the
+  folder tree and ``metadata.json`` are for SQLite: one row per descriptor
+  schema with its role, task, provider, model, descriptor hash and the exact
+  metadata.json bytes. A row whose metadata does not hash to its descriptor
+  is refused, as a folder whose metadata.json does not match its name is.
+* Every schema is created, and every upgrade runs, inside one transaction
+  under a transaction-level advisory lock on the schema's name
+  (:func:`advisory_lock`): two processes creating or upgrading the same
+  schema at once serialise, and the second finds the work done.
+* :func:`translated` turns everything the driver raises into a typed error
+  (server down, wrong password, no such database, no permission, busy,
+  full, a refused value, an edited schema, damage; the rest an
+  :class:`~store.errors.UnexpectedServerError` with the driver's words) that
+  names the server and the next step.
+* A URL is read as the server will be asked (:func:`parse_store_url`: a
+  password may hold an unencoded ``@``) and printed without any password,
+  whether in the user part or a query parameter (:func:`display_url`); a
+  driver message quoting one has it replaced.
+* Text columns, the registry's names included, and JSON strings are stored
+  escaped (:mod:`store.backends.postgres.text`), so U+0000 fits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    Column,
+    Connection,
+    DateTime,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+    func,
+    select,
+    text,
+    type_coerce,
+)
+
+from store.backends.postgres import text as pgtext
+from store.errors import (
+    InvalidInputError,
+)
+from store.layout import Location, check_role
+from store.models import NAMING_CONVENTION
+
+REGISTRY_SCHEMA = "judgestore"
+SCHEMA_PREFIX = "js_"
+
+registry_metadata = MetaData(naming_convention=NAMING_CONVENTION, schema=REGISTRY_SCHEMA)
+registry = Table(
+    "registry",
+    registry_metadata,
+    Column("schema_name", String(63), primary_key=True),
+    Column("role", String(16), nullable=False),
+    Column("task", pgtext.server_safe(Text()), nullable=False),  # escaped: see registered()
+    Column("provider", pgtext.server_safe(Text()), nullable=False),
+    Column("model", pgtext.server_safe(Text()), nullable=False),
+    Column("descriptor_hash16", String(16), nullable=False),
+    Column("descriptor_sha256", String(64), nullable=False),
+    Column("metadata_json", Text, nullable=False),  # the exact bytes a metadata.json would hold
+    Column("created_at", DateTime, nullable=False),
+    UniqueConstraint("role", "task", "provider", "model", "descriptor_hash16"),
+)
+
+
+def schema_name(location: Location) -> str:
+    """The schema of one descriptor database (see the module docstring)."""
+    key = "\0".join((location.role, location.task, location.provider, location.model, location.descriptor_hash16))
+    return f"{SCHEMA_PREFIX}{location.role[0]}_{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def schema_options(location: Location) -> dict[str, Any]:
+    """The execution options that map the models onto a location's schema."""
+    return {"schema_translate_map": {None: schema_name(location)}}
+
+
+def quoted(identifier: str) -> str:
+    if not identifier.replace("_", "").isalnum() or '"' in identifier:
+        raise InvalidInputError(f"refusing an unexpected PostgreSQL identifier {identifier!r}")
+    return f'"{identifier}"'
+
+
+def advisory_lock(conn: Connection, name: str) -> None:
+    """Hold a transaction-level advisory lock on ``name`` until the caller's transaction ends."""
+    key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    conn.execute(select(func.pg_advisory_xact_lock(key)))
+
+
+def ensure_registry(conn: Connection) -> None:
+    """Create the registry schema and table if they are missing (inside the caller's transaction)."""
+    advisory_lock(conn, REGISTRY_SCHEMA)
+    conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted(REGISTRY_SCHEMA)}"))
+    registry_metadata.create_all(conn, checkfirst=True)
+
+
+def registered(conn: Connection) -> list[tuple[Location, str]]:
+    """Every registered descriptor schema, as (location, metadata.json text), in layout order.
+
+    The names are stored escaped (:mod:`store.backends.postgres.text`), as every text column
+    is; a row registered before names were escaped holds them as they were,
+    and a name of that age holding U+FDD0 would read back changed. The
+    schema's name (a hash of the location) tells which reading is the row's:
+    the escaped one unless only the verbatim one hashes to it.
+    """
+    if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
+        return []
+    c = registry.c
+    names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping
+    query = select(c.schema_name, c.role, *names, c.descriptor_hash16, c.metadata_json)
+    rows = conn.execute(query.order_by(c.role, c.task, c.provider, c.model, c.descriptor_hash16)).all()
+    found = []
+    for name, role, task, provider, model, hash16, metadata_json in rows:
+        location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
+                            pgtext.unescape(model), hash16)  # fmt: skip
+        if schema_name(location) != name:
+            verbatim = Location(location.role, task, provider, model, hash16)
+            location = verbatim if schema_name(verbatim) == name else location
+        found.append((location, metadata_json))
+    return found
+
+
+def register(conn: Connection, location: Location, descriptor_sha256: str, metadata_json: str) -> None:
+    """Record a descriptor schema in the registry (the caller holds the schema's advisory lock)."""
+    conn.execute(
+        registry.insert().values(
+            schema_name=schema_name(location),
+            role=location.role,
+            task=location.task,
+            provider=location.provider,
+            model=location.model,
+            descriptor_hash16=location.descriptor_hash16,
+            descriptor_sha256=descriptor_sha256,
+            metadata_json=metadata_json,
+            created_at=datetime.now(UTC).replace(tzinfo=None),
+        )
+    )

@@ -1,0 +1,526 @@
+"""A store on a PostgreSQL server: list, create, open, inspect, upgrade and verify descriptor schemas.
+
+Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
+
+* :class:`PostgresStorage` is what :class:`~store.store.Store` uses for a
+  store URL, as :class:`~store.backends.sqlite.storage.SqliteStorage` is for a folder:
+  the same operations, the same typed errors. One pooled engine serves every
+  schema; a :class:`PostgresDatabase` maps the models onto its schema with
+  ``schema_translate_map``.
+* Creating a descriptor's schema is one transaction under the schema's
+  advisory lock: ``CREATE SCHEMA``, the migrations at head (with the schema as
+  ``search_path``, so data migrations written as plain SQL land there too),
+  and its registry row. A concurrent creator waits on the lock and then finds
+  the schema registered. A schema of that name that is not ours is refused
+  untouched (:class:`~store.errors.ForeignSchemaError`).
+* Opening checks the registry row (its metadata must hash to the descriptor
+  folder's hash) and the revision with one SELECT of the schema's version
+  table; anything but current is refused with the same typed errors as a
+  SQLite file (behind, ahead, foreign), unless ``auto_upgrade``.
+* Upgrades run per schema, each in its own transaction under the schema's
+  advisory lock; PostgreSQL's DDL is transactional, so a failed migration
+  leaves the schema exactly as it was (no backup is needed) and the other
+  schemas go on; row counts are verified as for SQLite. A second upgrade
+  started at once waits on the lock and then finds nothing to do.
+* Writes retry what a healthy server may answer (a serialisation failure, a
+  deadlock, a connection dropped mid-transaction: the server rolled the
+  transaction back, so no partial chunk exists; a connection refused while
+  the server restarts) with backoff, ``lock_retries`` times. Every driver error is typed
+  (:func:`store.backends.postgres.errors.translated`).
+* A read-only store opens read-only transactions and never creates anything.
+* :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
+  (a failed copy's), under its advisory lock and its tables' locks.
+* :meth:`~PostgresStorage.read_across` reads many schemas in one statement
+  where it can (:mod:`store.backends.postgres.across`).
+* Side files (sharing's workspace) live in a folder of this machine named
+  after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
+  ``~/.cache``; :attr:`PostgresStorage.local_root`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, TypeVar
+
+import orjson
+from sqlalchemy import (
+    Column,
+    Connection,
+    MetaData,
+    String,
+    Table,
+    inspect,
+    select,
+    text,
+)
+from sqlalchemy.exc import DBAPIError, OperationalError
+
+from store.backends.postgres.claims import PostgresClaimTable
+from store.backends.postgres.connections import create_postgres_engine, display_url
+from store.backends.postgres.database import PostgresDatabase
+from store.backends.postgres.errors import raise_translated, translated
+from store.backends.postgres.registry import (
+    advisory_lock,
+    ensure_registry,
+    quoted,
+    register,
+    registered,
+    registry,
+    schema_name,
+    schema_options,
+)
+from store.backends.postgres.rows import PostgresRepository
+from store.backends.postgres.survey import SCHEMA_TABLES, claims_of, matching, survey
+from store.errors import (
+    DatabaseMissingError,
+    ForeignSchemaError,
+    InvalidInputError,
+    JudgestoreError,
+    MetadataMismatchError,
+    ServerError,
+    ServerSchemaError,
+    UpgradeFailedError,
+)
+from store.filters import RowFilter
+from store.layout import Location, StoredMetadata, parse_metadata
+from store.reports import (
+    DatabaseInfo,
+    DatabaseVerification,
+    Problem,
+    ProblemKind,
+    RowChecks,
+    UpgradeOutcome,
+    UpgradeResult,
+    VacuumResult,
+)
+from store.schema import (
+    USABLE_STATES,
+    VERSION_TABLE,
+    DatabaseState,
+    Revisions,
+    SchemaStatus,
+    migrate,
+    raise_for_status,
+    revisions_of,
+    status_error,
+)
+from store.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+    from store.across.plan import AcrossRows, Plan
+    from store.backend import Database, Storage
+
+T = TypeVar("T")
+# SQLSTATEs after which the whole transaction may simply run again.
+RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
+UNDEFINED_TABLE = "42P01"
+
+
+def _retryable(error: DBAPIError) -> bool:
+    state = getattr(error.orig, "sqlstate", None)
+    # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
+    # connections for a moment); a server that answered, even with a refusal, says why with a state.
+    refused = state is None and isinstance(error, OperationalError)
+    return error.connection_invalidated or refused or state in RETRYABLE_STATES
+
+
+def _revisions(script: ScriptDirectory | None) -> Revisions:
+    from store import schema  # the module's attribute: tests stand in another line of scripts
+
+    return schema.revisions() if script is None else revisions_of(script)
+
+
+class PostgresStorage:
+    """A store URL's descriptor schemas (see the module docstring)."""
+
+    def __init__(self, url: str, settings: Settings, *, readonly: bool = False) -> None:
+        self.url = url
+        self.settings = settings
+        self.readonly = readonly
+        self.where = display_url(url)
+        digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
+        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        self.local_root = cache / "judgestore" / "servers" / digest
+        self.engine = create_postgres_engine(url, settings)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def absence(self) -> str | None:
+        """Why the server's database holds no store (no registry); reaching the server is checked on the way."""
+        with self.connection() as conn:
+            if conn.dialect.has_table(conn, registry.name, schema=registry.schema):
+                return None
+        return "this database holds no judgestore store (no registry)"
+
+    def same_as(self, other: Storage) -> bool:
+        """The same database of the same server, as far as URLs tell (however spelled; passwords left out)."""
+        return isinstance(other, PostgresStorage) and _normalised_url(self.url) == _normalised_url(other.url)
+
+    def shown(self, where: str) -> str:
+        return where
+
+    def location_where(self, location: Location) -> str:
+        return f"{self.where} schema {schema_name(location)}"
+
+    # ------------------------------------------------------------ connections
+
+    @contextmanager
+    def connection(self, *, write: bool = False) -> Iterator[Connection]:
+        """A connection in a transaction (read-only unless ``write``), driver errors typed."""
+        try:
+            with self.engine.connect() as conn:
+                if not write:
+                    conn = conn.execution_options(postgresql_readonly=True)
+                with conn.begin():
+                    yield conn
+        except DBAPIError as e:
+            raise_translated(self.url, e)
+
+    def retry(self, attempt: Callable[[], T]) -> T:
+        """Run ``attempt`` again after what a healthy server may answer (see the module docstring)."""
+        for tries in range(self.settings.lock_retries + 1):
+            try:
+                return attempt()
+            except DBAPIError as e:
+                if not _retryable(e):
+                    raise_translated(self.url, e)
+                if tries == self.settings.lock_retries:
+                    typed = translated(self.url, e)
+                    typed.add_note(f"(the server answered so {tries + 1} times in a row; try again later)")
+                    raise typed from e
+                time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
+        raise AssertionError("unreachable")
+
+    # ------------------------------------------------------------ the registry
+
+    def locations(self) -> list[Location]:
+        with self.connection() as conn:
+            return [location for location, _ in registered(conn)]
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        return compute()  # a server tells no cheap stamp of a schema's content: computed each time
+
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` whose schemas may hold a row ``flt`` matches, asked in a few statements
+        (:func:`~store.backends.postgres.survey.matching`)."""
+        chosen = list(locations)
+        if flt.is_empty() or not chosen:
+            return chosen
+        with self.connection() as conn:
+            keep = matching(conn, chosen, flt, _revisions(None).head)
+        return [location for location in chosen if location in keep]
+
+    def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
+        """The registry's record of ``location``, verified like a metadata.json; None when unregistered."""
+        if not conn.dialect.has_table(conn, registry.name, schema=registry.schema):
+            return None
+        row = conn.execute(
+            select(registry.c.metadata_json).where(registry.c.schema_name == schema_name(location))
+        ).scalar_one_or_none()
+        if row is None:
+            return None
+        return self._verified(location, row)
+
+    def _verified(self, location: Location, row: str) -> StoredMetadata:
+        """The registry's ``metadata_json`` of ``location``, verified like a metadata.json."""
+        where = f"{self.location_where(location)} (registry)"
+        stored, recorded_hash = parse_metadata(row.encode(), where)
+        actual = stored.descriptor_sha256
+        recorded = (stored.role, stored.task, stored.descriptor.provider, stored.descriptor.model, actual[:16])
+        expected = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
+        if recorded_hash != actual or recorded != expected:
+            raise MetadataMismatchError(
+                where, f"records {'/'.join(recorded)} but is registered as {'/'.join(expected)}; it was edited"
+            )
+        return stored
+
+    # ------------------------------------------------------------ schemas
+
+    def classify(self, conn: Connection, location: Location, known: Revisions | None = None) -> SchemaStatus:
+        """The schema's state, with one SELECT when it has its version table (a savepoint guards the miss)."""
+        known = known or _revisions(None)
+        name = schema_name(location)
+        version = Table(VERSION_TABLE, MetaData(), Column("version_num", String), schema=name)
+        try:
+            with conn.begin_nested():
+                rows = conn.execute(select(version.c.version_num)).all()
+        except DBAPIError as e:
+            if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
+                raise
+            rows = []
+        if len(rows) == 1:
+            revision = rows[0][0]
+            if revision == known.head:
+                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
+            return SchemaStatus(state, revision, known.head)
+        tables = tuple(sorted(inspect(conn).get_table_names(schema=name)))
+        return SchemaStatus(DatabaseState.FOREIGN if tables else DatabaseState.EMPTY, None, known.head, tables)
+
+    def _migrate(self, conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
+        conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
+        migrate(conn.execution_options(**schema_options(location)), script=script)
+
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> PostgresDatabase:
+        """The database of ``location``; a read-write store creates and registers its schema if needed."""
+        if not self.readonly:
+            self._create(location, metadata())
+        return self.open(location)
+
+    def _create(self, location: Location, metadata: bytes) -> None:
+        name = schema_name(location)
+        descriptor_sha256 = orjson.loads(metadata)["descriptor_sha256"]
+
+        def attempt() -> None:
+            with self.engine.connect() as conn, conn.begin():
+                ensure_registry(conn)
+                advisory_lock(conn, name)
+                if self.metadata(conn, location) is not None:
+                    return  # already there (another process may have won the race)
+                found = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :n"), {"n": name})
+                if found.scalar_one():
+                    tables = ", ".join(inspect(conn).get_table_names(schema=name)) or "none"
+                    raise ForeignSchemaError(
+                        self.where,
+                        f"schema {name} exists but judgestore did not register it (tables: {tables}); it was not "
+                        "touched. Drop it, or point the store at another database",
+                    )
+                conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
+                self._migrate(conn, location)
+                register(conn, location, descriptor_sha256, metadata.decode())
+
+        self.retry(attempt)
+
+    def discard_if_empty(self, location: Location) -> bool:
+        """Drop a registered schema and its registry row if no table of it holds a row; returns whether it did.
+
+        For a copy that created the schema and then failed before any row was
+        written: an empty schema would stay listed. The tables are locked
+        before they are counted, so a writer that found the schema meanwhile
+        either committed first (then its rows keep the schema) or waits and
+        then meets no schema.
+        """
+        name = schema_name(location)
+
+        def attempt() -> bool:
+            with self.engine.connect() as conn, conn.begin():
+                advisory_lock(conn, name)
+                if self.metadata(conn, location) is None:
+                    return False
+                tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+                if tables:
+                    locked = ", ".join(f"{quoted(name)}.{quoted(t)}" for t in tables)
+                    conn.execute(text(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE"))
+                    if any(self._row_counts(conn, location).values()):
+                        return False
+                conn.execute(text(f"DROP SCHEMA {quoted(name)} CASCADE"))
+                conn.execute(registry.delete().where(registry.c.schema_name == name))
+                return True
+
+        return self.retry(attempt)  # every driver error typed (store.backends.postgres.errors.translated)
+
+    def check_writable(self, location: Location) -> None:
+        if self.readonly:
+            raise DatabaseMissingError(self.location_where(location), "the store was opened read-only")
+
+    def open_existing(self, location: Location) -> PostgresDatabase | None:
+        try:
+            return self.open(location)
+        except DatabaseMissingError:
+            return None
+
+    def open(self, location: Location) -> PostgresDatabase:
+        """Open a registered schema (verifying its registry row and its revision)."""
+        with self.connection() as conn:
+            stored = self.metadata(conn, location)
+            if stored is None:
+                raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
+            status = self.classify(conn, location)
+        if status.state is not DatabaseState.CURRENT:
+            raise_for_status(status, self.location_where(location))
+        return PostgresDatabase(self, location, stored)
+
+    # ------------------------------------------------------------ the whole store
+
+    def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
+        """One schema's state (and rows when current), read-only; never raises for a bad schema."""
+        known = known or _revisions(None)
+        where = self.location_where(location)
+        revision = rows = error = claims = None
+        try:
+            with self.connection() as conn:
+                self.metadata(conn, location)
+                status = self.classify(conn, location, known)
+                state, revision, error = status.state, status.revision, status_error(status, where)
+                mapped = conn.execution_options(**schema_options(location))
+                if status.state is DatabaseState.CURRENT:
+                    claims = PostgresClaimTable(mapped, location.role).summary()
+                if status.state is DatabaseState.CURRENT and count_rows:
+                    rows = PostgresRepository(mapped, location.role).count()
+        except MetadataMismatchError as e:
+            state, error = DatabaseState.METADATA_MISMATCH, str(e)
+        except JudgestoreError as e:
+            state, error = DatabaseState.UNREADABLE, str(e)
+        size = self.size_of(location)
+        return DatabaseInfo(location, where, state, revision, known.head, rows, size, error, claims)
+
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        """:meth:`info` of each location, the registry rows, revisions, row counts and sizes read in a few
+        statements for all of them (:mod:`~store.backends.postgres.survey`) instead of six round trips per schema;
+        a schema that is anything but registered with one revision row is read by :meth:`info`."""
+        chosen = list(locations)
+        known = _revisions(None)
+        names = {schema_name(location): location for location in chosen}
+        try:
+            with self.connection() as conn:
+                rows, versions, counts, sizes = survey(conn, names, known.head if count_rows else None)
+                claims = claims_of(conn, {n: names[n] for n, v in versions.items() if v == known.head})
+        except JudgestoreError:
+            rows, versions, counts, sizes, claims = {}, {}, {}, {}, {}
+        for name, location in names.items():
+            revision = versions.get(name)
+            if name not in rows or revision is None or name not in sizes:
+                yield self.info(location, known=known, count_rows=count_rows)
+                continue
+            where = self.location_where(location)
+            try:
+                self._verified(location, rows[name])
+            except MetadataMismatchError as e:
+                yield DatabaseInfo(location, where, DatabaseState.METADATA_MISMATCH, None, known.head, None,
+                                   sizes[name], str(e))  # fmt: skip
+                continue
+            except JudgestoreError as e:
+                yield DatabaseInfo(location, where, DatabaseState.UNREADABLE, None, known.head, None, sizes[name],
+                                   str(e))  # fmt: skip
+                continue
+            state = DatabaseState.CURRENT if revision == known.head else None
+            state = state or (DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD)
+            status = SchemaStatus(state, revision, known.head)
+            yield DatabaseInfo(location, where, state, revision, known.head, counts.get(name) if count_rows else None,
+                               sizes[name], status_error(status, where), claims.get(name))  # fmt: skip
+
+    def size_of(self, location: Location) -> int:
+        """Bytes the schema's tables take on the server (indexes and TOAST included).
+
+        The tables are looked up by name (``to_regclass``, through ``pg_class``'s index on names): selecting a
+        schema's relations by namespace has no index and scans every relation of every schema, which made
+        listing a store of N schemas cost N^2 (103 s at 5,000 schemas).
+        """
+        query = text(
+            "SELECT coalesce(sum(pg_total_relation_size(to_regclass(format('%I.%I', CAST(:n AS text), t)))), 0) "
+            "FROM unnest(CAST(:tables AS text[])) AS t"
+        )
+        try:
+            with self.connection() as conn:
+                found = conn.execute(query, {"n": schema_name(location), "tables": list(SCHEMA_TABLES)})
+                return int(found.scalar_one())
+        except JudgestoreError:
+            return 0
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
+        known = _revisions(script)
+        for location in locations:
+            where = self.location_where(location)
+            try:
+                yield self._upgrade(location, where, known, script)
+            except JudgestoreError as e:
+                yield UpgradeResult(where, UpgradeOutcome.REFUSED, None, None, error=str(e))
+
+    def _upgrade(
+        self, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
+    ) -> UpgradeResult:
+        with self.connection(write=True) as conn:
+            advisory_lock(conn, schema_name(location))
+            self.metadata(conn, location)
+            status = self.classify(conn, location, known)
+            if status.state in USABLE_STATES:
+                return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
+            if status.state is not DatabaseState.BEHIND:
+                return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
+                                     error=status_error(status, where))  # fmt: skip
+            before = self._row_counts(conn, location)
+            try:
+                with conn.begin_nested():  # rolled back as a whole if anything below fails
+                    self._migrate(conn, location, script)
+                    after = self._row_counts(conn, location)
+                    if {t: n for t, n in after.items() if t in before} != before:
+                        raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
+            except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
+                failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
+                return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
+            reached = self.classify(conn, location, known).revision
+            return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
+
+    def _row_counts(self, conn: Connection, location: Location) -> dict[str, int]:
+        name = schema_name(location)
+        tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+        return {t: conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{quoted(t)}")).scalar_one() for t in tables}
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        """Registry row, schema state, and every row's input hash; never raises for a bad schema."""
+        where = self.location_where(location)
+        problems: list[Problem] = []
+        checked = adopted = 0
+        try:
+            with self.connection() as conn:
+                try:
+                    self.metadata(conn, location)
+                except MetadataMismatchError as e:
+                    problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
+                status = self.classify(conn, location)
+            if status.state not in USABLE_STATES:
+                problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
+            elif status.state is DatabaseState.CURRENT:
+                checked, found, adopted = self._verify_rows(location, where)
+                problems += found
+        except JudgestoreError as e:
+            problems.append(Problem(where, ProblemKind.FILE, str(e)))
+        return DatabaseVerification(location, where, checked, tuple(problems), adopted)
+
+    def _verify_rows(self, location: Location, where: str) -> tuple[int, list[Problem], int]:
+        """Every row's input hash, and the adopted rows counted; a table another tool changed is a problem."""
+        checks = RowChecks(where)
+        try:
+            with self.connection() as conn:  # its own transaction: a failure here ends only this one
+                repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
+                for record in repo.query():
+                    checks.hashed(record.input_hash, record.sample_index, record.input_text)
+                adopted = repo.count(RowFilter(adopted=True))
+        except ServerSchemaError as e:  # a table or column its revision promises is missing
+            return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
+        except (ServerError, ValueError) as e:  # a JSON value that does not decode (InvalidInputError is one)
+            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
+        checked, problems = checks.result()
+        return checked, problems, adopted
+
+    def strays(self) -> list[Problem]:
+        return []  # the registry is the layout: nothing can lie outside it
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """One statement over every schema where the SQL allows it (:mod:`store.backends.postgres.across`)."""
+        from store.backends.postgres.across import read_across
+
+        return read_across(self, databases, plan)
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        raise InvalidInputError(
+            f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
+            "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
+        )
+
+
+def _normalised_url(url: str) -> str:
+    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
+    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)

@@ -1,0 +1,214 @@
+"""One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, read-only reads re-checked, fast rows.
+
+Contract:
+
+* :class:`SqliteDatabase` is the SQLite side of :class:`store.backend.Database`:
+  writers take the lock up front (``BEGIN IMMEDIATE``) and retry a lock held
+  past the busy timeout; a read-only file read as immutable is read again if
+  a writer changed it meanwhile (:func:`stable_read`); every failure is typed
+  (:mod:`store.backends.sqlite.errors`).
+* :meth:`~SqliteDatabase.get_many` and :meth:`~SqliteDatabase.put_many` run on
+  a sqlite3 connection (:mod:`store.backends.sqlite.rows`); everything else
+  goes through an SQLAlchemy engine created on first use.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TypeVar
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.exc import DBAPIError
+
+from store.backend import Database
+from store.backends.sqlite.claims import SqliteClaimTable
+from store.backends.sqlite.connections import sqlite_engine
+from store.backends.sqlite.errors import retry_while_locked, translated
+from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
+from store.backends.sqlite.schema import stable_read
+from store.errors import StoreFullError
+from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
+from store.records import Record
+from store.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
+from store.settings import Settings
+
+T = TypeVar("T")
+
+
+class SqliteDatabase(Database):
+    """One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, immutable read-only reads re-checked.
+
+    :meth:`get_many` and :meth:`put_many` run on a sqlite3 connection with the
+    store's pragmas (:mod:`store.repository`'s SQLite paths): the one that
+    found the file current when it was opened, kept for them (a second thread
+    meanwhile, and every read-only read, gets a connection of its own). Everything
+    else goes through an SQLAlchemy engine, created the first time something
+    needs it (:attr:`engine`): opening a database and reading or writing its
+    rows never builds one.
+    """
+
+    def __init__(
+        self,
+        location: Location,
+        path: Path,
+        connect: Callable[[], sqlite3.Connection],
+        settings: Settings,
+        readonly: bool,
+        *,
+        connection: sqlite3.Connection | None = None,
+        engine: Engine | None = None,
+    ) -> None:
+        """``connect`` opens a connection with the store's pragmas (:func:`~.connections.sqlite_connector`);
+        ``connection`` is one already open (read-write only), ``engine`` one the opener built."""
+        self.location = location
+        self.path = path
+        self.where = str(path)
+        self.settings = settings
+        self.readonly = readonly
+        self._connect_fn = connect
+        self._connection = connection
+        self._connection_lock = threading.Lock()
+        self._engine = engine
+        self._engine_lock = threading.Lock()
+
+    @property
+    def engine(self) -> Engine:
+        """The SQLAlchemy engine over this file (created on first use; the ORM's way in)."""
+        if self._engine is None:
+            with self._engine_lock:
+                if self._engine is None:
+                    self._engine = sqlite_engine(self._connect_fn, None, pooled=not self.readonly)
+        return self._engine
+
+    def _repository(self, conn: Connection) -> SqliteRepository:
+        return SqliteRepository(conn, self.location.role)
+
+    def _claim_table(self, conn: Connection) -> SqliteClaimTable:
+        return SqliteClaimTable(conn, self.location.role)
+
+    @contextmanager
+    def _connect(self, *, write: bool) -> Iterator[Connection]:
+        if not write:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+            return
+        conn = self.engine.connect().execution_options(write=True)
+        try:
+            self._retry(conn.begin)  # BEGIN IMMEDIATE: waits for the write lock up front
+            yield conn
+            conn.commit()
+        except BaseException:
+            conn.rollback()
+            raise
+        finally:
+            conn.close()
+
+    @contextmanager
+    def _driver(self) -> Iterator[sqlite3.Connection]:
+        """A sqlite3 connection in autocommit mode: the kept one if it is free, else one for this call only."""
+        if not self.readonly and self._connection_lock.acquire(blocking=False):
+            try:
+                if self._connection is None:
+                    self._connection = self._connect_fn()
+                conn = self._connection
+                try:
+                    yield conn
+                finally:
+                    if conn.in_transaction:  # a failure left it there: never hand it on like that
+                        self._connection = None
+                        conn.close()
+            finally:
+                self._connection_lock.release()
+            return
+        conn = self._connect_fn()  # read-only connections are made afresh (see store.backends.sqlite.connections)
+        try:
+            yield conn
+        finally:
+            conn.close()
+
+    def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
+        keys = list(hashes)
+        if not keys:
+            return {}
+
+        def attempt() -> dict[str, Record]:
+            lean = self._deferred_inputs() if deferred else None  # afresh: a retry records its own keys
+            with self._translated(), self._driver() as conn:
+                return sqlite_get_many(conn, self.location.role, keys, lean)
+
+        return self._stable(attempt)
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        """Insert in a write transaction of its own; keys are checked after binding, before the commit.
+
+        What :meth:`Repository.put_many` checks first is checked here too, and
+        nothing of a batch holding a malformed row is committed; the row
+        processing is done before the write lock is taken.
+        """
+        self._refuse_if_readonly()
+        insert = sqlite_insert(self.location.role, on_conflict)
+        records = list(records)
+        with gc_paused():  # a batch of tuples that outlive the loop: the GC would rescan them
+            rows = insert.rows(records)
+        if not rows:
+            return 0
+
+        def attempt() -> int:
+            with self._driver() as conn:
+                conn.execute("BEGIN IMMEDIATE")  # waits for the write lock up front
+                try:
+                    written = insert.execute(conn, rows)
+                    check_keys(self.location.role, records)
+                    conn.execute("COMMIT")
+                except BaseException:
+                    if conn.in_transaction:
+                        conn.execute("ROLLBACK")
+                    raise
+                return written
+
+        with self._translated(lambda: journaled_bytes(records)):
+            return self._retry(attempt)
+
+    @contextmanager
+    def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
+        assert self.path is not None
+        try:
+            yield
+        except (DBAPIError, sqlite3.Error, OSError) as e:
+            typed = translated(self.path, e)
+            if isinstance(typed, StoreFullError) and needed_bytes is not None:
+                typed = StoreFullError(self.path, free_bytes=typed.free_bytes, needed_bytes=needed_bytes())
+            raise typed from e
+
+    def _retry(self, attempt: Callable[[], T]) -> T:
+        assert self.path is not None
+        return retry_while_locked(attempt, self.path, self.settings)
+
+    def _stable(self, attempt: Callable[[], T]) -> T:
+        assert self.path is not None
+        return stable_read(self.path, attempt) if self.readonly else attempt()
+
+    def metadata(self) -> StoredMetadata:
+        assert self.path is not None
+        return read_metadata(self.path.parent)
+
+    def stamp(self) -> object | None:
+        """The file's and its WAL's sizes and modification times: every commit changes one of them."""
+        files = (self.path, wal_path(self.path))
+        return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
+
+    def size_bytes(self) -> int:
+        assert self.path is not None
+        return database_size(self.path)
+
+    def close(self) -> None:
+        with self._connection_lock:  # waits for a get_many or put_many under way
+            if self._connection is not None:
+                self._connection.close()
+                self._connection = None
+        if self._engine is not None:
+            self._engine.dispose()

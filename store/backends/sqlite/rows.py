@@ -1,0 +1,368 @@
+"""SQLite's hot paths on the driver's connection: the bulk lookup and the insert, as SQLAlchemy would run them.
+
+Contract:
+
+* :func:`sqlite_get_many` and :func:`sqlite_insert` run their statement on
+  the ``sqlite3`` connection itself: compiled once per process by the store's
+  SQLite dialect (:func:`store.backends.sqlite.connections.sqlite_dialect`), every value bound and
+  read through its column type's own processors, so the bytes and the values
+  are SQLAlchemy's, without its per-row and per-call work (result rows,
+  parameter dicts, events). :class:`~store.repository.Repository` uses them
+  inside its transaction; :class:`~store.backends.sqlite.database.SqliteDatabase` with a
+  transaction of its own on a pooled connection.
+* The per-row code is generated from the models once per process, as
+  :mod:`dataclasses` generates ``__init__``: for each table a reader,
+  ``read_completions``/``read_judgements`` (records built straight into their
+  slots), and a binder, ``bind_completions``/``bind_judgements`` (each
+  record's parameters, through the column types' processors). Their source
+  is registered with :mod:`linecache` (tracebacks and debuggers show it) and
+  printed by ``python -m store.backends.sqlite.rows``; tests hold their
+  results against SQLAlchemy's own reads and writes.
+"""
+
+from __future__ import annotations
+
+import functools
+import linecache
+import sqlite3
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from operator import attrgetter
+from typing import Any
+
+import orjson
+from sqlalchemy import JSON, ColumnElement, LargeBinary, Select, String, Table, Text, bindparam, cast, func, select
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.sql.selectable import TableValuedAlias
+
+from store.backends.sqlite.connections import sqlite_dialect
+from store.deferred import DeferredInputs, looked_up, set_deferred
+from store.errors import InvalidInputError
+from store.layout import Role
+from store.models import UTCDateTime
+from store.records import Record
+from store.repository import BLANK, Repository
+from store.row_checks import (
+    OnConflict,
+    check_on_conflict,
+    check_values,
+    gc_paused,
+    insert_statement,
+    not_unicode,
+    plain_values,
+    refuse_other_type,
+    table_shape,
+    unwritable,
+)
+
+LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
+
+
+def json_each_keys() -> TableValuedAlias:
+    """SQLite's bulk key list: ``json_each`` over one JSON-array parameter ``keys`` (columns ``value``, ``key``).
+
+    Bind it a JSON array of at most :data:`LOOKUP_BATCH` keys; ``key`` is each value's position in it.
+    """
+    return func.json_each(bindparam("keys", type_=String)).table_valued("value", "key")
+
+
+@functools.cache
+def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
+    """The bulk key lookup of ``role``: the keys come from one JSON parameter (``json_each``), one plan for any
+    number of them; built once per role (its cache key is memoized, not recomputed per call). ``lean`` leaves
+    the deferred columns out (:mod:`store.deferred`)."""
+    table, _, _, columns, _ = table_shape(role)
+    values = json_each_keys()
+    return select(*looked_up(columns, lean)).where(table.c.input_hash.in_(select(values.c.value)))
+
+
+GENERATED: dict[str, str] = {}  # generated function name -> its source
+RecordReader = Callable[[Iterable[Sequence[Any]], dict[str, Record], DeferredInputs | None], None]
+
+
+def _utc_from_text(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``created_at`` as UTCDateTime reads it from SQLite's text, faster; ``process`` (the type's own) for the rest.
+
+    The type's processor parses the text with ``datetime.fromisoformat`` and
+    then sets UTC with ``replace(tzinfo=...)``, which alone costs 0.7 us; parsing
+    the text with an explicit ``+00:00`` gives the same aware datetime in 0.08 us.
+    Text that does not parse that way (it has an offset, or is a date alone)
+    goes to the type's processor, so the result is the same for every text.
+    """
+    fromisoformat = datetime.fromisoformat
+
+    def read(value: Any) -> Any:
+        try:
+            parsed = fromisoformat(value + "+00:00")
+        except (TypeError, ValueError):
+            return process(value)
+        return parsed if parsed.tzinfo is UTC else process(value)  # a date alone ignores the offset
+
+    return read
+
+
+def _utc_to_text(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``created_at`` as UTCDateTime binds it for SQLite (``YYYY-MM-DD HH:MM:SS.ffffff`` in UTC), faster.
+
+    An aware :class:`datetime` is converted to UTC and written by ``isoformat``
+    (the type's processor formats seven fields through a dict, 1.5 us); the
+    rows of one batch usually share one ``created_at`` object, whose text is
+    kept. Anything else (naive, None, another type) goes to the type's own
+    processor, which writes it or raises what it always raised.
+    """
+    memo: tuple[Any, Any] = (object(), None)  # (the last datetime, its text): replaced as one object
+
+    def bind(value: Any) -> Any:
+        nonlocal memo
+        seen, text = memo
+        if value is seen:
+            return text
+        if type(value) is not datetime:
+            return process(value)
+        utc = value
+        if value.tzinfo is not UTC:
+            if value.tzinfo is None or value.utcoffset() is None:
+                return process(value)
+            utc = value.astimezone(UTC)
+        text = utc.isoformat(" ", "microseconds")[:-6]  # less "+00:00"
+        memo = (value, text)
+        return text
+
+    return bind
+
+
+def _record_reader(role: Role, lean: bool = False) -> RecordReader:
+    """A function putting each row of the lookup into ``found`` as the role's record, keyed by input hash.
+
+    ``lean``: the rows of the lean lookup (without the deferred columns); each record gets the lookup's
+    :class:`~store.deferred.DeferredInputs` (the reader's third argument) instead.
+
+    It is generated once per role, as :mod:`dataclasses` generates ``__init__``:
+    one line per column, the value read through the column type's own result
+    processor (JSON decoded where not NULL, ``created_at`` as an aware UTC
+    datetime) and stored straight into the record's slot, which is what the
+    frozen record's ``__init__`` does field by field. At 10,000 rows that is
+    0.75 us per row, against 2.9 us for ``Record(**dict(zip(fields, row)))``.
+    """
+    _, record_type, all_fields, all_columns, _ = table_shape(role)
+    if hasattr(record_type, "__post_init__") or set(getattr(record_type, "__slots__", ())) != set(all_fields):
+        raise AssertionError(f"{record_type.__name__} must be a slots dataclass without __post_init__")
+    columns = looked_up(all_columns, lean)
+    fields = tuple(column.key for column in columns)
+    dialect = sqlite_dialect()
+    namespace: dict[str, Any] = {"new": object.__new__, "record_type": record_type, "set_deferred": set_deferred}
+    values = []
+    for name, column in zip(fields, columns, strict=True):
+        namespace[f"set_{name}"] = getattr(record_type, name).__set__  # the slot's member descriptor
+        process = column.type.dialect_impl(dialect).result_processor(dialect, None)
+        if process is None:
+            values.append(name)
+        elif isinstance(column.type, JSON):
+            # What SQLite's JSON processor does with text, without its two wrapping calls; it has the rest
+            # (a number SQLite stored as such).
+            namespace[f"process_{name}"], namespace["loads"] = process, dialect._json_deserializer
+            values.append(
+                f"None if {name} is None else loads({name}) if type({name}) is str else process_{name}({name})"
+            )
+        else:
+            namespace[f"process_{name}"] = _utc_from_text(process) if isinstance(column.type, UTCDateTime) else process
+            values.append(f"None if {name} is None else process_{name}({name})")
+    lines = [
+        f"def read_{role}{'_lean' if lean else ''}(rows, found, deferred):",
+        f"    for ({', '.join(fields)},) in rows:",
+        "        record = new(record_type)",
+        *(f"        set_{name}(record, {value})" for name, value in zip(fields, values, strict=True)),
+        *(["        set_deferred(record, deferred)"] if lean else []),
+        "        found[input_hash] = record",
+    ]
+    reader: RecordReader = _generated(lines, namespace)
+    return reader
+
+
+def _generated(lines: list[str], namespace: dict[str, Any]) -> Any:
+    """The function that ``lines`` define (its name on the first line), compiled in ``namespace``.
+
+    The source is built from the models' own columns, never from data; it is
+    kept in :data:`GENERATED` and in :mod:`linecache` under a file name of its
+    own, so a traceback through it shows its lines.
+    """
+    name = lines[0].split()[1].partition("(")[0]
+    source = "\n".join(lines) + "\n"
+    filename = f"<judgestore generated {__name__}.{name}>"
+    exec(compile(source, filename, "exec"), namespace)
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    GENERATED[name] = source
+    return namespace[name]
+
+
+@functools.cache
+def _sqlite_lookup(role: Role, lean: bool) -> tuple[str, RecordReader]:
+    """The bulk lookup's SQL (one ``?``: a JSON array of keys) and the reader of its rows, built once per process."""
+    return str(lookup_statement(role, lean).compile(dialect=sqlite_dialect())), _record_reader(role, lean)
+
+
+def sqlite_get_many(
+    conn: sqlite3.Connection, role: Role, keys: Sequence[str], deferred: DeferredInputs | None = None
+) -> dict[str, Record]:
+    """:meth:`Repository.get_many` on SQLite, on the driver's connection (see the section's comment).
+
+    Several batches are read in one transaction: the caller's, or one of
+    their own. Duplicate keys cost nothing in one batch (``IN`` matches a row
+    once); beyond one batch they are dropped first, so no key is read twice.
+    With ``deferred`` the deferred columns are left out and each record loads
+    them through it (the keys found are recorded in it).
+    """
+    if len(keys) > LOOKUP_BATCH:
+        keys = list(dict.fromkeys(keys))
+    sql, read = _sqlite_lookup(role, deferred is not None)
+    found: dict[str, Record] = {}
+    own = len(keys) > LOOKUP_BATCH and not conn.in_transaction
+    # The GC stays paused while rows are read: the JSON columns are decoded into many small dicts,
+    # and every collection would rescan all of them.
+    with gc_paused():
+        if own:
+            conn.execute("BEGIN")
+        try:
+            for start in range(0, len(keys), LOOKUP_BATCH):
+                batch = keys if len(keys) <= LOOKUP_BATCH else keys[start : start + LOOKUP_BATCH]
+                cursor = conn.execute(sql, (orjson.dumps(batch).decode(),))
+                try:
+                    read(cursor, found, deferred)
+                finally:
+                    # A row that fails to decode (text that is not UTF-8) leaves the statement running and
+                    # its snapshot held: closing the cursor ends it, whatever the exception's frames keep.
+                    cursor.close()
+        finally:
+            if own and conn.in_transaction:
+                conn.execute("ROLLBACK")  # it only read
+    if deferred is not None:
+        deferred.keys = list(found)
+    return found
+
+
+class SqliteInsert:
+    """One role's insert on SQLite, compiled once per process: the SQL and how a record becomes its parameters."""
+
+    def __init__(self, role: Role, on_conflict: OnConflict) -> None:
+        table, record_type, fields, _, _ = table_shape(role)
+        self.role = role
+        dialect = sqlite_dialect()
+        compiled = insert_statement(role, on_conflict, sqlite).compile(dialect=dialect, column_keys=list(fields))
+        self.sql = str(compiled)
+        self.names: tuple[str, ...] = tuple(compiled.positiontup or ())
+        if sorted(self.names) != sorted(fields):
+            raise AssertionError(f"unexpected insert parameters {self.names}")
+        self.rows: Callable[[Iterable[Record]], list[tuple[Any, ...]]] = self._rows_function(table, record_type)
+
+    def _rows_function(self, table: Table, record_type: type[Record]) -> Any:
+        """``rows(records)``: each record's parameters, bound by the column types' own processors.
+
+        Generated once, as :func:`_record_reader` is: the record's values in
+        one ``attrgetter`` call, then one tuple with each value processed
+        inline (JSON objects by the JSON serializer the processor itself calls,
+        aware ``created_at`` by :func:`_utc_to_text`, the rest by the type's own
+        processor). A record of the other table, a value :func:`check_values`
+        refuses, or a value a processor refuses (a naive ``created_at``), is an
+        :class:`InvalidInputError`; keys are not checked here (:func:`check_keys`).
+        """
+        dialect = sqlite_dialect()
+        namespace: dict[str, Any] = {
+            "record_type": record_type,
+            "values_of": attrgetter(*self.names),
+            "refuse": functools.partial(refuse_other_type, self.role),
+            "check": functools.partial(check_values, self.role),
+            "unwritable": functools.partial(unwritable, self.role),
+        }
+        values = []
+        for name in self.names:
+            column_type = table.c[name].type
+            process = column_type.dialect_impl(dialect).bind_processor(dialect)
+            namespace[f"process_{name}"] = process
+            if process is None:
+                values.append(name)
+            elif isinstance(column_type, UTCDateTime):
+                namespace[f"process_{name}"] = _utc_to_text(process)
+                values.append(f"process_{name}({name})")
+            elif isinstance(column_type, JSON):
+                # An object is what SQLAlchemy's JSON processor hands its serializer (store.jsonvalues.dumps):
+                # it goes there directly; the processor has the rest (None is NULL, its NULL markers).
+                namespace["serialize"] = dialect._json_serializer
+                values.append(
+                    f"None if {name} is None else serialize({name}) if type({name}) is dict else process_{name}({name})"
+                )
+            else:
+                values.append(f"process_{name}({name})")
+        variables = ", ".join(self.names)
+        plain, names = plain_values(self.role, {name: name for name in self.names})
+        namespace.update(names)
+        lines = [
+            f"def bind_{self.role}(records):",
+            "    bound = []",
+            "    for record in records:",
+            "        if type(record) is not record_type:",
+            "            refuse(record)",
+            f"        {variables} = values_of(record)",
+            f"        if not ({plain}):",
+            "            check(record)  # raises what is wrong (or passes a row the expression is too strict for)",
+            "        try:",
+            f"            bound.append(({', '.join(values)}))",
+            "        except Exception as e:  # what SQLAlchemy reports as a StatementError: e.g. a naive created_at",
+            "            unwritable(record, e)",
+            "    return bound",
+        ]
+        return _generated(lines, namespace)
+
+    def execute(self, conn: sqlite3.Connection, rows: list[tuple[Any, ...]]) -> int:
+        """Run the insert inside the caller's write transaction; returns the rows written."""
+        try:
+            cursor = conn.executemany(self.sql, rows)
+        except UnicodeEncodeError as e:  # the driver encodes text as it binds it
+            raise not_unicode(self.role, self.names, rows) from e
+        except sqlite3.IntegrityError as e:  # a CHECK or NOT NULL constraint: a malformed row, not a broken file
+            raise InvalidInputError(f"{self.role} rows rejected by the database: {e}") from e
+        return max(cursor.rowcount, 0)
+
+
+@functools.cache
+def sqlite_insert(role: Role, on_conflict: OnConflict) -> SqliteInsert:
+    """The compiled insert of ``role`` (``on_conflict``: ``"ignore"`` or ``"replace"``), built once per process."""
+    check_on_conflict(on_conflict)
+    return SqliteInsert(role, on_conflict)
+
+
+class SqliteRepository(Repository):
+    """The rows of one role's table in one SQLite file; the hot paths run on the driver's connection."""
+
+    def _driver(self) -> sqlite3.Connection:
+        """The sqlite3 connection under this repository's (inside its transaction)."""
+        conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
+        return conn
+
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+        return sqlite_get_many(self._driver(), self.role, list(hashes), deferred)
+
+    def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
+        insert = sqlite_insert(self.role, on_conflict)
+        rows = insert.rows(self._checked(records))
+        return insert.execute(self._driver(), rows) if rows else 0
+
+    def _byte_length(self, column: Any) -> Any:
+        text = column if isinstance(column.type, Text | String) else cast(column, Text)
+        return func.coalesce(func.length(cast(text, LargeBinary)), 0)
+
+    def _blank(self, column: Any) -> ColumnElement[bool]:
+        return func.trim(column, BLANK) == ""
+
+
+def generated_sources() -> str:
+    """The source of every generated reader and binder, as this process builds them."""
+    for role in ("completions", "judgements"):
+        _sqlite_lookup(role, False)
+        _sqlite_lookup(role, True)
+        sqlite_insert(role, "ignore")
+    return "\n\n".join(GENERATED[name] for name in sorted(GENERATED))
+
+
+if __name__ == "__main__":
+    sys.stdout.write(generated_sources())

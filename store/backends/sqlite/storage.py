@@ -1,0 +1,250 @@
+"""A store root on disk: one SQLite file per descriptor folder, opened on demand and kept open in an LRU.
+
+Contract:
+
+* :meth:`SqliteStorage.database` creates a descriptor's folder, its
+  metadata.json (atomically) and its database at head, under a file lock so
+  that two processes starting at once cannot race; :meth:`~SqliteStorage.open`
+  verifies metadata.json against the folder, classifies the schema with one
+  SELECT and refuses anything but a current database with a typed error (a
+  database that is behind is upgraded first when ``auto_upgrade`` is set).
+  The journal is switched to WAL only once the file is known to be ours.
+  A current database is recognised on a plain sqlite3 connection, which the
+  database then keeps for its reads and writes: opening builds no SQLAlchemy
+  engine (only creating, upgrading or refusing a file does).
+* Open databases are cached, at most ``max_open_databases`` of them (least
+  recently used are closed).
+* A read-only store never creates or changes a file; a database without
+  tables (zero bytes: another process is creating it) means one thing there:
+  empty (:meth:`~SqliteStorage.open_existing` returns None).
+* :meth:`~SqliteStorage.read_across` reads each file in a read transaction
+  of its own and merges their rows in Python (:mod:`store.across.merge`).
+* Inspecting, upgrading, verifying and vacuuming are
+  :mod:`~store.backends.sqlite.schema`, :mod:`~store.backends.sqlite.upgrade`,
+  :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
+  on this root.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sqlite3
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from store import schema
+from store.backends.sqlite.catalog import Catalog
+from store.backends.sqlite.connections import Filesystems, readonly_uri
+from store.backends.sqlite.database import SqliteDatabase
+from store.backends.sqlite.errors import raise_translated, write_refusal
+from store.backends.sqlite.schema import database_info as sqlite_database_info
+from store.backends.sqlite.schema import is_current, open_file
+from store.backends.sqlite.upgrade import upgrade_store
+from store.backends.sqlite.vacuum import vacuum_store
+from store.backends.sqlite.verify import stray_paths, verify_database
+from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
+from store.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
+from store.layout import METADATA_FILE, Location, check_location_metadata, database_name, walk, write_metadata
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
+from store.schema import Revisions
+from store.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+    from store.across.plan import AcrossRows, Plan
+    from store.backend import Database, Storage
+
+T = TypeVar("T")
+DISTINCT_LIMIT = 1_000  # distinct values a column keeps in the catalog; beyond, it says nothing about a filter
+
+
+class SqliteStorage:
+    """The descriptor databases under one store root (see the module docstring)."""
+
+    def __init__(self, root: Path, settings: Settings, *, readonly: bool = False) -> None:
+        self.root = root
+        self.local_root = root
+        self.where = str(root)
+        self.settings = settings
+        self.readonly = readonly
+        self._open: OrderedDict[tuple[str, ...], SqliteDatabase] = OrderedDict()  # by folder names (segments)
+        self._filesystems: Filesystems | None = None  # the mount table, read at the first open
+        self._catalog: Catalog | None = None  # read at first use (store.backends.sqlite.catalog)
+
+    def close(self) -> None:
+        while self._open:
+            self._open.popitem()[1].close()
+        if self._catalog is not None:
+            self._catalog.save()
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.root)
+        return self._catalog
+
+    def absence(self) -> str | None:
+        return None if self.root.is_dir() else "the folder does not exist"
+
+    def same_as(self, other: Storage) -> bool:
+        return isinstance(other, SqliteStorage) and self.root.resolve() == other.root.resolve()
+
+    def shown(self, where: str) -> str:
+        try:
+            return str(Path(where).relative_to(self.root))
+        except ValueError:
+            return where
+
+    def locations(self) -> list[Location]:
+        found = list(walk(self.root))
+        self.catalog.keep_only(location.db_path(self.root) for location in found)
+        return found
+
+    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+        """``compute()`` (a JSON value), or what it gave while the database's files are as they were then."""
+        value: T = self.catalog.remembered(location.db_path(self.root), kind, compute)
+        return value
+
+    def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
+        """The ``locations`` whose databases may hold a row ``flt`` matches, by their catalogued distinct values
+        (a database that cannot be read for them is kept: opening it says what is wrong)."""
+        chosen = list(locations)
+        if not any(getattr(flt, name) is not None for name in CATALOGUED_FILTERS):
+            return chosen
+        kept = []
+        for location in chosen:
+            values = self.remembered(location, "values", functools.partial(self._values, location))
+            if values is None or may_match(location.role, values, flt):
+                kept.append(location)
+        return kept
+
+    def _values(self, location: Location) -> dict[str, list[str | None] | None] | None:
+        """The distinct values of the role's :data:`~store.filters.VALUE_COLUMNS` (None: unknown; a column with
+        more than :data:`DISTINCT_LIMIT` values: None for it)."""
+        path = location.db_path(self.root)
+        try:
+            conn = sqlite3.connect(readonly_uri(path), uri=True)
+        except sqlite3.Error:
+            return None
+        try:
+            if not is_current(conn, path):
+                return None
+            values: dict[str, list[str | None] | None] = {}
+            for column in VALUE_COLUMNS[location.role]:
+                sql = f"SELECT DISTINCT {column} FROM {location.role} LIMIT {DISTINCT_LIMIT + 1}"
+                found = [value for (value,) in conn.execute(sql)]
+                values[column] = found if len(found) <= DISTINCT_LIMIT else None
+            return values
+        except (sqlite3.Error, JudgestoreError):
+            return None
+        finally:
+            conn.close()
+
+    # ------------------------------------------------------------ one database
+
+    def database(self, location: Location, metadata: Callable[[], bytes]) -> SqliteDatabase:
+        """The database of ``location``; a read-write store creates it (and metadata.json: ``metadata()``) if needed."""
+        cached = self._cached(location)
+        if cached is not None:
+            return cached
+        folder = location.folder(self.root)
+        path = folder / database_name(location.role)
+        if not self.readonly and not (folder / METADATA_FILE).exists():
+            try:
+                write_metadata(folder, metadata())
+            except OSError as e:  # a full or read-only disk: typed, naming the folder
+                raise_translated(folder, e)
+        return self._open_at(location, path)
+
+    def check_writable(self, location: Location) -> None:
+        path = location.db_path(self.root)
+        refusal = DatabaseFileError(path, "the store was opened read-only") if self.readonly else write_refusal(path)
+        if refusal is not None:
+            raise refusal
+
+    def discard_if_empty(self, location: Location) -> bool:
+        """Never removes anything: an empty database file lists 0 rows and a rerun fills it (see PostgresStorage's).
+
+        Another process may hold the file open (a run that found it meanwhile); removing it under that process
+        would lose what it writes next. A server's schema can be dropped under its tables' locks instead.
+        """
+        return False
+
+    def open_existing(self, location: Location) -> SqliteDatabase | None:
+        """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
+        path = location.db_path(self.root)
+        if not path.exists():
+            return None
+        try:
+            return self._cached(location) or self._open_at(location, path)
+        except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
+            return None
+
+    def open(self, location: Location) -> SqliteDatabase:
+        """Open an existing descriptor folder (verifying metadata.json and the schema)."""
+        return self._cached(location) or self._open_at(location, location.db_path(self.root))
+
+    def _open_at(self, location: Location, path: Path) -> SqliteDatabase:
+        if self.readonly and not path.exists():
+            raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
+        try:
+            check_location_metadata(self.root, location)
+        except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
+            raise_translated(location.metadata_path(self.root), e)
+        if self._filesystems is None:
+            self._filesystems = Filesystems()
+        opened = open_file(path, self.settings, readonly=self.readonly, filesystems=self._filesystems)
+        database = SqliteDatabase(location, path, opened.connect, self.settings, self.readonly,
+                                  connection=opened.connection, engine=opened.engine)  # fmt: skip
+        self._open[location.segments()] = database
+        while len(self._open) > self.settings.max_open_databases:
+            self._open.popitem(last=False)[1].close()
+        return database
+
+    def _cached(self, location: Location) -> SqliteDatabase | None:
+        key = location.segments()
+        database = self._open.get(key)
+        if database is not None:
+            self._open.move_to_end(key)
+        return database
+
+    # ------------------------------------------------------------ the whole root
+
+    def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
+        if known is not None:  # another line of scripts (tests, upgrades): read afresh
+            return sqlite_database_info(self.root, location, self.settings, known=known, count_rows=count_rows)
+        head = schema.revisions().head
+
+        def compute() -> dict[str, Any]:
+            return info_json(sqlite_database_info(self.root, location, self.settings))
+
+        info = info_of(location, self.remembered(location, f"info {head}", compute))
+        return info if count_rows else dataclasses.replace(info, rows=None)
+
+    def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
+        for location in locations:
+            yield self.info(location, count_rows=count_rows)
+
+    def upgrade(
+        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+    ) -> Iterator[UpgradeResult]:
+        return upgrade_store(self.root, locations, self.settings, keep_backup=keep_backup, script=script)
+
+    def verify(self, location: Location) -> DatabaseVerification:
+        return verify_database(self.root, location, self.settings)
+
+    def strays(self) -> list[Problem]:
+        return stray_paths(self.root)
+
+    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+        return vacuum_store(self.root, locations, self.settings)
+
+    def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
+        """Each file read in a transaction of its own, its rows merged (:func:`store.across.merge.read_each`)."""
+        from store.across.merge import read_each
+
+        return read_each([database.stream for database in databases], plan, nulls_smallest=True)

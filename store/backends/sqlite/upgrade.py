@@ -1,0 +1,200 @@
+"""Upgrading descriptor databases to this library's head revision, one file at a time, safely.
+
+Contract:
+
+* :func:`upgrade_database` takes the file's lock, re-checks its revision
+  inside it, keeps a byte-for-byte backup beside it
+  (:func:`store.layout.backup_path`), migrates inside one write transaction,
+  verifies the row counts, and restores the backup on any failure. Only a
+  ``behind`` database is written; ahead, foreign, empty and damaged files are
+  reported (``refused``) untouched; a current one is ``up-to-date``. A disk
+  without room for the backup, or that cannot be written, refuses the
+  upgrade before anything is written (a copy that fails midway is removed).
+* :func:`upgrade_databases` does that for many files, one bad file never
+  stopping the others; a second run does nothing. :func:`upgrade_store` does
+  it for descriptor folders of a store, refusing, read-only, every folder that
+  is not ``behind`` (metadata.json that does not match, for instance).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import sqlite3
+from collections.abc import Callable, Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from filelock import FileLock
+from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy.exc import DBAPIError
+
+from store import schema
+from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, translated
+from store.backends.sqlite.schema import classify, database_info
+from store.errors import DatabaseFileError, StoreFullError
+from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
+from store.reports import UpgradeOutcome, UpgradeResult
+from store.schema import VERSION_TABLE, DatabaseState, Revisions, migrate, raise_for_status, revisions_of
+from store.settings import Settings
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+
+def _row_counts(conn: Connection) -> dict[str, int]:
+    tables = [t for t in inspect(conn).get_table_names() if t != VERSION_TABLE]
+    return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables}
+
+
+def _backup(db_path: Path, revision: str | None) -> Path:
+    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path.
+
+    A copy that fails (a full disk) leaves no partial backup behind and raises the typed error.
+    """
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    target = backup_path(db_path, revision, stamp)
+    copies: list[Path] = []
+    try:
+        for source in database_files(db_path):
+            if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
+                copies.append(Path(str(source).replace(str(db_path), str(target), 1)))
+                shutil.copy2(source, copies[-1])
+    except OSError as e:
+        for copy in copies:
+            copy.unlink(missing_ok=True)
+        raise translated(target, e, needed_bytes=database_size(db_path)) from e
+    return target
+
+
+def _restore(db_path: Path, backup: Path) -> None:
+    """Put the backed-up bytes back where they differ (a migration that committed part of its work).
+
+    When the failed migration was rolled back, as transactional DDL is, the
+    bytes already match and nothing is written. Without a saved WAL, a live
+    one would replay the failed migration's frames onto the restored file: it goes.
+    """
+    live_wal, saved_wal = wal_path(db_path), wal_path(backup)
+    for live, saved in ((db_path, backup), (live_wal, saved_wal)):
+        if saved.exists() and (not live.exists() or live.read_bytes() != saved.read_bytes()):
+            shutil.copy2(saved, live)
+    if not saved_wal.exists():
+        live_wal.unlink(missing_ok=True)
+        shm_path(db_path).unlink(missing_ok=True)
+
+
+def upgrade_database(
+    db_path: Path,
+    settings: Settings,
+    *,
+    script: ScriptDirectory | None = None,
+    keep_backup: bool = True,
+) -> UpgradeResult:
+    """Upgrade one database to head; see the module docstring for the guarantees."""
+    script = script or schema.script_directory()
+    known = schema.revisions() if script is schema.script_directory() else revisions_of(script)
+    needed, free = database_size(db_path), free_bytes(db_path)
+    if free is not None and free < needed + NEARLY_FULL_BYTES:  # the backup would not fit: refuse before any write
+        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES)
+        return UpgradeResult(
+            str(db_path), UpgradeOutcome.REFUSED, None, None, error=f"{full} (the backup needs the room)"
+        )
+    try:
+        lock = FileLock(lock_path(db_path))
+        lock.acquire()
+    except OSError as e:  # a read-only or full disk cannot hold the lock file: nothing was touched
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(translated(db_path, e)))
+    try:
+        engine = create_sqlite_engine(db_path, settings, pooled=False)
+        try:
+            result = _upgrade_locked(engine, db_path, known, script)
+        finally:
+            engine.dispose()
+    finally:
+        lock.release()
+    if result.backup is not None and result.outcome is UpgradeOutcome.UPGRADED and not keep_backup:
+        for path in database_files(result.backup):
+            path.unlink()
+        result = dataclasses.replace(result, backup=None)
+    return result
+
+
+def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: ScriptDirectory) -> UpgradeResult:
+    backup: Path | None = None
+    found: str | None = None
+    try:
+        with engine.connect().execution_options(write=True) as conn, conn.begin():  # BEGIN IMMEDIATE
+            status = classify(conn, db_path, known)
+            found = status.revision
+            if status.state is DatabaseState.CURRENT:
+                return UpgradeResult(str(db_path), UpgradeOutcome.UP_TO_DATE, found, found)
+            if status.state is DatabaseState.EMPTY:
+                return UpgradeResult(
+                    str(db_path), UpgradeOutcome.REFUSED, None, None, error="empty database: no tables"
+                )
+            if status.state is not DatabaseState.BEHIND:
+                raise_for_status(status, db_path)
+            before = _row_counts(conn)
+            backup = _backup(db_path, found)
+            migrate(conn, script=script)
+            after = _row_counts(conn)
+            changed = {t: (n, after.get(t)) for t, n in before.items() if after.get(t) != n}
+            if changed:
+                raise DatabaseFileError(db_path, f"row counts changed during the upgrade (before, after): {changed}")
+            reached = classify(conn, db_path, known).revision
+    except Exception as e:
+        if backup is None:  # refused before anything was written
+            if isinstance(e, DBAPIError | sqlite3.Error | OSError):  # not a database, failing on BEGIN; read-only
+                e = translated(db_path, e)
+            if isinstance(e, DatabaseFileError):
+                return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=str(e))
+            raise
+        engine.dispose()  # release the file before its bytes are put back
+        _restore(db_path, backup)
+        return UpgradeResult(str(db_path), UpgradeOutcome.FAILED, found, None, backup, error=f"{type(e).__name__}: {e}")
+    return UpgradeResult(str(db_path), UpgradeOutcome.UPGRADED, found, reached, backup, before)
+
+
+def upgrade_store(
+    root: Path,
+    locations: Iterable[Location],
+    settings: Settings,
+    *,
+    keep_backup: bool = True,
+    script: ScriptDirectory | None = None,
+) -> Iterator[UpgradeResult]:
+    """Upgrade every ``behind`` database among ``locations``; report the others without writing to them.
+
+    Each database is looked at read-only first (:func:`store.backends.sqlite.schema.database_info`,
+    metadata.json included): current and empty ones are ``up-to-date`` (an
+    empty one is created at head when it is first written); every state but
+    ``behind`` is ``refused`` with its reason, and its file is never opened for
+    writing. The ``behind`` ones go through :func:`upgrade_databases`.
+    """
+    known = schema.revisions() if script is None else revisions_of(script)
+    for location in locations:
+        info = database_info(root, location, settings, known=known, count_rows=False)
+        if info.state is DatabaseState.BEHIND:
+            yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
+        elif info.ok:
+            yield UpgradeResult(info.where, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
+        else:
+            yield UpgradeResult(info.where, UpgradeOutcome.REFUSED, info.revision, None, error=info.error)
+
+
+def upgrade_databases(
+    paths: Iterable[Path],
+    settings: Settings,
+    *,
+    on_result: Callable[[UpgradeResult], None] | None = None,
+    script: ScriptDirectory | None = None,
+    keep_backup: bool = True,
+) -> Iterator[UpgradeResult]:
+    """Upgrade each database in turn, yielding one result per file."""
+    for path in paths:
+        result = upgrade_database(path, settings, script=script, keep_backup=keep_backup)
+        if on_result is not None:
+            on_result(result)
+        yield result

@@ -1,0 +1,201 @@
+"""Verifying a store: integrity, metadata, schema, every row's input hash, and stray files.
+
+Contract:
+
+* :func:`verify_database` checks one database read-only (nothing written,
+  not even a ``-wal`` file): SQLite's ``integrity_check``, its metadata.json
+  against its folder, its schema state, and that every row's ``input_text``
+  hashes to its ``input_hash`` (a row whose text is not valid UTF-8, a
+  damaged page, is named by its key). It never raises for a bad database: what is
+  wrong becomes :class:`Problem` records, each naming its file and the next
+  step. It also counts the rows adopted from older descriptors
+  (``judgestore adopt``), which are checked like every other row.
+* :func:`stray_paths` lists files and folders under a root that are not part
+  of the layout (:mod:`store.layout`).
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator
+from pathlib import Path
+
+from sqlalchemy import Connection, text
+from sqlalchemy.exc import DBAPIError
+
+from store import schema
+from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.errors import translated
+from store.backends.sqlite.rows import SqliteRepository
+from store.backends.sqlite.schema import classify
+from store.errors import (
+    DamagedTextError,
+    InvalidInputError,
+    JudgestoreError,
+    MetadataMismatchError,
+    MetadataMissingError,
+)
+from store.filters import RowFilter
+from store.layout import (
+    LEVELS,
+    METADATA_FILE,
+    METADATA_TEMP_PREFIX,
+    ROLES,
+    SYNC_FOLDER,
+    Location,
+    database_name,
+    descriptor_folder_names,
+    is_backup_of,
+    read_location_metadata,
+)
+from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
+from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
+from store.segments import decode_segment
+from store.settings import Settings
+
+
+def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
+    findings = [str(row[0]) for row in conn.execute(text("PRAGMA integrity_check")).all()]
+    if findings == ["ok"]:
+        return []
+    shown = "; ".join(findings[:5]) + (f"; and {len(findings) - 5} more" if len(findings) > 5 else "")
+    return [Problem(str(path), ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
+
+
+def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
+    checks = RowChecks(path)
+    for record in SqliteRepository(conn, location.role).query():
+        checks.hashed(record.input_hash, record.sample_index, record.input_text)
+    return checks.result()
+
+
+def _utf8(value: bytes) -> str | None:
+    try:
+        return value.decode()
+    except UnicodeDecodeError:
+        return None
+
+
+def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
+    """The row scan again, reading text as bytes: names the rows whose text is not UTF-8 (damaged pages)."""
+    checks = RowChecks(path)
+    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+    saved, driver.text_factory = driver.text_factory, bytes
+    try:
+        cursor = driver.execute(f'SELECT rowid, * FROM "{SqliteRepository(conn, location.role).table.name}"')
+        names = [column[0] for column in cursor.description]
+        for rowid, *values in cursor:
+            row = dict(zip(names[1:], values, strict=True))
+            raw_key = row["input_hash"]
+            key = _utf8(raw_key) if isinstance(raw_key, bytes) else None
+            bad = [name for name, v in row.items() if isinstance(v, bytes) and _utf8(v) is None]
+            if bad or key is None:
+                checks.damaged(key, rowid, bad or ["input_hash"])
+            else:
+                checks.hashed(key, int(row["sample_index"]), row["input_text"])
+    finally:
+        driver.text_factory = saved
+    return checks.result()
+
+
+def verify_database(
+    root: Path, location: Location, settings: Settings, *, known: Revisions | None = None
+) -> DatabaseVerification:
+    """Check one database read-only: metadata, integrity, schema, and the input hash of every row."""
+    known = known or schema.revisions()
+    path = location.db_path(root)
+    problems: list[Problem] = []
+    try:
+        read_location_metadata(root, location)
+    except (MetadataMissingError, MetadataMismatchError) as e:
+        problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
+    except OSError as e:
+        problems.append(Problem(str(location.metadata_path(root)), ProblemKind.METADATA, str(e)))
+    checked = adopted = 0
+    try:
+        engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
+        try:
+            with engine.connect() as conn, conn.begin():
+                problems += _integrity_problems(conn, path)
+                status = classify(conn, path, known)
+                if status.state not in USABLE_STATES:
+                    problems.append(Problem(str(path), ProblemKind.SCHEMA, str(status_error(status, path))))
+                elif status.state is DatabaseState.CURRENT:
+                    try:
+                        checked, bad_rows = _row_hash_problems(conn, location, path)
+                    except DBAPIError as e:
+                        if not isinstance(translated(path, e), DamagedTextError):
+                            raise
+                        checked, bad_rows = _raw_row_problems(conn, location, path)
+                    problems += bad_rows
+                    adopted = SqliteRepository(conn, location.role).count(RowFilter(adopted=True))
+        finally:
+            engine.dispose()
+    except DBAPIError as e:
+        problems.append(Problem(str(path), ProblemKind.FILE, str(translated(path, e))))
+    except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
+        problems.append(Problem(str(path), ProblemKind.FILE, f"{type(e).__name__}: {e}"))
+    return DatabaseVerification(location, str(path), checked, tuple(problems), adopted)
+
+
+def _is_canonical_segment(name: str) -> bool:
+    try:
+        decode_segment(name)
+    except InvalidInputError:
+        return False
+    return True
+
+
+def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
+    db_name = database_name(role)
+    expected = descriptor_folder_names(role)
+    problems = []
+    names = set()
+    for entry in sorted(folder.iterdir()):
+        names.add(entry.name)
+        if entry.is_file() and (entry.name in expected or is_backup_of(entry.name, db_name)):
+            continue
+        why = (
+            "leftover of an interrupted metadata.json write; safe to delete"
+            if entry.name.startswith(METADATA_TEMP_PREFIX)
+            else f"not part of a descriptor folder (expected {METADATA_FILE}, {db_name} and its backups)"
+        )
+        problems.append(Problem(str(entry), ProblemKind.STRAY, why))
+    if db_name not in names:
+        problems.append(Problem(str(folder), ProblemKind.STRAY, f"descriptor folder without {db_name}"))
+    return problems
+
+
+_FOLDER_LEVELS = LEVELS[1:]  # below the role folder
+
+
+def _tree_problems(folder: Path, depth: int, role: str) -> Iterator[Problem]:
+    level = _FOLDER_LEVELS[depth]
+    for entry in sorted(folder.iterdir()):
+        if not entry.is_dir():
+            yield Problem(str(entry), ProblemKind.STRAY, f"a file where a {level} folder belongs")
+        elif not _is_canonical_segment(entry.name):
+            yield Problem(
+                str(entry), ProblemKind.STRAY, f"{level} folder name is not a canonical percent-encoded segment"
+            )
+        elif depth < len(_FOLDER_LEVELS) - 1:
+            yield from _tree_problems(entry, depth + 1, role)
+        else:
+            yield from _descriptor_folder_problems(entry, role)
+
+
+def stray_paths(root: Path) -> list[Problem]:
+    """Files and folders under ``root`` that are not part of the layout (see :mod:`store.layout`).
+
+    Backups (``*.db.bak-*``), WAL files, lock files and sharing's bookkeeping
+    folder are part of the layout.
+    """
+    if not root.is_dir():
+        return []
+    problems: list[Problem] = []
+    for entry in sorted(root.iterdir()):
+        if entry.name in ROLES and entry.is_dir():
+            problems += _tree_problems(entry, 0, entry.name)
+        elif entry.name != SYNC_FOLDER:
+            problems.append(Problem(str(entry), ProblemKind.STRAY, f"not a role folder ({' or '.join(ROLES)})"))
+    return problems

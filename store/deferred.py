@@ -1,0 +1,102 @@
+"""Deferred columns: a lookup leaves the prompt out, and a record reads it on first access.
+
+Contract:
+
+* A column the models mark ``info={"deferred": True}`` (``input_text``: 2-8 KB a
+  row, which a cache hit never returns) is left out of the bulk lookup
+  (:meth:`~store.backend.Database.get_many`); each record it builds holds a
+  :class:`DeferredInputs` shared by the whole lookup instead.
+* The first access to the column on any record of that lookup reads it for
+  every record the lookup found, in one statement (``load``), so touching
+  every record costs one more query, never one per record. The record is
+  then the same as one read whole: equal to it, the same class, the same
+  ``asdict``/pickle/repr (each reads the field, which loads it).
+* Safe after the lookup's transaction has ended: a row's key is the hash of
+  its ``input_text`` (and sample), so any row stored under that key holds
+  the same text. A row deleted in between raises
+  :class:`~store.errors.RowGoneError` naming it; the next lookup will not
+  find it either.
+* :class:`Deferrable` is the record classes' base (``store.records`` is
+  generated so): one slot for the batch and a ``__getattr__`` that Python
+  calls only when a slot is unset, so a record read whole pays nothing.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
+
+from store.errors import RowGoneError
+
+DEFERRED_COLUMNS = ("input_text",)  # what store.models marks deferred (a test holds them equal)
+
+C = TypeVar("C")
+InputLoader = Callable[[Sequence[str]], dict[str, str]]
+
+
+def looked_up(columns: Sequence[C], lean: bool) -> tuple[C, ...]:
+    """``columns`` as a lookup selects them: without the deferred ones when ``lean``."""
+    return tuple(c for c in columns if not (lean and c.key in DEFERRED_COLUMNS))  # type: ignore[attr-defined]
+
+
+class DeferredInputs:
+    """What one lookup left out: read for all its rows on the first access to any (see the module docstring)."""
+
+    __slots__ = ("_load", "_lock", "_values", "keys", "where")
+
+    def __init__(self, load: InputLoader, where: str) -> None:
+        self._load = load
+        self._lock = threading.Lock()
+        self._values: dict[str, str] | None = None
+        self.keys: Sequence[str] = ()  # set once the lookup knows what it found
+        self.where = where
+
+    def input_text(self, key: str) -> str:
+        values = self._values
+        if values is None:
+            with self._lock:
+                values = self._values
+                if values is None:
+                    values = self._values = self._load(self.keys)
+                    self.keys = ()
+        try:
+            return values[key]
+        except KeyError:
+            raise RowGoneError(
+                self.where,
+                f"row {key[:16]} was deleted after it was looked up: its input_text cannot be read "
+                "(look the key up again)",
+            ) from None
+
+
+class Deferrable:
+    """The base of the row records: one slot holding the lookup's :class:`DeferredInputs`, if any."""
+
+    __slots__ = ("_deferred",)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached when ordinary lookup failed: here, a slot left unset by a lookup that deferred it.
+        if name in DEFERRED_COLUMNS:
+            try:
+                deferred: DeferredInputs = _deferred_slot.__get__(self, type(self))
+            except AttributeError:
+                pass
+            else:
+                value = deferred.input_text(object.__getattribute__(self, "input_hash"))
+                getattr(type(self), name).__set__(self, value)  # the slot's own setter: records are frozen
+                _deferred_slot.__delete__(self)  # the batch is released with the last record still holding it
+                return value
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
+    def is_deferred(self, name: str) -> bool:
+        """Whether ``name`` is still to be read (a lookup left it out and nothing has read it since)."""
+        try:
+            getattr(type(self), name).__get__(self, type(self))
+        except AttributeError:
+            return True
+        return False
+
+
+_deferred_slot: Any = vars(Deferrable)["_deferred"]
+set_deferred: Callable[[Any, DeferredInputs], None] = _deferred_slot.__set__

@@ -1,0 +1,105 @@
+"""Rows across databases: a row with the database it came from, counts and totals of rows, batches of them.
+
+Contract: :class:`FoundRow` and :class:`RowCount` are a row, or a count of
+rows, with the location of the database it came from, as the store's
+queries across databases return them (:meth:`FoundRow.as_dict`: location
+first, then the record's fields, :func:`row_columns`). :class:`RowTotals`
+and :class:`RowGroup` are rows added up in the database. :func:`batched`
+reads records lazily in lists.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from store.layout import ROLES, Location, Role
+from store.records import RECORD_OF_ROLE, Record, record_fields
+
+
+@dataclass(frozen=True, slots=True)
+class RowTotals:
+    """Rows of one table added up: how many, their data bytes, and the token counts and engine time in ``usage``.
+
+    ``data_bytes`` is what the row's values take (rendered input, completion,
+    ``usage`` and ``top_logprobs`` as stored), without the index and page
+    overhead of the file. ``rows_with_cost`` counts rows whose ``usage``
+    records ``engine_seconds``.
+    """
+
+    rows: int = 0
+    data_bytes: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    engine_seconds: float = 0.0
+    rows_with_cost: int = 0
+
+    def __add__(self, other: RowTotals) -> RowTotals:
+        return RowTotals(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class RowGroup:
+    """The rows sharing one value of a column: how many, their data bytes, and when the newest was written."""
+
+    key: Any
+    rows: int
+    data_bytes: int
+    newest: datetime
+
+
+LOCATION_COLUMNS = ("role", "task", "provider", "descriptor_model", "descriptor")
+
+
+def row_columns(roles: Iterable[Role] = ROLES) -> tuple[str, ...]:
+    """Column names of :meth:`FoundRow.as_dict` for rows of ``roles``: location first, then the record's fields."""
+    chosen = set(roles)
+    columns: list[str] = list(LOCATION_COLUMNS)
+    for role in ROLES:
+        if role in chosen:
+            columns += [name for name in record_fields(RECORD_OF_ROLE[role]) if name not in columns]
+    return tuple(columns)
+
+
+@dataclass(frozen=True, slots=True)
+class FoundRow:
+    """A row and the database it came from."""
+
+    location: Location
+    record: Record
+
+    def as_dict(self) -> dict[str, Any]:
+        values: dict[str, Any] = self.location.as_dict(model_key="descriptor_model")
+        for name in record_fields(type(self.record)):
+            values[name] = getattr(self.record, name)
+        return values
+
+
+@dataclass(frozen=True, slots=True)
+class RowCount:
+    """How many rows of one database a filter matched (or deleted)."""
+
+    location: Location
+    where: str  # the database, as messages name it (a file, or a server's schema)
+    rows: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**self.location.as_dict(), "path": self.where, "rows": self.rows}
+
+
+def batched(records: Iterable[Record], size: int) -> Iterator[list[Record]]:
+    """``records`` in lists of ``size`` (the last one shorter), read lazily: one list is held at a time."""
+    batch: list[Record] = []
+    for record in records:
+        batch.append(record)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch

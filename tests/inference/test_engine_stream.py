@@ -1,0 +1,252 @@
+"""The whole batch in flight: a cold call on the real vLLM engine (tiny model) with ``max_num_seqs=256``.
+
+What vLLM's scheduler holds is recorded by wrapping ``Scheduler.schedule``
+(running + waiting, and running alone, at every step), so "every miss is in
+the engine at once" is measured, not assumed; the outputs are compared with a
+plain ``LLM.chat`` over the same batch on the same engine. One engine serves
+the module (vLLM on CPU runs in-process, where an engine is closed only at
+module teardown).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.cache.model import CachedModel
+from inference.cache.rows import engine_request
+from inference.requests import CompletionRequest, Response
+from store.descriptor import ModelDescriptor
+from store.errors import BackendError
+from store.store import Store
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+pytestmark = pytest.mark.engine
+
+WIDE_ENGINE_KWARGS = {**TINY_ENGINE_KWARGS, "max_num_seqs": 256}  # execution-only: the same descriptor
+GREEDY: dict[str, object] = {"temperature": 0, "max_tokens": 6, "logprobs": 3}
+SEEDED: dict[str, object] = {"temperature": 1.0, "max_tokens": 6, "seed": 77}
+
+
+def describe(model_dir: Path, sampling: Mapping[str, object]) -> ModelDescriptor:
+    return descriptor_from_vllm(str(model_dir), engine_kwargs=TINY_ENGINE_KWARGS, sampling=sampling)
+
+
+def prompts(n: int, start: int = 0, samples: int = 1) -> list[CompletionRequest]:
+    return [
+        CompletionRequest(
+            messages=[{"role": "user", "content": f"Prompt {i}: say something about {i % 7}."}], n=samples
+        )
+        for i in range(start, start + n)
+    ]
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
+    pytest.importorskip("vllm", reason="the real-engine tests need vLLM installed")
+    descriptor = describe(tiny_model_dir, GREEDY)
+    with create_vllm_backend(descriptor, WIDE_ENGINE_KWARGS, model=str(tiny_model_dir)) as backend:
+        yield backend
+
+
+def cached(store: Store | None, engine: VLLMBackend, descriptor: ModelDescriptor, **kw: Any) -> CachedModel:
+    mode = kw.pop("mode", "use" if store is not None else "off")
+    return CachedModel(
+        store, descriptor, task="stream", backend_factory=lambda: engine.with_descriptor(descriptor), mode=mode, **kw
+    )
+
+
+@dataclass
+class SchedulerPeaks:
+    """The most requests vLLM's scheduler held (running + waiting) and ran at once, over the steps it scheduled."""
+
+    held: int = 0
+    running: int = 0
+    steps: int = 0
+
+
+@pytest.fixture
+def peaks(monkeypatch: pytest.MonkeyPatch) -> SchedulerPeaks:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    seen = SchedulerPeaks()
+    schedule = Scheduler.schedule
+
+    def recording(self: Any, *args: Any, **kwargs: Any) -> Any:
+        seen.held = max(seen.held, len(self.running) + len(self.waiting))
+        output = schedule(self, *args, **kwargs)
+        seen.running = max(seen.running, len(self.running))
+        seen.steps += 1
+        return output
+
+    monkeypatch.setattr(Scheduler, "schedule", recording)
+    return seen
+
+
+def plain_chat(engine: VLLMBackend, model: CachedModel, requests: list[CompletionRequest]) -> dict[str, Generation]:
+    """``LLM.chat`` over the misses of ``requests``, in the order the cache sends them: Generations by input hash."""
+    missing = model.plan("completions", requests).missing
+    view = model._prepared_backend()
+    assert isinstance(view, VLLMBackend)
+    outputs = engine._llm.chat(
+        [engine_request(inp).rendered["messages"] for inp in missing],
+        [view._sampling_params(inp.sample_index) for inp in missing],
+        use_tqdm=False,
+    )
+    return {inp.key: view._generation(output) for inp, output in zip(missing, outputs, strict=True)}
+
+
+def test_every_miss_is_in_the_scheduler_at_once_and_rows_are_written_as_they_finish(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, peaks: SchedulerPeaks
+) -> None:
+    descriptor = describe(tiny_model_dir, GREEDY)
+    requests = prompts(256)
+    reference = plain_chat(engine, cached(None, engine, descriptor), requests)
+    plain = SchedulerPeaks(peaks.held, peaks.running, peaks.steps)
+    assert plain.held == 256  # what a plain LLM.chat over the batch gives the engine
+    peaks.held = peaks.running = peaks.steps = 0
+
+    model = cached(store, engine, descriptor)  # chunk_size 64: the write interval, not the engine's batch
+    database = store.database("completions", "stream", descriptor)
+    rows_at_progress: list[tuple[int, int]] = []
+    responses = model.complete(requests, on_progress=lambda done, _: rows_at_progress.append((done, database.count())))
+    assert peaks.held == min(256, WIDE_ENGINE_KWARGS["max_num_seqs"]) == 256  # before: 64, one chunk at a time
+    assert peaks.running == plain.running > 64  # as many decode at once as under a plain LLM.chat
+    assert model.last.generated == model.last.written == database.count() == 256
+    assert rows_at_progress[-1] == (256, 256)
+    assert len(rows_at_progress) >= 4 and all(done == rows for done, rows in rows_at_progress)  # written as they came
+    assert by_key(responses) == expected(reference)  # the outputs of the plain LLM.chat, logprobs included
+
+
+def by_key(responses: list[Response]) -> dict[str, tuple[Any, ...]]:
+    return {
+        s.input_hash: (s.text, s.finish_reason, (s.usage or {}).get("completion_tokens"), s.top_logprobs)
+        for r in responses
+        for s in r.samples
+    }
+
+
+def expected(reference: dict[str, Generation]) -> dict[str, tuple[Any, ...]]:
+    return {
+        key: (g.text, g.finish_reason, g.usage["completion_tokens"], g.top_logprobs) for key, g in reference.items()
+    }
+
+
+def test_seeded_samples_equal_a_plain_llm_chat_and_the_stored_rows_equal_the_answers(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir, SEEDED)
+    # 120 misses (sample k has seed 77 + k), whose prompts fit one step's token budget (4,096): vLLM 0.32 on CPU
+    # cannot sample a seeded request whose prompt is prefilled over two steps (its CPU generator has no offset).
+    requests = prompts(60, start=1000, samples=2)
+    reference = plain_chat(engine, cached(None, engine, descriptor), requests)
+    model = cached(store, engine, descriptor, chunk_size=50)
+    responses = model.complete(requests)
+    assert len(reference) == 120 and by_key(responses) == expected(reference)
+    assert len({r.samples[0].text for r in responses}) > 1  # seeds differ: not one answer for all
+    rows = {row.input_hash: row for row in store.database("completions", "stream", descriptor).query()}
+    assert {key: (row.completion, row.finish_reason) for key, row in rows.items()} == {
+        key: (g.text, g.finish_reason) for key, g in reference.items()
+    }
+
+
+class Chunked:
+    """The engine without streaming: the cache sends it ``chunk_size`` requests at a time, as before."""
+
+    def __init__(self, view: VLLMBackend) -> None:
+        self.view = view
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return self.view.generate(requests)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_cold_run_equals_the_chunked_path_greedy(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    descriptor = describe(tiny_model_dir, GREEDY)
+    requests = prompts(130, start=2000)
+    chunked = CachedModel(
+        None, descriptor, task="stream", mode="off", chunk_size=64,
+        backend_factory=lambda: Chunked(engine.with_descriptor(descriptor)),
+    )  # fmt: skip
+    streamed = cached(store, engine, descriptor).complete(requests)
+    assert by_key(streamed) == by_key(chunked.complete(requests))
+
+
+def test_ctrl_c_stops_the_engine_writes_what_finished_and_says_so(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    requests = prompts(300, start=3000)  # 256 run at once; 44 wait for room
+    llm_engine = engine._llm.llm_engine
+    step = llm_engine.step
+    finished = 0
+
+    def interrupted_step() -> list[Any]:
+        nonlocal finished
+        if finished:  # Ctrl-C once some requests have finished
+            raise KeyboardInterrupt
+        outputs = step()
+        finished += sum(o.finished for o in outputs)
+        return outputs
+
+    monkeypatch.setattr(llm_engine, "step", interrupted_step)
+    model = cached(store, engine, descriptor)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete(requests)
+    monkeypatch.undo()
+    database = store.database("completions", "stream", descriptor)
+    assert 0 < finished < 300 and database.count() == model.last.written == finished  # what finished was written
+    assert f"this call stored {finished} rows" in "\n".join(raised.value.__notes__)
+    assert not llm_engine.has_unfinished_requests()  # the rest was aborted: the engine is free
+
+    rerun = cached(store, engine, descriptor)
+    responses = rerun.complete(requests)
+    assert rerun.last.plan is not None and rerun.last.plan.misses == 300 - finished == rerun.last.written
+    assert database.count() == 300 and sum(r.cached for r in responses) == finished
+
+
+def test_concurrent_calls_on_views_of_one_engine_take_it_in_turn(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptors = [describe(tiny_model_dir, {"temperature": 0, "max_tokens": 5 + k}) for k in range(3)]
+    batches = [prompts(40, start=4000 + 100 * k) for k in range(3)]
+    alone = [cached(None, engine, d).complete(b) for d, b in zip(descriptors, batches, strict=True)]
+    results: list[Any] = [None] * 3
+    for descriptor in descriptors:  # created before the threads: two first opens of one file at once race
+        store.database("completions", "stream", descriptor)
+
+    def call(k: int) -> None:
+        results[k] = cached(store, engine, descriptors[k]).complete(batches[k])
+
+    threads = [threading.Thread(target=call, args=(k,)) for k in range(3)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    assert [by_key(r) for r in results] == [by_key(r) for r in alone]
+
+
+def test_vllms_cpu_failure_on_a_seeded_chunked_prefill_is_a_typed_error_naming_the_setting(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    llm_engine = engine._llm.llm_engine
+
+    def failing_step() -> list[Any]:  # what vLLM 0.32's CPU runner raises (see the seeded test above)
+        raise RuntimeError("CPU Generator does not use offset")
+
+    monkeypatch.setattr(llm_engine, "step", failing_step)
+    model = cached(store, engine, describe(tiny_model_dir, SEEDED))
+    with pytest.raises(BackendError, match="max_num_batched_tokens=<max_num_seqs x max_model_len>"):
+        model.complete(prompts(3, start=5000))
+    monkeypatch.undo()
+    assert not llm_engine.has_unfinished_requests() and model.last.written == 0

@@ -1,0 +1,159 @@
+"""A shared batch (inference/cache/shared.py) in one process: jobs as threads, each with a store of its own on
+one folder, an engine that counts what it is asked. The processes, servers and kills are test_shared_batch.py's."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.cache import shared
+from inference.cache.model import CachedModel, Responses
+from inference.cache.shared import block_size
+from store.claims import claims_summary
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError, RequestsFailedError
+from store.runs import run_totals
+from store.settings import Settings
+from store.store import Store
+from tests.inference.test_cached import CountingBackend, Factory, ask
+
+N = 24
+
+
+class SlowBackend(CountingBackend):
+    """Takes ``seconds`` per block; the first ``stall_first`` block takes ``stall`` seconds instead."""
+
+    def __init__(self, seconds: float = 0.05, stall: float = 0.0, refuse: Sequence[str] = ()) -> None:
+        super().__init__(refuse=refuse)
+        self.seconds, self.stall, self.blocks = seconds, stall, 0
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        self.blocks += 1
+        time.sleep(self.stall if self.blocks == 1 and self.stall else self.seconds)
+        return super().generate(requests)
+
+
+def job(root: Path, descriptor: ModelDescriptor, backend: CountingBackend, lease: float = 5.0) -> CachedModel:
+    store = Store(Settings(lease_seconds=lease), root=root)
+    return CachedModel(store, descriptor, task="t", backend_factory=Factory(backend), chunk_size=4, shared=True)
+
+
+def run_jobs(models: list[CachedModel], requests: list, delays: Sequence[float] = ()) -> list[Responses]:  # type: ignore[type-arg]
+    results: list[Responses | BaseException | None] = [None] * len(models)
+
+    def work(i: int) -> None:
+        time.sleep(delays[i] if i < len(delays) else 0.0)
+        try:
+            results[i] = models[i].complete(requests)
+        except BaseException as e:
+            results[i] = e
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(len(models))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    for r in results:
+        if isinstance(r, BaseException):
+            raise r
+    return results  # type: ignore[return-value]
+
+
+def prompts_of(backend: CountingBackend) -> list[str]:
+    return [r.rendered["messages"][-1]["content"] for r in backend.received]
+
+
+def test_block_sizes_shrink_near_the_end_of_the_batch() -> None:
+    assert block_size(200, 1, 64) == 64
+    assert block_size(200, 4, 64) == 25
+    assert block_size(20, 4, 64) == 3
+    assert block_size(3, 4, 64) == 1 and block_size(0, 4, 64) == 1
+
+
+def test_three_jobs_generate_every_input_once_and_return_the_same_answers(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    backends = [SlowBackend() for _ in range(3)]
+    models = [job(store_root, descriptor, b) for b in backends]
+    requests = [ask(i) for i in range(N)]
+    responses = run_jobs(models, requests)
+    asked = [p for b in backends for p in prompts_of(b)]
+    assert sorted(asked) == sorted(f"q{i}" for i in range(N))  # each input once, across the jobs
+    assert all(prompts_of(b) for b in backends)  # and every job took a share
+    texts = [[r.text for r in rs] for rs in responses]
+    assert texts[0] == texts[1] == texts[2] == [f"answer to q{i} #0" for i in range(N)]
+    runs = [rs.run for rs in responses]
+    assert sum(r.generated for r in runs) == sum(r.written for r in runs) == N
+    assert all(r.generated + r.from_other_jobs == N for r in runs)
+    database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
+    assert database.count() == N
+    totals = run_totals(database)
+    assert (totals.misses, totals.generated, totals.rows_written) == (N, N, N)  # each input counted once
+    assert claims_summary(database).total == 0  # nothing left behind
+
+
+def test_a_late_result_for_a_lease_taken_over_is_never_written_twice(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The stalled job renews nothing (its renewal thread is what stalled): its first block's leases expire
+    # while it sleeps, the other job takes them over, and the stalled job's answers arrive late.
+    monkeypatch.setattr(shared._Renewal, "_run", lambda self: None)
+    stalled, other = SlowBackend(stall=1.5), SlowBackend(seconds=0.05)
+    models = [job(store_root, descriptor, stalled, lease=0.5), job(store_root, descriptor, other, lease=0.5)]
+    requests = [ask(i) for i in range(8)]
+    responses = run_jobs(models, requests, delays=[0.0, 0.3])
+    first_block = prompts_of(stalled)[:4]
+    assert first_block == ["q0", "q1", "q2", "q3"] and set(first_block) <= set(prompts_of(other))  # taken over
+    runs = [rs.run for rs in responses]
+    assert runs[0].generated + runs[1].generated == 8 + 4  # the taken-over block was asked for twice
+    assert runs[0].written + runs[1].written == 8  # and stored once: the late result was ignored
+    database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
+    assert database.count() == 8
+    assert [r.text for r in responses[0]] == [r.text for r in responses[1]]
+
+
+def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: ModelDescriptor) -> None:
+    early, late = SlowBackend(seconds=0.2), SlowBackend(seconds=0.2)
+    models = [job(store_root, descriptor, early), job(store_root, descriptor, late)]
+    responses = run_jobs(models, [ask(i) for i in range(N)], delays=[0.0, 0.5])
+    assert prompts_of(late) and "q0" not in prompts_of(late)  # it took part of what was left
+    assert sorted(prompts_of(early) + prompts_of(late)) == sorted(f"q{i}" for i in range(N))
+    assert [r.text for r in responses[1]] == [f"answer to q{i} #0" for i in range(N)]
+
+
+def test_an_input_one_job_failed_is_reported_by_every_job_and_never_stored(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    backends = [SlowBackend(refuse=["q5"]) for _ in range(2)]
+    models = [job(store_root, descriptor, b) for b in backends]
+    outcomes: list[RequestsFailedError] = []
+
+    def work(m: CachedModel) -> None:
+        with pytest.raises(RequestsFailedError) as failed:
+            m.complete([ask(i) for i in range(12)])
+        outcomes.append(failed.value)
+
+    threads = [threading.Thread(target=work, args=(m,)) for m in models]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert len(outcomes) == 2
+    for error in outcomes:
+        assert [f.request_index for f in error.failures] == [5]
+        assert [r.text for r in error.responses if r.error is None] == [
+            f"answer to q{i} #0" for i in range(12) if i != 5
+        ]
+    assert [p for b in backends for p in prompts_of(b)].count("q5") == 1  # the other job did not try it again
+    assert models[0].store.database("completions", "t", descriptor).count() == 11  # type: ignore[union-attr]
+
+
+def test_a_shared_batch_needs_mode_use(store: Store, descriptor: ModelDescriptor) -> None:
+    for mode in ("refresh", "readonly", "replay", "off"):
+        with pytest.raises(InvalidInputError, match="shared batch"):
+            CachedModel(store, descriptor, task="t", backend_factory=CountingBackend, mode=mode, shared=True)  # type: ignore[arg-type]

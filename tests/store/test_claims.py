@@ -1,0 +1,155 @@
+"""The shared batches' work queue (store/claims.py) on a folder store and on a real PostgreSQL server."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from store.backend import Database
+from store.claims import WorkQueue, claims_summary, sweep
+from store.descriptor import ModelDescriptor
+from store.settings import Settings
+from store.store import Store
+from tests.factories import completion_record
+
+RECORDS = [completion_record(i) for i in range(10)]
+KEYS = [r.input_hash for r in RECORDS]
+
+
+@pytest.fixture(params=["folder", "postgres"])
+def database(request: pytest.FixtureRequest, tmp_path: Path, descriptor: ModelDescriptor) -> Iterator[Database]:
+    if request.param == "folder":
+        store = Store(Settings(), root=tmp_path / "store")
+    else:
+        store = Store(Settings(), url=request.getfixturevalue("pg_url"))
+    with store:
+        yield store.database("completions", "t", descriptor)
+
+
+def test_two_jobs_never_hold_the_same_input_and_claim_in_the_batch_order(database: Database) -> None:
+    a, b = WorkQueue(database, holder="a"), WorkQueue(database, holder="b")
+    a.join(KEYS)
+    b.join(KEYS)  # a second join changes nothing
+    first = a.claim(KEYS, 4)
+    second = b.claim(KEYS, 4)
+    assert first == KEYS[:4] and second == KEYS[4:8]
+    assert a.claim(KEYS, 100) == KEYS[8:]
+    assert b.claim(KEYS, 100) == []
+    state = b.state(KEYS)
+    assert (state.leased, state.waiting, len(state.stored), state.holders) == (10, 0, 0, frozenset({"a", "b"}))
+
+
+def test_stored_inputs_are_never_claimed_and_finishing_deletes_their_claims(database: Database) -> None:
+    queue = WorkQueue(database, holder="a")
+    queue.join(KEYS)
+    block = queue.claim(KEYS, 3)
+    database.put_many(RECORDS[:3])
+    queue.finish(block)
+    database.put_many(RECORDS[3:5])  # stored by someone else meanwhile: left behind claims are harmless
+    assert queue.claim(KEYS, 3) == KEYS[5:8]
+    state = queue.state(KEYS)
+    assert (state.stored, state.leased, state.waiting) == (frozenset(KEYS[:5]), 3, 2)
+    summary = claims_summary(database)
+    assert (summary.leased, summary.waiting, summary.done, summary.jobs) == (3, 2, 2, 1)
+
+
+def test_a_lease_past_its_deadline_is_taken_over_and_renewing_keeps_it(database: Database) -> None:
+    dead = WorkQueue(database, holder="dead", lease_seconds=0.5)
+    alive = WorkQueue(database, holder="alive", lease_seconds=1.5)
+    other = WorkQueue(database, holder="other", lease_seconds=5)
+    dead.join(KEYS)
+    assert dead.claim(KEYS, 2) == KEYS[:2]
+    assert alive.claim(KEYS, 2) == KEYS[2:4]
+    time.sleep(1.0)
+    assert alive.renew() == 2
+    time.sleep(0.8)  # dead's deadline passed, and alive's first one; alive's renewed one has not
+    state = other.state(KEYS)
+    assert (state.stale, state.leased) == (2, 2)
+    assert claims_summary(database).stale == 2
+    assert other.claim(KEYS, 3) == [*KEYS[:2], KEYS[4]]  # the stale leases first, in order
+    assert dead.renew() == 0  # taken over: the dead job renews nothing
+
+
+def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database: Database) -> None:
+    a, b = WorkQueue(database, holder="a", lease_seconds=0.3), WorkQueue(database, holder="b")
+    a.join(KEYS[:2])
+    assert a.claim(KEYS[:2], 2) == KEYS[:2]
+    database.put_many(RECORDS[:1])
+    a.finish([KEYS[0]], {KEYS[1]: "RequestRefusedError: too long"})
+    state = b.state(KEYS[:2])
+    assert state.stored == {KEYS[0]} and dict(state.failed) == {KEYS[1]: "RequestRefusedError: too long"}
+    assert b.claim(KEYS[:2], 2) == []
+    time.sleep(0.4)
+    assert b.claim(KEYS[:2], 2) == [KEYS[1]]  # a failure is never stored: tried again once its mark ends
+
+
+def test_sweep_deletes_only_what_is_left_behind(database: Database) -> None:
+    queue = WorkQueue(database, holder="a", lease_seconds=0.1)
+    queue.join(KEYS)
+    queue.claim(KEYS, 2)
+    database.put_many(RECORDS[2:3])
+    assert sweep(database, grace_seconds=60) == 1  # the stored input's claim
+    time.sleep(0.2)
+    assert sweep(database, grace_seconds=60) == 0  # a stale lease is kept a while: it says a job died
+    live = WorkQueue(database, holder="b", lease_seconds=60)
+    assert live.claim(KEYS, 2) == KEYS[:2]  # taken over
+    assert sweep(database, grace_seconds=0) == 7  # every waiting claim untouched since: only live leases stay
+    summary = claims_summary(database)
+    assert (summary.total, summary.leased, summary.jobs) == (2, 2, 1)
+
+
+def test_concurrent_claimers_split_the_work_without_overlap(database: Database) -> None:
+    keys = KEYS * 1  # ten inputs, four threads taking one at a time
+    WorkQueue(database, holder="setup").join(keys)
+    taken: dict[str, list[str]] = {}
+
+    def work(name: str) -> None:
+        queue = WorkQueue(database, holder=name)
+        mine = taken.setdefault(name, [])
+        while block := queue.claim(keys, 1):
+            mine += block
+
+    threads = [threading.Thread(target=work, args=(f"j{i}",)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    claimed = [k for block in taken.values() for k in block]
+    assert sorted(claimed) == sorted(keys)
+
+
+def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    from typer.testing import CliRunner
+
+    from store.cli.app import build_app
+
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "t", descriptor)
+        WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
+        WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
+        WorkQueue(database, holder="alive", lease_seconds=60).claim(KEYS, 3)
+        time.sleep(0.2)
+
+    def judgestore(*args: str) -> Any:
+        result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result
+
+    for command in (["ls"], ["stats"], ["db", "status"]):
+        shown = judgestore(*command)
+        assert "in progress: Qwen/Qwen3-8B" in shown.stdout and "3 leased by 1 job, 5 waiting, 2 stale" in shown.stdout
+        assert "stale leases" in shown.stderr and "2 past their deadline" in shown.stderr
+    (listed,) = orjson.loads(judgestore("ls", "--json").stdout)
+    assert listed["claims"] | {"oldest_stale_deadline": None} == {
+        "leased": 3, "stale": 2, "waiting": 5, "failed": 0, "done": 0, "jobs": 1, "oldest_stale_deadline": None,
+    }  # fmt: skip
+    (stats,) = orjson.loads(judgestore("stats", "--json").stdout)["databases"]
+    assert stats["claims"]["stale"] == 2

@@ -1,0 +1,189 @@
+"""Commands open only the databases their filters can match, and say exactly what a full scan says."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from store.backends.sqlite.catalog import catalog_path
+from store.descriptor import ModelDescriptor
+from store.filters import RowFilter, roles_for
+from store.layout import Location, Selector, metadata_bytes, write_metadata
+from store.settings import Settings
+from store.stats import store_stats
+from store.store import Store
+from tests.factories import completion_record, judgement_record
+
+FILTERS = [
+    RowFilter(model="m-0"),
+    RowFilter(model="m-2"),
+    RowFilter(model="nobody"),
+    RowFilter(model="judged-1"),
+    RowFilter(benchmark="bench-1"),
+    RowFilter(benchmark="bench-1", model="m-1"),
+    RowFilter(judge="judge-0"),
+    RowFilter(model_a="judged-0"),
+    RowFilter(pair=("judged-1", "judged-0")),
+    RowFilter(run_id="run-2"),
+    RowFilter(finish_reasons=("length",)),
+]
+
+
+def descriptor(i: int) -> ModelDescriptor:
+    return ModelDescriptor(provider="vllm", model=f"org/model-{i}")
+
+
+def fill(store: Store) -> None:
+    """Four completion databases (models m-i, benchmarks bench-i%2, runs) and two judgement databases."""
+    for i in range(4):
+        rows = [completion_record(10 * i + k, model=f"m-{i}", benchmark=f"bench-{i % 2}", run_id=f"run-{i}")
+                for k in range(3)]  # fmt: skip
+        store.database("completions", f"task-{i % 2}", descriptor(i)).put_many(rows)
+    for j in range(2):
+        judged = [judgement_record(100 * j + k, model_a=f"judged-{j}", model_b=f"judged-{1 - j}", judge=f"judge-{j}",
+                                 benchmark="bench-1") for k in range(2)]  # fmt: skip
+        store.database("judgements", "task-0", descriptor(10 + j)).put_many(judged)
+
+
+def full_scan(store: Store, flt: RowFilter) -> list[tuple[Location, str]]:
+    """What every database says, opening each one: the answer the narrowed commands must give."""
+    found = []
+    for location in store.locations():
+        if location.role not in roles_for(flt):  # the role's table has no such column
+            continue
+        database = store.open(location)
+        found += [(location, record.input_hash) for record in database.query(flt)]
+    return found
+
+
+@pytest.fixture(params=["folder", "postgres"])
+def filled(request: pytest.FixtureRequest, store_root: Path) -> Iterator[dict[str, str]]:
+    """How to open a filled store (``Store(**kwargs)``)."""
+    where = {"root": str(store_root)} if request.param == "folder" else {"url": request.getfixturevalue("pg_url")}
+    with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+        fill(store)
+    yield where
+
+
+@pytest.mark.parametrize("flt", FILTERS, ids=lambda f: ",".join(f"{k}={v}" for k, v in f.as_dict().items()))
+def test_the_narrowed_query_finds_what_a_full_scan_finds(filled: dict[str, str], flt: RowFilter) -> None:
+    for _ in range(2):  # the second time through a folder store's catalog
+        with Store(Settings(), readonly=True, **filled) as store:  # type: ignore[arg-type]
+            narrowed = [(row.location, row.record.input_hash) for row in store.query_rows(Selector(), flt)]
+            assert narrowed == full_scan(store, flt)
+            counts = {(c.location, c.rows) for c in store.plan_delete(Selector(), flt)}
+            expected: dict[Location, int] = {}
+            for location, _ in narrowed:
+                expected[location] = expected.get(location, 0) + 1
+            assert counts == set(expected.items())
+
+
+def test_a_filter_opens_only_the_databases_that_can_match(
+    filled: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(Settings(), readonly=True, **filled) as store:  # type: ignore[arg-type]
+        list(store.query_rows(Selector(), RowFilter(model="m-0")))  # a folder store's catalog is built
+    with Store(Settings(), readonly=True, **filled) as store:  # type: ignore[arg-type]
+        opened: list[Location] = []
+        real = store.storage.open_existing
+
+        def counting(location: Location) -> object:
+            opened.append(location)
+            return real(location)
+
+        monkeypatch.setattr(store.storage, "open_existing", counting)
+        rows = list(store.query_rows(Selector(), RowFilter(model="m-2")))
+        assert len(rows) == 3 and [loc.model for loc in opened] == ["org/model-2"]
+        assert list(store.query_rows(Selector(), RowFilter(model="nobody"))) == [] and len(opened) == 1
+
+
+def test_a_folder_copied_in_by_hand_is_found(store_root: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+        assert list(store.query_rows(Selector(), RowFilter(model="m-0")))  # the catalog now knows every database
+        source = store.locations()[0]
+    copy = Location.of("completions", "task-9", descriptor(99))
+    write_metadata(copy.folder(store_root), metadata_bytes("completions", "task-9", descriptor(99)))
+    shutil.copyfile(source.db_path(store_root), copy.db_path(store_root))
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        found = {row.location for row in store.query_rows(Selector(), RowFilter(model="m-0"))}
+        assert copy in found and source in found
+        assert copy in {info.location for info in store.infos(store.locations())}
+
+
+def test_a_stale_catalog_is_never_believed(store_root: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+    with Store(Settings(), root=store_root, readonly=True) as store:  # the catalog is built
+        assert list(store.query_rows(Selector(), RowFilter(model="new"))) == []
+        before = {info.location: info.rows for info in store.infos(store.locations())}
+        before_stats = {s.location: s.rows.rows for s in store_stats(store)}
+    assert catalog_path(store_root).exists()
+    with Store(Settings(), root=store_root) as store:  # rows with a new model, written at once
+        location = store.locations()[0]
+        store.open(location).put_many([completion_record(500, model="new")])
+        with Store(Settings(), root=store_root, readonly=True) as reader:  # while the writer holds it open
+            assert len(list(reader.query_rows(Selector(), RowFilter(model="new")))) == 1
+    with Store(Settings(), root=store_root, readonly=True) as store:  # and after it closed it
+        assert [row.location for row in store.query_rows(Selector(), RowFilter(model="new"))] == [location]
+        after = {info.location: info.rows for info in store.infos(store.locations())}
+        assert after == before | {location: (before[location] or 0) + 1}
+        stats = {s.location: s.rows.rows for s in store_stats(store)}
+        assert stats == before_stats | {location: before_stats[location] + 1}
+
+
+def test_a_database_replaced_by_another_file_is_read_again(store_root: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert len(list(store.query_rows(Selector(), RowFilter(model="m-1")))) == 3
+        by_model = {location.model: location for location in store.locations()}
+        first, second = by_model["org/model-0"], by_model["org/model-1"]
+    target = second.db_path(store_root)
+    stat = target.stat()
+    shutil.copyfile(first.db_path(store_root), target)  # m-0's rows now under m-1's descriptor
+    os.utime(target, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # the same modification time as before
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert {row.location for row in store.query_rows(Selector(), RowFilter(model="m-0"))} == {first, second}
+        assert list(store.query_rows(Selector(), RowFilter(model="m-1"))) == []
+
+
+def test_a_damaged_catalog_is_ignored_and_rebuilt(store_root: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+        assert list(store.query_rows(Selector(), RowFilter(model="m-0")))
+    path = catalog_path(store_root)
+    path.write_bytes(b"{not json")
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert len(list(store.query_rows(Selector(), RowFilter(model="m-0")))) == 3
+    assert orjson.loads(path.read_bytes())["entries"]
+
+
+def test_listing_and_stats_from_the_catalog_are_what_the_files_say(store_root: Path) -> None:
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+    answers = []
+    for _ in range(2):
+        with Store(Settings(), root=store_root, readonly=True) as store:
+            infos = [info.as_dict() for info in store.infos(store.locations())]
+            statuses = [info.as_dict() for info in store.infos(store.locations(), count_rows=False)]
+            stats = [s.as_dict() for s in store_stats(store)]
+            answers.append((infos, statuses, stats))
+    assert answers[0] == answers[1]
+    assert all(status["rows"] is None for status in answers[0][1])
+
+
+def test_a_server_lists_its_schemas_together_as_it_reads_each(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+        locations = store.locations()
+        storage = store.storage
+        for count_rows in (True, False):
+            together = list(storage.infos(locations, count_rows=count_rows))
+            assert together == [storage.info(location, count_rows=count_rows) for location in locations]
+        assert all(info.rows in (2, 3) and info.size_bytes > 0 for info in storage.infos(locations))
