@@ -15,15 +15,13 @@ import enum
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from store.claim_table import ClaimsSummary
 from store.descriptor import input_hash
 from store.errors import JudgestoreError
 from store.layout import Location
 from store.schema import USABLE_STATES, DatabaseState
-
-if TYPE_CHECKING:
-    from store.claim_table import ClaimsSummary
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +70,6 @@ def info_json(info: DatabaseInfo) -> dict[str, Any]:
 
 def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:
     """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data`` (through JSON, claims too)."""
-    from store.claim_table import ClaimsSummary
-
     claims = data.get("claims")
     if isinstance(claims, dict):
         deadline = claims.get("oldest_deadline")

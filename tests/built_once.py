@@ -19,7 +19,7 @@ import pytest
 from filelock import FileLock
 
 
-def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], None]) -> Path:
+def built_once(tmp_path_factory: pytest.TempPathFactory, name: str, build: Callable[[Path], object]) -> Path:
     """The folder ``name``, built by ``build(folder)`` once for the whole run (see the module docstring)."""
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -9,11 +9,14 @@ from collections.abc import Iterable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import cast
 
-from sqlalchemy import Connection, insert, inspect
+from sqlalchemy import Connection, Table, insert, inspect
 
+from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.rows import SqliteRepository
 from store.descriptor import ModelDescriptor, input_hash, render_messages
+from store.layout import Role
 from store.models import MODEL_OF_ROLE
 from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
 from store.schema import revisions
@@ -100,13 +103,14 @@ def current_database(
         database = s.database(role, task, descriptor)
         with database.transaction() as repo:
             for table_role, record_type in RECORD_OF_ROLE.items():
-                SqliteRepository(repo.conn, table_role).put_many(r for r in rows if type(r) is record_type)
+                SqliteRepository(repo.conn, cast(Role, table_role)).put_many(r for r in rows if type(r) is record_type)
+        assert isinstance(database, SqliteDatabase)  # a folder store's database is a file
         return database.path
 
 
 def put_at_old_revision(conn: Connection, role: str, records: Iterable[Record]) -> None:
     """Insert rows into a database an older revision made: only the columns its table has yet."""
-    table = MODEL_OF_ROLE[role].__table__
+    table = cast(Table, MODEL_OF_ROLE[role].__table__)
     present = {column["name"] for column in inspect(conn).get_columns(table.name)}
     rows = [{k: v for k, v in dataclasses.asdict(r).items() if k in present} for r in records]
     conn.execute(insert(table), rows)

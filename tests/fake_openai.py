@@ -158,8 +158,8 @@ class FakeOpenAI:
                     # a 200 fault without a body only delays the normal answer
                 if fake.api_key is not None and self.headers.get("Authorization") != f"Bearer {fake.api_key}":
                     sent = (self.headers.get("Authorization") or "").removeprefix("Bearer ")
-                    error = {"message": f"Incorrect API key provided: {sent}", "code": "invalid_api_key"}
-                    self._json(401, {"error": {**error, "type": "invalid_request_error"}})
+                    refusal = {"message": f"Incorrect API key provided: {sent}", "code": "invalid_api_key"}
+                    self._json(401, {"error": {**refusal, "type": "invalid_request_error"}})
                     return
                 if not isinstance(body, dict) or body.get("model") not in fake.models:
                     model = body.get("model") if isinstance(body, dict) else None
@@ -174,8 +174,8 @@ class FakeOpenAI:
                         f"contains {prompt_tokens} input tokens, which exceeds this limit even without any output "
                         "tokens. Please reduce the length of the input prompt."
                     )
-                    error = {"message": message, "type": "BadRequestError", "param": "input_tokens", "code": 400}
-                    self._json(400, {"error": error})
+                    too_long = {"message": message, "type": "BadRequestError", "param": "input_tokens", "code": 400}
+                    self._json(400, {"error": too_long})
                     return
                 time.sleep(fake.delay)
                 self._json(200, fake._chat(body, prompt_tokens) if chat else fake._text(body, prompt_tokens))
