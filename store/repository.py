@@ -211,6 +211,17 @@ class Repository(ABC):
             found += self._records(self.conn.execute(wrapped).all())
         return found
 
+    # ------------------------------------------------------------ what a caller composes (the browser)
+
+    @abstractmethod
+    def contains_text(self, text: str) -> ColumnElement[bool]:
+        """Rows whose prompt or completion contains ``text`` (ASCII letters in any case), as a SQL expression."""
+
+    def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
+        """``clauses`` written so that a statement listing the rows in ``created_at`` order reads a page, not
+        every matching row; as they are where the database's planner chooses well on its own."""
+        return list(clauses)
+
     # ------------------------------------------------------------ filters
 
     def _column(self, name: str) -> Column[Any]:

@@ -6,22 +6,21 @@ Contract:
   composed with the store's own filter clauses (:meth:`Repository.clauses`),
   and run inside :meth:`Database.reading`: a read transaction (read-only on
   PostgreSQL; on a read-only SQLite store, a connection that writes no byte).
-  They are the same on both backends but for two marked places: text search
-  is ``LIKE`` on SQLite (case-insensitive for ASCII) and ``ILIKE`` on
-  PostgreSQL (the pattern escaped like the stored text, so plain text is
-  found there too), and on SQLite an order hint (below).
+  Nothing here names a dialect: the two things the backends do their own
+  way are the repository's (:meth:`Repository.contains_text`, ``LIKE`` or
+  ``ILIKE``, and :meth:`Repository.in_listing_order`, below).
 * Rows are listed by ``created_at`` (newest or oldest first), ties broken by
   the database and then the input hash: a :class:`Key`. A page is the rows
   after a key (*keyset pagination*): each database answers with an index
   range read of ``limit + 1`` rows, whatever the page number.
 * Filters on indexed columns (benchmark/instruction, model, model A/B,
   judge, run id, dates, hashes, adoption) narrow the statement. When such a
-  filter matches many rows (at least :data:`PROBE_ROWS`, counted through its
-  index), SQLite's planner (which has no statistics in a store's files)
-  would still read every matching row through that index to sort them,
-  seconds at a million rows; so there the filter is written so that no
-  index serves it, and the statement reads the ``created_at`` index in order
-  and stops after a page. PostgreSQL's planner decides from its statistics.
+  filter matches many rows, SQLite's planner (which has no statistics in a
+  store's files) would still read every matching row through that index to
+  sort them, seconds at a million rows; so there the repository writes the
+  filter so that no index serves it, and the statement reads the
+  ``created_at`` index in order and stops after a page. PostgreSQL's planner
+  decides from its statistics.
   An instruction id without a benchmark is looked up under each benchmark
   the table holds (its index leads with the benchmark), found by a loose
   index scan.
@@ -49,7 +48,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from sqlalchemy import ColumnElement, Table, and_, func, literal, or_, select, true, type_coerce
+from sqlalchemy import ColumnElement, Table, and_, func, or_, select, type_coerce
 
 from store import Database, InvalidInputError, Location, Record, RowFilter, Run
 
@@ -58,7 +57,6 @@ if TYPE_CHECKING:  # what Database.reading() yields; only its public face (table
 
 Order = Literal["newest", "oldest"]
 ORDERS: tuple[Order, ...] = ("newest", "oldest")
-PROBE_ROWS = 2_000  # an indexed filter matching at least this many rows is read in created_at order
 SCAN_WINDOW = 5_000  # rows a scanned filter or a search reads per window, per database
 PROMPT_PREFIX = 600  # characters of the rendered input a rows page reads (the first message's start)
 COMPLETION_PREFIX = 400
@@ -166,14 +164,6 @@ def _indexed(repo: Repository, flt: RowFilter) -> list[ColumnElement[bool]]:
     return [*clauses, in_any if known else and_(t.c.benchmark.is_(None), instruction)]
 
 
-def _search(repo: Repository, text: str) -> ColumnElement[bool]:
-    t = repo.table
-    if repo.conn.dialect.name == "postgresql":
-        return or_(t.c.input_text.icontains(text, autoescape=True), t.c.completion.icontains(text, autoescape=True))
-    # SQLite's LIKE ignores the case of ASCII letters already; lower() would cost a copy of every text read.
-    return or_(t.c.input_text.contains(text, autoescape=True), t.c.completion.contains(text, autoescape=True))
-
-
 def _after(t: Table, database: str, key: Key, order: Order) -> ColumnElement[bool]:
     """The rows of ``database`` after ``key`` in listing order (``database`` is constant within a table)."""
     at, input_hash = t.c.created_at, t.c.input_hash
@@ -188,22 +178,6 @@ def _after(t: Table, database: str, key: Key, order: Order) -> ColumnElement[boo
     if database < key.database:
         return at > key.created_at
     return and_(at >= key.created_at, or_(at > key.created_at, input_hash > key.input_hash))
-
-
-def _in_time_order(repo: Repository, indexed: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
-    """``indexed`` as the statement should use them: as they are, or unable to use their index (see the docstring).
-
-    On SQLite a filter matching at least :data:`PROBE_ROWS` rows (counted
-    through its own index) is written ``(clause) IS 1``, which no index
-    serves: the planner then reads the ``created_at`` index in order and
-    stops after a page, instead of reading every matching row to sort them.
-    """
-    if not indexed or repo.conn.dialect.name != "sqlite":
-        return indexed
-    probe = select(literal(1)).select_from(repo.table).where(*indexed).limit(PROBE_ROWS).subquery()
-    if repo.conn.execute(select(func.count()).select_from(probe)).scalar_one() < PROBE_ROWS:
-        return indexed  # few rows: the filter's own index finds them, and sorting them is cheap
-    return [clause.is_(true()) for clause in indexed]
 
 
 def _order_by(t: Table, order: Order) -> tuple[Any, ...]:
@@ -249,10 +223,10 @@ def page(
     times, others, scanned_flt = split_filter(flt)
     with database.reading() as repo:
         t = repo.table
-        where = [*repo.clauses(times), *_in_time_order(repo, _indexed(repo, others))]
+        where = [*repo.clauses(times), *repo.in_listing_order(_indexed(repo, others))]
         scanned = repo.clauses(scanned_flt)
         if search:
-            scanned.append(_search(repo, search))
+            scanned.append(repo.contains_text(search))
         if after is not None:
             where.append(_after(t, name, after, order))
         end = None
@@ -316,7 +290,7 @@ def judge_rows(database: Database, judge: str, limit: int) -> list[JudgeRow]:
     """The newest ``limit`` rows of ``judge`` in a judgements database."""
     with database.reading() as repo:
         t = repo.table
-        where = _in_time_order(repo, repo.clauses(RowFilter(judge=judge)))
+        where = repo.in_listing_order(repo.clauses(RowFilter(judge=judge)))
         columns = [t.c[f.name] for f in dataclasses.fields(JudgeRow)]
         stmt = select(*columns).where(*where).order_by(*_order_by(t, "newest")).limit(limit)
         return [JudgeRow(*row) for row in repo.conn.execute(stmt).all()]

@@ -17,6 +17,7 @@ import pytest
 from sqlalchemy import event
 
 from store import ModelDescriptor, RowFilter, Selector, Store
+from store.backends.sqlite import rows as sqlite_rows
 from store.browse import browser as browser_module
 from store.browse import queries
 from store.browse.browser import Browser
@@ -157,7 +158,7 @@ def test_an_unselective_indexed_filter_is_read_in_time_order_on_sqlite(
         flt = RowFilter(model="qwen")
         listed = walk(browser, RowsQuery(flt=flt, limit=10))[0]
         assert not any("IS 1" in s for s in statements)  # 78 rows match: fewer than the probe's 2,000
-        monkeypatch.setattr(queries, "PROBE_ROWS", 5)
+        monkeypatch.setattr(sqlite_rows, "LISTING_PROBE_ROWS", 5)
         statements.clear()
         assert walk(browser, RowsQuery(flt=flt, limit=10))[0] == listed == expected(store, flt)
         assert any("IS 1" in s for s in statements)

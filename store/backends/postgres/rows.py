@@ -19,7 +19,20 @@ import functools
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import JSON, ColumnElement, Connection, Select, String, Text, any_, bindparam, cast, func, select
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    Connection,
+    Select,
+    String,
+    Text,
+    any_,
+    bindparam,
+    cast,
+    func,
+    or_,
+    select,
+)
 from sqlalchemy.exc import DBAPIError, StatementError
 
 from store.backends.postgres import text as pgtext
@@ -151,3 +164,9 @@ class PostgresRepository(Repository):
 
     def _blank(self, column: Any) -> ColumnElement[bool]:
         return func.btrim(column, BLANK) == ""  # PostgreSQL's trim() takes FROM; btrim takes the characters
+
+    def contains_text(self, text: str) -> ColumnElement[bool]:
+        # ILIKE: the case of ASCII letters ignored, as SQLite's LIKE does; the pattern is bound through the
+        # column's type, so it is escaped as the stored text is (U+0000) and plain text is found too.
+        c = self.table.c
+        return or_(c.input_text.icontains(text, autoescape=True), c.completion.icontains(text, autoescape=True))

@@ -32,7 +32,22 @@ from operator import attrgetter
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, ColumnElement, LargeBinary, Select, String, Table, Text, bindparam, cast, func, select
+from sqlalchemy import (
+    JSON,
+    ColumnElement,
+    LargeBinary,
+    Select,
+    String,
+    Table,
+    Text,
+    bindparam,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    true,
+)
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.selectable import TableValuedAlias
 
@@ -57,6 +72,7 @@ from store.row_checks import (
 )
 
 LOOKUP_BATCH = 20_000  # keys per statement: bounds the JSON parameter, far below planner trouble
+LISTING_PROBE_ROWS = 2_000  # a filter matching at least this many rows is read in created_at order
 
 
 def json_each_keys() -> TableValuedAlias:
@@ -353,6 +369,27 @@ class SqliteRepository(Repository):
 
     def _blank(self, column: Any) -> ColumnElement[bool]:
         return func.trim(column, BLANK) == ""
+
+    def contains_text(self, text: str) -> ColumnElement[bool]:
+        # SQLite's LIKE ignores the case of ASCII letters already; lower() would cost a copy of every text read.
+        c = self.table.c
+        return or_(c.input_text.contains(text, autoescape=True), c.completion.contains(text, autoescape=True))
+
+    def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
+        """A filter matching at least :data:`LISTING_PROBE_ROWS` rows (counted through its own index) is
+        written ``(clause) IS 1``, which no index serves.
+
+        SQLite's planner has no statistics in a store's files: it would read
+        every matching row through the filter's index to sort them (seconds
+        at a million rows). Unable to use that index, it reads the
+        ``created_at`` index in order and stops after a page.
+        """
+        if not clauses:
+            return clauses
+        probe = select(literal(1)).select_from(self.table).where(*clauses).limit(LISTING_PROBE_ROWS).subquery()
+        if self.conn.execute(select(func.count()).select_from(probe)).scalar_one() < LISTING_PROBE_ROWS:
+            return clauses  # few rows: the filter's own index finds them, and sorting them is cheap
+        return [clause.is_(true()) for clause in clauses]
 
 
 def generated_sources() -> str:
