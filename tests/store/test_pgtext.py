@@ -71,3 +71,27 @@ def test_json_without_nul_or_the_escape_is_the_canonical_json_of_a_folder_store(
     value = {"b": [1, 2.5, None, "¿"], "a": {"x": -math.inf}, "c": "\\u0000 is six characters here"}
     assert dumps_json(value) == jsonvalues.dumps(value)
     assert orjson.loads(dumps_json({"\0": "\0"})) == {f"{ESCAPE}0": f"{ESCAPE}0"}
+
+
+def keys_in_order(value: Any) -> list[list[str]]:
+    """Every dict's keys in ``value``, in the order they come, depth first."""
+    if isinstance(value, dict):
+        return [list(value), *(keys for v in value.values() for keys in keys_in_order(v))]
+    if isinstance(value, list):
+        return [keys for v in value for keys in keys_in_order(v)]
+    return []
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(tricky, st.dictionaries(tricky, st.booleans(), max_size=4), max_size=6))
+def test_keys_read_back_in_canonical_order_though_escaping_changed_how_the_text_sorted_them(
+    value: dict[str, Any],
+) -> None:
+    back = loads_json(dumps_json(value))
+    assert keys_in_order(back) == keys_in_order(orjson.loads(jsonvalues.dumps(value)))
+
+
+def test_a_nul_key_reads_back_before_the_keys_its_escape_sorts_after() -> None:
+    value = {"0": 1, "\0": {"a": 1, "\0b": 2, ESCAPE: 3}}
+    back = loads_json(dumps_json(value))
+    assert list(back) == ["\0", "0"] and list(back["\0"]) == ["\0b", "a", ESCAPE]

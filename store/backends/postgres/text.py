@@ -140,4 +140,22 @@ def loads_json(data: str | bytes | bytearray | memoryview) -> Any:
         data = bytes(data)
     value = jsonvalues.loads(data)
     found = ESCAPE in data if isinstance(data, str) else _ESCAPE_BYTES in data
-    return _walk(value, unescape) if found else value
+    return _unescaped(value) if found else value
+
+
+def _unescaped(value: Any) -> Any:
+    """``value`` with every string unescaped, keys included; a dict with an escaped key is sorted again.
+
+    The stored text sorted the keys in their escaped form (``"\ufdd00"`` after ``"0"``); the value written
+    had them in canonical order (``"\u0000"`` first), which is how they read back.
+    """
+    if type(value) is str:
+        return unescape(value)
+    if isinstance(value, dict):
+        items = [(unescape(k) if type(k) is str else k, _unescaped(v)) for k, v in value.items()]
+        if any(type(k) is str and ESCAPE in k for k in value):
+            items.sort(key=lambda item: item[0])
+        return dict(items)
+    if isinstance(value, list | tuple):
+        return [_unescaped(v) for v in value]
+    return value
