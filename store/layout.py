@@ -33,7 +33,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, get_args
@@ -314,7 +314,27 @@ def check_location_metadata(root: Path, location: Location) -> None:
     name the folders above. Such a file is accepted on those facts; any other
     file (edited, moved, written in another form) gets the full check.
     """
+    _check_metadata(root, location.folder(root), location)
+
+
+def prepared_folder(root: Path, location: Location, metadata: Callable[[], bytes] | None = None) -> Path:
+    """The folder of ``location``, its metadata.json as it must be, for opening the database inside.
+
+    Given ``metadata`` (a read-write open), a folder without metadata.json is
+    created with ``metadata()`` written into it (:func:`write_metadata`: what
+    was just written from the descriptor needs no check); any other folder's
+    file is checked (:func:`check_location_metadata`). A failing disk raises
+    its ``OSError``.
+    """
     folder = location.folder(root)
+    if metadata is not None and not (folder / METADATA_FILE).exists():
+        write_metadata(folder, metadata())
+    else:
+        _check_metadata(root, folder, location)
+    return folder
+
+
+def _check_metadata(root: Path, folder: Path, location: Location) -> None:
     try:
         doc = orjson.loads((folder / METADATA_FILE).read_bytes())
         descriptor = doc["descriptor"]

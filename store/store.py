@@ -39,6 +39,7 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -179,7 +180,7 @@ class Store:
     ) -> Database:
         """The database of ``descriptor``; a read-write store creates it if needed."""
         location = Location.of(role, task, descriptor)
-        metadata = lambda: metadata_bytes(location.role, task, descriptor, assumptions)  # noqa: E731
+        metadata = functools.partial(metadata_bytes, location.role, task, descriptor, assumptions)
         return self._upgraded_if_behind(location, lambda: self.storage.database(location, metadata))
 
     def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:

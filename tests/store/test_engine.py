@@ -12,15 +12,10 @@ import pytest
 from sqlalchemy import event, text
 from sqlalchemy.exc import DBAPIError
 
-import store.backends.sqlite.connections
-from store.backends.sqlite.connections import (
-    NetworkFilesystemWarning,
-    create_sqlite_engine,
-    filesystem_type,
-    journal_mode_for,
-    readonly_uri,
-)
+import store.backends.sqlite.filesystems
+from store.backends.sqlite.connections import create_sqlite_engine, readonly_uri
 from store.backends.sqlite.errors import translated
+from store.backends.sqlite.filesystems import NetworkFilesystemWarning, filesystem_type, journal_mode_for
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -129,7 +124,7 @@ def test_a_store_on_a_network_filesystem_uses_the_rollback_journal(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs4 rw 0 0")
+        store.backends.sqlite.filesystems, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs4 rw 0 0")
     )
     with pytest.warns(NetworkFilesystemWarning), Store(root=store_root) as s:
         database = s.database("completions", "t", descriptor)
@@ -145,7 +140,7 @@ def test_a_store_refusing_network_filesystems_creates_no_database(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(
-        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} lustre rw 0 0")
+        store.backends.sqlite.filesystems, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} lustre rw 0 0")
     )
     with Store(Settings(journal_policy="refuse-network"), root=store_root) as s, pytest.raises(NetworkFilesystemError):
         s.database("completions", "t", descriptor)
@@ -158,7 +153,7 @@ def test_a_wal_database_moved_to_a_network_filesystem_is_switched_to_rollback(
     db_path = current_database(store_root, "completions", "t", descriptor, [completion_record(1)])
     assert db_path.read_bytes()[18:20] == b"\x02\x02"
     monkeypatch.setattr(
-        store.backends.sqlite.connections, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs rw 0 0")
+        store.backends.sqlite.filesystems, "MOUNTS_FILE", mounts(tmp_path, f"server:/x {tmp_path} nfs rw 0 0")
     )
     with pytest.warns(NetworkFilesystemWarning), Store(root=store_root) as s:
         assert s.database("completions", "t", descriptor).count() == 1

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from store.backends.sqlite.schema import database_info
+from store.backends.sqlite.info import database_info
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.layout import (

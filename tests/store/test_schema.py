@@ -13,9 +13,10 @@ import orjson
 import pytest
 from sqlalchemy import create_engine, event
 
-import store.backends.sqlite.schema
+import store.backends.sqlite.connections
 import store.schema
-from store.backends.sqlite.schema import classify, database_info
+from store.backends.sqlite.connections import classify
+from store.backends.sqlite.info import database_info
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -251,7 +252,7 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
 def traced_connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[str]]]:
     """Every statement SQLite runs after connecting, one list per connection the store opens."""
     per_connection: list[list[str]] = []
-    real = store.backends.sqlite.schema.sqlite_connector
+    real = store.backends.sqlite.connections.sqlite_connector
 
     def traced(*args: Any, **kwargs: Any) -> tuple[Callable[[], sqlite3.Connection], str | None]:
         connect, journal = real(*args, **kwargs)
@@ -265,7 +266,9 @@ def traced_connections(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[list[st
 
         return connect_traced, journal
 
-    monkeypatch.setattr(store.backends.sqlite.schema, "sqlite_connector", traced)  # what Store opens databases with
+    monkeypatch.setattr(
+        store.backends.sqlite.connections, "sqlite_connector", traced
+    )  # what Store opens databases with
     yield per_connection
 
 

@@ -1,4 +1,4 @@
-"""SQLite engines for descriptor databases: pragmas, journal policy, read-only opens.
+"""Connections to one SQLite file of a store: pragmas, engines, and opening it as a current database.
 
 Contract:
 
@@ -7,19 +7,31 @@ Contract:
   transaction starts: ``BEGIN IMMEDIATE`` for connections marked
   ``write=True`` (writers queue on the lock up front instead of failing at
   commit), plain ``BEGIN`` otherwise.
-* Read-write opens choose the journal from :class:`~store.settings.Settings`
-  ``journal_policy``: WAL on local disks; on a network filesystem (NFS,
-  Lustre, GPFS, CIFS...: read from the mount table) the rollback journal with
-  a :class:`NetworkFilesystemWarning`, or a refusal. Never silently.
-  Switching the journal rewrites the file header, so it is not done on
-  connect but by :func:`apply_journal_mode`, once the caller knows the file is
-  ours (a foreign or newer file is refused untouched).
+* Read-write opens use the journal :func:`~.filesystems.journal_mode_for`
+  chooses (WAL, or the rollback journal on a network filesystem). Switching
+  the journal rewrites the file header, so it is not done on connect but by
+  :func:`apply_journal_mode`, once the caller knows the file is ours (a
+  foreign or newer file is refused untouched).
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
   created. A WAL database that no writer has open is read as ``immutable``;
   one that a writer has open (its ``-wal`` exists) is read with ``mode=ro``.
   That choice is made again for every read-only connection (they are not
   pooled): an immutable connection kept open would never see a writer's later
-  commits and would read their checkpointed pages as corruption.
+  commits and would read their checkpointed pages as corruption. Such reads
+  are re-run if a writer changed the file under them (:func:`stable_read`),
+  and keep no connection.
+* :func:`classify` tells, with one SELECT on the happy path, whether a
+  database is ``empty``, ``current``, ``behind``, ``ahead`` or ``foreign``
+  (tables, but no ``judgestore_alembic_version``); :func:`is_current` is that
+  SELECT on a raw sqlite3 connection.
+* :func:`open_file` connects with the store's pragmas and asks
+  :func:`is_current`; a current file is opened with that connection kept and
+  no SQLAlchemy engine, the journal switched (WAL) only now that the file is
+  known to be ours. Anything else is classified with an engine: an empty
+  file is created at head under the file's lock (two processes starting at
+  once create it once); behind, ahead, foreign and (read-only) empty files
+  are refused with their typed errors, untouched (the storage upgrades a
+  file that is behind when ``auto_upgrade`` is set).
 * What a failure on a file means (typed errors) and retrying a lock are
   :mod:`store.backends.sqlite.errors`'s.
 """
@@ -27,132 +39,30 @@ Contract:
 from __future__ import annotations
 
 import functools
-import os
-import re
 import sqlite3
-import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
 from urllib.parse import quote
 
-from sqlalchemy import Engine, create_engine, event
+from filelock import FileLock
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.pool import NullPool, QueuePool
 
-from store import jsonvalues
-from store.errors import (
-    NetworkFilesystemError,
-)
-from store.layout import wal_path
+from store import jsonvalues, schema
+from store.backends.sqlite.errors import raise_translated
+from store.backends.sqlite.filesystems import Filesystems, journal_mode_for
+from store.errors import CorruptDatabaseError, DatabaseBusyError, DatabaseMissingError, NotADatabaseError
+from store.layout import lock_path, wal_path
+from store.schema import VERSION_TABLE, DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
 from store.settings import Settings
 
 T = TypeVar("T")
 
-NETWORK_FILESYSTEMS = frozenset(
-    {
-        "nfs", "nfs4", "lustre", "gpfs", "cifs", "smb3", "smbfs", "ceph", "fuse.ceph",
-        "glusterfs", "fuse.glusterfs", "fuse.sshfs", "beegfs", "9p", "afs", "panfs", "wekafs",
-    }
-)  # fmt: skip
-MOUNTS_FILE = Path("/proc/self/mounts")
 _WAL_HEADER_BYTES = b"\x02\x02"  # bytes 18-19 of the file header: read/write version 2 = WAL
-
-
-class NetworkFilesystemWarning(UserWarning):
-    """The database is on a network filesystem: WAL is unsafe there, so the rollback journal is used."""
-
-
-def _unescape_mount_path(field: str) -> str:
-    # /proc/mounts escapes space, tab, newline and backslash as octal (\040...); every
-    # other character, non-ASCII ones included, is written as is.
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field)
-
-
-def filesystem_type(path: Path, mounts_file: Path | None = None) -> str | None:
-    """Type of the filesystem holding ``path`` (its nearest existing ancestor), or None if unknown."""
-    return Filesystems(mounts_file).type_of(path.resolve())
-
-
-class Filesystems:
-    """The filesystem types of paths, from one reading of the mount table.
-
-    A store reads the table once, when it opens its first database, not once
-    per database (mounts under a store root do not come and go while it is
-    open). None when the table cannot be read.
-    """
-
-    def __init__(self, mounts_file: Path | None = None) -> None:
-        try:
-            text = (mounts_file or MOUNTS_FILE).read_text(encoding="utf-8", errors="surrogateescape")
-        except OSError:
-            self._table: dict[str, str] | None = None
-        else:
-            self._table = _mount_table(text)
-
-    def type_of(self, resolved: Path) -> str | None:
-        """:func:`filesystem_type` of a path already resolved (strings, not Paths: it runs on every open)."""
-        if self._table is None:
-            return None
-        target = str(resolved)
-        while not os.path.exists(target) and target != (parent := os.path.dirname(target)):
-            target = parent
-        while True:  # deepest first: the innermost mount holding the path
-            if target in self._table:
-                return self._table[target]
-            parent = os.path.dirname(target)
-            if parent == target:
-                return None
-            target = parent
-
-
-@functools.lru_cache(maxsize=8)
-def _mount_table(text: str) -> dict[str, str]:
-    """Mount point -> filesystem type of a mounts file's text; the last line for a mount point wins (parsed once)."""
-    table: dict[str, str] = {}
-    for line in text.splitlines():
-        fields = line.split()
-        if len(fields) >= 3:
-            table[str(Path(_unescape_mount_path(fields[1])))] = fields[2]
-    return table
-
-
-def journal_mode_for(
-    path: Path,
-    settings: Settings,
-    mounts_file: Path | None = None,
-    *,
-    resolved: Path | None = None,
-    filesystems: Filesystems | None = None,
-) -> str:
-    """``"wal"`` or ``"delete"`` for a read-write open of ``path``, per the journal policy.
-
-    ``resolved`` (its ``resolve()``) and ``filesystems`` (a reading of the
-    mount table) are used when the caller has them.
-    """
-    policy = settings.journal_policy
-    if policy == "wal":
-        return "wal"
-    if policy == "rollback":
-        return "delete"
-    fstype = (filesystems or Filesystems(mounts_file)).type_of(resolved or path.resolve())
-    if fstype not in NETWORK_FILESYSTEMS:
-        return "wal"
-    if policy == "refuse-network":
-        raise NetworkFilesystemError(
-            path,
-            f"lies on a {fstype} network filesystem and JUDGESTORE_JOURNAL_POLICY=refuse-network. "
-            "Move the store to a local disk, or set JUDGESTORE_JOURNAL_POLICY=auto to use "
-            "the rollback journal there.",
-        )
-    warnings.warn(
-        f"{path} lies on a {fstype} network filesystem: WAL needs shared memory that such "
-        "filesystems do not provide, so the rollback journal is used (slower writes). "
-        "Set JUDGESTORE_JOURNAL_POLICY=refuse-network to refuse instead.",
-        NetworkFilesystemWarning,
-        stacklevel=3,
-    )
-    return "delete"
 
 
 def _is_wal_file(path: Path) -> bool:
@@ -282,3 +192,174 @@ def apply_journal_mode(engine: Engine) -> None:
 def set_journal_mode(conn: sqlite3.Connection, journal: str) -> None:
     """:func:`apply_journal_mode` on one raw connection (same conditions: the file is known to be ours)."""
     conn.execute(f"PRAGMA journal_mode = {journal}").fetchall()
+
+
+# ---------------------------------------------------------------- opening a file
+
+
+def classify(conn: Connection, path: Path, known: Revisions | None = None) -> SchemaStatus:
+    """Where the database behind ``conn`` stands; one SELECT when it has our version table."""
+    known = known or schema.revisions()  # the module's attribute: tests stand in another line of scripts
+    try:
+        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+        if rows and len(rows) == 1:
+            revision = rows[0][0]
+            if revision == known.head:
+                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
+            return SchemaStatus(state, revision, known.head)
+    except OperationalError as e:
+        if "no such table" not in str(e.orig):
+            raise_translated(path, e)
+    except DBAPIError as e:
+        raise_translated(path, e)
+    # No version table, or a version table without exactly one row: is anything else here?
+    try:
+        tables = tuple(sorted(inspect(conn).get_table_names()))
+    except DBAPIError as e:
+        raise_translated(path, e)
+    state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
+    return SchemaStatus(state, None, known.head, tables)
+
+
+def is_current(conn: sqlite3.Connection, path: Path, known: Revisions | None = None) -> bool:
+    """Whether the database behind a raw sqlite3 connection is at head: the one SELECT of :func:`classify`.
+
+    False means anything else (no version table, another revision, not one
+    row); :func:`classify` then says what it is. A file SQLite cannot read
+    raises its typed error.
+    """
+    known = known or schema.revisions()  # the module's attribute: tests stand in another line of scripts
+    try:
+        rows = conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
+    except sqlite3.OperationalError as e:
+        if "no such table" in str(e):
+            return False
+        raise_translated(path, e)
+    except sqlite3.Error as e:
+        raise_translated(path, e)
+    return len(rows) == 1 and rows[0][0] == known.head
+
+
+READONLY_READ_ATTEMPTS = 5
+
+
+def stable_read(path: Path, read: Callable[[], T]) -> T:
+    """Run a read-only ``read`` of a file; run it again if a writer changed the file under it."""
+    for _ in range(READONLY_READ_ATTEMPTS):
+        before = file_stamp(path)
+        try:
+            result = read()
+        except (CorruptDatabaseError, NotADatabaseError):
+            if file_stamp(path) == before:
+                raise
+            continue
+        after = file_stamp(path)
+        if after == before or (before.wal_exists and after.wal_exists):  # with a WAL, SQLite's locks held
+            return result
+    raise DatabaseBusyError(
+        path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedFile:
+    """A file found current: how to connect to it, the connection kept for its rows, the engine if one was built."""
+
+    connect: Callable[[], sqlite3.Connection]
+    connection: sqlite3.Connection | None
+    engine: Engine | None
+
+
+def open_file(path: Path, settings: Settings, *, readonly: bool, filesystems: Filesystems) -> OpenedFile:
+    """Open ``path`` as a current database of this library (see the module docstring), or raise why not."""
+    connect, journal = sqlite_connector(path, settings, readonly=readonly, filesystems=filesystems)
+    engine = None
+    try:
+        connection = _opened_current(connect, path, journal, readonly)
+        if connection is None:  # anything but current: classified, created or upgraded with an engine
+            engine = sqlite_engine(connect, journal, pooled=not readonly)
+            _check_schema(engine, path, readonly)
+            if not readonly:
+                # Now current: end as the usual open does, with the kept driver connection and no engine,
+                # rather than an idle engine connection while the first write opens another one.
+                engine.dispose()
+                engine = None
+                connection = _opened_current(connect, path, journal, readonly)
+    except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
+        if engine is not None:
+            engine.dispose()
+        raise_translated(path, e)
+    except BaseException:
+        if engine is not None:
+            engine.dispose()
+        raise
+    if readonly and connection is not None:
+        connection.close()  # read-only connections are made afresh for every read (see .connections)
+        connection = None
+    return OpenedFile(connect, connection, engine)
+
+
+def _opened_current(
+    connect: Callable[[], sqlite3.Connection], path: Path, journal: str | None, readonly: bool
+) -> sqlite3.Connection | None:
+    """The usual open: a sqlite3 connection on which one SELECT found the file current (journal then set).
+
+    None for anything else, with nothing left open: :func:`_check_schema` classifies it with an engine.
+    """
+
+    def attempt() -> sqlite3.Connection | None:
+        try:
+            conn = connect()
+        except sqlite3.Error as e:  # connecting can fail too (a file that is not a database)
+            raise_translated(path, e)
+        try:
+            if not is_current(conn, path):
+                conn.close()
+                return None
+            if journal is not None:
+                set_journal_mode(conn, journal)  # the file is ours: switching is safe now
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    return stable_read(path, attempt) if readonly else attempt()
+
+
+def _status(engine: Engine, path: Path, readonly: bool) -> SchemaStatus:
+    def attempt() -> SchemaStatus:
+        try:
+            with engine.connect() as conn:
+                return classify(conn, path)
+        except DBAPIError as e:  # connecting can fail too (a file that is not a database)
+            raise_translated(path, e)
+
+    return stable_read(path, attempt) if readonly else attempt()
+
+
+def _check_schema(engine: Engine, path: Path, readonly: bool) -> None:
+    """Refuse anything but a current database; the journal is switched only once the file is ours."""
+    status = _status(engine, path, readonly)
+    if status.state is DatabaseState.CURRENT:
+        apply_journal_mode(engine)
+        return
+    if status.state is DatabaseState.EMPTY and not readonly:
+        _create(engine, path)
+        apply_journal_mode(engine)
+        return
+    if status.state is DatabaseState.EMPTY:
+        raise DatabaseMissingError(path, "has no tables yet (read-only open creates nothing)")
+    raise_for_status(status, path)
+
+
+def _create(engine: Engine, path: Path) -> None:
+    """Create the schema at head, once, even when many processes try at the same moment."""
+    with FileLock(lock_path(path)):
+        conn: Connection
+        with engine.connect().execution_options(write=True) as conn, conn.begin():
+            status = classify(conn, path)  # another process may have won the race
+            if status.state is DatabaseState.EMPTY:
+                create_at_head(conn)
+            else:
+                raise_for_status(status, path)

@@ -26,10 +26,9 @@ from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
 from store.backends.sqlite.claims import SqliteClaimTable
-from store.backends.sqlite.connections import sqlite_engine
+from store.backends.sqlite.connections import sqlite_engine, stable_read
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
-from store.backends.sqlite.schema import stable_read
 from store.errors import StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.records import Record

@@ -20,7 +20,7 @@ Contract:
 * :meth:`~SqliteStorage.read_across` reads each file in a read transaction
   of its own and merges their rows in Python (:mod:`store.across.merge`).
 * Inspecting, upgrading, verifying and vacuuming are
-  :mod:`~store.backends.sqlite.schema`, :mod:`~store.backends.sqlite.upgrade`,
+  :mod:`~store.backends.sqlite.info`, :mod:`~store.backends.sqlite.upgrade`,
   :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
   on this root.
 """
@@ -37,17 +37,17 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from store import schema
 from store.backends.sqlite.catalog import Catalog
-from store.backends.sqlite.connections import Filesystems, readonly_uri
+from store.backends.sqlite.connections import is_current, open_file, readonly_uri
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.errors import raise_translated, write_refusal
-from store.backends.sqlite.schema import database_info as sqlite_database_info
-from store.backends.sqlite.schema import is_current, open_file
+from store.backends.sqlite.filesystems import Filesystems
+from store.backends.sqlite.info import database_info as sqlite_database_info
 from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
 from store.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
-from store.layout import METADATA_FILE, Location, check_location_metadata, database_name, walk, write_metadata
+from store.layout import Location, database_name, prepared_folder, walk
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
 from store.schema import Revisions
 from store.settings import Settings
@@ -148,17 +148,7 @@ class SqliteStorage:
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> SqliteDatabase:
         """The database of ``location``; a read-write store creates it (and metadata.json: ``metadata()``) if needed."""
-        cached = self._cached(location)
-        if cached is not None:
-            return cached
-        folder = location.folder(self.root)
-        path = folder / database_name(location.role)
-        if not self.readonly and not (folder / METADATA_FILE).exists():
-            try:
-                write_metadata(folder, metadata())
-            except OSError as e:  # a full or read-only disk: typed, naming the folder
-                raise_translated(folder, e)
-        return self._open_at(location, path)
+        return self._cached(location) or self._open_at(location, None if self.readonly else metadata)
 
     def check_writable(self, location: Location) -> None:
         path = location.db_path(self.root)
@@ -176,25 +166,25 @@ class SqliteStorage:
 
     def open_existing(self, location: Location) -> SqliteDatabase | None:
         """:meth:`open`, or None when there is nothing to read: no file, or (read-only) no tables yet."""
-        path = location.db_path(self.root)
-        if not path.exists():
+        if not location.db_path(self.root).exists():
             return None
         try:
-            return self._cached(location) or self._open_at(location, path)
+            return self.open(location)
         except DatabaseMissingError:  # read-only, and no tables yet (or removed meanwhile)
             return None
 
     def open(self, location: Location) -> SqliteDatabase:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""
-        return self._cached(location) or self._open_at(location, location.db_path(self.root))
+        return self._cached(location) or self._open_at(location)
 
-    def _open_at(self, location: Location, path: Path) -> SqliteDatabase:
-        if self.readonly and not path.exists():
-            raise DatabaseMissingError(path, "does not exist (read-only open creates nothing)")
+    def _open_at(self, location: Location, metadata: Callable[[], bytes] | None = None) -> SqliteDatabase:
+        """Open (given ``metadata``: create if needed) the database of ``location``; it is then cached."""
+        if self.readonly and not location.db_path(self.root).exists():
+            raise DatabaseMissingError(location.db_path(self.root), "does not exist (read-only open creates nothing)")
         try:
-            check_location_metadata(self.root, location)
-        except OSError as e:  # unreadable (permissions, I/O): typed, naming the file
-            raise_translated(location.metadata_path(self.root), e)
+            path = prepared_folder(self.root, location, metadata) / database_name(location.role)
+        except OSError as e:  # a full, read-only or unreadable disk: typed, naming the folder or its metadata.json
+            raise_translated(location.folder(self.root) if metadata else location.metadata_path(self.root), e)
         if self._filesystems is None:
             self._filesystems = Filesystems()
         opened = open_file(path, self.settings, readonly=self.readonly, filesystems=self._filesystems)

@@ -31,9 +31,9 @@ from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, translated
-from store.backends.sqlite.schema import classify, database_info
+from store.backends.sqlite.info import database_info
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
@@ -167,7 +167,7 @@ def upgrade_store(
 ) -> Iterator[UpgradeResult]:
     """Upgrade every ``behind`` database among ``locations``; report the others without writing to them.
 
-    Each database is looked at read-only first (:func:`store.backends.sqlite.schema.database_info`,
+    Each database is looked at read-only first (:func:`store.backends.sqlite.info.database_info`,
     metadata.json included): current and empty ones are ``up-to-date`` (an
     empty one is created at head when it is first written); every state but
     ``behind`` is ``refused`` with its reason, and its file is never opened for

@@ -30,9 +30,8 @@ from typing import Any
 from filelock import FileLock
 from sqlalchemy.exc import DatabaseError
 
-from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import translated
-from store.backends.sqlite.schema import classify
 from store.errors import JudgestoreError
 from store.layout import Location, check_location_metadata, database_size, lock_path
 from store.reports import VacuumOutcome, VacuumResult

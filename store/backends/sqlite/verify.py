@@ -24,10 +24,9 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.connections import create_sqlite_engine
+from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import translated
 from store.backends.sqlite.rows import SqliteRepository
-from store.backends.sqlite.schema import classify
 from store.errors import (
     DamagedTextError,
     InvalidInputError,
