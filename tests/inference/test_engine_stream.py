@@ -21,6 +21,7 @@ import pytest
 from inference.backends.base import EngineRequest, Generation, Refusal
 from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
 from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.backends.vllm.outputs import generation
 from inference.cache.model import CachedModel
 from inference.cache.rows import engine_request
 from inference.requests import CompletionRequest, Response
@@ -101,7 +102,7 @@ def plain_chat(engine: VLLMBackend, model: CachedModel, requests: list[Completio
         [view._sampling_params(inp.sample_index) for inp in missing],
         use_tqdm=False,
     )
-    return {inp.key: view._generation(output) for inp, output in zip(missing, outputs, strict=True)}
+    return {inp.key: generation(output, view.descriptor) for inp, output in zip(missing, outputs, strict=True)}
 
 
 def test_every_miss_is_in_the_scheduler_at_once_and_rows_are_written_as_they_finish(

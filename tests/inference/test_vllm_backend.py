@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 
 from inference.backends.base import EngineRequest, Generation
-from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend, verify_loaded
+from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
+from inference.backends.vllm.checks import verify_loaded
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from store import logprobs
 from store.descriptor import ModelDescriptor

@@ -6,8 +6,9 @@ Contract:
   torch); importing this module imports neither. It builds ``vllm.LLM`` from
   the full engine kwargs, execution-only ones included, after checking that
   their output-affecting part and the chat template it would apply are what
-  the descriptor says, so generations are never written under a descriptor
-  that did not produce them.
+  the descriptor says, and what it loaded after
+  (:mod:`inference.backends.vllm.checks`), so generations are never written
+  under a descriptor that did not produce them.
 * :meth:`VLLMBackend.generate_stream` (a
   :class:`~inference.backends.base.StreamingBackend`) adds every request of
   the batch to the engine at once, as ``LLM.chat`` does for chat input (the
@@ -33,10 +34,8 @@ Contract:
   (:class:`~store.errors.RequestRefusedError` with vLLM's reason); the others
   are generated together.
 * Each :class:`Generation` carries the text, finish reason, token counts and,
-  when ``sampling.logprobs`` is set, every candidate vLLM returned (token id,
-  decoded text, logprob, rank) and the sampled token, for the first generated
-  position or all of them (``descriptor.logprob_positions``), in the lossless
-  shape of :mod:`store.logprobs`.
+  when ``sampling.logprobs`` is set, every candidate vLLM returned, in the
+  lossless shape of :mod:`store.logprobs` (:mod:`inference.backends.vllm.outputs`).
 * :meth:`VLLMBackend.close` shuts the engine down; it is idempotent, and a
   closed backend refuses to generate.
 """
@@ -46,23 +45,15 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any, cast
 
 from inference.backends.base import EngineRequest, Generation, Refusal
-from inference.backends.vllm.descriptor import effective_chat_template, engine_settings, load_chat_template_text
+from inference.backends.vllm.checks import check_engine_kwargs, check_template, pinned_commit, verify_loaded
+from inference.backends.vllm.descriptor import effective_chat_template, load_chat_template_text
 from inference.backends.vllm.engine_logs import engine_is_quiet
-from inference.backends.vllm.model_source import COMMIT_RE, local_model_digest, model_name
-from store import logprobs
-from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import (
-    BackendError,
-    EngineMismatchError,
-    InvalidInputError,
-    JudgestoreError,
-    RequestRefusedError,
-)
-from store.logprobs import PositionLogprobs, TokenLogprob
+from inference.backends.vllm.outputs import generation
+from store.descriptor import ModelDescriptor
+from store.errors import BackendError, InvalidInputError, JudgestoreError, RequestRefusedError
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
 # vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
@@ -74,49 +65,6 @@ _CPU_SEEDED_MESSAGE = (
     "--engine-arg max_num_batched_tokens=<max_num_seqs x max_model_len> (an execution setting: the cache key "
     "and the rows already stored stay the same), then run again: what finished is kept"
 )
-
-
-def _token(token_id: int, entry: Any) -> TokenLogprob:
-    text = entry.decoded_token if entry.decoded_token is not None else ""
-    return TokenLogprob(text, float(entry.logprob), token_id, entry.rank)
-
-
-def position_logprobs(candidates: Mapping[int, Any], sampled_id: int | None, count: int) -> PositionLogprobs:
-    """Every candidate vLLM returned for one position, and the sampled token (see :mod:`store.logprobs`).
-
-    vLLM returns the ``count`` best tokens plus the sampled one when it is not
-    among them (with its true rank, above ``count``): the former are the
-    candidates, in rank order; the latter is kept as ``sampled`` only.
-    """
-    top = sorted(
-        (
-            _token(token_id, entry)
-            for token_id, entry in candidates.items()
-            if entry.rank is None or entry.rank <= count
-        ),
-        key=lambda t: (t.rank if t.rank is not None else count + 1, -t.logprob),
-    )
-    sampled = None
-    if sampled_id is not None and sampled_id in candidates:
-        sampled = _token(sampled_id, candidates[sampled_id])
-    return PositionLogprobs(tuple(top), sampled)
-
-
-def _check_template(descriptor: ModelDescriptor, template: str | None) -> None:
-    """Refuse to chat under a template other than the one ``descriptor`` hashed.
-
-    Catches the easy mistake of building the descriptor with an explicit
-    template and the backend without it (or the other way round), which would
-    store generations under a descriptor that did not produce them.
-    """
-    if descriptor.input_mode != "chat":
-        return
-    sha = sha256_hex(template.encode()) if template is not None else None
-    if sha != descriptor.chat_template_sha256:
-        raise InvalidInputError(
-            f"the chat template the engine would apply (sha256 {sha}) is not the descriptor's "
-            f"({descriptor.chat_template_sha256}); pass the same chat_template to the descriptor and the backend"
-        )
 
 
 class VLLMBackend:
@@ -144,7 +92,7 @@ class VLLMBackend:
         ``engine_template`` is the template the engine applies when none is
         passed per request (its own ``chat_template`` kwarg, or the model's).
         """
-        _check_template(descriptor, chat_template if chat_template is not None else engine_template)
+        check_template(descriptor, chat_template if chat_template is not None else engine_template)
         self._llm: Any = llm
         self._sampling_params_cls = sampling_params_cls
         self._descriptor = descriptor
@@ -255,7 +203,7 @@ class VLLMBackend:
                         index = pending.pop(output.request_id, None)
                         if index is None:
                             raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
-                        yield index, self._generation(output)
+                        yield index, generation(output, self._descriptor)
                 if pending:
                     raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
             except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
@@ -317,29 +265,6 @@ class VLLMBackend:
             [r.rendered["text"] for r in requests], list(params), use_tqdm=False
         )
 
-    def _generation(self, output: Any) -> Generation:
-        completion = output.outputs[0]
-        count = self._descriptor.sampling.logprobs
-        top: dict[str, Any] | None = None
-        if count is not None:
-            per_position = list(completion.logprobs or ())
-            if self._descriptor.logprob_positions == "first":
-                per_position = per_position[:1]
-            token_ids = list(completion.token_ids)
-            top = logprobs.encode(
-                position_logprobs(candidates or {}, token_ids[i] if i < len(token_ids) else None, count)
-                for i, candidates in enumerate(per_position)
-            )
-        return Generation(
-            text=completion.text,
-            finish_reason=completion.finish_reason,
-            usage={
-                "prompt_tokens": len(output.prompt_token_ids or ()),
-                "completion_tokens": len(completion.token_ids),
-            },
-            top_logprobs=top,
-        )
-
     def close(self) -> None:
         """Shut the engine down (memory, worker processes). Safe to call twice."""
         llm, self._llm = self._llm, None
@@ -358,75 +283,6 @@ class VLLMBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _check_engine_kwargs(descriptor: ModelDescriptor, model: str, engine_kwargs: Mapping[str, Any]) -> None:
-    """Refuse engine kwargs whose output-affecting part differs from the descriptor's."""
-    name = model_name(os.fspath(engine_kwargs.get("model", model)))
-    if name != descriptor.model:
-        raise InvalidInputError(f"engine model {name!r} is not the descriptor's {descriptor.model!r}")
-    given = engine_settings(engine_kwargs)
-    # A separate tokenizer is named in the descriptor with its resolved revision,
-    # which the kwargs do not carry: compare the rest.
-    expected = {k: v for k, v in descriptor.engine.items() if k not in ("tokenizer", "tokenizer_revision")}
-    tokenizer = engine_kwargs.get("tokenizer")
-    tokenizer_name = model_name(os.fspath(tokenizer)) if tokenizer is not None else descriptor.model
-    if tokenizer_name != descriptor.engine.get("tokenizer", descriptor.model):
-        raise InvalidInputError(f"engine tokenizer {tokenizer_name!r} is not the descriptor's")
-    if (
-        descriptor.model_copy(update={"engine": given}).sha256()
-        != descriptor.model_copy(update={"engine": expected}).sha256()
-    ):
-        differ = sorted(k for k in given.keys() | expected.keys() if given.get(k) != expected.get(k))
-        raise InvalidInputError(
-            f"engine kwargs differ from the descriptor in {differ}; build the descriptor from the same kwargs"
-        )
-
-
-def _pinned_commit(descriptor: ModelDescriptor) -> str | None:
-    revision = descriptor.revision
-    return revision if revision is not None and COMMIT_RE.match(revision) else None
-
-
-def loaded_chat_template(llm: Any, explicit: str | None) -> str | None:
-    """The template a loaded engine applies to chats: vLLM's own choice (explicit, processor, tokenizer, fallback)."""
-    from vllm.renderers.hf import resolve_chat_template
-
-    return resolve_chat_template(llm.get_tokenizer(), explicit, None, model_config=llm.llm_engine.model_config)
-
-
-def verify_loaded(llm: Any, descriptor: ModelDescriptor, model: str, explicit: str | None) -> None:
-    """Raise :class:`EngineMismatchError` unless the loaded engine is what ``descriptor`` names.
-
-    Checked after the load and before any row can be written: the commit vLLM
-    resolved (a Hub model), the folder's digest (a local one, whose files may
-    have changed since the descriptor was computed), and the chat template it
-    will apply. An unpinned descriptor pins neither, by the caller's choice.
-    """
-    problems = []
-    if descriptor.revision is not None and descriptor.revision.startswith("sha256:"):
-        digest = local_model_digest(Path(model))
-        if digest != descriptor.revision:
-            problems.append(f"the folder {model} now digests to {digest}, not the descriptor's {descriptor.revision}")
-    elif (commit := _pinned_commit(descriptor)) is not None:
-        loaded = getattr(llm.llm_engine.model_config, "revision", None)
-        if loaded != commit:
-            problems.append(f"vLLM loaded revision {loaded}, not the descriptor's commit {commit}")
-    if descriptor.input_mode == "chat" and not descriptor.unpinned:
-        template = loaded_chat_template(llm, explicit)
-        sha = sha256_hex(template.encode()) if template is not None else None
-        if sha != descriptor.chat_template_sha256:
-            problems.append(
-                f"vLLM applies a chat template with sha256 {sha}, "
-                f"not the descriptor's {descriptor.chat_template_sha256}"
-            )
-    if problems:
-        raise EngineMismatchError(
-            f"{descriptor.model}: the engine vLLM loaded is not the one the cache key describes: "
-            + "; ".join(problems)
-            + ". Nothing was generated or written; run again (the key is computed afresh), or report the model "
-            "if it persists (vLLM may pick a template from files judgestore does not read)"
-        )
 
 
 def create_vllm_backend(
@@ -453,10 +309,10 @@ def create_vllm_backend(
             raise InvalidInputError(
                 f"the descriptor of {descriptor.model!r} names a local folder by its name only: pass model=<its path>"
             )
-    _check_engine_kwargs(descriptor, model, engine_kwargs)
+    check_engine_kwargs(descriptor, model, engine_kwargs)
     kwargs = dict(engine_kwargs)
     kwargs["model"] = model
-    if (commit := _pinned_commit(descriptor)) is not None:
+    if (commit := pinned_commit(descriptor)) is not None:
         # The descriptor resolved a branch or tag to this commit: load exactly
         # that, even if the branch has moved on the hub since.
         kwargs["revision"] = commit
@@ -466,7 +322,7 @@ def create_vllm_backend(
     engine_template = None
     if not descriptor.unpinned:
         engine_template = effective_chat_template(model, engine_kwargs=kwargs)
-        _check_template(descriptor, explicit if explicit is not None else engine_template)
+        check_template(descriptor, explicit if explicit is not None else engine_template)
 
     from vllm import LLM, SamplingParams
 

@@ -17,11 +17,13 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   folder's hash) and the revision with one SELECT of the schema's version
   table; anything but current is refused with the same typed errors as a
   SQLite file (behind, ahead, foreign), unless ``auto_upgrade``.
-* Upgrades run per schema, each in its own transaction under the schema's
-  advisory lock; PostgreSQL's DDL is transactional, so a failed migration
-  leaves the schema exactly as it was (no backup is needed) and the other
-  schemas go on; row counts are verified as for SQLite. A second upgrade
-  started at once waits on the lock and then finds nothing to do.
+* Reading a schema's state and what ``ls`` reports of it, upgrading and
+  verifying schemas are :mod:`~store.backends.postgres.status`,
+  :mod:`~store.backends.postgres.upgrade` and
+  :mod:`~store.backends.postgres.verify`'s, on this storage. Upgrades run
+  per schema, each in its own transaction under the schema's advisory lock;
+  PostgreSQL's DDL is transactional, so a failed migration leaves the schema
+  exactly as it was (no backup is needed) and the other schemas go on.
 * Writes retry what a healthy server may answer (a serialisation failure, a
   deadlock, a connection dropped mid-transaction: the server rolled the
   transaction back, so no partial chunk exists; a connection refused while
@@ -49,19 +51,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 import orjson
-from sqlalchemy import (
-    Column,
-    Connection,
-    MetaData,
-    String,
-    Table,
-    inspect,
-    select,
-    text,
-)
+from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.exc import DBAPIError, OperationalError
 
-from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.connections import create_postgres_engine, display_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
@@ -73,43 +65,22 @@ from store.backends.postgres.registry import (
     registered,
     registry,
     schema_name,
-    schema_options,
 )
-from store.backends.postgres.rows import PostgresRepository
-from store.backends.postgres.survey import SCHEMA_TABLES, claims_of, matching, survey
+from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
+from store.backends.postgres.survey import SCHEMA_TABLES, matching
+from store.backends.postgres.upgrade import migrate_schema, row_counts, upgrade_schemas
+from store.backends.postgres.verify import verify_schema
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
     MetadataMismatchError,
-    ServerError,
-    ServerSchemaError,
-    UpgradeFailedError,
 )
 from store.filters import RowFilter
 from store.layout import Location, StoredMetadata, parse_metadata
-from store.reports import (
-    DatabaseInfo,
-    DatabaseVerification,
-    Problem,
-    ProblemKind,
-    RowChecks,
-    UpgradeOutcome,
-    UpgradeResult,
-    VacuumResult,
-)
-from store.schema import (
-    USABLE_STATES,
-    VERSION_TABLE,
-    DatabaseState,
-    Revisions,
-    SchemaStatus,
-    migrate,
-    raise_for_status,
-    revisions_of,
-    status_error,
-)
+from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.schema import VERSION_TABLE, DatabaseState, Revisions, raise_for_status
 from store.settings import Settings
 
 if TYPE_CHECKING:
@@ -121,7 +92,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 # SQLSTATEs after which the whole transaction may simply run again.
 RETRYABLE_STATES = frozenset({"40001", "40P01", "57P01", "08000", "08003", "08006"})
-UNDEFINED_TABLE = "42P01"
 
 
 def _retryable(error: DBAPIError) -> bool:
@@ -130,12 +100,6 @@ def _retryable(error: DBAPIError) -> bool:
     # connections for a moment); a server that answered, even with a refusal, says why with a state.
     refused = state is None and isinstance(error, OperationalError)
     return error.connection_invalidated or refused or state in RETRYABLE_STATES
-
-
-def _revisions(script: ScriptDirectory | None) -> Revisions:
-    from store import schema  # the module's attribute: tests stand in another line of scripts
-
-    return schema.revisions() if script is None else revisions_of(script)
 
 
 class PostgresStorage:
@@ -216,7 +180,7 @@ class PostgresStorage:
         if flt.is_empty() or not chosen:
             return chosen
         with self.connection() as conn:
-            keep = matching(conn, chosen, flt, _revisions(None).head)
+            keep = matching(conn, chosen, flt, known_revisions(None).head)
         return [location for location in chosen if location in keep]
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
@@ -228,9 +192,9 @@ class PostgresStorage:
         ).scalar_one_or_none()
         if row is None:
             return None
-        return self._verified(location, row)
+        return self.verified(location, row)
 
-    def _verified(self, location: Location, row: str) -> StoredMetadata:
+    def verified(self, location: Location, row: str) -> StoredMetadata:
         """The registry's ``metadata_json`` of ``location``, verified like a metadata.json."""
         where = f"{self.location_where(location)} (registry)"
         stored, recorded_hash = parse_metadata(row.encode(), where)
@@ -244,31 +208,6 @@ class PostgresStorage:
         return stored
 
     # ------------------------------------------------------------ schemas
-
-    def classify(self, conn: Connection, location: Location, known: Revisions | None = None) -> SchemaStatus:
-        """The schema's state, with one SELECT when it has its version table (a savepoint guards the miss)."""
-        known = known or _revisions(None)
-        name = schema_name(location)
-        version = Table(VERSION_TABLE, MetaData(), Column("version_num", String), schema=name)
-        try:
-            with conn.begin_nested():
-                rows = conn.execute(select(version.c.version_num)).all()
-        except DBAPIError as e:
-            if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
-                raise
-            rows = []
-        if len(rows) == 1:
-            revision = rows[0][0]
-            if revision == known.head:
-                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
-            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
-            return SchemaStatus(state, revision, known.head)
-        tables = tuple(sorted(inspect(conn).get_table_names(schema=name)))
-        return SchemaStatus(DatabaseState.FOREIGN if tables else DatabaseState.EMPTY, None, known.head, tables)
-
-    def _migrate(self, conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
-        conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
-        migrate(conn.execution_options(**schema_options(location)), script=script)
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> PostgresDatabase:
         """The database of ``location``; a read-write store creates and registers its schema if needed."""
@@ -295,7 +234,7 @@ class PostgresStorage:
                         "touched. Drop it, or point the store at another database",
                     )
                 conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
-                self._migrate(conn, location)
+                migrate_schema(conn, location)
                 register(conn, location, descriptor_sha256, metadata.decode())
 
         self.retry(attempt)
@@ -320,7 +259,7 @@ class PostgresStorage:
                 if tables:
                     locked = ", ".join(f"{quoted(name)}.{quoted(t)}" for t in tables)
                     conn.execute(text(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE"))
-                    if any(self._row_counts(conn, location).values()):
+                    if any(row_counts(conn, location).values()):
                         return False
                 conn.execute(text(f"DROP SCHEMA {quoted(name)} CASCADE"))
                 conn.execute(registry.delete().where(registry.c.schema_name == name))
@@ -344,7 +283,7 @@ class PostgresStorage:
             stored = self.metadata(conn, location)
             if stored is None:
                 raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
-            status = self.classify(conn, location)
+            status = classify(conn, location)
         if status.state is not DatabaseState.CURRENT:
             raise_for_status(status, self.location_where(location))
         return PostgresDatabase(self, location, stored)
@@ -353,60 +292,11 @@ class PostgresStorage:
 
     def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
         """One schema's state (and rows when current), read-only; never raises for a bad schema."""
-        known = known or _revisions(None)
-        where = self.location_where(location)
-        revision = rows = error = claims = None
-        try:
-            with self.connection() as conn:
-                self.metadata(conn, location)
-                status = self.classify(conn, location, known)
-                state, revision, error = status.state, status.revision, status_error(status, where)
-                mapped = conn.execution_options(**schema_options(location))
-                if status.state is DatabaseState.CURRENT:
-                    claims = PostgresClaimTable(mapped, location.role).summary()
-                if status.state is DatabaseState.CURRENT and count_rows:
-                    rows = PostgresRepository(mapped, location.role).count()
-        except MetadataMismatchError as e:
-            state, error = DatabaseState.METADATA_MISMATCH, str(e)
-        except JudgestoreError as e:
-            state, error = DatabaseState.UNREADABLE, str(e)
-        size = self.size_of(location)
-        return DatabaseInfo(location, where, state, revision, known.head, rows, size, error, claims)
+        return schema_info(self, location, known=known, count_rows=count_rows)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
-        """:meth:`info` of each location, the registry rows, revisions, row counts and sizes read in a few
-        statements for all of them (:mod:`~store.backends.postgres.survey`) instead of six round trips per schema;
-        a schema that is anything but registered with one revision row is read by :meth:`info`."""
-        chosen = list(locations)
-        known = _revisions(None)
-        names = {schema_name(location): location for location in chosen}
-        try:
-            with self.connection() as conn:
-                rows, versions, counts, sizes = survey(conn, names, known.head if count_rows else None)
-                claims = claims_of(conn, {n: names[n] for n, v in versions.items() if v == known.head})
-        except JudgestoreError:
-            rows, versions, counts, sizes, claims = {}, {}, {}, {}, {}
-        for name, location in names.items():
-            revision = versions.get(name)
-            if name not in rows or revision is None or name not in sizes:
-                yield self.info(location, known=known, count_rows=count_rows)
-                continue
-            where = self.location_where(location)
-            try:
-                self._verified(location, rows[name])
-            except MetadataMismatchError as e:
-                yield DatabaseInfo(location, where, DatabaseState.METADATA_MISMATCH, None, known.head, None,
-                                   sizes[name], str(e))  # fmt: skip
-                continue
-            except JudgestoreError as e:
-                yield DatabaseInfo(location, where, DatabaseState.UNREADABLE, None, known.head, None, sizes[name],
-                                   str(e))  # fmt: skip
-                continue
-            state = DatabaseState.CURRENT if revision == known.head else None
-            state = state or (DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD)
-            status = SchemaStatus(state, revision, known.head)
-            yield DatabaseInfo(location, where, state, revision, known.head, counts.get(name) if count_rows else None,
-                               sizes[name], status_error(status, where), claims.get(name))  # fmt: skip
+        """:meth:`info` of each location, read in a few statements for all of them (:func:`~.status.schema_infos`)."""
+        return schema_infos(self, locations, count_rows=count_rows)
 
     def size_of(self, location: Location) -> int:
         """Bytes the schema's tables take on the server (indexes and TOAST included).
@@ -429,81 +319,12 @@ class PostgresStorage:
     def upgrade(
         self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
     ) -> Iterator[UpgradeResult]:
-        """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
-        known = _revisions(script)
-        for location in locations:
-            where = self.location_where(location)
-            try:
-                yield self._upgrade(location, where, known, script)
-            except JudgestoreError as e:
-                yield UpgradeResult(where, UpgradeOutcome.REFUSED, None, None, error=str(e))
-
-    def _upgrade(
-        self, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
-    ) -> UpgradeResult:
-        with self.connection(write=True) as conn:
-            advisory_lock(conn, schema_name(location))
-            self.metadata(conn, location)
-            status = self.classify(conn, location, known)
-            if status.state in USABLE_STATES:
-                return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
-            if status.state is not DatabaseState.BEHIND:
-                return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
-                                     error=status_error(status, where))  # fmt: skip
-            before = self._row_counts(conn, location)
-            try:
-                with conn.begin_nested():  # rolled back as a whole if anything below fails
-                    self._migrate(conn, location, script)
-                    after = self._row_counts(conn, location)
-                    if {t: n for t, n in after.items() if t in before} != before:
-                        raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
-            except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
-                failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
-                return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
-            reached = self.classify(conn, location, known).revision
-            return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
-
-    def _row_counts(self, conn: Connection, location: Location) -> dict[str, int]:
-        name = schema_name(location)
-        tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
-        return {t: conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{quoted(t)}")).scalar_one() for t in tables}
+        """Upgrade each schema in its own transaction under its lock (:mod:`store.backends.postgres.upgrade`)."""
+        return upgrade_schemas(self, locations, script=script)
 
     def verify(self, location: Location) -> DatabaseVerification:
-        """Registry row, schema state, and every row's input hash; never raises for a bad schema."""
-        where = self.location_where(location)
-        problems: list[Problem] = []
-        checked = adopted = 0
-        try:
-            with self.connection() as conn:
-                try:
-                    self.metadata(conn, location)
-                except MetadataMismatchError as e:
-                    problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
-                status = self.classify(conn, location)
-            if status.state not in USABLE_STATES:
-                problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
-            elif status.state is DatabaseState.CURRENT:
-                checked, found, adopted = self._verify_rows(location, where)
-                problems += found
-        except JudgestoreError as e:
-            problems.append(Problem(where, ProblemKind.FILE, str(e)))
-        return DatabaseVerification(location, where, checked, tuple(problems), adopted)
-
-    def _verify_rows(self, location: Location, where: str) -> tuple[int, list[Problem], int]:
-        """Every row's input hash, and the adopted rows counted; a table another tool changed is a problem."""
-        checks = RowChecks(where)
-        try:
-            with self.connection() as conn:  # its own transaction: a failure here ends only this one
-                repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
-                for record in repo.query():
-                    checks.hashed(record.input_hash, record.sample_index, record.input_text)
-                adopted = repo.count(RowFilter(adopted=True))
-        except ServerSchemaError as e:  # a table or column its revision promises is missing
-            return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
-        except (ServerError, ValueError) as e:  # a JSON value that does not decode (InvalidInputError is one)
-            return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
-        checked, problems = checks.result()
-        return checked, problems, adopted
+        """Registry row, schema state, and every row's input hash (:mod:`store.backends.postgres.verify`)."""
+        return verify_schema(self, location)
 
     def strays(self) -> list[Problem]:
         return []  # the registry is the layout: nothing can lie outside it

@@ -1,0 +1,87 @@
+"""Upgrading a PostgreSQL store's descriptor schemas to this library's head revision, one schema at a time.
+
+Contract:
+
+* :func:`migrate_schema` runs the migrations with the schema as
+  ``search_path`` (so data migrations written as plain SQL land there too)
+  and the models mapped onto it; creating a schema and upgrading one both
+  use it.
+* :func:`upgrade_schemas` upgrades each schema in its own transaction under
+  the schema's advisory lock; PostgreSQL's DDL is transactional, so a failed
+  migration leaves the schema exactly as it was (no backup is needed) and
+  the other schemas go on; the row counts (:func:`row_counts`) must be the
+  same after as before. Only a ``behind`` schema is written; any other state
+  is reported (``refused``, or ``up-to-date``) untouched. A second upgrade
+  started at once waits on the lock and then finds nothing to do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING
+
+from sqlalchemy import Connection, inspect, text
+
+from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
+from store.backends.postgres.status import classify, known_revisions
+from store.errors import JudgestoreError, UpgradeFailedError
+from store.layout import Location
+from store.reports import UpgradeOutcome, UpgradeResult
+from store.schema import USABLE_STATES, VERSION_TABLE, DatabaseState, Revisions, migrate, status_error
+
+if TYPE_CHECKING:
+    from alembic.script import ScriptDirectory
+
+    from store.backends.postgres.storage import PostgresStorage
+
+
+def migrate_schema(conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
+    """Migrate ``location``'s schema to the head of ``script`` (this library's scripts when None)."""
+    conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
+    migrate(conn.execution_options(**schema_options(location)), script=script)
+
+
+def row_counts(conn: Connection, location: Location) -> dict[str, int]:
+    """The rows of each table of ``location``'s schema (its version table left out)."""
+    name = schema_name(location)
+    tables = [t for t in inspect(conn).get_table_names(schema=name) if t != VERSION_TABLE]
+    return {t: conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{quoted(t)}")).scalar_one() for t in tables}
+
+
+def upgrade_schemas(
+    storage: PostgresStorage, locations: Iterable[Location], *, script: ScriptDirectory | None = None
+) -> Iterator[UpgradeResult]:
+    """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
+    known = known_revisions(script)
+    for location in locations:
+        where = storage.location_where(location)
+        try:
+            yield _upgrade(storage, location, where, known, script)
+        except JudgestoreError as e:
+            yield UpgradeResult(where, UpgradeOutcome.REFUSED, None, None, error=str(e))
+
+
+def _upgrade(
+    storage: PostgresStorage, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
+) -> UpgradeResult:
+    with storage.connection(write=True) as conn:
+        advisory_lock(conn, schema_name(location))
+        storage.metadata(conn, location)
+        status = classify(conn, location, known)
+        if status.state in USABLE_STATES:
+            return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
+        if status.state is not DatabaseState.BEHIND:
+            return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
+                                 error=status_error(status, where))  # fmt: skip
+        before = row_counts(conn, location)
+        try:
+            with conn.begin_nested():  # rolled back as a whole if anything below fails
+                migrate_schema(conn, location, script)
+                after = row_counts(conn, location)
+                if {t: n for t, n in after.items() if t in before} != before:
+                    raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
+        except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
+            failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
+            return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
+        reached = classify(conn, location, known).revision
+        return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)

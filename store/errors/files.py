@@ -1,0 +1,218 @@
+"""The store's files: a folder tree that is not what judgestore wrote, a descriptor database it cannot use.
+
+Contract:
+
+* Errors about a descriptor database say ``where`` it is: a file's path, or
+  a PostgreSQL server's schema (then ``path`` is None); ``path`` is always a
+  :class:`~pathlib.Path` on this machine, or None.
+* Every SQLite, driver or filesystem failure on a store file reaches the
+  caller as a :class:`DatabaseFileError` (``store.backends.sqlite.errors.translated``
+  chooses which): damaged, full, not writable, busy, I/O... never as a raw
+  ``sqlite3``, SQLAlchemy or ``OSError`` exception.
+* A schema revision that does not match says which way: behind (run
+  ``judgestore db upgrade``) or ahead (upgrade the library); a file another
+  tool made is refused untouched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from store.errors.base import UPGRADE_HOW, JudgestoreError
+
+__all__ = [
+    "CorruptDatabaseError",
+    "DamagedTextError",
+    "DatabaseBusyError",
+    "DatabaseFileError",
+    "DatabaseIOError",
+    "DatabaseMissingError",
+    "ForeignDatabaseError",
+    "LayoutError",
+    "MetadataMismatchError",
+    "MetadataMissingError",
+    "MigrationScriptsError",
+    "NetworkFilesystemError",
+    "NotADatabaseError",
+    "RowGoneError",
+    "SchemaAheadError",
+    "SchemaBehindError",
+    "SchemaError",
+    "SchemaMismatchError",
+    "StoreFullError",
+    "StoreMissingError",
+    "StoreNotWritableError",
+    "UnexpectedDatabaseError",
+    "UpgradeFailedError",
+]
+
+
+def _place(where: Path | str) -> tuple[str, Path | None]:
+    """How a message names a place, and its path when it is a file (a server's schema has none)."""
+    if isinstance(where, Path) or "://" not in where:
+        path = Path(where)
+        return str(path), path
+    return where, None
+
+
+class LayoutError(JudgestoreError):
+    """The folder tree of a store (or a server's registry) is not what judgestore wrote."""
+
+    def __init__(self, where: Path | str, message: str) -> None:
+        self.where, self.path = _place(where)
+        super().__init__(f"{self.where}: {message}")
+
+
+class MetadataMismatchError(LayoutError):
+    """A descriptor folder's name does not match the hash of its metadata.json."""
+
+
+class MetadataMissingError(LayoutError):
+    """A descriptor folder has no readable metadata.json."""
+
+
+class StoreMissingError(LayoutError):
+    """A store that must exist (a copy's source) is not there: no such folder, or no registry on the server."""
+
+
+class DatabaseFileError(JudgestoreError):
+    """A descriptor database (a file, or a server's schema) cannot be used as it is."""
+
+    def __init__(self, where: Path | str, message: str) -> None:
+        self.where, self.path = _place(where)
+        super().__init__(f"{self.where}: {message}")
+
+
+class RowGoneError(DatabaseFileError):
+    """A row a lookup found was deleted before its deferred ``input_text`` was read (:mod:`store.deferred`)."""
+
+
+class DatabaseMissingError(DatabaseFileError):
+    """A read-only open of a database that does not exist."""
+
+
+class NotADatabaseError(DatabaseFileError):
+    """The file is not an SQLite database at all."""
+
+
+class CorruptDatabaseError(DatabaseFileError):
+    """The file is SQLite but damaged (truncated, malformed pages)."""
+
+
+class SchemaError(DatabaseFileError):
+    """The database's schema revision does not match this library."""
+
+
+class SchemaBehindError(SchemaError):
+    """The database was written by an older judgestore: it needs an upgrade."""
+
+    def __init__(self, path: Path | str, found: str, expected: str) -> None:
+        self.found, self.expected = found, expected
+        super().__init__(
+            path,
+            f"schema revision {found} is older than this library's {expected}. "
+            "Take a backup if you want one (the upgrade also keeps one), then run "
+            "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1).",
+        )
+
+
+class SchemaAheadError(SchemaError):
+    """The database was written by a newer judgestore than this one."""
+
+    def __init__(self, path: Path | str, found: str, expected: str) -> None:
+        self.found, self.expected = found, expected
+        super().__init__(
+            path,
+            f"schema revision {found} is unknown to this library (its newest is "
+            f"{expected}): the file was written by a newer judgestore. Upgrade the "
+            f"library ({UPGRADE_HOW}); the file was not touched.",
+        )
+
+
+class ForeignDatabaseError(SchemaError):
+    """An SQLite file that judgestore did not create (another tool's tables)."""
+
+    def __init__(self, path: Path | str, tables: list[str]) -> None:
+        self.tables = tables
+        shown = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+        super().__init__(
+            path,
+            f"not a judgestore database (it has tables {shown} and no "
+            "judgestore_alembic_version table); refusing to touch it. "
+            "Old judgestore-era caches are imported with `judgestore import`.",
+        )
+
+
+class UpgradeFailedError(SchemaError):
+    """A migration failed; the database was restored to its state before the upgrade."""
+
+
+class MigrationScriptsError(JudgestoreError):
+    """The shipped migration scripts are not one line of revisions (a packaging error)."""
+
+
+class NetworkFilesystemError(DatabaseFileError):
+    """The database lies on a network filesystem and the policy refuses it."""
+
+
+class DatabaseBusyError(DatabaseFileError):
+    """Another process kept the database locked longer than the retry budget."""
+
+
+class StoreFullError(DatabaseFileError):
+    """The filesystem holding a store file is full (or the user's quota is): the write was rolled back."""
+
+    def __init__(self, path: Path | str, *, free_bytes: int | None, needed_bytes: int | None = None) -> None:
+        self.free_bytes, self.needed_bytes = free_bytes, needed_bytes
+        free = "" if free_bytes is None else f" ({_size(free_bytes)} free on its filesystem)"
+        needed = (
+            "Free some space"
+            if needed_bytes is None
+            else f"Free at least {_size(needed_bytes)} (about twice the rows being written: SQLite journals them)"
+        )
+        super().__init__(
+            path,
+            f"the disk is full{free}: nothing of the failed write was kept, and rows stored before it are intact. "
+            f"{needed} or move the store (--store-root), then run the command again: "
+            "rows already stored are not computed again.",
+        )
+
+
+class StoreNotWritableError(DatabaseFileError):
+    """The filesystem refused a write: a read-only mount, or permissions. Nothing was changed."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(
+            path,
+            f"cannot be written ({reason}); nothing was changed. Read-only commands (ls, query, "
+            "verify, db status, generate --mode readonly) work here; to write, remount it read-write, "
+            "fix its permissions, or copy the store to a writable --store-root.",
+        )
+
+
+def _size(n: int) -> str:
+    """``n`` bytes for people: ``812 bytes``, ``3.4 MB``."""
+    if n < 1000:
+        return f"{n} bytes"
+    value = float(n)
+    for unit in ("kB", "MB", "GB"):
+        value /= 1000
+        if value < 1000:
+            return f"{value:.1f} {unit}"
+    return f"{value / 1000:.1f} TB"
+
+
+class DatabaseIOError(DatabaseFileError):
+    """The operating system failed to read or write the file (an I/O error, a file it cannot open)."""
+
+
+class DamagedTextError(CorruptDatabaseError):
+    """A text value in the file is not valid UTF-8: the page holding it was damaged."""
+
+
+class SchemaMismatchError(DatabaseFileError):
+    """A table or column that the file's schema revision promises is missing: another tool edited the file."""
+
+
+class UnexpectedDatabaseError(DatabaseFileError):
+    """SQLite failed in a way judgestore has no name for; the message carries SQLite's own words."""

@@ -1,0 +1,53 @@
+"""Bad input: a value, a message, a filter or a statement judgestore cannot use as given.
+
+Contract: :class:`InvalidInputError` (also a ``ValueError``) is the base of
+every refusal of what a caller passed; other families derive from it where
+their error is one (a value the server refuses, a legacy descriptor the live
+rules cannot reproduce, a model that does not exist, a request the engine
+refuses). Nothing is changed by a call refused with one.
+"""
+
+from __future__ import annotations
+
+from store.errors.base import JudgestoreError
+
+__all__ = [
+    "EmptyFilterError",
+    "InvalidInputError",
+    "NotCombinableError",
+    "StatementError",
+    "UnsupportedMessageError",
+]
+
+
+class InvalidInputError(JudgestoreError, ValueError):
+    """A value given to judgestore cannot be used (bad message, bad segment...)."""
+
+
+class UnsupportedMessageError(InvalidInputError):
+    """A chat message judgestore cannot key as it stands: a tool message, a tool call, a name, content blocks."""
+
+
+class EmptyFilterError(JudgestoreError, ValueError):
+    """A delete without any filter: it would empty the table, so it is refused."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "refusing to delete with an empty filter (it would delete every row); "
+            "name at least one of benchmark, instruction_id, model, model_a, "
+            "model_b, judge, orientation, pair, run_id, created_after, created_before"
+        )
+
+
+class StatementError(InvalidInputError):
+    """A SQLAlchemy statement that ``Store.scalars``/``Store.execute`` cannot run across databases as asked."""
+
+
+class NotCombinableError(StatementError):
+    """A statement whose result across databases cannot be combined exactly from each database's own result."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} cannot be combined exactly across databases (only count, sum, min and max, grouped or not, "
+            "can). Read the rows instead: `judgestore export` or store.export.to_pandas, then aggregate there"
+        )
