@@ -43,13 +43,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from store import InvalidInputError, JudgestoreError, RowFilter, Selector
 from store.browse.browser import Browser
 from store.browse.pages import NotFoundError, RowsQuery, database_name
 from store.browse.queries import ORDERS, SCAN_WINDOW, Key
 from store.browse.render import clipped, input_snippet, markdown
 from store.browse.verdicts import CONFIDENCE_BINS, preference, source_pair
-from store.filters import parse_timestamp
+from store.errors import InvalidInputError, JudgestoreError
+from store.filters import RowFilter, parse_timestamp
+from store.layout import Selector
 from store.models import ORIENTATIONS
 
 HERE = Path(__file__).parent

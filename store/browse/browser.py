@@ -37,18 +37,8 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
-from store import (
-    CompletionRecord,
-    Database,
-    InvalidInputError,
-    JudgementRecord,
-    JudgestoreError,
-    Location,
-    Selector,
-    Store,
-    adoptions,
-    run_totals,
-)
+from store.adoption import adoptions
+from store.backend import Database
 from store.browse import queries
 from store.browse.pages import (
     Answer,
@@ -74,9 +64,13 @@ from store.browse.verdicts import (
     source_pair,
     verdict,
 )
+from store.errors import InvalidInputError, JudgestoreError
 from store.filters import roles_for
-from store.layout import metadata_bytes
+from store.layout import Location, Selector, metadata_bytes
 from store.logprobs import decode
+from store.records import CompletionRecord, JudgementRecord
+from store.runs import run_totals
+from store.store import Store
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from store import AdoptionRecord, JudgestoreError, Location, Record, RowFilter, RunTotals, Selector
 from store.browse.queries import Key, Listed, Order, RunLine
 from store.browse.render import Turn
 from store.browse.verdicts import JudgeFigures, Preference, Slot
+from store.errors import JudgestoreError
+from store.filters import RowFilter
+from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs
+from store.records import AdoptionRecord, Record, RunTotals
 
 
 def database_name(location: Location) -> str:

@@ -50,7 +50,12 @@ from typing import TYPE_CHECKING, Any, Literal
 import orjson
 from sqlalchemy import ColumnElement, Table, and_, func, or_, select, type_coerce
 
-from store import Database, InvalidInputError, Location, Record, RowFilter, Run
+from store.backend import Database
+from store.errors import InvalidInputError
+from store.filters import RowFilter
+from store.layout import Location
+from store.models import Run
+from store.records import Record
 
 if TYPE_CHECKING:  # what Database.reading() yields; only its public face (table, conn, clauses) is used
     from store.repository import Repository

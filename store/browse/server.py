@@ -28,9 +28,9 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from store import InvalidInputError
 from store.browse.app import create_app
 from store.browse.browser import Browser
+from store.errors import InvalidInputError
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765

@@ -18,7 +18,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select
 from sqlalchemy.exc import DBAPIError
@@ -33,9 +33,23 @@ from store.reports import DatabaseInfo
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, SchemaStatus, revisions_of, status_error
 
 if TYPE_CHECKING:
+    from contextlib import AbstractContextManager
+
     from alembic.script import ScriptDirectory
 
-    from store.backends.postgres.storage import PostgresStorage
+    from store.layout import StoredMetadata
+
+
+class SchemaHost(Protocol):
+    """What reading, upgrading and verifying one schema need of the server's storage
+    (:class:`~store.backends.postgres.storage.PostgresStorage`)."""
+
+    def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
+    def location_where(self, location: Location) -> str: ...
+    def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None: ...
+    def verified(self, location: Location, row: str) -> StoredMetadata: ...
+    def size_of(self, location: Location) -> int: ...
+
 
 UNDEFINED_TABLE = "42P01"
 
@@ -70,7 +84,7 @@ def classify(conn: Connection, location: Location, known: Revisions | None = Non
 
 
 def schema_info(
-    storage: PostgresStorage, location: Location, *, known: Revisions | None = None, count_rows: bool = True
+    storage: SchemaHost, location: Location, *, known: Revisions | None = None, count_rows: bool = True
 ) -> DatabaseInfo:
     """One schema's state (and rows when current), read-only; never raises for a bad schema."""
     known = known or known_revisions(None)
@@ -95,7 +109,7 @@ def schema_info(
 
 
 def schema_infos(
-    storage: PostgresStorage, locations: Iterable[Location], *, count_rows: bool = True
+    storage: SchemaHost, locations: Iterable[Location], *, count_rows: bool = True
 ) -> Iterator[DatabaseInfo]:
     """:func:`schema_info` of each location, the registry rows, revisions, row counts and sizes read in a few
     statements for all of them (:mod:`~store.backends.postgres.survey`) instead of six round trips per schema;

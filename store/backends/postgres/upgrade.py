@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Connection, inspect, text
 
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
-from store.backends.postgres.status import classify, known_revisions
+from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, UpgradeFailedError
 from store.layout import Location
 from store.reports import UpgradeOutcome, UpgradeResult
@@ -31,8 +31,6 @@ from store.schema import USABLE_STATES, VERSION_TABLE, DatabaseState, Revisions,
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
-
-    from store.backends.postgres.storage import PostgresStorage
 
 
 def migrate_schema(conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
@@ -49,7 +47,7 @@ def row_counts(conn: Connection, location: Location) -> dict[str, int]:
 
 
 def upgrade_schemas(
-    storage: PostgresStorage, locations: Iterable[Location], *, script: ScriptDirectory | None = None
+    storage: SchemaHost, locations: Iterable[Location], *, script: ScriptDirectory | None = None
 ) -> Iterator[UpgradeResult]:
     """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
     known = known_revisions(script)
@@ -62,7 +60,7 @@ def upgrade_schemas(
 
 
 def _upgrade(
-    storage: PostgresStorage, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
+    storage: SchemaHost, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
 ) -> UpgradeResult:
     with storage.connection(write=True) as conn:
         advisory_lock(conn, schema_name(location))

@@ -11,22 +11,17 @@ transaction of their own, so a failure there ends only that part.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from store.backends.postgres.registry import schema_options
 from store.backends.postgres.rows import PostgresRepository
-from store.backends.postgres.status import classify
+from store.backends.postgres.status import SchemaHost, classify
 from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.filters import RowFilter
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, status_error
 
-if TYPE_CHECKING:
-    from store.backends.postgres.storage import PostgresStorage
 
-
-def verify_schema(storage: PostgresStorage, location: Location) -> DatabaseVerification:
+def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerification:
     """Registry row, schema state, and every row's input hash; never raises for a bad schema."""
     where = storage.location_where(location)
     problems: list[Problem] = []
@@ -48,7 +43,7 @@ def verify_schema(storage: PostgresStorage, location: Location) -> DatabaseVerif
     return DatabaseVerification(location, where, checked, tuple(problems), adopted)
 
 
-def _verify_rows(storage: PostgresStorage, location: Location, where: str) -> tuple[int, list[Problem], int]:
+def _verify_rows(storage: SchemaHost, location: Location, where: str) -> tuple[int, list[Problem], int]:
     """Every row's input hash, and the adopted rows counted; a table another tool changed is a problem."""
     checks = RowChecks(where)
     try:
