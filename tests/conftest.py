@@ -50,6 +50,50 @@ def descriptor() -> ModelDescriptor:
     return ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0, "max_tokens": 64})
 
 
+# ---------------------------------------------------------------- the slow modules first
+
+# The modules that took longest in a whole run (`pytest --durations=80`, 2 workers, 2026-12-01), longest first:
+# each starts vLLM, its server or many processes several times.
+SLOWEST_MODULES = (
+    "tests/inference/test_cli.py",
+    "tests/inference/test_cached_engine.py",
+    "tests/inference/test_cache_commands.py",
+    "tests/inference/test_shared_batch.py",
+    "tests/inference/test_adopt_engine.py",
+    "tests/test_examples.py",
+    "tests/inference/test_postgres_engine.py",
+    "tests/inference/test_openai_server.py",
+    "tests/test_bad_stores.py",
+    "tests/test_conftest.py",
+)
+ENGINE_FIXTURES = frozenset({"tiny_model_dir", "tiny_model_dir_b"})  # a test that starts vLLM (10-45 s each)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The slowest modules run first, then the other modules whose tests start vLLM, then the rest.
+
+    pytest-xdist's ``--dist loadfile`` hands whole modules to the workers in
+    collection order: in that order the vLLM modules came last and one worker
+    ran them alone for minutes while the other had nothing left. First, they
+    start at once and the quick modules fill the end. Tests keep their order
+    within a module; a module missing from :data:`SLOWEST_MODULES` only runs
+    later than it could.
+    """
+
+    def module_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    engine_modules = {module_of(item) for item in items if ENGINE_FIXTURES & set(item.fixturenames)}
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        module = module_of(item)
+        if module in SLOWEST_MODULES:
+            return (0, SLOWEST_MODULES.index(module))
+        return (1 if module in engine_modules else 2, 0)
+
+    items.sort(key=rank)  # stable: modules of one rank keep their collection order
+
+
 # ---------------------------------------------------------------- where every test must run
 
 NO_SKIPS = "JS_TEST_NO_SKIPS"  # CI sets it: a test skipped there (no server, no vLLM, no mount) fails instead
