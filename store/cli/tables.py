@@ -30,6 +30,7 @@ from typing import Literal
 from rich import box
 from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
+from rich.segment import Segment
 from rich.style import Style
 from rich.table import Table
 from rich.text import Span, Text
@@ -330,12 +331,18 @@ class Lines:
 
 def _rendered(lines: Iterable[Text], console: Console, width: int) -> RenderResult:
     """Each line as rich prints it; one that fits ``width`` rendered straight to its segments (rich would
-    measure and wrap it first, several times the cost, for the same segments)."""
+    measure and wrap it first, several times the cost, for the same segments). Without colours (output to a
+    file or a pipe) a line's styles print nothing, so its text is the one segment (a listing of thousands of
+    databases is a hundred thousand lines)."""
+    plain = console.color_system is None
     for line in lines:
-        if cell_len(line.plain) <= width:
-            yield from line.render(console, end="\n")
-        else:
+        text = line.plain
+        if cell_len(text) > width:
             yield line
+        elif plain and "\t" not in text:
+            yield Segment(text + "\n")
+        else:
+            yield from line.render(console, end="\n")
 
 
 def _text(cell: Cell) -> Text:

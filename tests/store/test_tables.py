@@ -72,3 +72,14 @@ def test_cut_text_stays_on_one_line_and_wrapped_text_keeps_every_word() -> None:
     assert all(cell_len(line) <= 80 for line in lines)
     assert sum("word" in line for line in lines) == 1  # cut, with an ellipsis, on the row's first line
     assert "judgestore delete --input-hash 907f963f" in " ".join(" ".join(lines).split())
+
+
+def test_a_long_listing_reads_the_same_in_a_pipe_as_on_a_colour_terminal_without_its_colours() -> None:
+    """Without colours each line is written as one plain segment (thousands of databases): the same text."""
+    names = [f"org/model-{i}-" + "x" * (i % 40) for i in range(300)]  # long enough for the line-by-line path
+    for width in (200, 60, 30):  # boxed, borderless, a list of blocks
+        piped = render(models_table(*names, caption="300 databases"), width)
+        colour = Console(width=width, record=True, color_system="truecolor", file=open("/dev/null", "w"))  # noqa: SIM115
+        colour.print(models_table(*names, caption="300 databases"))
+        assert piped == colour.export_text(styles=False).splitlines()
+        assert len(piped) > 300 and all(cell_len(line) <= width for line in piped)
