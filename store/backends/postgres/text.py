@@ -116,11 +116,21 @@ def server_safe(base: String) -> TypeEngine[str]:
 
 
 def _walk(value: Any, change: Any) -> Any:
-    """``value`` with ``change`` applied to every string in it, keys included."""
+    """``value`` with ``change`` applied to every string in it, keys included; a dict a key of which changed is
+    sorted again.
+
+    Keys come back from the stored text in the order of their stored (escaped) form, ``"\ufdd00"`` after
+    ``"0"``; the value written had them in canonical order, ``"\u0000"`` first, which is how they read back.
+    (Escaping needs no sort: canonical JSON sorts the keys it writes.)
+    """
     if type(value) is str:
         return change(value)
     if isinstance(value, dict):
-        return {(change(k) if type(k) is str else k): _walk(v, change) for k, v in value.items()}
+        items = [(change(k) if type(k) is str else k, _walk(v, change)) for k, v in value.items()]
+        changed = any(new is not old for (new, _), old in zip(items, value, strict=True))
+        if changed and all(type(k) is str for k in value):  # read JSON has only string keys
+            items.sort(key=lambda item: item[0])
+        return dict(items)
     if isinstance(value, list | tuple):
         return [_walk(v, change) for v in value]
     return value
@@ -140,22 +150,4 @@ def loads_json(data: str | bytes | bytearray | memoryview) -> Any:
         data = bytes(data)
     value = jsonvalues.loads(data)
     found = ESCAPE in data if isinstance(data, str) else _ESCAPE_BYTES in data
-    return _unescaped(value) if found else value
-
-
-def _unescaped(value: Any) -> Any:
-    """``value`` with every string unescaped, keys included; a dict with an escaped key is sorted again.
-
-    The stored text sorted the keys in their escaped form (``"\ufdd00"`` after ``"0"``); the value written
-    had them in canonical order (``"\u0000"`` first), which is how they read back.
-    """
-    if type(value) is str:
-        return unescape(value)
-    if isinstance(value, dict):
-        items = [(unescape(k) if type(k) is str else k, _unescaped(v)) for k, v in value.items()]
-        if any(type(k) is str and ESCAPE in k for k in value):
-            items.sort(key=lambda item: item[0])
-        return dict(items)
-    if isinstance(value, list | tuple):
-        return [_unescaped(v) for v in value]
-    return value
+    return _walk(value, unescape) if found else value
