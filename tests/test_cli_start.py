@@ -1,20 +1,25 @@
-"""What starting ``judgestore`` costs before any command runs (store.cli.app's contract).
+"""What starting and ending ``judgestore`` cost around a command (store.cli.app's contract).
 
-A full hit is nothing but its start, so two regressions would slow every
+A full hit is nothing but its start and its end, so two regressions would slow every
 cached run: a command module whose annotations are strings again (typer would
 compile and evaluate each of them at every start), and a module-level import
-of a package only some commands need.
+of a package only some commands need. At the end, the program leaves without
+Python's teardown, and must lose nothing by it.
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import pytest
 import typer
 
 from inference.cli.app import app
-from tests.inference.conftest import run_fresh_python
+from tests.inference.conftest import REPO_ROOT, run_fresh_python
 
 # Never imported by starting the command line: each is imported by the commands that use it.
 # bench/inference_bench.py checks the same list on a whole full-hit run.
@@ -66,3 +71,65 @@ def test_starting_the_command_line_imports_no_heavy_package() -> None:
         f"print(sorted(m for m in {HEAVY!r} if m in sys.modules))\n"
     )
     assert run_fresh_python(code).stdout.strip() == "[]"
+
+
+# A program of one command, run as the console script runs judgestore: the command leaves a worker thread, an atexit
+# handler and an object with a finalizer behind, then exits with the status given on its command line.
+PROGRAM = """
+import atexit, sys, threading, time, types
+import typer
+from store.cli.app import run_program
+
+if {fake_vllm}:
+    sys.modules["vllm"] = types.ModuleType("vllm")  # as a run that loaded a model leaves it
+
+
+class Finalized:
+    def __del__(self) -> None:
+        print("finalized", flush=True)
+
+
+app = typer.Typer(add_completion=False)
+
+
+@app.command()
+def main(code: str) -> None:
+    def late() -> None:
+        time.sleep(0.3)
+        print("thread done")
+
+    threading.Thread(target=late).start()
+    atexit.register(lambda: print("atexit ran"))
+    sys.modules["__main__"].kept = Finalized()
+    print("written")  # stdout is a pipe: its buffer still holds this when the command returns
+    sys.exit(int(code) if code.isdigit() else code)
+
+
+run_program(app)
+"""
+
+
+def _program(code: str, *, fake_vllm: bool = False) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", PROGRAM.format(fake_vllm=fake_vllm), code],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(("code", "status"), [("0", 0), ("3", 3), ("bad input", 1)])
+def test_the_program_ends_with_the_commands_status_and_nothing_unwritten(code: str, status: int) -> None:
+    result = _program(code)
+    assert result.returncode == status
+    # Threads joined, atexit handlers run, stdout flushed; the teardown (the finalizer) skipped.
+    assert result.stdout.splitlines() == ["written", "thread done", "atexit ran"]
+    assert result.stderr == ("bad input\n" if code == "bad input" else "")
+
+
+def test_a_run_that_loaded_vllm_ends_through_pythons_teardown() -> None:
+    result = _program("2", fake_vllm=True)
+    assert result.returncode == 2
+    assert result.stdout.splitlines() == ["written", "thread done", "atexit ran", "finalized"]

@@ -60,6 +60,16 @@ class Refusal:
 Preflight = Callable[[Sequence[EngineRequest]], Mapping[int, JudgestoreError]]
 
 
+def max_concurrency(backend: Backend) -> int:
+    """How many requests ``backend`` works on at once: its ``max_concurrency`` attribute, 1 when it has none.
+
+    A remote backend's is its requests in flight; vLLM's its scheduler's
+    ``max_num_seqs``. A batch smaller than this leaves the engine part idle.
+    """
+    value = getattr(backend, "max_concurrency", 1)
+    return value if isinstance(value, int) and value >= 1 else 1
+
+
 class Backend(Protocol):
     def generate(self, requests: Sequence[EngineRequest]) -> Sequence[Generation | Refusal]:
         """One generation (or refusal) per request, in order. Raises on engine failure."""

@@ -92,7 +92,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from inference.backends.base import Backend, Preflight
+from inference.backends.base import Backend, Preflight, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
 from inference.cache.generate import ProgressCallback, Writer, generate_into
 from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
@@ -173,6 +173,11 @@ class CachedModel:
     @property
     def engine_loaded(self) -> bool:
         return self._backend is not None
+
+    @property
+    def in_flight(self) -> int:
+        """How many requests its engine works on at once, once prepared (1 before: asking never loads it)."""
+        return 1 if self._backend is None else max_concurrency(self._backend)
 
     def close(self) -> None:
         if self._backend is not None:

@@ -12,8 +12,10 @@ Contract:
   :meth:`CachedModel.generate_missing`, the same generation as an unshared
   run), and claims again. A job that starts late joins the remaining work.
 * Blocks are sized by guided self-scheduling: the claimable inputs over twice
-  the jobs at work, at most ``chunk_size`` and at least one, so blocks shrink
-  near the end of the batch and the jobs finish close together.
+  the jobs at work, at most ``chunk_size``, so blocks shrink near the end of
+  the batch and the jobs finish close together; and at least what the job's
+  engine works on at once (its ``max_concurrency``, once prepared), since a
+  smaller block would leave it part idle for as long as a full one.
 * A claim is a lease of ``JUDGESTORE_LEASE_SECONDS`` (renewed every third
   of it by a thread while the job works). A job that dies loses its leases
   when they expire and the others take the inputs over; only the inputs that
@@ -81,6 +83,8 @@ class SharingModel(Protocol):
     def descriptor(self) -> ModelDescriptor: ...
     @property
     def chunk_size(self) -> int: ...
+    @property
+    def in_flight(self) -> int: ...
 
     def generate_missing(
         self,
@@ -98,9 +102,9 @@ TRANSIENT = (ServerUnavailableError, ServerBusyError, DatabaseBusyError)  # a st
 SWEEP_AFTER_LEASES = 30  # claims left behind are swept once past their deadline by this many leases (at least 1 h)
 
 
-def block_size(claimable: int, jobs: int, most: int) -> int:
-    """Guided self-scheduling: ``claimable / (2 * jobs)`` rounded up, within ``[1, most]``."""
-    return max(1, min(most, math.ceil(claimable / (2 * max(jobs, 1)))))
+def block_size(claimable: int, jobs: int, most: int, least: int = 1) -> int:
+    """Guided self-scheduling: ``claimable / (2 * jobs)`` rounded up, within ``[least, most]`` (``most`` wins)."""
+    return max(1, min(most, max(least, math.ceil(claimable / (2 * max(jobs, 1))))))
 
 
 class _Renewal:
@@ -193,7 +197,7 @@ def generate_shared(
             block: list[str] = []
             if state.claimable:
                 jobs = len(state.holders - {queue.holder}) + 1
-                size = block_size(state.claimable, jobs, model.chunk_size)
+                size = block_size(state.claimable, jobs, model.chunk_size, model.in_flight)
                 candidates = [k for k in pending if k not in own]
                 block = _patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:

@@ -15,7 +15,7 @@ Contract:
 import typer
 
 from inference.cli import adopt, diagnostics, generate, legacy, options
-from store.cli.app import build_app
+from store.cli.app import build_app, run_program
 
 
 def app() -> typer.Typer:
@@ -29,5 +29,5 @@ def app() -> typer.Typer:
 
 
 def main() -> None:
-    """The ``judgestore`` console script."""
-    app()(prog_name="judgestore")
+    """The ``judgestore`` console script (:func:`store.cli.app.run_program`: it ends the process when done)."""
+    run_program(app())

@@ -73,6 +73,35 @@ def test_block_sizes_shrink_near_the_end_of_the_batch() -> None:
     assert block_size(200, 4, 64) == 25
     assert block_size(20, 4, 64) == 3
     assert block_size(3, 4, 64) == 1 and block_size(0, 4, 64) == 1
+    # never below what the engine works on at once, never above the write interval
+    assert block_size(20, 4, 64, least=8) == 8 and block_size(3, 4, 64, least=8) == 8
+    assert block_size(200, 4, 16, least=32) == 16
+
+
+class BatchingBackend(SlowBackend):
+    """Works on ``max_concurrency`` requests at once, as a remote backend or vLLM's scheduler says it does."""
+
+    max_concurrency = 3
+
+    def __init__(self) -> None:
+        super().__init__(seconds=0.0)
+        self.sizes: list[int] = []
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        self.sizes.append(len(requests))
+        return super().generate(requests)
+
+
+def test_no_block_is_smaller_than_what_the_engine_works_on_at_once(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    backend = BatchingBackend()
+    with job(store_root, descriptor, backend) as model:  # chunk_size 4: blocks of 4, then half what is left
+        model.complete([ask(i) for i in range(N)])
+        assert model.in_flight == 3
+    # 24 inputs: five blocks of 4, then 3 (half of 4 would leave the engine idle), then the last one.
+    assert backend.sizes == [4, 4, 4, 4, 4, 3, 1]
+    assert sorted(prompts_of(backend)) == sorted(f"q{i}" for i in range(N))
 
 
 def test_three_jobs_generate_every_input_once_and_return_the_same_answers(

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from inference.backends.base import EngineRequest, Generation
+from inference.backends.base import EngineRequest, Generation, max_concurrency
 from inference.backends.vllm.backend import VLLMBackend, create_vllm_backend
 from inference.backends.vllm.checks import verify_loaded
 from inference.backends.vllm.descriptor import descriptor_from_vllm
@@ -64,6 +64,12 @@ def test_chat_generation(backend: VLLMBackend) -> None:
         assert g.finish_reason in ("stop", "length")
         assert g.usage["prompt_tokens"] > 0 and 0 < g.usage["completion_tokens"] <= 12
         assert g.top_logprobs is None  # not asked for
+
+
+@pytest.mark.engine
+def test_the_backend_works_on_as_many_requests_at_once_as_its_scheduler(backend: VLLMBackend) -> None:
+    assert backend.max_concurrency == TINY_ENGINE_KWARGS["max_num_seqs"]
+    assert max_concurrency(backend) == TINY_ENGINE_KWARGS["max_num_seqs"]  # what a shared batch's blocks follow
 
 
 @pytest.mark.engine

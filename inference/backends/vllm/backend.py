@@ -111,6 +111,13 @@ class VLLMBackend:
     def descriptor(self) -> ModelDescriptor:
         return self._descriptor
 
+    @property
+    def max_concurrency(self) -> int:
+        """The engine's ``max_num_seqs``: how many sequences its scheduler runs at once."""
+        if self._llm is None:
+            raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
+        return int(self._llm.llm_engine.vllm_config.scheduler_config.max_num_seqs)
+
     def with_descriptor(self, descriptor: ModelDescriptor, *, chat_template: str | None = None) -> VLLMBackend:
         """A backend on the same loaded engine for another sampling, template or input mode.
 
