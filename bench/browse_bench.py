@@ -49,7 +49,7 @@ from bench.common import TextPool, environment, write_json  # noqa: E402
 from store import CompletionRecord, JudgementRecord, ModelDescriptor, Store, input_hash  # noqa: E402
 from store.descriptor import render_messages  # noqa: E402
 from store.logprobs import PositionLogprobs, TokenLogprob, encode  # noqa: E402
-from store.models import Orientation  # noqa: E402
+from store.tables.models import Orientation  # noqa: E402
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 BATCH = 10_000

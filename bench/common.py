@@ -40,10 +40,10 @@ import orjson
 
 from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import input_hash, render_messages
-from store.records import CompletionRecord, record_fields
-from store.row_checks import gc_paused
 from store.settings import Settings
 from store.store import Database
+from store.tables.records import CompletionRecord, record_fields
+from store.tables.row_checks import gc_paused
 
 # ---------------------------------------------------------------- deterministic content
 

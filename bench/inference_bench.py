@@ -140,10 +140,10 @@ from inference.requests import CompletionRequest  # noqa: E402
 from inference.spec import HostedSpec  # noqa: E402
 from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
-from store.layout import Role  # noqa: E402
-from store.records import CompletionRecord  # noqa: E402
+from store.roles import Role  # noqa: E402
 from store.settings import Settings  # noqa: E402
 from store.store import Store  # noqa: E402
+from store.tables.records import CompletionRecord  # noqa: E402
 
 TARGET = 1.2
 ROLE: Role = "completions"

@@ -104,9 +104,9 @@ from bench.common import (
     write_json,
 )
 from store.descriptor import ModelDescriptor, input_hash, render_messages_bytes
-from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Database, Store
+from store.tables.records import CompletionRecord
 
 MODEL = "bench/model-1"
 RUN_ID = "bench-run"

@@ -69,10 +69,11 @@ from bench.common import (
 from store.backends.postgres.registry import REGISTRY_SCHEMA, schema_name
 from store.backends.postgres.rows import ARRAY_BATCH
 from store.descriptor import ModelDescriptor
-from store.layout import Location, Role
-from store.records import CompletionRecord
+from store.layout import Location
+from store.roles import Role
 from store.settings import Settings
 from store.store import Database, Store
+from store.tables.records import CompletionRecord
 
 TARGET = 1.3
 ROLE: Role = "completions"

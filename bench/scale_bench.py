@@ -51,7 +51,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench
 
 from bench.common import environment, print_table, write_json
 from store.descriptor import ModelDescriptor
-from store.layout import Location, Role, metadata_bytes, write_metadata
+from store.layout import Location, metadata_bytes, write_metadata
+from store.roles import Role
 from store.settings import Settings
 from store.store import Store
 from tests.factories import completion_record, judgement_record

@@ -92,11 +92,12 @@ from bench.common import (
 )
 from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import ModelDescriptor
-from store.layout import Location, Role, metadata_bytes, write_metadata
-from store.records import CompletionRecord
+from store.layout import Location, metadata_bytes, write_metadata
+from store.roles import Role
 from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 from store.store import Database, Store
+from store.tables.records import CompletionRecord
 
 TARGET = 1.2
 ROLE: Role = "completions"

@@ -57,7 +57,7 @@ from inference.requests import CompletionRequest, JudgementRequest, Request, Res
 from inference.spec import ModelSpec, Spec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
-from store.layout import Role, check_role
+from store.roles import Role, check_role
 from store.store import Store
 
 if TYPE_CHECKING:

@@ -34,7 +34,7 @@ import orjson
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
 from store.errors import InvalidInputError, JudgestoreError
-from store.models import Orientation
+from store.tables.models import Orientation
 
 _REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
 _RENDERED_JUDGEMENT_KEYS = _REQUEST_KEYS | {"model_a", "model_b", "judge", "orientation"}

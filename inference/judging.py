@@ -20,7 +20,7 @@ import enum
 from collections.abc import Iterable
 
 from inference.requests import JudgementRequest
-from store.models import Orientation
+from store.tables.models import Orientation
 
 PAIRWISE_SYSTEM = (
     "You are an impartial judge. Compare the two answers to the user's question. "

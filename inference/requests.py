@@ -30,9 +30,9 @@ from typing import Any
 from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
 from store.logprobs import text_logprobs
-from store.models import ORIENTATIONS, Orientation
+from store.tables.models import ORIENTATIONS, Orientation
 
-# Fields stored in text columns: text or None, as every store keeps them (store.row_checks.check_values).
+# Fields stored in text columns: text or None, as every store keeps them (store.tables.row_checks.check_values).
 _TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
 
 

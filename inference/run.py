@@ -48,7 +48,7 @@ from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError
-from store.layout import Role, check_role
+from store.roles import Role, check_role
 from store.settings import Settings, SyncSettings
 from store.store import Store
 

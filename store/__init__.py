@@ -22,25 +22,25 @@ _WHERE = {
     "Database": "store.backend",
     "Location": "store.layout",
     "Selector": "store.layout",
-    "RowFilter": "store.filters",
+    "RowFilter": "store.tables.filters",
     "FoundRow": "store.rows",
     "RowCount": "store.rows",
-    "CompletionRecord": "store.records",
-    "JudgementRecord": "store.records",
-    "Record": "store.records",
-    "Completion": "store.models",
-    "Judgement": "store.models",
-    "Run": "store.models",
-    "Adoption": "store.models",
+    "CompletionRecord": "store.tables.records",
+    "JudgementRecord": "store.tables.records",
+    "Record": "store.tables.records",
+    "Completion": "store.tables.models",
+    "Judgement": "store.tables.models",
+    "Run": "store.tables.models",
+    "Adoption": "store.tables.models",
     "ModelDescriptor": "store.descriptor",
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
     "text_logprobs": "store.logprobs",
-    "RunRecord": "store.records",
-    "RunTotals": "store.records",
+    "RunRecord": "store.tables.records",
+    "RunTotals": "store.tables.records",
     "recent_runs": "store.runs",
     "run_totals": "store.runs",
-    "AdoptionRecord": "store.records",
+    "AdoptionRecord": "store.tables.records",
     "adoptions": "store.adoption",
     "JudgestoreError": "store.errors",
     "InvalidInputError": "store.errors",
@@ -100,15 +100,15 @@ if TYPE_CHECKING:
         UnsupportedMessageError,
     )
     from store.export import to_pandas
-    from store.filters import RowFilter
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
-    from store.models import Adoption, Completion, Judgement, Run
-    from store.records import AdoptionRecord, CompletionRecord, JudgementRecord, Record, RunRecord, RunTotals
     from store.rows import FoundRow, RowCount
     from store.runs import recent_runs, run_totals
     from store.settings import Settings
     from store.store import Store
+    from store.tables.filters import RowFilter
+    from store.tables.models import Adoption, Completion, Judgement, Run
+    from store.tables.records import AdoptionRecord, CompletionRecord, JudgementRecord, Record, RunRecord, RunTotals
 
 
 def __getattr__(name: str) -> Any:

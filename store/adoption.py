@@ -17,7 +17,7 @@ Contract:
 * Deciding whether to adopt (the audit, the thresholds, which fields may
   differ) is the inference layer's (:mod:`inference.drift.adopt`); this module
   only moves rows and keeps the record. Rows adopted earlier are selected
-  with :class:`~store.records.RowFilter` (``adopted_from``, ``adopted``),
+  with :class:`~store.tables.records.RowFilter` (``adopted_from``, ``adopted``),
   like any other rows.
 """
 
@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING
 from sqlalchemy import Table, insert, select
 
 from store.errors import InvalidInputError
-from store.filters import RowFilter
-from store.models import Adoption
-from store.records import AdoptionRecord, record_fields
 from store.rows import batched
+from store.tables.filters import RowFilter
+from store.tables.models import Adoption
+from store.tables.records import AdoptionRecord, record_fields
 
 if TYPE_CHECKING:
     from store.store import Database

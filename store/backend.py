@@ -11,7 +11,7 @@ Contract:
   copy, stats, prune, export, adoption, the command line) never branches on
   a dialect and never touches a root folder or a URL.
 * A :class:`Database` is one descriptor database:
-  :meth:`~Database.get_many` (``input_text`` deferred, :mod:`store.deferred`),
+  :meth:`~Database.get_many` (``input_text`` deferred, :mod:`store.tables.deferred`),
   :meth:`~Database.put_many`,
   :meth:`~Database.delete`, :meth:`~Database.count` and
   :meth:`~Database.query`, each in a transaction of its own, the writes
@@ -49,15 +49,15 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.deferred import DeferredInputs
 from store.errors import DatabaseFileError
-from store.filters import RowFilter
 from store.layout import Location, StoredMetadata
-from store.records import Record
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
-from store.row_checks import OnConflict, gc_paused, journaled_bytes
 from store.settings import Settings
+from store.tables.deferred import DeferredInputs
+from store.tables.filters import RowFilter
+from store.tables.records import Record
+from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -194,7 +194,7 @@ class Database(ABC):
 
         ``deferred`` (the default, a cache's lookup): ``input_text`` is left out of the statement and each
         record reads it on first access, for every record of this call in one statement
-        (:mod:`store.deferred`); pass False where every record's prompt is wanted at once.
+        (:mod:`store.tables.deferred`); pass False where every record's prompt is wanted at once.
         """
         keys = list(hashes)
         lean = self._deferred_inputs() if deferred else None

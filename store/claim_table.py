@@ -2,7 +2,7 @@
 
 Contract: :class:`ClaimTable` holds every statement of the work queue
 (enqueue, claim in order, renew, finish, state, summary, sweep) over the
-``claims`` table (:class:`store.models.Claim`); each backend subclasses it for
+``claims`` table (:class:`store.tables.models.Claim`); each backend subclasses it for
 what differs (its clock, key lists, the insert ignoring duplicates, row
 locking) and hands it out through :meth:`store.backend.Database.claims`.
 :class:`QueueState` and :class:`ClaimsSummary` are what it reports. The queue
@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Connection, Insert, Select, Table, and_, delete, exists, or_, select, update
 
-from store.layout import Role
-from store.models import MODEL_OF_ROLE, Claim
+from store.roles import Role
+from store.tables.models import MODEL_OF_ROLE, Claim
 
 CLAIMS: Table = Claim.__table__  # type: ignore[assignment]
 KEY_BATCH = 20_000  # keys per key-list parameter

@@ -2,7 +2,7 @@
 
 Contract:
 
-* The queue is the database's ``claims`` table (:class:`store.models.Claim`),
+* The queue is the database's ``claims`` table (:class:`store.tables.models.Claim`),
   bookkeeping beside the rows and never part of one. Jobs started on one
   batch each :meth:`WorkQueue.join` it (enqueue their misses, ignoring those
   enqueued already), then :meth:`WorkQueue.claim` blocks of them in the

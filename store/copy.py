@@ -71,10 +71,10 @@ from store.errors import (
     StoreMissingError,
 )
 from store.layout import Location, Selector
-from store.records import Record, record_fields
 from store.rows import batched
 from store.runs import RUNS
 from store.store import Database, Store
+from store.tables.records import Record, record_fields
 
 DEFAULT_CHUNK_SIZE = 2_000
 _DIGEST_MODULUS = 1 << 256

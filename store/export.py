@@ -6,7 +6,7 @@ Contract:
   and never holds more than one batch of them (:data:`BATCH_ROWS` for
   Parquet, one row for the text formats): exporting millions of rows takes
   constant memory.
-* The columns are those of ``judgestore query`` (:func:`store.records.row_columns`:
+* The columns are those of ``judgestore query`` (:func:`store.tables.records.row_columns`:
   the database's location, then the record's fields), or the ones asked for.
   JSONL, CSV and JSON are what ``query --format`` prints (``query`` uses these
   writers). JSON values keep NaN and infinities as ``{"$float": ...}``
@@ -41,10 +41,10 @@ import orjson
 
 from store import jsonvalues
 from store.errors import InvalidInputError, MissingDependencyError, install_hint
-from store.filters import RowFilter, roles_for
 from store.layout import Selector
 from store.rows import FoundRow, row_columns
 from store.store import Store
+from store.tables.filters import RowFilter, roles_for
 
 if TYPE_CHECKING:
     import pandas

@@ -26,7 +26,7 @@ Contract::
 * A :class:`Selector` picks *databases* by their location (role, task,
   provider, descriptor model, descriptor hash prefix); :func:`select` lists
   the ones under a root. Selecting databases never selects rows
-  (:class:`~store.records.RowFilter` does).
+  (:class:`~store.tables.records.RowFilter` does).
 """
 
 from __future__ import annotations
@@ -36,17 +36,15 @@ import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, get_args
 
 import orjson
 from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
+from store.roles import ROLES, Role, check_role
 from store.segments import ShortName, decode_segment, encode_segment, same_name
 
-Role = Literal["completions", "judgements"]
-ROLES: tuple[Role, ...] = get_args(Role)
 LEVELS = ("role", "task", "provider", "model", "descriptor")  # the folder levels of a descriptor folder
 METADATA_FILE = "metadata.json"
 METADATA_TEMP_PREFIX = ".metadata."  # a metadata.json being written (left behind only by a crash)
@@ -56,12 +54,6 @@ WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
 SQLITE_SIDE_SUFFIXES = (WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX)  # files SQLite keeps beside a database
 LOCK_SUFFIX = ".lock"
 BACKUP_INFIX = ".bak-"
-
-
-def check_role(role: str) -> Role:
-    if role not in ROLES:
-        raise InvalidInputError(f"role must be one of {', '.join(ROLES)}, got {role!r}")
-    return role  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)

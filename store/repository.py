@@ -6,7 +6,7 @@ Contract:
   opens the transaction (``with database.transaction() as repo:``).
 * :meth:`~Repository.get_many` takes any number of hashes and returns the rows
   found (missing keys are simply absent) in batches of one statement each;
-  given a :class:`~store.deferred.DeferredInputs` it leaves ``input_text``
+  given a :class:`~store.tables.deferred.DeferredInputs` it leaves ``input_text``
   out of the statement and the records read it on first access.
 * :meth:`~Repository.put_many` inserts in one executemany; ``"ignore"`` keeps
   the row already stored, ``"replace"`` overwrites it. It first checks that
@@ -16,7 +16,7 @@ Contract:
   ``judgestore verify`` found it; ``verify`` remains the net for files
   written by other tools. ``Database.put_many``, which owns its transaction,
   checks after the rows are bound and before the commit
-  (:func:`~store.row_checks.check_keys`: then it costs about the SHA-256
+  (:func:`~store.tables.row_checks.check_keys`: then it costs about the SHA-256
   alone, 3 us for a 3 KB input, not a
   second UTF-8 conversion as well). Text that is not valid Unicode (a lone
   surrogate) is an :class:`~store.errors.InvalidInputError` naming the row
@@ -52,12 +52,13 @@ from sqlalchemy import (
     select,
 )
 
-from store.deferred import DeferredInputs, looked_up, set_deferred
 from store.errors import EmptyFilterError, InvalidInputError
-from store.filters import ERROR_FINISH_REASONS, RowFilter
-from store.layout import Role
-from store.records import Record
-from store.row_checks import (
+from store.roles import Role
+from store.rows import RowGroup, RowTotals
+from store.tables.deferred import DeferredInputs, looked_up, set_deferred
+from store.tables.filters import ERROR_FINISH_REASONS, RowFilter
+from store.tables.records import Record
+from store.tables.row_checks import (
     OnConflict,
     check_key,
     check_values,
@@ -65,7 +66,6 @@ from store.row_checks import (
     refuse_other_type,
     table_shape,
 )
-from store.rows import RowGroup, RowTotals
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
@@ -89,7 +89,7 @@ class Repository(ABC):
             return [make(**dict(zip(names, row, strict=True))) for row in rows]
 
     def _lean_records(self, rows: Sequence[Any], deferred: DeferredInputs) -> list[Record]:
-        """Records of the lean lookup's rows (:func:`~store.deferred.looked_up`), each loading the rest through
+        """Records of the lean lookup's rows (:func:`~store.tables.deferred.looked_up`), each loading the rest through
         ``deferred``."""
         new, make = object.__new__, self.record_type
         setters = [getattr(make, c.key).__set__ for c in looked_up(self._columns, True)]
@@ -108,7 +108,7 @@ class Repository(ABC):
         """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
 
         With ``deferred`` the statement leaves the deferred columns out (``input_text``) and each record reads
-        them through it on first access (:mod:`store.deferred`); the keys found are recorded in it.
+        them through it on first access (:mod:`store.tables.deferred`); the keys found are recorded in it.
         """
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
@@ -134,7 +134,7 @@ class Repository(ABC):
         A malformed row raises :class:`InvalidInputError` naming it, before anything is sent:
         a record of the other table, an ``input_hash`` that is not the hash of the row's input
         (:func:`store.descriptor.input_hash`), text that is not valid Unicode (a lone surrogate,
-        in any column), a value either backend refuses (:func:`~store.row_checks.check_values`).
+        in any column), a value either backend refuses (:func:`~store.tables.row_checks.check_values`).
         The same row gets the same error on SQLite and PostgreSQL. The transaction must not
         commit after it (the database's own transactions roll back).
         """
@@ -171,7 +171,7 @@ class Repository(ABC):
         return input_text + completion + usage + top
 
     def totals(self, flt: RowFilter | None = None) -> RowTotals:
-        """The matching rows added up (see :class:`~store.records.RowTotals`)."""
+        """The matching rows added up (see :class:`~store.tables.records.RowTotals`)."""
         usage = self.table.c.usage
         stmt = select(
             func.count(),

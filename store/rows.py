@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from store.layout import ROLES, Location, Role
-from store.records import RECORD_OF_ROLE, Record, record_fields
+from store.layout import Location
+from store.roles import ROLES, Role
+from store.tables.records import RECORD_OF_ROLE, Record, record_fields
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,7 +2,7 @@
 
 Contract:
 
-* A :class:`RunRecord` is one row of ``runs`` (:class:`store.models.Run`):
+* A :class:`RunRecord` is one row of ``runs`` (:class:`store.tables.models.Run`):
   the counts of one ``CachedModel.complete``/``judge`` call on this
   database, the tokens and engine seconds its misses cost, and the tokens
   and engine seconds its hits saved (what those rows had cost when they were
@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Table, func, insert, select
 
-from store.models import Run
-from store.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
+from store.tables.models import Run
+from store.tables.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
 
 if TYPE_CHECKING:
     from store.store import Database

@@ -39,7 +39,7 @@ from store.errors import (
     SchemaAheadError,
     SchemaBehindError,
 )
-from store.models import Base, UTCDateTime
+from store.tables.models import Base, UTCDateTime
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

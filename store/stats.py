@@ -3,7 +3,7 @@
 Contract:
 
 * :func:`database_stats` reads one database (one read transaction for its
-  rows, one for its runs): the rows added up (:class:`~store.records.RowTotals`:
+  rows, one for its runs): the rows added up (:class:`~store.tables.records.RowTotals`:
   data bytes, tokens in and out, engine seconds recorded), rows per finish
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
   tokens and engine seconds saved) and the most recent runs, how many
@@ -28,12 +28,12 @@ from store.adoption import adoptions
 from store.claim_table import ClaimsSummary
 from store.claims import claims_summary
 from store.errors import JudgestoreError
-from store.filters import RowFilter
 from store.layout import Location, Selector
-from store.records import AdoptionRecord, RunRecord, RunTotals
 from store.rows import RowTotals
 from store.runs import recent_runs, run_totals
 from store.store import Database, Store
+from store.tables.filters import RowFilter
+from store.tables.records import AdoptionRecord, RunRecord, RunTotals
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ Contract:
   see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
 * Across databases: :meth:`Store.query_rows` streams the rows a
-  :class:`~store.records.RowFilter` matches in the databases a
+  :class:`~store.tables.records.RowFilter` matches in the databases a
   :class:`~store.layout.Selector` picks (databases in layout order, rows of
   one database by ``created_at``); :meth:`Store.plan_delete` counts them and
   :meth:`Store.delete_rows` deletes them, one write transaction per database.
@@ -48,11 +48,11 @@ from store.backend import Database, Storage
 from store.backends import open_storage
 from store.descriptor import ModelDescriptor
 from store.errors import EmptyFilterError, InvalidInputError, SchemaBehindError, UpgradeFailedError
-from store.filters import RowFilter, roles_for
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.rows import FoundRow, RowCount
 from store.settings import Settings
+from store.tables.filters import RowFilter, roles_for
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

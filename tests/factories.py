@@ -16,12 +16,12 @@ from sqlalchemy import Connection, Table, insert, inspect
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.rows import SqliteRepository
 from store.descriptor import ModelDescriptor, input_hash, render_messages
-from store.layout import Role
-from store.models import MODEL_OF_ROLE
-from store.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
+from store.roles import Role
 from store.schema import revisions
 from store.settings import Settings
 from store.store import Store
+from store.tables.models import MODEL_OF_ROLE
+from store.tables.records import RECORD_OF_ROLE, CompletionRecord, JudgementRecord, Record
 
 
 def completion_record(

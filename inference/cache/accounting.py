@@ -32,7 +32,7 @@ from typing import Any
 
 from inference.backends.base import Generation
 from inference.cache.plan import Failure, Plan
-from store.records import RunRecord
+from store.tables.records import RunRecord
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
 
@@ -121,7 +121,7 @@ class CallStats:
     def run_record(
         self, *, run_id: str | None, created_by: str | None, started_at: datetime, finished_at: datetime
     ) -> RunRecord:
-        """The ``runs`` row of this call (see :class:`store.models.Run`)."""
+        """The ``runs`` row of this call (see :class:`store.tables.models.Run`)."""
         plan, spent, saved = self.plan, self.spent, self.saved
         assert plan is not None, "a call is recorded after it planned"
         return RunRecord(

@@ -41,9 +41,9 @@ from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_record, generated_sample
 from inference.requests import Request, Sample
 from store.errors import BackendError, InvalidInputError, JudgestoreError
-from store.records import Record
 from store.settings import Settings
 from store.store import Database
+from store.tables.records import Record
 
 # Finished generations are written at least this often, so a slow run killed half-way loses seconds of work
 # (or of paid requests) rather than a whole write interval's worth.

@@ -100,12 +100,13 @@ from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
-from store.layout import Role, Selector
-from store.records import Record
-from store.row_checks import gc_paused
+from store.layout import Selector
+from store.roles import Role
 from store.runs import record_run
 from store.settings import Settings
 from store.store import Store
+from store.tables.records import Record
+from store.tables.row_checks import gc_paused
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote

@@ -26,9 +26,9 @@ from typing import Literal, get_args
 from inference.requests import CompletionRequest, JudgementRequest, Request
 from store.descriptor import InputMode, input_hash
 from store.errors import InvalidInputError, JudgestoreError
-from store.layout import Role
-from store.records import Record
-from store.row_checks import gc_paused
+from store.roles import Role
+from store.tables.records import Record
+from store.tables.row_checks import gc_paused
 
 Mode = Literal["use", "refresh", "off", "replay", "readonly"]
 MODES: tuple[Mode, ...] = get_args(Mode)

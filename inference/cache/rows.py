@@ -19,8 +19,8 @@ from inference.backends.base import EngineRequest, Generation
 from inference.cache.plan import PlannedInput
 from inference.requests import JudgementRequest, Request, Sample
 from store.errors import JudgestoreError
-from store.records import CompletionRecord, JudgementRecord, Record
 from store.settings import Settings
+from store.tables.records import CompletionRecord, JudgementRecord, Record
 
 
 def engine_request(inp: PlannedInput) -> EngineRequest:

@@ -58,7 +58,7 @@ from store.errors import (
     ServerBusyError,
     ServerUnavailableError,
 )
-from store.layout import Role
+from store.roles import Role
 
 if TYPE_CHECKING:
     from inference.cache.accounting import CallStats

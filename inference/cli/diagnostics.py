@@ -36,7 +36,7 @@ from store.cli.common import command_errors, emit_json, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
-from store.layout import Role
+from store.roles import Role
 from store.settings import Settings
 from store.store import Store
 

@@ -40,10 +40,10 @@ from inference.spec import HostedSpec, ModelSpec
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
-from store.filters import RowFilter
-from store.layout import Role
+from store.roles import Role
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 
 
 def register(app: typer.Typer) -> None:

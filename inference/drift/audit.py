@@ -5,7 +5,7 @@ Contract:
 * :func:`sample_rows` picks up to ``n`` rows of a descriptor database at
   random (seeded, through the primary key: see
   :meth:`store.repository.Repository.sample`), optionally among the rows a
-  :class:`~store.records.RowFilter` selects.
+  :class:`~store.tables.records.RowFilter` selects.
 * :func:`regenerate` asks a model for those rows' inputs again **without
   the store** (a :class:`~inference.cache.model.CachedModel` in mode ``off``):
   nothing is read from or written to any database, and a row's sample ``k``
@@ -36,10 +36,10 @@ import orjson
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
 from store.errors import InvalidInputError
-from store.filters import RowFilter
 from store.logprobs import text_logprobs
-from store.records import JudgementRecord, Record
 from store.store import Database
+from store.tables.filters import RowFilter
+from store.tables.records import JudgementRecord, Record
 
 if TYPE_CHECKING:
     from inference.spec import Spec

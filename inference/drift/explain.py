@@ -38,10 +38,11 @@ from inference.cache.plan import Plan
 from inference.requests import Request
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError
-from store.filters import RowFilter
-from store.layout import Location, Role, Selector
-from store.records import Record
+from store.layout import Location, Selector
+from store.roles import Role
 from store.store import Database, Store
+from store.tables.filters import RowFilter
+from store.tables.records import Record
 
 EXCERPT = 30  # characters shown on each side of a difference
 MAX_EDITS = 3  # edits listed per differing message

@@ -52,7 +52,7 @@ from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, RequestsFailedError
-from store.layout import Role
+from store.roles import Role
 
 # The row metadata a call's config may carry, per role (everything else in it is LangChain's).
 ROW_FIELDS: Mapping[Role, tuple[str, ...]] = {

@@ -42,10 +42,10 @@ from inference.legacy.user_descriptor import UserDescriptor
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
-from store.layout import ROLES
 from store.legacy.detect import Detection
 from store.legacy.importer import Attribution
 from store.legacy.metadata import MetadataForm, check_metadata_folder
+from store.roles import ROLES
 
 
 def parse_assumed_models(values: Sequence[str]) -> dict[str, str]:

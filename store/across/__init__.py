@@ -3,8 +3,8 @@
 Contract:
 
 * :func:`scalars` (``Store.scalars``) runs ``select(Entity)`` of
-  :class:`~store.models.Completion`, :class:`~store.models.Judgement`,
-  :class:`~store.models.Run` or :class:`~store.models.Adoption` and yields a
+  :class:`~store.tables.models.Completion`, :class:`~store.tables.models.Judgement`,
+  :class:`~store.tables.models.Run` or :class:`~store.tables.models.Adoption` and yields a
   :class:`Found` per row: ``(location, descriptor, row)``, the ORM object
   with the :class:`~store.layout.Location` and the full
   :class:`~store.descriptor.ModelDescriptor` of the database it came from.

@@ -37,8 +37,8 @@ from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.util import find_tables
 
 from store.errors import NotCombinableError, StatementError
-from store.layout import Role
-from store.models import Adoption, Base, Completion, Judgement, Run
+from store.roles import Role
+from store.tables.models import Adoption, Base, Completion, Judgement, Run
 
 ENTITIES: tuple[type[Base], ...] = (Completion, Judgement, Run, Adoption)
 ROLE_OF_TABLE: dict[str, Role] = {"completions": "completions", "judgements": "judgements"}

@@ -49,9 +49,9 @@ from store.browse.queries import ORDERS, SCAN_WINDOW, Key
 from store.browse.render import clipped, input_snippet, markdown
 from store.browse.verdicts import CONFIDENCE_BINS, preference, source_pair
 from store.errors import InvalidInputError, JudgestoreError
-from store.filters import RowFilter, parse_timestamp
 from store.layout import Selector
-from store.models import ORIENTATIONS
+from store.tables.filters import RowFilter, parse_timestamp
+from store.tables.models import ORIENTATIONS
 
 HERE = Path(__file__).parent
 LOOPBACK_NAMES = frozenset({"127.0.0.1", "localhost", "::1"})

@@ -65,12 +65,12 @@ from store.browse.verdicts import (
     verdict,
 )
 from store.errors import InvalidInputError, JudgestoreError
-from store.filters import roles_for
 from store.layout import Location, Selector, metadata_bytes
 from store.logprobs import decode
-from store.records import CompletionRecord, JudgementRecord
 from store.runs import run_totals
 from store.store import Store
+from store.tables.filters import roles_for
+from store.tables.records import CompletionRecord, JudgementRecord
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0

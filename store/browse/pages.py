@@ -14,10 +14,10 @@ from store.browse.queries import Key, Listed, Order, RunLine
 from store.browse.render import Turn
 from store.browse.verdicts import JudgeFigures, Preference, Slot
 from store.errors import JudgestoreError
-from store.filters import RowFilter
 from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs
-from store.records import AdoptionRecord, Record, RunTotals
+from store.tables.filters import RowFilter
+from store.tables.records import AdoptionRecord, Record, RunTotals
 
 
 def database_name(location: Location) -> str:

@@ -52,10 +52,10 @@ from sqlalchemy import ColumnElement, Table, and_, func, or_, select, type_coerc
 
 from store.backend import Database
 from store.errors import InvalidInputError
-from store.filters import RowFilter
 from store.layout import Location
-from store.models import Run
-from store.records import Record
+from store.tables.filters import RowFilter
+from store.tables.models import Run
+from store.tables.records import Record
 
 if TYPE_CHECKING:  # what Database.reading() yields; only its public face (table, conn, clauses) is used
     from store.repository import Repository

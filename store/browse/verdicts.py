@@ -16,7 +16,7 @@ Contract:
   preference; without one (no logprobs stored, or no letter among them),
   the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is just the
   letter. None otherwise (and on a tie).
-* Slots are positions in the judge prompt (:class:`store.models.Judgement`):
+* Slots are positions in the judge prompt (:class:`store.tables.models.Judgement`):
   :func:`favoured_model` maps a verdict back to the model in that slot, so
   the two orientations of a pair can be compared by model;
   :func:`source_pair` gives the pair in its source order.

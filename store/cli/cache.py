@@ -35,10 +35,10 @@ from store.cli.common import (
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError
-from store.filters import RowFilter
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 
 if TYPE_CHECKING:  # each command imports its module when it runs (see store.cli.app)
     from store.stats import DatabaseStats, StoreTotals

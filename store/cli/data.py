@@ -39,13 +39,13 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.filters import RowFilter, roles_for
 from store.layout import Selector
 from store.reports import DatabaseInfo
 from store.rows import row_columns
 from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter, roles_for
 
 TABLE_ROWS = 100  # `query --format table` without --limit shows this many rows
 

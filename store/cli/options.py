@@ -12,7 +12,7 @@ Contract:
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
 * :func:`grouped` lets a command take a whole group of options as one value
-  (a :class:`~store.layout.Selector`, a :class:`~store.records.RowFilter`, the
+  (a :class:`~store.layout.Selector`, a :class:`~store.tables.records.RowFilter`, the
   :class:`~store.settings.Settings` naming the store): the group is declared
   once, by the function that builds the value.
 """
@@ -29,9 +29,9 @@ import typer
 from pydantic import ValidationError
 
 from store.errors import InvalidInputError
-from store.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 from store.layout import Selector
 from store.settings import Settings
+from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 
 R = TypeVar("R")
 

@@ -84,7 +84,7 @@ class DatabaseFileError(JudgestoreError):
 
 
 class RowGoneError(DatabaseFileError):
-    """A row a lookup found was deleted before its deferred ``input_text`` was read (:mod:`store.deferred`)."""
+    """A row a lookup found was deleted before its deferred ``input_text`` was read (:mod:`store.tables.deferred`)."""
 
 
 class DatabaseMissingError(DatabaseFileError):

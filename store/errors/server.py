@@ -62,7 +62,7 @@ class ServerFullError(ServerError):
 class ServerValueError(ServerError, InvalidInputError):
     """The server, or its driver, refused a value judgestore sent; nothing of the statement was kept.
 
-    :func:`store.row_checks.check_values` refuses such values on both
+    :func:`store.tables.row_checks.check_values` refuses such values on both
     backends before anything is sent: this is what a value that passed it
     meets."""
 

@@ -2,7 +2,7 @@
 
 Contract:
 
-* :func:`to_record` returns the :class:`~store.records.Record` of a
+* :func:`to_record` returns the :class:`~store.tables.records.Record` of a
   :class:`~store.legacy.formats.LegacyRow` under a descriptor, or raises
   :class:`RowNotImported` (``skip`` or ``fail``, with the reason) for a row
   that is not imported; it never touches a database.
@@ -16,7 +16,7 @@ Contract:
   text-mode descriptor, say) is skipped.
 * Values are normalised: ``pushed_by``/``pushed_at`` become
   ``created_by``/``created_at`` (ISO-8601, parsed by
-  :func:`store.records.parse_timestamp`; no offset means UTC; a format with
+  :func:`store.tables.records.parse_timestamp`; no offset means UTC; a format with
   no time at all gets the fallback, the source file's modification time);
   orientation ``forward``/``swapped`` become ``direct``/``reversed``;
   ``single`` (and an empty ``model_b``) means pointwise: ``model_b`` and
@@ -39,11 +39,11 @@ import orjson
 
 from store.descriptor import InputMode, ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
 from store.errors import InvalidInputError
-from store.filters import parse_timestamp
 from store.legacy.formats import InputForm, LegacyRow
 from store.logprobs import from_text_logprobs
-from store.models import Orientation
-from store.records import CompletionRecord, JudgementRecord, Record
+from store.tables.filters import parse_timestamp
+from store.tables.models import Orientation
+from store.tables.records import CompletionRecord, JudgementRecord, Record
 
 _ORIENTATIONS: dict[str | None, Orientation | None] = {
     None: None,

@@ -37,7 +37,6 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from store.layout import Role
 from store.legacy.metadata import (
     LEGACY_METADATA_FILE,
     LegacyMetadata,
@@ -54,6 +53,7 @@ from store.legacy.readonly import (
     open_sqlite_readonly,
     table_columns,
 )
+from store.roles import Role
 from store.schema import VERSION_TABLE
 
 _SIDECARS = ("-wal", "-shm", "-journal")

@@ -34,10 +34,10 @@ from typing import Any, Literal
 import orjson
 
 from store.errors import InvalidInputError
-from store.layout import Role
 from store.legacy.detect import Detection, LegacyVariant
 from store.legacy.inputs import InputEntry, InputsTable, normalise_key
 from store.legacy.readonly import open_dataframe, open_sqlite_readonly
+from store.roles import Role
 
 
 class InputForm(enum.StrEnum):

@@ -27,10 +27,11 @@ from typing import Literal
 
 from store.descriptor import ModelDescriptor, sha256_hex
 from store.errors import JudgestoreError
-from store.layout import Location, Role
+from store.layout import Location
 from store.legacy.report import SourceReport
-from store.records import Record
+from store.roles import Role
 from store.store import Database, Store
+from store.tables.records import Record
 
 Outcome = Literal["imported", "present", "conflict"]
 

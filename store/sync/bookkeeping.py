@@ -71,9 +71,9 @@ from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_
 from store.backends.sqlite.errors import retry_while_locked
 from store.backends.sqlite.rows import LOOKUP_BATCH, json_each_keys
 from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
-from store.models import NAMING_CONVENTION
 from store.settings import Settings
 from store.sync.workspace import workspace
+from store.tables.models import NAMING_CONVENTION
 
 T = TypeVar("T")
 BOOKKEEPING_FILE = "sync.db"

@@ -47,7 +47,8 @@ from store.errors import (
     ShardError,
     UntrustedContentError,
 )
-from store.layout import LEVELS, ROLES, Location, Selector, StoredMetadata
+from store.layout import LEVELS, Location, Selector, StoredMetadata
+from store.roles import ROLES
 from store.segments import encode_segment
 from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store

@@ -38,7 +38,8 @@ from store.errors import (
     UnsafeRemotePathError,
     UntrustedContentError,
 )
-from store.layout import LEVELS, METADATA_FILE, ROLES, Location, StoredMetadata, check_role, metadata_bytes
+from store.layout import LEVELS, METADATA_FILE, Location, StoredMetadata, metadata_bytes
+from store.roles import ROLES, check_role
 from store.segments import decode_segment
 from store.sync.shards import HASH64, SHARD_SUFFIX, shard_file_name
 

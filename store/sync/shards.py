@@ -48,9 +48,10 @@ import orjson
 from store import jsonvalues
 from store.descriptor import canonical_json, input_hash, render_messages
 from store.errors import UPGRADE_JUDGESTORE, ShardError
-from store.layout import Role, StoredMetadata
-from store.records import RECORD_OF_ROLE, Record, record_fields
+from store.layout import StoredMetadata
+from store.roles import Role
 from store.settings import MAX_SHARD_BYTES, SHARD_TARGET_BYTES
+from store.tables.records import RECORD_OF_ROLE, Record, record_fields
 
 SHARD_FORMAT = "judgestore-shard/v1"
 SHARD_SUFFIX = ".jsonl.gz"

@@ -29,8 +29,8 @@ from store import CompletionRecord, JudgementRecord, ModelDescriptor, Store, inp
 from store.adoption import adopt_rows
 from store.descriptor import render_messages
 from store.logprobs import PositionLogprobs, TokenLogprob, encode
-from store.records import AdoptionRecord, RunRecord
 from store.runs import record_run
+from store.tables.records import AdoptionRecord, RunRecord
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TASK, BENCH = "demo", "demo-bench"

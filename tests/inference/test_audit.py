@@ -15,9 +15,9 @@ from inference.drift.audit import audit_database, compare, regenerate, sample_ro
 from inference.requests import CompletionRequest, JudgementRequest, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
-from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import file_digests
 from tests.inference.test_cached import CountingBackend, Factory
 

@@ -24,8 +24,8 @@ from store.errors import (
     RequestRefusedError,
     RequestsFailedError,
 )
-from store.filters import RowFilter
 from store.store import Store
+from store.tables.filters import RowFilter
 
 
 class CountingBackend:

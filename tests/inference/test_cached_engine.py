@@ -34,9 +34,9 @@ from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, PromptTooLongError, RequestRefusedError, RequestsFailedError
-from store.filters import RowFilter
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
 
 pytestmark = pytest.mark.engine

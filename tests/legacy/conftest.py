@@ -23,9 +23,9 @@ from store.legacy.detect import Detection, detect
 from store.legacy.importer import Attribution, ImportOptions, ImportProgress, import_sources
 from store.legacy.inputs import InputsTable
 from store.legacy.report import ImportReport
-from store.models import MODEL_OF_ROLE
 from store.settings import Settings
 from store.store import Store
+from store.tables.models import MODEL_OF_ROLE
 from tests.built_once import built_once
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

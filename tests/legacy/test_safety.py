@@ -16,9 +16,9 @@ import orjson
 import pytest
 
 from store.descriptor import input_hash
-from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Store
+from store.tables.records import CompletionRecord
 from tests.legacy import builders as b
 from tests.legacy.conftest import CHAT, REPO_ROOT, all_rows, checksum, judgestore, run_import
 

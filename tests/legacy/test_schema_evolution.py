@@ -32,7 +32,7 @@ NEW_REVISION = f"{int(SHIPPED_HEAD) + 1:04d}"  # the guide's new revision, after
 
 MODEL_ANCHOR = "    orientation: Mapped[Orientation | None] = mapped_column(server_safe(String(16)), sort_order=-77)\n"
 MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-76)\n"
-CODEGEN = "python -m store.codegen"
+CODEGEN = "python -m store.tables.codegen"
 DOCSTRING = """What changes: adds the nullable column judgements.verdict (String(16)).
 Why: parsed verdicts can be filtered on without re-parsing completions.
 Data impact: none; existing rows read NULL, no row is rewritten.
@@ -85,11 +85,11 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
             store.database("completions", "mt-bench", descriptor).put_many([completion_record(i) for i in range(4)])
 
     # 1. the model, edited as the guide shows, and the records generated from it
-    _edit(copy / "store" / "models.py", MODEL_ANCHOR, MODEL_EDIT)
-    stale = _run(copy, sys.executable, "-m", "store.codegen", "--check", env=env)
-    assert stale.returncode == 1 and "store/records.py" in stale.stderr  # the guide's command is then needed
+    _edit(copy / "store" / "tables" / "models.py", MODEL_ANCHOR, MODEL_EDIT)
+    stale = _run(copy, sys.executable, "-m", "store.tables.codegen", "--check", env=env)
+    assert stale.returncode == 1 and "store/tables/records.py" in stale.stderr  # the guide's command is then needed
     assert _run(copy, *CODEGEN.replace("python", sys.executable, 1).split(), env=env).returncode == 0
-    assert "    verdict: str | None = None\n" in (copy / "store" / "records.py").read_text()
+    assert "    verdict: str | None = None\n" in (copy / "store" / "tables" / "records.py").read_text()
 
     # 2. a development database at head; alembic check sees the new column
     assert _run(copy, str(ALEMBIC), "upgrade", "head", env=env).returncode == 0

@@ -10,12 +10,12 @@ import pytest
 
 from store import schema
 from store.descriptor import ModelDescriptor
-from store.filters import RowFilter
 from store.layout import Location, Selector, select
 from store.rows import FoundRow, RowCount
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import SYNTHETIC_REVISIONS, fill_small_store
 
 

@@ -41,10 +41,10 @@ from store import Completion, Judgement, Run, Selector, Store
 from store.across.plan import Plan
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import DatabaseFileError, NotCombinableError, StatementError
-from store.models import Base
-from store.records import JudgementRecord
 from store.runs import record_run
 from store.settings import Settings
+from store.tables.models import Base
+from store.tables.records import JudgementRecord
 from tests.factories import completion_record, judgement_record
 from tests.store.test_runs import run
 

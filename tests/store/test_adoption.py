@@ -14,10 +14,10 @@ from store.adoption import adopt_rows, adoptions, plan_adoption
 from store.backends.sqlite.verify import verify_database
 from store.cli.app import build_app
 from store.errors import InvalidInputError
-from store.filters import RowFilter
-from store.records import AdoptionRecord
 from store.stats import store_stats
 from store.store import Database, Store
+from store.tables.filters import RowFilter
+from store.tables.records import AdoptionRecord
 from tests.factories import QWEN, completion_record, file_digests
 
 OLD = QWEN.model_copy(update={"backend_version": "0.10.0"})

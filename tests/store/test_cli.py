@@ -21,10 +21,10 @@ from typer.testing import CliRunner
 
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
-from store.filters import RowFilter
 from store.layout import walk
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy

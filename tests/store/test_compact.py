@@ -8,11 +8,11 @@ from pathlib import Path
 import orjson
 
 from store.backends.sqlite.vacuum import vacuum_database
-from store.filters import RowFilter
 from store.layout import walk
 from store.reports import VacuumOutcome
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import QWEN, completion_record, foreign_database
 
 

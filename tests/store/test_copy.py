@@ -30,10 +30,10 @@ from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, ServerAuthError, ServerUnavailableError, StoreMissingError
 from store.layout import Location, Selector
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.records import AdoptionRecord, RunRecord
 from store.runs import recent_runs, record_run
 from store.settings import Settings
 from store.store import Store
+from store.tables.records import AdoptionRecord, RunRecord
 from tests.factories import JUDGE, QWEN, completion_record, file_digests, fill_small_store, judgement_record
 from tests.pg_server import Cluster
 from tests.store.test_runs import run

@@ -13,16 +13,16 @@ import pytest
 from sqlalchemy import event
 
 from store.backend import Database
-from store.codegen import ROW_TABLES, deferred_columns
-from store.deferred import DEFERRED_COLUMNS
 from store.descriptor import ModelDescriptor
 from store.errors import RowGoneError
 from store.export import write_text
-from store.filters import RowFilter
 from store.layout import Selector
 from store.rows import row_columns
 from store.settings import Settings
 from store.store import Store
+from store.tables.codegen import ROW_TABLES, deferred_columns
+from store.tables.deferred import DEFERRED_COLUMNS
+from store.tables.filters import RowFilter
 from tests.factories import completion_record, judgement_record
 
 

@@ -17,10 +17,10 @@ import pytest
 from store import export, jsonvalues
 from store.errors import InvalidInputError, MissingDependencyError
 from store.export import export_rows, record_batches, to_arrow, to_dataset, to_pandas
-from store.filters import RowFilter
 from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import QWEN, completion_record, fill_small_store
 
 pa = pytest.importorskip("pyarrow")

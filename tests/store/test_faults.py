@@ -16,11 +16,11 @@ import orjson
 import pytest
 
 from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
-from store.filters import RowFilter
 from store.layout import Selector, walk
-from store.records import CompletionRecord
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
+from store.tables.records import CompletionRecord
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
 from tests.faults import assert_failed_cleanly, damage_text, fill_up, json_error, judgestore, small_filesystem
 from tests.store.conftest import know_synthetic_revision

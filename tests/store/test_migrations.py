@@ -25,8 +25,6 @@ from store import schema
 from store.backends.sqlite.rows import SqliteRepository
 from store.backends.sqlite.upgrade import upgrade_database
 from store.descriptor import input_hash, render_messages
-from store.models import Base, Completion, Judgement
-from store.records import JudgementRecord
 from store.reports import UpgradeOutcome
 from store.schema import (
     MIGRATION_OPTIONS,
@@ -37,6 +35,8 @@ from store.schema import (
     read_script_directory,
 )
 from store.settings import Settings
+from store.tables.models import Base, Completion, Judgement
+from store.tables.records import JudgementRecord
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
 REPO_ROOT = Path(__file__).resolve().parents[2]

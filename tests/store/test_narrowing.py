@@ -12,11 +12,11 @@ import pytest
 
 from store.backends.sqlite.catalog import catalog_path
 from store.descriptor import ModelDescriptor
-from store.filters import RowFilter, roles_for
 from store.layout import Location, Selector, metadata_bytes, write_metadata
 from store.settings import Settings
 from store.stats import store_stats
 from store.store import Store
+from store.tables.filters import RowFilter, roles_for
 from tests.factories import completion_record, judgement_record
 
 FILTERS = [

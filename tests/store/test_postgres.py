@@ -32,13 +32,13 @@ from store.errors import (
     ServerPermissionError,
     ServerUnavailableError,
 )
-from store.filters import RowFilter
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.reports import ProblemKind, UpgradeOutcome
 from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are

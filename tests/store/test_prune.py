@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from store.errors import InvalidInputError
-from store.filters import RowFilter
 from store.layout import Selector
 from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import JUDGE, QWEN, completion_record, judgement_record
 
 NOW = datetime(2026, 6, 1, tzinfo=UTC)

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from store import codegen
 from store.errors import InvalidInputError
-from store.filters import RowFilter, parse_timestamp, roles_for
-from store.models import Adoption, Completion, Judgement, Run
-from store.records import AdoptionRecord, CompletionRecord, JudgementRecord, RunRecord, RunTotals
+from store.tables import codegen
+from store.tables.filters import RowFilter, parse_timestamp, roles_for
+from store.tables.models import Adoption, Completion, Judgement, Run
+from store.tables.records import AdoptionRecord, CompletionRecord, JudgementRecord, RunRecord, RunTotals
 
 
 def test_judgement_only_filters_select_judgements() -> None:
@@ -65,8 +65,10 @@ def test_records_are_built_as_their_dataclass_would_build_them(record_type: type
 
 
 def test_the_records_are_what_the_models_give_today() -> None:
-    """store/records.py is generated from the models: a model changed without it fails here, naming the command."""
-    assert codegen.stale() == [], f"run `{codegen.COMMAND}` (the models changed since store/records.py was written)"
+    """store/tables/records.py is generated from the models: a model changed without it fails here, naming how."""
+    assert codegen.stale() == [], (
+        f"run `{codegen.COMMAND}` (the models changed since store/tables/records.py was written)"
+    )
 
 
 @pytest.mark.parametrize(

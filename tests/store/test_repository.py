@@ -28,13 +28,13 @@ from store.backends.sqlite.connections import sqlite_dialect
 from store.backends.sqlite.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
-from store.filters import RowFilter
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.models import MODEL_OF_ROLE, UTCDateTime
-from store.records import CompletionRecord, JudgementRecord, record_fields
 from store.repository import Repository
-from store.row_checks import MAX_SAMPLE_INDEX
 from store.store import Database, Store
+from store.tables.filters import RowFilter
+from store.tables.models import MODEL_OF_ROLE, UTCDateTime
+from store.tables.records import CompletionRecord, JudgementRecord, record_fields
+from store.tables.row_checks import MAX_SAMPLE_INDEX
 from tests.factories import completion_record, current_database, file_digests, judgement_record
 from tests.faults import damage_text
 

@@ -7,10 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from store.descriptor import ModelDescriptor
-from store.records import RunRecord, RunTotals
 from store.runs import recent_runs, record_run, run_totals
 from store.settings import Settings
 from store.store import Store
+from store.tables.records import RunRecord, RunTotals
 from tests.factories import completion_record
 
 T0 = datetime(2026, 3, 1, 12, tzinfo=UTC)

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from store.backends.sqlite import database as database_module
-from store.deferred import DeferredInputs
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CorruptDatabaseError,
@@ -24,14 +23,16 @@ from store.errors import (
     JudgestoreError,
     SchemaBehindError,
 )
-from store.filters import RowFilter
-from store.layout import METADATA_FILE, Location, Role, Selector, read_metadata
-from store.records import Record
+from store.layout import METADATA_FILE, Location, Selector, read_metadata
 from store.repository import Repository
+from store.roles import Role
 from store.rows import row_columns
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
+from store.tables.deferred import DeferredInputs
+from store.tables.filters import RowFilter
+from store.tables.records import Record
 from tests.factories import SYNTHETIC_REVISIONS, completion_record, current_database, file_digests, judgement_record
 from tests.store.conftest import delete_rows, plan_delete, query_rows
 from tests.store.schema_helpers import pretend_shipped_scripts_are

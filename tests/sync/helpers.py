@@ -8,10 +8,10 @@ from typing import Any
 
 from store.descriptor import ModelDescriptor
 from store.layout import Location, walk
-from store.records import Record
 from store.store import Store
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.remote import DirectoryRemote, Remote
+from store.tables.records import Record
 from tests.factories import completion_record, judgement_record
 from tests.fake_hub import FakeHub
 

@@ -17,7 +17,6 @@ from store import logprobs
 from store.descriptor import canonical_json, input_hash
 from store.errors import ShardError
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.records import RECORD_OF_ROLE, record_fields
 from store.sync import shards
 from store.sync.shards import (
     _SCHEMAS,
@@ -28,6 +27,7 @@ from store.sync.shards import (
     library_version,
     read_shard,
 )
+from store.tables.records import RECORD_OF_ROLE, record_fields
 from tests.sync.helpers import JUDGE, QWEN, completions, judgements
 
 ORIGIN = ShardOrigin("completions", "mt-bench", "vllm", QWEN.model, QWEN.sha256())

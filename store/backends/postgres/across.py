@@ -41,7 +41,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from store.across.merge import read_each
 from store.across.plan import AcrossRows, Kind, Plan
 from store.backends.postgres.registry import quoted, schema_name
-from store.models import Base
+from store.tables.models import Base
 
 if TYPE_CHECKING:
     from store.backend import Database

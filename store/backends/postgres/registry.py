@@ -59,8 +59,9 @@ from store.backends.postgres import text as pgtext
 from store.errors import (
     InvalidInputError,
 )
-from store.layout import Location, check_role
-from store.models import NAMING_CONVENTION
+from store.layout import Location
+from store.roles import check_role
+from store.tables.models import NAMING_CONVENTION
 
 REGISTRY_SCHEMA = "judgestore"
 SCHEMA_PREFIX = "js_"

@@ -6,7 +6,7 @@ Contract:
   server's connection: keys are looked up with ``= ANY(:keys)`` (one array
   parameter per :data:`ARRAY_BATCH` keys; faster than a join against
   ``unnest``), rows inserted by :func:`postgres_insert`, every row first
-  passing the checks both backends share (:mod:`store.row_checks`).
+  passing the checks both backends share (:mod:`store.tables.row_checks`).
 * :func:`postgres_insert` is one role's ``INSERT ... ON CONFLICT`` for a
   connection's schema, as SQL for psycopg's executemany (pipeline mode: one
   round trip for a batch, as fast as ``COPY``, see ``bench/pg_bench.py``)
@@ -36,12 +36,12 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError, StatementError
 
 from store.backends.postgres import text as pgtext
-from store.deferred import DeferredInputs, looked_up
 from store.errors import InvalidInputError
-from store.layout import Role
-from store.records import Record
 from store.repository import BLANK, Repository
-from store.row_checks import (
+from store.roles import Role
+from store.tables.deferred import DeferredInputs, looked_up
+from store.tables.records import Record
+from store.tables.row_checks import (
     OnConflict,
     check_on_conflict,
     gc_paused,
@@ -105,7 +105,7 @@ def postgres_insert(conn: Connection, role: Role, on_conflict: OnConflict) -> tu
 @functools.cache
 def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
     """The bulk key lookup of ``role`` (``= ANY(:keys)``): one statement and one plan, whatever the number of keys;
-    ``lean`` leaves the deferred columns out (:mod:`store.deferred`)."""
+    ``lean`` leaves the deferred columns out (:mod:`store.tables.deferred`)."""
     from sqlalchemy.dialects import postgresql  # here: a SQLite store never imports the PostgreSQL dialect
 
     table, _, _, columns, _ = table_shape(role)

@@ -77,11 +77,11 @@ from store.errors import (
     JudgestoreError,
     MetadataMismatchError,
 )
-from store.filters import RowFilter
 from store.layout import Location, StoredMetadata, parse_metadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, raise_for_status
 from store.settings import Settings
+from store.tables.filters import RowFilter
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory

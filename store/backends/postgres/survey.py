@@ -21,10 +21,11 @@ from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.registry import quoted, registry, schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.claim_table import ClaimsSummary
-from store.filters import RowFilter
-from store.layout import Location, Role
-from store.models import Base
+from store.layout import Location
+from store.roles import Role
 from store.schema import VERSION_TABLE
+from store.tables.filters import RowFilter
+from store.tables.models import Base
 
 EXISTS_BATCH = 500  # schemas probed per statement
 SIZES = text(

@@ -15,10 +15,10 @@ from store.backends.postgres.registry import schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.backends.postgres.status import SchemaHost, classify
 from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
-from store.filters import RowFilter
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, status_error
+from store.tables.filters import RowFilter
 
 
 def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerification:

@@ -31,9 +31,9 @@ from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
 from store.errors import StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
-from store.records import Record
-from store.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
 from store.settings import Settings
+from store.tables.records import Record
+from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
 
 T = TypeVar("T")
 

@@ -52,13 +52,13 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store.backends.sqlite.connections import sqlite_dialect
-from store.deferred import DeferredInputs, looked_up, set_deferred
 from store.errors import InvalidInputError
-from store.layout import Role
-from store.models import UTCDateTime
-from store.records import Record
 from store.repository import BLANK, Repository
-from store.row_checks import (
+from store.roles import Role
+from store.tables.deferred import DeferredInputs, looked_up, set_deferred
+from store.tables.models import UTCDateTime
+from store.tables.records import Record
+from store.tables.row_checks import (
     OnConflict,
     check_on_conflict,
     check_values,
@@ -87,7 +87,7 @@ def json_each_keys() -> TableValuedAlias:
 def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
     """The bulk key lookup of ``role``: the keys come from one JSON parameter (``json_each``), one plan for any
     number of them; built once per role (its cache key is memoized, not recomputed per call). ``lean`` leaves
-    the deferred columns out (:mod:`store.deferred`)."""
+    the deferred columns out (:mod:`store.tables.deferred`)."""
     table, _, _, columns, _ = table_shape(role)
     values = json_each_keys()
     return select(*looked_up(columns, lean)).where(table.c.input_hash.in_(select(values.c.value)))
@@ -152,7 +152,7 @@ def _record_reader(role: Role, lean: bool = False) -> RecordReader:
     """A function putting each row of the lookup into ``found`` as the role's record, keyed by input hash.
 
     ``lean``: the rows of the lean lookup (without the deferred columns); each record gets the lookup's
-    :class:`~store.deferred.DeferredInputs` (the reader's third argument) instead.
+    :class:`~store.tables.deferred.DeferredInputs` (the reader's third argument) instead.
 
     It is generated once per role, as :mod:`dataclasses` generates ``__init__``:
     one line per column, the value read through the column type's own result

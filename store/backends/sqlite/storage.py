@@ -46,11 +46,11 @@ from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
-from store.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
 from store.layout import Location, database_name, prepared_folder, walk
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
 from store.schema import Revisions
 from store.settings import Settings
+from store.tables.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -123,7 +123,7 @@ class SqliteStorage:
         return kept
 
     def _values(self, location: Location) -> dict[str, list[str | None] | None] | None:
-        """The distinct values of the role's :data:`~store.filters.VALUE_COLUMNS` (None: unknown; a column with
+        """The distinct values of the role's :data:`~store.tables.filters.VALUE_COLUMNS` (None: unknown; a column with
         more than :data:`DISTINCT_LIMIT` values: None for it)."""
         path = location.db_path(self.root)
         try:

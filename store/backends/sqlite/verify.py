@@ -34,12 +34,10 @@ from store.errors import (
     MetadataMismatchError,
     MetadataMissingError,
 )
-from store.filters import RowFilter
 from store.layout import (
     LEVELS,
     METADATA_FILE,
     METADATA_TEMP_PREFIX,
-    ROLES,
     SYNC_FOLDER,
     Location,
     database_name,
@@ -48,9 +46,11 @@ from store.layout import (
     read_location_metadata,
 )
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
+from store.roles import ROLES
 from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
 from store.segments import decode_segment
 from store.settings import Settings
+from store.tables.filters import RowFilter
 
 
 def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:

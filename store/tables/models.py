@@ -97,7 +97,7 @@ class _Row:
     created_at: Mapped[datetime] = mapped_column(sort_order=13)
     usage: Mapped[dict[str, Any] | None] = mapped_column(sort_order=20)
     top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
-    # Deferred: a cache hit never returns the prompt (2-8 KB), so the lookup leaves it out (store.deferred).
+    # Deferred: a cache hit never returns the prompt (2-8 KB), so the lookup leaves it out (store.tables.deferred).
     input_text: Mapped[str] = mapped_column(server_safe(Text()), sort_order=30, info={"deferred": True})
     completion: Mapped[str] = mapped_column(server_safe(Text()), sort_order=31)
     # Last, where revision 0004 added it in place (SQLite appends columns); NULL: not adopted.

@@ -54,16 +54,16 @@ from store import jsonvalues
 from store.backends.postgres.text import escaped_bytes
 from store.descriptor import input_hash
 from store.errors import InvalidInputError
-from store.layout import Role
-from store.models import MODEL_OF_ROLE
-from store.records import RECORD_OF_ROLE, Record, record_fields
+from store.roles import Role
+from store.tables.models import MODEL_OF_ROLE
+from store.tables.records import RECORD_OF_ROLE, Record, record_fields
 
 OnConflict = Literal["ignore", "replace"]
 
 ROW_OVERHEAD_BYTES = 512  # a row's columns besides its two texts, its index entries and page slack, roughly
 MAX_SAMPLE_INDEX = 2**31 - 1  # PostgreSQL's integer; SQLite's would be 2**63 - 1
 INDEXED_TEXT_BYTES = 1_300  # an indexed text value, escaped as on PostgreSQL: two fit a btree entry (2,704 bytes)
-DIGEST_COLUMNS = ("input_hash", "adopted_from")  # hex digests: checked as such, stored plain (store.models)
+DIGEST_COLUMNS = ("input_hash", "adopted_from")  # hex digests: checked as such, stored plain (store.tables.models)
 _SAFE_INDEXED_CHARS = INDEXED_TEXT_BYTES // 4  # no character takes more than 4 bytes escaped
 _HEX_DIGEST = re.compile("[0-9a-f]{64}").fullmatch
 

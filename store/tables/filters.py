@@ -19,8 +19,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.errors import InvalidInputError
-from store.layout import ROLES, Role
-from store.models import ORIENTATIONS, Orientation
+from store.roles import ROLES, Role
+from store.tables.models import ORIENTATIONS, Orientation
 
 JUDGEMENT_ONLY_FILTERS = ("model_a", "model_b", "judge", "orientation", "pair", "pointwise")
 

@@ -16,7 +16,7 @@ Contract:
   the same text. A row deleted in between raises
   :class:`~store.errors.RowGoneError` naming it; the next lookup will not
   find it either.
-* :class:`Deferrable` is the record classes' base (``store.records`` is
+* :class:`Deferrable` is the record classes' base (``store.tables.records`` is
   generated so): one slot for the batch and a ``__getattr__`` that Python
   calls only when a slot is unset, so a record read whole pays nothing.
 """
@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from store.errors import RowGoneError
 
-DEFERRED_COLUMNS = ("input_text",)  # what store.models marks deferred (a test holds them equal)
+DEFERRED_COLUMNS = ("input_text",)  # what store.tables.models marks deferred (a test holds them equal)
 
 C = TypeVar("C")
 InputLoader = Callable[[Sequence[str]], dict[str, str]]
