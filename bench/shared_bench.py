@@ -17,16 +17,23 @@ twice that). It reports:
 * **busy**: from the server's first request to its last answer (the batch's
   own time, without process start-up);
 * each as a ratio to one process, and the requests sent per prompt (every
-  point must show exactly 1: it exits 1 otherwise).
+  point must show exactly 1: it exits 1 otherwise);
+* **floor**: N processes started at once that only import the libraries a job
+  needs (:data:`LIBRARIES`: the openai client, SQLAlchemy, typer, rich,
+  pydantic-settings) and exit, measured just before the point; and **bound**,
+  that floor plus the batch's own time at N processes with nothing lost
+  (``prompts * delay / (concurrency * N)``), as a ratio to one process: the
+  best wall ratio any job could reach on this machine.
 
 The ideal ratio at N processes is 1/N plus start-up; what start-up costs
 depends on the machine (on two shared cores, N processes importing the
-openai client take seconds each).
+openai client take seconds each): the bound says how much.
 """
 
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +47,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.fake_openai import FakeOpenAI
 from tests.pg_server import Cluster, running_cluster, server_bin
 from tests.shared_jobs import KEY, busy_seconds, finish, requests_per_prompt, start_jobs, write_prompts
+
+LIBRARIES = "import openai, sqlalchemy.orm, typer, rich, pydantic_settings"
+
+
+def startup_floor(jobs: int) -> float:
+    """Wall seconds for ``jobs`` processes, started at once, to import :data:`LIBRARIES` and exit."""
+    started = time.monotonic()
+    code = f"{LIBRARIES}; import os; os._exit(0)"  # and leave as judgestore does (store.cli.app.run_program)
+    running = [subprocess.Popen([sys.executable, "-c", code]) for _ in range(jobs)]
+    if any(process.wait() != 0 for process in running):
+        raise SystemExit(f"importing the libraries failed: {LIBRARIES}")
+    return time.monotonic() - started
 
 
 def point(jobs: int, backend: str, args: argparse.Namespace, tmp: Path, cluster: Cluster | None) -> dict[str, float]:
@@ -84,13 +103,17 @@ def main() -> None:
             cluster = stack.enter_context(running_cluster()) if backend == "postgresql" else None
             results[backend] = {}
             for jobs in (int(n) for n in args.jobs.split(",")):
-                results[backend][jobs] = point(jobs, backend, args, Path(tmp), cluster)
+                floor = startup_floor(jobs)
+                measured = point(jobs, backend, args, Path(tmp), cluster)
+                ideal = args.prompts * args.delay / (args.concurrency * jobs)
+                results[backend][jobs] = measured | {"floor": floor, "bound": floor + ideal}
                 one = results[backend][min(results[backend])]
                 r = results[backend][jobs]
                 print(
                     f"{backend:10} {jobs} jobs: wall {r['wall']:6.2f} s ({r['wall'] / one['wall']:.2f}x), "
                     f"busy {r['busy']:6.2f} s ({r['busy'] / one['busy']:.2f}x), {int(r['requests'])} requests "
-                    f"for {args.prompts} prompts",
+                    f"for {args.prompts} prompts; start-up floor {r['floor']:.2f} s, bound "
+                    f"{r['bound']:.2f} s ({r['bound'] / one['wall']:.2f}x)",
                     flush=True,
                 )
     if args.json is not None:
