@@ -76,6 +76,12 @@ class UTCDateTime(TypeDecorator[datetime]):
         return None if value is None else value.replace(tzinfo=UTC)
 
 
+# The revision whose schema these models declare: a new database at this head is created from them
+# (store.schema.create_at_head). tests/store/test_migrations.py holds it equal to the scripts' head and the
+# schema the scripts build equal to the models'; a new revision moves it (docs/schema-evolution.md).
+SCHEMA_REVISION = "0006"
+
+
 class Base(DeclarativeBase):
     metadata = MetaData(naming_convention=NAMING_CONVENTION)
     type_annotation_map: ClassVar[dict[Any, Any]] = {

@@ -57,6 +57,14 @@ def _edit(path: Path, anchor: str, addition: str) -> None:
     path.write_text(text.replace(anchor, anchor.split("\n")[0] + "\n" + addition + anchor.split("\n", 1)[1]))
 
 
+def _edit_revision(models: Path) -> None:
+    """``SCHEMA_REVISION`` moved to the new revision, as the guide says."""
+    text = models.read_text()
+    old = f'SCHEMA_REVISION = "{SHIPPED_HEAD}"'
+    assert text.count(old) == 1, f"{models.name} changed: the guide's SCHEMA_REVISION line is gone"
+    models.write_text(text.replace(old, f'SCHEMA_REVISION = "{NEW_REVISION}"'))
+
+
 def _run(copy: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(args, cwd=copy, env=env, capture_output=True, text=True, timeout=120)
 
@@ -67,7 +75,14 @@ def _store(copy: Path, *args: str, env: dict[str, str]) -> subprocess.CompletedP
 
 def test_the_guide_shows_the_edits_this_test_makes() -> None:
     guide = GUIDE.read_text()
-    for snippet in (MODEL_EDIT, CODEGEN, DOCSTRING, 'alembic revision --autogenerate -m "add judgement verdict"'):
+    for snippet in (
+        MODEL_EDIT,
+        CODEGEN,
+        DOCSTRING,
+        'alembic revision --autogenerate -m "add judgement verdict"',
+        f"--rev-id {NEW_REVISION}",
+        f'SCHEMA_REVISION = "{NEW_REVISION}"',
+    ):
         assert snippet in guide
 
 
@@ -118,6 +133,19 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     assert _run(copy, str(ALEMBIC), "upgrade", "head", env=env).returncode == 0
     check = _run(copy, str(ALEMBIC), "check", env=env)
     assert check.returncode == 0 and "No new upgrade operations detected" in check.stdout
+    # ... and the models say which revision they declare: a new database is then created from them, at it
+    _edit_revision(copy / "store" / "tables" / "models.py")
+    fresh = (
+        "import sqlite3, sys; from store.store import Store; from store.descriptor import ModelDescriptor\n"
+        "with Store(root=sys.argv[1]) as s: path = s.database('judgements', 't', ModelDescriptor(provider='vllm', "
+        "model='new')).path\n"
+        "conn = sqlite3.connect(path)\n"
+        "print(conn.execute('SELECT version_num FROM judgestore_alembic_version').fetchone()[0], "
+        "[r[1] for r in conn.execute('PRAGMA table_info(judgements)')].count('verdict'))"
+    )
+    created = _run(copy, sys.executable, "-c", fresh, str(tmp_path / "new-store"), env=env)
+    assert created.returncode == 0, created.stderr
+    assert created.stdout.split() == [NEW_REVISION, "1"]
 
     # 4. the store: all behind, then upgraded with backups and a report, then a second run does nothing
     status = _store(copy, "db", "status", "--store-root", str(root), "--json", env=env)

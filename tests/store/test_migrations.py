@@ -11,10 +11,13 @@ from __future__ import annotations
 import ast
 import os
 import re
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from alembic.autogenerate import compare_metadata
@@ -35,7 +38,7 @@ from store.schema import (
     read_script_directory,
 )
 from store.settings import Settings
-from store.tables.models import Base, Completion, Judgement
+from store.tables.models import SCHEMA_REVISION, Base, Completion, Judgement
 from store.tables.records import JudgementRecord
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, SYNTHETIC_REVISIONS, completion_record, put_at_old_revision
 
@@ -67,11 +70,26 @@ def normalised_schema(db_path: Path, *, include_version_table: bool = True) -> s
 
 
 def upgraded_to_head(db_path: Path) -> Path:
+    """A database built by running every script (``upgrade head``)."""
+    engine = create_engine(f"sqlite:///{db_path}")
+    with engine.begin() as conn:
+        migrate(conn)
+    engine.dispose()
+    return db_path
+
+
+def created_at_head(db_path: Path) -> Path:
+    """A database as the store creates one (:func:`store.schema.create_at_head`)."""
     engine = create_engine(f"sqlite:///{db_path}")
     with engine.begin() as conn:
         create_at_head(conn)
     engine.dispose()
     return db_path
+
+
+def version_rows(db_path: Path) -> list[tuple[str, ...]]:
+    with closing(sqlite3.connect(db_path)) as conn:
+        return conn.execute(f"SELECT * FROM {VERSION_TABLE}").fetchall()  # type: ignore[no-any-return]
 
 
 def test_the_scripts_have_exactly_one_head() -> None:
@@ -114,6 +132,38 @@ def test_upgrade_from_empty_builds_the_same_schema_as_create_all(tmp_path: Path)
         )
         engine.dispose()
     assert described[0] == described[1]
+
+
+def test_the_models_declare_the_scripts_head() -> None:
+    assert SCHEMA_REVISION == schema.revisions().head == SHIPPED_HEAD
+
+
+def test_a_new_database_is_what_the_scripts_build_without_running_them(tmp_path: Path) -> None:
+    created = created_at_head(tmp_path / "created.db")
+    migrated = upgraded_to_head(tmp_path / "migrated.db")
+    # The whole schema, the version table's definition included, and the one version row.
+    assert normalised_schema(created) == normalised_schema(migrated)
+    assert version_rows(created) == version_rows(migrated) == [(SHIPPED_HEAD,)]
+    code = (  # built from the models: Alembic is never imported
+        "import sys, tempfile; from sqlalchemy import create_engine; from store import schema\n"
+        "with create_engine(f'sqlite:///{tempfile.mkdtemp()}/x.db').begin() as conn: schema.create_at_head(conn)\n"
+        "print('alembic' in sys.modules)"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False"
+
+
+def test_against_other_scripts_a_new_database_is_built_by_them(
+    tmp_path: Path, synthetic_head: str, synthetic: Any
+) -> None:
+    created = created_at_head(tmp_path / "created.db")
+    by_scripts = tmp_path / "by-scripts.db"
+    engine = create_engine(f"sqlite:///{by_scripts}")
+    with engine.begin() as conn:
+        migrate(conn, script=synthetic)
+    engine.dispose()
+    assert version_rows(created) == [(synthetic_head,)] and synthetic_head != SCHEMA_REVISION
+    assert normalised_schema(created) == normalised_schema(by_scripts)
 
 
 def test_upgrade_from_empty_matches_the_committed_schema_dump(tmp_path: Path) -> None:
