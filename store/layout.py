@@ -31,6 +31,7 @@ Contract::
 
 from __future__ import annotations
 
+import functools
 import os
 import uuid
 from collections.abc import Callable, Iterator
@@ -83,13 +84,13 @@ class Location:
         )
 
     def relative_folder(self) -> Path:
-        return Path(*self.segments())
+        return _relative_folder(self)
 
     def folder(self, root: Path) -> Path:
         return root / self.relative_folder()
 
     def db_path(self, root: Path) -> Path:
-        return self.folder(root) / database_name(self.role)
+        return _db_path(self, root)
 
     def metadata_path(self, root: Path) -> Path:
         return self.folder(root) / METADATA_FILE
@@ -128,6 +129,18 @@ class Location:
         whole = Location(self.role, metadata.task, metadata.descriptor.provider, metadata.descriptor.model,
                          self.descriptor_hash16)  # fmt: skip
         return whole if whole.relative_folder() == self.relative_folder() else self
+
+
+# Remembered: a listing of thousands of databases asks each for its path several times (the catalog, the file's
+# state, its metadata), and each time costs five encoded segments and two joins.
+@functools.lru_cache(maxsize=1 << 16)
+def _relative_folder(location: Location) -> Path:
+    return Path(*location.segments())
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _db_path(location: Location, root: Path) -> Path:
+    return root / _relative_folder(location) / database_name(location.role)
 
 
 # ---------------------------------------------------------------- file names

@@ -60,9 +60,10 @@ def encode_segment(value: str) -> str:
     return _encode(value)
 
 
-@functools.lru_cache(maxsize=4096)
+@functools.lru_cache(maxsize=1 << 16)
 def _encoded(value: str) -> str:
-    """:func:`_encode` of a plain string, remembered: a store names few tasks, providers and models."""
+    """:func:`_encode` of a plain string, remembered: a store names few tasks and providers, and models and
+    descriptors by the thousand at most (a cache smaller than a listing would be emptied by it)."""
     return _encode(value)
 
 

@@ -23,9 +23,9 @@ Contract:
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal, TypeVar
 
 from rich import box
 from rich.cells import cell_len
@@ -36,6 +36,7 @@ from rich.table import Table
 from rich.text import Span, Text
 
 ELLIPSIS = "…"
+T = TypeVar("T")
 Cell = str | Text
 
 
@@ -131,26 +132,45 @@ class FittedTable:
         self.columns = list(columns)
         self.caption = caption
         self.rows: list[list[Cell]] = []
+        # Each column's cells as text and its widths, measured once per set of rows: a layout asks for them
+        # several times, and a listing of thousands of databases has thousands of cells per column.
+        self._measured: dict[tuple[str, int], Any] = {}
 
     def add_row(self, *cells: Cell | None) -> None:
         """One row; missing trailing cells are empty."""
         row: list[Cell] = ["" if cell is None else cell for cell in cells]
         self.rows.append(row + [""] * (len(self.columns) - len(row)))
+        self._measured.clear()
 
     # ---------------------------------------------------------------- widths
 
+    def _measure(self, what: Callable[[int], T], index: int) -> T:
+        key = (what.__name__, index)
+        if key not in self._measured:
+            self._measured[key] = what(index)
+        return self._measured[key]  # type: ignore[no-any-return]
+
     def _plain(self, index: int) -> list[str]:
+        return self._measure(self._plain_values, index)
+
+    def _plain_values(self, index: int) -> list[str]:
         fit = self.columns[index].fit
         values = [cell.plain if isinstance(cell := row[index], Text) else cell for row in self.rows]
         return [_one_line(v) for v in values] if fit is not Fit.WRAP else values
 
     def _whole(self, index: int) -> int:
         """The width at which every cell of the column is whole."""
+        return self._measure(self._whole_width, index)
+
+    def _whole_width(self, index: int) -> int:
         widest = max((cell_len(line) for v in self._plain(index) for line in v.splitlines() or [""]), default=0)
         return max(widest, cell_len(self.columns[index].header))
 
     def _narrowest(self, index: int) -> int:
         """The narrowest the column may get: whole cells stay whole, different names stay different."""
+        return self._measure(self._narrowest_width, index)
+
+    def _narrowest_width(self, index: int) -> int:
         column = self.columns[index]
         whole = self._whole(index)
         if column.fit is Fit.WHOLE:
