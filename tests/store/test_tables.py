@@ -83,3 +83,13 @@ def test_a_long_listing_reads_the_same_in_a_pipe_as_on_a_colour_terminal_without
         colour.print(models_table(*names, caption="300 databases"))
         assert piped == colour.export_text(styles=False).splitlines()
         assert len(piped) > 300 and all(cell_len(line) <= width for line in piped)
+
+
+def test_a_row_added_after_printing_is_measured_with_the_others() -> None:
+    table = models_table("tiny-a", "tiny-b")
+    before = render(table, 120)
+    table.add_row(Text("a-model-with-a-longer-name"), "0" * 16, "3")
+    after = render(table, 120)
+    assert not any("a-model-with" in line for line in before)
+    assert any("│ a-model-with-a-longer-name │" in line for line in after)  # whole: the column widened
+    assert len(after[2]) > len(before[2])  # the header's border grew with the column
