@@ -6,6 +6,7 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -187,3 +188,31 @@ def test_a_server_lists_its_schemas_together_as_it_reads_each(pg_url: str) -> No
             together = list(storage.infos(locations, count_rows=count_rows))
             assert together == [storage.info(location, count_rows=count_rows) for location in locations]
         assert all(info.rows in (2, 3) and info.size_bytes > 0 for info in storage.infos(locations))
+
+
+def test_a_server_store_is_surveyed_a_few_schemas_per_transaction(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A transaction keeps a lock on every table it reads: 5,000 schemas in one ran a server out of lock slots,
+    # and every schema was then read alone (45,000 statements for one `ls`).
+    import store.backends.postgres.status as status
+    import store.backends.postgres.storage as storage
+
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+        locations = store.locations()
+        before = [info.as_dict() for info in store.infos(locations)]
+        narrowed_before = store.storage.narrowed(locations, RowFilter(model="m-1"))
+        monkeypatch.setattr(status, "EXISTS_BATCH", 2)
+        monkeypatch.setattr(storage, "EXISTS_BATCH", 2)
+        monkeypatch.setattr(status, "schema_info", lambda *a, **k: pytest.fail("a schema was read alone"))
+        opened: list[dict[str, bool]] = []
+        connection = store.storage.connection  # type: ignore[attr-defined]
+
+        def counted(**kwargs: bool) -> Any:
+            opened.append(kwargs)
+            return connection(**kwargs)
+
+        monkeypatch.setattr(store.storage, "connection", counted)
+        assert [info.as_dict() for info in store.infos(locations)] == before
+        assert len(opened) == 3  # six schemas, two per transaction
+        assert store.storage.narrowed(locations, RowFilter(model="m-1")) == narrowed_before
+        assert len(opened) == 6

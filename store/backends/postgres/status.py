@@ -26,7 +26,7 @@ from sqlalchemy.exc import DBAPIError
 from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
-from store.backends.postgres.survey import claims_of, survey
+from store.backends.postgres.survey import EXISTS_BATCH, claims_of, survey
 from store.errors import JudgestoreError, MetadataMismatchError
 from store.layout import Location
 from store.reports import DatabaseInfo
@@ -112,10 +112,18 @@ def schema_infos(
     storage: SchemaHost, locations: Iterable[Location], *, count_rows: bool = True
 ) -> Iterator[DatabaseInfo]:
     """:func:`schema_info` of each location, the registry rows, revisions, row counts and sizes read in a few
-    statements for all of them (:mod:`~store.backends.postgres.survey`) instead of six round trips per schema;
+    statements for all of them (:mod:`~store.backends.postgres.survey`, a transaction per
+    :data:`~store.backends.postgres.survey.EXISTS_BATCH` schemas) instead of six round trips per schema;
     a schema that is anything but registered with one revision row is read by :func:`schema_info`."""
     chosen = list(locations)
     known = known_revisions(None)
+    for start in range(0, len(chosen), EXISTS_BATCH):
+        yield from _surveyed(storage, chosen[start : start + EXISTS_BATCH], known, count_rows)
+
+
+def _surveyed(
+    storage: SchemaHost, chosen: list[Location], known: Revisions, count_rows: bool
+) -> Iterator[DatabaseInfo]:
     names = {schema_name(location): location for location in chosen}
     try:
         with storage.connection() as conn:

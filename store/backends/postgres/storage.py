@@ -67,7 +67,7 @@ from store.backends.postgres.registry import (
     schema_name,
 )
 from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
-from store.backends.postgres.survey import SCHEMA_TABLES, matching
+from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, matching
 from store.backends.postgres.upgrade import migrate_schema, row_counts, upgrade_schemas
 from store.backends.postgres.verify import verify_schema
 from store.errors import (
@@ -179,8 +179,10 @@ class PostgresStorage:
         chosen = list(locations)
         if flt.is_empty() or not chosen:
             return chosen
-        with self.connection() as conn:
-            keep = matching(conn, chosen, flt, known_revisions(None).head)
+        head, keep = known_revisions(None).head, set[Location]()
+        for start in range(0, len(chosen), EXISTS_BATCH):  # a transaction each: see EXISTS_BATCH
+            with self.connection() as conn:
+                keep |= matching(conn, chosen[start : start + EXISTS_BATCH], flt, head)
         return [location for location in chosen if location in keep]
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:

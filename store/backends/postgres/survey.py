@@ -3,7 +3,8 @@
 Contract: each function answers for many descriptor schemas at once, in
 ``UNION ALL`` statements of :data:`EXISTS_BATCH` schemas (never a round trip
 per schema, and never a catalog query that scans every relation per schema:
-tables are looked up by name): :func:`survey` (registry rows, revisions, row
+tables are looked up by name); callers give each transaction at most
+:data:`EXISTS_BATCH` schemas, so that the locks it holds stay few: :func:`survey` (registry rows, revisions, row
 counts, sizes), :func:`claims_of` (shared batches' claims), :func:`matching`
 (the schemas a row filter may match) and :func:`schema_revisions`. A schema these
 cannot read is left out of their answers; :class:`PostgresStorage` then reads
@@ -27,7 +28,10 @@ from store.schema import VERSION_TABLE
 from store.tables.filters import RowFilter
 from store.tables.models import Base
 
-EXISTS_BATCH = 500  # schemas probed per statement
+# Schemas per statement, and per transaction in the callers: a transaction holds a lock on every table it reads
+# until it ends (about 13 per schema for a listing), and a server has max_locks_per_transaction x max_connections
+# of them in all (6,400 by default): 5,000 schemas in one transaction ran out ("out of shared memory").
+EXISTS_BATCH = 200
 SIZES = text(
     "SELECT s, coalesce(sum(pg_total_relation_size(to_regclass(format('%I.%I', s, t)))), 0) "
     "FROM unnest(CAST(:names AS text[])) AS s CROSS JOIN unnest(CAST(:tables AS text[])) AS t GROUP BY s"
