@@ -17,7 +17,7 @@ Contract:
 * Deciding whether to adopt (the audit, the thresholds, which fields may
   differ) is the inference layer's (:mod:`inference.drift.adopt`); this module
   only moves rows and keeps the record. Rows adopted earlier are selected
-  with :class:`~store.tables.records.RowFilter` (``adopted_from``, ``adopted``),
+  with :class:`~store.tables.filters.RowFilter` (``adopted_from``, ``adopted``),
   like any other rows.
 """
 

@@ -6,7 +6,7 @@ Contract:
   and never holds more than one batch of them (:data:`BATCH_ROWS` for
   Parquet, one row for the text formats): exporting millions of rows takes
   constant memory.
-* The columns are those of ``judgestore query`` (:func:`store.tables.records.row_columns`:
+* The columns are those of ``judgestore query`` (:func:`store.rows.row_columns`:
   the database's location, then the record's fields), or the ones asked for.
   JSONL, CSV and JSON are what ``query --format`` prints (``query`` uses these
   writers). JSON values keep NaN and infinities as ``{"$float": ...}``

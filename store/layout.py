@@ -26,7 +26,7 @@ Contract::
 * A :class:`Selector` picks *databases* by their location (role, task,
   provider, descriptor model, descriptor hash prefix); :func:`select` lists
   the ones under a root. Selecting databases never selects rows
-  (:class:`~store.tables.records.RowFilter` does).
+  (:class:`~store.tables.filters.RowFilter` does).
 """
 
 from __future__ import annotations
@@ -140,7 +140,7 @@ def _relative_folder(location: Location) -> Path:
 
 @functools.lru_cache(maxsize=1 << 16)
 def _db_path(location: Location, root: Path) -> Path:
-    return root / _relative_folder(location) / database_name(location.role)
+    return location.folder(root) / database_name(location.role)
 
 
 # ---------------------------------------------------------------- file names

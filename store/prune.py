@@ -3,12 +3,12 @@
 Contract:
 
 * A :class:`PruneRule` selects rows by the AND of what it sets: a
-  :class:`~store.tables.records.RowFilter` (``--run-id``, ``--benchmark``, ...),
+  :class:`~store.tables.filters.RowFilter` (``--run-id``, ``--benchmark``, ...),
   ``older_than`` (``created_at`` before now minus it), ``keep_last_runs``
   (rows of every run but the N whose newest rows are newest; rows without a
   run id belong to no run and are kept) and ``max_bytes`` (the oldest rows,
   whole write chunks at a time, until the data of the selected databases
-  (:attr:`~store.tables.records.RowTotals.data_bytes`, what ``judgestore stats``
+  (:attr:`~store.rows.RowTotals.data_bytes`, what ``judgestore stats``
   shows) fits). A rule that sets nothing is refused: nothing is pruned that
   a filter did not select.
 * :func:`plan_prune` reads only: it turns the rule into row filters

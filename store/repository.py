@@ -171,7 +171,7 @@ class Repository(ABC):
         return input_text + completion + usage + top
 
     def totals(self, flt: RowFilter | None = None) -> RowTotals:
-        """The matching rows added up (see :class:`~store.tables.records.RowTotals`)."""
+        """The matching rows added up (see :class:`~store.rows.RowTotals`)."""
         usage = self.table.c.usage
         stmt = select(
             func.count(),

@@ -3,7 +3,7 @@
 Contract:
 
 * :func:`database_stats` reads one database (one read transaction for its
-  rows, one for its runs): the rows added up (:class:`~store.tables.records.RowTotals`:
+  rows, one for its runs): the rows added up (:class:`~store.rows.RowTotals`:
   data bytes, tokens in and out, engine seconds recorded), rows per finish
   reason, the recorded runs added up (:class:`~store.runs.RunTotals`: hits,
   tokens and engine seconds saved) and the most recent runs, how many

@@ -18,7 +18,7 @@ Contract:
   see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
 * Across databases: :meth:`Store.query_rows` streams the rows a
-  :class:`~store.tables.records.RowFilter` matches in the databases a
+  :class:`~store.tables.filters.RowFilter` matches in the databases a
   :class:`~store.layout.Selector` picks (databases in layout order, rows of
   one database by ``created_at``); :meth:`Store.plan_delete` counts them and
   :meth:`Store.delete_rows` deletes them, one write transaction per database.

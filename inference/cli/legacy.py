@@ -3,7 +3,7 @@
 Contract:
 
 * :func:`register` adds the ``import`` command to the app
-  :func:`store.cli.build_app` assembles (:func:`inference.cli.main` passes it).
+  :func:`store.cli.app.build_app` assembles (:func:`inference.cli.main` passes it).
 * Thin: detection is :func:`store.legacy.detect.detect`, the import
   :func:`store.legacy.importer.import_sources`, descriptors
   :class:`inference.legacy.mapper.LegacyDescriptorMapper`. This module parses options

@@ -5,7 +5,7 @@ Contract:
 * :func:`sample_rows` picks up to ``n`` rows of a descriptor database at
   random (seeded, through the primary key: see
   :meth:`store.repository.Repository.sample`), optionally among the rows a
-  :class:`~store.tables.records.RowFilter` selects.
+  :class:`~store.tables.filters.RowFilter` selects.
 * :func:`regenerate` asks a model for those rows' inputs again **without
   the store** (a :class:`~inference.cache.model.CachedModel` in mode ``off``):
   nothing is read from or written to any database, and a row's sample ``k``

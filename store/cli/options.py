@@ -12,7 +12,7 @@ Contract:
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
 * :func:`grouped` lets a command take a whole group of options as one value
-  (a :class:`~store.layout.Selector`, a :class:`~store.tables.records.RowFilter`, the
+  (a :class:`~store.layout.Selector`, a :class:`~store.tables.filters.RowFilter`, the
   :class:`~store.settings.Settings` naming the store): the group is declared
   once, by the function that builds the value.
 """

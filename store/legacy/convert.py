@@ -16,7 +16,7 @@ Contract:
   text-mode descriptor, say) is skipped.
 * Values are normalised: ``pushed_by``/``pushed_at`` become
   ``created_by``/``created_at`` (ISO-8601, parsed by
-  :func:`store.tables.records.parse_timestamp`; no offset means UTC; a format with
+  :func:`store.tables.filters.parse_timestamp`; no offset means UTC; a format with
   no time at all gets the fallback, the source file's modification time);
   orientation ``forward``/``swapped`` become ``direct``/``reversed``;
   ``single`` (and an empty ``model_b``) means pointwise: ``model_b`` and

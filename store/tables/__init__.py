@@ -6,7 +6,6 @@
   by :mod:`store.tables.codegen` (``python -m store.tables.codegen``).
 * :mod:`store.tables.deferred`: what a hit leaves unread (the prompt) and
   loads on access.
-* :mod:`store.tables.rows`: what a query returns (found rows, row counts).
 * :mod:`store.tables.row_checks`: the checks every row passes before any
   store writes it, whatever the backend.
 * :mod:`store.tables.filters`: row filters over the models' columns.

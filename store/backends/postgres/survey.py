@@ -3,12 +3,13 @@
 Contract: each function answers for many descriptor schemas at once, in
 ``UNION ALL`` statements of :data:`EXISTS_BATCH` schemas (never a round trip
 per schema, and never a catalog query that scans every relation per schema:
-tables are looked up by name); callers give each transaction at most
-:data:`EXISTS_BATCH` schemas, so that the locks it holds stay few: :func:`survey` (registry rows, revisions, row
+tables are looked up by name): :func:`survey` (registry rows, revisions, row
 counts, sizes), :func:`claims_of` (shared batches' claims), :func:`matching`
-(the schemas a row filter may match) and :func:`schema_revisions`. A schema these
-cannot read is left out of their answers; :class:`PostgresStorage` then reads
-it alone, which says what is wrong with it.
+(the schemas a row filter may match) and :func:`schema_revisions`. Callers
+give each transaction at most :data:`EXISTS_BATCH` schemas, so that the
+locks it holds stay few. A schema these cannot read is left out of their
+answers; :class:`PostgresStorage` then reads it alone, which says what is
+wrong with it.
 """
 
 from __future__ import annotations
