@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, TypeVar
 
 from rich import box
-from rich.cells import cell_len
+from rich.cells import cell_len as _rich_cell_len
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.segment import Segment
 from rich.style import Style
@@ -65,6 +65,14 @@ _NARROWEST = {Fit.MIDDLE: 8, Fit.PATH: 48, Fit.PREFIX: 8, Fit.WRAP: 16, Fit.CUT:
 _ROOM_ORDER = (Fit.MIDDLE, Fit.PATH, Fit.PREFIX, Fit.CUT, Fit.WRAP)
 LONG_TABLE = 200  # rows beyond which a table is drawn line by line (FittedTable._lines), not by rich's Table
 _SHORTEST_PART = 5  # a path's part is not shortened below this (then the whole path is, in its middle)
+
+
+def cell_len(text: str) -> int:
+    """The cells ``text`` takes in a terminal, as rich counts them: printable ASCII (most of what a listing holds:
+    names, paths, counts) one cell a character, measured in C; anything else by rich. A listing of thousands of
+    databases measures hundreds of thousands of cells, which rich's own count (a set lookup per character) makes
+    a visible part of the command."""
+    return len(text) if text.isascii() and text.isprintable() else _rich_cell_len(text)
 
 
 def shorten_middle(value: str, width: int) -> str:

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from hypothesis import given
+from hypothesis import strategies as st
 from rich.cells import cell_len
 from rich.console import Console
 from rich.text import Text
 
+from store.cli import tables
 from store.cli.tables import Column, Fit, FittedTable, shorten_end, shorten_middle, shorten_path
 
 
@@ -21,6 +24,12 @@ def models_table(*names: str, caption: str | None = None) -> FittedTable:
     for i, name in enumerate(names):
         table.add_row(Text(name), f"{i:016x}", f"{i * 1000:,}")
     return table
+
+
+@given(st.text(alphabet=st.characters(max_codepoint=0x3100)) | st.text(alphabet=st.characters(max_codepoint=0x7F)))
+def test_the_tables_count_cells_as_rich_does(value: str) -> None:
+    # The tables count printable ASCII themselves (it is faster); every string must measure as rich measures it.
+    assert tables.cell_len(value) == cell_len(value)
 
 
 def test_shortening_keeps_the_start_and_the_end_within_the_width() -> None:
