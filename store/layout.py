@@ -87,7 +87,7 @@ class Location:
         return _relative_folder(self)
 
     def folder(self, root: Path) -> Path:
-        return root / self.relative_folder()
+        return _folder(self, root)
 
     def db_path(self, root: Path) -> Path:
         return _db_path(self, root)
@@ -132,15 +132,21 @@ class Location:
 
 
 # Remembered: a listing of thousands of databases asks each for its path several times (the catalog, the file's
-# state, its metadata), and each time costs five encoded segments and two joins.
+# state, its metadata), and each time costs five encoded segments. Joined as strings, one Path built per path:
+# pathlib's joins parse every part again, a third of what listing 5,000 databases cost.
 @functools.lru_cache(maxsize=1 << 16)
 def _relative_folder(location: Location) -> Path:
-    return Path(*location.segments())
+    return Path(os.path.join(*location.segments()))
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _folder(location: Location, root: Path) -> Path:
+    return Path(os.path.join(root, *location.segments()))
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _db_path(location: Location, root: Path) -> Path:
-    return location.folder(root) / database_name(location.role)
+    return Path(os.path.join(root, *location.segments(), database_name(location.role)))
 
 
 # ---------------------------------------------------------------- file names

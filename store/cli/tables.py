@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 from rich import box
 from rich.cells import cell_len as _rich_cell_len
@@ -116,6 +116,8 @@ def shorten_end(value: str, width: int) -> str:
 
 def _take(value: str, cells: int) -> str:
     """The longest start of ``value`` that fits ``cells`` cells (wide characters count two)."""
+    if value.isascii() and value.isprintable():  # a cell a character
+        return value[: max(cells, 0)]
     taken, used = [], 0
     for char in value:
         used += cell_len(char)
@@ -259,27 +261,27 @@ class FittedTable:
                 return True
         return False
 
-    def _lines(self, widths: list[int], *, boxed: bool) -> Iterator[Text]:
+    def _lines(self, widths: list[int], *, boxed: bool) -> Iterator[Line]:
         """The table as :meth:`_table` draws it with rich's :class:`~rich.table.Table` (heavy-headed box, or
         borderless with a rule under the header), line by line: rich measures every cell of a table anew, about
         1 ms a row, which a listing of thousands of databases cannot pay. For one-line cells only: a cell that
         must wrap makes :meth:`_table` use rich's table whatever the rows."""
         edge, sep, pad = ("│ ", " │ ", " │") if boxed else ("", "  ", "")
         if boxed:
-            yield Text("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
+            yield Line("┏" + "┳".join("━" * (w + 2) for w in widths) + "┓")
         header: list[tuple[str, str | Style]] = [(c.header, "bold") for c in self.columns]
         yield self._line(header, widths, ("┃ ", " ┃ ", " ┃") if boxed else (edge, sep, pad))
         if boxed:
-            yield Text("┡" + "╇".join("━" * (w + 2) for w in widths) + "┩")
+            yield Line("┡" + "╇".join("━" * (w + 2) for w in widths) + "┩")
         else:
-            yield Text("─" * (sum(widths) + 2 * (len(widths) - 1)))
+            yield Line("─" * (sum(widths) + 2 * (len(widths) - 1)))
         for row in self.rows:
             yield self._line([self._plain_cell(*cw) for cw in zip(self.columns, row, widths, strict=True)], widths,
                              (edge, sep, pad))  # fmt: skip
         if boxed:
-            yield Text("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
+            yield Line("└" + "┴".join("─" * (w + 2) for w in widths) + "┘")
 
-    def _line(self, cells: list[tuple[str, str | Style]], widths: list[int], frame: tuple[str, str, str]) -> Text:
+    def _line(self, cells: list[tuple[str, str | Style]], widths: list[int], frame: tuple[str, str, str]) -> Line:
         edge, sep, pad = frame
         parts, spans, at = [edge], [], len(edge)
         for i, ((value, style), width, column) in enumerate(zip(cells, widths, self.columns, strict=True)):
@@ -296,8 +298,7 @@ class FittedTable:
             parts.append(text)
             at += len(text)
         parts.append(pad)
-        line = "".join(parts)
-        return Text(line, spans=spans, end="\n", no_wrap=True)
+        return Line("".join(parts), spans, no_wrap=True)
 
     @staticmethod
     def _plain_cell(column: Column, cell: Cell, width: int) -> tuple[str, str | Style]:
@@ -314,7 +315,7 @@ class FittedTable:
             return text
         return Text(_SHORTEN[column.fit](_one_line(text.plain), width), style=text.style)
 
-    def _blocks(self, width: int, natural: list[int]) -> Iterator[Text]:
+    def _blocks(self, width: int, natural: list[int]) -> Iterator[Line]:
         """The list layout: per row, ``Header: value`` items packed into lines, rows apart by a blank line.
 
         Each value is as long as it is in a table with room to spare: whole, or its column's
@@ -323,19 +324,22 @@ class FittedTable:
         bold = Style(bold=True)
         for number, row in enumerate(self.rows):
             if number:
-                yield Text("")
+                yield Line("")
             line, spans = "", list[Span]()  # built as a string and its styled spans: rich's Text.append costs 10x
+            cells = 0  # the line's width, kept as it grows (a long listing has hundreds of thousands of items)
             for column, cell, room in zip(self.columns, row, natural, strict=True):
                 plain, style = self._plain_cell(column, cell, room)
                 if not plain:
                     continue
                 label = f"{column.header}: "
                 item = label + plain
-                if line and cell_len(line) + 2 + cell_len(item) > width:
-                    yield Text(line, spans=spans)
-                    line, spans = "  ", []
+                item_cells = cell_len(item)
+                if line and cells + 2 + item_cells > width:
+                    yield Line(line, spans)
+                    line, spans, cells = "  ", [], 2
                 elif line.strip():
                     line += "  "
+                    cells += 2
                 at = len(line)
                 spans.append(Span(at, at + len(label), bold))
                 if style:
@@ -343,34 +347,53 @@ class FittedTable:
                 if isinstance(cell, Text) and column.fit in (Fit.WHOLE, Fit.WRAP):  # kept whole, its spans too
                     spans += [span.move(at + len(label)) for span in cell.spans]
                 line += item
+                cells += item_cells
             if line.strip():
-                yield Text(line, spans=spans)
+                yield Line(line, spans)
+
+
+class Line(NamedTuple):
+    """One printed line as its text and its styled spans: a :class:`~rich.text.Text` is built only where the
+    line needs rich (colours, or wider than the console), since a listing of thousands of databases has tens of
+    thousands of lines."""
+
+    text: str
+    spans: list[Span] = []
+    no_wrap: bool = False
+
+    def styled(self) -> Text:
+        return Text(self.text, spans=self.spans, end="\n", no_wrap=self.no_wrap or None)
 
 
 class Lines:
     """Lines printed as they are (a long table drawn by :meth:`FittedTable._lines`)."""
 
-    def __init__(self, lines: Iterable[Text]) -> None:
+    def __init__(self, lines: Iterable[Line]) -> None:
         self.lines = lines
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
         yield from _rendered(self.lines, console, options.max_width)
 
 
-def _rendered(lines: Iterable[Text], console: Console, width: int) -> RenderResult:
+def _rendered(lines: Iterable[Line], console: Console, width: int) -> RenderResult:
     """Each line as rich prints it; one that fits ``width`` rendered straight to its segments (rich would
     measure and wrap it first, several times the cost, for the same segments). Without colours (output to a
     file or a pipe) a line's styles print nothing, so its text is the one segment (a listing of thousands of
-    databases is a hundred thousand lines)."""
+    databases is a hundred thousand lines); printable ASCII that fits is that segment as it is (nothing for
+    rich to strip or measure)."""
     plain = console.color_system is None
     for line in lines:
-        text = line.plain
+        if plain and line.text.isascii() and line.text.isprintable() and len(line.text) <= width:
+            yield Segment(line.text + "\n")
+            continue
+        styled = line.styled()
+        text = styled.plain
         if cell_len(text) > width:
-            yield line
+            yield styled
         elif plain and "\t" not in text:
             yield Segment(text + "\n")
         else:
-            yield from line.render(console, end="\n")
+            yield from styled.render(console, end="\n")
 
 
 def _text(cell: Cell) -> Text:
