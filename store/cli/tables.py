@@ -358,11 +358,11 @@ class Line(NamedTuple):
     thousands of lines."""
 
     text: str
-    spans: list[Span] = []
+    spans: tuple[Span, ...] | list[Span] = ()
     no_wrap: bool = False
 
     def styled(self) -> Text:
-        return Text(self.text, spans=self.spans, end="\n", no_wrap=self.no_wrap or None)
+        return Text(self.text, spans=list(self.spans), end="\n", no_wrap=self.no_wrap or None)
 
 
 class Lines:
