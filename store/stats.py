@@ -10,8 +10,8 @@ Contract:
   rows were adopted from older descriptors and the record of each adoption
   (``judgestore adopt``: from where, across what, on what evidence), and
   the shared batches' work in progress (:func:`store.claims.claims_summary`).
-* :func:`store_stats` does that for every database a
-  :class:`~store.layout.Selector` picks, read-only. A database that cannot be
+* :func:`store_stats` does that for the databases a
+  :class:`~store.layout.Selector` picked (``Store.select``), read-only. A database that cannot be
   opened (behind, foreign, damaged...) is reported with its error and never
   stops the others.
 """
@@ -19,7 +19,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -28,7 +28,7 @@ from store.adoption import adoptions
 from store.claim_table import ClaimsSummary
 from store.claims import claims_summary
 from store.errors import JudgestoreError
-from store.layout import Location, Selector
+from store.layout import Location
 from store.rows import RowTotals
 from store.runs import recent_runs, run_totals
 from store.store import Database, Store
@@ -93,13 +93,16 @@ def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
     )
 
 
-def store_stats(store: Store, selector: Selector | None = None, *, recent: int = 5) -> Iterator[DatabaseStats]:
-    """:func:`database_stats` of every database ``selector`` picks, in walk order (see the module docstring).
+def store_stats(
+    store: Store, locations: Iterable[Location] | None = None, *, recent: int = 5
+) -> Iterator[DatabaseStats]:
+    """:func:`database_stats` of each of ``locations`` (a :meth:`~store.store.Store.select`; every database when
+    None), in their order (see the module docstring).
 
     A database unchanged since its statistics were last read gives them back from the store's catalog
     (:meth:`~store.backend.Storage.remembered`): a store of thousands of databases costs what listing it does.
     """
-    for info in store.infos(store.select(selector), count_rows=False):
+    for info in store.infos(store.select() if locations is None else locations, count_rows=False):
         location = info.location
 
         def compute(location: Location = location) -> dict[str, Any]:

@@ -68,7 +68,8 @@ class UsageTotals:
     without_cost: int = 0
 
     def __add__(self, other: UsageTotals) -> UsageTotals:
-        return UsageTotals(*(a + b for a, b in zip(dataclasses.astuple(self), dataclasses.astuple(other), strict=True)))
+        # Field by field (dataclasses.astuple deep-copies: a total over thousands of databases felt it).
+        return UsageTotals(*(getattr(self, f.name) + getattr(other, f.name) for f in dataclasses.fields(self)))
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -96,7 +96,7 @@ def stats_command(
 
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
-        found = list(counted(store_stats(store, selector, recent=max(runs, 5)), len(locations), "Reading"))
+        found = list(counted(store_stats(store, locations, recent=max(runs, 5)), len(locations), "Reading"))
     totals = StoreTotals.of(found)
     if json_output:
         emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})

@@ -46,7 +46,7 @@ def test_a_database_that_cannot_be_opened_is_reported_and_the_others_are_read(st
     stamp(path, "0001")
     with Store(Settings(), root=store_root, readonly=True) as store:
         found = list(store_stats(store))
-        only = list(store_stats(store, Selector(role="completions")))
+        only = list(store_stats(store, store.select(Selector(role="completions"))))
     (bad,) = [entry for entry in found if entry.error is not None]
     assert bad.location.model == "judge-1" and "judgestore db upgrade" in bad.error
     assert bad.as_dict()["error"] == bad.error and StoreTotals.of(found).unreadable == 1
