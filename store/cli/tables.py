@@ -69,10 +69,13 @@ _SHORTEST_PART = 5  # a path's part is not shortened below this (then the whole 
 
 def cell_len(text: str) -> int:
     """The cells ``text`` takes in a terminal, as rich counts them: printable ASCII (most of what a listing holds:
-    names, paths, counts) one cell a character, measured in C; anything else by rich. A listing of thousands of
-    databases measures hundreds of thousands of cells, which rich's own count (a set lookup per character) makes
-    a visible part of the command."""
-    return len(text) if text.isascii() and text.isprintable() else _rich_cell_len(text)
+    names, paths, counts), with the ellipses that shortened it, one cell a character, measured in C; anything
+    else by rich. A listing of thousands of databases measures hundreds of thousands of cells, which rich's own
+    count (a set lookup per character, a function call per character past ASCII) makes a visible part of the
+    command."""
+    if text.isprintable() and (text.isascii() or text.replace(ELLIPSIS, "").isascii()):
+        return len(text)
+    return _rich_cell_len(text)
 
 
 def shorten_middle(value: str, width: int) -> str:
@@ -116,7 +119,7 @@ def shorten_end(value: str, width: int) -> str:
 
 def _take(value: str, cells: int) -> str:
     """The longest start of ``value`` that fits ``cells`` cells (wide characters count two)."""
-    if value.isascii() and value.isprintable():  # a cell a character
+    if value.isprintable() and value.replace(ELLIPSIS, "").isascii():  # a cell a character
         return value[: max(cells, 0)]
     taken, used = [], 0
     for char in value:
