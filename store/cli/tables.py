@@ -194,7 +194,7 @@ class FittedTable:
         distinct = set(self._plain(index))
         shorten = _SHORTEN[column.fit]
         for width in range(floor, whole):
-            if len({shorten(v, width) for v in distinct}) == len(distinct):
+            if _stay_apart(distinct, shorten, width):
                 return width
         return whole
 
@@ -353,6 +353,18 @@ class FittedTable:
                 cells += item_cells
             if line.strip():
                 yield Line(line, spans)
+
+
+def _stay_apart(values: Iterable[str], shorten: Callable[[str, int], str], width: int) -> bool:
+    """Whether ``values`` (all different) stay different shortened to ``width``; stops at the first two that
+    do not (at the narrow widths a column tries first, that is soon)."""
+    seen: set[str] = set()
+    for value in values:
+        shortened = shorten(value, width)
+        if shortened in seen:
+            return False
+        seen.add(shortened)
+    return True
 
 
 class Line(NamedTuple):
