@@ -259,9 +259,12 @@ class Storage(Protocol):
         """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out
         one that does, nor one it cannot tell about (opening it then says what is wrong)."""
 
-    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+    def remembered(
+        self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
+    ) -> T:
         """``compute()``, a JSON value derived from the database; a backend that can tell cheaply that the
-        database has not changed since it last computed ``kind`` gives back what it gave then."""
+        database has not changed since it last computed ``kind`` gives back what it gave then, unless
+        ``lasting(value)`` said that the value changes with the clock alone (a lease that passes its deadline)."""
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
         """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""

@@ -153,3 +153,33 @@ def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
     }  # fmt: skip
     (stats,) = orjson.loads(judgestore("stats", "--json").stdout)["databases"]
     assert stats["claims"]["stale"] == 2
+
+
+def test_a_listing_taken_while_leases_live_does_not_hide_them_turning_stale(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    # A job dies holding leases and nothing is written after: the files stay as they were when the last listing
+    # read them, so a remembered listing would say "leased" forever.
+    from typer.testing import CliRunner
+
+    from store.cli.app import build_app
+
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "t", descriptor)
+        WorkQueue(database, holder="dead", lease_seconds=1.5).join(KEYS)
+        WorkQueue(database, holder="dead", lease_seconds=1.5).claim(KEYS, 2)
+        before = store_root.joinpath("completions").stat().st_mtime_ns
+
+    def judgestore(*args: str) -> Any:
+        result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result
+
+    for command in (["ls"], ["db", "status"]):
+        live = judgestore(*command)
+        assert "2 leased by 1 job, 8 waiting" in live.stdout and "stale" not in live.stdout + live.stderr
+    time.sleep(1.6)
+    for command in (["ls"], ["db", "status"], ["stats"]):
+        shown = judgestore(*command)
+        assert "8 waiting, 2 stale" in shown.stdout and "2 past their deadline" in shown.stderr
+    assert store_root.joinpath("completions").stat().st_mtime_ns == before  # nothing was written meanwhile

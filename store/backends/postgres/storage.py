@@ -170,7 +170,9 @@ class PostgresStorage:
         with self.connection() as conn:
             return [location for location, _ in registered(conn)]
 
-    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
+    def remembered(
+        self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
+    ) -> T:
         return compute()  # a server tells no cheap stamp of a schema's content: computed each time
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:

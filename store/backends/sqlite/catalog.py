@@ -91,21 +91,24 @@ class Catalog:
     def _key(self, db_path: Path) -> str:
         return str(db_path)[len(self._prefix) :]  # the path under the root (the layout's names hold no separator)
 
-    def remembered(self, db_path: Path, kind: str, compute: Callable[[], Any]) -> Any:
-        """``compute()`` (a JSON value derived from the database), or what it gave at the file's present stamp."""
+    def remembered(
+        self, db_path: Path, kind: str, compute: Callable[[], Any], *, lasting: Callable[[Any], bool] | None = None
+    ) -> Any:
+        """``compute()`` (a JSON value derived from the database), or what it gave at the file's present stamp;
+        a value ``lasting`` refuses (one the clock alone changes) is given back but not kept."""
         now = stamp(db_path)
         key = self._key(db_path)
         entry = self._entries.get(key)
         if now is not None and entry is not None and entry.get("stamp") == now and kind in entry:
             return entry[kind]
-        value = compute()
-        if now is None:
+        value = orjson.loads(orjson.dumps(compute()))  # as it reads back from the catalog, kept or not
+        if now is None or (lasting is not None and not lasting(value)):
             return value
         if entry is None or entry.get("stamp") != now:
             entry = self._entries[key] = {"stamp": now}
-        entry[kind] = orjson.loads(orjson.dumps(value))  # stored as it will read back
+        entry[kind] = value
         self._dirty = True
-        return entry[kind]
+        return value
 
     def keep_only(self, db_paths: Iterable[Path]) -> None:
         """Drop the entries of databases no longer in the store (``db_paths``: every one there is)."""

@@ -104,9 +104,12 @@ class SqliteStorage:
         self.catalog.keep_only(location.db_path(self.root) for location in found)
         return found
 
-    def remembered(self, location: Location, kind: str, compute: Callable[[], T]) -> T:
-        """``compute()`` (a JSON value), or what it gave while the database's files are as they were then."""
-        value: T = self.catalog.remembered(location.db_path(self.root), kind, compute)
+    def remembered(
+        self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
+    ) -> T:
+        """``compute()`` (a JSON value), or what it gave while the database's files are as they were then (never
+        a value ``lasting`` refuses)."""
+        value: T = self.catalog.remembered(location.db_path(self.root), kind, compute, lasting=lasting)
         return value
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
@@ -212,7 +215,7 @@ class SqliteStorage:
         def compute() -> dict[str, Any]:
             return info_json(sqlite_database_info(self.root, location, self.settings))
 
-        info = info_of(location, self.remembered(location, f"info {head}", compute))
+        info = info_of(location, self.remembered(location, f"info {head}", compute, lasting=_lasting_info))
         return info if count_rows else dataclasses.replace(info, rows=None)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
@@ -238,3 +241,10 @@ class SqliteStorage:
         from store.across.merge import read_each
 
         return read_each([database.stream for database in databases], plan, nulls_smallest=True)
+
+
+def _lasting_info(data: dict[str, Any]) -> bool:
+    """Whether an info holds while the database's files do: not while its claims hold live leases or failure
+    marks, which pass their deadlines with no write (a job that died leaves leases that turn stale)."""
+    claims = data.get("claims")
+    return not (isinstance(claims, dict) and (claims.get("leased") or claims.get("failed")))
