@@ -86,8 +86,14 @@ def _encode(value: str) -> str:
     return f"{''.join(prefix)}+{sha256_hex(value.encode())}"
 
 
+_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")  # the characters quote(safe="") never escapes
+
+
 def decode_segment(segment: str) -> str:
     """Inverse of :func:`encode_segment` (a shortened segment gives a :class:`ShortName`); rejects the rest."""
+    # What quote() leaves as it is, short enough not to be shortened, decodes to itself (most names: a fast path).
+    if len(segment) <= NAME_MAX_BYTES and _UNESCAPED.fullmatch(segment) and segment not in (".", ".."):
+        return segment
     if "+" in segment:
         prefix = segment.partition("+")[0]
         if _SHORTENED.fullmatch(segment) and SHORT_PREFIX_BYTES - _LONGEST_ESCAPE < len(prefix) <= SHORT_PREFIX_BYTES:

@@ -167,6 +167,21 @@ def test_a_segment_with_a_plus_that_this_library_would_not_write_is_refused(bad:
         decode_segment(bad)
 
 
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="aZ09_.~-%2F", min_size=1, max_size=NAME_MAX_BYTES + 2))
+def test_a_folder_name_decodes_exactly_when_it_is_the_name_encoded(segment: str) -> None:
+    # Names of unescaped characters take a shorter path through decode_segment: it must agree with the encoding.
+    try:
+        canonical = encode_segment(unquote(segment)) == segment
+    except InvalidInputError:
+        canonical = False
+    if canonical:
+        assert decode_segment(segment) == unquote(segment)
+    else:
+        with pytest.raises(InvalidInputError):
+            decode_segment(segment)
+
+
 def test_a_long_named_folder_whose_metadata_is_unreadable_is_listed_and_reported_not_hidden(
     store_root: Path, settings: Settings
 ) -> None:
