@@ -101,20 +101,26 @@ def store_stats(
 
     A database unchanged since its statistics were last read gives them back from the store's catalog
     (:meth:`~store.backend.Storage.remembered`): a store of thousands of databases costs what listing it does.
+    Statistics whose claims hold live leases or failure marks are read each time (they turn stale with no
+    write).
     """
-    for info in store.infos(store.select() if locations is None else locations, count_rows=False):
-        location = info.location
+    for location in store.select() if locations is None else locations:
 
         def compute(location: Location = location) -> dict[str, Any]:
             return _stats_json(database_stats(store.open(location), recent=recent))
 
         try:
-            stats = _stats_of(location, store.storage.remembered(location, f"stats {recent}", compute))
+            data = store.storage.remembered(location, f"stats {recent} claims", compute, lasting=_lasting)
         except JudgestoreError as e:
-            yield DatabaseStats(info.location, info.where, info.size_bytes, error=str(e))
+            (info,) = store.infos([location], count_rows=False)
+            yield DatabaseStats(location, info.where, info.size_bytes, error=str(e))
             continue
-        # The claims as the listing read them (they change while a batch runs; the rest is remembered).
-        yield stats if info.claims is None else dataclasses.replace(stats, claims=info.claims)
+        yield _stats_of(location, data)
+
+
+def _lasting(data: dict[str, Any]) -> bool:
+    claims = data["claims"]
+    return not (claims["leased"] or claims["failed"])
 
 
 _DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
@@ -155,6 +161,7 @@ def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
         "recent_runs": [_fields(run) for run in stats.recent_runs],
         "adopted_rows": stats.adopted_rows,
         "adoptions": [_fields(adoption) for adoption in stats.adoptions],
+        "claims": _fields(stats.claims),
     }
 
 
@@ -172,6 +179,7 @@ def _stats_of(location: Location, data: dict[str, Any]) -> DatabaseStats:
         tuple(build(RunRecord, run) for run in data["recent_runs"]),
         adopted_rows=data["adopted_rows"],
         adoptions=tuple(build(AdoptionRecord, adoption) for adoption in data["adoptions"]),
+        claims=build(ClaimsSummary, data["claims"]),
     )
 
 
