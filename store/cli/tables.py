@@ -101,12 +101,23 @@ def shorten_path(value: str, width: int) -> str:
         return value
     parts = value.split("/")
     lengths = [cell_len(part) for part in parts]
-    while excess > 0:
-        longest = max(range(len(parts) - 1), key=lambda i: lengths[i], default=None)
-        if longest is None or lengths[longest] <= _SHORTEST_PART:
-            return shorten_middle(value, width)
-        lengths[longest] -= 1
-        excess -= 1
+    cuttable = lengths[:-1]
+
+    def cut(level: int) -> int:  # the cells taken off by bringing every cuttable part down to ``level``
+        return sum(n - level for n in cuttable if n > level)
+
+    if cut(_SHORTEST_PART) < excess:
+        return shorten_middle(value, width)
+    # A cell at a time from the longest part (the first of equals): every part down to a level, and the cells
+    # still to take from the first parts standing at it.
+    level = max(cuttable)
+    while cut(level - 1) <= excess:
+        level -= 1
+    left = excess - cut(level)
+    for i, n in enumerate(cuttable):
+        if n >= level:
+            lengths[i] = level - (left > 0)
+            left -= 1
     return "/".join(shorten_middle(part, n) for part, n in zip(parts, lengths, strict=True))
 
 

@@ -35,6 +35,29 @@ def test_the_tables_count_cells_as_rich_does(value: str) -> None:
     assert tables.cell_len(value) == cell_len(value)
 
 
+def _shorten_path_a_cell_at_a_time(value: str, width: int) -> str:
+    """shorten_path's contract, literally: a cell at a time off the longest part but the last (the first of
+    equals), none below 5 cells (then the whole path in its middle)."""
+    excess = cell_len(value) - width
+    if excess <= 0:
+        return value
+    parts = value.split("/")
+    lengths = [cell_len(part) for part in parts]
+    while excess > 0:
+        longest = max(range(len(parts) - 1), key=lambda i: lengths[i], default=None)
+        if longest is None or lengths[longest] <= 5:
+            return shorten_middle(value, width)
+        lengths[longest] -= 1
+        excess -= 1
+    return "/".join(shorten_middle(part, n) for part, n in zip(parts, lengths, strict=True))
+
+
+@given(st.lists(st.text(alphabet="ab長/", max_size=30), min_size=1, max_size=6), st.integers(0, 120))
+def test_a_path_gives_way_a_cell_at_a_time_from_its_longest_part(parts: list[str], width: int) -> None:
+    path = "/".join(parts)
+    assert shorten_path(path, width) == _shorten_path_a_cell_at_a_time(path, width)
+
+
 def test_shortening_keeps_the_start_and_the_end_within_the_width() -> None:
     assert shorten_middle("meta-llama/Llama-3.1-8B-Instruct", 16) == "meta-lla…nstruct"
     assert shorten_middle("tiny-a", 8) == "tiny-a"
