@@ -116,9 +116,9 @@ def shorten_path(value: str, width: int) -> str:
     left = excess - cut(level)
     for i, n in enumerate(cuttable):
         if n >= level:
-            lengths[i] = level - (left > 0)
+            parts[i] = shorten_middle(parts[i], level - (left > 0))
             left -= 1
-    return "/".join(shorten_middle(part, n) for part, n in zip(parts, lengths, strict=True))
+    return "/".join(parts)
 
 
 def shorten_end(value: str, width: int) -> str:
