@@ -9,7 +9,7 @@ from contextlib import closing
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import Column, Integer, MetaData, Table, bindparam, event, select, text
 from sqlalchemy.exc import DBAPIError
 
 import store.backends.sqlite.filesystems
@@ -170,6 +170,27 @@ def test_every_connection_gets_busy_timeout_and_foreign_keys(tmp_path: Path) -> 
             assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() == 1234
             assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
     engine.dispose()
+
+
+def test_a_statement_is_compiled_once_for_every_file_of_a_store(tmp_path: Path) -> None:
+    # Each file has its own engine; SQLAlchemy compiles per dialect, so the engines share one (and one cache).
+    values = Table("v", MetaData(), Column("n", Integer))
+    engines = [create_sqlite_engine(tmp_path / f"{i}.db", Settings()) for i in range(3)]
+    compiled = engines[0].get_execution_options()["compiled_cache"]
+    query = select(values.c.n).where(values.c.n > bindparam("least"))
+    sizes, found = [], []
+    for i, engine in enumerate(engines):
+        with engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE v (n INTEGER)")
+            conn.exec_driver_sql(f"INSERT INTO v VALUES ({i}), ({10 + i})")
+        with engine.connect() as conn:
+            found.append(conn.execute(query, {"least": i}).scalars().all())
+        sizes.append(len(compiled))
+        engine.dispose()
+    assert found == [[10], [11], [12]]  # each file's own rows, with each call's own parameters
+    assert sizes[0] == sizes[1] == sizes[2]  # compiled by the first file's engine, reused by the others
+    assert len({id(engine.dialect) for engine in engines}) == 1
+    assert engines[0].dialect.server_version_info == sqlite3.sqlite_version_info  # initialised from the library
 
 
 def test_write_connections_begin_immediate_and_readers_plain_begin(tmp_path: Path) -> None:
