@@ -34,6 +34,7 @@ _LONGEST_ESCAPE = len("%F0%9F%99%82")  # one character, encoded
 
 
 _SHORTENED = re.compile(r"(?:[A-Za-z0-9_.~-]|%[0-9A-F]{2})*\+[0-9a-f]{64}")
+_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")  # the characters quote(safe="") never escapes
 
 
 class ShortName(str):
@@ -70,6 +71,8 @@ def _encoded(value: str) -> str:
 def _encode(value: str) -> str:
     if not isinstance(value, str) or value in ("", ".", ".."):
         raise InvalidInputError(f"invalid path segment {value!r}: empty, '.' and '..' are not allowed")
+    if len(value) <= NAME_MAX_BYTES and _UNESCAPED.fullmatch(value):  # what quote() would give back unchanged
+        return value
     try:
         encoded = quote(value, safe="")
     except UnicodeEncodeError as e:  # lone surrogates have no UTF-8 bytes to encode
@@ -84,9 +87,6 @@ def _encode(value: str) -> str:
         prefix.append(piece)
         size += len(piece)
     return f"{''.join(prefix)}+{sha256_hex(value.encode())}"
-
-
-_UNESCAPED = re.compile(r"[A-Za-z0-9_.~-]+")  # the characters quote(safe="") never escapes
 
 
 def decode_segment(segment: str) -> str:

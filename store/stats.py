@@ -166,8 +166,8 @@ def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
 
 
 def _stats_of(location: Location, data: dict[str, Any]) -> DatabaseStats:
-    def build(cls: Any, fields: dict[str, Any]) -> Any:
-        return cls(**{name: _unplain(value) for name, value in fields.items()})
+    def build(cls: Any, fields: dict[str, Any]) -> Any:  # most values are numbers: only dicts and lists unplained
+        return cls(**{name: _unplain(v) if type(v) in (dict, list) else v for name, v in fields.items()})
 
     return DatabaseStats(
         location,
