@@ -16,6 +16,9 @@ Contract:
   and the file is read again, so a stale entry is never believed.
 * The stamp is taken *before* the file is read: a write during the read
   leaves the older stamp, and the next command reads the file again.
+* What changes with the clock alone is never kept: a database's state while
+  its claims hold live leases (a lease that passes its deadline is stale,
+  with no write to the file) is read again by every command.
 * Writing is best effort and atomic (a temporary file renamed over): a
   catalog that cannot be written (a read-only home, a full disk) means the
   next command reads the files again; one that cannot be parsed, or was
