@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -12,6 +13,7 @@ import orjson
 import pytest
 
 from store.backend import Database
+from store.backends.sqlite.catalog import stamp
 from store.claims import WorkQueue, claims_summary, sweep
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
@@ -127,21 +129,13 @@ def test_concurrent_claimers_split_the_work_without_overlap(database: Database) 
 def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
-    from typer.testing import CliRunner
-
-    from store.cli.app import build_app
-
     with Store(Settings(), root=store_root) as store:
         database = store.database("completions", "t", descriptor)
         WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
         WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
         WorkQueue(database, holder="alive", lease_seconds=60).claim(KEYS, 3)
         time.sleep(0.2)
-
-    def judgestore(*args: str) -> Any:
-        result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
-        assert result.exit_code == 0, result.output
-        return result
+    judgestore = functools.partial(_judgestore, store_root)
 
     for command in (["ls"], ["stats"], ["db", "status"]):
         shown = judgestore(*command)
@@ -160,26 +154,28 @@ def test_a_listing_taken_while_leases_live_does_not_hide_them_turning_stale(
 ) -> None:
     # A job dies holding leases and nothing is written after: the files stay as they were when the last listing
     # read them, so a remembered listing would say "leased" forever.
-    from typer.testing import CliRunner
-
-    from store.cli.app import build_app
-
     with Store(Settings(), root=store_root) as store:
         database = store.database("completions", "t", descriptor)
         WorkQueue(database, holder="dead", lease_seconds=1.5).join(KEYS)
         WorkQueue(database, holder="dead", lease_seconds=1.5).claim(KEYS, 2)
-        before = store_root.joinpath("completions").stat().st_mtime_ns
+    before = stamp(database.path)
+    judgestore = functools.partial(_judgestore, store_root)
 
-    def judgestore(*args: str) -> Any:
-        result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
-        assert result.exit_code == 0, result.output
-        return result
-
-    for command in (["ls"], ["db", "status"]):
+    for command in (["ls"], ["db", "status"], ["stats"]):
         live = judgestore(*command)
         assert "2 leased by 1 job, 8 waiting" in live.stdout and "stale" not in live.stdout + live.stderr
     time.sleep(1.6)
     for command in (["ls"], ["db", "status"], ["stats"]):
         shown = judgestore(*command)
         assert "8 waiting, 2 stale" in shown.stdout and "2 past their deadline" in shown.stderr
-    assert store_root.joinpath("completions").stat().st_mtime_ns == before  # nothing was written meanwhile
+    assert stamp(database.path) == before  # the file's catalog stamp is what it was: nothing was written
+
+
+def _judgestore(store_root: Path, *args: str) -> Any:
+    from typer.testing import CliRunner
+
+    from store.cli.app import build_app
+
+    result = CliRunner().invoke(build_app(), [*args, "--store-root", str(store_root)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result
