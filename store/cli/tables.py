@@ -248,7 +248,7 @@ class FittedTable:
         elif (widths := self._widths(width - 2 * (n - 1), natural)) is not None:  # two spaces between columns
             yield self._table(widths, boxed=False)
         else:
-            yield from _rendered(self._blocks(width, natural), console, width)
+            yield from _rendered(self._blocks(width, natural, styled=console.color_system is not None), console, width)
         if self.caption:
             yield Text(self.caption, style="table.caption")
 
@@ -329,40 +329,43 @@ class FittedTable:
             return text
         return Text(_SHORTEN[column.fit](_one_line(text.plain), width), style=text.style)
 
-    def _blocks(self, width: int, natural: list[int]) -> Iterator[Line]:
+    def _blocks(self, width: int, natural: list[int], *, styled: bool) -> Iterator[Line]:
         """The list layout: per row, ``Header: value`` items packed into lines, rows apart by a blank line.
 
         Each value is as long as it is in a table with room to spare: whole, or its column's
         ``max_width`` as far as that keeps different names apart (a completion stays a glance).
+        Lines carry their styles' spans only when ``styled`` (a console without colours prints none).
         """
         bold = Style(bold=True)
+        labels = [f"{column.header}: " for column in self.columns]
         for number, row in enumerate(self.rows):
             if number:
                 yield Line("")
             line, spans = "", list[Span]()  # built as a string and its styled spans: rich's Text.append costs 10x
-            cells = 0  # the line's width, kept as it grows (a long listing has hundreds of thousands of items)
-            for column, cell, room in zip(self.columns, row, natural, strict=True):
+            cells, items = 0, 0  # the line's width and items, kept as it grows (a listing has thousands of rows)
+            for column, label, cell, room in zip(self.columns, labels, row, natural, strict=True):
                 plain, style = self._plain_cell(column, cell, room)
                 if not plain:
                     continue
-                label = f"{column.header}: "
                 item = label + plain
                 item_cells = cell_len(item)
-                if line and cells + 2 + item_cells > width:
+                if items and cells + 2 + item_cells > width:
                     yield Line(line, spans)
-                    line, spans, cells = "  ", [], 2
-                elif line.strip():
+                    line, spans, cells, items = "  ", [], 2, 0
+                elif items:
                     line += "  "
                     cells += 2
-                at = len(line)
-                spans.append(Span(at, at + len(label), bold))
-                if style:
-                    spans.append(Span(at + len(label), at + len(item), style))
-                if isinstance(cell, Text) and column.fit in (Fit.WHOLE, Fit.WRAP):  # kept whole, its spans too
-                    spans += [span.move(at + len(label)) for span in cell.spans]
+                if styled:
+                    at = len(line)
+                    spans.append(Span(at, at + len(label), bold))
+                    if style:
+                        spans.append(Span(at + len(label), at + len(item), style))
+                    if isinstance(cell, Text) and column.fit in (Fit.WHOLE, Fit.WRAP):  # kept whole, spans too
+                        spans += [span.move(at + len(label)) for span in cell.spans]
                 line += item
                 cells += item_cells
-            if line.strip():
+                items += 1
+            if items:
                 yield Line(line, spans)
 
 
