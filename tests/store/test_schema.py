@@ -15,7 +15,7 @@ from sqlalchemy import create_engine, event
 
 import store.backends.sqlite.connections
 import store.schema
-from store.backends.sqlite.connections import classify
+from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.info import database_info
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -97,6 +97,31 @@ def test_classify_tells_the_five_states_apart(
         assert status.tables == ("alembic_version", "studies", "trials")
     if state in ("current", "behind", "ahead"):
         assert statements == ["SELECT version_num FROM judgestore_alembic_version"]  # one cheap query
+
+
+def test_a_database_created_while_it_is_classified_is_current_not_foreign(
+    tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Two jobs open one new database: the second asks for the version table (none yet), the first creates the
+    # database and commits, then the second lists the tables. It must not call that database foreign.
+    path = tmp_path / "x.db"
+    sqlite3.connect(path).close()  # an empty file, as the first open leaves it
+    real_inspect = store.backends.sqlite.connections.inspect
+
+    def created_meanwhile(conn: Any) -> Any:
+        monkeypatch.setattr(store.backends.sqlite.connections, "inspect", real_inspect)
+        creator = create_sqlite_engine(path, Settings())
+        with creator.connect().execution_options(write=True) as writer, writer.begin():
+            store.schema.create_at_head(writer)
+        creator.dispose()
+        return real_inspect(conn)
+
+    monkeypatch.setattr(store.backends.sqlite.connections, "inspect", created_meanwhile)
+    engine = create_sqlite_engine(path, Settings())
+    with engine.connect() as conn:
+        status = classify(conn, path)
+    engine.dispose()
+    assert (status.state, status.revision) == (DatabaseState.CURRENT, SHIPPED_HEAD)
 
 
 def test_a_current_or_empty_status_raises_nothing(tmp_path: Path, synthetic: Any) -> None:

@@ -226,24 +226,31 @@ def set_journal_mode(conn: sqlite3.Connection, journal: str) -> None:
 def classify(conn: Connection, path: Path, known: Revisions | None = None) -> SchemaStatus:
     """Where the database behind ``conn`` stands; one SELECT when it has our version table."""
     known = known or schema.revisions()  # the module's attribute: tests stand in another line of scripts
-    try:
-        rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-        if rows and len(rows) == 1:
-            revision = rows[0][0]
-            if revision == known.head:
-                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
-            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
-            return SchemaStatus(state, revision, known.head)
-    except OperationalError as e:
-        if "no such table" not in str(e.orig):
+    for _ in range(2):
+        unversioned = False
+        try:
+            rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
+            if rows and len(rows) == 1:
+                revision = rows[0][0]
+                if revision == known.head:
+                    return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+                state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
+                return SchemaStatus(state, revision, known.head)
+        except OperationalError as e:
+            if "no such table" not in str(e.orig):
+                raise_translated(path, e)
+            unversioned = True
+        except DBAPIError as e:
             raise_translated(path, e)
-    except DBAPIError as e:
-        raise_translated(path, e)
-    # No version table, or a version table without exactly one row: is anything else here?
-    try:
-        tables = tuple(sorted(inspect(conn).get_table_names()))
-    except DBAPIError as e:
-        raise_translated(path, e)
+        # No version table, or a version table without exactly one row: is anything else here?
+        try:
+            tables = tuple(sorted(inspect(conn).get_table_names()))
+        except DBAPIError as e:
+            raise_translated(path, e)
+        # A statement that fails to prepare starts no snapshot: another connection may have created the database
+        # (the version table with the rest, in one transaction) between the two reads. Then it is asked again.
+        if not (unversioned and VERSION_TABLE in tables):
+            break
     state = DatabaseState.FOREIGN if tables else DatabaseState.EMPTY
     return SchemaStatus(state, None, known.head, tables)
 
