@@ -19,6 +19,7 @@ from typer.testing import CliRunner
 from store import jsonvalues, logprobs
 from store.backends.postgres.connections import display_url, parse_store_url
 from store.backends.postgres.registry import registry, schema_name
+from store.backends.postgres.storage import PostgresStorage
 from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
@@ -114,6 +115,30 @@ def test_opening_reads_the_revision_with_one_select(pg_url: str) -> None:
         event.listen(store.storage.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
         store.open(Location.of("completions", "t", QWEN))
     assert sum("judgestore_alembic_version" in s for s in statements) == 1
+
+
+def test_a_schema_created_while_it_is_classified_is_current_not_foreign(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Each statement reads what was committed when it began: a job creating the schema between the version
+    # query and the table listing must not make it look foreign.
+    import store.backends.postgres.status as status
+
+    location = Location.of("completions", "t", QWEN)
+    real_inspect = status.inspect
+
+    def created_meanwhile(conn: Any) -> Any:
+        monkeypatch.setattr(status, "inspect", real_inspect)
+        with Store(url=pg_url) as creator:
+            creator.database("completions", "t", QWEN)
+        return real_inspect(conn)
+
+    with Store(url=pg_url) as store:
+        assert isinstance(store.storage, PostgresStorage)
+        monkeypatch.setattr(status, "inspect", created_meanwhile)
+        with store.storage.connection() as conn:
+            found = status.classify(conn, location)
+    assert (found.state, found.revision) == (DatabaseState.CURRENT, SHIPPED_HEAD)
 
 
 def test_a_schema_that_is_not_ours_is_refused_untouched(pg_url: str, pg_cluster: Cluster) -> None:

@@ -66,20 +66,26 @@ def classify(conn: Connection, location: Location, known: Revisions | None = Non
     known = known or known_revisions(None)
     name = schema_name(location)
     version = Table(VERSION_TABLE, MetaData(), Column("version_num", String), schema=name)
-    try:
-        with conn.begin_nested():
-            rows = conn.execute(select(version.c.version_num)).all()
-    except DBAPIError as e:
-        if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
-            raise
-        rows = []
-    if len(rows) == 1:
-        revision = rows[0][0]
-        if revision == known.head:
-            return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
-        state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
-        return SchemaStatus(state, revision, known.head)
-    tables = tuple(sorted(inspect(conn).get_table_names(schema=name)))
+    for _ in range(2):
+        try:
+            with conn.begin_nested():
+                rows = conn.execute(select(version.c.version_num)).all()
+            unversioned = False
+        except DBAPIError as e:
+            if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
+                raise
+            rows, unversioned = [], True
+        if len(rows) == 1:
+            revision = rows[0][0]
+            if revision == known.head:
+                return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
+            state = DatabaseState.BEHIND if revision in known.known else DatabaseState.AHEAD
+            return SchemaStatus(state, revision, known.head)
+        tables = tuple(sorted(inspect(conn).get_table_names(schema=name)))
+        # Each statement reads what was committed when it began: another job may have created the schema (its
+        # version table with the rest, in one transaction) between the two. Then it is asked again.
+        if not (unversioned and VERSION_TABLE in tables):
+            break
     return SchemaStatus(DatabaseState.FOREIGN if tables else DatabaseState.EMPTY, None, known.head, tables)
 
 
