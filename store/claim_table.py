@@ -82,6 +82,13 @@ class ClaimsSummary:
             "oldest_stale_deadline": None if self.oldest_deadline is None else self.oldest_deadline.isoformat(),
         }
 
+    @staticmethod
+    def lasting(fields: Mapping[str, Any] | None) -> bool:
+        """Whether claims kept as their fields (a catalog's JSON) hold while the database's files do: not with
+        live leases or failure marks, which pass their deadlines with no write (a job that died leaves leases
+        that turn stale)."""
+        return not (fields and (fields.get("leased") or fields.get("failed")))
+
     def short(self) -> str:
         """``12 leased by 3 jobs, 40 waiting, 2 stale`` (empty when there is nothing to say)."""
         parts = []

@@ -11,9 +11,9 @@ Contract:
   (``judgestore adopt``: from where, across what, on what evidence), and
   the shared batches' work in progress (:func:`store.claims.claims_summary`).
 * :func:`store_stats` does that for the databases a
-  :class:`~store.layout.Selector` picked (``Store.select``), read-only. A database that cannot be
-  opened (behind, foreign, damaged...) is reported with its error and never
-  stops the others.
+  :class:`~store.layout.Selector` picked (``Store.select``), read-only. A
+  database that cannot be opened (behind, foreign, damaged...) is reported
+  with its error and never stops the others.
 """
 
 from __future__ import annotations
@@ -119,8 +119,7 @@ def store_stats(
 
 
 def _lasting(data: dict[str, Any]) -> bool:
-    claims = data["claims"]
-    return not (claims["leased"] or claims["failed"])
+    return ClaimsSummary.lasting(data["claims"])
 
 
 _DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON

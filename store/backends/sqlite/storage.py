@@ -45,6 +45,7 @@ from store.backends.sqlite.info import database_info as sqlite_database_info
 from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
+from store.claim_table import ClaimsSummary
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
 from store.layout import Location, database_name, prepared_folder, walk
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
@@ -244,7 +245,4 @@ class SqliteStorage:
 
 
 def _lasting_info(data: dict[str, Any]) -> bool:
-    """Whether an info holds while the database's files do: not while its claims hold live leases or failure
-    marks, which pass their deadlines with no write (a job that died leaves leases that turn stale)."""
-    claims = data.get("claims")
-    return not (isinstance(claims, dict) and (claims.get("leased") or claims.get("failed")))
+    return ClaimsSummary.lasting(data.get("claims"))
