@@ -105,15 +105,8 @@ JSON_OPTIONS: dict[str, Any] = {
 
 @functools.cache
 def sqlite_dialect() -> Dialect:
-    """The SQLite dialect of the store's engines (its JSON options), for compiling statements once per process."""
-    from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
-
-    return SQLiteDialect_pysqlite(dbapi=SQLiteDialect_pysqlite.import_dbapi(), **JSON_OPTIONS)
-
-
-@functools.cache
-def _shared_dialect() -> Dialect:
-    """The dialect every file's engine compiles with, initialised once per process.
+    """The one SQLite dialect of the process (its JSON options), initialised from the SQLite library: every
+    file's engine compiles with it, and the fast readers and writers compile their statements with it once.
 
     SQLAlchemy keeps a statement's compiled form per engine, keyed by the engine's dialect object: a store opens
     an engine per file, so each file compiled every statement again (a cold ``stats`` over thousands of
@@ -130,7 +123,7 @@ def _shared_dialect() -> Dialect:
 
 @functools.cache
 def _compiled_statements() -> LRUCache[Any, Any]:
-    """The compiled statements every file's engine shares (see :func:`_shared_dialect`)."""
+    """The compiled statements every file's engine shares (see :func:`sqlite_dialect`)."""
     return LRUCache(1000)
 
 
@@ -185,11 +178,11 @@ def sqlite_engine(connect: Callable[[], sqlite3.Connection], journal: str | None
         "sqlite://",
         creator=connect,
         poolclass=QueuePool if pooled else NullPool,
-        # journal_mode: applied by apply_journal_mode. compiled_cache: see _shared_dialect.
+        # journal_mode: applied by apply_journal_mode. compiled_cache: see sqlite_dialect.
         execution_options={"journal_mode": journal, "compiled_cache": _compiled_statements()},
         **JSON_OPTIONS,
     )
-    engine.dialect = _shared_dialect()
+    engine.dialect = sqlite_dialect()
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Any) -> None:
