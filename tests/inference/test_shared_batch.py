@@ -134,13 +134,19 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
     jobs = start_jobs(4, server=server, prompts=prompts, folder=tmp_path, store=store_env, lease_seconds=lease)
     victim = jobs[0]
     deadline = time.monotonic() + 120
-    while len(server.completions()) < 40 or not leases_of(store_env, victim.process.pid):
+    while True:
         assert time.monotonic() < deadline and victim.process.poll() is None, "the batch never got going"
+        if len(server.completions()) >= 40:
+            # Frozen, the job can neither finish a block nor claim one, so what it holds now is what it dies with.
+            os.kill(victim.process.pid, signal.SIGSTOP)
+            in_flight = leases_of(store_env, victim.process.pid)  # what the dead job holds: its leases will expire
+            if in_flight:
+                break
+            os.kill(victim.process.pid, signal.SIGCONT)  # between two blocks: let it claim the next one
         time.sleep(0.05)
     os.kill(victim.process.pid, signal.SIGKILL)
     killed_at = time.monotonic()
     victim.process.wait()
-    in_flight = leases_of(store_env, victim.process.pid)  # what the dead job held: its leases will expire
     others = jobs[1:]
     finish(others)
     assert_all_succeeded(others)
