@@ -16,8 +16,9 @@ Contract:
 * Building is not timed and is fast: the first database of each role is
   written through the API, the others are copies of it (a folder: the file
   copied in by hand beside a metadata.json written for its descriptor, its
-  rows' model changed; a server: ``CREATE TABLE ... (LIKE ... INCLUDING ALL)``
-  and the registry row), as a lab's store that grew by hand and by ``copy``.
+  rows' model changed; a server: ``CREATE TABLE ... (LIKE ... INCLUDING ALL)``,
+  the registry row and the generation triggers judgestore puts on a schema it
+  creates), as a lab's store that grew by hand and by ``copy``.
 * At each size every command runs ``--reps`` times as a fresh process
   (``python -m store``: start-up and imports included, as a user meets it),
   wall clock and CPU time (user + system, from ``wait4``: what the command
@@ -154,6 +155,7 @@ class PostgresGrower(Grower):
     def grow(self, n: int) -> None:
         from sqlalchemy import text
 
+        from store.backends.postgres.generations import install
         from store.backends.postgres.registry import quoted, register, schema_name
 
         with Store(Settings(), url=self.url) as store:
@@ -183,6 +185,7 @@ class PostgresGrower(Grower):
                         conn.execute(text(f"UPDATE {name}.{role} SET {_model_column(role)} = :m"), {"m": model_of(i)})
                         meta = metadata_bytes(role, task, descriptor)
                         register(conn, location, orjson.loads(meta)["descriptor_sha256"], meta.decode())
+                        install(conn, schema_name(location))  # the generation triggers judgestore gives a schema
         self.size = max(self.size, n)
 
 

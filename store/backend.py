@@ -260,11 +260,17 @@ class Storage(Protocol):
         one that does, nor one it cannot tell about (opening it then says what is wrong)."""
 
     def remembered(
-        self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
-    ) -> T:
-        """``compute()``, a JSON value derived from the database; a backend that can tell cheaply that the
-        database has not changed since it last computed ``kind`` gives back what it gave then, unless
-        ``lasting(value)`` said that the value changes with the clock alone (a lease that passes its deadline)."""
+        self,
+        locations: Iterable[Location],
+        kind: str,
+        compute: Callable[[Location], T],
+        *,
+        lasting: Callable[[T], bool] | None = None,
+    ) -> Iterator[tuple[Location, T]]:
+        """Each location with ``compute(location)``, a JSON value derived from its database, in their order; a
+        backend that can tell cheaply that a database has not changed since it last computed ``kind`` gives back
+        what it gave then (:mod:`store.catalog`), unless ``lasting(value)`` said that the value changes with the
+        clock alone (a lease that passes its deadline). ``compute`` should not raise: an error ends the iteration."""
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
         """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""

@@ -68,6 +68,11 @@ def info_json(info: DatabaseInfo) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(info).items() if k != "location"} | {"state": info.state.value}
 
 
+def info_lasting(data: dict[str, Any]) -> bool:
+    """Whether an :func:`info_json` may be kept (:mod:`store.catalog`): not while its claims change with the clock."""
+    return ClaimsSummary.lasting(data.get("claims"))
+
+
 def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:
     """The :class:`DatabaseInfo` of ``location`` that :func:`info_json` gave ``data`` (through JSON, claims too)."""
     claims = data.get("claims")

@@ -104,24 +104,27 @@ def store_stats(
     Statistics whose claims hold live leases or failure marks are read each time (they turn stale with no
     write).
     """
-    for location in store.select() if locations is None else locations:
 
-        def compute(location: Location = location) -> dict[str, Any]:
-            return _stats_json(database_stats(store.open(location), recent=recent))
-
+    def compute(location: Location) -> dict[str, Any]:
         try:
-            data = store.storage.remembered(location, f"stats {recent} claims", compute, lasting=_lasting)
+            return _stats_json(database_stats(store.open(location), recent=recent))
         except JudgestoreError as e:
+            return {_ERROR: str(e)}  # never kept (see _lasting): read again next time
+
+    chosen = store.select() if locations is None else locations
+    for location, data in store.storage.remembered(chosen, f"stats {recent} claims", compute, lasting=_lasting):
+        if _ERROR in data:
             (info,) = store.infos([location], count_rows=False)
-            yield DatabaseStats(location, info.where, info.size_bytes, error=str(e))
+            yield DatabaseStats(location, info.where, info.size_bytes, error=data[_ERROR])
             continue
         yield _stats_of(location, data)
 
 
 def _lasting(data: dict[str, Any]) -> bool:
-    return ClaimsSummary.lasting(data["claims"])
+    return _ERROR not in data and ClaimsSummary.lasting(data["claims"])
 
 
+_ERROR = "$judgestore-error"  # what a database that could not be read gives instead of its statistics
 _DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
 
 

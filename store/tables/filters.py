@@ -132,6 +132,7 @@ VALUE_COLUMNS: dict[Role, tuple[str, ...]] = {
 }
 
 
+DISTINCT_LIMIT = 1_000  # distinct values a column keeps in a catalog; beyond, it says nothing about a filter
 CATALOGUED_FILTERS = ("benchmark", "model", "model_a", "model_b", "judge", "pair", "run_id")  # what may_match reads
 
 

@@ -41,6 +41,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
+    BigInteger,
     Column,
     Connection,
     DateTime,
@@ -81,6 +82,14 @@ registry = Table(
     Column("created_at", DateTime, nullable=False),
     UniqueConstraint("role", "task", "provider", "model", "descriptor_hash16"),
 )
+# Each descriptor schema's generation, raised by its tables' triggers (store.backends.postgres.generations).
+generations = Table(
+    "generations",
+    registry_metadata,
+    Column("schema_name", String(63), primary_key=True),
+    Column("generation", BigInteger, nullable=False),
+)
+TOUCH = f"{REGISTRY_SCHEMA}.touch"  # the triggers' function
 
 
 def schema_name(location: Location) -> str:
@@ -107,14 +116,14 @@ def advisory_lock(conn: Connection, name: str) -> None:
 
 
 def ensure_registry(conn: Connection) -> None:
-    """Create the registry schema and table if they are missing (inside the caller's transaction)."""
+    """Create the registry schema and tables if they are missing (inside the caller's transaction)."""
     advisory_lock(conn, REGISTRY_SCHEMA)
     conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted(REGISTRY_SCHEMA)}"))
     registry_metadata.create_all(conn, checkfirst=True)
 
 
-def registered(conn: Connection) -> list[tuple[Location, str]]:
-    """Every registered descriptor schema, as (location, metadata.json text), in layout order.
+def registered(conn: Connection) -> list[Location]:
+    """Every registered descriptor schema's location, in layout order.
 
     The names are stored escaped (:mod:`store.backends.postgres.text`), as every text column
     is; a row registered before names were escaped holds them as they were,
@@ -126,16 +135,16 @@ def registered(conn: Connection) -> list[tuple[Location, str]]:
         return []
     c = registry.c
     names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping
-    query = select(c.schema_name, c.role, *names, c.descriptor_hash16, c.metadata_json)
+    query = select(c.schema_name, c.role, *names, c.descriptor_hash16)
     rows = conn.execute(query.order_by(c.role, c.task, c.provider, c.model, c.descriptor_hash16)).all()
     found = []
-    for name, role, task, provider, model, hash16, metadata_json in rows:
+    for name, role, task, provider, model, hash16 in rows:
         location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
                             pgtext.unescape(model), hash16)  # fmt: skip
         if schema_name(location) != name:
             verbatim = Location(location.role, task, provider, model, hash16)
             location = verbatim if schema_name(verbatim) == name else location
-        found.append((location, metadata_json))
+        found.append(location)
     return found
 
 

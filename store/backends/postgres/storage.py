@@ -32,6 +32,13 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
   (a failed copy's), under its advisory lock and its tables' locks.
+* What ``ls``, ``db status``, ``stats`` and row filters derive from a schema
+  is kept in this machine's catalog (:mod:`store.catalog`, in the side
+  folder below) at the schema's stamp
+  (:mod:`store.backends.postgres.generations`: a counter its tables' triggers
+  raise, and digests of its relations and registry row), read for every
+  schema in one statement before any schema is: a listing of thousands of
+  schemas reads one table of the server, and the schemas that changed.
 * :meth:`~PostgresStorage.read_across` reads many schemas in one statement
   where it can (:mod:`store.backends.postgres.across`).
 * Side files (sharing's workspace) live in a folder of this machine named
@@ -41,14 +48,14 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import hashlib
-import os
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from sqlalchemy import Connection, inspect, select, text
@@ -57,6 +64,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from store.backends.postgres.connections import create_postgres_engine, display_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
+from store.backends.postgres.generations import stamps
 from store.backends.postgres.registry import (
     advisory_lock,
     ensure_registry,
@@ -67,9 +75,10 @@ from store.backends.postgres.registry import (
     schema_name,
 )
 from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
-from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, matching
+from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, distinct_values, matching
 from store.backends.postgres.upgrade import migrate_schema, row_counts, upgrade_schemas
 from store.backends.postgres.verify import verify_schema
+from store.catalog import Catalog, cache_home
 from store.errors import (
     DatabaseMissingError,
     ForeignSchemaError,
@@ -78,10 +87,19 @@ from store.errors import (
     MetadataMismatchError,
 )
 from store.layout import Location, StoredMetadata, parse_metadata
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
+from store.reports import (
+    DatabaseInfo,
+    DatabaseVerification,
+    Problem,
+    UpgradeResult,
+    VacuumResult,
+    info_json,
+    info_lasting,
+    info_of,
+)
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, raise_for_status
 from store.settings import Settings
-from store.tables.filters import RowFilter
+from store.tables.filters import CATALOGUED_FILTERS, RowFilter, may_match
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -111,12 +129,20 @@ class PostgresStorage:
         self.readonly = readonly
         self.where = display_url(url)
         digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
-        cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-        self.local_root = cache / "judgestore" / "servers" / digest
+        self.local_root = cache_home() / "servers" / digest
         self.engine = create_postgres_engine(url, settings)
+        self._catalog: Catalog | None = None  # read at first use (store.catalog)
 
     def close(self) -> None:
+        if self._catalog is not None:
+            self._catalog.save()
         self.engine.dispose()
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = Catalog(self.local_root / "catalog.json", self.where)
+        return self._catalog
 
     def absence(self) -> str | None:
         """Why the server's database holds no store (no registry); reaching the server is checked on the way."""
@@ -168,24 +194,69 @@ class PostgresStorage:
 
     def locations(self) -> list[Location]:
         with self.connection() as conn:
-            return [location for location, _ in registered(conn)]
+            found = registered(conn)
+        self.catalog.keep_only(schema_name(location) for location in found)
+        return found
+
+    def _stamps(self) -> dict[str, list[Any] | None]:
+        """Every schema's stamp (:func:`~store.backends.postgres.generations.stamps`), read before any schema is;
+        none where they cannot be read (then every schema is read, which says what is wrong)."""
+        try:
+            with self.connection() as conn:
+                return stamps(conn)
+        except JudgestoreError:
+            return {}
 
     def remembered(
-        self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
-    ) -> T:
-        return compute()  # a server tells no cheap stamp of a schema's content: computed each time
+        self,
+        locations: Iterable[Location],
+        kind: str,
+        compute: Callable[[Location], T],
+        *,
+        lasting: Callable[[T], bool] | None = None,
+    ) -> Iterator[tuple[Location, T]]:
+        """``compute(location)`` of each location, or what it gave at the schema's present stamp (read for every
+        schema at once, before any is read; never a value ``lasting`` refuses)."""
+        chosen = list(locations)
+        now = self._stamps() if chosen else {}
+        for location in chosen:
+            name = schema_name(location)
+            work = functools.partial(compute, location)
+            yield location, self.catalog.remembered(name, now.get(name), kind, work, lasting=lasting)
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
-        """The ``locations`` whose schemas may hold a row ``flt`` matches, asked in a few statements
-        (:func:`~store.backends.postgres.survey.matching`)."""
+        """The ``locations`` whose schemas may hold a row ``flt`` matches: ruled out by their catalogued distinct
+        values (:func:`~store.backends.postgres.survey.distinct_values`, read for the schemas that changed), the
+        rest probed in a few statements (:func:`~store.backends.postgres.survey.matching`)."""
         chosen = list(locations)
         if flt.is_empty() or not chosen:
             return chosen
-        head, keep = known_revisions(None).head, set[Location]()
+        head = known_revisions(None).head
+        if any(getattr(flt, name) is not None for name in CATALOGUED_FILTERS):
+            values = self._values(chosen, head)
+            chosen = [loc for loc in chosen if (v := values[loc]) is None or may_match(loc.role, v, flt)]
+        keep = set[Location]()
         for start in range(0, len(chosen), EXISTS_BATCH):  # a transaction each: see EXISTS_BATCH
             with self.connection() as conn:
                 keep |= matching(conn, chosen[start : start + EXISTS_BATCH], flt, head)
         return [location for location in chosen if location in keep]
+
+    def _values(self, chosen: list[Location], head: str) -> dict[Location, Any]:
+        """The catalogued distinct values of each schema (:meth:`narrowed`); those not kept at the present stamp
+        are read, :data:`EXISTS_BATCH` schemas a transaction."""
+        now, kind = self._stamps(), f"values {head}"
+        found: dict[Location, tuple[Any]] = {}
+        for loc in chosen:
+            name = schema_name(loc)
+            if (known := self.catalog.known(name, now.get(name), kind)) is not None:
+                found[loc] = known
+        misses = [loc for loc in chosen if loc not in found]
+        for start in range(0, len(misses), EXISTS_BATCH):
+            with self.connection() as conn:
+                for loc, values in distinct_values(conn, misses[start : start + EXISTS_BATCH], head).items():
+                    name = schema_name(loc)
+                    found[loc] = (self.catalog.keep(name, now.get(name), kind, values, lasting=_known),)
+        return {loc: found[loc][0] for loc in chosen}
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
         """The registry's record of ``location``, verified like a metadata.json; None when unregistered."""
@@ -299,8 +370,24 @@ class PostgresStorage:
         return schema_info(self, location, known=known, count_rows=count_rows)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
-        """:meth:`info` of each location, read in a few statements for all of them (:func:`~.status.schema_infos`)."""
-        return schema_infos(self, locations, count_rows=count_rows)
+        """:meth:`info` of each location: what the catalog kept at the schema's present stamp, the others read in a
+        few statements for all of them (:func:`~.status.schema_infos`)."""
+        chosen = list(locations)
+        now, kind = (self._stamps() if chosen else {}), f"info {known_revisions(None).head}"
+        found: dict[Location, DatabaseInfo] = {}
+        for location in chosen:
+            name = schema_name(location)
+            known = self.catalog.known(name, now.get(name), kind)
+            if known is not None:
+                found[location] = info_of(location, known[0])
+        misses = [location for location in chosen if location not in found]
+        for info in schema_infos(self, misses) if misses else ():
+            name = schema_name(info.location)
+            data = self.catalog.keep(name, now.get(name), kind, info_json(info), lasting=info_lasting)
+            found[info.location] = info_of(info.location, data)
+        for location in chosen:
+            info = found[location]
+            yield info if count_rows else dataclasses.replace(info, rows=None)
 
     def size_of(self, location: Location) -> int:
         """Bytes the schema's tables take on the server (indexes and TOAST included).
@@ -344,6 +431,10 @@ class PostgresStorage:
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
         )
+
+
+def _known(values: Any) -> bool:
+    return values is not None  # a schema that could not be read is read again next time
 
 
 def _normalised_url(url: str) -> str:

@@ -5,7 +5,8 @@ Contract: each function answers for many descriptor schemas at once, in
 per schema, and never a catalog query that scans every relation per schema:
 tables are looked up by name): :func:`survey` (registry rows, revisions, row
 counts, sizes), :func:`claims_of` (shared batches' claims), :func:`matching`
-(the schemas a row filter may match) and :func:`schema_revisions`. Callers
+(the schemas a row filter may match), :func:`distinct_values` (what a catalog
+keeps to rule schemas out without reading them) and :func:`schema_revisions`. Callers
 give each transaction at most :data:`EXISTS_BATCH` schemas, so that the
 locks it holds stay few. A schema these cannot read is left out of their
 answers; :class:`PostgresStorage` then reads it alone, which says what is
@@ -19,6 +20,7 @@ from typing import Any
 from sqlalchemy import Connection, Select, String, any_, bindparam, literal_column, select, text
 from sqlalchemy.exc import DBAPIError
 
+from store.backends.postgres import text as pgtext
 from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.registry import quoted, registry, schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
@@ -26,7 +28,7 @@ from store.claim_table import ClaimsSummary
 from store.layout import Location
 from store.roles import Role
 from store.schema import VERSION_TABLE
-from store.tables.filters import RowFilter
+from store.tables.filters import DISTINCT_LIMIT, VALUE_COLUMNS, RowFilter
 from store.tables.models import Base
 
 # Schemas per statement, and per transaction in the callers: a transaction holds a lock on every table it reads
@@ -151,4 +153,37 @@ def claims_of(conn: Connection, current: dict[str, Location]) -> dict[str, Claim
     for name in held:
         mapped = conn.execution_options(**schema_options(current[name]))
         found[name] = PostgresClaimTable(mapped, current[name].role).summary()
+    return found
+
+
+def distinct_values(
+    conn: Connection, chosen: list[Location], head: str
+) -> dict[Location, dict[str, list[str | None] | None] | None]:
+    """The distinct values of each role's :data:`~store.tables.filters.VALUE_COLUMNS` in each of the ``chosen``
+    schemas at revision ``head`` (a column with more than :data:`~store.tables.filters.DISTINCT_LIMIT`: None for
+    it), one ``UNION ALL`` per :data:`EXISTS_BATCH` schemas; None for a schema that is not at ``head`` or in a
+    batch the server refused (nothing is known of it)."""
+    current = {name for name, revision in schema_revisions(conn, [schema_name(loc) for loc in chosen]).items()
+               if revision == head}  # fmt: skip
+    found: dict[Location, dict[str, list[str | None] | None] | None] = dict.fromkeys(chosen)
+    readable = [loc for loc in chosen if schema_name(loc) in current]
+    for start in range(0, len(readable), EXISTS_BATCH):
+        batch = {schema_name(loc): loc for loc in readable[start : start + EXISTS_BATCH]}
+        union = " UNION ALL ".join(
+            f"(SELECT '{name}', '{column}', v FROM (SELECT DISTINCT {quoted(column)} AS v "
+            f"FROM {quoted(name)}.{quoted(loc.role)} LIMIT {DISTINCT_LIMIT + 1}) AS d)"
+            for name, loc in batch.items()
+            for column in VALUE_COLUMNS[loc.role]
+        )
+        seen: dict[str, dict[str, list[str | None]]] = {name: {} for name in batch}
+        try:
+            with conn.begin_nested():
+                for name, column, value in conn.exec_driver_sql(union):
+                    seen[name].setdefault(column, []).append(None if value is None else pgtext.unescape(value))
+        except DBAPIError:
+            continue
+        for name, loc in batch.items():
+            columns = seen[name]
+            found[loc] = {column: (values if len(values := columns.get(column, [])) <= DISTINCT_LIMIT else None)
+                          for column in VALUE_COLUMNS[loc.role]}  # fmt: skip
     return found

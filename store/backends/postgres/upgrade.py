@@ -10,8 +10,10 @@ Contract:
   the schema's advisory lock; PostgreSQL's DDL is transactional, so a failed
   migration leaves the schema exactly as it was (no backup is needed) and
   the other schemas go on; the row counts (:func:`row_counts`) must be the
-  same after as before. Only a ``behind`` schema is written; any other state
-  is reported (``refused``, or ``up-to-date``) untouched. A second upgrade
+  same after as before. Only a ``behind`` schema is migrated; any other state
+  is reported (``refused``, or ``up-to-date``) untouched, except that a usable
+  schema made before generations existed gets its generation triggers
+  (:mod:`store.backends.postgres.generations`). A second upgrade
   started at once waits on the lock and then finds nothing to do.
 """
 
@@ -22,6 +24,7 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, inspect, text
 
+from store.backends.postgres import generations
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, UpgradeFailedError
@@ -34,9 +37,12 @@ if TYPE_CHECKING:
 
 
 def migrate_schema(conn: Connection, location: Location, script: ScriptDirectory | None = None) -> None:
-    """Migrate ``location``'s schema to the head of ``script`` (this library's scripts when None)."""
-    conn.execute(text(f"SET LOCAL search_path TO {quoted(schema_name(location))}"))
+    """Migrate ``location``'s schema to the head of ``script`` (this library's scripts when None), and put the
+    generation triggers on its tables (:mod:`store.backends.postgres.generations`)."""
+    name = schema_name(location)
+    conn.execute(text(f"SET LOCAL search_path TO {quoted(name)}"))
     migrate(conn.execution_options(**schema_options(location)), script=script)
+    generations.install(conn, name)
 
 
 def row_counts(conn: Connection, location: Location) -> dict[str, int]:
@@ -67,6 +73,8 @@ def _upgrade(
         storage.metadata(conn, location)
         status = classify(conn, location, known)
         if status.state in USABLE_STATES:
+            if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
+                generations.install(conn, schema_name(location))
             return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
         if status.state is not DatabaseState.BEHIND:
             return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,

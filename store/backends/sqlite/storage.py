@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sqlite3
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -36,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from store import schema
-from store.backends.sqlite.catalog import Catalog
+from store.backends.sqlite.catalog import catalog_path, stamp
 from store.backends.sqlite.connections import is_current, open_file, readonly_uri
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.errors import raise_translated, write_refusal
@@ -45,13 +46,22 @@ from store.backends.sqlite.info import database_info as sqlite_database_info
 from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
-from store.claim_table import ClaimsSummary
+from store.catalog import Catalog
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
 from store.layout import Location, database_name, prepared_folder, walk
-from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult, info_json, info_of
+from store.reports import (
+    DatabaseInfo,
+    DatabaseVerification,
+    Problem,
+    UpgradeResult,
+    VacuumResult,
+    info_json,
+    info_lasting,
+    info_of,
+)
 from store.schema import Revisions
 from store.settings import Settings
-from store.tables.filters import CATALOGUED_FILTERS, VALUE_COLUMNS, RowFilter, may_match
+from store.tables.filters import CATALOGUED_FILTERS, DISTINCT_LIMIT, VALUE_COLUMNS, RowFilter, may_match
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -60,7 +70,6 @@ if TYPE_CHECKING:
     from store.backend import Database, Storage
 
 T = TypeVar("T")
-DISTINCT_LIMIT = 1_000  # distinct values a column keeps in the catalog; beyond, it says nothing about a filter
 
 
 class SqliteStorage:
@@ -69,6 +78,7 @@ class SqliteStorage:
     def __init__(self, root: Path, settings: Settings, *, readonly: bool = False) -> None:
         self.root = root
         self.local_root = root
+        self._prefix = os.path.join(str(root), "")
         self.where = str(root)
         self.settings = settings
         self.readonly = readonly
@@ -85,7 +95,7 @@ class SqliteStorage:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = Catalog(self.root)
+            self._catalog = Catalog(catalog_path(self.root), str(self.root))
         return self._catalog
 
     def absence(self) -> str | None:
@@ -102,15 +112,31 @@ class SqliteStorage:
 
     def locations(self) -> list[Location]:
         found = list(walk(self.root))
-        self.catalog.keep_only(location.db_path(self.root) for location in found)
+        self.catalog.keep_only(self._key(location.db_path(self.root)) for location in found)
         return found
 
+    def _key(self, db_path: Path) -> str:
+        return str(db_path)[len(self._prefix) :]  # the path under the root (the layout's names hold no separator)
+
     def remembered(
+        self,
+        locations: Iterable[Location],
+        kind: str,
+        compute: Callable[[Location], T],
+        *,
+        lasting: Callable[[T], bool] | None = None,
+    ) -> Iterator[tuple[Location, T]]:
+        """``compute(location)`` (a JSON value) of each location, or what it gave while the database's files are as
+        they were then (never a value ``lasting`` refuses)."""
+        for location in locations:
+            yield location, self._remembered(location, kind, functools.partial(compute, location), lasting=lasting)
+
+    def _remembered(
         self, location: Location, kind: str, compute: Callable[[], T], *, lasting: Callable[[T], bool] | None = None
     ) -> T:
-        """``compute()`` (a JSON value), or what it gave while the database's files are as they were then (never
-        a value ``lasting`` refuses)."""
-        value: T = self.catalog.remembered(location.db_path(self.root), kind, compute, lasting=lasting)
+        path = location.db_path(self.root)
+        now = stamp(path)  # before the file is read (store.catalog)
+        value: T = self.catalog.remembered(self._key(path), now, kind, compute, lasting=lasting)
         return value
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
@@ -121,7 +147,7 @@ class SqliteStorage:
             return chosen
         kept = []
         for location in chosen:
-            values = self.remembered(location, "values", functools.partial(self._values, location))
+            values = self._remembered(location, "values", functools.partial(self._values, location))
             if values is None or may_match(location.role, values, flt):
                 kept.append(location)
         return kept
@@ -216,7 +242,7 @@ class SqliteStorage:
         def compute() -> dict[str, Any]:
             return info_json(sqlite_database_info(self.root, location, self.settings))
 
-        info = info_of(location, self.remembered(location, f"info {head}", compute, lasting=_lasting_info))
+        info = info_of(location, self._remembered(location, f"info {head}", compute, lasting=info_lasting))
         return info if count_rows else dataclasses.replace(info, rows=None)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
@@ -242,7 +268,3 @@ class SqliteStorage:
         from store.across.merge import read_each
 
         return read_each([database.stream for database in databases], plan, nulls_smallest=True)
-
-
-def _lasting_info(data: dict[str, Any]) -> bool:
-    return ClaimsSummary.lasting(data.get("claims"))

@@ -1,0 +1,161 @@
+"""A server store's catalog: an unchanged store is listed from one statement; any change to a schema is seen."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+from sqlalchemy.engine import make_url
+
+from store.backends.postgres.generations import TRIGGER, installed, stamps
+from store.backends.postgres.registry import schema_name
+from store.backends.postgres.survey import SCHEMA_TABLES
+from store.layout import Location, Selector
+from store.reports import UpgradeOutcome
+from store.settings import Settings
+from store.stats import store_stats
+from store.store import Store
+from store.tables.filters import RowFilter
+from tests.factories import completion_record
+from tests.pg_server import Cluster
+from tests.store.test_narrowing import descriptor, fill
+
+
+def answers(url: str) -> tuple[Any, ...]:
+    """What ``ls``, ``db status``, ``stats`` and a row filter say of the store, each as a fresh command would."""
+    with Store(Settings(), url=url, readonly=True) as store:
+        locations = store.locations()
+        infos = [info.as_dict() for info in store.infos(locations)]
+        statuses = [info.as_dict() for info in store.infos(locations, count_rows=False)]
+        stats = [s.as_dict() for s in store_stats(store)]
+        rows = sorted((row.location.model, row.record.input_hash) for row in store.query_rows(Selector(),
+                      RowFilter(model="m-1")))  # fmt: skip
+    return infos, statuses, stats, rows
+
+
+def forbid_reading_schemas(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Make reading any schema's rows, state or values fail the test: only the stamps and the catalog may answer."""
+    import store.backends.postgres.storage as storage
+    import store.stats as stats
+
+    for module, name in ((storage, "schema_infos"), (storage, "distinct_values"), (stats, "database_stats")):
+        monkeypatch.setattr(module, name, lambda *a, **k: pytest.fail("a schema was read"))
+
+
+def execute(url: str, statement: str, **params: Any) -> None:
+    with Store(Settings(), url=url) as store, store.storage.engine.begin() as conn:  # type: ignore[attr-defined]
+        conn.execute(text(statement), params)
+
+
+def first_completions(url: str) -> Location:
+    with Store(Settings(), url=url, readonly=True) as store:
+        return next(loc for loc in store.locations() if loc.model == descriptor(1).model)
+
+
+def test_an_unchanged_server_store_is_answered_from_the_catalog(pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    first = answers(pg_url)
+    assert len(first[3]) == 3 and all(info["rows"] for info in first[0])
+    forbid_reading_schemas(monkeypatch)
+    assert answers(pg_url) == first  # the same, without reading a schema
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "a row written through the store",
+        "a row changed by hand",
+        "rows deleted by hand",
+        "a table emptied by hand",
+        "a row changed by hand with the trigger disabled",
+        "a table replaced by hand, its trigger put back",
+    ],
+)
+def test_a_change_to_a_schema_is_seen_by_the_next_command(pg_url: str, change: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    before = answers(pg_url)  # kept in the catalog
+    location = first_completions(pg_url)
+    table = f'"{schema_name(location)}".completions'
+    change_one = f"UPDATE {table} SET model = 'm-9' WHERE input_hash = (SELECT min(input_hash) FROM {table})"
+    if change == "a row written through the store":
+        with Store(Settings(), url=pg_url) as store:
+            store.open(location).put_many([completion_record(900, model="m-1")])
+    elif change == "a row changed by hand":
+        execute(pg_url, change_one)
+    elif change == "rows deleted by hand":
+        execute(pg_url, f"DELETE FROM {table} WHERE model = 'm-1'")
+    elif change == "a table emptied by hand":
+        execute(pg_url, f"TRUNCATE {table}")
+    elif change == "a row changed by hand with the trigger disabled":
+        execute(pg_url, f"ALTER TABLE {table} DISABLE TRIGGER {TRIGGER}")
+        execute(pg_url, change_one)
+    else:  # an empty copy: no trigger fires, the counter stays, but the table is another relation
+        name = f'"{schema_name(location)}"'
+        execute(pg_url, f"CREATE TABLE {name}.fresh (LIKE {table} INCLUDING ALL)")
+        execute(pg_url, f"DROP TABLE {table}")
+        execute(pg_url, f"ALTER TABLE {name}.fresh RENAME TO completions")
+        execute(pg_url, f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {table} "
+                        "FOR EACH STATEMENT EXECUTE FUNCTION judgestore.touch()")  # fmt: skip
+    after = answers(pg_url)
+    assert after != before
+    with Store(Settings(), url=pg_url, readonly=True) as store:
+        (info,) = store.infos([location])
+        assert info.as_dict() == store.storage.info(location).as_dict()  # what reading the schema afresh says
+    if change.startswith("a table replaced"):
+        assert info.rows == 0
+
+
+def test_a_schema_made_before_generations_is_read_each_time_until_upgraded(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    location = first_completions(pg_url)
+    name = schema_name(location)
+    for table in SCHEMA_TABLES:  # as a schema of the last version was: no triggers, no counter
+        execute(pg_url, f'DROP TRIGGER IF EXISTS {TRIGGER} ON "{name}"."{table}"')
+    execute(pg_url, "DELETE FROM judgestore.generations WHERE schema_name = :n", n=name)
+    first = answers(pg_url)
+    with Store(Settings(), url=pg_url, readonly=True) as store, store.storage.connection() as conn:  # type: ignore[attr-defined]
+        assert stamps(conn)[name] is None and not installed(conn, name)
+    with monkeypatch.context() as patched:
+        forbid_reading_schemas(patched)
+        with pytest.raises(pytest.fail.Exception, match="a schema was read"):
+            answers(pg_url)  # the others come from the catalog, this one cannot
+    with Store(Settings(), url=pg_url) as store:
+        results = list(store.upgrade(store.locations()))
+    assert {result.outcome for result in results} == {UpgradeOutcome.UP_TO_DATE}  # nothing else to say
+    with Store(Settings(), url=pg_url, readonly=True) as store, store.storage.connection() as conn:  # type: ignore[attr-defined]
+        assert installed(conn, name)
+    assert answers(pg_url) == first
+    forbid_reading_schemas(monkeypatch)
+    assert answers(pg_url) == first  # now kept
+
+
+def test_a_role_that_may_only_write_the_tables_raises_the_counter(pg_url: str, pg_cluster: Cluster) -> None:
+    # touch() runs with its owner's rights: a writer needs no grant on the registry's counters.
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    location = first_completions(pg_url)
+    name, database = schema_name(location), make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE writer LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    for statement in (
+        f'GRANT USAGE ON SCHEMA "{name}", judgestore TO writer',
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{name}" TO writer',
+        "GRANT SELECT ON judgestore.registry TO writer",
+    ):
+        pg_cluster.sql(statement, database)
+    before = answers(pg_url)
+    with Store(Settings(), url=pg_cluster.url(database, "writer", "pw")) as store:
+        store.open(location).put_many([completion_record(901, model="m-1")])
+    assert pg_cluster.sql("SELECT has_table_privilege('writer', 'judgestore.generations', 'UPDATE')", database) == [
+        (False,)
+    ]
+    after = answers(pg_url)
+    assert len(after[3]) == len(before[3]) + 1  # the new row is found: the counter moved with it
