@@ -159,3 +159,16 @@ def test_a_role_that_may_only_write_the_tables_raises_the_counter(pg_url: str, p
     ]
     after = answers(pg_url)
     assert len(after[3]) == len(before[3]) + 1  # the new row is found: the counter moved with it
+
+
+def test_a_schema_discarded_empty_leaves_no_counter_behind(pg_url: str, pg_cluster: Cluster) -> None:
+    database = make_url(pg_url).database
+    assert database is not None
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", descriptor(7))  # created, no row written
+        (location,) = store.locations()
+        name = schema_name(location)
+        assert pg_cluster.sql(f"SELECT generation FROM judgestore.generations WHERE schema_name = '{name}'", database)
+        assert store.discard_if_empty(location)
+        assert store.locations() == []
+    assert pg_cluster.sql("SELECT count(*) FROM judgestore.generations", database) == [(0,)]

@@ -103,6 +103,12 @@ def install(conn: Connection, name: str) -> None:
     conn.execute(_RAISE, {"name": name})
 
 
+def forget(conn: Connection, name: str) -> None:
+    """Drop schema ``name``'s counter (the schema is being dropped in the caller's transaction)."""
+    if conn.dialect.has_table(conn, generations.name, schema=REGISTRY_SCHEMA):
+        conn.execute(generations.delete().where(generations.c.schema_name == name))
+
+
 def installed(conn: Connection, name: str) -> bool:
     """Whether every table of schema ``name`` carries the trigger and the schema has a counter."""
     if not conn.dialect.has_table(conn, generations.name, schema=REGISTRY_SCHEMA):

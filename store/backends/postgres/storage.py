@@ -64,7 +64,7 @@ from sqlalchemy.exc import DBAPIError, OperationalError
 from store.backends.postgres.connections import create_postgres_engine, display_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
-from store.backends.postgres.generations import stamps
+from store.backends.postgres.generations import forget, stamps
 from store.backends.postgres.registry import (
     advisory_lock,
     ensure_registry,
@@ -338,6 +338,7 @@ class PostgresStorage:
                         return False
                 conn.execute(text(f"DROP SCHEMA {quoted(name)} CASCADE"))
                 conn.execute(registry.delete().where(registry.c.schema_name == name))
+                forget(conn, name)
                 return True
 
         return self.retry(attempt)  # every driver error typed (store.backends.postgres.errors.translated)
