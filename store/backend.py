@@ -192,8 +192,8 @@ class Database(ABC):
     def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
         """The rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
 
-        ``deferred`` (the default, a cache's lookup): ``input_text`` is left out of the statement and each
-        record reads it on first access, for every record of this call in one statement
+        ``deferred`` (the default, a cache's lookup): ``input_text`` and the row's bookkeeping are left out of the
+        statement and each record reads them on first access, for every record of this call in one statement
         (:mod:`store.tables.deferred`); pass False where every record's prompt is wanted at once.
         """
         keys = list(hashes)
@@ -201,10 +201,10 @@ class Database(ABC):
         return self._read(lambda repo: repo.get_many(keys, deferred=lean))
 
     def _deferred_inputs(self) -> DeferredInputs:
-        """What a deferred lookup's records read their prompt through: this database, whole rows, later."""
+        """What a deferred lookup's records read their deferred columns through: this database, whole rows, later."""
 
-        def load(keys: Sequence[str]) -> dict[str, str]:
-            return {key: record.input_text for key, record in self.get_many(keys, deferred=False).items()}
+        def load(keys: Sequence[str]) -> dict[str, Record]:
+            return self.get_many(keys, deferred=False)
 
         return DeferredInputs(load, self.where)
 

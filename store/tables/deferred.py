@@ -1,21 +1,26 @@
-"""Deferred columns: a lookup leaves the prompt out, and a record reads it on first access.
+"""Deferred columns: a lookup leaves out what a cache hit never returns, and a record reads it on first access.
 
 Contract:
 
-* A column the models mark ``info={"deferred": True}`` (``input_text``: 2-8 KB a
-  row, which a cache hit never returns) is left out of the bulk lookup
-  (:meth:`~store.backend.Database.get_many`); each record it builds holds a
-  :class:`DeferredInputs` shared by the whole lookup instead.
-* The first access to the column on any record of that lookup reads it for
-  every record the lookup found, in one statement (``load``), so touching
-  every record costs one more query, never one per record. The record is
-  then the same as one read whole: equal to it, the same class, the same
-  ``asdict``/pickle/repr (each reads the field, which loads it).
+* The columns the models mark ``info={"deferred": True}`` (:data:`DEFERRED_COLUMNS`:
+  ``input_text``, 2-8 KB a row, and the row's bookkeeping: benchmark,
+  instruction id, run id, author, creation time) are left out of the bulk
+  lookup (:meth:`~store.backend.Database.get_many`), which selects the key,
+  sample, answer, finish reason, usage, logprobs, model labels and adoption;
+  each record it builds holds a :class:`DeferredInputs` shared by the whole
+  lookup instead.
+* The first access to any deferred column of any record of that lookup reads
+  the whole rows of every record the lookup found, in one statement
+  (``load``), and fills every deferred column of the record touched (the
+  others are filled from the same rows when touched), so touching every
+  record costs one more query, never one per record. The record is then the
+  same as one read whole: equal to it, the same class, the same
+  ``asdict``/pickle/repr (each reads the fields, which loads them).
 * Safe after the lookup's transaction has ended: a row's key is the hash of
   its ``input_text`` (and sample), so any row stored under that key holds
-  the same text. A row deleted in between raises
-  :class:`~store.errors.RowGoneError` naming it; the next lookup will not
-  find it either.
+  the same text; its bookkeeping is what the row holds when it is read. A
+  row deleted in between raises :class:`~store.errors.RowGoneError` naming
+  it; the next lookup will not find it either.
 * :class:`Deferrable` is the record classes' base (``store.tables.records`` is
   generated so): one slot for the batch and a ``__getattr__`` that Python
   calls only when a slot is unset, so a record read whole pays nothing.
@@ -29,10 +34,11 @@ from typing import Any, TypeVar
 
 from store.errors import RowGoneError
 
-DEFERRED_COLUMNS = ("input_text",)  # what store.tables.models marks deferred (a test holds them equal)
+# What store.tables.models marks deferred, in column order (a test holds them equal).
+DEFERRED_COLUMNS = ("benchmark", "instruction_id", "run_id", "created_by", "created_at", "input_text")
 
 C = TypeVar("C")
-InputLoader = Callable[[Sequence[str]], dict[str, str]]
+InputLoader = Callable[[Sequence[str]], dict[str, Any]]  # keys -> the whole records stored under them
 
 
 def looked_up(columns: Sequence[C], lean: bool) -> tuple[C, ...]:
@@ -52,7 +58,8 @@ class DeferredInputs:
         self.keys: Sequence[str] = ()  # set once the lookup knows what it found
         self.where = where
 
-    def input_text(self, key: str) -> str:
+    def whole(self, key: str) -> Any:
+        """The whole record stored under ``key``, read with every other record of the lookup on the first call."""
         values = self._values
         if values is None:
             with self._lock:
@@ -65,8 +72,8 @@ class DeferredInputs:
         except KeyError:
             raise RowGoneError(
                 self.where,
-                f"row {key[:16]} was deleted after it was looked up: its input_text cannot be read "
-                "(look the key up again)",
+                f"row {key[:16]} was deleted after it was looked up: its {', '.join(DEFERRED_COLUMNS)} cannot be "
+                "read (look the key up again)",
             ) from None
 
 
@@ -83,10 +90,12 @@ class Deferrable:
             except AttributeError:
                 pass
             else:
-                value = deferred.input_text(object.__getattribute__(self, "input_hash"))
-                getattr(type(self), name).__set__(self, value)  # the slot's own setter: records are frozen
+                whole = deferred.whole(object.__getattribute__(self, "input_hash"))
+                kind = type(self)
+                for column in DEFERRED_COLUMNS:  # every deferred slot at once: the record is then whole
+                    getattr(kind, column).__set__(self, getattr(whole, column))  # the slots' own setters: frozen
                 _deferred_slot.__delete__(self)  # the batch is released with the last record still holding it
-                return value
+                return getattr(whole, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def is_deferred(self, name: str) -> bool:

@@ -95,15 +95,16 @@ class _Row:
 
     input_hash: Mapped[str] = mapped_column(String(64), primary_key=True, sort_order=-100)
     sample_index: Mapped[int] = mapped_column(Integer, default=0, sort_order=-99)
-    benchmark: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-90)
-    instruction_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-89)
+    # Deferred: a cache hit returns the answer (completion, finish reason, usage, logprobs), never the prompt (2-8 KB)
+    # nor the row's bookkeeping, so the lookup leaves those out (store.tables.deferred).
+    benchmark: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-90, info={"deferred": True})
+    instruction_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=-89, info={"deferred": True})
     finish_reason: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=10)
-    run_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=11)
-    created_by: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=12)
-    created_at: Mapped[datetime] = mapped_column(sort_order=13)
+    run_id: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=11, info={"deferred": True})
+    created_by: Mapped[str | None] = mapped_column(server_safe(String()), sort_order=12, info={"deferred": True})
+    created_at: Mapped[datetime] = mapped_column(sort_order=13, info={"deferred": True})
     usage: Mapped[dict[str, Any] | None] = mapped_column(sort_order=20)
     top_logprobs: Mapped[dict[str, Any] | None] = mapped_column(sort_order=21)
-    # Deferred: a cache hit never returns the prompt (2-8 KB), so the lookup leaves it out (store.tables.deferred).
     input_text: Mapped[str] = mapped_column(server_safe(Text()), sort_order=30, info={"deferred": True})
     completion: Mapped[str] = mapped_column(server_safe(Text()), sort_order=31)
     # Last, where revision 0004 added it in place (SQLite appends columns); NULL: not adopted.

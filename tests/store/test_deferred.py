@@ -1,4 +1,5 @@
-"""A hit reads only what a hit returns: the lookup leaves input_text out, the record reads it on access."""
+"""A hit reads only what a hit returns: the lookup leaves input_text and the row's bookkeeping out, the record reads
+them on access."""
 
 from __future__ import annotations
 
@@ -83,6 +84,28 @@ def test_the_deferred_prompts_are_read_in_one_statement(store: Store, descriptor
     assert len(statements) == 1 and "input_text" in statements[0]
     assert database.get_many([rows[0].input_hash])  # the lean statement itself names no input_text
     assert "input_text" not in statements[-1] and "completion" in statements[-1]
+
+
+@pytest.mark.parametrize("role", ["completions", "judgements"])
+def test_the_bookkeeping_is_deferred_with_the_prompt_and_read_with_it(
+    store: Store, descriptor: ModelDescriptor, role: str
+) -> None:
+    make = completion_record if role == "completions" else judgement_record
+    rows = [make(i, benchmark=f"b-{i}", run_id=f"run-{i}") for i in range(20)]
+    database = store.database(role, "t", descriptor)
+    database.put_many(rows)
+    found = database.get_many(r.input_hash for r in rows)
+    statements = _traced(database)
+    assert database.get_many([rows[0].input_hash])  # the lean statement names none of the deferred columns
+    lean = statements.pop()
+    assert not any(f".{column}" in lean for column in DEFERRED_COLUMNS) and ".completion" in lean
+    assert all(record.is_deferred(column) for record in found.values() for column in DEFERRED_COLUMNS)
+    first, last = found[rows[0].input_hash], found[rows[-1].input_hash]
+    assert (first.run_id, first.benchmark, first.created_at) == (rows[0].run_id, "b-0", rows[0].created_at)
+    assert not any(first.is_deferred(column) for column in DEFERRED_COLUMNS)  # the whole record at once
+    assert last.is_deferred("run_id") and last.input_text == rows[-1].input_text
+    assert [found[r.input_hash] for r in rows] == rows
+    assert len(statements) == 1  # every record of the lookup, in one statement
 
 
 def _traced(database: Database) -> list[str]:
