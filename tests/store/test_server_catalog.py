@@ -172,3 +172,25 @@ def test_a_schema_discarded_empty_leaves_no_counter_behind(pg_url: str, pg_clust
         assert store.discard_if_empty(location)
         assert store.locations() == []
     assert pg_cluster.sql("SELECT count(*) FROM judgestore.generations", database) == [(0,)]
+
+
+def test_a_write_of_many_statements_raises_the_counter_once(pg_url: str, pg_cluster: Cluster) -> None:
+    database = make_url(pg_url).database
+    assert database is not None
+    with Store(Settings(), url=pg_url) as store:
+        written = store.database("completions", "t", descriptor(3))
+        (location,) = store.locations()
+        query = f"SELECT generation FROM judgestore.generations WHERE schema_name = '{schema_name(location)}'"
+        [(before,)] = pg_cluster.sql(query, database)
+        written.put_many([completion_record(i) for i in range(50)])  # one INSERT per row (executemany)
+        [(after,)] = pg_cluster.sql(query, database)
+        assert after == before + 1
+        table = f'"{schema_name(location)}".completions'
+        with store.storage.engine.begin() as conn:  # type: ignore[attr-defined]
+            with conn.begin_nested() as savepoint:  # raised, then rolled back with its mark
+                conn.execute(text(f"DELETE FROM {table} WHERE sample_index = 0"))
+                savepoint.rollback()
+            conn.execute(text(f"UPDATE {table} SET run_id = NULL"))  # so this statement raises it again
+            conn.execute(text(f"UPDATE {table} SET run_id = 'r'"))
+        assert pg_cluster.sql(query, database) == [(after + 1,)]
+        assert len(list(store.open(location).query())) == 50  # the rolled-back delete deleted nothing

@@ -5,9 +5,11 @@ Contract:
 * The registry schema holds ``generations`` (:data:`~store.backends.postgres.registry.generations`), one row per
   descriptor schema: a counter that a statement-level trigger on each of the
   schema's tables (``judgestore_generation``, calling ``judgestore.touch()``)
-  raises by one whenever a statement inserts, updates, deletes or truncates
-  there. The counter is a row, so it moves with the writer's transaction: a
-  reader sees it raised exactly when it sees the rows that raised it.
+  raises by one in each transaction that inserts, updates, deletes or
+  truncates there (once: a transaction-local setting marks it raised, so a
+  write of many statements costs one raise). The counter is a row, so it
+  moves with the writer's transaction: a reader sees it raised exactly when
+  it sees the rows that raised it.
   ``touch()`` runs with its owner's rights (``SECURITY DEFINER``), so a role
   that may write a schema's tables needs no grant on the registry.
 * :func:`install` puts the triggers on a schema's tables and raises its
@@ -41,12 +43,18 @@ from store.backends.postgres.survey import SCHEMA_TABLES
 
 TRIGGER = "judgestore_generation"
 
+RAISED = "judgestore.raised_"  # + the schema's name: a transaction's setting saying it has raised that counter
+
+# Once per transaction and schema: the trigger's WHEN skips the call once the transaction has raised the counter (a
+# write of N rows through executemany is N statements). The flag is a transaction-local setting, so it ends with
+# the transaction, and a rollback to a savepoint undoes it with the raise it marks.
 _TOUCH_FUNCTION = f"""
 CREATE OR REPLACE FUNCTION {TOUCH}() RETURNS trigger LANGUAGE plpgsql SECURITY DEFINER
 SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     INSERT INTO {REGISTRY_SCHEMA}.generations AS g (schema_name, generation) VALUES (TG_TABLE_SCHEMA, 1)
     ON CONFLICT (schema_name) DO UPDATE SET generation = g.generation + 1;
+    PERFORM set_config('{RAISED}' || TG_TABLE_SCHEMA, 'yes', true);
     RETURN NULL;
 END
 $$
@@ -99,7 +107,8 @@ def install(conn: Connection, name: str) -> None:
         conn.execute(text(f"DROP TRIGGER IF EXISTS {TRIGGER} ON {target}"))
         conn.execute(text(
             f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {target} "
-            f"FOR EACH STATEMENT EXECUTE FUNCTION {TOUCH}()"))  # fmt: skip
+            f"FOR EACH STATEMENT WHEN (current_setting('{RAISED}{name}', true) IS DISTINCT FROM 'yes') "
+            f"EXECUTE FUNCTION {TOUCH}()"))  # fmt: skip
     conn.execute(_RAISE, {"name": name})
 
 
