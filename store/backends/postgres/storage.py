@@ -36,7 +36,7 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   is kept in this machine's catalog (:mod:`store.catalog`, in the side
   folder below) at the schema's stamp
   (:mod:`store.backends.postgres.generations`: a counter its tables' triggers
-  raise, and digests of its relations and registry row), read for every
+  raise, and digests of its tables and registry row), read for every
   schema in one statement before any schema is: a listing of thousands of
   schemas reads one table of the server, and the schemas that changed.
 * :meth:`~PostgresStorage.read_across` reads many schemas in one statement
