@@ -156,7 +156,8 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
 
     keys, _ = batch_keys("completions", list(read_completion_requests(prompts)), "chat")
     prompt_of_key = {key: f"prompt {i}" for i, (key,) in enumerate(keys)}
-    counts = requests_per_prompt(server)
+    # Frozen mid-send, the dead job may leave requests cut off (one per lease at most): never read, never answered.
+    counts = requests_per_prompt(server, cut_off=len(in_flight))
     duplicated = {prompt for prompt, n in counts.items() if n > 1}
     assert len(counts) == PROMPTS and max(counts.values()) <= 2
     # Asked twice: only prompts the dead job held leases on (those it had sent before it died).
@@ -165,7 +166,8 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
     # The others took the dead job's inputs over once its leases ended: within the lease and a few seconds.
     asked = {}
     for recorded in server.completions():
-        assert recorded.body is not None
+        if recorded.body is None:  # cut off by the kill
+            continue
         asked[recorded.body["messages"][-1]["content"]] = recorded.at  # the last time each prompt was asked
     taken_over = max(asked[prompt_of_key[key]] for key in in_flight)
     assert taken_over - killed_at <= lease + 10, taken_over - killed_at
