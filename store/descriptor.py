@@ -157,18 +157,28 @@ class ModelDescriptor(BaseModel):
 ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first", "endpoint": None, "routing": {}}
 
 
+_dumps, _SORT_KEYS, _sha256 = orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256  # bound once: called per input
+
+
 def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
     """UTF-8 bytes of :func:`render_messages`: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
     # The common case first: a non-empty list of plain dicts holding exactly a string role and content
-    # serialises (keys sorted) to the same bytes as the copy the general path below builds.
+    # serialises (keys sorted) to the same bytes as the copy the general path below builds. A batch renders
+    # thousands of these, so the check is written for speed: a missing key lands in the general path too.
     if type(messages) is list and messages:
         for m in messages:
-            if type(m) is not dict or len(m) != 2:
-                break
-            if type(m.get("role")) is not str or type(m.get("content")) is not str:
-                break
+            if type(m) is dict and len(m) == 2:
+                try:
+                    if type(m["role"]) is str and type(m["content"]) is str:
+                        continue
+                except KeyError:
+                    pass
+            break
         else:
-            return canonical_json({"messages": messages, "type": "messages"})
+            try:
+                return _dumps({"messages": messages, "type": "messages"}, option=_SORT_KEYS)
+            except orjson.JSONEncodeError:
+                pass  # a lone surrogate: the general path raises the typed error
     if type(messages) is not list and (isinstance(messages, str | bytes) or not isinstance(messages, Sequence)):
         raise InvalidInputError("messages must be a list of {'role', 'content'} objects")
     clean: list[Mapping[str, Any]] = []
@@ -208,7 +218,7 @@ def input_hash(rendered: str | bytes, sample_index: int = 0) -> str:
     """Content address of sample ``sample_index`` of a rendered input (text, or its UTF-8 bytes)."""
     if sample_index == 0:
         if type(rendered) is bytes:
-            return hashlib.sha256(rendered).hexdigest()  # sha256_hex, inlined: a batch hashes thousands
+            return _sha256(rendered).hexdigest()  # sha256_hex, inlined: a batch hashes thousands
         if isinstance(rendered, bytes):
             return sha256_hex(rendered)
         try:

@@ -268,6 +268,8 @@ def test_text_and_chat_inputs_never_share_a_hash() -> None:
         [{"role": "user"}],
         [{"role": "user", "content": 1}],
         [{"role": "user", "content": "x", "name": "bob"}],
+        [{"content": "x", "name": "bob"}],  # two keys, but not role and content
+        [{"role": "user", "content": "fine"}, {"role": None, "content": "x"}],  # the second one is bad
         ["not a message"],
         [{"role": "user", "content": "lone surrogate \ud800"}],
     ],
