@@ -54,7 +54,7 @@ from store.layout import Location, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
 from store.settings import Settings
-from store.tables.deferred import DeferredInputs
+from store.tables.deferred import DeferredColumns
 from store.tables.filters import RowFilter
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes
@@ -197,16 +197,16 @@ class Database(ABC):
         (:mod:`store.tables.deferred`); pass False where every record's prompt is wanted at once.
         """
         keys = list(hashes)
-        lean = self._deferred_inputs() if deferred else None
+        lean = self._deferred_columns() if deferred else None
         return self._read(lambda repo: repo.get_many(keys, deferred=lean))
 
-    def _deferred_inputs(self) -> DeferredInputs:
+    def _deferred_columns(self) -> DeferredColumns:
         """What a deferred lookup's records read their deferred columns through: this database, whole rows, later."""
 
         def load(keys: Sequence[str]) -> dict[str, Record]:
             return self.get_many(keys, deferred=False)
 
-        return DeferredInputs(load, self.where)
+        return DeferredColumns(load, self.where)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         rows = list(records)

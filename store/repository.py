@@ -6,7 +6,7 @@ Contract:
   opens the transaction (``with database.transaction() as repo:``).
 * :meth:`~Repository.get_many` takes any number of hashes and returns the rows
   found (missing keys are simply absent) in batches of one statement each;
-  given a :class:`~store.tables.deferred.DeferredInputs` it leaves ``input_text``
+  given a :class:`~store.tables.deferred.DeferredColumns` it leaves ``input_text``
   out of the statement and the records read it on first access.
 * :meth:`~Repository.put_many` inserts in one executemany; ``"ignore"`` keeps
   the row already stored, ``"replace"`` overwrites it. It first checks that
@@ -55,7 +55,7 @@ from sqlalchemy import (
 from store.errors import EmptyFilterError, InvalidInputError
 from store.roles import Role
 from store.rows import RowGroup, RowTotals
-from store.tables.deferred import DeferredInputs, looked_up, set_deferred
+from store.tables.deferred import DeferredColumns, looked_up, set_deferred
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter
 from store.tables.records import Record
 from store.tables.row_checks import (
@@ -88,7 +88,7 @@ class Repository(ABC):
         with gc_paused():
             return [make(**dict(zip(names, row, strict=True))) for row in rows]
 
-    def _lean_records(self, rows: Sequence[Any], deferred: DeferredInputs) -> list[Record]:
+    def _lean_records(self, rows: Sequence[Any], deferred: DeferredColumns) -> list[Record]:
         """Records of the lean lookup's rows (:func:`~store.tables.deferred.looked_up`), each loading the rest through
         ``deferred``."""
         new, make = object.__new__, self.record_type
@@ -104,7 +104,7 @@ class Repository(ABC):
         return records
 
     @abstractmethod
-    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
         """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
 
         With ``deferred`` the statement leaves the deferred columns out (``input_text``) and each record reads

@@ -7,7 +7,7 @@ Contract:
   instruction id, run id, author, creation time) are left out of the bulk
   lookup (:meth:`~store.backend.Database.get_many`), which selects the key,
   sample, answer, finish reason, usage, logprobs, model labels and adoption;
-  each record it builds holds a :class:`DeferredInputs` shared by the whole
+  each record it builds holds a :class:`DeferredColumns` shared by the whole
   lookup instead.
 * The first access to any deferred column of any record of that lookup reads
   the whole rows of every record the lookup found, in one statement
@@ -38,7 +38,7 @@ from store.errors import RowGoneError
 DEFERRED_COLUMNS = ("benchmark", "instruction_id", "run_id", "created_by", "created_at", "input_text")
 
 C = TypeVar("C")
-InputLoader = Callable[[Sequence[str]], dict[str, Any]]  # keys -> the whole records stored under them
+WholeRecordLoader = Callable[[Sequence[str]], dict[str, Any]]  # keys -> the whole records stored under them
 
 
 def looked_up(columns: Sequence[C], lean: bool) -> tuple[C, ...]:
@@ -46,15 +46,15 @@ def looked_up(columns: Sequence[C], lean: bool) -> tuple[C, ...]:
     return tuple(c for c in columns if not (lean and c.key in DEFERRED_COLUMNS))  # type: ignore[attr-defined]
 
 
-class DeferredInputs:
+class DeferredColumns:
     """What one lookup left out: read for all its rows on the first access to any (see the module docstring)."""
 
     __slots__ = ("_load", "_lock", "_values", "keys", "where")
 
-    def __init__(self, load: InputLoader, where: str) -> None:
+    def __init__(self, load: WholeRecordLoader, where: str) -> None:
         self._load = load
         self._lock = threading.Lock()
-        self._values: dict[str, str] | None = None
+        self._values: dict[str, Any] | None = None
         self.keys: Sequence[str] = ()  # set once the lookup knows what it found
         self.where = where
 
@@ -78,7 +78,7 @@ class DeferredInputs:
 
 
 class Deferrable:
-    """The base of the row records: one slot holding the lookup's :class:`DeferredInputs`, if any."""
+    """The base of the row records: one slot holding the lookup's :class:`DeferredColumns`, if any."""
 
     __slots__ = ("_deferred",)
 
@@ -86,7 +86,7 @@ class Deferrable:
         # Only reached when ordinary lookup failed: here, a slot left unset by a lookup that deferred it.
         if name in DEFERRED_COLUMNS:
             try:
-                deferred: DeferredInputs = _deferred_slot.__get__(self, type(self))
+                deferred: DeferredColumns = _deferred_slot.__get__(self, type(self))
             except AttributeError:
                 pass
             else:
@@ -108,4 +108,4 @@ class Deferrable:
 
 
 _deferred_slot: Any = vars(Deferrable)["_deferred"]
-set_deferred: Callable[[Any, DeferredInputs], None] = _deferred_slot.__set__
+set_deferred: Callable[[Any, DeferredColumns], None] = _deferred_slot.__set__

@@ -30,7 +30,7 @@ from store.rows import row_columns
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
-from store.tables.deferred import DeferredInputs
+from store.tables.deferred import DeferredColumns
 from store.tables.filters import RowFilter
 from store.tables.records import Record
 from tests.factories import SYNTHETIC_REVISIONS, completion_record, current_database, file_digests, judgement_record
@@ -300,7 +300,7 @@ def test_a_read_only_read_that_fails_as_damaged_while_the_file_changes_is_run_ag
     real = database_module.sqlite_get_many  # what Database.get_many reads with on SQLite
 
     def racing(
-        conn: sqlite3.Connection, role: Role, hashes: Sequence[str], deferred: DeferredInputs | None = None
+        conn: sqlite3.Connection, role: Role, hashes: Sequence[str], deferred: DeferredColumns | None = None
     ) -> dict[str, Record]:
         calls.append(1)
         if len(calls) == 1:

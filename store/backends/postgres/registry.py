@@ -57,10 +57,8 @@ from sqlalchemy import (
 )
 
 from store.backends.postgres import text as pgtext
-from store.errors import (
-    InvalidInputError,
-)
-from store.layout import Location
+from store.errors import InvalidInputError, MetadataMismatchError
+from store.layout import Location, StoredMetadata, parse_metadata
 from store.roles import check_role
 from store.tables.models import NAMING_CONVENTION
 
@@ -163,3 +161,17 @@ def register(conn: Connection, location: Location, descriptor_sha256: str, metad
             created_at=datetime.now(UTC).replace(tzinfo=None),
         )
     )
+
+
+def verified_metadata(location: Location, row: str, where: str) -> StoredMetadata:
+    """A registry row's ``metadata_json``, verified like a metadata.json: it must hash to its descriptor and name
+    the schema's role, task, provider, model and descriptor hash (else :class:`MetadataMismatchError`)."""
+    stored, recorded_hash = parse_metadata(row.encode(), where)
+    actual = stored.descriptor_sha256
+    recorded = (stored.role, stored.task, stored.descriptor.provider, stored.descriptor.model, actual[:16])
+    expected = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
+    if recorded_hash != actual or recorded != expected:
+        raise MetadataMismatchError(
+            where, f"records {'/'.join(recorded)} but is registered as {'/'.join(expected)}; it was edited"
+        )
+    return stored

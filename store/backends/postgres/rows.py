@@ -39,7 +39,7 @@ from store.backends.postgres import text as pgtext
 from store.errors import InvalidInputError
 from store.repository import BLANK, Repository
 from store.roles import Role
-from store.tables.deferred import DeferredInputs, looked_up
+from store.tables.deferred import DeferredColumns, looked_up
 from store.tables.records import Record
 from store.tables.row_checks import (
     OnConflict,
@@ -116,7 +116,7 @@ def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
 class PostgresRepository(Repository):
     """The rows of one role's table in one descriptor schema (see the module docstring)."""
 
-    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
         """Rows stored under any of ``hashes``, keyed by input hash (see the base class)."""
         keys = list(dict.fromkeys(hashes))
         found: dict[str, Record] = {}

@@ -73,6 +73,7 @@ from store.backends.postgres.registry import (
     registered,
     registry,
     schema_name,
+    verified_metadata,
 )
 from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
 from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, distinct_values, matching
@@ -84,9 +85,8 @@ from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
-    MetadataMismatchError,
 )
-from store.layout import Location, StoredMetadata, parse_metadata
+from store.layout import Location, StoredMetadata
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -244,19 +244,35 @@ class PostgresStorage:
     def _values(self, chosen: list[Location], head: str) -> dict[Location, Any]:
         """The catalogued distinct values of each schema (:meth:`narrowed`); those not kept at the present stamp
         are read, :data:`EXISTS_BATCH` schemas a transaction."""
-        now, kind = self._stamps(), f"values {head}"
-        found: dict[Location, tuple[Any]] = {}
-        for loc in chosen:
-            name = schema_name(loc)
+
+        def read(misses: list[Location]) -> Iterator[tuple[Location, Any]]:
+            for start in range(0, len(misses), EXISTS_BATCH):
+                with self.connection() as conn:
+                    yield from distinct_values(conn, misses[start : start + EXISTS_BATCH], head).items()
+
+        return self._recalled(chosen, f"values {head}", read, lasting=_known)
+
+    def _recalled(
+        self,
+        chosen: list[Location],
+        kind: str,
+        read: Callable[[list[Location]], Iterable[tuple[Location, Any]]],
+        *,
+        lasting: Callable[[Any], bool],
+    ) -> dict[Location, Any]:
+        """What the catalog kept of ``kind`` for each schema at its present stamp (the stamps read once); the
+        schemas it does not know are read together by ``read(misses)`` and kept, unless ``lasting`` refuses."""
+        now = self._stamps() if chosen else {}
+        found: dict[Location, Any] = {}
+        for location in chosen:
+            name = schema_name(location)
             if (known := self.catalog.known(name, now.get(name), kind)) is not None:
-                found[loc] = known
-        misses = [loc for loc in chosen if loc not in found]
-        for start in range(0, len(misses), EXISTS_BATCH):
-            with self.connection() as conn:
-                for loc, values in distinct_values(conn, misses[start : start + EXISTS_BATCH], head).items():
-                    name = schema_name(loc)
-                    found[loc] = (self.catalog.keep(name, now.get(name), kind, values, lasting=_known),)
-        return {loc: found[loc][0] for loc in chosen}
+                found[location] = known[0]
+        misses = [location for location in chosen if location not in found]
+        for location, value in read(misses) if misses else ():
+            name = schema_name(location)
+            found[location] = self.catalog.keep(name, now.get(name), kind, value, lasting=lasting)
+        return found
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None:
         """The registry's record of ``location``, verified like a metadata.json; None when unregistered."""
@@ -271,16 +287,7 @@ class PostgresStorage:
 
     def verified(self, location: Location, row: str) -> StoredMetadata:
         """The registry's ``metadata_json`` of ``location``, verified like a metadata.json."""
-        where = f"{self.location_where(location)} (registry)"
-        stored, recorded_hash = parse_metadata(row.encode(), where)
-        actual = stored.descriptor_sha256
-        recorded = (stored.role, stored.task, stored.descriptor.provider, stored.descriptor.model, actual[:16])
-        expected = (location.role, location.task, location.provider, location.model, location.descriptor_hash16)
-        if recorded_hash != actual or recorded != expected:
-            raise MetadataMismatchError(
-                where, f"records {'/'.join(recorded)} but is registered as {'/'.join(expected)}; it was edited"
-            )
-        return stored
+        return verified_metadata(location, row, f"{self.location_where(location)} (registry)")
 
     # ------------------------------------------------------------ schemas
 
@@ -374,20 +381,13 @@ class PostgresStorage:
         """:meth:`info` of each location: what the catalog kept at the schema's present stamp, the others read in a
         few statements for all of them (:func:`~.status.schema_infos`)."""
         chosen = list(locations)
-        now, kind = (self._stamps() if chosen else {}), f"info {known_revisions(None).head}"
-        found: dict[Location, DatabaseInfo] = {}
+
+        def read(misses: list[Location]) -> Iterator[tuple[Location, Any]]:
+            return ((info.location, info_json(info)) for info in schema_infos(self, misses))
+
+        kept = self._recalled(chosen, f"info {known_revisions(None).head}", read, lasting=info_lasting)
         for location in chosen:
-            name = schema_name(location)
-            known = self.catalog.known(name, now.get(name), kind)
-            if known is not None:
-                found[location] = info_of(location, known[0])
-        misses = [location for location in chosen if location not in found]
-        for info in schema_infos(self, misses) if misses else ():
-            name = schema_name(info.location)
-            data = self.catalog.keep(name, now.get(name), kind, info_json(info), lasting=info_lasting)
-            found[info.location] = info_of(info.location, data)
-        for location in chosen:
-            info = found[location]
+            info = info_of(location, kept[location])
             yield info if count_rows else dataclasses.replace(info, rows=None)
 
     def size_of(self, location: Location) -> int:

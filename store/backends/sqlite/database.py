@@ -135,7 +135,7 @@ class SqliteDatabase(Database):
             return {}
 
         def attempt() -> dict[str, Record]:
-            lean = self._deferred_inputs() if deferred else None  # afresh: a retry records its own keys
+            lean = self._deferred_columns() if deferred else None  # afresh: a retry records its own keys
             with self._translated(), self._driver() as conn:
                 return sqlite_get_many(conn, self.location.role, keys, lean)
 

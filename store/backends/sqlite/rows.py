@@ -55,7 +55,7 @@ from store.backends.sqlite.connections import sqlite_dialect
 from store.errors import InvalidInputError
 from store.repository import BLANK, Repository
 from store.roles import Role
-from store.tables.deferred import DeferredInputs, looked_up, set_deferred
+from store.tables.deferred import DeferredColumns, looked_up, set_deferred
 from store.tables.models import UTCDateTime
 from store.tables.records import Record
 from store.tables.row_checks import (
@@ -94,7 +94,7 @@ def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
 
 
 GENERATED: dict[str, str] = {}  # generated function name -> its source
-RecordReader = Callable[[Iterable[Sequence[Any]], dict[str, Record], DeferredInputs | None], None]
+RecordReader = Callable[[Iterable[Sequence[Any]], dict[str, Record], DeferredColumns | None], None]
 
 
 def _utc_from_text(process: Callable[[Any], Any]) -> Callable[[Any], Any]:
@@ -152,7 +152,7 @@ def _record_reader(role: Role, lean: bool = False) -> RecordReader:
     """A function putting each row of the lookup into ``found`` as the role's record, keyed by input hash.
 
     ``lean``: the rows of the lean lookup (without the deferred columns); each record gets the lookup's
-    :class:`~store.tables.deferred.DeferredInputs` (the reader's third argument) instead.
+    :class:`~store.tables.deferred.DeferredColumns` (the reader's third argument) instead.
 
     It is generated once per role, as :mod:`dataclasses` generates ``__init__``:
     one line per column, the value read through the column type's own result
@@ -219,7 +219,7 @@ def _sqlite_lookup(role: Role, lean: bool) -> tuple[str, RecordReader]:
 
 
 def sqlite_get_many(
-    conn: sqlite3.Connection, role: Role, keys: Sequence[str], deferred: DeferredInputs | None = None
+    conn: sqlite3.Connection, role: Role, keys: Sequence[str], deferred: DeferredColumns | None = None
 ) -> dict[str, Record]:
     """:meth:`Repository.get_many` on SQLite, on the driver's connection (see the section's comment).
 
@@ -355,7 +355,7 @@ class SqliteRepository(Repository):
         conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
         return conn
 
-    def get_many(self, hashes: Iterable[str], *, deferred: DeferredInputs | None = None) -> dict[str, Record]:
+    def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
         return sqlite_get_many(self._driver(), self.role, list(hashes), deferred)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
