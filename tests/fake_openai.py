@@ -115,6 +115,9 @@ class FakeOpenAI:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body leave in two writes: with Nagle's algorithm on, the body waits for the client's
+            # delayed ACK of the headers (40 ms a response on Linux), which no real server adds.
+            disable_nagle_algorithm = True
 
             def log_message(self, *args: Any) -> None:
                 pass
