@@ -9,7 +9,7 @@ from pathlib import Path
 from urllib.parse import quote, unquote
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from store.backends.sqlite.info import database_info
@@ -41,9 +41,16 @@ segments = st.text(min_size=1, max_size=40).filter(lambda s: s not in (".", ".."
 
 @settings(max_examples=300, deadline=None)
 @given(segments)
+@example("\U00010000" * 40)  # 480 bytes encoded: always shortened
+@example("0000000::::::" + "\x80" * 15 + "\u0800" + "\U00010000" * 11)  # found by hypothesis: 288 bytes encoded
 def test_any_segment_round_trips_and_stays_one_path_component(value: str) -> None:
     encoded = encode_segment(value)
-    assert decode_segment(encoded) == value
+    decoded = decode_segment(encoded)
+    if len(quote(value, safe="")) <= NAME_MAX_BYTES:
+        assert decoded == value
+    else:  # 40 characters of up to 12 bytes encoded: too long for a file name, so shortened (a ShortName)
+        assert isinstance(decoded, ShortName) and decoded == encoded
+    assert len(encoded) <= NAME_MAX_BYTES
     assert "/" not in encoded and "\x00" not in encoded
     assert encoded not in ("", ".", "..")
     assert Path("root", encoded).parent == Path("root")
