@@ -39,7 +39,9 @@ Contract:
 from __future__ import annotations
 
 import functools
+import random
 import sqlite3
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,7 +56,7 @@ from sqlalchemy.pool import NullPool, QueuePool
 from sqlalchemy.util import LRUCache
 
 from store import jsonvalues, schema
-from store.backends.sqlite.errors import raise_translated
+from store.backends.sqlite.errors import is_locked, raise_translated
 from store.backends.sqlite.filesystems import Filesystems, journal_mode_for
 from store.errors import CorruptDatabaseError, DatabaseBusyError, DatabaseMissingError, NotADatabaseError
 from store.layout import lock_path, wal_path
@@ -209,8 +211,24 @@ def apply_journal_mode(engine: Engine) -> None:
 
 
 def set_journal_mode(conn: sqlite3.Connection, journal: str) -> None:
-    """:func:`apply_journal_mode` on one raw connection (same conditions: the file is known to be ours)."""
-    conn.execute(f"PRAGMA journal_mode = {journal}").fetchall()
+    """:func:`apply_journal_mode` on one raw connection (same conditions: the file is known to be ours).
+
+    Processes that open a new file at once switch it at once, and SQLite answers all but one of them
+    "database is locked" at once: each holds the shared lock the others wait on, so its busy handler
+    would deadlock them. The switch is tried again, for up to the connection's busy timeout.
+    """
+    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
+    deadline = time.monotonic() + busy_ms / 1000
+    pause = 0.005
+    while True:
+        try:
+            conn.execute(f"PRAGMA journal_mode = {journal}").fetchall()
+            return
+        except sqlite3.OperationalError as e:
+            if not is_locked(e) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause * (0.5 + random.random()))  # jittered: the switches that collided spread out
+        pause = min(pause * 2, 0.25)
 
 
 # ---------------------------------------------------------------- opening a file
