@@ -109,7 +109,7 @@ def test_four_jobs_send_each_prompt_exactly_once_and_finish_sooner_than_one(
         )  # fmt: skip
         finish(alone)
     assert_all_succeeded(alone)
-    # 0.36-0.38x in bench/shared_bench.py; looser here, where the CPU is shared with whatever else runs.
+    # 0.27-0.28x in bench/shared_bench.py (0.5 s delay); looser here, where the CPU is shared with whatever runs.
     assert busy_seconds(server) <= 0.75 * busy_seconds(alone_server), (busy_seconds(server), busy_seconds(alone_server))
 
 
