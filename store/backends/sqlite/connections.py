@@ -217,15 +217,14 @@ def set_journal_mode(conn: sqlite3.Connection, journal: str) -> None:
     "database is locked" at once: each holds the shared lock the others wait on, so its busy handler
     would deadlock them. The switch is tried again, for up to the connection's busy timeout.
     """
-    (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()
-    deadline = time.monotonic() + busy_ms / 1000
-    pause = 0.005
+    started, pause = time.monotonic(), 0.005
     while True:
         try:
             conn.execute(f"PRAGMA journal_mode = {journal}").fetchall()
             return
         except sqlite3.OperationalError as e:
-            if not is_locked(e) or time.monotonic() + pause > deadline:
+            (busy_ms,) = conn.execute("PRAGMA busy_timeout").fetchone()  # read only here: opening stays as it was
+            if not is_locked(e) or time.monotonic() + pause > started + busy_ms / 1000:
                 raise
         time.sleep(pause * (0.5 + random.random()))  # jittered: the switches that collided spread out
         pause = min(pause * 2, 0.25)
