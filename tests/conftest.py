@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,12 +15,19 @@ from inference.backends.vllm.engine_logs import ENGINE_QUIET_ENV
 from store.descriptor import ModelDescriptor
 from store.settings import Settings
 from store.store import Store
+from tests.built_once import built_once
 from tests.fake_openai import FakeOpenAI
 from tests.pg_server import Cluster, running_cluster, server_bin
 
 
+@pytest.fixture(scope="session")
+def _vllm_cache_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One vLLM cache folder for the whole run, shared by every test process."""
+    return built_once(tmp_path_factory, "vllm-cache", lambda folder: None)
+
+
 @pytest.fixture(autouse=True)
-def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _vllm_cache_root: Path) -> None:
     """No test touches a real store: the default root points into the test's temp folder."""
     for name in list(os.environ):
         if name.startswith("JUDGESTORE_"):
@@ -30,6 +38,10 @@ def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(tmp_path / "store"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a server store's side files
+    # vLLM keeps its cache under XDG_CACHE_HOME unless told otherwise. In it, what it learns of a model class by
+    # importing it in a subprocess of its own (vLLM and torch again, 4-6 s): kept for the run, each engine after
+    # the first skips that subprocess.
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(_vllm_cache_root))
     monkeypatch.setenv("JUDGESTORE_RUN_ID", "test-run")
     monkeypatch.setenv("JUDGESTORE_CREATED_BY", "tester")
 
@@ -48,6 +60,18 @@ def store(store_root: Path) -> Iterator[Store]:
 @pytest.fixture
 def descriptor() -> ModelDescriptor:
     return ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0, "max_tokens": 64})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the commands the tests start, however the run itself was started.
+
+    A shell starts a background job with SIGINT ignored, and a process keeps
+    an ignored signal across ``exec``: started that way (``pytest &``, a CI
+    runner's job), every command a test starts would ignore the Ctrl-C the
+    test sends it, and exit 0 instead of 130.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 # ---------------------------------------------------------------- the slow modules first
