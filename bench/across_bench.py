@@ -35,9 +35,8 @@ from sqlalchemy import func, select
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.common import completion_records, environment
-from store import Completion, Store
+from store import Completion, Settings, Store
 from store.descriptor import ModelDescriptor
-from store.settings import Settings
 
 CHUNK = 5_000
 

@@ -38,10 +38,9 @@ from urllib.parse import quote
 
 import orjson
 
+from store import Database, Settings
 from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import input_hash, render_messages
-from store.settings import Settings
-from store.store import Database
 from store.tables.records import CompletionRecord, record_fields
 from store.tables.row_checks import gc_paused
 

@@ -138,11 +138,10 @@ from inference.cache.model import CachedModel, Responses  # noqa: E402
 from inference.cache.plan import batch_keys  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
 from inference.spec import HostedSpec  # noqa: E402
+from store import Settings, Store  # noqa: E402
 from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.roles import Role  # noqa: E402
-from store.settings import Settings  # noqa: E402
-from store.store import Store  # noqa: E402
 from store.tables.records import CompletionRecord  # noqa: E402
 
 TARGET = 1.2

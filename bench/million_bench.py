@@ -39,9 +39,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/million_bench.py` from anywhere
 
 from bench.common import completion_records, environment, print_table, write_json
+from store import Settings, Store
 from store.descriptor import ModelDescriptor
-from store.settings import Settings
-from store.store import Store
 
 BATCH = 20_000
 DESCRIPTOR = ModelDescriptor(provider="bench", model="bench/big")

@@ -103,9 +103,8 @@ from bench.common import (
     raw_connect,
     write_json,
 )
+from store import Database, Settings, Store
 from store.descriptor import ModelDescriptor, input_hash, render_messages_bytes
-from store.settings import Settings
-from store.store import Database, Store
 from store.tables.records import CompletionRecord
 
 MODEL = "bench/model-1"

@@ -66,13 +66,12 @@ from bench.common import (
     print_table,
     write_json,
 )
+from store import Database, Settings, Store
 from store.backends.postgres.registry import REGISTRY_SCHEMA, schema_name
 from store.backends.postgres.rows import ARRAY_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location
 from store.roles import Role
-from store.settings import Settings
-from store.store import Database, Store
 from store.tables.records import CompletionRecord
 
 TARGET = 1.3

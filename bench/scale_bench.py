@@ -51,11 +51,10 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/scale_bench.py` from anywhere
 
 from bench.common import environment, print_table, write_json
+from store import Settings, Store
 from store.descriptor import ModelDescriptor
 from store.layout import Location, metadata_bytes, write_metadata
 from store.roles import Role
-from store.settings import Settings
-from store.store import Store
 from tests.factories import completion_record, judgement_record
 
 TASKS = 20

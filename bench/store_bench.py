@@ -90,13 +90,12 @@ from bench.common import (
     raw_get_many,
     write_json,
 )
+from store import Database, Settings, Store
 from store.backends.sqlite.rows import LOOKUP_BATCH
 from store.descriptor import ModelDescriptor
 from store.layout import Location, metadata_bytes, write_metadata
 from store.roles import Role
 from store.schema import VERSION_TABLE, revisions
-from store.settings import Settings
-from store.store import Database, Store
 from store.tables.records import CompletionRecord
 
 TARGET = 1.2

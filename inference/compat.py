@@ -55,10 +55,10 @@ from inference.logprob_views import token_logprobs_last_wins, token_logprobs_mer
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from inference.spec import ModelSpec, Spec
+from store import Store
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
 from store.roles import Role, check_role
-from store.store import Store
 
 if TYPE_CHECKING:
     from tqdm import tqdm

@@ -46,11 +46,10 @@ from inference.cache.accounting import CallStats
 from inference.cache.model import ProgressCallback
 from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
+from store import Settings, Store, SyncSettings
 from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError
 from store.roles import Role, check_role
-from store.settings import Settings, SyncSettings
-from store.store import Store
 
 if TYPE_CHECKING:
     from inference.spec import Spec

@@ -47,10 +47,9 @@ from inference.backends.hosted.descriptor import PROVIDER_DEFAULTS, PROVIDERS, P
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
 from inference.cache.plan import Mode
+from store import Settings, Store
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, MissingAPIKeyError
-from store.settings import Settings
-from store.store import Store
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote

@@ -35,6 +35,7 @@ _WHERE = {
     "ModelDescriptor": "store.descriptor",
     "input_hash": "store.descriptor",
     "Settings": "store.settings",
+    "SyncSettings": "store.settings",
     "text_logprobs": "store.logprobs",
     "RunRecord": "store.tables.records",
     "RunTotals": "store.tables.records",
@@ -77,6 +78,7 @@ __all__ = [
     "Settings",
     "StatementError",
     "Store",
+    "SyncSettings",
     "UnsupportedMessageError",
     "adoptions",
     "input_hash",
@@ -104,7 +106,7 @@ if TYPE_CHECKING:
     from store.logprobs import text_logprobs
     from store.rows import FoundRow, RowCount
     from store.runs import recent_runs, run_totals
-    from store.settings import Settings
+    from store.settings import Settings, SyncSettings
     from store.store import Store
     from store.tables.filters import RowFilter
     from store.tables.models import Adoption, Completion, Judgement, Run

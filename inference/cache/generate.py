@@ -40,9 +40,8 @@ from inference.cache.accounting import CallStats, priced, usage_totals
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_record, generated_sample
 from inference.requests import Request, Sample
+from store import Database, Settings
 from store.errors import BackendError, InvalidInputError, JudgestoreError
-from store.settings import Settings
-from store.store import Database
 from store.tables.records import Record
 
 # Finished generations are written at least this often, so a slow run killed half-way loses seconds of work

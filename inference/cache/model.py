@@ -98,13 +98,12 @@ from inference.cache.generate import ProgressCallback, Writer, generate_into
 from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
 from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
+from store import Settings, Store
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.layout import Selector
 from store.roles import Role
 from store.runs import record_run
-from store.settings import Settings
-from store.store import Store
 from store.tables.records import Record
 from store.tables.row_checks import gc_paused
 

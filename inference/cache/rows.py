@@ -18,8 +18,8 @@ import orjson
 from inference.backends.base import EngineRequest, Generation
 from inference.cache.plan import PlannedInput
 from inference.requests import JudgementRequest, Request, Sample
+from store import Settings
 from store.errors import JudgestoreError
-from store.settings import Settings
 from store.tables.records import CompletionRecord, JudgementRecord, Record
 
 

@@ -63,9 +63,8 @@ from store.roles import Role
 if TYPE_CHECKING:
     from inference.cache.accounting import CallStats
     from inference.cache.generate import ProgressCallback
+    from store import Settings, Store
     from store.descriptor import ModelDescriptor
-    from store.settings import Settings
-    from store.store import Store
 
 
 class SharingModel(Protocol):

@@ -24,10 +24,9 @@ from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cli.options import VerboseOption
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.spec import Spec
+from store import Settings, Store
 from store.cli.common import command_errors, emit_json, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
-from store.settings import Settings
-from store.store import Store
 
 SpecOptions = Callable[..., Spec]
 _WHAT = "What to adopt"

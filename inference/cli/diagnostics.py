@@ -32,13 +32,12 @@ from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.spec import Spec
+from store import Settings, Store
 from store.cli.common import command_errors, emit_json, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
 from store.roles import Role
-from store.settings import Settings
-from store.store import Store
 
 if TYPE_CHECKING:  # imported when the command runs: starting `judgestore generate` does not pay for them
     from inference.drift.audit import AuditReport

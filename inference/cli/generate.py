@@ -37,12 +37,11 @@ from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.run import RunResult, run_requests
 from inference.spec import HostedSpec, ModelSpec
+from store import Settings, Store
 from store.cli.common import command_errors, emit_json, progress_bars, stderr
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
 from store.roles import Role
-from store.settings import Settings
-from store.store import Store
 from store.tables.filters import RowFilter
 
 

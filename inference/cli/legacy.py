@@ -31,11 +31,10 @@ from rich.console import Console
 from rich.text import Text
 
 from inference.spec import parse_key_values
+from store import Settings, Store
 from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.settings import Settings
-from store.store import Store
 
 if TYPE_CHECKING:  # the legacy readers are imported when `import` runs: other commands do not pay for them
     from store.legacy.detect import Detection, DetectionResult

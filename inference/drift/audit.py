@@ -35,9 +35,9 @@ import orjson
 
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
+from store import Database
 from store.errors import InvalidInputError
 from store.logprobs import text_logprobs
-from store.store import Database
 from store.tables.filters import RowFilter
 from store.tables.records import JudgementRecord, Record
 

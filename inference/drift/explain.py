@@ -36,11 +36,11 @@ import orjson
 
 from inference.cache.plan import Plan
 from inference.requests import Request
+from store import Database, Store
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import JudgestoreError
 from store.layout import Location, Selector
 from store.roles import Role
-from store.store import Database, Store
 from store.tables.filters import RowFilter
 from store.tables.records import Record
 

@@ -42,8 +42,8 @@ from inference.cache.model import CachedModel
 from inference.cache.plan import Mode
 from inference.requests import Request
 from inference.spec import Spec
+from store import Store
 from store.errors import InvalidInputError, MissingDependencyError, install_hint
-from store.store import Store
 
 try:
     from langchain_core.callbacks import (

@@ -17,10 +17,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
-from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.registry import schema_options
-from store.backends.postgres.rows import PostgresRepository
+from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.errors import DatabaseMissingError
 from store.layout import Location, StoredMetadata
 from store.settings import Settings

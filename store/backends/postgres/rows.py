@@ -11,18 +11,26 @@ Contract:
   connection's schema, as SQL for psycopg's executemany (pipeline mode: one
   round trip for a batch, as fast as ``COPY``, see ``bench/pg_bench.py``)
   with the bind processors SQLAlchemy would apply.
+* :class:`PostgresClaimTable` is PostgreSQL's side of the claims table
+  (:mod:`store.claims`): claimers on many nodes pick their blocks with
+  ``SELECT ... FOR UPDATE SKIP LOCKED`` (a row another claimer's transaction
+  holds is skipped, not waited for: PostgreSQL's work-queue idiom); leases
+  are measured by the server's ``now()``, so nodes whose clocks differ still
+  agree on a deadline; keys are one array parameter, as in the lookup.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import (
     JSON,
     ColumnElement,
     Connection,
+    Insert,
     Select,
     String,
     Text,
@@ -33,9 +41,11 @@ from sqlalchemy import (
     or_,
     select,
 )
+from sqlalchemy.dialects import postgresql
 from sqlalchemy.exc import DBAPIError, StatementError
 
 from store.backends.postgres import text as pgtext
+from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
 from store.repository import BLANK, Repository
 from store.roles import Role
@@ -170,3 +180,21 @@ class PostgresRepository(Repository):
         # column's type, so it is escaped as the stored text is (U+0000) and plain text is found too.
         c = self.table.c
         return or_(c.input_text.icontains(text, autoescape=True), c.completion.icontains(text, autoescape=True))
+
+
+class PostgresClaimTable(ClaimTable):
+    def now(self) -> datetime:
+        value: datetime = self.conn.execute(select(func.now())).scalar_one()
+        return value.astimezone(UTC)
+
+    def _keys_in(self, column: Any) -> ColumnElement[bool]:
+        return column == any_(bindparam("keys", type_=postgresql.ARRAY(String)))  # type: ignore[no-any-return]
+
+    def _keys(self, keys: Sequence[str]) -> Any:
+        return list(keys)
+
+    def _insert_ignoring(self) -> Insert:
+        return postgresql.insert(CLAIMS).on_conflict_do_nothing()
+
+    def _locked(self, stmt: Select[Any]) -> Select[Any]:
+        return stmt.with_for_update(skip_locked=True, of=CLAIMS)

@@ -23,9 +23,8 @@ from typing import TYPE_CHECKING, Protocol
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select
 from sqlalchemy.exc import DBAPIError
 
-from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.registry import schema_name, schema_options
-from store.backends.postgres.rows import PostgresRepository
+from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.backends.postgres.survey import EXISTS_BATCH, claims_of, survey
 from store.errors import JudgestoreError, MetadataMismatchError
 from store.layout import Location

@@ -21,9 +21,8 @@ from sqlalchemy import Connection, Select, String, any_, bindparam, literal_colu
 from sqlalchemy.exc import DBAPIError
 
 from store.backends.postgres import text as pgtext
-from store.backends.postgres.claims import PostgresClaimTable
 from store.backends.postgres.registry import quoted, registry, schema_name, schema_options
-from store.backends.postgres.rows import PostgresRepository
+from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.claim_table import ClaimsSummary
 from store.layout import Location
 from store.roles import Role

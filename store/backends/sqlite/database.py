@@ -25,10 +25,9 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
-from store.backends.sqlite.claims import SqliteClaimTable
 from store.backends.sqlite.connections import sqlite_engine, stable_read
 from store.backends.sqlite.errors import retry_while_locked, translated
-from store.backends.sqlite.rows import SqliteRepository, sqlite_get_many, sqlite_insert
+from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlite_get_many, sqlite_insert
 from store.errors import StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.settings import Settings

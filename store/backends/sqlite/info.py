@@ -18,10 +18,9 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.claims import SqliteClaimTable
 from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import translated
-from store.backends.sqlite.rows import SqliteRepository
+from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository
 from store.errors import (
     CorruptDatabaseError,
     JudgestoreError,

@@ -18,6 +18,11 @@ Contract:
   is registered with :mod:`linecache` (tracebacks and debuggers show it) and
   printed by ``python -m store.backends.sqlite.rows``; tests hold their
   results against SQLAlchemy's own reads and writes.
+* :class:`SqliteClaimTable` is SQLite's side of the claims table
+  (:mod:`store.claims`): this machine's clock and the same ``json_each`` key
+  list. A claim runs in a write transaction that took the database's write
+  lock up front (``BEGIN IMMEDIATE``), so claimers on this machine take turns
+  and no row lock is needed.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import orjson
 from sqlalchemy import (
     JSON,
     ColumnElement,
+    Insert,
     LargeBinary,
     Select,
     String,
@@ -52,6 +58,7 @@ from sqlalchemy.dialects import sqlite
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store.backends.sqlite.connections import sqlite_dialect
+from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
 from store.repository import BLANK, Repository
 from store.roles import Role
@@ -390,6 +397,20 @@ class SqliteRepository(Repository):
         if self.conn.execute(select(func.count()).select_from(probe)).scalar_one() < LISTING_PROBE_ROWS:
             return clauses  # few rows: the filter's own index finds them, and sorting them is cheap
         return [clause.is_(true()) for clause in clauses]
+
+
+class SqliteClaimTable(ClaimTable):
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+    def _keys_in(self, column: Any) -> ColumnElement[bool]:
+        return column.in_(select(json_each_keys().c.value))  # type: ignore[no-any-return]
+
+    def _keys(self, keys: Sequence[str]) -> Any:
+        return orjson.dumps(list(keys)).decode()
+
+    def _insert_ignoring(self) -> Insert:
+        return sqlite.insert(CLAIMS).on_conflict_do_nothing()
 
 
 def generated_sources() -> str:
