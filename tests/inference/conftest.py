@@ -74,6 +74,29 @@ def vllm_env() -> Iterator[None]:
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
+def judgestore_here(*args: str, root: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``judgestore ARGS`` run in this test process, as :func:`~tests.inference.test_cli.judgestore` runs it anew.
+
+    For a run whose point is not the process: a process that loads vLLM
+    imports it first (about 10 s of CPU here), and a test process imports it
+    once. A run that must show what a fresh process does (``vllm_imported``,
+    the engine's log on stderr, a signal) runs in a process of its own; each
+    command keeps one test that runs it so.
+    """
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+
+    env = {**VLLM_ENV, "JUDGESTORE_STORE_ROOT": str(root), "COLUMNS": "200"}
+    result = CliRunner().invoke(app(), list(args), env=env)
+    if isinstance(result.exception, Exception) and not isinstance(result.exception, SystemExit):
+        raise result.exception  # a traceback the command would have printed: the test shows it
+    done = subprocess.CompletedProcess(["judgestore", *args], result.exit_code, result.stdout, result.stderr)
+    if check:
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return done
+
+
 def run_fresh_python(code: str, **env: str) -> subprocess.CompletedProcess[str]:
     """Run ``code`` in a new interpreter that imports this checkout; fail the test on error."""
     result = subprocess.run(

@@ -3,7 +3,8 @@
 The store is built once for the module by `judgestore generate` and `judgestore judge`; each test works on its own
 copy, in which a descriptor folder is aged: its descriptor's backend_version is edited to an older vLLM and the
 folder re-hashed through the layout's own functions, exactly what a store written by that vLLM looks like. Every
-command runs as a user runs it, in a fresh process; only `adopt` loads the engine (for its audit).
+command runs as a user runs it, in a fresh process; only `adopt` loads the engine (for its audit), and the tests
+after the first run it in the test's process (:func:`~tests.inference.conftest.judgestore_here`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import pytest
 
 from store.layout import Location, metadata_bytes, read_location_metadata, walk, write_metadata
 from tests.factories import file_digests
+from tests.inference.conftest import judgestore_here
 from tests.inference.test_cache_commands import JUDGE_SAMPLING, SAMPLING, TASK, demo_store
 from tests.inference.test_cli import ENGINE_ARGS, judgestore
 
@@ -113,7 +115,8 @@ def test_a_store_whose_rows_were_altered_is_refused_with_the_differing_rows_name
         conn.execute("UPDATE completions SET completion = completion || ' (edited)' WHERE instruction_id = '1'")
         (edited,) = conn.execute("SELECT input_hash FROM completions WHERE instruction_id = '1'").fetchone()
     before = file_digests(copy)
-    refused = run("adopt", *built["model"], "--across", "backend_version", "--sample", "4", root=copy, check=False)
+    refused = judgestore_here("adopt", *built["model"], "--across", "backend_version", "--sample", "4", root=copy,
+                              check=False)  # fmt: skip
     assert refused.returncode == 1
     text = " ".join(refused.stdout.split())
     assert "3 of 4 sampled rows regenerated exactly (75.0%)" in text
@@ -127,9 +130,9 @@ def test_a_dry_run_of_judgements_checks_the_verdict_logprobs_and_writes_nothing(
 ) -> None:
     aged = age(copy, "judgements")
     before = file_digests(copy)
-    report = orjson.loads(run("adopt", *built["judge"], "--role", "judgements", "--across", "backend_version",
-                              "--sample", "8", "--max-logprob-delta", "0.01", "--dry-run", "--json",
-                              root=copy).stdout)  # fmt: skip
+    report = orjson.loads(judgestore_here("adopt", *built["judge"], "--role", "judgements", "--across",
+                                          "backend_version", "--sample", "8", "--max-logprob-delta", "0.01",
+                                          "--dry-run", "--json", root=copy).stdout)  # fmt: skip
     assert report["met"] and report["dry_run"] and not report["adopted"] and report["record"] is None
     assert report["source"]["descriptor"] == aged.descriptor_hash16
     assert report["audit"]["exact_rate"] == 1.0 and report["audit"]["max_abs_logprob_delta"] < 0.01

@@ -1,8 +1,9 @@
 """Know your cache, on a real store built by the real engine with the tiny model: explain, stats, prune, export, audit.
 
-The store is built once for the module by `judgestore generate` and `judgestore judge` (two engine loads);
-each test works on its own copy. Every command runs as a user runs it, in a fresh process; only `audit` loads the
-engine again.
+The store is built once for the run by `judgestore generate` and `judgestore judge` (two engine loads, in the test's
+process: :func:`~tests.inference.conftest.judgestore_here`); each test works on its own copy. Every other command runs
+as a user runs it, in a fresh process; only `audit` loads the engine again, once in the test's process and once in a
+process of its own.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import pytest
 
 from store.layout import walk
 from tests.built_once import built_once
-from tests.inference.conftest import TINY_ENGINE_KWARGS
+from tests.inference.conftest import TINY_ENGINE_KWARGS, judgestore_here
 from tests.inference.test_cli import ENGINE_ARGS, judgestore, lines
 
 pytestmark = pytest.mark.engine
@@ -51,8 +52,8 @@ def build_demo_store(folder: Path, tiny_model_dir: Path) -> None:
     prompts = write_jsonl(folder / "prompts.jsonl", prompt_rows(PROMPTS))
     model = ["--model", str(tiny_model_dir), "--label", "tiny"]
     answers = folder / "answers.jsonl"
-    first = judgestore("generate", *model, *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(prompts),
-                       "-o", str(answers), "--json", root=root).stdout  # fmt: skip
+    first = judgestore_here("generate", *model, *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(prompts),
+                            "-o", str(answers), "--json", root=root).stdout  # fmt: skip
     (folder / "first.json").write_text(first)
     pairs = write_jsonl(folder / "pairs.jsonl", [
         {"question": p, "benchmark": "demo", "instruction_id": a["instruction_id"], "model_a": "tiny",
@@ -60,8 +61,8 @@ def build_demo_store(folder: Path, tiny_model_dir: Path) -> None:
         for p, a in zip(PROMPTS, lines(answers), strict=True)
     ])  # fmt: skip
     judge = ["--model", str(tiny_model_dir), "--label", "tiny-judge", *JUDGE_SAMPLING]
-    judged = orjson.loads(judgestore("judge", *judge, *TASK, *ENGINE_ARGS, "-i", str(pairs), "-o",
-                                     str(folder / "verdicts.jsonl"), "--json", root=root).stdout)  # fmt: skip
+    judged = orjson.loads(judgestore_here("judge", *judge, *TASK, *ENGINE_ARGS, "-i", str(pairs), "-o",
+                                          str(folder / "verdicts.jsonl"), "--json", root=root).stdout)  # fmt: skip
     assert (orjson.loads(first)["rows_written"], judged["rows_written"]) == (4, 8)
 
 
@@ -192,8 +193,8 @@ def test_export_parquet_round_trips_to_query_jsonl(built: dict[str, Any], copy: 
 
 
 def test_audit_reports_exact_matches_and_finds_an_altered_completion(built: dict[str, Any], copy: Path) -> None:
-    judged = orjson.loads(run("audit", *built["judge"], *TASK, *ENGINE_ARGS, "--role", "judgements", "--sample", "8",
-                              "--json", root=copy).stdout)  # fmt: skip
+    judged = orjson.loads(judgestore_here("audit", *built["judge"], *TASK, *ENGINE_ARGS, "--role", "judgements",
+                                          "--sample", "8", "--json", root=copy).stdout)  # fmt: skip
     assert (judged["sampled"], judged["exact"], judged["exact_rate"]) == (8, 8, 1.0)
     assert judged["max_abs_logprob_delta"] is not None and judged["max_abs_logprob_delta"] < 1e-3
     assert judged["top_tokens_changed"] == 0

@@ -2,7 +2,9 @@
 
 The second run of each command happens in a fresh process, so "vLLM was never
 imported" is read from that process's own ``sys.modules`` (its ``--json``
-summary reports it).
+summary reports it). A first run whose point is what it generates and reports
+runs in the test's process (:func:`~tests.inference.conftest.judgestore_here`):
+the engine is the same, without a new process importing vLLM.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from inference.spec import ModelSpec
 from store import logprobs
 from store.store import Store
 from store.sync import DirectoryRemote, push
-from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
+from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV, judgestore_here
 from tests.inference.test_cached import CountingBackend
 
 ENGINE_ARGS = [
@@ -243,10 +245,10 @@ def test_the_summary_counts_outputs_that_stopped_at_max_tokens(
     out = str(tmp_path / "o.jsonl")
     args = ["generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "-o", out,
             "--max-tokens", "2", "--sampling", "ignore_eos=true", *ENGINE_ARGS]  # fmt: skip
-    summary = orjson.loads(judgestore(*args, "--json", root=root).stdout)
+    summary = orjson.loads(judgestore_here(*args, "--json", root=root).stdout)
     assert summary["truncated"] == 3 and summary["requested"] == 3
     assert all(r["finish_reason"] == "length" for r in lines(tmp_path / "o.jsonl"))
-    human = judgestore(*args, root=root)  # all hits now: still counted, and said
+    human = judgestore_here(*args, root=root)  # all hits now: still counted, and said
     assert "3 outputs stopped at max_tokens (2; finish_reason=length)" in human.stderr
     assert "raise --max-tokens" in human.stderr
 
@@ -265,7 +267,7 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     args = ["generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--max-tokens", "4",
             *ENGINE_ARGS]  # fmt: skip
 
-    first = judgestore(*args, "-o", str(tmp_path / "a.jsonl"), "--json", root=root, check=False)
+    first = judgestore_here(*args, "-o", str(tmp_path / "a.jsonl"), "--json", root=root, check=False)
     assert first.returncode == 1 and "Traceback" not in first.stderr
     summary = orjson.loads(first.stdout)
     assert (summary["rows_written"], summary["failed"], summary["engine_loaded"]) == (7, 1, True)
@@ -276,6 +278,7 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert [r["error"] is None for r in results] == [True] * 5 + [False] + [True] * 2
     assert results[5]["error"] == {"type": "PromptTooLongError", "message": failure["error"]}
 
+    # The rerun in a process of its own: "vLLM never imported" is read from its sys.modules
     again = judgestore(*args, "-o", str(tmp_path / "b.jsonl"), root=root, check=False)  # the human summary
     assert again.returncode == 1 and "Traceback" not in again.stderr
     assert "7 hits (88%), 1 misses, 1 failed, 0 rows written" in again.stderr

@@ -1,8 +1,10 @@
 """The real engine over a PostgreSQL store: generate and judge with ``JUDGESTORE_STORE_URL``, rerun without vLLM.
 
-Each run is a fresh process, as a SLURM job would be; the second reads its
-hits from the server and reports (from its own ``sys.modules``) that vLLM was
-never imported. The same prompts on a folder store give the same outputs.
+The rerun is a fresh process, as a SLURM job would be: it reads its hits
+from the server and reports (from its own ``sys.modules``) that vLLM was
+never imported. The runs that load the engine run in the test's process
+(:func:`~tests.inference.conftest.judgestore_here`). The same prompts on a
+folder store give the same outputs.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pytest
 
 from store.settings import Settings
 from store.store import Store
+from tests.inference.conftest import judgestore_here
 from tests.inference.test_cli import ENGINE_ARGS, judgestore, lines
 
 pytestmark = [pytest.mark.engine, pytest.mark.postgres]
@@ -34,16 +37,17 @@ def test_generate_on_a_server_then_rerun_without_the_engine(
 ) -> None:
     common = ["--model", str(tiny_model_dir), "--task", "demo", "--max-tokens", "8", *ENGINE_ARGS, "-i", str(prompts)]
 
-    def generate(out: Path, *store: str) -> dict[str, Any]:
+    def generate(out: Path, *store: str, fresh_process: bool = False) -> dict[str, Any]:
+        run = judgestore if fresh_process else judgestore_here
         summary: dict[str, Any] = orjson.loads(
-            judgestore("generate", *common, "-o", str(out), "--json", *store, root=tmp_path / "unused").stdout
+            run("generate", *common, "-o", str(out), "--json", *store, root=tmp_path / "unused").stdout
         )
         return summary
 
     monkeypatch.setenv("JUDGESTORE_STORE_URL", pg_url)  # as a job script would export it
     first = generate(tmp_path / "a.jsonl")
     assert first["engine_loaded"] and first["rows_written"] == 3
-    again = generate(tmp_path / "b.jsonl")
+    again = generate(tmp_path / "b.jsonl", fresh_process=True)
     assert (again["hits"], again["misses"], again["engine_loaded"], again["vllm_imported"]) == (3, 0, False, False)
     assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [
         r["completion"] for r in lines(tmp_path / "a.jsonl")
