@@ -97,11 +97,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The slowest modules run first, then the other modules whose tests start vLLM, then the rest.
 
     pytest-xdist's ``--dist loadfile`` hands whole modules to the workers in
-    collection order: in that order the vLLM modules came last and one worker
-    ran them alone for minutes while the other had nothing left. First, they
-    start at once and the quick modules fill the end. Tests keep their order
-    within a module; a module missing from :data:`SLOWEST_MODULES` only runs
-    later than it could.
+    this order (``--no-loadscope-reorder``; by default it hands out the
+    modules with the most tests first, and the vLLM modules, with few tests
+    each, came last: one worker ran them alone for minutes while the other had
+    nothing left). First, they start at once and the quick modules fill the
+    end. Tests keep their order within a module; a module missing from
+    :data:`SLOWEST_MODULES` only runs later than it could.
     """
 
     def module_of(item: pytest.Item) -> str:
