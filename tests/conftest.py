@@ -170,9 +170,11 @@ def pg_cluster() -> Iterator[Cluster]:
 
 
 @pytest.fixture
-def pg_url(pg_cluster: Cluster) -> str:
-    """The URL of an empty database of its own on the test cluster."""
-    return pg_cluster.url(pg_cluster.new_database())
+def pg_url(pg_cluster: Cluster) -> Iterator[str]:
+    """The URL of an empty database of its own on the test cluster, dropped when the test ends."""
+    name = pg_cluster.new_database()
+    yield pg_cluster.url(name)
+    pg_cluster.drop_database(name)
 
 
 # ---------------------------------------------------------------- a model behind an OpenAI-compatible server

@@ -8,6 +8,13 @@ as the ``postgres`` system user (``runuser``). The socket is the only way in:
 password; every other role needs its SCRAM password (so a wrong password is
 refused, as on a real server). Durability is off (``fsync=off``): these are
 tests, and a crash loses nothing anyone needs.
+
+The cluster lives in memory (``/dev/shm``) where there is room for it: each
+test's database is a copy of ``template1`` (7.5 MB, written twice with its
+WAL), which on this machine's disk cost 50-300 ms a database and, after
+300 of them, 13 s to delete at the end of the run; in memory, 33 ms and
+under a second. Each test's database is dropped when the test ends
+(:meth:`Cluster.drop_database`), so the cluster stays small either way.
 """
 
 from __future__ import annotations
@@ -24,6 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 SUPERUSER = "postgres"
+MEMORY_FOLDER = Path("/dev/shm")
+MEMORY_NEEDED = 2 << 30  # free bytes in MEMORY_FOLDER for the cluster to live there (a container's is often 64 MB)
 
 
 def server_bin() -> Path | None:
@@ -65,7 +74,11 @@ class Cluster:
         self._launch()
 
     def _launch(self) -> None:
-        options = f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off -c max_connections=200"
+        # A small WAL: it holds a copy of each new database until the next checkpoint, in memory if the cluster is.
+        options = (
+            f"-c listen_addresses='' -k {self.socket_dir} -c fsync=off -c max_connections=200"
+            " -c max_wal_size=256MB -c min_wal_size=32MB"
+        )
         self._run(
             "pg_ctl", "-D", str(self.data), "-o", options, "-w", "-t", "60", "-l", str(self.folder / "log"), "start"
         )
@@ -92,13 +105,27 @@ class Cluster:
         self.sql(f'CREATE DATABASE "{name}"')
         return name
 
+    def drop_database(self, name: str) -> None:
+        """Drop ``name``, ending the connections a test left open to it."""
+        self.sql(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+def _cluster_parent() -> str | None:
+    """Where the cluster's folder goes: memory when it has room, else the system's temporary folder."""
+    try:
+        if shutil.disk_usage(MEMORY_FOLDER).free >= MEMORY_NEEDED:
+            return str(MEMORY_FOLDER)
+    except OSError:  # no /dev/shm on this system
+        pass
+    return None
+
 
 @contextmanager
 def running_cluster() -> Iterator[Cluster]:
     bin_dir = server_bin()
     if bin_dir is None:
         raise FileNotFoundError("PostgreSQL's server binaries (initdb, pg_ctl) are not installed")
-    folder = Path(tempfile.mkdtemp(prefix="judgestore-pg-"))
+    folder = Path(tempfile.mkdtemp(prefix="judgestore-pg-", dir=_cluster_parent()))
     if os.geteuid() == 0:
         entry = pwd.getpwnam(SUPERUSER)
         os.chown(folder, entry.pw_uid, entry.pw_gid)
