@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -83,12 +84,23 @@ def judgestore_here(*args: str, root: Path, check: bool = True) -> subprocess.Co
     the engine's log on stderr, a signal) runs in a process of its own; each
     command keeps one test that runs it so.
     """
+    import tqdm  # noqa: F401  # its TQDM_* defaults are read once, at its first import: read them now, not below
     from typer.testing import CliRunner
 
+    from inference.backends.vllm import engine_logs
     from inference.cli.app import app
 
+    # What the command changes for the rest of its process (quiet_engine: environment variables, warning filters,
+    # a flag) is put back, as the end of its process would: the next test in this process starts as it did.
+    environ, quiet = dict(os.environ), engine_logs._quiet
     env = {**VLLM_ENV, "JUDGESTORE_STORE_ROOT": str(root), "COLUMNS": "200"}
-    result = CliRunner().invoke(app(), list(args), env=env)
+    try:
+        with warnings.catch_warnings():
+            result = CliRunner().invoke(app(), list(args), env=env)
+    finally:
+        os.environ.clear()
+        os.environ.update(environ)
+        engine_logs._quiet = quiet
     if isinstance(result.exception, Exception) and not isinstance(result.exception, SystemExit):
         raise result.exception  # a traceback the command would have printed: the test shows it
     done = subprocess.CompletedProcess(["judgestore", *args], result.exit_code, result.stdout, result.stderr)
