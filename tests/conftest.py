@@ -39,7 +39,7 @@ def _isolated_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, _vllm
     monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(tmp_path / "store"))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))  # a server store's side files
     # vLLM keeps its cache under XDG_CACHE_HOME unless told otherwise. In it, what it learns of a model class by
-    # importing it in a subprocess of its own (vLLM and torch again, 4-6 s): kept for the run, each engine after
+    # importing it in a subprocess of its own (vLLM and torch again, about 10 s): kept for the run, each engine after
     # the first skips that subprocess.
     monkeypatch.setenv("VLLM_CACHE_ROOT", str(_vllm_cache_root))
     monkeypatch.setenv("JUDGESTORE_RUN_ID", "test-run")
