@@ -99,6 +99,18 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 TRANSIENT = (ServerUnavailableError, ServerBusyError, DatabaseBusyError)  # a store that may answer again soon
 SWEEP_AFTER_LEASES = 30  # claims left behind are swept once past their deadline by this many leases (at least 1 h)
+WAITING_POLLS_PER_SECOND = 40  # what the waiting jobs of a batch ask the store, at most, all together
+
+
+def poll_seconds(jobs: int, lease_seconds: float) -> float:
+    """How long a job with nothing to claim waits before it looks again, in ``[0.05, 0.5]`` seconds.
+
+    ``jobs`` waiting jobs ask the store :data:`WAITING_POLLS_PER_SECOND` times a second in all, within those
+    bounds, and each at least every tenth of a lease (so it sees an expired lease soon). The wait is how late
+    a waiting job sees the batch's last rows: the jobs that wait at the end exit that much after the last
+    answer (half a second, when every wait was half a second).
+    """
+    return max(0.05, min(0.5, lease_seconds / 10, max(jobs, 1) / WAITING_POLLS_PER_SECOND))
 
 
 def block_size(claimable: int, jobs: int, most: int, least: int = 1) -> int:
@@ -162,7 +174,6 @@ def generate_shared(
         raise InvalidInputError(f"a shared batch needs a store in mode use, not mode {model.mode!r}")
     lease = model.settings.lease_seconds
     patience = max(lease, 30.0)
-    poll = min(0.5, lease / 10)
     store.check_writable(role, model.task, model.descriptor)
     database = store.database(role, model.task, model.descriptor)
     queue = WorkQueue(database, lease_seconds=lease)
@@ -194,13 +205,13 @@ def generate_shared(
             if not state.claimable and not state.leased:  # everything left failed
                 break
             block: list[str] = []
+            jobs = len(state.holders - {queue.holder}) + 1
             if state.claimable:
-                jobs = len(state.holders - {queue.holder}) + 1
                 size = block_size(state.claimable, jobs, model.chunk_size, model.in_flight)
                 candidates = [k for k in pending if k not in own]
                 block = _patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:
-                time.sleep(poll)  # others hold the rest: wait for their rows, or for their leases to end
+                time.sleep(poll_seconds(jobs, lease))  # others hold the rest: wait for their rows, or their leases' end
                 continue
             # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
             # lost; after, the block is asked for again and its rows are written once.

@@ -13,7 +13,7 @@ import pytest
 from inference.backends.base import EngineRequest, Generation, Refusal
 from inference.cache import shared
 from inference.cache.model import CachedModel, Responses
-from inference.cache.shared import block_size
+from inference.cache.shared import WAITING_POLLS_PER_SECOND, block_size, poll_seconds
 from store.claims import claims_summary
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, RequestsFailedError
@@ -76,6 +76,17 @@ def test_block_sizes_shrink_near_the_end_of_the_batch() -> None:
     # never below what the engine works on at once, never above the write interval
     assert block_size(20, 4, 64, least=8) == 8 and block_size(3, 4, 64, least=8) == 8
     assert block_size(200, 4, 16, least=32) == 16
+
+
+def test_waiting_jobs_poll_the_store_a_bounded_number_of_times_a_second() -> None:
+    for jobs in (1, 4, 8, 20):
+        wait = poll_seconds(jobs, lease_seconds=300)
+        assert 0.05 <= wait <= 0.5
+        assert jobs / wait <= WAITING_POLLS_PER_SECOND + 1e-9  # all of them together
+    assert poll_seconds(4, 300) < poll_seconds(8, 300) < poll_seconds(16, 300)  # fewer jobs look sooner
+    assert poll_seconds(200, 300) == 0.5  # many jobs: never longer than half a second
+    assert poll_seconds(16, lease_seconds=2) == 0.2  # a tenth of a short lease, to see it expire in time
+    assert poll_seconds(4, lease_seconds=0.1) == 0.05
 
 
 class BatchingBackend(SlowBackend):
