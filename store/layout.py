@@ -55,6 +55,7 @@ WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
 SQLITE_SIDE_SUFFIXES = (WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX)  # files SQLite keeps beside a database
 LOCK_SUFFIX = ".lock"
 BACKUP_INFIX = ".bak-"
+_DESCRIPTOR_FIELDS = frozenset(ModelDescriptor.model_fields)  # what a canonical descriptor may hold
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,13 +98,8 @@ class Location:
 
     def as_dict(self, *, model_key: str = "model") -> dict[str, str]:
         """The location as ``--json`` outputs show it (rows name it ``descriptor_model``: ``model`` is theirs)."""
-        return {
-            "role": self.role,
-            "task": self.task,
-            "provider": self.provider,
-            model_key: self.model,
-            "descriptor": self.descriptor_hash16,
-        }
+        return {"role": self.role, "task": self.task, "provider": self.provider, model_key: self.model,
+                "descriptor": self.descriptor_hash16}  # fmt: skip
 
     @classmethod
     def from_db_path(cls, root: Path, db_path: Path) -> Location:
@@ -325,27 +321,7 @@ def check_location_metadata(root: Path, location: Location) -> None:
     name the folders above. Such a file is accepted on those facts; any other
     file (edited, moved, written in another form) gets the full check.
     """
-    _check_metadata(root, location.folder(root), location)
-
-
-def prepared_folder(root: Path, location: Location, metadata: Callable[[], bytes] | None = None) -> Path:
-    """The folder of ``location``, its metadata.json as it must be, for opening the database inside.
-
-    Given ``metadata`` (a read-write open), a folder without metadata.json is
-    created with ``metadata()`` written into it (:func:`write_metadata`: what
-    was just written from the descriptor needs no check); any other folder's
-    file is checked (:func:`check_location_metadata`). A failing disk raises
-    its ``OSError``.
-    """
     folder = location.folder(root)
-    if metadata is not None and not (folder / METADATA_FILE).exists():
-        write_metadata(folder, metadata())
-    else:
-        _check_metadata(root, folder, location)
-    return folder
-
-
-def _check_metadata(root: Path, folder: Path, location: Location) -> None:
     try:
         doc = orjson.loads((folder / METADATA_FILE).read_bytes())
         descriptor = doc["descriptor"]
@@ -363,7 +339,21 @@ def _check_metadata(root: Path, folder: Path, location: Location) -> None:
     read_location_metadata(root, location)
 
 
-_DESCRIPTOR_FIELDS = frozenset(ModelDescriptor.model_fields)
+def prepared_folder(root: Path, location: Location, metadata: Callable[[], bytes] | None = None) -> Path:
+    """The folder of ``location``, its metadata.json as it must be, for opening the database inside.
+
+    Given ``metadata`` (a read-write open), a folder without metadata.json is
+    created with ``metadata()`` written into it (:func:`write_metadata`: what
+    was just written from the descriptor needs no check); any other folder's
+    file is checked (:func:`check_location_metadata`). A failing disk raises
+    its ``OSError``.
+    """
+    folder = location.folder(root)
+    if metadata is not None and not (folder / METADATA_FILE).exists():
+        write_metadata(folder, metadata())
+    else:
+        check_location_metadata(root, location)
+    return folder
 
 
 def walk(root: Path) -> Iterator[Location]:
@@ -450,13 +440,8 @@ class Selector:
         return all(value is None for value in self.as_dict().values())
 
     def as_dict(self) -> dict[str, str | None]:
-        return {
-            "role": self.role,
-            "task": self.task,
-            "provider": self.provider,
-            "model": self.model,
-            "descriptor": self.descriptor,
-        }
+        return {"role": self.role, "task": self.task, "provider": self.provider, "model": self.model,
+                "descriptor": self.descriptor}  # fmt: skip
 
 
 def select(root: Path, selector: Selector | None = None) -> list[Location]:
