@@ -105,10 +105,13 @@ WAITING_POLLS_PER_SECOND = 40  # what the waiting jobs of a batch ask the store,
 def poll_seconds(jobs: int, lease_seconds: float) -> float:
     """How long a job with nothing to claim waits before it looks again, in ``[0.05, 0.5]`` seconds.
 
-    ``jobs`` waiting jobs ask the store :data:`WAITING_POLLS_PER_SECOND` times a second in all, within those
-    bounds, and each at least every tenth of a lease (so it sees an expired lease soon). The wait is how late
-    a waiting job sees the batch's last rows: the jobs that wait at the end exit that much after the last
-    answer (half a second, when every wait was half a second).
+    ``jobs`` is the most jobs the caller has seen at work at once (the jobs
+    waiting at the end of a batch hold no lease, so the current holders
+    undercount them). So many waiting jobs ask the store
+    :data:`WAITING_POLLS_PER_SECOND` times a second in all, within those
+    bounds, and each at least every tenth of a lease (so it sees an expired
+    lease soon). The wait is how late a waiting job sees the batch's last
+    rows: the jobs that wait at the end exit that much after the last answer.
     """
     return max(0.05, min(0.5, lease_seconds / 10, max(jobs, 1) / WAITING_POLLS_PER_SECOND))
 
@@ -187,6 +190,7 @@ def generate_shared(
     pending = list(keys)  # not yet known to be stored, nor failed by this job
 
     reported = 0
+    most_jobs = 1  # the most jobs seen at work at once: near the end most wait, holding no lease
 
     def progress(done: int) -> None:
         nonlocal reported
@@ -206,12 +210,13 @@ def generate_shared(
                 break
             block: list[str] = []
             jobs = len(state.holders - {queue.holder}) + 1
+            most_jobs = max(most_jobs, jobs)
             if state.claimable:
                 size = block_size(state.claimable, jobs, model.chunk_size, model.in_flight)
                 candidates = [k for k in pending if k not in own]
                 block = _patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:
-                time.sleep(poll_seconds(jobs, lease))  # others hold the rest: wait for their rows, or their leases' end
+                time.sleep(poll_seconds(most_jobs, lease))  # others hold the rest: wait for their rows or leases' end
                 continue
             # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
             # lost; after, the block is asked for again and its rows are written once.

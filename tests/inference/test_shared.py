@@ -89,6 +89,26 @@ def test_waiting_jobs_poll_the_store_a_bounded_number_of_times_a_second() -> Non
     assert poll_seconds(4, lease_seconds=0.1) == 0.05
 
 
+def test_jobs_waiting_at_the_end_poll_as_the_whole_batch_not_as_the_one_job_still_at_work(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The third job's first block takes 2 s; the other two do the rest, then wait for it. Only the third holds a
+    # lease by then: counted by holders, two waiting jobs would each poll as if the batch had two jobs.
+    waits: list[tuple[str, int]] = []
+
+    def recorded(jobs: int, lease_seconds: float) -> float:
+        waits.append((threading.current_thread().name, jobs))
+        return poll_seconds(jobs, lease_seconds)
+
+    monkeypatch.setattr(shared, "poll_seconds", recorded)
+    backends = [SlowBackend(seconds=0.2), SlowBackend(seconds=0.2), SlowBackend(stall=2.0)]
+    models = [job(store_root, descriptor, b) for b in backends]
+    responses = run_jobs(models, [ask(i) for i in range(N)], delays=[0.1, 0.1, 0.0])
+    assert all([r.text for r in rs] == [f"answer to q{i} #0" for i in range(N)] for rs in responses)
+    last_wait = {thread: jobs for thread, jobs in waits}  # each waiting thread's last wait
+    assert len(last_wait) >= 2 and set(last_wait.values()) == {3}, waits
+
+
 class BatchingBackend(SlowBackend):
     """Works on ``max_concurrency`` requests at once, as a remote backend or vLLM's scheduler says it does."""
 
