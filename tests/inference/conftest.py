@@ -79,7 +79,7 @@ def judgestore_here(*args: str, root: Path, check: bool = True) -> subprocess.Co
     """``judgestore ARGS`` run in this test process, as :func:`~tests.inference.test_cli.judgestore` runs it anew.
 
     For a run whose point is not the process: a process that loads vLLM
-    imports it first (about 10 s of CPU here), and a test process imports it
+    imports it first (12-17 s of CPU here), and a test process imports it
     once. A run that must show what a fresh process does (``vllm_imported``,
     the engine's log on stderr, a signal) runs in a process of its own; each
     command keeps one test that runs it so.
