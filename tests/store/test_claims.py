@@ -61,16 +61,24 @@ def test_stored_inputs_are_never_claimed_and_finishing_deletes_their_claims(data
     assert (summary.leased, summary.waiting, summary.done, summary.jobs) == (3, 2, 2, 1)
 
 
+def sleep_until(moment: float) -> None:
+    """Sleep until ``time.monotonic()`` reaches ``moment``: a slow statement before it shortens the sleep."""
+    time.sleep(max(0.0, moment - time.monotonic()))
+
+
+# Leases here last about a second: a statement on a loaded machine (the whole suite on two cores, a server in a
+# process of its own) can take a few hundred milliseconds, and a lease must outlive the statements it spans.
 def test_a_lease_past_its_deadline_is_taken_over_and_renewing_keeps_it(database: Database) -> None:
-    dead = WorkQueue(database, holder="dead", lease_seconds=0.5)
-    alive = WorkQueue(database, holder="alive", lease_seconds=1.5)
+    dead = WorkQueue(database, holder="dead", lease_seconds=1.0)
+    alive = WorkQueue(database, holder="alive", lease_seconds=2.0)
     other = WorkQueue(database, holder="other", lease_seconds=5)
     dead.join(KEYS)
     assert dead.claim(KEYS, 2) == KEYS[:2]
     assert alive.claim(KEYS, 2) == KEYS[2:4]
-    time.sleep(1.0)
+    claimed = time.monotonic()  # both deadlines are at most a lease after this
+    sleep_until(claimed + 1.0)
     assert alive.renew() == 2
-    time.sleep(0.8)  # dead's deadline passed, and alive's first one; alive's renewed one has not
+    sleep_until(claimed + 2.1)  # dead's deadline passed, and alive's first one; alive's renewed one (+3.0) has not
     state = other.state(KEYS)
     assert (state.stale, state.leased) == (2, 2)
     assert claims_summary(database).stale == 2
@@ -79,15 +87,16 @@ def test_a_lease_past_its_deadline_is_taken_over_and_renewing_keeps_it(database:
 
 
 def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database: Database) -> None:
-    a, b = WorkQueue(database, holder="a", lease_seconds=0.3), WorkQueue(database, holder="b")
+    a, b = WorkQueue(database, holder="a", lease_seconds=1.0), WorkQueue(database, holder="b")
     a.join(KEYS[:2])
     assert a.claim(KEYS[:2], 2) == KEYS[:2]
     database.put_many(RECORDS[:1])
     a.finish([KEYS[0]], {KEYS[1]: "RequestRefusedError: too long"})
+    finished = time.monotonic()  # the failure's mark ends at most a lease after this
     state = b.state(KEYS[:2])
     assert state.stored == {KEYS[0]} and dict(state.failed) == {KEYS[1]: "RequestRefusedError: too long"}
     assert b.claim(KEYS[:2], 2) == []
-    time.sleep(0.4)
+    sleep_until(finished + 1.1)
     assert b.claim(KEYS[:2], 2) == [KEYS[1]]  # a failure is never stored: tried again once its mark ends
 
 
@@ -156,15 +165,16 @@ def test_a_listing_taken_while_leases_live_does_not_hide_them_turning_stale(
     # read them, so a remembered listing would say "leased" forever.
     with Store(Settings(), root=store_root) as store:
         database = store.database("completions", "t", descriptor)
-        WorkQueue(database, holder="dead", lease_seconds=1.5).join(KEYS)
-        WorkQueue(database, holder="dead", lease_seconds=1.5).claim(KEYS, 2)
+        WorkQueue(database, holder="dead", lease_seconds=2.5).join(KEYS)
+        WorkQueue(database, holder="dead", lease_seconds=2.5).claim(KEYS, 2)
+        claimed = time.monotonic()
     before = stamp(database.path)
     judgestore = functools.partial(_judgestore, store_root)
 
     for command in (["ls"], ["db", "status"], ["stats"]):
         live = judgestore(*command)
         assert "2 leased by 1 job, 8 waiting" in live.stdout and "stale" not in live.stdout + live.stderr
-    time.sleep(1.6)
+    sleep_until(claimed + 2.6)
     for command in (["ls"], ["db", "status"], ["stats"]):
         shown = judgestore(*command)
         assert "8 waiting, 2 stale" in shown.stdout and "2 past their deadline" in shown.stderr
