@@ -71,16 +71,18 @@ def test_generate_judge_and_rerun_without_the_engine(
     root = tmp_path / "store"
     common = ["--task", "demo", "--temperature", "0", "--max-tokens", "8", *ENGINE_ARGS, "--json"]
 
-    def generate(model: Path, label: str, *extra: str) -> dict[str, Any]:
+    def generate(model: Path, label: str, *extra: str, run: Any = judgestore) -> dict[str, Any]:
         out = tmp_path / f"{label}.jsonl"
         args = ["generate", "--model", str(model), "--label", label, "-i", str(prompts), "-o", str(out)]
-        result = judgestore(*args, *common, *extra, root=root)
+        result = run(*args, *common, *extra, root=root)
         return {"summary": orjson.loads(result.stdout), "rows": lines(out), "stderr": result.stderr}
 
-    first_a, first_b = generate(tiny_model_dir, "tiny-a"), generate(tiny_model_dir_b, "tiny-b", "--verbose")
+    # The first model in this test's process (what it generates is the point); the second in a process of its
+    # own, where -v lets the engine's own log through to stderr. The judge below shows a quiet process.
+    first_a = generate(tiny_model_dir, "tiny-a", run=judgestore_here)
+    first_b = generate(tiny_model_dir_b, "tiny-b", "--verbose")
     assert first_a["summary"]["engine_loaded"] and first_a["summary"]["rows_written"] == 3
-    # The engine's own log (vLLM, torch, the weights' progress bar) stays out of a run's output unless -v
-    assert first_a["stderr"] == "", first_a["stderr"][-3000:]
+    assert first_b["summary"]["engine_loaded"] and first_b["summary"]["rows_written"] == 3
     assert "INFO" in first_b["stderr"] and "vllm" in first_b["stderr"].lower()
     assert [r["completion"] for r in first_a["rows"]] != [r["completion"] for r in first_b["rows"]]
 
@@ -114,8 +116,11 @@ def test_generate_judge_and_rerun_without_the_engine(
         "5",
         *common,
     ]
-    judged = orjson.loads(judgestore(*judge_args, root=root).stdout)
-    assert (judged["requested"], judged["rows_written"]) == (6, 6)
+    judging = judgestore(*judge_args, root=root)
+    judged = orjson.loads(judging.stdout)
+    assert (judged["requested"], judged["rows_written"]) == (6, 6) and judged["engine_loaded"]
+    # The engine's own log (vLLM, torch, the weights' progress bar) stays out of a run's output unless -v
+    assert judging.stderr == "", judging.stderr[-3000:]
     first_verdicts = lines(verdicts)
     assert {r["orientation"] for r in first_verdicts} == {"direct", "reversed"}
     with Store(root=root, readonly=True) as store:  # what is stored: 5 candidates with their ids, and the sampled token
