@@ -149,7 +149,11 @@ def test_three_jobs_generate_every_input_once_and_return_the_same_answers(
     assert texts[0] == texts[1] == texts[2] == [f"answer to q{i} #0" for i in range(N)]
     runs = [rs.run for rs in responses]
     assert sum(r.generated for r in runs) == sum(r.written for r in runs) == N
-    assert all(r.generated + r.from_other_jobs == N for r in runs)
+    # Each job's misses are its own or another's; a job that planned after another wrote a block (a thread
+    # started late on a loaded machine) saw those rows as hits.
+    plans = [r.plan for r in runs if r.plan is not None]
+    assert len(plans) == 3 and all(plan.hits + plan.misses == N for plan in plans)
+    assert all(r.generated + r.from_other_jobs == plan.misses for r, plan in zip(runs, plans, strict=True))
     database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
     assert database.count() == N
     totals = run_totals(database)
