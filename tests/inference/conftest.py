@@ -91,16 +91,18 @@ def judgestore_here(*args: str, root: Path, check: bool = True) -> subprocess.Co
     from inference.cli.app import app
 
     # What the command changes for the rest of its process (quiet_engine: environment variables, warning filters,
-    # a flag) is put back, as the end of its process would: the next test in this process starts as it did.
-    environ, quiet = dict(os.environ), engine_logs._quiet
+    # a flag) is put back, as the end of its process would: the next test in this process starts as it did. The
+    # command line is the command's, as in its own process (a hint that quotes it back reads sys.argv).
+    environ, quiet, argv = dict(os.environ), engine_logs._quiet, sys.argv
     env = {**VLLM_ENV, "JUDGESTORE_STORE_ROOT": str(root), "COLUMNS": "200"}
     try:
+        sys.argv = ["judgestore", *args]
         with warnings.catch_warnings():
             result = CliRunner().invoke(app(), list(args), env=env)
     finally:
         os.environ.clear()
         os.environ.update(environ)
-        engine_logs._quiet = quiet
+        engine_logs._quiet, sys.argv = quiet, argv
     if isinstance(result.exception, Exception) and not isinstance(result.exception, SystemExit):
         raise result.exception  # a traceback the command would have printed: the test shows it
     done = subprocess.CompletedProcess(["judgestore", *args], result.exit_code, result.stdout, result.stderr)

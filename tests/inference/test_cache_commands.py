@@ -1,9 +1,10 @@
 """Know your cache, on a real store built by the real engine with the tiny model: explain, stats, prune, export, audit.
 
 The store is built once for the run by `judgestore generate` and `judgestore judge` (two engine loads, in the test's
-process: :func:`~tests.inference.conftest.judgestore_here`); each test works on its own copy. Every other command runs
-as a user runs it, in a fresh process; only `audit` loads the engine again, once in the test's process and once in a
-process of its own.
+process: :func:`~tests.inference.conftest.judgestore_here`); each test works on its own copy. A run that must show
+what a fresh process does (a full hit that never imports vLLM) or that ends a test's story as a user runs it (stats,
+the real prune, vacuum, export, audit) runs in a process of its own; the reports a test reads first (explain, dry runs,
+query) run in the test's process. Only `audit` loads the engine again, once in each.
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ def test_a_full_hit_run_says_what_it_saved_and_stats_add_it_up(built: dict[str, 
     assert (summary["saved_prompt_tokens"], summary["saved_completion_tokens"]) == (
         first["prompt_tokens"], first["completion_tokens"])  # fmt: skip
     assert summary["saved_engine_seconds"] == pytest.approx(first["engine_seconds"], abs=1e-5)
-    stats = orjson.loads(run("stats", "--json", "--role", "completions", root=copy).stdout)
+    stats = orjson.loads(judgestore_here("stats", "--json", "--role", "completions", root=copy).stdout)
     (database,) = stats["databases"]
     assert database["runs"]["runs"] == 3 and database["runs"]["hits"] == 8
     assert database["runs"]["saved_completion_tokens"] == 2 * first["completion_tokens"]
@@ -114,16 +115,16 @@ def test_a_full_hit_run_says_what_it_saved_and_stats_add_it_up(built: dict[str, 
 
 
 def test_explain_after_changing_the_temperature(built: dict[str, Any], copy: Path) -> None:
-    result = run("explain", *built["model"], *TASK, "--temperature", "0.7", "--max-tokens", "8", *ENGINE_ARGS,
-                 "--json", root=copy)  # fmt: skip
+    result = judgestore_here("explain", *built["model"], *TASK, "--temperature", "0.7", "--max-tokens", "8",
+                             *ENGINE_ARGS, "--json", root=copy)  # fmt: skip
     report = orjson.loads(result.stdout)["descriptor"]
     assert report["exists"] is False and report["rows"] == 0
     nearest = report["neighbours"][0]
     assert nearest["rows"] == 4 and [(c["field"], c["stored"], c["wanted"]) for c in nearest["changes"]] == [
         ("sampling.temperature", 0.0, 0.7)
     ]
-    text = run("explain", *built["model"], *TASK, "--temperature", "0.7", "--max-tokens", "8", *ENGINE_ARGS,
-               root=copy).stdout  # fmt: skip
+    text = judgestore_here("explain", *built["model"], *TASK, "--temperature", "0.7", "--max-tokens", "8",
+                           *ENGINE_ARGS, root=copy).stdout  # fmt: skip
     assert "is not in the store" in text and "sampling.temperature 0.0 -> 0.7" in text
 
 
@@ -134,7 +135,9 @@ def test_explain_after_a_vllm_version_change(built: dict[str, Any], copy: Path, 
     metadata["descriptor"]["backend_version"] = "0.99.0"  # the library was upgraded
     edited = tmp_path / "descriptor.json"
     edited.write_bytes(orjson.dumps(metadata))
-    report = orjson.loads(run("explain", "--descriptor-file", str(edited), *TASK, "--json", root=copy).stdout)
+    report = orjson.loads(
+        judgestore_here("explain", "--descriptor-file", str(edited), *TASK, "--json", root=copy).stdout
+    )
     (nearest, *_) = report["descriptor"]["neighbours"]
     assert [(c["field"], c["stored"], c["wanted"]) for c in nearest["changes"]] == [
         ("backend_version", stored_version, "0.99.0")
@@ -145,31 +148,31 @@ def test_explain_after_editing_one_prompt_and_the_plan_says_to(
     built: dict[str, Any], copy: Path, tmp_path: Path
 ) -> None:
     edited = write_jsonl(tmp_path / "edited.jsonl", prompt_rows([*PROMPTS[:2], "Tell me a long story.", PROMPTS[3]]))
-    replay = run("generate", *built["model"], *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(edited), "--mode", "replay",
-                 root=copy, check=False)  # fmt: skip
+    replay = judgestore_here("generate", *built["model"], *TASK, *SAMPLING, *ENGINE_ARGS, "-i", str(edited),
+                             "--mode", "replay", root=copy, check=False)  # fmt: skip
     assert replay.returncode == 1  # a miss in replay mode: no engine, nothing written
     assert "note: 1 misses although this descriptor's database holds 4 rows; run `judgestore explain" in replay.stderr
     hint = shlex.split(replay.stderr.split("run `", 1)[1].split("`", 1)[0])
     assert hint[:2] == ["judgestore", "explain"] and "--mode" not in hint
-    result = run(*hint[1:], "--json", root=copy)
+    result = judgestore_here(*hint[1:], "--json", root=copy)
     inputs = orjson.loads(result.stdout)["inputs"]
     assert (inputs["hits"], inputs["misses"]) == (3, 1)
     (miss,) = inputs["explained"]
     assert miss["request"] == "demo/2" and "same benchmark/instruction" in miss["reason"]
     (diff,) = miss["diffs"]
     assert diff["where"] == "message 0 (user) content" and diff["position"] == len("Tell me a ")
-    assert "message 0 (user) content at character 10" in run(*hint[1:], root=copy).stdout
+    assert "message 0 (user) content at character 10" in judgestore_here(*hint[1:], root=copy).stdout
 
 
 def test_prune_dry_run_counts_equal_the_real_prune(built: dict[str, Any], copy: Path) -> None:
     args = ["prune", "--role", "judgements", "--orientation", "reversed", "--json"]
-    planned = orjson.loads(run(*args, "--dry-run", root=copy).stdout)
+    planned = orjson.loads(judgestore_here(*args, "--dry-run", root=copy).stdout)
     done = orjson.loads(run(*args, "--yes", root=copy).stdout)
     assert planned["rows"] == done["deleted"] == 4
-    truncated = orjson.loads(run("delete", "--finish-reason", "length", "--role", "completions", "--dry-run", "--json",
-                                 root=copy).stdout)  # fmt: skip
+    truncated = orjson.loads(judgestore_here("delete", "--finish-reason", "length", "--role", "completions",
+                                             "--dry-run", "--json", root=copy).stdout)  # fmt: skip
     assert truncated["matched"] == 4
-    every = orjson.loads(run("prune", "--older-than", "0s", "--dry-run", "--json", root=copy).stdout)
+    every = orjson.loads(judgestore_here("prune", "--older-than", "0s", "--dry-run", "--json", root=copy).stdout)
     assert every["rows"] == 8 and orjson.loads(run("prune", "--older-than", "0s", "--yes", "--json",
                                                    root=copy).stdout)["deleted"] == 8  # fmt: skip
     vacuumed = orjson.loads(run("vacuum", "--json", root=copy).stdout)
@@ -182,7 +185,9 @@ def test_export_parquet_round_trips_to_query_jsonl(built: dict[str, Any], copy: 
 
     target = tmp_path / "rows.parquet"
     run("export", "--format", "parquet", "-o", str(target), root=copy)
-    queried = [orjson.loads(line) for line in run("query", "--format", "jsonl", root=copy).stdout.splitlines()]
+    queried = [
+        orjson.loads(line) for line in judgestore_here("query", "--format", "jsonl", root=copy).stdout.splitlines()
+    ]
     exported = pq.read_table(target).to_pylist()
     assert len(exported) == len(queried) == 12
     for row in exported:
@@ -201,9 +206,10 @@ def test_audit_reports_exact_matches_and_finds_an_altered_completion(built: dict
     (location,) = [loc for loc in walk(copy) if loc.role == "completions"]
     with closing(sqlite3.connect(location.db_path(copy))) as conn, conn:
         conn.execute("UPDATE completions SET completion = completion || ' (edited)' WHERE instruction_id = '1'")
-    altered = run("audit", *built["model"], *TASK, *SAMPLING, *ENGINE_ARGS, "--sample", "4", "--json",
+    altered = run("audit", *built["model"], *TASK, *SAMPLING, *ENGINE_ARGS, "--sample", "4", "--json", "--verbose",
                   root=copy, check=False)  # fmt: skip
     assert altered.returncode == 1  # under --fail-under 1.0
+    assert "INFO" in altered.stderr and "vllm" in altered.stderr.lower()  # -v: the engine's own log, on stderr
     report = orjson.loads(altered.stdout)
     assert (report["sampled"], report["exact"]) == (4, 3)
     (mismatch,) = report["mismatches"]
