@@ -24,7 +24,7 @@ from store.layout import Selector
 from store.settings import Settings
 from store.store import Store
 from tests.fake_openai import FakeOpenAI
-from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV
+from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV, judgestore_here
 from tests.pg_server import running_cluster, server_bin
 from tests.shared_jobs import KEY, Job, busy_seconds, finish, requests_per_prompt, start_jobs, write_prompts
 
@@ -203,21 +203,21 @@ def test_two_vllm_processes_on_a_folder_store_generate_each_prompt_once_as_one_w
         for arg in ("--engine-arg", f"{key}={orjson.dumps(value).decode()}")
     ]
 
+    generate = ["generate", "--model", str(tiny_model_dir), "--label", "tiny", "--task", "shared", "--temperature",
+                "0", "--max-tokens", "8", "--top-logprobs", "3", *engine, "-i", str(prompts)]  # fmt: skip
+
     def start(root: Path, name: str, *extra: str) -> subprocess.Popen[bytes]:
-        argv = [
-            sys.executable, "-c", "from inference.cli import main; main()", "generate", "--model", str(tiny_model_dir),
-            "--label", "tiny", "--task", "shared", "--temperature", "0", "--max-tokens", "8", "--top-logprobs", "3",
-            *engine, "-i", str(prompts), "-o", str(tmp_path / f"{name}.jsonl"), "--json", *extra,
-        ]  # fmt: skip
+        argv = [sys.executable, "-c", "from inference.cli import main; main()", *generate,
+                "-o", str(tmp_path / f"{name}.jsonl"), "--json", *extra]  # fmt: skip
         env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(root)}
         out = (tmp_path / f"{name}.out").open("wb")
         return subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
 
-    # The single process on a store of its own runs beside the pair: three engine loads at once, not two then one.
     processes = {
         f"job{i}": start(tmp_path / "shared", f"job{i}", "--shared-batch", "--chunk-size", "2") for i in range(2)
     }
-    processes["alone"] = start(tmp_path / "alone", "alone")
+    # What one run alone generates, on a store of its own: in this process, while the pair loads its engines.
+    judgestore_here(*generate, "-o", str(tmp_path / "alone.jsonl"), root=tmp_path / "alone")
     for name, process in processes.items():
         assert process.wait(timeout=900) == 0, (tmp_path / f"{name}.out").read_text()[-3000:]
 
