@@ -77,13 +77,12 @@ def test_generate_judge_and_rerun_without_the_engine(
         result = run(*args, *common, *extra, root=root)
         return {"summary": orjson.loads(result.stdout), "rows": lines(out), "stderr": result.stderr}
 
-    # The first model in this test's process (what it generates is the point); the second in a process of its
-    # own, where -v lets the engine's own log through to stderr. The judge below shows a quiet process.
+    # Both models in this test's process (what they generate is the point). The judge below shows a process whose
+    # engine log stays quiet; test_cache_commands' audit shows one where -v lets it through.
     first_a = generate(tiny_model_dir, "tiny-a", run=judgestore_here)
-    first_b = generate(tiny_model_dir_b, "tiny-b", "--verbose")
+    first_b = generate(tiny_model_dir_b, "tiny-b", run=judgestore_here)
     assert first_a["summary"]["engine_loaded"] and first_a["summary"]["rows_written"] == 3
     assert first_b["summary"]["engine_loaded"] and first_b["summary"]["rows_written"] == 3
-    assert "INFO" in first_b["stderr"] and "vllm" in first_b["stderr"].lower()
     assert [r["completion"] for r in first_a["rows"]] != [r["completion"] for r in first_b["rows"]]
 
     pairs = tmp_path / "pairs.jsonl"
