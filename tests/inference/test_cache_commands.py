@@ -4,7 +4,8 @@ The store is built once for the run by `judgestore generate` and `judgestore jud
 process: :func:`~tests.inference.conftest.judgestore_here`); each test works on its own copy. A run that must show
 what a fresh process does (a full hit that never imports vLLM) or that ends a test's story as a user runs it (stats,
 the real prune, vacuum, export, audit) runs in a process of its own; the reports a test reads first (explain, dry runs,
-query) run in the test's process. Only `audit` loads the engine again, once in each.
+query, stats' JSON, a replay that stops at its miss) run in the test's process. Only `audit` loads the engine again,
+once in each.
 """
 
 from __future__ import annotations
