@@ -32,6 +32,11 @@ FILTERS = [
     RowFilter(pair=("judged-1", "judged-0")),
     RowFilter(run_id="run-2"),
     RowFilter(finish_reasons=("length",)),
+    # Text a server cannot hold as it is (U+0000), and its escape character (U+FDD0): the filter's value is
+    # escaped as the stored one was, on the way to every database (the server's survey included).
+    RowFilter(model="m-\ufdd0"),
+    RowFilter(benchmark="bench-\x00"),
+    RowFilter(model="m-\ufdd0", benchmark="bench-\x00"),
 ]
 
 
@@ -40,11 +45,14 @@ def descriptor(i: int) -> ModelDescriptor:
 
 
 def fill(store: Store) -> None:
-    """Four completion databases (models m-i, benchmarks bench-i%2, runs) and two judgement databases."""
+    """Four completion databases (models m-i, benchmarks bench-i%2, runs), one of two rows whose model and
+    benchmark hold U+FDD0 and U+0000, and two judgement databases."""
     for i in range(4):
         rows = [completion_record(10 * i + k, model=f"m-{i}", benchmark=f"bench-{i % 2}", run_id=f"run-{i}")
                 for k in range(3)]  # fmt: skip
         store.database("completions", f"task-{i % 2}", descriptor(i)).put_many(rows)
+    odd = [completion_record(50 + k, model="m-\ufdd0", benchmark="bench-\x00") for k in range(2)]
+    store.database("completions", "task-1", descriptor(4)).put_many(odd)
     for j in range(2):
         judged = [judgement_record(100 * j + k, model_a=f"judged-{j}", model_b=f"judged-{1 - j}", judge=f"judge-{j}",
                                  benchmark="bench-1") for k in range(2)]  # fmt: skip
@@ -101,6 +109,9 @@ def test_a_filter_opens_only_the_databases_that_can_match(
         rows = list(store.query_rows(Selector(), RowFilter(model="m-2")))
         assert len(rows) == 3 and [loc.model for loc in opened] == ["org/model-2"]
         assert list(store.query_rows(Selector(), RowFilter(model="nobody"))) == [] and len(opened) == 1
+        opened.clear()  # a value the server keeps escaped is looked for escaped, not given up on (every schema)
+        rows = list(store.query_rows(Selector(), RowFilter(benchmark="bench-\x00")))
+        assert len(rows) == 2 and [loc.model for loc in opened] == ["org/model-4"]
 
 
 def test_a_folder_copied_in_by_hand_is_found(store_root: Path) -> None:
@@ -214,7 +225,7 @@ def test_a_server_store_is_surveyed_a_few_schemas_per_transaction(pg_url: str, m
         monkeypatch.setattr(store.storage, "connection", counted)
         monkeypatch.setattr(store.storage.catalog, "known", lambda *args: None)  # every schema is read again
         assert [info.as_dict() for info in store.infos(locations)] == before
-        assert len(opened) == 1 + 3  # the stamps, then six schemas, two per transaction
+        assert len(opened) == 1 + 4  # the stamps, then seven schemas, two per transaction
         assert store.storage.narrowed(locations, RowFilter(model="m-1")) == narrowed_before
-        # The stamps, the distinct values (six schemas, two per transaction), then the schemas they leave, probed.
-        assert len(opened) == 4 + 1 + 3 + -(-len(narrowed_before) // 2)
+        # The stamps, the distinct values (seven schemas, two per transaction), then the schemas they leave, probed.
+        assert len(opened) == 5 + 1 + 4 + -(-len(narrowed_before) // 2)

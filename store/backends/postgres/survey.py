@@ -68,13 +68,18 @@ def _probe(conn: Connection, role: Role, flt: RowFilter) -> tuple[str, dict[str,
         .where(*repo.clauses(flt))
         .limit(1)
     )
-    compiled = stmt.compile(
-        dialect=conn.dialect,
-        schema_translate_map={None: PROBE_SCHEMA},
-        render_schema_translate=True,
-        compile_kwargs={"render_postcompile": True},
-    )
-    return str(compiled), dict(compiled.params)
+    dialect = conn.dialect
+    compiled = stmt.compile(dialect=dialect, schema_translate_map={None: PROBE_SCHEMA}, render_schema_translate=True)
+    expanded = compiled.construct_expanded_state()  # IN lists spelt out, one parameter per item
+    # The driver gets what SQLAlchemy would send: each value through its column type's bind processor (text
+    # escaped as it was stored, store.backends.postgres.text), the items of an IN list through theirs.
+    processors = {name: b.type.dialect_impl(dialect).bind_processor(dialect) for name, b in compiled.binds.items()}
+    processors.update(expanded.processors)
+    params = {
+        name: value if (process := processors.get(name)) is None else process(value)
+        for name, value in expanded.parameters.items()
+    }
+    return expanded.statement, params
 
 
 def matching(conn: Connection, chosen: list[Location], flt: RowFilter, head: str) -> set[Location]:
