@@ -13,6 +13,10 @@ Contract:
   read back as a float, so it is refused with
   :class:`~store.errors.InvalidInputError` before anything is written; so is
   anything JSON cannot carry (lone surrogates, non-string keys).
+* A bare number (a value that is only a number, not inside an object or a
+  list) is refused the same way: a JSON column on SQLite has numeric
+  affinity, which would keep ``5`` as the integer 5 (and ``1.0`` as 1), not
+  as the JSON text, and so could not give it back exactly.
 * :func:`to_plain` / :func:`from_plain` do the same conversion on decoded
   values, for formats that embed column values in a larger JSON document
   (sharing's shards).
@@ -77,6 +81,11 @@ def from_plain(value: Any) -> Any:
 
 def dumps_bytes(value: Any) -> bytes:
     """Canonical JSON bytes of a column value; see the module docstring."""
+    if type(value) is not dict and isinstance(value, int | float) and not isinstance(value, bool):
+        raise InvalidInputError(
+            f"a JSON column holds an object, a list, a string, a boolean or null, not a bare number ({value!r}): "
+            "SQLite would keep it as a number, not as its JSON; put it in an object"
+        )
     try:
         data = orjson.dumps(value, option=orjson.OPT_SORT_KEYS)  # canonical_json's, without a call per value
     except (orjson.JSONEncodeError, TypeError):

@@ -356,6 +356,8 @@ def refusals() -> list[Any]:
         pytest.param(completion_record(1, usage={1: 2}), "usage", id="json-key-not-text"),
         pytest.param(completion_record(1, usage={"x": 2**64}), "usage", id="json-integer-beyond-64-bits"),
         pytest.param(completion_record(1, usage={"$float": "x"}), "usage", id="json-float-tag"),
+        pytest.param(completion_record(1, usage=5), "usage", id="json-bare-integer"),
+        pytest.param(completion_record(1, top_logprobs=-1.5), "top_logprobs", id="json-bare-float"),
         pytest.param(completion_record(1, sample_index=MAX_SAMPLE_INDEX + 1), "sample_index", id="sample-2**31"),
         pytest.param(completion_record(1, sample_index=-1), "sample_index", id="sample-negative"),
         pytest.param(completion_record(1, sample_index=True), "sample_index", id="sample-bool"),
