@@ -69,6 +69,7 @@ from store.tables.row_checks import (
 
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
+USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
 
@@ -165,6 +166,12 @@ class Repository(ABC):
     def _blank(self, column: Any) -> ColumnElement[bool]:
         """Whether a text value is empty or only whitespace (spaces, tabs, newlines), as a SQL expression."""
 
+    @abstractmethod
+    def _json_number(self, column: Any, key: str) -> Any:
+        """The number a JSON object column holds under ``key``, as a SQL expression: NULL where the column is
+        NULL or the value is anything but a JSON number (a string, an object, a non-finite float's tag), and
+        wide enough for any integer the column keeps (a 64-bit one)."""
+
     def _data_bytes(self) -> Any:
         c = self.table.c
         input_text, completion, usage, top = (self._byte_length(c[name]) for name in DATA_COLUMNS)
@@ -173,13 +180,14 @@ class Repository(ABC):
     def totals(self, flt: RowFilter | None = None) -> RowTotals:
         """The matching rows added up (see :class:`~store.rows.RowTotals`)."""
         usage = self.table.c.usage
+        prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
         stmt = select(
             func.count(),
             func.coalesce(func.sum(self._data_bytes()), 0),
-            func.coalesce(func.sum(usage["prompt_tokens"].as_integer()), 0),
-            func.coalesce(func.sum(usage["completion_tokens"].as_integer()), 0),
-            func.coalesce(func.sum(usage["engine_seconds"].as_float()), 0.0),
-            func.count(usage["engine_seconds"].as_float()),
+            func.coalesce(func.sum(prompt), 0),
+            func.coalesce(func.sum(completion), 0),
+            func.coalesce(func.sum(seconds), 0.0),
+            func.count(seconds),
         ).where(*self._where(flt or RowFilter()))
         rows, data, prompt, completion, seconds, priced = self.conn.execute(stmt).one()
         return RowTotals(int(rows), int(data), int(prompt), int(completion), float(seconds), int(priced))

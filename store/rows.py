@@ -27,8 +27,10 @@ class RowTotals:
 
     ``data_bytes`` is what the row's values take (rendered input, completion,
     ``usage`` and ``top_logprobs`` as stored), without the index and page
-    overhead of the file. ``rows_with_cost`` counts rows whose ``usage``
-    records ``engine_seconds``.
+    overhead of the file. Only JSON numbers are added up (a token count given
+    as a string, a non-finite ``engine_seconds``, adds nothing), on either
+    backend; ``rows_with_cost`` counts rows whose ``usage`` records
+    ``engine_seconds`` as a finite number.
     """
 
     rows: int = 0

@@ -342,6 +342,25 @@ def test_rows_are_selected_and_deleted_by_values_holding_nul(backend: Store, des
     assert totals == (1, 1)
 
 
+def test_usage_totals_add_up_the_numbers_and_skip_everything_else(backend: Store, descriptor: ModelDescriptor) -> None:
+    usages = [
+        {"prompt_tokens": 3, "completion_tokens": 2**40, "engine_seconds": 0.5},
+        {"prompt_tokens": 1.5, "completion_tokens": 2**62, "engine_seconds": math.nan},
+        {"prompt_tokens": "12", "completion_tokens": True, "engine_seconds": -math.inf},
+        {"prompt_tokens": {"n": 1}, "completion_tokens": [2], "engine_seconds": "0.25"},
+        {},
+        None,
+    ]
+    database = backend.database("completions", "t", descriptor)
+    database.put_many([completion_record(i, usage=usage) for i, usage in enumerate(usages)])
+    with database.transaction() as repo:
+        totals = repo.totals()
+    # 3 + 1.5 (whole tokens), the 64-bit counts exactly, the one finite number of seconds (NaN and -inf are kept,
+    # but they are no time to add up); a string, a boolean, an object or a list is no count.
+    assert (totals.rows, totals.prompt_tokens, totals.completion_tokens) == (6, 4, 2**40 + 2**62)
+    assert (totals.engine_seconds, totals.rows_with_cost) == (0.5, 1)
+
+
 def refusals() -> list[Any]:
     """Rows some backend would refuse or change: each is refused on both, with the same error."""
     surrogate = "before \ud800 after"

@@ -31,11 +31,13 @@ from sqlalchemy import (
     ColumnElement,
     Connection,
     Insert,
+    Numeric,
     Select,
     String,
     Text,
     any_,
     bindparam,
+    case,
     cast,
     func,
     or_,
@@ -174,6 +176,10 @@ class PostgresRepository(Repository):
 
     def _blank(self, column: Any) -> ColumnElement[bool]:
         return func.btrim(column, BLANK) == ""  # PostgreSQL's trim() takes FROM; btrim takes the characters
+
+    def _json_number(self, column: Any, key: str) -> Any:
+        # numeric, not integer or float: a 64-bit count or a fraction is summed exactly, never refused
+        return case((func.json_typeof(column[key]) == "number", cast(column[key].as_string(), Numeric)))
 
     def contains_text(self, text: str) -> ColumnElement[bool]:
         # ILIKE: the case of ASCII letters ignored, as SQLite's LIKE does; the pattern is bound through the

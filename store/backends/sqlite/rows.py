@@ -47,6 +47,7 @@ from sqlalchemy import (
     Table,
     Text,
     bindparam,
+    case,
     cast,
     func,
     literal,
@@ -376,6 +377,10 @@ class SqliteRepository(Repository):
 
     def _blank(self, column: Any) -> ColumnElement[bool]:
         return func.trim(column, BLANK) == ""
+
+    def _json_number(self, column: Any, key: str) -> Any:
+        path = f'$."{key}"'
+        return case((func.json_type(column, path).in_(("integer", "real")), func.json_extract(column, path)))
 
     def contains_text(self, text: str) -> ColumnElement[bool]:
         # SQLite's LIKE ignores the case of ASCII letters already; lower() would cost a copy of every text read.
