@@ -37,6 +37,7 @@ Contract:
 
 from __future__ import annotations
 
+import string
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
@@ -72,6 +73,12 @@ DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what Row
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
+_ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
+def fold_ascii(text: str) -> str:
+    """``text`` with its ASCII letters in lower case and every other character as it is (what a search ignores)."""
+    return text.translate(_ASCII_FOLD)
 
 
 class Repository(ABC):
@@ -223,7 +230,8 @@ class Repository(ABC):
 
     @abstractmethod
     def contains_text(self, text: str) -> ColumnElement[bool]:
-        """Rows whose prompt or completion contains ``text`` (ASCII letters in any case), as a SQL expression."""
+        """Rows whose prompt or completion contains ``text``, as a SQL expression: ASCII letters in any case, every
+        other character (U+0000 included) as it is, the same rows on both backends."""
 
     def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
         """``clauses`` written so that a statement listing the rows in ``created_at`` order reads a page, not

@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from sqlalchemy import event
+from sqlalchemy import event, select
 
 from store import ModelDescriptor, RowFilter, Selector, Store
 from store.backends.sqlite import rows as sqlite_rows
@@ -23,6 +23,7 @@ from store.browse import queries
 from store.browse.browser import Browser
 from store.browse.pages import RowsQuery, database_name
 from store.browse.queries import Key
+from store.descriptor import input_hash, render_text
 from store.settings import Settings
 from tests.factories import completion_record, judgement_record
 
@@ -192,3 +193,43 @@ def test_a_cursor_this_browser_did_not_make_is_refused_by_name() -> None:
     for bad in ("garbage!", Key(T0, "x", "y").token()[:-4], "bnVsbA"):
         with pytest.raises(Exception, match="cursor"):
             Key.from_token(bad)
+
+
+# Answers holding U+0000 (a server keeps it as U+FDD0 "0"), the server's escape character (kept as U+FDD0 "1"),
+# and letters outside ASCII; prompts that hold none of the needles below ({"text":"§§","type":"text"}).
+ODD_ANSWERS = ["k\x00w", "\ufdd0z", "plain", "é", "Éa", "A\x00b0"]
+
+
+@pytest.mark.parametrize(
+    ("needle", "found"),
+    [
+        ("0", ["A\x00b0"]),  # not the "0" a server's escaped U+0000 ends with
+        ("1", []),
+        ("\x00", ["k\x00w", "A\x00b0"]),
+        ("w", ["k\x00w"]),  # after a U+0000: SQLite's LIKE stops there
+        ("\x00B", ["A\x00b0"]),
+        ("Z", ["\ufdd0z"]),  # ASCII letters in any case
+        ("\ufdd0", ["\ufdd0z"]),
+        ("É", ["Éa"]),  # other letters as they are
+        ("é", ["é"]),
+        ("a", ["plain", "Éa", "A\x00b0"]),
+    ],
+)
+def test_a_search_finds_the_same_rows_on_both_backends(
+    request: pytest.FixtureRequest, tmp_path: Path, needle: str, found: list[str]
+) -> None:
+    answers = {}
+    for backend in ("folder", "server"):
+        where = {"root": tmp_path / "odd"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
+        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="odd"))
+            prompts = [render_text("§" * (i + 1)) for i in range(len(ODD_ANSWERS))]
+            database.put_many(
+                completion_record(i, input_text=p, input_hash=input_hash(p), completion=answer)
+                for i, (p, answer) in enumerate(zip(prompts, ODD_ANSWERS, strict=True))
+            )
+            with database.reading() as repo:
+                t = repo.table
+                matched = repo.conn.execute(select(t.c.completion).where(repo.contains_text(needle))).scalars()
+                answers[backend] = sorted(matched)
+    assert answers == {"folder": sorted(found), "server": sorted(found)}

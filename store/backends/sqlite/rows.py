@@ -61,7 +61,7 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from store.backends.sqlite.connections import sqlite_dialect
 from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
-from store.repository import BLANK, Repository
+from store.repository import BLANK, Repository, fold_ascii
 from store.roles import Role
 from store.tables.deferred import DeferredColumns, looked_up, set_deferred
 from store.tables.models import UTCDateTime
@@ -383,9 +383,13 @@ class SqliteRepository(Repository):
         return case((func.json_type(column, path).in_(("integer", "real")), func.json_extract(column, path)))
 
     def contains_text(self, text: str) -> ColumnElement[bool]:
-        # SQLite's LIKE ignores the case of ASCII letters already; lower() would cost a copy of every text read.
+        # instr() on lower(), not LIKE: LIKE reads text as a C string, so it stops at a U+0000, in the pattern
+        # (a search for one matched every row) and in the text (what follows one was never found). SQLite's
+        # lower() folds ASCII letters only, as the contract says. It copies each text it reads: 2.4x the time
+        # of LIKE per row, within the browser's time-bounded windows.
+        folded = bindparam(None, fold_ascii(text), Text())
         c = self.table.c
-        return or_(c.input_text.contains(text, autoescape=True), c.completion.contains(text, autoescape=True))
+        return or_(func.instr(func.lower(c.input_text), folded) > 0, func.instr(func.lower(c.completion), folded) > 0)
 
     def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
         """A filter matching at least :data:`LISTING_PROBE_ROWS` rows (counted through its own index) is
