@@ -11,6 +11,7 @@ servers (:mod:`inference.backends.hosted.descriptor`), so both hash a setting al
 from __future__ import annotations
 
 import enum
+import math
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -22,7 +23,10 @@ from store.errors import InvalidInputError
 
 
 def json_value(value: Any, where: str) -> JsonValue:
-    """``value`` as plain JSON (paths as strings, sets sorted), or a clear error."""
+    """``value`` as plain JSON (paths as strings, sets sorted), or a clear error (NaN and infinities included:
+    JSON has no number for them, and a descriptor holding one would hash like one holding null)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidInputError(f"setting {where!r} = {value!r} is not a finite number")
     if value is None or isinstance(value, bool | int | float | str):
         return value
     if isinstance(value, enum.Enum):

@@ -84,7 +84,7 @@ class SamplingSettings(BaseModel):
     hash: a spurious miss is safe, a stale hit is not.
     """
 
-    model_config = ConfigDict(frozen=True, extra="allow")
+    model_config = ConfigDict(frozen=True, extra="allow", allow_inf_nan=False)  # JSON has no NaN: it would be null
 
     temperature: float = 1.0
     top_p: float = 1.0

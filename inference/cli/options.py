@@ -117,11 +117,12 @@ def model_spec(
         _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False),
     ] = None,
     max_tokens: Annotated[
-        int | None, _sampling("--max-tokens", f"Default {DEFAULT_SAMPLING['max_tokens']}.", show_default=False)
+        int | None,
+        _sampling("--max-tokens", f"Default {DEFAULT_SAMPLING['max_tokens']}.", show_default=False, min=1),
     ] = None,
     seed: Annotated[int | None, _sampling("--seed")] = None,
     top_logprobs: Annotated[
-        int | None, _sampling("--top-logprobs", "Candidates kept per position (e.g. of the verdict token).")
+        int | None, _sampling("--top-logprobs", "Candidates kept per position (e.g. of the verdict token).", min=0)
     ] = None,
     logprob_positions: Annotated[
         LogprobPositionsChoice,

@@ -67,6 +67,26 @@ def test_engine_options_and_server_options_do_not_mix(
     assert openai_server.completions() == []
 
 
+@pytest.mark.parametrize(
+    ("options", "said"),
+    [
+        (["--temperature", "nan"], "'sampling.temperature' = nan is not a finite number"),
+        (["--sampling", "top_p=inf"], "top_p"),
+        (["--temperature", "-inf"], "is not a finite number"),
+        (["--max-tokens", "-5"], "--max-tokens"),
+        (["--top-logprobs", "-1"], "--top-logprobs"),
+    ],
+)
+def test_a_sampling_value_no_server_takes_is_refused_before_anything_is_sent_or_written(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path, options: list[str], said: str
+) -> None:
+    # NaN and infinities would be written into the descriptor as null: two runs at different temperatures would
+    # share one key (and the descriptor file would not read back).
+    refused = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", *options)
+    assert refused.exit_code in (1, 2) and said in refused.stderr and "Traceback" not in refused.output
+    assert openai_server.completions() == [] and not store_root.exists()
+
+
 def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
