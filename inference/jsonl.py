@@ -179,8 +179,9 @@ def write_responses(out: IO[bytes], responses: Iterable[Response], label: str | 
 def _question(request: CompletionRequest) -> str:
     if request.text is not None:
         return request.text
-    users = [m["content"] for m in request.messages or () if m.get("role") == "user"]
-    return str(users[-1] if users else request.messages[-1]["content"])  # type: ignore[index]
+    messages = orjson.loads(request.render_bytes("chat"))["messages"]  # checked: {role, content} strings, not empty
+    users = [m["content"] for m in messages if m["role"] == "user"]
+    return str(users[-1] if users else messages[-1]["content"])
 
 
 def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:

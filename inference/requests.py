@@ -66,7 +66,10 @@ class _Request:
             try:
                 return render_messages_bytes(self.messages)
             except InvalidInputError as e:
-                if any(isinstance(m, Mapping) and "role" not in m and "type" in m for m in self.messages):
+                langchain = isinstance(self.messages, Sequence) and any(
+                    isinstance(m, Mapping) and "role" not in m and "type" in m for m in self.messages
+                )
+                if langchain:
                     raise InvalidInputError(
                         f"{e}. Messages are {{'role', 'content'}} dicts; LangChain's {{'type': 'human'}} shape (and "
                         "its message objects) converts with inference.messages.chat_messages(...)"

@@ -45,3 +45,14 @@ def test_pairs_refuse_an_answers_file_with_a_failed_line(tmp_path: Path) -> None
         write_responses(out, [answered(0, "b"), failed(1)], "b")
     with pytest.raises(InvalidInputError, match=r"b.jsonl:2: b failed on this request \(PromptTooLongError: the"):
         make_pairs(prompts, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+
+
+@pytest.mark.parametrize("messages", [5, [], [{"role": "user"}], "q0"])
+def test_pairs_refuse_a_prompt_whose_messages_are_not_a_conversation(tmp_path: Path, messages: object) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(orjson.dumps({"messages": messages, "instruction_id": "0", "benchmark": "b"}) + b"\n")
+    for model in ("a", "b"):
+        with (tmp_path / f"{model}.jsonl").open("wb") as out:
+            write_responses(out, [answered(0, model)], model)
+    with pytest.raises(InvalidInputError, match="messages|message 0"):
+        make_pairs(prompts, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])

@@ -99,3 +99,10 @@ def test_a_completion_request_given_langchain_dicts_says_how_to_convert_them() -
     request = CompletionRequest(messages=[{"type": "human", "content": "hi"}])
     with pytest.raises(InvalidInputError, match=r"inference\.messages\.chat_messages"):
         request.render_bytes("chat")
+
+
+@pytest.mark.parametrize("messages", [5, 2.5, {"role": "user", "content": "hi"}, "hi"])
+def test_messages_that_are_not_a_list_are_refused_with_the_typed_error(messages: object) -> None:
+    request = CompletionRequest(messages=messages)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="messages must be a list"):
+        request.render_bytes("chat")
