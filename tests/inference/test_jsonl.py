@@ -54,5 +54,5 @@ def test_pairs_refuse_a_prompt_whose_messages_are_not_a_conversation(tmp_path: P
     for model in ("a", "b"):
         with (tmp_path / f"{model}.jsonl").open("wb") as out:
             write_responses(out, [answered(0, model)], model)
-    with pytest.raises(InvalidInputError, match="messages|message 0"):
+    with pytest.raises(InvalidInputError, match=r"messages|message 0"):
         make_pairs(prompts, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
