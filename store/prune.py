@@ -45,7 +45,12 @@ def parse_duration(text: str) -> timedelta:
     match = _DURATION.match(text)
     if not match:
         raise InvalidInputError(f"{text!r} is not a duration: give a number and a unit, e.g. 30d, 12h, 2w, 90m, 45s")
-    return timedelta(**{_DURATION_UNITS[match.group(2).lower()]: float(match.group(1))})
+    try:
+        return timedelta(**{_DURATION_UNITS[match.group(2).lower()]: float(match.group(1))})
+    except OverflowError as e:
+        raise InvalidInputError(
+            f"{text!r} is longer than a calendar holds (at most {timedelta.max.days:,} days)"
+        ) from e
 
 
 def parse_size(text: str) -> int:
@@ -70,6 +75,8 @@ class PruneRule:
     def __post_init__(self) -> None:
         if self.older_than is not None and self.older_than < timedelta(0):
             raise InvalidInputError(f"older_than must not be negative, got {self.older_than}")
+        if self.older_than is not None and self.older_than > datetime.now(UTC) - datetime.min.replace(tzinfo=UTC):
+            raise InvalidInputError(f"older_than reaches before the year 1, got {self.older_than.days:,} days")
         if self.keep_last_runs is not None and self.keep_last_runs < 0:
             raise InvalidInputError(f"keep_last_runs must be >= 0, got {self.keep_last_runs}")
         if self.max_bytes is not None and self.max_bytes < 0:

@@ -32,7 +32,7 @@ from store.cli.common import (
     record_deleted,
     stdout,
 )
-from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
+from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError
 from store.layout import Selector
@@ -74,7 +74,9 @@ def stats_command(
     settings: Settings,
     selector: Selector,
     json_output: JsonOutput = False,
-    runs: Annotated[int, typer.Option("--runs", min=0, help="Also list the N most recent runs of each database.")] = 0,
+    runs: Annotated[
+        int, typer.Option("--runs", min=0, max=MOST_ROWS, help="Also list the N most recent runs of each database.")
+    ] = 0,
 ) -> None:
     """What each database holds and what its runs saved: rows, size, tokens, truncated rows, hits, savings.
 
@@ -367,7 +369,9 @@ def export_command(
         Path, typer.Option("--output", "-o", help="File to write ('-': stdout, text formats only).")
     ] = Path("-"),
     json_output: JsonOutput = False,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=0, max=MOST_ROWS, help="At most N rows in all.")
+    ] = None,
     columns: Annotated[
         str | None, typer.Option("--columns", metavar="A,B,..", help="Only these columns, in this order.")
     ] = None,

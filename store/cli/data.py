@@ -37,7 +37,7 @@ from store.cli.common import (
     state_text,
     stdout,
 )
-from store.cli.options import JsonOutput, grouped, row_filter, selection, store_settings
+from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.reports import DatabaseInfo
@@ -200,7 +200,9 @@ def query_command(
         OutputFormat,
         typer.Option("--format", "-f", help="table (the first 100 rows unless --limit), jsonl, csv or json."),
     ] = OutputFormat.table,
-    limit: Annotated[int | None, typer.Option("--limit", "-n", min=0, help="At most N rows in all.")] = None,
+    limit: Annotated[
+        int | None, typer.Option("--limit", "-n", min=0, max=MOST_ROWS, help="At most N rows in all.")
+    ] = None,
     columns: Annotated[
         str | None, typer.Option("--columns", metavar="A,B,..", help="Only these columns, in this order.")
     ] = None,

@@ -38,6 +38,7 @@ R = TypeVar("R")
 STORE_PANEL = "Store"
 SELECT_PANEL = "Select databases"
 FILTER_PANEL = "Filter rows"
+MOST_ROWS = 2**63 - 1  # the largest count a SQL LIMIT takes (a 64-bit integer, on SQLite and PostgreSQL)
 
 
 class RoleChoice(enum.StrEnum):

@@ -121,7 +121,12 @@ def parse_timestamp(value: str) -> datetime:
         raise InvalidInputError(
             f"{value!r} is not an ISO-8601 date or date-time (e.g. 2026-01-31 or 2026-01-31T12:00:00+02:00)"
         ) from e
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+    parsed = parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed
+    try:
+        parsed.astimezone(UTC)  # what the stores compare (an offset at the calendar's ends reaches beyond it)
+    except OverflowError as e:
+        raise InvalidInputError(f"{value!r} is outside the years 1 to 9999 in UTC") from e
+    return parsed
 
 
 # The columns whose distinct values say, per database, which text filters can match there (each indexed, so

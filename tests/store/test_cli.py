@@ -190,6 +190,14 @@ def test_query_usage_errors_exit_2(filled: Path) -> None:
     assert judgestore("query", "--since", "last tuesday").exit_code == 2
     assert judgestore("query", "--format", "xml").exit_code == 2
     assert judgestore("query", "--role", "bananas").exit_code == 2
+    # Beyond what a SQL LIMIT or the calendar holds: a usage error, not an OverflowError's traceback
+    for args in (
+        ["--limit", str(2**63)],
+        ["--since", "9999-12-31T23:59:59-12:00"],
+        ["--until", "0001-01-01T00:00+14:00"],
+    ):
+        too_far = judgestore("query", *args)
+        assert too_far.exit_code == 2 and "Traceback" not in too_far.output and too_far.stdout == "", too_far.output
 
 
 def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:

@@ -138,6 +138,14 @@ def test_bad_durations_say_what_to_write(bad: str) -> None:
         parse_duration(bad)
 
 
+def test_a_duration_beyond_the_calendar_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="longer than a calendar holds"):
+        parse_duration("999999999999d")
+    with pytest.raises(InvalidInputError, match="before the year 1"):
+        PruneRule(older_than=parse_duration("999999d"))  # 2,738 years: a valid timedelta, but no cut-off date
+    assert PruneRule(older_than=parse_duration("700000d")).older_than == timedelta(days=700_000)
+
+
 @pytest.mark.parametrize("bad", ["", "MB", "5 XB", "1iB", "-3MB"])
 def test_bad_sizes_say_what_to_write(bad: str) -> None:
     with pytest.raises(InvalidInputError, match=r"e\.g\. 500MB"):

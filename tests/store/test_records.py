@@ -32,6 +32,10 @@ def test_timestamps_without_an_offset_are_utc() -> None:
     assert parse_timestamp("2026-01-02T03:00:00Z").tzinfo is not None
     with pytest.raises(InvalidInputError, match="ISO-8601"):
         parse_timestamp("yesterday")
+    for beyond in ("9999-12-31T23:00:00-02:00", "0001-01-01T01:00:00+02:00"):  # UTC would leave the calendar
+        with pytest.raises(InvalidInputError, match="outside the years 1 to 9999 in UTC"):
+            parse_timestamp(beyond)
+    assert parse_timestamp("9999-12-31T23:00:00+02:00") == datetime(9999, 12, 31, 21, tzinfo=UTC)
 
 
 @pytest.mark.parametrize("record_type", [CompletionRecord, JudgementRecord])
