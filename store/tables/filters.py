@@ -88,6 +88,16 @@ class RowFilter:
             isinstance(self.finish_reasons, str) or not all(isinstance(r, str) for r in self.finish_reasons)
         ):
             raise InvalidInputError(f"finish_reasons must be a tuple of strings, got {self.finish_reasons!r}")
+        texts = [(name, getattr(self, name)) for name in TEXT_FILTERS]
+        texts += [
+            (name, value) for name in ("pair", "finish_reasons", "input_hashes") for value in getattr(self, name) or ()
+        ]
+        for name, value in texts:
+            if isinstance(value, str) and not value.isascii():
+                try:
+                    value.encode()
+                except UnicodeEncodeError as e:  # e.g. a command line's bytes that are not UTF-8
+                    raise InvalidInputError(f"{name} is not valid Unicode text: {value!r}") from e
         if self.adopted_from is not None and not (
             0 < len(self.adopted_from) <= 64 and all(c in "0123456789abcdef" for c in self.adopted_from)
         ):

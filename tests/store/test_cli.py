@@ -198,6 +198,8 @@ def test_query_usage_errors_exit_2(filled: Path) -> None:
     ):
         too_far = judgestore("query", *args)
         assert too_far.exit_code == 2 and "Traceback" not in too_far.output and too_far.stdout == "", too_far.output
+    not_utf8 = judgestore("query", "--instruction-id", "caf\udce9")  # what Python makes of the bytes caf\xe9
+    assert not_utf8.exit_code == 1 and "instruction_id is not valid Unicode text" in not_utf8.stderr
 
 
 def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:

@@ -642,6 +642,11 @@ def test_delete_with_an_empty_filter_is_refused_and_changes_nothing(
     [
         pytest.param(lambda: RowFilter(created_after=datetime(2026, 1, 1)), id="naive-datetime"),
         pytest.param(lambda: RowFilter(orientation="sideways"), id="bad-orientation"),  # type: ignore[arg-type]
+        # a lone surrogate (a command line's bytes that are not UTF-8): no stored text holds one
+        pytest.param(lambda: RowFilter(instruction_id="caf\udce9"), id="surrogate-in-a-text-filter"),
+        pytest.param(lambda: RowFilter(pair=("a", "\ud800")), id="surrogate-in-a-pair"),
+        pytest.param(lambda: RowFilter(finish_reasons=("stop", "\udfff")), id="surrogate-in-finish-reasons"),
+        pytest.param(lambda: RowFilter(input_hashes=("\udce9",)), id="surrogate-in-input-hashes"),
     ],
 )
 def test_bad_filters_are_refused(make: Any) -> None:
