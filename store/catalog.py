@@ -27,6 +27,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Callable, Iterable
@@ -80,7 +81,10 @@ class Catalog:
     def keep(self, key: str, now: Any, kind: str, value: Any, *, lasting: Callable[[Any], bool] | None = None) -> Any:
         """Keep ``value`` as ``kind`` of ``key`` at the stamp ``now`` (unless None, or ``lasting`` refuses it);
         returns it as it reads back from the catalog, kept or not."""
-        value = orjson.loads(orjson.dumps(value))
+        try:
+            value = orjson.loads(orjson.dumps(value))
+        except orjson.JSONEncodeError:  # text that is not valid Unicode (a path of bytes that are not UTF-8)
+            return json.loads(json.dumps(value))  # as it would read back, and not kept: the catalog cannot hold it
         if now is None or (lasting is not None and not lasting(value)):
             return value
         entry = self._entries.get(key)
@@ -112,6 +116,6 @@ class Catalog:
             except BaseException:
                 Path(temp).unlink(missing_ok=True)
                 raise
-        except OSError:
+        except (OSError, orjson.JSONEncodeError):  # not writable here, or a root whose name is not valid Unicode
             return  # a cache: the next command reads the databases again
         self._dirty = False

@@ -11,7 +11,8 @@ Contract:
   given, else the file the error names or the store root): no command
   prints a Python traceback for a bad file or a bad disk. Usage errors
   exit 2 (click).
-* stdout carries only the result (a table, JSON, JSONL or CSV); progress
+* stdout carries only the result, a file name whose bytes are not UTF-8
+  as those bytes (a table, JSON, JSONL or CSV); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
 * Every table is a :class:`~store.cli.tables.FittedTable`: it fits the
@@ -23,6 +24,8 @@ Contract:
 from __future__ import annotations
 
 import functools
+import io
+import json
 import os
 import sqlite3
 import sys
@@ -114,6 +117,10 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        if isinstance(sys.stdout, io.TextIOWrapper):
+            # A file name is bytes, which Python gives as lone surrogates where they are not UTF-8; printed, they
+            # are those bytes again (a UTF-8 locale's stdout would refuse them: UnicodeEncodeError).
+            sys.stdout.reconfigure(errors="surrogateescape")
         try:
             return func(*args, **kwargs)
         except JudgestoreError as e:
@@ -125,7 +132,8 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 def to_json(value: object, *, indent: bool = True) -> str:
-    """JSON text for results: paths as strings, NaN and infinities kept (:mod:`store.jsonvalues`)."""
+    """JSON text for results: paths as strings, NaN and infinities kept (:mod:`store.jsonvalues`); text that is
+    not valid Unicode (a file name of bytes that are not UTF-8) as JSON's ``\\u`` escapes."""
 
     def default(v: object) -> object:
         if isinstance(v, Path):
@@ -133,7 +141,13 @@ def to_json(value: object, *, indent: bool = True) -> str:
         raise TypeError(f"not JSON serializable: {type(v).__name__}")
 
     option = orjson.OPT_INDENT_2 if indent else 0
-    return orjson.dumps(jsonvalues.to_plain(value), default=default, option=option).decode()
+    plain = jsonvalues.to_plain(value)
+    try:
+        return orjson.dumps(plain, default=default, option=option).decode()
+    except orjson.JSONEncodeError:  # orjson refuses lone surrogates; the standard library escapes them
+        return json.dumps(
+            plain, default=default, indent=2 if indent else None, separators=(",", ": " if indent else ":")
+        )
 
 
 def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:

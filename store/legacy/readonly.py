@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import shutil
 import sqlite3
 import tempfile
@@ -80,14 +81,14 @@ def open_sqlite_readonly(path: Path) -> Iterator[sqlite3.Connection]:
     journals = pending_journal(path)
     with tempfile.TemporaryDirectory(prefix="judgestore-legacy-") if journals else _no_folder() as scratch:
         if scratch is None:
-            uri = f"file:{quote(str(path.resolve()))}?mode=ro&immutable=1"
+            uri = f"file:{quote(os.fsencode(path.resolve()))}?mode=ro&immutable=1"
         else:
             copy = Path(scratch) / path.name
             shutil.copyfile(path, copy)
             for journal in journals:
                 shutil.copyfile(journal, Path(f"{copy}{journal.name[len(path.name) :]}"))
             # Read-write on the private copy: SQLite applies the WAL (or rolls back a hot journal) there.
-            uri = f"file:{quote(str(copy))}?mode=rw"
+            uri = f"file:{quote(os.fsencode(copy))}?mode=rw"
         conn = sqlite3.connect(uri, uri=True, isolation_level=None, check_same_thread=False)
         conn.text_factory = bytes
         try:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import importlib.util
 import io
+import json
 import os
 import shutil
 import sqlite3
@@ -66,6 +67,25 @@ def test_ls_json_lists_every_database(filled: Path) -> None:
     assert listed["judge-1"]["descriptor"] == JUDGE.hash16()
     assert listed["judge-1"]["size_bytes"] == db_path(filled, JUDGE).stat().st_size
     assert result.stderr == ""
+
+
+def test_a_store_whose_path_is_not_utf8_is_copied_listed_and_reported(filled: Path, tmp_path: Path) -> None:
+    # Python names a file whose name's bytes are not UTF-8 with lone surrogates (b"\xff" is "\udcff"), which
+    # neither a SQLite URI, nor orjson, nor a UTF-8 encoder takes as they are.
+    odd_root = tmp_path / os.fsdecode(b"copy-\xff")
+    copied = judgestore("copy", "--from-root", str(filled), "--to-root", str(odd_root))
+    assert copied.exit_code == 0, copied.output
+    for command in (["ls"], ["stats", "--json"], ["db", "status"], ["verify"], ["query", "--model", "judge-1"]):
+        result = judgestore(*command, "--store-root", str(odd_root))
+        assert result.exit_code == 0 and "Traceback" not in result.output, (command, result.output)
+    # JSON holds such a name as \\u escapes of its surrogates (the standard library reads them back; orjson refuses)
+    listed = json.loads(judgestore("ls", "--json", "--store-root", str(odd_root)).stdout)
+    assert sorted(d["rows"] for d in listed) == [2, 3, 5]
+    (filled / "completions" / os.fsdecode(b"t\xff")).mkdir()
+    report = judgestore("verify", "--json")
+    assert report.exit_code == 1 and "Traceback" not in report.output
+    strays = [p["path"] for p in json.loads(report.stdout)["problems"] if p["kind"] == "stray"]
+    assert [os.fsencode(path) for path in strays] == [os.fsencode(filled / "completions") + b"/t\xff"]
 
 
 def test_ls_table_and_selectors(filled: Path) -> None:

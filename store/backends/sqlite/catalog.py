@@ -30,7 +30,7 @@ SHM_HEADER_BYTES = 48  # the WAL-index header: a change counter per commit, the 
 
 def catalog_path(root: Path) -> Path:
     """Where this machine keeps the catalog of the store at ``root``."""
-    digest = hashlib.sha256(str(root.resolve()).encode()).hexdigest()[:32]
+    digest = hashlib.sha256(os.fsencode(root.resolve())).hexdigest()[:32]  # the bytes the OS names it by
     return cache_home() / "catalogs" / f"{digest}.json"
 
 

@@ -39,6 +39,7 @@ Contract:
 from __future__ import annotations
 
 import functools
+import os
 import random
 import sqlite3
 import time
@@ -92,7 +93,7 @@ def file_stamp(path: Path) -> FileStamp:
 
 def readonly_uri(path: Path) -> str:
     """SQLite URI that reads ``path`` without creating or changing any file."""
-    base = f"file:{quote(str(path.resolve()))}?mode=ro"
+    base = f"file:{quote(os.fsencode(path.resolve()))}?mode=ro"
     wal_exists = wal_path(path).exists()
     return base if wal_exists or not _is_wal_file(path) else base + "&immutable=1"
 
@@ -142,7 +143,7 @@ def sqlite_connector(
     """
     resolved = path.resolve()
     journal = None if readonly else journal_mode_for(path, settings, resolved=resolved, filesystems=filesystems)
-    read_write_uri = f"file:{quote(str(resolved))}?mode=rwc"
+    read_write_uri = f"file:{quote(os.fsencode(resolved))}?mode=rwc"
     timeout_s = settings.busy_timeout_ms / 1000
     pragmas = [f"PRAGMA busy_timeout = {int(settings.busy_timeout_ms)}", "PRAGMA foreign_keys = ON"]
     if journal is not None:
