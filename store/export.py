@@ -91,14 +91,19 @@ def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns:
             writer.writerow([text_cell(values.get(name)) for name in columns])
             written += 1
         return written
-    for row in rows:
-        values = row.as_dict()
-        line = json_text({name: values[name] for name in columns if name in values})
-        if fmt == "json":  # "[" only with the first row: an error before it leaves the output empty
-            out.write(("[\n" if written == 0 else ",\n") + line)
-        else:
-            out.write(line + "\n")
-        written += 1
+    try:
+        for row in rows:
+            values = row.as_dict()
+            line = json_text({name: values[name] for name in columns if name in values})
+            if fmt == "json":  # "[" only with the first row: an error before it leaves the output empty
+                out.write(("[\n" if written == 0 else ",\n") + line)
+            else:
+                out.write(line + "\n")
+            written += 1
+    except Exception as e:
+        if fmt == "json" and written and not isinstance(e, BrokenPipeError):
+            out.write("\n]\n")  # what was written stays one JSON array; the error says where the rows stopped
+        raise
     if fmt == "json":
         out.write("\n]\n" if written else "[]\n")
     return written

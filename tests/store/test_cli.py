@@ -168,6 +168,18 @@ def test_query_json_is_one_array_and_judgement_filters_pick_judgements(filled: P
     assert as_json(judgestore("query", "--json", "--benchmark", "none-such").stdout) == []
 
 
+@pytest.mark.parametrize("how", [["--json"], ["--format", "jsonl"]])
+def test_query_stopped_by_a_damaged_database_leaves_the_rows_before_it_readable(filled: Path, how: list[str]) -> None:
+    damaged = filled / "completions" / "mt-bench" / "vllm" / "zz" / "abcdef0123456789"  # after both completions
+    damaged.mkdir(parents=True)
+    (damaged / "completions.db").write_bytes(b"")  # and no metadata.json
+    result = judgestore("query", *how)
+    assert result.exit_code == 1 and "abcdef0123456789" in result.stderr and "Traceback" not in result.output
+    text = result.stdout
+    rows = as_json(text) if how == ["--json"] else [as_json(line) for line in text.splitlines()]
+    assert sorted(r["model"] for r in rows) == ["llama"] * 2 + ["qwen"] * 3  # both completion databases
+
+
 def test_query_time_range_and_limit(filled: Path) -> None:
     def n(*args: str) -> int:
         result = judgestore("query", "--format", "jsonl", *args)
