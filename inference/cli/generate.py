@@ -38,7 +38,7 @@ from inference.requests import Request
 from inference.run import RunResult, run_requests
 from inference.spec import HostedSpec, ModelSpec
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, progress_bars, stderr
+from store.cli.common import command_errors, emit_json, progress_bars, stderr, writable_output
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
 from store.roles import Role
@@ -84,6 +84,7 @@ def _run(
     with ``--json``) saying how many rows the run stored: they are kept, and
     the same command generates only the rest.
     """
+    writable_output(run.output, "--output")
     err = stderr()
     if not verbose:
         quiet_engine()
@@ -233,6 +234,7 @@ def pairs_command(
 
     Example: judgestore pairs --prompts prompts.jsonl --answers a.jsonl --answers b.jsonl -o pairs.jsonl
     """
+    writable_output(output, "--output")
     pairs = make_pairs(prompts, answers)
     with _output(output) as out:
         for pair in pairs:

@@ -32,7 +32,7 @@ from rich.text import Text
 
 from inference.spec import parse_key_values
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout
+from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout, writable_output
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 
@@ -212,6 +212,8 @@ def import_command(
     from store.legacy.importer import ImportOptions, import_sources
     from store.legacy.inputs import InputsTable
 
+    if report_path is not None:
+        writable_output(report_path, "--report")
     result = detect(sources)
     if detect_only:
         if json_output:

@@ -45,7 +45,7 @@ from store import jsonvalues
 from store.backends import typed_error
 from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import EmptyFilterError, JudgestoreError
+from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
 from store.layout import Location
 from store.reports import DatabaseInfo
 from store.rows import RowCount
@@ -156,6 +156,16 @@ def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:
     by_path = {entry.where: entry.rows for entry in deleted}
     for entry in report["databases"]:
         entry["deleted"] = by_path.get(entry["path"], 0)
+
+
+def writable_output(path: Path, option: str) -> None:
+    """Refuse, before a command does its work, an output file it could not write at the end ('-' is stdout)."""
+    if str(path) == "-":
+        return
+    if path.is_dir():
+        raise InvalidInputError(f"{option} {path} is a folder, not a file")
+    if not path.parent.is_dir():
+        raise InvalidInputError(f"{option} {path}: there is no folder {path.parent}")
 
 
 def emit_json(value: object) -> None:

@@ -87,6 +87,16 @@ def test_a_sampling_value_no_server_takes_is_refused_before_anything_is_sent_or_
     assert openai_server.completions() == [] and not store_root.exists()
 
 
+def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_sent(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    nowhere = generate(openai_server, chat_prompts, tmp_path / "no-such-folder" / "o.jsonl")
+    assert nowhere.exit_code == 1 and "there is no folder" in nowhere.stderr
+    a_folder = generate(openai_server, chat_prompts, tmp_path)
+    assert a_folder.exit_code == 1 and "is a folder, not a file" in a_folder.stderr
+    assert openai_server.completions() == [] and not store_root.exists()
+
+
 def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -68,6 +68,9 @@ def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path:
         str(report_file),
     ]
 
+    nowhere = judgestore(*args[:-1], str(tmp_path / "no-such-folder" / "report.json"))  # said before importing
+    assert nowhere.returncode == 1 and "there is no folder" in nowhere.stderr and not root.exists()
+
     dry = judgestore(*args[:-2], "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
     assert orjson.loads(dry.stdout)["totals"]["imported"] == 6 and not root.exists()
