@@ -231,7 +231,12 @@ def prune_command(
     ] = None,
     keep_last_runs: Annotated[
         int | None,
-        typer.Option("--keep-last-runs", min=0, metavar="N", help="Rows of every run but the N newest (by run id)."),
+        typer.Option(
+            "--keep-last-runs",
+            min=0,
+            metavar="N",
+            help="Rows of every run but the N newest (a run is as new as its newest row's created_at).",
+        ),
     ] = None,
     max_size: Annotated[
         int | None,
