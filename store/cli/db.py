@@ -193,7 +193,8 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         for problem in problems:
             message = unprefixed(problem.message, problem.where)
             table.add_row(Text(store.shown(problem.where)), problem.kind.value, Text(message))
-        table.caption = f"{len(problems)} problems; checked {len(results)} databases, {rows:,} rows"
+        said = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+        table.caption = f"{said}; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:
         no_databases(store, json_output)

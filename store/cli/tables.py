@@ -200,7 +200,10 @@ class FittedTable:
         if column.fit is Fit.WHOLE:
             return whole
         floor = max(cell_len(column.header), min(whole, _NARROWEST[column.fit]))
-        if column.fit in (Fit.WRAP, Fit.CUT):
+        if column.fit is Fit.WRAP:  # no word is broken (a hash, a command's argument: copied whole): the longest fits
+            longest = max((cell_len(word) for v in self._plain(index) for word in v.split()), default=0)
+            return max(floor, min(whole, longest))
+        if column.fit is Fit.CUT:
             return floor
         distinct = set(self._plain(index))
         shorten = _SHORTEN[column.fit]

@@ -447,7 +447,7 @@ def test_verify_detects_a_tampered_row(filled: Path) -> None:
     [problem] = as_json(result.stdout)["problems"]
     assert problem["kind"] == "input-hash" and problem["path"] == str(path) and victim in problem["message"]
     text = judgestore("verify")
-    assert text.exit_code == 1 and "input-hash" in text.stdout and "1 problems" in text.stdout
+    assert text.exit_code == 1 and "input-hash" in text.stdout and "1 problem;" in text.stdout
 
 
 def test_verify_detects_metadata_that_does_not_match_its_folder(filled: Path) -> None:

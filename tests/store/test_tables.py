@@ -109,6 +109,19 @@ def test_cut_text_stays_on_one_line_and_wrapped_text_keeps_every_word() -> None:
     assert "judgestore delete --input-hash 907f963f" in " ".join(" ".join(lines).split())
 
 
+def test_wrapped_text_never_breaks_a_word_and_becomes_a_list_before_it_would() -> None:
+    digest = "71c6f6597329328eba599e4d2891520a84a35206162805eb569b71ebd43e18c2"
+    columns = [Column("Path", fit=Fit.PATH), Column("Kind"), Column("Problem", fit=Fit.WRAP)]
+    table = FittedTable(None, columns)
+    table.add_row("judgements/arena-hard/vllm/judge-1/3f985e90331ccb86/judgements.db", "input-hash",
+                  f"row {digest} was edited: delete it with `judgestore delete --input-hash {digest}`")  # fmt: skip
+    for width in (80, 160):  # a list (a path of 48 cells, and the digest's 64, do not fit side by side), a table
+        lines = render(table, width)
+        assert all(cell_len(line) <= width for line in lines), lines
+        assert sum(digest in line for line in lines) == 2, lines  # each whole, on one line, to be copied
+        assert ("Problem: row" in "\n".join(lines)) is (width == 80)
+
+
 def test_a_long_listing_reads_the_same_in_a_pipe_as_on_a_colour_terminal_without_its_colours() -> None:
     """Without colours each line is written as one plain segment (thousands of databases): the same text."""
     names = [f"org/model-{i}-" + "x" * (i % 40) for i in range(300)]  # long enough for the line-by-line path
