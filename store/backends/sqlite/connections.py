@@ -15,6 +15,10 @@ Contract:
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
   created. A WAL database that no writer has open is read as ``immutable``;
   one that a writer has open (its ``-wal`` exists) is read with ``mode=ro``.
+  The one exception: a ``-wal`` without its ``-shm`` (a copy that left the
+  ``-shm`` out) gets a new ``-shm`` from SQLite, which needs one to read the
+  commits in the ``-wal`` (``immutable`` would not read them, and
+  ``locking_mode=EXCLUSIVE`` fails on a read-only connection).
   That choice is made again for every read-only connection (they are not
   pooled): an immutable connection kept open would never see a writer's later
   commits and would read their checkpointed pages as corruption. Such reads
