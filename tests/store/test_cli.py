@@ -110,6 +110,10 @@ def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "No databases" in result.stderr and "does not exist" in result.stderr
     assert not (tmp_path / "nothing-here").exists()
+    (tmp_path / "a-file").write_text("not a store")
+    a_file = judgestore("ls", "--store-root", str(tmp_path / "a-file"))
+    assert a_file.exit_code == 0 and "it is a file, not a folder" in a_file.stderr
+    assert (tmp_path / "a-file").read_text() == "not a store"
 
 
 def test_a_bad_setting_in_the_environment_is_one_clear_error(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:

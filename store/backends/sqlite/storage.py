@@ -99,7 +99,9 @@ class SqliteStorage:
         return self._catalog
 
     def absence(self) -> str | None:
-        return None if self.root.is_dir() else "the folder does not exist"
+        if self.root.is_dir():
+            return None
+        return "it is a file, not a folder" if self.root.exists() else "the folder does not exist"
 
     def same_as(self, other: Storage) -> bool:
         return isinstance(other, SqliteStorage) and self.root.resolve() == other.root.resolve()
