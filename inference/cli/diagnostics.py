@@ -37,7 +37,7 @@ from store.cli.common import command_errors, emit_json, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
-from store.roles import Role
+from store.roles import ROLES, Role
 
 if TYPE_CHECKING:  # imported when the command runs: starting `judgestore generate` does not pay for them
     from inference.drift.audit import AuditReport
@@ -79,15 +79,16 @@ def optional_model(spec_options: SpecOptions) -> Callable[..., Spec | None]:
 # ---------------------------------------------------------------- explain
 
 
-def _descriptor_file(path: Path) -> ModelDescriptor:
+def _descriptor_file(path: Path) -> tuple[ModelDescriptor, Role | None]:
+    """The descriptor a file holds, and the role its database is of when it is a metadata.json."""
     try:
         doc = orjson.loads(path.read_bytes())
     except (OSError, orjson.JSONDecodeError) as e:
         raise InvalidInputError(f"{path}: cannot read a descriptor ({e})") from e
+    metadata = isinstance(doc, dict) and "descriptor" in doc
+    role = doc.get("role") if metadata and doc.get("role") in ROLES else None
     try:
-        return ModelDescriptor.model_validate(
-            doc["descriptor"] if isinstance(doc, dict) and "descriptor" in doc else doc
-        )
+        return ModelDescriptor.model_validate(doc["descriptor"] if metadata else doc), role
     except ValidationError as e:
         raise InvalidInputError(
             f"{path}: not a judgestore descriptor or metadata.json ({e.error_count()} errors)"
@@ -109,8 +110,13 @@ def explain_command(
     settings: Settings,
     task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
     role: Annotated[
-        RoleChoice, typer.Option("--role", help="completions (generate) or judgements (judge).", rich_help_panel=_WHAT)
-    ] = RoleChoice.completions,
+        RoleChoice | None,
+        typer.Option(
+            "--role",
+            help="completions (generate) or judgements (judge); default: a metadata.json's role, else completions.",
+            rich_help_panel=_WHAT,
+        ),
+    ] = None,
     input_path: Annotated[
         Path | None,
         typer.Option("--input", "-i", help="The JSONL of requests: explain each miss.", rich_help_panel=_WHAT),
@@ -152,8 +158,13 @@ def explain_command(
     """
     if (spec is None) == (descriptor_file is None):
         raise typer.BadParameter("give the model (--model and its options) or --descriptor-file, not both")
-    descriptor = spec.descriptor if spec is not None else _descriptor_file(descriptor_file)  # type: ignore[arg-type]
-    role_value: Role = role.value  # type: ignore[assignment]
+    if spec is not None:
+        descriptor, recorded = spec.descriptor, None
+    else:
+        descriptor, recorded = _descriptor_file(descriptor_file)  # type: ignore[arg-type]
+    if role is not None and recorded is not None and role.value != recorded:
+        raise InvalidInputError(f"{descriptor_file} is the metadata.json of {recorded}, not {role.value}")
+    role_value: Role = role.value if role is not None else recorded or "completions"  # type: ignore[assignment]
     label = spec.display_name if spec is not None else descriptor.model
     requests = None if input_path is None else _requests(input_path, role_value, orientation, label)
     from inference.drift.explain import explain_descriptor, explain_inputs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import orjson
 import pytest
 
 from inference.cache.model import CachedModel
@@ -136,3 +137,22 @@ def test_a_miss_stored_under_another_descriptor_says_which(store_root: Path) -> 
 )  # fmt: skip
 def test_the_hint_names_the_explain_command_of_the_same_run(argv: list[str], expected: str) -> None:
     assert explain_command_line(argv) == expected
+
+
+def test_explain_of_a_metadata_file_looks_in_the_role_it_records(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+    from store.layout import walk
+    from tests.factories import fill_small_store
+
+    root = fill_small_store(tmp_path / "store")
+    (judged,) = [loc for loc in walk(root) if loc.role == "judgements"]
+    metadata = str(judged.metadata_path(root))
+    args = ["explain", "--store-root", str(root), "--descriptor-file", metadata, "--task", judged.task, "--json"]
+    found = CliRunner().invoke(app(), args)
+    assert found.exit_code == 0, found.output
+    report = orjson.loads(found.stdout)["descriptor"]
+    assert (report["role"], report["exists"], report["rows"]) == ("judgements", True, 5)  # not "not in the store"
+    refused = CliRunner().invoke(app(), [*args, "--role", "completions"])
+    assert refused.exit_code == 1 and "is the metadata.json of judgements, not completions" in refused.stderr
