@@ -177,7 +177,8 @@ def _render_push(report: "PushReport") -> None:
             )
         table.caption = (
             f"{report.shards:,} shards, {report.rows:,} rows, {decimal(report.bytes)}; "
-            f"{len(report.commits)} commits; {report.unchanged} folders had nothing new"
+            + (f"{len(report.commits)} commits; " if report.commits else "")  # a folder remote makes none
+            + f"{report.unchanged} folders had nothing new"
             + (f"; {report.already_present} shards were already there" if report.already_present else "")
             + (f"; {report.recovered} shards of an interrupted push confirmed" if report.recovered else "")
         )
