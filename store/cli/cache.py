@@ -332,7 +332,7 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     with Store(settings) as store:
         locations = store.select(selector)
         results = list(counted(store.vacuum(locations), len(locations), "Vacuuming"))
-    failed = [r for r in results if r.outcome is not VacuumOutcome.VACUUMED]
+    failed = [r for r in results if r.outcome not in (VacuumOutcome.VACUUMED, VacuumOutcome.EMPTY)]
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
     elif not results:
@@ -342,7 +342,7 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
             f"Vacuumed in {store.where}", ("Before", "right"), ("After", "right"), ("Result", "left")
         )
         for r in results:
-            style = "green" if r.outcome is VacuumOutcome.VACUUMED else "bold red"
+            style = "bold red" if r in failed else "green"
             table.add_row(*location_cells(r.location), decimal(r.bytes_before), decimal(r.bytes_after),
                           Text(r.outcome.value, style=style))  # fmt: skip
         table.caption = f"{len(results)} databases, {decimal(sum(r.freed for r in results))} freed"

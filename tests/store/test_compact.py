@@ -80,3 +80,16 @@ def test_a_folder_whose_metadata_was_edited_is_refused_untouched(store_root: Pat
     result = vacuum_database(store_root, location, Settings())
     assert result.outcome is VacuumOutcome.REFUSED and "metadata.json" in str(result.error)
     assert path.read_bytes() == original
+
+
+def test_an_empty_database_has_nothing_to_give_back_and_is_left_as_it_was(store_root: Path) -> None:
+    big_store(store_root)
+    (location,) = walk(store_root)
+    path = location.db_path(store_root)
+    for side in path.parent.glob("completions.db*"):
+        side.unlink()
+    path.write_bytes(b"")  # a zero-byte database: empty, as every command reads it
+    result = vacuum_database(store_root, location, Settings())
+    assert result.outcome is VacuumOutcome.EMPTY and result.error is None
+    files = sorted(p.name for p in path.parent.iterdir() if p.suffix != ".lock")  # the lock file is the store's
+    assert path.read_bytes() == b"" and files == ["completions.db", "metadata.json"]  # no -wal, no -shm

@@ -66,6 +66,8 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
             with engine.connect() as conn:
                 status = classify(conn, path)
                 conn.rollback()
+            if status.state is DatabaseState.EMPTY:
+                return result(VacuumOutcome.EMPTY)
             if status.state not in (DatabaseState.CURRENT, DatabaseState.BEHIND):
                 return result(VacuumOutcome.REFUSED, status_error(status, path) or f"{path}: {status.state.value}")
             raw = engine.raw_connection()
