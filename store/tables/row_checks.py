@@ -1,17 +1,16 @@
-"""One role's table as the hot paths see it: its shape, the two dialect-specific statements, the checks on rows.
+"""One role's table as the hot paths see it: its shape, the insert statement, the checks on rows.
 
 Contract:
 
 * :func:`table_shape` is a role's table, record type, field names, columns
   and field getter, built once per process.
-* :func:`lookup_statement` (the bulk key lookup: ``json_each`` over one JSON
-  parameter on SQLite, ``= ANY(:keys)`` over one array on PostgreSQL) and
-  :func:`insert_statement` (``INSERT ... ON CONFLICT`` ignoring or replacing)
-  are the only dialect-specific forms of the hot statements;
-  :mod:`store.backends.sqlite.rows` and :class:`~store.repository.Repository` compile
-  and run them. :func:`json_each_keys` and :data:`LOOKUP_BATCH` are SQLite's
-  key list and its batch size, for the other files that look keys up in bulk
-  (the sync bookkeeping).
+* :func:`insert_statement` (``INSERT ... ON CONFLICT`` ignoring or replacing)
+  is the dialect-specific form of the hot write; each backend's rows module
+  compiles and runs it. The bulk key lookup is each backend's own
+  ``lookup_statement`` (``json_each`` over one JSON parameter in
+  :mod:`store.backends.sqlite.rows`, with its :func:`json_each_keys` and
+  ``LOOKUP_BATCH`` for the other files that look keys up in bulk;
+  ``= ANY(:keys)`` over one array in :mod:`store.backends.postgres.rows`).
 * Every row written passes :func:`refuse_other_type` and :func:`check_key` (its
   ``input_hash`` is :func:`~store.descriptor.input_hash` of its input: a row
   under another key would be a stale hit), or :func:`check_keys` after the
