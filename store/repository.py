@@ -37,7 +37,6 @@ Contract:
 
 from __future__ import annotations
 
-import string
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
@@ -73,12 +72,6 @@ DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what Row
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
-_ASCII_FOLD = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
-
-
-def fold_ascii(text: str) -> str:
-    """``text`` with its ASCII letters in lower case and every other character as it is (what a search ignores)."""
-    return text.translate(_ASCII_FOLD)
 
 
 class Repository(ABC):
