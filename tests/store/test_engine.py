@@ -208,7 +208,9 @@ def test_write_connections_begin_immediate_and_readers_plain_begin(tmp_path: Pat
 def test_readonly_uri_reads_an_idle_wal_file_as_immutable(store_root: Path, descriptor: ModelDescriptor) -> None:
     db_path = current_database(store_root, "completions", "t", descriptor)
     assert readonly_uri(db_path).endswith("?mode=ro&immutable=1")
-    Path(f"{db_path}-wal").write_bytes(b"")  # a writer has it open
+    Path(f"{db_path}-wal").write_bytes(b"")  # no commit since a checkpoint emptied it (or a write a full disk refused)
+    assert readonly_uri(db_path).endswith("?mode=ro&immutable=1")
+    Path(f"{db_path}-wal").write_bytes(b"\0" * 32)  # a writer's commits: read under SQLite's locks
     assert readonly_uri(db_path).endswith("?mode=ro")
     Path(f"{db_path}-wal").unlink()
     rollback = store_root / "rollback.db"

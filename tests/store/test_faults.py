@@ -164,6 +164,20 @@ def test_a_write_onto_a_full_disk_is_a_typed_error_and_committed_rows_are_intact
         assert verified.exit_code == 0, verified.output
 
 
+def test_writes_refused_by_a_full_disk_leave_every_row_readable(tmp_path: Path) -> None:
+    # A write that fails on a full disk leaves an empty -wal and a -shm that cannot grow: reading through them
+    # (mode=ro) failed with "the disk is full" until space was freed. An empty -wal holds no commit.
+    with small_filesystem(tmp_path / "disk", "1m") as disk:
+        root = fill_small_store(disk / "store")
+        fill_up(disk)
+        for refused in (["vacuum"], ["delete", "--run-id", "run-1", "--yes"]):
+            assert_failed_cleanly(judgestore(*refused, "--store-root", str(root)))
+        rows = judgestore("query", "--format", "jsonl", "--store-root", str(root))
+        assert rows.exit_code == 0 and len(rows.stdout.splitlines()) == 10, rows.output
+        verified = judgestore("verify", "--store-root", str(root))
+        assert verified.exit_code == 0 and "10 rows, no problems" in verified.stdout, verified.output
+
+
 def test_creating_a_database_on_a_full_disk_leaves_nothing_behind(tmp_path: Path) -> None:
     with small_filesystem(tmp_path / "disk", "1m") as disk:
         (disk / "store").mkdir()

@@ -13,8 +13,10 @@ Contract:
   :func:`apply_journal_mode`, once the caller knows the file is ours (a
   foreign or newer file is refused untouched).
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
-  created. A WAL database that no writer has open is read as ``immutable``;
-  one that a writer has open (its ``-wal`` exists) is read with ``mode=ro``.
+  created. A WAL database whose ``-wal`` is missing or empty (no writer has
+  it open, or none has committed since the last checkpoint emptied it) is
+  read as ``immutable``; one whose ``-wal`` holds frames is read with
+  ``mode=ro``, under SQLite's locks.
   The one exception: a ``-wal`` without its ``-shm`` (a copy that left the
   ``-shm`` out) gets a new ``-shm`` from SQLite, which needs one to read the
   commits in the ``-wal`` (``immutable`` would not read them, and
@@ -82,24 +84,32 @@ def _is_wal_file(path: Path) -> bool:
 
 
 class FileStamp(NamedTuple):
-    """What a writer changes: the main file's identity, size and mtime, and whether its WAL exists."""
+    """What a writer changes: the main file's identity, size and mtime, and whether its WAL holds anything."""
 
     inode: int
     size: int
     mtime_ns: int
-    wal_exists: bool
+    wal_in_use: bool
+
+
+def _wal_in_use(path: Path) -> bool:
+    """Whether ``path`` has a WAL with something in it: an empty one holds no commit (a write that failed on a
+    full disk leaves one, with a ``-shm`` that cannot grow; ``mode=ro`` could not read the file then)."""
+    try:
+        return wal_path(path).stat().st_size > 0
+    except FileNotFoundError:
+        return False
 
 
 def file_stamp(path: Path) -> FileStamp:
     st = path.stat()
-    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, wal_path(path).exists())
+    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, _wal_in_use(path))
 
 
 def readonly_uri(path: Path) -> str:
     """SQLite URI that reads ``path`` without creating or changing any file."""
     base = f"file:{quote(os.fsencode(path.resolve()))}?mode=ro"
-    wal_exists = wal_path(path).exists()
-    return base if wal_exists or not _is_wal_file(path) else base + "&immutable=1"
+    return base if _wal_in_use(path) or not _is_wal_file(path) else base + "&immutable=1"
 
 
 # What every SQLite engine of a store is given, and what the raw fast paths use (store.repository):
@@ -303,7 +313,7 @@ def stable_read(path: Path, read: Callable[[], T]) -> T:
                 raise
             continue
         after = file_stamp(path)
-        if after == before or (before.wal_exists and after.wal_exists):  # with a WAL, SQLite's locks held
+        if after == before or (before.wal_in_use and after.wal_in_use):  # with a WAL, SQLite's locks held
             return result
     raise DatabaseBusyError(
         path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
