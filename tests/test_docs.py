@@ -69,6 +69,19 @@ def marker(body: str) -> str | None:
 RUN = [(where, lang, body) for where, lang, body in blocks() if lang in RUNNABLE and marker(body) is None]
 
 
+def test_prose_and_tables_fit_80_columns() -> None:
+    """Outside fenced blocks, every line of the documents (bench/README.md too) reads whole in an 80-column terminal."""
+    wide = []
+    for document in [*DOCUMENTS, REPO / "bench" / "README.md"]:
+        fenced = False
+        for number, line in enumerate(document.read_text(encoding="utf-8").splitlines(), 1):
+            if line.lstrip().startswith("```"):
+                fenced = not fenced
+            elif not fenced and len(line) > 80:
+                wide.append(f"{document.relative_to(REPO)}:{number}: {len(line)} columns")
+    assert wide == []
+
+
 def test_every_block_follows_the_convention() -> None:
     assert len(RUN) >= 6  # the documents do show commands that run
     for where, lang, body in blocks():
