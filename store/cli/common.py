@@ -11,8 +11,8 @@ Contract:
   given, else the file the error names or the store root): no command
   prints a Python traceback for a bad file or a bad disk. Usage errors
   exit 2 (click).
-* stdout carries only the result, a file name whose bytes are not UTF-8
-  as those bytes (a table, JSON, JSONL or CSV); progress
+* stdout carries only the result (a table, JSON, JSONL or CSV; a file
+  name whose bytes are not UTF-8 is printed as those bytes); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
   ``--json``.
 * Every table is a :class:`~store.cli.tables.FittedTable`: it fits the

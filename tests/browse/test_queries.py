@@ -197,7 +197,7 @@ def test_a_cursor_this_browser_did_not_make_is_refused_by_name() -> None:
 
 # Answers holding U+0000 (a server keeps it as U+FDD0 "0"), the server's escape character (kept as U+FDD0 "1"),
 # and letters outside ASCII; prompts that hold none of the needles below ({"text":"§§","type":"text"}).
-ODD_ANSWERS = ["k\x00w", "\ufdd0z", "plain", "é", "Éa", "A\x00b0"]
+ODD_ANSWERS = ["k\x00w", "\ufdd0z", "plain", "é", "Éa", "A\x00b0", "q.(r)*|s"]
 
 
 @pytest.mark.parametrize(
@@ -213,6 +213,7 @@ ODD_ANSWERS = ["k\x00w", "\ufdd0z", "plain", "é", "Éa", "A\x00b0"]
         ("É", ["Éa"]),  # other letters as they are
         ("é", ["é"]),
         ("a", ["plain", "Éa", "A\x00b0"]),
+        ("Q.(R)*|", ["q.(r)*|s"]),  # punctuation is text, not pattern syntax (as a pattern it would match all)
     ],
 )
 def test_a_search_finds_the_same_rows_on_both_backends(

@@ -64,7 +64,6 @@ from store.tables.row_checks import (
     unwritable,
 )
 
-_REGEX_SPECIAL = re.compile(r"[\\^$.|?*+()\[\]{}]")  # what a PostgreSQL regular expression reads as syntax
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
 
 
@@ -189,7 +188,9 @@ class PostgresRepository(Repository):
         # where it would match the "0" or "1" of a pair. Under the "C" collation ~* folds ASCII letters only
         # (ILIKE and lower() fold others too under the server's locale), and it is the fastest of them (0.5x
         # of ILIKE). The pattern is bound as plain text: it is escaped here, not by the column's type.
-        pattern = "(^|[^" + pgtext.ESCAPE + "])" + _REGEX_SPECIAL.sub(r"\\\g<0>", pgtext.escape(text))
+        # (re.escape puts a backslash before punctuation only, which a PostgreSQL regular expression reads as
+        # that character too.)
+        pattern = "(^|[^" + pgtext.ESCAPE + "])" + re.escape(pgtext.escape(text))
         bound = bindparam(None, pattern, Text())
         c = self.table.c
         return or_(
