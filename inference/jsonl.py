@@ -33,6 +33,7 @@ import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
+from store.descriptor import render_messages_bytes
 from store.errors import InvalidInputError, JudgestoreError
 from store.tables.models import Orientation
 
@@ -66,6 +67,8 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
 
 def _build(path: Path, number: int, factory: Any, values: dict[str, Any]) -> Any:
     try:
+        if "messages" in values:
+            render_messages_bytes(values["messages"])  # checked here too, so a bad message names its line
         return factory(**values)
     except (InvalidInputError, TypeError) as e:
         raise InvalidInputError(f"{path}:{number}: {e}") from e
@@ -101,6 +104,9 @@ def read_judgement_requests(
             missing |= {"answer_b"} - set(row)
         if missing:
             raise InvalidInputError(f"{path}:{number}: missing keys {sorted(missing)}")
+        for key in ("question", "answer_a", "answer_b"):
+            if key in row and not isinstance(row[key], str):
+                raise InvalidInputError(f"{path}:{number}: {key} must be a string, got {row[key]!r:.40}")
         if row.get("model_b") is None:
             requests.append(
                 _build(
@@ -188,7 +194,10 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     """Pair lines for every two models' answers to every prompt, joined on (benchmark, instruction_id).
 
     ``answers`` are result files of ``judgestore generate`` (one model each).
-    A prompt that a model did not answer raises: judging half a benchmark
+    The join key must name one prompt: prompts that share it (no ids at all,
+    or the turns of one question) and a model answering one key twice raise,
+    since joining them would pair a question with another one's answers. A
+    prompt that a model did not answer raises: judging half a benchmark
     silently would bias the comparison.
     """
     by_model: dict[str, dict[tuple[Any, Any], str]] = {}
@@ -204,13 +213,28 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                     f"{path}:{number}: {model} failed on this request ({reason}); run generate again once it is "
                     "fixed, or drop the prompt"
                 )
-            by_model.setdefault(model, {})[key] = row["completion"]
+            if not isinstance(row["completion"], str):
+                raise InvalidInputError(f"{path}:{number}: completion must be a string, got {row['completion']!r:.40}")
+            answered = by_model.setdefault(model, {})
+            if key in answered:
+                raise InvalidInputError(
+                    f"{path}:{number}: {model} answers benchmark={key[0]!r} instruction_id={key[1]!r} a second "
+                    "time; pairs joins answers to prompts on these ids, so each must name one prompt"
+                )
+            answered[key] = row["completion"]
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
     pairs = []
     models = sorted(by_model)
+    seen: set[tuple[Any, Any]] = set()
     for request in read_completion_requests(prompts):
         key = (request.benchmark, request.instruction_id)
+        if key in seen:
+            raise InvalidInputError(
+                f"{prompts}: two prompts share benchmark={key[0]!r} instruction_id={key[1]!r}; pairs joins answers "
+                "to prompts on these ids, so give each prompt (each turn) its own instruction_id"
+            )
+        seen.add(key)
         for i, model_a in enumerate(models):
             for model_b in models[i + 1 :]:
                 for model in (model_a, model_b):

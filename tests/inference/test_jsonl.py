@@ -56,3 +56,54 @@ def test_pairs_refuse_a_prompt_whose_messages_are_not_a_conversation(tmp_path: P
             write_responses(out, [answered(0, model)], model)
     with pytest.raises(InvalidInputError, match=r"messages|message 0"):
         make_pairs(prompts, [tmp_path / "a.jsonl", tmp_path / "b.jsonl"])
+
+
+def _prompts(tmp_path: Path, ids: list[str | None]) -> Path:
+    prompts = tmp_path / "prompts.jsonl"
+    lines = [{"messages": ask(i).messages} | ({} if id_ is None else {"instruction_id": id_, "benchmark": "b"})
+             for i, id_ in enumerate(ids)]  # fmt: skip
+    prompts.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    return prompts
+
+
+def _answers(tmp_path: Path, model: str, responses: list[Response]) -> Path:
+    path = tmp_path / f"{model}.jsonl"
+    with path.open("wb") as out:
+        write_responses(out, responses, model)
+    return path
+
+
+@pytest.mark.parametrize("ids", [[None, None, None], ["81", "81"]], ids=["no ids", "two turns of one id"])
+def test_pairs_refuse_prompts_that_share_their_ids_rather_than_pair_one_with_anothers_answer(
+    tmp_path: Path, ids: list[str | None]
+) -> None:
+    prompts = _prompts(tmp_path, ids)
+    # What generate writes for these prompts: one line per prompt, the same ids on each.
+    answers = [
+        _answers(tmp_path, m, [Response(CompletionRequest(messages=ask(i).messages, benchmark=None if id_ is None
+                 else "b", instruction_id=id_), answered(i, m).samples) for i, id_ in enumerate(ids)])
+        for m in ("a", "b")
+    ]  # fmt: skip
+    with pytest.raises(InvalidInputError, match="a second time; pairs joins answers to prompts on these ids"):
+        make_pairs(prompts, answers)
+    # An answers file with one line per id still meets the prompts' repeated id.
+    single = [_answers(tmp_path, m, [answered(0, m)]) for m in ("a", "b")]
+    with pytest.raises(InvalidInputError, match="two prompts share"):
+        make_pairs(_prompts(tmp_path, ["0", "0"]), single)
+
+
+def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
+    answers = [_answers(tmp_path, m, [answered(i, m) for i in (1, 0)]) for m in ("a", "b")]
+    pairs = make_pairs(_prompts(tmp_path, ["0", "1"]), answers)
+    assert [(p["question"], p["answer_a"], p["answer_b"]) for p in pairs] == [
+        ("q0", "a says 0", "b says 0"),
+        ("q1", "a says 1", "b says 1"),
+    ]
+
+
+def test_pairs_refuse_an_answer_that_is_not_text(tmp_path: Path) -> None:
+    answers = [_answers(tmp_path, m, [answered(0, m)]) for m in ("a", "b")]
+    row = orjson.loads(answers[1].read_bytes()) | {"completion": None}
+    answers[1].write_bytes(orjson.dumps(row) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"b.jsonl:1: completion must be a string, got None"):
+        make_pairs(_prompts(tmp_path, ["0"]), answers)

@@ -33,3 +33,36 @@ def test_integer_ids_in_a_request_file_are_read_as_their_text(tmp_path: Path) ->
     prompts.write_bytes(orjson.dumps({"text": "q", "instruction_id": 1.5}) + b"\n")
     with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: instruction_id must be text"):
         read_completion_requests(prompts)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("question", None), ("answer_a", None), ("answer_b", 4), ("answer_a", ["x"])]
+)
+def test_a_pair_whose_question_or_answer_is_not_text_is_refused_naming_its_line(
+    tmp_path: Path, field: str, value: object
+) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    good = {"question": "q", "model_a": "a", "answer_a": "x", "model_b": "b", "answer_b": "y"}
+    pairs.write_bytes(orjson.dumps(good) + b"\n" + orjson.dumps(good | {field: value}) + b"\n")
+    with pytest.raises(InvalidInputError, match=rf"pairs.jsonl:2: {field} must be a string"):
+        read_judgement_requests(pairs, ["direct"])
+
+
+@pytest.mark.parametrize(
+    ("messages", "message"),
+    [
+        ([{"role": "user", "content": None}], "needs string 'role' and 'content'"),
+        ([], "must not be empty"),
+        ([{"role": "user", "content": "q", "name": "n"}], "unsupported keys"),
+    ],
+)
+def test_a_bad_message_names_the_file_and_line(tmp_path: Path, messages: object, message: str) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    good = {"messages": [{"role": "user", "content": "q"}]}
+    prompts.write_bytes(orjson.dumps(good) + b"\n" + orjson.dumps({"messages": messages}) + b"\n")
+    with pytest.raises(InvalidInputError, match=rf"prompts.jsonl:2: .*{message}"):
+        read_completion_requests(prompts)
+    rendered = tmp_path / "rendered.jsonl"
+    rendered.write_bytes(orjson.dumps({"messages": messages}) + b"\n")
+    with pytest.raises(InvalidInputError, match=rf"rendered.jsonl:1: .*{message}"):
+        read_judgement_requests(rendered, ["direct"])
