@@ -289,3 +289,18 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert "engine loaded: no (vLLM never imported)" in again.stderr  # the refused prompt never needed it
     assert "request 5 (demo/5): PromptTooLongError: the prompt is" in again.stderr
     assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [r["completion"] for r in results]
+
+
+def test_a_sampling_value_vllm_refuses_is_a_one_line_error_before_the_engine_loads(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--temperature", "-1",
+        *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "vLLM's SamplingParams rejected the descriptor's sampling" in result.stderr
+    assert "temperature must be non-negative" in result.stderr
+    assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
+    assert not list(root.rglob("*.db"))

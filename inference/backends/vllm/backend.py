@@ -144,20 +144,7 @@ class VLLMBackend:
         )
 
     def _sampling_params(self, sample_index: int) -> Any:
-        sampling = self._descriptor.sampling
-        # model_dump keeps the extra (unknown) fields, so they reach vLLM too.
-        fields = sampling.model_dump()
-        fields["stop"] = list(sampling.stop)
-        if sampling.seed is not None:
-            fields["seed"] = sampling.seed + sample_index
-        if self._descriptor.thinking_token_budget is not None:
-            # vLLM 0.32 honours it only with a reasoning config on the engine
-            # (engine kwarg ``reasoning_config``) and says so when it is missing.
-            fields["thinking_token_budget"] = self._descriptor.thinking_token_budget
-        try:
-            return self._sampling_params_cls(**fields)
-        except (TypeError, ValueError) as e:  # unknown field; value out of vLLM's range
-            raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
+        return sampling_params(self._sampling_params_cls, self._descriptor, sample_index)
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         """One generation per request, in order; a request vLLM refuses is a :class:`Refusal`. Raises on failure."""
@@ -292,6 +279,26 @@ class VLLMBackend:
         self.close()
 
 
+def sampling_params(sampling_params_cls: Any, descriptor: ModelDescriptor, sample_index: int) -> Any:
+    """vLLM's ``SamplingParams`` for sample ``sample_index`` of ``descriptor``; InvalidInputError if vLLM refuses."""
+    from vllm.exceptions import VLLMError  # loaded already: the class is vLLM's
+
+    sampling = descriptor.sampling
+    # model_dump keeps the extra (unknown) fields, so they reach vLLM too.
+    fields = sampling.model_dump()
+    fields["stop"] = list(sampling.stop)
+    if sampling.seed is not None:
+        fields["seed"] = sampling.seed + sample_index
+    if descriptor.thinking_token_budget is not None:
+        # vLLM 0.32 honours it only with a reasoning config on the engine
+        # (engine kwarg ``reasoning_config``) and says so when it is missing.
+        fields["thinking_token_budget"] = descriptor.thinking_token_budget
+    try:
+        return sampling_params_cls(**fields)
+    except (TypeError, ValueError, VLLMError) as e:  # unknown field; value out of vLLM's range
+        raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
+
+
 def create_vllm_backend(
     descriptor: ModelDescriptor,
     engine_kwargs: Mapping[str, Any],
@@ -333,6 +340,7 @@ def create_vllm_backend(
 
     from vllm import LLM, SamplingParams
 
+    sampling_params(SamplingParams, descriptor, 0)  # a value vLLM refuses, refused before the engine loads
     if engine_is_quiet():  # the "Loading safetensors checkpoint shards" bar; it changes no output
         kwargs.setdefault("use_tqdm_on_load", False)
     llm = LLM(**kwargs)
