@@ -138,7 +138,7 @@ class Writer:
             e.rows_kept = self.run.written
             e.add_note(
                 f"This run stored {self.run.written} rows before the failure ({self.run.generated} generated); "
-                "they are kept, and running it again generates only the rest."
+                "they are kept, and running it again in mode use generates only the rest."
             )
             raise
 
@@ -168,8 +168,8 @@ def generate_into(
     except KeyboardInterrupt as e:
         e.add_note(
             f"judgestore: interrupted; the engine was stopped and what had finished was written: this call stored "
-            f"{writer.run.written} rows ({writer.run.generated} generated), which are kept, and running it again "
-            "generates only the rest"
+            f"{writer.run.written} rows ({writer.run.generated} generated), which are kept, and running it again in "
+            "mode use generates only the rest"
         )
         raise
 

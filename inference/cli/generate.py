@@ -97,7 +97,7 @@ def _run(
         write_responses(out, result.responses, spec.display_name)
     summary = result.summary
     if json_output:
-        emit_json(summary.as_dict())
+        emit_json(summary.as_dict(), beside_stdout_results=str(run.output) == "-")
     else:
         err.print(summary.line(), soft_wrap=True)
         if (saved := summary.savings_line()) is not None:
@@ -160,17 +160,16 @@ def _interrupted(
                 kept = 0 if database is None else database.count(this_run)
         except JudgestoreError:
             kept = None
+    # refresh regenerates every input, so only mode use finishes an interrupted refresh
+    again = "running the same command again" if run.mode == "use" else "running it again with --mode use"
     if run.mode not in ("use", "refresh"):
         message = f"interrupted; mode {run.mode} writes no rows, so nothing was stored"
     elif kept is None:
-        message = (
-            "interrupted; the rows stored before it are kept, and running the same command again generates only "
-            "the rest"
-        )
+        message = f"interrupted; the rows stored before it are kept, and {again} generates only the rest"
     else:
         message = (
-            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and running the same "
-            "command again generates only the rest"
+            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and {again} generates "
+            "only the rest"
         )
     if json_output:
         payload = {"error": message, "type": "Interrupted", "rows_kept": kept}
@@ -240,6 +239,6 @@ def pairs_command(
         for pair in pairs:
             out.write(orjson.dumps(pair) + b"\n")
     if json_output:
-        emit_json({"pairs": len(pairs)})
+        emit_json({"pairs": len(pairs)}, beside_stdout_results=str(output) == "-")
     else:
         stderr().print(f"{len(pairs)} pairs written")

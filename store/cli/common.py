@@ -168,8 +168,9 @@ def writable_output(path: Path, option: str) -> None:
         raise InvalidInputError(f"{option} {path}: there is no folder {path.parent}")
 
 
-def emit_json(value: object) -> None:
-    sys.stdout.write(to_json(value) + "\n")
+def emit_json(value: object, *, beside_stdout_results: bool = False) -> None:
+    """The command's JSON document on stdout; on stderr when stdout carries the command's JSONL results."""
+    (sys.stderr if beside_stdout_results else sys.stdout).write(to_json(value) + "\n")
 
 
 def note(message: str, *, json_output: bool) -> None:

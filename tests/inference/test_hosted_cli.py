@@ -134,8 +134,12 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
 
 
+@pytest.mark.parametrize(
+    ("mode", "again"),
+    [("use", "running the same command again"), ("refresh", "running it again with --mode use")],
+)
 def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_rest(
-    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path
+    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path, mode: str, again: str
 ) -> None:
     """SIGINT (Ctrl-C) half-way: exit 130, no traceback, one line with the rows kept; a rerun sends only the rest."""
     import os
@@ -154,8 +158,9 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
             "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "out.jsonl"),
             "--max-concurrency", "1", "--chunk-size", "1"]  # fmt: skip
     code = "from inference.cli import main; main()"
+    interrupted = [*argv, "--mode", mode]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    child = subprocess.Popen([sys.executable, "-c", code, *argv], cwd=REPO, stdout=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, "-c", code, *interrupted], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
     deadline = time.monotonic() + 60
     while len(openai_server.completions()) < 4 and time.monotonic() < deadline:
@@ -166,12 +171,22 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     assert child.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     line = " ".join(err.split())
-    assert "interrupted; this run stored" in line and "running the same command again generates only the rest" in line
+    assert "interrupted; this run stored" in line and f"{again} generates only the rest" in line
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
     sent = len(openai_server.completions())
     assert 3 <= kept < 40 and sent < 40
 
-    again = judgestore(*argv, "--json")
-    assert again.exit_code == 0, again.output
-    summary = orjson.loads(again.stdout)
+    rerun = judgestore(*argv, "--json")  # mode use: what the line said to run
+    assert rerun.exit_code == 0, rerun.output
+    summary = orjson.loads(rerun.stdout)
     assert (summary["hits"], summary["misses"]) == (kept, 40 - kept)  # the rows it said it kept are the hits
+
+
+def test_json_with_results_on_stdout_puts_the_summary_on_stderr(
+    openai_server: FakeOpenAI, chat_prompts: Path, store_root: Path
+) -> None:
+    result = generate(openai_server, chat_prompts, Path("-"), "--json")
+    assert result.exit_code == 0, result.output
+    rows = [orjson.loads(line) for line in result.stdout.splitlines()]  # every stdout line is one result
+    assert len(rows) == 5 and all("completion" in row for row in rows)
+    assert orjson.loads(result.stderr)["misses"] == 5
