@@ -11,10 +11,11 @@ from typing import Any
 import pytest
 
 import store.backends.sqlite.upgrade
+from store.backends.sqlite.rows import sqlite_insert
 from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, upgrade_store
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaBehindError, UpgradeFailedError
-from store.layout import select
+from store.layout import select, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
@@ -70,6 +71,36 @@ def test_upgrade_without_keeping_the_backup_leaves_none(
     result = upgrade_database(db_path, Settings(), script=synthetic, keep_backup=False)
     assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is None
     assert not [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
+
+
+def test_the_backup_is_one_file_holding_the_rows_a_killed_writer_left_in_the_wal(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    records = sample_rows("wal")
+    expected = rows_of(current_database(tmp_path / "whole", "judgements", "t", descriptor, records))
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, records[:-1])
+    wal, saved = wal_path(db_path), tmp_path / "saved"
+    saved.mkdir()
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as writer:
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        sqlite_insert("judgements", "ignore").execute(writer, sqlite_insert("judgements", "ignore").rows(records[-1:]))
+        shutil.copy2(db_path, saved / "db")  # the files as a writer killed now leaves them
+        shutil.copy2(wal, saved / "wal")
+    shutil.copy2(saved / "db", db_path)
+    shutil.copy2(saved / "wal", wal)
+    shm_path(db_path).unlink(missing_ok=True)
+    assert rows_of(db_path) != expected, "the last row must live only in the -wal"
+
+    result = upgrade_database(db_path, Settings(), script=synthetic)
+
+    assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is not None
+    assert result.rows is not None and result.rows["judgements"] == 3
+    assert [p.name for p in db_path.parent.iterdir() if ".bak-" in p.name] == [result.backup.name]
+    assert not wal_path(result.backup).exists()
+    shutil.copy2(result.backup, db_path)  # going back as docs/schema-evolution.md says: the one file
+    for leftover in (wal, shm_path(db_path)):
+        leftover.unlink(missing_ok=True)
+    assert rows_of(db_path) == expected and version_of(db_path) == SHIPPED_HEAD
 
 
 _FAILING_REVISION = '''"""Synthetic failing revision: {how}.

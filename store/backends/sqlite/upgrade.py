@@ -4,8 +4,9 @@ Contract:
 
 * :func:`upgrade_database` takes the file's lock, re-checks its revision
   inside it, keeps a byte-for-byte backup beside it
-  (:func:`store.layout.backup_path`), migrates inside one write transaction,
-  verifies the row counts, and restores the backup on any failure. Only a
+  (:func:`store.layout.backup_path`; the WAL is checkpointed into the file
+  first, so that one copy holds every committed row), migrates inside one
+  write transaction, verifies the row counts, and restores the backup on any failure. Only a
   ``behind`` database is written; ahead, foreign, empty and damaged files are
   reported (``refused``) untouched; a current one is ``up-to-date``. A disk
   without room for the backup, or that cannot be written, refuses the
@@ -22,6 +23,7 @@ import dataclasses
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -49,22 +51,39 @@ def _row_counts(conn: Connection) -> dict[str, int]:
     return {t: conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables}
 
 
-def _backup(db_path: Path, revision: str | None) -> Path:
-    """Copy the database (and its WAL, if it holds anything) byte for byte; return the main copy's path.
+def _checkpoint(db_path: Path) -> None:
+    """Write every committed WAL frame into the database file, so that the file alone holds every row.
 
+    Runs while the caller holds the write lock (no frame can be added meanwhile), on a connection of its
+    own: a passive checkpoint needs no writer lock. It changes no row, only where the rows live. A reader
+    still on an older snapshot can keep frames out of the file: then the upgrade is refused, untouched.
+    """
+    if not wal_path(db_path).exists():
+        return
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        busy, logged, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    if busy or done < logged:
+        raise DatabaseFileError(
+            db_path,
+            f"its write-ahead log could not be checkpointed ({done} of {logged} frames; a reader holds an older "
+            "snapshot), so the backup would not hold every row; the file was not upgraded. Retry once readers "
+            "have finished",
+        )
+
+
+def _backup(db_path: Path, revision: str | None) -> Path:
+    """Checkpoint the WAL into the database, then copy the database file byte for byte; return the copy's path.
+
+    The copy is one self-contained file holding every committed row (``cp`` it in place to go back).
     A copy that fails (a full disk) leaves no partial backup behind and raises the typed error.
     """
+    _checkpoint(db_path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = backup_path(db_path, revision, stamp)
-    copies: list[Path] = []
     try:
-        for source in database_files(db_path):
-            if source == db_path or source.stat().st_size > 0:  # an empty WAL (our own connection's) holds nothing
-                copies.append(Path(str(source).replace(str(db_path), str(target), 1)))
-                shutil.copy2(source, copies[-1])
+        shutil.copy2(db_path, target)
     except OSError as e:
-        for copy in copies:
-            copy.unlink(missing_ok=True)
+        target.unlink(missing_ok=True)
         raise translated(target, e, needed_bytes=database_size(db_path)) from e
     return target
 
@@ -73,16 +92,14 @@ def _restore(db_path: Path, backup: Path) -> None:
     """Put the backed-up bytes back where they differ (a migration that committed part of its work).
 
     When the failed migration was rolled back, as transactional DDL is, the
-    bytes already match and nothing is written. Without a saved WAL, a live
-    one would replay the failed migration's frames onto the restored file: it goes.
+    bytes already match and nothing is written. The backup holds every row
+    (the WAL was checkpointed into it), so a live WAL would only replay the
+    failed migration's frames onto the restored file: it goes.
     """
-    live_wal, saved_wal = wal_path(db_path), wal_path(backup)
-    for live, saved in ((db_path, backup), (live_wal, saved_wal)):
-        if saved.exists() and (not live.exists() or live.read_bytes() != saved.read_bytes()):
-            shutil.copy2(saved, live)
-    if not saved_wal.exists():
-        live_wal.unlink(missing_ok=True)
-        shm_path(db_path).unlink(missing_ok=True)
+    if not db_path.exists() or db_path.read_bytes() != backup.read_bytes():
+        shutil.copy2(backup, db_path)
+    wal_path(db_path).unlink(missing_ok=True)
+    shm_path(db_path).unlink(missing_ok=True)
 
 
 def upgrade_database(
