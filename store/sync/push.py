@@ -230,8 +230,15 @@ def _check_remote_metadata(
                               plan.metadata.assumptions)  # fmt: skip
         path = metadata_path(plan.location)
         if path in present:
+            theirs = remote.read(path, revision=None, max_bytes=METADATA_MAX_BYTES)
             try:
-                verify_remote_metadata(remote.read(path, revision=None, max_bytes=METADATA_MAX_BYTES), plan.location)
+                verify_remote_metadata(theirs, plan.location)
+                if theirs != ours:  # well-formed, but not ours (other assumptions, another version's format)
+                    raise RemoteMetadataError(
+                        path,
+                        "is not byte-identical to this store's metadata.json for the folder (other assumptions, "
+                        "or written by another judgestore version)",
+                    )
             except RemoteMetadataError as e:
                 report.problems.append(SyncProblem(path, f"{e}; this folder was not pushed"))
                 continue

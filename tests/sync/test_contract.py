@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from store.descriptor import ModelDescriptor
-from store.layout import Selector
+from store.layout import Selector, metadata_bytes
 from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
@@ -378,6 +378,28 @@ def test_a_folder_whose_remote_metadata_differs_is_not_pushed_into(side: RemoteS
 
     assert not report.ok and [p.path for p in report.problems] == [meta]
     assert side.files()[meta] == b'{"written": "by someone else"}\n'  # never rewritten
+    assert {path.split("/")[0] for path in side.files() if "/shards/" in path} == {"judgements"}
+
+
+@pytest.mark.parametrize(
+    "assumptions", [("prompts were paraphrased",), ("the judge saw the reference answer", "no system prompt")]
+)
+def test_a_folder_whose_well_formed_remote_metadata_differs_from_ours_is_not_pushed_into(
+    assumptions: tuple[str, ...], side: RemoteSide, make_store: MakeStore
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)), judgements(range(2)))
+    meta = f"{QWEN_FOLDER}/metadata.json"
+    theirs = metadata_bytes("completions", "mt-bench", QWEN, assumptions)  # valid for the folder, not ours
+    assert theirs != metadata_bytes("completions", "mt-bench", QWEN)
+    side.write_raw(meta, theirs)
+
+    report = push(alice, side.new())
+
+    assert not report.ok and [p.path for p in report.problems] == [meta]
+    assert "not byte-identical" in report.problems[0].reason and "not pushed" in report.problems[0].reason
+    assert side.files()[meta] == theirs  # never rewritten
+    assert not [path for path in side.files() if path.startswith(f"{QWEN_FOLDER}/") and path != meta]
     assert {path.split("/")[0] for path in side.files() if "/shards/" in path} == {"judgements"}
 
 
