@@ -91,6 +91,17 @@ def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _flag(value: Any) -> bool | None:
+    """A boolean column as pandas read it (a bool, 0/1, or its text); None when missing or unreadable."""
+    if hasattr(value, "item"):  # a numpy scalar
+        value = value.item()
+    if isinstance(value, bool | int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str) and value.strip().lower() in ("true", "false", "1", "0"):
+        return value.strip().lower() in ("true", "1")
+    return None
+
+
 def _select(conn: sqlite3.Connection, table: str, columns: list[str], present: set[str]) -> Iterator[dict[str, Any]]:
     """Rows as dicts of the wanted columns (absent ones are None), in rowid order; bad UTF-8 flagged."""
     chosen = [c for c in columns if c in present]
@@ -304,7 +315,11 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
     for position, r in enumerate(source.iter_rows()):
         if variant is LegacyVariant.DF_ELO_JUDGE:
             entry, skip = _given(inputs, "row", str(position))
-            yield LegacyRow(
+            opponent = _text_or_none(r.get("opponent_model"))
+            # [[A]] favours the answer shown first (model_a): the opponent goes in the slot it was shown in. The
+            # blob does not name our model, so its slot stays empty.
+            opponent_first = _flag(r.get("our_model_is_position_a")) is False
+            row = LegacyRow(
                 locator=f"row {position}",
                 role="judgements",
                 input_form=InputForm.GIVEN,
@@ -312,10 +327,16 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
                 completion=_text_or_none(r.get("judge_completion")),
                 benchmark=entry.benchmark if entry else None,
                 instruction_id=entry.instruction_id if entry else None,
-                model_b=_text_or_none(r.get("opponent_model")),
+                model_a=opponent if opponent_first else None,
+                model_b=None if opponent_first else opponent,
                 created_at=created_at,
                 skip=skip,
             )
+            row.notes.append(
+                "ELO judge rows: the opponent is in the slot it was shown in (model_a when it came first); the file "
+                "does not name the other model, so its slot is empty"
+            )
+            yield row
             continue
         key = normalise_key(r.get("instruction_index"))
         entry, skip = _given(inputs, "instruction_index", key)

@@ -643,7 +643,9 @@ def case_dataframes(root: Path) -> Case:
                 input_text=text,
                 completion=["[[A]]", "[[B]]"][k],
                 instruction_id=f"q{k}",
-                model_b=["gpt-4", "llama"][k],
+                # row 0 showed gpt-4 first (our_model_is_position_a False): [[A]] is a gpt-4 win
+                model_a=["gpt-4", None][k],
+                model_b=[None, "llama"][k],
                 judge="legacy-model",
             )
         )
