@@ -22,8 +22,10 @@ Contract:
   (completions or judgements; both for runs and adoptions). Databases without
   tables are skipped.
 * Everything that cannot be answered exactly is refused, with a typed error,
-  before any database is opened (:mod:`store.across.plan`); these calls
-  only read.
+  before any database is opened (:mod:`store.across.plan`), or, for a
+  ``group_by`` of terms that are not selected, once the databases are
+  known and before any row is read (exact over one database only); these
+  calls only read.
 * Memory stays flat: rows are streamed, a few batches per database
   (:mod:`store.across.merge`); how each backend reads is its own
   (:meth:`store.backend.Storage.read_across`: SQLite merges per-file
@@ -88,6 +90,7 @@ def execute(
     """The rows of a column select or a combinable aggregate over the selected databases (module docstring)."""
     plan = Plan.of(statement)
     databases = _databases(store, plan, selector)
+    plan.check_databases(len(databases))
     names = [d["name"] or f"column_{i}" for i, d in enumerate(statement.column_descriptions)]
     rows = (values for _, values in store.storage.read_across(databases, plan))
     return IteratorResult(SimpleResultMetaData(names), rows)

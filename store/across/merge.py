@@ -13,6 +13,9 @@ Contract:
   combined per group (the index is None): counts and sums add up, NULLs are
   ignored as SQL does, and a statement without ``group_by`` gives one row
   even over no database (``count`` 0, the rest NULL), as on an empty table.
+  A ``group_by`` of terms that are not selected is read from one database
+  only (:meth:`~store.across.plan.Plan.check_databases`): its rows are its
+  groups, kept as they come.
   Groups are then ordered, offset and limited as the statement says.
 * NULLs order where the backend puts them (``nulls_smallest``: SQLite's
   NULLs come first ascending, PostgreSQL's last) unless ``nulls_first()`` /
@@ -81,6 +84,7 @@ def sort_key(order: Sequence[OrderKey], *, nulls_smallest: bool) -> Callable[[Se
 
 def read_each(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) -> AcrossRows:
     """The statement's rows over every database, as on one table (see the module docstring)."""
+    plan.check_databases(len(readers))
     if plan.kind is Kind.AGGREGATE:
         yield from ((None, row) for row in _aggregated(readers, plan, nulls_smallest=nulls_smallest))
         return
@@ -115,6 +119,9 @@ def _aggregated(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) 
     for reader in readers:
         for row in reader(statement, batch_size(plan, len(readers))):
             values = tuple(row)
+            if plan.ungrouped:  # one database (Plan.check_databases): each row is a group of its own
+                combined[(len(combined),)] = list(values)
+                continue
             group = tuple(values[i] for i in groups_at)
             found = combined.get(group)
             if found is None:
@@ -122,7 +129,7 @@ def _aggregated(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) 
                 continue
             for i, how in enumerate(plan.combine):
                 found[i] = _combined(how, found[i], values[i])
-    if not combined and not groups_at:  # no group_by: one row, as an empty table gives
+    if not combined and not plan.statement._group_by_clauses:  # no group_by: one row, as an empty table gives
         combined[()] = [0 if how == "count" else None for how in plan.combine]
     rows = [tuple(values) for values in combined.values()]
     if plan.order:

@@ -13,6 +13,11 @@ Contract:
   text, a ``COLLATE`` in an ordering, a limit or offset that is not a number,
   a statement that reads none of the store's tables or both completions and
   judgements (no database holds both).
+* A ``group_by`` term that is not a column of the result
+  (:attr:`Plan.ungrouped`) leaves nothing to tell two databases' groups
+  apart: :meth:`Plan.check_databases` refuses it over more than one
+  database (select every ``group_by`` column), before any row is read; over
+  one database that database's own groups are the answer, exactly.
 * A plan is one of three kinds: :attr:`Kind.ENTITY` (``select(Entity)`` of
   one of :data:`ENTITIES`, what ``Store.scalars`` takes), :attr:`Kind.ROWS`
   (columns, entities among them) and :attr:`Kind.AGGREGATE` (``count``,
@@ -83,6 +88,7 @@ class Plan:
     width: int  # columns of the result
     combine: tuple[str, ...]  # AGGREGATE: per column, "group" or one of COMBINABLE
     order_columns: tuple[int, ...]  # AGGREGATE: the result column each OrderKey orders by
+    ungrouped: tuple[str, ...] = ()  # AGGREGATE: the group_by terms that are not columns of the result
 
     @property
     def role(self) -> Role | None:
@@ -98,6 +104,14 @@ class Plan:
     def has_entities(self) -> bool:
         """Whether a result column is an entity (or an ``aliased()`` one) rather than a column."""
         return any(d["entity"] is not None and d["expr"] is d["entity"] for d in self.statement.column_descriptions)
+
+    def check_databases(self, count: int) -> None:
+        """Refuse, before anything is read, what cannot be combined over ``count`` databases (module docstring)."""
+        if self.ungrouped and count > 1:
+            raise NotCombinableError(
+                f"group_by({', '.join(self.ungrouped)}), a grouping by terms that are not selected (select every "
+                "group_by column: without them two databases' groups cannot be told apart),"
+            )
 
     def per_database(self) -> Select[Any]:
         """What each database runs: every row the global window may need, the ordering's values trailing."""
@@ -137,7 +151,7 @@ class Plan:
             return cls(statement, Kind.ENTITY if is_entity else Kind.ROWS, tables, _single(statement, tables),
                        order, limit, offset, len(descriptions), (), ())  # fmt: skip
         return cls(statement, Kind.AGGREGATE, tables, _single(statement, tables), order, limit, offset,
-                   len(descriptions), combine, _order_columns(statement, order))  # fmt: skip
+                   len(descriptions), combine, _order_columns(statement, order), _ungrouped(statement))  # fmt: skip
 
 
 def _shown(statement: Select[Any]) -> str:
@@ -244,6 +258,12 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
         if h == "group" and not any(_same(column, g) for g in groups):
             raise NotCombinableError(f"the column {column} of an aggregate, not in its group_by,")
     return tuple(how)
+
+
+def _ungrouped(statement: Select[Any]) -> tuple[str, ...]:
+    """The ``group_by`` terms that are not columns of the result."""
+    columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
+    return tuple(str(g) for g in statement._group_by_clauses if not any(_same(c, g) for c in columns))
 
 
 def _same(a: ClauseElement, b: ClauseElement) -> bool:

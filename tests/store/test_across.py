@@ -391,6 +391,61 @@ def test_an_aliased_self_join_pairs_both_orientations_inside_each_database(store
                                          ("2", "[[A]]", "[[B]]")]  # fmt: skip
 
 
+# ---------------------------------------------------------------- group_by terms that are not selected
+
+
+def _benchmarks_store(store: Store) -> None:
+    """Two completion databases of 6 rows each, the benchmark cycling x, y, z (2 rows of each per database)."""
+    for i in range(2):
+        d = ModelDescriptor(provider="vllm", model=f"m{i}", sampling={"temperature": 0})
+        database = store.database("completions", "demo", d)
+        database.put_many([completion_record(k, model=f"m{i}", benchmark="xyz"[k % 3]) for k in range(6)])
+
+
+def _ungrouped(store: Store) -> None:
+    _benchmarks_store(store)
+    count_per_benchmark = select(func.count()).select_from(Completion).group_by(Completion.benchmark)
+    per_model_and_benchmark = select(Completion.model, func.count()).group_by(Completion.model, Completion.benchmark)
+    # Over both databases the groups cannot be told apart: refused before any row is read.
+    for stmt in (count_per_benchmark, per_model_and_benchmark):
+        with pytest.raises(NotCombinableError, match="select every group_by column"):
+            store.execute(stmt)
+    # Every group_by column selected: exact.
+    selected = select(Completion.benchmark, func.count()).group_by(Completion.benchmark).order_by(Completion.benchmark)
+    assert [tuple(r) for r in store.execute(selected)] == [("x", 4), ("y", 4), ("z", 4)]
+    both = select(Completion.model, Completion.benchmark, func.count()).group_by(Completion.model, Completion.benchmark)
+    assert sorted(tuple(r) for r in store.execute(both)) == [(f"m{i}", b, 2) for i in range(2) for b in "xyz"]
+    # One database: its own groups are the answer, exactly (ordered, limited and offset as asked).
+    one = Selector(model="m1")
+    assert [tuple(r) for r in store.execute(count_per_benchmark, one)] == [(2,), (2,), (2,)]
+    assert [tuple(r) for r in store.execute(per_model_and_benchmark, one)] == [("m1", 2)] * 3
+    ordered = per_model_and_benchmark.order_by(Completion.model).offset(1).limit(5)
+    assert [tuple(r) for r in store.execute(ordered, one)] == [("m1", 2)] * 2
+    nothing = count_per_benchmark.where(Completion.benchmark == "none")
+    assert store.execute(nothing, one).all() == []  # grouped: an empty table gives no group
+
+
+def test_a_group_by_of_columns_not_selected_is_refused_across_databases(store: Store) -> None:
+    _ungrouped(store)
+
+
+@pytest.mark.postgres
+def test_a_group_by_of_columns_not_selected_is_refused_across_schemas(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        _ungrouped(store)
+
+
+def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
+    stmt = select(Completion.model, func.count()).group_by(Completion.model, Completion.benchmark)
+    plan = Plan.of(stmt)
+    assert plan.ungrouped == ("completions.benchmark",)
+    plan.check_databases(1)
+    with pytest.raises(NotCombinableError, match=r"completions\.benchmark"):
+        plan.check_databases(2)
+    labelled = Completion.benchmark.label("b")
+    assert Plan.of(select(labelled, func.count()).group_by(labelled)).ungrouped == ()
+
+
 # ---------------------------------------------------------------- refusals: typed, before anything is read
 
 
