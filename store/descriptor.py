@@ -13,6 +13,12 @@ Contract:
   release (:data:`ADDED_FIELDS`) are hashed only when they differ from their
   default, so every descriptor that does not use them keeps the hash, and the
   folder, it always had.
+* A non-finite float (NaN, ``inf``, ``-inf``) anywhere in the free-form
+  settings (``sampling``'s extra fields, ``engine``, ``chat_template_kwargs``,
+  ``routing``, nested too) is refused with
+  :class:`~store.errors.InvalidInputError` when the descriptor is built (and
+  again when it is hashed): JSON writes it as null, so two different settings
+  would share one hash, and one database.
 * :func:`render_messages` / :func:`render_text` give the canonical rendered
   input (the ``input_text`` column); :func:`input_hash` gives the content
   address of sample ``k`` of it: sample 0 hashes the rendered bytes, sample
@@ -27,6 +33,7 @@ Contract:
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
@@ -59,6 +66,19 @@ def _normalise(value: Any) -> Any:
     if isinstance(value, list | tuple):
         return [_normalise(v) for v in value]
     return value
+
+
+def _nonfinite_at(value: Any, where: str) -> str | None:
+    """Where in ``value`` a NaN or infinity is, with its value (``where`` names ``value``); None when all are finite."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else f"{where} = {value}"
+    if isinstance(value, Mapping):
+        items: Any = ((f"{where}[{k!r}]", v) for k, v in value.items())
+    elif isinstance(value, list | tuple):
+        items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
+    else:
+        return None
+    return next((found for w, v in items if (found := _nonfinite_at(v, w)) is not None), None)
 
 
 def canonical_json(value: Any) -> bytes:
@@ -124,6 +144,22 @@ class ModelDescriptor(BaseModel):
     endpoint: str | None = None
     routing: dict[str, JsonValue] = Field(default_factory=dict)
 
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)  # pydantic wraps a validator's ValueError: the typed error is raised here
+        self._refuse_nonfinite()
+
+    def _refuse_nonfinite(self) -> None:
+        """Refuse NaN and infinities in the free-form settings: JSON writes them as null (a shared hash)."""
+        free_form = {"sampling": self.sampling.model_extra or {}, "engine": self.engine,
+                     "chat_template_kwargs": self.chat_template_kwargs, "routing": self.routing}  # fmt: skip
+        for name, value in free_form.items():
+            where = _nonfinite_at(value, name)
+            if where is not None:
+                raise InvalidInputError(
+                    f"{where}: a descriptor holds finite numbers only "
+                    "(JSON has no NaN or infinity; it would hash as null)"
+                )
+
     @field_validator("provider", "model")
     @classmethod
     def _no_surrounding_space(cls, v: str) -> str:
@@ -138,6 +174,7 @@ class ModelDescriptor(BaseModel):
 
     def canonical_json(self) -> bytes:
         """The bytes that are hashed: normalised numbers, sorted keys, added fields only when set."""
+        self._refuse_nonfinite()  # built without __init__ (model_validate, model_copy): refused before hashing
         data = self.model_dump(mode="json")
         for name, default in ADDED_FIELDS.items():
             if data[name] == default:

@@ -202,6 +202,31 @@ def test_descriptor_is_frozen_and_strict() -> None:
         ModelDescriptor(provider="", model="m")
 
 
+NONFINITE = (float("nan"), float("inf"), float("-inf"))
+
+
+@pytest.mark.parametrize("field", ["sampling", "engine", "chat_template_kwargs"])
+@pytest.mark.parametrize("value", NONFINITE, ids=["nan", "inf", "-inf"])
+@pytest.mark.parametrize("shape", ["flat", "nested"])
+def test_a_non_finite_float_in_free_form_settings_is_refused(field: str, value: float, shape: str) -> None:
+    # JSON writes NaN and infinities as null: accepted, they would share a hash (and a database) with None.
+    settings_ = {"x": value} if shape == "flat" else {"x": {"y": [1, {"z": value}]}}
+    with pytest.raises(InvalidInputError, match="finite"):
+        ModelDescriptor(provider="vllm", model="m", **{field: settings_})
+
+
+@pytest.mark.parametrize("field", ["sampling", "engine", "chat_template_kwargs"])
+def test_a_finite_float_in_free_form_settings_hashes_apart_from_none(field: str) -> None:
+    hashes = {ModelDescriptor(provider="vllm", model="m", **{field: {"x": x}}).hash16() for x in (1.5, None, 1e308)}
+    assert len(hashes) == 3
+
+
+def test_a_non_finite_float_set_after_validation_is_refused_before_hashing() -> None:
+    copied = ModelDescriptor(provider="vllm", model="m").model_copy(update={"engine": {"x": float("nan")}})
+    with pytest.raises(InvalidInputError, match="finite"):
+        copied.hash16()
+
+
 # ---------------------------------------------------------------- rendered inputs
 
 
