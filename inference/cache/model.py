@@ -85,6 +85,7 @@ Contract (docs/design.md, "A run, step by step"):
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -100,7 +101,7 @@ from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store import Settings, Store
 from store.descriptor import ModelDescriptor
-from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
+from store.errors import CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
 from store.layout import Selector
 from store.roles import Role
 from store.runs import record_run
@@ -291,12 +292,21 @@ class CachedModel:
             )
         with gc_paused():
             results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
-        if plan.missing and self.shared:
-            from inference.cache.shared import generate_shared
+        try:
+            if plan.missing and self.shared:
+                from inference.cache.shared import generate_shared
 
-            results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
-        elif plan.missing:
-            results.update(self._generate(role, requests, plan.missing, on_progress, run))
+                results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
+            elif plan.missing:
+                results.update(self._generate(role, requests, plan.missing, on_progress, run))
+        except BaseException:
+            # Interrupted or failed: the rows it wrote are kept, so their cost is recorded too (else a rerun
+            # would count them as saved without any run having spent them). The original error is what raises.
+            run.saved = usage_totals(record.usage for record in hits.values())
+            run.seconds = time.perf_counter() - started
+            with contextlib.suppress(JudgestoreError):
+                self._record_run(plan, started_at, run)
+            raise
         with gc_paused():
             responses = Responses(
                 (Response(r, tuple(map(results.__getitem__, ks))) for r, ks in zip(requests, keys, strict=True)), run

@@ -7,9 +7,11 @@ from typing import Any
 
 import orjson
 import pytest
+from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
 from inference.cli.generate import register
+from store import Run, Settings, Store
 from store.cli.app import build_app
 from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
@@ -175,6 +177,9 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
     sent = len(openai_server.completions())
     assert 3 <= kept < 40 and sent < 40
+    with Store(Settings(), root=store_root, readonly=True) as store:  # the interrupted run's accounting is kept
+        (recorded,) = [found.row for found in store.scalars(select(Run))]
+    assert (recorded.mode, recorded.rows_written, recorded.hits) == (mode, kept, 0)
 
     rerun = judgestore(*argv, "--json")  # mode use: what the line said to run
     assert rerun.exit_code == 0, rerun.output
