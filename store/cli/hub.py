@@ -260,6 +260,14 @@ def _render_fetch(report: "FetchReport") -> None:
             f"{report.skipped:,} shards already here; {len(report.quarantined)} quarantined"
         )
         out.print(table)
+    elif report.failed or report.quarantined:
+        # Shards were listed but none was imported (a local database at another schema revision, a damaged
+        # shard...): that is not "nothing new"; the "Not imported" table below says why, path by path.
+        verb = "none can be imported" if report.dry_run else "none was imported"
+        out.print(
+            f"Found new shards at {report.remote}{at} but {verb}: {len(report.failed):,} failed, "
+            f"{len(report.quarantined):,} quarantined ({report.skipped:,} shards already here)."
+        )
     else:
         out.print(f"Nothing new to fetch from {report.remote}{at} ({report.skipped:,} shards already here).")
     _problems(

@@ -16,11 +16,13 @@ import orjson
 import pytest
 from typer.testing import CliRunner, Result
 
+from store.backends.sqlite.database import SqliteDatabase
 from store.cli.app import build_app
 from store.settings import Settings
 from store.store import Store
+from tests.factories import stamp
 from tests.fake_hub import FakeHub
-from tests.sync.helpers import QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
+from tests.sync.helpers import QWEN, QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -97,6 +99,28 @@ def test_fetch_reports_a_quarantined_shard_and_exits_1(tmp_path: Path) -> None:
     assert "quarantined" in result.stdout and "truncated" in result.stdout and ".judgestore-sync" in result.stdout
     as_json = hub_cli("fetch", "--dir", str(shared), "--all", "--json", "--store-root", str(tmp_path / "bob"))
     assert as_json.exit_code == 1 and orjson.loads(as_json.stdout)["quarantined"][0]["path"].endswith(shard.name)
+
+
+def test_fetch_into_a_database_at_another_revision_says_the_shards_were_found_not_imported(tmp_path: Path) -> None:
+    alice, bob, shared = filled_store(tmp_path / "alice"), tmp_path / "bob", tmp_path / "shared"
+    assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(alice)).exit_code == 0
+    with Store(Settings(), root=bob) as store:  # bob's own row of the same folder, in a file an older release left
+        fill(store, completions([99]))
+        database = store.database("completions", "mt-bench", QWEN)
+        assert isinstance(database, SqliteDatabase)
+        db_path = database.path
+    stamp(db_path, "0001")
+
+    result = hub_cli(
+        "fetch", "--dir", str(shared), "--task", "mt-bench", "--store-root", str(bob), env={"COLUMNS": "1000"}
+    )
+
+    assert result.exit_code == 1
+    assert "Nothing new" not in result.stdout
+    assert "Found new shards at dir:" in result.stdout and "none was imported: 1 failed" in result.stdout
+    assert "local database cannot take rows" in result.stdout
+    assert orjson.loads(hub_cli("fetch", "--dir", str(shared), "--task", "mt-bench", "--json", "--store-root",
+                                str(bob)).stdout)["failed"]  # fmt: skip
 
 
 def test_hub_errors_are_one_typed_line(hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
