@@ -20,11 +20,9 @@ Contract:
 """
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, Annotated, NoReturn
+from typing import Annotated, NoReturn
 
 import orjson
 import typer
@@ -38,7 +36,7 @@ from inference.requests import Request
 from inference.run import RunResult, run_requests
 from inference.spec import HostedSpec, ModelSpec
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, progress_bars, stderr, writable_output
+from store.cli.common import command_errors, emit_json, output_file, progress_bars, stderr, writable_output
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
 from store.roles import Role
@@ -56,16 +54,6 @@ def register(app: typer.Typer) -> None:
 
 
 # ---------------------------------------------------------------- commands
-
-
-@contextmanager
-def _output(path: Path) -> Iterator[IO[bytes]]:
-    if str(path) == "-":
-        yield sys.stdout.buffer
-        sys.stdout.flush()
-        return
-    with path.open("wb") as handle:
-        yield handle
 
 
 def _run(
@@ -93,7 +81,9 @@ def _run(
         result = _run_with_progress(spec, requests, role, run, settings, json_output)
     except KeyboardInterrupt:
         _interrupted(spec, role, run, settings, started, json_output)
-    with _output(run.output) as out:
+    # The rows are stored by now: a rerun of the same command is all hits and writes them again.
+    rerun = "the rows are stored, so running the same command again writes them from the store"
+    with output_file(run.output, "the results", after=rerun) as out:
         write_responses(out, result.responses, spec.display_name)
     summary = result.summary
     if json_output:
@@ -235,7 +225,7 @@ def pairs_command(
     """
     writable_output(output, "--output")
     pairs = make_pairs(prompts, answers)
-    with _output(output) as out:
+    with output_file(output, "the pairs") as out:
         for pair in pairs:
             out.write(orjson.dumps(pair) + b"\n")
     if json_output:

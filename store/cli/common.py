@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
 import orjson
 import typer
@@ -156,6 +156,30 @@ def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:
     by_path = {entry.where: entry.rows for entry in deleted}
     for entry in report["databases"]:
         entry["deleted"] = by_path.get(entry["path"], 0)
+
+
+class OutputWriteError(JudgestoreError):
+    """A command's output file (``--output``) could not be opened or written; ``path`` names it, not the store."""
+
+    def __init__(self, path: Path, what: str, error: OSError, after: str = "") -> None:
+        reason = error.strerror or str(error)
+        super().__init__(f"{path}: could not write {what}: {reason}{'; ' + after if after else ''}")
+        self.path = path
+
+
+@contextmanager
+def output_file(path: Path, what: str, *, after: str = "") -> Iterator[IO[bytes]]:
+    """The output file opened for writing ('-': stdout); an ``OSError`` opening, writing or closing the file is an
+    :class:`OutputWriteError` naming it (``after``: what the user should know then), never blamed on the store."""
+    if str(path) == "-":
+        yield sys.stdout.buffer
+        sys.stdout.flush()
+        return
+    try:
+        with path.open("wb") as handle:
+            yield handle
+    except OSError as e:
+        raise OutputWriteError(path, what, e, after) from e
 
 
 def writable_output(path: Path, option: str) -> None:

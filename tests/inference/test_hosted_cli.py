@@ -99,6 +99,24 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_sen
     assert openai_server.completions() == [] and not store_root.exists()
 
 
+def test_a_results_file_that_fails_to_write_is_one_line_naming_it_not_the_store(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    full = generate(openai_server, chat_prompts, Path("/dev/full"))
+    assert full.exit_code == 1
+    assert full.exception is None or isinstance(full.exception, SystemExit)  # no traceback
+    assert "Traceback" not in full.output
+    line = " ".join(full.stderr.split())
+    assert "Error: /dev/full: could not write the results: No space left on device;" in line
+    assert "running the same command again writes them from the store" in line
+    assert str(store_root) not in line and "--store-root" not in line
+
+    sent = len(openai_server.completions())
+    again = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", "--json")  # as the message says: all hits
+    assert again.exit_code == 0, again.output
+    assert len(openai_server.completions()) == sent and (tmp_path / "o.jsonl").read_bytes().count(b"\n") > 0
+
+
 def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
