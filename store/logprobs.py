@@ -64,13 +64,16 @@ class TokenLogprob:
         if not isinstance(value, Mapping) or not isinstance(value.get("text"), str):
             raise InvalidInputError(f"not a stored token logprob: {value!r:.80}")
         raw_bytes = value.get("bytes")
-        return cls(
-            text=value["text"],
-            logprob=float(value["logprob"]),
-            token_id=value.get("id"),
-            rank=value.get("rank"),
-            bytes=None if raw_bytes is None else tuple(raw_bytes),
-        )
+        try:
+            return cls(
+                text=value["text"],
+                logprob=float(value["logprob"]),
+                token_id=value.get("id"),
+                rank=value.get("rank"),
+                bytes=None if raw_bytes is None else tuple(raw_bytes),
+            )
+        except (KeyError, TypeError, ValueError) as e:  # no logprob, a logprob that is not a number, bytes not a list
+            raise InvalidInputError(f"not a stored token logprob ({e!r}): {value!r:.80}") from e
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,10 +106,13 @@ def decode(value: Mapping[str, Any] | None) -> list[PositionLogprobs]:
     if is_current_shape(value):
         positions = []
         for position in value["positions"]:
+            candidates = position.get("candidates", ()) if isinstance(position, Mapping) else None
+            if not isinstance(candidates, list | tuple):
+                raise InvalidInputError(f"not a stored position of {LOGPROBS_FORMAT}: {position!r:.80}")
             sampled = position.get("sampled")
             positions.append(
                 PositionLogprobs(
-                    tuple(TokenLogprob.from_json(c) for c in position.get("candidates", ())),
+                    tuple(TokenLogprob.from_json(c) for c in candidates),
                     None if sampled is None else TokenLogprob.from_json(sampled),
                 )
             )
@@ -142,8 +148,11 @@ def logsumexp(values: Sequence[float]) -> float:
 def text_logprobs(value: Mapping[str, Any] | None, position: int = 0) -> dict[str, float]:
     """JudgeArena's ``{text: logprob}`` view of one position (see the module docstring).
 
-    Empty when nothing was stored for that position.
+    Empty when nothing was stored for that position; ``position`` counts from 0 (a negative or non-integer one is an
+    :class:`InvalidInputError`, as is a stored value in neither shape).
     """
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise InvalidInputError(f"position must be an integer from 0 (the first generated token), not {position!r}")
     positions = decode(value)
     if position >= len(positions):
         return {}

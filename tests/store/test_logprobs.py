@@ -51,6 +51,31 @@ def test_positions_beyond_the_stored_ones_are_empty_and_bad_values_are_typed_err
         logprobs.decode({"A": "not a number"})
 
 
+@pytest.mark.parametrize(
+    "positions",
+    [
+        [{"candidates": [{"text": "A"}]}],  # no logprob
+        [{"candidates": [{"text": "A", "logprob": "x"}]}],  # not a number
+        [{"candidates": [{"text": "A", "logprob": -1.0, "bytes": 7}]}],  # bytes not a list
+        [{"candidates": "A"}],  # candidates not a list
+        [1],  # a position that is not an object
+    ],
+)
+def test_a_damaged_stored_value_is_a_typed_error_naming_it(positions: list[object]) -> None:
+    damaged = {"format": LOGPROBS_FORMAT, "positions": positions}
+    with pytest.raises(InvalidInputError, match="not a stored"):
+        logprobs.decode(damaged)
+    with pytest.raises(InvalidInputError, match="not a stored"):
+        logprobs.text_logprobs(damaged)
+
+
+@pytest.mark.parametrize("position", [-1, -5, "0", 1.0, True])
+def test_a_position_that_is_not_a_count_from_zero_is_refused(position: object) -> None:
+    stored = logprobs.encode([PositionLogprobs((TokenLogprob("A", -1.0, 1, 1),))])
+    with pytest.raises(InvalidInputError, match="position must be an integer from 0"):
+        logprobs.text_logprobs(stored, position)  # type: ignore[arg-type]
+
+
 def test_log_sum_exp_handles_infinities_and_nan() -> None:
     assert logprobs.logsumexp([-math.inf, -math.inf]) == -math.inf
     assert logprobs.logsumexp([-math.inf, -1.0]) == -1.0
