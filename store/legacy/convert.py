@@ -163,14 +163,16 @@ def _rendered_input(row: LegacyRow, mode: InputMode) -> str:
 def parse_created_at(value: str | None, fallback: datetime) -> datetime:
     """A row's ``pushed_at``/``date`` as an aware UTC datetime (no offset means UTC); None or empty: ``fallback``.
 
-    A value that is not ISO-8601 fails the row, not the import.
+    A value that is not ISO-8601, or lies beyond the years 1 to 9999 once in UTC, fails the row, not the import.
     """
     if value is None or not value.strip():
         return fallback
     try:
         parsed = parse_timestamp(value)
     except InvalidInputError as e:
-        raise _fail(f"time {value!r} is not ISO-8601") from e
+        # An OverflowError: valid ISO-8601 whose offset takes the calendar's last (first) day beyond it in UTC.
+        beyond = isinstance(e.__cause__, OverflowError)
+        raise _fail(f"time {value!r} {'is outside the years 1 to 9999 in UTC' if beyond else 'is not ISO-8601'}") from e
     return parsed.astimezone(UTC)
 
 

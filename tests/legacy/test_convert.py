@@ -29,6 +29,13 @@ def test_a_time_that_is_not_iso_8601_fails_its_row_only() -> None:
     assert refused.value.kind == "fail" and refused.value.reason == "time 'last tuesday' is not ISO-8601"
 
 
+def test_a_time_beyond_the_calendar_in_utc_fails_its_row_saying_so_not_that_it_is_not_iso_8601() -> None:
+    with pytest.raises(RowNotImported) as refused:
+        parse_created_at("9999-12-31T23:00:00-05:00", FALLBACK)  # valid ISO-8601, but year 10000 in UTC
+    assert refused.value.kind == "fail"
+    assert refused.value.reason == "time '9999-12-31T23:00:00-05:00' is outside the years 1 to 9999 in UTC"
+
+
 def test_s3_rows_are_checked_with_judgestores_hash_and_s2_rows_with_the_json_quoted_rule() -> None:
     rendered = render_text("hello")
     row = LegacyRow("row 1", "completions", InputForm.RENDERED, "hi", rendered, input_hash(rendered))
