@@ -104,7 +104,7 @@ def stats_command(
         emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})
         return
     if not found:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
         return
     table = location_table(f"Cache in {store.where}", ("Rows", "right"), ("Size", "right"), ("Hits", "right"),
                            ("Saved", "right"))  # fmt: skip
@@ -336,7 +336,7 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
     elif not results:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
     else:
         table = location_table(
             f"Vacuumed in {store.where}", ("Before", "right"), ("After", "right"), ("Result", "left")

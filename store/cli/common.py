@@ -46,7 +46,7 @@ from store.backends import typed_error
 from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
-from store.layout import Location
+from store.layout import Location, Selector
 from store.reports import DatabaseInfo
 from store.rows import RowCount
 from store.store import Store
@@ -284,6 +284,19 @@ def unprefixed(message: str, where: Path | str) -> str:
     return message.removeprefix(f"{where}: ")
 
 
-def no_databases(store: Store, json_output: bool) -> None:
+_SELECTOR_OPTIONS = {"role": "--role", "task": "--task", "provider": "--provider", "model": "--model-id",
+                     "descriptor": "--descriptor"}  # fmt: skip
+
+
+def no_databases(store: Store, json_output: bool, selector: Selector) -> None:
+    """Say that a command found no database: the store has none (and why), or none that ``selector`` picks."""
+    chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)
+    if chosen and (held := len(store.locations())):
+        note(
+            f"No database in {store.where} matches {chosen} ({held:,} database{'' if held == 1 else 's'} in all; "
+            "`judgestore ls` lists them).",
+            json_output=json_output,
+        )
+        return
     why = store.storage.absence()
     note(f"No databases in {store.where}{f' ({why})' if why else ''}.", json_output=json_output)

@@ -128,7 +128,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
         )
         return
     if not infos:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
         return
     extra = [("Rows", "right")] + ([] if matching is None else [("Matching", "right")])
     table = location_table(f"Databases in {store.where}", *extra, ("Size", "right"), ("State", "left"))

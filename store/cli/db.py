@@ -64,7 +64,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
     if json_output:
         emit_json({"head": head, "ok": not bad, "databases": [info.as_dict() for info in infos]})
     elif not infos:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
     else:
         columns = [Column("Database", fit=Fit.PATH), Column("State"), Column("Revision")]
         table = FittedTable(f"Schema revisions (library head: {head})", [*columns, Column("Problem", fit=Fit.WRAP)])
@@ -122,7 +122,7 @@ def db_upgrade_command(
     if json_output:
         emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
     elif not results:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
     else:
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
         table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
@@ -197,7 +197,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         table.caption = f"{said}; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:
-        no_databases(store, json_output)
+        no_databases(store, json_output, selector)
     else:
         of_which = f" ({adopted:,} adopted from older descriptors)" if adopted else ""
         stdout().print(f"OK: {len(results)} databases, {rows:,} rows{of_which}, no problems.")

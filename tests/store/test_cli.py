@@ -105,6 +105,16 @@ def test_store_root_option_wins_over_the_environment(filled: Path, tmp_path: Pat
     assert len(as_json(judgestore("ls", "--json", "--store-root", str(moved)).stdout)) == 3
 
 
+@pytest.mark.parametrize("command", [["ls"], ["stats"], ["db", "status"], ["verify"], ["vacuum"], ["db", "upgrade"]])
+def test_a_selector_that_picks_nothing_says_so_not_that_the_store_is_empty(filled: Path, command: list[str]) -> None:
+    before = file_digests(filled)
+    result = judgestore(*command, "--task", "nope", "--model-id", "Qwen/Qwen3-8B")
+    assert result.exit_code == 0, result.output
+    assert "No database in" in result.stderr and "matches --task nope --model-id Qwen/Qwen3-8B" in result.stderr
+    assert "3 databases in all" in result.stderr and "No databases in" not in result.stderr
+    assert file_digests(filled) == before  # nothing was touched
+
+
 def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     result = judgestore("ls", "--store-root", str(tmp_path / "nothing-here"))
     assert result.exit_code == 0
