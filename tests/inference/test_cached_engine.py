@@ -33,7 +33,7 @@ from inference.requests import CompletionRequest
 from inference.spec import DEFAULT_SAMPLING, ModelSpec
 from store import logprobs
 from store.descriptor import ModelDescriptor
-from store.errors import CacheMissError, PromptTooLongError, RequestRefusedError, RequestsFailedError
+from store.errors import CacheMissError, InvalidInputError, PromptTooLongError, RequestRefusedError, RequestsFailedError
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -120,6 +120,18 @@ def test_a_full_hit_never_prepares_the_engine(store: Store, engine: VLLMBackend,
     assert factory.calls == 0 and not second.engine_loaded
     assert [r.cached for r in hits] == [True] * 4
     assert [r.text for r in hits] == [r.text for r in generated]
+
+
+def test_a_request_the_model_cannot_take_is_named_by_its_index_and_nothing_is_generated(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    descriptor = describe(tiny_model_dir)
+    model, factory = cached(store, engine, descriptor)
+    batch = [ask(QUESTIONS[0]), ask(QUESTIONS[1]), CompletionRequest(text="a text prompt to a chat model")]
+    with pytest.raises(InvalidInputError, match=r"^request 2: this model takes chat input"):
+        model.complete(batch)
+    assert factory.calls == 0 and not model.engine_loaded
+    assert store.database("completions", "mt-bench", descriptor).count() == 0
 
 
 def test_a_partial_hit_sends_exactly_the_misses(store: Store, engine: VLLMBackend, tiny_model_dir: Path) -> None:
