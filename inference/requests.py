@@ -112,6 +112,11 @@ class JudgementRequest(_Request):
         _Request.__post_init__(self)
         if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct', 'reversed' or None, got {self.orientation!r}")
+        if self.orientation is not None and self.model_b is None:
+            # a pointwise judgement has no pair to orient: a stored orientation would put it under --orientation
+            raise InvalidInputError(
+                f"orientation {self.orientation!r} needs model_b: a pointwise judgement (no model_b) has no orientation"
+            )
 
 
 Request = CompletionRequest | JudgementRequest

@@ -66,3 +66,15 @@ def test_a_bad_message_names_the_file_and_line(tmp_path: Path, messages: object,
     rendered.write_bytes(orjson.dumps({"messages": messages}) + b"\n")
     with pytest.raises(InvalidInputError, match=rf"rendered.jsonl:1: .*{message}"):
         read_judgement_requests(rendered, ["direct"])
+
+
+def test_a_pointwise_judgement_with_an_orientation_is_refused_naming_its_line(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputError, match="orientation 'direct' needs model_b"):
+        JudgementRequest(text="rate it", model_a="a", orientation="direct")
+    assert JudgementRequest(text="rate it", model_a="a").orientation is None  # pointwise, no orientation: fine
+    rendered = tmp_path / "rendered.jsonl"
+    conversation = {"messages": [{"role": "user", "content": "rate it"}], "model_a": "a"}
+    lines = [conversation | {"model_b": "b", "orientation": "reversed"}, conversation | {"orientation": "reversed"}]
+    rendered.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    with pytest.raises(InvalidInputError, match=r"rendered.jsonl:2: orientation 'reversed' needs model_b"):
+        read_judgement_requests(rendered, ["direct"])
