@@ -246,8 +246,9 @@ class Storage(Protocol):
     def absence(self) -> str | None:
         """Why there is no store here at all (no such folder, no registry on the server), or None; creates nothing."""
 
-    def same_as(self, other: Storage) -> bool:
-        """Whether ``other`` is this very store (the same folder, the same database of the same server)."""
+    def overlaps(self, other: Storage) -> bool:
+        """Whether ``other`` is this very store (the same database of the same server), or a folder store whose root
+        is this one's or lies inside it or around it: writing one would write into the other."""
 
     def shown(self, where: str) -> str:
         """A database's ``where`` as a table shows it: under its root, or as it is."""

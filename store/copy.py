@@ -30,10 +30,10 @@ Contract:
   same digest and the order-independent sum of the digests (the database
   digest) is the same on both sides; anything else is reported per database,
   never silently accepted.
-* Before anything is written: a source and a target that are the same store,
-  a source that does not exist (no folder; a server database without a
-  judgestore registry) and a server that cannot be used (wrong URL, down,
-  wrong password) are typed errors; so is a server that becomes unreachable
+* Before anything is written: a source and a target that are the same store
+  (or folders one inside the other), a source that does not exist (no
+  folder; a server database without a judgestore registry) and a server that
+  cannot be used (wrong URL, down, wrong password) are typed errors; so is a server that becomes unreachable
   or refuses the user during the copy (every database would fail alike). The
   source is only read (open it read-only). Any other failure ends the copy of
   that database alone: it is reported per database, naming the side where it
@@ -299,9 +299,10 @@ def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
 # ---------------------------------------------------------------- stores
 
 
-def same_store(a: Store, b: Store) -> bool:
-    """Whether two stores are the same folder, or the same database of the same server (as far as URLs tell)."""
-    return a.storage.same_as(b.storage)
+def overlapping(a: Store, b: Store) -> bool:
+    """Whether two stores are the same database of the same server (as far as URLs tell), or the same folder or one
+    folder inside the other (a copy would put the target's folders in the source, or the source's in the target)."""
+    return a.storage.overlaps(b.storage)
 
 
 def check_source(source: Store) -> None:
@@ -326,8 +327,11 @@ def copy_store(
     """Copy the databases ``selector`` picks from ``source`` into ``target``; see the module docstring."""
     if chunk_size < 1:
         raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
-    if same_store(source, target):
-        raise InvalidInputError(f"the source and the target are the same store ({source.where}); nothing to copy")
+    if overlapping(source, target):
+        raise InvalidInputError(
+            f"the source ({source.where}) and the target ({target.where}) are the same store, or one folder lies "
+            "inside the other; nothing to copy: give a target outside the source"
+        )
     check_source(source)
     check_target(target)
     report = CopyReport(source.where, target.where)

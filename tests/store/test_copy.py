@@ -276,6 +276,22 @@ def test_the_same_store_on_both_sides_is_refused(tmp_path: Path, pg_url: str) ->
         copy_store(source, target)
 
 
+@pytest.mark.parametrize("nesting", ["target inside the source", "source inside the target"])
+def test_folders_one_inside_the_other_are_refused_and_nothing_is_written(tmp_path: Path, nesting: str) -> None:
+    # A target under the source's root would leave the copy's folders in the source as strays (and the other way).
+    outer = tmp_path / "outer"
+    root = full_store(outer / "inner") if nesting == "source inside the target" else full_store(outer)
+    target_root = outer if nesting == "source inside the target" else outer / "completions"
+    before = file_digests(outer)
+    with (
+        Store(root=root, readonly=True) as source,
+        Store(root=target_root) as target,
+        pytest.raises(InvalidInputError, match="one folder lies inside the other"),
+    ):
+        copy_store(source, target)
+    assert file_digests(outer) == before
+
+
 def test_a_missing_source_is_a_typed_error_and_creates_nothing(tmp_path: Path, pg_url: str) -> None:
     with (
         Store(root=tmp_path / "nowhere", readonly=True) as source,

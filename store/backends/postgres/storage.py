@@ -151,7 +151,7 @@ class PostgresStorage:
                 return None
         return "this database holds no judgestore store (no registry)"
 
-    def same_as(self, other: Storage) -> bool:
+    def overlaps(self, other: Storage) -> bool:
         """The same database of the same server, as far as URLs tell (however spelled; passwords left out)."""
         return isinstance(other, PostgresStorage) and _normalised_url(self.url) == _normalised_url(other.url)
 

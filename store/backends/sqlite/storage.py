@@ -103,8 +103,11 @@ class SqliteStorage:
             return None
         return "it is a file, not a folder" if self.root.exists() else "the folder does not exist"
 
-    def same_as(self, other: Storage) -> bool:
-        return isinstance(other, SqliteStorage) and self.root.resolve() == other.root.resolve()
+    def overlaps(self, other: Storage) -> bool:
+        if not isinstance(other, SqliteStorage):
+            return False
+        mine, theirs = self.root.resolve(), other.root.resolve()
+        return mine == theirs or mine.is_relative_to(theirs) or theirs.is_relative_to(mine)
 
     def shown(self, where: str) -> str:
         try:
