@@ -145,19 +145,22 @@ def push_command(
     """
     selector = _required(selector, all_folders)
     from store.sync import DirectoryRemote, HubRemote, SyncSettings, push
+    from store.sync.remote import check_outside_store
 
     sync_settings = SyncSettings()
     remote = _remote(repo, directory, revision, token)
     if private and not create_repo:
         raise typer.BadParameter("--private only applies with --create-repo", param_hint="--private")
-    if create_repo and not dry_run:
-        if isinstance(remote, HubRemote):
-            remote.create_repo(private=private)
-        elif isinstance(remote, DirectoryRemote):
-            remote.root.mkdir(parents=True, exist_ok=True)
-    with Store(settings, readonly=True) as store, progress_bars(json_output) as progress:
-        report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
-                      progress=progress)  # fmt: skip
+    with Store(settings, readonly=True) as store:
+        check_outside_store(remote, store.root)  # before --create-repo makes the folder
+        if create_repo and not dry_run:
+            if isinstance(remote, HubRemote):
+                remote.create_repo(private=private)
+            elif isinstance(remote, DirectoryRemote):
+                remote.root.mkdir(parents=True, exist_ok=True)
+        with progress_bars(json_output) as progress:
+            report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
+                          progress=progress)  # fmt: skip
     if json_output:
         emit_json(report.as_dict())
     else:

@@ -53,7 +53,7 @@ from store.segments import encode_segment
 from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote import Remote
+from store.sync.remote import Remote, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
     folder_segment,
@@ -156,6 +156,7 @@ def fetch(
 ) -> FetchReport:
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""
     selector = selector or Selector()
+    check_outside_store(remote, store.root)
     with sync_lock(store.root), Bookkeeping(store.root, settings=store.settings) as books:
         revision = remote.head()
         report = FetchReport(remote.url, revision, dry_run)

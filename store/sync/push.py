@@ -36,7 +36,7 @@ from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, meta
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote import OutgoingFile, Remote
+from store.sync.remote import OutgoingFile, Remote, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
     SHARDS_DIR,
@@ -130,6 +130,7 @@ def push(
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
     if (why := store.storage.absence()) is not None:
         raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
+    check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
     locations = store.select(selector)
     with (

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from store.errors import RemoteError, RemoteNotFoundError, UntrustedContentError
+from store.errors import InvalidInputError, RemoteError, RemoteNotFoundError, UntrustedContentError
 from store.sync.remote_layout import safe_segments
 
 
@@ -94,6 +94,18 @@ class Remote(Protocol):
     def existing(self, paths: Sequence[str]) -> set[str]: ...
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult: ...
+
+
+def check_outside_store(remote: Remote, store_root: Path) -> None:
+    """Refuse a folder remote that is the store's root or lies inside it: a push would write its shards among the
+    store's descriptor folders (where ``verify`` finds them as strays) and a fetch would read the store as a remote."""
+    if not isinstance(remote, DirectoryRemote):
+        return
+    inside, root = Path(os.path.realpath(remote.root)), Path(os.path.realpath(store_root))
+    if inside.is_relative_to(root):
+        raise InvalidInputError(
+            f"the shared folder {remote.root} is inside the store {store_root}: give a folder outside the store"
+        )
 
 
 class DirectoryRemote:

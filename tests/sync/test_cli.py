@@ -20,7 +20,7 @@ from store.backends.sqlite.database import SqliteDatabase
 from store.cli.app import build_app
 from store.settings import Settings
 from store.store import Store
-from tests.factories import stamp
+from tests.factories import file_digests, stamp
 from tests.fake_hub import FakeHub
 from tests.sync.helpers import QWEN, QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
 
@@ -62,6 +62,18 @@ def test_no_remote_named_is_a_one_line_error(tmp_path: Path) -> None:
     result = hub_cli("push", "--all", "--store-root", str(tmp_path / "s"))
     assert result.exit_code == 1
     assert "pass --repo ORG/NAME" in result.stderr and "JUDGESTORE_HUB_REPO" in result.stderr
+
+
+@pytest.mark.parametrize("inside", [".", "shared", "completions"])
+def test_a_shared_folder_inside_the_store_is_refused_and_nothing_is_written(tmp_path: Path, inside: str) -> None:
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    shared = store / inside
+    for command in (["push", "--create-repo", "--all"], ["fetch", "--all"]):
+        result = hub_cli(*command, "--dir", str(shared), "--store-root", str(store))
+        assert result.exit_code == 1, result.output
+        assert "is inside the store" in result.stderr and "give a folder outside the store" in result.stderr
+    assert file_digests(store) == before and not (store / "shared").exists()  # --create-repo made nothing
 
 
 def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
