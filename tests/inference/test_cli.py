@@ -291,6 +291,27 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [r["completion"] for r in results]
 
 
+@pytest.mark.parametrize(
+    ("engine_arg", "says"),
+    [
+        ("max_num_seq=4", "vLLM's engine takes no argument 'max_num_seq' (--engine-arg / engine_kwargs); did you mean"),
+        ("max_model_len=abc", "vLLM refused an engine argument (--engine-arg / engine_kwargs): 1 validation error"),
+    ],
+)
+def test_an_engine_argument_vllm_does_not_take_is_a_typed_error_not_a_traceback(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, engine_arg: str, says: str
+) -> None:
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), *ENGINE_ARGS,
+        "--engine-arg", engine_arg, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"Error: {says}" in result.stderr
+    assert "Traceback" not in result.stderr and "TypeError" not in result.stderr
+    assert not list(root.rglob("*.db"))
+
+
 def test_a_sampling_value_vllm_refuses_is_a_one_line_error_before_the_engine_loads(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:

@@ -42,6 +42,9 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
 import os
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
@@ -299,6 +302,20 @@ def sampling_params(sampling_params_cls: Any, descriptor: ModelDescriptor, sampl
         raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
 
 
+def check_engine_arguments(llm_cls: Any, engine_kwargs: Mapping[str, Any]) -> None:
+    """Refuse, before the engine loads, a kwarg neither ``vllm.LLM`` nor ``vllm.EngineArgs`` takes (a misspelt
+    ``--engine-arg``): vLLM raises a bare ``TypeError`` for it."""
+    from vllm.engine.arg_utils import EngineArgs  # loaded already: vllm.LLM builds one
+
+    known = set(inspect.signature(llm_cls.__init__).parameters) | {f.name for f in dataclasses.fields(EngineArgs)}
+    for name in sorted(set(engine_kwargs) - known):
+        close = difflib.get_close_matches(name, known, n=1)
+        raise InvalidInputError(
+            f"vLLM's engine takes no argument {name!r} (--engine-arg / engine_kwargs)"
+            + (f"; did you mean {close[0]!r}?" if close else "; see vllm.EngineArgs for the ones it takes")
+        )
+
+
 def create_vllm_backend(
     descriptor: ModelDescriptor,
     engine_kwargs: Mapping[str, Any],
@@ -338,12 +355,17 @@ def create_vllm_backend(
         engine_template = effective_chat_template(model, engine_kwargs=kwargs)
         check_template(descriptor, explicit if explicit is not None else engine_template)
 
+    from pydantic import ValidationError
     from vllm import LLM, SamplingParams
 
     sampling_params(SamplingParams, descriptor, 0)  # a value vLLM refuses, refused before the engine loads
+    check_engine_arguments(LLM, kwargs)
     if engine_is_quiet():  # the "Loading safetensors checkpoint shards" bar; it changes no output
         kwargs.setdefault("use_tqdm_on_load", False)
-    llm = LLM(**kwargs)
+    try:
+        llm = LLM(**kwargs)
+    except ValidationError as e:  # vLLM's configs are pydantic: a value of the wrong type (max_model_len="abc")
+        raise InvalidInputError(f"vLLM refused an engine argument (--engine-arg / engine_kwargs): {e}") from e
     backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
     try:
         verify_loaded(llm, descriptor, model, explicit)
