@@ -29,6 +29,7 @@ import json
 import os
 import sqlite3
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -117,6 +118,11 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        with warnings.catch_warnings():  # restores Python's way of showing warnings when the command returns
+            warnings.showwarning = _show_warning
+            return run(*args, **kwargs)
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
         if isinstance(sys.stdout, io.TextIOWrapper):
             # A file name is bytes, which Python gives as lone surrogates where they are not UTF-8; printed, they
             # are those bytes again (a UTF-8 locale's stdout would refuse them: UnicodeEncodeError).
@@ -129,6 +135,20 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
             report(_last_defence(kwargs, e), kwargs.get("json_output"))
 
     return wrapper
+
+
+_python_show_warning = warnings.showwarning
+
+
+def _show_warning(
+    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+) -> None:
+    """judgestore's own warnings (a key that may mix models, a network filesystem) as one ``warning:`` line on
+    stderr, as errors are shown; anyone else's (a library's) as Python shows them."""
+    if category.__module__.partition(".")[0] in ("store", "inference"):
+        stderr().print(Text.assemble(("warning: ", "bold yellow"), str(message)), soft_wrap=True)
+    else:
+        _python_show_warning(message, category, filename, lineno, file, line)
 
 
 def to_json(value: object, *, indent: bool = True) -> str:

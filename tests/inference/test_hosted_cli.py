@@ -213,3 +213,16 @@ def test_json_with_results_on_stdout_puts_the_summary_on_stderr(
     rows = [orjson.loads(line) for line in result.stdout.splitlines()]  # every stdout line is one result
     assert len(rows) == 5 and all("completion" in row for row in rows)
     assert orjson.loads(result.stderr)["misses"] == 5
+
+
+def test_a_warning_about_the_key_is_one_line_not_pythons_warning_format(
+    chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+    result = judgestore(
+        "generate", "--provider", "openai", "--model", "gpt-x", "--api-key-env", "NO_SUCH_KEY", "--task", "t",
+        "-i", str(chat_prompts), "-o", str(tmp_path / "o.jsonl"), "--store-root", str(tmp_path / "store"),
+    )  # fmt: skip
+    assert result.exit_code == 1 and "NO_SUCH_KEY" in result.stderr
+    assert "warning: 'gpt-x' is an alias OpenAI may move" in result.stderr
+    assert "HostedKeyWarning" not in result.stderr and ".py:" not in result.stderr  # not Python's file:line format
