@@ -60,7 +60,10 @@ def parse_size(text: str) -> int:
         raise InvalidInputError(f"{text!r} is not a size: give a number and a unit, e.g. 500MB, 2GB, 1.5GiB")
     number, prefix, binary = match.groups()
     power = 0 if prefix is None else _SIZE_POWERS[prefix.lower()]
-    return int(float(number) * (1024 if binary else 1000) ** power)
+    size = float(number) * (1024 if binary else 1000) ** power
+    if size == float("inf"):  # a number of hundreds of digits: a float holds it only as infinity
+        raise InvalidInputError(f"{text[:40]!r}... is not a size a disk holds: give e.g. 500MB, 2GB, 1.5GiB")
+    return int(size)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

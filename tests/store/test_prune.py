@@ -146,7 +146,7 @@ def test_a_duration_beyond_the_calendar_is_refused() -> None:
     assert PruneRule(older_than=parse_duration("700000d")).older_than == timedelta(days=700_000)
 
 
-@pytest.mark.parametrize("bad", ["", "MB", "5 XB", "1iB", "-3MB"])
+@pytest.mark.parametrize("bad", ["", "MB", "5 XB", "1iB", "-3MB", "9" * 400 + "TB"])
 def test_bad_sizes_say_what_to_write(bad: str) -> None:
     with pytest.raises(InvalidInputError, match=r"e\.g\. 500MB"):
         parse_size(bad)
