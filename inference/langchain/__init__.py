@@ -15,9 +15,10 @@ Contract:
   hosted model's concurrently, ``max_concurrency`` at once), never one call
   per input in threads. ``invoke``, ``ainvoke`` and ``generate`` go the same
   way; ``abatch`` and ``ainvoke`` run it off the event loop
-  (:meth:`~inference.cache.model.CachedModel.acomplete`). ``stream`` yields the
-  whole answer as one chunk (a hit streams its stored text; the engine does
-  not stream). A config's ``max_concurrency`` does not split the batch: a
+  (:meth:`~inference.cache.model.CachedModel.acomplete`). ``stream`` and
+  ``astream`` yield the whole answer as one chunk (a hit streams its stored
+  text; the engine does not stream), their row metadata from their config
+  too. A config's ``max_concurrency`` does not split the batch: a
   hosted model's own ``max_concurrency`` bounds its requests in flight.
 * Messages, row metadata from each input's ``config["metadata"]``, the
   refusal of call-time sampling (it is part of the key) and the
@@ -34,7 +35,8 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator, Mapping, Sequence
+import contextvars
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
 from inference.cache.accounting import CallStats
@@ -57,8 +59,8 @@ try:
     from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
     from langchain_core.runnables import RunnableConfig
-    from langchain_core.runnables.config import get_config_list
-    from pydantic import ConfigDict, model_validator
+    from langchain_core.runnables.config import ensure_config, get_config_list
+    from pydantic import ConfigDict
 except ImportError as e:  # pragma: no cover - exercised without the extra installed
     raise MissingDependencyError(
         "inference.langchain needs langchain-core: " + install_hint("langchain", "'langchain-core>=1.0'")
@@ -75,6 +77,12 @@ from inference.langchain.shapes import (
     raise_first,
     requests_of,
     result_of,
+)
+
+# The config metadata of the stream() / astream() call running in this context (LangChain's stream gives _stream no
+# run manager to read it from).
+_STREAM_METADATA: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "stream_metadata", default=None
 )
 
 
@@ -97,18 +105,25 @@ class CachedChatModel(BaseChatModel):
     mode: Mode = "use"
     cached: CachedModel | None = None
 
-    @model_validator(mode="after")
-    def _build_cached(self) -> CachedChatModel:
+    def __init__(self, **data: Any) -> None:
+        super().__init__(**data)
+        self._build_cached()  # here, not in a validator: pydantic would wrap its typed error in a ValidationError
+
+    def _build_cached(self) -> None:
         if (self.spec is None) == (self.cached is None):
             raise InvalidInputError(
                 "CachedChatModel takes a spec (with a store and a task) or a cached model, not both"
+            )
+        given = sorted({"store", "task", "mode"} & self.model_fields_set) if self.spec is None else []
+        if given:  # the cached model has its own: these would be ignored
+            raise InvalidInputError(
+                f"CachedChatModel(cached=...) takes the cached model's store, task and mode; {given} would be ignored"
             )
         if self.cached is None:
             assert self.spec is not None
             if not self.task:
                 raise InvalidInputError("CachedChatModel(spec=...) needs task=, the task its rows are stored under")
             self.cached = self.spec.cached(self.store, task=self.task, mode=self.mode)
-        return self
 
     # ------------------------------------------------------------ LangChain's hooks
 
@@ -224,6 +239,46 @@ class CachedChatModel(BaseChatModel):
         outcomes, _, _ = await self._awith_callbacks(conversations, configs, stop, kwargs)
         return cast(list[AIMessage], outcomes if return_exceptions else raise_first(outcomes))
 
+    def stream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> Iterator[AIMessageChunk]:
+        """LangChain's ``stream``, its config's metadata labelling the row (see :meth:`_one`)."""
+        chunks, metadata = super().stream(input, config, stop=stop, **kwargs), ensure_config(config).get("metadata")
+        while True:  # the metadata is set around each step only: never across a yield
+            token = _STREAM_METADATA.set(metadata)
+            try:
+                chunk = next(chunks)
+            except StopIteration:
+                return
+            finally:
+                _STREAM_METADATA.reset(token)
+            yield chunk
+
+    async def astream(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AsyncIterator[AIMessageChunk]:
+        """LangChain's ``astream`` (``_stream`` in a worker thread), its config's metadata labelling the row."""
+        chunks, metadata = super().astream(input, config, stop=stop, **kwargs), ensure_config(config).get("metadata")
+        while True:  # as in stream: the worker thread runs in a copy of this context
+            token = _STREAM_METADATA.set(metadata)
+            try:
+                chunk = await anext(chunks)
+            except StopAsyncIteration:
+                return
+            finally:
+                _STREAM_METADATA.reset(token)
+            yield chunk
+
     # ------------------------------------------------------------ lifecycle
 
     @property
@@ -261,9 +316,13 @@ class CachedChatModel(BaseChatModel):
         run_manager: CallbackManagerForLLMRun | None,
         kwargs: Mapping[str, Any],
     ) -> AIMessage:
-        """One conversation, for LangChain's own single-input paths (``stream``); its run manager is LangChain's."""
+        """One conversation, for LangChain's own single-input paths (``stream``); its run manager is LangChain's.
+
+        LangChain's ``stream`` gives ``_stream`` no run manager: the row metadata is then its config's, which
+        :meth:`stream` and :meth:`astream` hold in :data:`_STREAM_METADATA` around each step.
+        """
         check_call(self._model.descriptor, stop, kwargs)
-        metadata = dict(run_manager.metadata) if run_manager is not None else {}
+        metadata = dict(run_manager.metadata) if run_manager is not None else dict(_STREAM_METADATA.get() or {})
         requests, outcomes = self._requests([messages], [metadata])
         if requests:
             answer(requests, outcomes, call(self._model, self.role, requests), self._model, self.role)

@@ -165,6 +165,30 @@ def test_stream_of_a_hit_yields_its_stored_text(store: Store, fake: FakeOpenAI) 
     assert len(fake.completions()) == 1
 
 
+def test_stream_and_astream_label_their_row_from_the_config(store: Store, fake: FakeOpenAI) -> None:
+    class Tokens(BaseCallbackHandler):
+        def __init__(self) -> None:
+            self.tokens: list[str] = []
+
+        def on_llm_new_token(self, token: str, **kw: Any) -> None:
+            self.tokens.append(token)
+
+    async def astreamed(chat: CachedChatModel) -> list[Any]:
+        return [c async for c in chat.astream("async s", config={"metadata": {"instruction_id": "8"}})]
+
+    handler = Tokens()
+    with chat_model(fake, store) as chat:
+        chunks = list(chat.stream("sync s", config={"metadata": {"instruction_id": "7"}, "callbacks": [handler]}))
+        (achunk,) = asyncio.run(astreamed(chat))
+    assert [c.content for c in chunks] == ["echo: sync s"] and achunk.content == "echo: async s"
+    assert handler.tokens == ["echo: sync s"]
+    rows = store.query_rows(Selector(role="completions", task="arena"), RowFilter())
+    assert sorted((r.record.completion, r.record.instruction_id) for r in rows) == [  # type: ignore[union-attr]
+        ("echo: async s", "8"),
+        ("echo: sync s", "7"),
+    ]
+
+
 def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None:
     class Counting(BaseCallbackHandler):
         def __init__(self) -> None:
@@ -217,7 +241,9 @@ def test_it_wraps_a_cached_model_and_refuses_half_a_spec(store: Store, fake: Fak
     model = CachedModel(store, served(fake).descriptor, task="arena", backend_factory=served(fake).backend)
     with CachedChatModel(cached=model) as chat:
         assert chat.invoke("wrapped").content == "echo: wrapped"
-    with pytest.raises(ValueError, match="needs task"):
+    with pytest.raises(InvalidInputError, match="needs task"):  # typed, not pydantic's ValidationError
         CachedChatModel(spec=served(fake), store=store)
-    with pytest.raises(ValueError, match="not both"):
+    with pytest.raises(InvalidInputError, match="not both"):
         CachedChatModel(spec=served(fake), cached=model, task="arena")
+    with pytest.raises(InvalidInputError, match=r"\['mode', 'task'\] would be ignored"):
+        CachedChatModel(cached=model, task="other", mode="replay")  # the cached model's are "arena" and "use"
