@@ -13,8 +13,9 @@ Contract:
   computed, and the store opened, on the first :func:`do_inference`; the
   engine only when a call has misses.
 * ``do_inference(prepared, inputs, use_tqdm=False, *, return_top_logprobs=False,
-  cache_metadata=[...])`` answers ``inputs`` (strings, LangChain prompt
-  values or message lists: :func:`inference.messages.chat_messages`) through
+  cache_metadata=[...])`` answers ``inputs`` (a list of strings, LangChain
+  prompt values or message lists: :func:`inference.messages.chat_messages`;
+  one string or prompt value alone is refused, not split) through
   one plan of the cache boundary, hits from the store and the misses in one
   engine call, and returns the results in the caller's order: the texts, or
   with ``return_top_logprobs=True`` :class:`InferenceResult` s carrying
@@ -44,6 +45,7 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -175,7 +177,10 @@ def prepare_model(
     mode: Mode = "use",
     **spec_options: Any,
 ) -> PreparedModel:
-    """A :class:`PreparedModel`; ``spec_options`` (``sampling=``, ``engine_kwargs=``...) build the spec of a string."""
+    """A :class:`PreparedModel`; ``spec_options`` (``sampling=``, ``engine_kwargs=``...) build the spec of a string.
+
+    An option that spec does not take (a misspelt one) is refused with :class:`~store.errors.InvalidInputError`.
+    """
     role = check_role(role)
     if isinstance(model, str):
         spec = _spec_of(model, spec_options)
@@ -198,6 +203,10 @@ def do_inference(
     if not isinstance(chat_model, PreparedModel):
         raise InvalidInputError(
             f"do_inference takes a model from prepare_model(...), got a {type(chat_model).__name__}"
+        )
+    if isinstance(inputs, str | Mapping) or hasattr(inputs, "to_messages"):
+        raise InvalidInputError(
+            f"do_inference takes a list of inputs, got one {type(inputs).__name__}: pass [it] for a single input"
         )
     inputs = list(inputs)
     requests = _requests(chat_model, inputs, cache_metadata)
@@ -224,14 +233,26 @@ def do_inference(
 
 def _spec_of(name: str, options: dict[str, Any]) -> Spec:
     prefix, sep, rest = name.partition("/")
-    if sep and prefix in PROVIDER_PREFIXES:
-        provider = PROVIDER_PREFIXES[prefix]
-        if provider is not None:
-            from inference.spec import HostedSpec  # only what a hosted model needs
+    if not (sep and prefix in PROVIDER_PREFIXES):
+        rest = name
+    elif (provider := PROVIDER_PREFIXES[prefix]) is not None:
+        from inference.spec import HostedSpec  # only what a hosted model needs
 
-            return HostedSpec(model=rest, provider=provider, **options)  # type: ignore[arg-type]
-        name = rest
-    return ModelSpec(model=name, **options)
+        _check_options(HostedSpec, name, options, {"model", "provider"})
+        return HostedSpec(model=rest, provider=provider, **options)  # type: ignore[arg-type]
+    _check_options(ModelSpec, name, options, {"model"})
+    return ModelSpec(model=rest, **options)
+
+
+def _check_options(spec: type[Spec], name: str, options: Mapping[str, Any], named: set[str]) -> None:
+    """Refuse options the spec does not take (a misspelt one) and those the name already says."""
+    allowed = {f.name for f in dataclasses.fields(spec) if f.init} - named  # type: ignore[arg-type]
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise InvalidInputError(
+            f"prepare_model({name!r}) builds a {spec.__name__}, which does not take {unknown}: "
+            f"it takes {', '.join(sorted(allowed))}"
+        )
 
 
 def _requests(

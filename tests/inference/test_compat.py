@@ -139,6 +139,29 @@ def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
         do_inference("VLLM/m", ["hi"], cache_metadata=ids(1))  # type: ignore[arg-type]
 
 
+@pytest.mark.parametrize(
+    ("name", "options", "says"),
+    [
+        ("VLLM/m", {"samplng": {"max_tokens": 8}}, r"ModelSpec, which does not take \['samplng'\]"),
+        ("m", {"sampling": {}, "engine_kwarg": {}}, r"does not take \['engine_kwarg'\]"),
+        ("OpenAI/gpt-4o", {"engine_kwargs": {}}, r"HostedSpec, which does not take \['engine_kwargs'\]"),
+        ("Together/m", {"provider": "openai"}, r"does not take \['provider'\]"),  # the name says it
+    ],
+)
+def test_an_option_the_spec_does_not_take_is_refused_typed(name: str, options: dict[str, Any], says: str) -> None:
+    with pytest.raises(InvalidInputError, match=says):
+        prepare_model(name, task="arena", **options)
+
+
+def test_one_string_as_the_inputs_is_refused_not_split(fake: FakeOpenAI) -> None:
+    prompt = ChatPromptTemplate.from_messages([("human", "{q}")]).invoke({"q": "which?"})
+    with prepare_model(served(fake), task="arena", mode="off") as model:
+        for one in ("abc", prompt):
+            with pytest.raises(InvalidInputError, match="takes a list of inputs"):
+                do_inference(model, one)  # type: ignore[arg-type]
+    assert fake.completions() == []
+
+
 def test_a_refused_input_fails_alone_and_the_call_raises_after_storing_the_rest(store: Store, fake: FakeOpenAI) -> None:
     fake.context_length = 10
     with prepare_model(served(fake), task="arena", store=store) as model:
