@@ -52,7 +52,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
 
 from inference.cache.accounting import CallStats
 from inference.cache.model import CachedModel
-from inference.cache.plan import Mode, Plan
+from inference.cache.plan import MODES, Mode, Plan
 from inference.logprob_views import token_logprobs_last_wins, token_logprobs_merged
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
@@ -179,9 +179,12 @@ def prepare_model(
 ) -> PreparedModel:
     """A :class:`PreparedModel`; ``spec_options`` (``sampling=``, ``engine_kwargs=``...) build the spec of a string.
 
-    An option that spec does not take (a misspelt one) is refused with :class:`~store.errors.InvalidInputError`.
+    An option that spec does not take (a misspelt one), and a mode that is none of
+    :data:`~inference.cache.plan.MODES`, are refused with :class:`~store.errors.InvalidInputError`.
     """
     role = check_role(role)
+    if mode not in MODES:  # refused here, not on the first call after the store was opened
+        raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(model, str):
         spec = _spec_of(model, spec_options)
     elif spec_options:

@@ -146,6 +146,7 @@ def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
         ("m", {"sampling": {}, "engine_kwarg": {}}, r"does not take \['engine_kwarg'\]"),
         ("OpenAI/gpt-4o", {"engine_kwargs": {}}, r"HostedSpec, which does not take \['engine_kwargs'\]"),
         ("Together/m", {"provider": "openai"}, r"does not take \['provider'\]"),  # the name says it
+        ("VLLM/m", {"mode": "replay-only"}, r"mode must be one of use, refresh, off, replay, readonly"),
     ],
 )
 def test_an_option_the_spec_does_not_take_is_refused_typed(name: str, options: dict[str, Any], says: str) -> None:
