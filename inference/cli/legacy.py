@@ -114,7 +114,7 @@ def _import_table(report: "ImportReport") -> FittedTable:
     table.caption = (
         f"{totals['rows']:,} rows: {totals['imported']:,} imported, {totals['already_present']:,} already present, "
         f"{totals['conflicts']:,} conflicts, {totals['skipped']:,} skipped, {totals['failed']:,} failed"
-    )
+    ) + (f"; {report.ignored_files:,} other files ignored" if report.ignored_files else "")
     return table
 
 
@@ -249,6 +249,13 @@ def import_command(
         emit_json(payload)
     else:
         stdout().print(_import_table(report))
+        if not report.sources:  # folders holding no cache at all: say so, not just a table of nothing
+            err.print(
+                f"No legacy cache found in {', '.join(map(str, sources))} ({report.ignored_files:,} other files "
+                "ignored); `judgestore import --detect` says what it recognises",
+                style="yellow",
+                soft_wrap=True,
+            )
         _print_reasons(report, err)
         unattributed = report.totals()["unattributed"]
         if unattributed:

@@ -116,6 +116,18 @@ def test_usage_errors_name_the_option(tmp_path: Path) -> None:
     assert result.returncode == 1 and "inputs.jsonl:1: give exactly one of messages, text, turns" in result.stderr
 
 
+def test_a_folder_holding_no_cache_says_so_and_how_many_files_were_ignored(tmp_path: Path) -> None:
+    folder, root = tmp_path / "results", tmp_path / "store"
+    folder.mkdir()
+    (folder / "answers.jsonl").write_text('{"text": "hi"}\n')
+    (folder / "notes.txt").write_text("not a cache\n")
+    result = judgestore("import", str(folder), "--store-root", str(root), env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    assert f"No legacy cache found in {folder} (2 other files ignored)" in result.stderr
+    assert "2 other files ignored" in result.stdout  # the table's caption too
+    assert not list(root.rglob("*.db"))
+
+
 def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_model: Path, tmp_path: Path) -> None:
     """The printed `judgestore adopt` names the imported descriptor and settings that differ from it only in the
     vLLM version: `judgestore explain` given the same options finds it as the nearest, differing in nothing else."""
