@@ -57,7 +57,7 @@ from store.settings import Settings
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import RowFilter
 from store.tables.records import Record
-from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes
+from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, lookup_keys
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -194,9 +194,11 @@ class Database(ABC):
 
         ``deferred`` (the default, a cache's lookup): ``input_text`` and the row's bookkeeping are left out of the
         statement and each record reads them on first access, for every record of this call in one statement
-        (:mod:`store.tables.deferred`); pass False where every record's prompt is wanted at once.
+        (:mod:`store.tables.deferred`); pass False where every record's prompt is wanted at once. A key that is
+        not an input hash (64 lowercase hex characters) is an :class:`~store.errors.InvalidInputError`, before
+        anything is read.
         """
-        keys = list(hashes)
+        keys = lookup_keys(hashes)
         lean = self._deferred_columns() if deferred else None
         return self._read(lambda repo: repo.get_many(keys, deferred=lean))
 

@@ -196,6 +196,13 @@ def test_bad_input_gets_a_page_that_names_it(
     assert message in get(client, path, status, **params)
 
 
+def test_a_row_hash_that_is_no_input_hash_is_a_bad_request(client: TestClient, demo_store: Store) -> None:
+    """A malformed hash is the reader's mistake (400, naming it), not a row that is absent (404)."""
+    database = names_of(demo_store)[demo.JUDGE]
+    assert "&#39;ab&#39; is not an input hash" in get(client, "/row", 400, db=database, hash="ab")
+    assert "no row" in get(client, "/row", 404, db=database, hash="0" * 64)
+
+
 def test_a_loopback_app_answers_loopback_names_only(demo_folder: Path) -> None:
     with Store(Settings(), root=demo_folder, readonly=True) as store:
         app = create_app(Browser(store))

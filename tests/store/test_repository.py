@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import re
 import sqlite3
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -243,6 +244,32 @@ def both(store_root: Path, pg_url: str) -> Iterator[tuple[Store, Store]]:
     """A folder store and a server store at once, to compare what each says."""
     with Store(root=store_root) as folder, Store(url=pg_url) as server:
         yield folder, server
+
+
+BAD_KEYS: list[tuple[Any, str]] = [
+    ([123], "int 123 is not an input hash"),
+    ([None], "NoneType None is not an input hash"),
+    ([b"ab" * 32], "bytes b'abab"),
+    (["ab" * 16], "str 'abab"),  # too short
+    (["ab" * 32 + "a"], "str 'abab"),  # too long
+    (["zz" * 32], "str 'zzzz"),  # not hex
+    (["AB" * 32], "str 'ABAB"),  # not lowercase: never a stored key
+    (["é" * 64], "str 'éé"),
+    ("ab" * 32, "an iterable of input hashes, not one str"),
+]
+
+
+@pytest.mark.parametrize(("keys", "named"), BAD_KEYS)
+def test_get_many_refuses_what_is_not_an_input_hash(backend: Store, descriptor: ModelDescriptor, keys: Any,
+                                                    named: str) -> None:  # fmt: skip
+    database = backend.database("completions", "t", descriptor)
+    good = completion_record(0)
+    database.put_many([good])
+    with pytest.raises(InvalidInputError, match=re.escape(named)):
+        database.get_many([good.input_hash, *keys] if isinstance(keys, list) else keys)
+    with pytest.raises(InvalidInputError, match=re.escape(named)):
+        database.get_many(keys, deferred=False)
+    assert set(database.get_many([good.input_hash])) == {good.input_hash}
 
 
 # NUL, the server's escape character and the digits that follow it, 4-byte UTF-8, right-to-left text and

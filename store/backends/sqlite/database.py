@@ -32,7 +32,7 @@ from store.errors import StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.settings import Settings
 from store.tables.records import Record
-from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes
+from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, lookup_keys
 
 T = TypeVar("T")
 
@@ -129,7 +129,7 @@ class SqliteDatabase(Database):
             conn.close()
 
     def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
-        keys = list(hashes)
+        keys = lookup_keys(hashes)
         if not keys:
             return {}
 
