@@ -8,19 +8,30 @@ Contract:
   :class:`Found` per row: ``(location, descriptor, row)``, the ORM object
   with the :class:`~store.layout.Location` and the full
   :class:`~store.descriptor.ModelDescriptor` of the database it came from.
-  The objects are detached (the database's transaction is over): read them,
-  never change them through this call.
+  The objects are detached (the database's transaction is over), every
+  column loaded: read them, never change them through this call. Loader
+  options (``defer``, ``load_only``, ``undefer``, ``raiseload``) are refused
+  with a :class:`~store.errors.StatementError` before any database is
+  opened, on both backends: a column left out of a detached row could never
+  be loaded later. To read only some columns, name them in :func:`execute`.
 * :func:`execute` (``Store.execute``) runs column selects and the aggregates
   that combine exactly (``count``, ``sum``, ``min``, ``max``, ``group_by``)
   and returns a SQLAlchemy ``Result`` (``.all()``, ``.scalars()``,
   ``.mappings()``, iteration).
-* ``where``, ``order_by``, ``limit``/``offset`` and ``options`` hold across
+* ``where``, ``order_by`` and ``limit``/``offset`` hold across
   databases exactly as on one table holding every row of the selected
-  databases (ties of ``order_by`` come in any order, as on one table). A
+  databases (ties of ``order_by`` come in any order, as on one table).
+  Text is ordered by code point on both backends, whatever the server's
+  locale (SQLite's ``BINARY``, PostgreSQL's ``"C"`` collation). A
   join (to ``runs``, an ``aliased()`` self-join) or a subquery runs inside
   each database: rows of different databases never meet. Without a selector, every database of the entity's role
   (completions or judgements; both for runs and adoptions). Databases without
   tables are skipped.
+* A JSON value (``top_logprobs``, ``usage``, an element of them) is never
+  ordered, grouped, or taken ``sum``/``min``/``max`` of: PostgreSQL's json
+  has neither order nor equality, so both backends refuse it with a
+  :class:`~store.errors.StatementError`; a typed element compares
+  (``Judgement.top_logprobs["A"].as_float()``).
 * Everything that cannot be answered exactly is refused, with a typed error,
   before any database is opened (:mod:`store.across.plan`), or, for a
   ``group_by`` of terms that are not selected, once the databases are

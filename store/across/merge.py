@@ -19,8 +19,8 @@ Contract:
   Groups are then ordered, offset and limited as the statement says.
 * NULLs order where the backend puts them (``nulls_smallest``: SQLite's
   NULLs come first ascending, PostgreSQL's last) unless ``nulls_first()`` /
-  ``nulls_last()`` say otherwise. Values that Python cannot compare (a JSON
-  column) are refused with a typed error.
+  ``nulls_last()`` say otherwise. JSON values are refused by the plan; any
+  other values that Python cannot compare are a typed error too.
 """
 
 from __future__ import annotations

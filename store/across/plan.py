@@ -12,7 +12,10 @@ Contract:
   included), a column of an aggregate that is not grouped by, an ordering by
   text, a ``COLLATE`` in an ordering, a limit or offset that is not a number,
   a statement that reads none of the store's tables or both completions and
-  judgements (no database holds both).
+  judgements (no database holds both), a loader option (``defer``,
+  ``load_only``...: the rows come back detached, so a column left out could
+  never be loaded), a JSON value in an ordering, a grouping or a
+  ``sum``/``min``/``max`` (PostgreSQL's json has neither order nor equality).
 * A ``group_by`` term that is not a column of the result
   (:attr:`Plan.ungrouped`) leaves nothing to tell two databases' groups
   apart: :meth:`Plan.check_databases` refuses it over more than one
@@ -35,7 +38,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Alias, Select, Table
+from sqlalchemy import JSON, Alias, Select, Table
+from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import CollationClause, FunctionFilter, Label, Over, UnaryExpression, WithinGroup
 from sqlalchemy.sql.functions import FunctionElement
@@ -135,6 +139,13 @@ class Plan:
             raise NotCombinableError("DISTINCT")
         if statement._having_criteria:
             raise NotCombinableError("HAVING")
+        if any(isinstance(option, LoaderOption) for option in statement._with_options):
+            raise StatementError(
+                "loader options (defer, load_only, undefer, raiseload...) are refused across databases: the rows "
+                "come back detached (each database's transaction is over), so a column left out could never be "
+                "loaded later. select(Entity) reads every column; to read only some, name them: "
+                "Store.execute(select(Judgement.judge, ...))"
+            )
         tables = _tables(statement)
         descriptions = statement.column_descriptions
         is_entity = len(descriptions) == 1 and any(descriptions[0]["expr"] is e for e in ENTITIES)
@@ -216,9 +227,19 @@ def _order_key(term: ClauseElement) -> OrderKey:
         term = term.element
     if not isinstance(term, ColumnElement) or type(term).__name__.startswith("_textual"):
         raise StatementError(f"order_by({term}) is text; order by a column or an expression of columns")
+    _refuse_json(term, f"order_by({term})")
     if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
         raise StatementError(f"order_by({term}) names a collation; across databases rows are ordered by value")
     return OrderKey(term, descending, nulls_first)
+
+
+def _refuse_json(term: ClauseElement, shown: str) -> None:
+    """Refuse ordering, grouping or ``sum``/``min``/``max`` of a JSON value: neither backend can compare two."""
+    if isinstance(getattr(term, "type", None), JSON):
+        raise StatementError(
+            f"{shown}: JSON values cannot be compared (PostgreSQL's json has neither order nor equality); use a "
+            "typed element, e.g. Judgement.top_logprobs['A'].as_float()"
+        )
 
 
 def _function_name(element: object) -> str | None:
@@ -248,6 +269,11 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
         if isinstance(element, FunctionFilter) and id(element.func) in top:
             raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
     groups = statement._group_by_clauses
+    for column, h in zip(columns, how, strict=True):
+        if h in ("sum", "min", "max"):
+            _refuse_json(column, str(column))
+    for group in groups:
+        _refuse_json(group, f"group_by({group})")
     if not top and not groups:
         for term in statement._order_by_clauses:
             if any(_function_name(e) in COMBINABLE or _function_name(e) in OTHER_AGGREGATES

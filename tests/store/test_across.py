@@ -35,7 +35,7 @@ from sqlalchemy import (
     text,
     update,
 )
-from sqlalchemy.orm import Session, aliased, load_only
+from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
 
 from store import Completion, Judgement, Run, Selector, Store
 from store.across.plan import Plan
@@ -304,6 +304,44 @@ def test_postgres_join_runs_in_each_schema_on_one_connection(pg_url: str) -> Non
         assert _cost_per_run(store) == _EXPECTED_COST
 
 
+@pytest.mark.postgres
+def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, store_root: Path) -> None:
+    """A server whose collation puts a < B: both paths order as SQLite does, and a merge stays in order."""
+    judges = [["a", "C", "é"], ["B", "d", "Z"]]
+    other = aliased(Judgement)
+    statements = [
+        select(Judgement.judge).order_by(Judgement.judge),  # one statement over every schema
+        select(Judgement.judge).join(other, other.input_hash == Judgement.input_hash).order_by(Judgement.judge),
+        select(Judgement.judge).order_by(Judgement.judge.desc()).limit(4),
+        select(Judgement.judge, func.count()).group_by(Judgement.judge).order_by(Judgement.judge),
+        select(Judgement.judge, func.count())
+        .join(other, other.input_hash == Judgement.input_hash)
+        .group_by(Judgement.judge)
+        .order_by(Judgement.judge),
+        select(func.min(Judgement.judge), func.max(Judgement.judge), func.count()),
+        select(Judgement.model_a, func.min(Judgement.judge).label("first"), func.max(Judgement.judge))
+        .join(other, other.input_hash == Judgement.input_hash)
+        .group_by(Judgement.model_a),
+    ]
+    answers = []
+    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
+        for store in (server, folder):
+            for i, names in enumerate(judges):
+                rows = [judgement_record(i * 3 + k, judge=name) for k, name in enumerate(names)]
+                store.database("judgements", "arena", descriptor(i)).put_many(rows)
+        with server.storage.connection(write=True) as conn:  # type: ignore[attr-defined]
+            for schema in conn.execute(text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'js\\_%'")).scalars():
+                conn.execute(
+                    text(f'ALTER TABLE "{schema}".judgements ALTER COLUMN judge TYPE varchar COLLATE "und-x-icu"')
+                )
+            assert conn.execute(text("SELECT 'a' < 'B' COLLATE \"und-x-icu\"")).scalar_one()
+        for store in (server, folder):
+            answers.append([store.execute(statement).all() for statement in statements])
+    expected = sorted(name for names in judges for name in names)  # code point order: B C Z a d é
+    assert [judge for (judge,) in answers[1][0]] == expected
+    assert answers[0] == answers[1]
+
+
 # ---------------------------------------------------------------- joins stay inside each database
 
 
@@ -523,14 +561,64 @@ def test_an_empty_store_gives_no_rows_and_the_empty_table_aggregate(store: Store
     assert store.execute(select(func.count(), func.max(Judgement.created_at)).select_from(Judgement)).one() == (0, None)
 
 
-def test_options_hold_in_every_database(store: Store) -> None:
+@pytest.fixture(params=["folder", pytest.param("server", marks=pytest.mark.postgres)])
+def either(request: pytest.FixtureRequest, store_root: Path) -> Iterator[Store]:
+    """A folder store (SQLite) and a server store (PostgreSQL): the same statements, the same answers."""
+    with Store(root=store_root) if request.param == "folder" else Store(url=request.getfixturevalue("pg_url")) as s:
+        yield s
+
+
+LOADER_OPTIONS: list[Callable[[], Any]] = [
+    lambda: load_only(Judgement.judge),
+    lambda: defer(Judgement.input_text),
+    lambda: defer(Judgement.input_text, raiseload=True),
+    lambda: undefer(Judgement.input_text),
+]
+
+
+@pytest.mark.parametrize("option", LOADER_OPTIONS)
+def test_loader_options_are_refused_before_anything_is_read(either: Store, option: Callable[[], Any]) -> None:
+    """A deferred column of a detached row could never be loaded: refused alike, at query time, on both backends."""
     for i in range(2):
-        store.database("judgements", "arena", descriptor(i)).put_many([judgement_record(i * 2 + k) for k in range(2)])
-    found = list(
-        store.scalars(select(Judgement).options(load_only(Judgement.judge)).order_by(Judgement.instruction_id))
-    )
-    assert [f.row.judge for f in found] == ["judge-1"] * 4
-    assert all("input_text" not in f.row.__dict__ for f in found)  # never read
+        either.database("judgements", "arena", descriptor(i)).put_many([judgement_record(i * 2 + k) for k in range(2)])
+    ordered = select(Judgement).options(option()).order_by(Judgement.instruction_id)
+    for statement in (ordered, select(Judgement).options(option()), ordered.limit(1)):
+        with pytest.raises(StatementError, match=r"loader options .* Store\.execute\(select\(Judgement\.judge"):
+            either.scalars(statement)
+        with pytest.raises(StatementError, match="loader options"):
+            either.execute(statement)
+    # What they were for: only the columns named are read.
+    some = either.execute(select(Judgement.judge, Judgement.instruction_id).order_by(Judgement.instruction_id))
+    assert some.all() == [("judge-1", str(i)) for i in range(4)]
+    whole = [f.row for f in either.scalars(select(Judgement).order_by(Judgement.instruction_id))]
+    assert [row.input_text for row in whole] == [judgement_record(i).input_text for i in range(4)]  # all loaded
+
+
+JSON_TERMS: list[Callable[[], Any]] = [
+    lambda: select(func.min(Judgement.top_logprobs)),
+    lambda: select(func.max(Judgement.usage)),
+    lambda: select(Judgement.judge, func.max(Judgement.top_logprobs)).group_by(Judgement.judge),
+    lambda: select(func.sum(Judgement.top_logprobs)),
+    lambda: select(Judgement.top_logprobs, func.count()).group_by(Judgement.top_logprobs),
+    lambda: select(Judgement.input_hash).order_by(Judgement.top_logprobs),
+    lambda: select(Judgement.input_hash).order_by(Judgement.top_logprobs["A"].desc()),
+]
+
+
+@pytest.mark.parametrize("statement", JSON_TERMS)
+def test_json_values_are_never_ordered_grouped_or_aggregated(either: Store, statement: Callable[[], Any]) -> None:
+    """SQLite compared dicts in Python (a raw TypeError), PostgreSQL has no min(json): one typed error on both."""
+    for i in range(2):
+        rows = [judgement_record(i * 2 + k, top_logprobs={"A": -(i * 2 + k) / 4}) for k in range(2)]
+        either.database("judgements", "arena", descriptor(i)).put_many(rows)
+    for selector in (None, Selector(descriptor=descriptor(0).hash16())):  # over one database too
+        with pytest.raises(StatementError, match="JSON values cannot be compared"):
+            either.execute(statement(), selector)
+    # A typed element of the JSON compares, alike on both backends.
+    a = Judgement.top_logprobs["A"].as_float()
+    assert either.execute(select(func.min(a), func.max(a))).one() == (-0.75, 0.0)
+    ordered = select(Judgement.instruction_id).order_by(a.desc()).limit(3)
+    assert either.execute(ordered).scalars().all() == ["0", "1", "2"]
 
 
 def test_the_selector_narrows_the_databases(store: Store) -> None:

@@ -19,24 +19,32 @@ Contract:
 * Entities read that way are built from their columns as detached objects
   (:func:`_detached`): the same primary key may be in two schemas, and one
   ``Session``'s identity map would fold them into one object. Every column
-  is loaded there (loader options such as ``load_only`` are not applied).
+  is loaded, as on SQLite (the plan refuses loader options such as
+  ``load_only``).
 * Any other statement (a join, an alias, a subquery, entities among columns) runs in
   each schema on **one** connection (``schema_translate_map`` per
   execution, a ``Session`` per schema so equal keys stay distinct objects),
   and the rows are merged in Python (:mod:`store.across.merge`), NULLs
   ordered as PostgreSQL orders them. Never a connection per schema.
+* Both ways, text (a ``String`` term of ``order_by``, the argument of a
+  ``min``/``max``) is compared in the ``"C"`` collation, by code point,
+  whatever the server's locale: as SQLite compares it (``BINARY``) and as
+  the merge does. Under the server's own collation (``en_US``: ``a < B``)
+  the merged streams of two schemas would not even be in order.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, MetaData, Row, Select, inspect, literal_column, select, union_all
+from sqlalchemy import Integer, MetaData, Row, Select, String, func, inspect, literal_column, select, union_all
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
+from sqlalchemy.sql.elements import Label
 
 from store.across.merge import read_each
 from store.across.plan import AcrossRows, Kind, Plan
@@ -54,6 +62,7 @@ ROWS_PER_FETCH = 2_000
 def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> AcrossRows:
     """The rows of ``plan`` over ``databases`` (see the module docstring)."""
     schemas = [schema_name(database.location) for database in databases]
+    plan = _codepoint_ordered(plan)
     if not schemas or not plan.single_table or (plan.kind is Kind.ROWS and plan.has_entities):
         yield from _each_schema(server, schemas, plan)
         return
@@ -76,6 +85,40 @@ def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> Ac
         build = _builder(plan.entity, table.c.keys())
         for row in rows:
             yield row[-1], (build(row),)
+
+
+def _codepoint_ordered(plan: Plan) -> Plan:
+    """``plan`` comparing text in the "C" collation (its ordering, its ``min``/``max``): by code point, as SQLite
+    and the merge compare it."""
+    statement = plan.statement
+    texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
+    if texts:
+        columns = list(statement.selected_columns)
+        for i in texts:
+            (argument,) = _arguments(statement, i)
+            columns[i] = getattr(func, plan.combine[i])(argument.collate("C"))
+        statement = statement.with_only_columns(*columns)
+    if any(_is_text([key.expression]) for key in plan.order):
+        terms = []
+        for key in plan.order:
+            term = key.expression.collate("C") if _is_text([key.expression]) else key.expression
+            term = term.desc() if key.descending else term.asc()
+            terms.append(
+                term if key.nulls_first is None else term.nulls_first() if key.nulls_first else term.nulls_last()
+            )
+        statement = statement.order_by(None).order_by(*terms)
+    return plan if statement is plan.statement else dataclasses.replace(plan, statement=statement)
+
+
+def _arguments(statement: Select[Any], i: int) -> list[Any]:
+    """The arguments of the aggregate that is the statement's column ``i``."""
+    column = statement.selected_columns[i]
+    column = column.element if isinstance(column, Label) else column
+    return list(column.clauses)  # type: ignore[attr-defined]
+
+
+def _is_text(terms: list[Any]) -> bool:
+    return len(terms) == 1 and isinstance(terms[0].type, String)
 
 
 def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
