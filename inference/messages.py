@@ -17,8 +17,14 @@ Contract:
 * What judgestore cannot key as it stands is refused with
   :class:`~store.errors.UnsupportedMessageError`, naming the message and what
   to do, rather than dropped or passed on silently: tool and function
-  messages (and any other role), a message with tool calls or a ``name``,
-  OpenAI's ``developer`` role, and content that is not text (content blocks).
+  messages (and any other role), a message with tool calls (LangChain's
+  ``tool_calls``, or OpenAI's ``tool_calls``/``function_call`` in its
+  ``additional_kwargs``) or a ``name``, OpenAI's ``developer`` role, and
+  content that is not text (content blocks).
+* A message and its dict form (``message.model_dump()``, or
+  ``messages_to_dict``'s ``{"type", "data"}``) are the same message: what a
+  message carries that never reaches the model (its ``id``,
+  ``response_metadata``, ``usage_metadata``) is left out of both.
 * :class:`~inference.requests.CompletionRequest` itself takes
   ``{"role", "content"}`` dicts verbatim (its roles are what the chat
   template receives); this module is the way in for the other shapes.
@@ -41,8 +47,13 @@ ROLES: Mapping[str, str] = {
     "assistant": "assistant",
     "system": "system",
 }
-# Keys of a message dict that say nothing the model sees (LangChain's message id).
-_IGNORED_KEYS = frozenset({"role", "type", "content", "id"})
+# What a message (or its dict) may carry that never reaches the model: LangChain's id, what a provider said about
+# an answer, and the fields read separately below.
+_UNSENT = frozenset({"role", "type", "content", "id", "response_metadata", "usage_metadata", "additional_kwargs"})
+# What does reach the model, and judgestore cannot key: tool calls and a participant's name.
+_UNKEYABLE = ("tool_calls", "invalid_tool_calls", "name")
+# The same, as OpenAI's shapes carry them in ``additional_kwargs`` (LangChain's OpenAI models send them on).
+_UNKEYABLE_KWARGS = ("tool_calls", "function_call")
 
 
 def chat_messages(value: Any) -> list[dict[str, str]]:
@@ -79,23 +90,38 @@ def _message(i: int, item: Any) -> dict[str, str]:
     if isinstance(item, str):
         return {"role": "user", "content": item}
     if isinstance(item, Mapping):
+        if set(item) == {"type", "data"} and isinstance(item["data"], Mapping):  # messages_to_dict's shape
+            item = item["data"]
+        fields: Mapping[str, Any] = item
         kind = item.get("role", item.get("type"))
-        extra = sorted(k for k, v in item.items() if k not in _IGNORED_KEYS and v not in (None, "", [], {}))
-        return _checked(i, kind, item.get("content"), extra)
-    if isinstance(item, tuple | list) and len(item) == 2:
+    elif isinstance(item, tuple | list) and len(item) == 2:
         return _checked(i, item[0], item[1], [])
-    kind = getattr(item, "type", None)
-    if kind is None or not hasattr(item, "content"):
+    elif getattr(item, "type", None) is None or not hasattr(item, "content"):
         raise UnsupportedMessageError(
             f"message {i} is a {type(item).__name__}: give a LangChain message, a (role, content) pair or a dict "
             "with 'role' and 'content'"
         )
+    else:
+        fields = {name: getattr(item, name, None) for name in (*_UNKEYABLE, "additional_kwargs", "content")}
+        kind = item.type
     if kind == "chat":  # LangChain's ChatMessage names its role itself
-        kind = getattr(item, "role", kind)
-    extra = [name for name in ("tool_calls", "invalid_tool_calls", "name") if getattr(item, name, None)]
-    if (getattr(item, "additional_kwargs", None) or {}).get("__openai_role__") == "developer":
-        kind = "developer"
-    return _checked(i, kind, item.content, extra)
+        kind = fields.get("role", getattr(item, "role", kind))
+    kwargs = fields.get("additional_kwargs")
+    extra = [name for name in _UNKEYABLE if _given(fields.get(name))]
+    if isinstance(kwargs, Mapping):
+        if kwargs.get("__openai_role__") == "developer":
+            kind = "developer"
+        extra += [f"additional_kwargs[{name!r}]" for name in _UNKEYABLE_KWARGS if _given(kwargs.get(name))]
+    elif _given(kwargs):
+        extra.append("additional_kwargs that are not a dict")
+    if isinstance(item, Mapping):  # a dict names any field it likes: one no message has is refused, not dropped
+        extra += sorted(k for k, v in item.items() if k not in _UNSENT and k not in _UNKEYABLE and _given(v))
+    return _checked(i, kind, fields.get("content"), extra)
+
+
+def _given(value: Any) -> bool:
+    """Whether a message field holds something (a dict form writes every field, most of them empty)."""
+    return not (value is None or value is False or value in ("", [], {}))
 
 
 def _checked(i: int, kind: Any, content: Any, extra: Sequence[str]) -> dict[str, str]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage
+from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage, messages_to_dict
 from langchain_core.prompts import ChatPromptTemplate
 
 from inference import CompletionRequest
@@ -63,6 +63,23 @@ def test_every_shape_of_the_same_conversation_gives_the_same_messages() -> None:
         assert chat_messages(shape) == CONVERSATION
 
 
+def test_a_message_and_its_dict_forms_are_the_same_message() -> None:
+    """What an answer carries that never reaches the model (its metadata, token counts, id) counts in neither."""
+    history = [
+        SystemMessage("You are a judge.", id="m1"),
+        HumanMessage("Turn 1?"),
+        AIMessage(
+            "Answer 1.",
+            response_metadata={"finish_reason": "stop", "model_name": "m"},
+            usage_metadata={"input_tokens": 3, "output_tokens": 2, "total_tokens": 5},
+        ),
+        ChatMessage(role="user", content="Turn 2?"),
+    ]
+    assert chat_messages(history) == CONVERSATION
+    assert chat_messages([message.model_dump() for message in history]) == CONVERSATION
+    assert chat_messages(messages_to_dict(history)) == CONVERSATION
+
+
 def test_a_string_is_one_user_message() -> None:
     assert chat_messages("Hi") == [{"role": "user", "content": "Hi"}]
     assert text_prompt("Hi") == "Hi" == text_prompt([HumanMessage("Hi")])
@@ -78,6 +95,18 @@ def test_a_string_is_one_user_message() -> None:
         ([HumanMessage("hi", name="alice")], "carries name"),
         ([{"role": "user", "content": "hi", "name": "alice"}], "carries name"),
         ([{"role": "developer", "content": "be brief"}], "'developer' message"),
+        ([AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]).model_dump()], "carries tool_calls"),
+        (messages_to_dict([HumanMessage("hi", name="alice")]), "carries name"),
+        (
+            [AIMessage("", additional_kwargs={"function_call": {"name": "f", "arguments": "{}"}})],
+            r"carries additional_kwargs\['function_call'\]",
+        ),
+        (
+            [{"type": "ai", "content": "", "additional_kwargs": {"tool_calls": [{"id": "c1"}]}}],
+            r"carries additional_kwargs\['tool_calls'\]",
+        ),
+        ([{"role": "user", "content": "hi", "weight": 2}], "carries weight"),
+        ([{"role": "user", "content": "hi", "additional_kwargs": "x"}], "additional_kwargs that are not a dict"),
         ([HumanMessage(content=[{"type": "text", "text": "hi"}])], "list content"),
         ([], "empty"),
         ([42], "int"),
