@@ -26,8 +26,11 @@ Contract:
 * A request that fails (refused by the engine or server, or its row by the
   store) fails alone: ``batch(..., return_exceptions=True)`` puts its typed
   error in its place; otherwise the first such error is raised after the
-  whole batch was answered and stored. ``generate`` (hence ``invoke``)
-  raises it. Callbacks see one LLM run per input, started before the plan
+  whole batch was answered and stored. As in LangChain's own ``batch``, an
+  input that is no model input (``UnsupportedMessageError``) and a
+  call-time setting (each input's failure) are in their slots too with
+  ``return_exceptions``, else raised before anything is sent. ``generate``
+  (hence ``invoke``) raises it. Callbacks see one LLM run per input, started before the plan
   and ended (or errored) after it. LangChain's own ``cache`` is not
   consulted: the store is the cache.
 """
@@ -45,7 +48,7 @@ from inference.cache.plan import Mode
 from inference.requests import Request
 from inference.spec import Spec
 from store import Store
-from store.errors import InvalidInputError, MissingDependencyError, install_hint
+from store.errors import InvalidInputError, MissingDependencyError, UnsupportedMessageError, install_hint
 
 try:
     from langchain_core.callbacks import (
@@ -215,12 +218,13 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> list[AIMessage]:
         """One plan for the whole batch; with ``return_exceptions``, a failed input's error in its place."""
-        if not inputs:
-            return []
-        conversations = [self._convert_input(i).to_messages() for i in inputs]
         stop = kwargs.pop("stop", None)
-        outcomes, _, _ = self._with_callbacks(conversations, get_config_list(config, len(inputs)), stop, kwargs)
-        return cast(list[AIMessage], outcomes if return_exceptions else raise_first(outcomes))
+        slots, picked, conversations, configs = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
+        if picked:
+            outcomes, _, _ = self._with_callbacks(conversations, configs, stop, kwargs)
+            for i, outcome in zip(picked, outcomes, strict=True):
+                slots[i] = outcome
+        return cast(list[AIMessage], slots if return_exceptions else raise_first(cast(list[Outcome], slots)))
 
     async def abatch(
         self,
@@ -231,13 +235,13 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> list[AIMessage]:
         """:meth:`batch` with the plan, the store and the engine off the event loop."""
-        if not inputs:
-            return []
-        conversations = [self._convert_input(i).to_messages() for i in inputs]
         stop = kwargs.pop("stop", None)
-        configs = get_config_list(config, len(inputs))
-        outcomes, _, _ = await self._awith_callbacks(conversations, configs, stop, kwargs)
-        return cast(list[AIMessage], outcomes if return_exceptions else raise_first(outcomes))
+        slots, picked, conversations, configs = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
+        if picked:
+            outcomes, _, _ = await self._awith_callbacks(conversations, configs, stop, kwargs)
+            for i, outcome in zip(picked, outcomes, strict=True):
+                slots[i] = outcome
+        return cast(list[AIMessage], slots if return_exceptions else raise_first(cast(list[Outcome], slots)))
 
     def stream(
         self,
@@ -423,6 +427,43 @@ class CachedChatModel(BaseChatModel):
             else:
                 await run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=outcome)]]))
         return cast(list[Outcome], outcomes), managers, None if responses is None else responses.run
+
+    def _batch_inputs(
+        self,
+        inputs: Sequence[LanguageModelInput],
+        config: RunnableConfig | list[RunnableConfig] | None,
+        stop: list[str] | None,
+        kwargs: Mapping[str, Any],
+        return_exceptions: bool,
+    ) -> tuple[list[Outcome | None], list[int], list[list[BaseMessage]], list[RunnableConfig]]:
+        """A slot per input, and the index, conversation and config of each input the batch sends.
+
+        As in LangChain's own ``batch``, an input that is no model input, or a call-time setting (which every input
+        would get), is that input's failure: in its slot with ``return_exceptions``, else raised before anything is
+        sent.
+        """
+        slots: list[Outcome | None] = [None] * len(inputs)
+        try:
+            check_call(self._model.descriptor, stop, kwargs)
+        except InvalidInputError as e:
+            if not return_exceptions:
+                raise
+            return [e] * len(inputs), [], [], []
+        all_configs = get_config_list(config, len(inputs))
+        picked, conversations, configs = [], [], []
+        for i, value in enumerate(inputs):
+            try:
+                conversation = self._convert_input(value).to_messages()
+            except ValueError as e:  # LangChain's "Invalid input type ..."
+                error = UnsupportedMessageError(f"input {i}: {e}")
+                if not return_exceptions:
+                    raise error from e
+                slots[i] = error
+                continue
+            picked.append(i)
+            conversations.append(conversation)
+            configs.append(all_configs[i])
+        return slots, picked, conversations, configs
 
     def _invocation_params(self, stop: list[str] | None) -> dict[str, Any]:
         return {**self._identifying_params, "_type": self._llm_type, "stop": stop}

@@ -145,6 +145,25 @@ def test_call_time_sampling_is_refused_before_anything_is_sent(store: Store, fak
     assert len(fake.completions()) == 1
 
 
+def test_with_return_exceptions_a_batchs_bad_inputs_and_settings_fail_in_their_slots(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """As LangChain's own batch does: the failure is each input's, not the call's (and nothing is sent for it)."""
+    with chat_model(fake, store) as chat:
+        outcomes = chat.batch(["one", 42, "two"], return_exceptions=True)  # type: ignore[list-item]
+        assert isinstance(outcomes[1], UnsupportedMessageError) and "input 1" in str(outcomes[1])
+        assert [outcomes[0].content, outcomes[2].content] == ["echo: one", "echo: two"]
+        settings = chat.batch(["one", "three"], return_exceptions=True, temperature=0.7)
+        assert all(isinstance(o, InvalidInputError) and "temperature" in str(o) for o in settings)
+        assert len(settings) == 2
+        later = asyncio.run(chat.abatch([42, "four"], return_exceptions=True, stop=["###"]))  # type: ignore[list-item]
+        assert all(isinstance(o, InvalidInputError) and "stop" in str(o) for o in later)
+        for bad in (lambda: chat.batch(["five", 42]), lambda: chat.batch(["five"], temperature=0.7)):  # type: ignore[list-item]
+            with pytest.raises(InvalidInputError):
+                bad()
+    assert sorted(c.body["messages"][0]["content"] for c in fake.completions()) == ["one", "two"]  # type: ignore[index]
+
+
 def test_answers_carry_usage_finish_reason_and_openais_logprobs(store: Store, fake: FakeOpenAI) -> None:
     with chat_model(fake, store, sampling={"logprobs": 3, "max_tokens": 2}) as chat:
         message = chat.invoke("a b c")
