@@ -63,6 +63,7 @@ from store.tables.row_checks import (
     check_key,
     check_values,
     gc_paused,
+    lookup_keys,
     refuse_other_type,
     table_shape,
 )
@@ -104,13 +105,19 @@ class Repository(ABC):
                 records.append(record)
         return records
 
-    @abstractmethod
     def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
         """Rows stored under any of ``hashes``, keyed by input hash (missing keys are absent).
 
         With ``deferred`` the statement leaves the deferred columns out (``input_text``) and each record reads
-        them through it on first access (:mod:`store.tables.deferred`); the keys found are recorded in it.
+        them through it on first access (:mod:`store.tables.deferred`); the keys found are recorded in it. A key
+        that is not an input hash is an :class:`InvalidInputError` before anything is read
+        (:func:`~store.tables.row_checks.lookup_keys`), on both backends.
         """
+        return self._get_many(lookup_keys(hashes), deferred)
+
+    @abstractmethod
+    def _get_many(self, keys: list[str], deferred: DeferredColumns | None) -> dict[str, Record]:
+        """:meth:`get_many` of keys known to be input hashes."""
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Rows matching ``flt`` ordered by creation time, streamed in partitions."""

@@ -269,6 +269,8 @@ def test_get_many_refuses_what_is_not_an_input_hash(backend: Store, descriptor: 
         database.get_many([good.input_hash, *keys] if isinstance(keys, list) else keys)
     with pytest.raises(InvalidInputError, match=re.escape(named)):
         database.get_many(keys, deferred=False)
+    with database.reading() as repo, pytest.raises(InvalidInputError, match=re.escape(named)):
+        repo.get_many(keys)  # inside a transaction too
     assert set(database.get_many([good.input_hash])) == {good.input_hash}
 
 

@@ -129,9 +129,8 @@ def lookup_statement(role: Role, lean: bool = False) -> Select[Any]:
 class PostgresRepository(Repository):
     """The rows of one role's table in one descriptor schema (see the module docstring)."""
 
-    def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
-        """Rows stored under any of ``hashes``, keyed by input hash (see the base class)."""
-        keys = list(dict.fromkeys(hashes))
+    def _get_many(self, keys: list[str], deferred: DeferredColumns | None) -> dict[str, Record]:
+        keys = list(dict.fromkeys(keys))
         found: dict[str, Record] = {}
         stmt = lookup_statement(self.role, deferred is not None)
         # The GC stays paused while rows are fetched too: the JSON columns are decoded into many

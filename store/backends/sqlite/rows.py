@@ -363,8 +363,8 @@ class SqliteRepository(Repository):
         conn: sqlite3.Connection = self.conn.connection.driver_connection  # type: ignore[assignment]
         return conn
 
-    def get_many(self, hashes: Iterable[str], *, deferred: DeferredColumns | None = None) -> dict[str, Record]:
-        return sqlite_get_many(self._driver(), self.role, list(hashes), deferred)
+    def _get_many(self, keys: list[str], deferred: DeferredColumns | None) -> dict[str, Record]:
+        return sqlite_get_many(self._driver(), self.role, keys, deferred)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         insert = sqlite_insert(self.role, on_conflict)
