@@ -390,6 +390,20 @@ def test_usage_totals_add_up_the_numbers_and_skip_everything_else(backend: Store
     assert (totals.engine_seconds, totals.rows_with_cost) == (0.5, 1)
 
 
+def test_usage_totals_past_64_bits_are_exact_on_both_backends(backend: Store, descriptor: ModelDescriptor) -> None:
+    """SQLite's sum() stops at 2^63; the totals go on, as the server's numeric does (and stats reads them)."""
+    usages = [{"prompt_tokens": 2**63 - 1, "completion_tokens": 1, "engine_seconds": 2**62}] * 3
+    usages += [{"prompt_tokens": 0.5, "completion_tokens": None, "engine_seconds": 0.25}]
+    database = backend.database("completions", "t", descriptor)
+    database.put_many([completion_record(i, usage=usage) for i, usage in enumerate(usages)])
+    with database.transaction() as repo:
+        every, some = repo.totals(), repo.totals(RowFilter(instruction_id="1"))
+    assert (every.rows, every.prompt_tokens, every.completion_tokens) == (4, 3 * (2**63 - 1), 3)
+    assert (every.engine_seconds, every.rows_with_cost) == (3 * 2**62 + 0.25, 4)
+    assert (some.rows, some.prompt_tokens, some.completion_tokens) == (1, 2**63 - 1, 1)
+    assert every.data_bytes > some.data_bytes > 0
+
+
 def refusals() -> list[Any]:
     """Rows some backend would refuse or change: each is refused on both, with the same error."""
     surrogate = "before \ud800 after"

@@ -33,6 +33,7 @@ import sqlite3
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
+from fractions import Fraction
 from operator import attrgetter
 from typing import Any
 
@@ -56,14 +57,17 @@ from sqlalchemy import (
     true,
 )
 from sqlalchemy.dialects import sqlite
+from sqlalchemy.exc import OperationalError
 from sqlalchemy.sql.selectable import TableValuedAlias
 
 from store.backends.sqlite.connections import sqlite_dialect
 from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
-from store.repository import BLANK, Repository
+from store.repository import BLANK, USAGE_TOTALS, Repository
 from store.roles import Role
+from store.rows import RowTotals
 from store.tables.deferred import DeferredColumns, looked_up, set_deferred
+from store.tables.filters import RowFilter
 from store.tables.models import UTCDateTime
 from store.tables.records import Record
 from store.tables.row_checks import (
@@ -370,6 +374,24 @@ class SqliteRepository(Repository):
         insert = sqlite_insert(self.role, on_conflict)
         rows = insert.rows(self._checked(records))
         return insert.execute(self._driver(), rows) if rows else 0
+
+    def totals(self, flt: RowFilter | None = None) -> RowTotals:
+        try:
+            return super().totals(flt)
+        except OperationalError as e:
+            if "integer overflow" not in str(e.orig):
+                raise
+        # SQLite's sum() of 64-bit integers stops at 2^63, where PostgreSQL's numeric goes on. Only a table whose
+        # usage adds up past it comes here: its numbers are added up in Python, exactly, as the server does.
+        usage, where = self.table.c.usage, self._where(flt or RowFilter())
+        numbers = [self._json_number(usage, key) for key in USAGE_TOTALS]
+        stmt = select(func.count(), func.coalesce(func.sum(self._data_bytes()), 0), func.count(numbers[-1]))
+        rows, data, priced = self.conn.execute(stmt.where(*where)).one()
+        sums: list[int | Fraction] = [0, 0, 0]  # a float as a Fraction: 2^63 + 0.5 stays exact until the end
+        for values in self.conn.execute(select(*numbers).where(*where)):
+            sums = [total + Fraction(value or 0) for total, value in zip(sums, values, strict=True)]
+        prompt, completion, seconds = sums
+        return RowTotals(int(rows), int(data), int(prompt), int(completion), float(seconds), int(priced))
 
     def _byte_length(self, column: Any) -> Any:
         text = column if isinstance(column.type, Text | String) else cast(column, Text)
