@@ -18,6 +18,10 @@ Contract:
   those values. The file is written beside its destination and renamed into
   place, so a failed export leaves no partial file; it gets the permissions the
   file it replaces had, else those the umask gives a new file (as `>` would).
+  A link's target is replaced, not the link; a device or a pipe
+  (``/dev/stdout``, a FIFO) is written in place. A destination that cannot
+  be written (a folder, a full disk) is an
+  :class:`~store.errors.OutputWriteError` naming it.
 * :func:`to_pandas` and :func:`to_dataset` build a ``pandas.DataFrame`` or a
   ``datasets.Dataset`` from the same batches, so notebooks never open SQLite by
   hand. pyarrow, pandas and datasets are optional: each is imported only by
@@ -28,6 +32,7 @@ Contract:
 from __future__ import annotations
 
 import csv
+import errno
 import os
 import stat
 import tempfile
@@ -40,7 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import orjson
 
 from store import jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError, install_hint
+from store.errors import InvalidInputError, MissingDependencyError, OutputWriteError, install_hint
 from store.layout import Selector
 from store.rows import FoundRow, row_columns
 from store.store import Store
@@ -187,19 +192,37 @@ def _file_mode(path: Path) -> int:
 
 
 @contextmanager
-def _replacing(path: Path, mode: str) -> Iterator[Any]:
-    """A temporary file beside ``path`` that replaces it on success and is removed on failure."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
+    """A handle (``mode`` ``"w"`` or ``"wb"``) on ``path``'s new content: see the module docstring.
+
+    A temporary file beside the file (a link's target) replaces it on success and is removed on failure; a
+    device or a pipe is written in place. An ``OSError`` of the body is the destination's: the store raises its
+    own errors (:mod:`store.errors.files`), never a bare ``OSError``.
+    """
+    text: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
+    target = path.resolve()  # a link's target, which the link keeps pointing at
     try:
-        if "b" in mode:
-            yield Path(tmp)
-        else:
-            with open(tmp, mode, encoding="utf-8", newline="") as handle:
+        if target.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
+        if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: no rename over it, no seek in it
+            with open(target, mode, **text) as handle:
                 yield handle
-        os.chmod(tmp, _file_mode(path))
-        os.replace(tmp, path)
+            return
+        folder = next(f for f in target.parents if f.exists())
+        if not folder.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{folder} is a file, not a folder")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+    except OSError as e:
+        raise OutputWriteError(path, "the export", e) from e
+    try:
+        with open(fd, mode, **text) as handle:
+            yield handle
+        os.chmod(tmp, _file_mode(target))
+        os.replace(tmp, target)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputWriteError(path, "the export", e, "the file it would replace is unchanged") from e
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -212,7 +235,7 @@ def write_parquet(rows: Iterable[FoundRow], path: Path, columns: tuple[str, ...]
 
     written = 0
     schema = arrow_schema(columns)
-    with _replacing(path, "wb") as tmp, pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+    with _replacing(path, "wb") as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
         for batch in record_batches(rows, columns):
             if batch.num_rows:
                 writer.write_table(pa.Table.from_batches([batch], schema=schema))

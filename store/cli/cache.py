@@ -30,6 +30,7 @@ from store.cli.common import (
     note,
     print_claims,
     record_deleted,
+    rows_to_stdout,
     stdout,
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
@@ -387,7 +388,8 @@ def export_command(
     the database's location (role, task, provider, descriptor_model,
     descriptor), then every field of the rows; in Parquet, created_at is a
     UTC timestamp and usage/top_logprobs are JSON. A file is written beside
-    its destination and renamed into place. --json prints a summary (rows,
+    its destination and renamed into place (a link's target is replaced; a
+    pipe or device is written in place). --json prints a summary (rows,
     file) instead of a note. From Python: store.export.to_pandas / to_dataset.
 
     Examples:
@@ -406,7 +408,7 @@ def export_command(
     if to_stdout and json_output:
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
-    with Store(settings, readonly=True) as store:
+    with Store(settings, readonly=True) as store, rows_to_stdout():
         rows = export_rows(
             store,
             sys.stdout if to_stdout else output,

@@ -31,7 +31,7 @@ import sqlite3
 import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
@@ -46,7 +46,7 @@ from store import jsonvalues
 from store.backends import typed_error
 from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError
+from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
 from store.layout import Location, Selector
 from store.reports import DatabaseInfo
 from store.rows import RowCount
@@ -178,15 +178,6 @@ def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:
         entry["deleted"] = by_path.get(entry["path"], 0)
 
 
-class OutputWriteError(JudgestoreError):
-    """A command's output file (``--output``) could not be opened or written; ``path`` names it, not the store."""
-
-    def __init__(self, path: Path, what: str, error: OSError, after: str = "") -> None:
-        reason = error.strerror or str(error)
-        super().__init__(f"{path}: could not write {what}: {reason}{'; ' + after if after else ''}")
-        self.path = path
-
-
 @contextmanager
 def output_file(path: Path, what: str, *, after: str = "") -> Iterator[IO[bytes]]:
     """The output file opened for writing ('-': stdout); an ``OSError`` opening, writing or closing the file is an
@@ -200,6 +191,21 @@ def output_file(path: Path, what: str, *, after: str = "") -> Iterator[IO[bytes]
             yield handle
     except OSError as e:
         raise OutputWriteError(path, what, e, after) from e
+
+
+@contextmanager
+def rows_to_stdout() -> Iterator[None]:
+    """Around a command writing its rows to stdout: a reader that stopped reading (``| head``) has all it wanted,
+    and ends the command quietly; a stdout that cannot be written (a full disk) is an :class:`OutputWriteError`,
+    never the store's."""
+    try:
+        yield
+        sys.stdout.flush()
+    except OSError as e:
+        with suppress(OSError, ValueError, io.UnsupportedOperation):  # to /dev/null: flushing at exit fails again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        if not isinstance(e, BrokenPipeError):
+            raise OutputWriteError("stdout", "the rows", e) from e
 
 
 def writable_output(path: Path, option: str) -> None:

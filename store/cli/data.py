@@ -14,8 +14,6 @@ Contract:
 """
 
 import enum
-import io
-import os
 import sys
 from datetime import datetime
 from typing import Annotated, Any
@@ -34,6 +32,7 @@ from store.cli.common import (
     note,
     print_claims,
     record_deleted,
+    rows_to_stdout,
     state_text,
     stdout,
 )
@@ -170,15 +169,6 @@ def _table_cell(value: Any) -> Text:
     return Text(value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value))
 
 
-def _silence_stdout() -> None:
-    """Point stdout at /dev/null so that flushing at exit does not fail again on the closed pipe."""
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError, io.UnsupportedOperation):
-        pass
-
-
 def _columns(given: str | None, available: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
     if given is None:
         return default
@@ -235,11 +225,8 @@ def query_command(
     chosen = _columns(columns, available, TABLE_COLUMNS[tuple(roles)] if fmt is OutputFormat.table else available)
     with Store(settings, readonly=True) as store:
         if fmt is not OutputFormat.table:
-            try:
+            with rows_to_stdout():
                 write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
-                sys.stdout.flush()
-            except BrokenPipeError:  # `judgestore query ... | head`: the reader has all it wanted
-                _silence_stdout()
             return
         shown = TABLE_ROWS if limit is None else limit
         found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))

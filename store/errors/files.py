@@ -12,6 +12,9 @@ Contract:
 * A schema revision that does not match says which way: behind (run
   ``judgestore db upgrade``) or ahead (upgrade the library); a file another
   tool made is refused untouched.
+* A file written for the user, not part of the store (an export, a results
+  file), that cannot be opened or written is an :class:`OutputWriteError`
+  naming it: never blamed on the store.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ __all__ = [
     "MigrationScriptsError",
     "NetworkFilesystemError",
     "NotADatabaseError",
+    "OutputWriteError",
     "RowGoneError",
     "SchemaAheadError",
     "SchemaBehindError",
@@ -216,3 +220,13 @@ class SchemaMismatchError(DatabaseFileError):
 
 class UnexpectedDatabaseError(DatabaseFileError):
     """SQLite failed in a way judgestore has no name for; the message carries SQLite's own words."""
+
+
+class OutputWriteError(JudgestoreError):
+    """An output file (``--output``, an export's destination, stdout) could not be opened or written; ``path``
+    names it, not the store."""
+
+    def __init__(self, path: Path | str, what: str, error: OSError, after: str = "") -> None:
+        reason = error.strerror or str(error)
+        super().__init__(f"{path}: could not write {what}: {reason}{'; ' + after if after else ''}")
+        self.path = Path(path) if isinstance(path, Path) else None

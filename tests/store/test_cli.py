@@ -534,12 +534,12 @@ def test_python_m_store_delete_and_verify(filled: Path, tmp_path: Path) -> None:
     assert run("verify", cwd=tmp_path).returncode == 0
 
 
-def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["query", "export"])
+def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path, command: str) -> None:
     with Store(Settings(), root=store_root) as store:
         store.database("completions", "big", QWEN).put_many([completion_record(i) for i in range(5000)])
-    piped = subprocess.run(
-        f"{sys.executable} -m store query --format jsonl | head -n 1",
-        shell=True,
+    piped = subprocess.run(  # pipefail: the exit status is judgestore's
+        ["bash", "-o", "pipefail", "-c", f"{sys.executable} -m store {command} --format jsonl | head -n 1"],
         capture_output=True,
         text=True,
         cwd=tmp_path,
@@ -547,7 +547,25 @@ def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path)
         timeout=120,
     )
     assert len(piped.stdout.splitlines()) == 1
-    assert "Traceback" not in piped.stderr and "BrokenPipe" not in piped.stderr
+    assert piped.returncode == 0 and piped.stderr == ""
+
+
+@pytest.mark.parametrize("command", ["query", "export"])
+def test_a_stdout_that_cannot_be_written_is_said_to_be_stdout_not_the_store(
+    filled: Path, tmp_path: Path, command: str
+) -> None:
+    with open("/dev/full", "w") as full:
+        result = subprocess.run(
+            [sys.executable, "-m", "store", command, "--format", "jsonl"],
+            stdout=full,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+            env=os.environ,
+            timeout=120,
+        )
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert result.stderr == "Error: stdout: could not write the rows: No space left on device\n"
 
 
 @pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli/ does not exist yet")

@@ -7,6 +7,7 @@ import math
 import os
 import stat
 import sys
+import threading
 import types
 from pathlib import Path
 from typing import Any
@@ -15,7 +16,7 @@ import orjson
 import pytest
 
 from store import export, jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError
+from store.errors import InvalidInputError, MissingDependencyError, OutputWriteError
 from store.export import export_rows, record_batches, to_arrow, to_dataset, to_pandas
 from store.layout import Selector
 from store.settings import Settings
@@ -105,7 +106,7 @@ def test_a_failed_export_leaves_no_file(filled: Path, tmp_path: Path, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(export, "record_batches", broken)
-    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(OSError, match="disk full"):
+    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(OutputWriteError, match="disk full"):
         export_rows(store, target, "parquet")
     assert target.read_bytes() == b"the previous export"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet", "store"]  # no temporary file left
@@ -131,6 +132,45 @@ def test_an_export_respects_the_umask_and_keeps_the_mode_of_the_file_it_replaces
     assert stat.S_IMODE((tmp_path / f"shared.{fmt}").stat().st_mode) == 0o644
     assert stat.S_IMODE((tmp_path / f"private.{fmt}").stat().st_mode) == 0o600
     assert stat.S_IMODE(kept.stat().st_mode) == 0o640 and kept.read_bytes() != b"an older export"
+
+
+@pytest.mark.parametrize("fmt", ["parquet", "csv"])
+def test_an_export_through_a_link_replaces_its_target_and_a_pipe_is_written_in_place(
+    filled: Path, tmp_path: Path, fmt: str
+) -> None:
+    """Renaming a file over the destination would replace the link itself, or the FIFO a reader waits on."""
+    target, link, fifo = tmp_path / f"target.{fmt}", tmp_path / f"link.{fmt}", tmp_path / "fifo"
+    target.write_bytes(b"an older export")
+    link.symlink_to(target.name)
+    os.mkfifo(fifo)
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    reader.start()
+    with Store(Settings(), root=filled, readonly=True) as store:
+        through_link = export_rows(store, link, fmt)  # type: ignore[arg-type]
+        through_fifo = export_rows(store, fifo, fmt)  # type: ignore[arg-type]
+    reader.join(timeout=60)
+    assert link.is_symlink() and link.resolve() == target.resolve() and stat.S_ISFIFO(fifo.lstat().st_mode)
+    assert through_link == through_fifo == 11
+    assert received == [target.read_bytes()] and target.read_bytes() != b"an older export"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", f"link.{fmt}", "store", f"target.{fmt}"]
+
+
+@pytest.mark.parametrize(
+    ("destination", "says"),
+    [("folder", "it is a folder, not a file"), ("file/rows.csv", "file is a file, not a folder")],
+)
+def test_a_destination_that_cannot_be_a_file_is_refused_before_a_row_is_read(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, destination: str, says: str
+) -> None:
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "file").write_text("kept")
+    monkeypatch.setattr(export, "write_text", lambda *_: pytest.fail("rows were read"))
+    refused = pytest.raises(OutputWriteError, match=f"{destination}: could not write the export: .*{says}")
+    with Store(Settings(), root=filled, readonly=True) as store, refused:
+        export_rows(store, tmp_path / destination, "csv")
+    assert (tmp_path / "file").read_text() == "kept" and list((tmp_path / "folder").iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file", "folder", "store"]
 
 
 def test_unknown_columns_are_refused(filled: Path) -> None:
