@@ -47,7 +47,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from store.backend import Database, Storage
 from store.backends import open_storage
 from store.descriptor import ModelDescriptor
-from store.errors import EmptyFilterError, InvalidInputError, SchemaBehindError, UpgradeFailedError
+from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, SchemaBehindError, UpgradeFailedError
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.rows import FoundRow, RowCount
@@ -163,14 +163,27 @@ class Store:
         """Delete the rows matching ``flt`` from the databases of ``plan``; returns the rows actually deleted.
 
         Each database is one write transaction; rows written after the plan was
-        made that match ``flt`` are deleted too (the counts say so).
+        made that match ``flt`` are deleted too (the counts say so). A database
+        that fails (locked, damaged) raises its error, with ``rows_deleted`` and
+        a note saying what was deleted before it, from which databases; the
+        databases after it are left as they were.
         """
         if flt.is_empty():
             raise EmptyFilterError()
-        deleted = []
+        deleted: list[RowCount] = []
         for entry in plan:
-            database = self.open(entry.location)
-            deleted.append(RowCount(entry.location, database.where, database.delete(flt)))
+            try:
+                database = self.open(entry.location)
+                deleted.append(RowCount(entry.location, database.where, database.delete(flt)))
+            except JudgestoreError as e:
+                if deleted:
+                    e.rows_deleted = sum(d.rows for d in deleted)
+                    places = ", ".join(d.where for d in deleted[:3]) + (", ..." if len(deleted) > 3 else "")
+                    e.add_note(
+                        f"Before it, {e.rows_deleted:,} rows were deleted from {len(deleted)} databases ({places}); "
+                        "no other database was changed: run the same delete again to finish."
+                    )
+                raise
         return deleted
 
     # ------------------------------------------------------------ one database

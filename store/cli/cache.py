@@ -22,6 +22,7 @@ from rich.text import Text
 
 from store.cli.common import (
     command_errors,
+    confirmed,
     counted,
     emit_json,
     location_cells,
@@ -297,8 +298,7 @@ def prune_command(
         if json_output:
             emit_json(report)
         return
-    if not yes:
-        typer.confirm(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", abort=True, err=True)
+    confirmed(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", yes=yes, json_output=json_output)
     with Store(settings) as store:
         deleted = prune(store, plan)
     record_deleted(report, deleted)

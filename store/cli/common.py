@@ -77,8 +77,9 @@ def _error_payload(error: JudgestoreError) -> dict[str, object]:
         payload["path"] = str(path)
     if getattr(error, "__notes__", None):
         payload["notes"] = list(error.__notes__)
-    if error.rows_kept is not None:
-        payload["rows_kept"] = error.rows_kept
+    for done in ("rows_kept", "rows_deleted"):
+        if getattr(error, done) is not None:
+            payload[done] = getattr(error, done)
     return payload
 
 
@@ -206,6 +207,16 @@ def rows_to_stdout() -> Iterator[None]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if not isinstance(e, BrokenPipeError):
             raise OutputWriteError("stdout", "the rows", e) from e
+
+
+def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
+    """Ask before a command deletes (unless ``--yes``); exits if the answer is no. ``--json`` never asks (stdout
+    carries only its document, and a script has no one to answer): it needs ``--yes``."""
+    if yes:
+        return
+    if json_output:
+        raise InvalidInputError("--json does not ask for confirmation: pass --yes to go ahead, or --dry-run")
+    typer.confirm(question, abort=True, err=True)
 
 
 def writable_output(path: Path, option: str) -> None:

@@ -24,6 +24,7 @@ from rich.text import Text
 
 from store.cli.common import (
     command_errors,
+    confirmed,
     counted,
     emit_json,
     location_cells,
@@ -287,8 +288,7 @@ def delete_command(
         if json_output:
             emit_json(report)
         return
-    if not yes:
-        typer.confirm(f"Delete {matched:,} rows from {len(plan)} databases?", abort=True, err=True)
+    confirmed(f"Delete {matched:,} rows from {len(plan)} databases?", yes=yes, json_output=json_output)
     with Store(settings) as store:
         deleted = store.delete_rows(plan, flt)
     record_deleted(report, deleted)

@@ -34,11 +34,14 @@ class JudgestoreError(Exception):
 
     ``rows_kept`` is set by a command that stored rows before it failed (a
     run that met a full disk): they are intact, and a rerun does not compute
-    them again. Notes added with :meth:`add_note` are part of the message the
-    command line prints.
+    them again. ``rows_deleted`` is set by a delete that had deleted rows
+    from some databases before it failed on another (each database is one
+    transaction): those are gone, the others untouched. Notes added with
+    :meth:`add_note` are part of the message the command line prints.
     """
 
     rows_kept: int | None = None
+    rows_deleted: int | None = None
 
 
 class MissingDependencyError(JudgestoreError):

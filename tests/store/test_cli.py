@@ -299,6 +299,21 @@ def test_delete_asks_first(filled: Path) -> None:
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
 
 
+@pytest.mark.parametrize(
+    "command", [("delete", "--run-id", "run-2"), ("prune", "--older-than", "30d")], ids=["delete", "prune"]
+)
+def test_json_never_asks_it_needs_yes(filled: Path, command: tuple[str, ...]) -> None:
+    """A prompt would put its text on stdout, which carries only the JSON document, and no script answers it."""
+    before = file_digests(filled)
+    refused = judgestore(*command, "--json", input="y\n")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    error = as_json(refused.stderr)
+    assert error["type"] == "InvalidInputError" and "pass --yes" in error["error"]
+    assert file_digests(filled) == before
+    done = judgestore(*command, "--json", "--yes")
+    assert done.exit_code == 0 and as_json(done.stdout)["deleted"] > 0
+
+
 def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
     before = file_digests(filled)
     for args in ([], ["--role", "completions", "--task", "mt-bench"], ["--model-id", "judge-1", "--provider", "vllm"]):

@@ -412,6 +412,26 @@ def test_delete_removes_exactly_the_planned_rows(filled: Path, settings: Setting
     assert plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2")) == []
 
 
+def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled: Path) -> None:
+    """Each database is one transaction: the error says which are already done, and a rerun finishes."""
+    flt = RowFilter(run_id="run-2")
+    plan = plan_delete(filled, Settings(), Selector(), flt)
+    first, last = plan
+    with Store(root=filled) as holder, Store(Settings(busy_timeout_ms=50, lock_retries=1), root=filled) as deleter:
+        # a writer holds the last database
+        with holder.open(last.location).transaction(), pytest.raises(DatabaseBusyError) as caught:
+            deleter.delete_rows(plan, flt)
+        assert caught.value.rows_deleted == first.rows == 2
+        (note,) = caught.value.__notes__
+        assert f"2 rows were deleted from 1 databases ({deleter.open(first.location).where})" in note
+        assert "run the same delete again" in note
+        assert deleter.open(first.location).count(flt) == 0 and deleter.open(last.location).count(flt) == last.rows
+        assert [(d.location, d.rows) for d in deleter.delete_rows(plan, flt)] == [
+            (first.location, 0),
+            (last.location, 1),
+        ]
+
+
 def test_delete_within_selected_databases_only(filled: Path, settings: Settings) -> None:
     plan = plan_delete(filled, settings, Selector(role="judgements"), RowFilter(run_id="run-2"))
     assert [(e.location.role, e.rows) for e in plan] == [("judgements", 1)]
