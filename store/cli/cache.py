@@ -28,6 +28,7 @@ from store.cli.common import (
     location_cells,
     location_table,
     no_databases,
+    no_rows,
     note,
     print_claims,
     record_deleted,
@@ -418,6 +419,8 @@ def export_command(
             columns=chosen,
             limit=limit,
         )
+        if not rows:
+            no_rows(store, json_output, selector)
     if json_output:
         emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
     elif not to_stdout:

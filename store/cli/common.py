@@ -325,6 +325,13 @@ _SELECTOR_OPTIONS = {"role": "--role", "task": "--task", "provider": "--provider
                      "descriptor": "--descriptor"}  # fmt: skip
 
 
+def no_rows(store: Store, json_output: bool, selector: Selector) -> None:
+    """After a command found no rows: say so when it is because there is no database to read (a mistyped
+    ``--store-root``, a selector that picks none), not because the filters matched nothing."""
+    if not store.select(selector):
+        no_databases(store, json_output, selector)
+
+
 def no_databases(store: Store, json_output: bool, selector: Selector) -> None:
     """Say that a command found no database: the store has none (and why), or none that ``selector`` picks."""
     chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)

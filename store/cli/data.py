@@ -30,6 +30,7 @@ from store.cli.common import (
     location_cells,
     location_table,
     no_databases,
+    no_rows,
     note,
     print_claims,
     record_deleted,
@@ -227,10 +228,13 @@ def query_command(
     with Store(settings, readonly=True) as store:
         if fmt is not OutputFormat.table:
             with rows_to_stdout():
-                write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
+                if not write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen):  # type: ignore[arg-type]
+                    no_rows(store, json_output, selector)
             return
         shown = TABLE_ROWS if limit is None else limit
         found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))
+        if not found:
+            no_rows(store, json_output, selector)
     table = FittedTable(f"Rows in {store.where}", [_query_column(name) for name in chosen])
     for row in found[:shown]:
         values = row.as_dict()
@@ -266,6 +270,8 @@ def delete_command(
     """
     with Store(settings, readonly=True) as store:
         plan = store.plan_delete(selector, flt)
+        if not plan:
+            no_rows(store, json_output, selector)
     matched = sum(entry.rows for entry in plan)
     report: dict[str, Any] = {
         "selector": {k: v for k, v in selector.as_dict().items() if v is not None},

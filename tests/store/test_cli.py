@@ -314,6 +314,25 @@ def test_json_never_asks_it_needs_yes(filled: Path, command: tuple[str, ...]) ->
     assert done.exit_code == 0 and as_json(done.stdout)["deleted"] > 0
 
 
+@pytest.mark.parametrize(
+    "command",
+    [("query",), ("query", "--format", "jsonl"), ("export", "--format", "csv", "-o", "-"), ("delete", "--yes")],
+    ids=["query-table", "query-jsonl", "export", "delete"],
+)
+def test_no_rows_because_there_is_no_store_says_so(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """A mistyped --store-root is not 'nothing matched'."""
+    missing = tmp_path / "no-such-store"
+    result = judgestore(*command, "--run-id", "r", "--store-root", str(missing))
+    assert result.exit_code == 0, result.output
+    assert f"No databases in {missing} (the folder does not exist)." in " ".join(result.stderr.split())
+    assert not missing.exists()
+
+
+def test_no_rows_because_the_filter_matched_none_says_nothing_more(filled: Path) -> None:
+    result = judgestore("query", "--format", "jsonl", "--run-id", "no-such-run")
+    assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
+
+
 def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
     before = file_digests(filled)
     for args in ([], ["--role", "completions", "--task", "mt-bench"], ["--model-id", "judge-1", "--provider", "vllm"]):
