@@ -15,7 +15,12 @@ Contract:
   judgements (no database holds both), a loader option (``defer``,
   ``load_only``...: the rows come back detached, so a column left out could
   never be loaded), a JSON value in an ordering, a grouping or a
-  ``sum``/``min``/``max`` (PostgreSQL's json has neither order nor equality).
+  ``sum``/``min``/``max`` (PostgreSQL's json has neither order nor equality),
+  and an ordering or a ``min``/``max`` of a value whose type is unknown (a
+  function SQLAlchemy does not type, other than those of
+  :data:`TEXT_FUNCTIONS` and :data:`NUMBER_FUNCTIONS`; ``literal_column``):
+  whether PostgreSQL must compare it as text by code point cannot be told,
+  so the error says how to give it a type.
 * A ``group_by`` term that is not a column of the result
   (:attr:`Plan.ungrouped`) leaves nothing to tell two databases' groups
   apart: :meth:`Plan.check_databases` refuses it over more than one
@@ -38,11 +43,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Alias, Select, Table
+from sqlalchemy import JSON, Alias, Select, String, Table
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import CollationClause, FunctionFilter, Label, Over, UnaryExpression, WithinGroup
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
 from store.errors import NotCombinableError, StatementError
@@ -58,6 +64,16 @@ OTHER_AGGREGATES = frozenset({
     "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg", "stddev", "stddev_pop", "stddev_samp",
     "variance", "var_pop", "var_samp", "median", "mode", "percentile_cont", "percentile_disc", "every",
     "bool_and", "bool_or", "bit_and", "bit_or", "corr", "covar_pop", "covar_samp", "regr_slope",
+})  # fmt: skip
+# Functions SQLAlchemy leaves untyped that return text on both backends: ordered (and min/max) as text, by code
+# point; and those that return a number. Any other untyped value is refused where it is compared (see above).
+TEXT_FUNCTIONS = frozenset({
+    "lower", "upper", "trim", "ltrim", "rtrim", "replace", "substr", "substring", "ifnull", "nullif", "printf",
+    "format", "quote", "hex", "char", "lpad", "rpad", "left", "right", "reverse", "initcap", "translate", "btrim",
+})  # fmt: skip
+NUMBER_FUNCTIONS = frozenset({
+    "abs", "round", "length", "octet_length", "ceil", "ceiling", "floor", "sign", "mod", "instr", "unicode",
+    "trunc", "power", "sqrt", "exp", "ln", "log", "random",
 })  # fmt: skip
 AcrossRows = Iterator[tuple[int | None, tuple[Any, ...]]]  # (index of the database or None, values)
 KEY_LABEL = "_judgestore_key_{}"  # an ordering's value, added as a trailing column of each database's statement
@@ -228,9 +244,40 @@ def _order_key(term: ClauseElement) -> OrderKey:
     if not isinstance(term, ColumnElement) or type(term).__name__.startswith("_textual"):
         raise StatementError(f"order_by({term}) is text; order by a column or an expression of columns")
     _refuse_json(term, f"order_by({term})")
+    _refuse_untyped(term, f"order_by({term})")
     if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
         raise StatementError(f"order_by({term}) names a collation; across databases rows are ordered by value")
     return OrderKey(term, descending, nulls_first)
+
+
+def compares_as_text(term: ColumnElement[Any]) -> bool:
+    """Whether ``term``'s values are text, compared by code point across databases (its type, or the function)."""
+    return _value_kind(term) == "text"
+
+
+def _value_kind(term: Any) -> str | None:
+    """``"text"``, ``"number"`` or ``"other"`` for what ``term``'s values are; None when that is unknown."""
+    if not isinstance(term.type, NullType):
+        return "text" if isinstance(term.type, String) else "other"
+    name = _function_name(term)
+    if name in TEXT_FUNCTIONS:
+        return "text"
+    if name in NUMBER_FUNCTIONS:
+        return "number"
+    arguments = list(term.clauses) if isinstance(term, FunctionElement) else []
+    if name in ("min", "max", "sum") and len(arguments) == 1:  # the type of what they add up or pick
+        return _value_kind(arguments[0])
+    return None
+
+
+def _refuse_untyped(term: ClauseElement, shown: str) -> None:
+    """Refuse comparing a value of unknown type: PostgreSQL would order it in the server's collation if it is
+    text, and the databases' answers would then not merge in order."""
+    if isinstance(term, ColumnElement) and _value_kind(term) is None:
+        raise StatementError(
+            f"{shown}: the type of {term} is unknown, so it cannot be compared alike in every database; give it "
+            "one: func.f(..., type_=String) or type_coerce(expression, Integer)"
+        )
 
 
 def _refuse_json(term: ClauseElement, shown: str) -> None:
@@ -272,6 +319,8 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
     for column, h in zip(columns, how, strict=True):
         if h in ("sum", "min", "max"):
             _refuse_json(column, str(column))
+        if h in ("min", "max"):
+            _refuse_untyped(column, str(column))
     for group in groups:
         _refuse_json(group, f"group_by({group})")
     if not top and not groups:

@@ -23,6 +23,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import (
     Engine,
+    String,
     and_,
     create_engine,
     delete,
@@ -322,6 +323,11 @@ def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, 
         select(Judgement.model_a, func.min(Judgement.judge).label("first"), func.max(Judgement.judge))
         .join(other, other.input_hash == Judgement.input_hash)
         .group_by(Judgement.model_a),
+        # functions SQLAlchemy leaves untyped, which return text: compared by code point too (upper and lower
+        # fold only ASCII letters on SQLite, so they are not compared here)
+        select(func.replace(Judgement.judge, "Z", "e")).order_by(func.replace(Judgement.judge, "Z", "e")),
+        select(func.trim(Judgement.judge)).order_by(func.trim(Judgement.judge).desc()),
+        select(func.min(func.substr(Judgement.judge, 1)), func.max(func.trim(Judgement.judge))),
     ]
     answers = []
     with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
@@ -339,6 +345,7 @@ def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, 
             answers.append([store.execute(statement).all() for statement in statements])
     expected = sorted(name for names in judges for name in names)  # code point order: B C Z a d é
     assert [judge for (judge,) in answers[1][0]] == expected
+    assert [name for (name,) in answers[1][-3]] == ["B", "C", "a", "d", "e", "é"]
     assert answers[0] == answers[1]
 
 
@@ -507,6 +514,9 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         (lambda: select(Judgement).with_for_update(), StatementError, "FOR UPDATE"),
         (lambda: select(Judgement).order_by(text("judge")), StatementError, "text"),
         (lambda: select(Judgement).order_by(Judgement.judge.collate("NOCASE")), StatementError, "collation"),
+        (lambda: select(Judgement).order_by(literal_column("judge")), StatementError, "type of judge is unknown"),
+        (lambda: select(Judgement).order_by(func.date(Judgement.created_at)), StatementError, "type_=String"),
+        (lambda: select(func.max(func.date(Judgement.created_at))), StatementError, r"type of max\(date"),
         (lambda: select(func.count()), StatementError, "none of the store's tables"),
         (
             lambda: select(Judgement.judge).where(Judgement.input_hash.in_(select(Completion.input_hash))),
@@ -532,6 +542,16 @@ def test_what_cannot_be_answered_exactly_is_refused(
         assert "export" in str(raised.value) and "to_pandas" in str(raised.value)
     assert database.count() == 3  # nothing was changed
     assert {r.judge for r in database.query() if isinstance(r, JudgementRecord)} == {"judge-1"}
+
+
+def test_a_value_given_its_type_is_ordered_and_compared(store: Store) -> None:
+    for i, days in enumerate([(2, 4), (1, 3)]):
+        rows = [judgement_record(d, created_at=datetime(2026, 1, d, tzinfo=UTC)) for d in days]
+        store.database("judgements", "arena", descriptor(i)).put_many(rows)
+    day = func.date(Judgement.created_at, type_=String)
+    days = [d for (d,) in store.execute(select(day).order_by(day.desc(), func.abs(Judgement.sample_index)))]
+    assert days == ["2026-01-04", "2026-01-03", "2026-01-02", "2026-01-01"]
+    assert store.execute(select(func.min(day), func.max(func.length(Judgement.judge)))).one() == ("2026-01-01", 7)
 
 
 def test_scalars_takes_one_entity(store: Store) -> None:

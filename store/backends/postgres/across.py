@@ -41,13 +41,13 @@ from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, MetaData, Row, Select, String, func, inspect, literal_column, select, union_all
+from sqlalchemy import Integer, MetaData, Row, Select, func, inspect, literal_column, select, union_all
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql.elements import Label
 
 from store.across.merge import read_each
-from store.across.plan import AcrossRows, Kind, Plan
+from store.across.plan import AcrossRows, Kind, Plan, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
 from store.tables.models import Base
 
@@ -118,7 +118,7 @@ def _arguments(statement: Select[Any], i: int) -> list[Any]:
 
 
 def _is_text(terms: list[Any]) -> bool:
-    return len(terms) == 1 and isinstance(terms[0].type, String)
+    return len(terms) == 1 and compares_as_text(terms[0])
 
 
 def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
