@@ -91,7 +91,7 @@ class Guard:
             return
         if self.loopback_only:
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            if urlsplit(f"//{host}").hostname not in LOOPBACK_NAMES:
+            if _hostname(host) not in LOOPBACK_NAMES:
                 response = PlainTextResponse(
                     "this browser answers requests for 127.0.0.1 or localhost only", status_code=403
                 )
@@ -133,12 +133,20 @@ def _json(value: object) -> str:
     return orjson.dumps(jsonvalues.to_plain(value), option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS).decode()
 
 
+def _hostname(host: str) -> str | None:
+    """The name a ``Host`` header asks for; None for one that is no host (``[``), refused as any other."""
+    try:
+        return urlsplit(f"//{host}").hostname
+    except ValueError:
+        return None
+
+
 def _without(params: Any, *names: str) -> dict[str, list[str]]:
     """A URL's parameters (repeated ones kept) without ``names``: what a link that changes them starts from."""
     kept: dict[str, list[str]] = {}
     for name, value in params.multi_items() if hasattr(params, "multi_items") else params.items():
-        if name not in names:
-            kept.setdefault(name, []).append(value)
+        if name not in names:  # a value is one (a request's) or a list of them (what this function returned)
+            kept.setdefault(name, []).extend(value if isinstance(value, list | tuple) else [value])
     return kept
 
 

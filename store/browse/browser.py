@@ -183,6 +183,8 @@ class Browser:
     def _rows(self, query: RowsQuery) -> RowsPage:
         """Pages of one scan window each, joined while the page has room and :data:`SCAN_SECONDS` allow."""
         skipped: list[Skipped] = []
+        if query.database is not None:
+            self._location(query.database)  # one named that is not there is a 404, as on /row
         roles = roles_for(query.flt, query.selector.role)
         databases = list(self._databases(query.selector, roles, skipped, query.database))
         deadline = time.monotonic() + SCAN_SECONDS
@@ -250,9 +252,14 @@ class Browser:
             pair = (pair[1], pair[0])
         chosen = pair if pair is not None else (pairs[0] if pairs else None)
         answers = self._answers(benchmark, instruction_id, chosen, task, skipped)
+        where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
         if chosen is None and not answers and not judged:
-            where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
             raise NotFoundError(f"no row of instruction {where} in {self.where}")
+        if chosen is not None and chosen not in pairs and not any(a.row for a in answers):
+            raise NotFoundError(
+                f"no row of {chosen[0]} or {chosen[1]} for instruction {where} in {self.where}, and no judgement of "
+                "the pair"
+            )
         models = list(chosen) if chosen is not None else [a.model for a in answers]
         system, rounds = _conversation(answers, models)
         by_judge: dict[str, list[Verdict]] = {}

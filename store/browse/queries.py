@@ -44,7 +44,7 @@ import base64
 import binascii
 import dataclasses
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -88,12 +88,15 @@ class Key:
         try:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
             created_at, database, input_hash = orjson.loads(raw)
-            key = cls(datetime.fromisoformat(created_at), str(database), str(input_hash))
-        except (binascii.Error, ValueError, TypeError) as e:
+            when = datetime.fromisoformat(created_at)
+            if when.tzinfo is None:
+                raise InvalidInputError(f"the page cursor {token[:40]!r} has no time zone; start again")
+            when.astimezone(UTC)  # a time whose UTC is beyond the calendar (0001-01-01+23:59) is no stored one
+            return cls(when, str(database), str(input_hash))
+        except InvalidInputError:
+            raise
+        except (binascii.Error, ValueError, TypeError, OverflowError) as e:
             raise InvalidInputError(f"the page cursor {token[:40]!r} is not one this browser made; start again") from e
-        if key.created_at.tzinfo is None:
-            raise InvalidInputError(f"the page cursor {token[:40]!r} has no time zone; start again")
-        return key
 
 
 @dataclass(frozen=True, slots=True)

@@ -185,6 +185,15 @@ def test_an_adopted_row_names_its_source_and_the_adoption(client: TestClient, de
         ("/battle", {}, 400, "the page needs the instruction_id parameter"),
         ("/battle", {"instruction_id": "1", "a": "x"}, 400, "a pair needs both models"),
         ("/battle", {"benchmark": "nope", "instruction_id": "1"}, 404, "no row of instruction nope/1"),
+        (
+            "/battle",
+            {"benchmark": demo.BENCH, "instruction_id": "01-coding", "a": "x", "b": "y"},
+            404,
+            f"no row of x or y for instruction {demo.BENCH}/01-coding",
+        ),
+        ("/rows", {"db": "nope"}, 404, "no database nope"),
+        # a cursor whose time in UTC is before year 1 (or after 9999): no row has it
+        ("/rows", {"after": "WyIwMDAxLTAxLTAxVDAwOjAwOjAwKzIzOjU5IiwiYSIsImIiXQ"}, 400, "not one this browser made"),
         ("/judges", {"judge": "nobody"}, 404, "no judgement by judge &#39;nobody&#39;"),
         ("/row", {"db": "completions/x", "hash": "ab"}, 404, "no database completions/x"),
         ("/nowhere", {}, 404, "no page at /nowhere"),
@@ -194,6 +203,17 @@ def test_bad_input_gets_a_page_that_names_it(
     client: TestClient, path: str, params: dict[str, str], status: int, message: str
 ) -> None:
     assert message in get(client, path, status, **params)
+
+
+def test_a_link_to_an_instruction_keeps_the_filters_of_the_page(client: TestClient) -> None:
+    page = get(client, "/rows", role="completions", model="tiny-a", limit=5)
+    links = re.findall(r'class="instruction" href="([^"]+)"', page)
+    assert links
+    followed = get(client, links[0].replace("&amp;", "&"))
+    assert "tiny-a" in followed and "No rows" not in followed
+    shown = re.findall(r'class="instruction" href="[^"]+">([^<]+)<', followed)
+    assert shown and set(shown) == {re.findall(r'class="instruction" href="[^"]+">([^<]+)<', page)[0]}
+    assert "role=completions" in links[0] and "model=tiny-a" in links[0] and "limit=5" in links[0]
 
 
 def test_a_row_hash_that_is_no_input_hash_is_a_bad_request(client: TestClient, demo_store: Store) -> None:
@@ -209,6 +229,8 @@ def test_a_loopback_app_answers_loopback_names_only(demo_folder: Path) -> None:
         for base, status in [(LOCAL, 200), ("http://localhost:8765", 200), ("http://[::1]:8765", 200),
                              ("http://evil.example", 403), ("http://127.0.0.1.evil.example:8765", 403)]:  # fmt: skip
             assert TestClient(app, base_url=base).get("/").status_code == status, base
+        for host in ("[", "[::1", "::1]"):  # no host at all: refused as any other, never a 500
+            assert TestClient(app, base_url=LOCAL).get("/", headers={"host": host}).status_code == 403, host
         assert (
             TestClient(create_app(Browser(store), loopback_only=False), base_url="http://lan-host").get("/").status_code
             == 200
