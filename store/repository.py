@@ -41,6 +41,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Literal
 
+import orjson
 from sqlalchemy import (
     Column,
     ColumnElement,
@@ -228,10 +229,24 @@ class Repository(ABC):
 
     # ------------------------------------------------------------ what a caller composes (the browser)
 
-    @abstractmethod
     def contains_text(self, text: str) -> ColumnElement[bool]:
         """Rows whose prompt or completion contains ``text``, as a SQL expression: ASCII letters in any case, every
-        other character (U+0000 included) as it is, the same rows on both backends."""
+        other character (U+0000 included) as it is, the same rows on both backends.
+
+        The prompt is looked into as stored, the rendered JSON: ``text`` is looked for there JSON-escaped, so a
+        quote, a backslash, a newline or U+0000 of the prompt is found; a word of the JSON's own structure
+        (``content``, ``role``, ``user``) is found in every row.
+        """
+        try:
+            escaped = orjson.dumps(text)[1:-1].decode()
+        except orjson.JSONEncodeError:  # a lone surrogate: no stored prompt holds one
+            escaped = text
+        c = self.table.c
+        return or_(self._holds(c.input_text, escaped), self._holds(c.completion, text))
+
+    @abstractmethod
+    def _holds(self, column: Any, text: str) -> ColumnElement[bool]:
+        """Whether the text ``column`` holds ``text`` (see :meth:`contains_text`), as a SQL expression."""
 
     def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
         """``clauses`` written so that a statement listing the rows in ``created_at`` order reads a page, not

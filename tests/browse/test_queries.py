@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 from sqlalchemy import event, select
 
@@ -23,7 +24,7 @@ from store.browse import queries
 from store.browse.browser import Browser
 from store.browse.pages import RowsQuery, database_name
 from store.browse.queries import Key
-from store.descriptor import input_hash, render_text
+from store.descriptor import input_hash, render_messages, render_text
 from store.settings import Settings
 from tests.factories import completion_record, judgement_record
 
@@ -69,12 +70,20 @@ def paged(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 
 
 def expected(store: Store, flt: RowFilter, order: str = "newest", search: str | None = None) -> list[Key]:
+    """The rows a listing must show; a search as the contract says (the prompt's text, the completion)."""
     keys = [
         Key(found.record.created_at, database_name(found.location), found.record.input_hash)
         for found in store.query_rows(Selector(), flt)
-        if search is None or search.lower() in (found.record.input_text + found.record.completion).lower()
+        if search is None
+        or search.lower() in (prompt_text(found.record.input_text) + "\n" + found.record.completion).lower()
     ]
     return sorted(keys, reverse=order == "newest")
+
+
+def prompt_text(rendered: str) -> str:
+    """What a rendered prompt says: its messages' or its text's content (never its JSON's keys)."""
+    value = orjson.loads(rendered)
+    return "\n".join(m["content"] for m in value["messages"]) if "messages" in value else value["text"]
 
 
 def walk(browser: Browser, query: RowsQuery) -> tuple[list[Key], int]:
@@ -233,4 +242,44 @@ def test_a_search_finds_the_same_rows_on_both_backends(
                 t = repo.table
                 matched = repo.conn.execute(select(t.c.completion).where(repo.contains_text(needle))).scalars()
                 answers[backend] = sorted(matched)
+    assert answers == {"folder": sorted(found), "server": sorted(found)}
+
+
+ODD_PROMPTS = ['say "hi"', "back\\slash", "line1\nline2", "k\x00w", "\ufdd0z", "tab\there", "plain é"]
+
+
+@pytest.mark.parametrize(
+    ("needle", "found"),
+    [
+        ('say "HI"', ['say "hi"']),  # a quote: stored escaped in the prompt's JSON, found as the prompt says it
+        ('"', ['say "hi"']),  # never the JSON's own quotes
+        ("\\", ["back\\slash"]),  # never the backslash of an escape
+        ("back\\slash", ["back\\slash"]),
+        ("\n", ["line1\nline2"]),
+        ("line1\nline2", ["line1\nline2"]),
+        ("\x00", ["k\x00w"]),
+        ("\x00W", ["k\x00w"]),
+        ("\ufdd0", ["\ufdd0z"]),
+        ("\t", ["tab\there"]),
+        ("n é", ["plain é"]),
+    ],
+)
+def test_a_search_finds_what_a_prompt_says_on_both_backends(
+    request: pytest.FixtureRequest, tmp_path: Path, needle: str, found: list[str]
+) -> None:
+    """The prompt is stored as JSON: a quote, a backslash, a newline, U+0000 in it are found as written."""
+    answers = {}
+    for backend in ("folder", "server"):
+        where = {"root": tmp_path / "odd"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
+        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="odd"))
+            prompts = {render_messages([{"role": "user", "content": text}]): text for text in ODD_PROMPTS}
+            database.put_many(
+                completion_record(i, input_text=p, input_hash=input_hash(p), completion=f"answer {i}")
+                for i, p in enumerate(prompts)
+            )
+            with database.reading() as repo:
+                t = repo.table
+                matched = repo.conn.execute(select(t.c.input_text).where(repo.contains_text(needle))).scalars()
+                answers[backend] = sorted(prompts[p] for p in matched)
     assert answers == {"folder": sorted(found), "server": sorted(found)}

@@ -41,7 +41,6 @@ from sqlalchemy import (
     case,
     cast,
     func,
-    or_,
     select,
 )
 from sqlalchemy.dialects import postgresql
@@ -181,7 +180,7 @@ class PostgresRepository(Repository):
         # numeric, not integer or float: a 64-bit count or a fraction is summed exactly, never refused
         return case((func.json_typeof(column[key]) == "number", cast(column[key].as_string(), Numeric)))
 
-    def contains_text(self, text: str) -> ColumnElement[bool]:
+    def _holds(self, column: Any, text: str) -> ColumnElement[bool]:
         # The server keeps text escaped (U+0000 as U+FDD0 "0", U+FDD0 as U+FDD0 "1", store.backends.postgres.text):
         # the escaped text is looked for in the escaped column anywhere but right after an escape character,
         # where it would match the "0" or "1" of a pair. Under the "C" collation ~* folds ASCII letters only
@@ -190,12 +189,7 @@ class PostgresRepository(Repository):
         # (re.escape puts a backslash before punctuation only, which a PostgreSQL regular expression reads as
         # that character too.)
         pattern = "(^|[^" + pgtext.ESCAPE + "])" + re.escape(pgtext.escape(text))
-        bound = bindparam(None, pattern, Text())
-        c = self.table.c
-        return or_(
-            c.input_text.collate("C").regexp_match(bound, flags="i"),
-            c.completion.collate("C").regexp_match(bound, flags="i"),
-        )
+        return column.collate("C").regexp_match(bindparam(None, pattern, Text()), flags="i")
 
 
 class PostgresClaimTable(ClaimTable):

@@ -52,7 +52,6 @@ from sqlalchemy import (
     cast,
     func,
     literal,
-    or_,
     select,
     true,
 )
@@ -404,14 +403,12 @@ class SqliteRepository(Repository):
         path = f'$."{key}"'
         return case((func.json_type(column, path).in_(("integer", "real")), func.json_extract(column, path)))
 
-    def contains_text(self, text: str) -> ColumnElement[bool]:
+    def _holds(self, column: Any, text: str) -> ColumnElement[bool]:
         # instr() on lower(), not LIKE: LIKE reads text as a C string, so it stops at a U+0000, in the pattern
         # (a search for one matched every row) and in the text (what follows one was never found). SQLite's
         # lower() folds ASCII letters only, as the contract says. It copies each text it reads: 2.4x the time
         # of LIKE per row, within the browser's time-bounded windows.
-        folded = func.lower(bindparam(None, text, Text()))
-        c = self.table.c
-        return or_(func.instr(func.lower(c.input_text), folded) > 0, func.instr(func.lower(c.completion), folded) > 0)
+        return func.instr(func.lower(column), func.lower(bindparam(None, text, Text()))) > 0
 
     def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
         """A filter matching at least :data:`LISTING_PROBE_ROWS` rows (counted through its own index) is
