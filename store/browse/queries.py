@@ -7,8 +7,8 @@ Contract:
   and run inside :meth:`Database.reading`: a read transaction (read-only on
   PostgreSQL; on a read-only SQLite store, a connection that writes no byte).
   Nothing here names a dialect: the two things the backends do their own
-  way are the repository's (:meth:`Repository.contains_text`, ``LIKE`` or
-  ``ILIKE``, and :meth:`Repository.in_listing_order`, below).
+  way are the repository's (:meth:`Repository.contains_text`, ``instr`` or
+  a regular expression, and :meth:`Repository.in_listing_order`, below).
 * Rows are listed by ``created_at`` (newest or oldest first), ties broken by
   the database and then the input hash: a :class:`Key`. A page is the rows
   after a key (*keyset pagination*): each database answers with an index
