@@ -119,6 +119,14 @@ class Database(ABC):
         tell that cheaply (callers then keep what they derived for a while instead)."""
         return None
 
+    def damage(self) -> str | None:
+        """What the backend's own consistency check finds wrong with the stored data, or None.
+
+        Reads every page (a copy's source is checked with it: a damaged index would hide rows from the rows it
+        streams). None on a server, which keeps its own files consistent.
+        """
+        return None
+
     def close(self) -> None:  # noqa: B027 (a backend with nothing to release keeps this one)
         """Release what this database holds open."""
 

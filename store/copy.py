@@ -39,6 +39,9 @@ Contract:
   that database alone: it is reported per database, naming the side where it
   happened (the source that could not be read, or the target that failed or
   refused a source row, with the row and what to do), and the others go on.
+  A source that its backend's own check finds damaged
+  (:meth:`~store.backend.Database.damage`: a damaged page or index hides
+  rows from what is streamed) is such a failure, before any row is copied.
   A server target's database that the failed copy had created and left
   without a row is removed again (:meth:`~store.store.Store.discard_if_empty`),
   so no empty database stays listed; a folder's empty file is kept (another
@@ -61,6 +64,7 @@ from store import jsonvalues
 from store.adoption import ADOPTIONS
 from store.descriptor import canonical_json
 from store.errors import (
+    CorruptDatabaseError,
     DatabaseFileError,
     ForeignSchemaError,
     InvalidInputError,
@@ -369,6 +373,10 @@ def _copy_one(
         with _source_side():
             total = database.count()
             metadata = database.metadata()
+            if (damage := database.damage()) is not None:  # a damaged index hides rows from what is streamed
+                raise CorruptDatabaseError(
+                    database.where, f"{damage}. Nothing was copied from it; run `judgestore verify` on the source"
+                )
         created = target.open_existing(location) is None
         destination = target.database(
             location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions

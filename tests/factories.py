@@ -122,6 +122,49 @@ def stamp(db_path: Path, revision: str) -> None:
         conn.execute("UPDATE judgestore_alembic_version SET version_num = ?", (revision,))
 
 
+def hide_a_row_in_a_page(db_path: Path, table: str) -> None:
+    """Damage the file as a torn write can: the leaf page holding ``table``'s rows counts one cell fewer.
+
+    SQLite still opens the file and reads every row but the last of that page; ``quick_check`` sees it.
+    """
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        (root,) = conn.execute("SELECT rootpage FROM sqlite_master WHERE name = ?", (table,)).fetchone()
+        (page_size,) = conn.execute("PRAGMA page_size").fetchone()
+    with open(db_path, "r+b") as f:
+        f.seek((root - 1) * page_size)
+        header = f.read(5)
+        assert header[0] == 0x0D, "the table's rows must fit its root page (a leaf) for this damage"
+        f.seek((root - 1) * page_size + 3)
+        f.write((int.from_bytes(header[3:5], "big") - 1).to_bytes(2, "big"))
+
+
+def hide_a_row_from_an_index(db_path: Path, table: str, index: str) -> None:
+    """Damage the file as another tool can: a row is added to ``table`` while ``index`` is not kept up to date.
+
+    Everything that reads through the index (an ordering by its columns) misses the row; ``count(*)`` may too.
+    """
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        (sql, root) = conn.execute("SELECT sql, rootpage FROM sqlite_master WHERE name = ?", (index,)).fetchone()
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute("DELETE FROM sqlite_master WHERE name = ?", (index,))
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+        row = conn.execute(f"SELECT * FROM {table} LIMIT 1").fetchone()
+        columns = [c[1] for c in conn.execute(f"PRAGMA table_info({table})")]
+        hidden = completion_record(99, model="hidden")
+        values = dict(zip(columns, row, strict=True)) | {
+            "input_hash": hidden.input_hash,
+            "input_text": hidden.input_text,
+            "completion": "the hidden answer",
+        }
+        conn.execute(f"INSERT INTO {table} VALUES ({', '.join('?' * len(columns))})", [values[c] for c in columns])
+        conn.execute("PRAGMA writable_schema = ON")
+        conn.execute(
+            "INSERT INTO sqlite_master (type, name, tbl_name, rootpage, sql) VALUES ('index', ?, ?, ?, ?)",
+            (index, table, root, sql),
+        )
+
+
 def foreign_database(db_path: Path, kind: str = "optuna") -> None:
     """An SQLite file another tool made: ``optuna`` (its own ``alembic_version``) or ``random`` tables."""
     db_path.parent.mkdir(parents=True, exist_ok=True)

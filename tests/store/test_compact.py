@@ -13,7 +13,7 @@ from store.reports import VacuumOutcome
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
-from tests.factories import QWEN, completion_record, foreign_database
+from tests.factories import QWEN, completion_record, fill_small_store, foreign_database, hide_a_row_in_a_page
 
 
 def big_store(root: Path) -> Path:
@@ -93,3 +93,16 @@ def test_an_empty_database_has_nothing_to_give_back_and_is_left_as_it_was(store_
     assert result.outcome is VacuumOutcome.EMPTY and result.error is None
     files = sorted(p.name for p in path.parent.iterdir() if p.suffix != ".lock")  # the lock file is the store's
     assert path.read_bytes() == b"" and files == ["completions.db", "metadata.json"]  # no -wal, no -shm
+
+
+def test_a_damaged_file_is_refused_untouched_with_the_rows_its_damage_hides(store_root: Path) -> None:
+    """VACUUM copies what the b-trees lead to: on a damaged page it would drop the hidden row for good."""
+    fill_small_store(store_root)
+    location = next(loc for loc in walk(store_root) if loc.role == "completions")
+    path = location.db_path(store_root)
+    hide_a_row_in_a_page(path, "completions")
+    before = path.read_bytes()
+    result = vacuum_database(store_root, location, Settings())
+    assert result.outcome is VacuumOutcome.REFUSED and "SQLite found damage" in str(result.error)
+    assert "nothing was changed" in str(result.error)
+    assert path.read_bytes() == before and all(f"answer {i}".encode() in before for i in range(3))

@@ -34,7 +34,16 @@ from store.runs import recent_runs, record_run
 from store.settings import Settings
 from store.store import Store
 from store.tables.records import AdoptionRecord, RunRecord
-from tests.factories import JUDGE, QWEN, completion_record, file_digests, fill_small_store, judgement_record
+from tests.factories import (
+    JUDGE,
+    QWEN,
+    completion_record,
+    file_digests,
+    fill_small_store,
+    hide_a_row_from_an_index,
+    hide_a_row_in_a_page,
+    judgement_record,
+)
 from tests.pg_server import Cluster
 from tests.store.test_runs import run
 
@@ -210,6 +219,26 @@ def test_folder_to_folder_with_a_selection(tmp_path: Path) -> None:
         assert report.ok and [d.location.role for d in report.databases] == ["judgements"]
         assert target.locations() == [Location.of("judgements", "arena-hard", JUDGE)]
         assert snapshot(target) == {k: v for k, v in snapshot(source).items() if k.role == "judgements"}
+
+
+@pytest.mark.parametrize("damage", ["page", "index"])
+def test_a_damaged_source_is_reported_and_nothing_of_it_is_copied(tmp_path: Path, damage: str) -> None:
+    """A damaged index or page hides rows from what a copy streams: it must not say "verified" without them."""
+    root = full_store(tmp_path / "a")
+    location = Location.of("completions", "mt-bench", QWEN)
+    if damage == "page":
+        hide_a_row_in_a_page(location.db_path(root), "completions")
+    else:
+        hide_a_row_from_an_index(location.db_path(root), "completions", "ix_completions_created_at")
+    before = file_digests(root)
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        report = copy_store(source, target)
+        (bad,) = [d for d in report.databases if not d.verified]
+        assert not report.ok and bad.location == location and bad.written == 0
+        assert "cannot be read" in bad.problems[0] and "judgestore verify" in bad.problems[0]
+        assert ("SQLite found damage" if damage == "page" else "ix_completions_created_at holds") in bad.problems[0]
+        assert sum(d.verified for d in report.databases) == len(report.databases) - 1  # the others are copied
+    assert file_digests(root) == before
 
 
 def test_a_conflicting_row_in_the_target_is_reported_and_kept(tmp_path: Path, pg_url: str) -> None:

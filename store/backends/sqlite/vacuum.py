@@ -5,8 +5,9 @@ Contract:
 * :func:`vacuum_database` compacts one SQLite file in place: under the
   file's lock (the one creation and upgrades take, so neither runs at the
   same time), it checks that the file is ours (its folder's metadata.json
-  matches the location, its schema is current or behind; ahead, foreign and
-  damaged files, and edited or moved folders, are refused untouched), checkpoints the WAL
+  matches the location, its schema is current or behind, SQLite's
+  ``quick_check`` finds nothing; ahead, foreign and damaged files, and
+  edited or moved folders, are refused untouched), checkpoints the WAL
   (``wal_checkpoint(TRUNCATE)``), runs ``VACUUM`` (which rewrites the file
   without its free pages, in one transaction of SQLite's own), and
   checkpoints again so the WAL is emptied. Writers and readers of other
@@ -32,6 +33,7 @@ from sqlalchemy.exc import DatabaseError
 
 from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import translated
+from store.backends.sqlite.verify import integrity_damage
 from store.errors import JudgestoreError
 from store.layout import Location, check_location_metadata, database_size, lock_path
 from store.reports import VacuumOutcome, VacuumResult
@@ -73,6 +75,16 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
             raw = engine.raw_connection()
             try:
                 driver: Any = raw.driver_connection
+                # VACUUM copies what the tables' b-trees lead to (and builds the indexes again from it): on a
+                # damaged page, the rows the damage hides would be gone for good
+                damage = integrity_damage(driver.execute("PRAGMA quick_check").fetchall())
+                if damage is not None:
+                    return result(
+                        VacuumOutcome.REFUSED,
+                        f"{path}: {damage}. Not vacuumed (it would drop the rows the damage hides); nothing was "
+                        "changed. Run `judgestore verify`; restore the file from a backup, or delete it to compute "
+                        "its rows again",
+                    )
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 driver.execute("VACUUM")
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()

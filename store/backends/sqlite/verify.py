@@ -17,8 +17,9 @@ Contract:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
@@ -53,12 +54,18 @@ from store.settings import Settings
 from store.tables.filters import RowFilter
 
 
-def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
-    findings = [str(row[0]) for row in conn.execute(text("PRAGMA integrity_check")).all()]
+def integrity_damage(rows: Sequence[Sequence[Any]]) -> str | None:
+    """What ``PRAGMA integrity_check`` (or ``quick_check``) answered, as one line; None when it said "ok"."""
+    findings = [str(row[0]) for row in rows]
     if findings == ["ok"]:
-        return []
+        return None
     shown = "; ".join(findings[:5]) + (f"; and {len(findings) - 5} more" if len(findings) > 5 else "")
-    return [Problem(str(path), ProblemKind.INTEGRITY, f"SQLite integrity_check failed: {shown}")]
+    return f"SQLite found damage: {shown}"
+
+
+def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
+    damage = integrity_damage(conn.execute(text("PRAGMA integrity_check")).all())
+    return [] if damage is None else [Problem(str(path), ProblemKind.INTEGRITY, damage)]
 
 
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
