@@ -33,7 +33,7 @@ import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-from store.descriptor import render_messages_bytes
+from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
 from store.tables.models import Orientation
 
@@ -65,11 +65,18 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, value
 
 
-def _build(path: Path, number: int, factory: Any, values: dict[str, Any]) -> Any:
+def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_mode: InputMode | None) -> Any:
+    """What ``factory`` makes of a line's values (a request, or a list of them); a bad line names itself."""
     try:
         if "messages" in values:
             render_messages_bytes(values["messages"])  # checked here too, so a bad message names its line
-        return factory(**values)
+        if "text" in values:
+            render_text_bytes(values["text"])
+        built = factory(**values)
+        for request in built if isinstance(built, list) else [built]:
+            if input_mode is not None:
+                request.check_shape(input_mode)
+        return built
     except (InvalidInputError, TypeError) as e:
         raise InvalidInputError(f"{path}:{number}: {e}") from e
 
@@ -80,23 +87,25 @@ def _check_keys(path: Path, number: int, row: dict[str, Any], allowed: set[str])
         raise InvalidInputError(f"{path}:{number}: unknown keys {sorted(unknown)} (allowed: {sorted(allowed)})")
 
 
-def read_completion_requests(path: Path) -> list[CompletionRequest]:
+def read_completion_requests(path: Path, input_mode: InputMode | None = None) -> list[CompletionRequest]:
+    """Completion requests, one per line; with ``input_mode``, a line of the other shape is refused by name."""
     requests = []
     for number, row in read_lines(path):
         _check_keys(path, number, row, _REQUEST_KEYS | {"model"})
-        requests.append(_build(path, number, CompletionRequest, row))
+        requests.append(_build(path, number, CompletionRequest, row, input_mode))
     return requests
 
 
 def read_judgement_requests(
-    path: Path, orientations: Sequence[Orientation], judge: str | None = None
+    path: Path, orientations: Sequence[Orientation], judge: str | None = None, input_mode: InputMode | None = None
 ) -> list[JudgementRequest]:
-    """Judgement requests from rendered, pair or pointwise lines (see the module docstring)."""
+    """Judgement requests from rendered, pair or pointwise lines (see the module docstring); with ``input_mode``,
+    a line whose requests a judge of that mode cannot take is refused by name."""
     requests: list[JudgementRequest] = []
     for number, row in read_lines(path):
         if "messages" in row or "text" in row:
             _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
-            requests.append(_build(path, number, JudgementRequest, {"judge": judge, **row}))
+            requests.append(_build(path, number, JudgementRequest, {"judge": judge, **row}, input_mode))
             continue
         _check_keys(path, number, row, _PAIR_KEYS)
         missing = {"question", "model_a", "answer_a"} - set(row)
@@ -104,9 +113,13 @@ def read_judgement_requests(
             missing |= {"answer_b"} - set(row)
         if missing:
             raise InvalidInputError(f"{path}:{number}: missing keys {sorted(missing)}")
-        for key in ("question", "answer_a", "answer_b"):
-            if key in row and not isinstance(row[key], str):
+        for key in ("question", "model_a", "answer_a", "model_b", "answer_b"):
+            if key in row and not isinstance(row[key], str) and (row[key] is not None or key != "model_b"):
                 raise InvalidInputError(f"{path}:{number}: {key} must be a string, got {row[key]!r:.40}")
+        if row.get("model_b") is None and "answer_b" in row:  # a pair whose second model is not named
+            raise InvalidInputError(
+                f"{path}:{number}: answer_b without model_b: name the model of answer_b (a pointwise line has neither)"
+            )
         if row.get("model_b") is None:
             requests.append(
                 _build(
@@ -121,11 +134,14 @@ def read_judgement_requests(
                         "instruction_id": row.get("instruction_id"),
                         "judge": judge,
                     },
+                    input_mode,
                 )
             )
         else:
             requests.extend(
-                _build(path, number, pairwise_requests, {**row, "orientations": orientations, "judge": judge})
+                _build(
+                    path, number, pairwise_requests, {**row, "orientations": orientations, "judge": judge}, input_mode
+                )
             )
     return requests
 

@@ -5,7 +5,8 @@ Contract:
 * A request carries chat ``messages`` or a plain ``text`` prompt (exactly
   one), the metadata recorded on its row (benchmark, instruction id; for a
   judgement also model_a, model_b (None: pointwise), judge label and
-  orientation) and ``n``, the number of samples wanted.
+  orientation) and ``n``, the number of samples wanted (1 to
+  :data:`MAX_SAMPLES`).
 * The metadata is never part of the key: the same input asked under two
   benchmarks is one row (the first writer's metadata is kept). It is text
   (or None): anything else is refused when the request is made, before a
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
@@ -33,6 +34,9 @@ from store.logprobs import text_logprobs
 from store.tables.models import ORIENTATIONS, Orientation
 
 # Fields stored in text columns: text or None, as every store keeps them (store.tables.row_checks.check_values).
+# Samples of one request: every one is hashed, planned and stored before the engine starts, so a typo
+# (n=100000000000) must be refused rather than fill the memory.
+MAX_SAMPLES = 10_000
 _TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
 
 
@@ -47,8 +51,8 @@ class _Request:
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
             raise InvalidInputError("a request needs exactly one of `messages` or `text`")
-        if not isinstance(self.n, int) or self.n < 1:
-            raise InvalidInputError(f"n must be a positive integer, got {self.n!r}")
+        if type(self.n) is not int or not 1 <= self.n <= MAX_SAMPLES:  # True is no count
+            raise InvalidInputError(f"n must be an integer from 1 to {MAX_SAMPLES:,}, got {self.n!r:.40}")
         for name in _TEXT_FIELDS:  # stored in text columns, which hold text on every backend: refused before a run
             value = getattr(self, name, None)
             if value is not None and not isinstance(value, str):
@@ -60,24 +64,28 @@ class _Request:
 
     def render_bytes(self, input_mode: InputMode) -> bytes:
         """:meth:`render` as UTF-8 bytes (what :func:`~store.descriptor.input_hash` hashes)."""
-        if input_mode == "chat":
-            if self.messages is None:
-                raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
-            try:
-                return render_messages_bytes(self.messages)
-            except InvalidInputError as e:
-                langchain = isinstance(self.messages, Sequence) and any(
-                    isinstance(m, Mapping) and "role" not in m and "type" in m for m in self.messages
-                )
-                if langchain:
-                    raise InvalidInputError(
-                        f"{e}. Messages are {{'role', 'content'}} dicts; LangChain's {{'type': 'human'}} shape (and "
-                        "its message objects) converts with inference.messages.chat_messages(...)"
-                    ) from e
-                raise
-        if self.text is None:
+        self.check_shape(input_mode)
+        if input_mode == "text":
+            return render_text_bytes(cast(str, self.text))  # check_shape: it is given
+        try:
+            return render_messages_bytes(cast(Sequence[Mapping[str, Any]], self.messages))
+        except InvalidInputError as e:
+            langchain = isinstance(self.messages, Sequence) and any(
+                isinstance(m, Mapping) and "role" not in m and "type" in m for m in self.messages
+            )
+            if langchain:
+                raise InvalidInputError(
+                    f"{e}. Messages are {{'role', 'content'}} dicts; LangChain's {{'type': 'human'}} shape (and "
+                    "its message objects) converts with inference.messages.chat_messages(...)"
+                ) from e
+            raise
+
+    def check_shape(self, input_mode: InputMode) -> None:
+        """Refuse a request a model of ``input_mode`` cannot take: ``messages`` for chat, ``text`` for text."""
+        if input_mode == "chat" and self.messages is None:
+            raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
+        if input_mode == "text" and self.text is None:
             raise InvalidInputError("this model takes text input: give `text`, not `messages`")
-        return render_text_bytes(self.text)
 
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""

@@ -72,7 +72,7 @@ def _run(
     with ``--json``) saying how many rows the run stored: they are kept, and
     the same command generates only the rest.
     """
-    writable_output(run.output, "--output")
+    writable_output(run.output, "--output", [run.input_path])
     err = stderr()
     if not verbose:
         quiet_engine()
@@ -183,7 +183,8 @@ def generate_command(
 
     Example: judgestore generate --model Qwen/Qwen3-8B --task mt-bench -i prompts.jsonl -o answers.jsonl
     """
-    _run(spec, list(read_completion_requests(run.input_path)), "completions", run, settings, json_output, verbose)
+    requests = read_completion_requests(run.input_path, spec.input_mode)
+    _run(spec, list(requests), "completions", run, settings, json_output, verbose)
 
 
 def judge_command(
@@ -207,7 +208,9 @@ def judge_command(
 
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
-    requests = read_judgement_requests(run.input_path, orientation.orientations(), judge=spec.display_name)
+    requests = read_judgement_requests(
+        run.input_path, orientation.orientations(), judge=spec.display_name, input_mode=spec.input_mode
+    )
     _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
 
 
@@ -223,7 +226,7 @@ def pairs_command(
 
     Example: judgestore pairs --prompts prompts.jsonl --answers a.jsonl --answers b.jsonl -o pairs.jsonl
     """
-    writable_output(output, "--output")
+    writable_output(output, "--output", [prompts, *answers])
     pairs = make_pairs(prompts, answers)
     with output_file(output, "the pairs") as out:
         for pair in pairs:

@@ -219,14 +219,18 @@ def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
     typer.confirm(question, abort=True, err=True)
 
 
-def writable_output(path: Path, option: str) -> None:
-    """Refuse, before a command does its work, an output file it could not write at the end ('-' is stdout)."""
+def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> None:
+    """Refuse, before a command does its work, an output file it could not write at the end ('-' is stdout), or
+    one that is one of its ``inputs`` (writing it would replace what the command read)."""
     if str(path) == "-":
         return
     if path.is_dir():
         raise InvalidInputError(f"{option} {path} is a folder, not a file")
     if not path.parent.is_dir():
         raise InvalidInputError(f"{option} {path}: there is no folder {path.parent}")
+    for given in inputs:
+        if path.exists() and given.exists() and path.samefile(given):
+            raise InvalidInputError(f"{option} {path} is the input file {given}: write the results to another file")
 
 
 def emit_json(value: object, *, beside_stdout_results: bool = False) -> None:

@@ -99,6 +99,21 @@ def test_an_output_file_that_cannot_be_written_is_refused_before_anything_is_sen
     assert openai_server.completions() == [] and not store_root.exists()
 
 
+def test_an_output_that_is_the_input_is_refused_before_anything_is_sent(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """Writing the results over the prompts would lose them."""
+    prompts = chat_prompts.read_bytes()
+    link = tmp_path / "same.jsonl"
+    link.symlink_to(chat_prompts)
+    for out in (chat_prompts, link):
+        refused = generate(openai_server, chat_prompts, out)
+        assert refused.exit_code == 1 and "is the input file" in refused.stderr, refused.output
+    paired = judgestore("pairs", "--prompts", str(chat_prompts), "--answers", str(chat_prompts), "-o", str(link))
+    assert paired.exit_code == 1 and "is the input file" in paired.stderr
+    assert chat_prompts.read_bytes() == prompts and openai_server.completions() == [] and not store_root.exists()
+
+
 def test_a_results_file_that_fails_to_write_is_one_line_naming_it_not_the_store(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
 ) -> None:

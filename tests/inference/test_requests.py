@@ -78,3 +78,48 @@ def test_a_pointwise_judgement_with_an_orientation_is_refused_naming_its_line(tm
     rendered.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
     with pytest.raises(InvalidInputError, match=r"rendered.jsonl:2: orientation 'reversed' needs model_b"):
         read_judgement_requests(rendered, ["direct"])
+
+
+@pytest.mark.parametrize(
+    ("line", "said"),
+    [
+        ({"question": "q", "model_a": None, "answer_a": "x"}, "model_a must be a string"),
+        ({"question": "q", "model_a": None, "answer_a": "x", "model_b": "b", "answer_b": "y"}, "model_a must be a"),
+        ({"question": "q", "model_a": "a", "answer_a": "x", "answer_b": "y"}, "answer_b without model_b"),
+        ({"question": "q", "model_a": "a", "answer_a": "x", "model_b": None, "answer_b": "y"}, "answer_b without"),
+        ({"question": "q", "model_a": ["a"], "answer_a": "x"}, "model_a must be a string"),
+    ],
+)
+def test_a_judge_line_that_names_no_model_for_an_answer_is_refused_naming_its_line(
+    tmp_path: Path, line: dict[str, object], said: str
+) -> None:
+    """A judgement that names no model, or that drops a second answer, would be stored as a wrong row."""
+    pairs = tmp_path / "pairs.jsonl"
+    good = {"question": "q", "model_a": "a", "answer_a": "x"}
+    pairs.write_bytes(orjson.dumps(good) + b"\n" + orjson.dumps(line) + b"\n")
+    with pytest.raises(InvalidInputError, match=rf"pairs.jsonl:2: {said}"):
+        read_judgement_requests(pairs, ["direct", "reversed"])
+
+
+@pytest.mark.parametrize("n", [0, -1, True, 1.0, "2", 10_001, 10**11])
+def test_a_sample_count_that_is_no_count_or_too_many_is_refused(n: object) -> None:
+    """n samples are hashed and planned before the engine starts: n=10**11 would fill the memory."""
+    with pytest.raises(InvalidInputError, match="n must be an integer from 1 to 10,000"):
+        CompletionRequest(text="q", n=n)  # type: ignore[arg-type]
+    assert CompletionRequest(text="q", n=10_000).n == 10_000
+
+
+def test_a_line_of_the_wrong_shape_or_type_names_its_line_blank_lines_counted(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    chat = orjson.dumps({"messages": [{"role": "user", "content": "q"}]})
+    prompts.write_bytes(chat + b"\n\n\n" + orjson.dumps({"text": "q"}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:4: this model takes chat input"):
+        read_completion_requests(prompts, "chat")
+    assert len(read_completion_requests(prompts)) == 2  # no model yet: both shapes are requests
+    prompts.write_bytes(orjson.dumps({"text": 5}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: text prompt must be a string, got int"):
+        read_completion_requests(prompts)
+    pairs = tmp_path / "pairs.jsonl"
+    pairs.write_bytes(orjson.dumps({"question": "q", "model_a": "a", "answer_a": "x"}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"pairs.jsonl:1: this model takes text input"):
+        read_judgement_requests(pairs, ["direct"], input_mode="text")
