@@ -99,7 +99,7 @@ class CopiedDatabase:
     location: Location
     source: str  # the source database, as messages name it
     target: str | None = None  # the target database (None: it could not be opened)
-    source_rows: int = 0
+    source_rows: int = 0  # rows read from the source: all of them unless the copy of this database failed
     matched: int = 0  # source rows the target now holds, identical (digests equal)
     written: int = 0  # rows this copy inserted
     already_there: int = 0  # identical rows the target held before (or another writer wrote meanwhile)

@@ -47,8 +47,9 @@ def register(app: typer.Typer) -> None:
 def db_status_command(settings: Settings, selector: Selector, json_output: JsonOutput = False) -> None:
     """Schema state of every database against this library's head revision.
 
-    Read-only. Exits 1 if any database is behind, ahead, foreign, damaged or
-    has a metadata.json that does not match its folder.
+    Read-only. Exits 1 if any database is behind, ahead, foreign, damaged
+    beyond opening, or has a metadata.json that does not match its folder.
+    It reads each file's schema, not every page: `judgestore verify` does.
 
     Examples:
 

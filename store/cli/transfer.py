@@ -117,7 +117,7 @@ def copy_command(
 
 
 def _render(report: "CopyReport") -> None:
-    extra = [("Rows", "right"), ("Written", "right"), ("Conflicts", "right"), ("Verified", "left")]
+    extra = [("Read", "right"), ("Written", "right"), ("Conflicts", "right"), ("Verified", "left")]
     table = location_table(f"Copy {report.source} -> {report.target}", *extra)
     for d in report.databases:
         table.add_row(
