@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -228,21 +229,27 @@ ODD_ANSWERS = ["k\x00w", "\ufdd0z", "plain", "é", "Éa", "A\x00b0", "q.(r)*|s"]
 def test_a_search_finds_the_same_rows_on_both_backends(
     request: pytest.FixtureRequest, tmp_path: Path, needle: str, found: list[str]
 ) -> None:
-    answers = {}
+    prompts = [render_text("§" * (i + 1)) for i in range(len(ODD_ANSWERS))]
+    matched = searched(request, tmp_path, list(zip(prompts, ODD_ANSWERS, strict=True)), needle)
+    assert matched == {backend: sorted(ODD_ANSWERS.index(a) for a in found) for backend in ("folder", "server")}
+
+
+def searched(request: pytest.FixtureRequest, tmp_path: Path, rows: list[tuple[str, str]], needle: str) -> Any:
+    """Which of ``rows`` (rendered prompt, completion) a search for ``needle`` matches, by index, per backend."""
+    matched = {}
     for backend in ("folder", "server"):
         where = {"root": tmp_path / "odd"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
         with Store(Settings(), **where) as store:  # type: ignore[arg-type]
             database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="odd"))
-            prompts = [render_text("§" * (i + 1)) for i in range(len(ODD_ANSWERS))]
+            keys = [input_hash(prompt) for prompt, _ in rows]
             database.put_many(
-                completion_record(i, input_text=p, input_hash=input_hash(p), completion=answer)
-                for i, (p, answer) in enumerate(zip(prompts, ODD_ANSWERS, strict=True))
+                completion_record(i, input_text=prompt, input_hash=key, completion=completion)
+                for i, ((prompt, completion), key) in enumerate(zip(rows, keys, strict=True))
             )
             with database.reading() as repo:
-                t = repo.table
-                matched = repo.conn.execute(select(t.c.completion).where(repo.contains_text(needle))).scalars()
-                answers[backend] = sorted(matched)
-    assert answers == {"folder": sorted(found), "server": sorted(found)}
+                found = repo.conn.execute(select(repo.table.c.input_hash).where(repo.contains_text(needle)))
+                matched[backend] = sorted(keys.index(key) for key in found.scalars())
+    return matched
 
 
 ODD_PROMPTS = ['say "hi"', "back\\slash", "line1\nline2", "k\x00w", "\ufdd0z", "tab\there", "plain é"]
@@ -268,18 +275,6 @@ def test_a_search_finds_what_a_prompt_says_on_both_backends(
     request: pytest.FixtureRequest, tmp_path: Path, needle: str, found: list[str]
 ) -> None:
     """The prompt is stored as JSON: a quote, a backslash, a newline, U+0000 in it are found as written."""
-    answers = {}
-    for backend in ("folder", "server"):
-        where = {"root": tmp_path / "odd"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
-        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
-            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="odd"))
-            prompts = {render_messages([{"role": "user", "content": text}]): text for text in ODD_PROMPTS}
-            database.put_many(
-                completion_record(i, input_text=p, input_hash=input_hash(p), completion=f"answer {i}")
-                for i, p in enumerate(prompts)
-            )
-            with database.reading() as repo:
-                t = repo.table
-                matched = repo.conn.execute(select(t.c.input_text).where(repo.contains_text(needle))).scalars()
-                answers[backend] = sorted(prompts[p] for p in matched)
-    assert answers == {"folder": sorted(found), "server": sorted(found)}
+    rows = [(render_messages([{"role": "user", "content": text}]), f"answer {i}") for i, text in enumerate(ODD_PROMPTS)]
+    matched = searched(request, tmp_path, rows, needle)
+    assert matched == {backend: sorted(ODD_PROMPTS.index(p) for p in found) for backend in ("folder", "server")}
