@@ -184,8 +184,8 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
         kept, older = tuple(ranked[: rule.keep_last_runs]), ranked[rule.keep_last_runs :]
         filters = tuple(dataclasses.replace(base, run_id=run) for run in older)
         pruned = tuple(older)
-    data = RowTotals()
-    for database in databases:
+    data = RowTotals()  # of the selected databases, whatever rows the filter picks: what the cap is on
+    for database in databases if rule.flt.is_empty() else store.databases(selector):
         with database.reading() as repo:
             data += repo.totals()
     cutoff = None

@@ -270,7 +270,7 @@ def audit_command(
             database = store.find(role.value, task, spec.descriptor)
         except DatabaseMissingError:
             database = None
-        if database is None:
+        if database is None or not database.count():  # an audit of nothing would pass any --fail-under
             raise InvalidInputError(
                 f"nothing is stored for {spec.display_name} ({role.value}, task {task}, descriptor "
                 f"{spec.descriptor.hash16()}); `judgestore explain` with the same options says what is"

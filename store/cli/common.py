@@ -23,6 +23,7 @@ Contract:
 
 from __future__ import annotations
 
+import enum
 import functools
 import io
 import json
@@ -32,6 +33,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
+from datetime import date, datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
 
@@ -157,15 +159,20 @@ def to_json(value: object, *, indent: bool = True) -> str:
     not valid Unicode (a file name of bytes that are not UTF-8) as JSON's ``\\u`` escapes."""
 
     def default(v: object) -> object:
+        # what orjson writes itself is written alike by the standard library's fallback below
         if isinstance(v, Path):
             return str(v)
+        if isinstance(v, datetime | date):
+            return v.isoformat()
+        if isinstance(v, enum.Enum):
+            return v.value
         raise TypeError(f"not JSON serializable: {type(v).__name__}")
 
     option = orjson.OPT_INDENT_2 if indent else 0
     plain = jsonvalues.to_plain(value)
     try:
         return orjson.dumps(plain, default=default, option=option).decode()
-    except orjson.JSONEncodeError:  # orjson refuses lone surrogates; the standard library escapes them
+    except orjson.JSONEncodeError:  # lone surrogates, integers past 64 bits: the standard library writes them
         return json.dumps(
             plain, default=default, indent=2 if indent else None, separators=(",", ": " if indent else ":")
         )

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import select
 from typer.testing import CliRunner, Result
 
+from inference.cli.app import app
 from inference.cli.generate import register
 from store import Run, Settings, Store
 from store.cli.app import build_app
@@ -112,6 +113,18 @@ def test_an_output_that_is_the_input_is_refused_before_anything_is_sent(
     paired = judgestore("pairs", "--prompts", str(chat_prompts), "--answers", str(chat_prompts), "-o", str(link))
     assert paired.exit_code == 1 and "is the input file" in paired.stderr
     assert chat_prompts.read_bytes() == prompts and openai_server.completions() == [] and not store_root.exists()
+
+
+def test_an_audit_of_a_database_left_without_rows_fails_rather_than_passes(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
+) -> None:
+    """0 of 0 rows regenerated exactly is no 100 %: a CI gate must not pass on it."""
+    assert generate(openai_server, chat_prompts, tmp_path / "a.jsonl").exit_code == 0
+    assert judgestore("delete", "--non-empty", "--yes").exit_code == 0
+    model = ("--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+             "--api-key-env", "JUDGE_KEY", "--task", "t")  # fmt: skip
+    audited = CliRunner().invoke(app(), ["audit", *model, "--fail-under", "1.0"], env={"COLUMNS": "200"})
+    assert audited.exit_code == 1 and "nothing is stored for fake-judge" in " ".join(audited.stderr.split())
 
 
 def test_a_results_file_that_fails_to_write_is_one_line_naming_it_not_the_store(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -49,6 +50,23 @@ def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
     listed = judgestore("stats", "--runs", "3", "--model-id", "Qwen/Qwen3-8B")
     assert "Recent runs" in listed.stdout and "Qwen/Qwen3-8B" in listed.stdout
     assert file_digests(filled) == before  # read-only
+
+
+def test_json_reports_hold_totals_past_64_bits_beside_their_dates(store_root: Path) -> None:
+    """orjson stops at 2^64: such a report is written by the standard library, dates and all, not a traceback."""
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        database.put_many([completion_record(i, usage={"prompt_tokens": 2**63 - 1}) for i in range(3)])
+        record_run(database, run(1))
+    stats = judgestore("stats", "--json")
+    assert stats.exit_code == 0, stats.output
+    report = json.loads(stats.stdout)  # orjson's own reader stops at 2^64 too
+    (database_report,) = report["databases"]
+    assert report["totals"]["rows"]["prompt_tokens"] == 3 * (2**63 - 1)
+    assert datetime.fromisoformat(database_report["recent_runs"][0]["started_at"]).tzinfo is not None
+    pruned = judgestore("prune", "--max-size", "99999999999999999999999999TB", "--dry-run", "--json")
+    assert pruned.exit_code == 0, pruned.output
+    assert json.loads(pruned.stdout)["rows"] == 0
 
 
 def test_prune_dry_run_counts_what_the_prune_deletes(filled: Path) -> None:

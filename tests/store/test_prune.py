@@ -94,6 +94,16 @@ def test_max_size_only_prunes_rows_the_other_criteria_select(aged: Path) -> None
     assert counts == {"completions": 4}
 
 
+def test_max_size_caps_the_selected_databases_whatever_rows_the_filter_picks(aged: Path) -> None:
+    """The judgements hold only run-1: a filter on another run must not leave them out of the data capped."""
+    _, whole = planned(aged, PruneRule(max_bytes=10**9))
+    data = whole.data_bytes  # type: ignore[attr-defined]
+    counts, plan = planned(aged, PruneRule(max_bytes=data - 1, flt=RowFilter(run_id="run-2")))
+    assert plan.data_bytes == data and counts == {"completions": 4}  # type: ignore[attr-defined]
+    _, judged = planned(aged, PruneRule(max_bytes=10**9, flt=RowFilter(judge="judge-1")))
+    assert judged.data_bytes == data  # type: ignore[attr-defined]
+
+
 def test_a_rule_without_a_criterion_is_refused(aged: Path) -> None:
     with pytest.raises(InvalidInputError, match="nothing is pruned that a filter did not select"):
         planned(aged, PruneRule())
