@@ -215,7 +215,7 @@ _UNKNOWN_KEYS = (
         ~exists().where(
             shard_keys_table.c.input_hash == _keys.c.value,
             shards_table.c.id == shard_keys_table.c.shard_id,
-            shards_table.c.remote_id == bindparam("remote_id"),
+            shards_table.c.remote_id.in_(bindparam("remote_ids", expanding=True)),
             shards_table.c.folder == bindparam("folder"),
             shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
         )
@@ -322,14 +322,14 @@ class Bookkeeping:
 
         return self._run(work, write=True)
 
-    def unknown_keys(self, remote_id: int, folder: str, keys: Sequence[str]) -> list[str]:
-        """The keys among ``keys`` that the remote is not known to have (order kept)."""
+    def unknown_keys(self, remote_ids: Sequence[int], folder: str, keys: Sequence[str]) -> list[str]:
+        """The keys among ``keys`` that none of the remotes ``remote_ids`` is known to have (order kept)."""
 
         def work(conn: Connection) -> list[str]:
             unknown: list[str] = []
             for start in range(0, len(keys), LOOKUP_BATCH):
                 chunk = orjson.dumps(list(keys[start : start + LOOKUP_BATCH])).decode()
-                params = {"keys": chunk, "remote_id": remote_id, "folder": folder}
+                params = {"keys": chunk, "remote_ids": list(remote_ids), "folder": folder}
                 unknown += conn.execute(_UNKNOWN_KEYS, params).scalars().all()
             return unknown
 

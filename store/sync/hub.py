@@ -54,6 +54,7 @@ log = logging.getLogger("store.sync")
 
 RETRYABLE_STATUS = frozenset({408, 409, 423, 425, 429})
 PATHS_PER_REQUEST = 100
+DEFAULT_REVISION = "main"  # the branch a repository is created with, and the one pushes and fetches use by default
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +157,7 @@ class HubRemote:
         self,
         repo_id: str,
         *,
-        revision: str = "main",
+        revision: str = DEFAULT_REVISION,
         repo_type: str = "dataset",
         token: str | bool | None = None,
         endpoint: str | None = None,
@@ -191,6 +192,11 @@ class HubRemote:
         # The repository, not the revision: what was pushed to or fetched from a repo is known whichever
         # branch, tag or commit a later fetch pins, so a row fetched at a tag is not pushed back to main.
         return f"hf:{self.api.endpoint.rstrip('/')}/{self.repo_type}s/{self.repo_id}"
+
+    @property
+    def pushed_to(self) -> str:
+        # A push lands on its branch only: what went to `dev` is still to send to main.
+        return self.url if self.revision == DEFAULT_REVISION else f"{self.url}@{self.revision}"
 
     # ------------------------------------------------------------ the retry edge
 

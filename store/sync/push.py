@@ -27,6 +27,7 @@ commit.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,13 +139,16 @@ def push(
         Bookkeeping(store.root, settings=store.settings) as books,
         staging_folder(store.root) as staging,
     ):
-        remote_id = books.remote_id(remote.url)
+        remote_id = books.remote_id(remote.pushed_to)
+        # What a branch is known to hold: what was pushed to it, and what the repository held (pushed to its
+        # default branch, or fetched) when the branch was made from it, which is as much as is known here.
+        known = [remote_id] if remote.pushed_to == remote.url else [remote_id, books.remote_id(remote.url)]
         if not dry_run:
             report.recovered = _settle_pending(books, remote_id, remote)
         plans: list[_FolderPlan] = []
         for done, location in enumerate(locations, start=1):
             try:
-                plan = _plan_folder(store, location, books, remote_id, staging, target_bytes)
+                plan = _plan_folder(store, location, books, known, staging, target_bytes)
             except JudgestoreError as e:
                 report.problems.append(SyncProblem(remote_folder(location), str(e)))
                 continue
@@ -186,9 +190,10 @@ def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote) -> int:
 
 
 def _plan_folder(
-    store: Store, location: Location, books: Bookkeeping, remote_id: int, staging: Path, target_bytes: int
+    store: Store, location: Location, books: Bookkeeping, known: Sequence[int], staging: Path, target_bytes: int
 ) -> _FolderPlan | None:
-    """Shards of the folder's rows the remote does not have, or None if it has them all (or the folder none)."""
+    """Shards of the folder's rows the remote (``known``: the bookkeeping's names of what it holds) does not have,
+    or None if it has them all (or the folder none)."""
     database = store.open_existing(location)
     if database is None:  # no tables yet: nothing to send
         return None
@@ -200,9 +205,9 @@ def _plan_folder(
     for record in database.query():
         batch.append(record.input_hash)
         if len(batch) >= KEY_BATCH:
-            unsent += books.unknown_keys(remote_id, folder, batch)
+            unsent += books.unknown_keys(known, folder, batch)
             batch = []
-    unsent += books.unknown_keys(remote_id, folder, batch)
+    unsent += books.unknown_keys(known, folder, batch)
     if not unsent:
         return None
     unsent.sort()

@@ -81,6 +81,12 @@ class Remote(Protocol):
         ...
 
     @property
+    def pushed_to(self) -> str:
+        """The name under which the bookkeeping records what a push sent: :attr:`url`, with the branch when a
+        push goes to one that is not the default (shards sent there are not on the default branch)."""
+        ...
+
+    @property
     def max_files_per_add(self) -> int:
         """The most files one :meth:`add_files` call should carry (one commit on the Hub)."""
         ...
@@ -122,6 +128,10 @@ class DirectoryRemote:
     @property
     def url(self) -> str:
         return f"dir:{self.root}"
+
+    @property
+    def pushed_to(self) -> str:
+        return self.url  # a folder has no branches
 
     def _check_root(self) -> None:
         if not self.root.is_dir():

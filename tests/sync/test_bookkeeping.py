@@ -100,17 +100,17 @@ def test_keys_are_known_once_pushed_or_fetched_and_only_to_that_remote(tmp_path:
         hub, folder = books.remote_id("hf:hub/datasets/org/a"), books.remote_id("dir:/shared")
         assert books.remote_id("hf:hub/datasets/org/a") == hub
         books.record(hub, ShardState.PENDING, [NewShard("f", "s1", 2, 10, ["k1", "k2"])])
-        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3"]) == ["k1", "k2", "k3"]  # pending is not known
+        assert books.unknown_keys([hub], "f", ["k1", "k2", "k3"]) == ["k1", "k2", "k3"]  # pending is not known
 
         books.set_state(hub, [("f", "s1")], ShardState.PUSHED, "commit-1")
         books.record(hub, ShardState.FETCHED, [NewShard("f", "s2", 1, 5, ["k3"])])
-        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3", "k4"]) == ["k4"]
-        assert books.unknown_keys(hub, "other-folder", ["k1"]) == ["k1"]
-        assert books.unknown_keys(folder, "f", ["k1"]) == ["k1"]  # a mirror may still receive it
+        assert books.unknown_keys([hub], "f", ["k1", "k2", "k3", "k4"]) == ["k4"]
+        assert books.unknown_keys([hub], "other-folder", ["k1"]) == ["k1"]
+        assert books.unknown_keys([folder], "f", ["k1"]) == ["k1"]  # a mirror may still receive it
 
         books.forget(hub, [("f", "s2")])
         assert books.states(hub, "f") == {"s1": ShardState.PUSHED}
-        assert books.unknown_keys(hub, "f", ["k3"]) == ["k3"]
+        assert books.unknown_keys([hub], "f", ["k3"]) == ["k3"]
 
 
 def test_recording_a_known_shard_again_moves_its_state(tmp_path: Path) -> None:
@@ -163,10 +163,10 @@ def test_a_format_1_file_written_by_the_first_release_opens_and_works_unchanged(
         hub = books.remote_id(HUB)
         assert hub == 1
         assert books.states(hub, "f") == {"s1": ShardState.PUSHED, "s2": ShardState.PENDING}
-        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3", "k4"]) == ["k3", "k4"]  # k3 is only pending
+        assert books.unknown_keys([hub], "f", ["k1", "k2", "k3", "k4"]) == ["k3", "k4"]  # k3 is only pending
         books.set_state(hub, [("f", "s2")], ShardState.PUSHED, "commit-2")
         books.record(hub, ShardState.FETCHED, [NewShard("f", "s3", 1, 7, ["k5"])])
-        assert books.unknown_keys(hub, "f", ["k3", "k4", "k5"]) == ["k4"]
+        assert books.unknown_keys([hub], "f", ["k3", "k4", "k5"]) == ["k4"]
     assert schema_of(path) == schema
 
 
@@ -206,7 +206,7 @@ def test_a_format_1_file_is_upgraded_by_the_steps_it_lacks_and_keeps_its_rows(
     with Bookkeeping(tmp_path) as books:
         hub = books.remote_id(HUB)
         assert books.states(hub, "f") == {"s1": ShardState.PUSHED, "s2": ShardState.PENDING}
-        assert books.unknown_keys(hub, "f", ["k1", "k2", "k3"]) == ["k3"]
+        assert books.unknown_keys([hub], "f", ["k1", "k2", "k3"]) == ["k3"]
     with closing(sqlite3.connect(path)) as conn:
         assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
         assert conn.execute("SELECT name, note FROM shards ORDER BY name").fetchall() == [
@@ -215,7 +215,7 @@ def test_a_format_1_file_is_upgraded_by_the_steps_it_lacks_and_keeps_its_rows(
         ]
         assert conn.execute("SELECT count(*) FROM shard_keys").fetchone()[0] == 3
     with Bookkeeping(tmp_path) as books:  # a second open has nothing left to do
-        assert books.unknown_keys(1, "f", ["k1"]) == []
+        assert books.unknown_keys([1], "f", ["k1"]) == []
 
 
 def test_an_upgrade_that_fails_leaves_the_file_as_it_was(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -268,5 +268,5 @@ def test_a_file_damaged_after_it_was_opened_names_the_file_and_what_to_do(tmp_pa
         with closing(sqlite3.connect(books.path)) as conn:
             conn.execute("DROP TABLE shard_keys")
         with pytest.raises(BookkeepingError, match=r"no such table: shard_keys.*move it away") as caught:
-            books.unknown_keys(books.remote_id(HUB), "f", ["k1"])
+            books.unknown_keys([books.remote_id(HUB)], "f", ["k1"])
         assert str(books.path) in str(caught.value)

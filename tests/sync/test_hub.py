@@ -217,3 +217,18 @@ def test_without_huggingface_hub_the_error_says_what_to_install(monkeypatch: pyt
     monkeypatch.setitem(sys.modules, "huggingface_hub", None)  # as if the `hub` extra was not installed
     with pytest.raises(SyncError, match=r"pip install 'huggingface_hub>=2.4,<3'"):
         HubRemote(REPO)
+
+
+def test_rows_pushed_to_a_branch_are_still_pushed_to_main(hub: FakeHub, make_store: MakeStore) -> None:
+    """A push lands on its branch only: main must not be told it holds what went to `dev`."""
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    assert push(alice, hub_remote(hub)).rows == 4
+    hub.tag(REPO, "dev")  # a branch at main's head
+    fill(alice, completions(range(4, 6)))
+    assert push(alice, hub_remote(hub, revision="dev")).rows == 2
+    assert fetch(make_store("bob"), hub_remote(hub)).rows == 4  # main does not have them yet
+    to_main = push(alice, hub_remote(hub))
+    assert to_main.rows == 2 and to_main.ok
+    assert fetch(make_store("carol"), hub_remote(hub)).rows == 6
+    assert push(alice, hub_remote(hub)).shards == push(alice, hub_remote(hub, revision="dev")).shards == 0
