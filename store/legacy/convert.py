@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import orjson
 
+from store import jsonvalues
 from store.descriptor import InputMode, ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
 from store.errors import InvalidInputError
 from store.legacy.formats import InputForm, LegacyRow
@@ -44,6 +45,7 @@ from store.logprobs import from_text_logprobs
 from store.tables.filters import parse_timestamp
 from store.tables.models import Orientation
 from store.tables.records import CompletionRecord, JudgementRecord, Record
+from store.tables.row_checks import check_values
 
 _ORIENTATIONS: dict[str | None, Orientation | None] = {
     None: None,
@@ -179,13 +181,13 @@ def parse_created_at(value: str | None, fallback: datetime) -> datetime:
 def _json_object(value: str | None, column: str) -> dict[str, Any] | None:
     if value is None or value == "":
         return None
+    # The standard library's reader: Python's json.dumps wrote NaN and infinities as NaN / -Infinity, which
+    # strict JSON (orjson) refuses, and orjson reads an integer past 64 bits as a float; this one keeps it
+    # exact, for the row checks to refuse (to_record).
     try:
-        decoded = orjson.loads(value)
-    except orjson.JSONDecodeError:
-        try:  # Python's json.dumps wrote NaN and infinities as NaN / -Infinity, which strict JSON (orjson) refuses
-            decoded = json.loads(value)
-        except ValueError as e:
-            raise _fail(f"{column} is not valid JSON ({e})") from e
+        decoded = json.loads(value)
+    except ValueError as e:
+        raise _fail(f"{column} is not valid JSON ({e})") from e
     if decoded is None:
         return None
     if not isinstance(decoded, dict):
@@ -227,15 +229,28 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         "created_by": row.created_by,
         "created_at": parse_created_at(row.created_at, fallback_time),
     }
+    record: Record
     if row.role == "completions":
-        return CompletionRecord(model=row.model or descriptor.model, **common)
-    if row.orientation not in _ORIENTATIONS:
-        raise _fail(f"unknown orientation {row.orientation!r} (known: direct, reversed, forward, swapped, single)")
-    pointwise = row.orientation == "single" or not row.model_b
-    return JudgementRecord(
-        model_a=row.model_a,
-        model_b=None if pointwise else row.model_b,
-        judge=row.judge or descriptor.model,
-        orientation=None if pointwise else _ORIENTATIONS[row.orientation],
-        **common,
-    )
+        record = CompletionRecord(model=row.model or descriptor.model, **common)
+    else:
+        if row.orientation not in _ORIENTATIONS:
+            raise _fail(f"unknown orientation {row.orientation!r} (known: direct, reversed, forward, swapped, single)")
+        pointwise = row.orientation == "single" or not row.model_b
+        record = JudgementRecord(
+            model_a=row.model_a,
+            model_b=None if pointwise else row.model_b,
+            judge=row.judge or descriptor.model,
+            orientation=None if pointwise else _ORIENTATIONS[row.orientation],
+            **common,
+        )
+    # What the store would refuse fails this row alone (a dry run says so too), not its whole write chunk.
+    try:
+        check_values(row.role, record)
+    except InvalidInputError as e:
+        raise _fail(str(e)) from e
+    for name in ("usage", "top_logprobs"):  # what the JSON columns' serializer refuses
+        try:
+            jsonvalues.dumps(getattr(record, name))
+        except (TypeError, ValueError) as e:
+            raise _fail(f"{name} cannot be stored ({e})") from e
+    return record

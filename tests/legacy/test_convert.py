@@ -47,3 +47,26 @@ def test_s3_rows_are_checked_with_judgestores_hash_and_s2_rows_with_the_json_quo
     row.stored_hash = input_hash(render_text("edited"))
     with pytest.raises(RowNotImported, match="does not match its input"):
         to_record(row, TEXT, FALLBACK)
+
+
+@pytest.mark.parametrize(
+    ("usage_json", "says"),
+    [
+        ('{"s": "\\ud800"}', "usage"),  # a lone surrogate: no store keeps it
+        ('{"n": 12345678901234567890123}', "usage"),  # past 64 bits: orjson would have read a float
+        ('{"x": 1, "run": "run\\u0000"}', None),  # U+0000 is text like any other: kept
+        ('{"s": NaN}', None),  # what Python's json.dumps wrote: kept
+    ],
+)
+def test_a_value_the_store_refuses_fails_its_row_alone(usage_json: str, says: str | None) -> None:
+    """Refused here, the row fails with its locator, and a dry run says so; refused by the store, its whole
+    write chunk failed with no locator."""
+    rendered = render_text("hello")
+    row = LegacyRow("row 7", "completions", InputForm.RENDERED, "hi", rendered, input_hash(rendered))
+    row.usage_json = usage_json
+    if says is None:
+        assert to_record(row, TEXT, FALLBACK).usage == json.loads(usage_json)
+        return
+    with pytest.raises(RowNotImported) as refused:
+        to_record(row, TEXT, FALLBACK)
+    assert refused.value.kind == "fail" and says in refused.value.reason
