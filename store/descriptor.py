@@ -42,6 +42,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from store.errors import InvalidInputError
 
+HASH16_LENGTH = 16  # characters of a descriptor hash that name its folder (hash16)
 DESCRIPTOR_FORMAT: Literal["judgestore-descriptor/v1"] = "judgestore-descriptor/v1"
 InputMode = Literal["chat", "text"]
 LogprobPositions = Literal["first", "all"]
@@ -187,7 +188,7 @@ class ModelDescriptor(BaseModel):
 
     def hash16(self) -> str:
         """First 16 hex characters of :meth:`sha256`: the folder name."""
-        return self.sha256()[:16]
+        return self.sha256()[:HASH16_LENGTH]
 
 
 # Fields added after the first release, with the default that leaves them out of the hash.

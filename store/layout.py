@@ -403,7 +403,9 @@ class Selector:
     """Databases whose location equals every field that is set.
 
     ``descriptor`` is a prefix of the folder name (the descriptor hash's first
-    16 hex characters); a full 64-character hash selects its folder too.
+    16 hex characters); a longer one, up to the full 64-character hash, is
+    compared whole by :meth:`store.store.Store.select`, with the hash the
+    folder's metadata records (here only its first 16 characters are).
     """
 
     role: Role | None = None

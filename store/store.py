@@ -103,9 +103,27 @@ class Store:
         return self.storage.locations()
 
     def select(self, selector: Selector | None = None) -> list[Location]:
-        """The descriptor databases ``selector`` picks, in layout order."""
+        """The descriptor databases ``selector`` picks, in layout order.
+
+        A ``descriptor`` prefix longer than a folder name (16 characters) is compared whole, with the descriptor
+        hash the folder's metadata records: a wrong character past the 16th selects nothing.
+        """
         selector = selector or Selector()
-        return [location for location in self.locations() if selector.matches(location)]
+        prefix = selector.descriptor or ""
+        return [
+            location
+            for location in self.locations()
+            if selector.matches(location)
+            and (len(prefix) <= len(location.descriptor_hash16) or self._hashed(location, prefix))
+        ]
+
+    def _hashed(self, location: Location, prefix: str) -> bool:
+        """Whether the descriptor hash the location's metadata records starts with ``prefix``; True when it cannot
+        be read (such a location is kept: opening it says what is wrong)."""
+        try:
+            return self.storage.open(location).metadata().descriptor_sha256.startswith(prefix)
+        except JudgestoreError:
+            return True
 
     # ------------------------------------------------------------ rows across databases
 

@@ -39,6 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from store.descriptor import HASH16_LENGTH
 from store.errors import (
     JudgestoreError,
     RemoteAuthError,
@@ -161,6 +162,9 @@ def fetch(
         revision = remote.head()
         report = FetchReport(remote.url, revision, dry_run)
         folders = discover(remote, revision, selector, report.rejected_paths)
+        prefix = selector.descriptor or ""
+        if len(prefix) > HASH16_LENGTH:  # compared whole, as Store.select does: with the hash metadata.json records
+            folders = {key: f for key, f in folders.items() if _describes(remote, revision, f, prefix)}
         remote_id = books.remote_id(remote.url)
         work: list[tuple[RemoteFolder, list[str]]] = []
         for key in sorted(folders):
@@ -225,12 +229,25 @@ def discover(
     return folders
 
 
+def _describes(remote: Remote, revision: str | None, listed: RemoteFolder, prefix: str) -> bool:
+    """Whether the folder's metadata.json records a descriptor hash starting with ``prefix``; True when it cannot
+    be read or checked (the import then reports why, as for any folder)."""
+    path = metadata_path(listed.location)
+    try:
+        data = remote.read(path, revision=revision, max_bytes=METADATA_MAX_BYTES)
+        return verify_remote_metadata(data, listed.location).descriptor_sha256.startswith(prefix)
+    except RemoteAuthError:
+        raise
+    except (RemoteError, UntrustedContentError, RemoteMetadataError):
+        return True
+
+
 def _fixed_segment(level: str, value: str | None) -> str | None:
     """The path segment a filter pins at ``level``, or None when the level must be listed and matched."""
-    if value is None or (level == "descriptor" and len(value) < 16):  # a hash prefix matches by listing
+    if value is None or (level == "descriptor" and len(value) < HASH16_LENGTH):  # a hash prefix: by listing
         return None
     if level == "descriptor":
-        return value[:16]
+        return value[:HASH16_LENGTH]
     return value if level == "role" else encode_segment(value)
 
 

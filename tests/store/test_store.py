@@ -33,7 +33,14 @@ from store.store import Store
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import RowFilter
 from store.tables.records import Record
-from tests.factories import SYNTHETIC_REVISIONS, completion_record, current_database, file_digests, judgement_record
+from tests.factories import (
+    QWEN,
+    SYNTHETIC_REVISIONS,
+    completion_record,
+    current_database,
+    file_digests,
+    judgement_record,
+)
 from tests.store.conftest import delete_rows, plan_delete, query_rows
 from tests.store.schema_helpers import pretend_shipped_scripts_are
 
@@ -430,6 +437,17 @@ def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled:
             (first.location, 0),
             (last.location, 1),
         ]
+
+
+def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(filled: Path) -> None:
+    with Store(root=filled, readonly=True) as store:
+        full = QWEN.sha256()
+        wrong = full[:16] + ("0" if full[16] != "0" else "1") + full[17:20]
+        assert [loc.descriptor_hash16 for loc in store.select(Selector(descriptor=full))] == [QWEN.hash16()]
+        assert [loc.descriptor_hash16 for loc in store.select(Selector(descriptor=full[:20]))] == [QWEN.hash16()]
+        assert store.select(Selector(descriptor=wrong)) == []
+        assert list(store.query_rows(Selector(descriptor=wrong), RowFilter())) == []
+        assert len(store.select(Selector(descriptor=full[:8]))) == 1
 
 
 def test_delete_within_selected_databases_only(filled: Path, settings: Settings) -> None:

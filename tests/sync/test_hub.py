@@ -16,12 +16,13 @@ from email.utils import format_datetime
 import pytest
 
 from store.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
+from store.layout import Selector
 from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
 from tests.fake_hub import FakeHub, Fault
-from tests.sync.helpers import READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
+from tests.sync.helpers import QWEN, READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -232,3 +233,17 @@ def test_rows_pushed_to_a_branch_are_still_pushed_to_main(hub: FakeHub, make_sto
     assert to_main.rows == 2 and to_main.ok
     assert fetch(make_store("carol"), hub_remote(hub)).rows == 6
     assert push(alice, hub_remote(hub)).shards == push(alice, hub_remote(hub, revision="dev")).shards == 0
+
+
+def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(hub: FakeHub, make_store: MakeStore) -> None:
+    """Past its 16th character a prefix is checked against metadata.json: a wrong one selects nothing."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    full = QWEN.sha256()
+    wrong = full[:16] + ("0" if full[16] != "0" else "1") + full[17:24]
+    assert push(alice, hub_remote(hub), Selector(descriptor=wrong), dry_run=True).folders == []
+    assert push(alice, hub_remote(hub), Selector(descriptor=full)).rows == 3
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub), Selector(descriptor=wrong), dry_run=True).folders == []
+    assert fetch(bob, hub_remote(hub), Selector(descriptor=wrong)).rows == 0
+    assert fetch(bob, hub_remote(hub), Selector(descriptor=full[:20])).rows == 3
