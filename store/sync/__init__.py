@@ -67,6 +67,4 @@ def open_remote(
             "no remote given: pass --repo ORG/NAME (a Hugging Face dataset repository) or --dir PATH "
             "(a shared folder), or set JUDGESTORE_HUB_REPO or JUDGESTORE_SYNC_DIR"
         )
-    if repo.count("/") != 1 or not all(repo.split("/")):
-        raise InvalidInputError(f"--repo must be ORG/NAME (a dataset repository id), got {repo!r}")
     return HubRemote(repo, revision=revision or settings.hub_revision, token=token)

@@ -37,6 +37,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from store.errors import (
+    InvalidInputError,
     RemoteAuthError,
     RemoteError,
     RemoteNotFoundError,
@@ -175,6 +176,14 @@ class HubRemote:
                 "`pip install 'huggingface_hub>=2.4,<3'` (or share through a folder with --dir)"
             ) from e
 
+        from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+        try:  # before anything is asked of the Hub or written to the bookkeeping
+            if repo_id.count("/") != 1:
+                raise HFValidationError("a dataset repository id is ORG/NAME")
+            validate_repo_id(repo_id)
+        except HFValidationError as e:
+            raise InvalidInputError(f"--repo must be ORG/NAME (a dataset repository id), got {repo_id!r}: {e}") from e
         self.repo_id = repo_id
         self.revision = revision
         self.repo_type = repo_type

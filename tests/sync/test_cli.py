@@ -64,6 +64,16 @@ def test_no_remote_named_is_a_one_line_error(tmp_path: Path) -> None:
     assert "pass --repo ORG/NAME" in result.stderr and "JUDGESTORE_HUB_REPO" in result.stderr
 
 
+@pytest.mark.parametrize("repo", ["../x", "org/na me", "a/b/c", "name", "org/"])
+def test_a_repo_that_is_no_hub_repository_id_is_refused_before_anything_is_written(tmp_path: Path, repo: str) -> None:
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    for command in ("push", "fetch"):
+        result = hub_cli(command, "--repo", repo, "--all", "--store-root", str(store))
+        assert result.exit_code == 1 and "--repo must be ORG/NAME" in result.stderr, result.output
+    assert file_digests(store) == before  # no bookkeeping of a remote that never answered
+
+
 @pytest.mark.parametrize("inside", [".", "shared", "completions"])
 def test_a_shared_folder_inside_the_store_is_refused_and_nothing_is_written(tmp_path: Path, inside: str) -> None:
     store = filled_store(tmp_path / "store")
