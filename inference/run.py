@@ -257,6 +257,7 @@ def run_requests(
     if chunk_size is not None:
         options["chunk_size"] = chunk_size
     cached = spec.cached(store, task=task, **options)
+    before = spec.sent()  # a spec counts what all its backends sent: this run's is what it adds
     responses: list[Response]
     with cached, store if store is not None else nullcontext():
         try:
@@ -275,10 +276,17 @@ def run_requests(
         wall_seconds=round(time.perf_counter() - started, 3),
         vllm_imported="vllm" in sys.modules,
         remote=None if remote is None else remote.url,
-        sent=spec.sent(),
+        sent=_sent_since(before, spec.sent()),
         context_limited=_context_limited(responses, spec.descriptor.sampling.max_tokens),
     )
     return RunResult(responses, summary)
+
+
+def _sent_since(before: dict[str, int] | None, after: dict[str, int] | None) -> dict[str, int] | None:
+    """What was sent between two readings of :meth:`~inference.spec.Spec.sent` (None: an in-process engine)."""
+    if after is None:
+        return None
+    return {key: value - (before or {}).get(key, 0) for key, value in after.items()}
 
 
 def _int_or_none(value: object) -> int | None:

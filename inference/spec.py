@@ -232,8 +232,10 @@ class HostedSpec(Spec):
     stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        if self.max_concurrency is not None and self.max_concurrency < 1:
-            raise InvalidInputError(f"max_concurrency must be >= 1, got {self.max_concurrency}")
+        if self.max_concurrency is not None and (type(self.max_concurrency) is not int or self.max_concurrency < 1):
+            raise InvalidInputError(f"max_concurrency must be an integer >= 1, got {self.max_concurrency!r}")
+        if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) or not self.timeout_s > 0:
+            raise InvalidInputError(f"timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
         if self.provider not in PROVIDERS:
             raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
 

@@ -152,8 +152,8 @@ class CachedModel:
             raise InvalidInputError(f"a shared batch writes what it generates: it needs mode 'use', not {mode!r}")
         if store is None and mode != "off":
             raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
-        if chunk_size < 1:
-            raise InvalidInputError(f"chunk_size must be >= 1, got {chunk_size}")
+        if type(chunk_size) is not int or chunk_size < 1:  # before a model loads: range() would refuse 2.5 then
+            raise InvalidInputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         self.store = store
         self.descriptor = descriptor
         self.task = task

@@ -445,3 +445,13 @@ def test_on_a_server_store_a_row_it_refuses_fails_alone_too(pg_url: str, descrip
         with pytest.raises(RequestsFailedError, match=r"request 1 \(b/1\): InvalidInputError"):
             cached.complete([ask(i) for i in range(6)])
         assert server.database("completions", "t", descriptor).count() == 5 == cached.last.written
+
+
+@pytest.mark.parametrize("chunk_size", [0, 2.5, "8", True])
+def test_a_chunk_size_that_is_no_count_is_refused_before_a_model_loads(
+    store: Store, descriptor: ModelDescriptor, chunk_size: object
+) -> None:
+    factory = Factory(CountingBackend())
+    with pytest.raises(InvalidInputError, match="chunk_size must be an integer >= 1"):
+        CachedModel(store, descriptor, task="t", backend_factory=factory, chunk_size=chunk_size).complete([ask(0)])  # type: ignore[arg-type]
+    assert factory.calls == 0

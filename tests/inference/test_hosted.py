@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -228,3 +229,26 @@ def test_without_the_openai_library_a_miss_says_how_to_install_it(
     spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
     with pytest.raises(JudgestoreError, match=r"pip install 'openai>=1.50'` \(judgestore's openai extra"):
         spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+
+
+def test_a_run_reports_what_it_sent_not_what_its_spec_ever_sent(fake: FakeOpenAI, store_root: Path) -> None:
+    """A spec counts every request its backends sent; a second run of it that is all hits sent nothing."""
+    from inference.run import run_requests
+    from store.settings import Settings
+
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
+    requests = [CompletionRequest(messages=[{"role": "user", "content": f"q{i}"}]) for i in range(3)]
+    settings = Settings(store_root=store_root)
+    first = run_requests(spec, requests, role="completions", task="t", settings=settings).summary
+    again = run_requests(spec, requests, role="completions", task="t", settings=settings).summary
+    assert first.sent is not None and first.sent["requests_sent"] == 3 and first.sent["completion_tokens"] > 0
+    assert again.sent == {key: 0 for key in first.sent} and again.as_dict()["requests_sent"] == 0
+    assert len(fake.completions()) == 3
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("max_concurrency", "4"), ("max_concurrency", 2.5), ("timeout_s", -1), ("timeout_s", "9")]
+)
+def test_a_setting_of_the_wrong_type_is_a_typed_error_when_the_spec_is_made(field: str, value: object) -> None:
+    with pytest.raises(InvalidInputError, match=f"{field} must be"):
+        HostedSpec(model="m", provider="vllm-server", base_url="http://127.0.0.1:9/v1", **{field: value})  # type: ignore[arg-type]
