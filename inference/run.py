@@ -50,6 +50,7 @@ from store import Settings, Store, SyncSettings
 from store.descriptor import ModelDescriptor
 from store.errors import RequestsFailedError
 from store.roles import Role, check_role
+from store.settings import from_environment
 
 if TYPE_CHECKING:
     from inference.spec import Spec
@@ -245,7 +246,7 @@ def run_requests(
     role = check_role(role)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
     settings = settings or Settings()
-    sync_settings = SyncSettings()
+    sync_settings = from_environment(SyncSettings)
     remote = None
     if sync_settings.fetch_before_run if fetch is None else fetch:
         from store.sync import open_remote  # sharing's code is imported by the runs that fetch

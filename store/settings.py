@@ -13,10 +13,12 @@ import os
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from pydantic import Field
+from pydantic import Field, ValidationError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from store.errors import InvalidInputError
 
 JournalPolicy = Literal["auto", "refuse-network", "rollback", "wal"]
 
@@ -48,7 +50,7 @@ def default_run_id() -> str:
 class Settings(BaseSettings):
     """Every knob of judgestore; environment variables use the ``JUDGESTORE_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
 
     store_root: Path = Field(default=Path("judgestore-data"), description="Folder holding every descriptor database.")
     store_url: str | None = Field(
@@ -63,7 +65,9 @@ class Settings(BaseSettings):
             "refuse-network: WAL locally, refuse network filesystems; rollback / wal: always that mode."
         ),
     )
-    busy_timeout_ms: int = Field(default=30_000, ge=0, description="How long SQLite waits for a lock.")
+    busy_timeout_ms: int = Field(
+        default=30_000, ge=0, le=2**31 - 1, description="How long SQLite waits for a lock (a 32-bit count of ms)."
+    )
     lock_retries: int = Field(default=8, ge=0, description="Retries of a write transaction after the busy timeout.")
     max_open_databases: int = Field(default=64, ge=1, description="Engines kept open at once (LRU).")
     pool_size: int = Field(default=2, ge=1, description="PostgreSQL: connections kept open per process.")
@@ -99,7 +103,7 @@ MAX_SHARD_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloa
 class SyncSettings(BaseSettings):
     """Where and how caches are shared (:mod:`store.sync`); environment variables use the ``JUDGESTORE_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
 
     hub_repo: str | None = Field(default=None, description="Dataset repository (ORG/NAME) pushed to and fetched from.")
     hub_revision: str = Field(default="main", description="Branch to push to; branch, tag or commit to fetch.")
@@ -109,3 +113,16 @@ class SyncSettings(BaseSettings):
     fetch_before_run: bool = Field(
         default=False, description="`judgestore generate/judge` fetch their descriptor folder from the remote first."
     )
+
+
+SettingsKind = TypeVar("SettingsKind", bound=BaseSettings)
+
+
+def from_environment(kind: type[SettingsKind]) -> SettingsKind:
+    """``kind`` (:class:`Settings`, :class:`SyncSettings`) read from the environment, where an empty variable is
+    unset; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError` naming the variable."""
+    try:
+        return kind()
+    except ValidationError as e:
+        wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e

@@ -26,7 +26,7 @@ from store.cli.common import command_errors, emit_json, location_cells, location
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
-from store.settings import Settings
+from store.settings import Settings, from_environment
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported when a hub command runs, not when any command starts
@@ -147,7 +147,7 @@ def push_command(
     from store.sync import DirectoryRemote, HubRemote, SyncSettings, push
     from store.sync.remote import check_outside_store
 
-    sync_settings = SyncSettings()
+    sync_settings = from_environment(SyncSettings)
     remote = _remote(repo, directory, revision, token)
     if private and not create_repo:
         raise typer.BadParameter("--private only applies with --create-repo", param_hint="--private")
@@ -226,7 +226,7 @@ def fetch_command(
     selector = _required(selector, all_folders)
     from store.sync import SyncSettings, fetch
 
-    sync_settings = SyncSettings()
+    sync_settings = from_environment(SyncSettings)
     remote = _remote(repo, directory, revision, token)
     with Store(settings) as store, progress_bars(json_output) as progress:
         report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,

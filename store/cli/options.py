@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
-from pydantic import ValidationError
 
 from store.errors import InvalidInputError
 from store.layout import Selector
-from store.settings import Settings
+from store.settings import Settings, from_environment
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 
 R = TypeVar("R")
@@ -53,11 +52,7 @@ class OrientationChoice(enum.StrEnum):
 
 def environment_settings() -> Settings:
     """Settings from the environment; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError`."""
-    try:
-        return Settings()
-    except ValidationError as e:
-        wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
-        raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e
+    return from_environment(Settings)
 
 
 def store_settings(

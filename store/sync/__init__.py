@@ -26,7 +26,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.errors import InvalidInputError
-from store.settings import SyncSettings
+from store.settings import SyncSettings, from_environment
 from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.push import PushReport, push
@@ -57,7 +57,7 @@ def open_remote(
     """The remote the arguments name (a repository or a folder, not both), else the settings (a folder first)."""
     if repo is not None and directory is not None:
         raise InvalidInputError("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
-    settings = settings or SyncSettings()
+    settings = settings or from_environment(SyncSettings)
     if directory is None and repo is None:
         directory, repo = settings.sync_dir, settings.hub_repo
     if directory is not None:

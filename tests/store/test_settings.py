@@ -11,7 +11,9 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from store.settings import Settings
+from store.errors import InvalidInputError
+from store.settings import Settings, SyncSettings, from_environment
+from store.sync import DirectoryRemote, HubRemote, open_remote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,6 +93,7 @@ def test_unknown_judgestore_variables_and_arguments_are_ignored(bare_environment
     [
         ("JUDGESTORE_JOURNAL_POLICY", "sometimes"),
         ("JUDGESTORE_BUSY_TIMEOUT_MS", "-1"),
+        ("JUDGESTORE_BUSY_TIMEOUT_MS", str(2**31)),  # SQLite keeps 32 bits: it would read 0, no waiting at all
         ("JUDGESTORE_AUTO_UPGRADE", "maybe"),
     ],
 )
@@ -100,11 +103,36 @@ def test_bad_values_are_refused_naming_the_setting(name: str, value: str, bare_e
         Settings()
 
 
+def test_an_empty_variable_is_unset_not_the_current_folder(bare_environment: pytest.MonkeyPatch) -> None:
+    """Path("") is "."; a store (or a shared folder) written into the current folder was not asked for."""
+    for name in ("STORE_ROOT", "STORE_URL", "SYNC_DIR", "HUB_REPO", "BUSY_TIMEOUT_MS"):
+        bare_environment.setenv(f"JUDGESTORE_{name}", "")
+    assert Settings().store_root == Path("judgestore-data") and Settings().store_url is None
+    assert Settings().busy_timeout_ms == 30_000 and SyncSettings().sync_dir is None
+    bare_environment.setenv("JUDGESTORE_HUB_REPO", "my-org/judge-cache")
+    assert isinstance(open_remote(), HubRemote) and not isinstance(open_remote(), DirectoryRemote)
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("MAX_SHARD_BYTES", "0"), ("SHARD_TARGET_BYTES", "x"), ("FETCH_BEFORE_RUN", "?")]
+)
+def test_a_bad_sharing_setting_is_a_typed_error_naming_the_variable(
+    name: str, value: str, bare_environment: pytest.MonkeyPatch
+) -> None:
+    bare_environment.setenv(f"JUDGESTORE_{name}", value)
+    with pytest.raises(InvalidInputError, match=f"invalid setting in the environment: JUDGESTORE_{name}"):
+        from_environment(SyncSettings)
+    with pytest.raises(InvalidInputError, match=f"JUDGESTORE_{name}"):
+        open_remote(directory=Path("/nonexistent"))
+
+
 _IMPORT_EVERYTHING = """
 import os
 import store, store.settings, store.store, store.schema, store.repository, store.layout
 from store.backends.sqlite import connections
-from store.settings import Settings
+from store.errors import InvalidInputError
+from store.settings import Settings, SyncSettings, from_environment
+from store.sync import DirectoryRemote, HubRemote, open_remote
 found = [m.__name__ + "." + k for m in (store.settings, store.store, store.schema, connections, store.repository)
          for k, v in vars(m).items() if isinstance(v, Settings)]
 assert not found, found

@@ -58,6 +58,14 @@ def test_a_selection_is_required(tmp_path: Path) -> None:
     assert both.exit_code == 2
 
 
+def test_a_bad_sharing_setting_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUDGESTORE_MAX_SHARD_BYTES", "0")
+    for command in ("push", "fetch"):
+        result = hub_cli(command, "--dir", str(tmp_path / "shared"), "--all", "--store-root", str(tmp_path / "s"))
+        assert result.exit_code == 1 and "Traceback" not in result.output
+        assert result.stderr.startswith("Error: invalid setting in the environment: JUDGESTORE_MAX_SHARD_BYTES")
+
+
 def test_no_remote_named_is_a_one_line_error(tmp_path: Path) -> None:
     result = hub_cli("push", "--all", "--store-root", str(tmp_path / "s"))
     assert result.exit_code == 1
