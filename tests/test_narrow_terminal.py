@@ -115,7 +115,7 @@ def test_cache_commands(demo: Path) -> None:
 
 def test_copy_and_sharing(demo: Path, tmp_path: Path) -> None:
     copied = check(judgestore("copy", "--from-root", str(demo), "--to-root", str(tmp_path / "copy")),
-                   (*LOCATION, "Rows", "Written", "Conflicts", "Verified"), names=ALL)  # fmt: skip
+                   (*LOCATION, "Read", "Written", "Conflicts", "Verified"), names=ALL)  # fmt: skip
     assert copied.count("yes") == 5
     shared = str(tmp_path / "shared")
     pushed = judgestore("hub", "push", "--dir", shared, "--all", "--create-repo")
@@ -180,7 +180,7 @@ def test_every_help_reads_whole_at_80_columns() -> None:
 def test_a_server_store_at_80_columns(demo: Path, pg_url: str) -> None:
     """On a server: tiny-a and tiny-b apart in ls and copy, db upgrade names folders (never the URL, 5 lines deep)."""
     check(judgestore("copy", "--from-root", str(demo), "--to-url", pg_url),
-          (*LOCATION, "Rows", "Written", "Conflicts", "Verified"), names=ALL)  # fmt: skip
+          (*LOCATION, "Read", "Written", "Conflicts", "Verified"), names=ALL)  # fmt: skip
     check(judgestore("ls", "--store-url", pg_url), (*LOCATION, "Rows", "Size", "State"), names=ALL)
     upgraded = check(judgestore("db", "upgrade", "--store-url", pg_url), ("Database", "Result", "From", "To"), names=())
     assert "completions/demo/vllm/tiny-a/5b9daa177734311a" in upgraded  # a folder, whole, not the schema's URL
