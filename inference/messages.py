@@ -46,6 +46,10 @@ ROLES: Mapping[str, str] = {
     "ai": "assistant",
     "assistant": "assistant",
     "system": "system",
+    # a streamed message, as LangChain's chunks add up (a streamed answer put back into the history)
+    "HumanMessageChunk": "user",
+    "AIMessageChunk": "assistant",
+    "SystemMessageChunk": "system",
 }
 # What a message (or its dict) may carry that never reaches the model: LangChain's id, what a provider said about
 # an answer, and the fields read separately below.
@@ -104,7 +108,7 @@ def _message(i: int, item: Any) -> dict[str, str]:
     else:
         fields = {name: getattr(item, name, None) for name in (*_UNKEYABLE, "additional_kwargs", "content")}
         kind = item.type
-    if kind == "chat":  # LangChain's ChatMessage names its role itself
+    if kind in ("chat", "ChatMessageChunk"):  # LangChain's ChatMessage names its role itself
         kind = fields.get("role", getattr(item, "role", kind))
     kwargs = fields.get("additional_kwargs")
     extra = [name for name in _UNKEYABLE if _given(fields.get(name))]

@@ -30,7 +30,11 @@ Contract:
   input that is no model input (``UnsupportedMessageError``) and a
   call-time setting (each input's failure) are in their slots too with
   ``return_exceptions``, else raised before anything is sent. ``generate``
-  (hence ``invoke``) raises it. Callbacks see one LLM run per input, started before the plan
+  (hence ``invoke``) raises it. Every input is read as judgestore keys it
+  (:func:`inference.messages.chat_messages`) before LangChain's own coercion,
+  which would drop a dict's unknown keys: one it cannot key is refused
+  before its run starts, on every path. ``bind_tools`` and
+  ``with_structured_output`` are refused (no tool call is text to key). Callbacks see one LLM run per input, started before the plan
   and ended (or errored) after it. LangChain's own ``cache`` is not
   consulted: the store is the cache.
 """
@@ -45,6 +49,7 @@ from typing import Any, Literal, cast
 from inference.cache.accounting import CallStats
 from inference.cache.model import CachedModel
 from inference.cache.plan import Mode
+from inference.messages import chat_messages
 from inference.requests import Request
 from inference.spec import Spec
 from store import Store
@@ -59,8 +64,9 @@ try:
     )
     from langchain_core.language_models import BaseChatModel, LanguageModelInput
     from langchain_core.load import dumpd
-    from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage
+    from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
+    from langchain_core.prompt_values import ChatPromptValue, PromptValue
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import ensure_config, get_config_list
     from pydantic import ConfigDict
@@ -80,6 +86,12 @@ from inference.langchain.shapes import (
     raise_first,
     requests_of,
     result_of,
+)
+
+_NO_TOOLS = (
+    "CachedChatModel keys text conversations: tools and structured output (bind_tools, with_structured_output) "
+    "are not supported. Ask for the structure in the prompt and parse the text answer (a PydanticOutputParser in "
+    "the chain)"
 )
 
 # The config metadata of the stream() / astream() call running in this context (LangChain's stream gives _stream no
@@ -133,6 +145,21 @@ class CachedChatModel(BaseChatModel):
     @property
     def _llm_type(self) -> str:
         return "judgestore"
+
+    def _convert_input(self, model_input: LanguageModelInput) -> PromptValue:
+        """The input as judgestore keys it (:func:`inference.messages.chat_messages`), before LangChain's own
+        coercion could drop what a dict carries (it moves unknown keys out of sight); what cannot be keyed is an
+        :class:`UnsupportedMessageError` on every path (``invoke`` and ``stream`` too)."""
+        kinds = {"user": HumanMessage, "assistant": AIMessage, "system": SystemMessage}
+        return ChatPromptValue(messages=[kinds[m["role"]](content=m["content"]) for m in chat_messages(model_input)])
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+        """Refused: a tool call is no text judgestore can key."""
+        raise InvalidInputError(_NO_TOOLS)
+
+    def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:
+        """Refused: it works through tools or a provider's response format, which are not part of the key."""
+        raise InvalidInputError(_NO_TOOLS)
 
     @property
     def _identifying_params(self) -> dict[str, Any]:

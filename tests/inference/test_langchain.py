@@ -226,11 +226,17 @@ def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None
 
     handler = Counting()
     with chat_model(fake, store) as chat:
-        chat.batch(
-            ["one", "two", [ToolMessage("x", tool_call_id="c")]], {"callbacks": [handler]}, return_exceptions=True
+        outcomes = chat.batch(
+            ["one", "two", [ToolMessage("x", tool_call_id="c")], "three"],
+            {"callbacks": [handler]},
+            return_exceptions=True,
         )
-    assert len(handler.started) == 3 and handler.ended == ["echo: one", "echo: two"]
-    assert [type(e) for e in handler.errors] == [UnsupportedMessageError]
+        fake.context_length = 2
+        refused = chat.batch(["far too long for it"], {"callbacks": [handler]}, return_exceptions=True)
+    # an input judgestore cannot key is refused before its run starts, as LangChain refuses one that is no input
+    assert isinstance(outcomes[2], UnsupportedMessageError) and "input 2" in str(outcomes[2])
+    assert len(handler.started) == 4 and handler.ended == ["echo: one", "echo: two", "echo: three"]
+    assert [type(e) for e in handler.errors] == [type(refused[0])]  # a request that fails has its run end in it
 
 
 def test_ainvoke_a_chain_and_a_text_model(store: Store, fake: FakeOpenAI) -> None:
@@ -266,3 +272,31 @@ def test_it_wraps_a_cached_model_and_refuses_half_a_spec(store: Store, fake: Fak
         CachedChatModel(spec=served(fake), cached=model, task="arena")
     with pytest.raises(InvalidInputError, match=r"\['mode', 'task'\] would be ignored"):
         CachedChatModel(cached=model, task="other", mode="replay")  # the cached model's are "arena" and "use"
+
+
+def test_every_path_refuses_what_cannot_be_keyed_before_langchain_could_drop_it(store: Store, fake: FakeOpenAI) -> None:
+    """LangChain's own coercion moves a dict's unknown keys out of sight: the model reads the input first."""
+    from langchain_core.messages import AIMessageChunk, messages_to_dict
+    from pydantic import BaseModel
+
+    class Verdict(BaseModel):
+        winner: str
+
+    with chat_model(fake, store) as chat:
+        streamed = None
+        for chunk in chat.stream([HumanMessage("hello")]):
+            streamed = chunk if streamed is None else streamed + chunk
+        assert isinstance(streamed, AIMessageChunk)
+        assert chat.invoke([HumanMessage("hello"), streamed, HumanMessage("next")]).content == "echo: next"
+        assert chat.invoke(messages_to_dict([HumanMessage("as dicts")])).content == "echo: as dicts"
+        kept = len(fake.completions())
+        extra = [{"role": "user", "content": "hi", "cache_control": {"type": "ephemeral"}}]
+        outcomes = chat.batch([extra, "fine"], return_exceptions=True)
+        assert isinstance(outcomes[0], UnsupportedMessageError) and "cache_control" in str(outcomes[0])
+        for bad in (lambda: chat.invoke(extra), lambda: chat.invoke(42), lambda: list(chat.stream(None))):  # type: ignore[arg-type]
+            with pytest.raises(UnsupportedMessageError):
+                bad()
+        for unsupported in (lambda: chat.bind_tools([Verdict]), lambda: chat.with_structured_output(Verdict)):
+            with pytest.raises(InvalidInputError, match="tools and structured output"):
+                unsupported()
+    assert [c.body["messages"][-1]["content"] for c in fake.completions()[kept:]] == ["fine"]  # type: ignore[index]

@@ -95,7 +95,13 @@ def test_location_round_trips_through_its_db_path(role: str, task: str, provider
     descriptor = ModelDescriptor(provider=provider, model=model)
     location = Location.of(role, task, descriptor)
     root = Path("/store")
-    assert Location.from_db_path(root, location.db_path(root)) == location
+    parsed = Location.from_db_path(root, location.db_path(root))
+    if any(isinstance(name, ShortName) for name in (parsed.task, parsed.provider, parsed.model)):
+        # too long for a file name: the whole name is read back from metadata.json, which this root has not
+        # (test_a_name_longer_than_a_file_name_may_be_gets_a_short_segment_and_keeps_its_folder)
+        assert parsed.relative_folder() == location.relative_folder()
+        return
+    assert parsed == location
 
 
 @pytest.mark.parametrize(
