@@ -31,6 +31,7 @@ from store.errors import (
     ServerAuthError,
     ServerError,
     ServerPermissionError,
+    ServerSchemaError,
     ServerUnavailableError,
 )
 from store.layout import Location, metadata_bytes
@@ -38,6 +39,7 @@ from store.logprobs import PositionLogprobs, TokenLogprob
 from store.reports import ProblemKind, UpgradeOutcome
 from store.schema import DatabaseState
 from store.settings import Settings
+from store.stats import database_stats
 from store.store import Store
 from store.tables.filters import RowFilter
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
@@ -367,6 +369,24 @@ def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dr
         and "f00d" in results["completions/other"].problems[0].message
     )
     assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]
+
+
+def test_a_column_another_tool_gave_another_type_is_reported_by_verify_and_named_by_every_command(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Rows still read back through text where json was: only its type says what is wrong, so verify checks it."""
+    locations = _server_store(pg_url)
+    altered = next(loc for loc in locations if loc.role == "completions" and loc.model == "other")
+    pg_cluster.sql(
+        f'ALTER TABLE "{schema_name(altered)}".completions ALTER COLUMN usage TYPE text', make_url(pg_url).database
+    )
+    results = _verify(pg_url)
+    (problem,) = results["completions/other"].problems
+    assert problem.kind is ProblemKind.SCHEMA and "completions.usage is text, not the json" in problem.message
+    assert all(r.ok for key, r in results.items() if key != "completions/other")
+    refused = pytest.raises(ServerSchemaError, match="another type than the schema's revision declares")
+    with Store(url=pg_url, readonly=True) as store, refused:
+        database_stats(store.open(altered))  # what `judgestore stats` reads
 
 
 def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_after_revision_0005(

@@ -38,6 +38,7 @@ _GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, start
 
 
 _MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
+_ALTERED_STATES = {"42883", "42804"}  # no such operator or function for a column's type, a type mismatch
 
 
 def _sqlstate(error: DBAPIError) -> str | None:
@@ -101,6 +102,11 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerSchemaError(
             shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "
             "it). Run `judgestore verify`"
+        )  # fmt: skip
+    if state in _ALTERED_STATES:  # judgestore's statements match the types its schema declares
+        return ServerSchemaError(
+            shown, f"{message}: a column has another type than the schema's revision declares (another tool "
+            "altered it). Run `judgestore verify`"
         )  # fmt: skip
     if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(

@@ -11,7 +11,10 @@ transaction of their own, so a failure there ends only that part.
 
 from __future__ import annotations
 
-from store.backends.postgres.registry import schema_options
+from sqlalchemy import Connection, text
+from sqlalchemy.dialects import postgresql
+
+from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.backends.postgres.status import SchemaHost, classify
 from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
@@ -19,6 +22,7 @@ from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, status_error
 from store.tables.filters import RowFilter
+from store.tables.row_checks import table_shape
 
 
 def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerification:
@@ -33,14 +37,44 @@ def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerificati
             except MetadataMismatchError as e:
                 problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
             status = classify(conn, location)
+            altered = _altered_columns(conn, location, where) if status.state is DatabaseState.CURRENT else []
         if status.state not in USABLE_STATES:
             problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
+        elif altered:  # rows read through another type would mislead: the schema is the problem
+            problems += altered
         elif status.state is DatabaseState.CURRENT:
             checked, found, adopted = _verify_rows(storage, location, where)
             problems += found
     except JudgestoreError as e:
         problems.append(Problem(where, ProblemKind.FILE, str(e)))
     return DatabaseVerification(location, where, checked, tuple(problems), adopted)
+
+
+# The server's name (information_schema's udt_name) of each type the models declare, by its SQL name.
+_SERVER_TYPES = {"VARCHAR": "varchar", "TEXT": "text", "INTEGER": "int4", "BIGINT": "int8", "FLOAT": "float8",
+                 "TIMESTAMP": "timestamp", "JSON": "json", "BOOLEAN": "bool"}  # fmt: skip
+
+
+def _altered_columns(conn: Connection, location: Location, where: str) -> list[Problem]:
+    """A column of the role's table whose type is not the one the models declare (another tool altered it)."""
+    table = table_shape(location.role)[0]
+    columns = "SELECT column_name, udt_name FROM information_schema.columns WHERE table_schema = :s AND table_name = :t"
+    rows = conn.execute(text(columns), {"s": schema_name(location), "t": table.name}).all()
+    held: dict[str, str] = {str(name): str(kind) for name, kind in rows}
+    problems = []
+    for column in table.c:
+        declared = column.type.compile(dialect=postgresql.dialect()).split("(")[0].split()[0]
+        expected = _SERVER_TYPES.get(declared)
+        if expected is not None and held.get(column.name, expected) != expected:
+            problems.append(
+                Problem(
+                    where,
+                    ProblemKind.SCHEMA,
+                    f"{table.name}.{column.name} is {held[column.name]}, not the {expected} its schema revision "
+                    "declares: another tool altered it. Restore the schema (or copy the store elsewhere)",
+                )
+            )
+    return problems
 
 
 def _verify_rows(storage: SchemaHost, location: Location, where: str) -> tuple[int, list[Problem], int]:
