@@ -202,6 +202,25 @@ def test_a_user_who_may_not_create_schemas_gets_a_typed_error_and_nothing_change
     assert pg_cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'js_%'", database) == [(0,)]
 
 
+def test_an_upgrade_the_user_may_not_make_says_so_by_name_and_changes_nothing(pg_url: str, pg_cluster: Cluster) -> None:
+    database = make_url(pg_url).database
+    with Store(url=pg_url) as server:
+        location = server.database("completions", "t", QWEN).location
+    name = schema_name(location)
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '0005'", database)
+    pg_cluster.sql(f'DROP TABLE "{name}".claims', database)  # what revision 0006 adds
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE looker LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql(f'GRANT USAGE ON SCHEMA "{name}", judgestore TO looker', database)
+    pg_cluster.sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{name}", judgestore TO looker', database)
+    with Store(url=pg_cluster.url(database, "looker", "pw")) as store:
+        (result,) = store.upgrade([location])
+    assert result.outcome is UpgradeOutcome.FAILED and result.error is not None
+    assert result.error.startswith("ServerPermissionError: ") and "[SQL:" not in result.error
+    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("0005",)]
+
+
 # ---------------------------------------------------------------- revisions per schema
 
 

@@ -23,8 +23,10 @@ from collections.abc import Iterable, Iterator
 from typing import TYPE_CHECKING
 
 from sqlalchemy import Connection, inspect, text
+from sqlalchemy.exc import DBAPIError
 
 from store.backends.postgres import generations
+from store.backends.postgres.errors import translated
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, UpgradeFailedError
@@ -87,7 +89,8 @@ def _upgrade(
                 if {t: n for t, n in after.items() if t in before} != before:
                     raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
         except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
-            failure = f"{type(e).__name__}: {e}; rolled back, the schema is as it was"
+            said = translated(storage.url, e) if isinstance(e, DBAPIError) else e  # a refused right, by its name
+            failure = f"{type(said).__name__}: {said}; rolled back, the schema is as it was"
             return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
         reached = classify(conn, location, known).revision
         return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
