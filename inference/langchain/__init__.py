@@ -34,8 +34,9 @@ Contract:
   (:func:`inference.messages.chat_messages`) before LangChain's own coercion,
   which would drop a dict's unknown keys: one it cannot key is refused
   before its run starts, on every path. ``bind_tools`` and
-  ``with_structured_output`` are refused (no tool call is text to key). Callbacks see one LLM run per input, started before the plan
-  and ended (or errored) after it. LangChain's own ``cache`` is not
+  ``with_structured_output`` are refused (no tool call is text to key).
+  Callbacks see one LLM run per input, started before the plan and ended
+  (or errored) after it. LangChain's own ``cache`` is not
   consulted: the store is the cache.
 """
 
