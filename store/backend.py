@@ -206,9 +206,9 @@ class Database(ABC):
         not an input hash (64 lowercase hex characters) is an :class:`~store.errors.InvalidInputError`, before
         anything is read.
         """
-        keys = lookup_keys(hashes)  # before a connection is opened (the repository checks them too: 0.1 us a key)
+        keys = lookup_keys(hashes)  # checked once, before a connection is opened
         lean = self._deferred_columns() if deferred else None
-        return self._read(lambda repo: repo.get_many(keys, deferred=lean))
+        return self._read(lambda repo: repo._get_many(keys, lean))
 
     def _deferred_columns(self) -> DeferredColumns:
         """What a deferred lookup's records read their deferred columns through: this database, whole rows, later."""
