@@ -73,8 +73,8 @@ def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_
         if "text" in values:
             render_text_bytes(values["text"])
         built = factory(**values)
-        for request in built if isinstance(built, list) else [built]:
-            if input_mode is not None:
+        if input_mode is not None:
+            for request in built if isinstance(built, list) else [built]:
                 request.check_shape(input_mode)
         return built
     except (InvalidInputError, TypeError) as e:

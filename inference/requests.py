@@ -33,10 +33,10 @@ from store.errors import InvalidInputError, JudgestoreError
 from store.logprobs import text_logprobs
 from store.tables.models import ORIENTATIONS, Orientation
 
-# Fields stored in text columns: text or None, as every store keeps them (store.tables.row_checks.check_values).
 # Samples of one request: every one is hashed, planned and stored before the engine starts, so a typo
 # (n=100000000000) must be refused rather than fill the memory.
 MAX_SAMPLES = 10_000
+# Fields stored in text columns: text or None, as every store keeps them (store.tables.row_checks.check_values).
 _TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
 
 

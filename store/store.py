@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from store.backend import Database, Storage
 from store.backends import open_storage
-from store.descriptor import ModelDescriptor
+from store.descriptor import HASH16_LENGTH, ModelDescriptor
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, SchemaBehindError, UpgradeFailedError
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
@@ -113,8 +113,7 @@ class Store:
         return [
             location
             for location in self.locations()
-            if selector.matches(location)
-            and (len(prefix) <= len(location.descriptor_hash16) or self._hashed(location, prefix))
+            if selector.matches(location) and (len(prefix) <= HASH16_LENGTH or self._hashed(location, prefix))
         ]
 
     def _hashed(self, location: Location, prefix: str) -> bool:

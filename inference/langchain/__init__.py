@@ -482,7 +482,7 @@ class CachedChatModel(BaseChatModel):
         for i, value in enumerate(inputs):
             try:
                 conversation = self._convert_input(value).to_messages()
-            except ValueError as e:  # LangChain's "Invalid input type ..."
+            except ValueError as e:  # _convert_input's UnsupportedMessageError: named by its input here
                 error = UnsupportedMessageError(f"input {i}: {e}")
                 if not return_exceptions:
                     raise error from e
