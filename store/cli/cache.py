@@ -10,6 +10,7 @@ Contract:
   ``--dry-run`` only shows. ``vacuum`` rewrites files without changing a row.
 """
 
+import dataclasses
 import enum
 import sys
 from datetime import timedelta
@@ -87,7 +88,8 @@ def stats_command(
     tokens stored (in and out), rows that stopped at max_tokens, recorded
     runs, their hits and the engine time those hits saved (what the hit rows
     had cost when they were generated). --runs N lists the N most recent
-    runs of each database (hit counts over time); --json gives everything.
+    runs of each database (hit counts over time); --json gives everything,
+    with the 5 most recent runs of each database unless --runs says.
 
     Examples:
 
@@ -101,7 +103,10 @@ def stats_command(
 
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
+        # At least 5 are read, so that plain `stats` and `stats --runs 3` share what the catalog remembers.
         found = list(counted(store_stats(store, locations, recent=max(runs, 5)), len(locations), "Reading"))
+    if runs:
+        found = [dataclasses.replace(entry, recent_runs=entry.recent_runs[:runs]) for entry in found]
     totals = StoreTotals.of(found)
     if json_output:
         emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})
@@ -180,7 +185,7 @@ def _print_runs(found: "list[DatabaseStats]", limit: int) -> None:
     columns += [Column(name, justify="right") for name in ("Asked", "Hits", "Misses", "Saved")]
     table = FittedTable("Recent runs (newest first)", columns)
     recent = sorted(
-        ((run, entry.location) for entry in found for run in entry.recent_runs[:limit]),
+        ((run, entry.location) for entry in found for run in entry.recent_runs),
         key=lambda item: item[0].started_at,
         reverse=True,
     )

@@ -131,3 +131,21 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     )
     assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
     assert file_digests(filled) == before
+
+
+def test_stats_json_lists_as_many_runs_as_asked(store_root: Path) -> None:
+    """--runs N bounds the JSON too; without it the JSON lists the 5 most recent runs."""
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        database.put_many([completion_record(0)])
+        for i in range(7):
+            record_run(database, run(i))
+    listed = {
+        args: [
+            r["run_id"]
+            for r in orjson.loads(judgestore("stats", "--json", *args).stdout)["databases"][0]["recent_runs"]
+        ]
+        for args in ((), ("--runs", "2"), ("--runs", "7"))
+    }
+    assert len(listed[()]) == 5 and listed[("--runs", "2")] == listed[()][:2]
+    assert len(listed[("--runs", "7")]) == 7 and listed[("--runs", "7")][:5] == listed[()]
