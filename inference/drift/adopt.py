@@ -27,6 +27,9 @@ Contract:
   (:mod:`store.adoption`). Adopted rows are served only for the run's exact
   descriptor: a run that differs in any other field computes another
   descriptor, whose database never holds them.
+* When the run's own database already holds every row of the source (an
+  adoption repeated), :func:`adopt` raises :class:`AdoptionError` before the
+  audit: no engine is loaded and no adoption of nothing is recorded.
 * Nothing is written when a threshold is not met, nor with ``dry_run``; the
   :class:`AdoptionReport` says why, which sampled rows differed and where,
   and how many rows were (or would be) adopted.
@@ -314,6 +317,13 @@ def adopt(
     candidates = adoption_candidates(store, role, task, descriptor, names)
     chosen = choose_source(candidates, source, own=Location.of(role, task, descriptor), own_rows=own_rows)
     source_db = store.open(chosen.location)
+    if not dry_run and own is not None and plan_adoption(source_db, own).adopted == 0:
+        # Checked before the audit: a repeated adopt loads no engine and records no adoption of nothing.
+        raise AdoptionError(
+            f"nothing to adopt: every row of {chosen.location.descriptor_hash16} ({chosen.location.task}) is already "
+            f"in this run's own database {descriptor.hash16()} ({task}), adopted before or generated there; nothing "
+            "was written and no engine was loaded"
+        )
     metadata = read_location_metadata(store.root, chosen.location)
     audit = audit_database(source_db, spec, sample=sample, seed=seed, chunk_size=chunk_size)
     unmet = _unmet(audit, min_exact, max_logprob_delta)

@@ -125,6 +125,20 @@ def test_an_audit_of_100_percent_adopts_every_row_and_the_next_run_is_all_hits(s
     assert "6 hits (6 adopted)" in model.last.plan.summary()
 
 
+def test_adopting_again_is_refused_before_the_audit_and_records_nothing(store: Store) -> None:
+    fill(store, OLD)
+    adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    target = store.database("completions", "t", NEW)
+    store.close()
+    before = file_digests(store.root)
+    backend = CountingBackend()
+    with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
+        adopt(again, FakeSpec(backend, NEW), role="completions", task="t", across=["backend_version"])
+    assert "nothing to adopt: every row of" in str(refused.value) and "no engine was loaded" in str(refused.value)
+    assert backend.received == [] and file_digests(store.root) == before
+    assert [a.rows_adopted for a in adoptions(target)] == [6]  # the first adoption only
+
+
 def test_adopted_rows_are_never_served_for_a_descriptor_that_differs_in_a_field_not_allowed(store: Store) -> None:
     fill(store, OLD)
     adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
