@@ -80,12 +80,20 @@ class Backend(Protocol):
         ...
 
 
+# What a stream yields: a finished request by its index, or None (a heartbeat: nothing more finished yet).
+Arrival = tuple[int, Generation | Refusal] | None
+
+
 @runtime_checkable
 class StreamingBackend(Backend, Protocol):
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
         """``(index in requests, generation or refusal)`` once per request, in the order they complete.
 
-        On a failure it yields what completed first (requests already in flight
-        are let finish), then raises. Closing the iterator early cancels the rest.
+        Between them it may yield None, a heartbeat saying that nothing more has
+        finished yet, at least every second or so while it waits: the caller
+        writes what finished earlier on time even when the next request takes
+        minutes. On a failure it yields what completed first (requests already
+        in flight are let finish), then raises. Closing the iterator early
+        cancels the rest.
         """
         ...

@@ -8,15 +8,20 @@ Contract:
   hosted API) gets every miss at once, so the engine holds as many of them as
   it can schedule; its generations are written as they finish, every
   ``chunk_size`` of them or every :data:`STREAM_FLUSH_SECONDS`, whichever
-  comes first. ``chunk_size`` is the write interval, never the engine's batch.
+  comes first; the backend's heartbeats keep that clock going while nothing
+  finishes (a long generation, a slow server). ``chunk_size`` is the write
+  interval, never the engine's batch.
   A backend that only generates whole batches gets them ``chunk_size`` at a
   time, each written before the next starts, under the caller's engine lock.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
   unfinished and is free for the next call), then what finished is written,
-  then the error propagates; a :class:`KeyboardInterrupt` carries a note
-  saying how many rows this call wrote.
+  then the error propagates. A write an interrupt cuts short is done again
+  (what reached the store is not written twice). A
+  :class:`KeyboardInterrupt`, and a :class:`~store.errors.BackendError` (the
+  engine failed; ``rows_kept`` set), carry a note saying how many rows this
+  call wrote.
 * :class:`Writer` turns each batch of outcomes into the call's state: each
   generation gets its share of the batch's engine time
   (:func:`~inference.cache.accounting.priced`), its row is written (policy
@@ -92,19 +97,21 @@ class Writer:
         done = _priced(done, seconds)
         run = self.run
         answered = [(inp, gen) for inp, gen in done if isinstance(gen, Generation)]
-        for inp, outcome in done:
-            if isinstance(outcome, Refusal):
-                self.fail(inp, outcome.error)
-        run.spent += usage_totals(gen.usage for _, gen in answered)
         now = datetime.now(UTC)
         records = [
             generated_record(self.requests[inp.request_index], inp, gen, now, label=self.label, settings=self.settings)
             for inp, gen in answered
         ]
         not_kept: dict[str, InvalidInputError] = {}
+        # The rows first, the call's counts after: a write an interrupt cuts short is done again whole (see _stream)
+        # and counts once.
         if self.database is not None and records:
             written, not_kept = self._put(self.database, records)
             run.written += written
+        for inp, outcome in done:
+            if isinstance(outcome, Refusal):
+                self.fail(inp, outcome.error)
+        run.spent += usage_totals(gen.usage for _, gen in answered)
         for inp, gen in answered:
             if inp.key in not_kept:
                 self.fail(inp, not_kept[inp.key], gen)
@@ -165,6 +172,13 @@ def generate_into(
             if len(outcomes) != len(missing[chunk]):
                 raise BackendError(f"backend returned {len(outcomes)} generations for {len(missing[chunk])} requests")
             writer.write(list(zip(missing[chunk], outcomes, strict=True)), time.perf_counter() - generating)
+    except BackendError as e:  # the engine failed (not the store: its errors say what was kept themselves)
+        e.rows_kept = writer.run.written
+        e.add_note(
+            f"This call stored {writer.run.written} rows before the failure ({writer.run.generated} generated); "
+            "they are kept, and running it again in mode use generates only the rest."
+        )
+        raise
     except KeyboardInterrupt as e:
         e.add_note(
             f"judgestore: interrupted; the engine was stopped and what had finished was written: this call stored "
@@ -190,24 +204,30 @@ def _stream(
     last_write = time.monotonic()
     try:
         try:
-            for index, outcome in stream:
-                if index in seen or not 0 <= index < len(missing):
-                    raise BackendError(f"backend returned request index {index} twice or out of range")
-                seen.add(index)
-                pending.append((missing[index], outcome))
-                if len(pending) >= chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS:
-                    done, pending = pending, []
-                    writer.write(done, time.monotonic() - last_write)
+            for arrival in stream:
+                if arrival is not None:  # None: a heartbeat, nothing more finished yet
+                    index, outcome = arrival
+                    if index in seen or not 0 <= index < len(missing):
+                        raise BackendError(f"backend returned request index {index} twice or out of range")
+                    seen.add(index)
+                    pending.append((missing[index], outcome))
+                if pending and (len(pending) >= chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS):
+                    try:
+                        writer.write(pending, time.monotonic() - last_write)
+                    except JudgestoreError:
+                        pending = []  # the store refused the write (full, locked): trying again would meet it too
+                        raise
+                    pending = []  # only once written: a write an interrupt cut short is done again below
                     last_write = time.monotonic()
         finally:
             close = getattr(stream, "close", None)
             if callable(close):  # stops the engine's unfinished requests before the last write
                 close()
     finally:
-        # What finished before a failure or an interrupt was generated (or paid for): keep it.
+        # What finished before a failure or an interrupt was generated (or paid for): keep it. Rows of a write
+        # cut short that reached the store are not written twice (policy ignore; replace rewrites the same rows).
         if pending:
-            done, pending = pending, []
-            writer.write(done, time.monotonic() - last_write)
+            writer.write(pending, time.monotonic() - last_write)
     if len(seen) != len(missing):
         raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
 

@@ -10,6 +10,7 @@ module teardown).
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from inference.requests import CompletionRequest, Response
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError
 from store.store import Store
-from tests.inference.conftest import TINY_ENGINE_KWARGS
+from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV, run_fresh_python
 
 pytestmark = pytest.mark.engine
 
@@ -251,3 +252,89 @@ def test_vllms_cpu_failure_on_a_seeded_chunked_prefill_is_a_typed_error_naming_t
         model.complete(prompts(3, start=5000))
     monkeypatch.undo()
     assert not llm_engine.has_unfinished_requests() and model.last.written == 0
+
+
+def test_an_engine_failure_mid_batch_is_typed_and_says_what_was_kept(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    llm_engine = engine._llm.llm_engine
+    step = llm_engine.step
+    finished = 0
+
+    def failing_step() -> list[Any]:
+        nonlocal finished
+        if finished:  # the device fails once some requests have finished
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        outputs = step()
+        finished += sum(o.finished for o in outputs)
+        return outputs
+
+    monkeypatch.setattr(llm_engine, "step", failing_step)
+    model = cached(store, engine, descriptor)
+    with pytest.raises(BackendError, match="vLLM failed while generating: RuntimeError: CUDA error") as raised:
+        model.complete(prompts(300, start=6000))
+    monkeypatch.undo()
+    database = store.database("completions", "stream", descriptor)
+    assert 0 < finished < 300 and database.count() == raised.value.rows_kept == finished
+    assert f"This call stored {finished} rows before the failure" in "\n".join(raised.value.__notes__)
+    assert not llm_engine.has_unfinished_requests()
+
+
+def test_the_stream_beats_between_the_requests_it_finishes(engine: VLLMBackend, tiny_model_dir: Path) -> None:
+    view = engine.with_descriptor(describe(tiny_model_dir, {"temperature": 0, "max_tokens": 5}))
+    requests = [engine_request(inp) for inp in cached(None, engine, view.descriptor).plan(
+        "completions", prompts(6, start=7000)).missing]  # fmt: skip
+    arrivals = list(view.generate_stream(requests))
+    finished = [a[0] for a in arrivals if a is not None]
+    assert sorted(finished) == list(range(6))
+    # A heartbeat after every step (five decode steps at least), so a caller writes on time between finishes.
+    assert arrivals.count(None) >= 5 and arrivals[-1] is None
+
+
+def test_closing_the_model_under_a_running_call_stops_it_at_a_step_and_keeps_what_finished(
+    tiny_model_dir: Path,
+) -> None:
+    """In a process of its own: closing an engine here would break the module's (vLLM's state is per process)."""
+    code = f"""
+import json, tempfile, threading
+from pathlib import Path
+from inference.backends.vllm.backend import create_vllm_backend
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.cache.model import CachedModel
+from inference.requests import CompletionRequest
+from store.errors import BackendError
+from store.store import Store
+from store.settings import Settings
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+model_dir = {str(tiny_model_dir)!r}
+descriptor = descriptor_from_vllm(model_dir, engine_kwargs=TINY_ENGINE_KWARGS, sampling={{"temperature": 0,
+                                  "max_tokens": 200, "ignore_eos": True}})
+store = Store(Settings(), root=Path(tempfile.mkdtemp()))
+model = CachedModel(store, descriptor, task="t", chunk_size=1, backend_factory=lambda: create_vllm_backend(
+    descriptor, TINY_ENGINE_KWARGS, model=model_dir))
+some_finished = threading.Event()
+outcome = {{}}
+
+def call():
+    try:
+        model.complete([CompletionRequest(messages=[{{"role": "user", "content": f"q {{i}}"}}])
+                        for i in range(40)], on_progress=lambda done, total: some_finished.set())
+        outcome["error"] = None
+    except BackendError as e:
+        outcome["error"] = str(e)
+        outcome["rows_kept"] = e.rows_kept
+
+worker = threading.Thread(target=call)
+worker.start()
+some_finished.wait(120)
+model.close()  # from another thread, while the call steps the engine
+worker.join(120)
+outcome["alive"] = worker.is_alive()
+outcome["rows"] = store.database("completions", "t", descriptor).count()
+print(json.dumps(outcome))
+"""
+    result = json.loads(run_fresh_python(code, **VLLM_ENV).stdout.strip().splitlines()[-1])
+    assert not result["alive"] and result["error"] is not None and "was closed while this call" in result["error"]
+    assert 0 < result["rows"] == result["rows_kept"] < 40

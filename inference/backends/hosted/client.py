@@ -10,8 +10,13 @@ Contract:
   batch it is sending at once (concurrent async calls of one model share the
   limit), and each generation is
   handed to the cache boundary as it completes, so a killed run keeps what
-  it paid for. It runs its own event loop on a private thread, so it works
-  from plain scripts and from inside a running loop (notebooks) alike.
+  it paid for; while it waits it yields a heartbeat every :data:`HEARTBEAT_S`.
+  It runs its own event loop on a private thread, so it works from plain
+  scripts and from inside a running loop (notebooks) alike. Ctrl-C while a
+  stream waits stops new requests and hands over what had arrived before
+  the interrupt goes on; :meth:`OpenAIBackend.close` cancels the batches in
+  flight, and a call still streaming (a cancelled async call's thread) gets
+  what had arrived, then a :class:`~store.errors.JudgestoreError`.
 * 408, 409, 429, 5xx, timeouts and connection errors are retried with
   exponential backoff and jitter (:class:`RetryPolicy`); ``Retry-After`` (or
   ``retry-after-ms``) is a floor on the wait, and pauses every request of the
@@ -39,6 +44,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import json
 import logging
 import queue
@@ -49,7 +55,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
     generation_from_body,
@@ -113,6 +119,18 @@ class RequestStats:
 # ------------------------------------------------------------------ the backend
 
 _DONE = object()
+HEARTBEAT_S = 0.5  # a stream waiting this long with nothing arrived yields a heartbeat (None)
+
+
+def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
+    """What is in ``arrivals`` now, the end marker left out."""
+    while True:
+        try:
+            item = arrivals.get_nowait()
+        except queue.Empty:
+            return
+        if item is not _DONE:
+            yield item
 
 
 class OpenAIBackend:
@@ -153,6 +171,7 @@ class OpenAIBackend:
         # A backend dropped without close() (a notebook) still stops its thread when it is collected.
         self._stop_loop = weakref.finalize(self, self._loop.call_soon_threadsafe, self._loop.stop)
         self._closed = False
+        self._batches: set[concurrent.futures.Future[None]] = set()  # generate_stream's, until each is done
 
     @property
     def descriptor(self) -> ModelDescriptor:
@@ -163,11 +182,13 @@ class OpenAIBackend:
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         """One generation (or refusal) per request, in order (all sent at once, ``max_concurrency`` in flight)."""
         results: list[Generation | Refusal | None] = [None] * len(requests)
-        for index, outcome in self.generate_stream(requests):
-            results[index] = outcome
+        for arrival in self.generate_stream(requests):
+            if arrival is not None:  # None: a heartbeat
+                index, outcome = arrival
+                results[index] = outcome
         return [g for g in results if g is not None]
 
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
         """``(index, generation)`` as each request completes; see :class:`~inference.backends.base.StreamingBackend`."""
         if self._closed:
             raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
@@ -177,25 +198,48 @@ class OpenAIBackend:
             return
         arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
         future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put), self._loop)
+        self._batches.add(future)
+        future.add_done_callback(self._batches.discard)
         future.add_done_callback(lambda _: arrivals.put(_DONE))
         try:
             while True:
                 try:
-                    item = arrivals.get(timeout=0.5)  # a timeout keeps Ctrl-C responsive
+                    item = arrivals.get(timeout=HEARTBEAT_S)  # a timeout keeps Ctrl-C responsive
                 except queue.Empty:
+                    yield None  # a heartbeat: the caller writes what finished earlier, on time
                     continue
+                except KeyboardInterrupt:
+                    # Ctrl-C while waiting: no new request starts, and what had arrived is handed over to be
+                    # written before the interrupt goes on.
+                    future.cancel()
+                    yield from _arrived(arrivals)
+                    raise
                 if item is _DONE:
                     break
                 yield item
+            if future.cancelled():  # by close(), from another thread
+                raise JudgestoreError(
+                    f"the backend for {self._descriptor.model!r} at {self._endpoint} was closed while this call was "
+                    "sending; what had finished was kept, and running it again in mode use sends only the rest"
+                )
             future.result()
         finally:
             future.cancel()  # no-op once done; otherwise the caller stopped early: stop sending
 
     def close(self) -> None:
-        """Close the HTTP client and stop the event loop thread. Safe to call twice."""
+        """Stop the batches in flight, close the HTTP client and stop the event loop thread. Safe to call twice.
+
+        A call streaming from this backend in another thread (a cancelled async call) gets what had arrived,
+        then a :class:`~store.errors.JudgestoreError` saying the backend was closed; its requests in flight are
+        abandoned.
+        """
         if self._closed:
             return
         self._closed = True
+        batches = list(self._batches)
+        for batch in batches:
+            batch.cancel()
+        concurrent.futures.wait(batches, timeout=10)
         try:
             asyncio.run_coroutine_threadsafe(self._client.close(), self._loop).result(timeout=10)
         except Exception:  # closing is best effort: the connections die with the loop anyway

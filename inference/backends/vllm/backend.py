@@ -16,7 +16,8 @@ Contract:
   ``enable_thinking`` inside them) and ``LLM.generate`` for text input
   (``LLM.enqueue_chat`` / ``enqueue``), with one ``SamplingParams`` per
   request built from ``descriptor.sampling``; then it steps the engine
-  (``LLMEngine.step``) and yields each request as it finishes, so the
+  (``LLMEngine.step``) and yields each request as it finishes (and a
+  heartbeat, None, after each step), so the
   scheduler holds as many as ``max_num_seqs`` allows and the outputs are
   those of ``LLM.chat`` over the same batch. :meth:`~VLLMBackend.generate`
   is the same, returned in request order. Sample ``k`` gets seed
@@ -25,7 +26,8 @@ Contract:
 * One stream at a time holds an engine (its views share the lock), from the
   moment ``generate_stream`` returns to the last request; closing the stream
   early, an engine failure or Ctrl-C aborts what is unfinished, so the
-  engine is left empty for the next call.
+  engine is left empty for the next call. vLLM's own failures (a CUDA error,
+  an out-of-memory) are raised as :class:`~store.errors.BackendError`.
 * A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
   model's context, a chat its template rejects) fails alone: vLLM adds
   nothing of a refused call, so the batch is added again in halves, down to
@@ -37,7 +39,10 @@ Contract:
   when ``sampling.logprobs`` is set, every candidate vLLM returned, in the
   lossless shape of :mod:`store.logprobs` (:mod:`inference.backends.vllm.outputs`).
 * :meth:`VLLMBackend.close` shuts the engine down; it is idempotent, and a
-  closed backend refuses to generate.
+  closed backend (or a view of it) refuses to generate. A stream running in
+  another thread is stopped at its next step first (it raises
+  :class:`~store.errors.BackendError`, its caller writes what finished), so
+  the engine is never shut down under a step.
 """
 
 from __future__ import annotations
@@ -48,9 +53,9 @@ import inspect
 import os
 import threading
 from collections.abc import Generator, Iterator, Mapping, Sequence
-from typing import Any, cast
+from typing import Any
 
-from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.backends.vllm.checks import check_engine_kwargs, check_template, pinned_commit, verify_loaded
 from inference.backends.vllm.descriptor import effective_chat_template, load_chat_template_text
 from inference.backends.vllm.engine_logs import engine_is_quiet
@@ -59,6 +64,7 @@ from store.descriptor import ModelDescriptor
 from store.errors import BackendError, InvalidInputError, JudgestoreError, RequestRefusedError
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
+_CLOSE_WAIT_S = 30.0  # how long close() waits for a running stream to stop before it shuts the engine down
 # vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
 # offset to rewind): a batch whose new prompts exceed one step's token budget meets it.
 _CPU_SEEDED_CHUNK = "Generator does not use offset"
@@ -89,6 +95,7 @@ class VLLMBackend:
         engine_template: str | None = None,
         owns_engine: bool = True,
         engine_lock: threading.Lock | None = None,
+        closing: threading.Event | None = None,
     ) -> None:
         """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
 
@@ -105,6 +112,8 @@ class VLLMBackend:
         # One stream at a time on an engine, across its views: vLLM's engine is not safe from two threads,
         # and a stream's steps must return only its own requests.
         self._engine_lock = engine_lock if engine_lock is not None else threading.Lock()
+        # Set when the owner closes, for its views too: a stream running then stops at its next step.
+        self._closing = closing if closing is not None else threading.Event()
         kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
         if descriptor.enable_thinking is not None:
             kwargs["enable_thinking"] = descriptor.enable_thinking
@@ -144,6 +153,7 @@ class VLLMBackend:
             engine_template=self._engine_template,
             owns_engine=False,
             engine_lock=self._engine_lock,
+            closing=self._closing,
         )
 
     def _sampling_params(self, sample_index: int) -> Any:
@@ -152,20 +162,22 @@ class VLLMBackend:
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         """One generation per request, in order; a request vLLM refuses is a :class:`Refusal`. Raises on failure."""
         results: list[Generation | Refusal | None] = [None] * len(requests)
-        for index, outcome in self.generate_stream(requests):
-            results[index] = outcome
+        for arrival in self.generate_stream(requests):
+            if arrival is not None:  # None: a heartbeat
+                index, outcome = arrival
+                results[index] = outcome
         done = [r for r in results if r is not None]
         if len(done) != len(requests):
             raise BackendError(f"vLLM returned {len(done)} outputs for {len(requests)} requests")
         return done
 
-    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
         """``(index, generation or refusal)`` for every request, as the engine finishes them (see the module docstring).
 
         When it returns, the engine is this stream's and every request is added; iterating steps the engine.
         Closing the stream, an exception or an interrupt aborts what is unfinished and frees the engine.
         """
-        if self._llm is None:
+        if self._llm is None or self._closing.is_set():
             raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
         mode = self._descriptor.input_mode
         expected = _RENDERED_TYPE[mode]
@@ -177,12 +189,11 @@ class VLLMBackend:
         params = [self._sampling_params(r.sample_index) for r in requests]
         stream = self._run(requests, params)
         next(stream)  # up to the first yield: the engine taken, every request added
-        return cast(Iterator[tuple[int, Generation | Refusal]], stream)
+        return stream
 
-    def _run(
-        self, requests: Sequence[EngineRequest], params: Sequence[Any]
-    ) -> Generator[tuple[int, Generation | Refusal] | None, None, None]:
-        """Add every request, yield ``None``, then step the engine and yield each request as it finishes."""
+    def _run(self, requests: Sequence[EngineRequest], params: Sequence[Any]) -> Generator[Arrival, None, None]:
+        """Add every request, yield ``None``, then step the engine, yielding each request as it finishes and ``None``
+        after each step (a heartbeat)."""
         llm = self._llm
         engine = llm.llm_engine
         with self._engine_lock:
@@ -194,6 +205,11 @@ class VLLMBackend:
                 yield None
                 yield from refused.items()
                 while pending and engine.has_unfinished_requests():
+                    if self._closing.is_set():
+                        raise BackendError(
+                            f"the model was closed while this call generated; {len(pending)} of {len(requests)} "
+                            "requests were left unfinished"
+                        )
                     for output in engine.step():
                         if not output.finished:
                             continue
@@ -201,12 +217,16 @@ class VLLMBackend:
                         if index is None:
                             raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
                         yield index, generation(output, self._descriptor)
+                    yield None  # a step's worth of time passed: the caller may write what finished, on time
                 if pending:
                     raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
             except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
                 engine.abort_request([str(i) for i in range(first, llm.request_counter.counter)], internal=False)
                 if isinstance(e, RuntimeError) and _CPU_SEEDED_CHUNK in str(e):
                     raise BackendError(_CPU_SEEDED_MESSAGE) from e
+                if isinstance(e, Exception) and not isinstance(e, JudgestoreError):
+                    # vLLM's own failure (a CUDA error, an out-of-memory): typed, so the caller can say what was kept
+                    raise BackendError(f"vLLM failed while generating: {type(e).__name__}: {e}") from e
                 raise
 
     def _add(
@@ -263,10 +283,27 @@ class VLLMBackend:
         )
 
     def close(self) -> None:
-        """Shut the engine down (memory, worker processes). Safe to call twice."""
+        """Shut the engine down (memory, worker processes). Safe to call twice.
+
+        A stream running on the engine (another thread's call) is stopped first: it aborts what is unfinished
+        at its next step and raises :class:`BackendError`, its caller writes what finished, and only then is
+        the engine shut down, never under a step.
+        """
         llm, self._llm = self._llm, None
         if llm is None or not self._owns_engine:
             return
+        self._closing.set()
+        # The stream holds the lock until it has stopped; a stream left open and never stepped again (or a
+        # close from inside a stream's own callbacks) must not hang the close: shut down after a while anyway.
+        taken = self._engine_lock.acquire(timeout=_CLOSE_WAIT_S)
+        try:
+            self._shutdown(llm)
+        finally:
+            if taken:
+                self._engine_lock.release()
+
+    @staticmethod
+    def _shutdown(llm: Any) -> None:
         # vLLM 0.32 has no public LLM.shutdown(); the engine core's shutdown
         # releases the workers and tears down torch.distributed state, which
         # a second engine in the same process needs.

@@ -1,0 +1,190 @@
+"""Writing a stream on time: heartbeats, a write an interrupt cuts short, a model closed under a running call.
+
+The cache boundary writes what finished every ``chunk_size`` rows or every
+``STREAM_FLUSH_SECONDS``; a backend's heartbeats (None between arrivals) keep
+that clock going while the next request takes minutes. The fake streams here
+drive :func:`inference.cache.generate._stream` step by step; the hosted
+backend is driven against the fake server (``tests/fake_openai.py``) through
+the real ``openai`` client. The same on the real vLLM engine is in
+``test_engine_stream.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import pytest
+
+from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
+from inference.cache import generate
+from inference.cache.model import CachedModel
+from inference.requests import CompletionRequest
+from store.descriptor import ModelDescriptor
+from store.errors import JudgestoreError
+from store.store import Database, Store
+from tests.fake_openai import FakeOpenAI, Fault
+from tests.inference.test_openai_backend import ask, served
+
+DESCRIPTOR = ModelDescriptor(provider="vllm", model="m", sampling={"temperature": 0.0, "max_tokens": 8})
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def answer(i: int) -> Generation:
+    return Generation(text=f"answer {i}", finish_reason="stop", usage={"prompt_tokens": 1, "completion_tokens": 1})
+
+
+def asks(n: int) -> list[CompletionRequest]:
+    return [CompletionRequest(messages=[{"role": "user", "content": f"p{i}"}]) for i in range(n)]
+
+
+class Heartbeats:
+    """Request 0 finishes at once; then only heartbeats, each after ``beat`` seconds, until the others finish.
+
+    At each heartbeat it notes how many rows the store holds (``rows_at_beats``), as the caller left them.
+    """
+
+    def __init__(self, beats: int, beat: float) -> None:
+        self.beats, self.beat = beats, beat
+        self.database: Database | None = None
+        self.rows_at_beats: list[int] = []
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [answer(i) for i in range(len(requests))]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        yield 0, answer(0)
+        for _ in range(self.beats):
+            time.sleep(self.beat)
+            yield None
+            assert self.database is not None
+            self.rows_at_beats.append(self.database.count())
+        for i in range(1, len(requests)):
+            yield i, answer(i)
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_heartbeat_writes_what_finished_once_the_interval_has_passed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(generate, "STREAM_FLUSH_SECONDS", 0.2)
+    backend = Heartbeats(beats=4, beat=0.1)
+    backend.database = store.database("completions", "t", DESCRIPTOR)
+    CachedModel(store, DESCRIPTOR, task="t", backend_factory=lambda: backend, chunk_size=100).complete(asks(4))
+    # Nothing else finished: at the first beat the interval has not passed, by the third it has, without waiting
+    # for request 1.
+    assert backend.rows_at_beats[0] == 0 and backend.rows_at_beats[2:] == [1, 1]
+    assert backend.database.count() == 4
+
+
+class AllAtOnce:
+    """Every request finishes at once."""
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [answer(i) for i in range(len(requests))]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        return iter([(i, answer(i)) for i in range(len(requests))])
+
+    def close(self) -> None:
+        pass
+
+
+def test_ctrl_c_during_a_write_still_writes_that_chunk(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    database = store.database("completions", "t", DESCRIPTOR)
+    kind = type(database)
+    put_many, calls = kind.put_many, []
+
+    def interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # Ctrl-C lands while the second chunk is written
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", interrupted)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=AllAtOnce, chunk_size=10)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete(asks(25))
+    monkeypatch.undo()
+    # The chunk the interrupt cut short is written again (before: dropped, though the note said it was written);
+    # what the stream had not handed over yet is not.
+    assert calls == [10, 10, 10] and database.count() == 20
+    assert "this call stored 20 rows (20 generated)" in "".join(raised.value.__notes__)
+
+
+# ------------------------------------------------------------------ the hosted backend
+
+
+def test_a_hosted_answer_is_written_on_time_while_a_slow_one_is_still_out(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(generate, "STREAM_FLUSH_SECONDS", 0.2)
+    fake.add_fault(Fault(status=200, delay=4.0, after=2))  # the third request takes 4 s
+    spec = served(fake, max_concurrency=3)
+    database = store.database("completions", "t", spec.descriptor)
+    seen: list[int] = []
+
+    def probe() -> None:
+        while len(fake.completions()) < 3:
+            time.sleep(0.05)
+        time.sleep(2.0)  # a heartbeat (0.5 s) after the interval, well before the slow answer
+        seen.append(database.count())
+
+    prober = threading.Thread(target=probe)
+    prober.start()
+    spec.cached(store, task="t", chunk_size=100).complete([ask(i) for i in range(3)])
+    prober.join()
+    assert seen == [2] and database.count() == 3
+
+
+def test_closing_a_hosted_model_under_a_cancelled_call_ends_it_and_keeps_what_arrived(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.add_fault(Fault(status=200, delay=30.0, after=2, times=10))  # all but two take 30 s
+    spec = served(fake, max_concurrency=4)
+    database = store.database("completions", "t", spec.descriptor)
+    failures: list[BaseException] = []
+
+    async def main() -> None:
+        async with spec.cached(store, task="t", chunk_size=100) as model:
+            call = asyncio.ensure_future(model.acomplete([ask(i) for i in range(6)]))
+            while database.count() < 2:  # both quick answers written (heartbeats flush them)
+                await asyncio.sleep(0.05)
+            call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await call
+
+    started = time.monotonic()
+    original = threading.excepthook
+    threading.excepthook = lambda args: failures.append(args.exc_value)  # type: ignore[assignment]
+    try:
+        asyncio.run(main())
+    finally:
+        threading.excepthook = original
+    # Before: close() stopped the loop under the batch and its thread waited forever (asyncio.run never returned).
+    assert time.monotonic() - started < 20
+    assert database.count() == 2 and not failures
+
+
+def test_a_closed_hosted_backend_says_so_to_the_call_still_streaming(fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=200, delay=30.0, times=10))
+    backend = served(fake, max_concurrency=2).backend()
+    stream = backend.generate_stream([EngineRequest({"type": "messages", "messages": [
+        {"role": "user", "content": f"q{i}"}]}) for i in range(2)])  # fmt: skip
+    assert next(stream) is None  # a heartbeat: nothing arrived yet
+    closer = threading.Timer(0.2, backend.close)
+    closer.start()
+    with pytest.raises(JudgestoreError, match="was closed while this call was sending"):
+        list(stream)
+    closer.join()
