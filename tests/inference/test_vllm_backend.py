@@ -8,6 +8,7 @@ process-global state, so both are closed only at module teardown.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import EngineMismatchError, InvalidInputError, JudgestoreError
 from store.logprobs import LOGPROBS_FORMAT
-from tests.inference.conftest import TINY_ENGINE_KWARGS, run_fresh_python
+from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV, run_fresh_python
 
 GREEDY = {"temperature": 0, "max_tokens": 12}
 QUESTIONS = ["What is the capital of France?", "Write a short poem about the sea."]
@@ -240,3 +241,60 @@ def test_what_vllm_loaded_is_checked_against_the_descriptor(backend: VLLMBackend
     other_commit = descriptor.model_copy(update={"revision": "a" * 40})
     with pytest.raises(EngineMismatchError, match="loaded revision None"):
         verify_loaded(llm, other_commit, str(tiny_model_dir), None)
+
+
+@pytest.mark.engine
+def test_a_logit_bias_kept_as_json_reaches_vllm_as_token_ids(backend: VLLMBackend, tiny_model_dir: Path) -> None:
+    """JSON keeps a logit_bias's token ids as text; vLLM compares them as ints (before: a TypeError at add)."""
+    forced = 300
+    biased = describe(tiny_model_dir, sampling={**GREEDY, "max_tokens": 4, "logprobs": 1, "logit_bias": {forced: 100}})
+    assert biased.sampling.model_dump()["logit_bias"] == {str(forced): 100}  # how the descriptor keeps it
+    (g,) = backend.with_descriptor(biased).generate([chat(QUESTIONS[0])])
+    assert g.top_logprobs is not None
+    (first,) = logprobs.decode(g.top_logprobs)
+    assert first.sampled is not None and first.sampled.token_id == forced  # the bias decided the token
+
+
+def test_sampling_values_vllm_types_as_its_classes_are_built_from_json(tiny_model_dir: Path) -> None:
+    pytest.importorskip("vllm", reason="needs vLLM's SamplingParams")
+    from vllm import SamplingParams
+    from vllm.sampling_params import RepetitionDetectionParams, StructuredOutputsParams
+
+    from inference.backends.vllm.backend import sampling_params
+
+    sampling = {**GREEDY, "structured_outputs": {"regex": "[ab]+"},
+                "repetition_detection": {"max_pattern_size": 4, "min_count": 3}}  # fmt: skip
+    params = sampling_params(SamplingParams, describe(tiny_model_dir, sampling=sampling), 0)
+    assert isinstance(params.structured_outputs, StructuredOutputsParams) and params.structured_outputs.regex == "[ab]+"
+    assert isinstance(params.repetition_detection, RepetitionDetectionParams)
+    assert params.repetition_detection.min_count == 3
+    with pytest.raises(InvalidInputError, match="rejected the descriptor's sampling"):
+        sampling_params(SamplingParams, describe(tiny_model_dir, sampling={**GREEDY, "logit_bias": {"x": 1}}), 0)
+
+
+@pytest.mark.engine
+def test_what_the_engine_refuses_while_it_loads_is_a_typed_error_naming_the_setting(tiny_model_dir: Path) -> None:
+    """In a process of its own: the engine that loads and is refused is closed, which would break this module's."""
+    code = f"""
+import json
+from inference.backends.vllm.backend import create_vllm_backend
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from store.errors import InvalidInputError
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+model = {str(tiny_model_dir)!r}
+found = []
+for engine, sampling in (({{**TINY_ENGINE_KWARGS, "kv_cache_memory_bytes": 4096}}, {{"temperature": 0}}),
+                         (TINY_ENGINE_KWARGS, {{"temperature": 0, "logprobs": 25}})):
+    descriptor = descriptor_from_vllm(model, engine_kwargs=engine, sampling=sampling)
+    try:
+        create_vllm_backend(descriptor, engine, model=model).close()
+        found.append(None)
+    except InvalidInputError as e:
+        found.append(str(e))
+print(json.dumps(found))
+"""
+    memory, logprobs_refused = json.loads(run_fresh_python(code, **VLLM_ENV).stdout.strip().splitlines()[-1])
+    assert memory is not None and "could not start the engine" in memory and "cache" in memory
+    assert logprobs_refused is not None and "refuses the descriptor's sampling for every request" in logprobs_refused
+    assert "max_logprobs" in logprobs_refused

@@ -334,9 +334,56 @@ def sampling_params(sampling_params_cls: Any, descriptor: ModelDescriptor, sampl
         # (engine kwarg ``reasoning_config``) and says so when it is missing.
         fields["thinking_token_budget"] = descriptor.thinking_token_budget
     try:
-        return sampling_params_cls(**fields)
+        return sampling_params_cls(**_vllm_values(fields))
     except (TypeError, ValueError, VLLMError) as e:  # unknown field; value out of vLLM's range
         raise InvalidInputError(f"vLLM's SamplingParams rejected the descriptor's sampling {fields}: {e}") from e
+
+
+def _vllm_values(fields: dict[str, Any]) -> dict[str, Any]:
+    """The descriptor's JSON sampling values as ``SamplingParams`` takes them (its constructor converts nothing).
+
+    JSON keeps object keys as text: ``logit_bias``'s token ids become ints again. A JSON object for a field
+    vLLM types as one of its parameter classes (``structured_outputs``, ``repetition_detection``) becomes
+    that class. Raises TypeError/ValueError for values that cannot be converted.
+    """
+    from vllm import sampling_params as vllm_sampling
+
+    values = dict(fields)
+    if isinstance(values.get("logit_bias"), dict):
+        values["logit_bias"] = {int(token): float(bias) for token, bias in values["logit_bias"].items()}
+    for name, class_name in _PARAMETER_CLASSES.items():
+        if isinstance(values.get(name), dict):
+            values[name] = getattr(vllm_sampling, class_name)(**values[name])
+    return values
+
+
+# Sampling fields vLLM types as one of its parameter classes, by the class's name in vllm.sampling_params.
+_PARAMETER_CLASSES = {
+    "structured_outputs": "StructuredOutputsParams",
+    "repetition_detection": "RepetitionDetectionParams",
+}
+
+
+def _check_sampling_on(llm: Any, params: Any) -> None:
+    """Raise InvalidInputError if the loaded engine refuses ``params`` (the descriptor's sampling) for any request.
+
+    vLLM checks sampling against the engine (``max_logprobs``, the vocabulary) only when a request is added: a
+    setting it refuses would otherwise come back as a refusal of every request, each telling the user to fix
+    their inputs.
+    """
+    from vllm.exceptions import VLLMError
+
+    engine = llm.llm_engine
+    validate = getattr(getattr(engine, "input_processor", None), "_validate_params", None)
+    if not callable(validate):  # another vLLM: its add checks the requests, one by one
+        return
+    try:
+        validate(params, engine.get_supported_tasks())
+    except (TypeError, ValueError, AttributeError, VLLMError) as e:
+        raise InvalidInputError(
+            f"this engine refuses the descriptor's sampling for every request: {e}. Change the sampling setting, "
+            "or the engine argument that bounds it (--engine-arg, e.g. max_logprobs=N for more top logprobs)"
+        ) from e
 
 
 def check_engine_arguments(llm_cls: Any, engine_kwargs: Mapping[str, Any]) -> None:
@@ -399,13 +446,20 @@ def create_vllm_backend(
     check_engine_arguments(LLM, kwargs)
     if engine_is_quiet():  # the "Loading safetensors checkpoint shards" bar; it changes no output
         kwargs.setdefault("use_tqdm_on_load", False)
+    from vllm.exceptions import VLLMError
+
     try:
         llm = LLM(**kwargs)
     except ValidationError as e:  # vLLM's configs are pydantic: a value of the wrong type (max_model_len="abc")
         raise InvalidInputError(f"vLLM refused an engine argument (--engine-arg / engine_kwargs): {e}") from e
+    except (ValueError, VLLMError) as e:  # a value vLLM checks while it builds (no room for the KV cache...)
+        raise InvalidInputError(
+            f"vLLM could not start the engine with these engine arguments (--engine-arg / engine_kwargs): {e}"
+        ) from e
     backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
     try:
         verify_loaded(llm, descriptor, model, explicit)
+        _check_sampling_on(llm, backend._sampling_params(0))
     except BaseException:
         backend.close()
         raise
