@@ -265,6 +265,20 @@ def test_a_server_that_refuses_the_first_eight_requests_and_answers_none_refuses
     )
 
 
+def test_the_first_prompts_refused_while_others_are_in_flight_are_not_taken_for_refused_settings(
+    store: Store,
+) -> None:
+    with FakeOpenAI(context_length=40) as fake:
+        fake.delay = 0.3  # the answers take longer than the refusals: eight refusals come back first
+        spec = served(fake, max_concurrency=8)
+        too_long = [CompletionRequest(messages=[{"role": "user", "content": f"{i} " + "word " * 50}]) for i in range(8)]
+        with pytest.raises(RequestsFailedError, match=r"8 of 20 inputs") as raised:
+            spec.cached(store, task="t").complete(too_long + [ask(i) for i in range(8, 20)])
+        # Before: "refused the first 8 requests of the batch and answered none", with answers stored.
+        assert all("maximum context length" in str(f.error) for f in raised.value.failures)
+        assert store.database("completions", "t", spec.descriptor).count() == 12
+
+
 def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone_and_the_rest_is_stored(store: Store) -> None:
     with FakeOpenAI(context_length=40) as fake:
         spec = served(fake)

@@ -27,7 +27,8 @@ Contract:
   :class:`~inference.backends.base.Refusal` carrying a
   :class:`~store.errors.HostedRequestError` with the server's reason, and
   the other requests go on. A server that refuses the first
-  :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none refuses
+  :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of them
+  nor of those still in flight (no request starts while they finish) refuses
   a setting, not a request: no new request starts and that error is raised.
 * Other failures are not retried: each raises a typed
   :class:`~store.errors.HostedAPIError` (401/403
@@ -261,8 +262,11 @@ class OpenAIBackend:
         self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation | Refusal]], None]
     ) -> None:
         indexes = iter(range(len(requests)))
-        started = answered = refused = 0
+        started = answered = refused = finished = 0
         failures: list[Exception] = []
+        # Cleared while a streak of refusals is checked: no request starts until those in flight have finished.
+        may_start = asyncio.Event()
+        may_start.set()
 
         async def worker() -> None:
             for i in indexes:  # shared: each worker takes the next request
@@ -272,21 +276,34 @@ class OpenAIBackend:
 
         async def one(i: int) -> bool:
             """Send request ``i``; False when no more requests should start."""
-            nonlocal started, answered, refused
+            nonlocal started, answered, refused, finished
+            await may_start.wait()
+            if failures:
+                return False
             started += 1
             try:
                 generation = await self._one(requests[i])
             except HostedRequestError as e:  # this request is refused: it fails alone
                 refused += 1
+                finished += 1
                 emit((i, Refusal(e)))
                 if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
-                    failures.append(self._refused_settings(e, refused))
-                    return False
+                    # Settings refused, or only the first prompts too long? The requests still in flight say:
+                    # one answer among them and the batch goes on.
+                    may_start.clear()
+                    while finished < started and not answered:
+                        await asyncio.sleep(0.01)
+                    may_start.set()
+                    if not answered:
+                        failures.append(self._refused_settings(e, refused))
+                        return False
                 return True
             except Exception as e:
+                finished += 1
                 failures.append(e)
                 return False
             answered += 1
+            finished += 1
             emit((i, generation))
             return True
 
