@@ -13,7 +13,8 @@ Contract:
   descriptor, verifying what its folder's metadata.json (or the server's
   registry) records and its schema revision; anything but a current database
   is refused with a typed error (a database that is behind is upgraded first
-  when ``auto_upgrade`` is set). :meth:`Store.find` never creates anything.
+  when ``auto_upgrade`` is set; one another process upgraded meanwhile is
+  simply opened). :meth:`Store.find` never creates anything.
 * A :class:`~store.backend.Database` gives transactions over one database;
   see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
@@ -234,17 +235,29 @@ class Store:
         return self._upgraded_if_behind(location, lambda: self.storage.open(location))
 
     def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T]) -> T:
-        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write)."""
+        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write).
+
+        ``up-to-date`` is success too: another process (a job started at the
+        same time) upgraded it between the check and the upgrade, which takes
+        the file's lock and checks again. A ``failed`` upgrade was restored, a
+        ``refused`` one wrote nothing: both raise :class:`UpgradeFailedError`
+        saying which.
+        """
         try:
             return open_it()
         except SchemaBehindError as behind:
             if not self.settings.auto_upgrade or self.readonly:
                 raise
             (result,) = self.storage.upgrade([location])
-            if result.outcome is not UpgradeOutcome.UPGRADED:
+            if result.outcome is UpgradeOutcome.FAILED:
                 raise UpgradeFailedError(
                     result.where,
                     f"automatic upgrade from {behind.found} failed ({result.error}); the database was restored",
+                ) from behind
+            if result.outcome is UpgradeOutcome.REFUSED:
+                raise UpgradeFailedError(
+                    result.where,
+                    f"automatic upgrade from {behind.found} was refused ({result.error}); nothing was written",
                 ) from behind
         return open_it()
 

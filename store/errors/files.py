@@ -148,7 +148,8 @@ class ForeignDatabaseError(SchemaError):
 
 
 class UpgradeFailedError(SchemaError):
-    """A migration failed; the database was restored to its state before the upgrade."""
+    """An upgrade did not happen: a migration failed (the database was restored to its state before the
+    upgrade), or the upgrade was refused before anything was written; the message says which."""
 
 
 class MigrationScriptsError(JudgestoreError):

@@ -216,6 +216,41 @@ def test_a_failed_automatic_upgrade_on_open_restores_the_file(
     assert db_path.read_bytes() == original
 
 
+def test_auto_upgrade_opens_a_database_another_process_upgraded_first(
+    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs started together on a behind database: the one that loses the race finds it up to date, and opens it."""
+    db_path = current_database(store_root, "judgements", "t", descriptor, sample_rows("race"))
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    with Store(Settings(auto_upgrade=True), root=store_root) as s:
+        real_upgrade = s.storage.upgrade
+
+        def upgraded_by_another_job_first(locations: Any, **kwargs: Any) -> Any:
+            # the other job upgrades between this job's check (behind) and its upgrade
+            assert upgrade_database(db_path, Settings(), script=synthetic).outcome is UpgradeOutcome.UPGRADED
+            results = list(real_upgrade(locations, **kwargs))
+            assert [r.outcome for r in results] == [UpgradeOutcome.UP_TO_DATE]
+            return iter(results)
+
+        monkeypatch.setattr(s.storage, "upgrade", upgraded_by_another_job_first)
+        assert s.database("judgements", "t", descriptor).count() == 3
+    assert version_of(db_path) == SYNTHETIC_HEAD
+
+
+def test_a_refused_automatic_upgrade_says_nothing_was_written(
+    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = current_database(store_root, "judgements", "t", descriptor, sample_rows("full"))
+    before = file_digests(db_path.parent)
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    monkeypatch.setattr(store.backends.sqlite.upgrade, "free_bytes", lambda path: 0)  # no room for the backup
+    with Store(Settings(auto_upgrade=True), root=store_root) as s, pytest.raises(UpgradeFailedError) as caught:
+        s.database("judgements", "t", descriptor)
+    message = str(caught.value)
+    assert "refused" in message and "nothing was written" in message and "restored" not in message
+    assert file_digests(db_path.parent) == before
+
+
 def test_auto_upgrade_opens_a_database_that_is_behind(
     store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
