@@ -10,10 +10,13 @@ Contract:
 * Per database (a key the backend chooses: its path under a folder store's
   root, a server schema's name) the catalog keeps the database's *stamp* and
   what was derived from the database at that stamp (its state and rows, the
-  distinct values of the filter columns, its statistics). An entry is used
-  only while the stamp read now equals the one recorded; any difference and
-  the database is read again, so a stale entry is never believed. A backend
-  that cannot stamp a database (None) never has its values kept.
+  distinct values of the filter columns, its statistics), and the head
+  revision of the library that derived it. An entry is used only while the
+  stamp read now equals the one recorded and the library's head is the same;
+  any difference and the database is read again, so a stale entry is never
+  believed (a library with a newer revision finds the database behind, and
+  says so, however an older one catalogued it). A backend that cannot stamp
+  a database (None) never has its values kept.
 * The stamp is read *before* the database is: a write during the read leaves
   the older stamp, and the next command reads the database again.
 * What changes with the clock alone is never kept: a value ``lasting``
@@ -36,12 +39,25 @@ from typing import Any
 
 import orjson
 
+from store import schema
+
 CATALOG_FORMAT = "judgestore-catalog/v1"
 
 
 def cache_home() -> Path:
     """Where this machine keeps judgestore's caches: ``$XDG_CACHE_HOME/judgestore`` (default ``~/.cache``)."""
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "judgestore"
+
+
+def _head() -> str:
+    # Read at each use, not once: what a database's bytes say (behind or current, and so its values and its
+    # statistics) depends on the revisions the library knows, and tests swap those within one process.
+    return schema.revisions().head
+
+
+def _current(entry: dict[str, Any], now: Any) -> bool:
+    """Whether ``entry`` was derived at the stamp ``now`` by a library of this head revision."""
+    return entry.get("stamp") == now and entry.get("head") == _head()
 
 
 class Catalog:
@@ -72,9 +88,10 @@ class Catalog:
         return self.keep(key, now, kind, compute(), lasting=lasting)
 
     def known(self, key: str, now: Any, kind: str) -> tuple[Any] | None:
-        """``(value,)`` when ``kind`` of ``key`` was kept at the stamp ``now``; None when it must be computed."""
+        """``(value,)`` when ``kind`` of ``key`` was kept at the stamp ``now`` by a library of this head revision;
+        None when it must be computed."""
         entry = self._entries.get(key)
-        if now is not None and entry is not None and entry.get("stamp") == now and kind in entry:
+        if now is not None and entry is not None and _current(entry, now) and kind in entry:
             return (entry[kind],)
         return None
 
@@ -88,8 +105,8 @@ class Catalog:
         if now is None or (lasting is not None and not lasting(value)):
             return value
         entry = self._entries.get(key)
-        if entry is None or entry.get("stamp") != now:
-            entry = self._entries[key] = {"stamp": now}
+        if entry is None or not _current(entry, now):
+            entry = self._entries[key] = {"stamp": now, "head": _head()}
         entry[kind] = value
         self._dirty = True
         return value

@@ -27,6 +27,7 @@ from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
 from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
+from tests.store.conftest import know_synthetic_revision
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
 
@@ -469,6 +470,20 @@ def test_a_command_on_a_behind_database_says_what_to_run(filled: Path, synthetic
     error = as_json(as_json_error.stderr)
     assert error["type"] == "SchemaBehindError" and error["path"].endswith(".db")
     assert as_json_error.stdout == ""  # no half-written JSON array
+
+
+def test_a_newer_library_reports_behind_databases_whatever_an_older_one_catalogued(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The older library catalogues the store: distinct values that rule every database out, and statistics.
+    nobody = judgestore("query", "--model", "nobody", "--format", "jsonl")
+    assert nobody.exit_code == 0 and nobody.stdout == "", nobody.output
+    assert judgestore("stats", "--json").exit_code == 0
+    know_synthetic_revision(monkeypatch)  # the library is upgraded; the files and the catalog are unchanged
+    narrowed = judgestore("query", "--model", "nobody", "--format", "jsonl")
+    assert narrowed.exit_code == 1 and "judgestore db upgrade" in narrowed.stderr, narrowed.output
+    stats = judgestore("stats", "--json")
+    assert "older than this library" in stats.output, stats.output
 
 
 # ---------------------------------------------------------------- verify

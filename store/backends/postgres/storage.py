@@ -250,7 +250,7 @@ class PostgresStorage:
                 with self.connection() as conn:
                     yield from distinct_values(conn, misses[start : start + EXISTS_BATCH], head).items()
 
-        return self._recalled(chosen, f"values {head}", read, lasting=_known)
+        return self._recalled(chosen, "values", read, lasting=_known)  # for this head (store.catalog)
 
     def _recalled(
         self,
@@ -385,7 +385,7 @@ class PostgresStorage:
         def read(misses: list[Location]) -> Iterator[tuple[Location, Any]]:
             return ((info.location, info_json(info)) for info in schema_infos(self, misses))
 
-        kept = self._recalled(chosen, f"info {known_revisions(None).head}", read, lasting=info_lasting)
+        kept = self._recalled(chosen, "info", read, lasting=info_lasting)  # for this head (store.catalog)
         for location in chosen:
             info = info_of(location, kept[location])
             yield info if count_rows else dataclasses.replace(info, rows=None)

@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from store import schema
 from store.backends.sqlite.catalog import catalog_path, stamp
 from store.backends.sqlite.connections import is_current, open_file, readonly_uri
 from store.backends.sqlite.database import SqliteDatabase
@@ -242,12 +241,11 @@ class SqliteStorage:
     def info(self, location: Location, *, known: Revisions | None = None, count_rows: bool = True) -> DatabaseInfo:
         if known is not None:  # another line of scripts (tests, upgrades): read afresh
             return sqlite_database_info(self.root, location, self.settings, known=known, count_rows=count_rows)
-        head = schema.revisions().head
 
         def compute() -> dict[str, Any]:
             return info_json(sqlite_database_info(self.root, location, self.settings))
 
-        info = info_of(location, self._remembered(location, f"info {head}", compute, lasting=info_lasting))
+        info = info_of(location, self._remembered(location, "info", compute, lasting=info_lasting))
         return info if count_rows else dataclasses.replace(info, rows=None)
 
     def infos(self, locations: Iterable[Location], *, count_rows: bool = True) -> Iterator[DatabaseInfo]:
