@@ -8,6 +8,8 @@ Contract::
         {role}.db-wal, {role}.db-shm     SQLite's side files (WAL mode)
         {role}.db.lock                   held while the database is created or upgraded
         {role}.db.bak-{revision}-{time}  the byte-for-byte copy an upgrade keeps
+                                         (copied under a temporary name, then
+                                         renamed: a complete copy or none)
     {store_root}/.judgestore-sync/       sharing's workspace (store.sync.workspace)
 
 * Each name is one folder name, percent-encoded and, when too long for a
@@ -49,6 +51,7 @@ from store.segments import ShortName, decode_segment, encode_segment, same_name
 LEVELS = ("role", "task", "provider", "model", "descriptor")  # the folder levels of a descriptor folder
 METADATA_FILE = "metadata.json"
 METADATA_TEMP_PREFIX = ".metadata."  # a metadata.json being written (left behind only by a crash)
+BACKUP_TEMP_PREFIX = ".backup."  # a backup being copied (left behind only by a crash); never a backup's name
 SYNC_FOLDER = ".judgestore-sync"  # sharing's workspace at the store root (store.sync.workspace)
 METADATA_FORMAT = "judgestore-metadata/v1"
 WAL_SUFFIX, SHM_SUFFIX, JOURNAL_SUFFIX = "-wal", "-shm", "-journal"
@@ -167,6 +170,11 @@ def lock_path(db_path: Path) -> Path:
 def backup_path(db_path: Path, revision: str | None, stamp: str) -> Path:
     """Where an upgrade keeps the copy of ``db_path`` it makes at ``revision`` (``stamp``: a UTC time)."""
     return db_path.with_name(f"{db_path.name}{BACKUP_INFIX}{revision}-{stamp}")
+
+
+def backup_temp_path(backup: Path) -> Path:
+    """Where the copy that becomes ``backup`` is written first (same folder: the rename is atomic)."""
+    return backup.with_name(f"{BACKUP_TEMP_PREFIX}{backup.name}.{uuid.uuid4().hex}.tmp")
 
 
 def is_backup_of(name: str, db_name: str) -> bool:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
 import sqlite3
+import subprocess
+import sys
 from contextlib import closing
 from pathlib import Path
 from typing import Any
@@ -13,9 +17,10 @@ import pytest
 import store.backends.sqlite.upgrade
 from store.backends.sqlite.rows import sqlite_insert
 from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, upgrade_store
+from store.backends.sqlite.verify import stray_paths
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaBehindError, UpgradeFailedError
-from store.layout import select, shm_path, wal_path
+from store.layout import is_backup_of, select, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
@@ -71,6 +76,37 @@ def test_upgrade_without_keeping_the_backup_leaves_none(
     result = upgrade_database(db_path, Settings(), script=synthetic, keep_backup=False)
     assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is None
     assert not [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
+
+
+def test_a_process_killed_while_copying_the_backup_leaves_no_file_under_a_backup_name(
+    tmp_path: Path, store_root: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    db_path = current_database(store_root, "judgements", "t", descriptor, sample_rows("killed", 200))
+    original, rows = db_path.read_bytes(), rows_of(db_path)
+    code = f"""
+import os, signal
+from pathlib import Path
+import store.backends.sqlite.upgrade as up
+from store.schema import read_script_directory
+from store.settings import Settings
+
+def dying_copy(src, dst):  # the process is killed half-way through the copy
+    Path(dst).write_bytes(Path(src).read_bytes()[: os.path.getsize(src) // 2])
+    os.kill(os.getpid(), signal.SIGKILL)
+
+up.shutil.copy2 = dying_copy
+up.upgrade_database(Path({str(db_path)!r}), Settings(), script=read_script_directory(Path({str(REVISIONS)!r})))
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    killed = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, timeout=120, check=False)
+    assert killed.returncode == -signal.SIGKILL
+    assert not [p for p in db_path.parent.iterdir() if is_backup_of(p.name, db_path.name)], "a truncated backup"
+    [stray] = stray_paths(store_root)
+    assert Path(stray.where).parent == db_path.parent and "interrupted while copying its backup" in stray.message
+    assert rows_of(db_path) == rows and version_of(db_path) == SHIPPED_HEAD
+    again = upgrade_database(db_path, Settings(), script=synthetic)
+    assert again.outcome is UpgradeOutcome.UPGRADED
+    assert again.backup is not None and again.backup.read_bytes() == original
 
 
 def test_the_backup_is_one_file_holding_the_rows_a_killed_writer_left_in_the_wal(

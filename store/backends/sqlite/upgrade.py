@@ -11,6 +11,9 @@ Contract:
   reported (``refused``) untouched; a current one is ``up-to-date``. A disk
   without room for the backup, or that cannot be written, refuses the
   upgrade before anything is written (a copy that fails midway is removed).
+  The backup is copied under a temporary name, flushed to the disk, then
+  renamed: a process killed while copying leaves no file under a backup's
+  name, only a temporary one that ``judgestore verify`` reports as a stray.
 * :func:`upgrade_databases` does that for many files, one bad file never
   stopping the others; a second run does nothing. :func:`upgrade_store` does
   it for descriptor folders of a store, refusing, read-only, every folder that
@@ -20,6 +23,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import os
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
@@ -37,7 +41,16 @@ from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, translated
 from store.backends.sqlite.info import database_info
 from store.errors import DatabaseFileError, StoreFullError
-from store.layout import Location, backup_path, database_files, database_size, lock_path, shm_path, wal_path
+from store.layout import (
+    Location,
+    backup_path,
+    backup_temp_path,
+    database_files,
+    database_size,
+    lock_path,
+    shm_path,
+    wal_path,
+)
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, migrate, raise_for_status, revisions_of
 from store.settings import Settings
@@ -75,15 +88,24 @@ def _backup(db_path: Path, revision: str | None) -> Path:
     """Checkpoint the WAL into the database, then copy the database file byte for byte; return the copy's path.
 
     The copy is one self-contained file holding every committed row (``cp`` it in place to go back).
-    A copy that fails (a full disk) leaves no partial backup behind and raises the typed error.
+    It is written under a temporary name and renamed once on the disk, so a file under a backup's name is
+    always whole: a process killed midway leaves only the temporary (a stray to verify). A copy that fails
+    (a full disk) leaves nothing behind and raises the typed error.
     """
     _checkpoint(db_path)
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
     target = backup_path(db_path, revision, stamp)
+    temp = backup_temp_path(target)
     try:
-        shutil.copy2(db_path, target)
+        shutil.copy2(db_path, temp)
+        fd = os.open(temp, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # the bytes are on the disk before the name says the backup is whole
+        finally:
+            os.close(fd)
+        os.replace(temp, target)
     except OSError as e:
-        target.unlink(missing_ok=True)
+        temp.unlink(missing_ok=True)
         raise translated(target, e, needed_bytes=database_size(db_path)) from e
     return target
 

@@ -36,6 +36,7 @@ from store.errors import (
     MetadataMissingError,
 )
 from store.layout import (
+    BACKUP_TEMP_PREFIX,
     LEVELS,
     METADATA_FILE,
     METADATA_TEMP_PREFIX,
@@ -161,11 +162,12 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
         names.add(entry.name)
         if entry.is_file() and (entry.name in expected or is_backup_of(entry.name, db_name)):
             continue
-        why = (
-            "leftover of an interrupted metadata.json write; safe to delete"
-            if entry.name.startswith(METADATA_TEMP_PREFIX)
-            else f"not part of a descriptor folder (expected {METADATA_FILE}, {db_name} and its backups)"
-        )
+        if entry.name.startswith(METADATA_TEMP_PREFIX):
+            why = "leftover of an interrupted metadata.json write; safe to delete"
+        elif entry.name.startswith(BACKUP_TEMP_PREFIX):  # the upgrade left the database as it was
+            why = "leftover of an upgrade interrupted while copying its backup (not a backup); safe to delete"
+        else:
+            why = f"not part of a descriptor folder (expected {METADATA_FILE}, {db_name} and its backups)"
         problems.append(Problem(str(entry), ProblemKind.STRAY, why))
     if db_name not in names:
         problems.append(Problem(str(folder), ProblemKind.STRAY, f"descriptor folder without {db_name}"))
