@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +16,7 @@ import pytest
 from store.backends.sqlite.catalog import catalog_path
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Selector, metadata_bytes, write_metadata
+from store.schema import DatabaseState
 from store.settings import Settings
 from store.stats import store_stats
 from store.store import Store
@@ -163,6 +166,33 @@ def test_a_database_replaced_by_another_file_is_read_again(store_root: Path) -> 
     with Store(Settings(), root=store_root, readonly=True) as store:
         assert {row.location for row in store.query_rows(Selector(), RowFilter(model="m-0"))} == {first, second}
         assert list(store.query_rows(Selector(), RowFilter(model="m-1"))) == []
+
+
+def test_a_hot_journal_that_goes_away_is_noticed(store_root: Path) -> None:
+    """A killed writer's hot journal makes the file unreadable read-only; once a writer rolls it back (or it is
+    deleted), the database file itself often unchanged, the listing says so."""
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+        location = store.locations()[0]
+    path = location.db_path(store_root)
+    journal = Path(f"{path}-journal")
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode=DELETE")
+        conn.execute("PRAGMA synchronous=OFF")  # the journal's header is written whole at once: it reads as hot
+        conn.execute("BEGIN IMMEDIATE")
+        conn.execute("UPDATE completions SET completion = 'changed'")
+        hot = journal.read_bytes()  # what a writer killed here leaves; the database file is not written yet
+        conn.execute("ROLLBACK")
+    journal.write_bytes(hot)
+
+    def state() -> DatabaseState:
+        with Store(Settings(), root=store_root, readonly=True) as store:
+            (info,) = store.infos([location], count_rows=False)
+            return info.state
+
+    assert state() is not DatabaseState.CURRENT
+    journal.unlink()  # as a writer's rollback does, leaving the database's bytes as they were
+    assert state() is DatabaseState.CURRENT
 
 
 def test_a_damaged_catalog_is_ignored_and_rebuilt(store_root: Path) -> None:

@@ -9,7 +9,10 @@ Contract:
   is found, a removed one is gone (its entry is dropped when the catalog is
   saved).
 * A database's :func:`stamp` is its file's inode, size and times, the
-  headers of its WAL and WAL-index (a commit changes them) and its folder's
+  headers of its WAL and WAL-index (a commit changes them), its rollback
+  journal (a hot journal left by a killed writer makes the file unreadable
+  read-only until a writer rolls it back: its coming and going changes what
+  a read finds, often with the database file untouched) and its folder's
   ``metadata.json``: whatever a write to the database, or a file copied over
   it, changes.
 """
@@ -22,10 +25,11 @@ from pathlib import Path
 from typing import Any
 
 from store.catalog import cache_home
-from store.layout import METADATA_FILE, SHM_SUFFIX, WAL_SUFFIX
+from store.layout import JOURNAL_SUFFIX, METADATA_FILE, SHM_SUFFIX, WAL_SUFFIX
 
 WAL_HEADER_BYTES = 32  # magic, format, page size, checkpoint sequence, salts, checksum
 SHM_HEADER_BYTES = 48  # the WAL-index header: a change counter per commit, the frame count, checksums, salts
+JOURNAL_HEADER_BYTES = 28  # magic (zeroed when committed, in PERSIST mode), page count, nonce, sizes
 
 
 def catalog_path(root: Path) -> Path:
@@ -56,4 +60,4 @@ def stamp(db_path: Path | str) -> list[Any] | None:
         return None
     metadata = os.path.join(os.path.dirname(path), METADATA_FILE)
     return [main, _file(path + WAL_SUFFIX, WAL_HEADER_BYTES), _file(path + SHM_SUFFIX, SHM_HEADER_BYTES),
-            _file(metadata)]  # fmt: skip
+            _file(path + JOURNAL_SUFFIX, JOURNAL_HEADER_BYTES), _file(metadata)]  # fmt: skip
