@@ -11,19 +11,24 @@ would have been.
 from __future__ import annotations
 
 import os
+import re
 import shutil
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import orjson
 import pytest
 
+from store.backends.sqlite.upgrade import upgrade_database
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaAheadError
+from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
-from tests.factories import SHIPPED_HEAD, completion_record, judgement_record
+from tests.factories import SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, judgement_record
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 GUIDE = REPO_ROOT / "docs" / "schema-evolution.md"
@@ -187,3 +192,49 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     assert down.returncode != 0 and "forward-only" in down.stderr
     with Store(Settings(), root=root) as store, pytest.raises(SchemaAheadError, match="Upgrade the library"):
         store.database("judgements", "mt-bench", DESCRIPTORS[0]).count()
+
+
+def _going_back_commands() -> list[str]:
+    """The commands of the guide's "Going back" section, as its first console block shows them."""
+    section = GUIDE.read_text().split("### 5. Going back", 1)[1]
+    block = section.split("```console\n", 1)[1].split("```", 1)[0]
+    return [line.removeprefix("$ ") for line in block.splitlines() if line.startswith("$ ")]
+
+
+def test_going_back_as_the_guide_says_gives_the_backup_whole(store_root: Path) -> None:
+    """A job of the newer library was killed after writing (its -wal stays): the guide's commands, run in the
+    descriptor folder, must leave exactly the backed-up database, with no page of the upgraded one."""
+    descriptor = DESCRIPTORS[0]
+    with Store(Settings(), root=store_root) as store:
+        db_path = store.database("judgements", "t", descriptor).path
+        store.database("judgements", "t", descriptor).put_many([judgement_record(i) for i in range(20)])
+    with Store(Settings(), root=store_root) as store:
+        before = sorted(r.completion for r in store.database("judgements", "t", descriptor).query())
+    upgraded = upgrade_database(db_path, Settings(), script=read_script_directory(SYNTHETIC_REVISIONS))
+    assert upgraded.backup is not None
+    killed_job = (
+        "import os, sqlite3, sys\n"
+        "c = sqlite3.connect(sys.argv[1], isolation_level=None)\n"
+        "c.execute('PRAGMA wal_autocheckpoint=0')\n"
+        "c.execute('BEGIN IMMEDIATE')\n"
+        "c.execute(\"UPDATE judgements SET completion = 'new ' || completion\")\n"
+        "c.execute('CREATE TABLE extra(x)')\n"
+        "c.execute('COMMIT')\n"
+        "os._exit(0)  # killed: no checkpoint, the -wal stays\n"
+    )
+    subprocess.run([sys.executable, "-c", killed_job, str(db_path)], check=True, timeout=60)
+    assert Path(f"{db_path}-wal").stat().st_size > 0
+
+    commands = _going_back_commands()
+    assert commands and any(c.startswith("cp ") for c in commands)
+    for command in commands:  # the guide's backup name stands for the one this upgrade kept
+        command = re.sub(r"judgements\.db\.bak-\S+", upgraded.backup.name, command)
+        subprocess.run(["bash", "-c", command], cwd=db_path.parent, check=True, timeout=60)
+
+    with Store(Settings(), root=store_root) as store:  # the older library: this checkout's shipped head
+        database = store.database("judgements", "t", descriptor)
+        assert sorted(r.completion for r in database.query()) == before
+        assert database.damage() is None
+    with closing(sqlite3.connect(db_path)) as conn:
+        assert conn.execute("SELECT version_num FROM judgestore_alembic_version").fetchone() == (SHIPPED_HEAD,)
+        assert "extra" not in {name for (name,) in conn.execute("SELECT name FROM sqlite_master")}
