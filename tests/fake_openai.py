@@ -27,7 +27,9 @@ check it never reaches a message.
 
 Fault injection: :meth:`FakeOpenAI.add_fault` makes the next ``times`` matching
 requests answer with a status and headers (``Retry-After``), a raw body (a
-malformed 200), or only after ``delay`` seconds (a client timeout). Every
+malformed 200, an error object in a 200), the normal answer with fields of
+its first choice replaced (``choice``: an error choice, a refusal, odd
+logprobs), or only after ``delay`` seconds (a client timeout). Every
 request is recorded in ``requests`` (path, JSON body, headers), faulty or not.
 """
 
@@ -51,6 +53,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None  # default: an OpenAI-style error object
     delay: float = 0.0  # seconds before answering (longer than the client's timeout: a timeout)
+    choice: dict[str, Any] | None = None  # with status 200 and no body: these fields replace the first choice's
     times: int = 1
     path_contains: str = "/v1/"
     after: int = 0  # let this many matching requests through first
@@ -181,7 +184,10 @@ class FakeOpenAI:
                     self._json(400, {"error": too_long})
                     return
                 time.sleep(fake.delay)
-                self._json(200, fake._chat(body, prompt_tokens) if chat else fake._text(body, prompt_tokens))
+                answer = fake._chat(body, prompt_tokens) if chat else fake._text(body, prompt_tokens)
+                if fault is not None and fault.choice is not None:
+                    answer["choices"][0].update(fault.choice)
+                self._json(200, answer)
 
             def _json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
                 self._send(status, json.dumps(value).encode(), "application/json", headers or {})

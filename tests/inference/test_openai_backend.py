@@ -80,6 +80,12 @@ def ask(i: int) -> CompletionRequest:
     )
 
 
+def stored(store: Store, spec: HostedSpec, task: str = "t") -> int:
+    """The completions stored for ``spec`` under ``task`` (0 when its database was never made)."""
+    database = store.find("completions", task, spec.descriptor)
+    return 0 if database is None else database.count()
+
+
 # ------------------------------------------------------------------ the happy path
 
 
@@ -369,6 +375,18 @@ def test_text_completions_and_their_logprobs(store: Store, fake: FakeOpenAI) -> 
     (position,) = logprobs.decode(response.samples[0].top_logprobs)
     assert [(c.text, c.rank) for c in position.candidates] == [("echo:", 1), ("alt1", 2)]
     assert position.sampled is not None and position.sampled.rank == 1
+
+
+def test_a_text_logprob_that_is_not_a_number_is_a_malformed_body_not_a_traceback(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    spec = served(fake, input_mode="text", sampling={"logprobs": 2})
+    odd = {"tokens": ["hi"], "token_logprobs": [-0.1], "top_logprobs": [{"hi": -0.1, "ho": None}], "text_offset": [0]}
+    fake.add_fault(Fault(status=200, choice={"text": "hi", "logprobs": odd}))
+    # Before: float(None), a raw TypeError out of the backend.
+    with pytest.raises(HostedResponseError, match=r"not a completion .*top_logprobs\[0\]\['ho'\] is NoneType"):
+        spec.cached(store, task="t").complete([CompletionRequest(text="p")])
+    assert stored(store, spec) == 0
 
 
 def test_a_vllm_server_body_with_empty_bytes_and_a_sampled_token_outside_the_top(fake: FakeOpenAI) -> None:

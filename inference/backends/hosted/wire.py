@@ -166,17 +166,25 @@ def _list(value: Any) -> list[Any]:
     return value if isinstance(value, list) else []
 
 
+def _number(value: Any, where: str) -> float:
+    """``value`` as a logprob; anything but a number (null, a string) is a malformed body, not a TypeError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{where} is {type(value).__name__}, not a number")
+    return float(value)
+
+
 def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int) -> PositionLogprobs:
     """Position ``i`` of a text completion's ``logprobs``: ``top_logprobs[i]`` ({text: logprob}) best first."""
     where = f"logprobs.top_logprobs[{i}]"
     alternatives = top[i] if i < len(top) and top[i] is not None else {}
     if not isinstance(alternatives, dict):
         raise ValueError(f"{where} is not an object")
-    ordered = sorted(alternatives.items(), key=lambda item: -float(item[1]))  # stable: ties keep the server's order
-    candidates = tuple(TokenLogprob(str(text), float(lp), None, rank) for rank, (text, lp) in enumerate(ordered, 1))
+    numbers = [(text, _number(lp, f"{where}[{text!r}]")) for text, lp in alternatives.items()]
+    ordered = sorted(numbers, key=lambda item: -item[1])  # stable: ties keep the server's order
+    candidates = tuple(TokenLogprob(str(text), lp, None, rank) for rank, (text, lp) in enumerate(ordered, 1))
     sampled = None
     if i < len(tokens) and i < len(token_logprobs) and token_logprobs[i] is not None:
-        token = TokenLogprob(str(tokens[i]), float(token_logprobs[i]))
+        token = TokenLogprob(str(tokens[i]), _number(token_logprobs[i], f"logprobs.token_logprobs[{i}]"))
         sampled = dataclasses.replace(token, rank=_rank_of(token, candidates))
     return PositionLogprobs(candidates, sampled)
 
