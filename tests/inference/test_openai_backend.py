@@ -377,6 +377,22 @@ def test_text_completions_and_their_logprobs(store: Store, fake: FakeOpenAI) -> 
     assert position.sampled is not None and position.sampled.rank == 1
 
 
+def test_chat_logprobs_whose_content_is_null_are_no_logprobs_the_text_is_kept_and_warned_once(
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.add_fault(Fault(status=200, times=2, choice={"logprobs": {"content": None}}))  # OpenAI's schema allows it
+    spec = served(fake, sampling={"logprobs": 2}, max_concurrency=1)
+    with caplog.at_level(logging.WARNING, logger="judgestore.hosted"):
+        responses = spec.cached(store, task="t").complete([ask(0), ask(1), ask(2)])
+    # Before: "choices[0].logprobs is not the shape the API documents", and the batch stopped.
+    assert [(r.text, r.top_logprobs is None) for r in responses] == [
+        ("echo: question 0", True),
+        ("echo: question 1", True),
+        ("echo: question 2", False),
+    ]
+    assert caplog.text.count("returned no logprobs") == 1 and stored(store, spec) == 3
+
+
 def test_a_text_logprob_that_is_not_a_number_is_a_malformed_body_not_a_traceback(
     store: Store, fake: FakeOpenAI
 ) -> None:

@@ -18,6 +18,9 @@ Contract:
   ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
   sampled token with its rank when it is among the candidates; the first
   position or all of them (``descriptor.logprob_positions``).
+* Logprobs absent (``logprobs: null``, or chat ``logprobs.content: null`` /
+  text ``logprobs.top_logprobs: null``, which the schemas allow) give a
+  generation without logprobs, not an error.
 * A response body that is not what the API documents raises ``ValueError``
   (the backend turns it into a typed error naming the endpoint);
   :func:`retry_after_seconds` and :func:`server_message` read what a
@@ -215,7 +218,10 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
         raw = choice.get("logprobs")
         first = descriptor.logprob_positions == "first"
         positions: list[PositionLogprobs] | None = None
-        if chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
+        listed = "content" if chat else "top_logprobs"
+        if isinstance(raw, dict) and listed in raw and raw[listed] is None:
+            pass  # the schemas allow null here: no logprobs, as for logprobs null (the backend warns once)
+        elif chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
             content = raw["content"][:1] if first else raw["content"]
             positions = [chat_position(e, f"logprobs.content[{i}]") for i, e in enumerate(content)]
         elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
