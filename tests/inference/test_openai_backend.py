@@ -242,6 +242,16 @@ def test_a_model_the_server_does_not_serve_is_a_typed_error_listing_what_it_serv
     assert len(fake.completions()) == 1
 
 
+def test_a_404_whose_code_is_model_not_found_is_a_missing_model_whatever_its_message_says(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    error = {"message": "Model m is currently unavailable", "code": "model_not_found", "type": "invalid_request_error"}
+    fake.add_fault(Fault(status=404, body=orjson.dumps({"error": error})))
+    # Before: the code was looked up under e.body["error"], which the openai client has already unwrapped.
+    with pytest.raises(HostedModelNotFoundError, match=r"currently unavailable\)\. It serves: fake-judge"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+
+
 def test_a_base_url_without_v1_is_a_typed_404_with_a_hint(store: Store, fake: FakeOpenAI) -> None:
     with pytest.raises(HostedNotFoundError, match=r"404 for /chat/completions.*usually end in /v1"):
         served(fake, base_url=fake.base_url.removesuffix("/v1")).cached(store, task="t").complete([ask(0)])

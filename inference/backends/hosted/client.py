@@ -59,6 +59,7 @@ from typing import Any
 from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
+    error_code,
     generation_from_body,
     messages_of,
     request_body,
@@ -411,7 +412,7 @@ class OpenAIBackend:
             return HostedAuthError(
                 self._endpoint, f"{status}: the server refused {where}: {message}; {hint}", status=status
             )
-        code = e.body.get("error", {}).get("code") if isinstance(getattr(e, "body", None), dict) else None
+        code = error_code(getattr(e, "body", None))  # the client unwraps {"error": {...}}: e.body is the inner one
         lowered = message.lower()
         model_missing = code == "model_not_found" or (
             status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in MODEL_MISSING_HINTS)

@@ -23,8 +23,8 @@ Contract:
   generation without logprobs, not an error.
 * A response body that is not what the API documents raises ``ValueError``
   (the backend turns it into a typed error naming the endpoint);
-  :func:`retry_after_seconds` and :func:`server_message` read what a
-  server's refusal says.
+  :func:`retry_after_seconds`, :func:`server_message` and
+  :func:`error_code` read what a server's refusal says.
 """
 
 from __future__ import annotations
@@ -257,6 +257,20 @@ def retry_after_seconds(headers: Mapping[str, str] | None) -> float | None:
         except (TypeError, ValueError):
             return None
     return None
+
+
+def error_code(body: Any) -> Any:
+    """The ``code`` of a server's error object, whether given as ``{"error": {...}}`` or as the inner object.
+
+    The ``openai`` client hands over the inner one (``APIStatusError.body``);
+    an error object without a code gives its ``type`` (OpenAI writes
+    ``insufficient_quota`` in both).
+    """
+    if not isinstance(body, dict):
+        return None
+    inner = body["error"] if isinstance(body.get("error"), dict) else body
+    code = inner.get("code")
+    return code if code is not None else inner.get("type")
 
 
 def server_message(body: Any, fallback: str) -> str:
