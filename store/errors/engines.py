@@ -154,4 +154,8 @@ class HostedResponseError(HostedAPIError):
 
 
 class HostedUnavailableError(HostedAPIError):
-    """429 / 5xx / timeouts / connection errors that outlasted every retry, or a Retry-After too long to wait."""
+    """429 / 5xx / timeouts / connection errors that outlasted every retry, or a wait no retry would end.
+
+    The latter: a Retry-After too long to wait, or a spent quota (a 429
+    ``insufficient_quota``), neither of them retried.
+    """

@@ -188,6 +188,28 @@ def test_5xx_that_outlasts_the_retries_is_a_typed_error(store: Store, fake: Fake
     assert len(fake.completions()) == 4
 
 
+def test_retry_warnings_and_the_error_after_the_retries_quote_the_server(
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    fake.add_fault(Fault(status=503, times=100, body=b'{"error": {"message": "upstream  overloaded\\n"}}'))
+    said = r"still after 3 retries \(the server said: upstream overloaded\)"  # on one line
+    caplog.set_level(logging.WARNING, logger="judgestore.hosted")
+    with pytest.raises(HostedUnavailableError, match=said):
+        served(fake).cached(store, task="t").complete([ask(0)])
+    assert "HTTP 503 (upstream overloaded); retry 1 of 3" in caplog.text  # before: "HTTP 503; retry 1 of 3"
+
+
+def test_a_429_for_a_spent_quota_is_not_retried_and_says_so(store: Store, fake: FakeOpenAI) -> None:
+    message = "You exceeded your current quota, please check your plan and billing details."
+    quota = {"error": {"message": message, "type": "insufficient_quota", "code": "insufficient_quota"}}
+    fake.add_fault(Fault(status=429, times=100, body=orjson.dumps(quota)))
+    spec = served(fake)
+    with pytest.raises(HostedUnavailableError, match=r"429: the quota of the account is spent \(You") as caught:
+        spec.cached(store, task="t").complete([ask(0)])
+    assert caught.value.status == 429
+    assert len(fake.completions()) == 1 and spec.stats.retries == 0  # before: 1 + max_retries for every request
+
+
 def test_a_timeout_is_retried(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=200, delay=1.5))  # answers, but after the client gave up
     spec = served(fake, timeout_s=0.3)

@@ -21,7 +21,10 @@ Contract:
   exponential backoff and jitter (:class:`RetryPolicy`); ``Retry-After`` (or
   ``retry-after-ms``) is a floor on the wait, and pauses every request of the
   backend, not only the one that met it. A wait longer than
-  ``RetryPolicy.max_retry_after`` is not waited out.
+  ``RetryPolicy.max_retry_after`` is not waited out, nor is a spent quota
+  (a 429 whose code is in :data:`QUOTA_CODES`): each is a
+  :class:`~store.errors.HostedUnavailableError` at once. Retry warnings and
+  that error quote what the server said.
 * A request the server refuses (400, 413, 422: a prompt longer than its
   context, a value it rejects) fails alone: it comes back as a
   :class:`~inference.backends.base.Refusal` carrying a
@@ -88,6 +91,8 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
 REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
+QUOTA_CODES = frozenset({"insufficient_quota"})  # a 429 no wait cures (OpenAI's spent quota): not retried
+SAID_CHARS = 300  # how much of a server's message a retry warning or error quotes
 
 
 @dataclass(frozen=True)
@@ -332,20 +337,30 @@ class OpenAIBackend:
                 raw = await self._send(body)
             except self._openai.APIStatusError as e:
                 status = int(e.status_code)
+                said = self._said(getattr(e, "body", None))
                 if status in RETRY_STATUSES or status >= 500:
+                    if error_code(getattr(e, "body", None)) in QUOTA_CODES:
+                        raise self._quota_spent(status, said) from self._cause(e)
                     reason = f"HTTP {status}"
-                    delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e)
+                    delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e, said)
                 else:
                     raise await self._status_error(e) from self._cause(e)
             except self._openai.APIConnectionError as e:  # APITimeoutError included
                 reason = "a timeout" if isinstance(e, self._openai.APITimeoutError) else f"a connection error ({e})"
+                said = ""
                 delay = self._retry_delay(attempt, reason, None, e)
             else:
                 return self._generation(raw)
             attempt += 1
             self.stats.retries += 1
             log.warning(
-                "%s: %s; retry %d of %d in %.1f s", self._endpoint, reason, attempt, self.retry.max_retries, delay
+                "%s: %s%s; retry %d of %d in %.1f s",
+                self._endpoint,
+                reason,
+                f" ({said})" if said else "",
+                attempt,
+                self.retry.max_retries,
+                delay,
             )
             await asyncio.sleep(delay)
 
@@ -360,24 +375,44 @@ class OpenAIBackend:
         prompt = body.pop("prompt")
         return await self._client.completions.with_raw_response.create(model=model, prompt=prompt, extra_body=body)
 
-    def _retry_delay(self, attempt: int, reason: str, retry_after: float | None, cause: Exception) -> float:
-        """The wait before the next try, or a raised HostedUnavailableError when there is none."""
+    def _retry_delay(
+        self, attempt: int, reason: str, retry_after: float | None, cause: Exception, said: str = ""
+    ) -> float:
+        """The wait before the next try, or a raised HostedUnavailableError when there is none.
+
+        ``said`` is what the server said (its error message), quoted in the error.
+        """
+        quoted = f" (the server said: {said})" if said else ""
         if retry_after is not None and retry_after > self.retry.max_retry_after_s:
             raise HostedUnavailableError(
                 self._endpoint,
                 f"{reason} with Retry-After {retry_after:.0f} s, longer than judgestore waits "
-                f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota). What finished is stored: "
+                f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota){quoted}. What finished is stored: "
                 "rerun later and only the rest is sent",
             ) from self._cause(cause)
         if attempt >= self.retry.max_retries:
             raise HostedUnavailableError(
                 self._endpoint,
-                f"{reason}, still after {self.retry.max_retries} retries. What finished is stored: rerun later "
-                "(or with a lower --max-concurrency) and only the rest is sent",
+                f"{reason}, still after {self.retry.max_retries} retries{quoted}. What finished is stored: rerun "
+                "later (or with a lower --max-concurrency) and only the rest is sent",
             ) from self._cause(cause)
         if retry_after is not None:  # every request of this backend waits, not only this one
             self._not_before = max(self._not_before, self._loop.time() + retry_after)
         return self.retry.delay(attempt, retry_after)
+
+    def _quota_spent(self, status: int, said: str) -> HostedUnavailableError:
+        # Retrying would only send every request max_retries more times: no wait brings a quota back.
+        return HostedUnavailableError(
+            self._endpoint,
+            f"{status}: the quota of the account is spent ({said or 'insufficient_quota'}); not retried. Add "
+            "credit or raise the limit, then rerun: what finished is stored and only the rest is sent",
+            status=status,
+        )
+
+    def _said(self, body: Any) -> str:
+        """What a server's error body says, the key blanked out, on one line and cut for a message."""
+        said = " ".join(self._redact(server_message(body, "")).split())
+        return said if len(said) <= SAID_CHARS else said[: SAID_CHARS - 3] + "..."
 
     def _generation(self, raw: Any) -> Generation:
         try:
