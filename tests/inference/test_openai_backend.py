@@ -32,6 +32,7 @@ from inference.spec import HostedSpec
 from store import logprobs
 from store.descriptor import ModelDescriptor
 from store.errors import (
+    HostedAPIError,
     HostedAuthError,
     HostedModelNotFoundError,
     HostedNotFoundError,
@@ -377,6 +378,91 @@ def test_a_failure_stops_new_requests_and_keeps_what_finished(store: Store, fake
     assert store.database("completions", "t", spec.descriptor).count() == 2
     spec.cached(store, task="t").complete([ask(i) for i in range(6)])
     assert len(fake.completions()) == 3 + 4
+
+
+# ------------------------------------------------------------------ errors in a 200
+
+ENDED_IN_ERROR = {"message": {"role": "assistant", "content": ""}, "finish_reason": "error"}
+
+
+@pytest.mark.parametrize(
+    "choice",
+    [
+        {**ENDED_IN_ERROR, "error": {"code": 400, "message": "upstream provider rejected it"}},  # OpenRouter's shape
+        {"error": {"code": "provider_error", "message": "upstream provider rejected it"}},  # an error, finish "stop"
+        ENDED_IN_ERROR,  # no error object at all
+    ],
+)
+def test_a_choice_that_ended_in_an_error_fails_alone_and_is_not_stored(
+    store: Store, fake: FakeOpenAI, choice: dict[str, Any]
+) -> None:
+    fake.add_fault(Fault(status=200, after=1, choice=choice))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(RequestsFailedError, match=r"1 of 3 inputs") as raised:
+        spec.cached(store, task="t").complete([ask(0), ask(1), ask(2)])
+    (failure,) = raised.value.failures
+    assert failure.request_index == 1 and isinstance(failure.error, HostedRequestError)
+    assert failure.error.status is None and "the generation ended in an error (choices[0].error" in str(failure.error)
+    said = choice.get("error", {}).get("message", "no message")
+    assert said in str(failure.error)
+    # Before: stored as a completion '' (finish reason 'error' or 'stop'), a hit for ever after.
+    assert stored(store, spec) == 2 and len(fake.completions()) == 3
+    (again,) = spec.cached(store, task="t").complete([ask(1)])
+    assert not again.cached and again.text == "echo: question 1" and len(fake.completions()) == 4
+
+
+def test_a_choice_that_ended_in_a_transient_error_is_retried(
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    ended = {**ENDED_IN_ERROR, "error": {"code": 502, "message": "upstream provider error"}}
+    fake.add_fault(Fault(status=200, times=2, choice=ended))
+    spec = served(fake)
+    caplog.set_level(logging.WARNING, logger="judgestore.hosted")
+    (response,) = spec.cached(store, task="t").complete([ask(0)])
+    assert response.text == "echo: question 0" and spec.stats.retries == 2 and len(fake.completions()) == 3
+    assert "choices[0].error code 502 (upstream provider error); retry 1 of 3" in caplog.text
+
+
+def test_choices_that_end_in_errors_are_not_taken_for_refused_settings(store: Store, fake: FakeOpenAI) -> None:
+    ended = {**ENDED_IN_ERROR, "error": {"code": 400, "message": "upstream provider rejected it"}}
+    fake.add_fault(Fault(status=200, times=100, choice=ended))
+    spec = served(fake, max_concurrency=2)
+    with pytest.raises(RequestsFailedError, match=r"12 of 12 inputs"):
+        spec.cached(store, task="t").complete([ask(i) for i in range(12)])
+    assert len(fake.completions()) == 12  # the server answered each: every request is sent, none stored
+    assert stored(store, spec) == 0
+
+
+def test_a_200_whose_body_is_a_transient_error_object_is_retried_then_a_typed_error_quoting_it(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.add_fault(Fault(status=200, times=100, body=b'{"error": {"message": "Provider returned error", "code": 502}}'))
+    spec = served(fake)
+    # Before: "a body that is not a chat completion ... Is the base URL an OpenAI-compatible API?", not retried.
+    said = r"HTTP 200 with response.error code 502, still after 3 retries \(the server said: Provider returned error\)"
+    with pytest.raises(HostedUnavailableError, match=said):
+        spec.cached(store, task="t").complete([ask(0)])
+    assert len(fake.completions()) == 4 and stored(store, spec) == 0
+
+
+def test_a_200_whose_body_is_an_error_object_gets_the_typed_error_of_its_code(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=200, body=b'{"error": {"message": "this key may not use fake-judge", "code": 403}}'))
+    with pytest.raises(HostedAuthError, match=r"200 with error code 403: the server refused .*this key may not use"):
+        served(fake).cached(store, task="t").complete([ask(0)])
+
+    fake.add_fault(Fault(status=200, body=b'{"error": {"message": "prompt too long", "code": "400"}}'))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(RequestsFailedError, match=r"1 of 2 inputs") as raised:
+        spec.cached(store, task="t").complete([ask(0), ask(1)])  # a refusal of one request: it fails alone
+    (failure,) = raised.value.failures
+    assert isinstance(failure.error, HostedRequestError) and failure.error.status == 400
+    assert "200 with error code '400': the server refused this request: prompt too long" in str(failure.error)
+
+    fake.add_fault(Fault(status=200, body=b'{"error": "Provider returned error"}'))  # no code: not retried
+    with pytest.raises(HostedAPIError, match=r"200 with error code None: .*: Provider returned error") as caught:
+        served(fake).cached(store, task="t").complete([ask(2)])
+    assert type(caught.value) is HostedAPIError
+    assert len(fake.completions()) == 4 and stored(store, spec) == 1
 
 
 # ------------------------------------------------------------------ logprobs

@@ -33,6 +33,14 @@ Contract:
   :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of them
   nor of those still in flight (no request starts while they finish) refuses
   a setting, not a request: no new request starts and that error is raised.
+* A 2xx body that reports an error (:class:`~inference.backends.hosted.wire.ErrorInBody`)
+  is never stored. A top-level ``error`` object's code goes through the
+  rules for HTTP statuses above and below (retried when transient, else
+  the same typed error), with the server's message. A choice that ended in
+  an error (OpenRouter's mid-generation error) is retried when its code is
+  transient, and otherwise fails alone as a ``HostedRequestError`` whose
+  ``status`` is None: the server answered, so it does not count towards a
+  streak of refused settings.
 * Other failures are not retried: each raises a typed
   :class:`~store.errors.HostedAPIError` (401/403
   :class:`~store.errors.HostedAuthError`, a model the server does not serve
@@ -62,6 +70,7 @@ from typing import Any
 from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
+    ErrorInBody,
     error_code,
     generation_from_body,
     messages_of,
@@ -290,7 +299,10 @@ class OpenAIBackend:
             try:
                 generation = await self._one(requests[i])
             except HostedRequestError as e:  # this request is refused: it fails alone
-                refused += 1
+                if e.status is None:  # refused in a 200: the server took the settings, so it is an answer here
+                    answered += 1
+                else:
+                    refused += 1
                 finished += 1
                 emit((i, Refusal(e)))
                 if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
@@ -340,7 +352,7 @@ class OpenAIBackend:
                 said = self._said(getattr(e, "body", None))
                 if status in RETRY_STATUSES or status >= 500:
                     if error_code(getattr(e, "body", None)) in QUOTA_CODES:
-                        raise self._quota_spent(status, said) from self._cause(e)
+                        raise self._quota_spent(str(status), said, status) from self._cause(e)
                     reason = f"HTTP {status}"
                     delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e, said)
                 else:
@@ -350,7 +362,17 @@ class OpenAIBackend:
                 said = ""
                 delay = self._retry_delay(attempt, reason, None, e)
             else:
-                return self._generation(raw)
+                try:
+                    return self._generation(raw)
+                except ErrorInBody as e:
+                    said = self._said(e.error)
+                    http = getattr(raw, "status_code", 200)
+                    if e.code in QUOTA_CODES:
+                        raise self._quota_spent(f"{http} with error code {e.code}", said, e.status) from self._cause(e)
+                    if e.status is None or not (e.status in RETRY_STATUSES or e.status >= 500):
+                        raise await self._body_error(e, said, http) from self._cause(e)
+                    reason = f"HTTP {http} with {e.where}.error code {e.status}"
+                    delay = self._retry_delay(attempt, reason, retry_after_seconds(raw.headers), e, said)
             attempt += 1
             self.stats.retries += 1
             log.warning(
@@ -400,11 +422,11 @@ class OpenAIBackend:
             self._not_before = max(self._not_before, self._loop.time() + retry_after)
         return self.retry.delay(attempt, retry_after)
 
-    def _quota_spent(self, status: int, said: str) -> HostedUnavailableError:
+    def _quota_spent(self, shown: str, said: str, status: int | None) -> HostedUnavailableError:
         # Retrying would only send every request max_retries more times: no wait brings a quota back.
         return HostedUnavailableError(
             self._endpoint,
-            f"{status}: the quota of the account is spent ({said or 'insufficient_quota'}); not retried. Add "
+            f"{shown}: the quota of the account is spent ({said or 'insufficient_quota'}); not retried. Add "
             "credit or raise the limit, then rerun: what finished is stored and only the rest is sent",
             status=status,
         )
@@ -433,9 +455,29 @@ class OpenAIBackend:
         self.stats.completion_tokens += int(generation.usage.get("completion_tokens", 0))
         return generation
 
+    async def _body_error(self, e: ErrorInBody, said: str, http: int) -> HostedAPIError:
+        """The typed error for a 2xx body reporting an error that is not retried (see the module docstring)."""
+        if e.where == "response":
+            shown = f"{http} with error code {e.code!r}"
+            return await self._refusal_error(e.status, e.error, said or "no message", shown)
+        return HostedRequestError(
+            self._endpoint,
+            f"the server answered {http}, but the generation ended in an error (choices[0].error, code {e.code!r}): "
+            f"{said or 'no message'}. Nothing was stored: a rerun sends it again",
+            status=None,  # the server answered: not a refusal of the settings (see _run)
+        )
+
     async def _status_error(self, e: Any) -> HostedAPIError:
         status = int(e.status_code)
         message = self._redact(server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
+        return await self._refusal_error(status, getattr(e, "body", None), message, str(status))
+
+    async def _refusal_error(self, status: int | None, body: Any, message: str, shown: str) -> HostedAPIError:
+        """The typed error for a refusal that is not retried: an HTTP ``status``, or an error code in a 2xx body.
+
+        ``message`` is what the server said, ``shown`` how the refusal is named
+        at the start of the error (the status, or the 2xx and its code).
+        """
         model = self._descriptor.model
         if status in (401, 403):
             where = f"the key in {self._key_env}" if self._key_env else "the request (no API key was sent)"
@@ -445,38 +487,38 @@ class OpenAIBackend:
                 else ("set the key's environment variable, or name it with --api-key-env")
             )
             return HostedAuthError(
-                self._endpoint, f"{status}: the server refused {where}: {message}; {hint}", status=status
+                self._endpoint, f"{shown}: the server refused {where}: {message}; {hint}", status=status
             )
-        code = error_code(getattr(e, "body", None))  # the client unwraps {"error": {...}}: e.body is the inner one
+        code = error_code(body)  # the openai client unwraps {"error": {...}}: an APIStatusError's body is the inner one
         lowered = message.lower()
         model_missing = code == "model_not_found" or (
             status in (400, 404, 422) and "model" in lowered and any(h in lowered for h in MODEL_MISSING_HINTS)
         )
         if model_missing:
             served = await self._served_models()
-            shown = f" It serves: {', '.join(served[:20])}{', ...' if len(served) > 20 else ''}." if served else ""
+            serves = f" It serves: {', '.join(served[:20])}{', ...' if len(served) > 20 else ''}." if served else ""
             return HostedModelNotFoundError(
                 self._endpoint,
-                f"{status}: the server does not serve the model {model!r} ({message}).{shown} Check --model "
+                f"{shown}: the server does not serve the model {model!r} ({message}).{serves} Check --model "
                 "(a served name, e.g. a vllm serve --served-model-name)",
                 status=status,
             )
         if status == 404:
             return HostedNotFoundError(
                 self._endpoint,
-                f"404 for {self._path()}: {message}. Check --base-url (OpenAI-compatible APIs usually end in /v1)",
+                f"{shown} for {self._path()}: {message}. Check --base-url (OpenAI-compatible APIs usually end in /v1)",
                 status=status,
             )
         sent = sorted(request_body_keys(self._descriptor))
         if status in REFUSAL_STATUSES:
             return HostedRequestError(
                 self._endpoint,
-                f"{status}: the server refused this request: {message} (settings sent: {', '.join(sent)})",
+                f"{shown}: the server refused this request: {message} (settings sent: {', '.join(sent)})",
                 status=status,
             )
         return HostedAPIError(
             self._endpoint,
-            f"{status}: the server refused the request for {model!r}: {message}. It was sent the settings {sent}",
+            f"{shown}: the server refused the request for {model!r}: {message}. It was sent the settings {sent}",
             status=status,
         )
 

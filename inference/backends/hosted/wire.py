@@ -18,13 +18,19 @@ Contract:
   ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
   sampled token with its rank when it is among the candidates; the first
   position or all of them (``descriptor.logprob_positions``).
+* A 2xx body that reports an error instead of a completion raises
+  :class:`ErrorInBody` (its code read as an HTTP status where it is one):
+  a top-level ``error`` object (OpenRouter and proxies answer an upstream
+  failure so), or a choice that ended in one (``finish_reason: "error"``
+  and/or ``choices[0].error``, OpenRouter's mid-generation error), whatever
+  text came before it.
 * Logprobs absent (``logprobs: null``, or chat ``logprobs.content: null`` /
   text ``logprobs.top_logprobs: null``, which the schemas allow) give a
   generation without logprobs, not an error.
 * A response body that is not what the API documents raises ``ValueError``
   (the backend turns it into a typed error naming the endpoint);
-  :func:`retry_after_seconds`, :func:`server_message` and
-  :func:`error_code` read what a server's refusal says.
+  :func:`retry_after_seconds`, :func:`server_message`, :func:`error_code`
+  and :func:`status_of_code` read what a server's refusal says.
 """
 
 from __future__ import annotations
@@ -122,6 +128,23 @@ def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[st
 # ------------------------------------------------------------------ responses
 
 
+class ErrorInBody(Exception):
+    """A 2xx body that reports an error where a completion should be (see the module docstring).
+
+    ``where`` is ``"response"`` (a top-level ``error``) or ``"choices[0]"``;
+    ``error`` the error as the server wrote it, ``code`` its code (or type),
+    ``status`` that code as an HTTP status (None when it is not one),
+    ``message`` its text.
+    """
+
+    def __init__(self, where: str, error: Any) -> None:
+        self.where, self.error = where, error
+        self.code = error_code(error)
+        self.status = status_of_code(self.code)
+        self.message = server_message(error, "no message")
+        super().__init__(f"{where}.error (code {self.code!r}): {self.message}")
+
+
 def _get(value: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False) -> Any:
     item = value.get(key) if isinstance(value, dict) else None
     if item is None and optional:
@@ -195,14 +218,21 @@ def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], 
 def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
     """A :class:`Generation` from a decoded response body.
 
-    Anything else raises ``ValueError``; the backend reports it as a
-    :class:`~store.errors.HostedResponseError` naming the endpoint.
+    A body reporting an error raises :class:`ErrorInBody`; anything else
+    that is not a completion raises ``ValueError``, which the backend
+    reports as a :class:`~store.errors.HostedResponseError` naming the
+    endpoint.
     """
     chat = descriptor.input_mode == "chat"
+    if isinstance(data, dict) and data.get("error"):
+        raise ErrorInBody("response", data["error"])
     choices = _get(data, "choices", list, "response")
     if not choices:
         raise ValueError("response.choices is empty")
     choice = choices[0]
+    if isinstance(choice, dict) and (choice.get("finish_reason") == "error" or choice.get("error")):
+        # OpenRouter's mid-generation error: the text before it (often '') is not an answer to store.
+        raise ErrorInBody("choices[0]", choice.get("error") or {})
     if chat:
         message = _get(choice, "message", dict, "choices[0]")
         text = _get(message, "content", str, "choices[0].message", optional=True) or ""
@@ -271,6 +301,15 @@ def error_code(body: Any) -> Any:
     inner = body["error"] if isinstance(body.get("error"), dict) else body
     code = inner.get("code")
     return code if code is not None else inner.get("type")
+
+
+def status_of_code(code: Any) -> int | None:
+    """An error code that is an HTTP status (OpenRouter and vLLM write one, a number or a string), else None."""
+    if isinstance(code, str) and code.isdigit():
+        code = int(code)
+    if isinstance(code, int) and not isinstance(code, bool) and 100 <= code <= 599:
+        return code
+    return None
 
 
 def server_message(body: Any, fallback: str) -> str:
