@@ -433,6 +433,25 @@ def test_choices_that_end_in_errors_are_not_taken_for_refused_settings(store: St
     assert stored(store, spec) == 0
 
 
+def test_a_models_refusal_fails_alone_quoting_it_and_is_not_stored(store: Store, fake: FakeOpenAI) -> None:
+    refusal = {"role": "assistant", "content": None, "refusal": "I'm sorry, I can't judge this."}
+    fake.add_fault(Fault(status=200, after=1, choice={"message": refusal}))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(RequestsFailedError, match=r"1 of 3 inputs") as raised:
+        spec.cached(store, task="t").complete([ask(0), ask(1), ask(2)])
+    (failure,) = raised.value.failures
+    assert failure.request_index == 1 and isinstance(failure.error, HostedRequestError)
+    assert failure.error.status is None
+    assert "the model refused to answer (\"I'm sorry, I can't judge this.\"" in str(failure.error)
+    assert stored(store, spec) == 2  # before: stored as '' with finish reason 'stop'
+
+    # Content null without a refusal (a reasoning model that spent max_tokens thinking) is an empty answer, stored.
+    thought = {"message": {"role": "assistant", "content": None}, "finish_reason": "length"}
+    fake.add_fault(Fault(status=200, choice=thought))
+    (empty,) = spec.cached(store, task="t").complete([ask(3)])
+    assert (empty.text, empty.samples[0].finish_reason) == ("", "length") and stored(store, spec) == 3
+
+
 def test_a_200_whose_body_is_a_transient_error_object_is_retried_then_a_typed_error_quoting_it(
     store: Store, fake: FakeOpenAI
 ) -> None:

@@ -40,7 +40,9 @@ Contract:
   an error (OpenRouter's mid-generation error) is retried when its code is
   transient, and otherwise fails alone as a ``HostedRequestError`` whose
   ``status`` is None: the server answered, so it does not count towards a
-  streak of refused settings.
+  streak of refused settings. So does a model's refusal (a chat message
+  whose content is null and whose ``refusal`` is set): the error quotes it,
+  and nothing is stored, as a refusal is not the model's answer to cache.
 * Other failures are not retried: each raises a typed
   :class:`~store.errors.HostedAPIError` (401/403
   :class:`~store.errors.HostedAuthError`, a model the server does not serve
@@ -71,6 +73,7 @@ from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
     ErrorInBody,
+    ModelRefusal,
     error_code,
     generation_from_body,
     messages_of,
@@ -440,6 +443,13 @@ class OpenAIBackend:
         try:
             data = json.loads(raw.content)  # the stdlib reads NaN and Infinity, which some servers write
             generation = generation_from_body(self._descriptor, data)
+        except ModelRefusal as e:
+            raise HostedRequestError(
+                self._endpoint,
+                f"the model refused to answer ({self._said(e.text)!r}, in message.refusal with no content); "
+                "a refusal is not its answer, so nothing was stored: a rerun asks again",
+                status=None,  # the server answered: not a refusal of the settings (see _run)
+            ) from self._cause(e)
         except ValueError as e:  # a malformed body; json.JSONDecodeError is a ValueError too
             raise HostedResponseError(
                 self._endpoint,

@@ -24,6 +24,11 @@ Contract:
   failure so), or a choice that ended in one (``finish_reason: "error"``
   and/or ``choices[0].error``, OpenRouter's mid-generation error), whatever
   text came before it.
+* A chat message without content whose ``refusal`` is set (OpenAI's
+  refusals) raises :class:`ModelRefusal`: a refusal is not the model's
+  answer to the prompt, so it is never stored as an empty completion.
+  Content null without a refusal (a reasoning model that spent its tokens
+  thinking, a tool call) is the text ``""``, as it always was.
 * Logprobs absent (``logprobs: null``, or chat ``logprobs.content: null`` /
   text ``logprobs.top_logprobs: null``, which the schemas allow) give a
   generation without logprobs, not an error.
@@ -145,6 +150,14 @@ class ErrorInBody(Exception):
         super().__init__(f"{where}.error (code {self.code!r}): {self.message}")
 
 
+class ModelRefusal(Exception):
+    """A chat message without content whose ``refusal`` holds the model's refusal (``text``)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        super().__init__(text)
+
+
 def _get(value: Any, key: str, kind: type | tuple[type, ...], where: str, *, optional: bool = False) -> Any:
     item = value.get(key) if isinstance(value, dict) else None
     if item is None and optional:
@@ -218,7 +231,8 @@ def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], 
 def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
     """A :class:`Generation` from a decoded response body.
 
-    A body reporting an error raises :class:`ErrorInBody`; anything else
+    A body reporting an error raises :class:`ErrorInBody`, a refusal
+    :class:`ModelRefusal`; anything else
     that is not a completion raises ``ValueError``, which the backend
     reports as a :class:`~store.errors.HostedResponseError` naming the
     endpoint.
@@ -236,6 +250,9 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
     if chat:
         message = _get(choice, "message", dict, "choices[0]")
         text = _get(message, "content", str, "choices[0].message", optional=True) or ""
+        refusal = message.get("refusal")
+        if not text and isinstance(refusal, str) and refusal:
+            raise ModelRefusal(refusal)
     else:
         text = _get(choice, "text", str, "choices[0]")
     finish_reason = _get(choice, "finish_reason", str, "choices[0]", optional=True)
