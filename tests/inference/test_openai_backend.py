@@ -481,7 +481,12 @@ def test_a_200_whose_body_is_an_error_object_gets_the_typed_error_of_its_code(st
     with pytest.raises(HostedAPIError, match=r"200 with error code None: .*: Provider returned error") as caught:
         served(fake).cached(store, task="t").complete([ask(2)])
     assert type(caught.value) is HostedAPIError
-    assert len(fake.completions()) == 4 and stored(store, spec) == 1
+
+    fake.add_fault(Fault(status=200, body=b'{"error": {"message": "odd", "code": {"upstream": 7}}}'))  # not a TypeError
+    with pytest.raises(HostedAPIError, match=r"200 with error code \{'upstream': 7\}: .*: odd") as caught:
+        served(fake).cached(store, task="t").complete([ask(2)])
+    assert type(caught.value) is HostedAPIError
+    assert len(fake.completions()) == 5 and stored(store, spec) == 1
 
 
 # ------------------------------------------------------------------ logprobs

@@ -141,6 +141,11 @@ _DONE = object()
 HEARTBEAT_S = 0.5  # a stream waiting this long with nothing arrived yields a heartbeat (None)
 
 
+def _quota_spent(code: Any) -> bool:
+    # A code is whatever the server wrote: an object or a list is no quota code (nor a TypeError in a set lookup).
+    return isinstance(code, str) and code in QUOTA_CODES
+
+
 def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
     """What is in ``arrivals`` now, the end marker left out."""
     while True:
@@ -354,7 +359,7 @@ class OpenAIBackend:
                 status = int(e.status_code)
                 said = self._said(getattr(e, "body", None))
                 if status in RETRY_STATUSES or status >= 500:
-                    if error_code(getattr(e, "body", None)) in QUOTA_CODES:
+                    if _quota_spent(error_code(getattr(e, "body", None))):
                         raise self._quota_spent(str(status), said, status) from self._cause(e)
                     reason = f"HTTP {status}"
                     delay = self._retry_delay(attempt, reason, retry_after_seconds(e.response.headers), e, said)
@@ -370,7 +375,7 @@ class OpenAIBackend:
                 except ErrorInBody as e:
                     said = self._said(e.error)
                     http = getattr(raw, "status_code", 200)
-                    if e.code in QUOTA_CODES:
+                    if _quota_spent(e.code):
                         raise self._quota_spent(f"{http} with error code {e.code}", said, e.status) from self._cause(e)
                     if e.status is None or not (e.status in RETRY_STATUSES or e.status >= 500):
                         raise await self._body_error(e, said, http) from self._cause(e)
