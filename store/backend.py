@@ -169,14 +169,27 @@ class Database(ABC):
 
     def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
         """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""
-        with self.session() as session:
-            result = session.execute(statement, execution_options={"yield_per": batch})
-            while True:
-                with gc_paused():  # a batch of ORM objects: the cyclic GC would rescan them (1.7x slower)
-                    rows = result.fetchmany(batch)
-                if not rows:
-                    return
-                yield from rows
+
+        def rows(conn: Connection) -> Iterator[Row[Any]]:
+            with Session(bind=conn, autoflush=False) as session:
+                result = session.execute(statement, execution_options={"yield_per": batch})
+                while True:
+                    with gc_paused():  # a batch of ORM objects: the cyclic GC would rescan them (1.7x slower)
+                        fetched = result.fetchmany(batch)
+                    if not fetched:
+                        return
+                    yield from fetched
+
+        return self._one_read(rows)
+
+    def _one_read(self, rows: Callable[[Connection], Iterator[T]]) -> Iterator[T]:
+        """What ``rows`` reads on a connection, streamed from one read transaction (one snapshot).
+
+        A backend whose reads may take no locks re-reads or refuses what a writer changed under them (SQLite's
+        read-only reads: :mod:`store.backends.sqlite.connections`).
+        """
+        with self._translated(), self._connect(write=False) as conn:
+            yield from rows(conn)
 
     def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
         self._refuse_if_readonly()
@@ -230,8 +243,7 @@ class Database(ABC):
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
-        with self.reading() as repo:
-            yield from repo.query(flt, limit=limit)
+        return self._one_read(lambda conn: self._repository(conn).query(flt, limit=limit))
 
     # ------------------------------------------------------------ claims
 

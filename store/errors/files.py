@@ -24,6 +24,7 @@ from pathlib import Path
 from store.errors.base import UPGRADE_HOW, JudgestoreError
 
 __all__ = [
+    "ChangedUnderReadError",
     "CorruptDatabaseError",
     "DamagedTextError",
     "DatabaseBusyError",
@@ -162,6 +163,27 @@ class NetworkFilesystemError(DatabaseFileError):
 
 class DatabaseBusyError(DatabaseFileError):
     """Another process kept the database locked longer than the retry budget."""
+
+
+class ChangedUnderReadError(DatabaseBusyError):
+    """A writer changed the file under a read that takes no locks (a read-only read of a database no process had
+    open: ``store.backends.sqlite.connections``); what it read may be torn. ``rows_given``: the rows a stream had
+    given before, all read before the change (the rest were not given)."""
+
+    def __init__(self, path: Path | str, *, rows_given: int = 0) -> None:
+        self.rows_given = rows_given
+        given = (
+            f"the {rows_given:,} rows given before it were read before the change and are whole; the rest were not "
+            "given. "
+            if rows_given
+            else ""
+        )
+        super().__init__(
+            path,
+            "a writer changed it while it was read read-only (no process had it open when the read started, so "
+            f"the read took no locks: it creates no file); {given}Run the command again: while a writer has the "
+            "database open, read-only reads take SQLite's locks and see one snapshot.",
+        )
 
 
 class StoreFullError(DatabaseFileError):

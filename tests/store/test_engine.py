@@ -205,12 +205,19 @@ def test_write_connections_begin_immediate_and_readers_plain_begin(tmp_path: Pat
     assert begun == ["BEGIN IMMEDIATE", "BEGIN"]
 
 
-def test_readonly_uri_reads_an_idle_wal_file_as_immutable(store_root: Path, descriptor: ModelDescriptor) -> None:
+def test_readonly_uri_reads_only_a_wal_file_nobody_has_open_as_immutable(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
     db_path = current_database(store_root, "completions", "t", descriptor)
     assert readonly_uri(db_path).endswith("?mode=ro&immutable=1")
-    Path(f"{db_path}-wal").write_bytes(b"")  # no commit since a checkpoint emptied it (or a write a full disk refused)
+    # A -shm: a connection may have the file open (with an empty -wal too: a writer that has not committed since
+    # a checkpoint) and would checkpoint under a reader without locks: read under SQLite's locks.
+    Path(f"{db_path}-shm").write_bytes(b"")
+    Path(f"{db_path}-wal").write_bytes(b"")
+    assert readonly_uri(db_path).endswith("?mode=ro")
+    Path(f"{db_path}-shm").unlink()  # an empty -wal alone (no connection has it open): the main file is all
     assert readonly_uri(db_path).endswith("?mode=ro&immutable=1")
-    Path(f"{db_path}-wal").write_bytes(b"\0" * 32)  # a writer's commits: read under SQLite's locks
+    Path(f"{db_path}-wal").write_bytes(b"\0" * 32)  # commits in a -wal: SQLite reads them through a -shm
     assert readonly_uri(db_path).endswith("?mode=ro")
     Path(f"{db_path}-wal").unlink()
     rollback = store_root / "rollback.db"

@@ -13,19 +13,39 @@ Contract:
   :func:`apply_journal_mode`, once the caller knows the file is ours (a
   foreign or newer file is refused untouched).
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
-  created. A WAL database whose ``-wal`` is missing or empty (no writer has
-  it open, or none has committed since the last checkpoint emptied it) is
-  read as ``immutable``; one whose ``-wal`` holds frames is read with
-  ``mode=ro``, under SQLite's locks.
-  The one exception: a ``-wal`` without its ``-shm`` (a copy that left the
-  ``-shm`` out) gets a new ``-shm`` from SQLite, which needs one to read the
-  commits in the ``-wal`` (``immutable`` would not read them, and
-  ``locking_mode=EXCLUSIVE`` fails on a read-only connection).
-  That choice is made again for every read-only connection (they are not
-  pooled): an immutable connection kept open would never see a writer's later
-  commits and would read their checkpointed pages as corruption. Such reads
-  are re-run if a writer changed the file under them (:func:`stable_read`),
-  and keep no connection.
+  created (:func:`open_readonly`). A WAL database with no ``-shm`` and no
+  commit in a ``-wal`` (no connection has it open, and the main file holds
+  every commit: a ``mode=ro`` open would create the ``-wal`` and ``-shm``,
+  and leave them, since only a writer removes them) is read as
+  ``immutable``, without locks; one with a ``-shm`` (a connection may have
+  it open, even with an empty ``-wal``) or with commits in its ``-wal`` is
+  read with ``mode=ro``, under SQLite's locks, so each read transaction is
+  one snapshot even while a writer commits and checkpoints. The exceptions:
+
+  - ``mode=ro`` fails on a WAL whose ``-wal`` holds no commit (empty or
+    missing) but whose ``-shm`` cannot be set up: a full disk (a refused
+    write left an empty ``-wal`` and a ``-shm`` that cannot grow), a
+    read-only mount or no write permission on leftover side files. The
+    main file then holds every commit, and is read as ``immutable``.
+  - a ``-wal`` without its ``-shm`` (a copy that left the ``-shm`` out) gets
+    a new ``-shm`` from SQLite, which needs one to read the commits in the
+    ``-wal`` (``immutable`` would not read them, and
+    ``locking_mode=EXCLUSIVE`` fails on a read-only connection).
+
+  An ``immutable`` connection takes no lock: a writer that opens the file
+  after it may checkpoint into the main file under its reads (torn pages:
+  rows lost or read twice, or "damaged"). Such a connection
+  (:class:`ReadOnlyConnection`) records the main file's identity, size and
+  mtime when it was opened, and :func:`read_checked` raises
+  :class:`~store.errors.ChangedUnderReadError` when they changed under what
+  was read (the result, or the failure, may be the writer's doing).
+  :func:`stable_read` runs such a read again (a writer now present, it is
+  read under SQLite's locks); a stream checks between batches and re-reads
+  from the start only while it has given no row
+  (:meth:`~store.backends.sqlite.database.SqliteDatabase._one_read`).
+  The choice is made again for every read-only connection (they are not
+  pooled): an immutable connection kept open would never see a writer's
+  later commits.
 * :func:`classify` tells, with one SELECT on the happy path, whether a
   database is ``empty``, ``current``, ``behind``, ``ahead`` or ``foreign``
   (tables, but no ``judgestore_alembic_version``); :func:`is_current` is that
@@ -49,7 +69,8 @@ import os
 import random
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple, TypeVar
@@ -65,8 +86,8 @@ from sqlalchemy.util import LRUCache
 from store import jsonvalues, schema
 from store.backends.sqlite.errors import is_locked, raise_translated
 from store.backends.sqlite.filesystems import Filesystems, journal_mode_for
-from store.errors import CorruptDatabaseError, DatabaseBusyError, DatabaseMissingError, NotADatabaseError
-from store.layout import lock_path, wal_path
+from store.errors import ChangedUnderReadError, DatabaseBusyError, DatabaseMissingError
+from store.layout import lock_path, shm_path, wal_path
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
 from store.settings import Settings
 
@@ -84,32 +105,111 @@ def _is_wal_file(path: Path) -> bool:
 
 
 class FileStamp(NamedTuple):
-    """What a writer changes: the main file's identity, size and mtime, and whether its WAL holds anything."""
+    """What a checkpoint or a rollback-journal commit changes in the main file: its identity, size and mtime.
+
+    The mtime has the filesystem's granularity (a clock tick): a change goes unseen only if a writer opened the
+    file, filled its WAL and checkpointed it within the tick of the previous write, leaving the size as it was.
+    """
 
     inode: int
     size: int
     mtime_ns: int
-    wal_in_use: bool
+
+
+def file_stamp(path: Path) -> FileStamp | None:
+    """``path``'s :class:`FileStamp`, or None when it cannot be read (gone: as much a change as any)."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns)
 
 
 def _wal_in_use(path: Path) -> bool:
-    """Whether ``path`` has a WAL with something in it: an empty one holds no commit (a write that failed on a
-    full disk leaves one, with a ``-shm`` that cannot grow; ``mode=ro`` could not read the file then)."""
+    """Whether ``path`` has a WAL with something in it: an empty one holds no commit."""
     try:
         return wal_path(path).stat().st_size > 0
     except FileNotFoundError:
         return False
 
 
-def file_stamp(path: Path) -> FileStamp:
-    st = path.stat()
-    return FileStamp(st.st_ino, st.st_size, st.st_mtime_ns, _wal_in_use(path))
+def _opened_by_nobody(path: Path) -> bool:
+    """Whether no connection has ``path`` open in WAL mode and its main file holds every commit: no ``-shm`` (the
+    first connection creates it, the last one to close removes it; one killed leaves it: then this says no, and
+    ``mode=ro`` reads through it) and no commit in a ``-wal`` (an empty one left without its ``-shm`` is read as
+    it is, rather than given a new ``-shm``)."""
+    return not shm_path(path).exists() and not _wal_in_use(path)
 
 
 def readonly_uri(path: Path) -> str:
-    """SQLite URI that reads ``path`` without creating or changing any file."""
+    """SQLite URI that reads ``path`` without creating or changing any file (see the module docstring)."""
     base = f"file:{quote(os.fsencode(path.resolve()))}?mode=ro"
-    return base if _wal_in_use(path) or not _is_wal_file(path) else base + "&immutable=1"
+    return base + "&immutable=1" if _is_wal_file(path) and _opened_by_nobody(path) else base
+
+
+# The primary codes of a mode=ro open that could not set up the -shm beside a WAL holding no commit (full disk,
+# read-only mount, no write permission on leftover side files): the main file alone is then the whole database.
+_SHM_SETUP_FAILURES = frozenset({3, 8, 10, 13, 14})  # SQLITE_PERM, READONLY, IOERR, FULL, CANTOPEN
+
+
+class ReadOnlyConnection(sqlite3.Connection):
+    """A read-only connection of :func:`open_readonly`; ``unlocked_since`` is the main file's stamp when it was
+    opened ``immutable`` (no locks), None when it reads under SQLite's locks."""
+
+    db_path: Path
+    unlocked_since: FileStamp | None = None
+
+    def changed_under(self) -> bool:
+        """Whether a writer may have changed pages under this connection's reads: only an immutable connection
+        can be, and only once the main file changed (a writer's commits in its -wal are not read, and leave the
+        main file as it was: the reads are an older snapshot, whole)."""
+        return self.unlocked_since is not None and file_stamp(self.db_path) != self.unlocked_since
+
+
+def open_readonly(path: Path, *, timeout_s: float = 5.0) -> ReadOnlyConnection:
+    """A connection reading ``path`` as the module docstring says (immutable only where that is safe, or where
+    nothing else can read the file and the main file holds every commit)."""
+    stamp = file_stamp(path)  # before the choice: a checkpoint after it is a change under the reads
+    uri = readonly_uri(path) if stamp is not None else f"file:{quote(os.fsencode(path.resolve()))}?mode=ro"
+
+    def connect(uri: str) -> ReadOnlyConnection:
+        conn = sqlite3.connect(
+            uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False, factory=ReadOnlyConnection
+        )
+        conn.db_path = path
+        return conn
+
+    conn = connect(uri)
+    if uri.endswith("&immutable=1"):
+        conn.unlocked_since = stamp
+        return conn
+    if stamp is None or _wal_in_use(path) or not _is_wal_file(path):
+        return conn  # SQLite's own error (if any) at the first read: the -wal's commits need the -shm
+    try:
+        conn.execute("PRAGMA schema_version").fetchone()  # sets up the -wal and -shm
+    except sqlite3.Error as e:
+        conn.close()
+        code = getattr(e, "sqlite_errorcode", None)
+        if code is None or code & 0xFF not in _SHM_SETUP_FAILURES or _wal_in_use(path):
+            raise
+        conn = connect(uri + "&immutable=1")
+        conn.unlocked_since = stamp
+    return conn
+
+
+@contextmanager
+def read_checked(conn: sqlite3.Connection, path: Path) -> Iterator[None]:
+    """Raise :class:`~store.errors.ChangedUnderReadError` if what was read on ``conn`` inside the block (or how it
+    failed) may be a writer's doing: an immutable connection whose file changed under it (see the module
+    docstring). A connection under SQLite's locks passes as it is."""
+    try:
+        yield
+    except Exception as e:
+        if isinstance(conn, ReadOnlyConnection) and conn.changed_under():
+            raise ChangedUnderReadError(path) from e
+        raise
+    if isinstance(conn, ReadOnlyConnection) and conn.changed_under():
+        raise ChangedUnderReadError(path)
 
 
 # What every SQLite engine of a store is given, and what the raw fast paths use (store.repository):
@@ -165,8 +265,11 @@ def sqlite_connector(
         pragmas.append(f"PRAGMA synchronous = {'NORMAL' if journal == 'wal' else 'FULL'}")
 
     def connect() -> sqlite3.Connection:
-        uri = readonly_uri(path) if readonly else read_write_uri
-        conn = sqlite3.connect(uri, uri=True, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+        if readonly:
+            conn: sqlite3.Connection = open_readonly(path, timeout_s=timeout_s)
+        else:
+            conn = sqlite3.connect(read_write_uri, uri=True, timeout=timeout_s, isolation_level=None,
+                                   check_same_thread=False)  # fmt: skip
         try:
             for pragma in pragmas:
                 conn.execute(pragma)
@@ -303,21 +406,27 @@ READONLY_READ_ATTEMPTS = 5
 
 
 def stable_read(path: Path, read: Callable[[], T]) -> T:
-    """Run a read-only ``read`` of a file; run it again if a writer changed the file under it."""
+    """Run a read-only ``read`` of a file; run it again if a writer changed the file under it (``read`` raised
+    :class:`~store.errors.ChangedUnderReadError`: see :func:`read_checked`)."""
     for _ in range(READONLY_READ_ATTEMPTS):
-        before = file_stamp(path)
         try:
-            result = read()
-        except (CorruptDatabaseError, NotADatabaseError):
-            if file_stamp(path) == before:
-                raise
+            return read()
+        except ChangedUnderReadError:
             continue
-        after = file_stamp(path)
-        if after == before or (before.wal_in_use and after.wal_in_use):  # with a WAL, SQLite's locks held
-            return result
     raise DatabaseBusyError(
         path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
     )
+
+
+@contextmanager
+def checked_transaction(engine: Engine, path: Path) -> Iterator[Connection]:
+    """A connection of ``engine`` in one read transaction, :func:`read_checked` (for :func:`stable_read`)."""
+    with (
+        engine.connect() as conn,
+        read_checked(conn.connection.driver_connection, path),  # type: ignore[arg-type]
+        conn.begin(),
+    ):
+        yield conn
 
 
 @dataclass(frozen=True, slots=True)
@@ -372,7 +481,9 @@ def _opened_current(
         except sqlite3.Error as e:  # connecting can fail too (a file that is not a database)
             raise_translated(path, e)
         try:
-            if not is_current(conn, path):
+            with read_checked(conn, path):
+                current = is_current(conn, path)
+            if not current:
                 conn.close()
                 return None
             if journal is not None:
@@ -388,7 +499,7 @@ def _opened_current(
 def _status(engine: Engine, path: Path, readonly: bool) -> SchemaStatus:
     def attempt() -> SchemaStatus:
         try:
-            with engine.connect() as conn:
+            with checked_transaction(engine, path) if readonly else engine.connect() as conn:
                 return classify(conn, path)
         except DBAPIError as e:  # connecting can fail too (a file that is not a database)
             raise_translated(path, e)

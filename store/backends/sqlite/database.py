@@ -4,9 +4,17 @@ Contract:
 
 * :class:`SqliteDatabase` is the SQLite side of :class:`store.backend.Database`:
   writers take the lock up front (``BEGIN IMMEDIATE``) and retry a lock held
-  past the busy timeout; a read-only file read as immutable is read again if
-  a writer changed it meanwhile (:func:`stable_read`); every failure is typed
+  past the busy timeout; every failure is typed
   (:mod:`store.backends.sqlite.errors`).
+* A read-only read on a connection that takes no locks (``immutable``: see
+  :mod:`store.backends.sqlite.connections`) is checked once it is done: if a
+  writer changed the file under it, a read that returns one result
+  (``count``, ``get_many``, :meth:`~SqliteDatabase.damage`...) is run again
+  (:func:`stable_read`), and a :meth:`~store.backend.Database.reading` block
+  raises :class:`~store.errors.ChangedUnderReadError` rather than let what it
+  read pass. A stream (``query``, ``stream``) is checked before each batch it
+  gives: it is read again from the start while it has given nothing, and
+  raises that error, saying how many (whole) rows it gave, once it has.
 * :meth:`~SqliteDatabase.get_many` and :meth:`~SqliteDatabase.put_many` run on
   a sqlite3 connection (:mod:`store.backends.sqlite.rows`); everything else
   goes through an SQLAlchemy engine created on first use.
@@ -14,6 +22,7 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -25,11 +34,18 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
-from store.backends.sqlite.connections import sqlite_engine, stable_read
+from store.backends.sqlite.connections import (
+    READONLY_READ_ATTEMPTS,
+    ReadOnlyConnection,
+    checked_transaction,
+    read_checked,
+    sqlite_engine,
+    stable_read,
+)
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlite_get_many, sqlite_insert
 from store.backends.sqlite.verify import integrity_damage
-from store.errors import StoreFullError
+from store.errors import ChangedUnderReadError, DatabaseBusyError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.repository import Repository
 from store.settings import Settings
@@ -38,9 +54,11 @@ from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled
 
 T = TypeVar("T")
 
+CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them
+
 
 class SqliteDatabase(Database):
-    """One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, immutable read-only reads re-checked.
+    """One SQLite file of a store root: ``BEGIN IMMEDIATE`` writers, read-only reads without locks re-checked.
 
     :meth:`get_many` and :meth:`put_many` run on a sqlite3 connection with the
     store's pragmas (:mod:`store.repository`'s SQLite paths): the one that
@@ -93,7 +111,7 @@ class SqliteDatabase(Database):
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:
         if not write:
-            with self.engine.connect() as conn, conn.begin():
+            with checked_transaction(self.engine, self.path) as conn:
                 yield conn
             return
         conn = self.engine.connect().execution_options(write=True)
@@ -126,9 +144,42 @@ class SqliteDatabase(Database):
             return
         conn = self._connect_fn()  # read-only connections are made afresh (see store.backends.sqlite.connections)
         try:
-            yield conn
+            with read_checked(conn, self.path):
+                yield conn
         finally:
             conn.close()
+
+    def _one_read(self, rows: Callable[[Connection], Iterator[T]]) -> Iterator[T]:
+        """:meth:`Database._one_read`; on a connection without locks, each batch is given once the file is known
+        unchanged under it (see the module docstring)."""
+        given = 0
+        for _ in range(READONLY_READ_ATTEMPTS):
+            with self._translated(), self.engine.connect() as conn, conn.begin():
+                driver = conn.connection.driver_connection
+                if not isinstance(driver, ReadOnlyConnection) or driver.unlocked_since is None:
+                    yield from rows(conn)  # under SQLite's locks: the transaction is one snapshot
+                    return
+                read = rows(conn)
+                while True:
+                    try:
+                        batch = list(itertools.islice(read, CHECKED_BATCH_ROWS))
+                    except Exception as e:  # pages torn by a checkpoint fail as "damaged": whose doing is it?
+                        if not driver.changed_under():
+                            raise
+                        if given:
+                            raise ChangedUnderReadError(self.path, rows_given=given) from e
+                        break
+                    if driver.changed_under():
+                        if given:
+                            raise ChangedUnderReadError(self.path, rows_given=given)
+                        break  # nothing given yet: read it all again (a writer now present, under its locks)
+                    if not batch:
+                        return
+                    given += len(batch)
+                    yield from batch
+        raise DatabaseBusyError(
+            self.path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
+        )
 
     def get_many(self, hashes: Iterable[str], *, deferred: bool = True) -> dict[str, Record]:
         keys = lookup_keys(hashes)

@@ -6,7 +6,10 @@ Contract:
   and metadata.json included, into one :class:`~store.schema.DatabaseState`
   (with :func:`~.connections.classify`), counts its rows and its claims when
   it is current, and never raises for a bad file: what is wrong becomes a
-  state and a message naming the file.
+  state and a message naming the file. It reads in one transaction, made
+  again if a writer changed the file under a read without locks
+  (:func:`~.connections.stable_read`): a file is never called damaged for
+  a concurrent write.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from typing import TYPE_CHECKING, TypeVar
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.connections import classify, create_sqlite_engine
+from store.backends.sqlite.connections import checked_transaction, classify, create_sqlite_engine, stable_read
 from store.backends.sqlite.errors import translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository
 from store.errors import (
@@ -58,12 +61,14 @@ def database_info(
     rows: int | None = None
     error: str | None = None
     claims: ClaimsSummary | None = None
-    try:
+
+    def attempt() -> tuple[DatabaseState, str | None, str | None, ClaimsSummary | None, int | None]:
+        claims: ClaimsSummary | None = None
+        rows: int | None = None
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
-            with engine.connect() as conn, conn.begin():
+            with checked_transaction(engine, path) as conn:  # read again if a writer changed it under a lockless read
                 status = classify(conn, path, known)
-                state, revision, error = status.state, status.revision, status_error(status, path)
                 if status.state is DatabaseState.CURRENT:
                     claims = SqliteClaimTable(conn, location.role).summary()  # an empty table but while jobs run
                 if status.state is DatabaseState.CURRENT and count_rows:
@@ -72,6 +77,10 @@ def database_info(
                     rows = 0  # no tables yet: empty, nothing to read (store.store's one meaning of it)
         finally:
             engine.dispose()
+        return status.state, status.revision, status_error(status, path), claims, rows
+
+    try:
+        state, revision, error, claims, rows = stable_read(path, attempt)
     except DBAPIError as e:
         failure = translated(path, e)
         state, error = _file_state(failure), str(failure)

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from store.backends.sqlite.catalog import catalog_path, stamp
-from store.backends.sqlite.connections import is_current, open_file, readonly_uri
+from store.backends.sqlite.connections import is_current, open_file, open_readonly, read_checked
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.errors import raise_translated, write_refusal
 from store.backends.sqlite.filesystems import Filesystems
@@ -161,17 +161,19 @@ class SqliteStorage:
         more than :data:`DISTINCT_LIMIT` values: None for it)."""
         path = location.db_path(self.root)
         try:
-            conn = sqlite3.connect(readonly_uri(path), uri=True)
+            conn = open_readonly(path)
         except sqlite3.Error:
             return None
         try:
-            if not is_current(conn, path):
-                return None
-            values: dict[str, list[str | None] | None] = {}
-            for column in VALUE_COLUMNS[location.role]:
-                sql = f"SELECT DISTINCT {column} FROM {location.role} LIMIT {DISTINCT_LIMIT + 1}"
-                found = [value for (value,) in conn.execute(sql)]
-                values[column] = found if len(found) <= DISTINCT_LIMIT else None
+            with read_checked(conn, path), conn:  # values read as a writer changed the file: unknown
+                if not is_current(conn, path):
+                    return None
+                values: dict[str, list[str | None] | None] = {}
+                conn.execute("BEGIN")  # one snapshot for every column
+                for column in VALUE_COLUMNS[location.role]:
+                    sql = f"SELECT DISTINCT {column} FROM {location.role} LIMIT {DISTINCT_LIMIT + 1}"
+                    found = [value for (value,) in conn.execute(sql)]
+                    values[column] = found if len(found) <= DISTINCT_LIMIT else None
             return values
         except (sqlite3.Error, JudgestoreError):
             return None

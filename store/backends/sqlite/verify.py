@@ -3,7 +3,10 @@
 Contract:
 
 * :func:`verify_database` checks one database read-only (nothing written,
-  not even a ``-wal`` file): SQLite's ``integrity_check``, its metadata.json
+  not even a ``-wal`` file), in one read transaction (a writer's commits
+  meanwhile are not seen; a read without locks that a writer changed is
+  made again: :mod:`~store.backends.sqlite.connections`, so a verdict of
+  damage is never a concurrent write's): SQLite's ``integrity_check``, its metadata.json
   against its folder, its schema state, and that every row's ``input_text``
   hashes to its ``input_hash`` (a row whose text is not valid UTF-8, a
   damaged page, is named by its key). It never raises for a bad database: what is
@@ -25,7 +28,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.connections import classify, create_sqlite_engine
+from store.backends.sqlite.connections import checked_transaction, classify, create_sqlite_engine, stable_read
 from store.backends.sqlite.errors import translated
 from store.backends.sqlite.rows import SqliteRepository
 from store.errors import (
@@ -119,14 +122,19 @@ def verify_database(
     except OSError as e:
         problems.append(Problem(str(location.metadata_path(root)), ProblemKind.METADATA, str(e)))
     checked = adopted = 0
-    try:
+
+    def attempt() -> tuple[int, int, list[Problem]]:
+        found: list[Problem] = []
+        checked = adopted = 0
         engine = create_sqlite_engine(path, settings, readonly=True, pooled=False)
         try:
-            with engine.connect() as conn, conn.begin():
-                problems += _integrity_problems(conn, path)
+            # One read transaction, checked: a verdict read without locks while a writer changed the file is
+            # made again (stable_read), never reported as damage.
+            with checked_transaction(engine, path) as conn:
+                found += _integrity_problems(conn, path)
                 status = classify(conn, path, known)
                 if status.state not in USABLE_STATES:
-                    problems.append(Problem(str(path), ProblemKind.SCHEMA, str(status_error(status, path))))
+                    found.append(Problem(str(path), ProblemKind.SCHEMA, str(status_error(status, path))))
                 elif status.state is DatabaseState.CURRENT:
                     try:
                         checked, bad_rows = _row_hash_problems(conn, location, path)
@@ -134,10 +142,15 @@ def verify_database(
                         if not isinstance(translated(path, e), DamagedTextError):
                             raise
                         checked, bad_rows = _raw_row_problems(conn, location, path)
-                    problems += bad_rows
+                    found += bad_rows
                     adopted = SqliteRepository(conn, location.role).count(RowFilter(adopted=True))
         finally:
             engine.dispose()
+        return checked, adopted, found
+
+    try:
+        checked, adopted, found = stable_read(path, attempt)
+        problems += found
     except DBAPIError as e:
         problems.append(Problem(str(path), ProblemKind.FILE, str(translated(path, e))))
     except (JudgestoreError, OSError, ValueError) as e:  # ValueError: a JSON column that does not decode
