@@ -6,6 +6,7 @@ Contract::
         metadata.json                    descriptor, its full hash, role and task
         {role}.db                        the SQLite database
         {role}.db-wal, {role}.db-shm     SQLite's side files (WAL mode)
+        {role}.db-journal                the rollback journal (rollback mode): never to be deleted
         {role}.db.lock                   held while the database is created or upgraded
         {role}.db.bak-{revision}-{time}  the byte-for-byte copy an upgrade keeps
                                          (copied under a temporary name, then
@@ -184,7 +185,8 @@ def is_backup_of(name: str, db_name: str) -> bool:
 def descriptor_folder_names(role: str) -> frozenset[str]:
     """The names a descriptor folder may hold besides backups (see the module docstring)."""
     db_name = database_name(role)
-    return frozenset({METADATA_FILE, db_name, db_name + WAL_SUFFIX, db_name + SHM_SUFFIX, db_name + LOCK_SUFFIX})
+    sides = (db_name + suffix for suffix in (*SQLITE_SIDE_SUFFIXES, LOCK_SUFFIX))  # -journal too: see above
+    return frozenset({METADATA_FILE, db_name, *sides})
 
 
 def database_files(db_path: Path) -> list[Path]:

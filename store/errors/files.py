@@ -32,6 +32,7 @@ __all__ = [
     "DatabaseIOError",
     "DatabaseMissingError",
     "ForeignDatabaseError",
+    "InterruptedWriteError",
     "LayoutError",
     "MetadataMismatchError",
     "MetadataMissingError",
@@ -183,6 +184,22 @@ class ChangedUnderReadError(DatabaseBusyError):
             "a writer changed it while it was read read-only (no process had it open when the read started, so "
             f"the read took no locks: it creates no file); {given}Run the command again: while a writer has the "
             "database open, read-only reads take SQLite's locks and see one snapshot.",
+        )
+
+
+class InterruptedWriteError(DatabaseFileError):
+    """A write in the rollback journal was interrupted (its process killed mid-transaction): the ``-journal``
+    beside the file holds the pages that undo it, and a read-only open cannot put them back."""
+
+    def __init__(self, path: Path | str) -> None:
+        super().__init__(
+            path,
+            "a write to it was interrupted (its process ended mid-transaction): its rollback journal (the "
+            "-journal file beside it) holds the pages that undo that write, and a read-only open cannot put them "
+            "back; nothing was changed. Run `judgestore db upgrade` (or any command that writes to this store) "
+            "where the store can be written: opening it for writing rolls the interrupted write back, and the rows "
+            "committed before it are intact. Never delete the -journal file: the database would keep the "
+            "half-written pages (damaged).",
         )
 
 

@@ -6,6 +6,9 @@ Contract:
   file into a typed :class:`~store.errors.DatabaseFileError` that names the
   file and the next step: not a database, damaged (pages, or text that is
   not UTF-8), full disk, not writable, busy, an I/O error, a missing table,
+  a write interrupted in the rollback journal (a hot ``-journal`` that a
+  read-only open cannot roll back: never "not writable", and never to be
+  deleted; a read-write open rolls it back),
   and, for whatever SQLite reports that has no name here, an
   :class:`~store.errors.UnexpectedDatabaseError` carrying SQLite's words.
 * :func:`write_refusal` says, without writing, why a file could not be
@@ -37,6 +40,7 @@ from store.errors import (
     DamagedTextError,
     DatabaseBusyError,
     DatabaseIOError,
+    InterruptedWriteError,
     JudgestoreError,
     NotADatabaseError,
     SchemaMismatchError,
@@ -44,7 +48,7 @@ from store.errors import (
     StoreNotWritableError,
     UnexpectedDatabaseError,
 )
-from store.layout import wal_path
+from store.layout import JOURNAL_SUFFIX, wal_path
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -52,6 +56,7 @@ T = TypeVar("T")
 # SQLite's primary result codes (an extended code's low byte)
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 5, 6, 8, 10, 11
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS, _SQLITE_NOTADB = 13, 14, 15, 22, 26
+_SQLITE_READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)  # extended: a hot journal, and no right to roll it back
 _SQLITE_OS_FAILURES = frozenset({_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS})
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
 NEARLY_FULL_BYTES = 1 << 20  # an I/O error with less than this free is the disk filling up
@@ -99,6 +104,15 @@ def write_refusal(db_path: Path) -> JudgestoreError | None:
     return None
 
 
+def interrupted_write(db_path: Path) -> bool:
+    """Whether a rollback journal holding a write's undo pages lies beside ``db_path`` (a writer in the middle of
+    a transaction, or one that was interrupted: what a read-only open reports as :class:`InterruptedWriteError`)."""
+    try:
+        return db_path.with_name(db_path.name + JOURNAL_SUFFIX).stat().st_size > 0
+    except OSError:
+        return False
+
+
 def translated(path: Path, error: BaseException, *, needed_bytes: int | None = None) -> JudgestoreError:
     """The typed error that a failure on ``path`` stands for (see the module docstring).
 
@@ -124,6 +138,8 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         )
     if primary == _SQLITE_FULL:
         return StoreFullError(path, free_bytes=free_bytes(path), needed_bytes=needed_bytes)
+    if code == _SQLITE_READONLY_ROLLBACK:  # a hot journal that a read-only connection cannot roll back
+        return InterruptedWriteError(path)
     if primary == _SQLITE_READONLY:
         return StoreNotWritableError(path, "a read-only filesystem, or no write permission on the file or its folder")
     if primary in (_SQLITE_BUSY, _SQLITE_LOCKED):

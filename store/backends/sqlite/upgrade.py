@@ -17,7 +17,9 @@ Contract:
 * :func:`upgrade_databases` does that for many files, one bad file never
   stopping the others; a second run does nothing. :func:`upgrade_store` does
   it for descriptor folders of a store, refusing, read-only, every folder that
-  is not ``behind`` (metadata.json that does not match, for instance).
+  is not ``behind`` (metadata.json that does not match, for instance); a
+  file whose write was interrupted in the rollback journal (unreadable
+  read-only) is opened for writing, which rolls that write back.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import schema
 from store.backends.sqlite.connections import classify, create_sqlite_engine
-from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, translated
+from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, interrupted_write, translated
 from store.backends.sqlite.info import database_info
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import (
@@ -215,7 +217,10 @@ def upgrade_store(
     known = schema.revisions() if script is None else revisions_of(script)
     for location in locations:
         info = database_info(root, location, settings, known=known, count_rows=False)
-        if info.state is DatabaseState.BEHIND:
+        # A write interrupted in the rollback journal cannot be read read-only; opening it for writing rolls it
+        # back (then it is current, or behind and upgraded): what InterruptedWriteError tells the user to do.
+        interrupted = info.state is DatabaseState.UNREADABLE and interrupted_write(Path(info.where))
+        if info.state is DatabaseState.BEHIND or interrupted:
             yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
         elif info.ok:
             yield UpgradeResult(info.where, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)

@@ -208,8 +208,10 @@ def _tree_problems(folder: Path, depth: int, role: str) -> Iterator[Problem]:
 def stray_paths(root: Path) -> list[Problem]:
     """Files and folders under ``root`` that are not part of the layout (see :mod:`store.layout`).
 
-    Backups (``*.db.bak-*``), WAL files, lock files and sharing's bookkeeping
-    folder are part of the layout.
+    Backups (``*.db.bak-*``), SQLite's side files (``-wal``, ``-shm`` and the
+    rollback ``-journal``, which holds an interrupted write's undo pages:
+    deleting it would damage the database), lock files and sharing's
+    bookkeeping folder are part of the layout.
     """
     if not root.is_dir():
         return []
