@@ -183,7 +183,11 @@ class ClaimTable(ABC):
         return max(result.rowcount, 0)
 
     def finish(self, done: Sequence[str], failed: Mapping[str, str], holder: str, lease_seconds: float) -> None:
-        """Delete the claims of ``done`` inputs whose rows are stored; mark ``failed`` ones until the lease ends."""
+        """Delete the claims of ``done`` inputs whose rows are stored; mark ``failed`` ones until the lease ends.
+
+        A failure is marked only on a claim ``holder`` still holds: once another job took the input over (the
+        lease expired meanwhile), the mark would overwrite that job's live lease (it could no longer renew it,
+        and the others would report the input failed while it generates), so the late failure is left out."""
         if done:
             self.conn.execute(
                 delete(CLAIMS).where(self._keys_in(CLAIMS.c.input_hash), self._stored()), {"keys": self._keys(done)}
@@ -192,7 +196,7 @@ class ClaimTable(ABC):
         for key, error in failed.items():
             self.conn.execute(
                 update(CLAIMS)
-                .where(CLAIMS.c.input_hash == key)
+                .where(CLAIMS.c.input_hash == key, CLAIMS.c.holder == holder)
                 .values(holder=holder, failed=error, deadline=now + timedelta(seconds=lease_seconds), updated_at=now)
             )
 

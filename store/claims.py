@@ -17,7 +17,9 @@ Contract:
   of stored inputs are deleted, and a failed input keeps a failure mark (its
   error, for the other jobs to report) until its lease ends. A late result
   for a lease that was taken over is harmless: rows are content-addressed and
-  inserted ignoring duplicates, so it is never written twice.
+  inserted ignoring duplicates, so it is never written twice; a late failure
+  marks nothing (a mark is set only by the job holding the claim, so it
+  never overwrites the live lease of the job that took the input over).
 * :meth:`~WorkQueue.state` says where a batch stands (stored, leased, stale,
   waiting, failed, jobs at work); :func:`claims_summary` says it for a whole
   database (``judgestore ls``/``stats``/``db status``); :func:`sweep` deletes

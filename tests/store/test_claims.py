@@ -100,6 +100,20 @@ def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database:
     assert b.claim(KEYS[:2], 2) == [KEYS[1]]  # a failure is never stored: tried again once its mark ends
 
 
+def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holders_lease_alone(database: Database) -> None:
+    late = WorkQueue(database, holder="late", lease_seconds=1.0)
+    new = WorkQueue(database, holder="new", lease_seconds=60)
+    late.join(KEYS[:1])
+    assert late.claim(KEYS[:1], 1) == KEYS[:1]
+    sleep_until(time.monotonic() + 1.1)  # the late job stalls past its lease
+    assert new.claim(KEYS[:1], 1) == KEYS[:1]  # taken over
+    late.finish([], {KEYS[0]: "RequestRefusedError: too long"})  # the stalled job's failure, reported late
+    state = new.state(KEYS[:1])
+    assert (state.leased, dict(state.failed), state.holders) == (1, {}, frozenset({"new"}))
+    assert new.renew() == 1  # still the new holder's lease
+    assert late.claim(KEYS[:1], 1) == []  # and still live
+
+
 def test_sweep_deletes_only_what_is_left_behind(database: Database) -> None:
     queue = WorkQueue(database, holder="a", lease_seconds=0.1)
     queue.join(KEYS)
