@@ -34,7 +34,9 @@ Contract:
 * The call's :class:`~inference.cache.accounting.CallStats` counts what this
   job generated and wrote; ``from_other_jobs`` the distinct inputs other jobs
   generated, which its ``runs`` row does not count as its misses (summed over
-  the jobs, ``runs`` counts each input once).
+  the jobs, ``runs`` counts each input once). It is set however the job
+  ends: a job interrupted (Ctrl-C) or failed counts as misses only what it
+  generated or failed before, the rest being the other jobs' to generate.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from inference.cache.plan import Failure, PlannedInput
@@ -163,6 +166,14 @@ def _patiently(step: Callable[[], T], patience: float) -> T:
             pause = min(pause * 2, 5.0)
 
 
+@dataclass
+class _Share:
+    """What this job took on of the batch, kept as it goes so that an interrupted or failed job counts it too."""
+
+    own: dict[str, Sample] = field(default_factory=dict)  # generated (or failed) here, by key
+    in_flight: int = 0  # generated (or failed) here of the block the job was interrupted or failed in
+
+
 def generate_shared(
     model: SharingModel,
     role: Role,
@@ -171,7 +182,26 @@ def generate_shared(
     on_progress: ProgressCallback | None,
     run: CallStats,
 ) -> dict[str, Sample]:
-    """Generate ``missing`` together with the other jobs of the batch; every answer read from the store."""
+    """Generate ``missing`` together with the other jobs of the batch; every answer read from the store.
+
+    ``run.from_other_jobs`` is set on every exit, an interrupt or a failure too (the caller records the run then as
+    well): the inputs this job did not generate or fail, so its ``runs`` row counts only its share as misses."""
+    share = _Share()
+    try:
+        return _generate_shared(model, role, requests, missing, on_progress, run, share)
+    finally:
+        run.from_other_jobs = len({inp.key for inp in missing}) - len(share.own) - share.in_flight
+
+
+def _generate_shared(
+    model: SharingModel,
+    role: Role,
+    requests: Sequence[Request],
+    missing: Sequence[PlannedInput],
+    on_progress: ProgressCallback | None,
+    run: CallStats,
+    share: _Share,
+) -> dict[str, Sample]:
     store = model.store
     if store is None or model.mode != "use":
         raise InvalidInputError(f"a shared batch needs a store in mode use, not mode {model.mode!r}")
@@ -185,7 +215,7 @@ def generate_shared(
     _patiently(lambda: sweep(database, max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
     _patiently(lambda: queue.join(keys), patience)
 
-    own: dict[str, Sample] = {}  # what this job generated (or failed)
+    own = share.own  # what this job generated (or failed)
     failed_elsewhere: dict[str, str] = {}
     pending = list(keys)  # not yet known to be stored, nor failed by this job
 
@@ -221,7 +251,14 @@ def generate_shared(
             # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
             # lost; after, the block is asked for again and its rows are written once.
             inputs = [by_key[k] for k in block]
-            got = _patiently(functools.partial(model.generate_missing, role, requests, inputs, run), patience)
+            before = run.generated + len(run.failed)
+            try:
+                got = _patiently(functools.partial(model.generate_missing, role, requests, inputs, run), patience)
+            except BaseException:
+                # Interrupted (Ctrl-C) or failed mid-block: what it generated of the block first is its share too
+                # (its rows are stored); the rest goes to the others once its leases end.
+                share.in_flight = min(len(block), run.generated + len(run.failed) - before)
+                raise
             own.update(got)
             errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}
             done = [k for k in block if k not in errors]
@@ -242,7 +279,6 @@ def generate_shared(
             request = requests[inp.request_index]
             run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, key, error))
             results[key] = generated_sample(inp, None, error)
-    run.from_other_jobs = sum(1 for key in keys if key not in own)
     progress(len(keys))
     return results
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
-from inference.backends.base import EngineRequest, Generation, Refusal
+from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
 from inference.cache import shared
 from inference.cache.model import CachedModel, Responses
 from inference.cache.shared import WAITING_POLLS_PER_SECOND, block_size, poll_seconds
@@ -179,6 +179,43 @@ def test_a_late_result_for_a_lease_taken_over_is_never_written_twice(
     database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
     assert database.count() == 8
     assert [r.text for r in responses[0]] == [r.text for r in responses[1]]
+
+
+class FailingStream(CountingBackend):
+    """Streams its first block; on its second, hands over ``before_failing`` generations, then fails."""
+
+    def __init__(self, before_failing: int) -> None:
+        super().__init__()
+        self.before_failing, self.blocks = before_failing, 0
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        self.blocks += 1
+        generations = self.generate(requests)
+        for index, generation in enumerate(generations):
+            if self.blocks == 2 and index == self.before_failing:
+                raise RuntimeError("API failed")
+            yield index, generation
+
+
+def test_a_job_that_fails_mid_batch_records_only_its_share_of_the_misses(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    # The failing job generates a block of 4 and 2 of its second block, then its engine fails: its run is
+    # recorded with those 6 as its misses, and the other job's (which takes the failed job's leases over once
+    # they end) with the other 18, so the runs count each input once. Recorded as the whole batch's misses, the
+    # failed job's run counted the 18 again.
+    failing, other = FailingStream(before_failing=2), SlowBackend(seconds=0.05)
+    models = [job(store_root, descriptor, failing, lease=1.0), job(store_root, descriptor, other, lease=1.0)]
+    requests = [ask(i) for i in range(N)]
+    with pytest.raises(RuntimeError, match="API failed"):
+        models[0].complete(requests)
+    assert models[0].last.generated == 6 and models[0].last.from_other_jobs == N - 6
+    responses = models[1].complete(requests)
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(N)]
+    assert responses.run.generated == responses.run.plan.misses == N - 6  # type: ignore[union-attr]
+    database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
+    totals = run_totals(database)
+    assert (totals.runs, totals.misses, totals.generated, totals.rows_written) == (2, N, N, N)
 
 
 def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: ModelDescriptor) -> None:
