@@ -148,12 +148,27 @@ class ClaimTable(ABC):
         for start in range(0, len(rows), KEY_BATCH):
             self.conn.execute(self._insert_ignoring(), rows[start : start + KEY_BATCH])
 
-    def claim(self, keys: Sequence[str], holder: str, limit: int, lease_seconds: float) -> list[str]:
-        """Lease up to ``limit`` claimable inputs among ``keys`` to ``holder``, in the batch's order."""
+    def claim(
+        self,
+        keys: Sequence[str],
+        holder: str,
+        limit: int,
+        lease_seconds: float,
+        spared: Sequence[tuple[float, float]] = (),
+    ) -> list[str]:
+        """Lease up to ``limit`` claimable inputs among ``keys`` to ``holder``, in the batch's order.
+
+        ``spared``: stretches the claimer saw the database locked (its writes waited for SQLite's write lock,
+        which another process may hold longer than a lease), as (seconds ago it began, seconds ago it ended). A
+        lease that expired in one is not taken over: its holder could not renew it then either."""
         now = self.now()
+        expired = CLAIMS.c.deadline < now
+        for began, ended in spared:
+            locked = CLAIMS.c.deadline.between(now - timedelta(seconds=began), now - timedelta(seconds=ended))
+            expired = and_(expired, ~locked)
         claimable = and_(
             self._keys_in(CLAIMS.c.input_hash),
-            or_(CLAIMS.c.deadline.is_(None), CLAIMS.c.deadline < now),
+            or_(CLAIMS.c.deadline.is_(None), expired),
             ~self._stored(),
         )
         stmt = self._locked(select(CLAIMS.c.input_hash).where(claimable).order_by(CLAIMS.c.position).limit(limit))

@@ -12,6 +12,14 @@ Contract:
   transaction: on PostgreSQL the rows are picked with ``FOR UPDATE SKIP
   LOCKED`` (concurrent claimers skip each other's rows instead of waiting),
   on SQLite under the database's write lock (``BEGIN IMMEDIATE``).
+* While another process holds that lock (a prune, a delete, a copy) no
+  holder can renew, so a lease that expired then says nothing about its
+  holder. Each job notes how long its queue writes (claims, renewals...)
+  wait for the database: a wait over a tenth of a lease says it was locked,
+  and the job takes over no lease that expired during such a wait (one
+  still waiting included) until half a lease after it ended; by then a live
+  holder has renewed. A job at work renews every third of a lease, so it
+  sees every lock long enough to end a live lease.
 * A holder :meth:`~WorkQueue.renew` s its leases while it works and
   :meth:`~WorkQueue.finish` es a block once its rows are written: the claims
   of stored inputs are deleted, and a failed input keeps a failure mark (its
@@ -37,13 +45,24 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, TypeVar
 
 from store.claim_table import ClaimsSummary, QueueState, job_name
 
 if TYPE_CHECKING:
     from store.backend import Database
+    from store.claim_table import ClaimTable
+
+T = TypeVar("T")
+# A write that waited longer than this share of a lease says the database was locked (another process's long
+# write): renewals come every third of a lease, so a shorter wait cannot have cost a live holder its lease.
+LOCKED_WAIT_LEASES = 0.1
+# A lease that expired while the database was locked is spared this share of a lease after the lock ends: its
+# holder's renewal, blocked too or due within a third of a lease, gets through by then if the holder lives.
+SPARED_LEASES = 0.5
 
 
 class WorkQueue:
@@ -54,26 +73,72 @@ class WorkQueue:
         self.database = database
         self.holder = holder or job_name()
         self.lease_seconds = lease_seconds
+        self._locked: list[tuple[float, float]] = []  # monotonic stretches this job's writes waited for the lock
+        self._waiting: dict[object, float] = {}  # the writes waiting now: when each asked
+        self._guard = threading.Lock()  # the renewal thread writes too
 
     def join(self, keys: Sequence[str]) -> None:
         """Enqueue ``keys`` (the batch's misses, in its order); those enqueued already stay as they are."""
         if keys:
-            self.database.claims(lambda table: table.enqueue(keys))
+            self._write(lambda table: table.enqueue(keys))
 
     def claim(self, keys: Sequence[str], limit: int) -> list[str]:
-        """Lease up to ``limit`` of ``keys`` that nobody holds and that are not stored, in order."""
+        """Lease up to ``limit`` of ``keys`` that nobody holds and that are not stored, in order (a lease that
+        expired while the database was locked is spared a while: see the module docstring)."""
         if not keys or limit < 1:
             return []
-        return self.database.claims(lambda table: table.claim(keys, self.holder, limit, self.lease_seconds))
+        return self._write(lambda table: table.claim(keys, self.holder, limit, self.lease_seconds, self._spared()))
 
     def renew(self) -> int:
-        return self.database.claims(lambda table: table.renew(self.holder, self.lease_seconds))
+        return self._write(lambda table: table.renew(self.holder, self.lease_seconds))
 
     def finish(self, done: Sequence[str], failed: Mapping[str, str] | None = None) -> None:
         """The block's rows are written (``done``), and ``failed`` inputs failed with these errors."""
         failed = failed or {}
         if done or failed:
-            self.database.claims(lambda table: table.finish(done, failed, self.holder, self.lease_seconds))
+            self._write(lambda table: table.finish(done, failed, self.holder, self.lease_seconds))
+
+    def sweep(self, grace_seconds: float) -> int:
+        """:func:`sweep` as this job's write (a wait for the lock is noted, as every write's is)."""
+        return self._write(lambda table: table.sweep(grace_seconds))
+
+    def _write(self, work: Callable[[ClaimTable], T]) -> T:
+        """``work`` in a write transaction, noting how long it waits for it (for :meth:`_spared`)."""
+        token, asked = object(), time.monotonic()  # a retry of the transaction keeps this: its whole wait counts
+        with self._guard:
+            self._waiting[token] = asked
+
+        def timed(table: ClaimTable) -> T:
+            self._granted(token, asked, time.monotonic())
+            return work(table)
+
+        try:
+            return self.database.claims(timed)
+        finally:
+            with self._guard:
+                self._waiting.pop(token, None)
+
+    def _granted(self, token: object, asked: float, granted: float) -> None:
+        spared = SPARED_LEASES * self.lease_seconds
+        with self._guard:
+            self._waiting.pop(token, None)
+            if granted - asked < LOCKED_WAIT_LEASES * self.lease_seconds:
+                return
+            kept = [(start, end) for start, end in self._locked if end + spared > granted]  # still sparing
+            overlapping = [(start, end) for start, end in kept if start <= granted and asked <= end]
+            merged = (min([asked, *(s for s, _ in overlapping)]), max([granted, *(e for _, e in overlapping)]))
+            self._locked = [stretch for stretch in kept if stretch not in overlapping] + [merged]
+
+    def _spared(self) -> list[tuple[float, float]]:
+        """The stretches this job saw the database locked that still spare leases, as (seconds ago it began,
+        seconds ago it ended): those its writes waited, and those its writes still wait (another thread's
+        renewal, which may see the lock go only after this claim)."""
+        now = time.monotonic()
+        spared, locked = SPARED_LEASES * self.lease_seconds, LOCKED_WAIT_LEASES * self.lease_seconds
+        with self._guard:
+            stretches = [stretch for stretch in self._locked if stretch[1] + spared > now]
+            stretches += [(asked, now) for asked in self._waiting.values() if now - asked >= locked]
+        return [(now - start, now - end) for start, end in stretches]
 
     def state(self, keys: Sequence[str]) -> QueueState:
         return self.database.claims(lambda table: table.state(keys), write=False)

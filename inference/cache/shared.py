@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_sample, stored_sample
 from inference.requests import Request, Sample
-from store.claims import WorkQueue, sweep
+from store.claims import WorkQueue
 from store.errors import (
     DatabaseBusyError,
     InvalidInputError,
@@ -212,7 +212,7 @@ def _generate_shared(
     queue = WorkQueue(database, lease_seconds=lease)
     by_key = {inp.key: inp for inp in missing}
     keys = list(by_key)
-    _patiently(lambda: sweep(database, max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
+    _patiently(lambda: queue.sweep(max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
     _patiently(lambda: queue.join(keys), patience)
 
     own = share.own  # what this job generated (or failed)

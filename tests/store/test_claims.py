@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator
@@ -112,6 +113,76 @@ def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holders_lease_alone
     assert (state.leased, dict(state.failed), state.holders) == (1, {}, frozenset({"new"}))
     assert new.renew() == 1  # still the new holder's lease
     assert late.claim(KEYS[:1], 1) == []  # and still live
+
+
+def test_a_lease_that_expires_while_the_database_is_locked_is_spared_until_its_holder_can_renew(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    # Another process (a prune, a delete, a copy) holds the SQLite write lock past the holder's deadline: the
+    # holder cannot renew meanwhile, so the jobs that waited for the lock too leave its lease alone for a while:
+    # one whose claim waited, and one whose renewal waited and which claims once the lock is free.
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "t", descriptor)
+        holder = WorkQueue(database, holder="holder", lease_seconds=2.0)
+        waiting_claim, waiting_renewal = (WorkQueue(database, holder=name, lease_seconds=2.0) for name in "cr")
+        holder.join(KEYS[:2])
+        assert holder.claim(KEYS[:2], 1) == KEYS[:1]
+        claimed = time.monotonic()  # the deadline is at most a lease after this
+        assert database.path is not None
+        locker = sqlite3.connect(database.path, isolation_level=None)
+        locker.execute("BEGIN IMMEDIATE")
+        taken: list[str] = []
+        waiting = [
+            threading.Thread(target=lambda: taken.extend(waiting_claim.claim(KEYS[:2], 2))),
+            threading.Thread(target=waiting_renewal.renew),
+        ]
+        for thread in waiting:
+            thread.start()  # they wait for the lock from well before the deadline...
+        sleep_until(claimed + 3.0)
+        locker.execute("COMMIT")  # ...which has passed when they get it
+        released = time.monotonic()
+        locker.close()
+        for thread in waiting:
+            thread.join(timeout=30)
+        assert taken == KEYS[1:2]
+        assert waiting_renewal.claim(KEYS[:2], 2) == []  # its claim waited for nothing, but its renewal did
+        assert holder.renew() == 1  # still the holder's, which renews it once the lock is free
+        state = waiting_renewal.state(KEYS[:2])
+        assert (state.leased, state.stale, state.holders) == (2, 0, frozenset({"holder", "c"}))
+        sleep_until(released + 2.0 + 1.5)  # a holder that does not renew in time...
+        assert waiting_renewal.claim(KEYS[:1], 1) == KEYS[:1]  # ...loses its lease as usual
+
+
+def test_a_lease_that_expires_while_another_write_of_the_claimer_still_waits_is_spared(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The claimer's renewal thread waits for the write lock (held by another process) while the holder's lease
+    # expires; the claimer's own claim gets the lock first once it is free. The renewal has not seen the lock
+    # end yet, but its wait says the database was locked: the holder could not renew either.
+    holder = WorkQueue(database, holder="holder", lease_seconds=2.0)
+    claimer = WorkQueue(database, holder="claimer", lease_seconds=2.0)
+    holder.join(KEYS[:1])
+    assert holder.claim(KEYS[:1], 1) == KEYS[:1]
+    claimed = time.monotonic()  # the deadline is at most a lease after this
+    let_go, claims = threading.Event(), database.claims
+
+    def waiting_in_renewal(work: Any, *, write: bool = True) -> Any:
+        if threading.current_thread().name == "renewal":
+            let_go.wait(timeout=30)  # as if waiting for the lock
+        return claims(work, write=write)
+
+    monkeypatch.setattr(database, "claims", waiting_in_renewal)
+    renewal = threading.Thread(target=claimer.renew, name="renewal")
+    renewal.start()
+    try:
+        sleep_until(claimed + 2.3)
+        assert claimer.claim(KEYS[:1], 1) == []  # spared
+    finally:
+        let_go.set()
+        renewal.join(timeout=30)
+    renewed = time.monotonic()
+    sleep_until(renewed + 1.0 + 0.3)  # half a lease after the wait ended, a holder that has not renewed...
+    assert claimer.claim(KEYS[:1], 1) == KEYS[:1]  # ...loses its lease as usual
 
 
 def test_sweep_deletes_only_what_is_left_behind(database: Database) -> None:
