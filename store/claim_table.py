@@ -20,7 +20,23 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import ColumnElement, Connection, Insert, Select, Table, and_, delete, exists, or_, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Insert,
+    Select,
+    Table,
+    and_,
+    delete,
+    exists,
+    false,
+    null,
+    or_,
+    select,
+    true,
+    union_all,
+    update,
+)
 
 from store.roles import Role
 from store.tables.models import MODEL_OF_ROLE, Claim
@@ -216,20 +232,30 @@ class ClaimTable(ABC):
             )
 
     def state(self, keys: Sequence[str]) -> QueueState:
+        """Where ``keys`` stand. Their rows and their claims are read in one statement, so in one snapshot even
+        where a transaction's statements each see the latest commits (PostgreSQL's READ COMMITTED): read in two,
+        an input stored and finished between them was neither stored nor enqueued, counted ``unqueued``, and the
+        caller enqueued its whole batch again (overlapping enqueues of many jobs deadlocked)."""
         now = self.now()
         stored: set[str] = set()
         seen: set[str] = set()
         leased = stale = waiting = 0
         failed: dict[str, str] = {}
         holders: set[str] = set()
+        nothing = null()
+        found = select(self.rows.c.input_hash, true(), nothing, nothing, nothing).where(
+            self._keys_in(self.rows.c.input_hash)
+        )
+        claims = select(CLAIMS.c.input_hash, false(), CLAIMS.c.holder, CLAIMS.c.deadline, CLAIMS.c.failed).where(
+            self._keys_in(CLAIMS.c.input_hash), ~self._stored()
+        )
+        both = union_all(claims, found)  # the claims' first: their columns type the result (not the NULLs)
         for start in range(0, len(keys), KEY_BATCH):
             params = {"keys": self._keys(keys[start : start + KEY_BATCH])}
-            found = select(self.rows.c.input_hash).where(self._keys_in(self.rows.c.input_hash))
-            stored.update(self.conn.execute(found, params).scalars())
-            claims = select(CLAIMS.c.input_hash, CLAIMS.c.holder, CLAIMS.c.deadline, CLAIMS.c.failed).where(
-                self._keys_in(CLAIMS.c.input_hash), ~self._stored()
-            )
-            for key, holder, deadline, error in self.conn.execute(claims, params):
+            for key, is_stored, holder, deadline, error in self.conn.execute(both, params):
+                if is_stored:
+                    stored.add(key)
+                    continue
                 seen.add(key)
                 if deadline is None:
                     waiting += 1

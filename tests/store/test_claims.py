@@ -185,6 +185,35 @@ def test_a_lease_that_expires_while_another_write_of_the_claimer_still_waits_is_
     assert claimer.claim(KEYS[:1], 1) == KEYS[:1]  # ...loses its lease as usual
 
 
+def test_inputs_stored_while_the_state_is_read_are_never_unqueued(database: Database) -> None:
+    # A job stores blocks and finishes them while another reads the batch's state: read in two statements (rows,
+    # then claims) of a PostgreSQL transaction, each seeing the latest commits, an input stored and finished in
+    # between was neither stored nor enqueued, and the reader enqueued its whole batch again.
+    records = {r.input_hash: r for r in (completion_record(i) for i in range(300))}
+    keys = list(records)
+    WorkQueue(database, holder="setup").join(keys)
+    finished = threading.Event()
+
+    def work() -> None:
+        queue = WorkQueue(database, holder="writer")
+        try:
+            while block := queue.claim(keys, 3):
+                database.put_many([records[k] for k in block])
+                queue.finish(block)
+        finally:
+            finished.set()
+
+    watcher = WorkQueue(database, holder="watcher")
+    writer = threading.Thread(target=work)
+    writer.start()
+    unqueued = []
+    while not finished.is_set():
+        unqueued.append(watcher.state(keys).unqueued)
+    writer.join(timeout=60)
+    assert len(unqueued) > 10 and not any(unqueued)
+    assert len(watcher.state(keys).stored) == len(keys)
+
+
 def test_sweep_deletes_only_what_is_left_behind(database: Database) -> None:
     queue = WorkQueue(database, holder="a", lease_seconds=0.1)
     queue.join(KEYS)
