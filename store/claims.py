@@ -9,9 +9,10 @@ Contract:
   batch's order: an input is claimable when its row is not stored and nobody
   holds a live lease on it (never leased, or its lease past its deadline: the
   holder died or stalled, and the input is taken over). A claim is one write
-  transaction: on PostgreSQL the rows are picked with ``FOR UPDATE SKIP
-  LOCKED`` (concurrent claimers skip each other's rows instead of waiting),
-  on SQLite under the database's write lock (``BEGIN IMMEDIATE``).
+  transaction, and the writers of a database take turns: on SQLite under its
+  write lock (``BEGIN IMMEDIATE``), on PostgreSQL under the schema's
+  (:func:`store.backends.postgres.generations.write_lock`; the rows are also
+  picked with ``FOR UPDATE SKIP LOCKED``).
 * While another process holds that lock (a prune, a delete, a copy) no
   holder can renew, so a lease that expired then says nothing about its
   holder. Each job notes how long its queue writes (claims, renewals...)

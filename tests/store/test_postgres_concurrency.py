@@ -1,4 +1,5 @@
-"""Many processes on one server: 8 writers (distinct and overlapping rows) and 4 readers; a backend killed mid-write."""
+"""Many processes on one server: 8 writers (distinct and overlapping rows) and 4 readers; a backend killed mid-write;
+two writers of one schema that deadlocked take turns."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ from typing import Any
 
 import pytest
 
+from store.claim_table import ClaimTable
+from store.claims import WorkQueue
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, ServerUnavailableError
 from store.settings import Settings
@@ -119,3 +122,32 @@ def test_a_backend_killed_mid_write_is_retried_and_leaves_no_partial_chunk(pg_ur
     assert killed, "the write finished before a backend could be killed; make it longer"
     assert count in (0, len(rows))  # a chunk is a transaction: all of it or none of it
     assert outcome == [len(rows)] and count == len(rows)  # and the retry finished it
+
+
+def test_two_writers_of_one_schema_take_turns_instead_of_deadlocking(pg_url: str) -> None:
+    # Each write transaction locks the schema's generation counter (its trigger) after its first statement's
+    # rows: one enqueue holding the counter and about to insert the claim another enqueue has just inserted (and
+    # which waits for the counter) closed a cycle, which no retry is allowed here to hide.
+    keys = [completion_record(i).input_hash for i in range(2)]
+    with Store(Settings(lock_retries=0), url=pg_url) as store:
+        database = store.database(ROLE, TASK, DESCRIPTOR)
+        failures: list[BaseException] = []
+
+        def other() -> None:
+            try:
+                WorkQueue(database, holder="other").join([keys[1], keys[0]])
+            except BaseException as e:
+                failures.append(e)
+
+        second = threading.Thread(target=other)
+
+        def first(table: ClaimTable) -> None:
+            table.enqueue(keys[:1])  # holds the counter until this transaction ends
+            second.start()
+            time.sleep(1.0)  # the other enqueue inserts keys[1] and waits for the counter (or, now, for its turn)
+            table.enqueue(keys[1:])
+
+        database.claims(first)
+        second.join(timeout=30)
+        assert not failures
+        assert WorkQueue(database, holder="watcher").state(keys).waiting == 2

@@ -3,7 +3,9 @@
 Contract: :class:`PostgresDatabase` is the PostgreSQL side of
 :class:`store.backend.Database`: every connection maps the models onto its
 schema (``schema_translate_map``), reads run in read-only transactions,
-writes are retried by the storage's policy, and every driver error is typed
+writes take the schema's write lock first
+(:func:`store.backends.postgres.generations.write_lock`: they take turns),
+are retried by the storage's policy, and every driver error is typed
 (:mod:`store.backends.postgres.errors`).
 """
 
@@ -18,7 +20,8 @@ from sqlalchemy.exc import DBAPIError
 
 from store.backend import Database
 from store.backends.postgres.errors import raise_translated
-from store.backends.postgres.registry import schema_options
+from store.backends.postgres.generations import write_lock
+from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.errors import DatabaseMissingError
 from store.layout import Location, StoredMetadata
@@ -58,6 +61,7 @@ class PostgresDatabase(Database):
         self.settings = storage.settings
         self.readonly = storage.readonly
         self._options = schema_options(location)
+        self._schema = schema_name(location)
 
     def _repository(self, conn: Connection) -> PostgresRepository:
         return PostgresRepository(conn, self.location.role)
@@ -70,6 +74,8 @@ class PostgresDatabase(Database):
         with self.storage.engine.connect() as conn:
             conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
             with conn.begin():
+                if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
+                    write_lock(conn, self._schema)
                 yield conn
 
     @contextmanager

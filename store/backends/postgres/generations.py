@@ -12,6 +12,13 @@ Contract:
   it sees the rows that raised it.
   ``touch()`` runs with its owner's rights (``SECURITY DEFINER``), so a role
   that may write a schema's tables needs no grant on the registry.
+* The counter's row is locked by each writing transaction from its first
+  write until it ends, after the row locks of that first statement: two
+  writers would each hold what the other waits for (an enqueue's new claim,
+  another enqueue's or a renewal's) and deadlock. So every write transaction
+  of a schema's database (:class:`~store.backends.postgres.database.PostgresDatabase`)
+  takes :func:`write_lock` first, before any row: its writers take turns in
+  one order (they already did from their first write on).
 * :func:`install` puts the triggers on a schema's tables and raises its
   counter; creating a schema and upgrading one (:func:`~store.backends.postgres.upgrade.migrate_schema`)
   and ``judgestore db upgrade`` of a schema created before generations
@@ -35,6 +42,7 @@ from store.backends.postgres.registry import (
     REGISTRY_SCHEMA,
     SCHEMA_PREFIX,
     TOUCH,
+    advisory_lock,
     ensure_registry,
     generations,
     quoted,
@@ -89,6 +97,13 @@ LEFT JOIN {REGISTRY_SCHEMA}.generations AS g ON g.schema_name = n.nspname
 LEFT JOIN {REGISTRY_SCHEMA}.registry AS r ON r.schema_name = n.nspname
 """
 )
+
+
+def write_lock(conn: Connection, name: str) -> None:
+    """Take schema ``name``'s write lock for the caller's transaction (see the module docstring): an advisory
+    lock, which needs no grant on the registry, of its own (not the schema's creation and upgrade lock, which a
+    transaction may hold while another of the same process writes)."""
+    advisory_lock(conn, f"{name}:writes")
 
 
 def _ensure_touch(conn: Connection) -> None:
