@@ -194,7 +194,9 @@ class PostgresRepository(Repository):
 
 class PostgresClaimTable(ClaimTable):
     def now(self) -> datetime:
-        value: datetime = self.conn.execute(select(func.now())).scalar_one()
+        # The server's clock as it reads now, not when the transaction began (now()): a write transaction waits for
+        # its schema's write lock first, and a renewal measured from before that wait would end already expired.
+        value: datetime = self.conn.execute(select(func.clock_timestamp())).scalar_one()
         return value.astimezone(UTC)
 
     def _keys_in(self, column: Any) -> ColumnElement[bool]:
