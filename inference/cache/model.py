@@ -79,13 +79,17 @@ Contract (docs/design.md, "A run, step by step"):
   threads) serves one caller's batch at a time (vLLM's backend holds its
   engine for a whole stream; a backend that cannot stream takes one chunk at
   a time under the model's ``_engine_lock``). Cancelling the awaiting task
-  does not stop its thread: what it generates is still written.
+  does not stop its thread: what it generates is still written. Closing the
+  model (leaving ``async with``) stops such a call's engine work, waits for
+  it to write what finished, and refuses it a new engine: a closed model
+  stays closed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -111,6 +115,9 @@ from store.tables.row_checks import gc_paused
 if TYPE_CHECKING:
     from store.sync.remote import Remote
 
+log = logging.getLogger("judgestore.model")
+
+CLOSE_WAIT_S = 60.0  # how long close() waits for running calls to stop and write what finished
 DEFAULT_CHUNK_SIZE = 64  # generations written per write (also every STREAM_FLUSH_SECONDS): not the engine's batch
 
 
@@ -168,6 +175,10 @@ class CachedModel:
         self.shared = shared
         self._fetched: set[Role] = set()
         self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
+        self._closed = False
+        self._calls = 0  # calls running now (threads, async calls' worker threads)
+        self._idle = threading.Condition()  # notified when a call ends
+        self._in_call = threading.local()  # whether this thread is inside a call (its callbacks may close)
         self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
         self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
 
@@ -181,9 +192,22 @@ class CachedModel:
         return 1 if self._backend is None else max_concurrency(self._backend)
 
     def close(self) -> None:
-        if self._backend is not None:
-            self._backend.close()
-            self._backend = None
+        """Close the engine, then wait for the calls still running (a cancelled async call's thread) to end.
+
+        The engine stops their work first (see the module docstring), and each writes what finished before it
+        ends: when this returns, those rows are in the store. A call that needs the engine afterwards raises
+        :class:`~store.errors.JudgestoreError`; a closed model is never prepared again.
+        """
+        with self._backend_lock:  # after a factory still running: the engine it builds is closed too
+            self._closed = True
+            backend, self._backend = self._backend, None
+        if backend is not None:
+            backend.close()
+        if getattr(self._in_call, "active", False):
+            return  # closed from a call's own callback: that call cannot end while it waits here
+        with self._idle:
+            if not self._idle.wait_for(lambda: self._calls == 0, timeout=CLOSE_WAIT_S):
+                log.warning("closing %s: %d calls still running after %.0f s", self.label, self._calls, CLOSE_WAIT_S)
 
     def __enter__(self) -> CachedModel:
         return self
@@ -266,6 +290,25 @@ class CachedModel:
         return {} if database is None else database.get_many(inputs)
 
     def _run(
+        self,
+        role: Role,
+        requests: Sequence[Request],
+        on_plan: Callable[[Plan], None] | None,
+        on_progress: ProgressCallback | None,
+    ) -> Responses:
+        with self._idle:
+            self._calls += 1
+        nested = getattr(self._in_call, "active", False)
+        self._in_call.active = True
+        try:
+            return self._serve(role, requests, on_plan, on_progress)
+        finally:
+            self._in_call.active = nested
+            with self._idle:
+                self._calls -= 1
+                self._idle.notify_all()
+
+    def _serve(
         self,
         role: Role,
         requests: Sequence[Request],
@@ -413,6 +456,11 @@ class CachedModel:
     def _prepared_backend(self) -> Backend:
         """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
         with self._backend_lock:
+            if self._closed:
+                raise JudgestoreError(
+                    f"the model {self.label!r} was closed; what this call generated before is kept, and running it "
+                    "again on an open model generates only the rest"
+                )
             if self._backend is None:
                 self._backend = self._backend_factory()
             return self._backend

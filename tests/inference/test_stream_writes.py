@@ -148,33 +148,70 @@ def test_a_hosted_answer_is_written_on_time_while_a_slow_one_is_still_out(
     assert seen == [2] and database.count() == 3
 
 
-def test_closing_a_hosted_model_under_a_cancelled_call_ends_it_and_keeps_what_arrived(
-    store: Store, fake: FakeOpenAI
+def test_closing_a_hosted_model_under_a_cancelled_call_ends_it_and_writes_what_arrived_before_it_returns(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(generate, "STREAM_FLUSH_SECONDS", 1000.0)  # nothing is written before the call ends
     fake.add_fault(Fault(status=200, delay=30.0, after=2, times=10))  # all but two take 30 s
-    spec = served(fake, max_concurrency=4)
+    spec = served(fake, max_concurrency=6)
     database = store.database("completions", "t", spec.descriptor)
-    failures: list[BaseException] = []
+    written_at_exit: list[int] = []
 
     async def main() -> None:
         async with spec.cached(store, task="t", chunk_size=100) as model:
             call = asyncio.ensure_future(model.acomplete([ask(i) for i in range(6)]))
-            while database.count() < 2:  # both quick answers written (heartbeats flush them)
+            while len(fake.completions()) < 6:
                 await asyncio.sleep(0.05)
+            await asyncio.sleep(1.0)  # the two quick answers have arrived, unwritten
             call.cancel()
+        written_at_exit.append(database.count())
         with contextlib.suppress(asyncio.CancelledError):
             await call
 
     started = time.monotonic()
-    original = threading.excepthook
-    threading.excepthook = lambda args: failures.append(args.exc_value)  # type: ignore[assignment]
-    try:
-        asyncio.run(main())
-    finally:
-        threading.excepthook = original
-    # Before: close() stopped the loop under the batch and its thread waited forever (asyncio.run never returned).
+    asyncio.run(main())
+    # Before: close() stopped the loop under the batch and its thread waited forever (asyncio.run never returned);
+    # then close() returned before the cancelled call had written what arrived.
     assert time.monotonic() - started < 20
-    assert database.count() == 2 and not failures
+    assert written_at_exit == [2] and database.count() == 2
+
+
+class Counted:
+    """A backend that counts how often it is made and closed."""
+
+    made = closed = 0
+
+    def __init__(self) -> None:
+        Counted.made += 1
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [answer(i) for i in range(len(requests))]
+
+    def close(self) -> None:
+        Counted.closed += 1
+
+
+def test_a_cancelled_call_that_reaches_the_engine_after_the_model_closed_gets_no_new_one(store: Store) -> None:
+    planned, outcome = threading.Event(), []
+
+    def on_plan(_plan: Any) -> None:
+        planned.set()
+        time.sleep(0.5)  # still planning when the caller cancels and leaves `async with`
+
+    async def main() -> None:
+        async with CachedModel(store, DESCRIPTOR, task="t", backend_factory=Counted) as model:
+            await model.acomplete(asks(1))  # the engine is prepared
+            call = asyncio.ensure_future(model.acomplete(asks(3), on_plan=on_plan))
+            while not planned.is_set():
+                await asyncio.sleep(0.01)
+            call.cancel()
+        outcome.append((Counted.made, Counted.closed, model._backend))  # close() waited for the call to end
+
+    Counted.made = Counted.closed = 0
+    asyncio.run(main())
+    # Before: the call prepared a second engine after close(), which nothing ever closed.
+    assert outcome == [(1, 1, None)]
+    assert store.database("completions", "t", DESCRIPTOR).count() == 1
 
 
 def test_a_closed_hosted_backend_says_so_to_the_call_still_streaming(fake: FakeOpenAI) -> None:

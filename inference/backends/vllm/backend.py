@@ -286,8 +286,9 @@ class VLLMBackend:
         """Shut the engine down (memory, worker processes). Safe to call twice.
 
         A stream running on the engine (another thread's call) is stopped first: it aborts what is unfinished
-        at its next step and raises :class:`BackendError`, its caller writes what finished, and only then is
-        the engine shut down, never under a step.
+        at its next step and raises :class:`BackendError` (its caller then writes what finished;
+        :meth:`~inference.cache.model.CachedModel.close` waits for that), and only then is the engine shut down,
+        never under a step.
         """
         llm, self._llm = self._llm, None
         if llm is None or not self._owns_engine:
