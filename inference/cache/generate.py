@@ -79,7 +79,8 @@ class Writer:
         self.policy: Literal["ignore", "replace"] = "replace" if refresh else "ignore"
         self.on_progress = on_progress
         self.database: Database | None = None  # set once the engine is prepared, if the call writes
-        self.results: dict[str, Sample] = {}
+        self.results: dict[str, Sample] = {}  # by input hash: each outcome kept (its row written, or its failure)
+        self._paid: set[str] = set()  # the outcomes whose cost (or refusal) is counted in run
         self.done = 0
 
     def fail(self, inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
@@ -93,9 +94,21 @@ class Writer:
             self.on_progress(self.done, self.total)
 
     def write(self, done: Outcomes, seconds: float) -> None:
-        """Keep and write ``done``, whose generations took ``seconds`` of engine time together."""
-        done = _priced(done, seconds)
+        """Keep and write ``done``, whose generations took ``seconds`` of engine time together.
+
+        Done again after an interrupt cut it short (see :func:`_stream`), it counts each outcome once: what it
+        paid and refused is counted before the rows are written (a write that fails still leaves them in the
+        run), and an outcome is kept (``results``) only once its row is written, so the redo writes and counts
+        what the first attempt did not.
+        """
+        done = _priced([(inp, outcome) for inp, outcome in done if inp.key not in self.results], seconds)
         run = self.run
+        uncounted = [gen for inp, gen in done if isinstance(gen, Generation) and inp.key not in self._paid]
+        run.spent += usage_totals(gen.usage for gen in uncounted)
+        self._paid.update(inp.key for inp, _ in done)
+        for inp, outcome in done:
+            if isinstance(outcome, Refusal):
+                self.fail(inp, outcome.error)
         answered = [(inp, gen) for inp, gen in done if isinstance(gen, Generation)]
         now = datetime.now(UTC)
         records = [
@@ -103,22 +116,17 @@ class Writer:
             for inp, gen in answered
         ]
         not_kept: dict[str, InvalidInputError] = {}
-        # The rows first, the call's counts after: a write an interrupt cuts short is done again whole (see _stream)
-        # and counts once.
         if self.database is not None and records:
             written, not_kept = self._put(self.database, records)
             run.written += written
-        for inp, outcome in done:
-            if isinstance(outcome, Refusal):
-                self.fail(inp, outcome.error)
-        run.spent += usage_totals(gen.usage for _, gen in answered)
         for inp, gen in answered:
             if inp.key in not_kept:
                 self.fail(inp, not_kept[inp.key], gen)
             else:
                 self.results[inp.key] = generated_sample(inp, gen)
         run.generated += len(answered)
-        self.progress(len(done))
+        if done:
+            self.progress(len(done))
 
     def _put(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one batch: the rows written, and the rows the store refused (by input hash) with its reason.

@@ -25,7 +25,7 @@ from inference.cache import generate
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
 from store.descriptor import ModelDescriptor
-from store.errors import JudgestoreError
+from store.errors import JudgestoreError, RequestRefusedError, StoreFullError
 from store.store import Database, Store
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.inference.test_openai_backend import ask, served
@@ -121,6 +121,65 @@ def test_ctrl_c_during_a_write_still_writes_that_chunk(store: Store, monkeypatch
     # what the stream had not handed over yet is not.
     assert calls == [10, 10, 10] and database.count() == 20
     assert "this call stored 20 rows (20 generated)" in "".join(raised.value.__notes__)
+
+
+class Priced:
+    """Every request finishes at once, each costing 100 tokens in and 10 out; request 15 is refused."""
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [self.outcome(i) for i in range(len(requests))]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        return iter([(i, self.outcome(i)) for i in range(len(requests))])
+
+    @staticmethod
+    def outcome(i: int) -> Generation | Refusal:
+        if i == 15:
+            return Refusal(RequestRefusedError("too long"))
+        return Generation(text=f"a{i}", finish_reason="stop", usage={"prompt_tokens": 100, "completion_tokens": 10})
+
+    def close(self) -> None:
+        pass
+
+
+def test_an_interrupt_after_a_chunk_was_written_counts_it_once(store: Store) -> None:
+    progress: list[int] = []
+
+    def interrupted_once(done: int, _total: int) -> None:
+        progress.append(done)
+        if len(progress) == 1:
+            raise KeyboardInterrupt  # Ctrl-C lands in the progress bar, after the chunk was written
+
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete(asks(25), on_progress=interrupted_once)
+    run = model.last
+    # Before: the redo counted the chunk again (20 generated, 2,000 tokens, 10 rows stored).
+    assert progress == [10] and (run.generated, run.written, run.spent.prompt_tokens) == (10, 10, 1000)
+    assert store.database("completions", "t", DESCRIPTOR).count() == 10
+    assert "this call stored 10 rows (10 generated)" in "".join(raised.value.__notes__)
+
+
+def test_a_chunk_the_store_refuses_still_counts_what_it_cost_and_its_refusals(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = store.database("completions", "t", DESCRIPTOR)
+    kind = type(database)
+    put_many, calls = kind.put_many, []
+
+    def full(self: Database, records: Any, policy: Any = "ignore") -> int:
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise StoreFullError(database.path, free_bytes=0, needed_bytes=1)
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", full)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
+    with pytest.raises(StoreFullError):
+        model.complete(asks(25))
+    run = model.last
+    assert (run.written, run.spent.prompt_tokens) == (10, 1900)  # the second chunk was paid for: 9 answers
+    assert [f.request_index for f in run.failed] == [15]  # and its refusal is reported
 
 
 # ------------------------------------------------------------------ the hosted backend
