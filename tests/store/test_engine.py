@@ -220,6 +220,13 @@ def test_readonly_uri_reads_only_a_wal_file_nobody_has_open_as_immutable(
     Path(f"{db_path}-wal").write_bytes(b"\0" * 32)  # commits in a -wal: SQLite reads them through a -shm
     assert readonly_uri(db_path).endswith("?mode=ro")
     Path(f"{db_path}-wal").unlink()
+    # A -shm alone: a killed connection's leftover (one open keeps its -wal); mode=ro would leave a new -wal.
+    Path(f"{db_path}-shm").write_bytes(b"\0" * 32768)
+    assert readonly_uri(db_path).endswith("?mode=ro&immutable=1")
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert store.database("completions", "t", descriptor).count() == 0
+    assert not Path(f"{db_path}-wal").exists()  # nothing was created
+    Path(f"{db_path}-shm").unlink()
     rollback = store_root / "rollback.db"
     with closing(sqlite3.connect(rollback)) as conn:
         conn.execute("CREATE TABLE t (x)")

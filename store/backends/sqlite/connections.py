@@ -13,14 +13,16 @@ Contract:
   :func:`apply_journal_mode`, once the caller knows the file is ours (a
   foreign or newer file is refused untouched).
 * Read-only opens write nothing at all: no ``-wal`` or ``-shm`` file is
-  created (:func:`open_readonly`). A WAL database with no ``-shm`` and no
-  commit in a ``-wal`` (no connection has it open, and the main file holds
-  every commit: a ``mode=ro`` open would create the ``-wal`` and ``-shm``,
-  and leave them, since only a writer removes them) is read as
-  ``immutable``, without locks; one with a ``-shm`` (a connection may have
-  it open, even with an empty ``-wal``) or with commits in its ``-wal`` is
-  read with ``mode=ro``, under SQLite's locks, so each read transaction is
-  one snapshot even while a writer commits and checkpoints. The exceptions:
+  created (:func:`open_readonly`). A WAL database with no ``-wal`` (a
+  ``-shm`` alone is a killed connection's leftover), or with no ``-shm`` and
+  no commit in its ``-wal`` (no connection has it open, and the main file
+  holds every commit: a ``mode=ro`` open would create the ``-wal`` and
+  ``-shm``, and leave them, since only a writer removes them) is read as
+  ``immutable``, without locks; one with a ``-shm`` beside its ``-wal`` (a
+  connection may have it open, even with an empty ``-wal``) or with commits
+  in its ``-wal`` is read with ``mode=ro``, under SQLite's locks, so each
+  read transaction is one snapshot even while a writer commits and
+  checkpoints. The exceptions:
 
   - ``mode=ro`` fails on a WAL whose ``-wal`` holds no commit (empty or
     missing) but whose ``-shm`` cannot be set up: a full disk (a refused
@@ -134,11 +136,14 @@ def _wal_in_use(path: Path) -> bool:
 
 
 def _opened_by_nobody(path: Path) -> bool:
-    """Whether no connection has ``path`` open in WAL mode and its main file holds every commit: no ``-shm`` (the
-    first connection creates it, the last one to close removes it; one killed leaves it: then this says no, and
-    ``mode=ro`` reads through it) and no commit in a ``-wal`` (an empty one left without its ``-shm`` is read as
-    it is, rather than given a new ``-shm``)."""
-    return not shm_path(path).exists() and not _wal_in_use(path)
+    """Whether no connection has ``path`` open in WAL mode and its main file holds every commit: no ``-wal`` at
+    all (a connection in WAL mode keeps one from its open to its close: a ``-shm`` without it is a killed
+    connection's leftover, which ``mode=ro`` would give a new ``-wal``), or no ``-shm`` (the first connection
+    creates it, the last one to close removes it; one killed leaves it: then ``mode=ro`` reads through it) and
+    no commit in the ``-wal`` (an empty one left without its ``-shm`` is read as it is, rather than given a new
+    ``-shm``)."""
+    wal = wal_path(path)
+    return not wal.exists() or (not shm_path(path).exists() and not _wal_in_use(path))
 
 
 def readonly_uri(path: Path) -> str:
