@@ -35,7 +35,7 @@ Contract:
   what is left behind (claims of stored inputs, and leases and failure marks
   past their deadline by more than ``grace``). A claim left behind never
   blocks anything: an input whose row is stored is never claimed again.
-* Times are the database's clock where it has one (PostgreSQL's ``now()``, so
+* Times are the database's clock where it has one (PostgreSQL's ``clock_timestamp()``, so
   jobs on many nodes agree), else this machine's.
 * What differs between backends (the clock, the key-list parameter, the
   insert ignoring duplicates, row locking) is a

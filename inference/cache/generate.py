@@ -125,8 +125,9 @@ class Writer:
             else:
                 self.results[inp.key] = generated_sample(inp, gen)
         run.generated += len(answered)
-        if done:
-            self.progress(len(done))
+        # What is kept and not yet counted: a redo also counts the refusals its cut-short first attempt kept.
+        if len(self.results) > self.done:
+            self.progress(len(self.results) - self.done)
 
     def _put(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one batch: the rows written, and the rows the store refused (by input hash) with its reason.

@@ -81,8 +81,8 @@ Contract (docs/design.md, "A run, step by step"):
   a time under the model's ``_engine_lock``). Cancelling the awaiting task
   does not stop its thread: what it generates is still written. Closing the
   model (leaving ``async with``) stops such a call's engine work, waits for
-  it to write what finished, and refuses it a new engine: a closed model
-  stays closed.
+  it to write what finished, and refuses it a new engine (a call started
+  after the close prepares one again).
 """
 
 from __future__ import annotations
@@ -175,7 +175,7 @@ class CachedModel:
         self.shared = shared
         self._fetched: set[Role] = set()
         self._backend_lock = threading.Lock()  # concurrent calls (async ones, threads) prepare one engine
-        self._closed = False
+        self._closes = 0  # how often the model was closed: a call running across a close gets no new engine
         self._calls = 0  # calls running now (threads, async calls' worker threads)
         self._idle = threading.Condition()  # notified when a call ends
         self._in_call = threading.local()  # whether this thread is inside a call (its callbacks may close)
@@ -195,11 +195,12 @@ class CachedModel:
         """Close the engine, then wait for the calls still running (a cancelled async call's thread) to end.
 
         The engine stops their work first (see the module docstring), and each writes what finished before it
-        ends: when this returns, those rows are in the store. A call that needs the engine afterwards raises
-        :class:`~store.errors.JudgestoreError`; a closed model is never prepared again.
+        ends: when this returns, those rows are in the store. Such a call that needs the engine afterwards raises
+        :class:`~store.errors.JudgestoreError` rather than prepare one nobody would close; a call started after
+        this prepares it again.
         """
         with self._backend_lock:  # after a factory still running: the engine it builds is closed too
-            self._closed = True
+            self._closes += 1
             backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
@@ -298,12 +299,12 @@ class CachedModel:
     ) -> Responses:
         with self._idle:
             self._calls += 1
-        nested = getattr(self._in_call, "active", False)
-        self._in_call.active = True
+        nested = getattr(self._in_call, "active", False), getattr(self._in_call, "closes", None)
+        self._in_call.active, self._in_call.closes = True, self._closes
         try:
             return self._serve(role, requests, on_plan, on_progress)
         finally:
-            self._in_call.active = nested
+            self._in_call.active, self._in_call.closes = nested
             with self._idle:
                 self._calls -= 1
                 self._idle.notify_all()
@@ -456,10 +457,10 @@ class CachedModel:
     def _prepared_backend(self) -> Backend:
         """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
         with self._backend_lock:
-            if self._closed:
+            if getattr(self._in_call, "closes", self._closes) != self._closes:
                 raise JudgestoreError(
-                    f"the model {self.label!r} was closed; what this call generated before is kept, and running it "
-                    "again on an open model generates only the rest"
+                    f"the model {self.label!r} was closed while this call ran; what it generated before is kept, and "
+                    "running it again generates only the rest"
                 )
             if self._backend is None:
                 self._backend = self._backend_factory()

@@ -252,8 +252,16 @@ def _generate_shared(
             # lost; after, the block is asked for again and its rows are written once.
             inputs = [by_key[k] for k in block]
             before = run.generated + len(run.failed)
+            failed_before = len(run.failed)
+
+            def generate_block(
+                inputs: list[PlannedInput] = inputs, failed_before: int = failed_before
+            ) -> dict[str, Sample]:
+                del run.failed[failed_before:]  # a block asked for again reports its failures once
+                return model.generate_missing(role, requests, inputs, run)
+
             try:
-                got = _patiently(functools.partial(model.generate_missing, role, requests, inputs, run), patience)
+                got = _patiently(generate_block, patience)
             except BaseException:
                 # Interrupted (Ctrl-C) or failed mid-block: what it generated of the block first is its share too
                 # (its rows are stored); the rest goes to the others once its leases end.

@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,7 @@ from inference.cache.model import CachedModel, Responses
 from inference.cache.shared import WAITING_POLLS_PER_SECOND, block_size, poll_seconds
 from store.claims import claims_summary
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, RequestsFailedError
+from store.errors import DatabaseBusyError, InvalidInputError, RequestsFailedError
 from store.runs import run_totals
 from store.settings import Settings
 from store.store import Store
@@ -260,3 +261,27 @@ def test_a_shared_batch_needs_mode_use(store: Store, descriptor: ModelDescriptor
     for mode in ("refresh", "readonly", "replay", "off"):
         with pytest.raises(InvalidInputError, match="shared batch"):
             CachedModel(store, descriptor, task="t", backend_factory=CountingBackend, mode=mode, shared=True)  # type: ignore[arg-type]
+
+
+def test_a_block_asked_for_again_after_the_store_was_busy_reports_its_refusals_once(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = CountingBackend(refuse=["q3"])
+    model = job(store_root, descriptor, backend)
+    model.chunk_size = 64  # one block
+    database = model.store.database("completions", "t", descriptor)  # type: ignore[union-attr]
+    kind = type(database)
+    put_many, calls = kind.put_many, []
+
+    def busy_once(self: Any, records: Any, policy: Any = "ignore") -> int:
+        calls.append(len(records))
+        if len(calls) == 1:
+            raise DatabaseBusyError(database.path, "locked by another process")
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", busy_once)
+    with pytest.raises(RequestsFailedError) as raised:
+        model.complete([ask(i) for i in range(8)])
+    # Before: the refusal counted once per attempt ("2 of 8 inputs ... failed").
+    assert [f.request_index for f in raised.value.failures] == [3] and len(calls) >= 2  # the busy write retried
+    assert database.count() == 7

@@ -160,6 +160,30 @@ def test_an_interrupt_after_a_chunk_was_written_counts_it_once(store: Store) -> 
     assert "this call stored 10 rows (10 generated)" in "".join(raised.value.__notes__)
 
 
+def test_a_write_redone_after_ctrl_c_counts_the_refusals_of_its_chunk_in_the_progress(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    database = store.database("completions", "t", DESCRIPTOR)
+    kind = type(database)
+    put_many, calls = kind.put_many, []
+
+    def interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # while the chunk holding the refusal (request 15) is written
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", interrupted)
+    progress: list[int] = []
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
+    with pytest.raises(KeyboardInterrupt):
+        model.complete(asks(25), on_progress=lambda done, _total: progress.append(done))
+    monkeypatch.undo()
+    run = model.last
+    assert progress == [10, 20]  # 19 rows and the refusal (before: [10, 19])
+    assert (run.written, [f.request_index for f in run.failed]) == (19, [15])
+
+
 def test_a_chunk_the_store_refuses_still_counts_what_it_cost_and_its_refusals(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -284,3 +308,14 @@ def test_a_closed_hosted_backend_says_so_to_the_call_still_streaming(fake: FakeO
     with pytest.raises(JudgestoreError, match="was closed while this call was sending"):
         list(stream)
     closer.join()
+
+
+def test_a_call_started_after_close_prepares_the_engine_again(store: Store) -> None:
+    Counted.made = Counted.closed = 0
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Counted)
+    with model:
+        model.complete(asks(1))
+    model.complete(asks(2))  # as LangChain's wrapper does after `with chat:`
+    assert (Counted.made, Counted.closed) == (2, 1) and model.engine_loaded
+    model.close()
+    assert Counted.closed == 2
