@@ -88,6 +88,21 @@ def test_a_heartbeat_writes_what_finished_once_the_interval_has_passed(
     assert backend.database.count() == 4
 
 
+def second_write_fails(monkeypatch: pytest.MonkeyPatch, database: Database, error: BaseException) -> list[int]:
+    """Make the second ``put_many`` into ``database``'s kind raise ``error``; the sizes of the writes asked for."""
+    kind = type(database)
+    put_many, calls = kind.put_many, []
+
+    def failing(self: Database, records: Any, policy: Any = "ignore") -> int:
+        calls.append(len(records))
+        if len(calls) == 2:
+            raise error
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", failing)
+    return calls
+
+
 class AllAtOnce:
     """Every request finishes at once."""
 
@@ -103,16 +118,7 @@ class AllAtOnce:
 
 def test_ctrl_c_during_a_write_still_writes_that_chunk(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     database = store.database("completions", "t", DESCRIPTOR)
-    kind = type(database)
-    put_many, calls = kind.put_many, []
-
-    def interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
-        calls.append(len(records))
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # Ctrl-C lands while the second chunk is written
-        return put_many(self, records, policy)
-
-    monkeypatch.setattr(kind, "put_many", interrupted)
+    calls = second_write_fails(monkeypatch, database, KeyboardInterrupt())  # Ctrl-C while the second chunk is written
     model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=AllAtOnce, chunk_size=10)
     with pytest.raises(KeyboardInterrupt) as raised:
         model.complete(asks(25))
@@ -164,16 +170,7 @@ def test_a_write_redone_after_ctrl_c_counts_the_refusals_of_its_chunk_in_the_pro
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     database = store.database("completions", "t", DESCRIPTOR)
-    kind = type(database)
-    put_many, calls = kind.put_many, []
-
-    def interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
-        calls.append(len(records))
-        if len(calls) == 2:
-            raise KeyboardInterrupt  # while the chunk holding the refusal (request 15) is written
-        return put_many(self, records, policy)
-
-    monkeypatch.setattr(kind, "put_many", interrupted)
+    second_write_fails(monkeypatch, database, KeyboardInterrupt())  # the chunk holding the refusal (request 15)
     progress: list[int] = []
     model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
     with pytest.raises(KeyboardInterrupt):
@@ -188,16 +185,7 @@ def test_a_chunk_the_store_refuses_still_counts_what_it_cost_and_its_refusals(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     database = store.database("completions", "t", DESCRIPTOR)
-    kind = type(database)
-    put_many, calls = kind.put_many, []
-
-    def full(self: Database, records: Any, policy: Any = "ignore") -> int:
-        calls.append(len(records))
-        if len(calls) == 2:
-            raise StoreFullError(database.path, free_bytes=0, needed_bytes=1)
-        return put_many(self, records, policy)
-
-    monkeypatch.setattr(kind, "put_many", full)
+    second_write_fails(monkeypatch, database, StoreFullError(database.path, free_bytes=0, needed_bytes=1))
     model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
     with pytest.raises(StoreFullError):
         model.complete(asks(25))
