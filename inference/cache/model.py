@@ -178,7 +178,8 @@ class CachedModel:
         self._closes = 0  # how often the model was closed: a call running across a close gets no new engine
         self._calls = 0  # calls running now (threads, async calls' worker threads)
         self._idle = threading.Condition()  # notified when a call ends
-        self._in_call = threading.local()  # whether this thread is inside a call (its callbacks may close)
+        # ``closes`` when this thread's call began (None outside a call): a call's callbacks may close the model.
+        self._in_call = threading.local()
         self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
         self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
 
@@ -204,7 +205,7 @@ class CachedModel:
             backend, self._backend = self._backend, None
         if backend is not None:
             backend.close()
-        if getattr(self._in_call, "active", False):
+        if getattr(self._in_call, "closes", None) is not None:
             return  # closed from a call's own callback: that call cannot end while it waits here
         with self._idle:
             if not self._idle.wait_for(lambda: self._calls == 0, timeout=CLOSE_WAIT_S):
@@ -299,12 +300,12 @@ class CachedModel:
     ) -> Responses:
         with self._idle:
             self._calls += 1
-        nested = getattr(self._in_call, "active", False), getattr(self._in_call, "closes", None)
-        self._in_call.active, self._in_call.closes = True, self._closes
+        nested = getattr(self._in_call, "closes", None)
+        self._in_call.closes = self._closes
         try:
             return self._serve(role, requests, on_plan, on_progress)
         finally:
-            self._in_call.active, self._in_call.closes = nested
+            self._in_call.closes = nested
             with self._idle:
                 self._calls -= 1
                 self._idle.notify_all()
@@ -457,7 +458,8 @@ class CachedModel:
     def _prepared_backend(self) -> Backend:
         """The engine, prepared by the first call that needs it (concurrent calls wait for that one)."""
         with self._backend_lock:
-            if getattr(self._in_call, "closes", self._closes) != self._closes:
+            began = getattr(self._in_call, "closes", None)
+            if began is not None and began != self._closes:
                 raise JudgestoreError(
                     f"the model {self.label!r} was closed while this call ran; what it generated before is kept, and "
                     "running it again generates only the rest"
