@@ -30,7 +30,10 @@ Contract:
   shard of that remote. Push sends only keys not known to the remote, so a
   fetched row is never echoed back, and a row another pusher sent is never
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
-  from one remote can still be pushed to another (mirroring). Keys are looked
+  from one remote can still be pushed to another (mirroring). A remote is
+  recorded (``remotes``) with the first shard shared with it, never by a push
+  or fetch that failed or a dry run: :meth:`Bookkeeping.find_remote` only
+  reads. Keys are looked
   up as the repository looks them up: ``json_each`` over batches of
   :data:`~store.backends.sqlite.rows.LOOKUP_BATCH`.
 """
@@ -315,7 +318,16 @@ class Bookkeeping:
 
     # ------------------------------------------------------------ reads
 
+    def find_remote(self, url: str) -> int | None:
+        """The id of ``url`` if the remote is recorded here, else None; records nothing."""
+        stmt = select(remotes_table.c.id).where(remotes_table.c.url == url)
+        found = self._run(lambda conn: conn.execute(stmt).scalar_one_or_none())
+        return None if found is None else int(found)
+
     def remote_id(self, url: str) -> int:
+        """The id of ``url``, recording the remote if it is new: call it only to record what was shared with it
+        (a remote that failed, a 404, a dry run must leave no trace here)."""
+
         def work(conn: Connection) -> int:
             conn.execute(_INSERT_REMOTE, {"url": url})
             return int(conn.execute(select(remotes_table.c.id).where(remotes_table.c.url == url)).scalar_one())

@@ -26,6 +26,10 @@ Protocol of one fetch (under the store root's sync lock):
    download that keeps failing is reported and tried again by the next fetch.
    Neither stops the other shards.
 
+The remote is recorded in the bookkeeping with the first shard fetched from
+it: a fetch that fails (a repository the Hub answers with 404) or a dry run
+leaves the bookkeeping as it was.
+
 Crash safety: the bookkeeping lives in its own file, so the import and the
 "imported" mark are two commits. The import is idempotent (INSERT OR IGNORE
 of the same validated rows), so a crash between them only means the next
@@ -165,11 +169,13 @@ def fetch(
         prefix = selector.descriptor or ""
         if len(prefix) > HASH16_LENGTH:  # compared whole, as Store.select does: with the hash metadata.json records
             folders = {key: f for key, f in folders.items() if _describes(remote, revision, f, prefix)}
-        remote_id = books.remote_id(remote.url)
+        # Looked up, not recorded: the remote is recorded with the first shard fetched from it, so a fetch that
+        # fails or a dry run leaves the bookkeeping as it was.
+        known_id = books.find_remote(remote.url)
         work: list[tuple[RemoteFolder, list[str]]] = []
         for key in sorted(folders):
             listed = folders[key]
-            states = books.states(remote_id, key)
+            states = {} if known_id is None else books.states(known_id, key)
             todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
             report.skipped += len(listed.shards) - len(todo)
             if todo:
@@ -180,6 +186,9 @@ def fetch(
                 size = sum(listed.shards[name] or 0 for name in todo)
                 report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
             return report
+        if not work:
+            return report
+        remote_id = books.remote_id(remote.url)
         with ThreadPoolExecutor(DOWNLOAD_WORKERS, thread_name_prefix="judgestore-fetch") as pool:
             importer = ShardImporter(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
             for listed, todo in work:

@@ -12,7 +12,9 @@ Protocol of one push (under the store root's sync lock):
    a staging folder. A folder whose metadata.json on the remote differs from
    ours is reported and skipped: we never rewrite a shared file.
 3. **Record, then send.** The new shards are recorded as ``pending`` with
-   their keys; then the files go out in batches of at most
+   their keys (the remote is recorded with them, never before: a push that
+   fails, such as one to a repository the Hub answers with 404, or a dry run
+   leaves the bookkeeping as it was); then the files go out in batches of at most
    ``remote.max_files_per_add`` (one commit each on the Hub), a folder's
    metadata.json before its shards. After each batch the remote confirmed,
    its shards are recorded as ``pushed``.
@@ -139,11 +141,14 @@ def push(
         Bookkeeping(store.root, settings=store.settings) as books,
         staging_folder(store.root) as staging,
     ):
-        remote_id = books.remote_id(remote.pushed_to)
+        # Looked up, not recorded: the remote is recorded with the first shard sent to it, so a push that
+        # fails (a repository the Hub answers with 404) or a dry run leaves the bookkeeping as it was.
+        remote_id = books.find_remote(remote.pushed_to)
         # What a branch is known to hold: what was pushed to it, and what the repository held (pushed to its
         # default branch, or fetched) when the branch was made from it, which is as much as is known here.
-        known = [remote_id] if remote.pushed_to == remote.url else [remote_id, books.remote_id(remote.url)]
-        if not dry_run:
+        repository = books.find_remote(remote.url) if remote.pushed_to != remote.url else None
+        known = [i for i in (remote_id, repository) if i is not None]
+        if not dry_run and remote_id is not None:
             report.recovered = _settle_pending(books, remote_id, remote)
         plans: list[_FolderPlan] = []
         for done, location in enumerate(locations, start=1):
@@ -165,6 +170,7 @@ def push(
         ]
         if dry_run or not plans:
             return report
+        remote_id = books.remote_id(remote.pushed_to)  # the remote answered (metadata checked): record it now
         books.record(
             remote_id,
             ShardState.PENDING,

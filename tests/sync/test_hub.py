@@ -8,8 +8,10 @@ the remote is given a sleep function that records what it was asked to wait.
 from __future__ import annotations
 
 import random
+import sqlite3
 import sys
 from collections.abc import Callable
+from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 
@@ -19,7 +21,7 @@ from store.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailable
 from store.layout import Selector
 from store.store import Store
 from store.sync import fetch, push
-from store.sync.bookkeeping import Bookkeeping, ShardState
+from store.sync.bookkeeping import Bookkeeping, ShardState, bookkeeping_path
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
 from tests.fake_hub import FakeHub, Fault
 from tests.sync.helpers import QWEN, READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
@@ -247,3 +249,49 @@ def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(hub: Fa
     assert fetch(bob, hub_remote(hub), Selector(descriptor=wrong), dry_run=True).folders == []
     assert fetch(bob, hub_remote(hub), Selector(descriptor=wrong)).rows == 0
     assert fetch(bob, hub_remote(hub), Selector(descriptor=full[:20])).rows == 3
+
+
+def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
+    """The bookkeeping file's bytes and every row of its tables."""
+    path = bookkeeping_path(store.root)
+    with closing(sqlite3.connect(path)) as conn:
+        tables = ("remotes", "shards", "shard_keys")
+        content = [row for table in tables for row in conn.execute(f"SELECT '{table}', * FROM {table} ORDER BY 2, 3")]
+    return path.read_bytes(), content
+
+
+@pytest.mark.parametrize(
+    ("repo", "revision"), [("org/not-there", "main"), ("org/not-there", "dev"), (REPO, "no-such-branch")]
+)
+def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, repo: str, revision: str
+) -> None:
+    """Push and fetch (dry runs too) raise the typed 404 error and record nothing: no remote, no shard."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))  # the bookkeeping holds one remote and its shard
+    hub.tag(REPO, "dev")
+    push(alice, hub_remote(hub, revision="dev"))
+    fill(alice, completions(range(3, 5)))  # something new, so push does ask the remote
+    before = sync_state(alice)
+    missing = hub_remote(hub, sleeps, revision=revision)
+    missing.repo_id = repo
+
+    for command in (push, fetch):
+        with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
+            command(alice, missing)
+        with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
+            command(alice, missing, dry_run=True)
+
+    assert sync_state(alice) == before and sleeps == []
+    assert missing.pushed_to not in str(before[1])
+
+
+def test_a_dry_run_records_no_remote(hub: FakeHub, make_store: MakeStore) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    Bookkeeping(alice.root).close()  # the file exists, holding no remote
+    before = sync_state(alice)
+    assert push(alice, hub_remote(hub), dry_run=True).rows == 3
+    assert fetch(alice, hub_remote(hub), dry_run=True).shards == 0
+    assert sync_state(alice) == before and before[1] == []
