@@ -30,10 +30,13 @@ Contract:
   shard of that remote. Push sends only keys not known to the remote, so a
   fetched row is never echoed back, and a row another pusher sent is never
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
-  from one remote can still be pushed to another (mirroring). A remote is
-  recorded (``remotes``) with the first shard shared with it, never by a push
-  or fetch that failed or a dry run: :meth:`Bookkeeping.find_remote` only
-  reads. Keys are looked
+  from one remote can still be pushed to another (mirroring). A push to a
+  branch that is not the repository's default records under
+  ``{repository}@{branch}`` and lets a recorded shard of the repository or the
+  branch vouch for its keys only if the branch lists it
+  (:func:`store.sync.push.push`). A remote is recorded (``remotes``) with the
+  first shard shared with it, never by a push or fetch that failed or a dry
+  run: :meth:`Bookkeeping.find_remote` only reads. Keys are looked
   up as the repository looks them up: ``json_each`` over batches of
   :data:`~store.backends.sqlite.rows.LOOKUP_BATCH`.
 """
@@ -42,7 +45,7 @@ from __future__ import annotations
 
 import enum
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,6 +60,8 @@ from sqlalchemy import (
     ForeignKey,
     Integer,
     MetaData,
+    Select,
+    String,
     Table,
     Text,
     UniqueConstraint,
@@ -211,20 +216,26 @@ def _now() -> str:
 
 # ------------------------------------------------------------ statements (built once)
 
-_keys = json_each_keys()
-_UNKNOWN_KEYS = (
-    select(_keys.c.value)
-    .where(
-        ~exists().where(
-            shard_keys_table.c.input_hash == _keys.c.value,
-            shards_table.c.id == shard_keys_table.c.shard_id,
-            shards_table.c.remote_id.in_(bindparam("remote_ids", expanding=True)),
-            shards_table.c.folder == bindparam("folder"),
-            shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
-        )
-    )
-    .order_by(_keys.c.key)
-)
+
+def _unknown_keys_statement(*, among_names: bool) -> Select[Any]:
+    """Keys (the JSON array ``keys``) in no known shard of the remotes ``remote_ids`` in ``folder``; with
+    ``among_names``, only the shards named in the JSON array ``names`` count as known."""
+    keys = json_each_keys()
+    known = [
+        shard_keys_table.c.input_hash == keys.c.value,
+        shards_table.c.id == shard_keys_table.c.shard_id,
+        shards_table.c.remote_id.in_(bindparam("remote_ids", expanding=True)),
+        shards_table.c.folder == bindparam("folder"),
+        shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
+    ]
+    if among_names:
+        names = func.json_each(bindparam("names", type_=String)).table_valued("value")
+        known.append(shards_table.c.name.in_(select(names.c.value)))
+    return select(keys.c.value).where(~exists().where(*known)).order_by(keys.c.key)
+
+
+_UNKNOWN_KEYS = _unknown_keys_statement(among_names=False)
+_UNKNOWN_KEYS_AMONG = _unknown_keys_statement(among_names=True)
 _INSERT_REMOTE = insert(remotes_table).on_conflict_do_nothing()
 _INSERT_SHARD = insert(shards_table).on_conflict_do_nothing()
 _INSERT_KEY = insert(shard_keys_table).on_conflict_do_nothing()
@@ -334,15 +345,23 @@ class Bookkeeping:
 
         return self._run(work, write=True)
 
-    def unknown_keys(self, remote_ids: Sequence[int], folder: str, keys: Sequence[str]) -> list[str]:
-        """The keys among ``keys`` that none of the remotes ``remote_ids`` is known to have (order kept)."""
+    def unknown_keys(
+        self, remote_ids: Sequence[int], folder: str, keys: Sequence[str], *, among: Collection[str] | None = None
+    ) -> list[str]:
+        """The keys among ``keys`` that none of the remotes ``remote_ids`` is known to have (order kept).
+
+        With ``among`` (shard names), a key is known only through a recorded shard of that name: the caller
+        listed which shards the remote really holds, and a recorded shard that is not among them proves nothing.
+        """
+        statement = _UNKNOWN_KEYS if among is None else _UNKNOWN_KEYS_AMONG
+        names = {} if among is None else {"names": orjson.dumps(sorted(among)).decode()}
 
         def work(conn: Connection) -> list[str]:
             unknown: list[str] = []
             for start in range(0, len(keys), LOOKUP_BATCH):
                 chunk = orjson.dumps(list(keys[start : start + LOOKUP_BATCH])).decode()
-                params = {"keys": chunk, "remote_ids": list(remote_ids), "folder": folder}
-                unknown += conn.execute(_UNKNOWN_KEYS, params).scalars().all()
+                params = {"keys": chunk, "remote_ids": list(remote_ids), "folder": folder, **names}
+                unknown += conn.execute(statement, params).scalars().all()
             return unknown
 
         return self._run(work)

@@ -10,7 +10,12 @@ Protocol of one push (under the store root's sync lock):
    remote is not known to have (:mod:`store.sync.bookkeeping`: neither pushed
    there nor fetched from there) are read in key order and cut into shards in
    a staging folder. A folder whose metadata.json on the remote differs from
-   ours is reported and skipped: we never rewrite a shared file.
+   ours is reported and skipped: we never rewrite a shared file. On a branch
+   that is not the repository's default, the folder's shards are listed on
+   the branch first, and a key counts as held only through a recorded shard
+   (pushed to the branch, pushed to the repository, or fetched) that the
+   branch lists: a row that reached the default branch after the branch was
+   made from it is sent to the branch too.
 3. **Record, then send.** The new shards are recorded as ``pending`` with
    their keys (the remote is recorded with them, never before: a push that
    fails, such as one to a repository the Hub answers with 404, or a dry run
@@ -34,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.errors import InvalidInputError, JudgestoreError, RemoteMetadataError
+from store.errors import InvalidInputError, JudgestoreError, RemoteError, RemoteMetadataError
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
@@ -47,7 +52,7 @@ from store.sync.remote_layout import (
     remote_folder,
     verify_remote_metadata,
 )
-from store.sync.shards import BuiltShard, ShardOrigin, ShardWriter, shard_file_name
+from store.sync.shards import SHARD_SUFFIX, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, staging_folder, sync_lock
 
 KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
@@ -144,16 +149,21 @@ def push(
         # Looked up, not recorded: the remote is recorded with the first shard sent to it, so a push that
         # fails (a repository the Hub answers with 404) or a dry run leaves the bookkeeping as it was.
         remote_id = books.find_remote(remote.pushed_to)
-        # What a branch is known to hold: what was pushed to it, and what the repository held (pushed to its
-        # default branch, or fetched) when the branch was made from it, which is as much as is known here.
-        repository = books.find_remote(remote.url) if remote.pushed_to != remote.url else None
+        branch = remote.pushed_to != remote.url
+        repository = books.find_remote(remote.url) if branch else None
         known = [i for i in (remote_id, repository) if i is not None]
+        # A branch is asked which shards it holds (one listing per folder): what the bookkeeping knows the
+        # repository holds (pushed to its default branch, or fetched) may have reached main after the branch was
+        # made from it. With nothing recorded there is nothing to check against.
+        on_branch = remote if branch and known else None
         if not dry_run and remote_id is not None:
             report.recovered = _settle_pending(books, remote_id, remote)
         plans: list[_FolderPlan] = []
         for done, location in enumerate(locations, start=1):
             try:
-                plan = _plan_folder(store, location, books, known, staging, target_bytes)
+                plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch)
+            except RemoteError:
+                raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
             except JudgestoreError as e:
                 report.problems.append(SyncProblem(remote_folder(location), str(e)))
                 continue
@@ -196,14 +206,26 @@ def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote) -> int:
 
 
 def _plan_folder(
-    store: Store, location: Location, books: Bookkeeping, known: Sequence[int], staging: Path, target_bytes: int
+    store: Store,
+    location: Location,
+    books: Bookkeeping,
+    known: Sequence[int],
+    staging: Path,
+    target_bytes: int,
+    branch: Remote | None = None,
 ) -> _FolderPlan | None:
     """Shards of the folder's rows the remote (``known``: the bookkeeping's names of what it holds) does not have,
-    or None if it has them all (or the folder none)."""
+    or None if it has them all (or the folder none).
+
+    With ``branch`` (a push to a branch that is not the repository's default), the shards the branch lists are
+    asked for first and only those count: the bookkeeping knows what the repository holds (pushed to its default
+    branch, fetched), not which of it the branch was made with or has received since.
+    """
     database = store.open_existing(location)
     if database is None:  # no tables yet: nothing to send
         return None
     folder = remote_folder(location)
+    among = None if branch is None else _listed_shards(branch, location)
     unsent: list[str] = []
     batch: list[str] = []
     # Only keys are kept while scanning; rows are read back by key once the unsent ones are known,
@@ -211,9 +233,9 @@ def _plan_folder(
     for record in database.query():
         batch.append(record.input_hash)
         if len(batch) >= KEY_BATCH:
-            unsent += books.unknown_keys(known, folder, batch)
+            unsent += books.unknown_keys(known, folder, batch, among=among)
             batch = []
-    unsent += books.unknown_keys(known, folder, batch)
+    unsent += books.unknown_keys(known, folder, batch, among=among)
     if not unsent:
         return None
     unsent.sort()
@@ -227,6 +249,17 @@ def _plan_folder(
                 writer.add(found[key])
     shards = writer.close()
     return _FolderPlan(location, metadata, shards) if shards else None
+
+
+def _listed_shards(remote: Remote, location: Location) -> frozenset[str]:
+    """The names of the folder's shards the remote lists now (one listing; untrusted names are only ever compared
+    with names the bookkeeping recorded, so a stray file there cannot make a row count as held)."""
+    prefix = f"{remote_folder(location)}/{SHARDS_DIR}/"
+    return frozenset(
+        entry.path.removeprefix(prefix).removesuffix(SHARD_SUFFIX)
+        for entry in remote.list(prefix.rstrip("/"), revision=None, recursive=False)
+        if not entry.is_dir and entry.path.startswith(prefix) and entry.path.endswith(SHARD_SUFFIX)
+    )
 
 
 def _check_remote_metadata(

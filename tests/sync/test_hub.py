@@ -251,6 +251,25 @@ def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(hub: Fa
     assert fetch(bob, hub_remote(hub), Selector(descriptor=full[:20])).rows == 3
 
 
+def test_a_branch_push_sends_what_main_received_after_the_branch_was_made(hub: FakeHub, make_store: MakeStore) -> None:
+    """What the bookkeeping knows main holds is not taken as held by a branch: the branch's listing decides."""
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    assert push(alice, hub_remote(hub)).rows == 4
+    hub.tag(REPO, "dev")  # a branch made from main now
+    fill(alice, completions(range(4, 7)))
+    assert push(alice, hub_remote(hub)).rows == 3  # main only: dev was made before these
+
+    to_dev = push(alice, hub_remote(hub, revision="dev"))
+
+    assert to_dev.ok and to_dev.rows == 3 and len(to_dev.commits) == 1  # only what dev lacks
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="dev")).ok and rows(bob) == rows(alice)
+    before = commits_of(hub)
+    again = push(alice, hub_remote(hub, revision="dev"))  # unchanged: the listing shows dev has every shard
+    assert again.ok and again.shards == 0 and commits_of(hub) == before
+
+
 def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
     """The bookkeeping file's bytes and every row of its tables."""
     path = bookkeeping_path(store.root)
