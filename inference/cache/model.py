@@ -21,7 +21,8 @@ Contract (docs/design.md, "A run, step by step"):
   for more samples than are stored generates only the missing ones.
 * Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
   ``off`` never touches the store; ``replay`` only reads and raises
-  :class:`CacheMissError` on the first miss, before preparing anything;
+  :class:`CacheMissError` on the first miss, before preparing anything
+  (its ``missing_requests`` name every request the store cannot answer);
   ``readonly`` reads and generates misses but never writes.
 * Every output is a result: an empty completion with a normal finish reason
   (``stop``, ``length``) is stored and hit like any other. (Earlier versions
@@ -330,10 +331,12 @@ class CachedModel:
         if plan.missing and self.mode == "replay":
             first = plan.missing[0]
             request = requests[first.request_index]
+            absent = {inp.key for inp in plan.missing}
             raise CacheMissError(
                 f"replay mode: {plan.misses} of {plan.distinct} inputs are not in the store; the first is "
                 f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
-                f"input hash {first.key[:16]}. Run once with --mode use to fill the store."
+                f"input hash {first.key[:16]}. Run once with --mode use to fill the store.",
+                missing_requests=[i for i, ks in enumerate(keys) if not absent.isdisjoint(ks)],
             )
         with gc_paused():
             results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}

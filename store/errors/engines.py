@@ -87,7 +87,16 @@ class BackendError(ModelError):
 
 
 class CacheMissError(JudgestoreError):
-    """``replay`` mode met an input that the store does not hold."""
+    """``replay`` mode met an input that the store does not hold.
+
+    ``missing_requests`` holds the index (in the call's request order) of
+    every request with a sample the store does not hold, so a caller can
+    answer the others from the store (the LangChain model does).
+    """
+
+    def __init__(self, message: str, *, missing_requests: Sequence[int] = ()) -> None:
+        super().__init__(message)
+        self.missing_requests = tuple(missing_requests)
 
 
 class RequestsFailedError(JudgestoreError):

@@ -129,8 +129,9 @@ def test_replay_fails_on_a_miss_naming_the_first_and_never_prepares(store: Store
     model(store, descriptor, CountingBackend()).complete([ask(0)])
     backend = CountingBackend()
     cached = model(store, descriptor, backend, mode="replay")
-    with pytest.raises(CacheMissError, match=r"request 1 \(b/1\)"):
-        cached.complete([ask(0), ask(1), ask(2)])
+    with pytest.raises(CacheMissError, match=r"request 1 \(b/1\)") as raised:
+        cached.complete([ask(0), ask(1), ask(2), ask(1), ask(0, n=2)])
+    assert raised.value.missing_requests == (1, 2, 3, 4)  # a duplicate and a missing sample name theirs too
     assert cached._backend_factory.calls == 0  # type: ignore[attr-defined]
     assert [r.text for r in cached.complete([ask(0)])] == ["answer to q0 #0"]
 
