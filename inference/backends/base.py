@@ -20,6 +20,13 @@ complete, over all the misses of a batch at once: the engine keeps as many
 in flight as it can (a local engine's scheduler holds up to its
 ``max_num_seqs``, a remote one's concurrency stays busy), and the cache
 boundary writes them as they finish instead of waiting for a whole batch.
+
+A call may bound its own requests in flight below the backend's
+(:func:`check_bound`: a LangChain config's ``max_concurrency``). A
+:class:`BoundedStreamingBackend` (the hosted one) streams under that bound;
+any other backend is given at most that many requests at a time
+(:func:`inference.cache.generate.generate_into`), which keeps the bound but
+waits for each group's slowest request.
 """
 
 from __future__ import annotations
@@ -28,7 +35,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
-from store.errors import JudgestoreError
+from store.errors import InvalidInputError, JudgestoreError
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +77,16 @@ def max_concurrency(backend: Backend) -> int:
     return value if isinstance(value, int) and value >= 1 else 1
 
 
+def check_bound(value: object) -> int | None:
+    """A call's bound on its requests in flight: None (the backend's own bound) or an integer >= 1.
+
+    Anything else is an :class:`~store.errors.InvalidInputError`, raised before anything is sent.
+    """
+    if value is not None and (type(value) is not int or value < 1):
+        raise InvalidInputError(f"max_concurrency must be an integer >= 1 (or None: the model's own), got {value!r}")
+    return value
+
+
 class Backend(Protocol):
     def generate(self, requests: Sequence[EngineRequest]) -> Sequence[Generation | Refusal]:
         """One generation (or refusal) per request, in order. Raises on engine failure."""
@@ -95,5 +112,16 @@ class StreamingBackend(Backend, Protocol):
         minutes. On a failure it yields what completed first (requests already
         in flight are let finish), then raises. Closing the iterator early
         cancels the rest.
+        """
+        ...
+
+
+@runtime_checkable
+class BoundedStreamingBackend(StreamingBackend, Protocol):
+    def generate_stream_bounded(self, requests: Sequence[EngineRequest], max_concurrency: int) -> Iterator[Arrival]:
+        """:meth:`~StreamingBackend.generate_stream` with at most ``max_concurrency`` of these requests in flight.
+
+        The backend's own bound still holds over everything it sends: this stream has at most the smaller of the
+        two in flight.
         """
         ...

@@ -13,6 +13,10 @@ Contract:
   interval, never the engine's batch.
   A backend that only generates whole batches gets them ``chunk_size`` at a
   time, each written before the next starts, under the caller's engine lock.
+  A call that bounds its requests in flight (``max_concurrency``) streams
+  under that bound from a
+  :class:`~inference.backends.base.BoundedStreamingBackend`; any other
+  backend gets its misses in whole batches of at most that bound.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
@@ -36,11 +40,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Literal
 
-from inference.backends.base import Backend, EngineRequest, Generation, Refusal, StreamingBackend
+from inference.backends.base import (
+    Arrival,
+    Backend,
+    BoundedStreamingBackend,
+    EngineRequest,
+    Generation,
+    Refusal,
+    StreamingBackend,
+)
 from inference.cache.accounting import CallStats, priced, usage_totals
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_record, generated_sample
@@ -167,14 +179,23 @@ def generate_into(
     *,
     chunk_size: int,
     engine_lock: threading.Lock,
+    max_concurrency: int | None = None,
 ) -> None:
-    """Generate ``missing`` (asked as ``engine_requests``) on ``backend`` and write them (see the module docstring)."""
+    """Generate ``missing`` (asked as ``engine_requests``) on ``backend`` and write them (see the module docstring).
+
+    ``max_concurrency`` (None: the backend's own) bounds this call's requests in flight.
+    """
     try:
-        if isinstance(backend, StreamingBackend):
-            _stream(writer, backend, missing, engine_requests, chunk_size)
+        if isinstance(backend, BoundedStreamingBackend) and max_concurrency is not None:
+            _stream(writer, backend.generate_stream_bounded(engine_requests, max_concurrency), missing, chunk_size)
             return
-        for start in range(0, len(missing), chunk_size):
-            chunk = slice(start, start + chunk_size)
+        if isinstance(backend, StreamingBackend) and max_concurrency is None:
+            _stream(writer, backend.generate_stream(engine_requests), missing, chunk_size)
+            return
+        # Whole batches; a bounded call's are at most its bound, as a stream cannot be bounded from outside.
+        size = chunk_size if max_concurrency is None else min(chunk_size, max_concurrency)
+        for start in range(0, len(missing), size):
+            chunk = slice(start, start + size)
             with engine_lock:  # a backend without streaming serves one caller's chunk at a time
                 generating = time.perf_counter()
                 outcomes = backend.generate(engine_requests[chunk])
@@ -197,19 +218,15 @@ def generate_into(
         raise
 
 
-def _stream(
-    writer: Writer,
-    backend: StreamingBackend,
-    missing: Sequence[PlannedInput],
-    engine_requests: Sequence[EngineRequest],
-    chunk_size: int,
-) -> None:
-    """Write a streaming backend's generations as they finish (see the module docstring)."""
+def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[PlannedInput], chunk_size: int) -> None:
+    """Write a streaming backend's generations as they finish (see the module docstring).
+
+    ``stream`` is the backend's, just returned: a local engine is taken, and every request added, when
+    ``generate_stream`` returns, so the clock starts here and a call that waited for another's batch does not
+    charge the wait to its rows.
+    """
     pending: list[tuple[PlannedInput, Generation | Refusal]] = []
     seen: set[int] = set()
-    # A local engine is taken, and every request added, when generate_stream returns: the clock starts there,
-    # so a call that waited for another's batch does not charge the wait to its rows.
-    stream = backend.generate_stream(engine_requests)
     last_write = time.monotonic()
     try:
         try:

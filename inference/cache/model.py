@@ -74,7 +74,10 @@ Contract (docs/design.md, "A run, step by step"):
   calls for async code: the whole call (plan, lookups, writes, and the
   engine for vLLM) runs in a worker thread, so the event loop stays free; a
   hosted model's misses go out concurrently, at most its
-  ``max_concurrency`` at once across every call of the model. ``async
+  ``max_concurrency`` at once across every call of the model. A call's own
+  ``max_concurrency=`` bounds that call's requests in flight lower
+  (:func:`~inference.backends.base.check_bound`; a backend that cannot
+  stream under it gets that many misses at a time). ``async
   with`` closes the engine off the loop too. Concurrent calls are safe: the
   engine is prepared once, and a local engine (not safe to call from two
   threads) serves one caller's batch at a time (vLLM's backend holds its
@@ -98,7 +101,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from inference.backends.base import Backend, Preflight, max_concurrency
+from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
 from inference.cache.generate import ProgressCallback, Writer, generate_into
 from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
@@ -179,7 +182,8 @@ class CachedModel:
         self._closes = 0  # how often the model was closed: a call running across a close gets no new engine
         self._calls = 0  # calls running now (threads, async calls' worker threads)
         self._idle = threading.Condition()  # notified when a call ends
-        # ``closes`` when this thread's call began (None outside a call): a call's callbacks may close the model.
+        # ``closes`` when this thread's call began (None outside a call): a call's callbacks may close the model;
+        # ``bound``: that call's own bound on its requests in flight (None: the engine's).
         self._in_call = threading.local()
         self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
         self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
@@ -232,9 +236,10 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
+        max_concurrency: int | None = None,
     ) -> Responses:
         """Completions for ``requests``, in order; ``.run`` of the result says what this call did."""
-        return self._run("completions", requests, on_plan, on_progress)
+        return self._run("completions", requests, on_plan, on_progress, max_concurrency)
 
     def judge(
         self,
@@ -242,9 +247,10 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
+        max_concurrency: int | None = None,
     ) -> Responses:
         """Judgements for ``requests``, in order; ``.run`` of the result says what this call did."""
-        return self._run("judgements", requests, on_plan, on_progress)
+        return self._run("judgements", requests, on_plan, on_progress, max_concurrency)
 
     async def acomplete(
         self,
@@ -252,9 +258,10 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
+        max_concurrency: int | None = None,
     ) -> Responses:
         """:meth:`complete` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(self._run, "completions", requests, on_plan, on_progress)
+        return await asyncio.to_thread(self._run, "completions", requests, on_plan, on_progress, max_concurrency)
 
     async def ajudge(
         self,
@@ -262,9 +269,10 @@ class CachedModel:
         *,
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
+        max_concurrency: int | None = None,
     ) -> Responses:
         """:meth:`judge` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(self._run, "judgements", requests, on_plan, on_progress)
+        return await asyncio.to_thread(self._run, "judgements", requests, on_plan, on_progress, max_concurrency)
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
@@ -298,15 +306,17 @@ class CachedModel:
         requests: Sequence[Request],
         on_plan: Callable[[Plan], None] | None,
         on_progress: ProgressCallback | None,
+        max_concurrency: int | None = None,
     ) -> Responses:
+        check_bound(max_concurrency)
         with self._idle:
             self._calls += 1
-        nested = getattr(self._in_call, "closes", None)
-        self._in_call.closes = self._closes
+        nested = getattr(self._in_call, "closes", None), getattr(self._in_call, "bound", None)
+        self._in_call.closes, self._in_call.bound = self._closes, max_concurrency
         try:
             return self._serve(role, requests, on_plan, on_progress)
         finally:
-            self._in_call.closes = nested
+            self._in_call.closes, self._in_call.bound = nested
             with self._idle:
                 self._calls -= 1
                 self._idle.notify_all()
@@ -455,6 +465,8 @@ class CachedModel:
             [engine_requests[i] for i in todo],
             chunk_size=self.chunk_size,
             engine_lock=self._engine_lock,
+            # The call's own bound, read here so that a shared batch's blocks (generate_missing) keep it too.
+            max_concurrency=getattr(self._in_call, "bound", None),
         )
         return writer.results
 

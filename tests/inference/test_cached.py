@@ -330,6 +330,34 @@ class StreamingBackend(CountingBackend):
             yield index, generations[index]
 
 
+class BatchSizes(StreamingBackend):
+    """A streaming backend that cannot bound one call's requests in flight: it records each batch it is given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.batches: list[int] = []
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        self.batches.append(len(requests))
+        return super().generate(requests)
+
+
+def test_a_calls_max_concurrency_gives_a_backend_that_cannot_bound_it_that_many_at_a_time(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    backend = BatchSizes()
+    cached = model(store, descriptor, backend)
+    for bad in (0, 2.5, "3"):
+        with pytest.raises(InvalidInputError, match="max_concurrency must be an integer"):
+            cached.complete([ask(i) for i in range(5)], max_concurrency=bad)  # type: ignore[arg-type]
+    assert backend.received == [] and not cached.engine_loaded
+    responses = cached.complete([ask(i) for i in range(5)], max_concurrency=2)
+    assert backend.batches == [2, 2, 1]  # not one stream of 5: it could not keep 2 of them in flight
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]
+    cached.complete([ask(i) for i in range(5, 8)])
+    assert backend.batches == [2, 2, 1]  # without a bound: its stream, every miss at once
+
+
 def test_a_streaming_backend_gets_every_miss_at_once_and_rows_are_written_as_they_arrive(
     store: Store, descriptor: ModelDescriptor
 ) -> None:

@@ -5,10 +5,11 @@ Contract:
 * Importing this module does not import ``openai``: :func:`create_openai_backend`
   does, and the cache boundary calls it only when a batch has misses, so a run
   that is all hits never imports the client (nor sends a request).
-* :class:`OpenAIBackend` is a :class:`~inference.backends.base.StreamingBackend`:
+* :class:`OpenAIBackend` is a :class:`~inference.backends.base.BoundedStreamingBackend`:
   at most ``max_concurrency`` requests are in flight, counted over every
   batch it is sending at once (concurrent async calls of one model share the
-  limit), and each generation is
+  limit), and at most a call's own bound of that call's, when it sets one
+  (:meth:`~OpenAIBackend.generate_stream_bounded`); each generation is
   handed to the cache boundary as it completes, so a killed run keeps what
   it paid for; while it waits it yields a heartbeat every :data:`HEARTBEAT_S`.
   It runs its own event loop on a private thread, so it works from plain
@@ -69,7 +70,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from inference.backends.base import Arrival, EngineRequest, Generation, Refusal
+from inference.backends.base import Arrival, EngineRequest, Generation, Refusal, check_bound
 from inference.backends.hosted.wire import (
     MODEL_MISSING_HINTS,
     ErrorInBody,
@@ -214,6 +215,12 @@ class OpenAIBackend:
 
     def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
         """``(index, generation)`` as each request completes; see :class:`~inference.backends.base.StreamingBackend`."""
+        return self.generate_stream_bounded(requests, self.max_concurrency)
+
+    def generate_stream_bounded(self, requests: Sequence[EngineRequest], max_concurrency: int) -> Iterator[Arrival]:
+        """:meth:`generate_stream` with at most ``max_concurrency`` of these requests in flight (and at most the
+        backend's own ``max_concurrency`` over every batch it sends)."""
+        check_bound(max_concurrency)
         if self._closed:
             raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
         for request in requests:  # refuse a wrong input mode before anything is sent
@@ -221,7 +228,7 @@ class OpenAIBackend:
         if not requests:
             return
         arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put, max_concurrency), self._loop)
         self._batches.add(future)
         future.add_done_callback(self._batches.discard)
         future.add_done_callback(lambda _: arrivals.put(_DONE))
@@ -282,7 +289,10 @@ class OpenAIBackend:
     # ------------------------------------------------------------ on the loop thread
 
     async def _run(
-        self, requests: Sequence[EngineRequest], emit: Callable[[tuple[int, Generation | Refusal]], None]
+        self,
+        requests: Sequence[EngineRequest],
+        emit: Callable[[tuple[int, Generation | Refusal]], None],
+        bound: int,
     ) -> None:
         indexes = iter(range(len(requests)))
         started = answered = refused = finished = 0
@@ -333,7 +343,8 @@ class OpenAIBackend:
             emit((i, generation))
             return True
 
-        await asyncio.gather(*(worker() for _ in range(min(self.max_concurrency, len(requests)))))
+        # Each worker has one request in flight at a time: this batch's bound. The slots are the backend's.
+        await asyncio.gather(*(worker() for _ in range(min(bound, self.max_concurrency, len(requests)))))
         if failures:
             raise failures[0]
 
