@@ -18,26 +18,36 @@ Contract:
   (:meth:`~inference.cache.model.CachedModel.acomplete`). ``stream`` and
   ``astream`` yield the whole answer as one chunk (a hit streams its stored
   text; the engine does not stream), their row metadata from their config
-  too. A config's ``max_concurrency`` does not split the batch: a
-  hosted model's own ``max_concurrency`` bounds its requests in flight.
+  too. A hosted model's own ``max_concurrency`` bounds its requests in
+  flight; a ``batch`` / ``abatch`` config's ``max_concurrency`` (the first
+  config's, as LangChain reads it) bounds that call's lower still without
+  splitting its plan (:func:`~inference.backends.base.check_bound`: an
+  engine that cannot stream under it gets that many misses at a time); a
+  bad one is an ``InvalidInputError`` before anything is sent.
 * Messages, row metadata from each input's ``config["metadata"]``, the
   refusal of call-time sampling (it is part of the key) and the
   ``AIMessage`` of each answer are :mod:`inference.langchain.shapes`'s.
 * A request that fails (refused by the engine or server, or its row by the
   store) fails alone: ``batch(..., return_exceptions=True)`` puts its typed
   error in its place; otherwise the first such error is raised after the
-  whole batch was answered and stored. As in LangChain's own ``batch``, an
+  whole batch was answered and stored. In mode ``replay`` an input the
+  store does not hold is such a failure: its ``CacheMissError`` (saying how
+  many inputs of the call were missing) in its slot, the hits answered from
+  the store, no model called. As in LangChain's own ``batch``, an
   input that is no model input (``UnsupportedMessageError``) and a
   call-time setting (each input's failure) are in their slots too with
   ``return_exceptions``, else raised before anything is sent. ``generate``
   (hence ``invoke``) raises it. Every input is read as judgestore keys it
   (:func:`inference.messages.chat_messages`) before LangChain's own coercion,
   which would drop a dict's unknown keys: one it cannot key is refused
-  before its run starts, on every path. ``bind_tools`` and
+  before anything is sent, on every path. ``bind_tools`` and
   ``with_structured_output`` are refused (no tool call is text to key).
   Callbacks see one LLM run per input, started before the plan and ended
-  (or errored) after it. LangChain's own ``cache`` is not
-  consulted: the store is the cache.
+  (or errored) after it; an input judgestore cannot key has its run too,
+  started and ended in its error (showing LangChain's own reading of the
+  input, if it has one), as LangChain ends a run whose generation raised.
+  A call-time setting fails before any run. LangChain's own ``cache`` is
+  not consulted: the store is the cache.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import contextvars
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal, cast
 
+from inference.backends.base import check_bound
 from inference.cache.accounting import CallStats
 from inference.cache.model import CachedModel
 from inference.cache.plan import Mode
@@ -79,14 +90,13 @@ except ImportError as e:  # pragma: no cover - exercised without the extra insta
 # After the check above: the shapes module imports langchain-core as it loads.
 from inference.langchain.shapes import (
     Outcome,
-    acall,
-    answer,
-    call,
+    asend,
     call_configs,
     check_call,
     raise_first,
     requests_of,
     result_of,
+    send,
 )
 
 _NO_TOOLS = (
@@ -203,6 +213,30 @@ class CachedChatModel(BaseChatModel):
 
     # ------------------------------------------------------------ one plan per call
 
+    def invoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """LangChain's ``invoke``; an input judgestore cannot key has its run started and ended in its error."""
+        self._keyable(input, ensure_config(config), stop)
+        return super().invoke(input, config, stop=stop, **kwargs)
+
+    async def ainvoke(
+        self,
+        input: LanguageModelInput,
+        config: RunnableConfig | None = None,
+        *,
+        stop: list[str] | None = None,
+        **kwargs: Any,
+    ) -> AIMessage:
+        """LangChain's ``ainvoke``; an input judgestore cannot key has its run started and ended in its error."""
+        await self._akeyable(input, ensure_config(config), stop)
+        return await super().ainvoke(input, config, stop=stop, **kwargs)
+
     def generate(
         self,
         messages: list[list[BaseMessage]],
@@ -247,11 +281,17 @@ class CachedChatModel(BaseChatModel):
     ) -> list[AIMessage]:
         """One plan for the whole batch; with ``return_exceptions``, a failed input's error in its place."""
         stop = kwargs.pop("stop", None)
-        slots, picked, conversations, configs = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
-        if picked:
-            outcomes, _, _ = self._with_callbacks(conversations, configs, stop, kwargs)
-            for i, outcome in zip(picked, outcomes, strict=True):
-                slots[i] = outcome
+        todo = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
+        for i in todo.refused:
+            self._refused_run(inputs[i], todo.configs[i], stop, todo.slots[i], len(inputs))
+        todo.raise_refused(return_exceptions)
+        if todo.picked:
+            outcomes, _, _ = self._with_callbacks(
+                todo.conversations, [todo.configs[i] for i in todo.picked], stop, kwargs, todo.bound
+            )
+            for i, outcome in zip(todo.picked, outcomes, strict=True):
+                todo.slots[i] = outcome
+        slots = todo.slots
         return cast(list[AIMessage], slots if return_exceptions else raise_first(cast(list[Outcome], slots)))
 
     async def abatch(
@@ -264,11 +304,17 @@ class CachedChatModel(BaseChatModel):
     ) -> list[AIMessage]:
         """:meth:`batch` with the plan, the store and the engine off the event loop."""
         stop = kwargs.pop("stop", None)
-        slots, picked, conversations, configs = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
-        if picked:
-            outcomes, _, _ = await self._awith_callbacks(conversations, configs, stop, kwargs)
-            for i, outcome in zip(picked, outcomes, strict=True):
-                slots[i] = outcome
+        todo = self._batch_inputs(inputs, config, stop, kwargs, return_exceptions)
+        for i in todo.refused:
+            await self._arefused_run(inputs[i], todo.configs[i], stop, todo.slots[i], len(inputs))
+        todo.raise_refused(return_exceptions)
+        if todo.picked:
+            outcomes, _, _ = await self._awith_callbacks(
+                todo.conversations, [todo.configs[i] for i in todo.picked], stop, kwargs, todo.bound
+            )
+            for i, outcome in zip(todo.picked, outcomes, strict=True):
+                todo.slots[i] = outcome
+        slots = todo.slots
         return cast(list[AIMessage], slots if return_exceptions else raise_first(cast(list[Outcome], slots)))
 
     def stream(
@@ -280,6 +326,7 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> Iterator[AIMessageChunk]:
         """LangChain's ``stream``, its config's metadata labelling the row (see :meth:`_one`)."""
+        self._keyable(input, ensure_config(config), stop)
         chunks, metadata = super().stream(input, config, stop=stop, **kwargs), ensure_config(config).get("metadata")
         while True:  # the metadata is set around each step only: never across a yield
             token = _STREAM_METADATA.set(metadata)
@@ -300,6 +347,7 @@ class CachedChatModel(BaseChatModel):
         **kwargs: Any,
     ) -> AsyncIterator[AIMessageChunk]:
         """LangChain's ``astream`` (``_stream`` in a worker thread), its config's metadata labelling the row."""
+        await self._akeyable(input, ensure_config(config), stop)
         chunks, metadata = super().astream(input, config, stop=stop, **kwargs), ensure_config(config).get("metadata")
         while True:  # as in stream: the worker thread runs in a copy of this context
             token = _STREAM_METADATA.set(metadata)
@@ -356,8 +404,7 @@ class CachedChatModel(BaseChatModel):
         check_call(self._model.descriptor, stop, kwargs)
         metadata = dict(run_manager.metadata) if run_manager is not None else dict(_STREAM_METADATA.get() or {})
         requests, outcomes = self._requests([messages], [metadata])
-        if requests:
-            answer(requests, outcomes, call(self._model, self.role, requests), self._model, self.role)
+        send(self._model, self.role, requests, outcomes)
         (outcome,) = outcomes
         if isinstance(outcome, Exception):
             raise outcome
@@ -370,21 +417,13 @@ class CachedChatModel(BaseChatModel):
         configs: Sequence[RunnableConfig],
         stop: list[str] | None,
         kwargs: Mapping[str, Any],
+        max_concurrency: int | None = None,
     ) -> tuple[list[Outcome], list[CallbackManagerForLLMRun], CallStats | None]:
         check_call(self._model.descriptor, stop, kwargs)
         serialized, params = dumpd(self), self._invocation_params(stop)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
-            manager = CallbackManager.configure(
-                config.get("callbacks"),
-                self.callbacks,
-                self.verbose,
-                config.get("tags"),
-                self.tags,
-                config.get("metadata"),
-                self.metadata,
-            )
-            (run,) = manager.on_chat_model_start(
+            (run,) = self._manager(config).on_chat_model_start(
                 serialized,
                 [list(conversation)],
                 invocation_params=params,
@@ -396,9 +435,7 @@ class CachedChatModel(BaseChatModel):
             managers.append(run)
         try:
             requests, outcomes = self._requests(conversations, [c.get("metadata") for c in configs])
-            responses = call(self._model, self.role, requests) if requests else None
-            if responses is not None:
-                answer(requests, outcomes, responses, self._model, self.role)
+            stats = send(self._model, self.role, requests, outcomes, max_concurrency)
         except BaseException as e:
             for run in managers:
                 run.on_llm_error(e)
@@ -408,7 +445,7 @@ class CachedChatModel(BaseChatModel):
                 run.on_llm_error(outcome)
             else:
                 run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=outcome)]]))
-        return cast(list[Outcome], outcomes), managers, None if responses is None else responses.run
+        return cast(list[Outcome], outcomes), managers, stats
 
     async def _awith_callbacks(
         self,
@@ -416,21 +453,13 @@ class CachedChatModel(BaseChatModel):
         configs: Sequence[RunnableConfig],
         stop: list[str] | None,
         kwargs: Mapping[str, Any],
+        max_concurrency: int | None = None,
     ) -> tuple[list[Outcome], list[AsyncCallbackManagerForLLMRun], CallStats | None]:
         check_call(self._model.descriptor, stop, kwargs)
         serialized, params = dumpd(self), self._invocation_params(stop)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
-            manager = AsyncCallbackManager.configure(
-                config.get("callbacks"),
-                self.callbacks,
-                self.verbose,
-                config.get("tags"),
-                self.tags,
-                config.get("metadata"),
-                self.metadata,
-            )
-            (run,) = await manager.on_chat_model_start(
+            (run,) = await self._amanager(config).on_chat_model_start(
                 serialized,
                 [list(conversation)],
                 invocation_params=params,
@@ -442,9 +471,7 @@ class CachedChatModel(BaseChatModel):
             managers.append(run)
         try:
             requests, outcomes = self._requests(conversations, [c.get("metadata") for c in configs])
-            responses = await acall(self._model, self.role, requests) if requests else None
-            if responses is not None:
-                answer(requests, outcomes, responses, self._model, self.role)
+            stats = await asend(self._model, self.role, requests, outcomes, max_concurrency)
         except BaseException as e:
             for run in managers:
                 await run.on_llm_error(e)
@@ -454,7 +481,7 @@ class CachedChatModel(BaseChatModel):
                 await run.on_llm_error(outcome)
             else:
                 await run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=outcome)]]))
-        return cast(list[Outcome], outcomes), managers, None if responses is None else responses.run
+        return cast(list[Outcome], outcomes), managers, stats
 
     def _batch_inputs(
         self,
@@ -463,35 +490,111 @@ class CachedChatModel(BaseChatModel):
         stop: list[str] | None,
         kwargs: Mapping[str, Any],
         return_exceptions: bool,
-    ) -> tuple[list[Outcome | None], list[int], list[list[BaseMessage]], list[RunnableConfig]]:
-        """A slot per input, and the index, conversation and config of each input the batch sends.
+    ) -> _Batch:
+        """What a batch sends, and each input it cannot key with its error in its slot (see :class:`_Batch`).
 
         As in LangChain's own ``batch``, an input that is no model input, or a call-time setting (which every input
         would get), is that input's failure: in its slot with ``return_exceptions``, else raised before anything is
-        sent.
+        sent. A bad ``max_concurrency`` (the first config's, as LangChain reads it) is raised at once.
         """
-        slots: list[Outcome | None] = [None] * len(inputs)
+        configs = get_config_list(config, len(inputs))
+        bound = check_bound(configs[0].get("max_concurrency")) if configs else None
+        todo = _Batch(slots=[None] * len(inputs), configs=configs, bound=bound)
         try:
             check_call(self._model.descriptor, stop, kwargs)
         except InvalidInputError as e:
             if not return_exceptions:
                 raise
-            return [e] * len(inputs), [], [], []
-        all_configs = get_config_list(config, len(inputs))
-        picked, conversations, configs = [], [], []
+            todo.slots = [e] * len(inputs)
+            return todo
         for i, value in enumerate(inputs):
             try:
                 conversation = self._convert_input(value).to_messages()
             except ValueError as e:  # _convert_input's UnsupportedMessageError: named by its input here
                 error = UnsupportedMessageError(f"input {i}: {e}")
-                if not return_exceptions:
-                    raise error from e
-                slots[i] = error
+                error.__cause__ = e
+                todo.slots[i] = error
+                todo.refused.append(i)
                 continue
-            picked.append(i)
-            conversations.append(conversation)
-            configs.append(all_configs[i])
-        return slots, picked, conversations, configs
+            todo.picked.append(i)
+            todo.conversations.append(conversation)
+        return todo
+
+    def _manager(self, config: RunnableConfig) -> CallbackManager:
+        return CallbackManager.configure(
+            config.get("callbacks"),
+            self.callbacks,
+            self.verbose,
+            config.get("tags"),
+            self.tags,
+            config.get("metadata"),
+            self.metadata,
+        )
+
+    def _amanager(self, config: RunnableConfig) -> AsyncCallbackManager:
+        return AsyncCallbackManager.configure(
+            config.get("callbacks"),
+            self.callbacks,
+            self.verbose,
+            config.get("tags"),
+            self.tags,
+            config.get("metadata"),
+            self.metadata,
+        )
+
+    def _traced(self, value: Any) -> list[BaseMessage]:
+        """What a run shows of an input judgestore cannot key: LangChain's own reading of it, if it has one."""
+        try:
+            return BaseChatModel._convert_input(self, value).to_messages()
+        except Exception:  # no model input at all (a number): the run shows no message, its error says why
+            return []
+
+    def _refused_run(
+        self, value: Any, config: RunnableConfig, stop: list[str] | None, error: Any, batch_size: int = 1
+    ) -> None:
+        """Start the run of an input judgestore cannot key and end it in ``error``, as LangChain ends a run whose
+        generation raised: tracers see every input."""
+        (run,) = self._manager(config).on_chat_model_start(
+            dumpd(self),
+            [self._traced(value)],
+            invocation_params=self._invocation_params(stop),
+            options={"stop": stop},
+            name=config.get("run_name"),
+            run_id=config.get("run_id"),
+            batch_size=batch_size,
+        )
+        run.on_llm_error(error)
+
+    async def _arefused_run(
+        self, value: Any, config: RunnableConfig, stop: list[str] | None, error: Any, batch_size: int = 1
+    ) -> None:
+        """:meth:`_refused_run` with the async callback manager."""
+        (run,) = await self._amanager(config).on_chat_model_start(
+            dumpd(self),
+            [self._traced(value)],
+            invocation_params=self._invocation_params(stop),
+            options={"stop": stop},
+            name=config.get("run_name"),
+            run_id=config.get("run_id"),
+            batch_size=batch_size,
+        )
+        await run.on_llm_error(error)
+
+    def _keyable(self, value: Any, config: RunnableConfig, stop: list[str] | None) -> None:
+        """Raise what judgestore says of an input it cannot key, after its run was started and ended in it."""
+        try:
+            self._convert_input(value)
+        except ValueError as e:
+            self._refused_run(value, config, stop, e)
+            raise
+
+    async def _akeyable(self, value: Any, config: RunnableConfig, stop: list[str] | None) -> None:
+        """:meth:`_keyable` with the async callback manager."""
+        try:
+            self._convert_input(value)
+        except ValueError as e:
+            await self._arefused_run(value, config, stop, e)
+            raise
 
     def _invocation_params(self, stop: list[str] | None) -> dict[str, Any]:
         return {**self._identifying_params, "_type": self._llm_type, "stop": stop}
@@ -501,3 +604,26 @@ class CachedChatModel(BaseChatModel):
     ) -> tuple[list[tuple[int, Request]], list[Outcome | None]]:
         """The requests of the conversations and a slot per conversation (:func:`.shapes.requests_of`)."""
         return requests_of(conversations, metadatas, self.role, chat=self._model.descriptor.input_mode == "chat")
+
+
+class _Batch:
+    """A batch call's inputs, read: a slot per input and its config; what it sends; what it cannot key.
+
+    ``picked`` are the inputs sent (``conversations`` theirs); ``refused`` those judgestore cannot key, their
+    :class:`UnsupportedMessageError` in their slots; ``bound`` the call's ``max_concurrency`` (None: the model's).
+    """
+
+    def __init__(self, slots: list[Outcome | None], configs: list[RunnableConfig], bound: int | None) -> None:
+        self.slots = slots
+        self.configs = configs
+        self.bound = bound
+        self.picked: list[int] = []
+        self.conversations: list[list[BaseMessage]] = []
+        self.refused: list[int] = []
+
+    def raise_refused(self, return_exceptions: bool) -> None:
+        """Without ``return_exceptions``, the first input that cannot be keyed is raised before anything is sent."""
+        if self.refused and not return_exceptions:
+            error = self.slots[self.refused[0]]
+            assert isinstance(error, Exception)
+            raise error

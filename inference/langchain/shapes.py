@@ -28,8 +28,12 @@ Contract:
   hit or miss, ``input_hash``, ``descriptor_hash``, ``task``, ``role``) and,
   when the descriptor asks for logprobs, ``logprobs`` in OpenAI's
   ``{"content": [...]}`` shape (:func:`inference.logprob_views.openai_logprobs`).
-  :func:`call` sends a batch's requests through the cache boundary and
-  :func:`answer` puts each answer, or its typed error, in its slot.
+  :func:`send` sends a batch's requests through the cache boundary
+  (:func:`call`, under the call's ``max_concurrency`` when it sets one) and
+  puts each answer, or its typed error, in its slot (:func:`answer`). In
+  mode ``replay`` an input the store does not hold is such a failure, its
+  :class:`~store.errors.CacheMissError` in its slot, saying how many inputs
+  of the call were missing; the others are answered from the store.
   A ``generate`` call's ``LLMResult`` carries what the call did in its
   ``llm_output["judgestore"]`` (:func:`result_of`).
 * Only :mod:`inference.langchain` imports this module, after it checked that
@@ -51,7 +55,7 @@ from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, RequestsFailedError
+from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.roles import Role
 
 # The row metadata a call's config may carry, per role (everything else in it is LangChain's).
@@ -106,25 +110,97 @@ def requests_of(
     return requests, outcomes
 
 
-def call(model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]]) -> Responses:
+def send(
+    model: CachedModel,
+    role: Role,
+    requests: Sequence[tuple[int, Request]],
+    outcomes: list[Outcome | None],
+    max_concurrency: int | None = None,
+) -> CallStats | None:
+    """Answer the requests into their slots of ``outcomes`` (:func:`answer`) through one call; that call's stats.
+
+    In mode ``replay``, a request the store does not hold gets its :class:`~store.errors.CacheMissError` in its
+    slot and the others are answered from the store (:func:`replay_misses`).
+    """
+    if not requests:
+        return None
+    try:
+        responses = call(model, role, requests, max_concurrency)
+    except CacheMissError as e:
+        requests = replay_misses(e, requests, outcomes)
+        if not requests:
+            return None
+        responses = call(model, role, requests, max_concurrency)
+    answer(requests, outcomes, responses, model, role)
+    return responses.run
+
+
+async def asend(
+    model: CachedModel,
+    role: Role,
+    requests: Sequence[tuple[int, Request]],
+    outcomes: list[Outcome | None],
+    max_concurrency: int | None = None,
+) -> CallStats | None:
+    """:func:`send` off the event loop."""
+    if not requests:
+        return None
+    try:
+        responses = await acall(model, role, requests, max_concurrency)
+    except CacheMissError as e:
+        requests = replay_misses(e, requests, outcomes)
+        if not requests:
+            return None
+        responses = await acall(model, role, requests, max_concurrency)
+    answer(requests, outcomes, responses, model, role)
+    return responses.run
+
+
+def replay_misses(
+    error: CacheMissError, requests: Sequence[tuple[int, Request]], outcomes: list[Outcome | None]
+) -> list[tuple[int, Request]]:
+    """Put a typed error in the slot of each request ``error`` says the store does not hold; the other requests.
+
+    Each slot's error says how many of the call's inputs were missing, so the first one raised says it too. The
+    others are asked again (a second lookup, which only reads): replay never calls a model.
+    """
+    absent = set(error.missing_requests)
+    if not absent:  # it names no request: the call's failure, not an input's
+        raise error
+    for j in sorted(absent):
+        i, request = requests[j]
+        miss = CacheMissError(
+            f"replay mode: {len(absent)} of the {len(requests)} inputs of this call are not in the store, this one "
+            f"({request.describe()}) among them. Run once in mode 'use' to fill the store"
+        )
+        miss.__cause__ = error
+        outcomes[i] = miss
+    return [r for j, r in enumerate(requests) if j not in absent]
+
+
+def call(
+    model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]], max_concurrency: int | None = None
+) -> Responses:
     """The requests through the cache boundary as one batch; a call some of whose requests failed still returns
     every response (the failed ones with their error)."""
     batch = [r for _, r in requests]
     try:
         if role == "completions":
-            return model.complete(cast(list[CompletionRequest], batch))
-        return model.judge(cast(list[JudgementRequest], batch))
+            return model.complete(cast(list[CompletionRequest], batch), max_concurrency=max_concurrency)
+        return model.judge(cast(list[JudgementRequest], batch), max_concurrency=max_concurrency)
     except RequestsFailedError as e:  # every answer is in it, the failed ones with their error
         return _responses(e)
 
 
-async def acall(model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]]) -> Responses:
+async def acall(
+    model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]], max_concurrency: int | None = None
+) -> Responses:
     """:func:`call` off the event loop."""
     batch = [r for _, r in requests]
     try:
         if role == "completions":
-            return await model.acomplete(cast(list[CompletionRequest], batch))
-        return await model.ajudge(cast(list[JudgementRequest], batch))
+            return await model.acomplete(cast(list[CompletionRequest], batch), max_concurrency=max_concurrency)
+        return await model.ajudge(cast(list[JudgementRequest], batch), max_concurrency=max_concurrency)
     except RequestsFailedError as e:
         return _responses(e)
 

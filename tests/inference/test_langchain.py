@@ -19,7 +19,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from inference import CachedModel, CompletionRequest, HostedSpec
 from inference.langchain import CachedChatModel
 from store import InvalidInputError, RowFilter, Selector, Store
-from store.errors import HostedRequestError, UnsupportedMessageError
+from store.errors import CacheMissError, HostedRequestError, UnsupportedMessageError
 from tests.fake_openai import FakeOpenAI
 
 HISTORY = [
@@ -208,23 +208,32 @@ def test_stream_and_astream_label_their_row_from_the_config(store: Store, fake: 
     ]
 
 
+class Events(BaseCallbackHandler):
+    """Records each run's events, in order: ("start", run id, messages), ("end", run id, text), ("error", ...)."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, Any, Any]] = []
+
+    def on_chat_model_start(self, serialized: Any, messages: Any, *, run_id: Any, **kw: Any) -> None:
+        self.events.append(("start", run_id, messages[0]))
+
+    def on_llm_end(self, response: Any, *, run_id: Any, **kw: Any) -> None:
+        self.events.append(("end", run_id, response.generations[0][0].text))
+
+    def on_llm_error(self, error: BaseException, *, run_id: Any, **kw: Any) -> None:
+        self.events.append(("error", run_id, error))
+
+    def runs(self) -> list[tuple[Any, Any]]:
+        """(messages, how it ended: a text or an error) per run, each run started once and ended once."""
+        started = [(run, messages) for kind, run, messages in self.events if kind == "start"]
+        ended = {run: outcome for kind, run, outcome in self.events if kind != "start"}
+        assert len(ended) == len(started) == len({run for run, _ in started})
+        assert len(self.events) == 2 * len(started)
+        return [(messages, ended[run]) for run, messages in started]
+
+
 def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None:
-    class Counting(BaseCallbackHandler):
-        def __init__(self) -> None:
-            self.started: list[Any] = []
-            self.ended: list[Any] = []
-            self.errors: list[BaseException] = []
-
-        def on_chat_model_start(self, serialized: Any, messages: Any, **kw: Any) -> None:
-            self.started.append(messages)
-
-        def on_llm_end(self, response: Any, **kw: Any) -> None:
-            self.ended.append(response.generations[0][0].text)
-
-        def on_llm_error(self, error: BaseException, **kw: Any) -> None:
-            self.errors.append(error)
-
-    handler = Counting()
+    handler = Events()
     with chat_model(fake, store) as chat:
         outcomes = chat.batch(
             ["one", "two", [ToolMessage("x", tool_call_id="c")], "three"],
@@ -233,10 +242,103 @@ def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None
         )
         fake.context_length = 2
         refused = chat.batch(["far too long for it"], {"callbacks": [handler]}, return_exceptions=True)
-    # an input judgestore cannot key is refused before its run starts, as LangChain refuses one that is no input
     assert isinstance(outcomes[2], UnsupportedMessageError) and "input 2" in str(outcomes[2])
-    assert len(handler.started) == 4 and handler.ended == ["echo: one", "echo: two", "echo: three"]
-    assert [type(e) for e in handler.errors] == [type(refused[0])]  # a request that fails has its run end in it
+    ended = {str(messages[0].content): outcome for messages, outcome in handler.runs()}
+    assert len(ended) == 5
+    assert [ended[q] for q in ("one", "two", "three")] == ["echo: one", "echo: two", "echo: three"]
+    assert ended["x"] is outcomes[2]  # an input judgestore cannot key has its run too, ended in its error
+    assert ended["far too long for it"] is refused[0]  # so has a request that fails
+
+
+def test_an_input_that_cannot_be_keyed_has_its_run_started_and_ended_in_its_error_on_every_path(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """As LangChain's BaseChatModel ends a run whose generation raised: tracers see the input and why it failed."""
+    extra = [{"role": "user", "content": "hi", "cache_control": {"type": "ephemeral"}}]
+
+    async def both_async(chat: CachedChatModel, config: Any) -> list[BaseException]:
+        raised = []
+        with pytest.raises(UnsupportedMessageError) as ainvoked:
+            await chat.ainvoke(extra, config)  # type: ignore[arg-type]
+        raised.append(ainvoked.value)
+        with pytest.raises(UnsupportedMessageError) as astreamed:
+            async for _ in chat.astream(42, config):  # type: ignore[arg-type]
+                pass
+        raised.append(astreamed.value)
+        (abatched,) = await chat.abatch([42], config, return_exceptions=True)  # type: ignore[list-item]
+        raised.append(abatched)
+        return raised
+
+    handler = Events()
+    config: Any = {"callbacks": [handler], "run_name": "judge"}
+    with chat_model(fake, store) as chat:
+        raised = []
+        for bad in (lambda: chat.invoke(extra, config), lambda: list(chat.stream(42, config))):  # type: ignore[arg-type]
+            with pytest.raises(UnsupportedMessageError) as refused:
+                bad()
+            raised.append(refused.value)
+        with pytest.raises(UnsupportedMessageError) as batched:
+            chat.batch(["fine", 42], config)  # type: ignore[list-item]
+        raised.append(batched.value)
+        raised += asyncio.run(both_async(chat, config))
+    runs = handler.runs()
+    assert [outcome for _, outcome in runs] == raised  # each its own run, ended in the error its caller got
+    assert "cache_control" in str(raised[0]) and "input 1" in str(raised[2])
+    # the run shows LangChain's own reading of the input when it has one, else no message
+    assert [[m.content for m in messages] for messages, _ in runs] == [["hi"], [], [], ["hi"], [], []]
+    assert fake.completions() == []  # nothing was sent, "fine" neither: without return_exceptions it is raised first
+
+
+def test_replay_answers_the_hits_and_fails_each_miss_in_its_slot(store: Store, fake: FakeOpenAI) -> None:
+    """As LangChain's own batch: with return_exceptions each miss's error in its slot, else the first raised."""
+    with chat_model(fake, store) as filling:
+        filling.batch(["held one", "held two"])
+    inputs = ["held one", "new one", "held two", "new one", "new two"]
+    handler = Events()
+    with chat_model(fake, store, mode="replay") as replay:
+        outcomes = replay.batch(inputs, {"callbacks": [handler]}, return_exceptions=True)
+        aoutcomes = asyncio.run(replay.abatch(inputs, return_exceptions=True))
+        for answered in (outcomes, aoutcomes):
+            assert [answered[0].content, answered[2].content] == ["echo: held one", "echo: held two"]
+            assert all(answered[i].response_metadata["judgestore"]["cached"] for i in (0, 2))
+            misses = [answered[i] for i in (1, 3, 4)]
+            assert all(isinstance(m, CacheMissError) for m in misses)
+            assert all("3 of the 5 inputs of this call are not in the store" in str(m) for m in misses)
+            assert "'new two'" in str(misses[2])
+        assert [outcome for _, outcome in handler.runs()] == [
+            "echo: held one",
+            outcomes[1],
+            "echo: held two",
+            outcomes[3],
+            outcomes[4],
+        ]
+        with pytest.raises(CacheMissError, match=r"3 of the 5 inputs .* \('new one'\)"):
+            replay.batch(inputs)
+        with pytest.raises(CacheMissError, match="1 of the 1 inputs"):
+            asyncio.run(replay.ainvoke("new one"))
+        assert replay.batch(["held two"])[0].content == "echo: held two"
+        assert not replay.cached.engine_loaded  # type: ignore[union-attr]
+    assert len(fake.completions()) == 2  # the filling batch's: replay never called the model
+
+
+def test_a_configs_max_concurrency_bounds_the_calls_requests_in_flight(store: Store, fake: FakeOpenAI) -> None:
+    """LangChain's max_concurrency: the server sees at most min(it, the model's own) of the call's requests at once."""
+    fake.delay = 0.1
+    with chat_model(fake, store, max_concurrency=4) as chat:
+        answers = chat.batch([f"q {i}" for i in range(8)], config={"max_concurrency": 2})
+        assert [a.content for a in answers] == [f"echo: q {i}" for i in range(8)]
+        assert fake.max_in_flight == 2  # the call's bound, and no lower: its requests still go out together
+        fake.max_in_flight = 0
+        configs: Any = [{"max_concurrency": 3}, {"max_concurrency": 1}, {}, {}, {}, {}, {}, {}]
+        asyncio.run(chat.abatch([f"a {i}" for i in range(8)], configs))  # the first config's, as LangChain reads it
+        assert fake.max_in_flight == 3
+        fake.max_in_flight = 0
+        chat.batch([f"b {i}" for i in range(8)], config={"max_concurrency": 100})
+        assert fake.max_in_flight == 4  # the model's own bound still holds
+        for bad in (0, "2"):
+            with pytest.raises(InvalidInputError, match="max_concurrency must be an integer"):
+                chat.batch(["never sent"], config={"max_concurrency": bad})  # type: ignore[typeddict-item]
+    assert len(fake.completions()) == 24
 
 
 def test_ainvoke_a_chain_and_a_text_model(store: Store, fake: FakeOpenAI) -> None:
