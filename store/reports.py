@@ -54,6 +54,7 @@ class DatabaseInfo:
             **self.location.as_dict(),
             "path": self.where,
             "state": self.state.value,
+            "ok": self.ok,
             "revision": self.revision,
             "head": self.head,
             "rows": self.rows,

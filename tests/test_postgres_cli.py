@@ -216,6 +216,62 @@ def test_the_worked_example_revision_upgrades_either_backend_from_the_command_li
             engine.dispose()
 
 
+def _server_snapshot(pg_cluster: Cluster, database: str) -> list[Any]:
+    """Every table of every judgestore schema with a digest of its rows, and the registry's own tables."""
+    tables = pg_cluster.sql(
+        "SELECT table_schema, table_name FROM information_schema.tables "
+        "WHERE table_schema LIKE 'js\\_%' OR table_schema = 'judgestore' ORDER BY 1, 2",
+        database,
+    )
+    digests = [
+        pg_cluster.sql(
+            f"SELECT md5(coalesce(string_agg(t::text, '|' ORDER BY t::text), '')) FROM \"{s}\".\"{n}\" t", database
+        )
+        for s, n in tables
+    ]
+    return [*tables, *digests]
+
+
+DAMAGED_SCHEMAS = {
+    "an edited registry row": "UPDATE judgestore.registry SET metadata_json = replace(metadata_json, '\"t\"', "
+    "'\"u\"') WHERE schema_name = '{schema}'",
+    "a dropped table": 'DROP TABLE "{schema}".completions',
+    "a foreign schema": 'DROP TABLE "{schema}".judgestore_alembic_version',
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGED_SCHEMAS))
+def test_ls_and_stats_list_a_damaged_schema_with_the_good_ones_and_exit_1(
+    kind: str, pg_url: str, pg_cluster: Cluster
+) -> None:
+    with Store(Settings(), url=pg_url) as opened:
+        damaged = opened.database("completions", "t", ModelDescriptor(provider="vllm", model="bad"))
+        damaged.put_many([completion_record(i) for i in range(3)])
+        opened.database("completions", "t", ModelDescriptor(provider="vllm", model="good")).put_many(
+            [completion_record(i) for i in range(4)]
+        )
+        name = schema_name(damaged.location)
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(DAMAGED_SCHEMAS[kind].format(schema=name), database)
+    before = _server_snapshot(pg_cluster, database)
+
+    listed = judgestore("ls", "--json", "--store-url", pg_url)
+    assert listed.exit_code == 1 and listed.stderr == "", listed.output
+    found = {d["model"]: (d["rows"], d["ok"]) for d in orjson.loads(listed.stdout)}
+    assert found == {"bad": (None, False), "good": (4, True)}, listed.stdout
+    table = judgestore("ls", "--store-url", pg_url)
+    assert table.exit_code == 1 and "2 databases, 4 rows" in table.stdout
+    assert "1 of 2 databases could not be read" in table.stderr and "`judgestore verify`" in table.stderr
+    stats = judgestore("stats", "--json", "--store-url", pg_url)
+    assert stats.exit_code == 1 and stats.stderr == "", stats.output
+    report = orjson.loads(stats.stdout)
+    assert report["ok"] is False and (report["totals"]["unreadable"], report["totals"]["rows"]["rows"]) == (1, 4)
+    stats_table = judgestore("stats", "--store-url", pg_url)
+    assert stats_table.exit_code == 1 and "1 of 2 databases could not be read" in stats_table.stderr
+    assert _server_snapshot(pg_cluster, database) == before  # listing changed nothing on the server
+
+
 # ---------------------------------------------------------------- passwords never print
 
 PASSWORD = "Zq7@Wx9:pw-secret"  # an @ and a : in it, as real passwords have

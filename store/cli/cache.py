@@ -26,6 +26,7 @@ from store.cli.common import (
     confirmed,
     counted,
     emit_json,
+    exit_if_unread,
     location_cells,
     location_table,
     no_databases,
@@ -89,7 +90,10 @@ def stats_command(
     runs, their hits and the engine time those hits saved (what the hit rows
     had cost when they were generated). --runs N lists the N most recent
     runs of each database (hit counts over time); --json gives everything,
-    with the 5 most recent runs of each database unless --runs says.
+    with the 5 most recent runs of each database unless --runs says. A
+    database that cannot be read (damaged, foreign, behind...) is listed
+    as unreadable and left out of the totals; the command then exits 1
+    (--json: "ok" is false) after printing the others.
 
     Examples:
 
@@ -109,7 +113,9 @@ def stats_command(
         found = [dataclasses.replace(entry, recent_runs=entry.recent_runs[:runs]) for entry in found]
     totals = StoreTotals.of(found)
     if json_output:
-        emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict()})
+        emit_json({"databases": [entry.as_dict() for entry in found], "totals": totals.as_dict(),
+                   "ok": not totals.unreadable})  # fmt: skip
+        exit_if_unread(totals.unreadable, totals.databases, json_output=True)
         return
     if not found:
         no_databases(store, json_output, selector)
@@ -137,6 +143,7 @@ def stats_command(
     for entry in found:
         if entry.error is not None:
             note(entry.error, json_output=False)
+    exit_if_unread(totals.unreadable, totals.databases, json_output=False, left_out="the totals leave them out")
 
 
 def _print_totals(totals: "StoreTotals") -> None:

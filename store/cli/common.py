@@ -310,6 +310,21 @@ def state_text(info: DatabaseInfo) -> Text:
     return Text(info.state.value, style="green" if info.ok else "bold red")
 
 
+def exit_if_unread(unread: int, total: int, *, json_output: bool, left_out: str = "") -> None:
+    """End ``ls`` or ``stats``, after they listed every database they could, with exit status 1 when ``unread`` of
+    the ``total`` listed could not be read (damaged, foreign, unreadable, behind...): one line on stderr that says
+    how many and the next step, as ``verify`` and ``db status`` exit (with ``--json``, the document says so and
+    stderr stays clear). ``left_out``: what of them the listing lacks."""
+    if not unread:
+        return
+    if not json_output:
+        said = f"{unread} of {total} database{'' if total == 1 else 's'} could not be read"
+        said += f" ({left_out})" if left_out else ""
+        next_step = "run `judgestore verify` for what is wrong and the next step"
+        stderr().print(Text(f"{said}; {next_step}.", style="bold red"), soft_wrap=True)
+    raise typer.Exit(1)
+
+
 def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> None:
     """One line per database with shared-batch work in progress or stale leases (``ls``, ``stats``, ``db status``)."""
     for location, claims in entries:

@@ -27,6 +27,7 @@ from store.cli.common import (
     confirmed,
     counted,
     emit_json,
+    exit_if_unread,
     location_cells,
     location_table,
     no_databases,
@@ -108,6 +109,8 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
 
     Read-only: never writes anything. States: current, empty, behind, ahead,
     foreign, not-a-database, corrupt, unreadable, metadata-missing, metadata-mismatch.
+    Every database is listed; exits 1 if any is neither current nor empty
+    (--json: its "ok" is false), after listing the others.
     With row filters, a Matching column counts the rows they select in each
     current database (--json: "matching").
 
@@ -123,10 +126,12 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
         locations = store.select(selector)
         infos = list(counted(store.infos(locations), len(locations), "Reading"))
         matching = None if flt.is_empty() else _matching(store, infos, flt, selector)
-    if json_output:
+    unread = sum(not info.ok for info in infos)
+    if json_output:  # each database's "ok" says whether it could be read ("error": why not)
         emit_json(
             [info.as_dict() | ({} if matching is None else {"matching": matching[i]}) for i, info in enumerate(infos)]
         )
+        exit_if_unread(unread, len(infos), json_output=True)
         return
     if not infos:
         no_databases(store, json_output, selector)
@@ -143,6 +148,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"
     stdout().print(table)
     print_claims((info.location, info.claims) for info in infos)
+    exit_if_unread(unread, len(infos), json_output=False, left_out="see State; their rows are not counted")
 
 
 def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:

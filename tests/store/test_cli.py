@@ -26,7 +26,17 @@ from store.layout import walk
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
-from tests.factories import JUDGE, LLAMA, QWEN, SHIPPED_HEAD, SYNTHETIC_REVISIONS, completion_record, file_digests
+from tests.factories import (
+    JUDGE,
+    LLAMA,
+    QWEN,
+    SHIPPED_HEAD,
+    SYNTHETIC_REVISIONS,
+    completion_record,
+    file_digests,
+    foreign_database,
+)
+from tests.faults import damage_page
 from tests.store.conftest import know_synthetic_revision
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
@@ -67,7 +77,66 @@ def test_ls_json_lists_every_database(filled: Path) -> None:
     }
     assert listed["judge-1"]["descriptor"] == JUDGE.hash16()
     assert listed["judge-1"]["size_bytes"] == db_path(filled, JUDGE).stat().st_size
+    assert all(d["ok"] is True for d in listed.values())
     assert result.stderr == ""
+
+
+DAMAGES = {
+    "not SQLite": lambda path: path.write_bytes(b"this is not an SQLite file" * 200),
+    "truncated": lambda path: path.write_bytes(path.read_bytes()[: len(path.read_bytes()) // 2]),
+    "foreign": lambda path: (path.unlink(), foreign_database(path))[1],
+}
+
+
+@pytest.mark.parametrize("kind", list(DAMAGES))
+def test_ls_and_stats_list_a_damaged_database_with_the_good_ones_and_exit_1(filled: Path, kind: str) -> None:
+    """A script running `ls --json && ...` learns that one database could not be read; the others are listed."""
+    DAMAGES[kind](db_path(filled, QWEN))
+    before = file_digests(filled)
+
+    listed = judgestore("ls", "--json")
+    assert listed.exit_code == 1 and listed.stderr == "", listed.output  # stderr carries only JSON errors
+    found = {d["model"]: (d["rows"], d["ok"], d["error"] is None) for d in as_json(listed.stdout)}
+    assert found == {"Qwen/Qwen3-8B": (None, False, False), "meta-llama/Llama-3.1-8B": (2, True, True),
+                     "judge-1": (5, True, True)}  # fmt: skip
+    table = judgestore("ls")
+    assert table.exit_code == 1 and "Traceback" not in table.output
+    assert all(h in table.stdout for h in (QWEN.hash16(), LLAMA.hash16(), JUDGE.hash16()))
+    assert "3 databases, 7 rows" in table.stdout
+    assert "1 of 3 databases could not be read" in table.stderr and "`judgestore verify`" in table.stderr
+    assert len(table.stderr.strip().splitlines()) == 1
+
+    stats = judgestore("stats", "--json")
+    assert stats.exit_code == 1 and stats.stderr == "", stats.output
+    report = as_json(stats.stdout)
+    assert report["ok"] is False and report["totals"]["unreadable"] == 1 and report["totals"]["rows"]["rows"] == 7
+    by_model = {d["model"]: d for d in report["databases"]}
+    assert by_model["Qwen/Qwen3-8B"]["error"] and by_model["judge-1"]["rows"]["rows"] == 5
+    stats_table = judgestore("stats")
+    assert stats_table.exit_code == 1 and "Traceback" not in stats_table.output
+    assert "unreadable" in stats_table.stdout and "3 databases, 7 rows" in stats_table.stdout
+    assert "1 of 3 databases could not be read" in stats_table.stderr
+    assert "`judgestore verify`" in stats_table.stderr
+    assert file_digests(filled) == before  # listing a damaged store changes no byte of it
+
+
+def test_stats_exits_1_on_a_damaged_page_that_ls_does_not_read(filled: Path) -> None:
+    """ls reads a database's schema and row count (its key index), stats reads its rows: only stats meets a damaged
+    table page, and says so (`judgestore verify` reads every page)."""
+    damage_page(db_path(filled, QWEN), "completions")
+    before = file_digests(filled)
+    assert judgestore("ls").exit_code == 0
+    stats = judgestore("stats", "--json")
+    assert stats.exit_code == 1 and as_json(stats.stdout)["ok"] is False
+    assert as_json(stats.stdout)["totals"]["rows"]["rows"] == 7
+    assert file_digests(filled) == before
+
+
+def test_ls_and_stats_of_a_healthy_store_exit_0_and_say_ok(filled: Path) -> None:
+    assert judgestore("ls").exit_code == 0
+    stats = judgestore("stats", "--json")
+    assert stats.exit_code == 0 and as_json(stats.stdout)["ok"] is True
+    assert judgestore("stats").exit_code == 0
 
 
 def test_a_store_whose_path_is_not_utf8_is_copied_listed_and_reported(filled: Path, tmp_path: Path) -> None:
