@@ -26,7 +26,8 @@ class RowTotals:
     """Rows of one table added up: how many, their data bytes, and the token counts and engine time in ``usage``.
 
     ``data_bytes`` is what the row's values take (rendered input, completion,
-    ``usage`` and ``top_logprobs`` as stored), without the index and page
+    ``usage`` and ``top_logprobs`` as stored, on PostgreSQL escaped: see
+    ``PostgresRepository._byte_length``), without the index and page
     overhead of the file. Only JSON numbers are added up (a token count given
     as a string, a non-finite ``engine_seconds``, adds nothing), on either
     backend; ``rows_with_cost`` counts rows whose ``usage`` records

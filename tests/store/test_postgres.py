@@ -22,7 +22,7 @@ from store.backends.postgres.registry import registry, schema_name
 from store.backends.postgres.storage import PostgresStorage
 from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
-from store.descriptor import ModelDescriptor
+from store.descriptor import ModelDescriptor, input_hash
 from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
@@ -406,6 +406,28 @@ def test_a_column_another_tool_gave_another_type_is_reported_by_verify_and_named
     refused = pytest.raises(ServerSchemaError, match="another type than the schema's revision declares")
     with Store(url=pg_url, readonly=True) as store, refused:
         database_stats(store.open(altered))  # what `judgestore stats` reads
+
+
+def test_a_server_counts_the_data_bytes_of_escaped_text_as_the_readme_says(pg_url: str, tmp_path: Path) -> None:
+    """README ("Every value a folder keeps"): sizes are of the text as stored, so a U+0000 counts 3 bytes more in
+    text and 2 fewer in JSON than a folder's, a U+FDD0 1 more; every other value the same."""
+    prompt = f"a\0b{ESCAPE}c{ESCAPE}0"  # 1 U+0000 and 2 U+FDD0 in text: +5
+    rows = [
+        completion_record(1, input_hash=input_hash(prompt), input_text=prompt, completion=f"x\0\0{ESCAPE}"),  # +7
+        completion_record(2, usage={f"k\0{ESCAPE}": "\0", "prompt_tokens": 3}, top_logprobs={ESCAPE: -1.5}),  # -2+1-2+1
+        completion_record(3),
+    ]
+    totals = {}
+    for backend in (Settings(store_root=tmp_path / "folder"), Settings(store_url=pg_url)):
+        with Store(backend) as store:
+            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="m"))
+            database.put_many(rows)
+            with database.reading() as repo:
+                totals[backend.store_url is None] = (repo.totals(), [g.data_bytes for g in repo.groups("model")])
+    (folder, folder_groups), (server, server_groups) = totals[True], totals[False]
+    assert server.data_bytes - folder.data_bytes == 5 + 7 - 2
+    assert dataclasses.replace(server, data_bytes=folder.data_bytes) == folder
+    assert [n - (5 + 7 - 2) for n in server_groups] == folder_groups
 
 
 def test_what_a_server_store_wrote_before_it_escaped_text_reads_back_the_same_after_revision_0005(
