@@ -262,7 +262,7 @@ def test_ls_and_stats_list_a_damaged_schema_with_the_good_ones_and_exit_1(
     assert found == {"bad": (None, False), "good": (4, True)}, listed.stdout
     table = judgestore("ls", "--store-url", pg_url)
     assert table.exit_code == 1 and "2 databases, 4 rows" in table.stdout
-    assert "1 of 2 databases could not be read" in table.stderr and "`judgestore verify`" in table.stderr
+    assert "1 of 2 databases could not be read" in table.stderr and "`judgestore db status`" in table.stderr
     stats = judgestore("stats", "--json", "--store-url", pg_url)
     assert stats.exit_code == 1 and stats.stderr == "", stats.output
     report = orjson.loads(stats.stdout)

@@ -320,7 +320,7 @@ def exit_if_unread(unread: int, total: int, *, json_output: bool, left_out: str 
     if not json_output:
         said = f"{unread} of {total} database{'' if total == 1 else 's'} could not be read"
         said += f" ({left_out})" if left_out else ""
-        next_step = "run `judgestore verify` for what is wrong and the next step"
+        next_step = "`judgestore db status` says what each needs (`db upgrade` if behind, else `verify`)"
         stderr().print(Text(f"{said}; {next_step}.", style="bold red"), soft_wrap=True)
     raise typer.Exit(1)
 

@@ -103,7 +103,7 @@ def test_ls_and_stats_list_a_damaged_database_with_the_good_ones_and_exit_1(fill
     assert table.exit_code == 1 and "Traceback" not in table.output
     assert all(h in table.stdout for h in (QWEN.hash16(), LLAMA.hash16(), JUDGE.hash16()))
     assert "3 databases, 7 rows" in table.stdout
-    assert "1 of 3 databases could not be read" in table.stderr and "`judgestore verify`" in table.stderr
+    assert "1 of 3 databases could not be read" in table.stderr and "`judgestore db status`" in table.stderr
     assert len(table.stderr.strip().splitlines()) == 1
 
     stats = judgestore("stats", "--json")
@@ -116,7 +116,7 @@ def test_ls_and_stats_list_a_damaged_database_with_the_good_ones_and_exit_1(fill
     assert stats_table.exit_code == 1 and "Traceback" not in stats_table.output
     assert "unreadable" in stats_table.stdout and "3 databases, 7 rows" in stats_table.stdout
     assert "1 of 3 databases could not be read" in stats_table.stderr
-    assert "`judgestore verify`" in stats_table.stderr
+    assert "`judgestore db status`" in stats_table.stderr
     assert file_digests(filled) == before  # listing a damaged store changes no byte of it
 
 
