@@ -198,6 +198,12 @@ ADDED_FIELDS: dict[str, Any] = {"logprob_positions": "first", "endpoint": None, 
 _dumps, _SORT_KEYS, _sha256 = orjson.dumps, orjson.OPT_SORT_KEYS, hashlib.sha256  # bound once: called per input
 
 
+# How every rendered input begins and ends (canonical JSON, keys sorted), for readers that look inside one in SQL
+# (the browser's search): a chat's first message opens with its content, its last one closes with its role.
+MESSAGES_HEAD, MESSAGES_TAIL = '{"messages":[{"content":"', '"}],"type":"messages"}'
+TEXT_HEAD, TEXT_TAIL = '{"text":"', '","type":"text"}'
+
+
 def render_messages_bytes(messages: Sequence[Mapping[str, Any]]) -> bytes:
     """UTF-8 bytes of :func:`render_messages`: ``{"messages":[{"content","role"},..],"type":"messages"}``."""
     # The common case first: a non-empty list of plain dicts holding exactly a string role and content

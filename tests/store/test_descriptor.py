@@ -16,7 +16,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from store.descriptor import ModelDescriptor, canonical_json, input_hash, render_messages, render_text
+from store.descriptor import (
+    MESSAGES_HEAD,
+    MESSAGES_TAIL,
+    TEXT_HEAD,
+    TEXT_TAIL,
+    ModelDescriptor,
+    canonical_json,
+    input_hash,
+    render_messages,
+    render_text,
+)
 from store.errors import InvalidInputError
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -237,6 +247,7 @@ def test_any_text_round_trips_through_render_text(text: str) -> None:
     assert orjson.loads(rendered) == {"text": text, "type": "text"}
     assert json.loads(rendered) == {"text": text, "type": "text"}
     assert rendered.encode() == json_dumps_canonical({"type": "text", "text": text})
+    assert rendered.startswith(TEXT_HEAD) and rendered.endswith(TEXT_TAIL)  # what the browser's search relies on
 
 
 @settings(max_examples=150, deadline=None)
@@ -246,6 +257,7 @@ def test_any_messages_round_trip_through_render_messages(chat: list[dict[str, st
     parsed = json.loads(rendered)
     assert parsed == {"type": "messages", "messages": chat}
     assert rendered.encode() == json_dumps_canonical(parsed)
+    assert rendered.startswith(MESSAGES_HEAD) and rendered.endswith(MESSAGES_TAIL)  # what the browser's search reads
     # key order of the caller's dicts is irrelevant
     assert render_messages([dict(reversed(m.items())) for m in chat]) == rendered
 
