@@ -31,8 +31,9 @@ Contract:
 * The base class is written once for both backends; each backend's
   repository (:mod:`store.backends`) supplies what differs: the two hot
   statements (the bulk key lookup, the insert ignoring or replacing
-  duplicates) on its own driver path, the bytes a value takes as stored, and
-  what counts as a blank completion. Nothing here names a dialect.
+  duplicates) on its own driver path, the bytes a value takes as stored,
+  what counts as a blank completion, and how the browser's search reads a
+  text and a rendered input's strings. Nothing here names a dialect.
 """
 
 from __future__ import annotations
@@ -46,13 +47,17 @@ from sqlalchemy import (
     Column,
     ColumnElement,
     Connection,
+    Text,
     and_,
+    bindparam,
+    case,
     delete,
     func,
     or_,
     select,
 )
 
+from store.descriptor import MESSAGES_HEAD, MESSAGES_TAIL, TEXT_HEAD, TEXT_TAIL
 from store.errors import EmptyFilterError, InvalidInputError
 from store.roles import Role
 from store.rows import RowGroup, RowTotals
@@ -74,6 +79,15 @@ DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what Row
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
 STREAM_PARTITION = 1_000  # rows a query fetches at a time
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
+
+
+def json_escaped(text: str) -> str:
+    """``text`` as a JSON string holds it (without the quotes), escaped as canonical JSON escapes it: how a
+    rendered input spells it."""
+    try:
+        return orjson.dumps(text)[1:-1].decode()
+    except orjson.JSONEncodeError:  # a lone surrogate: no rendered input holds one
+        return text
 
 
 class Repository(ABC):
@@ -233,16 +247,41 @@ class Repository(ABC):
         """Rows whose prompt or completion contains ``text``, as a SQL expression: ASCII letters in any case, every
         other character (U+0000 included) as it is, the same rows on both backends.
 
-        The prompt is looked into as stored, the rendered JSON: ``text`` is looked for there JSON-escaped, so a
-        quote, a backslash, a newline or U+0000 of the prompt is found; a word of the JSON's own structure
-        (``content``, ``role``, ``user``) is found in every row.
+        The prompt is looked into for what it says, not for its encoding: in a rendered input
+        (:func:`~store.descriptor.render_messages`, :func:`~store.descriptor.render_text`), each message's
+        content, or the text, as its JSON string decodes (a quote, a backslash, a newline, U+0000 are found as
+        the prompt says them); a word of the JSON's own keys and values around them (``content``, ``role``,
+        ``user``, ``system``, ``messages``, ``type``) is not found there. A match lies within one message. An
+        input that does not begin and end as a rendered one (text that another tool stored) is looked into as
+        the text it is. One difference: in a prompt holding U+0000, SQLite (whose JSON functions stop there)
+        looks for ``text`` as the JSON spells it, where a match may also begin inside an escape (the "n" of a
+        "\\n"); PostgreSQL reads past it.
         """
-        try:
-            escaped = orjson.dumps(text)[1:-1].decode()
-        except orjson.JSONEncodeError:  # a lone surrogate: no stored prompt holds one
-            escaped = text
-        c = self.table.c
-        return or_(self._holds(c.input_text, escaped), self._holds(c.completion, text))
+        prompt = self.table.c.input_text
+        # First one read of the stored text for the search text as the JSON spells it (what a rendered input's
+        # string says is in its JSON, spelled so) or as it is: that rules out most rows of a rare word at the
+        # cost of a plain text search; reading a prompt's strings one by one costs 2-4 times that.
+        spelled = json_escaped(text)
+        found = self._holds(prompt, spelled)
+        if spelled != text:  # a quote, a backslash, a control character
+            found = or_(found, self._holds(prompt, text))
+        said = case(
+            (self._rendered(prompt, MESSAGES_HEAD, MESSAGES_TAIL), self._says(prompt, "messages", text)),
+            (self._rendered(prompt, TEXT_HEAD, TEXT_TAIL), self._says(prompt, "text", text)),
+            else_=self._holds(prompt, text),
+        )
+        return or_(self._holds(self.table.c.completion, text), and_(found, said))
+
+    def _rendered(self, column: Any, head: str, tail: str) -> ColumnElement[bool]:
+        """Whether the text ``column`` begins with ``head`` and ends with ``tail`` (counted in characters)."""
+        start = func.substr(column, 1, len(head)) == bindparam(None, head, Text())
+        end = func.substr(column, func.length(column) - (len(tail) - 1)) == bindparam(None, tail, Text())
+        return and_(start, end)
+
+    @abstractmethod
+    def _says(self, column: Any, kind: Literal["messages", "text"], text: str) -> ColumnElement[bool]:
+        """Whether the rendered input ``column`` (a chat's ``messages`` or a ``text`` prompt) says ``text`` in one
+        of its strings (see :meth:`contains_text`), as a SQL expression."""
 
     @abstractmethod
     def _holds(self, column: Any, text: str) -> ColumnElement[bool]:

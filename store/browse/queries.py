@@ -30,9 +30,11 @@ Contract:
   listing order, and returns the matches among them with the key it scanned
   to (:attr:`Slice.scanned_to`), from which the next request goes on. A
   search for a rare word in a million rows is many short requests, never
-  one of seconds. Its cost: each window reads its rows' text (the LIKE
-  cannot use an index), about 15 ms per 1,000 rows of a few KB on SQLite
-  (``bench/browse_bench.py``).
+  one of seconds. Its cost: each window reads its rows' text (no index
+  serves the search), about 15 ms per 1,000 rows of a few KB on SQLite
+  (``bench/browse_bench.py``); a prompt that holds the search text in its
+  JSON is then read message by message (:meth:`Repository.contains_text`),
+  which costs about 3 times that.
 * Only what a page shows is read: the first :data:`PROMPT_PREFIX` characters
   of the input and :data:`COMPLETION_PREFIX` of the completion (a
   completion may be megabytes), and the logprobs of judgements only.

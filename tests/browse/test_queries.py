@@ -76,15 +76,17 @@ def expected(store: Store, flt: RowFilter, order: str = "newest", search: str | 
         Key(found.record.created_at, database_name(found.location), found.record.input_hash)
         for found in store.query_rows(Selector(), flt)
         if search is None
-        or search.lower() in (prompt_text(found.record.input_text) + "\n" + found.record.completion).lower()
+        or any(
+            search.lower() in said.lower() for said in [*prompt_says(found.record.input_text), found.record.completion]
+        )
     ]
     return sorted(keys, reverse=order == "newest")
 
 
-def prompt_text(rendered: str) -> str:
-    """What a rendered prompt says: its messages' or its text's content (never its JSON's keys)."""
+def prompt_says(rendered: str) -> list[str]:
+    """What a rendered prompt says: its messages' contents or its text (never its JSON's keys), one by one."""
     value = orjson.loads(rendered)
-    return "\n".join(m["content"] for m in value["messages"]) if "messages" in value else value["text"]
+    return [m["content"] for m in value["messages"]] if "messages" in value else [value["text"]]
 
 
 def walk(browser: Browser, query: RowsQuery) -> tuple[list[Key], int]:
@@ -130,6 +132,17 @@ def test_scanned_filters_and_search_go_window_by_window_and_miss_nothing(
     seen, requests = walk(browser, RowsQuery(flt=flt, search=search, limit=3))
     assert seen == expected(paged, flt, search=search)
     assert seen and requests > len(seen) / 3  # some requests ended where a window did, not after a full page
+
+
+@pytest.mark.parametrize("word", ["content", "role", "user", "messages"])
+def test_a_search_for_a_word_of_the_prompts_json_pages_through_every_row_and_finds_none(
+    paged: Store, monkeypatch: pytest.MonkeyPatch, word: str
+) -> None:
+    monkeypatch.setattr(queries, "SCAN_WINDOW", 16)
+    monkeypatch.setattr(browser_module, "SCAN_SECONDS", 0)  # one window per request
+    seen, requests = walk(Browser(paged), RowsQuery(search=word, limit=3))
+    assert seen == [] == expected(paged, RowFilter(), search=word)
+    assert requests > 1  # it read window after window to the end
 
 
 def test_a_page_that_ends_where_a_scan_window_does_says_how_far_it_read(
@@ -278,3 +291,58 @@ def test_a_search_finds_what_a_prompt_says_on_both_backends(
     rows = [(render_messages([{"role": "user", "content": text}]), f"answer {i}") for i, text in enumerate(ODD_PROMPTS)]
     matched = searched(request, tmp_path, rows, needle)
     assert matched == {backend: sorted(ODD_PROMPTS.index(p) for p in found) for backend in ("folder", "server")}
+
+
+SAID = {
+    "box": render_messages([{"role": "user", "content": "What is the CONTENT of the box?"}]),
+    "system": render_messages([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hello"}]),
+    "text": render_text("a text prompt"),
+    "nul": render_text("a\x00b said"),
+    "raw": "the content type of a raw prompt",  # not JSON: text another tool stored
+    "cut": '{"messages":[{"content":"cut short',  # begins as a rendered input, and is none
+    "percent": render_messages([{"role": "user", "content": "100% sure"}]),
+    "underscore": render_messages([{"role": "user", "content": "snake_case"}]),
+    "excellent": render_messages([{"role": "user", "content": "excellent 1 more"}]),
+    "lines": render_messages([{"role": "user", "content": "line1\nline2"}]),
+    "backslash": render_messages([{"role": "user", "content": "ends with \\"}, {"role": "assistant", "content": "x"}]),
+}
+
+
+@pytest.mark.parametrize(
+    ("needle", "found"),
+    [
+        ("content", ["box", "raw", "cut"]),  # said in a message, or in a text that is not a rendered input
+        ("role", []),  # the rendered input's keys and their values are not what it says
+        ("USER", []),
+        ("system", []),
+        ("assistant", []),
+        ("type", ["raw"]),
+        ("text", ["text"]),
+        ("be brief", ["system"]),  # every message, the system prompt too
+        ("hello", ["system"]),
+        ("\x00B", ["nul"]),
+        ("cut short", ["cut"]),
+        ("messages", ["cut"]),
+        ("%", ["percent"]),  # % and _ are text, not LIKE's wildcards
+        ("1%e", []),
+        ("_", ["underscore"]),
+        ("e_c", ["underscore"]),
+        ("nline", []),  # not the "n" of the JSON's "\n"
+        ('"', ["cut"]),  # not the JSON's closing quote after an escaped backslash
+    ],
+)
+def test_a_search_finds_what_a_prompt_says_not_its_json_on_both_backends(
+    request: pytest.FixtureRequest, tmp_path: Path, needle: str, found: list[str]
+) -> None:
+    names = list(SAID)
+    matched = searched(request, tmp_path, [(SAID[name], f"answer {i}") for i, name in enumerate(names)], needle)
+    assert matched == {backend: sorted(names.index(name) for name in found) for backend in ("folder", "server")}
+
+
+def test_a_search_reads_a_prompt_that_only_begins_and_ends_as_a_rendered_one(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Text that is not JSON, framed as a rendered input: the statement still runs, and finds what it says."""
+    fake = '{"messages":[{"content":"not json" "}],"type":"messages"}'
+    matched = searched(request, tmp_path, [(fake, "answer"), (SAID["box"], "answer")], "NOT JSON")
+    assert matched == {"folder": [0], "server": [0]}

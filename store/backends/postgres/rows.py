@@ -25,7 +25,7 @@ import functools
 import re
 from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import (
     JSON,
@@ -49,7 +49,7 @@ from sqlalchemy.exc import DBAPIError, StatementError
 from store.backends.postgres import text as pgtext
 from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
-from store.repository import BLANK, Repository
+from store.repository import BLANK, Repository, json_escaped
 from store.roles import Role
 from store.tables.deferred import DeferredColumns, looked_up
 from store.tables.records import Record
@@ -64,6 +64,9 @@ from store.tables.row_checks import (
 )
 
 ARRAY_BATCH = 20_000  # PostgreSQL: keys per `= ANY(:keys)` array parameter
+# One token of a JSON string as the server stores it (a regular expression): a character that is no quote,
+# backslash or server escape; a server escape pair (store.backends.postgres.text); \uXXXX; another escape.
+_JSON_STRING_TOKENS = rf'(?:[^"\\{pgtext.ESCAPE}]|{pgtext.ESCAPE}.|\\u[0-9a-fA-F]{{4}}|\\[^u])*'
 
 
 def _json_text(value: Any) -> str | None:
@@ -193,6 +196,18 @@ class PostgresRepository(Repository):
         # (re.escape puts a backslash before punctuation only, which a PostgreSQL regular expression reads as
         # that character too.)
         pattern = "(^|[^" + pgtext.ESCAPE + "])" + re.escape(pgtext.escape(text))
+        return column.collate("C").regexp_match(bindparam(None, pattern, Text()), flags="i")
+
+    def _says(self, column: Any, kind: Literal["messages", "text"], text: str) -> ColumnElement[bool]:
+        # Not through json: PostgreSQL 15 cannot ask whether a text is JSON without failing the statement on one
+        # that is not, and its JSON functions fail on a string holding \u0000. The canonical JSON is read by
+        # one regular expression instead (as _holds reads text): from the opening quote of a message's content
+        # (or of the text), whole tokens of a JSON string (_JSON_STRING_TOKENS), then the search text spelled as
+        # the JSON spells it, escaped as the server escapes it. A string ends at an unescaped quote, which no
+        # token matches: a match lies within one string and begins at a token, never inside an escape sequence.
+        # Only a message's content opens with "content":" (a quote inside a string is escaped).
+        opening = '"content":"' if kind == "messages" else r'^\{"text":"'
+        pattern = opening + _JSON_STRING_TOKENS + re.escape(pgtext.escape(json_escaped(text)))
         return column.collate("C").regexp_match(bindparam(None, pattern, Text()), flags="i")
 
 
