@@ -6,7 +6,12 @@ Contract:
   database is opened, and refuses what cannot be answered exactly from each
   database's own answer with a typed error (:class:`~store.errors.StatementError`,
   :class:`~store.errors.NotCombinableError`): anything but a ``select()``
-  (these calls only read), ``FOR UPDATE``, ``DISTINCT``, ``HAVING``, window
+  (these calls only read), ``FOR UPDATE``, ``DISTINCT`` (of the statement,
+  or ``distinct(x)``/``func.distinct(x)`` in a column), ``HAVING``, a
+  subquery or CTE that reduces its rows (an aggregate, ``DISTINCT``,
+  ``GROUP BY``, ``LIMIT``/``OFFSET``/``FETCH``, a ``UNION`` other than
+  ``UNION ALL``: it runs inside each database, so its rows would be each
+  database's distinct values or top rows, not one table's), window
   functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
   any aggregate that is not a column of the result, ``count(DISTINCT x)``
   included), a column of an aggregate that is not grouped by, an ordering by
@@ -43,11 +48,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Alias, Select, String, Table
+from sqlalchemy import JSON, Alias, CompoundSelect, Select, String, Table
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import CollationClause, FunctionFilter, Label, Over, UnaryExpression, WithinGroup
 from sqlalchemy.sql.functions import FunctionElement
+from sqlalchemy.sql.selectable import _CompoundSelectKeyword
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
@@ -174,6 +180,7 @@ class Plan:
         limit, offset = _number(statement, "limit"), _number(statement, "offset") or 0
         order = tuple(_order_key(term) for term in statement._order_by_clauses)
         combine = _combination(statement)
+        _refuse_reducing(statement)
         if combine is None:
             return cls(statement, Kind.ENTITY if is_entity else Kind.ROWS, tables, _single(statement, tables),
                        order, limit, offset, len(descriptions), (), ())  # fmt: skip
@@ -194,6 +201,35 @@ def _number(statement: Select[Any], which: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise StatementError(f"{which} must be a whole number >= 0 written into the statement, got {clause}")
     return value
+
+
+def _refuse_reducing(statement: Select[Any]) -> None:
+    """Refuse DISTINCT anywhere, and a subquery (or CTE) whose rows depend on other rows.
+
+    ``distinct(x)`` and ``func.distinct(x)`` in a column make the statement's own ``SELECT DISTINCT`` (or a
+    ``count(DISTINCT x)``); a subquery with DISTINCT, GROUP BY, LIMIT/OFFSET/FETCH or a UNION that is not
+    ``UNION ALL`` runs inside each database, so its rows are each database's (the distinct judges of each, its
+    top k), which over one table would be fewer: ``count()`` of it would add them up. Aggregates in a subquery
+    are refused by :func:`_combination` for the same reason.
+    """
+    for element in visitors.iterate(statement):
+        if isinstance(element, UnaryExpression) and element.operator is operators.distinct_op:
+            raise NotCombinableError(f"DISTINCT {element.element}")  # (str(element) warns outside an aggregate)
+        if isinstance(element, FunctionElement) and _function_name(element) == "distinct":
+            raise NotCombinableError(f"DISTINCT {element.clauses}")
+        if element is statement or not isinstance(element, Select | CompoundSelect):
+            continue
+        reduces = element._limit_clause is not None or element._offset_clause is not None
+        reduces = reduces or element._fetch_clause is not None
+        if isinstance(element, CompoundSelect):
+            reduces = reduces or element.keyword is not _CompoundSelectKeyword.UNION_ALL
+        else:
+            reduces = reduces or bool(element._distinct or element._distinct_on or element._group_by_clauses)
+        if reduces:
+            raise NotCombinableError(
+                "a subquery with DISTINCT, GROUP BY, LIMIT, OFFSET or UNION (it runs inside each database, so "
+                "its rows would be each database's, not those of one table),"
+            )
 
 
 def _tables(statement: Select[Any]) -> frozenset[str]:

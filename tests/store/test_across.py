@@ -27,6 +27,7 @@ from sqlalchemy import (
     and_,
     create_engine,
     delete,
+    distinct,
     event,
     func,
     insert,
@@ -34,6 +35,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    union,
     update,
 )
 from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
@@ -499,6 +501,40 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
     [
         (lambda: select(func.avg(Judgement.sample_index)), NotCombinableError, "avg"),
         (lambda: select(Judgement.judge).distinct(), NotCombinableError, "DISTINCT"),
+        # DISTINCT written as a column's function: the statement's own SELECT DISTINCT, or count(DISTINCT x)
+        (lambda: select(distinct(Judgement.judge)), NotCombinableError, "DISTINCT"),
+        (lambda: select(func.distinct(Judgement.judge)), NotCombinableError, "DISTINCT"),
+        (lambda: select(func.count(func.distinct(Judgement.judge))), NotCombinableError, "DISTINCT"),
+        # A subquery that reduces its rows runs in each database: the distinct judges, the latest row of each
+        (
+            lambda: select(func.count()).select_from(select(Judgement.judge).distinct().subquery()),
+            NotCombinableError,
+            "subquery",
+        ),
+        (
+            lambda: select(func.count()).select_from(select(Judgement.judge).group_by(Judgement.judge).subquery()),
+            NotCombinableError,
+            "subquery",
+        ),
+        (
+            lambda: select(func.count()).select_from(select(Judgement.judge).distinct().cte()),
+            NotCombinableError,
+            "subquery",
+        ),
+        (
+            lambda: select(Judgement.input_hash).where(
+                Judgement.input_hash.in_(select(Judgement.input_hash).order_by(Judgement.created_at.desc()).limit(1))
+            ),
+            NotCombinableError,
+            "subquery",
+        ),
+        (
+            lambda: select(func.count()).select_from(
+                union(select(Judgement.model_a), select(Judgement.model_b)).subquery()
+            ),
+            NotCombinableError,
+            "subquery",
+        ),
         (lambda: select(func.count(Judgement.judge.distinct())), NotCombinableError, "count"),
         (
             lambda: select(Judgement.judge, func.count()).group_by(Judgement.judge).having(func.count() > 1),
