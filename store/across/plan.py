@@ -21,6 +21,8 @@ Contract:
   ``load_only``...: the rows come back detached, so a column left out could
   never be loaded), a JSON value in an ordering, a grouping or a
   ``sum``/``min``/``max`` (PostgreSQL's json has neither order nor equality),
+  a ``fetch()`` with ``percent`` or ``with_ties`` (a plain ``fetch(n)`` is
+  ``limit(n)``),
   and an ordering or a ``min``/``max`` of a value whose type is unknown (a
   function SQLAlchemy does not type, other than those of
   :data:`TEXT_FUNCTIONS` and :data:`NUMBER_FUNCTIONS`; ``literal_column``):
@@ -177,7 +179,7 @@ class Plan:
                 f"Store.scalars takes select() of one of {names} (got {_shown(statement)}); "
                 "use Store.execute for columns and aggregates"
             )
-        limit, offset = _number(statement, "limit"), _number(statement, "offset") or 0
+        limit, offset = _limit(statement), _number(statement, "offset") or 0
         order = tuple(_order_key(term) for term in statement._order_by_clauses)
         combine = _combination(statement)
         _refuse_reducing(statement)
@@ -201,6 +203,23 @@ def _number(statement: Select[Any], which: str) -> int | None:
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
         raise StatementError(f"{which} must be a whole number >= 0 written into the statement, got {clause}")
     return value
+
+
+def _limit(statement: Select[Any]) -> int | None:
+    """The statement's limit: ``limit(n)``, or ``fetch(n)`` (``FETCH FIRST n ROWS ONLY``: the same rows).
+
+    Each database is asked with ``limit()`` (:meth:`Plan.per_database`), which drops a ``FETCH``: read here, it
+    is applied after the merge like a limit, never lost.
+    """
+    if statement._fetch_clause is None:
+        return _number(statement, "limit")
+    options = statement._fetch_clause_options or {}
+    if options.get("percent") or options.get("with_ties"):
+        raise StatementError(
+            f"fetch({statement._fetch_clause}, percent=..., with_ties=...) cannot be applied across databases; "
+            "use limit(n)"
+        )
+    return _number(statement, "fetch")
 
 
 def _refuse_reducing(statement: Select[Any]) -> None:

@@ -535,6 +535,7 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
             NotCombinableError,
             "subquery",
         ),
+        (lambda: select(Judgement).order_by(Judgement.judge).fetch(2, with_ties=True), StatementError, "limit"),
         (lambda: select(func.count(Judgement.judge.distinct())), NotCombinableError, "count"),
         (
             lambda: select(Judgement.judge, func.count()).group_by(Judgement.judge).having(func.count() > 1),
@@ -675,6 +676,21 @@ def test_json_values_are_never_ordered_grouped_or_aggregated(either: Store, stat
     assert either.execute(select(func.min(a), func.max(a))).one() == (-0.75, 0.0)
     ordered = select(Judgement.instruction_id).order_by(a.desc()).limit(3)
     assert either.execute(ordered).scalars().all() == ["0", "1", "2"]
+
+
+def test_fetch_is_a_limit_after_the_merge(either: Store) -> None:
+    """``fetch(n)`` asks for n rows, as ``limit(n)`` does: each database was read whole and every row came back."""
+    fill(either, [[judgement_record(i * 3 + k) for k in range(3)] for i in range(3)])
+    ordered = select(Judgement.instruction_id).order_by(Judgement.instruction_id.desc())
+    assert either.execute(ordered.fetch(4)).scalars().all() == ["8", "7", "6", "5"]
+    assert either.execute(ordered.offset(2).fetch(3)).scalars().all() == ["6", "5", "4"]
+    assert [
+        f.row.instruction_id for f in either.scalars(select(Judgement).order_by(Judgement.input_hash).fetch(2))
+    ] == [r.instruction_id for r in sorted((judgement_record(i) for i in range(9)), key=lambda r: r.input_hash)[:2]]
+    per_judge = select(Judgement.judge, func.count()).group_by(Judgement.judge).order_by(Judgement.judge)
+    assert either.execute(per_judge.fetch(1)).all() == [("judge-1", 9)]
+    joined = select(Judgement.instruction_id).join(Run, Run.run_id == Judgement.run_id, isouter=True)
+    assert either.execute(joined.order_by(Judgement.instruction_id).fetch(2)).scalars().all() == ["0", "1"]
 
 
 def test_the_selector_narrows_the_databases(store: Store) -> None:
