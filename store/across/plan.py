@@ -53,7 +53,15 @@ from typing import Any
 from sqlalchemy import JSON, Alias, CompoundSelect, Select, String, Table
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
-from sqlalchemy.sql.elements import CollationClause, FunctionFilter, Label, Over, UnaryExpression, WithinGroup
+from sqlalchemy.sql.elements import (
+    ClauseList,
+    CollationClause,
+    FunctionFilter,
+    Label,
+    Over,
+    UnaryExpression,
+    WithinGroup,
+)
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import _CompoundSelectKeyword
 from sqlalchemy.sql.sqltypes import NullType
@@ -397,7 +405,19 @@ def _ungrouped(statement: Select[Any]) -> tuple[str, ...]:
 
 
 def _same(a: ClauseElement, b: ClauseElement) -> bool:
-    return a.compare(b.element if isinstance(b, Label) else b)
+    return _bare(a).compare(_bare(b))
+
+
+def _bare(term: ClauseElement) -> ClauseElement:
+    """``term`` without what SQLAlchemy wraps it in: a label, or the one-term list ``group_by(func.f(x))`` makes
+    of a function (an anonymous label inside), so that a grouping names the same expression as a column."""
+    while True:
+        if isinstance(term, Label):
+            term = term.element
+        elif isinstance(term, ClauseList) and len(term.clauses) == 1:
+            term = term.clauses[0]
+        else:
+            return term
 
 
 def _order_columns(statement: Select[Any], order: tuple[OrderKey, ...]) -> tuple[int, ...]:

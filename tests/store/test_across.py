@@ -693,6 +693,21 @@ def test_fetch_is_a_limit_after_the_merge(either: Store) -> None:
     assert either.execute(joined.order_by(Judgement.instruction_id).fetch(2)).scalars().all() == ["0", "1"]
 
 
+def test_a_group_by_of_an_expression_combines_its_groups(either: Store) -> None:
+    """group_by(func.f(x)) with func.f(x) selected: SQLAlchemy wraps a function in a grouping, which was refused."""
+    judges = [["A", "a", "b"], ["a", "bb", "B"]]
+    fill(either, [[judgement_record(i * 3 + k, judge=j) for k, j in enumerate(js)] for i, js in enumerate(judges)])
+    lower = func.lower(Judgement.judge)
+    per_lower = select(lower, func.count(), func.min(Judgement.judge)).group_by(lower).order_by(lower.desc())
+    assert either.execute(per_lower).all() == [("bb", 1, "bb"), ("b", 2, "B"), ("a", 3, "A")]
+    length = func.length(Judgement.judge)
+    per_length = select(length.label("n"), func.count()).group_by(length).order_by(length)
+    assert either.execute(per_length).all() == [(1, 5), (2, 1)]
+    other = select(func.upper(Judgement.judge), func.count()).group_by(lower)  # another expression: refused
+    with pytest.raises(NotCombinableError, match=r"upper\(judgements\.judge\) of an aggregate, not in its group_by"):
+        either.execute(other)
+
+
 def test_the_selector_narrows_the_databases(store: Store) -> None:
     fill(store, [[judgement_record(0)], [judgement_record(1)]])
     picked = Selector(descriptor=descriptor(1).hash16())
