@@ -15,7 +15,8 @@ Contract:
   functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
   any aggregate that is not a column of the result, ``count(DISTINCT x)``
   included), a column of an aggregate that is not grouped by, an ordering by
-  text, a ``COLLATE`` in an ordering, a limit or offset that is not a number,
+  text (``order_by("n")``/``desc("n")`` naming one column of the result is
+  that column), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
   a statement that reads none of the store's tables or both completions and
   judgements (no database holds both), a loader option (``defer``,
   ``load_only``...: the rows come back detached, so a column left out could
@@ -61,6 +62,8 @@ from sqlalchemy.sql.elements import (
     Over,
     UnaryExpression,
     WithinGroup,
+    _label_reference,
+    _textual_label_reference,
 )
 from sqlalchemy.sql.functions import FunctionElement
 from sqlalchemy.sql.selectable import _CompoundSelectKeyword
@@ -188,7 +191,7 @@ class Plan:
                 "use Store.execute for columns and aggregates"
             )
         limit, offset = _limit(statement), _number(statement, "offset") or 0
-        order = tuple(_order_key(term) for term in statement._order_by_clauses)
+        order = tuple(_order_key(term, statement) for term in statement._order_by_clauses)
         combine = _combination(statement)
         _refuse_reducing(statement)
         if combine is None:
@@ -290,27 +293,46 @@ def _single(statement: Select[Any], tables: frozenset[str]) -> bool:
     return not any(isinstance(e, Select) and e is not statement for e in visitors.iterate(statement))
 
 
-def _order_key(term: ClauseElement) -> OrderKey:
+def _order_key(term: ClauseElement, statement: Select[Any]) -> OrderKey:
     descending, nulls_first = False, None
-    while isinstance(term, UnaryExpression) and term.modifier in (
-        operators.desc_op, operators.asc_op, operators.nulls_first_op, operators.nulls_last_op,
-    ):  # fmt: skip
-        if term.modifier is operators.desc_op:
-            descending = True
-        elif term.modifier is operators.nulls_first_op:
-            nulls_first = True
-        elif term.modifier is operators.nulls_last_op:
-            nulls_first = False
-        term = term.element
+    while True:
+        if isinstance(term, _label_reference):  # order_by(a_label) or order_by(a_label.desc())
+            term = term.element
+        elif isinstance(term, _textual_label_reference):  # order_by("name"), desc("name"): a column of the result
+            named = _named_column(statement, term.element)
+            if named is None:
+                break
+            term = named
+        elif isinstance(term, UnaryExpression) and term.modifier in (
+            operators.desc_op, operators.asc_op, operators.nulls_first_op, operators.nulls_last_op,
+        ):  # fmt: skip
+            if term.modifier is operators.desc_op:
+                descending = True
+            elif term.modifier is operators.nulls_first_op:
+                nulls_first = True
+            elif term.modifier is operators.nulls_last_op:
+                nulls_first = False
+            term = term.element
+        else:
+            break
     if isinstance(term, Label):
         term = term.element
     if not isinstance(term, ColumnElement) or type(term).__name__.startswith("_textual"):
-        raise StatementError(f"order_by({term}) is text; order by a column or an expression of columns")
+        raise StatementError(
+            f"order_by({term}) is text that names no one column of the result; order by a column, an expression "
+            "of columns, or the name of a labelled column of the result"
+        )
     _refuse_json(term, f"order_by({term})")
     _refuse_untyped(term, f"order_by({term})")
     if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
         raise StatementError(f"order_by({term}) names a collation; across databases rows are ordered by value")
     return OrderKey(term, descending, nulls_first)
+
+
+def _named_column(statement: Select[Any], name: str) -> ColumnElement[Any] | None:
+    """The one column of the result called ``name`` (a label's name, a column's key), as ``ORDER BY name`` means."""
+    found = [c for c in statement.selected_columns if getattr(c, "name", None) == name or c.key == name]
+    return found[0] if len(found) == 1 else None
 
 
 def compares_as_text(term: ColumnElement[Any]) -> bool:
