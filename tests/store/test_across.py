@@ -308,6 +308,43 @@ def test_postgres_join_runs_in_each_schema_on_one_connection(pg_url: str) -> Non
         assert _cost_per_run(store) == _EXPECTED_COST
 
 
+def _judges_collated_a_before_b(server: Store) -> None:
+    """Give every schema's ``judge`` column a collation where a < B (as en_US orders)."""
+    with server.storage.connection(write=True) as conn:  # type: ignore[attr-defined]
+        for schema in conn.execute(text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'js\\_%'")).scalars():
+            conn.execute(text(f'ALTER TABLE "{schema}".judgements ALTER COLUMN judge TYPE varchar COLLATE "und-x-icu"'))
+        assert conn.execute(text("SELECT 'a' < 'B' COLLATE \"und-x-icu\"")).scalar_one()
+
+
+@pytest.mark.postgres
+def test_postgres_orders_groups_by_their_text_min_by_code_point(pg_url: str, store_root: Path) -> None:
+    """Groups ordered by their min(judge) or max(judge): by the value returned (the "C" collation's min), not by
+    the min of the server's collation (a < B), which is another value in another order."""
+    judges = [["a", "C", "é"], ["B", "d", "Z"]]  # instruction k: min B C Z by code point, a C d by the server's
+    first = func.min(Judgement.judge).label("first")
+    per_instruction = select(Judgement.instruction_id, first).group_by(Judgement.instruction_id)
+    last = func.max(Judgement.judge)
+    statements = [
+        per_instruction.order_by(first),
+        per_instruction.order_by(desc("first")),
+        select(Judgement.instruction_id, func.min(Judgement.judge))
+        .group_by(Judgement.instruction_id)
+        .order_by(func.min(Judgement.judge)),
+        select(Judgement.instruction_id, last).group_by(Judgement.instruction_id).order_by(last.desc()).limit(2),
+    ]
+    answers = []
+    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
+        for store in (server, folder):
+            for i, names in enumerate(judges):
+                rows = [judgement_record(i * 3 + k, judge=name, instruction_id=str(k)) for k, name in enumerate(names)]
+                store.database("judgements", "arena", descriptor(i)).put_many(rows)
+        _judges_collated_a_before_b(server)
+        for store in (server, folder):
+            answers.append([store.execute(statement).all() for statement in statements])
+    assert answers[1][0] == [("0", "B"), ("1", "C"), ("2", "Z")]
+    assert answers[0] == answers[1]
+
+
 @pytest.mark.postgres
 def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, store_root: Path) -> None:
     """A server whose collation puts a < B: both paths order as SQLite does, and a merge stays in order."""
@@ -338,12 +375,7 @@ def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, 
             for i, names in enumerate(judges):
                 rows = [judgement_record(i * 3 + k, judge=name) for k, name in enumerate(names)]
                 store.database("judgements", "arena", descriptor(i)).put_many(rows)
-        with server.storage.connection(write=True) as conn:  # type: ignore[attr-defined]
-            for schema in conn.execute(text("SELECT nspname FROM pg_namespace WHERE nspname LIKE 'js\\_%'")).scalars():
-                conn.execute(
-                    text(f'ALTER TABLE "{schema}".judgements ALTER COLUMN judge TYPE varchar COLLATE "und-x-icu"')
-                )
-            assert conn.execute(text("SELECT 'a' < 'B' COLLATE \"und-x-icu\"")).scalar_one()
+        _judges_collated_a_before_b(server)
         for store in (server, folder):
             answers.append([store.execute(statement).all() for statement in statements])
     expected = sorted(name for names in judges for name in names)  # code point order: B C Z a d é

@@ -29,7 +29,9 @@ Contract:
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
-  the merge does. Under the server's own collation (``en_US``: ``a < B``)
+  the merge does. An aggregate ordered by its text ``min``/``max`` column
+  is ordered by that column as computed (``min(x COLLATE "C")``), never by
+  the server's own ``min(x)``, another value. Under the server's own collation (``en_US``: ``a < B``)
   the merged streams of two schemas would not even be in order.
 """
 
@@ -92,16 +94,24 @@ def _codepoint_ordered(plan: Plan) -> Plan:
     and the merge compare it."""
     statement = plan.statement
     texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
+    columns = list(statement.selected_columns)
     if texts:
-        columns = list(statement.selected_columns)
         for i in texts:
             (argument,) = _arguments(statement, i)
-            columns[i] = getattr(func, plan.combine[i])(argument.collate("C"))
+            column = getattr(func, plan.combine[i])(argument.collate("C"))
+            original = columns[i]
+            columns[i] = column.label(original.name) if isinstance(original, Label) else column
         statement = statement.with_only_columns(*columns)
     if any(_is_text([key.expression]) for key in plan.order):
         terms = []
-        for key in plan.order:
-            term = key.expression.collate("C") if _is_text([key.expression]) else key.expression
+        for k, key in enumerate(plan.order):
+            expression = key.expression
+            if plan.order_columns and plan.order_columns[k] in texts:
+                # An ordering by a text min/max is by the column as rewritten: min(x) of the server's collation
+                # is another value, in another order.
+                expression = columns[plan.order_columns[k]]
+                expression = expression.element if isinstance(expression, Label) else expression
+            term = expression.collate("C") if _is_text([key.expression]) else expression
             term = term.desc() if key.descending else term.asc()
             terms.append(
                 term if key.nulls_first is None else term.nulls_first() if key.nulls_first else term.nulls_last()
