@@ -346,6 +346,33 @@ def test_postgres_orders_groups_by_their_text_min_by_code_point(pg_url: str, sto
 
 
 @pytest.mark.postgres
+def test_postgres_orders_text_holding_u0000_by_code_point(pg_url: str, store_root: Path) -> None:
+    """PostgreSQL stores U+0000 escaped (U+FDD0 "0"): ordered as stored, "a\\0" came after "ab", and the merged
+    schemas of a join (their rows compared unescaped) were not even in order. Ordered, min and max as SQLite's."""
+    texts = [["a\0z", "a", "b", "a\x01", "\ufdd0"], ["a\ufdd0", "a\0", "ab", "a\ufdd01", "\ufdd00"]]
+    other = aliased(Judgement)
+    joined = select(Judgement.completion).join(other, other.input_hash == Judgement.input_hash)
+    least = func.min(Judgement.completion)
+    statements = [
+        select(Judgement.completion).order_by(Judgement.completion),  # one statement over every schema
+        joined.order_by(Judgement.completion),  # merged
+        joined.order_by(Judgement.completion.desc()).limit(3),
+        select(least, func.max(Judgement.completion)),
+        select(Judgement.instruction_id, least).group_by(Judgement.instruction_id).order_by(least.desc()),
+        joined.with_only_columns(Judgement.instruction_id, least).group_by(Judgement.instruction_id).order_by(least),
+    ]
+    answers = []
+    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
+        for store in (server, folder):
+            for i, names in enumerate(texts):
+                rows = [judgement_record(i * 5 + k, completion=t, instruction_id=str(k)) for k, t in enumerate(names)]
+                store.database("judgements", "arena", descriptor(i)).put_many(rows)
+            answers.append([store.execute(statement).all() for statement in statements])
+    assert [c for (c,) in answers[1][0]] == sorted(t for names in texts for t in names)
+    assert answers[0] == answers[1]
+
+
+@pytest.mark.postgres
 def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, store_root: Path) -> None:
     """A server whose collation puts a < B: both paths order as SQLite does, and a merge stays in order."""
     judges = [["a", "C", "é"], ["B", "d", "Z"]]

@@ -29,9 +29,11 @@ Contract:
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
-  the merge does. An aggregate ordered by its text ``min``/``max`` column
-  is ordered by that column as computed (``min(x COLLATE "C")``), never by
-  the server's own ``min(x)``, another value. Under the server's own collation (``en_US``: ``a < B``)
+  the merge does. Text is stored escaped (U+0000 as U+FDD0 ``"0"``,
+  :mod:`store.backends.postgres.text`), so what is compared is a key of the
+  stored text that orders as the read value does (:func:`_code_point_key`).
+  An aggregate ordered by its text ``min``/``max`` column is ordered by that
+  column as computed, never by the server's own ``min(x)``, another value. Under the server's own collation (``en_US``: ``a < B``)
   the merged streams of two schemas would not even be in order.
 """
 
@@ -43,7 +45,20 @@ from contextlib import ExitStack
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Integer, MetaData, Row, Select, func, inspect, literal_column, select, union_all
+from sqlalchemy import (
+    Integer,
+    MetaData,
+    Row,
+    Select,
+    String,
+    func,
+    inspect,
+    literal,
+    literal_column,
+    select,
+    type_coerce,
+    union_all,
+)
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql.elements import Label
@@ -51,6 +66,7 @@ from sqlalchemy.sql.elements import Label
 from store.across.merge import read_each
 from store.across.plan import AcrossRows, Kind, Plan, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
+from store.backends.postgres.text import ESCAPE
 from store.tables.models import Base
 
 if TYPE_CHECKING:
@@ -90,34 +106,60 @@ def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> Ac
 
 
 def _codepoint_ordered(plan: Plan) -> Plan:
-    """``plan`` comparing text in the "C" collation (its ordering, its ``min``/``max``): by code point, as SQLite
-    and the merge compare it."""
+    """``plan`` comparing text by code point (its ordering, its ``min``/``max``), as SQLite and the merge compare
+    it: in the "C" collation, over :func:`_code_point_key` of the stored (escaped) text."""
     statement = plan.statement
     texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
     columns = list(statement.selected_columns)
+    compared: dict[int, Any] = {}  # a text min/max column: what is compared, min(key(x)), before it is read back
     if texts:
         for i in texts:
             (argument,) = _arguments(statement, i)
-            column = getattr(func, plan.combine[i])(argument.collate("C"))
+            compared[i] = getattr(func, plan.combine[i])(_code_point_key(argument))
+            column = type_coerce(_stored_text(compared[i]), argument.type)  # read back (unescaped) as x is
             original = columns[i]
             columns[i] = column.label(original.name) if isinstance(original, Label) else column
         statement = statement.with_only_columns(*columns)
     if any(_is_text([key.expression]) for key in plan.order):
         terms = []
         for k, key in enumerate(plan.order):
-            expression = key.expression
             if plan.order_columns and plan.order_columns[k] in texts:
-                # An ordering by a text min/max is by the column as rewritten: min(x) of the server's collation
-                # is another value, in another order.
-                expression = columns[plan.order_columns[k]]
-                expression = expression.element if isinstance(expression, Label) else expression
-            term = expression.collate("C") if _is_text([key.expression]) else expression
+                # An ordering by a text min/max is by the value compared: min(x) of the server's collation is
+                # another value, in another order.
+                term = compared[plan.order_columns[k]]
+            else:
+                term = _code_point_key(key.expression) if _is_text([key.expression]) else key.expression
             term = term.desc() if key.descending else term.asc()
             terms.append(
                 term if key.nulls_first is None else term.nulls_first() if key.nulls_first else term.nulls_last()
             )
         statement = statement.order_by(None).order_by(*terms)
     return plan if statement is plan.statement else dataclasses.replace(plan, statement=statement)
+
+
+def _text(value: str) -> Any:
+    """``value`` bound as it is (the text columns escape what they bind: :mod:`store.backends.postgres.text`)."""
+    return literal(value, String())
+
+
+def _code_point_key(term: Any) -> Any:
+    """Stored text that the "C" collation orders as its read value is ordered by code point.
+
+    A stored value is escaped (:mod:`store.backends.postgres.text`): U+0000 is ``ESCAPE "0"``, which the "C"
+    collation would put after almost every character, and U+FDD0 is ``ESCAPE "1"``. Here U+0000 becomes
+    ``"\\x01\\x01"`` and U+0001 ``"\\x01\\x02"``, below every other character (PostgreSQL text holds none lower
+    than U+0001) and in their order, a prefix-free code: strings compare as their unescaped values do.
+    """
+    key = func.replace(term, _text("\x01"), _text("\x01\x02"))
+    key = func.replace(key, _text(ESCAPE + "0"), _text("\x01\x01"))
+    return func.replace(key, _text(ESCAPE + "1"), _text(ESCAPE)).collate("C")
+
+
+def _stored_text(key: Any) -> Any:
+    """The stored (escaped) text whose :func:`_code_point_key` is ``key``."""
+    text = func.replace(key, _text(ESCAPE), _text(ESCAPE + "1"))
+    text = func.replace(text, _text("\x01\x01"), _text(ESCAPE + "0"))
+    return func.replace(text, _text("\x01\x02"), _text("\x01"))
 
 
 def _arguments(statement: Select[Any], i: int) -> list[Any]:
