@@ -176,6 +176,12 @@ def _check_aggregates(store: Store, reference: Session, where: Any) -> None:
     if where is not None:
         stmt = stmt.where(where)
     assert store.execute(stmt).all() == reference.execute(stmt).all()
+    # Groups of an expression, ordered by a label (by its name too), a window of them.
+    slot_b, n = func.coalesce(Judgement.model_b, "none").label("b"), func.count().label("n")
+    by_slot_b = select(slot_b, n, func.min(Judgement.judge)).group_by(slot_b)  # (one bound "none" on PostgreSQL)
+    by_slot_b = by_slot_b.order_by(n.desc(), desc("b")).offset(1).fetch(2)
+    by_slot_b = by_slot_b if where is None else by_slot_b.where(where)
+    assert store.execute(by_slot_b).all() == reference.execute(by_slot_b.limit(2)).all()
     total = select(func.count(), func.sum(Judgement.sample_index), func.max(Judgement.created_at)).select_from(
         Judgement
     )
