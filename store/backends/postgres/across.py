@@ -29,12 +29,13 @@ Contract:
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
-  the merge does. Text is stored escaped (U+0000 as U+FDD0 ``"0"``,
+  the merge does. Under the server's own collation (``en_US``: ``a < B``)
+  the merged streams of two schemas would not even be in order. Text is
+  stored escaped (U+0000 as U+FDD0 ``"0"``,
   :mod:`store.backends.postgres.text`), so what is compared is a key of the
   stored text that orders as the read value does (:func:`_code_point_key`).
   An aggregate ordered by its text ``min``/``max`` column is ordered by that
-  column as computed, never by the server's own ``min(x)``, another value. Under the server's own collation (``en_US``: ``a < B``)
-  the merged streams of two schemas would not even be in order.
+  column as computed, never by the server's own ``min(x)``, another value.
 """
 
 from __future__ import annotations
