@@ -25,8 +25,9 @@ Contract:
   locale (SQLite's ``BINARY``, PostgreSQL's ``"C"`` collation). A
   join (to ``runs``, an ``aliased()`` self-join) or a subquery runs inside
   each database: rows of different databases never meet, so a subquery
-  that reduces its rows (an aggregate, ``DISTINCT``, ``GROUP BY``,
-  ``LIMIT``, ``UNION``) would give each database's answer and is refused.
+  that reduces its rows (an aggregate, ``LIMIT``; read as a table,
+  ``DISTINCT``, ``GROUP BY``, ``UNION``) would give each database's answer
+  and is refused.
   Without a selector, every database of the entity's role
   (completions or judgements; both for runs and adoptions). Databases without
   tables are skipped.

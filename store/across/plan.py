@@ -8,11 +8,11 @@ Contract:
   :class:`~store.errors.NotCombinableError`): anything but a ``select()``
   (these calls only read), ``FOR UPDATE``, ``DISTINCT`` (of the statement,
   or ``distinct(x)``/``func.distinct(x)`` in a column), ``HAVING``, a
-  subquery or CTE that reduces its rows (an aggregate, ``DISTINCT``,
-  ``GROUP BY``, ``LIMIT``/``OFFSET``/``FETCH``, a ``UNION`` other than
-  ``UNION ALL``: it runs inside each database, so its rows would be each
-  database's distinct values or top rows, not one table's), window
-  functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
+  subquery that reduces its rows (an aggregate, ``LIMIT``/``OFFSET``/
+  ``FETCH``; read as a table, ``FROM`` or a CTE, also ``DISTINCT``,
+  ``GROUP BY`` or a ``UNION`` other than ``UNION ALL``: it runs inside each
+  database, so its rows would be each database's top rows or distinct
+  values, not one table's), window functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
   any aggregate that is not a column of the result, ``count(DISTINCT x)``
   included), a column of an aggregate that is not grouped by, an ordering by
   text (``order_by("n")``/``desc("n")`` naming one column of the result is
@@ -66,7 +66,7 @@ from sqlalchemy.sql.elements import (
     _textual_label_reference,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import _CompoundSelectKeyword
+from sqlalchemy.sql.selectable import AliasedReturnsRows, _CompoundSelectKeyword
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
@@ -234,15 +234,18 @@ def _limit(statement: Select[Any]) -> int | None:
 
 
 def _refuse_reducing(statement: Select[Any]) -> None:
-    """Refuse DISTINCT anywhere, and a subquery (or CTE) whose rows depend on other rows.
+    """Refuse DISTINCT in a column, and a subquery (or CTE) whose rows depend on other rows.
 
     ``distinct(x)`` and ``func.distinct(x)`` in a column make the statement's own ``SELECT DISTINCT`` (or a
-    ``count(DISTINCT x)``); a subquery with DISTINCT, GROUP BY, LIMIT/OFFSET/FETCH or a UNION that is not
-    ``UNION ALL`` runs inside each database, so its rows are each database's (the distinct judges of each, its
-    top k), which over one table would be fewer: ``count()`` of it would add them up. Aggregates in a subquery
-    are refused by :func:`_combination` for the same reason.
+    ``count(DISTINCT x)``). A subquery runs inside each database, so the rows of one with LIMIT/OFFSET/FETCH
+    are each database's top k (``IN (... LIMIT 1)``: the latest row of each), and those of a subquery read
+    as a table (``FROM``, a CTE) with DISTINCT, GROUP BY or a UNION that is not ``UNION ALL`` each database's
+    distinct values, which ``count()`` would add up. (DISTINCT in an ``IN (...)`` changes nothing: kept.)
+    Aggregates in a subquery are refused by :func:`_combination` for the same reason.
     """
-    for element in visitors.iterate(statement):
+    elements = list(visitors.iterate(statement))
+    read_as_tables = {id(e.element) for e in elements if isinstance(e, AliasedReturnsRows)}
+    for element in elements:
         if isinstance(element, UnaryExpression) and element.operator is operators.distinct_op:
             raise NotCombinableError(f"DISTINCT {element.element}")  # (str(element) warns outside an aggregate)
         if isinstance(element, FunctionElement) and _function_name(element) == "distinct":
@@ -251,14 +254,15 @@ def _refuse_reducing(statement: Select[Any]) -> None:
             continue
         reduces = element._limit_clause is not None or element._offset_clause is not None
         reduces = reduces or element._fetch_clause is not None
-        if isinstance(element, CompoundSelect):
-            reduces = reduces or element.keyword is not _CompoundSelectKeyword.UNION_ALL
-        else:
-            reduces = reduces or bool(element._distinct or element._distinct_on or element._group_by_clauses)
+        if id(element) in read_as_tables:
+            if isinstance(element, CompoundSelect):
+                reduces = reduces or element.keyword is not _CompoundSelectKeyword.UNION_ALL
+            else:
+                reduces = reduces or bool(element._distinct or element._distinct_on or element._group_by_clauses)
         if reduces:
             raise NotCombinableError(
-                "a subquery with DISTINCT, GROUP BY, LIMIT, OFFSET or UNION (it runs inside each database, so "
-                "its rows would be each database's, not those of one table),"
+                "a subquery with LIMIT or OFFSET, or read as a table with DISTINCT, GROUP BY or UNION (it runs "
+                "inside each database, so its rows would be each database's, not those of one table),"
             )
 
 

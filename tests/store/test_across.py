@@ -457,6 +457,9 @@ def _subquery_stays_inside(store: Store) -> None:
     # (over one table of both databases it would be).
     stmt = select(Judgement).where(or_(Judgement.instruction_id.in_(ids_of_j0), Judgement.instruction_id == "3"))
     assert sorted(str(f.row.instruction_id) for f in store.scalars(stmt)) == ["0", "1", "3"]
+    # DISTINCT in an IN (...) changes nothing: not refused as a subquery read as a table with DISTINCT is.
+    distinct_ids = select(Judgement).where(Judgement.instruction_id.in_(ids_of_j0.distinct()))
+    assert sorted(str(f.row.instruction_id) for f in store.scalars(distinct_ids)) == ["0", "1"]
 
 
 def test_a_subquery_runs_inside_each_database(store: Store) -> None:
