@@ -382,6 +382,10 @@ def _function_name(element: object) -> str | None:
     return element.name.lower() if isinstance(element, FunctionElement) and hasattr(element, "name") else None
 
 
+def _is_aggregate(name: str | None) -> bool:
+    return name in COMBINABLE or name in OTHER_AGGREGATES
+
+
 def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
     """How each result column combines across databases; None when the statement aggregates nothing."""
     columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
@@ -398,12 +402,13 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
     for element in visitors.iterate(statement.order_by(None)):  # an ordering names the result's own columns
         if isinstance(element, Over | WithinGroup):
             raise NotCombinableError("a window function (OVER) or an ordered-set aggregate")
+        # A FILTER is met before the aggregate it wraps (parents come first), so it is named as what it is.
+        if isinstance(element, FunctionFilter) and _is_aggregate(_function_name(element.func)):
+            raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
         name = _function_name(element)
         if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in top:
             where = " with DISTINCT, inside an expression or in a subquery" if name in COMBINABLE else ""
             raise NotCombinableError(f"{name}(...){where}")
-        if isinstance(element, FunctionFilter) and id(element.func) in top:
-            raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
     groups = statement._group_by_clauses
     for column, h in zip(columns, how, strict=True):
         if h in ("sum", "min", "max"):

@@ -613,6 +613,11 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         ),
         (lambda: select(Judgement.judge, func.count()), NotCombinableError, "group_by"),
         (lambda: select(func.count() + 1).select_from(Judgement), NotCombinableError, "count"),
+        (
+            lambda: select(func.count().filter(Judgement.judge == "judge-1")).select_from(Judgement),
+            NotCombinableError,
+            r"count\(\.\.\.\) FILTER",
+        ),
         (lambda: select(Judgement.judge, func.row_number().over()), NotCombinableError, "window"),
         (lambda: select(func.string_agg(Judgement.judge, ",")), NotCombinableError, "string_agg"),
         (lambda: update(Judgement).values(judge="x"), StatementError, "only read"),
