@@ -9,6 +9,7 @@ each once, in order.
 from __future__ import annotations
 
 import dataclasses
+import random
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -346,3 +347,79 @@ def test_a_search_reads_a_prompt_that_only_begins_and_ends_as_a_rendered_one(
     fake = '{"messages":[{"content":"not json" "}],"type":"messages"}'
     matched = searched(request, tmp_path, [(fake, "answer"), (SAID["box"], "answer")], "NOT JSON")
     assert matched == {"folder": [0], "server": [0]}
+
+
+SAYS_NUL_ESCAPE = {
+    "code": render_messages([{"role": "user", "content": 'puts("\\u0000");\nline two'}]),  # says \u0000, holds none
+    "text": render_text("C:\\\\u0000\tdir"),  # two backslashes said, then u0000
+    "nul": render_text("a\\\x00\nline"),  # a backslash, then a U+0000: its JSON spells \\\u0000
+}
+
+
+@pytest.mark.parametrize(
+    ("needle", "folder", "server"),
+    [
+        # In the prompt holding U+0000, SQLite reads the JSON's spelling (Repository.contains_text): "nline" is
+        # found in its "\nline"; in the prompts that only say \u0000, neither backend finds it.
+        ("nline", ["nul"], []),
+        ("tdir", [], []),
+        ("\\u0000", ["code", "text", "nul"], ["code", "text"]),  # SQLite: the nul prompt spells \\\u0000
+        ('\\u0000");\nLINE', ["code"], ["code"]),
+        ("\\\x00", ["nul"], ["nul"]),
+    ],
+)
+def test_a_prompt_that_says_backslash_u0000_holds_no_u0000_and_is_read_as_it_decodes(
+    request: pytest.FixtureRequest, tmp_path: Path, needle: str, folder: list[str], server: list[str]
+) -> None:
+    """Only an escape \\u0000 is a U+0000: a prompt that says the six characters is read as every other one."""
+    names = list(SAYS_NUL_ESCAPE)
+    rows = [(SAYS_NUL_ESCAPE[name], f"answer {i}") for i, name in enumerate(names)]
+    found = {"folder": folder, "server": server}
+    expected = {backend: sorted(names.index(name) for name in found[backend]) for backend in found}
+    assert searched(request, tmp_path, rows, needle) == expected
+
+
+def test_both_backends_find_what_a_python_reader_of_the_prompts_finds_on_random_text(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    """Random prompts built of the characters and words the search's readers treat apart (quotes, backslashes, the
+    letters of escapes, U+FDD0, the JSON's own keys, non-ASCII case), searched for random needles: both backends
+    match exactly the rows whose messages (or text) or completion hold the needle, ASCII letters in any case.
+    (No prompt holds U+0000, where SQLite reads the JSON's spelling: see contains_text.)"""
+    pieces = ["a", "A", "n", "t", "u", "0", '"', "\\", "\n", "\t", "\ufdd0", "é", "É", "😀", ":", "}", ",", " ",
+              "content", '"content":"', "role", "\\u0000", '"}],"type":"messages"}']  # fmt: skip
+    rng = random.Random(20261204)
+
+    def said(most: int, *, nul: bool = False) -> str:
+        return "".join(rng.choice([*pieces, "\x00"] if nul else pieces) for _ in range(rng.randint(0, most)))
+
+    rows: dict[str, str] = {}
+    while len(rows) < 80:
+        if rng.random() < 0.7:
+            chat = [{"role": said(3), "content": said(8)} for _ in range(rng.randint(1, 3))]
+            rows.setdefault(render_messages(chat), said(4, nul=True))
+        else:
+            rows.setdefault(render_text(said(8)), said(4, nul=True))
+    needles = sorted({said(3, nul=True) for _ in range(120)} - {""})
+
+    def ascii_lower(text: str) -> str:
+        return "".join(c.lower() if c.isascii() else c for c in text)
+
+    def oracle(prompt: str, completion: str, needle: str) -> bool:
+        return any(ascii_lower(needle) in ascii_lower(text) for text in [*prompt_says(prompt), completion])
+
+    keys = [input_hash(prompt) for prompt in rows]
+    for backend in ("folder", "server"):
+        where = {"root": tmp_path / "odd"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
+        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="odd"))
+            database.put_many(
+                completion_record(i, input_text=prompt, input_hash=key, completion=completion)
+                for i, ((prompt, completion), key) in enumerate(zip(rows.items(), keys, strict=True))
+            )
+            with database.reading() as repo:
+                for needle in needles:
+                    found = repo.conn.execute(select(repo.table.c.input_hash).where(repo.contains_text(needle)))
+                    want = {key for (prompt, completion), key in zip(rows.items(), keys, strict=True)
+                            if oracle(prompt, completion, needle)}  # fmt: skip
+                    assert set(found.scalars()) == want, (backend, needle)

@@ -416,8 +416,15 @@ class SqliteRepository(Repository):
         # and ends as a rendered input) is looked into as the text it is. SQLite's JSON functions decode a string
         # only up to a U+0000 (json_extract('"a\u0000b"') is 'a'): an input that holds one (rare: canonical JSON
         # writes it \u0000) is looked into string by string as the JSON spells it, with the search text spelled
-        # the same way; there a match may also begin inside an escape sequence (the "n" of a "\n").
-        spelled = func.instr(column, bindparam(None, "\\u0000", Text())) > 0
+        # the same way; there a match may also begin inside an escape sequence (the "n" of a "\n"). A prompt that
+        # says "\u0000" (a backslash, then "u0000": its JSON spells "\\u0000") holds no U+0000 and is decoded:
+        # its escaped backslashes are left out before the second look (each "\\" is a whole escape, read from the
+        # left as JSON reads it), so only a "\u0000" that is an escape remains.
+        nul = bindparam(None, "\\u0000", Text())
+        spelled = and_(
+            func.instr(column, nul) > 0,
+            func.instr(func.replace(column, bindparam(None, "\\\\", Text()), ""), nul) > 0,
+        )
         return case(
             (func.json_valid(column) == 0, self._holds(column, text)),
             (spelled, self._said(column, kind, text, spelled=True)),
