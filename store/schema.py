@@ -35,9 +35,11 @@ from typing import TYPE_CHECKING, Any, Literal
 from sqlalchemy import Column, Connection, MetaData, PrimaryKeyConstraint, String, Table
 
 from store.errors import (
+    CorruptDatabaseError,
     ForeignDatabaseError,
     JudgestoreError,
     MigrationScriptsError,
+    NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
 )
@@ -88,6 +90,15 @@ class DatabaseState(enum.StrEnum):
 
 
 USABLE_STATES = frozenset({DatabaseState.CURRENT, DatabaseState.EMPTY})
+
+
+def failed_state(error: BaseException) -> DatabaseState:
+    """The state of a database whose reading raised ``error``: not a database, corrupt, or else unreadable."""
+    if isinstance(error, NotADatabaseError):
+        return DatabaseState.NOT_A_DATABASE
+    if isinstance(error, CorruptDatabaseError):
+        return DatabaseState.CORRUPT
+    return DatabaseState.UNREADABLE
 
 
 @dataclass(frozen=True, slots=True)

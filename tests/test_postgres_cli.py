@@ -272,6 +272,31 @@ def test_ls_and_stats_list_a_damaged_schema_with_the_good_ones_and_exit_1(
     assert _server_snapshot(pg_cluster, database) == before  # listing changed nothing on the server
 
 
+def test_ls_with_row_filters_lists_every_schema_when_one_cannot_be_counted(pg_url: str, pg_cluster: Cluster) -> None:
+    """A schema at head whose table lost a column: ls reads its revision and row count, its filter's count fails.
+    The schema is listed as unreadable with the error, the others with what they match, and ls exits 1."""
+    with Store(Settings(), url=pg_url) as opened:
+        damaged = opened.database("completions", "t", ModelDescriptor(provider="vllm", model="bad"))
+        damaged.put_many([completion_record(i) for i in range(3)])
+        opened.database("completions", "t", ModelDescriptor(provider="vllm", model="good")).put_many(
+            [completion_record(i) for i in range(4)]
+        )
+        name = schema_name(damaged.location)
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(f'ALTER TABLE "{name}".completions DROP COLUMN finish_reason', database)
+    before = _server_snapshot(pg_cluster, database)
+
+    listed = judgestore("ls", "--json", "--finish-reason", "stop", "--store-url", pg_url)
+    assert listed.exit_code == 1 and listed.stderr == "", listed.output
+    found = {d["model"]: (d["state"], d["ok"], d["matching"]) for d in orjson.loads(listed.stdout)}
+    assert found == {"bad": ("unreadable", False, None), "good": ("current", True, 4)}, listed.stdout
+    table = judgestore("ls", "--finish-reason", "stop", "--store-url", pg_url)
+    assert table.exit_code == 1 and "2 databases, 4 rows (4 matching)" in table.stdout, table.output
+    assert "1 of 2 databases could not be read" in table.stderr
+    assert _server_snapshot(pg_cluster, database) == before
+
+
 # ---------------------------------------------------------------- passwords never print
 
 PASSWORD = "Zq7@Wx9:pw-secret"  # an @ and a : in it, as real passwords have

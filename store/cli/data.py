@@ -13,6 +13,7 @@ Contract:
   ``--yes``), and writes nothing before that.
 """
 
+import dataclasses
 import enum
 import sys
 from datetime import datetime
@@ -41,10 +42,11 @@ from store.cli.common import (
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.errors import JudgestoreError
 from store.layout import Selector
 from store.reports import DatabaseInfo
 from store.rows import row_columns
-from store.schema import DatabaseState
+from store.schema import DatabaseState, failed_state
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter, roles_for
@@ -125,7 +127,9 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
         infos = list(counted(store.infos(locations), len(locations), "Reading"))
-        matching = None if flt.is_empty() else _matching(store, infos, flt, selector)
+        matching = None
+        if not flt.is_empty():
+            infos, matching = _matching(store, infos, flt, selector)
     unread = sum(not info.ok for info in infos)
     if json_output:  # each database's "ok" says whether it could be read ("error": why not)
         emit_json(
@@ -151,15 +155,32 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     exit_if_unread(unread, len(infos), json_output=False, left_out="see State; their rows are not counted")
 
 
-def _matching(store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector) -> list[int | None]:
-    """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role)."""
+def _matching(
+    store: Store, infos: list[DatabaseInfo], flt: RowFilter, selector: Selector
+) -> tuple[list[DatabaseInfo], list[int | None]]:
+    """Rows ``flt`` selects in each current database of ``infos`` (None: not current, or the other role).
+
+    A database whose rows cannot be read (a damaged page that counting its rows through the key index never met)
+    comes back in the state its error says (corrupt, unreadable), its error and no rows, as its listing would
+    have it: the others are still counted and listed, and ``ls`` exits 1.
+    """
     roles = roles_for(flt, selector.role)
     usable = [info.state is DatabaseState.CURRENT and info.location.role in roles for info in infos]
     can_match = set(store.storage.narrowed([i.location for i, ok in zip(infos, usable, strict=True) if ok], flt))
+    listed: list[DatabaseInfo] = []
     counts: list[int | None] = []
     for info, ok in zip(infos, usable, strict=True):
-        counts.append(None if not ok else store.open(info.location).count(flt) if info.location in can_match else 0)
-    return counts
+        count: int | None = None
+        if ok and info.location in can_match:
+            try:
+                count = store.open(info.location).count(flt)
+            except JudgestoreError as e:
+                info = dataclasses.replace(info, state=failed_state(e), rows=None, error=str(e))
+        elif ok:
+            count = 0
+        listed.append(info)
+        counts.append(count)
+    return listed, counts
 
 
 # ---------------------------------------------------------------- query

@@ -132,6 +132,28 @@ def test_stats_exits_1_on_a_damaged_page_that_ls_does_not_read(filled: Path) -> 
     assert file_digests(filled) == before
 
 
+def test_ls_with_row_filters_lists_every_database_when_one_cannot_be_counted(filled: Path) -> None:
+    """The filter's count reads the table's pages, which ls's own row count (the key index) never met: the damaged
+    database is listed as corrupt, the others with what they match, and ls exits 1."""
+    damage_page(db_path(filled, QWEN), "completions")
+    before = file_digests(filled)
+    listed = judgestore("ls", "--json", "--finish-reason", "length")
+    assert listed.exit_code == 1 and listed.stderr == "", listed.output
+    found = {d["model"]: (d["state"], d["ok"], d["rows"], d["matching"]) for d in as_json(listed.stdout)}
+    assert found == {
+        "Qwen/Qwen3-8B": ("corrupt", False, None, None),
+        "meta-llama/Llama-3.1-8B": ("current", True, 2, 0),
+        "judge-1": ("current", True, 5, 0),
+    }
+    assert "damaged" in next(d["error"] for d in as_json(listed.stdout) if not d["ok"])
+    table = judgestore("ls", "--finish-reason", "length")
+    assert table.exit_code == 1 and "Traceback" not in table.output
+    assert all(h in table.stdout for h in (QWEN.hash16(), LLAMA.hash16(), JUDGE.hash16()))
+    assert "corrupt" in table.stdout and "3 databases, 7 rows (0 matching)" in table.stdout
+    assert "1 of 3 databases could not be read" in table.stderr and len(table.stderr.strip().splitlines()) == 1
+    assert file_digests(filled) == before
+
+
 def test_ls_and_stats_of_a_healthy_store_exit_0_and_say_ok(filled: Path) -> None:
     assert judgestore("ls").exit_code == 0
     stats = judgestore("stats", "--json")

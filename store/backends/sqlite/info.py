@@ -24,30 +24,16 @@ from store import schema
 from store.backends.sqlite.connections import checked_transaction, classify, create_sqlite_engine, stable_read
 from store.backends.sqlite.errors import translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository
-from store.errors import (
-    CorruptDatabaseError,
-    JudgestoreError,
-    MetadataMismatchError,
-    MetadataMissingError,
-    NotADatabaseError,
-)
+from store.errors import JudgestoreError, MetadataMismatchError, MetadataMissingError
 from store.layout import Location, database_size, read_location_metadata
 from store.reports import DatabaseInfo
-from store.schema import DatabaseState, Revisions, status_error
+from store.schema import DatabaseState, Revisions, failed_state, status_error
 from store.settings import Settings
 
 if TYPE_CHECKING:
     from store.claim_table import ClaimsSummary
 
 T = TypeVar("T")
-
-
-def _file_state(error: BaseException) -> DatabaseState:
-    if isinstance(error, NotADatabaseError):
-        return DatabaseState.NOT_A_DATABASE
-    if isinstance(error, CorruptDatabaseError):
-        return DatabaseState.CORRUPT
-    return DatabaseState.UNREADABLE
 
 
 def database_info(
@@ -83,9 +69,9 @@ def database_info(
         state, revision, error, claims, rows = stable_read(path, attempt)
     except DBAPIError as e:
         failure = translated(path, e)
-        state, error = _file_state(failure), str(failure)
+        state, error = failed_state(failure), str(failure)
     except (JudgestoreError, OSError) as e:
-        state, error = _file_state(e), str(e)
+        state, error = failed_state(e), str(e)
     if state not in (DatabaseState.NOT_A_DATABASE, DatabaseState.CORRUPT, DatabaseState.UNREADABLE):
         try:
             read_location_metadata(root, location)
