@@ -253,9 +253,9 @@ class Repository(ABC):
         the prompt says them); a word of the JSON's own keys and values around them (``content``, ``role``,
         ``user``, ``system``, ``messages``, ``type``) is not found there. A match lies within one message. An
         input that does not begin and end as a rendered one (text that another tool stored) is looked into as
-        the text it is. One difference: in a prompt holding U+0000, SQLite (whose JSON functions stop there)
-        looks for ``text`` as the JSON spells it, where a match may also begin inside an escape (the "n" of a
-        "\\n"); PostgreSQL reads past it.
+        the text it is. One difference, about a noncharacter: in a prompt holding U+0000, SQLite (whose JSON
+        functions stop there) reads each U+0000 as U+FDD0, and one in ``text`` too; so there, where the prompt's
+        JSON also holds ``text`` as the JSON spells it (in a role, say), a U+0000 and a U+FDD0 match each other.
         """
         prompt = self.table.c.input_text
         # First one read of the stored text for the search text as the JSON spells it (what a rendered input's

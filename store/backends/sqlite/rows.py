@@ -63,7 +63,7 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from store.backends.sqlite.connections import sqlite_dialect
 from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
-from store.repository import BLANK, USAGE_TOTALS, Repository, json_escaped
+from store.repository import BLANK, USAGE_TOTALS, Repository
 from store.roles import Role
 from store.rows import RowTotals
 from store.tables.deferred import DeferredColumns, looked_up, set_deferred
@@ -359,6 +359,25 @@ def sqlite_insert(role: Role, on_conflict: OnConflict) -> SqliteInsert:
     return SqliteInsert(role, on_conflict)
 
 
+_NUL_STAND_IN = "\ufdd0"  # what a U+0000 of a prompt reads as in SQLite's search (SqliteRepository._says)
+_SET_ASIDE = "\x01"  # stands in for an escaped backslash: JSON that json_valid accepts holds no raw U+0001
+
+
+def _nul_rewritten(column: Any) -> Any:
+    """The JSON text ``column`` (valid JSON) with every escape \\u0000 written \\ufdd0, as a SQL expression.
+
+    An escaped backslash (\\\\, a whole escape, read from the left as JSON reads it) is set aside first, so
+    that the text "\\u0000" that a prompt says (spelled \\\\u0000) is left as it is.
+    """
+
+    def text(value: str) -> Any:
+        return bindparam(None, value, Text())
+
+    backslash, nul, stand_in = "\\\\", "\\u0000", "\\ufdd0"
+    aside = func.replace(column, text(backslash), text(_SET_ASIDE))
+    return func.replace(func.replace(aside, text(nul), text(stand_in)), text(_SET_ASIDE), text(backslash))
+
+
 class SqliteRepository(Repository):
     """The rows of one role's table in one SQLite file; the hot paths run on the driver's connection."""
 
@@ -415,39 +434,33 @@ class SqliteRepository(Repository):
         # json_tree fails the statement on text that is not JSON: such a text (another tool's, that merely begins
         # and ends as a rendered input) is looked into as the text it is. SQLite's JSON functions decode a string
         # only up to a U+0000 (json_extract('"a\u0000b"') is 'a'): an input that holds one (rare: canonical JSON
-        # writes it \u0000) is looked into string by string as the JSON spells it, with the search text spelled
-        # the same way; there a match may also begin inside an escape sequence (the "n" of a "\n"). A prompt that
-        # says "\u0000" (a backslash, then "u0000": its JSON spells "\\u0000") holds no U+0000 and is decoded:
-        # its escaped backslashes are left out before the second look (each "\\" is a whole escape, read from the
-        # left as JSON reads it), so only a "\u0000" that is an escape remains.
+        # writes it \u0000) is decoded with each such escape rewritten \ufdd0 (_nul_rewritten), and looked into
+        # for the search text with its U+0000 written U+FDD0 (a noncharacter, never assigned): there only, a
+        # U+0000 and a U+FDD0 stand for each other. Never for the JSON's spelling: a match in it may begin inside
+        # an escape (the "n" of a "\n", the "u" of a "\u0000"), which the server's reading never finds. A prompt
+        # that says "\u0000" (its JSON spells "\\u0000") holds no U+0000: its escaped backslashes are left out
+        # before the second look (each "\\" a whole escape, read from the left as JSON reads it).
         nul = bindparam(None, "\\u0000", Text())
-        spelled = and_(
+        nul_held = and_(
             func.instr(column, nul) > 0,
             func.instr(func.replace(column, bindparam(None, "\\\\", Text()), ""), nul) > 0,
         )
         return case(
             (func.json_valid(column) == 0, self._holds(column, text)),
-            (spelled, self._said(column, kind, text, spelled=True)),
-            else_=self._said(column, kind, text, spelled=False),
+            (nul_held, self._said(_nul_rewritten(column), kind, text.replace("\0", _NUL_STAND_IN))),
+            else_=self._said(column, kind, text),
         )
 
-    def _said(self, column: Any, kind: Literal["messages", "text"], text: str, *, spelled: bool) -> Any:
-        """Whether one of the input's strings holds ``text``: decoded, or (``spelled``) as its JSON spells it."""
-
-        def holds(decoded: Any, path: Any) -> ColumnElement[bool]:
-            if not spelled:
-                return self._holds(decoded, text)
-            quoted = column.op("->", return_type=Text())(path)  # the JSON string itself, quotes and all
-            return self._holds(func.substr(quoted, 2, func.length(quoted) - 2), json_escaped(text))
-
+    def _said(self, column: Any, kind: Literal["messages", "text"], text: str) -> Any:
+        """Whether one of the rendered input ``column``'s strings, decoded, holds ``text``."""
         if kind == "text":
             said = func.json_extract(column, "$.text")
-            return and_(func.json_type(column, "$.text") == "text", holds(said, "$.text"))
+            return and_(func.json_type(column, "$.text") == "text", self._holds(said, text))
         # One walk of the messages (json_tree parses the input once; json_each and a json_extract per message
         # parse each message again, 1.2-1.5x the time): every string under a "content" key, which a rendered
         # input has in its messages only, as the server's regular expression finds them.
         node = func.json_tree(column, "$.messages").table_valued("key", "value", "type", "fullkey").alias("node")
-        content = and_(node.c.key == "content", node.c.type == "text", holds(node.c.value, node.c.fullkey))
+        content = and_(node.c.key == "content", node.c.type == "text", self._holds(node.c.value, text))
         return select(literal(1)).select_from(node).where(content).exists()
 
     def in_listing_order(self, clauses: list[ColumnElement[bool]]) -> list[ColumnElement[bool]]:
