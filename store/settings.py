@@ -57,7 +57,10 @@ class Settings(BaseSettings):
         default=None,
         description="A PostgreSQL store (postgresql+psycopg://user@host/db) instead of the folder; see the README.",
     )
-    auto_upgrade: bool = Field(default=False, description="Upgrade a database that is behind when it is opened.")
+    auto_upgrade: bool = Field(
+        default=False,
+        description="Upgrade a database that is behind when a command that writes opens it (a reading one never does).",
+    )
     journal_policy: JournalPolicy = Field(
         default="auto",
         description=(

@@ -118,7 +118,8 @@ class SchemaBehindError(SchemaError):
             path,
             f"schema revision {found} is older than this library's {expected}. "
             "Take a backup if you want one (the upgrade also keeps one), then run "
-            "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1).",
+            "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1, with which a command that writes upgrades "
+            "it first; one that only reads, such as ls, stats or query, never does).",
         )
 
 

@@ -563,6 +563,24 @@ def test_a_command_on_a_behind_database_says_what_to_run(filled: Path, synthetic
     assert as_json_error.stdout == ""  # no half-written JSON array
 
 
+def test_behind_databases_under_auto_upgrade_read_only_commands_say_they_never_upgrade(
+    filled: Path, synthetic_head: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With JUDGESTORE_AUTO_UPGRADE set, ls, stats and query (read-only) still find the databases behind: their
+    messages must not send the user to set what is already set."""
+    monkeypatch.setenv("JUDGESTORE_AUTO_UPGRADE", "1")
+    before = file_digests(filled)
+    listed = judgestore("ls")
+    assert listed.exit_code == 1 and "3 of 3 databases could not be read" in listed.stderr
+    assert "`db upgrade` if behind" in listed.stderr
+    stats = judgestore("stats")
+    assert stats.exit_code == 1 and "3 of 3 databases could not be read" in stats.stderr
+    query = judgestore("query", "--role", "completions")
+    for said in (stats.stderr, query.stderr):
+        assert "judgestore db upgrade" in said and "one that only reads, such as ls, stats or query, never does" in said
+    assert file_digests(filled) == before
+
+
 def test_a_newer_library_reports_behind_databases_whatever_an_older_one_catalogued(
     filled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
