@@ -25,7 +25,8 @@ A call may bound its own requests in flight below the backend's
 (:func:`check_bound`: a LangChain config's ``max_concurrency``). A
 :class:`BoundedStreamingBackend` (the hosted one) streams under that bound;
 any other backend is given at most that many requests at a time
-(:func:`inference.cache.generate.generate_into`), which keeps the bound but
+(:func:`inference.cache.generate.generate_into`: a streaming one, vLLM, as
+one stream per group, written as it finishes), which keeps the bound but
 waits for each group's slowest request.
 """
 

@@ -16,7 +16,9 @@ Contract:
   A call that bounds its requests in flight (``max_concurrency``) streams
   under that bound from a
   :class:`~inference.backends.base.BoundedStreamingBackend`; any other
-  backend gets its misses in whole batches of at most that bound.
+  streaming backend (the local vLLM engine) gets one stream per group of at
+  most that bound, each written as it finishes like an unbounded stream; a
+  backend that only generates whole batches gets batches of at most it.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
@@ -189,10 +191,17 @@ def generate_into(
         if isinstance(backend, BoundedStreamingBackend) and max_concurrency is not None:
             _stream(writer, backend.generate_stream_bounded(engine_requests, max_concurrency), missing, chunk_size)
             return
-        if isinstance(backend, StreamingBackend) and max_concurrency is None:
-            _stream(writer, backend.generate_stream(engine_requests), missing, chunk_size)
+        if isinstance(backend, StreamingBackend):
+            if max_concurrency is None:
+                _stream(writer, backend.generate_stream(engine_requests), missing, chunk_size)
+                return
+            # A stream cannot be bounded from outside: one stream per group of at most the bound, each written as
+            # it finishes (on time, and what finished before Ctrl-C or a failure is kept), as an unbounded one is.
+            for start in range(0, len(missing), max_concurrency):
+                group = slice(start, start + max_concurrency)
+                _stream(writer, backend.generate_stream(engine_requests[group]), missing[group], chunk_size)
             return
-        # Whole batches; a bounded call's are at most its bound, as a stream cannot be bounded from outside.
+        # Whole batches, at most the call's bound when it sets one.
         size = chunk_size if max_concurrency is None else min(chunk_size, max_concurrency)
         for start in range(0, len(missing), size):
             chunk = slice(start, start + size)

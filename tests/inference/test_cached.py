@@ -331,15 +331,22 @@ class StreamingBackend(CountingBackend):
 
 
 class BatchSizes(StreamingBackend):
-    """A streaming backend that cannot bound one call's requests in flight: it records each batch it is given."""
+    """A streaming backend that cannot bound one call's requests in flight (as vLLM's): ``generate`` is its stream
+    collected, and it records the size of each stream it is asked for."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, fail_after: int | None = None) -> None:
+        super().__init__(fail_after)
         self.batches: list[int] = []
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        results: dict[int, Generation | Refusal] = {}
+        for arrival in self.generate_stream(requests):
+            results.update([arrival])
+        return [results[i] for i in range(len(requests))]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
         self.batches.append(len(requests))
-        return super().generate(requests)
+        return super().generate_stream(requests)
 
 
 def test_a_calls_max_concurrency_gives_a_backend_that_cannot_bound_it_that_many_at_a_time(
@@ -355,7 +362,25 @@ def test_a_calls_max_concurrency_gives_a_backend_that_cannot_bound_it_that_many_
     assert backend.batches == [2, 2, 1]  # not one stream of 5: it could not keep 2 of them in flight
     assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]
     cached.complete([ask(i) for i in range(5, 8)])
-    assert backend.batches == [2, 2, 1]  # without a bound: its stream, every miss at once
+    assert backend.batches == [2, 2, 1, 3]  # without a bound: one stream, every miss at once
+
+
+def test_a_bounded_call_on_a_backend_that_cannot_bound_it_writes_what_finished_before_ctrl_c(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    """Each group is streamed and written as it finishes, as an unbounded call is: Ctrl-C loses no finished row."""
+    backend = BatchSizes(fail_after=3)
+    backend.failure = KeyboardInterrupt()
+    backend.database = store.database("completions", "t", descriptor)
+    progress: list[int] = []
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model(store, descriptor, backend, chunk_size=10).complete(
+            [ask(i) for i in range(6)], max_concurrency=4, on_progress=lambda done, _total: progress.append(done)
+        )
+    assert backend.batches == [4]  # the first group, interrupted after 3 of its 4 arrived
+    assert store.database("completions", "t", descriptor).count() == 3  # what arrived is written before it goes on
+    assert progress == [3]
+    assert "this call stored 3 rows (3 generated)" in "\n".join(raised.value.__notes__)
 
 
 def test_a_streaming_backend_gets_every_miss_at_once_and_rows_are_written_as_they_arrive(
