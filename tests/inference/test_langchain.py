@@ -321,6 +321,49 @@ def test_replay_answers_the_hits_and_fails_each_miss_in_its_slot(store: Store, f
     assert len(fake.completions()) == 2  # the filling batch's: replay never called the model
 
 
+def test_a_row_deleted_between_replays_two_lookups_is_one_more_miss_in_its_slot(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hits are looked up again after the first misses: a row gone by then fails in its slot, not the call."""
+    with chat_model(fake, store) as filling:
+        held = filling.batch(["held one", "held two"])
+    database = store.database("completions", "arena", filling.cached.descriptor)  # type: ignore[union-attr]
+    gone = RowFilter(input_hashes=(held[0].response_metadata["judgestore"]["input_hash"],))
+    inputs = ["held one", "new one", "held two"]
+    with chat_model(fake, store, mode="replay") as replay:
+        model = replay.cached
+        assert model is not None
+        complete, acomplete = model.complete, model.acomplete
+
+        def deleting(*args: Any, **kw: Any) -> Any:  # another job deletes "held one" after the first lookup
+            try:
+                return complete(*args, **kw)
+            except CacheMissError:
+                database.delete(gone)
+                raise
+
+        async def adeleting(*args: Any, **kw: Any) -> Any:
+            try:
+                return await acomplete(*args, **kw)
+            except CacheMissError:
+                database.delete(gone)
+                raise
+
+        monkeypatch.setattr(model, "complete", deleting)
+        monkeypatch.setattr(model, "acomplete", adeleting)
+        handler = Events()
+        outcomes = replay.batch(inputs, {"callbacks": [handler]}, return_exceptions=True)
+        with chat_model(fake, store) as refill:  # "held one" is back for the async round
+            refill.batch(["held one"])
+        aoutcomes = asyncio.run(replay.abatch(inputs, return_exceptions=True))
+    for answered in (outcomes, aoutcomes):
+        assert answered[2].content == "echo: held two"
+        assert all(isinstance(answered[i], CacheMissError) for i in (0, 1))
+        assert all("2 of the 3 inputs of this call are not in the store" in str(answered[i]) for i in (0, 1))
+        assert "'held one'" in str(answered[0]) and "'new one'" in str(answered[1])
+    assert [outcome for _, outcome in handler.runs()] == [outcomes[0], outcomes[1], "echo: held two"]
+
+
 def test_a_configs_max_concurrency_bounds_the_calls_requests_in_flight(store: Store, fake: FakeOpenAI) -> None:
     """LangChain's max_concurrency: the server sees at most min(it, the model's own) of the call's requests at once."""
     fake.delay = 0.1
