@@ -194,8 +194,13 @@ class CachedModel:
 
     @property
     def in_flight(self) -> int:
-        """How many requests its engine works on at once, once prepared (1 before: asking never loads it)."""
-        return 1 if self._backend is None else max_concurrency(self._backend)
+        """How many requests its engine works on at once, once prepared (1 before: asking never loads it); in a call
+        that bounds its requests in flight lower (``max_concurrency=``), that bound: a shared batch sizes its blocks
+        by it, and a block larger than what the call works on would hold inputs the other jobs could take."""
+        if self._backend is None:
+            return 1
+        own, bound = max_concurrency(self._backend), getattr(self._in_call, "bound", None)
+        return own if bound is None else min(own, bound)
 
     def close(self) -> None:
         """Close the engine, then wait for the calls still running (a cancelled async call's thread) to end.

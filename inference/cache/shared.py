@@ -14,8 +14,9 @@ Contract:
 * Blocks are sized by guided self-scheduling: the claimable inputs over twice
   the jobs at work, at most ``chunk_size``, so blocks shrink near the end of
   the batch and the jobs finish close together; and at least what the job's
-  engine works on at once (its ``max_concurrency``, once prepared), since a
-  smaller block would leave it part idle for as long as a full one.
+  engine works on at once (its ``max_concurrency``, once prepared, or the
+  call's own ``max_concurrency=`` if lower), since a smaller block would
+  leave it part idle for as long as a full one.
 * A claim is a lease of ``JUDGESTORE_LEASE_SECONDS`` (renewed every third
   of it by a thread while the job works). A job that dies loses its leases
   when they expire and the others take the inputs over; only the inputs that

@@ -138,6 +138,25 @@ def test_no_block_is_smaller_than_what_the_engine_works_on_at_once(
     assert sorted(prompts_of(backend)) == sorted(f"q{i}" for i in range(N))
 
 
+def test_a_calls_own_bound_is_what_its_blocks_are_at_least(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A call that works on one request at a time claims no block of its engine's three near the end."""
+    least: list[int] = []
+
+    def recorded(claimable: int, jobs: int, most: int, at_least: int = 1) -> int:
+        least.append(at_least)
+        return block_size(claimable, jobs, most, at_least)
+
+    monkeypatch.setattr(shared, "block_size", recorded)
+    backend = BatchingBackend()
+    with job(store_root, descriptor, backend) as model:  # chunk_size 4
+        model.complete([ask(i) for i in range(N)], max_concurrency=1)
+        assert model.in_flight == 3  # outside the call: its engine's
+    assert set(least[1:]) == {1}  # the first block is claimed before the engine is prepared (1 then too)
+    assert backend.sizes == [1] * N and sorted(prompts_of(backend)) == sorted(f"q{i}" for i in range(N))
+
+
 def test_three_jobs_generate_every_input_once_and_return_the_same_answers(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
