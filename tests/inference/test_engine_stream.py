@@ -217,6 +217,35 @@ def test_ctrl_c_stops_the_engine_writes_what_finished_and_says_so(
     assert database.count() == 300 and sum(r.cached for r in responses) == finished
 
 
+def test_a_bounded_call_streams_each_group_and_ctrl_c_keeps_what_finished(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM cannot bound a stream from outside: a call's max_concurrency gives it groups, each one stream."""
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    requests = prompts(300, start=6000)  # one group of 300: 256 run at once, 44 wait for room
+    llm_engine = engine._llm.llm_engine
+    step = llm_engine.step
+    finished = 0
+
+    def interrupted_step() -> list[Any]:
+        nonlocal finished
+        if finished:  # Ctrl-C once some requests of the group have finished
+            raise KeyboardInterrupt
+        outputs = step()
+        finished += sum(o.finished for o in outputs)
+        return outputs
+
+    monkeypatch.setattr(llm_engine, "step", interrupted_step)
+    model = cached(store, engine, descriptor, chunk_size=1000)  # the group is the bound, not the write interval
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete(requests, max_concurrency=300)
+    monkeypatch.undo()
+    database = store.database("completions", "stream", descriptor)
+    assert 0 < finished < 300 and database.count() == model.last.written == finished  # what finished was written
+    assert f"this call stored {finished} rows" in "\n".join(raised.value.__notes__)
+    assert not llm_engine.has_unfinished_requests()
+
+
 def test_concurrent_calls_on_views_of_one_engine_take_it_in_turn(
     store: Store, engine: VLLMBackend, tiny_model_dir: Path
 ) -> None:
