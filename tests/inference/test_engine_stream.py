@@ -27,7 +27,7 @@ from inference.cache.model import CachedModel
 from inference.cache.rows import engine_request
 from inference.requests import CompletionRequest, Response
 from store.descriptor import ModelDescriptor
-from store.errors import BackendError
+from store.errors import BackendError, JudgestoreError
 from store.store import Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV, run_fresh_python
 
@@ -246,6 +246,43 @@ def test_a_bounded_call_streams_each_group_and_ctrl_c_keeps_what_finished(
     assert not llm_engine.has_unfinished_requests()
 
 
+def test_a_call_from_inside_a_calls_on_progress_is_a_typed_error_not_a_hang(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """The stream holds the engine while its rows are written: a nested call in that thread would wait for itself."""
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    model = cached(store, engine, descriptor, chunk_size=1)
+    nested: list[BaseException] = []
+    outcome: list[BaseException | None] = []
+
+    def on_progress(done: int, total: int) -> None:
+        if not nested:
+            try:
+                model.complete(prompts(1, start=7100))
+            except JudgestoreError as e:
+                nested.append(e)
+                raise
+
+    def call(bound: int | None) -> None:
+        try:
+            model.complete(prompts(4, start=7000 + 10 * (bound or 0)), on_progress=on_progress, max_concurrency=bound)
+            outcome.append(None)
+        except BaseException as e:
+            outcome.append(e)
+
+    database = store.database("completions", "stream", descriptor)
+    for bound in (None, 2):
+        nested.clear()
+        before = database.count()
+        thread = threading.Thread(target=call, args=(bound,), daemon=True)
+        thread.start()
+        thread.join(timeout=240)  # a deadlock detector, not a speed check: the call ends either way
+        assert not thread.is_alive(), "the nested call waited for the engine its own thread holds"
+        assert len(nested) == 1 and outcome[-1] is nested[0] and "on_progress" in str(nested[0])
+        assert database.count() > before  # what the outer call finished before is kept
+    assert not engine._llm.llm_engine.has_unfinished_requests()
+
+
 def test_concurrent_calls_on_views_of_one_engine_take_it_in_turn(
     store: Store, engine: VLLMBackend, tiny_model_dir: Path
 ) -> None:
@@ -332,7 +369,7 @@ from inference.backends.vllm.backend import create_vllm_backend
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
-from store.errors import BackendError
+from store.errors import BackendError, JudgestoreError
 from store.store import Store
 from store.settings import Settings
 from tests.inference.conftest import TINY_ENGINE_KWARGS

@@ -26,7 +26,11 @@ Contract:
 * One stream at a time holds an engine (its views share the lock), from the
   moment ``generate_stream`` returns to the last request; closing the stream
   early, an engine failure or Ctrl-C aborts what is unfinished, so the
-  engine is left empty for the next call. vLLM's own failures (a CUDA error,
+  engine is left empty for the next call. A stream started in a thread whose
+  own stream holds the engine (a call made from inside a call's
+  ``on_progress``, which runs while its stream holds the engine) raises
+  :class:`~store.errors.JudgestoreError` at once instead of waiting for
+  itself. vLLM's own failures (a CUDA error,
   an out-of-memory) are raised as :class:`~store.errors.BackendError`.
 * A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
   model's context, a chat its template rejects) fails alone: vLLM adds
@@ -96,6 +100,7 @@ class VLLMBackend:
         owns_engine: bool = True,
         engine_lock: threading.Lock | None = None,
         closing: threading.Event | None = None,
+        holding: threading.local | None = None,
     ) -> None:
         """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
 
@@ -112,6 +117,9 @@ class VLLMBackend:
         # One stream at a time on an engine, across its views: vLLM's engine is not safe from two threads,
         # and a stream's steps must return only its own requests.
         self._engine_lock = engine_lock if engine_lock is not None else threading.Lock()
+        # Whether this thread's stream holds the engine (shared by the views): a stream started from inside another
+        # stream's callbacks would wait for the lock its own thread holds.
+        self._holding = holding if holding is not None else threading.local()
         # Set when the owner closes, for its views too: a stream running then stops at its next step.
         self._closing = closing if closing is not None else threading.Event()
         kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
@@ -154,6 +162,7 @@ class VLLMBackend:
             owns_engine=False,
             engine_lock=self._engine_lock,
             closing=self._closing,
+            holding=self._holding,
         )
 
     def _sampling_params(self, sample_index: int) -> Any:
@@ -196,7 +205,14 @@ class VLLMBackend:
         after each step (a heartbeat)."""
         llm = self._llm
         engine = llm.llm_engine
+        if getattr(self._holding, "stream", False):
+            raise JudgestoreError(
+                f"the vLLM engine for {self._descriptor.model!r} is held by a call still running in this thread: a "
+                "call made from inside its on_progress callback cannot generate on it, as it would wait "
+                "for itself; make that call once the first one has returned"
+            )
         with self._engine_lock:
+            self._holding.stream = True
             # vLLM numbers requests with its counter (the request ids of their outputs): everything numbered
             # from here on is this stream's, including what a half-finished add left behind.
             first = llm.request_counter.counter
@@ -228,6 +244,8 @@ class VLLMBackend:
                     # vLLM's own failure (a CUDA error, an out-of-memory): typed, so the caller can say what was kept
                     raise BackendError(f"vLLM failed while generating: {type(e).__name__}: {e}") from e
                 raise
+            finally:
+                self._holding.stream = False
 
     def _add(
         self, requests: Sequence[EngineRequest], params: Sequence[Any]
