@@ -74,6 +74,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.sqlite import insert
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import UnaryExpression
 
 from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_engine
 from store.backends.sqlite.errors import retry_while_locked
@@ -221,10 +223,13 @@ def _unknown_keys_statement(*, among_names: bool) -> Select[Any]:
     """Keys (the JSON array ``keys``) in no known shard of the remotes ``remote_ids`` in ``folder``; with
     ``among_names``, only the shards named in the JSON array ``names`` count as known."""
     keys = json_each_keys()
+    # ``+remote_id`` keeps SQLite off the (remote_id, folder, name) index: with it, the planner walked every shard of
+    # the folder for each key (keys x shards); without, each key is found by shard_keys' primary key first.
+    remote_id = UnaryExpression(shards_table.c.remote_id, operator=operators.custom_op("+"), type_=Integer)
     known = [
         shard_keys_table.c.input_hash == keys.c.value,
         shards_table.c.id == shard_keys_table.c.shard_id,
-        shards_table.c.remote_id.in_(bindparam("remote_ids", expanding=True)),
+        remote_id.in_(bindparam("remote_ids", expanding=True)),
         shards_table.c.folder == bindparam("folder"),
         shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
     ]

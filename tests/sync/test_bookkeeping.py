@@ -270,3 +270,20 @@ def test_a_file_damaged_after_it_was_opened_names_the_file_and_what_to_do(tmp_pa
         with pytest.raises(BookkeepingError, match=r"no such table: shard_keys.*move it away") as caught:
             books.unknown_keys([books.remote_id(HUB)], "f", ["k1"])
         assert str(books.path) in str(caught.value)
+
+
+@pytest.mark.parametrize("statement", ["_UNKNOWN_KEYS", "_UNKNOWN_KEYS_AMONG"])
+def test_a_key_is_looked_up_by_its_hash_not_by_walking_the_folders_shards(tmp_path: Path, statement: str) -> None:
+    """The plan finds each key through shard_keys' primary key: walking the folder's shards for every key made a
+    push cost keys x shards (minutes for a folder of a few thousand shards)."""
+    with Bookkeeping(tmp_path) as books:
+        hub = books.remote_id("hf:hub/datasets/org/a")
+        books.record(hub, ShardState.PUSHED, [NewShard("f", f"s{i}", 2, 10, [f"k{i}a", f"k{i}b"]) for i in range(50)])
+        assert books.unknown_keys([hub], "f", ["k1a", "k9", "k2b"], among=["s1", "s2"]) == ["k9"]
+        assert books.unknown_keys([hub], "f", ["k1a", "k9", "k3b"], among=["s1"]) == ["k9", "k3b"]
+    params = {"keys": '["k1a"]', "remote_ids": [hub], "folder": "f", "names": '["s1"]'}
+    sql = getattr(bookkeeping, statement).params(params).compile(compile_kwargs={"literal_binds": True})
+    with closing(sqlite3.connect(bookkeeping_path(tmp_path))) as conn:
+        plan = [row[3] for row in conn.execute(f"EXPLAIN QUERY PLAN {sql}")]
+    searches = [step for step in plan if step.startswith(("SEARCH", "SCAN"))]
+    assert searches[1] == "SEARCH shard_keys USING PRIMARY KEY (input_hash=?)", plan
