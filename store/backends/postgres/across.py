@@ -36,6 +36,9 @@ Contract:
   stored text that orders as the read value does (:func:`_code_point_key`).
   An aggregate ordered by its text ``min``/``max`` column is ordered by that
   column as computed, never by the server's own ``min(x)``, another value.
+  Text of a function SQLAlchemy leaves untyped (``lower(x)``, ``trim(x)``)
+  is read back unescaped, as a text column is: the values returned, and
+  those the merge compares, are SQLite's.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from sqlalchemy import (
     Row,
     Select,
     String,
+    Text,
     func,
     inspect,
     literal,
@@ -62,12 +66,13 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql.elements import Label
+from sqlalchemy.sql.elements import ColumnElement, Label
+from sqlalchemy.sql.sqltypes import NullType
 
 from store.across.merge import read_each
 from store.across.plan import AcrossRows, Kind, Plan, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
-from store.backends.postgres.text import ESCAPE
+from store.backends.postgres.text import ESCAPE, server_safe
 from store.tables.models import Base
 
 if TYPE_CHECKING:
@@ -76,6 +81,7 @@ if TYPE_CHECKING:
 
 DATABASE_COLUMN = "_judgestore_db"  # the index of the schema a row of the union came from
 ROWS_PER_FETCH = 2_000
+_UNESCAPED = server_safe(Text())  # text read as the models' text columns are: unescaped (still a String, as text)
 
 
 def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> AcrossRows:
@@ -108,19 +114,25 @@ def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> Ac
 
 def _codepoint_ordered(plan: Plan) -> Plan:
     """``plan`` comparing text by code point (its ordering, its ``min``/``max``), as SQLite and the merge compare
-    it: in the "C" collation, over :func:`_code_point_key` of the stored (escaped) text."""
+    it: in the "C" collation, over :func:`_code_point_key` of the stored (escaped) text; and reading text that
+    SQLAlchemy leaves untyped (``lower(x)``...) unescaped (:func:`_read_unescaped`)."""
     statement = plan.statement
     texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
-    columns = list(statement.selected_columns)
+    columns: list[Any] = [d["expr"] for d in statement.column_descriptions]  # an entity stays an entity
     compared: dict[int, Any] = {}  # a text min/max column: what is compared, min(key(x)), before it is read back
-    if texts:
-        for i in texts:
+    for i, column in enumerate(columns):
+        if i in texts:
             (argument,) = _arguments(statement, i)
             compared[i] = getattr(func, plan.combine[i])(_code_point_key(argument))
-            column = type_coerce(_stored_text(compared[i]), argument.type)  # read back (unescaped) as x is
-            original = columns[i]
-            columns[i] = column.label(original.name) if isinstance(original, Label) else column
+            read = type_coerce(_stored_text(compared[i]), _read_type(argument))  # read back (unescaped) as x is
+            columns[i] = read.label(column.name) if isinstance(column, Label) else read
+        elif isinstance(column, ColumnElement):
+            columns[i] = _read_unescaped(column)
+    if any(new is not d["expr"] for new, d in zip(columns, statement.column_descriptions, strict=True)):
         statement = statement.with_only_columns(*columns)
+    # The ordering's values that each schema adds as trailing columns, which the merge compares: unescaped too.
+    order = tuple(dataclasses.replace(key, expression=_read_unescaped(key.expression)) for key in plan.order)
+    plan = dataclasses.replace(plan, order=order)
     if any(_is_text([key.expression]) for key in plan.order):
         terms = []
         for k, key in enumerate(plan.order):
@@ -136,6 +148,26 @@ def _codepoint_ordered(plan: Plan) -> Plan:
             )
         statement = statement.order_by(None).order_by(*terms)
     return plan if statement is plan.statement else dataclasses.replace(plan, statement=statement)
+
+
+def _read_type(term: Any) -> Any:
+    """The type ``term``'s text is read back with: its own, or unescaping where SQLAlchemy gave it none."""
+    return _UNESCAPED if isinstance(term.type, NullType) else term.type
+
+
+def _read_unescaped(term: Any) -> Any:
+    """``term``, its values unescaped when they are text of a function SQLAlchemy leaves untyped.
+
+    ``lower(x)``, ``trim(x)``, ``replace(x, ...)`` of a stored value return the stored (escaped) text
+    (:mod:`store.backends.postgres.text`): untyped, it would come back as stored (U+0000 as U+FDD0 "0"), and
+    the merge would compare those spellings while each schema ordered by code point (rows out of order, a
+    wrong ``min``). Typed as the columns are, it is read as SQLite reads it. The SQL is unchanged.
+    """
+    inner = term.element if isinstance(term, Label) else term
+    if not isinstance(inner, ColumnElement) or not isinstance(inner.type, NullType) or not compares_as_text(inner):
+        return term
+    read = type_coerce(inner, _UNESCAPED)
+    return read.label(term.name) if isinstance(term, Label) else read
 
 
 def _text(value: str) -> Any:
