@@ -15,8 +15,9 @@ Contract:
   values, not one table's), window functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
   any aggregate that is not a column of the result, ``count(DISTINCT x)``
   included), a column of an aggregate that is not grouped by, an ordering by
-  text (``order_by("n")``/``desc("n")`` naming one column of the result is
-  that column), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
+  text (``order_by("n")``/``desc("n")`` naming a labelled column, or a
+  column of the FROM clause, is that column, as SQLAlchemy resolves the
+  name), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
   a statement that reads none of the store's tables or both completions and
   judgements (no database holds both), a loader option (``defer``,
   ``load_only``...: the rows come back detached, so a column left out could
@@ -66,7 +67,7 @@ from sqlalchemy.sql.elements import (
     _textual_label_reference,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import AliasedReturnsRows, _CompoundSelectKeyword
+from sqlalchemy.sql.selectable import AliasedReturnsRows, _CompoundSelectKeyword, _select_iterables
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
@@ -323,8 +324,8 @@ def _order_key(term: ClauseElement, statement: Select[Any]) -> OrderKey:
         term = term.element
     if not isinstance(term, ColumnElement) or type(term).__name__.startswith("_textual"):
         raise StatementError(
-            f"order_by({term}) is text that names no one column of the result; order by a column, an expression "
-            "of columns, or the name of a labelled column of the result"
+            f"order_by({term}) is text that names no column of the statement (or two labelled columns); order by a "
+            "column, an expression of columns, or the name of a labelled column or of a column of the FROM clause"
         )
     _refuse_json(term, f"order_by({term})")
     _refuse_untyped(term, f"order_by({term})")
@@ -334,9 +335,19 @@ def _order_key(term: ClauseElement, statement: Select[Any]) -> OrderKey:
 
 
 def _named_column(statement: Select[Any], name: str) -> ColumnElement[Any] | None:
-    """The one column of the result called ``name`` (a label's name, a column's key), as ``ORDER BY name`` means."""
-    found = [c for c in statement.selected_columns if getattr(c, "name", None) == name or c.key == name]
-    return found[0] if len(found) == 1 else None
+    """What ``order_by("name")`` (or ``group_by("name")``) names, resolved as SQLAlchemy resolves it when it
+    compiles the statement (``SelectState._label_resolve_dict``), so that the databases order by what the merge
+    compares: the selected column labelled ``name``, else the column ``name`` of the FROM clause, selected or
+    not (of the last table holding one: in a self-join, the ``aliased()`` table's). None: no such column, or
+    two selected columns labelled ``name`` (a database would pick one, or refuse).
+    """
+    selected = [c for c in statement._all_selected_columns if isinstance(c, ColumnElement) and c._allow_label_resolve]
+    labelled = [c for c in selected if (c._tq_label or c.key) == name]
+    if labelled:
+        return labelled[0] if len(labelled) == 1 else None
+    bare = statement.order_by(None).group_by(None)  # (computing the froms resolves their names: one may be unknown)
+    froms = [c for c in _select_iterables(bare.get_final_froms()) if isinstance(c, ColumnElement)]
+    return {c.key: c for c in froms if c._allow_label_resolve}.get(name)  # the last of a name, as SQLAlchemy's
 
 
 def compares_as_text(term: ColumnElement[Any]) -> bool:
@@ -409,7 +420,7 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
         if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in top:
             where = " with DISTINCT, inside an expression or in a subquery" if name in COMBINABLE else ""
             raise NotCombinableError(f"{name}(...){where}")
-    groups = statement._group_by_clauses
+    groups = _groups(statement)
     for column, h in zip(columns, how, strict=True):
         if h in ("sum", "min", "max"):
             _refuse_json(column, str(column))
@@ -432,7 +443,16 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
 def _ungrouped(statement: Select[Any]) -> tuple[str, ...]:
     """The ``group_by`` terms that are not columns of the result."""
     columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
-    return tuple(str(g) for g in statement._group_by_clauses if not any(_same(c, g) for c in columns))
+    return tuple(str(g) for g in _groups(statement) if not any(_same(c, g) for c in columns))
+
+
+def _groups(statement: Select[Any]) -> tuple[ClauseElement, ...]:
+    """The ``group_by`` terms, ``group_by("name")`` read as the column it names (:func:`_named_column`)."""
+    groups = []
+    for group in statement._group_by_clauses:
+        named = _named_column(statement, group.element) if isinstance(group, _textual_label_reference) else None
+        groups.append(group if named is None else named)
+    return tuple(groups)
 
 
 def _same(a: ClauseElement, b: ClauseElement) -> bool:

@@ -805,8 +805,46 @@ def test_an_ordering_by_a_label_orders_by_its_column(either: Store) -> None:
     assert either.execute(rows).all() == [("c", "3"), ("b", "4"), ("b", "2"), ("b", "1"), ("a", "0")]
     ordered = select(Judgement).order_by(desc("instruction_id")).limit(2)
     assert [f.row.instruction_id for f in either.scalars(ordered)] == ["5", "4"]
-    with pytest.raises(StatementError, match="names no one column of the result"):
-        either.execute(select(j).order_by("nothing"))
+    for nothing in (select(j).order_by("nothing"), select(j, Judgement.model_a.label("j")).order_by("j")):
+        with pytest.raises(StatementError, match="names no column of the statement"):
+            either.execute(nothing)
+
+
+def test_an_ordering_by_a_name_orders_by_the_column_sqlalchemy_resolves(either: Store) -> None:
+    """order_by("name") is the column SQLAlchemy puts in each database's ORDER BY: in a self-join, the aliased
+    table's column of that name even when the other table's is the one selected; a label over a column of that
+    name. The merge compared the selected column instead (rows out of order; on PostgreSQL, ordered by another
+    column than one table is), or refused the label. group_by("name") is read alike."""
+    pairs = [[("0", "d-b", "r-x"), ("1", "d-a", "r-y")], [("2", "d-c", "r-w"), ("3", "d-d", "r-z")]]
+    databases = [
+        [
+            judgement_record(i * 10 + k * 2 + r, orientation=o, instruction_id=n, completion=c, model_a=c[2])
+            for k, (n, *completions) in enumerate(rows)
+            for r, (o, c) in enumerate(zip(("direct", "reversed"), completions, strict=True))
+        ]
+        for i, rows in enumerate(pairs)
+    ]
+    fill(either, databases)
+    reverse = aliased(Judgement)
+    paired = (
+        select(Judgement.completion)
+        .join(reverse, and_(reverse.instruction_id == Judgement.instruction_id, reverse.orientation == "reversed"))
+        .where(Judgement.orientation == "direct")
+    )
+    renamed = select(Judgement.completion.label("model_a"), Judgement.model_a)
+    statements = [
+        paired.order_by("completion"),  # reverse.completion: r-w r-x r-y r-z
+        paired.order_by(desc("completion")).limit(3),
+        paired.with_only_columns(Judgement.instruction_id).order_by("completion"),
+        select(Judgement.instruction_id).order_by(desc("created_at"), "instruction_id"),  # a column not selected
+        renamed.order_by(desc("model_a")).limit(3),  # the label, not the column model_a
+        # group_by("name") groups by the column named (it was refused: "not in its group_by")
+        select(Judgement.orientation.label("o"), func.count()).group_by("o").order_by(desc("o")),
+    ]
+    with one_sqlite_table([r for rows in databases for r in rows]) as reference:
+        for statement in statements:
+            assert either.execute(statement).all() == reference.execute(statement).all()
+    assert either.execute(statements[0]).scalars().all() == ["d-c", "d-b", "d-a", "d-d"]
 
 
 def test_the_selector_narrows_the_databases(store: Store) -> None:
