@@ -6,7 +6,8 @@ Contract:
   database is opened, and refuses what cannot be answered exactly from each
   database's own answer with a typed error (:class:`~store.errors.StatementError`,
   :class:`~store.errors.NotCombinableError`): anything but a ``select()``
-  (these calls only read), ``FOR UPDATE``, ``DISTINCT`` (of the statement,
+  (these calls only read; a top-level ``UNION``/``EXCEPT``/``INTERSECT``
+  is refused as what it is), ``FOR UPDATE``, ``DISTINCT`` (of the statement,
   or ``distinct(x)``/``func.distinct(x)`` in a column), ``HAVING``, a
   subquery that reduces its rows (an aggregate, ``LIMIT``/``OFFSET``/
   ``FETCH``; read as a table, ``FROM`` or a CTE, also ``DISTINCT``,
@@ -164,6 +165,11 @@ class Plan:
     @classmethod
     def of(cls, statement: object, *, entity_only: bool = False) -> Plan:
         """Read ``statement``; refuse what cannot be combined exactly (see the module docstring)."""
+        if isinstance(statement, CompoundSelect):  # it reads, but is no select(): not told to use a writing session
+            raise StatementError(
+                f"a {statement.keyword.value} of select() statements is not run across databases; run each select() "
+                "and combine their rows"
+            )
         if not isinstance(statement, Select):
             raise StatementError(
                 f"expected a select() statement, got {type(statement).__name__}: queries across databases only "

@@ -37,6 +37,7 @@ from sqlalchemy import (
     select,
     text,
     union,
+    union_all,
     update,
 )
 from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
@@ -629,6 +630,12 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         (lambda: select(Judgement.judge, func.row_number().over()), NotCombinableError, "window"),
         (lambda: select(func.string_agg(Judgement.judge, ",")), NotCombinableError, "string_agg"),
         (lambda: update(Judgement).values(judge="x"), StatementError, "only read"),
+        # A union reads: refused as what it is, not with the advice to open a writing session
+        (
+            lambda: union_all(select(Judgement.judge), select(Judgement.model_a)),
+            StatementError,
+            r"^a UNION ALL of select\(\) statements is not run across databases",
+        ),
         (lambda: delete(Judgement), StatementError, "only read"),
         (lambda: select(Judgement).with_for_update(), StatementError, "FOR UPDATE"),
         (lambda: select(Judgement).order_by(text("judge")), StatementError, "text"),
