@@ -114,7 +114,8 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     Every database is listed; exits 1 if any is neither current nor empty
     (--json: its "ok" is false), after listing the others.
     With row filters, a Matching column counts the rows they select in each
-    current database (--json: "matching").
+    current database (--json: "matching"); one whose rows cannot be counted
+    is listed as corrupt or unreadable, and ls exits 1.
 
     Examples:
 

@@ -469,6 +469,16 @@ def _subquery_stays_inside(store: Store) -> None:
     # DISTINCT in an IN (...) changes nothing: not refused as a subquery read as a table with DISTINCT is.
     distinct_ids = select(Judgement).where(Judgement.instruction_id.in_(ids_of_j0.distinct()))
     assert sorted(str(f.row.instruction_id) for f in store.scalars(distinct_ids)) == ["0", "1"]
+    # A correlated EXISTS, and a CTE, read only their own database too: instruction "0" of the second
+    # database has no j0 row beside it there, though the first database has one.
+    other = aliased(Judgement)
+    beside = select(other.instruction_id).where(other.instruction_id == Judgement.instruction_id)
+    has_j0 = beside.where(other.judge == "j0").exists()
+    found = store.scalars(select(Judgement).where(Judgement.judge == "j1", has_j0))
+    assert [str(f.row.instruction_id) for f in found] == []
+    j0 = ids_of_j0.cte("j0")
+    by_cte = select(Judgement).where(Judgement.judge == "j1", Judgement.instruction_id.in_(select(j0.c.instruction_id)))
+    assert [str(f.row.instruction_id) for f in store.scalars(by_cte)] == []
 
 
 def test_a_subquery_runs_inside_each_database(store: Store) -> None:
