@@ -283,6 +283,25 @@ def test_a_call_from_inside_a_calls_on_progress_is_a_typed_error_not_a_hang(
     assert not engine._llm.llm_engine.has_unfinished_requests()
 
 
+def test_a_stream_ended_in_another_thread_leaves_the_thread_that_started_it_free_to_call(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """The mark "this thread's stream holds the engine" is cleared by whichever thread ends the stream: a stream
+    started here and iterated (or closed) in a worker must not leave every later call of this thread refused."""
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    view = engine.with_descriptor(descriptor)
+    model = cached(store, engine, descriptor)
+    for k, finish in enumerate((list, lambda stream: stream.close())):
+        requests = [engine_request(inp) for inp in model.plan("completions", prompts(3, start=7200 + 10 * k)).missing]
+        stream = view.generate_stream(requests)
+        worker = threading.Thread(target=finish, args=(stream,))
+        worker.start()
+        worker.join(timeout=120)
+        assert not worker.is_alive()
+        assert len(model.complete(prompts(2, start=7300 + 10 * k))) == 2  # not "held by a call in this thread"
+    assert not engine._llm.llm_engine.has_unfinished_requests()
+
+
 def test_concurrent_calls_on_views_of_one_engine_take_it_in_turn(
     store: Store, engine: VLLMBackend, tiny_model_dir: Path
 ) -> None:

@@ -26,12 +26,14 @@ Contract:
 * One stream at a time holds an engine (its views share the lock), from the
   moment ``generate_stream`` returns to the last request; closing the stream
   early, an engine failure or Ctrl-C aborts what is unfinished, so the
-  engine is left empty for the next call. A stream started in a thread whose
-  own stream holds the engine (a call made from inside a call's
+  engine is left empty for the next call. A stream started in the thread
+  that steps the stream holding the engine (a call made from inside a call's
   ``on_progress``, which runs while its stream holds the engine) raises
   :class:`~store.errors.JudgestoreError` at once instead of waiting for
-  itself. vLLM's own failures (a CUDA error,
-  an out-of-memory) are raised as :class:`~store.errors.BackendError`.
+  itself; the mark is the engine's, so a stream closed or finished in
+  another thread than the one that started it frees that thread too.
+  vLLM's own failures (a CUDA error, an out-of-memory) are raised as
+  :class:`~store.errors.BackendError`.
 * A request vLLM refuses (its ``VLLMClientError``: a prompt longer than the
   model's context, a chat its template rejects) fails alone: vLLM adds
   nothing of a refused call, so the batch is added again in halves, down to
@@ -80,6 +82,13 @@ _CPU_SEEDED_MESSAGE = (
 )
 
 
+class _Holder:
+    """Which thread steps the stream that holds an engine (None: no stream holds it); shared by its views."""
+
+    def __init__(self) -> None:
+        self.thread: int | None = None
+
+
 class VLLMBackend:
     """A loaded ``vllm.LLM`` generating under one descriptor. Build it with :func:`create_vllm_backend`.
 
@@ -100,7 +109,7 @@ class VLLMBackend:
         owns_engine: bool = True,
         engine_lock: threading.Lock | None = None,
         closing: threading.Event | None = None,
-        holding: threading.local | None = None,
+        holding: _Holder | None = None,
     ) -> None:
         """Wrap a loaded engine; ``chat_template`` is the explicit template text, if any.
 
@@ -117,9 +126,9 @@ class VLLMBackend:
         # One stream at a time on an engine, across its views: vLLM's engine is not safe from two threads,
         # and a stream's steps must return only its own requests.
         self._engine_lock = engine_lock if engine_lock is not None else threading.Lock()
-        # Whether this thread's stream holds the engine (shared by the views): a stream started from inside another
+        # Which thread steps the stream holding the engine (shared by the views): a stream started from inside that
         # stream's callbacks would wait for the lock its own thread holds.
-        self._holding = holding if holding is not None else threading.local()
+        self._holding = holding if holding is not None else _Holder()
         # Set when the owner closes, for its views too: a stream running then stops at its next step.
         self._closing = closing if closing is not None else threading.Event()
         kwargs: dict[str, Any] = dict(descriptor.chat_template_kwargs)
@@ -205,20 +214,23 @@ class VLLMBackend:
         after each step (a heartbeat)."""
         llm = self._llm
         engine = llm.llm_engine
-        if getattr(self._holding, "stream", False):
+        if self._holding.thread == threading.get_ident():
             raise JudgestoreError(
                 f"the vLLM engine for {self._descriptor.model!r} is held by a call still running in this thread: a "
                 "call made from inside its on_progress callback cannot generate on it, as it would wait "
                 "for itself; make that call once the first one has returned"
             )
         with self._engine_lock:
-            self._holding.stream = True
             # vLLM numbers requests with its counter (the request ids of their outputs): everything numbered
             # from here on is this stream's, including what a half-finished add left behind.
             first = llm.request_counter.counter
             try:
+                # The mark is the engine's, not a thread-local: it is cleared below by whichever thread ends the
+                # stream (a stream handed to another thread, closed there), never left on the one that started it.
+                self._holding.thread = threading.get_ident()
                 pending, refused = self._add(requests, params)
                 yield None
+                self._holding.thread = threading.get_ident()  # the thread that steps it is the one its callbacks run in
                 yield from refused.items()
                 while pending and engine.has_unfinished_requests():
                     if self._closing.is_set():
@@ -245,7 +257,7 @@ class VLLMBackend:
                     raise BackendError(f"vLLM failed while generating: {type(e).__name__}: {e}") from e
                 raise
             finally:
-                self._holding.stream = False
+                self._holding.thread = None
 
     def _add(
         self, requests: Sequence[EngineRequest], params: Sequence[Any]
