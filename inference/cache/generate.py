@@ -17,7 +17,9 @@ Contract:
   under that bound from a
   :class:`~inference.backends.base.BoundedStreamingBackend`; any other
   streaming backend (the local vLLM engine) gets one stream per group of at
-  most that bound, each written as it finishes like an unbounded stream; a
+  most that bound, each written as it finishes like an unbounded stream (an
+  engine closed between two groups stops the call as one closed during a
+  group does: a :class:`~store.errors.BackendError` with ``rows_kept``); a
   backend that only generates whole batches gets batches of at most it.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
@@ -199,7 +201,18 @@ def generate_into(
             # it finishes (on time, and what finished before Ctrl-C or a failure is kept), as an unbounded one is.
             for start in range(0, len(missing), max_concurrency):
                 group = slice(start, start + max_concurrency)
-                _stream(writer, backend.generate_stream(engine_requests[group]), missing[group], chunk_size)
+                try:
+                    stream = backend.generate_stream(engine_requests[group])
+                except JudgestoreError as e:
+                    if start == 0 or isinstance(e, BackendError):
+                        raise
+                    # The engine served the groups before: it went away in between (the model was closed). Typed as
+                    # the engine stopping mid-call, which says what this call kept, as a close during a group does.
+                    raise BackendError(
+                        f"the engine stopped between this call's groups ({e}); {len(missing) - start} of "
+                        f"{len(missing)} requests were left ungenerated"
+                    ) from e
+                _stream(writer, stream, missing[group], chunk_size)
             return
         # Whole batches, at most the call's bound when it sets one.
         size = chunk_size if max_concurrency is None else min(chunk_size, max_concurrency)

@@ -17,6 +17,7 @@ from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest, JudgementRequest
 from store.descriptor import ModelDescriptor, input_hash, render_messages
 from store.errors import (
+    BackendError,
     CacheMissError,
     InvalidInputError,
     JudgestoreError,
@@ -381,6 +382,28 @@ def test_a_bounded_call_on_a_backend_that_cannot_bound_it_writes_what_finished_b
     assert store.database("completions", "t", descriptor).count() == 3  # what arrived is written before it goes on
     assert progress == [3]
     assert "this call stored 3 rows (3 generated)" in "\n".join(raised.value.__notes__)
+
+
+class ClosableBatchSizes(BatchSizes):
+    """:class:`BatchSizes` that refuses a stream once closed, as vLLM's backend does."""
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[tuple[int, Generation | Refusal]]:
+        if self.closed:
+            raise JudgestoreError("the backend is closed")
+        return super().generate_stream(requests)
+
+
+def test_a_model_closed_between_a_bounded_calls_groups_stops_it_as_an_engine_failure_saying_what_was_kept(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    """A close between two groups stops the call as a close during a group does: typed, with ``rows_kept``."""
+    backend = ClosableBatchSizes()
+    cached = model(store, descriptor, backend, chunk_size=10)
+    with pytest.raises(BackendError, match="stopped between this call's groups.*closed.*4 of 6") as raised:
+        cached.complete([ask(i) for i in range(6)], max_concurrency=2, on_progress=lambda *_: cached.close())
+    assert backend.batches == [2]  # no group started on the closed engine
+    assert raised.value.rows_kept == 2 == store.database("completions", "t", descriptor).count()
+    assert "This call stored 2 rows before the failure" in "\n".join(raised.value.__notes__)
 
 
 def test_a_streaming_backend_gets_every_miss_at_once_and_rows_are_written_as_they_arrive(
