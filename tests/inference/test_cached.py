@@ -399,7 +399,7 @@ def test_a_model_closed_between_a_bounded_calls_groups_stops_it_as_an_engine_fai
     """A close between two groups stops the call as a close during a group does: typed, with ``rows_kept``."""
     backend = ClosableBatchSizes()
     cached = model(store, descriptor, backend, chunk_size=10)
-    with pytest.raises(BackendError, match="stopped between this call's groups.*closed.*4 of 6") as raised:
+    with pytest.raises(BackendError, match=r"stopped between this call's groups.*closed.*4 of 6") as raised:
         cached.complete([ask(i) for i in range(6)], max_concurrency=2, on_progress=lambda *_: cached.close())
     assert backend.batches == [2]  # no group started on the closed engine
     assert raised.value.rows_kept == 2 == store.database("completions", "t", descriptor).count()
