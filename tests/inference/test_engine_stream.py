@@ -423,3 +423,54 @@ print(json.dumps(outcome))
     result = json.loads(run_fresh_python(code, **VLLM_ENV).stdout.strip().splitlines()[-1])
     assert not result["alive"] and result["error"] is not None and "was closed while this call" in result["error"]
     assert 0 < result["rows"] == result["rows_kept"] < 40
+
+
+def test_closing_the_model_from_its_calls_own_on_progress_does_not_wait_for_itself(tiny_model_dir: Path) -> None:
+    """on_progress runs while its stream holds the engine: a close from there cannot wait for that stream to stop.
+
+    In a process of its own (closing an engine here would break the module's), with the close's wait for a
+    stream made longer than the deadlock detector's, so a close that waits for its own stream is caught."""
+    code = f"""
+import json, os, tempfile, threading
+from pathlib import Path
+from inference.backends.vllm import backend as vllm_backend
+from inference.backends.vllm.backend import create_vllm_backend
+from inference.backends.vllm.descriptor import descriptor_from_vllm
+from inference.cache.model import CachedModel
+from inference.requests import CompletionRequest
+from store.errors import BackendError
+from store.store import Store
+from store.settings import Settings
+from tests.inference.conftest import TINY_ENGINE_KWARGS
+
+vllm_backend._CLOSE_WAIT_S = 3600.0
+model_dir = {str(tiny_model_dir)!r}
+descriptor = descriptor_from_vllm(model_dir, engine_kwargs=TINY_ENGINE_KWARGS, sampling={{"temperature": 0,
+                                  "max_tokens": 40, "ignore_eos": True}})
+store = Store(Settings(), root=Path(tempfile.mkdtemp()))
+model = CachedModel(store, descriptor, task="t", chunk_size=1, backend_factory=lambda: create_vllm_backend(
+    descriptor, TINY_ENGINE_KWARGS, model=model_dir))
+outcome = {{}}
+
+def call():
+    try:
+        model.complete([CompletionRequest(messages=[{{"role": "user", "content": f"q {{i}}"}}]) for i in range(20)],
+                       on_progress=lambda done, total: model.close())
+        outcome["error"] = None
+    except BackendError as e:
+        outcome["error"] = str(e)
+        outcome["rows_kept"] = e.rows_kept
+
+worker = threading.Thread(target=call, daemon=True)
+worker.start()
+worker.join(90)  # a deadlock detector, not a speed check (run_fresh_python gives up at 120 s)
+outcome["alive"] = worker.is_alive()
+if not outcome["alive"]:
+    outcome["rows"] = store.database("completions", "t", descriptor).count()
+print(json.dumps(outcome), flush=True)
+os._exit(0)
+"""
+    result = json.loads(run_fresh_python(code, **VLLM_ENV).stdout.strip().splitlines()[-1])
+    assert not result["alive"], "close() from on_progress waited for the stream its own thread holds"
+    assert result["error"] is not None and "was closed while this call" in result["error"]
+    assert 0 < result["rows"] == result["rows_kept"] < 20

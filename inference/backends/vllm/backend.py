@@ -318,15 +318,18 @@ class VLLMBackend:
         A stream running on the engine (another thread's call) is stopped first: it aborts what is unfinished
         at its next step and raises :class:`BackendError` (its caller then writes what finished;
         :meth:`~inference.cache.model.CachedModel.close` waits for that), and only then is the engine shut down,
-        never under a step.
+        never under a step. Closed from inside the callbacks of the stream holding the engine (in the thread that
+        steps it), it shuts down at once: that stream stops at its next step.
         """
         llm, self._llm = self._llm, None
         if llm is None or not self._owns_engine:
             return
         self._closing.set()
-        # The stream holds the lock until it has stopped; a stream left open and never stepped again (or a
-        # close from inside a stream's own callbacks) must not hang the close: shut down after a while anyway.
-        taken = self._engine_lock.acquire(timeout=_CLOSE_WAIT_S)
+        # The stream holds the lock until it has stopped; a stream left open and never stepped again must not hang
+        # the close: shut down after a while anyway. A close from inside the holding stream's own callbacks (a
+        # call's on_progress) would wait only for itself, as that stream cannot step while it waits: not at all.
+        own = self._holding.thread == threading.get_ident()
+        taken = not own and self._engine_lock.acquire(timeout=_CLOSE_WAIT_S)
         try:
             self._shutdown(llm)
         finally:
