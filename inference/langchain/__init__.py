@@ -420,17 +420,11 @@ class CachedChatModel(BaseChatModel):
         max_concurrency: int | None = None,
     ) -> tuple[list[Outcome], list[CallbackManagerForLLMRun], CallStats | None]:
         check_call(self._model.descriptor, stop, kwargs)
-        serialized, params = dumpd(self), self._invocation_params(stop)
+        serialized = dumpd(self)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
             (run,) = self._manager(config).on_chat_model_start(
-                serialized,
-                [list(conversation)],
-                invocation_params=params,
-                options={"stop": stop},
-                name=config.get("run_name"),
-                run_id=config.get("run_id"),
-                batch_size=len(conversations),
+                serialized, [list(conversation)], **self._run_options(config, stop, len(conversations))
             )
             managers.append(run)
         try:
@@ -456,17 +450,11 @@ class CachedChatModel(BaseChatModel):
         max_concurrency: int | None = None,
     ) -> tuple[list[Outcome], list[AsyncCallbackManagerForLLMRun], CallStats | None]:
         check_call(self._model.descriptor, stop, kwargs)
-        serialized, params = dumpd(self), self._invocation_params(stop)
+        serialized = dumpd(self)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
             (run,) = await self._amanager(config).on_chat_model_start(
-                serialized,
-                [list(conversation)],
-                invocation_params=params,
-                options={"stop": stop},
-                name=config.get("run_name"),
-                run_id=config.get("run_id"),
-                batch_size=len(conversations),
+                serialized, [list(conversation)], **self._run_options(config, stop, len(conversations))
             )
             managers.append(run)
         try:
@@ -521,7 +509,14 @@ class CachedChatModel(BaseChatModel):
         return todo
 
     def _manager(self, config: RunnableConfig) -> CallbackManager:
-        return CallbackManager.configure(
+        return CallbackManager.configure(*self._callback_settings(config))
+
+    def _amanager(self, config: RunnableConfig) -> AsyncCallbackManager:
+        return AsyncCallbackManager.configure(*self._callback_settings(config))
+
+    def _callback_settings(self, config: RunnableConfig) -> tuple[Any, ...]:
+        """The call's and the model's callbacks, verbosity, tags and metadata, as ``configure`` takes them."""
+        return (
             config.get("callbacks"),
             self.callbacks,
             self.verbose,
@@ -531,16 +526,15 @@ class CachedChatModel(BaseChatModel):
             self.metadata,
         )
 
-    def _amanager(self, config: RunnableConfig) -> AsyncCallbackManager:
-        return AsyncCallbackManager.configure(
-            config.get("callbacks"),
-            self.callbacks,
-            self.verbose,
-            config.get("tags"),
-            self.tags,
-            config.get("metadata"),
-            self.metadata,
-        )
+    def _run_options(self, config: RunnableConfig, stop: list[str] | None, batch_size: int) -> dict[str, Any]:
+        """What ``on_chat_model_start`` is told of a run besides its messages, as LangChain's own batch tells it."""
+        return {
+            "invocation_params": self._invocation_params(stop),
+            "options": {"stop": stop},
+            "name": config.get("run_name"),
+            "run_id": config.get("run_id"),
+            "batch_size": batch_size,
+        }
 
     def _traced(self, value: Any) -> list[BaseMessage]:
         """What a run shows of an input judgestore cannot key: LangChain's own reading of it, if it has one."""
@@ -555,13 +549,7 @@ class CachedChatModel(BaseChatModel):
         """Start the run of an input judgestore cannot key and end it in ``error``, as LangChain ends a run whose
         generation raised: tracers see every input."""
         (run,) = self._manager(config).on_chat_model_start(
-            dumpd(self),
-            [self._traced(value)],
-            invocation_params=self._invocation_params(stop),
-            options={"stop": stop},
-            name=config.get("run_name"),
-            run_id=config.get("run_id"),
-            batch_size=batch_size,
+            dumpd(self), [self._traced(value)], **self._run_options(config, stop, batch_size)
         )
         run.on_llm_error(error)
 
@@ -570,13 +558,7 @@ class CachedChatModel(BaseChatModel):
     ) -> None:
         """:meth:`_refused_run` with the async callback manager."""
         (run,) = await self._amanager(config).on_chat_model_start(
-            dumpd(self),
-            [self._traced(value)],
-            invocation_params=self._invocation_params(stop),
-            options={"stop": stop},
-            name=config.get("run_name"),
-            run_id=config.get("run_id"),
-            batch_size=batch_size,
+            dumpd(self), [self._traced(value)], **self._run_options(config, stop, batch_size)
         )
         await run.on_llm_error(error)
 
