@@ -15,11 +15,18 @@ have no type prefix):
 ``POST /{t}/{ns}/{name}.git/info/lfs/objects/batch``        LFS batch: upload and verify actions
 ``PUT  /__lfs__/{sha256}`` / ``POST /__lfs__/{sha256}/verify``  LFS upload (hash and size checked), verify
 ``POST /api/{t}/{ns}/{name}/commit/{branch}``               NDJSON commit: header, file, lfsFile, deletes
+``POST /api/{t}/{ns}/{name}/branch/{branch}``               create a branch (JSON ``startingPoint``)
 ``HEAD|GET /{t}/{ns}/{name}/resolve/{rev}/{path}``          download: X-Repo-Commit, ETag, Range
 ==========================================================  =========================================
 
 Errors carry the ``X-Error-Code`` headers the client maps to its exceptions
-(``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``). Tokens are
+(``RepoNotFound``, ``RevisionNotFound``, ``EntryNotFound``). A branch is
+created as ``HfApi.create_branch`` asks the Hub to: from ``startingPoint`` (a
+branch, tag or commit), else from the head of ``main``; 409 ``Reference
+refs/heads/{branch} already exists`` when the name is taken, 400 ``Invalid
+reference for a branch`` for a ``refs/...`` name (the answers the client
+library's own tests expect from the Hub). Here branches and tags share one
+namespace (:meth:`FakeHub.tag` points a name that tests use as either). Tokens are
 optional: with ``tokens`` set, writes need a ``write`` token (401 without a
 valid one, 403 with a read token) and private repos hide from anonymous reads.
 
@@ -419,6 +426,8 @@ class _Handler(BaseHTTPRequestHandler):
             return self._preupload(repo_type, repo_id, rest[1], body)
         if method == "POST" and rest[:1] == ["commit"] and len(rest) == 2:
             return self._commit(repo_type, repo_id, rest[1], body, fault)
+        if method == "POST" and rest[:1] == ["branch"] and len(rest) == 2:
+            return self._create_branch(repo_type, repo_id, rest[1], body)
         raise HTTPError(404, f"no API route for {method} {rest}")
 
     def _tree(self, repo_type: str, repo_id: str, revision: str, path: str, query: dict[str, list[str]]) -> None:
@@ -548,6 +557,18 @@ class _Handler(BaseHTTPRequestHandler):
         self._json(
             {"success": True, "commitOid": commit.oid, "commitUrl": url, "hookOutput": "", "pullRequestUrl": None}
         )
+
+    def _create_branch(self, repo_type: str, repo_id: str, branch: str, body: bytes) -> None:
+        repo = self._repo(repo_type, repo_id, write=True)
+        payload = json.loads(body) if body.strip() else {}
+        if branch.startswith("refs/") or not _valid_repo_path(branch):  # refs/pr/N, refs/convert/...: the Hub's own
+            raise HTTPError(400, f"Invalid reference for a branch: {branch}")
+        with self.fake.lock:
+            if branch in repo.branches:
+                raise HTTPError(409, f"Reference refs/heads/{branch} already exists")
+            start = self._commit_at(repo, payload.get("startingPoint") or "main")
+            repo.branches[branch] = start.oid
+        self._json({})  # the client reads nothing of a successful answer
 
     def _apply(
         self, repo: FakeRepo, branch: str, header: dict[str, Any], adds: dict[str, StoredFile], deletes: list[str]

@@ -24,7 +24,7 @@ from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState, bookkeeping_path
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
 from tests.fake_hub import FakeHub, Fault
-from tests.sync.helpers import QWEN, READ_TOKEN, REPO, Sleeps, completions, fill, hub_remote, rows
+from tests.sync.helpers import QWEN, READ_TOKEN, REPO, WRITE_TOKEN, Sleeps, completions, fill, hub_remote, rows
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -304,6 +304,32 @@ def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
 
     assert sync_state(alice) == before and sleeps == []
     assert missing.pushed_to not in str(before[1])
+
+
+# ---------------------------------------------------------------- a push to a branch that does not exist yet
+
+
+def test_the_fake_hub_creates_branches_as_the_client_expects(hub: FakeHub) -> None:
+    """The endpoint behind HfApi.create_branch: from main's head by default, 409 when the branch exists (the
+    client's exist_ok swallows it), 400 for a refs/ name, 403 for a read token; the branch then reads as one."""
+    from huggingface_hub import HfApi
+    from huggingface_hub.errors import BadRequestError, HfHubHTTPError
+
+    api = HfApi(endpoint=hub.endpoint, token=WRITE_TOKEN)
+    hub.put_raw(REPO, {"a.txt": b"a"})
+    api.create_branch(REPO, branch="exp/one", repo_type="dataset")
+    assert hub.repo(REPO).branches["exp/one"] == hub.repo(REPO).branches["main"]
+    assert {f.path for f in api.list_repo_tree(REPO, revision="exp/one", repo_type="dataset")} == {
+        ".gitattributes", "a.txt"}  # fmt: skip
+    with pytest.raises(HfHubHTTPError, match="Reference refs/heads/exp/one already exists") as exists:
+        api.create_branch(REPO, branch="exp/one", repo_type="dataset")
+    assert exists.value.response.status_code == 409
+    api.create_branch(REPO, branch="exp/one", repo_type="dataset", exist_ok=True)
+    with pytest.raises(BadRequestError, match="Invalid reference for a branch"):
+        api.create_branch(REPO, branch="refs/pr/1", repo_type="dataset")
+    with pytest.raises(HfHubHTTPError) as refused:
+        HfApi(endpoint=hub.endpoint, token=READ_TOKEN).create_branch(REPO, branch="other", repo_type="dataset")
+    assert refused.value.response.status_code == 403 and "other" not in hub.repo(REPO).branches
 
 
 def test_a_dry_run_records_no_remote(hub: FakeHub, make_store: MakeStore) -> None:
