@@ -171,6 +171,10 @@ def push_command(
 
 def _render_push(report: "PushReport") -> None:
     out = stdout()
+    if (branch := report.created_branch) is not None:
+        made = "Would create" if report.dry_run else "Created"
+        line = f"{made} the branch {branch.name!r} of {report.remote}, from the default branch at {branch.base[:12]}."
+        out.print(line, markup=False)  # a branch name is the user's: "[x]" is not markup
     if report.folders:
         title = f"{'Would push' if report.dry_run else 'Pushed'} to {report.remote}"
         table = location_table(title, ("Shards", "right"), ("Rows", "right"), ("Bytes", "right"))

@@ -20,6 +20,15 @@ Contract (on top of the remote contract in :mod:`store.sync.remote`):
   the next attempt finds its files and commits nothing.
 * Reads go through ``hf_hub_download`` at a pinned commit into a temporary
   cache that is removed at once, so no shard lingers in the user's HF cache.
+* A push to a branch that does not exist creates it, as ``hf upload
+  --revision`` does: :meth:`HubRemote.missing_branch` asks for the branch
+  (``repo_info``; a missing *repository* is still the 404 error) and, when
+  the Hub answers "no such revision", pins the default branch's head;
+  :meth:`HubRemote.create_branch` makes the branch there (``create_branch``
+  with that commit as its starting point, so the branch holds exactly what the
+  push planned against), only once the push has something to send. A 409 (the
+  branch exists by now) counts as done; 401 and 403 are
+  :class:`~store.errors.RemoteAuthError` as everywhere.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from store.errors import (
     SyncError,
     UntrustedContentError,
 )
-from store.sync.remote import AddResult, OutgoingFile, RemoteEntry
+from store.sync.remote import AddResult, MissingBranch, OutgoingFile, RemoteEntry
 
 if TYPE_CHECKING:
     from huggingface_hub import HfApi
@@ -311,21 +320,57 @@ class HubRemote:
 
         return self._call(f"downloading {path}", attempt)
 
-    def _existing_now(self, paths: Sequence[str]) -> set[str]:
-        """The paths among ``paths`` that are files at the branch head (one request per 100 paths, no retry)."""
+    def _existing_now(self, paths: Sequence[str], revision: str | None = None) -> set[str]:
+        """The paths among ``paths`` that are files at ``revision``, else the branch head (one request per 100
+        paths, no retry)."""
         from huggingface_hub import RepoFile
 
         found: set[str] = set()
         for start in range(0, len(paths), PATHS_PER_REQUEST):
             chunk = list(paths[start : start + PATHS_PER_REQUEST])
-            infos = self.api.get_paths_info(self.repo_id, chunk, revision=self.revision, repo_type=self.repo_type)
+            infos = self.api.get_paths_info(
+                self.repo_id, chunk, revision=revision or self.revision, repo_type=self.repo_type
+            )
             found.update(info.path for info in infos if isinstance(info, RepoFile))
         return found
 
-    def existing(self, paths: Sequence[str]) -> set[str]:
+    def existing(self, paths: Sequence[str], *, revision: str | None = None) -> set[str]:
         if not paths:
             return set()
-        return self._call("checking which files exist", lambda: self._existing_now(paths))
+        return self._call("checking which files exist", lambda: self._existing_now(paths, revision))
+
+    def missing_branch(self) -> MissingBranch | None:
+        from huggingface_hub.errors import RevisionNotFoundError
+
+        def attempt() -> MissingBranch | None:
+            try:
+                self.api.repo_info(self.repo_id, repo_type=self.repo_type, revision=self.revision)
+                return None
+            except RevisionNotFoundError:  # the repository answered: it is there, the branch is not
+                pass
+            # No revision: the repository's default branch, the one the Hub makes a branch from by default.
+            info = self.api.repo_info(self.repo_id, repo_type=self.repo_type)
+            if not info.sha:
+                raise RemoteError(self.url, "the server did not say which commit the default branch points to")
+            return MissingBranch(self.revision, str(info.sha))
+
+        return self._call(f"resolving {self.revision!r}", attempt)
+
+    def create_branch(self, branch: MissingBranch) -> None:
+        from huggingface_hub.errors import HfHubHTTPError
+
+        def attempt() -> None:
+            try:
+                # From the pinned commit rather than whatever the default branch holds by now: the push read what
+                # to send at that commit, so the branch must start there.
+                self.api.create_branch(self.repo_id, branch=branch.name, revision=branch.base, repo_type=self.repo_type)
+            except HfHubHTTPError as e:
+                # 409: the branch exists (another pusher made it, or an attempt whose answer was lost did). It is
+                # not retried as other 409s are; the commits that follow add only the files it lacks.
+                if e.response is None or e.response.status_code != 409:
+                    raise
+
+        self._call(f"creating the branch {branch.name!r}", attempt)
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult:
         from huggingface_hub import CommitOperationAdd

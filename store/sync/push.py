@@ -6,7 +6,12 @@ Protocol of one push (under the store root's sync lock):
    remote (built, then the process died or the remote kept failing) are
    looked up on the remote: those there are recorded as pushed, the others
    are forgotten, so their rows count as unsent again.
-2. **Export.** For each selected descriptor folder, the local keys the
+2. **A branch still to make.** A push to a branch that does not exist (on
+   the Hub; a folder has no branches) pins the commit it would be made from,
+   the repository's default branch head, and reads there (listings, pending
+   shards, metadata.json) what the branch will hold. A missing *repository*
+   is the remote's 404 error, as before.
+3. **Export.** For each selected descriptor folder, the local keys the
    remote is not known to have (:mod:`store.sync.bookkeeping`: neither pushed
    there nor fetched from there) are read in key order and cut into shards in
    a staging folder. A folder whose metadata.json on the remote differs from
@@ -16,10 +21,13 @@ Protocol of one push (under the store root's sync lock):
    (pushed to the branch, pushed to the repository, or fetched) that the
    branch lists: a row that reached the default branch after the branch was
    made from it is sent to the branch too.
-3. **Record, then send.** The new shards are recorded as ``pending`` with
-   their keys (the remote is recorded with them, never before: a push that
-   fails, such as one to a repository the Hub answers with 404, or a dry run
-   leaves the bookkeeping as it was); then the files go out in batches of at most
+4. **Make the branch, record, then send.** Only when there is something to
+   send, and never in a dry run (which reports that it would), a missing
+   branch is created at the pinned commit. The new shards are recorded as
+   ``pending`` with their keys (the remote is recorded with them, never before: a push that
+   fails, such as one to a repository the Hub answers with 404 or one whose
+   branch the Hub refuses to create, or a dry run leaves the bookkeeping as it
+   was); then the files go out in batches of at most
    ``remote.max_files_per_add`` (one commit each on the Hub), a folder's
    metadata.json before its shards. After each batch the remote confirmed,
    its shards are recorded as ``pushed``.
@@ -29,7 +37,7 @@ stay unsent) and never sent twice (a crash after the commit and before the
 bookkeeping leaves the shard pending; step 1 finds it on the remote next
 time, and :meth:`~store.sync.remote.Remote.add_files` skips files that
 exist, so a retried commit is a no-op). A push with nothing new makes no
-commit.
+commit and no branch.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, meta
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote import OutgoingFile, Remote, check_outside_store
+from store.sync.remote import MissingBranch, OutgoingFile, Remote, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
     SHARDS_DIR,
@@ -84,6 +92,7 @@ class PushReport:
     already_present: int = 0  # shards the remote had already (another pusher, or an interrupted push)
     recovered: int = 0  # pending shards of an interrupted push, found on the remote and recorded
     problems: list[SyncProblem] = field(default_factory=list)
+    created_branch: MissingBranch | None = None  # the branch did not exist and was made (a dry run: would be)
 
     @property
     def shards(self) -> int:
@@ -113,6 +122,7 @@ class PushReport:
             "unchanged_folders": self.unchanged,
             "already_present": self.already_present,
             "recovered": self.recovered,
+            "created_branch": None if self.created_branch is None else self.created_branch.as_dict(),
             "folders": [f.as_dict() for f in self.folders],
             "problems": [p.as_dict() for p in self.problems],
         }
@@ -156,12 +166,15 @@ def push(
         # repository holds (pushed to its default branch, or fetched) may have reached main after the branch was
         # made from it. With nothing recorded there is nothing to check against.
         on_branch = remote if branch and known else None
+        # A branch still to make is read at the commit it will be made from: that is what it will hold.
+        missing = remote.missing_branch() if branch else None
+        at = None if missing is None else missing.base
         if not dry_run and remote_id is not None:
-            report.recovered = _settle_pending(books, remote_id, remote)
+            report.recovered = _settle_pending(books, remote_id, remote, at)
         plans: list[_FolderPlan] = []
         for done, location in enumerate(locations, start=1):
             try:
-                plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch)
+                plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch, at)
             except RemoteError:
                 raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
             except JudgestoreError as e:
@@ -173,13 +186,17 @@ def push(
                 report.unchanged += 1
             else:
                 plans.append(plan)
-        plans = _check_remote_metadata(plans, remote, staging, report)
+        plans = _check_remote_metadata(plans, remote, staging, report, at)
         report.folders = [
             PushedFolder(p.location, len(p.shards), sum(s.rows for s in p.shards), sum(s.size for s in p.shards))
             for p in plans
         ]
+        if plans:  # nothing to send makes no branch
+            report.created_branch = missing
         if dry_run or not plans:
             return report
+        if missing is not None:  # before anything is recorded: a refused create (401, 403) leaves no trace
+            remote.create_branch(missing)
         remote_id = books.remote_id(remote.pushed_to)  # the remote answered (metadata checked): record it now
         books.record(
             remote_id,
@@ -190,15 +207,16 @@ def push(
     return report
 
 
-def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote) -> int:
-    """Resolve shards an earlier push left pending; returns how many the remote turned out to have."""
+def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote, at: str | None = None) -> int:
+    """Resolve shards an earlier push left pending; returns how many the remote turned out to have (at ``at``,
+    the commit a missing branch will be made from, where one is)."""
     pending = books.shards(remote_id, ShardState.PENDING)
     if not pending:
         return 0
     paths = {
         (entry.folder, entry.name): f"{entry.folder}/{SHARDS_DIR}/{shard_file_name(entry.name)}" for entry in pending
     }
-    present = remote.existing(list(paths.values()))
+    present = remote.existing(list(paths.values()), revision=at)
     there = [shard for shard, path in paths.items() if path in present]
     books.set_state(remote_id, there, ShardState.PUSHED)
     books.forget(remote_id, [shard for shard, path in paths.items() if path not in present])
@@ -213,19 +231,21 @@ def _plan_folder(
     staging: Path,
     target_bytes: int,
     branch: Remote | None = None,
+    at: str | None = None,
 ) -> _FolderPlan | None:
     """Shards of the folder's rows the remote (``known``: the bookkeeping's names of what it holds) does not have,
     or None if it has them all (or the folder none).
 
     With ``branch`` (a push to a branch that is not the repository's default), the shards the branch lists are
     asked for first and only those count: the bookkeeping knows what the repository holds (pushed to its default
-    branch, fetched), not which of it the branch was made with or has received since.
+    branch, fetched), not which of it the branch was made with or has received since. ``at`` is the commit a
+    missing branch will be made from (its listing is read there), None for the branch head.
     """
     database = store.open_existing(location)
     if database is None:  # no tables yet: nothing to send
         return None
     folder = remote_folder(location)
-    among = None if branch is None else _listed_shards(branch, location)
+    among = None if branch is None else _listed_shards(branch, location, at)
     unsent: list[str] = []
     batch: list[str] = []
     # Only keys are kept while scanning; rows are read back by key once the unsent ones are known,
@@ -251,31 +271,31 @@ def _plan_folder(
     return _FolderPlan(location, metadata, shards) if shards else None
 
 
-def _listed_shards(remote: Remote, location: Location) -> frozenset[str]:
+def _listed_shards(remote: Remote, location: Location, at: str | None = None) -> frozenset[str]:
     """The names of the folder's shards the remote lists now (one listing; untrusted names are only ever compared
     with names the bookkeeping recorded, so a stray file there cannot make a row count as held)."""
     prefix = f"{remote_folder(location)}/{SHARDS_DIR}/"
     return frozenset(
         entry.path.removeprefix(prefix).removesuffix(SHARD_SUFFIX)
-        for entry in remote.list(prefix.rstrip("/"), revision=None, recursive=False)
+        for entry in remote.list(prefix.rstrip("/"), revision=at, recursive=False)
         if not entry.is_dir and entry.path.startswith(prefix) and entry.path.endswith(SHARD_SUFFIX)
     )
 
 
 def _check_remote_metadata(
-    plans: list[_FolderPlan], remote: Remote, staging: Path, report: PushReport
+    plans: list[_FolderPlan], remote: Remote, staging: Path, report: PushReport, at: str | None = None
 ) -> list[_FolderPlan]:
     """Keep the folders whose remote metadata.json is ours byte for byte, or absent (then it is sent too)."""
     if not plans:
         return plans
-    present = remote.existing([metadata_path(p.location) for p in plans])
+    present = remote.existing([metadata_path(p.location) for p in plans], revision=at)
     kept: list[_FolderPlan] = []
     for plan in plans:
         ours = metadata_bytes(plan.metadata.role, plan.metadata.task, plan.metadata.descriptor,
                               plan.metadata.assumptions)  # fmt: skip
         path = metadata_path(plan.location)
         if path in present:
-            theirs = remote.read(path, revision=None, max_bytes=METADATA_MAX_BYTES)
+            theirs = remote.read(path, revision=at, max_bytes=METADATA_MAX_BYTES)
             try:
                 verify_remote_metadata(theirs, plan.location)
                 if theirs != ours:  # well-formed, but not ours (other assumptions, another version's format)

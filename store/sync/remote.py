@@ -14,6 +14,10 @@ each implementation):
   answer are relative to the remote's root, ``/``-separated, and untrusted
   (the caller parses them with :func:`store.sync.remote_layout.parse_remote_path`).
 * :meth:`Remote.read` never returns more than ``max_bytes``.
+* :meth:`Remote.missing_branch` says whether the branch a push goes to is
+  still to be made, and from which commit; :meth:`Remote.create_branch` makes
+  it from that commit. Until then a push reads, at that commit, what the
+  branch will hold. A remote without branches (a folder) has none missing.
 * Errors are :class:`~store.errors.RemoteError` (the remote failed) or
   :class:`~store.errors.UntrustedContentError` (a file is not what it
   should be), never a bare ``OSError`` or HTTP exception.
@@ -71,6 +75,17 @@ class AddResult:
     commits: tuple[str, ...] = field(default=())
 
 
+@dataclass(frozen=True, slots=True)
+class MissingBranch:
+    """A branch a push goes to that does not exist yet: its name and the commit it is to be made from."""
+
+    name: str
+    base: str  # the repository's default branch head when the branch was found missing
+
+    def as_dict(self) -> dict[str, str]:
+        return {"name": self.name, "from_commit": self.base}
+
+
 @runtime_checkable
 class Remote(Protocol):
     """Where shards are shared (see the module docstring for the contract)."""
@@ -97,9 +112,19 @@ class Remote(Protocol):
 
     def read(self, path: str, *, revision: str | None, max_bytes: int) -> bytes: ...
 
-    def existing(self, paths: Sequence[str]) -> set[str]: ...
+    def existing(self, paths: Sequence[str], *, revision: str | None = None) -> set[str]: ...
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult: ...
+
+    def missing_branch(self) -> MissingBranch | None:
+        """None when the branch a push goes to exists (always, where the remote has no branches); else the branch
+        and the commit it would be made from, at which :meth:`list`, :meth:`read` and :meth:`existing` see what
+        it will hold."""
+        ...
+
+    def create_branch(self, branch: MissingBranch) -> None:
+        """Make ``branch`` at its base commit; one that exists by now (another pusher made it) is left as it is."""
+        ...
 
 
 def check_outside_store(remote: Remote, store_root: Path) -> None:
@@ -193,9 +218,15 @@ class DirectoryRemote:
             raise UntrustedContentError(path, f"is larger than the cap of {max_bytes:,} bytes; refusing it")
         return data
 
-    def existing(self, paths: Sequence[str]) -> set[str]:
+    def existing(self, paths: Sequence[str], *, revision: str | None = None) -> set[str]:
         self._check_root()
         return {p for p in paths if self._path(p).is_file()}
+
+    def missing_branch(self) -> MissingBranch | None:
+        return None  # a folder has no branches
+
+    def create_branch(self, branch: MissingBranch) -> None:
+        raise InvalidInputError(f"{self.url} is a folder: it has no branches, so {branch.name!r} cannot be made")
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str = "") -> AddResult:
         self._check_root()

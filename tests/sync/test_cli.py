@@ -167,6 +167,27 @@ def test_hub_errors_are_one_typed_line(hub: FakeHub, tmp_path: Path, monkeypatch
     assert missing.exit_code == 1 and "--create-repo" in missing.stderr and "Traceback" not in missing.output
 
 
+def test_a_push_to_a_new_branch_says_it_creates_it(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    alice = filled_store(tmp_path / "alice")
+    main_head = hub.repo(REPO).branches["main"]
+    push = ("push", "--repo", REPO, "--revision", "exp", "--all", "--store-root", str(alice))
+
+    dry = hub_cli(*push, "--dry-run")
+    assert dry.exit_code == 0 and f"Would create the branch 'exp' of hf:{hub.endpoint}" in dry.stdout
+    assert "exp" not in hub.repo(REPO).branches
+    pushed = hub_cli(*push, "--json")
+    assert pushed.exit_code == 0, pushed.output
+    assert orjson.loads(pushed.stdout)["created_branch"] == {"name": "exp", "from_commit": main_head}
+    again = hub_cli(*push)
+    assert again.exit_code == 0 and "Nothing to push" in again.stdout and "branch" not in again.stdout
+    assert "exp" in hub.repo(REPO).branches
+
+
 # ---------------------------------------------------------------- real processes
 
 

@@ -285,7 +285,8 @@ def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
 def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
     hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, repo: str, revision: str
 ) -> None:
-    """Push and fetch (dry runs too) raise the typed 404 error and record nothing: no remote, no shard."""
+    """Push and fetch (dry runs too) raise the typed 404 error and record nothing: no remote, no shard. A missing
+    branch of a repository that exists is a 404 to a fetch only: a push creates it (tests below)."""
     alice = make_store("alice")
     fill(alice, completions(range(3)))
     push(alice, hub_remote(hub))  # the bookkeeping holds one remote and its shard
@@ -296,7 +297,7 @@ def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
     missing = hub_remote(hub, sleeps, revision=revision)
     missing.repo_id = repo
 
-    for command in (push, fetch):
+    for command in (push, fetch) if repo != REPO else (fetch,):
         with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
             command(alice, missing)
         with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
@@ -304,6 +305,7 @@ def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
 
     assert sync_state(alice) == before and sleeps == []
     assert missing.pushed_to not in str(before[1])
+    assert hub.count("POST", "/branch/") == 0  # no branch is made in a repository that is not there
 
 
 # ---------------------------------------------------------------- a push to a branch that does not exist yet
@@ -330,6 +332,101 @@ def test_the_fake_hub_creates_branches_as_the_client_expects(hub: FakeHub) -> No
     with pytest.raises(HfHubHTTPError) as refused:
         HfApi(endpoint=hub.endpoint, token=READ_TOKEN).create_branch(REPO, branch="other", repo_type="dataset")
     assert refused.value.response.status_code == 403 and "other" not in hub.repo(REPO).branches
+
+
+def test_a_push_to_a_branch_that_does_not_exist_creates_it_from_main(hub: FakeHub, make_store: MakeStore) -> None:
+    """The branch starts at main's head, gets what it lacks, and serves it: an empty store fetches every row."""
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    assert push(alice, hub_remote(hub)).rows == 4
+    main_head = hub.repo(REPO).branches["main"]
+    fill(alice, completions(range(4, 7)))
+
+    report = push(alice, hub_remote(hub, revision="exp"))
+
+    assert report.ok and report.rows == 3 and len(report.commits) == 1  # main's shards are on the branch already
+    assert report.created_branch is not None and report.created_branch.name == "exp"
+    assert report.as_dict()["created_branch"] == {"name": "exp", "from_commit": main_head}
+    assert hub.commits(REPO)[-1].parent == main_head and hub.repo(REPO).branches["main"] == main_head
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="exp")).ok and rows(bob) == rows(alice)
+    assert fetch(make_store("carol"), hub_remote(hub)).rows == 4  # main did not get the branch's rows
+    again = push(alice, hub_remote(hub, revision="exp"))  # the branch exists now: nothing to make, nothing to send
+    assert again.ok and again.shards == 0 and again.created_branch is None and hub.count("POST", "/branch/") == 1
+
+
+def test_a_first_push_from_a_store_goes_to_a_new_branch_whole(hub: FakeHub, make_store: MakeStore) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(5)))
+    report = push(alice, hub_remote(hub, revision="exp"))
+    assert report.ok and report.rows == 5 and report.created_branch is not None
+    assert fetch(make_store("bob"), hub_remote(hub)).rows == 0  # main is as it was
+    bob = make_store("bob2")
+    assert fetch(bob, hub_remote(hub, revision="exp")).rows == 5 and rows(bob) == rows(alice)
+
+
+def test_a_branch_deleted_after_a_push_to_it_is_made_again_with_its_rows(hub: FakeHub, make_store: MakeStore) -> None:
+    """What the bookkeeping says went to the branch is not taken as held: the new branch lists main's shards only."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    assert push(alice, hub_remote(hub, revision="exp")).rows == 3
+    del hub.repo(REPO).branches["exp"]  # deleted on the Hub (hf repo branch delete)
+
+    report = push(alice, hub_remote(hub, revision="exp"))
+
+    assert report.ok and report.rows == 3 and report.created_branch is not None
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="exp")).rows == 3 and rows(bob) == rows(alice)
+
+
+def test_a_dry_run_to_a_missing_branch_says_it_would_create_it_and_creates_nothing(
+    hub: FakeHub, make_store: MakeStore
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    before, commits = sync_state(alice), commits_of(hub)
+
+    report = push(alice, hub_remote(hub, revision="exp"), dry_run=True)
+
+    assert report.dry_run and report.rows == 2 and report.created_branch is not None
+    assert report.created_branch.name == "exp"
+    assert "exp" not in hub.repo(REPO).branches and hub.count("POST", "/branch/") == 0
+    assert sync_state(alice) == before and commits_of(hub) == commits
+
+
+def test_a_push_with_nothing_to_send_makes_no_branch(hub: FakeHub, make_store: MakeStore) -> None:
+    """Main holds every row, so the branch made from it would too: nothing to send, nothing made."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    before = sync_state(alice)
+
+    report = push(alice, hub_remote(hub, revision="exp"))
+
+    assert report.ok and report.shards == 0 and report.created_branch is None
+    assert "exp" not in hub.repo(REPO).branches and hub.count("POST", "/branch/") == 0
+    assert sync_state(alice) == before
+    with pytest.raises(RemoteNotFoundError):  # still no such branch to fetch from
+        fetch(make_store("bob"), hub_remote(hub, revision="exp"))
+
+
+@pytest.mark.parametrize(("token", "status"), [(READ_TOKEN, 403), (False, 401)])
+def test_a_branch_the_hub_refuses_to_create_is_an_auth_error_and_nothing_is_recorded(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, token: str | bool, status: int
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    before, commits = sync_state(alice), commits_of(hub)
+
+    with pytest.raises(RemoteAuthError, match=f"creating the branch 'exp': HTTP {status}"):
+        push(alice, hub_remote(hub, sleeps, revision="exp", token=token))
+
+    assert sync_state(alice) == before and sleeps == []  # refused at once, and no remote, no pending shard
+    assert "exp" not in hub.repo(REPO).branches and commits_of(hub) == commits
 
 
 def test_a_dry_run_records_no_remote(hub: FakeHub, make_store: MakeStore) -> None:
