@@ -118,7 +118,12 @@ def push_command(
     repo: RepoOption = None,
     directory: DirOption = None,
     revision: Annotated[
-        str | None, typer.Option("--revision", metavar="BRANCH", help="Branch to commit to (default: main).")
+        str | None,
+        typer.Option(
+            "--revision",
+            metavar="BRANCH",
+            help="Branch to commit to, created from main's head if missing (default: main).",
+        ),
     ] = None,
     token: TokenOption = None,
     create_repo: Annotated[

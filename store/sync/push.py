@@ -2,15 +2,15 @@
 
 Protocol of one push (under the store root's sync lock):
 
-1. **Settle an interrupted push.** Shards recorded as ``pending`` for this
+1. **A branch still to make.** A push to a branch that does not exist (on
+   the Hub; a folder has no branches) pins the commit it would be made from,
+   the repository's default branch head, and reads there (pending shards,
+   listings, metadata.json) what the branch will hold. A missing
+   *repository* is the remote's 404 error.
+2. **Settle an interrupted push.** Shards recorded as ``pending`` for this
    remote (built, then the process died or the remote kept failing) are
    looked up on the remote: those there are recorded as pushed, the others
    are forgotten, so their rows count as unsent again.
-2. **A branch still to make.** A push to a branch that does not exist (on
-   the Hub; a folder has no branches) pins the commit it would be made from,
-   the repository's default branch head, and reads there (listings, pending
-   shards, metadata.json) what the branch will hold. A missing *repository*
-   is the remote's 404 error, as before.
 3. **Export.** For each selected descriptor folder, the local keys the
    remote is not known to have (:mod:`store.sync.bookkeeping`: neither pushed
    there nor fetched from there) are read in key order and cut into shards in
@@ -24,17 +24,17 @@ Protocol of one push (under the store root's sync lock):
 4. **Make the branch, record, then send.** Only when there is something to
    send, and never in a dry run (which reports that it would), a missing
    branch is created at the pinned commit. The new shards are recorded as
-   ``pending`` with their keys (the remote is recorded with them, never before: a push that
-   fails, such as one to a repository the Hub answers with 404 or one whose
-   branch the Hub refuses to create, or a dry run leaves the bookkeeping as it
-   was); then the files go out in batches of at most
-   ``remote.max_files_per_add`` (one commit each on the Hub), a folder's
-   metadata.json before its shards. After each batch the remote confirmed,
-   its shards are recorded as ``pushed``.
+   ``pending`` with their keys (the remote is recorded with them, never
+   before: a push that fails, such as one to a repository the Hub answers
+   with 404 or one whose branch the Hub refuses to create, or a dry run
+   leaves the bookkeeping as it was); then the files go out in batches of at
+   most ``remote.max_files_per_add`` (one commit each on the Hub), a
+   folder's metadata.json before its shards. After each batch the remote
+   confirmed, its shards are recorded as ``pushed``.
 
 Guarantees: a row is never lost (until the remote confirms a shard, its rows
 stay unsent) and never sent twice (a crash after the commit and before the
-bookkeeping leaves the shard pending; step 1 finds it on the remote next
+bookkeeping leaves the shard pending; step 2 finds it on the remote next
 time, and :meth:`~store.sync.remote.Remote.add_files` skips files that
 exist, so a retried commit is a no-op). A push with nothing new makes no
 commit and no branch.
