@@ -15,7 +15,8 @@ Contract:
   opened, on both backends: a column left out of a detached row could never
   be loaded later. To read only some columns, name them in :func:`execute`.
 * :func:`execute` (``Store.execute``) runs column selects and the aggregates
-  that combine exactly (``count``, ``sum``, ``min``, ``max``, ``group_by``)
+  that combine exactly (``count``, ``sum``, ``min``, ``max``, each with a
+  ``FILTER (WHERE ...)`` or not, ``group_by``)
   and returns a SQLAlchemy ``Result`` (``.all()``, ``.scalars()``,
   ``.mappings()``, iteration).
 * ``where``, ``order_by`` and ``limit``/``offset`` hold across

@@ -9,8 +9,8 @@ Contract:
   ``batch_size`` rows at a time, so memory holds a few batches whatever the
   row count; ``offset`` rows are skipped and ``limit`` kept after the merge.
   Without ``order_by`` the databases follow each other in the order given.
-* Aggregates (``count``, ``sum``, ``min``, ``max`` and ``group_by``) are
-  combined per group (the index is None): counts and sums add up, NULLs are
+* Aggregates (``count``, ``sum``, ``min``, ``max``, each with a ``FILTER`` or
+  not, and ``group_by``) are combined per group (the index is None): counts and sums add up, NULLs are
   ignored as SQL does, and a statement without ``group_by`` gives one row
   even over no database (``count`` 0, the rest NULL), as on an empty table.
   A ``group_by`` of terms that are not selected is read from one database

@@ -13,9 +13,11 @@ Contract:
   ``FETCH``; read as a table, ``FROM`` or a CTE, also ``DISTINCT``,
   ``GROUP BY`` or a ``UNION`` other than ``UNION ALL``: it runs inside each
   database, so its rows would be each database's top rows or distinct
-  values, not one table's), window functions, aggregates other than ``count``/``sum``/``min``/``max`` (or
-  any aggregate that is not a column of the result, ``count(DISTINCT x)``
-  included), a column of an aggregate that is not grouped by, an ordering by
+  values, not one table's), window functions, aggregates other than ``count``/``sum``/``min``/``max``
+  (each with a ``FILTER (WHERE ...)`` or not: the filtered ones combine as
+  the others do; an aggregate inside a FILTER is refused, as a database
+  refuses it), or any aggregate that is not a column of the result
+  (``count(DISTINCT x)`` included), a column of an aggregate that is not grouped by, an ordering by
   text (``order_by("n")``/``desc("n")`` naming a labelled column, or a
   column of the FROM clause, is that column, as SQLAlchemy resolves the
   name), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
@@ -39,7 +41,7 @@ Contract:
 * A plan is one of three kinds: :attr:`Kind.ENTITY` (``select(Entity)`` of
   one of :data:`ENTITIES`, what ``Store.scalars`` takes), :attr:`Kind.ROWS`
   (columns, entities among them) and :attr:`Kind.AGGREGATE` (``count``,
-  ``sum``, ``min``, ``max``, ``group_by``). It says how each database is
+  ``sum``, ``min``, ``max``, ``FILTER`` or not, ``group_by``). It says how each database is
   asked (:meth:`Plan.per_database`: the global ``limit + offset`` rows in
   the global order, the ordering's values added as trailing columns) and how
   the answers combine (:attr:`Plan.combine`); :mod:`store.across.merge` does
@@ -365,6 +367,8 @@ def _value_kind(term: Any) -> str | None:
     """``"text"``, ``"number"`` or ``"other"`` for what ``term``'s values are; None when that is unknown."""
     if not isinstance(term.type, NullType):
         return "text" if isinstance(term.type, String) else "other"
+    if isinstance(term, FunctionFilter):  # min(x) FILTER (...) is a value of min(x)
+        return _value_kind(term.func)
     name = _function_name(term)
     if name in TEXT_FUNCTIONS:
         return "text"
@@ -399,31 +403,38 @@ def _function_name(element: object) -> str | None:
     return element.name.lower() if isinstance(element, FunctionElement) and hasattr(element, "name") else None
 
 
-def _is_aggregate(name: str | None) -> bool:
-    return name in COMBINABLE or name in OTHER_AGGREGATES
+def aggregate_of(term: ClauseElement) -> FunctionElement[Any] | None:
+    """The ``count``/``sum``/``min``/``max`` that ``term`` is (a label, a ``FILTER`` around it), without
+    DISTINCT: what combines across databases as a column of its own. None: anything else."""
+    if isinstance(term, Label):
+        term = term.element
+    function = term.func if isinstance(term, FunctionFilter) else term
+    if not isinstance(function, FunctionElement) or _function_name(function) not in COMBINABLE:
+        return None
+    if any(isinstance(e, UnaryExpression) and e.operator is operators.distinct_op for e in visitors.iterate(function)):
+        return None
+    return function
 
 
 def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
     """How each result column combines across databases; None when the statement aggregates nothing."""
     columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
     how: list[str] = []
+    allowed: set[int] = set()  # the aggregates that combine: each a column of its own, FILTER or not
     for column in columns:
-        name = _function_name(column)
-        if name in COMBINABLE and not any(
-            isinstance(e, UnaryExpression) and e.operator is operators.distinct_op for e in visitors.iterate(column)
-        ):
-            how.append(name)  # type: ignore[arg-type]
+        function = aggregate_of(column)
+        if function is not None:
+            how.append(_function_name(function))  # type: ignore[arg-type]
+            allowed |= {id(column), id(function)}
         else:
             how.append("group")
     top = {id(c) for c, h in zip(columns, how, strict=True) if h != "group"}
     for element in visitors.iterate(statement.order_by(None)):  # an ordering names the result's own columns
         if isinstance(element, Over | WithinGroup):
             raise NotCombinableError("a window function (OVER) or an ordered-set aggregate")
-        # A FILTER is met before the aggregate it wraps (parents come first), so it is named as what it is.
-        if isinstance(element, FunctionFilter) and _is_aggregate(_function_name(element.func)):
-            raise NotCombinableError(f"{element.func.name}(...) FILTER (...)")
         name = _function_name(element)
-        if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in top:
+        # (An aggregate's FILTER holds no aggregate: a database refuses one there, so it is refused here too.)
+        if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in allowed:
             where = " with DISTINCT, inside an expression or in a subquery" if name in COMBINABLE else ""
             raise NotCombinableError(f"{name}(...){where}")
     groups = _groups(statement)

@@ -66,11 +66,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql.elements import ColumnElement, Label
+from sqlalchemy.sql.elements import ColumnElement, FunctionFilter, Label
 from sqlalchemy.sql.sqltypes import NullType
 
 from store.across.merge import read_each
-from store.across.plan import AcrossRows, Kind, Plan, compares_as_text
+from store.across.plan import AcrossRows, Kind, Plan, aggregate_of, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
 from store.backends.postgres.text import ESCAPE, server_safe
 from store.tables.models import Base
@@ -124,6 +124,9 @@ def _codepoint_ordered(plan: Plan) -> Plan:
         if i in texts:
             (argument,) = _arguments(statement, i)
             compared[i] = getattr(func, plan.combine[i])(_code_point_key(argument))
+            inner = column.element if isinstance(column, Label) else column
+            if isinstance(inner, FunctionFilter):  # min(x) FILTER (WHERE c): the key's min over the same rows
+                compared[i] = compared[i].filter(inner.criterion)
             read = type_coerce(_stored_text(compared[i]), _read_type(argument))  # read back (unescaped) as x is
             columns[i] = read.label(column.name) if isinstance(column, Label) else read
         elif isinstance(column, ColumnElement):
@@ -197,9 +200,9 @@ def _stored_text(key: Any) -> Any:
 
 def _arguments(statement: Select[Any], i: int) -> list[Any]:
     """The arguments of the aggregate that is the statement's column ``i``."""
-    column = statement.selected_columns[i]
-    column = column.element if isinstance(column, Label) else column
-    return list(column.clauses)  # type: ignore[attr-defined]
+    function = aggregate_of(statement.selected_columns[i])
+    assert function is not None  # the plan combines column i as a min or max
+    return list(function.clauses)
 
 
 def _is_text(terms: list[Any]) -> bool:
