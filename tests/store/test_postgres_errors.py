@@ -81,6 +81,7 @@ EXPECTED: dict[type[psycopg.Error] | str, type[ServerError]] = {
     "42703": ServerSchemaError,
     "22021": ServerValueError,
     "22001": ServerValueError,
+    "22012": ServerValueError,  # a division by zero in Store.execute's statement
     "23505": ServerValueError,
     "23514": ServerValueError,
     "54000": ServerValueError,  # e.g. an index row too large

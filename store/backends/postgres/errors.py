@@ -108,6 +108,11 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"{message}: a column has another type than the schema's revision declares (another tool "
             "altered it). Run `judgestore verify`"
         )  # fmt: skip
+    if state == "22012":  # a statement's own arithmetic (Store.execute), not a value judgestore sent
+        return ServerValueError(
+            shown, f"the statement divides by zero ({message}): PostgreSQL refuses it where SQLite gives NULL; "
+            "divide by nullif(x, 0) to get NULL on both"
+        )  # fmt: skip
     if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(
             shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
