@@ -16,7 +16,8 @@ Contract:
   be loaded later. To read only some columns, name them in :func:`execute`.
 * :func:`execute` (``Store.execute``) runs column selects and the aggregates
   that combine exactly (``count``, ``sum``, ``min``, ``max``, each with a
-  ``FILTER (WHERE ...)`` or not, ``group_by``)
+  ``FILTER (WHERE ...)`` or not, arithmetic over them such as a ratio
+  ``sum(x) * 1.0 / count()``, ``group_by``)
   and returns a SQLAlchemy ``Result`` (``.all()``, ``.scalars()``,
   ``.mappings()``, iteration).
 * ``where``, ``order_by`` and ``limit``/``offset`` hold across

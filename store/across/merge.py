@@ -13,6 +13,11 @@ Contract:
   not, and ``group_by``) are combined per group (the index is None): counts and sums add up, NULLs are
   ignored as SQL does, and a statement without ``group_by`` gives one row
   even over no database (``count`` 0, the rest NULL), as on an empty table.
+  A column of arithmetic over aggregates (:class:`~store.across.plan.Computed`)
+  is then computed by the backend (an :class:`Evaluator`: SQLite in memory,
+  PostgreSQL on the connection that read the schemas) from its aggregates'
+  combined values, a hundred groups per statement (a ``UNION ALL`` of one
+  ``SELECT`` per group), never one round trip per group.
   A ``group_by`` of terms that are not selected is read from one database
   only (:meth:`~store.across.plan.Plan.check_databases`): its rows are its
   groups, kept as they come.
@@ -28,14 +33,38 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Row, Select
+from sqlalchemy import CompoundSelect, Integer, Row, Select, literal, select, union_all
+from sqlalchemy.sql import ColumnElement, visitors
 
-from store.across.plan import AcrossRows, Kind, OrderKey, Plan
+from store.across.plan import AcrossRows, Computed, Kind, OrderKey, Plan
 from store.errors import StatementError
 
 Reader = Callable[[Select[Any], int], Iterable[Row[Any]]]  # (statement, rows per batch) -> one database's rows
+# Groups computed by one statement: SQLite allows 500 selects in a UNION ALL and 32,766 bound values.
+GROUPS_PER_STATEMENT = 100
+ROW_KEY = "_judgestore_group"
+
+
+def bound(part: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
+    """A combined aggregate's value as a parameter of the aggregate's type (SQLite: each value keeps its own)."""
+    return literal(value, part.type)
+
+
+@dataclass(frozen=True, slots=True)
+class Evaluator:
+    """How a backend computes the columns of arithmetic over aggregates (:class:`~store.across.plan.Computed`).
+
+    ``run`` executes one statement that reads no table on a connection of the backend (its SQL, its
+    arithmetic); ``bind`` is a combined aggregate's value as that backend types the aggregate.
+    """
+
+    run: Callable[[Select[Any] | CompoundSelect], Iterable[Row[Any]]]
+    bind: Callable[[ColumnElement[Any], Any], ColumnElement[Any]] = bound
+
+
 ROWS_IN_MEMORY = 5_000  # rows buffered across every database's batch at once (a row may be ~10 KB)
 MIN_BATCH = 50
 
@@ -82,11 +111,17 @@ def sort_key(order: Sequence[OrderKey], *, nulls_smallest: bool) -> Callable[[Se
     return key_of
 
 
-def read_each(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) -> AcrossRows:
-    """The statement's rows over every database, as on one table (see the module docstring)."""
+def read_each(
+    readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool, evaluator: Evaluator | None = None
+) -> AcrossRows:
+    """The statement's rows over every database, as on one table (see the module docstring).
+
+    ``evaluator`` computes the columns of arithmetic over aggregates; a plan with such columns needs one.
+    """
     plan.check_databases(len(readers))
     if plan.kind is Kind.AGGREGATE:
-        yield from ((None, row) for row in _aggregated(readers, plan, nulls_smallest=nulls_smallest))
+        rows = _aggregated(readers, plan, nulls_smallest=nulls_smallest, evaluator=evaluator)
+        yield from ((None, row) for row in rows)
         return
     statement, size, width = plan.per_database(), batch_size(plan, len(readers)), plan.width
 
@@ -112,9 +147,11 @@ def _terms(plan: Plan) -> str:
     return ", ".join(str(key.expression) for key in plan.order)
 
 
-def _aggregated(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) -> list[tuple[Any, ...]]:
-    statement = plan.per_database()
-    groups_at = [i for i, how in enumerate(plan.combine) if how == "group"]
+def _aggregated(
+    readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool, evaluator: Evaluator | None
+) -> list[tuple[Any, ...]]:
+    statement, asked = plan.per_database(), plan.asked
+    groups_at = [i for i, how in enumerate(asked) if how == "group"]
     combined: dict[tuple[Any, ...], list[Any]] = {}
     for reader in readers:
         for row in reader(statement, batch_size(plan, len(readers))):
@@ -127,11 +164,14 @@ def _aggregated(readers: Sequence[Reader], plan: Plan, *, nulls_smallest: bool) 
             if found is None:
                 combined[group] = list(values)
                 continue
-            for i, how in enumerate(plan.combine):
+            for i, how in enumerate(asked):
                 found[i] = _combined(how, found[i], values[i])
     if not combined and not plan.statement._group_by_clauses:  # no group_by: one row, as an empty table gives
-        combined[()] = [0 if how == "count" else None for how in plan.combine]
+        combined[()] = [0 if how == "count" else None for how in asked]
     rows = [tuple(values) for values in combined.values()]
+    if plan.computed:
+        assert evaluator is not None, "a backend reading a computed column gives an evaluator"
+        rows = _computed(plan, rows, evaluator)
     if plan.order:
         key_of = sort_key(plan.order, nulls_smallest=nulls_smallest)
         try:
@@ -152,3 +192,49 @@ def _combined(how: str, a: Any, b: Any) -> Any:
     if how in ("count", "sum"):
         return a + b
     return min(a, b) if how == "min" else max(a, b)
+
+
+def _computed(plan: Plan, rows: list[tuple[Any, ...]], evaluator: Evaluator) -> list[tuple[Any, ...]]:
+    """``rows`` of combined parts (:attr:`Plan.asked`) as the statement's columns: each computed column computed
+    by the backend from its parts, every group in one statement (a few hundred groups in each).
+
+    The expression is the statement's own, its aggregates replaced by their combined values bound as the
+    backend types those aggregates, so the backend's arithmetic (integer division, NULLs, a division by zero)
+    is what one table would give.
+    """
+    spans: list[tuple[int, int]] = []  # per result column: its values in a row of parts
+    at = 0
+    for computed in plan.computed:
+        width = 1 if computed is None else len(computed.parts)
+        spans.append((at, at + width))
+        at += width
+    computed_at = [i for i, computed in enumerate(plan.computed) if computed is not None]
+    results: dict[int, tuple[Any, ...]] = {}
+    for start in range(0, len(rows), GROUPS_PER_STATEMENT):
+        selects = []
+        for k in range(start, min(start + GROUPS_PER_STATEMENT, len(rows))):
+            columns = [_bound_expression(plan.computed[i], rows[k][slice(*spans[i])], evaluator) for i in computed_at]
+            selects.append(
+                select(literal(k, Integer).label(ROW_KEY), *(c.label(f"c{i}") for i, c in enumerate(columns)))
+            )
+        statement = selects[0] if len(selects) == 1 else union_all(*selects)
+        for found in evaluator.run(statement):
+            results[found[0]] = tuple(found[1:])
+    answer = []
+    for k, row in enumerate(rows):
+        values = [row[spans[i][0]] for i in range(len(spans))]
+        for i, value in zip(computed_at, results[k], strict=True):
+            values[i] = value
+        answer.append(tuple(values))
+    return answer
+
+
+def _bound_expression(computed: Computed | None, values: Sequence[Any], evaluator: Evaluator) -> ColumnElement[Any]:
+    """``computed``'s expression, each of its aggregates replaced by that aggregate's combined value, bound."""
+    assert computed is not None
+    bound_parts = {id(part): evaluator.bind(part, value) for part, value in zip(computed.parts, values, strict=True)}
+
+    def replace(element: Any, **kw: Any) -> ColumnElement[Any] | None:
+        return bound_parts.get(id(element))
+
+    return visitors.replacement_traverse(computed.expression, {}, replace)

@@ -13,11 +13,14 @@ Contract:
   ``FETCH``; read as a table, ``FROM`` or a CTE, also ``DISTINCT``,
   ``GROUP BY`` or a ``UNION`` other than ``UNION ALL``: it runs inside each
   database, so its rows would be each database's top rows or distinct
-  values, not one table's), window functions, aggregates other than ``count``/``sum``/``min``/``max``
-  (each with a ``FILTER (WHERE ...)`` or not: the filtered ones combine as
-  the others do; an aggregate inside a FILTER is refused, as a database
-  refuses it), or any aggregate that is not a column of the result
-  (``count(DISTINCT x)`` included), a column of an aggregate that is not grouped by, an ordering by
+  values, not one table's), window functions, aggregates other than
+  ``count``/``sum``/``min``/``max`` (each with a ``FILTER (WHERE ...)`` or
+  not: the filtered ones combine as the others do; an aggregate inside a
+  FILTER is refused, as a database refuses it), ``count(DISTINCT x)``, an
+  aggregate inside another or in a subquery, arithmetic over aggregates
+  (:class:`Computed`) that also reads a column or a subquery outside them
+  (``sum(x) / y``) or takes an aggregate of values other than whole numbers
+  and floats, a column of an aggregate that is not grouped by, an ordering by
   text (``order_by("n")``/``desc("n")`` naming a labelled column, or a
   column of the FROM clause, is that column, as SQLAlchemy resolves the
   name), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
@@ -41,11 +44,20 @@ Contract:
 * A plan is one of three kinds: :attr:`Kind.ENTITY` (``select(Entity)`` of
   one of :data:`ENTITIES`, what ``Store.scalars`` takes), :attr:`Kind.ROWS`
   (columns, entities among them) and :attr:`Kind.AGGREGATE` (``count``,
-  ``sum``, ``min``, ``max``, ``FILTER`` or not, ``group_by``). It says how each database is
-  asked (:meth:`Plan.per_database`: the global ``limit + offset`` rows in
-  the global order, the ordering's values added as trailing columns) and how
-  the answers combine (:attr:`Plan.combine`); :mod:`store.across.merge` does
-  the combining.
+  ``sum``, ``min``, ``max``, ``FILTER`` or not, arithmetic over them,
+  ``group_by``). It says how each database is asked
+  (:meth:`Plan.per_database`: the global ``limit + offset`` rows in the
+  global order, the ordering's values added as trailing columns; a computed
+  column's aggregates in its place) and how the answers combine
+  (:attr:`Plan.combine`, :attr:`Plan.asked`); :mod:`store.across.merge`
+  does the combining.
+* A column of arithmetic over aggregates (``count().filter(c) * 100.0 /
+  count()``, ``max(a) - min(a)``, functions of them) is a :class:`Computed`:
+  each database returns each of its aggregates as a column, those combine
+  as such columns do, and the backend then computes the expression itself
+  from the combined values, bound as the types it gives those aggregates:
+  its integer division, NULLs and division by zero (SQLite: NULL;
+  PostgreSQL: an error) are what one table would give.
 """
 
 from __future__ import annotations
@@ -55,12 +67,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Alias, CompoundSelect, Select, String, Table
+from sqlalchemy import JSON, Alias, CompoundSelect, Float, Integer, Select, String, Table
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import (
     ClauseList,
     CollationClause,
+    ColumnClause,
     FunctionFilter,
     Label,
     Over,
@@ -70,7 +83,13 @@ from sqlalchemy.sql.elements import (
     _textual_label_reference,
 )
 from sqlalchemy.sql.functions import FunctionElement
-from sqlalchemy.sql.selectable import AliasedReturnsRows, _CompoundSelectKeyword, _select_iterables
+from sqlalchemy.sql.selectable import (
+    AliasedReturnsRows,
+    ReturnsRows,
+    ScalarSelect,
+    _CompoundSelectKeyword,
+    _select_iterables,
+)
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
@@ -100,6 +119,8 @@ NUMBER_FUNCTIONS = frozenset({
 })  # fmt: skip
 AcrossRows = Iterator[tuple[int | None, tuple[Any, ...]]]  # (index of the database or None, values)
 KEY_LABEL = "_judgestore_key_{}"  # an ordering's value, added as a trailing column of each database's statement
+PART_LABEL = "_judgestore_part_{}_{}"  # an aggregate of a computed column, asked of each database as a column
+COMPUTED = "computed"  # how a column of arithmetic over aggregates combines (Plan.combine): see Computed
 
 
 class Kind(enum.Enum):
@@ -118,6 +139,20 @@ class OrderKey:
 
 
 @dataclass(frozen=True, slots=True)
+class Computed:
+    """A result column computed from aggregates (``sum(x) * 1.0 / count()``, ``max(a) - min(a)``).
+
+    Each database is asked for its ``parts`` (each ``count``/``sum``/``min``/``max``, FILTER or not, of whole
+    numbers or floats) as columns of their own; those combine as such columns do; then the backend computes
+    ``expression`` from the combined values, bound as the types it gives those aggregates
+    (:mod:`store.across.merge`): integer division, NULLs and a division by zero as over one table.
+    """
+
+    expression: ColumnElement[Any]  # the column, without its label
+    parts: tuple[ColumnElement[Any], ...]  # the aggregates in it, each once, in the order each database returns them
+
+
+@dataclass(frozen=True, slots=True)
 class Plan:
     """A statement read for a query across databases (see the module docstring)."""
 
@@ -129,9 +164,22 @@ class Plan:
     limit: int | None
     offset: int
     width: int  # columns of the result
-    combine: tuple[str, ...]  # AGGREGATE: per column, "group" or one of COMBINABLE
+    combine: tuple[str, ...]  # AGGREGATE: per column, "group", one of COMBINABLE, or COMPUTED
     order_columns: tuple[int, ...]  # AGGREGATE: the result column each OrderKey orders by
     ungrouped: tuple[str, ...] = ()  # AGGREGATE: the group_by terms that are not columns of the result
+    computed: tuple[Computed | None, ...] = ()  # AGGREGATE: per column, how a COMPUTED column is computed
+
+    @property
+    def asked(self) -> tuple[str, ...]:
+        """AGGREGATE: how each column of :meth:`per_database` combines (a computed column's parts in its place)."""
+        how: list[str] = []
+        for i, combine in enumerate(self.combine):
+            computed = self.computed[i] if self.computed else None
+            if computed is None:
+                how.append(combine)
+            else:
+                how.extend(_function_name(aggregate_of(part)) or "" for part in computed.parts)
+        return tuple(how)
 
     @property
     def role(self) -> Role | None:
@@ -159,7 +207,16 @@ class Plan:
     def per_database(self) -> Select[Any]:
         """What each database runs: every row the global window may need, the ordering's values trailing."""
         if self.kind is Kind.AGGREGATE:
-            return self.statement.order_by(None).limit(None).offset(None)
+            statement = self.statement.order_by(None).limit(None).offset(None)
+            if not any(self.computed):
+                return statement
+            columns: list[Any] = []
+            for i, (column, computed) in enumerate(zip(statement.selected_columns, self.computed, strict=True)):
+                if computed is None:
+                    columns.append(column)
+                else:
+                    columns.extend(part.label(PART_LABEL.format(i, j)) for j, part in enumerate(computed.parts))
+            return statement.with_only_columns(*columns, maintain_column_froms=True)
         needed = None if self.limit is None else self.limit + self.offset
         keys = [key.expression.label(KEY_LABEL.format(i)) for i, key in enumerate(self.order)]
         return self.statement.limit(needed).offset(None).add_columns(*keys)
@@ -201,13 +258,15 @@ class Plan:
             )
         limit, offset = _limit(statement), _number(statement, "offset") or 0
         order = tuple(_order_key(term, statement) for term in statement._order_by_clauses)
-        combine = _combination(statement)
+        combination = _combination(statement)
         _refuse_reducing(statement)
-        if combine is None:
+        if combination is None:
             return cls(statement, Kind.ENTITY if is_entity else Kind.ROWS, tables, _single(statement, tables),
                        order, limit, offset, len(descriptions), (), ())  # fmt: skip
+        combine, computed = combination
         return cls(statement, Kind.AGGREGATE, tables, _single(statement, tables), order, limit, offset,
-                   len(descriptions), combine, _order_columns(statement, order), _ungrouped(statement))  # fmt: skip
+                   len(descriptions), combine, _order_columns(statement, order), _ungrouped(statement),
+                   computed if any(computed) else ())  # fmt: skip
 
 
 def _shown(statement: Select[Any]) -> str:
@@ -416,16 +475,78 @@ def aggregate_of(term: ClauseElement) -> FunctionElement[Any] | None:
     return function
 
 
-def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
-    """How each result column combines across databases; None when the statement aggregates nothing."""
+def _computed(column: ColumnElement[Any]) -> Computed | None:
+    """``column`` as arithmetic over aggregates that combine (:class:`Computed`); None when it holds none.
+
+    Refused: such a column that also reads a column or a subquery outside its aggregates (``sum(x) / y``:
+    ``y`` has no one value per group across databases), and an aggregate in it of values that are not whole
+    numbers or floats (the backend computes the expression from values bound as numbers of its own types).
+    Other aggregates in it (``avg``, ``count(DISTINCT x)``, one inside another) are left to
+    :func:`_combination`, which refuses them.
+    """
+    parts: dict[int, ColumnElement[Any]] = {}
+    outside: list[ClauseElement] = []
+
+    def walk(element: ClauseElement) -> None:
+        if aggregate_of(element) is not None:
+            parts.setdefault(id(element), element)  # type: ignore[arg-type]
+        elif _function_name(element) in COMBINABLE or _function_name(element) in OTHER_AGGREGATES:
+            return  # refused by _combination, as what it is
+        elif _reads_rows(element):
+            outside.append(element)
+        else:
+            for child in element.get_children():
+                walk(child)
+
+    walk(column)
+    if not parts:
+        return None
+    if outside:
+        raise NotCombinableError(
+            f"{column}, arithmetic over aggregates and {outside[0]} outside them (select that column, grouped by, "
+            "beside the aggregates, and compute the expression from the rows),"
+        )
+    for part in parts.values():
+        function = aggregate_of(part)
+        assert function is not None
+        arguments = list(function.clauses)
+        if _function_name(function) == "count" or not arguments:
+            continue
+        _refuse_json(arguments[0], str(part))
+        if not isinstance(arguments[0].type, Integer | Float):
+            raise StatementError(
+                f"{part} in {column}: arithmetic over aggregates across databases takes those of whole numbers or "
+                f"floats, and the type of {arguments[0]} is {arguments[0].type!r}; give it one: "
+                "type_coerce(x, Float) or type_coerce(x, Integer)"
+            )
+    return Computed(column, tuple(parts.values()))
+
+
+def _reads_rows(element: ClauseElement) -> bool:
+    """Whether ``element`` is a column of a table or a subquery (not a literal, nor a function: SQLAlchemy makes
+    every function something rows can be selected from)."""
+    if isinstance(element, ColumnClause):
+        return not element.is_literal
+    return isinstance(element, ScalarSelect | ReturnsRows) and not isinstance(element, FunctionElement)
+
+
+def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Computed | None, ...]] | None:
+    """How each result column combines across databases, and how each computed one is computed (None for the
+    others); None when the statement aggregates nothing."""
     columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
     how: list[str] = []
-    allowed: set[int] = set()  # the aggregates that combine: each a column of its own, FILTER or not
+    computed: list[Computed | None] = []
+    allowed: set[int] = set()  # the aggregates that combine: each a column of its own or a computed one's part
     for column in columns:
         function = aggregate_of(column)
+        computed.append(None if function is not None else _computed(column))
         if function is not None:
             how.append(_function_name(function))  # type: ignore[arg-type]
             allowed |= {id(column), id(function)}
+        elif computed[-1] is not None:
+            how.append(COMPUTED)
+            for part in computed[-1].parts:
+                allowed |= {id(part), id(aggregate_of(part))}
         else:
             how.append("group")
     top = {id(c) for c, h in zip(columns, how, strict=True) if h != "group"}
@@ -435,7 +556,7 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
         name = _function_name(element)
         # (An aggregate's FILTER holds no aggregate: a database refuses one there, so it is refused here too.)
         if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in allowed:
-            where = " with DISTINCT, inside an expression or in a subquery" if name in COMBINABLE else ""
+            where = " with DISTINCT, inside another aggregate or in a subquery" if name in COMBINABLE else ""
             raise NotCombinableError(f"{name}(...){where}")
     groups = _groups(statement)
     for column, h in zip(columns, how, strict=True):
@@ -454,7 +575,7 @@ def _combination(statement: Select[Any]) -> tuple[str, ...] | None:
     for column, h in zip(columns, how, strict=True):
         if h == "group" and not any(_same(column, g) for g in groups):
             raise NotCombinableError(f"the column {column} of an aggregate, not in its group_by,")
-    return tuple(how)
+    return tuple(how), tuple(computed)
 
 
 def _ungrouped(statement: Select[Any]) -> tuple[str, ...]:

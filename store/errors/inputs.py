@@ -49,6 +49,6 @@ class NotCombinableError(StatementError):
     def __init__(self, what: str) -> None:
         super().__init__(
             f"{what} cannot be combined exactly across databases (only count, sum, min and max, FILTER or not, "
-            "grouped or not, can). Read the rows instead: `judgestore export` or store.export.to_pandas, then "
-            "aggregate there"
+            "grouped or not, and arithmetic over them, can). Read the rows instead: `judgestore export` or "
+            "store.export.to_pandas, then aggregate there"
         )

@@ -30,8 +30,10 @@ from sqlalchemy import (
     desc,
     distinct,
     event,
+    false,
     func,
     insert,
+    inspect,
     literal_column,
     or_,
     select,
@@ -40,12 +42,15 @@ from sqlalchemy import (
     union_all,
     update,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
 
 from store import Completion, Judgement, Run, Selector, Store
+from store.across.merge import ROW_KEY
 from store.across.plan import Plan
+from store.backends.postgres.storage import PostgresStorage
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import DatabaseFileError, NotCombinableError, StatementError
+from store.errors import DatabaseFileError, NotCombinableError, ServerValueError, StatementError
 from store.runs import record_run
 from store.settings import Settings
 from store.tables.models import Base
@@ -189,6 +194,7 @@ def _check_aggregates(store: Store, reference: Session, where: Any) -> None:
     total = total if where is None else total.where(where)
     assert store.execute(total).all() == reference.execute(total).all()
     _check_filtered(store, reference, where)
+    _check_computed(store, reference, where)
 
 
 def _check_filtered(store: Store, reference: Session, where: Any) -> None:
@@ -217,6 +223,49 @@ def _check_filtered(store: Store, reference: Session, where: Any) -> None:
         # On PostgreSQL a subquery makes each schema run it, and the rows merge as on SQLite.
         each = stmt.where(Judgement.input_hash.in_(select(Judgement.input_hash)))
         assert store.execute(each).all() == reference.execute(each).all(), each
+
+
+def answer(source: Store | Session, stmt: Any) -> Any:
+    """The rows of ``stmt``, each value with its type (an int, a float or a Decimal, as the backend computed it),
+    or the driver's error it raised (a PostgreSQL division by zero: a typed error of the store, the driver's
+    error its cause)."""
+    try:
+        return [tuple((type(value).__name__, value) for value in row) for row in source.execute(stmt)]
+    except DBAPIError as e:
+        source.rollback()  # type: ignore[union-attr]  # (the table is committed: only this statement is undone)
+        return type(e.orig)
+    except ServerValueError as e:
+        assert "divides by zero" in str(e) and isinstance(e.__cause__, DBAPIError)
+        return type(e.__cause__.orig)
+
+
+def _check_computed(store: Store, reference: Session, where: Any) -> None:
+    """Arithmetic over aggregates (a ratio, a spread), grouped or not: each aggregate combined, then the
+    expression computed by the backend, integer division, NULLs and a division by zero as one table's."""
+    x, direct = Judgement.judge == "judge-x", Judgement.orientation == "direct"
+    share = (func.count().filter(x) * 100.0 / func.count()).label("share")
+    spread = (func.max(Judgement.sample_index) - func.min(Judgement.sample_index)).label("spread")
+    columns = (
+        share,
+        spread,
+        func.sum(Judgement.sample_index) * 1.0 / func.count(),
+        func.sum(Judgement.sample_index) / func.count(Judgement.model_b),  # NULL model_b: maybe 0 of them
+        func.sum(Judgement.sample_index).filter(direct) // func.count(),  # integer division
+        func.coalesce(func.sum(Judgement.sample_index).filter(x), 0) * 2 + func.count(),
+        func.count(),
+    )
+    grouped = select(Judgement.judge, *columns).group_by(Judgement.judge)
+    statements = [
+        select(*columns).select_from(Judgement),  # over no row: 0 * 100.0 / 0
+        grouped.order_by(Judgement.judge),
+        grouped.order_by(spread.desc(), share, Judgement.judge).offset(1),
+        select(Judgement.model_a, share).group_by(Judgement.model_a).order_by(desc("share"), Judgement.model_a),
+    ]
+    for stmt in statements:
+        stmt = stmt if where is None else stmt.where(where)
+        assert answer(store, stmt) == answer(reference, stmt), stmt
+        each = stmt.where(Judgement.input_hash.in_(select(Judgement.input_hash)))  # each schema, on PostgreSQL
+        assert answer(store, each) == answer(reference, each), each
 
 
 def _check_columns(store: Store, reference: Session, stmt: Any) -> None:
@@ -660,7 +709,26 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
             "HAVING",
         ),
         (lambda: select(Judgement.judge, func.count()), NotCombinableError, "group_by"),
-        (lambda: select(func.count() + 1).select_from(Judgement), NotCombinableError, "count"),
+        # Arithmetic over aggregates combines only over those that do, and reads nothing beside them
+        (lambda: select(func.avg(Judgement.sample_index) * 2), NotCombinableError, "avg"),
+        (lambda: select(func.count(Judgement.judge.distinct()) * 2), NotCombinableError, "DISTINCT"),
+        (lambda: select(func.sum(func.count()) + 1).select_from(Judgement), NotCombinableError, "another aggregate"),
+        (
+            lambda: select(func.sum(Judgement.sample_index) / Judgement.sample_index),
+            NotCombinableError,
+            r"outside them \(select that column",
+        ),
+        (
+            lambda: select(func.count() / select(func.count()).select_from(Judgement).scalar_subquery()),
+            NotCombinableError,
+            "outside them",
+        ),
+        (lambda: select(func.max(Judgement.judge) + "!"), StatementError, r"type_coerce\(x, Float\)"),
+        (
+            lambda: select(func.max(Judgement.created_at) - func.min(Judgement.created_at)),
+            StatementError,
+            "whole numbers or floats",
+        ),
         # A FILTER combines only around an aggregate that does, and holds none (a database refuses one there)
         (lambda: select(func.avg(Judgement.sample_index).filter(Judgement.judge == "j")), NotCombinableError, "avg"),
         (
@@ -826,6 +894,111 @@ def test_fetch_is_a_limit_after_the_merge(either: Store) -> None:
     assert either.execute(per_judge.fetch(1)).all() == [("judge-1", 9)]
     joined = select(Judgement.instruction_id).join(Run, Run.run_id == Judgement.run_id, isouter=True)
     assert either.execute(joined.order_by(Judgement.instruction_id).fetch(2)).scalars().all() == ["0", "1"]
+
+
+@contextmanager
+def one_table_of(store: Store, *entities: type[Base]) -> Iterator[Session]:
+    """Every row of ``entities`` in the store in one table each, on the store's backend (in memory for a folder,
+    a schema of the same server): the same statement there is what one table holding every row answers."""
+    rows = {entity: [f.row for f in store.scalars(select(entity))] for entity in entities}
+    tables = [entity.__table__ for entity in entities]
+    server = isinstance(store.storage, PostgresStorage)
+    engine = store.storage.engine if server else create_engine("sqlite://")  # type: ignore[attr-defined]
+    with engine.connect() as conn:
+        if server:
+            conn.execute(text("DROP SCHEMA IF EXISTS one_table CASCADE"))
+            conn.execute(text("CREATE SCHEMA one_table"))
+            conn = conn.execution_options(schema_translate_map={None: "one_table"})
+        Base.metadata.create_all(conn, tables=tables)  # type: ignore[arg-type]
+        for entity, found in rows.items():
+            keys = [a.key for a in inspect(entity).column_attrs if a.key != "id"]  # (runs' ids repeat per database)
+            if found:
+                conn.execute(insert(entity), [{k: getattr(row, k) for k in keys} for row in found])
+        conn.commit()
+        with Session(conn) as session:
+            yield session
+    if not server:
+        engine.dispose()
+
+
+def _runs_and_completions(store: Store) -> None:
+    """Three completion databases: 60 rows each (instructions overlapping across them, some cut at "length"),
+    and runs whose seconds are halves (exact sums, in any order)."""
+    for i in range(3):
+        database = store.database("completions", "demo", ModelDescriptor(provider="vllm", model=f"m{i}", sampling={}))
+        rows = [
+            completion_record(
+                i * 100 + k,
+                model=f"m{i}",
+                instruction_id=str(k + 35 * i),
+                finish_reason="length" if (k + i) % (i + 3) == 0 else "stop",
+            )
+            for k in range(60)
+        ]
+        database.put_many(rows)
+        for k in range(3):
+            record_run(database, run(k + i, run_id=f"run-{k}", engine_seconds=0.5 * (k + 2 * i), generated=k + i))
+
+
+def test_arithmetic_over_aggregates_answers_as_one_table(either: Store) -> None:
+    """A ratio, a share with a FILTER, a spread, integer division, over floats and whole numbers, in groups and
+    ordered by them: each aggregate combined across databases, then the expression computed by the backend.
+    Before, any aggregate inside an expression was refused."""
+    _runs_and_completions(either)
+    length = Completion.finish_reason == "length"
+    share = (func.count().filter(length) * 100.0 / func.count()).label("share")
+    per = (func.sum(Run.engine_seconds) / func.sum(Run.generated)).label("per")
+    per_run = select(
+        Run.run_id,
+        per,
+        func.sum(Run.hits) * 100 / func.sum(Run.requested),
+        func.sum(Run.hits) // func.count(),
+        func.max(Run.engine_seconds) - func.min(Run.saved_engine_seconds),
+        func.count() * 2_000_000_000,  # PostgreSQL's count is a bigint: no "integer out of range"
+    ).group_by(Run.run_id)
+    statements = [
+        (select(share).select_from(Completion), None),
+        (select(Completion.model, share).group_by(Completion.model).order_by(share.desc(), Completion.model), None),
+        # 130 groups, over two statements of the backend (100 groups each)
+        (select(Completion.instruction_id, share, func.count()).group_by(Completion.instruction_id), None),
+        (per_run.order_by(desc("per"), Run.run_id), None),
+        (select(share).select_from(Completion), Selector(model="none")),  # no database: 0 * 100.0 / 0
+        (select(func.sum(Run.hits) / func.sum(Run.generated).filter(Run.run_id == "none")).select_from(Run), None),
+    ]
+    with one_table_of(either, Completion, Run) as reference:
+        for stmt, selector in statements:
+            in_reference = stmt if selector is None else stmt.where(false())
+            assert answer_of(either, stmt, selector) == answer_of(reference, in_reference), stmt
+            table = stmt.get_final_froms()[0]
+            key = table.c.id if table.name == "runs" else table.c.input_hash
+            each = stmt.where(key.in_(select(key)))  # on PostgreSQL each schema runs it, the rows merged
+            assert answer_of(either, each, selector) == answer_of(reference, in_reference.where(key.in_(select(key))))
+    computing: list[str] = []  # the statements that compute the expression: a few groups per round trip, not one
+
+    def executed(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        computing.extend([statement] if ROW_KEY in statement else [])
+
+    event.listen(Engine, "before_cursor_execute", executed)
+    try:
+        by_instruction = statements[2][0]
+        assert len(either.execute(by_instruction.where(Completion.input_hash.in_(select(Completion.input_hash))))
+                   .all()) == 130  # fmt: skip
+    finally:
+        event.remove(Engine, "before_cursor_execute", executed)
+    assert len(computing) == 2 and computing[0].count("UNION ALL") == 99
+
+
+def answer_of(source: Store | Session, stmt: Any, selector: Selector | None = None) -> Any:
+    """:func:`answer` of ``stmt`` (over the databases ``selector`` picks), sorted when it has no order_by."""
+    if isinstance(source, Store) and selector is not None:
+        try:
+            rows = [tuple((type(value).__name__, value) for value in row) for row in source.execute(stmt, selector)]
+        except ServerValueError as e:
+            assert "divides by zero" in str(e) and isinstance(e.__cause__, DBAPIError)
+            return type(e.__cause__.orig)
+    else:
+        rows = answer(source, stmt)
+    return rows if stmt._order_by_clauses or not isinstance(rows, list) else sorted(rows, key=repr)
 
 
 def test_a_group_by_of_an_expression_combines_its_groups(either: Store) -> None:

@@ -26,6 +26,10 @@ Contract:
   execution, a ``Session`` per schema so equal keys stay distinct objects),
   and the rows are merged in Python (:mod:`store.across.merge`), NULLs
   ordered as PostgreSQL orders them. Never a connection per schema.
+  Arithmetic over aggregates is computed on the same connection from the
+  combined aggregates, bound as PostgreSQL types those aggregates
+  (:func:`_bound`: ``count`` a bigint...), so its integer division,
+  overflow and division by zero are the server's over one table.
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
@@ -50,12 +54,15 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    BigInteger,
     Integer,
     MetaData,
+    Numeric,
     Row,
     Select,
     String,
     Text,
+    cast,
     func,
     inspect,
     literal,
@@ -69,7 +76,7 @@ from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql.elements import ColumnElement, FunctionFilter, Label
 from sqlalchemy.sql.sqltypes import NullType
 
-from store.across.merge import read_each
+from store.across.merge import Evaluator, read_each
 from store.across.plan import AcrossRows, Kind, Plan, aggregate_of, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
 from store.backends.postgres.text import ESCAPE, server_safe
@@ -212,7 +219,25 @@ def _is_text(terms: list[Any]) -> bool:
 def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
     with server.connection() as conn, ExitStack() as sessions:
         readers = [partial(_read_schema, sessions.enter_context(Session(bind=conn)), schema) for schema in schemas]
-        yield from read_each(readers, plan, nulls_smallest=False)
+        evaluator = Evaluator(lambda statement: conn.execute(statement).all(), _bound)
+        yield from read_each(readers, plan, nulls_smallest=False, evaluator=evaluator)
+
+
+def _bound(part: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
+    """A combined aggregate's value as PostgreSQL types that aggregate: ``count`` a bigint, ``sum`` of integers
+    a bigint (of bigints a numeric), ``sum`` of floats, ``min`` and ``max`` their argument's type (the plan takes
+    whole numbers and floats only). SQLAlchemy still sees the aggregate's own type, so the expression compiles
+    as the statement's does (its ``/`` and ``//``); the server then computes with the values it would have had.
+    """
+    function = aggregate_of(part)
+    assert function is not None
+    arguments = list(function.clauses)
+    server_type: Any = arguments[0].type if arguments else BigInteger()
+    if function.name.lower() == "count":
+        server_type = BigInteger()
+    elif function.name.lower() == "sum" and isinstance(server_type, Integer):
+        server_type = Numeric() if isinstance(server_type, BigInteger) else BigInteger()
+    return type_coerce(cast(literal(value, server_type), server_type), part.type)
 
 
 def _read_schema(session: Session, schema: str, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:

@@ -18,7 +18,9 @@ Contract:
   tables (zero bytes: another process is creating it) means one thing there:
   empty (:meth:`~SqliteStorage.open_existing` returns None).
 * :meth:`~SqliteStorage.read_across` reads each file in a read transaction
-  of its own and merges their rows in Python (:mod:`store.across.merge`).
+  of its own and merges their rows in Python (:mod:`store.across.merge`);
+  arithmetic over aggregates is computed from the combined aggregates on an
+  in-memory database of the same SQLite library.
 * Inspecting, upgrading, verifying and vacuuming are
   :mod:`~store.backends.sqlite.info`, :mod:`~store.backends.sqlite.upgrade`,
   :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
@@ -270,6 +272,20 @@ class SqliteStorage:
 
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
         """Each file read in a transaction of its own, its rows merged (:func:`store.across.merge.read_each`)."""
-        from store.across.merge import read_each
+        from store.across.merge import Evaluator, read_each
 
-        return read_each([database.stream for database in databases], plan, nulls_smallest=True)
+        evaluator = Evaluator(_in_memory)
+        return read_each([database.stream for database in databases], plan, nulls_smallest=True, evaluator=evaluator)
+
+
+def _in_memory(statement: Any) -> list[Any]:
+    """The rows of a statement that reads no table, on an in-memory database of the same SQLite library and
+    dialect as the files (what arithmetic over aggregates is computed on: :class:`store.across.merge.Evaluator`)."""
+    from store.backends.sqlite.connections import sqlite_engine
+
+    engine = sqlite_engine(lambda: sqlite3.connect(":memory:"), None, pooled=False)
+    try:
+        with engine.connect() as conn:
+            return list(conn.execute(statement).all())
+    finally:
+        engine.dispose()
