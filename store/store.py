@@ -161,7 +161,8 @@ class Store:
     def execute(
         self, statement: Select[*tuple[Any, ...]], selector: Selector | None = None
     ) -> Result[*tuple[Any, ...]]:
-        """Columns, or ``count``/``sum``/``min``/``max`` by group, over the selected databases (:mod:`store.across`)."""
+        """Columns, or ``count``/``sum``/``min``/``max`` (FILTER or not, and arithmetic over them) by group, over the
+        selected databases (:mod:`store.across`)."""
         from store.across import execute
 
         return execute(self, statement, selector)
