@@ -27,7 +27,9 @@ Contract (on top of the remote contract in :mod:`store.sync.remote`):
   :meth:`HubRemote.create_branch` makes the branch there (``create_branch``
   with that commit as its starting point, so the branch holds exactly what the
   push planned against), only once the push has something to send. A 409 (the
-  branch exists by now) counts as done; 401 and 403 are
+  branch exists by now) counts as done if the branch stands at that commit;
+  elsewhere (another pusher made it from another commit, or committed to it),
+  the push plans again against the branch. 401 and 403 are
   :class:`~store.errors.RemoteAuthError` as everywhere.
 """
 
@@ -356,21 +358,24 @@ class HubRemote:
 
         return self._call(f"resolving {self.revision!r}", attempt)
 
-    def create_branch(self, branch: MissingBranch) -> None:
+    def create_branch(self, branch: MissingBranch) -> bool:
         from huggingface_hub.errors import HfHubHTTPError
 
-        def attempt() -> None:
+        def attempt() -> bool:
             try:
                 # From the pinned commit rather than whatever the default branch holds by now: the push read what
                 # to send at that commit, so the branch must start there.
                 self.api.create_branch(self.repo_id, branch=branch.name, revision=branch.base, repo_type=self.repo_type)
+                return True
             except HfHubHTTPError as e:
                 # 409: the branch exists (another pusher made it, or an attempt whose answer was lost did). It is
-                # not retried as other 409s are; the commits that follow add only the files it lacks.
+                # not retried as other 409s are; where it stands says whether it holds what the push planned on.
                 if e.response is None or e.response.status_code != 409:
                     raise
+            info = self.api.repo_info(self.repo_id, repo_type=self.repo_type, revision=branch.name)
+            return info.sha == branch.base
 
-        self._call(f"creating the branch {branch.name!r}", attempt)
+        return self._call(f"creating the branch {branch.name!r}", attempt)
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str) -> AddResult:
         from huggingface_hub import CommitOperationAdd

@@ -23,12 +23,14 @@ Protocol of one push (under the store root's sync lock):
    made from it is sent to the branch too.
 4. **Make the branch, record, then send.** Only when there is something to
    send, and never in a dry run (which reports that it would), a missing
-   branch is created at the pinned commit. The new shards are recorded as
-   ``pending`` with their keys (the remote is recorded with them, never
-   before: a push that fails, such as one to a repository the Hub answers
-   with 404 or one whose branch the Hub refuses to create, or a dry run
-   leaves the bookkeeping as it was); then the files go out in batches of at
-   most ``remote.max_files_per_add`` (one commit each on the Hub), a
+   branch is created at the pinned commit; if another pusher made it
+   meanwhile and it stands elsewhere, step 3 runs again against the branch
+   itself (it need not hold what the pinned commit held). The new shards are
+   recorded as ``pending`` with their keys (the remote is recorded with them,
+   never before: a push that fails, such as one to a repository the Hub
+   answers with 404 or one whose branch the Hub refuses to create, or a dry
+   run leaves the bookkeeping as it was); then the files go out in batches
+   of at most ``remote.max_files_per_add`` (one commit each on the Hub), a
    folder's metadata.json before its shards. After each batch the remote
    confirmed, its shards are recorded as ``pushed``.
 
@@ -171,32 +173,44 @@ def push(
         at = None if missing is None else missing.base
         if not dry_run and remote_id is not None:
             report.recovered = _settle_pending(books, remote_id, remote, at)
-        plans: list[_FolderPlan] = []
-        for done, location in enumerate(locations, start=1):
-            try:
-                plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch, at)
-            except RemoteError:
-                raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
-            except JudgestoreError as e:
-                report.problems.append(SyncProblem(remote_folder(location), str(e)))
-                continue
-            finally:
-                progress("Exporting", done, len(locations))
-            if plan is None:
-                report.unchanged += 1
-            else:
-                plans.append(plan)
-        plans = _check_remote_metadata(plans, remote, staging, report, at)
-        report.folders = [
-            PushedFolder(p.location, len(p.shards), sum(s.rows for s in p.shards), sum(s.size for s in p.shards))
-            for p in plans
-        ]
+
+        def plan_all(on_branch: Remote | None, at: str | None, staging: Path) -> list[_FolderPlan]:
+            report.problems, report.unchanged = [], 0
+            plans: list[_FolderPlan] = []
+            for done, location in enumerate(locations, start=1):
+                try:
+                    plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch, at)
+                except RemoteError:
+                    raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
+                except JudgestoreError as e:
+                    report.problems.append(SyncProblem(remote_folder(location), str(e)))
+                    continue
+                finally:
+                    progress("Exporting", done, len(locations))
+                if plan is None:
+                    report.unchanged += 1
+                else:
+                    plans.append(plan)
+            plans = _check_remote_metadata(plans, remote, staging, report, at)
+            report.folders = [
+                PushedFolder(p.location, len(p.shards), sum(s.rows for s in p.shards), sum(s.size for s in p.shards))
+                for p in plans
+            ]
+            return plans
+
+        plans = plan_all(on_branch, at, staging)
         if plans:  # nothing to send makes no branch
             report.created_branch = missing
         if dry_run or not plans:
             return report
-        if missing is not None:  # before anything is recorded: a refused create (401, 403) leaves no trace
-            remote.create_branch(missing)
+        # Before anything is recorded: a refused create (401, 403) leaves no trace.
+        if missing is not None and not remote.create_branch(missing):
+            # Another pusher made the branch meanwhile, from another commit (or has committed to it since): what
+            # was planned against the pinned commit is not what it holds. Plan again against the branch itself.
+            report.created_branch = None
+            plans = plan_all(remote if known else None, None, staging / "again")
+            if not plans:
+                return report
         remote_id = books.remote_id(remote.pushed_to)  # the remote answered (metadata checked): record it now
         books.record(
             remote_id,

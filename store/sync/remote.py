@@ -17,7 +17,9 @@ each implementation):
 * :meth:`Remote.missing_branch` says whether the branch a push goes to is
   still to be made, and from which commit; :meth:`Remote.create_branch` makes
   it from that commit. Until then a push reads, at that commit, what the
-  branch will hold. A remote without branches (a folder) has none missing.
+  branch will hold; if another pusher made the branch meanwhile elsewhere,
+  the push reads the branch again. A remote without branches (a folder) has
+  none missing.
 * Errors are :class:`~store.errors.RemoteError` (the remote failed) or
   :class:`~store.errors.UntrustedContentError` (a file is not what it
   should be), never a bare ``OSError`` or HTTP exception.
@@ -122,8 +124,11 @@ class Remote(Protocol):
         it will hold."""
         ...
 
-    def create_branch(self, branch: MissingBranch) -> None:
-        """Make ``branch`` at its base commit; one that exists by now (another pusher made it) is left as it is."""
+    def create_branch(self, branch: MissingBranch) -> bool:
+        """Make ``branch`` at its base commit. True when the branch now stands there (made by this call, or by an
+        earlier attempt of it whose answer was lost); False when another pusher made it meanwhile and it stands
+        elsewhere (made from another commit, or committed to since), so it need not hold what was read at the base
+        commit. An existing branch is left as it is."""
         ...
 
 
@@ -225,7 +230,7 @@ class DirectoryRemote:
     def missing_branch(self) -> MissingBranch | None:
         return None  # a folder has no branches
 
-    def create_branch(self, branch: MissingBranch) -> None:
+    def create_branch(self, branch: MissingBranch) -> bool:
         raise InvalidInputError(f"{self.url} is a folder: it has no branches, so {branch.name!r} cannot be made")
 
     def add_files(self, files: Sequence[OutgoingFile], *, message: str = "") -> AddResult:

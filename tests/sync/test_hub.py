@@ -437,3 +437,60 @@ def test_a_dry_run_records_no_remote(hub: FakeHub, make_store: MakeStore) -> Non
     assert push(alice, hub_remote(hub), dry_run=True).rows == 3
     assert fetch(alice, hub_remote(hub), dry_run=True).shards == 0
     assert sync_state(alice) == before and before[1] == []
+
+
+def test_a_branch_another_pusher_made_meanwhile_from_an_older_commit_gets_every_row(
+    hub: FakeHub, make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The 409 to creating the branch means someone else made it, from a commit this push did not plan against:
+    the push plans again against the branch as it is, so what main held when it was pinned is not taken as held."""
+    old_main = hub.repo(REPO).branches["main"]  # what another pusher pinned: main before alice's push
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    assert push(alice, hub_remote(hub)).rows == 3  # main holds rows 0..2 now; alice pins this head
+    fill(alice, completions(range(3, 5)))
+    remote = hub_remote(hub, revision="exp")
+    real_create = remote.api.create_branch
+
+    def other_pusher_first(*args: object, **kwargs: object) -> None:
+        hub.repo(REPO).branches.setdefault("exp", old_main)  # made from the older head, between pin and create
+        real_create(*args, **kwargs)  # type: ignore[arg-type]  # the Hub answers 409
+
+    monkeypatch.setattr(remote.api, "create_branch", other_pusher_first)
+
+    report = push(alice, remote)
+
+    assert report.ok and report.created_branch is None  # this push did not make it
+    bob = make_store("bob")
+    fetched = fetch(bob, hub_remote(hub, revision="exp"))
+    assert fetched.ok and rows(bob) == rows(alice)  # rows 0..2 and the metadata.json reached the branch too
+
+
+def test_a_branch_made_by_an_attempt_whose_answer_was_lost_counts_as_made(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The retry meets the 409 of its own first attempt: the branch stands at the pinned commit, as planned."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    main_head = hub.repo(REPO).branches["main"]
+    remote = hub_remote(hub, sleeps, revision="exp")
+    real_create = remote.api.create_branch
+    calls: list[object] = []
+
+    def reply_lost_once(*args: object, **kwargs: object) -> None:
+        real_create(*args, **kwargs)  # type: ignore[arg-type]
+        calls.append(kwargs)
+        if len(calls) == 1:
+            raise TimeoutError("the reply was lost")
+
+    monkeypatch.setattr(remote.api, "create_branch", reply_lost_once)
+
+    report = push(alice, remote)
+
+    assert report.ok and report.rows == 2 and len(sleeps) == 1
+    assert report.created_branch is not None and report.created_branch.base == main_head
+    assert hub.count("POST", "/branch/") == 2 and hub.repo(REPO).commits[-1].parent == main_head
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="exp")).ok and rows(bob) == rows(alice)
