@@ -137,7 +137,7 @@ def _classify(error: BaseException) -> _Failure | None:
         if isinstance(current, HfHubHTTPError) and response is not None:
             status = int(response.status_code)
             retryable = status in RETRYABLE_STATUS or status >= 500
-            detail = str(current).strip().splitlines()[0] if str(current).strip() else f"HTTP {status}"
+            detail = _first_line(str(current)) or f"HTTP {status}"
             return _Failure(status, retryable, _retry_after(response.headers), detail)
         if isinstance(current, _transport_errors()):
             return _Failure(None, True, None, f"{type(current).__name__}: {current}")
@@ -147,6 +147,15 @@ def _classify(error: BaseException) -> _Failure | None:
     if isinstance(error, OSError) and "Consistency check failed" in str(error):  # a download cut short
         return _Failure(None, True, None, str(error).splitlines()[0])
     return None
+
+
+def _first_line(message: str) -> str:
+    """The first line of an error message, with the next one when it only announces it: the client words a 400 as
+    ``Bad request:`` on one line and the server's reason on the next."""
+    lines = [line.strip() for line in message.splitlines() if line.strip()]
+    if len(lines) > 1 and lines[0].endswith(":"):
+        return f"{lines[0]} {lines[1]}"
+    return lines[0] if lines else ""
 
 
 def _is_missing_file(error: BaseException) -> bool:

@@ -17,7 +17,7 @@ from email.utils import format_datetime
 
 import pytest
 
-from store.errors import RemoteAuthError, RemoteNotFoundError, RemoteUnavailableError, SyncError
+from store.errors import RemoteAuthError, RemoteError, RemoteNotFoundError, RemoteUnavailableError, SyncError
 from store.layout import Selector
 from store.store import Store
 from store.sync import fetch, push
@@ -494,3 +494,19 @@ def test_a_branch_made_by_an_attempt_whose_answer_was_lost_counts_as_made(
     assert hub.count("POST", "/branch/") == 2 and hub.repo(REPO).commits[-1].parent == main_head
     bob = make_store("bob")
     assert fetch(bob, hub_remote(hub, revision="exp")).ok and rows(bob) == rows(alice)
+
+
+def test_a_branch_name_the_hub_refuses_is_one_line_with_the_hubs_reason(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    before, commits = sync_state(alice), commits_of(hub)
+
+    with pytest.raises(RemoteError, match=r"creating the branch 'exp/': .*Invalid reference for a branch") as refused:
+        push(alice, hub_remote(hub, sleeps, revision="exp/"))
+
+    assert "\n" not in str(refused.value) and sleeps == []  # a 400 is not retried
+    assert sync_state(alice) == before and commits_of(hub) == commits
