@@ -23,10 +23,12 @@ Contract (on top of the remote contract in :mod:`store.sync.remote`):
 * A push to a branch that does not exist creates it, as ``hf upload
   --revision`` does: :meth:`HubRemote.missing_branch` asks for the branch
   (``repo_info``; a missing *repository* is still the 404 error) and, when
-  the Hub answers "no such revision", pins the default branch's head;
-  :meth:`HubRemote.create_branch` makes the branch there (``create_branch``
-  with that commit as its starting point, so the branch holds exactly what the
-  push planned against), only once the push has something to send. A 409 (the
+  the Hub answers "no such revision", pins the default branch's head (a
+  missing ``refs/...`` name is the 404 error at once: the Hub makes no such
+  branch); :meth:`HubRemote.create_branch` makes the branch there
+  (``create_branch`` with that commit as its starting point, so the branch
+  holds exactly what the push planned against), only once the push has
+  something to send. A 409 (the
   branch exists by now) counts as done if the branch stands at that commit;
   elsewhere (another pusher made it from another commit, or committed to it),
   the push plans again against the branch. 401 and 403 are
@@ -365,7 +367,15 @@ class HubRemote:
                 raise RemoteError(self.url, "the server did not say which commit the default branch points to")
             return MissingBranch(self.revision, str(info.sha))
 
-        return self._call(f"resolving {self.revision!r}", attempt)
+        missing = self._call(f"resolving {self.revision!r}", attempt)
+        if missing is not None and missing.name.startswith("refs/"):
+            # The Hub refuses these as branch names (400): say so now, before a dry run promises to make it.
+            raise RemoteNotFoundError(
+                self.url,
+                f"the revision {missing.name!r} does not exist, and a push cannot create a refs/ name (the Hub's "
+                "own: pull requests, conversions); check --revision, or give a plain branch name",
+            )
+        return missing
 
     def create_branch(self, branch: MissingBranch) -> bool:
         from huggingface_hub.errors import HfHubHTTPError

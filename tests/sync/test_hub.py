@@ -510,3 +510,22 @@ def test_a_branch_name_the_hub_refuses_is_one_line_with_the_hubs_reason(
 
     assert "\n" not in str(refused.value) and sleeps == []  # a 400 is not retried
     assert sync_state(alice) == before and commits_of(hub) == commits
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_missing_refs_name_is_not_taken_for_a_branch_to_make(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, dry_run: bool
+) -> None:
+    """refs/pr/N and other refs/ names are the Hub's own: a push to an existing one commits there, but a missing
+    one cannot be made as a branch, so even a dry run says so at once instead of promising to create it."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    before, commits, asked = sync_state(alice), commits_of(hub), hub.count("POST", "/paths-info/")
+
+    with pytest.raises(RemoteNotFoundError, match=r"'refs/pr/9' does not exist.*cannot create a refs/ name"):
+        push(alice, hub_remote(hub, sleeps, revision="refs/pr/9"), dry_run=dry_run)
+
+    assert sync_state(alice) == before and commits_of(hub) == commits and sleeps == []
+    assert hub.count("POST", "/branch/") == 0 and hub.count("POST", "/paths-info/") == asked  # nothing planned
