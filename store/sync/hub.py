@@ -160,14 +160,13 @@ def _first_line(message: str) -> str:
     return lines[0] if lines else ""
 
 
-def _is_missing_file(error: BaseException) -> bool:
-    from huggingface_hub.errors import RemoteEntryNotFoundError
-
+def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
+    """Whether ``error`` or one of its causes is a ``kind`` (the client's typed 404s: a file, a revision)."""
     current: BaseException | None = error
     for _ in range(8):  # the cause chain is short; bound it anyway
         if current is None:
             return False
-        if isinstance(current, RemoteEntryNotFoundError):
+        if isinstance(current, kind):
             return True
         current = current.__cause__ or current.__context__
     return False
@@ -264,8 +263,18 @@ class HubRemote:
                 else "the token may not do this (pushing needs a write token with access to the repository)"
             )
             raise RemoteAuthError(self.url, f"{what}: HTTP {failure.status}, {hint}") from error
-        if failure.status == 404 and _is_missing_file(error):
+        from huggingface_hub.errors import RemoteEntryNotFoundError, RevisionNotFoundError
+
+        if failure.status == 404 and _caused_by(error, RemoteEntryNotFoundError):
             raise RemoteNotFoundError(self.url, f"{what}: HTTP 404, no such file at this revision") from error
+        if failure.status == 404 and _caused_by(error, RevisionNotFoundError):
+            # The repository answered; only the revision is missing. --create-repo would not help: a push to a
+            # branch that does not exist makes it.
+            raise RemoteNotFoundError(
+                self.url,
+                f"{what}: HTTP 404, the repository has no revision {self.revision!r}. Check --revision; a push to "
+                "a branch that does not exist creates it.",
+            ) from error
         if failure.status == 404:
             raise RemoteNotFoundError(
                 self.url,

@@ -297,10 +297,13 @@ def test_a_repository_the_hub_answers_404_for_leaves_the_bookkeeping_as_it_was(
     missing = hub_remote(hub, sleeps, revision=revision)
     missing.repo_id = repo
 
+    # A missing repository is made by --create-repo; a missing branch by a push to it, which the error says.
+    says = "push with --create-repo" if repo != REPO else f"no revision '{revision}'.*a push to a branch .*creates it"
     for command in (push, fetch) if repo != REPO else (fetch,):
-        with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
+        with pytest.raises(RemoteNotFoundError, match=f"HTTP 404.*{says}") as raised:
             command(alice, missing)
-        with pytest.raises(RemoteNotFoundError, match="HTTP 404"):
+        assert (repo == REPO) is ("--create-repo" not in str(raised.value))
+        with pytest.raises(RemoteNotFoundError, match=f"HTTP 404.*{says}"):
             command(alice, missing, dry_run=True)
 
     assert sync_state(alice) == before and sleeps == []
