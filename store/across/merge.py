@@ -36,8 +36,10 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import CompoundSelect, Integer, Row, Select, literal, select, union_all
+from sqlalchemy import CompoundSelect, Integer, Row, Select, literal, select, type_coerce, union_all
 from sqlalchemy.sql import ColumnElement, visitors
+from sqlalchemy.sql.elements import Grouping
+from sqlalchemy.sql.sqltypes import NullType
 
 from store.across.plan import AcrossRows, Computed, Kind, OrderKey, Plan
 from store.errors import StatementError
@@ -49,8 +51,14 @@ ROW_KEY = "_judgestore_group"
 
 
 def bound(part: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
-    """A combined aggregate's value as a parameter of the aggregate's type (SQLite: each value keeps its own)."""
-    return literal(value, part.type)
+    """A combined aggregate's value as a parameter that keeps its own type (SQLite's: an int stays an int), in an
+    expression of the aggregate's type, so that the statement compiles as its own does (its ``/``).
+
+    Bound as the aggregate's type, the value would be converted as that type binds (``type_coerce(x, Float)``
+    of whole numbers: an int made a float, so ``max(x) * 2`` a float where one table gives an int). The
+    grouping keeps ``type_coerce`` from retyping the parameter itself.
+    """
+    return type_coerce(Grouping(literal(value, NullType())), part.type)
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,11 +53,12 @@ Contract:
   does the combining.
 * A column of arithmetic over aggregates (``count().filter(c) * 100.0 /
   count()``, ``max(a) - min(a)``, functions of them) is a :class:`Computed`:
-  each database returns each of its aggregates as a column, those combine
-  as such columns do, and the backend then computes the expression itself
-  from the combined values, bound as the types it gives those aggregates:
-  its integer division, NULLs and division by zero (SQLite: NULL;
-  PostgreSQL: an error) are what one table would give.
+  each database returns each of its aggregates as a column (read as the
+  driver gives it, whatever a ``type_coerce`` says), those combine as such
+  columns do, and the backend then computes the expression itself from the
+  combined values, bound as the types it gives those aggregates: its
+  integer division, NULLs and division by zero (SQLite: NULL; PostgreSQL:
+  an error) are what one table would give.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import JSON, Alias, CompoundSelect, Float, Integer, Select, String, Table
+from sqlalchemy import JSON, Alias, CompoundSelect, Float, Integer, Select, String, Table, type_coerce
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import (
@@ -215,7 +216,10 @@ class Plan:
                 if computed is None:
                     columns.append(column)
                 else:
-                    columns.extend(part.label(PART_LABEL.format(i, j)) for j, part in enumerate(computed.parts))
+                    # Read as the driver gives them, not as the type a type_coerce() gave them: the backend
+                    # computes the expression from the values one table would have had (merge.bound).
+                    raw = (type_coerce(part, NullType()) for part in computed.parts)
+                    columns.extend(part.label(PART_LABEL.format(i, j)) for j, part in enumerate(raw))
             return statement.with_only_columns(*columns, maintain_column_froms=True)
         needed = None if self.limit is None else self.limit + self.offset
         keys = [key.expression.label(KEY_LABEL.format(i)) for i, key in enumerate(self.order)]

@@ -28,8 +28,9 @@ Contract:
   ordered as PostgreSQL orders them. Never a connection per schema.
   Arithmetic over aggregates is computed on the same connection from the
   combined aggregates, bound as PostgreSQL types those aggregates
-  (:func:`_bound`: ``count`` a bigint...), so its integer division,
-  overflow and division by zero are the server's over one table.
+  (:func:`_server_types`, asked of the server: ``count`` a bigint, and
+  ``type_coerce(length(x), Float)`` still integers), so its integer
+  division, overflow and division by zero are the server's over one table.
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
@@ -54,15 +55,19 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import (
+    REAL,
     BigInteger,
+    Double,
     Integer,
     MetaData,
     Numeric,
     Row,
     Select,
+    SmallInteger,
     String,
     Text,
     cast,
+    false,
     func,
     inspect,
     literal,
@@ -80,6 +85,7 @@ from store.across.merge import Evaluator, read_each
 from store.across.plan import AcrossRows, Kind, Plan, aggregate_of, compares_as_text
 from store.backends.postgres.registry import quoted, schema_name
 from store.backends.postgres.text import ESCAPE, server_safe
+from store.errors import StatementError
 from store.tables.models import Base
 
 if TYPE_CHECKING:
@@ -219,24 +225,59 @@ def _is_text(terms: list[Any]) -> bool:
 def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
     with server.connection() as conn, ExitStack() as sessions:
         readers = [partial(_read_schema, sessions.enter_context(Session(bind=conn)), schema) for schema in schemas]
-        evaluator = Evaluator(lambda statement: conn.execute(statement).all(), _bound)
+        types = _server_types(conn, schemas[0], plan) if schemas and plan.computed else {}
+        evaluator = Evaluator(lambda statement: conn.execute(statement).all(), partial(_bound, types))
         yield from read_each(readers, plan, nulls_smallest=False, evaluator=evaluator)
 
 
-def _bound(part: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
-    """A combined aggregate's value as PostgreSQL types that aggregate: ``count`` a bigint, ``sum`` of integers
-    a bigint (of bigints a numeric), ``sum`` of floats, ``min`` and ``max`` their argument's type (the plan takes
-    whole numbers and floats only). SQLAlchemy still sees the aggregate's own type, so the expression compiles
-    as the statement's does (its ``/`` and ``//``); the server then computes with the values it would have had.
+# The types PostgreSQL gives an aggregate of numbers (pg_typeof), as SQLAlchemy names them.
+_NUMBER_TYPES: dict[str, Any] = {"smallint": SmallInteger(), "integer": Integer(), "bigint": BigInteger(),
+                                 "numeric": Numeric(), "real": REAL(), "double precision": Double()}  # fmt: skip
+
+
+def _server_types(conn: Any, schema: str, plan: Plan) -> dict[int, Any]:
+    """The type PostgreSQL gives each aggregate of a computed column (by ``id`` of the part), asked of one
+    schema (every schema has the same tables): what one table's arithmetic would have computed with.
+
+    SQLAlchemy's type of an aggregate is what the statement says, which ``type_coerce`` may have changed
+    (``type_coerce(length(x), Float)``: integers on the server, whose ``%`` and ``*`` are the integers').
     """
-    function = aggregate_of(part)
-    assert function is not None
-    arguments = list(function.clauses)
-    server_type: Any = arguments[0].type if arguments else BigInteger()
-    if function.name.lower() == "count":
-        server_type = BigInteger()
-    elif function.name.lower() == "sum" and isinstance(server_type, Integer):
-        server_type = Numeric() if isinstance(server_type, BigInteger) else BigInteger()
+    parts = [part for computed in plan.computed if computed is not None for part in computed.parts]
+    probe = (
+        plan.per_database()
+        .group_by(None)
+        .with_only_columns(*(cast(func.pg_typeof(part), Text) for part in parts), maintain_column_froms=True)
+        .where(false())  # no row read; an aggregate without group_by still gives its one row
+    )
+    names = conn.execute(probe, execution_options={"schema_translate_map": {None: schema}}).one()
+    types = {}
+    for part, name in zip(parts, names, strict=True):
+        if name not in _NUMBER_TYPES:
+            raise StatementError(
+                f"{part}: its values are {name} on the server, not numbers; arithmetic over aggregates across "
+                "databases takes aggregates of whole numbers and floats"
+            )
+        types[id(part)] = _NUMBER_TYPES[name]
+    return types
+
+
+def _bound(types: dict[int, Any], part: ColumnElement[Any], value: Any) -> ColumnElement[Any]:
+    """A combined aggregate's value as PostgreSQL types that aggregate (``types``: :func:`_server_types`; over
+    no schema, as it types the aggregate SQLAlchemy sees: ``count`` a bigint, ``sum`` of integers a bigint, of
+    bigints a numeric, ``sum`` of floats, ``min`` and ``max`` their argument's type). SQLAlchemy still sees the
+    aggregate's own type, so the expression compiles as the statement's does (its ``/`` and ``//``); the server
+    then computes with the values it would have had.
+    """
+    server_type = types.get(id(part))
+    if server_type is None:
+        function = aggregate_of(part)
+        assert function is not None
+        arguments = list(function.clauses)
+        server_type = arguments[0].type if arguments else BigInteger()
+        if function.name.lower() == "count":
+            server_type = BigInteger()
+        elif function.name.lower() == "sum" and isinstance(server_type, Integer):
+            server_type = Numeric() if isinstance(server_type, BigInteger) else BigInteger()
     return type_coerce(cast(literal(value, server_type), server_type), part.type)
 
 
