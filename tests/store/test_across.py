@@ -1013,6 +1013,24 @@ def test_arithmetic_over_an_aggregate_given_a_type_answers_as_one_table(either: 
                 assert answer_of(either, s) == answer_of(reference, s), s
 
 
+@pytest.mark.postgres
+def test_a_statement_postgres_cannot_run_says_what_in_it_to_change(pg_url: str) -> None:
+    """A function PostgreSQL has not for its arguments' types (``round(double precision, integer)``, which SQLite
+    runs) and arithmetic out of its type's range are the statement's, read alone or across schemas: a
+    StatementError that says so and how to cast. Before, the first said another tool had altered a column's type
+    (run `judgestore verify`), the second that judgestore had sent a bad value (please report it)."""
+    with Store(url=pg_url) as server:
+        _runs_and_completions(server)
+        rounded = select(Run.run_id, func.round(func.sum(Run.engine_seconds), 2)).group_by(Run.run_id)
+        too_large = select(func.sum(Run.hits) * 4_000_000_000).select_from(Run)  # bound as an integer
+        for stmt, said in ((rounded, r"round\(double precision, integer\) does not exist.*cast"),
+                           (too_large, r"out of range.*cast")):  # fmt: skip
+            for s in (stmt, stmt.where(Run.id.in_(select(Run.id)))):  # one statement; each schema's
+                with pytest.raises(StatementError, match=said):
+                    server.execute(s).all()
+            assert len(server.execute(select(Run.id)).all()) == 9  # the store still reads
+
+
 def answer_of(source: Store | Session, stmt: Any, selector: Selector | None = None) -> Any:
     """:func:`answer` of ``stmt`` (over the databases ``selector`` picks), sorted when it has no order_by."""
     if isinstance(source, Store) and selector is not None:

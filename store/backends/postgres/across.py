@@ -31,6 +31,11 @@ Contract:
   (:func:`_server_types`, asked of the server: ``count`` a bigint, and
   ``type_coerce(length(x), Float)`` still integers), so its integer
   division, overflow and division by zero are the server's over one table.
+* A statement PostgreSQL refuses for what is written in it (a function it
+  has not for those types, ``round(double precision, integer)``, which
+  SQLite runs; arithmetic out of its type's range) is a
+  :class:`~store.errors.StatementError` that says what to cast
+  (:func:`_statement_errors`), not an error of the server or its schema.
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
   ``min``/``max``) is compared in the ``"C"`` collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
@@ -50,7 +55,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -76,6 +81,7 @@ from sqlalchemy import (
     type_coerce,
     union_all,
 )
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
 from sqlalchemy.sql.elements import ColumnElement, FunctionFilter, Label
@@ -114,7 +120,7 @@ def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> Ac
     if plan.kind is Kind.ENTITY:
         statement = statement.with_only_columns(*table.c, literal_column(f"{quoted(name)}.{DATABASE_COLUMN}", Integer))
     statement = statement.add_cte(union_all(*branches).cte(name))
-    with server.connection() as conn:
+    with server.connection() as conn, _statement_errors():
         rows = conn.execution_options(yield_per=ROWS_PER_FETCH).execute(statement)
         if plan.kind is not Kind.ENTITY:
             for row in rows:
@@ -123,6 +129,33 @@ def read_across(server: Server, databases: Sequence[Database], plan: Plan) -> Ac
         build = _builder(plan.entity, table.c.keys())
         for row in rows:
             yield row[-1], (build(row),)
+
+
+# What PostgreSQL refuses in the statement itself (SQLite may run it), and how to change the statement.
+_REFUSED = {
+    "42883": "it has no such function or operator for those types (give the arguments the types it takes: "
+    "func.round(cast(x, Numeric), 2)); if the statement is right, a column has another type than the schema's "
+    "revision declares (another tool altered it): run `judgestore verify`",
+    "42804": "a value has another type than its place takes (cast it); if the statement is right, a column has "
+    "another type than the schema's revision declares (another tool altered it): run `judgestore verify`",
+    "22003": "its arithmetic is out of the range of its type (cast a term to a wider type: cast(x, BigInteger), "
+    "cast(x, Numeric) or cast(x, Float))",
+}
+
+
+@contextmanager
+def _statement_errors() -> Iterator[None]:
+    """A statement PostgreSQL refuses for what it says (:data:`_REFUSED`) as a
+    :class:`~store.errors.StatementError` naming what to change in it: the statement is the caller's, so it
+    is neither a server value error nor, first, a schema another tool altered."""
+    try:
+        yield
+    except DBAPIError as e:
+        state = getattr(e.orig, "sqlstate", None)
+        if state not in _REFUSED:
+            raise
+        said = str(e.orig).strip().splitlines()[0] if str(e.orig).strip() else type(e.orig).__name__
+        raise StatementError(f"PostgreSQL cannot run the statement ({said}): {_REFUSED[state]}") from e
 
 
 def _codepoint_ordered(plan: Plan) -> Plan:
@@ -223,7 +256,7 @@ def _is_text(terms: list[Any]) -> bool:
 
 
 def _each_schema(server: Server, schemas: Sequence[str], plan: Plan) -> AcrossRows:
-    with server.connection() as conn, ExitStack() as sessions:
+    with server.connection() as conn, _statement_errors(), ExitStack() as sessions:
         readers = [partial(_read_schema, sessions.enter_context(Session(bind=conn)), schema) for schema in schemas]
         types = _server_types(conn, schemas[0], plan) if schemas and plan.computed else {}
         evaluator = Evaluator(lambda statement: conn.execute(statement).all(), partial(_bound, types))
