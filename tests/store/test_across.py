@@ -1031,6 +1031,18 @@ def test_a_statement_postgres_cannot_run_says_what_in_it_to_change(pg_url: str) 
             assert len(server.execute(select(Run.id)).all()) == 9  # the store still reads
 
 
+def test_arithmetic_over_aggregates_sqlite_cannot_compute_is_a_statement_error(store: Store) -> None:
+    """SQLAlchemy's floor() on SQLite (a Python function: ``//`` of a value that is not a whole number) fails on
+    NULL, over one table as from the combined aggregates: a StatementError saying so, as an error of a file's
+    read is typed. Before, the driver's OperationalError came out of Store.execute as it was."""
+    _runs_and_completions(store)
+    total = func.sum(Run.hits)
+    stmt = select(Run.run_id, func.floor(func.nullif(total, total)) + 1).group_by(Run.run_id)
+    with pytest.raises(StatementError, match=r"arithmetic over the combined aggregates.*user-defined function"):
+        store.execute(stmt).all()
+    assert len(store.execute(select(Run.run_id, total).group_by(Run.run_id)).all()) == 3  # the store still reads
+
+
 def answer_of(source: Store | Session, stmt: Any, selector: Selector | None = None) -> Any:
     """:func:`answer` of ``stmt`` (over the databases ``selector`` picks), sorted when it has no order_by."""
     if isinstance(source, Store) and selector is not None:

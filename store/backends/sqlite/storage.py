@@ -20,7 +20,8 @@ Contract:
 * :meth:`~SqliteStorage.read_across` reads each file in a read transaction
   of its own and merges their rows in Python (:mod:`store.across.merge`);
   arithmetic over aggregates is computed from the combined aggregates on an
-  in-memory database of the same SQLite library.
+  in-memory database of the same SQLite library (what fails there, SQLAlchemy's
+  floor() of a NULL, is a :class:`~store.errors.StatementError`).
 * Inspecting, upgrading, verifying and vacuuming are
   :mod:`~store.backends.sqlite.info`, :mod:`~store.backends.sqlite.upgrade`,
   :mod:`~store.backends.sqlite.verify` and :mod:`~store.backends.sqlite.vacuum`'s,
@@ -38,6 +39,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from sqlalchemy.exc import DBAPIError
+
 from store.backends.sqlite.catalog import catalog_path, stamp
 from store.backends.sqlite.connections import is_current, open_file, open_readonly, read_checked
 from store.backends.sqlite.database import SqliteDatabase
@@ -48,7 +51,7 @@ from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.catalog import Catalog
-from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError
+from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError
 from store.layout import Location, database_name, prepared_folder, walk
 from store.reports import (
     DatabaseInfo,
@@ -287,5 +290,11 @@ def _in_memory(statement: Any) -> list[Any]:
     try:
         with engine.connect() as conn:
             return list(conn.execute(statement).all())
+    except DBAPIError as e:  # the statement's own expression (no file is read here): typed, as a file's errors are
+        said = str(e.orig).strip() or type(e.orig).__name__
+        raise StatementError(
+            f"SQLite cannot compute the statement's arithmetic over the combined aggregates ({said}), as over one "
+            "table; SQLAlchemy's floor() (of // of a value that is not a whole number) fails on NULL: coalesce it"
+        ) from e
     finally:
         engine.dispose()
