@@ -230,7 +230,7 @@ def _computed(plan: Plan, rows: list[tuple[Any, ...]], evaluator: Evaluator) -> 
             results[found[0]] = tuple(found[1:])
     answer = []
     for k, row in enumerate(rows):
-        values = [row[spans[i][0]] for i in range(len(spans))]
+        values = [row[start] if start < end else None for start, end in spans]  # (a constant has no parts)
         for i, value in zip(computed_at, results[k], strict=True):
             values[i] = value
         answer.append(tuple(values))

@@ -20,7 +20,9 @@ Contract:
   aggregate inside another or in a subquery, arithmetic over aggregates
   (:class:`Computed`) that also reads a column or a subquery outside them
   (``sum(x) / y``) or takes an aggregate of values other than whole numbers
-  and floats, a column of an aggregate that is not grouped by, an ordering by
+  and floats, a column of an aggregate that is not grouped by (a constant,
+  one reading no column, is computed once per group: a :class:`Computed`
+  without parts), an ordering by
   text (``order_by("n")``/``desc("n")`` naming a labelled column, or a
   column of the FROM clause, is that column, as SQLAlchemy resolves the
   name), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
@@ -78,6 +80,7 @@ from sqlalchemy.sql.elements import (
     FunctionFilter,
     Label,
     Over,
+    TextClause,
     UnaryExpression,
     WithinGroup,
     _label_reference,
@@ -576,10 +579,26 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
                    for e in visitors.iterate(term)):  # fmt: skip
                 raise NotCombinableError(f"order_by({term}), an aggregate of a statement that aggregates nothing,")
         return None
-    for column, h in zip(columns, how, strict=True):
-        if h == "group" and not any(_same(column, g) for g in groups):
-            raise NotCombinableError(f"the column {column} of an aggregate, not in its group_by,")
+    for i, column in enumerate(columns):
+        if how[i] == "group" and not any(_same(column, g) for g in groups):
+            if not _constant(column):
+                raise NotCombinableError(f"the column {column} of an aggregate, not in its group_by,")
+            # One value per group, as over one table: the backend computes it once per combined group.
+            how[i], computed[i] = COMPUTED, Computed(column, ())
     return tuple(how), tuple(computed)
+
+
+def _constant(column: ColumnElement[Any]) -> bool:
+    """Whether ``column`` reads nothing of a row: only bound values and functions and operators over them
+    (``literal(2)``, ``func.random()``), no column, no subquery, no aggregate, no text SQL (``literal_column``
+    and ``text()`` could name a column)."""
+    for element in visitors.iterate(column):
+        name = _function_name(element)
+        if isinstance(element, ColumnClause | TextClause) or name in COMBINABLE or name in OTHER_AGGREGATES:
+            return False
+        if isinstance(element, ScalarSelect | ReturnsRows) and not isinstance(element, FunctionElement):
+            return False
+    return True
 
 
 def _ungrouped(statement: Select[Any]) -> tuple[str, ...]:

@@ -36,6 +36,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    literal,
     literal_column,
     or_,
     select,
@@ -1011,6 +1012,32 @@ def test_arithmetic_over_an_aggregate_given_a_type_answers_as_one_table(either: 
             each = stmt.where(key.in_(select(key)))  # on PostgreSQL each schema runs it, the rows merged
             for s in (stmt, each):
                 assert answer_of(either, s) == answer_of(reference, s), s
+
+
+def test_a_constant_beside_aggregates_answers_as_one_table(either: Store) -> None:
+    """A constant column beside aggregates (a label for the rows, a version number), grouped or not, alone or in
+    arithmetic, over databases and over none: one value per group, as one table gives it. Before, it was
+    refused as "a column of an aggregate, not in its group_by"."""
+    _runs_and_completions(either)
+    statements = [
+        (select(literal(2), func.count()).select_from(Completion), None),
+        (select(literal("v2").label("version"), Completion.model, func.count()).group_by(Completion.model), None),
+        (select(func.count(), literal(3) * 2, func.upper(literal("a"))).select_from(Run), None),
+        (select(literal(2), func.count()).select_from(Completion), Selector(model="none")),  # no database
+    ]
+    with one_table_of(either, Completion, Run) as reference:
+        for stmt, selector in statements:
+            in_reference = stmt if selector is None else stmt.where(false())
+            expected = answer_of(reference, in_reference)
+            assert answer_of(either, stmt, selector) == expected, stmt
+            table = stmt.get_final_froms()[0]
+            key = table.c.id if table.name == "runs" else table.c.input_hash
+            each = stmt.where(key.in_(select(key)))  # on PostgreSQL each schema runs it, the rows merged
+            assert answer_of(either, each, selector) == expected, each
+    assert answer_of(either, statements[0][0]) == [(("int", 2), ("int", 180))]
+    for column in (literal_column("2"), literal_column("'v2'") + Completion.model):  # text SQL may name a column
+        with pytest.raises(NotCombinableError, match="not in its group_by"):
+            either.execute(select(column, func.count()).select_from(Completion))
 
 
 @pytest.mark.postgres

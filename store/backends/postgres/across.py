@@ -276,6 +276,8 @@ def _server_types(conn: Any, schema: str, plan: Plan) -> dict[int, Any]:
     (``type_coerce(length(x), Float)``: integers on the server, whose ``%`` and ``*`` are the integers').
     """
     parts = [part for computed in plan.computed if computed is not None for part in computed.parts]
+    if not parts:  # only constants (select(literal(2), count())): nothing to ask
+        return {}
     probe = (
         plan.per_database()
         .group_by(None)
