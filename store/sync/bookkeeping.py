@@ -13,7 +13,8 @@ Contract:
   all, and two processes opening it at once upgrade it once. A file of a newer
   format, or a non-empty file with no format (not ours), is refused with a
   :class:`~store.errors.BookkeepingError` and left untouched. Format 1 is
-  the schema the first sharing release wrote, frozen in its step.
+  the schema the first sharing release wrote, frozen in its step; format 2
+  adds ``shards.on_default``.
 * The file is opened by :func:`store.backends.sqlite.connections.create_sqlite_engine`, always
   with SQLite's rollback journal (safe on network filesystems, where store
   roots of clusters often live), the store's busy timeout, and
@@ -26,11 +27,24 @@ Contract:
   state: ``pending`` (built and about to be committed by a push), ``pushed``
   (the remote confirmed it), ``fetched`` (validated; its rows are being
   imported) or ``imported``. Its keys (input hashes) are recorded with it.
+* ``on_default`` says whether the shard is known to be on the repository's
+  default branch (``main``; a folder has no other): 1 once a push to that
+  branch confirmed it, a fetch from that branch took it, or that branch's
+  listing showed it; 0 for a shard fetched at another branch, tag or commit,
+  pushed to another branch, or pending. It only ever goes from 0 to 1 (a
+  branch is append-only). Files of format 1 did not record where a shard was
+  fetched: their fetched Hub shards start at 0, and the first push to
+  ``main`` that needs them asks ``main``'s listing, which settles them.
 * A key is *known to a remote* once it is in a pushed, fetched or imported
   shard of that remote. Push sends only keys not known to the remote, so a
   fetched row is never echoed back, and a row another pusher sent is never
   sent again by whoever fetched it. Knowledge is per remote: a row fetched
-  from one remote can still be pushed to another (mirroring). A push to a
+  from one remote can still be pushed to another (mirroring). Whichever
+  branch, tag or commit a fetch took a shard at, it is recorded under the
+  repository (a later fetch of the same shard at another revision skips it);
+  a push to the default branch counts a key as held there only through a
+  shard with ``on_default`` (``unknown_keys(..., on_default=True)``) and asks
+  the branch's listing about the rest (:func:`store.sync.push.push`). A push to a
   branch that is not the repository's default records under
   ``{repository}@{branch}`` and lets a recorded shard of the repository or the
   branch vouch for its keys only if the branch lists it
@@ -70,6 +84,7 @@ from sqlalchemy import (
     exists,
     func,
     select,
+    text,
     update,
 )
 from sqlalchemy.dialects.sqlite import insert
@@ -127,8 +142,11 @@ shards_table = Table(
     Column("bytes", Integer, nullable=False),
     Column("revision", Text),
     Column("updated_at", Text, nullable=False),  # ISO 8601 with its UTC offset, as format 1 stores it
+    # Format 2: whether the default branch is known to hold the shard (see the module docstring).
+    Column("on_default", Integer, nullable=False, server_default=text("0")),
     CheckConstraint(f"state IN ({', '.join(repr(s.value) for s in ShardState)})"),
     UniqueConstraint("remote_id", "folder", "name"),
+    CheckConstraint("on_default IN (0, 1)"),
 )
 
 shard_keys_table = Table(
@@ -179,8 +197,29 @@ def _format_1(conn: Connection) -> None:
         conn.exec_driver_sql(statement)
 
 
+def _format_2(conn: Connection) -> None:
+    """Format 2: ``shards.on_default``, whether the repository's default branch is known to hold the shard.
+
+    What changes: adds the column (0 by default) and sets it to 1 where format 1's rows tell: every shard of a
+    folder remote (it has no other branch) and every shard confirmed by a push recorded under a repository's own
+    name (pushes to another branch are recorded under ``{repository}@{branch}``). Why: format 1 recorded a fetch
+    under the repository whichever branch, tag or commit it was made at, so a row fetched from a branch was
+    never pushed to ``main``. Data impact: the fetched shards of a Hub repository start at 0 (unknown): the first
+    push to ``main`` that needs one asks ``main``'s listing and sets what it shows, so no row is dropped and a
+    folder is asked about again only while it holds rows no shard on ``main`` holds. Cost: one pass over the
+    shards (no keys are touched). Never edit it: a change is a new step.
+    """
+    conn.exec_driver_sql(
+        "ALTER TABLE shards ADD COLUMN on_default INTEGER NOT NULL DEFAULT 0 CHECK (on_default IN (0, 1))"
+    )
+    conn.exec_driver_sql(
+        "UPDATE shards SET on_default = 1 WHERE remote_id IN (SELECT id FROM remotes WHERE url LIKE 'dir:%')"
+        " OR (state = 'pushed' AND remote_id IN (SELECT id FROM remotes WHERE instr(url, '@') = 0))"
+    )
+
+
 Migration = Callable[[Connection], None]
-MIGRATIONS: tuple[Migration, ...] = (_format_1,)
+MIGRATIONS: tuple[Migration, ...] = (_format_1, _format_2)
 """``MIGRATIONS[n - 1]`` takes a file from format ``n - 1`` to ``n``; the last format is this library's."""
 
 # ------------------------------------------------------------ records
@@ -219,9 +258,16 @@ def _now() -> str:
 # ------------------------------------------------------------ statements (built once)
 
 
-def _unknown_keys_statement(*, among_names: bool) -> Select[Any]:
+def _names_in(param: str) -> Any:
+    """Shards whose name is in the JSON array bound to ``param``."""
+    names = func.json_each(bindparam(param, type_=String)).table_valued("value")
+    return shards_table.c.name.in_(select(names.c.value))
+
+
+def _unknown_keys_statement(*, among_names: bool = False, on_default: bool = False) -> Select[Any]:
     """Keys (the JSON array ``keys``) in no known shard of the remotes ``remote_ids`` in ``folder``; with
-    ``among_names``, only the shards named in the JSON array ``names`` count as known."""
+    ``among_names``, only the shards named in the JSON array ``names`` count as known; with ``on_default``, only
+    the shards known to be on the default branch."""
     keys = json_each_keys()
     # ``+remote_id`` keeps SQLite off the (remote_id, folder, name) index: with it, the planner walked every shard of
     # the folder for each key (keys x shards); without, each key is found by shard_keys' primary key first.
@@ -234,13 +280,15 @@ def _unknown_keys_statement(*, among_names: bool) -> Select[Any]:
         shards_table.c.state.in_([s.value for s in KNOWN_STATES]),
     ]
     if among_names:
-        names = func.json_each(bindparam("names", type_=String)).table_valued("value")
-        known.append(shards_table.c.name.in_(select(names.c.value)))
+        known.append(_names_in("names"))
+    if on_default:
+        known.append(shards_table.c.on_default == 1)
     return select(keys.c.value).where(~exists().where(*known)).order_by(keys.c.key)
 
 
-_UNKNOWN_KEYS = _unknown_keys_statement(among_names=False)
+_UNKNOWN_KEYS = _unknown_keys_statement()
 _UNKNOWN_KEYS_AMONG = _unknown_keys_statement(among_names=True)
+_UNKNOWN_KEYS_ON_DEFAULT = _unknown_keys_statement(on_default=True)
 _INSERT_REMOTE = insert(remotes_table).on_conflict_do_nothing()
 _INSERT_SHARD = insert(shards_table).on_conflict_do_nothing()
 _INSERT_KEY = insert(shard_keys_table).on_conflict_do_nothing()
@@ -255,10 +303,20 @@ _SET_STATE = (
     .values(
         state=bindparam("b_state"),
         revision=func.coalesce(bindparam("b_revision", type_=Text), shards_table.c.revision),
+        # Only ever from 0 to 1: what the default branch held, it holds (a fetch at a tag does not undo a push).
+        on_default=func.max(shards_table.c.on_default, bindparam("b_on_default", type_=Integer)),
         updated_at=bindparam("b_updated_at"),
     )
 )
 _FORGET = delete(shards_table).where(*_THIS_SHARD)
+_OFF_DEFAULT = (
+    shards_table.c.remote_id == bindparam("b_remote_id"),
+    shards_table.c.folder == bindparam("b_folder"),
+    shards_table.c.on_default == 0,
+    _names_in("b_names"),
+)
+_COUNT_OFF_DEFAULT = select(func.count()).select_from(shards_table).where(*_OFF_DEFAULT)
+_MARK_ON_DEFAULT = update(shards_table).where(*_OFF_DEFAULT).values(on_default=1)
 
 
 class Bookkeeping:
@@ -351,14 +409,26 @@ class Bookkeeping:
         return self._run(work, write=True)
 
     def unknown_keys(
-        self, remote_ids: Sequence[int], folder: str, keys: Sequence[str], *, among: Collection[str] | None = None
+        self,
+        remote_ids: Sequence[int],
+        folder: str,
+        keys: Sequence[str],
+        *,
+        among: Collection[str] | None = None,
+        on_default: bool = False,
     ) -> list[str]:
         """The keys among ``keys`` that none of the remotes ``remote_ids`` is known to have (order kept).
 
         With ``among`` (shard names), a key is known only through a recorded shard of that name: the caller
         listed which shards the remote really holds, and a recorded shard that is not among them proves nothing.
+        With ``on_default``, a key is known only through a shard known to be on the default branch (pushed
+        there, fetched from it, or seen in its listing): a shard fetched at another revision proves nothing.
         """
-        statement = _UNKNOWN_KEYS if among is None else _UNKNOWN_KEYS_AMONG
+        if among is not None and on_default:
+            raise ValueError("unknown_keys: give a listing (among) or on_default, not both")
+        statement = (
+            _UNKNOWN_KEYS_AMONG if among is not None else _UNKNOWN_KEYS_ON_DEFAULT if on_default else _UNKNOWN_KEYS
+        )
         names = {} if among is None else {"names": orjson.dumps(sorted(among)).decode()}
 
         def work(conn: Connection) -> list[str]:
@@ -389,9 +459,18 @@ class Bookkeeping:
     # ------------------------------------------------------------ writes
 
     def record(
-        self, remote_id: int, state: ShardState, shards: Iterable[NewShard], revision: str | None = None
+        self,
+        remote_id: int,
+        state: ShardState,
+        shards: Iterable[NewShard],
+        revision: str | None = None,
+        *,
+        on_default: bool = False,
     ) -> None:
-        """Record shards with their keys in one transaction; a shard already recorded moves to ``state``."""
+        """Record shards with their keys in one transaction; a shard already recorded moves to ``state``.
+
+        ``on_default``: the default branch holds them (fetched from it); a shard already known to be there stays so.
+        """
         entries = list(shards)  # a retry runs the transaction again, so an iterator must not be spent by the first
 
         def work(conn: Connection) -> None:
@@ -405,6 +484,7 @@ class Bookkeeping:
                     "bytes": shard.size,
                     "revision": revision,
                     "updated_at": _now(),
+                    "on_default": int(on_default),
                 }
                 result = conn.execute(_INSERT_SHARD, row)
                 if result.rowcount:
@@ -412,7 +492,7 @@ class Bookkeeping:
                     if shard.keys:
                         conn.execute(_INSERT_KEY, [{"input_hash": key, "shard_id": shard_id} for key in shard.keys])
                 else:
-                    self._set_state(conn, remote_id, [(shard.folder, shard.name)], state, revision)
+                    self._set_state(conn, remote_id, [(shard.folder, shard.name)], state, revision, on_default)
 
         self._run(work, write=True)
 
@@ -422,10 +502,13 @@ class Bookkeeping:
         shards: Iterable[tuple[str, str]],
         state: ShardState,
         revision: str | None = None,
+        *,
+        on_default: bool = False,
     ) -> None:
-        """Move recorded shards, given as (folder, name), to ``state`` in one transaction."""
+        """Move recorded shards, given as (folder, name), to ``state`` in one transaction; with ``on_default``,
+        record that the default branch holds them (a push to it confirmed them)."""
         names = list(shards)
-        self._run(lambda conn: self._set_state(conn, remote_id, names, state, revision), write=True)
+        self._run(lambda conn: self._set_state(conn, remote_id, names, state, revision, on_default), write=True)
 
     @staticmethod
     def _set_state(
@@ -434,6 +517,7 @@ class Bookkeeping:
         shards: Sequence[tuple[str, str]],
         state: ShardState,
         revision: str | None,
+        on_default: bool = False,
     ) -> None:
         now = _now()
         params = [
@@ -443,6 +527,7 @@ class Bookkeeping:
                 "b_name": name,
                 "b_state": state.value,
                 "b_revision": revision,
+                "b_on_default": int(on_default),
                 "b_updated_at": now,
             }
             for folder, name in shards
@@ -457,3 +542,12 @@ class Bookkeeping:
         ]
         if params:
             self._run(lambda conn: conn.execute(_FORGET, params), write=True)
+
+    def mark_on_default(self, remote_id: int, folder: str, names: Collection[str]) -> int:
+        """Record that the default branch holds the recorded shards of ``folder`` named in ``names`` (its listing
+        showed them); returns how many were not known to be there. Names that are not recorded are ignored, so an
+        untrusted listing cannot add anything. Reads first: it writes only when something changes."""
+        params = {"b_remote_id": remote_id, "b_folder": folder, "b_names": orjson.dumps(sorted(names)).decode()}
+        if not names or not self._run(lambda conn: int(conn.execute(_COUNT_OFF_DEFAULT, params).scalar_one())):
+            return 0
+        return self._run(lambda conn: int(conn.execute(_MARK_ON_DEFAULT, params).rowcount), write=True)

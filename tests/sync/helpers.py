@@ -24,6 +24,33 @@ JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature
 QWEN_FOLDER = Location.of("completions", "mt-bench", QWEN).relative_folder().as_posix()
 JUDGE_FOLDER = Location.of("judgements", "arena-hard", JUDGE).relative_folder().as_posix()
 
+# Format 1 as the first sharing release wrote it, copied from that release's store/sync/bookkeeping.py.
+# Frozen here, never imported from store: these tests check that files written by that code keep working.
+FORMAT_1_SCHEMA = """
+CREATE TABLE IF NOT EXISTS remotes (
+    id INTEGER PRIMARY KEY,
+    url TEXT NOT NULL UNIQUE
+);
+CREATE TABLE IF NOT EXISTS shards (
+    id INTEGER PRIMARY KEY,
+    remote_id INTEGER NOT NULL REFERENCES remotes (id),
+    folder TEXT NOT NULL,
+    name TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('pending', 'pushed', 'fetched', 'imported')),
+    rows INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    revision TEXT,
+    updated_at TEXT NOT NULL,
+    UNIQUE (remote_id, folder, name)
+);
+CREATE TABLE IF NOT EXISTS shard_keys (
+    input_hash TEXT NOT NULL,
+    shard_id INTEGER NOT NULL REFERENCES shards (id) ON DELETE CASCADE,
+    PRIMARY KEY (input_hash, shard_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS ix_shard_keys_shard_id ON shard_keys (shard_id);
+"""
+
 
 class Sleeps(list[float]):
     """A sleep function that records how long it was asked to wait, and does not wait."""

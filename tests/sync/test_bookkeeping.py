@@ -16,33 +16,8 @@ from store.errors import BookkeepingError
 from store.settings import Settings
 from store.sync import bookkeeping
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState, bookkeeping_path
+from tests.sync.helpers import FORMAT_1_SCHEMA
 
-# Format 1 as the first sharing release wrote it, copied from that release's store/sync/bookkeeping.py.
-# Frozen here, never imported: these tests check that files written by that code keep working.
-FORMAT_1_SCHEMA = """
-CREATE TABLE IF NOT EXISTS remotes (
-    id INTEGER PRIMARY KEY,
-    url TEXT NOT NULL UNIQUE
-);
-CREATE TABLE IF NOT EXISTS shards (
-    id INTEGER PRIMARY KEY,
-    remote_id INTEGER NOT NULL REFERENCES remotes (id),
-    folder TEXT NOT NULL,
-    name TEXT NOT NULL,
-    state TEXT NOT NULL CHECK (state IN ('pending', 'pushed', 'fetched', 'imported')),
-    rows INTEGER NOT NULL,
-    bytes INTEGER NOT NULL,
-    revision TEXT,
-    updated_at TEXT NOT NULL,
-    UNIQUE (remote_id, folder, name)
-);
-CREATE TABLE IF NOT EXISTS shard_keys (
-    input_hash TEXT NOT NULL,
-    shard_id INTEGER NOT NULL REFERENCES shards (id) ON DELETE CASCADE,
-    PRIMARY KEY (input_hash, shard_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS ix_shard_keys_shard_id ON shard_keys (shard_id);
-"""
 HUB = "hf:hub/datasets/org/a"
 
 
@@ -156,9 +131,9 @@ def test_a_file_with_tables_but_no_format_is_not_ours_and_is_left_untouched(tmp_
 # ---------------------------------------------------------------- formats
 
 
-def test_a_format_1_file_written_by_the_first_release_opens_and_works_unchanged(tmp_path: Path) -> None:
+def test_a_format_1_file_written_by_the_first_release_is_upgraded_and_keeps_working(tmp_path: Path) -> None:
     path = write_format_1_file(tmp_path)
-    schema = schema_of(path)
+    Bookkeeping(tmp_path / "new").close()
     with Bookkeeping(tmp_path) as books:
         hub = books.remote_id(HUB)
         assert hub == 1
@@ -167,13 +142,81 @@ def test_a_format_1_file_written_by_the_first_release_opens_and_works_unchanged(
         books.set_state(hub, [("f", "s2")], ShardState.PUSHED, "commit-2")
         books.record(hub, ShardState.FETCHED, [NewShard("f", "s3", 1, 7, ["k5"])])
         assert books.unknown_keys([hub], "f", ["k3", "k4", "k5"]) == ["k4"]
-    assert schema_of(path) == schema
+    assert schema_of(path) == schema_of(bookkeeping_path(tmp_path / "new"))  # exactly what a new file holds
 
 
-def test_a_new_file_holds_exactly_the_schema_the_first_release_wrote(tmp_path: Path) -> None:
+def test_a_new_file_is_format_1_upgraded_by_the_later_steps(tmp_path: Path) -> None:
+    """Format 1's statements are frozen: a new file runs them, then every later step, as an old file does."""
     Bookkeeping(tmp_path / "new").close()
     old = write_format_1_file(tmp_path / "old")
+    with closing(sqlite3.connect(old)) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == 1
+    Bookkeeping(tmp_path / "old").close()
     assert schema_of(bookkeeping_path(tmp_path / "new")) == schema_of(old)
+    assert schema_of(old)[-1] == ("user_version", len(bookkeeping.MIGRATIONS))
+
+
+def test_format_2_knows_what_format_1_says_is_on_the_default_branch_and_nothing_more(tmp_path: Path) -> None:
+    """Format 1 recorded a fetch under the repository whatever revision it was made at: its fetched Hub shards
+    are not taken as on main (a push to main asks main's listing about them); shards a push confirmed under the
+    repository's own name are, and so is every shard of a folder remote (it has no other branch)."""
+    path = write_format_1_file(tmp_path)  # HUB: s1 pushed (k1, k2), s2 pending (k3)
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.executemany("INSERT INTO remotes (id, url) VALUES (?, ?)", [(2, "dir:/shared"), (3, f"{HUB}@exp")])
+        conn.executemany(
+            "INSERT INTO shards (remote_id, folder, name, state, rows, bytes, revision, updated_at)"
+            " VALUES (?, 'f', ?, ?, 1, 5, 'c', '2026-01-02T03:04:05+00:00')",
+            [
+                (1, "s3", "imported"),
+                (1, "s4", "fetched"),
+                (2, "d1", "imported"),
+                (2, "d2", "pushed"),
+                (3, "b1", "pushed"),
+            ],
+        )
+        conn.executemany(
+            "INSERT INTO shard_keys (input_hash, shard_id) VALUES (?, ?)",
+            [("k4", 3), ("k5", 4), ("k6", 5), ("k7", 6), ("k8", 7)],
+        )
+    before = {row[:2] for row in _shard_rows(path)}
+
+    with Bookkeeping(tmp_path) as books:
+        assert books.unknown_keys([1], "f", ["k1", "k3", "k4", "k5"]) == ["k3"]  # known to the repository
+        assert books.unknown_keys([1], "f", ["k1", "k3", "k4", "k5"], on_default=True) == ["k3", "k4", "k5"]
+        assert books.unknown_keys([2], "f", ["k6", "k7", "k9"], on_default=True) == ["k9"]
+
+    on_default = {(remote, name): flag for remote, name, flag in _shard_rows(path)}
+    assert on_default == {
+        (1, "s1"): 1, (1, "s2"): 0, (1, "s3"): 0, (1, "s4"): 0, (2, "d1"): 1, (2, "d2"): 1, (3, "b1"): 0,
+    }  # fmt: skip
+    assert set(on_default) == before  # no shard lost or added
+
+
+def _shard_rows(path: Path) -> list[tuple[Any, ...]]:
+    with closing(sqlite3.connect(path)) as conn:
+        columns = {row[1] for row in conn.execute("PRAGMA table_info(shards)")}
+        flag = "on_default" if "on_default" in columns else "NULL"
+        return conn.execute(f"SELECT remote_id, name, {flag} FROM shards ORDER BY remote_id, name").fetchall()
+
+
+def test_a_shard_once_on_the_default_branch_stays_there_and_a_listing_marks_only_recorded_shards(
+    tmp_path: Path,
+) -> None:
+    with Bookkeeping(tmp_path) as books:
+        hub = books.remote_id(HUB)
+        books.record(hub, ShardState.FETCHED, [NewShard("f", "s1", 1, 1, ["k1"])], "c1", on_default=True)
+        books.record(hub, ShardState.FETCHED, [NewShard("f", "s1", 1, 1, ["k1"])], "c2")  # then at a tag
+        books.record(hub, ShardState.IMPORTED, [NewShard("f", "s2", 1, 1, ["k2"])], "c2")  # at a branch
+        assert books.unknown_keys([hub], "f", ["k1", "k2"], on_default=True) == ["k2"]
+
+        assert books.mark_on_default(hub, "g", ["s2"]) == 0  # another folder's listing
+        assert books.mark_on_default(hub, "f", ["s1", "stray", "s9"]) == 0  # nothing recorded there changes
+        assert books.unknown_keys([hub], "f", ["k1", "k2"], on_default=True) == ["k2"]
+        assert books.mark_on_default(hub, "f", ["s1", "s2"]) == 1
+        assert books.unknown_keys([hub], "f", ["k1", "k2"], on_default=True) == []
+        assert books.shards(hub, ShardState.IMPORTED)[0].name == "s2"  # its state is untouched
+        with pytest.raises(ValueError, match="not both"):
+            books.unknown_keys([hub], "f", ["k1"], among=["s1"], on_default=True)
 
 
 def test_the_tables_describe_the_file_the_migrations_write(tmp_path: Path) -> None:
@@ -192,7 +235,7 @@ def test_the_tables_describe_the_file_the_migrations_write(tmp_path: Path) -> No
             assert f"CHECK ({check.sqltext})" in shards_sql
 
 
-def _format_2(conn: Connection) -> None:
+def _format_next(conn: Connection) -> None:
     """A synthetic next format: shards get a note, filled in for the rows already there."""
     conn.exec_driver_sql("ALTER TABLE shards ADD COLUMN note TEXT")
     conn.exec_driver_sql("UPDATE shards SET note = 'from format 1'")
@@ -202,13 +245,13 @@ def test_a_format_1_file_is_upgraded_by_the_steps_it_lacks_and_keeps_its_rows(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = write_format_1_file(tmp_path)
-    monkeypatch.setattr(bookkeeping, "MIGRATIONS", (*bookkeeping.MIGRATIONS, _format_2))
+    monkeypatch.setattr(bookkeeping, "MIGRATIONS", (*bookkeeping.MIGRATIONS, _format_next))
     with Bookkeeping(tmp_path) as books:
         hub = books.remote_id(HUB)
         assert books.states(hub, "f") == {"s1": ShardState.PUSHED, "s2": ShardState.PENDING}
         assert books.unknown_keys([hub], "f", ["k1", "k2", "k3"]) == ["k3"]
     with closing(sqlite3.connect(path)) as conn:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == 2
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == len(bookkeeping.MIGRATIONS)  # with the next
         assert conn.execute("SELECT name, note FROM shards ORDER BY name").fetchall() == [
             ("s1", "from format 1"),
             ("s2", "from format 1"),
@@ -223,7 +266,7 @@ def test_an_upgrade_that_fails_leaves_the_file_as_it_was(tmp_path: Path, monkeyp
     before = path.read_bytes()
 
     def broken_step(conn: Connection) -> None:
-        _format_2(conn)
+        _format_next(conn)
         conn.exec_driver_sql("SELECT * FROM no_such_table")
 
     monkeypatch.setattr(bookkeeping, "MIGRATIONS", (*bookkeeping.MIGRATIONS, broken_step))
@@ -272,7 +315,7 @@ def test_a_file_damaged_after_it_was_opened_names_the_file_and_what_to_do(tmp_pa
         assert str(books.path) in str(caught.value)
 
 
-@pytest.mark.parametrize("statement", ["_UNKNOWN_KEYS", "_UNKNOWN_KEYS_AMONG"])
+@pytest.mark.parametrize("statement", ["_UNKNOWN_KEYS", "_UNKNOWN_KEYS_AMONG", "_UNKNOWN_KEYS_ON_DEFAULT"])
 def test_a_key_is_looked_up_by_its_hash_not_by_walking_the_folders_shards(tmp_path: Path, statement: str) -> None:
     """The plan finds each key through shard_keys' primary key: walking the folder's shards for every key made a
     push cost keys x shards (minutes for a folder of a few thousand shards)."""
