@@ -30,6 +30,15 @@ The remote is recorded in the bookkeeping with the first shard fetched from
 it: a fetch that fails (a repository the Hub answers with 404) or a dry run
 leaves the bookkeeping as it was.
 
+Whatever revision a fetch is made at, its shards are recorded under the
+repository (so a later fetch at another revision skips them and a push never
+echoes their rows), together with whether that revision was the repository's
+default branch (:func:`store.sync.remote.at_default`): a row fetched at a
+branch, tag or commit is still sent by a push to ``main`` unless ``main``
+lists a shard holding it. A fetch from the default branch also records that
+the shards it lists and skips are on it (a local write, only when that is
+news), which spares the next push to ``main`` the question.
+
 Crash safety: the bookkeeping lives in its own file, so the import and the
 "imported" mark are two commits. The import is idempotent (INSERT OR IGNORE
 of the same validated rows), so a crash between them only means the next
@@ -58,7 +67,7 @@ from store.segments import encode_segment
 from store.settings import MAX_SHARD_BYTES
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote import Remote, check_outside_store
+from store.sync.remote import Remote, at_default, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
     folder_segment,
@@ -172,9 +181,14 @@ def fetch(
         # Looked up, not recorded: the remote is recorded with the first shard fetched from it, so a fetch that
         # fails or a dry run leaves the bookkeeping as it was.
         known_id = books.find_remote(remote.url)
+        default = at_default(remote)
         work: list[tuple[RemoteFolder, list[str]]] = []
         for key in sorted(folders):
             listed = folders[key]
+            if default and known_id is not None and not dry_run:
+                # Shards recorded from another revision that the default branch lists are on it: say so now, so a
+                # push to it need not ask (the shards are skipped below, never recorded again).
+                books.mark_on_default(known_id, key, listed.shards)
             states = {} if known_id is None else books.states(known_id, key)
             todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
             report.skipped += len(listed.shards) - len(todo)
@@ -314,6 +328,7 @@ class ShardImporter:
         self.store, self.remote, self.revision = store, remote, revision
         self.books, self.remote_id, self.max_bytes = books, remote_id, max_bytes
         self.report, self.pool = report, pool
+        self.on_default = at_default(remote)  # whether the pinned revision is the repository's default branch
         self.done = 0
 
     def folder(self, listed: RemoteFolder, todo: Sequence[str], progress: Callable[[int], None]) -> None:
@@ -411,6 +426,7 @@ class ShardImporter:
             ShardState.FETCHED,
             [NewShard(folder, shard.name, len(shard.records), size, shard.keys) for shard, size in valid],
             self.revision,
+            on_default=self.on_default,
         )
         try:
             # In name order, first occurrence wins: every store that fetches these shards keeps the same rows.

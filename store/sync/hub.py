@@ -219,8 +219,9 @@ class HubRemote:
 
     @property
     def url(self) -> str:
-        # The repository, not the revision: what was pushed to or fetched from a repo is known whichever
-        # branch, tag or commit a later fetch pins, so a row fetched at a tag is not pushed back to main.
+        # The repository, not the revision: a shard fetched at one branch, tag or commit is skipped by a fetch at
+        # another and its rows are never echoed. Whether it was the default branch is recorded beside it
+        # (store.sync.remote.at_default), so a push to main still sends the rows main lacks.
         return f"hf:{self.api.endpoint.rstrip('/')}/{self.repo_type}s/{self.repo_id}"
 
     @property

@@ -20,7 +20,15 @@ Protocol of one push (under the store root's sync lock):
    the branch first, and a key counts as held only through a recorded shard
    (pushed to the branch, pushed to the repository, or fetched) that the
    branch lists: a row that reached the default branch after the branch was
-   made from it is sent to the branch too.
+   made from it is sent to the branch too. On the default branch, a key
+   counts as held through a shard known to be on it (pushed to it, fetched
+   from it, seen in its listing); a key that only shards fetched at another
+   branch, tag or commit hold (or fetched before the bookkeeping told
+   revisions apart) is settled by listing the folder's shards on the default
+   branch, once: the rows of shards it lists are not sent, the others are,
+   and the shards it lists are recorded as on it (not in a dry run). A push
+   whose recorded shards were all pushed to or fetched from the default
+   branch lists nothing.
 4. **Make the branch, record, then send.** Only when there is something to
    send, and never in a dry run (which reports that it would), a missing
    branch is created at the pinned commit; if another pusher made it
@@ -54,7 +62,7 @@ from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, meta
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
-from store.sync.remote import MissingBranch, OutgoingFile, Remote, check_outside_store
+from store.sync.remote import MissingBranch, OutgoingFile, Remote, at_default, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
     SHARDS_DIR,
@@ -168,6 +176,9 @@ def push(
         # repository holds (pushed to its default branch, or fetched) may have reached main after the branch was
         # made from it. With nothing recorded there is nothing to check against.
         on_branch = remote if branch and known else None
+        # On the default branch, what only shards fetched at another revision vouch for is asked of its listing.
+        on_default = remote if not branch and known else None
+        listed_on_default: dict[str, frozenset[str]] = {}
         # A branch still to make is read at the commit it will be made from: that is what it will hold.
         missing = remote.missing_branch() if branch else None
         at = None if missing is None else missing.base
@@ -179,7 +190,10 @@ def push(
             plans: list[_FolderPlan] = []
             for done, location in enumerate(locations, start=1):
                 try:
-                    plan = _plan_folder(store, location, books, known, staging, target_bytes, on_branch, at)
+                    plan = _plan_folder(
+                        store, location, books, known, staging, target_bytes, on_branch, at, on_default,
+                        listed_on_default,
+                    )  # fmt: skip
                 except RemoteError:
                     raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
                 except JudgestoreError as e:
@@ -199,6 +213,9 @@ def push(
             return plans
 
         plans = plan_all(on_branch, at, staging)
+        if not dry_run and remote_id is not None:
+            for folder, names in listed_on_default.items():  # the default branch showed them: no need to ask again
+                books.mark_on_default(remote_id, folder, names)
         if plans:  # nothing to send makes no branch
             report.created_branch = missing
         if dry_run or not plans:
@@ -232,7 +249,7 @@ def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote, at: str 
     }
     present = remote.existing(list(paths.values()), revision=at)
     there = [shard for shard, path in paths.items() if path in present]
-    books.set_state(remote_id, there, ShardState.PUSHED)
+    books.set_state(remote_id, there, ShardState.PUSHED, on_default=at_default(remote))
     books.forget(remote_id, [shard for shard, path in paths.items() if path not in present])
     return len(there)
 
@@ -246,6 +263,8 @@ def _plan_folder(
     target_bytes: int,
     branch: Remote | None = None,
     at: str | None = None,
+    default: Remote | None = None,
+    listed_on_default: dict[str, frozenset[str]] | None = None,
 ) -> _FolderPlan | None:
     """Shards of the folder's rows the remote (``known``: the bookkeeping's names of what it holds) does not have,
     or None if it has them all (or the folder none).
@@ -254,12 +273,17 @@ def _plan_folder(
     asked for first and only those count: the bookkeeping knows what the repository holds (pushed to its default
     branch, fetched), not which of it the branch was made with or has received since. ``at`` is the commit a
     missing branch will be made from (its listing is read there), None for the branch head.
+
+    With ``default`` (a push to the repository's default branch, once something was shared with it), a key counts
+    as held only through a shard known to be on that branch; what only shards fetched at another revision hold is
+    settled by one listing of the folder there (:func:`_not_on_default`), kept in ``listed_on_default``.
     """
     database = store.open_existing(location)
     if database is None:  # no tables yet: nothing to send
         return None
     folder = remote_folder(location)
     among = None if branch is None else _listed_shards(branch, location, at)
+    on_default = default is not None
     unsent: list[str] = []
     batch: list[str] = []
     # Only keys are kept while scanning; rows are read back by key once the unsent ones are known,
@@ -267,9 +291,11 @@ def _plan_folder(
     for record in database.query():
         batch.append(record.input_hash)
         if len(batch) >= KEY_BATCH:
-            unsent += books.unknown_keys(known, folder, batch, among=among)
+            unsent += books.unknown_keys(known, folder, batch, among=among, on_default=on_default)
             batch = []
-    unsent += books.unknown_keys(known, folder, batch, among=among)
+    unsent += books.unknown_keys(known, folder, batch, among=among, on_default=on_default)
+    if unsent and default is not None:
+        unsent = _not_on_default(default, location, books, known, unsent, listed_on_default)
     if not unsent:
         return None
     unsent.sort()
@@ -283,6 +309,32 @@ def _plan_folder(
                 writer.add(found[key])
     shards = writer.close()
     return _FolderPlan(location, metadata, shards) if shards else None
+
+
+def _not_on_default(
+    remote: Remote,
+    location: Location,
+    books: Bookkeeping,
+    known: Sequence[int],
+    unsent: list[str],
+    listed: dict[str, frozenset[str]] | None,
+) -> list[str]:
+    """Of ``unsent`` (keys that no shard known to be on the default branch holds), those the branch lacks.
+
+    A key some other recorded shard holds (fetched at another branch, tag or commit, or by a bookkeeping that did
+    not tell revisions apart) may be on the default branch all the same: its listing of the folder decides, as for
+    a push to a branch. It is asked only then, once, and kept in ``listed`` (so the caller records those shards as
+    on the branch, and the next push need not ask). The other keys are unsent whatever it lists.
+    """
+    folder = remote_folder(location)
+    doubtful = set(unsent).difference(books.unknown_keys(known, folder, unsent))
+    if not doubtful:
+        return unsent
+    names = _listed_shards(remote, location)
+    if listed is not None:
+        listed[folder] = names
+    held = doubtful.difference(books.unknown_keys(known, folder, sorted(doubtful), among=names))
+    return [key for key in unsent if key not in held]
 
 
 def _listed_shards(remote: Remote, location: Location, at: str | None = None) -> frozenset[str]:
@@ -350,6 +402,7 @@ def _send(
     rows = sum(s.rows for p in plans for s in p.shards)
     message = f"judgestore push: {shard_count} shards, {rows} rows in {len(plans)} folders"
     size = max(1, remote.max_files_per_add)
+    on_default = at_default(remote)  # a push to another branch is recorded under its name, not as on the default
     sent = 0
     for start in range(0, len(outgoing), size):
         batch = outgoing[start : start + size]
@@ -357,7 +410,8 @@ def _send(
         present = set(result.present)
         confirmed = [(folder, name) for _, folder, name in batch if name is not None]
         report.already_present += sum(1 for file, _, name in batch if name is not None and file.path in present)
-        books.set_state(remote_id, confirmed, ShardState.PUSHED, result.commits[-1] if result.commits else None)
+        revision = result.commits[-1] if result.commits else None
+        books.set_state(remote_id, confirmed, ShardState.PUSHED, revision, on_default=on_default)
         report.commits += result.commits
         sent += len(batch)
         progress("Uploading", sent, len(outgoing))

@@ -132,6 +132,13 @@ class Remote(Protocol):
         ...
 
 
+def at_default(remote: Remote) -> bool:
+    """Whether ``remote`` reads and writes its repository's default branch (always, for a folder): what a fetch
+    from it takes and a push to it confirms is on that branch, which the bookkeeping records (``on_default``). A
+    remote at another branch, a tag or a commit is not: its :attr:`Remote.pushed_to` names that revision."""
+    return remote.pushed_to == remote.url
+
+
 def check_outside_store(remote: Remote, store_root: Path) -> None:
     """Refuse a folder remote that is the store's root or lies inside it: a push would write its shards among the
     store's descriptor folders (where ``verify`` finds them as strays) and a fetch would read the store as a remote."""

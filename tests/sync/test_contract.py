@@ -174,10 +174,12 @@ def test_a_push_interrupted_after_the_commit_loses_nothing_and_duplicates_nothin
 
     real_set_state = Bookkeeping.set_state
 
-    def die_before_recording(self: Bookkeeping, remote_id: int, shards: Any, state: ShardState, *rest: Any) -> None:
+    def die_before_recording(
+        self: Bookkeeping, remote_id: int, shards: Any, state: ShardState, *rest: Any, **options: Any
+    ) -> None:
         if state is ShardState.PUSHED:
             raise Crash()
-        real_set_state(self, remote_id, shards, state, *rest)
+        real_set_state(self, remote_id, shards, state, *rest, **options)
 
     monkeypatch.setattr(Bookkeeping, "set_state", die_before_recording)
     with pytest.raises(Crash):

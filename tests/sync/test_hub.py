@@ -24,7 +24,18 @@ from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState, bookkeeping_path
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
 from tests.fake_hub import FakeHub, Fault
-from tests.sync.helpers import QWEN, READ_TOKEN, REPO, WRITE_TOKEN, Sleeps, completions, fill, hub_remote, rows
+from tests.sync.helpers import (
+    FORMAT_1_SCHEMA,
+    QWEN,
+    READ_TOKEN,
+    REPO,
+    WRITE_TOKEN,
+    Sleeps,
+    completions,
+    fill,
+    hub_remote,
+    rows,
+)
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -268,6 +279,176 @@ def test_a_branch_push_sends_what_main_received_after_the_branch_was_made(hub: F
     before = commits_of(hub)
     again = push(alice, hub_remote(hub, revision="dev"))  # unchanged: the listing shows dev has every shard
     assert again.ok and again.shards == 0 and commits_of(hub) == before
+
+
+# ---------------------------------------------------------------- rows fetched at another revision, pushed to main
+
+
+def listings_of(hub: FakeHub) -> int:
+    return hub.count("GET", "/tree/")
+
+
+def test_rows_fetched_from_a_branch_are_pushed_to_main(hub: FakeHub, make_store: MakeStore) -> None:
+    """Bob fetches `exp` (main's shard and the branch's own) and pushes to main: main gets what only `exp` held,
+    asked of main's listing once; the shard main already lists is not sent again. Carol, on main, gets it all."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    assert push(alice, hub_remote(hub)).rows == 3
+    fill(alice, completions(range(3, 6)))
+    assert push(alice, hub_remote(hub, revision="exp")).rows == 3  # made from main, gets rows 3..5
+    bob = make_store("bob")
+    fill(bob, completions(range(10, 12)))  # bob's own rows
+    assert fetch(bob, hub_remote(hub, revision="exp")).rows == 6
+    main_files, listed = set(hub.files(REPO)), listings_of(hub)
+
+    to_main = push(bob, hub_remote(hub))
+
+    assert to_main.ok and to_main.rows == 5  # rows 3..5 from exp and bob's 10, 11; not rows 0..2
+    assert listings_of(hub) == listed + 1  # one folder: one listing of main
+    assert not main_files.intersection(set(hub.files(REPO)) - main_files)
+    carol = make_store("carol")
+    assert fetch(carol, hub_remote(hub)).ok and rows(carol) == rows(bob)
+    listed, before = listings_of(hub), commits_of(hub)
+    again = push(bob, hub_remote(hub))  # settled: main's listing was recorded, exp's rows went in bob's shards
+    assert again.ok and again.shards == 0 and listings_of(hub) == listed and commits_of(hub) == before
+    assert fetch(bob, hub_remote(hub)).shards == 0  # a fetch from main after it imports nothing again
+    assert push(bob, hub_remote(hub, revision="exp")).rows == 2  # exp lacks only bob's own rows
+
+
+@pytest.mark.parametrize("at", ["tag", "commit"])
+def test_rows_fetched_at_a_tag_or_commit_main_lacks_are_pushed_to_main(
+    hub: FakeHub, make_store: MakeStore, at: str
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    assert push(alice, hub_remote(hub, revision="exp")).rows == 4
+    revision = hub.tag(REPO, "v1", revision="exp") if at == "commit" else "v1"
+    if at == "tag":
+        hub.tag(REPO, "v1", revision="exp")
+    del hub.repo(REPO).branches["exp"]  # only the tag or the commit holds the rows now
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision=revision)).rows == 4
+    assert fetch(bob, hub_remote(hub)).shards == 0  # main has nothing
+
+    assert push(bob, hub_remote(hub)).rows == 4
+
+    carol = make_store("carol")
+    assert fetch(carol, hub_remote(hub)).rows == 4 and rows(carol) == rows(alice)
+
+
+def test_a_push_to_main_after_fetching_main_only_lists_nothing(hub: FakeHub, make_store: MakeStore) -> None:
+    """What is cheap stays cheap: every shard recorded was fetched from or pushed to main, so no listing."""
+    alice = make_store("alice")
+    fill(alice, completions(range(4)))
+    push(alice, hub_remote(hub))
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub)).rows == 4
+    fill(bob, completions(range(4, 6)))
+    hub.requests.clear()
+
+    report = push(bob, hub_remote(hub))
+
+    assert report.ok and report.rows == 2 and listings_of(hub) == 0
+    hub.requests.clear()
+    assert push(bob, hub_remote(hub)).shards == 0 and listings_of(hub) == 0
+
+
+def test_a_fetch_from_main_tells_the_bookkeeping_what_main_holds_of_what_a_branch_gave(
+    hub: FakeHub, make_store: MakeStore
+) -> None:
+    """Bob fetched main's shard from `exp` first; his fetch from main skips it but records it as on main, so his
+    push to main need not ask main's listing."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    hub.tag(REPO, "exp")
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="exp")).rows == 3
+    fetched = fetch(bob, hub_remote(hub))
+    assert fetched.shards == 0 and fetched.skipped == 1  # not imported again
+    fill(bob, completions(range(3, 5)))
+    hub.requests.clear()
+
+    report = push(bob, hub_remote(hub))
+
+    assert report.ok and report.rows == 2 and listings_of(hub) == 0
+
+
+def test_a_dry_run_to_main_asks_main_but_records_nothing(hub: FakeHub, make_store: MakeStore) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub, revision="exp"))
+    bob = make_store("bob")
+    fetch(bob, hub_remote(hub, revision="exp"))
+    before = sync_state(bob)
+
+    assert push(bob, hub_remote(hub), dry_run=True).rows == 3
+
+    assert sync_state(bob) == before and fetch(make_store("carol"), hub_remote(hub)).rows == 0
+
+
+def as_format_1(store: Store) -> None:
+    """Rewrite the store's bookkeeping as the first release would hold it: format 1's schema, the same rows, and
+    no word of which revision a shard was fetched at."""
+    path = bookkeeping_path(store.root)
+    with closing(sqlite3.connect(path)) as conn:
+        remotes = conn.execute("SELECT id, url FROM remotes").fetchall()
+        shards = conn.execute(
+            "SELECT id, remote_id, folder, name, state, rows, bytes, revision, updated_at FROM shards"
+        ).fetchall()
+        keys = conn.execute("SELECT input_hash, shard_id FROM shard_keys").fetchall()
+    path.unlink()
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN")
+        for statement in FORMAT_1_SCHEMA.split(";"):
+            if statement.strip():
+                conn.execute(statement)
+        conn.execute("PRAGMA user_version = 1")
+        conn.executemany("INSERT INTO remotes VALUES (?, ?)", remotes)
+        conn.executemany("INSERT INTO shards VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", shards)
+        conn.executemany("INSERT INTO shard_keys VALUES (?, ?)", keys)
+        conn.execute("COMMIT")
+
+
+def test_an_old_bookkeeping_sends_to_main_what_it_fetched_from_a_branch_and_asks_main_once(
+    hub: FakeHub, make_store: MakeStore
+) -> None:
+    """A format 1 file does not say where a shard was fetched: main's listing settles it, on the first push only."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    fill(alice, completions(range(3, 5)))
+    push(alice, hub_remote(hub, revision="exp"))
+    bob = make_store("bob")
+    assert fetch(bob, hub_remote(hub, revision="exp")).rows == 5
+    as_format_1(bob)
+    listed = listings_of(hub)
+
+    to_main = push(bob, hub_remote(hub))
+
+    assert to_main.ok and to_main.rows == 2 and listings_of(hub) == listed + 1  # only what exp alone held
+    carol = make_store("carol")
+    assert fetch(carol, hub_remote(hub)).rows == 5 and rows(carol) == rows(alice)
+    listed = listings_of(hub)
+    assert push(bob, hub_remote(hub)).shards == 0 and listings_of(hub) == listed  # settled once
+
+
+def test_an_old_bookkeeping_that_fetched_main_asks_main_once_and_sends_nothing(
+    hub: FakeHub, make_store: MakeStore
+) -> None:
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    bob = make_store("bob")
+    fetch(bob, hub_remote(hub))
+    as_format_1(bob)
+    fill(bob, completions(range(3, 4)))
+    hub.requests.clear()
+
+    assert push(bob, hub_remote(hub)).rows == 1 and listings_of(hub) == 1
+    fill(bob, completions(range(4, 5)))
+    hub.requests.clear()
+    assert push(bob, hub_remote(hub)).rows == 1 and listings_of(hub) == 0
 
 
 def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
