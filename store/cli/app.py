@@ -102,8 +102,9 @@ def run_program(app: typer.Typer) -> NoReturn:
     if isinstance(code, str):
         sys.stderr.write(f"{code}\n")  # what sys.exit("message") prints
     try:
-        sys.stdout.flush()
-        sys.stderr.flush()
+        for stream in (sys.stdout, sys.stderr):
+            if stream is not None:  # None: the command was started with it closed (`>&-`)
+                stream.flush()
     except BrokenPipeError:  # `judgestore ls | head`: the reader has what it wanted
         pass
     os._exit(code if isinstance(code, int) else 0 if code is None else 1)

@@ -14,7 +14,10 @@ Contract:
 * stdout carries only the result (a table, JSON, JSONL or CSV; a file
   name whose bytes are not UTF-8 is printed as those bytes); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with
-  ``--json``.
+  ``--json``. A stdout that cannot be written (a full disk) is an
+  :class:`~store.errors.OutputWriteError` naming stdout, never the store's
+  error; a command started with stdout closed refuses before it does
+  anything.
 * Every table is a :class:`~store.cli.tables.FittedTable`: it fits the
   terminal, 80 columns included, without cutting a header or making two rows
   look alike (:func:`location_table` for tables of databases).
@@ -24,6 +27,7 @@ Contract:
 from __future__ import annotations
 
 import enum
+import errno
 import functools
 import io
 import json
@@ -130,14 +134,66 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
             # A file name is bytes, which Python gives as lone surrogates where they are not UTF-8; printed, they
             # are those bytes again (a UTF-8 locale's stdout would refuse them: UnicodeEncodeError).
             sys.stdout.reconfigure(errors="surrogateescape")
+        given = sys.stdout
         try:
-            return func(*args, **kwargs)
+            if given is None:  # started with stdout closed (`>&-`): refuse before doing anything
+                raise OutputWriteError("stdout", "the output", OSError(errno.EBADF, STDOUT_CLOSED))
+            sys.stdout = _MarkedStdout(given)
+            result = func(*args, **kwargs)
+            sys.stdout.flush()  # output still buffered fails here, inside the edge, not at the exit
+            return result
         except JudgestoreError as e:
             report(e, kwargs.get("json_output"))
         except (sqlite3.Error, DBAPIError, OSError) as e:  # the last line of defence: see the module docstring
-            report(_last_defence(kwargs, e), kwargs.get("json_output"))
+            report(_stdout_error(e) or _last_defence(kwargs, e), kwargs.get("json_output"))
+        finally:
+            sys.stdout = given
 
     return wrapper
+
+
+STDOUT_CLOSED = "it is closed; give the command a stdout (`> out.txt`, or `> /dev/null` to discard it)"
+
+
+class _MarkedStdout:
+    """``sys.stdout`` while a command runs: an ``OSError`` writing or flushing it is marked as stdout's.
+
+    A full or failing disk under stdout (``> /dev/full``) and under the store fail with the same errno; the mark
+    lets the edge name stdout (:class:`OutputWriteError`), never the store. The error itself is unchanged (a
+    ``BrokenPipeError`` still ends rich's output and :func:`rows_to_stdout` quietly); the rest is the stream's.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except OSError as e:
+            e.judgestore_stdout = True  # type: ignore[attr-defined]
+            raise
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except OSError as e:
+            e.judgestore_stdout = True  # type: ignore[attr-defined]
+            raise
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _stdout_error(error: BaseException) -> OutputWriteError | None:
+    """The error to report for a failed write to stdout, or None when ``error`` is not one. A reader that
+    stopped reading (``| head``) ends the command quietly with exit status 1, as rich does for a table."""
+    if not (isinstance(error, OSError) and getattr(error, "judgestore_stdout", False)):
+        return None
+    with suppress(OSError, ValueError, io.UnsupportedOperation):  # the exit flushes stdout again: let it succeed
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())  # type: ignore[union-attr]
+    if isinstance(error, BrokenPipeError):
+        raise typer.Exit(1) from None
+    return OutputWriteError("stdout", "the output", error)
 
 
 _python_show_warning = warnings.showwarning

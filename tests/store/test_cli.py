@@ -726,6 +726,59 @@ def test_a_stdout_that_cannot_be_written_is_said_to_be_stdout_not_the_store(
     assert result.stderr == "Error: stdout: could not write the rows: No space left on device\n"
 
 
+def this_checkout(*args: str, stdout: Any = subprocess.PIPE, closing: int | None = None) -> Any:
+    """``python -m store`` of this checkout (never an installed copy), stderr captured; ``closing``: a file
+    descriptor (0 stdin, 1 stdout) the command starts with closed, as `<&-` or `>&-` leave it."""
+    return subprocess.run(
+        [sys.executable, "-m", "store", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=stdout,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        preexec_fn=None if closing is None else lambda: os.close(closing),
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ls"],
+        ["ls", "--json"],
+        ["stats"],
+        ["verify", "--json"],
+        ["db", "status"],
+        ["query"],
+        ["stats", "--json"],
+        ["delete", "--run-id", "run-2", "--dry-run"],
+    ],
+)
+def test_every_command_says_a_full_stdout_is_stdout_not_the_store(filled: Path, args: list[str]) -> None:
+    before = file_digests(filled)
+    with open("/dev/full", "w") as full:
+        result = this_checkout(*args, stdout=full)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    said = "stdout: could not write the output: No space left on device"  # was: "the disk is full" of the store
+    if "--json" in args:
+        assert as_json(result.stderr) == {"error": said, "type": "OutputWriteError"}
+    else:
+        assert result.stderr == f"Error: {said}\n"
+    assert file_digests(filled) == before
+
+
+@pytest.mark.parametrize("args", [["ls"], ["query", "--json"], ["delete", "--run-id", "run-2", "--yes"]])
+def test_a_closed_stdout_is_refused_before_the_command_does_anything(filled: Path, args: list[str]) -> None:
+    before = file_digests(filled)
+    result = this_checkout(*args, stdout=None, closing=1)  # Python starts with sys.stdout None
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    said = "stdout: could not write the output: it is closed; give the command a stdout"
+    assert len(result.stderr.splitlines()) == 1 and said in result.stderr
+    if "--json" in args:
+        assert as_json(result.stderr)["type"] == "OutputWriteError"
+    assert file_digests(filled) == before and count_rows(filled) == 10
+
+
 @pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli/ does not exist yet")
 def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("judgestore")
