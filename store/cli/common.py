@@ -274,11 +274,13 @@ def rows_to_stdout() -> Iterator[None]:
 
 def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
     """Ask before a command deletes (unless ``--yes``); exits if the answer is no. ``--json`` never asks (stdout
-    carries only its document, and a script has no one to answer): it needs ``--yes``."""
+    carries only its document, and a script has no one to answer), nor does a closed stdin: they need ``--yes``."""
     if yes:
         return
     if json_output:
         raise InvalidInputError("--json does not ask for confirmation: pass --yes to go ahead, or --dry-run")
+    if sys.stdin is None or sys.stdin.closed:  # started with stdin closed (`<&-`): no one can answer
+        raise InvalidInputError("cannot ask for confirmation: stdin is closed; pass --yes to go ahead, or --dry-run")
     typer.confirm(question, abort=True, err=True)
 
 

@@ -779,6 +779,17 @@ def test_a_closed_stdout_is_refused_before_the_command_does_anything(filled: Pat
     assert file_digests(filled) == before and count_rows(filled) == 10
 
 
+@pytest.mark.parametrize("args", [["delete", "--run-id", "run-2"], ["prune", "--keep-last-runs", "1"]])
+def test_a_closed_stdin_cannot_confirm_and_nothing_is_deleted(filled: Path, args: list[str]) -> None:
+    before = file_digests(filled)
+    result = this_checkout(*args, closing=0)  # `<&-`: Python starts with sys.stdin None
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.splitlines()[-1] == (
+        "Error: cannot ask for confirmation: stdin is closed; pass --yes to go ahead, or --dry-run"
+    )
+    assert file_digests(filled) == before and count_rows(filled) == 10
+
+
 @pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli/ does not exist yet")
 def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("judgestore")
