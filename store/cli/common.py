@@ -118,7 +118,8 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     def report(error: JudgestoreError, json_output: object) -> NoReturn:
         if json_output:
-            sys.stderr.write(orjson.dumps(_error_payload(error)).decode() + "\n")
+            # to_json: a path that is not UTF-8 (a file name of other bytes) is a \u escape, as in results
+            sys.stderr.write(to_json(_error_payload(error), indent=False) + "\n")
         else:
             stderr().print(Text.assemble(("Error: ", "bold red"), _error_line(error)), soft_wrap=True)
         raise typer.Exit(1) from None

@@ -790,6 +790,16 @@ def test_a_closed_stdin_cannot_confirm_and_nothing_is_deleted(filled: Path, args
     assert file_digests(filled) == before and count_rows(filled) == 10
 
 
+def test_a_json_error_naming_a_path_that_is_not_utf8_is_still_json(filled: Path, tmp_path: Path) -> None:
+    missing = tmp_path / os.fsdecode(b"caf\xe9")  # a Latin-1 name: Python holds the byte as a lone surrogate
+    before = file_digests(filled)
+    result = judgestore("copy", "--from-root", str(missing), "--to-root", str(tmp_path / "to"), "--json")
+    assert result.exit_code == 1 and result.exception is not None and isinstance(result.exception, SystemExit)
+    error = json.loads(result.stderr)  # was: TypeError (orjson refuses lone surrogates) and a traceback
+    assert error["type"] == "StoreMissingError" and error["path"] == str(missing)
+    assert not (tmp_path / "to").exists() and file_digests(filled) == before
+
+
 @pytest.mark.skipif(importlib.util.find_spec("inference.cli") is None, reason="inference/cli/ does not exist yet")
 def test_the_judgestore_console_script(filled: Path, tmp_path: Path) -> None:
     script = Path(sys.executable).with_name("judgestore")
