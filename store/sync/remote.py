@@ -158,6 +158,13 @@ class DirectoryRemote:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).absolute()
+        try:  # the bookkeeping records the remote by its path, as text: bytes that are not UTF-8 cannot be stored
+            str(self.root).encode()
+        except UnicodeEncodeError:
+            raise InvalidInputError(
+                f"{self.url}: the shared folder's path is not valid UTF-8 text; rename it, or give a link to it "
+                "whose path is"
+            ) from None
 
     def __repr__(self) -> str:
         return f"DirectoryRemote({str(self.root)!r})"

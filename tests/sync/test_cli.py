@@ -94,6 +94,17 @@ def test_a_shared_folder_inside_the_store_is_refused_and_nothing_is_written(tmp_
     assert file_digests(store) == before and not (store / "shared").exists()  # --create-repo made nothing
 
 
+def test_a_shared_folder_whose_path_is_not_utf8_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    shared = tmp_path / os.fsdecode(b"caf\xe9")  # a Latin-1 name
+    for command in (["push", "--create-repo", "--all"], ["fetch", "--all"]):
+        result = hub_cli(*command, "--dir", str(shared), "--store-root", str(store))
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output  # was: a traceback
+        assert "the shared folder's path is not valid UTF-8 text; rename it" in result.stderr
+    assert file_digests(store) == before and not shared.exists()
+
+
 def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     alice, bob, shared = filled_store(tmp_path / "alice"), tmp_path / "bob", tmp_path / "shared"
 
