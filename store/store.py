@@ -185,7 +185,9 @@ class Store:
         made that match ``flt`` are deleted too (the counts say so). A database
         that fails (locked, damaged) raises its error, with ``rows_deleted`` and
         a note saying what was deleted before it, from which databases; the
-        databases after it are left as they were.
+        databases after it are left as they were. A ``KeyboardInterrupt``
+        (Ctrl-C) gets the same attribute and note (the database it stopped in
+        is rolled back).
         """
         if flt.is_empty():
             raise EmptyFilterError()
@@ -194,12 +196,13 @@ class Store:
             try:
                 database = self.open(entry.location)
                 deleted.append(RowCount(entry.location, database.where, database.delete(flt)))
-            except JudgestoreError as e:
+            except (JudgestoreError, KeyboardInterrupt) as e:
                 if deleted:
-                    e.rows_deleted = sum(d.rows for d in deleted)
+                    rows = sum(d.rows for d in deleted)
+                    e.rows_deleted = rows  # type: ignore[union-attr]  # KeyboardInterrupt: set here, for the CLI
                     places = ", ".join(d.where for d in deleted[:3]) + (", ..." if len(deleted) > 3 else "")
                     e.add_note(
-                        f"Before it, {e.rows_deleted:,} rows were deleted from {len(deleted)} databases ({places}); "
+                        f"Before it, {rows:,} rows were deleted from {len(deleted)} databases ({places}); "
                         "no other database was changed: run the same delete again to finish."
                     )
                 raise

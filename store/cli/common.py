@@ -285,6 +285,21 @@ def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
     typer.confirm(question, abort=True, err=True)
 
 
+def interrupted(error: KeyboardInterrupt, json_output: bool) -> NoReturn:
+    """Ctrl-C in a command that deletes: one line saying what was deleted before it (the notes and
+    ``rows_deleted`` :meth:`Store.delete_rows` gave the interrupt; a JSON object with ``--json``), exit 130."""
+    rows = getattr(error, "rows_deleted", None)
+    message = (
+        " ".join(["interrupted.", *getattr(error, "__notes__", ())]) if rows else "interrupted; nothing was deleted"
+    )
+    if json_output:
+        sys.stderr.write(to_json({"error": message, "type": "Interrupted", "rows_deleted": rows or 0}, indent=False))
+        sys.stderr.write("\n")
+    else:
+        stderr().print(message, style="bold yellow", soft_wrap=True)
+    raise typer.Exit(130)
+
+
 def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> None:
     """Refuse, before a command does its work, an output file it could not write at the end ('-' is stdout), or
     one that is one of its ``inputs`` (writing it would replace what the command read)."""

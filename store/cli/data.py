@@ -29,6 +29,7 @@ from store.cli.common import (
     counted,
     emit_json,
     exit_if_unread,
+    interrupted,
     location_cells,
     location_table,
     no_databases,
@@ -324,7 +325,10 @@ def delete_command(
         return
     confirmed(f"Delete {matched:,} rows from {len(plan)} databases?", yes=yes, json_output=json_output)
     with Store(settings) as store:
-        deleted = store.delete_rows(plan, flt)
+        try:
+            deleted = store.delete_rows(plan, flt)
+        except KeyboardInterrupt as e:
+            interrupted(e, json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

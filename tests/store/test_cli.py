@@ -23,6 +23,7 @@ from typer.testing import CliRunner
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import walk
+from store.repository import Repository
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -389,6 +390,36 @@ def test_delete_asks_first(filled: Path) -> None:
     assert accepted.exit_code == 0, accepted.output
     assert "Deleted 3 rows from 2 databases." in accepted.stdout
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """run-2 has 2 rows in a completions database, then 1 in the judgements one: Ctrl-C lands in the second,
+    after its DELETE ran and before it committed."""
+    real_delete = Repository.delete
+    calls = []
+
+    def delete_then_ctrl_c(self: Repository, flt: RowFilter) -> int:
+        calls.append(self.role)
+        deleted = real_delete(self, flt)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        return deleted
+
+    monkeypatch.setattr(Repository, "delete", delete_then_ctrl_c)
+    result = judgestore("delete", "--run-id", "run-2", "--yes", *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and calls == ["completions", "judgements"]
+    said = "Before it, 2 rows were deleted from 1 databases"  # was: nothing at all, exit 130
+    if json_output:
+        error = as_json(result.stderr)
+        assert error["type"] == "Interrupted" and error["rows_deleted"] == 2 and said in error["error"]
+        assert result.stdout == ""
+    else:
+        assert said in " ".join(result.stderr.split()) and "run the same delete again" in result.stderr
+    assert count_rows(filled, RowFilter(run_id="run-2"), "completions") == 0
+    assert count_rows(filled, RowFilter(run_id="run-2"), "judgements") == 1  # rolled back
 
 
 @pytest.mark.parametrize(
