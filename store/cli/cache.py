@@ -27,6 +27,7 @@ from store.cli.common import (
     counted,
     emit_json,
     exit_if_unread,
+    interrupted,
     location_cells,
     location_table,
     no_databases,
@@ -313,7 +314,10 @@ def prune_command(
         return
     confirmed(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", yes=yes, json_output=json_output)
     with Store(settings) as store:
-        deleted = prune(store, plan)
+        try:
+            deleted = prune(store, plan)
+        except KeyboardInterrupt as e:
+            interrupted(e, json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

@@ -393,11 +393,12 @@ def test_delete_asks_first(filled: Path) -> None:
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("command", ["delete", "prune"])
 def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
-    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool, command: str
 ) -> None:
     """run-2 has 2 rows in a completions database, then 1 in the judgements one: Ctrl-C lands in the second,
-    after its DELETE ran and before it committed."""
+    after its DELETE ran and before it committed. (prune: the same rows, chosen by a row filter.)"""
     real_delete = Repository.delete
     calls = []
 
@@ -409,7 +410,7 @@ def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
         return deleted
 
     monkeypatch.setattr(Repository, "delete", delete_then_ctrl_c)
-    result = judgestore("delete", "--run-id", "run-2", "--yes", *(["--json"] if json_output else []))
+    result = judgestore(command, "--run-id", "run-2", "--yes", *(["--json"] if json_output else []))
     assert result.exit_code == 130 and calls == ["completions", "judgements"]
     said = "Before it, 2 rows were deleted from 1 databases"  # was: nothing at all, exit 130
     if json_output:
