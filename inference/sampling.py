@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import JsonValue, ValidationError
 
 from store.descriptor import LogprobPositions, SamplingSettings, canonical_json
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, invalid_values
 
 
 def json_value(value: Any, where: str) -> JsonValue:
@@ -67,7 +67,7 @@ def sampling_settings_from(
     try:
         settings = SamplingSettings(**{k: json_value(v, f"sampling.{k}") for k, v in sampling.items()})
     except ValidationError as e:
-        raise InvalidInputError(f"invalid sampling settings: {e}") from e
+        raise InvalidInputError(f"invalid sampling settings: {invalid_values(e)}") from e
     if logprob_positions != "first" and settings.logprobs is None:
         raise InvalidInputError(f"logprob_positions={logprob_positions!r} needs logprobs (a number of candidates)")
     return settings

@@ -9,7 +9,12 @@ refuses). Nothing is changed by a call refused with one.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from store.errors.base import JudgestoreError
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
 
 __all__ = [
     "EmptyFilterError",
@@ -17,7 +22,21 @@ __all__ = [
     "NotCombinableError",
     "StatementError",
     "UnsupportedMessageError",
+    "invalid_values",
 ]
+
+
+def invalid_values(error: ValidationError) -> str:
+    """A pydantic error as one line: each wrong value's place, what was wrong and the value given
+    (``temperature: Input should be a valid number ... (got 'abc')``), never pydantic's own several lines and
+    link."""
+    parts = []
+    for err in error.errors():
+        place = ".".join(map(str, err["loc"]))
+        given = err.get("input")
+        got = f" (got {given!r})" if isinstance(given, str | int | float) and not isinstance(given, bool) else ""
+        parts.append(f"{place + ': ' if place else ''}{err['msg']}{got}")
+    return "; ".join(parts)
 
 
 class InvalidInputError(JudgestoreError, ValueError):

@@ -32,6 +32,25 @@ def generate(openai_server: FakeOpenAI, chat_prompts: Path, out: Path, *extra: s
     )  # fmt: skip
 
 
+@pytest.mark.parametrize(
+    ("extra", "said"),
+    [
+        (("--sampling", "temperature=hot"), "invalid sampling settings: temperature: Input should be a valid number, "
+         "unable to parse string as a number (got 'hot')"),
+        (("--model", "caf\udce9"), "invalid descriptor for hosted model 'caf\\udce9': model: Input should be a valid "
+         "string, unable to parse raw data as a unicode string (got 'caf\\udce9')"),
+    ],
+    ids=["sampling", "model"],
+)  # fmt: skip
+def test_a_value_pydantic_refuses_is_one_line_and_nothing_is_sent(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path, extra: tuple[str, str], said: str
+) -> None:
+    result = generate(openai_server, chat_prompts, tmp_path / "out.jsonl", *extra)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+    assert result.stderr == f"Error: {said}\n"  # was: pydantic's several lines and its link
+    assert openai_server.completions() == [] and not store_root.exists() and not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_rerun_sends_nothing_and_the_summary_counts_what_was_sent(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
 ) -> None:

@@ -51,7 +51,7 @@ from pydantic import JsonValue, ValidationError
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.sampling import json_value, sampling_settings_from
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, invalid_values
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)
@@ -259,4 +259,4 @@ def hosted_descriptor(
             routing=_routing(provider, routing or {}, known),
         )
     except ValidationError as e:
-        raise InvalidInputError(f"invalid descriptor for hosted model {model!r}: {e}") from e
+        raise InvalidInputError(f"invalid descriptor for hosted model {model!r}: {invalid_values(e)}") from e

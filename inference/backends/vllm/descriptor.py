@@ -38,7 +38,7 @@ from pydantic import JsonValue, ValidationError
 from inference.backends.vllm.model_source import model_name, resolve_model
 from inference.sampling import json_value, sampling_settings_from
 from store.descriptor import LogprobPositions, ModelDescriptor, canonical_json, sha256_hex
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, invalid_values
 
 # Engine settings that change how (where, how fast, in how much memory) vLLM
 # runs, never which distribution a token is sampled from. Everything else is
@@ -351,4 +351,4 @@ def descriptor_from_vllm(
             backend_version=backend_version(),
         )
     except ValidationError as e:
-        raise InvalidInputError(f"invalid descriptor for model {model!r}: {e}") from e
+        raise InvalidInputError(f"invalid descriptor for model {model!r}: {invalid_values(e)}") from e
