@@ -169,7 +169,7 @@ def push(
         # Looked up, not recorded: the remote is recorded with the first shard sent to it, so a push that
         # fails (a repository the Hub answers with 404) or a dry run leaves the bookkeeping as it was.
         remote_id = books.find_remote(remote.pushed_to)
-        branch = remote.pushed_to != remote.url
+        branch = not at_default(remote)
         repository = books.find_remote(remote.url) if branch else None
         known = [i for i in (remote_id, repository) if i is not None]
         # A branch is asked which shards it holds (one listing per folder): what the bookkeeping knows the
