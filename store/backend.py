@@ -235,8 +235,9 @@ class Database(ABC):
         rows = list(records)
         return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
-    def delete(self, flt: RowFilter) -> int:
-        return self._write(lambda repo: repo.delete(flt))
+    def delete(self, *filters: RowFilter) -> int:
+        """Delete the rows matching any of ``filters`` (each non-empty) in one write transaction; returns how many."""
+        return self._write(lambda repo: sum(repo.delete(flt) for flt in filters))
 
     def count(self, flt: RowFilter | None = None) -> int:
         return self._read(lambda repo: repo.count(flt))

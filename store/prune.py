@@ -14,7 +14,7 @@ Contract:
 * :func:`plan_prune` reads only: it turns the rule into row filters
   (:attr:`PrunePlan.filters`, disjoint) and counts their rows per database.
   :func:`prune` deletes exactly those filters' rows, one write transaction
-  per database and filter, so a dry run's counts are what a prune deletes
+  per database, so a dry run's counts are what a prune deletes
   (rows written in between that match are deleted too, and counted).
 * Files keep their size until ``judgestore vacuum`` (:mod:`store.backends.sqlite.vacuum`).
 """
@@ -225,10 +225,7 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
 
 
 def prune(store: Store, plan: PrunePlan) -> list[RowCount]:
-    """Delete the rows of ``plan``'s filters in its databases; returns the rows deleted per database."""
-    deleted: dict[str, tuple[Location, int]] = {}
-    for flt in plan.filters:
-        for entry in store.delete_rows(plan.counts, flt):
-            location, rows = deleted.get(entry.where, (entry.location, 0))
-            deleted[entry.where] = (location, rows + entry.rows)
-    return [RowCount(location, where, rows) for where, (location, rows) in deleted.items()]
+    """Delete the rows of ``plan``'s filters in its databases, one write transaction per database; returns the
+    rows deleted per database (an error or Ctrl-C midway carries what was deleted before it:
+    :meth:`Store.delete_rows`)."""
+    return store.delete_rows(plan.counts, *plan.filters) if plan.filters else []

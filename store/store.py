@@ -178,24 +178,26 @@ class Store:
                 plan.append(RowCount(database.location, database.where, rows))
         return plan
 
-    def delete_rows(self, plan: Iterable[RowCount], flt: RowFilter) -> list[RowCount]:
-        """Delete the rows matching ``flt`` from the databases of ``plan``; returns the rows actually deleted.
+    def delete_rows(self, plan: Iterable[RowCount], *filters: RowFilter) -> list[RowCount]:
+        """Delete the rows matching any of ``filters`` from the databases of ``plan``; returns the rows actually
+        deleted per database.
 
-        Each database is one write transaction; rows written after the plan was
-        made that match ``flt`` are deleted too (the counts say so). A database
-        that fails (locked, damaged) raises its error, with ``rows_deleted`` and
-        a note saying what was deleted before it, from which databases; the
-        databases after it are left as they were. A ``KeyboardInterrupt``
-        (Ctrl-C) gets the same attribute and note (the database it stopped in
-        is rolled back).
+        Each database is one write transaction, whatever the number of filters
+        (a prune gives one per run); rows written after the plan was made that
+        match are deleted too (the counts say so). A database that fails
+        (locked, damaged) raises its error, with ``rows_deleted`` and a note
+        saying what was deleted before it, from which databases; the databases
+        after it are left as they were. A ``KeyboardInterrupt`` (Ctrl-C) gets
+        the same attribute and note (the database it stopped in is rolled
+        back). No filter, or an empty one, is an :class:`EmptyFilterError`.
         """
-        if flt.is_empty():
+        if not filters or any(flt.is_empty() for flt in filters):
             raise EmptyFilterError()
         deleted: list[RowCount] = []
         for entry in plan:
             try:
                 database = self.open(entry.location)
-                deleted.append(RowCount(entry.location, database.where, database.delete(flt)))
+                deleted.append(RowCount(entry.location, database.where, database.delete(*filters)))
             except (JudgestoreError, KeyboardInterrupt) as e:
                 if deleted:
                     rows = sum(d.rows for d in deleted)
@@ -203,7 +205,7 @@ class Store:
                     places = ", ".join(d.where for d in deleted[:3]) + (", ..." if len(deleted) > 3 else "")
                     e.add_note(
                         f"Before it, {rows:,} rows were deleted from {len(deleted)} databases ({places}); "
-                        "no other database was changed: run the same delete again to finish."
+                        "no other database was changed: run the same command again to finish."
                     )
                 raise
         return deleted

@@ -418,7 +418,7 @@ def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
         assert error["type"] == "Interrupted" and error["rows_deleted"] == 2 and said in error["error"]
         assert result.stdout == ""
     else:
-        assert said in " ".join(result.stderr.split()) and "run the same delete again" in result.stderr
+        assert said in " ".join(result.stderr.split()) and "run the same command again" in result.stderr
     assert count_rows(filled, RowFilter(run_id="run-2"), "completions") == 0
     assert count_rows(filled, RowFilter(run_id="run-2"), "judgements") == 1  # rolled back
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from store.errors import InvalidInputError
+from store.errors import DatabaseBusyError, InvalidInputError
 from store.layout import Selector
 from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
 from store.settings import Settings
@@ -160,3 +160,19 @@ def test_a_duration_beyond_the_calendar_is_refused() -> None:
 def test_bad_sizes_say_what_to_write(bad: str) -> None:
     with pytest.raises(InvalidInputError, match=r"e\.g\. 500MB"):
         parse_size(bad)
+
+
+def test_a_prune_that_fails_on_a_database_counts_every_run_it_deleted_before(aged: Path) -> None:
+    """Two old runs are two filters: the error names every row already deleted, whichever run it was of, and
+    each database is one transaction (was: one per run, and only the failing run's deletions were counted)."""
+    counts, plan = planned(aged, PruneRule(keep_last_runs=1))
+    assert list(counts) == ["completions", "judgements"] and len(plan.filters) == 2  # type: ignore[attr-defined]
+    with Store(root=aged) as holder, Store(Settings(busy_timeout_ms=50, lock_retries=1), root=aged) as pruner:
+        judgements = holder.database("judgements", "arena", JUDGE)
+        with judgements.transaction(), pytest.raises(DatabaseBusyError) as caught:  # a writer holds the last one
+            prune(pruner, plan)  # type: ignore[arg-type]
+    assert caught.value.rows_deleted == counts["completions"] == 8  # type: ignore[attr-defined]
+    (note,) = caught.value.__notes__
+    assert "8 rows were deleted from 1 databases" in note and "run the same command again" in note
+    assert remaining(aged) == {"completions": {"run-2", None}, "judgements": {"run-1"}}
+    assert pruned(aged, PruneRule(keep_last_runs=1)) == {"judgements": 3}  # a rerun finishes

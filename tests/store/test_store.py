@@ -431,7 +431,7 @@ def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled:
         assert caught.value.rows_deleted == first.rows == 2
         (note,) = caught.value.__notes__
         assert f"2 rows were deleted from 1 databases ({deleter.open(first.location).where})" in note
-        assert "run the same delete again" in note
+        assert "run the same command again" in note
         assert deleter.open(first.location).count(flt) == 0 and deleter.open(last.location).count(flt) == last.rows
         assert [(d.location, d.rows) for d in deleter.delete_rows(plan, flt)] == [
             (first.location, 0),
