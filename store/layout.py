@@ -286,6 +286,8 @@ def read_metadata(folder: Path) -> StoredMetadata:
         data = path.read_bytes()
     except FileNotFoundError as e:
         raise MetadataMissingError(path, "missing; this folder was not written by judgestore") from e
+    except IsADirectoryError as e:  # judgestore writes a file: something else put a folder there
+        raise MetadataMissingError(path, "is a folder, not the file judgestore writes there (made by hand)") from e
     metadata, stored_hash = parse_metadata(data, path)
     actual = metadata.descriptor_sha256
     if stored_hash != actual or folder.name != actual[:16]:

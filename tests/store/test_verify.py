@@ -5,10 +5,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
+
 from store.backends.sqlite.verify import stray_paths, verify_database
+from store.errors import MetadataMissingError
 from store.layout import Location, select
 from store.reports import ProblemKind
 from store.settings import Settings
+from store.store import Store
 from tests.factories import JUDGE, LLAMA, QWEN, completion_record, file_digests
 from tests.store.conftest import location_of
 
@@ -71,3 +75,21 @@ def test_stray_paths_lists_what_is_not_part_of_the_layout(filled: Path) -> None:
         str(empty.relative_to(filled)),
     }
     assert set(found.values()) == {ProblemKind.STRAY}
+
+
+def test_a_folder_where_a_file_of_the_layout_belongs_is_named_as_such(filled: Path, settings: Settings) -> None:
+    """Was: a raw ``[Errno 21] Is a directory`` for metadata.json, and 'not part of a descriptor folder
+    (expected metadata.json, ...)' for an entry named metadata.json."""
+    qwen = location_of(filled, QWEN)
+    metadata = qwen.folder(filled) / "metadata.json"
+    metadata.unlink()
+    metadata.mkdir()
+    before = file_digests(filled)
+    (problem,) = verify_database(filled, qwen, settings).problems
+    assert problem.kind is ProblemKind.METADATA and problem.where == str(metadata)
+    assert problem.message == f"{metadata}: is a folder, not the file judgestore writes there (made by hand)"
+    (stray,) = stray_paths(filled)
+    assert stray.where == str(metadata) and stray.message == "a folder where the file metadata.json belongs"
+    with Store(settings, root=filled, readonly=True) as store, pytest.raises(MetadataMissingError, match="a folder"):
+        store.open(qwen)
+    assert file_digests(filled) == before and metadata.is_dir()

@@ -175,7 +175,9 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
         names.add(entry.name)
         if entry.is_file() and (entry.name in expected or is_backup_of(entry.name, db_name)):
             continue
-        if entry.name.startswith(METADATA_TEMP_PREFIX):
+        if entry.name in expected:  # not a file: reading it (its own problem) names the entry
+            why = f"a folder where the file {entry.name} belongs"
+        elif entry.name.startswith(METADATA_TEMP_PREFIX):
             why = "leftover of an interrupted metadata.json write; safe to delete"
         elif entry.name.startswith(BACKUP_TEMP_PREFIX):  # the upgrade left the database as it was
             why = "leftover of an upgrade interrupted while copying its backup (not a backup); safe to delete"
