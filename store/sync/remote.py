@@ -165,6 +165,8 @@ class DirectoryRemote:
                 f"{self.url}: the shared folder's path is not valid UTF-8 text; rename it, or give a link to it "
                 "whose path is"
             ) from None
+        if self.root.exists() and not self.root.is_dir():  # before --create-repo's mkdir, and any listing
+            raise InvalidInputError(f"{self.url}: this is a file, not a folder; give the shared folder's path")
 
     def __repr__(self) -> str:
         return f"DirectoryRemote({str(self.root)!r})"

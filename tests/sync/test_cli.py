@@ -6,6 +6,7 @@ socket guard installed in the child too.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -103,6 +104,22 @@ def test_a_shared_folder_whose_path_is_not_utf8_is_refused_and_nothing_is_writte
         assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output  # was: a traceback
         assert "the shared folder's path is not valid UTF-8 text; rename it" in result.stderr
     assert file_digests(store) == before and not shared.exists()
+
+
+def test_a_shared_folder_that_is_a_file_is_named_as_one_and_left_alone(tmp_path: Path) -> None:
+    """Was: 'the folder does not exist' for push and fetch, and a FileExistsError for push --create-repo."""
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    shared = tmp_path / "shared.txt"
+    shared.write_text("notes")
+    for command in (["push", "--create-repo", "--all"], ["push", "--all"], ["fetch", "--all"]):
+        result = hub_cli(*command, "--dir", str(shared), "--store-root", str(store), "--json")
+        assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.output
+        assert json.loads(result.stderr) == {
+            "error": f"dir:{shared}: this is a file, not a folder; give the shared folder's path",
+            "type": "InvalidInputError",
+        }
+    assert file_digests(store) == before and shared.read_text() == "notes"
 
 
 def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
