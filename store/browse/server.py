@@ -7,7 +7,8 @@ Contract:
   (on stderr), then runs uvicorn until Ctrl-C. A port that cannot be bound is
   an :class:`~store.errors.InvalidInputError` naming it and the way out.
 * A host that is not a loopback address (``0.0.0.0``, a LAN address, a name
-  that resolves elsewhere) is served only after :func:`exposure` is printed:
+  that resolves elsewhere) is served only after :func:`exposure` is printed
+  (once it is bound: a host it cannot serve on gets only its error):
   who can then read what. Bound to loopback, the app answers loopback
   ``Host`` names only (:class:`store.browse.app.Guard`).
 * ``open_browser`` opens the default browser (:mod:`webbrowser`, which
@@ -64,6 +65,10 @@ def exposure(host: str, port: int, where: str) -> str:
 
 def bind(host: str, port: int) -> socket.socket:
     """A listening TCP socket on ``host``:``port`` (0: a free port): connections wait in its queue for uvicorn."""
+    if not host.strip():  # the resolver would say "Name or service not known", which hides what is wrong
+        raise InvalidInputError(
+            "--host is empty: give an address, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+        )
     try:
         family, kind, proto, _, address = socket.getaddrinfo(
             host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
@@ -107,9 +112,9 @@ def serve(
     say: Callable[[str], None] = print,
 ) -> None:
     """Serve ``browser`` until Ctrl-C (see the module docstring)."""
+    sock = bind(host, port)  # first: a host it cannot serve on gets its error, not a warning before it
     if not is_loopback(host):
         say(exposure(host, port, browser.where))
-    sock = bind(host, port)
     url = url_of(sock)
     server = _server(browser, host)
     say(f"browse: {browser.where} (read-only) at {url} (Ctrl-C stops)")

@@ -126,6 +126,16 @@ def test_browse_on_a_port_in_use_names_it_and_the_way_out(demo_folder: Path) -> 
     assert f"cannot serve on 127.0.0.1 port {port}" in result.stderr and "--port (0: any free port)" in result.stderr
 
 
+@pytest.mark.parametrize("host", ["", "  "], ids=["empty", "blank"])
+def test_browse_on_an_empty_host_says_so_and_warns_of_nothing(demo_folder: Path, host: str) -> None:
+    """Was: the warning that the host 'is not a loopback address', then 'Name or service not known'."""
+    result = run("--store-root", str(demo_folder), "--host", host, "--port", "0")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert " ".join(result.stderr.split()) == (
+        "Error: --host is empty: give an address, e.g. 127.0.0.1 (this machine only) or 0.0.0.0 (every interface)"
+    )
+
+
 def test_browse_without_its_extra_says_what_to_install(demo_folder: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     real = browse_cli.importlib.util.find_spec
     monkeypatch.setattr(browse_cli.importlib.util, "find_spec", lambda name: None if name == "uvicorn" else real(name))
