@@ -26,7 +26,7 @@ from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.spec import Spec
 from store import Settings, Store
 from store.cli.common import command_errors, emit_json, stdout
-from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
+from store.cli.options import JsonOutput, RoleChoice, grouped, non_negative, share, store_settings
 
 SpecOptions = Callable[..., Spec]
 _WHAT = "What to adopt"
@@ -80,9 +80,9 @@ def adopt_command(
         float,
         typer.Option(
             "--min-exact",
-            min=0.0,
-            max=1.0,
-            help="Adopt only if at least this share of the sample matches.",
+            parser=share,
+            metavar="SHARE",
+            help="Adopt only if at least this share of the sample matches (0-1).",
             rich_help_panel=_WHEN,
         ),
     ] = 1.0,
@@ -90,7 +90,8 @@ def adopt_command(
         float | None,
         typer.Option(
             "--max-logprob-delta",
-            min=0.0,
+            parser=non_negative,
+            metavar="NUMBER",
             help="(judgements) Adopt only if no first-token logprob moved by more than this.",
             rich_help_panel=_WHEN,
         ),

@@ -34,7 +34,7 @@ from inference.requests import Request
 from inference.spec import Spec
 from store import Settings, Store
 from store.cli.common import command_errors, emit_json, stderr, stdout
-from store.cli.options import JsonOutput, RoleChoice, grouped, store_settings
+from store.cli.options import JsonOutput, RoleChoice, grouped, share, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
 from store.roles import ROLES, Role
@@ -241,7 +241,10 @@ def audit_command(
         int | None, typer.Option("--sample-seed", help="Seed of the random choice of rows (default: a new choice).")
     ] = None,
     fail_under: Annotated[
-        float, typer.Option("--fail-under", min=0.0, max=1.0, help="Exit 1 when the exact-match rate is below this.")
+        float,
+        typer.Option(
+            "--fail-under", parser=share, metavar="SHARE", help="Exit 1 when the exact-match rate is below this (0-1)."
+        ),
     ] = 1.0,
     json_output: JsonOutput = False,
     verbose: VerboseOption = False,

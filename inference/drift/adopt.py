@@ -304,7 +304,8 @@ def adopt(
     """
     role = check_role(role)
     names = check_across(across)
-    if sample < 1 or not 0.0 <= min_exact <= 1.0 or (max_logprob_delta is not None and max_logprob_delta < 0):
+    # written so that NaN fails them: every comparison with NaN is false, and a NaN threshold would pass any audit
+    if sample < 1 or not 0.0 <= min_exact <= 1.0 or (max_logprob_delta is not None and not max_logprob_delta >= 0):
         raise InvalidInputError(
             f"need sample >= 1, 0 <= min_exact <= 1 and max_logprob_delta >= 0; got {sample}, {min_exact}, "
             f"{max_logprob_delta}"

@@ -169,6 +169,30 @@ def _timestamp(value: str) -> datetime:
         raise typer.BadParameter(str(e)) from e
 
 
+def share(value: str) -> float:
+    """An option's share from 0 to 1 (``--fail-under``, ``--min-exact``); NaN and infinities are refused, with
+    what to write (a range check alone lets NaN through or names the wrong bound)."""
+    number = _number(value)
+    if not 0.0 <= number <= 1.0:
+        raise typer.BadParameter(f"{value} is not a share from 0 to 1 (e.g. 0.95)")
+    return number
+
+
+def non_negative(value: str) -> float:
+    """An option's number of 0 or more (``--max-logprob-delta``); NaN is refused."""
+    number = _number(value)
+    if not number >= 0.0:
+        raise typer.BadParameter(f"{value} is not a number of 0 or more (e.g. 0.5)")
+    return number
+
+
+def _number(value: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise typer.BadParameter(f"{value!r} is not a number") from None
+
+
 def _filter(name: str, help_text: str | None = None, **kwargs: Any) -> Any:
     return typer.Option(name, help=help_text, rich_help_panel=FILTER_PANEL, **kwargs)
 

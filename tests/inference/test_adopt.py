@@ -15,6 +15,7 @@ import typer
 from typer.testing import CliRunner
 
 from inference.cache.model import CachedModel
+from inference.cli.app import app
 from inference.cli.options import model_spec
 from inference.drift.adopt import adopt, adopt_command_line, adoption_candidates, choose_source, spec_options
 from inference.requests import JudgementRequest
@@ -208,6 +209,24 @@ def test_judgements_meet_a_logprob_bound_only_when_logprobs_can_be_compared(stor
     assert store.find("judgements", "t", NEW) is None
 
 
+@pytest.mark.parametrize(
+    "thresholds",
+    [{"min_exact": float("nan")}, {"min_exact": 1.5}, {"max_logprob_delta": float("nan")}, {"max_logprob_delta": -1.0}],
+    ids=["min_exact-nan", "min_exact-above-1", "delta-nan", "delta-negative"],
+)
+def test_a_threshold_that_no_audit_could_be_held_to_is_refused_before_anything(
+    store: Store, thresholds: dict[str, float]
+) -> None:
+    """A NaN bound compares false with everything: max_logprob_delta=NaN used to pass any audit."""
+    fill(store, OLD)
+    before = file_digests(store.root)
+    backend = CountingBackend()
+    with pytest.raises(InvalidInputError, match="max_logprob_delta >= 0"):
+        adopt(store, FakeSpec(backend, NEW), role="judgements", task="t", across=["backend_version"], **thresholds)
+    assert file_digests(store.root) == before and store.find("judgements", "t", NEW) is None
+    assert backend.received == []  # no engine was asked
+
+
 def test_the_command_line_rebuilds_the_spec_it_was_made_from(tiny_model_dir: Path) -> None:
     spec = ModelSpec(
         model=str(tiny_model_dir),
@@ -228,3 +247,26 @@ def test_the_command_line_rebuilds_the_spec_it_was_made_from(tiny_model_dir: Pat
     command = adopt_command_line(spec, role="judgements", task="mt bench", source="0123abcd")
     assert command.startswith("judgestore adopt --model ")
     assert command.endswith("--task 'mt bench' --role judgements --from 0123abcd --across backend_version")
+
+
+@pytest.mark.parametrize(
+    ("command", "option", "value", "said"),
+    [
+        ("audit", "--fail-under", "nan", "nan is not a share from 0 to 1"),
+        ("audit", "--fail-under", "1.5", "1.5 is not a share from 0 to 1"),
+        ("audit", "--fail-under", "most", "'most' is not a number"),
+        ("adopt", "--min-exact", "nan", "nan is not a share from 0 to 1"),
+        ("adopt", "--max-logprob-delta", "nan", "nan is not a number of 0 or more"),
+        ("adopt", "--max-logprob-delta", "-0.5", "-0.5 is not a number of 0 or more"),
+    ],
+)
+def test_a_threshold_option_says_what_it_takes(
+    tmp_path: Path, command: str, option: str, value: str, said: str
+) -> None:
+    """Was: 'Input should be less than or equal to 1' for NaN, and --max-logprob-delta nan let through."""
+    args = [command, "--model", str(tmp_path / "model"), "--task", "t", "--store-root", str(tmp_path / "store")]
+    result = CliRunner().invoke(app(), [*args, *(["--across", "backend_version"] if command == "adopt" else [])
+                                              , option, value])  # fmt: skip
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '{option}': {said}" in " ".join(result.stderr.split())
+    assert not (tmp_path / "store").exists()
