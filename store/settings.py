@@ -94,6 +94,7 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(
         default=120.0,
         gt=0,
+        allow_inf_nan=False,  # a lease that never lapses would leave a dead job's work unclaimed for good
         description="Shared batches: how long a job's claim on a block lasts unless renewed (renewed every third of "
         "it); a dead job's work is taken over after it.",
     )

@@ -95,6 +95,9 @@ def test_unknown_judgestore_variables_and_arguments_are_ignored(bare_environment
         ("JUDGESTORE_BUSY_TIMEOUT_MS", "-1"),
         ("JUDGESTORE_BUSY_TIMEOUT_MS", str(2**31)),  # SQLite keeps 32 bits: it would read 0, no waiting at all
         ("JUDGESTORE_AUTO_UPGRADE", "maybe"),
+        ("JUDGESTORE_LEASE_SECONDS", "0"),
+        ("JUDGESTORE_LEASE_SECONDS", "inf"),  # a claim that never lapses: a dead job's work is never taken over
+        ("JUDGESTORE_LEASE_SECONDS", "nan"),
     ],
 )
 def test_bad_values_are_refused_naming_the_setting(name: str, value: str, bare_environment: pytest.MonkeyPatch) -> None:
