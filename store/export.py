@@ -37,7 +37,7 @@ import os
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -86,17 +86,21 @@ def text_cell(value: Any) -> str:
 
 
 def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns: tuple[str, ...]) -> int:
-    """Write rows to ``out`` as they come (JSONL, CSV with a header, or one JSON array); returns how many."""
+    """Write rows to ``out`` as they come (JSONL, CSV with a header, or one JSON array); returns how many.
+
+    A ``KeyboardInterrupt`` (Ctrl-C) leaves the output as it stopped, the JSON array unclosed (an incomplete
+    output never parses as a complete one), and gets ``rows_written``: the rows whole in ``out`` before it.
+    """
     written = 0
-    if fmt == "csv":
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(columns)
-        for row in rows:
-            values = row.as_dict()
-            writer.writerow([text_cell(values.get(name)) for name in columns])
-            written += 1
-        return written
     try:
+        if fmt == "csv":
+            writer = csv.writer(out, lineterminator="\n")
+            writer.writerow(columns)
+            for row in rows:
+                values = row.as_dict()
+                writer.writerow([text_cell(values.get(name)) for name in columns])
+                written += 1
+            return written
         for row in rows:
             values = row.as_dict()
             line = json_text({name: values[name] for name in columns if name in values})
@@ -105,6 +109,9 @@ def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns:
             else:
                 out.write(line + "\n")
             written += 1
+    except KeyboardInterrupt as e:
+        e.rows_written = written  # type: ignore[attr-defined]  # for the CLI's line (store.cli.common.interrupted)
+        raise
     except Exception as e:
         if fmt == "json" and written and not isinstance(e, BrokenPipeError):
             out.write("\n]\n")  # what was written stays one JSON array; the error says where the rows stopped
@@ -275,15 +282,15 @@ def export_rows(
     """
     selector, flt = selector or Selector(), flt or RowFilter()
     chosen = export_columns(selector, flt, columns)
-    rows = store.query_rows(selector, flt, limit=limit)
-    if fmt == "parquet":
-        if not isinstance(destination, Path):
-            raise InvalidInputError("Parquet is written to a file: give a path")
-        return write_parquet(rows, destination, chosen)
-    if isinstance(destination, Path):
-        with _replacing(destination, "w") as handle:
-            return write_text(rows, handle, fmt, chosen)
-    return write_text(rows, destination, fmt, chosen)
+    with closing(store.query_rows(selector, flt, limit=limit)) as rows:  # an interrupt ends the read, store open
+        if fmt == "parquet":
+            if not isinstance(destination, Path):
+                raise InvalidInputError("Parquet is written to a file: give a path")
+            return write_parquet(rows, destination, chosen)
+        if isinstance(destination, Path):
+            with _replacing(destination, "w") as handle:
+                return write_text(rows, handle, fmt, chosen)
+        return write_text(rows, destination, fmt, chosen)
 
 
 # ---------------------------------------------------------------- frames

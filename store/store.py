@@ -41,7 +41,7 @@ Contract:
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -139,8 +139,15 @@ class Store:
         """The databases ``selector`` picks whose role has every column ``flt`` names, skipping table-less ones."""
         return self._selected(selector, flt or RowFilter())
 
-    def query_rows(self, selector: Selector, flt: RowFilter, *, limit: int | None = None) -> Iterator[FoundRow]:
-        """Stream the rows matching ``flt`` from every selected database (see the module docstring)."""
+    def query_rows(
+        self, selector: Selector, flt: RowFilter, *, limit: int | None = None
+    ) -> Generator[FoundRow, None, None]:
+        """Stream the rows matching ``flt`` from every selected database (see the module docstring).
+
+        A reader that stops before the end closes the generator (``contextlib.closing``) while the store is open:
+        that ends the read transaction it holds (a generator closed by the garbage collector after the store was
+        closed fails there, and Python reports that on stderr).
+        """
         if limit is not None and limit < 0:
             raise InvalidInputError(f"limit must be >= 0, got {limit}")
         remaining = limit

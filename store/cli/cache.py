@@ -25,9 +25,9 @@ from store.cli.common import (
     command_errors,
     confirmed,
     counted,
+    deletion_interrupted,
     emit_json,
     exit_if_unread,
-    interrupted,
     location_cells,
     location_table,
     no_databases,
@@ -317,7 +317,7 @@ def prune_command(
         try:
             deleted = prune(store, plan)
         except KeyboardInterrupt as e:
-            interrupted(e, json_output)
+            deletion_interrupted(e, json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

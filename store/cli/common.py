@@ -285,19 +285,35 @@ def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
     typer.confirm(question, abort=True, err=True)
 
 
-def interrupted(error: KeyboardInterrupt, json_output: bool) -> NoReturn:
-    """Ctrl-C in a command that deletes: one line saying what was deleted before it (the notes and
-    ``rows_deleted`` :meth:`Store.delete_rows` gave the interrupt; a JSON object with ``--json``), exit 130."""
+def interrupted(message: str, json_output: bool, **done: object) -> NoReturn:
+    """Ctrl-C in a long command: one line on stderr, ``message``, saying what was done before the interrupt and
+    the state it left, in the command's words; with ``--json`` a JSON object ``{"error": message, "type":
+    "Interrupted", **done}`` (``done``: the counts the message gives). Exit status 130.
+
+    The rows a command wrote to stdout before it are flushed first, so the line comes after them.
+    """
+    with suppress(OSError, ValueError):  # a reader gone (`| head`) or a stdout that fails: the line still goes
+        sys.stdout.flush()
+    if json_output:
+        sys.stderr.write(to_json({"error": message, "type": "Interrupted", **done}, indent=False) + "\n")
+    else:
+        stderr().print(message, style="bold yellow", soft_wrap=True, markup=False, highlight=False)
+    raise typer.Exit(130)
+
+
+def deletion_interrupted(error: KeyboardInterrupt, json_output: bool) -> NoReturn:
+    """Ctrl-C in a command that deletes: what was deleted before it (the notes and ``rows_deleted``
+    :meth:`Store.delete_rows` gave the interrupt), as :func:`interrupted` says it."""
     rows = getattr(error, "rows_deleted", None)
     message = (
         " ".join(["interrupted.", *getattr(error, "__notes__", ())]) if rows else "interrupted; nothing was deleted"
     )
-    if json_output:
-        sys.stderr.write(to_json({"error": message, "type": "Interrupted", "rows_deleted": rows or 0}, indent=False))
-        sys.stderr.write("\n")
-    else:
-        stderr().print(message, style="bold yellow", soft_wrap=True)
-    raise typer.Exit(130)
+    interrupted(message, json_output, rows_deleted=rows or 0)
+
+
+def rows_text(count: int) -> str:
+    """``1 row``, ``2,000 rows``."""
+    return f"{count:,} row{'' if count == 1 else 's'}"
 
 
 def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> None:

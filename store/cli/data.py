@@ -11,13 +11,18 @@ Contract:
   infinities as ``{"$float": ...}`` (:mod:`store.jsonvalues`).
 * ``delete`` needs a row filter, shows the count per database, asks (unless
   ``--yes``), and writes nothing before that.
+* Ctrl-C exits 130 with one line on stderr saying what was done
+  (:func:`~store.cli.common.interrupted`): the rows ``delete`` deleted, the
+  rows ``query`` wrote (its output is then incomplete: a JSON array is left
+  open, so that it never parses as a whole result).
 """
 
 import dataclasses
 import enum
 import sys
+from contextlib import closing
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.filesize import decimal
@@ -27,6 +32,7 @@ from store.cli.common import (
     command_errors,
     confirmed,
     counted,
+    deletion_interrupted,
     emit_json,
     exit_if_unread,
     interrupted,
@@ -37,6 +43,7 @@ from store.cli.common import (
     note,
     print_claims,
     record_deleted,
+    rows_text,
     rows_to_stdout,
     state_text,
     stdout,
@@ -236,7 +243,9 @@ def query_command(
     (model_a's answer is shown first). --json means --format json (a JSON
     array) unless --format is given. The table shows a few columns; --columns
     picks others (every field of the rows, and role, task, provider,
-    descriptor_model, descriptor).
+    descriptor_model, descriptor). Ctrl-C exits 130 with one line on stderr
+    saying how many rows were written: the output is then incomplete, and a
+    JSON array is left unclosed, so that it never parses as a whole result.
 
     Examples:
 
@@ -257,21 +266,41 @@ def query_command(
     with Store(settings, readonly=True) as store:
         if fmt is not OutputFormat.table:
             with rows_to_stdout():
-                if not write_text(store.query_rows(selector, flt, limit=limit), sys.stdout, fmt.value, chosen):  # type: ignore[arg-type]
+                try:
+                    with closing(store.query_rows(selector, flt, limit=limit)) as found_rows:
+                        written = write_text(found_rows, sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
+                except KeyboardInterrupt as e:
+                    query_interrupted(getattr(e, "rows_written", 0), fmt, json_output)
+                if not written:
                     no_rows(store, json_output, selector)
             return
         shown = TABLE_ROWS if limit is None else limit
-        found = list(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit))
-        if not found:
-            no_rows(store, json_output, selector)
-    table = FittedTable(f"Rows in {store.where}", [_query_column(name) for name in chosen])
-    for row in found[:shown]:
-        values = row.as_dict()
-        table.add_row(*(_table_cell(values.get(name)) for name in chosen))
+        try:
+            with closing(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit)) as found_rows:
+                found = list(found_rows)
+            if not found:
+                no_rows(store, json_output, selector)
+            table = FittedTable(f"Rows in {store.where}", [_query_column(name) for name in chosen])
+            for row in found[:shown]:
+                values = row.as_dict()
+                table.add_row(*(_table_cell(values.get(name)) for name in chosen))
+        except KeyboardInterrupt:  # the table is printed at once, after every row was read
+            query_interrupted(0, fmt, json_output)
     table.caption = f"{min(len(found), shown)} rows"
     stdout().print(table)
     if limit is None and len(found) > shown:
         note(f"Showing the first {shown} rows; pass --limit N, or --format jsonl/csv for all.", json_output=False)
+
+
+def query_interrupted(written: int, fmt: OutputFormat, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``query``: how many rows reached stdout, and that the output is incomplete (exit 130)."""
+    if fmt is OutputFormat.table:
+        message = "interrupted before the table was shown; no row was printed"
+    else:
+        json_array = fmt is OutputFormat.json
+        left = " and its JSON array is left open, so that it does not parse as complete" if json_array else ""
+        message = f"interrupted after {rows_text(written)} written: the {fmt.value} output is incomplete{left}"
+    interrupted(message, json_output, rows_written=written, complete=False)
 
 
 # ---------------------------------------------------------------- delete
@@ -328,7 +357,7 @@ def delete_command(
         try:
             deleted = store.delete_rows(plan, flt)
         except KeyboardInterrupt as e:
-            interrupted(e, json_output)
+            deletion_interrupted(e, json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import csv
+import gc
 import importlib.util
 import io
 import json
@@ -24,6 +25,7 @@ from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import walk
 from store.repository import Repository
+from store.rows import FoundRow
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -307,6 +309,66 @@ def test_query_table_shows_rows(filled: Path) -> None:
     assert "model_a" in result.stdout and "orientation" in result.stdout and "2 rows" in result.stdout
     assert "[[A]]" in result.stdout  # completions are shown as text, never as rich markup
     assert "judge-1" in judgestore("query", "--role", "judgements", "--columns", "judge,completion").stdout
+
+
+def ctrl_c_at_row(monkeypatch: pytest.MonkeyPatch, nth: int) -> list[int]:
+    """Ctrl-C while the ``nth`` row found is turned into output (the rows before it are written whole)."""
+    real_as_dict = FoundRow.as_dict
+    calls: list[int] = []
+
+    def as_dict_then_ctrl_c(self: FoundRow) -> dict[str, Any]:
+        calls.append(1)
+        if len(calls) == nth:
+            raise KeyboardInterrupt
+        return real_as_dict(self)
+
+    monkeypatch.setattr(FoundRow, "as_dict", as_dict_then_ctrl_c)
+    return calls
+
+
+# A read left open by the interrupt and closed by the garbage collector after the store: "Exception ignored" on stderr
+NO_READ_LEFT_OPEN = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
+
+
+@NO_READ_LEFT_OPEN
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
+def test_ctrl_c_in_a_query_says_how_many_rows_were_written_and_that_the_output_is_incomplete(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, json_output: bool
+) -> None:
+    """Was: exit 130 and nothing said, a JSON array left open on stdout with no word about it."""
+    ctrl_c_at_row(monkeypatch, 3)
+    result = judgestore("query", "--format", fmt, *(["--json"] if json_output else []))
+    gc.collect()
+    assert result.exit_code == 130
+    out = result.stdout
+    if fmt == "json":
+        assert out.startswith("[\n") and not out.rstrip().endswith("]")
+        with pytest.raises(orjson.JSONDecodeError):  # never a document that looks complete
+            orjson.loads(out)
+        written = orjson.loads(out + "\n]")  # the rows before the interrupt are whole
+    elif fmt == "jsonl":
+        written = [as_json(line) for line in out.splitlines()]
+    else:
+        written = list(csv.DictReader(io.StringIO(out)))
+    assert len(written) == 2 and all(row["input_hash"] for row in written)
+    if json_output:
+        error = as_json(result.stderr)
+        assert error["type"] == "Interrupted" and error["rows_written"] == 2 and error["complete"] is False
+        said = error["error"]
+    else:
+        said = " ".join(result.stderr.split())
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert f"interrupted after 2 rows written: the {fmt} output is incomplete" in said
+    assert ("JSON array is left open" in said) == (fmt == "json")
+
+
+@NO_READ_LEFT_OPEN
+def test_ctrl_c_in_a_query_table_says_no_row_was_printed(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ctrl_c_at_row(monkeypatch, 1)
+    result = judgestore("query")
+    assert result.exit_code == 130 and result.stdout == ""
+    assert "interrupted before the table was shown; no row was printed" in result.stderr
 
 
 def test_tables_fit_an_80_column_terminal(filled: Path, store_root: Path) -> None:
