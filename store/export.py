@@ -198,6 +198,14 @@ def _file_mode(path: Path) -> int:
         return 0o666 & ~umask
 
 
+def written_in_place(path: Path) -> bool:
+    """Whether an export to ``path`` writes it in place: a device or a pipe (``/dev/stdout``, a FIFO), which
+    an interrupted export leaves holding the rows written so far. A file (or a link to one, or nothing yet) is
+    written beside it and renamed into place, so that an interrupted or failed export leaves it as it was."""
+    target = path.resolve()
+    return target.exists() and not target.is_file() and not target.is_dir()
+
+
 @contextmanager
 def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
     """A handle (``mode`` ``"w"`` or ``"wb"``) on ``path``'s new content: see the module docstring.
@@ -211,7 +219,7 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
     try:
         if target.is_dir():
             raise IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
-        if target.exists() and not target.is_file():  # /dev/stdout, a FIFO: no rename over it, no seek in it
+        if written_in_place(target):  # /dev/stdout, a FIFO: no rename over it, no seek in it
             with open(target, mode, **text) as handle:
                 yield handle
             return
@@ -242,11 +250,15 @@ def write_parquet(rows: Iterable[FoundRow], path: Path, columns: tuple[str, ...]
 
     written = 0
     schema = arrow_schema(columns)
-    with _replacing(path, "wb") as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
-        for batch in record_batches(rows, columns):
-            if batch.num_rows:
-                writer.write_table(pa.Table.from_batches([batch], schema=schema))
-                written += batch.num_rows
+    try:
+        with _replacing(path, "wb") as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
+            for batch in record_batches(rows, columns):
+                if batch.num_rows:
+                    writer.write_table(pa.Table.from_batches([batch], schema=schema))
+                    written += batch.num_rows
+    except KeyboardInterrupt as e:
+        e.rows_written = written  # type: ignore[attr-defined]  # as write_text gives it: rows in the output
+        raise
     return written
 
 

@@ -8,6 +8,10 @@ Contract:
 * ``stats`` and ``export`` never write. ``prune`` plans read-only, shows the
   rows per database, asks (unless ``--yes``), and writes nothing before that;
   ``--dry-run`` only shows. ``vacuum`` rewrites files without changing a row.
+* Ctrl-C exits 130 with one line on stderr saying what was done and what it
+  left (:func:`~store.cli.common.interrupted`): the rows ``prune`` deleted;
+  the file ``export`` left as it was (it writes beside it and renames), or
+  the rows it wrote to stdout or a pipe (incomplete).
 """
 
 import dataclasses
@@ -15,7 +19,7 @@ import enum
 import sys
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.filesize import decimal
@@ -28,6 +32,8 @@ from store.cli.common import (
     deletion_interrupted,
     emit_json,
     exit_if_unread,
+    incomplete_output,
+    interrupted,
     location_cells,
     location_table,
     no_databases,
@@ -407,7 +413,10 @@ def export_command(
     UTC timestamp and usage/top_logprobs are JSON. A file is written beside
     its destination and renamed into place (a link's target is replaced; a
     pipe or device is written in place). --json prints a summary (rows,
-    file) instead of a note. From Python: store.export.to_pandas / to_dataset.
+    file) instead of a note. Ctrl-C exits 130 with one line on stderr saying
+    what was left: a file as it was (or not created: no partial file stays);
+    stdout or a pipe with the rows written so far, incomplete (a JSON array
+    is left open). From Python: store.export.to_pandas / to_dataset.
 
     Examples:
 
@@ -425,19 +434,39 @@ def export_command(
     if to_stdout and json_output:
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
+    existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
-        rows = export_rows(
-            store,
-            sys.stdout if to_stdout else output,
-            output_format.value,  # type: ignore[arg-type]
-            selector,
-            flt,
-            columns=chosen,
-            limit=limit,
-        )
+        try:
+            rows = export_rows(
+                store,
+                sys.stdout if to_stdout else output,
+                output_format.value,  # type: ignore[arg-type]
+                selector,
+                flt,
+                columns=chosen,
+                limit=limit,
+            )
+        except KeyboardInterrupt as e:
+            export_interrupted(getattr(e, "rows_written", 0), output_format.value, output, existed, json_output)
         if not rows:
             no_rows(store, json_output, selector)
     if json_output:
         emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
     elif not to_stdout:
         note(f"exported {rows:,} rows to {output} ({output_format.value})", json_output=False)
+
+
+def export_interrupted(written: int, fmt: str, output: Path, existed: bool, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``export``: what it left at ``output`` (exit 130). A file is written beside it and renamed into
+    place only when complete (:mod:`store.export`): the partial one is removed, and ``output`` is as it was.
+    Stdout, a pipe or a device holds the rows written before the interrupt: incomplete, and said so."""
+    from store.export import written_in_place
+
+    if str(output) == "-" or written_in_place(output):
+        where = "stdout" if str(output) == "-" else str(output)
+        message, state = incomplete_output(written, fmt, where), "incomplete"
+    else:
+        written, state = 0, "unchanged" if existed else "not created"
+        done = "was left as it was" if existed else "was not created"
+        message = f"interrupted; {output} {done}: the partial export beside it was removed"
+    interrupted(message, json_output, rows_written=written, output=str(output), output_state=state)

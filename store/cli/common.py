@@ -311,6 +311,13 @@ def deletion_interrupted(error: KeyboardInterrupt, json_output: bool) -> NoRetur
     interrupted(message, json_output, rows_deleted=rows or 0)
 
 
+def incomplete_output(written: int, fmt: str, where: str) -> str:
+    """What :func:`interrupted` says of rows streamed to ``where`` (stdout, a pipe) when Ctrl-C stopped them: how
+    many were written and that the output is incomplete (a JSON array left open never parses as complete)."""
+    left = " and its JSON array is left open, so that it does not parse as complete" if fmt == "json" else ""
+    return f"interrupted after {rows_text(written)} written to {where}: the {fmt} output is incomplete{left}"
+
+
 def rows_text(count: int) -> str:
     """``1 row``, ``2,000 rows``."""
     return f"{count:,} row{'' if count == 1 else 's'}"

@@ -35,6 +35,7 @@ from store.cli.common import (
     deletion_interrupted,
     emit_json,
     exit_if_unread,
+    incomplete_output,
     interrupted,
     location_cells,
     location_table,
@@ -43,7 +44,6 @@ from store.cli.common import (
     note,
     print_claims,
     record_deleted,
-    rows_text,
     rows_to_stdout,
     state_text,
     stdout,
@@ -297,9 +297,7 @@ def query_interrupted(written: int, fmt: OutputFormat, json_output: bool) -> NoR
     if fmt is OutputFormat.table:
         message = "interrupted before the table was shown; no row was printed"
     else:
-        json_array = fmt is OutputFormat.json
-        left = " and its JSON array is left open, so that it does not parse as complete" if json_array else ""
-        message = f"interrupted after {rows_text(written)} written: the {fmt.value} output is incomplete{left}"
+        message = incomplete_output(written, fmt.value, "stdout")
     interrupted(message, json_output, rows_written=written, complete=False)
 
 

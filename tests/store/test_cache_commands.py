@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import os
+import stat
+import threading
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -16,6 +20,7 @@ from store.runs import record_run
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
+from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row
 from tests.store.test_runs import run
 
 
@@ -131,6 +136,74 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     )
     assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
     assert file_digests(filled) == before
+
+
+@NO_READ_LEFT_OPEN
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("existed", [True, False], ids=["replacing", "new"])
+@pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
+def test_ctrl_c_in_an_export_to_a_file_leaves_it_as_it_was_and_says_so(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fmt: str, existed: bool, json_output: bool
+) -> None:
+    """The file is written beside its destination and renamed when complete: Ctrl-C leaves no half file that looks
+    complete, and says what is there. (Was: exit 130 and nothing said.)"""
+    if fmt == "parquet":
+        pytest.importorskip("pyarrow")
+    target = tmp_path / "out" / f"rows.{fmt}"
+    target.parent.mkdir()
+    if existed:
+        target.write_bytes(b"the previous export")
+    before = file_digests(filled)
+    ctrl_c_at_row(monkeypatch, 3)
+    result = judgestore("export", "-f", fmt, "-o", str(target), *(["--json"] if json_output else []))
+    gc.collect()
+    assert result.exit_code == 130 and result.stdout == ""
+    assert [p.name for p in target.parent.iterdir()] == ([target.name] if existed else [])  # no temporary file
+    if existed:
+        assert target.read_bytes() == b"the previous export"
+    said = f"interrupted; {target} {'was left as it was' if existed else 'was not created'}: the partial export"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert error["output"] == str(target) and error["rows_written"] == 0
+        assert error["output_state"] == ("unchanged" if existed else "not created")
+    else:
+        assert said in " ".join(result.stderr.split()) and len(result.stderr.strip().splitlines()) == 1
+    assert file_digests(filled) == before
+
+
+@NO_READ_LEFT_OPEN
+@pytest.mark.parametrize(("where", "json_output"), [("stdout", False), ("fifo", False), ("fifo", True)])
+def test_ctrl_c_in_an_export_to_stdout_or_a_pipe_says_how_many_rows_it_holds(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str, json_output: bool
+) -> None:
+    """Stdout or a pipe is written in place: it keeps the rows written before Ctrl-C, a JSON array left open.
+    (--json needs --output: its summary goes to stdout.)"""
+    fifo = tmp_path / "fifo"
+    received: list[bytes] = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_bytes()))
+    if where == "fifo":
+        os.mkfifo(fifo)
+        reader.start()
+    ctrl_c_at_row(monkeypatch, 3)
+    output = "-" if where == "stdout" else str(fifo)
+    result = judgestore("export", "-f", "json", "-o", output, *(["--json"] if json_output else []))
+    gc.collect()
+    assert result.exit_code == 130
+    if where == "fifo":
+        reader.join(timeout=60)
+        assert result.stdout == "" and stat.S_ISFIFO(fifo.lstat().st_mode)
+    written = result.stdout if where == "stdout" else received[0].decode()
+    with pytest.raises(orjson.JSONDecodeError):  # never a document that looks complete
+        orjson.loads(written)
+    assert len(orjson.loads(written + "\n]")) == 2  # the rows before the interrupt are whole
+    said = f"interrupted after 2 rows written to {where if where == 'stdout' else fifo}: the json output is incomplete"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert error["rows_written"] == 2 and error["output_state"] == "incomplete" and error["output"] == output
+    else:
+        assert said in " ".join(result.stderr.split()) and "JSON array is left open" in result.stderr
 
 
 def test_stats_json_lists_as_many_runs_as_asked(store_root: Path) -> None:

@@ -25,7 +25,6 @@ from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import walk
 from store.repository import Repository
-from store.rows import FoundRow
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -40,6 +39,7 @@ from tests.factories import (
     foreign_database,
 )
 from tests.faults import damage_page
+from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row
 from tests.store.conftest import know_synthetic_revision
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
@@ -311,25 +311,6 @@ def test_query_table_shows_rows(filled: Path) -> None:
     assert "judge-1" in judgestore("query", "--role", "judgements", "--columns", "judge,completion").stdout
 
 
-def ctrl_c_at_row(monkeypatch: pytest.MonkeyPatch, nth: int) -> list[int]:
-    """Ctrl-C while the ``nth`` row found is turned into output (the rows before it are written whole)."""
-    real_as_dict = FoundRow.as_dict
-    calls: list[int] = []
-
-    def as_dict_then_ctrl_c(self: FoundRow) -> dict[str, Any]:
-        calls.append(1)
-        if len(calls) == nth:
-            raise KeyboardInterrupt
-        return real_as_dict(self)
-
-    monkeypatch.setattr(FoundRow, "as_dict", as_dict_then_ctrl_c)
-    return calls
-
-
-# A read left open by the interrupt and closed by the garbage collector after the store: "Exception ignored" on stderr
-NO_READ_LEFT_OPEN = pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")
-
-
 @NO_READ_LEFT_OPEN
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
@@ -359,7 +340,7 @@ def test_ctrl_c_in_a_query_says_how_many_rows_were_written_and_that_the_output_i
     else:
         said = " ".join(result.stderr.split())
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert f"interrupted after 2 rows written: the {fmt} output is incomplete" in said
+    assert f"interrupted after 2 rows written to stdout: the {fmt} output is incomplete" in said
     assert ("JSON array is left open" in said) == (fmt == "json")
 
 
