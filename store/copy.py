@@ -10,7 +10,9 @@ Contract:
   ``chunk_size``; each chunk is written in one transaction that ignores rows
   already there. So a copy is idempotent (a second run writes nothing), and
   a copy killed half-way is finished by running it again: every chunk that
-  committed is found, the others are written.
+  committed is found, the others are written. A ``KeyboardInterrupt``
+  (Ctrl-C) gets ``copy_report``, the report so far: its ``written`` counts
+  are the rows committed before it (the chunk it stopped in is rolled back).
 * What travels: every row with every column, ``adopted_from`` included (an
   adopted row stays adopted, from the same source descriptor), and the two
   bookkeeping tables, ``runs`` (what each call cost and saved: ``judgestore
@@ -226,6 +228,7 @@ def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabas
     before = target.get_many((r.input_hash for r in chunk), deferred=False)
     fresh = [r for r in chunk if r.input_hash not in before]
     written = target.put_many(fresh) if fresh else 0
+    result.written += written  # committed: counted at once, so that an interrupt from here on still counts them
     after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
     matched = matched_before = 0
     for record in chunk:
@@ -251,7 +254,6 @@ def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabas
             )
     result.source_rows += len(chunk)
     result.matched += matched
-    result.written += written
     result.already_there += matched_before + max(0, matched - matched_before - written)
 
 
@@ -339,18 +341,25 @@ def copy_store(
     check_source(source)
     check_target(target)
     report = CopyReport(source.where, target.where)
-    for location in source.select(selector):
-        try:
-            database = source.open_existing(location)
-        except _DATABASE_ERRORS as e:  # behind or ahead of this library, not ours, edited metadata
-            report.databases.append(CopiedDatabase(location, f"{source.where}: {location.relative_folder()}",
-                                                   problems=[f"the source database cannot be read: {e}"]))  # fmt: skip
-            continue
-        if database is None:
-            continue  # no tables yet: nothing to copy
-        result = CopiedDatabase(location, database.where)
-        report.databases.append(result)
-        _copy_one(database, target, result, chunk_size, on_progress)
+    try:
+        for location in source.select(selector):
+            try:
+                database = source.open_existing(location)
+            except _DATABASE_ERRORS as e:  # behind or ahead of this library, not ours, edited metadata
+                where, problem = (
+                    f"{source.where}: {location.relative_folder()}",
+                    f"the source database cannot be read: {e}",
+                )
+                report.databases.append(CopiedDatabase(location, where, problems=[problem]))
+                continue
+            if database is None:
+                continue  # no tables yet: nothing to copy
+            result = CopiedDatabase(location, database.where)
+            report.databases.append(result)
+            _copy_one(database, target, result, chunk_size, on_progress)
+    except KeyboardInterrupt as e:
+        e.copy_report = report  # type: ignore[attr-defined]  # what was copied (committed) before it, for the CLI
+        raise
     return report
 
 

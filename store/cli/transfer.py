@@ -12,10 +12,13 @@ Contract:
 * Exits 1 when any database did not verify (a conflict, a row that did not
   read back the same, a database that could not be copied); a second run of
   a finished copy writes nothing and exits 0.
+* Ctrl-C exits 130 with one line on stderr (:func:`~store.cli.common.interrupted`):
+  the rows copied before it, which are kept, and that running the copy again
+  finishes it.
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.text import Text
@@ -23,10 +26,12 @@ from rich.text import Text
 from store.cli.common import (
     command_errors,
     emit_json,
+    interrupted,
     location_cells,
     location_table,
     note,
     progress_bars,
+    rows_text,
     stderr,
     stdout,
 )
@@ -87,7 +92,8 @@ def copy_command(
     overwritten: a key it holds with a different row is reported as a
     conflict. Idempotent: run it again after a kill to finish, or to check a
     finished copy (it then writes nothing). Exits 1 if any database did not
-    verify.
+    verify. Ctrl-C exits 130 with one line on stderr saying how many rows
+    were copied: they are kept, and running the copy again finishes it.
 
     Examples:
 
@@ -100,12 +106,16 @@ def copy_command(
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
     settings = environment_settings()
-    with (
-        Store(settings, root=from_root, url=from_url, readonly=True) as source,
-        Store(settings, root=to_root, url=to_url) as target,
-        progress_bars(json_output) as progress,
-    ):
-        report = copy_store(source, target, selector, chunk_size=chunk_size or DEFAULT_CHUNK_SIZE, on_progress=progress)
+    try:
+        with (
+            Store(settings, root=from_root, url=from_url, readonly=True) as source,
+            Store(settings, root=to_root, url=to_url) as target,
+            progress_bars(json_output) as progress,
+        ):
+            chunks = chunk_size or DEFAULT_CHUNK_SIZE
+            report = copy_store(source, target, selector, chunk_size=chunks, on_progress=progress)
+    except KeyboardInterrupt as e:
+        _interrupted(getattr(e, "copy_report", None), json_output)
     if json_output:
         emit_json(report.as_dict())
     elif not report.databases:
@@ -114,6 +124,21 @@ def copy_command(
         _render(report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _interrupted(report: "CopyReport | None", json_output: bool) -> NoReturn:
+    """Ctrl-C in ``copy``: the rows copied before it (committed, kept: each chunk is one transaction), and that the
+    same copy run again finishes it, skipping them (exit 130)."""
+    if report is None:  # before the first database: the stores were being checked
+        interrupted("interrupted before any row was copied; nothing was written", json_output, rows_written=0)
+    written = [d for d in report.databases if d.written]
+    message = (
+        f"interrupted; {rows_text(report.rows_written)} had been copied into {report.target} "
+        f"({len(written)} database{'' if len(written) == 1 else 's'}), committed and kept: run the same copy "
+        "again to finish it (it skips the rows already there, and verifies every row)"
+    )
+    interrupted(message, json_output, rows_written=report.rows_written, databases=len(written),
+                source=report.source, target=report.target)  # fmt: skip
 
 
 def _render(report: "CopyReport") -> None:

@@ -24,6 +24,7 @@ from store import logprobs
 from store.adoption import adopt_rows, adoptions
 from store.backends.postgres.registry import schema_name
 from store.backends.postgres.text import ESCAPE
+from store.backends.sqlite.database import SqliteDatabase
 from store.cli.app import build_app
 from store.copy import copy_store, row_digest
 from store.descriptor import ModelDescriptor
@@ -44,6 +45,7 @@ from tests.factories import (
     hide_a_row_in_a_page,
     judgement_record,
 )
+from tests.interrupts import ctrl_c_on_call
 from tests.pg_server import Cluster
 from tests.store.test_runs import run
 
@@ -404,6 +406,37 @@ def test_judgestore_copy_names_the_failing_target_goes_on_and_exits_1(tmp_path: 
     assert bad["role"] == "judgements" and bad["target"] is None and "refused a source row" in bad["problems"][0]
     listed = CliRunner().invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
     assert {d["role"] for d in orjson.loads(listed.stdout)} == {"completions"}  # no empty judgements database
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_a_copy_says_how_many_rows_were_copied_and_a_rerun_finishes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """Ctrl-C lands while the second chunk written is read back: after it committed. (Was: exit 130, nothing said;
+    and a count kept after the read-back would have missed that chunk.)"""
+    root = full_store(tmp_path / "a")
+    before = file_digests(root)
+    reads = ctrl_c_on_call(monkeypatch, SqliteDatabase, "get_many", 4)  # chunk 1: before, after; chunk 2: before, ...
+    args = ["--from-root", str(root), "--to-root", str(tmp_path / "b"), "--chunk-size", "2"]
+    result = invoke(*args, *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and len(reads) == 4 and result.stdout == ""
+    with Store(root=tmp_path / "b", readonly=True) as target:
+        copied = sum(target.open(location).count() for location in target.locations())
+    assert copied == 4  # two chunks of 2, both committed
+    said = f"interrupted; {copied} rows had been copied into {tmp_path / 'b'} (1 database), committed and kept"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert (error["rows_written"], error["databases"], error["target"]) == (copied, 1, str(tmp_path / "b"))
+    else:
+        assert said in " ".join(result.stderr.split()) and "run the same copy again" in result.stderr
+    monkeypatch.undo()
+    again = invoke(*args, "--json")
+    assert again.exit_code == 0, again.output
+    assert orjson.loads(again.stdout)["rows_written"] == 19 - copied  # the rows copied before were skipped
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b", readonly=True) as target:
+        assert snapshot(target) == snapshot(source)
+    assert file_digests(root) == before  # the source was only read
 
 
 @pytest.mark.parametrize(
