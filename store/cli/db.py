@@ -8,9 +8,12 @@ Contract:
   databases that are behind (with a backup each).
 * Each exits 1 when it finds a problem: a database that is not usable, an
   upgrade refused or failed, a verification problem.
+* Ctrl-C in ``verify`` exits 130 with one line on stderr
+  (:func:`~store.cli.common.interrupted`): how many databases were checked,
+  and that the others were not.
 """
 
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.text import Text
@@ -20,9 +23,11 @@ from store.cli.common import (
     command_errors,
     counted,
     emit_json,
+    interrupted,
     no_databases,
     note,
     print_claims,
+    rows_text,
     state_text,
     stderr,
     stdout,
@@ -31,7 +36,7 @@ from store.cli.common import (
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
-from store.reports import UpgradeOutcome, UpgradeResult
+from store.reports import DatabaseVerification, UpgradeOutcome, UpgradeResult
 from store.settings import Settings
 from store.store import Store
 
@@ -161,7 +166,9 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     SQLite's integrity_check, metadata.json against its folder, the schema
     state, and that every row's input_text hashes to its input_hash. Without
     a database selector it also lists stray files and folders under the root.
-    Read-only. Exits 1 on any problem, listing each with its file.
+    Read-only. Exits 1 on any problem, listing each with its file. Ctrl-C
+    exits 130 with one line on stderr saying how many databases were checked
+    (and the problems found in them): the others were not.
 
     Examples:
 
@@ -171,7 +178,11 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     """
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
-        results = list(counted((store.verify(location) for location in locations), len(locations), "Verifying"))
+        results: list[DatabaseVerification] = []
+        try:
+            results.extend(counted((store.verify(location) for location in locations), len(locations), "Verifying"))
+        except KeyboardInterrupt:
+            _verify_interrupted(results, len(locations), json_output)
         problems = [problem for result in results for problem in result.problems]
         if selector.is_empty():
             problems += store.strays()
@@ -204,3 +215,18 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         stdout().print(f"OK: {len(results)} databases, {rows:,} rows{of_which}, no problems.")
     if problems:
         raise typer.Exit(1)
+
+
+def _verify_interrupted(results: list[DatabaseVerification], selected: int, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``verify``: how many databases were checked, what they showed, and that the rest were not
+    checked (exit 130). Verifying only reads: nothing was changed."""
+    problems = sum(len(result.problems) for result in results)
+    rows = sum(result.rows_checked for result in results)
+    found = f"{problems} problem{'' if problems == 1 else 's'}" if problems else "no problems"
+    message = (
+        f"interrupted; checked {len(results)} of {selected} database{'' if selected == 1 else 's'} "
+        f"({rows_text(rows)}, {found}) and left {selected - len(results)} unchecked: "
+        "run `judgestore verify` again to check them all"
+    )
+    interrupted(message, json_output, databases_checked=len(results), databases=selected, rows_checked=rows,
+                problems=[problem.as_dict() for result in results for problem in result.problems])  # fmt: skip

@@ -14,6 +14,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +40,7 @@ from tests.factories import (
     foreign_database,
 )
 from tests.faults import damage_page
-from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row
+from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row, ctrl_c_on_call
 from tests.store.conftest import know_synthetic_revision
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
@@ -695,6 +696,32 @@ def test_verify_detects_a_tampered_row(filled: Path) -> None:
     assert problem["kind"] == "input-hash" and problem["path"] == str(path) and victim in problem["message"]
     text = judgestore("verify")
     assert text.exit_code == 1 and "input-hash" in text.stdout and "1 problem;" in text.stdout
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_verify_says_how_many_databases_were_checked(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """Ctrl-C while the second database is verified: the first was checked, with what it showed; the other two
+    were not. (Was: exit 130 and nothing said.)"""
+    path = db_path(filled, QWEN)  # listed first: its problem was found before the interrupt
+    with closing(sqlite3.connect(path)) as conn, conn:
+        conn.execute("UPDATE completions SET input_text = 'tampered' WHERE input_hash = ?",
+                     (completion_record(2).input_hash,))  # fmt: skip
+    before = file_digests(filled)
+    checked = ctrl_c_on_call(monkeypatch, Store, "verify", 2)
+    result = judgestore("verify", *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and len(checked) == 2 and result.stdout == ""
+    assert checked[0] is not None
+    said = "interrupted; checked 1 of 3 databases (3 rows, 1 problem) and left 2 unchecked"
+    if json_output:
+        error = as_json(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert (error["databases_checked"], error["databases"], error["rows_checked"]) == (1, 3, 3)
+        assert [problem["kind"] for problem in error["problems"]] == ["input-hash"]
+    else:
+        assert said in " ".join(result.stderr.split()) and "run `judgestore verify` again" in result.stderr
+    assert file_digests(filled) == before  # read-only
 
 
 def test_verify_detects_metadata_that_does_not_match_its_folder(filled: Path) -> None:
