@@ -53,6 +53,7 @@ from store.store import Store
 from store.tables.filters import RowFilter
 
 if TYPE_CHECKING:  # each command imports its module when it runs (see store.cli.app)
+    from store.reports import VacuumResult
     from store.stats import DatabaseStats, StoreTotals
 
 
@@ -341,7 +342,9 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     Rows are never changed. Each database is compacted under its lock, after
     its other users' transactions finish (up to the busy timeout); one that
     stays busy, or is not a usable judgestore database, is reported and left
-    as it was. Exits 1 if any database was not vacuumed. A folder store only:
+    as it was. Exits 1 if any database was not vacuumed. Ctrl-C exits 130
+    with one line on stderr naming the databases vacuumed; the others are as
+    they were (VACUUM is one transaction). A folder store only:
     on a PostgreSQL server, autovacuum reuses the space (VACUUM FULL, run by
     the database owner, gives it back to the disk).
 
@@ -355,7 +358,11 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
 
     with Store(settings) as store:
         locations = store.select(selector)
-        results = list(counted(store.vacuum(locations), len(locations), "Vacuuming"))
+        results: list[VacuumResult] = []
+        try:
+            results.extend(counted(store.vacuum(locations), len(locations), "Vacuuming"))
+        except KeyboardInterrupt:
+            _vacuum_interrupted(store, results, len(locations), json_output)
     failed = [r for r in results if r.outcome not in (VacuumOutcome.VACUUMED, VacuumOutcome.EMPTY)]
     if json_output:
         emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
@@ -375,6 +382,24 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
             note(r.error or r.outcome.value, json_output=False)
     if failed:
         raise typer.Exit(1)
+
+
+def _vacuum_interrupted(store: Store, results: "list[VacuumResult]", selected: int, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``vacuum``: which databases were vacuumed, and that the others are as they were or vacuumed
+    whole: SQLite's VACUUM is one transaction, so the database it stopped in is one or the other (exit 130)."""
+    from store.reports import VacuumOutcome
+
+    vacuumed = [r for r in results if r.outcome is VacuumOutcome.VACUUMED]
+    freed = sum(r.freed for r in results)
+    names = ", ".join(store.shown(str(r.path)) for r in vacuumed[:3]) + (", ..." if len(vacuumed) > 3 else "")
+    message = (
+        f"interrupted; vacuumed {len(vacuumed)} of {selected} database{'' if selected == 1 else 's'} "
+        f"({decimal(freed)} freed{': ' + names if names else ''}); the other {selected - len(vacuumed)} are as "
+        "they were (the one it stopped in may be vacuumed whole: VACUUM is one transaction), and no row was "
+        "changed: run `judgestore vacuum` again to finish"
+    )
+    interrupted(message, json_output, vacuumed=[str(r.path) for r in vacuumed], databases=selected, freed=freed,
+                results=[r.as_dict() for r in results])  # fmt: skip
 
 
 # ---------------------------------------------------------------- export

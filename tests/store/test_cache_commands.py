@@ -20,7 +20,7 @@ from store.runs import record_run
 from store.settings import Settings
 from store.store import Store
 from tests.factories import QWEN, completion_record, file_digests, fill_small_store
-from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row
+from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row, ctrl_c_on_call
 from tests.store.test_runs import run
 
 
@@ -116,6 +116,35 @@ def test_vacuum_reports_each_database(filled: Path) -> None:
     assert {r["outcome"] for r in report["results"]} == {"vacuumed"} and len(report["results"]) == 3
     assert "Vacuumed in" in judgestore("vacuum").stdout
     assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 10
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_vacuum_names_the_databases_vacuumed_and_leaves_the_others_as_they_were(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """Ctrl-C as the second database is about to be vacuumed. (Was: exit 130 and nothing said.)"""
+    from store.backends.sqlite import vacuum
+
+    before = file_digests(filled)
+    ctrl_c_on_call(monkeypatch, vacuum, "vacuum_database", 2)
+    result = judgestore("vacuum", *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and result.stdout == ""
+    after = file_digests(filled)
+    (first,) = [Path(p) for p in after if p.endswith(".db") and before.get(p) != after[p]]  # VACUUM rewrote it
+    shown = str(first.relative_to(filled))
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and error["vacuumed"] == [str(first)] and error["databases"] == 3
+        assert [(r["outcome"], r["freed"]) for r in error["results"]] == [("vacuumed", error["freed"])]
+        said = error["error"]
+    else:
+        said = " ".join(result.stderr.split())
+    assert said.startswith("interrupted; vacuumed 1 of 3 databases (") and f"freed: {shown});" in said
+    assert "the other 2 are as they were" in said and "run `judgestore vacuum` again" in said
+    assert {p: d for p, d in after.items() if not p.startswith(str(first.parent))} == {
+        p: d for p, d in before.items() if not p.startswith(str(first.parent))
+    }  # the other databases: not a byte changed
+    assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 13  # no row changed
 
 
 def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
