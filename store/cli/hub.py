@@ -9,20 +9,31 @@ Contract:
   or ``--all``, so nobody pushes or downloads a whole team cache by accident.
 * Exit status 1 when the report is not ok (a folder not pushed; a shard
   quarantined, rejected or not downloaded) or on a typed error (a rejected
-  token, a missing repository); 2 on usage errors.
+  token, a missing repository); 2 on usage errors. Ctrl-C in ``push``: 130,
+  with one line on stderr saying what the remote confirmed before it
+  (:func:`~store.cli.common.interrupted`).
 * :func:`register` adds the ``hub`` group to the app :mod:`store.cli` builds.
   :mod:`store.sync` is imported when a hub command runs, so that starting
   any other command does not pay for it.
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.filesize import decimal
 from rich.text import Text
 
-from store.cli.common import command_errors, emit_json, location_cells, location_table, progress_bars, stdout
+from store.cli.common import (
+    command_errors,
+    emit_json,
+    interrupted,
+    location_cells,
+    location_table,
+    progress_bars,
+    rows_text,
+    stdout,
+)
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
@@ -139,8 +150,9 @@ def push_command(
 
     Rows fetched from the remote are never sent back, a push with nothing new
     makes no commit, and an interrupted push loses and duplicates nothing:
-    run it again. Only the rows' shards and each folder's metadata.json are
-    sent, never a database file.
+    run it again (Ctrl-C exits 130 with one line on stderr saying what the
+    remote confirmed before it). Only the rows' shards and each folder's
+    metadata.json are sent, never a database file.
 
     Examples:
 
@@ -163,15 +175,37 @@ def push_command(
                 remote.create_repo(private=private)
             elif isinstance(remote, DirectoryRemote):
                 remote.root.mkdir(parents=True, exist_ok=True)
-        with progress_bars(json_output) as progress:
-            report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
-                          progress=progress)  # fmt: skip
+        try:
+            with progress_bars(json_output) as progress:
+                report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
+                              progress=progress)  # fmt: skip
+        except KeyboardInterrupt as e:
+            _push_interrupted(getattr(e, "push_report", None), remote.url, json_output)
     if json_output:
         emit_json(report.as_dict())
     else:
         _render_push(report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _push_interrupted(report: "PushReport | None", remote: str, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``hub push``: what the remote confirmed before it (committed there, recorded here), and that the
+    same push run again resumes: it settles the batch the interrupt stopped in (committed or not) and sends the
+    rest, losing and duplicating nothing (:mod:`store.sync.push`). Exit 130."""
+    shards = 0 if report is None else report.shards_confirmed
+    rows = 0 if report is None else report.rows_confirmed
+    commits = [] if report is None else report.commits
+    if shards:
+        on_hub = f" in {len(commits)} commit{'' if len(commits) == 1 else 's'}" if commits else ""
+        done = f"{remote} confirmed {shards} shard{'' if shards == 1 else 's'} ({rows_text(rows)}){on_hub} before it"
+    else:
+        done = f"no shard was confirmed by {remote}"
+    message = (
+        f"interrupted; {done}; the rest was not sent, or is settled by the next push: run the same push again to "
+        "resume (nothing is lost or sent twice)"
+    )
+    interrupted(message, json_output, remote=remote, shards_pushed=shards, rows_pushed=rows, commits=commits)
 
 
 def _render_push(report: "PushReport") -> None:

@@ -103,6 +103,10 @@ class PushReport:
     recovered: int = 0  # pending shards of an interrupted push, found on the remote and recorded
     problems: list[SyncProblem] = field(default_factory=list)
     created_branch: MissingBranch | None = None  # the branch did not exist and was made (a dry run: would be)
+    # What the remote has confirmed so far and was recorded as pushed: all of it once the push returns, what it had
+    # committed before a Ctrl-C (the report an interrupt carries: see push)
+    shards_confirmed: int = 0
+    rows_confirmed: int = 0
 
     @property
     def shards(self) -> int:
@@ -155,11 +159,33 @@ def push(
     target_bytes: int = SHARD_TARGET_BYTES,
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
-    """Push the selected folders' unsent rows to ``remote`` (see the module docstring)."""
+    """Push the selected folders' unsent rows to ``remote`` (see the module docstring).
+
+    A ``KeyboardInterrupt`` (Ctrl-C) gets ``push_report``, the report so far: ``commits``, ``shards_confirmed``
+    and ``rows_confirmed`` say what the remote confirmed before it. The batch it stopped in stays pending, and
+    the next push settles it (step 2).
+    """
     if (why := store.storage.absence()) is not None:
         raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
     check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
+    try:
+        return _push(store, remote, selector, report, target_bytes, progress)
+    except KeyboardInterrupt as e:
+        e.push_report = report  # type: ignore[attr-defined]  # what was committed before it, for the CLI
+        raise
+
+
+def _push(
+    store: Store,
+    remote: Remote,
+    selector: Selector | None,
+    report: PushReport,
+    target_bytes: int,
+    progress: ProgressCallback,
+) -> PushReport:
+    """:func:`push` itself, filling ``report`` as it goes (so that an interrupt can tell what was done)."""
+    dry_run = report.dry_run
     locations = store.select(selector)
     with (
         sync_lock(store.root),
@@ -391,6 +417,7 @@ def _send(
 ) -> None:
     """Add the files in batches; record each batch's shards as pushed as soon as the remote confirms it."""
     outgoing: list[tuple[OutgoingFile, str, str | None]] = []  # (file, folder, shard name or None)
+    shard_rows: dict[tuple[str, str], int] = {}
     for plan in plans:
         folder = remote_folder(plan.location)
         if plan.metadata_file is not None:
@@ -398,6 +425,7 @@ def _send(
         for shard in plan.shards:
             path = f"{folder}/{SHARDS_DIR}/{shard.file_name}"
             outgoing.append((OutgoingFile(path, shard.path), folder, shard.name))
+            shard_rows[folder, shard.name] = shard.rows
     shard_count = sum(len(p.shards) for p in plans)
     rows = sum(s.rows for p in plans for s in p.shards)
     message = f"judgestore push: {shard_count} shards, {rows} rows in {len(plans)} folders"
@@ -413,5 +441,7 @@ def _send(
         revision = result.commits[-1] if result.commits else None
         books.set_state(remote_id, confirmed, ShardState.PUSHED, revision, on_default=on_default)
         report.commits += result.commits
+        report.shards_confirmed += len(confirmed)
+        report.rows_confirmed += sum(shard_rows[shard] for shard in confirmed)
         sent += len(batch)
         progress("Uploading", sent, len(outgoing))

@@ -23,7 +23,19 @@ from store.settings import Settings
 from store.store import Store
 from tests.factories import file_digests, stamp
 from tests.fake_hub import FakeHub
-from tests.sync.helpers import QWEN, QWEN_FOLDER, READ_TOKEN, REPO, WRITE_TOKEN, completions, fill, judgements, rows
+from tests.interrupts import ctrl_c_on_call
+from tests.sync.helpers import (
+    QWEN,
+    QWEN_FOLDER,
+    READ_TOKEN,
+    REPO,
+    WRITE_TOKEN,
+    completions,
+    fill,
+    hub_remote,
+    judgements,
+    rows,
+)
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
 pytestmark = pytest.mark.filterwarnings("ignore:Use 'content=<...>' to upload raw bytes:DeprecationWarning")
@@ -214,6 +226,53 @@ def test_a_push_to_a_new_branch_says_it_creates_it(
     again = hub_cli(*push)
     assert again.exit_code == 0 and "Nothing to push" in again.stdout and "branch" not in again.stdout
     assert "exp" in hub.repo(REPO).branches
+
+
+@pytest.mark.parametrize(("landed", "json_output"), [("before", False), ("after", True)])
+def test_ctrl_c_in_a_push_says_what_the_hub_confirmed_and_a_rerun_resumes(
+    hub: FakeHub, tmp_path: Path, landed: str, json_output: bool
+) -> None:
+    """Two batches (one commit each): the completions folder, then the judgements one. Ctrl-C lands as the second
+    is about to go, or just after the Hub committed it, before it was recorded here. (Was: exit 130, nothing said.)"""
+    import huggingface_hub.constants
+
+    from store.sync import HubRemote, fetch
+
+    real_init = HubRemote.__init__
+
+    def two_files_per_commit(self: HubRemote, *args: Any, **kwargs: Any) -> None:
+        real_init(self, *args, **{**kwargs, "max_files_per_add": 2})  # a folder's metadata.json and its shard
+
+    alice = filled_store(tmp_path / "alice")
+    push = ("push", "--repo", REPO, "--all", "--store-root", str(alice))
+    # HF_ENDPOINT is read when huggingface_hub is imported; in this process that already happened. Only while the
+    # CLI runs: the client's downloads, given an endpoint of their own, would go to its import-time default.
+    with pytest.MonkeyPatch.context() as interrupting:
+        interrupting.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+        interrupting.setattr(HubRemote, "__init__", two_files_per_commit)
+        ctrl_c_on_call(interrupting, HubRemote, "add_files", 2, after=landed == "after")
+        result = hub_cli(*push, *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and result.stdout == ""
+    on_hub = [path for path in hub.files(REPO) if path.endswith(".jsonl.gz")]
+    assert len(on_hub) == (1 if landed == "before" else 2) and QWEN_FOLDER in on_hub[0]
+    said = f"interrupted; hf:{hub.endpoint}/datasets/{REPO} confirmed 1 shard (7 rows) in 1 commit before it"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"] and "run the same push again" in error["error"]
+        assert (error["shards_pushed"], error["rows_pushed"], len(error["commits"])) == (1, 7, 1)
+    else:
+        assert said in " ".join(result.stderr.split()) and "run the same push again" in result.stderr
+
+    with pytest.MonkeyPatch.context() as rerun:
+        rerun.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+        again = hub_cli(*push, "--json")
+    assert again.exit_code == 0, again.output
+    report = orjson.loads(again.stdout)
+    # before: the judgements' shard is sent now; after: the Hub had it, and the push confirms it (sends nothing)
+    assert (report["rows"], report["recovered"]) == ((3, 0) if landed == "before" else (0, 1))
+    assert len([path for path in hub.files(REPO) if path.endswith(".jsonl.gz")]) == 2  # nothing sent twice
+    with Store(Settings(), root=tmp_path / "bob") as bob:
+        assert fetch(bob, hub_remote(hub)).rows == 10 and rows(bob) == read_rows(alice)  # nothing lost
 
 
 # ---------------------------------------------------------------- real processes
