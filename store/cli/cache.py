@@ -472,7 +472,7 @@ def export_command(
                 limit=limit,
             )
         except KeyboardInterrupt as e:
-            export_interrupted(getattr(e, "rows_written", 0), output_format.value, output, existed, json_output)
+            _export_interrupted(getattr(e, "rows_written", 0), output_format.value, output, existed, json_output)
         if not rows:
             no_rows(store, json_output, selector)
     if json_output:
@@ -481,7 +481,7 @@ def export_command(
         note(f"exported {rows:,} rows to {output} ({output_format.value})", json_output=False)
 
 
-def export_interrupted(written: int, fmt: str, output: Path, existed: bool, json_output: bool) -> NoReturn:
+def _export_interrupted(written: int, fmt: str, output: Path, existed: bool, json_output: bool) -> NoReturn:
     """Ctrl-C in ``export``: what it left at ``output`` (exit 130). A file is written beside it and renamed into
     place only when complete (:mod:`store.export`): the partial one is removed, and ``output`` is as it was.
     Stdout, a pipe or a device holds the rows written before the interrupt: incomplete, and said so."""

@@ -270,7 +270,7 @@ def query_command(
                     with closing(store.query_rows(selector, flt, limit=limit)) as found_rows:
                         written = write_text(found_rows, sys.stdout, fmt.value, chosen)  # type: ignore[arg-type]
                 except KeyboardInterrupt as e:
-                    query_interrupted(getattr(e, "rows_written", 0), fmt, json_output)
+                    _query_interrupted(getattr(e, "rows_written", 0), fmt, json_output)
                 if not written:
                     no_rows(store, json_output, selector)
             return
@@ -285,14 +285,14 @@ def query_command(
                 values = row.as_dict()
                 table.add_row(*(_table_cell(values.get(name)) for name in chosen))
         except KeyboardInterrupt:  # the table is printed at once, after every row was read
-            query_interrupted(0, fmt, json_output)
+            _query_interrupted(0, fmt, json_output)
     table.caption = f"{min(len(found), shown)} rows"
     stdout().print(table)
     if limit is None and len(found) > shown:
         note(f"Showing the first {shown} rows; pass --limit N, or --format jsonl/csv for all.", json_output=False)
 
 
-def query_interrupted(written: int, fmt: OutputFormat, json_output: bool) -> NoReturn:
+def _query_interrupted(written: int, fmt: OutputFormat, json_output: bool) -> NoReturn:
     """Ctrl-C in ``query``: how many rows reached stdout, and that the output is incomplete (exit 130)."""
     if fmt is OutputFormat.table:
         message = "interrupted before the table was shown; no row was printed"
