@@ -40,6 +40,7 @@ from store.cli.common import (
     no_rows,
     note,
     print_claims,
+    quantity,
     record_deleted,
     rows_to_stdout,
     stdout,
@@ -393,7 +394,7 @@ def _vacuum_interrupted(store: Store, results: "list[VacuumResult]", selected: i
     freed = sum(r.freed for r in results)
     names = ", ".join(store.shown(str(r.path)) for r in vacuumed[:3]) + (", ..." if len(vacuumed) > 3 else "")
     message = (
-        f"interrupted; vacuumed {len(vacuumed)} of {selected} database{'' if selected == 1 else 's'} "
+        f"interrupted; vacuumed {len(vacuumed)} of {quantity(selected, 'database')} "
         f"({decimal(freed)} freed{': ' + names if names else ''}); the other {selected - len(vacuumed)} are as "
         "they were (the one it stopped in may be vacuumed whole: VACUUM is one transaction), and no row was "
         "changed: run `judgestore vacuum` again to finish"

@@ -315,12 +315,12 @@ def incomplete_output(written: int, fmt: str, where: str) -> str:
     """What :func:`interrupted` says of rows streamed to ``where`` (stdout, a pipe) when Ctrl-C stopped them: how
     many were written and that the output is incomplete (a JSON array left open never parses as complete)."""
     left = " and its JSON array is left open, so that it does not parse as complete" if fmt == "json" else ""
-    return f"interrupted after {rows_text(written)} written to {where}: the {fmt} output is incomplete{left}"
+    return f"interrupted after {quantity(written, 'row')} written to {where}: the {fmt} output is incomplete{left}"
 
 
-def rows_text(count: int) -> str:
-    """``1 row``, ``2,000 rows``."""
-    return f"{count:,} row{'' if count == 1 else 's'}"
+def quantity(count: int, noun: str) -> str:
+    """A count and its noun as a message says them: ``1 row``, ``2,000 rows``, ``0 databases``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
 
 
 def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> None:
@@ -415,7 +415,7 @@ def exit_if_unread(unread: int, total: int, *, json_output: bool, left_out: str 
     if not unread:
         return
     if not json_output:
-        said = f"{unread} of {total} database{'' if total == 1 else 's'} could not be read"
+        said = f"{unread} of {quantity(total, 'database')} could not be read"
         said += f" ({left_out})" if left_out else ""
         next_step = "`judgestore db status` says what each needs (`db upgrade` if behind, else `verify`)"
         stderr().print(Text(f"{said}; {next_step}.", style="bold red"), soft_wrap=True)
@@ -460,7 +460,7 @@ def no_databases(store: Store, json_output: bool, selector: Selector) -> None:
     chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)
     if chosen and (held := len(store.locations())):
         note(
-            f"No database in {store.where} matches {chosen} ({held:,} database{'' if held == 1 else 's'} in all; "
+            f"No database in {store.where} matches {chosen} ({quantity(held, 'database')} in all; "
             "`judgestore ls` lists them).",
             json_output=json_output,
         )

@@ -27,7 +27,7 @@ from store.cli.common import (
     no_databases,
     note,
     print_claims,
-    rows_text,
+    quantity,
     state_text,
     stderr,
     stdout,
@@ -205,7 +205,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         for problem in problems:
             message = unprefixed(problem.message, problem.where)
             table.add_row(Text(store.shown(problem.where)), problem.kind.value, Text(message))
-        said = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+        said = quantity(len(problems), "problem")
         table.caption = f"{said}; checked {len(results)} databases, {rows:,} rows"
         stdout().print(table)
     elif not results:
@@ -222,10 +222,10 @@ def _verify_interrupted(results: list[DatabaseVerification], selected: int, json
     checked (exit 130). Verifying only reads: nothing was changed."""
     problems = sum(len(result.problems) for result in results)
     rows = sum(result.rows_checked for result in results)
-    found = f"{problems} problem{'' if problems == 1 else 's'}" if problems else "no problems"
+    found = quantity(problems, "problem") if problems else "no problems"
     message = (
-        f"interrupted; checked {len(results)} of {selected} database{'' if selected == 1 else 's'} "
-        f"({rows_text(rows)}, {found}) and left {selected - len(results)} unchecked: "
+        f"interrupted; checked {len(results)} of {quantity(selected, 'database')} "
+        f"({quantity(rows, 'row')}, {found}) and left {selected - len(results)} unchecked: "
         "run `judgestore verify` again to check them all"
     )
     interrupted(message, json_output, databases_checked=len(results), databases=selected, rows_checked=rows,

@@ -31,7 +31,7 @@ from store.cli.common import (
     location_cells,
     location_table,
     progress_bars,
-    rows_text,
+    quantity,
     stdout,
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
@@ -197,8 +197,8 @@ def _push_interrupted(report: "PushReport | None", remote: str, json_output: boo
     rows = 0 if report is None else report.rows_confirmed
     commits = [] if report is None else report.commits
     if shards:
-        on_hub = f" in {len(commits)} commit{'' if len(commits) == 1 else 's'}" if commits else ""
-        done = f"{remote} confirmed {shards} shard{'' if shards == 1 else 's'} ({rows_text(rows)}){on_hub} before it"
+        on_hub = f" in {quantity(len(commits), 'commit')}" if commits else ""
+        done = f"{remote} confirmed {quantity(shards, 'shard')} ({quantity(rows, 'row')}){on_hub} before it"
     else:
         done = f"no shard was confirmed by {remote}"
     message = (

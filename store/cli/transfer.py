@@ -31,7 +31,7 @@ from store.cli.common import (
     location_table,
     note,
     progress_bars,
-    rows_text,
+    quantity,
     stderr,
     stdout,
 )
@@ -133,8 +133,8 @@ def _interrupted(report: "CopyReport | None", json_output: bool) -> NoReturn:
         interrupted("interrupted before any row was copied; nothing was written", json_output, rows_written=0)
     written = [d for d in report.databases if d.written]
     message = (
-        f"interrupted; {rows_text(report.rows_written)} had been copied into {report.target} "
-        f"({len(written)} database{'' if len(written) == 1 else 's'}), committed and kept: run the same copy "
+        f"interrupted; {quantity(report.rows_written, 'row')} had been copied into {report.target} "
+        f"({quantity(len(written), 'database')}), committed and kept: run the same copy "
         "again to finish it (it skips the rows already there, and verifies every row)"
     )
     interrupted(message, json_output, rows_written=report.rows_written, databases=len(written),
