@@ -36,7 +36,16 @@ from inference.requests import Request
 from inference.run import RunResult, run_requests
 from inference.spec import HostedSpec, ModelSpec
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, output_file, progress_bars, stderr, writable_output
+from store.cli.common import (
+    command_errors,
+    emit_json,
+    interrupted,
+    output_file,
+    progress_bars,
+    quantity,
+    stderr,
+    writable_output,
+)
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.errors import JudgestoreError
 from store.roles import Role
@@ -158,15 +167,10 @@ def _interrupted(
         message = f"interrupted; the rows stored before it are kept, and {again} generates only the rest"
     else:
         message = (
-            f"interrupted; this run stored {kept:,} rows before it stopped: they are kept, and {again} generates "
-            "only the rest"
+            f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and {again} "
+            "generates only the rest"
         )
-    if json_output:
-        payload = {"error": message, "type": "Interrupted", "rows_kept": kept}
-        sys.stderr.write(orjson.dumps(payload).decode() + "\n")
-    else:
-        stderr().print(message, style="bold yellow", soft_wrap=True)
-    raise typer.Exit(130)
+    interrupted(message, json_output, rows_kept=kept)
 
 
 def generate_command(

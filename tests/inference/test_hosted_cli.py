@@ -202,11 +202,16 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
 
 
 @pytest.mark.parametrize(
-    ("mode", "again"),
-    [("use", "running the same command again"), ("refresh", "running it again with --mode use")],
+    ("mode", "again", "json_output"),
+    [
+        ("use", "running the same command again", False),
+        ("refresh", "running it again with --mode use", False),
+        ("use", "running the same command again", True),
+    ],
+    ids=["use", "refresh", "use-json"],
 )
 def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_rest(
-    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path, mode: str, again: str
+    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path, mode: str, again: str, json_output: bool
 ) -> None:
     """SIGINT (Ctrl-C) half-way: exit 130, no traceback, one line with the rows kept; a rerun sends only the rest."""
     import os
@@ -225,7 +230,7 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
             "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "out.jsonl"),
             "--max-concurrency", "1", "--chunk-size", "1"]  # fmt: skip
     code = "from inference.cli import main; main()"
-    interrupted = [*argv, "--mode", mode]
+    interrupted = [*argv, "--mode", mode, *(["--json"] if json_output else [])]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", code, *interrupted], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -237,9 +242,15 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     openai_server.delay = 0.0
     assert child.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
-    line = " ".join(err.split())
+    if json_output:  # one JSON object on stderr, the count beside the line
+        error = orjson.loads(err.splitlines()[-1])
+        assert error["type"] == "Interrupted"
+        line = error["error"]
+    else:
+        line = " ".join(err.split())
     assert "interrupted; this run stored" in line and f"{again} generates only the rest" in line
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
+    assert not json_output or error["rows_kept"] == kept
     sent = len(openai_server.completions())
     assert 3 <= kept < 40 and sent < 40
     with Store(Settings(), root=store_root, readonly=True) as store:  # the interrupted run's accounting is kept
