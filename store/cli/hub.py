@@ -9,9 +9,9 @@ Contract:
   or ``--all``, so nobody pushes or downloads a whole team cache by accident.
 * Exit status 1 when the report is not ok (a folder not pushed; a shard
   quarantined, rejected or not downloaded) or on a typed error (a rejected
-  token, a missing repository); 2 on usage errors. Ctrl-C in ``push``: 130,
-  with one line on stderr saying what the remote confirmed before it
-  (:func:`~store.cli.common.interrupted`).
+  token, a missing repository); 2 on usage errors. Ctrl-C: 130, with one
+  line on stderr saying what the remote confirmed before it (``push``) or
+  what was imported (``fetch``) (:func:`~store.cli.common.interrupted`).
 * :func:`register` adds the ``hub`` group to the app :mod:`store.cli` builds.
   :mod:`store.sync` is imported when a hub command runs, so that starting
   any other command does not pay for it.
@@ -259,6 +259,8 @@ def fetch_command(
     its input hash); one that fails is kept under
     .judgestore-sync/quarantine and reported, and nothing of it is imported.
     Rows already here are kept as they are. Exits 1 if anything was rejected.
+    Ctrl-C exits 130 with one line on stderr saying what was imported before
+    it: it is kept, and the same fetch run again imports the rest.
 
     Examples:
 
@@ -271,15 +273,31 @@ def fetch_command(
 
     sync_settings = from_environment(SyncSettings)
     remote = _remote(repo, directory, revision, token)
-    with Store(settings) as store, progress_bars(json_output) as progress:
-        report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
-                       progress=progress)  # fmt: skip
+    try:
+        with Store(settings) as store, progress_bars(json_output) as progress:
+            report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
+                           progress=progress)  # fmt: skip
+    except KeyboardInterrupt as e:
+        _fetch_interrupted(getattr(e, "fetch_report", None), remote.url, json_output)
     if json_output:
         emit_json(report.as_dict())
     else:
         _render_fetch(report)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _fetch_interrupted(report: "FetchReport | None", remote: str, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``hub fetch``: what was imported before it (each group of shards is one transaction, recorded as
+    imported), and that the same fetch run again imports the rest, skipping those shards. Exit 130."""
+    shards = 0 if report is None else report.shards
+    rows = 0 if report is None else report.rows
+    if shards:
+        done = f"imported {quantity(shards, 'shard')} ({quantity(rows, 'new row')}) from {remote} before it, kept"
+    else:
+        done = f"imported no shard from {remote}"
+    message = f"interrupted; {done}: run the same fetch again to import the rest"
+    interrupted(message, json_output, remote=remote, shards_imported=shards, rows_inserted=rows)
 
 
 def _render_fetch(report: "FetchReport") -> None:

@@ -168,45 +168,71 @@ def fetch(
     max_shard_bytes: int = MAX_SHARD_BYTES,
     progress: ProgressCallback = no_progress,
 ) -> FetchReport:
-    """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring)."""
+    """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring).
+
+    A ``KeyboardInterrupt`` (Ctrl-C) gets ``fetch_report``, the report so far: the shards imported before it
+    (committed and recorded). Downloads not yet started are dropped; the same fetch run again skips what was
+    imported and fetches the rest.
+    """
     selector = selector or Selector()
     check_outside_store(remote, store.root)
     with sync_lock(store.root), Bookkeeping(store.root, settings=store.settings) as books:
-        revision = remote.head()
-        report = FetchReport(remote.url, revision, dry_run)
-        folders = discover(remote, revision, selector, report.rejected_paths)
-        prefix = selector.descriptor or ""
-        if len(prefix) > HASH16_LENGTH:  # compared whole, as Store.select does: with the hash metadata.json records
-            folders = {key: f for key, f in folders.items() if _describes(remote, revision, f, prefix)}
-        # Looked up, not recorded: the remote is recorded with the first shard fetched from it, so a fetch that
-        # fails or a dry run leaves the bookkeeping as it was.
-        known_id = books.find_remote(remote.url)
-        default = at_default(remote)
-        work: list[tuple[RemoteFolder, list[str]]] = []
-        for key in sorted(folders):
-            listed = folders[key]
-            if default and known_id is not None and not dry_run:
-                # Shards recorded from another revision that the default branch lists are on it: say so now, so a
-                # push to it need not ask (the shards are skipped below, never recorded again).
-                books.mark_on_default(known_id, key, listed.shards)
-            states = {} if known_id is None else books.states(known_id, key)
-            todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
-            report.skipped += len(listed.shards) - len(todo)
-            if todo:
-                work.append((listed, todo))
-        total = sum(len(todo) for _, todo in work)
-        if dry_run:
-            for listed, todo in work:
-                size = sum(listed.shards[name] or 0 for name in todo)
-                report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
-            return report
-        if not work:
-            return report
-        remote_id = books.remote_id(remote.url)
-        with ThreadPoolExecutor(DOWNLOAD_WORKERS, thread_name_prefix="judgestore-fetch") as pool:
-            importer = ShardImporter(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
+        report = FetchReport(remote.url, remote.head(), dry_run)
+        try:
+            return _fetch(store, remote, selector, books, report, max_shard_bytes, progress)
+        except KeyboardInterrupt as e:
+            e.fetch_report = report  # type: ignore[attr-defined]  # what was imported before it, for the CLI
+            raise
+
+
+def _fetch(
+    store: Store,
+    remote: Remote,
+    selector: Selector,
+    books: Bookkeeping,
+    report: FetchReport,
+    max_shard_bytes: int,
+    progress: ProgressCallback,
+) -> FetchReport:
+    """:func:`fetch` itself, filling ``report`` as it goes (so that an interrupt can tell what was imported)."""
+    revision, dry_run = report.revision, report.dry_run
+    folders = discover(remote, revision, selector, report.rejected_paths)
+    prefix = selector.descriptor or ""
+    if len(prefix) > HASH16_LENGTH:  # compared whole, as Store.select does: with the hash metadata.json records
+        folders = {key: f for key, f in folders.items() if _describes(remote, revision, f, prefix)}
+    # Looked up, not recorded: the remote is recorded with the first shard fetched from it, so a fetch that
+    # fails or a dry run leaves the bookkeeping as it was.
+    known_id = books.find_remote(remote.url)
+    default = at_default(remote)
+    work: list[tuple[RemoteFolder, list[str]]] = []
+    for key in sorted(folders):
+        listed = folders[key]
+        if default and known_id is not None and not dry_run:
+            # Shards recorded from another revision that the default branch lists are on it: say so now, so a
+            # push to it need not ask (the shards are skipped below, never recorded again).
+            books.mark_on_default(known_id, key, listed.shards)
+        states = {} if known_id is None else books.states(known_id, key)
+        todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
+        report.skipped += len(listed.shards) - len(todo)
+        if todo:
+            work.append((listed, todo))
+    total = sum(len(todo) for _, todo in work)
+    if dry_run:
+        for listed, todo in work:
+            size = sum(listed.shards[name] or 0 for name in todo)
+            report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
+        return report
+    if not work:
+        return report
+    remote_id = books.remote_id(remote.url)
+    with ThreadPoolExecutor(DOWNLOAD_WORKERS, thread_name_prefix="judgestore-fetch") as pool:
+        importer = ShardImporter(store, remote, revision, books, remote_id, max_shard_bytes, report, pool)
+        try:
             for listed, todo in work:
                 importer.folder(listed, todo, lambda n: progress("Downloading", n, total))
+        except KeyboardInterrupt:
+            pool.shutdown(wait=False, cancel_futures=True)  # queued downloads are dropped, not waited for
+            raise
     return report
 
 
@@ -349,12 +375,14 @@ class ShardImporter:
             progress(self.done)
             return
         fetched = FetchedFolder(location)
-        for group in _groups(todo, listed.shards):
-            self._group(listed, group, ShardOrigin.of(metadata), database, fetched)
-            self.done += len(group)
-            progress(self.done)
-        if fetched.shards:
-            self.report.folders.append(fetched)
+        try:
+            for group in _groups(todo, listed.shards):
+                self._group(listed, group, ShardOrigin.of(metadata), database, fetched)
+                self.done += len(group)
+                progress(self.done)
+        finally:  # an interrupt midway still reports the groups imported before it
+            if fetched.shards:
+                self.report.folders.append(fetched)
 
     def _metadata(self, listed: RemoteFolder, shards: int) -> StoredMetadata | None:
         """The folder's verified metadata, or None (reported) if it is missing, unreadable or forged."""

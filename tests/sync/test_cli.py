@@ -275,6 +275,60 @@ def test_ctrl_c_in_a_push_says_what_the_hub_confirmed_and_a_rerun_resumes(
         assert fetch(bob, hub_remote(hub)).rows == 10 and rows(bob) == read_rows(alice)  # nothing lost
 
 
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_a_fetch_says_what_was_imported_and_a_rerun_imports_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """Two folders, one shard each: Ctrl-C lands as the judgements' shard is about to be imported, after the
+    completions' one was. (Was: exit 130, nothing said.)"""
+    from store.sync.fetch import ShardImporter
+
+    alice, shared, bob = filled_store(tmp_path / "alice"), tmp_path / "shared", tmp_path / "bob"
+    assert hub_cli("push", "--dir", str(shared), "--all", "--create-repo", "--store-root", str(alice)).exit_code == 0
+    fetch = ("fetch", "--dir", str(shared), "--all", "--store-root", str(bob))
+    with pytest.MonkeyPatch.context() as interrupting:
+        groups = ctrl_c_on_call(interrupting, ShardImporter, "_group", 2)
+        result = hub_cli(*fetch, *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and result.stdout == "" and len(groups) == 2
+    said = f"interrupted; imported 1 shard (7 new rows) from dir:{shared} before it, kept: run the same fetch again"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert (error["shards_imported"], error["rows_inserted"]) == (1, 7)
+    else:
+        assert said in " ".join(result.stderr.split())
+    with Store(Settings(), root=bob, readonly=True) as store:
+        assert len(rows(store)) == 7  # what the line said is what is here
+
+    again = hub_cli(*fetch, "--json")
+    assert again.exit_code == 0, again.output
+    report = orjson.loads(again.stdout)
+    assert (report["shards"], report["rows_inserted"], report["skipped"]) == (1, 3, 1)
+    assert read_rows(bob) == read_rows(alice)
+
+
+def test_ctrl_c_midway_through_a_folder_counts_the_shards_it_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One row a shard, one shard a transaction: Ctrl-C before the third of the completions folder's seven."""
+    from store.sync.fetch import ShardImporter
+
+    fetching = sys.modules[ShardImporter.__module__]  # the package's `fetch` is the function, not this module
+
+    alice, shared, bob = filled_store(tmp_path / "alice"), tmp_path / "shared", tmp_path / "bob"
+    push = hub_cli("push", "--dir", str(shared), "--all", "--create-repo", "--store-root", str(alice), "--json",
+                   env={"JUDGESTORE_SHARD_TARGET_BYTES": "1"})  # fmt: skip
+    assert orjson.loads(push.stdout)["shards"] == 10
+    monkeypatch.setattr(fetching, "GROUP_SHARDS", 1)
+    ctrl_c_on_call(monkeypatch, ShardImporter, "_group", 3)
+    result = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob), "--json")
+    assert result.exit_code == 130
+    error = orjson.loads(result.stderr)
+    assert (error["shards_imported"], error["rows_inserted"]) == (2, 2)  # was (0, 0): the folder was unfinished
+    with Store(Settings(), root=bob, readonly=True) as store:
+        assert len(rows(store)) == 2
+
+
 # ---------------------------------------------------------------- real processes
 
 
