@@ -23,7 +23,7 @@ Contract:
 """
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import orjson
 import typer
@@ -32,7 +32,16 @@ from rich.text import Text
 
 from inference.spec import parse_key_values
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, progress_bars, stderr, stdout, writable_output
+from store.cli.common import (
+    command_errors,
+    emit_json,
+    interrupted,
+    progress_bars,
+    quantity,
+    stderr,
+    stdout,
+    writable_output,
+)
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 
@@ -56,6 +65,26 @@ def _shown(path: Path) -> str:
         return str(path.resolve().relative_to(Path.cwd()))
     except ValueError:
         return str(path)
+
+
+def _interrupted(
+    report: "ImportReport | None", sources: int, dry_run: bool, report_path: Path | None, json_output: bool
+) -> NoReturn:
+    """Ctrl-C in ``import``: the rows imported before it (each chunk is one transaction: they are kept), and that
+    the same import run again imports the rest (rows already stored are found, not written twice). Exit 130."""
+    imported = 0 if report is None else report.totals()["imported"]
+    started = 0 if report is None else len(report.sources)
+    if dry_run:
+        message = "interrupted; a dry run writes nothing, so nothing was imported"
+    else:
+        message = (
+            f"interrupted; imported {quantity(imported, 'row')} from {started} of {quantity(sources, 'source')} "
+            "before it, kept: run the same import again to import the rest (rows already stored are kept as they "
+            "are)"
+        )
+    if report_path is not None:
+        message += f"; {report_path} was not written"
+    interrupted(message, json_output, rows_imported=imported, sources_started=started, sources=sources)
 
 
 def _detect_table(result: "DetectionResult") -> FittedTable:
@@ -196,7 +225,9 @@ def import_command(
     Every row is rehashed under judgestore's rule and verified against its
     stored hash; rows already in the store win; rows that cannot be attributed
     to a descriptor are skipped with the reason, never guessed. A second run
-    imports nothing new.
+    imports nothing new. Ctrl-C exits 130 with one line on stderr saying how
+    many rows were imported before it: they are kept, and the same import run
+    again imports the rest.
 
     Examples:
 
@@ -235,13 +266,16 @@ def import_command(
         task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None
     )
     err = stderr()
-    with Store(settings, readonly=dry_run) as store, progress_bars(json_output) as progress:
+    try:
+        with Store(settings, readonly=dry_run) as store, progress_bars(json_output) as progress:
 
-        def on_progress(event: "ImportProgress") -> None:
-            progress(f"[{event.index + 1}/{event.sources}] {event.path.name}", event.rows_done, event.rows_total)
+            def on_progress(event: "ImportProgress") -> None:
+                progress(f"[{event.index + 1}/{event.sources}] {event.path.name}", event.rows_done, event.rows_total)
 
-        report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,
-                                ignored_files=result.ignored_files)  # fmt: skip
+            report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,
+                                    ignored_files=result.ignored_files)  # fmt: skip
+    except KeyboardInterrupt as e:
+        _interrupted(getattr(e, "import_report", None), len(result.detections), dry_run, report_path, json_output)
     payload: dict[str, Any] = report.as_dict()
     if report_path is not None:
         report_path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n")

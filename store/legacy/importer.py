@@ -107,25 +107,25 @@ class SourceImporter:
         self.on_progress = on_progress
         self.writer = ChunkedWriter(store, dry_run=options.dry_run, chunk_size=options.chunk_size)
 
-    def source(self, detection: Detection, index: int, total_sources: int) -> SourceReport:
-        """Import one source (``index`` of ``total_sources``, for progress) and account for each of its rows."""
-        report = SourceReport(detection.path, detection.variant, detection.state.value)
+    def source(self, detection: Detection, report: SourceReport, index: int, total_sources: int) -> None:
+        """Import one source (``index`` of ``total_sources``, for progress) and account for each of its rows in
+        ``report``, each chunk as it is written (so that an interrupt leaves it saying what was imported)."""
         if not self._importable(detection, report):
-            return report
+            return
         task = detection.tree.task if detection.tree is not None else self.options.task
         try:
             rows_total = count_rows(detection)
         except (OSError, DataFrameError, sqlite3.DatabaseError) as e:
             report.fail_source(f"cannot be read: {e}")
-            return report
+            return
         report.rows = rows_total
         if task is None:
             report.skip_source("no task: this file lies outside a legacy tree; pass --task NAME", unattributed=True)
-            return report
+            return
         if detection.variant in NEEDS_INPUTS and self.options.inputs is None:
             why = "holds no inputs (only outputs keyed by position): pass --inputs FILE naming each input"
             report.skip_source(f"{detection.variant} {why}", unattributed=True)
-            return report
+            return
         attribution = self.resolver(detection)
         report.notes.extend(attribution.notes)
         if attribution.descriptor is None:
@@ -133,7 +133,7 @@ class SourceImporter:
                 report.fail_source(attribution.reason)
             else:
                 report.skip_source(attribution.reason, unattributed=True)
-            return report
+            return
         descriptor = attribution.descriptor
         assumptions = list(attribution.assumptions)
         if detection.variant in RAW_PROMPT_VARIANTS:
@@ -141,7 +141,6 @@ class SourceImporter:
             assumptions.append(f"{detection.variant} rows stored their judge prompt as plain text; imported as {shape}")
         report.assumptions = assumptions
         self._rows(detection, report, task, descriptor, tuple(assumptions), index, total_sources)
-        return report
 
     def _importable(self, detection: Detection, report: SourceReport) -> bool:
         """Whether the detection is a source to read rows from; if not, all its rows are accounted for here."""
@@ -222,7 +221,11 @@ def import_sources(
     on_progress: Callable[[ImportProgress], None] | None = None,
     ignored_files: int = 0,
 ) -> ImportReport:
-    """Import every detection into ``store`` (read-only for a dry run); see the module docstring."""
+    """Import every detection into ``store`` (read-only for a dry run); see the module docstring.
+
+    A ``KeyboardInterrupt`` (Ctrl-C) gets ``import_report``, the report so far: its ``imported`` counts are the
+    rows of the chunks written before it (the chunk it stopped in is rolled back). A rerun imports the rest.
+    """
     options = options or ImportOptions()
     if options.chunk_size < 1:
         raise InvalidInputError(f"chunk_size must be >= 1, got {options.chunk_size}")
@@ -231,6 +234,12 @@ def import_sources(
     detections = list(detections)
     importer = SourceImporter(store, resolver, options, on_progress)
     report = ImportReport(store.where, options.dry_run, ignored_files=ignored_files)
-    for index, detection in enumerate(detections):
-        report.sources.append(importer.source(detection, index, len(detections)))
+    try:
+        for index, detection in enumerate(detections):
+            source = SourceReport(detection.path, detection.variant, detection.state.value)
+            report.sources.append(source)
+            importer.source(detection, source, index, len(detections))
+    except KeyboardInterrupt as e:
+        e.import_report = report  # type: ignore[attr-defined]  # the chunks written before it, for the CLI
+        raise
     return report

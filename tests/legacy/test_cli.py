@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -191,3 +192,48 @@ def test_on_a_core_install_the_note_says_vllm_is_not_installed(tmp_path: Path, m
     notes = " ".join(source.notes)
     assert "rows were produced by vLLM 0.10.0; vLLM is not installed here" in notes, notes
     assert "None" not in notes and "install vLLM 0.10.0" in notes
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
+) -> None:
+    """Two S0 caches of 4 rows: Ctrl-C as the second one's chunk is about to be written. (Was: exit 130, silent.)"""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+    from store.legacy.writer import ChunkedWriter
+
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    for judge in ("gpt-4", "gpt-4o"):
+        rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": judge,
+                 "judge_input": f"{judge} compares {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+                for i in range(4)]  # fmt: skip
+        b.create_db(legacy / "cache" / "db" / "mt-bench" / f"{judge}.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]
+    real_write, written = ChunkedWriter._write, []
+
+    def write_then_ctrl_c(self: ChunkedWriter, target: Any, report: Any) -> None:
+        if target.pending and written:
+            raise KeyboardInterrupt
+        written.extend(target.pending)
+        real_write(self, target, report)
+
+    with pytest.MonkeyPatch.context() as interrupting:
+        interrupting.setattr(ChunkedWriter, "_write", write_then_ctrl_c)
+        result = CliRunner().invoke(app(), [*args, *(["--json"] if json_output else [])], env={"COLUMNS": "200"})
+    assert result.exit_code == 130 and result.stdout == "" and len(written) == 4
+    said = "interrupted; imported 4 rows from 2 of 2 sources before it, kept: run the same import again"
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert (error["rows_imported"], error["sources_started"], error["sources"]) == (4, 2, 2)
+    else:
+        assert said in " ".join(result.stderr.split())
+    assert sum(len(rows) for rows in stored_rows(root).values()) == 4  # what the line said is what is stored
+
+    again = orjson.loads(CliRunner().invoke(app(), [*args, "--json"]).stdout)["totals"]
+    assert (again["imported"], again["already_present"]) == (4, 4)
+    assert sum(len(rows) for rows in stored_rows(root).values()) == 8
