@@ -8,9 +8,9 @@ Contract:
   databases that are behind (with a backup each).
 * Each exits 1 when it finds a problem: a database that is not usable, an
   upgrade refused or failed, a verification problem.
-* Ctrl-C in ``verify`` exits 130 with one line on stderr
-  (:func:`~store.cli.common.interrupted`): how many databases were checked,
-  and that the others were not.
+* Ctrl-C in ``verify`` or ``db upgrade`` exits 130 with one line on stderr
+  (:func:`~store.cli.common.interrupted`): how many databases were checked
+  or upgraded, and that the others were not.
 """
 
 from typing import Annotated, Any, NoReturn
@@ -112,7 +112,9 @@ def db_upgrade_command(
     Per file: lock, re-check, back up beside it (*.bak-REVISION-TIME), migrate,
     verify row counts; a failure restores the backup. Ahead, foreign and
     damaged files are refused and not touched. A second run does nothing.
-    Exits 1 if anything was refused or failed.
+    Exits 1 if anything was refused or failed. Ctrl-C exits 130 with one line
+    on stderr saying how many were upgraded: the one it stopped in is left at
+    its revision (its migration is one transaction), and so are the rest.
 
     Examples:
 
@@ -122,7 +124,11 @@ def db_upgrade_command(
     """
     with Store(settings) as store:
         locations = store.select(selector)
-        results = list(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
+        results: list[UpgradeResult] = []
+        try:
+            results.extend(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
+        except KeyboardInterrupt:
+            _upgrade_interrupted(results, len(locations), json_output)
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
@@ -146,6 +152,20 @@ def db_upgrade_command(
         stdout().print(table)
     if bad:
         raise typer.Exit(1)
+
+
+def _upgrade_interrupted(results: list[UpgradeResult], selected: int, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``db upgrade``: how many databases were upgraded; the one it stopped in is rolled back to its
+    revision (the migration is one transaction; a backup made of it may stay beside it), the rest are as they
+    were (exit 130)."""
+    upgraded = sum(result.outcome is UpgradeOutcome.UPGRADED for result in results)
+    message = (
+        f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: a migration it stopped in was "
+        "rolled back (each is one transaction), and the databases not reached are as they were: run "
+        "`judgestore db upgrade` again to finish"
+    )
+    interrupted(message, json_output, upgraded=upgraded, databases=selected,
+                results=[_result_dict(result) for result in results])  # fmt: skip
 
 
 def _result_dict(result: UpgradeResult) -> dict[str, Any]:

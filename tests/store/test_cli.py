@@ -621,6 +621,32 @@ def test_db_upgrade_brings_behind_databases_to_head_once(filled: Path, synthetic
     assert count_rows(filled) == 10
 
 
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one_it_stopped_in(
+    filled: Path, synthetic_head: str, json_output: bool
+) -> None:
+    """Ctrl-C just after the second database's migration ran, before it committed. (Was: exit 130, silent.)"""
+    from store.backends.sqlite import upgrade
+
+    with pytest.MonkeyPatch.context() as interrupting:
+        migrated = ctrl_c_on_call(interrupting, upgrade, "migrate", 2, after=True)
+        result = judgestore("db", "upgrade", *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and len(migrated) == 2 and result.stdout == ""
+    said = "interrupted; upgraded 1 of 3 databases: a migration it stopped in was rolled back"
+    if json_output:
+        error = as_json(result.stderr)
+        assert error["type"] == "Interrupted" and said in error["error"]
+        assert (error["upgraded"], error["databases"]) == (1, 3)
+        assert [r["outcome"] for r in error["results"]] == ["upgraded"]
+    else:
+        assert said in " ".join(result.stderr.split()) and "run `judgestore db upgrade` again" in result.stderr
+    states = [d["state"] for d in as_json(judgestore("db", "status", "--json").stdout)["databases"]]
+    assert sorted(states) == ["behind", "behind", "current"]  # the second one's migration did not stay
+    again = as_json(judgestore("db", "upgrade", "--json").stdout)["results"]
+    assert sorted(r["outcome"] for r in again) == ["up-to-date", "upgraded", "upgraded"]
+    assert count_rows(filled) == 10
+
+
 def test_db_upgrade_no_backup(filled: Path, synthetic_head: str) -> None:
     result = judgestore("db", "upgrade", "--no-backup", "--role", "judgements", "--json")
     assert result.exit_code == 0, result.output
