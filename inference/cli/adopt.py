@@ -25,7 +25,7 @@ from inference.cli.options import VerboseOption
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.spec import Spec
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, stdout
+from store.cli.common import command_errors, emit_json, interrupted, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, non_negative, share, store_settings
 
 SpecOptions = Callable[..., Spec]
@@ -125,19 +125,22 @@ def adopt_command(
     if not verbose:
         quiet_engine()
     with Store(settings, readonly=dry_run) as store:
-        report = adopt(
-            store,
-            spec,
-            role=role.value,  # type: ignore[arg-type]
-            task=task,
-            across=across,
-            source=source,
-            sample=sample,
-            seed=sample_seed,
-            min_exact=min_exact,
-            max_logprob_delta=max_logprob_delta,
-            dry_run=dry_run,
-        )
+        try:
+            report = adopt(
+                store,
+                spec,
+                role=role.value,  # type: ignore[arg-type]
+                task=task,
+                across=across,
+                source=source,
+                sample=sample,
+                seed=sample_seed,
+                min_exact=min_exact,
+                max_logprob_delta=max_logprob_delta,
+                dry_run=dry_run,
+            )
+        except KeyboardInterrupt:  # the rows and their record are written in one transaction, after the audit
+            interrupted("interrupted; nothing was adopted: run the same adopt again", json_output, rows_adopted=0)
     if json_output:
         emit_json(report.as_dict())
     else:

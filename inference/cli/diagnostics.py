@@ -33,7 +33,7 @@ from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.spec import Spec
 from store import Settings, Store
-from store.cli.common import command_errors, emit_json, stderr, stdout
+from store.cli.common import command_errors, emit_json, interrupted, stderr, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, share, store_settings
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError, InvalidInputError
@@ -278,7 +278,10 @@ def audit_command(
                 f"nothing is stored for {spec.display_name} ({role.value}, task {task}, descriptor "
                 f"{spec.descriptor.hash16()}); `judgestore explain` with the same options says what is"
             )
-        report = audit_database(database, spec, sample=sample, seed=sample_seed)
+        try:
+            report = audit_database(database, spec, sample=sample, seed=sample_seed)
+        except KeyboardInterrupt:
+            interrupted("interrupted before a verdict; an audit only reads, so nothing was changed", json_output)
     if json_output:
         emit_json(report.as_dict())
     else:

@@ -270,3 +270,26 @@ def test_a_threshold_option_says_what_it_takes(
     assert result.exit_code == 2, result.output
     assert f"Invalid value for '{option}': {said}" in " ".join(result.stderr.split())
     assert not (tmp_path / "store").exists()
+
+
+def test_an_adoption_interrupted_while_copying_leaves_no_row_and_no_record(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C just after the rows went in, before the adoption was recorded: one transaction, so neither stays
+    (what `judgestore adopt` says on Ctrl-C: nothing was adopted)."""
+    from store.backends.sqlite.rows import SqliteRepository
+
+    fill(store, OLD)
+    real_put = SqliteRepository.put_many
+    put: list[int] = []
+
+    def put_then_ctrl_c(self: SqliteRepository, records: Any, on_conflict: Any = "ignore") -> int:
+        put.append(real_put(self, records, on_conflict))
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(SqliteRepository, "put_many", put_then_ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    assert put == [6]  # the rows were written in the transaction, then rolled back with it
+    own = store.find("completions", "t", NEW)
+    assert own is None or (own.count() == 0 and adoptions(own) == [])

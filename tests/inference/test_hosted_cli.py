@@ -146,6 +146,45 @@ def test_an_audit_of_a_database_left_without_rows_fails_rather_than_passes(
     assert audited.exit_code == 1 and "nothing is stored for fake-judge" in " ".join(audited.stderr.split())
 
 
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("command", ["audit", "adopt"])
+def test_ctrl_c_in_audit_or_adopt_says_nothing_was_changed(
+    openai_server: FakeOpenAI,
+    chat_prompts: Path,
+    tmp_path: Path,
+    store_root: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    command: str,
+    json_output: bool,
+) -> None:
+    """Ctrl-C while the stored rows are regenerated (was: exit 130 and nothing said)."""
+    from inference.drift import audit
+
+    assert generate(openai_server, chat_prompts, tmp_path / "a.jsonl").exit_code == 0
+    before = file_digests(store_root)
+    regenerated = []
+
+    def regenerate_then_ctrl_c(*args: Any, **kwargs: Any) -> Any:
+        regenerated.append(args)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(audit, "regenerate", regenerate_then_ctrl_c)
+    model = ("--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
+             "--api-key-env", "JUDGE_KEY")  # fmt: skip
+    extra = ["--task", "u", "--across", "task"] if command == "adopt" else ["--task", "t"]  # adopt from task t
+    result = CliRunner().invoke(app(), [command, *model, *extra, *(["--json"] if json_output else [])],
+                                env={"COLUMNS": "200"})  # fmt: skip
+    assert result.exit_code == 130 and result.stdout == "", result.output
+    said = {"audit": "interrupted before a verdict; an audit only reads, so nothing was changed",
+            "adopt": "interrupted; nothing was adopted: run the same adopt again"}[command]  # fmt: skip
+    if json_output:
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "Interrupted" and error["error"] == said
+    else:
+        assert " ".join(result.stderr.split()) == said
+    assert regenerated and file_digests(store_root) == before
+
+
 def test_a_results_file_that_fails_to_write_is_one_line_naming_it_not_the_store(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
 ) -> None:
