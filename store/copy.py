@@ -227,7 +227,12 @@ def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabas
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
     before = target.get_many((r.input_hash for r in chunk), deferred=False)
     fresh = [r for r in chunk if r.input_hash not in before]
-    written = target.put_many(fresh) if fresh else 0
+    try:
+        written = target.put_many(fresh) if fresh else 0
+    except KeyboardInterrupt:
+        # Ctrl-C during the commit lets it finish and is raised just after: the chunk (one transaction) may stand
+        result.written += len(target.get_many(r.input_hash for r in fresh))
+        raise
     result.written += written  # committed: counted at once, so that an interrupt from here on still counts them
     after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
     matched = matched_before = 0
