@@ -111,24 +111,41 @@ class ChunkedWriter:
                 f"{target.location.relative_folder()}: {e}", reason=f"not written: {e}", count=len(batch)
             )
             return
-        for (record, locator), (outcome, kept) in zip(batch, outcomes, strict=True):
-            if outcome == "imported":
-                report.imported += 1
-            elif outcome == "present":
-                report.already_present += 1
-            else:
-                assert kept is not None
-                report.conflict(record.input_hash, locator, _preview(kept), _preview(record.completion))
+        except KeyboardInterrupt as e:  # counted if the chunk stands (see _outcomes_written), for the CLI's line
+            if (landed := getattr(e, "landed_outcomes", None)) is not None:
+                _count(batch, landed, report)
+            raise
+        _count(batch, outcomes, report)
+
+
+def _count(batch: list[tuple[Record, str]], outcomes: list[tuple[Outcome, str | None]], report: SourceReport) -> None:
+    """Account for a written chunk's rows in ``report``: imported, already present, or in conflict."""
+    for (record, locator), (outcome, kept) in zip(batch, outcomes, strict=True):
+        if outcome == "imported":
+            report.imported += 1
+        elif outcome == "present":
+            report.already_present += 1
+        else:
+            assert kept is not None
+            report.conflict(record.input_hash, locator, _preview(kept), _preview(record.completion))
 
 
 def _outcomes_written(
     target: _Target, batch: list[tuple[Record, str]], keys: list[str]
 ) -> list[tuple[Outcome, str | None]]:
     assert target.database is not None
-    with target.database.transaction() as repo:
-        existing = {key: record.completion for key, record in repo.get_many(keys).items()}
-        outcomes, new = _classify(batch, existing)
-        written = repo.put_many(new, "ignore")
+    outcomes: list[tuple[Outcome, str | None]] = []
+    new: list[Record] = []
+    try:
+        with target.database.transaction() as repo:
+            existing = {key: record.completion for key, record in repo.get_many(keys).items()}
+            outcomes, new = _classify(batch, existing)
+            written = repo.put_many(new, "ignore")
+    except KeyboardInterrupt as e:
+        # Ctrl-C during the commit lets it finish and is raised just after: the chunk (one transaction) may stand
+        if outcomes and len(target.database.get_many(r.input_hash for r in new)) == len(new):
+            e.landed_outcomes = outcomes  # type: ignore[attr-defined]
+        raise
     if written != len(new):  # cannot happen under the write lock; say so rather than miscount
         raise JudgestoreError(f"expected to insert {len(new)} rows, inserted {written}")
     return outcomes

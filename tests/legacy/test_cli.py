@@ -237,3 +237,38 @@ def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest
     again = orjson.loads(CliRunner().invoke(app(), [*args, "--json"]).stdout)["totals"]
     assert (again["imported"], again["already_present"]) == (4, 4)
     assert sum(len(rows) for rows in stored_rows(root).values()) == 8
+
+
+def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SIGINT while SQLite commits is raised once the commit returned: those rows are stored, and the line
+    counts them. (Was: 'imported 0 rows' with 4 stored.)"""
+    from contextlib import contextmanager
+
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+    from store.backends.sqlite.database import SqliteDatabase
+
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+            for i in range(4)]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    real_transaction = SqliteDatabase.transaction
+
+    @contextmanager
+    def commit_then_ctrl_c(self: SqliteDatabase) -> Any:
+        with real_transaction(self) as repo:
+            yield repo
+        raise KeyboardInterrupt  # the commit is done: as SIGINT during it
+
+    monkeypatch.setattr(SqliteDatabase, "transaction", commit_then_ctrl_c)
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]
+    result = CliRunner().invoke(app(), [*args, "--json"])
+    assert result.exit_code == 130
+    assert sum(len(rows) for rows in stored_rows(root).values()) == 4
+    assert orjson.loads(result.stderr)["rows_imported"] == 4
