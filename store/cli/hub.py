@@ -288,8 +288,9 @@ def fetch_command(
 
 
 def _fetch_interrupted(report: "FetchReport | None", remote: str, json_output: bool) -> NoReturn:
-    """Ctrl-C in ``hub fetch``: what was imported before it (each group of shards is one transaction, recorded as
-    imported), and that the same fetch run again imports the rest, skipping those shards. Exit 130."""
+    """Ctrl-C in ``hub fetch``: what was imported before it (each group of shards is one transaction, counted once
+    it committed), and that the same fetch run again imports the rest, skipping the shards recorded as imported (a
+    group the interrupt caught before it was recorded is imported again, writing nothing). Exit 130."""
     shards = 0 if report is None else report.shards
     rows = 0 if report is None else report.rows
     if shards:

@@ -463,12 +463,14 @@ class ShardImporter:
             for shard, _ in valid:
                 self.report.failed.append(SyncProblem(shard_path(location, shard.name), f"could not be imported: {e}"))
             return
-        self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
-                             self.revision)  # fmt: skip
+        # Counted as soon as the rows committed: a Ctrl-C while they are recorded below still counts them (they
+        # are here; the rerun imports the group again, writing nothing)
         fetched.shards += len(valid)
         fetched.rows_read += sum(len(shard.records) for shard, _ in valid)
         fetched.rows_inserted += inserted
         fetched.bytes += sum(size for _, size in valid)
+        self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
+                             self.revision)  # fmt: skip
 
 
 def _groups(names: Sequence[str], sizes: dict[str, int | None]) -> list[list[str]]:

@@ -329,6 +329,33 @@ def test_ctrl_c_midway_through_a_folder_counts_the_shards_it_imported(
         assert len(rows(store)) == 2
 
 
+def test_ctrl_c_after_a_group_committed_but_before_it_was_recorded_counts_its_rows(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands while the first group is recorded as imported in sync.db, after its rows committed to the
+    database: the line counts them (they are here), and the rerun imports that group again, writing nothing.
+    (Was: 'imported no shard', with 7 rows inserted.)"""
+    from store.sync.bookkeeping import Bookkeeping
+
+    alice, shared, bob = filled_store(tmp_path / "alice"), tmp_path / "shared", tmp_path / "bob"
+    assert hub_cli("push", "--dir", str(shared), "--all", "--create-repo", "--store-root", str(alice)).exit_code == 0
+    fetch = ("fetch", "--dir", str(shared), "--all", "--store-root", str(bob))
+    with pytest.MonkeyPatch.context() as interrupting:
+        ctrl_c_on_call(interrupting, Bookkeeping, "set_state", 1)
+        result = hub_cli(*fetch, "--json")
+    assert result.exit_code == 130 and result.stdout == ""
+    with Store(Settings(), root=bob, readonly=True) as store:
+        here = len(rows(store))
+    assert here == 7  # the completions' group committed
+    error = orjson.loads(result.stderr)
+    assert (error["shards_imported"], error["rows_inserted"]) == (1, here), error
+    assert "imported 1 shard (7 new rows)" in error["error"]
+    again = hub_cli(*fetch, "--json")
+    assert again.exit_code == 0, again.output
+    assert orjson.loads(again.stdout)["rows_inserted"] == 3  # the 7 were not written twice
+    assert read_rows(bob) == read_rows(alice)
+
+
 # ---------------------------------------------------------------- real processes
 
 
