@@ -647,6 +647,24 @@ def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one
     assert count_rows(filled) == 10
 
 
+def test_ctrl_c_while_db_upgrade_copies_a_backup_leaves_no_temporary_file(filled: Path, synthetic_head: str) -> None:
+    """Ctrl-C lands as the first backup's copy ends, before it is renamed: the temporary copy goes with it (was:
+    left beside the database, a stray that made `judgestore verify` exit 1), and the database is as it was."""
+    from store.backends.sqlite import upgrade
+    from store.layout import BACKUP_TEMP_PREFIX
+
+    before = file_digests(filled)
+    with pytest.MonkeyPatch.context() as interrupting:
+        copied = ctrl_c_on_call(interrupting, upgrade.shutil, "copy2", 1, after=True)
+        result = judgestore("db", "upgrade")
+    assert result.exit_code == 130 and len(copied) == 1
+    assert "interrupted; upgraded 0 of 3 databases" in " ".join(result.stderr.split())
+    assert [p for p in filled.rglob("*") if p.name.startswith(BACKUP_TEMP_PREFIX)] == []
+    assert file_digests(filled) == before
+    problems = as_json(judgestore("verify", "--json").stdout)["problems"]
+    assert {p["kind"] for p in problems} == {"schema"}, problems  # behind, as before; no stray
+
+
 def test_db_upgrade_no_backup(filled: Path, synthetic_head: str) -> None:
     result = judgestore("db", "upgrade", "--no-backup", "--role", "judgements", "--json")
     assert result.exit_code == 0, result.output

@@ -13,7 +13,8 @@ Contract:
   upgrade before anything is written (a copy that fails midway is removed).
   The backup is copied under a temporary name, flushed to the disk, then
   renamed: a process killed while copying leaves no file under a backup's
-  name, only a temporary one that ``judgestore verify`` reports as a stray.
+  name, only a temporary one that ``judgestore verify`` reports as a stray
+  (Ctrl-C while copying removes it).
 * :func:`upgrade_databases` does that for many files, one bad file never
   stopping the others; a second run does nothing. :func:`upgrade_store` does
   it for descriptor folders of a store, refusing, read-only, every folder that
@@ -109,6 +110,9 @@ def _backup(db_path: Path, revision: str | None) -> Path:
     except OSError as e:
         temp.unlink(missing_ok=True)
         raise translated(target, e, needed_bytes=database_size(db_path)) from e
+    except BaseException:  # Ctrl-C while copying: only a process killed outright leaves the temporary behind
+        temp.unlink(missing_ok=True)
+        raise
     return target
 
 
