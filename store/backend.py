@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.errors import DatabaseFileError
+from store.errors import DatabaseFileError, EmptyFilterError
 from store.layout import Location, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
@@ -236,7 +236,10 @@ class Database(ABC):
         return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
     def delete(self, *filters: RowFilter) -> int:
-        """Delete the rows matching any of ``filters`` (each non-empty) in one write transaction; returns how many."""
+        """Delete the rows matching any of ``filters`` in one write transaction; returns how many. No filter, or an
+        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted."""
+        if not filters or any(flt.is_empty() for flt in filters):  # before the transaction: nothing is written
+            raise EmptyFilterError()
         return self._write(lambda repo: sum(repo.delete(flt) for flt in filters))
 
     def count(self, flt: RowFilter | None = None) -> int:

@@ -676,6 +676,10 @@ def test_delete_with_an_empty_filter_is_refused_and_changes_nothing(
             database.delete(RowFilter())
         with pytest.raises(EmptyFilterError):
             database.delete(RowFilter(pointwise=None))
+        with pytest.raises(EmptyFilterError):  # no filter at all (delete takes several): was 0, silently
+            database.delete()
+        with pytest.raises(EmptyFilterError):  # one empty among them: the transaction deletes nothing
+            database.delete(RowFilter(model="model-a"), RowFilter())
         assert database.count() == 60
     assert file_digests(store_root) == before
 
