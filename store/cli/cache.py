@@ -393,11 +393,12 @@ def _vacuum_interrupted(store: Store, results: "list[VacuumResult]", selected: i
     vacuumed = [r for r in results if r.outcome is VacuumOutcome.VACUUMED]
     freed = sum(r.freed for r in results)
     names = ", ".join(store.shown(str(r.path)) for r in vacuumed[:3]) + (", ..." if len(vacuumed) > 3 else "")
+    others = selected - len(vacuumed)
+    as_they_were = "the other one is as it was" if others == 1 else f"the other {others} are as they were"
     message = (
         f"interrupted; vacuumed {len(vacuumed)} of {quantity(selected, 'database')} "
-        f"({decimal(freed)} freed{': ' + names if names else ''}); the other {selected - len(vacuumed)} are as "
-        "they were (the one it stopped in may be vacuumed whole: VACUUM is one transaction), and no row was "
-        "changed: run `judgestore vacuum` again to finish"
+        f"({decimal(freed)} freed{': ' + names if names else ''}); {as_they_were} (the one it stopped in may be "
+        "vacuumed whole: VACUUM is one transaction), and no row was changed: run `judgestore vacuum` again to finish"
     )
     interrupted(message, json_output, vacuumed=[str(r.path) for r in vacuumed], databases=selected, freed=freed,
                 results=[r.as_dict() for r in results])  # fmt: skip

@@ -147,6 +147,19 @@ def test_ctrl_c_in_vacuum_names_the_databases_vacuumed_and_leaves_the_others_as_
     assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 13  # no row changed
 
 
+def test_ctrl_c_in_vacuum_before_the_last_database_says_the_other_one_in_the_singular(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: 'the other 1 are as they were'."""
+    from store.backends.sqlite import vacuum
+
+    ctrl_c_on_call(monkeypatch, vacuum, "vacuum_database", 3)
+    result = judgestore("vacuum")
+    assert result.exit_code == 130
+    said = " ".join(result.stderr.split())
+    assert said.startswith("interrupted; vacuumed 2 of 3 databases (") and "; the other one is as it was (" in said
+
+
 def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     before = file_digests(filled)
