@@ -211,7 +211,8 @@ class Store:
                     e.rows_deleted = rows  # type: ignore[union-attr]  # KeyboardInterrupt: set here, for the CLI
                     places = ", ".join(d.where for d in deleted[:3]) + (", ..." if len(deleted) > 3 else "")
                     e.add_note(
-                        f"Before it, {rows:,} rows were deleted from {len(deleted)} databases ({places}); "
+                        f"Before it, {rows:,} {'row was' if rows == 1 else 'rows were'} deleted from "
+                        f"{len(deleted)} database{'' if len(deleted) == 1 else 's'} ({places}); "
                         "no other database was changed: run the same command again to finish."
                     )
                 raise

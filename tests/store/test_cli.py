@@ -456,7 +456,7 @@ def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
     monkeypatch.setattr(Repository, "delete", delete_then_ctrl_c)
     result = judgestore(command, "--run-id", "run-2", "--yes", *(["--json"] if json_output else []))
     assert result.exit_code == 130 and calls == ["completions", "judgements"]
-    said = "Before it, 2 rows were deleted from 1 databases"  # was: nothing at all, exit 130
+    said = "Before it, 2 rows were deleted from 1 database "  # was: nothing at all, exit 130
     if json_output:
         error = as_json(result.stderr)
         assert error["type"] == "Interrupted" and error["rows_deleted"] == 2 and said in error["error"]

@@ -173,6 +173,6 @@ def test_a_prune_that_fails_on_a_database_counts_every_run_it_deleted_before(age
             prune(pruner, plan)  # type: ignore[arg-type]
     assert caught.value.rows_deleted == counts["completions"] == 8  # type: ignore[attr-defined]
     (note,) = caught.value.__notes__
-    assert "8 rows were deleted from 1 databases" in note and "run the same command again" in note
+    assert "8 rows were deleted from 1 database (" in note and "run the same command again" in note
     assert remaining(aged) == {"completions": {"run-2", None}, "judgements": {"run-1"}}
     assert pruned(aged, PruneRule(keep_last_runs=1)) == {"judgements": 3}  # a rerun finishes

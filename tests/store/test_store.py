@@ -430,13 +430,27 @@ def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled:
             deleter.delete_rows(plan, flt)
         assert caught.value.rows_deleted == first.rows == 2
         (note,) = caught.value.__notes__
-        assert f"2 rows were deleted from 1 databases ({deleter.open(first.location).where})" in note
+        assert f"2 rows were deleted from 1 database ({deleter.open(first.location).where})" in note
         assert "run the same command again" in note
         assert deleter.open(first.location).count(flt) == 0 and deleter.open(last.location).count(flt) == last.rows
         assert [(d.location, d.rows) for d in deleter.delete_rows(plan, flt)] == [
             (first.location, 0),
             (last.location, 1),
         ]
+
+
+def test_the_note_of_a_failed_delete_says_one_row_in_the_singular(filled: Path) -> None:
+    """The judgements database first (1 row of run-2), then the held completions one. Was: '1 rows were deleted
+    from 1 databases'."""
+    flt = RowFilter(run_id="run-2")
+    completions, judgements = plan_delete(filled, Settings(), Selector(), flt)
+    with Store(root=filled) as holder, Store(Settings(busy_timeout_ms=50, lock_retries=1), root=filled) as deleter:
+        with holder.open(completions.location).transaction(), pytest.raises(DatabaseBusyError) as caught:
+            deleter.delete_rows([judgements, completions], flt)
+        (note,) = caught.value.__notes__
+        assert note.startswith(
+            f"Before it, 1 row was deleted from 1 database ({deleter.open(judgements.location).where});"
+        )
 
 
 def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(filled: Path) -> None:
