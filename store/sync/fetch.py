@@ -171,8 +171,9 @@ def fetch(
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring).
 
     A ``KeyboardInterrupt`` (Ctrl-C) gets ``fetch_report``, the report so far: the shards imported before it
-    (committed and recorded). Downloads not yet started are dropped; the same fetch run again skips what was
-    imported and fetches the rest.
+    (committed; the last group may not be recorded as imported yet, and the rerun imports it again, writing
+    nothing). Downloads not yet started are dropped; the same fetch run again skips what was recorded as imported
+    and fetches the rest.
     """
     selector = selector or Selector()
     check_outside_store(remote, store.root)
