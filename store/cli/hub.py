@@ -292,13 +292,13 @@ def _fetch_interrupted(report: "FetchReport | None", remote: str, json_output: b
     it committed), and that the same fetch run again imports the rest, skipping the shards recorded as imported (a
     group the interrupt caught before it was recorded is imported again, writing nothing). Exit 130."""
     shards = 0 if report is None else report.shards
-    rows = 0 if report is None else report.rows
+    rows = 0 if report is None else sum(folder.rows_read for folder in report.folders)
     if shards:
-        done = f"imported {quantity(shards, 'shard')} ({quantity(rows, 'new row')}) from {remote} before it, kept"
+        done = f"imported {quantity(shards, 'shard')} ({quantity(rows, 'row')}) from {remote} before it, kept"
     else:
         done = f"imported no shard from {remote}"
     message = f"interrupted; {done}: run the same fetch again to import the rest"
-    interrupted(message, json_output, remote=remote, shards_imported=shards, rows_inserted=rows)
+    interrupted(message, json_output, remote=remote, shards_imported=shards, rows_imported=rows)
 
 
 def _render_fetch(report: "FetchReport") -> None:

@@ -457,21 +457,32 @@ class ShardImporter:
             self.revision,
             on_default=self.on_default,
         )
+        rows = [r for shard, _ in valid for r in shard.records]
         try:
             # In name order, first occurrence wins: every store that fetches these shards keeps the same rows.
-            inserted = database.put_many([r for shard, _ in valid for r in shard.records], on_conflict="ignore")
+            inserted = database.put_many(rows, on_conflict="ignore")
         except JudgestoreError as e:
             for shard, _ in valid:
                 self.report.failed.append(SyncProblem(shard_path(location, shard.name), f"could not be imported: {e}"))
             return
+        except KeyboardInterrupt:
+            # Ctrl-C during the commit lets it finish and is raised just after: the group (one transaction) stands
+            # if every row of it is here (how many of them were new is then unknown: counted as none)
+            if len(database.get_many(r.input_hash for r in rows)) == len(rows):
+                self._count(valid, fetched, inserted=0)
+            raise
         # Counted as soon as the rows committed: a Ctrl-C while they are recorded below still counts them (they
         # are here; the rerun imports the group again, writing nothing)
+        self._count(valid, fetched, inserted)
+        self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
+                             self.revision)  # fmt: skip
+
+    @staticmethod
+    def _count(valid: Sequence[tuple[Shard, int]], fetched: FetchedFolder, inserted: int) -> None:
         fetched.shards += len(valid)
         fetched.rows_read += sum(len(shard.records) for shard, _ in valid)
         fetched.rows_inserted += inserted
         fetched.bytes += sum(size for _, size in valid)
-        self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
-                             self.revision)  # fmt: skip
 
 
 def _groups(names: Sequence[str], sizes: dict[str, int | None]) -> list[list[str]]:

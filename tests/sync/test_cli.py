@@ -290,11 +290,11 @@ def test_ctrl_c_in_a_fetch_says_what_was_imported_and_a_rerun_imports_the_rest(
         groups = ctrl_c_on_call(interrupting, ShardImporter, "_group", 2)
         result = hub_cli(*fetch, *(["--json"] if json_output else []))
     assert result.exit_code == 130 and result.stdout == "" and len(groups) == 2
-    said = f"interrupted; imported 1 shard (7 new rows) from dir:{shared} before it, kept: run the same fetch again"
+    said = f"interrupted; imported 1 shard (7 rows) from dir:{shared} before it, kept: run the same fetch again"
     if json_output:
         error = orjson.loads(result.stderr)
         assert error["type"] == "Interrupted" and said in error["error"]
-        assert (error["shards_imported"], error["rows_inserted"]) == (1, 7)
+        assert (error["shards_imported"], error["rows_imported"]) == (1, 7)
     else:
         assert said in " ".join(result.stderr.split())
     with Store(Settings(), root=bob, readonly=True) as store:
@@ -324,7 +324,7 @@ def test_ctrl_c_midway_through_a_folder_counts_the_shards_it_imported(
     result = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob), "--json")
     assert result.exit_code == 130
     error = orjson.loads(result.stderr)
-    assert (error["shards_imported"], error["rows_inserted"]) == (2, 2)  # was (0, 0): the folder was unfinished
+    assert (error["shards_imported"], error["rows_imported"]) == (2, 2)  # was (0, 0): the folder was unfinished
     with Store(Settings(), root=bob, readonly=True) as store:
         assert len(rows(store)) == 2
 
@@ -348,12 +348,26 @@ def test_ctrl_c_after_a_group_committed_but_before_it_was_recorded_counts_its_ro
         here = len(rows(store))
     assert here == 7  # the completions' group committed
     error = orjson.loads(result.stderr)
-    assert (error["shards_imported"], error["rows_inserted"]) == (1, here), error
-    assert "imported 1 shard (7 new rows)" in error["error"]
+    assert (error["shards_imported"], error["rows_imported"]) == (1, here), error
+    assert "imported 1 shard (7 rows)" in error["error"]
     again = hub_cli(*fetch, "--json")
     assert again.exit_code == 0, again.output
     assert orjson.loads(again.stdout)["rows_inserted"] == 3  # the 7 were not written twice
     assert read_rows(bob) == read_rows(alice)
+
+
+def test_ctrl_c_during_a_groups_commit_counts_the_group_that_stands(tmp_path: Path) -> None:
+    """SIGINT while SQLite commits is raised once the commit returned: the group's rows are here, and counted.
+    (Was: 'imported no shard' with 7 rows stored.)"""
+    alice, shared, bob = filled_store(tmp_path / "alice"), tmp_path / "shared", tmp_path / "bob"
+    assert hub_cli("push", "--dir", str(shared), "--all", "--create-repo", "--store-root", str(alice)).exit_code == 0
+    with pytest.MonkeyPatch.context() as interrupting:
+        ctrl_c_on_call(interrupting, SqliteDatabase, "put_many", 1, after=True)
+        result = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob), "--json")
+    assert result.exit_code == 130
+    with Store(Settings(), root=bob, readonly=True) as store:
+        assert len(rows(store)) == 7
+    assert (orjson.loads(result.stderr)["shards_imported"], orjson.loads(result.stderr)["rows_imported"]) == (1, 7)
 
 
 # ---------------------------------------------------------------- real processes
