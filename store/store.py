@@ -195,8 +195,10 @@ class Store:
         (locked, damaged) raises its error, with ``rows_deleted`` and a note
         saying what was deleted before it, from which databases; the databases
         after it are left as they were. A ``KeyboardInterrupt`` (Ctrl-C) gets
-        the same attribute and note (the database it stopped in is rolled
-        back). No filter, or an empty one, is an :class:`EmptyFilterError`.
+        the same attribute and note: the database it stopped in is rolled
+        back, unless the interrupt came during its commit (then its delete
+        stands and is counted, as planned). No filter, or an empty one, is an
+        :class:`EmptyFilterError`.
         """
         if not filters or any(flt.is_empty() for flt in filters):
             raise EmptyFilterError()
@@ -204,7 +206,15 @@ class Store:
         for entry in plan:
             try:
                 database = self.open(entry.location)
-                deleted.append(RowCount(entry.location, database.where, database.delete(*filters)))
+                try:
+                    rows = database.delete(*filters)
+                except KeyboardInterrupt:
+                    # Ctrl-C during the commit lets it finish and is raised just after: with no matching row left,
+                    # the delete stands, and counts as planned
+                    if entry.rows and not sum(database.count(flt) for flt in filters):
+                        deleted.append(RowCount(entry.location, database.where, entry.rows))
+                    raise
+                deleted.append(RowCount(entry.location, database.where, rows))
             except (JudgestoreError, KeyboardInterrupt) as e:
                 if deleted:
                     rows = sum(d.rows for d in deleted)

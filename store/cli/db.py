@@ -37,6 +37,7 @@ from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.layout import Selector
 from store.reports import DatabaseVerification, UpgradeOutcome, UpgradeResult
+from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
 
@@ -128,7 +129,9 @@ def db_upgrade_command(
         try:
             results.extend(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
         except KeyboardInterrupt:
-            _upgrade_interrupted(results, len(locations), json_output)
+            stopped = locations[len(results) :][:1]  # the database it was upgrading, if any
+            at_head = any(info.state is DatabaseState.CURRENT for info in store.infos(stopped, count_rows=False))
+            _upgrade_interrupted(results, len(locations), at_head, json_output)
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
@@ -154,15 +157,15 @@ def db_upgrade_command(
         raise typer.Exit(1)
 
 
-def _upgrade_interrupted(results: list[UpgradeResult], selected: int, json_output: bool) -> NoReturn:
-    """Ctrl-C in ``db upgrade``: how many databases were upgraded; the one it stopped in is rolled back to its
-    revision (the migration is one transaction; a backup made of it may stay beside it), the rest are as they
-    were (exit 130)."""
-    upgraded = sum(result.outcome is UpgradeOutcome.UPGRADED for result in results)
+def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: bool, json_output: bool) -> NoReturn:
+    """Ctrl-C in ``db upgrade``: how many databases were upgraded (exit 130). The migration of the one it stopped
+    in is one transaction: rolled back, unless the interrupt came during its commit (then it is ``at_head``, and
+    counted); a backup made of it may stay beside it. The databases not reached are as they were."""
+    upgraded = sum(result.outcome is UpgradeOutcome.UPGRADED for result in results) + at_head
+    stopped = "is at head (its commit had finished)" if at_head else "is still at its revision"
     message = (
-        f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: a migration it stopped in was "
-        "rolled back (each is one transaction), and the databases not reached are as they were: run "
-        "`judgestore db upgrade` again to finish"
+        f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: the one it stopped in {stopped}, "
+        "and the databases not reached are as they were: run `judgestore db upgrade` again to finish"
     )
     interrupted(message, json_output, upgraded=upgraded, databases=selected,
                 results=[_result_dict(result) for result in results])  # fmt: skip

@@ -436,6 +436,21 @@ def test_delete_asks_first(filled: Path) -> None:
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
 
 
+@pytest.mark.parametrize("command", ["delete", "prune"])
+def test_ctrl_c_during_a_deletes_commit_counts_the_database_where_it_stands(filled: Path, command: str) -> None:
+    """SIGINT while SQLite commits is raised once the commit returned: the second database's row is gone, and
+    counted. (Was: 'Before it, 2 rows were deleted', with 3 gone, and the second said to be rolled back.)"""
+    from store.backends.sqlite.database import SqliteDatabase
+
+    with pytest.MonkeyPatch.context() as interrupting:
+        ctrl_c_on_call(interrupting, SqliteDatabase, "delete", 2, after=True)
+        result = judgestore(command, "--run-id", "run-2", "--yes", "--json")
+    assert result.exit_code == 130
+    assert count_rows(filled, RowFilter(run_id="run-2")) == 0
+    error = as_json(result.stderr)
+    assert error["rows_deleted"] == 3 and "3 rows were deleted from 2 databases" in error["error"]
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("command", ["delete", "prune"])
 def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
@@ -632,7 +647,7 @@ def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one
         migrated = ctrl_c_on_call(interrupting, upgrade, "migrate", 2, after=True)
         result = judgestore("db", "upgrade", *(["--json"] if json_output else []))
     assert result.exit_code == 130 and len(migrated) == 2 and result.stdout == ""
-    said = "interrupted; upgraded 1 of 3 databases: a migration it stopped in was rolled back"
+    said = "interrupted; upgraded 1 of 3 databases: the one it stopped in is still at its revision"
     if json_output:
         error = as_json(result.stderr)
         assert error["type"] == "Interrupted" and said in error["error"]
@@ -663,6 +678,21 @@ def test_ctrl_c_while_db_upgrade_copies_a_backup_leaves_no_temporary_file(filled
     assert file_digests(filled) == before
     problems = as_json(judgestore("verify", "--json").stdout)["problems"]
     assert {p["kind"] for p in problems} == {"schema"}, problems  # behind, as before; no stray
+
+
+def test_ctrl_c_during_a_migrations_commit_counts_the_database_it_upgraded(filled: Path, synthetic_head: str) -> None:
+    """SIGINT while SQLite commits is raised once the commit returned (here: just after): that database is at
+    head, and counted. (Was: 'upgraded 1 ... rolled back', with 2 at head.)"""
+    from store.backends.sqlite import upgrade
+
+    with pytest.MonkeyPatch.context() as interrupting:
+        ctrl_c_on_call(interrupting, upgrade, "_upgrade_locked", 2, after=True)  # the second one, committed
+        result = judgestore("db", "upgrade", "--json")
+    assert result.exit_code == 130
+    states = sorted(d["state"] for d in as_json(judgestore("db", "status", "--json").stdout)["databases"])
+    error = as_json(result.stderr)
+    assert (states, error["upgraded"]) == (["behind", "current", "current"], 2), error
+    assert "upgraded 2 of 3 databases: the one it stopped in is at head" in error["error"]
 
 
 def test_db_upgrade_no_backup(filled: Path, synthetic_head: str) -> None:
