@@ -76,6 +76,7 @@ from store.errors import (
     ServerUnavailableError,
     StoreMissingError,
 )
+from store.interrupts import carrying
 from store.layout import Location, Selector
 from store.rows import batched
 from store.runs import RUNS
@@ -346,7 +347,7 @@ def copy_store(
     check_source(source)
     check_target(target)
     report = CopyReport(source.where, target.where)
-    try:
+    with carrying("copy_report", report):  # what was copied (committed) before a Ctrl-C, for the CLI
         for location in source.select(selector):
             try:
                 database = source.open_existing(location)
@@ -362,9 +363,6 @@ def copy_store(
             result = CopiedDatabase(location, database.where)
             report.databases.append(result)
             _copy_one(database, target, result, chunk_size, on_progress)
-    except KeyboardInterrupt as e:
-        e.copy_report = report  # type: ignore[attr-defined]  # what was copied (committed) before it, for the CLI
-        raise
     return report
 
 

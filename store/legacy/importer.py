@@ -34,6 +34,7 @@ from pathlib import Path
 
 from store.descriptor import ModelDescriptor
 from store.errors import DataFrameError, InvalidInputError, JudgestoreError
+from store.interrupts import carrying
 from store.legacy.convert import RowNotImported, to_record
 from store.legacy.detect import PROBLEM_STATES, Detection, LegacyVariant, State
 from store.legacy.formats import count_rows, iter_rows
@@ -234,12 +235,9 @@ def import_sources(
     detections = list(detections)
     importer = SourceImporter(store, resolver, options, on_progress)
     report = ImportReport(store.where, options.dry_run, ignored_files=ignored_files)
-    try:
+    with carrying("import_report", report):  # the chunks written before a Ctrl-C, for the CLI
         for index, detection in enumerate(detections):
             source = SourceReport(detection.path, detection.variant, detection.state.value)
             report.sources.append(source)
             importer.source(detection, source, index, len(detections))
-    except KeyboardInterrupt as e:
-        e.import_report = report  # type: ignore[attr-defined]  # the chunks written before it, for the CLI
-        raise
     return report

@@ -61,6 +61,7 @@ from store.errors import (
     ShardError,
     UntrustedContentError,
 )
+from store.interrupts import carrying
 from store.layout import LEVELS, Location, Selector, StoredMetadata
 from store.roles import ROLES
 from store.segments import encode_segment
@@ -179,11 +180,8 @@ def fetch(
     check_outside_store(remote, store.root)
     with sync_lock(store.root), Bookkeeping(store.root, settings=store.settings) as books:
         report = FetchReport(remote.url, remote.head(), dry_run)
-        try:
+        with carrying("fetch_report", report):  # what was imported before a Ctrl-C, for the CLI
             return _fetch(store, remote, selector, books, report, max_shard_bytes, progress)
-        except KeyboardInterrupt as e:
-            e.fetch_report = report  # type: ignore[attr-defined]  # what was imported before it, for the CLI
-            raise
 
 
 def _fetch(

@@ -58,6 +58,7 @@ from pathlib import Path
 from typing import Any
 
 from store.errors import InvalidInputError, JudgestoreError, RemoteError, RemoteMetadataError
+from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
@@ -169,11 +170,8 @@ def push(
         raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
     check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
-    try:
+    with carrying("push_report", report):  # what the remote confirmed before a Ctrl-C, for the CLI
         return _push(store, remote, selector, report, target_bytes, progress)
-    except KeyboardInterrupt as e:
-        e.push_report = report  # type: ignore[attr-defined]  # what was committed before it, for the CLI
-        raise
 
 
 def _push(
