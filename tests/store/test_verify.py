@@ -93,3 +93,12 @@ def test_a_folder_where_a_file_of_the_layout_belongs_is_named_as_such(filled: Pa
     with Store(settings, root=filled, readonly=True) as store, pytest.raises(MetadataMissingError, match="a folder"):
         store.open(qwen)
     assert file_digests(filled) == before and metadata.is_dir()
+
+
+def test_a_dangling_link_where_a_file_of_the_layout_belongs_is_named_as_such(filled: Path) -> None:
+    qwen = location_of(filled, QWEN)
+    metadata = qwen.folder(filled) / "metadata.json"
+    metadata.unlink()
+    metadata.symlink_to(qwen.folder(filled) / "gone.json")
+    (stray,) = stray_paths(filled)
+    assert stray.where == str(metadata) and stray.message == "a link to nothing where the file metadata.json belongs"

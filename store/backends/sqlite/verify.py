@@ -176,7 +176,8 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
         if entry.is_file() and (entry.name in expected or is_backup_of(entry.name, db_name)):
             continue
         if entry.name in expected:  # not a file: reading it (its own problem) names the entry
-            why = f"a folder where the file {entry.name} belongs"
+            what = "a folder" if entry.is_dir() else "a link to nothing" if entry.is_symlink() else "not a file"
+            why = f"{what} where the file {entry.name} belongs"
         elif entry.name.startswith(METADATA_TEMP_PREFIX):
             why = "leftover of an interrupted metadata.json write; safe to delete"
         elif entry.name.startswith(BACKUP_TEMP_PREFIX):  # the upgrade left the database as it was
