@@ -19,23 +19,70 @@ The folder is byte-identical from run to run for the same ``seed``; different
 seeds give different weights (the tokenizer is the same), so two seeds are two
 distinguishable "models". numpy, safetensors and tokenizers are imported inside
 the function, so importing this module costs nothing.
+
+``shape`` scales the same recipe up: :data:`LLAMA_1B` is Llama 3.2 1B's body
+(16 layers, hidden 2048, MLP 8192, 32 heads, 8 key-value heads) with the same
+512-token vocabulary and float16 weights, about 0.97 billion parameters, for
+measuring throughput on a GPU (``bench/gpu_bench.py``) without downloading a
+model.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 VOCAB_SIZE = 512
-HIDDEN_SIZE = 64
-INTERMEDIATE_SIZE = 128
-NUM_LAYERS = 2
-NUM_HEADS = 4
-NUM_KV_HEADS = 4
-HEAD_DIM = 32
-MAX_POSITIONS = 512
-INITIALIZER_RANGE = 0.3
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """The size of the random Llama: everything but the vocabulary (the tokenizer is always the same)."""
+
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    max_positions: int
+    initializer_range: float
+    dtype: Literal["float32", "float16"]
+
+    @property
+    def parameters(self) -> int:
+        """How many weights the model has, embeddings and norms included."""
+        q, kv = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
+        attention = 2 * q * self.hidden_size + 2 * kv * self.hidden_size
+        layer = attention + 3 * self.intermediate_size * self.hidden_size + 2 * self.hidden_size
+        return self.num_layers * layer + 2 * VOCAB_SIZE * self.hidden_size + self.hidden_size
+
+
+TINY = ModelShape(
+    hidden_size=64,
+    intermediate_size=128,
+    num_layers=2,
+    num_heads=4,
+    num_kv_heads=4,
+    head_dim=32,
+    max_positions=512,
+    initializer_range=0.3,
+    dtype="float32",
+)
+# Llama 3.2 1B's body. Its usual initializer_range (0.02) keeps float16 activations finite through 16 layers.
+LLAMA_1B = ModelShape(
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_layers=16,
+    num_heads=32,
+    num_kv_heads=8,
+    head_dim=64,
+    max_positions=4096,
+    initializer_range=0.02,
+    dtype="float16",
+)
 
 IM_START, IM_END, ENDOFTEXT = "<|im_start|>", "<|im_end|>", "<|endoftext|>"
 SPECIAL_TOKENS = (ENDOFTEXT, IM_START, IM_END)  # ids 0, 1, 2
@@ -49,7 +96,7 @@ CHATML_TEMPLATE = (
 
 # Enough varied English (and a little of everything a prompt may hold) for 253
 # byte-pair merges, so the trained vocabulary fills all 512 ids.
-_CORPUS = """\
+CORPUS = """\
 The quick brown fox jumps over the lazy dog. A judge reads two answers and decides which one is better.
 Question: what is the capital of France? Answer: Paris is the capital of France, and Berlin is the capital of Germany.
 Write a short poem about the sea. The sea is wide, the sea is deep, the waves roll in while sailors sleep.
@@ -84,7 +131,7 @@ def _train_tokenizer(dest: Path) -> dict[str, int]:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(_CORPUS.splitlines() * 4, trainer=trainer)
+    tokenizer.train_from_iterator(CORPUS.splitlines() * 4, trainer=trainer)
     tokenizer.save(str(dest / "tokenizer.json"))
     ids: dict[str, int] = {}
     for tok in SPECIAL_TOKENS:
@@ -94,37 +141,43 @@ def _train_tokenizer(dest: Path) -> dict[str, int]:
     return ids
 
 
-def _weights(seed: int) -> dict[str, Any]:
+def _weights(seed: int, shape: ModelShape) -> dict[str, Any]:
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    dtype = np.dtype(shape.dtype)
+    hidden = shape.hidden_size
 
-    def normal(*shape: int) -> Any:
-        return (rng.standard_normal(shape) * INITIALIZER_RANGE).astype(np.float32)
+    def normal(*dims: int) -> Any:
+        return (rng.standard_normal(dims) * shape.initializer_range).astype(dtype)
 
-    q_size, kv_size = NUM_HEADS * HEAD_DIM, NUM_KV_HEADS * HEAD_DIM
-    tensors: dict[str, Any] = {"model.embed_tokens.weight": normal(VOCAB_SIZE, HIDDEN_SIZE)}
-    for i in range(NUM_LAYERS):
+    def ones() -> Any:
+        return np.ones(hidden, dtype=dtype)
+
+    q_size, kv_size = shape.num_heads * shape.head_dim, shape.num_kv_heads * shape.head_dim
+    tensors: dict[str, Any] = {"model.embed_tokens.weight": normal(VOCAB_SIZE, hidden)}
+    for i in range(shape.num_layers):
         p = f"model.layers.{i}."
-        tensors[p + "self_attn.q_proj.weight"] = normal(q_size, HIDDEN_SIZE)
-        tensors[p + "self_attn.k_proj.weight"] = normal(kv_size, HIDDEN_SIZE)
-        tensors[p + "self_attn.v_proj.weight"] = normal(kv_size, HIDDEN_SIZE)
-        tensors[p + "self_attn.o_proj.weight"] = normal(HIDDEN_SIZE, q_size)
-        tensors[p + "mlp.gate_proj.weight"] = normal(INTERMEDIATE_SIZE, HIDDEN_SIZE)
-        tensors[p + "mlp.up_proj.weight"] = normal(INTERMEDIATE_SIZE, HIDDEN_SIZE)
-        tensors[p + "mlp.down_proj.weight"] = normal(HIDDEN_SIZE, INTERMEDIATE_SIZE)
-        tensors[p + "input_layernorm.weight"] = np.ones(HIDDEN_SIZE, dtype=np.float32)
-        tensors[p + "post_attention_layernorm.weight"] = np.ones(HIDDEN_SIZE, dtype=np.float32)
-    tensors["model.norm.weight"] = np.ones(HIDDEN_SIZE, dtype=np.float32)
-    tensors["lm_head.weight"] = normal(VOCAB_SIZE, HIDDEN_SIZE)
+        tensors[p + "self_attn.q_proj.weight"] = normal(q_size, hidden)
+        tensors[p + "self_attn.k_proj.weight"] = normal(kv_size, hidden)
+        tensors[p + "self_attn.v_proj.weight"] = normal(kv_size, hidden)
+        tensors[p + "self_attn.o_proj.weight"] = normal(hidden, q_size)
+        tensors[p + "mlp.gate_proj.weight"] = normal(shape.intermediate_size, hidden)
+        tensors[p + "mlp.up_proj.weight"] = normal(shape.intermediate_size, hidden)
+        tensors[p + "mlp.down_proj.weight"] = normal(hidden, shape.intermediate_size)
+        tensors[p + "input_layernorm.weight"] = ones()
+        tensors[p + "post_attention_layernorm.weight"] = ones()
+    tensors["model.norm.weight"] = ones()
+    tensors["lm_head.weight"] = normal(VOCAB_SIZE, hidden)
     return tensors
 
 
-def build_tiny_model(dest: Path, seed: int = 0) -> Path:
-    """Write the tiny model into ``dest`` (created if needed) and return ``dest``.
+def build_tiny_model(dest: Path, seed: int = 0, shape: ModelShape = TINY) -> Path:
+    """Write the tiny model (or one of ``shape``) into ``dest`` (created if needed) and return ``dest``.
 
     Existing files of the same names are overwritten; nothing else in ``dest``
-    is touched. Takes well under a second and needs no network.
+    is touched. The tiny model takes well under a second; :data:`LLAMA_1B`
+    about half a minute and 2 GB. Needs no network.
     """
     from safetensors.numpy import save_file
 
@@ -139,15 +192,15 @@ def build_tiny_model(dest: Path, seed: int = 0) -> Path:
             "architectures": ["LlamaForCausalLM"],
             "model_type": "llama",
             "vocab_size": VOCAB_SIZE,
-            "hidden_size": HIDDEN_SIZE,
-            "intermediate_size": INTERMEDIATE_SIZE,
-            "num_hidden_layers": NUM_LAYERS,
-            "num_attention_heads": NUM_HEADS,
-            "num_key_value_heads": NUM_KV_HEADS,
-            "head_dim": HEAD_DIM,
+            "hidden_size": shape.hidden_size,
+            "intermediate_size": shape.intermediate_size,
+            "num_hidden_layers": shape.num_layers,
+            "num_attention_heads": shape.num_heads,
+            "num_key_value_heads": shape.num_kv_heads,
+            "head_dim": shape.head_dim,
             "hidden_act": "silu",
-            "max_position_embeddings": MAX_POSITIONS,
-            "initializer_range": INITIALIZER_RANGE,
+            "max_position_embeddings": shape.max_positions,
+            "initializer_range": shape.initializer_range,
             "rms_norm_eps": 1e-6,
             "rope_theta": 10000.0,
             "attention_bias": False,
@@ -156,7 +209,7 @@ def build_tiny_model(dest: Path, seed: int = 0) -> Path:
             "bos_token_id": ids[IM_START],
             "eos_token_id": eos_id,
             "pad_token_id": pad_id,
-            "torch_dtype": "float32",
+            "torch_dtype": shape.dtype,
         },
     )
     _dump_json(
@@ -176,12 +229,12 @@ def build_tiny_model(dest: Path, seed: int = 0) -> Path:
             "add_bos_token": False,
             "add_eos_token": False,
             "clean_up_tokenization_spaces": False,
-            "model_max_length": MAX_POSITIONS,
+            "model_max_length": shape.max_positions,
         },
     )
     _dump_json(
         dest / "special_tokens_map.json",
         {"eos_token": IM_END, "pad_token": ENDOFTEXT, "additional_special_tokens": [IM_START, IM_END]},
     )
-    save_file(_weights(seed), str(dest / "model.safetensors"), metadata={"format": "pt"})
+    save_file(_weights(seed, shape), str(dest / "model.safetensors"), metadata={"format": "pt"})
     return dest
