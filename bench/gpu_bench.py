@@ -7,7 +7,7 @@ Usage::
 
 Needs a CUDA GPU and vLLM. Nothing is downloaded: the model is
 :data:`inference.backends.vllm.tiny_model.LLAMA_1B` (Llama 3.2 1B's body, 16
-layers, hidden 2048, MLP 8192, 32 heads, 8 key-value heads, float16, ~0.97
+layers, hidden 2048, MLP 8192, 32 heads, 8 key-value heads, float16, ~0.98
 billion parameters) with the tiny model's 512-token vocabulary, built into
 ``--model-dir`` unless a model is already there.
 
@@ -152,7 +152,7 @@ def report(bench: EngineBench) -> list[dict[str, Any]]:
                 "wall_vs_plain": timing.median / plain.median,
                 "peak_held": peaks.held,
                 "peak_running": peaks.running,
-                "texts_equal_to_first": bench.same_texts[name],
+                "texts_equal_to_plain": bench.same_texts[name],
             }
         )
     print()

@@ -22,7 +22,7 @@ the function, so importing this module costs nothing.
 
 ``shape`` scales the same recipe up: :data:`LLAMA_1B` is Llama 3.2 1B's body
 (16 layers, hidden 2048, MLP 8192, 32 heads, 8 key-value heads) with the same
-512-token vocabulary and float16 weights, about 0.97 billion parameters, for
+512-token vocabulary and float16 weights, about 0.98 billion parameters, for
 measuring throughput on a GPU (``bench/gpu_bench.py``) without downloading a
 model.
 """
