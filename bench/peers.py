@@ -6,7 +6,7 @@ Contract:
 
       python bench/peers.py [--quick] [--reps N] [--json out.json] [--workdir DIR] [--keep] [--only a,b]
 
-* Six contenders do the same operations on the same deterministic chat
+* Seven contenders do the same operations on the same deterministic chat
   prompts (``bench/common.py``'s generator: a system and a user message,
   rendered 2-4 KB, completions 1-2 KB, ``usage`` in every row, no logprobs):
   write N new prompts into an empty store, then look N prompts up at 100 %,
@@ -31,6 +31,10 @@ Contract:
     that keeps only the answer behind the hash, as diskcache and sqlitedict
     do here. Not a peer: the fastest such a cache can be, which bounds how
     far ahead of them a store that keeps the prompt can get.
+  - floor, indexes: the floor with judgestore's secondary indexes on
+    ``completions`` (those over the floor's columns). Not a peer: the fastest
+    a store that keeps the prompt and those indexes can write, checking
+    nothing, which bounds how far ahead of a peer such a store can get there.
   - LangChain ``SQLiteCache``, as ``BaseChatModel._generate_with_cache`` calls
     it: per prompt ``lookup(dumps(messages), llm_string)`` and, for a miss,
     ``update(dumps(messages), llm_string, [ChatGeneration(AIMessage(...))])``.
@@ -105,6 +109,7 @@ from bench.common import (
 )
 from store import Database, Settings, Store
 from store.descriptor import ModelDescriptor, input_hash, render_messages_bytes
+from store.tables.models import Completion
 from store.tables.records import CompletionRecord
 
 MODEL = "bench/model-1"
@@ -286,6 +291,31 @@ class FloorNoPrompt(Floor):
     name = "floor, no prompt (sqlite3)"
     slug = "floor-no-prompt"
     keeps_prompt = False
+
+
+class FloorIndexes(Floor):
+    """The floor with judgestore's secondary indexes: as fast as a store keeping the prompt and those indexes writes.
+
+    Not a peer: the reference that says how far ahead of a peer such a store
+    can get on writes when it checks nothing. The indexes are read from
+    judgestore's own ``completions`` table, so they follow its schema; one over
+    a column the floor lacks (``adopted_from``, partial, empty here) is left out.
+    """
+
+    name = "floor, indexes (sqlite3)"
+    slug = "floor-indexes"
+
+    def __init__(self, folder: Path) -> None:
+        fresh = not (folder / "floor.db").exists()
+        super().__init__(folder)
+        if fresh:
+            floor_columns = {row[1] for row in self.conn.execute("PRAGMA table_info(completions)")}
+            for index in sorted(
+                Completion.metadata.tables[Completion.__tablename__].indexes, key=lambda index: str(index.name)
+            ):
+                columns = [column.name for column in index.columns]
+                if set(columns) <= floor_columns:
+                    self.conn.execute(f"CREATE INDEX {index.name} ON completions ({', '.join(columns)})")
 
 
 # What ChatOpenAI(model=..., temperature=0)._get_llm_string() looks like: computed once here, per call in LangChain.
@@ -539,7 +569,15 @@ def _count_rows(path: Path, table: str) -> int:
         conn.close()
 
 
-CONTENDERS: tuple[type[Contender], ...] = (Floor, FloorNoPrompt, LangChain, SqliteDictLmEval, DiskcacheDSPy, Judgestore)
+CONTENDERS: tuple[type[Contender], ...] = (
+    Floor,
+    FloorNoPrompt,
+    FloorIndexes,
+    LangChain,
+    SqliteDictLmEval,
+    DiskcacheDSPy,
+    Judgestore,
+)
 PEERS = ("langchain", "sqlitedict", "diskcache")
 
 
@@ -722,6 +760,17 @@ def report(cases: Sequence[Case], kinds: Sequence[type[Contender]]) -> None:
             fastest_peer = min(case.timings[slug].median for slug in peers)
             no_prompt = case.timings[FloorNoPrompt.slug].median
             print(f"- {case.operation}: {no_prompt / (fastest_peer / 2):.2f}x")
+    writes = [case for case in cases if case.operation.startswith("write")]
+    if peers and FloorIndexes.slug in names and writes:
+        print(
+            "\nThe floor with judgestore's indexes over half the best peer's time on writes (above 1.00x: a store "
+            "that keeps the prompt and those indexes cannot be 2x faster than the best peer there, even checking "
+            "nothing):\n"
+        )
+        for case in writes:
+            fastest_peer = min(case.timings[slug].median for slug in peers)
+            indexed = case.timings[FloorIndexes.slug].median
+            print(f"- {case.operation}: {indexed / (fastest_peer / 2):.2f}x")
 
 
 def peer_versions() -> dict[str, str]:
