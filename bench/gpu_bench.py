@@ -12,7 +12,7 @@ billion parameters) with the tiny model's 512-token vocabulary, built into
 ``--model-dir`` unless a model is already there.
 
 The prompts are ``--prompts`` distinct chats of 2 to 11 lines of English
-(about 100 to 500 tokens); sampling is greedy, ``--max-tokens`` tokens at
+(90 to 563 tokens as the chat template renders them); sampling is greedy, ``--max-tokens`` tokens at
 most. One in-process engine with vLLM's own defaults for the GPU (CUDA graphs,
 ``max_num_seqs``, memory) except ``max_model_len=2048`` and ``seed=0``, and
 ``--eager`` for no CUDA graphs. Measured on it, interleaved (the engine part
@@ -30,7 +30,9 @@ the most requests vLLM held (running + waiting) and ran at once, the tokens
 generated, and how many texts equal the plain call's (half precision may
 round one logit the other way when the batch differs; counted, not required).
 Then ``--reps`` interleaved timed calls each (fewer if they would not fit in
-``--budget`` seconds, judged by the check calls); tokens/s = tokens of the check
+``--budget`` seconds, judged by the check calls). Every call starts with vLLM's
+prefix cache emptied, so none finds the prompts a call before it computed;
+tokens/s = tokens of the check
 call / median wall. The vocabulary is small, so each engine step costs less
 than with a real 128k-token vocabulary: the cache's own share of the time is
 larger here than it would be with a real model.
@@ -94,9 +96,18 @@ def gpu_case(n: int, max_tokens: int, eager: bool, before: bool) -> EngineCase:
     )
 
 
+class OtherModelError(Exception):
+    """``--model-dir`` holds a model of another shape than LLAMA_1B."""
+
+
 def model_folder(path: Path) -> Path:
-    """``path`` holding LLAMA_1B: built there unless a model is already there."""
+    """``path`` holding LLAMA_1B: built there unless it is already there; a model of another shape there is an
+    :class:`OtherModelError` (the figures would be another model's)."""
     if (path / "model.safetensors").exists():
+        config = json.loads((path / "config.json").read_text())
+        wanted = {"hidden_size": LLAMA_1B.hidden_size, "num_hidden_layers": LLAMA_1B.num_layers}
+        if found := {key: config.get(key) for key in wanted if config.get(key) != wanted[key]}:
+            raise OtherModelError(f"{path} holds another model ({found}, LLAMA_1B has {wanted}): give another folder")
         log(f"model: reusing {path}")
         return path
     t0 = time.perf_counter()
@@ -185,11 +196,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-before", action="store_true", help="skip judgestore sending 64 misses at a time")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
+    if args.prompts < 1 or args.reps < 1:
+        parser.error("--prompts and --reps must be at least 1")
+    if not 1 <= args.max_tokens < MAX_MODEL_LEN:
+        parser.error(f"--max-tokens must be between 1 and {MAX_MODEL_LEN - 1} (the engine's max_model_len)")
+    if args.budget <= 0:
+        parser.error("--budget must be positive")
 
     workdir = Path(tempfile.mkdtemp(prefix="judgestore-gpu-bench-"))
     started = time.perf_counter()
     try:
-        model_dir = model_folder(args.model_dir or workdir / "llama-1b")
+        try:
+            model_dir = model_folder(args.model_dir or workdir / "llama-1b")
+        except (OtherModelError, OSError, ValueError) as e:  # ValueError: a config.json that is not JSON
+            parser.error(str(e))
         case = gpu_case(args.prompts, args.max_tokens, args.eager, not args.no_before)
         bench = EngineBench(workdir, args.reps, model_dir=model_dir, case=case, warmup=False, budget_s=args.budget)
         bench.run()

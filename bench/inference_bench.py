@@ -678,7 +678,8 @@ class EngineBench:
         self.notes.append(
             f"engine: {len(case.requests)} chat prompts, the model in {model_dir}, sampling {case.sampling}, engine "
             f"kwargs {case.engine_kwargs}; each judgestore call is cold (a fresh store); plain = LLM.chat(all "
-            "prompts, one SamplingParams each) on the same engine"
+            "prompts, one SamplingParams each) on the same engine; every call starts with vLLM's prefix cache "
+            "emptied"
         )
         t0 = time.perf_counter()
         backend = create_vllm_backend(descriptor, case.engine_kwargs, model=str(model_dir))
@@ -695,6 +696,12 @@ class EngineBench:
         requests = case.requests
         stores: list[Path] = []
 
+        def empty_prefix_cache() -> None:
+            """Every call starts without the prompts in vLLM's prefix cache (on by default): the variants share
+            one engine and one batch, so a call would otherwise find the prompts the call before it computed."""
+            if not backend._llm.reset_prefix_cache():
+                raise AssertionError("vLLM did not empty its prefix cache between calls")
+
         def cold(chunked: bool = False, database: bool = False) -> Callable[[], CachedModel]:
             """A fresh store (every prompt a miss); with ``database``, its database already created (untimed)."""
 
@@ -709,6 +716,7 @@ class EngineBench:
                 store = Store(settings, root=root)
                 if database:
                     store.database(ROLE, TASK, descriptor)
+                empty_prefix_cache()
                 return CachedModel(store, descriptor, task=TASK, backend_factory=factory)
 
             return setup
@@ -734,7 +742,7 @@ class EngineBench:
         def complete(model: CachedModel) -> Responses:
             return model.complete(requests)
 
-        variants = [Variant(COLD, complete, cold(), teardown, check), Variant(PLAIN, plain)]
+        variants = [Variant(COLD, complete, cold(), teardown, check), Variant(PLAIN, plain, empty_prefix_cache)]
         if case.beside:
             variants += [
                 Variant("  the database already created", complete, cold(database=True), teardown, check),
@@ -893,6 +901,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     only = set(args.only.split(","))
     if not only <= {"plan", "cli", "engine"}:
         parser.error(f"--only: unknown parts {sorted(only - {'plan', 'cli', 'engine'})}")
+    if args.reps is not None and args.reps < 1:
+        parser.error("--reps must be at least 1")
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-inference-bench-"))
     workdir.mkdir(parents=True, exist_ok=True)
