@@ -14,7 +14,8 @@ Cases (same method as ``store_bench.py``: calls interleaved, medians, each
 raw variant checked to produce exactly what judgestore produces before
 anything is timed):
 
-* get_many: ``Database.get_many(hashes)`` against a schema of ``--db-rows``
+* get_many: ``Database.get_many(hashes, deferred=False)`` (whole records, as
+  raw builds them) against a schema of ``--db-rows``
   rows at 0 %, 50 % and 100 % hits (100 %: the lookup of a full-hit run).
   Raw, two ways: ``WHERE input_hash = ANY(%s::varchar[])`` with one array
   parameter, and a join against ``unnest(%s::varchar[])``, each in batches of
@@ -337,7 +338,8 @@ class Bench:
         misses = miss_hashes(max(s.lookups))
         try:
             check = [r.input_hash for r in records[:500]] + misses[:500]
-            ours = db.get_many(check)
+            whole = partial(db.get_many, deferred=False)  # every column read, as raw_get_many reads them
+            ours = whole(check)
             for sql in (any_sql, unnest_sql):
                 if raw_get_many(self.raw, sql, check) != ours or ours != {r.input_hash: r for r in records[:500]}:
                     raise AssertionError("raw get_many does not build the same result as Database.get_many")
@@ -353,7 +355,7 @@ class Bench:
                     log(f"  get_many {n:,} keys, {hit_rate:.0%} hits: {self.reps} x {inner} calls")
                     timings = measure(
                         [
-                            Variant("ours", partial(_ignore_state, db.get_many, keys)),
+                            Variant("ours", partial(_ignore_state, whole, keys)),
                             Variant("raw = ANY", partial(_ignore_state, raw_get_many, self.raw, any_sql, keys)),
                             Variant("raw unnest", partial(_ignore_state, raw_get_many, self.raw, unnest_sql, keys)),
                             Variant("fetch", partial(_ignore_state, raw_fetch_only, self.raw, any_sql, keys)),
