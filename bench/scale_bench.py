@@ -24,9 +24,16 @@ Contract:
   wall clock and CPU time (user + system, from ``wait4``: what the command
   costs, whatever else the machine runs), medians printed; the first run
   after growing (a catalog rebuilt, if the store keeps one) is reported
-  apart as "first".
+  apart as "first". Every command's first run meets the caches as they were
+  right after growing: judgestore's cache folder (``XDG_CACHE_HOME``, kept in
+  the work folder) is put back as it was then before each command's first
+  run, so a command run earlier has not already brought the catalog up to
+  date for it.
 * Each command must exit 0 and ``query --model X`` must print the rows of X
-  (one database's): otherwise the bench stops with exit status 1.
+  (one database's); after its timed runs, ``ls``, ``stats`` and ``db status``
+  run once more, untimed, with ``--json``, and must list every database
+  (``ls`` and ``stats`` with its rows): otherwise the bench stops with exit
+  status 1.
 """
 
 from __future__ import annotations
@@ -234,18 +241,40 @@ def run_command(argv: list[str], env: dict[str, str]) -> tuple[float, float, str
         return took, usage.ru_utime + usage.ru_stime, out.read()
 
 
-def bench(backend: str, grower: Grower, sizes: Sequence[int], reps: int, rows: int) -> list[Result]:
+def check_listing(name: str, argv: list[str], env: dict[str, str], size: int, rows: int) -> None:
+    """``ls``, ``stats`` or ``db status`` with ``--json`` (untimed) lists all ``size`` databases, and ``ls`` and
+    ``stats`` their ``rows`` rows each: a command that skipped databases would otherwise just look fast."""
+    listed = orjson.loads(run_command([*argv, "--json"], env)[2])
+    databases = listed if isinstance(listed, list) else listed["databases"]
+    counts = None  # db status counts no rows
+    if name == "ls":
+        counts = [d["rows"] for d in databases]
+    elif name == "stats":
+        counts = [d["rows"]["rows"] for d in databases]
+    if len(databases) != size or (counts is not None and counts != [rows] * size):
+        raise SystemExit(f"`judgestore {' '.join(argv)}` listed {len(databases):,} of {size:,} databases ({counts})")
+
+
+def bench(backend: str, grower: Grower, sizes: Sequence[int], reps: int, rows: int, cache: Path) -> list[Result]:
     results = []
+    env = {**grower.env, "XDG_CACHE_HOME": str(cache)}
+    grown = cache.with_name(cache.name + "-as-grown")
     for size in sizes:
         started = time.perf_counter()
         grower.grow(size)
         print(f"{backend}: {size:,} databases built in {time.perf_counter() - started:.1f} s", file=sys.stderr)
+        shutil.rmtree(grown, ignore_errors=True)
+        if cache.exists():
+            shutil.copytree(cache, grown)
         target = size // 2
         for name, template in COMMANDS.items():
             argv = [part.format(model=model_of(target)) for part in template]
+            shutil.rmtree(cache, ignore_errors=True)  # the caches as the store's growth left them
+            if grown.exists():
+                shutil.copytree(grown, cache)
             times, cpu = [], []
             for _ in range(reps + 1):
-                took, used, out = run_command(argv, grower.env)
+                took, used, out = run_command(argv, env)
                 times.append(took)
                 cpu.append(used)
                 if name.startswith("query"):
@@ -253,6 +282,8 @@ def bench(backend: str, grower: Grower, sizes: Sequence[int], reps: int, rows: i
                     models = {row.get("model") or row.get("model_a") for row in found}
                     if len(found) != rows or models != {model_of(target)}:
                         raise SystemExit(f"query --model {model_of(target)} gave {len(found)} rows of {models}")
+            if not name.startswith("query"):
+                check_listing(name, argv, env, size, rows)
             results.append(Result(backend, size, name, times[0], times[1:], cpu[0], cpu[1:]))
             print(f"  {name}: first {times[0]:.2f} s ({cpu[0]:.2f} s CPU), median {statistics.median(times[1:]):.2f} s "
                   f"({statistics.median(cpu[1:]):.2f} s CPU)", file=sys.stderr)  # fmt: skip
@@ -270,19 +301,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
     parser.add_argument("--commands", default=",".join(COMMANDS), help="which commands (default: all four)")
     args = parser.parse_args(argv)
+    if unknown := set(args.commands.split(",")) - set(COMMANDS):
+        parser.error(f"--commands: unknown {', '.join(sorted(unknown))} (known: {', '.join(COMMANDS)})")
     for name in list(COMMANDS):
         if name not in args.commands.split(","):
             del COMMANDS[name]
-    sizes = sorted(int(s) for s in args.sizes.split(","))
+    try:
+        sizes = sorted(int(s) for s in args.sizes.split(","))
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated numbers, not {args.sizes!r}")
     backends = args.backends.split(",")
+    if unknown := set(backends) - {"folder", "postgres"}:
+        parser.error(f"--backends: unknown {', '.join(sorted(unknown))} (known: folder, postgres)")
+    if min(sizes) < 1 or args.rows < 1 or args.reps < 1:
+        parser.error("--sizes, --rows and --reps must be at least 1")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-scale-"))
     results: list[Result] = []
     try:
         if "folder" in backends:
-            results += bench("folder", FolderGrower(workdir / "store", args.rows), sizes, args.reps, args.rows)
+            grower: Grower = FolderGrower(workdir / "store", args.rows)
+            results += bench("folder", grower, sizes, args.reps, args.rows, workdir / "cache-folder")
         if "postgres" in backends:
             with postgres_url(args.url) as url:
-                results += bench("postgres", PostgresGrower(url, args.rows), sizes, args.reps, args.rows)
+                grower = PostgresGrower(url, args.rows)
+                results += bench("postgres", grower, sizes, args.reps, args.rows, workdir / "cache-postgres")
     finally:
         if args.workdir is None:
             shutil.rmtree(workdir, ignore_errors=True)
