@@ -149,12 +149,19 @@ def _log(p: float) -> float:
     return math.log(max(p, 1e-9))
 
 
-def request(url: str) -> tuple[float, int]:
-    """Server-side milliseconds (``Server-Timing``) and the status of one GET."""
+def request(url: str) -> tuple[float, int, str]:
+    """Server-side milliseconds (``Server-Timing``), the status and the page of one GET."""
     with urllib.request.urlopen(url, timeout=600) as response:
-        response.read()
+        page = response.read().decode()
         timing = response.headers.get("server-timing", "")
-        return float(timing.split("dur=")[1]), response.status
+        return float(timing.split("dur=")[1]), response.status, page
+
+
+def check_rows(name: str, page: str, expected: int | None) -> None:
+    """A rows page shows ``expected`` rows (None: at least one): a page of nothing would only look fast."""
+    shown = page.count('<tr data-hash="')
+    if shown == 0 if expected is None else shown != expected:
+        raise SystemExit(f"{name}: the page shows {shown} rows, not {expected or 'some'} (another --rows in --dir?)")
 
 
 def main() -> None:
@@ -164,6 +171,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    if args.rows < 8 or args.reps < 1:
+        parser.error("--rows must be at least 8 and --reps at least 1")
     from store.browse.browser import Browser
     from store.browse.pages import RowsQuery
     from store.browse.queries import Key
@@ -181,7 +190,8 @@ def main() -> None:
         ("rows: keyset page half-way down", "/rows", {"after": deep.token()}),
         ("rows: oldest first", "/rows", {"order": "oldest"}),
         ("rows: judge=judge-j (half the rows)", "/rows", {"judge": "judge-j"}),
-        ("rows: model=model-x (half the rows)", "/rows", {"model": "model-x"}),
+        # model matches completions.model and judgements' model_a/model_b: x's answers and every verdict.
+        ("rows: model=model-x (three quarters)", "/rows", {"model": "model-x"}),
         ("rows: instruction_id (4 rows)", "/rows", {"instruction_id": str(middle)}),
         ("rows: orientation=reversed (scanned)", "/rows", {"orientation": "reversed"}),
         ("rows: finish_reason=length (scanned)", "/rows", {"finish_reason": "length"}),
@@ -195,14 +205,15 @@ def main() -> None:
     results = []
     with Store(root=root, readonly=True) as store, serving(Browser(store)) as url:
         base = url.rstrip("/")
-        hit = Browser(store).rows(RowsQuery(limit=1))
-        row_params = {"db": hit.rows[0].key.database, "hash": hit.rows[0].input_hash}
         print(f"{'page':<42} {'cold':>9} {'median':>9}  target", file=sys.stderr)
         for name, path, params in cases:
-            if path == "/row":
-                params = row_params
+            if path == "/row":  # found only now, so that the first page's request is the server's first
+                hit = Browser(store).rows(RowsQuery(limit=1))
+                params = {"db": hit.rows[0].key.database, "hash": hit.rows[0].input_hash}
             target = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
-            cold, status = request(target)
+            cold, status, page = request(target)
+            if path == "/rows" and params.get("q") != RARE:
+                check_rows(name, page, 4 if "instruction_id" in params else None)
             times = [request(target)[0] for _ in range(args.reps)]
             median = statistics.median(times)
             aimed = path in ("/rows", "/battle")
@@ -226,7 +237,7 @@ def main() -> None:
                 break
             token = cursor.group(1)
         print(f"{RARE}: shown after {requests} requests, {total_ms:.0f} ms of server time in all", file=sys.stderr)
-        counted, _ = request(f"{base}/?finish_reasons=count")
+        counted = request(f"{base}/?finish_reasons=count")[0]
         print(f"overview, finish reasons counted once (reads every row): {counted / 1000:.1f} s", file=sys.stderr)
         results.append({"case": f"search {RARE} until shown", "requests": requests, "server_ms": total_ms})
         results.append({"case": "overview, finish reasons counted", "cold_ms": counted})

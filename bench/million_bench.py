@@ -9,8 +9,9 @@ Contract:
 
 * One folder store, one completions database, grown to each ``--rows`` in
   turn (``bench/common.py``'s deterministic rows, written by ``put_many`` in
-  batches of 20,000; rows ~2.5 KB by default, no logprobs: 1M rows are about
-  2.5 GB). Building is timed and reported, not compared.
+  batches of 20,000; rows of 1,000-2,000 prompt and 500-1,000 completion
+  characters by default, no logprobs: 1M rows take about 4.4 GB with the
+  indexes and SQLite's pages). Building is timed and reported, not compared.
 * At each size, each once (a big store is not measured five times on a
   shared machine; the figures are single runs):
 
@@ -20,7 +21,7 @@ Contract:
     ``judgestore verify``, each a fresh process: wall time and the child's
     peak RSS (``wait4``), which stays flat if they stream.
 * Each result is checked: the lookup finds every key, the Parquet file holds
-  every row, verify exits 0. The growth from the first size to the last is
+  every row, ``verify --json`` says it checked every row. The growth from the first size to the last is
   printed as a ratio (the rows grew by the ratio of the sizes).
 """
 
@@ -36,6 +37,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/million_bench.py` from anywhere
 
 from bench.common import completion_records, environment, print_table, write_json
@@ -47,27 +50,26 @@ DESCRIPTOR = ModelDescriptor(provider="bench", model="bench/big")
 
 
 def child(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
-    """Run ``python -m store argv``: (wall seconds, peak RSS in MB, stderr); a failure stops the bench."""
+    """Run ``python -m store argv``: (wall seconds, peak RSS in MB, stdout); a failure stops the bench."""
     started = time.perf_counter()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "store", *argv],
-        env={**os.environ, **env},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    assert process.stderr is not None
-    err = process.stderr.read()
-    _, status, usage = os.wait4(process.pid, 0)
-    took = time.perf_counter() - started
-    process.returncode = os.waitstatus_to_exitcode(status)
-    if process.returncode != 0:
-        raise SystemExit(f"`judgestore {' '.join(argv)}` failed ({process.returncode}): {err[-2000:]}")
-    return took, usage.ru_maxrss // 1024, err
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:  # files: no pipe to fill
+        process = subprocess.Popen([sys.executable, "-m", "store", *argv], env={**os.environ, **env}, stdout=out,
+                                   stderr=err, text=True)  # fmt: skip
+        _, status, usage = os.wait4(process.pid, 0)
+        took = time.perf_counter() - started
+        process.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        if process.returncode != 0:
+            raise SystemExit(f"`judgestore {' '.join(argv)}` failed ({process.returncode}): {err.read()[-2000:]}")
+        return took, usage.ru_maxrss // 1024, out.read()
 
 
 def _bounds(text: str) -> tuple[int, int]:
+    """``LOW,HIGH`` characters; anything else is a ValueError."""
     low, high = (int(n) for n in text.split(","))
+    if not 1 <= low <= high:
+        raise ValueError(text)
     return low, high
 
 
@@ -80,9 +82,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--workdir", type=Path, help="where the store goes (default: a temporary folder)")
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
-    sizes = sorted(int(n) for n in args.rows.split(","))
-    prompt = _bounds(args.prompt_chars)
-    completion = _bounds(args.completion_chars)
+    try:
+        sizes = sorted(int(n) for n in args.rows.split(","))
+        prompt = _bounds(args.prompt_chars)
+        completion = _bounds(args.completion_chars)
+    except ValueError:
+        parser.error("--rows takes comma-separated numbers; --prompt-chars and --completion-chars take LOW,HIGH")
+    if min(sizes) < 1 or args.keys < 1:
+        parser.error("--rows and --keys must be at least 1")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-big-"))
     root = workdir / "store"
     env = {"JUDGESTORE_STORE_ROOT": str(root), "XDG_CACHE_HOME": str(workdir / "cache")}
@@ -121,7 +128,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             if exported != size:
                 raise SystemExit(f"the Parquet file holds {exported:,} rows, not {size:,}")
             out.unlink()
-            verify, verify_rss, _ = child(["verify"], env)
+            verify, verify_rss, report = child(["verify", "--json"], env)
+            if (checked := orjson.loads(report)["rows_checked"]) != size:
+                raise SystemExit(f"verify checked {checked:,} rows, not {size:,}")
             results.append(
                 {"rows": size, "file_mb": file_bytes / 1e6, "build_s": built, "keys": len(keys), "lookup_s": lookup,
                  "export_s": export, "export_rss_mb": export_rss, "verify_s": verify, "verify_rss_mb": verify_rss}

@@ -96,13 +96,21 @@ def main() -> None:
     parser.add_argument("--backend", default="folder,postgresql")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
+    try:
+        job_counts = [int(n) for n in args.jobs.split(",")]
+    except ValueError:
+        parser.error(f"--jobs takes comma-separated numbers, not {args.jobs!r}")
+    if min(job_counts) < 1 or args.prompts < 1 or args.concurrency < 1 or args.delay < 0:
+        parser.error("--jobs, --prompts and --concurrency must be at least 1, --delay at least 0")
+    if unknown := set(args.backend.split(",")) - {"folder", "postgresql"}:
+        parser.error(f"--backend: unknown {', '.join(sorted(unknown))} (known: folder, postgresql)")
     backends = [b for b in args.backend.split(",") if b != "postgresql" or server_bin() is not None]
     results: dict[str, dict[int, dict[str, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
         for backend in backends:
             cluster = stack.enter_context(running_cluster()) if backend == "postgresql" else None
             results[backend] = {}
-            for jobs in (int(n) for n in args.jobs.split(",")):
+            for jobs in job_counts:
                 floor = startup_floor(jobs)
                 measured = point(jobs, backend, args, Path(tmp), cluster)
                 ideal = args.prompts * args.delay / (args.concurrency * jobs)
