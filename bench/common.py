@@ -10,7 +10,9 @@ Contract:
   hashes really are the hashes of the rendered inputs.
 * :func:`measure` runs the variants of one case interleaved call by call (A B,
   B A, ...), each sample preceded by untimed ``setup`` and a full
-  ``gc.collect()`` and followed by untimed ``teardown``; every call ends with
+  ``gc.collect()`` and followed by untimed ``teardown``; the variant that
+  opens a sample (the first call after that collection runs 10-20 % slower)
+  takes turns, so that each opens as many samples as the others; every call ends with
   a timed ``gc.collect(0)`` (what pausing the GC deferred is charged to whoever
   paused it), then an untimed ``check`` of its result where one is given. It
   keeps every sample, wall clock and process CPU time, per call.
@@ -215,6 +217,11 @@ class Timing:
         }
 
 
+def discard(_state: Any, _result: Any) -> None:
+    """A ``check`` that checks nothing: the result is dropped right after its call, not kept until ``teardown``
+    (a large result kept alive slows the calls of the variants after it)."""
+
+
 def _call(variant: Variant, state: Any) -> tuple[float, float, Any]:
     """One timed call, wall and CPU seconds.
 
@@ -258,15 +265,22 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
 def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: bool = True) -> dict[str, Timing]:
     """Time each variant in ``reps`` samples of ``inner`` calls (seconds per call), interleaved.
 
-    Within a sample the calls alternate between variants; across samples the
-    order of the variants alternates too. With ``inner == 1`` and a ``setup``,
-    each call gets a fresh state (e.g. an empty database).
+    Within a sample the calls alternate between variants. Across samples the
+    order turns: sample ``r`` starts at variant ``r % len(variants)``, each
+    round of turns in the other direction than the last, so every variant
+    opens a sample (and follows each other one) as often as the rest when
+    ``reps`` is a multiple of twice their number, and no more than once more
+    otherwise. With ``inner == 1`` and a ``setup``, each call gets a fresh
+    state (e.g. an empty database).
     """
     timings = {v.name: Timing(v.name) for v in variants}
     if warmup:
         _sample(variants, 1)
     for rep in range(reps):
-        order = list(variants) if rep % 2 == 0 else list(reversed(variants))
+        turn, direction = rep % len(variants), (rep // len(variants)) % 2
+        order = list(variants[turn:]) + list(variants[:turn])
+        if direction:
+            order.reverse()
         for v, (wall, cpu) in zip(order, _sample(order, inner), strict=True):
             timings[v.name].times.append(wall)
             timings[v.name].cpu_times.append(cpu)

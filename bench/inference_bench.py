@@ -904,8 +904,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-inference-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    # A folder of its own, even inside --workdir: removing it at the end removes nothing that was there before.
+    workdir = Path(tempfile.mkdtemp(prefix="judgestore-inference-bench-", dir=args.workdir))
     env = environment()
     log(f"judgestore inference bench: {'quick' if args.quick else 'full'}, work folder {workdir}")
     started = time.perf_counter()

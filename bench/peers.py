@@ -812,8 +812,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         warnings.filterwarnings("ignore", category=PendingDeprecationWarning)
     missing = [kind.name for kind in CONTENDERS if not available(kind)]
     sizes = SIZES[:1] if args.quick else SIZES
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-peers-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    # A folder of its own, even inside --workdir: removing it at the end removes nothing that was there before.
+    workdir = Path(tempfile.mkdtemp(prefix="judgestore-peers-", dir=args.workdir))
     env = {**environment(), "peers": peer_versions()}
     log(f"peers bench: N = {', '.join(f'{n:,}' for n in sizes)}, {args.reps} samples, work folder {workdir}")
     if missing:

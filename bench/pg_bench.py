@@ -58,6 +58,7 @@ from bench.common import (
     Timing,
     Variant,
     completion_records,
+    discard,
     environment,
     format_seconds,
     gc_paused,
@@ -355,10 +356,20 @@ class Bench:
                     log(f"  get_many {n:,} keys, {hit_rate:.0%} hits: {self.reps} x {inner} calls")
                     timings = measure(
                         [
-                            Variant("ours", partial(_ignore_state, whole, keys)),
-                            Variant("raw = ANY", partial(_ignore_state, raw_get_many, self.raw, any_sql, keys)),
-                            Variant("raw unnest", partial(_ignore_state, raw_get_many, self.raw, unnest_sql, keys)),
-                            Variant("fetch", partial(_ignore_state, raw_fetch_only, self.raw, any_sql, keys)),
+                            Variant("ours", partial(_ignore_state, whole, keys), check=discard),
+                            Variant(
+                                "raw = ANY",
+                                partial(_ignore_state, raw_get_many, self.raw, any_sql, keys),
+                                check=discard,
+                            ),
+                            Variant(
+                                "raw unnest",
+                                partial(_ignore_state, raw_get_many, self.raw, unnest_sql, keys),
+                                check=discard,
+                            ),
+                            Variant(
+                                "fetch", partial(_ignore_state, raw_fetch_only, self.raw, any_sql, keys), check=discard
+                            ),
                         ],
                         self.reps,
                         inner=inner,

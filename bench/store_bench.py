@@ -81,6 +81,7 @@ from bench.common import (
     Timing,
     Variant,
     completion_records,
+    discard,
     environment,
     file_of,
     format_seconds,
@@ -336,9 +337,9 @@ class Bench:
                     log(f"  get_many {n:,} keys, {hit_rate:.0%} hits: {self.reps} x {inner} calls")
                     timings = measure(
                         [
-                            Variant("ours", partial(_ignore_state, whole, keys)),
-                            Variant("raw", partial(_ignore_state, raw_get_many, raw, keys)),
-                            Variant("fetch", partial(_ignore_state, raw_fetch_only, raw, keys)),
+                            Variant("ours", partial(_ignore_state, whole, keys), check=discard),
+                            Variant("raw", partial(_ignore_state, raw_get_many, raw, keys), check=discard),
+                            Variant("fetch", partial(_ignore_state, raw_fetch_only, raw, keys), check=discard),
                         ],
                         self.reps,
                         inner=inner,
@@ -614,13 +615,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         QUICK if args.quick else FULL,
         **{k: v for k, v in (("db_rows", args.db_rows), ("open_dbs", args.open_dbs)) if v is not None},
     )
+    if any(n is not None and n < 1 for n in (args.reps, args.db_rows, args.open_dbs)):
+        parser.error("--reps, --db-rows and --open-dbs must be at least 1")
     reps = args.reps or sizes.reps
     only = set(args.only.split(","))
     if not only <= {"get", "put", "index", "open"}:
         parser.error(f"--only: unknown cases {sorted(only - {'get', 'put', 'index', 'open'})}")
 
-    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-bench-"))
-    workdir.mkdir(parents=True, exist_ok=True)
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
+    # A folder of its own, even inside --workdir: removing it at the end removes nothing that was there before.
+    workdir = Path(tempfile.mkdtemp(prefix="judgestore-bench-", dir=args.workdir))
     env = environment()
     log(f"judgestore bench: {'quick' if args.quick else 'full'}, {reps} repetitions, work folder {workdir}")
     bench = Bench(sizes, workdir, reps)
