@@ -752,25 +752,31 @@ def report(cases: Sequence[Case], kinds: Sequence[type[Contender]]) -> None:
     print()
     print_table(headers, rows, right=tuple(range(1, len(headers))), markdown=True)
     if peers and FloorNoPrompt.slug in names:
-        print(
-            "\nThe floor without the prompt over half the best peer's time (above 1.00x: even a store that keeps "
-            "only answers cannot be 2x faster than the best peer there):\n"
+        _over_half_best_peer(
+            "The floor without the prompt over half the best peer's time (above 1.00x: even a store that keeps "
+            "only answers cannot be 2x faster than the best peer there):",
+            FloorNoPrompt.slug,
+            cases,
+            peers,
         )
-        for case in cases:
-            fastest_peer = min(case.timings[slug].median for slug in peers)
-            no_prompt = case.timings[FloorNoPrompt.slug].median
-            print(f"- {case.operation}: {no_prompt / (fastest_peer / 2):.2f}x")
     writes = [case for case in cases if case.operation.startswith("write")]
     if peers and FloorIndexes.slug in names and writes:
-        print(
-            "\nThe floor with judgestore's indexes over half the best peer's time on writes (above 1.00x: a store "
+        _over_half_best_peer(
+            "The floor with judgestore's indexes over half the best peer's time on writes (above 1.00x: a store "
             "that keeps the prompt and those indexes cannot be 2x faster than the best peer there, even checking "
-            "nothing):\n"
+            "nothing):",
+            FloorIndexes.slug,
+            writes,
+            peers,
         )
-        for case in writes:
-            fastest_peer = min(case.timings[slug].median for slug in peers)
-            indexed = case.timings[FloorIndexes.slug].median
-            print(f"- {case.operation}: {indexed / (fastest_peer / 2):.2f}x")
+
+
+def _over_half_best_peer(title: str, slug: str, cases: Sequence[Case], peers: Sequence[str]) -> None:
+    """Print, per case, a reference floor's time over half the fastest peer's: above 1.00x, 2x is out of reach."""
+    print(f"\n{title}\n")
+    for case in cases:
+        fastest_peer = min(case.timings[peer].median for peer in peers)
+        print(f"- {case.operation}: {case.timings[slug].median / (fastest_peer / 2):.2f}x")
 
 
 def peer_versions() -> dict[str, str]:
