@@ -272,12 +272,12 @@ def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: b
     """Time each variant in ``reps`` samples of ``inner`` calls (seconds per call), interleaved.
 
     Within a sample the calls alternate between variants. Across samples the
-    order turns: sample ``r`` starts at variant ``r % len(variants)``, each
-    round of turns in the other direction than the last, so every variant
-    opens a sample (and follows each other one) as often as the rest when
-    ``reps`` is a multiple of twice their number, and no more than once more
-    otherwise. With ``inner == 1`` and a ``setup``, each call gets a fresh
-    state (e.g. an empty database).
+    order turns: sample ``r`` starts at variant ``r % len(variants)``, and
+    each round of ``len(variants)`` samples runs the other way round than the
+    one before, so every variant opens as many samples as the others when
+    ``reps`` is a multiple of their number (at most one more otherwise). With
+    ``inner == 1`` and a ``setup``, each call gets a fresh state (e.g. an empty
+    database).
     """
     timings = {v.name: Timing(v.name) for v in variants}
     if warmup:

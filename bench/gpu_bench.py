@@ -11,10 +11,10 @@ layers, hidden 2048, MLP 8192, 32 heads, 8 key-value heads, float16, ~0.98
 billion parameters) with the tiny model's 512-token vocabulary, built into
 ``--model-dir`` unless a model is already there.
 
-The prompts are ``--prompts`` distinct chats of 2 to 11 lines of English
-(90 to 563 tokens as the chat template renders them); sampling is greedy, ``--max-tokens`` tokens at
-most. One in-process engine with vLLM's own defaults for the GPU (CUDA graphs,
-``max_num_seqs``, memory) except ``max_model_len=2048`` and ``seed=0``, and
+The prompts are ``--prompts`` distinct chats of 2 to 11 lines of English (90
+to 563 tokens as the chat template renders them); sampling is greedy,
+``--max-tokens`` tokens at most. One in-process engine with vLLM's own
+defaults for the GPU (CUDA graphs, ``max_num_seqs``, memory) except ``max_model_len=2048`` and ``seed=0``, and
 ``--eager`` for no CUDA graphs. Measured on it, interleaved (the engine part
 of ``bench/inference_bench.py``, with this model and these prompts):
 
@@ -31,9 +31,8 @@ generated, and how many texts equal the plain call's (half precision may
 round one logit the other way when the batch differs; counted, not required).
 Then ``--reps`` interleaved timed calls each (fewer if they would not fit in
 ``--budget`` seconds, judged by the check calls). Every call starts with vLLM's
-prefix cache emptied, so none finds the prompts a call before it computed;
-tokens/s = tokens of the check
-call / median wall. The vocabulary is small, so each engine step costs less
+prefix cache emptied, so none finds the prompts a call before it computed.
+tokens/s = tokens of the check call / median wall. The vocabulary is small, so each engine step costs less
 than with a real 128k-token vocabulary: the cache's own share of the time is
 larger here than it would be with a real model.
 """

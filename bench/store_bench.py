@@ -324,7 +324,7 @@ class Bench:
         misses = miss_hashes(max(s.lookups))
         whole = partial(db.get_many, deferred=False)  # every column read, as raw_get_many reads them
         try:
-            self._check_get_many(db, raw, records[:500], misses[:500])
+            self._check_get_many(whole, raw, records[:500], misses[:500])
             for n in s.lookups:
                 for hit_rate in s.hit_rates:
                     hits = round(n * hit_rate)
@@ -360,10 +360,14 @@ class Bench:
             store.close()
 
     def _check_get_many(
-        self, db: Database, raw: sqlite3.Connection, records: list[CompletionRecord], misses: list[str]
+        self,
+        get_many: Callable[[list[str]], dict[str, Any]],
+        raw: sqlite3.Connection,
+        records: list[CompletionRecord],
+        misses: list[str],
     ) -> None:
         keys = [r.input_hash for r in records] + misses
-        ours, theirs = db.get_many(keys, deferred=False), raw_get_many(raw, keys)
+        ours, theirs = get_many(keys), raw_get_many(raw, keys)
         if ours != theirs or ours != {r.input_hash: r for r in records}:
             raise AssertionError("raw get_many does not build the same result as Database.get_many")
 
