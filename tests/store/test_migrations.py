@@ -153,6 +153,25 @@ def test_a_new_database_is_what_the_scripts_build_without_running_them(tmp_path:
     assert fresh.stdout.strip() == "False"
 
 
+def test_new_databases_share_one_compiled_schema(tmp_path: Path) -> None:
+    """The models' DDL is compiled once per dialect, not once per new database (the store's files share one)."""
+    from store.backends.sqlite.connections import sqlite_dialect
+
+    dialect = sqlite_dialect()
+    first = schema._head_ddl(dialect)
+    before = schema._head_ddl.cache_info()
+    for name in ("a.db", "b.db"):
+        engine = create_engine(f"sqlite:///{tmp_path / name}")
+        engine.dialect = dialect  # as every file of a store (store.backends.sqlite.connections.sqlite_engine)
+        with engine.begin() as conn:
+            create_at_head(conn)
+        engine.dispose()
+    assert schema._head_ddl.cache_info().misses == before.misses
+    assert schema._head_ddl(dialect) is first
+    assert normalised_schema(tmp_path / "a.db") == normalised_schema(tmp_path / "b.db")
+    assert version_rows(tmp_path / "b.db") == [(SHIPPED_HEAD,)]
+
+
 def test_against_other_scripts_a_new_database_is_built_by_them(
     tmp_path: Path, synthetic_head: str, synthetic: Any
 ) -> None:
