@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import pytest
@@ -16,6 +17,16 @@ def test_shares_follow_completion_tokens_and_add_up_to_the_batch_time() -> None:
     assert shares == [0.5, 1.5, 0.0]
     assert [g.usage["prompt_tokens"] for g in priced(batch, 2.0)] == [5, 5, 5]  # the engine's counts are kept
     assert batch[0].usage == {"prompt_tokens": 5, "completion_tokens": 1}  # the input is not changed
+
+
+def test_pricing_changes_usage_alone() -> None:
+    """Every other field of a generation is kept, whatever fields Generation grows."""
+    generation = Generation("text", "length", {"completion_tokens": 2}, {"a": -0.5})
+    (priced_one,) = priced([generation], 1.0)
+    for field in dataclasses.fields(Generation):
+        if field.name != "usage":
+            assert getattr(priced_one, field.name) == getattr(generation, field.name), field.name
+    assert priced_one.usage == {"completion_tokens": 2, "engine_seconds": 1.0}
 
 
 def test_without_token_counts_the_time_is_shared_equally() -> None:
