@@ -76,8 +76,11 @@ Three parts, each measured beside its floor in the same run:
   - floor, plain: ``LLM.chat(the same rendered chats, one SamplingParams
     each)`` over the whole batch, as a script without a cache would.
   - beside them: ours with the database already created (untimed; the batch
-    still all misses), and ours through a backend without streaming, which
-    the cache sends 64 misses at a time (judgestore before issue 22).
+    still all misses), ours without a store (mode ``off``: the plan and the
+    stream, nothing written; what is left of a cold run's cost over the
+    plain call is the store's), and ours through a backend without
+    streaming, which the cache sends 64 misses at a time (judgestore before
+    issue 22).
 
   One more untimed call of each runs under a wrapped
   ``Scheduler.schedule`` and records the most requests vLLM's scheduler
@@ -173,7 +176,7 @@ class Sizes:
     engine_reps: int
 
 
-FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS, engine_reps=7)
+FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS, engine_reps=15)
 QUICK = Sizes(plan=((10_000, 3, 1),), cli_hit_runs=5, engine_reps=3)
 
 
@@ -702,12 +705,15 @@ class EngineBench:
             if not backend._llm.reset_prefix_cache():
                 raise AssertionError("vLLM did not empty its prefix cache between calls")
 
-        def cold(chunked: bool = False, database: bool = False) -> Callable[[], CachedModel]:
-            """A fresh store (every prompt a miss); with ``database``, its database already created (untimed)."""
-
+        def views(chunked: bool = False) -> Callable[[], Backend]:
             def factory() -> Backend:
                 view = backend.with_descriptor(descriptor)
                 return Chunked(view) if chunked else view
+
+            return factory
+
+        def cold(chunked: bool = False, database: bool = False) -> Callable[[], CachedModel]:
+            """A fresh store (every prompt a miss); with ``database``, its database already created (untimed)."""
 
             def setup() -> CachedModel:
                 root = self.workdir / f"engine-store-{len(stores)}"
@@ -717,7 +723,7 @@ class EngineBench:
                 if database:
                     store.database(ROLE, TASK, descriptor)
                 empty_prefix_cache()
-                return CachedModel(store, descriptor, task=TASK, backend_factory=factory)
+                return CachedModel(store, descriptor, task=TASK, backend_factory=views(chunked))
 
             return setup
 
@@ -736,8 +742,13 @@ class EngineBench:
 
         def check(model: CachedModel, result: Any) -> None:
             run = model.last
-            if (run.generated, run.written, len(result)) != (len(requests),) * 3:
-                raise AssertionError(f"a cold run did not generate and write every prompt: {run.generated}")
+            written = len(requests) if model.store is not None else 0
+            if (run.generated, run.written, len(result)) != (len(requests), written, len(requests)):
+                raise AssertionError(f"a cold run did not generate (and write) every prompt: {run.generated}")
+
+        def storeless() -> CachedModel:
+            empty_prefix_cache()
+            return CachedModel(None, descriptor, task=TASK, mode="off", backend_factory=views())
 
         def complete(model: CachedModel) -> Responses:
             return model.complete(requests)
@@ -746,6 +757,7 @@ class EngineBench:
         if case.beside:
             variants += [
                 Variant("  the database already created", complete, cold(database=True), teardown, check),
+                Variant("  no store (mode off)", complete, storeless, teardown, check),
                 Variant("  64 at a time (before)", complete, cold(chunked=True), teardown, check),
             ]
         started = time.perf_counter()
