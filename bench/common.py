@@ -268,25 +268,43 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
     return [(wall / inner, cpu / inner) for wall, cpu in totals]
 
 
+def sample_orders(k: int) -> list[list[int]]:
+    """A Williams design over ``k`` variants: orders in which each opens equally often and each follows each
+    other exactly once (``k`` orders for an even ``k``, ``2 k`` for an odd one).
+
+    A call is slowed or sped up by the one before it (caches, the allocator, the GC's generations: a heavy peer
+    made the next variant 10-15 % slower in bench/peers.py). Turning one order round left each variant with the
+    same one or two predecessors in every sample, a bias of its own; this balances it over a full cycle.
+    """
+    first = [0]
+    low, high = 1, k - 1
+    while len(first) < k:  # 0, 1, k-1, 2, k-2, ...: every difference between neighbours occurs once
+        first.append(low)
+        low += 1
+        if len(first) < k:
+            first.append(high)
+            high -= 1
+    orders = [[(i + shift) % k for i in first] for shift in range(k)]
+    if k % 2:  # an odd square balances only with its mirror
+        orders += [order[::-1] for order in orders]
+    return orders
+
+
 def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: bool = True) -> dict[str, Timing]:
     """Time each variant in ``reps`` samples of ``inner`` calls (seconds per call), interleaved.
 
-    Within a sample the calls alternate between variants. Across samples the
-    order turns: sample ``r`` starts at variant ``r % len(variants)``, and
-    each round of ``len(variants)`` samples runs the other way round than the
-    one before, so every variant opens as many samples as the others when
-    ``reps`` is a multiple of their number (at most one more otherwise). With
-    ``inner == 1`` and a ``setup``, each call gets a fresh state (e.g. an empty
-    database).
+    Within a sample the calls alternate between variants. Sample ``r`` runs them in order ``r`` of
+    :func:`sample_orders`, cycling: with ``reps`` a multiple of that design's length, every variant opens as
+    many samples as the others and follows each other variant equally often (for 2 variants: A B, B A; for
+    3: six orders; the benches print how many samples they took). With ``inner == 1`` and a ``setup``, each
+    call gets a fresh state (e.g. an empty database).
     """
     timings = {v.name: Timing(v.name) for v in variants}
     if warmup:
         _sample(variants, 1)
+    orders = sample_orders(len(variants))
     for rep in range(reps):
-        turn, direction = rep % len(variants), (rep // len(variants)) % 2
-        order = list(variants[turn:]) + list(variants[:turn])
-        if direction:
-            order.reverse()
+        order = [variants[i] for i in orders[rep % len(orders)]]
         for v, (wall, cpu) in zip(order, _sample(order, inner), strict=True):
             timings[v.name].times.append(wall)
             timings[v.name].cpu_times.append(cpu)

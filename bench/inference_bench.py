@@ -176,7 +176,7 @@ class Sizes:
     engine_reps: int
 
 
-FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS, engine_reps=15)
+FULL = Sizes(plan=((10_000, 5, 3), (100_000, 3, 1)), cli_hit_runs=CLI_HIT_RUNS, engine_reps=10)
 QUICK = Sizes(plan=((10_000, 3, 1),), cli_hit_runs=5, engine_reps=3)
 
 

@@ -57,9 +57,15 @@ Contract:
   requests and responses and transforming request values, lm-eval's progress
   bar), that work is left out: the peers are measured at their fastest.
 * Repetitions are interleaved (:func:`bench.common.measure`: one call of each
-  contender per sample, order alternating, a full ``gc.collect()`` before each
-  sample, a timed ``gc.collect(0)`` after each call); every write gets a
-  fresh empty store (untimed setup). Medians of ``--reps`` samples; ratios
+  contender per sample, a full ``gc.collect()`` before each sample, a timed
+  ``gc.collect(0)`` after each call); every write gets a fresh empty store
+  (untimed setup). The orders of the samples form a Williams design
+  (:func:`bench.common.sample_orders`): by default one whole cycle of it (14
+  samples for 7 contenders), in which each contender follows each other one
+  equally often. A call is slowed by a heavy one just before it: when each
+  contender had the same one or two predecessors in every sample, "floor,
+  indexes", whose lookup is the floor's, came out at 0.85x-1.09x of it
+  depending on the order of the list. Medians of ``--reps`` samples; ratios
   are to the floor measured in the same run.
 * Every call is checked, untimed, after it returns: a write must leave exactly
   N entries; a lookup must give back, for each prompt, the completion stored
@@ -105,6 +111,7 @@ from bench.common import (
     measure,
     print_table,
     raw_connect,
+    sample_orders,
     write_json,
 )
 from store import Database, Settings, Store
@@ -792,7 +799,11 @@ def peer_versions() -> dict[str, str]:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="N = 1,000 only (full: 1,000 and 10,000)")
-    parser.add_argument("--reps", type=int, default=5, help="interleaved samples per operation (default 5)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        help="interleaved samples per operation (default: one cycle of the sampling order, 14 for all 7 contenders)",
+    )
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
     parser.add_argument("--workdir", type=Path, help="where the stores go (default: a temporary folder)")
     parser.add_argument("--keep", action="store_true", help="keep the work folder")
@@ -801,7 +812,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="comma-separated contenders besides the floor (" + ",".join(k.slug for k in CONTENDERS[1:]) + ")",
     )
     args = parser.parse_args(argv)
-    if args.reps < 1:
+    if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
     kinds = [kind for kind in CONTENDERS if available(kind)]
     if args.only:
@@ -809,6 +820,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if unknown := chosen - {k.slug for k in CONTENDERS}:
             parser.error(f"unknown contenders {', '.join(sorted(unknown))}")
         kinds = [kind for kind in kinds if kind.slug in chosen]
+    # One whole cycle of the order design: every contender follows every other as often (bench.common.measure).
+    args.reps = args.reps or len(sample_orders(len(kinds)))
     if LangChain in kinds:
         # Imported first because it installs its own warning filters; then its sunset notice and the
         # warning that loads() (inside SQLiteCache.lookup) gives on every hit are silenced, not printed.

@@ -1,0 +1,25 @@
+"""The benches' sampling order (bench/common.py): balanced for the call before each call."""
+
+from __future__ import annotations
+
+from collections import Counter
+from itertools import pairwise
+
+import pytest
+
+from bench.common import sample_orders
+
+
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 7, 8])
+def test_every_variant_opens_as_often_and_follows_each_other_equally(k: int) -> None:
+    orders = sample_orders(k)
+    assert len(orders) == (k if k % 2 == 0 else 2 * k)
+    assert all(sorted(order) == list(range(k)) for order in orders)
+    openers = Counter(order[0] for order in orders)
+    pairs = Counter((a, b) for order in orders for a, b in pairwise(order))
+    assert set(openers) == set(range(k)) and len(set(openers.values())) == 1
+    assert len(pairs) == k * (k - 1) and len(set(pairs.values())) == 1
+
+
+def test_one_variant_has_one_order() -> None:
+    assert {tuple(order) for order in sample_orders(1)} == {(0,)}
