@@ -77,8 +77,8 @@ Three parts, each measured beside its floor in the same run:
     each)`` over the whole batch, as a script without a cache would.
   - beside them: ours with the database already created (untimed; the batch
     still all misses), ours without a store (mode ``off``: the plan and the
-    stream, nothing written; what is left of a cold run's cost over the
-    plain call is the store's), and ours through a backend without
+    stream, nothing written; a cold run's time over this one is the
+    store's), and ours through a backend without
     streaming, which the cache sends 64 misses at a time (judgestore before
     issue 22).
 
@@ -903,7 +903,11 @@ def report_engine(bench: EngineBench) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="10k requests only, 3 repetitions")
-    parser.add_argument("--reps", type=int, help="repetitions of every plan size (default 5 for 10k, 3 for 100k)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        help="samples of every plan size and of the engine part (default 5 for 10k, 3 for 100k, 10 for the engine)",
+    )
     parser.add_argument("--json", type=Path, help="also write every timing to this file")
     parser.add_argument("--only", default="plan,cli,engine", help="comma-separated subset of plan,cli,engine")
     parser.add_argument("--workdir", type=Path, help="where stores and the tiny model go (default: a temporary folder)")
