@@ -296,8 +296,7 @@ def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: b
     Within a sample the calls alternate between variants. Sample ``r`` runs them in order ``r`` of
     :func:`sample_orders`, cycling: with ``reps`` a multiple of that design's length, every variant opens as
     many samples as the others and follows each other variant equally often (for 2 variants: A B, B A; for
-    3: six orders; the benches print how many samples they took). With ``inner == 1`` and a ``setup``, each
-    call gets a fresh state (e.g. an empty database).
+    3: six orders). With ``inner == 1`` and a ``setup``, each call gets a fresh state (e.g. an empty database).
     """
     timings = {v.name: Timing(v.name) for v in variants}
     if warmup:

@@ -21,5 +21,5 @@ def test_every_variant_opens_as_often_and_follows_each_other_equally(k: int) -> 
     assert len(pairs) == k * (k - 1) and len(set(pairs.values())) == 1
 
 
-def test_one_variant_has_one_order() -> None:
+def test_one_variant_runs_alone_in_every_sample() -> None:
     assert {tuple(order) for order in sample_orders(1)} == {(0,)}
