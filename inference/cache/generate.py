@@ -21,6 +21,10 @@ Contract:
   engine closed between two groups stops the call as one closed during a
   group does: a :class:`~store.errors.BackendError` with ``rows_kept``); a
   backend that only generates whole batches gets batches of at most it.
+* The database the rows go to is opened (a new one created) once a stream
+  holds every request, so an engine running in its own process (vLLM's
+  default) computes meanwhile; before the first batch of a backend without
+  streaming. A call that writes nothing (modes off, readonly) opens none.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
@@ -86,6 +90,7 @@ class Writer:
         settings: Settings,
         refresh: bool = False,
         on_progress: ProgressCallback | None = None,
+        open_database: Callable[[], Database] | None = None,
     ) -> None:
         self.requests = requests
         self.run = run
@@ -94,10 +99,20 @@ class Writer:
         self.settings = settings
         self.policy: Literal["ignore", "replace"] = "replace" if refresh else "ignore"
         self.on_progress = on_progress
-        self.database: Database | None = None  # set once the engine is prepared, if the call writes
+        self._open_database = open_database  # None: the call writes nothing (mode off, readonly, replay)
+        self.database: Database | None = None  # opened by open(), once the engine has the requests
         self.results: dict[str, Sample] = {}  # by input hash: each outcome kept (its row written, or its failure)
         self._paid: set[str] = set()  # the outcomes whose cost (or refusal) is counted in run
         self.done = 0
+
+    def open(self) -> None:
+        """Open (or create) the database the rows go to, once; a call that writes nothing opens nothing.
+
+        A stream calls it once the engine has every request: an engine in its own process (vLLM's default)
+        then computes while a new database is created.
+        """
+        if self.database is None and self._open_database is not None:
+            self.database = self._open_database()
 
     def fail(self, inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
         request = self.requests[inp.request_index]
@@ -215,6 +230,7 @@ def generate_into(
                 _stream(writer, stream, missing[group], chunk_size)
             return
         # Whole batches, at most the call's bound when it sets one.
+        writer.open()
         size = chunk_size if max_concurrency is None else min(chunk_size, max_concurrency)
         for start in range(0, len(missing), size):
             chunk = slice(start, start + size)
@@ -252,6 +268,7 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
     last_write = time.monotonic()
     try:
         try:
+            writer.open()  # the engine has every request: it computes meanwhile, if it runs in its own process
             for arrival in stream:
                 if arrival is not None:  # None: a heartbeat, nothing more finished yet
                     index, outcome = arrival

@@ -99,6 +99,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
@@ -445,6 +446,7 @@ class CachedModel:
             settings=self.settings,
             refresh=self.mode == "refresh",
             on_progress=on_progress,
+            open_database=None if store is None else partial(store.database, role, self.task, self.descriptor),
         )
         engine_requests = [engine_request(inp) for inp in missing]
         refused = self._preflight(engine_requests) if self._preflight is not None else {}
@@ -462,7 +464,6 @@ class CachedModel:
             store.check_writable(role, self.task, self.descriptor)
         backend = self._prepared_backend()
         run.engine_loaded = True
-        writer.database = None if store is None else store.database(role, self.task, self.descriptor)
         generate_into(
             writer,
             backend,

@@ -194,6 +194,66 @@ def test_a_chunk_the_store_refuses_still_counts_what_it_cost_and_its_refusals(
     assert [f.request_index for f in run.failed] == [15]  # and its refusal is reported
 
 
+class Watched:
+    """Every request finishes at once; it notes whether the call's database existed when the stream was asked
+    for (the engine taking the requests) and when it was first stepped, and whether it was closed."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.database_at: dict[str, bool] = {}
+        self.closed = False
+
+    def exists(self) -> bool:
+        return self.store.find("completions", "t", DESCRIPTOR) is not None
+
+    def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [answer(i) for i in range(len(requests))]
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        # As the vLLM backend's: started up to its first yield (the requests added), so closing it runs its finally.
+        def stream() -> Iterator[Arrival]:
+            try:
+                self.database_at["requests added"] = self.exists()
+                yield None
+                self.database_at["first step"] = self.exists()
+                yield from ((i, answer(i)) for i in range(len(requests)))
+            finally:
+                self.closed = True
+
+        started = stream()
+        next(started)
+        return started
+
+    def close(self) -> None:
+        pass
+
+
+def test_a_new_database_is_created_once_the_engine_holds_the_requests(store: Store) -> None:
+    # An engine in its own process (vLLM's default) computes while the database is created.
+    backend = Watched(store)
+    CachedModel(store, DESCRIPTOR, task="t", backend_factory=lambda: backend, chunk_size=10).complete(asks(25))
+    assert backend.database_at == {"requests added": False, "first step": True}
+    assert store.database("completions", "t", DESCRIPTOR).count() == 25
+
+
+def test_a_database_that_cannot_be_created_stops_the_stream_and_writes_nothing(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = Watched(store)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=lambda: backend, chunk_size=10)
+
+    def full(*_args: Any) -> Database:
+        raise StoreFullError(store.root, free_bytes=0, needed_bytes=1)
+
+    monkeypatch.setattr(store, "database", full)  # the disk fills between the writability check and the creation
+    with pytest.raises(StoreFullError):
+        model.complete(asks(25))
+    monkeypatch.undo()
+    run = model.last
+    assert backend.closed and "first step" not in backend.database_at  # the engine's requests were aborted
+    assert (run.generated, run.written) == (0, 0) and not backend.exists()
+
+
 # ------------------------------------------------------------------ the hosted backend
 
 
