@@ -21,10 +21,11 @@ Contract:
   engine closed between two groups stops the call as one closed during a
   group does: a :class:`~store.errors.BackendError` with ``rows_kept``); a
   backend that only generates whole batches gets batches of at most it.
-* The database the rows go to is opened (a new one created) once a stream
-  holds every request, so an engine running in its own process (vLLM's
-  default) computes meanwhile; before the first batch of a backend without
-  streaming. A call that writes nothing (modes off, readonly) opens none.
+* The database the rows go to is opened (a new one created) once the
+  backend has returned its stream: the local engine holds every request by
+  then, so an engine core in its own process (vLLM's default) computes
+  meanwhile. A backend without streaming has it opened before its first
+  batch. A call that writes nothing (modes off, readonly) opens none.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
@@ -100,7 +101,7 @@ class Writer:
         self.policy: Literal["ignore", "replace"] = "replace" if refresh else "ignore"
         self.on_progress = on_progress
         self._open_database = open_database  # None: the call writes nothing (mode off, readonly, replay)
-        self.database: Database | None = None  # opened by open(), once the engine has the requests
+        self.database: Database | None = None  # opened by open() (see the module docstring)
         self.results: dict[str, Sample] = {}  # by input hash: each outcome kept (its row written, or its failure)
         self._paid: set[str] = set()  # the outcomes whose cost (or refusal) is counted in run
         self.done = 0
@@ -108,8 +109,8 @@ class Writer:
     def open(self) -> None:
         """Open (or create) the database the rows go to, once; a call that writes nothing opens nothing.
 
-        A stream calls it once the engine has every request: an engine in its own process (vLLM's default)
-        then computes while a new database is created.
+        A stream calls it once the backend has returned it: the local engine holds every request by then, and an
+        engine core in its own process (vLLM's default) computes while a new database is created.
         """
         if self.database is None and self._open_database is not None:
             self.database = self._open_database()
@@ -268,7 +269,7 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
     last_write = time.monotonic()
     try:
         try:
-            writer.open()  # the engine has every request: it computes meanwhile, if it runs in its own process
+            writer.open()  # the local engine holds every request: its core computes meanwhile, if in its own process
             for arrival in stream:
                 if arrival is not None:  # None: a heartbeat, nothing more finished yet
                     index, outcome = arrival
