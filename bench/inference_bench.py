@@ -87,9 +87,9 @@ Three parts, each measured beside its floor in the same run:
     issue 22).
 
   One more untimed call of each runs under a wrapped
-  ``Scheduler.schedule`` and, on the engine in this process, records the most requests vLLM's scheduler
-  held (running + waiting) and ran at once; the texts of all of them must
-  be equal.
+  ``Scheduler.schedule`` and, on the engine in this process, records the
+  most requests vLLM's scheduler held (running + waiting) and ran at once;
+  the texts of all of them must be equal.
 
 Targets: the plan within 1.2x of the floor; a full-hit CLI run under 0.6 s,
 never loading the engine nor importing vLLM (nor the other packages above);
