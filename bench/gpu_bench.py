@@ -3,7 +3,7 @@
 Usage::
 
     python bench/gpu_bench.py [--prompts 2000] [--max-tokens 128] [--reps 5] [--budget 300]
-                              [--model-dir DIR] [--eager] [--no-before] [--json out.json]
+                              [--model-dir DIR] [--eager] [--no-before] [--own-process] [--json out.json]
 
 Needs a CUDA GPU and vLLM. Nothing is downloaded: the model is
 :data:`inference.backends.vllm.tiny_model.LLAMA_1B` (Llama 3.2 1B's body, 16
@@ -13,10 +13,13 @@ billion parameters) with the tiny model's 512-token vocabulary, built into
 
 The prompts are ``--prompts`` distinct chats of 2 to 11 lines of English (90
 to 563 tokens as the chat template renders them); sampling is greedy,
-``--max-tokens`` tokens at most. One in-process engine with vLLM's own
-defaults for the GPU (CUDA graphs, ``max_num_seqs``, memory) except ``max_model_len=2048`` and ``seed=0``, and
-``--eager`` for no CUDA graphs. Measured on it, interleaved (the engine part
-of ``bench/inference_bench.py``, with this model and these prompts):
+``--max-tokens`` tokens at most. One engine with vLLM's own defaults for
+the GPU (CUDA graphs, ``max_num_seqs``, memory) except
+``max_model_len=2048`` and ``seed=0``, and ``--eager`` for no CUDA graphs;
+its core runs in this process (the scheduler's peaks are seen), or with
+``--own-process`` in a process of its own, vLLM's default (they are not).
+Measured on it, interleaved (the engine part of
+``bench/inference_bench.py``, with this model and these prompts):
 
 * judgestore, cold: ``CachedModel(Store(fresh folder), ...).complete(prompts)``,
   what ``judgestore generate`` runs: plan, every miss added to the engine at
@@ -59,8 +62,8 @@ from bench.inference_bench import PLAIN, EngineBench, EngineCase, log  # noqa: E
 from inference.backends.vllm.tiny_model import CORPUS, LLAMA_1B, build_tiny_model  # noqa: E402
 from inference.requests import CompletionRequest  # noqa: E402
 
-# In-process engine core: the scheduler is observable (the peaks) and both variants run the same loop.
-GPU_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
+# Where the engine core runs (VLLM_ENABLE_V1_MULTIPROCESSING) is EngineBench's to set: --own-process.
+GPU_ENV = {"HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1"}
 MAX_MODEL_LEN = 2048
 
 
@@ -135,7 +138,7 @@ def report(bench: EngineBench) -> list[dict[str, Any]]:
     rows, out = [], []
     for name, timing in bench.timings.items():
         rate = bench.tokens[name] / timing.median
-        peaks = bench.peaks[name]
+        peaks = None if bench.own_process else bench.peaks[name]  # the scheduler runs in the core's process
         rows.append(
             [
                 name,
@@ -145,8 +148,8 @@ def report(bench: EngineBench) -> list[dict[str, Any]]:
                 f"{rate:,.0f}",
                 f"{rate / plain_rate:.3f}x",
                 f"{timing.median / plain.median:.3f}x",
-                str(peaks.held),
-                str(peaks.running),
+                "-" if peaks is None else str(peaks.held),
+                "-" if peaks is None else str(peaks.running),
                 f"{bench.same_texts[name]:,}",
             ]
         )
@@ -160,8 +163,8 @@ def report(bench: EngineBench) -> list[dict[str, Any]]:
                 "tokens_per_s": rate,
                 "throughput_vs_plain": rate / plain_rate,
                 "wall_vs_plain": timing.median / plain.median,
-                "peak_held": peaks.held,
-                "peak_running": peaks.running,
+                "peak_held": None if peaks is None else peaks.held,
+                "peak_running": None if peaks is None else peaks.running,
                 "texts_equal_to_plain": bench.same_texts[name],
             }
         )
@@ -193,6 +196,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--model-dir", type=Path, help="where the model is built or found (default: a temp folder)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True: no CUDA graphs, no compilation")
     parser.add_argument("--no-before", action="store_true", help="skip judgestore sending 64 misses at a time")
+    parser.add_argument(
+        "--own-process", action="store_true", help="the engine core in a process of its own (vLLM's default)"
+    )
     parser.add_argument("--json", type=Path, help="also write every figure to this file")
     args = parser.parse_args(argv)
     if args.prompts < 1 or args.reps < 1:
@@ -210,7 +216,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         except (OtherModelError, OSError, ValueError) as e:  # ValueError: a config.json that is not JSON
             parser.error(str(e))
         case = gpu_case(args.prompts, args.max_tokens, args.eager, not args.no_before)
-        bench = EngineBench(workdir, args.reps, model_dir=model_dir, case=case, warmup=False, budget_s=args.budget)
+        bench = EngineBench(
+            workdir,
+            args.reps,
+            model_dir=model_dir,
+            case=case,
+            warmup=False,
+            budget_s=args.budget,
+            own_process=args.own_process,
+        )
         bench.run()
         facts = gpu_facts()
     finally:
