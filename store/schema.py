@@ -14,8 +14,8 @@ Contract:
   steps come from Alembic's ``ScriptDirectory._upgrade_revs``, what ``alembic
   upgrade`` itself runs; a test pins that private API).
 * :func:`create_at_head` builds an empty database at head inside the caller's
-  transaction: from the models, stamped, when the scripts' head is the
-  revision they declare; else by the scripts. Upgrades are
+  transaction: from the models, stamped (:func:`head_statements`), when the
+  scripts' head is the revision they declare; else by the scripts. Upgrades are
   :mod:`store.backends.sqlite.upgrade`'s.
 * :func:`database_info` classifies one database of a store read-only, file
   and metadata.json included, into one :class:`DatabaseState`; it never raises
@@ -201,24 +201,34 @@ def migrate(conn: Connection, destination: str = "heads", script: ScriptDirector
 def create_at_head(conn: Connection) -> None:
     """Build the schema of an empty database at head (caller holds the write transaction and a file lock).
 
+    :func:`head_statements` when the scripts' head is the revision the models
+    declare, else the scripts run (:func:`migrate`).
+    """
+    statements = head_statements(conn.dialect)
+    if statements is None:
+        migrate(conn)
+        return
+    for statement in statements:
+        conn.exec_driver_sql(statement)
+
+
+def head_statements(dialect: Dialect) -> tuple[str, ...] | None:
+    """The statements that build an empty database at head, compiled by ``dialect``; None against other scripts.
+
     When the head of the scripts is the revision the models declare
     (:data:`~store.tables.models.SCHEMA_REVISION`), the tables are created
     from the models and the version table stamped, as Alembic's cookbook
     builds an up-to-date database from scratch: the schema the scripts build
     (a test holds the two equal), without importing Alembic and running every
     script (0.3 s of CPU here, most of what a cold run costs beyond the
-    engine's). The statements are what ``create_all`` emits, compiled once
-    per dialect (:func:`_head_ddl`): compiling them again for every new
+    engine's). The statements are what ``create_all`` emits, then the version
+    row, compiled once per dialect: compiling them again for every new
     database was about a third of creating one (10 ms here, 7 ms without).
-    Against other scripts (a test's own) the scripts run.
+    They need no parameters, so a raw driver connection runs them as well
+    (:mod:`store.backends.sqlite.connections` creates a file without an
+    engine). Against other scripts (a test's own) None: the scripts must run.
     """
-    head = revisions().head
-    if head != SCHEMA_REVISION:
-        migrate(conn)
-        return
-    for statement in _head_ddl(conn.dialect):
-        conn.exec_driver_sql(statement)
-    conn.execute(_VERSION.insert().values(version_num=head))
+    return _head_statements(dialect) if revisions().head == SCHEMA_REVISION else None
 
 
 # Alembic's own version table (alembic.ddl.impl.DefaultImpl.version_table_impl).
@@ -231,9 +241,10 @@ _VERSION = Table(
 
 
 @functools.lru_cache(maxsize=8)  # a store's files share one dialect (store.backends.sqlite.connections)
-def _head_ddl(dialect: Dialect) -> tuple[str, ...]:
+def _head_statements(dialect: Dialect) -> tuple[str, ...]:
     """The DDL of the models' tables and indexes and of the version table, as ``create_all`` emits it for an
-    empty database (``checkfirst=False``: the caller found no table), compiled by ``dialect``."""
+    empty database (``checkfirst=False``: the caller found no table), then the version row, compiled by
+    ``dialect`` with the revision inlined."""
     statements: list[str] = []
 
     def collect(ddl: ExecutableDDLElement, *_args: Any, **_kwargs: Any) -> None:
@@ -242,6 +253,8 @@ def _head_ddl(dialect: Dialect) -> tuple[str, ...]:
     recorder = create_mock_engine(f"{dialect.name}://", collect)
     Base.metadata.create_all(recorder, checkfirst=False)
     _VERSION.create(recorder, checkfirst=False)
+    stamp = _VERSION.insert().values(version_num=SCHEMA_REVISION)
+    statements.append(str(stamp.compile(dialect=dialect, compile_kwargs={"literal_binds": True})))
     return tuple(statements)
 
 

@@ -158,16 +158,16 @@ def test_new_databases_share_one_compiled_schema(tmp_path: Path) -> None:
     from store.backends.sqlite.connections import sqlite_dialect
 
     dialect = sqlite_dialect()
-    first = schema._head_ddl(dialect)
-    before = schema._head_ddl.cache_info()
+    first = schema._head_statements(dialect)
+    before = schema._head_statements.cache_info()
     for name in ("a.db", "b.db"):
         engine = create_engine(f"sqlite:///{tmp_path / name}")
         engine.dialect = dialect  # as every file of a store (store.backends.sqlite.connections.sqlite_engine)
         with engine.begin() as conn:
             create_at_head(conn)
         engine.dispose()
-    assert schema._head_ddl.cache_info().misses == before.misses
-    assert schema._head_ddl(dialect) is first
+    assert schema._head_statements.cache_info().misses == before.misses
+    assert schema._head_statements(dialect) is first
     assert normalised_schema(tmp_path / "a.db") == normalised_schema(tmp_path / "b.db")
     assert version_rows(tmp_path / "b.db") == [(SHIPPED_HEAD,)]
 

@@ -270,6 +270,52 @@ def test_an_empty_file_is_created_at_head_but_read_only_refuses_it(
     assert db_path.read_bytes()[18:20] == b"\x02\x02"  # WAL, switched only once the file was known to be ours
 
 
+def test_a_new_database_is_created_on_the_one_connection_its_open_keeps(
+    store_root: Path, traced_connections: list[list[str]]
+) -> None:
+    descriptors = [ModelDescriptor(provider="vllm", model=f"org/new-{i}") for i in range(3)]
+    with Store(Settings(), root=store_root) as s:
+        for d in descriptors:
+            s.database("completions", "t", d).put_many([completion_record(1)])
+        assert all(database._engine is None for database in s.storage._open.values())  # no engine was built
+    # One connection per new database (an engine's would be two more: its classification and a reopen)...
+    assert len(traced_connections) == 3
+    for log, d in zip(traced_connections, descriptors, strict=True):
+        statements = [q.split("(")[0].split()[:3] for q in log if not q.startswith("PRAGMA")]
+        # ...on which the schema is created in one transaction, under the file's lock, before the row is written.
+        begin, commit = statements.index(["BEGIN", "IMMEDIATE"]), statements.index(["COMMIT"])
+        assert statements[:begin] == [["SELECT", "1", "FROM"]]  # no tables (the version SELECT failed to prepare)
+        created = {" ".join(q[:2]) for q in statements[begin + 2 : commit]}
+        assert created == {"CREATE TABLE", "CREATE INDEX", "INSERT INTO"}
+        db_path = Location.of("completions", "t", d).db_path(store_root)
+        assert version_of(db_path) == SHIPPED_HEAD
+        assert db_path.read_bytes()[18:20] == b"\x02\x02"
+
+
+def test_a_database_another_process_creates_while_this_one_waits_for_its_lock_is_opened_as_it_is(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = _placed(store_root, descriptor)
+    real_lock = store.backends.sqlite.connections.FileLock
+
+    class CreatedWhileWaiting(real_lock):  # type: ignore[misc,valid-type]
+        def __enter__(self) -> Any:  # the other process wins the lock first, creates the database, writes a row
+            monkeypatch.setattr(store.backends.sqlite.connections, "FileLock", real_lock)
+            with Store(Settings(), root=store_root) as other:
+                other.database("completions", "t", descriptor).put_many([completion_record(1)])
+            return super().__enter__()
+
+    monkeypatch.setattr(store.backends.sqlite.connections, "FileLock", CreatedWhileWaiting)
+    with Store(Settings(), root=store_root) as s:
+        database = s.database("completions", "t", descriptor)  # found empty, then not under the lock
+        assert store.backends.sqlite.connections.FileLock is real_lock  # the race did happen
+        database.put_many([completion_record(2)])
+        written = [completion_record(i) for i in (1, 2)]
+        assert database.count() == 2
+        assert database.get_many([r.input_hash for r in written]).keys() == {r.input_hash for r in written}
+    assert version_of(db_path) == SHIPPED_HEAD
+
+
 # ---------------------------------------------------------------- the script directory is read once
 
 

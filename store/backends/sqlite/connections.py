@@ -55,11 +55,13 @@ Contract:
 * :func:`open_file` connects with the store's pragmas and asks
   :func:`is_current`; a current file is opened with that connection kept and
   no SQLAlchemy engine, the journal switched (WAL) only now that the file is
-  known to be ours. Anything else is classified with an engine: an empty
-  file is created at head under the file's lock (two processes starting at
-  once create it once); behind, ahead, foreign and (read-only) empty files
-  are refused with their typed errors, untouched (the storage upgrades a
-  file that is behind when ``auto_upgrade`` is set).
+  known to be ours. An empty file (read-write) is created at head on that
+  connection, under the file's lock (two processes starting at once create
+  it once), then opened the same way. Anything else is classified with an
+  engine: behind, ahead, foreign and (read-only) empty files are refused
+  with their typed errors, untouched (the storage upgrades a file that is
+  behind when ``auto_upgrade`` is set); against other scripts (a test's
+  own) an empty file is created by running them.
 * What a failure on a file means (typed errors) and retrying a lock are
   :mod:`store.backends.sqlite.errors`'s.
 """
@@ -90,7 +92,15 @@ from store.backends.sqlite.errors import is_locked, raise_translated
 from store.backends.sqlite.filesystems import Filesystems, journal_mode_for
 from store.errors import ChangedUnderReadError, DatabaseBusyError, DatabaseMissingError
 from store.layout import lock_path, shm_path, wal_path
-from store.schema import VERSION_TABLE, DatabaseState, Revisions, SchemaStatus, create_at_head, raise_for_status
+from store.schema import (
+    VERSION_TABLE,
+    DatabaseState,
+    Revisions,
+    SchemaStatus,
+    create_at_head,
+    head_statements,
+    raise_for_status,
+)
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -448,8 +458,8 @@ def open_file(path: Path, settings: Settings, *, readonly: bool, filesystems: Fi
     connect, journal = sqlite_connector(path, settings, readonly=readonly, filesystems=filesystems)
     engine = None
     try:
-        connection = _opened_current(connect, path, journal, readonly)
-        if connection is None:  # anything but current: classified, created or upgraded with an engine
+        connection = _opened(connect, path, journal, readonly)
+        if connection is None:  # anything else: classified, created or upgraded with an engine
             engine = sqlite_engine(connect, journal, pooled=not readonly)
             _check_schema(engine, path, readonly)
             if not readonly:
@@ -457,7 +467,7 @@ def open_file(path: Path, settings: Settings, *, readonly: bool, filesystems: Fi
                 # rather than an idle engine connection while the first write opens another one.
                 engine.dispose()
                 engine = None
-                connection = _opened_current(connect, path, journal, readonly)
+                connection = _opened(connect, path, journal, readonly)
     except (DBAPIError, sqlite3.Error, OSError) as e:  # creating, switching the journal: full, read-only...
         if engine is not None:
             engine.dispose()
@@ -472,10 +482,11 @@ def open_file(path: Path, settings: Settings, *, readonly: bool, filesystems: Fi
     return OpenedFile(connect, connection, engine)
 
 
-def _opened_current(
+def _opened(
     connect: Callable[[], sqlite3.Connection], path: Path, journal: str | None, readonly: bool
 ) -> sqlite3.Connection | None:
-    """The usual open: a sqlite3 connection on which one SELECT found the file current (journal then set).
+    """The usual open, without an engine: a sqlite3 connection to a file one SELECT found current or (read-write)
+    to an empty file just created at head on it (:func:`_created_at_head`); the journal then set.
 
     None for anything else, with nothing left open: :func:`_check_schema` classifies it with an engine.
     """
@@ -488,7 +499,7 @@ def _opened_current(
         try:
             with read_checked(conn, path):
                 current = is_current(conn, path)
-            if not current:
+            if not current and (readonly or not _created_at_head(conn, path)):
                 conn.close()
                 return None
             if journal is not None:
@@ -499,6 +510,38 @@ def _opened_current(
         return conn
 
     return stable_read(path, attempt) if readonly else attempt()
+
+
+def _created_at_head(conn: sqlite3.Connection, path: Path) -> bool:
+    """Create the schema of an empty file at head on a raw connection, once, even when many processes try at once.
+
+    The statements of :func:`~store.schema.head_statements`, in one ``BEGIN
+    IMMEDIATE`` under the file's lock, on the connection the open keeps: no
+    engine is built, nothing is classified twice (a new database cost 4.8 ms
+    here through an engine, 2.8 ms so). False, with nothing written, for a
+    file with any table (another process created it first; a foreign or older
+    file) and against other scripts (a test's own): the engine path
+    classifies, refuses or migrates those (:func:`_check_schema`).
+    """
+    statements = head_statements(sqlite_dialect())
+    if statements is None or not _empty(conn):
+        return False
+    with FileLock(lock_path(path)):
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            if not _empty(conn):  # another process created it while this one waited for the lock
+                return False
+            for statement in statements:
+                conn.execute(statement)
+            conn.execute("COMMIT")
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+    return True
+
+
+def _empty(conn: sqlite3.Connection) -> bool:
+    return conn.execute("SELECT 1 FROM sqlite_master LIMIT 1").fetchone() is None
 
 
 def _status(engine: Engine, path: Path, readonly: bool) -> SchemaStatus:
@@ -528,7 +571,8 @@ def _check_schema(engine: Engine, path: Path, readonly: bool) -> None:
 
 
 def _create(engine: Engine, path: Path) -> None:
-    """Create the schema at head, once, even when many processes try at the same moment."""
+    """Create the schema at head, once, even when many processes try at the same moment (what
+    :func:`_created_at_head` leaves to an engine: other scripts' migrations)."""
     with FileLock(lock_path(path)):
         conn: Connection
         with engine.connect().execution_options(write=True) as conn, conn.begin():
