@@ -123,8 +123,8 @@ def _row_constraints(table: str) -> tuple[Any, ...]:
         Index(f"ix_{table}_created_at", "created_at"),
         # Partial: rows that were not adopted (nearly all) cost the index nothing on write. Revision 0004 builds
         # it on PostgreSQL too (postgresql_where); naming that option here would load the PostgreSQL dialect in
-        # every process, ~40 ms of every command's start, and a server's schemas are built by the migrations alone
-        # (a new SQLite file is built from these models: store.schema.create_at_head).
+        # every process, ~40 ms of every command's start, so a server's new schema gets it from
+        # store.schema._declared, where that dialect is loaded anyway.
         Index(f"ix_{table}_adopted_from", "adopted_from", sqlite_where=ADOPTED),
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+import subprocess
+import sys
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -12,11 +14,12 @@ from typing import Any
 
 import orjson
 import pytest
-from sqlalchemy import create_engine, event, inspect
+from sqlalchemy import create_engine, event, inspect, text
 from sqlalchemy.engine import make_url
 from typer.testing import CliRunner
 
 from store import jsonvalues, logprobs
+from store.backends.postgres import generations
 from store.backends.postgres.connections import display_url, parse_store_url
 from store.backends.postgres.registry import registry, schema_name
 from store.backends.postgres.storage import PostgresStorage
@@ -37,7 +40,7 @@ from store.errors import (
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.reports import ProblemKind, UpgradeOutcome
-from store.schema import DatabaseState
+from store.schema import DatabaseState, migrate
 from store.settings import Settings
 from store.stats import database_stats
 from store.store import Store
@@ -141,6 +144,45 @@ def test_a_schema_created_while_it_is_classified_is_current_not_foreign(
         with store.storage.connection() as conn:
             found = status.classify(conn, location)
     assert (found.state, found.revision) == (DatabaseState.CURRENT, SHIPPED_HEAD)
+
+
+def _schema_shape(pg_cluster: Cluster, database: str, schema: str) -> list[tuple[object, ...]]:
+    """A schema's columns, indexes, constraints, triggers and version rows, its own name written as S."""
+    queries = [
+        "SELECT table_name, column_name, data_type, is_nullable, column_default, ordinal_position "
+        "FROM information_schema.columns WHERE table_schema = '{s}'",
+        "SELECT tablename, indexname, indexdef FROM pg_indexes WHERE schemaname = '{s}'",
+        "SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid) FROM pg_constraint "
+        "WHERE connamespace = '\"{s}\"'::regnamespace",
+        "SELECT event_object_table, trigger_name, action_statement FROM information_schema.triggers "
+        "WHERE trigger_schema = '{s}'",
+        'SELECT version_num FROM "{s}".judgestore_alembic_version',
+    ]
+    rows = [row for query in queries for row in pg_cluster.sql(query.format(s=schema), database)]
+    return sorted(tuple(str(v).replace(schema, "S") for v in row) for row in rows)
+
+
+def test_a_new_schema_is_what_the_scripts_build_without_importing_alembic(pg_url: str, pg_cluster: Cluster) -> None:
+    code = (  # a new schema is built from the models: Alembic is never imported
+        "import sys; from store import Store, ModelDescriptor\n"
+        f"with Store(url={pg_url!r}) as s: s.database('completions', 't', ModelDescriptor(provider='p', model='m'))\n"
+        "print('alembic' in sys.modules)"
+    )
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert fresh.stdout.strip() == "False"
+    created = schema_name(Location.of("completions", "t", ModelDescriptor(provider="p", model="m")))
+    engine = create_engine(pg_url)
+    with engine.begin() as conn:  # the same schema built by running every script
+        conn.execute(text('CREATE SCHEMA "migrated"; SET LOCAL search_path TO "migrated"'))
+        migrate(conn.execution_options(schema_translate_map={None: "migrated"}))
+        generations.install(conn, "migrated")
+    engine.dispose()
+    database = make_url(pg_url).database
+    assert database is not None
+    shape = _schema_shape(pg_cluster, database, created)
+    assert shape == _schema_shape(pg_cluster, database, "migrated")
+    assert any("WHERE (adopted_from IS NOT NULL)" in str(row) for row in shape)  # the partial indexes kept theirs
+    assert (SHIPPED_HEAD,) in shape
 
 
 def test_a_schema_that_is_not_ours_is_refused_untouched(pg_url: str, pg_cluster: Cluster) -> None:

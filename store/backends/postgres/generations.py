@@ -20,7 +20,7 @@ Contract:
   takes :func:`write_lock` first, before any row: its writers take turns in
   one order (they already did from their first write on).
 * :func:`install` puts the triggers on a schema's tables and raises its
-  counter; creating a schema and upgrading one (:func:`~store.backends.postgres.upgrade.migrate_schema`)
+  counter; creating a schema and upgrading one (:mod:`store.backends.postgres.upgrade`)
   and ``judgestore db upgrade`` of a schema created before generations
   existed call it. It is idempotent.
 * :func:`stamps` reads, in one statement, each schema's stamp: its counter,

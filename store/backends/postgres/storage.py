@@ -77,7 +77,7 @@ from store.backends.postgres.registry import (
 )
 from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
 from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, distinct_values, matching
-from store.backends.postgres.upgrade import migrate_schema, row_counts, upgrade_schemas
+from store.backends.postgres.upgrade import create_schema, row_counts, upgrade_schemas
 from store.backends.postgres.verify import verify_schema
 from store.catalog import Catalog, cache_home
 from store.errors import (
@@ -316,7 +316,7 @@ class PostgresStorage:
                         "touched. Drop it, or point the store at another database",
                     )
                 conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
-                migrate_schema(conn, location)
+                create_schema(conn, location)
                 register(conn, location, descriptor_sha256, metadata.decode())
 
         self.retry(attempt)
