@@ -16,7 +16,8 @@ Contract:
 * :func:`create_at_head` builds an empty database at head inside the caller's
   transaction: from the models, stamped (:func:`head_statements`), when the
   scripts' head is the revision they declare; else by the scripts. Upgrades are
-  :mod:`store.backends.sqlite.upgrade`'s.
+  :mod:`store.backends.sqlite.upgrade`'s and
+  :mod:`store.backends.postgres.upgrade`'s.
 * :func:`database_info` classifies one database of a store read-only, file
   and metadata.json included, into one :class:`DatabaseState`; it never raises
   for a bad file: what is wrong becomes a state and a message naming the file.
@@ -199,7 +200,7 @@ def migrate(conn: Connection, destination: str = "heads", script: ScriptDirector
 
 
 def create_at_head(conn: Connection) -> None:
-    """Build the schema of an empty database at head (caller holds the write transaction and a file lock).
+    """Build the schema of an empty database at head (caller holds the write transaction and the database's lock).
 
     :func:`head_statements` when the scripts' head is the revision the models
     declare, else the scripts run (:func:`migrate`).
@@ -240,7 +241,9 @@ _VERSION = Table(
 )
 
 
-@functools.lru_cache(maxsize=8)  # a store's files share one dialect (store.backends.sqlite.connections)
+# A folder store's files share one dialect (store.backends.sqlite.connections); each PostgreSQL storage's engine
+# has its own, so a process that opens many server stores compiles once per store (only a cost).
+@functools.lru_cache(maxsize=8)
 def _head_statements(dialect: Dialect) -> tuple[str, ...]:
     """The DDL of the models' tables and indexes and of the version table, as ``create_all`` emits it for an
     empty database (``checkfirst=False``: the caller found no table), then the version row, compiled by

@@ -77,7 +77,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 
 # The revision whose schema these models declare: a new database at this head is created from them
-# (store.schema.create_at_head). tests/store/test_migrations.py holds it equal to the scripts' head and the
+# (store.schema.head_statements). tests/store/test_migrations.py holds it equal to the scripts' head and the
 # schema the scripts build equal to the models'; a new revision moves it (docs/schema-evolution.md).
 SCHEMA_REVISION = "0006"
 

@@ -25,6 +25,7 @@ from store.errors import (
     NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
+    StoreFullError,
 )
 from store.layout import Location, metadata_bytes, read_location_metadata, select, write_metadata
 from store.schema import DatabaseState, raise_for_status, revisions_of
@@ -290,6 +291,32 @@ def test_a_new_database_is_created_on_the_one_connection_its_open_keeps(
         db_path = Location.of("completions", "t", d).db_path(store_root)
         assert version_of(db_path) == SHIPPED_HEAD
         assert db_path.read_bytes()[18:20] == b"\x02\x02"
+
+
+def test_a_new_database_the_disk_cannot_hold_is_a_typed_error_and_stays_empty(
+    store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db_path = _placed(store_root, descriptor)
+    real = store.backends.sqlite.connections.sqlite_connector
+
+    def full_disk(*args: Any, **kwargs: Any) -> tuple[Callable[[], sqlite3.Connection], str | None]:
+        connect, journal = real(*args, **kwargs)
+
+        def connect_full() -> sqlite3.Connection:
+            conn = connect()
+            conn.execute("PRAGMA max_page_count = 4")  # the schema needs more pages: "database or disk is full"
+            return conn
+
+        return connect_full, journal
+
+    monkeypatch.setattr(store.backends.sqlite.connections, "sqlite_connector", full_disk)
+    with Store(Settings(), root=store_root) as s, pytest.raises(StoreFullError):
+        s.database("completions", "t", descriptor)
+    assert db_path.stat().st_size == 0  # the creation was rolled back whole
+    monkeypatch.setattr(store.backends.sqlite.connections, "sqlite_connector", real)
+    with Store(Settings(), root=store_root) as s:  # and the next open creates it
+        s.database("completions", "t", descriptor).put_many([completion_record(1)])
+    assert version_of(db_path) == SHIPPED_HEAD
 
 
 def test_a_database_another_process_creates_while_this_one_waits_for_its_lock_is_opened_as_it_is(

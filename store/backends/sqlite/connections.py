@@ -68,6 +68,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import random
@@ -459,7 +460,7 @@ def open_file(path: Path, settings: Settings, *, readonly: bool, filesystems: Fi
     engine = None
     try:
         connection = _opened(connect, path, journal, readonly)
-        if connection is None:  # anything else: classified, created or upgraded with an engine
+        if connection is None:  # anything else: classified with an engine (refused, or created by other scripts)
             engine = sqlite_engine(connect, journal, pooled=not readonly)
             _check_schema(engine, path, readonly)
             if not readonly:
@@ -519,8 +520,8 @@ def _created_at_head(conn: sqlite3.Connection, path: Path) -> bool:
     IMMEDIATE`` under the file's lock, on the connection the open keeps: no
     engine is built, nothing is classified twice (a new database cost 4.8 ms
     here through an engine, 2.8 ms so). False, with nothing written, for a
-    file with any table (another process created it first; a foreign or older
-    file) and against other scripts (a test's own): the engine path
+    file with any schema object (another process created it first; a foreign
+    or older file) and against other scripts (a test's own): the engine path
     classifies, refuses or migrates those (:func:`_check_schema`).
     """
     statements = head_statements(sqlite_dialect())
@@ -536,7 +537,10 @@ def _created_at_head(conn: sqlite3.Connection, path: Path) -> bool:
             conn.execute("COMMIT")
         finally:
             if conn.in_transaction:
-                conn.execute("ROLLBACK")
+                # The error that stopped the creation is the one to report; SQLite rolls a leftover journal back
+                # on the next open.
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
     return True
 
 
