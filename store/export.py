@@ -88,17 +88,23 @@ def text_cell(value: Any) -> str:
 def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns: tuple[str, ...]) -> int:
     """Write rows to ``out`` as they come (JSONL, CSV with a header, or one JSON array); returns how many.
 
-    A ``KeyboardInterrupt`` (Ctrl-C) leaves the output as it stopped, the JSON array unclosed (an incomplete
-    output never parses as a complete one), and gets ``rows_written``: the rows whole in ``out`` before it.
+    An error or a ``KeyboardInterrupt`` (Ctrl-C) leaves the output as it stopped, the JSON array unclosed (an
+    incomplete output never parses as a complete one), and gets ``rows_written``: the rows whole in ``out``
+    before it. An error that rows had already reached ``out`` before also gets a note saying so.
+
+    CSV lines end in ``\\n``; a cell holding a carriage return is quoted (the csv module quotes only the
+    characters of its line terminator, and a reader takes a bare ``\\r`` for the end of a line).
     """
     written = 0
     try:
         if fmt == "csv":
-            writer = csv.writer(out, lineterminator="\n")
-            writer.writerow(columns)
+            plain = csv.writer(out, lineterminator="\n")
+            quoted = csv.writer(out, lineterminator="\n", quoting=csv.QUOTE_ALL)
+            plain.writerow(columns)
             for row in rows:
                 values = row.as_dict()
-                writer.writerow([text_cell(values.get(name)) for name in columns])
+                cells = [text_cell(values.get(name)) for name in columns]
+                (quoted if any("\r" in cell for cell in cells) else plain).writerow(cells)
                 written += 1
             return written
         for row in rows:
@@ -109,12 +115,11 @@ def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns:
             else:
                 out.write(line + "\n")
             written += 1
-    except KeyboardInterrupt as e:
+    except BaseException as e:
         e.rows_written = written  # type: ignore[attr-defined]  # for the CLI's line (store.cli.common.interrupted)
-        raise
-    except Exception as e:
-        if fmt == "json" and written and not isinstance(e, BrokenPipeError):
-            out.write("\n]\n")  # what was written stays one JSON array; the error says where the rows stopped
+        if written and isinstance(e, Exception) and not isinstance(e, BrokenPipeError):
+            left = ", its JSON array left open" if fmt == "json" else ""
+            e.add_note(f"The {fmt} output stopped after {written} rows and is incomplete{left}.")
         raise
     if fmt == "json":
         out.write("\n]\n" if written else "[]\n")

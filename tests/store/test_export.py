@@ -211,3 +211,46 @@ def test_without_pyarrow_parquet_says_what_to_install(filled: Path, monkeypatch:
     monkeypatch.setitem(sys.modules, "pyarrow", None)
     with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(MissingDependencyError, match="export"):
         export_rows(store, filled / "x.parquet", "parquet")
+
+
+def test_csv_quotes_a_carriage_return_so_a_reader_gets_the_rows_back(store_root: Path) -> None:
+    """A bare CR left unquoted is the end of a line to every CSV reader: a row would split in two."""
+    import csv
+
+    texts = ["a\rb", "c\r\nd", "plain", "e\nf", ""]
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "mt-bench", QWEN).put_many(
+            [completion_record(i, completion=text) for i, text in enumerate(texts)]
+        )
+    out = io.StringIO()
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert export_rows(store, out, "csv", columns=("instruction_id", "completion")) == len(texts)
+    read = list(csv.DictReader(io.StringIO(out.getvalue(), newline="")))
+    assert sorted((r["instruction_id"], r["completion"]) for r in read) == [(str(i), t) for i, t in enumerate(texts)]
+    assert '"plain"' not in out.getvalue()  # rows without a CR stay as they were written before
+
+
+@pytest.mark.parametrize("fmt", ["json", "jsonl", "csv"])
+def test_a_stream_that_fails_after_rows_leaves_the_output_incomplete_and_says_so(
+    filled: Path, fmt: export.TextFormat
+) -> None:
+    """A server gone mid-stream: the rows before it stay, a JSON array stays open, the error says how many."""
+    with Store(Settings(), root=filled, readonly=True) as store:
+        rows = list(store.query_rows(Selector(), RowFilter()))[:3]
+
+    def failing() -> Any:
+        yield from rows
+        raise InvalidInputError("the server went away")
+
+    out = io.StringIO()
+    with pytest.raises(InvalidInputError) as caught:
+        export.write_text(failing(), out, fmt, ("instruction_id",))
+    assert caught.value.rows_written == 3  # type: ignore[attr-defined]
+    assert "stopped after 3 rows and is incomplete" in " ".join(caught.value.__notes__)
+    text = out.getvalue()
+    if fmt == "json":
+        with pytest.raises(orjson.JSONDecodeError):
+            orjson.loads(text)
+        assert len(orjson.loads(text + "\n]")) == 3
+    else:
+        assert len(text.splitlines()) == 3 + (fmt == "csv")
