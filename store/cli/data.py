@@ -26,7 +26,6 @@ from typing import Annotated, Any, NoReturn
 
 import typer
 from rich.filesize import decimal
-from rich.text import Text
 
 from store.cli.common import (
     command_errors,
@@ -200,11 +199,13 @@ def _query_column(name: str) -> Column:
     return Column(name, fit=fit, max_width=width)
 
 
-def _table_cell(value: Any) -> Text:
-    # created_at is always UTC; the table folds whitespace, so that a row stays a row whatever the completion holds
+def _table_cell(value: Any) -> str:
+    # created_at is always UTC; the table folds whitespace, so that a row stays a row whatever the completion holds,
+    # and shows control characters as escapes. A str, not a Text: rich's Text drops some of them before the table
+    # can show them.
     from store.export import text_cell
 
-    return Text(value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value))
+    return value.strftime("%Y-%m-%d %H:%M:%S") if isinstance(value, datetime) else text_cell(value)
 
 
 def _columns(given: str | None, available: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:

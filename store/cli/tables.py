@@ -17,12 +17,16 @@ Contract:
   else a list, one block of ``Header: value`` per row, where nothing is cut.
 * The title and the caption are lines of their own, wrapped at the
   console's width (not squeezed into the table's).
+* A control character of a cell (ESC, BEL, a carriage return... but not a
+  tab or a newline) is shown as its escape (``\\x1b``): stored text (model
+  output, rows fetched from others) never drives the terminal.
 * ``--json`` output never comes here: it holds every value whole.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, NamedTuple, TypeVar
@@ -141,6 +145,20 @@ def _take(value: str, cells: int) -> str:
     return "".join(taken)
 
 
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
+
+
+def _escape(value: str) -> str:
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", value)
+
+
+def _visible(cell: Cell) -> Cell:
+    """``cell`` with its control characters shown as escapes (see the module docstring)."""
+    if isinstance(cell, Text):
+        return Text(_escape(cell.plain), style=cell.style) if _CONTROL.search(cell.plain) else cell
+    return _escape(cell) if _CONTROL.search(cell) else cell
+
+
 def _one_line(value: str) -> str:
     return " ".join(value.split())
 
@@ -162,7 +180,7 @@ class FittedTable:
 
     def add_row(self, *cells: Cell | None) -> None:
         """One row; missing trailing cells are empty."""
-        row: list[Cell] = ["" if cell is None else cell for cell in cells]
+        row: list[Cell] = ["" if cell is None else _visible(cell) for cell in cells]
         self.rows.append(row + [""] * (len(self.columns) - len(row)))
         self._measured.clear()
 
