@@ -293,7 +293,10 @@ def prune_command(
 
     rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
     with Store(settings, readonly=True) as store:
-        plan = plan_prune(store, selector, rule)
+        try:
+            plan = plan_prune(store, selector, rule)
+        except KeyboardInterrupt:
+            interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
     report: dict[str, Any] = {**plan.as_dict(), "dry_run": dry_run, "deleted": 0}
     if not json_output:
         if plan.pruned_runs:

@@ -114,6 +114,9 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     Put it under ``app.command()``. A command whose ``json_output`` parameter
     (the ``--json`` option) is true gets the error as a JSON object instead.
+    A Ctrl-C the command did not report itself (:func:`interrupted`) is the
+    line "interrupted" (``{"error": "interrupted", "type": "Interrupted"}``),
+    exit status 130.
     """
 
     def report(error: JudgestoreError, json_output: object) -> NoReturn:
@@ -147,6 +150,8 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
             report(e, kwargs.get("json_output"))
         except (sqlite3.Error, DBAPIError, OSError) as e:  # the last line of defence: see the module docstring
             report(_stdout_error(e) or _last_defence(kwargs, e), kwargs.get("json_output"))
+        except KeyboardInterrupt:  # a command that writes says what it left itself (interrupted); this one read
+            interrupted("interrupted", bool(kwargs.get("json_output")))
         finally:
             sys.stdout = given
 

@@ -326,7 +326,10 @@ def delete_command(
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
     with Store(settings, readonly=True) as store:
-        plan = store.plan_delete(selector, flt)
+        try:
+            plan = store.plan_delete(selector, flt)
+        except KeyboardInterrupt:
+            interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
         if not plan:
             no_rows(store, json_output, selector)
     matched = sum(entry.rows for entry in plan)

@@ -453,6 +453,25 @@ def test_delete_asks_first(filled: Path) -> None:
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
 
 
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("command", ["delete", "prune", "stats"])
+def test_ctrl_c_while_a_command_reads_says_so_and_changes_nothing(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool, command: str
+) -> None:
+    """Ctrl-C while delete and prune count the rows (a big store takes seconds), or in a command that only reads:
+    one line (a JSON object), exit status 130, no row gone. (Was: exit 130 and nothing said.)"""
+    ctrl_c_on_call(monkeypatch, Store, "select", 1)
+    options = ["--run-id", "run-2", "--yes"] if command != "stats" else []
+    result = judgestore(command, *options, *(["--json"] if json_output else []))
+    assert result.exit_code == 130 and result.stdout == ""
+    said = as_json(result.stderr) if json_output else {"error": result.stderr.strip()}
+    assert said["error"] == {"stats": "interrupted"}.get(command, "interrupted while counting; nothing was deleted")
+    if json_output:
+        assert said["type"] == "Interrupted"
+    monkeypatch.undo()
+    assert count_rows(filled) == 10
+
+
 @pytest.mark.parametrize("command", ["delete", "prune"])
 def test_ctrl_c_during_a_deletes_commit_counts_the_database_where_it_stands(filled: Path, command: str) -> None:
     """SIGINT while SQLite commits is raised once the commit returned: the second database's row is gone, and
