@@ -216,9 +216,20 @@ def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     assert result.exit_code == 0
     assert "No databases" in result.stderr and "does not exist" in result.stderr
     assert not (tmp_path / "nothing-here").exists()
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["ls"], ["ls", "--json"], ["verify", "--json"], ["stats"], ["db", "status"], ["query", "--format", "jsonl"],
+     ["delete", "--run-id", "r", "--yes"], ["export", "--format", "jsonl", "-o", "-"]],
+)  # fmt: skip
+def test_a_root_that_is_a_file_is_an_error_not_an_empty_store(tmp_path: Path, command: list[str]) -> None:
+    """A mistyped --store-root must not pass a script's check as a healthy empty store (was: exit 0)."""
     (tmp_path / "a-file").write_text("not a store")
-    a_file = judgestore("ls", "--store-root", str(tmp_path / "a-file"))
-    assert a_file.exit_code == 0 and "it is a file, not a folder" in a_file.stderr
+    result = judgestore(*command, "--store-root", str(tmp_path / "a-file"))
+    assert result.exit_code == 1 and result.stdout == ""
+    said = as_json(result.stderr)["error"] if "--json" in command else result.stderr
+    assert "a-file: it is a file, not a folder" in " ".join(said.split())
     assert (tmp_path / "a-file").read_text() == "not a store"
 
 

@@ -51,7 +51,7 @@ from store.backends.sqlite.upgrade import upgrade_store
 from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.catalog import Catalog
-from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError
+from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError, StoreMissingError
 from store.layout import Location, database_name, prepared_folder, walk
 from store.reports import (
     DatabaseInfo,
@@ -80,6 +80,10 @@ class SqliteStorage:
     """The descriptor databases under one store root (see the module docstring)."""
 
     def __init__(self, root: Path, settings: Settings, *, readonly: bool = False) -> None:
+        """A root that does not exist is an empty store (created by the first write); one that is a file is
+        :class:`StoreMissingError` (a mistyped root must not read as an empty store)."""
+        if root.exists() and not root.is_dir():
+            raise StoreMissingError(root, "it is a file, not a folder: there is no store here; check --store-root")
         self.root = root
         self.local_root = root
         self._prefix = os.path.join(str(root), "")
@@ -103,9 +107,7 @@ class SqliteStorage:
         return self._catalog
 
     def absence(self) -> str | None:
-        if self.root.is_dir():
-            return None
-        return "it is a file, not a folder" if self.root.exists() else "the folder does not exist"
+        return None if self.root.is_dir() else "the folder does not exist"
 
     def overlaps(self, other: Storage) -> bool:
         if not isinstance(other, SqliteStorage):
