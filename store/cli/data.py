@@ -154,7 +154,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
         count = "" if info.rows is None else f"{info.rows:,}"
         cells = [count] + ([] if matching is None else ["" if matching[i] is None else f"{matching[i]:,}"])
         table.add_row(*location_cells(info.location), *cells, decimal(info.size_bytes), state_text(info))
-    rows = sum(info.rows or 0 for info in infos)
+    rows = sum(info.rows or 0 for info in infos if info.ok)  # what the note after the table says
     size = sum(info.size_bytes for info in infos)
     selected = "" if matching is None else f" ({sum(n or 0 for n in matching):,} matching)"
     table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"

@@ -287,7 +287,7 @@ def row_filter(
         created_by=created_by,
         created_after=since,
         created_before=until,
-        input_hashes=tuple(input_hash) if input_hash else None,
+        input_hashes=tuple(key.lower() for key in input_hash) if input_hash else None,  # hex digits in any case
         finish_reasons=tuple(finish_reason) if finish_reason else None,
         empty=empty,
         error=error,

@@ -98,6 +98,12 @@ class RowFilter:
                     value.encode()
                 except UnicodeEncodeError as e:  # e.g. a command line's bytes that are not UTF-8
                     raise InvalidInputError(f"{name} is not valid Unicode text: {value!r}") from e
+        for key in self.input_hashes or ():
+            if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
+                raise InvalidInputError(
+                    f"input_hashes holds whole input hashes (64 hex digits), got {key!r}; `judgestore query --json "
+                    "--columns input_hash` prints them whole"
+                )
         if self.adopted_from is not None and not (
             0 < len(self.adopted_from) <= 64 and all(c in "0123456789abcdef" for c in self.adopted_from)
         ):

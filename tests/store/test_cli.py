@@ -124,6 +124,17 @@ def test_ls_and_stats_list_a_damaged_database_with_the_good_ones_and_exit_1(fill
     assert file_digests(filled) == before  # listing a damaged store changes no byte of it
 
 
+def test_ls_leaves_the_rows_of_a_database_it_could_not_read_out_of_its_total(filled: Path) -> None:
+    """A descriptor folder copied by hand under another task (its metadata says otherwise): its rows are listed,
+    not counted, as the note says (was: counted, 13 rows)."""
+    source = db_path(filled, QWEN).parent
+    moved = filled / "completions" / "moved-task" / source.relative_to(filled / "completions" / "mt-bench")
+    shutil.copytree(source, moved)
+    table = judgestore("ls")
+    assert table.exit_code == 1 and "4 databases, 10 rows" in table.stdout, table.output
+    assert "1 of 4 databases could not be read (see State; their rows are not counted)" in " ".join(table.stderr.split())
+
+
 def test_stats_exits_1_on_a_damaged_page_that_ls_does_not_read(filled: Path) -> None:
     """ls reads a database's schema and row count (its key index), stats reads its rows: only stats meets a damaged
     table page, and says so (`judgestore verify` reads every page)."""
@@ -316,6 +327,18 @@ def test_query_table_shows_control_characters_as_escapes(store_root: Path) -> No
     assert not any(char in result.stdout for char in "\x1b\x07\r\x9b")
     assert "a\\x1b[2J\\x1b]0;TITLE\\x07b\\x0dc\\x9bd" in result.stdout
     assert as_json(judgestore("query", "--json", "--columns", "completion").stdout) == [{"completion": hostile}]
+
+
+def test_input_hash_takes_a_whole_hash_in_any_case_and_refuses_a_prefix(filled: Path) -> None:
+    """A prefix (tables print 16 digits) matched nothing, silently, and delete said there was nothing to delete."""
+    key = as_json(judgestore("query", "--json", "--columns", "input_hash", "--limit", "1").stdout)[0]["input_hash"]
+    found = judgestore("query", "--json", "--columns", "input_hash", "--input-hash", key.upper())
+    assert found.exit_code == 0 and as_json(found.stdout) == [{"input_hash": key}]
+    before = file_digests(filled)
+    for command in (["query"], ["delete", "--dry-run"], ["delete", "--yes"]):
+        refused = judgestore(*command, "--input-hash", key[:16])
+        assert refused.exit_code == 1 and "whole input hashes (64 hex digits)" in refused.stderr, refused.output
+    assert file_digests(filled) == before
 
 
 def test_query_time_range_and_limit(filled: Path) -> None:

@@ -694,6 +694,10 @@ def test_delete_with_an_empty_filter_is_refused_and_changes_nothing(
         pytest.param(lambda: RowFilter(pair=("a", "\ud800")), id="surrogate-in-a-pair"),
         pytest.param(lambda: RowFilter(finish_reasons=("stop", "\udfff")), id="surrogate-in-finish-reasons"),
         pytest.param(lambda: RowFilter(input_hashes=("\udce9",)), id="surrogate-in-input-hashes"),
+        # what matches no stored key, ever: a prefix (as tables print), capitals, not hex (was: nothing matched)
+        pytest.param(lambda: RowFilter(input_hashes=("009cea4153d8e2fa",)), id="input-hash-prefix"),
+        pytest.param(lambda: RowFilter(input_hashes=("A" * 64,)), id="input-hash-in-capitals"),
+        pytest.param(lambda: RowFilter(input_hashes=("g" * 64,)), id="input-hash-not-hex"),
     ],
 )
 def test_bad_filters_are_refused(make: Any) -> None:
