@@ -132,7 +132,8 @@ def test_ls_leaves_the_rows_of_a_database_it_could_not_read_out_of_its_total(fil
     shutil.copytree(source, moved)
     table = judgestore("ls")
     assert table.exit_code == 1 and "4 databases, 10 rows" in table.stdout, table.output
-    assert "1 of 4 databases could not be read (see State; their rows are not counted)" in " ".join(table.stderr.split())
+    said = " ".join(table.stderr.split())
+    assert "1 of 4 databases could not be read (see State; their rows are not counted)" in said
 
 
 def test_stats_exits_1_on_a_damaged_page_that_ls_does_not_read(filled: Path) -> None:
