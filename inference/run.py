@@ -245,7 +245,7 @@ def run_requests(
     started = time.perf_counter()
     role = check_role(role)
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")
-    settings = settings or Settings()
+    settings = settings or from_environment(Settings)
     sync_settings = from_environment(SyncSettings)
     remote = None
     if sync_settings.fetch_before_run if fetch is None else fetch:

@@ -50,6 +50,7 @@ from inference.cache.plan import Mode
 from store import Settings, Store
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, MissingAPIKeyError
+from store.settings import from_environment
 
 if TYPE_CHECKING:
     from store.sync.remote import Remote
@@ -284,7 +285,7 @@ class HostedSpec(Spec):
             self.descriptor,
             api_key=key,
             key_env=self.key_env if key is not None else None,
-            max_concurrency=self.max_concurrency or Settings().max_concurrency,
+            max_concurrency=self.max_concurrency or from_environment(Settings).max_concurrency,
             timeout_s=self.timeout_s,
             retry=self.retry,
             stats=self.stats,

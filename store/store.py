@@ -52,7 +52,7 @@ from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, S
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.rows import FoundRow, RowCount
-from store.settings import Settings
+from store.settings import Settings, from_environment
 from store.tables.filters import RowFilter, roles_for
 
 if TYPE_CHECKING:
@@ -76,7 +76,7 @@ class Store:
         url: str | None = None,
         readonly: bool = False,
     ) -> None:
-        self.settings = settings or Settings()
+        self.settings = settings or from_environment(Settings)
         self.readonly = readonly
         self.storage: Storage = open_storage(self.settings, root=root, url=url, readonly=readonly)
 

@@ -114,6 +114,7 @@ from store.errors import CacheMissError, InvalidInputError, JudgestoreError, Req
 from store.layout import Selector
 from store.roles import Role
 from store.runs import record_run
+from store.settings import from_environment
 from store.tables.records import Record
 from store.tables.row_checks import gc_paused
 
@@ -170,7 +171,7 @@ class CachedModel:
         self.descriptor = descriptor
         self.task = task
         self.mode: Mode = mode
-        self.settings = settings or (store.settings if store is not None else Settings())
+        self.settings = settings or (store.settings if store is not None else from_environment(Settings))
         self.chunk_size = chunk_size
         self.label = label or descriptor.model
         self._backend_factory = backend_factory

@@ -96,7 +96,7 @@ from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_
 from store.backends.sqlite.errors import retry_while_locked
 from store.backends.sqlite.rows import LOOKUP_BATCH, json_each_keys
 from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
-from store.settings import Settings
+from store.settings import Settings, from_environment
 from store.sync.workspace import workspace
 from store.tables.models import NAMING_CONVENTION
 
@@ -329,7 +329,7 @@ class Bookkeeping:
     def __init__(self, root: Path, *, settings: Settings | None = None) -> None:
         self.path = bookkeeping_path(root)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self.settings = (settings or Settings()).model_copy(update={"journal_policy": "rollback"})
+        self.settings = (settings or from_environment(Settings)).model_copy(update={"journal_policy": "rollback"})
         self._engine = create_sqlite_engine(self.path, self.settings)
         try:
             self._run(self._upgrade, write=True)

@@ -129,6 +129,25 @@ def test_a_bad_sharing_setting_is_a_typed_error_naming_the_variable(
         open_remote(directory=Path("/nonexistent"))
 
 
+def test_what_reads_the_environment_itself_refuses_a_bad_value_naming_the_variable(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """From Python as from the command line: an InvalidInputError naming JUDGESTORE_..., not pydantic's error
+    naming the field (which `except JudgestoreError` missed)."""
+    from inference.cache.model import CachedModel
+    from store.descriptor import ModelDescriptor
+    from store.store import Store
+
+    bare_environment.setenv("JUDGESTORE_BUSY_TIMEOUT_MS", "abc")
+    descriptor = ModelDescriptor(provider="vllm", model="m")
+    said = "invalid setting in the environment: JUDGESTORE_BUSY_TIMEOUT_MS"
+    with pytest.raises(InvalidInputError, match=said):
+        Store(root=tmp_path / "store")
+    with pytest.raises(InvalidInputError, match=said):
+        CachedModel(None, descriptor, task="t", mode="off", backend_factory=list)
+    assert not (tmp_path / "store").exists()
+
+
 _IMPORT_EVERYTHING = """
 import os
 import store, store.settings, store.store, store.schema, store.repository, store.layout
