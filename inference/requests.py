@@ -90,9 +90,15 @@ class _Request:
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""
         if self.benchmark is not None or self.instruction_id is not None:
-            return f"{self.benchmark or '?'}/{self.instruction_id or '?'}"
+            return f"{_shortened(self.benchmark or '?')}/{_shortened(self.instruction_id or '?')}"
         shown = self.text if self.text is not None else str(self.messages and self.messages[-1].get("content"))
         return repr(shown[:60])
+
+
+def _shortened(label: str, at: int = 60) -> str:
+    """``label`` for a message: whole up to ``at`` characters, else its start and an ellipsis (a label may be
+    kilobytes long: the store refuses it, and the message that says so must stay readable)."""
+    return label if len(label) <= at else label[: at - 1] + "…"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

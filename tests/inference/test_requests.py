@@ -123,3 +123,12 @@ def test_a_line_of_the_wrong_shape_or_type_names_its_line_blank_lines_counted(tm
     pairs.write_bytes(orjson.dumps({"question": "q", "model_a": "a", "answer_a": "x"}) + b"\n")
     with pytest.raises(InvalidInputError, match=r"pairs.jsonl:1: this model takes text input"):
         read_judgement_requests(pairs, ["direct"], input_mode="text")
+
+
+def test_a_request_is_described_in_a_line_whatever_the_length_of_its_labels() -> None:
+    """A failure line names the request; a label of kilobytes (which the store refuses) made it kilobytes long."""
+    long = CompletionRequest(text="x", benchmark="b" * 2000, instruction_id="i" * 70)
+    assert long.describe() == "b" * 59 + "…/" + "i" * 59 + "…"
+    whole = CompletionRequest(text="x", benchmark="mt-bench", instruction_id="i" * 60)
+    assert whole.describe() == "mt-bench/" + "i" * 60
+    assert CompletionRequest(text="x", instruction_id="7").describe() == "?/7"
