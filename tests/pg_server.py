@@ -86,6 +86,10 @@ class Cluster:
     def stop(self) -> None:
         self._run("pg_ctl", "-D", str(self.data), "-m", "immediate", "-w", "stop")
 
+    def start_again(self) -> None:
+        """Start the stopped server on the files in :attr:`data` (as they were left, or put back by a test)."""
+        self._launch()
+
     def restart(self, downtime: float = 0.0) -> None:
         """Stop the server as a crash would (every connection dropped), wait ``downtime`` seconds, start it again."""
         self.stop()

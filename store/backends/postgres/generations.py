@@ -23,13 +23,18 @@ Contract:
   counter; creating a schema and upgrading one (:mod:`store.backends.postgres.upgrade`)
   and ``judgestore db upgrade`` of a schema created before generations
   existed call it. It is idempotent.
-* :func:`stamps` reads, in one statement, each schema's stamp: its counter,
-  a digest of its tables as the server's catalog records them (oids,
-  files, column counts and row versions: a table dropped, recreated,
-  altered, rewritten or restored by hand changes it with no trigger firing)
-  and a digest of its registry row. A schema whose tables do not all carry
-  an enabled trigger, or that has no counter, has no stamp: what is derived
-  from it is never kept (:mod:`store.catalog`).
+* :func:`stamps` reads, in one statement, each schema's stamp: its counter, a
+  digest of its tables as the server's catalog records them (oids, files,
+  column counts and row versions: a table dropped, recreated, altered,
+  rewritten or restored by hand changes it with no trigger firing) and a
+  digest of its registry row, and when the server started. A server's files
+  restored from a copy (a backup, a snapshot, a replica promoted) hold the
+  same counters, oids and row versions as when they were copied, so writes
+  after the restore could reach a stamp the catalog already holds for other
+  rows: no such restore happens without a restart, so a restarted server has
+  every schema read again, once. A schema whose tables do not all carry an
+  enabled trigger, or that has no counter, has no stamp: what is derived from
+  it is never kept (:mod:`store.catalog`).
 """
 
 from __future__ import annotations
@@ -90,7 +95,8 @@ WITH relations AS (
       AND c.relnamespace IN (SELECT oid FROM pg_namespace WHERE starts_with(nspname, '{SCHEMA_PREFIX}'))
     GROUP BY c.relnamespace
 )
-SELECT n.nspname, g.generation, CAST(s.digest AS text), s.tables, s.triggered, md5(r.metadata_json)
+SELECT n.nspname, g.generation, CAST(s.digest AS text), s.tables, s.triggered, md5(r.metadata_json),
+       CAST(pg_postmaster_start_time() AS text)
 FROM relations AS s
 JOIN pg_namespace AS n ON n.oid = s.ns
 LEFT JOIN {REGISTRY_SCHEMA}.generations AS g ON g.schema_name = n.nspname
@@ -162,7 +168,7 @@ def stamps(conn: Connection) -> dict[str, list[Any] | None]:
     if not conn.dialect.has_table(conn, generations.name, schema=REGISTRY_SCHEMA):
         return {}
     found: dict[str, list[Any] | None] = {}
-    for name, generation, relations, tables, triggered, metadata in conn.execute(_STAMPS):
+    for name, generation, relations, tables, triggered, metadata, started in conn.execute(_STAMPS):
         stamped = generation is not None and tables and triggered == tables
-        found[name] = [generation, relations, metadata] if stamped else None
+        found[name] = [generation, relations, metadata, started] if stamped else None
     return found
