@@ -75,6 +75,23 @@ def test_a_server_store_keeps_rows_exactly_as_a_folder_does(pg_url: str) -> None
         assert again.find("completions", "arena", QWEN) is None
 
 
+def test_a_server_store_lists_its_databases_in_the_folder_stores_order(pg_url: str, tmp_path: Path) -> None:
+    """query --limit, export and ls take the databases in this order: the same on both backends, whatever the
+    server's collation (was: the server's ORDER BY, "A task" first where the folder store has "é-task")."""
+    tasks = ["b-task", "B-task", "a_task", "a-task", "A task", "é-task", "z", "%"]
+    descriptor = ModelDescriptor(provider="vllm", model="org/m")
+    orders = []
+    for where in ({"root": tmp_path / "folder"}, {"url": pg_url}):
+        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+            for task in tasks:
+                store.database("judgements", task, descriptor).put_many([])
+                store.database("completions", task, descriptor).put_many([])
+            orders.append([(location.role, location.task) for location in store.locations()])
+    folder, server = orders
+    assert server == folder and len(folder) == 2 * len(tasks)
+    assert folder[0][0] == "completions" and folder[-1][0] == "judgements"
+
+
 def test_writes_on_a_server_count_what_they_wrote_and_refuse_malformed_rows_whole(pg_url: str) -> None:
     with Store(url=pg_url) as store:
         completions = store.database("completions", "t", QWEN)
@@ -371,6 +388,27 @@ def test_verify_passes_a_clean_server_store_and_counts_adopted_rows(pg_url: str)
     assert [r.rows_checked for r in results.values()] == [12, 3, 4]
     assert results["completions/Qwen/Qwen3-8B"].rows_adopted == 2
     assert all(" schema js_" in r.where for r in results.values())
+
+
+def test_a_registry_row_edited_by_hand_is_left_out_and_verify_reports_it(pg_url: str, pg_cluster: Cluster) -> None:
+    """One bad row of the registry (an unknown role) stopped every command with "role must be one of ...": it is
+    left out, as a folder of the wrong shape is, and verify names it."""
+    locations = _server_store(pg_url)
+    judged = next(loc for loc in locations if loc.role == "judgements")
+    database = make_url(pg_url).database
+    edit = f"UPDATE judgestore.registry SET role = 'bogus' WHERE schema_name = '{schema_name(judged)}'"
+    pg_cluster.sql(edit, database)
+    runner = CliRunner()
+    listed = runner.invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
+    assert listed.exit_code == 0, listed.output
+    assert sorted(d["role"] for d in orjson.loads(listed.stdout)) == ["completions", "completions"]
+    rows = runner.invoke(build_app(), ["query", "--format", "jsonl", "--store-url", pg_url])
+    assert rows.exit_code == 0 and len(rows.stdout.splitlines()) == 15
+    verified = runner.invoke(build_app(), ["verify", "--json", "--store-url", pg_url])
+    assert verified.exit_code == 1
+    problems = [p for d in [orjson.loads(verified.stdout)] for p in d["problems"]]
+    assert [(p["kind"], p["path"]) for p in problems] == [("stray", schema_name(judged))]
+    assert "role must be one of completions, judgements, got 'bogus'" in problems[0]["message"]
 
 
 def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cluster: Cluster) -> None:

@@ -59,7 +59,7 @@ from sqlalchemy import (
 from store.backends.postgres import text as pgtext
 from store.errors import InvalidInputError, MetadataMismatchError
 from store.layout import Location, StoredMetadata, parse_metadata
-from store.roles import check_role
+from store.roles import ROLES, check_role
 from store.tables.models import NAMING_CONVENTION
 
 REGISTRY_SCHEMA = "judgestore"
@@ -120,7 +120,7 @@ def ensure_registry(conn: Connection) -> None:
     registry_metadata.create_all(conn, checkfirst=True)
 
 
-def registered(conn: Connection) -> list[Location]:
+def registered(conn: Connection, unreadable: list[tuple[str, str]] | None = None) -> list[Location]:
     """Every registered descriptor schema's location, in layout order.
 
     The names are stored escaped (:mod:`store.backends.postgres.text`), as every text column
@@ -128,21 +128,30 @@ def registered(conn: Connection) -> list[Location]:
     and a name of that age holding U+FDD0 would read back changed. The
     schema's name (a hash of the location) tells which reading is the row's:
     the escaped one unless only the verbatim one hashes to it.
+
+    A row that names no location (edited by hand: an unknown role, a name the layout refuses) is left out, as a
+    folder store's walk leaves out a folder of the wrong shape; with ``unreadable``, each is appended there as
+    ``(schema name, why)`` (``verify`` reports them).
     """
     if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
         return []
     c = registry.c
     names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping
-    query = select(c.schema_name, c.role, *names, c.descriptor_hash16)
-    rows = conn.execute(query.order_by(c.role, c.task, c.provider, c.model, c.descriptor_hash16)).all()
+    rows = conn.execute(select(c.schema_name, c.role, *names, c.descriptor_hash16)).all()
     found = []
     for name, role, task, provider, model, hash16 in rows:
-        location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
-                            pgtext.unescape(model), hash16)  # fmt: skip
+        try:
+            location = Location(check_role(role), pgtext.unescape(task), pgtext.unescape(provider),
+                                pgtext.unescape(model), hash16)  # fmt: skip
+        except InvalidInputError as e:
+            if unreadable is not None:
+                unreadable.append((name, str(e)))
+            continue
         if schema_name(location) != name:
             verbatim = Location(location.role, task, provider, model, hash16)
             location = verbatim if schema_name(verbatim) == name else location
         found.append(location)
+    found.sort(key=lambda location: (ROLES.index(location.role), location.segments()[1:]))
     return found
 
 

@@ -91,6 +91,7 @@ from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
     Problem,
+    ProblemKind,
     UpgradeResult,
     VacuumResult,
     info_json,
@@ -419,7 +420,15 @@ class PostgresStorage:
         return verify_schema(self, location)
 
     def strays(self) -> list[Problem]:
-        return []  # the registry is the layout: nothing can lie outside it
+        """The registry's rows that name no location (edited by hand): the registry is the layout, so nothing else
+        can lie outside it."""
+        unreadable: list[tuple[str, str]] = []
+        with self.connection() as conn:
+            registered(conn, unreadable)
+        return [
+            Problem(name, ProblemKind.STRAY, f"its registry row names no database ({why}); it is left out")
+            for name, why in unreadable
+        ]
 
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
         """One statement over every schema where the SQL allows it (:mod:`store.backends.postgres.across`)."""
