@@ -411,6 +411,34 @@ def test_a_registry_row_edited_by_hand_is_left_out_and_verify_reports_it(pg_url:
     assert "role must be one of completions, judgements, got 'bogus'" in problems[0]["message"]
 
 
+def test_a_registered_schema_dropped_by_hand_is_reported_skipped_and_built_again_on_a_write(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Was: verify said all was well, and every query, delete and write failed on it."""
+    locations = _server_store(pg_url)
+    other = next(loc for loc in locations if loc.model == "other")
+    pg_cluster.sql(f'DROP SCHEMA "{schema_name(other)}" CASCADE', make_url(pg_url).database)
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(build_app(), [*args, "--store-url", pg_url])
+
+    verified = run("verify", "--json")
+    assert verified.exit_code == 1
+    (problem,) = orjson.loads(verified.stdout)["problems"]
+    assert problem["kind"] == "schema" and "holds no tables (dropped by hand?)" in problem["message"]
+    rows = run("query", "--format", "jsonl")
+    assert rows.exit_code == 0 and len(rows.stdout.splitlines()) == 16, rows.output  # 12 + 4: the others
+    stats = run("stats", "--json")  # as for a folder store's empty file, which a read-only open cannot build
+    assert stats.exit_code == 1 and "holds no tables (dropped by hand?)" in stats.stdout
+    assert run("delete", "--run-id", "nothing-such", "--yes").exit_code == 0
+    with Store(url=pg_url) as store:
+        assert store.find("completions", "t", ModelDescriptor(provider="vllm", model="other")) is None
+        database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="other"))
+        assert database.put_many([completion_record(1)]) == 1
+    assert run("verify", "--json").exit_code == 0
+
+
 def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cluster: Cluster) -> None:
     locations = _server_store(pg_url)
     qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)

@@ -62,6 +62,10 @@ def known_revisions(script: ScriptDirectory | None) -> Revisions:
     return schema.revisions() if script is None else revisions_of(script)
 
 
+# A registered schema in state EMPTY: created with its tables in one transaction, so they were dropped since.
+NO_TABLES = "is registered but its schema holds no tables (dropped by hand?); the next write to it builds them again"
+
+
 def classify(conn: Connection, location: Location, known: Revisions | None = None) -> SchemaStatus:
     """The schema's state, with one SELECT when it has its version table (a savepoint guards the miss)."""
     known = known or known_revisions(None)

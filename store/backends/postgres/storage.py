@@ -75,7 +75,7 @@ from store.backends.postgres.registry import (
     schema_name,
     verified_metadata,
 )
-from store.backends.postgres.status import classify, known_revisions, schema_info, schema_infos
+from store.backends.postgres.status import NO_TABLES, classify, known_revisions, schema_info, schema_infos
 from store.backends.postgres.survey import EXISTS_BATCH, SCHEMA_TABLES, distinct_values, matching
 from store.backends.postgres.upgrade import create_schema, row_counts, upgrade_schemas
 from store.backends.postgres.verify import verify_schema
@@ -293,12 +293,19 @@ class PostgresStorage:
     # ------------------------------------------------------------ schemas
 
     def database(self, location: Location, metadata: Callable[[], bytes]) -> PostgresDatabase:
-        """The database of ``location``; a read-write store creates and registers its schema if needed."""
-        if not self.readonly:
-            self._create(location, metadata())
-        return self.open(location)
+        """The database of ``location``; a read-write store creates and registers its schema if needed, and builds
+        again the tables of a registered schema that has none (dropped by hand), as a folder store builds an empty
+        file."""
+        if self.readonly:
+            return self.open(location)
+        self._create(location, metadata())
+        try:
+            return self.open(location)
+        except _NoTables:
+            self._create(location, metadata(), rebuild=True)
+            return self.open(location)
 
-    def _create(self, location: Location, metadata: bytes) -> None:
+    def _create(self, location: Location, metadata: bytes, *, rebuild: bool = False) -> None:
         name = schema_name(location)
         descriptor_sha256 = orjson.loads(metadata)["descriptor_sha256"]
 
@@ -307,6 +314,9 @@ class PostgresStorage:
                 ensure_registry(conn)
                 advisory_lock(conn, name)
                 if self.metadata(conn, location) is not None:
+                    if rebuild and classify(conn, location).state is DatabaseState.EMPTY:
+                        conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {quoted(name)}"))
+                        create_schema(conn, location)
                     return  # already there (another process may have won the race)
                 found = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :n"), {"n": name})
                 if found.scalar_one():
@@ -368,6 +378,8 @@ class PostgresStorage:
             if stored is None:
                 raise DatabaseMissingError(self.location_where(location), "is not in this store's registry")
             status = classify(conn, location)
+        if status.state is DatabaseState.EMPTY:
+            raise _NoTables(self.location_where(location), NO_TABLES)
         if status.state is not DatabaseState.CURRENT:
             raise_for_status(status, self.location_where(location))
         return PostgresDatabase(self, location, stored)
@@ -441,6 +453,10 @@ class PostgresStorage:
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
         )
+
+
+class _NoTables(DatabaseMissingError):
+    """A registered schema without its tables: nothing to read (``open_existing`` gives None), built on a write."""
 
 
 def _known(values: Any) -> bool:

@@ -16,7 +16,7 @@ from sqlalchemy.dialects import postgresql
 
 from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
-from store.backends.postgres.status import SchemaHost, classify
+from store.backends.postgres.status import NO_TABLES, SchemaHost, classify
 from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
@@ -38,7 +38,9 @@ def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerificati
                 problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
             status = classify(conn, location)
             altered = _altered_columns(conn, location, where) if status.state is DatabaseState.CURRENT else []
-        if status.state not in USABLE_STATES:
+        if status.state is DatabaseState.EMPTY:  # created with its tables in one transaction: they were dropped
+            problems.append(Problem(where, ProblemKind.SCHEMA, f"{where} {NO_TABLES}; its rows are gone"))
+        elif status.state not in USABLE_STATES:
             problems.append(Problem(where, ProblemKind.SCHEMA, str(status_error(status, where))))
         elif altered:  # rows read through another type would mislead: the schema is the problem
             problems += altered
