@@ -217,3 +217,13 @@ def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_r
         holder.join()
     with Store(url=pg_url) as store:
         assert store.open(location).count() == 0
+
+
+def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> None:
+    """(Was: "needs CREATE on the database", for a role that may read but not delete.)"""
+    denied = psycopg.errors.lookup("42501")("permission denied for table completions")
+    typed = translated(URL, wrapped(denied))
+    assert type(typed) is ServerPermissionError
+    assert "SELECT, INSERT, UPDATE and DELETE on the schema's tables" in str(typed) and "CREATE on" not in str(typed)
+    schemas = translated(URL, wrapped(psycopg.errors.lookup("42501")("permission denied for database evals")))
+    assert "CREATE on the database" in str(schemas)

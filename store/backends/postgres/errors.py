@@ -9,6 +9,7 @@ password it quotes removed) that names the server and the next step.
 
 from __future__ import annotations
 
+import re
 from typing import NoReturn
 
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
@@ -45,6 +46,9 @@ def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
 
 
+_NO_DATABASE = re.compile(r'database ".*" does not exist')
+
+
 def translated(url: str, error: DBAPIError) -> JudgestoreError:
     """The typed error a driver failure stands for: every one has a class (see the module docstring).
 
@@ -61,8 +65,19 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
     if state.startswith("28"):
         return ServerAuthError(shown, f"the server refused the connection ({message})")
-    if state == "3D000":
+    if "no password supplied" in message:  # libpq's own words, before any SQLSTATE: the server asked for one
+        return ServerAuthError(
+            shown, f"the server asks for a password and none was given ({message}); put it in the URL, in "
+            "PGPASSWORD or in ~/.pgpass"
+        )  # fmt: skip
+    if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
         return ServerError(shown, f"{message}; create it (createdb) or fix the URL")
+    if state == "42501" and "permission denied for table" in message:
+        return ServerPermissionError(
+            shown,
+            f"{message}. The store's user needs SELECT, INSERT, UPDATE and DELETE on the schema's tables (GRANT ... "
+            "ON ALL TABLES IN SCHEMA ... TO ...; read-only commands need SELECT only)",
+        )
     if state == "42501":
         return ServerPermissionError(
             shown,
