@@ -53,8 +53,7 @@ class EmptyFilterError(JudgestoreError, ValueError):
     def __init__(self) -> None:
         super().__init__(
             "refusing to delete with an empty filter (it would delete every row); "
-            "name at least one of benchmark, instruction_id, model, model_a, "
-            "model_b, judge, orientation, pair, run_id, created_after, created_before"
+            "set at least one field of the RowFilter"
         )
 
 

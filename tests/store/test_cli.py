@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gc
 import importlib.util
 import io
@@ -20,6 +21,7 @@ from typing import Any
 
 import orjson
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from store.cli.app import build_app
@@ -595,6 +597,16 @@ def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
         assert "refusing to delete with an empty filter" in result.stderr
         assert "only choose databases" in result.stderr
         assert len(result.stderr.strip().splitlines()) == 1
+    said = " ".join(result.stderr.split())
+    assert "RowFilter" not in said and "created_after" not in said  # the command line's words, not Python's
+    options = {
+        name
+        for param in typer.main.get_command(build_app()).commands["delete"].params  # type: ignore[attr-defined]
+        for name in param.opts
+        if param.name in {f.name for f in dataclasses.fields(RowFilter)} | {"since", "until", "input_hash",
+                                                                           "finish_reason", "created_by"}
+    }  # fmt: skip
+    assert options and all(option in said for option in options), options
     as_error = as_json(judgestore("delete", "--yes", "--json", "--role", "judgements").stderr)
     assert as_error["type"] == "EmptyFilterError"
     assert file_digests(filled) == before
