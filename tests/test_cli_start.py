@@ -133,3 +133,21 @@ def test_a_run_that_loaded_vllm_ends_through_pythons_teardown() -> None:
     result = _program("2", fake_vllm=True)
     assert result.returncode == 2
     assert result.stdout.splitlines() == ["written", "thread done", "atexit ran", "finalized"]
+
+
+def test_ctrl_c_while_the_commands_are_imported_is_one_line_not_a_traceback() -> None:
+    """The first tenths of a second of every command import its modules (was: Python's traceback of the import)."""
+    code = (
+        "import sys\n"
+        "class Interrupting:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'inference.cli.app':\n"
+        "            raise KeyboardInterrupt\n"
+        "sys.meta_path.insert(0, Interrupting())\n"
+        "from inference.cli import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, "ls"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (130, "", "interrupted\n")
