@@ -8,15 +8,19 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   schema; a :class:`PostgresDatabase` maps the models onto its schema with
   ``schema_translate_map``.
 * Creating a descriptor's schema is one transaction under the schema's
-  advisory lock: ``CREATE SCHEMA``, the migrations at head (with the schema as
-  ``search_path``, so data migrations written as plain SQL land there too),
-  and its registry row. A concurrent creator waits on the lock and then finds
-  the schema registered. A schema of that name that is not ours is refused
+  advisory lock: ``CREATE SCHEMA``, its tables at head
+  (:func:`~store.backends.postgres.upgrade.create_schema`: built from the
+  models, as a new SQLite file is, with the schema as ``search_path``), and
+  its registry row. A concurrent creator waits on the lock and then finds the
+  schema registered. A schema of that name that is not ours is refused
   untouched (:class:`~store.errors.ForeignSchemaError`).
 * Opening checks the registry row (its metadata must hash to the descriptor
   folder's hash) and the revision with one SELECT of the schema's version
   table; anything but current is refused with the same typed errors as a
-  SQLite file (behind, ahead, foreign), unless ``auto_upgrade``.
+  SQLite file (behind, ahead, foreign), unless ``auto_upgrade``. A registered
+  schema without tables (dropped by hand: they are created with it) is refused
+  as missing, so reads skip it as they skip an empty SQLite file, and the next
+  write builds its tables again; ``verify`` reports it.
 * Reading a schema's state and what ``ls`` reports of it, upgrading and
   verifying schemas are :mod:`~store.backends.postgres.status`,
   :mod:`~store.backends.postgres.upgrade` and
