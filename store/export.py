@@ -90,7 +90,8 @@ def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns:
 
     An error or a ``KeyboardInterrupt`` (Ctrl-C) leaves the output as it stopped, the JSON array unclosed (an
     incomplete output never parses as a complete one), and gets ``rows_written``: the rows whole in ``out``
-    before it. An error that rows had already reached ``out`` before also gets a note saying so.
+    before it. An error after some rows reached ``out`` also gets a note saying how many, and that the output is
+    incomplete.
 
     CSV lines end in ``\\n``; a cell holding a carriage return is quoted (the csv module quotes only the
     characters of its line terminator, and a reader takes a bare ``\\r`` for the end of a line).

@@ -92,8 +92,8 @@ def _error_payload(error: JudgestoreError) -> dict[str, object]:
 def _error_line(error: JudgestoreError) -> str:
     if isinstance(error, EmptyFilterError):
         return (  # the command line's words for the RowFilter's fields
-            "refusing to delete with an empty filter (it would delete every row); give at least one row filter: "
-            "--benchmark, --instruction-id, --model, --model-a, --model-b, --judge, --orientation, --pair, "
+            f"{EmptyFilterError.REFUSAL}; give at least one row filter: --benchmark, --instruction-id, --model, "
+            "--model-a, --model-b, --judge, --orientation, --pair, "
             "--pointwise/--pairwise, --run-id, --created-by, --since, --until, --input-hash, --finish-reason, "
             "--empty/--non-empty, --error/--no-error, --adopted-from, --adopted/--not-adopted (--role, --task, "
             "--provider, --model-id and --descriptor only choose databases)"

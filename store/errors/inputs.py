@@ -50,11 +50,10 @@ class UnsupportedMessageError(InvalidInputError):
 class EmptyFilterError(JudgestoreError, ValueError):
     """A delete without any filter: it would empty the table, so it is refused."""
 
+    REFUSAL = "refusing to delete with an empty filter (it would delete every row)"  # the CLI names its options
+
     def __init__(self) -> None:
-        super().__init__(
-            "refusing to delete with an empty filter (it would delete every row); "
-            "set at least one field of the RowFilter"
-        )
+        super().__init__(f"{self.REFUSAL}; set at least one field of the RowFilter")
 
 
 class StatementError(InvalidInputError):
