@@ -78,7 +78,8 @@ Three parts, each measured beside its floor in the same run:
     database created, rows written every ``chunk_size`` (64) as they finish,
     the ``runs`` row.
   - floor, plain: ``LLM.chat(the same rendered chats, one SamplingParams
-    each)`` over the whole batch, as a script without a cache would.
+    per sample index)`` over the whole batch, as a script without a cache
+    would.
   - beside them: ours with the database already created (untimed; the batch
     still all misses), ours without a store (mode ``off``: the plan and the
     stream, nothing written; a cold run's time over this one is the
@@ -705,8 +706,8 @@ class EngineBench:
         self.notes.append(
             f"engine ({self.placement}): {len(case.requests)} chat prompts, the model in {model_dir}, sampling "
             f"{case.sampling}, engine kwargs {case.engine_kwargs}; each judgestore call is cold (a fresh store); "
-            "plain = LLM.chat(all prompts, one SamplingParams each) on the same engine; every call starts with "
-            "vLLM's prefix cache emptied"
+            "plain = LLM.chat(all prompts, one SamplingParams per sample index) on the same engine; every call "
+            "starts with vLLM's prefix cache emptied"
         )
         t0 = time.perf_counter()
         # vLLM reads the variable when it builds an engine: set for this one only.
@@ -764,10 +765,11 @@ class EngineBench:
         missing = (
             CachedModel(None, descriptor, task=TASK, mode="off", backend_factory=no_engine).plan(ROLE, requests).missing
         )
-        messages = [engine_request(inp).rendered["messages"] for inp in missing]
+        engine_requests = [engine_request(inp) for inp in missing]
+        messages = [r.rendered["messages"] for r in engine_requests]
 
         def plain(_state: Any) -> list[Any]:
-            params = [backend._sampling_params(inp.sample_index) for inp in missing]  # built per call, as ours is
+            params = backend._batch_params(engine_requests)  # built per call, as ours is: one per sample index
             return backend._llm.chat(messages, params, use_tqdm=False)  # type: ignore[no-any-return]
 
         def check(model: CachedModel, result: Any) -> None:
