@@ -358,7 +358,8 @@ def note(message: str, *, json_output: bool) -> None:
 def progress_bars(json_output: bool = False) -> Iterator[ProgressCallback]:
     """A progress callback drawing one transient bar per phase on stderr (a terminal only, never with --json).
 
-    A phase's bar appears at its first call and goes once ``done`` reaches ``total``.
+    A phase's bar appears at its first call and goes once ``done`` reaches ``total``; a later call of that phase
+    (the last count told twice, a phase run again) draws it anew.
     """
     console = stderr()
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
@@ -370,7 +371,7 @@ def progress_bars(json_output: bool = False) -> Iterator[ProgressCallback]:
                 tasks[phase] = bars.add_task(phase, total=total)
             bars.update(tasks[phase], completed=done, total=total)
             if total and done >= total:
-                bars.remove_task(tasks[phase])
+                bars.remove_task(tasks.pop(phase))
 
         yield update
 

@@ -13,6 +13,7 @@ from inference.cli.legacy import register
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
 from store.layout import read_metadata, walk
+from store.legacy.importer import DEFAULT_CHUNK_SIZE
 from tests.legacy import builders as b
 from tests.legacy.conftest import judgestore, stored_rows
 
@@ -101,6 +102,37 @@ def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path:
 
     again = judgestore(*args[:-2], "--json")
     assert orjson.loads(again.stdout)["totals"]["already_present"] == 6
+
+
+def test_a_source_of_exactly_one_chunk_of_rows_ends_with_its_report(tmp_path: Path) -> None:
+    """The last chunk's progress was told twice (at the chunk and at the end): the second once crashed the bar."""
+    legacy, root, report_file = tmp_path / "legacy", tmp_path / "store", tmp_path / "report.json"
+    rows = [
+        {
+            "benchmark": "b",
+            "instruction_id": str(i),
+            "model_a": "a",
+            "model_b": "b",
+            "judge": "gpt-4",
+            "judge_input": f"Compare the answers to question {i}",
+            "judge_completion": "[[A]]",
+            "date": "2025-12-31T23:59:59",
+        }
+        for i in range(DEFAULT_CHUNK_SIZE)
+    ]
+    b.create_db(legacy / "cache" / "db" / "b" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge").model_dump_json())
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "b"]
+
+    dry = judgestore(*args, "--dry-run", "--json")
+    assert dry.returncode == 0, dry.stderr
+    assert orjson.loads(dry.stdout)["totals"]["imported"] == DEFAULT_CHUNK_SIZE
+
+    result = judgestore(*args, "--json", "--report", str(report_file))
+    assert result.returncode == 0, result.stderr
+    assert orjson.loads(result.stdout)["totals"]["imported"] == DEFAULT_CHUNK_SIZE
+    assert orjson.loads(report_file.read_bytes())["totals"]["imported"] == DEFAULT_CHUNK_SIZE
 
 
 def test_usage_errors_name_the_option(tmp_path: Path) -> None:
