@@ -20,8 +20,10 @@ Contract:
 * :func:`read_shard` trusts nothing: it decompresses with a size cap, rejects
   a truncated stream or trailing bytes, checks the SHA-256 against the name,
   the header against the folder the shard was found in, every line for
-  canonical form, every row against the table's schema, and recomputes every
-  input hash with :func:`store.descriptor.input_hash`. It returns records
+  canonical form, every row against the table's schema and the values the
+  store takes (:func:`store.tables.row_checks.check_values`: a shard an older
+  library pushed may hold one it now refuses), and recomputes every input
+  hash with :func:`store.descriptor.input_hash`. It returns records
   only if *all* of that holds, so a caller imports all of a shard or none.
 * Judgement rows of shards pushed by judgestore 0.1.0 are read with today's
   meaning of ``model_a``/``model_b`` (the positional slots of the judge
@@ -47,11 +49,12 @@ import orjson
 
 from store import jsonvalues
 from store.descriptor import canonical_json, input_hash, render_messages
-from store.errors import UPGRADE_JUDGESTORE, ShardError
+from store.errors import UPGRADE_JUDGESTORE, InvalidInputError, ShardError
 from store.layout import StoredMetadata
 from store.roles import Role
 from store.settings import MAX_SHARD_BYTES, SHARD_TARGET_BYTES
 from store.tables.records import RECORD_OF_ROLE, Record, record_fields
+from store.tables.row_checks import check_values
 
 SHARD_FORMAT = "judgestore-shard/v1"
 SHARD_SUFFIX = ".jsonl.gz"
@@ -263,7 +266,12 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
             and values["input_text"].startswith(_IDENTITY_SLOTS_PREFIX)
         ):
             values["model_a"], values["model_b"] = values["model_b"], values["model_a"]
-        records.append(record_type(**values))
+        record = record_type(**values)
+        try:
+            check_values(origin.role, record)  # refused here, the shard alone is quarantined, not its whole group
+        except InvalidInputError as e:
+            raise ShardError(where, f"line {lineno}: {e}") from e
+        records.append(record)
     return Shard(name, header, records)
 
 

@@ -8,6 +8,7 @@ forged. Nothing may be lost, duplicated, echoed back or imported unchecked.
 from __future__ import annotations
 
 import gzip
+import hashlib
 import threading
 import time
 from collections.abc import Callable
@@ -247,6 +248,34 @@ def test_a_tampered_shard_is_quarantined_and_nothing_of_it_imported(side: Remote
     saved = report.quarantined[0].saved_to
     assert saved is not None and (workspace(bob.root) / "quarantine").exists()
     assert Path(saved).read_bytes() == side.files()[victim]
+
+
+def test_a_well_formed_shard_with_a_value_the_store_refuses_is_quarantined_alone(
+    side: RemoteSide, make_store: MakeStore
+) -> None:
+    """A shard an older library pushed (before indexed text had a limit) is hashed and canonical, yet holds an
+    instruction_id the store refuses: it alone is quarantined; the shards fetched with it in one group come in."""
+    alice = make_store("alice")
+    fill(alice, completions(range(30)))
+    push(alice, side.new(), target_bytes=3_000)
+    victim = side.shard_paths(QWEN_FOLDER)[0]
+    content = gzip.decompress(side.files()[victim])
+    key = _keys_in_file(side.files()[victim])[0]
+    number = next(i for i, r in enumerate(completions(range(30))) if r.input_hash == key)
+    long_id = content.replace(f'"instruction_id":"{number}"'.encode(), f'"instruction_id":"{"x" * 1400}"'.encode(), 1)
+    assert long_id != content
+    forged = f"{QWEN_FOLDER}/shards/{hashlib.sha256(long_id).hexdigest()}.jsonl.gz"
+    side.write_raw(victim, None)
+    side.write_raw(forged, gzip.compress(long_id, mtime=0))
+
+    bob = make_store("bob")
+    report = fetch(bob, side.new())
+
+    assert [p.path for p in report.quarantined] == [forged] and report.failed == []
+    assert "instruction_id" in report.quarantined[0].reason
+    victim_keys = set(_keys_in_file(side.files()[forged]))
+    imported = {key for _, key in rows(bob)}
+    assert len(imported) == 30 - len(victim_keys) and not imported & victim_keys
 
 
 def test_a_shard_whose_header_disagrees_with_its_folder_is_quarantined(side: RemoteSide, make_store: MakeStore) -> None:
