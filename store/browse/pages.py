@@ -120,8 +120,17 @@ class JudgeVerdicts:
 
     @property
     def disagree(self) -> bool:
-        firsts = [v.favoured for v in (self.direct[:1] + self.reversed[:1]) if v.favoured is not None]
+        firsts = self._first_verdicts()
         return len(firsts) == 2 and firsts[0] != firsts[1]
+
+    @property
+    def agree(self) -> bool:
+        """Both orientations' first verdicts were found and favour the same model (no verdict agrees with nothing)."""
+        firsts = self._first_verdicts()
+        return len(firsts) == 2 and firsts[0] == firsts[1]
+
+    def _first_verdicts(self) -> list[str]:
+        return [v.favoured for v in (self.direct[:1] + self.reversed[:1]) if v.favoured is not None]
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,10 @@ from store import InvalidInputError, Store, text_logprobs
 from store.browse import browser as browser_module
 from store.browse.app import create_app
 from store.browse.browser import Browser
+from store.browse.render import SHOWN_CHARS
+from store.descriptor import input_hash, render_messages
 from store.settings import Settings
+from store.tables.records import JudgementRecord
 from tests.browse import demo
 
 LOCAL = "http://127.0.0.1:8765"
@@ -124,6 +127,51 @@ def test_the_battle_shows_both_answers_each_verdict_mapped_to_models_and_the_dis
         assert (p_first, p_second) == pytest.approx((p_a, p_b) if a == "tiny-a" else (p_b, p_a), rel=1e-9)
     agreeing = get(client, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
     assert "orientations agree" in agreeing and "orientations disagree" not in agreeing
+
+
+def test_a_battle_without_verdicts_claims_no_agreement_and_a_clipped_answer_says_so(tmp_path: Path) -> None:
+    """Judge texts with no verdict in either orientation agree on nothing; an answer longer than a page shows is
+    cut with the count of what was left out, as on the row page (its end was once dropped without a word)."""
+    store = Store(Settings(store_root=tmp_path), root=tmp_path)
+    question = [{"role": "user", "content": "Which is better?"}]
+    long_answer = "x" * SHOWN_CHARS + " THE END"
+    store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+        [demo.completion("tiny-a", "q1", question, long_answer, 0)]
+    )
+    store.database("completions", demo.TASK, demo.descriptor("tiny-b")).put_many(
+        [demo.completion("tiny-b", "q1", question, "Short.", 1)]
+    )
+    undecided = []
+    for orientation, (a, b) in (("direct", ("tiny-a", "tiny-b")), ("reversed", ("tiny-b", "tiny-a"))):
+        rendered = render_messages(demo.judge_prompt("Which is better?", a, b))
+        undecided.append(
+            JudgementRecord(
+                input_hash=input_hash(rendered),
+                input_text=rendered,
+                completion="I cannot tell.",
+                benchmark=demo.BENCH,
+                instruction_id="q1",
+                model_a=a,
+                model_b=b,
+                judge=demo.JUDGE,
+                orientation=orientation,
+                finish_reason="stop",
+                run_id="r",
+                created_by="t",
+                created_at=demo.T0,
+            )
+        )
+    store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(undecided)
+    store.close()
+
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q1")
+    reader.close()
+
+    assert html.count("No verdict found") == 2
+    assert "orientations agree" not in html and "orientations disagree" not in html
+    assert "THE END" not in html and "8 more characters not shown" in html
 
 
 def test_a_multi_turn_battle_shows_each_turn_with_each_models_answer(client: TestClient) -> None:
