@@ -54,13 +54,21 @@ def open_remote(
     token: str | None = None,
     settings: SyncSettings | None = None,
 ) -> Remote:
-    """The remote the arguments name (a repository or a folder, not both), else the settings (a folder first)."""
+    """The remote the arguments name (a repository or a folder, not both), else the settings (a folder first).
+
+    ``revision`` names a branch, tag or commit of a repository; a folder, which has none, refuses one.
+    """
     if repo is not None and directory is not None:
         raise InvalidInputError("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
     settings = settings or from_environment(SyncSettings)
     if directory is None and repo is None:
         directory, repo = settings.sync_dir, settings.hub_repo
     if directory is not None:
+        if revision is not None:  # a folder has one line of history: pushing "to a branch" would publish to all
+            raise InvalidInputError(
+                f"a folder remote has no branches or tags: --revision {revision} applies to a Hub repository "
+                "(--repo); use another folder for rows you do not want to share yet"
+            )
         return DirectoryRemote(directory)
     if repo is None:
         raise InvalidInputError(

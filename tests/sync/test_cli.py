@@ -420,3 +420,13 @@ def test_importing_the_cli_does_not_import_the_hub_client() -> None:
 def test_hub_is_a_command_group_of_the_judgestore_app() -> None:
     result = CliRunner().invoke(build_app(), ["hub", "push", "--help"], env={"COLUMNS": "200"})
     assert result.exit_code == 0 and "--create-repo" in result.stdout and "--model-id" in result.stdout
+
+
+def test_a_push_to_a_folder_with_a_revision_is_refused_and_sends_nothing(tmp_path: Path) -> None:
+    alice, shared = filled_store(tmp_path / "alice"), tmp_path / "shared"
+    shared.mkdir()
+
+    result = hub_cli("push", "--dir", str(shared), "--revision", "exp", "--all", "--json", "--store-root", str(alice))
+
+    assert result.exit_code == 1 and "no branches" in orjson.loads(result.stderr)["error"]
+    assert list(shared.iterdir()) == []

@@ -31,3 +31,13 @@ def test_a_repository_id_is_org_slash_name(repo: str) -> None:
 def test_one_remote_at_a_time(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputError, match="not both"):
         open_remote(repo="org/x", directory=tmp_path)
+
+
+def test_a_folder_remote_refuses_a_revision(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder has no branches: a push "to a branch" of it would publish into what every colleague fetches."""
+    with pytest.raises(InvalidInputError, match="no branches"):
+        open_remote(directory=tmp_path, revision="exp")
+    monkeypatch.setenv("JUDGESTORE_SYNC_DIR", str(tmp_path))
+    with pytest.raises(InvalidInputError, match="--revision exp"):
+        open_remote(revision="exp")
+    assert isinstance(open_remote(), DirectoryRemote)
