@@ -76,6 +76,11 @@ class Store:
         url: str | None = None,
         readonly: bool = False,
     ) -> None:
+        if settings is not None and not isinstance(settings, Settings):  # Store("path"): the first thing one types
+            raise TypeError(
+                f"Store's first argument is the Settings, got {type(settings).__name__} {settings!r:.80}; "
+                "name a folder with Store(root=...) or a server with Store(url=...)"
+            )
         self.settings = settings or from_environment(Settings)
         self.readonly = readonly
         self.storage: Storage = open_storage(self.settings, root=root, url=url, readonly=readonly)

@@ -469,3 +469,13 @@ def test_delete_within_selected_databases_only(filled: Path, settings: Settings)
     assert [(e.location.role, e.rows) for e in plan] == [("judgements", 1)]
     delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
     assert sum(1 for _ in query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == 2
+
+
+@pytest.mark.parametrize("where", ["some/folder", Path("some/folder")])
+def test_a_path_given_as_the_settings_is_a_type_error_naming_root(
+    where: str | Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(TypeError, match=r"Store\(root=\.\.\.\)"):
+        Store(where)  # type: ignore[arg-type]
+    assert list(tmp_path.iterdir()) == []  # nothing created, neither the folder nor the default store
