@@ -213,6 +213,17 @@ class ClaimTable(ABC):
         )
         return max(result.rowcount, 0)
 
+    def release(self, keys: Sequence[str], holder: str) -> int:
+        """Give back ``holder``'s live leases of ``keys`` (not failure marks, nor leases taken over): claimable at
+        once by another job. How many."""
+        result = self.conn.execute(
+            update(CLAIMS)
+            .where(self._keys_in(CLAIMS.c.input_hash), CLAIMS.c.holder == holder, CLAIMS.c.failed.is_(None))
+            .values(holder=None, deadline=None, updated_at=self.now()),
+            {"keys": self._keys(keys)},
+        )
+        return max(result.rowcount, 0)
+
     def finish(self, done: Sequence[str], failed: Mapping[str, str], holder: str, lease_seconds: float) -> None:
         """Delete the claims of ``done`` inputs whose rows are stored; mark ``failed`` ones until the lease ends.
 

@@ -21,7 +21,9 @@ Contract:
   still waiting included) until half a lease after it ended; by then a live
   holder has renewed. A job at work renews every third of a lease, so it
   sees every lock long enough to end a live lease.
-* A holder :meth:`~WorkQueue.renew` s its leases while it works and
+* A holder :meth:`~WorkQueue.renew` s its leases while it works,
+  :meth:`~WorkQueue.release` s those it will not finish when it stops
+  (Ctrl-C, a failure: the others take them at once, not a lease later), and
   :meth:`~WorkQueue.finish` es a block once its rows are written: the claims
   of stored inputs are deleted, and a failed input keeps a failure mark (its
   error, for the other jobs to report) until its lease ends. A late result
@@ -92,6 +94,10 @@ class WorkQueue:
 
     def renew(self) -> int:
         return self._write(lambda table: table.renew(self.holder, self.lease_seconds))
+
+    def release(self, keys: Sequence[str]) -> int:
+        """Give back this job's leases of ``keys`` it will not finish (it stops): the others take them at once."""
+        return self._write(lambda table: table.release(keys, self.holder)) if keys else 0
 
     def finish(self, done: Sequence[str], failed: Mapping[str, str] | None = None) -> None:
         """The block's rows are written (``done``), and ``failed`` inputs failed with these errors."""

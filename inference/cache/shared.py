@@ -18,8 +18,10 @@ Contract:
   call's own ``max_concurrency=`` if lower), since a smaller block would
   leave it part idle for as long as a full one.
 * A claim is a lease of ``JUDGESTORE_LEASE_SECONDS`` (renewed every third
-  of it by a thread while the job works). A job that dies loses its leases
-  when they expire and the others take the inputs over; only the inputs that
+  of it by a thread while the job works). A job interrupted (Ctrl-C) or
+  failed gives back the leases of its block when it stops, so the others (or
+  the same command run again) take them at once. A job that dies loses its
+  leases when they expire and the others take the inputs over; only the inputs that
   were in flight in the dead job are asked for twice, and a late result for a
   lease that was taken over is never written twice (rows are inserted
   ignoring duplicates: ``rows_written`` counts what this job actually
@@ -42,6 +44,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import math
@@ -58,6 +61,7 @@ from store.claims import WorkQueue
 from store.errors import (
     DatabaseBusyError,
     InvalidInputError,
+    JudgestoreError,
     RequestRefusedError,
     ServerBusyError,
     ServerUnavailableError,
@@ -265,8 +269,11 @@ def _generate_shared(
                 got = _patiently(generate_block, patience)
             except BaseException:
                 # Interrupted (Ctrl-C) or failed mid-block: what it generated of the block first is its share too
-                # (its rows are stored); the rest goes to the others once its leases end.
+                # (its rows are stored); the rest is given back, for the others (or this command run again) to take
+                # at once rather than a lease later. Given back only if the store answers: else the leases end.
                 share.in_flight = min(len(block), run.generated + len(run.failed) - before)
+                with contextlib.suppress(JudgestoreError):
+                    queue.release(block)
                 raise
             own.update(got)
             errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}

@@ -240,6 +240,35 @@ def test_a_job_that_fails_mid_batch_records_only_its_share_of_the_misses(
     assert (totals.runs, totals.misses, totals.generated, totals.rows_written) == (2, N, N, N)
 
 
+class InterruptedStream(FailingStream):
+    """Ctrl-C in its second block, after ``before_failing`` generations of it."""
+
+    def generate_stream(self, requests: Sequence[EngineRequest]) -> Iterator[Arrival]:
+        try:
+            yield from super().generate_stream(requests)
+        except RuntimeError:
+            raise KeyboardInterrupt from None
+
+
+def test_an_interrupted_job_gives_its_leases_back_so_a_rerun_need_not_wait_for_them(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    """Ctrl-C kept the block's leases for a whole lease (120 s by default): the same command run again, and every
+    other job, waited that long for inputs nobody was generating."""
+    interrupted = job(store_root, descriptor, InterruptedStream(before_failing=2), lease=600.0)
+    requests = [ask(i) for i in range(N)]
+    with pytest.raises(KeyboardInterrupt):
+        interrupted.complete(requests)
+    database = interrupted.store.database("completions", "t", descriptor)  # type: ignore[union-attr]
+    summary = claims_summary(database)
+    assert (summary.leased, summary.jobs, summary.stale) == (0, 0, 0) and summary.waiting == N - 6
+
+    rerun = job(store_root, descriptor, SlowBackend(seconds=0.0), lease=600.0)
+    responses = rerun.complete(requests)  # before the fix: waited 600 s for the 2 leases of the cut block
+    assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(N)]
+    assert responses.run.generated == N - 6  # type: ignore[union-attr]
+
+
 def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: ModelDescriptor) -> None:
     early, late = SlowBackend(seconds=0.2), SlowBackend(seconds=0.2)
     models = [job(store_root, descriptor, early), job(store_root, descriptor, late)]

@@ -87,6 +87,20 @@ def test_a_lease_past_its_deadline_is_taken_over_and_renewing_keeps_it(database:
     assert dead.renew() == 0  # taken over: the dead job renews nothing
 
 
+def test_leases_given_back_are_claimable_at_once_and_nothing_else_is_touched(database: Database) -> None:
+    stopping, other = WorkQueue(database, holder="stopping", lease_seconds=600), WorkQueue(database, holder="other")
+    stopping.join(KEYS[:6])
+    assert stopping.claim(KEYS[:6], 3) == KEYS[:3] and other.claim(KEYS[:6], 1) == [KEYS[3]]
+    stopping.finish([], {KEYS[2]: "RequestRefusedError: too long"})
+
+    assert stopping.release(KEYS[:4]) == 2  # its live leases only: not its failure mark, not the other's lease
+
+    summary = claims_summary(database)
+    assert (summary.leased, summary.failed, summary.waiting) == (1, 1, 4)
+    assert other.claim(KEYS[:6], 6) == [KEYS[0], KEYS[1], KEYS[4], KEYS[5]]  # long before the 600 s lease ends
+    assert stopping.renew() == 0
+
+
 def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database: Database) -> None:
     a, b = WorkQueue(database, holder="a", lease_seconds=1.0), WorkQueue(database, holder="b")
     a.join(KEYS[:2])
