@@ -139,8 +139,9 @@ class LegacyDescriptorMapper:
             descriptor, spec, assumed_notes = map_legacy_descriptor(
                 metadata, model=current, assumed=self.assumed_settings
             )
-        except LegacyMappingError as e:
-            return Attribution(None, reason=str(e))
+            descriptor.sha256()  # a value no key can hold (an integer over 64 bits): this source fails, alone
+        except InvalidInputError as e:  # LegacyMappingError among them
+            return Attribution(None, reason=f"the legacy descriptor cannot be mapped: {e}")
         today = datetime.now(UTC).date().isoformat()
         assumptions = [
             f"legacy cache recorded no revision or chat template for {metadata.model!r}; both were resolved from "

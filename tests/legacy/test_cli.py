@@ -203,6 +203,30 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
     assert any(note.endswith("run: " + shlex.join(command)) for note in source["notes"])  # --json carries it whole
 
 
+def test_a_legacy_setting_no_key_can_hold_fails_its_source_alone(tiny_model: Path, tmp_path: Path) -> None:
+    """An integer over 64 bits in a legacy metadata.json (the legacy hash, of stdlib JSON, takes it): that source
+    is reported, the others are imported; it once stopped the whole import with a traceback."""
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    text = b.rendered_messages([{"role": "user", "content": "hi"}])
+    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "t",
+           "instruction_id": "0", "model": "tiny", "pushed_by": "u", "pushed_at": "2026-01-01",
+           "run_id": "r"}  # fmt: skip
+    for task, max_tokens in (("huge", 10**30), ("fine", 8)):
+        metadata = b.s3_metadata(str(tiny_model), {"max_tokens": max_tokens, "temperature": 0})
+        b.create_db(b.legacy_folder(legacy, "completions", task, "VLLM", str(tiny_model), metadata) / "completions.db",
+                    b.S4C_DDL, [row])  # fmt: skip
+
+    result = judgestore("import", str(legacy), "--store-root", str(root), "--assume-current-model", str(tiny_model),
+                        "--json")  # fmt: skip
+
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    report = orjson.loads(result.stdout)
+    assert report["totals"]["imported"] == 1 and report["totals"]["unattributed"] == 1
+    (huge,) = [s for s in report["sources"] if "/huge/" in s["path"]]
+    assert "64-bit" in huge["error"]
+    assert [loc.task for loc in walk(root)] == ["fine"]
+
+
 def test_on_a_core_install_the_note_says_vllm_is_not_installed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Without vLLM (a core install) the import note names what to install, never 'this machine has None'."""
     import inference.legacy.mapper
