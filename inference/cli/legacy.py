@@ -25,7 +25,6 @@ Contract:
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
-import orjson
 import typer
 from rich.console import Console
 from rich.text import Text
@@ -40,6 +39,7 @@ from store.cli.common import (
     quantity,
     stderr,
     stdout,
+    to_json,
     writable_output,
 )
 from store.cli.options import JsonOutput, grouped, store_settings
@@ -278,7 +278,7 @@ def import_command(
         _interrupted(getattr(e, "import_report", None), len(result.detections), dry_run, report_path, json_output)
     payload: dict[str, Any] = report.as_dict()
     if report_path is not None:
-        report_path.write_bytes(orjson.dumps(payload, option=orjson.OPT_INDENT_2) + b"\n")
+        report_path.write_text(to_json(payload) + "\n", encoding="utf-8")  # as --json writes it: any path
     if json_output:
         emit_json(payload)
     else:

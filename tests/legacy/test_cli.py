@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -133,6 +134,25 @@ def test_a_source_of_exactly_one_chunk_of_rows_ends_with_its_report(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout)["totals"]["imported"] == DEFAULT_CHUNK_SIZE
     assert orjson.loads(report_file.read_bytes())["totals"]["imported"] == DEFAULT_CHUNK_SIZE
+
+
+def test_a_report_of_a_source_whose_path_is_not_utf8_is_written(tmp_path: Path) -> None:
+    """The report names each source by its path; one of bytes that are not UTF-8 once crashed its writing, after
+    the import, with no report left. It is written as --json writes it, with the bytes as escapes."""
+    legacy, root, report_file = tmp_path / "legacy", tmp_path / "store", tmp_path / "report.json"
+    odd = os.fsdecode(b"caches-\xff\xfe")
+    rows = [{"benchmark": "b", "instruction_id": "0", "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": "Compare", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}]  # fmt: skip
+    b.create_db(legacy / odd / "cache" / "db" / "b" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge").model_dump_json())
+
+    result = judgestore("import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file),
+                        "--task", "b", "--report", str(report_file), "--json")  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    report = json.loads(report_file.read_text(encoding="utf-8"))
+    assert report["totals"]["imported"] == 1 and odd in report["sources"][0]["path"]
 
 
 def test_usage_errors_name_the_option(tmp_path: Path) -> None:
