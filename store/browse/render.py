@@ -9,8 +9,10 @@ Contract:
   ``&lt;script&gt;``; links keep only the schemes markdown-it allows (no
   ``javascript:``) and open nothing by themselves; images are not rendered
   (a stored ``![](http://...)`` would make the browser fetch a URL the
-  prompt chose), their markdown stays as text. Code blocks are ``<pre><code>``,
-  escaped. Its output is the only HTML the templates insert unescaped.
+  prompt chose), their markdown stays as text (neither image nor link).
+  Code blocks are ``<pre><code>``, escaped. Text nested deeper than
+  markdown-it's limit (which drops the rest) is shown whole, escaped, in a
+  ``<pre>``. Its output is the only HTML the templates insert unescaped.
 * :func:`messages` reads a rendered input (``{"type":"messages",...}`` or
   ``{"type":"text",...}``, :mod:`store.descriptor`) back into turns; a value
   that is neither is shown whole as one turn.
@@ -37,11 +39,20 @@ SHOWN_CHARS = 200_000  # the most of one text a page shows
 SNIPPET_CHARS = 160
 
 
+_MAX_NESTING = 20  # markdown-it's own limit (CommonMark preset): what is nested deeper is dropped
+
+
 @functools.cache
 def _parser() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False})
+    md = MarkdownIt("commonmark", {"html": False, "linkify": False, "typographer": False, "maxNesting": _MAX_NESTING})
     md.enable(["table", "strikethrough"])
-    md.disable("image")
+
+    def image(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
+        # Never an <img>: the browser would fetch a URL the stored text chose. Its markdown stays text.
+        token = tokens[idx]
+        return str(Markup("![{}]({})").format(token.content, token.attrGet("src") or ""))
+
+    md.add_render_rule("image", image)
 
     def link_open(renderer: Any, tokens: Any, idx: int, options: Any, env: Any) -> str:
         tokens[idx].attrSet("rel", "nofollow noopener noreferrer")
@@ -53,7 +64,13 @@ def _parser() -> MarkdownIt:
 
 def markdown(text: str) -> Markup:
     """``text`` rendered as markdown, every piece of raw HTML escaped (see the module docstring)."""
-    return Markup(_parser().render(text))
+    parser = _parser()
+    tokens = parser.parse(text)
+    if any(token.level >= _MAX_NESTING - 1 for token in tokens):
+        # markdown-it drops, without a word, what is nested deeper than its limit (a list ten levels deep, a
+        # quote of twenty '>'): the text is shown as it is stored instead.
+        return Markup('<pre class="text">{}</pre>').format(text)
+    return Markup(parser.renderer.render(tokens, parser.options, {}))
 
 
 @dataclass(frozen=True, slots=True)

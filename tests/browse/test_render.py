@@ -23,6 +23,19 @@ def test_markdown_renders_code_tables_and_safe_links_only() -> None:
     assert '<a href="https://example.org" rel="nofollow noopener noreferrer">ok</a>' in html
     assert "javascript:" not in html.split("[bad]")[0] and 'href="javascript' not in html
     assert "<img" not in html  # a stored image would make the browser fetch the URL a prompt chose
+    assert "![pic](http://tracker.example/p.png)" in html and 'tracker.example/p.png"' not in html  # text, no link
+
+
+def test_text_nested_deeper_than_the_parser_goes_is_shown_whole() -> None:
+    """markdown-it drops, silently, what is nested deeper than its limit: such text is shown as stored."""
+    deep_list = "".join("  " * i + f"- step{i}\n" for i in range(12))
+    deep_quote = ">" * 30 + " the <b>quote</b>"
+    for text in (deep_list, deep_quote):
+        html = markdown(text)
+        assert html.startswith('<pre class="text">') and "<b>" not in html
+    assert all(f"step{i}" in markdown(deep_list) for i in range(12))
+    assert "the &lt;b&gt;quote&lt;/b&gt;" in markdown(deep_quote)
+    assert "<ul>" in markdown("- a\n  - b\n    - c\n")  # nesting markdown-it renders stays markdown
 
 
 def test_inputs_read_back_as_turns() -> None:
