@@ -174,6 +174,28 @@ def test_a_battle_without_verdicts_claims_no_agreement_and_a_clipped_answer_says
     assert "THE END" not in html and "8 more characters not shown" in html
 
 
+def test_a_row_with_an_empty_instruction_id_gets_no_link_that_would_name_another(tmp_path: Path) -> None:
+    """The links drop empty parameters: an empty id's battle link asked for no instruction (a 400), and its
+    instruction link listed every row."""
+    store = Store(Settings(store_root=tmp_path), root=tmp_path)
+    question = [{"role": "user", "content": "Hi"}]
+    store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+        [
+            demo.completion("tiny-a", "", question, "Hello.", 0),
+            demo.completion("tiny-a", "q2", [question[0] | {"content": "Yo"}], "Hey.", 1),
+        ]
+    )
+    store.close()
+
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        html = get(client, "/rows")
+    reader.close()
+
+    assert html.count('class="row-link hash"') == 2
+    assert html.count('class="battle-link"') == 1 and html.count('class="instruction"') == 1  # q2's only
+
+
 def test_a_multi_turn_battle_shows_each_turn_with_each_models_answer(client: TestClient) -> None:
     html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="02-multi")
     turns = html.split('class="round"')[1:]
