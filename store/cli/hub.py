@@ -30,6 +30,7 @@ from store.cli.common import (
     interrupted,
     location_cells,
     location_table,
+    no_databases,
     progress_bars,
     quantity,
     stdout,
@@ -181,10 +182,13 @@ def push_command(
                               progress=progress)  # fmt: skip
         except KeyboardInterrupt as e:
             _push_interrupted(getattr(e, "push_report", None), remote.url, json_output)
+        selected = bool(report.folders or report.unchanged or store.select(selector))
+        if not selected:  # a mistyped --task: say that nothing was selected, not that the remote has it all
+            no_databases(store, json_output, selector)
     if json_output:
         emit_json(report.as_dict())
     else:
-        _render_push(report)
+        _render_push(report, selected)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -208,7 +212,7 @@ def _push_interrupted(report: "PushReport | None", remote: str, json_output: boo
     interrupted(message, json_output, remote=remote, shards_pushed=shards, rows_pushed=rows, commits=commits)
 
 
-def _render_push(report: "PushReport") -> None:
+def _render_push(report: "PushReport", selected: bool) -> None:
     out = stdout()
     if (branch := report.created_branch) is not None:
         made = "Would create" if report.dry_run else "Created"
@@ -229,7 +233,7 @@ def _render_push(report: "PushReport") -> None:
             + (f"; {report.recovered} shards of an interrupted push confirmed" if report.recovered else "")
         )
         out.print(table)
-    elif not report.problems:
+    elif not report.problems and selected:
         recovered = f" ({report.recovered} shards of an interrupted push confirmed)" if report.recovered else ""
         out.print(f"Nothing to push to {report.remote}: it has every selected row{recovered}.")
     _problems("Not pushed", {"not pushed": report.problems})

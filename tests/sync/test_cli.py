@@ -430,3 +430,15 @@ def test_a_push_to_a_folder_with_a_revision_is_refused_and_sends_nothing(tmp_pat
 
     assert result.exit_code == 1 and "no branches" in orjson.loads(result.stderr)["error"]
     assert list(shared.iterdir()) == []
+
+
+def test_a_push_whose_selection_matches_no_database_says_so(tmp_path: Path) -> None:
+    """A mistyped --task was answered "it has every selected row", as if the remote held them."""
+    alice, shared = filled_store(tmp_path / "alice"), tmp_path / "shared"
+    shared.mkdir()
+
+    result = hub_cli("push", "--dir", str(shared), "--task", "no-such-task", "--store-root", str(alice))
+
+    assert result.exit_code == 0 and "every selected row" not in result.stdout
+    assert "No database in" in result.stderr and "--task no-such-task" in result.stderr
+    assert list(shared.iterdir()) == []
