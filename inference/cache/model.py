@@ -114,6 +114,7 @@ from store.errors import CacheMissError, InvalidInputError, JudgestoreError, Req
 from store.layout import Selector
 from store.roles import Role
 from store.runs import record_run
+from store.schema import DatabaseState
 from store.settings import from_environment
 from store.tables.records import Record
 from store.tables.row_checks import gc_paused
@@ -394,8 +395,11 @@ class CachedModel:
         if database is not None:
             return replace(plan, stored_rows=database.count())
         mine = Selector.of(plan.role, self.task, self.descriptor)
-        others = self.store.select(replace(mine, descriptor=None))
-        return replace(plan, other_descriptors=len(others))
+        # A database known to hold no row (a run that failed before it wrote one) stores nothing to miss.
+        others = self.store.infos(self.store.select(replace(mine, descriptor=None)))
+        return replace(
+            plan, other_descriptors=sum(info.rows != 0 and info.state is not DatabaseState.EMPTY for info in others)
+        )
 
     def _record_run(self, plan: Plan, started_at: datetime, last: CallStats) -> None:
         """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""

@@ -499,6 +499,13 @@ def test_a_plan_says_when_misses_are_unexpected(store: Store, descriptor: ModelD
         elsewhere.complete([ask(0)])
     assert elsewhere.last.plan is not None and elsewhere.last.plan.other_descriptors == 1
     assert "1 other descriptor of this model and task" in str(elsewhere.last.plan.miss_note())
+    # a database created by a run that failed before writing a row stores nothing: no surprise to point at
+    unwritten = descriptor.model_copy(update={"sampling": descriptor.sampling.model_copy(update={"top_p": 0.5})})
+    store.database("completions", "t", unwritten)
+    again = model(store, other, CountingBackend(), mode="replay")
+    with pytest.raises(CacheMissError):
+        again.complete([ask(0)])
+    assert again.last.plan is not None and again.last.plan.other_descriptors == 1
     assert fresh.miss_note() is None  # plan() alone does not look further; an empty store is no surprise either
     assert model(store, descriptor, CountingBackend()).last.plan is None
 
