@@ -164,6 +164,11 @@ class JudgeFigures:
     confidence_bins: list[int] = field(default_factory=lambda: [0] * CONFIDENCE_BINS)
 
     @property
+    def from_text(self) -> int:
+        """Verdicts read from the judge's text (a verdict found, but not at a stored logprob)."""
+        return self.slot_a_wins + self.slot_b_wins - self.from_logprobs
+
+    @property
     def slot_a_rate(self) -> float | None:
         decided = self.slot_a_wins + self.slot_b_wins
         return self.slot_a_wins / decided if decided else None

@@ -167,8 +167,10 @@ def test_a_battle_without_verdicts_claims_no_agreement_and_a_clipped_answer_says
     reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
     with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
         html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q1")
+        judge = " ".join(get(client, "/judges", judge=demo.JUDGE).split())
     reader.close()
 
+    assert "0 verdicts read from the stored logprobs, 0 from the text, 2 with no verdict found." in judge
     assert html.count("No verdict found") == 2
     assert "orientations agree" not in html and "orientations disagree" not in html
     assert "THE END" not in html and "8 more characters not shown" in html

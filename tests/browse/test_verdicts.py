@@ -95,7 +95,7 @@ def test_a_judges_figures_count_wins_by_model_position_bias_and_agreement() -> N
     xy, xz = figures.pairs[("x", "y")], figures.pairs[("x", "z")]
     assert (xy.first_wins, xy.second_wins, xy.no_verdict, xy.judged) == (3, 1, 1, 5)
     assert (xz.first_wins, xz.second_wins) == (0, 1)
-    assert figures.from_logprobs == 4
+    assert (figures.from_logprobs, figures.from_text) == (4, 1)  # 6 rows: 4 at a logprob, 1 from the text, 1 none
     assert sum(figures.confidence_bins) == 4 and figures.confidence_bins[9] == 1 and figures.confidence_bins[6] == 3
 
 
