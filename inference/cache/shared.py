@@ -21,11 +21,11 @@ Contract:
   of it by a thread while the job works). A job interrupted (Ctrl-C) or
   failed gives back the leases of its block when it stops, so the others (or
   the same command run again) take them at once. A job that dies loses its
-  leases when they expire and the others take the inputs over; only the inputs that
-  were in flight in the dead job are asked for twice, and a late result for a
-  lease that was taken over is never written twice (rows are inserted
-  ignoring duplicates: ``rows_written`` counts what this job actually
-  stored).
+  leases when they expire and the others take the inputs over; only the
+  inputs that were in flight in the dead job are asked for twice, and a late
+  result for a lease that was taken over is never written twice (rows are
+  inserted ignoring duplicates: ``rows_written`` counts what this job
+  actually stored).
 * The job returns when every input of the batch is stored (or failed: an
   input a job failed is reported by every job while its failure mark lasts,
   and tried again by a job that has not tried it once the mark ends). Every
