@@ -111,6 +111,7 @@ from inference.requests import CompletionRequest, JudgementRequest, Request, Res
 from store import Settings, Store
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
+from store.interrupts import carrying
 from store.layout import Selector
 from store.roles import Role
 from store.runs import record_run
@@ -359,12 +360,13 @@ class CachedModel:
         with gc_paused():
             results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}
         try:
-            if plan.missing and self.shared:
-                from inference.cache.shared import generate_shared
+            with carrying("call_stats", run):  # a Ctrl-C carries what this call wrote (its ``written``), for the CLI
+                if plan.missing and self.shared:
+                    from inference.cache.shared import generate_shared
 
-                results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
-            elif plan.missing:
-                results.update(self._generate(role, requests, plan.missing, on_progress, run))
+                    results.update(generate_shared(self, role, requests, plan.missing, on_progress, run))
+                elif plan.missing:
+                    results.update(self._generate(role, requests, plan.missing, on_progress, run))
         except BaseException:
             # Interrupted or failed: the rows it wrote are kept, so their cost is recorded too (else a rerun
             # would count them as saved without any run having spent them). The original error is what raises.

@@ -20,7 +20,6 @@ Contract:
 """
 
 import sys
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -28,6 +27,7 @@ import orjson
 import typer
 
 from inference.backends.vllm.engine_logs import quiet_engine
+from inference.cache.accounting import CallStats
 from inference.cache.plan import Plan
 from inference.cli.options import RUN_PANEL, RunOptions, VerboseOption, model_spec, run_options
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
@@ -35,7 +35,7 @@ from inference.judging import OrientationsChoice
 from inference.requests import Request
 from inference.run import RunResult, run_requests
 from inference.spec import HostedSpec, ModelSpec
-from store import Settings, Store
+from store import Settings
 from store.cli.common import (
     command_errors,
     emit_json,
@@ -47,9 +47,7 @@ from store.cli.common import (
     writable_output,
 )
 from store.cli.options import JsonOutput, grouped, store_settings
-from store.errors import JudgestoreError
 from store.roles import Role
-from store.tables.filters import RowFilter
 
 
 def register(app: typer.Typer) -> None:
@@ -85,11 +83,10 @@ def _run(
     err = stderr()
     if not verbose:
         quiet_engine()
-    started = datetime.now(UTC)
     try:
         result = _run_with_progress(spec, requests, role, run, settings, json_output)
-    except KeyboardInterrupt:
-        _interrupted(spec, role, run, settings, started, json_output)
+    except KeyboardInterrupt as e:
+        _interrupted(e, run, json_output)
     # The rows are stored by now: a rerun of the same command is all hits and writes them again.
     rerun = "the rows are stored, so running the same command again writes them from the store"
     with output_file(run.output, "the results", after=rerun) as out:
@@ -146,30 +143,22 @@ def _run_with_progress(
     return result
 
 
-def _interrupted(
-    spec: ModelSpec | HostedSpec, role: Role, run: RunOptions, settings: Settings, started: datetime, json_output: bool
-) -> NoReturn:
-    """Ctrl-C: say what the run kept (its rows are those of its run id written since it started); exit 130."""
-    kept: int | None = 0
-    if run.mode in ("use", "refresh"):
-        try:
-            with Store(settings, readonly=True) as store:
-                database = store.find(role, run.task, spec.descriptor)
-                this_run = RowFilter(run_id=settings.run_id, created_after=started)
-                kept = 0 if database is None else database.count(this_run)
-        except JudgestoreError:
-            kept = None
+def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: bool) -> NoReturn:
+    """Ctrl-C: say how many rows the run kept (the rows its call wrote, carried by the interrupt); exit 130.
+
+    Counted by the call, not by the run id in the store: jobs that share a run id (one SLURM job's processes) write
+    rows of the same id at the same time. An interrupt before the call wrote anything carries nothing: no row.
+    """
     # refresh regenerates every input, so only mode use finishes an interrupted refresh
     again = "running the same command again" if run.mode == "use" else "running it again with --mode use"
     if run.mode not in ("use", "refresh"):
-        message = f"interrupted; mode {run.mode} writes no rows, so nothing was stored"
-    elif kept is None:
-        message = f"interrupted; the rows stored before it are kept, and {again} generates only the rest"
-    else:
-        message = (
-            f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and {again} "
-            "generates only the rest"
-        )
+        interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored", json_output, rows_kept=0)
+    call: CallStats | None = getattr(interrupt, "call_stats", None)
+    kept = 0 if call is None else call.written
+    message = (
+        f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and {again} "
+        "generates only the rest"
+    )
     interrupted(message, json_output, rows_kept=kept)
 
 

@@ -302,6 +302,39 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     assert (summary["hits"], summary["misses"]) == (kept, 40 - kept)  # the rows it said it kept are the hits
 
 
+def test_ctrl_c_counts_the_rows_this_call_wrote_not_those_of_other_jobs_with_the_same_run_id(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Jobs sharing a run id (one SLURM job's processes) write rows of that id at once: the count is the call's own
+    (was: every row of the run id written since the run started)."""
+    from datetime import UTC, datetime
+
+    from inference.cache.generate import Writer
+    from tests.factories import completion_record
+
+    real_write = Writer.write
+    writes = []
+
+    def write_then_another_job_writes_then_ctrl_c(self: Writer, *args: Any, **kwargs: Any) -> None:
+        real_write(self, *args, **kwargs)
+        writes.append(args)
+        if len(writes) == 2:
+            assert self.database is not None
+            now = datetime.now(UTC)
+            others = [completion_record(100 + i, model="fake-judge", run_id="job-7", created_at=now) for i in range(3)]
+            assert self.database.put_many(others) == 3  # another job's rows, same run id, same database
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Writer, "write", write_then_another_job_writes_then_ctrl_c)
+    monkeypatch.setenv("JUDGESTORE_RUN_ID", "job-7")
+    result = generate(openai_server, chat_prompts, tmp_path / "out.jsonl", "--chunk-size", "1",
+                      "--max-concurrency", "1", "--json")  # fmt: skip
+    assert result.exit_code == 130, result.output
+    error = orjson.loads(result.stderr.splitlines()[-1])
+    assert error["type"] == "Interrupted" and error["rows_kept"] == 2, error
+    assert "this run stored 2 rows before it stopped" in error["error"]
+
+
 def test_json_with_results_on_stdout_puts_the_summary_on_stderr(
     openai_server: FakeOpenAI, chat_prompts: Path, store_root: Path
 ) -> None:
