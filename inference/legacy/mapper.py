@@ -45,7 +45,7 @@ from store.errors import InvalidInputError, LegacyMappingError
 from store.legacy.detect import Detection
 from store.legacy.importer import Attribution
 from store.legacy.metadata import MetadataForm, check_metadata_folder
-from store.roles import ROLES
+from store.roles import ROLES, Role
 
 
 def parse_assumed_models(values: Sequence[str]) -> dict[str, str]:
@@ -162,26 +162,27 @@ class LegacyDescriptorMapper:
                 f"rows were produced by vLLM {descriptor.backend_version}; this machine has {installed}: a live run "
                 "here computes another descriptor and will not hit them (a different engine may change outputs)"
             )
-            notes += self._adopt_notes(detection, spec, descriptor, installed)
+            adopt = self._adopt_notes(detection, spec, descriptor, installed)
+            return Attribution(descriptor, tuple(assumptions), notes=tuple(notes), role_notes=tuple(adopt))
         return Attribution(descriptor, tuple(assumptions), notes=tuple(notes))
 
     def _adopt_notes(
         self, detection: Detection, spec: ModelSpec, descriptor: ModelDescriptor, installed: str | None
-    ) -> list[str]:
-        """The ``judgestore adopt`` command for each role of the source (S2 sources hold both)."""
+    ) -> list[tuple[Role, str]]:
+        """The ``judgestore adopt`` command for each role of the source (S2 sources may hold both), by role: the
+        importer keeps those of the roles it found rows of."""
         task = detection.tree.task if detection.tree is not None else self.task
         if task is None:
             return []  # the importer skips the source: no task
-        notes = []
+        notes: list[tuple[Role, str]] = []
         for role in (detection.role,) if detection.role is not None else ROLES:
             try:
                 command = adopt_command_line(spec, role=role, task=task, source=descriptor.hash16())
             except InvalidInputError as e:
-                notes.append(f"to use them with vLLM {installed}, audit and adopt them from Python: {e}")
+                notes.append((role, f"to use them with vLLM {installed}, audit and adopt them from Python: {e}"))
                 continue
-            notes.append(
-                f"to audit {role} with vLLM {installed} and adopt them if they come out the same, run: {command}"
-            )
+            audit = f"to audit {role} with vLLM {installed} and adopt them if they come out the same, run: {command}"
+            notes.append((role, audit))
         return notes
 
     def __call__(self, detection: Detection) -> Attribution:

@@ -42,6 +42,7 @@ from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.report import ImportReport, SourceReport
 from store.legacy.writer import ChunkedWriter
+from store.roles import Role
 from store.store import Store
 
 DEFAULT_CHUNK_SIZE = 1000
@@ -64,6 +65,8 @@ class Attribution:
     reason: str = ""  # why ``descriptor`` is None
     failed: bool = False  # None because the source is bad (a failure), not because something was not given (a skip)
     notes: tuple[str, ...] = ()
+    # Notes for one role only (the command that adopts that role's rows): kept only if the source has rows of it.
+    role_notes: tuple[tuple[Role, str], ...] = ()
 
 
 Resolver = Callable[[Detection], Attribution]
@@ -141,7 +144,8 @@ class SourceImporter:
             shape = "one user message" if descriptor.input_mode == "chat" else "a text prompt"
             assumptions.append(f"{detection.variant} rows stored their judge prompt as plain text; imported as {shape}")
         report.assumptions = assumptions
-        self._rows(detection, report, task, descriptor, tuple(assumptions), index, total_sources)
+        roles = self._rows(detection, report, task, descriptor, tuple(assumptions), index, total_sources)
+        report.notes.extend(note for role, note in attribution.role_notes if role in roles)
 
     def _importable(self, detection: Detection, report: SourceReport) -> bool:
         """Whether the detection is a source to read rows from; if not, all its rows are accounted for here."""
@@ -170,9 +174,11 @@ class SourceImporter:
         assumptions: tuple[str, ...],
         index: int,
         total_sources: int,
-    ) -> None:
+    ) -> set[Role]:
+        """Import the source's rows (each accounted for in ``report``); the roles of the rows it turned into records."""
         fallback = datetime.fromtimestamp(detection.path.stat().st_mtime, UTC)
         done = 0
+        roles: set[Role] = set()
         try:
             for row in iter_rows(detection, self.options.inputs, fallback_time=fallback.isoformat()):
                 done += 1
@@ -194,6 +200,7 @@ class SourceImporter:
                         assumptions=assumptions,
                         report=report,
                     )
+                    roles.add(row.role)
                 if done % self.options.chunk_size == 0:
                     self._progress(detection.path, index, total_sources, done, report.rows)
         except (OSError, DataFrameError, JudgestoreError, sqlite3.DatabaseError) as e:
@@ -201,12 +208,13 @@ class SourceImporter:
             # Every row without an outcome yet (the one being handled, and those never read) failed.
             unaccounted = max(report.rows - report.accounted(), 0)
             report.fail_source(f"stopped after {done} rows: {e}", reason=f"not imported: {e}", count=unaccounted)
-            return
+            return roles
         self.writer.flush(report)
         if done != report.rows:  # a file that changed while it was read
             report.note(f"expected {report.rows} rows and read {done}")
             report.rows = done
         self._progress(detection.path, index, total_sources, done, report.rows)
+        return roles
 
     def _progress(self, path: Path, index: int, sources: int, done: int, total: int) -> None:
         if self.on_progress is not None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -221,6 +223,43 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
                        "--dry-run", "--json")  # fmt: skip
     (source,) = orjson.loads(again.stdout)["sources"]
     assert any(note.endswith("run: " + shlex.join(command)) for note in source["notes"])  # --json carries it whole
+
+
+def test_an_s2_source_gets_the_adopt_command_only_of_the_roles_it_holds(tiny_model: Path, tmp_path: Path) -> None:
+    """S2 files hold both roles per row: one holding only completions was told to adopt judgements too (a command
+    that finds no rows)."""
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    metadata = {
+        "descriptor_schema_version": "judgearena-inference-descriptor/v1",
+        "model_spec": f"VLLM/{tiny_model}",
+        "model": str(tiny_model),
+        "input_mode": "chat",
+        "chat_template": None,
+        "chat_template_kwargs": {},
+        "sampling": {"temperature": 0.0, "max_tokens": 8},
+        "engine_settings": {"max_model_len": 256, "dtype": "float32", "seed": 0},
+        "vllm_version": "0.10.0",
+    }
+    folder = b.legacy_folder(legacy, "inference", "mt bench", "VLLM", str(tiny_model), metadata)
+    canonical = b.s2_rendered([{"role": "user", "content": "hi"}])
+    stored = b.s2_hash(canonical)
+    path = b.create_db(folder / "inference.db", b.S2_DDL, [{
+        "input_hash": stored, "input_text": canonical, "output_text": "hello", "producer_metadata_json": "{}",
+        "pushed_by": "bo", "pushed_at": "2026-01-01T00:00:00", "run_id": "r"}], table="inference")  # fmt: skip
+    meta = b.legacy_dumps({"benchmark": "mt bench", "instruction_id": "0", "model": str(tiny_model)})
+    with closing(sqlite3.connect(path)) as conn:
+        conn.execute("INSERT INTO inference_metadata VALUES (?, ?, ?, ?, ?)",
+                     (stored, b.sha(meta), meta, "2026-01-01T00:00:00", "r"))  # fmt: skip
+        conn.commit()
+
+    imported = judgestore("import", str(legacy), "--store-root", str(root), "--assume-current-model", str(tiny_model),
+                          "--json")  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    (source,) = orjson.loads(imported.stdout)["sources"]
+    assert source["imported"] == 1, source
+    adopt = [note for note in source["notes"] if "judgestore adopt" in note]
+    assert len(adopt) == 1 and adopt[0].startswith("to audit completions with vLLM"), source["notes"]
+    assert "--role judgements" not in adopt[0]
 
 
 def test_a_legacy_setting_no_key_can_hold_fails_its_source_alone(tiny_model: Path, tmp_path: Path) -> None:
