@@ -37,6 +37,7 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.errors import InvalidInputError
 from store.layout import Selector
 from store.settings import Settings, from_environment
 from store.store import Store
@@ -162,7 +163,7 @@ def push_command(
         judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
     """
     selector = _required(selector, all_folders)
-    from store.sync import DirectoryRemote, HubRemote, SyncSettings, push
+    from store.sync import SyncSettings, push
     from store.sync.remote import check_outside_store
 
     sync_settings = from_environment(SyncSettings)
@@ -171,17 +172,14 @@ def push_command(
         raise typer.BadParameter("--private only applies with --create-repo", param_hint="--private")
     with Store(settings, readonly=True) as store:
         check_outside_store(remote, store.root)  # before --create-repo makes the folder
-        if create_repo and not dry_run:
-            if isinstance(remote, HubRemote):
-                remote.create_repo(private=private)
-            elif isinstance(remote, DirectoryRemote):
-                remote.root.mkdir(parents=True, exist_ok=True)
+        remote, created = _create_remote(remote, private=private, dry_run=dry_run) if create_repo else (remote, False)
         try:
             with progress_bars(json_output) as progress:
                 report = push(store, remote, selector, dry_run=dry_run, target_bytes=sync_settings.shard_target_bytes,
                               progress=progress)  # fmt: skip
         except KeyboardInterrupt as e:
             _push_interrupted(getattr(e, "push_report", None), remote.url, json_output)
+        report.created_repo = created
         selected = bool(report.folders or report.unchanged or store.select(selector))
         if not selected:  # a mistyped --task: say that nothing was selected, not that the remote has it all
             no_databases(store, json_output, selector)
@@ -191,6 +189,39 @@ def push_command(
         _render_push(report, selected)
     if not report.ok:
         raise typer.Exit(1)
+
+
+def _create_remote(remote: "Remote", *, private: bool, dry_run: bool) -> "tuple[Remote, bool]":
+    """``--create-repo``: make the repository (or folder) unless it exists; the remote to push to, and whether it
+    was made. A dry run makes nothing: it plans against the empty remote it would make.
+
+    An existing public repository is refused with ``--private``: its visibility is left as it is, and nothing is
+    pushed to it (the user asked for rows nobody else can read).
+    """
+    from store.sync import DirectoryRemote, HubRemote
+    from store.sync.remote import NotYetCreated
+
+    if isinstance(remote, DirectoryRemote):
+        if remote.root.is_dir():
+            return remote, False
+        if dry_run:
+            return NotYetCreated(remote), True
+        remote.root.mkdir(parents=True, exist_ok=True)
+        return remote, True
+    if isinstance(remote, HubRemote):
+        private_now = remote.private()
+        if private_now is None:
+            if dry_run:
+                return NotYetCreated(remote), True
+            remote.create_repo(private=private)
+            return remote, True
+        if private and not private_now:
+            raise InvalidInputError(
+                f"{remote.url}: the repository exists and is public; --private makes private only a repository "
+                "--create-repo creates, so nothing was pushed: make it private on the Hub first, or push without "
+                "--private"
+            )
+    return remote, False
 
 
 def _push_interrupted(report: "PushReport | None", remote: str, json_output: bool) -> NoReturn:
@@ -214,6 +245,8 @@ def _push_interrupted(report: "PushReport | None", remote: str, json_output: boo
 
 def _render_push(report: "PushReport", selected: bool) -> None:
     out = stdout()
+    if report.created_repo:
+        out.print(f"{'Would create' if report.dry_run else 'Created'} {report.remote}.", markup=False)
     if (branch := report.created_branch) is not None:
         made = "Would create" if report.dry_run else "Created"
         line = f"{made} the branch {branch.name!r} of {report.remote}, from the default branch at {branch.base[:12]}."

@@ -288,6 +288,16 @@ class HubRemote:
 
     # ------------------------------------------------------------ the remote protocol
 
+    def private(self) -> bool | None:
+        """Whether the repository is private; None when it does not exist (or this token cannot see it)."""
+        try:
+            info = self._call(
+                "reading the repository", lambda: self.api.repo_info(self.repo_id, repo_type=self.repo_type)
+            )
+        except RemoteNotFoundError:
+            return None
+        return bool(info.private)
+
     def create_repo(self, *, private: bool = False) -> None:
         """Create the repository if it does not exist (an existing one is left as it is)."""
         self._call(

@@ -104,6 +104,7 @@ class PushReport:
     recovered: int = 0  # pending shards of an interrupted push, found on the remote and recorded
     problems: list[SyncProblem] = field(default_factory=list)
     created_branch: MissingBranch | None = None  # the branch did not exist and was made (a dry run: would be)
+    created_repo: bool = False  # --create-repo made the repository or folder (a dry run: would make it)
     # What the remote has confirmed so far and was recorded as pushed: all of it once the push returns, what it had
     # committed before a Ctrl-C (the report an interrupt carries: see push)
     shards_confirmed: int = 0
@@ -138,6 +139,7 @@ class PushReport:
             "already_present": self.already_present,
             "recovered": self.recovered,
             "created_branch": None if self.created_branch is None else self.created_branch.as_dict(),
+            "created_repo": self.created_repo,
             "folders": [f.as_dict() for f in self.folders],
             "problems": [p.as_dict() for p in self.problems],
         }

@@ -132,6 +132,53 @@ class Remote(Protocol):
         ...
 
 
+class NotYetCreated:
+    """The empty remote ``--create-repo`` would create, for a dry run to plan against; it is never written.
+
+    It answers under the name of the remote it stands for (``url``, ``pushed_to``), so what the bookkeeping
+    recorded under that name still counts, as it would once the remote is made.
+    """
+
+    def __init__(self, remote: Remote) -> None:
+        self.remote = remote
+
+    def __repr__(self) -> str:
+        return f"NotYetCreated({self.remote!r})"
+
+    @property
+    def url(self) -> str:
+        return self.remote.url
+
+    @property
+    def pushed_to(self) -> str:
+        return self.remote.pushed_to
+
+    @property
+    def max_files_per_add(self) -> int:
+        return self.remote.max_files_per_add
+
+    def head(self) -> str | None:
+        return None
+
+    def list(self, prefix: str, *, revision: str | None = None, recursive: bool = False) -> builtins.list[RemoteEntry]:
+        return []
+
+    def read(self, path: str, *, revision: str | None = None, max_bytes: int) -> bytes:
+        raise RemoteNotFoundError(self.url, f"{path} does not exist (the remote is not created yet)")
+
+    def existing(self, paths: Sequence[str], *, revision: str | None = None) -> set[str]:
+        return set()
+
+    def add_files(self, files: Sequence[OutgoingFile], *, message: str = "") -> AddResult:
+        raise RemoteError(self.url, "the remote is not created yet: only a dry run plans against it")
+
+    def missing_branch(self) -> MissingBranch | None:
+        return None  # the branch is made with the repository
+
+    def create_branch(self, branch: MissingBranch) -> bool:
+        raise RemoteError(self.url, "the remote is not created yet: only a dry run plans against it")
+
+
 def at_default(remote: Remote) -> bool:
     """Whether ``remote`` reads and writes its repository's default branch (always, for a folder): what a fetch
     from it takes and a push to it confirms is on that branch, which the bookkeeping records (``on_default``). A

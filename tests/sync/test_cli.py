@@ -442,3 +442,42 @@ def test_a_push_whose_selection_matches_no_database_says_so(tmp_path: Path) -> N
     assert result.exit_code == 0 and "every selected row" not in result.stdout
     assert "No database in" in result.stderr and "--task no-such-task" in result.stderr
     assert list(shared.iterdir()) == []
+
+
+def test_a_dry_run_with_create_repo_previews_the_whole_push_and_creates_nothing(hub: FakeHub, tmp_path: Path) -> None:
+    """Was: 'the repository ... does not exist ... push with --create-repo' (and 'the folder does not exist')."""
+    alice, shared = filled_store(tmp_path / "alice"), tmp_path / "shared"
+    preview = run_cli("push", "--repo", "org/new-cache", "--create-repo", "--private", "--all", "--dry-run", "--json",
+                      "--store-root", str(alice), hub=hub, tmp_path=tmp_path)  # fmt: skip
+    assert preview.returncode == 0, preview.stderr
+    report = orjson.loads(preview.stdout)
+    assert (report["dry_run"], report["created_repo"], report["rows"], report["commits"]) == (True, True, 10, [])
+    assert ("dataset", "org/new-cache") not in hub.repos
+    human = hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--dry-run", "--store-root", str(alice))
+    assert human.exit_code == 0, human.output
+    assert f"Would create dir:{shared}." in human.stdout and "10 rows" in human.stdout
+    assert not shared.exists()
+    made = hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--json", "--store-root", str(alice))
+    assert made.exit_code == 0 and orjson.loads(made.stdout)["created_repo"] and shared.is_dir(), made.output
+    again = hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--json", "--store-root", str(alice))
+    assert again.exit_code == 0 and not orjson.loads(again.stdout)["created_repo"], again.output
+
+
+def test_private_for_an_existing_public_repository_is_refused_and_nothing_is_pushed(
+    hub: FakeHub, tmp_path: Path
+) -> None:
+    """Was: the rows pushed to the public repository, and nothing said."""
+    alice = filled_store(tmp_path / "alice")
+    hub.create_repo("org/public-cache", private=False)
+    before = hub.commits("org/public-cache")
+    for extra in ([], ["--dry-run"]):
+        pushed = run_cli("push", "--repo", "org/public-cache", "--create-repo", "--private", "--all", "--json",
+                         *extra, "--store-root", str(alice), hub=hub, tmp_path=tmp_path)  # fmt: skip
+        assert pushed.returncode == 1, pushed.stderr
+        error = orjson.loads(pushed.stderr.splitlines()[-1])
+        assert error["type"] == "InvalidInputError", error
+        assert "the repository exists and is public" in error["error"] and "nothing was pushed" in error["error"]
+    assert hub.commits("org/public-cache") == before and not hub.repo("org/public-cache").private
+    public = run_cli("push", "--repo", "org/public-cache", "--create-repo", "--all", "--json", "--store-root",
+                     str(alice), hub=hub, tmp_path=tmp_path)  # fmt: skip
+    assert public.returncode == 0 and orjson.loads(public.stdout)["rows"] == 10, public.stderr
