@@ -79,7 +79,7 @@ from store.sync.remote_layout import (
     verify_remote_metadata,
 )
 from store.sync.shards import Shard, ShardOrigin, read_shard
-from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, quarantine, sync_lock
+from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, preview_root, quarantine, sync_lock
 
 DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this store already has
 DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
@@ -178,7 +178,11 @@ def fetch(
     """
     selector = selector or Selector()
     check_outside_store(remote, store.root)
-    with sync_lock(store.root), Bookkeeping(store.root, settings=store.settings) as books:
+    with (
+        preview_root(store.root, dry_run) as root,
+        sync_lock(root),
+        Bookkeeping(root, settings=store.settings) as books,
+    ):
         report = FetchReport(remote.url, remote.head(), dry_run)
         with carrying("fetch_report", report):  # what was imported before a Ctrl-C, for the CLI
             return _fetch(store, remote, selector, books, report, max_shard_bytes, progress)

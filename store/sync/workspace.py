@@ -9,7 +9,8 @@ Contract::
         quarantine/    shards and metadata.json files a fetch rejected, with the reason beside each
 
 Everything sync writes lies in this one folder, which is never part of the
-descriptor layout (``store.layout.walk`` does not look at it).
+descriptor layout (``store.layout.walk`` does not look at it). A fetch's dry
+run in a store that has none creates none (:func:`preview_root`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import sqlite3
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -79,6 +81,18 @@ def sync_lock(root: Path) -> Iterator[None]:
         raise translated(folder, e) from e
     finally:
         lock.release()
+
+
+@contextmanager
+def preview_root(root: Path, dry_run: bool) -> Iterator[Path]:
+    """The root whose workspace a fetch uses: ``root``; for a dry run where ``root`` has no workspace yet, a
+    throwaway folder (removed after) whose bookkeeping is empty, as ``root``'s would be: a preview of a store that
+    never shared anything leaves no trace in it (a read-only store can be previewed too)."""
+    if not dry_run or workspace(root).exists():
+        yield root
+        return
+    with tempfile.TemporaryDirectory(prefix="judgestore-preview-") as scratch:
+        yield Path(scratch)
 
 
 @contextmanager

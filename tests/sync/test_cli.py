@@ -143,12 +143,16 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
 
     preview = hub_cli("fetch", "--dir", str(shared), "--all", "--dry-run", "--store-root", str(bob))
     assert preview.exit_code == 0 and "Would download" in preview.stdout
+    assert not (bob / ".judgestore-sync").exists()  # was: a preview created the sync workspace (lock, sync.db)
     assert read_rows(bob) == {}
 
     fetched = hub_cli("fetch", "--dir", str(shared), "--task", "mt-bench", "--json", "--store-root", str(bob))
     assert fetched.exit_code == 0, fetched.output
     report = orjson.loads(fetched.stdout)
     assert report["ok"] and report["rows_inserted"] == 7 and report["folders"][0]["model"] == "Qwen/Qwen3-8B"
+    rest = hub_cli("fetch", "--dir", str(shared), "--all", "--dry-run", "--json", "--store-root", str(bob))
+    assert rest.exit_code == 0, rest.output  # the workspace is there now: its bookkeeping skips what was fetched
+    assert (orjson.loads(rest.stdout)["skipped"], len(orjson.loads(rest.stdout)["folders"])) == (1, 1)
 
     again = hub_cli("push", "--dir", str(shared), "--all", "--store-root", str(bob))
     assert again.exit_code == 0 and "Nothing to push" in again.stdout
