@@ -46,7 +46,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from store.browse.browser import Browser
 from store.browse.pages import NotFoundError, RowsQuery, database_name
 from store.browse.queries import ORDERS, SCAN_WINDOW, Key
-from store.browse.render import clipped, input_snippet, markdown
+from store.browse.render import clipped, input_snippet, markdown, shown
 from store.browse.verdicts import CONFIDENCE_BINS, preference, source_pair
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Selector
@@ -182,6 +182,7 @@ def environment() -> Environment:
         undefined=StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
+        finalize=shown,
     )
     env.filters.update(
         when=_when, number=_number, percent=_percent, json=_json, markdown=markdown, size=decimal,

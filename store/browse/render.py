@@ -22,6 +22,9 @@ Contract:
   as it goes.
 * :func:`clipped` bounds what a page shows of one text (a completion may be
   tens of megabytes), saying how much was left out.
+* A stored U+0000 is shown as ``␀`` (U+2400), in markdown too (:func:`shown`,
+  every value a template prints): a browser drops the character itself, and
+  markdown turns it into U+FFFD.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ SHOWN_CHARS = 200_000  # the most of one text a page shows
 SNIPPET_CHARS = 160
 
 
+NUL_SHOWN = "\u2400"  # ␀, what a page shows for a stored U+0000
 _MAX_NESTING = 20  # markdown-it's own limit (CommonMark preset): what is nested deeper is dropped
 
 
@@ -65,12 +69,17 @@ def _parser() -> MarkdownIt:
 def markdown(text: str) -> Markup:
     """``text`` rendered as markdown, every piece of raw HTML escaped (see the module docstring)."""
     parser = _parser()
-    tokens = parser.parse(text)
+    tokens = parser.parse(text.replace("\x00", NUL_SHOWN))
     if any(token.level >= _MAX_NESTING - 1 for token in tokens):
         # markdown-it drops, without a word, what is nested deeper than its limit (a list ten levels deep, a
         # quote of twenty '>'): the text is shown as it is stored instead.
         return Markup('<pre class="text">{}</pre>').format(text)
     return Markup(parser.renderer.render(tokens, parser.options, {}))
+
+
+def shown(value: Any) -> Any:
+    """A value as a template prints it (Jinja's ``finalize``): text with each U+0000 as ``␀``."""
+    return value.replace("\x00", NUL_SHOWN) if isinstance(value, str) else value
 
 
 @dataclass(frozen=True, slots=True)

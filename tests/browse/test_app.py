@@ -198,6 +198,27 @@ def test_a_row_with_an_empty_instruction_id_gets_no_link_that_would_name_another
     assert html.count('class="battle-link"') == 1 and html.count('class="instruction"') == 1  # q2's only
 
 
+def test_a_stored_nul_is_shown_as_a_symbol_never_sent_raw(tmp_path: Path) -> None:
+    """A browser drops a U+0000 it is sent, and markdown turned it into U+FFFD: both hid that the text holds one."""
+    store = Store(Settings(store_root=tmp_path), root=tmp_path)
+    question = [{"role": "user", "content": "Hi\x00there"}]
+    store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+        [demo.completion("tiny-a", "q1", question, "ab\x00cd", 0)]
+    )
+    store.close()
+
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        listing = get(client, "/rows")
+        (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', listing)
+        row = get(client, href.replace("&amp;", "&"))
+    reader.close()
+
+    assert "Hi\u2400there" in listing and "\x00" not in listing
+    assert "Hi\u2400there" in row and "ab\u2400cd" in row
+    assert "\x00" not in row and "\ufffd" not in row
+
+
 def test_a_multi_turn_battle_shows_each_turn_with_each_models_answer(client: TestClient) -> None:
     html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="02-multi")
     turns = html.split('class="round"')[1:]
