@@ -37,7 +37,9 @@ Contract:
   which costs about 3 times that.
 * Only what a page shows is read: the first :data:`PROMPT_PREFIX` characters
   of the input and :data:`COMPLETION_PREFIX` of the completion (a
-  completion may be megabytes), and the logprobs of judgements only.
+  completion may be megabytes), and the logprobs of judgements only. On
+  SQLite, whose text functions stop at a U+0000, a completion holding one
+  is read as bytes instead (at most 4 per character of the prefix).
 """
 
 from __future__ import annotations
@@ -50,9 +52,24 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
-from sqlalchemy import ColumnElement, Table, and_, func, or_, select, type_coerce
+from sqlalchemy import (
+    ColumnElement,
+    LargeBinary,
+    String,
+    Table,
+    and_,
+    case,
+    cast,
+    func,
+    literal,
+    or_,
+    select,
+    type_coerce,
+)
+from sqlalchemy.types import NullType
 
 from store.backend import Database
+from store.backends.postgres.text import ESCAPE
 from store.errors import InvalidInputError
 from store.layout import Location
 from store.tables.filters import RowFilter
@@ -115,7 +132,7 @@ class Listed:
     adopted_from: str | None
     prompt: str
     completion: str
-    completion_chars: int
+    completion_chars: int  # at least this many (exact unless a SQLite text holds U+0000 beyond the prefix)
     model: str | None = None
     model_a: str | None = None
     model_b: str | None = None
@@ -196,7 +213,7 @@ def _order_by(t: Table, order: Order) -> tuple[Any, ...]:
     return (t.c.created_at.asc(), t.c.input_hash.asc())
 
 
-def _listing_columns(t: Table) -> list[Any]:
+def _listing_columns(t: Table, dialect: str) -> list[Any]:
     c = t.c
     columns = [
         c.input_hash,
@@ -209,14 +226,40 @@ def _listing_columns(t: Table) -> list[Any]:
         c.adopted_from,
         # type_coerce: the column's type reads the value back as stored (a server escapes U+0000)
         type_coerce(func.substr(c.input_text, 1, PROMPT_PREFIX), c.input_text.type).label("prompt"),
-        type_coerce(func.substr(c.completion, 1, COMPLETION_PREFIX), c.completion.type).label("completion"),
-        func.length(c.completion).label("completion_chars"),
+        *_completion_prefix(t, dialect),
     ]
     if t.name == "judgements":
         columns += [c.model_a, c.model_b, c.judge, c.orientation, c.top_logprobs]
     else:
         columns.append(c.model)
     return columns
+
+
+def _completion_prefix(t: Table, dialect: str) -> list[Any]:
+    """The columns ``completion`` (its first :data:`COMPLETION_PREFIX` characters, or more: :func:`_listed` cuts
+    it) and ``completion_chars`` (its length), each as the backend can read them when the text holds U+0000.
+
+    A server keeps U+0000 and U+FDD0 as two characters (:mod:`store.backends.postgres.text`): twice the prefix is
+    read, and the length leaves out the escape character of each pair. SQLite's ``substr`` and ``length`` stop
+    at a U+0000: there a completion holding one is read as its first bytes (at most 4 a character; bytes, which
+    :func:`_listed` decodes) and its byte count (negative, to tell it apart).
+    """
+    text = t.c.completion
+    if dialect == "postgresql":
+        unpaired = func.replace(text, literal(ESCAPE, String()), "")
+        return [
+            type_coerce(func.substr(text, 1, 2 * COMPLETION_PREFIX), text.type).label("completion"),
+            func.length(unpaired).label("completion_chars"),
+        ]
+    prefix = type_coerce(func.substr(text, 1, COMPLETION_PREFIX), text.type)
+    raw = cast(text, LargeBinary)
+    holds_nul = func.instr(raw, b"\x00") > 0
+    return [
+        type_coerce(case((holds_nul, func.substr(raw, 1, 4 * COMPLETION_PREFIX)), else_=prefix), NullType).label(
+            "completion"
+        ),
+        case((holds_nul, -func.length(raw)), else_=func.length(text)).label("completion_chars"),
+    ]
 
 
 def page(
@@ -246,7 +289,8 @@ def page(
             end = repo.conn.execute(last.offset(SCAN_WINDOW - 1).limit(1)).scalar_one_or_none()
             if end is not None:  # the window ends there: the rows of that instant are read whole
                 where.append(at >= end if order == "newest" else at <= end)
-        stmt = select(*_listing_columns(t)).where(*where, *scanned).order_by(*_order_by(t, order)).limit(limit + 1)
+        columns = _listing_columns(t, repo.conn.dialect.name)
+        stmt = select(*columns).where(*where, *scanned).order_by(*_order_by(t, order)).limit(limit + 1)
         found = repo.conn.execute(stmt).mappings().all()
     rows = [_listed(database.location, name, row) for row in found]
     if end is None or len(rows) > limit:
@@ -256,6 +300,13 @@ def page(
 
 def _listed(location: Location, name: str, row: Any) -> Listed:
     values = dict(row)
+    if isinstance(values["completion"], bytes):  # SQLite, a text holding U+0000 (see _completion_prefix)
+        read, size = values["completion"], -values["completion_chars"]
+        text = read.decode("utf-8", "ignore")  # the read may end inside a character: that one is dropped
+        # A character is at most 4 bytes: a text of more bytes than were read has more than ``size / 4`` chars.
+        values["completion"] = text
+        values["completion_chars"] = len(text) if size <= len(read) else max(len(text), -(-size // 4))
+    values["completion"] = values["completion"][:COMPLETION_PREFIX]
     key = Key(values.pop("created_at"), name, values.pop("input_hash"))
     return Listed(key=key, location=location, **values)
 

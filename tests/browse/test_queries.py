@@ -445,3 +445,26 @@ def test_both_backends_find_what_a_python_reader_of_the_prompts_finds_on_random_
                     else:  # what the prompts say, or their U+0000 read as U+FDD0 with the search text's
                         stand_in = {k for p, c, k in table if oracle(p, c, needle, stand_in=True)}
                         assert exact <= set(found.scalars()) <= stand_in, needle
+
+
+# U+0000 early, late and beyond the prefix, with characters of 2 and 4 bytes: SQLite's substr and length stop at
+# the first U+0000 (the listing showed "k", and no ellipsis).
+NUL_ANSWERS = ["k\x00w", "\x00" * 1000, "é\x00" + "é" * 900, "x\x00" + "😀" * 1000, "no nul " + "é" * 500]
+
+
+def test_a_listed_completion_holding_nul_reads_its_prefix_on_both_backends(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> None:
+    prefix = queries.COMPLETION_PREFIX
+    for backend in ("folder", "server"):
+        where = {"root": tmp_path / "nul"} if backend == "folder" else {"url": request.getfixturevalue("pg_url")}
+        with Store(Settings(), **where) as store:  # type: ignore[arg-type]
+            database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="nul"))
+            database.put_many(completion_record(i, completion=text) for i, text in enumerate(NUL_ANSWERS))
+            listed = queries.page(database, "nul", RowFilter(), limit=10).rows
+        by_text = {row.completion: row.completion_chars for row in listed}
+        assert sorted(by_text) == sorted(text[:prefix] for text in NUL_ANSWERS), backend
+        for text in NUL_ANSWERS:
+            chars = by_text[text[:prefix]]
+            # exact, or (a SQLite text holding U+0000 beyond what was read) a bound that still says "more"
+            assert chars == len(text) or prefix < chars <= len(text), (backend, text[:8], chars)
