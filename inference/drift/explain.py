@@ -360,7 +360,8 @@ _RUN_ONLY_FLAGS = ("--fetch", "--no-fetch", "--json")
 
 
 def explain_command_line(argv: Sequence[str]) -> str:
-    """The ``judgestore explain`` command for a ``generate``/``judge`` command line (``sys.argv``)."""
+    """The ``judgestore explain`` command for a ``generate``/``judge`` command line (``sys.argv``), to print: a
+    ``--store-url`` is shown without its password (``***``), as every message shows it."""
     args = list(argv[1:])
     command = next((i for i, arg in enumerate(args) if arg in ("generate", "judge")), None)
     if command is None:
@@ -376,5 +377,13 @@ def explain_command_line(argv: Sequence[str]) -> str:
             continue
         if arg in _RUN_ONLY_FLAGS:
             continue
+        if name == "--store-url":  # printed (a log keeps it): never with the URL's password
+            from store.backends.postgres.connections import display_url
+
+            if "=" in arg:
+                arg = f"--store-url={display_url(arg.split('=', 1)[1])}"
+            else:
+                kept.append(arg)
+                arg = display_url(next(rest, ""))
         kept.append(arg)
     return shlex.join(["judgestore", "explain", *role, *kept])

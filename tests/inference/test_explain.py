@@ -133,6 +133,11 @@ def test_a_miss_stored_under_another_descriptor_says_which(store_root: Path) -> 
         (["judgestore", "ls"], "judgestore explain --help"),
         (["judgestore", "generate", "--model", "my model", "--chunk-size", "8"],
          "judgestore explain --model 'my model'"),
+        # the password never reaches the printed hint (was: printed as given)
+        (["judgestore", "generate", "--store-url", "postgresql+psycopg://eval:s3cret@/db?host=/tmp/s", "--model", "m"],
+         "judgestore explain --store-url 'postgresql+psycopg://eval:***@/db?host=%2Ftmp%2Fs' --model m"),
+        (["judgestore", "generate", "--store-url=postgresql://eval@h/db?password=s3cret", "--model", "m"],
+         "judgestore explain '--store-url=postgresql://eval@h/db?password=***' --model m"),
     ],
 )  # fmt: skip
 def test_the_hint_names_the_explain_command_of_the_same_run(argv: list[str], expected: str) -> None:
