@@ -333,7 +333,12 @@ def prune_command(
     if json_output:
         emit_json(report)
     else:
-        freed = "; `judgestore vacuum` gives the space back"
+        # A server reuses the space itself (vacuum, for SQLite files, refuses a server store)
+        freed = (
+            "; the server's autovacuum reuses their space"
+            if settings.store_url
+            else ("; `judgestore vacuum` gives the space back")
+        )
         stdout().print(f"Pruned {report['deleted']:,} rows from {len(deleted)} databases{freed}.")
 
 
