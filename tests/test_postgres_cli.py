@@ -196,6 +196,8 @@ def test_the_worked_example_revision_upgrades_either_backend_from_the_command_li
     assert status.exit_code == 1 and {d["state"] for d in orjson.loads(status.stdout)["databases"]} == {"behind"}
     refused = judgestore("query", *store)
     assert refused.exit_code == 1 and "judgestore db upgrade" in refused.stderr
+    # was: "the upgrade also keeps one" on a server too, whose upgrade keeps no backup
+    assert "a server's keeps none: use pg_dump" in " ".join(refused.stderr.split())
     upgraded = as_json(judgestore("db", "upgrade", "--json", *store))["results"]
     assert [(r["outcome"], r["from_revision"], r["to_revision"]) for r in upgraded] == [
         ("upgraded", SHIPPED_HEAD, SYNTHETIC_HEAD)

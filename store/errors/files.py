@@ -117,7 +117,8 @@ class SchemaBehindError(SchemaError):
         super().__init__(
             path,
             f"schema revision {found} is older than this library's {expected}. "
-            "Take a backup if you want one (the upgrade also keeps one), then run "
+            "Take a backup if you want one (a folder store's upgrade also keeps one beside each file; a server's "
+            "keeps none: use pg_dump), then run "
             "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1, with which a command that writes upgrades "
             "it first; one that only reads, such as ls, stats or query, never does).",
         )
