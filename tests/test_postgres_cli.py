@@ -178,6 +178,16 @@ def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_pat
         assert "Traceback" not in result.output
 
 
+def test_a_bad_url_in_the_environment_names_the_variable() -> None:
+    """Was: 'store URL driver ... is not supported', and nothing said where the URL came from."""
+    for url, said in (("postgresq://x@/y", "driver 'postgresq' is not supported"), ("not a url", "not a store URL")):
+        result = judgestore("ls", "--json", env={"JUDGESTORE_STORE_URL": url})
+        assert result.exit_code == 1, result.output
+        error = json.loads(result.stderr)
+        assert error["error"].startswith("JUDGESTORE_STORE_URL: ") and said in error["error"], error
+        assert error["type"] == "InvalidInputError"
+
+
 @pytest.mark.parametrize("backend", ["folder", "server"])
 def test_the_worked_example_revision_upgrades_either_backend_from_the_command_line(
     backend: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

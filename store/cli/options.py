@@ -91,6 +91,13 @@ def store_settings(
         return settings.model_copy(update={"store_root": store_root, "store_url": None})
     if store_url is not None:
         return settings.model_copy(update={"store_url": store_url})
+    if settings.store_url:  # the user may not know where the URL came from: a bad one names the variable
+        from store.backends.postgres.connections import checked_store_url
+
+        try:
+            checked_store_url(settings.store_url)
+        except InvalidInputError as e:
+            raise InvalidInputError(f"JUDGESTORE_STORE_URL: {e}") from e
     return settings
 
 

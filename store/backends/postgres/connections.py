@@ -89,8 +89,8 @@ def display_url(url: str) -> str:
     return shown.replace("=%2A%2A%2A", "=***")  # as the user part's password is shown
 
 
-def create_postgres_engine(url: str, settings: Settings) -> Engine:
-    """One pooled engine for every schema of the server's database (see the module docstring)."""
+def checked_store_url(url: str) -> URL:
+    """``url`` parsed; InvalidInputError (never naming its password) if it is not a PostgreSQL store's URL."""
     try:
         parsed = parse_store_url(url)
     except (ArgumentError, ValueError) as e:
@@ -99,6 +99,12 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
         ) from e
     if parsed.drivername not in POSTGRES_DRIVERS:
         raise InvalidInputError(f"store URL driver {parsed.drivername!r} is not supported; use postgresql+psycopg")
+    return parsed
+
+
+def create_postgres_engine(url: str, settings: Settings) -> Engine:
+    """One pooled engine for every schema of the server's database (see the module docstring)."""
+    parsed = checked_store_url(url)
     try:
         return create_engine(
             parsed.set(drivername="postgresql+psycopg"),
