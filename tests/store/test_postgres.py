@@ -268,6 +268,25 @@ def test_a_user_who_may_not_create_schemas_gets_a_typed_error_and_nothing_change
     ):
         store.database("completions", "t", QWEN)
     assert pg_cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname LIKE 'js_%'", database) == [(0,)]
+    # Asked before anything is generated (was: found when the first rows were written, after the engine ran)
+    with (
+        Store(url=pg_cluster.url(database, "reader", "pw")) as store,
+        pytest.raises(ServerPermissionError, match="lacks CREATE on the database"),
+    ):
+        store.check_writable("completions", "t", QWEN)
+    with Store(url=pg_url) as owner:
+        location = owner.database("completions", "t", QWEN).location
+    name = schema_name(location)
+    pg_cluster.sql(f'GRANT CREATE ON DATABASE "{database}" TO reader', database)
+    pg_cluster.sql(f'GRANT USAGE ON SCHEMA "{name}", judgestore TO reader', database)
+    pg_cluster.sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{name}", judgestore TO reader', database)
+    lacks = f"lacks INSERT on {name}.completions and INSERT on {name}.runs"
+    with Store(url=pg_cluster.url(database, "reader", "pw")) as store:
+        with pytest.raises(ServerPermissionError, match=lacks):
+            store.check_writable("completions", "t", QWEN)
+        store.check_writable("judgements", "t", QWEN)  # no schema yet: CREATE is what it needs
+    with Store(url=pg_url) as owner:
+        owner.check_writable("completions", "t", QWEN)  # the owner may write
 
 
 def test_an_upgrade_the_user_may_not_make_says_so_by_name_and_changes_nothing(pg_url: str, pg_cluster: Cluster) -> None:

@@ -89,6 +89,7 @@ from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
+    ServerPermissionError,
 )
 from store.layout import Location, StoredMetadata
 from store.reports import (
@@ -366,8 +367,25 @@ class PostgresStorage:
         return self.retry(attempt)  # every driver error typed (store.backends.postgres.errors.translated)
 
     def check_writable(self, location: Location) -> None:
+        """Refuse what the server's grants would refuse of a write, asked of the server without writing: every
+        write makes sure of the registry's schema (CREATE on the database), and rows go to the schema's table
+        of the role and to ``runs`` (INSERT, where they exist). A standby shows only when a write fails."""
         if self.readonly:
             raise DatabaseMissingError(self.location_where(location), "the store was opened read-only")
+        name = schema_name(location)
+        # CASE, not AND: PostgreSQL may evaluate has_table_privilege first, which fails for a missing table
+        insert = text("SELECT CASE WHEN to_regclass(:t) IS NULL THEN true ELSE has_table_privilege(:t, 'INSERT') END")
+        with self.connection() as conn:
+            lacking = [] if conn.execute(_MAY_CREATE).scalar_one() else ["CREATE on the database"]
+            for table in (location.role, "runs"):
+                if not conn.execute(insert, {"t": f"{quoted(name)}.{quoted(table)}"}).scalar_one():
+                    lacking.append(f"INSERT on {name}.{table}")
+        if lacking:
+            raise ServerPermissionError(
+                self.where,
+                f"the store's user may not write this descriptor's rows: it lacks {' and '.join(lacking)} (GRANT "
+                "CREATE ON DATABASE ... / GRANT ... ON ALL TABLES IN SCHEMA ... TO ...); nothing was written",
+            )
 
     def open_existing(self, location: Location) -> PostgresDatabase | None:
         try:
@@ -457,6 +475,9 @@ class PostgresStorage:
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
         )
+
+
+_MAY_CREATE = text("SELECT has_database_privilege(current_database(), 'CREATE')")
 
 
 class _NoTables(DatabaseMissingError):
