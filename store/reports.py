@@ -70,8 +70,9 @@ def info_json(info: DatabaseInfo) -> dict[str, Any]:
 
 
 def info_lasting(data: dict[str, Any]) -> bool:
-    """Whether an :func:`info_json` may be kept (:mod:`store.catalog`): not while its claims change with the clock."""
-    return ClaimsSummary.lasting(data.get("claims"))
+    """Whether an :func:`info_json` may be kept (:mod:`store.catalog`): not while its claims change with the clock,
+    nor when the file could not be read (a lock or a permission, which come and go without changing the file)."""
+    return data.get("state") != DatabaseState.UNREADABLE.value and ClaimsSummary.lasting(data.get("claims"))
 
 
 def info_of(location: Location, data: dict[str, Any]) -> DatabaseInfo:

@@ -828,6 +828,26 @@ def test_a_newer_library_reports_behind_databases_whatever_an_older_one_catalogu
     assert "older than this library" in stats.output, stats.output
 
 
+def test_a_lock_that_is_gone_is_not_reported_from_the_catalog(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A database locked past the busy timeout is unreadable then, and readable once the lock is released: that
+    changes nothing of the file, so the catalog kept "unreadable" against its stamp (was: ls and db status said so
+    until the file changed)."""
+    path = next(filled.rglob("completions.db"))
+    with closing(sqlite3.connect(path, isolation_level=None)) as holder:
+        holder.execute("PRAGMA journal_mode=delete")  # in WAL an exclusive lock still lets readers in
+        holder.execute("BEGIN EXCLUSIVE")
+        monkeypatch.setenv("JUDGESTORE_BUSY_TIMEOUT_MS", "50")
+        locked = judgestore("ls", "--json")
+        assert locked.exit_code == 1 and "unreadable" in {d["state"] for d in json.loads(locked.stdout)}
+        holder.execute("ROLLBACK")
+    for command in (("ls", "--json"), ("db", "status", "--json")):
+        released = judgestore(*command)
+        assert released.exit_code == 0, released.output
+        listed = json.loads(released.stdout)
+        states = {d["state"] for d in (listed if isinstance(listed, list) else listed["databases"])}
+        assert states <= {"current", "empty"}, (command, states)
+
+
 # ---------------------------------------------------------------- verify
 
 
