@@ -337,7 +337,7 @@ def prune_command(
         freed = (
             "; the server's autovacuum reuses their space"
             if settings.store_url
-            else ("; `judgestore vacuum` gives the space back")
+            else "; `judgestore vacuum` gives the space back"
         )
         stdout().print(f"Pruned {report['deleted']:,} rows from {len(deleted)} databases{freed}.")
 
