@@ -36,6 +36,7 @@ from tests.factories import (
     current_database,
     file_digests,
     foreign_database,
+    hide_a_row_in_a_page,
     stamp,
 )
 from tests.store.conftest import location_of
@@ -76,6 +77,21 @@ def test_upgrade_without_keeping_the_backup_leaves_none(
     result = upgrade_database(db_path, Settings(), script=synthetic, keep_backup=False)
     assert result.outcome is UpgradeOutcome.UPGRADED and result.backup is None
     assert not [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
+
+
+def test_a_damaged_file_is_refused_untouched_with_no_backup(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    """A migration copies what the b-trees lead to (and counts the same way): on a damaged page the rows the
+    damage hides would be gone from the upgraded file, and its backup would be as damaged."""
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
+    hide_a_row_in_a_page(db_path, "completions")
+    files = file_digests(db_path.parent)
+    result = upgrade_database(db_path, Settings(), script=synthetic)
+    assert (result.outcome, result.from_revision, result.to_revision) == (UpgradeOutcome.REFUSED, SHIPPED_HEAD, None)
+    assert "SQLite found damage" in str(result.error) and "nothing was changed" in str(result.error)
+    assert result.backup is None and file_digests(db_path.parent) == files  # not a byte, no backup beside it
+    assert version_of(db_path) == SHIPPED_HEAD
 
 
 def test_a_process_killed_while_copying_the_backup_leaves_no_file_under_a_backup_name(

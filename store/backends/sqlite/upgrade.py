@@ -6,11 +6,12 @@ Contract:
   inside it, keeps a byte-for-byte backup beside it
   (:func:`store.layout.backup_path`; the WAL is checkpointed into the file
   first, so that one copy holds every committed row), migrates inside one
-  write transaction, verifies the row counts, and restores the backup on any failure. Only a
-  ``behind`` database is written; ahead, foreign, empty and damaged files are
-  reported (``refused``) untouched; a current one is ``up-to-date``. A disk
-  without room for the backup, or that cannot be written, refuses the
-  upgrade before anything is written (a copy that fails midway is removed).
+  write transaction, verifies the row counts, and restores the backup on any
+  failure. Only a ``behind`` database is written; ahead, foreign, empty and
+  damaged files (SQLite's ``quick_check``, run before the backup) are reported
+  (``refused``) untouched; a current one is ``up-to-date``. A disk without
+  room for the backup, or that cannot be written, refuses the upgrade before
+  anything is written (a copy that fails midway is removed).
   The backup is copied under a temporary name, flushed to the disk, then
   renamed: a process killed while copying leaves no file under a backup's
   name, only a temporary one that ``judgestore verify`` reports as a stray
@@ -43,6 +44,7 @@ from store import schema
 from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, interrupted_write, translated
 from store.backends.sqlite.info import database_info
+from store.backends.sqlite.verify import integrity_damage
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import (
     Location,
@@ -181,6 +183,15 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
                 )
             if status.state is not DatabaseState.BEHIND:
                 raise_for_status(status, db_path)
+            # A migration copies what the tables' b-trees lead to, and the row counts read them the same way: on a
+            # damaged page the rows the damage hides would be gone from the upgraded file, unnoticed
+            damage = integrity_damage(conn.exec_driver_sql("PRAGMA quick_check").all())
+            if damage is not None:
+                raise DatabaseFileError(
+                    db_path,
+                    f"{damage}. Not upgraded (a migration would drop the rows the damage hides); nothing was changed. "
+                    "Run `judgestore verify`; restore the file from a backup, or delete it to compute its rows again",
+                )
             before = _row_counts(conn)
             backup = _backup(db_path, found)
             migrate(conn, script=script)
