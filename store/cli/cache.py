@@ -39,6 +39,7 @@ from store.cli.common import (
     no_databases,
     no_rows,
     note,
+    planning_store,
     print_claims,
     quantity,
     record_deleted,
@@ -279,7 +280,9 @@ def prune_command(
     Every option given must hold for a row to go (row filters included), and
     at least one is required: nothing is pruned that a filter did not select.
     Shows the rows per database, asks (unless --yes), then deletes; --dry-run
-    only shows. Files keep their size until `judgestore vacuum`.
+    only shows. Files keep their size until `judgestore vacuum`. With
+    JUDGESTORE_AUTO_UPGRADE=1 a database that is behind is upgraded before
+    its rows are counted (never on --dry-run).
 
     Examples:
 
@@ -292,7 +295,7 @@ def prune_command(
     from store.prune import PruneRule, plan_prune, prune
 
     rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
-    with Store(settings, readonly=True) as store:
+    with planning_store(settings, dry_run=dry_run) as store:
         try:
             plan = plan_prune(store, selector, rule)
         except KeyboardInterrupt:

@@ -56,6 +56,7 @@ from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, O
 from store.layout import Location, Selector
 from store.reports import DatabaseInfo
 from store.rows import RowCount
+from store.settings import Settings
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)
@@ -277,6 +278,13 @@ def rows_to_stdout() -> Iterator[None]:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         if not isinstance(e, BrokenPipeError):
             raise OutputWriteError("stdout", "the rows", e) from e
+
+
+def planning_store(settings: Settings, *, dry_run: bool) -> Store:
+    """The store a delete or a prune counts its rows in, before it asks: read-only, so nothing is written before
+    the user confirms; read-write under ``auto_upgrade`` (not for a dry run), because a database that is behind
+    must be upgraded before its rows can be counted, and that setting asked for it."""
+    return Store(settings, readonly=dry_run or not settings.auto_upgrade)
 
 
 def confirmed(question: str, *, yes: bool, json_output: bool) -> None:

@@ -41,6 +41,7 @@ from store.cli.common import (
     no_databases,
     no_rows,
     note,
+    planning_store,
     print_claims,
     record_deleted,
     rows_to_stdout,
@@ -317,7 +318,9 @@ def delete_command(
 
     At least one row filter is required: --role, --task, --provider,
     --model-id and --descriptor only choose databases and never delete on
-    their own. Nothing is written before you confirm (or pass --yes).
+    their own. Nothing is written before you confirm (or pass --yes), but
+    with JUDGESTORE_AUTO_UPGRADE=1 a database that is behind is upgraded
+    before its rows are counted (never on --dry-run).
 
     Examples:
 
@@ -325,7 +328,7 @@ def delete_command(
 
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
-    with Store(settings, readonly=True) as store:
+    with planning_store(settings, dry_run=dry_run) as store:
         try:
             plan = store.plan_delete(selector, flt)
         except KeyboardInterrupt:

@@ -120,7 +120,7 @@ class SchemaBehindError(SchemaError):
             "Take a backup if you want one (a folder store's upgrade also keeps one beside each file; a server's "
             "keeps none: use pg_dump), then run "
             "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1, with which a command that writes upgrades "
-            "it first; one that only reads, such as ls, stats or query, never does).",
+            "it first; one that only reads, such as ls, stats or query, never does, nor does a dry run).",
         )
 
 

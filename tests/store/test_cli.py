@@ -814,6 +814,25 @@ def test_behind_databases_under_auto_upgrade_read_only_commands_say_they_never_u
     assert file_digests(filled) == before
 
 
+@pytest.mark.parametrize("command", [["delete", "--run-id", "run-2"], ["prune", "--run-id", "run-2"]])
+def test_delete_and_prune_under_auto_upgrade_upgrade_the_behind_databases_first(
+    filled: Path, synthetic_head: str, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """Their error sends the user to JUDGESTORE_AUTO_UPGRADE=1, so with it they upgrade and delete (was: they
+    planned on a read-only store, which never upgrades, and said the same again). A dry run writes nothing."""
+    monkeypatch.setenv("JUDGESTORE_AUTO_UPGRADE", "1")
+    before = file_digests(filled)
+    dry = judgestore(*command, "--dry-run")
+    assert dry.exit_code == 1 and "judgestore db upgrade" in dry.stderr and "nor does a dry run" in dry.stderr
+    assert file_digests(filled) == before
+    result = judgestore(*command, "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    assert as_json(result.stdout)["deleted"] == 3
+    states = {d["state"] for d in as_json(judgestore("db", "status", "--json").stdout)["databases"]}
+    assert states == {"current"}
+    assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
+
+
 def test_a_newer_library_reports_behind_databases_whatever_an_older_one_catalogued(
     filled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
