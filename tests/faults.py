@@ -107,3 +107,35 @@ def damage_page(db_path: Path, table: str = "completions") -> None:
 
 def is_root() -> bool:
     return os.geteuid() == 0
+
+
+@contextmanager
+def immutable(path: Path) -> Iterator[None]:
+    """``path`` immutable for the block (``chattr +i``): nobody may write it, root included, while its folder may
+    be written; skips the test where the filesystem or the user cannot set the flag."""
+    made = subprocess.run(["chattr", "+i", str(path)], capture_output=True, text=True, check=False)
+    if made.returncode != 0:
+        pytest.skip(f"an immutable file needs `chattr` (root, a filesystem that has the flag): {made.stderr.strip()}")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+NOBODY = 65534
+
+
+@contextmanager
+def as_nobody() -> Iterator[None]:
+    """Run the block with the effective uid and gid of ``nobody`` (as root, file modes do not stop reads or
+    writes); its files must be in folders anyone may enter (not under pytest's 0700 ones)."""
+    try:
+        os.setegid(NOBODY)
+        os.seteuid(NOBODY)
+    except OSError as e:
+        pytest.skip(f"cannot take another user's uid to make a file unreadable to root: {e}")
+    try:
+        yield
+    finally:
+        os.seteuid(0)
+        os.setegid(0)

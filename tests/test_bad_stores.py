@@ -31,6 +31,7 @@ from store.descriptor import ModelDescriptor
 from store.layout import METADATA_FILE, Location, walk
 from tests.factories import file_digests, fill_small_store, foreign_database, stamp
 from tests.faults import (
+    as_nobody,
     assert_no_traceback,
     damage_page,
     damage_text,
@@ -43,7 +44,6 @@ from tests.inference.test_cached import CountingBackend
 from tests.legacy import builders
 
 TASK = "walk"
-NOBODY = 65534
 READ_ONLY_COMMANDS = (
     "ls", "query", "db status", "verify", "stats", "export", "explain", "copy", "generate readonly", "generate replay",
 )  # fmt: skip
@@ -189,21 +189,6 @@ DAMAGES: dict[str, Callable[[Path], None]] = {
     "read-only mount": lambda path: None,  # the whole store, on a tmpfs remounted read-only
     "read-only mount, a -wal left": _leave_wal,  # ...and the bad files keep a commit in a -wal (a writer died)
 }
-
-
-@contextmanager
-def as_nobody() -> Iterator[None]:
-    """Run the block with the effective uid and gid of ``nobody`` (as root, file modes do not stop reads)."""
-    try:
-        os.setegid(NOBODY)
-        os.seteuid(NOBODY)
-    except OSError as e:
-        pytest.skip(f"cannot take another user's uid to make a file unreadable to root: {e}")
-    try:
-        yield
-    finally:
-        os.seteuid(0)
-        os.setegid(0)
 
 
 @contextmanager

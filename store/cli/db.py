@@ -142,7 +142,10 @@ def db_upgrade_command(
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
         table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
-            detail = unprefixed(r.error, r.where) if r.error else (store.shown(str(r.backup)) if r.backup else "")
+            detail = unprefixed(r.error, r.where) if r.error else ""
+            if r.backup is not None:  # a failed upgrade keeps the backup it restored the file from
+                backup = store.shown(str(r.backup))
+                detail = f"{detail}; the file was restored from its backup, kept at {backup}" if detail else backup
             table.add_row(
                 Text(folder),
                 Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),

@@ -208,18 +208,29 @@ class InterruptedWriteError(DatabaseFileError):
 class StoreFullError(DatabaseFileError):
     """The filesystem holding a store file is full (or the user's quota is): the write was rolled back."""
 
-    def __init__(self, path: Path | str, *, free_bytes: int | None, needed_bytes: int | None = None) -> None:
+    def __init__(
+        self, path: Path | str, *, free_bytes: int | None, needed_bytes: int | None = None, needed_for: str = ""
+    ) -> None:
+        """``needed_for`` names what the room was needed for when the write was refused before it began (an
+        upgrade's backup); without it, a write met the full disk and was rolled back."""
         self.free_bytes, self.needed_bytes = free_bytes, needed_bytes
         free = "" if free_bytes is None else f" ({_size(free_bytes)} free on its filesystem)"
-        needed = (
-            "Free some space"
-            if needed_bytes is None
-            else f"Free at least {_size(needed_bytes)} (about twice the rows being written: SQLite journals them)"
-        )
+        if needed_for:
+            needs = "" if needed_bytes is None else f" needs {_size(needed_bytes)}"
+            message = f"the disk is full{free}: {needed_for}{needs}; nothing was changed. Free some space"
+        else:
+            needed = (
+                "Free some space"
+                if needed_bytes is None
+                else f"Free at least {_size(needed_bytes)} (about twice the rows being written: SQLite journals them)"
+            )
+            message = (
+                f"the disk is full{free}: nothing of the failed write was kept, and rows stored before it are intact. "
+                f"{needed}"
+            )
         super().__init__(
             path,
-            f"the disk is full{free}: nothing of the failed write was kept, and rows stored before it are intact. "
-            f"{needed} or move the store (--store-root), then run the command again: "
+            f"{message} or move the store (--store-root), then run the command again: "
             "rows already stored are not computed again.",
         )
 

@@ -204,6 +204,9 @@ def test_db_upgrade_on_a_full_disk_refuses_and_leaves_no_partial_backup(
         assert_failed_cleanly(result)
         (outcome,) = orjson.loads(result.stdout)["results"]
         assert outcome["outcome"] == "refused" and "disk is full" in outcome["error"]
+        # no write was made, and the room is for a copy of the file (was: a failed write's text, "twice the rows")
+        assert "the upgrade's backup (a copy of the file beside it) needs" in outcome["error"], outcome["error"]
+        assert "nothing was changed" in outcome["error"] and "twice the rows" not in outcome["error"]
         assert file_digests(root) == before  # no partial backup; the database as it was
 
 
@@ -221,7 +224,7 @@ def test_a_backup_that_fails_midway_is_removed_and_the_upgrade_refused(
     assert_failed_cleanly(result)
     outcomes = orjson.loads(result.stdout)["results"]
     assert {o["outcome"] for o in outcomes} == {"refused"}
-    assert all("disk is full" in o["error"] and ".bak-" in o["error"] for o in outcomes)
+    assert all("disk is full" in o["error"] and "the upgrade's backup" in o["error"] for o in outcomes)
     assert {k: v for k, v in file_digests(filled).items() if not k.endswith((".lock", "-wal", "-shm"))} == {
         k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))
     }

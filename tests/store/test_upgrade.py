@@ -19,7 +19,7 @@ from store.backends.sqlite.rows import sqlite_insert
 from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, upgrade_store
 from store.backends.sqlite.verify import stray_paths
 from store.descriptor import ModelDescriptor
-from store.errors import SchemaBehindError, UpgradeFailedError
+from store.errors import SchemaBehindError, StoreNotWritableError, UpgradeFailedError
 from store.layout import is_backup_of, select, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
@@ -39,6 +39,7 @@ from tests.factories import (
     hide_a_row_in_a_page,
     stamp,
 )
+from tests.faults import immutable, judgestore
 from tests.store.conftest import location_of
 from tests.store.schema_helpers import (
     UNKNOWN_REVISION,
@@ -92,6 +93,21 @@ def test_a_damaged_file_is_refused_untouched_with_no_backup(
     assert "SQLite found damage" in str(result.error) and "nothing was changed" in str(result.error)
     assert result.backup is None and file_digests(db_path.parent) == files  # not a byte, no backup beside it
     assert version_of(db_path) == SHIPPED_HEAD
+
+
+def test_a_file_that_cannot_be_written_is_refused_before_its_backup(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    """The folder may be written, the file may not (immutable: even root may not): the upgrade copied the backup,
+    met SQLite's "attempt to write a readonly database" in the migration, reported it raw (statement and all) and
+    left the backup unmentioned. It is now refused first, typed, and nothing is added beside the file."""
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
+    files = file_digests(db_path.parent)
+    with immutable(db_path):
+        result = upgrade_database(db_path, Settings(), script=synthetic)
+    assert (result.outcome, result.backup) == (UpgradeOutcome.REFUSED, None)
+    assert result.error == str(StoreNotWritableError(db_path, "this user may not write it: permission denied"))
+    assert file_digests(db_path.parent) == files and version_of(db_path) == SHIPPED_HEAD
 
 
 def test_a_process_killed_while_copying_the_backup_leaves_no_file_under_a_backup_name(
@@ -252,6 +268,21 @@ def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
     assert (bad in restored) == (kind == "commits-then-raises"), "a rolled-back migration needs no copy"
     for good in (paths[0], paths[2]):
         assert version_of(good) == SYNTHETIC_HEAD
+
+
+def test_db_upgrade_names_the_backup_a_failed_upgrade_leaves_beside_the_restored_file(
+    store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The table showed the failure alone; the backup it made stays (the file was restored from it)."""
+    db_path = current_database(store_root, "judgements", "t", descriptor, [completion_record(0, benchmark="explode")])
+    pretend_shipped_scripts_are(failing_script(tmp_path, "raises"), monkeypatch)
+    monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(store_root))
+    result = judgestore("db", "upgrade")
+    assert result.exit_code == 1, result.output
+    [backup] = [p for p in db_path.parent.iterdir() if ".bak-" in p.name]
+    said = " ".join(result.stdout.split())  # the table wraps its last column
+    assert "failed" in said and "injected failure" in said
+    assert f"restored from its backup, kept at {backup.relative_to(store_root)}" in said, said
 
 
 def test_a_failed_automatic_upgrade_on_open_restores_the_file(

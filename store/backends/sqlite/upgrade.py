@@ -42,7 +42,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store import schema
 from store.backends.sqlite.connections import classify, create_sqlite_engine
-from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, interrupted_write, translated
+from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, interrupted_write, translated, write_refusal
 from store.backends.sqlite.info import database_info
 from store.backends.sqlite.verify import integrity_damage
 from store.errors import DatabaseFileError, StoreFullError
@@ -62,6 +62,8 @@ from store.settings import Settings
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
+
+BACKUP = "the upgrade's backup (a copy of the file beside it)"
 
 
 def _row_counts(conn: Connection) -> dict[str, int]:
@@ -111,7 +113,12 @@ def _backup(db_path: Path, revision: str | None) -> Path:
         os.replace(temp, target)
     except OSError as e:
         temp.unlink(missing_ok=True)
-        raise translated(target, e, needed_bytes=database_size(db_path)) from e
+        typed = translated(target, e)
+        if isinstance(typed, StoreFullError):
+            typed = StoreFullError(
+                db_path, free_bytes=typed.free_bytes, needed_bytes=database_size(db_path), needed_for=BACKUP
+            )
+        raise typed from e
     except BaseException:  # Ctrl-C while copying: only a process killed outright leaves the temporary behind
         temp.unlink(missing_ok=True)
         raise
@@ -144,10 +151,11 @@ def upgrade_database(
     known = schema.revisions() if script is schema.script_directory() else revisions_of(script)
     needed, free = database_size(db_path), free_bytes(db_path)
     if free is not None and free < needed + NEARLY_FULL_BYTES:  # the backup would not fit: refuse before any write
-        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES)
-        return UpgradeResult(
-            str(db_path), UpgradeOutcome.REFUSED, None, None, error=f"{full} (the backup needs the room)"
-        )
+        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES, needed_for=BACKUP)
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(full))
+    refusal = write_refusal(db_path)
+    if refusal is not None:  # a file or a filesystem that may not be written: known before any write
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(refusal))
     try:
         lock = FileLock(lock_path(db_path))
         lock.acquire()
