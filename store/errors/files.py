@@ -132,8 +132,8 @@ class SchemaAheadError(SchemaError):
         super().__init__(
             path,
             f"schema revision {found} is unknown to this library (its newest is "
-            f"{expected}): the file was written by a newer judgestore. Upgrade the "
-            f"library ({UPGRADE_HOW}); the file was not touched.",
+            f"{expected}): a newer judgestore wrote the file, or one with migrations of "
+            f"its own. Upgrade the library ({UPGRADE_HOW}); the file was not touched.",
         )
 
 
@@ -143,12 +143,18 @@ class ForeignDatabaseError(SchemaError):
     def __init__(self, path: Path | str, tables: list[str]) -> None:
         self.tables = tables
         shown = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
-        super().__init__(
-            path,
-            f"not a judgestore database (it has tables {shown} and no "
-            "judgestore_alembic_version table); refusing to touch it. "
-            "Old judgestore-era caches are imported with `judgestore import`.",
-        )
+        if "judgestore_alembic_version" in tables:  # ours, but its revision was emptied or doubled by hand
+            message = (
+                "its judgestore_alembic_version table does not hold exactly one revision (emptied or edited by "
+                "hand), so its schema is unknown; refusing to touch it. Restore it from a backup (`*.bak-*` beside "
+                "it after an upgrade) or delete it to recompute its rows."
+            )
+        else:
+            message = (
+                f"not a judgestore database (it has tables {shown} and no judgestore_alembic_version table); "
+                "refusing to touch it. Old judgestore-era caches are imported with `judgestore import`."
+            )
+        super().__init__(path, message)
 
 
 class UpgradeFailedError(SchemaError):

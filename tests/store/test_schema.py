@@ -64,6 +64,9 @@ def _make_state(state: str, path: Path, root: Path, descriptor: ModelDescriptor,
         at_synthetic_head(path, synthetic)
     elif state == "ahead":
         stamp(path, UNKNOWN_REVISION)
+    elif state == "revision-emptied":
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("DELETE FROM judgestore_alembic_version")
 
 
 @pytest.mark.parametrize(
@@ -150,6 +153,10 @@ def _placed(store_root: Path, descriptor: ModelDescriptor) -> Path:
     [
         ("behind", SchemaBehindError, [SHIPPED_HEAD, SYNTHETIC_HEAD, "`judgestore db upgrade`"]),
         ("ahead", SchemaAheadError, [UNKNOWN_REVISION, SHIPPED_HEAD, "`git pull && pip install -e .`", "not touched"]),
+        # it may come from a newer judgestore or from one with migrations of its own (was: "a newer judgestore")
+        ("ahead", SchemaAheadError, ["a newer judgestore wrote the file, or one with migrations of its own"]),
+        # was: "it has tables ... judgestore_alembic_version ... and no judgestore_alembic_version table"
+        ("revision-emptied", ForeignDatabaseError, ["does not hold exactly one revision", "Restore it from a backup"]),
         ("foreign-optuna", ForeignDatabaseError, ["alembic_version", "studies", "judgestore_alembic_version"]),
         ("foreign-random", ForeignDatabaseError, ["notes", "tags", "refusing to touch it"]),
     ],
