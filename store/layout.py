@@ -7,7 +7,7 @@ Contract::
         {role}.db                        the SQLite database
         {role}.db-wal, {role}.db-shm     SQLite's side files (WAL mode)
         {role}.db-journal                the rollback journal (rollback mode): never to be deleted
-        {role}.db.lock                   held while the database is created or upgraded
+        {role}.db.lock                   held while the database is created, upgraded or vacuumed
         {role}.db.bak-{revision}-{time}  the byte-for-byte copy an upgrade keeps
                                          (copied under a temporary name, then
                                          renamed: a complete copy or none)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import sqlite3
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import closing, contextmanager
 from pathlib import Path
@@ -120,6 +121,22 @@ def immutable(path: Path) -> Iterator[None]:
         yield
     finally:
         subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+@contextmanager
+def lock_held_elsewhere(lock_file: Path) -> Iterator[None]:
+    """``lock_file`` (a :class:`filelock.FileLock`) held by another process for the block, as an upgrade or a
+    vacuum running elsewhere holds it."""
+    script = "import filelock, sys; lock = filelock.FileLock(sys.argv[1]); lock.acquire(); print('held', flush=True); "
+    holder = subprocess.Popen(
+        [sys.executable, "-c", script + "sys.stdin.read()", str(lock_file)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        yield
+    finally:
+        holder.communicate("")
 
 
 NOBODY = 65534

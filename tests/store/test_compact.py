@@ -8,12 +8,13 @@ from pathlib import Path
 import orjson
 
 from store.backends.sqlite.vacuum import vacuum_database
-from store.layout import walk
+from store.layout import lock_path, walk
 from store.reports import VacuumOutcome
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
 from tests.factories import QWEN, completion_record, fill_small_store, foreign_database, hide_a_row_in_a_page
+from tests.faults import lock_held_elsewhere
 
 
 def big_store(root: Path) -> Path:
@@ -52,6 +53,18 @@ def test_a_database_held_by_a_writer_is_reported_busy_and_left_as_it_was(store_r
     assert result.outcome is VacuumOutcome.BUSY and "try again" in str(result.error)
     with Store(Settings(), root=store_root, readonly=True) as store:
         assert store.open(location).count() == 100
+
+
+def test_a_lock_another_process_holds_past_the_busy_timeout_is_reported_busy(store_root: Path) -> None:
+    """Another upgrade or vacuum of the file holds its lock: the vacuum waited for it without a bound (was)."""
+    fill_small_store(store_root)
+    location = next(loc for loc in walk(store_root) if loc.role == "completions")
+    path = location.db_path(store_root)
+    before = path.read_bytes()
+    with lock_held_elsewhere(lock_path(path)):
+        result = vacuum_database(store_root, location, Settings(busy_timeout_ms=200))
+    assert result.outcome is VacuumOutcome.BUSY and "held its lock file" in str(result.error)
+    assert path.read_bytes() == before
 
 
 def test_a_foreign_file_is_refused_untouched(store_root: Path) -> None:

@@ -20,7 +20,7 @@ from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, u
 from store.backends.sqlite.verify import stray_paths
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaBehindError, StoreNotWritableError, UpgradeFailedError
-from store.layout import is_backup_of, select, shm_path, wal_path
+from store.layout import is_backup_of, lock_path, select, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
@@ -39,7 +39,7 @@ from tests.factories import (
     hide_a_row_in_a_page,
     stamp,
 )
-from tests.faults import immutable, judgestore
+from tests.faults import immutable, judgestore, lock_held_elsewhere
 from tests.store.conftest import location_of
 from tests.store.schema_helpers import (
     UNKNOWN_REVISION,
@@ -108,6 +108,20 @@ def test_a_file_that_cannot_be_written_is_refused_before_its_backup(
     assert (result.outcome, result.backup) == (UpgradeOutcome.REFUSED, None)
     assert result.error == str(StoreNotWritableError(db_path, "this user may not write it: permission denied"))
     assert file_digests(db_path.parent) == files and version_of(db_path) == SHIPPED_HEAD
+
+
+def test_a_lock_another_process_holds_past_the_busy_timeout_refuses_the_upgrade_untouched(
+    tmp_path: Path, descriptor: ModelDescriptor, synthetic: Any
+) -> None:
+    """Another upgrade or vacuum of the file holds its lock: the upgrade waited for it without a bound (was)."""
+    db_path = current_database(tmp_path / "root", "judgements", "t", descriptor, sample_rows("one"))
+    files = file_digests(db_path.parent)
+    with lock_held_elsewhere(lock_path(db_path)):
+        result = upgrade_database(db_path, Settings(busy_timeout_ms=200), script=synthetic)
+    assert (result.outcome, result.backup) == (UpgradeOutcome.REFUSED, None)
+    assert "held its lock file" in str(result.error) and "(200 ms); nothing was changed" in str(result.error)
+    assert file_digests(db_path.parent) == files and version_of(db_path) == SHIPPED_HEAD
+    assert upgrade_database(db_path, Settings(), script=synthetic).outcome is UpgradeOutcome.UPGRADED  # once free
 
 
 def test_a_process_killed_while_copying_the_backup_leaves_no_file_under_a_backup_name(

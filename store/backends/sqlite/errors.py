@@ -14,6 +14,8 @@ Contract:
 * :func:`write_refusal` says, without writing, why a file could not be
   written (a read-only filesystem, permissions); a full disk is only known
   when a write meets it.
+* A file's own lock (:func:`file_locked`: upgrades, vacuums) is waited for
+  at most the busy timeout, then :class:`~store.errors.DatabaseBusyError`.
 * A lock held past the busy timeout is retried by :func:`retry_while_locked`
   (backoff with jitter, ``lock_retries`` times), then raises
   :class:`~store.errors.DatabaseBusyError`; every writer of a SQLite file
@@ -29,10 +31,12 @@ import re
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
+from filelock import FileLock, Timeout
 from sqlalchemy.exc import DBAPIError, OperationalError
 
 from store.errors import (
@@ -48,7 +52,7 @@ from store.errors import (
     StoreNotWritableError,
     UnexpectedDatabaseError,
 )
-from store.layout import JOURNAL_SUFFIX, wal_path
+from store.layout import JOURNAL_SUFFIX, lock_path, wal_path
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -224,6 +228,30 @@ def raise_translated(path: Path, error: BaseException, *, needed_bytes: int | No
 def is_locked(error: OperationalError | sqlite3.OperationalError) -> bool:
     message = str(error.orig if isinstance(error, OperationalError) else error).lower()
     return "database is locked" in message or "database is busy" in message
+
+
+@contextmanager
+def file_locked(db_path: Path, settings: Settings) -> Iterator[None]:
+    """Hold ``db_path``'s own lock file (what upgrades, vacuums and the creation of its schema take) for the block,
+    waiting at most the busy timeout for another process: past it, :class:`DatabaseBusyError` with nothing done
+    (an upgrade or a vacuum of a large file elsewhere can hold it for minutes). A lock file that cannot be
+    created (a read-only or full disk) raises its typed error."""
+    lock = FileLock(lock_path(db_path), timeout=settings.busy_timeout_ms / 1000)
+    try:
+        lock.acquire()
+    except Timeout as e:  # before OSError: filelock's Timeout is a TimeoutError
+        raise DatabaseBusyError(
+            db_path,
+            f"another process (an upgrade, a vacuum) held its lock file {lock.lock_file} past the busy timeout "
+            f"({settings.busy_timeout_ms} ms); nothing was changed. Try again once it is done (or raise "
+            "JUDGESTORE_BUSY_TIMEOUT_MS)",
+        ) from e
+    except OSError as e:
+        raise translated(db_path, e) from e
+    try:
+        yield
+    finally:
+        lock.release()
 
 
 def retry_while_locked(attempt: Callable[[], T], path: Path, settings: Settings) -> T:

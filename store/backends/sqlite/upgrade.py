@@ -2,7 +2,8 @@
 
 Contract:
 
-* :func:`upgrade_database` takes the file's lock, re-checks its revision
+* :func:`upgrade_database` takes the file's lock (waiting at most the busy
+  timeout for another process's upgrade or vacuum), re-checks its revision
   inside it, keeps a byte-for-byte backup beside it
   (:func:`store.layout.backup_path`; the WAL is checkpointed into the file
   first, so that one copy holds every committed row), migrates inside one
@@ -31,18 +32,24 @@ import os
 import shutil
 import sqlite3
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import closing
+from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from filelock import FileLock
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
 from store.backends.sqlite.connections import classify, create_sqlite_engine
-from store.backends.sqlite.errors import NEARLY_FULL_BYTES, free_bytes, interrupted_write, translated, write_refusal
+from store.backends.sqlite.errors import (
+    NEARLY_FULL_BYTES,
+    file_locked,
+    free_bytes,
+    interrupted_write,
+    translated,
+    write_refusal,
+)
 from store.backends.sqlite.info import database_info
 from store.backends.sqlite.verify import integrity_damage
 from store.errors import DatabaseFileError, StoreFullError
@@ -52,7 +59,6 @@ from store.layout import (
     backup_temp_path,
     database_files,
     database_size,
-    lock_path,
     shm_path,
     wal_path,
 )
@@ -156,19 +162,16 @@ def upgrade_database(
     refusal = write_refusal(db_path)
     if refusal is not None:  # a file or a filesystem that may not be written: known before any write
         return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(refusal))
-    try:
-        lock = FileLock(lock_path(db_path))
-        lock.acquire()
-    except OSError as e:  # a read-only or full disk cannot hold the lock file: nothing was touched
-        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(translated(db_path, e)))
-    try:
+    with ExitStack() as held:
+        try:
+            held.enter_context(file_locked(db_path, settings))
+        except DatabaseFileError as e:  # held past the busy timeout, or a lock file the disk cannot hold: untouched
+            return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(e))
         engine = create_sqlite_engine(db_path, settings, pooled=False)
         try:
             result = _upgrade_locked(engine, db_path, known, script)
         finally:
             engine.dispose()
-    finally:
-        lock.release()
     if result.backup is not None and result.outcome is UpgradeOutcome.UPGRADED and not keep_backup:
         for path in database_files(result.backup):
             path.unlink()

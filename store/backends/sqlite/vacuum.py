@@ -11,8 +11,8 @@ Contract:
   (``wal_checkpoint(TRUNCATE)``), runs ``VACUUM`` (which rewrites the file
   without its free pages, in one transaction of SQLite's own), and
   checkpoints again so the WAL is emptied. Writers and readers of other
-  processes are waited for up to the busy timeout; a database that stays
-  busy is reported (``busy``) and left as it was.
+  processes, and the file's lock, are waited for up to the busy timeout; a
+  database that stays busy is reported (``busy``) and left as it was.
 * :func:`vacuum_store` does that for many databases, one bad or busy file
   never stopping the others. Rows are never changed; only free pages go.
 * A PostgreSQL store is not compacted here: autovacuum makes the space of
@@ -25,17 +25,17 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable, Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
 from sqlalchemy.exc import DatabaseError
 
 from store.backends.sqlite.connections import classify, create_sqlite_engine
-from store.backends.sqlite.errors import translated
+from store.backends.sqlite.errors import file_locked, translated
 from store.backends.sqlite.verify import integrity_damage
-from store.errors import JudgestoreError
-from store.layout import Location, check_location_metadata, database_size, lock_path
+from store.errors import DatabaseBusyError, JudgestoreError
+from store.layout import Location, check_location_metadata, database_size
 from store.reports import VacuumOutcome, VacuumResult
 from store.schema import DatabaseState, status_error
 from store.settings import Settings
@@ -62,7 +62,13 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
         return result(VacuumOutcome.REFUSED, str(e))
     except OSError as e:
         return result(VacuumOutcome.REFUSED, f"{location.metadata_path(root)}: cannot be read ({e.strerror or e})")
-    with FileLock(lock_path(path)):
+    with ExitStack() as held:
+        try:
+            held.enter_context(file_locked(path, settings))
+        except DatabaseBusyError as e:  # another upgrade or vacuum of it, past the busy timeout
+            return result(VacuumOutcome.BUSY, str(e))
+        except JudgestoreError as e:  # a lock file the disk cannot hold
+            return result(VacuumOutcome.REFUSED, str(e))
         engine = create_sqlite_engine(path, settings, pooled=False)
         try:
             with engine.connect() as conn:
