@@ -74,7 +74,6 @@ from store.errors import (
     LayoutError,
     ServerAuthError,
     ServerUnavailableError,
-    StoreMissingError,
 )
 from store.interrupts import carrying
 from store.layout import Location, Selector
@@ -319,8 +318,7 @@ def overlapping(a: Store, b: Store) -> bool:
 
 def check_source(source: Store) -> None:
     """Raise :class:`StoreMissingError` unless ``source`` holds a store (a folder; a server with a registry)."""
-    if (why := source.storage.absence()) is not None:
-        raise StoreMissingError(source.where, f"{why}: there is no store to copy; check --from-root or --from-url")
+    source.require_present("to copy", "--from-root or --from-url")
 
 
 def check_target(target: Store) -> None:

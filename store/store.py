@@ -48,7 +48,14 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from store.backend import Database, Storage
 from store.backends import open_storage
 from store.descriptor import HASH16_LENGTH, ModelDescriptor
-from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, SchemaBehindError, UpgradeFailedError
+from store.errors import (
+    EmptyFilterError,
+    InvalidInputError,
+    JudgestoreError,
+    SchemaBehindError,
+    StoreMissingError,
+    UpgradeFailedError,
+)
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.rows import FoundRow, RowCount
@@ -318,6 +325,12 @@ class Store:
     def shown(self, where: str) -> str:
         """A database's ``where`` as tables show it (under the root for a folder store)."""
         return self.storage.shown(where)
+
+    def require_present(self, purpose: str, options: str = "--store-root or --store-url") -> None:
+        """Raise :class:`StoreMissingError` unless a store is here (a folder; a server with a registry): a command
+        ``purpose`` names ("to verify") must not take a mistyped root for an empty store. Creates nothing."""
+        if (why := self.storage.absence()) is not None:
+            raise StoreMissingError(self.where, f"{why}: there is no store {purpose}; check {options}")
 
     def strays(self) -> list[Problem]:
         """Files and folders that are not part of the layout (a folder store only)."""

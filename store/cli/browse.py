@@ -18,7 +18,7 @@ import typer
 
 from store.cli.common import command_errors, stderr
 from store.cli.options import grouped, store_settings
-from store.errors import MissingDependencyError, StoreMissingError, install_hint
+from store.errors import MissingDependencyError, install_hint
 from store.settings import Settings
 from store.store import Store
 
@@ -63,9 +63,6 @@ def browse_command(
     from store.browse.server import serve
 
     with Store(settings, readonly=True) as store:
-        if (why := store.storage.absence()) is not None:
-            raise StoreMissingError(
-                store.where, f"{why}: there is no store to browse; check --store-root or --store-url"
-            )
+        store.require_present("to browse")
         serve(Browser(store), host, port, open_browser=open_browser,
               say=lambda line: stderr().print(line, soft_wrap=True, markup=False, highlight=False))  # fmt: skip

@@ -192,7 +192,8 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     SQLite's integrity_check, metadata.json against its folder, the schema
     state, and that every row's input_text hashes to its input_hash. Without
     a database selector it also lists stray files and folders under the root.
-    Read-only. Exits 1 on any problem, listing each with its file. Ctrl-C
+    Read-only. Exits 1 on any problem, listing each with its file, and when
+    there is no store there at all (a mistyped --store-root). Ctrl-C
     exits 130 with one line on stderr saying how many databases were checked
     (and the problems found in them): the others were not.
 
@@ -203,6 +204,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         judgestore verify --role judgements --json
     """
     with Store(settings, readonly=True) as store:
+        store.require_present("to verify")  # a mistyped root must not pass as a store with no problems
         locations = store.select(selector)
         results: list[DatabaseVerification] = []
         try:

@@ -584,6 +584,19 @@ def test_no_rows_because_there_is_no_store_says_so(tmp_path: Path, command: tupl
     assert not missing.exists()
 
 
+def test_verify_of_a_store_that_is_not_there_fails(tmp_path: Path) -> None:
+    """A mistyped --store-root passed verify ("No databases", exit 0): a check that scripts gate on must fail."""
+    missing = tmp_path / "no-such-store"
+    result = judgestore("verify", "--store-root", str(missing), "--json")
+    assert result.exit_code == 1 and result.stdout == ""
+    error = as_json(result.stderr)
+    assert error["type"] == "StoreMissingError" and "there is no store to verify" in error["error"]
+    assert not missing.exists()
+    missing.mkdir()  # a store with nothing in it yet has nothing wrong
+    empty = judgestore("verify", "--store-root", str(missing), "--json")
+    assert empty.exit_code == 0 and as_json(empty.stdout)["ok"] is True, empty.output
+
+
 def test_no_rows_because_the_filter_matched_none_says_nothing_more(filled: Path) -> None:
     result = judgestore("query", "--format", "jsonl", "--run-id", "no-such-run")
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
