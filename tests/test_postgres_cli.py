@@ -66,6 +66,8 @@ def test_generate_then_every_read_command_on_a_server_store(
     assert sorted(r["instruction_id"] for r in rows) == ["0", "1", "2", "3", "4"]
     assert as_json(judgestore("db", "status", "--json", *store))["ok"] is True
     assert [r["outcome"] for r in as_json(judgestore("db", "upgrade", "--json", *store))["results"]] == ["up-to-date"]
+    no_backup = judgestore("db", "upgrade", "--no-backup", *store)  # was: accepted without a word
+    assert no_backup.exit_code == 0 and "a server's upgrade makes no backup to delete" in no_backup.stderr
     verified = as_json(judgestore("verify", "--json", *store))
     assert (verified["ok"], verified["databases"], verified["rows_checked"]) == (True, 1, 5)
     stats = as_json(judgestore("stats", "--json", *store))

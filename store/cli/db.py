@@ -105,7 +105,8 @@ def db_upgrade_command(
     selector: Selector,
     json_output: JsonOutput = False,
     no_backup: Annotated[
-        bool, typer.Option("--no-backup", help="Delete each backup once its upgrade succeeded.")
+        bool,
+        typer.Option("--no-backup", help="Delete each backup once its upgrade succeeded (a folder store's)."),
     ] = False,
 ) -> None:
     """Upgrade every database that is behind to this library's head revision.
@@ -113,6 +114,8 @@ def db_upgrade_command(
     Per file: lock, re-check, back up beside it (*.bak-REVISION-TIME), migrate,
     verify row counts; a failure restores the backup. Ahead, foreign and
     damaged files are refused and not touched. A second run does nothing.
+    On a PostgreSQL server each schema is migrated in one transaction (a
+    failure leaves it as it was) and no backup is made: take one with pg_dump.
     Exits 1 if anything was refused or failed. Ctrl-C exits 130 with one line
     on stderr saying how many were upgraded: the one it stopped in is left at
     its revision (its migration is one transaction), and so are the rest.
@@ -123,6 +126,11 @@ def db_upgrade_command(
 
         judgestore db upgrade --task mt-bench --json
     """
+    if no_backup and settings.store_url:
+        note(
+            "--no-backup: a server's upgrade makes no backup to delete (take one with pg_dump)",
+            json_output=json_output,
+        )
     with Store(settings) as store:
         locations = store.select(selector)
         results: list[UpgradeResult] = []
