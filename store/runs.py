@@ -29,6 +29,10 @@ if TYPE_CHECKING:
 RUNS: Table = Run.__table__  # type: ignore[assignment]
 
 
+class RunNotRecordedWarning(UserWarning):
+    """A call's answers are complete, but the store refused the row of its accounting (read-only, full)."""
+
+
 _FIELDS = record_fields(RunRecord)
 
 

@@ -85,6 +85,37 @@ def test_generate_then_every_read_command_on_a_server_store(
     assert (third["hits"], third["misses"]) == (3, 2)  # exactly the deleted rows are recomputed
 
 
+def test_a_user_who_may_only_read_gets_every_hit_and_a_warning_that_the_run_was_not_recorded(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """All hits need no write but the run's accounting row: the run failed there, at its end, and its output was
+    never written (was; JUDGESTORE_RECORD_RUNS=false was the way out)."""
+    as_json(generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--store-url", pg_url))
+    database = make_url(pg_url).database
+    (schema,) = (
+        name for (name,) in pg_cluster.sql("SELECT nspname FROM pg_namespace", database) if name.startswith("js_")
+    )
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE viewer LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql(f'GRANT USAGE ON SCHEMA "{schema}", judgestore TO viewer', database)
+    pg_cluster.sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}", judgestore TO viewer', database)
+    runs = f'SELECT count(*) FROM "{schema}".runs'
+    before = pg_cluster.sql(runs, database)
+    viewer = pg_cluster.url(database, "viewer", "pw")
+    result = generate(openai_server, chat_prompts, tmp_path / "b.jsonl", "--store-url", viewer)
+    assert result.exit_code == 0, result.output
+    report = orjson.loads(result.stdout)
+    assert (report["hits"], report["requests_sent"]) == (5, 0) and len(openai_server.completions()) == 5
+    first, hits = (
+        [orjson.loads(line) for line in (tmp_path / f).read_bytes().splitlines()] for f in ("a.jsonl", "b.jsonl")
+    )
+    assert [r["completion"] for r in hits] == [r["completion"] for r in first] and all(r["cached"] for r in hits)
+    said = " ".join(result.stderr.split())
+    assert "warning: this run was not recorded" in said and "JUDGESTORE_RECORD_RUNS=false" in said, said
+    assert pg_cluster.sql(runs, database) == before
+
+
 def test_judge_pairwise_and_pointwise_on_a_server_store(openai_server: FakeOpenAI, tmp_path: Path, pg_url: str) -> None:
     pairs = tmp_path / "pairs.jsonl"
     lines = [

@@ -45,7 +45,9 @@ Contract (docs/design.md, "A run, step by step"):
   its write interval's engine time (:func:`inference.cache.accounting.priced`). ``last``
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
-  table (unless ``JUDGESTORE_RECORD_RUNS=0``).
+  table (unless ``JUDGESTORE_RECORD_RUNS=0``); a store that refuses that one
+  row (read-only to this user, full) gives a warning, not an error
+  (:class:`~store.runs.RunNotRecordedWarning`): the answers are complete.
 * A plan counts apart the hits that are adopted rows (copied from an older
   descriptor by ``judgestore adopt``, :mod:`inference.drift.adopt`): they answer
   like any hit, and the plan and the summary say how many there were.
@@ -96,6 +98,7 @@ import contextlib
 import logging
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -110,11 +113,19 @@ from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store import Settings, Store
 from store.descriptor import ModelDescriptor
-from store.errors import CacheMissError, InvalidInputError, JudgestoreError, RequestsFailedError
+from store.errors import (
+    CacheMissError,
+    InvalidInputError,
+    JudgestoreError,
+    RequestsFailedError,
+    ServerPermissionError,
+    StoreFullError,
+    StoreNotWritableError,
+)
 from store.interrupts import carrying
 from store.layout import Selector
 from store.roles import Role
-from store.runs import record_run
+from store.runs import RunNotRecordedWarning, record_run
 from store.schema import DatabaseState
 from store.settings import from_environment
 from store.tables.records import Record
@@ -419,7 +430,17 @@ class CachedModel:
             started_at=started_at,
             finished_at=datetime.now(UTC),
         )
-        record_run(database, record)
+        try:
+            record_run(database, record)
+        except (StoreNotWritableError, StoreFullError, ServerPermissionError) as e:
+            # Every answer is there (the hits, and what was written): losing them for one row of accounting
+            # would be worse than the missing row (a user who may only read, all hits, on a server store)
+            warnings.warn(
+                f"this run was not recorded in its database's runs table ({e}); its answers are complete. "
+                "`--mode readonly` (or JUDGESTORE_RECORD_RUNS=false) does not try to record it",
+                RunNotRecordedWarning,
+                stacklevel=4,
+            )
 
     def generate_missing(
         self,
