@@ -72,7 +72,14 @@ from store.sync.remote_layout import (
     verify_remote_metadata,
 )
 from store.sync.shards import SHARD_SUFFIX, BuiltShard, ShardOrigin, ShardWriter, shard_file_name
-from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, staging_folder, sync_lock
+from store.sync.workspace import (
+    ProgressCallback,
+    SyncProblem,
+    no_progress,
+    preview_root,
+    staging_folder,
+    sync_lock,
+)
 
 KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
 ROW_BATCH = 2_000  # rows read back per get_many while writing shards
@@ -188,9 +195,10 @@ def _push(
     dry_run = report.dry_run
     locations = store.select(selector)
     with (
-        sync_lock(store.root),
-        Bookkeeping(store.root, settings=store.settings) as books,
-        staging_folder(store.root) as staging,
+        preview_root(store.root, dry_run) as root,
+        sync_lock(root),
+        Bookkeeping(root, settings=store.settings) as books,
+        staging_folder(root) as staging,
     ):
         # Looked up, not recorded: the remote is recorded with the first shard sent to it, so a push that
         # fails (a repository the Hub answers with 404) or a dry run leaves the bookkeeping as it was.

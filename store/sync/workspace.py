@@ -85,9 +85,9 @@ def sync_lock(root: Path) -> Iterator[None]:
 
 @contextmanager
 def preview_root(root: Path, dry_run: bool) -> Iterator[Path]:
-    """The root whose workspace a fetch uses: ``root``; for a dry run where ``root`` has no workspace yet, a
-    throwaway folder (removed after) whose bookkeeping is empty, as ``root``'s would be: a preview of a store that
-    never shared anything leaves no trace in it (a read-only store can be previewed too)."""
+    """The root whose workspace a push or a fetch uses: ``root``; for a dry run where ``root`` has no workspace
+    yet, a throwaway folder (removed after) whose bookkeeping is empty, as ``root``'s would be: a preview of a store
+    that never shared anything leaves no trace in it (a read-only store can be previewed too)."""
     if not dry_run or workspace(root).exists():
         yield root
         return

@@ -461,6 +461,7 @@ def test_a_dry_run_with_create_repo_previews_the_whole_push_and_creates_nothing(
     assert human.exit_code == 0, human.output
     assert f"Would create dir:{shared}." in human.stdout and "10 rows" in human.stdout
     assert not shared.exists()
+    assert not (alice / ".judgestore-sync").exists()  # was: the preview made the workspace to build its shards in
     made = hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--json", "--store-root", str(alice))
     assert made.exit_code == 0 and orjson.loads(made.stdout)["created_repo"] and shared.is_dir(), made.output
     again = hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--json", "--store-root", str(alice))
