@@ -37,6 +37,7 @@ from typing import NoReturn
 import typer
 
 from store.cli import browse, cache, data, db, hub, transfer
+from store.cli.common import to_json
 from store.cli.help import plain_help
 
 Registrar = Callable[[typer.Typer], None]
@@ -70,6 +71,18 @@ def main() -> None:
     run_program(build_app())
 
 
+def _show_usage_error(error: typer.TyperException) -> int:
+    """A command line click refused (an unknown option, a bad value): click's lines, or after ``--json`` one JSON
+    object on stderr as :func:`store.cli.common.command_errors` gives every other error; its exit status (2)."""
+    if "--json" in sys.argv[1:]:
+        sys.stderr.write(to_json({"error": error.format_message(), "type": type(error).__name__}, indent=False) + "\n")
+    elif (show := getattr(error, "show", None)) is not None:  # click's: usage line, hint, error
+        show()
+    else:
+        sys.stderr.write(f"Error: {error.format_message()}\n")
+    return error.exit_code
+
+
 def run_program(app: typer.Typer) -> NoReturn:
     """Run ``app`` as the ``judgestore`` program, then end the process at once with the command's exit status.
 
@@ -90,8 +103,14 @@ def run_program(app: typer.Typer) -> NoReturn:
     """
     code: str | int | None
     try:
-        app(prog_name="judgestore")
-        code = 0
+        # Not standalone: a usage error reaches this edge, which gives it as JSON after --json as every other error
+        returned = app(prog_name="judgestore", standalone_mode=False)
+        code = returned if isinstance(returned, int) else 0  # typer.Exit(n) returns n here
+    except typer.TyperException as e:  # click's errors (typer vendors click): a command line it refused
+        code = _show_usage_error(e)
+    except typer.Abort:  # end of input at a prompt
+        sys.stderr.write("Aborted!\n")
+        code = 1
     except SystemExit as e:
         code = e.code
     if "vllm" in sys.modules:

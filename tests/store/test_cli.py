@@ -1003,6 +1003,19 @@ def test_python_m_store_delete_and_verify(filled: Path, tmp_path: Path) -> None:
     assert run("verify", cwd=tmp_path).returncode == 0
 
 
+def test_a_command_line_click_refuses_is_one_json_object_after_json(tmp_path: Path) -> None:
+    """A script passing --json reads errors as JSON on stderr; an unknown option or a bad value was click's text."""
+    for args, said in ((["ls", "--bogus"], "No such option: --bogus"), (["query", "--limit", "abc"], "'--limit'")):
+        as_json_error = run(*args, "--json", cwd=tmp_path)
+        assert (as_json_error.returncode, as_json_error.stdout) == (2, "")
+        error = orjson.loads(as_json_error.stderr)
+        assert said in error["error"] and error["type"] in ("NoSuchOption", "BadParameter"), error
+        text = run(*args, cwd=tmp_path)  # without --json: click's usage line, hint and error, as before
+        assert text.returncode == 2 and text.stderr.startswith(f"Usage: judgestore {args[0]} [OPTIONS]")
+        assert f"Error: {error['error']}" in text.stderr
+    assert run("ls", "--help", cwd=tmp_path).returncode == 0
+
+
 @pytest.mark.parametrize("command", ["query", "export"])
 def test_a_reader_that_stops_early_is_no_error(store_root: Path, tmp_path: Path, command: str) -> None:
     with Store(Settings(), root=store_root) as store:
