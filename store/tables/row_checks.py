@@ -23,6 +23,8 @@ Contract:
   from 0 to :data:`MAX_SAMPLE_INDEX` (PostgreSQL's ``integer``); an indexed
   text value takes at most :data:`INDEXED_TEXT_BYTES` bytes as PostgreSQL
   stores it (two of them fill one btree entry, whose limit is 2,704 bytes);
+  ``usage`` and ``top_logprobs`` are JSON objects (``dict``) or ``None``
+  (what the records declare, and what sharing's shards carry);
   ``adopted_from`` is a SHA-256 hex digest; ``orientation`` is ``direct``,
   ``reversed`` or ``None``; ``created_at`` is a datetime. A value a column's
   processor refuses (a naive ``created_at``, JSON that cannot be encoded) is
@@ -196,6 +198,7 @@ class _ValueRules:
 
     text_names: tuple[str, ...]  # every text column but the digests, in field order
     indexed_names: tuple[str, ...]  # text columns of an index (the digests aside)
+    json_names: tuple[str, ...]  # the JSON columns (usage, top_logprobs)
     orientation: bool  # the table has an orientation column
 
 
@@ -205,7 +208,8 @@ def _value_rules(role: Role) -> _ValueRules:
     texts = tuple(n for n in fields if isinstance(table.c[n].type, String) and n not in DIGEST_COLUMNS)
     in_index = {c.name for index in table.indexes for c in index.columns}
     indexed = tuple(n for n in texts if n in in_index)
-    return _ValueRules(texts, indexed, "orientation" in fields)
+    jsons = tuple(n for n in fields if isinstance(table.c[n].type, JSON))
+    return _ValueRules(texts, indexed, jsons, "orientation" in fields)
 
 
 def check_values(role: Role, record: Any) -> None:
@@ -219,6 +223,10 @@ def check_values(role: Role, record: Any) -> None:
         value = getattr(record, name)
         if not isinstance(value, str) and (value is not None or name in ("input_text", "completion")):
             raise _refused(role, record, name, f"must be text, got {type(value).__name__}")
+    for name in rules.json_names:  # what the record's type says, and all that sharing's shards carry
+        value = getattr(record, name)
+        if value is not None and not isinstance(value, dict):
+            raise _refused(role, record, name, f"must be a JSON object (a dict) or None, got {type(value).__name__}")
     for name in rules.indexed_names:
         value = getattr(record, name)
         if value and escaped_bytes(value) > INDEXED_TEXT_BYTES:
@@ -252,6 +260,7 @@ def plain_values(role: Role, variable: dict[str, str]) -> tuple[str, dict[str, A
         v = variable[name]
         required = name in ("input_text", "completion")
         terms.append(f"type({v}) is str" if required else f"(type({v}) is str or {v} is None)")
+    terms += [f"(type({variable[n]}) is dict or {variable[n]} is None)" for n in rules.json_names]
     terms += [f"({variable[n]} is None or len({variable[n]}) <= _safe_chars)" for n in rules.indexed_names]
     terms += [f"{variable['adopted_from']} is None", f"type({variable['created_at']}) is _datetime"]
     if rules.orientation:

@@ -420,6 +420,10 @@ def refusals() -> list[Any]:
         pytest.param(completion_record(1, usage={"$float": "x"}), "usage", id="json-float-tag"),
         pytest.param(completion_record(1, usage=5), "usage", id="json-bare-integer"),
         pytest.param(completion_record(1, top_logprobs=-1.5), "top_logprobs", id="json-bare-float"),
+        # Sharing's shards carry objects only: a fetch refused the whole shard such a row was pushed in (was)
+        pytest.param(completion_record(1, usage=["x"]), "usage", id="json-list"),
+        pytest.param(completion_record(1, top_logprobs="null"), "top_logprobs", id="json-string"),
+        pytest.param(completion_record(1, usage=True), "usage", id="json-boolean"),
         pytest.param(completion_record(1, sample_index=MAX_SAMPLE_INDEX + 1), "sample_index", id="sample-2**31"),
         pytest.param(completion_record(1, sample_index=-1), "sample_index", id="sample-negative"),
         pytest.param(completion_record(1, sample_index=True), "sample_index", id="sample-bool"),
