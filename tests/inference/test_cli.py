@@ -172,6 +172,25 @@ def test_a_bad_request_file_names_the_line_and_changes_nothing(tmp_path: Path, t
     assert not root.exists()
 
 
+@pytest.mark.parametrize("command", ["generate", "judge"])
+def test_a_label_that_is_not_valid_unicode_is_refused_before_anything_and_the_output_is_kept(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, command: str
+) -> None:
+    """A command line's bytes that are not UTF-8 (here 0xff): the engine ran, then writing the output failed with a
+    traceback, the output file was emptied and nothing was stored (was)."""
+    root, out = tmp_path / "store", tmp_path / "out.jsonl"
+    out.write_text('{"kept": 1}\n')
+    result = judgestore(
+        command, "--model", str(tiny_model_dir), "--label", "\udcff", "--task", "t", "-i", str(prompts),
+        "-o", str(out), "--json", *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result.stderr
+    error = orjson.loads(result.stderr.strip().splitlines()[-1])
+    assert error["type"] == "InvalidInputError" and "is not valid Unicode text" in error["error"], error
+    assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
+    assert out.read_text() == '{"kept": 1}\n' and not list(root.rglob("*.db"))
+
+
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:
