@@ -55,9 +55,19 @@ def environment_settings() -> Settings:
     return from_environment(Settings)
 
 
+def store_folder(value: str | None, option: str) -> Path | None:
+    """A store folder given on the command line; an empty one (``--store-root "$UNSET"``) is refused: as a path it
+    would be the working directory, where databases would be scattered."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise InvalidInputError(f"{option} is empty: give the store's folder ('.' for this one), or leave it out")
+    return Path(value)
+
+
 def store_settings(
     store_root: Annotated[
-        Path | None,
+        str | None,
         typer.Option(
             "--store-root",
             metavar="PATH",
@@ -88,7 +98,7 @@ def store_settings(
         raise InvalidInputError("--store-root and --store-url name two stores; give one")
     settings = environment_settings()
     if store_root is not None:
-        return settings.model_copy(update={"store_root": store_root, "store_url": None})
+        return settings.model_copy(update={"store_root": store_folder(store_root, "--store-root"), "store_url": None})
     if store_url is not None:
         return settings.model_copy(update={"store_url": store_url})
     if settings.store_url:  # the user may not know where the URL came from: a bad one names the variable

@@ -17,7 +17,6 @@ Contract:
   finishes it.
 """
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -35,7 +34,7 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.cli.options import JsonOutput, environment_settings, grouped, selection
+from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder
 from store.errors import InvalidInputError
 from store.layout import Selector
 from store.store import Store
@@ -50,7 +49,7 @@ def register(app: typer.Typer) -> None:
     app.command("copy")(command_errors(grouped(selector=selection)(copy_command)))
 
 
-def _one_of(root: Path | None, url: str | None, side: str) -> None:
+def _one_of(root: str | None, url: str | None, side: str) -> None:
     if (root is None) == (url is None):
         given = "both" if root is not None else "neither"
         raise InvalidInputError(f"give exactly one of --{side}-root PATH and --{side}-url URL (got {given})")
@@ -59,7 +58,7 @@ def _one_of(root: Path | None, url: str | None, side: str) -> None:
 def copy_command(
     selector: Selector,
     from_root: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--from-root", metavar="PATH", help="Copy from this store folder.", rich_help_panel=STORES_PANEL),
     ] = None,
     from_url: Annotated[
@@ -72,7 +71,7 @@ def copy_command(
         ),
     ] = None,
     to_root: Annotated[
-        Path | None,
+        str | None,
         typer.Option("--to-root", metavar="PATH", help="Copy into this store folder.", rich_help_panel=STORES_PANEL),
     ] = None,
     to_url: Annotated[
@@ -108,8 +107,8 @@ def copy_command(
     settings = environment_settings()
     try:
         with (
-            Store(settings, root=from_root, url=from_url, readonly=True) as source,
-            Store(settings, root=to_root, url=to_url) as target,
+            Store(settings, root=store_folder(from_root, "--from-root"), url=from_url, readonly=True) as source,
+            Store(settings, root=store_folder(to_root, "--to-root"), url=to_url) as target,
             progress_bars(json_output) as progress,
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE

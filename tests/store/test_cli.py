@@ -1003,6 +1003,19 @@ def test_python_m_store_delete_and_verify(filled: Path, tmp_path: Path) -> None:
     assert run("verify", cwd=tmp_path).returncode == 0
 
 
+def test_an_empty_store_folder_is_refused_not_taken_for_the_working_directory(filled: Path, tmp_path: Path) -> None:
+    """`--store-root "$UNSET"` made the working directory the store: generate scattered databases there (was)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for args in (["ls", "--store-root", ""], ["copy", "--from-root", str(filled), "--to-root", " "]):
+        refused = run(*args, "--json", cwd=work)
+        assert refused.returncode == 1, refused.stderr
+        error = orjson.loads(refused.stderr)
+        assert error["type"] == "InvalidInputError" and "is empty: give the store's folder" in error["error"]
+    assert list(work.iterdir()) == []
+    assert run("ls", "--store-root", ".", cwd=filled).returncode == 0  # '.' is still this folder
+
+
 def test_a_command_line_click_refuses_is_one_json_object_after_json(tmp_path: Path) -> None:
     """A script passing --json reads errors as JSON on stderr; an unknown option or a bad value was click's text."""
     for args, said in ((["ls", "--bogus"], "No such option: --bogus"), (["query", "--limit", "abc"], "'--limit'")):
