@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # imported when the command runs: starting `judgestore genera
 
 SpecOptions = Callable[..., Spec]
 _WHAT = "What to explain"
+_AUDITED = "What to audit"
 
 
 def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
@@ -232,9 +233,12 @@ def _print_inputs(inputs: "InputReport") -> None:
 def audit_command(
     spec: Spec,
     settings: Settings,
-    task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
+    task: Annotated[
+        str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_AUDITED)
+    ],
     role: Annotated[
-        RoleChoice, typer.Option("--role", help="completions (generate) or judgements (judge).", rich_help_panel=_WHAT)
+        RoleChoice,
+        typer.Option("--role", help="completions (generate) or judgements (judge).", rich_help_panel=_AUDITED),
     ] = RoleChoice.completions,
     sample: Annotated[int, typer.Option("--sample", min=1, help="How many stored rows to regenerate.")] = 20,
     sample_seed: Annotated[
@@ -276,7 +280,8 @@ def audit_command(
         if database is None or not database.count():  # an audit of nothing would pass any --fail-under
             raise InvalidInputError(
                 f"nothing is stored for {spec.display_name} ({role.value}, task {task}, descriptor "
-                f"{spec.descriptor.hash16()}); `judgestore explain` with the same options says what is"
+                f"{spec.descriptor.hash16()}); `judgestore explain` with the same options says what is stored "
+                "instead"
             )
         try:
             report = audit_database(database, spec, sample=sample, seed=sample_seed)

@@ -143,7 +143,11 @@ def test_an_audit_of_a_database_left_without_rows_fails_rather_than_passes(
     model = ("--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "fake-judge",
              "--api-key-env", "JUDGE_KEY", "--task", "t")  # fmt: skip
     audited = CliRunner().invoke(app(), ["audit", *model, "--fail-under", "1.0"], env={"COLUMNS": "200"})
-    assert audited.exit_code == 1 and "nothing is stored for fake-judge" in " ".join(audited.stderr.split())
+    said = " ".join(audited.stderr.split())
+    assert audited.exit_code == 1 and "nothing is stored for fake-judge" in said
+    assert said.endswith("with the same options says what is stored instead"), said  # was cut off: "says what is"
+    helped = CliRunner().invoke(app(), ["audit", "--help"], env={"COLUMNS": "200"})
+    assert "What to audit" in helped.stdout and "What to explain" not in helped.stdout  # was explain's heading
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
