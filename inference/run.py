@@ -48,7 +48,7 @@ from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store import Settings, Store, SyncSettings
 from store.descriptor import ModelDescriptor
-from store.errors import RequestsFailedError
+from store.errors import InvalidInputError, RequestsFailedError
 from store.roles import Role, check_role
 from store.settings import from_environment
 
@@ -251,6 +251,12 @@ def run_requests(
     if sync_settings.fetch_before_run if fetch is None else fetch:
         from store.sync import open_remote  # sharing's code is imported by the runs that fetch
 
+        if sync_settings.sync_dir is None and sync_settings.hub_repo is None:  # a run takes no --repo or --dir
+            raise InvalidInputError(
+                "fetching before the run (--fetch, JUDGESTORE_FETCH_BEFORE_RUN) needs a remote: set "
+                "JUDGESTORE_HUB_REPO=ORG/NAME (a Hugging Face dataset repository) or JUDGESTORE_SYNC_DIR=PATH "
+                "(a shared folder)"
+            )
         remote = open_remote(settings=sync_settings)
     readonly = mode == "readonly" or (mode == "replay" and remote is None)
     store = None if mode == "off" else Store(settings, readonly=readonly)

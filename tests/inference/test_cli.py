@@ -251,7 +251,12 @@ def test_fetch_before_run_turns_a_colleagues_rows_into_hits(
         "--json",
     ]
     env_root = tmp_path / "ours"
-    os.environ["JUDGESTORE_SYNC_DIR"] = str(tmp_path / "shared")  # the autouse fixture restores the environment
+    os.environ.pop("JUDGESTORE_HUB_REPO", None)  # the autouse fixture restores the environment
+    unnamed = judgestore(*args, root=env_root, check=False)  # no remote: said how to name one (was: --repo, --dir)
+    error = orjson.loads(unnamed.stderr.strip().splitlines()[-1])
+    assert unnamed.returncode == 1 and "set JUDGESTORE_HUB_REPO=ORG/NAME" in error["error"], unnamed.stderr
+    assert "--repo" not in error["error"] and "--dir" not in error["error"]
+    os.environ["JUDGESTORE_SYNC_DIR"] = str(tmp_path / "shared")
     summary = orjson.loads(judgestore(*args, root=env_root).stdout)
     assert (summary["fetched_rows"], summary["hits"], summary["misses"]) == (3, 3, 0)
     assert summary["engine_loaded"] is False and summary["vllm_imported"] is False
