@@ -208,8 +208,11 @@ def written_in_place(path: Path) -> bool:
     """Whether an export to ``path`` writes it in place: a device or a pipe (``/dev/stdout``, a FIFO), which
     an interrupted export leaves holding the rows written so far. A file (or a link to one, or nothing yet) is
     written beside it and renamed into place, so that an interrupted or failed export leaves it as it was."""
-    target = path.resolve()
-    return target.exists() and not target.is_file() and not target.is_dir()
+    try:
+        mode = path.stat().st_mode  # through links, as opening it goes: /dev/stdout to a pipe has no path to resolve
+    except OSError:
+        return False
+    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
 
 
 @contextmanager
@@ -225,8 +228,8 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
     try:
         if target.is_dir():
             raise IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
-        if written_in_place(target):  # /dev/stdout, a FIFO: no rename over it, no seek in it
-            with open(target, mode, **text) as handle:
+        if written_in_place(path):  # /dev/stdout, a FIFO: no rename over it, no seek in it
+            with open(path, mode, **text) as handle:  # by its name: /dev/stdout to a pipe resolves to no path
                 yield handle
             return
         folder = next(f for f in target.parents if f.exists())

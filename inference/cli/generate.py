@@ -45,6 +45,7 @@ from store.cli.common import (
     quantity,
     stderr,
     writable_output,
+    writes_stdout,
 )
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.roles import Role
@@ -93,7 +94,7 @@ def _run(
         write_responses(out, result.responses, spec.display_name)
     summary = result.summary
     if json_output:
-        emit_json(summary.as_dict(), beside_stdout_results=str(run.output) == "-")
+        emit_json(summary.as_dict(), beside_stdout_results=writes_stdout(run.output))
     else:
         err.print(summary.line(), soft_wrap=True)
         if (saved := summary.savings_line()) is not None:
@@ -225,6 +226,6 @@ def pairs_command(
         for pair in pairs:
             out.write(orjson.dumps(pair) + b"\n")
     if json_output:
-        emit_json({"pairs": len(pairs)}, beside_stdout_results=str(output) == "-")
+        emit_json({"pairs": len(pairs)}, beside_stdout_results=writes_stdout(output))
     else:
         stderr().print(f"{len(pairs)} pairs written")

@@ -45,6 +45,7 @@ from store.cli.common import (
     record_deleted,
     rows_to_stdout,
     stdout,
+    writes_stdout,
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
@@ -469,7 +470,7 @@ def export_command(
     to_stdout = str(output) == "-"
     if to_stdout and output_format is ExportFormatChoice.parquet:
         raise typer.BadParameter("Parquet is binary: give a file with --output", param_hint="--output")
-    if to_stdout and json_output:
+    if json_output and writes_stdout(output):  # `-`, or stdout by another name (/dev/stdout)
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
     existed = not to_stdout and output.exists()

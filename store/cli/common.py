@@ -351,6 +351,18 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
             raise InvalidInputError(f"{option} {path} is the input file {given}: write the results to another file")
 
 
+def writes_stdout(path: Path) -> bool:
+    """Whether writing ``path`` writes stdout: ``-``, or another name of the file stdout is (``/dev/stdout``, the
+    file a shell redirected it to), where a JSON summary would land among the results."""
+    if str(path) == "-":
+        return True
+    try:
+        target, out = os.stat(path), os.fstat(sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no such file yet; a stdout that is no file (in-process runs)
+        return False
+    return (target.st_dev, target.st_ino) == (out.st_dev, out.st_ino)
+
+
 def emit_json(value: object, *, beside_stdout_results: bool = False) -> None:
     """The command's JSON document on stdout; on stderr when stdout carries the command's JSONL results."""
     (sys.stderr if beside_stdout_results else sys.stdout).write(to_json(value) + "\n")

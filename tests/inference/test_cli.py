@@ -191,6 +191,19 @@ def test_a_label_that_is_not_valid_unicode_is_refused_before_anything_and_the_ou
     assert out.read_text() == '{"kept": 1}\n' and not list(root.rglob("*.db"))
 
 
+def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_them(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """`-o /dev/stdout` is stdout by another name: the summary went among the results (was; `-o -` was right)."""
+    root = tmp_path / "store"
+    args = ("generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--json", *ENGINE_ARGS)
+    first = judgestore(*args, "-o", str(tmp_path / "first.jsonl"), root=root)
+    again = judgestore(*args, "-o", "/dev/stdout", root=root)
+    results = [orjson.loads(line) for line in again.stdout.splitlines()]
+    assert [r["completion"] for r in results] == [r["completion"] for r in lines(tmp_path / "first.jsonl")]
+    assert orjson.loads(again.stderr)["hits"] == 3 and orjson.loads(first.stdout)["misses"] == 3
+
+
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:

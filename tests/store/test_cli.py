@@ -1016,6 +1016,18 @@ def test_an_empty_store_folder_is_refused_not_taken_for_the_working_directory(fi
     assert run("ls", "--store-root", ".", cwd=filled).returncode == 0  # '.' is still this folder
 
 
+def test_export_to_dev_stdout_on_a_pipe_writes_the_rows_and_json_there_is_refused(filled: Path, tmp_path: Path) -> None:
+    """/dev/stdout on a pipe resolves to no path: the export failed, "No such file or directory" (was); with --json
+    its summary would land among the rows, as `-o -` with --json is refused for."""
+    args = ("export", "--format", "jsonl", "-o", "/dev/stdout", "--store-root", str(filled))
+    piped = run(*args, cwd=tmp_path)
+    assert piped.returncode == 0, piped.stderr
+    assert len([orjson.loads(line) for line in piped.stdout.splitlines()]) == 10
+    refused = run(*args, "--json", cwd=tmp_path)
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert "--json prints a summary on stdout" in orjson.loads(refused.stderr)["error"]
+
+
 def test_a_command_line_click_refuses_is_one_json_object_after_json(tmp_path: Path) -> None:
     """A script passing --json reads errors as JSON on stderr; an unknown option or a bad value was click's text."""
     for args, said in ((["ls", "--bogus"], "No such option: --bogus"), (["query", "--limit", "abc"], "'--limit'")):
