@@ -159,7 +159,15 @@ def model_spec(
 ) -> ModelSpec | HostedSpec:
     """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
     given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
-    sampling_kwargs = {k: v for k, v in given.items() if v is not None} | parse_key_values(sampling, "--sampling")
+    flags = {k: v for k, v in given.items() if v is not None}
+    extra = parse_key_values(sampling, "--sampling")
+    if both := [key for key in flags if key in extra]:  # one would silently win over the other, whatever the order
+        options = {"temperature": "--temperature", "max_tokens": "--max-tokens", "seed": "--seed",
+                   "logprobs": "--top-logprobs"}  # fmt: skip
+        raise InvalidInputError(
+            "; ".join(f"{options[key]} and --sampling {key}= both given" for key in both) + ": pass one of each"
+        )
+    sampling_kwargs = flags | extra
     if provider is not None:
         engine_only = {"--engine-arg": engine_arg, "--chat-template": chat_template, "--allow-unpinned": allow_unpinned}
         refused = [name for name, value in engine_only.items() if value]

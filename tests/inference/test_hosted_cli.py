@@ -39,8 +39,12 @@ def generate(openai_server: FakeOpenAI, chat_prompts: Path, out: Path, *extra: s
          "unable to parse string as a number (got 'hot')"),
         (("--model", "caf\udce9"), "invalid descriptor for hosted model 'caf\\udce9': model: Input should be a valid "
          "string, unable to parse raw data as a unicode string (got 'caf\\udce9')"),
+        # one would silently win over the other, whatever the order (was: --sampling's)
+        (("--temperature", "0.2", "--sampling", "temperature=0.7", "--seed", "5", "--sampling", "seed=4"),
+         "--temperature and --sampling temperature= both given; --seed and --sampling seed= both given: pass one of "
+         "each"),
     ],
-    ids=["sampling", "model"],
+    ids=["sampling", "model", "flag-and-sampling"],
 )  # fmt: skip
 def test_a_value_pydantic_refuses_is_one_line_and_nothing_is_sent(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path, extra: tuple[str, str], said: str
