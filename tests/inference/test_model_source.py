@@ -20,7 +20,7 @@ from inference.backends.vllm.tiny_model import CHATML_TEMPLATE
 from inference.cli.generate import register
 from store.cli.app import build_app
 from store.descriptor import sha256_hex
-from store.errors import ModelFolderNotFoundError, ModelNotFoundError, UnpinnedModelError
+from store.errors import InvalidInputError, ModelFolderNotFoundError, ModelNotFoundError, UnpinnedModelError
 from tests import socket_guard
 from tests.factories import file_digests
 from tests.fake_hub import FakeHub, point_client_at
@@ -176,6 +176,18 @@ def test_a_path_that_is_not_a_folder_is_no_such_folder_never_a_hub_id(
     assert file_digests(store_root) == {}
     with pytest.raises(ModelFolderNotFoundError, match="no such model folder"):
         resolve_model(spelling)
+
+
+def test_a_folder_of_json_files_without_a_config_is_not_a_model_folder(tmp_path: Path) -> None:
+    """A folder holding some *.json (a run's output) but no config.json reached vLLM, which refused it in several
+    lines blamed on --engine-arg (was)."""
+    folder = tmp_path / "outputs"
+    folder.mkdir()
+    (folder / "summary.json").write_text("{}")
+    with pytest.raises(InvalidInputError, match=r"outputs: no config.json, so not a model folder"):
+        resolve_model(str(folder))
+    (folder / "params.json").write_text("{}")  # Mistral's own format names its config so
+    assert resolve_model(str(folder)) is not None
 
 
 def test_a_file_is_not_a_model_folder_and_a_hub_id_is_still_a_hub_id(

@@ -132,6 +132,10 @@ def local_model_digest(folder: Path) -> str:
             entries.append(["file", name, sha256_hex(path.read_bytes())])
     if not entries:
         raise InvalidInputError(f"{folder}: no model files found (expected config.json, tokenizer and weights)")
+    if not any((folder / name).is_file() for name in ("config.json", "params.json")):  # params.json: Mistral's format
+        # vLLM would be imported and then refuse it in several lines of its own, blamed on the engine arguments
+        raise InvalidInputError(f"{folder}: no config.json, so not a model folder (expected config.json, tokenizer "
+                                "and weights)")  # fmt: skip
     return "sha256:" + sha256_hex(canonical_json(entries))
 
 
