@@ -355,8 +355,9 @@ def _with(base: MissExplanation, reason: str, **values: Any) -> MissExplanation:
 
 # ---------------------------------------------------------------- the hint of generate / judge
 
+# What generate and judge take and explain does not (tests/inference/test_explain.py compares them with the app)
 _RUN_ONLY_WITH_VALUE = ("-o", "--output", "--mode", "--chunk-size")
-_RUN_ONLY_FLAGS = ("--fetch", "--no-fetch", "--json")
+_RUN_ONLY_FLAGS = ("--fetch", "--no-fetch", "--shared-batch", "--verbose", "-v", "--json")
 
 
 def explain_command_line(argv: Sequence[str]) -> str:
@@ -375,7 +376,7 @@ def explain_command_line(argv: Sequence[str]) -> str:
             if "=" not in arg:
                 next(rest, None)
             continue
-        if arg in _RUN_ONLY_FLAGS:
+        if arg in _RUN_ONLY_FLAGS or (arg.startswith("-o") and not arg.startswith("--")):  # -oFILE: joined
             continue
         if name == "--store-url":  # printed (a log keeps it): never with the URL's password
             from store.backends.postgres.connections import display_url

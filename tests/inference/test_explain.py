@@ -6,8 +6,10 @@ from pathlib import Path
 
 import orjson
 import pytest
+import typer
 
 from inference.cache.model import CachedModel
+from inference.cli.app import app
 from inference.drift.explain import (
     FieldChange,
     descriptor_changes,
@@ -131,6 +133,9 @@ def test_a_miss_stored_under_another_descriptor_says_which(store_root: Path) -> 
         (["x", "judge", "--model", "j", "--output=v.jsonl", "--mode", "use", "--orientation", "direct", "--fetch"],
          "judgestore explain --role judgements --model j --orientation direct"),
         (["judgestore", "ls"], "judgestore explain --help"),
+        # options explain does not take: the hint failed, "No such option: -v" (was); -oFILE joined was kept
+        (["judgestore", "generate", "--model", "m", "-v", "-ox.jsonl", "--shared-batch", "--verbose", "--task", "t"],
+         "judgestore explain --model m --task t"),
         (["judgestore", "generate", "--model", "my model", "--chunk-size", "8"],
          "judgestore explain --model 'my model'"),
         # the password never reaches the printed hint (was: printed as given)
@@ -161,3 +166,17 @@ def test_explain_of_a_metadata_file_looks_in_the_role_it_records(tmp_path: Path)
     assert (report["role"], report["exists"], report["rows"]) == ("judgements", True, 5)  # not "not in the store"
     refused = CliRunner().invoke(app(), [*args, "--role", "completions"])
     assert refused.exit_code == 1 and "is the metadata.json of judgements, not completions" in refused.stderr
+
+
+def test_the_hint_drops_every_option_of_a_run_that_explain_does_not_take() -> None:
+    """The lists in inference.drift.explain against the app itself: an option added to generate or judge later and
+    not to explain would make the printed command fail."""
+    commands = typer.main.get_command(app()).commands  # type: ignore[attr-defined]
+
+    def options(name: str) -> set[str]:
+        return {o for p in commands[name].params for o in (*p.opts, *p.secondary_opts) if o.startswith("-")}
+
+    for run in ("generate", "judge"):
+        for option in sorted(options(run) - options("explain")):
+            argv = ["judgestore", run, "--model", "m", option, "value", "--task", "t"]
+            assert option not in explain_command_line(argv).split(), option
