@@ -168,7 +168,7 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
         "input_hash": first.input_hash,
         "completion": _completion(first),
         "finish_reason": first.finish_reason,
-        "usage": first.usage,
+        "usage": _ordered(first.usage),  # as a hit's reads back from the store: a rerun's line is the same bytes
         "top_logprobs": None if first.error is not None else first.top_logprobs,
         "cached": response.cached,
         "error": _error(response.error),
@@ -179,6 +179,15 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
             for s in response.samples
         ]
     return row
+
+
+def _ordered(value: Any) -> Any:
+    """``value`` with the keys of every object in sorted order (the store keeps JSON canonical, so hits read so)."""
+    if isinstance(value, dict):
+        return {key: _ordered(value[key]) for key in sorted(value)}
+    if isinstance(value, list):
+        return [_ordered(item) for item in value]
+    return value
 
 
 def _completion(sample: Sample) -> str | None:

@@ -54,10 +54,9 @@ class TokenLogprob:
     bytes: tuple[int, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
-        value: dict[str, Any] = {"id": self.token_id, "logprob": self.logprob, "rank": self.rank, "text": self.text}
-        if self.bytes is not None:
-            value["bytes"] = list(self.bytes)
-        return value
+        # Keys in sorted order, as the stored (canonical) JSON reads back: a fresh answer's line is a hit's
+        value: dict[str, Any] = {} if self.bytes is None else {"bytes": list(self.bytes)}
+        return value | {"id": self.token_id, "logprob": self.logprob, "rank": self.rank, "text": self.text}
 
     @classmethod
     def from_json(cls, value: Any) -> TokenLogprob:

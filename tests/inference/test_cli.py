@@ -202,6 +202,10 @@ def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_th
     results = [orjson.loads(line) for line in again.stdout.splitlines()]
     assert [r["completion"] for r in results] == [r["completion"] for r in lines(tmp_path / "first.jsonl")]
     assert orjson.loads(again.stderr)["hits"] == 3 and orjson.loads(first.stdout)["misses"] == 3
+    # A rerun's lines are the first run's, but for "cached": usage's keys came in the engine's order, then sorted
+    # as the store keeps them (was)
+    fresh = (tmp_path / "first.jsonl").read_text()
+    assert again.stdout == fresh.replace('"cached":false', '"cached":true') and fresh.count('"cached":false') == 3
 
 
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(

@@ -81,3 +81,10 @@ def test_log_sum_exp_handles_infinities_and_nan() -> None:
     assert logprobs.logsumexp([-math.inf, -1.0]) == -1.0
     assert math.isnan(logprobs.logsumexp([math.nan, -1.0]))
     assert logprobs.logsumexp([-1000.0, -1000.0]) == pytest.approx(-1000.0 + math.log(2))
+
+
+def test_a_token_is_written_with_its_keys_in_the_order_the_store_reads_them_back() -> None:
+    """Canonical JSON sorts keys: a fresh answer's line put "bytes" last, a hit's first (was), so they differed."""
+    token = TokenLogprob(text="é", logprob=-0.5, token_id=7, rank=1, bytes=(195, 169))
+    written = token.to_json()
+    assert list(written) == sorted(written) and TokenLogprob.from_json(written) == token
