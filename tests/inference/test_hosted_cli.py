@@ -244,7 +244,8 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     human = generate(openai_server, prompts, tmp_path / "b.jsonl")  # two hits; the refused one is sent again
     assert human.exit_code == 1 and "Traceback" not in human.output
     assert "2 hits (67%), 1 misses, 1 failed, 0 rows written" in human.stderr
-    assert "failed: 1 of 1 inputs were not answered or not stored" in human.stderr
+    # of the inputs to generate, not of the run's (was: "1 of 1 inputs", with 3 inputs)
+    assert "failed: 1 of the 1 inputs to generate were not answered or not stored" in human.stderr
     assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
 
 
@@ -364,3 +365,13 @@ def test_a_warning_about_the_key_is_one_line_not_pythons_warning_format(
     assert result.exit_code == 1 and "NO_SUCH_KEY" in result.stderr
     assert "warning: 'gpt-x' is an alias OpenAI may move" in result.stderr
     assert "HostedKeyWarning" not in result.stderr and ".py:" not in result.stderr  # not Python's file:line format
+
+
+def test_an_empty_input_file_reports_no_hit_rate(openai_server: FakeOpenAI, tmp_path: Path, store_root: Path) -> None:
+    """Nothing was looked up: "0 hits (100%)" claimed a rate (was)."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    result = generate(openai_server, empty, tmp_path / "out.jsonl")
+    assert result.exit_code == 0, result.output
+    assert "done: 0 hits, 0 misses, 0 rows written" in result.stderr and "%" not in result.stderr
+    assert openai_server.completions() == [] and (tmp_path / "out.jsonl").read_bytes() == b""
