@@ -208,6 +208,21 @@ def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_th
     assert again.stdout == fresh.replace('"cached":false', '"cached":true') and fresh.count('"cached":false') == 3
 
 
+def test_a_chat_template_that_does_not_compile_is_refused_before_the_engine_loads(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """Was: the engine loaded, then vLLM logged its Jinja traceback (23 lines) before the one-line error."""
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--chat-template", "{{bad",
+        *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert "Error: the chat template is not valid Jinja: unexpected end of template" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
+    assert not list(root.rglob("*.db"))
+
+
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:

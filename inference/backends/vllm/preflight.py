@@ -44,7 +44,7 @@ from inference.backends.base import EngineRequest
 from inference.backends.vllm.descriptor import load_chat_template_text
 from inference.backends.vllm.model_source import COMMIT_RE, cached_snapshot
 from store.descriptor import ModelDescriptor
-from store.errors import JudgestoreError, PromptTooLongError
+from store.errors import InvalidInputError, JudgestoreError, PromptTooLongError
 
 log = logging.getLogger("judgestore.preflight")
 
@@ -65,6 +65,20 @@ _MISTRAL_FILES = ("tekken.json", "params.json")  # vLLM's auto mode picks its ow
 # Settings under which vLLM counts or cuts a prompt otherwise than this check does.
 _UNSURE_ENGINE = ("skip_tokenizer_init", "hf_overrides", "tokenizer_mode")
 _UNSURE_SAMPLING = ("truncate_prompt_tokens",)
+
+
+def _check_compiles(template: str) -> None:
+    """Raise :class:`InvalidInputError` for a chat template Jinja cannot compile, as transformers compiles it."""
+    from jinja2 import TemplateSyntaxError
+    from transformers.utils import chat_template_utils
+
+    compile_template = getattr(chat_template_utils, "_compile_jinja_template", None)  # private: checked if there
+    if compile_template is None:
+        return
+    try:
+        compile_template(template)
+    except TemplateSyntaxError as e:
+        raise InvalidInputError(f"the chat template is not valid Jinja: {e.message} (line {e.lineno})") from e
 
 
 def context_length(config_folder: Path | None, engine_kwargs: Mapping[str, Any]) -> tuple[int, str] | None:
@@ -139,8 +153,16 @@ class PromptLengthCheck:
         return self._descriptor.input_mode == "chat"
 
     def _prepare(self) -> None:
-        """Find the context and load the tokenizer; on any doubt, leave both unset (the engine decides)."""
+        """Find the context and load the tokenizer; on any doubt, leave both unset (the engine decides). An explicit
+        chat template that does not compile is refused here, before the engine loads (vLLM compiles it the same way,
+        through transformers, once loaded)."""
         kwargs = self._engine_kwargs
+        if self._chat:
+            # A template passed per request wins over the engine's own (LLM(chat_template=...)), as in vLLM.
+            explicit = self._chat_template if self._chat_template is not None else kwargs.get("chat_template")
+            self._template = None if explicit is None else load_chat_template_text(explicit)
+            if self._template is not None:
+                _check_compiles(self._template)
         extra = self._descriptor.sampling.model_extra or {}
         if any(kwargs.get(k) not in (None, False, "auto", "hf") for k in _UNSURE_ENGINE) or any(
             extra.get(k) is not None for k in _UNSURE_SAMPLING
@@ -154,10 +176,6 @@ class PromptLengthCheck:
         if self._context is None:
             return
         try:
-            if self._chat:
-                # A template passed per request wins over the engine's own (LLM(chat_template=...)), as in vLLM.
-                explicit = self._chat_template if self._chat_template is not None else kwargs.get("chat_template")
-                self._template = None if explicit is None else load_chat_template_text(explicit)
             from transformers import AutoTokenizer
 
             self._tokenizer = AutoTokenizer.from_pretrained(
