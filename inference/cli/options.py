@@ -193,6 +193,11 @@ def model_spec(
         raise InvalidInputError(f"{', '.join(k for k, v in hosted_only.items() if v)} need --provider")
     engine_kwargs = parse_key_values(engine_arg, "--engine-arg")
     if revision is not None:
+        if Path(model).is_dir():  # vLLM loads the folder as it is: the flag would be recorded and do nothing
+            raise InvalidInputError(
+                f"--revision {revision}: {model} is a local folder, which has no revisions (the descriptor pins its "
+                "files by their content); --revision is for a Hugging Face model id"
+            )
         if engine_kwargs.get("revision", revision) != revision:
             raise InvalidInputError("--revision and --engine-arg revision= differ; pass one of them")
         engine_kwargs["revision"] = revision

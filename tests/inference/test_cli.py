@@ -223,6 +223,20 @@ def test_a_chat_template_that_does_not_compile_is_refused_before_the_engine_load
     assert not list(root.rglob("*.db"))
 
 
+def test_a_revision_for_a_local_folder_is_refused(tmp_path: Path, prompts: Path, tiny_model_dir: Path) -> None:
+    """A folder has no revisions: the flag was accepted and did nothing, under the same descriptor (was)."""
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--revision", "abc",
+        *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"Error: --revision abc: {tiny_model_dir} is a local folder, which has no revisions" in " ".join(
+        result.stderr.split()
+    )
+    assert not root.exists()
+
+
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:
