@@ -208,35 +208,6 @@ def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_th
     assert again.stdout == fresh.replace('"cached":false', '"cached":true') and fresh.count('"cached":false') == 3
 
 
-def test_a_chat_template_that_does_not_compile_is_refused_before_the_engine_loads(
-    tmp_path: Path, prompts: Path, tiny_model_dir: Path
-) -> None:
-    """Was: the engine loaded, then vLLM logged its Jinja traceback (23 lines) before the one-line error."""
-    root = tmp_path / "store"
-    result = judgestore(
-        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--chat-template", "{{bad",
-        *ENGINE_ARGS, root=root, check=False,
-    )  # fmt: skip
-    assert result.returncode == 1
-    assert "Error: the chat template is not valid Jinja: unexpected end of template" in result.stderr, result.stderr
-    assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
-    assert not list(root.rglob("*.db"))
-
-
-def test_a_revision_for_a_local_folder_is_refused(tmp_path: Path, prompts: Path, tiny_model_dir: Path) -> None:
-    """A folder has no revisions: the flag was accepted and did nothing, under the same descriptor (was)."""
-    root = tmp_path / "store"
-    result = judgestore(
-        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--revision", "abc",
-        *ENGINE_ARGS, root=root, check=False,
-    )  # fmt: skip
-    assert result.returncode == 1
-    assert f"Error: --revision abc: {tiny_model_dir} is a local folder, which has no revisions" in " ".join(
-        result.stderr.split()
-    )
-    assert not root.exists()
-
-
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:
@@ -382,16 +353,28 @@ def test_an_engine_argument_vllm_does_not_take_is_a_typed_error_not_a_traceback(
     assert not list(root.rglob("*.db"))
 
 
-def test_a_sampling_value_vllm_refuses_is_a_one_line_error_before_the_engine_loads(
-    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (("--temperature", "-1"),
+         ("vLLM's SamplingParams rejected the descriptor's sampling", "temperature must be non-negative")),
+        # was: the engine loaded, then vLLM logged its Jinja traceback (23 lines) before the one-line error
+        (("--chat-template", "{{bad"), ("Error: the chat template is not valid Jinja: unexpected end of template",)),
+        # a folder has no revisions: the flag was accepted and did nothing, under the same descriptor (was)
+        (("--revision", "abc"), ("is a local folder, which has no revisions",)),
+    ],
+    ids=["sampling-vllm-refuses", "chat-template-not-jinja", "revision-of-a-folder"],
+)  # fmt: skip
+def test_a_run_vllm_would_refuse_is_a_one_line_error_before_the_engine_loads(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, extra: tuple[str, ...], says: tuple[str, ...]
 ) -> None:
     root = tmp_path / "store"
     result = judgestore(
-        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "--temperature", "-1",
-        *ENGINE_ARGS, root=root, check=False,
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), *extra, *ENGINE_ARGS,
+        root=root, check=False,
     )  # fmt: skip
     assert result.returncode == 1
-    assert "vLLM's SamplingParams rejected the descriptor's sampling" in result.stderr
-    assert "temperature must be non-negative" in result.stderr
+    said = " ".join(result.stderr.split())
+    assert all(words in said for words in says), result.stderr
     assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
     assert not list(root.rglob("*.db"))
