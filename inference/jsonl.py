@@ -173,9 +173,17 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
         "cached": response.cached,
         "error": _error(response.error),
     }
-    if len(response.samples) > 1:
+    if len(response.samples) > 1:  # each with what the top level gives of the first (they are stored alike)
         row["samples"] = [
-            {"sample_index": s.sample_index, "completion": _completion(s), "cached": s.cached, "error": _error(s.error)}
+            {
+                "sample_index": s.sample_index,
+                "completion": _completion(s),
+                "finish_reason": s.finish_reason,
+                "usage": _ordered(s.usage),
+                "top_logprobs": None if s.error is not None else s.top_logprobs,
+                "cached": s.cached,
+                "error": _error(s.error),
+            }
             for s in response.samples
         ]
     return row

@@ -107,3 +107,19 @@ def test_pairs_refuse_an_answer_that_is_not_text(tmp_path: Path) -> None:
     answers[1].write_bytes(orjson.dumps(row) + b"\n")
     with pytest.raises(InvalidInputError, match=r"b.jsonl:1: completion must be a string, got None"):
         make_pairs(_prompts(tmp_path, ["0"]), answers)
+
+
+def test_each_sample_of_a_line_carries_its_own_finish_reason_usage_and_logprobs() -> None:
+    """With n > 1 the samples' lines had only text, cached and error: what each stopped at and cost was stored but
+    never written out (was)."""
+    logprobs = {"format": "judgestore-logprobs/v1", "positions": []}
+    samples = (
+        Sample("h0", 0, "short", "stop", {"prompt_tokens": 3, "completion_tokens": 1}, None, cached=True),
+        Sample("h0-1", 1, "long", "length", {"prompt_tokens": 3, "completion_tokens": 8}, logprobs, cached=False),
+    )
+    row = response_row(Response(ask(0), samples), "m")
+    assert [(s["sample_index"], s["finish_reason"], s["usage"], s["top_logprobs"]) for s in row["samples"]] == [
+        (0, "stop", {"completion_tokens": 1, "prompt_tokens": 3}, None),
+        (1, "length", {"completion_tokens": 8, "prompt_tokens": 3}, logprobs),
+    ]
+    assert list(row["samples"][1]["usage"]) == ["completion_tokens", "prompt_tokens"]  # as a hit's reads back
