@@ -51,7 +51,7 @@ from store.backends.sqlite.errors import (
     write_refusal,
 )
 from store.backends.sqlite.info import database_info
-from store.backends.sqlite.verify import integrity_damage
+from store.backends.sqlite.verify import DAMAGE_ADVICE, integrity_damage
 from store.errors import DatabaseFileError, StoreFullError
 from store.layout import (
     Location,
@@ -201,7 +201,7 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
                 raise DatabaseFileError(
                     db_path,
                     f"{damage}. Not upgraded (a migration would drop the rows the damage hides); nothing was changed. "
-                    "Run `judgestore verify`; restore the file from a backup, or delete it to compute its rows again",
+                    f"{DAMAGE_ADVICE}",
                 )
             before = _row_counts(conn)
             backup = _backup(db_path, found)

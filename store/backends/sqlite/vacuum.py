@@ -33,7 +33,7 @@ from sqlalchemy.exc import DatabaseError
 
 from store.backends.sqlite.connections import classify, create_sqlite_engine
 from store.backends.sqlite.errors import file_locked, translated
-from store.backends.sqlite.verify import integrity_damage
+from store.backends.sqlite.verify import DAMAGE_ADVICE, integrity_damage
 from store.errors import DatabaseBusyError, JudgestoreError
 from store.layout import Location, check_location_metadata, database_size
 from store.reports import VacuumOutcome, VacuumResult
@@ -88,8 +88,7 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
                     return result(
                         VacuumOutcome.REFUSED,
                         f"{path}: {damage}. Not vacuumed (it would drop the rows the damage hides); nothing was "
-                        "changed. Run `judgestore verify`; restore the file from a backup, or delete it to compute "
-                        "its rows again",
+                        f"changed. {DAMAGE_ADVICE}",
                     )
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 driver.execute("VACUUM")

@@ -57,6 +57,9 @@ from store.segments import decode_segment
 from store.settings import Settings
 from store.tables.filters import RowFilter
 
+# What a command that refuses a damaged file (an upgrade, a vacuum) tells the user to do next
+DAMAGE_ADVICE = "Run `judgestore verify`; restore the file from a backup, or delete it to compute its rows again"
+
 
 def integrity_damage(rows: Sequence[Sequence[Any]]) -> str | None:
     """What ``PRAGMA integrity_check`` (or ``quick_check``) answered, as one line; None when it said "ok"."""
