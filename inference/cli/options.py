@@ -71,6 +71,20 @@ VerboseOption = Annotated[
 ]
 
 
+def _key_values(items: list[str] | None) -> list[str] | None:
+    """Refuse a malformed ``KEY=VALUE`` as the usage error it is (exit status 2), before anything runs."""
+    for item in items or ():
+        key, sep, _ = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"expects KEY=VALUE, got {item!r}")
+    return items
+
+
+def input_file(path: Path | None) -> Path | None:
+    """``-i -`` is stdin, read through ``/dev/stdin`` so an error names it (``/dev/stdin:3: ...``)."""
+    return Path("/dev/stdin") if path == Path("-") else path
+
+
 def _model(name: str, help_text: str, **kwargs: object) -> typer.models.OptionInfo:
     return typer.Option(name, help=help_text, rich_help_panel=_MODEL, **kwargs)  # type: ignore[arg-type]
 
@@ -103,11 +117,13 @@ def model_spec(
         InputModeChoice.chat
     ),
     engine_arg: Annotated[
-        list[str] | None, _model("--engine-arg", "A vllm.LLM kwarg (repeat).", metavar="KEY=VALUE")
+        list[str] | None,
+        _model("--engine-arg", "A vllm.LLM kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
     ] = None,
     chat_template: Annotated[str | None, _model("--chat-template", "Template file or text.")] = None,
     chat_template_kwarg: Annotated[
-        list[str] | None, _model("--chat-template-kwarg", "Chat template kwarg (repeat).", metavar="KEY=VALUE")
+        list[str] | None,
+        _model("--chat-template-kwarg", "Chat template kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
     ] = None,
     thinking: Annotated[
         bool | None, _model("--enable-thinking/--disable-thinking", "Thinking switch of the template.")
@@ -129,7 +145,8 @@ def model_spec(
         _sampling("--logprob-positions", "Keep candidates for the first generated token, or for every one."),
     ] = LogprobPositionsChoice.first,
     sampling: Annotated[
-        list[str] | None, _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE")
+        list[str] | None,
+        _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
     ] = None,
     provider: Annotated[
         ProviderChoice | None,
@@ -154,6 +171,7 @@ def model_spec(
             "--routing",
             'OpenRouter provider routing (repeat), e.g. order=["x"] allow_fallbacks=false.',
             metavar="KEY=VALUE",
+            callback=_key_values,
         ),
     ] = None,
 ) -> ModelSpec | HostedSpec:
@@ -192,6 +210,11 @@ def model_spec(
     if any(hosted_only.values()):
         raise InvalidInputError(f"{', '.join(k for k, v in hosted_only.items() if v)} need --provider")
     engine_kwargs = parse_key_values(engine_arg, "--engine-arg")
+    if allow_unpinned and Path(model).is_dir():  # a folder is pinned by its files' content: the flag would do nothing
+        raise InvalidInputError(
+            f"--allow-unpinned: {model} is a local folder, which the descriptor pins by its files' content; "
+            "--allow-unpinned is for a Hugging Face model id that cannot be pinned to a commit"
+        )
     if revision is not None:
         if Path(model).is_dir():  # vLLM loads the folder as it is: the flag would be recorded and do nothing
             raise InvalidInputError(
@@ -233,7 +256,10 @@ def run_options(
         str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=RUN_PANEL)
     ],
     input_path: Annotated[
-        Path, typer.Option("--input", "-i", help="JSONL file of requests.", rich_help_panel=RUN_PANEL)
+        Path,
+        typer.Option(
+            "--input", "-i", help="JSONL file of requests ('-': stdin).", rich_help_panel=RUN_PANEL, callback=input_file
+        ),
     ],
     output: Annotated[
         Path, typer.Option("--output", "-o", help="JSONL file of results ('-': stdout).", rich_help_panel=RUN_PANEL)
@@ -250,6 +276,7 @@ def run_options(
             "--chunk-size",
             help="Write finished generations every N (or every 2 s); the engine gets every miss at once.",
             rich_help_panel=RUN_PANEL,
+            min=1,
         ),
     ] = 64,
     fetch: Annotated[
