@@ -27,7 +27,7 @@ from rich.text import Text
 
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.model import CachedModel
-from inference.cli.options import VerboseOption
+from inference.cli.options import VerboseOption, input_file
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
@@ -96,10 +96,10 @@ def _descriptor_file(path: Path) -> tuple[ModelDescriptor, Role | None]:
         ) from e
 
 
-def _requests(path: Path, role: Role, orientation: OrientationsChoice, label: str) -> list[Request]:
+def _requests(path: Path, role: Role, orientation: OrientationsChoice | None, label: str) -> list[Request]:
     if role == "completions":
         return list(read_completion_requests(path))
-    return list(read_judgement_requests(path, orientation.orientations(), judge=label))
+    return list(read_judgement_requests(path, None if orientation is None else orientation.orientations(), label))
 
 
 def _never_loaded() -> Any:
@@ -120,14 +120,22 @@ def explain_command(
     ] = None,
     input_path: Annotated[
         Path | None,
-        typer.Option("--input", "-i", help="The JSONL of requests: explain each miss.", rich_help_panel=_WHAT),
+        typer.Option(
+            "--input",
+            "-i",
+            help="The JSONL of requests ('-': stdin): explain each miss.",
+            rich_help_panel=_WHAT,
+            callback=input_file,
+        ),
     ] = None,
     orientation: Annotated[
-        OrientationsChoice,
+        OrientationsChoice | None,
         typer.Option(
-            "--orientation", help="(judgements) Orientations of each pair, as given to judge.", rich_help_panel=_WHAT
+            "--orientation",
+            help="(judgements) Orientations of each pair line, as given to judge (default both).",
+            rich_help_panel=_WHAT,
         ),
-    ] = OrientationsChoice.both,
+    ] = None,
     descriptor_file: Annotated[
         Path | None,
         typer.Option(
