@@ -180,7 +180,7 @@ class ModelSpec(Spec):
     @property
     def display_name(self) -> str:
         """The name recorded in rows: the label, else the descriptor's model (a Hub id, or a folder's name)."""
-        return self.label or self.descriptor.model
+        return self.label if self.label is not None else self.descriptor.model
 
     @functools.cached_property
     def preflight(self) -> Preflight | None:
@@ -259,7 +259,7 @@ class HostedSpec(Spec):
     @property
     def display_name(self) -> str:
         """The name recorded in rows: the label, else the model as the API names it."""
-        return self.label or self.descriptor.model
+        return self.label if self.label is not None else self.descriptor.model
 
     @property
     def key_env(self) -> str:

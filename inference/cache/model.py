@@ -180,6 +180,8 @@ class CachedModel:
             raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
         if type(chunk_size) is not int or chunk_size < 1:  # before a model loads: range() would refuse 2.5 then
             raise InvalidInputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
+        if label == "":  # a row whose model or judge is "" names nobody; None is what takes the model's name
+            raise InvalidInputError("the label is empty: give a name, or leave it out to record the model's")
         try:  # every row and every output line carries it: refused here, not after the engine ran
             (label or "").encode()
         except UnicodeEncodeError as e:
