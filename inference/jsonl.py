@@ -6,7 +6,9 @@ Contract:
   with optional ``benchmark``, ``instruction_id``, ``n`` and ``model`` (the
   label recorded on the row).
 * Judgement lines come in three shapes: already rendered (``messages`` or
-  ``text`` plus ``model_a``, ``model_b``, ``orientation``); a pair to judge
+  ``text`` plus ``model_a``, ``model_b``, ``orientation`` and, like a
+  completion's ``model``, an optional ``judge``: the label recorded on that
+  line's row instead of the run's); a pair to judge
   (``question``, ``model_a``, ``answer_a``, ``model_b``, ``answer_b``), which
   becomes one request per orientation asked for; or one answer to rate
   pointwise (``question``, ``model_a``, ``answer_a``, no ``model_b``).
@@ -25,6 +27,7 @@ Contract:
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -33,7 +36,7 @@ import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
-from store.descriptor import InputMode, render_messages_bytes, render_text_bytes
+from store.descriptor import InputMode, input_hash, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
 from store.tables.models import Orientation
 
@@ -96,12 +99,24 @@ def read_completion_requests(path: Path, input_mode: InputMode | None = None) ->
     return requests
 
 
+class OrientationUnusedWarning(UserWarning):
+    """Orientations were asked for, but the file has no pair line for them to apply to."""
+
+
 def read_judgement_requests(
-    path: Path, orientations: Sequence[Orientation], judge: str | None = None, input_mode: InputMode | None = None
+    path: Path,
+    orientations: Sequence[Orientation] | None = None,
+    judge: str | None = None,
+    input_mode: InputMode | None = None,
 ) -> list[JudgementRequest]:
     """Judgement requests from rendered, pair or pointwise lines (see the module docstring); with ``input_mode``,
-    a line whose requests a judge of that mode cannot take is refused by name."""
+    a line whose requests a judge of that mode cannot take is refused by name.
+
+    ``orientations`` are those of each pair line (None: both); asked for on a file without a pair line, they change
+    nothing, and an :class:`OrientationUnusedWarning` says so.
+    """
     requests: list[JudgementRequest] = []
+    pair_lines = 0
     for number, row in read_lines(path):
         if "messages" in row or "text" in row:
             _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
@@ -138,11 +153,18 @@ def read_judgement_requests(
                 )
             )
         else:
+            pair_lines += 1
+            asked = ("direct", "reversed") if orientations is None else orientations
             requests.extend(
-                _build(
-                    path, number, pairwise_requests, {**row, "orientations": orientations, "judge": judge}, input_mode
-                )
+                _build(path, number, pairwise_requests, {**row, "orientations": asked, "judge": judge}, input_mode)
             )
+    if orientations is not None and requests and not pair_lines:
+        warnings.warn(
+            f"{path} has no pair lines, so the orientations asked for ({', '.join(orientations)}) change nothing: "
+            "a rendered line carries its own orientation, and a pointwise one has none",
+            OrientationUnusedWarning,
+            stacklevel=2,
+        )
     return requests
 
 
@@ -229,11 +251,13 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     ``answers`` are result files of ``judgestore generate`` (one model each).
     The join key must name one prompt: prompts that share it (no ids at all,
     or the turns of one question) and a model answering one key twice raise,
-    since joining them would pair a question with another one's answers. A
-    prompt that a model did not answer raises: judging half a benchmark
-    silently would bias the comparison.
+    since joining them would pair a question with another one's answers. So
+    does an answer whose ``input_hash`` is not its prompt's (the prompt was
+    edited after that model answered it). A prompt that a model did not answer
+    raises: judging half a benchmark silently would bias the comparison.
     """
     by_model: dict[str, dict[tuple[Any, Any], str]] = {}
+    answered_hash: dict[tuple[str, tuple[Any, Any]], tuple[Path, int, Any]] = {}
     for path in answers:
         for number, row in read_lines(path):
             model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
@@ -255,6 +279,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                     "time; pairs joins answers to prompts on these ids, so each must name one prompt"
                 )
             answered[key] = row["completion"]
+            answered_hash[model, key] = (path, number, row.get("input_hash"))
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
     pairs = []
@@ -268,11 +293,19 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                 "to prompts on these ids, so give each prompt (each turn) its own instruction_id"
             )
         seen.add(key)
+        prompt_hash = input_hash(request.render_bytes("chat" if request.messages is not None else "text"))
+        for model in models:
+            if key not in by_model[model]:
+                raise InvalidInputError(f"{model} has no answer for {request.describe()}")
+            path, number, answer_hash = answered_hash[model, key]
+            if answer_hash is not None and answer_hash != prompt_hash:  # a hand-made line may not carry one
+                raise InvalidInputError(
+                    f"{path}:{number}: {model} answered another prompt than {prompts}'s {request.describe()} (its "
+                    "input_hash is not the prompt's: was the prompt edited since?); run generate again on these "
+                    "prompts, or pair the prompts file it answered"
+                )
         for i, model_a in enumerate(models):
             for model_b in models[i + 1 :]:
-                for model in (model_a, model_b):
-                    if key not in by_model[model]:
-                        raise InvalidInputError(f"{model} has no answer for {request.describe()}")
                 pairs.append(
                     {
                         "question": _question(request),

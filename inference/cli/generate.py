@@ -187,15 +187,17 @@ def judge_command(
     settings: Settings,
     json_output: JsonOutput = False,
     orientation: Annotated[
-        OrientationsChoice, typer.Option("--orientation", help="Orientations of each pair.", rich_help_panel=RUN_PANEL)
-    ] = OrientationsChoice.both,
+        OrientationsChoice | None,
+        typer.Option("--orientation", help="Orientations of each pair line (default both).", rich_help_panel=RUN_PANEL),
+    ] = None,
     verbose: VerboseOption = False,
 ) -> None:
     """Judge pairs (both orientations by default) or single answers with a judge model.
 
     Lines are pairs {"question", "model_a", "answer_a", "model_b", "answer_b"},
     single answers {"question", "model_a", "answer_a"} (pointwise), or judge
-    conversations already rendered {"messages", "model_a", "model_b", "orientation"}.
+    conversations already rendered {"messages", "model_a", "model_b", "orientation"}
+    (and optionally "judge": the label recorded for that line instead of --label).
     model_a/model_b of the rows are the positional slots of the judge prompt:
     the reversed row of a pair shows model_b's answer first, so it records it
     as model_a.
@@ -203,7 +205,10 @@ def judge_command(
     Example: judgestore judge --model judge-model --task arena -i pairs.jsonl -o verdicts.jsonl --top-logprobs 5
     """
     requests = read_judgement_requests(
-        run.input_path, orientation.orientations(), judge=spec.display_name, input_mode=spec.input_mode
+        run.input_path,
+        None if orientation is None else orientation.orientations(),
+        judge=spec.display_name,
+        input_mode=spec.input_mode,
     )
     _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
 

@@ -9,6 +9,7 @@ import pytest
 
 from inference.jsonl import make_pairs, response_row, write_responses
 from inference.requests import CompletionRequest, Response, Sample
+from store.descriptor import input_hash
 from store.errors import InvalidInputError, PromptTooLongError
 
 
@@ -17,7 +18,8 @@ def ask(i: int) -> CompletionRequest:
 
 
 def answered(i: int, model: str) -> Response:
-    return Response(ask(i), (Sample(f"h{i}", 0, f"{model} says {i}", "stop", None, None, cached=False),))
+    sample = Sample(input_hash(ask(i).render_bytes("chat")), 0, f"{model} says {i}", "stop", None, None, cached=False)
+    return Response(ask(i), (sample,))
 
 
 def failed(i: int) -> Response:
@@ -99,6 +101,21 @@ def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
         ("q0", "a says 0", "b says 0"),
         ("q1", "a says 1", "b says 1"),
     ]
+
+
+def test_pairs_refuse_an_answer_to_another_prompt_under_the_same_ids(tmp_path: Path) -> None:
+    """A prompt edited after one model answered it was paired with that answer to the old prompt (was)."""
+    answers = [_answers(tmp_path, m, [answered(i, m) for i in (0, 1)]) for m in ("a", "b")]
+    prompts = _prompts(tmp_path, ["0", "1"])
+    edited = [orjson.loads(line) for line in prompts.read_bytes().splitlines()]
+    edited[1]["messages"][0]["content"] = "q1, reworded"
+    prompts.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in edited))
+    with pytest.raises(InvalidInputError, match=r"a.jsonl:2: a answered another prompt than .*prompts.jsonl's b/1"):
+        make_pairs(prompts, answers)
+    for path in answers:  # lines without an input_hash (made by hand) are joined on their ids alone
+        path.write_bytes(b"".join(orjson.dumps(orjson.loads(line) | {"input_hash": None}) + b"\n"
+                                  for line in path.read_bytes().splitlines()))  # fmt: skip
+    assert [p["question"] for p in make_pairs(prompts, answers)] == ["q0", "q1, reworded"]
 
 
 def test_pairs_refuse_an_answer_that_is_not_text(tmp_path: Path) -> None:

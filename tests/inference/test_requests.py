@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import orjson
 import pytest
 
-from inference.jsonl import read_completion_requests, read_judgement_requests
+from inference.jsonl import OrientationUnusedWarning, read_completion_requests, read_judgement_requests
 from inference.requests import CompletionRequest, JudgementRequest
 from store.errors import InvalidInputError
 
@@ -132,3 +133,20 @@ def test_a_request_is_described_in_a_line_whatever_the_length_of_its_labels() ->
     whole = CompletionRequest(text="x", benchmark="mt-bench", instruction_id="i" * 60)
     assert whole.describe() == "mt-bench/" + "i" * 60
     assert CompletionRequest(text="x", instruction_id="7").describe() == "?/7"
+
+
+def test_orientations_asked_for_a_file_without_pair_lines_warn_that_they_change_nothing(tmp_path: Path) -> None:
+    """`judge --orientation direct` on rendered or pointwise lines did nothing, and said nothing (was)."""
+    rendered = tmp_path / "rendered.jsonl"
+    conversation = {"messages": [{"role": "user", "content": "which?"}], "model_a": "a", "model_b": "b"}
+    pointwise = {"question": "q", "model_a": "a", "answer_a": "x"}
+    rendered.write_bytes(orjson.dumps(conversation | {"orientation": "reversed"}) + b"\n" + orjson.dumps(pointwise))
+    with pytest.warns(OrientationUnusedWarning, match="rendered.jsonl has no pair lines.*asked for \\(direct\\)"):
+        judged = read_judgement_requests(rendered, ["direct"])
+    assert [r.orientation for r in judged] == ["reversed", None]  # the lines' own, as without the option
+    pair = {"question": "q", "model_a": "a", "answer_a": "x", "model_b": "b", "answer_b": "y"}
+    rendered.write_bytes(orjson.dumps(pair) + b"\n" + orjson.dumps(pointwise))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a file with a pair line uses them, and None (both) never warns
+        assert [r.orientation for r in read_judgement_requests(rendered, ["direct"])] == ["direct", None]
+        assert [r.orientation for r in read_judgement_requests(rendered)] == ["direct", "reversed", None]
