@@ -34,12 +34,15 @@ ENGINE_ARGS = [
 ]
 
 
-def judgestore(*args: str, root: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+def judgestore(
+    *args: str, root: Path, check: bool = True, stdin: bytes | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(root)}
     result = subprocess.run(
         [sys.executable, "-c", "from inference.cli import main; main()", *args],
         cwd=REPO_ROOT,
         env=env,
+        input=None if stdin is None else stdin.decode(),
         capture_output=True,
         text=True,
         timeout=600,
@@ -206,6 +209,76 @@ def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_th
     # as the store keeps them (was)
     fresh = (tmp_path / "first.jsonl").read_text()
     assert again.stdout == fresh.replace('"cached":false', '"cached":true') and fresh.count('"cached":false') == 3
+
+
+def test_input_dash_reads_the_requests_from_stdin_and_a_bad_line_names_it(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """`-i -` looked for a file named "-" (was), though `-o -` is stdout."""
+    root = tmp_path / "store"
+    args = ("generate", "--model", str(tiny_model_dir), "--task", "t", "-i", "-", "--mode", "replay", *ENGINE_ARGS)
+    result = judgestore(*args, root=root, check=False, stdin=prompts.read_bytes())
+    assert result.returncode == 1
+    assert "replay mode: 3 of 3 inputs are not in the store" in result.stderr, result.stderr
+    bad = judgestore(*args, root=root, check=False, stdin=prompts.read_bytes() + b'{"messages": 1\n')
+    assert bad.returncode == 1 and "/dev/stdin:4: not valid JSON" in bad.stderr, bad.stderr
+    assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--chunk-size", "0"], "Invalid value for '--chunk-size'"),
+        (["--engine-arg", "nonsense"], "Invalid value for '--engine-arg': expects KEY=VALUE, got 'nonsense'"),
+        (["--sampling", "=1"], "Invalid value for '--sampling': expects KEY=VALUE, got '=1'"),
+        (["--chat-template-kwarg", "x"], "Invalid value for '--chat-template-kwarg'"),
+        (["--provider", "openai", "--routing", "order"], "Invalid value for '--routing'"),
+    ],
+)
+def test_a_malformed_option_is_a_usage_error_exit_2_before_anything(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, given: list[str], said: str
+) -> None:
+    """They were errors of the run, exit status 1, like a model that failed (was)."""
+    root = tmp_path / "store"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), *given, root=root, check=False
+    )
+    assert result.returncode == 2 and said in result.stderr and "Usage:" in result.stderr, result.stderr
+    assert not root.exists()
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        (["--allow-unpinned"], "--allow-unpinned: {model} is a local folder, which the descriptor pins by its files'"),
+        (["--label", ""], "the label is empty: give a name, or leave it out to record the model's"),
+    ],
+)
+def test_an_option_that_would_do_nothing_or_name_nobody_is_refused_before_the_engine(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, given: list[str], said: str
+) -> None:
+    """--allow-unpinned with a folder did nothing, silently; --label '' recorded the model's name (was)."""
+    root, out = tmp_path / "store", tmp_path / "out.jsonl"
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "-o", str(out), *given,
+        *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1 and said.format(model=tiny_model_dir) in result.stderr, result.stderr
+    assert "Loading weights" not in result.stderr and not out.exists() and not list(root.rglob("*.db"))
+
+
+def test_judge_orientation_on_a_file_without_pairs_says_it_changes_nothing(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    rendered = tmp_path / "rendered.jsonl"
+    line = {"messages": [{"role": "user", "content": "A or B?"}], "model_a": "a", "model_b": "b"}
+    rendered.write_bytes(orjson.dumps(line | {"orientation": "reversed"}) + b"\n")
+    args = ("judge", "--model", str(tiny_model_dir), "--task", "t", "-i", str(rendered), "--mode", "replay")
+    asked = judgestore(*args, "--orientation", "direct", *ENGINE_ARGS, root=tmp_path / "store", check=False)
+    assert f"warning: {rendered} has no pair lines, so the orientations asked for (direct)" in asked.stderr
+    assert "replay mode: 1 of 1 inputs" in asked.stderr, asked.stderr
+    default = judgestore(*args, *ENGINE_ARGS, root=tmp_path / "store", check=False)
+    assert "replay mode: 1 of 1" in default.stderr and "warning" not in default.stderr, default.stderr
 
 
 def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
