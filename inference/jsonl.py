@@ -84,17 +84,19 @@ def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_
         raise InvalidInputError(f"{path}:{number}: {e}") from e
 
 
-def _check_keys(path: Path, number: int, row: dict[str, Any], allowed: set[str]) -> None:
+def _check_keys(path: Path, number: int, row: dict[str, Any], allowed: set[str], hint: str = "") -> None:
     unknown = set(row) - allowed
     if unknown:
-        raise InvalidInputError(f"{path}:{number}: unknown keys {sorted(unknown)} (allowed: {sorted(allowed)})")
+        raise InvalidInputError(f"{path}:{number}: unknown keys {sorted(unknown)} (allowed: {sorted(allowed)}){hint}")
 
 
 def read_completion_requests(path: Path, input_mode: InputMode | None = None) -> list[CompletionRequest]:
     """Completion requests, one per line; with ``input_mode``, a line of the other shape is refused by name."""
     requests = []
     for number, row in read_lines(path):
-        _check_keys(path, number, row, _REQUEST_KEYS | {"model"})
+        judged = set(row) & (_PAIR_KEYS | _RENDERED_JUDGEMENT_KEYS) - _REQUEST_KEYS
+        hint = "; a line to judge is read by `judgestore judge` (and `explain --role judgements`)" if judged else ""
+        _check_keys(path, number, row, _REQUEST_KEYS | {"model"}, hint)
         requests.append(_build(path, number, CompletionRequest, row, input_mode))
     return requests
 

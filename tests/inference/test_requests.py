@@ -150,3 +150,15 @@ def test_orientations_asked_for_a_file_without_pair_lines_warn_that_they_change_
         warnings.simplefilter("error")  # a file with a pair line uses them, and None (both) never warns
         assert [r.orientation for r in read_judgement_requests(rendered, ["direct"])] == ["direct", None]
         assert [r.orientation for r in read_judgement_requests(rendered)] == ["direct", "reversed", None]
+
+
+def test_a_line_to_judge_given_as_a_completion_request_says_which_command_reads_it(tmp_path: Path) -> None:
+    """`explain -i pairs.jsonl` without --role judgements said only "unknown keys" (was)."""
+    requests = tmp_path / "requests.jsonl"
+    requests.write_bytes(orjson.dumps({"question": "q", "model_a": "a", "answer_a": "x"}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"requests.jsonl:1: unknown keys .*read by `judgestore judge`"):
+        read_completion_requests(requests)
+    requests.write_bytes(orjson.dumps({"text": "q", "benchmrk": "b"}) + b"\n")  # a typo is only a typo
+    with pytest.raises(InvalidInputError, match=r"unknown keys \['benchmrk'\]") as refused:
+        read_completion_requests(requests)
+    assert "judgestore judge" not in str(refused.value)
