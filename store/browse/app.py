@@ -26,6 +26,7 @@ Contract:
 from __future__ import annotations
 
 import math
+import re
 import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
@@ -249,6 +250,14 @@ def _required(params: Mapping[str, str], name: str) -> str:
     return value
 
 
+def _input_hash(params: Mapping[str, str]) -> str:
+    """The ``hash`` parameter: a whole input hash, in hex digits of either case (as ``query --input-hash``)."""
+    value = _required(params, "hash").lower()
+    if not re.fullmatch(r"[0-9a-f]{64}", value):
+        raise BadParameterError(f"hash must be a whole input hash (64 hex digits), got {value[:80]!r}")
+    return value
+
+
 # ---------------------------------------------------------------- the app
 
 
@@ -300,7 +309,7 @@ def create_app(browser: Browser, *, loopback_only: bool = True) -> ASGIApp:
 
     def row(request: Request) -> Response:
         params = request.query_params
-        return page(request, "row.html", view=browser.row(_required(params, "db"), _required(params, "hash")))
+        return page(request, "row.html", view=browser.row(_required(params, "db"), _input_hash(params)))
 
     async def not_found(request: Request, exc: Exception) -> Response:
         return page(request, "error.html", 404, title="Not found", message=f"no page at {request.url.path}")

@@ -244,7 +244,12 @@ class Browser:
         skipped: list[Skipped] = []
         judged: list[tuple[str, JudgementRecord]] = []
         for name, database in self._databases(Selector(role="judgements", task=task), ("judgements",), skipped):
-            for record in queries.instruction_rows(database, benchmark, instruction_id):
+            try:
+                records = list(queries.instruction_rows(database, benchmark, instruction_id))
+            except JudgestoreError as e:  # a database that opens but cannot be read through: skipped, as on /rows
+                skipped.append(Skipped(name, str(e)))
+                continue
+            for record in records:
                 assert isinstance(record, JudgementRecord)
                 judged.append((name, record))
         pairs = sorted({_pair_of(record) for _, record in judged if record.model_a and record.model_b})
@@ -254,7 +259,8 @@ class Browser:
         answers = self._answers(benchmark, instruction_id, chosen, task, skipped)
         where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
         if chosen is None and not answers and not judged:
-            raise NotFoundError(f"no row of instruction {where} in {self.where}")
+            without = "" if benchmark is not None else " without a benchmark (give benchmark= for a benchmark's)"
+            raise NotFoundError(f"no row of instruction {where}{without} in {self.where}")
         if chosen is not None and chosen not in pairs and not any(a.row for a in answers):
             raise NotFoundError(
                 f"no row of {chosen[0]} or {chosen[1]} for instruction {where} in {self.where}, and no judgement of "
@@ -262,15 +268,15 @@ class Browser:
             )
         models = list(chosen) if chosen is not None else [a.model for a in answers]
         system, rounds = _conversation(answers, models)
-        by_judge: dict[str, list[Verdict]] = {}
+        by_judge: dict[str | None, list[Verdict]] = {}  # None: verdicts recorded without a judge
         pointwise = []
         for name, record in judged:
             if record.model_b is None:
                 pointwise.append(_verdict(name, record, record.model_a or "", ""))
             elif chosen is not None and {record.model_a, record.model_b} == set(chosen):
-                by_judge.setdefault(record.judge or "(no judge)", []).append(_verdict(name, record, *chosen))
+                by_judge.setdefault(record.judge, []).append(_verdict(name, record, *chosen))
         judges = []
-        for judge in sorted(by_judge):
+        for judge in sorted(by_judge, key=lambda j: (j is None, j or "")):
             verdicts = sorted(by_judge[judge], key=lambda v: (v.sample_index, v.row))
             judges.append(
                 JudgeVerdicts(
@@ -294,14 +300,22 @@ class Browser:
         found: dict[str, tuple[str, CompletionRecord]] = {}
         selector = Selector(role="completions", task=task)
         for name, database in self._databases(selector, ("completions",), skipped):
-            for model in pair if pair is not None else (None,):
-                for record in queries.instruction_rows(database, benchmark, instruction_id, model=model):
-                    assert isinstance(record, CompletionRecord)
-                    if record.model is None or record.sample_index != 0:
-                        continue
-                    known = found.get(record.model)
-                    if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
-                        found[record.model] = (name, record)
+            try:
+                records = [
+                    record
+                    for model in (pair if pair is not None else (None,))
+                    for record in queries.instruction_rows(database, benchmark, instruction_id, model=model)
+                ]
+            except JudgestoreError as e:  # as in _battle
+                skipped.append(Skipped(name, str(e)))
+                continue
+            for record in records:
+                assert isinstance(record, CompletionRecord)
+                if record.model is None or record.sample_index != 0:
+                    continue
+                known = found.get(record.model)
+                if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
+                    found[record.model] = (name, record)
         models = list(pair) if pair is not None else sorted(found)[:MAX_BATTLE_MODELS]
         answers = []
         for model in models:

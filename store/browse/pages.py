@@ -111,9 +111,12 @@ class Verdict:
 
 @dataclass(frozen=True, slots=True)
 class JudgeVerdicts:
-    """One judge's verdicts of a pair, in both orientations; ``disagree`` when they favour different models."""
+    """One judge's verdicts of a pair, in both orientations; ``disagree`` when they favour different models.
 
-    judge: str
+    ``judge`` is None for verdicts recorded without a judge's name (shown as such, with no judge page to link).
+    """
+
+    judge: str | None
     direct: list[Verdict]
     reversed: list[Verdict]
     other: list[Verdict]

@@ -9,6 +9,7 @@ reported without breaking the page.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 import shutil
@@ -288,7 +289,7 @@ def test_an_adopted_row_names_its_source_and_the_adoption(client: TestClient, de
         # a cursor whose time in UTC is before year 1 (or after 9999): no row has it
         ("/rows", {"after": "WyIwMDAxLTAxLTAxVDAwOjAwOjAwKzIzOjU5IiwiYSIsImIiXQ"}, 400, "not one this browser made"),
         ("/judges", {"judge": "nobody"}, 404, "no judgement by judge &#39;nobody&#39;"),
-        ("/row", {"db": "completions/x", "hash": "ab"}, 404, "no database completions/x"),
+        ("/row", {"db": "completions/x", "hash": "0" * 64}, 404, "no database completions/x"),
         ("/nowhere", {}, 404, "no page at /nowhere"),
     ],
 )
@@ -310,10 +311,17 @@ def test_a_link_to_an_instruction_keeps_the_filters_of_the_page(client: TestClie
 
 
 def test_a_row_hash_that_is_no_input_hash_is_a_bad_request(client: TestClient, demo_store: Store) -> None:
-    """A malformed hash is the reader's mistake (400, naming it), not a row that is absent (404)."""
+    """A malformed hash is the reader's mistake (400, naming it, not the library's get_many), not a row that is
+    absent (404); one in capitals is found, as query --input-hash finds it (it was refused)."""
     database = names_of(demo_store)[demo.JUDGE]
-    assert "&#39;ab&#39; is not an input hash" in get(client, "/row", 400, db=database, hash="ab")
+    for short in ("ab", "AB"):
+        refused = get(client, "/row", 400, db=database, hash=short)
+        assert "hash must be a whole input hash (64 hex digits), got &#39;ab&#39;" in refused
+        assert "get_many" not in refused
     assert "no row" in get(client, "/row", 404, db=database, hash="0" * 64)
+    (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', get(client, "/rows", db=database, limit=1))
+    hash_ = href.rpartition("hash=")[2]
+    assert f'id="input-hash">{hash_}<' in get(client, "/row", db=database, hash=hash_.upper())
 
 
 def test_a_loopback_app_answers_loopback_names_only(demo_folder: Path) -> None:
@@ -350,3 +358,69 @@ def test_a_database_that_cannot_be_read_is_reported_and_the_rest_still_shows(dem
         assert "Skipped judgements/" in rows and "tiny-a" in rows
         battle = get(c, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
         assert "Skipped judgements/" in battle and "The keeper found a <strong>bottle</strong>." in battle
+
+
+def test_a_database_damaged_past_its_first_page_is_skipped_on_the_battle_page(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    """A database that opens but fails midway through a read made every battle page a 500 (was); /rows skipped it."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    (damaged,) = [db for db in root.glob("completions/*/*/tiny-a/*/completions.db") if b"00-writing" in db.read_bytes()]
+    data = bytearray(damaged.read_bytes())
+    page_size = int.from_bytes(data[16:18], "big")
+    data[page_size : 5 * page_size] = b"Z" * (4 * page_size)  # pages 2-5: it opens, then a read of its rows fails
+    damaged.write_bytes(bytes(data))
+    with (
+        Store(Settings(), root=root, readonly=True) as store,
+        TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
+    ):
+        battle = get(c, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
+    assert "Skipped completions/" in battle and "is damaged" in battle
+    assert "A bottle washed up; the keeper read it and wept." in battle  # tiny-b's answer, from its own database
+
+
+def test_verdicts_without_a_judge_and_a_row_without_an_instruction_get_no_link_that_leads_nowhere(
+    tmp_path: Path,
+) -> None:
+    """Judge-less verdicts linked to /judges?judge=(no judge), a 404; a row page's battle link for an empty
+    instruction id asked for no instruction, a 400; the overview's count of rows without a finish reason linked to
+    every row (was)."""
+    store = Store(Settings(store_root=tmp_path), root=tmp_path)
+    judged = []
+    for instruction, judge in (("q1", None), ("", demo.JUDGE)):
+        rendered = render_messages(demo.judge_prompt(f"Question {instruction}?", "A says", "B says"))
+        fields = {"benchmark": demo.BENCH, "instruction_id": instruction, "model_a": "tiny-a", "model_b": "tiny-b",
+                  "judge": judge, "orientation": "direct", "finish_reason": "stop", "run_id": "r"}  # fmt: skip
+        judged.append(
+            JudgementRecord(
+                input_hash=input_hash(rendered), input_text=rendered, completion="[[A]]", created_by="t",
+                created_at=demo.T0, **fields,  # type: ignore[arg-type]
+            )
+        )  # fmt: skip
+    database = store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE))
+    database.put_many(judged)
+    question = [{"role": "user", "content": "Hi"}]
+    store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+        [dataclasses.replace(demo.completion("tiny-a", "q1", question, "", 0), finish_reason=None)]
+    )
+    store.close()
+
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q1")
+        overview = get(client, "/")
+        (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', get(client, "/rows", judge=demo.JUDGE))
+        row = get(client, href.replace("&amp;", "&"))
+    reader.close()
+    assert "<h3>(no judge)" in battle and "judge=%28no" not in battle and "/judges?" not in battle
+    assert judged[1].input_hash in row and 'class="battle-link"' not in row
+    # The count of rows with no finish reason linked to every row of the database (was): no filter selects them
+    (reasons,) = re.findall(r'data-db="completions/.*?<td class="reasons">(.*?)</td>', overview, re.DOTALL)
+    assert "null&nbsp;1" in reasons and "<a" not in reasons
+
+
+def test_a_battle_asked_without_its_benchmark_says_it_looked_for_rows_without_one(client: TestClient) -> None:
+    """It said the instruction had no row, though every row of it has a benchmark (was)."""
+    page = get(client, "/battle", 404, instruction_id="00-writing")
+    assert "no row of instruction 00-writing without a benchmark (give benchmark= for a benchmark&#39;s)" in page
