@@ -165,10 +165,10 @@ def _print_totals(totals: "StoreTotals") -> None:
         "(`judgestore query --finish-reason length`)",
     ]
     if run.runs:
-        distinct = run.hits + run.misses
-        rate = 100 * run.hits / distinct if distinct else 100.0
+        asked = run.hits + run.misses  # each run's distinct inputs, summed over the runs (an input asked twice: 2)
+        rate = 100 * run.hits / asked if asked else 100.0
         lines.append(
-            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {distinct:,} distinct inputs ({rate:.0f}%); "
+            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {asked:,} inputs asked ({rate:.0f}%); "
             f"saved {run.saved_prompt_tokens:,} tokens in and {run.saved_completion_tokens:,} out, "
             f"~{_seconds(run.saved_engine_seconds)} of engine time"
             + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")
