@@ -287,7 +287,8 @@ def _number(statement: Select[Any], which: str) -> int | None:
         return None
     value = getattr(clause, "value", None)
     if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise StatementError(f"{which} must be a whole number >= 0 written into the statement, got {clause}")
+        given = clause if value is None else repr(value)  # a bound number shows itself, not its ":param_1"
+        raise StatementError(f"{which} must be a whole number >= 0 written into the statement, got {given}")
     return value
 
 

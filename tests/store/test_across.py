@@ -772,6 +772,9 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
             StatementError,
             "limit",
         ),
+        # the number itself, not the ":param_1" it is bound as (was)
+        (lambda: select(Judgement.judge).limit(-1), StatementError, r"limit must be a whole number >= 0 .*got -1$"),
+        (lambda: select(Judgement.judge).offset(-3), StatementError, r"offset must be .*got -3$"),
     ],
 )
 def test_what_cannot_be_answered_exactly_is_refused(
