@@ -488,7 +488,7 @@ def export_command(
         except KeyboardInterrupt as e:
             _export_interrupted(getattr(e, "rows_written", 0), output_format.value, output, existed, json_output)
         if not rows:
-            no_rows(store, json_output, selector)
+            no_rows(store, json_output, selector, flt)
     if json_output:
         emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
     elif not to_stdout:

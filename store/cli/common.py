@@ -55,9 +55,11 @@ from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
 from store.layout import Location, Selector
 from store.reports import DatabaseInfo
+from store.roles import ROLES
 from store.rows import RowCount
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter, roles_for
 
 if TYPE_CHECKING:  # store.sync is imported by the hub commands alone (see store.cli.app)
     from store.sync.workspace import ProgressCallback
@@ -475,11 +477,22 @@ _SELECTOR_OPTIONS = {"role": "--role", "task": "--task", "provider": "--provider
                      "descriptor": "--descriptor"}  # fmt: skip
 
 
-def no_rows(store: Store, json_output: bool, selector: Selector) -> None:
+def no_rows(store: Store, json_output: bool, selector: Selector, flt: RowFilter | None = None) -> None:
     """After a command found no rows: say so when it is because there is no database to read (a mistyped
-    ``--store-root``, a selector that picks none), not because the filters matched nothing."""
-    if not store.select(selector):
+    ``--store-root``, a selector that picks none, or only databases of a role ``flt``'s filters never match),
+    not because the filters matched nothing."""
+    picked = store.select(selector)
+    if not picked:
         no_databases(store, json_output, selector)
+        return
+    roles = roles_for(flt, selector.role) if flt is not None else ROLES
+    if not any(location.role in roles for location in picked):
+        held = " and ".join(sorted({location.role for location in picked}))
+        note(
+            f"{quantity(len(picked), 'database')} picked, holding only {held}; the row filters given match only "
+            f"{' and '.join(roles)}.",
+            json_output=json_output,
+        )
 
 
 def no_databases(store: Store, json_output: bool, selector: Selector) -> None:

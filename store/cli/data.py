@@ -274,14 +274,14 @@ def query_command(
                 except KeyboardInterrupt as e:
                     _query_interrupted(getattr(e, "rows_written", 0), fmt, json_output)
                 if not written:
-                    no_rows(store, json_output, selector)
+                    no_rows(store, json_output, selector, flt)
             return
         shown = TABLE_ROWS if limit is None else limit
         try:
             with closing(store.query_rows(selector, flt, limit=shown + 1 if limit is None else limit)) as found_rows:
                 found = list(found_rows)
             if not found:
-                no_rows(store, json_output, selector)
+                no_rows(store, json_output, selector, flt)
             table = FittedTable(f"Rows in {store.where}", [_query_column(name) for name in chosen])
             for row in found[:shown]:
                 values = row.as_dict()
@@ -334,7 +334,7 @@ def delete_command(
         except KeyboardInterrupt:
             interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
         if not plan:
-            no_rows(store, json_output, selector)
+            no_rows(store, json_output, selector, flt)
     matched = sum(entry.rows for entry in plan)
     report: dict[str, Any] = {
         "selector": {k: v for k, v in selector.as_dict().items() if v is not None},

@@ -225,6 +225,22 @@ def test_a_selector_that_picks_nothing_says_so_not_that_the_store_is_empty(fille
     assert file_digests(filled) == before  # nothing was touched
 
 
+@pytest.mark.parametrize(
+    "command", [["query"], ["query", "--format", "jsonl"], ["export", "-f", "jsonl", "-o", "-"], ["delete"]]
+)
+def test_filters_of_judgements_on_databases_of_completions_only_say_so(filled: Path, command: list[str]) -> None:
+    """--judge keeps judgements, --model-id picks a completions database: an empty table and no word (was)."""
+    before = file_digests(filled)
+    yes = ["--yes"] if command == ["delete"] else []
+    result = judgestore(*command, "--model-id", "Qwen/Qwen3-8B", "--judge", "judge-1", *yes)
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "1 database picked, holding only completions; the row filters given match only judgements." in said
+    assert file_digests(filled) == before
+    matched = judgestore(*command, "--judge", "judge-1", *(["--dry-run"] if yes else []))
+    assert matched.exit_code == 0 and "row filters given match" not in matched.stderr  # a judgements database
+
+
 def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
     result = judgestore("ls", "--store-root", str(tmp_path / "nothing-here"))
     assert result.exit_code == 0
