@@ -7,8 +7,10 @@ Contract:
   every SQLite file (by its header, whatever its name), every zip, parquet or
   ``.csv`` file, and every legacy ``metadata.json`` that has no database
   beside it. A file named explicitly is always reported; inside folders,
-  files that are none of those (logs, JSONL outputs) are counted, not listed,
-  and SQLite sidecars (``-wal``, ``-shm``, ``-journal``) belong to their database.
+  files that are none of those (logs, JSONL outputs), zips that hold no
+  ``.csv`` file (a .docx, a .jar) and CSV files that cannot be read and name
+  none of the cache columns are counted, not listed, and SQLite sidecars
+  (``-wal``, ``-shm``, ``-journal``) belong to their database.
 * A name never decides anything: a ``judgements.db`` holding a ``completions``
   table is a completions cache; a ``.db`` that is not SQLite is ``corrupt``.
 * States: ``ok`` (a known variant; importable or not is the importer's call),
@@ -33,6 +35,7 @@ from __future__ import annotations
 
 import enum
 import sqlite3
+import zipfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -308,7 +311,11 @@ def _detect_dataframe(path: Path, named: bool) -> Detection | None:
     try:
         source = open_dataframe(path)
     except DataFrameError as e:
-        return Detection(path, State.CORRUPT, f"{e}", kind="dataframe")
+        if _may_be_a_cache(path):
+            return Detection(path, State.CORRUPT, f"{e}", kind="dataframe")
+        if not named:  # another tool's file in a data folder: not listed
+            return None
+        return Detection(path, State.NOT_OURS, f"not a DataFrame cache: {e}", kind="dataframe")
     columns = set(source.columns)
     for variant, (role, expected) in DATAFRAME_SPECS.items():
         if expected <= columns:
@@ -326,6 +333,26 @@ def _detect_dataframe(path: Path, named: bool) -> Detection | None:
     if not named:
         return None
     return Detection(path, State.NOT_OURS, f"{source.fmt} file with none of the cache columns", kind="dataframe")
+
+
+def _may_be_a_cache(path: Path) -> bool:
+    """Whether a file that cannot be read as a DataFrame cache may still be a damaged one, told by what can be read
+    of it: a zip that holds no ``.csv`` file (a .docx, a .jar, an archive of logs) and a CSV whose first line names
+    none of the cache columns (notes in another encoding) are not; a zip that cannot be opened may be."""
+    if file_kind(path) == "zip":
+        try:
+            with zipfile.ZipFile(path) as archive:
+                return any(name.endswith(".csv") for name in archive.namelist())
+        except (zipfile.BadZipFile, OSError):
+            return True
+    if file_kind(path) == "csv":
+        try:
+            with path.open("rb") as handle:
+                first_line = handle.readline(1 << 16).decode("latin-1")
+        except OSError:
+            return True
+        return bool({cell.strip(' "\r\n') for cell in first_line.split(",")} & _DATAFRAME_COLUMNS)
+    return True
 
 
 # ---------------------------------------------------------------- walking

@@ -28,6 +28,7 @@ import shutil
 import sqlite3
 import tempfile
 import zipfile
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -138,13 +139,19 @@ class DataFrameSource:
     rows: int | None
 
     def iter_rows(self) -> Iterator[dict[str, Any]]:
+        """The rows, as the file gives them; damage found past the header (a byte that is not UTF-8, a zip member
+        that fails its CRC, a parquet row group that cannot be read) raises :class:`DataFrameError` there."""
         if self.fmt == "parquet":
-            yield from _parquet_rows(self.path)
-        else:
-            with _csv_text(self.path) as handle:
-                reader = csv.DictReader(handle)
-                for row in reader:
-                    yield {k: (v if v != "" else None) for k, v in row.items() if k is not None}
+            try:
+                yield from _parquet_rows(self.path)
+            except DataFrameError:
+                raise
+            except Exception as e:  # pyarrow raises its own error types for every kind of damage
+                raise DataFrameError(f"is not a readable parquet file ({e})") from e
+            return
+        with _csv_damage(), _csv_text(self.path) as handle:
+            for row in csv.DictReader(handle):
+                yield {k: (v if v != "" else None) for k, v in row.items() if k is not None}
 
 
 @contextmanager
@@ -159,21 +166,29 @@ def _csv_text(path: Path) -> Iterator[io.TextIOWrapper]:
             members = [m for m in archive.namelist() if not m.endswith("/")]
             if len(members) != 1 or not members[0].endswith(".csv"):
                 raise DataFrameError(f"holds {members} where a CSV cache holds exactly one .csv file")
-            with archive.open(members[0]) as raw, io.TextIOWrapper(raw, encoding="utf-8", newline="") as handle:
+            with archive.open(members[0]) as raw, io.TextIOWrapper(raw, encoding="utf-8-sig", newline="") as handle:
                 yield handle
         return
-    with path.open("r", encoding="utf-8", newline="") as handle:
+    with path.open("r", encoding="utf-8-sig", newline="") as handle:  # -sig: Excel's byte order mark is no name
         yield handle
 
 
-def _csv_header(path: Path) -> tuple[str, ...]:
+@contextmanager
+def _csv_damage() -> Iterator[None]:
+    """What reading a CSV, or the CSV a zip holds, raises on damaged bytes, as :class:`DataFrameError`."""
     try:
-        with _csv_text(path) as handle:
-            header = next(csv.reader(handle), None)
+        yield
     except UnicodeDecodeError as e:
         raise DataFrameError(f"is not UTF-8 text ({e})") from e
     except csv.Error as e:
         raise DataFrameError(f"is not a CSV file ({e})") from e
+    except (zipfile.BadZipFile, zlib.error, EOFError) as e:  # a member whose data fails its CRC or inflation
+        raise DataFrameError(f"is not a readable zip archive ({e})") from e
+
+
+def _csv_header(path: Path) -> tuple[str, ...]:
+    with _csv_damage(), _csv_text(path) as handle:
+        header = next(csv.reader(handle), None)
     if not header:
         raise DataFrameError("is empty (no CSV header)")
     return tuple(header)

@@ -7,6 +7,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import zipfile
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -16,6 +17,7 @@ import orjson
 import pytest
 
 from store.descriptor import input_hash
+from store.legacy.readonly import open_dataframe
 from store.settings import Settings
 from store.store import Store
 from store.tables.records import CompletionRecord
@@ -281,6 +283,13 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
     _s0(legacy_root, 2)
     b.create_db(legacy_root / "elsewhere" / "judgements.db", b.S3C_DDL, [])  # a misleading name
     (legacy_root / "notes.txt").write_text("not a cache")
+    # Other tools' files that look like data: they were reported corrupt, and failed the run (was)
+    (legacy_root / "notes.csv").write_bytes("r\xe9sum\xe9,auteur\nun,deux\n".encode("latin-1"))
+    with zipfile.ZipFile(legacy_root / "logs.zip", "w") as archive:
+        archive.writestr("a.log", "started")
+        archive.writestr("b.log", "done")
+    with zipfile.ZipFile(legacy_root / "report.docx", "w") as archive:
+        archive.writestr("word/document.xml", "<w:document/>")
     result = judgestore("import", "--detect", str(legacy_root), "--json")
     assert result.returncode == 0, result.stderr
 
@@ -296,7 +305,11 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
         "judgements/t/VLLM/j/HASH/judgements.db": ("S6j", "judgements", 2),
     }
     table = judgestore("import", "--detect", str(legacy_root))
-    assert "S4c" in table.stdout and "S6j" in table.stdout and "1 other files ignored" in table.stdout
+    assert "S4c" in table.stdout and "S6j" in table.stdout and "4 other files ignored" in table.stdout
+    # Named, each is still reported, as what it is
+    named = judgestore("import", "--detect", str(legacy_root / "notes.csv"), str(legacy_root / "logs.zip"), "--json")
+    states = [d["state"] for d in orjson.loads(named.stdout)["sources"]]
+    assert states == ["not-ours", "not-ours"], named.stdout
 
 
 def test_a_damaged_destination_database_fails_its_source_and_the_import_goes_on(
@@ -313,3 +326,37 @@ def test_a_damaged_destination_database_fails_its_source_and_the_import_goes_on(
     assert broken.status == "failed" and "not an SQLite database" in str(broken.error)
     assert sum(broken.failed.values()) == 5
     assert fine.imported == 4 and not report.ok
+
+
+def test_a_dataframe_cache_damaged_past_its_header_fails_alone_and_the_rest_is_imported(
+    legacy_root: Path, store_root: Path, tmp_path: Path
+) -> None:
+    """A byte that is not UTF-8 deep in a CSV, or a zipped CSV whose data fails its CRC, ended the whole import
+    with a traceback, after other sources were written, and with no report (was)."""
+    pd = pytest.importorskip("pandas")
+    _s0(legacy_root, 3)
+    cache = legacy_root / "frames"
+    cache.mkdir()
+    rows = "".join(f"answer {i},{i}\n" for i in range(2000)).encode()  # past what the header check reads
+    (cache / "late.csv").write_bytes(b"completion,instruction_index\n" + rows + b"\xff\xfe bad,2000\n")
+    frame = pd.DataFrame({"completion": [f"answer {i}" for i in range(500)], "instruction_index": range(500)})
+    frame.to_csv(cache / "crc.csv.zip", index=False)
+    zipped = bytearray((cache / "crc.csv.zip").read_bytes())
+    zipped[len(zipped) // 2] ^= 0xFF  # inside the member's compressed data: its header and directory still read
+    (cache / "crc.csv.zip").write_bytes(bytes(zipped))
+
+    report = run_import([legacy_root], store_root, task="b")
+    sources = {s.path.name: s for s in report.sources}
+    assert sources["j.db"].imported == 3
+    for name, said in (("late.csv", "is not UTF-8 text"), ("crc.csv.zip", "is not a readable zip archive")):
+        assert sources[name].status == "failed" and said in str(sources[name].error), sources[name].as_dict()
+    assert not report.ok
+
+
+def test_a_csv_saved_with_a_byte_order_mark_reads_its_first_column_by_name(tmp_path: Path) -> None:
+    """Excel writes UTF-8 with a BOM: the first column was read as '\\ufeffcompletion', and the cache as invalid."""
+    path = tmp_path / "excel.csv"
+    path.write_bytes("\ufeffcompletion,instruction_index\nanswer,0\n".encode())
+    source = open_dataframe(path)
+    assert source.columns == ("completion", "instruction_index")
+    assert list(source.iter_rows()) == [{"completion": "answer", "instruction_index": "0"}]
