@@ -212,6 +212,8 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         raise _fail(row.problem)
     if not row.completion:
         raise _skip(_EMPTY_OUTPUT)
+    if row.skip is not None:  # something the user did not give: the input, or an ELO row's evaluated model
+        raise _skip(row.skip)
     rendered = _rendered_input(row, descriptor.input_mode)
     usage = row.usage
     if row.usage_json is not None:

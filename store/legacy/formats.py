@@ -315,10 +315,18 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
     for position, r in enumerate(source.iter_rows()):
         if variant is LegacyVariant.DF_ELO_JUDGE:
             entry, skip = _given(inputs, "row", str(position))
+            if skip is None and entry is not None and entry.model is None:
+                skip = "the blob does not name the evaluated model: give model in its inputs line"
             opponent = _text_or_none(r.get("opponent_model"))
-            # [[A]] favours the answer shown first (model_a): the opponent goes in the slot it was shown in. The
-            # blob does not name our model, so its slot stays empty.
-            opponent_first = _flag(r.get("our_model_is_position_a")) is False
+            ours = entry.model if entry else None
+            # [[A]] favours the answer shown first (model_a): each model goes in the slot it was shown in. Where the
+            # blob does not say which, the row fails: a guess would credit the verdict to the wrong model.
+            ours_first = _flag(r.get("our_model_is_position_a"))
+            problem = None
+            if ours_first is None:
+                problem = f"our_model_is_position_a is {r.get('our_model_is_position_a')!r}, not true or false"
+            elif not opponent:
+                problem = "opponent_model is empty"
             row = LegacyRow(
                 locator=f"row {position}",
                 role="judgements",
@@ -327,14 +335,16 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
                 completion=_text_or_none(r.get("judge_completion")),
                 benchmark=entry.benchmark if entry else None,
                 instruction_id=entry.instruction_id if entry else None,
-                model_a=opponent if opponent_first else None,
-                model_b=None if opponent_first else opponent,
+                model_a=ours if ours_first else opponent,
+                model_b=opponent if ours_first else ours,
+                orientation="direct" if ours_first else "reversed",
                 created_at=created_at,
+                problem=problem,
                 skip=skip,
             )
             row.notes.append(
-                "ELO judge rows: the opponent is in the slot it was shown in (model_a when it came first); the file "
-                "does not name the other model, so its slot is empty"
+                "ELO judge rows: the pair is (the evaluated model, its opponent), each in the slot it was shown in; "
+                "orientation direct where the evaluated model came first, reversed where the opponent did"
             )
             yield row
             continue

@@ -10,8 +10,10 @@ Contract:
   "messages": [...]}`` or ``{"instruction_index": 7, "text": "..."}``; for the
   MT-Bench cache ``{"instruction_index": 81, "turns": ["q1", "q2"], "system":
   "..."}`` (turn 2's input is turn 1, the cached turn-1 answer, then turn 2);
-  for ELO judge caches ``{"row": 0, "messages": [...]}`` (0-based row
-  position). Optional ``benchmark`` and ``instruction_id`` fill those columns.
+  for ELO judge caches ``{"row": 0, "messages": [...], "model": "ours"}``
+  (0-based row position; ``model`` names the evaluated model, which the blob
+  never names: without it the row is skipped). Optional ``benchmark`` and
+  ``instruction_id`` fill those columns.
 * Keys are compared after :func:`normalise_key`: ``7``, ``7.0`` and ``"7"``
   name the same instruction.
 """
@@ -54,6 +56,7 @@ class InputEntry:
     system: str | None = None
     benchmark: str | None = None
     instruction_id: str | None = None
+    model: str | None = None  # ELO rows: the evaluated model, in the slot the opponent was not shown in
 
     def messages_for_turn(self, turn: int, previous_answer: str | None) -> list[dict[str, Any]]:
         """The chat input of MT-Bench turn ``turn`` (0-based); a single-turn entry only has turn 0."""
@@ -113,9 +116,10 @@ def _entry(value: dict[str, Any], where: str) -> InputEntry:
     if len(shapes) != 1:
         raise InvalidInputError(f"{where}: give exactly one of messages, text, turns")
     allowed = {"instruction_index", "row", "messages", "text", "turns", "system", "benchmark", "instruction_id"}
-    unknown = set(value) - allowed
+    unknown = set(value) - allowed - ({"model"} if "row" in value else set())
     if unknown:
-        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}")
+        also = " (model names the evaluated model of an ELO row: a line with row)" if "model" in unknown else ""
+        raise InvalidInputError(f"{where}: unknown keys {sorted(unknown)}{also}")
     messages, text, turns = value.get("messages"), value.get("text"), value.get("turns")
     if messages is not None and not (isinstance(messages, list) and all(isinstance(m, dict) for m in messages)):
         raise InvalidInputError(f"{where}: messages must be a list of {{role, content}} objects")
@@ -123,10 +127,12 @@ def _entry(value: dict[str, Any], where: str) -> InputEntry:
         raise InvalidInputError(f"{where}: text must be a string")
     if turns is not None and not (isinstance(turns, list) and turns and all(isinstance(t, str) for t in turns)):
         raise InvalidInputError(f"{where}: turns must be a non-empty list of strings")
-    optional = {k: value.get(k) for k in ("system", "benchmark", "instruction_id")}
+    optional = {k: value.get(k) for k in ("system", "benchmark", "instruction_id", "model")}
     for key, item in optional.items():
         if item is not None and not isinstance(item, str):
             raise InvalidInputError(f"{where}: {key} must be a string")
+    if optional["model"] == "":
+        raise InvalidInputError(f"{where}: model must name the evaluated model, not be empty")
     return InputEntry(
         messages=tuple(messages) if messages is not None else None,
         text=text,

@@ -21,7 +21,9 @@ from typing import Any
 import pytest
 
 from store.descriptor import input_hash
+from store.errors import InvalidInputError
 from store.legacy.detect import detect
+from store.legacy.inputs import InputsTable
 from store.logprobs import from_text_logprobs
 from tests.legacy import builders as b
 from tests.legacy.conftest import TEXT, all_rows, checksum, expected_row, fixed, mtime, run_import, utc
@@ -606,7 +608,9 @@ def case_dataframes(root: Path) -> Case:
     ]
     lines += [{"instruction_index": 81 + i, "turns": q, "benchmark": "mt-bench"} for i, q in enumerate(questions)]
     judge_inputs = [[{"role": "user", "content": f"Judge pair {k} ⚖️"}] for k in range(2)]
-    lines += [{"row": k, "messages": m, "instruction_id": f"q{k}"} for k, m in enumerate(judge_inputs)]
+    lines += [
+        {"row": k, "messages": m, "instruction_id": f"q{k}", "model": "model-x"} for k, m in enumerate(judge_inputs)
+    ]
     inputs = _inputs_file(root, lines)
     # One inputs file serves every cache here: their instruction_index keys do not overlap.
     expected = []
@@ -643,9 +647,11 @@ def case_dataframes(root: Path) -> Case:
                 input_text=text,
                 completion=["[[A]]", "[[B]]"][k],
                 instruction_id=f"q{k}",
-                # row 0 showed gpt-4 first (our_model_is_position_a False): [[A]] is a gpt-4 win
-                model_a=["gpt-4", None][k],
-                model_b=[None, "llama"][k],
+                # row 0 showed gpt-4 first (our_model_is_position_a False): [[A]] is a gpt-4 win, of the pair
+                # (model-x, gpt-4) in reversed orientation; the opponent of row 0 once made it a pointwise row (was)
+                model_a=["gpt-4", "model-x"][k],
+                model_b=["model-x", "llama"][k],
+                orientation=["reversed", "direct"][k],
                 judge="legacy-model",
             )
         )
@@ -733,6 +739,34 @@ def test_a_langchain_cache_is_never_imported(legacy_root: Path, store_root: Path
     assert (source.variant, source.status, source.rows, sum(source.skipped.values())) == ("LangChain", "skipped", 1, 1)
     assert "never imported" in (source.error or "")
     assert not store_root.exists()
+
+
+def test_an_elo_row_whose_slots_cannot_be_known_fails_and_one_without_the_evaluated_model_is_skipped(
+    legacy_root: Path, store_root: Path
+) -> None:
+    """An unreadable our_model_is_position_a was read as "ours first" (a guessed slot), and an opponent-first row
+    was stored with model_b empty: a pointwise row to every filter (was)."""
+    pd = pytest.importorskip("pandas")
+    elo = legacy_root / "cache" / "elo"
+    elo.mkdir(parents=True)
+    flags = [True, False, None, True]
+    pd.DataFrame(
+        {"judge_completion": ["[[A]]", "[[B]]", "[[A]]", "[[B]]"], "instruction": ["q"] * 4,
+         "completion_A": ["x"] * 4, "completion_B": ["y"] * 4, "pref": [0.0, 1.0, 0.0, 1.0],
+         "use_model_a_as_opponent": [True] * 4, "our_model_is_position_a": flags,
+         "opponent_model": ["gpt-4", "llama", "gpt-4", "gpt-4"]}
+    ).to_csv(elo / "judge_ours.csv", index=False)  # fmt: skip
+    lines = [{"row": k, "messages": [{"role": "user", "content": f"battle {k}"}], "model": "ours"} for k in range(3)]
+    lines.append({"row": 3, "messages": [{"role": "user", "content": "battle 3"}]})  # no model named
+    report = run_import([elo], store_root, task="arena", inputs=_inputs_file(legacy_root, lines))
+    (source,) = report.sources
+    assert (source.imported, sum(source.failed.values()), sum(source.skipped.values())) == (2, 1, 1)
+    assert list(source.failed) == ["our_model_is_position_a is None, not true or false"]
+    assert list(source.skipped) == ["the blob does not name the evaluated model: give model in its inputs line"]
+    stored = sorted((r["model_a"], r["model_b"], r["orientation"]) for r in all_rows(store_root))
+    assert stored == [("llama", "ours", "reversed"), ("ours", "gpt-4", "direct")]  # none pointwise
+    with pytest.raises(InvalidInputError, match=r"unknown keys \['model'\] \(model names the evaluated model"):
+        InputsTable.load(_inputs_file(legacy_root, [{"instruction_index": 0, "text": "q", "model": "ours"}]))
 
 
 def test_pass_level_caches_without_descriptor_or_inputs_are_skipped(legacy_root: Path, store_root: Path) -> None:
