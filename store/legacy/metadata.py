@@ -149,13 +149,13 @@ def check_metadata_folder(metadata: LegacyMetadata, tree: LegacyTree | None) -> 
             return (
                 f"{metadata.path}: its content hashes to {metadata.sha256[:16]} but its folder is named "
                 f"{folder.name}: the file was edited or the folder renamed, so which settings produced "
-                "these rows is unknown. Restore the original metadata.json, or import with --descriptor"
+                "these rows is unknown. Restore the original metadata.json (whose hash the folder is named by)"
             )
     if tree is not None and metadata.form in (MetadataForm.S3, MetadataForm.S2):
         recorded = (metadata.provider, metadata.model)
         if recorded != (tree.provider, tree.model):
             return (
                 f"{metadata.path}: records provider/model {recorded[0]}/{recorded[1]} but lies under "
-                f"{tree.provider}/{tree.model}: the folder was moved. Move it back, or import with --descriptor"
+                f"{tree.provider}/{tree.model}: the folder was moved. Move it back under {recorded[0]}/{recorded[1]}"
             )
     return None

@@ -234,6 +234,9 @@ def test_bad_sources_are_reported_and_the_rest_is_imported(
     with closing(sqlite3.connect(tampered)) as conn:
         conn.execute("UPDATE completions SET input_text = replace(input_text, 'question 1', 'question one')")
         conn.commit()
+    # 4b. a folder moved under another model
+    model_folder = _s4c(legacy_root, "moved", 2).parent.parent  # .../moved/VLLM/m
+    moved = next(model_folder.rename(model_folder.with_name("other")).glob("*/completions.db"))
     # 5. a CSV cache with a missing column
     cache = legacy_root / "cache"
     cache.mkdir()
@@ -252,6 +255,14 @@ def test_bad_sources_are_reported_and_the_rest_is_imported(
     sources = {s.path: s for s in report.sources}
     assert sources[good].imported == 5
     assert sources[edited].status == "failed" and "edited or the folder renamed" in str(sources[edited].error)
+    # advice that works: --descriptor was advised, though the file is checked before any descriptor (was)
+    assert "Restore the original metadata.json" in str(sources[edited].error)
+    assert "--descriptor" not in str(sources[edited].error)
+    assert sources[moved].status == "failed"
+    assert (
+        "records provider/model VLLM/m but lies under VLLM/other: the folder was moved. Move it back under VLLM/m"
+        in (str(sources[moved].error))
+    )
     assert sources[edited].failed and sum(sources[edited].failed.values()) == 3
     assert (sources[tampered].imported, dict(sources[tampered].failed)) == (
         3,
