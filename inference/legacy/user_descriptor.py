@@ -7,8 +7,10 @@ the descriptor with the assumption to record in ``metadata.json``:
 * a whole judgestore ``metadata.json`` (its ``descriptor``);
 * ``{"vllm": {"model": .., "engine_kwargs": {..}, "sampling": {..}, ...}}``:
   the settings of a live run (:data:`~inference.legacy.settings.SPEC_FIELDS`,
-  nothing else), resolved by the live rules
-  (:attr:`inference.spec.ModelSpec.descriptor`) as the model is now.
+  and ``backend_version``: the vLLM that made the rows), resolved by the live
+  rules (:attr:`inference.spec.ModelSpec.descriptor`) as the model is now.
+  Without ``backend_version``, the vLLM installed here is assumed, and the
+  assumption recorded says so.
 
 A file that cannot be read, is not JSON or is none of these raises
 :class:`~store.errors.InvalidInputError` naming the file and what to give.
@@ -28,6 +30,8 @@ from inference.legacy.settings import SPEC_FIELDS
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
+
+_VERSION = "backend_version"
 
 
 @dataclass(frozen=True)
@@ -54,19 +58,31 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
         vllm = doc["vllm"]
         if not isinstance(vllm, dict) or not isinstance(vllm.get("model"), str):
             raise InvalidInputError(f"{path}: 'vllm' must be an object with at least a 'model'")
-        unknown = sorted(set(vllm) - SPEC_FIELDS)
+        settings = {k: v for k, v in vllm.items() if k != "backend_version"}
+        unknown = sorted(set(settings) - SPEC_FIELDS)
         if unknown:
             raise InvalidInputError(
-                f"{path}: invalid vLLM settings (unknown keys {unknown}; known: {sorted(SPEC_FIELDS)})"
+                f"{path}: invalid vLLM settings (unknown keys {unknown}; known: {sorted(SPEC_FIELDS | {_VERSION})})"
             )
+        made_by = vllm.get("backend_version")
+        if made_by is not None and (not isinstance(made_by, str) or not made_by.strip()):
+            raise InvalidInputError(f"{path}: backend_version must be a vLLM version such as \"0.8.5\"")
         try:
-            spec = ModelSpec(**vllm)
+            spec = ModelSpec(**settings)
             descriptor = spec.descriptor
-        except (TypeError, InvalidInputError) as e:
+            if made_by is not None:
+                descriptor = ModelDescriptor.model_validate(descriptor.model_dump() | {_VERSION: made_by.strip()})
+        except (TypeError, InvalidInputError, ValidationError) as e:
             raise InvalidInputError(f"{path}: invalid vLLM settings ({e})") from e
+        version = (
+            f"made by vLLM {made_by.strip()}, as the file says"
+            if made_by is not None
+            else f"made by vLLM {descriptor.backend_version}, the version installed here (the file names none: "
+            "give backend_version if another made them)"
+        )
         assumption = (
             f"imported under the vLLM settings of {path.name}, given by the user; revision and chat template "
-            f"resolved from {spec.model} as it was on {today}"
+            f"resolved from {spec.model} as it was on {today}; {version}"
         )
         return UserDescriptor(descriptor, path, assumption)
     raw = doc.get("descriptor", doc)

@@ -237,6 +237,21 @@ def test_user_descriptor_files(tiny_model: Path, tmp_path: Path) -> None:
         tiny_model, engine_kwargs=TINY_ENGINE_KWARGS, sampling={"temperature": 0, "max_tokens": 8}
     )
     assert "resolved from" in loaded.assumption
+    # The vLLM that made the rows: named by the file, or said to be assumed (it was stamped silently, was)
+    installed = loaded.descriptor.backend_version
+    assert f"made by vLLM {installed}, the version installed here (the file names none" in loaded.assumption
+    older = tmp_path / "older.json"
+    older.write_bytes(
+        orjson.dumps({"vllm": orjson.loads(vllm_form.read_bytes())["vllm"] | {"backend_version": "0.8.5"}})
+    )
+    made_by_older = load_user_descriptor(older)
+    assert made_by_older.descriptor.backend_version == "0.8.5" and "made by vLLM 0.8.5, as the file says" in (
+        made_by_older.assumption
+    )
+    assert made_by_older.descriptor.model_dump() | {"backend_version": installed} == loaded.descriptor.model_dump()
+    older.write_bytes(orjson.dumps({"vllm": {"model": str(tiny_model), "backend_version": 8}}))
+    with pytest.raises(InvalidInputError, match=r"older.json: backend_version must be a vLLM version"):
+        load_user_descriptor(older)
     metadata_form = tmp_path / "metadata.json"
     metadata_form.write_bytes(orjson.dumps({"descriptor": orjson.loads(loaded.descriptor.canonical_json())}))
     assert load_user_descriptor(metadata_form).descriptor == loaded.descriptor
