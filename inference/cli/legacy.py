@@ -294,8 +294,8 @@ def import_command(
         unattributed = report.totals()["unattributed"]
         if unattributed:
             err.print(
-                f"{unattributed:,} rows were not imported because no descriptor could be named for them; "
-                "see the reasons above (--assume-current-model, --descriptor, --task)",
+                f"{unattributed:,} rows were not imported because their descriptor, task or inputs could not be "
+                "named; see the reasons above (--assume-current-model, --descriptor, --task, --inputs)",
                 style="bold red",
                 soft_wrap=True,
             )

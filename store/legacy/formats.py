@@ -139,7 +139,8 @@ def _given(
     if inputs is None:
         return None, "no input stored and no inputs file given (--inputs)"
     entry = (inputs.by_index if kind == "instruction_index" else inputs.by_row).get(key)
-    return entry, None if entry else f"no input for {kind} {key} in {inputs.path.name}"
+    # one reason for every such row (the report lists example rows under it), not one per key
+    return entry, None if entry else f"no input for its {kind} in {inputs.path.name}"
 
 
 def _hash_locator(rowid: int, stored_hash: Any) -> str:

@@ -26,7 +26,17 @@ from store.legacy.detect import detect
 from store.legacy.inputs import InputsTable
 from store.logprobs import from_text_logprobs
 from tests.legacy import builders as b
-from tests.legacy.conftest import TEXT, all_rows, checksum, expected_row, fixed, mtime, run_import, utc
+from tests.legacy.conftest import (
+    TEXT,
+    all_rows,
+    checksum,
+    expected_row,
+    fixed,
+    judgestore,
+    mtime,
+    run_import,
+    utc,
+)
 
 T1, T2, T3 = "2026-02-01T10:00:00", "2026-02-02T09:30:00.250000+02:00", "2026-03-04 05:06:07Z"
 TIMES = (T1, T2, T3)
@@ -786,3 +796,25 @@ def test_pass_level_caches_without_descriptor_or_inputs_are_skipped(legacy_root:
     )
     assert no_descriptor.sources[0].skipped == {"no descriptor": 2}
     assert not store_root.exists()
+
+
+def test_rows_the_inputs_file_does_not_cover_share_one_reason_and_no_inputs_names_the_option(
+    legacy_root: Path, store_root: Path
+) -> None:
+    """Each missing index was its own reason (2,000 lines of report for 2,000 rows), and a cache imported without
+    --inputs was blamed on the descriptor (was)."""
+    pd = pytest.importorskip("pandas")
+    cache = legacy_root / "cache"
+    cache.mkdir(parents=True)
+    pd.DataFrame({"completion": [f"a{i}" for i in range(50)], "instruction_index": range(50)}).to_csv(
+        cache / "x.csv", index=False
+    )
+    inputs = _inputs_file(legacy_root, [{"instruction_index": 0, "messages": [{"role": "user", "content": "q0"}]}])
+    report = run_import([cache], store_root, task="t", inputs=inputs)
+    (source,) = report.sources
+    assert source.imported == 1 and source.skipped == {"no input for its instruction_index in inputs.jsonl": 49}
+    result = judgestore("import", str(cache), "--task", "t", "--store-root", str(store_root / "cli"))
+    assert result.returncode == 1
+    said = " ".join(result.stderr.split())
+    assert "50 rows were not imported because their descriptor, task or inputs could not be named" in said
+    assert "--inputs)" in said and "pass --inputs FILE naming each input" in said
