@@ -50,6 +50,7 @@ from typing import Any, Literal
 
 import orjson
 
+from inference.backends.vllm.model_source import TEMPLATE_FILES
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError, UnpinnedModelError
@@ -237,6 +238,23 @@ def legacy_backend_version(metadata: LegacyMetadata) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def pinned_descriptor(spec: ModelSpec) -> ModelDescriptor:
+    """``spec.descriptor``, where the model cannot be pinned with the advice that works for an import.
+
+    A live run may cache under an unpinned descriptor (``--allow-unpinned``); an import may not: rows under one
+    never hit a pinned run, which is what an import is for.
+    """
+    try:
+        return spec.descriptor
+    except UnpinnedModelError as e:
+        raise LegacyMappingError(
+            f"{spec.model} cannot be pinned to a commit: the local Hugging Face cache does not have it and the Hub "
+            f"cannot be asked. Put its tokenizer files in the cache first (`hf download {spec.model} "
+            f"{' '.join(TEMPLATE_FILES)}`), or name a whole judgestore descriptor with --descriptor FILE (the "
+            "metadata.json of a live run)"
+        ) from e
+
+
 def map_legacy_descriptor(
     metadata: LegacyMetadata, *, model: str | None = None, assumed: Mapping[str, Any] | None = None
 ) -> tuple[ModelDescriptor, ModelSpec, list[str]]:
@@ -247,7 +265,9 @@ def map_legacy_descriptor(
     """
     spec, notes = live_spec(metadata, model=model, assumed=assumed)
     try:
-        descriptor = spec.descriptor
-    except (InvalidInputError, UnpinnedModelError, OSError) as e:
+        descriptor = pinned_descriptor(spec)
+    except LegacyMappingError:
+        raise
+    except (InvalidInputError, OSError) as e:
         raise LegacyMappingError(f"the live rules refuse these settings: {e}") from e
     return descriptor.model_copy(update={"backend_version": legacy_backend_version(metadata)}), spec, notes

@@ -26,7 +26,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from inference.legacy.settings import SPEC_FIELDS
+from inference.legacy.settings import SPEC_FIELDS, pinned_descriptor
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
@@ -66,10 +66,10 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
             )
         made_by = vllm.get("backend_version")
         if made_by is not None and (not isinstance(made_by, str) or not made_by.strip()):
-            raise InvalidInputError(f"{path}: backend_version must be a vLLM version such as \"0.8.5\"")
+            raise InvalidInputError(f'{path}: backend_version must be a vLLM version such as "0.8.5"')
         try:
             spec = ModelSpec(**settings)
-            descriptor = spec.descriptor
+            descriptor = pinned_descriptor(spec)
             if made_by is not None:
                 descriptor = ModelDescriptor.model_validate(descriptor.model_dump() | {_VERSION: made_by.strip()})
         except (TypeError, InvalidInputError, ValidationError) as e:

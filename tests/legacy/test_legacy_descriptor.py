@@ -265,3 +265,10 @@ def test_user_descriptor_files(tiny_model: Path, tmp_path: Path) -> None:
         load_user_descriptor(bad)
     with pytest.raises(InvalidInputError, match="expects MODEL or LEGACY=CURRENT"):
         parse_assumed_models(["=x"])
+    # A Hub model this machine cannot pin: advice that works for an import (it advised --allow-unpinned, which
+    # import does not take, was)
+    bad.write_text(orjson.dumps({"vllm": {"model": "nobody/never-cached", "sampling": {"max_tokens": 8}}}).decode())
+    with pytest.raises(InvalidInputError, match=r"bad.json: .*nobody/never-cached cannot be pinned") as refused:
+        load_user_descriptor(bad)
+    assert "hf download nobody/never-cached" in str(refused.value) and "--descriptor FILE" in str(refused.value)
+    assert "--allow-unpinned" not in str(refused.value)
