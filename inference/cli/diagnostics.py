@@ -27,7 +27,7 @@ from rich.text import Text
 
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.model import CachedModel
-from inference.cli.options import VerboseOption, input_file
+from inference.cli.options import VerboseOption, input_file, task_name
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
@@ -109,7 +109,12 @@ def _never_loaded() -> Any:
 def explain_command(
     spec: Spec | None,
     settings: Settings,
-    task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
+    task: Annotated[
+        str,
+        typer.Option(
+            "--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT, callback=task_name
+        ),
+    ],
     role: Annotated[
         RoleChoice | None,
         typer.Option(

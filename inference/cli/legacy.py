@@ -29,6 +29,7 @@ import typer
 from rich.console import Console
 from rich.text import Text
 
+from inference.cli.options import key_values, task_name
 from inference.spec import parse_key_values
 from store import Settings, Store
 from store.cli.common import (
@@ -191,7 +192,10 @@ def import_command(
         ),
     ] = None,
     task: Annotated[
-        str | None, typer.Option("--task", help="Task for sources outside a legacy tree (S0, S1, DataFrame caches).")
+        str | None,
+        typer.Option(
+            "--task", help="Task for sources outside a legacy tree (S0, S1, DataFrame caches).", callback=task_name
+        ),
     ] = None,
     assume_current_model: Annotated[
         list[str] | None,
@@ -208,6 +212,7 @@ def import_command(
             "--assume-setting",
             metavar="KEY=VALUE",
             help="A setting the legacy run used but never recorded (e.g. logprobs=5); recorded as an assumption.",
+            callback=key_values,
         ),
     ] = None,
     inputs_path: Annotated[

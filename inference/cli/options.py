@@ -31,6 +31,7 @@ import typer
 from inference.cache.plan import Mode
 from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, parse_key_values
 from store.errors import InvalidInputError
+from store.segments import encode_segment
 
 _MODEL = "Model"
 _HOSTED = "Hosted model (an OpenAI-compatible server)"
@@ -71,7 +72,7 @@ VerboseOption = Annotated[
 ]
 
 
-def _key_values(items: list[str] | None) -> list[str] | None:
+def key_values(items: list[str] | None) -> list[str] | None:
     """Refuse a malformed ``KEY=VALUE`` as the usage error it is (exit status 2), before anything runs."""
     for item in items or ():
         key, sep, _ = item.partition("=")
@@ -83,6 +84,17 @@ def _key_values(items: list[str] | None) -> list[str] | None:
 def input_file(path: Path | None) -> Path | None:
     """``-i -`` is stdin, read through ``/dev/stdin`` so an error names it (``/dev/stdin:3: ...``)."""
     return Path("/dev/stdin") if path == Path("-") else path
+
+
+def task_name(value: str | None) -> str | None:
+    """``--task`` names a folder level of the store: one that names no folder ('', '..') is a usage error (exit 2)
+    before anything runs, not a failure of every row."""
+    if value is not None:
+        try:
+            encode_segment(value)
+        except InvalidInputError as e:
+            raise typer.BadParameter(str(e)) from e
+    return value
 
 
 def _model(name: str, help_text: str, **kwargs: object) -> typer.models.OptionInfo:
@@ -118,12 +130,12 @@ def model_spec(
     ),
     engine_arg: Annotated[
         list[str] | None,
-        _model("--engine-arg", "A vllm.LLM kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
+        _model("--engine-arg", "A vllm.LLM kwarg (repeat).", metavar="KEY=VALUE", callback=key_values),
     ] = None,
     chat_template: Annotated[str | None, _model("--chat-template", "Template file or text.")] = None,
     chat_template_kwarg: Annotated[
         list[str] | None,
-        _model("--chat-template-kwarg", "Chat template kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
+        _model("--chat-template-kwarg", "Chat template kwarg (repeat).", metavar="KEY=VALUE", callback=key_values),
     ] = None,
     thinking: Annotated[
         bool | None, _model("--enable-thinking/--disable-thinking", "Thinking switch of the template.")
@@ -146,7 +158,7 @@ def model_spec(
     ] = LogprobPositionsChoice.first,
     sampling: Annotated[
         list[str] | None,
-        _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE", callback=_key_values),
+        _sampling("--sampling", "Another SamplingParams kwarg (repeat).", metavar="KEY=VALUE", callback=key_values),
     ] = None,
     provider: Annotated[
         ProviderChoice | None,
@@ -171,7 +183,7 @@ def model_spec(
             "--routing",
             'OpenRouter provider routing (repeat), e.g. order=["x"] allow_fallbacks=false.',
             metavar="KEY=VALUE",
-            callback=_key_values,
+            callback=key_values,
         ),
     ] = None,
 ) -> ModelSpec | HostedSpec:
@@ -253,7 +265,10 @@ class RunOptions:
 
 def run_options(
     task: Annotated[
-        str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=RUN_PANEL)
+        str,
+        typer.Option(
+            "--task", help="Task name: a folder level of the store.", rich_help_panel=RUN_PANEL, callback=task_name
+        ),
     ],
     input_path: Annotated[
         Path,

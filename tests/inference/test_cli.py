@@ -233,6 +233,7 @@ def test_input_dash_reads_the_requests_from_stdin_and_a_bad_line_names_it(
         (["--sampling", "=1"], "Invalid value for '--sampling': expects KEY=VALUE, got '=1'"),
         (["--chat-template-kwarg", "x"], "Invalid value for '--chat-template-kwarg'"),
         (["--provider", "openai", "--routing", "order"], "Invalid value for '--routing'"),
+        (["--task", ".."], "Invalid value for '--task': invalid path segment '..'"),  # the last --task given wins
     ],
 )
 def test_a_malformed_option_is_a_usage_error_exit_2_before_anything(

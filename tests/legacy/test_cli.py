@@ -163,8 +163,13 @@ def test_usage_errors_name_the_option(tmp_path: Path) -> None:
     result = judgestore("import", str(tmp_path), "--descriptor", str(bad))
     assert result.returncode == 1 and "descriptor.json: a descriptor file holds a JSON object" in result.stderr
     result = judgestore("import", str(tmp_path), "--assume-setting", "novalue", "--json")
-    assert result.returncode == 1
-    assert orjson.loads(result.stderr)["error"] == "--assume-setting expects KEY=VALUE, got 'novalue'"
+    assert result.returncode == 2  # malformed on the command line: a usage error, as every KEY=VALUE option's
+    assert orjson.loads(result.stderr) == {
+        "error": "Invalid value for '--assume-setting': expects KEY=VALUE, got 'novalue'",
+        "type": "BadParameter",
+    }
+    result = judgestore("import", str(tmp_path), "--task", "..")  # a task that names no folder: before any row
+    assert result.returncode == 2 and "Invalid value for '--task': invalid path segment '..'" in result.stderr
     inputs = tmp_path / "inputs.jsonl"
     inputs.write_text('{"instruction_index": 1}\n')
     result = judgestore("import", str(tmp_path), "--inputs", str(inputs))
