@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from inference.backends.vllm.engine_logs import quiet_engine
-from inference.cli.options import VerboseOption
+from inference.cli.options import VerboseOption, task_name
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
 from inference.spec import Spec
 from store import Settings, Store
@@ -45,7 +45,12 @@ def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
 def adopt_command(
     spec: Spec,
     settings: Settings,
-    task: Annotated[str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT)],
+    task: Annotated[
+        str,
+        typer.Option(
+            "--task", help="Task name: a folder level of the store.", rich_help_panel=_WHAT, callback=task_name
+        ),
+    ],
     across: Annotated[
         list[str],
         typer.Option(
