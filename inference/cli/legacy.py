@@ -180,7 +180,10 @@ def import_command(
     ] = False,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Count what would be imported; write nothing.")] = False,
     report_path: Annotated[
-        Path | None, typer.Option("--report", metavar="FILE", help="Write the full JSON report to FILE.")
+        Path | None,
+        typer.Option(
+            "--report", metavar="FILE", help="Write the full JSON report to FILE (with --detect: what was found)."
+        ),
     ] = None,
     descriptor_path: Annotated[
         Path | None,
@@ -252,8 +255,10 @@ def import_command(
         writable_output(report_path, "--report")
     result = detect(sources)
     if detect_only:
+        found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}
+        if report_path is not None:  # what --json prints (it was silently not written, was)
+            report_path.write_text(to_json(found) + "\n", encoding="utf-8")
         if json_output:
-            found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}
             emit_json(found)
         else:
             stdout().print(_detect_table(result))

@@ -301,8 +301,10 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
         archive.writestr("b.log", "done")
     with zipfile.ZipFile(legacy_root / "report.docx", "w") as archive:
         archive.writestr("word/document.xml", "<w:document/>")
-    result = judgestore("import", "--detect", str(legacy_root), "--json")
+    report = legacy_root.parent / "detected.json"
+    result = judgestore("import", "--detect", str(legacy_root), "--json", "--report", str(report))
     assert result.returncode == 0, result.stderr
+    assert orjson.loads(report.read_bytes()) == orjson.loads(result.stdout)  # it was not written (was)
 
     def shown(path: str) -> str:  # the descriptor-hash folder as HASH
         parts = list(Path(path).relative_to(legacy_root).parts)
