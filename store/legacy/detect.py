@@ -9,7 +9,8 @@ Contract:
   beside it. A file named explicitly is always reported; inside folders,
   files that are none of those (logs, JSONL outputs), zips that hold no
   ``.csv`` file (a .docx, a .jar) and CSV files that cannot be read and name
-  none of the cache columns are counted, not listed, and SQLite sidecars
+  none of the cache columns, and empty files (a run that stopped before it
+  created its tables) are counted, not listed, and SQLite sidecars
   (``-wal``, ``-shm``, ``-journal``) belong to their database.
 * A name never decides anything: a ``judgements.db`` holding a ``completions``
   table is a completions cache; a ``.db`` that is not SQLite is ``corrupt``.
@@ -372,6 +373,8 @@ def detect_file(path: Path, *, named: bool = True) -> Detection | None:
     """The detection of one file; None for an unnamed file that is not a candidate at all."""
     if not path.exists():
         return Detection(path, State.MISSING, "does not exist (check the path)", kind="other")
+    if path.stat().st_size == 0:  # what a legacy run that stopped before creating its tables leaves: no rows
+        return Detection(path, State.NOT_OURS, "an empty file: nothing to import", kind="other") if named else None
     kind = file_kind(path)
     if kind == "sqlite":
         return _detect_sqlite(path)

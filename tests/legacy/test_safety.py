@@ -301,6 +301,8 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
         archive.writestr("b.log", "done")
     with zipfile.ZipFile(legacy_root / "report.docx", "w") as archive:
         archive.writestr("word/document.xml", "<w:document/>")
+    (legacy_root / "crashed").mkdir()
+    (legacy_root / "crashed" / "judgements.db").touch()  # a run that stopped before its tables: no rows, no failure
     report = legacy_root.parent / "detected.json"
     result = judgestore("import", "--detect", str(legacy_root), "--json", "--report", str(report))
     assert result.returncode == 0, result.stderr
@@ -318,7 +320,7 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
         "judgements/t/VLLM/j/HASH/judgements.db": ("S6j", "judgements", 2),
     }
     table = judgestore("import", "--detect", str(legacy_root))
-    assert "S4c" in table.stdout and "S6j" in table.stdout and "4 other files ignored" in table.stdout
+    assert "S4c" in table.stdout and "S6j" in table.stdout and "5 other files ignored" in table.stdout
     # Named, each is still reported, as what it is
     named = judgestore("import", "--detect", str(legacy_root / "notes.csv"), str(legacy_root / "logs.zip"), "--json")
     states = [d["state"] for d in orjson.loads(named.stdout)["sources"]]
