@@ -198,6 +198,14 @@ def check_outside_store(remote: Remote, store_root: Path) -> None:
         )
 
 
+def _is_text(path: str) -> bool:
+    try:
+        path.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 class DirectoryRemote:
     """A remote that is a plain folder (a shared filesystem, a USB disk, a test)."""
 
@@ -205,13 +213,16 @@ class DirectoryRemote:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root).absolute()
-        try:  # the bookkeeping records the remote by its path, as text: bytes that are not UTF-8 cannot be stored
-            str(self.root).encode()
-        except UnicodeEncodeError:
+        # The bookkeeping records the remote by its url: one folder is one remote however it is reached (a link,
+        # "..": a second name made fetched rows look unsent, and pushed them back), so the url is its real path,
+        # unless that is not valid UTF-8 (the bookkeeping stores text) and the path given, a link to it, is.
+        real = Path(os.path.realpath(self.root))
+        self._named = real if _is_text(str(real)) else self.root
+        if not _is_text(str(self._named)):
             raise InvalidInputError(
-                f"{self.url}: the shared folder's path is not valid UTF-8 text; rename it, or give a link to it "
-                "whose path is"
-            ) from None
+                f"dir:{self.root}: the shared folder's path is not valid UTF-8 text; rename it, or give a link to "
+                "it whose path is"
+            )
         if self.root.exists() and not self.root.is_dir():  # before --create-repo's mkdir, and any listing
             raise InvalidInputError(f"{self.url}: this is a file, not a folder; give the shared folder's path")
 
@@ -220,7 +231,7 @@ class DirectoryRemote:
 
     @property
     def url(self) -> str:
-        return f"dir:{self.root}"
+        return f"dir:{self._named}"
 
     @property
     def pushed_to(self) -> str:

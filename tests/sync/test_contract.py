@@ -23,6 +23,7 @@ from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
 from store.sync.hub import RetryPolicy
+from store.sync.remote import DirectoryRemote
 from store.sync.workspace import workspace
 from tests.sync.helpers import (
     JUDGE_FOLDER,
@@ -107,6 +108,22 @@ def test_fetched_rows_are_never_echoed_back(side: RemoteSide, make_store: MakeSt
     report = push(bob, side.new())
     assert report.rows == 2
     assert {r.input_hash for r in completions(range(100, 102), model="model-b")} <= set(_keys_in(side, QWEN_FOLDER))
+
+
+def test_one_shared_folder_reached_by_another_path_is_one_remote(tmp_path: Path, make_store: MakeStore) -> None:
+    """Reached through a link, or with "..", the folder was a new remote: every fetched row was pushed back (was)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (tmp_path / "link").symlink_to(shared)
+    alice, bob = make_store("alice"), make_store("bob")
+    fill(alice, completions(range(10)))
+    push(alice, DirectoryRemote(shared))
+    fetch(bob, DirectoryRemote(shared))
+    files = sorted(shared.rglob("*"))
+    for other_name in (tmp_path / "link", shared / ".." / "shared"):
+        assert DirectoryRemote(other_name).url == DirectoryRemote(shared).url
+        assert push(bob, DirectoryRemote(other_name)).shards == 0
+    assert sorted(shared.rglob("*")) == files
 
 
 def test_rows_already_here_win_over_fetched_ones(side: RemoteSide, make_store: MakeStore) -> None:
