@@ -180,6 +180,23 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     assert file_digests(filled) == before
 
 
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+def test_an_export_from_a_store_root_that_is_not_there_is_refused_and_the_file_kept(
+    tmp_path: Path, json_output: bool
+) -> None:
+    """A mistyped --store-root exported 0 rows over the previous export, exit 0 (was)."""
+    kept = tmp_path / "rows.csv"
+    kept.write_text("input_hash,completion\nabc,the previous export\n")
+    missing = tmp_path / "judgestore-dta"
+    result = judgestore(
+        "export", "--store-root", str(missing), "-f", "csv", "-o", str(kept), *(["--json"] if json_output else [])
+    )
+    assert result.exit_code == 1
+    said = orjson.loads(result.stderr)["error"] if json_output else " ".join(result.stderr.split())
+    assert f"{missing}: the folder does not exist: there is no store to export" in said
+    assert kept.read_text() == "input_hash,completion\nabc,the previous export\n" and not missing.exists()
+
+
 @NO_READ_LEFT_OPEN
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("existed", [True, False], ids=["replacing", "new"])
