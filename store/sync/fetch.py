@@ -178,12 +178,13 @@ def fetch(
     """
     selector = selector or Selector()
     check_outside_store(remote, store.root)
+    revision = remote.head()  # a remote that is not there (or refuses us) is said before anything is created here
     with (
         preview_root(store.root, dry_run) as root,
         sync_lock(root),
         Bookkeeping(root, settings=store.settings) as books,
     ):
-        report = FetchReport(remote.url, remote.head(), dry_run)
+        report = FetchReport(remote.url, revision, dry_run)
         with carrying("fetch_report", report):  # what was imported before a Ctrl-C, for the CLI
             return _fetch(store, remote, selector, books, report, max_shard_bytes, progress)
 

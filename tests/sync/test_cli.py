@@ -134,6 +134,14 @@ def test_a_shared_folder_that_is_a_file_is_named_as_one_and_left_alone(tmp_path:
     assert file_digests(store) == before and shared.read_text() == "notes"
 
 
+def test_a_fetch_from_a_shared_folder_that_is_not_there_creates_nothing(tmp_path: Path) -> None:
+    """It failed, and left a new store's .judgestore-sync (lock, bookkeeping) behind (was)."""
+    store = tmp_path / "new-store"
+    result = hub_cli("fetch", "--all", "--dir", str(tmp_path / "nowhere"), "--store-root", str(store), "--json")
+    assert result.exit_code == 1 and "the folder does not exist" in json.loads(result.stderr)["error"]
+    assert not store.exists()
+
+
 def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     alice, bob, shared = filled_store(tmp_path / "alice"), tmp_path / "bob", tmp_path / "shared"
 
