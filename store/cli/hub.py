@@ -37,7 +37,7 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, RemoteError
 from store.layout import Selector
 from store.settings import Settings, from_environment
 from store.store import Store
@@ -206,7 +206,10 @@ def _create_remote(remote: "Remote", *, private: bool, dry_run: bool) -> "tuple[
             return remote, False
         if dry_run:
             return NotYetCreated(remote), True
-        remote.root.mkdir(parents=True, exist_ok=True)
+        try:
+            remote.root.mkdir(parents=True, exist_ok=True)
+        except OSError as e:  # the remote's folder, not the store: the store's "read-only" advice would mislead
+            raise RemoteError(remote.url, f"cannot create the shared folder ({e.strerror or e})") from e
         return remote, True
     if isinstance(remote, HubRemote):
         private_now = remote.private()

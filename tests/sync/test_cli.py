@@ -142,6 +142,19 @@ def test_a_fetch_from_a_shared_folder_that_is_not_there_creates_nothing(tmp_path
     assert not store.exists()
 
 
+def test_create_repo_of_a_folder_that_cannot_be_made_names_the_shared_folder(tmp_path: Path) -> None:
+    """Its error was the store's, advising read-only commands and another --store-root (was)."""
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("a file where the shared folder's parent should be")
+    result = hub_cli("push", "--all", "--create-repo", "--dir", str(notes / "shared"), "--store-root", str(store))
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())
+    assert f"dir:{notes / 'shared'}: cannot create the shared folder (Not a directory)" in said, said
+    assert "Read-only commands" not in said and file_digests(store) == before
+
+
 def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     alice, bob, shared = filled_store(tmp_path / "alice"), tmp_path / "bob", tmp_path / "shared"
 
