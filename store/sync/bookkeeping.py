@@ -93,9 +93,15 @@ from sqlalchemy.sql import operators
 from sqlalchemy.sql.elements import UnaryExpression
 
 from store.backends.sqlite.connections import apply_journal_mode, create_sqlite_engine
-from store.backends.sqlite.errors import retry_while_locked
+from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import LOOKUP_BATCH, json_each_keys
-from store.errors import UPGRADE_JUDGESTORE, BookkeepingError, DatabaseBusyError
+from store.errors import (
+    UPGRADE_JUDGESTORE,
+    BookkeepingError,
+    DatabaseBusyError,
+    StoreFullError,
+    StoreNotWritableError,
+)
 from store.settings import Settings, from_environment
 from store.sync.workspace import workspace
 from store.tables.models import NAMING_CONVENTION
@@ -365,6 +371,9 @@ class Bookkeeping:
         except DatabaseBusyError as e:
             raise BookkeepingError(str(e)) from e  # it names the file and the settings to raise
         except (DBAPIError, sqlite3.Error) as e:
+            typed = translated(self.path, e)
+            if isinstance(typed, StoreFullError | StoreNotWritableError):  # the disk, not the file: keep the file
+                raise typed from e
             cause = e.orig if isinstance(e, DBAPIError) else e
             raise BookkeepingError(
                 f"{self.path}: the sync bookkeeping database cannot be used ({cause}); {_START_AFRESH}"

@@ -15,8 +15,8 @@ from store.descriptor import ModelDescriptor
 from store.layout import Location, walk
 from store.settings import Settings
 from store.store import Store
-from tests.factories import completion_record, file_digests, fill_small_store
-from tests.faults import assert_failed_cleanly, json_error, judgestore, remount, small_filesystem
+from tests.factories import QWEN, completion_record, file_digests, fill_small_store
+from tests.faults import assert_failed_cleanly, fill_up, json_error, judgestore, remount, small_filesystem
 
 DOT_MODEL = ModelDescriptor(provider="vllm", model="./models/x", sampling={"temperature": 0.0})
 DOT_TASK = ".hidden-task"
@@ -123,6 +123,23 @@ def test_folders_with_names_too_long_for_a_file_name_are_pushed_and_fetched_whol
 
 
 # ---------------------------------------------------------------- a full disk
+
+
+def test_a_sync_bookkeeping_that_meets_a_full_disk_says_the_disk_is_full(shared: Path, tmp_path: Path) -> None:
+    """It said the bookkeeping database could not be used, and to move it away: its history with it (was)."""
+    source = tmp_path / "source"
+    with Store(Settings(), root=source) as store:
+        store.database("completions", "mt-bench", QWEN).put_many([completion_record(i) for i in range(3)])
+    assert judgestore("hub", "push", "--all", "--dir", str(shared), "--store-root", str(source)).exit_code == 0
+    with small_filesystem(tmp_path / "disk", "1m") as disk:
+        root = disk / "store"
+        root.mkdir()
+        fill_up(disk)
+        result = judgestore("hub", "fetch", "--all", "--dir", str(shared), "--store-root", str(root), "--json")
+        assert_failed_cleanly(result)
+        error = orjson.loads(result.stderr)
+        assert error["type"] == "StoreFullError" and "the disk is full" in error["error"], error
+        assert "move it away" not in error["error"]
 
 
 def test_fetch_onto_a_full_disk_fails_cleanly_and_keeps_what_it_imported(shared: Path, tmp_path: Path) -> None:
