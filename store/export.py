@@ -85,13 +85,15 @@ def text_cell(value: Any) -> str:
     return str(value)
 
 
-def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns: tuple[str, ...]) -> int:
+def write_text(
+    rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns: tuple[str, ...], *, kept: bool = True
+) -> int:
     """Write rows to ``out`` as they come (JSONL, CSV with a header, or one JSON array); returns how many.
 
     An error or a ``KeyboardInterrupt`` (Ctrl-C) leaves the output as it stopped, the JSON array unclosed (an
     incomplete output never parses as a complete one), and gets ``rows_written``: the rows whole in ``out``
     before it. An error after some rows reached ``out`` also gets a note saying how many, and that the output is
-    incomplete.
+    incomplete, unless ``out`` is not ``kept`` (a temporary file the caller discards on an error).
 
     CSV lines end in ``\\n``; a cell holding a carriage return is quoted (the csv module quotes only the
     characters of its line terminator, and a reader takes a bare ``\\r`` for the end of a line).
@@ -118,7 +120,7 @@ def write_text(rows: Iterable[FoundRow], out: IO[str], fmt: TextFormat, columns:
             written += 1
     except BaseException as e:
         e.rows_written = written  # type: ignore[attr-defined]  # for the CLI's line (store.cli.common.interrupted)
-        if written and isinstance(e, Exception) and not isinstance(e, BrokenPipeError):
+        if kept and written and isinstance(e, Exception) and not isinstance(e, BrokenPipeError):
             left = ", its JSON array left open" if fmt == "json" else ""
             e.add_note(f"The {fmt} output stopped after {written} rows and is incomplete{left}.")
         raise
@@ -247,8 +249,10 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
         raise OutputWriteError(path, "the export", e, "the file it would replace is unchanged") from e
-    except BaseException:
+    except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
+        if isinstance(e, Exception):  # a failed read of the store: what it leaves of the file is worth saying too
+            e.add_note(f"Nothing was written to {path}: " + ("it is as it was." if target.exists() else "not created."))
         raise
 
 
@@ -309,8 +313,8 @@ def export_rows(
                 raise InvalidInputError("Parquet is written to a file: give a path")
             return write_parquet(rows, destination, chosen)
         if isinstance(destination, Path):
-            with _replacing(destination, "w") as handle:
-                return write_text(rows, handle, fmt, chosen)
+            with _replacing(destination, "w") as handle:  # a temporary file, but for a pipe or a device
+                return write_text(rows, handle, fmt, chosen, kept=written_in_place(destination))
         return write_text(rows, destination, fmt, chosen)
 
 

@@ -180,6 +180,25 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     assert file_digests(filled) == before
 
 
+@pytest.mark.parametrize("existed", [True, False], ids=["replacing", "new"])
+def test_an_export_that_fails_midway_says_the_file_was_left_as_it_was_not_that_it_is_incomplete(
+    filled: Path, tmp_path: Path, existed: bool
+) -> None:
+    """The error said the output stopped after N rows and was incomplete, though no file was left (was)."""
+    listed = orjson.loads(judgestore("ls", "--json").stdout)
+    last = Path(listed[-1]["path"])  # read last: rows of the others were written before it failed
+    last.write_bytes(b"this is not a database" * 500)
+    target = tmp_path / "rows.jsonl"
+    if existed:
+        target.write_text("the previous export\n")
+    result = judgestore("export", "-f", "jsonl", "-o", str(target))
+    assert result.exit_code == 1
+    said = " ".join(result.stderr.split())
+    assert "is not an SQLite database" in said and "incomplete" not in said, said
+    assert f"Nothing was written to {target}: " + ("it is as it was." if existed else "not created.") in said
+    assert (target.read_text() == "the previous export\n") if existed else not target.exists()
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 def test_an_export_from_a_store_root_that_is_not_there_is_refused_and_the_file_kept(
     tmp_path: Path, json_output: bool
