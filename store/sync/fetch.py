@@ -407,7 +407,9 @@ class ShardImporter:
             return verify_remote_metadata(data, listed.location)
         except RemoteMetadataError as e:
             saved = quarantine(self.store.root, self.remote.url, meta_path, data, str(e), self.revision)
-            self.report.quarantined.append(SyncProblem(meta_path, e.reason, str(saved)))
+            self.report.quarantined.append(
+                SyncProblem(meta_path, f"{e.reason}; nothing of this folder is imported", str(saved))
+            )
             return None
 
     def _group(

@@ -405,7 +405,7 @@ def _check_remote_metadata(
                         "or written by another judgestore version)",
                     )
             except RemoteMetadataError as e:
-                report.problems.append(SyncProblem(path, f"{e}; this folder was not pushed"))
+                report.problems.append(SyncProblem(path, f"{e.reason}; this folder was not pushed"))
                 continue
         else:
             plan.metadata_file = staging / remote_folder(plan.location) / METADATA_FILE

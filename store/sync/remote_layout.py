@@ -136,13 +136,12 @@ def verify_remote_metadata(data: bytes, location: Location) -> StoredMetadata:
         raise RemoteMetadataError(
             where,
             f"describes {'/'.join(actual)} but lies in the folder {'/'.join(folder)}; the folder was moved or the "
-            "file edited. Nothing of this folder is imported.",
+            "file edited",
         )
     if data != expected:
         raise RemoteMetadataError(
             where,
             "is not byte-identical to the metadata.json this library writes for its descriptor (written by "
-            "another judgestore version, or edited); nothing of this folder is imported. If a newer judgestore "
-            f"wrote it, {UPGRADE_JUDGESTORE}.",
+            f"another judgestore version, or edited); if a newer judgestore wrote it, {UPGRADE_JUDGESTORE}",
         )
     return StoredMetadata(role, task, descriptor, descriptor.sha256(), assumptions)

@@ -362,6 +362,7 @@ def test_a_forged_metadata_json_rejects_its_whole_folder(side: RemoteSide, make_
     report = fetch(bob, side.new())
 
     assert [p.path for p in report.quarantined] == [meta]
+    assert report.quarantined[0].reason.endswith("; nothing of this folder is imported")
     assert {loc.role for loc, _ in rows(bob)} == {"judgements"}  # the other folder is fine
 
 
@@ -425,6 +426,10 @@ def test_a_folder_whose_remote_metadata_differs_is_not_pushed_into(side: RemoteS
     report = push(alice, side.new())
 
     assert not report.ok and [p.path for p in report.problems] == [meta]
+    # in a push's words, its path said once (it read "nothing of this folder is imported", after its path twice)
+    reason = report.problems[0].reason
+    assert reason.startswith("is not a judgestore metadata.json (") and reason.endswith("; this folder was not pushed")
+    assert "imported" not in reason and meta not in reason
     assert side.files()[meta] == b'{"written": "by someone else"}\n'  # never rewritten
     assert {path.split("/")[0] for path in side.files() if "/shards/" in path} == {"judgements"}
 
