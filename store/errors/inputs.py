@@ -20,6 +20,7 @@ __all__ = [
     "EmptyFilterError",
     "InvalidInputError",
     "NotCombinableError",
+    "ReadTransactionWriteError",
     "StatementError",
     "UnsupportedMessageError",
     "invalid_values",
@@ -58,6 +59,17 @@ class EmptyFilterError(JudgestoreError, ValueError):
 
 class StatementError(InvalidInputError):
     """A SQLAlchemy statement that ``Store.scalars``/``Store.execute`` cannot run across databases as asked."""
+
+
+class ReadTransactionWriteError(InvalidInputError):
+    """A write inside a read transaction (``Database.reading()``, ``Database.session()``): refused on both
+    backends, and nothing of it is kept."""
+
+    def __init__(self, where: str) -> None:
+        super().__init__(
+            f"{where}: a read transaction takes no writes (nothing of it was kept); write with put_many or delete, "
+            "or in Database.session(write=True)"
+        )
 
 
 class NotCombinableError(StatementError):

@@ -54,7 +54,13 @@ from store.across.merge import ROW_KEY
 from store.across.plan import Plan
 from store.backends.postgres.storage import PostgresStorage
 from store.descriptor import ModelDescriptor, input_hash
-from store.errors import DatabaseFileError, NotCombinableError, ServerValueError, StatementError
+from store.errors import (
+    DatabaseFileError,
+    NotCombinableError,
+    ReadTransactionWriteError,
+    ServerValueError,
+    StatementError,
+)
 from store.runs import record_run
 from store.settings import Settings
 from store.tables.models import Base
@@ -1205,6 +1211,31 @@ def test_a_session_that_raises_changes_nothing(store: Store) -> None:
         session.execute(update(Judgement).values(benchmark="edited"))
         raise RuntimeError("the script failed")
     assert [r.benchmark for r in database.query()] == ["arena-hard"]
+
+
+@pytest.mark.parametrize("how", ["session", "session-add", "reading", "core"])
+def test_a_write_in_a_read_transaction_is_refused_on_both_backends_and_nothing_kept(either: Store, how: str) -> None:
+    """On SQLite a read session's UPDATE, or a put_many in reading(), was committed; PostgreSQL refused it with a
+    server error (was): now one typed error on both, and the rows as they were."""
+    database = either.database("judgements", "arena", descriptor(0))
+    database.put_many([judgement_record(i) for i in range(2)])
+    with pytest.raises(ReadTransactionWriteError, match="a read transaction takes no writes"):
+        if how == "session":
+            with database.session() as session:
+                session.execute(update(Judgement).values(completion="EDITED IN A READ SESSION"))
+        elif how == "session-add":
+            with database.session() as session:
+                session.add(Judgement(**dataclasses.asdict(judgement_record(7))))
+                session.flush()
+        elif how == "reading":
+            with database.reading() as repo:
+                repo.put_many([judgement_record(5)])
+        else:
+            with database.reading() as repo:
+                repo.conn.execute(delete(repo.table))
+    assert sorted(r.completion for r in database.query()) == sorted(judgement_record(i).completion for i in range(2))
+    database.put_many([judgement_record(3)])  # the connection the refused read used writes again
+    assert database.count() == 3
 
 
 def test_a_read_only_store_refuses_a_writing_session(store_root: Path) -> None:

@@ -23,7 +23,7 @@ from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.generations import write_lock
 from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
-from store.errors import DatabaseMissingError
+from store.errors import DatabaseMissingError, ReadTransactionWriteError
 from store.layout import Location, StoredMetadata
 from store.settings import Settings
 
@@ -73,10 +73,15 @@ class PostgresDatabase(Database):
     def _connect(self, *, write: bool) -> Iterator[Connection]:
         with self.storage.engine.connect() as conn:
             conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
-            with conn.begin():
-                if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
-                    write_lock(conn, self._schema)
-                yield conn
+            try:
+                with conn.begin():
+                    if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
+                        write_lock(conn, self._schema)
+                    yield conn
+            except DBAPIError as e:  # a write in our read-only transaction: the same error as on SQLite
+                if not write and getattr(e.orig, "sqlstate", None) == "25006" and _writes(e.statement):
+                    raise ReadTransactionWriteError(self.where) from e
+                raise
 
     @contextmanager
     def _translated(self, needed_bytes: Callable[[], int] | None = None) -> Iterator[None]:
@@ -99,3 +104,13 @@ class PostgresDatabase(Database):
         if stored is None:
             raise DatabaseMissingError(self.where, "is not in this store's registry")
         return stored
+
+
+_WRITING_VERBS = frozenset({"INSERT", "UPDATE", "DELETE", "MERGE", "CREATE", "DROP", "ALTER", "TRUNCATE"})
+
+
+def _writes(statement: str | None) -> bool:
+    """Whether a statement the server refused in a read-only transaction was a write of the caller's (a standby's
+    refusal of anything else stays the server's error)."""
+    words = (statement or "").split(None, 1)
+    return bool(words) and words[0].upper() in _WRITING_VERBS

@@ -91,7 +91,7 @@ from sqlalchemy.util import LRUCache
 from store import jsonvalues, schema
 from store.backends.sqlite.errors import is_locked, raise_translated
 from store.backends.sqlite.filesystems import Filesystems, journal_mode_for
-from store.errors import ChangedUnderReadError, DatabaseBusyError, DatabaseMissingError
+from store.errors import ChangedUnderReadError, DatabaseBusyError, DatabaseMissingError, ReadTransactionWriteError
 from store.layout import lock_path, shm_path, wal_path
 from store.schema import (
     VERSION_TABLE,
@@ -436,13 +436,31 @@ def stable_read(path: Path, read: Callable[[], T]) -> T:
 
 @contextmanager
 def checked_transaction(engine: Engine, path: Path) -> Iterator[Connection]:
-    """A connection of ``engine`` in one read transaction, :func:`read_checked` (for :func:`stable_read`)."""
-    with (
-        engine.connect() as conn,
-        read_checked(conn.connection.driver_connection, path),  # type: ignore[arg-type]
-        conn.begin(),
-    ):
-        yield conn
+    """A connection of ``engine`` in one read transaction, :func:`read_checked` (for :func:`stable_read`).
+
+    The transaction reads only: a write in it (an ORM session's flush, an ``UPDATE`` executed by hand) raises
+    :class:`~store.errors.ReadTransactionWriteError` and nothing of it is kept, as PostgreSQL refuses a write in
+    a read-only transaction (SQLite's ``query_only``; the pooled connection is given back writable).
+    """
+    with engine.connect() as conn:
+        driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+        driver.execute("PRAGMA query_only = ON")
+        try:
+            with read_checked(driver, path), conn.begin():
+                yield conn
+        except (DBAPIError, sqlite3.OperationalError) as e:
+            orig = e.orig if isinstance(e, DBAPIError) else e
+            if getattr(orig, "sqlite_errorcode", None) == _SQLITE_READONLY:
+                raise ReadTransactionWriteError(str(path)) from e
+            raise
+        finally:
+            try:
+                driver.execute("PRAGMA query_only = OFF")
+            except sqlite3.Error:  # a connection that cannot say it is writable again is not pooled again
+                conn.invalidate()
+
+
+_SQLITE_READONLY = 8
 
 
 @dataclass(frozen=True, slots=True)
