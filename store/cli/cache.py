@@ -475,7 +475,8 @@ def export_command(
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
-        store.require_present("to export")  # a mistyped root must not replace a file with an empty export
+        if not to_stdout:  # a mistyped root must not replace a file with an empty export (stdout: as query says)
+            store.require_present("to export")
         try:
             rows = export_rows(
                 store,
