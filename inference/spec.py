@@ -77,6 +77,17 @@ def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]
     return parsed
 
 
+def check_spec_fields(spec: Any, mappings: Sequence[str]) -> None:
+    """Refuse, by name, what would fail later untyped: an empty model (vLLM would load the current folder) and a
+    settings field that is not a mapping (``engine_kwargs=None``)."""
+    if not isinstance(spec.model, str) or not spec.model.strip():
+        raise InvalidInputError(f"model must name a model (a Hub id, a folder, a served name), got {spec.model!r}")
+    for name in mappings:
+        value = getattr(spec, name)
+        if not isinstance(value, Mapping):
+            raise InvalidInputError(f"{name} must be a mapping of settings (a dict), got {value!r:.60}")
+
+
 class Spec(abc.ABC):
     """A model a run can use, put behind a store: see the module docstring.
 
@@ -161,6 +172,9 @@ class ModelSpec(Spec):
     provider: str = "vllm"
     allow_unpinned: bool = False
 
+    def __post_init__(self) -> None:
+        check_spec_fields(self, ("sampling", "engine_kwargs", "chat_template_kwargs"))
+
     @functools.cached_property
     def descriptor(self) -> ModelDescriptor:
         return descriptor_from_vllm(
@@ -233,6 +247,7 @@ class HostedSpec(Spec):
     stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
 
     def __post_init__(self) -> None:
+        check_spec_fields(self, ("sampling", "routing", "chat_template_kwargs"))
         if self.max_concurrency is not None and (type(self.max_concurrency) is not int or self.max_concurrency < 1):
             raise InvalidInputError(f"max_concurrency must be an integer >= 1, got {self.max_concurrency!r}")
         if isinstance(self.timeout_s, bool) or not isinstance(self.timeout_s, int | float) or not self.timeout_s > 0:

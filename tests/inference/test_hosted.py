@@ -252,3 +252,30 @@ def test_a_run_reports_what_it_sent_not_what_its_spec_ever_sent(fake: FakeOpenAI
 def test_a_setting_of_the_wrong_type_is_a_typed_error_when_the_spec_is_made(field: str, value: object) -> None:
     with pytest.raises(InvalidInputError, match=f"{field} must be"):
         HostedSpec(model="m", provider="vllm-server", base_url="http://127.0.0.1:9/v1", **{field: value})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        ({"model": ""}, "model must name a model"),
+        ({"model": "  "}, "model must name a model"),
+        ({"model": "m", "sampling": [("max_tokens", 3)]}, "sampling must be a mapping of settings"),
+        ({"model": "m", "engine_kwargs": None}, "engine_kwargs must be a mapping of settings"),
+        ({"model": "m", "routing": None}, "routing must be a mapping of settings"),
+    ],
+)
+def test_a_spec_refuses_an_empty_model_or_settings_that_are_no_mapping_by_name(
+    kwargs: dict[str, object], said: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ModelSpec(model="") loaded the model in the current folder; engine_kwargs=None and a list of sampling pairs
+    failed later with a TypeError (was)."""
+    from inference.spec import ModelSpec
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.json").write_text("{}")  # a folder that looks like a model: "" must not name it
+    spec = HostedSpec if "routing" in kwargs else ModelSpec
+    with pytest.raises(InvalidInputError, match=said):
+        spec(**kwargs)  # type: ignore[arg-type]
+    if kwargs["model"] == "":
+        with pytest.raises(InvalidInputError, match=said):
+            HostedSpec(model="")
