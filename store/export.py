@@ -322,9 +322,19 @@ def export_rows(
 
 
 def _store(source: Store | Path | str) -> tuple[Store, bool]:
+    """The store ``source`` names, and whether this call opened it (and closes it): a store; a server's URL (text
+    with ``://``); or a store root, which must be there: a mistyped root is not an empty store."""
     if isinstance(source, Store):
         return source, False
-    return Store(root=source, readonly=True), True
+    if isinstance(source, str) and "://" in source:
+        return Store(url=source, readonly=True), True
+    store = Store(root=source, readonly=True)
+    try:
+        store.require_present("to read", "the path given")
+    except BaseException:
+        store.close()
+        raise
+    return store, True
 
 
 def to_arrow(
@@ -336,7 +346,8 @@ def to_arrow(
     limit: int | None = None,
     json_type: bool = True,
 ) -> pyarrow.Table:
-    """The matching rows as one typed ``pyarrow.Table`` (``source``: a store, or a store root opened read-only)."""
+    """The matching rows as one typed ``pyarrow.Table`` (``source``: a store, or a store root or a server's URL,
+    opened read-only for the call)."""
     pa = _pyarrow()
     selector, flt = selector or Selector(), flt or RowFilter()
     chosen = export_columns(selector, flt, columns)

@@ -16,7 +16,13 @@ import orjson
 import pytest
 
 from store import export, jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError, OutputWriteError
+from store.errors import (
+    InvalidInputError,
+    JudgestoreError,
+    MissingDependencyError,
+    OutputWriteError,
+    StoreMissingError,
+)
 from store.export import export_rows, record_batches, to_arrow, to_dataset, to_pandas
 from store.layout import Selector
 from store.settings import Settings
@@ -254,3 +260,17 @@ def test_a_stream_that_fails_after_rows_leaves_the_output_incomplete_and_says_so
         assert len(orjson.loads(text + "\n]")) == 3
     else:
         assert len(text.splitlines()) == 3 + (fmt == "csv")
+
+
+def test_a_frame_of_a_store_root_that_is_not_there_is_refused_and_a_url_is_a_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A mistyped root gave an empty frame, and a URL was taken for a folder named like it (was)."""
+    pytest.importorskip("pandas")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreMissingError, match=r"judgestore-dta: the folder does not exist: there is no store to"):
+        to_pandas("judgestore-dta")
+    assert not (tmp_path / "judgestore-dta").exists()
+    with pytest.raises(JudgestoreError) as refused:  # a server nobody runs: refused as one, never a folder
+        to_pandas("postgresql+psycopg://judge@127.0.0.1:9/judgestore")
+    assert type(refused.value).__name__.startswith("Server") and not list(tmp_path.iterdir())
