@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.errors import DatabaseFileError, EmptyFilterError
+from store.errors import DatabaseFileError, EmptyFilterError, InvalidInputError
 from store.layout import Location, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
@@ -246,7 +246,11 @@ class Database(ABC):
         return self._read(lambda repo: repo.count(flt))
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
-        """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed."""
+        """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed.
+
+        ``limit`` is a whole number >= 0 or None (every row), refused otherwise on both backends alike.
+        """
+        checked_limit(limit)
         return self._one_read(lambda conn: self._repository(conn).query(flt, limit=limit))
 
     # ------------------------------------------------------------ claims
@@ -256,6 +260,14 @@ class Database(ABC):
         if write:
             return self._write(lambda repo: work(self._claim_table(repo.conn)))
         return self._read(lambda repo: work(self._claim_table(repo.conn)))
+
+
+def checked_limit(limit: int | None) -> int | None:
+    """A row limit as given, or :class:`InvalidInputError`: SQLite took -1 for "no limit" and 2.7 for 2, while
+    PostgreSQL refused both."""
+    if limit is not None and (type(limit) is not int or limit < 0):
+        raise InvalidInputError(f"limit must be a whole number >= 0 (or None: every row), got {limit!r}")
+    return limit
 
 
 class Storage(Protocol):

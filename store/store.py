@@ -45,7 +45,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from store.backend import Database, Storage
+from store.backend import Database, Storage, checked_limit
 from store.backends import open_storage
 from store.descriptor import HASH16_LENGTH, ModelDescriptor
 from store.errors import (
@@ -160,9 +160,7 @@ class Store:
         that ends the read transaction it holds (a generator closed by the garbage collector after the store was
         closed fails there, and Python reports that on stderr).
         """
-        if limit is not None and limit < 0:
-            raise InvalidInputError(f"limit must be >= 0, got {limit}")
-        remaining = limit
+        remaining = checked_limit(limit)
         for database in self._selected(selector, flt):
             if remaining == 0:
                 return

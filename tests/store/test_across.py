@@ -49,7 +49,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
 
-from store import Completion, Judgement, Run, Selector, Store
+from store import Completion, InvalidInputError, Judgement, RowFilter, Run, Selector, Store
 from store.across.merge import ROW_KEY
 from store.across.plan import Plan
 from store.backends.postgres.storage import PostgresStorage
@@ -1278,3 +1278,15 @@ def test_a_session_on_one_schema_reads_and_writes_it(pg_url: str) -> None:
             ]
         other = store.database("judgements", "arena", descriptor(1))
         assert [r.benchmark for r in other.query()] == ["arena-hard"]  # the other schema is untouched
+
+
+@pytest.mark.parametrize("limit", [-1, 2.7, True, "3"])
+def test_a_limit_that_is_no_count_of_rows_is_refused_alike_on_both_backends(either: Store, limit: object) -> None:
+    """SQLite read limit=-1 as every row and 2.7 as 2; PostgreSQL refused them with a server error (was)."""
+    database = either.database("judgements", "arena", descriptor(0))
+    database.put_many([judgement_record(i) for i in range(3)])
+    with pytest.raises(InvalidInputError, match=r"limit must be a whole number >= 0 \(or None: every row\), got"):
+        list(database.query(limit=limit))  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="limit must be a whole number"):
+        list(either.query_rows(Selector(), RowFilter(), limit=limit))  # type: ignore[arg-type]
+    assert len(list(database.query(limit=2))) == 2 and len(list(database.query(limit=0))) == 0
