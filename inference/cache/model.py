@@ -108,7 +108,7 @@ from typing import TYPE_CHECKING
 from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
 from inference.cache.generate import ProgressCallback, Writer, generate_into
-from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, batch_keys, plan_batch
+from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, as_batch, batch_keys, plan_batch
 from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store import Settings, Store
@@ -124,7 +124,7 @@ from store.errors import (
 )
 from store.interrupts import carrying
 from store.layout import Selector
-from store.roles import Role
+from store.roles import Role, check_role
 from store.runs import RunNotRecordedWarning, record_run
 from store.schema import DatabaseState
 from store.settings import from_environment
@@ -302,6 +302,8 @@ class CachedModel:
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
+        check_role(role)
+        requests = as_batch(requests)
         keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
         hits = self._lookup(role, inputs)
         return plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode)
@@ -335,6 +337,7 @@ class CachedModel:
         max_concurrency: int | None = None,
     ) -> Responses:
         check_bound(max_concurrency)
+        requests = as_batch(requests)
         with self._idle:
             self._calls += 1
         nested = getattr(self._in_call, "closes", None), getattr(self._in_call, "bound", None)

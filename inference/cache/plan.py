@@ -19,7 +19,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
@@ -116,6 +116,16 @@ class Failure:
             "type": type(self.error).__name__,
             "error": self.message,
         }
+
+
+def as_batch(requests: Iterable[Request]) -> Sequence[Request]:
+    """``requests`` as the sequence a call reads twice (keys, then the misses): a generator becomes a list, and
+    what is no iterable of requests is refused by name."""
+    if isinstance(requests, Sequence) and not isinstance(requests, str | bytes):
+        return requests
+    if isinstance(requests, str | bytes | Mapping) or not isinstance(requests, Iterable):
+        raise InvalidInputError(f"requests must be a list of requests, got {type(requests).__name__} {requests!r:.60}")
+    return list(requests)
 
 
 def batch_keys(

@@ -539,3 +539,20 @@ def test_a_chunk_size_that_is_no_count_is_refused_before_a_model_loads(
     with pytest.raises(InvalidInputError, match="chunk_size must be an integer >= 1"):
         CachedModel(store, descriptor, task="t", backend_factory=factory, chunk_size=chunk_size).complete([ask(0)])  # type: ignore[arg-type]
     assert factory.calls == 0
+
+
+def test_requests_given_as_a_generator_are_read_once_and_what_is_no_batch_is_refused(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    """A generator failed with "'generator' object is not subscriptable" after its keys were computed, and
+    plan("x", ...) said "x take JudgementRequest" (was)."""
+    backend = CountingBackend()
+    cached = model(store, descriptor, backend)
+    answers = cached.complete(ask(i) for i in range(4))  # type: ignore[arg-type]
+    assert [r.request for r in answers] == [ask(i) for i in range(4)] and len(backend.received) == 4
+    assert cached.complete(iter([ask(0)])).run.generated == 0  # type: ignore[arg-type]  # a hit
+    for not_a_batch in ("q0", {"messages": []}, 5):
+        with pytest.raises(InvalidInputError, match="requests must be a list of requests, got"):
+            cached.complete(not_a_batch)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="role"):
+        cached.plan("x", [ask(0)])  # type: ignore[arg-type]
