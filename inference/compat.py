@@ -200,7 +200,7 @@ def do_inference(
     use_tqdm: bool = False,
     *,
     return_top_logprobs: bool = False,
-    cache_metadata: Sequence[Mapping[str, Any]] | None = None,
+    cache_metadata: Iterable[Mapping[str, Any]] | None = None,
 ) -> Outputs[Any]:
     """The answers to ``inputs`` in order: texts, or :class:`InferenceResult` s (see the module docstring)."""
     if not isinstance(chat_model, PreparedModel):
@@ -212,6 +212,8 @@ def do_inference(
             f"do_inference takes a list of inputs, got one {type(inputs).__name__}: pass [it] for a single input"
         )
     inputs = list(inputs)
+    if cache_metadata is not None and not isinstance(cache_metadata, Sequence):  # a generator: read it once
+        cache_metadata = list(cache_metadata)
     requests = _requests(chat_model, inputs, cache_metadata)
     model = chat_model.materialize()
     bar: list[tqdm[Any]] = []

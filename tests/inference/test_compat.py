@@ -44,6 +44,9 @@ def test_results_come_in_the_callers_order_and_a_second_call_sends_nothing(store
     assert mixed.run.plan is not None and (mixed.run.plan.hits, mixed.run.plan.misses) == (2, 1)
     with prepare_model(served(fake), task="arena", store=store) as again:
         assert do_inference(again, ["q1", "q0"], cache_metadata=ids(2)) == ["echo: q1", "echo: q0"]
+        # generators of inputs and of their metadata, read once (the metadata's had no len(), was)
+        made = do_inference(again, (f"q{i}" for i in (2, 1)), cache_metadata=({"instruction_id": i} for i in "21"))
+        assert made == ["echo: q2", "echo: q1"]
         assert not again.engine_loaded
     assert len(fake.completions()) == 4
 
