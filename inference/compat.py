@@ -183,6 +183,8 @@ def prepare_model(
     :data:`~inference.cache.plan.MODES`, are refused with :class:`~store.errors.InvalidInputError`.
     """
     role = check_role(role)
+    if not isinstance(task, str) or not task:  # the benchmark of its rows too: refused by its own name
+        raise InvalidInputError(f"task must be a non-empty text, got {task!r:.60}")
     if mode not in MODES:  # refused here, not on the first call after the store was opened
         raise InvalidInputError(f"mode must be one of {', '.join(MODES)}, got {mode!r}")
     if isinstance(model, str):

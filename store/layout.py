@@ -74,6 +74,12 @@ class Location:
 
     @classmethod
     def of(cls, role: str, task: str, descriptor: ModelDescriptor) -> Location:
+        if not isinstance(descriptor, ModelDescriptor):  # a dict of its fields, say: AttributeError further on
+            raise InvalidInputError(
+                f"descriptor must be a ModelDescriptor, got {type(descriptor).__name__} {descriptor!r:.60}"
+            )
+        if not isinstance(task, str):
+            raise InvalidInputError(f"task must be text, got {type(task).__name__} {task!r:.60}")
         location = cls(check_role(role), task, descriptor.provider, descriptor.model, descriptor.hash16())
         location.segments()  # validates every segment now, not at first use
         return location

@@ -173,3 +173,14 @@ def test_a_refused_input_fails_alone_and_the_call_raises_after_storing_the_rest(
             do_inference(model, ["short", "long " * 20, "brief"], cache_metadata=ids(3))
         assert [r.text for r in raised.value.responses] == ["echo: short", "", "echo: brief"]
         assert do_inference(model, ["brief", "short"], cache_metadata=ids(2)).run.plan.hits == 2  # type: ignore[union-attr]
+
+
+def test_a_task_or_descriptor_of_the_wrong_type_is_refused_by_its_own_name(store: Store, fake: FakeOpenAI) -> None:
+    """task=5 was blamed on the benchmark; a dict for a descriptor raised AttributeError (was)."""
+    with pytest.raises(InvalidInputError, match="task must be a non-empty text, got 5"):
+        prepare_model(served(fake), task=5, store=store)  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="descriptor must be a ModelDescriptor, got dict"):
+        store.database("completions", "t", {"provider": "vllm", "model": "x"})  # type: ignore[arg-type]
+    with pytest.raises(InvalidInputError, match="task must be text, got int 5"):
+        store.database("completions", 5, served(fake).descriptor)  # type: ignore[arg-type]
+    assert not store.locations()
