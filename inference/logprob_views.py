@@ -45,6 +45,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from store.errors import InvalidInputError
 from store.logprobs import TokenLogprob, decode, text_logprobs
 
 
@@ -82,7 +83,12 @@ def preference(token_logprobs: Mapping[str, float], tokens: tuple[str, str] = ("
     0 means the first answer shown (``model_a``) is preferred, 1 the second,
     0.5 a tie; a missing token counts as probability 0.
     """
+    if not isinstance(token_logprobs, Mapping):
+        raise InvalidInputError(f"token_logprobs must map tokens to logprobs, got {type(token_logprobs).__name__}")
     first, second = (token_logprobs.get(t) for t in tokens)
+    for token, value in zip(tokens, (first, second), strict=True):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
+            raise InvalidInputError(f"the logprob of {token!r} must be a number, got {value!r:.40}")
     if first is None and second is None:
         return None
     a = -math.inf if first is None else first

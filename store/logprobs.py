@@ -102,6 +102,8 @@ def decode(value: Mapping[str, Any] | None) -> list[PositionLogprobs]:
     """The positions a stored ``top_logprobs`` value holds, in either shape (see the module docstring)."""
     if value is None:
         return []
+    if not isinstance(value, Mapping):  # a list, say: AttributeError further on
+        raise InvalidInputError(f"top_logprobs is neither {LOGPROBS_FORMAT} nor {{text: logprob}}: {value!r:.80}")
     if is_current_shape(value):
         positions = []
         for position in value["positions"]:

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import pytest
 
 from inference.logprob_views import openai_logprobs, preference, token_logprobs_last_wins, token_logprobs_merged
-from store.logprobs import PositionLogprobs, TokenLogprob, encode, from_text_logprobs
+from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError
+from store.logprobs import PositionLogprobs, TokenLogprob, encode, from_text_logprobs, text_logprobs
+from store.store import Store
 
 # A judge's first token: "A" twice (two ids that decode alike), "B" once; it sampled a token outside the top 3.
 FIRST = PositionLogprobs(
@@ -81,3 +85,23 @@ def test_nothing_stored_gives_nothing() -> None:
     assert token_logprobs_last_wins(None) == {} == token_logprobs_merged(None)
     assert token_logprobs_last_wins(ROW, position=5) == {}
     assert openai_logprobs(None) is None
+
+
+@pytest.mark.parametrize(
+    ("call", "said"),
+    [
+        (lambda: preference({"A": "-0.1", "B": -1.0}), r"the logprob of 'A' must be a number, got '-0.1'"),
+        (lambda: preference([("A", -0.1)]), "token_logprobs must map tokens to logprobs, got list"),  # type: ignore[arg-type]
+        (lambda: text_logprobs([1, 2]), r"top_logprobs is neither .* nor \{text: logprob\}: \[1, 2\]"),  # type: ignore[arg-type]
+    ],
+)
+def test_a_value_of_the_wrong_shape_is_a_typed_error_naming_it(call: Callable[[], object], said: str) -> None:
+    """They raised TypeError and AttributeError from inside (was)."""
+    with pytest.raises(InvalidInputError, match=said):
+        call()
+
+
+def test_get_many_of_no_iterable_is_a_typed_error(store: Store) -> None:
+    database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="m"))
+    with pytest.raises(InvalidInputError, match="get_many takes an iterable of input hashes, not NoneType None"):
+        database.get_many(None)  # type: ignore[arg-type]
