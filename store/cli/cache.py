@@ -465,7 +465,7 @@ def export_command(
 
         judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
     """
-    from store.export import export_rows
+    from store.export import export_columns, export_rows
 
     to_stdout = str(output) == "-"
     if to_stdout and output_format is ExportFormatChoice.parquet:
@@ -473,6 +473,10 @@ def export_command(
     if json_output and writes_stdout(output):  # `-`, or stdout by another name (/dev/stdout)
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
+    try:  # a column that is none: a usage error (exit 2), as query's --columns
+        export_columns(selector, flt, chosen)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e), param_hint="--columns") from e
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
         if not to_stdout:  # a mistyped root must not replace a file with an empty export (stdout: as query says)

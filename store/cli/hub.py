@@ -101,6 +101,13 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
 def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> "Remote":
     from store.sync import HubRemote, open_remote
 
+    if repo is not None and directory is not None:  # usage errors (exit 2), before anything is read
+        raise typer.BadParameter("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
+    if directory is not None and revision is not None:
+        raise typer.BadParameter(
+            f"a folder remote has no branches or tags: --revision {revision} applies to a Hub repository (--repo)",
+            param_hint="--revision",
+        )
     remote = open_remote(repo=repo, directory=directory, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars

@@ -169,14 +169,18 @@ def selection(
         ),
     ] = None,
 ) -> Selector:
-    """The databases chosen by ``--role --task --provider --model-id --descriptor``."""
-    return Selector(
-        role=None if role is None else role.value,  # type: ignore[arg-type]
-        task=task,
-        provider=provider,
-        model=model_id,
-        descriptor=descriptor,
-    )
+    """The databases chosen by ``--role --task --provider --model-id --descriptor``; one that can name none (an
+    upper-case descriptor prefix) is a usage error (exit 2)."""
+    try:
+        return Selector(
+            role=None if role is None else role.value,  # type: ignore[arg-type]
+            task=task,
+            provider=provider,
+            model=model_id,
+            descriptor=descriptor,
+        )
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
 
 
 def _timestamp(value: str) -> datetime:

@@ -6,9 +6,8 @@ Contract:
   :mod:`store.cli.common` for the edge and where output goes,
   :mod:`store.cli.options` for the shared options).
 * Exactly one of ``--from-root`` / ``--from-url`` and one of ``--to-root`` /
-  ``--to-url``; anything else is an :class:`~store.errors.InvalidInputError`
-  (exit 1, a JSON error with ``--json``) before any store is opened. The
-  source is opened read-only.
+  ``--to-url``; anything else is a usage error (exit 2, a JSON error with
+  ``--json``) before any store is opened. The source is opened read-only.
 * Exits 1 when any database did not verify (a conflict, a row that did not
   read back the same, a database that could not be copied); a second run of
   a finished copy writes nothing and exits 0.
@@ -35,7 +34,6 @@ from store.cli.common import (
     stdout,
 )
 from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder
-from store.errors import InvalidInputError
 from store.layout import Selector
 from store.store import Store
 
@@ -52,7 +50,7 @@ def register(app: typer.Typer) -> None:
 def _one_of(root: str | None, url: str | None, side: str) -> None:
     if (root is None) == (url is None):
         given = "both" if root is not None else "neither"
-        raise InvalidInputError(f"give exactly one of --{side}-root PATH and --{side}-url URL (got {given})")
+        raise typer.BadParameter(f"give exactly one of --{side}-root PATH and --{side}-url URL (got {given})")
 
 
 def copy_command(

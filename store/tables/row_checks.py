@@ -80,7 +80,9 @@ def lookup_keys(hashes: Iterable[str]) -> list[str]:
 
     About 0.1 us a key: the keys are checked joined, one by one only to name a bad one.
     """
-    if isinstance(hashes, str | bytes) or not isinstance(hashes, Iterable):
+    if isinstance(hashes, str | bytes):
+        raise InvalidInputError(f"get_many takes an iterable of input hashes, not one {type(hashes).__name__}")
+    if not isinstance(hashes, Iterable):
         raise InvalidInputError(
             f"get_many takes an iterable of input hashes, not {type(hashes).__name__} {hashes!r:.60}"
         )

@@ -255,5 +255,5 @@ def test_a_name_the_store_refuses_is_refused_before_the_engine_loads(
         result = judgestore("generate", "--model", str(tiny_model_dir), "--task", "..", "-i",
                             str(requests_file(tmp_path / "r.jsonl", 2, 10)), "--store-root", str(tmp_path / "s"),
                             "--mode", mode, "--json")  # fmt: skip
-        assert_failed_cleanly(result)
-        assert json_error(result)["type"] == "InvalidInputError" and engine.received == []
+        assert_failed_cleanly(result, exit_code=2)  # a task that names no folder: a usage error, before anything
+        assert "Invalid value for '--task'" in result.stderr and engine.received == []

@@ -177,6 +177,8 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
         csv_file.read_text().splitlines()[0] == "input_hash,completion" and len(csv_file.read_text().splitlines()) == 14
     )
     assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
+    unknown = judgestore("export", "-f", "csv", "--columns", "input_hash,nope")  # a usage error, as query's (was 1)
+    assert unknown.exit_code == 2 and "Invalid value for --columns: unknown column(s) ['nope']" in unknown.stderr
     assert file_digests(filled) == before
 
 

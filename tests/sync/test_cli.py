@@ -453,8 +453,12 @@ def test_a_push_to_a_folder_with_a_revision_is_refused_and_sends_nothing(tmp_pat
 
     result = hub_cli("push", "--dir", str(shared), "--revision", "exp", "--all", "--json", "--store-root", str(alice))
 
-    assert result.exit_code == 1 and "no branches" in orjson.loads(result.stderr)["error"]
+    assert result.exit_code == 2 and "no branches" in result.stderr  # a usage error (was 1)
     assert list(shared.iterdir()) == []
+    both = hub_cli("push", "--dir", str(shared), "--repo", "org/x", "--all", "--store-root", str(alice))
+    assert both.exit_code == 2 and "name one remote" in both.stderr
+    upper = hub_cli("fetch", "--dir", str(shared), "--descriptor", "BB8E", "--store-root", str(alice))
+    assert upper.exit_code == 2 and "descriptor must be lowercase hex" in upper.stderr
 
 
 def test_a_push_whose_selection_matches_no_database_says_so(tmp_path: Path) -> None:
