@@ -53,6 +53,10 @@ def chat(text: str) -> EngineRequest:
 
 def test_the_endpoint_is_the_given_url_normalised_else_the_providers_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert normalise_endpoint("vllm-server", "HTTP://GPU-Node-3:8000/v1/") == "http://gpu-node-3:8000/v1"
+    # a scheme's default port names the same server: one key (it split the cache, was); another port stays
+    assert normalise_endpoint("openai", "https://api.openai.com:443/v1") == "https://api.openai.com/v1"
+    assert normalise_endpoint("vllm-server", "http://node:80/v1") == "http://node/v1"
+    assert normalise_endpoint("vllm-server", "https://node:80/v1") == "https://node:80/v1"
     assert normalise_endpoint("openai", None) == "https://api.openai.com/v1"
     assert normalise_endpoint("openrouter", None) == "https://openrouter.ai/api/v1"
     assert normalise_endpoint("together", None) == "https://api.together.xyz/v1"

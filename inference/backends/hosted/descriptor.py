@@ -132,9 +132,9 @@ def _keys_in_environment(api_key_env: str | None) -> list[str]:
 def normalise_endpoint(provider: str, base_url: str | None) -> str:
     """The endpoint of the key: the given URL, else the provider's default (``OPENAI_BASE_URL`` for openai).
 
-    Scheme and host are lowercased and trailing ``/`` stripped; a URL with
-    credentials, a query or a fragment is refused (they hold secrets, or
-    change nothing a cache key should see).
+    Scheme and host are lowercased, a scheme's default port (443, 80) and
+    trailing ``/`` dropped; a URL with credentials, a query or a fragment is
+    refused (they hold secrets, or change nothing a cache key should see).
     """
     defaults = PROVIDER_DEFAULTS[provider]
     url = base_url or (os.environ.get(defaults.url_env) if defaults.url_env else None) or defaults.url
@@ -153,11 +153,14 @@ def normalise_endpoint(provider: str, base_url: str | None) -> str:
         raise InvalidInputError(f"base URL carries credentials (user:password@); {_REFUSAL}")
     if parts.query or parts.fragment:
         raise InvalidInputError("base URL has a query or fragment: give the plain base URL (.../v1)")
-    host = parts.hostname.lower()
+    host, scheme = parts.hostname.lower(), parts.scheme.lower()
     netloc = f"[{host}]" if ":" in host else host
-    if port is not None:
+    if port is not None and port != _DEFAULT_PORTS[scheme]:  # https://x:443 is https://x: one server, one key
         netloc += f":{port}"
-    return urlunsplit((parts.scheme.lower(), netloc, parts.path.rstrip("/"), "", ""))
+    return urlunsplit((scheme, netloc, parts.path.rstrip("/"), "", ""))
+
+
+_DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 def _routing(provider: str, routing: Mapping[str, Any], known: list[str]) -> dict[str, JsonValue]:
