@@ -242,6 +242,16 @@ class ClaimTable(ABC):
                 .values(holder=holder, failed=error, deadline=now + timedelta(seconds=lease_seconds), updated_at=now)
             )
 
+    def retry_failed(self, keys: Sequence[str]) -> int:
+        """Clear the failure marks of ``keys``: they wait to be claimed again, by any job. How many."""
+        result = self.conn.execute(
+            update(CLAIMS)
+            .where(self._keys_in(CLAIMS.c.input_hash), CLAIMS.c.failed.is_not(None))
+            .values(holder=None, deadline=None, failed=None, updated_at=self.now()),
+            {"keys": self._keys(keys)},
+        )
+        return max(result.rowcount, 0)
+
     def state(self, keys: Sequence[str]) -> QueueState:
         """Where ``keys`` stand. Their rows and their claims are read in one statement, so in one snapshot even
         where a transaction's statements each see the latest commits (PostgreSQL's READ COMMITTED): read in two,

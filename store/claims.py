@@ -105,6 +105,10 @@ class WorkQueue:
         if done or failed:
             self._write(lambda table: table.finish(done, failed, self.holder, self.lease_seconds))
 
+    def retry_failed(self, keys: Sequence[str]) -> int:
+        """Clear the failure marks of ``keys`` (a batch run again once its jobs stopped): any job may claim them."""
+        return self._write(lambda table: table.retry_failed(keys)) if keys else 0
+
     def sweep(self, grace_seconds: float) -> int:
         """:func:`sweep` as this job's write (a wait for the lock is noted, as every write's is)."""
         return self._write(lambda table: table.sweep(grace_seconds))

@@ -44,8 +44,9 @@ def generated_sample(inp: PlannedInput, gen: Generation | None, error: Judgestor
     )
 
 
-def stored_sample(record: Record) -> Sample:
-    """A hit: the stored row as the caller gets it back."""
+def stored_sample(record: Record, *, cached: bool = True) -> Sample:
+    """The stored row as the caller gets it back: a hit (``cached``), or a miss of this call that a job of its
+    shared batch generated and stored (read back from the store, ``cached=False``)."""
     return Sample(
         record.input_hash,
         record.sample_index,
@@ -53,7 +54,7 @@ def stored_sample(record: Record) -> Sample:
         record.finish_reason,
         record.usage,
         record.top_logprobs,
-        cached=True,
+        cached=cached,
     )
 
 
