@@ -220,7 +220,7 @@ def test_a_timeout_is_retried(store: Store, fake: FakeOpenAI) -> None:
 
 def test_a_timeout_that_never_ends_is_a_typed_error(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=200, delay=1.0, times=100))
-    with pytest.raises(HostedUnavailableError, match="a timeout, still after 1 retries"):
+    with pytest.raises(HostedUnavailableError, match=r"a timeout, still after 1 retries.*lower --max-concurrency"):
         served(fake, timeout_s=0.2, retry=RetryPolicy(max_retries=1, base_s=0.01)).cached(store, task="t").complete(
             [ask(0)]
         )
@@ -230,9 +230,12 @@ def test_a_server_that_is_not_there_is_retried_then_a_typed_error(store: Store, 
     spec = HostedSpec(
         model="m", provider="vllm-server", base_url="http://127.0.0.1:9/v1", retry=RetryPolicy(1, 0.01), timeout_s=2
     )
-    with pytest.raises(HostedUnavailableError, match="connection error"):
+    with pytest.raises(HostedUnavailableError, match="connection error") as raised:
         spec.cached(store, task="t").complete([ask(0)])
     assert spec.stats.requests_sent == 2
+    # what to check: the server and its URL, not the load (it advised a lower --max-concurrency, was)
+    assert "check that the server runs at this URL (--base-url), then rerun" in str(raised.value)
+    assert "--max-concurrency" not in str(raised.value)
 
 
 # ------------------------------------------------------------------ failures that are not retried

@@ -432,10 +432,18 @@ class OpenAIBackend:
                 "rerun later and only the rest is sent",
             ) from self._cause(cause)
         if attempt >= self.retry.max_retries:
+            unreachable = isinstance(cause, self._openai.APIConnectionError) and not isinstance(
+                cause, self._openai.APITimeoutError
+            )
+            advice = (  # a server that is not there (a wrong --base-url, a vllm serve not started): not overload
+                "check that the server runs at this URL (--base-url), then rerun"
+                if unreachable
+                else "rerun later (or with a lower --max-concurrency)"
+            )
             raise HostedUnavailableError(
                 self._endpoint,
-                f"{reason}, still after {self.retry.max_retries} retries{quoted}. What finished is stored: rerun "
-                "later (or with a lower --max-concurrency) and only the rest is sent",
+                f"{reason}, still after {self.retry.max_retries} retries{quoted}. Answers that finished before are "
+                f"stored: {advice}, and only the rest is sent",
             ) from self._cause(cause)
         if retry_after is not None:  # every request of this backend waits, not only this one
             self._not_before = max(self._not_before, self._loop.time() + retry_after)
