@@ -109,6 +109,9 @@ class Store:
         self.close()
 
     def close(self) -> None:
+        """Release every connection and open file. A store used again afterwards opens what it needs again
+        (databases are opened lazily, and closed as the least recently used when many are open): close it again
+        once done, or keep the work inside ``with Store(...) as store:``."""
         self.storage.close()
 
     def locations(self) -> list[Location]:
