@@ -84,6 +84,25 @@ def test_a_token_never_reaches_the_descriptor(tiny_model_dir: Path) -> None:
     assert d.engine == {"dtype": "float32"}
 
 
+@pytest.mark.parametrize(
+    ("engine_kwargs", "sampling", "said"),
+    [
+        ({"api_key": "anything"}, {}, r"engine_kwargs.api_key is named like a credential"),
+        ({"hf_overrides": {"note": "hf_" + "a" * 30}}, {}, r"engine_kwargs.hf_overrides.note holds what looks like"),
+        ({}, {"extra_args": {"auth": "Bearer abcdefghijkl"}}, r"sampling.extra_args.auth holds what looks like"),
+    ],
+)
+def test_a_credential_in_vllm_settings_is_refused_never_written_into_the_key(
+    tiny_model_dir: Path, engine_kwargs: dict[str, Any], sampling: dict[str, Any], said: str
+) -> None:
+    """Only the hosted path refused them: a vLLM engine argument holding a key went into metadata.json and
+    explain's output (was)."""
+    for model in (str(tiny_model_dir), "nobody/never-cached"):  # refused before a Hub model is even resolved
+        with pytest.raises(InvalidInputError, match=said) as refused:
+            descriptor_from_vllm(model, engine_kwargs=engine_kwargs, sampling=sampling)
+        assert "hf_aaaa" not in str(refused.value) and "abcdefghijkl" not in str(refused.value)
+
+
 def test_integral_floats_hash_like_ints(tiny_model_dir: Path) -> None:
     as_int = _hash(tiny_model_dir, sampling={"temperature": 0, "top_p": 1}, engine_kwargs={"custom_scale": 2})
     as_float = _hash(tiny_model_dir, sampling={"temperature": 0.0, "top_p": 1.0}, engine_kwargs={"custom_scale": 2.0})

@@ -41,7 +41,7 @@ from __future__ import annotations
 import os
 import re
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 from urllib.parse import urlsplit, urlunsplit
@@ -49,6 +49,7 @@ from urllib.parse import urlsplit, urlunsplit
 from pydantic import JsonValue, ValidationError
 
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
+from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.sampling import json_value, sampling_settings_from
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
 from store.errors import InvalidInputError, invalid_values
@@ -81,46 +82,6 @@ class HostedKeyWarning(UserWarning):
     """The descriptor cannot pin what answers: an undated model alias, or routing that lets several providers answer."""
 
 
-# ------------------------------------------------------------------ secrets
-
-_SECRET_NAME = re.compile(
-    r"(api[_-]?key|access[_-]?key|secret|passw(or)?d|authori[sz]ation|bearer|credential|cookie|(^|[_-])token$)",
-    re.IGNORECASE,
-)
-_SECRET_VALUE = re.compile(
-    r"(?<![A-Za-z0-9])("
-    r"bearer\s+\S{8,}"
-    r"|sk-[A-Za-z0-9_\-]{16,}"  # OpenAI, OpenRouter (sk-or-v1-...), Anthropic (sk-ant-...)
-    r"|hf_[A-Za-z0-9]{20,}"  # Hugging Face
-    r"|tgp_v1_[A-Za-z0-9_\-]{16,}"  # Together
-    r"|(gsk|xai)[_-][A-Za-z0-9]{16,}"  # Groq, xAI
-    r"|AIza[0-9A-Za-z_\-]{30,}"  # Google
-    r")",
-    re.IGNORECASE,
-)
-_REFUSAL = "API keys are read from an environment variable (api_key_env / --api-key-env), never written into a key"
-
-
-def refuse_secrets(value: Any, where: str, known: Iterable[str] = ()) -> None:
-    """Raise :class:`InvalidInputError` if ``value`` holds anything that looks like a credential.
-
-    Checks names (at any depth) and string values against the patterns above,
-    and every string against the ``known`` secrets (the keys in the
-    environment). The message names the setting, never the value.
-    """
-    known = [k for k in known if len(k) >= 8]
-    if isinstance(value, Mapping):
-        for name, item in value.items():
-            if _SECRET_NAME.search(str(name)):
-                raise InvalidInputError(f"{where}.{name} is named like a credential; {_REFUSAL}")
-            refuse_secrets(item, f"{where}.{name}", known)
-    elif isinstance(value, list | tuple):
-        for i, item in enumerate(value):
-            refuse_secrets(item, f"{where}[{i}]", known)
-    elif isinstance(value, str) and (_SECRET_VALUE.search(value) or any(k in value for k in known)):
-        raise InvalidInputError(f"{where} holds what looks like an API key; {_REFUSAL}")
-
-
 def _keys_in_environment(api_key_env: str | None) -> list[str]:
     names = {d.key_env for d in PROVIDER_DEFAULTS.values()} | ({api_key_env} if api_key_env else set())
     return [os.environ[n] for n in sorted(names) if os.environ.get(n)]
@@ -150,7 +111,7 @@ def normalise_endpoint(provider: str, base_url: str | None) -> str:
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise InvalidInputError("base URL must be http:// or https:// with a host, e.g. https://api.openai.com/v1")
     if parts.username is not None or parts.password is not None:
-        raise InvalidInputError(f"base URL carries credentials (user:password@); {_REFUSAL}")
+        raise InvalidInputError(f"base URL carries credentials (user:password@); {KEY_REFUSAL}")
     if parts.query or parts.fragment:
         raise InvalidInputError("base URL has a query or fragment: give the plain base URL (.../v1)")
     host, scheme = parts.hostname.lower(), parts.scheme.lower()

@@ -35,6 +35,7 @@ from typing import Any, Literal
 
 from pydantic import JsonValue, ValidationError
 
+from inference.backends.secrets import refuse_secrets
 from inference.backends.vllm.model_source import model_name, resolve_model
 from inference.sampling import json_value, sampling_settings_from
 from store.descriptor import LogprobPositions, ModelDescriptor, canonical_json, sha256_hex
@@ -290,6 +291,9 @@ def descriptor_from_vllm(
         raise InvalidInputError("thinking_token_budget is given twice with different values")
     thinking_token_budget = thinking_token_budget if thinking_token_budget is not None else budget
     sampling_settings = sampling_settings_from(sampling, logprob_positions)
+    engine = engine_settings(engine_kwargs)
+    refuse_secrets(engine, "engine_kwargs")  # before anything is resolved: metadata.json and explain would show it
+    refuse_secrets(sampling_settings.model_dump(), "sampling")
 
     chat = input_mode == "chat"
     explicit = _explicit_template(engine_kwargs, chat_template) if chat else None
@@ -302,7 +306,6 @@ def descriptor_from_vllm(
         need_files=chat and explicit is None and not separate,  # the files that give the chat template
         allow_unpinned=allow_unpinned,
     )
-    engine = engine_settings(engine_kwargs)
     tokenizer_source = source
     if separate:
         tokenizer, revision = _tokenizer_source(model, engine_kwargs)
