@@ -83,9 +83,15 @@ class _Request:
     def check_shape(self, input_mode: InputMode) -> None:
         """Refuse a request a model of ``input_mode`` cannot take: ``messages`` for chat, ``text`` for text."""
         if input_mode == "chat" and self.messages is None:
-            raise InvalidInputError("this model takes chat input: give `messages`, not `text`")
+            raise InvalidInputError(
+                "this model takes chat input: give `messages`, not `text` (or take text as it is: --input-mode text, "
+                "input_mode='text')"
+            )
         if input_mode == "text" and self.text is None:
-            raise InvalidInputError("this model takes text input: give `text`, not `messages`")
+            raise InvalidInputError(
+                "this model takes text input: give `text`, not `messages` (or take chat messages: --input-mode chat, "
+                "input_mode='chat')"
+            )
 
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""

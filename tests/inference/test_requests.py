@@ -114,8 +114,8 @@ def test_a_line_of_the_wrong_shape_or_type_names_its_line_blank_lines_counted(tm
     prompts = tmp_path / "prompts.jsonl"
     chat = orjson.dumps({"messages": [{"role": "user", "content": "q"}]})
     prompts.write_bytes(chat + b"\n\n\n" + orjson.dumps({"text": "q"}) + b"\n")
-    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:4: this model takes chat input"):
-        read_completion_requests(prompts, "chat")
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:4: this model takes chat input.*--input-mode text"):
+        read_completion_requests(prompts, "chat")  # the way to take it names the flag (it did not, was)
     assert len(read_completion_requests(prompts)) == 2  # no model yet: both shapes are requests
     prompts.write_bytes(orjson.dumps({"text": 5}) + b"\n")
     with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: text prompt must be a string, got int"):
