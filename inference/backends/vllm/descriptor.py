@@ -294,6 +294,7 @@ def descriptor_from_vllm(
     engine = engine_settings(engine_kwargs)
     refuse_secrets(engine, "engine_kwargs")  # before anything is resolved: metadata.json and explain would show it
     refuse_secrets(sampling_settings.model_dump(), "sampling")
+    refuse_secrets(dict(chat_template_kwargs or {}), "chat_template_kwargs")
 
     chat = input_mode == "chat"
     explicit = _explicit_template(engine_kwargs, chat_template) if chat else None
