@@ -14,8 +14,10 @@ Contract:
 * :func:`plan_prune` reads only: it turns the rule into row filters
   (:attr:`PrunePlan.filters`, disjoint) and counts their rows per database.
   :func:`prune` deletes exactly those filters' rows, one write transaction
-  per database, so a dry run's counts are what a prune deletes
-  (rows written in between that match are deleted too, and counted).
+  per database, so a dry run's counts are what a prune deletes. Every filter
+  is bounded by the plan's time (``created_before``): a row written after the
+  plan was made (a run still at work while the prune asks to confirm) is
+  never deleted by it.
 * Files keep their size until ``judgestore vacuum`` (:mod:`store.backends.sqlite.vacuum`).
 """
 
@@ -172,7 +174,8 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
         )
     now = now or datetime.now(UTC)
     databases = list(store.databases(selector, rule.flt))
-    base = rule.flt
+    # Only rows written before the plan: the ones it counts (a run writing meanwhile keeps what it writes).
+    base = dataclasses.replace(rule.flt, created_before=min(now, rule.flt.created_before or now))
     if rule.older_than is not None:
         before = now - rule.older_than
         base = dataclasses.replace(base, created_before=min(before, base.created_before or before))

@@ -203,8 +203,10 @@ class Store:
         deleted per database.
 
         Each database is one write transaction, whatever the number of filters
-        (a prune gives one per run); rows written after the plan was made that
-        match are deleted too (the counts say so). A database that fails
+        (a prune gives one per run). Rows written after the plan was made that
+        match are deleted too (the counts say so) unless the filters are bounded
+        by the plan's time (``created_before``), as ``judgestore delete`` and
+        :func:`store.prune.plan_prune` bound them. A database that fails
         (locked, damaged) raises its error, with ``rows_deleted`` and a note
         saying what was deleted before it, from which databases; the databases
         after it are left as they were. A ``KeyboardInterrupt`` (Ctrl-C) gets

@@ -21,7 +21,7 @@ import dataclasses
 import enum
 import sys
 from contextlib import closing
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -50,7 +50,7 @@ from store.cli.common import (
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import JudgestoreError
+from store.errors import EmptyFilterError, JudgestoreError
 from store.layout import Selector
 from store.reports import DatabaseInfo
 from store.rows import row_columns
@@ -328,6 +328,11 @@ def delete_command(
 
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
+    if flt.is_empty():  # before the bound below, which would make any filter one
+        raise EmptyFilterError()
+    # Only rows written before the count: a run still writing while the command asks keeps what it writes
+    now, given = datetime.now(UTC), flt
+    flt = dataclasses.replace(flt, created_before=min(now, flt.created_before or now))
     with planning_store(settings, dry_run=dry_run) as store:
         try:
             plan = store.plan_delete(selector, flt)
@@ -338,7 +343,7 @@ def delete_command(
     matched = sum(entry.rows for entry in plan)
     report: dict[str, Any] = {
         "selector": {k: v for k, v in selector.as_dict().items() if v is not None},
-        "filter": flt.as_dict(),
+        "filter": given.as_dict(),
         "dry_run": dry_run,
         "matched": matched,
         "deleted": 0,

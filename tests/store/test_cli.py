@@ -16,6 +16,7 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import closing
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from typer.testing import CliRunner
 
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
-from store.layout import walk
+from store.layout import Selector, walk
 from store.repository import Repository
 from store.settings import Settings
 from store.store import Store
@@ -504,6 +505,34 @@ def test_delete_asks_first(filled: Path) -> None:
     assert accepted.exit_code == 0, accepted.output
     assert "Deleted 3 rows from 2 databases." in accepted.stdout
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0
+
+
+def test_delete_deletes_what_it_counted_not_rows_a_run_writes_while_it_asks(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows of the run written while the prompt waited were deleted with the counted ones (was)."""
+    import store.cli.data as data_commands
+
+    asked = data_commands.confirmed
+    later: list[Any] = []
+
+    def confirm_while_the_run_writes(*args: Any, **kwargs: Any) -> None:
+        later.extend(
+            completion_record(i, model="llama", run_id="run-2", created_at=datetime.now(UTC)) for i in (20, 21)
+        )
+        with Store(Settings(), root=filled) as writer:
+            writer.database("completions", "mt-bench", LLAMA).put_many(later)
+        asked(*args, **kwargs)
+
+    monkeypatch.setattr(data_commands, "confirmed", confirm_while_the_run_writes)
+    result = judgestore("delete", "--run-id", "run-2", "--yes", "--json")
+    assert result.exit_code == 0, result.output
+    report = as_json(result.stdout)
+    assert report["matched"] == report["deleted"] == 3 and report["filter"] == {"run_id": "run-2"}
+    with Store(Settings(), root=filled, readonly=True) as reader:
+        (location,) = reader.select(Selector(model=LLAMA.model))
+        left = {r.input_hash for r in reader.open(location).query()}
+    assert left == {r.input_hash for r in later}  # the run's new rows, written after the count, are kept
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])

@@ -68,6 +68,19 @@ def test_keep_last_runs_prunes_the_other_runs_and_never_rows_without_a_run(aged:
     assert remaining(aged) == {"completions": {"run-2", None}, "judgements": set()}
 
 
+def test_rows_a_run_writes_after_the_plan_are_never_pruned_by_it(aged: Path) -> None:
+    """Rows written while a prune asked to confirm were deleted with the planned ones, so --keep-last-runs could
+    delete a run still at work (was)."""
+    counts, plan = planned(aged, PruneRule(keep_last_runs=1))
+    with Store(Settings(), root=aged) as store:  # run-1, planned for pruning, writes on meanwhile
+        later = [completion_record(50 + i, run_id="run-1", created_at=NOW + timedelta(seconds=5)) for i in range(3)]
+        store.database("completions", "mt-bench", QWEN).put_many(later)
+        deleted = {entry.location.role: entry.rows for entry in prune(store, plan)}  # type: ignore[arg-type]
+        kept = {r.input_hash for r in store.database("completions", "mt-bench", QWEN).query(RowFilter(run_id="run-1"))}
+    assert deleted == counts == {"completions": 8, "judgements": 3}  # what was shown, and no more
+    assert kept == {r.input_hash for r in later}
+
+
 def test_criteria_combine_with_and(aged: Path) -> None:
     rule = PruneRule(flt=RowFilter(run_id="run-1"), older_than=timedelta(days=10))
     assert pruned(aged, rule, Selector(role="completions")) == {"completions": 4}
