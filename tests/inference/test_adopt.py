@@ -104,7 +104,24 @@ def test_adopting_across_task_alone_names_the_task_not_a_second_descriptor(store
     )
     assert last.startswith(f"adopted 6 rows from task elsewhere into t/{NEW.hash16()}")
     assert "marked adopted_from" not in last  # no second descriptor is implied
-    assert last.endswith(f"`judgestore delete --role completions --task t --adopted-from {NEW.hash16()}`")
+    assert last.endswith(
+        f"`judgestore delete --role completions --task t --descriptor {NEW.hash16()} --adopted-from {NEW.hash16()}`"
+    )
+
+
+def test_the_command_that_takes_adopted_rows_back_out_leaves_another_descriptors_adoption(store: Store) -> None:
+    """It named the source alone: with two descriptors of the task adopted from one source, it deleted both (was)."""
+    fill(store, OLD)
+    other = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"logprobs": 3})})
+    for target, across in ((NEW, ["backend_version"]), (other, ["backend_version", "sampling.logprobs"])):
+        report = adopt(store, FakeSpec(CountingBackend(), target), role="completions", task="t", across=across,
+                       sample=4, source=OLD.hash16())  # fmt: skip
+        assert report.adopted, report.lines()
+    take_back = report.lines()[-1].rpartition("`judgestore ")[2].rstrip("`")  # the other's, printed last
+    result = CliRunner().invoke(app(), [*take_back.split(), "--yes", "--json", "--store-root", str(store.root)])
+    assert result.exit_code == 0, result.output
+    assert store.database("completions", "t", other).count() == 0
+    assert store.database("completions", "t", NEW).count() == 6  # the first adoption stays
 
 
 def test_an_audit_of_100_percent_adopts_every_row_and_the_next_run_is_all_hits(store: Store) -> None:
@@ -114,7 +131,10 @@ def test_an_audit_of_100_percent_adopts_every_row_and_the_next_run_is_all_hits(s
     assert report.met and report.adopted and len(backend.received) == 4  # only the sample was regenerated
     assert (report.counts.source_rows, report.counts.adopted, report.counts.present) == (6, 6, 0)
     assert report.lines()[-1].startswith(f"adopted 6 rows into t/{NEW.hash16()}")
-    assert report.lines()[-1].endswith(f"`judgestore delete --role completions --task t --adopted-from {OLD.hash16()}`")
+    take_back = (
+        f"judgestore delete --role completions --task t --descriptor {NEW.hash16()} --adopted-from {OLD.hash16()}"
+    )
+    assert report.lines()[-1].endswith(f"`{take_back}`")
     (record,) = adoptions(store.database("completions", "t", NEW))
     assert record.source_descriptor == OLD.sha256() and record.details["across"] == ["backend_version"]
     assert record.details["changes"] == [{"field": "backend_version", "stored": "0.11.0", "wanted": "0.32.0"}]
