@@ -290,15 +290,25 @@ def planning_store(settings: Settings, *, dry_run: bool) -> Store:
 
 
 def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
-    """Ask before a command deletes (unless ``--yes``); exits if the answer is no. ``--json`` never asks (stdout
-    carries only its document, and a script has no one to answer), nor does a closed stdin: they need ``--yes``."""
+    """Ask before a command deletes (unless ``--yes``); exits if the answer is not yes (status 1; Ctrl-C: 130, one
+    line saying nothing was changed). ``--json`` never asks (stdout carries only its document, and a script has no
+    one to answer), nor does a closed stdin: they need ``--yes``."""
     if yes:
         return
     if json_output:
         raise InvalidInputError("--json does not ask for confirmation: pass --yes to go ahead, or --dry-run")
     if sys.stdin is None or sys.stdin.closed:  # started with stdin closed (`<&-`): no one can answer
         raise InvalidInputError("cannot ask for confirmation: stdin is closed; pass --yes to go ahead, or --dry-run")
-    typer.confirm(question, abort=True, err=True)
+    sys.stderr.write(f"{question} [y/N]: ")
+    sys.stderr.flush()
+    try:  # read here, not by click's confirm: it makes Ctrl-C an "Aborted!" with exit status 1
+        answer = sys.stdin.readline()
+    except KeyboardInterrupt:
+        sys.stderr.write("\n")
+        interrupted("interrupted at the question; nothing was changed", json_output)
+    if answer.strip().lower() not in ("y", "yes"):  # no, or stdin at its end: nothing done, exit status 1
+        sys.stderr.write("\n" if not answer else "")
+        raise typer.Abort()
 
 
 def interrupted(message: str, json_output: bool, **done: object) -> NoReturn:

@@ -12,6 +12,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
@@ -1215,3 +1216,26 @@ def test_python_m_store_and_judgestore_offer_the_same_store_commands(tmp_path: P
     assert store_only == {"ls", "query", "delete", "db", "verify", "stats", "prune", "vacuum", "export", "hub", "copy",
                           "browse"}  # fmt: skip
     assert everything == store_only | {"generate", "judge", "pairs", "import", "explain", "audit", "adopt"}
+
+
+@pytest.mark.parametrize("command", [["delete", "--run-id", "run-2"], ["prune", "--keep-last-runs", "0"]])
+def test_ctrl_c_at_the_confirmation_is_an_interrupt_that_changed_nothing(
+    filled: Path, tmp_path: Path, command: list[str]
+) -> None:
+    """It was click's "Aborted!", exit status 1, as a "no" is (was)."""
+    before = file_digests(filled)
+    asking = subprocess.Popen(
+        [sys.executable, "-m", "store", *command], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert asking.stderr is not None
+    said = b""
+    while not said.endswith(b"[y/N]: "):  # the question, then nothing: it waits for the answer
+        said += asking.stderr.read(1) or pytest.fail(f"it never asked: {said!r}")
+    asking.send_signal(signal.SIGINT)
+    _, rest = asking.communicate(timeout=60)
+    assert asking.returncode == 130, said + rest
+    assert b"interrupted at the question; nothing was changed" in rest and b"Aborted" not in rest
+    assert file_digests(filled) == before
+    no = judgestore(*command, input="n\n")
+    assert no.exit_code == 1 and "Aborted!" in no.stderr and file_digests(filled) == before
