@@ -1230,7 +1230,7 @@ def test_ctrl_c_at_the_confirmation_is_an_interrupt_that_changed_nothing(
     )  # fmt: skip
     assert asking.stderr is not None
     said = b""
-    while not said.endswith(b"[y/N]: "):  # the question, then nothing: it waits for the answer
+    while not said.rstrip().endswith(b"[y/N]:"):  # the question, then nothing: it waits for the answer
         said += asking.stderr.read(1) or pytest.fail(f"it never asked: {said!r}")
     asking.send_signal(signal.SIGINT)
     _, rest = asking.communicate(timeout=60)
