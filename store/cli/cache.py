@@ -91,7 +91,13 @@ def stats_command(
     selector: Selector,
     json_output: JsonOutput = False,
     runs: Annotated[
-        int, typer.Option("--runs", min=0, max=MOST_ROWS, help="Also list the N most recent runs of each database.")
+        int,
+        typer.Option(
+            "--runs",
+            min=0,
+            max=MOST_ROWS,
+            help="Also list the N most recent runs: of the store in the table, of each database with --json.",
+        ),
     ] = 0,
 ) -> None:
     """What each database holds and what its runs saved: rows, size, tokens, truncated rows, hits, savings.
@@ -199,18 +205,21 @@ def _print_adoptions(found: "list[DatabaseStats]") -> None:
 
 
 def _print_runs(found: "list[DatabaseStats]", limit: int) -> None:
-    columns = [Column("Started (UTC)"), Column("Model", fit=Fit.MIDDLE, max_width=48), Column("Mode")]
-    columns += [Column(name, justify="right") for name in ("Asked", "Hits", "Misses", "Saved")]
-    table = FittedTable("Recent runs (newest first)", columns)
     recent = sorted(
         ((run, entry.location) for entry in found for run in entry.recent_runs),
         key=lambda item: item[0].started_at,
         reverse=True,
     )
+    if not recent:  # "runs: none recorded yet" said it
+        return
+    columns = [Column("Started (UTC)"), Column("Model", fit=Fit.MIDDLE, max_width=48), Column("Descriptor")]
+    columns += [Column("Mode")] + [Column(name, justify="right") for name in ("Asked", "Hits", "Misses", "Saved")]
+    table = FittedTable("Recent runs (newest first)", columns)
     for run, location in recent[:limit]:
         table.add_row(
             run.started_at.strftime("%Y-%m-%d %H:%M"),
             Text(location.model),
+            location.descriptor_hash16,
             run.mode,
             f"{run.requested:,}",
             f"{run.hits:,}",

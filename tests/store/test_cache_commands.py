@@ -54,6 +54,9 @@ def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
     assert report["totals"]["runs"]["saved_engine_seconds"] == 1.0
     listed = judgestore("stats", "--runs", "3", "--model-id", "Qwen/Qwen3-8B")
     assert "Recent runs" in listed.stdout and "Qwen/Qwen3-8B" in listed.stdout
+    assert QWEN.hash16() in listed.stdout.split("Recent runs")[1]  # which descriptor ran: one model has several
+    none = judgestore("stats", "--runs", "3", "--model-id", "meta-llama/Llama-3.1-8B")  # no run recorded there
+    assert "runs: none recorded yet" in none.stdout and "Recent runs" not in none.stdout  # no empty table
     assert file_digests(filled) == before  # read-only
 
 
