@@ -206,6 +206,7 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
             )
     counts: dict[str, tuple[Location, int]] = {}
     freed = 0
+    losing: set[str | None] = set()  # the runs that lose rows once every criterion is applied
     for database in databases:
         with database.reading() as repo:
             for flt in filters:
@@ -214,6 +215,8 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
                     location, rows = counts.get(database.where, (database.location, 0))
                     counts[database.where] = (location, rows + totals.rows)
                     freed += totals.data_bytes
+                    losing.add(flt.run_id)
+    pruned = tuple(run for run in pruned if run in losing)  # a run older than kept but spared by the others: not named
     return PrunePlan(
         rule,
         now,

@@ -313,7 +313,8 @@ def prune_command(
     report: dict[str, Any] = {**plan.as_dict(), "dry_run": dry_run, "deleted": 0}
     if not json_output:
         if plan.pruned_runs:
-            note(f"keeping runs {', '.join(plan.kept_runs)}; pruning {', '.join(plan.pruned_runs)}", json_output=False)
+            kept = f"keeping runs {', '.join(plan.kept_runs)}; " if plan.kept_runs else ""
+            note(f"{kept}pruning rows of runs {', '.join(plan.pruned_runs)}", json_output=False)
         if plan.rule.max_bytes is not None:
             note(
                 f"data {decimal(plan.data_bytes)}, cap {decimal(plan.rule.max_bytes)}: "

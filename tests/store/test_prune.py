@@ -81,6 +81,12 @@ def test_rows_a_run_writes_after_the_plan_are_never_pruned_by_it(aged: Path) -> 
     assert kept == {r.input_hash for r in later}
 
 
+def test_the_pruned_runs_are_those_that_lose_rows_once_every_criterion_applies(aged: Path) -> None:
+    """run-1's rows are 20 days old: --older-than 30d spares them, yet it was named among the pruned runs (was)."""
+    counts, plan = planned(aged, PruneRule(keep_last_runs=1, older_than=timedelta(days=30)))
+    assert plan.pruned_runs == ("run-0",) and counts == {"completions": 4}  # type: ignore[attr-defined]
+
+
 def test_criteria_combine_with_and(aged: Path) -> None:
     rule = PruneRule(flt=RowFilter(run_id="run-1"), older_than=timedelta(days=10))
     assert pruned(aged, rule, Selector(role="completions")) == {"completions": 4}
