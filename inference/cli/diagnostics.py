@@ -247,7 +247,10 @@ def audit_command(
     spec: Spec,
     settings: Settings,
     task: Annotated[
-        str, typer.Option("--task", help="Task name: a folder level of the store.", rich_help_panel=_AUDITED)
+        str,
+        typer.Option(
+            "--task", help="Task name: a folder level of the store.", rich_help_panel=_AUDITED, callback=task_name
+        ),
     ],
     role: Annotated[
         RoleChoice,

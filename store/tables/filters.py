@@ -125,7 +125,8 @@ def roles_for(flt: RowFilter, role: Role | None = None) -> tuple[Role, ...]:
     if not judgement_only:
         return (role,) if role is not None else ROLES
     if role == "completions":
-        raise InvalidInputError(f"filters on {', '.join(judgement_only)} apply to judgements only, not completions")
+        named = [("pointwise/pairwise" if name == "pointwise" else name) for name in judgement_only]  # one switch
+        raise InvalidInputError(f"filters on {', '.join(named)} apply to judgements only, not completions")
     return ("judgements",)
 
 

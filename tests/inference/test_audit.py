@@ -113,3 +113,15 @@ def test_logprob_deltas_compare_the_first_token_view(store: Store, tmp_path: Pat
     assert changed.top_token_changed and (changed.top_token_stored, changed.top_token_regenerated) == ("x", "z")
     assert changed.first_difference == len(row.completion) and not changed.exact
     assert Settings().record_runs  # audits never add to the runs either: the model runs without the store
+
+
+@pytest.mark.parametrize("command", [["audit"], ["explain"], ["adopt", "--across", "backend_version"]])
+def test_a_task_that_names_no_folder_is_a_usage_error_of_every_diagnostic(tmp_path: Path, command: list[str]) -> None:
+    """audit took it, and failed on it as a path segment with exit status 1 (was), unlike explain and adopt."""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+
+    result = CliRunner().invoke(app(), [*command, "--model", "m", "--task", "..", "--store-root", str(tmp_path / "s")])
+    assert result.exit_code == 2 and "Invalid value for '--task'" in result.stderr, result.output
+    assert not (tmp_path / "s").exists()

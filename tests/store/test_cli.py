@@ -467,6 +467,8 @@ def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:
         "error": "filters on judge apply to judgements only, not completions",
         "type": "InvalidInputError",
     }
+    pairwise = judgestore("delete", "--role", "completions", "--pairwise")  # named as typed (it said "pointwise")
+    assert "filters on pointwise/pairwise apply to judgements only" in pairwise.stderr
 
 
 # ---------------------------------------------------------------- delete
