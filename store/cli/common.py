@@ -299,9 +299,9 @@ def confirmed(question: str, *, yes: bool, json_output: bool) -> None:
         raise InvalidInputError("--json does not ask for confirmation: pass --yes to go ahead, or --dry-run")
     if sys.stdin is None or sys.stdin.closed:  # started with stdin closed (`<&-`): no one can answer
         raise InvalidInputError("cannot ask for confirmation: stdin is closed; pass --yes to go ahead, or --dry-run")
-    sys.stderr.write(f"{question} [y/N]: ")
-    sys.stderr.flush()
     try:  # read here, not by click's confirm: it makes Ctrl-C an "Aborted!" with exit status 1
+        sys.stderr.write(f"{question} [y/N]: ")  # inside: a Ctrl-C the moment it is shown is at the question too
+        sys.stderr.flush()
         answer = sys.stdin.readline()
     except KeyboardInterrupt:
         sys.stderr.write("\n")

@@ -93,7 +93,7 @@ def test_waiting_jobs_poll_the_store_a_bounded_number_of_times_a_second() -> Non
 def test_jobs_waiting_at_the_end_poll_as_the_whole_batch_not_as_the_one_job_still_at_work(
     store_root: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # The third job's first block takes 4 s; the other two do the rest, then wait for it. Only the third holds a
+    # The third job's first block takes 6 s; the other two do the rest, then wait for it. Only the third holds a
     # lease by then: counted by holders, two waiting jobs would each poll as if the batch had two jobs. (Blocks of
     # 0.5 s: each waiting job works beside the other for seconds, and so sees three jobs at once, even when a
     # loaded machine starts its thread a second late.)
@@ -104,7 +104,7 @@ def test_jobs_waiting_at_the_end_poll_as_the_whole_batch_not_as_the_one_job_stil
         return poll_seconds(jobs, lease_seconds)
 
     monkeypatch.setattr(shared, "poll_seconds", recorded)
-    backends = [SlowBackend(seconds=0.5), SlowBackend(seconds=0.5), SlowBackend(stall=4.0)]
+    backends = [SlowBackend(seconds=0.5), SlowBackend(seconds=0.5), SlowBackend(stall=6.0)]  # 4 s: once too short
     models = [job(store_root, descriptor, b) for b in backends]
     responses = run_jobs(models, [ask(i) for i in range(N)], delays=[0.1, 0.1, 0.0])
     assert all([r.text for r in rs] == [f"answer to q{i} #0" for i in range(N)] for rs in responses)
