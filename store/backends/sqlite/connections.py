@@ -450,7 +450,7 @@ def checked_transaction(engine: Engine, path: Path) -> Iterator[Connection]:
                 yield conn
         except (DBAPIError, sqlite3.OperationalError) as e:
             orig = e.orig if isinstance(e, DBAPIError) else e
-            if getattr(orig, "sqlite_errorcode", None) == _SQLITE_READONLY:
+            if getattr(orig, "sqlite_errorcode", None) == sqlite3.SQLITE_READONLY:  # query_only's refusal
                 raise ReadTransactionWriteError(str(path)) from e
             raise
         finally:
@@ -458,9 +458,6 @@ def checked_transaction(engine: Engine, path: Path) -> Iterator[Connection]:
                 driver.execute("PRAGMA query_only = OFF")
             except sqlite3.Error:  # a connection that cannot say it is writable again is not pooled again
                 conn.invalidate()
-
-
-_SQLITE_READONLY = 8
 
 
 @dataclass(frozen=True, slots=True)
