@@ -38,8 +38,9 @@ Contract:
   a lease; the claims live in the database and survive it.
 * The call's :class:`~inference.cache.accounting.CallStats` counts what this
   job generated and wrote; ``from_other_jobs`` the distinct inputs other jobs
-  generated (not those they failed), which its ``runs`` row does not count as its misses (summed over
-  the jobs, ``runs`` counts each input once). It is set however the job
+  generated (not those they failed), which its ``runs`` row does not count
+  as its misses (summed over the jobs, ``runs`` counts each input once). It
+  is set however the job
   ends: a job interrupted (Ctrl-C) or failed counts as misses only what it
   generated or failed before, the rest being the other jobs' to generate.
 """
@@ -199,7 +200,7 @@ def generate_shared(
         return _generate_shared(model, role, requests, missing, on_progress, run, share)
     finally:
         run.from_other_jobs = (
-            len({inp.key for inp in missing}) - len(share.own) - share.in_flight - (share.failed_elsewhere)
+            len({inp.key for inp in missing}) - len(share.own) - share.in_flight - share.failed_elsewhere
         )
 
 
