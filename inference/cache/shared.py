@@ -40,9 +40,9 @@ Contract:
   job generated and wrote; ``from_other_jobs`` the distinct inputs other jobs
   generated (not those they failed), which its ``runs`` row does not count
   as its misses (summed over the jobs, ``runs`` counts each input once). It
-  is set however the job
-  ends: a job interrupted (Ctrl-C) or failed counts as misses only what it
-  generated or failed before, the rest being the other jobs' to generate.
+  is set however the job ends: a job interrupted (Ctrl-C) or failed counts
+  as misses only what it generated or failed before, the rest being the
+  other jobs' to generate.
 """
 
 from __future__ import annotations
