@@ -60,16 +60,21 @@ if TYPE_CHECKING:
 DEFAULT_SAMPLING: Mapping[str, Any] = {"temperature": 0.0, "max_tokens": 256}
 
 
+def malformed_key_value(items: Sequence[str] | None) -> str | None:
+    """The first of ``items`` that is not ``KEY=VALUE`` (a non-empty key), or None."""
+    return next((item for item in items or () if not item.partition("=")[0] or "=" not in item), None)
+
+
 def parse_key_values(items: Sequence[str] | None, option: str) -> dict[str, Any]:
     """``KEY=VALUE`` settings as given on a command line: JSON values when they parse as JSON, else strings.
 
     ``option`` names the flag in the error a malformed item raises.
     """
+    if (bad := malformed_key_value(items)) is not None:
+        raise InvalidInputError(f"{option} expects KEY=VALUE, got {bad!r}")
     parsed: dict[str, Any] = {}
     for item in items or ():
-        key, sep, raw = item.partition("=")
-        if not sep or not key:
-            raise InvalidInputError(f"{option} expects KEY=VALUE, got {item!r}")
+        key, _, raw = item.partition("=")
         try:
             parsed[key] = orjson.loads(raw)
         except orjson.JSONDecodeError:

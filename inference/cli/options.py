@@ -29,7 +29,7 @@ from typing import Annotated
 import typer
 
 from inference.cache.plan import Mode
-from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, parse_key_values
+from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, malformed_key_value, parse_key_values
 from store.errors import InvalidInputError
 from store.segments import encode_segment
 
@@ -74,10 +74,8 @@ VerboseOption = Annotated[
 
 def key_values(items: list[str] | None) -> list[str] | None:
     """Refuse a malformed ``KEY=VALUE`` as the usage error it is (exit status 2), before anything runs."""
-    for item in items or ():
-        key, sep, _ = item.partition("=")
-        if not sep or not key:
-            raise typer.BadParameter(f"expects KEY=VALUE, got {item!r}")
+    if (bad := malformed_key_value(items)) is not None:
+        raise typer.BadParameter(f"expects KEY=VALUE, got {bad!r}")
     return items
 
 
