@@ -119,6 +119,7 @@ def read_judgement_requests(
     """
     requests: list[JudgementRequest] = []
     pair_lines = 0
+    asked: Sequence[Orientation] = ("direct", "reversed") if orientations is None else orientations
     for number, row in read_lines(path):
         if "messages" in row or "text" in row:
             _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
@@ -156,7 +157,6 @@ def read_judgement_requests(
             )
         else:
             pair_lines += 1
-            asked = ("direct", "reversed") if orientations is None else orientations
             requests.extend(
                 _build(path, number, pairwise_requests, {**row, "orientations": asked, "judge": judge}, input_mode)
             )
@@ -258,8 +258,8 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     edited after that model answered it). A prompt that a model did not answer
     raises: judging half a benchmark silently would bias the comparison.
     """
-    by_model: dict[str, dict[tuple[Any, Any], str]] = {}
-    answered_hash: dict[tuple[str, tuple[Any, Any]], tuple[Path, int, Any]] = {}
+    # model -> (benchmark, instruction_id) -> (completion, file, line, input_hash)
+    by_model: dict[str, dict[tuple[Any, Any], tuple[str, Path, int, Any]]] = {}
     for path in answers:
         for number, row in read_lines(path):
             model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
@@ -280,8 +280,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                     f"{path}:{number}: {model} answers benchmark={key[0]!r} instruction_id={key[1]!r} a second "
                     "time; pairs joins answers to prompts on these ids, so each must name one prompt"
                 )
-            answered[key] = row["completion"]
-            answered_hash[model, key] = (path, number, row.get("input_hash"))
+            answered[key] = (row["completion"], path, number, row.get("input_hash"))
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
     pairs = []
@@ -299,7 +298,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
         for model in models:
             if key not in by_model[model]:
                 raise InvalidInputError(f"{model} has no answer for {request.describe()}")
-            path, number, answer_hash = answered_hash[model, key]
+            _, path, number, answer_hash = by_model[model][key]
             if answer_hash is not None and answer_hash != prompt_hash:  # a hand-made line may not carry one
                 raise InvalidInputError(
                     f"{path}:{number}: {model} answered another prompt than {prompts}'s {request.describe()} (its "
@@ -314,9 +313,9 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                         "benchmark": request.benchmark,
                         "instruction_id": request.instruction_id,
                         "model_a": model_a,
-                        "answer_a": by_model[model_a][key],
+                        "answer_a": by_model[model_a][key][0],
                         "model_b": model_b,
-                        "answer_b": by_model[model_b][key],
+                        "answer_b": by_model[model_b][key][0],
                     }
                 )
     return pairs

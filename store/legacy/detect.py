@@ -308,11 +308,11 @@ def _metadata_beside(path: Path) -> tuple[LegacyMetadata | None, LegacyTree | No
 # ---------------------------------------------------------------- DataFrames
 
 
-def _detect_dataframe(path: Path, named: bool) -> Detection | None:
+def _detect_dataframe(path: Path, named: bool, kind: str) -> Detection | None:
     try:
         source = open_dataframe(path)
     except DataFrameError as e:
-        if _may_be_a_cache(path):
+        if _may_be_a_cache(path, kind):
             return Detection(path, State.CORRUPT, f"{e}", kind="dataframe")
         if not named:  # another tool's file in a data folder: not listed
             return None
@@ -336,17 +336,18 @@ def _detect_dataframe(path: Path, named: bool) -> Detection | None:
     return Detection(path, State.NOT_OURS, f"{source.fmt} file with none of the cache columns", kind="dataframe")
 
 
-def _may_be_a_cache(path: Path) -> bool:
+def _may_be_a_cache(path: Path, kind: str) -> bool:
     """Whether a file that cannot be read as a DataFrame cache may still be a damaged one, told by what can be read
     of it: a zip that holds no ``.csv`` file (a .docx, a .jar, an archive of logs) and a CSV whose first line names
-    none of the cache columns (notes in another encoding) are not; a zip that cannot be opened may be."""
-    if file_kind(path) == "zip":
+    none of the cache columns (notes in another encoding) are not; a zip that cannot be opened may be. ``kind``
+    is :func:`file_kind`'s."""
+    if kind == "zip":
         try:
             with zipfile.ZipFile(path) as archive:
                 return any(name.endswith(".csv") for name in archive.namelist())
         except (zipfile.BadZipFile, OSError):
             return True
-    if file_kind(path) == "csv":
+    if kind == "csv":
         try:
             with path.open("rb") as handle:
                 first_line = handle.readline(1 << 16).decode("latin-1")
@@ -379,7 +380,7 @@ def detect_file(path: Path, *, named: bool = True) -> Detection | None:
     if kind == "sqlite":
         return _detect_sqlite(path)
     if kind in ("zip", "parquet", "csv"):
-        return _detect_dataframe(path, named)
+        return _detect_dataframe(path, named, kind)
     if path.suffix in (".db", ".sqlite", ".sqlite3") or named:
         what = "not an SQLite database (wrong header)" if path.suffix in (".db", ".sqlite", ".sqlite3") else None
         if what is not None:
