@@ -31,7 +31,7 @@ from typing import Any
 
 from store.errors import InvalidInputError
 from store.layout import Location, Selector
-from store.rows import RowCount, RowTotals
+from store.rows import DeletePlan, RowCount, RowTotals
 from store.store import Database, Store
 from store.tables.filters import RowFilter
 
@@ -234,4 +234,4 @@ def prune(store: Store, plan: PrunePlan) -> list[RowCount]:
     """Delete the rows of ``plan``'s filters in its databases, one write transaction per database; returns the
     rows deleted per database (an error or Ctrl-C midway carries what was deleted before it:
     :meth:`Store.delete_rows`)."""
-    return store.delete_rows(plan.counts, *plan.filters) if plan.filters else []
+    return store.delete_rows(DeletePlan(plan.filters, plan.counts)) if plan.filters else []

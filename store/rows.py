@@ -3,7 +3,8 @@
 Contract: :class:`FoundRow` and :class:`RowCount` are a row, or a count of
 rows, with the location of the database it came from, as the store's
 queries across databases return them (:meth:`FoundRow.as_dict`: location
-first, then the record's fields, :func:`row_columns`). :class:`RowTotals`
+first, then the record's fields, :func:`row_columns`). :class:`DeletePlan`
+is what a delete counted and will delete. :class:`RowTotals`
 and :class:`RowGroup` are rows added up in the database. :func:`batched`
 reads records lazily in lists.
 """
@@ -18,6 +19,7 @@ from typing import Any
 
 from store.layout import Location
 from store.roles import ROLES, Role
+from store.tables.filters import RowFilter
 from store.tables.records import RECORD_OF_ROLE, Record, record_fields
 
 
@@ -96,6 +98,26 @@ class RowCount:
 
     def as_dict(self) -> dict[str, Any]:
         return {**self.location.as_dict(), "path": self.where, "rows": self.rows}
+
+
+@dataclass(frozen=True)
+class DeletePlan:
+    """What a delete counted and will delete: its row filters and the rows they matched per database.
+
+    :meth:`Store.plan_delete <store.store.Store.plan_delete>` makes one (a
+    single filter), :func:`store.prune.plan_prune` one per run; every filter is
+    bounded by the time the plan was made (``created_before``), so
+    :meth:`Store.delete_rows <store.store.Store.delete_rows>` deletes the rows
+    counted and never a row written since. It deletes from the databases of
+    ``counts`` only.
+    """
+
+    filters: tuple[RowFilter, ...]
+    counts: tuple[RowCount, ...]
+
+    @property
+    def rows(self) -> int:
+        return sum(entry.rows for entry in self.counts)
 
 
 def batched(records: Iterable[Record], size: int) -> Iterator[list[Record]]:

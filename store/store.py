@@ -21,8 +21,9 @@ Contract:
 * Across databases: :meth:`Store.query_rows` streams the rows a
   :class:`~store.tables.filters.RowFilter` matches in the databases a
   :class:`~store.layout.Selector` picks (databases in layout order, rows of
-  one database by ``created_at``); :meth:`Store.plan_delete` counts them and
-  :meth:`Store.delete_rows` deletes them, one write transaction per database.
+  one database by ``created_at``); :meth:`Store.plan_delete` counts them
+  (rows written before the plan was made) and :meth:`Store.delete_rows`
+  deletes those, one write transaction per database.
   Both refuse an empty row filter (:class:`~store.errors.EmptyFilterError`)
   before opening anything. Databases without tables are skipped; any other
   database that cannot be opened raises its typed error.
@@ -40,8 +41,10 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Callable, Generator, Iterable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -58,7 +61,7 @@ from store.errors import (
 )
 from store.layout import Location, Selector, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
-from store.rows import FoundRow, RowCount
+from store.rows import DeletePlan, FoundRow, RowCount
 from store.settings import Settings, from_environment
 from store.tables.filters import RowFilter, roles_for
 
@@ -187,38 +190,43 @@ class Store:
 
         return execute(self, statement, selector)
 
-    def plan_delete(self, selector: Selector, flt: RowFilter) -> list[RowCount]:
-        """Count the rows ``flt`` matches in each selected database; databases with none are left out."""
-        if flt.is_empty():
+    def plan_delete(self, selector: Selector, flt: RowFilter, *, now: datetime | None = None) -> DeletePlan:
+        """Count the rows ``flt`` matches in each selected database (databases with none are left out); reads only.
+
+        The plan's filter is ``flt`` bounded by ``now`` (the current time by
+        default) as ``created_before``: rows a run writes while the caller
+        asks to confirm are neither counted nor deleted.
+        """
+        if flt.is_empty():  # before the bound below, which would make any filter one
             raise EmptyFilterError()
-        plan = []
+        now = now or datetime.now(UTC)
+        flt = dataclasses.replace(flt, created_before=min(now, flt.created_before or now))
+        counts = []
         for database in self._selected(selector, flt):
             rows = database.count(flt)
             if rows:
-                plan.append(RowCount(database.location, database.where, rows))
-        return plan
+                counts.append(RowCount(database.location, database.where, rows))
+        return DeletePlan((flt,), tuple(counts))
 
-    def delete_rows(self, plan: Iterable[RowCount], *filters: RowFilter) -> list[RowCount]:
-        """Delete the rows matching any of ``filters`` from the databases of ``plan``; returns the rows actually
-        deleted per database.
+    def delete_rows(self, plan: DeletePlan) -> list[RowCount]:
+        """Delete the rows matching any of ``plan``'s filters from its databases; returns the rows actually deleted
+        per database.
 
         Each database is one write transaction, whatever the number of filters
-        (a prune gives one per run). Rows written after the plan was made that
-        match are deleted too (the counts say so) unless the filters are bounded
-        by the plan's time (``created_before``), as ``judgestore delete`` and
-        :func:`store.prune.plan_prune` bound them. A database that fails
+        (a prune gives one per run). A database that fails
         (locked, damaged) raises its error, with ``rows_deleted`` and a note
         saying what was deleted before it, from which databases; the databases
         after it are left as they were. A ``KeyboardInterrupt`` (Ctrl-C) gets
         the same attribute and note: the database it stopped in is rolled
         back, unless the interrupt came during its commit (then its delete
-        stands and is counted, as planned). No filter, or an empty one, is an
-        :class:`EmptyFilterError`.
+        stands and is counted, as planned). A plan without filters, or with an
+        empty one, is an :class:`EmptyFilterError`.
         """
+        filters = plan.filters
         if not filters or any(flt.is_empty() for flt in filters):
             raise EmptyFilterError()
         deleted: list[RowCount] = []
-        for entry in plan:
+        for entry in plan.counts:
             try:
                 database = self.open(entry.location)
                 try:

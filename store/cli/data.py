@@ -21,7 +21,7 @@ import dataclasses
 import enum
 import sys
 from contextlib import closing
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Annotated, Any, NoReturn
 
 import typer
@@ -50,7 +50,7 @@ from store.cli.common import (
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import EmptyFilterError, JudgestoreError
+from store.errors import JudgestoreError
 from store.layout import Selector
 from store.reports import DatabaseInfo
 from store.rows import row_columns
@@ -328,44 +328,39 @@ def delete_command(
 
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
-    if flt.is_empty():  # before the bound below, which would make any filter one
-        raise EmptyFilterError()
-    # Only rows written before the count: a run still writing while the command asks keeps what it writes
-    now, given = datetime.now(UTC), flt
-    flt = dataclasses.replace(flt, created_before=min(now, flt.created_before or now))
     with planning_store(settings, dry_run=dry_run) as store:
         try:
             plan = store.plan_delete(selector, flt)
         except KeyboardInterrupt:
             interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
-        if not plan:
+        if not plan.counts:
             no_rows(store, json_output, selector, flt)
-    matched = sum(entry.rows for entry in plan)
+    matched = plan.rows
     report: dict[str, Any] = {
         "selector": {k: v for k, v in selector.as_dict().items() if v is not None},
-        "filter": given.as_dict(),
+        "filter": flt.as_dict(),
         "dry_run": dry_run,
         "matched": matched,
         "deleted": 0,
-        "databases": [entry.as_dict() for entry in plan],
+        "databases": [entry.as_dict() for entry in plan.counts],
     }
     if not json_output:
-        if not plan:
+        if not plan.counts:
             stdout().print("No rows match the filter; nothing to delete.")
             return
         table = location_table("Rows to delete" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
-        for entry in plan:
+        for entry in plan.counts:
             table.add_row(*location_cells(entry.location), f"{entry.rows:,}")
-        table.caption = f"{matched:,} rows in {len(plan)} databases"
+        table.caption = f"{matched:,} rows in {len(plan.counts)} databases"
         stdout().print(table)
-    if dry_run or not plan:
+    if dry_run or not plan.counts:
         if json_output:
             emit_json(report)
         return
-    confirmed(f"Delete {matched:,} rows from {len(plan)} databases?", yes=yes, json_output=json_output)
+    confirmed(f"Delete {matched:,} rows from {len(plan.counts)} databases?", yes=yes, json_output=json_output)
     with Store(settings) as store:
         try:
-            deleted = store.delete_rows(plan, flt)
+            deleted = store.delete_rows(plan)
         except KeyboardInterrupt as e:
             deletion_interrupted(e, json_output)
     record_deleted(report, deleted)

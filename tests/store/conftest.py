@@ -11,7 +11,7 @@ import pytest
 from store import schema
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Selector, select
-from store.rows import FoundRow, RowCount
+from store.rows import DeletePlan, FoundRow, RowCount
 from store.schema import read_script_directory, revisions_of
 from store.settings import Settings
 from store.store import Store
@@ -63,11 +63,11 @@ def query_rows(
         yield from store.query_rows(selector, flt, limit=limit)
 
 
-def plan_delete(root: Path, settings: Settings, selector: Selector, flt: RowFilter) -> list[RowCount]:
+def plan_delete(root: Path, settings: Settings, selector: Selector, flt: RowFilter) -> DeletePlan:
     with Store(settings, root=root, readonly=True) as store:
         return store.plan_delete(selector, flt)
 
 
-def delete_rows(root: Path, settings: Settings, plan: list[RowCount], flt: RowFilter) -> list[RowCount]:
+def delete_rows(root: Path, settings: Settings, plan: DeletePlan) -> list[RowCount]:
     with Store(settings, root=root) as store:
-        return store.delete_rows(plan, flt)
+        return store.delete_rows(plan)

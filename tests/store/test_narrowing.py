@@ -88,7 +88,7 @@ def test_the_narrowed_query_finds_what_a_full_scan_finds(filled: dict[str, str],
         with Store(Settings(), readonly=True, **filled) as store:  # type: ignore[arg-type]
             narrowed = [(row.location, row.record.input_hash) for row in store.query_rows(Selector(), flt)]
             assert narrowed == full_scan(store, flt)
-            counts = {(c.location, c.rows) for c in store.plan_delete(Selector(), flt)}
+            counts = {(c.location, c.rows) for c in store.plan_delete(Selector(), flt).counts}
             expected: dict[Location, int] = {}
             for location, _ in narrowed:
                 expected[location] = expected.get(location, 0) + 1

@@ -26,7 +26,7 @@ from store.errors import (
 from store.layout import METADATA_FILE, Location, Selector, read_metadata
 from store.repository import Repository
 from store.roles import Role
-from store.rows import row_columns
+from store.rows import DeletePlan, row_columns
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
@@ -402,38 +402,52 @@ def test_delete_refuses_an_empty_row_filter_before_opening_anything(filled: Path
     with pytest.raises(EmptyFilterError):
         plan_delete(filled, settings, Selector(role="completions", task="mt-bench"), RowFilter())
     with pytest.raises(EmptyFilterError):
-        delete_rows(filled, settings, [], RowFilter())
+        delete_rows(filled, settings, DeletePlan((RowFilter(),), ()))
     assert file_digests(filled) == before
 
 
 def test_delete_removes_exactly_the_planned_rows(filled: Path, settings: Settings) -> None:
     before = file_digests(filled)
     plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
-    assert sorted((e.location.role, e.rows) for e in plan) == [("completions", 2), ("judgements", 1)]
+    assert sorted((e.location.role, e.rows) for e in plan.counts) == [("completions", 2), ("judgements", 1)]
     assert file_digests(filled) == before  # planning is read-only
 
-    deleted = delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
+    deleted = delete_rows(filled, settings, plan)
     assert sum(e.rows for e in deleted) == 3
     remaining = list(query_rows(filled, settings, Selector(), RowFilter()))
     assert len(remaining) == 7 and all(r.record.run_id == "run-1" for r in remaining)
-    assert plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2")) == []
+    assert plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2")).counts == ()
+
+
+def test_a_delete_plan_deletes_what_it_counted_not_rows_written_since(filled: Path, settings: Settings) -> None:
+    """A library caller that asks between plan and delete: the run's later rows were deleted with the counted ones
+    (was; only the CLI bounded the filter)."""
+    plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
+    (flt,) = plan.filters
+    assert flt.run_id == "run-2" and flt.created_before is not None
+    later = [completion_record(i, run_id="run-2", created_at=datetime.now(UTC)) for i in (20, 21)]
+    with Store(settings, root=filled) as writer:
+        writer.database("completions", "mt-bench", QWEN).put_many(later)
+    assert sum(d.rows for d in delete_rows(filled, settings, plan)) == plan.rows == 3
+    left = {found.record.input_hash for found in query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))}
+    assert left == {r.input_hash for r in later}
 
 
 def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled: Path) -> None:
     """Each database is one transaction: the error says which are already done, and a rerun finishes."""
     flt = RowFilter(run_id="run-2")
     plan = plan_delete(filled, Settings(), Selector(), flt)
-    first, last = plan
+    first, last = plan.counts
     with Store(root=filled) as holder, Store(Settings(busy_timeout_ms=50, lock_retries=1), root=filled) as deleter:
         # a writer holds the last database
         with holder.open(last.location).transaction(), pytest.raises(DatabaseBusyError) as caught:
-            deleter.delete_rows(plan, flt)
+            deleter.delete_rows(plan)
         assert caught.value.rows_deleted == first.rows == 2
         (note,) = caught.value.__notes__
         assert f"2 rows were deleted from 1 database ({deleter.open(first.location).where})" in note
         assert "run the same command again" in note
         assert deleter.open(first.location).count(flt) == 0 and deleter.open(last.location).count(flt) == last.rows
-        assert [(d.location, d.rows) for d in deleter.delete_rows(plan, flt)] == [
+        assert [(d.location, d.rows) for d in deleter.delete_rows(plan)] == [
             (first.location, 0),
             (last.location, 1),
         ]
@@ -443,10 +457,11 @@ def test_the_note_of_a_failed_delete_says_one_row_in_the_singular(filled: Path) 
     """The judgements database first (1 row of run-2), then the held completions one. Was: '1 rows were deleted
     from 1 databases'."""
     flt = RowFilter(run_id="run-2")
-    completions, judgements = plan_delete(filled, Settings(), Selector(), flt)
+    plan = plan_delete(filled, Settings(), Selector(), flt)
+    completions, judgements = plan.counts
     with Store(root=filled) as holder, Store(Settings(busy_timeout_ms=50, lock_retries=1), root=filled) as deleter:
         with holder.open(completions.location).transaction(), pytest.raises(DatabaseBusyError) as caught:
-            deleter.delete_rows([judgements, completions], flt)
+            deleter.delete_rows(DeletePlan(plan.filters, (judgements, completions)))
         (note,) = caught.value.__notes__
         assert note.startswith(
             f"Before it, 1 row was deleted from 1 database ({deleter.open(judgements.location).where});"
@@ -466,8 +481,8 @@ def test_a_descriptor_prefix_longer_than_a_folder_name_is_compared_whole(filled:
 
 def test_delete_within_selected_databases_only(filled: Path, settings: Settings) -> None:
     plan = plan_delete(filled, settings, Selector(role="judgements"), RowFilter(run_id="run-2"))
-    assert [(e.location.role, e.rows) for e in plan] == [("judgements", 1)]
-    delete_rows(filled, settings, plan, RowFilter(run_id="run-2"))
+    assert [(e.location.role, e.rows) for e in plan.counts] == [("judgements", 1)]
+    delete_rows(filled, settings, plan)
     assert sum(1 for _ in query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == 2
 
 
