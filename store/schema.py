@@ -29,7 +29,6 @@ import enum
 import functools
 import re
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -120,8 +119,14 @@ class SchemaStatus:
 
 
 def migrations_dir() -> Path:
-    """The Alembic script directory shipped inside the installed package."""
-    return Path(str(files("migrations")))
+    """The Alembic script directory installed beside the ``store`` package (a wheel and an editable install alike).
+
+    Found by path, not by importing ``migrations``: a project's own
+    ``migrations`` package in the working folder (first on the import path
+    under ``python -c``, ``python -m`` or Jupyter) must never stand in for
+    judgestore's scripts.
+    """
+    return Path(__file__).resolve().parent.parent / "migrations"
 
 
 def read_script_directory(*extra_versions: Path) -> ScriptDirectory:

@@ -98,6 +98,18 @@ def test_the_scripts_have_exactly_one_head() -> None:
     assert [s.revision for s in script.walk_revisions()][-1] == "0001"  # the line starts at 0001
 
 
+def test_a_migrations_package_in_the_working_folder_never_stands_in_for_the_shipped_scripts(tmp_path: Path) -> None:
+    """A project's own ``migrations`` package, first on the path under ``python -c``: its revision was run into new
+    databases and every real one was called "ahead" (was)."""
+    versions = tmp_path / "migrations" / "versions"
+    versions.mkdir(parents=True)
+    (tmp_path / "migrations" / "__init__.py").write_text("")
+    (versions / "a1b2_users.py").write_text('revision = "a1b2"\ndown_revision = None\n')
+    code = "from store.schema import read_script_directory; print(read_script_directory().get_current_head())"
+    shown = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True)
+    assert shown.stdout.strip() == SHIPPED_HEAD
+
+
 def test_every_revision_documents_itself() -> None:
     """Each revision says what changes, why, data impact, expected cost (docs/schema-evolution.md); forward-only."""
     for path in sorted((migrations_dir() / "versions").glob("[0-9]*.py")):
