@@ -114,6 +114,7 @@ class ProblemKind(enum.StrEnum):
     SCHEMA = "schema"  # behind, ahead or foreign
     INPUT_HASH = "input-hash"  # a row's input_text does not hash to its input_hash
     TEXT = "text"  # a row holds text that is not valid UTF-8 (a damaged page)
+    VALUE = "value"  # a row holds a value its column's type cannot read (JSON that does not decode, a bad time)
     STRAY = "stray"  # a file or folder that is not part of the layout
 
 
@@ -172,17 +173,25 @@ class RowChecks:
                 "it is recomputed",
             )
 
-    def damaged(self, key: str | None, rowid: int, columns: list[str]) -> None:
+    def damaged(self, key: str | None, rowid: int, undecodable: list[str], unreadable: list[str]) -> None:
+        """A row with text that is not UTF-8 (``undecodable`` columns) or values its columns' types cannot read."""
         self.checked += 1
         fix = (
             f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
             if key is not None
             else "Its key is damaged too: restore the file from a backup, or delete the file to recompute its rows"
         )
+        faults = [
+            f"{', '.join(columns)} {'is' if len(columns) == 1 else 'are'} {what}"
+            for columns, what in (
+                (undecodable, "not valid UTF-8 (a damaged page)"),
+                (unreadable, "not a value of its type (another tool wrote it?)"),
+            )
+            if columns
+        ]
         self._add(
-            ProblemKind.TEXT,
-            f"row {key or '?'} (rowid {rowid}): {', '.join(columns)} {'is' if len(columns) == 1 else 'are'} not "
-            f"valid UTF-8 (a damaged page). {fix}",
+            ProblemKind.TEXT if undecodable else ProblemKind.VALUE,
+            f"row {key or '?'} (rowid {rowid}): {'; '.join(faults)}. {fix}",
         )
 
     def result(self) -> tuple[int, list[Problem]]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -289,6 +290,27 @@ def _declared(dialect: Dialect) -> MetaData:
 
 
 # ---------------------------------------------------------------- the state of a database in a store
+
+
+def missing_parts(held: Mapping[str, Collection[str]]) -> str | None:
+    """What a database at the models' revision lacks of the tables and columns they declare, as one message (None:
+    nothing); ``held`` gives the database's column names by table name (the version table aside)."""
+    missing = [
+        part
+        for table in Base.metadata.sorted_tables
+        for part in (
+            [f"table {table.name}"]
+            if table.name not in held
+            else [f"column {table.name}.{c.name}" for c in table.c if c.name not in held[table.name]]
+        )
+    ]
+    if not missing:
+        return None
+    shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+    return (
+        f"lacks {shown}, which its schema revision {SCHEMA_REVISION} has: another tool edited it. Restore it from "
+        "a backup, or delete it to recompute its rows"
+    )
 
 
 def status_error(status: SchemaStatus, path: Path | str) -> str | None:

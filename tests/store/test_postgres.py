@@ -526,6 +526,24 @@ def test_verify_on_a_server_reports_an_edited_registry_a_newer_revision_and_a_dr
     assert kinds["completions/Qwen/Qwen3-8B"] == [ProblemKind.SCHEMA]
 
 
+def test_verify_on_a_server_names_a_bookkeeping_table_or_column_another_tool_removed(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A schema without its claims table, or a runs column, passed verify as 'no problems' (was)."""
+    locations = _server_store(pg_url)
+    database = make_url(pg_url).database
+    by_key = {loc.role + "/" + loc.model: loc for loc in locations}
+    pg_cluster.sql(f'DROP TABLE "{schema_name(by_key["completions/Qwen/Qwen3-8B"])}".claims', database)
+    pg_cluster.sql(f'ALTER TABLE "{schema_name(by_key["judgements/Qwen/Qwen3-8B"])}".runs DROP COLUMN mode', database)
+    results = _verify(pg_url)
+    (claims,) = results["completions/Qwen/Qwen3-8B"].problems
+    (runs,) = results["judgements/Qwen/Qwen3-8B"].problems
+    assert claims.kind is runs.kind is ProblemKind.SCHEMA
+    assert "lacks table claims, which its schema revision" in claims.message
+    assert "lacks column runs.mode, which its schema revision" in runs.message
+    assert results["completions/other"].ok
+
+
 def test_a_column_another_tool_gave_another_type_is_reported_by_verify_and_named_by_every_command(
     pg_url: str, pg_cluster: Cluster
 ) -> None:

@@ -102,3 +102,64 @@ def test_a_dangling_link_where_a_file_of_the_layout_belongs_is_named_as_such(fil
     metadata.symlink_to(qwen.folder(filled) / "gone.json")
     (stray,) = stray_paths(filled)
     assert stray.where == str(metadata) and stray.message == "a link to nothing where the file metadata.json belongs"
+
+
+@pytest.mark.parametrize(
+    ("statement", "named"),
+    [
+        ("DROP TABLE runs", "table runs"),
+        ("DROP TABLE claims", "table claims"),
+        ("ALTER TABLE adoptions DROP COLUMN sampled", "column adoptions.sampled"),
+    ],
+)
+def test_verify_names_a_table_or_column_another_tool_removed(
+    filled: Path, settings: Settings, statement: str, named: str
+) -> None:
+    """A database lacking a bookkeeping table passed verify, as 'no problems' (was)."""
+    qwen = location_of(filled, QWEN)
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute(statement)
+    conn.close()
+    before = file_digests(filled)
+    (problem,) = verify_database(filled, qwen, settings).problems
+    assert problem.kind is ProblemKind.SCHEMA and f"lacks {named}, which its schema revision" in problem.message
+    assert file_digests(filled) == before
+
+
+def test_verify_tells_a_database_whose_tables_were_dropped_from_one_being_created(
+    filled: Path, settings: Settings
+) -> None:
+    """Zero bytes: another process is creating it (no problem). Pages but no table: its rows are gone (was: OK)."""
+    qwen, llama = location_of(filled, QWEN), location_of(filled, LLAMA)
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall():
+            conn.execute(f'DROP TABLE "{name}"')
+    conn.close()
+    llama.db_path(filled).write_bytes(b"")
+    (problem,) = verify_database(filled, qwen, settings).problems
+    assert problem.kind is ProblemKind.SCHEMA and "holds no tables, though it is not empty" in problem.message
+    assert verify_database(filled, llama, settings).ok
+
+
+def test_a_value_that_does_not_decode_is_named_by_its_row_and_the_other_rows_are_still_checked(
+    filled: Path, settings: Settings
+) -> None:
+    """One undecodable JSON value ended the row checks of its database with a bare JSONDecodeError (was)."""
+    qwen = location_of(filled, QWEN)
+    bad_json, bad_time, edited = (completion_record(i, model="qwen").input_hash for i in (0, 1, 2))
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute("UPDATE completions SET usage = '{not json' WHERE input_hash = ?", (bad_json,))
+        conn.execute("UPDATE completions SET created_at = 'yesterday' WHERE input_hash = ?", (bad_time,))
+        conn.execute("UPDATE completions SET input_text = input_text || ' ' WHERE input_hash = ?", (edited,))
+    conn.close()
+    result = verify_database(filled, qwen, settings)
+    by_row = {next(k for k in (bad_json, bad_time, edited) if k in p.message): p for p in result.problems}
+    assert set(by_row) == {bad_json, bad_time, edited} and len(result.problems) == 3
+    assert (
+        by_row[bad_json].kind is ProblemKind.VALUE and ": usage is not a value of its type" in by_row[bad_json].message
+    )
+    assert by_row[bad_time].kind is ProblemKind.VALUE and ": created_at is not a value" in by_row[bad_time].message
+    assert by_row[edited].kind is ProblemKind.INPUT_HASH
+    assert f"judgestore delete --input-hash {bad_json}" in by_row[bad_json].message
+    with Store(settings, root=filled, readonly=True) as store:
+        assert result.rows_checked == store.open(qwen).count()

@@ -20,8 +20,9 @@ from store.backends.postgres.status import NO_TABLES, SchemaHost, classify
 from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
-from store.schema import USABLE_STATES, DatabaseState, status_error
+from store.schema import USABLE_STATES, DatabaseState, missing_parts, status_error
 from store.tables.filters import RowFilter
+from store.tables.models import SCHEMA_REVISION
 from store.tables.row_checks import table_shape
 
 
@@ -37,7 +38,8 @@ def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerificati
             except MetadataMismatchError as e:
                 problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
             status = classify(conn, location)
-            altered = _altered_columns(conn, location, where) if status.state is DatabaseState.CURRENT else []
+            current = status.state is DatabaseState.CURRENT
+            altered = _schema_problems(conn, location, where, status.revision) if current else []
         if status.state is DatabaseState.EMPTY:  # created with its tables in one transaction: they were dropped
             problems.append(Problem(where, ProblemKind.SCHEMA, f"{where} {NO_TABLES}; its rows are gone"))
         elif status.state not in USABLE_STATES:
@@ -57,23 +59,29 @@ _SERVER_TYPES = {"VARCHAR": "varchar", "TEXT": "text", "INTEGER": "int4", "BIGIN
                  "TIMESTAMP": "timestamp", "JSON": "json", "BOOLEAN": "bool"}  # fmt: skip
 
 
-def _altered_columns(conn: Connection, location: Location, where: str) -> list[Problem]:
-    """A column of the role's table whose type is not the one the models declare (another tool altered it)."""
+def _schema_problems(conn: Connection, location: Location, where: str, revision: str | None) -> list[Problem]:
+    """At the models' revision, a table or column they declare that the schema lacks; at any, a column of the role's
+    table whose type is not the one they declare (another tool altered it). One query over the schema's columns."""
+    columns = "SELECT table_name, column_name, udt_name FROM information_schema.columns WHERE table_schema = :s"
+    held: dict[str, dict[str, str]] = {}
+    for table_name, name, kind in conn.execute(text(columns), {"s": schema_name(location)}):
+        held.setdefault(str(table_name), {})[str(name)] = str(kind)
+    lacking = missing_parts(held) if revision == SCHEMA_REVISION else None
+    if lacking is not None:
+        return [Problem(where, ProblemKind.SCHEMA, f"{where} {lacking}")]
     table = table_shape(location.role)[0]
-    columns = "SELECT column_name, udt_name FROM information_schema.columns WHERE table_schema = :s AND table_name = :t"
-    rows = conn.execute(text(columns), {"s": schema_name(location), "t": table.name}).all()
-    held: dict[str, str] = {str(name): str(kind) for name, kind in rows}
     problems = []
     for column in table.c:
         declared = column.type.compile(dialect=postgresql.dialect()).split("(")[0].split()[0]
         expected = _SERVER_TYPES.get(declared)
-        if expected is not None and held.get(column.name, expected) != expected:
+        found = held.get(table.name, {}).get(column.name, expected)
+        if expected is not None and found != expected:
             problems.append(
                 Problem(
                     where,
                     ProblemKind.SCHEMA,
-                    f"{table.name}.{column.name} is {held[column.name]}, not the {expected} its schema revision "
-                    "declares: another tool altered it. Restore the schema (or copy the store elsewhere)",
+                    f"{table.name}.{column.name} is {found}, not the {expected} its schema "
+                    "revision declares: another tool altered it. Restore the schema (or copy the store elsewhere)",
                 )
             )
     return problems

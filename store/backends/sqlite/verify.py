@@ -7,9 +7,11 @@ Contract:
   meanwhile are not seen; a read without locks that a writer changed is
   made again: :mod:`~store.backends.sqlite.connections`, so a verdict of
   damage is never a concurrent write's): SQLite's ``integrity_check``, its metadata.json
-  against its folder, its schema state, and that every row's ``input_text``
-  hashes to its ``input_hash`` (a row whose text is not valid UTF-8, a
-  damaged page, is named by its key). It never raises for a bad database: what is
+  against its folder, its schema state (every table and column its revision
+  has; a file with pages but no table lost its rows), and that every row's
+  ``input_text`` hashes to its ``input_hash`` (a row whose text is not valid
+  UTF-8, a damaged page, or with a value its column's type cannot read is
+  named by its key, and the other rows are still checked). It never raises for a bad database: what is
   wrong becomes :class:`Problem` records, each naming its file and the next
   step. It also counts the rows adopted from older descriptors
   (``judgestore adopt``), which are checked like every other row.
@@ -20,7 +22,7 @@ Contract:
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,13 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backends.sqlite.connections import checked_transaction, classify, create_sqlite_engine, stable_read
+from store.backends.sqlite.connections import (
+    checked_transaction,
+    classify,
+    create_sqlite_engine,
+    sqlite_dialect,
+    stable_read,
+)
 from store.backends.sqlite.errors import translated
 from store.backends.sqlite.rows import SqliteRepository
 from store.errors import (
@@ -52,10 +60,11 @@ from store.layout import (
 )
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.roles import ROLES
-from store.schema import USABLE_STATES, DatabaseState, Revisions, status_error
+from store.schema import USABLE_STATES, DatabaseState, Revisions, missing_parts, status_error
 from store.segments import decode_segment
 from store.settings import Settings
 from store.tables.filters import RowFilter
+from store.tables.models import SCHEMA_REVISION
 
 # What a command that refuses a damaged file (an upgrade, a vacuum) tells the user to do next
 DAMAGE_ADVICE = "Run `judgestore verify`; restore the file from a backup, or delete it to compute its rows again"
@@ -75,6 +84,19 @@ def _integrity_problems(conn: Connection, path: Path) -> list[Problem]:
     return [] if damage is None else [Problem(str(path), ProblemKind.INTEGRITY, damage)]
 
 
+# A file with pages but no table: made by this library with its tables in one transaction, so they were dropped
+NO_TABLES = "holds no tables, though it is not empty: they were dropped (by another tool?), and its rows with them"
+
+
+def _missing_parts(conn: Connection) -> str | None:
+    """:func:`~store.schema.missing_parts` of the file behind ``conn``: one query over its tables' columns."""
+    held: dict[str, set[str]] = {}
+    listed = "SELECT m.name, c.name FROM sqlite_master AS m JOIN pragma_table_info(m.name) AS c WHERE m.type = 'table'"
+    for table, column in conn.execute(text(listed)):
+        held.setdefault(table, set()).add(column)
+    return missing_parts(held)
+
+
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
     checks = RowChecks(path)
     for record in SqliteRepository(conn, location.role).query():
@@ -90,25 +112,42 @@ def _utf8(value: bytes) -> str | None:
 
 
 def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
-    """The row scan again, reading text as bytes: names the rows whose text is not UTF-8 (damaged pages)."""
+    """The row scan again, value by value: names the rows whose text is not UTF-8 (damaged pages) or whose values
+    their columns' types cannot read (JSON that does not decode, a time that is none), and hashes the others."""
     checks = RowChecks(path)
+    table = SqliteRepository(conn, location.role).table
+    dialect = sqlite_dialect()  # the record readers' own: JSON through store.jsonvalues
+    readers = {c.name: c.type.dialect_impl(dialect).result_processor(dialect, None) for c in table.c}
     driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
     saved, driver.text_factory = driver.text_factory, bytes
     try:
-        cursor = driver.execute(f'SELECT rowid, * FROM "{SqliteRepository(conn, location.role).table.name}"')
+        cursor = driver.execute(f'SELECT rowid, * FROM "{table.name}"')
         names = [column[0] for column in cursor.description]
         for rowid, *values in cursor:
-            row = dict(zip(names[1:], values, strict=True))
-            raw_key = row["input_hash"]
-            key = _utf8(raw_key) if isinstance(raw_key, bytes) else None
-            bad = [name for name, v in row.items() if isinstance(v, bytes) and _utf8(v) is None]
-            if bad or key is None:
-                checks.damaged(key, rowid, bad or ["input_hash"])
+            row: dict[str, Any] = {}
+            undecodable, unreadable = [], []
+            for name, raw in zip(names[1:], values, strict=True):
+                row[name] = value = _utf8(raw) if isinstance(raw, bytes) else raw
+                if isinstance(raw, bytes) and value is None:
+                    undecodable.append(name)
+                elif value is not None and (read := readers[name]) is not None and not _readable(read, value):
+                    unreadable.append(name)
+            key = row["input_hash"] if isinstance(row["input_hash"], str) else None
+            if undecodable or unreadable or key is None:
+                checks.damaged(key, rowid, undecodable or ([] if unreadable else ["input_hash"]), unreadable)
             else:
                 checks.hashed(key, int(row["sample_index"]), row["input_text"])
     finally:
         driver.text_factory = saved
     return checks.result()
+
+
+def _readable(read: Callable[[Any], Any], value: Any) -> bool:
+    try:
+        read(value)
+    except (ValueError, TypeError, OverflowError):
+        return False
+    return True
 
 
 def verify_database(
@@ -136,14 +175,22 @@ def verify_database(
             with checked_transaction(engine, path) as conn:
                 found += _integrity_problems(conn, path)
                 status = classify(conn, path, known)
+                lacking = _missing_parts(conn) if status.revision == SCHEMA_REVISION else None
                 if status.state not in USABLE_STATES:
                     found.append(Problem(str(path), ProblemKind.SCHEMA, str(status_error(status, path))))
+                elif status.state is DatabaseState.EMPTY and path.stat().st_size:
+                    # Zero bytes: a database another process is creating. Pages without a table: they were dropped.
+                    found.append(Problem(str(path), ProblemKind.SCHEMA, f"{path} {NO_TABLES}"))
+                elif lacking is not None:
+                    found.append(Problem(str(path), ProblemKind.SCHEMA, f"{path} {lacking}"))
                 elif status.state is DatabaseState.CURRENT:
                     try:
                         checked, bad_rows = _row_hash_problems(conn, location, path)
                     except DBAPIError as e:
                         if not isinstance(translated(path, e), DamagedTextError):
                             raise
+                        checked, bad_rows = _raw_row_problems(conn, location, path)
+                    except ValueError:  # a JSON value that does not decode: the scan of raw values names its row
                         checked, bad_rows = _raw_row_problems(conn, location, path)
                     found += bad_rows
                     adopted = SqliteRepository(conn, location.role).count(RowFilter(adopted=True))
