@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.errors import DatabaseFileError, EmptyFilterError, InvalidInputError
+from store.errors import DamagedValueError, DatabaseFileError, EmptyFilterError, InvalidInputError, JudgestoreError
 from store.layout import Location, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
@@ -188,7 +188,7 @@ class Database(ABC):
         A backend whose reads may take no locks re-reads or refuses what a writer changed under them (SQLite's
         read-only reads: :mod:`store.backends.sqlite.connections`).
         """
-        with self._translated(), self._connect(write=False) as conn:
+        with self._translated(), values_read(self.where), self._connect(write=False) as conn:
             yield from rows(conn)
 
     def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
@@ -221,7 +221,8 @@ class Database(ABC):
         """
         keys = lookup_keys(hashes)  # checked once, before a connection is opened
         lean = self._deferred_columns() if deferred else None
-        return self._read(lambda repo: repo._get_many(keys, lean))
+        with values_read(self.where):
+            return self._read(lambda repo: repo._get_many(keys, lean))
 
     def _deferred_columns(self) -> DeferredColumns:
         """What a deferred lookup's records read their deferred columns through: this database, whole rows, later."""
@@ -260,6 +261,24 @@ class Database(ABC):
         if write:
             return self._write(lambda repo: work(self._claim_table(repo.conn)))
         return self._read(lambda repo: work(self._claim_table(repo.conn)))
+
+
+@contextmanager
+def values_read(where: str) -> Iterator[None]:
+    """Rows decoded inside: a stored value its column's type cannot read (another tool wrote it: JSON that does not
+    decode, a time that is none) is a :class:`~store.errors.DamagedValueError` naming the database, never a bare
+    ``ValueError``; nothing was changed."""
+    try:
+        yield
+    except JudgestoreError:
+        raise
+    except (ValueError, TypeError, OverflowError) as e:
+        raise DamagedValueError(
+            where,
+            f"holds a value its column's type cannot read ({type(e).__name__}: {e}); nothing was changed. "
+            "`judgestore verify` names the rows: delete them with `judgestore delete --input-hash HASH` so that "
+            "they are recomputed, or restore the database from a backup",
+        ) from e
 
 
 def checked_limit(limit: int | None) -> int | None:

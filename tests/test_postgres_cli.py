@@ -410,3 +410,26 @@ def test_no_password_spelling_ever_prints(right: bool, pg_url: str, pg_cluster: 
             (listed,) = orjson.loads(runs["ls --json"].stdout)
             assert listed["rows"] == 3 and listed["path"].startswith("postgresql+psycopg://pw_user")
             assert "pw_user@" in runs["ls"].stdout.replace("\n", "") or "pw_user:***@" in runs["ls"].stdout
+
+
+def test_a_server_value_its_type_cannot_read_fails_query_and_copy_cleanly(
+    pg_url: str, pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """A JSON value another tool wrote (the server's json type takes 1e999) was a traceback (was)."""
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="m")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+        (location,) = store.locations()
+    victim = completion_record(1).input_hash
+    pg_cluster.sql(
+        f"""UPDATE "{schema_name(location)}".completions SET usage = '{{"a": 1e999}}' WHERE input_hash = '{victim}'""",
+        make_url(pg_url).database,
+    )
+    for args in (["query", "--store-url", pg_url], ["copy", "--from-url", pg_url, "--to-root", str(tmp_path / "c")]):
+        result = judgestore(*args)
+        assert result.exit_code == 1, result.output
+        assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+        assert "holds a value its column's type cannot read" in " ".join(result.output.split())
+    with Store(url=pg_url, readonly=True) as store:
+        assert store.open(location).count() == 3

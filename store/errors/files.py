@@ -27,6 +27,7 @@ __all__ = [
     "ChangedUnderReadError",
     "CorruptDatabaseError",
     "DamagedTextError",
+    "DamagedValueError",
     "DatabaseBusyError",
     "DatabaseFileError",
     "DatabaseIOError",
@@ -271,6 +272,11 @@ class DatabaseIOError(DatabaseFileError):
 
 class DamagedTextError(CorruptDatabaseError):
     """A text value in the file is not valid UTF-8: the page holding it was damaged."""
+
+
+class DamagedValueError(DatabaseFileError):
+    """A stored value its column's type cannot read (JSON that does not decode, a time that is none): another tool
+    wrote it."""
 
 
 class SchemaMismatchError(DatabaseFileError):

@@ -15,7 +15,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from store.errors import CorruptDatabaseError, DamagedTextError, StoreFullError
+from store.errors import CorruptDatabaseError, DamagedTextError, DamagedValueError, StoreFullError
 from store.layout import Selector, walk
 from store.settings import Settings
 from store.store import Store
@@ -70,6 +70,50 @@ def test_query_over_damaged_text_exits_1_naming_the_file(damaged_text: tuple[Pat
     assert_failed_cleanly(as_json)
     assert json_error(as_json)["type"] == "DamagedTextError"
     assert json_error(as_json)["path"] == str(qwen_db(root))
+    assert file_digests(root) == before
+
+
+# ---------------------------------------------------------------- a value another tool wrote that its type cannot read
+
+
+@pytest.fixture
+def damaged_value(store_root: Path) -> tuple[Path, str]:
+    """A small store where one row of the Qwen database holds ``usage`` that is not JSON (written by another tool)."""
+    fill_small_store(store_root)
+    key = completion_record(1, model="qwen").input_hash
+    with closing(sqlite3.connect(qwen_db(store_root))) as conn, conn:
+        conn.execute("UPDATE completions SET usage = '{\"x\": NaN}' WHERE input_hash = ?", (key,))
+    return store_root, key
+
+
+def test_a_value_its_type_cannot_read_is_a_typed_error_naming_the_database(damaged_value: tuple[Path, str]) -> None:
+    """A bare JSONDecodeError from query, get_many and every command that reads rows (was)."""
+    root, key = damaged_value
+    before = file_digests(root)
+    with Store(Settings(), root=root, readonly=True) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        for read in (lambda: list(database.query()), lambda: database.get_many([key])):
+            with pytest.raises(DamagedValueError) as caught:
+                read()
+            assert caught.value.path == qwen_db(root) and "JSONDecodeError" in str(caught.value)
+            assert "judgestore verify" in str(caught.value)
+        assert database.count() == 3  # what does not read values still works
+    assert file_digests(root) == before
+
+
+@pytest.mark.parametrize("args", [["query"], ["export", "--format", "jsonl", "-o", "-"], ["copy", "--to-root"]])
+def test_commands_reading_a_value_its_type_cannot_read_fail_cleanly(
+    damaged_value: tuple[Path, str], args: list[str], tmp_path: Path
+) -> None:
+    root, _ = damaged_value
+    before = file_digests(root)
+    if args[0] == "copy":
+        args = [*args, str(tmp_path / "copied"), "--from-root", str(root)]
+    else:
+        args = [*args, "--store-root", str(root)]
+    result = judgestore(*args)
+    assert_failed_cleanly(result)
+    assert "holds a value its column's type cannot read" in " ".join(result.output.split())
     assert file_digests(root) == before
 
 

@@ -33,7 +33,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.backend import Database
+from store.backend import Database, values_read
 from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
     ReadOnlyConnection,
@@ -154,7 +154,7 @@ class SqliteDatabase(Database):
         unchanged under it (see the module docstring)."""
         given = 0
         for _ in range(READONLY_READ_ATTEMPTS):
-            with self._translated(), self.engine.connect() as conn, conn.begin():
+            with self._translated(), values_read(self.where), self.engine.connect() as conn, conn.begin():
                 driver = conn.connection.driver_connection
                 if not isinstance(driver, ReadOnlyConnection) or driver.unlocked_since is None:
                     yield from rows(conn)  # under SQLite's locks: the transaction is one snapshot
@@ -191,7 +191,8 @@ class SqliteDatabase(Database):
             with self._translated(), self._driver() as conn:
                 return sqlite_get_many(conn, self.location.role, keys, lean)
 
-        return self._stable(attempt)
+        with values_read(self.where):
+            return self._stable(attempt)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
         """Insert in a write transaction of its own; keys are checked after binding, before the commit.
