@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import random
 import re
 import statistics
@@ -173,12 +174,18 @@ def main() -> None:
     args = parser.parse_args()
     if args.rows < 8 or args.reps < 1:
         parser.error("--rows must be at least 8 and --reps at least 1")
+    with tempfile.TemporaryDirectory(prefix="judgestore-browse-bench-") as work:
+        # judgestore's cache folder (the store's catalog) stays with the bench, and goes with a throwaway store
+        os.environ["XDG_CACHE_HOME"] = str(Path(work) / "cache")
+        run(args.dir or Path(work) / "store", args)
+
+
+def run(root: Path, args: argparse.Namespace) -> None:
     from store.browse.browser import Browser
     from store.browse.pages import RowsQuery
     from store.browse.queries import Key
     from store.browse.server import serving
 
-    root = args.dir or Path(tempfile.mkdtemp(prefix="judgestore-browse-bench-")) / "store"
     if not (root / "judgements").exists():
         print(f"building a store of {args.rows:,} rows in {root}", file=sys.stderr)
         build(root, args.rows)

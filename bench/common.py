@@ -182,7 +182,9 @@ class Variant:
     ``check(state, result)``, when given, runs untimed right after every call;
     the result is then dropped instead of being kept for ``teardown``, so a
     large result never stays alive (and in the way) during the other variants'
-    calls.
+    calls. ``before(state)``, when given, runs untimed right before every call
+    (``setup`` runs once a sample, before any variant's first call: what each
+    call must start from, an emptied cache, belongs here).
     """
 
     name: str
@@ -190,6 +192,7 @@ class Variant:
     setup: Callable[[], Any] = lambda: None
     teardown: Callable[[Any, Any], None] = lambda _state, _result: None
     check: Callable[[Any, Any], None] | None = None
+    before: Callable[[Any], None] | None = None
 
 
 @dataclass
@@ -254,6 +257,9 @@ def _sample(variants: Sequence[Variant], inner: int) -> list[tuple[float, float]
     for k in range(inner):
         order = range(len(variants)) if k % 2 == 0 else reversed(range(len(variants)))
         for i in order:
+            before = variants[i].before
+            if before is not None:
+                before(states[i])
             wall, cpu, result = _call(variants[i], states[i])
             check = variants[i].check
             if check is not None:

@@ -175,7 +175,7 @@ def report(bench: EngineBench) -> list[dict[str, Any]]:
         "check call",
         "tokens",
         "tokens/s",
-        "vs plain",
+        "throughput vs plain",
         "wall vs plain",
         "held",
         "running",

@@ -20,19 +20,21 @@ Three parts, each measured beside its floor in the same run:
   - floor, the same work with orjson, hashlib and stdlib sqlite3 only: per
     request ``orjson.dumps({"messages": messages, "type": "messages"},
     option=OPT_SORT_KEYS)`` then ``hashlib.sha256(...).hexdigest()``; the keys
-    deduplicated; then ``SELECT <the 13 columns> FROM completions WHERE
-    input_hash IN (SELECT value FROM json_each(?))`` in batches of
+    deduplicated; then ``SELECT <the 8 columns a hit returns> FROM
+    completions WHERE input_hash IN (SELECT value FROM json_each(?))`` (the
+    columns the lookup reads: the prompt and the row's bookkeeping,
+    ``store.tables.deferred.DEFERRED_COLUMNS``, stay on disk) in batches of
     ``store.backends.sqlite.rows.LOOKUP_BATCH`` keys in one read transaction,
     ``fetchall``, and a ``dict[key, row tuple]`` with ``usage`` and
-    ``top_logprobs`` decoded by ``orjson.loads`` (``created_at`` left as
-    text), built with the cyclic GC paused; the number of hits is returned and
-    the rows dropped, as ``plan`` drops its records. Same file, same pragmas
-    (WAL, synchronous=NORMAL). Not included: validating the messages,
-    ``CompletionRecord`` objects, parsing ``created_at``, the Plan.
-  - floor + records: the floor building what ``Database.get_many`` returns
-    (``CompletionRecord`` objects, ``created_at`` parsed to an aware UTC
-    datetime), as ``bench/store_bench.py``'s raw ``get_many`` does; shown
-    beside, for the part of the gap that is the result's shape.
+    ``top_logprobs`` decoded by ``orjson.loads``, built with the cyclic GC
+    paused; the number of hits is returned and the rows dropped, as ``plan``
+    drops its records. Same file, same pragmas (WAL, synchronous=NORMAL). Not
+    included: validating the messages, ``CompletionRecord`` objects, the Plan.
+  - floor + records: the floor reading every column, the prompt included, and
+    building whole ``CompletionRecord`` objects (``created_at`` parsed), what
+    ``Database.get_many(deferred=False)`` returns, as
+    ``bench/store_bench.py``'s raw ``get_many`` does: more work than a hit
+    does, shown beside for scale (ours under it is expected).
 
   - ours, hosted spec (10k requests): the same rows stored under a hosted
     model's descriptor (``HostedSpec(provider="vllm-server", ...)``), planned
@@ -115,7 +117,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import closing, contextmanager
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -125,8 +126,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))  # `python bench/inference_bench.py` from anywhere
 
 from bench.common import (  # noqa: E402
-    FIELDS,
-    SELECT_BY_KEYS,
+    RAW_FIELDS,
     Timing,
     Variant,
     completion_records,
@@ -150,6 +150,7 @@ from store import Settings, Store  # noqa: E402
 from store.backends.sqlite.rows import LOOKUP_BATCH  # noqa: E402
 from store.descriptor import ModelDescriptor  # noqa: E402
 from store.roles import Role  # noqa: E402
+from store.tables.deferred import DEFERRED_COLUMNS  # noqa: E402
 from store.tables.records import CompletionRecord  # noqa: E402
 
 TARGET = 1.2
@@ -250,8 +251,14 @@ def floor_keys(batch: Sequence[list[dict[str, str]]]) -> list[str]:
     return [sha256(dumps({"messages": m, "type": "messages"}, option=sort_keys)).hexdigest() for m in batch]
 
 
+# What a hit returns: the columns the lookup reads (the prompt and the row's bookkeeping stay on disk until asked for)
+HIT_FIELDS = tuple(name for name in RAW_FIELDS if name not in DEFERRED_COLUMNS)
+SELECT_HITS = f"SELECT {', '.join(HIT_FIELDS)} FROM completions WHERE input_hash IN (SELECT value FROM json_each(?))"
+JSON_AT = tuple(HIT_FIELDS.index(name) for name in ("usage", "top_logprobs"))
+
+
 def floor_rows(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple[Any, ...]]:
-    """Look the keys up in batches of LOOKUP_BATCH; rows with their JSON columns decoded."""
+    """Look the keys up in batches of LOOKUP_BATCH; the columns a hit returns (HIT_FIELDS), JSON decoded."""
     unique = list(dict.fromkeys(keys))
     found: dict[str, tuple[Any, ...]] = {}
     loads = orjson.loads
@@ -260,14 +267,12 @@ def floor_rows(conn: sqlite3.Connection, keys: Sequence[str]) -> dict[str, tuple
         try:
             for start in range(0, len(unique), LOOKUP_BATCH):
                 chunk = orjson.dumps(unique[start : start + LOOKUP_BATCH]).decode()
-                for h, si, it, co, bm, ii, mo, fr, us, tl, ri, cb, ca, af in conn.execute(
-                    SELECT_BY_KEYS, (chunk,)
-                ).fetchall():
-                    found[h] = (
-                        h, si, it, co, bm, ii, mo, fr,
-                        None if us is None else loads(us), None if tl is None else loads(tl),
-                        ri, cb, ca, af,
-                    )  # fmt: skip
+                for row in conn.execute(SELECT_HITS, (chunk,)).fetchall():
+                    values = list(row)
+                    for at in JSON_AT:
+                        if values[at] is not None:
+                            values[at] = loads(values[at])
+                    found[row[0]] = tuple(values)
         finally:
             conn.execute("COMMIT")
     return found
@@ -443,10 +448,7 @@ class PlanBench:
             raise AssertionError("the floor found other rows than judgestore")
         for key, record in ours.items():
             row = rows[key]
-            values = tuple(getattr(record, name) for name in FIELDS)
-            at = FIELDS.index("created_at")  # the floor leaves it as the stored text
-            same = values[:at] + values[at + 1 :] == row[:at] + row[at + 1 :]
-            if not same or datetime.fromisoformat(row[at]).replace(tzinfo=UTC) != record.created_at:
+            if tuple(getattr(record, name) for name in HIT_FIELDS) != row:
                 raise AssertionError(f"the floor's row {key[:16]} differs from judgestore's record")
         del ours, rows, responses
         return inputs
@@ -730,7 +732,7 @@ class EngineBench:
         requests = case.requests
         stores: list[Path] = []
 
-        def empty_prefix_cache() -> None:
+        def empty_prefix_cache(_state: Any = None) -> None:
             """Every call starts without the prompts in vLLM's prefix cache (on by default): the variants share
             one engine and one batch, so a call would otherwise find the prompts the call before it computed."""
             if not backend._llm.reset_prefix_cache():
@@ -753,7 +755,6 @@ class EngineBench:
                 store = Store(settings, root=root)
                 if database:
                     store.database(ROLE, TASK, descriptor)
-                empty_prefix_cache()
                 return CachedModel(store, descriptor, task=TASK, backend_factory=views(chunked))
 
             return setup
@@ -779,18 +780,23 @@ class EngineBench:
                 raise AssertionError(f"a cold run did not generate (and write) every prompt: {run.generated}")
 
         def storeless() -> CachedModel:
-            empty_prefix_cache()
             return CachedModel(None, descriptor, task=TASK, mode="off", backend_factory=views())
 
         def complete(model: CachedModel) -> Responses:
             return model.complete(requests)
 
-        variants = [Variant(COLD, complete, cold(), teardown, check), Variant(PLAIN, plain, empty_prefix_cache)]
+        variants = [
+            Variant(COLD, complete, cold(), teardown, check, empty_prefix_cache),
+            Variant(PLAIN, plain, before=empty_prefix_cache),
+        ]
         if case.beside:
             variants += [
-                Variant("  the database already created", complete, cold(database=True), teardown, check),
-                Variant("  no store (mode off)", complete, storeless, teardown, check),
-                Variant("  64 at a time (before)", complete, cold(chunked=True), teardown, check),
+                Variant(name, complete, setup, teardown, check, empty_prefix_cache)
+                for name, setup in (
+                    ("  the database already created", cold(database=True)),
+                    ("  no store (mode off)", storeless),
+                    ("  64 at a time (before)", cold(chunked=True)),
+                )
             ]
         started = time.perf_counter()
         self._check(variants, case.same_texts)
@@ -820,6 +826,8 @@ class EngineBench:
             Scheduler.schedule = recording  # type: ignore[method-assign,assignment]
             try:
                 state = variant.setup()
+                if variant.before is not None:
+                    variant.before(state)
                 t0 = time.perf_counter()
                 result = variant.run(state)
                 self.check_seconds[variant.name] = time.perf_counter() - t0
@@ -979,12 +987,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     notes = [
         *plan_bench.notes,
         "floor = per request orjson.dumps({'messages', 'type'}, OPT_SORT_KEYS) + hashlib.sha256 hex; keys "
-        f"deduplicated; raw sqlite3 json_each lookup in batches of {LOOKUP_BATCH:,} in one read transaction, fetchall, "
-        "dict key -> row tuple with usage/top_logprobs decoded by orjson (GC paused), hits counted, rows dropped. "
-        "Not in the floor: message validation, CompletionRecord objects, created_at parsing, the Plan. "
-        "'floor + records' also builds what get_many returns (CompletionRecord objects, created_at parsed to aware "
-        "UTC datetimes), as bench/store_bench.py's raw get_many does. 'complete' also builds the Samples and "
-        "Responses; every variant drops its result inside its timing",
+        f"deduplicated; raw sqlite3 json_each lookup of the {len(HIT_FIELDS)} columns a hit returns "
+        f"({', '.join(HIT_FIELDS)}; the prompt stays on disk, as the lookup leaves it) in batches of "
+        f"{LOOKUP_BATCH:,} in one read transaction, fetchall, dict key -> row tuple with usage/top_logprobs decoded "
+        "by orjson (GC paused), hits counted, rows dropped. Not in the floor: message validation, CompletionRecord "
+        "objects, the Plan. 'floor + records' reads every column, the prompt too, and builds whole records "
+        "(created_at parsed), what get_many(deferred=False) returns, as bench/store_bench.py's raw get_many does: "
+        "more than a hit reads, for scale. 'complete' also builds the Samples and Responses; every variant drops "
+        "its result inside its timing",
         "split: render + hash = batch_keys vs the dumps+sha256 loop; lookup = CachedModel._lookup "
         "(Store.find + Database.get_many) vs the raw query loop",
         *cli_bench.notes,
