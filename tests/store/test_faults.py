@@ -21,7 +21,7 @@ from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
 from store.tables.records import CompletionRecord
-from tests.factories import QWEN, completion_record, file_digests, fill_small_store
+from tests.factories import QWEN, completion_record, file_digests, fill_small_store, judgement_record
 from tests.faults import assert_failed_cleanly, damage_text, fill_up, json_error, judgestore, small_filesystem
 from tests.store.conftest import know_synthetic_revision
 
@@ -252,6 +252,38 @@ def test_db_upgrade_on_a_full_disk_refuses_and_leaves_no_partial_backup(
         assert "the upgrade's backup (a copy of the file beside it) needs" in outcome["error"], outcome["error"]
         assert "nothing was changed" in outcome["error"] and "twice the rows" not in outcome["error"]
         assert file_digests(root) == before  # no partial backup; the database as it was
+
+
+def test_a_disk_that_fills_during_the_migration_is_named_and_the_file_put_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The backup fit, then the migration met a full disk: SQLAlchemy's raw text, its SQL and a link (was)."""
+    from store.backends.sqlite import upgrade
+
+    with small_filesystem(tmp_path / "disk", "3m") as disk:
+        root = disk / "store"
+        with Store(Settings(), root=root) as store:
+            store.database("judgements", "arena", QWEN).put_many([judgement_record(i) for i in range(20)])
+        know_synthetic_revision(monkeypatch)  # 9001 adds a column to the judgements table
+        before = file_digests(root)
+        backed_up = upgrade._backup
+
+        def backup_then_fill(db_path: Path, revision: str | None) -> Path:
+            backup = backed_up(db_path, revision)
+            fill_up(disk)
+            return backup
+
+        monkeypatch.setattr(upgrade, "_backup", backup_then_fill)
+        result = judgestore("db", "upgrade", "--store-root", str(root), "--json")
+        assert_failed_cleanly(result)
+        (outcome,) = orjson.loads(result.stdout)["results"]
+        assert outcome["outcome"] == "failed" and "disk is full" in outcome["error"], outcome["error"]
+        assert "[SQL:" not in outcome["error"] and "sqlalche.me" not in outcome["error"]
+        assert "holds the same bytes: delete it to give a retry the room" in outcome["error"]
+        backup = Path(outcome["backup"])
+        kept = {k: v for k, v in file_digests(root).items() if not k.endswith((".lock", "-wal", "-shm"))}
+        assert kept.pop(str(backup)) == before[str(backup).split(".bak-")[0]]  # the backup: the file as it was
+        assert kept == {k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))}
 
 
 def test_a_backup_that_fails_midway_is_removed_and_the_upgrade_refused(
