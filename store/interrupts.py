@@ -7,6 +7,10 @@ Contract:
   passes through it gets that report as an attribute of the given name, and
   is raised again. The command reads it back (``getattr(error, name, None)``)
   and says what was done (:func:`store.cli.common.interrupted`).
+* ``db upgrade``: a ``KeyboardInterrupt`` raised while a database is being
+  migrated carries its ``where`` as :data:`MIGRATING`; the command then
+  reads whether the migration's commit had finished. One raised anywhere
+  else (a database that was already current) carries nothing.
 * What a report counts must be committed: an operation counts a write once it
   stands, including when Ctrl-C came during its commit (SQLite finishes the
   commit, and Python raises the interrupt just after it).
@@ -16,6 +20,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+
+MIGRATING = "migrating"
 
 
 @contextmanager

@@ -35,6 +35,7 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.interrupts import MIGRATING
 from store.layout import Selector
 from store.reports import DatabaseVerification, UpgradeOutcome, UpgradeResult
 from store.schema import DatabaseState
@@ -136,8 +137,9 @@ def db_upgrade_command(
         results: list[UpgradeResult] = []
         try:
             results.extend(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
-        except KeyboardInterrupt:
-            stopped = locations[len(results) :][:1]  # the database it was upgrading, if any
+        except KeyboardInterrupt as e:
+            # The database it was migrating, if it was (not one already current): did its commit finish?
+            stopped = locations[len(results) :][:1] if getattr(e, MIGRATING, None) else []
             at_head = any(info.state is DatabaseState.CURRENT for info in store.infos(stopped, count_rows=False))
             _upgrade_interrupted(results, len(locations), at_head, json_output)
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order

@@ -839,6 +839,20 @@ def test_ctrl_c_during_a_migrations_commit_counts_the_database_it_upgraded(fille
     assert "upgraded 2 of 3 databases: the one it stopped in is at head" in error["error"]
 
 
+def test_ctrl_c_while_db_upgrade_looks_at_a_current_database_counts_no_upgrade(filled: Path) -> None:
+    """Every database already current; Ctrl-C as the second is looked at. (Was: 'upgraded 1 of 3 ... its commit
+    had finished', since the one it stopped in is current, as it was before.)"""
+    from store.backends.sqlite import upgrade
+
+    with pytest.MonkeyPatch.context() as interrupting:
+        looked = ctrl_c_on_call(interrupting, upgrade, "database_info", 2)
+        result = judgestore("db", "upgrade", "--json")
+    assert result.exit_code == 130 and len(looked) == 2
+    error = as_json(result.stderr)
+    assert error["upgraded"] == 0 and "upgraded 0 of 3 databases" in error["error"], error
+    assert [r["outcome"] for r in error["results"]] == ["up-to-date"]
+
+
 def test_db_upgrade_no_backup(filled: Path, synthetic_head: str) -> None:
     result = judgestore("db", "upgrade", "--no-backup", "--role", "judgements", "--json")
     assert result.exit_code == 0, result.output

@@ -32,6 +32,7 @@ from store.backends.postgres.errors import translated
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, UpgradeFailedError
+from store.interrupts import MIGRATING
 from store.layout import Location
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import (
@@ -94,27 +95,33 @@ def upgrade_schemas(
 def _upgrade(
     storage: SchemaHost, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
 ) -> UpgradeResult:
-    with storage.connection(write=True) as conn:
-        advisory_lock(conn, schema_name(location))
-        storage.metadata(conn, location)
-        status = classify(conn, location, known)
-        if status.state in USABLE_STATES:
-            if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
-                generations.install(conn, schema_name(location))
-            return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
-        if status.state is not DatabaseState.BEHIND:
-            return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
-                                 error=status_error(status, where))  # fmt: skip
-        before = row_counts(conn, location)
-        try:
-            with conn.begin_nested():  # rolled back as a whole if anything below fails
-                migrate_schema(conn, location, script)
-                after = row_counts(conn, location)
-                if {t: n for t, n in after.items() if t in before} != before:
-                    raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
-        except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
-            said = translated(storage.url, e) if isinstance(e, DBAPIError) else e  # a refused right, by its name
-            failure = f"{type(said).__name__}: {said}; rolled back, the schema is as it was"
-            return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
-        reached = classify(conn, location, known).revision
-        return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
+    migrating = False  # Ctrl-C once it is: the command asks whether its commit finished
+    try:
+        with storage.connection(write=True) as conn:
+            advisory_lock(conn, schema_name(location))
+            storage.metadata(conn, location)
+            status = classify(conn, location, known)
+            if status.state in USABLE_STATES:
+                if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
+                    generations.install(conn, schema_name(location))
+                return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
+            if status.state is not DatabaseState.BEHIND:
+                return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
+                                     error=status_error(status, where))  # fmt: skip
+            migrating, before = True, row_counts(conn, location)
+            try:
+                with conn.begin_nested():  # rolled back as a whole if anything below fails
+                    migrate_schema(conn, location, script)
+                    after = row_counts(conn, location)
+                    if {t: n for t, n in after.items() if t in before} != before:
+                        raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
+            except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
+                said = translated(storage.url, e) if isinstance(e, DBAPIError) else e  # a refused right, by its name
+                failure = f"{type(said).__name__}: {said}; rolled back, the schema is as it was"
+                return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
+            reached = classify(conn, location, known).revision
+            return UpgradeResult(where, UpgradeOutcome.UPGRADED, status.revision, reached, rows=before)
+    except KeyboardInterrupt as e:
+        if migrating:
+            setattr(e, MIGRATING, where)
+        raise

@@ -53,6 +53,7 @@ from store.backends.sqlite.errors import (
 from store.backends.sqlite.info import database_info
 from store.backends.sqlite.verify import DAMAGE_ADVICE, integrity_damage
 from store.errors import DatabaseFileError, StoreFullError
+from store.interrupts import MIGRATING, carrying
 from store.layout import (
     Location,
     backup_path,
@@ -246,7 +247,7 @@ def upgrade_store(
     metadata.json included): current and empty ones are ``up-to-date`` (an
     empty one is created at head when it is first written); every state but
     ``behind`` is ``refused`` with its reason, and its file is never opened for
-    writing. The ``behind`` ones go through :func:`upgrade_databases`.
+    writing. The ``behind`` ones go through :func:`upgrade_database`.
     """
     known = schema.revisions() if script is None else revisions_of(script)
     for location in locations:
@@ -255,7 +256,9 @@ def upgrade_store(
         # back (then it is current, or behind and upgraded): what InterruptedWriteError tells the user to do.
         interrupted = info.state is DatabaseState.UNREADABLE and interrupted_write(Path(info.where))
         if info.state is DatabaseState.BEHIND or interrupted:
-            yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
+            with carrying(MIGRATING, info.where):  # Ctrl-C in it: the command asks whether its commit finished
+                result = upgrade_database(Path(info.where), settings, script=script, keep_backup=keep_backup)
+            yield result
         elif info.ok:
             yield UpgradeResult(info.where, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
         else:
