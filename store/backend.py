@@ -293,9 +293,12 @@ class Storage(Protocol):
     """The descriptor databases of one store (see the module docstring)."""
 
     where: str  # the store as messages name it: the root folder, or the URL without its password
-    local_root: Path  # where this machine keeps the store's side files (sharing's workspace)
     settings: Settings
     readonly: bool
+
+    @property
+    def local_root(self) -> Path:
+        """Where this machine keeps the store's side files (sharing's workspace)."""
 
     def close(self) -> None:
         """Release every connection and open database."""

@@ -163,6 +163,31 @@ def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_pa
     assert listed["rows"] == 6 and listed["descriptor"] == descriptor.hash16()
 
 
+def test_sharing_bookkeeping_belongs_to_the_database_not_the_urls_spelling(
+    pg_cluster: Cluster, pg_url: str, tmp_path: Path
+) -> None:
+    """Another spelling of the URL pushed every row again, and a database made again under the same name was told
+    its shards were 'already here' (its rows never came back). Both were: the bookkeeping was named after the text."""
+    descriptor = ModelDescriptor(provider="vllm", model="org/m")
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(6)])
+    remote = tmp_path / "remote"
+    pushed = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--create-repo", "--json",
+                                "--store-url", pg_url))  # fmt: skip
+    assert pushed["rows"] == 6
+    url = make_url(pg_url)
+    respelled = f"postgresql+psycopg:///{url.database}?host={pg_cluster.socket_dir}&user={url.username}"
+    again = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--json", "--store-url", respelled))
+    assert again["rows"] == 0, again
+
+    pg_cluster.drop_database(str(url.database))  # made again, empty, under the same name
+    pg_cluster.sql(f'CREATE DATABASE "{url.database}"')
+    fetched = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-url", pg_url))
+    assert fetched["rows_inserted"] == 6, fetched
+    (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
+    assert listed["rows"] == 6
+
+
 def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path) -> None:
     legacy = tmp_path / "legacy"
     rows = [

@@ -45,9 +45,11 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
   schemas reads one table of the server, and the schemas that changed.
 * :meth:`~PostgresStorage.read_across` reads many schemas in one statement
   where it can (:mod:`store.backends.postgres.across`).
-* Side files (sharing's workspace) live in a folder of this machine named
-  after the URL: ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default
-  ``~/.cache``; :attr:`PostgresStorage.local_root`).
+* Side files (sharing's workspace, the catalog) live in a folder of this
+  machine named after the database the URL reaches (its server's host and
+  port, its name and OID, however the URL spells them):
+  ``$XDG_CACHE_HOME/judgestore/servers/<hash>`` (default ``~/.cache``;
+  :attr:`PostgresStorage.local_root`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
@@ -134,10 +137,19 @@ class PostgresStorage:
         self.settings = settings
         self.readonly = readonly
         self.where = display_url(url)
-        digest = hashlib.sha256(self.where.encode()).hexdigest()[:16]
-        self.local_root = cache_home() / "servers" / digest
         self.engine = create_postgres_engine(url, settings)
         self._catalog: Catalog | None = None  # read at first use (store.catalog)
+
+    @functools.cached_property
+    def local_root(self) -> Path:
+        """This machine's folder of the database the URL reaches, asked of the server once: named after its host,
+        port, name and OID, so two spellings of one URL share it, and a database made again under the same name
+        (whose rows sharing never fetched) gets a new one."""
+        with self.connection() as conn:
+            info = conn.connection.driver_connection.info  # type: ignore[union-attr]  # psycopg's, once connected
+            oid = conn.execute(text("SELECT oid FROM pg_database WHERE datname = current_database()")).scalar_one()
+        identity = f"{info.host}:{info.port}/{info.dbname}#{oid}"
+        return cache_home() / "servers" / hashlib.sha256(identity.encode()).hexdigest()[:16]
 
     def close(self) -> None:
         if self._catalog is not None:
