@@ -77,7 +77,7 @@ def judgement_record(
 
 SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # a synthetic revision on top of the shipped head
 SHIPPED_HEAD = revisions().head  # the newest revision the library ships
-SYNTHETIC_HEAD = "9001"  # tests/store/revisions/9001_add_judgement_verdict.py
+SYNTHETIC_HEAD = "9001"  # tests/store/revisions/9001_add_judgement_reviewer_note.py
 
 
 def file_digests(*folders: Path) -> dict[str, str]:

@@ -250,7 +250,8 @@ def test_a_bad_url_in_the_environment_names_the_variable() -> None:
 def test_the_worked_example_revision_upgrades_either_backend_from_the_command_line(
     backend: str, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """docs/schema-evolution.md's revision (judgements.verdict, tests/store/revisions) on a folder and on a server."""
+    """A revision like docs/schema-evolution.md's (tests/store/revisions: judgements.reviewer_note) on a folder and
+    on a server."""
     store = ("--store-root", str(tmp_path / "folder")) if backend == "folder" else ("--store-url", pg_url)
     settings = Settings(store_root=tmp_path / "folder", store_url=pg_url if backend == "server" else None)
     with Store(settings) as opened:
@@ -283,7 +284,7 @@ def test_the_worked_example_revision_upgrades_either_backend_from_the_command_li
             else:
                 engine, schema = create_engine(pg_url), schema_name(location)
             with engine.connect() as conn:
-                assert "verdict" in {c["name"] for c in inspect(conn).get_columns("judgements", schema=schema)}
+                assert "reviewer_note" in {c["name"] for c in inspect(conn).get_columns("judgements", schema=schema)}
             engine.dispose()
 
 

@@ -152,6 +152,21 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     assert created.returncode == 0, created.stderr
     assert created.stdout.split() == [NEW_REVISION, "1"]
 
+    # 3. "run the tests": their synthetic revision (tests/store/revisions) still goes on top of the new head (it
+    # added this very column, so after the guide the schema tests failed: duplicate column name)
+    on_top = (
+        "import sys; from sqlalchemy import create_engine; from store.schema import migrate, read_script_directory\n"
+        "from tests.factories import SYNTHETIC_REVISIONS\n"
+        "engine = create_engine('sqlite:///' + sys.argv[1])\n"
+        "with engine.begin() as conn: migrate(conn, script=read_script_directory(SYNTHETIC_REVISIONS))\n"
+        "print(read_script_directory(SYNTHETIC_REVISIONS).get_revision('9001').down_revision)"
+    )
+    tested = _run(
+        copy, sys.executable, "-c", on_top, str(tmp_path / "tests.db"),
+        env={**env, "PYTHONPATH": f"{copy}{os.pathsep}{REPO_ROOT}"},
+    )  # fmt: skip
+    assert tested.returncode == 0 and tested.stdout.strip() == NEW_REVISION, tested.stderr
+
     # 4. the store: all behind, then upgraded with backups and a report, then a second run does nothing
     status = _store(copy, "db", "status", "--store-root", str(root), "--json", env=env)
     assert status.returncode == 1

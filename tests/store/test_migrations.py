@@ -239,7 +239,7 @@ def test_autogenerate_does_see_a_difference_when_there_is_one(tmp_path: Path) ->
     with engine.connect() as conn:
         diff = compare_metadata(MigrationContext.configure(conn, opts=MIGRATION_OPTIONS), Base.metadata)
     engine.dispose()
-    assert [(d[0], d[3].name) for d in diff] == [("remove_column", "verdict")]
+    assert [(d[0], d[3].name) for d in diff] == [("remove_column", "reviewer_note")]
 
 
 def test_alembic_check_command_passes(tmp_path: Path) -> None:

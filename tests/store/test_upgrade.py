@@ -68,7 +68,7 @@ def test_upgrade_keeps_every_row_and_a_byte_exact_backup(
     assert result.rows == {"completions": 6, "judgements": 3, "runs": 0, "adoptions": 0, "claims": 0}
     assert result.backup is not None and result.backup.read_bytes() == original
     assert rows_of(db_path) == rows
-    assert version_of(db_path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(db_path)
+    assert version_of(db_path) == SYNTHETIC_HEAD and "reviewer_note" in judgement_columns(db_path)
 
 
 def test_upgrade_without_keeping_the_backup_leaves_none(
@@ -207,7 +207,7 @@ def upgrade():
     bind = op.get_bind()
     marked = bind.execute(sa.text("SELECT count(*) FROM completions WHERE benchmark = 'explode'")).scalar()
     with op.batch_alter_table("judgements") as batch_op:
-        batch_op.add_column(sa.Column("verdict", sa.String(), nullable=True))
+        batch_op.add_column(sa.Column("reviewer_note", sa.String(), nullable=True))
     if not marked:
         return
 {body}
@@ -422,7 +422,7 @@ def test_upgrading_200_databases_at_mixed_revisions(
     assert sum(r.outcome is UpgradeOutcome.UPGRADED for r in results) == kinds.count(SHIPPED_HEAD) == 147
     for path, before in rows.items():
         assert rows_of(path) == before, f"{path.name}: rows changed"
-        assert version_of(path) == SYNTHETIC_HEAD and "verdict" in judgement_columns(path)
+        assert version_of(path) == SYNTHETIC_HEAD and "reviewer_note" in judgement_columns(path)
     for path, data in untouched.items():
         assert path.read_bytes() == data, f"{path.name} was written although it needed no upgrade"
 

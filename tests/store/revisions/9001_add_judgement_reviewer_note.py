@@ -1,4 +1,7 @@
-"""Synthetic test revision: add a nullable ``verdict`` column to ``judgements``.
+"""Synthetic test revision: add a nullable ``reviewer_note`` column to ``judgements``.
+
+Not ``verdict``, the column docs/schema-evolution.md's worked example adds: a project that ships that example
+keeps passing these tests.
 
 What changes: one nullable column; every existing row gets NULL there.
 Why: the schema tests need a revision after the shipped head to upgrade databases to.
@@ -31,7 +34,7 @@ depends_on: str | Sequence[str] | None = None
 
 def upgrade() -> None:
     with op.batch_alter_table("judgements", schema=None) as batch_op:
-        batch_op.add_column(sa.Column("verdict", sa.String(), nullable=True))
+        batch_op.add_column(sa.Column("reviewer_note", sa.String(), nullable=True))
 
 
 def downgrade() -> None:
