@@ -9,6 +9,8 @@ this way becomes a list (``Header: value``), which cuts nothing.
 
 from __future__ import annotations
 
+import inspect
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -186,3 +188,17 @@ def test_a_server_store_at_80_columns(demo: Path, pg_url: str) -> None:
     assert "completions/demo/vllm/tiny-a/5b9daa177734311a" in upgraded  # a folder, whole, not the schema's URL
     assert upgraded.count("up-to-date") == 6  # 5 databases and the caption
     assert upgraded.count("postgresql") == 1  # the title, never a column
+
+
+def test_help_prints_each_example_command_as_written() -> None:
+    """An example rewrapped broke mid-way, and adopt's backslash continuation landed inside a line (was)."""
+    import typer.main
+
+    examples = 0
+    for path, command in every_command(typer.main.get_command(app())):
+        shown = judgestore(*path, "--help").stdout
+        for paragraph in inspect.cleandoc(command.help or "").split("\n\n"):
+            if paragraph.startswith("    judgestore "):
+                examples += 1
+                assert textwrap.indent(paragraph, "  ") in shown, (path, paragraph, shown)
+    assert examples >= 30

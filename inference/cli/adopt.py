@@ -121,10 +121,12 @@ def adopt_command(
 
     Examples:
 
-        judgestore adopt --model Qwen/Qwen3-8B --task mt-bench --max-tokens 1024 --across backend_version
+        judgestore adopt --model Qwen/Qwen3-8B --task mt-bench --max-tokens 1024 \\
+            --across backend_version
 
-        judgestore adopt --model ./judge --role judgements --task arena --top-logprobs 5 \\
-            --across backend_version --max-logprob-delta 0.05 --dry-run
+        judgestore adopt --model ./judge --role judgements --task arena \\
+            --top-logprobs 5 --across backend_version --max-logprob-delta 0.05 \\
+            --dry-run
     """
     os.environ.setdefault("VLLM_LOGGING_STREAM", "ext://sys.stderr")  # stdout carries the report
     if not verbose:

@@ -166,7 +166,8 @@ def explain_command(
 
         judgestore explain --model Qwen/Qwen3-8B --temperature 0.7 --task mt-bench
 
-        judgestore explain --model ./judge --role judgements --task arena -i pairs.jsonl --top-logprobs 5
+        judgestore explain --model ./judge --role judgements --task arena \\
+            -i pairs.jsonl --top-logprobs 5
 
         judgestore explain --descriptor-file old/metadata.json --task mt-bench
     """
@@ -281,7 +282,8 @@ def audit_command(
 
         judgestore audit --model Qwen/Qwen3-8B --task mt-bench --sample 50
 
-        judgestore audit --model ./judge --role judgements --task arena --top-logprobs 5 --json
+        judgestore audit --model ./judge --role judgements --task arena \\
+            --top-logprobs 5 --json
     """
     from inference.drift.audit import audit_database
 

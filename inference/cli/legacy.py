@@ -241,9 +241,11 @@ def import_command(
 
         judgestore import ~/judgearena-data/cache --detect
 
-        judgestore import old-cache/ --assume-current-model Qwen/Qwen3-8B --dry-run
+        judgestore import old-cache/ --assume-current-model Qwen/Qwen3-8B \\
+            --dry-run
 
-        judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json --task mt-bench --report report.json
+        judgestore import cache/db/mt-bench/gpt4.db --descriptor judge.json \\
+            --task mt-bench --report report.json
     """
     from inference.legacy.mapper import LegacyDescriptorMapper, parse_assumed_models
     from inference.legacy.user_descriptor import load_user_descriptor

@@ -51,7 +51,8 @@ def browse_command(
 
         judgestore browse --open
 
-        judgestore browse --store-url postgresql+psycopg://eval@db/judgestore --port 9000
+        judgestore browse --store-url postgresql+psycopg://eval@db/judgestore \\
+            --port 9000
     """
     missing = [name for name in BROWSE_MODULES if importlib.util.find_spec(name) is None]
     if missing:

@@ -471,9 +471,11 @@ def export_command(
 
         judgestore export --format parquet -o judgements.parquet --role judgements
 
-        judgestore export --format jsonl --model my-model --since 2026-01-01 > rows.jsonl
+        judgestore export --format jsonl --model my-model --since 2026-01-01 \\
+            > rows.jsonl
 
-        judgestore export -f csv -o truncated.csv --finish-reason length --columns input_hash,model,completion
+        judgestore export -f csv -o truncated.csv --finish-reason length \\
+            --columns input_hash,model,completion
     """
     from store.export import export_columns, export_rows
 

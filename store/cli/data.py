@@ -255,9 +255,11 @@ def query_command(
 
         judgestore query --pair model-x --pair model-y --format jsonl
 
-        judgestore query --model my-model --since 2026-01-01 --format jsonl > rows.jsonl
+        judgestore query --model my-model --since 2026-01-01 --format jsonl \\
+            > rows.jsonl
 
-        judgestore query --run-id slurm-4242 --format csv --columns input_hash,model,completion
+        judgestore query --run-id slurm-4242 --format csv \\
+            --columns input_hash,model,completion
     """
     from store.export import write_text
 

@@ -9,7 +9,8 @@ Contract:
   the commands declare (``rich_help_panel``: Model, Run, Store, Select
   databases, Filter rows...).
 * Wrapping breaks lines between words only, never at a hyphen, so that
-  ``./judgestore-data`` or ``--chat-template-kwarg`` stay whole.
+  ``./judgestore-data`` or ``--chat-template-kwarg`` stay whole; an
+  indented paragraph (an example command) is printed as written.
 * typer's boxed help is not used: it divides an 80-column terminal among
   up to seven columns and cuts option names with an ellipsis
   (``--chat-template-…``), and shows ``<bool>`` after every flag.
@@ -35,11 +36,23 @@ def _restore(formatter: Any, start: int) -> None:
     formatter.buffer[start:] = [part.replace(_UNBREAKABLE, "-") for part in formatter.buffer[start:]]
 
 
+def _examples_kept(text: str) -> str:
+    """``text`` with each indented paragraph (an example command) marked for click to print as written: rewrapped,
+    a long command broke mid-way and a ``\\`` continuation landed inside a line, so that a pasted copy failed."""
+    paragraphs = text.split("\n\n")
+    return "\n\n".join(
+        f"\b\n{paragraph}"
+        if paragraph.strip() and all(line.startswith(" ") for line in paragraph.splitlines())
+        else paragraph
+        for paragraph in paragraphs
+    )
+
+
 class PanelledCommand(TyperCommand):
     """A command whose help lists its options under their panels, in click's plain layout."""
 
     def format_help_text(self, ctx: Any, formatter: Any) -> None:
-        text = inspect.cleandoc(self.help).partition("\f")[0] if self.help else ""
+        text = _examples_kept(inspect.cleandoc(self.help).partition("\f")[0]) if self.help else ""
         if text:
             start = len(formatter.buffer)
             formatter.write_paragraph()

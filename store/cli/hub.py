@@ -165,9 +165,11 @@ def push_command(
 
     Examples:
 
-        judgestore hub push --repo my-org/judge-cache --all --create-repo --private
+        judgestore hub push --repo my-org/judge-cache --all --create-repo \\
+            --private
 
-        judgestore hub push --dir /shared/judgestore --role completions --task mt-bench
+        judgestore hub push --dir /shared/judgestore --role completions \\
+            --task mt-bench
     """
     selector = _required(selector, all_folders)
     from store.sync import SyncSettings, push

@@ -94,9 +94,11 @@ def copy_command(
 
     Examples:
 
-        judgestore copy --from-root ./judgestore-data --to-url postgresql+psycopg://me@db-host/evals
+        judgestore copy --from-root ./judgestore-data \\
+            --to-url postgresql+psycopg://me@db-host/evals
 
-        judgestore copy --from-url postgresql+psycopg://me@db-host/evals --to-root ./mirror --task mt-bench --json
+        judgestore copy --from-url postgresql+psycopg://me@db-host/evals \\
+            --to-root ./mirror --task mt-bench --json
     """
     from store.copy import DEFAULT_CHUNK_SIZE, copy_store  # imported by this command only (see store.cli.app)
 
