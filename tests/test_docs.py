@@ -29,6 +29,7 @@ import re
 import shutil
 import subprocess
 import sys
+import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -46,7 +47,7 @@ DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
 RUNNABLE = {"bash": "bash", "python": "python"}
 SHOWN = {"", "console", "json", "text"}
 NEEDS = ("network", "GPU", "engine", "server", "minutes")
-_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_FENCE = re.compile(r"^([ \t]*)```(\w*)\n(.*?)^\1```", re.S | re.M)  # a fence may be indented (in a list)
 _LEFT_OUT = {".git", ".venv", "judgestore-data", "demo-output", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 
 
@@ -57,7 +58,8 @@ def blocks() -> list[tuple[str, str, str]]:
         text = document.read_text()
         for match in _FENCE.finditer(text):
             line = text[: match.start()].count("\n") + 1
-            found.append((f"{document.relative_to(REPO)}:{line}", match.group(1), match.group(2)))
+            body = textwrap.dedent(match.group(3)) if match.group(1) else match.group(3)
+            found.append((f"{document.relative_to(REPO)}:{line}", match.group(2), body))
     return found
 
 
