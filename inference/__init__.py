@@ -32,6 +32,7 @@ _WHERE = {
     "ModelSpec": "inference.spec",
     "DEFAULT_SAMPLING": "inference.spec",
     "HostedSpec": "inference.spec",
+    "RetryPolicy": "inference.backends.hosted.client",
     "CachedModel": "inference.cache.model",
     "CachedChatModel": "inference.langchain",
     "Plan": "inference.cache.plan",
@@ -81,6 +82,7 @@ __all__ = [
     "RequestsFailedError",
     "Response",
     "Responses",
+    "RetryPolicy",
     "RunResult",
     "RunSummary",
     "Sample",
@@ -100,6 +102,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from inference.backends.hosted.client import RetryPolicy
     from inference.cache.accounting import CallStats
     from inference.cache.model import CachedModel, Responses
     from inference.cache.plan import Plan
