@@ -17,7 +17,7 @@ from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError
 from store.settings import Settings
 from store.store import Store
-from tests.factories import completion_record
+from tests.factories import QWEN, completion_record
 
 WRITERS, ROWS_PER_WRITER, BATCH = 4, 5_000, 100
 DESCRIPTOR = ModelDescriptor(provider="vllm", model="org/shared-model")
@@ -157,3 +157,19 @@ def test_connections_switching_a_new_file_to_wal_at_once_all_succeed(tmp_path: P
         with closing(sqlite3.connect(path)) as conn:
             assert conn.execute("PRAGMA journal_mode").fetchone() == ("wal",)
     assert not errors, errors
+
+
+def test_closing_never_waits_for_a_call_that_ctrl_c_stopped_before_its_cleanup(tmp_path: Path) -> None:
+    """Ctrl-C can land after a write's C call returns and before its context manager's cleanup runs; the lock it
+    held was then never released, and closing the store on the way out waited for it forever (was)."""
+    with Store(Settings(), root=tmp_path) as store:
+        database = store.database("completions", "t", QWEN)
+        database.put_many([completion_record(1)])
+        stopped = database._driver()  # type: ignore[attr-defined]  # a call whose frame never lets go
+        stopped.__enter__()
+        closing_thread = threading.Thread(target=store.close, daemon=True)
+        closing_thread.start()
+        closing_thread.join(timeout=10)
+        assert not closing_thread.is_alive(), "close() waited for a call that will never finish"
+        assert database.put_many([completion_record(2)]) == 1  # and the database is still usable
+        assert database.count() == 2

@@ -119,7 +119,7 @@ def _traced(database: Database) -> list[str]:
         return conn
 
     database._connect_fn = traced  # type: ignore[attr-defined]
-    database._connection = None  # type: ignore[attr-defined]  # the kept one was made untraced
+    database.close()  # the kept connection was made untraced
     return seen
 
 

@@ -62,8 +62,8 @@ class SqliteDatabase(Database):
 
     :meth:`get_many` and :meth:`put_many` run on a sqlite3 connection with the
     store's pragmas (:mod:`store.repository`'s SQLite paths): the one that
-    found the file current when it was opened, kept for them (a second thread
-    meanwhile, and every read-only read, gets a connection of its own). Everything
+    found the file current when it was opened, kept for them while idle (a
+    second thread meanwhile, and every read-only read, gets one of its own). Everything
     else goes through an SQLAlchemy engine, created the first time something
     needs it (:attr:`engine`): opening a database and reading or writing its
     rows never builds one.
@@ -88,8 +88,7 @@ class SqliteDatabase(Database):
         self.settings = settings
         self.readonly = readonly
         self._connect_fn = connect
-        self._connection = connection
-        self._connection_lock = threading.Lock()
+        self._idle: list[sqlite3.Connection] = [] if connection is None else [connection]
         self._engine = engine
         self._engine_lock = threading.Lock()
 
@@ -127,27 +126,33 @@ class SqliteDatabase(Database):
 
     @contextmanager
     def _driver(self) -> Iterator[sqlite3.Connection]:
-        """A sqlite3 connection in autocommit mode: the kept one if it is free, else one for this call only."""
-        if not self.readonly and self._connection_lock.acquire(blocking=False):
+        """A sqlite3 connection in autocommit mode: the kept one when it is idle, else one of its own (kept after
+        the call when none is).
+
+        No lock is held across the caller's block: a Ctrl-C raised anywhere in
+        it (even before this generator's cleanup runs) leaves nothing that
+        :meth:`close` waits for. Taking the idle connection is one atomic
+        ``list.pop``, so two threads never share one.
+        """
+        if self.readonly:  # read-only connections are made afresh (see store.backends.sqlite.connections)
+            conn = self._connect_fn()
             try:
-                if self._connection is None:
-                    self._connection = self._connect_fn()
-                conn = self._connection
-                try:
+                with read_checked(conn, self.path):
                     yield conn
-                finally:
-                    if conn.in_transaction:  # a failure left it there: never hand it on like that
-                        self._connection = None
-                        conn.close()
             finally:
-                self._connection_lock.release()
+                conn.close()
             return
-        conn = self._connect_fn()  # read-only connections are made afresh (see store.backends.sqlite.connections)
         try:
-            with read_checked(conn, self.path):
-                yield conn
+            conn = self._idle.pop()
+        except IndexError:
+            conn = self._connect_fn()
+        try:
+            yield conn
         finally:
-            conn.close()
+            if conn.in_transaction or self._idle:  # a failure left it in a transaction: never hand it on so
+                conn.close()
+            else:
+                self._idle.append(conn)
 
     def _one_read(self, rows: Callable[[Connection], Iterator[T]]) -> Iterator[T]:
         """:meth:`Database._one_read`; on a connection without locks, each batch is given once the file is known
@@ -278,9 +283,8 @@ class SqliteDatabase(Database):
         return database_size(self.path)
 
     def close(self) -> None:
-        with self._connection_lock:  # waits for a get_many or put_many under way
-            if self._connection is not None:
-                self._connection.close()
-                self._connection = None
+        """Close the idle kept connection and the engine; a call under way closes its own connection when done."""
+        while self._idle:
+            self._idle.pop().close()
         if self._engine is not None:
             self._engine.dispose()
