@@ -154,7 +154,11 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
     again = "running the same command again" if run.mode == "use" else "running it again with --mode use"
     if run.mode not in ("use", "refresh"):
         interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored", json_output, rows_kept=0)
-    call: CallStats | None = getattr(interrupt, "call_stats", None)
+    # A second Ctrl-C (while the first one's rows and run were being recorded) carries nothing: its context does
+    call: CallStats | None = None
+    cause: BaseException | None = interrupt
+    while call is None and cause is not None:
+        call, cause = getattr(cause, "call_stats", None), cause.__context__
     kept = 0 if call is None else call.written
     message = (
         f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and {again} "

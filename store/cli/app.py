@@ -29,6 +29,7 @@ Contract:
 
 import atexit
 import os
+import signal
 import sys
 import threading
 from collections.abc import Callable
@@ -96,12 +97,24 @@ def run_program(app: typer.Typer) -> NoReturn:
     (logging's flush among them), flushes stdout and stderr, and then calls
     :func:`os._exit`.
 
+    SIGTERM is handled as Ctrl-C is (every command's interrupt handling runs), and the exit status is then 143.
+
     A run that imported vLLM takes the usual way out: its engine's processes
     are ended by vLLM's own finalizers, and a run that loads a model is not
     one whose last half second matters. So does an exception that is not a
     :class:`SystemExit` (its traceback is Python's to print).
     """
     code: str | int | None
+    terminated = False
+
+    def stop_as_ctrl_c(signum: int, frame: object) -> None:
+        # SIGTERM (a scheduler's cancel, a time limit, preemption) ends the command as Ctrl-C does: what it wrote
+        # is committed and said, a shared batch's leases go back, its run is recorded; then exit 143, not 130.
+        nonlocal terminated
+        terminated = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop_as_ctrl_c)
     try:
         # Not standalone: a usage error reaches this edge, which gives it as JSON after --json as every other error
         returned = app(prog_name="judgestore", standalone_mode=False)
@@ -113,6 +126,8 @@ def run_program(app: typer.Typer) -> NoReturn:
         code = 1
     except SystemExit as e:
         code = e.code
+    if terminated:
+        code = 128 + signal.SIGTERM
     if "vllm" in sys.modules:
         sys.exit(code)
     # What Python's exit does first: the thread pools' exit hooks, then a join of every thread that is not a daemon.

@@ -250,18 +250,20 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
 
 
 @pytest.mark.parametrize(
-    ("mode", "again", "json_output"),
+    ("mode", "again", "json_output", "stop"),
     [
-        ("use", "running the same command again", False),
-        ("refresh", "running it again with --mode use", False),
-        ("use", "running the same command again", True),
+        ("use", "running the same command again", False, "SIGINT"),
+        ("refresh", "running it again with --mode use", False, "SIGINT"),
+        ("use", "running the same command again", True, "SIGINT"),
+        ("use", "running the same command again", False, "SIGTERM"),
     ],
-    ids=["use", "refresh", "use-json"],
+    ids=["use", "refresh", "use-json", "sigterm"],
 )
 def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_rest(
-    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path, mode: str, again: str, json_output: bool
+    openai_server: FakeOpenAI, tmp_path: Path, store_root: Path, mode: str, again: str, json_output: bool, stop: str
 ) -> None:
-    """SIGINT (Ctrl-C) half-way: exit 130, no traceback, one line with the rows kept; a rerun sends only the rest."""
+    """SIGINT (Ctrl-C) half-way: exit 130, no traceback, one line with the rows kept; a rerun sends only the rest.
+    SIGTERM (a scheduler's cancel) the same, exit 143 (was: killed silently, no run recorded)."""
     import os
     import signal
     import subprocess
@@ -287,10 +289,10 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     # delay to be written (at the 4th, the 3rd could still be on its way to the store, and a loaded host lost it)
     while len(openai_server.completions()) < 5 and time.monotonic() < deadline:
         time.sleep(0.05)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(getattr(signal, stop))
     _, err = child.communicate(timeout=60)
     openai_server.delay = 0.0
-    assert child.returncode == 130, err
+    assert child.returncode == (130 if stop == "SIGINT" else 143), err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
     if json_output:  # one JSON object on stderr, the count beside the line
         error = orjson.loads(err.splitlines()[-1])
@@ -377,3 +379,23 @@ def test_an_empty_input_file_reports_no_hit_rate(openai_server: FakeOpenAI, tmp_
     assert result.exit_code == 0, result.output
     assert "done: 0 hits, 0 misses, 0 rows written" in result.stderr and "%" not in result.stderr
     assert openai_server.completions() == [] and (tmp_path / "out.jsonl").read_bytes() == b""
+
+
+def test_a_second_ctrl_c_while_the_first_is_recorded_still_counts_the_rows_kept(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C as the third row is written, then again while the run is recorded: 'stored 0 rows' (was)."""
+    from inference.cache import generate as writing
+    from inference.cache.model import CachedModel
+    from tests.interrupts import ctrl_c_on_call
+
+    ctrl_c_on_call(monkeypatch, writing.Writer, "_put", 3)  # as the third row is about to be written
+    recorded = ctrl_c_on_call(monkeypatch, CachedModel, "_record_run", 1)
+    result = generate(
+        openai_server, chat_prompts, tmp_path / "out.jsonl", "--chunk-size", "1", "--max-concurrency", "1", "--json"
+    )
+    assert result.exit_code == 130 and len(recorded) == 1, result.output
+    error = orjson.loads(result.stderr.splitlines()[-1])
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        stored = sum(store.open(location).count() for location in store.locations())
+    assert error["rows_kept"] == stored >= 2 and f"this run stored {stored} rows" in error["error"], error
