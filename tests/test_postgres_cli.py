@@ -459,3 +459,24 @@ def test_a_server_value_its_type_cannot_read_fails_query_and_copy_cleanly(
         assert "holds a value its column's type cannot read" in " ".join(result.output.split())
     with Store(url=pg_url, readonly=True) as store:
         assert store.open(location).count() == 3
+
+
+def test_a_schema_whose_registry_row_was_deleted_is_reported_and_never_advised_dropped(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """verify said 'no problems' (the schema was invisible), and a write advised dropping it, rows and all (was)."""
+    descriptor = ModelDescriptor(provider="vllm", model="m")
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(3)])
+        (location,) = store.locations()
+    pg_cluster.sql("DELETE FROM judgestore.registry WHERE task = 't'", make_url(pg_url).database)
+    verified = judgestore("verify", "--store-url", pg_url, "--json")
+    assert verified.exit_code == 1, verified.output
+    (problem,) = orjson.loads(verified.stdout)["problems"]
+    assert problem["kind"] == "stray" and problem["path"] == schema_name(location)
+    assert "holds judgestore's tables (3 rows) but no registry row" in problem["message"]
+    with Store(url=pg_url) as store, pytest.raises(Exception) as refused:
+        store.database("completions", "t", descriptor).put_many([completion_record(9)])
+    assert "Restore its row of judgestore.registry" in str(refused.value) and "Drop it," not in str(refused.value)
+    rows = pg_cluster.sql(f'SELECT count(*) FROM "{schema_name(location)}".completions', make_url(pg_url).database)
+    assert rows == [(3,)]

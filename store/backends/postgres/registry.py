@@ -60,6 +60,7 @@ from store.backends.postgres import text as pgtext
 from store.errors import InvalidInputError, MetadataMismatchError
 from store.layout import Location, StoredMetadata, parse_metadata
 from store.roles import ROLES, check_role
+from store.schema import VERSION_TABLE
 from store.tables.models import NAMING_CONVENTION
 
 REGISTRY_SCHEMA = "judgestore"
@@ -120,6 +121,32 @@ def ensure_registry(conn: Connection) -> None:
     registry_metadata.create_all(conn, checkfirst=True)
 
 
+def unregistered(conn: Connection) -> list[tuple[str, int]]:
+    """Descriptor schemas that hold judgestore's tables but no registry row (one deleted by hand, a partial
+    restore), with their rows: every command leaves them out, as it cannot tell which descriptor they are."""
+    prefix = f"^{SCHEMA_PREFIX}[cj]_[0-9a-f]{{32}}$"
+    orphans = conn.execute(
+        text(
+            "SELECT n.nspname FROM pg_namespace AS n WHERE n.nspname ~ :prefix AND EXISTS (SELECT 1 FROM pg_class "
+            "AS t WHERE t.relnamespace = n.oid AND t.relname = :version) ORDER BY n.nspname"
+        ),
+        {"prefix": prefix, "version": VERSION_TABLE},
+    ).scalars()
+    known = set(conn.execute(select(registry.c.schema_name)).scalars()) if _has_registry(conn) else set()
+    found = []
+    for name in orphans:
+        if name not in known:
+            table = "completions" if name[len(SCHEMA_PREFIX)] == "c" else "judgements"
+            has_rows = conn.dialect.has_table(conn, table, schema=name)
+            rows = conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{table}")).scalar_one() if has_rows else 0
+            found.append((name, int(rows)))
+    return found
+
+
+def _has_registry(conn: Connection) -> bool:
+    return bool(conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA))
+
+
 def registered(conn: Connection, unreadable: list[tuple[str, str]] | None = None) -> list[Location]:
     """Every registered descriptor schema's location, in layout order.
 
@@ -133,7 +160,7 @@ def registered(conn: Connection, unreadable: list[tuple[str, str]] | None = None
     folder store's walk leaves out a folder of the wrong shape; with ``unreadable``, each is appended there as
     ``(schema name, why)`` (``verify`` reports them).
     """
-    if not conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA):
+    if not _has_registry(conn):
         return []
     c = registry.c
     names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping

@@ -80,6 +80,7 @@ from store.backends.postgres.registry import (
     registered,
     registry,
     schema_name,
+    unregistered,
     verified_metadata,
 )
 from store.backends.postgres.status import NO_TABLES, classify, known_revisions, schema_info, schema_infos
@@ -337,11 +338,14 @@ class PostgresStorage:
                     return  # already there (another process may have won the race)
                 found = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :n"), {"n": name})
                 if found.scalar_one():
+                    orphan = dict(unregistered(conn)).get(name)
                     tables = ", ".join(inspect(conn).get_table_names(schema=name)) or "none"
                     raise ForeignSchemaError(
                         self.where,
-                        f"schema {name} exists but judgestore did not register it (tables: {tables}); it was not "
-                        "touched. Drop it, or point the store at another database",
+                        unregistered_message(name, orphan)
+                        if orphan is not None
+                        else f"schema {name} exists but judgestore did not register it (tables: {tables}); it was "
+                        "not touched. Drop it, or point the store at another database",
                     )
                 conn.execute(text(f"CREATE SCHEMA {quoted(name)}"))
                 create_schema(conn, location)
@@ -466,14 +470,18 @@ class PostgresStorage:
         return verify_schema(self, location)
 
     def strays(self) -> list[Problem]:
-        """The registry's rows that name no location (edited by hand): the registry is the layout, so nothing else
-        can lie outside it."""
+        """The registry's rows that name no location (edited by hand), and descriptor schemas with no registry row
+        (one deleted by hand, a partial restore): the registry is the layout, so both are left out of everything."""
         unreadable: list[tuple[str, str]] = []
         with self.connection() as conn:
             registered(conn, unreadable)
+            orphans = unregistered(conn)
         return [
-            Problem(name, ProblemKind.STRAY, f"its registry row names no database ({why}); it is left out")
-            for name, why in unreadable
+            *(
+                Problem(name, ProblemKind.STRAY, f"its registry row names no database ({why}); it is left out")
+                for name, why in unreadable
+            ),
+            *(Problem(name, ProblemKind.STRAY, unregistered_message(name, rows)) for name, rows in orphans),
         ]
 
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
@@ -487,6 +495,14 @@ class PostgresStorage:
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
         )
+
+
+def unregistered_message(name: str, rows: int) -> str:
+    return (
+        f"schema {name} holds judgestore's tables ({rows:,} rows) but no registry row (deleted by hand, or a partial "
+        "restore): every command leaves it out, and it was not touched. Restore its row of judgestore.registry "
+        "from a backup (pg_dump); dropping the schema deletes its rows"
+    )
 
 
 _MAY_CREATE = text("SELECT has_database_privilege(current_database(), 'CREATE')")
