@@ -118,6 +118,19 @@ def test_pinned_openrouter_routing_is_another_key_and_unpinned_routing_is_warned
         HostedSpec(model="m", provider="together", routing=PINNED).descriptor  # noqa: B018
 
 
+@pytest.mark.parametrize("routing", [{"order": "deepinfra"}, {"only": ["a", 1]}], ids=["a-string", "not-names"])
+def test_openrouter_routing_that_names_no_list_of_providers_is_refused(routing: dict[str, object]) -> None:
+    """``--routing order=deepinfra`` (a string, not a list) made a key of its own, without a word (was)."""
+    with pytest.raises(InvalidInputError, match="must be a list of provider names"):
+        HostedSpec(model="m", provider="openrouter", routing=routing).descriptor  # noqa: B018
+
+
+def test_the_unpinned_routing_warning_gives_the_command_line_form_too() -> None:
+    with pytest.warns(HostedKeyWarning) as caught:
+        HostedSpec(model="m", provider="openrouter").descriptor  # noqa: B018
+    assert "--routing 'order=[\"<provider>\"]' --routing allow_fallbacks=false" in str(caught[0].message)
+
+
 def test_an_undated_openai_alias_is_warned_about_and_a_dated_snapshot_is_not() -> None:
     with pytest.warns(HostedKeyWarning, match="dated snapshot"):
         HostedSpec(model="gpt-4o").descriptor  # noqa: B018

@@ -132,12 +132,20 @@ def _routing(provider: str, routing: Mapping[str, Any], known: list[str]) -> dic
     plain = json_value(dict(routing), "routing")
     assert isinstance(plain, dict)
     refuse_secrets(plain, "routing", known)
+    for name in ("only", "order"):
+        given = plain.get(name)
+        if given is not None and not (isinstance(given, list) and all(isinstance(p, str) for p in given)):
+            raise InvalidInputError(
+                f"routing {name} must be a list of provider names (OpenRouter's), got {given!r}: e.g. "
+                f"routing={{'{name}': ['deepinfra']}} (on the command line: --routing '{name}=[\"deepinfra\"]')"
+            )
     listed = plain.get("only") or plain.get("order") or []
     if plain.get("allow_fallbacks") is not False or not isinstance(listed, list) or len(listed) != 1:
         warnings.warn(
             "OpenRouter routing is not pinned to one provider: rows under this key may come from different "
             "providers (quantisations, implementations). Pin it with "
-            "routing={'order': ['<provider>'], 'allow_fallbacks': False}",
+            "routing={'order': ['<provider>'], 'allow_fallbacks': False} (on the command line: "
+            "--routing 'order=[\"<provider>\"]' --routing allow_fallbacks=false)",
             HostedKeyWarning,
             stacklevel=4,
         )
