@@ -185,7 +185,8 @@ class Writer:
         except JudgestoreError as e:
             e.rows_kept = self.run.written
             e.add_note(
-                f"This run stored {self.run.written} rows before the failure ({self.run.generated} generated); "
+                f"This run stored {self.run.written} rows before the failure ({self.run.generated + len(records)} "
+                "generated, this batch's included); "
                 "they are kept, and running it again in mode use generates only the rest."
             )
             raise

@@ -101,7 +101,10 @@ def _error_line(error: JudgestoreError) -> str:
             "--empty/--non-empty, --error/--no-error, --adopted-from, --adopted/--not-adopted (--role, --task, "
             "--provider, --model-id and --descriptor only choose databases)"
         )
-    return " ".join([str(error), *getattr(error, "__notes__", ())])
+    line = str(error)
+    for note in getattr(error, "__notes__", ()):  # each a sentence of its own after the message
+        line = f"{line}{'' if line.endswith(('.', '!', '?')) else '.'} {note}"
+    return line
 
 
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:

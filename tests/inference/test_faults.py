@@ -68,11 +68,15 @@ def test_generate_onto_a_full_disk_says_how_many_rows_it_kept_and_a_rerun_resume
         assert error["type"] == "StoreFullError" and "disk is full" in error["error"]
         kept = error["rows_kept"]
         assert 0 < kept < 40 and f"This run stored {kept} rows before the failure" in error["notes"][0]
+        # the failed chunk was generated too (was: "(0 generated)" with 0 rows kept)
+        assert f"({kept + 2} generated, this batch's included)" in error["notes"][0]
         assert len(stored_keys(root)) == kept  # every row of every committed chunk, none of the failed one
         assert judgestore("verify", "--store-root", str(root)).exit_code == 0
         human = generate(tiny_model_dir, root, requests)
         assert_failed_cleanly(human)
         assert "disk is full" in human.stderr and "rows before the failure" in human.stderr
+        said = " ".join(human.stderr.split())
+        assert ". This run stored" in said  # the note a sentence of its own (was glued on: "...`verify` This run")
         remount(disk, "size=16m")
         engine.received.clear()
         rerun = generate(tiny_model_dir, root, requests, "--json")
