@@ -225,6 +225,8 @@ def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tm
         ("postgresql+psycopg://judgestore@127.0.0.1:1/nowhere", "cannot reach the server"),
         ("postgresql+psycopg://", "cannot reach the server"),  # the default socket, where no server runs
         ("not a url", "store URL"),
+        # was: 'the transaction was rolled back ... report this message'
+        ("postgresql+psycopg://judgestore@/x?host=/tmp&foo=bar", "the URL names an option libpq does not know"),
     ],
 )
 def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_path: Path) -> None:

@@ -181,7 +181,10 @@ class LegacyDescriptorMapper:
             except InvalidInputError as e:
                 notes.append((role, f"to use them with vLLM {installed}, audit and adopt them from Python: {e}"))
                 continue
-            audit = f"to audit {role} with vLLM {installed} and adopt them if they come out the same, run: {command}"
+            audit = (
+                f"to audit {role} with vLLM {installed} (add the engine arguments this machine needs that change no "
+                f"output, such as kv_cache_memory_bytes) and adopt them if they come out the same, run: {command}"
+            )
             notes.append((role, audit))
         return notes
 

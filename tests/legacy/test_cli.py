@@ -210,6 +210,7 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
     (location,) = walk(root)
     notes = " ".join(imported.stderr.split())  # rich wraps long lines on stderr
     assert f"rows were produced by vLLM 0.10.0; this machine has {backend_version()}" in notes
+    assert "(add the engine arguments this machine needs that change no output" in notes  # the command names none
     command = shlex.split(notes.split("adopt them if they come out the same, run: ", 1)[1].split(" note:")[0])
     assert command[:2] == ["judgestore", "adopt"]
     assert command[command.index("--from") + 1] == location.descriptor_hash16

@@ -70,6 +70,11 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"the server asks for a password and none was given ({message}); put it in the URL, in "
             "PGPASSWORD or in ~/.pgpass"
         )  # fmt: skip
+    if not state and message.startswith("invalid connection option"):  # libpq's, for the URL's query string
+        return ServerError(
+            shown, f"the URL names an option libpq does not know ({message}); fix the URL (its query string takes "
+            "libpq's connection options: host, port, sslmode, application_name...)"
+        )  # fmt: skip
     if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
         return ServerError(shown, f"{message}; create it (createdb) or fix the URL")
     if state == "42501" and "permission denied for table" in message:
