@@ -28,6 +28,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import filecmp
 import os
 import shutil
 import sqlite3
@@ -140,7 +141,7 @@ def _restore(db_path: Path, backup: Path) -> None:
     (the WAL was checkpointed into it), so a live WAL would only replay the
     failed migration's frames onto the restored file: it goes.
     """
-    if not db_path.exists() or db_path.read_bytes() != backup.read_bytes():
+    if not db_path.exists() or not filecmp.cmp(db_path, backup, shallow=False):  # in blocks: never a whole file
         shutil.copy2(backup, db_path)
     wal_path(db_path).unlink(missing_ok=True)
     shm_path(db_path).unlink(missing_ok=True)
