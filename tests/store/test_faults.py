@@ -286,6 +286,24 @@ def test_a_disk_that_fills_during_the_migration_is_named_and_the_file_put_back(
         assert kept == {k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))}
 
 
+def test_vacuum_on_a_full_disk_says_so_in_the_stores_words_and_keeps_the_file(tmp_path: Path) -> None:
+    """Was SQLite's bare 'database or disk is full', where every other command names the disk and the room."""
+    with small_filesystem(tmp_path / "disk", "3m") as disk:
+        root = disk / "store"
+        with Store(Settings(), root=root) as store:
+            database = store.database("completions", "mt-bench", QWEN)
+            database.put_many(big_rows(0, 20))
+            database.delete(RowFilter(instruction_id="3"))
+        fill_up(disk)
+        before = file_digests(root)
+        result = judgestore("vacuum", "--store-root", str(root), "--json")
+        assert_failed_cleanly(result)
+        (outcome,) = orjson.loads(result.stdout)["results"]
+        assert outcome["outcome"] == "refused" and "disk is full" in outcome["error"], outcome
+        kept = {k: v for k, v in file_digests(root).items() if not k.endswith((".lock", "-wal", "-shm"))}
+        assert kept == {k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))}
+
+
 def test_a_backup_that_fails_midway_is_removed_and_the_upgrade_refused(
     filled: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -108,7 +108,7 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
                 return result(
                     VacuumOutcome.BUSY, f"{path}: still in use after {settings.busy_timeout_ms} ms; try again"
                 )
-            return result(VacuumOutcome.REFUSED, f"{path}: {e}")
+            return result(VacuumOutcome.REFUSED, str(translated(path, e)))  # a full disk, in the store's words
         finally:
             engine.dispose()
     return result(VacuumOutcome.VACUUMED)
