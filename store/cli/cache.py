@@ -180,7 +180,10 @@ def _print_totals(totals: "StoreTotals") -> None:
             + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")
         )
     else:
-        lines.append("runs: none recorded yet (runs are recorded since schema revision 0003)")
+        lines.append(
+            "runs: none recorded yet (each generate or judge call records one as it ends, interrupted or not; "
+            "imported rows, and rows written before schema revision 0003, have none)"
+        )
     if totals.adopted_rows:
         lines.append(
             f"adopted: {totals.adopted_rows:,} of the rows were copied from older descriptors after an audit "
