@@ -25,6 +25,7 @@ _WHERE = {
     "RowFilter": "store.tables.filters",
     "FoundRow": "store.rows",
     "RowCount": "store.rows",
+    "DeletePlan": "store.rows",
     "CompletionRecord": "store.tables.records",
     "JudgementRecord": "store.tables.records",
     "Record": "store.tables.records",
@@ -59,6 +60,7 @@ __all__ = [
     "Completion",
     "CompletionRecord",
     "Database",
+    "DeletePlan",
     "Found",
     "FoundRow",
     "InvalidInputError",
@@ -104,7 +106,7 @@ if TYPE_CHECKING:
     from store.export import to_pandas
     from store.layout import Location, Selector
     from store.logprobs import text_logprobs
-    from store.rows import FoundRow, RowCount
+    from store.rows import DeletePlan, FoundRow, RowCount
     from store.runs import recent_runs, run_totals
     from store.settings import Settings, SyncSettings
     from store.store import Store

@@ -40,6 +40,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
@@ -49,7 +50,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.errors import DamagedValueError, DatabaseFileError, EmptyFilterError, InvalidInputError, JudgestoreError
+from store.errors import DamagedValueError, DatabaseFileError, EmptyFilterError, InvalidInputError
 from store.layout import Location, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
@@ -267,18 +268,22 @@ class Database(ABC):
 def values_read(where: str) -> Iterator[None]:
     """Rows decoded inside: a stored value its column's type cannot read (another tool wrote it: JSON that does not
     decode, a time that is none) is a :class:`~store.errors.DamagedValueError` naming the database, never a bare
-    ``ValueError``; nothing was changed."""
+    ``ValueError``; nothing was changed. Only those decoding errors: any other error (a bug) passes as it is."""
     try:
         yield
-    except JudgestoreError:
-        raise
-    except (ValueError, TypeError, OverflowError) as e:
+    except (json.JSONDecodeError, ValueError) as e:  # orjson's JSONDecodeError is json's
+        if not isinstance(e, json.JSONDecodeError) and not str(e).startswith(_UNREADABLE_TIMES):
+            raise
         raise DamagedValueError(
             where,
             f"holds a value its column's type cannot read ({type(e).__name__}: {e}); nothing was changed. "
-            "`judgestore verify` names the rows: delete them with `judgestore delete --input-hash HASH` so that "
-            "they are recomputed, or restore the database from a backup",
+            "`judgestore verify` reports it (on a folder store, row by row): delete such rows with `judgestore "
+            "delete --input-hash HASH` so that they are recomputed, or restore the database from a backup",
         ) from e
+
+
+# What a time column's reader says of text that is no time (datetime.fromisoformat, SQLAlchemy's SQLite DATETIME)
+_UNREADABLE_TIMES = ("Invalid isoformat string", "Couldn't parse datetime string")
 
 
 def checked_limit(limit: int | None) -> int | None:

@@ -105,11 +105,11 @@ class DeletePlan:
     """What a delete counted and will delete: its row filters and the rows they matched per database.
 
     :meth:`Store.plan_delete <store.store.Store.plan_delete>` makes one (a
-    single filter), :func:`store.prune.plan_prune` one per run; every filter is
-    bounded by the time the plan was made (``created_before``), so
+    single filter), :func:`store.prune.plan_prune` one per run; they bound every
+    filter by the time the plan was made (``created_before``), so
     :meth:`Store.delete_rows <store.store.Store.delete_rows>` deletes the rows
-    counted and never a row written since. It deletes from the databases of
-    ``counts`` only.
+    counted and never a row written since (a plan built by hand gets what its
+    filters say). It deletes from the databases of ``counts`` only.
     """
 
     filters: tuple[RowFilter, ...]

@@ -126,6 +126,7 @@ def run_program(app: typer.Typer) -> NoReturn:
         code = 1
     except SystemExit as e:
         code = e.code
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command is over: a SIGTERM now ends the exit at once
     if terminated:
         code = 128 + signal.SIGTERM
     if "vllm" in sys.modules:

@@ -118,7 +118,11 @@ def test_pinned_openrouter_routing_is_another_key_and_unpinned_routing_is_warned
         HostedSpec(model="m", provider="together", routing=PINNED).descriptor  # noqa: B018
 
 
-@pytest.mark.parametrize("routing", [{"order": "deepinfra"}, {"only": ["a", 1]}], ids=["a-string", "not-names"])
+@pytest.mark.parametrize(
+    "routing",
+    [{"order": "deepinfra"}, {"only": ["a", 1]}, {"ignore": "azure"}],
+    ids=["a-string", "not-names", "ignore"],
+)
 def test_openrouter_routing_that_names_no_list_of_providers_is_refused(routing: dict[str, object]) -> None:
     """``--routing order=deepinfra`` (a string, not a list) made a key of its own, without a word (was)."""
     with pytest.raises(InvalidInputError, match="must be a list of provider names"):

@@ -12,6 +12,8 @@ from contextlib import closing
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from store.backends.sqlite.connections import set_journal_mode
 from store.descriptor import ModelDescriptor
 from store.errors import DatabaseMissingError
@@ -173,3 +175,18 @@ def test_closing_never_waits_for_a_call_that_ctrl_c_stopped_before_its_cleanup(t
         assert not closing_thread.is_alive(), "close() waited for a call that will never finish"
         assert database.put_many([completion_record(2)]) == 1  # and the database is still usable
         assert database.count() == 2
+
+
+def test_a_call_under_way_at_close_closes_its_connection_when_it_ends(tmp_path: Path) -> None:
+    """A put_many still running when the store closed parked its connection afterwards: an open handle (and the
+    -wal and -shm files) outlived close() (was)."""
+    with Store(Settings(), root=tmp_path) as store:
+        database = store.database("completions", "t", QWEN)
+        database.put_many([completion_record(1)])
+        running = database._driver()  # type: ignore[attr-defined]
+        conn = running.__enter__()
+        store.close()
+        running.__exit__(None, None, None)
+        assert database._idle == []  # type: ignore[attr-defined]
+        with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+            conn.execute("SELECT 1")

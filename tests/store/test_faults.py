@@ -101,6 +101,25 @@ def test_a_value_its_type_cannot_read_is_a_typed_error_naming_the_database(damag
     assert file_digests(root) == before
 
 
+def test_a_bug_in_the_read_path_is_not_called_a_damaged_value(
+    damaged_value: tuple[Path, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Only a stored value that does not decode is damage: a TypeError of the code itself passes as it is (a bug
+    reported as 'delete these rows' would have the user delete good rows)."""
+    from store.repository import Repository
+
+    root, _ = damaged_value
+
+    def broken(*args: object, **kwargs: object) -> object:
+        raise TypeError("a bug, not a value")
+
+    monkeypatch.setattr(Repository, "query", broken)
+    with Store(Settings(), root=root, readonly=True) as store:
+        database = store.database("completions", "mt-bench", QWEN)
+        with pytest.raises(TypeError, match="a bug, not a value"):
+            list(database.query())
+
+
 @pytest.mark.parametrize("args", [["query"], ["export", "--format", "jsonl", "-o", "-"], ["copy", "--to-root"]])
 def test_commands_reading_a_value_its_type_cannot_read_fail_cleanly(
     damaged_value: tuple[Path, str], args: list[str], tmp_path: Path

@@ -674,3 +674,20 @@ def test_names_holding_nul_are_registered_and_a_name_registered_verbatim_before_
     with Store(url=pg_url, readonly=True) as server:
         assert sorted(location.task for location in server.locations()) == sorted([nul_task, old_task])
         assert all(server.open(location).count() == 1 for location in server.locations())
+
+
+def test_a_side_folder_named_after_the_urls_text_is_carried_over_once(pg_url: str) -> None:
+    """The side folder was named after the URL's text before it was named after the database: its bookkeeping is
+    carried over, so the first push after the change does not send every row again."""
+    import hashlib
+
+    from store.catalog import cache_home
+
+    with Store(url=pg_url) as store:
+        where = store.where
+    by_text = cache_home() / "servers" / hashlib.sha256(where.encode()).hexdigest()[:16]
+    by_text.mkdir(parents=True)
+    (by_text / "bookkeeping").write_text("pushed shards")
+    with Store(url=pg_url) as store:
+        root = store.root
+    assert root != by_text and (root / "bookkeeping").read_text() == "pushed shards" and not by_text.exists()

@@ -132,7 +132,7 @@ def _routing(provider: str, routing: Mapping[str, Any], known: list[str]) -> dic
     plain = json_value(dict(routing), "routing")
     assert isinstance(plain, dict)
     refuse_secrets(plain, "routing", known)
-    for name in ("only", "order"):
+    for name in ("only", "order", "ignore"):
         given = plain.get(name)
         if given is not None and not (isinstance(given, list) and all(isinstance(p, str) for p in given)):
             raise InvalidInputError(

@@ -54,6 +54,7 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -150,7 +151,14 @@ class PostgresStorage:
             info = conn.connection.driver_connection.info  # type: ignore[union-attr]  # psycopg's, once connected
             oid = conn.execute(text("SELECT oid FROM pg_database WHERE datname = current_database()")).scalar_one()
         identity = f"{info.host}:{info.port}/{info.dbname}#{oid}"
-        return cache_home() / "servers" / hashlib.sha256(identity.encode()).hexdigest()[:16]
+        root = cache_home() / "servers" / hashlib.sha256(identity.encode()).hexdigest()[:16]
+        # Before 2026-12-05 the folder was named after the URL's text: its bookkeeping is carried over once, so
+        # that the first push after the change does not send every row again
+        by_text = cache_home() / "servers" / hashlib.sha256(self.where.encode()).hexdigest()[:16]
+        if not root.exists() and by_text.is_dir():
+            with contextlib.suppress(OSError):
+                by_text.rename(root)
+        return root
 
     def close(self) -> None:
         if self._catalog is not None:

@@ -89,6 +89,7 @@ class SqliteDatabase(Database):
         self.readonly = readonly
         self._connect_fn = connect
         self._idle: list[sqlite3.Connection] = [] if connection is None else [connection]
+        self._opened = 0  # raised by close(): connections taken before it are closed as their calls end
         self._engine = engine
         self._engine_lock = threading.Lock()
 
@@ -142,6 +143,7 @@ class SqliteDatabase(Database):
             finally:
                 conn.close()
             return
+        opened = self._opened  # a close() meanwhile: this connection is closed when the call ends, not kept
         try:
             conn = self._idle.pop()
         except IndexError:
@@ -149,7 +151,8 @@ class SqliteDatabase(Database):
         try:
             yield conn
         finally:
-            if conn.in_transaction or self._idle:  # a failure left it in a transaction: never hand it on so
+            # Never hand on one a failure left in a transaction; keep one idle connection at most
+            if conn.in_transaction or self._idle or opened != self._opened:
                 conn.close()
             else:
                 self._idle.append(conn)
@@ -284,7 +287,11 @@ class SqliteDatabase(Database):
 
     def close(self) -> None:
         """Close the idle kept connection and the engine; a call under way closes its own connection when done."""
-        while self._idle:
-            self._idle.pop().close()
+        self._opened += 1
+        while True:
+            try:
+                self._idle.pop().close()
+            except IndexError:  # none left (another thread may have taken the last one meanwhile)
+                break
         if self._engine is not None:
             self._engine.dispose()
