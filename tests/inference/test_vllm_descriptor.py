@@ -182,6 +182,22 @@ def test_explicit_chat_template_as_text_or_file_hashes_alike(tmp_path: Path, tin
         descriptor_from_vllm(str(tiny_model_dir), chat_template=str(tmp_path / "missing.jinja"))
 
 
+def test_a_tokenizer_folder_of_the_models_name_elsewhere_is_a_separate_tokenizer(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """model=/x/ckpt with tokenizer=/y/ckpt: the names match, so the tokenizer was left out of the key and its
+    vocabulary never digested: a stale hit (was)."""
+    other = build_tiny_model(tmp_path / "elsewhere" / tiny_model_dir.name)
+    vocabulary = other / "tokenizer.json"
+    vocabulary.write_text(vocabulary.read_text().replace('"a"', '"\u00e0"', 1))
+    plain = descriptor_from_vllm(str(tiny_model_dir))
+    with_other = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": str(other)})
+    assert with_other.engine == {"tokenizer": tiny_model_dir.name, "tokenizer_revision": local_model_digest(other)}
+    assert with_other.sha256() != plain.sha256()
+    spelled_otherwise = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs={"tokenizer": f"{tiny_model_dir}/"})
+    assert spelled_otherwise.sha256() == plain.sha256()  # the model's own folder, however spelled
+
+
 def test_text_mode_ignores_chat_settings(tiny_model_dir: Path) -> None:
     plain = descriptor_from_vllm(str(tiny_model_dir), input_mode="text")
     assert plain.chat_template_sha256 is None

@@ -218,8 +218,14 @@ def _tokenizer_source(model: str, engine_kwargs: Mapping[str, Any]) -> tuple[str
 
 
 def _separate_tokenizer(model: str, engine_kwargs: Mapping[str, Any]) -> bool:
+    """Whether the tokenizer is another than the model's own: another folder (not merely another name: two
+    checkpoints' folders are often both ``final``), another Hub id, or another revision."""
     tokenizer, revision = _tokenizer_source(model, engine_kwargs)
-    return model_name(tokenizer) != model_name(model) or revision != engine_kwargs.get("revision")
+    if Path(tokenizer).is_dir() or Path(model).is_dir():
+        other = not (Path(tokenizer).is_dir() and Path(model).is_dir() and os.path.samefile(tokenizer, model))
+    else:
+        other = tokenizer != model
+    return other or revision != engine_kwargs.get("revision")
 
 
 def _explicit_template(engine_kwargs: Mapping[str, Any], chat_template: str | None) -> str | None:
