@@ -37,6 +37,7 @@ __all__ = [
     "ModelError",
     "ModelFolderNotFoundError",
     "ModelNotFoundError",
+    "ModelWeightsChangedError",
     "PromptTooLongError",
     "RequestRefusedError",
     "RequestsFailedError",
@@ -59,6 +60,10 @@ class ModelNotFoundError(ModelError, InvalidInputError):
 class ModelFolderNotFoundError(ModelError, InvalidInputError):
     """A model named by a path (``./m``, ``../m``, ``/m``, ``~/m``, or ``d/m`` with ``d`` an existing folder) that is
     not a folder."""
+
+
+class ModelWeightsChangedError(ModelError):
+    """A local model folder's weights changed in bytes its key does not read, since this machine first used it."""
 
 
 class EngineMismatchError(ModelError):

@@ -276,3 +276,36 @@ def test_all_position_logprobs_are_part_of_the_key_and_need_logprobs(tiny_model_
     assert b"logprob_positions" not in first.canonical_json()  # an added field at its default is not hashed
     with pytest.raises(InvalidInputError, match="needs logprobs"):
         descriptor_from_vllm(str(tiny_model_dir), logprob_positions="all")
+
+
+def _unsampled_offset(path: Path) -> int:
+    """An offset of ``path`` that the weight fingerprint never reads (its head and sixteen blocks)."""
+    from inference.backends.vllm import model_source as ms
+
+    size = path.stat().st_size
+    read = [(0, ms._WEIGHT_HEAD_BYTES)] + [
+        (size * i // (ms._WEIGHT_SAMPLES + 1), size * i // (ms._WEIGHT_SAMPLES + 1) + ms._WEIGHT_SAMPLE_BYTES)
+        for i in range(1, ms._WEIGHT_SAMPLES + 1)
+    ]
+    return next(o for o in range(ms._WEIGHT_HEAD_BYTES, size, 512) if not any(a <= o < b for a, b in read))
+
+
+def test_weights_edited_where_the_key_does_not_read_are_refused_before_any_hit(tmp_path: Path) -> None:
+    """A same-size edit the fingerprint's samples miss kept the key: the next run took the old weights' rows
+    (a stale hit, was). The key stays; this machine remembers the whole files and refuses the changed ones."""
+    from store.errors import ModelWeightsChangedError
+
+    model = build_tiny_model(tmp_path / "tiny")
+    before = descriptor_from_vllm(str(model))
+    copy = shutil.copytree(model, tmp_path / "copy" / "tiny")
+    assert descriptor_from_vllm(str(copy)).sha256() == before.sha256()  # the same bytes elsewhere: no alarm
+    (weights,) = model.glob("*.safetensors")
+    at = _unsampled_offset(weights)
+    with weights.open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    assert local_model_digest(model) == before.revision  # the key cannot see it
+    with pytest.raises(ModelWeightsChangedError, match=rf"{weights.name} changed since this machine first used"):
+        descriptor_from_vllm(str(model))

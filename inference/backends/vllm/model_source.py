@@ -12,7 +12,8 @@ transformers and never downloads weights.
   spelled (``./m``, ``m/``, ``/abs/path/m``) and where the folder lies are not
   part of it: a moved folder keeps hitting its rows; a renamed folder starts a
   new descriptor (a spurious miss, which is safe); an edited file starts a new
-  one.
+  one, and weights edited in bytes the fingerprint does not read are refused
+  on the machine that saw them before (:mod:`inference.backends.vllm.weights`).
 * **A Hugging Face Hub id** is pinned to a 40-hex commit: the given revision
   when it already is one, else the commit the local Hugging Face cache maps the
   branch or tag to, else the one the Hub reports (``HfApi.model_info(...).sha``
@@ -43,6 +44,7 @@ from pathlib import Path
 
 from pydantic import JsonValue
 
+from inference.backends.vllm.weights import WEIGHT_SUFFIXES, check_weights_unchanged
 from store.descriptor import UNPINNED_PREFIX, canonical_json, sha256_hex
 from store.errors import (
     InvalidInputError,
@@ -62,7 +64,6 @@ TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
 # and processor configs), templates, tokenizer vocabularies and remote code.
 _SMALL_FILE_SUFFIXES = (".json", ".jinja", ".model", ".tiktoken", ".py")
 _SMALL_FILE_NAMES = frozenset({"merges.txt", "vocab.txt"})
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
 # A weight fingerprint reads the head of the file (the safetensors header:
 # names, dtypes, shapes) and a few evenly spaced blocks: retrained or replaced
 # weights change them all, and a 100 GB checkpoint costs a few hundred KiB.
@@ -126,7 +127,7 @@ def local_model_digest(folder: Path) -> str:
         if not path.is_file() or path.name.startswith("."):
             continue
         name = path.relative_to(folder).as_posix()
-        if path.name.endswith(_WEIGHT_SUFFIXES):
+        if path.name.endswith(WEIGHT_SUFFIXES):
             entries.append(["weights", name, path.stat().st_size, _weight_fingerprint(path)])
         elif path.name.endswith(_SMALL_FILE_SUFFIXES) or path.name in _SMALL_FILE_NAMES:
             entries.append(["file", name, sha256_hex(path.read_bytes())])
@@ -297,7 +298,9 @@ def resolve_model(
     Hugging Face cache).
     """
     if Path(model).is_dir():
-        return ModelSource(model, model_name(model), local_model_digest(Path(model)), Path(model), revision)
+        digest = local_model_digest(Path(model))
+        check_weights_unchanged(Path(model), digest)  # an edit the digest's samples miss: refused here
+        return ModelSource(model, model_name(model), digest, Path(model), revision)
     check_folder(model)
     commit = cached_commit(model, revision, cache_dir)
     available: frozenset[str] | None = None
