@@ -148,14 +148,20 @@ def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str) -> None:
     assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
 
 
-def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_path: Path) -> None:
+def pushed_server_store(pg_url: str, remote: Path) -> ModelDescriptor:
+    """Six completions on the server, pushed to the shared folder ``remote``; their descriptor."""
     descriptor = ModelDescriptor(provider="vllm", model="org/m")
     with Store(Settings(), url=pg_url) as store:
         store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(6)])
-    remote = tmp_path / "remote"
     pushed = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--create-repo", "--json",
                                 "--store-url", pg_url))  # fmt: skip
     assert pushed["rows"] == 6
+    return descriptor
+
+
+def test_push_from_a_server_and_fetch_into_a_folder_and_back(pg_url: str, tmp_path: Path) -> None:
+    remote = tmp_path / "remote"
+    descriptor = pushed_server_store(pg_url, remote)
     folder = tmp_path / "folder"
     fetched = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-root", str(folder)))
     assert fetched["rows_inserted"] == 6
@@ -168,13 +174,8 @@ def test_sharing_bookkeeping_belongs_to_the_database_not_the_urls_spelling(
 ) -> None:
     """Another spelling of the URL pushed every row again, and a database made again under the same name was told
     its shards were 'already here' (its rows never came back). Both were: the bookkeeping was named after the text."""
-    descriptor = ModelDescriptor(provider="vllm", model="org/m")
-    with Store(Settings(), url=pg_url) as store:
-        store.database("completions", "t", descriptor).put_many([completion_record(i) for i in range(6)])
     remote = tmp_path / "remote"
-    pushed = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--create-repo", "--json",
-                                "--store-url", pg_url))  # fmt: skip
-    assert pushed["rows"] == 6
+    pushed_server_store(pg_url, remote)
     url = make_url(pg_url)
     respelled = f"postgresql+psycopg:///{url.database}?host={pg_cluster.socket_dir}&user={url.username}"
     again = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--json", "--store-url", respelled))
