@@ -391,7 +391,7 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
             _vacuum_interrupted(store, results, len(locations), json_output)
     failed = [r for r in results if r.outcome not in (VacuumOutcome.VACUUMED, VacuumOutcome.EMPTY)]
     if json_output:
-        emit_json({"results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
+        emit_json({"ok": not failed, "results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
     elif not results:
         no_databases(store, json_output, selector)
     else:

@@ -319,6 +319,7 @@ def test_vacuum_on_a_full_disk_says_so_in_the_stores_words_and_keeps_the_file(tm
         assert_failed_cleanly(result)
         (outcome,) = orjson.loads(result.stdout)["results"]
         assert outcome["outcome"] == "refused" and "disk is full" in outcome["error"], outcome
+        assert orjson.loads(result.stdout)["ok"] is False
         kept = {k: v for k, v in file_digests(root).items() if not k.endswith((".lock", "-wal", "-shm"))}
         assert kept == {k: v for k, v in before.items() if not k.endswith((".lock", "-wal", "-shm"))}
 
