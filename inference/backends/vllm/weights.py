@@ -76,8 +76,9 @@ def check_weights_unchanged(folder: Path, digest: str) -> None:
             f"{folder}: {', '.join(changed)} changed since this machine first used this model, in bytes its key "
             f"({digest[:23]}...) does not read (the key samples each weight file): the rows stored under that key "
             "were computed by the weights as they were. Give the edited model a folder of its own name (a new key), "
-            "or delete the old rows (`judgestore delete --model-id ...`) and forget them here by removing "
-            f"{record}"
+            f"or delete those rows (`judgestore ls --model {folder.name}` lists their databases; `judgestore delete "
+            f"--model {folder.name} --descriptor HASH` deletes them) and then remove {record}, which remembers the "
+            "old weights"
         )
     if hashed or now.keys() - seen.keys():
         known["digests"][digest] = {**seen, **now}
