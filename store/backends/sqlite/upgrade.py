@@ -248,7 +248,7 @@ def upgrade_store(
     metadata.json included): current and empty ones are ``up-to-date`` (an
     empty one is created at head when it is first written); every state but
     ``behind`` is ``refused`` with its reason, and its file is never opened for
-    writing. The ``behind`` ones go through :func:`upgrade_database`.
+    writing. The ``behind`` ones go through :func:`upgrade_databases`.
     """
     known = schema.revisions() if script is None else revisions_of(script)
     for location in locations:
@@ -258,8 +258,7 @@ def upgrade_store(
         interrupted = info.state is DatabaseState.UNREADABLE and interrupted_write(Path(info.where))
         if info.state is DatabaseState.BEHIND or interrupted:
             with carrying(MIGRATING, info.where):  # Ctrl-C in it: the command asks whether its commit finished
-                result = upgrade_database(Path(info.where), settings, script=script, keep_backup=keep_backup)
-            yield result
+                yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
         elif info.ok:
             yield UpgradeResult(info.where, UpgradeOutcome.UP_TO_DATE, info.revision, info.revision)
         else:
