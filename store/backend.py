@@ -51,7 +51,7 @@ from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
 from store.errors import DamagedValueError, DatabaseFileError, EmptyFilterError, InvalidInputError
-from store.layout import Location, StoredMetadata
+from store.layout import Location, Selector, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
 from store.settings import Settings
@@ -367,8 +367,9 @@ class Storage(Protocol):
     def verify(self, location: Location) -> DatabaseVerification:
         """Check one database read-only: its metadata, schema and every row's key."""
 
-    def strays(self) -> list[Problem]:
-        """What lies in the store that is not part of its layout."""
+    def strays(self, selector: Selector) -> list[Problem]:
+        """What lies in the store that is not part of its layout; with a non-empty ``selector``, what lies where
+        a database it picks belongs (a descriptor folder whose database is missing)."""
 
     def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
         """Give back the space deleted rows left; a backend that cannot refuses with a typed error saying why."""

@@ -343,6 +343,8 @@ class Store:
         if (why := self.storage.absence()) is not None:
             raise StoreMissingError(self.where, f"{why}: there is no store {purpose}; check {options}")
 
-    def strays(self) -> list[Problem]:
-        """Files and folders that are not part of the layout (a folder store only)."""
-        return self.storage.strays()
+    def strays(self, selector: Selector | None = None) -> list[Problem]:
+        """What is not part of the layout: files and folders of a folder store, a server's unregistered schemas and
+        unreadable registry rows; with a non-empty ``selector``, only what lies where the databases it picks
+        belong (a folder store's descriptor folder whose database is missing)."""
+        return self.storage.strays(selector or Selector())

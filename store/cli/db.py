@@ -200,8 +200,9 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     """Check every database: integrity, metadata, schema, and every row's input hash.
 
     SQLite's integrity_check, metadata.json against its folder, the schema
-    state, and that every row's input_text hashes to its input_hash. Without
-    a database selector it also lists stray files and folders under the root.
+    state, and that every row's input_text hashes to its input_hash. It also
+    lists stray files and folders under the root; with a database selector,
+    those in the descriptor folders it picks (one whose database is missing).
     Read-only. Exits 1 on any problem, listing each with its file, and when
     there is no store there at all (a mistyped --store-root). Ctrl-C
     exits 130 with one line on stderr saying how many databases were checked
@@ -222,8 +223,7 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
         except KeyboardInterrupt:
             _verify_interrupted(results, len(locations), json_output)
         problems = [problem for result in results for problem in result.problems]
-        if selector.is_empty():
-            problems += store.strays()
+        problems += store.strays(selector)
     rows = sum(result.rows_checked for result in results)
     adopted = sum(result.rows_adopted for result in results)
     if json_output:

@@ -45,7 +45,7 @@ from tests.factories import (
 )
 from tests.faults import damage_page
 from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row, ctrl_c_on_call
-from tests.store.conftest import know_synthetic_revision
+from tests.store.conftest import know_synthetic_revision, location_of
 
 REPO = Path(__file__).resolve().parents[2]  # subprocesses import this checkout's code, not an installed copy
 
@@ -1018,6 +1018,19 @@ def test_verify_lists_bad_files_and_strays(filled: Path) -> None:
         (str(filled / "judgements" / "arena-hard" / "notes.txt"), "stray"),
     }
     assert judgestore("verify", "--role", "judgements").exit_code == 0  # a selector leaves strays out
+    assert file_digests(filled) == before
+
+
+def test_verify_with_a_selector_names_a_picked_folder_whose_database_is_missing(filled: Path) -> None:
+    judge = location_of(filled, JUDGE)
+    judge.db_path(filled).unlink()
+    before = file_digests(filled)
+    result = judgestore("verify", "--model-id", judge.model, "--json")
+    assert result.exit_code == 1
+    [problem] = as_json(result.stdout)["problems"]
+    assert problem["path"] == str(judge.folder(filled)) and problem["kind"] == "stray"
+    assert "descriptor folder without judgements.db" in problem["message"]
+    assert judgestore("verify", "--model-id", "Qwen/Qwen3-8B").exit_code == 0  # another folder's gap is not its
     assert file_digests(filled) == before
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.errors import MetadataMissingError
-from store.layout import Location, select
+from store.layout import Location, Selector, select
 from store.reports import ProblemKind
 from store.settings import Settings
 from store.store import Store
@@ -75,6 +75,25 @@ def test_stray_paths_lists_what_is_not_part_of_the_layout(filled: Path) -> None:
         str(empty.relative_to(filled)),
     }
     assert set(found.values()) == {ProblemKind.STRAY}
+
+
+def test_a_selector_gets_the_strays_of_the_descriptor_folders_it_picks(filled: Path) -> None:
+    """A crash while creating a database (or a damaged file deleted as verify advises) leaves a descriptor folder
+    with metadata.json and no database: no listing holds it, so a filtered verify said nothing about it."""
+    qwen, llama = location_of(filled, QWEN), location_of(filled, LLAMA)
+    qwen.db_path(filled).unlink()
+    (filled / "notes.txt").write_text("hi")
+    everything = {p.where for p in stray_paths(filled)}
+    assert everything == {str(qwen.folder(filled)), str(filled / "notes.txt")}
+
+    def strays(**fields: str) -> list[str]:
+        return [p.where for p in stray_paths(filled, Selector(**fields))]  # type: ignore[arg-type]
+
+    assert strays(model=qwen.model) == [str(qwen.folder(filled))]
+    assert strays(role="completions", descriptor=qwen.descriptor_hash16) == [str(qwen.folder(filled))]
+    assert strays(model=llama.model) == []
+    assert strays(role="judgements") == []
+    assert strays(task="no-such-task") == []
 
 
 def test_a_folder_where_a_file_of_the_layout_belongs_is_named_as_such(filled: Path, settings: Settings) -> None:

@@ -96,7 +96,7 @@ from store.errors import (
     JudgestoreError,
     ServerPermissionError,
 )
-from store.layout import Location, StoredMetadata
+from store.layout import Location, Selector, StoredMetadata
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -477,9 +477,13 @@ class PostgresStorage:
         """Registry row, schema state, and every row's input hash (:mod:`store.backends.postgres.verify`)."""
         return verify_schema(self, location)
 
-    def strays(self) -> list[Problem]:
+    def strays(self, selector: Selector) -> list[Problem]:
         """The registry's rows that name no location (edited by hand), and descriptor schemas with no registry row
-        (one deleted by hand, a partial restore): the registry is the layout, so both are left out of everything."""
+        (one deleted by hand, a partial restore): the registry is the layout, so both are left out of everything.
+        Neither names a location a selector could pick, so a non-empty ``selector`` gets none (a registered schema
+        that lost its tables is its own database's problem)."""
+        if not selector.is_empty():
+            return []
         unreadable: list[tuple[str, str]] = []
         with self.connection() as conn:
             registered(conn, unreadable)

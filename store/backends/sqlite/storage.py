@@ -52,7 +52,7 @@ from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.catalog import Catalog
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError, StoreMissingError
-from store.layout import Location, database_name, prepared_folder, walk
+from store.layout import Location, Selector, database_name, prepared_folder, walk
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -269,8 +269,8 @@ class SqliteStorage:
     def verify(self, location: Location) -> DatabaseVerification:
         return verify_database(self.root, location, self.settings)
 
-    def strays(self) -> list[Problem]:
-        return stray_paths(self.root)
+    def strays(self, selector: Selector) -> list[Problem]:
+        return stray_paths(self.root, selector)
 
     def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
         return vacuum_store(self.root, locations, self.settings)

@@ -16,7 +16,8 @@ Contract:
   step. It also counts the rows adopted from older descriptors
   (``judgestore adopt``), which are checked like every other row.
 * :func:`stray_paths` lists files and folders under a root that are not part
-  of the layout (:mod:`store.layout`).
+  of the layout (:mod:`store.layout`), or those in the descriptor folders a
+  selector picks (a folder whose database is missing among them).
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from store.layout import (
     METADATA_TEMP_PREFIX,
     SYNC_FOLDER,
     Location,
+    Selector,
     database_name,
     descriptor_folder_names,
     is_backup_of,
@@ -243,35 +245,49 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
 _FOLDER_LEVELS = LEVELS[1:]  # below the role folder
 
 
-def _tree_problems(folder: Path, depth: int, role: str) -> Iterator[Problem]:
+def _tree_problems(folder: Path, depth: int, role: str, selector: Selector) -> Iterator[Problem]:
     level = _FOLDER_LEVELS[depth]
+    picked = selector.is_empty()
     for entry in sorted(folder.iterdir()):
         if not entry.is_dir():
-            yield Problem(str(entry), ProblemKind.STRAY, f"a file where a {level} folder belongs")
+            if picked:
+                yield Problem(str(entry), ProblemKind.STRAY, f"a file where a {level} folder belongs")
         elif not _is_canonical_segment(entry.name):
-            yield Problem(
-                str(entry), ProblemKind.STRAY, f"{level} folder name is not a canonical percent-encoded segment"
-            )
+            if picked:
+                yield Problem(
+                    str(entry), ProblemKind.STRAY, f"{level} folder name is not a canonical percent-encoded segment"
+                )
         elif depth < len(_FOLDER_LEVELS) - 1:
-            yield from _tree_problems(entry, depth + 1, role)
-        else:
+            yield from _tree_problems(entry, depth + 1, role, selector)
+        elif picked or _selected(entry, role, selector):
             yield from _descriptor_folder_problems(entry, role)
 
 
-def stray_paths(root: Path) -> list[Problem]:
+def _selected(folder: Path, role: str, selector: Selector) -> bool:
+    """Whether ``selector`` picks the descriptor folder ``folder`` (canonical names, whole names read from its
+    metadata.json where they are shortened), whether or not its database is there."""
+    return selector.matches(Location.from_db_path(folder.parents[4], folder / database_name(role)))
+
+
+def stray_paths(root: Path, selector: Selector | None = None) -> list[Problem]:
     """Files and folders under ``root`` that are not part of the layout (see :mod:`store.layout`).
 
     Backups (``*.db.bak-*``), SQLite's side files (``-wal``, ``-shm`` and the
     rollback ``-journal``, which holds an interrupted write's undo pages:
     deleting it would damage the database), lock files and sharing's
-    bookkeeping folder are part of the layout.
+    bookkeeping folder are part of the layout. With a non-empty ``selector``,
+    only what lies in the descriptor folders it picks: a folder whose
+    database is missing (a crash while creating it, a damaged file deleted)
+    is a database the selector asked about, though no listing holds it.
     """
+    selector = selector or Selector()
     if not root.is_dir():
         return []
     problems: list[Problem] = []
     for entry in sorted(root.iterdir()):
         if entry.name in ROLES and entry.is_dir():
-            problems += _tree_problems(entry, 0, entry.name)
-        elif entry.name != SYNC_FOLDER:
+            if selector.role in (None, entry.name):
+                problems += _tree_problems(entry, 0, entry.name, selector)
+        elif entry.name != SYNC_FOLDER and selector.is_empty():
             problems.append(Problem(str(entry), ProblemKind.STRAY, f"not a role folder ({' or '.join(ROLES)})"))
     return problems
