@@ -44,6 +44,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
@@ -247,6 +248,10 @@ class Database(ABC):
     def count(self, flt: RowFilter | None = None) -> int:
         return self._read(lambda repo: repo.count(flt))
 
+    def count_around(self, flt: RowFilter, moment: datetime) -> tuple[int, int]:
+        """The rows ``flt`` matches dated before ``moment``, and at or after it (:meth:`Repository.count_around`)."""
+        return self._read(lambda repo: repo.count_around(flt, moment))
+
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed.
 
@@ -274,12 +279,7 @@ def values_read(where: str) -> Iterator[None]:
     except (json.JSONDecodeError, ValueError) as e:  # orjson's JSONDecodeError is json's
         if not isinstance(e, json.JSONDecodeError) and not str(e).startswith(_UNREADABLE_TIMES):
             raise
-        raise DamagedValueError(
-            where,
-            f"holds a value its column's type cannot read ({type(e).__name__}: {e}); nothing was changed. "
-            "`judgestore verify` reports it (on a folder store, row by row): delete such rows with `judgestore "
-            "delete --input-hash HASH` so that they are recomputed, or restore the database from a backup",
-        ) from e
+        raise DamagedValueError.read(where, f"{type(e).__name__}: {e}") from e
 
 
 # What a time column's reader says of text that is no time (datetime.fromisoformat, SQLAlchemy's SQLite DATETIME)

@@ -173,8 +173,9 @@ class RowChecks:
                 "it is recomputed",
             )
 
-    def damaged(self, key: str | None, rowid: int, undecodable: list[str], unreadable: list[str]) -> None:
-        """A row with text that is not UTF-8 (``undecodable`` columns) or values its columns' types cannot read."""
+    def damaged(self, key: str | None, place: str, undecodable: list[str], unreadable: list[str]) -> None:
+        """A row with text that is not UTF-8 (``undecodable`` columns) or values its columns' types cannot read;
+        ``place`` says where the row is when its key cannot (``rowid 7``, a server's ``ctid (0,7)``)."""
         self.checked += 1
         fix = (
             f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
@@ -191,7 +192,7 @@ class RowChecks:
         ]
         self._add(
             ProblemKind.TEXT if undecodable else ProblemKind.VALUE,
-            f"row {key or '?'} (rowid {rowid}): {'; '.join(faults)}. {fix}",
+            f"row {key or '?'} ({place}): {'; '.join(faults)}. {fix}",
         )
 
     def result(self) -> tuple[int, list[Problem]]:

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, Literal
 
 import orjson
@@ -147,6 +148,13 @@ class Repository(ABC):
     def count(self, flt: RowFilter | None = None) -> int:
         stmt = select(func.count()).select_from(self.table).where(*self._where(flt or RowFilter()))
         return int(self.conn.execute(stmt).scalar_one())
+
+    def count_around(self, flt: RowFilter, moment: datetime) -> tuple[int, int]:
+        """The rows ``flt`` matches dated before ``moment``, and those dated at or after it, in one statement."""
+        created_at = self.table.c.created_at
+        counts = select(func.count().filter(created_at < moment), func.count().filter(created_at >= moment))
+        before, later = self.conn.execute(counts.select_from(self.table).where(*self._where(flt))).one()
+        return int(before), int(later)
 
     # ------------------------------------------------------------ writes
 

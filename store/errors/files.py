@@ -278,6 +278,16 @@ class DamagedValueError(DatabaseFileError):
     """A stored value its column's type cannot read (JSON that does not decode, a time that is none): another tool
     wrote it."""
 
+    @classmethod
+    def read(cls, where: Path | str, detail: str) -> DamagedValueError:
+        """The error of a read that met such a value; ``detail`` is the decoder's own words."""
+        return cls(
+            where,
+            f"holds a value its column's type cannot read ({detail}); nothing was changed. `judgestore verify` "
+            "names each such row: delete them with `judgestore delete --input-hash HASH` so that they are "
+            "recomputed, or restore the database from a backup",
+        )
+
 
 class SchemaMismatchError(DatabaseFileError):
     """A table or column that the file's schema revision promises is missing: another tool edited the file."""

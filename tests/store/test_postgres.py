@@ -489,6 +489,31 @@ def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cl
     ]  # verify changes nothing
 
 
+def test_verify_on_a_server_names_each_row_whose_value_its_type_cannot_read(pg_url: str, pg_cluster: Cluster) -> None:
+    """Values another tool wrote that the server's types take but the store cannot read (JSON's 1e999, a time of
+    'infinity'): verify named the schema with the decoder's message, checked no row, and hid an edited key."""
+    locations = _server_store(pg_url)
+    qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)
+    name, database = schema_name(qwen), make_url(pg_url).database
+    bad_json, bad_time, edited = (completion_record(i).input_hash for i in (3, 4, 5))
+    pg_cluster.sql(f"""UPDATE "{name}".completions SET usage = '{{"a": 1e999}}' WHERE input_hash = '{bad_json}'""",
+                   database)  # fmt: skip
+    pg_cluster.sql(
+        f"UPDATE \"{name}\".completions SET created_at = 'infinity' WHERE input_hash = '{bad_time}'", database
+    )
+    pg_cluster.sql(f"UPDATE \"{name}\".completions SET input_text = 'x' WHERE input_hash = '{edited}'", database)
+    before = pg_cluster.sql(f'SELECT c::text FROM "{name}".completions AS c ORDER BY 1', database)
+    result = _verify(pg_url)["completions/Qwen/Qwen3-8B"]
+    assert result.rows_checked == 12
+    by_kind = {p.kind: p.message for p in result.problems}
+    assert set(by_kind) == {ProblemKind.VALUE, ProblemKind.INPUT_HASH} and len(result.problems) == 3
+    named = [p.message for p in result.problems if p.kind is ProblemKind.VALUE]
+    assert any(m.startswith(f"row {bad_json} (ctid (") and "usage is not a value of its type" in m for m in named)
+    assert any(m.startswith(f"row {bad_time} (ctid (") and "created_at is not a value of its type" in m for m in named)
+    assert f"judgestore delete --input-hash {bad_json}" in " ".join(named) and edited in by_kind[ProblemKind.INPUT_HASH]
+    assert pg_cluster.sql(f'SELECT c::text FROM "{name}".completions AS c ORDER BY 1', database) == before
+
+
 def test_verify_on_a_server_lists_ten_bad_rows_and_counts_them_all(pg_url: str, pg_cluster: Cluster) -> None:
     locations = _server_store(pg_url)
     qwen = next(loc for loc in locations if loc.role == "completions" and loc.model == QWEN.model)

@@ -16,6 +16,7 @@ from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError
 
 from store.backends.postgres.connections import _without_secrets, display_url
 from store.errors import (
+    DamagedValueError,
     JudgestoreError,
     ServerAuthError,
     ServerBusyError,
@@ -46,6 +47,8 @@ def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
 
 
+# What psycopg says of a value the server sent that Python has no value for (a time of 'infinity', a year past 9999)
+_UNLOADABLE = re.compile(r"^(timestamp|date|time)\w* too (large|small)|^can't parse")
 _NO_DATABASE = re.compile(r'database ".*" does not exist')
 
 
@@ -133,6 +136,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"the statement divides by zero ({message}): PostgreSQL refuses it where SQLite gives NULL; "
             "divide by nullif(x, 0) to get NULL on both"
         )  # fmt: skip
+    if not state and isinstance(error, DataError) and _UNLOADABLE.search(message):  # psycopg's, reading a row
+        return DamagedValueError.read(shown, f"{kind}: {message}")
     if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(
             shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "

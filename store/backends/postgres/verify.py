@@ -6,23 +6,31 @@ not current, a table or column another tool removed, a value that does not
 decode, a row whose input hash is wrong (:class:`~store.reports.RowChecks`)
 each become a :class:`~store.reports.Problem` of its
 :class:`~store.reports.DatabaseVerification`. The rows are read in a
-transaction of their own, so a failure there ends only that part.
+transaction of their own, so a failure there ends only that part; a value
+that does not decode makes a second scan, value by value, name each such
+row by its key and check the others.
 """
 
 from __future__ import annotations
 
-from sqlalchemy import Connection, text
-from sqlalchemy.dialects import postgresql
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
 
-from store.backends.postgres.registry import schema_name, schema_options
+from sqlalchemy import JSON, Connection, Integer, text
+from sqlalchemy.dialects import postgresql
+from sqlalchemy.types import TypeEngine
+
+from store.backends.postgres import text as pgtext
+from store.backends.postgres.registry import quoted, schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.backends.postgres.status import NO_TABLES, SchemaHost, classify
-from store.errors import JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
+from store.errors import DamagedValueError, JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
 from store.schema import USABLE_STATES, DatabaseState, missing_parts, status_error
 from store.tables.filters import RowFilter
-from store.tables.models import SCHEMA_REVISION
+from store.tables.models import SCHEMA_REVISION, UTCDateTime
 from store.tables.row_checks import table_shape
 
 
@@ -98,7 +106,47 @@ def _verify_rows(storage: SchemaHost, location: Location, where: str) -> tuple[i
             adopted = repo.count(RowFilter(adopted=True))
     except ServerSchemaError as e:  # a table or column its revision promises is missing
         return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
-    except (ServerError, ValueError) as e:  # a JSON value that does not decode (InvalidInputError is one)
-        return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
+    except (ServerError, DamagedValueError, ValueError) as e:  # ValueError: JSON that does not decode
+        checked, problems = _raw_row_problems(storage, location, where)
+        if not problems:  # the scan value by value read every row: say what the first scan met
+            problems = [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")]
+        return checked, problems, 0
     checked, problems = checks.result()
     return checked, problems, adopted
+
+
+def _raw_row_problems(storage: SchemaHost, location: Location, where: str) -> tuple[int, list[Problem]]:
+    """The row scan again, every value fetched as text and read here: names the rows whose values their columns'
+    types cannot read (JSON that does not decode, a time Python has no date for: another tool wrote them) by their
+    key, and hashes the others."""
+    checks = RowChecks(where)
+    table = table_shape(location.role)[0]
+    readers = {column.name: _text_reader(column.type) for column in table.c}
+    columns = ", ".join(f"{quoted(column.name)}::text" for column in table.c)
+    statement = f"SELECT ctid::text, {columns} FROM {quoted(schema_name(location))}.{quoted(table.name)}"
+    with storage.connection() as conn:
+        for ctid, *values in conn.execute(text(statement)):
+            row: dict[str, Any] = {}
+            unreadable = []
+            for name, value in zip(readers, values, strict=True):
+                try:
+                    row[name] = None if value is None else readers[name](value)
+                except (ValueError, TypeError, OverflowError):
+                    unreadable.append(name)
+            key = row.get("input_hash")
+            if unreadable or not isinstance(key, str):
+                checks.damaged(key, f"ctid {ctid}", [], unreadable or ["input_hash"])
+            else:
+                checks.hashed(key, row["sample_index"], row["input_text"])
+    return checks.result()
+
+
+def _text_reader(kind: TypeEngine[Any]) -> Callable[[str], Any]:
+    """What reads a column of type ``kind`` from the server's text of it, failing where the store's reader would."""
+    if isinstance(kind, JSON):
+        return pgtext.loads_json
+    if isinstance(kind, UTCDateTime):
+        return datetime.fromisoformat  # the server's text of a timestamp; 'infinity' and years past 9999 fail
+    if isinstance(kind, Integer):
+        return int
+    return pgtext.unescape  # text, as the store escapes it

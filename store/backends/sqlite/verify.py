@@ -136,7 +136,7 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
                     unreadable.append(name)
             key = row["input_hash"] if isinstance(row["input_hash"], str) else None
             if undecodable or unreadable or key is None:
-                checks.damaged(key, rowid, undecodable or ([] if unreadable else ["input_hash"]), unreadable)
+                checks.damaged(key, f"rowid {rowid}", undecodable or ([] if unreadable else ["input_hash"]), unreadable)
             else:
                 checks.hashed(key, int(row["sample_index"]), row["input_text"])
     finally:
