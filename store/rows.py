@@ -114,6 +114,9 @@ class DeletePlan:
 
     filters: tuple[RowFilter, ...]
     counts: tuple[RowCount, ...]
+    # Rows the filters match that the plan's time bound leaves out: dated after it (written meanwhile, or by a
+    # machine whose clock is ahead of this one's), or with a time no clock gives (another tool wrote it)
+    later: int = 0
 
     @property
     def rows(self) -> int:

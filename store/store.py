@@ -195,18 +195,24 @@ class Store:
 
         The plan's filter is ``flt`` bounded by ``now`` (the current time by
         default) as ``created_before``: rows a run writes while the caller
-        asks to confirm are neither counted nor deleted.
+        asks to confirm are neither counted nor deleted. The plan counts the
+        rows the bound leaves out (:attr:`DeletePlan.later`: dated after
+        ``now`` by a clock ahead of this one, or by a time no clock gives).
+        A filter naming keys (``input_hashes``) is not bounded: the rows of
+        the keys named are the ones asked for, whenever they were written.
         """
         if flt.is_empty():  # before the bound below, which would make any filter one
             raise EmptyFilterError()
         now = now or datetime.now(UTC)
-        flt = dataclasses.replace(flt, created_before=min(now, flt.created_before or now))
-        counts = []
-        for database in self._selected(selector, flt):
-            rows = database.count(flt)
+        bounded = flt.input_hashes is None
+        planned = dataclasses.replace(flt, created_before=min(now, flt.created_before or now)) if bounded else flt
+        counts, later = [], 0
+        for database in self._selected(selector, planned):
+            rows, after = database.count_around(flt, now) if bounded else (database.count(flt), 0)
+            later += after
             if rows:
                 counts.append(RowCount(database.location, database.where, rows))
-        return DeletePlan((flt,), tuple(counts))
+        return DeletePlan((planned,), tuple(counts), later)
 
     def delete_rows(self, plan: DeletePlan) -> list[RowCount]:
         """Delete the rows matching any of ``plan``'s filters from its databases; returns the rows actually deleted

@@ -441,10 +441,13 @@ def test_no_password_spelling_ever_prints(right: bool, pg_url: str, pg_cluster: 
             assert "pw_user@" in runs["ls"].stdout.replace("\n", "") or "pw_user:***@" in runs["ls"].stdout
 
 
-def test_a_server_value_its_type_cannot_read_fails_query_and_copy_cleanly(
-    pg_url: str, pg_cluster: Cluster, tmp_path: Path
+@pytest.mark.parametrize("assignment", ["""usage = '{"a": 1e999}'""", "created_at = 'infinity'"])
+def test_a_server_value_its_type_cannot_read_fails_reads_cleanly_and_its_row_can_be_deleted(
+    pg_url: str, pg_cluster: Cluster, tmp_path: Path, assignment: str
 ) -> None:
-    """A JSON value another tool wrote (the server's json type takes 1e999) was a traceback (was)."""
+    """A JSON value another tool wrote (the server's json type takes 1e999) was a traceback; a time of 'infinity'
+    was 'the server refused a value ... please report this value', and `delete --input-hash`, the step the error
+    advises, found no row: the delete's time bound left it out (was)."""
     with Store(url=pg_url) as store:
         store.database("completions", "t", ModelDescriptor(provider="vllm", model="m")).put_many(
             [completion_record(i) for i in range(3)]
@@ -452,7 +455,7 @@ def test_a_server_value_its_type_cannot_read_fails_query_and_copy_cleanly(
         (location,) = store.locations()
     victim = completion_record(1).input_hash
     pg_cluster.sql(
-        f"""UPDATE "{schema_name(location)}".completions SET usage = '{{"a": 1e999}}' WHERE input_hash = '{victim}'""",
+        f"""UPDATE "{schema_name(location)}".completions SET {assignment} WHERE input_hash = '{victim}'""",
         make_url(pg_url).database,
     )
     for args in (["query", "--store-url", pg_url], ["copy", "--from-url", pg_url, "--to-root", str(tmp_path / "c")]):
@@ -462,6 +465,12 @@ def test_a_server_value_its_type_cannot_read_fails_query_and_copy_cleanly(
         assert "holds a value its column's type cannot read" in " ".join(result.output.split())
     with Store(url=pg_url, readonly=True) as store:
         assert store.open(location).count() == 3
+    deleted = judgestore("delete", "--store-url", pg_url, "--input-hash", victim, "--yes", "--json")
+    assert orjson.loads(deleted.stdout)["deleted"] == 1, deleted.output
+    listed = judgestore("query", "--store-url", pg_url, "--json")
+    assert listed.exit_code == 0 and {row["input_hash"] for row in orjson.loads(listed.stdout)} == {
+        completion_record(i).input_hash for i in (0, 2)
+    }
 
 
 def test_a_schema_whose_registry_row_was_deleted_is_reported_and_never_advised_dropped(

@@ -43,6 +43,7 @@ from store.cli.common import (
     note,
     planning_store,
     print_claims,
+    quantity,
     record_deleted,
     rows_to_stdout,
     state_text,
@@ -335,6 +336,14 @@ def delete_command(
             plan = store.plan_delete(selector, flt)
         except KeyboardInterrupt:
             interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
+        if plan.later:
+            note(
+                f"{quantity(plan.later, 'row')} the filters match {'is' if plan.later == 1 else 'are'} dated after "
+                "this command began (written meanwhile, by a machine whose clock is ahead, or with a time another "
+                "tool wrote) and left out: run it again once that time has passed, or delete by --input-hash "
+                "(`judgestore query` with the same filters lists them).",
+                json_output=json_output,
+            )
         if not plan.counts:
             no_rows(store, json_output, selector, flt)
     matched = plan.rows
@@ -343,6 +352,7 @@ def delete_command(
         "filter": flt.as_dict(),
         "dry_run": dry_run,
         "matched": matched,
+        "later": plan.later,
         "deleted": 0,
         "databases": [entry.as_dict() for entry in plan.counts],
     }

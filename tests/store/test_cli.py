@@ -17,7 +17,7 @@ import sqlite3
 import subprocess
 import sys
 from contextlib import closing
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -485,6 +485,21 @@ def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
     text = judgestore("delete", "--run-id", "run-2", "--dry-run")
     assert "Rows to delete (dry run)" in text.stdout and "3 rows in 2 databases" in text.stdout
     assert file_digests(filled) == before
+
+
+def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes_them(filled: Path) -> None:
+    ahead = completion_record(30, run_id="run-2", created_at=datetime.now(UTC) + timedelta(hours=1))
+    with Store(Settings(), root=filled) as writer:
+        writer.database("completions", "mt-bench", QWEN).put_many([ahead])
+    result = judgestore("delete", "--run-id", "run-2", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "1 row the filters match is dated after this command began" in " ".join(result.stderr.split())
+    assert "Deleted 3 rows" in result.stdout
+    report = as_json(judgestore("delete", "--run-id", "run-2", "--yes", "--json").stdout)
+    assert (report["matched"], report["later"], report["deleted"]) == (0, 1, 0)
+    report = as_json(judgestore("delete", "--input-hash", ahead.input_hash, "--yes", "--json").stdout)
+    assert (report["matched"], report["later"], report["deleted"]) == (1, 0, 1)
+    assert count_rows(filled, RowFilter(run_id="run-2")) == 0
 
 
 def test_delete_yes_deletes_exactly_the_filtered_rows(filled: Path) -> None:

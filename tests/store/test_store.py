@@ -433,6 +433,23 @@ def test_a_delete_plan_deletes_what_it_counted_not_rows_written_since(filled: Pa
     assert left == {r.input_hash for r in later}
 
 
+def test_a_delete_plan_counts_the_rows_dated_after_it_and_keys_are_not_bounded(
+    filled: Path, settings: Settings
+) -> None:
+    """A row dated ahead (another machine's clock, a time another tool wrote) was silently left out of a delete, and
+    could not be deleted even by its key, the step verify advises: 'No rows match the filter' (was)."""
+    ahead = completion_record(30, run_id="run-2", created_at=datetime.now(UTC) + timedelta(hours=1))
+    with Store(settings, root=filled) as writer:
+        writer.database("completions", "mt-bench", QWEN).put_many([ahead])
+    plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
+    assert (plan.rows, plan.later) == (3, 1)
+    assert sum(d.rows for d in delete_rows(filled, settings, plan)) == 3
+    keyed = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2", input_hashes=(ahead.input_hash,)))
+    assert (keyed.rows, keyed.later) == (1, 0) and keyed.filters[0].created_before is None
+    assert sum(d.rows for d in delete_rows(filled, settings, keyed)) == 1
+    assert list(query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == []
+
+
 def test_a_delete_that_fails_on_one_database_says_what_it_deleted_before(filled: Path) -> None:
     """Each database is one transaction: the error says which are already done, and a rerun finishes."""
     flt = RowFilter(run_id="run-2")
