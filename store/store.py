@@ -167,13 +167,15 @@ class Store:
         closed fails there, and Python reports that on stderr).
         """
         remaining = checked_limit(limit)
+        if remaining == 0:
+            return
         for database in self._selected(selector, flt):
-            if remaining == 0:
-                return
             for record in database.query(flt, limit=remaining):
                 yield FoundRow(database.location, record)
                 if remaining is not None:
                     remaining -= 1
+            if remaining == 0:  # before the next database is opened: one that cannot be, no longer matters
+                return
 
     def scalars(self, statement: Select[E], selector: Selector | None = None) -> Iterator[Found[E]]:
         """``select(Entity)`` over the selected databases, a ``Found(location, descriptor, row)`` per row."""

@@ -376,6 +376,21 @@ def test_query_time_range_and_limit(filled: Path) -> None:
     assert n("--model", "model-a", "--limit", "100") == 5
 
 
+def test_a_limit_met_before_a_damaged_database_is_a_whole_result(filled: Path, tmp_path: Path) -> None:
+    """The next database was opened after the limit was met: its damage ended a complete output with exit 1."""
+    with Store(Settings(), root=filled) as store:
+        first, second, _ = store.locations()
+        assert store.open(first).count() >= 3
+    DAMAGES["not SQLite"](second.db_path(filled))
+    rows = judgestore("query", "--format", "jsonl", "--limit", "3")
+    assert rows.exit_code == 0, rows.output
+    assert len(rows.stdout.splitlines()) == 3
+    exported = judgestore("export", "--format", "jsonl", "--limit", "3", "--output", str(tmp_path / "rows.jsonl"))
+    assert exported.exit_code == 0, exported.output
+    assert len((tmp_path / "rows.jsonl").read_text().splitlines()) == 3
+    assert judgestore("query", "--format", "jsonl").exit_code == 1  # without the limit, the damage is met
+
+
 def test_query_table_shows_rows(filled: Path) -> None:
     result = judgestore("query", "--role", "judgements", "--limit", "2")
     assert result.exit_code == 0
