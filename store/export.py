@@ -234,10 +234,8 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
             with open(path, mode, **text) as handle:  # by its name: /dev/stdout to a pipe resolves to no path
                 yield handle
             return
-        folder = next(f for f in target.parents if f.exists())
-        if not folder.is_dir():
-            raise NotADirectoryError(errno.ENOTDIR, f"{folder} is a file, not a folder")
-        target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.is_dir():  # made by no one but the user: a mistyped path must not grow folders
+            raise FileNotFoundError(errno.ENOENT, f"there is no folder {target.parent}")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as e:
         raise OutputWriteError(path, "the export", e) from e

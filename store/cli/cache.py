@@ -45,6 +45,7 @@ from store.cli.common import (
     record_deleted,
     rows_to_stdout,
     stdout,
+    writable_output,
     writes_stdout,
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
@@ -492,6 +493,7 @@ def export_command(
         export_columns(selector, flt, chosen)
     except InvalidInputError as e:
         raise typer.BadParameter(str(e), param_hint="--columns") from e
+    writable_output(output, "--output")  # before any work, as every command with an output file
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
         if not to_stdout:  # a mistyped root must not replace a file with an empty export (stdout: as query says)

@@ -391,6 +391,14 @@ def test_a_limit_met_before_a_damaged_database_is_a_whole_result(filled: Path, t
     assert judgestore("query", "--format", "jsonl").exit_code == 1  # without the limit, the damage is met
 
 
+def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled: Path, tmp_path: Path) -> None:
+    """export made the missing folders (and left them when it failed), where every other command refuses."""
+    result = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "new" / "rows.jsonl"))
+    assert result.exit_code == 1
+    assert f"--output {tmp_path / 'new' / 'rows.jsonl'}: there is no folder" in " ".join(result.output.split())
+    assert not (tmp_path / "new").exists()
+
+
 def test_query_table_shows_rows(filled: Path) -> None:
     result = judgestore("query", "--role", "judgements", "--limit", "2")
     assert result.exit_code == 0

@@ -74,7 +74,7 @@ def parquet_rows(path: Path) -> list[dict[str, Any]]:
 def test_parquet_round_trips_to_what_query_jsonl_prints(
     filled: Path, tmp_path: Path, selector: Selector, flt: RowFilter
 ) -> None:
-    target = tmp_path / "out" / "rows.parquet"
+    target = tmp_path / "rows.parquet"
     with Store(Settings(), root=filled, readonly=True) as store:
         written = export_rows(store, target, "parquet", selector, flt)
     expected = query_jsonl(filled, selector, flt)
@@ -164,7 +164,11 @@ def test_an_export_through_a_link_replaces_its_target_and_a_pipe_is_written_in_p
 
 @pytest.mark.parametrize(
     ("destination", "says"),
-    [("folder", "it is a folder, not a file"), ("file/rows.csv", "file is a file, not a folder")],
+    [
+        ("folder", "it is a folder, not a file"),
+        ("file/rows.csv", "there is no folder .*file"),
+        ("new/deeper/rows.csv", "there is no folder .*new/deeper"),  # made both folders (was)
+    ],
 )
 def test_a_destination_that_cannot_be_a_file_is_refused_before_a_row_is_read(
     filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, destination: str, says: str
