@@ -92,14 +92,16 @@ def stats_command(
     selector: Selector,
     json_output: JsonOutput = False,
     runs: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--runs",
             min=0,
             max=MOST_ROWS,
-            help="Also list the N most recent runs: of the store in the table, of each database with --json.",
+            help="Also list the N most recent runs: of the store in the table, of each database with --json "
+            "(there 5 unless given; 0: none).",
+            show_default=False,
         ),
-    ] = 0,
+    ] = None,
 ) -> None:
     """What each database holds and what its runs saved: rows, size, tokens, truncated rows, hits, savings.
 
@@ -108,7 +110,8 @@ def stats_command(
     runs, their hits and the engine time those hits saved (what the hit rows
     had cost when they were generated). --runs N lists the N most recent
     runs of each database (hit counts over time); --json gives everything,
-    with the 5 most recent runs of each database unless --runs says. A
+    with the 5 most recent runs of each database unless --runs says (0:
+    none). A
     database that cannot be read (damaged, foreign, behind...) is listed
     as unreadable and left out of the totals; the command then exits 1
     (--json: "ok" is false) after printing the others.
@@ -126,8 +129,8 @@ def stats_command(
     with Store(settings, readonly=True) as store:
         locations = store.select(selector)
         # At least 5 are read, so that plain `stats` and `stats --runs 3` share what the catalog remembers.
-        found = list(counted(store_stats(store, locations, recent=max(runs, 5)), len(locations), "Reading"))
-    if runs:
+        found = list(counted(store_stats(store, locations, recent=max(runs or 0, 5)), len(locations), "Reading"))
+    if runs is not None:  # --json lists 5 unless told (0: none)
         found = [dataclasses.replace(entry, recent_runs=entry.recent_runs[:runs]) for entry in found]
     totals = StoreTotals.of(found)
     if json_output:

@@ -302,7 +302,8 @@ def test_stats_json_lists_as_many_runs_as_asked(store_root: Path) -> None:
             r["run_id"]
             for r in orjson.loads(judgestore("stats", "--json", *args).stdout)["databases"][0]["recent_runs"]
         ]
-        for args in ((), ("--runs", "2"), ("--runs", "7"))
+        for args in ((), ("--runs", "2"), ("--runs", "7"), ("--runs", "0"))
     }
     assert len(listed[()]) == 5 and listed[("--runs", "2")] == listed[()][:2]
+    assert listed[("--runs", "0")] == []  # 0 asks for none (was: 5, as if not given)
     assert len(listed[("--runs", "7")]) == 7 and listed[("--runs", "7")][:5] == listed[()]
