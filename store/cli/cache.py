@@ -111,10 +111,9 @@ def stats_command(
     had cost when they were generated). --runs N lists the N most recent
     runs of each database (hit counts over time); --json gives everything,
     with the 5 most recent runs of each database unless --runs says (0:
-    none). A
-    database that cannot be read (damaged, foreign, behind...) is listed
-    as unreadable and left out of the totals; the command then exits 1
-    (--json: "ok" is false) after printing the others.
+    none). A database that cannot be read (damaged, foreign, behind...) is
+    listed as unreadable and left out of the totals; the command then exits
+    1 (--json: "ok" is false) after printing the others.
 
     Examples:
 
