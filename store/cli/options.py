@@ -170,7 +170,11 @@ def selection(
     ] = None,
 ) -> Selector:
     """The databases chosen by ``--role --task --provider --model-id --descriptor``; one that can name none (an
-    upper-case descriptor prefix) is a usage error (exit 2)."""
+    empty name, an upper-case descriptor prefix) is a usage error (exit 2) naming its option."""
+    given = {"--task": task, "--provider": provider, "--model-id": model_id, "--descriptor": descriptor}
+    for option, value in given.items():
+        if value is not None and not value.strip():  # would pick nothing, and "no databases" blamed the store
+            raise typer.BadParameter(f"{option} is empty: give a name (`judgestore ls` lists them)", param_hint=option)
     try:
         return Selector(
             role=None if role is None else role.value,  # type: ignore[arg-type]
@@ -180,7 +184,7 @@ def selection(
             descriptor=descriptor,
         )
     except InvalidInputError as e:
-        raise typer.BadParameter(str(e)) from e
+        raise typer.BadParameter(str(e), param_hint="--descriptor") from e
 
 
 def _timestamp(value: str) -> datetime:

@@ -399,6 +399,17 @@ def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled:
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("option", ["--task", "--provider", "--model-id", "--descriptor"])
+def test_an_empty_selector_value_is_a_usage_error_naming_its_option(filled: Path, option: str) -> None:
+    """`ls --model-id ''` said 'No databases in STORE' of a store holding three; `query --task '' --json` printed []
+    and exit 0 (was)."""
+    for command in (("ls",), ("query", "--json"), ("delete", "--run-id", "run-1", "--yes")):
+        result = judgestore(*command, option, "")
+        assert result.exit_code == 2, (command, result.output)
+        assert f"{option} is empty" in " ".join(result.output.split())
+    assert count_rows(filled) == 10
+
+
 def test_query_table_shows_rows(filled: Path) -> None:
     result = judgestore("query", "--role", "judgements", "--limit", "2")
     assert result.exit_code == 0
