@@ -164,7 +164,8 @@ class CopyReport:
             "source": self.source,
             "target": self.target,
             "ok": self.ok,
-            "databases_copied": len(self.databases),
+            "databases_copied": sum(d.verified for d in self.databases),  # whole in the target, checked
+            "databases_failed": sum(not d.verified for d in self.databases),
             "source_rows": sum(d.source_rows for d in self.databases),
             "rows_written": self.rows_written,
             "already_there": sum(d.already_there for d in self.databases),

@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, StoreMissingError
 from store.layout import Selector
 from store.settings import Settings, from_environment
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
@@ -62,7 +62,10 @@ def store_folder(value: str | None, option: str) -> Path | None:
         return None
     if not value.strip():
         raise InvalidInputError(f"{option} is empty: give the store's folder ('.' for this one), or leave it out")
-    return Path(value)
+    path = Path(value)
+    if path.exists() and not path.is_dir():  # as the storage says, with the option this command calls it
+        raise StoreMissingError(path, f"it is a file, not a folder: there is no store here; check {option}")
+    return path
 
 
 def store_settings(

@@ -240,6 +240,8 @@ def test_a_damaged_source_is_reported_and_nothing_of_it_is_copied(tmp_path: Path
         assert "cannot be read" in bad.problems[0] and "judgestore verify" in bad.problems[0]
         assert ("SQLite found damage" if damage == "page" else "ix_completions_created_at holds") in bad.problems[0]
         assert sum(d.verified for d in report.databases) == len(report.databases) - 1  # the others are copied
+        listed = report.as_dict()  # --json's: it counted the damaged database as copied (was)
+        assert (listed["databases_copied"], listed["databases_failed"]) == (len(report.databases) - 1, 1)
     assert file_digests(root) == before
 
 
@@ -474,6 +476,19 @@ def test_judgestore_copy_with_a_wrong_url_is_a_typed_error(tmp_path: Path) -> No
     assert result.exit_code == 1
     assert orjson.loads(result.stderr)["type"] == "InvalidInputError"
     assert file_digests(root) == before
+
+
+@pytest.mark.parametrize("option", ["--from-root", "--to-root"])
+def test_judgestore_copy_names_its_own_option_for_a_file_given_as_a_store(tmp_path: Path, option: str) -> None:
+    """The error said 'check --store-root', an option copy does not have (was)."""
+    root = full_store(tmp_path / "a")
+    (tmp_path / "file").write_text("kept")
+    paths = {"--from-root": str(root), "--to-root": str(tmp_path / "b")} | {option: str(tmp_path / "file")}
+    result = invoke(*(part for item in paths.items() for part in item))
+    assert result.exit_code == 1
+    said = " ".join(result.output.split())
+    assert f"there is no store here; check {option}" in said and "--store-root" not in said
+    assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "b").exists()
 
 
 def kill_midway(argv: list[str], env: dict[str, str], copied: Callable[[], int], rows: int) -> int:
