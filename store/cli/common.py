@@ -80,7 +80,7 @@ def stderr() -> Console:
 
 
 def _error_payload(error: JudgestoreError) -> dict[str, object]:
-    payload: dict[str, object] = {"error": str(error), "type": type(error).__name__}
+    payload: dict[str, object] = {"error": _message(error), "type": type(error).__name__}
     path = getattr(error, "path", None)
     if path is not None:
         payload["path"] = str(path)
@@ -93,6 +93,14 @@ def _error_payload(error: JudgestoreError) -> dict[str, object]:
 
 
 def _error_line(error: JudgestoreError) -> str:
+    line = _message(error)
+    for note in getattr(error, "__notes__", ()):  # each a sentence of its own after the message
+        line = f"{line}{'' if line.endswith(('.', '!', '?')) else '.'} {note}"
+    return line
+
+
+def _message(error: JudgestoreError) -> str:
+    """The error's message in the command line's words."""
     if isinstance(error, EmptyFilterError):
         return (  # the command line's words for the RowFilter's fields
             f"{EmptyFilterError.REFUSAL}; give at least one row filter: --benchmark, --instruction-id, --model, "
@@ -101,10 +109,7 @@ def _error_line(error: JudgestoreError) -> str:
             "--empty/--non-empty, --error/--no-error, --adopted-from, --adopted/--not-adopted (--role, --task, "
             "--provider, --model-id and --descriptor only choose databases)"
         )
-    line = str(error)
-    for note in getattr(error, "__notes__", ()):  # each a sentence of its own after the message
-        line = f"{line}{'' if line.endswith(('.', '!', '?')) else '.'} {note}"
-    return line
+    return str(error)
 
 
 def _last_defence(kwargs: dict[str, Any], error: sqlite3.Error | DBAPIError | OSError) -> JudgestoreError:

@@ -719,6 +719,7 @@ def test_delete_refuses_an_empty_row_filter(filled: Path) -> None:
     assert options and all(option in said for option in options), options
     as_error = as_json(judgestore("delete", "--yes", "--json", "--role", "judgements").stderr)
     assert as_error["type"] == "EmptyFilterError"
+    assert "--run-id" in as_error["error"] and "RowFilter" not in as_error["error"]  # the API's words (was)
     assert file_digests(filled) == before
 
 
