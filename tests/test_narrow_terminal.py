@@ -178,6 +178,19 @@ def test_every_help_reads_whole_at_80_columns() -> None:
     assert "./judgestore-data" in judgestore("ls", "--help").stdout  # never broken at its hyphen
 
 
+def test_every_option_says_what_it_does() -> None:
+    """--benchmark, --instruction-id, --run-id, --created-by and --seed had no help text (was)."""
+    import typer.main
+
+    bare = [
+        (" ".join(path), param.opts[0])
+        for path, command in every_command(typer.main.get_command(app()))
+        for param in command.params
+        if param.param_type_name == "option" and param.opts[0] != "--help" and not (param.help or "").strip()
+    ]
+    assert bare == []
+
+
 @pytest.mark.postgres
 def test_a_server_store_at_80_columns(demo: Path, pg_url: str) -> None:
     """On a server: tiny-a and tiny-b apart in ls and copy, db upgrade names folders (never the URL, 5 lines deep)."""

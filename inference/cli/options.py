@@ -146,7 +146,7 @@ def model_spec(
         int | None,
         _sampling("--max-tokens", f"Default {DEFAULT_SAMPLING['max_tokens']}.", show_default=False, min=1),
     ] = None,
-    seed: Annotated[int | None, _sampling("--seed")] = None,
+    seed: Annotated[int | None, _sampling("--seed", "Sampling seed: the same seed gives the same samples.")] = None,
     top_logprobs: Annotated[
         int | None, _sampling("--top-logprobs", "Candidates kept per position (e.g. of the verdict token).", min=0)
     ] = None,

@@ -226,14 +226,16 @@ def _filter(name: str, help_text: str | None = None, **kwargs: Any) -> Any:
 
 
 def row_filter(
-    benchmark: Annotated[str | None, _filter("--benchmark")] = None,
-    instruction_id: Annotated[str | None, _filter("--instruction-id")] = None,
+    benchmark: Annotated[str | None, _filter("--benchmark", "Rows of this benchmark (the input file's field).")] = None,
+    instruction_id: Annotated[
+        str | None, _filter("--instruction-id", "Rows of this instruction (a prompt's id within its benchmark).")
+    ] = None,
     model: Annotated[
         str | None, _filter("--model", "Completions of this model; judgements where it is model_a or model_b.")
     ] = None,
     model_a: Annotated[str | None, _filter("--model-a", "(judgements) The model whose answer is shown first.")] = None,
     model_b: Annotated[str | None, _filter("--model-b", "(judgements) The model whose answer is shown second.")] = None,
-    judge: Annotated[str | None, _filter("--judge", "(judgements)")] = None,
+    judge: Annotated[str | None, _filter("--judge", "(judgements) Verdicts of this judge model.")] = None,
     orientation: Annotated[
         OrientationChoice | None,
         _filter("--orientation", "(judgements) direct or reversed, relative to the source pair."),
@@ -248,8 +250,14 @@ def row_filter(
             "--pointwise/--pairwise", "Only pointwise (no model_b) or only pairwise judgements.", show_default=False
         ),
     ] = None,
-    run_id: Annotated[str | None, _filter("--run-id")] = None,
-    created_by: Annotated[str | None, _filter("--created-by")] = None,
+    run_id: Annotated[
+        str | None,
+        _filter("--run-id", "Rows a run wrote (JUDGESTORE_RUN_ID; by default the SLURM job, else one id per process)."),
+    ] = None,
+    created_by: Annotated[
+        str | None,
+        _filter("--created-by", "Rows written by this author (JUDGESTORE_CREATED_BY; by default the user name)."),
+    ] = None,
     since: Annotated[
         datetime | None,
         _filter("--since", "created_at >= TIME (ISO-8601; no offset means UTC).", parser=_timestamp, metavar="TIME"),
