@@ -144,6 +144,10 @@ def test_judge_pairwise_and_pointwise_on_a_server_store(openai_server: FakeOpenA
 
 
 def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).put_many(
+            [completion_record(0)]
+        )
     result = judgestore("vacuum", "--store-url", pg_url)
     assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
 
@@ -212,8 +216,9 @@ def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tm
     with Store(Settings(), root=folder) as store:
         store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).count()
     env = {"JUDGESTORE_STORE_URL": pg_url}
-    from_env = as_json(judgestore("ls", "--json", env=env))
-    assert from_env == []  # the server, which holds nothing yet
+    from_env = judgestore("ls", "--json", env=env)  # the server, which holds no store yet
+    refused = orjson.loads(from_env.stderr)
+    assert from_env.exit_code == 1 and refused["type"] == "StoreMissingError" and "no registry" in refused["error"]
     (from_folder,) = as_json(judgestore("ls", "--json", "--store-root", str(folder), env=env))
     assert from_folder["path"].startswith(str(folder))
     both = judgestore("ls", "--store-root", str(folder), "--store-url", pg_url)

@@ -132,6 +132,7 @@ def adopt_command(
     if not verbose:
         quiet_engine()
     with Store(settings, readonly=dry_run) as store:
+        store.require_present("to adopt rows in")
         try:
             report = adopt(
                 store,

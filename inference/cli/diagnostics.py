@@ -185,6 +185,7 @@ def explain_command(
     from inference.drift.explain import explain_descriptor, explain_inputs
 
     with Store(settings, readonly=True) as store:
+        store.require_present("to explain against")
         report = explain_descriptor(store, role_value, task, descriptor)
         inputs = None
         if requests is not None:
@@ -291,6 +292,7 @@ def audit_command(
     if not verbose:
         quiet_engine()
     with Store(settings, readonly=True) as store:
+        store.require_present("to audit")
         try:
             database = store.find(role.value, task, spec.descriptor)
         except DatabaseMissingError:

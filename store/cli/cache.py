@@ -126,6 +126,7 @@ def stats_command(
     from store.stats import StoreTotals, store_stats
 
     with Store(settings, readonly=True) as store:
+        store.require_present("to read")
         locations = store.select(selector)
         # At least 5 are read, so that plain `stats` and `stats --runs 3` share what the catalog remembers.
         found = list(counted(store_stats(store, locations, recent=max(runs or 0, 5)), len(locations), "Reading"))
@@ -312,6 +313,7 @@ def prune_command(
 
     rule = PruneRule(flt=flt, older_than=older_than, keep_last_runs=keep_last_runs, max_bytes=max_size)
     with planning_store(settings, dry_run=dry_run) as store:
+        store.require_present("to prune")
         try:
             plan = plan_prune(store, selector, rule)
         except KeyboardInterrupt:
@@ -386,6 +388,7 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     from store.reports import VacuumOutcome
 
     with Store(settings) as store:
+        store.require_present("to vacuum")
         locations = store.select(selector)
         results: list[VacuumResult] = []
         try:
@@ -498,8 +501,7 @@ def export_command(
     writable_output(output, "--output")  # before any work, as every command with an output file
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
-        if not to_stdout:  # a mistyped root must not replace a file with an empty export (stdout: as query says)
-            store.require_present("to export")
+        store.require_present("to export")  # a mistyped root must not replace a file with an empty export
         try:
             rows = export_rows(
                 store,

@@ -135,6 +135,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
         judgestore ls --finish-reason length        # truncated rows per database
     """
     with Store(settings, readonly=True) as store:
+        store.require_present("to list")
         locations = store.select(selector)
         infos = list(counted(store.infos(locations), len(locations), "Reading"))
         matching = None
@@ -269,6 +270,7 @@ def query_command(
     available = row_columns(roles)
     chosen = _columns(columns, available, TABLE_COLUMNS[tuple(roles)] if fmt is OutputFormat.table else available)
     with Store(settings, readonly=True) as store:
+        store.require_present("to query")
         if fmt is not OutputFormat.table:
             with rows_to_stdout():
                 try:
@@ -332,6 +334,7 @@ def delete_command(
         judgestore delete --model my-model --benchmark mt-bench --yes
     """
     with planning_store(settings, dry_run=dry_run) as store:
+        store.require_present("to delete from")
         try:
             plan = store.plan_delete(selector, flt)
         except KeyboardInterrupt:

@@ -65,6 +65,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
         judgestore db status --json
     """
     with Store(settings, readonly=True) as store:
+        store.require_present("to check")
         locations = store.select(selector)
         infos = list(counted(store.infos(locations, count_rows=False), len(locations), "Checking"))
     head = schema.revisions().head
@@ -133,6 +134,7 @@ def db_upgrade_command(
             json_output=json_output,
         )
     with Store(settings) as store:
+        store.require_present("to upgrade")
         locations = store.select(selector)
         results: list[UpgradeResult] = []
         try:

@@ -125,3 +125,19 @@ def test_a_task_that_names_no_folder_is_a_usage_error_of_every_diagnostic(tmp_pa
     result = CliRunner().invoke(app(), [*command, "--model", "m", "--task", "..", "--store-root", str(tmp_path / "s")])
     assert result.exit_code == 2 and "Invalid value for '--task'" in result.stderr, result.output
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("command", [["audit"], ["explain"], ["adopt", "--across", "backend_version"]])
+def test_a_store_that_is_not_there_is_named_by_every_diagnostic(tmp_path: Path, command: list[str]) -> None:
+    """'nothing is stored for m' (exit 1, or 0 for explain) never said that the store itself was missing (was)."""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+
+    missing = tmp_path / "no-such-store"
+    args = [*command, "--model", "m", "--task", "t", "--allow-unpinned", "--store-root", str(missing)]
+    result = CliRunner().invoke(app(), args)
+    assert result.exit_code == 1, result.output
+    said = " ".join(result.stderr.split())
+    assert f"{missing}: the folder does not exist: there is no store to" in said and "--store-root" in said
+    assert not missing.exists()

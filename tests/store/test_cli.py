@@ -213,7 +213,7 @@ def test_store_root_option_wins_over_the_environment(filled: Path, tmp_path: Pat
     moved = tmp_path / "elsewhere"
     shutil.copytree(filled, moved)
     shutil.rmtree(filled)
-    assert as_json(judgestore("ls", "--json").stdout) == []
+    assert as_json(judgestore("ls", "--json").stderr)["path"] == str(filled)  # the environment's: not there
     assert len(as_json(judgestore("ls", "--json", "--store-root", str(moved)).stdout)) == 3
 
 
@@ -243,11 +243,11 @@ def test_filters_of_judgements_on_databases_of_completions_only_say_so(filled: P
     assert matched.exit_code == 0 and "row filters given match" not in matched.stderr  # a judgements database
 
 
-def test_ls_of_a_missing_root_is_empty(tmp_path: Path) -> None:
-    result = judgestore("ls", "--store-root", str(tmp_path / "nothing-here"))
+def test_ls_of_an_empty_root_says_so(tmp_path: Path) -> None:
+    (tmp_path / "empty").mkdir()
+    result = judgestore("ls", "--store-root", str(tmp_path / "empty"))
     assert result.exit_code == 0
-    assert "No databases" in result.stderr and "does not exist" in result.stderr
-    assert not (tmp_path / "nothing-here").exists()
+    assert f"No databases in {tmp_path / 'empty'}." in " ".join(result.stderr.split())
 
 
 @pytest.mark.parametrize(
@@ -669,15 +669,23 @@ def test_json_never_asks_it_needs_yes(filled: Path, command: tuple[str, ...]) ->
 
 @pytest.mark.parametrize(
     "command",
-    [("query",), ("query", "--format", "jsonl"), ("export", "--format", "csv", "-o", "-"), ("delete", "--yes")],
-    ids=["query-table", "query-jsonl", "export", "delete"],
-)
-def test_no_rows_because_there_is_no_store_says_so(tmp_path: Path, command: tuple[str, ...]) -> None:
-    """A mistyped --store-root is not 'nothing matched'."""
+    [
+        ("ls",), ("stats",), ("db", "status"), ("db", "upgrade"), ("vacuum",), ("query",),
+        ("query", "--format", "jsonl"), ("export", "--format", "csv", "-o", "rows.csv"),
+        ("delete", "--run-id", "r", "--yes"), ("prune", "--run-id", "r", "--yes"),
+    ],
+    ids=lambda command: "-".join(command[:2]),
+)  # fmt: skip
+def test_a_store_that_is_not_there_is_an_error_not_an_empty_result(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """A mistyped --store-root is not 'nothing matched': `query --json` printed [] and exit 0, so a script went on
+    with no rows (was, for every command that reads a store but verify, export to a file, copy and browse)."""
     missing = tmp_path / "no-such-store"
-    result = judgestore(*command, "--run-id", "r", "--store-root", str(missing))
-    assert result.exit_code == 0, result.output
-    assert f"No databases in {missing} (the folder does not exist)." in " ".join(result.stderr.split())
+    for json_output in ((), ("--json",)):
+        result = judgestore(*command, *json_output, "--store-root", str(missing))
+        assert result.exit_code == 1, result.output
+        said = as_json(result.stderr)["error"] if json_output else " ".join(result.stderr.split())
+        assert f"{missing}: the folder does not exist: there is no store to" in said and "--store-root" in said
+        assert result.stdout == ""
     assert not missing.exists()
 
 
