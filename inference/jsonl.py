@@ -6,7 +6,8 @@ Contract:
   with optional ``benchmark``, ``instruction_id``, ``n`` and ``model`` (the
   label recorded on the row).
 * Judgement lines come in three shapes: already rendered (``messages`` or
-  ``text`` plus ``model_a``, ``model_b``, ``orientation`` and, like a
+  ``text`` plus ``model_a``, which is required, ``model_b``,
+  ``orientation`` and, like a
   completion's ``model``, an optional ``judge``: the label recorded on that
   line's row instead of the run's); a pair to judge
   (``question``, ``model_a``, ``answer_a``, ``model_b``, ``answer_b``), which
@@ -123,7 +124,13 @@ def read_judgement_requests(
     for number, row in read_lines(path):
         if "messages" in row or "text" in row:
             _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
-            requests.append(_build(path, number, JudgementRequest, {"judge": judge, **row}, input_mode))
+            request = _build(path, number, JudgementRequest, {"judge": judge, **row}, input_mode)
+            if request.model_a is None:  # a prompt file given to judge: its verdicts would name no model
+                raise InvalidInputError(
+                    f"{path}:{number}: a judge conversation needs model_a (the model whose answer it shows first; "
+                    "model_b for a pair); a line of only a prompt is read by `judgestore generate`"
+                )
+            requests.append(request)
             continue
         _check_keys(path, number, row, _PAIR_KEYS)
         missing = {"question", "model_a", "answer_a"} - set(row)

@@ -201,7 +201,8 @@ def judge_command(
     Lines are pairs {"question", "model_a", "answer_a", "model_b", "answer_b"},
     single answers {"question", "model_a", "answer_a"} (pointwise), or judge
     conversations already rendered {"messages", "model_a", "model_b", "orientation"}
-    (and optionally "judge": the label recorded for that line instead of --label).
+    (model_a required; optionally "judge": the label recorded for that line
+    instead of --label).
     model_a/model_b of the rows are the positional slots of the judge prompt:
     the reversed row of a pair shows model_b's answer first, so it records it
     as model_a.

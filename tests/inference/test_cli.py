@@ -183,6 +183,10 @@ def test_a_label_that_is_not_valid_unicode_is_refused_before_anything_and_the_ou
     traceback, the output file was emptied and nothing was stored (was)."""
     root, out = tmp_path / "store", tmp_path / "out.jsonl"
     out.write_text('{"kept": 1}\n')
+    if command == "judge":  # the prompts, as judge conversations about a model
+        judged = tmp_path / "judged.jsonl"
+        judged.write_bytes(b"".join(orjson.dumps({**line, "model_a": "m"}) + b"\n" for line in lines(prompts)))
+        prompts = judged
     result = judgestore(
         command, "--model", str(tiny_model_dir), "--label", "\udcff", "--task", "t", "-i", str(prompts),
         "-o", str(out), "--json", *ENGINE_ARGS, root=root, check=False,

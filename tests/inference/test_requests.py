@@ -81,6 +81,15 @@ def test_a_pointwise_judgement_with_an_orientation_is_refused_naming_its_line(tm
         read_judgement_requests(rendered, ["direct"])
 
 
+def test_a_judge_conversation_that_names_no_model_is_refused_naming_its_line(tmp_path: Path) -> None:
+    """A prompts file given to `judge` was judged as it was: verdicts stored under no model (was)."""
+    rendered = tmp_path / "prompts.jsonl"
+    lines = [{"messages": [{"role": "user", "content": "rate it"}], "model_a": "a"}, {"text": "what is 2+2?"}]
+    rendered.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:2: a judge conversation needs model_a .*generate"):
+        read_judgement_requests(rendered, ["direct"])
+
+
 @pytest.mark.parametrize(
     ("line", "said"),
     [
