@@ -275,14 +275,27 @@ def test_judgements_record_pair_orientation_and_pointwise(store: Store, descript
             messages=[{"role": "user", "content": "B vs A"}], model_a="A", model_b="B", orientation="reversed"
         ),
         JudgementRequest(messages=[{"role": "user", "content": "rate A"}], model_a="A"),
+        JudgementRequest(messages=[{"role": "user", "content": "rate B"}], model_a="B", judge="judge-y"),
     ]
     model(store, descriptor, CountingBackend(), label="judge-x").judge(requests)
     database = store.database("judgements", "t", descriptor)
-    rows = {r.orientation: r for r in database.query()}
-    assert set(rows) == {"direct", "reversed", None}
-    assert rows[None].model_b is None and rows["direct"].model_b == "B"
-    assert {r.judge for r in rows.values()} == {"judge-x"}
-    assert database.count(RowFilter(pointwise=True)) == 1
+    rows = {(r.orientation, r.model_a): r for r in database.query()}
+    assert set(rows) == {("direct", "A"), ("reversed", "A"), (None, "A"), (None, "B")}
+    assert rows[None, "A"].model_b is None and rows["direct", "A"].model_b == "B"
+    assert {key: r.judge for key, r in rows.items()} == {  # a request's own judge is kept
+        ("direct", "A"): "judge-x",
+        ("reversed", "A"): "judge-x",
+        (None, "A"): "judge-x",
+        (None, "B"): "judge-y",
+    }
+    assert database.count(RowFilter(pointwise=True)) == 2
+
+
+def test_a_completion_request_names_its_own_model_over_the_label(store: Store, descriptor: ModelDescriptor) -> None:
+    requests = [ask(0), CompletionRequest(messages=[{"role": "user", "content": "q1"}], model="fine-tune-7")]
+    model(store, descriptor, CountingBackend(), label="base").complete(requests)
+    stored = {r.completion: r.model for r in store.database("completions", "t", descriptor).query()}
+    assert stored == {"answer to q0 #0": "base", "answer to q1 #0": "fine-tune-7"}
 
 
 def test_results_equal_what_the_miss_returned(store: Store, descriptor: ModelDescriptor) -> None:

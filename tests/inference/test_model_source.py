@@ -104,6 +104,21 @@ def test_a_tag_resolves_to_its_commit(hub: FakeHub) -> None:
     assert descriptor_from_vllm(REPO, engine_kwargs={"revision": tagged}).revision == tagged
 
 
+def test_the_tokenizer_of_another_revision_is_in_the_key(hub: FakeHub) -> None:
+    """The model at one commit, its tokenizer at another (engine kwarg tokenizer_revision): the tokenizer's
+    revision must reach the key, or a run with another tokenizer would hit the first run's rows."""
+    first = main_commit(hub)
+    config = json.loads(hub.files(REPO, "model")["tokenizer_config.json"])
+    config["chat_template"] = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    second = hub.put_raw(REPO, {"tokenizer_config.json": json.dumps(config).encode()}, repo_type="model")
+    assert second != first
+    own = descriptor_from_vllm(REPO, engine_kwargs={"revision": first})
+    same = descriptor_from_vllm(REPO, engine_kwargs={"revision": first, "tokenizer_revision": first})
+    other = descriptor_from_vllm(REPO, engine_kwargs={"revision": first, "tokenizer_revision": second})
+    assert same.sha256() == own.sha256()
+    assert other.sha256() != own.sha256() and other.engine.get("tokenizer_revision") == second
+
+
 def test_unknown_models_and_revisions_are_typed_errors(hub: FakeHub) -> None:
     with pytest.raises(ModelNotFoundError, match="neither a local folder nor a model on the Hub"):
         resolve_model("org/no-such-model")

@@ -45,6 +45,19 @@ def _hash(model: Path | str, **changes: Any) -> str:
         pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "dtype": "bfloat16"}}, id="dtype"),
         pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "max_model_len": 128}}, id="max_model_len"),
         pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "seed": 1}}, id="engine-seed"),
+        *(
+            pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, name: value}}, id=name)
+            for name, value in (
+                ("kv_cache_dtype", "fp8"),
+                ("quantization", "fp8"),
+                ("trust_remote_code", True),
+                ("load_format", "dummy"),
+                ("tokenizer_mode", "slow"),
+                ("hf_overrides", {"num_hidden_layers": 1}),
+                ("generation_config", "vllm"),
+                ("speculative_config", {"method": "ngram", "num_speculative_tokens": 2}),
+            )
+        ),
         pytest.param({"engine_kwargs": {**TINY_ENGINE_KWARGS, "some_future_setting": "on"}}, id="unknown-engine"),
         pytest.param({"chat_template": "{{ messages[0]['content'] }}"}, id="chat_template"),
         pytest.param({"chat_template_kwargs": {"reasoning_effort": "high"}}, id="chat_template_kwargs"),

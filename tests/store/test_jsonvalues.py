@@ -65,6 +65,8 @@ def test_a_value_shaped_like_the_tag_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="reserves"):
         jsonvalues.dumps({"x": {"$float": "Infinity"}})
     assert jsonvalues.loads(jsonvalues.dumps({"$float": 1})) == {"$float": 1}  # not a string: not the tag
+    with_more = {"$float": "NaN", "k": 1}  # more than one key: not the tag either, kept as it is
+    assert jsonvalues.loads(jsonvalues.dumps(with_more)) == with_more
 
 
 def test_inf_and_nan_survive_a_database_round_trip(store: Store, descriptor: ModelDescriptor) -> None:

@@ -108,6 +108,33 @@ def test_max_size_prunes_the_oldest_rows_until_the_data_fits(aged: Path) -> None
     assert after.data_bytes <= data - 2 * row and after.counts == ()  # type: ignore[attr-defined]
 
 
+def test_max_size_stops_at_the_chunk_that_makes_the_data_fit_exactly(aged: Path) -> None:
+    _, whole = planned(aged, PruneRule(max_bytes=10**9))
+    data = whole.data_bytes  # type: ignore[attr-defined]
+    counts, fits = planned(aged, PruneRule(max_bytes=data))
+    assert counts == {} and fits.size_cutoff is None  # type: ignore[attr-defined]  # the data fits as it is
+    _, oldest = planned(aged, PruneRule(max_bytes=data - 1))
+    chunk = oldest.freed_bytes  # type: ignore[attr-defined]  # the 400-day-old row alone
+    counts, exact = planned(aged, PruneRule(max_bytes=data - chunk))
+    assert counts == {"completions": 1} and exact.freed_bytes == chunk  # type: ignore[attr-defined]
+
+
+def test_a_runs_age_is_its_newest_row_in_any_database(store_root: Path) -> None:
+    """run-a wrote 10 days ago in one database and yesterday in another: it is newer than run-b (5 days)."""
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "mt-bench", QWEN).put_many(
+            [
+                completion_record(1, run_id="run-a", created_at=NOW - timedelta(days=10)),
+                completion_record(2, run_id="run-b", created_at=NOW - timedelta(days=5)),
+            ]
+        )
+        store.database("judgements", "arena", JUDGE).put_many(
+            [judgement_record(1, run_id="run-a", created_at=NOW - timedelta(days=1))]
+        )
+    _, plan = planned(store_root, PruneRule(keep_last_runs=1))
+    assert plan.kept_runs == ("run-a",) and plan.pruned_runs == ("run-b",)  # type: ignore[attr-defined]
+
+
 def test_max_size_only_prunes_rows_the_other_criteria_select(aged: Path) -> None:
     counts, _ = planned(aged, PruneRule(max_bytes=0, flt=RowFilter(run_id="run-2")))
     assert counts == {"completions": 4}
