@@ -14,12 +14,27 @@ Contract:
 * What a report counts must be committed: an operation counts a write once it
   stands, including when Ctrl-C came during its commit (SQLite finishes the
   commit, and Python raises the interrupt just after it).
+* :func:`deferred_interrupts` holds back Ctrl-C and SIGTERM during work that an
+  interrupt would leave broken (vLLM's engine start: a ``KeyboardInterrupt``
+  in its handshake with the engine process was lost, and the run went on to
+  the end, or hung for minutes while the engine waited for an answer). The
+  first signal is said on stderr and acted on as the work ends; a second one
+  ends the process at once (its child processes killed first: an engine's
+  would outlive it), exit status 130 or 143. Nothing is written meanwhile.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any, NoReturn
 
 MIGRATING = "migrating"
 
@@ -32,3 +47,58 @@ def carrying(name: str, report: object) -> Iterator[None]:
     except KeyboardInterrupt as e:
         setattr(e, name, report)
         raise
+
+
+_Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
+
+
+@contextmanager
+def deferred_interrupts(until: str) -> Iterator[None]:
+    """Hold back the first SIGINT or SIGTERM until the body ends (``until`` says when, on stderr), then act on it as
+    the handler in place before would have (a ``KeyboardInterrupt``; judgestore's SIGTERM handler, exit 143); a
+    second signal ends the process at once (see the module docstring). Outside the main thread (where no handler
+    can be set), the body runs as it is. The body must write nothing a sudden end would leave half done."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before: dict[int, _Handler] = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    held: list[int] = []
+
+    def hold(signum: int, frame: FrameType | None) -> None:
+        if held:  # asked twice: now. Not by an exception: that is what the body cannot take
+            _end_now(128 + signum)
+        held.append(signum)
+        sys.stderr.write(f"stopping {until} (press Ctrl-C again to stop at once)\n")
+        sys.stderr.flush()
+
+    for signum in before:
+        signal.signal(signum, hold)
+    try:
+        yield
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)  # type: ignore[arg-type]  # what getsignal gave back
+    if held:
+        _act(before[held[0]], held[0], None)
+
+
+def _end_now(status: int) -> NoReturn:
+    """End this process now, its child processes first (killed: they may be mid-start and deaf to a request)."""
+    sys.stderr.write("stopped at once\n")
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    for child in multiprocessing.active_children():
+        child.kill()
+    os._exit(status)
+
+
+def _act(handler: _Handler, signum: int, frame: FrameType | None) -> None:
+    """What ``handler`` (as ``signal.getsignal`` gives it) does on ``signum``: call it, or the default's action."""
+    if callable(handler):
+        handler(signum, frame)
+    elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+        raise KeyboardInterrupt
+    elif handler == signal.SIG_DFL:
+        signal.signal(signum, signal.SIG_DFL)
+        signal.raise_signal(signum)

@@ -9,9 +9,12 @@ the engine is the same, without a new process importing vLLM.
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -456,3 +459,88 @@ def test_a_run_vllm_would_refuse_is_a_one_line_error_before_the_engine_loads(
     assert all(words in said for words in says), result.stderr
     assert "Traceback" not in result.stderr and "Loading weights" not in result.stderr
     assert not list(root.rglob("*.db"))
+
+
+def _group(pgid: int) -> dict[int, str]:
+    """The live processes of process group ``pgid``, with their command lines (Linux's /proc)."""
+    found = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found[int(stat.parent.name)] = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid`` (Linux's /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()  # after the command's name, which may hold spaces
+            if int(fields[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _interrupted_during_engine_start(
+    root: Path, prompts: Path, tiny_model_dir: Path, signals: int
+) -> tuple[int, str, float]:
+    """``generate`` with the engine core in a process of its own (vLLM's default), sent SIGTERM ``signals`` times
+    (a second later each) once its plan is said, while the engine starts; exit status, stderr, seconds after the
+    last signal. Its whole process group is killed at the end, and must hold nothing by then."""
+    env = {**os.environ, **VLLM_ENV, "VLLM_ENABLE_V1_MULTIPROCESSING": "1", "PYTHONPATH": str(REPO_ROOT),
+           "JUDGESTORE_STORE_ROOT": str(root)}  # fmt: skip
+    argv = [sys.executable, "-c", "from inference.cli import main; main()", "generate", "--model", str(tiny_model_dir),
+            "--task", "t", "-i", str(prompts), "-o", str(root.parent / "out.jsonl"), *ENGINE_ARGS]  # fmt: skip
+    child = subprocess.Popen(argv, cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert child.stderr is not None
+    said = []
+    try:
+        for line in child.stderr:  # the plan is said before the engine starts
+            said.append(line)
+            if line.startswith("plan:"):
+                break
+        deadline = time.monotonic() + 120
+        while not _children(child.pid) and time.monotonic() < deadline:  # the engine's process is being started
+            time.sleep(0.05)
+        for _ in range(signals):
+            child.send_signal(signal.SIGTERM)
+            time.sleep(1.0)
+        sent = time.monotonic()
+        said.append(child.stderr.read())
+        status = child.wait(timeout=120)
+        waited = time.monotonic() - sent
+        left = _group(child.pid)
+        deadline = time.monotonic() + 10  # multiprocessing's resource tracker ends once it sees its parent gone
+        while left and time.monotonic() < deadline:
+            time.sleep(0.1)
+            left = _group(child.pid)
+        assert left == {}  # nothing of the run is left: the engine's process neither
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    return status, "".join(said), waited
+
+
+@pytest.mark.engine
+def test_sigterm_while_the_engine_process_starts_stops_the_run_once_it_is_up(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """The interrupt was lost in vLLM's handshake with its engine process: the run went on to the end, or hung for
+    minutes after saying it was interrupted, the engine's process outliving it (was)."""
+    root = tmp_path / "store"
+    status, said, _ = _interrupted_during_engine_start(root, prompts, tiny_model_dir, signals=1)
+    assert status == 143, said
+    assert "stopping once the engine has started" in said and "interrupted" in said and "done:" not in said
+    with Store(root=root, readonly=True) as store:
+        assert sum(store.open(location).count() for location in store.locations()) == 0
+
+
+@pytest.mark.engine
+def test_a_second_sigterm_while_the_engine_process_starts_ends_the_run_at_once(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    status, said, waited = _interrupted_during_engine_start(tmp_path / "store", prompts, tiny_model_dir, signals=2)
+    assert status == 143 and "stopped at once" in said, said
+    assert waited < 10  # not once the engine is up

@@ -68,6 +68,7 @@ from inference.backends.vllm.engine_logs import engine_is_quiet
 from inference.backends.vllm.outputs import generation
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError, InvalidInputError, JudgestoreError, RequestRefusedError
+from store.interrupts import deferred_interrupts
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
 _CLOSE_WAIT_S = 30.0  # how long close() waits for a running stream to stop before it shuts the engine down
@@ -489,8 +490,14 @@ def create_vllm_backend(
         kwargs.setdefault("use_tqdm_on_load", False)
     from vllm.exceptions import VLLMError
 
+    llm = None
     try:
-        llm = LLM(**kwargs)
+        with deferred_interrupts("once the engine has started"):  # its start is not safe to interrupt
+            llm = LLM(**kwargs)
+    except KeyboardInterrupt:  # held back until the engine was up: shut it, or its process outlives ours
+        if llm is not None:
+            VLLMBackend._shutdown(llm)
+        raise
     except ValidationError as e:  # vLLM's configs are pydantic: a value of the wrong type (max_model_len="abc")
         raise InvalidInputError(f"vLLM refused an engine argument (--engine-arg / engine_kwargs): {e}") from e
     except (ValueError, VLLMError) as e:  # a value vLLM checks while it builds (no room for the KV cache...)
