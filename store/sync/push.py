@@ -57,7 +57,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from store.errors import InvalidInputError, JudgestoreError, RemoteError, RemoteMetadataError
+from store.errors import JudgestoreError, RemoteError, RemoteMetadataError
 from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.settings import SHARD_TARGET_BYTES
@@ -175,8 +175,7 @@ def push(
     and ``rows_confirmed`` say what the remote confirmed before it. The batch it stopped in stays pending, and
     the next push settles it (step 2).
     """
-    if (why := store.storage.absence()) is not None:
-        raise InvalidInputError(f"{store.where}: no store here ({why}); check --store-root or --store-url")
+    store.require_present("to push")  # a StoreMissingError naming the store, as every command that reads one
     check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
     with carrying("push_report", report):  # what the remote confirmed before a Ctrl-C, for the CLI

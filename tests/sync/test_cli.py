@@ -142,6 +142,16 @@ def test_a_fetch_from_a_shared_folder_that_is_not_there_creates_nothing(tmp_path
     assert not store.exists()
 
 
+def test_a_push_from_a_store_that_is_not_there_is_a_store_missing_error(tmp_path: Path) -> None:
+    """It was an InvalidInputError without the store's path, where every other command names it (was)."""
+    missing = tmp_path / "no-such-store"
+    result = hub_cli("push", "--all", "--dir", str(tmp_path / "shared"), "--store-root", str(missing), "--json")
+    assert result.exit_code == 1
+    error = json.loads(result.stderr)
+    assert error["type"] == "StoreMissingError" and error["path"] == str(missing)
+    assert "there is no store to push" in error["error"] and not missing.exists()
+
+
 def test_create_repo_of_a_folder_that_cannot_be_made_names_the_shared_folder(tmp_path: Path) -> None:
     """Its error was the store's, advising read-only commands and another --store-root (was)."""
     store = filled_store(tmp_path / "store")
