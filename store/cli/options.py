@@ -27,7 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
-from store.errors import InvalidInputError, StoreMissingError
+from store.errors import FilterValueError, InvalidInputError, StoreMissingError
 from store.layout import Selector
 from store.settings import Settings, from_environment
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
@@ -309,24 +309,28 @@ def row_filter(
     """The rows chosen by the row filter options (see the module docstring)."""
     if pair is not None and len(pair) != 2:
         raise typer.BadParameter(f"give --pair exactly twice (the two models), got {len(pair)}", param_hint="--pair")
-    return RowFilter(
-        benchmark=benchmark,
-        instruction_id=instruction_id,
-        model=model,
-        model_a=model_a,
-        model_b=model_b,
-        judge=judge,
-        orientation=None if orientation is None else orientation.value,  # type: ignore[arg-type]
-        pair=None if pair is None else (pair[0], pair[1]),
-        pointwise=pointwise,
-        run_id=run_id,
-        created_by=created_by,
-        created_after=since,
-        created_before=until,
-        input_hashes=tuple(key.lower() for key in input_hash) if input_hash else None,  # hex digits in any case
-        finish_reasons=tuple(finish_reason) if finish_reason else None,
-        empty=empty,
-        error=error,
-        adopted_from=adopted_from,
-        adopted=adopted,
-    )
+    try:
+        return RowFilter(
+            benchmark=benchmark,
+            instruction_id=instruction_id,
+            model=model,
+            model_a=model_a,
+            model_b=model_b,
+            judge=judge,
+            orientation=None if orientation is None else orientation.value,  # type: ignore[arg-type]
+            pair=None if pair is None else (pair[0], pair[1]),
+            pointwise=pointwise,
+            run_id=run_id,
+            created_by=created_by,
+            created_after=since,
+            created_before=until,
+            input_hashes=tuple(key.lower() for key in input_hash) if input_hash else None,  # hex digits in any case
+            finish_reasons=tuple(finish_reason) if finish_reason else None,
+            empty=empty,
+            error=error,
+            adopted_from=adopted_from,
+            adopted=adopted,
+        )
+    except FilterValueError as e:  # a value no row can hold (a hash prefix, text that is not Unicode): usage
+        option = {"input_hashes": "--input-hash", "finish_reasons": "--finish-reason"}.get(e.field)
+        raise typer.BadParameter(str(e), param_hint=option or f"--{e.field.replace('_', '-')}") from e

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "EmptyFilterError",
+    "FilterValueError",
     "InvalidInputError",
     "NotCombinableError",
     "ReadTransactionWriteError",
@@ -42,6 +43,14 @@ def invalid_values(error: ValidationError) -> str:
 
 class InvalidInputError(JudgestoreError, ValueError):
     """A value given to judgestore cannot be used (bad message, bad segment...)."""
+
+
+class FilterValueError(InvalidInputError):
+    """A row filter's value no row can hold; ``field`` names the filter (the command line names its option)."""
+
+    def __init__(self, field: str, message: str) -> None:
+        self.field = field
+        super().__init__(message)
 
 
 class UnsupportedMessageError(InvalidInputError):

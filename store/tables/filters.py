@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from store.errors import InvalidInputError
+from store.errors import FilterValueError, InvalidInputError
 from store.roles import ROLES, Role
 from store.tables.models import ORIENTATIONS, Orientation
 
@@ -97,18 +97,20 @@ class RowFilter:
                 try:
                     value.encode()
                 except UnicodeEncodeError as e:  # e.g. a command line's bytes that are not UTF-8
-                    raise InvalidInputError(f"{name} is not valid Unicode text: {value!r}") from e
+                    raise FilterValueError(name, f"{name} is not valid Unicode text: {value!r}") from e
         for key in self.input_hashes or ():
             if not (isinstance(key, str) and len(key) == 64 and all(c in "0123456789abcdef" for c in key)):
-                raise InvalidInputError(
-                    f"input_hashes holds whole input hashes (64 hex digits), got {key!r}; `judgestore query --json "
-                    "--columns input_hash` prints them whole"
+                raise FilterValueError(
+                    "input_hashes",
+                    f"an input hash is a whole hash (64 hex digits), got {key!r}; `judgestore query --json "
+                    "--columns input_hash` prints them whole",
                 )
         if self.adopted_from is not None and not (
             0 < len(self.adopted_from) <= 64 and all(c in "0123456789abcdef" for c in self.adopted_from)
         ):
-            raise InvalidInputError(
-                f"adopted_from must be a descriptor hash or a prefix of it, got {self.adopted_from!r}"
+            raise FilterValueError(
+                "adopted_from",
+                f"adopted from: a descriptor hash or a prefix of it (hex digits), got {self.adopted_from!r}",
             )
 
     def is_empty(self) -> bool:
