@@ -229,9 +229,14 @@ def query_command(
     flt: RowFilter,
     json_output: JsonOutput = False,
     output_format: Annotated[
-        OutputFormat,
-        typer.Option("--format", "-f", help="table (the first 100 rows unless --limit), jsonl, csv or json."),
-    ] = OutputFormat.table,
+        OutputFormat | None,
+        typer.Option(
+            "--format",
+            "-f",
+            help="table (the first 100 rows unless --limit; the default), jsonl, csv or json.",
+            show_default=False,
+        ),
+    ] = None,
     limit: Annotated[
         int | None, typer.Option("--limit", "-n", min=0, max=MOST_ROWS, help="At most N rows in all.")
     ] = None,
@@ -265,7 +270,7 @@ def query_command(
     """
     from store.export import write_text
 
-    fmt = OutputFormat.json if json_output and output_format is OutputFormat.table else output_format
+    fmt = output_format or (OutputFormat.json if json_output else OutputFormat.table)
     roles = roles_for(flt, selector.role)
     available = row_columns(roles)
     chosen = _columns(columns, available, TABLE_COLUMNS[tuple(roles)] if fmt is OutputFormat.table else available)

@@ -358,7 +358,8 @@ def test_input_hash_takes_a_whole_hash_in_any_case_and_refuses_a_prefix(filled: 
     before = file_digests(filled)
     for command in (["query"], ["delete", "--dry-run"], ["delete", "--yes"]):
         refused = judgestore(*command, "--input-hash", key[:16])
-        assert refused.exit_code == 1 and "whole input hashes (64 hex digits)" in refused.stderr, refused.output
+        assert refused.exit_code == 2, refused.output  # a usage error naming its option, as every bad value's
+        assert "whole hash (64 hex digits)" in refused.stderr and "--input-hash" in refused.stderr
     assert file_digests(filled) == before
 
 
@@ -416,6 +417,9 @@ def test_query_table_shows_rows(filled: Path) -> None:
     assert "model_a" in result.stdout and "orientation" in result.stdout and "2 rows" in result.stdout
     assert "[[A]]" in result.stdout  # completions are shown as text, never as rich markup
     assert "judge-1" in judgestore("query", "--role", "judgements", "--columns", "judge,completion").stdout
+    asked = judgestore("query", "--role", "judgements", "--limit", "2", "--format", "table", "--json")
+    assert asked.exit_code == 0 and "2 rows" in asked.stdout  # --format given wins over --json (was: JSON)
+    assert len(as_json(judgestore("query", "--role", "judgements", "--limit", "2", "--json").stdout)) == 2
 
 
 @NO_READ_LEFT_OPEN
@@ -488,7 +492,10 @@ def test_query_usage_errors_exit_2(filled: Path) -> None:
         too_far = judgestore("query", *args)
         assert too_far.exit_code == 2 and "Traceback" not in too_far.output and too_far.stdout == "", too_far.output
     not_utf8 = judgestore("query", "--instruction-id", "caf\udce9")  # what Python makes of the bytes caf\xe9
-    assert not_utf8.exit_code == 1 and "instruction_id is not valid Unicode text" in not_utf8.stderr
+    assert not_utf8.exit_code == 2 and "instruction_id is not valid Unicode text" in not_utf8.stderr
+    assert "--instruction-id" in not_utf8.stderr  # a usage error naming its option (was: exit 1)
+    adopted = judgestore("query", "--adopted-from", "XYZ")
+    assert adopted.exit_code == 2 and "--adopted-from" in adopted.stderr and "adopted_from" not in adopted.stderr
 
 
 def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:
