@@ -13,6 +13,7 @@ from typing import Any
 import orjson
 import pytest
 
+from store import claim_table
 from store.backend import Database
 from store.backends.sqlite.catalog import stamp
 from store.claims import WorkQueue, claims_summary, sweep
@@ -46,6 +47,17 @@ def test_two_jobs_never_hold_the_same_input_and_claim_in_the_batch_order(databas
     assert b.claim(KEYS, 100) == []
     state = b.state(KEYS)
     assert (state.leased, state.waiting, len(state.stored), state.holders) == (10, 0, 0, frozenset({"a", "b"}))
+
+
+def test_a_claim_over_many_key_batches_leases_no_more_than_its_limit(
+    database: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(claim_table, "KEY_BATCH", 3)  # the ten keys in four lists, as 20,000 a list would be
+    queue = WorkQueue(database, holder="a")
+    queue.join(KEYS)
+    assert queue.claim(KEYS, 4) == KEYS[:4]  # the second list fills the limit: one of its three, not three
+    assert queue.claim(KEYS, 100) == KEYS[4:]
+    assert queue.state(KEYS).leased == 10
 
 
 def test_stored_inputs_are_never_claimed_and_finishing_deletes_their_claims(database: Database) -> None:

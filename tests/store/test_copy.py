@@ -245,6 +245,30 @@ def test_a_damaged_source_is_reported_and_nothing_of_it_is_copied(tmp_path: Path
     assert file_digests(root) == before
 
 
+def test_a_row_the_target_does_not_give_back_is_a_problem_and_the_copy_does_not_verify(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What a copy wrote is read back from the target: a row it cannot find there (another writer deleted it
+    between the write and the read) fails the verification, named and counted."""
+    root = full_store(tmp_path / "a")
+    real = SqliteDatabase.get_many
+    calls: list[int] = []
+
+    def losing_one_on_read_back(self: SqliteDatabase, hashes: Any, *, deferred: bool = True) -> Any:
+        found = real(self, hashes, deferred=deferred)
+        calls.append(len(found))
+        if len(calls) == 2 and found:  # the first database's read back, after its write
+            found.pop(next(iter(found)))
+        return found
+
+    monkeypatch.setattr(SqliteDatabase, "get_many", losing_one_on_read_back)
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        report = copy_store(source, target, chunk_size=10_000)
+    (bad,) = [d for d in report.databases if not d.verified]
+    assert bad.missing == 1 and "1 rows written to the target could not be read back from it" in bad.problems
+    assert not report.ok and sum(d.verified for d in report.databases) == len(report.databases) - 1
+
+
 def test_a_conflicting_row_in_the_target_is_reported_and_kept(tmp_path: Path, pg_url: str) -> None:
     root = full_store(tmp_path / "folder")
     theirs = completion_record(1, model="qwen", completion="another answer")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from store.backend import Database
 from store.backends.sqlite import database as database_module
 from store.descriptor import ModelDescriptor
 from store.errors import (
@@ -41,6 +42,7 @@ from tests.factories import (
     file_digests,
     judgement_record,
 )
+from tests.interrupts import ctrl_c_on_call
 from tests.store.conftest import delete_rows, plan_delete, query_rows
 from tests.store.schema_helpers import pretend_shipped_scripts_are
 
@@ -447,6 +449,19 @@ def test_a_delete_plan_counts_the_rows_dated_after_it_and_keys_are_not_bounded(
     keyed = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2", input_hashes=(ahead.input_hash,)))
     assert (keyed.rows, keyed.later) == (1, 0) and keyed.filters[0].created_before is None
     assert sum(d.rows for d in delete_rows(filled, settings, keyed)) == 1
+    assert list(query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == []
+
+
+def test_ctrl_c_just_after_a_databases_delete_committed_counts_that_delete(
+    filled: Path, settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C lands after the second database's delete committed: its rows are gone, so they are counted."""
+    plan = plan_delete(filled, settings, Selector(), RowFilter(run_id="run-2"))
+    assert [entry.rows for entry in plan.counts] == [2, 1]
+    ctrl_c_on_call(monkeypatch, Database, "delete", 2, after=True)
+    with pytest.raises(KeyboardInterrupt) as caught:
+        delete_rows(filled, settings, plan)
+    assert caught.value.rows_deleted == 3  # type: ignore[attr-defined]
     assert list(query_rows(filled, settings, Selector(), RowFilter(run_id="run-2"))) == []
 
 
