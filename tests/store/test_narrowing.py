@@ -14,6 +14,7 @@ import orjson
 import pytest
 
 from store.backends.sqlite.catalog import catalog_path
+from store.catalog import CATALOG_FORMAT, Catalog
 from store.descriptor import ModelDescriptor
 from store.layout import Location, Selector, metadata_bytes, write_metadata
 from store.schema import DatabaseState
@@ -259,3 +260,15 @@ def test_a_server_store_is_surveyed_a_few_schemas_per_transaction(pg_url: str, m
         assert store.storage.narrowed(locations, RowFilter(model="m-1")) == narrowed_before
         # The stamps, the distinct values (seven schemas, two per transaction), then the schemas they leave, probed.
         assert len(opened) == 5 + 1 + 4 + -(-len(narrowed_before) // 2)
+
+
+@pytest.mark.parametrize(("fmt", "believed"), [(CATALOG_FORMAT, True), ("judgestore-catalog/v0", False)])
+def test_a_catalog_of_another_format_is_not_read(tmp_path: Path, fmt: str, believed: bool) -> None:
+    """A catalog written by another format of it (an older library) may mean other things by the same names."""
+    path = tmp_path / "catalog.json"
+    kept = Catalog(path, "store")
+    kept.keep("db", [1, 2], "rows", 42)
+    kept.save()
+    doc = orjson.loads(path.read_bytes())
+    path.write_bytes(orjson.dumps({**doc, "format": fmt}))
+    assert Catalog(path, "store").known("db", [1, 2], "rows") == ((42,) if believed else None)
