@@ -56,12 +56,18 @@ _Handler = Callable[[int, FrameType | None], Any] | int | signal.Handlers | None
 def deferred_interrupts(until: str) -> Iterator[None]:
     """Hold back the first SIGINT or SIGTERM until the body ends (``until`` says when, on stderr), then act on it as
     the handler in place before would have (a ``KeyboardInterrupt``; judgestore's SIGTERM handler, exit 143); a
-    second signal ends the process at once (see the module docstring). Outside the main thread (where no handler
-    can be set), the body runs as it is. The body must write nothing a sudden end would leave half done."""
+    second signal ends the process at once (see the module docstring). A held signal is acted on when the body
+    fails too (the failure as its cause): an interrupt the whole process group got may have ended the body's child
+    process first. A signal the process ignores stays ignored. Outside the main thread (where no handler can be
+    set), the body runs as it is. The body must write nothing a sudden end would leave half done."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before: dict[int, _Handler] = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    before: dict[int, _Handler] = {
+        signum: handler
+        for signum in (signal.SIGINT, signal.SIGTERM)
+        if (handler := signal.getsignal(signum)) not in (signal.SIG_IGN, None)  # None: not set from Python
+    }
     held: list[int] = []
 
     def hold(signum: int, frame: FrameType | None) -> None:
@@ -75,11 +81,22 @@ def deferred_interrupts(until: str) -> Iterator[None]:
         signal.signal(signum, hold)
     try:
         yield
-    finally:
-        for signum, handler in before.items():
-            signal.signal(signum, handler)  # type: ignore[arg-type]  # what getsignal gave back
+    except BaseException as failure:
+        _restore(before)
+        if held:
+            try:
+                _act(before[held[0]], held[0], None)
+            except BaseException as interrupt:
+                raise interrupt from failure
+        raise
+    _restore(before)
     if held:
         _act(before[held[0]], held[0], None)
+
+
+def _restore(handlers: dict[int, _Handler]) -> None:
+    for signum, handler in handlers.items():
+        signal.signal(signum, handler)  # type: ignore[arg-type]  # what getsignal gave back
 
 
 def _end_now(status: int) -> NoReturn:

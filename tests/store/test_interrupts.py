@@ -1,0 +1,80 @@
+"""Interrupts held back while work that cannot take them runs (``store.interrupts.deferred_interrupts``)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from store.interrupts import deferred_interrupts
+
+UNTIL = "once the work is done"
+
+
+def interrupt_self(signum: int = signal.SIGINT) -> None:
+    os.kill(os.getpid(), signum)  # delivered to the main thread, whose handler runs before the next statement
+
+
+def test_a_held_ctrl_c_stops_the_work_once_it_is_done(capsys: pytest.CaptureFixture[str]) -> None:
+    handler = signal.getsignal(signal.SIGINT)
+    finished = []
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts(UNTIL):
+        interrupt_self()
+        finished.append(True)  # the work went on to its end
+    assert finished == [True]
+    assert f"stopping {UNTIL} (press Ctrl-C again to stop at once)" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGINT) is handler  # put back
+
+
+def test_a_held_ctrl_c_is_not_lost_when_the_work_fails() -> None:
+    """The whole process group got it, the work's child process died of it first, and the work failed: the
+    failure was raised, the interrupt lost (the run said the engine failed, exit 1, not 'interrupted')."""
+    with pytest.raises(KeyboardInterrupt) as caught, deferred_interrupts(UNTIL):
+        interrupt_self()
+        raise RuntimeError("the engine process died")
+    assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_without_a_signal_the_work_and_its_failure_are_as_they_are() -> None:
+    with pytest.raises(RuntimeError, match="failed"), deferred_interrupts(UNTIL):
+        raise RuntimeError("failed")
+    with deferred_interrupts(UNTIL):
+        pass
+
+
+def run(body: str) -> subprocess.CompletedProcess[str]:
+    code = "import os, signal, time\nfrom store.interrupts import deferred_interrupts\n" + textwrap.dedent(body)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+
+
+def test_a_second_signal_ends_the_process_at_once() -> None:
+    result = run(
+        """
+        with deferred_interrupts("once the work is done"):
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        print("went on")
+        """
+    )
+    assert result.returncode == 128 + signal.SIGTERM and "stopped at once" in result.stderr
+    assert result.stdout == ""
+
+
+def test_a_signal_the_process_ignores_stays_ignored() -> None:
+    """`judgestore generate &` in a script: SIGINT ignored; a Ctrl-C said 'stopping', a second one ended it (was)."""
+    result = run(
+        """
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        with deferred_interrupts("once the work is done"):
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.1)
+        print("went on", signal.getsignal(signal.SIGINT) is signal.SIG_IGN)
+        """
+    )
+    assert result.returncode == 0 and result.stdout == "went on True\n" and result.stderr == ""
