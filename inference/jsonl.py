@@ -6,7 +6,7 @@ Contract:
   with optional ``benchmark``, ``instruction_id``, ``n`` and ``model`` (the
   label recorded on the row).
 * Judgement lines come in three shapes: already rendered (``messages`` or
-  ``text`` plus ``model_a``, which is required, ``model_b``,
+  ``text`` plus ``model_a``, which ``judge`` requires, ``model_b``,
   ``orientation`` and, like a
   completion's ``model``, an optional ``judge``: the label recorded on that
   line's row instead of the run's); a pair to judge
@@ -111,9 +111,12 @@ def read_judgement_requests(
     orientations: Sequence[Orientation] | None = None,
     judge: str | None = None,
     input_mode: InputMode | None = None,
+    *,
+    to_store: bool = False,
 ) -> list[JudgementRequest]:
     """Judgement requests from rendered, pair or pointwise lines (see the module docstring); with ``input_mode``,
-    a line whose requests a judge of that mode cannot take is refused by name.
+    a line whose requests a judge of that mode cannot take is refused by name. ``to_store`` (``judge``, whose
+    verdicts become rows) refuses a rendered line without ``model_a``: its row would name no model.
 
     ``orientations`` are those of each pair line (None: both); asked for on a file without a pair line, they change
     nothing, and an :class:`OrientationUnusedWarning` says so.
@@ -125,7 +128,7 @@ def read_judgement_requests(
         if "messages" in row or "text" in row:
             _check_keys(path, number, row, _RENDERED_JUDGEMENT_KEYS)
             request = _build(path, number, JudgementRequest, {"judge": judge, **row}, input_mode)
-            if request.model_a is None:  # a prompt file given to judge: its verdicts would name no model
+            if to_store and request.model_a is None:  # a prompts file given to judge: its verdicts would name no model
                 raise InvalidInputError(
                     f"{path}:{number}: a judge conversation needs model_a (the model whose answer it shows first; "
                     "model_b for a pair); a line of only a prompt is read by `judgestore generate`"

@@ -214,6 +214,7 @@ def judge_command(
         None if orientation is None else orientation.orientations(),
         judge=spec.display_name,
         input_mode=spec.input_mode,
+        to_store=True,
     )
     _run(spec, list(requests), "judgements", run, settings, json_output, verbose)
 

@@ -544,3 +544,15 @@ def test_a_second_sigterm_while_the_engine_process_starts_ends_the_run_at_once(
     status, said, waited = _interrupted_during_engine_start(tmp_path / "store", prompts, tiny_model_dir, signals=2)
     assert status == 143 and "stopped at once" in said, said
     assert waited < 10  # not once the engine is up
+
+
+def test_judge_refuses_a_prompts_file_naming_its_line(tmp_path: Path, prompts: Path, tiny_model_dir: Path) -> None:
+    """A prompts file given to judge was judged as it was: verdicts stored that name no model (was)."""
+    root = tmp_path / "store"
+    result = judgestore(
+        "judge", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "v.jsonl"),
+        *ENGINE_ARGS, root=root, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1
+    assert f"{prompts}:1: a judge conversation needs model_a" in " ".join(result.stderr.split())
+    assert not root.exists() and not (tmp_path / "v.jsonl").exists()

@@ -87,7 +87,8 @@ def test_a_judge_conversation_that_names_no_model_is_refused_naming_its_line(tmp
     lines = [{"messages": [{"role": "user", "content": "rate it"}], "model_a": "a"}, {"text": "what is 2+2?"}]
     rendered.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
     with pytest.raises(InvalidInputError, match=r"prompts.jsonl:2: a judge conversation needs model_a .*generate"):
-        read_judgement_requests(rendered, ["direct"])
+        read_judgement_requests(rendered, ["direct"], to_store=True)
+    assert len(read_judgement_requests(rendered, ["direct"])) == 2  # explain and audit store nothing: taken
 
 
 @pytest.mark.parametrize(
