@@ -28,6 +28,7 @@ from store.backends.postgres.status import NO_TABLES, SchemaHost, classify
 from store.errors import DamagedValueError, JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
+from store.repository import STREAM_PARTITION
 from store.schema import USABLE_STATES, DatabaseState, missing_parts, status_error
 from store.tables.filters import RowFilter
 from store.tables.models import SCHEMA_REVISION, UTCDateTime
@@ -106,7 +107,9 @@ def _verify_rows(storage: SchemaHost, location: Location, where: str) -> tuple[i
             adopted = repo.count(RowFilter(adopted=True))
     except ServerSchemaError as e:  # a table or column its revision promises is missing
         return checks.checked, [Problem(where, ProblemKind.SCHEMA, str(e))], 0
-    except (ServerError, DamagedValueError, ValueError) as e:  # ValueError: JSON that does not decode
+    except ServerError as e:  # the server failed (gone, busy): reading again would meet it again
+        return checks.checked, [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")], 0
+    except (DamagedValueError, ValueError) as e:  # ValueError: JSON that does not decode
         checked, problems = _raw_row_problems(storage, location, where)
         if not problems:  # the scan value by value read every row: say what the first scan met
             problems = [Problem(where, ProblemKind.FILE, f"{type(e).__name__}: {e}")]
@@ -125,7 +128,7 @@ def _raw_row_problems(storage: SchemaHost, location: Location, where: str) -> tu
     columns = ", ".join(f"{quoted(column.name)}::text" for column in table.c)
     statement = f"SELECT ctid::text, {columns} FROM {quoted(schema_name(location))}.{quoted(table.name)}"
     with storage.connection() as conn:
-        for ctid, *values in conn.execute(text(statement)):
+        for ctid, *values in conn.execution_options(yield_per=STREAM_PARTITION).execute(text(statement)):
             row: dict[str, Any] = {}
             unreadable = []
             for name, value in zip(readers, values, strict=True):
