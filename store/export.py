@@ -20,7 +20,8 @@ Contract:
   file it replaces had, else those the umask gives a new file (as `>` would).
   A link's target is replaced, not the link; a device or a pipe
   (``/dev/stdout``, a FIFO) is written in place. A destination that cannot
-  be written (a folder, a full disk) is an
+  be written (a folder, a full disk, a folder that is not there: none is
+  made, as ``open`` makes none) is an
   :class:`~store.errors.OutputWriteError` naming it.
 * :func:`to_pandas` and :func:`to_dataset` build a ``pandas.DataFrame`` or a
   ``datasets.Dataset`` from the same batches, so notebooks never open SQLite by
@@ -235,6 +236,9 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
                 yield handle
             return
         if not target.parent.is_dir():  # made by no one but the user: a mistyped path must not grow folders
+            folder = next(f for f in target.parents if f.exists())
+            if not folder.is_dir():
+                raise NotADirectoryError(errno.ENOTDIR, f"{folder} is a file, not a folder")
             raise FileNotFoundError(errno.ENOENT, f"there is no folder {target.parent}")
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     except OSError as e:

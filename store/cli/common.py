@@ -365,6 +365,9 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
     if path.is_dir():
         raise InvalidInputError(f"{option} {path} is a folder, not a file")
     if not path.parent.is_dir():
+        nearest = next((f for f in path.parents if f.exists()), None)  # the folder the path leaves, or a file
+        if nearest is not None and not nearest.is_dir():
+            raise InvalidInputError(f"{option} {path}: {nearest} is a file, not a folder")
         raise InvalidInputError(f"{option} {path}: there is no folder {path.parent}")
     for given in inputs:
         if path.exists() and given.exists() and path.samefile(given):

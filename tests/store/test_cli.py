@@ -398,6 +398,10 @@ def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled:
     assert result.exit_code == 1
     assert f"--output {tmp_path / 'new' / 'rows.jsonl'}: there is no folder" in " ".join(result.output.split())
     assert not (tmp_path / "new").exists()
+    (tmp_path / "afile").write_text("kept")
+    blocked = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "afile" / "rows.jsonl"))
+    assert blocked.exit_code == 1
+    assert f"{tmp_path / 'afile'} is a file, not a folder" in " ".join(blocked.output.split())
 
 
 @pytest.mark.parametrize("option", ["--task", "--provider", "--model-id", "--descriptor"])

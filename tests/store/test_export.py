@@ -166,7 +166,7 @@ def test_an_export_through_a_link_replaces_its_target_and_a_pipe_is_written_in_p
     ("destination", "says"),
     [
         ("folder", "it is a folder, not a file"),
-        ("file/rows.csv", "there is no folder .*file"),
+        ("file/rows.csv", "file is a file, not a folder"),
         ("new/deeper/rows.csv", "there is no folder .*new/deeper"),  # made both folders (was)
     ],
 )
