@@ -388,7 +388,6 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     from store.reports import VacuumOutcome
 
     with Store(settings) as store:
-        store.require_present("to vacuum")
         locations = store.select(selector)
         results: list[VacuumResult] = []
         try:

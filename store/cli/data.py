@@ -366,7 +366,8 @@ def delete_command(
     }
     if not json_output:
         if not plan.counts:
-            stdout().print("No rows match the filter; nothing to delete.")
+            dated = " dated before this command began" if plan.later else ""
+            stdout().print(f"No rows{dated} match the filter; nothing to delete.")
             return
         table = location_table("Rows to delete" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
         for entry in plan.counts:

@@ -134,7 +134,6 @@ def db_upgrade_command(
             json_output=json_output,
         )
     with Store(settings) as store:
-        store.require_present("to upgrade")
         locations = store.select(selector)
         results: list[UpgradeResult] = []
         try:

@@ -542,6 +542,8 @@ def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes
     assert "Deleted 3 rows" in result.stdout
     report = as_json(judgestore("delete", "--run-id", "run-2", "--yes", "--json").stdout)
     assert (report["matched"], report["later"], report["deleted"]) == (0, 1, 0)
+    said = " ".join(judgestore("delete", "--run-id", "run-2", "--yes").stdout.split())
+    assert said == "No rows dated before this command began match the filter; nothing to delete."
     report = as_json(judgestore("delete", "--input-hash", ahead.input_hash, "--yes", "--json").stdout)
     assert (report["matched"], report["later"], report["deleted"]) == (1, 0, 1)
     assert count_rows(filled, RowFilter(run_id="run-2")) == 0
@@ -681,7 +683,7 @@ def test_json_never_asks_it_needs_yes(filled: Path, command: tuple[str, ...]) ->
 @pytest.mark.parametrize(
     "command",
     [
-        ("ls",), ("stats",), ("db", "status"), ("db", "upgrade"), ("vacuum",), ("query",),
+        ("ls",), ("stats",), ("db", "status"), ("query",),
         ("query", "--format", "jsonl"), ("export", "--format", "csv", "-o", "rows.csv"),
         ("delete", "--run-id", "r", "--yes"), ("prune", "--run-id", "r", "--yes"),
     ],
@@ -697,6 +699,16 @@ def test_a_store_that_is_not_there_is_an_error_not_an_empty_result(tmp_path: Pat
         said = as_json(result.stderr)["error"] if json_output else " ".join(result.stderr.split())
         assert f"{missing}: the folder does not exist: there is no store to" in said and "--store-root" in said
         assert result.stdout == ""
+    assert not missing.exists()
+
+
+@pytest.mark.parametrize("command", [("db", "upgrade"), ("vacuum",)])
+def test_maintenance_of_a_store_that_is_not_there_has_nothing_to_do(tmp_path: Path, command: tuple[str, ...]) -> None:
+    """Run on every node before a job (a fresh one included), they stay idempotent: exit 0, nothing made."""
+    missing = tmp_path / "no-such-store"
+    result = judgestore(*command, "--store-root", str(missing))
+    assert result.exit_code == 0, result.output
+    assert f"No databases in {missing} (the folder does not exist)." in " ".join(result.stderr.split())
     assert not missing.exists()
 
 
