@@ -110,7 +110,7 @@ class RowFilter:
         ):
             raise FilterValueError(
                 "adopted_from",
-                f"adopted from: a descriptor hash or a prefix of it (hex digits), got {self.adopted_from!r}",
+                f"adopted_from must be a descriptor hash or a prefix of it, got {self.adopted_from!r}",
             )
 
     def is_empty(self) -> bool:
