@@ -17,7 +17,9 @@ Contract:
   per database, so a dry run's counts are what a prune deletes. Every filter
   is bounded by the plan's time (``created_before``): a row written after the
   plan was made (a run still at work while the prune asks to confirm) is
-  never deleted by it.
+  never deleted by it; the plan counts the rows that bound alone leaves out
+  (:attr:`PrunePlan.later`: dated after the plan by a clock ahead of this
+  one's, or with a time another tool wrote).
 * Files keep their size until ``judgestore vacuum`` (:mod:`store.backends.sqlite.vacuum`).
 """
 
@@ -100,7 +102,9 @@ class PrunePlan:
     ``kept_runs``/``pruned_runs`` are set by ``keep_last_runs`` (newest
     first); ``size_cutoff`` is the ``created_at`` before which ``max_bytes``
     prunes (None: the data already fits, or no cap); ``data_bytes`` is the
-    selected databases' data, ``freed_bytes`` the data of the rows to delete.
+    selected databases' data, ``freed_bytes`` the data of the rows to delete;
+    ``later`` the rows the rule would prune but for the plan's time bound
+    (as :attr:`~store.rows.DeletePlan.later`).
     """
 
     rule: PruneRule
@@ -112,6 +116,7 @@ class PrunePlan:
     size_cutoff: datetime | None = None
     data_bytes: int = 0
     freed_bytes: int = 0
+    later: int = 0
 
     @property
     def rows(self) -> int:
@@ -133,6 +138,7 @@ class PrunePlan:
             "size_cutoff": self.size_cutoff,
             "data_bytes": self.data_bytes,
             "freed_bytes": self.freed_bytes,
+            "later": self.later,
             "databases": [entry.as_dict() for entry in self.counts],
         }
 
@@ -148,8 +154,11 @@ def _ranked_runs(databases: list[Database], flt: RowFilter) -> list[str]:
     return sorted(newest, key=lambda run: (newest[run], run), reverse=True)
 
 
-def _size_cutoff(databases: list[Database], filters: tuple[RowFilter, ...], excess: int) -> datetime | None:
-    """The ``created_at`` before which the oldest matching rows free ``excess`` bytes (all of them if they cannot)."""
+def _size_cutoff(
+    databases: list[Database], filters: tuple[RowFilter, ...], excess: int
+) -> tuple[datetime | None, bool]:
+    """The ``created_at`` before which the oldest matching rows free ``excess`` bytes (all of them if they cannot),
+    and whether they do."""
     chunks: dict[datetime, int] = {}
     for database in databases:
         with database.reading() as repo:
@@ -161,8 +170,8 @@ def _size_cutoff(databases: list[Database], filters: tuple[RowFilter, ...], exce
         freed += chunks[created_at]
         cutoff = created_at + _TICK
         if freed >= excess:
-            break
-    return cutoff
+            return cutoff, True
+    return cutoff, False
 
 
 def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: datetime | None = None) -> PrunePlan:
@@ -196,16 +205,15 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
         if data.data_bytes <= rule.max_bytes or not filters:
             filters = ()
         else:
-            cutoff = _size_cutoff(databases, filters, data.data_bytes - rule.max_bytes)
-            filters = (
-                ()
-                if cutoff is None
-                else tuple(
+            cutoff, enough = _size_cutoff(databases, filters, data.data_bytes - rule.max_bytes)
+            if cutoff is None:
+                filters = ()
+            elif enough:  # else every row the filters match goes, and they keep their bounds (counted below)
+                filters = tuple(
                     dataclasses.replace(f, created_before=min(cutoff, f.created_before or cutoff)) for f in filters
                 )
-            )
     counts: dict[str, tuple[Location, int]] = {}
-    freed = 0
+    freed = later = 0
     losing: set[str | None] = set()  # the runs that lose rows once every criterion is applied
     for database in databases:
         with database.reading() as repo:
@@ -216,6 +224,8 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
                     counts[database.where] = (location, rows + totals.rows)
                     freed += totals.data_bytes
                     losing.add(flt.run_id)
+                if flt.created_before == now:  # bounded by the plan's time alone: count what that leaves out
+                    later += repo.count_around(dataclasses.replace(flt, created_before=rule.flt.created_before), now)[1]
     pruned = tuple(run for run in pruned if run in losing)  # a run older than kept but spared by the others: not named
     return PrunePlan(
         rule,
@@ -227,6 +237,7 @@ def plan_prune(store: Store, selector: Selector, rule: PruneRule, *, now: dateti
         cutoff,
         data.data_bytes,
         freed,
+        later,
     )
 
 

@@ -34,6 +34,7 @@ from store.cli.common import (
     exit_if_unread,
     incomplete_output,
     interrupted,
+    later_rows_note,
     location_cells,
     location_table,
     no_databases,
@@ -333,8 +334,10 @@ def prune_command(
                 ),
                 json_output=False,
             )
+        later_rows_note(plan.later, "prune", json_output=False)
         if not plan.counts:
-            stdout().print("No rows match; nothing to prune.")
+            dated = " dated before this command began" if plan.later else ""
+            stdout().print(f"No rows{dated} match; nothing to prune.")
             return
         table = location_table("Rows to prune" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
         for entry in plan.counts:

@@ -391,6 +391,19 @@ def emit_json(value: object, *, beside_stdout_results: bool = False) -> None:
     (sys.stderr if beside_stdout_results else sys.stdout).write(to_json(value) + "\n")
 
 
+def later_rows_note(later: int, verb: str, *, json_output: bool) -> None:
+    """The note of a delete or prune whose plan's time bound left out ``later`` rows its filters match
+    (:attr:`store.rows.DeletePlan.later`); nothing when there are none."""
+    if later:
+        note(
+            f"{quantity(later, 'row')} the filters match {'is' if later == 1 else 'are'} dated after this command "
+            "began (written meanwhile, by a machine whose clock is ahead, or with a time another tool wrote) and "
+            f"left out: {verb} again once that time has passed, or delete by --input-hash (`judgestore query` with "
+            "the same filters lists them).",
+            json_output=json_output,
+        )
+
+
 def note(message: str, *, json_output: bool) -> None:
     """Notes go to stderr, and never in --json mode (stderr carries only JSON errors there)."""
     if not json_output:

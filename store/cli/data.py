@@ -36,6 +36,7 @@ from store.cli.common import (
     exit_if_unread,
     incomplete_output,
     interrupted,
+    later_rows_note,
     location_cells,
     location_table,
     no_databases,
@@ -43,7 +44,6 @@ from store.cli.common import (
     note,
     planning_store,
     print_claims,
-    quantity,
     record_deleted,
     rows_to_stdout,
     state_text,
@@ -344,14 +344,7 @@ def delete_command(
             plan = store.plan_delete(selector, flt)
         except KeyboardInterrupt:
             interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
-        if plan.later:
-            note(
-                f"{quantity(plan.later, 'row')} the filters match {'is' if plan.later == 1 else 'are'} dated after "
-                "this command began (written meanwhile, by a machine whose clock is ahead, or with a time another "
-                "tool wrote) and left out: run it again once that time has passed, or delete by --input-hash "
-                "(`judgestore query` with the same filters lists them).",
-                json_output=json_output,
-            )
+        later_rows_note(plan.later, "run it", json_output=json_output)
         if not plan.counts:
             no_rows(store, json_output, selector, flt)
     matched = plan.rows

@@ -549,6 +549,21 @@ def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes
     assert count_rows(filled, RowFilter(run_id="run-2")) == 0
 
 
+def test_prune_says_how_many_matching_rows_are_dated_after_it(filled: Path) -> None:
+    """prune left such rows out without a word (was), as delete did."""
+    ahead = completion_record(30, run_id="run-2", created_at=datetime.now(UTC) + timedelta(hours=1))
+    with Store(Settings(), root=filled) as writer:
+        writer.database("completions", "mt-bench", QWEN).put_many([ahead])
+    result = judgestore("prune", "--run-id", "run-2", "--yes")
+    assert result.exit_code == 0, result.output
+    assert "1 row the filters match is dated after this command began" in " ".join(result.stderr.split())
+    report = as_json(judgestore("prune", "--run-id", "run-2", "--yes", "--json").stdout)
+    assert (report["rows"], report["later"], report["deleted"]) == (0, 1, 0)
+    said = " ".join(judgestore("prune", "--run-id", "run-2", "--yes").stdout.split())
+    assert said == "No rows dated before this command began match; nothing to prune."
+    assert count_rows(filled, RowFilter(run_id="run-2")) == 1
+
+
 def test_delete_yes_deletes_exactly_the_filtered_rows(filled: Path) -> None:
     result = judgestore("delete", "--model", "model-b", "--orientation", "direct", "--yes", "--json")
     assert result.exit_code == 0, result.output

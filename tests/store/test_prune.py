@@ -81,6 +81,34 @@ def test_rows_a_run_writes_after_the_plan_are_never_pruned_by_it(aged: Path) -> 
     assert kept == {r.input_hash for r in later}
 
 
+@pytest.mark.parametrize(
+    ("rule", "later"),
+    [
+        (PruneRule(flt=RowFilter(run_id="run-1")), 1),
+        (PruneRule(keep_last_runs=1), 1),  # run-3's row is the newest: run-3 kept, run-1's ahead row counted
+        (PruneRule(max_bytes=0), 2),
+        (PruneRule(flt=RowFilter(run_id="run-1", created_before=NOW + timedelta(days=1))), 0),
+        (PruneRule(older_than=timedelta(days=1)), 0),  # rows dated ahead are not older than anything
+    ],
+    ids=["filter", "keep-last-runs", "max-size", "until-before-them", "older-than"],
+)
+def test_the_plan_counts_the_rows_its_time_bound_alone_leaves_out(aged: Path, rule: PruneRule, later: int) -> None:
+    """Rows dated after the plan (a clock ahead, another tool's time) were left out without a word (was)."""
+    with Store(Settings(), root=aged) as store:
+        ahead = [
+            completion_record(60, run_id="run-1", created_at=NOW + timedelta(days=2)),
+            completion_record(61, run_id="run-3", created_at=NOW + timedelta(days=3)),
+        ]
+        store.database("completions", "mt-bench", QWEN).put_many(ahead)
+    counts, plan = planned(aged, rule)
+    assert plan.later == later  # type: ignore[attr-defined]
+    assert plan.as_dict()["later"] == later  # type: ignore[attr-defined]
+    with Store(Settings(), root=aged) as store:
+        prune(store, plan)  # type: ignore[arg-type]
+        left = {r.input_hash for r in store.database("completions", "mt-bench", QWEN).query()}
+    assert {r.input_hash for r in ahead} <= left  # counted, never deleted
+
+
 def test_the_pruned_runs_are_those_that_lose_rows_once_every_criterion_applies(aged: Path) -> None:
     """run-1's rows are 20 days old: --older-than 30d spares them, yet it was named among the pruned runs (was)."""
     counts, plan = planned(aged, PruneRule(keep_last_runs=1, older_than=timedelta(days=30)))
