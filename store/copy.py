@@ -48,6 +48,11 @@ Contract:
   without a row is removed again (:meth:`~store.store.Store.discard_if_empty`),
   so no empty database stays listed; a folder's empty file is kept (another
   process may hold it open) and a rerun fills it.
+* A dry run (``dry_run=True``) reads both stores and writes to neither: it
+  is the same copy with each write taken as done, so its report says what a
+  copy would write (``written``, the bookkeeping), what the target already
+  holds and which keys conflict, and ``verified`` is whether the database
+  would verify. A target database that is not there yet holds nothing.
 """
 
 from __future__ import annotations
@@ -150,6 +155,7 @@ class CopyReport:
     source: str
     target: str
     databases: list[CopiedDatabase] = field(default_factory=list)
+    dry_run: bool = False  # nothing was written: the counts are what a copy would write
 
     @property
     def ok(self) -> bool:
@@ -164,6 +170,7 @@ class CopyReport:
             "source": self.source,
             "target": self.target,
             "ok": self.ok,
+            "dry_run": self.dry_run,
             "databases_copied": sum(d.verified for d in self.databases),  # whole in the target, checked
             "databases_failed": sum(not d.verified for d in self.databases),
             "source_rows": sum(d.source_rows for d in self.databases),
@@ -224,18 +231,23 @@ def _read(records: Iterable[Record]) -> Iterator[Record]:
         yield from records
 
 
-def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabase) -> None:
-    """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare."""
-    before = target.get_many((r.input_hash for r in chunk), deferred=False)
+def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: CopiedDatabase, dry_run: bool) -> None:
+    """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare; a dry run
+    takes them as written and read back (``target`` None: a dry run's database that is not there yet)."""
+    before = target.get_many((r.input_hash for r in chunk), deferred=False) if target is not None else {}
     fresh = [r for r in chunk if r.input_hash not in before]
-    try:
-        written = target.put_many(fresh) if fresh else 0
-    except KeyboardInterrupt:
-        # Ctrl-C during the commit lets it finish and is raised just after: the chunk (one transaction) may stand
-        result.written += len(target.get_many(r.input_hash for r in fresh))
-        raise
-    result.written += written  # committed: counted at once, so that an interrupt from here on still counts them
-    after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
+    if dry_run or target is None:
+        written, after = len(fresh), {r.input_hash: r for r in fresh}
+        result.written += written
+    else:
+        try:
+            written = target.put_many(fresh) if fresh else 0
+        except KeyboardInterrupt:
+            # Ctrl-C during the commit lets it finish and is raised just after: the chunk (one transaction) may stand
+            result.written += len(target.get_many(r.input_hash for r in fresh))
+            raise
+        result.written += written  # committed: counted at once, so that an interrupt from here on still counts them
+        after = target.get_many((r.input_hash for r in fresh), deferred=False) if fresh else {}
     matched = matched_before = 0
     for record in chunk:
         want = row_digest(record)
@@ -264,18 +276,25 @@ def _copy_chunk(chunk: Sequence[Record], target: Database, result: CopiedDatabas
 
 
 def copy_database(
-    source: Database, target: Database, result: CopiedDatabase, chunk_size: int, on_rows: Callable[[int], None]
+    source: Database,
+    target: Database | None,
+    result: CopiedDatabase,
+    chunk_size: int,
+    on_rows: Callable[[int], None],
+    *,
+    dry_run: bool = False,
 ) -> None:
-    """Copy one database's rows chunk by chunk, then its bookkeeping (see the module docstring)."""
+    """Copy one database's rows chunk by chunk, then its bookkeeping (see the module docstring; ``target`` None:
+    a dry run's database that is not there yet)."""
     if chunk_size < 1:
         raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
     for chunk in batched(_read(source.query()), chunk_size):
-        _copy_chunk(chunk, target, result)
+        _copy_chunk(chunk, target, result, dry_run)
         on_rows(len(chunk))
     if result.missing:
         result.problems.append(f"{result.missing} rows written to the target could not be read back from it")
     for table in BOOKKEEPING:
-        result.bookkeeping[str(table.name)] = copy_bookkeeping(source, target, table)
+        result.bookkeeping[str(table.name)] = copy_bookkeeping(source, target, table, dry_run=dry_run)
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -286,26 +305,38 @@ def _comparable(row: Sequence[Any]) -> tuple[Any, ...]:
     return tuple(_plain(v) for v in row)
 
 
-def copy_bookkeeping(source: Database, target: Database, table: Table) -> int:
-    """Copy ``table``'s rows the target lacks (identical rows compared without the id); returns rows copied."""
+def copy_bookkeeping(source: Database, target: Database | None, table: Table, *, dry_run: bool = False) -> int:
+    """Copy ``table``'s rows the target lacks (identical rows compared without the id); returns rows copied (a dry
+    run: rows it would copy; ``target`` None: a dry run's database that is not there yet)."""
     columns = [c for c in table.c if c.name != "id"]
     query = select(*columns).order_by(table.c.id)
     with _source_side(), source.reading() as repo:
         rows = repo.conn.execute(query).all()
     if not rows:
         return 0
+    if target is None:
+        return len(rows)
+    if dry_run:
+        with target.reading() as repo:
+            return len(_lacking(rows, repo.conn.execute(query).all(), columns))
     with target.transaction() as repo:
-        held = Counter(_comparable(row) for row in repo.conn.execute(query).all())
-        lacking = []
-        for row in rows:
-            key = _comparable(row)
-            if held[key]:
-                held[key] -= 1
-            else:
-                lacking.append({c.name: value for c, value in zip(columns, row, strict=True)})
+        lacking = _lacking(rows, repo.conn.execute(query).all(), columns)
         if lacking:
             repo.conn.execute(insert(table), lacking)
     return len(lacking)
+
+
+def _lacking(rows: Sequence[Any], held_rows: Sequence[Any], columns: Sequence[Any]) -> list[dict[str, Any]]:
+    """The ``rows`` ``held_rows`` lacks, as a multiset (an identical row held twice covers two), as insert values."""
+    held = Counter(_comparable(row) for row in held_rows)
+    lacking = []
+    for row in rows:
+        key = _comparable(row)
+        if held[key]:
+            held[key] -= 1
+        else:
+            lacking.append({c.name: value for c, value in zip(columns, row, strict=True)})
+    return lacking
 
 
 # ---------------------------------------------------------------- stores
@@ -334,8 +365,10 @@ def copy_store(
     *,
     chunk_size: int = DEFAULT_CHUNK_SIZE,
     on_progress: Progress | None = None,
+    dry_run: bool = False,
 ) -> CopyReport:
-    """Copy the databases ``selector`` picks from ``source`` into ``target``; see the module docstring."""
+    """Copy the databases ``selector`` picks from ``source`` into ``target``; see the module docstring (a dry run
+    writes nothing: ``target`` may be opened read-only)."""
     if chunk_size < 1:
         raise InvalidInputError(f"chunk size must be at least 1, got {chunk_size}")
     if overlapping(source, target):
@@ -345,7 +378,7 @@ def copy_store(
         )
     check_source(source)
     check_target(target)
-    report = CopyReport(source.where, target.where)
+    report = CopyReport(source.where, target.where, dry_run=dry_run)
     with carrying("copy_report", report):  # what was copied (committed) before a Ctrl-C, for the CLI
         for location in source.select(selector):
             try:
@@ -361,12 +394,17 @@ def copy_store(
                 continue  # no tables yet: nothing to copy
             result = CopiedDatabase(location, database.where)
             report.databases.append(result)
-            _copy_one(database, target, result, chunk_size, on_progress)
+            _copy_one(database, target, result, chunk_size, on_progress, dry_run)
     return report
 
 
 def _copy_one(
-    database: Database, target: Store, result: CopiedDatabase, chunk_size: int, on_progress: Progress | None
+    database: Database,
+    target: Store,
+    result: CopiedDatabase,
+    chunk_size: int,
+    on_progress: Progress | None,
+    dry_run: bool,
 ) -> None:
     """Copy one database; a failure is reported in ``result``, naming the side where it happened (module docstring)."""
     location = result.location
@@ -388,17 +426,19 @@ def _copy_one(
                 raise CorruptDatabaseError(
                     database.where, f"{damage}. Nothing was copied from it; run `judgestore verify` on the source"
                 )
-        created = target.open_existing(location) is None
-        destination = target.database(
-            location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions
-        )
-        result.target = destination.where
-        held = destination.metadata()
+        destination = target.open_existing(location)
+        created = destination is None and not dry_run
+        if created:
+            destination = target.database(
+                location.role, location.task, metadata.descriptor, assumptions=metadata.assumptions
+            )
+        result.target = f"{target.where}: {location.relative_folder()}" if destination is None else destination.where
+        held = metadata if destination is None else destination.metadata()
         if held.assumptions != metadata.assumptions:
             result.problems.append(
                 f"the target records the assumptions {list(held.assumptions)}, the source {list(metadata.assumptions)}"
             )
-        copy_database(database, destination, result, chunk_size, advance)
+        copy_database(database, destination, result, chunk_size, advance, dry_run=dry_run)
     except _SourceFailed as e:
         result.problems.append(f"the source {database.where} cannot be read: {e.error}")
     except _STOPPING:

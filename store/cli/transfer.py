@@ -80,6 +80,9 @@ def copy_command(
         int | None,
         typer.Option("--chunk-size", min=1, show_default=False, help="Rows per write transaction (default 2,000)."),
     ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only show what would be copied and what conflicts; write nothing.")
+    ] = False,
     json_output: JsonOutput = False,
 ) -> None:
     """Copy every selected descriptor database from one store to another, verifying every row.
@@ -91,6 +94,8 @@ def copy_command(
     finished copy (it then writes nothing). Exits 1 if any database did not
     verify. Ctrl-C exits 130 with one line on stderr saying how many rows
     were copied: they are kept, and running the copy again finishes it.
+    --dry-run reads both stores and writes to neither: the rows each database
+    would get, what the target already holds, and the conflicts.
 
     Examples:
 
@@ -108,11 +113,11 @@ def copy_command(
     try:
         with (
             Store(settings, root=store_folder(from_root, "--from-root"), url=from_url, readonly=True) as source,
-            Store(settings, root=store_folder(to_root, "--to-root"), url=to_url) as target,
+            Store(settings, root=store_folder(to_root, "--to-root"), url=to_url, readonly=dry_run) as target,
             progress_bars(json_output) as progress,
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE
-            report = copy_store(source, target, selector, chunk_size=chunks, on_progress=progress)
+            report = copy_store(source, target, selector, chunk_size=chunks, on_progress=progress, dry_run=dry_run)
     except KeyboardInterrupt as e:
         _interrupted(getattr(e, "copy_report", None), json_output)
     if json_output:
@@ -141,8 +146,10 @@ def _interrupted(report: "CopyReport | None", json_output: bool) -> NoReturn:
 
 
 def _render(report: "CopyReport") -> None:
-    extra = [("Read", "right"), ("Written", "right"), ("Conflicts", "right"), ("Verified", "left")]
-    table = location_table(f"Copy {report.source} -> {report.target}", *extra)
+    written, verified = ("To write", "Would verify") if report.dry_run else ("Written", "Verified")
+    extra = [("Read", "right"), (written, "right"), ("Conflicts", "right"), (verified, "left")]
+    title = f"Copy {report.source} -> {report.target}" + (" (dry run: nothing written)" if report.dry_run else "")
+    table = location_table(title, *extra)
     for d in report.databases:
         table.add_row(
             *location_cells(d.location),
@@ -153,17 +160,19 @@ def _render(report: "CopyReport") -> None:
         )
     runs = sum(d.bookkeeping.get("runs", 0) for d in report.databases)
     adopted = sum(d.bookkeeping.get("adoptions", 0) for d in report.databases)
-    table.caption = (
-        f"{len(report.databases)} databases, {report.rows_written:,} rows written, {runs:,} runs and "
-        f"{adopted:,} adoptions copied"
-    )
+    if report.dry_run:
+        done = f"{report.rows_written:,} rows to write, {runs:,} runs and {adopted:,} adoptions to copy"
+    else:
+        done = f"{report.rows_written:,} rows written, {runs:,} runs and {adopted:,} adoptions copied"
+    table.caption = f"{len(report.databases)} databases, {done}"
     stdout().print(table)
     for d in report.databases:
         for problem in _problems(d):
             stderr().print(Text(f"{d.location.relative_folder()}: {problem}", style="red"), soft_wrap=True)
     if not report.ok:
         bad = sum(not d.verified for d in report.databases)
-        stderr().print(Text(f"{bad} of {len(report.databases)} databases did not verify.", style="bold red"))
+        verify = "would not verify" if report.dry_run else "did not verify"
+        stderr().print(Text(f"{bad} of {len(report.databases)} databases {verify}.", style="bold red"))
 
 
 def _problems(d: "CopiedDatabase") -> list[str]:

@@ -223,6 +223,44 @@ def test_folder_to_folder_with_a_selection(tmp_path: Path) -> None:
         assert snapshot(target) == {k: v for k, v in snapshot(source).items() if k.role == "judgements"}
 
 
+def _counts(report: Any) -> dict[Location, tuple[Any, ...]]:
+    return {d.location: (d.source_rows, d.written, d.already_there, d.conflicts, d.bookkeeping, d.verified)
+            for d in report.databases}  # fmt: skip
+
+
+@pytest.mark.parametrize("to", ["folder", "server"])
+def test_a_dry_run_counts_what_the_copy_then_writes_and_writes_nothing(
+    tmp_path: Path, to: str, request: pytest.FixtureRequest
+) -> None:
+    root = full_store(tmp_path / "a")
+    target = {"root": tmp_path / "b"} if to == "folder" else {"url": request.getfixturevalue("pg_url")}
+    with Store(root=root, readonly=True) as source:
+        with Store(readonly=True, **target) as empty:  # type: ignore[arg-type]
+            preview = copy_store(source, empty, dry_run=True)
+            assert empty.locations() == []
+        assert not (tmp_path / "b").exists()
+        with Store(**target) as writable:  # type: ignore[arg-type]
+            report = copy_store(source, writable)
+            assert preview.dry_run and not report.dry_run and preview.as_dict()["dry_run"]
+            assert _counts(preview) == _counts(report) and preview.rows_written == 19 and preview.ok
+            again = copy_store(source, writable, dry_run=True)
+        assert again.ok and again.rows_written == 0 and again.as_dict()["already_there"] == 19
+        assert all(d.bookkeeping == {"runs": 0, "adoptions": 0} for d in again.databases)
+
+
+def test_a_dry_run_names_the_conflicts_and_leaves_the_target_as_it_was(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    with Store(root=tmp_path / "b") as target:
+        target.database("judgements", "arena-hard", JUDGE).put_many([judgement_record(0, completion="[[B]]")])
+    before = file_digests(tmp_path / "b")
+    with Store(root=root, readonly=True) as source, Store(root=tmp_path / "b", readonly=True) as target:
+        preview = copy_store(source, target, dry_run=True)
+    (bad,) = [d for d in preview.databases if not d.verified]
+    assert (bad.location.role, bad.conflicts, bad.already_there) == ("judgements", 1, 0)
+    assert bad.conflicting_keys == [judgement_record(0).input_hash] and "differs in completion" in bad.problems[0]
+    assert file_digests(tmp_path / "b") == before
+
+
 @pytest.mark.parametrize("damage", ["page", "index"])
 def test_a_damaged_source_is_reported_and_nothing_of_it_is_copied(tmp_path: Path, damage: str) -> None:
     """A damaged index or page hides rows from what a copy streams: it must not say "verified" without them."""
@@ -413,6 +451,24 @@ def test_judgestore_copy_exits_1_when_a_row_conflicts(tmp_path: Path) -> None:
     result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"))
     assert result.exit_code == 1
     assert "differs in completion" in result.stderr and "did not verify" in result.stderr
+
+
+def test_judgestore_copy_dry_run_shows_what_it_would_write_and_exits_1_on_a_conflict(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    preview = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--dry-run", "--json")
+    assert preview.exit_code == 0, preview.output
+    report = orjson.loads(preview.stdout)
+    assert (report["dry_run"], report["rows_written"], report["databases_copied"]) == (True, 19, 4)
+    assert not (tmp_path / "b").exists()
+    with Store(root=tmp_path / "b") as target:
+        target.database("judgements", "arena-hard", JUDGE).put_many([judgement_record(0, completion="[[B]]")])
+    before = file_digests(tmp_path / "b")
+    human = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--dry-run")
+    assert human.exit_code == 1
+    said = " ".join(human.stdout.split())
+    assert "(dry run: nothing written)" in said and "4 databases, 18 rows to write" in said
+    assert "differs in completion" in human.stderr and "1 of 4 databases would not verify" in human.stderr
+    assert file_digests(tmp_path / "b") == before
 
 
 @pytest.mark.postgres
