@@ -52,10 +52,12 @@ ROLES: Mapping[str, str] = {
     "SystemMessageChunk": "system",
 }
 # What a message (or its dict) may carry that never reaches the model: LangChain's id, what a provider said about
-# an answer, and the fields read separately below.
-_UNSENT = frozenset({"role", "type", "content", "id", "response_metadata", "usage_metadata", "additional_kwargs"})
-# What does reach the model, and judgestore cannot key: tool calls and a participant's name.
-_UNKEYABLE = ("tool_calls", "invalid_tool_calls", "name")
+# an answer, where a streamed chunk stood in its stream, and the fields read separately below.
+_UNSENT = frozenset(
+    {"role", "type", "content", "id", "response_metadata", "usage_metadata", "additional_kwargs", "chunk_position"}
+)
+# What does reach the model, and judgestore cannot key: tool calls (a streamed answer's too) and a participant's name.
+_UNKEYABLE = ("tool_calls", "invalid_tool_calls", "tool_call_chunks", "name")
 # The same, as OpenAI's shapes carry them in ``additional_kwargs`` (LangChain's OpenAI models send them on).
 _UNKEYABLE_KWARGS = ("tool_calls", "function_call")
 

@@ -3,7 +3,15 @@
 from __future__ import annotations
 
 import pytest
-from langchain_core.messages import AIMessage, ChatMessage, HumanMessage, SystemMessage, ToolMessage, messages_to_dict
+from langchain_core.messages import (
+    AIMessage,
+    AIMessageChunk,
+    ChatMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_to_dict,
+)
 from langchain_core.prompts import ChatPromptTemplate
 
 from inference import CompletionRequest
@@ -80,6 +88,16 @@ def test_a_message_and_its_dict_forms_are_the_same_message() -> None:
     assert chat_messages(messages_to_dict(history)) == CONVERSATION
 
 
+def test_a_streamed_answer_and_its_dict_forms_are_the_same_message() -> None:
+    """The last chunk of a stream (CachedChatModel.stream's answer) marks its place: its dict forms were refused
+    for carrying chunk_position (was), though the chunk itself was taken."""
+    streamed = AIMessageChunk("Answer 1.", chunk_position="last")
+    history = [SystemMessage("You are a judge."), HumanMessage("Turn 1?"), streamed, HumanMessage("Turn 2?")]
+    assert chat_messages(history) == CONVERSATION
+    assert chat_messages([message.model_dump() for message in history]) == CONVERSATION
+    assert chat_messages(messages_to_dict(history)) == CONVERSATION
+
+
 def test_a_string_is_one_user_message() -> None:
     assert chat_messages("Hi") == [{"role": "user", "content": "Hi"}]
     assert text_prompt("Hi") == "Hi" == text_prompt([HumanMessage("Hi")])
@@ -97,6 +115,14 @@ def test_a_string_is_one_user_message() -> None:
         ([{"role": "developer", "content": "be brief"}], "'developer' message"),
         ([AIMessage("", tool_calls=[{"name": "f", "args": {}, "id": "c1"}]).model_dump()], "carries tool_calls"),
         (messages_to_dict([HumanMessage("hi", name="alice")]), "carries name"),
+        (
+            [AIMessageChunk("", tool_call_chunks=[{"name": "f", "args": "{}", "id": "c1", "index": 0}]).model_dump()],
+            "carries tool_calls",
+        ),
+        (
+            [{"type": "AIMessageChunk", "content": "", "tool_call_chunks": [{"name": "f", "args": "{}", "index": 0}]}],
+            "carries tool_call_chunks",
+        ),
         (
             [AIMessage("", additional_kwargs={"function_call": {"name": "f", "arguments": "{}"}})],
             r"carries additional_kwargs\['function_call'\]",
