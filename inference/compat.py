@@ -214,6 +214,11 @@ def do_inference(
             f"do_inference takes a list of inputs, got one {type(inputs).__name__}: pass [it] for a single input"
         )
     inputs = list(inputs)
+    if isinstance(cache_metadata, Mapping):  # iterating it would give its keys
+        raise InvalidInputError(
+            f"cache_metadata is one dict per input, got one dict: pass a list of {len(inputs)} dicts. Each is "
+            f"{_keys_line(chat_model.role)}"
+        )
     if cache_metadata is not None and not isinstance(cache_metadata, Sequence):  # a generator: read it once
         cache_metadata = list(cache_metadata)
     requests = _requests(chat_model, inputs, cache_metadata)

@@ -57,6 +57,7 @@ def test_results_come_in_the_callers_order_and_a_second_call_sends_nothing(store
         (None, "one dict per input: 2 inputs, no cache_metadata"),
         ([{"instruction_id": "0"}], "2 inputs, 1 cache_metadata entries"),
         ([{"instruction_id": "0"}, "1"], r"cache_metadata\[1\] is a str"),
+        ({"instruction_id": "0"}, r"got one dict: pass a list of 2 dicts. Each is completions take"),
         ([{"instruction_id": "0"}, {}], r"cache_metadata\[1\] lacks \['instruction_id'\]"),
         ([{"instruction_id": "0"}, {"instruction_id": "1", "instruction": "x"}], r"unknown keys \['instruction'\]"),
     ],
