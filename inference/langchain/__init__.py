@@ -43,7 +43,8 @@ Contract:
   before anything is sent, on every path. ``bind_tools`` and
   ``with_structured_output`` are refused (no tool call is text to key).
   Callbacks see one LLM run per input, started before the plan and ended
-  (or errored) after it; an input judgestore cannot key has its run too,
+  (or errored) after it, each answer named after its run as LangChain's own
+  ``generate`` names it (its ``id``); an input judgestore cannot key has its run too,
   started and ended in its error (showing LangChain's own reading of the
   input, if it has one), as LangChain ends a run whose generation raised.
   A call-time setting fails before any run. LangChain's own ``cache`` is
@@ -81,6 +82,7 @@ try:
     from langchain_core.prompt_values import ChatPromptValue, PromptValue
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import ensure_config, get_config_list
+    from langchain_core.utils.utils import LC_ID_PREFIX
     from pydantic import ConfigDict
 except ImportError as e:  # pragma: no cover - exercised without the extra installed
     raise MissingDependencyError(
@@ -434,11 +436,11 @@ class CachedChatModel(BaseChatModel):
             for run in managers:
                 run.on_llm_error(e)
             raise
-        for run, outcome in zip(managers, outcomes, strict=True):
+        for run, outcome in zip(managers, cast(list[Outcome], outcomes), strict=True):
             if isinstance(outcome, Exception):
                 run.on_llm_error(outcome)
             else:
-                run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=outcome)]]))
+                run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=_with_run_id(outcome, run))]]))
         return cast(list[Outcome], outcomes), managers, stats
 
     async def _awith_callbacks(
@@ -464,11 +466,11 @@ class CachedChatModel(BaseChatModel):
             for run in managers:
                 await run.on_llm_error(e)
             raise
-        for run, outcome in zip(managers, outcomes, strict=True):
+        for run, outcome in zip(managers, cast(list[Outcome], outcomes), strict=True):
             if isinstance(outcome, Exception):
                 await run.on_llm_error(outcome)
             else:
-                await run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=outcome)]]))
+                await run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=_with_run_id(outcome, run))]]))
         return cast(list[Outcome], outcomes), managers, stats
 
     def _batch_inputs(
@@ -609,3 +611,11 @@ class _Batch:
             error = self.slots[self.refused[0]]
             assert isinstance(error, Exception)
             raise error
+
+
+def _with_run_id(message: AIMessage, run: CallbackManagerForLLMRun | AsyncCallbackManagerForLLMRun) -> AIMessage:
+    """``message`` with the id LangChain's own ``generate`` gives an answer that has none (its run's, first
+    generation), so that code keeping or removing messages by id finds one."""
+    if message.id is None:
+        message.id = f"{LC_ID_PREFIX}-{run.run_id}-0"
+    return message

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
@@ -230,6 +231,22 @@ class Events(BaseCallbackHandler):
         assert len(ended) == len(started) == len({run for run, _ in started})
         assert len(self.events) == 2 * len(started)
         return [(messages, ended[run]) for run, messages in started]
+
+
+def test_answers_carry_the_id_langchains_own_models_give(store: Store, fake: FakeOpenAI) -> None:
+    """Answers had id None (was): LangChain's generate names each answer after its run, and code that keeps or
+    removes messages by id relies on it."""
+    from langchain_core.language_models.fake_chat_models import FakeListChatModel
+
+    run_id = uuid.uuid4()
+    theirs = FakeListChatModel(responses=["x"]).invoke("q", {"run_id": run_id}).id
+    with chat_model(fake, store) as chat:
+        ours = chat.invoke("q", {"run_id": run_id}).id
+        batched = [a.id for a in chat.batch(["q", "r", "s"])]
+        hits = [a.id for a in asyncio.run(chat.abatch(["q", "r"]))]
+    assert ours == theirs == f"lc_run--{run_id}-0"
+    assert all(i is not None and i.startswith("lc_run--") for i in batched + hits)
+    assert len(set(batched + hits)) == 5  # one run each, the hits' too
 
 
 def test_callbacks_see_one_run_per_input(store: Store, fake: FakeOpenAI) -> None:

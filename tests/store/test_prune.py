@@ -100,7 +100,7 @@ def test_the_plan_counts_the_rows_its_time_bound_alone_leaves_out(aged: Path, ru
             completion_record(61, run_id="run-3", created_at=NOW + timedelta(days=3)),
         ]
         store.database("completions", "mt-bench", QWEN).put_many(ahead)
-    counts, plan = planned(aged, rule)
+    _, plan = planned(aged, rule)
     assert plan.later == later  # type: ignore[attr-defined]
     assert plan.as_dict()["later"] == later  # type: ignore[attr-defined]
     with Store(Settings(), root=aged) as store:
