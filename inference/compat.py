@@ -32,7 +32,11 @@ Contract:
 * ``first_token_top_logprobs`` is ``{decoded token: logprob}`` of the first
   generated position, a later candidate with the same text replacing an
   earlier one (:func:`inference.logprob_views.token_logprobs_last_wins`):
-  the dict a parser builds from the engine's candidates itself.
+  the dict a parser builds from the engine's candidates itself. For the
+  vLLM engine (a :class:`~inference.spec.ModelSpec`) that is vLLM's own
+  logprobs dict: the sampled token first, so it holds the sampled token
+  when it ranks below the candidates asked for (``temperature`` > 0); for a
+  hosted model, OpenAI's ``top_logprobs`` list, the candidates only.
   :attr:`InferenceResult.first_token_logprobs_merged` adds up the
   probabilities of candidates with the same text instead; None when the
   model was not asked for logprobs.
@@ -236,7 +240,8 @@ def do_inference(
         for b in bar:
             b.close()
     if return_top_logprobs:
-        return Outputs((_result(r) for r in responses), responses.run)
+        sampled_first = isinstance(chat_model.spec, ModelSpec)  # vLLM's dict; a hosted model's OpenAI list
+        return Outputs((_result(r, sampled_first) for r in responses), responses.run)
     return Outputs((r.text for r in responses), responses.run)
 
 
@@ -315,12 +320,14 @@ def _keys_line(role: Role) -> str:
     return f"{role} take {{{required}}} (and optionally {optional})"
 
 
-def _result(response: Response) -> InferenceResult:
+def _result(response: Response, sampled_first: bool) -> InferenceResult:
     sample = response.samples[0]
     stored = sample.top_logprobs
     return InferenceResult(
         text=sample.text,
-        first_token_top_logprobs=None if stored is None else token_logprobs_last_wins(stored),
+        first_token_top_logprobs=(
+            None if stored is None else token_logprobs_last_wins(stored, sampled_first=sampled_first)
+        ),
         top_logprobs=stored,
         finish_reason=sample.finish_reason,
         usage=sample.usage,

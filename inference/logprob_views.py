@@ -16,7 +16,11 @@ Contract:
   - :func:`token_logprobs_last_wins` keeps the last of them in rank order
     (the least likely), as ``{c.token: c.logprob for c in candidates}``
     does: what parsers that build the dict themselves from an engine's
-    candidates saw. Use it to reproduce numbers computed that way.
+    candidates saw. Use it to reproduce numbers computed that way. With
+    ``sampled_first=True`` it reads the position as vLLM's own logprobs dict
+    lists it: the sampled token first (outside the top k too, as vLLM
+    returns it), then the candidates without it; an OpenAI-style
+    ``top_logprobs`` list holds the candidates only (the default).
 
 * :func:`openai_logprobs` is OpenAI's chat ``logprobs`` object,
   ``{"content": [{"token", "logprob", "bytes", "top_logprobs": [...]}, ...]}``
@@ -54,12 +58,26 @@ def token_logprobs_merged(top_logprobs: Mapping[str, Any] | None, position: int 
     return text_logprobs(top_logprobs, position)
 
 
-def token_logprobs_last_wins(top_logprobs: Mapping[str, Any] | None, position: int = 0) -> dict[str, float]:
-    """``{text: logprob}`` at ``position``; of candidates with the same text, the last in rank order stays."""
+def token_logprobs_last_wins(
+    top_logprobs: Mapping[str, Any] | None, position: int = 0, *, sampled_first: bool = False
+) -> dict[str, float]:
+    """``{text: logprob}`` at ``position``; of candidates with the same text, the last in rank order stays
+    (``sampled_first``: in vLLM's order, the sampled token first; see the module docstring)."""
     positions = decode(top_logprobs)
     if position >= len(positions):
         return {}
-    return {candidate.text: candidate.logprob for candidate in positions[position].candidates}
+    at = positions[position]
+    ordered = at.candidates
+    if sampled_first and at.sampled is not None:
+        ordered = (at.sampled, *(c for c in at.candidates if not _same_token(c, at.sampled)))
+    return {candidate.text: candidate.logprob for candidate in ordered}
+
+
+def _same_token(a: TokenLogprob, b: TokenLogprob) -> bool:
+    """One token: the same id, or (no id stored) the same text and logprob."""
+    if a.token_id is not None and b.token_id is not None:
+        return a.token_id == b.token_id
+    return (a.text, a.logprob) == (b.text, b.logprob)
 
 
 def openai_logprobs(top_logprobs: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:

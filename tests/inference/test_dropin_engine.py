@@ -154,3 +154,22 @@ def test_do_inference_judges_with_first_token_logprobs_and_reruns_from_the_store
         assert logprobs is not None and 1 <= len(logprobs) <= 5
         assert all(isinstance(t, str) and isinstance(lp, float) and lp <= 0 for t, lp in logprobs.items())
     assert [r.first_token_top_logprobs for r in stored] == [r.first_token_top_logprobs for r in reversed(fresh)]
+
+
+def test_do_inference_gives_vllms_own_first_token_dict_when_it_samples(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """At temperature 1 the sampled token often ranks below the two asked for: vLLM's dict holds it, and so must
+    first_token_top_logprobs (it was left out, so a parser read the sampled verdict as probability 0)."""
+    from vllm import SamplingParams
+
+    prompts = [f"Question {i}: which is better, A or B?" for i in range(12)]
+    sampling = {"temperature": 1.0, "max_tokens": 4, "logprobs": 2, "seed": 7}
+    metadata = [{"instruction_id": str(i)} for i in range(len(prompts))]
+    with prepare_model(tiny(engine, tiny_model_dir, **sampling), task="sampled", store=store) as model:
+        ours = do_inference(model, prompts, return_top_logprobs=True, cache_metadata=metadata)
+    plain = engine._llm.chat([[{"role": "user", "content": p}] for p in prompts], SamplingParams(**sampling))
+    theirs = [{lp.decoded_token: lp.logprob for lp in out.outputs[0].logprobs[0].values()} for out in plain]
+    assert [r.text for r in ours] == [out.outputs[0].text for out in plain]
+    assert [r.first_token_top_logprobs for r in ours] == theirs
+    assert any(len(dict_) == 3 for dict_ in theirs)  # a sampled token outside the top 2 is among them

@@ -38,6 +38,17 @@ def test_the_last_wins_view_keeps_the_last_candidate_of_a_text_in_rank_order() -
     assert list(token_logprobs_last_wins(ROW)) == ["A", "B"]  # first seen order, as a dict comprehension keeps it
 
 
+def test_in_vllms_order_the_sampled_token_comes_first_and_counts_outside_the_top_k() -> None:
+    """vLLM's own dict lists the sampled token first, outside the top k too: a parser of it saw "[[" (was left
+    out), and of two "A", the one sampled is replaced by the other."""
+    assert token_logprobs_last_wins(ROW, sampled_first=True) == {"[[": -4.0, "A": -3.0, "B": -1.9}
+    assert list(token_logprobs_last_wins(ROW, sampled_first=True)) == ["[[", "A", "B"]
+    sampled_a = encode([PositionLogprobs(FIRST.candidates, sampled=FIRST.candidates[2])])
+    assert token_logprobs_last_wins(sampled_a, sampled_first=True) == {"A": -0.2, "B": -1.9}
+    assert token_logprobs_last_wins(sampled_a) == {"A": -3.0, "B": -1.9}  # OpenAI's list: the candidates only
+    assert token_logprobs_last_wins(ROW, position=1, sampled_first=True) == {"]]": -0.1}
+
+
 def test_the_two_views_read_the_same_row_as_two_different_preferences() -> None:
     assert preference(token_logprobs_merged(ROW)) == pytest.approx(0.14691, abs=1e-5)  # model_a clearly preferred
     assert preference(token_logprobs_last_wins(ROW)) == pytest.approx(0.75026, abs=1e-5)  # read the other way
