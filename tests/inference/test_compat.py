@@ -176,6 +176,36 @@ def test_a_refused_input_fails_alone_and_the_call_raises_after_storing_the_rest(
         assert do_inference(model, ["brief", "short"], cache_metadata=ids(2)).run.plan.hits == 2  # type: ignore[union-attr]
 
 
+def test_a_repeated_input_at_a_random_sampling_gets_a_sample_of_its_own_each_time(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """An engine without a cache answers each repeat on its own (majority votes count on it); the repeats were one
+    request and one answer copied (was). The k-th repeat is sample k: a rerun gets the same answers back."""
+    inputs = ["q", "q", "r", "q"]
+    with prepare_model(served(fake, temperature=1.0), task="arena", store=store) as model:
+        first = do_inference(model, inputs, return_top_logprobs=True, cache_metadata=ids(4))
+        again = do_inference(model, inputs, return_top_logprobs=True, cache_metadata=ids(4))
+    assert len(fake.completions()) == 4  # q three times, r once; nothing on the rerun
+    assert [r.text for r in first] == ["echo: q", "echo: q", "echo: r", "echo: q"]
+    keys = [r.input_hash for r in first]
+    assert len(set(keys)) == 4 and keys == [r.input_hash for r in again]  # one row each, found again in order
+    assert not any(r.cached for r in first) and all(r.cached for r in again)
+    assert store.open(store.locations()[0]).count() == 4
+    with prepare_model(served(fake, temperature=1.0, seed=3), task="seeded", store=store) as seeded:
+        answers = do_inference(seeded, ["q", "q"], return_top_logprobs=True, cache_metadata=ids(2))
+    assert len(fake.completions()) == 5 and answers[0].input_hash == answers[1].input_hash  # a seed: alike, once
+
+
+def test_a_refused_repeat_fails_in_its_inputs_terms(store: Store, fake: FakeOpenAI) -> None:
+    fake.context_length = 10
+    model = prepare_model(served(fake, temperature=1.0), task="arena", store=store)
+    with model, pytest.raises(RequestsFailedError) as raised:
+        do_inference(model, ["short", "long " * 20, "long " * 20], cache_metadata=ids(3))
+    assert [r.text for r in raised.value.responses] == ["echo: short", "", ""]
+    assert [r.error is not None for r in raised.value.responses] == [False, True, True]
+    assert sorted((f.request_index, f.sample_index) for f in raised.value.failures) == [(1, 0), (2, 0)]
+
+
 def test_a_task_or_descriptor_of_the_wrong_type_is_refused_by_its_own_name(store: Store, fake: FakeOpenAI) -> None:
     """task=5 was blamed on the benchmark; a dict for a descriptor raised AttributeError (was)."""
     with pytest.raises(InvalidInputError, match="task must be a non-empty text, got 5"):

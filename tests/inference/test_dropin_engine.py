@@ -173,3 +173,15 @@ def test_do_inference_gives_vllms_own_first_token_dict_when_it_samples(
     assert [r.text for r in ours] == [out.outputs[0].text for out in plain]
     assert [r.first_token_top_logprobs for r in ours] == theirs
     assert any(len(dict_) == 3 for dict_ in theirs)  # a sampled token outside the top 2 is among them
+
+
+def test_repeats_at_a_random_sampling_are_independent_samples_and_come_back_from_the_store(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """vLLM samples each repeat on its own; judgestore copied one answer to every repeat (was)."""
+    prompts, metadata = ["Vote: A or B?"] * 4, [{"instruction_id": "v"}] * 4
+    with prepare_model(tiny(engine, tiny_model_dir, temperature=1.0, max_tokens=8), task="votes", store=store) as m:
+        votes = do_inference(m, prompts, cache_metadata=metadata)
+        again = do_inference(m, prompts, cache_metadata=metadata)
+    assert len(set(votes)) == 4  # 8 tokens sampled from 512 at temperature 1: four samples, four answers
+    assert again == votes and again.run.plan is not None and again.run.plan.hits == 4

@@ -306,6 +306,23 @@ def test_an_input_that_cannot_be_keyed_has_its_run_started_and_ended_in_its_erro
     assert fake.completions() == []  # nothing was sent, "fine" neither: without return_exceptions it is raised first
 
 
+def test_a_batch_repeating_an_input_at_a_random_sampling_gives_each_repeat_its_own_sample(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """LangChain's own batch calls the model once per input; the repeats were one request (was). In replay, a miss
+    after repeats fails in its own slot, the repeats answered from the store."""
+    with chat_model(fake, store, sampling={"temperature": 0.7}) as chat:
+        answers = chat.batch(["same", "other", "same", "same"])
+        again = asyncio.run(chat.abatch(["same", "same", "same"]))
+    keys = [a.response_metadata["judgestore"]["input_hash"] for a in answers]
+    assert len(fake.completions()) == 4 and len(set(keys)) == 4
+    assert [a.response_metadata["judgestore"]["input_hash"] for a in again] == [keys[0], keys[2], keys[3]]
+    with chat_model(fake, store, sampling={"temperature": 0.7}, mode="replay") as replay:
+        outcomes = replay.batch(["same", "same", "new"], return_exceptions=True)
+    assert [o.content for o in outcomes[:2]] == ["echo: same", "echo: same"]  # type: ignore[union-attr]
+    assert isinstance(outcomes[2], CacheMissError) and len(fake.completions()) == 4
+
+
 def test_replay_answers_the_hits_and_fails_each_miss_in_its_slot(store: Store, fake: FakeOpenAI) -> None:
     """As LangChain's own batch: with return_exceptions each miss's error in its slot, else the first raised."""
     with chat_model(fake, store) as filling:
