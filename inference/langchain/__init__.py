@@ -75,7 +75,7 @@ try:
         CallbackManager,
         CallbackManagerForLLMRun,
     )
-    from langchain_core.language_models import BaseChatModel, LanguageModelInput
+    from langchain_core.language_models import BaseChatModel, LangSmithParams, LanguageModelInput
     from langchain_core.load import dumpd
     from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, HumanMessage, SystemMessage
     from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult, LLMResult
@@ -425,7 +425,7 @@ class CachedChatModel(BaseChatModel):
         serialized = dumpd(self)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
-            (run,) = self._manager(config).on_chat_model_start(
+            (run,) = self._manager(config, stop).on_chat_model_start(
                 serialized, [list(conversation)], **self._run_options(config, stop, len(conversations))
             )
             managers.append(run)
@@ -455,7 +455,7 @@ class CachedChatModel(BaseChatModel):
         serialized = dumpd(self)
         managers = []
         for conversation, config in zip(conversations, configs, strict=True):
-            (run,) = await self._amanager(config).on_chat_model_start(
+            (run,) = await self._amanager(config, stop).on_chat_model_start(
                 serialized, [list(conversation)], **self._run_options(config, stop, len(conversations))
             )
             managers.append(run)
@@ -510,23 +510,35 @@ class CachedChatModel(BaseChatModel):
             todo.conversations.append(conversation)
         return todo
 
-    def _manager(self, config: RunnableConfig) -> CallbackManager:
-        return CallbackManager.configure(*self._callback_settings(config))
+    def _manager(self, config: RunnableConfig, stop: list[str] | None) -> CallbackManager:
+        return CallbackManager.configure(*self._callback_settings(config, stop))
 
-    def _amanager(self, config: RunnableConfig) -> AsyncCallbackManager:
-        return AsyncCallbackManager.configure(*self._callback_settings(config))
+    def _amanager(self, config: RunnableConfig, stop: list[str] | None) -> AsyncCallbackManager:
+        return AsyncCallbackManager.configure(*self._callback_settings(config, stop))
 
-    def _callback_settings(self, config: RunnableConfig) -> tuple[Any, ...]:
-        """The call's and the model's callbacks, verbosity, tags and metadata, as ``configure`` takes them."""
+    def _callback_settings(self, config: RunnableConfig, stop: list[str] | None) -> tuple[Any, ...]:
+        """The call's and the model's callbacks, verbosity, tags and metadata (the tracing fields added, as
+        LangChain's own ``generate`` adds them), as ``configure`` takes them."""
         return (
             config.get("callbacks"),
             self.callbacks,
             self.verbose,
             config.get("tags"),
             self.tags,
-            config.get("metadata"),
+            {**(config.get("metadata") or {}), **self._get_ls_params(stop=stop)},
             self.metadata,
         )
+
+    def _get_ls_params(self, stop: list[str] | None = None, **kwargs: Any) -> LangSmithParams:
+        """LangChain's standard tracing fields of a run (LangSmith shows them): the provider, the model and its
+        sampling, the descriptor's."""
+        params = super()._get_ls_params(stop=stop, **kwargs)
+        descriptor = self._model.descriptor
+        params["ls_provider"] = descriptor.provider
+        params["ls_model_name"] = descriptor.model
+        params["ls_temperature"] = descriptor.sampling.temperature
+        params["ls_max_tokens"] = descriptor.sampling.max_tokens
+        return params
 
     def _run_options(self, config: RunnableConfig, stop: list[str] | None, batch_size: int) -> dict[str, Any]:
         """What ``on_chat_model_start`` is told of a run besides its messages, as LangChain's own batch tells it."""
@@ -550,7 +562,7 @@ class CachedChatModel(BaseChatModel):
     ) -> None:
         """Start the run of an input judgestore cannot key and end it in ``error``, as LangChain ends a run whose
         generation raised: tracers see every input."""
-        (run,) = self._manager(config).on_chat_model_start(
+        (run,) = self._manager(config, stop).on_chat_model_start(
             dumpd(self), [self._traced(value)], **self._run_options(config, stop, batch_size)
         )
         run.on_llm_error(error)
@@ -559,7 +571,7 @@ class CachedChatModel(BaseChatModel):
         self, value: Any, config: RunnableConfig, stop: list[str] | None, error: Any, batch_size: int = 1
     ) -> None:
         """:meth:`_refused_run` with the async callback manager."""
-        (run,) = await self._amanager(config).on_chat_model_start(
+        (run,) = await self._amanager(config, stop).on_chat_model_start(
             dumpd(self), [self._traced(value)], **self._run_options(config, stop, batch_size)
         )
         await run.on_llm_error(error)

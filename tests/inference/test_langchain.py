@@ -233,6 +233,27 @@ class Events(BaseCallbackHandler):
         return [(messages, ended[run]) for run, messages in started]
 
 
+def test_every_run_carries_langchains_tracing_fields_of_the_model(store: Store, fake: FakeOpenAI) -> None:
+    """LangSmith shows a run's provider and model from these fields; a run had none (was), but for stream."""
+    seen: list[dict[str, Any]] = []
+
+    class Metadata(BaseCallbackHandler):
+        def on_chat_model_start(self, serialized: Any, messages: Any, *, metadata: Any = None, **kw: Any) -> None:
+            seen.append(dict(metadata or {}))
+
+    config: Any = {"callbacks": [Metadata()], "metadata": {"instruction_id": "7"}}
+    with chat_model(fake, store, sampling={"temperature": 0.5, "max_tokens": 9}) as chat:
+        chat.invoke("q", config)
+        chat.batch(["q", "r"], config)
+        asyncio.run(chat.abatch(["q"], config))
+        list(chat.stream("s", config))
+    assert len(seen) == 5
+    for metadata in seen:
+        assert metadata["instruction_id"] == "7" and metadata["ls_model_type"] == "chat"
+        assert (metadata["ls_provider"], metadata["ls_model_name"]) == ("vllm-server", "fake-judge")
+        assert (metadata["ls_temperature"], metadata["ls_max_tokens"]) == (0.5, 9)
+
+
 def test_answers_carry_the_id_langchains_own_models_give(store: Store, fake: FakeOpenAI) -> None:
     """Answers had id None (was): LangChain's generate names each answer after its run, and code that keeps or
     removes messages by id relies on it."""
