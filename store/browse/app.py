@@ -48,7 +48,7 @@ from store.browse.browser import Browser
 from store.browse.pages import NotFoundError, RowsQuery, database_name
 from store.browse.queries import ORDERS, SCAN_WINDOW, Key
 from store.browse.render import clipped, input_snippet, markdown, shown
-from store.browse.verdicts import CONFIDENCE_BINS, preference, source_pair
+from store.browse.verdicts import CONFIDENCE_BINS, read_preference, source_pair
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Selector
 from store.tables.filters import RowFilter, parse_timestamp
@@ -191,7 +191,7 @@ def environment() -> Environment:
     )  # fmt: skip
     env.globals.update(
         link=link, row_link=row_link, battle_link=battle_link, database_name=database_name,
-        CONFIDENCE_BINS=CONFIDENCE_BINS, ORDERS=ORDERS, ORIENTATIONS=ORIENTATIONS, preference=preference,
+        CONFIDENCE_BINS=CONFIDENCE_BINS, ORDERS=ORDERS, ORIENTATIONS=ORIENTATIONS, read_preference=read_preference,
         pair_of=lambda row: source_pair(row.model_a, row.model_b, row.orientation),
         scan_window=SCAN_WINDOW,
     )  # fmt: skip

@@ -61,8 +61,8 @@ from store.browse.verdicts import (
     JudgedRow,
     favoured_model,
     judge_figures,
+    read_verdict,
     source_pair,
-    verdict,
 )
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Location, Selector, metadata_bytes
@@ -368,10 +368,12 @@ class Browser:
             if row.model_a is None or row.model_b is None:
                 pointwise += 1
                 continue
-            slot, pref = verdict(row.completion, row.top_logprobs)
+            reading = read_verdict(row.completion, row.top_logprobs)
             question = (name, str(row.benchmark), str(row.instruction_id), str(row.sample_index))
+            pref, slot = reading.preference, reading.slot
             confidence = None if pref is None or slot is None else pref.confidence
-            judged.append(JudgedRow(question, row.model_a, row.model_b, row.orientation, slot, confidence))
+            unreadable = reading.logprobs_error is not None
+            judged.append(JudgedRow(question, row.model_a, row.model_b, row.orientation, slot, confidence, unreadable))
         return JudgeView(judge, judge_figures(judged, pointwise), len(rows), total, skipped)
 
     # ------------------------------------------------------------ a row
@@ -400,8 +402,12 @@ class Browser:
         judged = None
         if isinstance(record, JudgementRecord) and record.model_a and record.model_b:
             judged = _verdict(name, record, *_pair_of(record))
-        return RowView(name, location, record, messages(record.input_text), decode(record.top_logprobs), metadata,
-                       wrote, hit, adopted, judged)  # fmt: skip
+        try:
+            positions, logprobs_error = decode(record.top_logprobs), None
+        except InvalidInputError as e:  # a value another tool stored: the page says so, and shows the rest
+            positions, logprobs_error = [], str(e)
+        return RowView(name, location, record, messages(record.input_text), positions, metadata,
+                       wrote, hit, adopted, judged, logprobs_error)  # fmt: skip
 
 
 def _pair_of(record: JudgementRecord) -> tuple[str, str]:
@@ -412,7 +418,8 @@ def _pair_of(record: JudgementRecord) -> tuple[str, str]:
 
 
 def _verdict(name: str, record: JudgementRecord, first: str, second: str) -> Verdict:
-    slot, pref = verdict(record.completion, record.top_logprobs)
+    reading = read_verdict(record.completion, record.top_logprobs)
+    slot, pref = reading.slot, reading.preference
     p_first = p_second = share = None
     if pref is not None:
         slot_of_first = "A" if record.model_a == first else "B"
@@ -432,6 +439,7 @@ def _verdict(name: str, record: JudgementRecord, first: str, second: str) -> Ver
         p_second=p_second,
         share_first=share,
         sample_index=record.sample_index,
+        logprobs_error=reading.logprobs_error,
     )
 
 

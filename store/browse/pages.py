@@ -107,6 +107,7 @@ class Verdict:
     p_second: float | None
     share_first: float | None  # P(first) / (P(first) + P(second)): where the bar splits
     sample_index: int
+    logprobs_error: str | None = None  # why the stored top_logprobs could not be read (the verdict is the text's)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,3 +172,4 @@ class RowView:
     hit: list[RunLine]
     adopted_from: tuple[str | None, AdoptionRecord | None] | None  # (the source database's name, its record)
     verdict: Verdict | None
+    logprobs_error: str | None = None  # why the stored top_logprobs could not be read (no positions shown)

@@ -16,6 +16,12 @@ Contract:
   preference; without one (no logprobs stored, or no letter among them),
   the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is just the
   letter. None otherwise (and on a tie).
+* A stored ``top_logprobs`` that :mod:`store.logprobs` cannot read (a
+  value another tool stored: ``{"A": "x"}``, a candidate without a text)
+  is no bad request: :func:`read_verdict` reads such a row as one without
+  logprobs (the verdict from its text) and says why its logprobs could
+  not be read; :func:`preference` itself raises the store's
+  :class:`~store.errors.InvalidInputError`.
 * Slots are positions in the judge prompt (:class:`store.tables.models.Judgement`):
   :func:`favoured_model` maps a verdict back to the model in that slot, so
   the two orientations of a pair can be compared by model;
@@ -34,6 +40,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from store.errors import InvalidInputError
 from store.logprobs import decode
 
 Slot = Literal["A", "B"]
@@ -96,12 +103,35 @@ def text_verdict(completion: str) -> Slot | None:
     return _letter(completion) if len(completion) <= 8 else None
 
 
+@dataclass(frozen=True, slots=True)
+class Reading:
+    """A row's verdict: its slot, the preference it was read from (None: from the text), why logprobs were not read."""
+
+    slot: Slot | None
+    preference: Preference | None
+    logprobs_error: str | None = None  # set when the stored top_logprobs could not be read
+
+
+def read_preference(top_logprobs: Mapping[str, Any] | None) -> tuple[Preference | None, str | None]:
+    """:func:`preference`, or (None, why) for a stored value it cannot read (see the module docstring)."""
+    try:
+        return preference(top_logprobs), None
+    except InvalidInputError as e:
+        return None, str(e)
+
+
+def read_verdict(completion: str, top_logprobs: Mapping[str, Any] | None) -> Reading:
+    """The slot a row favours, read at its verdict token, else from its text (also when its logprobs are unreadable)."""
+    pref, error = read_preference(top_logprobs)
+    if pref is not None:
+        return Reading(pref.favoured, pref)
+    return Reading(text_verdict(completion), None, error)
+
+
 def verdict(completion: str, top_logprobs: Mapping[str, Any] | None) -> tuple[Slot | None, Preference | None]:
     """The slot a row favours and the preference it was read from (None when it came from the text)."""
-    pref = preference(top_logprobs)
-    if pref is not None:
-        return pref.favoured, pref
-    return text_verdict(completion), None
+    reading = read_verdict(completion, top_logprobs)
+    return reading.slot, reading.preference
 
 
 def source_pair(model_a: str | None, model_b: str | None, orientation: str | None) -> tuple[str, str] | None:
@@ -131,6 +161,7 @@ class JudgedRow:
     orientation: str | None
     slot: Slot | None
     confidence: float | None  # None: the verdict came from the text
+    unreadable: bool = False  # its stored logprobs could not be read
 
 
 @dataclass(slots=True)
@@ -158,6 +189,7 @@ class JudgeFigures:
     slot_b_wins: int = 0
     no_verdict: int = 0
     from_logprobs: int = 0
+    unreadable: int = 0  # rows whose stored logprobs could not be read (their verdict read from the text)
     both_orientations: int = 0  # questions judged in both orientations, each with a verdict
     agreeing: int = 0  # of those, the ones where both favour the same model
     pairs: dict[tuple[str, str], PairFigures] = field(default_factory=dict)
@@ -205,6 +237,7 @@ def judge_figures(rows: Iterable[JudgedRow], pointwise: int = 0) -> JudgeFigures
             pair.first_wins += 1
         else:
             pair.second_wins += 1
+        figures.unreadable += row.unreadable
         if row.confidence is not None:
             figures.from_logprobs += 1
             figures.confidence_bins[confidence_bin(row.confidence)] += 1

@@ -14,6 +14,7 @@ import math
 import re
 import shutil
 from collections.abc import Iterator
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -424,3 +425,40 @@ def test_a_battle_asked_without_its_benchmark_says_it_looked_for_rows_without_on
     """It said the instruction had no row, though every row of it has a benchmark (was)."""
     page = get(client, "/battle", 404, instruction_id="00-writing")
     assert "no row of instruction 00-writing without a benchmark (give benchmark= for a benchmark&#39;s)" in page
+
+
+def _judgement(instruction: str, orientation: str, completion: str, top_logprobs: Any, minute: int = 0) -> Any:
+    """A pairwise judgement of tiny-a and tiny-b (A = tiny-a in the direct orientation)."""
+    a, b = ("tiny-a", "tiny-b") if orientation == "direct" else ("tiny-b", "tiny-a")
+    rendered = render_messages(demo.judge_prompt(f"Question {instruction}?", a, b))
+    return JudgementRecord(
+        input_hash=input_hash(rendered), input_text=rendered, completion=completion, benchmark=demo.BENCH,
+        instruction_id=instruction, model_a=a, model_b=b, judge=demo.JUDGE, orientation=orientation,
+        finish_reason="stop", run_id="r", created_by="t", created_at=demo.T0 + timedelta(minutes=minute),
+        top_logprobs=top_logprobs,
+    )  # fmt: skip
+
+
+def test_stored_logprobs_that_cannot_be_read_leave_the_verdict_to_the_text_and_say_so(tmp_path: Path) -> None:
+    """A value another tool stored (not the store's logprobs) made /rows, /battle and the judge page a 400 "Bad
+    request" (was): a value in the store is no bad request."""
+    unreadable = [{"A": "x"}, {"A": None}, {"format": "weird"}, {"positions": [{"candidates": [{"bad": 1}]}]}]
+    rows = [_judgement(f"q{i}", "direct", "[[B]]", value, i) for i, value in enumerate(unreadable)]
+    rows.append(_judgement("q0", "reversed", "[[A]]", demo.first_token(0.8, 0.1), 9))  # readable: A = tiny-b
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(rows)
+
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        listing = get(client, "/rows")
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q0")
+        judge = " ".join(get(client, "/judges", judge=demo.JUDGE).split())
+        row = get(client, "/row", db=next(iter(names_of(reader).values())), hash=rows[0].input_hash)
+    reader.close()
+
+    assert listing.count("logprobs unreadable") == 4 and listing.count(">P(A) 0.80") == 1
+    assert battle.count("the stored logprobs could not be read; verdict read from the text") == 1
+    assert battle.count("Favours <b>tiny-b</b>") == 2  # the text's [[B]] (direct), the logprobs' A (reversed)
+    assert "1 verdicts read from the stored logprobs, 4 from the text" in judge
+    assert "4 whose stored logprobs could not be read" in judge
+    assert "The stored logprobs could not be read:" in row and "Favours <b>tiny-b</b>" in row

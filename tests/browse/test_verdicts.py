@@ -12,6 +12,7 @@ from store.browse.verdicts import (
     favoured_model,
     judge_figures,
     preference,
+    read_verdict,
     source_pair,
     text_verdict,
     verdict,
@@ -102,3 +103,11 @@ def test_a_judges_figures_count_wins_by_model_position_bias_and_agreement() -> N
 def test_no_verdicts_give_no_rates() -> None:
     figures = judge_figures([])
     assert figures.slot_a_rate is None and figures.agreement_rate is None
+
+
+def test_unreadable_stored_logprobs_leave_the_verdict_to_the_text() -> None:
+    for value in ({"A": "x"}, {"A": None}, {"format": "weird"}, {"positions": [{"candidates": [{"bad": 1}]}]}):
+        reading = read_verdict("Better: [[B]]", value)
+        assert (reading.slot, reading.preference) == ("B", None) and reading.logprobs_error, value
+        assert verdict("Better: [[B]]", value) == ("B", None)
+    assert read_verdict("[[B]]", stored({"A": math.log(0.9)})).logprobs_error is None
