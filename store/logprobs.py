@@ -20,7 +20,8 @@ Contract:
 * Rows written before this format (judgestore 0.1 and legacy caches) hold
   ``{decoded text: logprob}`` of the first position; :func:`decode` reads
   both shapes (the old one as candidates without ids, ranked by logprob, and
-  no sampled token).
+  no sampled token). :func:`iter_positions` reads them one at a time, for
+  a reader that needs only the first few.
 * :func:`text_logprobs` is the one derived view, the shape JudgeArena's
   parsers read (``weighted_token_preference`` calls ``.get("A")``):
   ``{text: logprob}`` over the candidates of one position. Candidates that
@@ -34,7 +35,7 @@ Contract:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,26 +99,39 @@ def is_current_shape(value: Mapping[str, Any]) -> bool:
     return value.get("format") == LOGPROBS_FORMAT and isinstance(value.get("positions"), list)
 
 
-def decode(value: Mapping[str, Any] | None) -> list[PositionLogprobs]:
-    """The positions a stored ``top_logprobs`` value holds, in either shape (see the module docstring)."""
+def iter_positions(value: Mapping[str, Any] | None) -> Iterator[PositionLogprobs]:
+    """:func:`decode`'s positions, each decoded when the iteration reaches it.
+
+    A reader that stops at the position it needs (the browser stops at the
+    verdict token) pays for, and is checked on, the positions up to it only:
+    a position past it is neither built nor read. Errors are :func:`decode`'s,
+    raised where the iteration meets them (a value in neither shape: at the
+    first ``next``).
+    """
     if value is None:
-        return []
+        return
     if not isinstance(value, Mapping):  # a list, say: AttributeError further on
         raise InvalidInputError(f"top_logprobs is neither {LOGPROBS_FORMAT} nor {{text: logprob}}: {value!r:.80}")
     if is_current_shape(value):
-        positions = []
         for position in value["positions"]:
-            candidates = position.get("candidates", ()) if isinstance(position, Mapping) else None
-            if not isinstance(candidates, list | tuple):
-                raise InvalidInputError(f"not a stored position of {LOGPROBS_FORMAT}: {position!r:.80}")
-            sampled = position.get("sampled")
-            positions.append(
-                PositionLogprobs(
-                    tuple(TokenLogprob.from_json(c) for c in candidates),
-                    None if sampled is None else TokenLogprob.from_json(sampled),
-                )
-            )
-        return positions
+            yield _position(position)
+        return
+    yield from _old_shape(value)
+
+
+def _position(position: Any) -> PositionLogprobs:
+    candidates = position.get("candidates", ()) if isinstance(position, Mapping) else None
+    if not isinstance(candidates, list | tuple):
+        raise InvalidInputError(f"not a stored position of {LOGPROBS_FORMAT}: {position!r:.80}")
+    sampled = position.get("sampled")
+    return PositionLogprobs(
+        tuple(TokenLogprob.from_json(c) for c in candidates),
+        None if sampled is None else TokenLogprob.from_json(sampled),
+    )
+
+
+def _old_shape(value: Mapping[str, Any]) -> list[PositionLogprobs]:
+    """The one position of a ``{text: logprob}`` value."""
     try:
         # Best first; ties (and NaN, last) ordered by text, so the ranks never depend on the dict's order.
         ranked = sorted(
@@ -127,6 +141,11 @@ def decode(value: Mapping[str, Any] | None) -> list[PositionLogprobs]:
     except (TypeError, ValueError) as e:
         raise InvalidInputError(f"top_logprobs is neither {LOGPROBS_FORMAT} nor {{text: logprob}}: {e}") from e
     return [PositionLogprobs(tuple(TokenLogprob(text, lp, rank=i) for i, (text, lp) in enumerate(ranked, 1)))]
+
+
+def decode(value: Mapping[str, Any] | None) -> list[PositionLogprobs]:
+    """The positions a stored ``top_logprobs`` value holds, in either shape (see the module docstring)."""
+    return list(iter_positions(value))
 
 
 def from_text_logprobs(value: Mapping[str, float]) -> dict[str, Any]:

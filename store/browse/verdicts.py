@@ -12,6 +12,8 @@ Contract:
   its letter. Candidates that read the same letter add up (their
   probabilities are summed, as :func:`store.logprobs.text_logprobs` merges
   candidates of the same text). None when no stored position has either.
+  The positions past the verdict position are not read (nor checked): a
+  judge's row holding every position costs what its verdict position does.
 * :func:`verdict` is the slot a row favours: the likelier letter of its
   preference; without one (no logprobs stored, or no letter among them),
   the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is just the
@@ -41,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from store.errors import InvalidInputError
-from store.logprobs import decode
+from store.logprobs import iter_positions
 
 Slot = Literal["A", "B"]
 SLOTS: tuple[Slot, Slot] = ("A", "B")
@@ -82,7 +84,7 @@ class Preference:
 
 def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
     """The verdict token's preference (see the module docstring); None when no stored position names a slot."""
-    for index, position in enumerate(decode(top_logprobs)):
+    for index, position in enumerate(iter_positions(top_logprobs)):  # decoded up to the verdict position only
         mass = {"A": 0.0, "B": 0.0}
         found = False
         for candidate in position.candidates:

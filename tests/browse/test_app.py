@@ -462,3 +462,23 @@ def test_stored_logprobs_that_cannot_be_read_leave_the_verdict_to_the_text_and_s
     assert "1 verdicts read from the stored logprobs, 4 from the text" in judge
     assert "4 whose stored logprobs could not be read" in judge
     assert "The stored logprobs could not be read:" in row and "Favours <b>tiny-b</b>" in row
+
+
+def test_a_position_past_the_verdict_token_is_not_read(tmp_path: Path) -> None:
+    """Every page decoded every stored position of a judge's row (was): the cost grew with the positions stored, and
+    one past the verdict token that could not be read hid the verdict token's preference."""
+    value = dict(demo.first_token(0.8, 0.1))
+    value["positions"] = [*value["positions"], *[{"candidates": [{"bad": i}]} for i in range(3)]]  # type: ignore[misc]
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(
+            [_judgement("q0", "direct", "reasoning... [[A]]", value)]
+        )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        listing = get(client, "/rows")
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q0")
+        judge = " ".join(get(client, "/judges", judge=demo.JUDGE).split())
+    reader.close()
+    assert ">P(A) 0.80" in listing and "logprobs unreadable" not in listing
+    assert 'data-p-first="0.8' in battle and "could not be read" not in battle
+    assert "1 verdicts read from the stored logprobs, 0 from the text" in judge

@@ -17,7 +17,8 @@ from store.browse.verdicts import (
     text_verdict,
     verdict,
 )
-from store.logprobs import PositionLogprobs, TokenLogprob, encode
+from store.errors import InvalidInputError
+from store.logprobs import PositionLogprobs, TokenLogprob, decode, encode
 
 
 def stored(*positions: dict[str, float]) -> dict[str, object]:
@@ -111,3 +112,20 @@ def test_unreadable_stored_logprobs_leave_the_verdict_to_the_text() -> None:
         assert (reading.slot, reading.preference) == ("B", None) and reading.logprobs_error, value
         assert verdict("Better: [[B]]", value) == ("B", None)
     assert read_verdict("[[B]]", stored({"A": math.log(0.9)})).logprobs_error is None
+
+
+def test_a_row_holding_every_position_is_read_at_its_verdict_position_and_no_further() -> None:
+    """The preference decoded every stored position (was): a judge's row holding thousands cost that much, and a
+    position past the verdict token that could not be read made the whole row unreadable."""
+    filler = [{f"tok{i}_{k}": -0.1 - k for k in range(20)} for i in range(300)]
+    value = stored(*filler[:150], {"[[": -0.01}, {"A": math.log(0.7), "B": math.log(0.2)}, {"]]": -0.01},
+                   *filler[150:])  # fmt: skip
+    pref = preference(value)
+    assert pref is not None and pref.position == 151
+    # the same as read from the whole decoded value
+    (expected,) = [p for p in decode(value) if any(c.text in ("A", "B") for c in p.candidates)]
+    assert (pref.p_a, pref.p_b) == tuple(math.exp(c.logprob) for c in expected.candidates if c.text in ("A", "B"))
+    damaged = value | {"positions": [*value["positions"], {"candidates": [{"bad": 1}]}]}  # type: ignore[list-item]
+    assert preference(damaged) == pref and read_verdict("[[A]]", damaged).logprobs_error is None
+    with pytest.raises(InvalidInputError):
+        decode(damaged)  # decode still reads (and checks) every position
