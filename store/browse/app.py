@@ -14,8 +14,11 @@ Contract:
   itself (so even a markup bug could not run a stored ``<script>`` or fetch
   a URL a prompt chose). Charts are SVG drawn on the server; the CSS is in
   the package (``static/``): nothing is fetched from the network.
-* Bound to loopback, the app answers only requests whose ``Host`` is a
-  loopback name (a web page elsewhere cannot reach it by DNS rebinding).
+* Bound to loopback, the app answers only requests whose ``Host`` names
+  this machine: ``localhost``, a loopback IP address (``127.0.0.2`` as well
+  as ``127.0.0.1``, ``[::1]``) or a name it was bound by (``hosts``). A web
+  page elsewhere cannot reach it by DNS rebinding: its requests name the
+  page's own domain.
 * Every response says how long the server spent on it (``Server-Timing:
   app;dur=<ms>``, which ``bench/browse_bench.py`` reads).
 * A bad parameter is a 400 page naming it, something absent a 404, a
@@ -25,10 +28,11 @@ Contract:
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -82,9 +86,10 @@ class BadParameterError(InvalidInputError):
 class Guard:
     """Security headers and ``Server-Timing`` on every response; a loopback app answers loopback hosts only."""
 
-    def __init__(self, app: ASGIApp, *, loopback_only: bool) -> None:
+    def __init__(self, app: ASGIApp, *, loopback_only: bool, hosts: Iterable[str] = ()) -> None:
         self.app = app
         self.loopback_only = loopback_only
+        self.names = LOOPBACK_NAMES | {name.lower() for name in hosts}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -92,9 +97,10 @@ class Guard:
             return
         if self.loopback_only:
             host = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
-            if _hostname(host) not in LOOPBACK_NAMES:
+            if not self._names_this_machine(_hostname(host)):
                 response = PlainTextResponse(
-                    "this browser answers requests for 127.0.0.1 or localhost only", status_code=403
+                    "this browser answers requests for 127.0.0.1, localhost or the host it serves on only",
+                    status_code=403,
                 )
                 await response(scope, receive, send)
                 return
@@ -109,6 +115,17 @@ class Guard:
             await send(message)
 
         await self.app(scope, receive, timed)
+
+    def _names_this_machine(self, name: str | None) -> bool:
+        """A loopback name or address, or a host it was bound by: never a name another machine's DNS answers."""
+        if name is None:
+            return False
+        if name in self.names:
+            return True
+        try:
+            return ipaddress.ip_address(name).is_loopback  # an address names no domain a page elsewhere controls
+        except ValueError:
+            return False
 
 
 # ---------------------------------------------------------------- templates
@@ -261,8 +278,8 @@ def _input_hash(params: Mapping[str, str]) -> str:
 # ---------------------------------------------------------------- the app
 
 
-def create_app(browser: Browser, *, loopback_only: bool = True) -> ASGIApp:
-    """The browser's ASGI app over ``browser``'s store."""
+def create_app(browser: Browser, *, loopback_only: bool = True, hosts: Iterable[str] = ()) -> ASGIApp:
+    """The browser's ASGI app over ``browser``'s store (``hosts``: names it was bound by, answered as loopback's)."""
     env = environment()
 
     def page(request: Request, template: str, status: int = 200, **context: Any) -> HTMLResponse:
@@ -329,4 +346,4 @@ def create_app(browser: Browser, *, loopback_only: bool = True) -> ASGIApp:
         ],
         exception_handlers={404: not_found, 500: failed},
     )
-    return Guard(app, loopback_only=loopback_only)
+    return Guard(app, loopback_only=loopback_only, hosts=hosts)

@@ -9,8 +9,10 @@ Contract:
 * A host that is not a loopback address (``0.0.0.0``, a LAN address, a name
   that resolves elsewhere) is served only after :func:`exposure` is printed
   (once it is bound: a host it cannot serve on gets only its error):
-  who can then read what. Bound to loopback, the app answers loopback
-  ``Host`` names only (:class:`store.browse.app.Guard`).
+  who can then read what. Bound to loopback, the app answers only a
+  ``Host`` that names this machine: ``localhost``, a loopback address, or
+  the host it was given, so the URL it prints answers
+  (:class:`store.browse.app.Guard`).
 * ``open_browser`` opens the default browser (:mod:`webbrowser`, which
   honours ``$BROWSER``) once the server listens.
 * :func:`serving` runs the same server in a thread of this process (tests and
@@ -98,7 +100,7 @@ def url_of(sock: socket.socket) -> str:
 
 
 def _server(browser: Browser, host: str) -> uvicorn.Server:
-    app = create_app(browser, loopback_only=is_loopback(host))
+    app = create_app(browser, loopback_only=is_loopback(host), hosts=(host,))  # the URL printed names it
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off", server_header=False)
     return uvicorn.Server(config)
 

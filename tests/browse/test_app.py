@@ -482,3 +482,13 @@ def test_a_position_past_the_verdict_token_is_not_read(tmp_path: Path) -> None:
     assert ">P(A) 0.80" in listing and "logprobs unreadable" not in listing
     assert 'data-p-first="0.8' in battle and "could not be read" not in battle
     assert "1 verdicts read from the stored logprobs, 0 from the text" in judge
+
+
+def test_a_loopback_app_answers_every_loopback_address_and_the_host_it_was_bound_by(demo_folder: Path) -> None:
+    """Served on 127.0.0.2 (loopback), its URL answered 403: only 127.0.0.1, localhost and ::1 were (was)."""
+    with Store(Settings(), root=demo_folder, readonly=True) as store:
+        app = create_app(Browser(store), hosts=("my-box",))
+        for base, status in [("http://127.0.0.2:8765", 200), ("http://127.1.2.3", 200), ("http://my-box:8765", 200),
+                             ("http://LOCALHOST:8765", 200), ("http://other-box", 403),
+                             ("http://127.0.0.2.evil.example", 403), ("http://10.0.0.1", 403)]:  # fmt: skip
+            assert TestClient(app, base_url=base).get("/").status_code == status, base

@@ -142,3 +142,13 @@ def test_browse_without_its_extra_says_what_to_install(demo_folder: Path, monkey
     result = CliRunner().invoke(build_app(), ["browse", "--store-root", str(demo_folder)])
     assert result.exit_code == 1
     assert "judgestore browse needs uvicorn" in result.output and "'.[browse]'" in result.output
+
+
+def test_browse_on_another_loopback_address_answers_the_url_it_prints(demo_folder: Path) -> None:
+    """127.0.0.2 is loopback (no warning), but its printed URL answered 403: only 127.0.0.1 and localhost were (was)."""
+    with browse("--store-root", str(demo_folder), "--host", "127.0.0.2", "--port", "0") as (_, url, lines):
+        assert url.startswith("http://127.0.0.2:")
+        assert fetch(url)[0] == 200
+        assert fetch(url, host="attacker.example")[0] == 403
+        assert fetch(url, host="127.0.0.2.attacker.example")[0] == 403
+        assert not any("not a loopback address" in line for line in lines)
