@@ -78,6 +78,7 @@ SCAN_SECONDS = 0.1  # a rows page goes on to the next scan window while it has r
 AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in databases up to this size
 JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
+NO_MODEL = "(no model)"  # what a battle names the answers of completions stored without a model
 
 
 # ---------------------------------------------------------------- overview
@@ -296,7 +297,10 @@ class Browser:
         task: str | None,
         skipped: list[Skipped],
     ) -> list[Answer]:
-        """Each model's longest conversation of this instruction (sample 0), from the completion databases."""
+        """Each model's longest conversation of this instruction (sample 0), from the completion databases.
+
+        Without a pair, completions stored without a model are one more answer, named :data:`NO_MODEL`.
+        """
         found: dict[str, tuple[str, CompletionRecord]] = {}
         selector = Selector(role="completions", task=task)
         for name, database in self._databases(selector, ("completions",), skipped):
@@ -311,11 +315,14 @@ class Browser:
                 continue
             for record in records:
                 assert isinstance(record, CompletionRecord)
-                if record.model is None or record.sample_index != 0:
+                if record.sample_index != 0:
                     continue
-                known = found.get(record.model)
+                # A completion stored without a model is shown under NO_MODEL, as verdicts without a judge are
+                # under "(no judge)": the rows page links every row of an instruction to its battle.
+                model = NO_MODEL if record.model is None else record.model
+                known = found.get(model)
                 if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
-                    found[record.model] = (name, record)
+                    found[model] = (name, record)
         models = list(pair) if pair is not None else sorted(found)[:MAX_BATTLE_MODELS]
         answers = []
         for model in models:

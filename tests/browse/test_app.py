@@ -492,3 +492,20 @@ def test_a_loopback_app_answers_every_loopback_address_and_the_host_it_was_bound
                              ("http://LOCALHOST:8765", 200), ("http://other-box", 403),
                              ("http://127.0.0.2.evil.example", 403), ("http://10.0.0.1", 403)]:  # fmt: skip
             assert TestClient(app, base_url=base).get("/").status_code == status, base
+
+
+def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_links_to(tmp_path: Path) -> None:
+    """The rows page linked such a row to its battle, which left it out: a 404 when no other model answered (was)."""
+    question = [{"role": "user", "content": "Anyone there?"}]
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+            [dataclasses.replace(demo.completion("tiny-a", "q1", question, "Nobody knows who says this.", 0),
+                                 model=None)]
+        )  # fmt: skip
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        (href,) = re.findall(r'class="battle-link" href="([^"]+)"', get(client, "/rows"))
+        battle = get(client, href.replace("&amp;", "&"))
+    reader.close()
+    assert '<b class="model">(no model)</b>' in battle and "Nobody knows who says this." in battle
+    assert 'class="row-link"' in battle
