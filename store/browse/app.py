@@ -302,7 +302,7 @@ def create_app(browser: Browser, *, loopback_only: bool = True, hosts: Iterable[
 
     def overview(request: Request) -> Response:
         databases = browser.overview(count_all=request.query_params.get("finish_reasons") == "count")
-        return page(request, "overview.html", databases=databases, judges=browser.judges())
+        return page(request, "overview.html", databases=databases, judges=browser.judges().totals)
 
     def rows(request: Request) -> Response:
         query = rows_query(request)

@@ -44,6 +44,7 @@ from store.browse.pages import (
     Answer,
     Battle,
     DatabaseSummary,
+    JudgeList,
     JudgeVerdicts,
     JudgeView,
     NotFoundError,
@@ -339,18 +340,19 @@ class Browser:
 
     # ------------------------------------------------------------ judges
 
-    def judges(self) -> dict[str, int]:
+    def judges(self) -> JudgeList:
         return self._locked(self._judges)
 
-    def _judges(self) -> dict[str, int]:
+    def _judges(self) -> JudgeList:
         totals: dict[str, int] = {}
-        for _, database in self._databases(Selector(role="judgements"), ("judgements",), []):
+        skipped: list[Skipped] = []
+        for name, database in self._databases(Selector(role="judgements"), ("judgements",), skipped):
             try:
                 for judge, n in queries.judges(database).items():
                     totals[judge] = totals.get(judge, 0) + n
-            except JudgestoreError:
-                continue  # the overview shows what is wrong with it
-        return dict(sorted(totals.items()))
+            except JudgestoreError as e:
+                skipped.append(Skipped(name, str(e)))
+        return JudgeList(dict(sorted(totals.items())), skipped)
 
     def judge(self, judge: str, limit: int = JUDGE_ROWS) -> JudgeView:
         return self._locked(lambda: self._judge(judge, limit))
@@ -365,7 +367,7 @@ class Browser:
                 rows += [(name, row) for row in queries.judge_rows(database, judge, limit)]
             except JudgestoreError as e:
                 skipped.append(Skipped(name, str(e)))
-        if total == 0:
+        if total == 0 and not skipped:  # with skipped databases, its judgements may be in them: the page names them
             raise NotFoundError(f"no judgement by judge {judge!r} in {self.where}")
         rows.sort(key=lambda item: item[1].created_at, reverse=True)
         rows = rows[:limit]

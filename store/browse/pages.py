@@ -152,11 +152,19 @@ class Battle:
 
 
 @dataclass(frozen=True, slots=True)
+class JudgeList:
+    """Every judge with its rows in the store, and the databases that could not be read."""
+
+    totals: dict[str, int]
+    skipped: list[Skipped]
+
+
+@dataclass(frozen=True, slots=True)
 class JudgeView:
     judge: str
     figures: JudgeFigures
     read: int  # rows read (the newest JUDGE_ROWS at most)
-    total: int  # rows of this judge in the store
+    total: int  # rows of this judge in the store (0: none in the databases read, and some were skipped)
     skipped: list[Skipped]
 
 

@@ -509,3 +509,23 @@ def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_link
     reader.close()
     assert '<b class="model">(no model)</b>' in battle and "Nobody knows who says this." in battle
     assert 'class="row-link"' in battle
+
+
+def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_folder: Path, tmp_path: Path) -> None:
+    """With the judge's only database damaged, /judges listed no judge and said nothing, and the judge's page was a
+    404 "no judgement by judge" that dropped the error (was); the other pages name the databases they skip."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    judge_db = next(root.glob("judgements/*/*/*/*/judgements.db"))
+    judge_db.write_bytes(b"this is not a database" * 100)
+    name = judge_db.parent.relative_to(root).as_posix()
+    with (
+        Store(Settings(), root=root, readonly=True) as store,
+        TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
+    ):
+        judges = get(c, "/judges")
+        judge = get(c, "/judges", judge=demo.JUDGE)
+    for html in (judges, judge):
+        assert f"Skipped {name}: " in html and "is not an SQLite database" in html
+    assert "No judgements in" in judges and "outside the databases skipped" in judges
+    assert "it may have some in those skipped" in judge
