@@ -529,3 +529,13 @@ def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_fol
         assert f"Skipped {name}: " in html and "is not an SQLite database" in html
     assert "No judgements in" in judges and "outside the databases skipped" in judges
     assert "it may have some in those skipped" in judge
+
+
+def test_the_rows_page_says_its_end_date_is_exclusive_as_the_command_lines_until(client: TestClient) -> None:
+    """until=2026-03-01 leaves out that day's rows (created_at < its midnight, as --until), under a label "Until"
+    that said nothing of it (was)."""
+    assert demo.T0.date().isoformat() == "2026-03-01"
+    html = " ".join(get(client, "/rows", until="2026-03-01").split())
+    assert "No rows match." in html  # every demo row is of 2026-03-01: none is before it
+    assert 'so that day is left out (as --until)">Before <input name="until" value="2026-03-01"' in html
+    assert "No rows match." not in get(client, "/rows", until="2026-03-02")
