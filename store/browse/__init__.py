@@ -6,7 +6,9 @@ Contract:
   (SQLite files opened so that no byte is written, not even a ``-wal``;
   PostgreSQL read-only transactions) and goes through the store's public
   faces (:mod:`store`: ``Store``, ``Selector``, ``RowFilter``, the models,
-  ``Database.reading``). It never imports :mod:`inference`.
+  ``Database.reading``, and ``Storage.narrowed`` to leave unopened the
+  databases a filter cannot match, as the commands do). It never imports
+  :mod:`inference`.
 * Its parts: :mod:`~store.browse.queries` (every statement it runs: keyset
   pages, bounded scans, a battle's and a judge's rows), :mod:`~store.browse.verdicts`
   (the verdict token's preference and a judge's figures, from stored logprobs),

@@ -70,7 +70,7 @@ from store.layout import Location, Selector, metadata_bytes
 from store.logprobs import decode
 from store.runs import run_totals
 from store.store import Store
-from store.tables.filters import roles_for
+from store.tables.filters import RowFilter, roles_for
 from store.tables.records import CompletionRecord, JudgementRecord
 
 T = TypeVar("T")
@@ -116,13 +116,30 @@ class Browser:
             return work()
 
     def _databases(
-        self, selector: Selector, roles: tuple[str, ...], skipped: list[Skipped], only: str | None = None
+        self,
+        selector: Selector,
+        roles: tuple[str, ...],
+        skipped: list[Skipped],
+        only: str | None = None,
+        filters: tuple[RowFilter, ...] = (),
     ) -> Iterator[tuple[str, Database]]:
-        """The databases ``selector`` picks, of ``roles`` (``only``: that one); those that fail go to ``skipped``."""
-        for location in self.store.select(selector):
+        """The databases ``selector`` picks, of ``roles`` (``only``: that one); those that fail go to ``skipped``.
+
+        With ``filters``, those that cannot hold a row any of them matches are left out unopened, as commands do
+        (:meth:`~store.backend.Storage.narrowed`: a folder store's catalog, a server's statements; one it cannot
+        tell about is kept, and opening it says what is wrong): a page filtered on a model of a store of thousands
+        of databases reads that model's.
+        """
+        chosen = [
+            location
+            for location in self.store.select(selector)
+            if location.role in roles and (only is None or database_name(location) == only)
+        ]
+        if filters:
+            kept = {location for flt in filters for location in self.store.storage.narrowed(chosen, flt)}
+            chosen = [location for location in chosen if location in kept]
+        for location in chosen:
             name = database_name(location)
-            if location.role not in roles or (only is not None and name != only):
-                continue
             try:
                 database = self.store.open_existing(location)
             except JudgestoreError as e:
@@ -188,7 +205,7 @@ class Browser:
         if query.database is not None:
             self._location(query.database)  # one named that is not there is a 404, as on /row
         roles = roles_for(query.flt, query.selector.role)
-        databases = list(self._databases(query.selector, roles, skipped, query.database))
+        databases = list(self._databases(query.selector, roles, skipped, query.database, (query.flt,)))
         deadline = time.monotonic() + SCAN_SECONDS
         shown: list[Listed] = []
         while True:
@@ -245,7 +262,9 @@ class Browser:
     ) -> Battle:
         skipped: list[Skipped] = []
         judged: list[tuple[str, JudgementRecord]] = []
-        for name, database in self._databases(Selector(role="judgements", task=task), ("judgements",), skipped):
+        of_benchmark = () if benchmark is None else (RowFilter(benchmark=benchmark),)
+        selector = Selector(role="judgements", task=task)
+        for name, database in self._databases(selector, ("judgements",), skipped, filters=of_benchmark):
             try:
                 records = list(queries.instruction_rows(database, benchmark, instruction_id))
             except JudgestoreError as e:  # a database that opens but cannot be read through: skipped, as on /rows
@@ -304,7 +323,8 @@ class Browser:
         """
         found: dict[str, tuple[str, CompletionRecord]] = {}
         selector = Selector(role="completions", task=task)
-        for name, database in self._databases(selector, ("completions",), skipped):
+        filters = tuple(RowFilter(benchmark=benchmark, model=model) for model in pair or ())
+        for name, database in self._databases(selector, ("completions",), skipped, filters=filters):
             try:
                 records = [
                     record
@@ -361,7 +381,9 @@ class Browser:
         skipped: list[Skipped] = []
         rows: list[tuple[str, JudgeRow]] = []
         total = 0
-        for name, database in self._databases(Selector(role="judgements"), ("judgements",), skipped):
+        for name, database in self._databases(
+            Selector(role="judgements"), ("judgements",), skipped, filters=(RowFilter(judge=judge),)
+        ):
             try:
                 total += queries.judges(database).get(judge, 0)
                 rows += [(name, row) for row in queries.judge_rows(database, judge, limit)]
