@@ -3,6 +3,7 @@
 Usage::
 
     python bench/browse_bench.py [--rows 1000000] [--dir PATH] [--reps 5] [--json out.json]
+    python bench/browse_bench.py --databases 2000 [--dir PATH] [--reps 5] [--json out.json]
 
 It builds (through ``Database.put_many``, in batches, printing progress) a
 folder store of ``--rows`` rows, or reuses the one ``--dir`` already holds:
@@ -23,6 +24,13 @@ column, a search for a common word and for the rare one), the battle page,
 a row's page, a judge's page and the overview (whose finish reasons read
 every table once, then are kept until a file changes). The target for the
 rows and battle pages is 300 ms.
+
+``--databases N`` measures a store of many small databases instead: N
+completion databases of one row each (one model each, ten instructions),
+and the pages whose cost grows with the number of databases: the overview
+(cold: every database read; then what the store's catalog kept), the rows
+page unfiltered and filtered on one model (the catalog's values leave the
+other databases unopened), and a battle of one pair.
 """
 
 from __future__ import annotations
@@ -146,6 +154,22 @@ def build(root: Path, rows: int) -> None:
             print(f"  built {written:,} of {4 * instructions:,} rows ({elapsed:.0f} s)", file=sys.stderr, flush=True)
 
 
+def build_many(root: Path, databases: int) -> None:
+    """Fill ``root`` with ``databases`` completion databases of one row each (see the module docstring)."""
+    started = time.perf_counter()
+    with Store(root=root) as store:
+        for i in range(databases):
+            model = f"m{i:05d}"
+            text = render_messages([{"role": "user", "content": f"Question {i % 10}?"}])
+            row = CompletionRecord(input_hash=input_hash(text), input_text=text, completion=f"answer {i}",
+                                   benchmark="many", instruction_id=str(i % 10), model=model, finish_reason="stop",
+                                   created_by="bench", created_at=_stamp(i))  # fmt: skip
+            store.database("completions", "many", descriptor(model)).put_many([row])
+            if (i + 1) % 500 == 0:
+                print(f"  built {i + 1:,} of {databases:,} databases ({time.perf_counter() - started:.0f} s)",
+                      file=sys.stderr, flush=True)  # fmt: skip
+
+
 def _log(p: float) -> float:
     return math.log(max(p, 1e-9))
 
@@ -165,15 +189,57 @@ def check_rows(name: str, page: str, expected: int | None) -> None:
         raise SystemExit(f"{name}: the page shows {shown} rows, not {expected or 'some'} (another --rows in --dir?)")
 
 
+def time_page(
+    base: str, name: str, path: str, params: dict[str, Any], reps: int, expected: int | None = 0
+) -> dict[str, Any]:
+    """One page's cold time and the median of ``reps`` more, printed; a rows page must show ``expected`` rows (0:
+    some; None: not checked)."""
+    target = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
+    cold, status, page = request(target)
+    if path == "/rows" and expected is not None:
+        check_rows(name, page, expected or None)
+    times = [request(target)[0] for _ in range(reps)]
+    median = statistics.median(times)
+    aimed = path in ("/rows", "/battle")
+    verdict = ("PASS" if median < TARGET_MS else "MISS") if aimed else ""
+    print(f"{name:<42} {cold:>7.1f}ms {median:>7.1f}ms  {verdict}", file=sys.stderr, flush=True)
+    return {"case": name, "url": target.removeprefix(base), "status": status, "cold_ms": cold, "median_ms": median,
+            "samples_ms": times, "target_ms": TARGET_MS if aimed else None}  # fmt: skip
+
+
+def run_many(root: Path, args: argparse.Namespace) -> None:
+    """The ``--databases`` cases (see the module docstring)."""
+    from store.browse.browser import Browser
+    from store.browse.server import serving
+
+    if not (root / "completions").exists():
+        print(f"building a store of {args.databases:,} databases in {root}", file=sys.stderr)
+        build_many(root, args.databases)
+    cases: list[tuple[str, str, dict[str, Any]]] = [
+        ("overview", "/", {}),
+        ("rows: first page", "/rows", {}),
+        ("rows: model=m00001 (one database)", "/rows", {"model": "m00001"}),
+        ("battle (one pair)", "/battle", {"benchmark": "many", "instruction_id": "1", "a": "m00001", "b": "m00011"}),
+    ]
+    with Store(root=root, readonly=True) as store, serving(Browser(store)) as url:
+        base = url.rstrip("/")
+        print(f"{'page':<42} {'cold':>9} {'median':>9}  target", file=sys.stderr)
+        results = [time_page(base, name, path, params, args.reps) for name, path, params in cases]
+    if args.json:
+        write_json(args.json, {"environment": environment(), "databases": args.databases, "store": str(root),
+                               "results": results})  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--dir", type=Path, help="store folder (built if empty, reused if built)")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--databases", type=int, help="time a store of this many one-row databases instead")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    if args.rows < 8 or args.reps < 1:
-        parser.error("--rows must be at least 8 and --reps at least 1")
+    if args.rows < 8 or args.reps < 1 or (args.databases is not None and args.databases < 2):
+        parser.error("--rows must be at least 8, --reps at least 1 and --databases at least 2")
     with tempfile.TemporaryDirectory(prefix="judgestore-browse-bench-") as work:
         # judgestore's cache folder (the store's catalog) stays with the bench, and goes with a throwaway store
         os.environ["XDG_CACHE_HOME"] = str(Path(work) / "cache")
@@ -186,6 +252,9 @@ def run(root: Path, args: argparse.Namespace) -> None:
     from store.browse.queries import Key
     from store.browse.server import serving
 
+    if args.databases is not None:
+        run_many(root, args)
+        return
     if not (root / "judgements").exists():
         print(f"building a store of {args.rows:,} rows in {root}", file=sys.stderr)
         build(root, args.rows)
@@ -217,18 +286,8 @@ def run(root: Path, args: argparse.Namespace) -> None:
             if path == "/row":  # found only now, so that the first page's request is the server's first
                 hit = Browser(store).rows(RowsQuery(limit=1))
                 params = {"db": hit.rows[0].key.database, "hash": hit.rows[0].input_hash}
-            target = f"{base}{path}?{urllib.parse.urlencode(params)}" if params else f"{base}{path}"
-            cold, status, page = request(target)
-            if path == "/rows" and params.get("q") != RARE:
-                check_rows(name, page, 4 if "instruction_id" in params else None)
-            times = [request(target)[0] for _ in range(args.reps)]
-            median = statistics.median(times)
-            aimed = path in ("/rows", "/battle")
-            verdict = ("PASS" if median < TARGET_MS else "MISS") if aimed else ""
-            print(f"{name:<42} {cold:>7.1f}ms {median:>7.1f}ms  {verdict}", file=sys.stderr, flush=True)
-            results.append({"case": name, "url": target.removeprefix(base), "status": status, "cold_ms": cold,
-                            "median_ms": median, "samples_ms": times,
-                            "target_ms": TARGET_MS if aimed else None})  # fmt: skip
+            expected = None if params.get("q") == RARE else 4 if "instruction_id" in params else 0
+            results.append(time_page(base, name, path, params, args.reps, expected))
         # Following "Keep searching" until the rare word shows, as a reader would.
         token, requests, total_ms = None, 0, 0.0
         while True:

@@ -16,9 +16,10 @@ Contract:
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Table, func, insert, select
+from sqlalchemy import Select, Table, func, insert, select
 
 from store.tables.models import Run
 from store.tables.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
@@ -51,12 +52,17 @@ def recent_runs(database: Database, limit: int = 10) -> list[RunRecord]:
     return [RunRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
 
 
+@functools.cache
+def _totals_statement() -> Select[Any]:
+    # Built once: a listing of thousands of databases (stats, the browser's overview) runs it in each
+    columns = [func.count(), *(func.coalesce(func.sum(RUNS.c[name]), 0) for name in RUN_SUMMED)]
+    return select(*columns, func.min(RUNS.c.started_at), func.max(RUNS.c.finished_at))
+
+
 def run_totals(database: Database) -> RunTotals:
     """Every recorded run of the database, added up."""
-    columns = [func.count(), *(func.coalesce(func.sum(RUNS.c[name]), 0) for name in RUN_SUMMED)]
-    stmt = select(*columns, func.min(RUNS.c.started_at), func.max(RUNS.c.finished_at))
     with database.reading() as repo:
-        row = repo.conn.execute(stmt).one()
+        row = repo.conn.execute(_totals_statement()).one()
     count, *sums, first, last = row  # min/max keep the column's type: aware UTC datetimes
     typed: dict[str, Any] = {
         name: float(v) if "seconds" in name else int(v) for name, v in zip(RUN_SUMMED, sums, strict=True)

@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from store.adoption import adoptions
 from store.claim_table import ClaimsSummary
@@ -34,6 +34,8 @@ from store.runs import recent_runs, run_totals
 from store.store import Database, Store
 from store.tables.filters import RowFilter
 from store.tables.records import AdoptionRecord, RunRecord, RunTotals
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +150,15 @@ def _unplain(value: Any) -> Any:
     return value
 
 
-def _fields(instance: Any) -> dict[str, Any]:
+def catalog_fields(instance: Any) -> dict[str, Any]:
+    """A dataclass's fields as a catalog keeps them (JSON: times tagged), for :func:`from_catalog_fields`."""
     return {f.name: _plain(getattr(instance, f.name)) for f in dataclasses.fields(instance)}
+
+
+def from_catalog_fields(cls: type[T], fields: dict[str, Any]) -> T:
+    """The ``cls`` instance :func:`catalog_fields` gave ``fields`` of."""
+    # most values are numbers: only dicts and lists are unplained
+    return cls(**{name: _unplain(v) if type(v) in (dict, list) else v for name, v in fields.items()})
 
 
 def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
@@ -157,31 +166,28 @@ def _stats_json(stats: DatabaseStats) -> dict[str, Any]:
     return {
         "where": stats.where,
         "size_bytes": stats.size_bytes,
-        "rows": _fields(stats.rows),
+        "rows": catalog_fields(stats.rows),
         "finish_reasons": [[reason, n] for reason, n in stats.finish_reasons.items()],
-        "runs": _fields(stats.runs),
-        "recent_runs": [_fields(run) for run in stats.recent_runs],
+        "runs": catalog_fields(stats.runs),
+        "recent_runs": [catalog_fields(run) for run in stats.recent_runs],
         "adopted_rows": stats.adopted_rows,
-        "adoptions": [_fields(adoption) for adoption in stats.adoptions],
-        "claims": _fields(stats.claims),
+        "adoptions": [catalog_fields(adoption) for adoption in stats.adoptions],
+        "claims": catalog_fields(stats.claims),
     }
 
 
 def _stats_of(location: Location, data: dict[str, Any]) -> DatabaseStats:
-    def build(cls: Any, fields: dict[str, Any]) -> Any:  # most values are numbers: only dicts and lists unplained
-        return cls(**{name: _unplain(v) if type(v) in (dict, list) else v for name, v in fields.items()})
-
     return DatabaseStats(
         location,
         data["where"],
         data["size_bytes"],
-        build(RowTotals, data["rows"]),
+        from_catalog_fields(RowTotals, data["rows"]),
         {reason: n for reason, n in data["finish_reasons"]},
-        build(RunTotals, data["runs"]),
-        tuple(build(RunRecord, run) for run in data["recent_runs"]),
+        from_catalog_fields(RunTotals, data["runs"]),
+        tuple(from_catalog_fields(RunRecord, run) for run in data["recent_runs"]),
         adopted_rows=data["adopted_rows"],
-        adoptions=tuple(build(AdoptionRecord, adoption) for adoption in data["adoptions"]),
-        claims=build(ClaimsSummary, data["claims"]),
+        adoptions=tuple(from_catalog_fields(AdoptionRecord, adoption) for adoption in data["adoptions"]),
+        claims=from_catalog_fields(ClaimsSummary, data["claims"]),
     )
 
 

@@ -27,6 +27,10 @@ Contract:
   :data:`AUTO_COUNT_ROWS` rows, in larger ones when asked
   (``count_all``), and keeps each count until the database's file changes
   (a folder store) or for :data:`SERVER_CACHE_SECONDS` (a server store).
+  What it reads of a database unasked (those counts, its runs added up) is
+  kept in the store's catalog (:meth:`~store.backend.Storage.remembered`),
+  so an overview of thousands of unchanged databases costs what listing
+  them does, in this browser and the next.
 """
 
 from __future__ import annotations
@@ -69,9 +73,10 @@ from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Location, Selector, metadata_bytes
 from store.logprobs import decode
 from store.runs import run_totals
+from store.stats import catalog_fields, from_catalog_fields
 from store.store import Store
 from store.tables.filters import RowFilter, roles_for
-from store.tables.records import CompletionRecord, JudgementRecord
+from store.tables.records import CompletionRecord, JudgementRecord, RunTotals
 
 T = TypeVar("T")
 SERVER_CACHE_SECONDS = 60.0
@@ -80,6 +85,17 @@ AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in dat
 JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
 NO_MODEL = "(no model)"  # what a battle names the answers of completions stored without a model
+_OVERVIEW = "browse overview"  # what the overview derives from a database, as the store's catalog names it
+_ERROR = "$judgestore-error"  # what a database that could not be read gives instead
+
+
+def _lasting(derived: dict[str, Any]) -> bool:
+    """Whether the catalog may keep ``derived``: not a database that could not be read (it is read again)."""
+    return _ERROR not in derived
+
+
+def _reasons_by_name(reasons: dict[str | None, int]) -> dict[str, int]:
+    return {("null" if k is None else str(k)): n for k, n in reasons.items()}
 
 
 # ---------------------------------------------------------------- overview
@@ -161,24 +177,42 @@ class Browser:
         return self._locked(lambda: self._overview(count_all))
 
     def _overview(self, count_all: bool) -> list[DatabaseSummary]:
+        infos = list(self.store.infos(self.store.locations()))
+        rows = {info.location: info.rows or 0 for info in infos if info.state.value == "current"}
+        derived = dict(
+            self.store.storage.remembered(
+                rows,
+                f"{_OVERVIEW} {AUTO_COUNT_ROWS}",
+                lambda location: self._derived(location, rows[location]),
+                lasting=_lasting,
+            )
+        )
         summaries = []
-        for info in self.store.infos(self.store.locations()):
+        for info in infos:
             name = database_name(info.location)
-            reasons: dict[str, int] | None = None
-            runs = None
-            error = info.error
-            if info.state.value == "current":
+            data = derived.get(info.location, {})
+            error = info.error or data.get(_ERROR)
+            reasons: dict[str, int] | None = data.get("reasons")
+            runs = None if error or "runs" not in data else from_catalog_fields(RunTotals, data["runs"])
+            if reasons is None and not error and info.location in rows:  # a database too large to count unasked
                 try:
-                    database = self.store.open(info.location)
-                    count = count_all or (info.rows or 0) <= AUTO_COUNT_ROWS
-                    reasons = self._finish_reasons(name, database, count=count)
-                    runs = run_totals(database)
+                    reasons = self._finish_reasons(name, self.store.open(info.location), count=count_all)
                 except JudgestoreError as e:
                     error = str(e)
             summaries.append(
                 DatabaseSummary(name, info.location, info.state.value, info.rows, info.size_bytes, reasons, runs, error)
             )
         return summaries
+
+    def _derived(self, location: Location, rows: int) -> dict[str, Any]:
+        """What the overview shows of a current database, as the store's catalog keeps it: its runs added up, and
+        its rows per finish reason if it holds at most :data:`AUTO_COUNT_ROWS` rows (else None: not counted)."""
+        try:
+            database = self.store.open(location)
+            reasons = _reasons_by_name(queries.finish_reasons(database)) if rows <= AUTO_COUNT_ROWS else None
+            return {"runs": catalog_fields(run_totals(database)), "reasons": reasons}
+        except JudgestoreError as e:
+            return {_ERROR: str(e)}  # never kept (_lasting): read again next time
 
     def _finish_reasons(self, name: str, database: Database, *, count: bool) -> dict[str, int] | None:
         """Rows per finish reason: kept from an earlier count while the database is unchanged, else counted if asked."""
@@ -190,7 +224,7 @@ class Browser:
             return cached[1]
         if not count:
             return None
-        reasons = {("null" if k is None else str(k)): n for k, n in queries.finish_reasons(database).items()}
+        reasons = _reasons_by_name(queries.finish_reasons(database))
         self._reasons[name] = (stamp, reasons)
         return reasons
 

@@ -27,9 +27,11 @@ from store.browse.app import create_app
 from store.browse.browser import Browser
 from store.browse.render import SHOWN_CHARS
 from store.descriptor import input_hash, render_messages
+from store.runs import record_run
 from store.settings import Settings
 from store.tables.records import JudgementRecord
 from tests.browse import demo
+from tests.store.test_runs import run
 
 LOCAL = "http://127.0.0.1:8765"
 
@@ -111,6 +113,33 @@ def test_finish_reasons_of_large_databases_are_counted_when_asked(
     counted = get(client, "/", finish_reasons="count")
     assert "finish_reasons=count" not in counted and "stop&nbsp;24" in counted
     assert "finish_reasons=count" not in get(client, "/")  # kept while the database is unchanged
+
+
+def test_an_overview_reads_again_only_the_databases_that_changed(
+    demo_folder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each overview opened every database and read its runs (was): seconds for a store of thousands of them.
+    What it read is kept in the store's catalog while a database's files are unchanged, for the next browser too."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    opened: list[Any] = []
+    real_open = Store.open
+    monkeypatch.setattr(Store, "open", lambda self, location: opened.append(location) or real_open(self, location))
+    with Store(Settings(), root=root, readonly=True) as store:
+        first = Browser(store).overview()
+    assert len(opened) == 4
+    opened.clear()
+    with Store(Settings(), root=root, readonly=True) as store:
+        again = Browser(store).overview()  # a browser started later: nothing to open
+    assert opened == [] and again == first
+    changed = first[0].location
+    with Store(Settings(), root=root) as writer:
+        record_run(writer.open(changed), dataclasses.replace(run(9), run_id="later"))
+    opened.clear()
+    with Store(Settings(), root=root, readonly=True) as store:
+        after = Browser(store).overview()
+    assert opened == [changed] and after[0].runs.runs == first[0].runs.runs + 1  # type: ignore[union-attr]
+    assert after[1:] == first[1:]
 
 
 def test_the_battle_shows_both_answers_each_verdict_mapped_to_models_and_the_disagreement(
