@@ -43,7 +43,8 @@ Contract:
 * An input given more than once at a random sampling (a temperature above
   0, no seed) gets a sample of its own each time, as an engine without a
   cache answers it: the k-th repeat is sample k of that input
-  (:mod:`inference.repeats`), so a rerun gets the same answers back. At
+  (``sample_repeats`` of :class:`~inference.cache.model.CachedModel`), so a
+  rerun gets the same answers back. At
   any other sampling repeats are answered alike, and generated once.
 * ``use_tqdm=True`` shows a tqdm progress bar over the misses as they are
   generated (nothing to show when every input is a hit).
@@ -64,12 +65,12 @@ from inference.cache.model import CachedModel
 from inference.cache.plan import MODES, Mode, Plan
 from inference.logprob_views import token_logprobs_last_wins, token_logprobs_merged
 from inference.messages import chat_messages, text_prompt
-from inference.repeats import Repeats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
+from inference.sampling import random_sampling
 from inference.spec import ModelSpec, Spec
 from store import Store
 from store.descriptor import ModelDescriptor
-from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
+from store.errors import InvalidInputError
 from store.roles import Role, check_role
 
 if TYPE_CHECKING:
@@ -231,23 +232,26 @@ def do_inference(
         )
     if cache_metadata is not None and not isinstance(cache_metadata, Sequence):  # a generator: read it once
         cache_metadata = list(cache_metadata)
-    repeats = Repeats.of(_requests(chat_model, inputs, cache_metadata), chat_model.descriptor)
-    requests = repeats.requests
+    requests = _requests(chat_model, inputs, cache_metadata)
     model = chat_model.materialize()
     bar: list[tqdm[Any]] = []
     on_plan, on_progress = _progress_bar(bar, model.label) if use_tqdm else (None, None)
+    repeats = random_sampling(model.descriptor.sampling)  # each repeat its own sample, as without a cache
     try:
         if chat_model.role == "completions":
-            sent = model.complete(cast(list[CompletionRequest], requests), on_plan=on_plan, on_progress=on_progress)
+            responses = model.complete(
+                cast(list[CompletionRequest], requests),
+                on_plan=on_plan,
+                on_progress=on_progress,
+                sample_repeats=repeats,
+            )
         else:
-            sent = model.judge(cast(list[JudgementRequest], requests), on_plan=on_plan, on_progress=on_progress)
-    except (RequestsFailedError, CacheMissError) as e:
-        repeats.translate(e)  # its responses and indices per input
-        raise
+            responses = model.judge(
+                cast(list[JudgementRequest], requests), on_plan=on_plan, on_progress=on_progress, sample_repeats=repeats
+            )
     finally:
         for b in bar:
             b.close()
-    responses = repeats.answers(sent)
     if return_top_logprobs:
         sampled_first = isinstance(chat_model.spec, ModelSpec)  # vLLM's dict; a hosted model's OpenAI list
         return Outputs((_result(r, sampled_first) for r in responses), responses.run)

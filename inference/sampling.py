@@ -6,6 +6,8 @@ descriptor); :func:`sampling_settings_from` turns ``SamplingParams``-style
 kwargs into typed :class:`~store.descriptor.SamplingSettings`, the same way
 for the in-process engine (:mod:`inference.backends.vllm.descriptor`) and hosted
 servers (:mod:`inference.backends.hosted.descriptor`), so both hash a setting alike.
+:func:`random_sampling` says whether two identical requests get different
+answers at a sampling (what the drop-in entry points answer repeats by).
 """
 
 from __future__ import annotations
@@ -71,3 +73,9 @@ def sampling_settings_from(
     if logprob_positions != "first" and settings.logprobs is None:
         raise InvalidInputError(f"logprob_positions={logprob_positions!r} needs logprobs (a number of candidates)")
     return settings
+
+
+def random_sampling(sampling: SamplingSettings) -> bool:
+    """Whether two identical requests get different answers from an engine without a cache: a temperature above 0,
+    no seed (vLLM applies a request's seed alike to both), and more than the most likely token to sample from."""
+    return sampling.temperature != 0 and sampling.seed is None and sampling.top_k != 1

@@ -9,7 +9,11 @@ Contract (docs/design.md, "A run, step by step"):
   written and the samples returned are made by :mod:`inference.cache.rows`.
 * The engine factory is called only if something is missing, so a full hit
   never loads a model (nor imports vLLM). Identical inputs in a batch are
-  generated once.
+  generated once; with ``sample_repeats=True`` (what the drop-in entry
+  points pass at a random sampling: :func:`inference.sampling.random_sampling`)
+  each repeat of an input takes its next sample instead (the k-th request of
+  an input gets sample k), as an engine without a cache answers repeats, each
+  on its own; errors and ``missing_requests`` name the caller's requests.
 * Every miss of a call goes to the engine at once, and what finishes is
   written as it comes, every ``chunk_size`` generations or every
   :data:`~inference.cache.generate.STREAM_FLUSH_SECONDS`
@@ -263,9 +267,11 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
         max_concurrency: int | None = None,
+        sample_repeats: bool = False,
     ) -> Responses:
-        """Completions for ``requests``, in order; ``.run`` of the result says what this call did."""
-        return self._run("completions", requests, on_plan, on_progress, max_concurrency)
+        """Completions for ``requests``, in order; ``.run`` of the result says what this call did (``sample_repeats``:
+        see the module docstring)."""
+        return self._run("completions", requests, on_plan, on_progress, max_concurrency, sample_repeats)
 
     def judge(
         self,
@@ -274,9 +280,11 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
         max_concurrency: int | None = None,
+        sample_repeats: bool = False,
     ) -> Responses:
-        """Judgements for ``requests``, in order; ``.run`` of the result says what this call did."""
-        return self._run("judgements", requests, on_plan, on_progress, max_concurrency)
+        """Judgements for ``requests``, in order; ``.run`` of the result says what this call did (``sample_repeats``:
+        see the module docstring)."""
+        return self._run("judgements", requests, on_plan, on_progress, max_concurrency, sample_repeats)
 
     async def acomplete(
         self,
@@ -285,9 +293,12 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
         max_concurrency: int | None = None,
+        sample_repeats: bool = False,
     ) -> Responses:
         """:meth:`complete` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(self._run, "completions", requests, on_plan, on_progress, max_concurrency)
+        return await asyncio.to_thread(
+            self._run, "completions", requests, on_plan, on_progress, max_concurrency, sample_repeats
+        )
 
     async def ajudge(
         self,
@@ -296,9 +307,12 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None = None,
         on_progress: ProgressCallback | None = None,
         max_concurrency: int | None = None,
+        sample_repeats: bool = False,
     ) -> Responses:
         """:meth:`judge` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(self._run, "judgements", requests, on_plan, on_progress, max_concurrency)
+        return await asyncio.to_thread(
+            self._run, "judgements", requests, on_plan, on_progress, max_concurrency, sample_repeats
+        )
 
     def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
         """Render, hash and look up ``requests`` without generating anything."""
@@ -335,6 +349,7 @@ class CachedModel:
         on_plan: Callable[[Plan], None] | None,
         on_progress: ProgressCallback | None,
         max_concurrency: int | None = None,
+        sample_repeats: bool = False,
     ) -> Responses:
         check_bound(max_concurrency)
         requests = as_batch(requests)
@@ -343,7 +358,7 @@ class CachedModel:
         nested = getattr(self._in_call, "closes", None), getattr(self._in_call, "bound", None)
         self._in_call.closes, self._in_call.bound = self._closes, max_concurrency
         try:
-            return self._serve(role, requests, on_plan, on_progress)
+            return self._serve(role, requests, on_plan, on_progress, sample_repeats)
         finally:
             self._in_call.closes, self._in_call.bound = nested
             with self._idle:
@@ -356,10 +371,11 @@ class CachedModel:
         requests: Sequence[Request],
         on_plan: Callable[[Plan], None] | None,
         on_progress: ProgressCallback | None,
+        sample_repeats: bool,
     ) -> Responses:
         started, started_at = time.perf_counter(), datetime.now(UTC)
         run = self.last = CallStats()
-        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode, sample_repeats=sample_repeats)
         hits = self._lookup(role, inputs, run)
         seconds = time.perf_counter() - started
         plan = plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode, seconds)

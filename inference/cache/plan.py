@@ -129,9 +129,13 @@ def as_batch(requests: Iterable[Request]) -> Sequence[Request]:
 
 
 def batch_keys(
-    role: Role, requests: Sequence[Request], input_mode: InputMode
+    role: Role, requests: Sequence[Request], input_mode: InputMode, *, sample_repeats: bool = False
 ) -> tuple[list[list[str]], dict[str, Slot]]:
     """Keys of each request's samples, and the distinct keys in first-seen order.
+
+    Requests of one input share its keys (generated once), unless ``sample_repeats``: then each request of an
+    input takes that input's next samples (the k-th request asking one sample gets sample k), so that repeats are
+    answered as an engine without a cache answers them at a random sampling, each on its own.
 
     The rendered inputs are not kept: a hit never needs them, and holding a whole batch of
     them (a few KB each) costs more than rendering the misses again in :func:`plan_batch`.
@@ -139,6 +143,7 @@ def batch_keys(
     expected = CompletionRequest if role == "completions" else JudgementRequest
     keys_per_request: list[list[str]] = []
     inputs: dict[str, Slot] = {}
+    taken: dict[str, int] = {}  # with sample_repeats: an input's sample-0 key -> the samples its requests took
     with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
         for i, request in enumerate(requests):
             if not isinstance(request, expected):
@@ -147,15 +152,24 @@ def batch_keys(
                 rendered = request.render_bytes(input_mode)
             except InvalidInputError as e:  # say which request: a batch holds thousands
                 raise InvalidInputError(f"request {i}: {e}") from e
+            first = 0
             if request.n == 1:  # the usual request: one sample, no list built to hold its keys
                 key = input_hash(rendered)
-                keys_per_request.append([key])
-                if key not in inputs:
-                    inputs[key] = (0, i)
-                continue
-            keys = [input_hash(rendered, k) for k in range(request.n)]
+                if sample_repeats:
+                    first = taken.get(key, 0)
+                    taken[key] = first + 1
+                if first == 0:
+                    keys_per_request.append([key])
+                    if key not in inputs:
+                        inputs[key] = (0, i)
+                    continue
+            elif sample_repeats:
+                key = input_hash(rendered)
+                first = taken.get(key, 0)
+                taken[key] = first + request.n
+            keys = [input_hash(rendered, k) for k in range(first, first + request.n)]
             keys_per_request.append(keys)
-            for k, key in enumerate(keys):
+            for k, key in enumerate(keys, first):
                 if key not in inputs:
                     inputs[key] = (k, i)
     return keys_per_request, inputs

@@ -32,7 +32,7 @@ Contract:
   (:func:`call`, under the call's ``max_concurrency`` when it sets one) and
   puts each answer, or its typed error, in its slot (:func:`answer`); an
   input repeated in one batch at a random sampling gets a sample of its own
-  each time, as a model without a cache answers (:mod:`inference.repeats`). In
+  each time, as a model without a cache answers (``sample_repeats``). In
   mode ``replay`` an input the store does not hold is such a failure, its
   :class:`~store.errors.CacheMissError` in its slot, saying how many inputs
   of the call were missing; the others are answered from the store (looked
@@ -57,8 +57,8 @@ from inference.cache.accounting import CallStats
 from inference.cache.model import CachedModel, Responses
 from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
-from inference.repeats import Repeats
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
+from inference.sampling import random_sampling
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.roles import Role
@@ -199,41 +199,37 @@ class ReplayMisses:
 def call(
     model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]], max_concurrency: int | None = None
 ) -> Responses:
-    """The requests through the cache boundary as one batch, repeats each with its own sample at a random sampling
-    (:mod:`inference.repeats`); a call some of whose requests failed still returns every response (the failed ones
-    with their error)."""
-    repeats = Repeats.of([r for _, r in requests], model.descriptor)
-    batch = repeats.requests
+    """The requests through the cache boundary as one batch, each repeat its own sample at a random sampling (as
+    LangChain's own batch, one call per input, answers them); a call some of whose requests failed still returns
+    every response (the failed ones with their error)."""
+    batch = [r for _, r in requests]
+    repeats = random_sampling(model.descriptor.sampling)
     try:
         if role == "completions":
-            sent = model.complete(cast(list[CompletionRequest], batch), max_concurrency=max_concurrency)
-        else:
-            sent = model.judge(cast(list[JudgementRequest], batch), max_concurrency=max_concurrency)
+            return model.complete(
+                cast(list[CompletionRequest], batch), max_concurrency=max_concurrency, sample_repeats=repeats
+            )
+        return model.judge(cast(list[JudgementRequest], batch), max_concurrency=max_concurrency, sample_repeats=repeats)
     except RequestsFailedError as e:  # every answer is in it, the failed ones with their error
-        sent = _responses(e)
-    except CacheMissError as e:
-        repeats.translate(e)
-        raise
-    return repeats.answers(sent)
+        return _responses(e)
 
 
 async def acall(
     model: CachedModel, role: Role, requests: Sequence[tuple[int, Request]], max_concurrency: int | None = None
 ) -> Responses:
     """:func:`call` off the event loop."""
-    repeats = Repeats.of([r for _, r in requests], model.descriptor)
-    batch = repeats.requests
+    batch = [r for _, r in requests]
+    repeats = random_sampling(model.descriptor.sampling)
     try:
         if role == "completions":
-            sent = await model.acomplete(cast(list[CompletionRequest], batch), max_concurrency=max_concurrency)
-        else:
-            sent = await model.ajudge(cast(list[JudgementRequest], batch), max_concurrency=max_concurrency)
+            return await model.acomplete(
+                cast(list[CompletionRequest], batch), max_concurrency=max_concurrency, sample_repeats=repeats
+            )
+        return await model.ajudge(
+            cast(list[JudgementRequest], batch), max_concurrency=max_concurrency, sample_repeats=repeats
+        )
     except RequestsFailedError as e:
-        sent = _responses(e)
-    except CacheMissError as e:
-        repeats.translate(e)
-        raise
-    return repeats.answers(sent)
+        return _responses(e)
 
 
 def _responses(error: RequestsFailedError) -> Responses:

@@ -114,6 +114,25 @@ def test_duplicates_in_a_batch_are_generated_once(store: Store, descriptor: Mode
     assert responses[0].text == responses[2].text == responses[3].text
 
 
+def test_with_sample_repeats_each_repeat_takes_its_inputs_next_samples(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    """What the drop-ins ask at a random sampling: the k-th request of an input gets sample k (a request of n
+    samples takes n of them), so that no two repeats share a key; a rerun finds each one again."""
+    backend = CountingBackend()
+    cached = model(store, descriptor, backend)
+    responses = cached.complete([ask(1), ask(2, n=2), ask(1), ask(2), ask(1)], sample_repeats=True)
+    assert [[s.sample_index for s in r.samples] for r in responses] == [[0], [0, 1], [1], [2], [2]]
+    assert sorted((r.rendered["messages"][0]["content"], r.sample_index) for r in backend.received) == [
+        ("q1", 0), ("q1", 1), ("q1", 2), ("q2", 0), ("q2", 1), ("q2", 2)
+    ]  # fmt: skip
+    assert cached.last.plan is not None and cached.last.plan.duplicates == 0
+    again = model(store, descriptor, CountingBackend()).complete([ask(1), ask(1)], sample_repeats=True)
+    assert [r.samples[0].input_hash for r in again] == [responses[0].samples[0].input_hash,
+                                                        responses[2].samples[0].input_hash]  # fmt: skip
+    assert all(r.cached for r in again)
+
+
 def test_more_samples_generate_only_the_missing_ones(store: Store, descriptor: ModelDescriptor) -> None:
     model(store, descriptor, CountingBackend()).complete([ask(7, n=2)])
     backend = CountingBackend()

@@ -14,7 +14,7 @@ from langchain_core.prompts import ChatPromptTemplate
 from inference import HostedSpec, ModelSpec
 from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
 from store import RowFilter, Selector, Store
-from store.errors import InvalidInputError, RequestsFailedError
+from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from tests.fake_openai import FakeOpenAI
 
 
@@ -196,14 +196,30 @@ def test_a_repeated_input_at_a_random_sampling_gets_a_sample_of_its_own_each_tim
     assert len(fake.completions()) == 5 and answers[0].input_hash == answers[1].input_hash  # a seed: alike, once
 
 
-def test_a_refused_repeat_fails_in_its_inputs_terms(store: Store, fake: FakeOpenAI) -> None:
+def test_a_refused_repeat_fails_in_the_callers_terms(store: Store, fake: FakeOpenAI) -> None:
+    """Each failure, and the message, name the caller's input (and the sample its row would be)."""
     fake.context_length = 10
     model = prepare_model(served(fake, temperature=1.0), task="arena", store=store)
     with model, pytest.raises(RequestsFailedError) as raised:
         do_inference(model, ["short", "long " * 20, "long " * 20], cache_metadata=ids(3))
     assert [r.text for r in raised.value.responses] == ["echo: short", "", ""]
     assert [r.error is not None for r in raised.value.responses] == [False, True, True]
-    assert sorted((f.request_index, f.sample_index) for f in raised.value.failures) == [(1, 0), (2, 0)]
+    assert sorted((f.request_index, f.sample_index) for f in raised.value.failures) == [(1, 0), (2, 1)]
+    assert "request 2 (arena/2), sample 1" in str(raised.value)
+    again = prepare_model(served(fake, temperature=1.0), task="arena", store=store)
+    with again, pytest.raises(InvalidInputError, match=r"^request 2: "):  # an input that cannot be keyed, by its index
+        do_inference(again, ["q", "q", "bad \ud800"], cache_metadata=ids(3))
+
+
+def test_replay_answers_each_repeat_whose_sample_is_stored(store: Store, fake: FakeOpenAI) -> None:
+    """A store that holds sample 0 only (asked once, or before repeats were samples) answers the first repeat."""
+    with prepare_model(served(fake, temperature=1.0), task="arena", store=store) as model:
+        do_inference(model, ["q"], cache_metadata=ids(1))
+    with prepare_model(served(fake, temperature=1.0), task="arena", store=store, mode="replay") as replay:
+        assert do_inference(replay, ["q"], cache_metadata=ids(1)) == ["echo: q"]
+        with pytest.raises(CacheMissError) as missing:
+            do_inference(replay, ["q", "q"], cache_metadata=ids(2))
+    assert missing.value.missing_requests == (1,) and "request 1 (arena/1), sample 1" in str(missing.value)
 
 
 def test_a_task_or_descriptor_of_the_wrong_type_is_refused_by_its_own_name(store: Store, fake: FakeOpenAI) -> None:

@@ -340,8 +340,10 @@ def test_a_batch_repeating_an_input_at_a_random_sampling_gives_each_repeat_its_o
     assert [a.response_metadata["judgestore"]["input_hash"] for a in again] == [keys[0], keys[2], keys[3]]
     with chat_model(fake, store, sampling={"temperature": 0.7}, mode="replay") as replay:
         outcomes = replay.batch(["same", "same", "new"], return_exceptions=True)
+        once = replay.batch(["other", "other"], return_exceptions=True)  # "other" was asked once: sample 0 only
     assert [o.content for o in outcomes[:2]] == ["echo: same", "echo: same"]  # type: ignore[union-attr]
     assert isinstance(outcomes[2], CacheMissError) and len(fake.completions()) == 4
+    assert once[0].content == "echo: other" and isinstance(once[1], CacheMissError)  # type: ignore[union-attr]
 
 
 def test_replay_answers_the_hits_and_fails_each_miss_in_its_slot(store: Store, fake: FakeOpenAI) -> None:
