@@ -378,7 +378,7 @@ class Browser:
                 known = found.get(model)
                 if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
                     found[model] = (name, record)
-        models = list(pair) if pair is not None else sorted(found)[:MAX_BATTLE_MODELS]
+        models = list(pair) if pair is not None else sorted(found, key=lambda m: (m == NO_MODEL, m))[:MAX_BATTLE_MODELS]
         answers = []
         for model in models:
             if model not in found:

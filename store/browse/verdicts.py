@@ -14,10 +14,10 @@ Contract:
   candidates of the same text). None when no stored position has either.
   The positions past the verdict position are not read (nor checked): a
   judge's row holding every position costs what its verdict position does.
-* :func:`verdict` is the slot a row favours: the likelier letter of its
-  preference; without one (no logprobs stored, or no letter among them),
-  the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is just the
-  letter. None otherwise (and on a tie).
+* :func:`read_verdict` is the slot a row favours: the likelier letter of
+  its preference; without one (no logprobs stored, or no letter among
+  them), the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is
+  just the letter. None otherwise (and on a tie).
 * A stored ``top_logprobs`` that :mod:`store.logprobs` cannot read (a
   value another tool stored: ``{"A": "x"}``, a candidate without a text)
   is no bad request: :func:`read_verdict` reads such a row as one without
@@ -128,12 +128,6 @@ def read_verdict(completion: str, top_logprobs: Mapping[str, Any] | None) -> Rea
     if pref is not None:
         return Reading(pref.favoured, pref)
     return Reading(text_verdict(completion), None, error)
-
-
-def verdict(completion: str, top_logprobs: Mapping[str, Any] | None) -> tuple[Slot | None, Preference | None]:
-    """The slot a row favours and the preference it was read from (None when it came from the text)."""
-    reading = read_verdict(completion, top_logprobs)
-    return reading.slot, reading.preference
 
 
 def source_pair(model_a: str | None, model_b: str | None, orientation: str | None) -> tuple[str, str] | None:

@@ -538,6 +538,16 @@ def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_link
     reader.close()
     assert '<b class="model">(no model)</b>' in battle and "Nobody knows who says this." in battle
     assert 'class="row-link"' in battle
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:  # four models answer too: they come first
+        for model in ("m1", "m2", "m3", "m4"):
+            store.database("completions", demo.TASK, demo.descriptor(model)).put_many(
+                [demo.completion(model, "q1", question, f"{model} is here.", 1)]
+            )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        crowded = get(client, href.replace("&amp;", "&"))
+    reader.close()
+    assert all(f"{model} is here." in crowded for model in ("m1", "m2", "m3", "m4")) and "(no model)" not in crowded
 
 
 def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_folder: Path, tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import pytest
 
 from store.browse.verdicts import (
     JudgedRow,
+    Reading,
     confidence_bin,
     favoured_model,
     judge_figures,
@@ -15,7 +16,6 @@ from store.browse.verdicts import (
     read_verdict,
     source_pair,
     text_verdict,
-    verdict,
 )
 from store.errors import InvalidInputError
 from store.logprobs import PositionLogprobs, TokenLogprob, decode, encode
@@ -52,9 +52,9 @@ def test_no_letter_among_the_stored_tokens_is_no_preference_and_the_text_decides
     top = stored({"[[": -0.01})
     assert preference(top) is None
     assert preference(None) is None
-    assert verdict("Both are fine, but [[A]] ... on reflection [[B]]", top) == ("B", None)
-    assert verdict("A", None) == ("A", None)
-    assert verdict("I cannot decide.", None) == (None, None)
+    assert read_verdict("Both are fine, but [[A]] ... on reflection [[B]]", top) == Reading("B", None)
+    assert read_verdict("A", None) == Reading("A", None)
+    assert read_verdict("I cannot decide.", None) == Reading(None, None)
     assert text_verdict("  B\n") == "B" and text_verdict("Because A is longer") is None
 
 
@@ -110,7 +110,6 @@ def test_unreadable_stored_logprobs_leave_the_verdict_to_the_text() -> None:
     for value in ({"A": "x"}, {"A": None}, {"format": "weird"}, {"positions": [{"candidates": [{"bad": 1}]}]}):
         reading = read_verdict("Better: [[B]]", value)
         assert (reading.slot, reading.preference) == ("B", None) and reading.logprobs_error, value
-        assert verdict("Better: [[B]]", value) == ("B", None)
     assert read_verdict("[[B]]", stored({"A": math.log(0.9)})).logprobs_error is None
 
 
