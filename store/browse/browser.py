@@ -16,6 +16,12 @@ Contract:
 * A database that cannot be read (behind, foreign, damaged, a server error)
   never breaks a page: the overview shows its state and error, the other
   pages list it among the databases they skipped, with the error.
+* A rows page reads the databases in the order of the span of their rows'
+  times (:func:`~store.browse.queries.created_span`, kept in the store's
+  catalog while a database is unchanged), and stops at the first whose span
+  cannot reach the rows it already has: a page of a store of thousands of
+  databases opens those that hold its rows (and the few whose spans overlap
+  them), not every one.
 * A rows page whose scan window (:mod:`store.browse.queries`) ended before
   the page was full reads the next window, as long as it started less than
   :data:`SCAN_SECONDS` ago: a rare word is found in fewer requests, and no
@@ -39,6 +45,8 @@ import dataclasses
 import threading
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, TypeVar
 
 from store.adoption import adoptions
@@ -86,7 +94,27 @@ JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s o
 MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no judgement
 NO_MODEL = "(no model)"  # what a battle names the answers of completions stored without a model
 _OVERVIEW = "browse overview"  # what the overview derives from a database, as the store's catalog names it
+_SPAN = "created_at span"  # the oldest and newest times of a database's rows, as the store's catalog names it
 _ERROR = "$judgestore-error"  # what a database that could not be read gives instead
+
+
+@dataclass
+class _Source:
+    """A database a rows page may read: its name, the span of its rows' times, and the database once opened."""
+
+    location: Location
+    name: str
+    oldest: datetime
+    newest: datetime
+    database: Database | None = None
+
+    def reaches(self, key: Key, newest_first: bool) -> bool:
+        """Whether it may hold a row listed before ``key`` (a tie in time is decided by the database's name)."""
+        return self.newest >= key.created_at if newest_first else self.oldest <= key.created_at
+
+    def passed(self, cursor: Key, newest_first: bool) -> bool:
+        """Whether every one of its rows is listed before ``cursor`` (a page after it has none of them)."""
+        return self.oldest > cursor.created_at if newest_first else self.newest < cursor.created_at
 
 
 def _lasting(derived: dict[str, Any]) -> bool:
@@ -146,15 +174,7 @@ class Browser:
         tell about is kept, and opening it says what is wrong): a page filtered on a model of a store of thousands
         of databases reads that model's.
         """
-        chosen = [
-            location
-            for location in self.store.select(selector)
-            if location.role in roles and (only is None or database_name(location) == only)
-        ]
-        if filters:
-            kept = {location for flt in filters for location in self.store.storage.narrowed(chosen, flt)}
-            chosen = [location for location in chosen if location in kept]
-        for location in chosen:
+        for location in self._chosen(selector, roles, only, filters):
             name = database_name(location)
             try:
                 database = self.store.open_existing(location)
@@ -163,6 +183,20 @@ class Browser:
                 continue
             if database is not None:
                 yield name, database
+
+    def _chosen(
+        self, selector: Selector, roles: tuple[str, ...], only: str | None, filters: tuple[RowFilter, ...]
+    ) -> list[Location]:
+        """The locations :meth:`_databases` opens, unopened."""
+        chosen = [
+            location
+            for location in self.store.select(selector)
+            if location.role in roles and (only is None or database_name(location) == only)
+        ]
+        if filters:
+            kept = {location for flt in filters for location in self.store.storage.narrowed(chosen, flt)}
+            chosen = [location for location in chosen if location in kept]
+        return chosen
 
     def _location(self, name: str) -> Location:
         for location in self.store.locations():
@@ -239,41 +273,80 @@ class Browser:
         if query.database is not None:
             self._location(query.database)  # one named that is not there is a 404, as on /row
         roles = roles_for(query.flt, query.selector.role)
-        databases = list(self._databases(query.selector, roles, skipped, query.database, (query.flt,)))
+        sources = self._sources(query, roles, skipped)
+        read: set[str] = set()
         deadline = time.monotonic() + SCAN_SECONDS
         shown: list[Listed] = []
         while True:
             wanted = dataclasses.replace(query, limit=query.limit - len(shown))
-            rows, following, frontier = self._window(databases, wanted, skipped)
+            rows, following, frontier = self._window(sources, wanted, skipped, read)
             shown += rows
             if frontier is None or len(shown) >= query.limit or time.monotonic() > deadline:
-                return RowsPage(shown, following, frontier, len(databases), skipped)
+                return RowsPage(shown, following, frontier, len(read), skipped)
             query = dataclasses.replace(query, after=frontier)
 
+    def _sources(self, query: RowsQuery, roles: tuple[str, ...], skipped: list[Skipped]) -> list[_Source]:
+        """The databases a rows page may read, unopened, with the span of their rows' times (the store's catalog
+        keeps it while a database is unchanged), in the order their rows come in the listing."""
+        chosen = self._chosen(query.selector, roles, query.database, (query.flt,))
+        sources = []
+        for location, data in self.store.storage.remembered(chosen, _SPAN, self._span, lasting=_lasting):
+            if _ERROR in data:
+                skipped.append(Skipped(database_name(location), data[_ERROR]))
+            elif data["span"] is not None:  # a database without rows has none to list
+                oldest, newest = (datetime.fromisoformat(t) for t in data["span"])
+                sources.append(_Source(location, database_name(location), oldest, newest))
+        newest_first = query.order == "newest"
+        sources.sort(key=lambda s: s.newest if newest_first else s.oldest, reverse=newest_first)
+        return sources
+
+    def _span(self, location: Location) -> dict[str, Any]:
+        """The span of a database's rows' times, as the store's catalog keeps it (None: no row)."""
+        try:
+            database = self.store.open_existing(location)
+            span = None if database is None else queries.created_span(database)
+        except JudgestoreError as e:
+            return {_ERROR: str(e)}  # never kept (_lasting): read again next time
+        return {"span": None if span is None else [t.isoformat() for t in span]}
+
     def _window(
-        self, databases: list[tuple[str, Database]], query: RowsQuery, skipped: list[Skipped]
+        self, sources: list[_Source], query: RowsQuery, skipped: list[Skipped], read: set[str]
     ) -> tuple[list[Listed], Key | None, Key | None]:
-        """One page of at most one scan window per database: its rows, the next cursor, and where the scan ended."""
+        """One page of at most one scan window per database: its rows, the next cursor, and where the scan ended.
+
+        The databases are read in the order of their spans, until one's span cannot reach the rows already read:
+        a page of a store of thousands of databases reads those that hold its rows.
+        """
+        newest = query.order == "newest"
         slices = []
-        for name, database in databases:
-            if any(s.name == name for s in skipped):
+        merged: list[Listed] = []  # the rows read, in listing order: at most one more than the page shows
+        for source in sources:
+            if len(merged) > query.limit and not source.reaches(merged[-1].key, newest):
+                break  # neither it nor any database after it holds a row listed before the page's end
+            if query.after is not None and source.passed(query.after, newest):
+                continue  # its rows are all listed before the cursor
+            if any(s.name == source.name for s in skipped):
                 continue
             try:
-                slices.append(
-                    queries.page(
-                        database,
-                        name,
-                        query.flt,
-                        search=query.search,
-                        order=query.order,
-                        after=query.after,
-                        limit=query.limit,
-                    )
+                if source.database is None:
+                    source.database = self.store.open_existing(source.location)
+                if source.database is None:
+                    continue
+                part = queries.page(
+                    source.database,
+                    source.name,
+                    query.flt,
+                    search=query.search,
+                    order=query.order,
+                    after=query.after,
+                    limit=query.limit,
                 )
             except JudgestoreError as e:
-                skipped.append(Skipped(name, str(e)))
-        newest = query.order == "newest"
-        merged = sorted((row for s in slices for row in s.rows), key=lambda r: r.key, reverse=newest)
+                skipped.append(Skipped(source.name, str(e)))
+                continue
+            read.add(source.name)
+            slices.append(part)
+            merged = sorted([*merged, *part.rows], key=lambda r: r.key, reverse=newest)[: query.limit + 1]
         frontiers = [s.scanned_to for s in slices if s.scanned_to is not None]
         frontier = None
         if frontiers:  # the scan that got least far decides how far this page may go

@@ -298,6 +298,17 @@ def page(
     return Slice(rows, Key(end, name, _BEFORE_EVERY_HASH if order == "newest" else _AFTER_EVERY_HASH))
 
 
+def created_span(database: Database) -> tuple[datetime, datetime] | None:
+    """The oldest and the newest ``created_at`` of the database's rows (None: no row), two index seeks: one
+    statement of two scalar subqueries, as SQLite reads ``min`` or ``max`` from the index only when alone."""
+    with database.reading() as repo:
+        at = repo.table.c.created_at
+        oldest, newest = repo.conn.execute(
+            select(select(func.min(at)).scalar_subquery(), select(func.max(at)).scalar_subquery())
+        ).one()
+    return None if oldest is None else (oldest, newest)
+
+
 def _listed(location: Location, name: str, row: Any) -> Listed:
     values = dict(row)
     if isinstance(values["completion"], bytes):  # SQLite, a text holding U+0000 (see _completion_prefix)

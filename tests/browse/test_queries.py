@@ -468,3 +468,33 @@ def test_a_listed_completion_holding_nul_reads_its_prefix_on_both_backends(
             chars = by_text[text[:prefix]]
             # exact, or (a SQLite text holding U+0000 beyond what was read) a bound that still says "more"
             assert chars == len(text) or prefix < chars <= len(text), (backend, text[:8], chars)
+
+
+@pytest.mark.parametrize("order", ["newest", "oldest"])
+@pytest.mark.parametrize("spans", ["apart", "overlapping"])
+def test_a_rows_page_of_many_databases_reads_those_that_hold_its_rows(tmp_path: Path, order: str, spans: str) -> None:
+    """A rows page read every database (was): 2,000 databases, 4 s a page. Databases whose rows' times cannot reach
+    the page are left unopened; following the cursors still lists every row once, in order."""
+    start = datetime(2026, 5, 1, tzinfo=UTC)
+    with Store(Settings(), root=tmp_path) as store:
+        for i in range(30):  # database i: minutes 2i and 2i + 1 (apart), or i and i + 30 (each span overlapping)
+            minutes = (2 * i, 2 * i + 1) if spans == "apart" else (i, i + 30)
+            rows = [completion_record(100 * i + k, model=f"m{i:02d}", created_at=start + timedelta(minutes=minute))
+                    for k, minute in enumerate(minutes)]  # fmt: skip
+            store.database("completions", "t", ModelDescriptor(provider="vllm", model=f"m{i:02d}")).put_many(rows)
+    listed: list[Any] = []
+    read = []
+    with Store(Settings(), root=tmp_path, readonly=True) as store:
+        browser, after = Browser(store), None
+        while True:
+            page = browser.rows(RowsQuery(order=order, limit=5, after=after))  # type: ignore[arg-type]
+            listed += page.rows
+            read.append(page.databases)
+            if page.next is None:
+                break
+            after = page.next
+    times = [row.key.created_at for row in listed]
+    assert len(listed) == 60 == len({row.key for row in listed})
+    assert times == sorted(times, reverse=order == "newest")
+    if spans == "apart":  # a page's 5 rows and the one after them lie in 3 or 4 of the 30 databases
+        assert max(read) <= 4 and len(read) == 12
