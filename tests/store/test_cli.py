@@ -33,6 +33,7 @@ from store.repository import Repository
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
+from store.tables.records import CompletionRecord
 from tests.factories import (
     JUDGE,
     LLAMA,
@@ -532,10 +533,16 @@ def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
     assert file_digests(filled) == before
 
 
-def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes_them(filled: Path) -> None:
+def dated_ahead(root: Path) -> CompletionRecord:
+    """A row of run-2 written with a time an hour ahead (a clock ahead of this one's), stored in ``root``."""
     ahead = completion_record(30, run_id="run-2", created_at=datetime.now(UTC) + timedelta(hours=1))
-    with Store(Settings(), root=filled) as writer:
+    with Store(Settings(), root=root) as writer:
         writer.database("completions", "mt-bench", QWEN).put_many([ahead])
+    return ahead
+
+
+def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes_them(filled: Path) -> None:
+    ahead = dated_ahead(filled)
     result = judgestore("delete", "--run-id", "run-2", "--yes")
     assert result.exit_code == 0, result.output
     assert "1 row the filters match is dated after this command began" in " ".join(result.stderr.split())
@@ -551,9 +558,7 @@ def test_delete_says_how_many_matching_rows_are_dated_after_it_and_a_key_deletes
 
 def test_prune_says_how_many_matching_rows_are_dated_after_it(filled: Path) -> None:
     """prune left such rows out without a word (was), as delete did."""
-    ahead = completion_record(30, run_id="run-2", created_at=datetime.now(UTC) + timedelta(hours=1))
-    with Store(Settings(), root=filled) as writer:
-        writer.database("completions", "mt-bench", QWEN).put_many([ahead])
+    dated_ahead(filled)
     result = judgestore("prune", "--run-id", "run-2", "--yes")
     assert result.exit_code == 0, result.output
     assert "1 row the filters match is dated after this command began" in " ".join(result.stderr.split())
