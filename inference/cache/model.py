@@ -26,7 +26,8 @@ Contract (docs/design.md, "A run, step by step"):
 * Modes: ``use`` reads and writes; ``refresh`` regenerates and replaces;
   ``off`` never touches the store; ``replay`` only reads and raises
   :class:`CacheMissError` on the first miss, before preparing anything
-  (its ``missing_requests`` name every request the store cannot answer);
+  (its ``missing_requests`` name every request the store cannot answer, its
+  ``responses`` hold the others' answers from the same lookup);
   ``readonly`` reads and generates misses but never writes.
 * Every output is a result: an empty completion with a normal finish reason
   (``stop``, ``length``) is stored and hit like any other. (Earlier versions
@@ -387,11 +388,16 @@ class CachedModel:
             first = plan.missing[0]
             request = requests[first.request_index]
             absent = {inp.key for inp in plan.missing}
+            missing = [not absent.isdisjoint(ks) for ks in keys]
             raise CacheMissError(
                 f"replay mode: {plan.misses} of {plan.distinct} inputs are not in the store; the first is "
                 f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
                 f"input hash {first.key[:16]}. Run once with --mode use to fill the store.",
-                missing_requests=[i for i, ks in enumerate(keys) if not absent.isdisjoint(ks)],
+                missing_requests=[i for i, lacks in enumerate(missing) if lacks],
+                responses=[
+                    None if lacks else Response(r, tuple(stored_sample(hits[k]) for k in ks))
+                    for r, ks, lacks in zip(requests, keys, missing, strict=True)
+                ],
             )
         with gc_paused():
             results: dict[str, Sample] = {key: stored_sample(record) for key, record in hits.items()}

@@ -35,9 +35,8 @@ Contract:
   each time, as a model without a cache answers (``sample_repeats``). In
   mode ``replay`` an input the store does not hold is such a failure, its
   :class:`~store.errors.CacheMissError` in its slot, saying how many inputs
-  of the call were missing; the others are answered from the store (looked
-  up again until a lookup finds them all: a row deleted in between is one
-  more miss, not the call's failure).
+  of the call were missing; the others are answered from the same lookup
+  (the error carries them).
   A ``generate`` call's ``LLMResult`` carries what the call did in its
   ``llm_output["judgestore"]`` (:func:`result_of`).
 * Only :mod:`inference.langchain` imports this module, after it checked that
@@ -125,17 +124,15 @@ def send(
     """Answer the requests into their slots of ``outcomes`` (:func:`answer`) through one call; that call's stats.
 
     In mode ``replay``, a request the store does not hold gets its :class:`~store.errors.CacheMissError` in its
-    slot and the others are answered from the store (:class:`ReplayMisses`).
+    slot and the others are answered from the same lookup (:func:`replay_misses`).
     """
-    misses = ReplayMisses(requests)
-    responses = None
-    while misses.asking:
-        try:
-            responses = call(model, role, misses.asking, max_concurrency)
-            break
-        except CacheMissError as e:
-            misses.take(e)
-    return misses.answer(outcomes, responses, model, role)
+    try:
+        responses = call(model, role, requests, max_concurrency)
+    except CacheMissError as e:
+        replay_misses(e, requests, outcomes, model, role)
+        return None
+    answer(requests, outcomes, responses, model, role)
+    return responses.run
 
 
 async def asend(
@@ -146,54 +143,39 @@ async def asend(
     max_concurrency: int | None = None,
 ) -> CallStats | None:
     """:func:`send` off the event loop."""
-    misses = ReplayMisses(requests)
-    responses = None
-    while misses.asking:
-        try:
-            responses = await acall(model, role, misses.asking, max_concurrency)
-            break
-        except CacheMissError as e:
-            misses.take(e)
-    return misses.answer(outcomes, responses, model, role)
+    try:
+        responses = await acall(model, role, requests, max_concurrency)
+    except CacheMissError as e:
+        replay_misses(e, requests, outcomes, model, role)
+        return None
+    answer(requests, outcomes, responses, model, role)
+    return responses.run
 
 
-class ReplayMisses:
-    """The requests of a replay call the store does not hold, and those still to ask for.
-
-    The others are asked again (a lookup, which only reads: replay never calls a model) until a lookup finds
-    them all: a row deleted between two lookups is one more miss, never the whole call's failure. Each miss's
-    slot then gets an error saying how many of the call's inputs were missing, so the first one raised says it
-    too.
-    """
-
-    def __init__(self, requests: Sequence[tuple[int, Request]]) -> None:
-        self.requests = len(requests)
-        self.asking = list(requests)
-        self.missed: list[tuple[int, Request, CacheMissError]] = []
-
-    def take(self, error: CacheMissError) -> None:
-        """Set aside the requests ``error`` says the store does not hold (by index in :attr:`asking`)."""
-        absent = set(error.missing_requests)
-        if not absent:  # it names no request: the call's failure, not an input's
-            raise error
-        self.missed += [(i, request, error) for j, (i, request) in enumerate(self.asking) if j in absent]
-        self.asking = [r for j, r in enumerate(self.asking) if j not in absent]
-
-    def answer(
-        self, outcomes: list[Outcome | None], responses: Responses | None, model: CachedModel, role: Role
-    ) -> CallStats | None:
-        """Each miss's error, and each answer (:func:`answer`), in its slot; the stats of the call that answered."""
-        for i, request, error in self.missed:
-            miss = CacheMissError(
-                f"replay mode: {len(self.missed)} of the {self.requests} inputs of this call are not in the store, "
-                f"this one ({request.describe()}) among them. Run once in mode 'use' to fill the store"
-            )
-            miss.__cause__ = error
-            outcomes[i] = miss
-        if responses is None:
-            return None
-        answer(self.asking, outcomes, responses, model, role)
-        return responses.run
+def replay_misses(
+    error: CacheMissError,
+    requests: Sequence[tuple[int, Request]],
+    outcomes: list[Outcome | None],
+    model: CachedModel,
+    role: Role,
+) -> None:
+    """A replay call's misses, each with an error saying how many of the call's inputs were missing (so the first
+    one raised says it too), and its hits, which the error carries from the same lookup, in their slots."""
+    absent = set(error.missing_requests)
+    if not absent or len(error.responses) != len(requests):  # it names no request: the call's failure
+        raise error
+    found = []
+    for j, (i, request) in enumerate(requests):
+        if j not in absent:
+            found.append(((i, request), error.responses[j]))
+            continue
+        miss = CacheMissError(
+            f"replay mode: {len(absent)} of the {len(requests)} inputs of this call are not in the store, "
+            f"this one ({request.describe()}) among them. Run once in mode 'use' to fill the store"
+        )
+        miss.__cause__ = error
+        outcomes[i] = miss
+    answer([r for r, _ in found], outcomes, [response for _, response in found], model, role)
 
 
 def call(

@@ -95,13 +95,16 @@ class CacheMissError(JudgestoreError):
     """``replay`` mode met an input that the store does not hold.
 
     ``missing_requests`` holds the index (in the call's request order) of
-    every request with a sample the store does not hold, so a caller can
-    answer the others from the store (the LangChain model does).
+    every request with a sample the store does not hold, and ``responses``
+    one entry per request of the call: the response the store gave it, None
+    for a missing one, so a caller answers the others from the same lookup
+    (the LangChain model does).
     """
 
-    def __init__(self, message: str, *, missing_requests: Sequence[int] = ()) -> None:
+    def __init__(self, message: str, *, missing_requests: Sequence[int] = (), responses: Sequence[Any] = ()) -> None:
         super().__init__(message)
         self.missing_requests = tuple(missing_requests)
+        self.responses = list(responses)
 
 
 class RequestsFailedError(JudgestoreError):

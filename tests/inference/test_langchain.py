@@ -378,47 +378,49 @@ def test_replay_answers_the_hits_and_fails_each_miss_in_its_slot(store: Store, f
     assert len(fake.completions()) == 2  # the filling batch's: replay never called the model
 
 
-def test_a_row_deleted_between_replays_two_lookups_is_one_more_miss_in_its_slot(
+def test_replay_answers_the_hits_from_the_lookup_that_found_the_misses(
     store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The hits are looked up again after the first misses: a row gone by then fails in its slot, not the call."""
+    """One lookup a call: the hits come with the misses' error. (The hits were looked up again after the first
+    misses, and a repeat after a missing one renumbered to that one's missing sample: two misses for one.)"""
     with chat_model(fake, store) as filling:
         held = filling.batch(["held one", "held two"])
-    database = store.database("completions", "arena", filling.cached.descriptor)  # type: ignore[union-attr]
-    gone = RowFilter(input_hashes=(held[0].response_metadata["judgestore"]["input_hash"],))
     inputs = ["held one", "new one", "held two"]
     with chat_model(fake, store, mode="replay") as replay:
         model = replay.cached
         assert model is not None
+        calls: list[int] = []
         complete, acomplete = model.complete, model.acomplete
 
-        def deleting(*args: Any, **kw: Any) -> Any:  # another job deletes "held one" after the first lookup
-            try:
-                return complete(*args, **kw)
-            except CacheMissError:
-                database.delete(gone)
-                raise
+        def counted(*args: Any, **kw: Any) -> Any:
+            calls.append(len(args[0]))
+            return complete(*args, **kw)
 
-        async def adeleting(*args: Any, **kw: Any) -> Any:
-            try:
-                return await acomplete(*args, **kw)
-            except CacheMissError:
-                database.delete(gone)
-                raise
+        async def acounted(*args: Any, **kw: Any) -> Any:
+            calls.append(len(args[0]))
+            return await acomplete(*args, **kw)
 
-        monkeypatch.setattr(model, "complete", deleting)
-        monkeypatch.setattr(model, "acomplete", adeleting)
+        monkeypatch.setattr(model, "complete", counted)
+        monkeypatch.setattr(model, "acomplete", acounted)
         handler = Events()
         outcomes = replay.batch(inputs, {"callbacks": [handler]}, return_exceptions=True)
-        with chat_model(fake, store) as refill:  # "held one" is back for the async round
-            refill.batch(["held one"])
         aoutcomes = asyncio.run(replay.abatch(inputs, return_exceptions=True))
+    assert calls == [3, 3]
     for answered in (outcomes, aoutcomes):
-        assert answered[2].content == "echo: held two"
-        assert all(isinstance(answered[i], CacheMissError) for i in (0, 1))
-        assert all("2 of the 3 inputs of this call are not in the store" in str(answered[i]) for i in (0, 1))
-        assert "'held one'" in str(answered[0]) and "'new one'" in str(answered[1])
-    assert [outcome for _, outcome in handler.runs()] == [outcomes[0], outcomes[1], "echo: held two"]
+        assert [answered[0].content, answered[2].content] == [h.content for h in held]  # type: ignore[union-attr]
+        assert isinstance(answered[1], CacheMissError)
+        assert "1 of the 3 inputs of this call are not in the store" in str(answered[1]) and "'new one'" in str(
+            answered[1]
+        )
+    assert [outcome for _, outcome in handler.runs()] == ["echo: held one", outcomes[1], "echo: held two"]
+    with chat_model(fake, store, sampling={"temperature": 0.7}) as sampled:  # samples 0, 1 and 2 of "same"
+        keys = [a.response_metadata["judgestore"]["input_hash"] for a in sampled.batch(["same"] * 3)]
+    database = store.database("completions", "arena", sampled.cached.descriptor)  # type: ignore[union-attr]
+    database.delete(RowFilter(input_hashes=(keys[1],)))  # sample 1 is gone
+    with chat_model(fake, store, sampling={"temperature": 0.7}, mode="replay") as replay:
+        repeats = replay.batch(["same"] * 3, return_exceptions=True)
+    assert isinstance(repeats[1], CacheMissError)
+    assert [repeats[i].response_metadata["judgestore"]["input_hash"] for i in (0, 2)] == [keys[0], keys[2]]  # type: ignore[union-attr]
 
 
 def test_a_configs_max_concurrency_bounds_the_calls_requests_in_flight(store: Store, fake: FakeOpenAI) -> None:
