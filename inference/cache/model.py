@@ -315,11 +315,11 @@ class CachedModel:
             self._run, "judgements", requests, on_plan, on_progress, max_concurrency, sample_repeats
         )
 
-    def plan(self, role: Role, requests: Sequence[Request]) -> Plan:
-        """Render, hash and look up ``requests`` without generating anything."""
+    def plan(self, role: Role, requests: Sequence[Request], *, sample_repeats: bool = False) -> Plan:
+        """Render, hash and look up ``requests`` without generating anything (``sample_repeats``: as a call)."""
         check_role(role)
         requests = as_batch(requests)
-        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode)
+        keys, inputs = batch_keys(role, requests, self.descriptor.input_mode, sample_repeats=sample_repeats)
         hits = self._lookup(role, inputs)
         return plan_batch(role, self.mode, requests, keys, inputs, hits, self.descriptor.input_mode)
 

@@ -127,6 +127,8 @@ def test_with_sample_repeats_each_repeat_takes_its_inputs_next_samples(
         ("q1", 0), ("q1", 1), ("q1", 2), ("q2", 0), ("q2", 1), ("q2", 2)
     ]  # fmt: skip
     assert cached.last.plan is not None and cached.last.plan.duplicates == 0
+    planned = model(store, descriptor, CountingBackend()).plan("completions", [ask(1)] * 4, sample_repeats=True)
+    assert (planned.distinct, planned.hits, planned.misses) == (4, 3, 1)  # samples 0-2 stored, sample 3 not
     again = model(store, descriptor, CountingBackend()).complete([ask(1), ask(1)], sample_repeats=True)
     assert [r.samples[0].input_hash for r in again] == [responses[0].samples[0].input_hash,
                                                         responses[2].samples[0].input_hash]  # fmt: skip
