@@ -42,6 +42,13 @@ import orjson
 from store import schema
 
 CATALOG_FORMAT = "judgestore-catalog/v1"
+# What a value derived from a database that could not be read holds instead (its error): never kept (:func:`readable`)
+UNREADABLE = "$judgestore-error"
+
+
+def readable(value: dict[str, Any]) -> bool:
+    """Whether a catalog may keep ``value``: not what a database that could not be read gave (read it again)."""
+    return UNREADABLE not in value
 
 
 def cache_home() -> Path:

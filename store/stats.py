@@ -25,6 +25,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from store.adoption import adoptions
+from store.catalog import UNREADABLE, readable
 from store.claim_table import ClaimsSummary
 from store.claims import claims_summary
 from store.errors import JudgestoreError
@@ -111,22 +112,21 @@ def store_stats(
         try:
             return _stats_json(database_stats(store.open(location), recent=recent))
         except JudgestoreError as e:
-            return {_ERROR: str(e)}  # never kept (see _lasting): read again next time
+            return {UNREADABLE: str(e)}  # never kept (see _lasting): read again next time
 
     chosen = store.select() if locations is None else locations
     for location, data in store.storage.remembered(chosen, f"stats {recent} claims", compute, lasting=_lasting):
-        if _ERROR in data:
+        if UNREADABLE in data:
             (info,) = store.infos([location], count_rows=False)
-            yield DatabaseStats(location, info.where, info.size_bytes, error=data[_ERROR])
+            yield DatabaseStats(location, info.where, info.size_bytes, error=data[UNREADABLE])
             continue
         yield _stats_of(location, data)
 
 
 def _lasting(data: dict[str, Any]) -> bool:
-    return _ERROR not in data and ClaimsSummary.lasting(data["claims"])
+    return readable(data) and ClaimsSummary.lasting(data["claims"])
 
 
-_ERROR = "$judgestore-error"  # what a database that could not be read gives instead of its statistics
 _DATETIME = "$judgestore-datetime"  # how a datetime is kept in a catalog's JSON
 
 

@@ -77,6 +77,7 @@ from store.browse.verdicts import (
     read_verdict,
     source_pair,
 )
+from store.catalog import UNREADABLE, readable
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Location, Selector, metadata_bytes
 from store.logprobs import decode
@@ -95,7 +96,6 @@ MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no ju
 NO_MODEL = "(no model)"  # what a battle names the answers of completions stored without a model
 _OVERVIEW = "browse overview"  # what the overview derives from a database, as the store's catalog names it
 _SPAN = "created_at span"  # the oldest and newest times of a database's rows, as the store's catalog names it
-_ERROR = "$judgestore-error"  # what a database that could not be read gives instead
 
 
 @dataclass
@@ -115,11 +115,6 @@ class _Source:
     def passed(self, cursor: Key, newest_first: bool) -> bool:
         """Whether every one of its rows is listed before ``cursor`` (a page after it has none of them)."""
         return self.oldest > cursor.created_at if newest_first else self.newest < cursor.created_at
-
-
-def _lasting(derived: dict[str, Any]) -> bool:
-    """Whether the catalog may keep ``derived``: not a database that could not be read (it is read again)."""
-    return _ERROR not in derived
 
 
 def _reasons_by_name(reasons: dict[str | None, int]) -> dict[str, int]:
@@ -218,14 +213,14 @@ class Browser:
                 rows,
                 f"{_OVERVIEW} {AUTO_COUNT_ROWS}",
                 lambda location: self._derived(location, rows[location]),
-                lasting=_lasting,
+                lasting=readable,
             )
         )
         summaries = []
         for info in infos:
             name = database_name(info.location)
             data = derived.get(info.location, {})
-            error = info.error or data.get(_ERROR)
+            error = info.error or data.get(UNREADABLE)
             reasons: dict[str, int] | None = data.get("reasons")
             runs = None if error or "runs" not in data else from_catalog_fields(RunTotals, data["runs"])
             if reasons is None and not error and info.location in rows:  # a database too large to count unasked
@@ -246,7 +241,7 @@ class Browser:
             reasons = _reasons_by_name(queries.finish_reasons(database)) if rows <= AUTO_COUNT_ROWS else None
             return {"runs": catalog_fields(run_totals(database)), "reasons": reasons}
         except JudgestoreError as e:
-            return {_ERROR: str(e)}  # never kept (_lasting): read again next time
+            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
 
     def _finish_reasons(self, name: str, database: Database, *, count: bool) -> dict[str, int] | None:
         """Rows per finish reason: kept from an earlier count while the database is unchanged, else counted if asked."""
@@ -290,9 +285,9 @@ class Browser:
         keeps it while a database is unchanged), in the order their rows come in the listing."""
         chosen = self._chosen(query.selector, roles, query.database, (query.flt,))
         sources = []
-        for location, data in self.store.storage.remembered(chosen, _SPAN, self._span, lasting=_lasting):
-            if _ERROR in data:
-                skipped.append(Skipped(database_name(location), data[_ERROR]))
+        for location, data in self.store.storage.remembered(chosen, _SPAN, self._span, lasting=readable):
+            if UNREADABLE in data:
+                skipped.append(Skipped(database_name(location), data[UNREADABLE]))
             elif data["span"] is not None:  # a database without rows has none to list
                 oldest, newest = (datetime.fromisoformat(t) for t in data["span"])
                 sources.append(_Source(location, database_name(location), oldest, newest))
@@ -306,7 +301,7 @@ class Browser:
             database = self.store.open_existing(location)
             span = None if database is None else queries.created_span(database)
         except JudgestoreError as e:
-            return {_ERROR: str(e)}  # never kept (_lasting): read again next time
+            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
         return {"span": None if span is None else [t.isoformat() for t in span]}
 
     def _window(
