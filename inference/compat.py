@@ -40,12 +40,13 @@ Contract:
   :attr:`InferenceResult.first_token_logprobs_merged` adds up the
   probabilities of candidates with the same text instead; None when the
   model was not asked for logprobs.
-* An input given more than once at a random sampling (a temperature above
-  0, no seed) gets a sample of its own each time, as an engine without a
-  cache answers it: the k-th repeat is sample k of that input
-  (``sample_repeats`` of :class:`~inference.cache.model.CachedModel`), so a
-  rerun gets the same answers back. At
-  any other sampling repeats are answered alike, and generated once.
+* An input given more than once at a random sampling (a temperature other
+  than 0, no seed, ``top_k`` not 1: :func:`inference.sampling.random_sampling`)
+  gets a sample of its own each time, as an engine without a cache answers
+  it: the k-th repeat is sample k of that input (``sample_repeats`` of
+  :class:`~inference.cache.model.CachedModel`), so a rerun gets the same
+  answers back. At any other sampling repeats are answered alike, and
+  generated once.
 * ``use_tqdm=True`` shows a tqdm progress bar over the misses as they are
   generated (nothing to show when every input is a hit).
 * A request that fails (refused by the engine or server) fails alone: every

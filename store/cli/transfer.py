@@ -135,6 +135,8 @@ def _interrupted(report: "CopyReport | None", json_output: bool) -> NoReturn:
     same copy run again finishes it, skipping them (exit 130)."""
     if report is None:  # before the first database: the stores were being checked
         interrupted("interrupted before any row was copied; nothing was written", json_output, rows_written=0)
+    if report.dry_run:  # its counts are what a copy would write
+        interrupted("interrupted; a dry run: nothing was written", json_output, rows_written=0)
     written = [d for d in report.databases if d.written]
     message = (
         f"interrupted; {quantity(report.rows_written, 'row')} had been copied into {report.target} "

@@ -521,6 +521,16 @@ def test_ctrl_c_in_a_copy_says_how_many_rows_were_copied_and_a_rerun_finishes_it
     assert file_digests(root) == before  # the source was only read
 
 
+def test_ctrl_c_in_a_dry_run_says_nothing_was_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """It said "4 rows had been copied ..., committed and kept" of a dry run, which writes nothing (was)."""
+    root = full_store(tmp_path / "a")
+    counts = ctrl_c_on_call(monkeypatch, SqliteDatabase, "count", 2)  # the second source database's count
+    result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--chunk-size", "2", "--dry-run")
+    assert result.exit_code == 130 and len(counts) == 2
+    assert "a dry run: nothing was written" in result.stderr and "copied" not in result.stderr
+    assert not (tmp_path / "b").exists()
+
+
 def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_if_it_stands(tmp_path: Path) -> None:
     """SIGINT while SQLite commits is raised once the commit returned: the chunk is in the target, and the count
     says so. (Was: 2 rows said, 4 there; a real run: '38,000 rows had been copied' with 40,000 in the target.)"""
