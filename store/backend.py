@@ -371,8 +371,9 @@ class Storage(Protocol):
         """What lies in the store that is not part of its layout; with a non-empty ``selector``, what lies where
         a database it picks belongs (a descriptor folder whose database is missing)."""
 
-    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
-        """Give back the space deleted rows left; a backend that cannot refuses with a typed error saying why."""
+    def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
+        """Give back the space deleted rows left, or with ``dry_run`` say how much it would, changing nothing; a
+        backend that cannot refuses with a typed error saying why."""
 
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
         """The rows of ``plan`` over ``databases`` as over one table holding all their rows (:mod:`store.across`).

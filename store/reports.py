@@ -203,6 +203,7 @@ class RowChecks:
 
 class VacuumOutcome(enum.StrEnum):
     VACUUMED = "vacuumed"
+    WOULD_VACUUM = "would_vacuum"  # a dry run's: every check passed, and bytes_after is the estimate
     EMPTY = "empty"  # a zero-byte database (what a store may hold, see store.schema): nothing to give back
     BUSY = "busy"  # another process held the database past the busy timeout: left as it was
     REFUSED = "refused"  # not ours, newer, damaged, or missing: never touched

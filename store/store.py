@@ -337,9 +337,11 @@ class Store:
     def verify(self, location: Location) -> DatabaseVerification:
         return self.storage.verify(location)
 
-    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
-        """Give back the space of deleted rows (a folder store; a server store refuses, saying why)."""
-        return self.storage.vacuum(locations)
+    def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
+        """Give back the space of deleted rows (a folder store; a server store refuses, saying why); with
+        ``dry_run``, the same checks and an estimate of the space, nothing changed (see
+        :mod:`store.backends.sqlite.vacuum`)."""
+        return self.storage.vacuum(locations, dry_run=dry_run)
 
     def shown(self, where: str) -> str:
         """A database's ``where`` as tables show it (under the root for a folder store)."""

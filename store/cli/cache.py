@@ -370,7 +370,14 @@ def prune_command(
 # ---------------------------------------------------------------- vacuum
 
 
-def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutput = False) -> None:
+def vacuum_command(
+    settings: Settings,
+    selector: Selector,
+    json_output: JsonOutput = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only check each database and show the space it would give back.")
+    ] = False,
+) -> None:
     """Give the space of deleted rows back to the disk (SQLite VACUUM and a truncating WAL checkpoint).
 
     Rows are never changed. Each database is compacted under its lock, after
@@ -382,7 +389,13 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     on a PostgreSQL server, autovacuum reuses the space (VACUUM FULL, run by
     the database owner, gives it back to the disk).
 
+    --dry-run reads each database, makes the same checks and changes
+    nothing: "After" is then the pages in use, what VACUUM keeps at most (it
+    may also pack half-empty pages), and exit 1 says one would be refused.
+
     Examples:
+
+        judgestore vacuum --dry-run
 
         judgestore vacuum
 
@@ -390,27 +403,28 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
     """
     from store.reports import VacuumOutcome
 
-    with Store(settings) as store:
+    with Store(settings, readonly=dry_run) as store:
         locations = store.select(selector)
         results: list[VacuumResult] = []
         try:
-            results.extend(counted(store.vacuum(locations), len(locations), "Vacuuming"))
+            results.extend(counted(store.vacuum(locations, dry_run=dry_run), len(locations), "Vacuuming"))
         except KeyboardInterrupt:
-            _vacuum_interrupted(store, results, len(locations), json_output)
-    failed = [r for r in results if r.outcome not in (VacuumOutcome.VACUUMED, VacuumOutcome.EMPTY)]
+            _vacuum_interrupted(store, results, len(locations), json_output, dry_run=dry_run)
+    done = (VacuumOutcome.WOULD_VACUUM if dry_run else VacuumOutcome.VACUUMED, VacuumOutcome.EMPTY)
+    failed = [r for r in results if r.outcome not in done]
+    freed = sum(r.freed for r in results)
     if json_output:
-        emit_json({"ok": not failed, "results": [r.as_dict() for r in results], "freed": sum(r.freed for r in results)})
+        emit_json({"ok": not failed, "dry_run": dry_run, "results": [r.as_dict() for r in results], "freed": freed})
     elif not results:
         no_databases(store, json_output, selector)
     else:
-        table = location_table(
-            f"Vacuumed in {store.where}", ("Before", "right"), ("After", "right"), ("Result", "left")
-        )
+        title = f"Would vacuum in {store.where} (dry run: nothing changed)" if dry_run else f"Vacuumed in {store.where}"
+        table = location_table(title, ("Before", "right"), ("After", "right"), ("Result", "left"))
         for r in results:
             style = "bold red" if r in failed else "green"
             table.add_row(*location_cells(r.location), decimal(r.bytes_before), decimal(r.bytes_after),
-                          Text(r.outcome.value, style=style))  # fmt: skip
-        table.caption = f"{len(results)} databases, {decimal(sum(r.freed for r in results))} freed"
+                          Text(r.outcome.value.replace("_", " "), style=style))  # fmt: skip
+        table.caption = f"{len(results)} databases, {decimal(freed)} {'to free' if dry_run else 'freed'}"
         stdout().print(table)
         for r in failed:
             note(r.error or r.outcome.value, json_output=False)
@@ -418,11 +432,19 @@ def vacuum_command(settings: Settings, selector: Selector, json_output: JsonOutp
         raise typer.Exit(1)
 
 
-def _vacuum_interrupted(store: Store, results: "list[VacuumResult]", selected: int, json_output: bool) -> NoReturn:
+def _vacuum_interrupted(
+    store: Store, results: "list[VacuumResult]", selected: int, json_output: bool, *, dry_run: bool
+) -> NoReturn:
     """Ctrl-C in ``vacuum``: which databases were vacuumed, and that the others are as they were or vacuumed
-    whole: SQLite's VACUUM is one transaction, so the database it stopped in is one or the other (exit 130)."""
+    whole: SQLite's VACUUM is one transaction, so the database it stopped in is one or the other (exit 130).
+    In a dry run: how many were checked, and that nothing was changed."""
     from store.reports import VacuumOutcome
 
+    if dry_run:
+        interrupted(
+            f"interrupted; checked {len(results)} of {quantity(selected, 'database')} (dry run: nothing was "
+            "changed)", json_output, dry_run=True, databases=selected, results=[r.as_dict() for r in results],
+        )  # fmt: skip
     vacuumed = [r for r in results if r.outcome is VacuumOutcome.VACUUMED]
     freed = sum(r.freed for r in results)
     names = ", ".join(store.shown(str(r.path)) for r in vacuumed[:3]) + (", ..." if len(vacuumed) > 3 else "")

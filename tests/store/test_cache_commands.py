@@ -164,6 +164,56 @@ def test_ctrl_c_in_vacuum_before_the_last_database_says_the_other_one_in_the_sin
     assert said.startswith("interrupted; vacuumed 2 of 3 databases (") and "; the other one is as it was (" in said
 
 
+def test_vacuum_dry_run_checks_each_database_changes_nothing_and_estimates_what_vacuum_gives_back(
+    filled: Path,
+) -> None:
+    with Store(Settings(), root=filled) as store:  # pages' worth of rows, then deleted: free pages to give back
+        database = store.database("completions", "mt-bench", QWEN)
+        database.put_many([completion_record(i, completion="x" * 3000, run_id="bulky") for i in range(100, 160)])
+    assert judgestore("delete", "--run-id", "bulky", "--yes").exit_code == 0
+    before = file_digests(filled)
+    dry = judgestore("vacuum", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    planned = orjson.loads(dry.stdout)
+    assert file_digests(filled) == before  # not a byte changed, WAL included
+    assert planned["dry_run"] is True and planned["ok"] is True
+    assert {r["outcome"] for r in planned["results"]} == {"would_vacuum"} and len(planned["results"]) == 3
+    bulky = max(planned["results"], key=lambda r: r["freed"])
+    assert bulky["freed"] > 60 * 3000 / 2  # most of the deleted rows' pages (the rest were in the WAL's frames)
+    shown = judgestore("vacuum", "--dry-run")
+    assert "Would vacuum in" in shown.stdout and "would vacuum" in shown.stdout and "to free" in shown.stdout
+    done = orjson.loads(judgestore("vacuum", "--json").stdout)
+    assert done["dry_run"] is False and {r["outcome"] for r in done["results"]} == {"vacuumed"}
+    after = {r["path"]: r["bytes_after"] for r in done["results"]}
+    for estimate in planned["results"]:  # VACUUM keeps at most the pages in use: the estimate is what it gave back
+        assert after[estimate["path"]] <= estimate["bytes_after"]
+        assert after[estimate["path"]] >= estimate["bytes_after"] - 4 * 4096
+
+
+def test_vacuum_dry_run_reports_a_database_vacuum_would_refuse(filled: Path) -> None:
+    from tests.factories import hide_a_row_in_a_page
+
+    (damaged,) = [p for p in filled.rglob("*.db") if "judgements" in str(p)][:1]
+    hide_a_row_in_a_page(damaged, "judgements")
+    before = file_digests(filled)
+    dry = judgestore("vacuum", "--dry-run", "--json")
+    assert dry.exit_code == 1 and file_digests(filled) == before
+    refused = [r for r in orjson.loads(dry.stdout)["results"] if r["outcome"] == "refused"]
+    assert [r["path"] for r in refused] == [str(damaged)] and "Not vacuumed" in refused[0]["error"]
+
+
+def test_ctrl_c_in_vacuum_dry_run_says_nothing_was_changed(filled: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from store.backends.sqlite import vacuum
+
+    before = file_digests(filled)
+    ctrl_c_on_call(monkeypatch, vacuum, "vacuum_database", 2)
+    result = judgestore("vacuum", "--dry-run", "--json")
+    assert result.exit_code == 130 and file_digests(filled) == before
+    error = orjson.loads(result.stderr)
+    assert error["error"] == "interrupted; checked 1 of 3 databases (dry run: nothing was changed)"
+    assert error["dry_run"] is True and [r["outcome"] for r in error["results"]] == ["would_vacuum"]
+
+
 def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     pq = pytest.importorskip("pyarrow.parquet")
     before = file_digests(filled)

@@ -502,7 +502,7 @@ class PostgresStorage:
 
         return read_across(self, databases, plan)
 
-    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
+    def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
         raise InvalidInputError(
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
             "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"

@@ -272,8 +272,8 @@ class SqliteStorage:
     def strays(self, selector: Selector) -> list[Problem]:
         return stray_paths(self.root, selector)
 
-    def vacuum(self, locations: Iterable[Location]) -> Iterator[VacuumResult]:
-        return vacuum_store(self.root, locations, self.settings)
+    def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
+        return vacuum_store(self.root, locations, self.settings, dry_run=dry_run)
 
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
         """Each file read in a transaction of its own, its rows merged (:func:`store.across.merge.read_each`)."""

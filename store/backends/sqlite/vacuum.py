@@ -15,6 +15,11 @@ Contract:
   database that stays busy is reported (``busy``) and left as it was.
 * :func:`vacuum_store` does that for many databases, one bad or busy file
   never stopping the others. Rows are never changed; only free pages go.
+* A dry run makes the same checks on a read-only connection, without the
+  lock, and changes nothing: a database that passes them is reported
+  ``would_vacuum``, its ``bytes_after`` the pages in use (SQLite's
+  ``page_count`` less its ``freelist_count``), what VACUUM leaves at most
+  (it may also pack half-empty pages) once the checkpoint empties the WAL.
 * A PostgreSQL store is not compacted here: autovacuum makes the space of
   deleted rows reusable, and giving it back to the disk (``VACUUM FULL``)
   locks each table and needs its owner, so ``judgestore vacuum`` says that
@@ -46,13 +51,14 @@ def _is_busy(error: BaseException) -> bool:
     return "locked" in message or "busy" in message
 
 
-def vacuum_database(root: Path, location: Location, settings: Settings) -> VacuumResult:
-    """Compact one database (see the module docstring); never raises for a bad or busy file."""
+def vacuum_database(root: Path, location: Location, settings: Settings, *, dry_run: bool = False) -> VacuumResult:
+    """Compact one database, or with ``dry_run`` say what compacting it would give back (see the module
+    docstring); never raises for a bad or busy file."""
     path = location.db_path(root)
     before = database_size(path)
 
-    def result(outcome: VacuumOutcome, error: str | None = None) -> VacuumResult:
-        return VacuumResult(location, path, outcome, before, database_size(path), error)
+    def result(outcome: VacuumOutcome, error: str | None = None, after: int | None = None) -> VacuumResult:
+        return VacuumResult(location, path, outcome, before, database_size(path) if after is None else after, error)
 
     if not path.exists():
         return result(VacuumOutcome.REFUSED, f"{path}: does not exist")
@@ -63,13 +69,14 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
     except OSError as e:
         return result(VacuumOutcome.REFUSED, f"{location.metadata_path(root)}: cannot be read ({e.strerror or e})")
     with ExitStack() as held:
-        try:
-            held.enter_context(file_locked(path, settings))
+        try:  # a dry run only reads, as any reader does beside a writer: it waits for no lock
+            if not dry_run:
+                held.enter_context(file_locked(path, settings))
         except DatabaseBusyError as e:  # another upgrade or vacuum of it, past the busy timeout
             return result(VacuumOutcome.BUSY, str(e))
         except JudgestoreError as e:  # a lock file the disk cannot hold
             return result(VacuumOutcome.REFUSED, str(e))
-        engine = create_sqlite_engine(path, settings, pooled=False)
+        engine = create_sqlite_engine(path, settings, readonly=dry_run, pooled=False)
         try:
             with engine.connect() as conn:
                 status = classify(conn, path)
@@ -90,6 +97,8 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
                         f"{path}: {damage}. Not vacuumed (it would drop the rows the damage hides); nothing was "
                         f"changed. {DAMAGE_ADVICE}",
                     )
+                if dry_run:
+                    return result(VacuumOutcome.WOULD_VACUUM, after=_pages_in_use(driver))
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 driver.execute("VACUUM")
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
@@ -114,6 +123,16 @@ def vacuum_database(root: Path, location: Location, settings: Settings) -> Vacuu
     return result(VacuumOutcome.VACUUMED)
 
 
-def vacuum_store(root: Path, locations: Iterable[Location], settings: Settings) -> Iterator[VacuumResult]:
+def _pages_in_use(connection: sqlite3.Connection) -> int:
+    """Bytes of the pages holding something: what the file keeps after VACUUM, at most."""
+    (page_size,) = connection.execute("PRAGMA page_size").fetchone()
+    (pages,) = connection.execute("PRAGMA page_count").fetchone()
+    (free,) = connection.execute("PRAGMA freelist_count").fetchone()
+    return int(page_size) * (int(pages) - int(free))
+
+
+def vacuum_store(
+    root: Path, locations: Iterable[Location], settings: Settings, *, dry_run: bool = False
+) -> Iterator[VacuumResult]:
     for location in locations:
-        yield vacuum_database(root, location, settings)
+        yield vacuum_database(root, location, settings, dry_run=dry_run)
