@@ -56,6 +56,7 @@ class Fault:
     choice: dict[str, Any] | None = None  # with status 200 and no body: these fields replace the first choice's
     times: int = 1
     path_contains: str = "/v1/"
+    body_contains: str | None = None  # only requests whose JSON body holds this text (one prompt's)
     after: int = 0  # let this many matching requests through first
     hits: int = 0
     seen: int = 0
@@ -151,7 +152,7 @@ class FakeOpenAI:
                 if route not in ("/v1/chat/completions", "/v1/completions"):
                     self._json(404, {"detail": "Not Found"})  # what FastAPI servers answer
                     return
-                fault = fake._take_fault(self.path)
+                fault = fake._take_fault(self.path, body)
                 if fault is not None:
                     time.sleep(fault.delay)
                     if fault.body is not None:
@@ -239,15 +240,19 @@ class FakeOpenAI:
         with self._lock:
             self.in_flight -= 1
 
-    def _take_fault(self, path: str) -> Fault | None:
+    def _take_fault(self, path: str, body: Any) -> Fault | None:
         with self._lock:
             for fault in self.faults:
-                if fault.hits < fault.times and fault.path_contains in path:
+                if fault.hits < fault.times and fault.path_contains in path and self._holds(body, fault.body_contains):
                     fault.seen += 1
                     if fault.seen > fault.after:
                         fault.hits += 1
                         return fault
         return None
+
+    @staticmethod
+    def _holds(body: Any, text: str | None) -> bool:
+        return text is None or text in json.dumps(body, ensure_ascii=False)
 
     def _positions(self, pieces: list[str], k: int) -> list[dict[str, Any]]:
         positions = []

@@ -112,7 +112,9 @@ class StreamingBackend(Backend, Protocol):
         writes what finished earlier on time even when the next request takes
         minutes. On a failure it yields what completed first (requests already
         in flight are let finish), then raises. Closing the iterator early
-        cancels the rest.
+        cancels the rest. A :class:`KeyboardInterrupt` thrown into it (the
+        caller's Ctrl-C, met between two arrivals) stops new work, and it
+        yields what had finished and was not yet handed over, then raises it.
         """
         ...
 

@@ -31,9 +31,11 @@ Contract:
   interrupt the stream is closed first (the local engine aborts what is
   unfinished and is free for the next call), then what finished is written,
   then the error propagates. A write an interrupt cuts short is done again
-  (what reached the store is not written twice). A
-  :class:`KeyboardInterrupt`, and a :class:`~store.errors.BackendError` (the
-  engine failed; ``rows_kept`` set), carry a note saying how many rows this
+  (what reached the store is not written twice), with what the stream had
+  finished meanwhile (the interrupt is thrown into it: it hands that over).
+  A :class:`KeyboardInterrupt`, and a :class:`~store.errors.ModelError` (the
+  engine or server failed: a :class:`~store.errors.BackendError`, a hosted
+  API's error; ``rows_kept`` set), carry a note saying how many rows this
   call wrote.
 * :class:`Writer` turns each batch of outcomes into the call's state: each
   generation gets its share of the batch's engine time
@@ -67,7 +69,7 @@ from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_record, generated_sample
 from inference.requests import Request, Sample
 from store import Database, Settings
-from store.errors import BackendError, InvalidInputError, JudgestoreError
+from store.errors import BackendError, InvalidInputError, JudgestoreError, ModelError
 from store.tables.records import Record
 
 # Finished generations are written at least this often, so a slow run killed half-way loses seconds of work
@@ -242,12 +244,15 @@ def generate_into(
             if len(outcomes) != len(missing[chunk]):
                 raise BackendError(f"backend returned {len(outcomes)} generations for {len(missing[chunk])} requests")
             writer.write(list(zip(missing[chunk], outcomes, strict=True)), time.perf_counter() - generating)
-    except BackendError as e:  # the engine failed (not the store: its errors say what was kept themselves)
+    except ModelError as e:  # the engine or server failed (not the store: its errors say what was kept themselves)
+        if e.rows_kept is not None:
+            raise
         e.rows_kept = writer.run.written
-        e.add_note(
-            f"This call stored {writer.run.written} rows before the failure ({writer.run.generated} generated); "
-            "they are kept, and running it again in mode use generates only the rest."
-        )
+        if isinstance(e, BackendError) or writer.run.generated:  # a server refusing from the start: nothing to say
+            e.add_note(
+                f"This call stored {writer.run.written} rows before the failure ({writer.run.generated} generated); "
+                "they are kept, and running it again in mode use generates only the rest."
+            )
         raise
     except KeyboardInterrupt as e:
         e.add_note(
@@ -268,16 +273,20 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
     pending: list[tuple[PlannedInput, Generation | Refusal]] = []
     seen: set[int] = set()
     last_write = time.monotonic()
+
+    def take(arrival: Arrival) -> None:
+        if arrival is not None:  # None: a heartbeat, nothing more finished yet
+            index, outcome = arrival
+            if index in seen or not 0 <= index < len(missing):
+                raise BackendError(f"backend returned request index {index} twice or out of range")
+            seen.add(index)
+            pending.append((missing[index], outcome))
+
     try:
         try:
             writer.open()  # the local engine holds every request: its core computes meanwhile, if in its own process
             for arrival in stream:
-                if arrival is not None:  # None: a heartbeat, nothing more finished yet
-                    index, outcome = arrival
-                    if index in seen or not 0 <= index < len(missing):
-                        raise BackendError(f"backend returned request index {index} twice or out of range")
-                    seen.add(index)
-                    pending.append((missing[index], outcome))
+                take(arrival)
                 if pending and (len(pending) >= chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS):
                     try:
                         writer.write(pending, time.monotonic() - last_write)
@@ -286,6 +295,10 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
                         raise
                     pending = []  # only once written: a write an interrupt cut short is done again below
                     last_write = time.monotonic()
+        except KeyboardInterrupt:
+            for arrival in _handed_over(stream):  # Ctrl-C outside the stream (a write): what it already holds
+                take(arrival)
+            raise
         finally:
             close = getattr(stream, "close", None)
             if callable(close):  # stops the engine's unfinished requests before the last write
@@ -297,6 +310,25 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
             writer.write(pending, time.monotonic() - last_write)
     if len(seen) != len(missing):
         raise BackendError(f"backend returned {len(seen)} generations for {len(missing)} requests")
+
+
+def _handed_over(stream: Iterator[Arrival]) -> Iterator[Arrival]:
+    """What a stream the caller's Ctrl-C reached from outside it already holds (finished, not yet handed over).
+
+    The interrupt is thrown into it at the point it waits, so it stops as it does for one that reaches it while it
+    waits: no new request starts and it hands over what it holds, then raises it again. A stream the interrupt
+    ended already (it reached it inside), or one that is no generator, hands over nothing.
+    """
+    throw = getattr(stream, "throw", None)
+    if not callable(throw):
+        return
+    try:
+        arrival = throw(KeyboardInterrupt())
+        while True:
+            yield arrival
+            arrival = next(stream)
+    except (KeyboardInterrupt, StopIteration):
+        return
 
 
 def _priced(done: Outcomes, seconds: float) -> list[tuple[PlannedInput, Generation | Refusal]]:

@@ -28,7 +28,7 @@ from inference.cache.rows import engine_request
 from inference.requests import CompletionRequest, Response
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError, JudgestoreError
-from store.store import Store
+from store.store import Database, Store
 from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV, run_fresh_python
 
 pytestmark = pytest.mark.engine
@@ -217,6 +217,41 @@ def test_ctrl_c_stops_the_engine_writes_what_finished_and_says_so(
     assert database.count() == 300 and sum(r.cached for r in responses) == finished
 
 
+def test_ctrl_c_during_a_write_keeps_what_the_engines_step_had_finished(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the step's finished outputs not yet handed over when Ctrl-C met the write were aborted and lost."""
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    requests = prompts(40, start=9000)
+    llm_engine = engine._llm.llm_engine
+    step = llm_engine.step
+    finished: list[int] = []
+
+    def counted_step() -> list[Any]:
+        outputs = step()
+        finished.append(sum(o.finished for o in outputs))
+        return outputs
+
+    database = store.database("completions", "stream", descriptor)
+    kind = type(database)
+    put_many = kind.put_many
+
+    def interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
+        monkeypatch.setattr(kind, "put_many", put_many)  # Ctrl-C in the first write; the redone one writes
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(llm_engine, "step", counted_step)
+    monkeypatch.setattr(kind, "put_many", interrupted)
+    model = cached(store, engine, descriptor, chunk_size=4)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete(requests)
+    monkeypatch.undo()
+    done = sum(finished)
+    assert done > 4 and database.count() == model.last.written == done  # the whole step, not the first 4 of it
+    assert f"this call stored {done} rows" in "\n".join(raised.value.__notes__)
+    assert not llm_engine.has_unfinished_requests()
+
+
 def test_a_bounded_call_streams_each_group_and_ctrl_c_keeps_what_finished(
     store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -389,7 +424,7 @@ from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
 from store.errors import BackendError, JudgestoreError
-from store.store import Store
+from store.store import Database, Store
 from store.settings import Settings
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 
@@ -439,7 +474,7 @@ from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
 from store.errors import BackendError
-from store.store import Store
+from store.store import Database, Store
 from store.settings import Settings
 from tests.inference.conftest import TINY_ENGINE_KWARGS
 

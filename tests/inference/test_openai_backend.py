@@ -190,6 +190,55 @@ def test_5xx_that_outlasts_the_retries_is_a_typed_error(store: Store, fake: Fake
     assert len(fake.completions()) == 4
 
 
+def test_a_request_that_outlasts_its_retries_where_the_server_answers_others_fails_alone(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """Was: one input the server cannot serve (a 500 each time) stopped the batch: no request started after it, and
+    every rerun met it again before the rest."""
+    fake.add_fault(Fault(status=500, times=100, body_contains='question 3"'))
+    spec = served(fake, max_concurrency=1)  # one at a time: no other answer while it is retried
+    batch = [ask(i) for i in range(8)]
+    with pytest.raises(RequestsFailedError, match=r"1 of 8 inputs") as raised:
+        spec.cached(store, task="t").complete(batch)
+    (failure,) = raised.value.failures
+    assert failure.request_index == 3 and isinstance(failure.error, HostedUnavailableError)
+    assert "HTTP 500, still after 3 retries" in str(failure.error) and "fails alone" in str(failure.error)
+    assert [r.error is None for r in raised.value.responses] == [True] * 3 + [False] + [True] * 4
+    assert stored(store, spec) == 7 and len(fake.completions()) == 7 + 4
+    # The rerun sends that one only; with no other answer from the server meanwhile, it may be down: the error stops
+    with pytest.raises(HostedUnavailableError, match="HTTP 500, still after 3 retries"):
+        spec.cached(store, task="t").complete(batch)
+    assert len(fake.completions()) == 11 + 4
+
+
+def test_a_server_that_goes_down_stops_the_batch_after_one_request_fails_alone(store: Store, fake: FakeOpenAI) -> None:
+    fake.add_fault(Fault(status=503, times=1000, after=2))  # two answers, then every request a 503
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(HostedUnavailableError, match="HTTP 503, still after 3 retries") as raised:
+        spec.cached(store, task="t").complete([ask(i) for i in range(10)])
+    assert "fails alone" not in str(raised.value) and raised.value.rows_kept == 2
+    assert "This call stored 2 rows before the failure" in "".join(raised.value.__notes__)
+    # the third failed alone (the server had answered since), the fourth met no answer since: no fifth was sent
+    assert len(fake.completions()) == 2 + 4 + 4 and stored(store, spec) == 2
+
+
+def test_a_malformed_body_after_answers_is_retried_and_one_that_persists_fails_alone(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """Was: a body cut short by a proxy, once, stopped the batch ("Is the base URL an OpenAI-compatible API?")."""
+    fake.add_fault(Fault(status=200, body=b'{"choices": [{"message": {"content": "cut', after=1))
+    spec = served(fake, max_concurrency=1)
+    responses = spec.cached(store, task="t").complete([ask(i) for i in range(4)])
+    assert all(r.error is None for r in responses) and spec.stats.retries == 1 and stored(store, spec) == 4
+    fake.add_fault(Fault(status=200, times=100, body=b"<html>oops</html>", body_contains='question 5"'))
+    with pytest.raises(RequestsFailedError, match=r"1 of 3 inputs") as raised:
+        spec.cached(store, task="t").complete([ask(i) for i in range(4, 7)])
+    (failure,) = raised.value.failures
+    assert failure.request_index == 1 and isinstance(failure.error, HostedResponseError)
+    assert "a body that is not a completion" in str(failure.error) and "fails alone" in str(failure.error)
+    assert stored(store, spec) == 6
+
+
 def test_retry_warnings_and_the_error_after_the_retries_quote_the_server(
     store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -454,6 +503,19 @@ def test_a_models_refusal_fails_alone_quoting_it_and_is_not_stored(store: Store,
     fake.add_fault(Fault(status=200, choice=thought))
     (empty,) = spec.cached(store, task="t").complete([ask(3)])
     assert (empty.text, empty.samples[0].finish_reason) == ("", "length") and stored(store, spec) == 3
+
+
+def test_a_generation_the_server_aborted_is_retried_not_stored(store: Store, fake: FakeOpenAI) -> None:
+    """vLLM's finish_reason "abort" (a request it stopped before its end). Was: stored as the answer, never asked
+    again."""
+    fake.add_fault(Fault(status=200, choice={"message": {"role": "assistant", "content": "echo:"},
+                                             "finish_reason": "abort"}))  # fmt: skip
+    spec = served(fake)
+    (response,) = spec.cached(store, task="t").complete([ask(0)])
+    assert (response.text, response.samples[0].finish_reason) == ("echo: question 0", "stop")
+    assert spec.stats.retries == 1 and len(fake.completions()) == 2
+    (row,) = store.database("completions", "t", spec.descriptor).query()
+    assert (row.completion, row.finish_reason) == ("echo: question 0", "stop")
 
 
 def test_a_200_whose_body_is_a_transient_error_object_is_retried_then_a_typed_error_quoting_it(

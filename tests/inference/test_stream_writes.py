@@ -279,6 +279,31 @@ def test_a_hosted_answer_is_written_on_time_while_a_slow_one_is_still_out(
     assert seen == [2] and database.count() == 3
 
 
+def test_ctrl_c_during_a_write_keeps_the_hosted_answers_that_had_arrived_meanwhile(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the answers waiting in the backend's queue (received, paid for) were dropped; the note said "what had
+    finished was written"."""
+    spec = served(fake, max_concurrency=4)
+    database = store.database("completions", "t", spec.descriptor)
+    kind = type(database)
+    put_many = kind.put_many
+
+    def slow_then_interrupted(self: Database, records: Any, policy: Any = "ignore") -> int:
+        monkeypatch.setattr(kind, "put_many", put_many)  # the first write only; the redone one writes
+        while len(fake.completions()) < 12:  # the other answers arrive while this write is slow
+            time.sleep(0.02)
+        time.sleep(0.5)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(kind, "put_many", slow_then_interrupted)
+    model = spec.cached(store, task="t", chunk_size=2)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        model.complete([ask(i) for i in range(12)])
+    assert database.count() == model.last.written == 12
+    assert "this call stored 12 rows (12 generated)" in "".join(raised.value.__notes__)
+
+
 def test_closing_a_hosted_model_under_a_cancelled_call_ends_it_and_writes_what_arrived_before_it_returns(
     store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:

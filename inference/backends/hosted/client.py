@@ -44,12 +44,25 @@ Contract:
   streak of refused settings. So does a model's refusal (a chat message
   whose content is null and whose ``refusal`` is set): the error quotes it,
   and nothing is stored, as a refusal is not the model's answer to cache.
+* A request that still fails after every retry fails alone, as a refusal
+  does, with the typed error it would have raised
+  (:class:`~store.errors.HostedUnavailableError`, or
+  :class:`~store.errors.HostedResponseError`), when the server answered a
+  request (of any batch of the backend) since the last one that failed so:
+  the server is up, and that request is what it cannot serve (an input
+  that crashes a worker, a proxy that mangles one answer). Without an answer
+  in between, the server is down or overloaded: the error stops the batch
+  (below), at most one request after the server went.
+* A 2xx body that is not a completion (malformed JSON, no choices) is
+  retried as a transient failure once the backend has had an answer from
+  the server; before that it is most likely not an OpenAI-compatible API,
+  and it raises at once.
 * Other failures are not retried: each raises a typed
   :class:`~store.errors.HostedAPIError` (401/403
   :class:`~store.errors.HostedAuthError`, a model the server does not serve
-  :class:`~store.errors.HostedModelNotFoundError`, a malformed body
-  :class:`~store.errors.HostedResponseError`, ...). On a failure, no new
-  request starts; those in flight finish and are kept, then it raises.
+  :class:`~store.errors.HostedModelNotFoundError`, a malformed body before
+  any answer :class:`~store.errors.HostedResponseError`, ...). On a failure,
+  no new request starts; those in flight finish and are kept, then it raises.
 * What goes over the wire (the request body, the generation a response
   body gives, what a server's error says) is :mod:`inference.backends.hosted.wire`'s.
 * The API key is held by the client only: it is never logged, and any
@@ -147,6 +160,14 @@ def _quota_spent(code: Any) -> bool:
     return isinstance(code, str) and code in QUOTA_CODES
 
 
+class _FailsAlone(Exception):
+    """Raised in :meth:`OpenAIBackend._one` for a request that fails alone (see the module docstring)."""
+
+    def __init__(self, error: HostedAPIError) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
     """What is in ``arrivals`` now, the end marker left out."""
     while True:
@@ -190,6 +211,10 @@ class OpenAIBackend:
         # Shared by every batch in flight (concurrent async calls of one model): the limit is per backend.
         self._slots = asyncio.Semaphore(max_concurrency)
         self._warned_no_logprobs = False
+        # Answers the server gave (every batch), and how many when a request last failed alone: one that outlasts
+        # its retries fails alone if the server answered since (see the module docstring).
+        self._answers = 0
+        self._answers_at_lone_failure = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="judgestore-openai", daemon=True)
         self._thread.start()
@@ -233,21 +258,21 @@ class OpenAIBackend:
         future.add_done_callback(self._batches.discard)
         future.add_done_callback(lambda _: arrivals.put(_DONE))
         try:
-            while True:
-                try:
-                    item = arrivals.get(timeout=HEARTBEAT_S)  # a timeout keeps Ctrl-C responsive
-                except queue.Empty:
-                    yield None  # a heartbeat: the caller writes what finished earlier, on time
-                    continue
-                except KeyboardInterrupt:
-                    # Ctrl-C while waiting: no new request starts, and what had arrived is handed over to be
-                    # written before the interrupt goes on.
-                    future.cancel()
-                    yield from _arrived(arrivals)
-                    raise
-                if item is _DONE:
-                    break
-                yield item
+            try:
+                while True:
+                    try:
+                        item = arrivals.get(timeout=HEARTBEAT_S)  # a timeout keeps Ctrl-C responsive
+                    except queue.Empty:
+                        item = None  # a heartbeat: the caller writes what finished earlier, on time
+                    if item is _DONE:
+                        break
+                    yield item
+            except KeyboardInterrupt:
+                # Ctrl-C while waiting, or thrown in by a caller it reached between two arrivals (a write): no new
+                # request starts, and what had arrived is handed over to be written before the interrupt goes on.
+                future.cancel()
+                yield from _arrived(arrivals)
+                raise
             if future.cancelled():  # by close(), from another thread
                 raise JudgestoreError(
                     f"the backend for {self._descriptor.model!r} at {self._endpoint} was closed while this call was "
@@ -334,6 +359,10 @@ class OpenAIBackend:
                         failures.append(self._refused_settings(e, refused))
                         return False
                 return True
+            except _FailsAlone as e:  # the server answers others: this request alone is what it cannot serve
+                finished += 1
+                emit((i, Refusal(e.error)))
+                return True
             except Exception as e:
                 finished += 1
                 failures.append(e)
@@ -392,6 +421,11 @@ class OpenAIBackend:
                         raise await self._body_error(e, said, http) from self._cause(e)
                     reason = f"HTTP {http} with {e.where}.error code {e.status}"
                     delay = self._retry_delay(attempt, reason, retry_after_seconds(raw.headers), e, said)
+                except HostedResponseError as e:
+                    if not self._answers:  # nothing this server said was a completion yet: not such an API, most likely
+                        raise
+                    reason, said = f"a body that is not a completion ({self._redact(str(e.__cause__))})", ""
+                    delay = self._retry_delay(attempt, reason, None, e)
             attempt += 1
             self.stats.retries += 1
             log.warning(
@@ -417,9 +451,16 @@ class OpenAIBackend:
         return await self._client.completions.with_raw_response.create(model=model, prompt=prompt, extra_body=body)
 
     def _retry_delay(
-        self, attempt: int, reason: str, retry_after: float | None, cause: Exception, said: str = ""
+        self,
+        attempt: int,
+        reason: str,
+        retry_after: float | None,
+        cause: Exception,
+        said: str = "",
     ) -> float:
-        """The wait before the next try, or a raised HostedUnavailableError when there is none.
+        """The wait before the next try, or a raised HostedUnavailableError when there is none: a
+        :class:`_FailsAlone` when the server answered since the last request that failed so (see the module
+        docstring).
 
         ``said`` is what the server said (its error message), quoted in the error.
         """
@@ -431,7 +472,22 @@ class OpenAIBackend:
                 f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota){quoted}. What finished is stored: "
                 "rerun later and only the rest is sent",
             ) from self._cause(cause)
+        if attempt >= self.retry.max_retries and self._answers > self._answers_at_lone_failure:
+            self._answers_at_lone_failure = self._answers
+            alone = (
+                f"{reason}, still after {self.retry.max_retries} retries{quoted}, where the server answers other "
+                "requests: this request fails alone and nothing of it was stored; a rerun sends it again"
+            )
+            error_type = HostedResponseError if isinstance(cause, HostedResponseError) else HostedUnavailableError
+            raise _FailsAlone(error_type(self._endpoint, alone)) from self._cause(cause)
         if attempt >= self.retry.max_retries:
+            if isinstance(cause, HostedResponseError):
+                raise HostedResponseError(
+                    self._endpoint,
+                    f"{reason}, still after {self.retry.max_retries} retries, where it had answered with completions "
+                    "before (a failing proxy or server). Answers that finished before are stored: rerun later, and "
+                    "only the rest is sent",
+                ) from cause
             unreachable = isinstance(cause, self._openai.APIConnectionError) and not isinstance(
                 cause, self._openai.APITimeoutError
             )
@@ -481,6 +537,7 @@ class OpenAIBackend:
                 f"{'chat ' if self._descriptor.input_mode == 'chat' else ''}completion ({self._redact(str(e))}). "
                 "Is the base URL an OpenAI-compatible API?",
             ) from e
+        self._answers += 1
         asked = self._descriptor.sampling.logprobs is not None
         if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
             self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text

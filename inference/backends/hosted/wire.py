@@ -23,7 +23,10 @@ Contract:
   a top-level ``error`` object (OpenRouter and proxies answer an upstream
   failure so), or a choice that ended in one (``finish_reason: "error"``
   and/or ``choices[0].error``, OpenRouter's mid-generation error), whatever
-  text came before it.
+  text came before it. So does a choice the server aborted
+  (``finish_reason: "abort"``, vLLM's for a request it stopped before its
+  end: shutting down, out of room), as a transient one (code 503): what it
+  holds is the start of an answer, not the answer.
 * A chat message without content whose ``refusal`` is set (OpenAI's
   refusals) raises :class:`ModelRefusal`: a refusal is not the model's
   answer to the prompt, so it is never stored as an empty completion.
@@ -247,6 +250,8 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
     if isinstance(choice, dict) and (choice.get("finish_reason") == "error" or choice.get("error")):
         # OpenRouter's mid-generation error: the text before it (often '') is not an answer to store.
         raise ErrorInBody("choices[0]", choice.get("error") or {})
+    if isinstance(choice, dict) and choice.get("finish_reason") == "abort":
+        raise ErrorInBody("choices[0]", {"code": 503, "message": "the server aborted the generation before its end"})
     if chat:
         message = _get(choice, "message", dict, "choices[0]")
         text = _get(message, "content", str, "choices[0].message", optional=True) or ""

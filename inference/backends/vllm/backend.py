@@ -202,7 +202,9 @@ class VLLMBackend:
         """``(index, generation or refusal)`` for every request, as the engine finishes them (see the module docstring).
 
         When it returns, the engine is this stream's and every request is added; iterating steps the engine.
-        Closing the stream, an exception or an interrupt aborts what is unfinished and frees the engine.
+        Closing the stream, an exception or an interrupt aborts what is unfinished and frees the engine; an
+        interrupt thrown into it (the caller's Ctrl-C between two arrivals) first hands over what the engine's
+        last step had finished.
         """
         if self._llm is None or self._closing.is_set():
             raise JudgestoreError(f"the vLLM backend for {self._descriptor.model!r} is closed")
@@ -228,6 +230,7 @@ class VLLMBackend:
                 "call made from inside its on_progress callback cannot generate on it, as it would wait "
                 "for itself; make that call once the first one has returned"
             )
+        finished: list[Any] = []  # a step's finished outputs not yet handed over
         with self._engine_lock:
             # vLLM numbers requests with its counter (the request ids of their outputs): everything numbered
             # from here on is this stream's, including what a half-finished add left behind.
@@ -246,18 +249,18 @@ class VLLMBackend:
                             f"the model was closed while this call generated; {len(pending)} of {len(requests)} "
                             "requests were left unfinished"
                         )
-                    for output in engine.step():
-                        if not output.finished:
-                            continue
-                        index = pending.pop(output.request_id, None)
-                        if index is None:
-                            raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
-                        yield index, generation(output, self._descriptor)
+                    finished = [output for output in engine.step() if output.finished]
+                    finished.reverse()  # popped from the end: in the engine's order
+                    while finished:
+                        yield self._arrival(finished.pop(), pending)
                     yield None  # a step's worth of time passed: the caller may write what finished, on time
                 if pending:
                     raise BackendError(f"vLLM stopped with {len(pending)} of {len(requests)} requests unfinished")
             except BaseException as e:  # an engine failure, Ctrl-C, or the stream closed early: leave nothing running
                 engine.abort_request([str(i) for i in range(first, llm.request_counter.counter)], internal=False)
+                if isinstance(e, KeyboardInterrupt):  # its caller's Ctrl-C (a write): hand over what had finished
+                    while finished:
+                        yield self._arrival(finished.pop(), pending)
                 if isinstance(e, RuntimeError) and _CPU_SEEDED_CHUNK in str(e):
                     raise BackendError(_CPU_SEEDED_MESSAGE) from e
                 if isinstance(e, Exception) and not isinstance(e, JudgestoreError):
@@ -266,6 +269,13 @@ class VLLMBackend:
                 raise
             finally:
                 self._holding.thread = None
+
+    def _arrival(self, output: Any, pending: dict[str, int]) -> tuple[int, Generation]:
+        """A finished output as ``(index, generation)``, taken out of ``pending`` (indexes by vLLM request id)."""
+        index = pending.pop(output.request_id, None)
+        if index is None:
+            raise BackendError(f"vLLM returned request {output.request_id!r}, which it was not asked")
+        return index, generation(output, self._descriptor)
 
     def _add(
         self, requests: Sequence[EngineRequest], params: Sequence[Any]
