@@ -20,7 +20,8 @@ Contract:
   no time at all gets the fallback, the source file's modification time);
   orientation ``forward``/``swapped`` become ``direct``/``reversed``;
   ``single`` (and an empty ``model_b``) means pointwise: ``model_b`` and
-  ``orientation`` NULL; ``top_logprobs`` (``{decoded token: logprob}``) is
+  ``orientation`` NULL (``single`` beside a ``model_b`` fails the row: one of
+  the two is wrong, and neither is dropped silently); ``top_logprobs`` (``{decoded token: logprob}``) is
   stored in the lossless shape of :mod:`store.logprobs` (candidates without
   token ids, no sampled token: what the old file knew) and ``usage_json`` as
   it is, both with NaN and infinities kept; ``sample_index`` is 0; a row
@@ -237,6 +238,8 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
     else:
         if row.orientation not in _ORIENTATIONS:
             raise _fail(f"unknown orientation {row.orientation!r} (known: direct, reversed, forward, swapped, single)")
+        if row.orientation == "single" and row.model_b:  # which is wrong, the orientation or the second model?
+            raise _fail(f"orientation 'single' (pointwise) but model_b {row.model_b!r}: one of them is wrong")
         pointwise = row.orientation == "single" or not row.model_b
         record = JudgementRecord(
             model_a=row.model_a,

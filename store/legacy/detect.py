@@ -50,9 +50,11 @@ from store.legacy.metadata import (
     read_legacy_metadata,
 )
 from store.legacy.readonly import (
+    WRITTEN_MEANWHILE,
     ColumnInfo,
     DataFrameError,
     file_kind,
+    file_stamp,
     open_dataframe,
     open_sqlite_readonly,
     table_columns,
@@ -276,6 +278,7 @@ def _column_mismatch(
 
 
 def _detect_sqlite(path: Path) -> Detection:
+    stamp = file_stamp(path)
     try:
         with open_sqlite_readonly(path) as conn:
             tables = table_columns(conn)
@@ -287,6 +290,8 @@ def _detect_sqlite(path: Path) -> Detection:
             if state is State.OK and table is not None:
                 rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
     except (sqlite3.DatabaseError, OSError) as e:
+        if file_stamp(path) != stamp:  # not damaged: read while a commit rewrote its pages
+            return Detection(path, State.CORRUPT, f"{WRITTEN_MEANWHILE} ({e})")
         return Detection(path, State.CORRUPT, f"damaged or unreadable SQLite file ({e})")
     if state is not State.OK:
         return Detection(path, state, detail)

@@ -40,6 +40,7 @@ from store.legacy.detect import PROBLEM_STATES, Detection, LegacyVariant, State
 from store.legacy.formats import count_rows, iter_rows
 from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
+from store.legacy.readonly import WRITTEN_MEANWHILE, file_stamp, pending_journal
 from store.legacy.report import ImportReport, SourceReport
 from store.legacy.writer import ChunkedWriter
 from store.roles import Role
@@ -179,6 +180,9 @@ class SourceImporter:
         fallback = datetime.fromtimestamp(detection.path.stat().st_mtime, UTC)
         done = 0
         roles: set[Role] = set()
+        # Read in place, without a lock (a file with a journal is read from a copy, itself the snapshot)
+        in_place = detection.kind == "sqlite" and not pending_journal(detection.path)
+        stamp = file_stamp(detection.path) if in_place else None
         try:
             for row in iter_rows(detection, self.options.inputs, fallback_time=fallback.isoformat()):
                 done += 1
@@ -207,14 +211,23 @@ class SourceImporter:
             self.writer.flush(report)
             # Every row without an outcome yet (the one being handled, and those never read) failed.
             unaccounted = max(report.rows - report.accounted(), 0)
-            report.fail_source(f"stopped after {done} rows: {e}", reason=f"not imported: {e}", count=unaccounted)
+            said = f"{WRITTEN_MEANWHILE} ({e})" if self._written_meanwhile(detection, stamp) else str(e)
+            report.fail_source(f"stopped after {done} rows: {said}", reason=f"not imported: {said}", count=unaccounted)
             return roles
         self.writer.flush(report)
-        if done != report.rows:  # a file that changed while it was read
+        if self._written_meanwhile(detection, stamp):
+            # Each row read was checked as any is; the rows may still be of two states, and more may have come.
+            report.fail_source(f"read {done} rows, and it {WRITTEN_MEANWHILE}", count=0)
+            report.rows = done
+        elif done != report.rows:  # a file that changed between its detection and this read
             report.note(f"expected {report.rows} rows and read {done}")
             report.rows = done
         self._progress(detection.path, index, total_sources, done, report.rows)
         return roles
+
+    @staticmethod
+    def _written_meanwhile(detection: Detection, stamp: tuple[object, ...] | None) -> bool:
+        return stamp is not None and file_stamp(detection.path) != stamp
 
     def _progress(self, path: Path, index: int, sources: int, done: int, total: int) -> None:
         if self.on_progress is not None:

@@ -11,6 +11,12 @@ Contract:
   copied, with its journal, into a private temporary folder and the copy is
   read; the copy is deleted afterwards. Do not import from a cache that a
   process is still writing: the copy is a snapshot of whatever was on disk.
+* An ``immutable`` read takes no lock, so it never makes a writer of the
+  file wait, and a writer's commit during it is not seen as one: pages of
+  two states may be read. :func:`file_stamp` (size, modification time,
+  SQLite's file change counter, the journals beside it) taken before and
+  after a read says whether the file was written meanwhile, so that such a
+  read is reported as what it is, not as a damaged file or a silent count.
 * Text comes back as ``bytes`` (``text_factory=bytes``) so that a value which is
   not UTF-8 fails one row with a clear reason instead of the whole cursor.
 * :func:`open_dataframe` reads the pass-level DataFrame caches: a zip holding
@@ -74,6 +80,30 @@ def pending_journal(path: Path) -> list[Path]:
         except OSError:
             continue
     return found
+
+
+def file_stamp(path: Path) -> tuple[object, ...]:
+    """What changes when a process writes ``path``: its size and modification time, SQLite's file change counter
+    (header bytes 24-27, one more at each commit of a rollback-journal database), and its journals' sizes."""
+    try:
+        stat = path.stat()
+        with path.open("rb") as f:
+            header = f.read(28)
+    except OSError as e:
+        return ("unreadable", str(e))
+    journals: list[int | None] = []
+    for suffix in _JOURNALS:
+        try:
+            journals.append(Path(f"{path}{suffix}").stat().st_size)
+        except OSError:
+            journals.append(None)
+    return stat.st_size, stat.st_mtime_ns, header[24:28], *journals
+
+
+WRITTEN_MEANWHILE = (
+    "was written by another process while it was read (a run still writing this cache?): what was read may mix "
+    "two states of it; import it again once its writer has finished"
+)
 
 
 @contextmanager

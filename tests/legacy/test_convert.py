@@ -10,6 +10,7 @@ import pytest
 from store.descriptor import input_hash, render_text, sha256_hex
 from store.legacy.convert import RowNotImported, parse_created_at, s2_input_hash, to_record
 from store.legacy.formats import InputForm, LegacyRow
+from store.tables.records import JudgementRecord
 from tests.legacy.conftest import TEXT
 
 FALLBACK = datetime(2026, 1, 1, tzinfo=UTC)
@@ -70,3 +71,28 @@ def test_a_value_the_store_refuses_fails_its_row_alone(usage_json: str, says: st
     with pytest.raises(RowNotImported) as refused:
         to_record(row, TEXT, FALLBACK)
     assert refused.value.kind == "fail" and says in refused.value.reason
+
+
+@pytest.mark.parametrize(
+    ("orientation", "model_b", "stored"),
+    [("single", None, (None, None)), ("direct", None, (None, None)), ("swapped", "y", ("y", "reversed"))],
+)
+def test_orientations_and_model_b_are_read_as_pointwise_or_pairwise(
+    orientation: str, model_b: str | None, stored: tuple[str | None, str | None]
+) -> None:
+    rendered = render_text("judge this")
+    row = LegacyRow("row 3", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = "x", model_b, orientation
+    record = to_record(row, TEXT, FALLBACK)
+    assert isinstance(record, JudgementRecord) and (record.model_b, record.orientation) == stored
+
+
+def test_single_beside_a_model_b_fails_its_row_rather_than_dropping_model_b() -> None:
+    """Was: stored pointwise, model_b dropped without a word."""
+    rendered = render_text("judge this")
+    row = LegacyRow("row 4", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = "x", "y", "single"
+    with pytest.raises(RowNotImported) as refused:
+        to_record(row, TEXT, FALLBACK)
+    assert refused.value.kind == "fail"
+    assert refused.value.reason == "orientation 'single' (pointwise) but model_b 'y': one of them is wrong"

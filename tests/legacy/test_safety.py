@@ -122,6 +122,46 @@ def test_a_second_import_imports_nothing_new(legacy_root: Path, store_root: Path
     assert checksum(all_rows(store_root)) == checksum(rows)
 
 
+def _a_writer_commits(db: Path) -> None:
+    """What a run still writing its cache does: a commit that rewrites pages (the file's change counter moves)."""
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("UPDATE completions SET run_id = run_id || 'x'")
+        conn.commit()
+
+
+def test_a_cache_written_while_it_is_imported_fails_its_source_saying_so(legacy_root: Path, store_root: Path) -> None:
+    """Was: read without a lock as if no one wrote it, a torn read gave "damaged" or a silent count, and exit 0."""
+    db = _s4c(legacy_root, "live", 40)
+    written: list[int] = []
+
+    def on_progress(event: Any) -> None:
+        if not written:
+            written.append(event.rows_done)
+            _a_writer_commits(db)
+
+    report = run_import([legacy_root], store_root, on_progress=on_progress)
+    (source,) = report.sources
+    assert written and source.source_failed and "was written by another process while it was read" in source.error
+    assert "import it again once its writer has finished" in source.error
+    assert len(all_rows(store_root)) == source.imported >= 40  # what was read, each row checked, is kept
+
+
+def test_a_cache_written_while_it_is_detected_is_not_called_damaged(
+    legacy_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from store.legacy import detect
+
+    db = _s4c(legacy_root, "live", 3)
+
+    def torn_read(conn: sqlite3.Connection) -> Any:
+        _a_writer_commits(db)  # a commit lands while the pages are read
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(detect, "table_columns", torn_read)
+    (found,) = detect.detect([db]).detections
+    assert "was written by another process while it was read" in found.detail and "damaged" not in found.detail
+
+
 KILLED_IMPORT = """
 import os, signal, sys
 from pathlib import Path
