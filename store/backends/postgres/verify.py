@@ -25,6 +25,7 @@ from store.backends.postgres import text as pgtext
 from store.backends.postgres.registry import quoted, schema_name, schema_options
 from store.backends.postgres.rows import PostgresRepository
 from store.backends.postgres.status import NO_TABLES, SchemaHost, classify
+from store.backends.postgres.survey import SCHEMA_TABLES
 from store.errors import DamagedValueError, JudgestoreError, MetadataMismatchError, ServerError, ServerSchemaError
 from store.layout import Location
 from store.reports import DatabaseVerification, Problem, ProblemKind, RowChecks
@@ -63,17 +64,29 @@ def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerificati
     return DatabaseVerification(location, where, checked, tuple(problems), adopted)
 
 
-# The server's name (information_schema's udt_name) of each type the models declare, by its SQL name.
+# The server's name (pg_type's typname, information_schema's udt_name) of each type the models declare, by its SQL
+# name.
 _SERVER_TYPES = {"VARCHAR": "varchar", "TEXT": "text", "INTEGER": "int4", "BIGINT": "int8", "FLOAT": "float8",
                  "TIMESTAMP": "timestamp", "JSON": "json", "BOOLEAN": "bool"}  # fmt: skip
 
 
 def _schema_problems(conn: Connection, location: Location, where: str, revision: str | None) -> list[Problem]:
     """At the models' revision, a table or column they declare that the schema lacks; at any, a column of the role's
-    table whose type is not the one they declare (another tool altered it). One query over the schema's columns."""
-    columns = "SELECT table_name, column_name, udt_name FROM information_schema.columns WHERE table_schema = :s"
+    table whose type is not the one they declare (another tool altered it). One query over the schema's columns.
+
+    The tables are looked up by name (``to_regclass``, as :meth:`PostgresStorage.size_of` does): selecting a
+    schema's columns by schema (information_schema.columns, or pg_class by namespace) has no index and read every
+    column of every schema, so verify grew with the square of the schemas (8.7 ms a call at 1,000, 20.8 at 3,000).
+    """
+    columns = (
+        "SELECT c.relname, a.attname, ty.typname FROM unnest(CAST(:tables AS text[])) AS n(t) "
+        "JOIN pg_catalog.pg_class c ON c.oid = to_regclass(format('%I.%I', CAST(:s AS text), n.t)) "
+        "JOIN pg_catalog.pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped "
+        "JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid"
+    )
     held: dict[str, dict[str, str]] = {}
-    for table_name, name, kind in conn.execute(text(columns), {"s": schema_name(location)}):
+    listed = conn.execute(text(columns), {"s": schema_name(location), "tables": list(SCHEMA_TABLES)})
+    for table_name, name, kind in listed:
         held.setdefault(str(table_name), {})[str(name)] = str(kind)
     lacking = missing_parts(held) if revision == SCHEMA_REVISION else None
     if lacking is not None:
