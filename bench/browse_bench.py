@@ -30,7 +30,10 @@ completion databases of one row each (one model each, ten instructions),
 and the pages whose cost grows with the number of databases: the overview
 (cold: every database read; then what the store's catalog kept), the rows
 page unfiltered and filtered on one model (the catalog's values leave the
-other databases unopened), and a battle of one pair.
+other databases unopened), and a battle of one pair. ``--judgements K``
+adds K judgements databases of one verdict each (a judge each, pairs of
+neighbouring models), and times the judges page too (the overview shows
+every judge's total).
 """
 
 from __future__ import annotations
@@ -154,10 +157,19 @@ def build(root: Path, rows: int) -> None:
             print(f"  built {written:,} of {4 * instructions:,} rows ({elapsed:.0f} s)", file=sys.stderr, flush=True)
 
 
-def build_many(root: Path, databases: int) -> None:
-    """Fill ``root`` with ``databases`` completion databases of one row each (see the module docstring)."""
+def build_many(root: Path, databases: int, judgements: int = 0) -> None:
+    """Fill ``root`` with ``databases`` completion databases of one row each, and ``judgements`` judgements
+    databases of one row each (see the module docstring)."""
     started = time.perf_counter()
     with Store(root=root) as store:
+        for j in range(judgements):
+            judge = f"judge{j:05d}"
+            text = render_messages([{"role": "user", "content": f"Judge m{j:05d} against m{j + 1:05d}"}])
+            verdict = JudgementRecord(input_hash=input_hash(text), input_text=text, completion="[[A]]",
+                                      benchmark="many", instruction_id=str(j % 10), model_a=f"m{j:05d}",
+                                      model_b=f"m{j + 1:05d}", judge=judge, orientation="direct",
+                                      finish_reason="stop", created_by="bench", created_at=_stamp(j))  # fmt: skip
+            store.database("judgements", "many", descriptor(judge)).put_many([verdict])
         for i in range(databases):
             model = f"m{i:05d}"
             text = render_messages([{"role": "user", "content": f"Question {i % 10}?"}])
@@ -214,9 +226,10 @@ def run_many(root: Path, args: argparse.Namespace) -> None:
 
     if not (root / "completions").exists():
         print(f"building a store of {args.databases:,} databases in {root}", file=sys.stderr)
-        build_many(root, args.databases)
+        build_many(root, args.databases, args.judgements)
     cases: list[tuple[str, str, dict[str, Any]]] = [
         ("overview", "/", {}),
+        *([("judges", "/judges", {})] if (root / "judgements").exists() else []),
         ("rows: first page", "/rows", {}),
         ("rows: model=m00001 (one database)", "/rows", {"model": "m00001"}),
         ("battle (one pair)", "/battle", {"benchmark": "many", "instruction_id": "1", "a": "m00001", "b": "m00011"}),
@@ -236,6 +249,7 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, help="store folder (built if empty, reused if built)")
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--databases", type=int, help="time a store of this many one-row databases instead")
+    parser.add_argument("--judgements", type=int, default=0, help="with --databases: this many judgements ones too")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     if args.rows < 8 or args.reps < 1 or (args.databases is not None and args.databases < 2):

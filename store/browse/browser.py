@@ -31,12 +31,11 @@ Contract:
 * The overview's finish reasons need a full read of each table (no index
   holds them): it counts them by itself in databases of up to
   :data:`AUTO_COUNT_ROWS` rows, in larger ones when asked
-  (``count_all``), and keeps each count until the database's file changes
-  (a folder store) or for :data:`SERVER_CACHE_SECONDS` (a server store).
-  What it reads of a database unasked (those counts, its runs added up) is
-  kept in the store's catalog (:meth:`~store.backend.Storage.remembered`),
-  so an overview of thousands of unchanged databases costs what listing
-  them does, in this browser and the next.
+  (``count_all``). What it reads of a database (those counts, its runs
+  added up, its judgements per judge) is kept in the store's catalog
+  (:meth:`~store.backend.Storage.remembered`) until the database changes, on
+  either backend, so an overview of thousands of unchanged databases costs
+  what listing them does, in this browser and the next.
 """
 
 from __future__ import annotations
@@ -88,7 +87,6 @@ from store.tables.filters import RowFilter, roles_for
 from store.tables.records import CompletionRecord, JudgementRecord, RunTotals
 
 T = TypeVar("T")
-SERVER_CACHE_SECONDS = 60.0
 SCAN_SECONDS = 0.1  # a rows page goes on to the next scan window while it has room and started less than this ago
 AUTO_COUNT_ROWS = 100_000  # the overview counts finish reasons by itself in databases up to this size
 JUDGE_ROWS = 5_000  # the newest rows of a judge its page adds up (about 0.5 s of decoding logprobs)
@@ -96,6 +94,8 @@ MAX_BATTLE_MODELS = 4  # models shown side by side when an instruction has no ju
 NO_MODEL = "(no model)"  # what a battle names the answers of completions stored without a model
 _OVERVIEW = "browse overview"  # what the overview derives from a database, as the store's catalog names it
 _SPAN = "created_at span"  # the oldest and newest times of a database's rows, as the store's catalog names it
+_JUDGES = "browse judges"  # a judgements database's rows per judge, as the store's catalog names it
+_FINISH_REASONS = "browse finish reasons"  # those of a database too large to count unasked, once asked
 
 
 @dataclass
@@ -144,7 +144,6 @@ class Browser:
             raise InvalidInputError("the browser reads a store opened read-only: Store(..., readonly=True)")
         self.store = store
         self._lock = threading.Lock()
-        self._reasons: dict[str, tuple[Any, dict[str, int]]] = {}
 
     @property
     def where(self) -> str:
@@ -225,7 +224,7 @@ class Browser:
             runs = None if error or "runs" not in data else from_catalog_fields(RunTotals, data["runs"])
             if reasons is None and not error and info.location in rows:  # a database too large to count unasked
                 try:
-                    reasons = self._finish_reasons(name, self.store.open(info.location), count=count_all)
+                    reasons = self._finish_reasons(info.location, count=count_all)
                 except JudgestoreError as e:
                     error = str(e)
             summaries.append(
@@ -243,18 +242,24 @@ class Browser:
         except JudgestoreError as e:
             return {UNREADABLE: str(e)}  # never kept (readable): read again next time
 
-    def _finish_reasons(self, name: str, database: Database, *, count: bool) -> dict[str, int] | None:
-        """Rows per finish reason: kept from an earlier count while the database is unchanged, else counted if asked."""
-        stamp = database.stamp()
-        if stamp is None:  # a server's database: kept for a while
-            stamp = int(time.monotonic() // SERVER_CACHE_SECONDS)
-        cached = self._reasons.get(name)
-        if cached is not None and cached[0] == stamp:
-            return cached[1]
-        if not count:
-            return None
-        reasons = _reasons_by_name(queries.finish_reasons(database))
-        self._reasons[name] = (stamp, reasons)
+    def _finish_reasons(self, location: Location, *, count: bool) -> dict[str, int] | None:
+        """Rows per finish reason of a database too large to count unasked: kept in the store's catalog from an
+        earlier count while the database is unchanged (on either backend), else counted if asked (else None)."""
+
+        def counted(location: Location) -> dict[str, Any]:
+            if not count:
+                return {}  # not kept: the next request that asks counts
+            try:
+                return {"reasons": _reasons_by_name(queries.finish_reasons(self.store.open(location)))}
+            except JudgestoreError as e:
+                return {UNREADABLE: str(e)}
+
+        ((_, data),) = self.store.storage.remembered(
+            [location], _FINISH_REASONS, counted, lasting=lambda value: "reasons" in value
+        )
+        if UNREADABLE in data:
+            raise JudgestoreError(data[UNREADABLE])
+        reasons: dict[str, int] | None = data.get("reasons")
         return reasons
 
     # ------------------------------------------------------------ rows
@@ -364,9 +369,11 @@ class Browser:
     ) -> Battle:
         skipped: list[Skipped] = []
         judged: list[tuple[str, JudgementRecord]] = []
-        of_benchmark = () if benchmark is None else (RowFilter(benchmark=benchmark),)
+        # Only the databases that may hold the instruction's rows: a folder store's catalog rules out those without
+        # the benchmark; a server's statements those without the instruction too (a few for every schema at once).
+        of_instruction = (RowFilter(benchmark=benchmark, instruction_id=instruction_id),)
         selector = Selector(role="judgements", task=task)
-        for name, database in self._databases(selector, ("judgements",), skipped, filters=of_benchmark):
+        for name, database in self._databases(selector, ("judgements",), skipped, filters=of_instruction):
             try:
                 records = list(queries.instruction_rows(database, benchmark, instruction_id))
             except JudgestoreError as e:  # a database that opens but cannot be read through: skipped, as on /rows
@@ -425,7 +432,9 @@ class Browser:
         """
         found: dict[str, tuple[str, CompletionRecord]] = {}
         selector = Selector(role="completions", task=task)
-        filters = tuple(RowFilter(benchmark=benchmark, model=model) for model in pair or ())
+        filters = tuple(
+            RowFilter(benchmark=benchmark, instruction_id=instruction_id, model=model) for model in pair or (None,)
+        )
         for name, database in self._databases(selector, ("completions",), skipped, filters=filters):
             try:
                 records = [
@@ -466,15 +475,26 @@ class Browser:
         return self._locked(self._judges)
 
     def _judges(self) -> JudgeList:
+        """Rows per judge over every judgements database, each database's counts kept in the store's catalog while
+        it is unchanged (the overview shows them: it would otherwise open every judgements database each time)."""
         totals: dict[str, int] = {}
         skipped: list[Skipped] = []
-        for name, database in self._databases(Selector(role="judgements"), ("judgements",), skipped):
-            try:
-                for judge, n in queries.judges(database).items():
-                    totals[judge] = totals.get(judge, 0) + n
-            except JudgestoreError as e:
-                skipped.append(Skipped(name, str(e)))
+        chosen = self._chosen(Selector(role="judgements"), ("judgements",), None, ())
+        for location, data in self.store.storage.remembered(chosen, _JUDGES, self._judges_of, lasting=readable):
+            if UNREADABLE in data:
+                skipped.append(Skipped(database_name(location), data[UNREADABLE]))
+                continue
+            for judge, n in data["judges"].items():
+                totals[judge] = totals.get(judge, 0) + n
         return JudgeList(dict(sorted(totals.items())), skipped)
+
+    def _judges_of(self, location: Location) -> dict[str, Any]:
+        """A judgements database's rows per judge, as the store's catalog keeps them."""
+        try:
+            database = self.store.open_existing(location)
+            return {"judges": {} if database is None else queries.judges(database)}
+        except JudgestoreError as e:
+            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
 
     def judge(self, judge: str, limit: int = JUDGE_ROWS) -> JudgeView:
         return self._locked(lambda: self._judge(judge, limit))

@@ -31,6 +31,7 @@ from store.runs import record_run
 from store.settings import Settings
 from store.tables.records import JudgementRecord
 from tests.browse import demo
+from tests.factories import judgement_record
 from tests.store.test_runs import run
 
 LOCAL = "http://127.0.0.1:8765"
@@ -140,6 +141,80 @@ def test_an_overview_reads_again_only_the_databases_that_changed(
         after = Browser(store).overview()
     assert opened == [changed] and after[0].runs.runs == first[0].runs.runs + 1  # type: ignore[union-attr]
     assert after[1:] == first[1:]
+
+
+@pytest.fixture(params=["folder", pytest.param("server", marks=pytest.mark.postgres)])
+def reopened(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    """A function opening the demo store (a copy of its folder, or its server database): read-only as the browser
+    opens it, or read-write as a run beside it does."""
+    if request.param == "folder":
+        root = tmp_path / "store"
+        shutil.copytree(request.getfixturevalue("demo_folder"), root)
+        return lambda readonly=True: Store(Settings(), root=root, readonly=readonly)
+    url = request.getfixturevalue("demo_url")
+    return lambda readonly=True: Store(Settings(), url=url, readonly=readonly)
+
+
+def test_judge_totals_are_read_again_only_from_judgements_databases_that_changed(
+    reopened: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The overview shows every judge's total: it opened every judgements database on every request (was), 1-4 s
+    at 1,000-3,000 PostgreSQL schemas. The counts are kept in the store's catalog while a database is unchanged."""
+    opened: list[Any] = []
+    real = Store.open_existing
+    monkeypatch.setattr(Store, "open_existing", lambda self, loc: opened.append(loc) or real(self, loc))
+    with reopened() as store:
+        first = Browser(store).judges()
+    assert first.totals == {demo.JUDGE: 24} and len(opened) == 1
+    opened.clear()
+    with reopened() as store:
+        assert Browser(store).judges() == first and opened == []  # a browser started later: nothing to open
+    with reopened(readonly=False) as writer:
+        (judged,) = [loc for loc in writer.locations() if loc.role == "judgements"]
+        writer.open(judged).put_many([judgement_record(i, judge=demo.JUDGE) for i in range(3)])
+    opened.clear()
+    with reopened() as store:
+        assert Browser(store).judges().totals == {demo.JUDGE: 27} and opened == [judged]
+
+
+def test_finish_reasons_counted_when_asked_are_counted_again_once_the_database_changes(
+    reopened: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a server store a count was kept for 60 s whatever changed (was): its reasons no longer added up to the
+    rows shown beside them. Now a count is kept while the database is unchanged, on either backend."""
+    monkeypatch.setattr(browser_module, "AUTO_COUNT_ROWS", 13)
+    with reopened() as store:
+        browser = Browser(store)
+        judge = next(s for s in browser.overview(count_all=True) if s.location.role == "judgements")
+        assert judge.finish_reasons == {"stop": 24}
+        assert next(s for s in browser.overview() if s.location == judge.location).finish_reasons == {"stop": 24}
+        with reopened(readonly=False) as writer:  # another process, while the browser runs
+            more = [judgement_record(i, judge=demo.JUDGE, finish_reason="length") for i in range(7)]
+            writer.open(judge.location).put_many(more)
+        unasked = next(s for s in browser.overview() if s.location == judge.location)
+        assert (unasked.rows, unasked.finish_reasons) == (31, None)  # not counted again unasked: no stale count
+        counted = next(s for s in browser.overview(count_all=True) if s.location == judge.location)
+        assert counted.finish_reasons == {"stop": 24, "length": 7}
+
+
+@pytest.mark.postgres
+def test_a_battle_on_a_server_opens_only_the_judgements_schemas_holding_its_instruction(
+    demo_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: every judgements schema of the benchmark was opened (about 7 statements each: 3.4-3.8 s at 3,000)."""
+    with Store(Settings(), url=demo_url) as writer:  # another judge of the same benchmark, on other instructions
+        other = writer.database("judgements", demo.TASK, demo.descriptor("other-judge", max_tokens=8, logprobs=5))
+        other.put_many([judgement_record(i, benchmark=demo.BENCH, judge="other-judge") for i in range(3)])
+    opened: list[Any] = []
+    real = Store.open_existing
+    monkeypatch.setattr(Store, "open_existing", lambda self, loc: opened.append(loc) or real(self, loc))
+    with Store(Settings(), url=demo_url, readonly=True) as store:
+        battle = Browser(store).battle(demo.BENCH, "01-coding")
+    assert [j.judge for j in battle.judges] == [demo.JUDGE]
+    assert [loc.model for loc in opened if loc.role == "judgements"] == [demo.JUDGE]
+    with Store(Settings(), url=demo_url, readonly=True) as store:
+        theirs = Browser(store).battle(demo.BENCH, "1")  # the other judge's instruction: found there
+    assert [j.judge for j in theirs.judges] == ["other-judge"] and theirs.pairs == [("model-a", "model-b")]
 
 
 def test_the_battle_shows_both_answers_each_verdict_mapped_to_models_and_the_disagreement(
