@@ -371,6 +371,18 @@ def test_the_first_prompts_refused_while_others_are_in_flight_are_not_taken_for_
         assert store.database("completions", "t", spec.descriptor).count() == 12
 
 
+def test_a_batch_sorted_longest_first_is_not_taken_for_refused_settings(store: Store) -> None:
+    """Was: ten prompts over the context first, one at a time, stopped the batch ("it refuses the settings"), and
+    every rerun met the same wall: the twelve that fit were never sent."""
+    with FakeOpenAI(context_length=40) as fake:
+        spec = served(fake, max_concurrency=1)
+        too_long = [CompletionRequest(messages=[{"role": "user", "content": "word " * (60 - i)}]) for i in range(10)]
+        with pytest.raises(RequestsFailedError, match=r"10 of 22 inputs") as raised:
+            spec.cached(store, task="t").complete(too_long + [ask(i) for i in range(12)])
+        assert all("maximum context length" in str(f.error) for f in raised.value.failures)
+        assert store.database("completions", "t", spec.descriptor).count() == 12 and len(fake.completions()) == 22
+
+
 def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone_and_the_rest_is_stored(store: Store) -> None:
     with FakeOpenAI(context_length=40) as fake:
         spec = served(fake)

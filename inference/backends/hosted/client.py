@@ -34,6 +34,9 @@ Contract:
   :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of them
   nor of those still in flight (no request starts while they finish) refuses
   a setting, not a request: no new request starts and that error is raised.
+  A refusal that says its prompt is over the model's context
+  (:data:`TOO_LONG_WORDS`) does not count towards them: a batch sorted
+  longest first may begin with many.
 * A 2xx body that reports an error (:class:`~inference.backends.hosted.wire.ErrorInBody`)
   is never stored. A top-level ``error`` object's code goes through the
   rules for HTTP statuses above and below (retried when transient, else
@@ -117,6 +120,8 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
 REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
+# What a refusal of a prompt longer than the model's context says (vLLM, OpenAI, OpenRouter): never refused settings
+TOO_LONG_WORDS = ("maximum context length", "context_length_exceeded", "context window", "prompt is too long")
 QUOTA_CODES = frozenset({"insufficient_quota"})  # a 429 no wait cures (OpenAI's spent quota): not retried
 SAID_CHARS = 300  # how much of a server's message a retry warning or error quotes
 
@@ -166,6 +171,12 @@ class _FailsAlone(Exception):
     def __init__(self, error: HostedAPIError) -> None:
         super().__init__(str(error))
         self.error = error
+
+
+def _too_long(refusal: HostedRequestError) -> bool:
+    """Whether a refusal says that its prompt is too long for the model's context (vLLM's and OpenAI's words)."""
+    said = str(refusal).lower()
+    return any(words in said for words in TOO_LONG_WORDS)
 
 
 def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
@@ -344,7 +355,7 @@ class OpenAIBackend:
             except HostedRequestError as e:  # this request is refused: it fails alone
                 if e.status is None:  # refused in a 200: the server took the settings, so it is an answer here
                     answered += 1
-                else:
+                elif not _too_long(e):  # a prompt over the context says nothing of the settings (longest first)
                     refused += 1
                 finished += 1
                 emit((i, Refusal(e)))
