@@ -428,6 +428,13 @@ def detect(sources: Sequence[Path] | Iterable[Path]) -> DetectionResult:
             detail = "a judgestore metadata.json (its database is missing; nothing to import)"
             detections.append(Detection(path, State.JUDGESTORE, detail, kind="metadata", metadata=metadata))
             continue
-        detail = f"{metadata.form.value} metadata.json with no database beside it (nothing to import)"
+        empty = sorted(p.name for p in path.parent.glob("*.db") if p.is_file() and p.stat().st_size == 0)
+        if empty:  # a legacy run that stopped before writing leaves one; so does a copy cut short
+            detail = (
+                f"{metadata.form.value} metadata.json whose database {', '.join(empty)} is empty (0 bytes: a run "
+                "that stopped before writing, or a copy cut short?): nothing to import"
+            )
+        else:
+            detail = f"{metadata.form.value} metadata.json with no database beside it (nothing to import)"
         detections.append(Detection(path, State.OK, detail, kind="metadata", metadata=metadata, tree=legacy_tree(path)))
     return DetectionResult(tuple(detections), ignored)

@@ -118,3 +118,12 @@ def test_a_lone_metadata_json_is_reported_not_imported(legacy_root: Path, store_
     assert "no database beside it" in found.detail
     report = run_import([legacy_root], store_root)
     assert report.sources[0].status == "skipped" and report.ok
+
+
+def test_a_lone_metadata_json_beside_an_empty_database_names_it(legacy_root: Path) -> None:
+    """Was: "no database beside it", and the 0-byte file only among the "other files ignored"."""
+    folder = b.legacy_folder(legacy_root, "completions", "t", "VLLM", "m", b.s3_metadata("m", {}))
+    (folder / "completions.db").write_bytes(b"")
+    (found,) = detect([legacy_root]).detections
+    assert found.path == folder / "metadata.json"
+    assert "whose database completions.db is empty (0 bytes: a run that stopped before writing" in found.detail
