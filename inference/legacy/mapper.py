@@ -42,7 +42,7 @@ from inference.legacy.user_descriptor import UserDescriptor
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
-from store.legacy.detect import Detection
+from store.legacy.detect import JUDGES_SHOWN, Detection, LegacyVariant
 from store.legacy.importer import Attribution
 from store.legacy.metadata import MetadataForm, check_metadata_folder
 from store.roles import ROLES, Role
@@ -101,6 +101,10 @@ class LegacyDescriptorMapper:
             and self._derive(d).descriptor is None
         }
         self._user_refused = len(falling_back) > 1 and self.user is not None
+        # Nor several judges: S0 files name theirs in each row, and one judge's verdicts would become conflicts of
+        # another's under one descriptor (the same judge prompt, another verdict).
+        self._s0_judges = sorted({judge for d in detections if d.ok and d.variant is LegacyVariant.S0
+                                  for judge in d.judges})  # fmt: skip
 
     def _assumed_model_for(self, legacy: str) -> str | None:
         for name, current in self.assumed_models.items():
@@ -198,6 +202,16 @@ class LegacyDescriptorMapper:
                 reason=(
                     "--descriptor applies to one legacy descriptor, and the sources given carry several: "
                     "import each legacy descriptor folder on its own"
+                ),
+            )
+        if detection.variant is LegacyVariant.S0 and len(self._s0_judges) > 1:
+            shown = ", ".join(repr(j) for j in self._s0_judges[:JUDGES_SHOWN])
+            more = ", ..." if len(self._s0_judges) > JUDGES_SHOWN else ""
+            return Attribution(
+                None,
+                reason=(
+                    f"--descriptor names one judge, and the S0 files given hold the verdicts of several "
+                    f"({shown}{more}): import each judge's files on their own, each with its judge's --descriptor"
                 ),
             )
         notes = (f"not mapped from its legacy descriptor: {derived.reason}",) if detection.metadata else ()

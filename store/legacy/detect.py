@@ -53,6 +53,7 @@ from store.legacy.readonly import (
     WRITTEN_MEANWHILE,
     ColumnInfo,
     DataFrameError,
+    as_text,
     file_kind,
     file_stamp,
     open_dataframe,
@@ -63,6 +64,7 @@ from store.roles import Role
 from store.schema import VERSION_TABLE
 
 _SIDECARS = ("-wal", "-shm", "-journal")
+JUDGES_SHOWN = 5  # the judges of an S0 file a message names
 # The tables of sharing's bookkeeping (store.sync.bookkeeping; named here so that detecting does not import sharing)
 BOOKKEEPING_TABLES = frozenset({"remotes", "shards", "shard_keys"})
 
@@ -196,6 +198,7 @@ class Detection:
     metadata: LegacyMetadata | None = None
     tree: LegacyTree | None = None
     notes: tuple[str, ...] = field(default=())
+    judges: tuple[str, ...] = ()  # S0: the judges its rows name (at most JUDGES_SHOWN + 1 of them)
 
     @property
     def ok(self) -> bool:
@@ -287,8 +290,12 @@ def _detect_sqlite(path: Path) -> Detection:
             if variant is LegacyVariant.LANGCHAIN:
                 table = "full_llm_cache"
             rows = None
+            judges: tuple[str, ...] = ()
             if state is State.OK and table is not None:
                 rows = int(conn.execute(f'SELECT count(*) FROM "{table}"').fetchone()[0])
+                if variant is LegacyVariant.S0:  # which judges wrote it: one --descriptor names one of them
+                    found = conn.execute(f'SELECT DISTINCT judge FROM "{table}" LIMIT {JUDGES_SHOWN + 1}')
+                    judges = tuple(sorted(as_text(judge) for (judge,) in found if judge is not None))
     except (sqlite3.DatabaseError, OSError) as e:
         if file_stamp(path) != stamp:  # not damaged: read while a commit rewrote its pages
             return Detection(path, State.CORRUPT, f"{WRITTEN_MEANWHILE} ({e})")
@@ -300,7 +307,7 @@ def _detect_sqlite(path: Path) -> Detection:
     role = spec.role if spec else None
     return Detection(
         path, state, detail, variant, role, "sqlite", table, columns, "usage_json" in columns, rows,
-        *_metadata_beside(path),
+        *_metadata_beside(path), judges=judges,
     )  # fmt: skip
 
 

@@ -142,17 +142,18 @@ class ColumnInfo:
 def table_columns(conn: sqlite3.Connection) -> dict[str, tuple[ColumnInfo, ...]]:
     """Every user table (``sqlite_*`` tables left out) and its columns, in declaration order."""
     tables = [
-        _text(row[0])
+        as_text(row[0])
         for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")
     ]
     result = {}
     for table in sorted(tables):
         rows = conn.execute(f'PRAGMA table_info("{table}")').fetchall()
-        result[table] = tuple(ColumnInfo(_text(r[1]), bool(r[3])) for r in rows)
+        result[table] = tuple(ColumnInfo(as_text(r[1]), bool(r[3])) for r in rows)
     return result
 
 
-def _text(value: Any) -> str:
+def as_text(value: Any) -> str:
+    """A value read with ``text_factory=bytes`` as text (bytes that are not UTF-8 replaced: for names in messages)."""
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 

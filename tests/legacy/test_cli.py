@@ -326,11 +326,11 @@ def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest
     from store.legacy.writer import ChunkedWriter
 
     legacy, root = tmp_path / "legacy", tmp_path / "store"
-    for judge in ("gpt-4", "gpt-4o"):
-        rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": judge,
-                 "judge_input": f"{judge} compares {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+    for name in ("gpt-4", "gpt-4-rerun"):  # one judge's (--descriptor names one)
+        rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+                 "judge_input": f"{name} compares {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
                 for i in range(4)]  # fmt: skip
-        b.create_db(legacy / "cache" / "db" / "mt-bench" / f"{judge}.db", b.S0_DDL, rows)
+        b.create_db(legacy / "cache" / "db" / "mt-bench" / f"{name}.db", b.S0_DDL, rows)
     descriptor_file = tmp_path / "descriptor.json"
     descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
     args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]

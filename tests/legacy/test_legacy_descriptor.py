@@ -219,6 +219,35 @@ def test_a_user_descriptor_is_never_spread_over_two_legacy_descriptors(
     assert run_import([detections[0].path], store_root, single).totals()["imported"] == 1
 
 
+def _s0_of(root: Path, judge: str, verdict: str) -> Path:
+    row = {"benchmark": "mt", "instruction_id": "1", "model_a": "a", "model_b": "b", "judge": judge,
+           "judge_input": "the same judge prompt", "judge_completion": verdict,
+           "date": "2025-12-31T23:59:59"}  # fmt: skip
+    return b.create_db(root / "cache" / "db" / "mt" / f"{judge}.db", b.S0_DDL, [row])
+
+
+def test_a_user_descriptor_is_never_spread_over_the_s0_files_of_two_judges(
+    legacy_root: Path, store_root: Path, tmp_path: Path
+) -> None:
+    """Was: both imported under the one descriptor, the second judge's verdict a "conflict" of the first's, and
+    that source still "imported"."""
+    gpt4, llama = _s0_of(legacy_root, "gpt-4", "[[A]]"), _s0_of(legacy_root, "llama-70b", "[[B]]")
+    descriptor_file = tmp_path / "d.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="gpt-4").model_dump_json())
+    detections = detect([legacy_root]).detections
+    assert sorted(d.judges for d in detections) == [("gpt-4",), ("llama-70b",)]
+    mapper = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file), detections=detections)
+    report = run_import([legacy_root], store_root, mapper, task="mt")
+    assert report.totals()["imported"] == 0 and not report.ok and not list(walk(store_root))
+    for source in report.sources:
+        (reason,) = source.skipped
+        assert "--descriptor names one judge, and the S0 files given hold the verdicts of several ('gpt-4', " in reason
+    one = detect([gpt4]).detections
+    alone = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file), detections=one)
+    assert run_import([gpt4], store_root, alone, task="mt").totals()["imported"] == 1
+    assert llama.exists()
+
+
 def test_user_descriptor_files(tiny_model: Path, tmp_path: Path) -> None:
     vllm_form = tmp_path / "vllm.json"
     vllm_form.write_bytes(
