@@ -31,6 +31,7 @@ import errno
 import functools
 import io
 import json
+import logging
 import os
 import sqlite3
 import sys
@@ -141,7 +142,7 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with warnings.catch_warnings():  # restores Python's way of showing warnings when the command returns
+        with warnings.catch_warnings(), _logged_warnings():  # both as they were when the command returns
             warnings.showwarning = _show_warning
             return run(*args, **kwargs)
 
@@ -215,6 +216,35 @@ def _stdout_error(error: BaseException) -> OutputWriteError | None:
 
 
 _python_show_warning = warnings.showwarning
+_OUR_LOGGERS = ("judgestore", "store", "inference")  # the loggers judgestore's modules log to, by their roots
+
+
+class _WarningLines(logging.Handler):
+    """judgestore's own log records of WARNING and above (a hosted API's retries, a store that did not answer) as
+    ``warning:`` lines on stderr, as :func:`_show_warning` shows its warnings (Python's last-resort handler showed
+    them as bare lines)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stderr().print(Text.assemble(("warning: ", "bold yellow"), record.getMessage()), soft_wrap=True)
+        except Exception:  # a log line never ends a command
+            self.handleError(record)
+
+
+@contextmanager
+def _logged_warnings() -> Iterator[None]:
+    handler = _WarningLines()
+    loggers = [logging.getLogger(name) for name in _OUR_LOGGERS]
+    for logger in loggers:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for logger in loggers:
+            logger.removeHandler(handler)
 
 
 def _show_warning(

@@ -16,7 +16,7 @@ from store import Run, Settings, Store
 from store.cli.app import build_app
 from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
-from tests.fake_openai import FakeOpenAI
+from tests.fake_openai import FakeOpenAI, Fault
 
 pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
 
@@ -316,7 +316,7 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
 
 
 def test_ctrl_c_counts_the_rows_this_call_wrote_not_those_of_other_jobs_with_the_same_run_id(
-    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Jobs sharing a run id (one SLURM job's processes) write rows of that id at once: the count is the call's own
     (was: every row of the run id written since the run started)."""
@@ -344,8 +344,14 @@ def test_ctrl_c_counts_the_rows_this_call_wrote_not_those_of_other_jobs_with_the
                       "--max-concurrency", "1", "--json")  # fmt: skip
     assert result.exit_code == 130, result.output
     error = orjson.loads(result.stderr.splitlines()[-1])
-    assert error["type"] == "Interrupted" and error["rows_kept"] == 2, error
-    assert "this run stored 2 rows before it stopped" in error["error"]
+    # The call's own rows: the two chunks written, and the answers that had arrived meanwhile (written on the way
+    # out); never the other job's three.
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        (location,) = store.locations()
+        rows = store.open(location).count()
+    kept = rows - 3
+    assert kept >= 2 and error["type"] == "Interrupted" and error["rows_kept"] == kept, (error, rows)
+    assert f"this run stored {kept} rows before it stopped" in error["error"]
 
 
 def test_json_with_results_on_stdout_puts_the_summary_on_stderr(
@@ -369,6 +375,17 @@ def test_a_warning_about_the_key_is_one_line_not_pythons_warning_format(
     assert result.exit_code == 1 and "NO_SUCH_KEY" in result.stderr
     assert "warning: 'gpt-x' is an alias OpenAI may move" in result.stderr
     assert "HostedKeyWarning" not in result.stderr and ".py:" not in result.stderr  # not Python's file:line format
+
+
+def test_a_retry_is_one_warning_line_as_judgestores_warnings_are(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """Was: a bare line from Python's last-resort log handler."""
+    openai_server.add_fault(Fault(status=503, body=b'{"error": {"message": "busy"}}'))
+    result = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--max-concurrency", "1")
+    assert result.exit_code == 0, result.output
+    (line,) = [line for line in result.stderr.splitlines() if "retry" in line]
+    assert line.startswith(f"warning: {openai_server.base_url}: HTTP 503 (busy); retry 1 of 6 in ")
 
 
 def test_an_empty_input_file_reports_no_hit_rate(openai_server: FakeOpenAI, tmp_path: Path, store_root: Path) -> None:

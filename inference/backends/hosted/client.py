@@ -499,8 +499,10 @@ class OpenAIBackend:
                     "before (a failing proxy or server). Answers that finished before are stored: rerun later, and "
                     "only the rest is sent",
                 ) from cause
-            unreachable = isinstance(cause, self._openai.APIConnectionError) and not isinstance(
-                cause, self._openai.APITimeoutError
+            unreachable = (  # a server that answered before runs at this URL: a connection it dropped is overload
+                isinstance(cause, self._openai.APIConnectionError)
+                and not isinstance(cause, self._openai.APITimeoutError)
+                and not self._answers
             )
             advice = (  # a server that is not there (a wrong --base-url, a vllm serve not started): not overload
                 "check that the server runs at this URL (--base-url), then rerun"
