@@ -10,6 +10,7 @@ assumptions. The same backend against a real ``vllm serve`` is in
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -237,6 +238,23 @@ def test_a_malformed_body_after_answers_is_retried_and_one_that_persists_fails_a
     assert failure.request_index == 1 and isinstance(failure.error, HostedResponseError)
     assert "a body that is not a completion" in str(failure.error) and "fails alone" in str(failure.error)
     assert stored(store, spec) == 6
+
+
+def test_an_answer_from_another_model_than_the_one_asked_for_is_said_once(
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Was: stored under the model asked for without a word (a router's fallback)."""
+    body = {"id": "x", "object": "chat.completion", "created": 0, "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}  # fmt: skip
+    for name in ("fake-judge-2024-08-06", "org/fake-judge"):  # a dated version, the org named: the same model
+        fake.add_fault(Fault(status=200, body=json.dumps({**body, "model": name}).encode()))
+    fake.add_fault(Fault(status=200, times=2, body=json.dumps({**body, "model": "other-model"}).encode()))
+    caplog.set_level(logging.WARNING, logger="judgestore.hosted")
+    served(fake, max_concurrency=1).cached(store, task="t").complete([ask(i) for i in range(5)])
+    said = [r.getMessage() for r in caplog.records if "answered with the model" in r.getMessage()]
+    assert said == [f"{fake.base_url} answered with the model 'other-model' where 'fake-judge' was asked for: its "
+                    "answers are stored under 'fake-judge' (pin the model, or turn off the router's fallbacks, if that "
+                    "is not the one you meant)"]  # fmt: skip
 
 
 def test_retry_warnings_and_the_error_after_the_retries_quote_the_server(

@@ -222,6 +222,7 @@ class OpenAIBackend:
         # Shared by every batch in flight (concurrent async calls of one model): the limit is per backend.
         self._slots = asyncio.Semaphore(max_concurrency)
         self._warned_no_logprobs = False
+        self._warned_served: str | None = None  # the other model an answer named, once said
         # Answers the server gave (every batch), and how many when a request last failed alone: one that outlasts
         # its retries fails alone if the server answered since (see the module docstring).
         self._answers = 0
@@ -551,6 +552,7 @@ class OpenAIBackend:
                 "Is the base URL an OpenAI-compatible API?",
             ) from e
         self._answers += 1
+        self._check_served_model(data)
         asked = self._descriptor.sampling.logprobs is not None
         if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
             self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text
@@ -558,6 +560,22 @@ class OpenAIBackend:
         self.stats.prompt_tokens += int(generation.usage.get("prompt_tokens", 0))
         self.stats.completion_tokens += int(generation.usage.get("completion_tokens", 0))
         return generation
+
+    def _check_served_model(self, data: Any) -> None:
+        """Say once when the answer names a model that is not the one asked for, nor a dated version of it (a
+        router's fallback, an alias moved): its rows are stored under the model asked for, which the user pins."""
+        served, asked = data.get("model") if isinstance(data, dict) else None, self._descriptor.model
+        if self._warned_served is not None or not isinstance(served, str) or not served:
+            return
+        served_name, asked_name = served.rsplit("/", 1)[-1], asked.rsplit("/", 1)[-1]  # with or without its org
+        if served_name == asked_name or served_name.startswith(f"{asked_name}-"):  # the same, or a dated version
+            return
+        self._warned_served = served
+        log.warning(
+            "%s answered with the model %r where %r was asked for: its answers are stored under %r (pin the model, "
+            "or turn off the router's fallbacks, if that is not the one you meant)",
+            self._endpoint, served, asked, asked,
+        )  # fmt: skip
 
     async def _body_error(self, e: ErrorInBody, said: str, http: int) -> HostedAPIError:
         """The typed error for a 2xx body reporting an error that is not retried (see the module docstring)."""
