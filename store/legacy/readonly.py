@@ -84,19 +84,20 @@ def pending_journal(path: Path) -> list[Path]:
 
 def file_stamp(path: Path) -> tuple[object, ...]:
     """What changes when a process writes ``path``: its size and modification time, SQLite's file change counter
-    (header bytes 24-27, one more at each commit of a rollback-journal database), and its journals' sizes."""
+    (header bytes 24-27, one more at each commit of a rollback-journal database), and its journals' sizes (a
+    missing one as an empty one: what a reader leaves is no write)."""
     try:
         stat = path.stat()
         with path.open("rb") as f:
             header = f.read(28)
     except OSError as e:
         return ("unreadable", str(e))
-    journals: list[int | None] = []
+    journals = []
     for suffix in _JOURNALS:
         try:
             journals.append(Path(f"{path}{suffix}").stat().st_size)
-        except OSError:
-            journals.append(None)
+        except OSError:  # none is as an empty one: another process's reader creates an empty -wal, and leaves it
+            journals.append(0)
     return stat.st_size, stat.st_mtime_ns, header[24:28], *journals
 
 

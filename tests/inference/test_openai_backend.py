@@ -401,6 +401,19 @@ def test_a_batch_sorted_longest_first_is_not_taken_for_refused_settings(store: S
         assert store.database("completions", "t", spec.descriptor).count() == 12 and len(fake.completions()) == 22
 
 
+def test_a_max_tokens_no_prompt_leaves_room_for_is_refused_settings(store: Store, fake: FakeOpenAI) -> None:
+    """vLLM says "maximum context length" of max_tokens over the context too: every request is refused, and the
+    shortest one, sent once eight were, says that the settings are (a review found all 40 sent)."""
+    said = ("This model's maximum context length is 4096 tokens. However, you requested 8210 tokens (18 in the "
+            "messages, 8192 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip
+    fake.add_fault(Fault(status=400, times=100, body=json.dumps({"error": {"message": said, "code": 400}}).encode()))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(HostedRequestError, match=r"refused the first 9 requests of the batch and answered none"):
+        spec.cached(store, task="t").complete([ask(i) for i in range(40)])
+    sent = [str(r.body["messages"][-1]["content"]) for r in fake.completions() if r.body]
+    assert sent == [f"question {i}" for i in range(8)] + ["question 8"]  # the eight in order, then the shortest
+
+
 def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone_and_the_rest_is_stored(store: Store) -> None:
     with FakeOpenAI(context_length=40) as fake:
         spec = served(fake)

@@ -146,6 +146,32 @@ def test_a_cache_written_while_it_is_imported_fails_its_source_saying_so(legacy_
     assert len(all_rows(store_root)) == source.imported >= 40  # what was read, each row checked, is kept
 
 
+def test_a_cache_another_process_only_reads_while_it_is_imported_is_imported_as_any(
+    legacy_root: Path, store_root: Path
+) -> None:
+    """A reader of a WAL database creates an empty -wal beside it, and leaves it: no write (a review found the
+    source failed as "written by another process")."""
+    db = _s4c(legacy_root, "read", 30)
+    with closing(sqlite3.connect(db)) as conn:
+        conn.execute("PRAGMA journal_mode=WAL")
+    assert not Path(f"{db}-wal").exists()
+    readers: list[sqlite3.Connection] = []
+
+    def on_progress(event: Any) -> None:
+        if not readers:
+            readers.append(sqlite3.connect(f"file:{db}?mode=ro", uri=True))
+            readers[0].execute("SELECT count(*) FROM completions").fetchone()
+
+    try:
+        report = run_import([legacy_root], store_root, on_progress=on_progress)
+    finally:
+        for reader in readers:
+            reader.close()
+    (source,) = report.sources
+    assert readers and Path(f"{db}-wal").exists()  # the reader's empty -wal, there during the import
+    assert not source.source_failed and source.imported == 30, source.as_dict()
+
+
 def test_a_cache_written_while_it_is_detected_is_not_called_damaged(
     legacy_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -34,9 +34,10 @@ Contract:
   :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of them
   nor of those still in flight (no request starts while they finish) refuses
   a setting, not a request: no new request starts and that error is raised.
-  A refusal that says its prompt is over the model's context
-  (:data:`TOO_LONG_WORDS`) does not count towards them: a batch sorted
-  longest first may begin with many.
+  When every one of them says that the request is over the model's context
+  (:data:`TOO_LONG_WORDS`), the shortest request not sent yet is sent first:
+  refused too, ``max_tokens`` leaves no prompt room (the settings); answered,
+  the batch was sorted longest first, and it goes on.
 * A 2xx body that reports an error (:class:`~inference.backends.hosted.wire.ErrorInBody`)
   is never stored. A top-level ``error`` object's code goes through the
   rules for HTTP statuses above and below (retried when transient, else
@@ -120,7 +121,7 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
 REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
-# What a refusal of a prompt longer than the model's context says (vLLM, OpenAI, OpenRouter): never refused settings
+# What a refusal of a request over the model's context says (vLLM, OpenAI, OpenRouter): its prompt, or max_tokens
 TOO_LONG_WORDS = ("maximum context length", "context_length_exceeded", "context window", "prompt is too long")
 QUOTA_CODES = frozenset({"insufficient_quota"})  # a 429 no wait cures (OpenAI's spent quota): not retried
 SAID_CHARS = 300  # how much of a server's message a retry warning or error quotes
@@ -173,8 +174,14 @@ class _FailsAlone(Exception):
         self.error = error
 
 
+def _size(request: EngineRequest) -> int:
+    """How long a request's input is, to find the shortest (its rendered messages or prompt, as text)."""
+    return len(str(request.rendered))
+
+
 def _too_long(refusal: HostedRequestError) -> bool:
-    """Whether a refusal says that its prompt is too long for the model's context (vLLM's and OpenAI's words)."""
+    """Whether a refusal says that its request is over the model's context (vLLM's and OpenAI's words): its
+    prompt, or its prompt and ``max_tokens``."""
     said = str(refusal).lower()
     return any(words in said for words in TOO_LONG_WORDS)
 
@@ -331,23 +338,28 @@ class OpenAIBackend:
         emit: Callable[[tuple[int, Generation | Refusal]], None],
         bound: int,
     ) -> None:
-        indexes = iter(range(len(requests)))
-        started = answered = refused = finished = 0
+        taken: set[int] = set()  # the requests a worker or a probe has taken, of those in order
+        order = iter(range(len(requests)))
+        started = answered = refused = too_long = finished = 0
         failures: list[Exception] = []
         # Cleared while a streak of refusals is checked: no request starts until those in flight have finished.
         may_start = asyncio.Event()
         may_start.set()
 
         async def worker() -> None:
-            for i in indexes:  # shared: each worker takes the next request
+            for i in order:  # shared: each worker takes the next request not taken yet
+                if i in taken:
+                    continue
+                taken.add(i)
                 async with self._slots:  # a request starts only when one of the backend's slots is free
                     if failures or not await one(i):
                         return
 
-        async def one(i: int) -> bool:
+        async def one(i: int, *, probe: bool = False) -> bool:
             """Send request ``i``; False when no more requests should start."""
-            nonlocal started, answered, refused, finished
-            await may_start.wait()
+            nonlocal started, answered, refused, too_long, finished
+            if not probe:
+                await may_start.wait()
             if failures:
                 return False
             started += 1
@@ -356,16 +368,23 @@ class OpenAIBackend:
             except HostedRequestError as e:  # this request is refused: it fails alone
                 if e.status is None:  # refused in a 200: the server took the settings, so it is an answer here
                     answered += 1
-                elif not _too_long(e):  # a prompt over the context says nothing of the settings (longest first)
+                else:
                     refused += 1
+                    too_long += _too_long(e)
                 finished += 1
                 emit((i, Refusal(e)))
-                if not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
+                if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
                     # Settings refused, or only the first prompts too long? The requests still in flight say:
                     # one answer among them and the batch goes on.
                     may_start.clear()
                     while finished < started and not answered:
                         await asyncio.sleep(0.01)
+                    if not answered and too_long == refused and len(taken) < len(requests):
+                        # Each refused as over the context: a max_tokens no prompt leaves room for, or a batch
+                        # sorted longest first? The shortest prompt not sent yet says.
+                        shortest = min(set(range(len(requests))) - taken, key=lambda j: _size(requests[j]))
+                        taken.add(shortest)
+                        await one(shortest, probe=True)
                     may_start.set()
                     if not answered:
                         failures.append(self._refused_settings(e, refused))
