@@ -212,6 +212,16 @@ def test_a_request_that_outlasts_its_retries_where_the_server_answers_others_fai
     assert len(fake.completions()) == 11 + 4
 
 
+def test_a_rate_limit_that_outlasts_the_retries_stops_the_batch_though_others_were_answered(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    fake.add_fault(Fault(status=429, times=100, body_contains='question 3"'))
+    spec = served(fake, max_concurrency=1)
+    with pytest.raises(HostedUnavailableError, match="HTTP 429, still after 3 retries"):
+        spec.cached(store, task="t").complete([ask(i) for i in range(8)])
+    assert stored(store, spec) == 3 and len(fake.completions()) == 3 + 4  # nothing sent after it
+
+
 def test_a_server_that_goes_down_stops_the_batch_after_one_request_fails_alone(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=503, times=1000, after=2))  # two answers, then every request a 503
     spec = served(fake, max_concurrency=1)

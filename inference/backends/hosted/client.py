@@ -56,7 +56,8 @@ Contract:
   the server is up, and that request is what it cannot serve (an input
   that crashes a worker, a proxy that mangles one answer). Without an answer
   in between, the server is down or overloaded: the error stops the batch
-  (below), at most one request after the server went.
+  (below), at most one request after the server went. A 429 (a rate limit,
+  the account's) always stops it.
 * A 2xx body that is not a completion (malformed JSON, no choices) is
   retried as a transient failure once the backend has had an answer from
   the server; before that it is most likely not an OpenAI-compatible API,
@@ -503,7 +504,9 @@ class OpenAIBackend:
                 f"({self.retry.max_retry_after_s:.0f} s; usually a spent quota){quoted}. What finished is stored: "
                 "rerun later and only the rest is sent",
             ) from self._cause(cause)
-        if attempt >= self.retry.max_retries and self._answers > self._answers_at_lone_failure:
+        # A rate limit is the account's, not the request's: it stops the batch, so no more requests meet it
+        rate_limited = 429 in (getattr(cause, "status_code", None), getattr(cause, "status", None))
+        if attempt >= self.retry.max_retries and self._answers > self._answers_at_lone_failure and not rate_limited:
             self._answers_at_lone_failure = self._answers
             alone = (
                 f"{reason}, still after {self.retry.max_retries} retries{quoted}, where the server answers other "
