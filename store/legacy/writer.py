@@ -48,7 +48,7 @@ class _Target:
 
     location: Location
     database: Database | None  # None: a dry run into a database that does not exist yet
-    seen: dict[str, str] = field(default_factory=dict)  # dry run: key -> completion
+    seen: dict[str, str] = field(default_factory=dict)  # dry run: key -> its completion's preview (not its text)
     pending: list[tuple[Record, str]] = field(default_factory=list)  # (record, row locator)
 
 
@@ -127,7 +127,7 @@ def _count(batch: list[tuple[Record, str]], outcomes: list[tuple[Outcome, str | 
             report.already_present += 1
         else:
             assert kept is not None
-            report.conflict(record.input_hash, locator, _preview(kept), _preview(record.completion))
+            report.conflict(record.input_hash, locator, kept, _preview(record.completion))
 
 
 def _outcomes_written(
@@ -154,12 +154,28 @@ def _outcomes_written(
 def _outcomes_dry(
     target: _Target, batch: list[tuple[Record, str]], keys: list[str]
 ) -> list[tuple[Outcome, str | None]]:
+    """A dry run's outcomes: against the rows stored, and those this run would have written before, which it
+    keeps as previews (:func:`_preview`: the start of the text and its SHA-256's first 12 digits), so that its
+    memory grows by a preview a row, not by the row's text: two completions with the same preview are taken as the
+    same."""
     stored: dict[str, str] = {}
     if target.database is not None:
         stored = {key: record.completion for key, record in target.database.get_many(keys).items()}
-    existing = {**stored, **{k: target.seen[k] for k in keys if k in target.seen}}
-    outcomes, new = _classify(batch, existing)
-    target.seen.update((record.input_hash, record.completion) for record in new)
+    outcomes: list[tuple[Outcome, str | None]] = []
+    for record, _ in batch:
+        key = record.input_hash
+        if key in stored:  # what the store holds is read whole: compared whole, as a real run does
+            same = stored[key] == record.completion
+            outcomes.append(("present", None) if same else ("conflict", _preview(stored[key])))
+            continue
+        preview = _preview(record.completion)
+        if key in target.seen:
+            kept = target.seen[key]
+        else:
+            target.seen[key] = preview
+            outcomes.append(("imported", None))
+            continue
+        outcomes.append(("present", None) if kept == preview else ("conflict", kept))
     return outcomes
 
 
@@ -178,5 +194,5 @@ def _classify(
         elif kept == record.completion:
             outcomes.append(("present", None))
         else:
-            outcomes.append(("conflict", kept))
+            outcomes.append(("conflict", _preview(kept)))
     return outcomes, new

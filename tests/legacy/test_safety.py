@@ -277,6 +277,20 @@ def test_two_legacy_rows_with_one_key_and_two_outputs_are_a_conflict_not_a_merge
     )
 
 
+def test_a_dry_run_reports_what_the_import_does_of_rows_it_would_write_twice(tmp_path: Path) -> None:
+    """A dry run keeps a preview of each row it would write, not its text: its report (conflicts and what they
+    show included) is still the real run's."""
+    first = _s4c(tmp_path / "alice", "t", 6)
+    same = _s4c(tmp_path / "carol", "t", 3)  # the same outputs: already present
+    second = _s4c(tmp_path / "bob", "t", 4, offset=2, completion="bob's answer {i}")
+    sources = [first, same, second]
+    dry = run_import(sources, tmp_path / "dry", dry_run=True, chunk_size=2)
+    real = run_import(sources, tmp_path / "real", chunk_size=2)
+    assert [s.as_dict() for s in dry.sources] == [s.as_dict() for s in real.sources]
+    assert [(s.imported, s.already_present, s.conflicts) for s in real.sources] == [(6, 0, 0), (0, 3, 0), (0, 0, 4)]
+    assert "'answer 2'" in real.sources[2].conflict_list[0]["kept"]
+
+
 def test_bad_sources_are_reported_and_the_rest_is_imported(
     legacy_root: Path, store_root: Path, tmp_path: Path, tiny_model: Path
 ) -> None:
