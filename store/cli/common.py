@@ -142,8 +142,9 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        with warnings.catch_warnings(), _logged_warnings():  # both as they were when the command returns
-            warnings.showwarning = _show_warning
+        json_output = bool(kwargs.get("json_output"))
+        with warnings.catch_warnings(), _logged_warnings(json_output):  # both as they were when the command returns
+            warnings.showwarning = functools.partial(_show_warning, json_output=json_output)
             return run(*args, **kwargs)
 
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -221,41 +222,62 @@ _OUR_LOGGERS = ("judgestore", "store", "inference")  # the loggers judgestore's 
 
 class _WarningLines(logging.Handler):
     """judgestore's own log records of WARNING and above (a hosted API's retries, a store that did not answer) as
-    ``warning:`` lines on stderr, as :func:`_show_warning` shows its warnings (Python's last-resort handler showed
-    them as bare lines)."""
+    :func:`_show_warning` shows its warnings (Python's last-resort handler showed them as bare lines)."""
 
-    def __init__(self) -> None:
+    def __init__(self, json_output: bool) -> None:
         super().__init__(logging.WARNING)
+        self.json_output = json_output
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            stderr().print(Text.assemble(("warning: ", "bold yellow"), record.getMessage()), soft_wrap=True)
+            _warning_line(record.getMessage(), "LogWarning", self.json_output)
         except Exception:  # a log line never ends a command
             self.handleError(record)
 
 
 @contextmanager
-def _logged_warnings() -> Iterator[None]:
-    handler = _WarningLines()
+def _logged_warnings(json_output: bool) -> Iterator[None]:
+    """Show judgestore's log warnings while a command runs, as its warnings, and only so: they do not reach the
+    process's own handlers meanwhile (a handler on the root logger printed each a second time)."""
+    handler = _WarningLines(json_output)
     loggers = [logging.getLogger(name) for name in _OUR_LOGGERS]
+    propagated = [logger.propagate for logger in loggers]
     for logger in loggers:
         logger.addHandler(handler)
+        logger.propagate = False
     try:
         yield
     finally:
-        for logger in loggers:
+        for logger, propagate in zip(loggers, propagated, strict=True):
             logger.removeHandler(handler)
+            logger.propagate = propagate
 
 
 def _show_warning(
-    message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: Any = None
+    message: Warning | str,
+    category: type[Warning],
+    filename: str,
+    lineno: int,
+    file: Any = None,
+    line: Any = None,
+    *,
+    json_output: bool = False,
 ) -> None:
     """judgestore's own warnings (a key that may mix models, a network filesystem) as one ``warning:`` line on
-    stderr, as errors are shown; anyone else's (a library's) as Python shows them."""
+    stderr, as errors are shown (with --json, a JSON object: stderr carries only JSON there); anyone else's (a
+    library's) as Python shows them."""
     if category.__module__.partition(".")[0] in ("store", "inference"):
-        stderr().print(Text.assemble(("warning: ", "bold yellow"), str(message)), soft_wrap=True)
+        _warning_line(str(message), category.__name__, json_output)
     else:
         _python_show_warning(message, category, filename, lineno, file, line)
+
+
+def _warning_line(message: str, kind: str, json_output: bool) -> None:
+    if json_output:
+        sys.stderr.write(to_json({"warning": message, "type": kind}, indent=False) + "\n")
+        sys.stderr.flush()
+    else:
+        stderr().print(Text.assemble(("warning: ", "bold yellow"), message), soft_wrap=True)
 
 
 def to_json(value: object, *, indent: bool = True) -> str:

@@ -388,6 +388,33 @@ def test_a_retry_is_one_warning_line_as_judgestores_warnings_are(
     assert line.startswith(f"warning: {openai_server.base_url}: HTTP 503 (busy); retry 1 of 6 in ")
 
 
+def test_with_json_a_retry_warning_is_a_json_object_and_a_root_handler_does_not_print_it_again(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """With --json stderr carries only JSON (a bare warning line broke it); a handler the process has on the root
+    logger got each warning a second time (a review)."""
+    import logging
+
+    got: list[str] = []
+
+    class Collecting(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            got.append(record.getMessage())
+
+    root = logging.getLogger()
+    collecting = Collecting(logging.WARNING)
+    root.addHandler(collecting)
+    try:
+        openai_server.add_fault(Fault(status=503, body=b'{"error": {"message": "busy"}}'))
+        result = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--max-concurrency", "1", "--json")
+    finally:
+        root.removeHandler(collecting)
+    assert result.exit_code == 0, result.output
+    (warning, summary) = [orjson.loads(line) for line in result.stderr.splitlines()[:1]] + [orjson.loads(result.stdout)]
+    assert warning["type"] == "LogWarning" and warning["warning"].startswith(f"{openai_server.base_url}: HTTP 503")
+    assert summary["misses"] == 5 and not [m for m in got if "retry" in m]
+
+
 def test_an_empty_input_file_reports_no_hit_rate(openai_server: FakeOpenAI, tmp_path: Path, store_root: Path) -> None:
     """Nothing was looked up: "0 hits (100%)" claimed a rate (was)."""
     empty = tmp_path / "empty.jsonl"

@@ -251,18 +251,22 @@ def test_a_malformed_body_after_answers_is_retried_and_one_that_persists_fails_a
 
 
 def test_an_answer_from_another_model_than_the_one_asked_for_is_said_once(
-    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Was: stored under the model asked for without a word (a router's fallback)."""
     body = {"id": "x", "object": "chat.completion", "created": 0, "choices": [
         {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}  # fmt: skip
-    for name in ("fake-judge-2024-08-06", "org/fake-judge"):  # a dated version, the org named: the same model
+    for name in ("fake-judge-2024-08-06", "org/Fake-Judge"):  # a dated version, the org named: the same model
         fake.add_fault(Fault(status=200, body=json.dumps({**body, "model": name}).encode()))
-    fake.add_fault(Fault(status=200, times=2, body=json.dumps({**body, "model": "other-model"}).encode()))
+    fake.add_fault(Fault(status=200, times=2, body=json.dumps({**body, "model": "fake-judge-mini"}).encode()))
     caplog.set_level(logging.WARNING, logger="judgestore.hosted")
-    served(fake, max_concurrency=1).cached(store, task="t").complete([ask(i) for i in range(5)])
+    monkeypatch.setenv("TOGETHER_API_KEY", "k")
+    served(fake, provider="together", max_concurrency=1).cached(store, task="t").complete([ask(i) for i in range(5)])
     said = [r.getMessage() for r in caplog.records if "answered with the model" in r.getMessage()]
-    assert said == [f"{fake.base_url} answered with the model 'other-model' where 'fake-judge' was asked for: its "
+    fake.add_fault(Fault(status=200, body=json.dumps({**body, "model": "first-alias"}).encode()))
+    served(fake).cached(store, task="t").complete([ask(9)])  # a vllm serve names its first served name: not said
+    said = [r.getMessage() for r in caplog.records if "answered with the model" in r.getMessage()]
+    assert said == [f"{fake.base_url} answered with the model 'fake-judge-mini' where 'fake-judge' was asked for: its "
                     "answers are stored under 'fake-judge' (pin the model, or turn off the router's fallbacks, if that "
                     "is not the one you meant)"]  # fmt: skip
 
@@ -411,17 +415,36 @@ def test_a_batch_sorted_longest_first_is_not_taken_for_refused_settings(store: S
         assert store.database("completions", "t", spec.descriptor).count() == 12 and len(fake.completions()) == 22
 
 
-def test_a_max_tokens_no_prompt_leaves_room_for_is_refused_settings(store: Store, fake: FakeOpenAI) -> None:
+@pytest.mark.parametrize("concurrency", [1, 8])
+def test_a_max_tokens_no_prompt_leaves_room_for_is_refused_settings(
+    store: Store, fake: FakeOpenAI, concurrency: int
+) -> None:
     """vLLM says "maximum context length" of max_tokens over the context too: every request is refused, and the
-    shortest one, sent once eight were, says that the settings are (a review found all 40 sent)."""
+    shortest one, sent once eight were, says that the settings are (a review found all 40 sent; then one probe per
+    request in flight)."""
     said = ("This model's maximum context length is 4096 tokens. However, you requested 8210 tokens (18 in the "
             "messages, 8192 in the completion). Please reduce the length of the messages or completion.")  # fmt: skip
-    fake.add_fault(Fault(status=400, times=100, body=json.dumps({"error": {"message": said, "code": 400}}).encode()))
-    spec = served(fake, max_concurrency=1)
-    with pytest.raises(HostedRequestError, match=r"refused the first 9 requests of the batch and answered none"):
-        spec.cached(store, task="t").complete([ask(i) for i in range(40)])
-    sent = [str(r.body["messages"][-1]["content"]) for r in fake.completions() if r.body]
-    assert sent == [f"question {i}" for i in range(8)] + ["question 8"]  # the eight in order, then the shortest
+    refusal = json.dumps({"error": {"message": said, "code": 400}}).encode()
+    fake.add_fault(Fault(status=400, times=100, delay=0.02, body=refusal))  # a while each: several in flight
+    spec = served(fake, max_concurrency=concurrency)
+    shorter = [CompletionRequest(messages=[{"role": "user", "content": f"q{i} " + "x" * (40 - i)}]) for i in range(40)]
+    with pytest.raises(HostedRequestError, match=r"refused the first \d+ requests of the batch and answered none"):
+        spec.cached(store, task="t").complete(shorter)
+    sent = [str(r.body["messages"][-1]["content"]).split()[0] for r in fake.completions() if r.body]
+    # Those sent in order until eight were refused (and those then in flight), then one probe: the shortest, the last
+    in_order = len(sent) - 1
+    assert set(sent[:-1]) == {f"q{i}" for i in range(in_order)} and sent[-1] == "q39"
+    assert 8 <= in_order <= 8 + concurrency - 1
+
+
+def test_a_batch_whose_every_prompt_is_over_the_context_fails_each_alone(store: Store) -> None:
+    """With the probe the last request, nothing was held back: "so no more were sent" was not true (a review)."""
+    with FakeOpenAI(context_length=10) as fake:
+        spec = served(fake, max_concurrency=1)
+        too_long = [CompletionRequest(messages=[{"role": "user", "content": "word " * (20 + i)}]) for i in range(9)]
+        with pytest.raises(RequestsFailedError, match=r"9 of 9 inputs"):
+            spec.cached(store, task="t").complete(too_long)
+        assert len(fake.completions()) == 9
 
 
 def test_a_prompt_over_the_servers_context_is_a_400_that_fails_alone_and_the_rest_is_stored(store: Store) -> None:

@@ -82,6 +82,7 @@ import json
 import logging
 import queue
 import random
+import re
 import threading
 import weakref
 from collections.abc import Callable, Iterator, Sequence
@@ -122,6 +123,7 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
 REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
+_DATED_VERSION = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})")  # what a dated version adds to its model's name
 # What a refusal of a request over the model's context says (vLLM, OpenAI, OpenRouter): its prompt, or max_tokens
 TOO_LONG_WORDS = ("maximum context length", "context_length_exceeded", "context window", "prompt is too long")
 QUOTA_CODES = frozenset({"insufficient_quota"})  # a 429 no wait cures (OpenAI's spent quota): not retried
@@ -346,6 +348,7 @@ class OpenAIBackend:
         # Cleared while a streak of refusals is checked: no request starts until those in flight have finished.
         may_start = asyncio.Event()
         may_start.set()
+        checking = asyncio.Lock()
 
         async def worker() -> None:
             for i in order:  # shared: each worker takes the next request not taken yet
@@ -355,6 +358,26 @@ class OpenAIBackend:
                 async with self._slots:  # a request starts only when one of the backend's slots is free
                     if failures or not await one(i):
                         return
+
+        async def settings_refused() -> bool:
+            """Whether the refusals so far refuse the settings (see the module docstring); no request starts while
+            this is found out."""
+            may_start.clear()
+            try:
+                # Settings refused, or only the first prompts too long? The requests still in flight say: one
+                # answer among them and the batch goes on.
+                while finished < started and not answered:
+                    await asyncio.sleep(0.01)
+                if not answered and too_long == refused and len(taken) < len(requests):
+                    # Each refused as over the context: a max_tokens no prompt leaves room for, or a batch sorted
+                    # longest first? The shortest prompt not sent yet says.
+                    shortest = min(set(range(len(requests))) - taken, key=lambda j: _size(requests[j]))
+                    taken.add(shortest)
+                    await one(shortest, probe=True)
+                # Every request sent (the probe was the last): each refusal stands alone, nothing was held back
+                return not answered and started < len(requests)
+            finally:
+                may_start.set()
 
         async def one(i: int, *, probe: bool = False) -> bool:
             """Send request ``i``; False when no more requests should start."""
@@ -375,19 +398,11 @@ class OpenAIBackend:
                 finished += 1
                 emit((i, Refusal(e)))
                 if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
-                    # Settings refused, or only the first prompts too long? The requests still in flight say:
-                    # one answer among them and the batch goes on.
-                    may_start.clear()
-                    while finished < started and not answered:
-                        await asyncio.sleep(0.01)
-                    if not answered and too_long == refused and len(taken) < len(requests):
-                        # Each refused as over the context: a max_tokens no prompt leaves room for, or a batch
-                        # sorted longest first? The shortest prompt not sent yet says.
-                        shortest = min(set(range(len(requests))) - taken, key=lambda j: _size(requests[j]))
-                        taken.add(shortest)
-                        await one(shortest, probe=True)
-                    may_start.set()
-                    if not answered:
+                    async with checking:  # one check at a time: a refusal meanwhile waits for its verdict
+                        if failures:
+                            return False
+                        if answered or not await settings_refused():
+                            return True
                         failures.append(self._refused_settings(e, refused))
                         return False
                 return True
@@ -589,9 +604,11 @@ class OpenAIBackend:
         served, asked = data.get("model") if isinstance(data, dict) else None, self._descriptor.model
         if self._warned_served is not None or not isinstance(served, str) or not served:
             return
-        served_name, asked_name = served.rsplit("/", 1)[-1], asked.rsplit("/", 1)[-1]  # with or without its org
-        if served_name == asked_name or served_name.startswith(f"{asked_name}-"):  # the same, or a dated version
+        if self._descriptor.provider == "vllm-server":  # it names the model by its first served name, any alias asked
             return
+        served_name, asked_name = (name.rsplit("/", 1)[-1].lower() for name in (served, asked))  # with or without org
+        if served_name == asked_name or _DATED_VERSION.fullmatch(served_name.removeprefix(asked_name)):
+            return  # the same model, or a dated version of it (gpt-4o-2024-08-06 for gpt-4o)
         self._warned_served = served
         log.warning(
             "%s answered with the model %r where %r was asked for: its answers are stored under %r (pin the model, "
