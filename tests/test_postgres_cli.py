@@ -111,8 +111,12 @@ def test_a_user_who_may_only_read_gets_every_hit_and_a_warning_that_the_run_was_
         [orjson.loads(line) for line in (tmp_path / f).read_bytes().splitlines()] for f in ("a.jsonl", "b.jsonl")
     )
     assert [r["completion"] for r in hits] == [r["completion"] for r in first] and all(r["cached"] for r in hits)
-    said = " ".join(result.stderr.split())
-    assert "warning: this run was not recorded" in said and "JUDGESTORE_RECORD_RUNS=false" in said, said
+    (warning,) = [orjson.loads(line) for line in result.stderr.splitlines()]  # with --json, a JSON object
+    assert warning["type"] == "RunNotRecordedWarning", warning
+    assert (
+        warning["warning"].startswith("this run was not recorded")
+        and "JUDGESTORE_RECORD_RUNS=false" in warning["warning"]
+    )
     assert pg_cluster.sql(runs, database) == before
 
 
