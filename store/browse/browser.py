@@ -117,6 +117,15 @@ class _Source:
         return self.oldest > cursor.created_at if newest_first else self.newest < cursor.created_at
 
 
+def _or_unreadable(derive: Callable[[], dict[str, Any]]) -> dict[str, Any]:
+    """What ``derive()`` reads of a database for the store's catalog, or the error that stopped it as
+    :data:`~store.catalog.UNREADABLE`: never kept (:func:`~store.catalog.readable`), read again next time."""
+    try:
+        return derive()
+    except JudgestoreError as e:
+        return {UNREADABLE: str(e)}
+
+
 def _reasons_by_name(reasons: dict[str | None, int]) -> dict[str, int]:
     return {("null" if k is None else str(k)): n for k, n in reasons.items()}
 
@@ -235,12 +244,13 @@ class Browser:
     def _derived(self, location: Location, rows: int) -> dict[str, Any]:
         """What the overview shows of a current database, as the store's catalog keeps it: its runs added up, and
         its rows per finish reason if it holds at most :data:`AUTO_COUNT_ROWS` rows (else None: not counted)."""
-        try:
+
+        def derive() -> dict[str, Any]:
             database = self.store.open(location)
             reasons = _reasons_by_name(queries.finish_reasons(database)) if rows <= AUTO_COUNT_ROWS else None
             return {"runs": catalog_fields(run_totals(database)), "reasons": reasons}
-        except JudgestoreError as e:
-            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
+
+        return _or_unreadable(derive)
 
     def _finish_reasons(self, location: Location, *, count: bool) -> dict[str, int] | None:
         """Rows per finish reason of a database too large to count unasked: kept in the store's catalog from an
@@ -249,10 +259,9 @@ class Browser:
         def counted(location: Location) -> dict[str, Any]:
             if not count:
                 return {}  # not kept: the next request that asks counts
-            try:
-                return {"reasons": _reasons_by_name(queries.finish_reasons(self.store.open(location)))}
-            except JudgestoreError as e:
-                return {UNREADABLE: str(e)}
+            return _or_unreadable(
+                lambda: {"reasons": _reasons_by_name(queries.finish_reasons(self.store.open(location)))}
+            )
 
         ((_, data),) = self.store.storage.remembered(
             [location], _FINISH_REASONS, counted, lasting=lambda value: "reasons" in value
@@ -302,12 +311,13 @@ class Browser:
 
     def _span(self, location: Location) -> dict[str, Any]:
         """The span of a database's rows' times, as the store's catalog keeps it (None: no row)."""
-        try:
+
+        def derive() -> dict[str, Any]:
             database = self.store.open_existing(location)
             span = None if database is None else queries.created_span(database)
-        except JudgestoreError as e:
-            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
-        return {"span": None if span is None else [t.isoformat() for t in span]}
+            return {"span": None if span is None else [t.isoformat() for t in span]}
+
+        return _or_unreadable(derive)
 
     def _window(
         self, sources: list[_Source], query: RowsQuery, skipped: list[Skipped], read: set[str]
@@ -490,11 +500,12 @@ class Browser:
 
     def _judges_of(self, location: Location) -> dict[str, Any]:
         """A judgements database's rows per judge, as the store's catalog keeps them."""
-        try:
+
+        def derive() -> dict[str, Any]:
             database = self.store.open_existing(location)
             return {"judges": {} if database is None else queries.judges(database)}
-        except JudgestoreError as e:
-            return {UNREADABLE: str(e)}  # never kept (readable): read again next time
+
+        return _or_unreadable(derive)
 
     def judge(self, judge: str, limit: int = JUDGE_ROWS) -> JudgeView:
         return self._locked(lambda: self._judge(judge, limit))
