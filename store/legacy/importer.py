@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import closing
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -256,7 +257,7 @@ def import_sources(
     detections = list(detections)
     importer = SourceImporter(store, resolver, options, on_progress)
     report = ImportReport(store.where, options.dry_run, ignored_files=ignored_files)
-    with carrying("import_report", report):  # the chunks written before a Ctrl-C, for the CLI
+    with carrying("import_report", report), closing(importer.writer):  # the report: the chunks before a Ctrl-C
         for index, detection in enumerate(detections):
             source = SourceReport(detection.path, detection.variant, detection.state.value)
             report.sources.append(source)

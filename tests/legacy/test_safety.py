@@ -455,3 +455,28 @@ def test_a_csv_saved_with_a_byte_order_mark_reads_its_first_column_by_name(tmp_p
     source = open_dataframe(path)
     assert source.columns == ("completion", "instruction_index")
     assert list(source.iter_rows()) == [{"completion": "answer", "instruction_index": "0"}]
+
+
+def test_a_dry_run_counts_a_key_repeated_within_one_chunk_as_the_real_run_does(tmp_path: Path) -> None:
+    """One chunk holding a key three times (the same output, then another): imported, present, conflict; the dry
+    run's keys kept on disk (not in memory) give the same as the real run's transaction."""
+    from store.descriptor import ModelDescriptor
+    from store.legacy.report import SourceReport
+    from store.legacy.writer import ChunkedWriter
+    from tests.factories import completion_record
+
+    row = completion_record(1)
+    rows = [row, completion_record(2), row, completion_record(1, completion="another answer")]
+    outcomes = []
+    for dry_run in (True, False):
+        with Store(Settings(), root=tmp_path / str(dry_run), readonly=dry_run) as store:
+            writer = ChunkedWriter(store, dry_run=dry_run, chunk_size=100)
+            report = SourceReport(tmp_path / "source.db", None, "ok")
+            for i, record in enumerate(rows):
+                writer.add(record, f"row {i}", role="completions", task="t", descriptor=ModelDescriptor(
+                    provider="vllm", model="m"), assumptions=(), report=report)  # fmt: skip
+            writer.flush(report)
+            writer.close()
+            outcomes.append((report.imported, report.already_present, report.conflicts, report.conflict_list))
+    assert outcomes[0] == outcomes[1]
+    assert outcomes[0][:3] == (2, 1, 1) and "'answer 1'" in outcomes[0][3][0]["kept"]
