@@ -44,7 +44,10 @@ Contract:
   (``results``, by input hash). A :class:`~inference.backends.base.Refusal`
   and a row the store refuses (:class:`InvalidInputError`, split from its
   batch until alone) fail alone, in ``run.failed``; any other write failure
-  raises with ``rows_kept``, the rows this call stored before it.
+  raises with ``rows_kept``, the rows this call stored before it. A row
+  another job (or a concurrent call) stored first under a key is what the
+  call returns for it (``cached`` False): the answer of record, which every
+  later run gets back, not this call's own generation, which nothing kept.
 """
 
 from __future__ import annotations
@@ -66,7 +69,7 @@ from inference.backends.base import (
 )
 from inference.cache.accounting import CallStats, priced, usage_totals
 from inference.cache.plan import Failure, PlannedInput
-from inference.cache.rows import generated_record, generated_sample
+from inference.cache.rows import generated_record, generated_sample, stored_sample
 from inference.requests import Request, Sample
 from store import Database, Settings
 from store.errors import BackendError, InvalidInputError, JudgestoreError, ModelError
@@ -150,18 +153,37 @@ class Writer:
             for inp, gen in answered
         ]
         not_kept: dict[str, InvalidInputError] = {}
+        stored_first: dict[str, Record] = {}
         if self.database is not None and records:
             written, not_kept = self._put(self.database, records)
             run.written += written
+            if written < len(records) - len(not_kept) and self.policy == "ignore":
+                stored_first = self._stored_first(self.database, answered, not_kept)
         for inp, gen in answered:
             if inp.key in not_kept:
                 self.fail(inp, not_kept[inp.key], gen)
+            elif inp.key in stored_first:
+                self.results[inp.key] = stored_sample(stored_first[inp.key], cached=False)
             else:
                 self.results[inp.key] = generated_sample(inp, gen)
         run.generated += len(answered)
         # What is kept and not yet counted: a redo also counts the refusals its cut-short first attempt kept.
         if len(self.results) > self.done:
             self.progress(len(self.results) - self.done)
+
+    @staticmethod
+    def _stored_first(
+        database: Database, answered: list[tuple[PlannedInput, Generation]], not_kept: dict[str, InvalidInputError]
+    ) -> dict[str, Record]:
+        """The rows another call stored first under keys of ``answered`` (their writes were ignored), by key.
+
+        Another job, or a concurrent call of this process, planned the same miss and wrote it while this one
+        generated: the stored row is the answer of record (every later run gets it back), so the call returns it
+        too, not its own generation (at a temperature above 0, another text that nothing kept).
+        """
+        keys = [inp.key for inp, _ in answered if inp.key not in not_kept]
+        found = database.get_many(keys)
+        return {inp.key: found[inp.key] for inp, gen in answered if inp.key in found and _differs(found[inp.key], gen)}
 
     def _put(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one batch: the rows written, and the rows the store refused (by input hash) with its reason.
@@ -192,6 +214,15 @@ class Writer:
                 "they are kept, and running it again in mode use generates only the rest."
             )
             raise
+
+
+def _differs(record: Record, gen: Generation) -> bool:
+    """Whether the stored ``record`` says something else than ``gen`` (another generation of the same input)."""
+    return (record.completion, record.finish_reason, record.top_logprobs) != (
+        gen.text,
+        gen.finish_reason,
+        gen.top_logprobs,
+    )
 
 
 def generate_into(

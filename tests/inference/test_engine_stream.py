@@ -14,6 +14,7 @@ import json
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +30,7 @@ from inference.requests import CompletionRequest, Response
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError, JudgestoreError
 from store.store import Database, Store
+from store.tables.records import CompletionRecord
 from tests.inference.conftest import TINY_ENGINE_KWARGS, VLLM_ENV, run_fresh_python
 
 pytestmark = pytest.mark.engine
@@ -356,6 +358,55 @@ def test_concurrent_calls_on_views_of_one_engine_take_it_in_turn(
     for thread in threads:
         thread.join(timeout=300)
     assert [by_key(r) for r in results] == [by_key(r) for r in alone]
+
+
+def test_a_miss_another_job_stored_meanwhile_is_answered_with_the_stored_row(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """The row stored first is the answer of record: a call whose write was ignored returns it, as a rerun does."""
+    descriptor = describe(tiny_model_dir, GREEDY)
+    requests = prompts(6, start=4500)
+    database = store.database("completions", "stream", descriptor)
+
+    def another_job_writes(plan: Any) -> None:  # after this call's lookup, before its generation is written
+        database.put_many([
+            CompletionRecord(input_hash=inp.key, sample_index=inp.sample_index, input_text=inp.rendered.decode(),
+                             completion=f"stored by another job {i}", finish_reason="stop", model="other",
+                             created_at=datetime.now(UTC))
+            for i, inp in enumerate(plan.missing[:4])
+        ])  # fmt: skip
+
+    model = cached(store, engine, descriptor)
+    first = model.complete(requests, on_plan=another_job_writes)
+    texts = [r.samples[0].text for r in first]
+    assert texts[:4] == [f"stored by another job {i}" for i in range(4)]  # before: this call's own generations
+    assert not any(t.startswith("stored by") for t in texts[4:]) and model.last.written == 2
+    assert not any(s.cached for r in first for s in r.samples)
+    again = cached(store, engine, descriptor).complete(requests)
+    assert [r.samples[0].text for r in again] == texts and all(r.samples[0].cached for r in again)
+
+
+def test_concurrent_calls_of_one_prompt_at_temperature_1_all_return_the_stored_sample(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """Calls that planned the same miss at once: whichever wrote first, every call returns that row (a rerun's
+    answer), not a sample nothing kept."""
+    descriptor = describe(tiny_model_dir, {"temperature": 1.0, "max_tokens": 8})
+    model = cached(store, engine, descriptor)
+    store.database("completions", "stream", descriptor)  # created before the threads (see above)
+    results: list[str] = []
+
+    def call() -> None:
+        results.append(model.complete(prompts(1, start=4600))[0].samples[0].text)
+
+    threads = [threading.Thread(target=call) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=300)
+    (stored,) = store.database("completions", "stream", descriptor).query()
+    assert results == [stored.completion] * 4
+    assert model.complete(prompts(1, start=4600))[0].samples[0].text == stored.completion
 
 
 def test_vllms_cpu_failure_on_a_seeded_chunked_prefill_is_a_typed_error_naming_the_setting(
