@@ -22,7 +22,8 @@ Contract:
   :class:`~store.errors.InvalidInputError` rather than ignored
   (:func:`check_call`).
 * Each answer is an ``AIMessage`` (:func:`message_of`): ``content`` the
-  text, ``usage_metadata`` the token counts when known, and
+  text, ``usage_metadata`` the token counts when known (on a hit with
+  ``"total_cost": 0``, as LangChain's own cache marks one), and
   ``response_metadata`` holding ``finish_reason``, ``model_name``, ``usage``
   (the stored usage, engine seconds included), ``judgestore`` (``cached``:
   hit or miss, ``input_hash``, ``descriptor_hash``, ``task``, ``role``) and,
@@ -255,6 +256,8 @@ def message_of(response: Response, model: CachedModel, role: Role) -> AIMessage:
     tokens = None
     if isinstance(prompt, int) and isinstance(completion, int):
         tokens = {"input_tokens": prompt, "output_tokens": completion, "total_tokens": prompt + completion}
+        if sample.cached:  # as LangChain's own cache marks a hit: the tokens it had cost, and nothing spent now
+            tokens["total_cost"] = 0
     return AIMessage(content=sample.text, response_metadata=metadata, usage_metadata=tokens)
 
 

@@ -176,6 +176,18 @@ def test_answers_carry_usage_finish_reason_and_openais_logprobs(store: Store, fa
     assert message.response_metadata["usage"]["engine_seconds"] >= 0
 
 
+def test_a_hit_says_its_tokens_cost_nothing_now_as_langchains_own_cache_does(store: Store, fake: FakeOpenAI) -> None:
+    from langchain_core.callbacks import get_usage_metadata_callback
+
+    with chat_model(fake, store, sampling={"max_tokens": 2}) as chat:
+        miss = chat.invoke("a b c")
+        with get_usage_metadata_callback() as counted:
+            hit = chat.invoke("a b c")
+    assert miss.usage_metadata is not None and "total_cost" not in miss.usage_metadata
+    assert hit.usage_metadata == {"input_tokens": 3, "output_tokens": 2, "total_tokens": 5, "total_cost": 0}
+    assert [usage["total_cost"] for usage in counted.usage_metadata.values()] == [0]
+
+
 def test_stream_of_a_hit_yields_its_stored_text(store: Store, fake: FakeOpenAI) -> None:
     with chat_model(fake, store) as chat:
         fresh = "".join(str(c.content) for c in chat.stream("stream me"))
