@@ -14,7 +14,9 @@ Contract:
   per input in ``batch``: ``benchmark``, ``instruction_id`` and ``model``
   for completions; ``benchmark``, ``instruction_id``, ``model_a``,
   ``model_b``, ``judge`` and ``orientation`` for judgements
-  (:data:`ROW_FIELDS`). Other keys are LangChain's and are ignored. As
+  (:data:`ROW_FIELDS`). Other keys are LangChain's and are ignored (one
+  spelt almost like a row field, ``instruction_idd``, is warned of:
+  :class:`MetadataKeyWarning`). As
   everywhere, metadata is never part of the key.
 * Sampling is the spec's (it is part of the key): a call-time ``stop`` that
   differs from the spec's, or any other call-time setting
@@ -46,6 +48,8 @@ Contract:
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -101,6 +105,7 @@ def requests_of(
     requests: list[tuple[int, Request]] = []
     for i, (conversation, metadata) in enumerate(zip(conversations, metadatas, strict=True)):
         fields = {k: v for k, v in (metadata or {}).items() if k in ROW_FIELDS[role]}
+        _warn_of_near_misses(metadata or {}, role)
         try:
             prompt: dict[str, Any] = (
                 {"messages": chat_messages(conversation)} if chat else {"text": text_prompt(conversation)}
@@ -113,6 +118,26 @@ def requests_of(
             continue
         requests.append((i, request))
     return requests, outcomes
+
+
+class MetadataKeyWarning(UserWarning):
+    """A config metadata key that is not a row field but spelt almost like one (not stored: LangChain's)."""
+
+
+def _warn_of_near_misses(metadata: Mapping[str, Any], role: Role) -> None:
+    """Warn of a key spelt almost like a row field (``instruction_idd``): LangChain's keys are left alone, so
+    a misspelt row field would otherwise be lost silently."""
+    for key in metadata:
+        if key in ROW_FIELDS[role] or not isinstance(key, str):
+            continue
+        close = difflib.get_close_matches(key.lower(), ROW_FIELDS[role], n=1, cutoff=0.85)
+        if close:
+            warnings.warn(
+                f"config metadata key {key!r} is not a {role} row field, so it is not stored; "
+                f"did you mean {close[0]!r}?",
+                MetadataKeyWarning,
+                stacklevel=2,
+            )
 
 
 def send(

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -516,3 +517,18 @@ def test_every_path_refuses_what_cannot_be_keyed_before_langchain_could_drop_it(
             with pytest.raises(InvalidInputError, match="tools and structured output"):
                 unsupported()
     assert [c.body["messages"][-1]["content"] for c in fake.completions()[kept:]] == ["fine"]  # type: ignore[index]
+
+
+def test_a_metadata_key_spelt_almost_like_a_row_field_is_warned_of_and_the_row_still_written(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    from inference.langchain.shapes import MetadataKeyWarning
+
+    with chat_model(fake, store) as chat, pytest.warns(MetadataKeyWarning, match="did you mean 'instruction_id'"):
+        chat.invoke("spelt", config={"metadata": {"instruction_idd": "7", "tags_of_mine": "x"}})
+    (row,) = store.database("completions", "arena", chat.cached.descriptor).query()  # type: ignore[union-attr]
+    assert row.completion == "echo: spelt" and row.instruction_id is None
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # LangChain's own keys, and far-off ones, say nothing
+        with chat_model(fake, store) as chat:
+            chat.invoke("other", config={"metadata": {"instruction_id": "8", "ls_provider": "x", "run": "r"}})
