@@ -360,9 +360,15 @@ class Storage(Protocol):
         """:meth:`info` of each of ``locations``, in their order (a backend may read them together)."""
 
     def upgrade(
-        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+        self,
+        locations: Iterable[Location],
+        *,
+        keep_backup: bool = True,
+        script: ScriptDirectory | None = None,
+        dry_run: bool = False,
     ) -> Iterator[UpgradeResult]:
-        """Upgrade each database that is behind; report the others untouched."""
+        """Upgrade each database that is behind; report the others untouched. ``dry_run``: the checks a real
+        upgrade makes before it writes, and ``would_upgrade`` where they pass; nothing written."""
 
     def verify(self, location: Location) -> DatabaseVerification:
         """Check one database read-only: its metadata, schema and every row's key."""

@@ -91,6 +91,7 @@ class UpgradeOutcome(enum.StrEnum):
     UP_TO_DATE = "up-to-date"
     REFUSED = "refused"  # ahead, foreign, not a database, corrupt: never touched
     FAILED = "failed"  # the migration failed and the backup was restored
+    WOULD_UPGRADE = "would_upgrade"  # a dry run: behind, and every check a real run makes first passed
 
 
 @dataclass(frozen=True, slots=True)

@@ -329,10 +329,16 @@ class Store:
         return self.storage.infos(locations, count_rows=count_rows)
 
     def upgrade(
-        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+        self,
+        locations: Iterable[Location],
+        *,
+        keep_backup: bool = True,
+        script: ScriptDirectory | None = None,
+        dry_run: bool = False,
     ) -> Iterator[UpgradeResult]:
-        """Upgrade every database among ``locations`` that is behind; report the others (as the backend does it)."""
-        return self.storage.upgrade(locations, keep_backup=keep_backup, script=script)
+        """Upgrade every database among ``locations`` that is behind; report the others (as the backend does it).
+        ``dry_run`` (a read-only store will do): the checks an upgrade makes before it writes, nothing written."""
+        return self.storage.upgrade(locations, keep_backup=keep_backup, script=script, dry_run=dry_run)
 
     def verify(self, location: Location) -> DatabaseVerification:
         return self.storage.verify(location)

@@ -279,6 +279,15 @@ def test_the_worked_example_revision_upgrades_either_backend_from_the_command_li
     assert refused.exit_code == 1 and "judgestore db upgrade" in refused.stderr
     # was: "the upgrade also keeps one" on a server too, whose upgrade keeps no backup
     assert "a server's keeps none: use pg_dump" in " ".join(refused.stderr.split())
+    dry = as_json(judgestore("db", "upgrade", "--dry-run", "--json", *store))
+    assert (
+        dry["dry_run"]
+        and [(r["outcome"], r["from_revision"], r["to_revision"]) for r in dry["results"]]
+        == [("would_upgrade", SHIPPED_HEAD, SYNTHETIC_HEAD)] * 2
+    )
+    assert sorted(r["rows"]["judgements"] for r in dry["results"]) == [3, 4]
+    still = orjson.loads(judgestore("db", "status", "--json", *store).stdout)["databases"]
+    assert {d["state"] for d in still} == {"behind"}  # the dry run changed nothing
     upgraded = as_json(judgestore("db", "upgrade", "--json", *store))["results"]
     assert [(r["outcome"], r["from_revision"], r["to_revision"]) for r in upgraded] == [
         ("upgraded", SHIPPED_HEAD, SYNTHETIC_HEAD)

@@ -5,7 +5,8 @@ Contract:
 * Thin: parse, call :mod:`store.schema`, :mod:`store.backends.sqlite.upgrade` and
   :mod:`store.backends.sqlite.verify`, render (see :mod:`store.cli.common`).
 * ``db status`` and ``verify`` never write; ``db upgrade`` writes only the
-  databases that are behind (with a backup each).
+  databases that are behind (with a backup each), and with ``--dry-run``
+  none (each checked as an upgrade checks it first).
 * Each exits 1 when it finds a problem: a database that is not usable, an
   upgrade refused or failed, a verification problem.
 * Ctrl-C in ``verify`` or ``db upgrade`` exits 130 with one line on stderr
@@ -99,6 +100,7 @@ _OUTCOME_STYLE = {
     UpgradeOutcome.UP_TO_DATE: "dim",
     UpgradeOutcome.REFUSED: "bold red",
     UpgradeOutcome.FAILED: "bold red",
+    UpgradeOutcome.WOULD_UPGRADE: "yellow",
 }
 
 
@@ -109,6 +111,9 @@ def db_upgrade_command(
     no_backup: Annotated[
         bool,
         typer.Option("--no-backup", help="Delete each backup once its upgrade succeeded (a folder store's)."),
+    ] = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only make the checks an upgrade makes first, and say what it would do.")
     ] = False,
 ) -> None:
     """Upgrade every database that is behind to this library's head revision.
@@ -122,23 +127,36 @@ def db_upgrade_command(
     on stderr saying how many were upgraded: the one it stopped in is left at
     its revision (its migration is one transaction), and so are the rest.
 
+    --dry-run reads each database and changes nothing: the checks an upgrade
+    makes before it writes (its revision; on a folder store SQLite's
+    quick_check, room for the backup and a writable file) and the rows each
+    table holds; "would_upgrade" where they all pass. The migration itself
+    is not run. Exits 1 if one would be refused.
+
     Examples:
+
+        judgestore db upgrade --dry-run
 
         judgestore db upgrade
 
         judgestore db upgrade --task mt-bench --json
     """
-    if no_backup and settings.store_url:
+    if no_backup and settings.store_url and not dry_run:
         note(
             "--no-backup: a server's upgrade makes no backup to delete (take one with pg_dump)",
             json_output=json_output,
         )
-    with Store(settings) as store:
+    with Store(settings, readonly=dry_run) as store:
         locations = store.select(selector)
         results: list[UpgradeResult] = []
+        upgrades = store.upgrade(locations, keep_backup=not no_backup, dry_run=dry_run)
         try:
-            results.extend(counted(store.upgrade(locations, keep_backup=not no_backup), len(locations), "Upgrading"))
+            results.extend(counted(upgrades, len(locations), "Checking" if dry_run else "Upgrading"))
         except KeyboardInterrupt as e:
+            if dry_run:
+                interrupted(f"interrupted; checked {len(results)} of {quantity(len(locations), 'database')} (dry "
+                            "run: nothing was changed)", json_output, dry_run=True, databases=len(locations),
+                            results=[_result_dict(r) for r in results])  # fmt: skip
             # The database it was migrating, if it was (not one already current): did its commit finish?
             stopped = locations[len(results) :][:1] if getattr(e, MIGRATING, None) else []
             at_head = any(info.state is DatabaseState.CURRENT for info in store.infos(stopped, count_rows=False))
@@ -146,26 +164,30 @@ def db_upgrade_command(
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
-        emit_json({"head": schema.revisions().head, "ok": not bad, "results": [_result_dict(r) for r in results]})
+        results_json = [_result_dict(r) for r in results]
+        emit_json({"head": schema.revisions().head, "ok": not bad, "dry_run": dry_run, "results": results_json})
     elif not results:
         no_databases(store, json_output, selector)
     else:
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
-        table = FittedTable(f"Upgrade of {store.where}", [*columns, Column("Backup / problem", fit=Fit.WRAP)])
+        title = f"Upgrade of {store.where}" + (" (dry run: nothing changed)" if dry_run else "")
+        table = FittedTable(title, [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
             detail = unprefixed(r.error, r.where) if r.error else ""
+            if r.outcome is UpgradeOutcome.WOULD_UPGRADE and r.rows is not None:
+                detail = "; ".join(part for part in (detail, f"{sum(r.rows.values()):,} rows kept") if part)
             if r.backup is not None:  # a failed upgrade keeps the backup it restored the file from
                 backup = store.shown(str(r.backup))
                 detail = f"{detail}; the file was restored from its backup, kept at {backup}" if detail else backup
             table.add_row(
                 Text(folder),
-                Text(r.outcome.value, style=_OUTCOME_STYLE[r.outcome]),
+                Text(r.outcome.value.replace("_", " "), style=_OUTCOME_STYLE[r.outcome]),
                 r.from_revision or "",
                 r.to_revision or "",
                 Text(detail),
             )
         counts = {outcome: sum(r.outcome is outcome for r in results) for outcome in UpgradeOutcome}
-        table.caption = ", ".join(f"{n} {outcome.value}" for outcome, n in counts.items() if n)
+        table.caption = ", ".join(f"{n} {outcome.value.replace('_', ' ')}" for outcome, n in counts.items() if n)
         stdout().print(table)
     if bad:
         raise typer.Exit(1)

@@ -881,6 +881,34 @@ def test_db_upgrade_brings_behind_databases_to_head_once(filled: Path, synthetic
     assert count_rows(filled) == 10
 
 
+def test_db_upgrade_dry_run_checks_each_database_as_an_upgrade_does_and_changes_nothing(
+    filled: Path, synthetic_head: str
+) -> None:
+    before = file_digests(filled)
+    dry = judgestore("db", "upgrade", "--dry-run", "--json")
+    assert dry.exit_code == 0, dry.output
+    report = as_json(dry.stdout)
+    assert report["dry_run"] is True and report["ok"] is True
+    assert [(r["outcome"], r["from_revision"], r["to_revision"], r["backup"]) for r in report["results"]] == [
+        ("would_upgrade", SHIPPED_HEAD, synthetic_head, None)
+    ] * 3
+    assert sum(sum(r["rows"].values()) for r in report["results"]) == 10  # every table's rows: the store's 10
+    text = judgestore("db", "upgrade", "--dry-run")
+    assert text.exit_code == 0 and "dry run: nothing changed" in text.stdout and "3 would upgrade" in text.stdout
+    damage_page(db_path(filled, QWEN), "completions")  # a real upgrade refuses it: so does its dry run
+    damaged = file_digests(filled)
+    refused = judgestore("db", "upgrade", "--dry-run", "--json")
+    assert refused.exit_code == 1
+    by_path = {r["path"]: r for r in as_json(refused.stdout)["results"]}
+    assert by_path[str(db_path(filled, QWEN))]["outcome"] == "refused"
+    assert "damaged" in by_path[str(db_path(filled, QWEN))]["error"]
+    assert file_digests(filled) == damaged and damaged != before
+    assert not list(filled.rglob("*.bak-*"))  # no backup made
+    assert [r["outcome"] for r in as_json(judgestore("db", "upgrade", "--json").stdout)["results"]].count(
+        "upgraded"
+    ) == 2  # the real run does what the dry run said
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one_it_stopped_in(
     filled: Path, synthetic_head: str, json_output: bool

@@ -468,10 +468,15 @@ class PostgresStorage:
             return 0
 
     def upgrade(
-        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+        self,
+        locations: Iterable[Location],
+        *,
+        keep_backup: bool = True,
+        script: ScriptDirectory | None = None,
+        dry_run: bool = False,
     ) -> Iterator[UpgradeResult]:
         """Upgrade each schema in its own transaction under its lock (:mod:`store.backends.postgres.upgrade`)."""
-        return upgrade_schemas(self, locations, script=script)
+        return upgrade_schemas(self, locations, script=script, dry_run=dry_run)
 
     def verify(self, location: Location) -> DatabaseVerification:
         """Registry row, schema state, and every row's input hash (:mod:`store.backends.postgres.verify`)."""

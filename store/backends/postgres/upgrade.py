@@ -80,16 +80,35 @@ def row_counts(conn: Connection, location: Location) -> dict[str, int]:
 
 
 def upgrade_schemas(
-    storage: SchemaHost, locations: Iterable[Location], *, script: ScriptDirectory | None = None
+    storage: SchemaHost, locations: Iterable[Location], *, script: ScriptDirectory | None = None, dry_run: bool = False
 ) -> Iterator[UpgradeResult]:
-    """Upgrade each schema in its own transaction under its lock (see the module docstring)."""
+    """Upgrade each schema in its own transaction under its lock (see the module docstring); with ``dry_run``,
+    say what each would give (:func:`_would_upgrade`), nothing written."""
     known = known_revisions(script)
     for location in locations:
         where = storage.location_where(location)
         try:
+            if dry_run:
+                yield _would_upgrade(storage, location, where, known)
+                continue
             yield _upgrade(storage, location, where, known, script)
         except JudgestoreError as e:
             yield UpgradeResult(where, UpgradeOutcome.REFUSED, None, None, error=str(e))
+
+
+def _would_upgrade(storage: SchemaHost, location: Location, where: str, known: Revisions) -> UpgradeResult:
+    """A dry run of :func:`_upgrade`, read-only and without the schema's lock: its state and the rows of its
+    tables; the migration is not run (a real upgrade runs it in a transaction, so a failure changes nothing)."""
+    with storage.connection() as conn:
+        storage.metadata(conn, location)
+        status = classify(conn, location, known)
+        if status.state in USABLE_STATES:
+            return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
+        if status.state is not DatabaseState.BEHIND:
+            error = status_error(status, where)
+            return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None, error=error)
+        rows = row_counts(conn, location)
+    return UpgradeResult(where, UpgradeOutcome.WOULD_UPGRADE, status.revision, known.head, rows=rows)
 
 
 def _upgrade(

@@ -262,9 +262,16 @@ class SqliteStorage:
             yield self.info(location, count_rows=count_rows)
 
     def upgrade(
-        self, locations: Iterable[Location], *, keep_backup: bool = True, script: ScriptDirectory | None = None
+        self,
+        locations: Iterable[Location],
+        *,
+        keep_backup: bool = True,
+        script: ScriptDirectory | None = None,
+        dry_run: bool = False,
     ) -> Iterator[UpgradeResult]:
-        return upgrade_store(self.root, locations, self.settings, keep_backup=keep_backup, script=script)
+        return upgrade_store(
+            self.root, locations, self.settings, keep_backup=keep_backup, script=script, dry_run=dry_run
+        )
 
     def verify(self, location: Location) -> DatabaseVerification:
         return verify_database(self.root, location, self.settings)

@@ -65,7 +65,15 @@ from store.layout import (
     wal_path,
 )
 from store.reports import UpgradeOutcome, UpgradeResult
-from store.schema import VERSION_TABLE, DatabaseState, Revisions, migrate, raise_for_status, revisions_of
+from store.schema import (
+    VERSION_TABLE,
+    DatabaseState,
+    Revisions,
+    migrate,
+    raise_for_status,
+    revisions_of,
+    status_error,
+)
 from store.settings import Settings
 
 if TYPE_CHECKING:
@@ -157,13 +165,9 @@ def upgrade_database(
     """Upgrade one database to head; see the module docstring for the guarantees."""
     script = script or schema.script_directory()
     known = schema.revisions() if script is schema.script_directory() else revisions_of(script)
-    needed, free = database_size(db_path), free_bytes(db_path)
-    if free is not None and free < needed + NEARLY_FULL_BYTES:  # the backup would not fit: refuse before any write
-        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES, needed_for=BACKUP)
-        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(full))
-    refusal = write_refusal(db_path)
-    if refusal is not None:  # a file or a filesystem that may not be written: known before any write
-        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(refusal))
+    refused = _refused_before_writing(db_path)
+    if refused is not None:
+        return refused
     with ExitStack() as held:
         try:
             held.enter_context(file_locked(db_path, settings))
@@ -179,6 +183,56 @@ def upgrade_database(
             path.unlink()
         result = dataclasses.replace(result, backup=None)
     return result
+
+
+def _refused_before_writing(db_path: Path) -> UpgradeResult | None:
+    """The refusal of an upgrade known before any write: no room for the backup, a file or filesystem that may
+    not be written."""
+    needed, free = database_size(db_path), free_bytes(db_path)
+    if free is not None and free < needed + NEARLY_FULL_BYTES:
+        full = StoreFullError(db_path, free_bytes=free, needed_bytes=needed + NEARLY_FULL_BYTES, needed_for=BACKUP)
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(full))
+    refusal = write_refusal(db_path)
+    if refusal is not None:
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=str(refusal))
+    return None
+
+
+def would_upgrade(db_path: Path, settings: Settings, known: Revisions) -> UpgradeResult:
+    """What :func:`upgrade_database` would do, read-only and without the file's lock: every check it makes
+    before it writes (room for the backup, a writable file, the revision, SQLite's ``quick_check``) and the rows
+    each table holds; ``would_upgrade`` when they all pass. The migration itself is not run."""
+    refused = _refused_before_writing(db_path)
+    if refused is not None:
+        return refused
+    found: str | None = None
+    engine = create_sqlite_engine(db_path, settings, readonly=True, pooled=False)
+    try:
+        with engine.connect() as conn:
+            status = classify(conn, db_path, known)
+            found = status.revision
+            if status.state is DatabaseState.CURRENT:
+                return UpgradeResult(str(db_path), UpgradeOutcome.UP_TO_DATE, found, found)
+            error = (
+                "empty database: no tables" if status.state is DatabaseState.EMPTY else status_error(status, db_path)
+            )
+            if status.state is not DatabaseState.BEHIND:
+                return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=error)
+            damage = integrity_damage(conn.exec_driver_sql("PRAGMA quick_check").all())
+            if damage is not None:
+                error = f"{db_path}: {damage}. Not upgraded (a migration would drop the rows the damage hides)."
+                return UpgradeResult(
+                    str(db_path), UpgradeOutcome.REFUSED, found, None, error=f"{error} {DAMAGE_ADVICE}"
+                )
+            rows = _row_counts(conn)
+            conn.rollback()
+    except (DBAPIError, sqlite3.Error, OSError) as e:
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=str(translated(db_path, e)))
+    except DatabaseFileError as e:
+        return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=str(e))
+    finally:
+        engine.dispose()
+    return UpgradeResult(str(db_path), UpgradeOutcome.WOULD_UPGRADE, found, known.head, rows=rows)
 
 
 def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: ScriptDirectory) -> UpgradeResult:
@@ -234,6 +288,13 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
     return UpgradeResult(str(db_path), UpgradeOutcome.UPGRADED, found, reached, backup, before)
 
 
+# A dry run's word on a file whose write was interrupted (read-only, its revision cannot be read)
+INTERRUPTED_FIRST = (
+    "a write to it was interrupted: the upgrade opens it for writing first, which rolls that write back, then "
+    "migrates it if it is behind"
+)
+
+
 def upgrade_store(
     root: Path,
     locations: Iterable[Location],
@@ -241,8 +302,10 @@ def upgrade_store(
     *,
     keep_backup: bool = True,
     script: ScriptDirectory | None = None,
+    dry_run: bool = False,
 ) -> Iterator[UpgradeResult]:
     """Upgrade every ``behind`` database among ``locations``; report the others without writing to them.
+    ``dry_run``: what each ``behind`` one would give (:func:`would_upgrade`), nothing written.
 
     Each database is looked at read-only first (:func:`store.backends.sqlite.info.database_info`,
     metadata.json included): current and empty ones are ``up-to-date`` (an
@@ -256,7 +319,11 @@ def upgrade_store(
         # A write interrupted in the rollback journal cannot be read read-only; opening it for writing rolls it
         # back (then it is current, or behind and upgraded): what InterruptedWriteError tells the user to do.
         interrupted = info.state is DatabaseState.UNREADABLE and interrupted_write(Path(info.where))
-        if info.state is DatabaseState.BEHIND or interrupted:
+        if dry_run and interrupted:
+            yield UpgradeResult(info.where, UpgradeOutcome.WOULD_UPGRADE, None, known.head, error=INTERRUPTED_FIRST)
+        elif dry_run and info.state is DatabaseState.BEHIND:
+            yield would_upgrade(Path(info.where), settings, known)
+        elif info.state is DatabaseState.BEHIND or interrupted:
             with carrying(MIGRATING, info.where):  # Ctrl-C in it: the command asks whether its commit finished
                 yield from upgrade_databases([Path(info.where)], settings, script=script, keep_backup=keep_backup)
         elif info.ok:
