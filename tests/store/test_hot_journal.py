@@ -106,3 +106,13 @@ def test_db_upgrade_rolls_the_interrupted_write_back(interrupted: tuple[Path, Pa
         assert s.database(ROLE, TASK, QWEN).count() == ROWS
     verified = judgestore("verify", "--store-root", str(root))
     assert verified.exit_code == 0, verified.output
+
+
+def test_db_upgrade_dry_run_says_the_interrupted_write_is_rolled_back_first_and_leaves_it(
+    interrupted: tuple[Path, Path],
+) -> None:
+    root, db_path = interrupted
+    with Store(ROLLBACK, root=root, readonly=True) as s:  # what `judgestore db upgrade --dry-run` opens
+        (result,) = s.upgrade([Location.of(ROLE, TASK, QWEN)], dry_run=True)
+    assert result.outcome is UpgradeOutcome.WOULD_UPGRADE and "rolls that write back" in (result.error or "")
+    assert Path(f"{db_path}-journal").exists()  # still there: the dry run wrote nothing
