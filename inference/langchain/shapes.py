@@ -48,7 +48,6 @@ Contract:
 
 from __future__ import annotations
 
-import difflib
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -63,6 +62,7 @@ from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from inference.sampling import random_sampling
+from inference.spelling import meant
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.roles import Role
@@ -130,11 +130,10 @@ def _warn_of_near_misses(metadata: Mapping[str, Any], role: Role) -> None:
     for key in metadata:
         if key in ROW_FIELDS[role] or not isinstance(key, str):
             continue
-        close = difflib.get_close_matches(key.lower(), ROW_FIELDS[role], n=1, cutoff=0.85)
-        if close:
+        close = meant(key, ROW_FIELDS[role])
+        if close is not None:
             warnings.warn(
-                f"config metadata key {key!r} is not a {role} row field, so it is not stored; "
-                f"did you mean {close[0]!r}?",
+                f"config metadata key {key!r} is not a {role} row field, so it is not stored; did you mean {close!r}?",
                 MetadataKeyWarning,
                 stacklevel=2,
             )

@@ -17,6 +17,7 @@ from inference.backends.base import EngineRequest
 from inference.backends.hosted.descriptor import (
     HOSTED_PROTOCOL,
     HostedKeyWarning,
+    SamplingKeyWarning,
     hosted_descriptor,
     normalise_endpoint,
 )
@@ -142,6 +143,21 @@ def test_an_undated_openai_alias_is_warned_about_and_a_dated_snapshot_is_not() -
         warnings.simplefilter("error")
         HostedSpec(model=DATED).descriptor  # noqa: B018
         HostedSpec(model="gpt-4-0613").descriptor  # noqa: B018
+
+
+SPELT = [("temprature", "temperature"), ("top-p", "top_p"), ("Max_Tokens", "max_tokens")]
+
+
+@pytest.mark.parametrize(("spelt", "meant"), SPELT)
+def test_a_sampling_setting_spelt_almost_like_a_known_one_is_warned_of_and_still_sent(spelt: str, meant: str) -> None:
+    """A server ignores a setting it does not know: ``temprature`` was sent and hashed without a word (was)."""
+    server = {"model": "m", "provider": "vllm-server", "base_url": "http://h/v1"}
+    with pytest.warns(SamplingKeyWarning, match=f"did you mean '{meant}'"):
+        descriptor = HostedSpec(**server, sampling={spelt: 0.5}).descriptor
+    assert request_body(descriptor, chat("hi"))[spelt] == 0.5  # a provider's own setting may look like one
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a provider's own settings that look like none of judgestore's: no word
+        assert HostedSpec(**server, sampling={"min_tokens": 2, "reasoning_effort": "low"}).descriptor
 
 
 def test_chat_template_kwargs_reach_a_vllm_server_only() -> None:

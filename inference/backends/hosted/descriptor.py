@@ -25,6 +25,9 @@ Contract:
   pinned: dated model names (``gpt-4o-2024-08-06``), and for OpenRouter one
   provider with ``allow_fallbacks: false``. An OpenAI alias without a date
   and unpinned OpenRouter routing are allowed, with a :class:`HostedKeyWarning`.
+* Sampling settings judgestore does not know are sent as given (a provider's
+  own); one spelt almost like one it knows (``temprature``) is sent too,
+  with a :class:`SamplingKeyWarning`.
 * Secrets never reach a descriptor: the API key is read from an environment
   variable when the backend is created (``OPENAI_API_KEY``,
   ``OPENROUTER_API_KEY``, ``TOGETHER_API_KEY``, ``VLLM_API_KEY``, or the one
@@ -51,7 +54,8 @@ from pydantic import JsonValue, ValidationError
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.sampling import json_value, sampling_settings_from
-from store.descriptor import InputMode, LogprobPositions, ModelDescriptor
+from inference.spelling import meant
+from store.descriptor import InputMode, LogprobPositions, ModelDescriptor, SamplingSettings
 from store.errors import InvalidInputError, invalid_values
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
@@ -80,6 +84,10 @@ PROVIDER_DEFAULTS: dict[str, ProviderDefaults] = {
 
 class HostedKeyWarning(UserWarning):
     """The descriptor cannot pin what answers: an undated model alias, or routing that lets several providers answer."""
+
+
+class SamplingKeyWarning(UserWarning):
+    """A sampling setting judgestore does not know, spelt almost like one it does (``temprature``)."""
 
 
 def _keys_in_environment(api_key_env: str | None) -> list[str]:
@@ -187,6 +195,14 @@ def hosted_descriptor(
         raise InvalidInputError(
             f"sampling {clash} are set by judgestore itself (max_tokens, logprobs, routing, chat_template_kwargs)"
         )
+    for extra in extras:  # sent as given, and a server ignores what it does not know: a typo would be lost
+        if (close := meant(extra, SamplingSettings.model_fields)) is not None:
+            warnings.warn(
+                f"sampling {extra!r} is not a setting judgestore knows, so it is sent as given (and hashed); "
+                f"did you mean {close!r}?",
+                SamplingKeyWarning,
+                stacklevel=2,
+            )
     refuse_secrets(settings.model_dump(), "sampling", known)
     template_kwargs: dict[str, JsonValue] = {}
     if input_mode == "chat":

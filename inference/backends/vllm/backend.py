@@ -54,7 +54,6 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import inspect
 import os
 import threading
@@ -66,6 +65,7 @@ from inference.backends.vllm.checks import check_engine_kwargs, check_template, 
 from inference.backends.vllm.descriptor import effective_chat_template, load_chat_template_text
 from inference.backends.vllm.engine_logs import engine_is_quiet
 from inference.backends.vllm.outputs import generation
+from inference.spelling import meant
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError, InvalidInputError, JudgestoreError, RequestRefusedError
 from store.interrupts import deferred_interrupts
@@ -445,10 +445,10 @@ def check_engine_arguments(llm_cls: Any, engine_kwargs: Mapping[str, Any]) -> No
 
     known = set(inspect.signature(llm_cls.__init__).parameters) | {f.name for f in dataclasses.fields(EngineArgs)}
     for name in sorted(set(engine_kwargs) - known):
-        close = difflib.get_close_matches(name, known, n=1)
+        close = meant(name, known, cutoff=0.6)
         raise InvalidInputError(
             f"vLLM's engine takes no argument {name!r} (--engine-arg / engine_kwargs)"
-            + (f"; did you mean {close[0]!r}?" if close else "; see vllm.EngineArgs for the ones it takes")
+            + (f"; did you mean {close!r}?" if close else "; see vllm.EngineArgs for the ones it takes")
         )
 
 
