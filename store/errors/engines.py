@@ -36,6 +36,7 @@ __all__ = [
     "MissingAPIKeyError",
     "ModelError",
     "ModelFolderNotFoundError",
+    "ModelLoadError",
     "ModelNotFoundError",
     "ModelWeightsChangedError",
     "PromptTooLongError",
@@ -60,6 +61,11 @@ class ModelNotFoundError(ModelError, InvalidInputError):
 class ModelFolderNotFoundError(ModelError, InvalidInputError):
     """A model named by a path (``./m``, ``../m``, ``/m``, ``~/m``, or ``d/m`` with ``d`` an existing folder) that is
     not a folder."""
+
+
+class ModelLoadError(ModelError):
+    """The engine could not load the model: a folder whose config or weights are missing or damaged, a device
+    without the memory for it (nothing was generated, nothing written)."""
 
 
 class ModelWeightsChangedError(ModelError):

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -432,6 +434,37 @@ def test_an_engine_argument_vllm_does_not_take_is_a_typed_error_not_a_traceback(
     assert f"Error: {says}" in result.stderr
     assert "Traceback" not in result.stderr and "TypeError" not in result.stderr
     assert not list(root.rglob("*.db"))
+
+
+def _without_weights(folder: Path) -> None:
+    (folder / "model.safetensors").unlink()
+
+
+def _weights_cut_short(folder: Path) -> None:
+    os.truncate(folder / "model.safetensors", 1000)
+
+
+def _config_without_model_type(folder: Path) -> None:
+    (folder / "config.json").write_text("{}")
+
+
+@pytest.mark.parametrize("damage", [_without_weights, _weights_cut_short, _config_without_model_type])
+def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_traceback(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path, damage: Callable[[Path], None]
+) -> None:
+    """A copy cut short: the weights' loader raised past the engine's errors, ~500 lines of traceback (was)."""
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    damage(model)
+    root = tmp_path / "store"
+    args = ["generate", "--model", str(model), "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "o.jsonl")]
+    result = judgestore(*args, *ENGINE_ARGS, "--json", root=root, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = orjson.loads(result.stderr.strip().splitlines()[-1])
+    assert error["type"] == "ModelLoadError" and "vLLM could not load the model" in error["error"]
+    assert str(model) in error["error"]
+    assert "engine argument" not in error["error"]  # the folder's fault, not an --engine-arg's
+    assert not list(root.rglob("*.db")) and not (tmp_path / "o.jsonl").exists()
 
 
 @pytest.mark.parametrize(

@@ -67,10 +67,12 @@ from inference.backends.vllm.engine_logs import engine_is_quiet
 from inference.backends.vllm.outputs import generation
 from inference.spelling import meant
 from store.descriptor import ModelDescriptor
-from store.errors import BackendError, InvalidInputError, JudgestoreError, RequestRefusedError
+from store.errors import BackendError, InvalidInputError, JudgestoreError, ModelLoadError, RequestRefusedError
 from store.interrupts import deferred_interrupts
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
+# What vLLM's ModelConfig says of a folder whose config.json it cannot use (its pydantic check, not an argument's)
+_MODEL_CONFIG_WORDS = ("Unrecognized model", "config.json")
 _CLOSE_WAIT_S = 30.0  # how long close() waits for a running stream to stop before it shuts the engine down
 # vLLM 0.32 on CPU fails a seeded request whose prompt is prefilled over two steps (its CPU generator has no
 # offset to rewind): a batch whose new prompts exceed one step's token budget meets it.
@@ -509,10 +511,18 @@ def create_vllm_backend(
             VLLMBackend._shutdown(llm)
         raise
     except ValidationError as e:  # vLLM's configs are pydantic: a value of the wrong type (max_model_len="abc")
+        if any(words in str(e) for words in _MODEL_CONFIG_WORDS):  # ModelConfig's check of the folder's config.json
+            raise ModelLoadError(f"vLLM could not load the model {model!r}: {e}") from e
         raise InvalidInputError(f"vLLM refused an engine argument (--engine-arg / engine_kwargs): {e}") from e
     except (ValueError, VLLMError) as e:  # a value vLLM checks while it builds (no room for the KV cache...)
         raise InvalidInputError(
             f"vLLM could not start the engine with these engine arguments (--engine-arg / engine_kwargs): {e}"
+        ) from e
+    except Exception as e:  # the weights' loader (a file missing or cut short), a device out of memory
+        raise ModelLoadError(
+            f"vLLM could not load the model {model!r}: {type(e).__name__}: {e}. Check that its folder's config.json "
+            "and weights are whole (a download or copy cut short); out of memory, lower max_model_len, max_num_seqs "
+            "or gpu_memory_utilization (--engine-arg)"
         ) from e
     backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
     try:
