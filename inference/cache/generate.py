@@ -125,6 +125,22 @@ class Writer:
         self.run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
         self.results[inp.key] = generated_sample(inp, gen, error)
 
+    def left_note(self) -> str:
+        """What a failure or an interrupt leaves of this call, and what running it again does, in its mode."""
+        run = self.run
+        if self._open_database is None:
+            return (
+                f"this mode writes no rows, so the {run.generated} generated are not kept: running it again "
+                "generates them again"
+            )
+        if self.policy == "replace":
+            left = self.total - run.written - len(run.failed)
+            return (
+                f"they are kept; the other {left} inputs of this refresh still hold their old rows (mode use would "
+                "return those): run it again with --mode refresh to refresh them"
+            )
+        return "they are kept, and running it again in mode use generates only the rest"
+
     def progress(self, count: int) -> None:
         self.done += count
         if self.on_progress is not None:
@@ -210,8 +226,7 @@ class Writer:
             e.rows_kept = self.run.written
             e.add_note(
                 f"This run stored {self.run.written} rows before the failure ({self.run.generated + len(records)} "
-                "generated, this batch's included); "
-                "they are kept, and running it again in mode use generates only the rest."
+                f"generated, this batch's included); {self.left_note()}."
             )
             raise
 
@@ -282,14 +297,13 @@ def generate_into(
         if isinstance(e, BackendError) or writer.run.generated:  # a server refusing from the start: nothing to say
             e.add_note(
                 f"This call stored {writer.run.written} rows before the failure ({writer.run.generated} generated); "
-                "they are kept, and running it again in mode use generates only the rest."
+                f"{writer.left_note()}."
             )
         raise
     except KeyboardInterrupt as e:
         e.add_note(
             f"judgestore: interrupted; the engine was stopped and what had finished was written: this call stored "
-            f"{writer.run.written} rows ({writer.run.generated} generated), which are kept, and running it again in "
-            "mode use generates only the rest"
+            f"{writer.run.written} rows ({writer.run.generated} generated); {writer.left_note()}"
         )
         raise
 

@@ -150,8 +150,6 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
     Counted by the call, not by the run id in the store: jobs that share a run id (one SLURM job's processes) write
     rows of the same id at the same time. An interrupt before the call wrote anything carries nothing: no row.
     """
-    # refresh regenerates every input, so only mode use finishes an interrupted refresh
-    again = "running the same command again" if run.mode == "use" else "running it again with --mode use"
     if run.mode not in ("use", "refresh"):
         interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored", json_output, rows_kept=0)
     # A second Ctrl-C (while the first one's rows and run were being recorded) carries nothing: its context does
@@ -160,10 +158,14 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
     while call is None and cause is not None:
         call, cause = getattr(cause, "call_stats", None), cause.__context__
     kept = 0 if call is None else call.written
-    message = (
-        f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and {again} "
-        "generates only the rest"
-    )
+    message = f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and "
+    if run.mode == "use":
+        message += "running the same command again generates only the rest"
+    else:  # mode use would answer the inputs it did not reach with their old rows, unrefreshed
+        message += (
+            "the inputs it did not reach still hold their old rows (mode use would return those): run it again with "
+            "--mode refresh to refresh them"
+        )
     interrupted(message, json_output, rows_kept=kept)
 
 

@@ -452,6 +452,45 @@ def test_an_engine_failure_mid_batch_is_typed_and_says_what_was_kept(
     assert not llm_engine.has_unfinished_requests()
 
 
+@pytest.mark.parametrize(
+    ("mode", "says"),
+    [
+        # was, in both: "they are kept, and running it again in mode use generates only the rest"
+        ("refresh", "inputs of this refresh still hold their old rows (mode use would return those): run it again "
+                    "with --mode refresh"),
+        ("readonly", "this mode writes no rows, so the {generated} generated are not kept"),
+    ],
+)  # fmt: skip
+def test_an_engine_failure_says_what_its_mode_left_and_how_to_finish(
+    store: Store, engine: VLLMBackend, tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch, mode: str, says: str
+) -> None:
+    descriptor = describe(tiny_model_dir, {"temperature": 0, "max_tokens": 4})
+    requests = prompts(300, start=6500)
+    if mode == "refresh":  # every input stored: what a refresh regenerates (in readonly, misses are generated)
+        cached(store, engine, descriptor).complete(requests)
+    llm_engine = engine._llm.llm_engine
+    step, finished = llm_engine.step, 0
+
+    def failing_step() -> list[Any]:
+        nonlocal finished
+        if finished:  # once some requests have finished (a step finishes many together)
+            raise RuntimeError("CUDA error: an illegal memory access was encountered")
+        outputs = step()
+        finished += sum(o.finished for o in outputs)
+        return outputs
+
+    monkeypatch.setattr(llm_engine, "step", failing_step)
+    with pytest.raises(BackendError) as raised:
+        cached(store, engine, descriptor, mode=mode).complete(requests)
+    monkeypatch.undo()
+    notes = " ".join(" ".join(raised.value.__notes__).split())
+    assert says.format(generated=finished) in notes, notes
+    if mode == "refresh":
+        assert f"the other {300 - finished} inputs" in notes and raised.value.rows_kept == finished
+    else:
+        assert raised.value.rows_kept == 0 and "mode use" not in notes
+
+
 def test_the_stream_beats_between_the_requests_it_finishes(engine: VLLMBackend, tiny_model_dir: Path) -> None:
     view = engine.with_descriptor(describe(tiny_model_dir, {"temperature": 0, "max_tokens": 5}))
     requests = [engine_request(inp) for inp in cached(None, engine, view.descriptor).plan(

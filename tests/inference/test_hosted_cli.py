@@ -252,10 +252,16 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
 @pytest.mark.parametrize(
     ("mode", "again", "json_output", "stop"),
     [
-        ("use", "running the same command again", False, "SIGINT"),
-        ("refresh", "running it again with --mode use", False, "SIGINT"),
-        ("use", "running the same command again", True, "SIGINT"),
-        ("use", "running the same command again", False, "SIGTERM"),
+        ("use", "running the same command again generates only the rest", False, "SIGINT"),
+        # was: "run it with --mode use", which answers the inputs the refresh did not reach with their old rows
+        (
+            "refresh",
+            "still hold their old rows (mode use would return those): run it again with --mode refresh",
+            False,
+            "SIGINT",
+        ),
+        ("use", "running the same command again generates only the rest", True, "SIGINT"),
+        ("use", "running the same command again generates only the rest", False, "SIGTERM"),
     ],
     ids=["use", "refresh", "use-json", "sigterm"],
 )
@@ -300,7 +306,7 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
         line = error["error"]
     else:
         line = " ".join(err.split())
-    assert "interrupted; this run stored" in line and f"{again} generates only the rest" in line
+    assert "interrupted; this run stored" in line and again in line
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
     assert not json_output or error["rows_kept"] == kept
     sent = len(openai_server.completions())
