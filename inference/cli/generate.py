@@ -48,6 +48,7 @@ from store.cli.common import (
     writes_stdout,
 )
 from store.cli.options import JsonOutput, grouped, store_settings
+from store.errors import JudgestoreError
 from store.roles import Role
 
 
@@ -88,6 +89,10 @@ def _run(
         result = _run_with_progress(spec, requests, role, run, settings, json_output)
     except KeyboardInterrupt as e:
         _interrupted(e, run, json_output)
+    except JudgestoreError as e:
+        if not writes_stdout(run.output):  # one path reused from run to run would otherwise look done
+            e.add_note(_NOT_WRITTEN.format(output=run.output))
+        raise
     # The rows are stored by now: a rerun of the same command is all hits and writes them again.
     rerun = "the rows are stored, so running the same command again writes them from the store"
     with output_file(run.output, "the results", after=rerun) as out:
@@ -144,14 +149,19 @@ def _run_with_progress(
     return result
 
 
+_NOT_WRITTEN = "{output} was not written (a file there holds what it held before this run)"
+
+
 def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: bool) -> NoReturn:
     """Ctrl-C: say how many rows the run kept (the rows its call wrote, carried by the interrupt); exit 130.
 
     Counted by the call, not by the run id in the store: jobs that share a run id (one SLURM job's processes) write
     rows of the same id at the same time. An interrupt before the call wrote anything carries nothing: no row.
     """
+    output = "" if writes_stdout(run.output) else f"; {_NOT_WRITTEN.format(output=run.output)}"
     if run.mode not in ("use", "refresh"):
-        interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored", json_output, rows_kept=0)
+        interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored{output}", json_output,
+                    rows_kept=0)  # fmt: skip
     # A second Ctrl-C (while the first one's rows and run were being recorded) carries nothing: its context does
     call: CallStats | None = None
     cause: BaseException | None = interrupt
@@ -166,7 +176,7 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
             "the inputs it did not reach still hold their old rows (mode use would return those): run it again with "
             "--mode refresh to refresh them"
         )
-    interrupted(message, json_output, rows_kept=kept)
+    interrupted(message + output, json_output, rows_kept=kept)
 
 
 def generate_command(

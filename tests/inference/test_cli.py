@@ -464,6 +464,9 @@ def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_trace
     assert error["type"] == "ModelLoadError" and "vLLM could not load the model" in error["error"]
     assert str(model) in error["error"]
     assert "engine argument" not in error["error"]  # the folder's fault, not an --engine-arg's
+    assert error["notes"] == [
+        f"{tmp_path / 'o.jsonl'} was not written (a file there holds what it held before this run)"
+    ]
     assert not list(root.rglob("*.db")) and not (tmp_path / "o.jsonl").exists()
 
 

@@ -307,6 +307,7 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     else:
         line = " ".join(err.split())
     assert "interrupted; this run stored" in line and again in line
+    assert f"{tmp_path / 'out.jsonl'} was not written" in line  # a path reused from run to run
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
     assert not json_output or error["rows_kept"] == kept
     sent = len(openai_server.completions())
