@@ -3,9 +3,11 @@
 Contract:
 
 * Every writer takes the rows :meth:`store.store.Store.query_rows` streams
-  and never holds more than one batch of them (:data:`BATCH_ROWS` for
-  Parquet, one row for the text formats): exporting millions of rows takes
-  constant memory.
+  and never holds more than one batch of them (:data:`BATCH_ROWS` rows of at
+  most :data:`BATCH_BYTES` of text for Parquet, one row for the text
+  formats), over the query's partitions of about a constant size
+  (:mod:`store.repository`): exporting millions of rows takes constant
+  memory, wide rows (per-token logprobs) included.
 * The columns are those of ``judgestore query`` (:func:`store.rows.row_columns`:
   the database's location, then the record's fields), or the ones asked for.
   JSONL, CSV and JSON are what ``query --format`` prints (``query`` uses these
@@ -59,6 +61,7 @@ if TYPE_CHECKING:
 TextFormat = Literal["jsonl", "csv", "json"]
 ExportFormat = Literal["parquet", "jsonl", "csv", "json"]
 BATCH_ROWS = 10_000
+BATCH_BYTES = 32 << 20  # and at most about this much text: rows with per-token logprobs are 100 KB and more
 JSON_COLUMNS = frozenset({"usage", "top_logprobs"})
 INTEGER_COLUMNS = frozenset({"sample_index"})
 TIME_COLUMNS = frozenset({"created_at"})
@@ -163,12 +166,12 @@ def arrow_schema(columns: tuple[str, ...], *, json_type: bool = True) -> pyarrow
 def record_batches(
     rows: Iterable[FoundRow], columns: tuple[str, ...], *, batch_rows: int = BATCH_ROWS, json_type: bool = True
 ) -> Iterator[pyarrow.RecordBatch]:
-    """``rows`` as typed record batches of at most ``batch_rows`` rows."""
+    """``rows`` as typed record batches of at most ``batch_rows`` rows and about :data:`BATCH_BYTES` of text."""
     pa = _pyarrow()
     schema = arrow_schema(columns, json_type=json_type)
     storage = {field.name: getattr(field.type, "storage_type", field.type) for field in schema}
     batch: dict[str, list[Any]] = {name: [] for name in columns}
-    count = 0
+    count = held = 0
 
     def flush() -> Any:
         arrays = []
@@ -183,12 +186,16 @@ def record_batches(
         values = row.as_dict()
         for name in columns:
             value = values.get(name)
-            batch[name].append(None if value is None else jsonvalues.dumps(value) if name in JSON_COLUMNS else value)
+            if value is not None and name in JSON_COLUMNS:
+                value = jsonvalues.dumps(value)
+            if isinstance(value, str):
+                held += len(value)
+            batch[name].append(value)
         count += 1
-        if count == batch_rows:
+        if count == batch_rows or held >= BATCH_BYTES:
             yield flush()
             batch = {name: [] for name in columns}
-            count = 0
+            count = held = 0
     if count:
         yield flush()
 

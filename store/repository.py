@@ -22,7 +22,9 @@ Contract:
   surrogate) is an :class:`~store.errors.InvalidInputError` naming the row
   and column, like a surrogate in a prompt.
 * :meth:`~Repository.query` streams: rows are fetched in partitions, never all
-  at once. :meth:`~Repository.delete` refuses an empty filter.
+  at once, each of about :data:`PARTITION_BYTES` (:func:`partition_size`:
+  fewer rows when they are wide) and at most :data:`STREAM_PARTITION` rows.
+  :meth:`~Repository.delete` refuses an empty filter.
   :meth:`~Repository.clauses` gives a filter's WHERE clauses to callers that
   compose their own statements over :attr:`~Repository.table`.
 * Aggregates (:meth:`~Repository.totals`, :meth:`~Repository.groups`) add
@@ -64,7 +66,7 @@ from store.roles import Role
 from store.rows import RowGroup, RowTotals
 from store.tables.deferred import DeferredColumns, looked_up, set_deferred
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter
-from store.tables.records import Record
+from store.tables.records import CompletionRecord, JudgementRecord, Record
 from store.tables.row_checks import (
     OnConflict,
     check_key,
@@ -78,8 +80,44 @@ from store.tables.row_checks import (
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
-STREAM_PARTITION = 1_000  # rows a query fetches at a time
+STREAM_PARTITION = 1_000  # rows a query fetches at a time, at most
+PARTITION_BYTES = 32 << 20  # about what one partition's records may take: wide rows come fewer at a time
+FIRST_PARTITION = 100  # before a query has seen a row it cannot tell how wide they are
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
+
+
+def partition_size(records: Sequence[object]) -> int:
+    """How many rows like ``records`` make a partition of about :data:`PARTITION_BYTES` (at most
+    :data:`STREAM_PARTITION`, which is also the answer for what are not records): a thousand rows whose per-token
+    logprobs parse into a few hundred KB each held a GB, where a thousand of the usual rows hold a few MB."""
+    sample = [r for r in records[:: max(1, len(records) // 8)] if isinstance(r, CompletionRecord | JudgementRecord)]
+    if not sample:
+        return STREAM_PARTITION
+    per_row = sum(map(_approximate_bytes, sample)) / len(sample)
+    return max(1, min(STREAM_PARTITION, int(PARTITION_BYTES / per_row)))
+
+
+def _approximate_bytes(record: Record) -> int:
+    """About what ``record`` takes in memory: its texts, and its JSON values as the objects they parse into."""
+    return 1_000 + len(record.completion) + len(record.input_text) + _object_bytes(record.top_logprobs)
+
+
+def _object_bytes(value: Any) -> int:
+    """About what a parsed JSON value takes (CPython: a dict about 200 bytes and a few dozen an item, a float 24)."""
+    total, pending = 0, [value]
+    while pending:
+        item = pending.pop()
+        if isinstance(item, dict):
+            total += 200 + 100 * len(item)
+            pending.extend(item.values())
+        elif isinstance(item, list):
+            total += 60 + 8 * len(item)
+            pending.extend(item)
+        elif isinstance(item, str):
+            total += 50 + len(item)
+        else:
+            total += 32
+    return total
 
 
 def json_escaped(text: str) -> str:
@@ -141,9 +179,12 @@ class Repository(ABC):
         stmt = stmt.order_by(self.table.c.created_at, self.table.c.input_hash)
         if limit is not None:
             stmt = stmt.limit(limit)
-        result = self.conn.execution_options(yield_per=STREAM_PARTITION).execute(stmt)
-        for partition in result.partitions():
-            yield from self._records(partition)
+        result = self.conn.execution_options(stream_results=True, max_row_buffer=FIRST_PARTITION).execute(stmt)
+        size = FIRST_PARTITION
+        while partition := result.fetchmany(size):
+            records = self._records(partition)
+            size = partition_size(records)
+            yield from records
 
     def count(self, flt: RowFilter | None = None) -> int:
         stmt = select(func.count()).select_from(self.table).where(*self._where(flt or RowFilter()))

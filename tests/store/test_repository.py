@@ -30,7 +30,7 @@ from store.backends.sqlite.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.repository import Repository
+from store.repository import STREAM_PARTITION, Repository
 from store.store import Database, Store
 from store.tables.filters import RowFilter
 from store.tables.models import MODEL_OF_ROLE, UTCDateTime
@@ -630,6 +630,7 @@ def test_query_streams_in_partitions(
     judgements: Database, arena: list[JudgementRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(store.repository, "STREAM_PARTITION", 7)
+    monkeypatch.setattr(store.repository, "FIRST_PARTITION", 7)
     partitions: list[int] = []
     real = Repository._records
 
@@ -640,6 +641,29 @@ def test_query_streams_in_partitions(
     monkeypatch.setattr(Repository, "_records", counting)
     assert list(judgements.query()) == expected(arena, RowFilter())
     assert partitions == [7] * 8 + [4]  # never more than one partition of rows built at once
+
+
+def test_a_query_of_wide_rows_builds_fewer_of_them_at_once(
+    judgements: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A thousand rows of per-token logprobs (300 KB each once parsed) held a GB at once (was): a partition now
+    holds about PARTITION_BYTES, and one of the usual rows still STREAM_PARTITION rows."""
+    positions = [{"candidates": [{"id": k, "logprob": -1.0, "rank": k, "text": "t"} for k in range(5)]}] * 200
+    wide = [judgement_record(i, top_logprobs={"format": "judgestore-logprobs/v1", "positions": positions})
+            for i in range(300)]  # fmt: skip
+    judgements.put_many(wide)
+    partitions: list[int] = []
+    real = Repository._records
+
+    def counting(self: Repository, rows: Any) -> Any:
+        partitions.append(len(rows))
+        return real(self, rows)
+
+    monkeypatch.setattr(Repository, "_records", counting)
+    assert sum(1 for _ in judgements.query()) == 300
+    assert partitions[0] == store.repository.FIRST_PARTITION and 1 <= max(partitions[1:]) < 100
+    assert sum(partitions) == 300
+    assert store.repository.partition_size([judgement_record(i) for i in range(10)]) == STREAM_PARTITION
 
 
 def test_a_query_abandoned_half_way_releases_its_connection(judgements: Database, arena: list[JudgementRecord]) -> None:

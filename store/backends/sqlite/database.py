@@ -14,7 +14,9 @@ Contract:
   raises :class:`~store.errors.ChangedUnderReadError` rather than let what it
   read pass. A stream (``query``, ``stream``) is checked before each batch it
   gives: it is read again from the start while it has given nothing, and
-  raises that error, saying how many (whole) rows it gave, once it has.
+  raises that error, saying how many (whole) rows it gave, once it has. A
+  batch of records holds about as much as a query's partition
+  (:func:`~store.repository.partition_size`: fewer when they are wide).
 * :meth:`~SqliteDatabase.get_many` and :meth:`~SqliteDatabase.put_many` run on
   a sqlite3 connection (:mod:`store.backends.sqlite.rows`); everything else
   goes through an SQLAlchemy engine created on first use.
@@ -47,14 +49,14 @@ from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlit
 from store.backends.sqlite.verify import integrity_damage
 from store.errors import ChangedUnderReadError, DatabaseBusyError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
-from store.repository import Repository
+from store.repository import FIRST_PARTITION, Repository, partition_size
 from store.settings import Settings
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, lookup_keys
 
 T = TypeVar("T")
 
-CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them
+CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them, at most
 
 
 class SqliteDatabase(Database):
@@ -167,10 +169,10 @@ class SqliteDatabase(Database):
                 if not isinstance(driver, ReadOnlyConnection) or driver.unlocked_since is None:
                     yield from rows(conn)  # under SQLite's locks: the transaction is one snapshot
                     return
-                read = rows(conn)
+                read, size = rows(conn), FIRST_PARTITION
                 while True:
                     try:
-                        batch = list(itertools.islice(read, CHECKED_BATCH_ROWS))
+                        batch = list(itertools.islice(read, size))
                     except Exception as e:  # pages torn by a checkpoint fail as "damaged": whose doing is it?
                         if not driver.changed_under():
                             raise
@@ -184,6 +186,7 @@ class SqliteDatabase(Database):
                     if not batch:
                         return
                     given += len(batch)
+                    size = min(partition_size(batch), CHECKED_BATCH_ROWS)
                     yield from batch
         raise DatabaseBusyError(
             self.path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
