@@ -511,6 +511,7 @@ def export_command(
             --columns input_hash,model,completion
     """
     from store.export import export_columns, export_rows
+    from store.tables.filters import roles_for
 
     to_stdout = str(output) == "-"
     if to_stdout and output_format is ExportFormatChoice.parquet:
@@ -518,6 +519,7 @@ def export_command(
     if json_output and writes_stdout(output):  # `-`, or stdout by another name (/dev/stdout)
         raise typer.BadParameter("--json prints a summary on stdout: give a file with --output", param_hint="--json")
     chosen = None if columns is None else [name.strip() for name in columns.split(",") if name.strip()]
+    roles_for(flt, selector.role)  # a filter of the other role (--model-a on completions): exit 1, as query's
     try:  # a column that is none: a usage error (exit 2), as query's --columns
         export_columns(selector, flt, chosen)
     except InvalidInputError as e:

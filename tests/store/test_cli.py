@@ -515,6 +515,12 @@ def test_query_contradictory_filters_are_one_clear_error(filled: Path) -> None:
     }
     pairwise = judgestore("delete", "--role", "completions", "--pairwise")  # named as typed (it said "pointwise")
     assert "filters on pointwise/pairwise apply to judgements only" in pairwise.stderr
+    exported = judgestore("export", "-f", "csv", "-o", str(filled.parent / "x.csv"), "--role", "completions",
+                          "--model-a", "a")  # fmt: skip
+    # was: exit 2, "Invalid value for --columns", though no --columns was given
+    assert exported.exit_code == 1 and "--columns" not in exported.stderr
+    assert exported.stderr.strip() == "Error: filters on model_a apply to judgements only, not completions"
+    assert not (filled.parent / "x.csv").exists()
 
 
 # ---------------------------------------------------------------- delete
