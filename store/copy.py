@@ -44,8 +44,9 @@ Contract:
   A source that its backend's own check finds damaged
   (:meth:`~store.backend.Database.damage`: a damaged page or index hides
   rows from what is streamed) is such a failure, before any row is copied.
-  A server target's database that the failed copy had created and left
-  without a row is removed again (:meth:`~store.store.Store.discard_if_empty`),
+  A server target's database that the failed (or interrupted) copy had
+  created and left without a row is removed again
+  (:meth:`~store.store.Store.discard_if_empty`),
   so no empty database stays listed; a folder's empty file is kept (another
   process may hold it open) and a rerun fills it.
 * A dry run (``dry_run=True``) reads both stores and writes to neither: it
@@ -57,6 +58,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -442,6 +444,11 @@ def _copy_one(
     except _SourceFailed as e:
         result.problems.append(f"the source {database.where} cannot be read: {e.error}")
     except _STOPPING:
+        raise
+    except KeyboardInterrupt:  # as a failure does: an empty database it created stays listed until a rerun (was)
+        if created and not result.written and not any(result.bookkeeping.values()):
+            with contextlib.suppress(JudgestoreError):
+                target.discard_if_empty(location)
         raise
     except InvalidInputError as e:  # a source row the target refuses: its key, or a value no store keeps now
         result.problems.append(

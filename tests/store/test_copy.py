@@ -521,6 +521,23 @@ def test_ctrl_c_in_a_copy_says_how_many_rows_were_copied_and_a_rerun_finishes_it
     assert file_digests(root) == before  # the source was only read
 
 
+def test_ctrl_c_before_a_server_database_got_a_row_removes_the_empty_database_it_created(
+    tmp_path: Path, pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As a failed copy does: an interrupt left it listed with 0 rows until a rerun (was)."""
+    from store.backends.postgres.database import PostgresDatabase
+
+    root = full_store(tmp_path / "a")
+    writes = ctrl_c_on_call(monkeypatch, PostgresDatabase, "put_many", 1)  # the first database's first chunk
+    result = invoke("--from-root", str(root), "--to-url", pg_url, "--chunk-size", "2")
+    assert result.exit_code == 130 and len(writes) == 1
+    assert "interrupted; 0 rows had been copied" in " ".join(result.stderr.split())
+    listed = CliRunner().invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
+    assert orjson.loads(listed.stdout) == []  # nothing empty stays listed
+    monkeypatch.undo()
+    assert invoke("--from-root", str(root), "--to-url", pg_url).exit_code == 0
+
+
 def test_ctrl_c_in_a_dry_run_says_nothing_was_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """It said "4 rows had been copied ..., committed and kept" of a dry run, which writes nothing (was)."""
     root = full_store(tmp_path / "a")
