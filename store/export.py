@@ -257,7 +257,8 @@ def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
         os.replace(tmp, target)
     except OSError as e:
         Path(tmp).unlink(missing_ok=True)
-        raise OutputWriteError(path, "the export", e, "the file it would replace is unchanged") from e
+        left = "the file it would replace is unchanged" if target.exists() else "no file was created"
+        raise OutputWriteError(path, "the export", e, left) from e
     except BaseException as e:
         Path(tmp).unlink(missing_ok=True)
         if isinstance(e, Exception):  # a failed read of the store: what it leaves of the file is worth saying too

@@ -112,10 +112,17 @@ def test_a_failed_export_leaves_no_file(filled: Path, tmp_path: Path, monkeypatc
         raise OSError("disk full")
 
     monkeypatch.setattr(export, "record_batches", broken)
-    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(OutputWriteError, match="disk full"):
+    with (
+        Store(Settings(), root=filled, readonly=True) as store,
+        pytest.raises(OutputWriteError, match="disk full") as e,
+    ):
         export_rows(store, target, "parquet")
-    assert target.read_bytes() == b"the previous export"
+    assert target.read_bytes() == b"the previous export" and "the file it would replace is unchanged" in str(e.value)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rows.parquet", "store"]  # no temporary file left
+    with Store(Settings(), root=filled, readonly=True) as store, pytest.raises(OutputWriteError) as new:
+        export_rows(store, tmp_path / "new.parquet", "parquet")
+    # was: "the file it would replace is unchanged", of a file that was never there
+    assert "no file was created" in str(new.value) and not (tmp_path / "new.parquet").exists()
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "jsonl"])
