@@ -78,7 +78,7 @@ class Plan:
         """Why the misses are surprising, for a hint to run ``judgestore explain``; None when they are not."""
         if not self.unexpected_misses:
             return None
-        if self.stored_rows:
+        if self.stored_rows:  # new inputs, a run that stopped early, or inputs that changed: explain tells which
             return f"{self.misses} misses although this descriptor's database holds {self.stored_rows} rows"
         others = "descriptor" if self.other_descriptors == 1 else "descriptors"
         return (

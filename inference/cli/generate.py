@@ -129,7 +129,9 @@ def _run_with_progress(
                 if (why := plan.miss_note()) is not None:
                     from inference.drift.explain import explain_command_line  # only a run that misses needs it
 
-                    err.print(f"note: {why}; run `{explain_command_line(sys.argv)}` to see why", soft_wrap=True)
+                    command = explain_command_line(sys.argv)
+                    err.print(f"note: {why}; run `{command}` to see why (new inputs, a run that stopped early, or "
+                              "inputs that changed)", soft_wrap=True)  # fmt: skip
             if plan.misses:
                 progress("generating", 0, plan.misses)
 

@@ -153,6 +153,8 @@ def test_explain_after_editing_one_prompt_and_the_plan_says_to(
                              "--mode", "replay", root=copy, check=False)  # fmt: skip
     assert replay.returncode == 1  # a miss in replay mode: no engine, nothing written
     assert "note: 1 misses although this descriptor's database holds 4 rows; run `judgestore explain" in replay.stderr
+    # the usual causes named, a run that stopped early among them (a resume is no alarm)
+    assert "(new inputs, a run that stopped early, or inputs that changed)" in " ".join(replay.stderr.split())
     hint = shlex.split(replay.stderr.split("run `", 1)[1].split("`", 1)[0])
     assert hint[:2] == ["judgestore", "explain"] and "--mode" not in hint
     result = judgestore_here(*hint[1:], "--json", root=copy)
