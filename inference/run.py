@@ -199,7 +199,12 @@ class RunSummary:
         lines += [f"  {failure.line()}" for failure in self.failures[:limit]]
         if self.failed > limit:
             lines.append(f"  ... and {self.failed - limit} more (every one is in --json's failures)")
-        lines.append("fix or drop them and run again: only they are asked for (the others are stored)")
+        if self.failed >= self.plan.distinct:  # nothing else was asked: "the others are stored" would be untrue
+            lines.append("fix or drop them and run again")
+        elif self.plan.mode in ("use", "refresh"):
+            lines.append("fix or drop them and run again: only they are asked for (the others are stored)")
+        else:
+            lines.append(f"fix or drop them and run again (mode {self.plan.mode} stores nothing it generates)")
         return lines
 
     def truncation_note(self) -> str | None:

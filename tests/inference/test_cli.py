@@ -415,6 +415,20 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [r["completion"] for r in results]
 
 
+def test_a_run_whose_every_prompt_is_too_long_does_not_say_the_others_are_stored(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    prompts = tmp_path / "long.jsonl"
+    long = "Write a short poem about the sea. " * 60  # about 500 tokens; max_model_len is 256
+    prompts.write_bytes(b"".join(orjson.dumps({"messages": [{"role": "user", "content": f"{i} {long}"}]}) + b"\n"
+                                 for i in range(3)))  # fmt: skip
+    result = judgestore_here("generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), "-o",
+                             str(tmp_path / "o.jsonl"), *ENGINE_ARGS, root=tmp_path / "store", check=False)  # fmt: skip
+    said = " ".join(result.stderr.split())
+    assert result.returncode == 1 and "failed: 3 of the 3 inputs to generate" in said
+    assert "fix or drop them and run again" in said and "the others are stored" not in said  # none are (was)
+
+
 @pytest.mark.parametrize(
     ("engine_arg", "says"),
     [
