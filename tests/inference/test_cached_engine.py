@@ -411,6 +411,20 @@ def test_without_the_preflight_the_engine_refuses_the_long_prompt_alone_and_gene
     assert isinstance(next_call, Generation) and next_call.text == alone[0].text
 
 
+def test_the_preflight_refuses_an_empty_text_prompt_as_vllm_does_before_it_loads(
+    engine: VLLMBackend, tiny_model_dir: Path
+) -> None:
+    """vLLM refuses a prompt of no tokens ("The decoder prompt cannot be empty"): a rerun loaded the engine to hear
+    it again (was)."""
+    descriptor = descriptor_from_vllm(str(tiny_model_dir), engine_kwargs=TINY_ENGINE_KWARGS, input_mode="text",
+                                      sampling={"temperature": 0, "max_tokens": 4})  # fmt: skip
+    texts = [EngineRequest({"type": "text", "text": t}) for t in ("", "Say hi.")]
+    refused = PromptLengthCheck(descriptor, str(tiny_model_dir), TINY_ENGINE_KWARGS)(texts)
+    assert list(refused) == [0] and isinstance(refused[0], RequestRefusedError) and "empty" in str(refused[0])
+    engine_says = engine.with_descriptor(descriptor).generate(texts)
+    assert isinstance(engine_says[0], Refusal) and isinstance(engine_says[1], Generation)  # the engine agrees
+
+
 def test_the_preflight_counts_tokens_as_vllm_does_and_agrees_on_the_boundary(
     engine: VLLMBackend, tiny_model_dir: Path
 ) -> None:

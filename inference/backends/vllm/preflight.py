@@ -1,4 +1,4 @@
-"""What vLLM would refuse, found before it loads: prompts that leave no room for an answer.
+"""What vLLM would refuse, found before it loads: prompts that leave no room for an answer, and empty ones.
 
 Contract:
 
@@ -9,7 +9,9 @@ Contract:
   one position for the first generated token). A prompt that fits but
   leaves fewer positions than ``max_tokens`` is not refused: vLLM answers
   it, stopping at ``max_model_len`` with finish reason ``length``, and the
-  answer is stored like any other.
+  answer is stored like any other. A prompt of no tokens at all (an empty
+  text whose tokenizer adds no BOS) is a
+  :class:`~store.errors.RequestRefusedError`, as vLLM refuses it.
 * Tokens are counted as vLLM counts them: the model's tokenizer
   (``transformers.AutoTokenizer``, as vLLM loads it, from the model folder
   or the Hugging Face snapshot of the descriptor's commit) renders a chat
@@ -44,7 +46,7 @@ from inference.backends.base import EngineRequest
 from inference.backends.vllm.descriptor import load_chat_template_text
 from inference.backends.vllm.model_source import COMMIT_RE, cached_snapshot
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, JudgestoreError, PromptTooLongError
+from store.errors import InvalidInputError, JudgestoreError, PromptTooLongError, RequestRefusedError
 
 log = logging.getLogger("judgestore.preflight")
 
@@ -140,7 +142,11 @@ class PromptLengthCheck:
         refused: dict[int, JudgestoreError] = {}
         for i, request in enumerate(requests):
             count = self._count(request)
-            if count is not None and count >= limit:
+            if count == 0:  # an empty text prompt whose tokenizer adds no BOS: vLLM refuses it, after it loads
+                refused[i] = RequestRefusedError(
+                    "the prompt is empty (0 tokens): vLLM refuses an empty prompt. Give it some text, or drop it"
+                )
+            elif count is not None and count >= limit:
                 refused[i] = PromptTooLongError(
                     f"the prompt is {count} tokens{' with its chat template' if self._chat else ''}, and the model's "
                     f"context is {limit} ({source}): vLLM refuses a prompt that leaves no room for one generated "
