@@ -57,9 +57,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import select
+
 from store.errors import JudgestoreError, RemoteError, RemoteMetadataError
 from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
+from store.repository import FIRST_PARTITION, partition_size
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
@@ -80,9 +83,9 @@ from store.sync.workspace import (
     staging_folder,
     sync_lock,
 )
+from store.tables.models import MODEL_OF_ROLE
 
 KEY_BATCH = 10_000  # keys checked against the bookkeeping per statement
-ROW_BATCH = 2_000  # rows read back per get_many while writing shards
 
 
 @dataclass(slots=True)
@@ -319,10 +322,11 @@ def _plan_folder(
     on_default = default is not None
     unsent: list[str] = []
     batch: list[str] = []
-    # Only keys are kept while scanning; rows are read back by key once the unsent ones are known,
-    # so memory holds one shard's worth of rows however large the table is.
-    for record in database.query():
-        batch.append(record.input_hash)
+    # Only keys are read while scanning; rows are read back by key once the unsent ones are known, a partition
+    # at a time (fewer when they are wide: store.repository.partition_size), however large the table is.
+    keys = select(MODEL_OF_ROLE[location.role].__table__.c.input_hash)
+    for (key,) in database.stream(keys, KEY_BATCH):
+        batch.append(key)
         if len(batch) >= KEY_BATCH:
             unsent += books.unknown_keys(known, folder, batch, among=among, on_default=on_default)
             batch = []
@@ -334,12 +338,15 @@ def _plan_folder(
     unsent.sort()
     metadata = database.metadata()
     writer = ShardWriter(ShardOrigin.of(metadata), staging / folder, target_bytes)
-    for start in range(0, len(unsent), ROW_BATCH):
-        chunk = unsent[start : start + ROW_BATCH]
+    start, size = 0, FIRST_PARTITION
+    while start < len(unsent):
+        chunk = unsent[start : start + size]
+        start += len(chunk)
         found = database.get_many(chunk, deferred=False)
         for key in chunk:
             if key in found:  # deleted since the scan: nothing to send
                 writer.add(found[key])
+        size = partition_size(list(found.values())) if found else size
     shards = writer.close()
     return _FolderPlan(location, metadata, shards) if shards else None
 
