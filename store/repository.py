@@ -90,11 +90,18 @@ def partition_size(records: Sequence[object]) -> int:
     """How many rows like ``records`` make a partition of about :data:`PARTITION_BYTES` (at most
     :data:`STREAM_PARTITION`, which is also the answer for what are not records): a thousand rows whose per-token
     logprobs parse into a few hundred KB each held a GB, where a thousand of the usual rows hold a few MB."""
+    held = records_bytes(records)
+    if not held:
+        return STREAM_PARTITION
+    return max(1, min(STREAM_PARTITION, int(PARTITION_BYTES * len(records) / held)))
+
+
+def records_bytes(records: Sequence[object]) -> int:
+    """About what ``records`` take in memory, from a sample of at most 8 of them (0 for what are not records)."""
     sample = [r for r in records[:: max(1, len(records) // 8)] if isinstance(r, CompletionRecord | JudgementRecord)]
     if not sample:
-        return STREAM_PARTITION
-    per_row = sum(map(_approximate_bytes, sample)) / len(sample)
-    return max(1, min(STREAM_PARTITION, int(PARTITION_BYTES / per_row)))
+        return 0
+    return int(sum(map(_approximate_bytes, sample)) / len(sample) * len(records))
 
 
 def _approximate_bytes(record: Record) -> int:

@@ -63,6 +63,7 @@ from store.errors import (
 )
 from store.interrupts import carrying
 from store.layout import LEVELS, Location, Selector, StoredMetadata
+from store.repository import records_bytes
 from store.roles import ROLES
 from store.segments import encode_segment
 from store.settings import MAX_SHARD_BYTES
@@ -85,6 +86,7 @@ DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this
 DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
 GROUP_SHARDS = 8  # shards validated, then imported in one transaction...
 GROUP_BYTES = 32 * 1024 * 1024  # ...as long as their compressed sizes add up to no more than this
+IMPORT_BYTES = 64 * 1024 * 1024  # and a group's rows are imported once they take about this much memory
 
 
 @dataclass(slots=True)
@@ -420,8 +422,9 @@ class ShardImporter:
         database: Database,
         fetched: FetchedFolder,
     ) -> None:
-        """Download a few shards at once, validate each completely, then import the valid ones in one transaction."""
-        location, folder = listed.location, remote_folder(listed.location)
+        """Download a few shards at once, validate each completely, then import the valid ones in one transaction
+        (in several when their rows take over :data:`IMPORT_BYTES`)."""
+        location = listed.location
         wanted: list[str] = []
         for name in names:
             size = listed.shards[name]
@@ -438,6 +441,7 @@ class ShardImporter:
             for n in wanted
         ]
         valid: list[tuple[Shard, int]] = []
+        held = 0
         for name, download in zip(wanted, downloads, strict=True):
             path = shard_path(location, name)
             try:
@@ -448,12 +452,24 @@ class ShardImporter:
                 self.report.failed.append(SyncProblem(path, str(e)))
                 continue
             try:
-                valid.append((read_shard(data, name, origin, where=path, max_bytes=self.max_bytes), len(data)))
+                shard = read_shard(data, name, origin, where=path, max_bytes=self.max_bytes)
             except ShardError as e:
                 saved = quarantine(self.store.root, self.remote.url, path, data, str(e), self.revision)
                 self.report.quarantined.append(SyncProblem(path, e.reason, str(saved)))
-        if not valid:
-            return
+                continue
+            valid.append((shard, len(data)))
+            held += records_bytes(shard.records)
+            if held >= IMPORT_BYTES:  # rows that compress well are many more than their compressed size says
+                self._import(valid, location, database, fetched)
+                valid, held = [], 0
+        if valid:
+            self._import(valid, location, database, fetched)
+
+    def _import(
+        self, valid: list[tuple[Shard, int]], location: Location, database: Database, fetched: FetchedFolder
+    ) -> None:
+        """Import validated shards in one transaction, each whole (see :meth:`_group`)."""
+        folder = remote_folder(location)
         # Keys are known before the rows land: a crash in between must not let a push echo them back.
         self.books.record(
             self.remote_id,

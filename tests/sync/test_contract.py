@@ -55,6 +55,32 @@ def test_push_then_fetch_into_a_fresh_store_gives_identical_rows(side: RemoteSid
     assert sorted(p.name for p in (bob.root / "completions").rglob("metadata.json")) == ["metadata.json"]
 
 
+def test_a_group_of_shards_whose_rows_take_much_memory_is_imported_in_parts_each_shard_whole(
+    side: RemoteSide, make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Rows that compress well (a group is sized by compressed bytes) held 1.4 GB of one group at once (was)."""
+    import importlib
+
+    from store.backends.sqlite.database import SqliteDatabase as Database
+
+    fetch_module = importlib.import_module("store.sync.fetch")  # the module (store.sync.fetch is also a function)
+
+    alice = make_store("alice")
+    fill(alice, completions(range(40)))
+    pushed = push(alice, side.new(), target_bytes=4_000)
+    assert pushed.shards > 2
+    monkeypatch.setattr(fetch_module, "IMPORT_BYTES", 1)  # every shard is over it: imported on its own
+    writes: list[int] = []
+    real = Database.put_many
+    monkeypatch.setattr(
+        Database, "put_many", lambda self, rows, **kw: writes.append(len(rows)) or real(self, rows, **kw)
+    )
+    bob = make_store("bob")
+    fetched = fetch(bob, side.new())
+    assert fetched.ok and fetched.rows == 40 and rows(bob) == rows(alice)
+    assert len(writes) == pushed.shards and sum(writes) == 40  # one transaction per shard, none split
+
+
 def test_folders_whose_names_start_with_a_dot_travel_both_ways(side: RemoteSide, make_store: MakeStore) -> None:
     """A local model path (``./models/x``) and a task named ``.hidden`` are folders like any other."""
     alice = make_store("alice")
