@@ -90,7 +90,7 @@ def _run(
     except KeyboardInterrupt as e:
         _interrupted(e, run, json_output)
     except JudgestoreError as e:
-        if not writes_stdout(run.output):  # one path reused from run to run would otherwise look done
+        if _stale(run.output):
             e.add_note(_NOT_WRITTEN.format(output=run.output))
         raise
     # The rows are stored by now: a rerun of the same command is all hits and writes them again.
@@ -151,7 +151,13 @@ def _run_with_progress(
     return result
 
 
-_NOT_WRITTEN = "{output} was not written (a file there holds what it held before this run)"
+_NOT_WRITTEN = "{output} was not written: it holds what an earlier run wrote there"
+
+
+def _stale(output: Path) -> bool:
+    """Whether ``output`` is a file an earlier run left, which a run that stopped leaves as it was: one path reused
+    from run to run would otherwise look like this run's results."""
+    return not writes_stdout(output) and output.is_file()
 
 
 def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: bool) -> NoReturn:
@@ -160,7 +166,7 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
     Counted by the call, not by the run id in the store: jobs that share a run id (one SLURM job's processes) write
     rows of the same id at the same time. An interrupt before the call wrote anything carries nothing: no row.
     """
-    output = "" if writes_stdout(run.output) else f"; {_NOT_WRITTEN.format(output=run.output)}"
+    output = f"; {_NOT_WRITTEN.format(output=run.output)}" if _stale(run.output) else ""
     if run.mode not in ("use", "refresh"):
         interrupted(f"interrupted; mode {run.mode} writes no rows, so nothing was stored{output}", json_output,
                     rows_kept=0)  # fmt: skip

@@ -471,6 +471,7 @@ def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_trace
     shutil.copytree(tiny_model_dir, model)
     damage(model)
     root = tmp_path / "store"
+    (tmp_path / "o.jsonl").write_text("an earlier run's results\n")  # one output path reused from run to run
     args = ["generate", "--model", str(model), "--task", "t", "-i", str(prompts), "-o", str(tmp_path / "o.jsonl")]
     result = judgestore(*args, *ENGINE_ARGS, "--json", root=root, check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr
@@ -478,10 +479,8 @@ def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_trace
     assert error["type"] == "ModelLoadError" and "vLLM could not load the model" in error["error"]
     assert str(model) in error["error"]
     assert "engine argument" not in error["error"]  # the folder's fault, not an --engine-arg's
-    assert error["notes"] == [
-        f"{tmp_path / 'o.jsonl'} was not written (a file there holds what it held before this run)"
-    ]
-    assert not list(root.rglob("*.db")) and not (tmp_path / "o.jsonl").exists()
+    assert error["notes"] == [f"{tmp_path / 'o.jsonl'} was not written: it holds what an earlier run wrote there"]
+    assert not list(root.rglob("*.db")) and (tmp_path / "o.jsonl").read_text() == "an earlier run's results\n"
 
 
 @pytest.mark.parametrize(

@@ -287,6 +287,8 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
             "--max-concurrency", "1", "--chunk-size", "1"]  # fmt: skip
     code = "from inference.cli import main; main()"
     interrupted = [*argv, "--mode", mode, *(["--json"] if json_output else [])]
+    if mode == "refresh":  # one output path reused from run to run: the interrupt says it holds the earlier run's
+        (tmp_path / "out.jsonl").write_text("an earlier run's results\n")
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     child = subprocess.Popen([sys.executable, "-c", code, *interrupted], cwd=REPO, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True, env=env)  # fmt: skip
@@ -307,7 +309,11 @@ def test_ctrl_c_says_how_many_rows_were_kept_and_the_rerun_generates_only_the_re
     else:
         line = " ".join(err.split())
     assert "interrupted; this run stored" in line and again in line
-    assert f"{tmp_path / 'out.jsonl'} was not written" in line  # a path reused from run to run
+    if mode == "refresh":
+        assert f"{tmp_path / 'out.jsonl'} was not written: it holds what an earlier run wrote there" in line
+        assert (tmp_path / "out.jsonl").read_text() == "an earlier run's results\n"
+    else:
+        assert "was not written" not in line  # no file was there: nothing stale to warn of
     kept = int(line.split("this run stored ")[1].split(" rows")[0])
     assert not json_output or error["rows_kept"] == kept
     sent = len(openai_server.completions())
