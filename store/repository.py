@@ -21,9 +21,11 @@ Contract:
   second UTF-8 conversion as well). Text that is not valid Unicode (a lone
   surrogate) is an :class:`~store.errors.InvalidInputError` naming the row
   and column, like a surrogate in a prompt.
-* :meth:`~Repository.query` streams: rows are fetched in partitions, never all
-  at once, each of about :data:`PARTITION_BYTES` (:func:`partition_size`:
-  fewer rows when they are wide) and at most :data:`STREAM_PARTITION` rows.
+* :meth:`~Repository.query` streams: rows are fetched and built
+  :data:`STREAM_SLICE` at a time, never all at once (a hundred of the widest
+  rows, per-token logprobs, is tens of MB; a reader that gathers them, as a
+  check of a file read without locks does, stops at about
+  :data:`PARTITION_BYTES` by :func:`records_bytes`).
   :meth:`~Repository.delete` refuses an empty filter.
   :meth:`~Repository.clauses` gives a filter's WHERE clauses to callers that
   compose their own statements over :attr:`~Repository.table`.
@@ -80,20 +82,10 @@ from store.tables.row_checks import (
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
-STREAM_PARTITION = 1_000  # rows a query fetches at a time, at most
-PARTITION_BYTES = 32 << 20  # about what one partition's records may take: wide rows come fewer at a time
-FIRST_PARTITION = 100  # before a query has seen a row it cannot tell how wide they are
+STREAM_PARTITION = 1_000  # rows a read of raw values (verify's) fetches at a time
+STREAM_SLICE = 100  # records a query builds at a time: its rows' width is known only once they are built
+PARTITION_BYTES = 32 << 20  # about what a reader that gathers records (a checked read) holds at once
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
-
-
-def partition_size(records: Sequence[object]) -> int:
-    """How many rows like ``records`` make a partition of about :data:`PARTITION_BYTES` (at most
-    :data:`STREAM_PARTITION`, which is also the answer for what are not records): a thousand rows whose per-token
-    logprobs parse into a few hundred KB each held a GB, where a thousand of the usual rows hold a few MB."""
-    held = records_bytes(records)
-    if not held:
-        return STREAM_PARTITION
-    return max(1, min(STREAM_PARTITION, int(PARTITION_BYTES * len(records) / held)))
 
 
 def records_bytes(records: Sequence[object]) -> int:
@@ -186,12 +178,9 @@ class Repository(ABC):
         stmt = stmt.order_by(self.table.c.created_at, self.table.c.input_hash)
         if limit is not None:
             stmt = stmt.limit(limit)
-        result = self.conn.execution_options(stream_results=True, max_row_buffer=FIRST_PARTITION).execute(stmt)
-        size = FIRST_PARTITION
-        while partition := result.fetchmany(size):
-            records = self._records(partition)
-            size = partition_size(records)
-            yield from records
+        result = self.conn.execution_options(stream_results=True, max_row_buffer=STREAM_SLICE).execute(stmt)
+        while partition := result.fetchmany(STREAM_SLICE):
+            yield from self._records(partition)
 
     def count(self, flt: RowFilter | None = None) -> int:
         stmt = select(func.count()).select_from(self.table).where(*self._where(flt or RowFilter()))

@@ -62,7 +62,7 @@ from sqlalchemy import select
 from store.errors import JudgestoreError, RemoteError, RemoteMetadataError
 from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
-from store.repository import FIRST_PARTITION, partition_size
+from store.repository import STREAM_SLICE
 from store.settings import SHARD_TARGET_BYTES
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
@@ -322,8 +322,8 @@ def _plan_folder(
     on_default = default is not None
     unsent: list[str] = []
     batch: list[str] = []
-    # Only keys are read while scanning; rows are read back by key once the unsent ones are known, a partition
-    # at a time (fewer when they are wide: store.repository.partition_size), however large the table is.
+    # Only keys are read while scanning; rows are read back by key once the unsent ones are known, a slice at a time
+    # (store.repository.STREAM_SLICE: a hundred of the widest rows is tens of MB), however large the table is.
     keys = select(MODEL_OF_ROLE[location.role].__table__.c.input_hash)
     for (key,) in database.stream(keys, KEY_BATCH):
         batch.append(key)
@@ -338,15 +338,12 @@ def _plan_folder(
     unsent.sort()
     metadata = database.metadata()
     writer = ShardWriter(ShardOrigin.of(metadata), staging / folder, target_bytes)
-    start, size = 0, FIRST_PARTITION
-    while start < len(unsent):
-        chunk = unsent[start : start + size]
-        start += len(chunk)
+    for start in range(0, len(unsent), STREAM_SLICE):
+        chunk = unsent[start : start + STREAM_SLICE]
         found = database.get_many(chunk, deferred=False)
         for key in chunk:
             if key in found:  # deleted since the scan: nothing to send
                 writer.add(found[key])
-        size = partition_size(list(found.values())) if found else size
     shards = writer.close()
     return _FolderPlan(location, metadata, shards) if shards else None
 

@@ -21,7 +21,7 @@ from store.backends.sqlite import verify as verify_module
 from store.backends.sqlite.database import CHECKED_BATCH_ROWS
 from store.errors import ChangedUnderReadError
 from store.layout import Location
-from store.repository import FIRST_PARTITION, Repository
+from store.repository import Repository
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -69,8 +69,7 @@ def test_a_stream_a_writer_changed_under_after_it_gave_rows_stops_with_a_typed_e
                 if len(given) == 10:  # the first batch is given: a writer starts now
                     _write_and_checkpoint(idle_store, OLD_ROWS, 2 * CHECKED_BATCH_ROWS)
     # what was given is a whole prefix of the snapshot the read started on, and the error says how much
-    # whole batches: the first of FIRST_PARTITION rows (the rows' width unknown yet), then of CHECKED_BATCH_ROWS
-    assert given == list(range(len(given))) and (len(given) - FIRST_PARTITION) % CHECKED_BATCH_ROWS == 0
+    assert given == list(range(len(given))) and len(given) % CHECKED_BATCH_ROWS == 0
     assert caught.value.rows_given == len(given)
     assert f"the {len(given):,} rows given before it" in str(caught.value)
 

@@ -30,7 +30,8 @@ from store.backends.sqlite.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash, render_messages, render_text
 from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
 from store.logprobs import PositionLogprobs, TokenLogprob
-from store.repository import STREAM_PARTITION, Repository
+from store.repository import Repository
+from store.settings import Settings
 from store.store import Database, Store
 from store.tables.filters import RowFilter
 from store.tables.models import MODEL_OF_ROLE, UTCDateTime
@@ -629,8 +630,7 @@ def test_what_went_wrong_is_selectable(completions: Database) -> None:
 def test_query_streams_in_partitions(
     judgements: Database, arena: list[JudgementRecord], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store.repository, "STREAM_PARTITION", 7)
-    monkeypatch.setattr(store.repository, "FIRST_PARTITION", 7)
+    monkeypatch.setattr(store.repository, "STREAM_SLICE", 7)
     partitions: list[int] = []
     real = Repository._records
 
@@ -643,27 +643,36 @@ def test_query_streams_in_partitions(
     assert partitions == [7] * 8 + [4]  # never more than one partition of rows built at once
 
 
-def test_a_query_of_wide_rows_builds_fewer_of_them_at_once(
-    judgements: Database, monkeypatch: pytest.MonkeyPatch
+def test_a_read_without_locks_gathers_wide_rows_by_bytes_even_after_narrow_ones(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A thousand rows of per-token logprobs (300 KB each once parsed) held a GB at once (was): a partition now
-    holds about PARTITION_BYTES, and one of the usual rows still STREAM_PARTITION rows."""
+    """A check of a file read without locks gathers a batch before it gives it: a thousand rows of per-token
+    logprobs (300 KB each once parsed) held a GB (was), and a size guessed from narrow rows before them as much."""
+    import store.backends.sqlite.database as sqlite_database
+
     positions = [{"candidates": [{"id": k, "logprob": -1.0, "rank": k, "text": "t"} for k in range(5)]}] * 200
-    wide = [judgement_record(i, top_logprobs={"format": "judgestore-logprobs/v1", "positions": positions})
-            for i in range(300)]  # fmt: skip
-    judgements.put_many(wide)
-    partitions: list[int] = []
-    real = Repository._records
+    wide = {"format": "judgestore-logprobs/v1", "positions": positions}
+    early, late = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    rows = [judgement_record(i, created_at=early) for i in range(1100)]  # narrow ones first, in the read's order
+    rows += [judgement_record(i, top_logprobs=wide, created_at=late) for i in range(1100, 1400)]
+    root = tmp_path / "store"
+    with Store(Settings(), root=root) as writable:
+        writable.database("judgements", "t", ModelDescriptor(provider="vllm", model="m")).put_many(rows)
+    monkeypatch.setattr(sqlite_database, "PARTITION_BYTES", 20 << 20)
+    batches: list[tuple[int, int]] = []
+    real = sqlite_database._next_batch
 
-    def counting(self: Repository, rows: Any) -> Any:
-        partitions.append(len(rows))
-        return real(self, rows)
+    def weighed(read: Any) -> Any:
+        batch = real(read)
+        batches.append((len(batch), store.repository.records_bytes(batch) >> 20))
+        return batch
 
-    monkeypatch.setattr(Repository, "_records", counting)
-    assert sum(1 for _ in judgements.query()) == 300
-    assert partitions[0] == store.repository.FIRST_PARTITION and 1 <= max(partitions[1:]) < 100
-    assert sum(partitions) == 300
-    assert store.repository.partition_size([judgement_record(i) for i in range(10)]) == STREAM_PARTITION
+    monkeypatch.setattr(sqlite_database, "_next_batch", weighed)
+    with Store(Settings(), root=root, readonly=True) as reader:
+        (location,) = reader.locations()
+        assert sum(1 for _ in reader.open(location).query()) == 1400
+    assert batches[0][0] == 1000  # narrow rows: a whole batch, as before
+    assert all(mb < 20 + 70 for _, mb in batches) and max(n for n, _ in batches[2:-1]) < 300  # wide ones: fewer
 
 
 def test_a_query_abandoned_half_way_releases_its_connection(judgements: Database, arena: list[JudgementRecord]) -> None:

@@ -15,8 +15,9 @@ Contract:
   read pass. A stream (``query``, ``stream``) is checked before each batch it
   gives: it is read again from the start while it has given nothing, and
   raises that error, saying how many (whole) rows it gave, once it has. A
-  batch of records holds about as much as a query's partition
-  (:func:`~store.repository.partition_size`: fewer when they are wide).
+  batch is :data:`CHECKED_BATCH_ROWS` rows, or fewer once its records take
+  about :data:`~store.repository.PARTITION_BYTES` (measured as it is read:
+  wide rows may follow narrow ones).
 * :meth:`~SqliteDatabase.get_many` and :meth:`~SqliteDatabase.put_many` run on
   a sqlite3 connection (:mod:`store.backends.sqlite.rows`); everything else
   goes through an SQLAlchemy engine created on first use.
@@ -49,7 +50,7 @@ from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlit
 from store.backends.sqlite.verify import integrity_damage
 from store.errors import ChangedUnderReadError, DatabaseBusyError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
-from store.repository import FIRST_PARTITION, Repository, partition_size
+from store.repository import PARTITION_BYTES, STREAM_SLICE, Repository, records_bytes
 from store.settings import Settings
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, lookup_keys
@@ -57,6 +58,20 @@ from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled
 T = TypeVar("T")
 
 CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them, at most
+
+
+def _next_batch(read: Iterator[T]) -> list[T]:
+    """The next items of ``read``: :data:`CHECKED_BATCH_ROWS`, or fewer once the records among them take about
+    :data:`~store.repository.PARTITION_BYTES` (weighed a slice at a time, as they come)."""
+    batch: list[T] = []
+    held = 0
+    while len(batch) < CHECKED_BATCH_ROWS and held < PARTITION_BYTES:
+        piece = list(itertools.islice(read, min(STREAM_SLICE, CHECKED_BATCH_ROWS - len(batch))))
+        if not piece:
+            break
+        batch += piece
+        held += records_bytes(piece)
+    return batch
 
 
 class SqliteDatabase(Database):
@@ -169,10 +184,10 @@ class SqliteDatabase(Database):
                 if not isinstance(driver, ReadOnlyConnection) or driver.unlocked_since is None:
                     yield from rows(conn)  # under SQLite's locks: the transaction is one snapshot
                     return
-                read, size = rows(conn), FIRST_PARTITION
+                read = rows(conn)
                 while True:
                     try:
-                        batch = list(itertools.islice(read, size))
+                        batch = _next_batch(read)
                     except Exception as e:  # pages torn by a checkpoint fail as "damaged": whose doing is it?
                         if not driver.changed_under():
                             raise
@@ -186,7 +201,6 @@ class SqliteDatabase(Database):
                     if not batch:
                         return
                     given += len(batch)
-                    size = min(partition_size(batch), CHECKED_BATCH_ROWS)
                     yield from batch
         raise DatabaseBusyError(
             self.path, f"changed under {READONLY_READ_ATTEMPTS} read-only reads in a row (writers are busy); try again"
