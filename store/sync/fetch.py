@@ -442,6 +442,7 @@ class ShardImporter:
         ]
         valid: list[tuple[Shard, int]] = []
         held = 0
+        stopped: str | None = None
         for name, download in zip(wanted, downloads, strict=True):
             path = shard_path(location, name)
             try:
@@ -457,18 +458,22 @@ class ShardImporter:
                 saved = quarantine(self.store.root, self.remote.url, path, data, str(e), self.revision)
                 self.report.quarantined.append(SyncProblem(path, e.reason, str(saved)))
                 continue
+            if stopped is not None:  # the group's import stopped: in name order or not at all (first occurrence wins)
+                self.report.failed.append(SyncProblem(path, f"not imported: {stopped}; fetch again"))
+                continue
             valid.append((shard, len(data)))
             held += records_bytes(shard.records)
             if held >= IMPORT_BYTES:  # rows that compress well are many more than their compressed size says
-                self._import(valid, location, database, fetched)
+                if not self._import(valid, location, database, fetched):
+                    stopped = "a shard before it in its group could not be imported"
                 valid, held = [], 0
         if valid:
             self._import(valid, location, database, fetched)
 
     def _import(
         self, valid: list[tuple[Shard, int]], location: Location, database: Database, fetched: FetchedFolder
-    ) -> None:
-        """Import validated shards in one transaction, each whole (see :meth:`_group`)."""
+    ) -> bool:
+        """Import validated shards in one transaction, each whole (see :meth:`_group`); whether they were."""
         folder = remote_folder(location)
         # Keys are known before the rows land: a crash in between must not let a push echo them back.
         self.books.record(
@@ -485,7 +490,7 @@ class ShardImporter:
         except JudgestoreError as e:
             for shard, _ in valid:
                 self.report.failed.append(SyncProblem(shard_path(location, shard.name), f"could not be imported: {e}"))
-            return
+            return False
         except KeyboardInterrupt:
             # Ctrl-C during the commit lets it finish and is raised just after: the group (one transaction) stands
             # if every row of it is here (how many of them were new is then unknown: counted as none)
@@ -497,6 +502,7 @@ class ShardImporter:
         self._count(valid, fetched, inserted)
         self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
                              self.revision)  # fmt: skip
+        return True
 
     @staticmethod
     def _count(valid: Sequence[tuple[Shard, int]], fetched: FetchedFolder, inserted: int) -> None:

@@ -81,6 +81,40 @@ def test_a_group_of_shards_whose_rows_take_much_memory_is_imported_in_parts_each
     assert len(writes) == pushed.shards and sum(writes) == 40  # one transaction per shard, none split
 
 
+def test_a_part_of_a_group_that_fails_stops_the_rest_of_the_group_so_first_occurrence_still_wins(
+    side: RemoteSide, make_store: MakeStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Imported in parts, a later part landed after an earlier one failed: a rerun then ignored the earlier
+    shard's row under a key both held, and this store kept another row than every other store (was)."""
+    import importlib
+
+    from store.backends.sqlite.database import SqliteDatabase
+    from store.errors import DatabaseBusyError
+
+    fetch_module = importlib.import_module("store.sync.fetch")
+    alice = make_store("alice")
+    fill(alice, completions(range(40)))
+    pushed = push(alice, side.new(), target_bytes=4_000)
+    assert pushed.shards > 2
+    monkeypatch.setattr(fetch_module, "IMPORT_BYTES", 1)
+    real, calls = SqliteDatabase.put_many, [0]
+
+    def second_fails(self: SqliteDatabase, records: Any, **kw: Any) -> int:
+        calls[0] += 1
+        if calls[0] == 2:
+            raise DatabaseBusyError(self.path, "still locked")
+        return real(self, records, **kw)
+
+    monkeypatch.setattr(SqliteDatabase, "put_many", second_fails)
+    bob = make_store("bob")
+    first = fetch(bob, side.new())
+    assert calls[0] == 2  # nothing of the group was written after the part that failed
+    stopped = [p for p in first.failed if "a shard before it in its group could not be imported" in p.reason]
+    assert len(stopped) == pushed.shards - 2
+    monkeypatch.undo()
+    assert fetch(bob, side.new()).ok and rows(bob) == rows(alice)
+
+
 def test_folders_whose_names_start_with_a_dot_travel_both_ways(side: RemoteSide, make_store: MakeStore) -> None:
     """A local model path (``./models/x``) and a task named ``.hidden`` are folders like any other."""
     alice = make_store("alice")
