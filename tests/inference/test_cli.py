@@ -479,6 +479,8 @@ def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_trace
     assert error["type"] == "ModelLoadError" and "vLLM could not load the model" in error["error"]
     assert str(model) in error["error"]
     assert "engine argument" not in error["error"]  # the folder's fault, not an --engine-arg's
+    if damage is not _config_without_model_type:  # the loader's failure: what to check, for a folder
+        assert "Check that its folder's config.json and weights are whole" in error["error"]
     assert error["notes"] == [f"{tmp_path / 'o.jsonl'} was not written: it holds what an earlier run wrote there"]
     assert not list(root.rglob("*.db")) and (tmp_path / "o.jsonl").read_text() == "an earlier run's results\n"
 

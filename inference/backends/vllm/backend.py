@@ -71,6 +71,11 @@ from store.errors import BackendError, InvalidInputError, JudgestoreError, Model
 from store.interrupts import deferred_interrupts
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
+# What to check when vLLM could not load a model, by where the model comes from
+_WHAT_TO_CHECK = {
+    "folder": "that its folder's config.json and weights are whole (a copy cut short)",
+    "hub": "the model id, your access to it (HF_TOKEN), the network, or its files in the Hugging Face cache",
+}
 # What vLLM's ModelConfig says of a folder whose config.json it cannot use (its pydantic check, not an argument's)
 _MODEL_CONFIG_WORDS = ("Unrecognized model", "config.json")
 _CLOSE_WAIT_S = 30.0  # how long close() waits for a running stream to stop before it shuts the engine down
@@ -519,10 +524,12 @@ def create_vllm_backend(
             f"vLLM could not start the engine with these engine arguments (--engine-arg / engine_kwargs): {e}"
         ) from e
     except Exception as e:  # the weights' loader (a file missing or cut short), a device out of memory
+        if not isinstance(e, OSError | RuntimeError) and type(e).__name__ != "SafetensorError":
+            raise  # not a load's failure (a bug): as it is
+        where = _WHAT_TO_CHECK["folder" if os.path.isdir(model) else "hub"]
         raise ModelLoadError(
-            f"vLLM could not load the model {model!r}: {type(e).__name__}: {e}. Check that its folder's config.json "
-            "and weights are whole (a download or copy cut short); out of memory, lower max_model_len, max_num_seqs "
-            "or gpu_memory_utilization (--engine-arg)"
+            f"vLLM could not load the model {model!r}: {type(e).__name__}: {e}. Check {where}; out of memory, lower "
+            "max_model_len, max_num_seqs or gpu_memory_utilization (--engine-arg)"
         ) from e
     backend = VLLMBackend(llm, SamplingParams, descriptor, explicit, engine_template=engine_template)
     try:
