@@ -201,8 +201,13 @@ class RunSummary:
             lines.append(f"  ... and {self.failed - limit} more (every one is in --json's failures)")
         if self.failed >= self.plan.distinct:  # nothing else was asked: "the others are stored" would be untrue
             lines.append("fix or drop them and run again")
-        elif self.plan.mode in ("use", "refresh"):
+        elif self.plan.mode == "use":
             lines.append("fix or drop them and run again: only they are asked for (the others are stored)")
+        elif self.plan.mode == "refresh":  # a rerun refreshes every input again; mode use would keep their old rows
+            lines.append(
+                "fix them and refresh them alone (--mode refresh on a file of only them): the others are refreshed "
+                "and stored, and these still hold their old rows, if they had any"
+            )
         else:
             lines.append(f"fix or drop them and run again (mode {self.plan.mode} stores nothing it generates)")
         return lines

@@ -136,8 +136,8 @@ class Writer:
         if self.policy == "replace":
             left = self.total - run.written - len(run.failed)
             return (
-                f"they are kept; the other {left} inputs of this refresh still hold their old rows (mode use would "
-                "return those): run it again with --mode refresh to refresh them"
+                f"they are kept; the other {left} inputs of this refresh still hold their old rows, if they had any "
+                "(mode use would return those): run it again with --mode refresh to refresh them"
             )
         return "they are kept, and running it again in mode use generates only the rest"
 

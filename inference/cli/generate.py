@@ -181,8 +181,8 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
         message += "running the same command again generates only the rest"
     else:  # mode use would answer the inputs it did not reach with their old rows, unrefreshed
         message += (
-            "the inputs it did not reach still hold their old rows (mode use would return those): run it again with "
-            "--mode refresh to refresh them"
+            "the inputs it did not reach still hold their old rows, if they had any (mode use would return those): "
+            "run it again with --mode refresh to refresh them"
         )
     interrupted(message + output, json_output, rows_kept=kept)
 

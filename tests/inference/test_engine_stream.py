@@ -456,8 +456,8 @@ def test_an_engine_failure_mid_batch_is_typed_and_says_what_was_kept(
     ("mode", "says"),
     [
         # was, in both: "they are kept, and running it again in mode use generates only the rest"
-        ("refresh", "inputs of this refresh still hold their old rows (mode use would return those): run it again "
-                    "with --mode refresh"),
+        ("refresh", "inputs of this refresh still hold their old rows, if they had any (mode use would return "
+                    "those): run it again with --mode refresh"),
         ("readonly", "this mode writes no rows, so the {generated} generated are not kept"),
     ],
 )  # fmt: skip

@@ -247,6 +247,11 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     # of the inputs to generate, not of the run's (was: "1 of 1 inputs", with 3 inputs)
     assert "failed: 1 of the 1 inputs to generate were not answered or not stored" in human.stderr
     assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
+    assert "only they are asked for (the others are stored)" in " ".join(human.stderr.split())
+    refreshed = generate(openai_server, prompts, tmp_path / "c.jsonl", "--mode", "refresh")
+    said = " ".join(refreshed.stderr.split())
+    # was: "only they are asked for", of a rerun that refreshes every input again
+    assert refreshed.exit_code == 1 and "refresh them alone (--mode refresh on a file of only them)" in said
 
 
 @pytest.mark.parametrize(
@@ -256,7 +261,8 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
         # was: "run it with --mode use", which answers the inputs the refresh did not reach with their old rows
         (
             "refresh",
-            "still hold their old rows (mode use would return those): run it again with --mode refresh",
+            "still hold their old rows, if they had any (mode use would return those): run it again with --mode "
+            "refresh",
             False,
             "SIGINT",
         ),
