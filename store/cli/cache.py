@@ -342,7 +342,8 @@ def prune_command(
         table = location_table("Rows to prune" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
         for entry in plan.counts:
             table.add_row(*location_cells(entry.location), f"{entry.rows:,}")
-        table.caption = f"{plan.rows:,} rows ({decimal(plan.freed_bytes)} of data) in {len(plan.counts)} databases"
+        rows, databases = quantity(plan.rows, "row"), quantity(len(plan.counts), "database")
+        table.caption = f"{rows} ({decimal(plan.freed_bytes)} of data) in {databases}"
         stdout().print(table)
     if dry_run or not plan.counts:
         if json_output:

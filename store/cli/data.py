@@ -44,6 +44,7 @@ from store.cli.common import (
     note,
     planning_store,
     print_claims,
+    quantity,
     record_deleted,
     rows_to_stdout,
     state_text,
@@ -365,7 +366,7 @@ def delete_command(
         table = location_table("Rows to delete" + (" (dry run)" if dry_run else ""), ("Rows", "right"))
         for entry in plan.counts:
             table.add_row(*location_cells(entry.location), f"{entry.rows:,}")
-        table.caption = f"{matched:,} rows in {len(plan.counts)} databases"
+        table.caption = f"{quantity(matched, 'row')} in {quantity(len(plan.counts), 'database')}"
         stdout().print(table)
     if dry_run or not plan.counts:
         if json_output:

@@ -271,11 +271,11 @@ def _render_push(report: "PushReport", selected: bool) -> None:
                 *location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows:,}", decimal(folder.bytes)
             )
         table.caption = (
-            f"{report.shards:,} shards, {report.rows:,} rows, {decimal(report.bytes)}; "
-            + (f"{len(report.commits)} commits; " if report.commits else "")  # a folder remote makes none
-            + f"{report.unchanged} folders had nothing new"
-            + (f"; {report.already_present} shards were already there" if report.already_present else "")
-            + (f"; {report.recovered} shards of an interrupted push confirmed" if report.recovered else "")
+            f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'row')}, {decimal(report.bytes)}; "
+            + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
+            + f"{quantity(report.unchanged, 'folder')} had nothing new"
+            + (f"; {quantity(report.already_present, 'shard')} already there" if report.already_present else "")
+            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push confirmed" if report.recovered else "")
         )
         out.print(table)
     elif not report.problems and selected:
@@ -370,8 +370,8 @@ def _render_fetch(report: "FetchReport") -> None:
                 table.add_row(*location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows_inserted:,}",
                               f"{folder.rows_read:,}", decimal(folder.bytes))  # fmt: skip
         table.caption = (
-            f"{report.shards:,} shards, {report.rows:,} new rows, {decimal(report.bytes)}; "
-            f"{report.skipped:,} shards already here; {len(report.quarantined)} quarantined"
+            f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'new row')}, {decimal(report.bytes)}; "
+            f"{quantity(report.skipped, 'shard')} already here; {len(report.quarantined)} quarantined"
         )
         out.print(table)
     elif report.failed or report.quarantined:

@@ -536,6 +536,8 @@ def test_delete_dry_run_prints_counts_and_changes_nothing(filled: Path) -> None:
     assert report["filter"] == {"run_id": "run-2"}
     text = judgestore("delete", "--run-id", "run-2", "--dry-run")
     assert "Rows to delete (dry run)" in text.stdout and "3 rows in 2 databases" in text.stdout
+    one = judgestore("delete", "--run-id", "run-2", "--role", "judgements", "--dry-run")
+    assert "1 row in 1 database" in one.stdout  # was: "1 rows in 1 databases"
     assert file_digests(filled) == before
 
 
