@@ -523,9 +523,9 @@ def create_vllm_backend(
         raise InvalidInputError(
             f"vLLM could not start the engine with these engine arguments (--engine-arg / engine_kwargs): {e}"
         ) from e
-    except Exception as e:  # the weights' loader (a file missing or cut short), a device out of memory
-        if not isinstance(e, OSError | RuntimeError) and type(e).__name__ != "SafetensorError":
-            raise  # not a load's failure (a bug): as it is
+    except Exception as e:  # the weights' loader (a file missing or cut short), a download, a device out of memory
+        if isinstance(e, TypeError | AttributeError | NameError | AssertionError):
+            raise  # a programming error, not the model's: as it is (a download, a loader, a device fail otherwise)
         where = _WHAT_TO_CHECK["folder" if os.path.isdir(model) else "hub"]
         raise ModelLoadError(
             f"vLLM could not load the model {model!r}: {type(e).__name__}: {e}. Check {where}; out of memory, lower "
