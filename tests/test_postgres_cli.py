@@ -79,7 +79,7 @@ def test_generate_then_every_read_command_on_a_server_store(
     assert deleted["deleted"] == 1
     pruned = judgestore("prune", "--instruction-id", "1", "--older-than", "0s", "--yes", *store)
     assert pruned.exit_code == 0, pruned.output  # was: told to run vacuum, which a server store refuses
-    assert "Pruned 1 rows from 1 databases; the server's autovacuum reuses their space." in pruned.stdout
+    assert "Pruned 1 row from 1 database; the server's autovacuum reuses their space." in pruned.stdout
     assert as_json(judgestore("ls", "--json", *store))[0]["rows"] == 3
     third = as_json(generate(openai_server, chat_prompts, tmp_path / "c.jsonl", *store))
     assert (third["hits"], third["misses"]) == (3, 2)  # exactly the deleted rows are recomputed

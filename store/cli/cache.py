@@ -349,7 +349,8 @@ def prune_command(
         if json_output:
             emit_json(report)
         return
-    confirmed(f"Prune {plan.rows:,} rows from {len(plan.counts)} databases?", yes=yes, json_output=json_output)
+    where = quantity(len(plan.counts), "database")
+    confirmed(f"Prune {quantity(plan.rows, 'row')} from {where}?", yes=yes, json_output=json_output)
     with Store(settings) as store:
         try:
             deleted = prune(store, plan)
@@ -365,7 +366,7 @@ def prune_command(
             if settings.store_url
             else "; `judgestore vacuum` gives the space back"
         )
-        stdout().print(f"Pruned {report['deleted']:,} rows from {len(deleted)} databases{freed}.")
+        stdout().print(f"Pruned {quantity(report['deleted'], 'row')} from {quantity(len(deleted), 'database')}{freed}.")
 
 
 # ---------------------------------------------------------------- vacuum

@@ -372,7 +372,8 @@ def delete_command(
         if json_output:
             emit_json(report)
         return
-    confirmed(f"Delete {matched:,} rows from {len(plan.counts)} databases?", yes=yes, json_output=json_output)
+    where = quantity(len(plan.counts), "database")
+    confirmed(f"Delete {quantity(matched, 'row')} from {where}?", yes=yes, json_output=json_output)
     with Store(settings) as store:
         try:
             deleted = store.delete_rows(plan)
@@ -382,4 +383,4 @@ def delete_command(
     if json_output:
         emit_json(report)
     else:
-        stdout().print(f"Deleted {report['deleted']:,} rows from {len(deleted)} databases.")
+        stdout().print(f"Deleted {quantity(report['deleted'], 'row')} from {quantity(len(deleted), 'database')}.")
