@@ -22,10 +22,12 @@ Protocol of one fetch (under the store root's sync lock):
    echoes them back), their rows inserted in one transaction with INSERT OR
    IGNORE in name order (a row already here, local or fetched, wins), and are
    then recorded as imported. A shard or metadata.json that fails validation
-   is quarantined under ``.judgestore-sync/quarantine`` and reported, and
-   the other shards go on; a download that keeps failing, or an import the
-   store refuses, is reported and stops its folder (the later shards are
-   reported as not imported; the next fetch takes them, in order).
+   is quarantined under ``.judgestore-sync/quarantine`` and reported; a
+   download that keeps failing is reported and tried again by the next fetch.
+   Neither stops the other shards. A group whose import the store refuses
+   (busy, full) is reported whole, as its one transaction was: once a part of
+   it (a group of wide rows is imported in parts) is refused, the rest of the
+   group is reported not imported, and the next fetch takes them.
 
 The remote is recorded in the bookkeeping with the first shard fetched from
 it: a fetch that fails (a repository the Hub answers with 404) or a dry run
@@ -88,7 +90,7 @@ DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
 GROUP_SHARDS = 8  # shards validated, then imported in one transaction...
 GROUP_BYTES = 32 * 1024 * 1024  # ...as long as their compressed sizes add up to no more than this
 IMPORT_BYTES = 64 * 1024 * 1024  # and a group's rows are imported once they take about this much memory
-IMPORT_STOPPED = "a shard before it in its folder could not be imported"
+IMPORT_STOPPED = "a part of its group before it could not be imported (the group is imported whole)"
 
 
 @dataclass(slots=True)
@@ -383,22 +385,14 @@ class ShardImporter:
             progress(self.done)
             return
         fetched = FetchedFolder(location)
-        stopped: str | None = None  # why the folder's import stopped: its shards land in name order or not at all
         try:
             for group in _groups(todo, listed.shards):
-                if stopped is None:
-                    stopped = self._group(listed, group, ShardOrigin.of(metadata), database, fetched)
-                else:
-                    self._not_imported(location, group, stopped)
+                self._group(listed, group, ShardOrigin.of(metadata), database, fetched)
                 self.done += len(group)
                 progress(self.done)
         finally:  # an interrupt midway still reports the groups imported before it
             if fetched.shards:
                 self.report.folders.append(fetched)
-
-    def _not_imported(self, location: Location, names: Sequence[str], stopped: str) -> None:
-        for name in names:
-            self.report.failed.append(SyncProblem(shard_path(location, name), f"not imported: {stopped}; fetch again"))
 
     def _metadata(self, listed: RemoteFolder, shards: int) -> StoredMetadata | None:
         """The folder's verified metadata, or None (reported) if it is missing, unreadable or forged."""
@@ -431,14 +425,10 @@ class ShardImporter:
         origin: ShardOrigin,
         database: Database,
         fetched: FetchedFolder,
-    ) -> str | None:
+    ) -> None:
         """Download a few shards at once, validate each completely, then import the valid ones in one transaction
-        (in several when their rows take over :data:`IMPORT_BYTES`); why the folder's import stops, if it must.
-
-        A shard that could not be downloaded or imported stops it: a shard after it landing first would keep its
-        row under a key both hold, where every store that fetched them in order keeps the earlier one (first
-        occurrence wins). A quarantined shard lands nowhere, and stops nothing.
-        """
+        (in several when their rows take over :data:`IMPORT_BYTES`: once one is refused, the rest of the group is
+        not imported, as the group's one transaction would not have been)."""
         location = listed.location
         wanted: list[str] = []
         for name in names:
@@ -457,11 +447,12 @@ class ShardImporter:
         ]
         valid: list[tuple[Shard, int]] = []
         held = 0
-        stopped: str | None = None
+        refused = False  # a part of the group was refused: the rest is not imported either
         for name, download in zip(wanted, downloads, strict=True):
             path = shard_path(location, name)
-            if stopped is not None:
-                self._not_imported(location, [name], stopped)
+            if refused:
+                download.cancel()
+                self.report.failed.append(SyncProblem(path, f"not imported: {IMPORT_STOPPED}; fetch again"))
                 continue
             try:
                 data = download.result()
@@ -469,7 +460,6 @@ class ShardImporter:
                 raise
             except (RemoteError, UntrustedContentError) as e:
                 self.report.failed.append(SyncProblem(path, str(e)))
-                stopped = "a shard before it in its folder could not be downloaded"
                 continue
             try:
                 shard = read_shard(data, name, origin, where=path, max_bytes=self.max_bytes)
@@ -480,12 +470,10 @@ class ShardImporter:
             valid.append((shard, len(data)))
             held += records_bytes(shard.records)
             if held >= IMPORT_BYTES:  # rows that compress well are many more than their compressed size says
-                if not self._import(valid, location, database, fetched):
-                    stopped = IMPORT_STOPPED
+                refused = not self._import(valid, location, database, fetched)
                 valid, held = [], 0
-        if valid and not self._import(valid, location, database, fetched):
-            stopped = IMPORT_STOPPED
-        return stopped
+        if valid:
+            self._import(valid, location, database, fetched)
 
     def _import(
         self, valid: list[tuple[Shard, int]], location: Location, database: Database, fetched: FetchedFolder

@@ -298,3 +298,18 @@ print(json.dumps(found))
     assert memory is not None and "could not start the engine" in memory and "cache" in memory
     assert logprobs_refused is not None and "refuses the descriptor's sampling for every request" in logprobs_refused
     assert "max_logprobs" in logprobs_refused
+
+
+def test_what_counts_as_a_failure_to_load_the_model_and_what_raises_as_it_is() -> None:
+    """A ModelLoadError says to check the model's files, access or memory: right for those failures; a missing
+    package or an error in code (a KeyError inside vLLM) keeps its own type and traceback."""
+    import httpx
+    from huggingface_hub.errors import EntryNotFoundError
+
+    from inference.backends.vllm.backend import _loading_failure
+
+    loads = [OSError("no weights"), RuntimeError("CUDA out of memory"), EntryNotFoundError("404"),
+             httpx.ConnectError("refused")]  # fmt: skip
+    code = [ModuleNotFoundError("No module named 'flash_attn'"), KeyError("layers.0"), TypeError("x"), IndexError()]
+    assert [_loading_failure(e) for e in loads] == [True] * 4
+    assert [_loading_failure(e) for e in code] == [False] * 4

@@ -459,6 +459,15 @@ def check_engine_arguments(llm_cls: Any, engine_kwargs: Mapping[str, Any]) -> No
         )
 
 
+def _loading_failure(error: Exception) -> bool:
+    """Whether ``error`` is what loading a model fails with: a file (missing, cut short, unreadable), a device (out
+    of memory), a download (the Hub, its HTTP client), safetensors' reader."""
+    if isinstance(error, ImportError):  # a package vLLM or the model needs: not the model's files
+        return False
+    library = type(error).__module__.split(".")[0]
+    return isinstance(error, OSError | RuntimeError) or library in ("safetensors", "huggingface_hub", "httpx")
+
+
 def create_vllm_backend(
     descriptor: ModelDescriptor,
     engine_kwargs: Mapping[str, Any],
@@ -524,8 +533,8 @@ def create_vllm_backend(
             f"vLLM could not start the engine with these engine arguments (--engine-arg / engine_kwargs): {e}"
         ) from e
     except Exception as e:  # the weights' loader (a file missing or cut short), a download, a device out of memory
-        if isinstance(e, TypeError | AttributeError | NameError | AssertionError):
-            raise  # a programming error, not the model's: as it is (a download, a loader, a device fail otherwise)
+        if not _loading_failure(e):
+            raise  # a missing package, or an error in vLLM's code or ours: as it is, with its traceback
         where = _WHAT_TO_CHECK["folder" if os.path.isdir(model) else "hub"]
         raise ModelLoadError(
             f"vLLM could not load the model {model!r}: {type(e).__name__}: {e}. Check {where}; out of memory, lower "
