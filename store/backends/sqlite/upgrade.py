@@ -198,6 +198,25 @@ def _refused_before_writing(db_path: Path) -> UpgradeResult | None:
     return None
 
 
+EMPTY_REFUSAL = "empty database: no tables"
+
+
+def _damaged(conn: Connection, db_path: Path) -> DatabaseFileError | None:
+    """SQLite's ``quick_check`` of a file about to be migrated, as the error that refuses it; None when whole.
+
+    A migration copies what the tables' b-trees lead to, and the row counts read them the same way: on a damaged
+    page the rows the damage hides would be gone from the upgraded file, unnoticed.
+    """
+    damage = integrity_damage(conn.exec_driver_sql("PRAGMA quick_check").all())
+    if damage is None:
+        return None
+    return DatabaseFileError(
+        db_path,
+        f"{damage}. Not upgraded (a migration would drop the rows the damage hides); nothing was changed. "
+        f"{DAMAGE_ADVICE}",
+    )
+
+
 def would_upgrade(db_path: Path, settings: Settings, known: Revisions) -> UpgradeResult:
     """What :func:`upgrade_database` would do, read-only and without the file's lock: every check it makes
     before it writes (room for the backup, a writable file, the revision, SQLite's ``quick_check``) and the rows
@@ -213,17 +232,13 @@ def would_upgrade(db_path: Path, settings: Settings, known: Revisions) -> Upgrad
             found = status.revision
             if status.state is DatabaseState.CURRENT:
                 return UpgradeResult(str(db_path), UpgradeOutcome.UP_TO_DATE, found, found)
-            error = (
-                "empty database: no tables" if status.state is DatabaseState.EMPTY else status_error(status, db_path)
-            )
-            if status.state is not DatabaseState.BEHIND:
+            if status.state is DatabaseState.BEHIND:
+                damaged = _damaged(conn, db_path)
+                error = None if damaged is None else str(damaged)
+            else:
+                error = EMPTY_REFUSAL if status.state is DatabaseState.EMPTY else status_error(status, db_path)
+            if error is not None:
                 return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=error)
-            damage = integrity_damage(conn.exec_driver_sql("PRAGMA quick_check").all())
-            if damage is not None:
-                error = f"{db_path}: {damage}. Not upgraded (a migration would drop the rows the damage hides)."
-                return UpgradeResult(
-                    str(db_path), UpgradeOutcome.REFUSED, found, None, error=f"{error} {DAMAGE_ADVICE}"
-                )
             rows = _row_counts(conn)
             conn.rollback()
     except (DBAPIError, sqlite3.Error, OSError) as e:
@@ -245,20 +260,11 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             if status.state is DatabaseState.CURRENT:
                 return UpgradeResult(str(db_path), UpgradeOutcome.UP_TO_DATE, found, found)
             if status.state is DatabaseState.EMPTY:
-                return UpgradeResult(
-                    str(db_path), UpgradeOutcome.REFUSED, None, None, error="empty database: no tables"
-                )
+                return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, None, None, error=EMPTY_REFUSAL)
             if status.state is not DatabaseState.BEHIND:
                 raise_for_status(status, db_path)
-            # A migration copies what the tables' b-trees lead to, and the row counts read them the same way: on a
-            # damaged page the rows the damage hides would be gone from the upgraded file, unnoticed
-            damage = integrity_damage(conn.exec_driver_sql("PRAGMA quick_check").all())
-            if damage is not None:
-                raise DatabaseFileError(
-                    db_path,
-                    f"{damage}. Not upgraded (a migration would drop the rows the damage hides); nothing was changed. "
-                    f"{DAMAGE_ADVICE}",
-                )
+            if (damaged := _damaged(conn, db_path)) is not None:
+                raise damaged
             before = _row_counts(conn)
             backup = _backup(db_path, found)
             migrate(conn, script=script)
