@@ -4,9 +4,12 @@ Contract:
 
 * :func:`prepare_model` returns a :class:`PreparedModel`: a model (a
   :class:`~inference.spec.ModelSpec`, a :class:`~inference.spec.HostedSpec`,
-  or a string, ``"VLLM/<model id or folder>"``, ``"OpenAI/<model>"``,
-  ``"OpenRouter/<model>"``, ``"Together/<model>"``, anything else being a
-  vLLM model id or folder), the role its rows are stored under
+  or a string, ``"VLLM/<model id or folder>"``, ``"OpenAI/<model>"`` (or
+  ``"ChatOpenAI/<model>"``), ``"OpenRouter/<model>"``, ``"Together/<model>"``,
+  anything else being a vLLM model id or folder, except the prefixes of
+  engines judgestore does not run, ``"LlamaCpp/"`` and ``"Dummy/"``, which are
+  refused with :class:`~store.errors.InvalidInputError` saying what to use
+  instead), the role its rows are stored under
   (``completions``, or ``judgements`` for a judge), the task, and the store
   (default: the one the settings name, opened on first use). Nothing is
   resolved, opened or loaded when it is prepared: the model's descriptor is
@@ -85,6 +88,19 @@ PROVIDER_PREFIXES: Mapping[str, str | None] = {
     "OpenAI": "openai",
     "OpenRouter": "openrouter",
     "Together": "together",
+    "ChatOpenAI": "openai",  # the seed's name of the same client
+}
+# The seed's prefixes of engines judgestore does not run: refused by name, not read as a vLLM model id.
+UNRUN_PREFIXES: Mapping[str, str] = {
+    "LlamaCpp": (
+        'judgestore does not run llama.cpp: load the GGUF file in vLLM ("VLLM/<path to .gguf>"), or serve it '
+        'with llama.cpp\'s OpenAI-compatible llama-server and pass HostedSpec(model=..., provider="vllm-server", '
+        'base_url="http://HOST:PORT/v1")'
+    ),
+    "Dummy": (
+        "judgestore has no dummy engine: a test that needs answers without a model can serve them from "
+        "an OpenAI-compatible server and pass HostedSpec(..., base_url=...)"
+    ),
 }
 # cache_metadata keys, per role: those a caller must give, and those it may.
 REQUIRED_METADATA: Mapping[Role, frozenset[str]] = {
@@ -264,6 +280,8 @@ def do_inference(
 
 def _spec_of(name: str, options: dict[str, Any]) -> Spec:
     prefix, sep, rest = name.partition("/")
+    if sep and prefix in UNRUN_PREFIXES:  # a folder of that name is still "VLLM/LlamaCpp/..."
+        raise InvalidInputError(f"{name!r}: {UNRUN_PREFIXES[prefix]}")
     if not (sep and prefix in PROVIDER_PREFIXES):
         rest = name
     elif (provider := PROVIDER_PREFIXES[prefix]) is not None:

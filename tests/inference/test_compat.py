@@ -143,6 +143,17 @@ def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
         do_inference("VLLM/m", ["hi"], cache_metadata=ids(1))  # type: ignore[arg-type]
 
 
+def test_the_seeds_other_prefixes_are_read_by_name_not_as_a_vllm_model_id() -> None:
+    chat = prepare_model("ChatOpenAI/gpt-4o", task="arena")
+    assert isinstance(chat.spec, HostedSpec) and (chat.spec.provider, chat.spec.model) == ("openai", "gpt-4o")
+    for name, says in [("LlamaCpp/models/q4.gguf", "does not run llama.cpp"), ("Dummy/x", "has no dummy engine")]:
+        with pytest.raises(InvalidInputError, match=says) as refused:
+            prepare_model(name, task="arena")
+        assert repr(name) in str(refused.value)
+    folder = prepare_model("VLLM/LlamaCpp/model", task="arena")  # a folder of that name, asked for as vLLM
+    assert isinstance(folder.spec, ModelSpec) and folder.spec.model == "LlamaCpp/model"
+
+
 @pytest.mark.parametrize(
     ("name", "options", "says"),
     [
