@@ -182,6 +182,20 @@ def test_verify_still_checks_the_hash_of_the_rows_around_damaged_text(store_root
     assert damaged in kinds["text"] and edited.input_hash in kinds["input-hash"]
 
 
+def test_verify_names_a_value_that_does_not_decode_beside_a_column_the_user_added(filled: Path) -> None:
+    with closing(sqlite3.connect(qwen_db(filled))) as conn, conn:
+        conn.execute("ALTER TABLE completions ADD COLUMN my_score REAL")
+        conn.execute("UPDATE completions SET my_score = 0.5")
+        key = conn.execute("SELECT input_hash FROM completions LIMIT 1").fetchone()[0]
+        conn.execute("UPDATE completions SET usage = '{\"x\": NaN' WHERE input_hash = ?", (key,))
+    before = file_digests(filled)
+    found = judgestore("verify", "--store-root", str(filled), "--json")
+    assert_failed_cleanly(found)
+    (problem,) = orjson.loads(found.stdout)["problems"]
+    assert key in problem["message"] and "usage" in problem["message"] and "my_score" not in problem["message"]
+    assert file_digests(filled) == before
+
+
 # ---------------------------------------------------------------- the edge
 
 

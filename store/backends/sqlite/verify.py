@@ -129,6 +129,8 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
             row: dict[str, Any] = {}
             undecodable, unreadable = [], []
             for name, raw in zip(names[1:], values, strict=True):
+                if name not in readers:  # a column the user added: its values are theirs, not the store's to judge
+                    continue
                 row[name] = value = _utf8(raw) if isinstance(raw, bytes) else raw
                 if isinstance(raw, bytes) and value is None:
                     undecodable.append(name)
