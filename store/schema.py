@@ -44,6 +44,7 @@ from store.errors import (
     NotADatabaseError,
     SchemaAheadError,
     SchemaBehindError,
+    StatementError,
 )
 from store.tables.models import SCHEMA_REVISION, Base, UTCDateTime
 
@@ -51,6 +52,10 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
 VERSION_TABLE = "judgestore_alembic_version"
+# Every table and column name of a descriptor database: the only names judgestore's own statements use there.
+STORE_NAMES = frozenset(
+    {VERSION_TABLE, *Base.metadata.tables, *(c.name for t in Base.metadata.tables.values() for c in t.c)}
+)
 MIGRATION_OPTIONS: dict[str, Any] = {
     "version_table": VERSION_TABLE,
     "render_as_batch": True,  # SQLite cannot ALTER most things: copy-and-move tables instead
@@ -311,6 +316,16 @@ def missing_parts(held: Mapping[str, Collection[str]]) -> str | None:
         f"lacks {shown}, which its schema revision {SCHEMA_REVISION} has: another tool edited it. Restore it from "
         "a backup, or delete it to recompute its rows"
     )
+
+
+def foreign_name_error(where: Path | str, kind: str, name: str, said: str, hint: str) -> StatementError | None:
+    """The error of a statement naming a ``kind`` (table or column) ``name`` that is none of judgestore's and that
+    ``where`` cannot read (a typo, or a column a user added by hand; ``hint`` says what the backend reads); None for
+    one of judgestore's own names (:data:`STORE_NAMES`), whose absence is damage, not the statement's fault."""
+    if name in STORE_NAMES:
+        return None
+    return StatementError(f"{where}: {said}: the statement names a {kind} that is not judgestore's ({hint}); "
+                          "nothing was changed")  # fmt: skip
 
 
 def status_error(status: SchemaStatus, path: Path | str) -> str | None:

@@ -38,6 +38,13 @@ Contract:
   has neither order nor equality, so both backends refuse it with a
   :class:`~store.errors.StatementError`; a typed element compares
   (``Judgement.top_logprobs["A"].as_float()``).
+* A column or table that is none of judgestore's (a typo, a column a user
+  added by hand) and that a database cannot read is a
+  :class:`~store.errors.StatementError` naming it, never a damaged database;
+  one of judgestore's own that a database lacks is damage
+  (:func:`store.schema.foreign_name_error`). A SQLite database reads the
+  columns added to it; a server store reads judgestore's columns only
+  across schemas (a session on one database reads the others).
 * Everything that cannot be answered exactly is refused, with a typed error,
   before any database is opened (:mod:`store.across.plan`), or, for a
   ``group_by`` of terms that are not selected, once the databases are

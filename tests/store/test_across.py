@@ -52,7 +52,9 @@ from sqlalchemy.orm import Session, aliased, defer, load_only, undefer
 from store import Completion, InvalidInputError, Judgement, RowFilter, Run, Selector, Store
 from store.across.merge import ROW_KEY
 from store.across.plan import Plan
+from store.backends.postgres.registry import schema_name
 from store.backends.postgres.storage import PostgresStorage
+from store.backends.sqlite.database import SqliteDatabase
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import (
     DatabaseFileError,
@@ -892,6 +894,33 @@ def test_json_values_are_never_ordered_grouped_or_aggregated(either: Store, stat
     assert either.execute(select(func.min(a), func.max(a))).one() == (-0.75, 0.0)
     ordered = select(Judgement.instruction_id).order_by(a.desc()).limit(3)
     assert either.execute(ordered).scalars().all() == ["0", "1", "2"]
+
+
+def test_a_column_that_is_none_of_the_stores_is_the_statements_error_not_damage(either: Store) -> None:
+    """A typo, or a column a user added to one database by hand: a StatementError naming it, not advice to restore
+    or delete a database that is whole; a selector of the databases that have it reads it."""
+    for i in range(2):
+        either.database("judgements", "arena", descriptor(i)).put_many([judgement_record(i)])
+    database = either.database("judgements", "arena", descriptor(0))
+    table = "judgements" if isinstance(database, SqliteDatabase) else f'"{schema_name(database.location)}".judgements'
+    with database.session(write=True) as session:
+        session.execute(text(f"ALTER TABLE {table} ADD COLUMN my_score REAL"))
+        session.execute(text(f"UPDATE {table} SET my_score = 0.5"))
+    for statement, name in [
+        (select(Judgement.judge, literal_column("modle")), "modle"),
+        (select(Judgement.judge, literal_column("my_score", Float)), "my_score"),
+        (select(Judgement.judge).where(literal_column("my_score", Float) > 0), "my_score"),
+    ]:
+        with pytest.raises(StatementError, match=f"{name}.* not judgestore's") as refused:
+            either.execute(statement).all()
+        assert "restore" not in str(refused.value).lower() and "delete" not in str(refused.value)
+    mine = select(Judgement.judge, literal_column("my_score", Float))
+    with database.session() as session:  # the database that has it reads it, on both backends
+        assert session.execute(mine).all() == [(judgement_record(0).judge, 0.5)]
+    if isinstance(database, SqliteDatabase):  # across databases: those that have it (a server reads its own only)
+        assert either.execute(mine, Selector(descriptor=descriptor(0).hash16())).all() == [
+            (judgement_record(0).judge, 0.5)
+        ]
 
 
 def test_fetch_is_a_limit_after_the_merge(either: Store) -> None:

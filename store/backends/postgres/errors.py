@@ -15,6 +15,7 @@ from typing import NoReturn
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError, InterfaceError, OperationalError
 
 from store.backends.postgres.connections import _without_secrets, display_url
+from store.backends.postgres.registry import REGISTRY_SCHEMA, registry_metadata
 from store.errors import (
     DamagedValueError,
     JudgestoreError,
@@ -29,6 +30,7 @@ from store.errors import (
     ServerValueError,
     UnexpectedServerError,
 )
+from store.schema import foreign_name_error
 
 # SQLSTATE classes and codes (PostgreSQL's appendix A) -> what they mean for a store
 _BUSY_STATES = {"40001": "a serialisation failure", "40P01": "a deadlock", "55P03": "a lock it could not get",
@@ -40,6 +42,13 @@ _GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, start
 
 
 _MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
+# The server's words for a name a statement uses that a schema lacks (the name unqualified), and the registry's own
+_MISSING_NAME = re.compile(r'^(?P<kind>column|relation) "?(?:[^"\s]+\.)?(?P<name>[^"\s.]+)"? does not exist')
+_REGISTRY_NAMES = frozenset({*(t.name for t in registry_metadata.tables.values()), REGISTRY_SCHEMA})
+_FOREIGN_HINT = (
+    "a typo, or one added by hand: across schemas a server store reads judgestore's columns only; read the others "
+    "in a session on one database, Store.database(...).session()"
+)
 _ALTERED_STATES = {"42883", "42804"}  # no such operator or function for a column's type, a type mismatch
 
 
@@ -121,6 +130,11 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerUnavailableError(
             shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
         )
+    missing = _MISSING_NAME.match(message) if state in _MISSING_STATES else None
+    if missing is not None and missing["name"] not in _REGISTRY_NAMES:
+        kind = "table" if missing["kind"] == "relation" else "column"
+        if (foreign := foreign_name_error(shown, kind, missing["name"], message, _FOREIGN_HINT)) is not None:
+            return foreign  # a name of the caller's statement (Store.execute), not a part the schema lost
     if state in _MISSING_STATES:
         return ServerSchemaError(
             shown, f"{message}: a table or column the schema's revision promises is missing (another tool edited "

@@ -53,9 +53,14 @@ from store.errors import (
     UnexpectedDatabaseError,
 )
 from store.layout import JOURNAL_SUFFIX, lock_path, wal_path
+from store.schema import foreign_name_error
 from store.settings import Settings
 
 T = TypeVar("T")
+
+# SQLite's words for a name a statement uses that the file lacks (the name unqualified)
+_MISSING_NAME = re.compile(r"no such (?P<kind>table|column): (?:\S+\.)?(?P<name>\S+)")
+_FOREIGN_HINT = "a typo, or one added by hand to some databases only: pick those with a selector"
 
 # SQLite's primary result codes (an extended code's low byte)
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 5, 6, 8, 10, 11
@@ -186,7 +191,12 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
             "changed. `judgestore verify` names the rows: delete them with `judgestore delete --input-hash HASH` "
             "so that they are recomputed, or restore the file from a backup",
         )
-    if message.startswith(("no such table", "no such column")):
+    missing = _MISSING_NAME.match(message)
+    if missing is not None and (
+        foreign := foreign_name_error(path, missing["kind"], missing["name"], message, _FOREIGN_HINT)
+    ):
+        return foreign  # a name of the caller's statement (Store.execute), not a part the file lost
+    if missing is not None:
         return SchemaMismatchError(
             path,
             f"lacks a table or column its schema revision has ({message}): another tool edited it. Restore "
