@@ -14,7 +14,11 @@ Contract:
   registry) records and its schema revision; anything but a current database
   is refused with a typed error (a database that is behind is upgraded first
   when ``auto_upgrade`` is set; one another process upgraded meanwhile is
-  simply opened). :meth:`Store.find` never creates anything.
+  simply opened). :meth:`Store.find` never creates anything. The reads
+  across databases (:meth:`Store.query_rows`, :meth:`Store.scalars`,
+  :meth:`Store.execute`) never upgrade, whatever ``auto_upgrade`` says: a
+  database that is behind is refused with its typed error, as the commands
+  that only read refuse it.
 * A :class:`~store.backend.Database` gives transactions over one database;
   see :mod:`store.backend`.
 * A read-only store never creates or changes anything.
@@ -145,12 +149,14 @@ class Store:
 
     # ------------------------------------------------------------ rows across databases
 
-    def _selected(self, selector: Selector, flt: RowFilter) -> Iterator[Database]:
-        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones."""
+    def _selected(self, selector: Selector, flt: RowFilter, *, reading: bool = False) -> Iterator[Database]:
+        """The databases ``selector`` picks whose role has every column ``flt`` names, skipping empty ones; for
+        ``reading``, a database that is behind is refused, whatever ``auto_upgrade`` says (a read never writes)."""
         roles = roles_for(flt, selector.role)
         candidates = self.storage.narrowed((loc for loc in self.select(selector) if loc.role in roles), flt)
+        open_it = self.storage.open_existing if reading else self.open_existing
         for location in candidates:
-            if (database := self.open_existing(location)) is not None:
+            if (database := open_it(location)) is not None:
                 yield database
 
     def databases(self, selector: Selector, flt: RowFilter | None = None) -> Iterator[Database]:
@@ -169,7 +175,7 @@ class Store:
         remaining = checked_limit(limit)
         if remaining == 0:
             return
-        for database in self._selected(selector, flt):
+        for database in self._selected(selector, flt, reading=True):
             for record in database.query(flt, limit=remaining):
                 yield FoundRow(database.location, record)
                 if remaining is not None:

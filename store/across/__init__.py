@@ -82,7 +82,6 @@ class Store(Protocol):
     @property
     def storage(self) -> Storage: ...
     def select(self, selector: Selector | None = None) -> list[Location]: ...
-    def open_existing(self, location: Location) -> Database | None: ...
 
 
 class Found(NamedTuple, Generic[E]):
@@ -129,7 +128,7 @@ def _databases(store: Store, plan: Plan, selector: Selector | None) -> list[Data
     databases = []
     for location in store.select(selector):
         if role is None or location.role == role:
-            database = store.open_existing(location)
+            database = store.storage.open_existing(location)  # not Store's: a read never upgrades
             if database is not None:
                 databases.append(database)
     return databases

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import sqlalchemy
 
 import store.backends.sqlite.upgrade
 from store.backends.sqlite.rows import sqlite_insert
@@ -20,11 +21,13 @@ from store.backends.sqlite.upgrade import upgrade_database, upgrade_databases, u
 from store.backends.sqlite.verify import stray_paths
 from store.descriptor import ModelDescriptor
 from store.errors import SchemaBehindError, StoreNotWritableError, UpgradeFailedError
-from store.layout import is_backup_of, lock_path, select, shm_path, wal_path
+from store.layout import Selector, is_backup_of, lock_path, select, shm_path, wal_path
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
+from store.tables.models import Judgement
 from tests.factories import (
     JUDGE,
     LLAMA,
@@ -363,6 +366,27 @@ def test_auto_upgrade_opens_a_database_that_is_behind(
         assert database.get_many([r.input_hash for r in rows if r.completion.startswith("auto verdict")])
     assert version_of(db_path) == SYNTHETIC_HEAD and rows_of(db_path) == before
     assert db_path.read_bytes()[18:20] == b"\x02\x02"
+
+
+def test_reads_across_databases_never_upgrade_under_auto_upgrade(
+    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the commands that only read: a query of the whole store through the API refuses a database that is
+    behind and writes nothing (it upgraded it, and left a backup a colleague's older judgestore would not need)."""
+    db_path = current_database(store_root, "judgements", "t", descriptor, sample_rows("read"))
+    before = file_digests(store_root)
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    with Store(Settings(auto_upgrade=True), root=store_root) as s:
+        for read in (
+            lambda: list(s.scalars(sqlalchemy.select(Judgement))),
+            lambda: s.execute(sqlalchemy.select(Judgement.judge)).all(),
+            lambda: list(s.query_rows(Selector(), RowFilter(benchmark="arena"))),
+        ):
+            with pytest.raises(SchemaBehindError):
+                read()
+        assert file_digests(store_root) == before
+        assert s.database("judgements", "t", descriptor).count() == 3  # a writer's open upgrades it
+    assert version_of(db_path) == SYNTHETIC_HEAD
 
 
 def test_upgrading_200_databases_at_mixed_revisions(
