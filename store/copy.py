@@ -54,6 +54,8 @@ Contract:
   copy would write (``written``, the bookkeeping), what the target already
   holds and which keys conflict, and ``verified`` is whether the database
   would verify. A target database that is not there yet holds nothing.
+  Its JSON form says so in its own keys (``rows_to_write``, ``to_write``,
+  ``would_verify``), its ``rows_written`` and ``written`` being 0.
 """
 
 from __future__ import annotations
@@ -132,18 +134,21 @@ class CopiedDatabase:
             and self.source_digest == self.target_digest
         )
 
-    def as_dict(self) -> dict[str, Any]:
+    def as_dict(self, *, dry_run: bool = False) -> dict[str, Any]:
+        """The JSON form; a dry run's wrote and verified nothing: what it would is ``to_write`` and ``would_verify``."""
         return {
             **self.location.as_dict(),
             "source": self.source,
             "target": self.target,
             "source_rows": self.source_rows,
             "matched": self.matched,
-            "written": self.written,
+            "written": 0 if dry_run else self.written,
+            **({"to_write": self.written} if dry_run else {}),
             "already_there": self.already_there,
             "conflicts": self.conflicts,
             "missing": self.missing,
-            "verified": self.verified,
+            "verified": self.verified and not dry_run,
+            **({"would_verify": self.verified} if dry_run else {}),
             "source_digest": f"{self.source_digest:064x}",
             "target_digest": f"{self.target_digest:064x}",
             "bookkeeping": dict(self.bookkeeping),
@@ -168,18 +173,24 @@ class CopyReport:
         return sum(d.written for d in self.databases)
 
     def as_dict(self) -> dict[str, Any]:
+        """The JSON form. A dry run copied and wrote nothing (``databases_copied`` and ``rows_written`` 0): what a
+        copy would is ``databases_to_copy`` and ``rows_to_write``; ``databases_failed`` counts those that would fail."""
+        dry = self.dry_run
+        verified = sum(d.verified for d in self.databases)  # whole in the target, checked (a dry run: would be)
         return {
             "source": self.source,
             "target": self.target,
             "ok": self.ok,
-            "dry_run": self.dry_run,
-            "databases_copied": sum(d.verified for d in self.databases),  # whole in the target, checked
-            "databases_failed": sum(not d.verified for d in self.databases),
+            "dry_run": dry,
+            "databases_copied": 0 if dry else verified,
+            **({"databases_to_copy": verified} if dry else {}),
+            "databases_failed": len(self.databases) - verified,
             "source_rows": sum(d.source_rows for d in self.databases),
-            "rows_written": self.rows_written,
+            "rows_written": 0 if dry else self.rows_written,
+            **({"rows_to_write": self.rows_written} if dry else {}),
             "already_there": sum(d.already_there for d in self.databases),
             "conflicts": sum(d.conflicts for d in self.databases),
-            "databases": [d.as_dict() for d in self.databases],
+            "databases": [d.as_dict(dry_run=dry) for d in self.databases],
         }
 
 

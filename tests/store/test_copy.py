@@ -458,7 +458,10 @@ def test_judgestore_copy_dry_run_shows_what_it_would_write_and_exits_1_on_a_conf
     preview = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--dry-run", "--json")
     assert preview.exit_code == 0, preview.output
     report = orjson.loads(preview.stdout)
-    assert (report["dry_run"], report["rows_written"], report["databases_copied"]) == (True, 19, 4)
+    assert (report["dry_run"], report["rows_written"], report["databases_copied"]) == (True, 0, 0)  # none done
+    assert (report["rows_to_write"], report["databases_to_copy"], report["databases_failed"]) == (19, 4, 0)
+    assert {(d["written"], d["verified"], d["would_verify"]) for d in report["databases"]} == {(0, False, True)}
+    assert sum(d["to_write"] for d in report["databases"]) == 19
     assert not (tmp_path / "b").exists()
     with Store(root=tmp_path / "b") as target:
         target.database("judgements", "arena-hard", JUDGE).put_many([judgement_record(0, completion="[[B]]")])
