@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 
 from store.backends.postgres.generations import TRIGGER, installed, stamps
 from store.backends.postgres.registry import schema_name
 from store.backends.postgres.survey import SCHEMA_TABLES
+from store.errors import ServerUnavailableError
 from store.layout import Location, Selector
 from store.reports import UpgradeOutcome
 from store.settings import Settings
@@ -63,6 +64,27 @@ def test_an_unchanged_server_store_is_answered_from_the_catalog(pg_url: str, mon
     assert len(first[3]) == 3 and all(info["rows"] for info in first[0])
     forbid_reading_schemas(monkeypatch)
     assert answers(pg_url) == first  # the same, without reading a schema
+
+
+@pytest.mark.parametrize("read", ["distinct values", "existence probe"])
+def test_a_connection_lost_while_narrowing_is_a_typed_error_not_a_traceback(pg_url: str, read: str) -> None:
+    """A lost connection was taken for a batch the server refused, and the transaction around it then failed with
+    SQLAlchemy's PendingRollbackError, shown as a traceback."""
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    marker = "SELECT DISTINCT" if read == "distinct values" else " AS s \nFROM "
+
+    def lose_the_connection(conn: Any, cursor: Any, statement: str, *rest: Any) -> tuple[Any, ...]:
+        if marker in statement:  # the server ends this very session
+            return "SELECT pg_terminate_backend(pg_backend_pid())", ()
+        return statement, rest[0]
+
+    with Store(Settings(lock_retries=1), url=pg_url, readonly=True) as store:
+        if read == "existence probe":
+            list(store.query_rows(Selector(), RowFilter(model="m-1")))  # the values are known: next time, the probe
+        event.listen(store.storage.engine, "before_cursor_execute", lose_the_connection, retval=True)
+        with pytest.raises(ServerUnavailableError):
+            list(store.query_rows(Selector(), RowFilter(model="m-1", benchmark="bench-1")))
 
 
 @pytest.mark.parametrize(

@@ -106,7 +106,9 @@ def matching(conn: Connection, chosen: list[Location], flt: RowFilter, head: str
             try:
                 with conn.begin_nested():
                     keep.update(batch[name] for (name,) in conn.exec_driver_sql(union, params))
-            except DBAPIError:
+            except DBAPIError as e:
+                if e.connection_invalidated:  # a lost connection is no refusal of this batch: the read fails typed
+                    raise
                 keep.update(batch.values())
     return keep
 
@@ -184,7 +186,9 @@ def distinct_values(
             with conn.begin_nested():
                 for name, column, value in conn.exec_driver_sql(union):
                     seen[name].setdefault(column, []).append(None if value is None else pgtext.unescape(value))
-        except DBAPIError:
+        except DBAPIError as e:
+            if e.connection_invalidated:  # a lost connection is no refusal of this batch: the read fails typed
+                raise
             continue
         for name, loc in batch.items():
             columns = seen[name]
