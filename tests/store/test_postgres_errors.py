@@ -18,6 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import pytest
+from sqlalchemy import text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -227,3 +228,36 @@ def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> No
     assert "SELECT, INSERT, UPDATE and DELETE on the schema's tables" in str(typed) and "CREATE on" not in str(typed)
     schemas = translated(URL, wrapped(psycopg.errors.lookup("42501")("permission denied for database evals")))
     assert "CREATE on the database" in str(schemas)
+
+
+@pytest.mark.postgres
+def test_a_role_the_server_limits_hears_what_it_lacks_and_what_to_do(pg_url: str, pg_cluster: Cluster) -> None:
+    """Said by a real server: no USAGE on a descriptor schema (was: "needs CREATE on the database"), a
+    statement_timeout (was: "run the command again", which fails the same way), no connection slot free (was:
+    "is it running?")."""
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(i) for i in range(3)])
+        (location,) = store.locations()
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE limited LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql("ALTER ROLE limited CONNECTION LIMIT -1")
+    for statement in ("GRANT USAGE ON SCHEMA judgestore TO limited", "GRANT SELECT ON judgestore.registry TO limited"):
+        pg_cluster.sql(statement, database)
+    limited = pg_cluster.url(database, "limited", "pw")
+    with Store(Settings(lock_retries=0), url=limited, readonly=True) as store:
+        with pytest.raises(ServerPermissionError, match="USAGE on each judgestore schema") as denied:
+            store.open(location).count()
+        assert "CREATE on the database" not in str(denied.value)
+    with Store(Settings(lock_retries=0), url=f"{pg_url}&options=-c%20statement_timeout%3D300") as store:
+        session = store.open(location).session()
+        with pytest.raises(ServerBusyError, match="statement_timeout") as timed_out, session as s:
+            s.execute(text("SELECT pg_sleep(1)"))
+        assert "ALTER ROLE" in str(timed_out.value) and "Run the command again" not in str(timed_out.value)
+    pg_cluster.sql("ALTER ROLE limited CONNECTION LIMIT 0")
+    with Store(Settings(lock_retries=0), url=limited, readonly=True) as store:
+        with pytest.raises(ServerUnavailableError, match="no connection slot free") as full:
+            store.locations()
+        assert "JUDGESTORE_POOL_SIZE" in str(full.value) and "is it running" not in str(full.value)

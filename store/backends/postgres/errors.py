@@ -59,6 +59,7 @@ def _sqlstate(error: DBAPIError) -> str | None:
 # What psycopg says of a value the server sent that Python has no value for (a time of 'infinity', a year past 9999)
 _UNLOADABLE = re.compile(r"^(timestamp|date|time)\w* too (large|small)|^can't parse")
 _NO_DATABASE = re.compile(r'database ".*" does not exist')
+_NO_SLOT = re.compile(r"too many connections|too many clients|remaining connection slots are reserved")
 
 
 def translated(url: str, error: DBAPIError) -> JudgestoreError:
@@ -95,6 +96,13 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             f"{message}. The store's user needs SELECT, INSERT, UPDATE and DELETE on the schema's tables (GRANT ... "
             "ON ALL TABLES IN SCHEMA ... TO ...; read-only commands need SELECT only)",
         )
+    if state == "42501" and "permission denied for schema" in message:
+        return ServerPermissionError(
+            shown,
+            f"{message}. The store's user needs USAGE on each judgestore schema and SELECT on its tables to read "
+            "(GRANT USAGE ON SCHEMA ... TO ...; GRANT SELECT ON ALL TABLES IN SCHEMA ... TO ...), and INSERT, "
+            "UPDATE and DELETE too to write",
+        )
     if state == "42501":
         return ServerPermissionError(
             shown,
@@ -105,6 +113,19 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerPermissionError(
             shown, f"{message}: the server takes no writes (a standby, or default_transaction_read_only); "
             "write to the primary, or open the store read-only"
+        )  # fmt: skip
+    if state == "57014" and "statement timeout" in message:  # a limit of the user's or database's, not a contention
+        return ServerBusyError(
+            shown, f"a statement ran past the server's statement_timeout ({message}) and was cancelled; the "
+            "transaction was rolled back. Raise it for the store's user (ALTER ROLE ... SET statement_timeout = ...) "
+            "or in the URL (options=-c statement_timeout=0), or ask for fewer databases at once"
+        )  # fmt: skip
+    if state == "53300" or _NO_SLOT.search(message):  # at connect, libpq's words and no state
+        return ServerUnavailableError(
+            shown, f"the server has no connection slot free ({message}). Run fewer jobs at once, open fewer "
+            "connections per job (JUDGESTORE_POOL_SIZE=1 JUDGESTORE_POOL_OVERFLOW=0) or put a pooler such as "
+            "PgBouncer in front of it, or ask its administrator to raise max_connections (or the role's "
+            "CONNECTION LIMIT)"
         )  # fmt: skip
     if state in _BUSY_STATES:
         return ServerBusyError(

@@ -212,7 +212,7 @@ class PostgresStorage:
                     raise_translated(self.url, e)
                 if tries == self.settings.lock_retries:
                     typed = translated(self.url, e)
-                    typed.add_note(f"(the server answered so {tries + 1} times in a row; try again later)")
+                    typed.add_note(f"(the same {tries + 1} times in a row, over a few seconds; try again later)")
                     raise typed from e
                 time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
         raise AssertionError("unreachable")
