@@ -186,6 +186,30 @@ def test_a_role_that_may_only_write_the_tables_raises_the_counter(pg_url: str, p
     assert len(after[3]) == len(before[3]) + 1  # the new row is found: the counter moved with it
 
 
+def test_a_role_that_may_read_less_never_gets_another_roles_catalogued_answers(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """The catalog was one per database: a role without access to the schemas was shown the owner's counts and
+    states ("usable", exit 0) from this machine's cache."""
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    owner = answers(pg_url)
+    assert all(info["state"] == "current" for info in owner[0])
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE outsider LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql("GRANT USAGE ON SCHEMA judgestore TO outsider", database)
+    pg_cluster.sql("GRANT SELECT ON ALL TABLES IN SCHEMA judgestore TO outsider", database)
+    with Store(Settings(), url=pg_cluster.url(database, "outsider", "pw"), readonly=True) as store:
+        locations = store.locations()
+        assert len(locations) == len(owner[0])
+        states = {info.as_dict()["state"] for info in store.infos(locations)}
+    assert "current" not in states
+    assert answers(pg_url) == owner  # the owner's own catalog is still its own
+
+
 def test_a_schema_discarded_empty_leaves_no_counter_behind(pg_url: str, pg_cluster: Cluster) -> None:
     database = make_url(pg_url).database
     assert database is not None

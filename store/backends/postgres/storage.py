@@ -143,14 +143,21 @@ class PostgresStorage:
         self._catalog: Catalog | None = None  # read at first use (store.catalog)
 
     @functools.cached_property
-    def local_root(self) -> Path:
-        """This machine's folder of the database the URL reaches, asked of the server once: named after its host,
-        port, name and OID, so two spellings of one URL share it, and a database made again under the same name
-        (whose rows sharing never fetched) gets a new one."""
+    def _reached(self) -> tuple[str, str]:
+        """The database the URL reaches (its host, port, name and OID) and the user it reads as, asked once."""
         with self.connection() as conn:
             info = conn.connection.driver_connection.info  # type: ignore[union-attr]  # psycopg's, once connected
-            oid = conn.execute(text("SELECT oid FROM pg_database WHERE datname = current_database()")).scalar_one()
-        identity = f"{info.host}:{info.port}/{info.dbname}#{oid}"
+            oid, user = conn.execute(
+                text("SELECT oid, current_user FROM pg_database WHERE datname = current_database()")
+            ).one()
+        return f"{info.host}:{info.port}/{info.dbname}#{oid}", user
+
+    @functools.cached_property
+    def local_root(self) -> Path:
+        """This machine's folder of the database the URL reaches: named after its host, port, name and OID, so two
+        spellings of one URL share it, and a database made again under the same name (whose rows sharing never
+        fetched) gets a new one."""
+        identity, _ = self._reached
         root = cache_home() / "servers" / hashlib.sha256(identity.encode()).hexdigest()[:16]
         # Before 2026-12-05 the folder was named after the URL's text: its bookkeeping is carried over once, so
         # that the first push after the change does not send every row again
@@ -168,7 +175,10 @@ class PostgresStorage:
     @property
     def catalog(self) -> Catalog:
         if self._catalog is None:
-            self._catalog = Catalog(self.local_root / "catalog.json", self.where)
+            # One per user: what a role may read of the schemas is its own (another's counts are not its answers)
+            _, user = self._reached
+            user_key = hashlib.sha256(user.encode()).hexdigest()[:16]
+            self._catalog = Catalog(self.local_root / f"catalog-{user_key}.json", self.where)
         return self._catalog
 
     def absence(self) -> str | None:
