@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -261,3 +261,26 @@ def test_a_role_the_server_limits_hears_what_it_lacks_and_what_to_do(pg_url: str
         with pytest.raises(ServerUnavailableError, match="no connection slot free") as full:
             store.locations()
         assert "JUDGESTORE_POOL_SIZE" in str(full.value) and "is it running" not in str(full.value)
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("read", ["get_many", "count"])
+def test_a_read_whose_connection_is_lost_once_runs_again_as_a_write_does(server: Store, read: str) -> None:
+    """Was: a copy's read-back of a chunk (get_many) failed the whole copy when one connection was terminated."""
+    database = server.open(server.locations()[0])
+    lost: list[str] = []
+
+    def lose_it_once(conn: Any, cursor: Any, statement: str, parameters: Any, *rest: Any) -> tuple[Any, Any]:
+        if not lost and "completions" in statement:  # the server ends this very session, once
+            lost.append(statement)
+            return "SELECT pg_terminate_backend(pg_backend_pid())", ()
+        return statement, parameters
+
+    event.listen(server.storage.engine, "before_cursor_execute", lose_it_once, retval=True)  # type: ignore[attr-defined]
+    try:
+        key = completion_record(1).input_hash
+        answer = database.get_many([key]) if read == "get_many" else database.count()
+    finally:
+        event.remove(server.storage.engine, "before_cursor_execute", lose_it_once)  # type: ignore[attr-defined]
+    assert lost  # the first attempt did lose its connection
+    assert (set(answer) == {key}) if read == "get_many" else (answer == 1)

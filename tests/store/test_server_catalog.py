@@ -83,8 +83,9 @@ def test_a_connection_lost_while_narrowing_is_a_typed_error_not_a_traceback(pg_u
         if read == "existence probe":
             list(store.query_rows(Selector(), RowFilter(model="m-1")))  # the values are known: next time, the probe
         event.listen(store.storage.engine, "before_cursor_execute", lose_the_connection, retval=True)
-        with pytest.raises(ServerUnavailableError):
+        with pytest.raises(ServerUnavailableError, match="the server ended the connection") as lost:
             list(store.query_rows(Selector(), RowFilter(model="m-1", benchmark="bench-1")))
+        assert "is it running" not in str(lost.value)  # it was reached
 
 
 @pytest.mark.parametrize(

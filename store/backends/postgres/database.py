@@ -93,6 +93,11 @@ class PostgresDatabase(Database):
     def _retry(self, attempt: Callable[[], T]) -> T:
         return self.storage.retry(attempt)
 
+    def _stable(self, attempt: Callable[[], T]) -> T:
+        """A read that returns whole (a lookup, a count) runs again after a connection lost or a server restarting,
+        as a write does: a copy's read-back, a cache's lookup, did not."""
+        return self.storage.retry(attempt)
+
     def size_bytes(self) -> int:
         return self.storage.size_of(self.location)
 

@@ -148,6 +148,12 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         or error.connection_invalidated
         or (not state and isinstance(error, OperationalError | InterfaceError))  # the client lost the connection
     ):
+        if state in ("57P01", "57P02") or message.startswith("terminating connection"):  # it was reached
+            return ServerUnavailableError(
+                shown, f"the server ended the connection ({message}): it is shutting down or restarting, or an "
+                "administrator ended the session; the transaction was rolled back. Run the command again once it "
+                "answers"
+            )  # fmt: skip
         return ServerUnavailableError(
             shown, f"cannot reach the server ({message}); is it running, and is the URL right?"
         )

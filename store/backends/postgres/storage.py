@@ -31,7 +31,9 @@ Contract (the layout itself is :mod:`store.backends.postgres.registry`'s):
 * Writes retry what a healthy server may answer (a serialisation failure, a
   deadlock, a connection dropped mid-transaction: the server rolled the
   transaction back, so no partial chunk exists; a connection refused while
-  the server restarts) with backoff, ``lock_retries`` times. Every driver error is typed
+  the server restarts) with backoff, ``lock_retries`` times, and so do the
+  reads that return whole (a lookup, a count; a stream that has begun is
+  not run again). Every driver error is typed
   (:func:`store.backends.postgres.errors.translated`).
 * A read-only store opens read-only transactions and never creates anything.
 * :meth:`~PostgresStorage.discard_if_empty` drops a schema that holds no row
@@ -94,6 +96,7 @@ from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
+    ServerError,
     ServerPermissionError,
 )
 from store.layout import Location, Selector, StoredMetadata
@@ -213,17 +216,21 @@ class PostgresStorage:
             raise_translated(self.url, e)
 
     def retry(self, attempt: Callable[[], T]) -> T:
-        """Run ``attempt`` again after what a healthy server may answer (see the module docstring)."""
+        """Run ``attempt`` again after what a healthy server may answer (see the module docstring); ``attempt`` may
+        raise the driver's error or its typed one (a read's, translated where it was read)."""
         for tries in range(self.settings.lock_retries + 1):
             try:
                 return attempt()
-            except DBAPIError as e:
-                if not _retryable(e):
-                    raise_translated(self.url, e)
+            except (DBAPIError, ServerError) as e:
+                raw = e if isinstance(e, DBAPIError) else e.__cause__
+                if not (isinstance(raw, DBAPIError) and _retryable(raw)):
+                    if isinstance(e, DBAPIError):
+                        raise_translated(self.url, e)
+                    raise
                 if tries == self.settings.lock_retries:
-                    typed = translated(self.url, e)
+                    typed = translated(self.url, raw)
                     typed.add_note(f"(the same {tries + 1} times in a row, over a few seconds; try again later)")
-                    raise typed from e
+                    raise typed from raw
                 time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
         raise AssertionError("unreachable")
 
