@@ -29,8 +29,9 @@ rows and battle pages is 300 ms.
 completion databases of one row each (one model each, ten instructions),
 and the pages whose cost grows with the number of databases: the overview
 (cold: every database read; then what the store's catalog kept), the rows
-page unfiltered and filtered on one model (the catalog's values leave the
-other databases unopened), and a battle of one pair. ``--judgements K``
+page unfiltered, filtered on one model (the catalog's values leave the
+other databases unopened) and searched for text one row holds (every
+database is read), and a battle of one pair. ``--judgements K``
 adds K judgements databases of one verdict each (a judge each, pairs of
 neighbouring models), and times the judges page too (the overview shows
 every judge's total).
@@ -232,6 +233,7 @@ def run_many(root: Path, args: argparse.Namespace) -> None:
         *([("judges", "/judges", {})] if (root / "judgements").exists() else []),
         ("rows: first page", "/rows", {}),
         ("rows: model=m00001 (one database)", "/rows", {"model": "m00001"}),
+        ("rows: search, text one row holds", "/rows", {"q": "answer 0"}),
         ("battle (one pair)", "/battle", {"benchmark": "many", "instruction_id": "1", "a": "m00001", "b": "m00011"}),
     ]
     with Store(root=root, readonly=True) as store, serving(Browser(store)) as url:

@@ -86,6 +86,9 @@ STREAM_PARTITION = 1_000  # rows a read of raw values (verify's) fetches at a ti
 STREAM_SLICE = 100  # records a query builds at a time: its rows' width is known only once they are built
 PARTITION_BYTES = 32 << 20  # about what a reader that gathers records (a checked read) holds at once
 BLANK = " \t\r\n"  # what a blank completion holds at most (RowFilter.empty)
+# The text searches built (Repository.contains_text), by backend, table and text: a few at a time are in use
+_SEARCHES: dict[tuple[type[Repository], str, str], ColumnElement[bool]] = {}
+_SEARCHES_KEPT = 32
 
 
 def records_bytes(records: Sequence[object]) -> int:
@@ -289,6 +292,17 @@ class Repository(ABC):
     # ------------------------------------------------------------ what a caller composes (the browser)
 
     def contains_text(self, text: str) -> ColumnElement[bool]:
+        """:meth:`_contains_text`, built once per backend, table and text (:data:`_SEARCHES`): a rows page asks it
+        of every database it reads, and building it cost more than reading a small database."""
+        key = (type(self), self.table.name, text)
+        clause = _SEARCHES.get(key)
+        if clause is None:
+            if len(_SEARCHES) >= _SEARCHES_KEPT:
+                _SEARCHES.clear()
+            clause = _SEARCHES[key] = self._contains_text(text)
+        return clause
+
+    def _contains_text(self, text: str) -> ColumnElement[bool]:
         """Rows whose prompt or completion contains ``text``, as a SQL expression: ASCII letters in any case, every
         other character (U+0000 included) as it is, the same rows on both backends.
 

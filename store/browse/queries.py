@@ -47,6 +47,7 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -213,7 +214,8 @@ def _order_by(t: Table, order: Order) -> tuple[Any, ...]:
     return (t.c.created_at.asc(), t.c.input_hash.asc())
 
 
-def _listing_columns(t: Table, dialect: str) -> list[Any]:
+@functools.cache  # the same few, built once: a rows page asks for them of every database it reads
+def _listing_columns(t: Table, dialect: str) -> tuple[Any, ...]:
     c = t.c
     columns = [
         c.input_hash,
@@ -232,7 +234,7 @@ def _listing_columns(t: Table, dialect: str) -> list[Any]:
         columns += [c.model_a, c.model_b, c.judge, c.orientation, c.top_logprobs]
     else:
         columns.append(c.model)
-    return columns
+    return tuple(columns)
 
 
 def _completion_prefix(t: Table, dialect: str) -> list[Any]:
