@@ -204,12 +204,20 @@ class ClaimTable(ABC):
         return taken
 
     def renew(self, holder: str, lease_seconds: float) -> int:
-        """Push back the deadline of every lease ``holder`` still holds (not those taken over); how many."""
+        """Push back the deadline of every lease ``holder`` still holds (not those taken over), and of every live
+        failure mark: a mark lasts while any job at work renews, so no job of the run asks for a failed input
+        again, and ends a lease after the last stops. How many leases."""
         now = self.now()
+        deadline = now + timedelta(seconds=lease_seconds)
         result = self.conn.execute(
             update(CLAIMS)
             .where(CLAIMS.c.holder == holder, CLAIMS.c.failed.is_(None), CLAIMS.c.deadline.is_not(None))
-            .values(deadline=now + timedelta(seconds=lease_seconds), updated_at=now)
+            .values(deadline=deadline, updated_at=now)
+        )
+        self.conn.execute(
+            update(CLAIMS)
+            .where(CLAIMS.c.failed.is_not(None), CLAIMS.c.deadline >= now, CLAIMS.c.deadline < deadline)
+            .values(deadline=deadline)  # updated_at kept: when the input failed
         )
         return max(result.rowcount, 0)
 
@@ -225,7 +233,8 @@ class ClaimTable(ABC):
         return max(result.rowcount, 0)
 
     def finish(self, done: Sequence[str], failed: Mapping[str, str], holder: str, lease_seconds: float) -> None:
-        """Delete the claims of ``done`` inputs whose rows are stored; mark ``failed`` ones until the lease ends.
+        """Delete the claims of ``done`` inputs whose rows are stored; mark ``failed`` ones for a lease, which every
+        job's renewals extend (:meth:`renew`).
 
         A failure is marked only on a claim ``holder`` still holds: once another job took the input over (the
         lease expired meanwhile), the mark would overwrite that job's live lease (it could no longer renew it,

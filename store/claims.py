@@ -26,7 +26,9 @@ Contract:
   (Ctrl-C, a failure: the others take them at once, not a lease later), and
   :meth:`~WorkQueue.finish` es a block once its rows are written: the claims
   of stored inputs are deleted, and a failed input keeps a failure mark (its
-  error, for the other jobs to report) until its lease ends. A late result
+  error, for the other jobs to report, and no job asks for it again) while
+  any job at work on the database renews (each renewal extends the live
+  marks), ending a lease after the last job stops. A late result
   for a lease that was taken over is harmless: rows are content-addressed and
   inserted ignoring duplicates, so it is never written twice; a late failure
   marks nothing (a mark is set only by the job holding the claim, so it

@@ -27,10 +27,10 @@ Contract:
   inserted ignoring duplicates: ``rows_written`` counts what this job
   actually stored).
 * The job returns when every input of the batch is stored (or failed: an
-  input a job failed is reported by every job while its failure mark lasts,
-  and tried again by a job that has not tried it once the mark ends; a job
-  that starts when no job is at work on the batch, the batch run again,
-  asks for its failed inputs again at once). Every answer is then read from
+  input a job failed is reported by every job, and asked for by none again
+  while its failure mark lasts, which is while any job at work renews, and
+  a lease after; a job that starts when no job is at work on the batch,
+  the batch run again, asks for its failed inputs again at once). Every answer is then read from
   the store, so every job returns the same responses, in the caller's order,
   whichever job generated them; those the call missed are not ``cached``.
 * A store that stops answering for a moment (a PostgreSQL restart, a busy

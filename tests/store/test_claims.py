@@ -127,6 +127,26 @@ def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database:
     assert b.claim(KEYS[:2], 2) == [KEYS[1]]  # a failure is never stored: tried again once its mark ends
 
 
+def test_a_failure_mark_lasts_while_any_job_at_work_renews_then_a_lease(database: Database) -> None:
+    """Was: the mark ended a lease after the failure, and every job that had not tried the input asked for it
+    again, once each, over a run longer than a lease (the README says no other job of the run asks again)."""
+    a, b = WorkQueue(database, holder="a", lease_seconds=1.0), WorkQueue(database, holder="b", lease_seconds=1.0)
+    a.join(KEYS[:2])
+    assert a.claim(KEYS[:2], 2) == KEYS[:2]
+    a.finish([], {KEYS[1]: "RequestRefusedError: too long"})
+    a.release([KEYS[0]])
+    assert b.claim(KEYS[:2], 2) == [KEYS[0]]  # b at work on the batch, renewing as it works
+    working_until = time.monotonic() + 2.5
+    while time.monotonic() < working_until:  # more than two leases after the failure
+        b.renew()
+        time.sleep(0.3)
+    assert dict(b.state(KEYS[:2]).failed) == {KEYS[1]: "RequestRefusedError: too long"}
+    assert b.claim(KEYS[:2], 2) == []
+    stopped = time.monotonic()  # no job renews any more: the mark ends a lease later
+    sleep_until(stopped + 1.1)
+    assert b.claim([KEYS[1]], 1) == [KEYS[1]]
+
+
 def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holders_lease_alone(database: Database) -> None:
     late = WorkQueue(database, holder="late", lease_seconds=1.0)
     new = WorkQueue(database, holder="new", lease_seconds=60)
