@@ -21,6 +21,7 @@ from typer.testing import CliRunner, Result
 from inference.cli.app import app
 from store.backends.postgres.registry import schema_name
 from store.descriptor import ModelDescriptor
+from store.errors import ServerSchemaError
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
@@ -363,6 +364,30 @@ def test_ls_and_stats_list_a_damaged_schema_with_the_good_ones_and_exit_1(
     stats_table = judgestore("stats", "--store-url", pg_url)
     assert stats_table.exit_code == 1 and "1 of 2 databases could not be read" in stats_table.stderr
     assert _server_snapshot(pg_cluster, database) == before  # listing changed nothing on the server
+
+
+@pytest.mark.parametrize("command", [["ls"], ["query", "--format", "jsonl"], ["db", "upgrade"], ["verify"]])
+def test_a_dropped_registry_beside_descriptor_schemas_is_said_so_and_nothing_is_written(
+    command: list[str], pg_url: str, pg_cluster: Cluster
+) -> None:
+    """Was: "this database holds no judgestore store", `db upgrade` saying "No databases" and exiting 0, and a
+    write making a new, empty registry beside the orphaned schemas."""
+    with Store(Settings(), url=pg_url) as opened:
+        opened.database("completions", "t", ModelDescriptor(provider="vllm", model="m")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql("DROP TABLE judgestore.registry", database)
+    before = _server_snapshot(pg_cluster, database)
+    result = judgestore(*command, "--json", "--store-url", pg_url)
+    assert result.exit_code == 1, result.output
+    error = orjson.loads(result.stderr)
+    assert error["type"] == "ServerSchemaError" and "registry (table judgestore.registry) is missing" in error["error"]
+    assert "3 rows in all" in error["error"] and "pg_restore" in error["error"]
+    with Store(Settings(), url=pg_url) as opened, pytest.raises(ServerSchemaError, match=r"registry .* is missing"):
+        opened.database("completions", "t", ModelDescriptor(provider="vllm", model="other"))
+    assert _server_snapshot(pg_cluster, database) == before  # no registry made again, nothing written
 
 
 def test_ls_with_row_filters_lists_every_schema_when_one_cannot_be_counted(pg_url: str, pg_cluster: Cluster) -> None:

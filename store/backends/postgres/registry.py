@@ -132,7 +132,7 @@ def unregistered(conn: Connection) -> list[tuple[str, int]]:
         ),
         {"prefix": prefix, "version": VERSION_TABLE},
     ).scalars()
-    known = set(conn.execute(select(registry.c.schema_name)).scalars()) if _has_registry(conn) else set()
+    known = set(conn.execute(select(registry.c.schema_name)).scalars()) if has_registry(conn) else set()
     found = []
     for name in orphans:
         if name not in known:
@@ -143,7 +143,7 @@ def unregistered(conn: Connection) -> list[tuple[str, int]]:
     return found
 
 
-def _has_registry(conn: Connection) -> bool:
+def has_registry(conn: Connection) -> bool:
     return bool(conn.dialect.has_table(conn, registry.name, schema=REGISTRY_SCHEMA))
 
 
@@ -160,7 +160,7 @@ def registered(conn: Connection, unreadable: list[tuple[str, str]] | None = None
     folder store's walk leaves out a folder of the wrong shape; with ``unreadable``, each is appended there as
     ``(schema name, why)`` (``verify`` reports them).
     """
-    if not _has_registry(conn):
+    if not has_registry(conn):
         return []
     c = registry.c
     names = [type_coerce(column, Text()) for column in (c.task, c.provider, c.model)]  # verbatim: no escaping

@@ -78,6 +78,7 @@ from store.backends.postgres.generations import forget, stamps
 from store.backends.postgres.registry import (
     advisory_lock,
     ensure_registry,
+    has_registry,
     quoted,
     register,
     registered,
@@ -98,6 +99,7 @@ from store.errors import (
     JudgestoreError,
     ServerError,
     ServerPermissionError,
+    ServerSchemaError,
 )
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import (
@@ -187,8 +189,9 @@ class PostgresStorage:
     def absence(self) -> str | None:
         """Why the server's database holds no store (no registry); reaching the server is checked on the way."""
         with self.connection() as conn:
-            if conn.dialect.has_table(conn, registry.name, schema=registry.schema):
+            if has_registry(conn):
                 return None
+            self._refuse_a_lost_registry(conn)
         return "this database holds no judgestore store (no registry)"
 
     def overlaps(self, other: Storage) -> bool:
@@ -239,8 +242,24 @@ class PostgresStorage:
     def locations(self) -> list[Location]:
         with self.connection() as conn:
             found = registered(conn)
+            if not found:
+                self._refuse_a_lost_registry(conn)
         self.catalog.keep_only(schema_name(location) for location in found)
         return found
+
+    def _refuse_a_lost_registry(self, conn: Connection) -> None:
+        """Raise :class:`ServerSchemaError` when the registry is gone but descriptor schemas are here (another tool
+        dropped it): taken for no store, their rows were listed as none, and a write made a new, empty one."""
+        if has_registry(conn) or not (orphans := unregistered(conn)):
+            return
+        rows = sum(n for _, n in orphans)
+        raise ServerSchemaError(
+            self.where,
+            f"the registry (table judgestore.registry) is missing, but descriptor schemas are here ({len(orphans):,}: "
+            f"{orphans[0][0]}{', ...' if len(orphans) > 1 else ''}; {rows:,} rows in all): another tool dropped it, "
+            "and without it judgestore cannot tell which descriptor each schema holds. Restore the judgestore "
+            "schema from a backup (pg_restore --schema judgestore); nothing was changed",
+        )
 
     def _stamps(self) -> dict[str, list[Any] | None]:
         """Every schema's stamp (:func:`~store.backends.postgres.generations.stamps`), read before any schema is;
@@ -354,6 +373,7 @@ class PostgresStorage:
 
         def attempt() -> None:
             with self.engine.connect() as conn, conn.begin():
+                self._refuse_a_lost_registry(conn)
                 ensure_registry(conn)
                 advisory_lock(conn, name)
                 if self.metadata(conn, location) is not None:
