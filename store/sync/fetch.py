@@ -69,7 +69,7 @@ from store.layout import LEVELS, Location, Selector, StoredMetadata
 from store.repository import records_bytes
 from store.roles import ROLES
 from store.segments import encode_segment
-from store.settings import MAX_SHARD_BYTES
+from store.settings import SyncSettings, from_environment
 from store.store import Database, Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import Remote, at_default, check_outside_store
@@ -172,10 +172,13 @@ def fetch(
     selector: Selector | None = None,
     *,
     dry_run: bool = False,
-    max_shard_bytes: int = MAX_SHARD_BYTES,
+    max_shard_bytes: int | None = None,
     progress: ProgressCallback = no_progress,
 ) -> FetchReport:
     """Import the selected folders' new shards from ``remote`` into ``store`` (see the module docstring).
+
+    ``max_shard_bytes``: the largest shard accepted; None, the ``JUDGESTORE_MAX_SHARD_BYTES`` setting
+    (:class:`~store.settings.SyncSettings`), as the command line and a run's fetch before it read it.
 
     A ``KeyboardInterrupt`` (Ctrl-C) gets ``fetch_report``, the report so far: the shards imported before it
     (committed; the last group may not be recorded as imported yet, and the rerun imports it again, writing
@@ -183,6 +186,8 @@ def fetch(
     and fetches the rest.
     """
     selector = selector or Selector()
+    if max_shard_bytes is None:
+        max_shard_bytes = from_environment(SyncSettings).max_shard_bytes
     check_outside_store(remote, store.root)
     revision = remote.head()  # a remote that is not there (or refuses us) is said before anything is created here
     with (

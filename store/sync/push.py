@@ -63,7 +63,7 @@ from store.errors import JudgestoreError, RemoteError, RemoteMetadataError
 from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.repository import STREAM_SLICE
-from store.settings import SHARD_TARGET_BYTES
+from store.settings import SyncSettings, from_environment
 from store.store import Store
 from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
 from store.sync.remote import MissingBranch, OutgoingFile, Remote, at_default, check_outside_store
@@ -169,16 +169,21 @@ def push(
     selector: Selector | None = None,
     *,
     dry_run: bool = False,
-    target_bytes: int = SHARD_TARGET_BYTES,
+    target_bytes: int | None = None,
     progress: ProgressCallback = no_progress,
 ) -> PushReport:
     """Push the selected folders' unsent rows to ``remote`` (see the module docstring).
+
+    ``target_bytes``: the uncompressed bytes of a shard; None, the ``JUDGESTORE_SHARD_TARGET_BYTES`` setting
+    (:class:`~store.settings.SyncSettings`), as the command line reads it.
 
     A ``KeyboardInterrupt`` (Ctrl-C) gets ``push_report``, the report so far: ``commits``, ``shards_confirmed``
     and ``rows_confirmed`` say what the remote confirmed before it. The batch it stopped in stays pending, and
     the next push settles it (step 2).
     """
     store.require_present("to push")  # a StoreMissingError naming the store, as every command that reads one
+    if target_bytes is None:
+        target_bytes = from_environment(SyncSettings).shard_target_bytes
     check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
     with carrying("push_report", report):  # what the remote confirmed before a Ctrl-C, for the CLI

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from store.errors import InvalidInputError
-from store.sync import DirectoryRemote, HubRemote, open_remote
+from store.store import Store
+from store.sync import DirectoryRemote, HubRemote, fetch, open_remote, push
+from tests.sync.helpers import completions, fill
 
 
 def test_options_win_over_the_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -41,3 +44,23 @@ def test_a_folder_remote_refuses_a_revision(tmp_path: Path, monkeypatch: pytest.
     with pytest.raises(InvalidInputError, match="--revision exp"):
         open_remote(revision="exp")
     assert isinstance(open_remote(), DirectoryRemote)
+
+
+def test_push_and_fetch_through_the_api_read_the_shard_settings(
+    tmp_path: Path, make_store: Callable[[str], Store], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: the API (and a run's fetch before it, CachedModel's) used the defaults whatever the variables said, so
+    JUDGESTORE_MAX_SHARD_BYTES, a safety limit, held for `hub fetch` only."""
+    ours, theirs = make_store("ours"), make_store("theirs")
+    fill(ours, completions(range(40)))
+    (tmp_path / "shared").mkdir()
+    remote = DirectoryRemote(tmp_path / "shared")
+    monkeypatch.setenv("JUDGESTORE_SHARD_TARGET_BYTES", "4000")
+    pushed = push(ours, remote)
+    assert pushed.shards > 1  # the default target would put 40 small rows in one shard
+    monkeypatch.setenv("JUDGESTORE_MAX_SHARD_BYTES", "10")
+    refused = fetch(theirs, remote)
+    assert refused.rows == 0 and refused.rejected_paths and not refused.ok  # listed sizes over the cap: not downloaded
+    assert all("over the cap of 10" in p.reason for p in refused.rejected_paths)
+    monkeypatch.delenv("JUDGESTORE_MAX_SHARD_BYTES")
+    assert fetch(theirs, remote).rows == 40
