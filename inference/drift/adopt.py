@@ -53,10 +53,11 @@ from inference.drift.audit import AuditReport, audit_database
 from inference.drift.explain import FieldChange, Neighbour, explain_descriptor
 from inference.spec import ModelSpec, Spec
 from store import Store
-from store.adoption import AdoptionCounts, adopt_rows, plan_adoption
+from store.adoption import AdoptionCounts, adopt_rows, adoptions, plan_adoption
+from store.backend import Database
 from store.descriptor import ModelDescriptor
 from store.errors import AdoptionError, InvalidInputError
-from store.layout import Location, read_location_metadata
+from store.layout import Location
 from store.roles import Role, check_role
 from store.tables.records import AdoptionRecord
 
@@ -304,7 +305,7 @@ def adopt(
 
     ``store`` may be read-only with ``dry_run``. The audit loads ``spec``'s
     engine (it regenerates ``sample`` rows); everything before it (choosing the
-    source) reads metadata.json files and counts rows only.
+    source) reads descriptors (metadata.json, or the server's registry) and counts rows only.
     """
     role = check_role(role)
     names = check_across(across)
@@ -322,17 +323,21 @@ def adopt(
     candidates = adoption_candidates(store, role, task, descriptor, names)
     chosen = choose_source(candidates, source, own=Location.of(role, task, descriptor), own_rows=own_rows)
     source_db = store.open(chosen.location)
-    if not dry_run and own is not None and plan_adoption(source_db, own).adopted == 0:
+    metadata = source_db.metadata()  # the folder's metadata.json, or the server's registry row
+    # Rows an earlier audit of this very source found to differ stay out, whatever a later sample finds.
+    known_different = _excluded_before(own, metadata.descriptor_sha256, chosen.location.task)
+    if not dry_run and own is not None and plan_adoption(source_db, own, known_different).adopted == 0:
         # Checked before the audit: a repeated adopt loads no engine and records no adoption of nothing.
         raise AdoptionError(
             f"nothing to adopt: every row of {chosen.location.descriptor_hash16} ({chosen.location.task}) is already "
-            f"in this run's own database {descriptor.hash16()} ({task}), adopted before or generated there; nothing "
-            "was written and no engine was loaded"
-        )
-    metadata = read_location_metadata(store.root, chosen.location)
+            f"in this run's own database {descriptor.hash16()} ({task}), adopted before or generated there"
+            + (f", or left out by an earlier audit that found it different ({len(known_different)})"
+               if known_different else "")
+            + "; nothing was written and no engine was loaded"
+        )  # fmt: skip
     audit = audit_database(source_db, spec, sample=sample, seed=seed, chunk_size=chunk_size)
     unmet = _unmet(audit, min_exact, max_logprob_delta)
-    excluded = [r.input_hash for r in audit.mismatches]
+    excluded = list(dict.fromkeys([*(r.input_hash for r in audit.mismatches), *known_different]))
     record = None
     if unmet or dry_run:
         counts = plan_adoption(source_db, store.find(role, task, descriptor), excluded)
@@ -363,6 +368,19 @@ def adopt(
         role, task, Location.of(role, task, descriptor), chosen.location, metadata.descriptor_sha256, names,
         chosen.neighbour.changes, audit, min_exact, max_logprob_delta, unmet, dry_run, counts, record,
     )  # fmt: skip
+
+
+def _excluded_before(own: Database | None, source_sha256: str, source_task: str) -> list[str]:
+    """The rows earlier adoptions from this source into ``own`` left out because their audits found them different:
+    a later audit samples others, and a row known to differ is never adopted (it would be served as a hit)."""
+    if own is None:
+        return []
+    return [
+        left_out["input_hash"]
+        for record in adoptions(own)
+        if (record.source_descriptor, record.source_task) == (source_sha256, source_task)
+        for left_out in record.details.get("excluded", [])
+    ]
 
 
 # ---------------------------------------------------------------- the command a user runs

@@ -26,6 +26,7 @@ from store.descriptor import ModelDescriptor
 from store.errors import AdoptionError, InvalidInputError
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import file_digests
 from tests.inference.test_audit import FakeSpec
 from tests.inference.test_cached import CountingBackend, ask
@@ -199,6 +200,37 @@ def test_a_lower_minimum_adopts_all_but_the_sampled_rows_that_differed(store: St
     assert report.adopted and (report.counts.adopted, report.counts.excluded) == (5, 1)
     adopted = {r.instruction_id for r in store.database("completions", "t", NEW).query()}
     assert adopted == {"0", "1", "3", "4", "5"}
+
+
+def test_a_row_an_earlier_audit_found_different_is_never_adopted_by_a_later_one(store: Store) -> None:
+    """Was: a second adopt (another sample, which missed the edited row) adopted it, and runs served it as a hit."""
+    fill(store, OLD)
+    source = store.database("completions", "t", OLD)
+    with closing(sqlite3.connect(source.path)) as conn, conn:
+        conn.execute("UPDATE completions SET completion = 'edited' WHERE instruction_id = '2'")
+    first = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
+                  sample=6, min_exact=0.8)  # fmt: skip
+    assert first.adopted and first.counts.excluded == 1
+    with pytest.raises(AdoptionError, match=r"left out by an earlier audit that found it different \(1\)"):
+        adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
+              sample=1, seed=1)  # fmt: skip
+    store.database("completions", "t", NEW).delete(RowFilter(instruction_id="4"))  # one row to adopt again
+    again = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
+                  sample=2, min_exact=0.5)  # fmt: skip
+    assert again.adopted and (again.counts.adopted, again.counts.excluded) == (1, 1)
+    assert "edited" not in {r.completion for r in store.database("completions", "t", NEW).query()}
+
+
+@pytest.mark.postgres
+def test_a_server_store_adopts_as_a_folder_does(pg_url: str) -> None:
+    """Was: the source's descriptor was read from a metadata.json file, which a server store has none of."""
+    with Store(Settings(), url=pg_url) as server:
+        fill(server, OLD)
+        report = adopt(server, FakeSpec(CountingBackend(), NEW), role="completions", task="t",
+                       across=["backend_version"], sample=6)  # fmt: skip
+        assert report.adopted and report.counts.adopted == 6
+        assert report.record is not None and report.record.source_descriptor == OLD.sha256()
+        assert server.database("completions", "t", NEW).count() == 6
 
 
 def test_a_dry_run_writes_nothing_and_says_what_it_would_adopt(store: Store) -> None:
