@@ -169,6 +169,13 @@ def choose_source(
             f"{len(eligible)} stored descriptors differ from this run only in the allowed fields; choose one with "
             "--from HASH. Nearest first:\n" + "\n".join(f"  {c.text()}" for c in eligible)
         )
+    unreadable = [c for c in candidates if c.neighbour.error is not None and not c.disallowed]
+    if unreadable:  # the one to adopt from, but for what opening it met: that is the news, not "none differs"
+        c = unreadable[0]
+        raise AdoptionError(
+            f"descriptor {c.location.descriptor_hash16} ({c.location.task}) differs from this run only in the "
+            f"allowed fields, but cannot be opened: {c.neighbour.error}"
+        )
     if candidates:
         found = (
             f"{mine}; the other stored ones, nearest first:\n{listing}"
@@ -318,6 +325,8 @@ def adopt(
     if store.readonly and not dry_run:
         raise InvalidInputError("adopting writes the run's database: open the store writable, or pass dry_run")
     descriptor = spec.descriptor
+    if not dry_run:  # a read-only disk, no permission: said before anything is opened or audited
+        store.check_writable(role, task, descriptor)
     own = store.find(role, task, descriptor)
     own_rows = own.count() if own is not None else 0
     candidates = adoption_candidates(store, role, task, descriptor, names)

@@ -221,6 +221,19 @@ def test_a_row_an_earlier_audit_found_different_is_never_adopted_by_a_later_one(
     assert "edited" not in {r.completion for r in store.database("completions", "t", NEW).query()}
 
 
+def test_a_source_that_cannot_be_opened_is_named_with_what_it_met(store: Store) -> None:
+    """Was: "no stored descriptor ... differs only in the allowed fields", the reason buried in the listing."""
+    fill(store, OLD)
+    path = store.database("completions", "t", OLD).path
+    store.close()
+    path.write_bytes(b"not a database " * 100)
+    with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
+        adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    said = str(refused.value)
+    assert said.startswith(f"descriptor {OLD.hash16()} (t) differs from this run only in the allowed fields, but "
+                           "cannot be opened: ") and "not an SQLite" in said  # fmt: skip
+
+
 @pytest.mark.postgres
 def test_a_server_store_adopts_as_a_folder_does(pg_url: str) -> None:
     """Was: the source's descriptor was read from a metadata.json file, which a server store has none of."""
