@@ -331,6 +331,11 @@ def prune_command(
                     f"pruning rows written before {plan.size_cutoff:%Y-%m-%d %H:%M:%S}"
                     if plan.size_cutoff
                     else "nothing to prune for size"
+                )
+                + (
+                    f"; the other options leave {decimal(left)} of data, still over the cap"
+                    if (left := plan.data_bytes - plan.freed_bytes) > plan.rule.max_bytes
+                    else ""
                 ),
                 json_output=False,
             )

@@ -102,6 +102,12 @@ def test_prune_keep_last_runs_and_max_size(filled: Path) -> None:
     assert sized["rows"] == 0 and sized["size_cutoff"] is None and sized["rule"]["max_bytes"] == 1_000_000
     text = judgestore("prune", "--max-size", "1MB", "--dry-run")
     assert "nothing to prune for size" in text.stderr and "nothing to prune" in text.stdout
+    assert "still over the cap" not in text.stderr
+    # Every option must hold: with a filter that picks few rows, the cap is not reached, and that is said
+    capped = judgestore("prune", "--max-size", "10B", "--run-id", "run-3", "--dry-run")
+    said = " ".join(capped.stderr.split())
+    assert capped.exit_code == 0 and "pruning rows written before" in said and "still over the cap" in said
+    assert "3 rows" in " ".join(capped.stdout.split())
 
 
 def test_prune_needs_a_criterion_and_valid_values(filled: Path) -> None:
