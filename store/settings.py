@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeVar
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from store.errors import InvalidInputError
@@ -25,9 +25,31 @@ JournalPolicy = Literal["auto", "refuse-network", "rollback", "wal"]
 
 def _default_user() -> str:
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers) and no $USER
+        user = getpass.getuser()
+        user.encode()  # a $LOGNAME or $USER that is not UTF-8 (surrogates) could not be stored
+        return user
+    except (KeyError, OSError, UnicodeEncodeError):  # no passwd entry (containers) and no $USER
         return f"uid-{os.getuid()}"
+
+
+def _folder(value: Path | None) -> Path | None:
+    """A folder setting: ``~`` expanded (a shell does not expand it in ``VAR='~/x'``, and a literal ``./~`` folder
+    would be made); a blank one refused (it would be the working directory)."""
+    if value is None:
+        return None
+    if not str(value).strip():
+        raise ValueError("is blank: give a folder ('.' for the working directory), or leave it unset")
+    return value.expanduser()
+
+
+def _text(value: str) -> str:
+    """A text recorded on every row: it must be UTF-8 (a value with surrogates failed only when the rows were
+    written, after the requests were sent)."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as e:
+        raise ValueError(f"is not valid UTF-8 text ({value!r:.60})") from e
+    return value
 
 
 @functools.cache
@@ -94,10 +116,14 @@ class Settings(BaseSettings):
     lease_seconds: float = Field(
         default=120.0,
         gt=0,
+        le=7 * 24 * 3600,  # a week; a date past year 9999 failed mid-run
         allow_inf_nan=False,  # a lease that never lapses would leave a dead job's work unclaimed for good
         description="Shared batches: how long a job's claim on a block lasts unless renewed (renewed every third of "
         "it); a dead job's work is taken over after it.",
     )
+
+    _checked_folder = field_validator("store_root")(_folder)
+    _checked_text = field_validator("created_by", "run_id")(_text)
 
 
 SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for
@@ -118,6 +144,8 @@ class SyncSettings(BaseSettings):
         default=False, description="`judgestore generate/judge` fetch their descriptor folder from the remote first."
     )
 
+    _checked_folder = field_validator("sync_dir")(_folder)
+
 
 SettingsKind = TypeVar("SettingsKind", bound=BaseSettings)
 
@@ -128,5 +156,8 @@ def from_environment(kind: type[SettingsKind]) -> SettingsKind:
     try:
         return kind()
     except ValidationError as e:
-        wrong = "; ".join(f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg']}" for err in e.errors())
+        wrong = "; ".join(
+            f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg'].removeprefix('Value error, ')}"
+            for err in e.errors()
+        )
         raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e

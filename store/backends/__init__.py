@@ -27,6 +27,11 @@ def open_storage(settings: Settings, *, root: Path | str | None, url: str | None
     """
     if root is not None and url is not None:
         raise InvalidInputError("a store is a folder (root) or a server (url), not both")
+    # An empty one would be the working directory, or no server at all (the folder store, silently)
+    if url is not None and not url.strip():
+        raise InvalidInputError("the store's URL is empty: give a server's URL, or leave it out")
+    if root is not None and not str(root).strip():
+        raise InvalidInputError("the store's folder is empty: give its path ('.' for the working directory)")
     url = url if url is not None else (settings.store_url if root is None else None)
     if url:
         from store.backends.postgres.storage import PostgresStorage

@@ -56,7 +56,7 @@ RepoOption = Annotated[
     ),
 ]  # fmt: skip
 DirOption = Annotated[
-    Path | None,
+    str | None,  # not a Path: typer makes an empty one ".", and the working directory would be the remote
     typer.Option(
         "--dir", metavar="PATH", rich_help_panel=_REMOTE,
         help="A shared folder as the remote instead of the Hub (default: $JUDGESTORE_SYNC_DIR).",
@@ -98,8 +98,12 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
     return selector
 
 
-def _remote(repo: str | None, directory: Path | None, revision: str | None, token: str | None) -> "Remote":
+def _remote(repo: str | None, directory: str | None, revision: str | None, token: str | None) -> "Remote":
     from store.sync import HubRemote, open_remote
+
+    if directory is not None and not directory.strip():  # as a path, the working directory
+        raise InvalidInputError("--dir is empty: give the shared folder, or leave it out")
+    folder = None if directory is None else Path(directory).expanduser()  # a shell leaves the ~ of --dir=~/x
 
     if repo is not None and directory is not None:  # usage errors (exit 2), before anything is read
         raise typer.BadParameter("name one remote: a Hub repository (--repo) or a folder (--dir), not both")
@@ -108,7 +112,7 @@ def _remote(repo: str | None, directory: Path | None, revision: str | None, toke
             f"a folder remote has no branches or tags: --revision {revision} applies to a Hub repository (--repo)",
             param_hint="--revision",
         )
-    remote = open_remote(repo=repo, directory=directory, revision=revision, token=token)
+    remote = open_remote(repo=repo, directory=folder, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars
 

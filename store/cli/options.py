@@ -55,6 +55,14 @@ def environment_settings() -> Settings:
     return from_environment(Settings)
 
 
+def store_server(value: str | None, option: str) -> str | None:
+    """A store URL given on the command line; an empty one (``--store-url "$UNSET"``) is refused: taken for no URL,
+    it silently meant the folder store (the environment's URL dropped too)."""
+    if value is not None and not value.strip():
+        raise InvalidInputError(f"{option} is empty: give the server's URL (postgresql+psycopg://...), or leave it out")
+    return value
+
+
 def store_folder(value: str | None, option: str) -> Path | None:
     """A store folder given on the command line; an empty one (``--store-root "$UNSET"``) is refused: as a path it
     would be the working directory, where databases would be scattered."""
@@ -62,7 +70,7 @@ def store_folder(value: str | None, option: str) -> Path | None:
         return None
     if not value.strip():
         raise InvalidInputError(f"{option} is empty: give the store's folder ('.' for this one), or leave it out")
-    path = Path(value)
+    path = Path(value).expanduser()  # a shell leaves the ~ of --store-root=~/x as it is
     if path.exists() and not path.is_dir():  # as the storage says, with the option this command calls it
         raise StoreMissingError(path, f"it is a file, not a folder: there is no store here; check {option}")
     return path
@@ -103,7 +111,7 @@ def store_settings(
     if store_root is not None:
         return settings.model_copy(update={"store_root": store_folder(store_root, "--store-root"), "store_url": None})
     if store_url is not None:
-        return settings.model_copy(update={"store_url": store_url})
+        return settings.model_copy(update={"store_url": store_server(store_url, "--store-url")})
     if settings.store_url:  # the user may not know where the URL came from: a bad one names the variable
         from store.backends.postgres.connections import checked_store_url
 

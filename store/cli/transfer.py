@@ -33,7 +33,7 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder
+from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder, store_server
 from store.layout import Selector
 from store.store import Store
 
@@ -112,8 +112,18 @@ def copy_command(
     settings = environment_settings()
     try:
         with (
-            Store(settings, root=store_folder(from_root, "--from-root"), url=from_url, readonly=True) as source,
-            Store(settings, root=store_folder(to_root, "--to-root"), url=to_url, readonly=dry_run) as target,
+            Store(
+                settings,
+                root=store_folder(from_root, "--from-root"),
+                url=store_server(from_url, "--from-url"),
+                readonly=True,
+            ) as source,
+            Store(
+                settings,
+                root=store_folder(to_root, "--to-root"),
+                url=store_server(to_url, "--to-url"),
+                readonly=dry_run,
+            ) as target,
             progress_bars(json_output) as progress,
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE

@@ -28,6 +28,7 @@ from typer.testing import CliRunner
 
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor
+from store.errors import InvalidInputError
 from store.layout import Selector, walk
 from store.repository import Repository
 from store.settings import Settings
@@ -1226,6 +1227,42 @@ def test_an_empty_store_folder_is_refused_not_taken_for_the_working_directory(fi
         assert error["type"] == "InvalidInputError" and "is empty: give the store's folder" in error["error"]
     assert list(work.iterdir()) == []
     assert run("ls", "--store-root", ".", cwd=filled).returncode == 0  # '.' is still this folder
+
+
+def test_an_empty_store_url_or_shared_folder_is_refused_not_taken_for_the_folder_store(
+    filled: Path, tmp_path: Path
+) -> None:
+    """`--store-url ""` silently meant the folder store (a copy wrote into ./judgestore-data), and `hub --dir ""`
+    the working directory as the remote (was)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    for args, said in [
+        (["ls", "--store-url", ""], "--store-url is empty"),
+        (["copy", "--from-root", str(filled), "--to-url", ""], "--to-url is empty"),
+        (["copy", "--from-url", " ", "--to-root", "x"], "--from-url is empty"),
+        (["hub", "push", "--all", "--store-root", str(filled), "--dir", ""], "--dir is empty"),
+    ]:
+        refused = run(*args, "--json", cwd=work)
+        assert refused.returncode == 1, refused.stderr
+        error = orjson.loads(refused.stderr)
+        assert error["type"] == "InvalidInputError" and said in error["error"], error
+    assert list(work.iterdir()) == []
+    with pytest.raises(InvalidInputError, match="URL is empty"):
+        Store(Settings(), url="")
+    with pytest.raises(InvalidInputError, match="folder is empty"):
+        Store(Settings(), root="")
+
+
+def test_a_tilde_after_an_equals_sign_is_the_home_folder(
+    filled: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shell expands ~ in `--store-root ~/x` but not in `--store-root=~/x`: a folder named "~" was made."""
+    home = tmp_path / "home"
+    shutil.copytree(filled, home / "evals")
+    monkeypatch.setenv("HOME", str(home))
+    listed = run("ls", "--store-root=~/evals", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert len(orjson.loads(listed.stdout)) == 3 and not (tmp_path / "~").exists()
 
 
 def test_export_to_dev_stdout_on_a_pipe_writes_the_rows_and_json_there_is_refused(filled: Path, tmp_path: Path) -> None:

@@ -98,6 +98,10 @@ def test_unknown_judgestore_variables_and_arguments_are_ignored(bare_environment
         ("JUDGESTORE_LEASE_SECONDS", "0"),
         ("JUDGESTORE_LEASE_SECONDS", "inf"),  # a claim that never lapses: a dead job's work is never taken over
         ("JUDGESTORE_LEASE_SECONDS", "nan"),
+        ("JUDGESTORE_LEASE_SECONDS", "1e12"),  # a deadline past year 9999 failed mid-run, after requests were sent
+        ("JUDGESTORE_STORE_ROOT", " "),  # a folder named " " was made (an empty one is unset)
+        ("JUDGESTORE_RUN_ID", "r\udcfe"),  # not UTF-8: the rows failed to be written, after requests were sent
+        ("JUDGESTORE_CREATED_BY", "me\udcfe"),
     ],
 )
 def test_bad_values_are_refused_naming_the_setting(name: str, value: str, bare_environment: pytest.MonkeyPatch) -> None:
@@ -114,6 +118,22 @@ def test_an_empty_variable_is_unset_not_the_current_folder(bare_environment: pyt
     assert Settings().busy_timeout_ms == 30_000 and SyncSettings().sync_dir is None
     bare_environment.setenv("JUDGESTORE_HUB_REPO", "my-org/judge-cache")
     assert isinstance(open_remote(), HubRemote) and not isinstance(open_remote(), DirectoryRemote)
+
+
+def test_a_folder_setting_expands_a_tilde(bare_environment: pytest.MonkeyPatch) -> None:
+    """A shell leaves the ~ of JUDGESTORE_STORE_ROOT='~/evals' as it is: a folder named "~" was made here."""
+    bare_environment.setenv("JUDGESTORE_STORE_ROOT", "~/evals")
+    bare_environment.setenv("JUDGESTORE_SYNC_DIR", "~/shared")
+    assert Settings().store_root == Path.home() / "evals"
+    assert SyncSettings().sync_dir == Path.home() / "shared"
+    bare_environment.setenv("JUDGESTORE_SYNC_DIR", " ")
+    with pytest.raises(InvalidInputError, match="JUDGESTORE_SYNC_DIR: is blank"):
+        from_environment(SyncSettings)
+
+
+def test_a_user_name_that_is_not_utf8_is_not_recorded(bare_environment: pytest.MonkeyPatch) -> None:
+    bare_environment.setenv("LOGNAME", "me\udcfe")
+    assert Settings().created_by.startswith("uid-")
 
 
 @pytest.mark.parametrize(
