@@ -35,7 +35,7 @@ from __future__ import annotations
 import abc
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -124,6 +124,11 @@ class Spec(abc.ABC):
         """What this spec's backends sent a server (requests, retries, tokens); None for an in-process engine."""
         return None
 
+    def _backend_factory(self, settings: Settings | None) -> Callable[[], Backend]:
+        """What :meth:`cached` prepares the engine with: :meth:`backend`, under the store's ``settings`` where a
+        spec reads any (None: the environment's)."""
+        return self.backend
+
     def cached(
         self,
         store: Store | None,
@@ -143,7 +148,7 @@ class Spec(abc.ABC):
             store,
             self.descriptor,
             task=task,
-            backend_factory=self.backend,
+            backend_factory=self._backend_factory(store.settings if store is not None else None),
             mode=mode,
             chunk_size=chunk_size,
             label=self.display_name,
@@ -229,7 +234,8 @@ class HostedSpec(Spec):
     ``api_key_env`` names the environment variable holding the key (default:
     the provider's); the key itself is read only when a backend is created.
     ``max_concurrency`` bounds the requests in flight (default: the
-    ``max_concurrency`` setting, ``JUDGESTORE_MAX_CONCURRENCY``, 8 unless set).
+    ``max_concurrency`` setting of the store it runs behind, else
+    ``JUDGESTORE_MAX_CONCURRENCY``, 8 unless set).
     ``stats`` counts what every backend of this spec sent (requests, retries,
     tokens), for run summaries.
     """
@@ -246,7 +252,7 @@ class HostedSpec(Spec):
     enable_thinking: bool | None = None
     logprob_positions: LogprobPositions = "first"
     revision: str | None = None
-    max_concurrency: int | None = None  # None: Settings().max_concurrency, read when the backend is created
+    max_concurrency: int | None = None  # None: the store's settings' max_concurrency (else the environment's)
     timeout_s: float = DEFAULT_TIMEOUT_S
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     stats: RequestStats = field(default_factory=RequestStats, compare=False, repr=False)
@@ -290,8 +296,12 @@ class HostedSpec(Spec):
         """What every backend of this spec sent (:attr:`stats`): requests, retries, tokens."""
         return self.stats.as_dict()
 
-    def backend(self) -> Backend:
-        """A client for the endpoint, with the key from :attr:`key_env` (imports openai)."""
+    def _backend_factory(self, settings: Settings | None) -> Callable[[], Backend]:
+        return functools.partial(self.backend, settings)
+
+    def backend(self, settings: Settings | None = None) -> Backend:
+        """A client for the endpoint, with the key from :attr:`key_env` (imports openai); ``max_concurrency`` unset
+        is ``settings``' (None: the environment's)."""
         from inference.backends.hosted.client import create_openai_backend
 
         key = os.environ.get(self.key_env) or None
@@ -305,7 +315,7 @@ class HostedSpec(Spec):
             self.descriptor,
             api_key=key,
             key_env=self.key_env if key is not None else None,
-            max_concurrency=self.max_concurrency or from_environment(Settings).max_concurrency,
+            max_concurrency=self.max_concurrency or (settings or from_environment(Settings)).max_concurrency,
             timeout_s=self.timeout_s,
             retry=self.retry,
             stats=self.stats,

@@ -9,13 +9,14 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from inference import CachedModel, CompletionRequest, HostedSpec
 from inference.backends.base import EngineRequest, Generation, Refusal
 from inference.cache.model import Responses
-from store import Store
+from store import Settings, Store
 from store.descriptor import ModelDescriptor
 from store.errors import RequestRefusedError, RequestsFailedError
 from tests.fake_openai import FakeOpenAI
@@ -163,11 +164,21 @@ def test_concurrent_async_calls_of_a_hosted_model_share_its_limit(store: Store, 
 
 
 def test_a_hosted_models_limit_defaults_to_the_setting(
-    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+    store_root: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("JUDGESTORE_MAX_CONCURRENCY", "2")
+    """The store's settings' (was: the environment's only, so a Settings(max_concurrency=...) given to a store or
+    to run_requests was ignored); those read from the environment, where none is given."""
     fake.delay = 0.1
     spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url)
-    with spec.cached(store, task="t") as model:
+    with Store(Settings(max_concurrency=2), root=store_root) as store, spec.cached(store, task="t") as model:
         model.complete([ask(i) for i in range(6)])
     assert fake.max_in_flight == 2
+    fake.max_in_flight = 0
+    monkeypatch.setenv("JUDGESTORE_MAX_CONCURRENCY", "3")
+    with Store(root=store_root) as store, spec.cached(store, task="t2") as model:
+        model.complete([ask(i) for i in range(6)])
+    assert fake.max_in_flight == 3
+    fake.max_in_flight = 0
+    with spec.cached(None, task="t3", mode="off") as model:  # no store: the environment's
+        model.complete([ask(i) for i in range(6)])
+    assert fake.max_in_flight == 3
