@@ -11,6 +11,7 @@ import functools
 import getpass
 import os
 import secrets
+import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -19,6 +20,7 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from store.errors import InvalidInputError
+from store.spelling import meant
 
 JournalPolicy = Literal["auto", "refuse-network", "rollback", "wal"]
 
@@ -150,9 +152,35 @@ class SyncSettings(BaseSettings):
 SettingsKind = TypeVar("SettingsKind", bound=BaseSettings)
 
 
+class SettingsKeyWarning(UserWarning):
+    """A ``JUDGESTORE_*`` variable that is no setting, spelt almost like one (``JUDGESTORE_STORE_ROOTT``)."""
+
+
+_warned_variables: set[str] = set()  # said once per process: settings are read by every command and call
+
+
+def _warn_of_misspelt_variables() -> None:
+    """Warn of each ``JUDGESTORE_*`` variable that is no setting but is spelt almost like one: it is ignored (a
+    newer judgestore's variable must not break this one), so its value would be lost silently."""
+    known = {name for kind in (Settings, SyncSettings) for name in kind.model_fields}
+    for name in sorted(os.environ):
+        setting = name.removeprefix("JUDGESTORE_").lower()  # the names alone: the common prefix would match any
+        if name.startswith("JUDGESTORE_") and setting not in known and name not in _warned_variables:
+            likely = meant(setting, known)
+            if likely is not None:
+                _warned_variables.add(name)
+                warnings.warn(
+                    f"{name} is not a judgestore setting and is ignored; did you mean JUDGESTORE_{likely.upper()}?",
+                    SettingsKeyWarning,
+                    stacklevel=3,
+                )
+
+
 def from_environment(kind: type[SettingsKind]) -> SettingsKind:
     """``kind`` (:class:`Settings`, :class:`SyncSettings`) read from the environment, where an empty variable is
-    unset; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError` naming the variable."""
+    unset; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError` naming the variable, and one spelt almost
+    like a setting's gets a :class:`SettingsKeyWarning`."""
+    _warn_of_misspelt_variables()
     try:
         return kind()
     except ValidationError as e:

@@ -62,10 +62,10 @@ from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from inference.sampling import random_sampling
-from inference.spelling import meant
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.roles import Role
+from store.spelling import meant
 
 # The row metadata a call's config may carry, per role (everything else in it is LangChain's).
 ROW_FIELDS: Mapping[Role, tuple[str, ...]] = {

@@ -6,13 +6,14 @@ import getpass
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
 from store.errors import InvalidInputError
-from store.settings import Settings, SyncSettings, from_environment
+from store.settings import Settings, SettingsKeyWarning, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -86,6 +87,19 @@ def test_unknown_judgestore_variables_and_arguments_are_ignored(bare_environment
     bare_environment.setenv("JUDGESTORE_HF_TOKEN", "secret")
     settings = Settings(not_a_setting=1)  # type: ignore[call-arg]
     assert not hasattr(settings, "from_a_newer_version") and not hasattr(settings, "not_a_setting")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a newer judgestore's variable is no misspelling: not warned of
+        from_environment(Settings)
+
+
+def test_a_variable_spelt_almost_like_a_setting_is_warned_of_once(bare_environment: pytest.MonkeyPatch) -> None:
+    """Ignored silently, JUDGESTORE_STORE_ROOTT=x left the store in ./judgestore-data without a word (was)."""
+    bare_environment.setenv("JUDGESTORE_STORE_ROOTT", "elsewhere")
+    bare_environment.setattr("store.settings._warned_variables", set())
+    with pytest.warns(SettingsKeyWarning, match="JUDGESTORE_STORE_ROOTT .* did you mean JUDGESTORE_STORE_ROOT") as w:
+        assert from_environment(Settings).store_root == Path("judgestore-data")
+        from_environment(SyncSettings)
+    assert len(w) == 1
 
 
 @pytest.mark.parametrize(

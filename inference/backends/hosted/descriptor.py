@@ -54,9 +54,9 @@ from pydantic import JsonValue, ValidationError
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.sampling import json_value, sampling_settings_from
-from inference.spelling import meant
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor, SamplingSettings
 from store.errors import InvalidInputError, invalid_values
+from store.spelling import meant
 
 Provider = Literal["openai", "openrouter", "together", "vllm-server"]
 PROVIDERS: tuple[Provider, ...] = get_args(Provider)

@@ -65,10 +65,10 @@ from inference.backends.vllm.checks import check_engine_kwargs, check_template, 
 from inference.backends.vllm.descriptor import effective_chat_template, load_chat_template_text
 from inference.backends.vllm.engine_logs import engine_is_quiet
 from inference.backends.vllm.outputs import generation
-from inference.spelling import meant
 from store.descriptor import ModelDescriptor
 from store.errors import BackendError, InvalidInputError, JudgestoreError, ModelLoadError, RequestRefusedError
 from store.interrupts import deferred_interrupts
+from store.spelling import meant
 
 _RENDERED_TYPE = {"chat": "messages", "text": "text"}
 # What to check when vLLM could not load a model, by where the model comes from
