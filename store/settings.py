@@ -50,7 +50,7 @@ def _text(value: str) -> str:
     try:
         value.encode()
     except UnicodeEncodeError as e:
-        raise ValueError(f"is not valid UTF-8 text ({value!r:.60})") from e
+        raise ValueError("is not valid UTF-8 text") from e
     return value
 
 
@@ -186,6 +186,7 @@ def from_environment(kind: type[SettingsKind]) -> SettingsKind:
     except ValidationError as e:
         wrong = "; ".join(
             f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg'].removeprefix('Value error, ')}"
+            + (f", got {err['input']!r:.60}" if isinstance(err.get("input"), str) else "")  # a stray space shows
             for err in e.errors()
         )
         raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e

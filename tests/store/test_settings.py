@@ -157,8 +157,9 @@ def test_a_bad_sharing_setting_is_a_typed_error_naming_the_variable(
     name: str, value: str, bare_environment: pytest.MonkeyPatch
 ) -> None:
     bare_environment.setenv(f"JUDGESTORE_{name}", value)
-    with pytest.raises(InvalidInputError, match=f"invalid setting in the environment: JUDGESTORE_{name}"):
+    with pytest.raises(InvalidInputError, match=f"invalid setting in the environment: JUDGESTORE_{name}") as bad:
         from_environment(SyncSettings)
+    assert str(bad.value).endswith(f", got {value!r}")  # the value as given: a stray space shows
     with pytest.raises(InvalidInputError, match=f"JUDGESTORE_{name}"):
         open_remote(directory=Path("/nonexistent"))
 
