@@ -359,7 +359,11 @@ class Store:
         """A database's ``where`` as tables show it (under the root for a folder store)."""
         return self.storage.shown(where)
 
-    def require_present(self, purpose: str, options: str = "--store-root or --store-url") -> None:
+    def require_present(
+        self,
+        purpose: str,
+        options: str = "--store-root or --store-url (or JUDGESTORE_STORE_ROOT, JUDGESTORE_STORE_URL)",
+    ) -> None:
         """Raise :class:`StoreMissingError` unless a store is here (a folder; a server with a registry): a command
         ``purpose`` names ("to verify") must not take a mistyped root for an empty store. Creates nothing."""
         if (why := self.storage.absence()) is not None:

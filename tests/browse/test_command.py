@@ -114,6 +114,7 @@ def test_browse_refuses_a_store_folder_that_does_not_exist(tmp_path: Path) -> No
     result = run("--store-root", str(tmp_path / "nowhere"), "--port", "0")
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert "the folder does not exist: there is no store to browse; check --store-root" in result.stderr
+    assert "JUDGESTORE_STORE_ROOT" in result.stderr  # where a root that no option gave came from
 
 
 def test_browse_on_a_port_in_use_names_it_and_the_way_out(demo_folder: Path) -> None:

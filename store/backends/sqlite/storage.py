@@ -83,7 +83,10 @@ class SqliteStorage:
         """A root that does not exist is an empty store (created by the first write); one that is a file is
         :class:`StoreMissingError` (a mistyped root must not read as an empty store)."""
         if root.exists() and not root.is_dir():
-            raise StoreMissingError(root, "it is a file, not a folder: there is no store here; check --store-root")
+            raise StoreMissingError(
+                root,
+                "it is a file, not a folder: there is no store here; check --store-root (or JUDGESTORE_STORE_ROOT)",
+            )
         self.root = root
         self.local_root = root
         self._prefix = os.path.join(str(root), "")
