@@ -35,12 +35,8 @@ Contract:
 from __future__ import annotations
 
 import csv
-import errno
-import os
-import stat
-import tempfile
 from collections.abc import Iterable, Iterator
-from contextlib import closing, contextmanager
+from contextlib import closing
 from datetime import datetime
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any, Literal
@@ -48,8 +44,9 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import orjson
 
 from store import jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError, OutputWriteError, install_hint
+from store.errors import InvalidInputError, MissingDependencyError, install_hint
 from store.layout import Selector
+from store.outputs import replacing, written_in_place
 from store.rows import FoundRow, row_columns
 from store.store import Store
 from store.tables.filters import RowFilter, roles_for
@@ -200,72 +197,6 @@ def record_batches(
         yield flush()
 
 
-def _file_mode(path: Path) -> int:
-    """The permissions ``path`` gets: those of the file it replaces, else what the umask leaves of 0o666.
-
-    (mkstemp creates its file 0o600 whatever the umask; a file written with
-    ``>`` or ``cp`` would be readable as the umask says.)
-    """
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0o022)  # reading the umask means setting it: put it straight back
-        os.umask(umask)
-        return 0o666 & ~umask
-
-
-def written_in_place(path: Path) -> bool:
-    """Whether an export to ``path`` writes it in place: a device or a pipe (``/dev/stdout``, a FIFO), which
-    an interrupted export leaves holding the rows written so far. A file (or a link to one, or nothing yet) is
-    written beside it and renamed into place, so that an interrupted or failed export leaves it as it was."""
-    try:
-        mode = path.stat().st_mode  # through links, as opening it goes: /dev/stdout to a pipe has no path to resolve
-    except OSError:
-        return False
-    return not stat.S_ISREG(mode) and not stat.S_ISDIR(mode)
-
-
-@contextmanager
-def _replacing(path: Path, mode: str) -> Iterator[IO[Any]]:
-    """A handle (``mode`` ``"w"`` or ``"wb"``) on ``path``'s new content: see the module docstring.
-
-    A temporary file beside the file (a link's target) replaces it on success and is removed on failure; a
-    device or a pipe is written in place. An ``OSError`` of the body is the destination's: the store raises its
-    own errors (:mod:`store.errors.files`), never a bare ``OSError``.
-    """
-    text: dict[str, Any] = {} if "b" in mode else {"encoding": "utf-8", "newline": ""}
-    target = path.resolve()  # a link's target, which the link keeps pointing at
-    try:
-        if target.is_dir():
-            raise IsADirectoryError(errno.EISDIR, "it is a folder, not a file")
-        if written_in_place(path):  # /dev/stdout, a FIFO: no rename over it, no seek in it
-            with open(path, mode, **text) as handle:  # by its name: /dev/stdout to a pipe resolves to no path
-                yield handle
-            return
-        if not target.parent.is_dir():  # made by no one but the user: a mistyped path must not grow folders
-            folder = next(f for f in target.parents if f.exists())
-            if not folder.is_dir():
-                raise NotADirectoryError(errno.ENOTDIR, f"{folder} is a file, not a folder")
-            raise FileNotFoundError(errno.ENOENT, f"there is no folder {target.parent}")
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-    except OSError as e:
-        raise OutputWriteError(path, "the export", e) from e
-    try:
-        with open(fd, mode, **text) as handle:
-            yield handle
-        os.chmod(tmp, _file_mode(target))
-        os.replace(tmp, target)
-    except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
-        left = "the file it would replace is unchanged" if target.exists() else "no file was created"
-        raise OutputWriteError(path, "the export", e, left) from e
-    except BaseException as e:
-        Path(tmp).unlink(missing_ok=True)
-        if isinstance(e, Exception):  # a failed read of the store: what it leaves of the file is worth saying too
-            e.add_note(f"Nothing was written to {path}: " + ("it is as it was." if target.exists() else "not created."))
-        raise
-
-
 def write_parquet(rows: Iterable[FoundRow], path: Path, columns: tuple[str, ...]) -> int:
     """Write rows to a Parquet file at ``path``, one row group per batch; returns how many rows."""
     pa = _pyarrow()
@@ -274,7 +205,7 @@ def write_parquet(rows: Iterable[FoundRow], path: Path, columns: tuple[str, ...]
     written = 0
     schema = arrow_schema(columns)
     try:
-        with _replacing(path, "wb") as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
+        with replacing(path, "wb") as handle, pq.ParquetWriter(handle, schema, compression="zstd") as writer:
             for batch in record_batches(rows, columns):
                 if batch.num_rows:
                     writer.write_table(pa.Table.from_batches([batch], schema=schema))
@@ -323,7 +254,7 @@ def export_rows(
                 raise InvalidInputError("Parquet is written to a file: give a path")
             return write_parquet(rows, destination, chosen)
         if isinstance(destination, Path):
-            with _replacing(destination, "w") as handle:  # a temporary file, but for a pipe or a device
+            with replacing(destination, "w") as handle:  # a temporary file, but for a pipe or a device
                 return write_text(rows, handle, fmt, chosen, kept=written_in_place(destination))
         return write_text(rows, destination, fmt, chosen)
 

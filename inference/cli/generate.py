@@ -28,7 +28,7 @@ import typer
 
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.accounting import CallStats
-from inference.cache.plan import Plan
+from inference.cache.plan import Mode, Plan
 from inference.cli.options import RUN_PANEL, RunOptions, VerboseOption, model_spec, run_options
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
@@ -93,9 +93,9 @@ def _run(
         if _stale(run.output):
             e.add_note(_NOT_WRITTEN.format(output=run.output))
         raise
-    # The rows are stored by now: a rerun of the same command is all hits and writes them again.
-    rerun = "the rows are stored, so running the same command again writes them from the store"
-    with output_file(run.output, "the results", after=rerun) as out:
+    with output_file(
+        run.output, "the results", after=_rerun_note(run.mode, failed=bool(result.summary.failures))
+    ) as out:
         write_responses(out, result.responses, spec.display_name)
     summary = result.summary
     if json_output:
@@ -110,6 +110,16 @@ def _run(
             err.print(line, style="red", soft_wrap=True, markup=False)
     if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
         raise typer.Exit(1)
+
+
+def _rerun_note(mode: Mode, *, failed: bool) -> str:
+    """What running the command again gives, after its results could not be written: the rows are stored by now
+    (a rerun of the same command is all hits), but for the modes that store nothing or generate again."""
+    if mode in ("off", "readonly"):
+        return f"--mode {mode} stored nothing, so running the command again generates every answer again"
+    again = "with --mode use " if mode == "refresh" else ""  # a refresh would generate them all again
+    left = " (but those that failed, which are never stored)" if failed else ""
+    return f"the rows are stored, so running the same command again {again}writes them from the store{left}"
 
 
 def _run_with_progress(

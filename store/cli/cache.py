@@ -559,7 +559,7 @@ def _export_interrupted(written: int, fmt: str, output: Path, existed: bool, jso
     """Ctrl-C in ``export``: what it left at ``output`` (exit 130). A file is written beside it and renamed into
     place only when complete (:mod:`store.export`): the partial one is removed, and ``output`` is as it was.
     Stdout, a pipe or a device holds the rows written before the interrupt: incomplete, and said so."""
-    from store.export import written_in_place
+    from store.outputs import written_in_place
 
     if str(output) == "-" or written_in_place(output):
         where = "stdout" if str(output) == "-" else str(output)

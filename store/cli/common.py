@@ -55,6 +55,7 @@ from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
 from store.layout import Location, Selector
+from store.outputs import replacing, written_in_place
 from store.reports import DatabaseInfo
 from store.roles import ROLES
 from store.rows import RowCount
@@ -314,17 +315,16 @@ def record_deleted(report: dict[str, Any], deleted: Sequence[RowCount]) -> None:
 
 @contextmanager
 def output_file(path: Path, what: str, *, after: str = "") -> Iterator[IO[bytes]]:
-    """The output file opened for writing ('-': stdout); an ``OSError`` opening, writing or closing the file is an
+    """The output file opened for writing (stdout for '-' and for another name of stdout, ``/dev/stdout`` to a
+    file opened with ``>>``, which reopening would truncate); a file is written whole or left as it was
+    (:func:`store.outputs.replacing`). An ``OSError`` opening, writing or closing it is an
     :class:`OutputWriteError` naming it (``after``: what the user should know then), never blamed on the store."""
-    if str(path) == "-":
+    if writes_stdout(path):
         yield sys.stdout.buffer
         sys.stdout.flush()
         return
-    try:
-        with path.open("wb") as handle:
-            yield handle
-    except OSError as e:
-        raise OutputWriteError(path, what, e, after) from e
+    with replacing(path, "wb", what, after) as handle:
+        yield handle
 
 
 @contextmanager
@@ -424,6 +424,16 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
     for given in inputs:
         if path.exists() and given.exists() and path.samefile(given):
             raise InvalidInputError(f"{option} {path} is the input file {given}: write the results to another file")
+    if writes_stdout(path) or written_in_place(path):  # a device or a pipe: only writing it tells
+        return
+    if path.exists() and not os.access(path, os.W_OK):  # as `>` would refuse it; a rename would not
+        raise InvalidInputError(f"{option} {path}: this user may not write it (permission denied)")
+    folder = path.resolve().parent
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise InvalidInputError(
+            f"{option} {path}: this user may not write in {folder} (the file is written beside its destination, "
+            "then renamed into place)"
+        )
 
 
 def writes_stdout(path: Path) -> bool:

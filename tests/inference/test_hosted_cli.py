@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from store.cli.app import build_app
 from tests.conftest import OPENAI_KEY
 from tests.factories import file_digests
 from tests.fake_openai import FakeOpenAI, Fault
+from tests.faults import immutable
 
 pytest.importorskip("openai", reason="the hosted backend needs the openai client (pip install 'openai>=1.50')")
 
@@ -209,6 +211,52 @@ def test_a_results_file_that_fails_to_write_is_one_line_naming_it_not_the_store(
     again = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", "--json")  # as the message says: all hits
     assert again.exit_code == 0, again.output
     assert len(openai_server.completions()) == sent and (tmp_path / "o.jsonl").read_bytes().count(b"\n") > 0
+
+
+def test_a_results_file_that_fails_midway_is_left_as_it_was_and_the_note_fits_the_mode(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The file was written in place: a write that failed midway (a full disk, a file size limit) left it cut
+    off and the earlier results gone (was); and "the rows are stored" was said whatever the mode."""
+    out = tmp_path / "o.jsonl"
+    assert generate(openai_server, chat_prompts, out).exit_code == 0
+    before = out.read_bytes()
+    import inference.cli.generate as command
+
+    real = command.write_responses
+
+    def fails_midway(handle: Any, *args: Any) -> None:
+        real(handle, *args)  # the results, then the disk refuses more
+        raise OSError(errno.EFBIG, "File too large")
+
+    monkeypatch.setattr(command, "write_responses", fails_midway)
+    notes = [
+        ("use", "running the same command again writes them from the store"),
+        ("refresh", "running the same command again with --mode use writes them from the store"),
+        ("off", "--mode off stored nothing, so running the command again generates every answer"),
+    ]
+    for mode, note in notes:
+        failed = generate(openai_server, chat_prompts, out, "--mode", mode)
+        said = " ".join(failed.stderr.split())
+        assert failed.exit_code == 1 and "could not write the results: File too large" in said, said
+        assert "the file it would replace is unchanged" in said and note in said
+        assert out.read_bytes() == before and not list(tmp_path.glob(".o.jsonl.*"))  # no temporary file left
+
+
+def test_a_results_file_or_folder_that_cannot_be_written_is_refused_before_any_request(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
+) -> None:
+    """Found only after every request was answered (was): the model's work was done for nothing."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "old.jsonl").write_text("earlier results\n")
+    with immutable(folder / "old.jsonl"):  # nobody may write it, root included
+        refused = generate(openai_server, chat_prompts, folder / "old.jsonl")
+    assert refused.exit_code == 1 and "old.jsonl: this user may not write it" in refused.stderr
+    with immutable(folder):  # nothing may be made in it
+        refused = generate(openai_server, chat_prompts, folder / "new.jsonl")
+    assert refused.exit_code == 1 and f"this user may not write in {folder}" in " ".join(refused.stderr.split())
+    assert openai_server.completions() == [] and [p.name for p in folder.iterdir()] == ["old.jsonl"]
 
 
 def test_a_refused_key_is_one_line_naming_the_variable_and_never_the_key(
