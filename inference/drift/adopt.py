@@ -169,12 +169,13 @@ def choose_source(
             f"{len(eligible)} stored descriptors differ from this run only in the allowed fields; choose one with "
             "--from HASH. Nearest first:\n" + "\n".join(f"  {c.text()}" for c in eligible)
         )
-    unreadable = [c for c in candidates if c.neighbour.error is not None and not c.disallowed]
-    if unreadable:  # the one to adopt from, but for what opening it met: that is the news, not "none differs"
+    # Read, and differing in allowed fields only, but its rows could not be: that is the news, not "none differs"
+    unreadable = [c for c in candidates if c.neighbour.error is not None and c.neighbour.changes and not c.disallowed]
+    if unreadable:
         c = unreadable[0]
         raise AdoptionError(
             f"descriptor {c.location.descriptor_hash16} ({c.location.task}) differs from this run only in the "
-            f"allowed fields, but cannot be opened: {c.neighbour.error}"
+            f"allowed fields, but its rows cannot be read: {c.neighbour.error}"
         )
     if candidates:
         found = (

@@ -95,7 +95,7 @@ class Neighbour:
 
     location: Location
     rows: int | None  # None: the database could not be opened (error says why)
-    changes: tuple[FieldChange, ...]
+    changes: tuple[FieldChange, ...]  # empty when its descriptor could not be read
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -143,14 +143,15 @@ def explain_descriptor(
     for other in store.select(Selector(role=location.role, provider=location.provider, model=location.model)):
         if other == location:
             continue
+        changes: list[FieldChange] = []  # unknown (empty) until its descriptor is read
         try:
-            metadata = store.open(other).metadata()
-            changes = descriptor_changes(metadata.descriptor, descriptor)
+            opened = store.open(other)
+            changes = descriptor_changes(opened.metadata().descriptor, descriptor)
             if other.task != task:
                 changes.insert(0, FieldChange("task", other.task, task))
-            neighbours.append(Neighbour(other, store.open(other).count(), tuple(changes)))
-        except JudgestoreError as e:
-            neighbours.append(Neighbour(other, None, (), str(e)))
+            neighbours.append(Neighbour(other, opened.count(), tuple(changes)))
+        except JudgestoreError as e:  # what it differs in is kept when only counting its rows failed
+            neighbours.append(Neighbour(other, None, tuple(changes), str(e)))
     neighbours.sort(key=_nearness)
     return DescriptorReport(location, descriptor, database is not None, _rows(database), tuple(neighbours[:limit]))
 

@@ -21,9 +21,10 @@ from inference.drift.adopt import adopt, adopt_command_line, adoption_candidates
 from inference.requests import JudgementRequest
 from inference.spec import ModelSpec
 from store.adoption import adoptions
+from store.backend import Database
 from store.cli.options import grouped
 from store.descriptor import ModelDescriptor
-from store.errors import AdoptionError, InvalidInputError
+from store.errors import AdoptionError, CorruptDatabaseError, InvalidInputError
 from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
@@ -221,17 +222,30 @@ def test_a_row_an_earlier_audit_found_different_is_never_adopted_by_a_later_one(
     assert "edited" not in {r.completion for r in store.database("completions", "t", NEW).query()}
 
 
-def test_a_source_that_cannot_be_opened_is_named_with_what_it_met(store: Store) -> None:
-    """Was: "no stored descriptor ... differs only in the allowed fields", the reason buried in the listing."""
+def test_a_source_whose_rows_cannot_be_read_is_named_with_what_it_met(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: "no stored descriptor ... differs only in the allowed fields", the reason buried in the listing. One
+    whose descriptor cannot be read either is only listed: what it differs in is not known."""
     fill(store, OLD)
     path = store.database("completions", "t", OLD).path
     store.close()
-    path.write_bytes(b"not a database " * 100)
+
+    def unreadable(database: Database, *_: Any) -> int:  # its descriptor reads; its rows do not (a damaged page)
+        raise CorruptDatabaseError(database.where, "database disk image is malformed")
+
+    with monkeypatch.context() as patched, Store(Settings(), root=store.root) as again:
+        patched.setattr(Database, "count", unreadable)
+        with pytest.raises(AdoptionError) as refused:
+            adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    said = str(refused.value)
+    assert said.startswith(f"descriptor {OLD.hash16()} (t) differs from this run only in the allowed fields, but "
+                           "its rows cannot be read: ") and "malformed" in said  # fmt: skip
+    path.write_bytes(b"not a database " * 1000)
     with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
         adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
     said = str(refused.value)
-    assert said.startswith(f"descriptor {OLD.hash16()} (t) differs from this run only in the allowed fields, but "
-                           "cannot be opened: ") and "not an SQLite" in said  # fmt: skip
+    assert said.startswith("no stored descriptor") and f"{OLD.hash16()} (t, unreadable: " in said
 
 
 @pytest.mark.postgres
