@@ -34,14 +34,23 @@ def _default_user() -> str:
         return f"uid-{os.getuid()}"
 
 
+def home_expanded(path: Path) -> Path:
+    """``path`` with a leading ``~`` or ``~/`` made the home folder (a shell leaves it in ``VAR='~/x'`` and
+    ``--opt=~/x``, and a literal ``./~`` folder would be made); ``~name`` is a folder of that name, as it was,
+    never another user's home."""
+    text = str(path)
+    if text == "~" or text.startswith("~/"):
+        return Path.home() / text[2:]
+    return path
+
+
 def _folder(value: Path | None) -> Path | None:
-    """A folder setting: ``~`` expanded (a shell does not expand it in ``VAR='~/x'``, and a literal ``./~`` folder
-    would be made); a blank one refused (it would be the working directory)."""
+    """A folder setting, home-expanded (:func:`home_expanded`); a blank one refused (the working directory)."""
     if value is None:
         return None
     if not str(value).strip():
         raise ValueError("is blank: give a folder ('.' for the working directory), or leave it unset")
-    return value.expanduser()
+    return home_expanded(value)
 
 
 def _text(value: str) -> str:

@@ -39,7 +39,7 @@ from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import InvalidInputError, RemoteError
 from store.layout import Selector
-from store.settings import Settings, from_environment
+from store.settings import Settings, from_environment, home_expanded
 from store.store import Store
 
 if TYPE_CHECKING:  # store.sync is imported when a hub command runs, not when any command starts
@@ -103,7 +103,7 @@ def _remote(repo: str | None, directory: str | None, revision: str | None, token
 
     if directory is not None and not directory.strip():  # as a path, the working directory
         raise InvalidInputError("--dir is empty: give the shared folder, or leave it out")
-    folder = None if directory is None else Path(directory).expanduser()  # a shell leaves the ~ of --dir=~/x
+    folder = None if directory is None else home_expanded(Path(directory))  # a shell leaves the ~ of --dir=~/x
 
     if repo is not None and directory is not None:  # usage errors (exit 2), before anything is read
         raise typer.BadParameter("name one remote: a Hub repository (--repo) or a folder (--dir), not both")

@@ -143,6 +143,11 @@ def test_a_folder_setting_expands_a_tilde(bare_environment: pytest.MonkeyPatch) 
     bare_environment.setenv("JUDGESTORE_SYNC_DIR", " ")
     with pytest.raises(InvalidInputError, match="JUDGESTORE_SYNC_DIR: is blank"):
         from_environment(SyncSettings)
+    # ~name is a folder of that name, never another user's home (expanduser failed for no such user, and moved
+    # the store into one that exists)
+    for name in ("~scratch", "~root/x", "data/~x"):
+        bare_environment.setenv("JUDGESTORE_STORE_ROOT", name)
+        assert Settings().store_root == Path(name)
 
 
 def test_a_user_name_that_is_not_utf8_is_not_recorded(bare_environment: pytest.MonkeyPatch) -> None:
