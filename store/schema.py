@@ -28,7 +28,7 @@ from __future__ import annotations
 import enum
 import functools
 import re
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -318,11 +318,15 @@ def missing_parts(held: Mapping[str, Collection[str]]) -> str | None:
     )
 
 
-def foreign_name_error(where: Path | str, kind: str, name: str, said: str, hint: str) -> StatementError | None:
+def foreign_name_error(
+    where: Path | str, kind: str, name: str, said: str, hint: str, *, whole: Callable[[], bool] | None = None
+) -> StatementError | None:
     """The error of a statement naming a ``kind`` (table or column) ``name`` that is none of judgestore's and that
     ``where`` cannot read (a typo, or a column a user added by hand; ``hint`` says what the backend reads); None for
-    one of judgestore's own names (:data:`STORE_NAMES`), whose absence is damage, not the statement's fault."""
-    if name in STORE_NAMES:
+    one of judgestore's own names (:data:`STORE_NAMES`), whose absence is damage, not the statement's fault, unless
+    ``whole()`` says the database holds every table and column of its revision (a name of another of its tables:
+    ``judge`` in a statement on completions)."""
+    if name in STORE_NAMES and (whole is None or not whole()):
         return None
     return StatementError(f"{where}: {said}: the statement names a {kind} that is not judgestore's ({hint}); "
                           "nothing was changed")  # fmt: skip

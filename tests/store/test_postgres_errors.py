@@ -284,3 +284,15 @@ def test_a_read_whose_connection_is_lost_once_runs_again_as_a_write_does(server:
         event.remove(server.storage.engine, "before_cursor_execute", lose_it_once)  # type: ignore[attr-defined]
     assert lost  # the first attempt did lose its connection
     assert (set(answer) == {key}) if read == "get_many" else (answer == 1)
+
+
+@pytest.mark.postgres
+def test_a_column_the_registry_lost_is_damage_not_the_statements(pg_url: str, pg_cluster: Cluster) -> None:
+    """Its columns are judgestore's: a lost one was called "a column that is not judgestore's" (was)."""
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    assert database is not None
+    pg_cluster.sql("ALTER TABLE judgestore.registry DROP COLUMN metadata_json", database)
+    with Store(Settings(lock_retries=0), url=pg_url, readonly=True) as store, pytest.raises(ServerSchemaError):
+        store.open(store.locations()[0]).count()

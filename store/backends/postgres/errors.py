@@ -44,7 +44,9 @@ _GONE_STATES = {"57P01", "57P02", "57P03", "53300"}  # shut down, crashed, start
 _MISSING_STATES = {"42P01", "42703", "3F000"}  # undefined table, column, schema
 # The server's words for a name a statement uses that a schema lacks (the name unqualified), and the registry's own
 _MISSING_NAME = re.compile(r'^(?P<kind>column|relation) "?(?:[^"\s]+\.)?(?P<name>[^"\s.]+)"? does not exist')
-_REGISTRY_NAMES = frozenset({*(t.name for t in registry_metadata.tables.values()), REGISTRY_SCHEMA})
+_REGISTRY_NAMES = frozenset(
+    {REGISTRY_SCHEMA, *(name for t in registry_metadata.tables.values() for name in (t.name, *t.c.keys()))}
+)
 _FOREIGN_HINT = (
     "a typo, or one added by hand: across schemas a server store reads judgestore's columns only; read the others "
     "in a session on one database, Store.database(...).session()"

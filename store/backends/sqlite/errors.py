@@ -32,7 +32,7 @@ import shutil
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -53,7 +53,7 @@ from store.errors import (
     UnexpectedDatabaseError,
 )
 from store.layout import JOURNAL_SUFFIX, lock_path, wal_path
-from store.schema import foreign_name_error
+from store.schema import foreign_name_error, missing_parts
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -193,7 +193,9 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         )
     missing = _MISSING_NAME.match(message)
     if missing is not None and (
-        foreign := foreign_name_error(path, missing["kind"], missing["name"], message, _FOREIGN_HINT)
+        foreign := foreign_name_error(
+            path, missing["kind"], missing["name"], message, _FOREIGN_HINT, whole=lambda: _schema_whole(path)
+        )
     ):
         return foreign  # a name of the caller's statement (Store.execute), not a part the file lost
     if missing is not None:
@@ -208,6 +210,18 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         f"SQLite failed: {message}{f' ({name})' if name else ''}. Run `judgestore verify` to check the file; "
         "if it is damaged, restore it from a backup or delete it to recompute its rows",
     )
+
+
+def _schema_whole(path: Path) -> bool:
+    """Whether the file holds every table and column its revision declares (read without writing a byte); False
+    where that cannot be read."""
+    try:
+        with closing(sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True)) as conn:
+            tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
+            held = {t: {row[1] for row in conn.execute(f'PRAGMA table_info("{t}")')} for t in tables}
+    except (sqlite3.Error, OSError, ValueError):
+        return False
+    return missing_parts(held) is None
 
 
 def _os_failure(path: Path, error: OSError, needed_bytes: int | None) -> JudgestoreError:
