@@ -273,7 +273,7 @@ def run_requests(
     options: dict[str, Any] = {"mode": mode, "remote": remote, "shared": shared}
     if chunk_size is not None:
         options["chunk_size"] = chunk_size
-    cached = spec.cached(store, task=task, **options)
+    cached = spec.cached(store, task=task, settings=settings, **options)
     before = spec.sent()  # a spec counts what all its backends sent: this run's is what it adds
     responses: list[Response]
     with cached, store if store is not None else nullcontext():

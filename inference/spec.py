@@ -138,17 +138,19 @@ class Spec(abc.ABC):
         chunk_size: int = DEFAULT_CHUNK_SIZE,
         remote: Remote | None = None,
         shared: bool = False,
+        settings: Settings | None = None,
     ) -> CachedModel:
         """This model behind ``store``: ``backend()`` runs only if a batch has misses.
 
         With a ``remote``, the run's descriptor folder is fetched from it first. With ``shared=True``, processes
         and jobs started on the same batch generate each miss once between them (:mod:`inference.cache.shared`).
+        The backend reads ``settings`` (default: the store's; without a store, the environment's).
         """
         return CachedModel(
             store,
             self.descriptor,
             task=task,
-            backend_factory=self._backend_factory(store.settings if store is not None else None),
+            backend_factory=self._backend_factory(settings or (store.settings if store is not None else None)),
             mode=mode,
             chunk_size=chunk_size,
             label=self.display_name,

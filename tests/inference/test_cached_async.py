@@ -16,6 +16,7 @@ import pytest
 from inference import CachedModel, CompletionRequest, HostedSpec
 from inference.backends.base import EngineRequest, Generation, Refusal
 from inference.cache.model import Responses
+from inference.run import run_requests
 from store import Settings, Store
 from store.descriptor import ModelDescriptor
 from store.errors import RequestRefusedError, RequestsFailedError
@@ -182,3 +183,7 @@ def test_a_hosted_models_limit_defaults_to_the_setting(
     with spec.cached(None, task="t3", mode="off") as model:  # no store: the environment's
         model.complete([ask(i) for i in range(6)])
     assert fake.max_in_flight == 3
+    fake.max_in_flight = 0  # the settings a run is given, with or without a store
+    run_requests(spec, [ask(i) for i in range(6)], role="completions", task="t4", mode="off",
+                 settings=Settings(max_concurrency=2))  # fmt: skip
+    assert fake.max_in_flight == 2
