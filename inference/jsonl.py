@@ -250,11 +250,15 @@ def write_responses(out: IO[bytes], responses: Iterable[Response], label: str | 
 
 
 def _question(request: CompletionRequest) -> str:
+    """What the judge is shown as the question: a text prompt, or a chat's one user message; a chat of more
+    messages (a system prompt, earlier turns) as its whole transcript, ``Role: content`` per message, so the
+    judge reads the answers in the context the models had (its last user message alone dropped the rest)."""
     if request.text is not None:
         return request.text
     messages = orjson.loads(request.render_bytes("chat"))["messages"]  # checked: {role, content} strings, not empty
-    users = [m["content"] for m in messages if m["role"] == "user"]
-    return str(users[-1] if users else messages[-1]["content"])
+    if len(messages) == 1:
+        return str(messages[0]["content"])
+    return "\n\n".join(f"{str(m['role']).capitalize()}: {m['content']}" for m in messages)
 
 
 def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:

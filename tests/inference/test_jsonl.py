@@ -103,6 +103,22 @@ def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
     ]
 
 
+def test_a_pair_of_a_conversation_shows_the_judge_the_whole_of_it(tmp_path: Path) -> None:
+    """A system prompt and earlier turns were dropped: the judge rated the last turn's answers out of context."""
+    turns = [{"role": "system", "content": "Be terse."}, {"role": "user", "content": "turn 1"},
+             {"role": "assistant", "content": "answer 1"}, {"role": "user", "content": "turn 2"}]  # fmt: skip
+    prompt = CompletionRequest(messages=turns, benchmark="b", instruction_id="0")
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(orjson.dumps({"messages": turns, "benchmark": "b", "instruction_id": "0"}) + b"\n")
+    key = input_hash(prompt.render_bytes("chat"))
+    answers = [
+        _answers(tmp_path, m, [Response(prompt, (Sample(key, 0, f"{m} says", "stop", None, None, cached=False),))])
+        for m in ("a", "b")
+    ]
+    (pair,) = make_pairs(prompts, answers)
+    assert pair["question"] == "System: Be terse.\n\nUser: turn 1\n\nAssistant: answer 1\n\nUser: turn 2"
+
+
 def test_pairs_refuse_an_answer_to_another_prompt_under_the_same_ids(tmp_path: Path) -> None:
     """A prompt edited after one model answered it was paired with that answer to the old prompt (was)."""
     answers = [_answers(tmp_path, m, [answered(i, m) for i in (0, 1)]) for m in ("a", "b")]
