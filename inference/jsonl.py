@@ -60,7 +60,14 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             try:
                 value = orjson.loads(line)
             except orjson.JSONDecodeError as e:
-                raise InvalidInputError(f"{path}:{number}: not valid JSON ({e})") from e
+                try:
+                    line.decode()
+                except UnicodeDecodeError as bad:  # orjson's words would speak of surrogates and column 1
+                    raise InvalidInputError(
+                        f"{path}:{number}: not UTF-8 text (byte {line[bad.start]:#04x} at byte {bad.start + 1} of the "
+                        "line); save the file as UTF-8"
+                    ) from e
+                raise InvalidInputError(f"{path}:{number}: not valid JSON ({e.msg} at character {e.pos + 1})") from e
             if not isinstance(value, dict):
                 raise InvalidInputError(f"{path}:{number}: each line must be a JSON object")
             for key in _TEXT_KEYS:

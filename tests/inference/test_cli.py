@@ -176,8 +176,14 @@ def test_a_bad_request_file_names_the_line_and_changes_nothing(tmp_path: Path, t
         "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(bad), *ENGINE_ARGS, root=root, check=False
     )
     assert result.returncode == 1
-    assert f"{bad}:2: not valid JSON" in result.stderr
+    assert f"{bad}:2: not valid JSON (unexpected end of data at character" in result.stderr
     assert not root.exists()
+    bad.write_bytes(b'{"messages": [{"role": "user", "content": "ok"}]}\n' + b'{"text": "caf\xe9"}\n')
+    result = judgestore(
+        "generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(bad), *ENGINE_ARGS, root=root, check=False
+    )
+    assert result.returncode == 1 and f"{bad}:2: not UTF-8 text (byte 0xe9 at byte 14 of the line)" in result.stderr
+    assert "surrogates" not in result.stderr and not root.exists()  # orjson's words, which named none (was)
 
 
 @pytest.mark.parametrize("command", ["generate", "judge"])
