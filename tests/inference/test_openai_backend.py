@@ -335,6 +335,16 @@ def test_a_refused_key_is_a_typed_error_sent_once_that_names_the_variable_not_th
     assert KEY not in printed and "<api key>" in printed  # the server echoed the key: blanked out
 
 
+def test_a_placeholder_key_of_a_few_characters_is_not_blanked_out_of_every_error(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A key "x" (a local server takes any) turned "maximum context length" into "ma<api key>imum" (was)."""
+    monkeypatch.setenv("JUDGE_KEY", "x")
+    with FakeOpenAI(api_key="the-right-one") as fake, pytest.raises(HostedAuthError) as caught:
+        served(fake, api_key_env="JUDGE_KEY").cached(store, task="t").complete([ask(0)])
+    assert "<api key>" not in str(caught.value) and "401" in str(caught.value)
+
+
 def test_a_403_is_an_auth_error_too_and_is_not_retried(store: Store, fake: FakeOpenAI) -> None:
     fake.add_fault(Fault(status=403, body=b'{"error": {"message": "this key may not use fake-judge"}}'))
     with pytest.raises(HostedAuthError, match=r"403: the server refused the request \(no API key was sent\): this key"):

@@ -123,6 +123,7 @@ DEFAULT_TIMEOUT_S = 120.0
 RETRY_STATUSES = frozenset({408, 409, 429})  # and every 5xx
 REFUSAL_STATUSES = frozenset({400, 413, 422})  # this request is refused (too long, a value): it fails alone
 REFUSALS_BEFORE_STOP = 8  # refused in a row from a batch's start, none answered: the settings are refused
+_SHORTEST_SECRET = 8  # characters of a key that errors are searched for (see OpenAIBackend.__init__)
 _DATED_VERSION = re.compile(r"-(\d{4}-\d{2}-\d{2}|\d{4})")  # what a dated version adds to its model's name
 # What a refusal of a request over the model's context says (vLLM, OpenAI, OpenRouter): its prompt, or max_tokens
 TOO_LONG_WORDS = ("maximum context length", "context_length_exceeded", "context window", "prompt is too long")
@@ -224,7 +225,9 @@ class OpenAIBackend:
         self._descriptor = descriptor
         self._endpoint: str = descriptor.endpoint
         self._key_env = key_env
-        self._secret = secret if secret else None
+        # A key of a few characters (a local server's placeholder: "x", "EMPTY") is blanked out nowhere: replacing
+        # every "x" of an error made it unreadable ("ma<api key>imum"), and such a key guards nothing
+        self._secret = secret if secret and len(secret) >= _SHORTEST_SECRET else None
         self.max_concurrency = max_concurrency
         self.retry = retry or RetryPolicy()
         self.stats = stats if stats is not None else RequestStats()
