@@ -74,6 +74,7 @@ from inference.requests import Request, Sample
 from store import Database, Settings
 from store.errors import BackendError, InvalidInputError, JudgestoreError, ModelError
 from store.tables.records import Record
+from store.tables.row_checks import NOTHING_WRITTEN
 
 # Finished generations are written at least this often, so a slow run killed half-way loses seconds of work
 # (or of paid requests) rather than a whole write interval's worth.
@@ -214,8 +215,9 @@ class Writer:
             try:
                 return database.put_many(batch, self.policy)
             except InvalidInputError as e:  # the store refused a value before writing anything of the batch
-                if len(batch) == 1:
-                    refused[batch[0].input_hash] = e
+                if len(batch) == 1:  # alone: every other row is written (its batch was this row only)
+                    said = str(e).removesuffix(NOTHING_WRITTEN)
+                    refused[batch[0].input_hash] = e if said == str(e) else InvalidInputError(f"{said}; not stored")
                     return 0
                 half = len(batch) // 2
                 return put(batch[:half]) + put(batch[half:])

@@ -183,17 +183,18 @@ def not_unicode(role: Role, names: tuple[str, ...], rows: Sequence[Any]) -> Inva
     return InvalidInputError(f"{role} rows hold text that is not valid Unicode")
 
 
+NOTHING_WRITTEN = "; nothing of the batch was written"  # what a refusal of one row says of the write it was in
+
+
 def _surrogate(role: Role, key: object, column: str, bad: str) -> InvalidInputError:
     return InvalidInputError(
         f"{role} row {key!r}: {column} is not valid Unicode text (it holds the lone surrogate {bad!r}, which has no "
-        "UTF-8 bytes); nothing of the batch was written"
+        f"UTF-8 bytes){NOTHING_WRITTEN}"
     )
 
 
 def _refused(role: Role, record: Any, column: str, what: str) -> InvalidInputError:
-    return InvalidInputError(
-        f"{role} row {getattr(record, 'input_hash', None)!r}: {column} {what}; nothing of the batch was written"
-    )
+    return InvalidInputError(f"{role} row {getattr(record, 'input_hash', None)!r}: {column} {what}{NOTHING_WRITTEN}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -217,6 +217,7 @@ def test_a_lone_surrogate_in_a_completion_fails_that_request_alone_and_in_a_prom
     (failure,) = summary["failures"]
     assert failure["request_index"] == 3 and failure["type"] == "InvalidInputError"
     assert "completion is not valid Unicode" in failure["error"]
+    assert failure["error"].endswith("; not stored") and "nothing of the batch" not in failure["error"]  # 5 were
     lines = [orjson.loads(line) for line in requests.with_suffix(".out").read_bytes().splitlines()]
     assert [line["error"] is None for line in lines] == [True, True, True, False, True, True]
     assert lines[3]["completion"] is None and lines[3]["error"]["type"] == "InvalidInputError"
