@@ -281,6 +281,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     """
     # model -> (benchmark, instruction_id) -> (completion, file, line, input_hash)
     by_model: dict[str, dict[tuple[Any, Any], tuple[str, Path, int, Any]]] = {}
+    files: dict[str, set[Path]] = {}  # model -> the answers files holding its lines
     for path in answers:
         for number, row in read_lines(path):
             model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
@@ -302,6 +303,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                     "time; pairs joins answers to prompts on these ids, so each must name one prompt"
                 )
             answered[key] = (row["completion"], path, number, row.get("input_hash"))
+            files.setdefault(model, set()).add(path)
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
     pairs = []
@@ -318,7 +320,10 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
         prompt_hash = input_hash(request.render_bytes("chat" if request.messages is not None else "text"))
         for model in models:
             if key not in by_model[model]:
-                raise InvalidInputError(f"{model} has no answer for {request.describe()}")
+                raise InvalidInputError(
+                    f"{model} ({', '.join(sorted(map(str, files[model])))}) has no answer for {prompts}'s "
+                    f"{request.describe()}: run generate on the prompts it lacks, or drop the prompt"
+                )
             _, path, number, answer_hash = by_model[model][key]
             if answer_hash is not None and answer_hash != prompt_hash:  # a hand-made line may not carry one
                 raise InvalidInputError(

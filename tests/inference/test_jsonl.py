@@ -156,3 +156,12 @@ def test_each_sample_of_a_line_carries_its_own_finish_reason_usage_and_logprobs(
         (1, "length", {"completion_tokens": 8, "prompt_tokens": 3}, logprobs),
     ]
     assert list(row["samples"][1]["usage"]) == ["completion_tokens", "prompt_tokens"]  # as a hit's reads back
+
+
+def test_a_prompt_a_model_did_not_answer_names_the_model_its_file_and_the_prompt(tmp_path: Path) -> None:
+    answers = [_answers(tmp_path, "a", [answered(i, "a") for i in (0, 1)]), _answers(tmp_path, "b", [answered(0, "b")])]
+    with pytest.raises(InvalidInputError) as refused:
+        make_pairs(_prompts(tmp_path, ["0", "1"]), answers)
+    said = str(refused.value)  # (was: "b has no answer for b/1", naming neither file)
+    assert said.startswith(f"b ({tmp_path / 'b.jsonl'}) has no answer for {tmp_path / 'prompts.jsonl'}'s ")
+    assert "b/1" in said
