@@ -35,6 +35,7 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder, store_server
 from store.layout import Selector
+from store.settings import Settings
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -51,6 +52,16 @@ def _one_of(root: str | None, url: str | None, side: str) -> None:
     if (root is None) == (url is None):
         given = "both" if root is not None else "neither"
         raise typer.BadParameter(f"give exactly one of --{side}-root PATH and --{side}-url URL (got {given})")
+
+
+def _side(settings: Settings, root: str | None, url: str | None, side: str, *, readonly: bool) -> Store:
+    """The store ``--{side}-root`` or ``--{side}-url`` names (an empty one refused by its option's name)."""
+    return Store(
+        settings,
+        root=store_folder(root, f"--{side}-root"),
+        url=store_server(url, f"--{side}-url"),
+        readonly=readonly,
+    )
 
 
 def copy_command(
@@ -112,18 +123,8 @@ def copy_command(
     settings = environment_settings()
     try:
         with (
-            Store(
-                settings,
-                root=store_folder(from_root, "--from-root"),
-                url=store_server(from_url, "--from-url"),
-                readonly=True,
-            ) as source,
-            Store(
-                settings,
-                root=store_folder(to_root, "--to-root"),
-                url=store_server(to_url, "--to-url"),
-                readonly=dry_run,
-            ) as target,
+            _side(settings, from_root, from_url, "from", readonly=True) as source,
+            _side(settings, to_root, to_url, "to", readonly=dry_run) as target,
             progress_bars(json_output) as progress,
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE
