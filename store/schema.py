@@ -326,8 +326,11 @@ def foreign_name_error(
     one of judgestore's own names (:data:`STORE_NAMES`), whose absence is damage, not the statement's fault, unless
     ``whole()`` says the database holds every table and column of its revision (a name of another of its tables:
     ``judge`` in a statement on completions)."""
-    if name in STORE_NAMES and (whole is None or not whole()):
-        return None
+    if name in STORE_NAMES:
+        if whole is None or not whole():
+            return None
+        return StatementError(f"{where}: {said}: the statement names a {kind} of another of judgestore's tables "
+                              "than the one it reads there (the database is whole); nothing was changed")  # fmt: skip
     return StatementError(f"{where}: {said}: the statement names a {kind} that is not judgestore's ({hint}); "
                           "nothing was changed")  # fmt: skip
 
