@@ -173,11 +173,15 @@ def test_adopted_rows_are_never_served_for_a_descriptor_that_differs_in_a_field_
     assert len(backend.received) == 6  # generated, never answered from the adopted rows
 
 
-def test_an_altered_row_is_refused_named_and_nothing_is_written(store: Store) -> None:
+def filled_with_row_2_edited(store: Store, completion: str) -> None:
+    """OLD's rows (:func:`fill`), that of instruction 2 edited by hand to ``completion``: what an audit must catch."""
     fill(store, OLD)
-    source = store.database("completions", "t", OLD)
-    with closing(sqlite3.connect(source.path)) as conn, conn:
-        conn.execute("UPDATE completions SET completion = 'answer to q2 #7' WHERE instruction_id = '2'")
+    with closing(sqlite3.connect(store.database("completions", "t", OLD).path)) as conn, conn:
+        conn.execute("UPDATE completions SET completion = ? WHERE instruction_id = '2'", (completion,))
+
+
+def test_an_altered_row_is_refused_named_and_nothing_is_written(store: Store) -> None:
+    filled_with_row_2_edited(store, "answer to q2 #7")
     store.close()
     before = file_digests(store.root)
     with Store(Settings(), root=store.root) as again:
@@ -192,10 +196,7 @@ def test_an_altered_row_is_refused_named_and_nothing_is_written(store: Store) ->
 
 
 def test_a_lower_minimum_adopts_all_but_the_sampled_rows_that_differed(store: Store) -> None:
-    fill(store, OLD)
-    source = store.database("completions", "t", OLD)
-    with closing(sqlite3.connect(source.path)) as conn, conn:
-        conn.execute("UPDATE completions SET completion = 'edited' WHERE instruction_id = '2'")
+    filled_with_row_2_edited(store, "edited")
     report = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
                    sample=6, min_exact=0.8)  # fmt: skip
     assert report.adopted and (report.counts.adopted, report.counts.excluded) == (5, 1)
@@ -205,10 +206,7 @@ def test_a_lower_minimum_adopts_all_but_the_sampled_rows_that_differed(store: St
 
 def test_a_row_an_earlier_audit_found_different_is_never_adopted_by_a_later_one(store: Store) -> None:
     """Was: a second adopt (another sample, which missed the edited row) adopted it, and runs served it as a hit."""
-    fill(store, OLD)
-    source = store.database("completions", "t", OLD)
-    with closing(sqlite3.connect(source.path)) as conn, conn:
-        conn.execute("UPDATE completions SET completion = 'edited' WHERE instruction_id = '2'")
+    filled_with_row_2_edited(store, "edited")
     first = adopt(store, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"],
                   sample=6, min_exact=0.8)  # fmt: skip
     assert first.adopted and first.counts.excluded == 1
