@@ -16,7 +16,8 @@ Contract:
 * A bad line raises :class:`~store.errors.InvalidInputError` naming the file
   and line; nothing is generated before the whole file has parsed. An
   integer ``benchmark``, ``instruction_id`` or model name (MT-Bench's
-  ``question_id``) is read as its decimal text, which is what the row keeps.
+  ``question_id``) is read as its decimal text, which is what the row keeps,
+  every digit of it (past 64 bits too).
 * Result lines carry the request's metadata, the text (sample 0), every
   sample when ``n > 1``, logprobs, finish reason, usage, ``cached`` and
   ``error``: null for an answer; for a request that failed (nothing of it
@@ -28,6 +29,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
@@ -70,10 +72,21 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                 raise InvalidInputError(f"{path}:{number}: not valid JSON ({e.msg} at character {e.pos + 1})") from e
             if not isinstance(value, dict):
                 raise InvalidInputError(f"{path}:{number}: each line must be a JSON object")
+            if any(type(value.get(key)) is float for key in _TEXT_KEYS):
+                value = _exact_integers(path, number, line)
             for key in _TEXT_KEYS:
                 if type(value.get(key)) is int:
                     value[key] = str(value[key])
             yield number, value
+
+
+def _exact_integers(path: Path, number: int, line: bytes) -> dict[str, Any]:
+    """A line read again with integers kept whole: orjson reads one past 64 bits as a float, which would lose digits."""
+    try:
+        value: dict[str, Any] = json.loads(line)
+    except ValueError as e:  # an integer of more digits than Python converts
+        raise InvalidInputError(f"{path}:{number}: {e}; give a long id as text") from e
+    return value
 
 
 def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_mode: InputMode | None) -> Any:

@@ -36,6 +36,14 @@ def test_integer_ids_in_a_request_file_are_read_as_their_text(tmp_path: Path) ->
         read_completion_requests(prompts)
 
 
+def test_an_integer_id_past_64_bits_keeps_every_digit(tmp_path: Path) -> None:
+    prompts = tmp_path / "prompts.jsonl"
+    long_id = 123456789012345678901234567890  # orjson reads it as a float: 1.2345678901234568e+29
+    prompts.write_text(f'{{"text": "q", "instruction_id": {long_id}, "benchmark": {-(2**70)}}}\n')
+    (request,) = read_completion_requests(prompts)
+    assert (request.instruction_id, request.benchmark) == (str(long_id), str(-(2**70)))
+
+
 @pytest.mark.parametrize(
     ("field", "value"), [("question", None), ("answer_a", None), ("answer_b", 4), ("answer_a", ["x"])]
 )
