@@ -29,7 +29,16 @@ import typer
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.accounting import CallStats
 from inference.cache.plan import Mode, Plan
-from inference.cli.options import RUN_PANEL, RunOptions, VerboseOption, model_spec, run_options
+from inference.cli.options import (
+    RUN_PANEL,
+    STDIN,
+    RunOptions,
+    VerboseOption,
+    input_file,
+    input_files,
+    model_spec,
+    run_options,
+)
 from inference.jsonl import make_pairs, read_completion_requests, read_judgement_requests, write_responses
 from inference.judging import OrientationsChoice
 from inference.requests import Request
@@ -250,9 +259,15 @@ def judge_command(
 
 
 def pairs_command(
-    prompts: Annotated[Path, typer.Option("--prompts", help="The JSONL of requests given to generate.")],
+    prompts: Annotated[
+        Path,
+        typer.Option("--prompts", help="The JSONL of requests given to generate ('-': stdin).", callback=input_file),
+    ],
     answers: Annotated[
-        list[Path], typer.Option("--answers", help="A result file of generate (repeat, one per model).")
+        list[Path],
+        typer.Option(
+            "--answers", help="A result file of generate (repeat, one per model; '-': stdin).", callback=input_files
+        ),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL file of pairs ('-': stdout).")] = Path("-"),
     json_output: JsonOutput = False,
@@ -261,6 +276,8 @@ def pairs_command(
 
     Example: judgestore pairs --prompts prompts.jsonl --answers a.jsonl --answers b.jsonl -o pairs.jsonl
     """
+    if [prompts, *answers].count(STDIN) > 1:
+        raise typer.BadParameter("stdin can be read once: give '-' to one of --prompts and --answers at most")
     writable_output(output, "--output", [prompts, *answers])
     pairs = make_pairs(prompts, answers)
     with output_file(output, "the pairs") as out:

@@ -79,9 +79,17 @@ def key_values(items: list[str] | None) -> list[str] | None:
     return items
 
 
+STDIN = Path("/dev/stdin")
+
+
 def input_file(path: Path | None) -> Path | None:
     """``-i -`` is stdin, read through ``/dev/stdin`` so an error names it (``/dev/stdin:3: ...``)."""
-    return Path("/dev/stdin") if path == Path("-") else path
+    return None if path is None else input_files([path])[0]
+
+
+def input_files(paths: list[Path]) -> list[Path]:
+    """:func:`input_file` for an option given more than once."""
+    return [STDIN if path == Path("-") else path for path in paths]
 
 
 def task_name(value: str | None) -> str | None:

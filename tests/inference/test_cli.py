@@ -31,6 +31,7 @@ from store.store import Store
 from store.sync import DirectoryRemote, push
 from tests.inference.conftest import REPO_ROOT, TINY_ENGINE_KWARGS, VLLM_ENV, judgestore_here
 from tests.inference.test_cached import CountingBackend
+from tests.inference.test_jsonl import _answers, _prompts, answered
 
 ENGINE_ARGS = [
     arg
@@ -238,6 +239,19 @@ def test_input_dash_reads_the_requests_from_stdin_and_a_bad_line_names_it(
     bad = judgestore(*args, root=root, check=False, stdin=prompts.read_bytes() + b'{"messages": 1\n')
     assert bad.returncode == 1 and "/dev/stdin:4: not valid JSON" in bad.stderr, bad.stderr
     assert not root.exists()
+
+
+def test_pairs_read_the_prompts_or_one_answers_file_from_stdin(tmp_path: Path) -> None:
+    """`pairs --prompts -` looked for a file named "-" (was), though `-i -` is stdin."""
+    prompts = _prompts(tmp_path, ["0", "1"])
+    answers = [_answers(tmp_path, m, [answered(i, m) for i in (0, 1)]) for m in ("a", "b")]
+    args = ("pairs", "--answers", str(answers[0]), "--answers")
+    from_stdin = judgestore(*args, str(answers[1]), "--prompts", "-", root=tmp_path, stdin=prompts.read_bytes())
+    answer_from_stdin = judgestore(*args, "-", "--prompts", str(prompts), root=tmp_path, stdin=answers[1].read_bytes())
+    assert from_stdin.stdout == answer_from_stdin.stdout
+    assert [orjson.loads(line)["answer_b"] for line in from_stdin.stdout.splitlines()] == ["b says 0", "b says 1"]
+    twice = judgestore(*args, "-", "--prompts", "-", root=tmp_path, check=False, stdin=prompts.read_bytes())
+    assert twice.returncode == 2 and "stdin can be read once" in twice.stderr and not twice.stdout
 
 
 @pytest.mark.parametrize(
