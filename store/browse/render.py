@@ -11,8 +11,10 @@ Contract:
   (a stored ``![](http://...)`` would make the browser fetch a URL the
   prompt chose), their markdown stays as text (neither image nor link).
   Code blocks are ``<pre><code>``, escaped. Text nested deeper than
-  markdown-it's limit (which drops the rest) is shown whole, escaped, in a
-  ``<pre>``. Its output is the only HTML the templates insert unescaped.
+  markdown-it's limit (which drops the rest), or longer than
+  ``MARKDOWN_CHARS`` (the parser's time grows faster than the text), is
+  shown whole, escaped, in a ``<pre>``. Its output is the only HTML the
+  templates insert unescaped.
 * :func:`messages` reads a rendered input (``{"type":"messages",...}`` or
   ``{"type":"text",...}``, :mod:`store.descriptor`) back into turns; a value
   that is neither is shown whole as one turn.
@@ -39,6 +41,9 @@ from markdown_it import MarkdownIt
 from markupsafe import Markup
 
 SHOWN_CHARS = 200_000  # the most of one text a page shows
+# The longest text rendered as markdown. The parser's time grows faster than the text where brackets pile up (an
+# answer that degenerates into "[[[..." at max_tokens: 200,000 characters took 5-7 s, 20,000 about 0.3-0.5 s).
+MARKDOWN_CHARS = 20_000
 SNIPPET_CHARS = 160
 
 
@@ -68,13 +73,20 @@ def _parser() -> MarkdownIt:
 
 def markdown(text: str) -> Markup:
     """``text`` rendered as markdown, every piece of raw HTML escaped (see the module docstring)."""
+    if len(text) > MARKDOWN_CHARS:
+        return _as_stored(text)
     parser = _parser()
     tokens = parser.parse(text.replace("\x00", NUL_SHOWN))
     if any(token.level >= _MAX_NESTING - 1 for token in tokens):
         # markdown-it drops, without a word, what is nested deeper than its limit (a list ten levels deep, a
         # quote of twenty '>'): the text is shown as it is stored instead.
-        return Markup('<pre class="text">{}</pre>').format(text)
+        return _as_stored(text)
     return Markup(parser.renderer.render(tokens, parser.options, {}))
+
+
+def _as_stored(text: str) -> Markup:
+    """``text`` escaped, its line breaks and spaces kept: what :func:`markdown` shows of a text it does not render."""
+    return Markup('<pre class="text">{}</pre>').format(text.replace("\x00", NUL_SHOWN))
 
 
 def shown(value: Any) -> Any:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from store.browse.render import clipped, input_snippet, markdown, messages
+from store.browse.render import MARKDOWN_CHARS, NUL_SHOWN, clipped, input_snippet, markdown, messages
 from store.descriptor import render_messages, render_text
 
 
@@ -36,6 +36,16 @@ def test_text_nested_deeper_than_the_parser_goes_is_shown_whole() -> None:
     assert all(f"step{i}" in markdown(deep_list) for i in range(12))
     assert "the &lt;b&gt;quote&lt;/b&gt;" in markdown(deep_quote)
     assert "<ul>" in markdown("- a\n  - b\n    - c\n")  # nesting markdown-it renders stays markdown
+
+
+def test_text_longer_than_the_markdown_budget_is_shown_as_stored() -> None:
+    """An answer degenerated into brackets took the parser seconds (200,000 '[' about 5 s): past the budget the
+    text is shown escaped, as stored; up to it, markdown."""
+    degenerate = "**a** <b>\x00" + "[" * MARKDOWN_CHARS
+    html = markdown(degenerate)
+    assert html == f'<pre class="text">**a** &lt;b&gt;{NUL_SHOWN}{"[" * MARKDOWN_CHARS}</pre>'
+    within = degenerate[:MARKDOWN_CHARS]
+    assert markdown(within).startswith("<p><strong>a</strong> &lt;b&gt;")
 
 
 def test_inputs_read_back_as_turns() -> None:
