@@ -59,9 +59,10 @@ def is_loopback(host: str) -> bool:
 def exposure(host: str, port: int, where: str) -> str:
     """What serving on a non-loopback ``host`` exposes."""
     return (
-        f"browse: {host} is not a loopback address: anyone who can reach this machine on port {port} can read every "
-        f"prompt, completion, verdict and descriptor in {where}, with no login and no TLS (the store itself stays "
-        "read-only). Leave out --host (127.0.0.1) to keep it to this machine."
+        f"browse: {host} is not a loopback address: anyone who can reach this machine on port {port}, and any web "
+        "page opened in a browser on a machine that can (through its own domain's DNS, whatever a firewall keeps "
+        f"out), can read every prompt, completion, verdict and descriptor in {where}, with no login and no TLS (the "
+        "store itself stays read-only). Leave out --host (127.0.0.1) to keep it to this machine."
     )
 
 

@@ -83,6 +83,7 @@ def test_browse_on_every_address_says_what_that_exposes_first(demo_folder: Path)
         warning = "".join(lines[:-1])
         assert "0.0.0.0 is not a loopback address" in warning
         assert "can read every prompt, completion, verdict and descriptor in" in warning
+        assert "any web page opened in a browser on a machine that can" in warning  # a DNS rebinding reaches it
         assert str(demo_folder) in warning and "no login and no TLS" in warning
         port = url.rsplit(":", 1)[1].rstrip("/")
         assert fetch(f"http://127.0.0.1:{port}/", host="lan-host.example")[0] == 200  # other names are answered
