@@ -60,6 +60,7 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, cast
@@ -152,6 +153,9 @@ class PreparedModel:
     mode: Mode = "use"
     _cached: CachedModel | None = field(default=None, init=False, repr=False)
     _own_store: Store | None = field(default=None, init=False, repr=False)
+    # Threads making their first call at once: one of them opens the store and builds the model (each built its
+    # own before: N stores left open, N engines loaded, and vLLM's per-process state failing every second one).
+    _building: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False, compare=False)
 
     @property
     def model_spec(self) -> str:
@@ -173,21 +177,23 @@ class PreparedModel:
 
     def materialize(self) -> CachedModel:
         """The model behind its store (the store is opened now; the engine when a call has misses)."""
-        if self._cached is None:
-            store = self.store
-            if store is None and self.mode != "off":
-                store = self._own_store = Store(readonly=self.mode in ("readonly", "replay"))
-            self._cached = self.spec.cached(store, task=self.task, mode=self.mode)
-        return self._cached
+        with self._building:
+            if self._cached is None:
+                store = self.store
+                if store is None and self.mode != "off":
+                    store = self._own_store = Store(readonly=self.mode in ("readonly", "replay"))
+                self._cached = self.spec.cached(store, task=self.task, mode=self.mode)
+            return self._cached
 
     def close(self) -> None:
         """Release the engine, and the store if this model opened it."""
-        if self._cached is not None:
-            self._cached.close()
-        if self._own_store is not None:
-            self._own_store.close()
-            self._own_store = None
-        self._cached = None
+        with self._building:
+            if self._cached is not None:
+                self._cached.close()
+            if self._own_store is not None:
+                self._own_store.close()
+                self._own_store = None
+            self._cached = None
 
     def __enter__(self) -> PreparedModel:
         return self

@@ -5,13 +5,16 @@ The same calls on the tiny vLLM engine are in ``test_dropin_engine.py``.
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 from langchain_core.prompts import ChatPromptTemplate
 
-from inference import HostedSpec, ModelSpec
+from inference import HostedSpec, ModelSpec, compat
 from inference.compat import InferenceResult, PreparedModel, do_inference, prepare_model
 from store import RowFilter, Selector, Store
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
@@ -122,6 +125,33 @@ def test_inputs_may_be_langchain_prompts_and_a_model_off_the_store_needs_no_meta
         assert do_inference(model, [prompt, "plain"]) == ["echo: which?", "echo: plain"]
     sent = [r.body["messages"] for r in fake.completions()]  # type: ignore[index]
     assert [{"role": "system", "content": "Judge."}, {"role": "user", "content": "which?"}] in sent
+
+
+def test_threads_making_their_first_call_at_once_share_one_store_and_one_model(
+    fake: FakeOpenAI, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each thread opened a store and built a model of its own (was): N engines loaded, N - 1 stores left open."""
+    monkeypatch.setenv("JUDGESTORE_STORE_ROOT", str(tmp_path))
+    opened: list[Store] = []
+
+    def slow_store(**options: Any) -> Store:  # opening takes a while: every thread reaches it
+        time.sleep(0.2)
+        opened.append(Store(**options))
+        return opened[-1]
+
+    monkeypatch.setattr(compat, "Store", slow_store)
+    model = prepare_model(served(fake), task="arena")
+    start = threading.Barrier(4)
+
+    def call() -> list[str]:
+        start.wait()
+        return do_inference(model, ["q"], cache_metadata=ids(1))
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(lambda _: call(), range(4)))
+    assert answers == [["echo: q"]] * 4
+    assert len(opened) == 1 and model.materialize() is model.materialize()
+    model.close()
 
 
 def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
