@@ -287,6 +287,25 @@ def test_a_failed_upgrade_restores_the_file_byte_for_byte_and_the_others_go_on(
         assert version_of(good) == SYNTHETIC_HEAD
 
 
+def test_a_failed_upgrade_leaves_the_wal_of_a_process_that_has_the_file_open(
+    tmp_path: Path, descriptor: ModelDescriptor
+) -> None:
+    """The restore deleted the -wal and -shm whatever it found (was): a job still holding the file committed into
+    a deleted WAL, and every other connection met a disk I/O error or lost those commits."""
+    db_path = current_database(tmp_path, "judgements", "t", descriptor, [completion_record(0, benchmark="explode")])
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as job:
+        assert job.execute("SELECT count(*) FROM completions").fetchone() == (1,)  # the job has the file open
+        result = upgrade_database(db_path, Settings(), script=failing_script(tmp_path, "raises"))
+        assert result.outcome is UpgradeOutcome.FAILED and "injected failure" in str(result.error)
+        job.execute("UPDATE completions SET completion = 'written after the failed upgrade'")
+        with closing(sqlite3.connect(db_path)) as other:
+            assert other.execute("SELECT completion FROM completions").fetchall() == [
+                ("written after the failed upgrade",)
+            ]
+    assert [row[-1] for row in rows_of(db_path)["completions"]] == ["written after the failed upgrade"]
+    assert version_of(db_path) == SHIPPED_HEAD
+
+
 def test_db_upgrade_names_the_backup_a_failed_upgrade_leaves_beside_the_restored_file(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -144,15 +144,32 @@ def _backup(db_path: Path, revision: str | None) -> Path:
 def _restore(db_path: Path, backup: Path) -> None:
     """Put the backed-up bytes back where they differ (a migration that committed part of its work).
 
-    When the failed migration was rolled back, as transactional DDL is, the
-    bytes already match and nothing is written. The backup holds every row
-    (the WAL was checkpointed into it), so a live WAL would only replay the
-    failed migration's frames onto the restored file: it goes.
+    What was committed since the backup is checkpointed into the file first, so that the file's bytes tell.
+    When the failed migration was rolled back, as transactional DDL is, they match and nothing is touched: the
+    WAL and its index stay, since another process may have the file open (a job of the previous release),
+    and its later commits go there. Otherwise the backup holds every row (the WAL was checkpointed into it)
+    and a live WAL would only replay the failed migration's frames onto the restored file: it goes.
     """
-    if not db_path.exists() or not filecmp.cmp(db_path, backup, shallow=False):  # in blocks: never a whole file
-        shutil.copy2(backup, db_path)
+    settled = _checkpointed_whole(db_path)
+    if settled and filecmp.cmp(db_path, backup, shallow=False):  # in blocks: never a whole file
+        return
+    shutil.copy2(backup, db_path)
     wal_path(db_path).unlink(missing_ok=True)
     shm_path(db_path).unlink(missing_ok=True)
+
+
+def _checkpointed_whole(db_path: Path) -> bool:
+    """Whether every committed frame of ``db_path``'s WAL is in the file now (a passive checkpoint, if it has one)."""
+    if not db_path.exists():
+        return False
+    if not wal_path(db_path).exists():
+        return True
+    try:
+        with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
+            busy, logged, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    except sqlite3.Error:
+        return False
+    return not busy and done >= logged
 
 
 def upgrade_database(
