@@ -234,6 +234,11 @@ FAILURES = {
         '    raise RuntimeError("injected failure after a partial commit")',
         "after a partial commit",
     ),
+    "the-server-refuses": (
+        "a statement of the migration fails in the database (a table of that name is there already)",
+        '    op.execute("CREATE TABLE completions (x INTEGER)")',
+        "already exists",
+    ),
     "loses-rows": (
         "the migration silently drops rows (the row-count check must catch it)",
         "    op.execute(\"DELETE FROM completions WHERE instruction_id = '1'\")",

@@ -31,7 +31,7 @@ from store.backends.postgres import generations
 from store.backends.postgres.errors import translated
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
-from store.errors import JudgestoreError, UpgradeFailedError
+from store.errors import JudgestoreError, UnexpectedServerError, UpgradeFailedError
 from store.interrupts import MIGRATING
 from store.layout import Location
 from store.reports import UpgradeOutcome, UpgradeResult
@@ -136,6 +136,9 @@ def _upgrade(
                         raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
             except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
                 said = translated(storage.url, e) if isinstance(e, DBAPIError) else e  # a refused right, by its name
+                if isinstance(said, UnexpectedServerError):  # what the schema holds: a rerun fails the same way
+                    driver = str(getattr(e, "orig", e)).strip().splitlines()[0]
+                    said = UpgradeFailedError(where, f"the migration to {known.head} failed there ({driver})")
                 failure = f"{type(said).__name__}: {said}; rolled back, the schema is as it was"
                 return UpgradeResult(where, UpgradeOutcome.FAILED, status.revision, None, error=failure)
             reached = classify(conn, location, known).revision
