@@ -11,7 +11,9 @@ Protocol of one fetch (under the store root's sync lock):
    (:func:`store.sync.remote_layout.parse_remote_path`); anything else is reported
    and never read.
 3. **Per folder, in sorted order**: skip it if every shard is already
-   imported (or was pushed from here). Otherwise read its metadata.json and
+   imported (or was pushed from here) and the folder is still in the store
+   (one deleted since, or a schema dropped, is fetched again whole, what the
+   bookkeeping says of it notwithstanding). Otherwise read its metadata.json and
    accept it only if it is byte-identical to what this library writes for the
    descriptor it holds, under the folder's name, role, task, provider and
    model.
@@ -219,6 +221,9 @@ def _fetch(
     # fails or a dry run leaves the bookkeeping as it was.
     known_id = books.find_remote(remote.url)
     default = at_default(remote)
+    # A folder deleted here since (or a schema dropped) lost the rows its shards brought: they are fetched again,
+    # whatever the bookkeeping recorded of them (rows already there are kept, as ever).
+    here = {remote_folder(location) for location in store.locations()} if known_id is not None else set()
     work: list[tuple[RemoteFolder, list[str]]] = []
     for key in sorted(folders):
         listed = folders[key]
@@ -226,7 +231,7 @@ def _fetch(
             # Shards recorded from another revision that the default branch lists are on it: say so now, so a
             # push to it need not ask (the shards are skipped below, never recorded again).
             books.mark_on_default(known_id, key, listed.shards)
-        states = {} if known_id is None else books.states(known_id, key)
+        states = books.states(known_id, key) if known_id is not None and key in here else {}
         todo = sorted(name for name in listed.shards if states.get(name) not in DONE_STATES)
         report.skipped += len(listed.shards) - len(todo)
         if todo:

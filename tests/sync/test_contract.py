@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -168,6 +169,22 @@ def test_only_new_rows_are_pushed_and_a_second_fetch_imports_nothing(side: Remot
     assert fetch(bob, side.new()).rows == 13
     again = fetch(bob, side.new())
     assert again.ok and again.shards == 0 and again.skipped == 2
+
+
+def test_a_folder_deleted_here_since_its_fetch_is_fetched_again(side: RemoteSide, make_store: MakeStore) -> None:
+    """Its shards were recorded as imported: "nothing new to fetch", and its rows were out of reach for good (was)."""
+    alice, bob = make_store("alice"), make_store("bob")
+    fill(alice, completions(range(7)), judgements(range(3)))
+    push(alice, side.new())
+    assert fetch(bob, side.new()).rows == 10
+    bob.close()
+    shutil.rmtree(bob.root / QWEN_FOLDER)
+    planned = fetch(bob, side.new(), dry_run=True)
+    assert [(f.location.role, f.shards) for f in planned.folders] == [("completions", 1)] and planned.skipped == 1
+    again = fetch(bob, side.new())
+    assert again.ok and (again.rows, again.shards, again.skipped) == (7, 1, 1)
+    assert rows(bob) == rows(alice)
+    assert fetch(bob, side.new()).shards == 0  # and then it is here
 
 
 def test_fetched_rows_are_never_echoed_back(side: RemoteSide, make_store: MakeStore) -> None:
