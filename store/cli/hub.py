@@ -284,7 +284,10 @@ def _render_push(report: "PushReport", selected: bool) -> None:
         out.print(table)
     elif not report.problems and selected:
         recovered = f" ({report.recovered} shards of an interrupted push confirmed)" if report.recovered else ""
-        out.print(f"Nothing to push to {report.remote}: it has every selected row{recovered}.")
+        out.print(
+            f"Nothing to push to {report.remote}: every selected row is recorded as on it (pushed or fetched), "
+            f"or listed there{recovered}."
+        )
     _problems("Not pushed", {"not pushed": report.problems})
 
 

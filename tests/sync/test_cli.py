@@ -187,6 +187,10 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
 
     again = hub_cli("push", "--dir", str(shared), "--all", "--store-root", str(bob))
     assert again.exit_code == 0 and "Nothing to push" in again.stdout
+    # What it knows is what it recorded (it said the remote "has every selected row"; a shard removed by hand)
+    assert "every selected row is recorded as on it (pushed or fetched), or listed there" in " ".join(
+        again.stdout.split()
+    )
 
 
 def test_fetch_reports_a_quarantined_shard_and_exits_1(tmp_path: Path) -> None:
