@@ -198,22 +198,38 @@ def test_sharing_bookkeeping_belongs_to_the_database_not_the_urls_spelling(
     assert listed["rows"] == 6
 
 
-def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path) -> None:
+def _legacy_judge_cache(tmp_path: Path, files: int = 1) -> tuple[str, ...]:
+    """An S0 cache of ``files`` files of 4 rows, and the import arguments that name its judge (--json)."""
     legacy = tmp_path / "legacy"
-    rows = [
-        {"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
-         "judge_input": f"Compare answers to question {i}", "judge_completion": "[[A]]", "date": "2025-12-31"}
-        for i in range(4)
-    ]  # fmt: skip
-    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    for f in range(files):
+        rows = [
+            {"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"Compare answers to question {i} ({f})", "judge_completion": "[[A]]",
+             "date": "2025-12-31"}
+            for i in range(4)
+        ]  # fmt: skip
+        b.create_db(legacy / "cache" / "db" / "mt-bench" / f"gpt-4-{f}.db", b.S0_DDL, rows)
     descriptor_file = tmp_path / "descriptor.json"
     descriptor_file.write_text(ModelDescriptor(provider="vllm", model="gpt-4-judge").model_dump_json())
-    args = ("import", str(legacy), "--descriptor", str(descriptor_file), "--task", "mt-bench", "--json",
-            "--store-url", pg_url)  # fmt: skip
+    return ("import", str(legacy), "--descriptor", str(descriptor_file), "--task", "mt-bench", "--json")
+
+
+def test_import_a_legacy_cache_onto_a_server(pg_url: str, tmp_path: Path) -> None:
+    args = (*_legacy_judge_cache(tmp_path), "--store-url", pg_url)
     assert as_json(judgestore(*args))["totals"]["imported"] == 4
     assert as_json(judgestore(*args))["totals"]["already_present"] == 4
     (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
     assert (listed["role"], listed["rows"]) == ("judgements", 4)
+
+
+def test_an_import_onto_a_server_it_cannot_use_stops_at_once_with_the_servers_reason(
+    pg_cluster: Cluster, tmp_path: Path
+) -> None:
+    """Each source was reported failed, every row of it counted "failed", one connection attempt after another."""
+    result = judgestore(*_legacy_judge_cache(tmp_path, files=3), "--store-url", pg_cluster.url("no_such_database"))
+    error = orjson.loads(result.stderr)
+    assert result.exit_code == 1 and not result.stdout, result.output
+    assert error["type"] == "ServerURLError" and "createdb" in error["error"] and not error.get("notes"), error
 
 
 def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tmp_path: Path) -> None:

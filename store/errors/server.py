@@ -20,6 +20,7 @@ __all__ = [
     "ServerFullError",
     "ServerPermissionError",
     "ServerSchemaError",
+    "ServerURLError",
     "ServerUnavailableError",
     "ServerValueError",
     "UnexpectedServerError",
@@ -36,6 +37,10 @@ class ServerError(JudgestoreError):
 
 class ServerUnavailableError(ServerError):
     """The server cannot be reached, or dropped the connection and stayed away past every retry."""
+
+
+class ServerURLError(ServerError):
+    """The store's URL names no database on the server, or a connection option libpq does not know."""
 
 
 class ServerAuthError(ServerError):

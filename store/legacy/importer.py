@@ -43,7 +43,7 @@ from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.readonly import WRITTEN_MEANWHILE, file_stamp, pending_journal
 from store.legacy.report import ImportReport, SourceReport
-from store.legacy.writer import ChunkedWriter
+from store.legacy.writer import STORE_UNUSABLE, ChunkedWriter
 from store.roles import Role
 from store.store import Store
 
@@ -208,6 +208,8 @@ class SourceImporter:
                     roles.add(row.role)
                 if done % self.options.chunk_size == 0:
                     self._progress(detection.path, index, total_sources, done, report.rows)
+        except STORE_UNUSABLE:
+            raise
         except (OSError, DataFrameError, JudgestoreError, sqlite3.DatabaseError) as e:
             self.writer.flush(report)
             # Every row without an outcome yet (the one being handled, and those never read) failed.

@@ -20,6 +20,9 @@ Contract:
   many rows the cache holds.
 * Outcomes go into the :class:`~store.legacy.report.SourceReport` passed
   along; a chunk the store refuses fails its rows and marks the source failed.
+  A server that cannot be reached, refuses the login or has no such database
+  (:data:`STORE_UNUSABLE`) is no fault of the source: it is raised, and the
+  import stops there.
 """
 
 from __future__ import annotations
@@ -33,12 +36,15 @@ from typing import Literal
 import orjson
 
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import JudgestoreError
+from store.errors import JudgestoreError, ServerAuthError, ServerUnavailableError, ServerURLError
 from store.layout import Location
 from store.legacy.report import SourceReport
 from store.roles import Role
 from store.store import Database, Store
 from store.tables.records import Record
+
+# What no source can be written through: every source would fail the same way, each after its own wait.
+STORE_UNUSABLE = (ServerUnavailableError, ServerAuthError, ServerURLError)
 
 Outcome = Literal["imported", "present", "conflict"]
 
@@ -161,6 +167,8 @@ class ChunkedWriter:
                 outcomes = _outcomes_dry(target, batch, keys, self._seen)
             else:
                 outcomes = _outcomes_written(target, batch, keys)
+        except STORE_UNUSABLE:
+            raise
         except JudgestoreError as e:
             report.fail_source(
                 f"{target.location.relative_folder()}: {e}", reason=f"not written: {e}", count=len(batch)

@@ -32,10 +32,10 @@ from store.errors import (
     SchemaAheadError,
     SchemaBehindError,
     ServerAuthError,
-    ServerError,
     ServerPermissionError,
     ServerSchemaError,
     ServerUnavailableError,
+    ServerURLError,
 )
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
@@ -244,11 +244,13 @@ def test_a_server_that_cannot_be_used_is_a_typed_error(
         "down": (f"postgresql+psycopg://postgres@/x?host={tmp_path}", ServerUnavailableError),
         "password": (pg_cluster.url("postgres", "judge", "wrong"), ServerAuthError),
         "no-password": (pg_cluster.url("postgres", "judge"), ServerAuthError),
-        "no-database": (pg_cluster.url("no_such_database"), ServerError),
+        "no-database": (pg_cluster.url("no_such_database"), ServerURLError),
     }[kind]
     with pytest.raises(error) as caught, Store(url=url) as store:
         store.locations()
     assert type(caught.value) is error and "wrong" not in str(caught.value)  # a password is never shown
+    # A server that answered is not asked again (was, for a database it has not: 9 times, "try again later").
+    assert kind == "down" or not getattr(caught.value, "__notes__", None), caught.value.__notes__
     assert "cannot reach" not in str(caught.value) or kind == "down"
     if kind in ("no-password", "no-database"):
         assert {"no-password": "none was given", "no-database": "createdb"}[kind] in str(caught.value)

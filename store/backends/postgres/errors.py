@@ -22,11 +22,11 @@ from store.errors import (
     ServerAuthError,
     ServerBusyError,
     ServerDamagedError,
-    ServerError,
     ServerFullError,
     ServerPermissionError,
     ServerSchemaError,
     ServerUnavailableError,
+    ServerURLError,
     ServerValueError,
     UnexpectedServerError,
 )
@@ -86,12 +86,12 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             "PGPASSWORD or in ~/.pgpass"
         )  # fmt: skip
     if not state and message.startswith("invalid connection option"):  # libpq's, for the URL's query string
-        return ServerError(
+        return ServerURLError(
             shown, f"the URL names an option libpq does not know ({message}); fix the URL (its query string takes "
             "libpq's connection options: host, port, sslmode, application_name...)"
         )  # fmt: skip
     if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
-        return ServerError(shown, f"{message}; create it (createdb) or fix the URL")
+        return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
     if state == "42501" and "permission denied for table" in message:
         return ServerPermissionError(
             shown,

@@ -97,9 +97,11 @@ from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
+    ServerAuthError,
     ServerError,
     ServerPermissionError,
     ServerSchemaError,
+    ServerURLError,
 )
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import (
@@ -133,6 +135,8 @@ def _retryable(error: DBAPIError) -> bool:
     # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
     # connections for a moment); a server that answered, even with a refusal, says why with a state.
     refused = state is None and isinstance(error, OperationalError)
+    if refused and isinstance(translated("", error), ServerURLError | ServerAuthError):  # libpq's words: it answered
+        return False
     return error.connection_invalidated or refused or state in RETRYABLE_STATES
 
 
