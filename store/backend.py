@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from sqlalchemy import Connection, Row, Select
 from sqlalchemy.orm import Session
 
-from store.errors import DamagedValueError, DatabaseFileError, EmptyFilterError, InvalidInputError
+from store.errors import (
+    DamagedValueError,
+    DatabaseFileError,
+    EmptyFilterError,
+    InvalidInputError,
+    MatchedMeanwhileError,
+)
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
@@ -238,12 +244,20 @@ class Database(ABC):
         rows = list(records)
         return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
-    def delete(self, *filters: RowFilter) -> int:
+    def delete(self, *filters: RowFilter, at_most: int | None = None) -> int:
         """Delete the rows matching any of ``filters`` in one write transaction; returns how many. No filter, or an
-        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted."""
+        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted. More than ``at_most`` rows
+        (what the caller counted and confirmed) is a :class:`MatchedMeanwhileError`, and nothing is deleted."""
         if not filters or any(flt.is_empty() for flt in filters):  # before the transaction: nothing is written
             raise EmptyFilterError()
-        return self._write(lambda repo: sum(repo.delete(flt) for flt in filters))
+
+        def delete(repo: Repository) -> int:
+            deleted = sum(repo.delete(flt) for flt in filters)
+            if at_most is not None and deleted > at_most:  # raised inside the transaction: it is rolled back
+                raise MatchedMeanwhileError(self.where, counted=at_most, matching=deleted)
+            return deleted
+
+        return self._write(delete)
 
     def count(self, flt: RowFilter | None = None) -> int:
         return self._read(lambda repo: repo.count(flt))

@@ -203,7 +203,9 @@ class Store:
 
         The plan's filter is ``flt`` bounded by ``now`` (the current time by
         default) as ``created_before``: rows a run writes while the caller
-        asks to confirm are neither counted nor deleted. The plan counts the
+        asks to confirm are neither counted nor deleted (one dated before the
+        bound and committed after the count makes :meth:`delete_rows` refuse
+        its database). The plan counts the
         rows the bound leaves out (:attr:`DeletePlan.later`: dated after
         ``now`` by a clock ahead of this one, or by a time no clock gives).
         A filter naming keys (``input_hashes``) is not bounded: the rows of
@@ -230,7 +232,10 @@ class Store:
         (a prune gives one per run). A database that fails
         (locked, damaged) raises its error, with ``rows_deleted`` and a note
         saying what was deleted before it, from which databases; the databases
-        after it are left as they were. A ``KeyboardInterrupt`` (Ctrl-C) gets
+        after it are left as they were. So does a database where more rows
+        match than the plan counted there (a run committed rows it had dated
+        before the count: :class:`~store.errors.MatchedMeanwhileError`, nothing
+        deleted from it). A ``KeyboardInterrupt`` (Ctrl-C) gets
         the same attribute and note: the database it stopped in is rolled
         back, unless the interrupt came during its commit (then its delete
         stands and is counted, as planned). A plan without filters, or with an
@@ -244,7 +249,7 @@ class Store:
             try:
                 database = self.open(entry.location)
                 try:
-                    rows = database.delete(*filters)
+                    rows = database.delete(*filters, at_most=entry.rows)
                 except KeyboardInterrupt:
                     # Ctrl-C during the commit lets it finish and is raised just after: with no matching row left,
                     # the delete stands, and counts as planned

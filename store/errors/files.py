@@ -35,6 +35,7 @@ __all__ = [
     "ForeignDatabaseError",
     "InterruptedWriteError",
     "LayoutError",
+    "MatchedMeanwhileError",
     "MetadataMismatchError",
     "MetadataMissingError",
     "MigrationScriptsError",
@@ -88,6 +89,19 @@ class DatabaseFileError(JudgestoreError):
     def __init__(self, where: Path | str, message: str) -> None:
         self.where, self.path = _place(where)
         super().__init__(f"{self.where}: {message}")
+
+
+class MatchedMeanwhileError(DatabaseFileError):
+    """A delete met more matching rows than were counted and confirmed (a run committed rows it had dated before
+    the count): nothing was deleted from that database."""
+
+    def __init__(self, where: Path | str, *, counted: int, matching: int) -> None:
+        self.counted, self.matching = counted, matching
+        super().__init__(
+            where,
+            f"{matching:,} rows match now, {counted:,} were counted: a run committed rows dated before the count "
+            "while the delete waited, so nothing was deleted from it. Run the command again, which counts again",
+        )
 
 
 class RowGoneError(DatabaseFileError):

@@ -629,6 +629,36 @@ def test_delete_deletes_what_it_counted_not_rows_a_run_writes_while_it_asks(
     assert left == {r.input_hash for r in later}  # the run's new rows, written after the count, are kept
 
 
+@pytest.mark.parametrize("command", ["delete", "prune"])
+def test_rows_dated_before_the_count_and_committed_after_it_stop_the_delete_of_their_database(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """A run's chunk, dated as it began (or by a clock behind this one), committed while the prompt waited: the
+    delete took it too, more rows than it had counted and asked about (was)."""
+    import store.cli.cache as cache_commands
+    import store.cli.data as data_commands
+
+    commands = data_commands if command == "delete" else cache_commands
+    asked = commands.confirmed
+    earlier = datetime.now(UTC) - timedelta(seconds=30)
+    written = [completion_record(i, model="llama", run_id="run-2", created_at=earlier) for i in (20, 21)]
+
+    def confirm_while_a_run_commits(*args: Any, **kwargs: Any) -> None:
+        with Store(Settings(), root=filled) as writer:
+            writer.database("completions", "mt-bench", LLAMA).put_many(written)
+        asked(*args, **kwargs)
+
+    monkeypatch.setattr(commands, "confirmed", confirm_while_a_run_commits)
+    options = ["--run-id", "run-2"] if command == "delete" else ["--keep-last-runs", "0"]
+    result = judgestore(command, *options, "--yes", "--json")
+    assert result.exit_code == 1, result.output
+    error = as_json(result.stderr)
+    assert error["type"] == "MatchedMeanwhileError" and "nothing was deleted from it" in error["error"], error
+    with Store(Settings(), root=filled, readonly=True) as reader:
+        (location,) = reader.select(Selector(model=LLAMA.model))
+        assert reader.open(location).count(RowFilter(run_id="run-2")) == 4  # its own 2 and the 2 committed
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("command", ["delete", "prune", "stats"])
 def test_ctrl_c_while_a_command_reads_says_so_and_changes_nothing(
