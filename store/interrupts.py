@@ -21,10 +21,16 @@ Contract:
   first signal is said on stderr and acted on as the work ends; a second one
   ends the process at once (its child processes killed first: an engine's
   would outlive it), exit status 130 or 143. Nothing is written meanwhile.
+* :func:`interrupts_reach_the_command` (the command line installs it): Python
+  drops, with an "Exception ignored" line, a ``KeyboardInterrupt`` raised in
+  a finalizer or weakref callback (Ctrl-C landing while the garbage collector
+  runs one); the command went on to the end and exited 0. It is raised again
+  in the main thread instead.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import multiprocessing
 import os
@@ -37,6 +43,23 @@ from types import FrameType
 from typing import Any, NoReturn
 
 MIGRATING = "migrating"
+
+
+def interrupts_reach_the_command() -> None:
+    """Raise again, in the main thread, a ``KeyboardInterrupt`` that Python would drop (see the module docstring)."""
+    previous = sys.unraisablehook
+
+    def hook(unraisable: Any) -> None:
+        if isinstance(unraisable.exc_type, type) and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            # As a signal arriving, through the handler in place (which a held section defers). From another
+            # thread, a moment later: one raised before this hook returns would be dropped again, as its own.
+            again = threading.Timer(0.01, _thread.interrupt_main, (signal.SIGINT,))
+            again.daemon = True
+            again.start()
+            return
+        previous(unraisable)
+
+    sys.unraisablehook = hook
 
 
 @contextmanager

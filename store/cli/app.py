@@ -40,6 +40,7 @@ import typer
 from store.cli import browse, cache, data, db, hub, transfer
 from store.cli.common import to_json
 from store.cli.help import plain_help
+from store.interrupts import interrupts_reach_the_command
 
 Registrar = Callable[[typer.Typer], None]
 STORE_COMMANDS: tuple[Registrar, ...] = (
@@ -115,6 +116,7 @@ def run_program(app: typer.Typer) -> NoReturn:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop_as_ctrl_c)
+    interrupts_reach_the_command()
     try:
         # Not standalone: a usage error reaches this edge, which gives it as JSON after --json as every other error
         returned = app(prog_name="judgestore", standalone_mode=False)

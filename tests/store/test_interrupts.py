@@ -7,10 +7,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
-from store.interrupts import deferred_interrupts
+from store.interrupts import deferred_interrupts, interrupts_reach_the_command
 
 UNTIL = "once the work is done"
 
@@ -78,3 +79,35 @@ def test_a_signal_the_process_ignores_stays_ignored() -> None:
         """
     )
     assert result.returncode == 0 and result.stdout == "went on True\n" and result.stderr == ""
+
+
+def test_ctrl_c_in_a_finalizer_still_stops_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Python drops a KeyboardInterrupt raised in a finalizer ("Exception ignored in: ..."): an import that Ctrl-C
+    reached while the garbage collector ran one went on to the end and exited 0 (was)."""
+
+    class Finalized:
+        def __del__(self) -> None:
+            raise KeyboardInterrupt  # where Ctrl-C landed
+
+    monkeypatch.setattr(sys, "unraisablehook", sys.unraisablehook)  # put back after the test
+    went_on = []
+    with pytest.raises(KeyboardInterrupt):
+        interrupts_reach_the_command()
+        Finalized()  # dropped at once: its finalizer runs here
+        for _ in range(500):  # the interrupt lands a moment later, at a safe point
+            went_on.append(True)
+            time.sleep(0.002)
+    assert len(went_on) < 500
+
+
+def test_other_errors_in_finalizers_are_reported_as_before(monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[type[BaseException] | None] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda unraisable: seen.append(unraisable.exc_type))
+    interrupts_reach_the_command()
+
+    class Failing:
+        def __del__(self) -> None:
+            raise ValueError("in a finalizer")
+
+    Failing()
+    assert seen == [ValueError]
