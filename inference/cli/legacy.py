@@ -213,8 +213,9 @@ def import_command(
         list[str] | None,
         typer.Option(
             "--assume-setting",
-            metavar="KEY=VALUE",
-            help="A setting the legacy run used but never recorded (e.g. logprobs=5); recorded as an assumption.",
+            metavar="[ROLE:]KEY=VALUE",
+            help="A setting the legacy run used but never recorded (e.g. logprobs=5); recorded as an assumption. "
+            "judgements:logprobs=5 assumes it of the judge caches only.",
             callback=key_values,
         ),
     ] = None,

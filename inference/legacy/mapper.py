@@ -14,7 +14,9 @@ returns an :class:`~store.legacy.importer.Attribution`, never a guess:
   CURRENT, a hub id or folder, which is then the descriptor's model) resolves
   both from the model as it is now, exactly as a live run would; the
   assumption is written into ``metadata.json`` (``assumptions``), and so is
-  every ``--assume-setting`` that filled a gap.
+  every ``--assume-setting`` that filled a gap: ``KEY=VALUE`` for every
+  source, ``ROLE:KEY=VALUE`` (``judgements:logprobs=5``) for the sources of
+  that role only.
 * ``--descriptor FILE`` (:mod:`inference.legacy.user_descriptor`) imports the
   sources that cannot be mapped (S0, S1, DataFrame caches, other providers,
   sources without an assumption). It applies to one legacy descriptor at
@@ -33,7 +35,7 @@ import os
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from inference.backends.vllm.descriptor import backend_version as installed_backend_version
 from inference.drift.adopt import adopt_command_line
@@ -72,6 +74,22 @@ def _same_model(a: str, b: str) -> bool:
         return False
 
 
+def _by_role(settings: Mapping[str, Any]) -> dict[Role | None, dict[str, Any]]:
+    """``--assume-setting`` values by the role they are for: ``judgements:logprobs=5`` a judge's sources only (a
+    whole data folder holds completion caches too, whose rows the setting would then key apart), ``logprobs=5``
+    every source's."""
+    by_role: dict[Role | None, dict[str, Any]] = {}
+    for key, value in settings.items():
+        role, _, name = key.rpartition(":")
+        if role and role not in ROLES:
+            raise InvalidInputError(
+                f"--assume-setting {key}: {role!r} is no role; give KEY=VALUE, or ROLE:KEY=VALUE with ROLE one of "
+                f"{', '.join(ROLES)}"
+            )
+        by_role.setdefault(cast(Role, role) if role else None, {})[name] = value
+    return by_role
+
+
 class LegacyDescriptorMapper:
     """The :data:`~store.legacy.importer.Resolver` of ``judgestore import``: live rules, assumptions, --descriptor."""
 
@@ -87,7 +105,7 @@ class LegacyDescriptorMapper:
         self.task = task  # for sources outside a legacy tree (``--task``): the task of the adopt command
         self.user = user_descriptor
         self.assumed_models = dict(assume_current_model or {})
-        self.assumed_settings = dict(assume_settings or {})
+        self.assumed_settings = _by_role(assume_settings or {})
         self._derived: dict[Path, Attribution] = {}
         # --descriptor may name one legacy descriptor, never merge several: find out which sources would use it.
         falling_back = {
@@ -105,6 +123,10 @@ class LegacyDescriptorMapper:
         # another's under one descriptor (the same judge prompt, another verdict).
         self._s0_judges = sorted({judge for d in detections if d.ok and d.variant is LegacyVariant.S0
                                   for judge in d.judges})  # fmt: skip
+
+    def _settings_for(self, role: Role | None) -> dict[str, Any]:
+        """The settings assumed for a source of ``role``: those given for every role, then its own."""
+        return {**self.assumed_settings.get(None, {}), **(self.assumed_settings.get(role, {}) if role else {})}
 
     def _assumed_model_for(self, legacy: str) -> str | None:
         for name, current in self.assumed_models.items():
@@ -126,7 +148,7 @@ class LegacyDescriptorMapper:
             what = detection.variant or "this file"
             return Attribution(None, reason=f"{what} records no descriptor; import it with --descriptor FILE")
         try:
-            recorded, _ = live_spec(metadata, assumed=self.assumed_settings)
+            recorded, _ = live_spec(metadata, assumed=self._settings_for(detection.role))
         except LegacyMappingError as e:
             return Attribution(None, reason=str(e))
         current = self._assumed_model_for(recorded.model)
@@ -141,7 +163,7 @@ class LegacyDescriptorMapper:
             )
         try:
             descriptor, spec, assumed_notes = map_legacy_descriptor(
-                metadata, model=current, assumed=self.assumed_settings
+                metadata, model=current, assumed=self._settings_for(detection.role)
             )
             descriptor.sha256()  # a value no key can hold (an integer over 64 bits): this source fails, alone
         except InvalidInputError as e:  # LegacyMappingError among them

@@ -202,6 +202,31 @@ def test_the_assumption_is_recorded_in_metadata_json(tiny_model: Path, legacy_ro
     assert any("live settings that hit these rows" in note for note in report.sources[0].notes)
 
 
+@pytest.mark.parametrize(
+    ("assumed", "logprobs"),
+    [("logprobs", 3), ("completions:logprobs", 3), ("judgements:logprobs", None)],
+)
+def test_a_setting_assumed_for_one_role_leaves_the_other_roles_sources_as_recorded(
+    tiny_model: Path, legacy_root: Path, store_root: Path, assumed: str, logprobs: int | None
+) -> None:
+    """A judge's setting, given for a whole data folder, keyed its completion caches apart: no live run hit them."""
+    _tree_with(legacy_root, str(tiny_model), {"max_tokens": 8})  # a completions cache
+    mapper = LegacyDescriptorMapper(
+        assume_current_model=parse_assumed_models([str(tiny_model)]),
+        assume_settings={assumed: 3},
+        detections=detect([legacy_root]).detections,
+    )
+    assert run_import([legacy_root], store_root, mapper).totals()["imported"] == 1
+    (location,) = walk(store_root)
+    sampling = {"temperature": 0.6, "top_p": 0.95, "max_tokens": 8} | ({"logprobs": 3} if logprobs else {})
+    assert read_metadata(location.folder(store_root)).descriptor == live(tiny_model, sampling=sampling)
+
+
+def test_a_setting_assumed_for_what_is_no_role_is_refused() -> None:
+    with pytest.raises(InvalidInputError, match="'judge' is no role; give KEY=VALUE, or ROLE:KEY=VALUE"):
+        LegacyDescriptorMapper(assume_settings={"judge:logprobs": 3})
+
+
 def test_a_user_descriptor_is_never_spread_over_two_legacy_descriptors(
     tiny_model: Path, legacy_root: Path, store_root: Path, tmp_path: Path
 ) -> None:
