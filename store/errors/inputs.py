@@ -22,6 +22,7 @@ __all__ = [
     "InvalidInputError",
     "NotCombinableError",
     "ReadTransactionWriteError",
+    "RowValueError",
     "StatementError",
     "UnsupportedMessageError",
     "invalid_values",
@@ -50,6 +51,15 @@ class FilterValueError(InvalidInputError):
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
+        super().__init__(message)
+
+
+class RowValueError(InvalidInputError):
+    """A row holds a value a store would refuse or change. ``column`` names it, and ``rule`` says what the value
+    breaks without the value itself (the same words for every row that breaks it: a report groups them)."""
+
+    def __init__(self, message: str, *, column: str, rule: str) -> None:
+        self.column, self.rule = column, rule
         super().__init__(message)
 
 

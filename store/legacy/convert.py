@@ -40,7 +40,7 @@ import orjson
 
 from store import jsonvalues
 from store.descriptor import InputMode, ModelDescriptor, input_hash, render_messages, render_text, sha256_hex
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, RowValueError
 from store.legacy.formats import InputForm, LegacyRow
 from store.logprobs import from_text_logprobs
 from store.tables.filters import parse_timestamp
@@ -251,8 +251,8 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
     # What the store would refuse fails this row alone (a dry run says so too), not its whole write chunk.
     try:
         check_values(row.role, record)
-    except InvalidInputError as e:
-        raise _fail(str(e)) from e
+    except RowValueError as e:  # in the same words for every such row (the report counts reasons), its row aside
+        raise _fail(f"{e.column} {e.rule}") from e
     for name in ("usage", "top_logprobs"):  # what the JSON columns' serializer refuses
         try:
             jsonvalues.dumps(getattr(record, name))

@@ -20,6 +20,7 @@ from typing import Any
 from store.legacy.detect import LegacyVariant
 
 EXAMPLES_PER_REASON = 5
+LOCATOR_CHARS = 160  # the most of one example's locator a report keeps
 CONFLICTS_LISTED = 50
 
 
@@ -80,8 +81,8 @@ class SourceReport:
         if locator is None:
             return
         shown = self.examples.setdefault(reason, [])
-        if len(shown) < EXAMPLES_PER_REASON:
-            shown.append(locator)
+        if len(shown) < EXAMPLES_PER_REASON:  # a locator naming a row by its ids: an id may be a whole question
+            shown.append(locator if len(locator) <= LOCATOR_CHARS else f"{locator[: LOCATOR_CHARS - 1]}…")
 
     @property
     def has_failures(self) -> bool:

@@ -54,7 +54,7 @@ from sqlalchemy import (
 from store import jsonvalues
 from store.backends.postgres.text import escaped_bytes
 from store.descriptor import input_hash
-from store.errors import InvalidInputError
+from store.errors import InvalidInputError, RowValueError
 from store.roles import Role
 from store.tables.models import MODEL_OF_ROLE
 from store.tables.records import RECORD_OF_ROLE, Record, record_fields
@@ -186,15 +186,22 @@ def not_unicode(role: Role, names: tuple[str, ...], rows: Sequence[Any]) -> Inva
 NOTHING_WRITTEN = "; nothing of the batch was written"  # what a refusal of one row says of the write it was in
 
 
-def _surrogate(role: Role, key: object, column: str, bad: str) -> InvalidInputError:
-    return InvalidInputError(
+def _surrogate(role: Role, key: object, column: str, bad: str) -> RowValueError:
+    return RowValueError(
         f"{role} row {key!r}: {column} is not valid Unicode text (it holds the lone surrogate {bad!r}, which has no "
-        f"UTF-8 bytes){NOTHING_WRITTEN}"
+        f"UTF-8 bytes){NOTHING_WRITTEN}",
+        column=column,
+        rule="is not valid Unicode text (it holds a lone surrogate, which has no UTF-8 bytes)",
     )
 
 
-def _refused(role: Role, record: Any, column: str, what: str) -> InvalidInputError:
-    return InvalidInputError(f"{role} row {getattr(record, 'input_hash', None)!r}: {column} {what}{NOTHING_WRITTEN}")
+def _refused(role: Role, record: Any, column: str, what: str, rule: str | None = None) -> RowValueError:
+    """The error of a row whose ``column`` breaks ``rule`` (``what``: the same words, with the value it holds)."""
+    return RowValueError(
+        f"{role} row {getattr(record, 'input_hash', None)!r}: {column} {what}{NOTHING_WRITTEN}",
+        column=column,
+        rule=what if rule is None else rule,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,8 +229,8 @@ def check_values(role: Role, record: Any) -> None:
     rules = _value_rules(role)
     sample = record.sample_index
     if type(sample) is not int or not 0 <= sample <= MAX_SAMPLE_INDEX:
-        what = f"must be an integer from 0 to {MAX_SAMPLE_INDEX:,}, got {sample!r}"
-        raise _refused(role, record, "sample_index", what)
+        rule = f"must be an integer from 0 to {MAX_SAMPLE_INDEX:,}"
+        raise _refused(role, record, "sample_index", f"{rule}, got {sample!r}", rule)
     for name in rules.text_names:
         value = getattr(record, name)
         if not isinstance(value, str) and (value is not None or name in ("input_text", "completion")):
@@ -235,16 +242,17 @@ def check_values(role: Role, record: Any) -> None:
     for name in rules.indexed_names:
         value = getattr(record, name)
         if value and escaped_bytes(value) > INDEXED_TEXT_BYTES:
+            limit = f"an indexed column holds at most {INDEXED_TEXT_BYTES:,} bytes (PostgreSQL cannot index more)"
             raise _refused(
-                role, record, name,
-                f"takes {escaped_bytes(value):,} bytes; an indexed column holds at most {INDEXED_TEXT_BYTES:,} "
-                "(PostgreSQL cannot index more)",
-            )  # fmt: skip
+                role, record, name, f"takes {escaped_bytes(value):,} bytes; {limit}", f"takes more bytes than {limit}"
+            )
     adopted = record.adopted_from
     if adopted is not None and not (type(adopted) is str and _HEX_DIGEST(adopted)):
-        raise _refused(role, record, "adopted_from", f"must be a descriptor's SHA-256 (64 hex digits), got {adopted!r}")
+        rule = "must be a descriptor's SHA-256 (64 hex digits)"
+        raise _refused(role, record, "adopted_from", f"{rule}, got {adopted!r}", rule)
     if rules.orientation and record.orientation not in (None, "direct", "reversed"):
-        raise _refused(role, record, "orientation", f"must be 'direct', 'reversed' or None, got {record.orientation!r}")
+        rule = "must be 'direct', 'reversed' or None"
+        raise _refused(role, record, "orientation", f"{rule}, got {record.orientation!r}", rule)
     if not isinstance(record.created_at, datetime):
         raise _refused(role, record, "created_at", f"must be a datetime, got {type(record.created_at).__name__}")
 

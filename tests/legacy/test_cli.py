@@ -138,6 +138,30 @@ def test_a_source_of_exactly_one_chunk_of_rows_ends_with_its_report(tmp_path: Pa
     assert orjson.loads(report_file.read_bytes())["totals"]["imported"] == DEFAULT_CHUNK_SIZE
 
 
+def test_rows_the_store_refuses_for_one_reason_are_counted_under_that_reason_once(tmp_path: Path) -> None:
+    """A benchmark keyed by its question text: each row got a reason of its own (its key, its byte count), 2,000
+    reasons for 2,000 rows, each saying "nothing of the batch was written" beside the rows that were (was)."""
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    question = "Explain, step by step and with care, " * 40  # about 1,500 bytes: more than an index holds
+    rows = [
+        {"benchmark": "b", "instruction_id": question + str(i) if i >= 2 else str(i), "model_a": "a",
+         "model_b": "b", "judge": "gpt-4", "judge_input": f"Compare the answers to question {i}",
+         "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+        for i in range(12)
+    ]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "b" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge").model_dump_json())
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "b"]
+    result = judgestore(*args, "--json")
+    (source,) = orjson.loads(result.stdout)["sources"]
+    assert result.returncode == 1 and (source["imported"], sum(source["failed"].values())) == (2, 10)
+    ((reason, count),) = source["failed"].items()
+    assert count == 10 and reason.startswith("instruction_id takes more bytes than an indexed column holds")
+    assert "nothing of the batch" not in reason and len(source["examples"][reason]) == 5
+    assert all(len(example) <= 160 for example in source["examples"][reason])
+
+
 def test_a_report_of_a_source_whose_path_is_not_utf8_is_written(tmp_path: Path) -> None:
     """The report names each source by its path; one of bytes that are not UTF-8 once crashed its writing, after
     the import, with no report left. It is written as --json writes it, with the bytes as escapes."""
