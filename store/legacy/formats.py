@@ -190,10 +190,15 @@ def _s0_rows(conn: sqlite3.Connection, detection: Detection) -> Iterator[LegacyR
     """S0 annotations: a plain judge prompt, token counts and reasoning text, no hash."""
     for r in _select(conn, "annotations", _S0_COLUMNS, set(detection.columns)):
         usage: dict[str, Any] = {}
+        problem = r.get("__problem__")
         for legacy, ours in (("input_tokens", "prompt_tokens"), ("output_tokens", "completion_tokens"),
                              ("reasoning_tokens", "reasoning_tokens")):  # fmt: skip
-            if r[legacy]:  # 0 is the column default: "not recorded"
-                usage[ours] = r[legacy]
+            count = r[legacy]
+            if not count:  # 0 is the column default: "not recorded"
+                continue
+            if type(count) is not int or count < 0:  # stats would add it up (a text dropped, a negative subtracted)
+                problem = problem or f"column {legacy} is not a count of tokens: {count!r:.40}"
+            usage[ours] = count
         if r["reasoning_content"]:
             # judgestore has no reasoning column; the text travels in the usage JSON so that nothing is lost.
             usage["reasoning_content"] = r["reasoning_content"]
@@ -211,7 +216,7 @@ def _s0_rows(conn: sqlite3.Connection, detection: Detection) -> Iterator[LegacyR
             judge=_text_or_none(r["judge"]),
             usage=usage or None,
             created_at=_text_or_none(r["date"]),
-            problem=r.get("__problem__"),
+            problem=problem,
         )
 
 

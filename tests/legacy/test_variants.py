@@ -35,6 +35,7 @@ from tests.legacy.conftest import (
     judgestore,
     mtime,
     run_import,
+    stored_rows,
     utc,
 )
 
@@ -818,3 +819,21 @@ def test_rows_the_inputs_file_does_not_cover_share_one_reason_and_no_inputs_name
     said = " ".join(result.stderr.split())
     assert "50 rows were not imported because their descriptor, task or inputs could not be named" in said
     assert "--inputs)" in said and "pass --inputs FILE naming each input" in said
+
+
+def test_an_s0_token_count_that_is_no_count_fails_its_row(legacy_root: Path, store_root: Path) -> None:
+    """A text, a fraction or a negative number was imported as usage, and stats added it up (was)."""
+    counts: list[object] = [12, "many", 7.5, -3]
+    rows = [
+        {"benchmark": "x", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "j",
+         "judge_input": f"Rate answer {i}", "judge_completion": "7", "date": T1, "input_tokens": count}
+        for i, count in enumerate(counts)
+    ]  # fmt: skip
+    b.create_db(legacy_root / "judge.db", b.S0_DDL, rows)
+    report = run_import([legacy_root], store_root, task="x")
+    (source,) = report.sources
+    assert source.imported == 1 and sum(source.failed.values()) == 3
+    assert {reason.split(": ", 1)[1] for reason in source.failed} == {"'many'", "7.5", "-3"}
+    assert all(reason.startswith("column input_tokens is not a count of tokens") for reason in source.failed)
+    ((stored,),) = stored_rows(store_root).values()
+    assert stored["usage"] == {"prompt_tokens": 12}
