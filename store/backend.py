@@ -63,7 +63,7 @@ from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeRe
 from store.repository import Repository
 from store.settings import Settings
 from store.tables.deferred import DeferredColumns
-from store.tables.filters import RowFilter
+from store.tables.filters import ColumnValues, RowFilter
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, lookup_keys
 
@@ -338,6 +338,10 @@ class Storage(Protocol):
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
         """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out
         one that does, nor one it cannot tell about (opening it then says what is wrong)."""
+
+    def column_values(self, locations: Iterable[Location]) -> dict[Location, ColumnValues | None]:
+        """The distinct values of each database's :data:`~store.tables.filters.VALUE_COLUMNS`, as :meth:`narrowed`
+        reads them (None: not known, for a database or a column)."""
 
     def remembered(
         self,

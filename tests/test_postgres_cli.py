@@ -157,6 +157,16 @@ def test_vacuum_on_a_server_store_says_what_to_do_instead(pg_url: str) -> None:
     assert result.exit_code == 1 and "autovacuum" in result.stderr and "Traceback" not in result.output
 
 
+def test_a_filter_value_no_row_of_a_server_store_holds_is_named_with_the_one_meant(pg_url: str) -> None:
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).put_many(
+            [completion_record(i, model="qwen") for i in range(2)]
+        )
+    result = judgestore("delete", "--model", "/models/qwen", "--yes", "--store-url", pg_url)
+    assert result.exit_code == 0 and "nothing to delete" in result.stdout
+    assert "No row here has --model '/models/qwen'; did you mean 'qwen'?" in " ".join(result.stderr.split())
+
+
 def pushed_server_store(pg_url: str, remote: Path) -> ModelDescriptor:
     """Six completions on the server, pushed to the shared folder ``remote``; their descriptor."""
     descriptor = ModelDescriptor(provider="vllm", model="org/m")

@@ -60,6 +60,7 @@ from store.reports import DatabaseInfo
 from store.roles import ROLES
 from store.rows import RowCount
 from store.settings import Settings
+from store.spelling import meant
 from store.store import Store
 from store.tables.filters import RowFilter, roles_for
 
@@ -589,6 +590,50 @@ def no_rows(store: Store, json_output: bool, selector: Selector, flt: RowFilter 
             f"{' and '.join(roles)}.",
             json_output=json_output,
         )
+    elif flt is not None:
+        for hint in _values_no_row_holds(store, [location for location in picked if location.role in roles], flt):
+            note(hint, json_output=json_output)
+
+
+# The row filters whose values the catalog knows: the option, and the columns holding its values in each role
+_VALUE_FILTERS: dict[str, tuple[str, dict[str, tuple[str, ...]]]] = {
+    "benchmark": ("--benchmark", {"completions": ("benchmark",), "judgements": ("benchmark",)}),
+    "model": ("--model", {"completions": ("model",), "judgements": ("model_a", "model_b")}),
+    "model_a": ("--model-a", {"judgements": ("model_a",)}),
+    "model_b": ("--model-b", {"judgements": ("model_b",)}),
+    "judge": ("--judge", {"judgements": ("judge",)}),
+    "run_id": ("--run-id", {"completions": ("run_id",), "judgements": ("run_id",)}),
+}
+_VALUES_SHOWN = 5
+
+
+def _values_no_row_holds(store: Store, locations: list[Location], flt: RowFilter) -> list[str]:
+    """What to say of each filter value no row of ``locations`` holds (a misspelling, a model's path where rows
+    record its name), by the values the catalog knows; nothing where it does not know them all."""
+    values = store.storage.column_values(locations)
+    said = []
+    for name, (option, columns) in _VALUE_FILTERS.items():
+        given = getattr(flt, name)
+        if given is None:
+            continue
+        held: set[str] = set()
+        for location in locations:
+            known = values[location]
+            found = [None if known is None else known.get(column) for column in columns.get(location.role, ())]
+            if any(column is None for column in found):
+                break  # not known: no word on it
+            held.update(value for column in found for value in column or () if value is not None)
+        else:
+            if given in held:
+                continue
+            base = given.rstrip("/").rsplit("/", 1)[-1]  # generate --model /models/qwen records the rows as "qwen"
+            guess = base if base != given and base in held else meant(given, held)
+            shown = ", ".join(map(repr, sorted(held)[:_VALUES_SHOWN])) + (", ..." if len(held) > _VALUES_SHOWN else "")
+            said.append(
+                f"No row here has {option} {given!r}"
+                + (f"; did you mean {guess!r}?" if guess else f" (they hold {shown})." if held else ".")
+            )
+    return said
 
 
 def no_databases(store: Store, json_output: bool, selector: Selector) -> None:

@@ -157,10 +157,11 @@ VALUE_COLUMNS: dict[Role, tuple[str, ...]] = {
 
 
 DISTINCT_LIMIT = 1_000  # distinct values a column keeps in a catalog; beyond, it says nothing about a filter
+ColumnValues = dict[str, list[str | None] | None]  # a table's VALUE_COLUMNS: each one's distinct values, or None
 CATALOGUED_FILTERS = ("benchmark", "model", "model_a", "model_b", "judge", "pair", "run_id")  # what may_match reads
 
 
-def may_match(role: Role, values: dict[str, list[str | None] | None], flt: RowFilter) -> bool:
+def may_match(role: Role, values: ColumnValues, flt: RowFilter) -> bool:
     """Whether a table of ``role`` whose :data:`VALUE_COLUMNS` hold ``values`` (each column's distinct values,
     or None where they are not known) can hold a row ``flt`` matches; True whenever that cannot be ruled out."""
 

@@ -784,8 +784,8 @@ def test_verify_of_a_store_that_is_not_there_fails(tmp_path: Path) -> None:
     assert empty.exit_code == 0 and as_json(empty.stdout)["ok"] is True, empty.output
 
 
-def test_no_rows_because_the_filter_matched_none_says_nothing_more(filled: Path) -> None:
-    result = judgestore("query", "--format", "jsonl", "--run-id", "no-such-run")
+def test_no_rows_because_the_filters_together_matched_none_says_nothing_more(filled: Path) -> None:
+    result = judgestore("query", "--format", "jsonl", "--run-id", "run-2", "--model", "qwen")  # each value is held
     assert (result.exit_code, result.stdout, result.stderr) == (0, "", "")
 
 
@@ -837,6 +837,28 @@ def test_delete_with_nothing_matching(filled: Path) -> None:
     result = judgestore("delete", "--benchmark", "none-such", "--yes")
     assert result.exit_code == 0 and "nothing to delete" in result.stdout
     assert as_json(judgestore("delete", "--benchmark", "none-such", "--json").stdout)["matched"] == 0
+
+
+@pytest.mark.parametrize(
+    ("command", "options", "said"),
+    [
+        ("delete", ["--model", "/models/llama", "--yes"], "--model '/models/llama'; did you mean 'llama'?"),
+        ("query", ["--model", "lama"], "--model 'lama'; did you mean 'llama'?"),
+        ("query", ["--benchmark", "MT-bench"], "--benchmark 'MT-bench'; did you mean 'mt-bench'?"),
+        ("delete", ["--judge", "zzz", "--yes"], "--judge 'zzz' (they hold 'judge-1')."),
+        ("query", ["--model", "llama", "--run-id", "nope"], "--run-id 'nope' (they hold 'run-1', 'run-2')."),
+    ],
+)
+def test_a_filter_value_no_row_holds_is_named_with_the_one_meant(
+    filled: Path, command: str, options: list[str], said: str
+) -> None:
+    """A mistyped value, or the model's path where rows record its name: "nothing to delete", exit 0, and the
+    rows meant to go stayed to be served as hits (was)."""
+    result = judgestore(command, *options)
+    assert result.exit_code == 0 and count_rows(filled) == 10
+    assert f"No row here has {said}" in " ".join(result.stderr.split()), result.stderr
+    both = judgestore("query", "--model", "llama", "--benchmark", "nope").stderr
+    assert "--benchmark 'nope'" in both and "--model" not in both  # only the value no row holds is named
 
 
 # ---------------------------------------------------------------- db status / upgrade

@@ -117,7 +117,7 @@ from store.reports import (
 )
 from store.schema import VERSION_TABLE, DatabaseState, Revisions, raise_for_status
 from store.settings import Settings
-from store.tables.filters import CATALOGUED_FILTERS, RowFilter, may_match
+from store.tables.filters import CATALOGUED_FILTERS, ColumnValues, RowFilter, may_match
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -300,7 +300,7 @@ class PostgresStorage:
             return chosen
         head = known_revisions(None).head
         if any(getattr(flt, name) is not None for name in CATALOGUED_FILTERS):
-            values = self._values(chosen, head)
+            values = self.column_values(chosen)
             chosen = [loc for loc in chosen if (v := values[loc]) is None or may_match(loc.role, v, flt)]
         keep = set[Location]()
         for start in range(0, len(chosen), EXISTS_BATCH):  # a transaction each: see EXISTS_BATCH
@@ -308,9 +308,10 @@ class PostgresStorage:
                 keep |= matching(conn, chosen[start : start + EXISTS_BATCH], flt, head)
         return [location for location in chosen if location in keep]
 
-    def _values(self, chosen: list[Location], head: str) -> dict[Location, Any]:
+    def column_values(self, locations: Iterable[Location]) -> dict[Location, ColumnValues | None]:
         """The catalogued distinct values of each schema (:meth:`narrowed`); those not kept at the present stamp
         are read, :data:`EXISTS_BATCH` schemas a transaction."""
+        chosen, head = list(locations), known_revisions(None).head
 
         def read(misses: list[Location]) -> Iterator[tuple[Location, Any]]:
             for start in range(0, len(misses), EXISTS_BATCH):

@@ -65,7 +65,14 @@ from store.reports import (
 )
 from store.schema import Revisions
 from store.settings import Settings
-from store.tables.filters import CATALOGUED_FILTERS, DISTINCT_LIMIT, VALUE_COLUMNS, RowFilter, may_match
+from store.tables.filters import (
+    CATALOGUED_FILTERS,
+    DISTINCT_LIMIT,
+    VALUE_COLUMNS,
+    ColumnValues,
+    RowFilter,
+    may_match,
+)
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -159,14 +166,13 @@ class SqliteStorage:
         chosen = list(locations)
         if not any(getattr(flt, name) is not None for name in CATALOGUED_FILTERS):
             return chosen
-        kept = []
-        for location in chosen:
-            values = self._remembered(location, "values", functools.partial(self._values, location))
-            if values is None or may_match(location.role, values, flt):
-                kept.append(location)
-        return kept
+        values = self.column_values(chosen)
+        return [loc for loc in chosen if (v := values[loc]) is None or may_match(loc.role, v, flt)]
 
-    def _values(self, location: Location) -> dict[str, list[str | None] | None] | None:
+    def column_values(self, locations: Iterable[Location]) -> dict[Location, ColumnValues | None]:
+        return {loc: self._remembered(loc, "values", functools.partial(self._values, loc)) for loc in locations}
+
+    def _values(self, location: Location) -> ColumnValues | None:
         """The distinct values of the role's :data:`~store.tables.filters.VALUE_COLUMNS` (None: unknown; a column with
         more than :data:`DISTINCT_LIMIT` values: None for it)."""
         path = location.db_path(self.root)
