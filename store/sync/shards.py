@@ -75,6 +75,18 @@ _IDENTITY_SLOTS_PREFIX = render_messages([{"role": "system", "content": _V0_1_PA
 )
 
 
+def _newer(version: str) -> bool:
+    """Whether ``version`` (a shard header's) is a release after this library's; False when either is no release
+    number (a source tree's "unknown")."""
+
+    def release(text: str) -> tuple[int, ...] | None:
+        parts = text.split("+")[0].split(".")[:3]
+        return tuple(map(int, parts)) if all(part.isdigit() for part in parts) else None
+
+    theirs, ours = release(version), release(library_version())
+    return theirs is not None and ours is not None and theirs > ours
+
+
 @functools.cache
 def library_version() -> str:
     try:
@@ -256,7 +268,16 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
     previous = ""
     for lineno, line in enumerate(lines[1:], start=2):
         row = _canonical_object(line, where, lineno)
-        values = check_row(row, where, lineno)
+        try:
+            values = check_row(row, where, lineno)
+        except ShardError as e:
+            if _newer(header["library_version"]) and isinstance(row, dict) and set(row) - set(_SCHEMAS[origin.role]):
+                raise ShardError(  # a field a newer judgestore adds, not an edit
+                    where,
+                    f"{e.reason}; the shard was written by judgestore {header['library_version']}, newer than this "
+                    f"{library_version()} ({UPGRADE_JUDGESTORE})",
+                ) from e
+            raise
         if values["input_hash"] <= previous:
             raise ShardError(where, f"line {lineno}: rows are not in strictly increasing input_hash order")
         previous = values["input_hash"]

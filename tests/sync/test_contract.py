@@ -16,9 +16,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
-from store.descriptor import ModelDescriptor
+from store.descriptor import ModelDescriptor, canonical_json
 from store.layout import Selector, metadata_bytes
 from store.store import Store
 from store.sync import fetch, push
@@ -386,6 +387,26 @@ def test_a_well_formed_shard_with_a_value_the_store_refuses_is_quarantined_alone
     victim_keys = set(_keys_in_file(side.files()[forged]))
     imported = {key for _, key in rows(bob)}
     assert len(imported) == 30 - len(victim_keys) and not imported & victim_keys
+
+
+@pytest.mark.parametrize("version", ["99.0.0", None], ids=["newer", "same"])
+def test_a_shard_with_a_field_a_newer_judgestore_writes_says_to_upgrade(
+    side: RemoteSide, make_store: MakeStore, version: str | None
+) -> None:
+    """Its reason listed the fields, as for a shard edited by hand: nothing said it came from a newer library."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, side.new())
+    (shard,) = side.shard_paths(QWEN_FOLDER)
+    header, *lines = gzip.decompress(side.files()[shard]).splitlines()
+    header_values = orjson.loads(header) | ({"library_version": version} if version else {})
+    newer = [orjson.loads(line) | {"reviewer_note": "checked"} for line in lines]
+    content = b"".join(canonical_json(value) + b"\n" for value in [header_values, *newer])
+    side.write_raw(shard, None)
+    side.write_raw(f"{QWEN_FOLDER}/shards/{hashlib.sha256(content).hexdigest()}.jsonl.gz", gzip.compress(content))
+    (quarantined,) = fetch(make_store("bob"), side.new()).quarantined
+    assert "needs exactly the fields" in quarantined.reason
+    assert ("newer than this" in quarantined.reason and "upgrade" in quarantined.reason.lower()) == bool(version)
 
 
 def test_a_shard_whose_header_disagrees_with_its_folder_is_quarantined(side: RemoteSide, make_store: MakeStore) -> None:
