@@ -13,7 +13,8 @@ Contract:
   descriptor, verifying what its folder's metadata.json (or the server's
   registry) records and its schema revision; anything but a current database
   is refused with a typed error (a database that is behind is upgraded first
-  when ``auto_upgrade`` is set; one another process upgraded meanwhile is
+  when ``auto_upgrade`` is set, with an :class:`AutoUpgradeWarning` naming
+  it and its backup; one another process upgraded meanwhile is
   simply opened). :meth:`Store.find` never creates anything. The reads
   across databases (:meth:`Store.query_rows`, :meth:`Store.scalars`,
   :meth:`Store.execute`) never upgrade, whatever ``auto_upgrade`` says: a
@@ -47,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -77,6 +79,10 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 E = TypeVar("E")
+
+
+class AutoUpgradeWarning(UserWarning):
+    """A database that was behind was upgraded as it was opened (``auto_upgrade``), its backup kept beside it."""
 
 
 class Store:
@@ -325,6 +331,14 @@ class Store:
                     result.where,
                     f"automatic upgrade from {behind.found} was refused ({result.error}); nothing was written",
                 ) from behind
+            if result.outcome is UpgradeOutcome.UPGRADED:  # a file doubled in size, without a word (was)
+                kept = f"; its backup: {result.backup}" if result.backup is not None else ""
+                warnings.warn(
+                    f"{result.where}: upgraded from revision {result.from_revision} to {result.to_revision} as it was "
+                    f"opened (JUDGESTORE_AUTO_UPGRADE){kept}",
+                    AutoUpgradeWarning,
+                    stacklevel=3,
+                )
         return open_it()
 
     def discard_if_empty(self, location: Location) -> bool:

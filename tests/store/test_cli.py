@@ -1093,6 +1093,10 @@ def test_delete_and_prune_under_auto_upgrade_upgrade_the_behind_databases_first(
     result = judgestore(*command, "--yes", "--json")
     assert result.exit_code == 0, result.output
     assert as_json(result.stdout)["deleted"] == 3
+    # Each file upgraded, and its backup, is named (nothing was said: a store doubled in size silently)
+    said = [orjson.loads(line) for line in result.stderr.splitlines()]
+    upgraded = [line["warning"] for line in said if line.get("type") == "AutoUpgradeWarning"]
+    assert len(upgraded) == 3 and all("as it was opened" in w and ".bak-" in w for w in upgraded), said
     states = {d["state"] for d in as_json(judgestore("db", "status", "--json").stdout)["databases"]}
     assert states == {"current"}
     assert count_rows(filled) == 7 and count_rows(filled, RowFilter(run_id="run-2")) == 0

@@ -25,7 +25,7 @@ from store.layout import Selector, is_backup_of, lock_path, select, shm_path, wa
 from store.reports import UpgradeOutcome, UpgradeResult
 from store.schema import read_script_directory
 from store.settings import Settings
-from store.store import Store
+from store.store import AutoUpgradeWarning, Store
 from store.tables.filters import RowFilter
 from store.tables.models import Judgement
 from tests.factories import (
@@ -385,7 +385,10 @@ def test_auto_upgrade_opens_a_database_that_is_behind(
     with Store(Settings(), root=store_root) as s, pytest.raises(SchemaBehindError):
         s.database("judgements", "t", descriptor)
     with Store(Settings(auto_upgrade=True), root=store_root) as s:
-        database = s.database("judgements", "t", descriptor)
+        with pytest.warns(AutoUpgradeWarning, match=r"upgraded from revision \S+ to 9001 as it was opened") as said:
+            database = s.database("judgements", "t", descriptor)
+        (backup,) = [p for p in db_path.parent.iterdir() if is_backup_of(p.name, db_path.name)]
+        assert f"its backup: {backup}" in str(said[0].message)
         assert database.count() == 3
         assert database.get_many([r.input_hash for r in rows if r.completion.startswith("auto verdict")])
     assert version_of(db_path) == SYNTHETIC_HEAD and rows_of(db_path) == before
@@ -409,7 +412,8 @@ def test_reads_across_databases_never_upgrade_under_auto_upgrade(
             with pytest.raises(SchemaBehindError):
                 read()
         assert file_digests(store_root) == before
-        assert s.database("judgements", "t", descriptor).count() == 3  # a writer's open upgrades it
+        with pytest.warns(AutoUpgradeWarning):
+            assert s.database("judgements", "t", descriptor).count() == 3  # a writer's open upgrades it
     assert version_of(db_path) == SYNTHETIC_HEAD
 
 
