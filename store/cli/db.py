@@ -199,9 +199,16 @@ def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: b
     counted); a backup made of it may stay beside it. The databases not reached are as they were."""
     upgraded = sum(result.outcome is UpgradeOutcome.UPGRADED for result in results) + at_head
     stopped = "is at head (its commit had finished)" if at_head else "is still at its revision"
+    backups = sum(result.backup is not None for result in results)
+    kept = (
+        f" Each upgraded file's backup is beside it ({quantity(backups, 'backup')}: `*.bak-<revision>-<time>`); "
+        "the one it stopped in may have one too."
+        if backups
+        else ""
+    )
     message = (
         f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: the one it stopped in {stopped}, "
-        "and the databases not reached are as they were: run `judgestore db upgrade` again to finish"
+        f"and the databases not reached are as they were: run `judgestore db upgrade` again to finish.{kept}"
     )
     interrupted(message, json_output, upgraded=upgraded, databases=selected,
                 results=[_result_dict(result) for result in results])  # fmt: skip

@@ -989,6 +989,8 @@ def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one
         assert [r["outcome"] for r in error["results"]] == ["upgraded"]
     else:
         assert said in " ".join(result.stderr.split()) and "run `judgestore db upgrade` again" in result.stderr
+        # and where the upgraded one's backup is (nothing said it: a rerun then made another of the one stopped in)
+        assert "Each upgraded file's backup is beside it (1 backup" in " ".join(result.stderr.split())
     states = [d["state"] for d in as_json(judgestore("db", "status", "--json").stdout)["databases"]]
     assert sorted(states) == ["behind", "behind", "current"]  # the second one's migration did not stay
     again = as_json(judgestore("db", "upgrade", "--json").stdout)["results"]
