@@ -34,6 +34,7 @@ from store.errors import (
     ServerPermissionError,
     ServerSchemaError,
     ServerUnavailableError,
+    ServerURLError,
     ServerValueError,
     UnexpectedServerError,
 )
@@ -66,7 +67,7 @@ EXPECTED: dict[type[psycopg.Error] | str, type[ServerError]] = {
     # sent by the server
     "28P01": ServerAuthError,
     "28000": ServerAuthError,
-    "3D000": ServerError,
+    "3D000": ServerURLError,
     "42501": ServerPermissionError,
     "25006": ServerPermissionError,
     "40001": ServerBusyError,
