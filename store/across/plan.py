@@ -27,7 +27,9 @@ Contract:
   column of the FROM clause, is that column, as SQLAlchemy resolves the
   name), a ``COLLATE`` in an ordering, a limit or offset that is not a number,
   a statement that reads none of the store's tables or both completions and
-  judgements (no database holds both), a loader option (``defer``,
+  judgements (no database holds both), one that reads them only in a
+  subquery (``select(exists(...))``, a scalar subquery alone: with no FROM
+  of its own, each database would answer it once), a loader option (``defer``,
   ``load_only``...: the rows come back detached, so a column left out could
   never be loaded), a JSON value in an ordering, a grouping or a
   ``sum``/``min``/``max`` (PostgreSQL's json has neither order nor equality),
@@ -267,6 +269,12 @@ class Plan:
         order = tuple(_order_key(term, statement) for term in statement._order_by_clauses)
         combination = _combination(statement)
         _refuse_reducing(statement)
+        if not statement.get_final_froms():  # select(exists(...)), a scalar subquery alone: no FROM of its own
+            raise StatementError(
+                f"{_shown(statement)} reads the store's tables only in a subquery (EXISTS, a scalar subquery), so "
+                "each database would answer it once, one row each: select from the table itself (for "
+                "exists: select(Entity.input_hash).where(...).limit(1))"
+            )
         if combination is None:
             return cls(statement, Kind.ENTITY if is_entity else Kind.ROWS, tables, _single(statement, tables),
                        order, limit, offset, len(descriptions), (), ())  # fmt: skip

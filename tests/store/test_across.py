@@ -32,6 +32,7 @@ from sqlalchemy import (
     desc,
     distinct,
     event,
+    exists,
     false,
     func,
     insert,
@@ -770,6 +771,18 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         (lambda: select(Judgement).order_by(func.date(Judgement.created_at)), StatementError, "type_=String"),
         (lambda: select(func.max(func.date(Judgement.created_at))), StatementError, r"type of max\(date"),
         (lambda: select(func.count()), StatementError, "none of the store's tables"),
+        # Read only in a subquery, with no FROM of its own: each database answered it, one row each (was)
+        (lambda: select(exists().where(Judgement.judge == "j")), StatementError, "only in a subquery"),
+        (
+            lambda: select(func.count()).where(exists().where(Judgement.judge != "zzz")),
+            StatementError,
+            "only in a subquery",
+        ),
+        (
+            lambda: select(select(Judgement.judge).where(Judgement.instruction_id == "0").scalar_subquery()),
+            StatementError,
+            "only in a subquery",
+        ),
         (
             lambda: select(Judgement.judge).where(Judgement.input_hash.in_(select(Completion.input_hash))),
             StatementError,
