@@ -140,6 +140,11 @@ _REFUSED = {
     "another type than the schema's revision declares (another tool altered it): run `judgestore verify`",
     "22003": "its arithmetic is out of the range of its type (cast a term to a wider type: cast(x, BigInteger), "
     "cast(x, Numeric) or cast(x, Float))",
+    # SQLAlchemy binds each literal of an expression written twice as a parameter of its own, so PostgreSQL sees
+    # two expressions (SQLite compares them by value)
+    "42803": "a selected expression is not the one grouped by (one holding a literal, written twice, is two "
+    "expressions to the server): build it once and use that object in both places, e = func.coalesce(x, 'none'); "
+    "select(e, func.count()).group_by(e), or group_by its label",
 }
 
 
