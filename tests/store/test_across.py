@@ -874,6 +874,20 @@ def test_an_expression_with_a_literal_grouped_by_is_answered_alike_when_built_on
         assert sorted(either.execute(twice).all()) == [("model-b", 1), ("none", 1)]
 
 
+def test_a_non_finite_logprob_read_as_a_float_on_a_server_says_what_it_is(pg_url: str) -> None:
+    """PostgreSQL refuses to cast the tag the store keeps -inf as: that read as a value judgestore had sent, with
+    the advice to report it."""
+    candidate = {"id": 1, "logprob": float("-inf"), "rank": 1, "text": "A"}
+    logprobs = {"format": "judgestore-logprobs/v1", "positions": [{"candidates": [candidate], "sampled": candidate}]}
+    with Store(url=pg_url) as store:
+        store.database("judgements", "arena", descriptor(0)).put_many([judgement_record(0, top_logprobs=logprobs)])
+        first = Judgement.top_logprobs[("positions", 0, "sampled", "logprob")].as_float()
+        with pytest.raises(StatementError, match=r"as_float\(\) of a -inf, inf or NaN logprob"):
+            store.execute(select(func.max(first))).all()
+        (row,) = store.scalars(select(Judgement))
+        assert row[2].top_logprobs == logprobs  # the row itself holds it exactly
+
+
 LOADER_OPTIONS: list[Callable[[], Any]] = [
     lambda: load_only(Judgement.judge),
     lambda: defer(Judgement.input_text),

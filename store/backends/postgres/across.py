@@ -142,6 +142,9 @@ _REFUSED = {
     "cast(x, Numeric) or cast(x, Float))",
     # SQLAlchemy binds each literal of an expression written twice as a parameter of its own, so PostgreSQL sees
     # two expressions (SQLite compares them by value)
+    "22P02": "a value cannot be read as the type the statement casts it to (a JSON element's as_float() of a "
+    '-inf, inf or NaN logprob, which the store keeps as {"$float": "-Infinity"}: read those rows and filter '
+    "them in Python)",
     "42803": "a selected expression is not the one grouped by (one holding a literal, written twice, is two "
     "expressions to the server): build it once and use that object in both places, e = func.coalesce(x, 'none'); "
     "select(e, func.count()).group_by(e), or group_by its label",
