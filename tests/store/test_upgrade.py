@@ -311,6 +311,29 @@ def test_a_failed_upgrade_leaves_the_wal_of_a_process_that_has_the_file_open(
     assert version_of(db_path) == SHIPPED_HEAD
 
 
+def test_a_failed_upgrade_keeps_what_a_job_committed_just_after_its_rollback(
+    tmp_path: Path, descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job's writer waiting on the migration's lock commits as soon as it is rolled back: the file's bytes then
+    differ from the backup, which was copied back over that commit, the WAL deleted under the job (was)."""
+    db_path = current_database(tmp_path, "judgements", "t", descriptor, [completion_record(0, benchmark="explode")])
+    restore = store.backends.sqlite.upgrade._restore
+    with closing(sqlite3.connect(db_path, isolation_level=None)) as job:
+
+        def the_job_commits_first(*args: Any) -> None:
+            job.execute("UPDATE completions SET completion = 'committed just after the rollback'")
+            restore(*args)
+
+        monkeypatch.setattr(store.backends.sqlite.upgrade, "_restore", the_job_commits_first)
+        result = upgrade_database(db_path, Settings(), script=failing_script(tmp_path, "raises"))
+        assert result.outcome is UpgradeOutcome.FAILED
+        with closing(sqlite3.connect(db_path)) as other:
+            assert other.execute("SELECT completion FROM completions").fetchall() == [
+                ("committed just after the rollback",)
+            ]
+    assert version_of(db_path) == SHIPPED_HEAD
+
+
 def test_db_upgrade_names_the_backup_a_failed_upgrade_leaves_beside_the_restored_file(
     store_root: Path, descriptor: ModelDescriptor, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -28,7 +28,6 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-import filecmp
 import os
 import shutil
 import sqlite3
@@ -36,7 +35,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, closing
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.exc import DBAPIError
@@ -141,35 +140,38 @@ def _backup(db_path: Path, revision: str | None) -> Path:
     return target
 
 
-def _restore(db_path: Path, backup: Path) -> None:
-    """Put the backed-up bytes back where they differ (a migration that committed part of its work).
+Shape = tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]  # what _shape reads
 
-    What was committed since the backup is checkpointed into the file first, so that the file's bytes tell.
-    When the failed migration was rolled back, as transactional DDL is, they match and nothing is touched: the
-    WAL and its index stay, since another process may have the file open (a job of the previous release),
-    and its later commits go there. Otherwise the backup holds every row (the WAL was checkpointed into it)
-    and a live WAL would only replay the failed migration's frames onto the restored file: it goes.
+
+def _shape(conn: sqlite3.Connection) -> Shape:
+    """What a migration changes: every table, index and trigger as ``sqlite_master`` holds it, and the revision."""
+    schema = conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+    return schema, conn.execute(f"SELECT version_num FROM {VERSION_TABLE}").fetchall()
+
+
+def _restore(db_path: Path, backup: Path, shape: Shape) -> None:
+    """Put the backup back where the failed migration left a trace (it committed part of its work).
+
+    ``shape`` is the file's :func:`_shape` before the migration. When the
+    migration was rolled back, as transactional DDL is, the file has the same
+    shape and nothing is touched: what was committed since is another
+    process's (a job of the previous release, holding the file open, whose
+    writer waited on the migration's lock), and it stays, with the WAL and
+    its index. Otherwise the backup is copied back (it holds every row: the
+    WAL was checkpointed into it) and a live WAL, which would replay the
+    failed migration's frames onto it, goes. A part of a migration that
+    changed rows alone, and committed, is not seen: the shipped migrations
+    commit nothing before they end.
     """
-    settled = _checkpointed_whole(db_path)
-    if settled and filecmp.cmp(db_path, backup, shallow=False):  # in blocks: never a whole file
-        return
+    try:
+        with closing(sqlite3.connect(db_path)) as conn:
+            if _shape(conn) == shape:
+                return
+    except sqlite3.Error:
+        pass  # not even readable: the backup goes back
     shutil.copy2(backup, db_path)
     wal_path(db_path).unlink(missing_ok=True)
     shm_path(db_path).unlink(missing_ok=True)
-
-
-def _checkpointed_whole(db_path: Path) -> bool:
-    """Whether every committed frame of ``db_path``'s WAL is in the file now (a passive checkpoint, if it has one)."""
-    if not db_path.exists():
-        return False
-    if not wal_path(db_path).exists():
-        return True
-    try:
-        with closing(sqlite3.connect(db_path, isolation_level=None)) as conn:
-            busy, logged, done = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-    except sqlite3.Error:
-        return False
-    return not busy and done >= logged
 
 
 def upgrade_database(
@@ -270,6 +272,7 @@ def would_upgrade(db_path: Path, settings: Settings, known: Revisions) -> Upgrad
 def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: ScriptDirectory) -> UpgradeResult:
     backup: Path | None = None
     found: str | None = None
+    shape: Shape = ([], [])
     try:
         with engine.connect().execution_options(write=True) as conn, conn.begin():  # BEGIN IMMEDIATE
             status = classify(conn, db_path, known)
@@ -283,6 +286,7 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
             if (damaged := _damaged(conn, db_path)) is not None:
                 raise damaged
             before = _row_counts(conn)
+            shape = _shape(conn.connection.driver_connection)  # type: ignore[arg-type]  # the sqlite3 connection
             backup = _backup(db_path, found)
             migrate(conn, script=script)
             after = _row_counts(conn)
@@ -298,7 +302,7 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
                 return UpgradeResult(str(db_path), UpgradeOutcome.REFUSED, found, None, error=str(e))
             raise
         engine.dispose()  # release the file before its bytes are put back
-        _restore(db_path, backup)
+        _restore(db_path, backup, shape)
         if isinstance(e, DBAPIError | sqlite3.Error | OSError):  # a full disk, an I/O error: in the store's words
             e = translated(db_path, e)
         error = str(e) if isinstance(e, DatabaseFileError) else f"{type(e).__name__}: {e}"
