@@ -175,6 +175,12 @@ class PreparedModel:
         """What the latest :func:`do_inference` call did (each call's own is its result's ``.run``)."""
         return self._cached.last if self._cached is not None else CallStats()
 
+    def __getstate__(self) -> dict[str, Any]:  # a lock neither pickles nor copies: a copy gets a lock of its own
+        return {name: value for name, value in self.__dict__.items() if name != "_building"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state, _building=threading.Lock())
+
     def materialize(self) -> CachedModel:
         """The model behind its store (the store is opened now; the engine when a call has misses)."""
         with self._building:

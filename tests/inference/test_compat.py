@@ -5,6 +5,8 @@ The same calls on the tiny vLLM engine are in ``test_dropin_engine.py``.
 
 from __future__ import annotations
 
+import copy
+import pickle
 import threading
 import time
 from collections.abc import Iterator
@@ -152,6 +154,15 @@ def test_threads_making_their_first_call_at_once_share_one_store_and_one_model(
     assert answers == [["echo: q"]] * 4
     assert len(opened) == 1 and model.materialize() is model.materialize()
     model.close()
+
+
+def test_a_prepared_model_pickles_and_copies_as_before_its_lock(fake: FakeOpenAI) -> None:
+    """The lock that makes first calls build one model broke pickle and deepcopy (a process pool's argument)."""
+    model = prepare_model(served(fake), task="arena", mode="off")
+    for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+        assert (copied.spec, copied.task) == (model.spec, model.task) and copied._building is not model._building
+        assert do_inference(copied, ["q"]) == ["echo: q"]
+        copied.close()
 
 
 def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
