@@ -53,13 +53,23 @@ def interrupts_reach_the_command() -> None:
         if isinstance(unraisable.exc_type, type) and issubclass(unraisable.exc_type, KeyboardInterrupt):
             # As a signal arriving, through the handler in place (which a held section defers). From another
             # thread, a moment later: one raised before this hook returns would be dropped again, as its own.
-            again = threading.Timer(0.01, _thread.interrupt_main, (signal.SIGINT,))
+            again = threading.Timer(0.01, _signal_main_thread)
             again.daemon = True
             again.start()
             return
         previous(unraisable)
 
     sys.unraisablehook = hook
+
+
+def _signal_main_thread() -> None:
+    """SIGINT to the main thread itself, so that a wait it is blocked in (an event, a queue, a sleep) ends at once,
+    as at Ctrl-C; through :func:`_thread.interrupt_main` (which waits for the wait to end) where no Python handler
+    would take it."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+    else:
+        _thread.interrupt_main(signal.SIGINT)
 
 
 @contextmanager
