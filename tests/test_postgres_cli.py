@@ -21,7 +21,7 @@ from typer.testing import CliRunner, Result
 from inference.cli.app import app
 from store.backends.postgres.registry import schema_name
 from store.descriptor import ModelDescriptor
-from store.errors import ServerSchemaError
+from store.errors import ServerSchemaError, ServerUnavailableError
 from store.schema import read_script_directory
 from store.settings import Settings
 from store.store import Store
@@ -240,6 +240,32 @@ def test_an_import_onto_a_server_it_cannot_use_stops_at_once_with_the_servers_re
     error = orjson.loads(result.stderr)
     assert result.exit_code == 1 and not result.stdout, result.output
     assert error["type"] == "ServerURLError" and "createdb" in error["error"] and not error.get("notes"), error
+
+
+def test_an_import_the_server_leaves_midway_says_what_it_imported_before(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It stopped with the server's error alone: nothing said the first source's rows were in the store."""
+    import store.legacy.writer as writer
+
+    written = writer._outcomes_written
+    calls: list[int] = []
+
+    def the_server_goes_away(*args: Any) -> Any:
+        calls.append(1)
+        if len(calls) > 1:
+            raise ServerUnavailableError(pg_url, "the server closed the connection")
+        return written(*args)
+
+    monkeypatch.setattr(writer, "_outcomes_written", the_server_goes_away)
+    args = (*_legacy_judge_cache(tmp_path, files=3), "--store-url", pg_url)
+    result = judgestore(*args)
+    error = orjson.loads(result.stderr)
+    assert result.exit_code == 1 and error["type"] == "ServerUnavailableError", result.output
+    assert "Before it, 4 rows were imported (kept): run the same import again" in " ".join(error["notes"])
+    monkeypatch.undo()
+    again = as_json(judgestore(*args))["totals"]
+    assert (again["already_present"], again["imported"]) == (4, 8)
 
 
 def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tmp_path: Path) -> None:

@@ -249,7 +249,9 @@ def import_sources(
     """Import every detection into ``store`` (read-only for a dry run); see the module docstring.
 
     A ``KeyboardInterrupt`` (Ctrl-C) gets ``import_report``, the report so far: its ``imported`` counts are the
-    rows of the chunks written before it (the chunk it stopped in is rolled back). A rerun imports the rest.
+    rows of the chunks written before it (the chunk it stopped in is rolled back). A rerun imports the rest. A
+    server that cannot be used (:data:`~store.legacy.writer.STORE_UNUSABLE`) stops the import too, with a note
+    saying how many rows were imported before it.
     """
     options = options or ImportOptions()
     if options.chunk_size < 1:
@@ -260,8 +262,17 @@ def import_sources(
     importer = SourceImporter(store, resolver, options, on_progress)
     report = ImportReport(store.where, options.dry_run, ignored_files=ignored_files)
     with carrying("import_report", report), closing(importer.writer):  # the report: the chunks before a Ctrl-C
-        for index, detection in enumerate(detections):
-            source = SourceReport(detection.path, detection.variant, detection.state.value)
-            report.sources.append(source)
-            importer.source(detection, source, index, len(detections))
+        try:
+            for index, detection in enumerate(detections):
+                source = SourceReport(detection.path, detection.variant, detection.state.value)
+                report.sources.append(source)
+                importer.source(detection, source, index, len(detections))
+        except STORE_UNUSABLE as e:  # the import stops there: say what it wrote before (it is kept)
+            imported = report.totals()["imported"]
+            if imported and not options.dry_run:
+                e.add_note(
+                    f"Before it, {imported:,} {'row was' if imported == 1 else 'rows were'} imported (kept): run "
+                    "the same import again once the server answers, which imports the rest"
+                )
+            raise
     return report
