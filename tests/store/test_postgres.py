@@ -228,23 +228,27 @@ def test_a_newer_revision_in_a_schema_is_refused_untouched(pg_url: str, pg_clust
     assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("f00d",)]
 
 
-@pytest.mark.parametrize("kind", ["bad-scheme", "down", "password", "no-password", "no-database"])
+@pytest.mark.parametrize("kind", ["bad-scheme", "down", "password", "no-password", "no-database", "no-connect"])
 def test_a_server_that_cannot_be_used_is_a_typed_error(
     kind: str, pg_cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """(Was, without a password or for a database that does not exist: "cannot reach the server".)"""
     monkeypatch.delenv("PGPASSWORD", raising=False)
     monkeypatch.setenv("PGPASSFILE", str(tmp_path / "no-pgpass"))
-    if kind in ("password", "no-password"):
+    if kind in ("password", "no-password", "no-connect"):
         pg_cluster.sql(
             "DO $$ BEGIN CREATE ROLE judge LOGIN PASSWORD 'right'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
         )
+    closed = pg_cluster.new_database()
+    pg_cluster.sql(f'REVOKE CONNECT ON DATABASE "{closed}" FROM PUBLIC')
     url, error = {
         "bad-scheme": ("mysql://user@host/db", InvalidInputError),
         "down": (f"postgresql+psycopg://postgres@/x?host={tmp_path}", ServerUnavailableError),
         "password": (pg_cluster.url("postgres", "judge", "wrong"), ServerAuthError),
         "no-password": (pg_cluster.url("postgres", "judge"), ServerAuthError),
         "no-database": (pg_cluster.url("no_such_database"), ServerURLError),
+        # it was "is it running?", asked again 9 times
+        "no-connect": (pg_cluster.url(closed, "judge", "right"), ServerPermissionError),
     }[kind]
     with pytest.raises(error) as caught, Store(url=url) as store:
         store.locations()
@@ -252,8 +256,9 @@ def test_a_server_that_cannot_be_used_is_a_typed_error(
     # A server that answered is not asked again (was, for a database it has not: 9 times, "try again later").
     assert kind == "down" or not getattr(caught.value, "__notes__", None), caught.value.__notes__
     assert "cannot reach" not in str(caught.value) or kind == "down"
-    if kind in ("no-password", "no-database"):
-        assert {"no-password": "none was given", "no-database": "createdb"}[kind] in str(caught.value)
+    if kind in ("no-password", "no-database", "no-connect"):
+        said = {"no-password": "none was given", "no-database": "createdb", "no-connect": "GRANT CONNECT"}[kind]
+        assert said in str(caught.value)
 
 
 def test_a_user_who_may_not_create_schemas_gets_a_typed_error_and_nothing_changes(

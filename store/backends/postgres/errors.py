@@ -92,6 +92,10 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         )  # fmt: skip
     if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
         return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
+    if "permission denied for database" in message:  # refused at connect (libpq's words, no state): no CONNECT
+        return ServerPermissionError(
+            shown, f"{message}; the store's user needs CONNECT on the database (GRANT CONNECT ON DATABASE ... TO ...)"
+        )
     if state == "42501" and "permission denied for table" in message:
         return ServerPermissionError(
             shown,

@@ -135,7 +135,8 @@ def _retryable(error: DBAPIError) -> bool:
     # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
     # connections for a moment); a server that answered, even with a refusal, says why with a state.
     refused = state is None and isinstance(error, OperationalError)
-    if refused and isinstance(translated("", error), ServerURLError | ServerAuthError):  # libpq's words: it answered
+    if refused and isinstance(translated("", error), ServerURLError | ServerAuthError | ServerPermissionError):
+        # libpq's words of a server that answered and refused: asking again gets the same answer
         return False
     return error.connection_invalidated or refused or state in RETRYABLE_STATES
 
