@@ -81,7 +81,13 @@ class ClaimsSummary:
 
     @property
     def in_progress(self) -> bool:
-        return bool(self.leased or self.waiting)
+        """Whether a job is at work on the batch (holds a live lease)."""
+        return bool(self.leased)
+
+    @property
+    def left_over(self) -> bool:
+        """Inputs enqueued and never leased, with no job at work: a batch that was stopped (or one starting)."""
+        return not self.leased and bool(self.waiting)
 
     @property
     def total(self) -> int:

@@ -551,10 +551,17 @@ def exit_if_unread(unread: int, total: int, *, json_output: bool, left_out: str 
 def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> None:
     """One line per database with shared-batch work in progress or stale leases (``ls``, ``stats``, ``db status``)."""
     for location, claims in entries:
-        if claims is None or not (claims.in_progress or claims.stale):
+        if claims is None or not (claims.in_progress or claims.left_over or claims.stale):
             continue
         name = f"{location.model} ({location.descriptor_hash16}, {location.role}/{location.task})"
-        stdout().print(f"in progress: {name}: {claims.short()}", highlight=False)  # wrapped, as a table is
+        if claims.in_progress:
+            stdout().print(f"in progress: {name}: {claims.short()}", highlight=False)  # wrapped, as a table is
+        elif claims.left_over:  # it said "in progress" for an hour after the batch's last job stopped
+            stdout().print(
+                f"left over: {name}: {claims.short()}; no job holds a lease (a shared batch that stopped: run it "
+                "again to finish it, or one that is starting)",
+                highlight=False,
+            )
         if claims.stale:
             stderr().print(
                 Text(

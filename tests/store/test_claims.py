@@ -342,6 +342,22 @@ def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
     assert stats["claims"]["stale"] == 2
 
 
+def test_a_batch_whose_jobs_stopped_is_shown_left_over_not_in_progress(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    """Its last job stopped (Ctrl-C: its leases went back), no job at work: "in progress" for an hour (was)."""
+    with Store(Settings(), root=store_root) as store:
+        database = store.database("completions", "t", descriptor)
+        WorkQueue(database, holder="stopped", lease_seconds=60).join(KEYS)
+    judgestore = functools.partial(_judgestore, store_root)
+    for command in (["ls"], ["stats"], ["db", "status"]):
+        shown = " ".join(judgestore(*command).stdout.split())
+        assert "in progress" not in shown
+        assert "left over: Qwen/Qwen3-8B" in shown and "10 waiting; no job holds a lease" in shown, shown
+    (listed,) = orjson.loads(judgestore("ls", "--json").stdout)
+    assert (listed["claims"]["waiting"], listed["claims"]["leased"]) == (10, 0)
+
+
 def test_a_listing_taken_while_leases_live_does_not_hide_them_turning_stale(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
