@@ -68,6 +68,7 @@ from inference.backends.base import (
     StreamingBackend,
 )
 from inference.cache.accounting import CallStats, priced, usage_totals
+from inference.cache.patience import patiently
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_record, generated_sample, stored_sample
 from inference.requests import Request, Sample
@@ -98,8 +99,12 @@ class Writer:
         refresh: bool = False,
         on_progress: ProgressCallback | None = None,
         open_database: Callable[[], Database] | None = None,
+        write_patience: float = 0.0,
     ) -> None:
         self.requests = requests
+        # How long a write waits for a store that stopped answering, past the store's own retries (a shared
+        # batch's: inference.cache.patience); 0: it fails, with the rows written before it kept.
+        self.write_patience = write_patience
         self.run = run
         self.total = total  # misses of the call, refused ones included: what progress counts to
         self.label = label
@@ -213,7 +218,7 @@ class Writer:
 
         def put(batch: list[Record]) -> int:
             try:
-                return database.put_many(batch, self.policy)
+                return patiently(lambda: database.put_many(batch, self.policy), self.write_patience)
             except InvalidInputError as e:  # the store refused a value before writing anything of the batch
                 if len(batch) == 1:  # alone: every other row is written (its batch was this row only)
                     said = str(e).removesuffix(NOTHING_WRITTEN)

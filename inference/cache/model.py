@@ -480,9 +480,13 @@ class CachedModel:
         missing: Sequence[PlannedInput],
         run: CallStats,
         on_progress: ProgressCallback | None = None,
+        *,
+        write_patience: float = 0.0,
     ) -> dict[str, Sample]:
-        """Generate and write these planned misses of ``requests`` (one block of a shared batch); ``run`` counts it."""
-        return self._generate(role, requests, missing, on_progress, run)
+        """Generate and write these planned misses of ``requests`` (one block of a shared batch); ``run`` counts it.
+        ``write_patience``: how long a write waits for a store that stopped answering (:mod:`inference.cache.patience`).
+        """
+        return self._generate(role, requests, missing, on_progress, run, write_patience)
 
     def _generate(
         self,
@@ -491,6 +495,7 @@ class CachedModel:
         missing: Sequence[PlannedInput],
         on_progress: ProgressCallback | None,
         run: CallStats,
+        write_patience: float = 0.0,
     ) -> dict[str, Sample]:
         """Generate ``missing`` (planned misses of ``requests``), write them, and return their samples by key.
 
@@ -506,6 +511,7 @@ class CachedModel:
             refresh=self.mode == "refresh",
             on_progress=on_progress,
             open_database=None if store is None else partial(store.database, role, self.task, self.descriptor),
+            write_patience=write_patience,
         )
         engine_requests = [engine_request(inp) for inp in missing]
         refused = self._preflight(engine_requests) if self._preflight is not None else {}

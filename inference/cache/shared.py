@@ -34,8 +34,11 @@ Contract:
   the store, so every job returns the same responses, in the caller's order,
   whichever job generated them; those the call missed are not ``cached``.
 * A store that stops answering for a moment (a PostgreSQL restart, a busy
-  SQLite file) does not end the job: the queue's steps are retried for up to
-  a lease; the claims live in the database and survive it.
+  SQLite file) does not end the job: the queue's steps, and the writes of a
+  block's rows, are retried for up to a lease (at least 30 s:
+  :mod:`inference.cache.patience`), so a block's answers wait for the store
+  rather than being asked for again; the claims live in the database and
+  survive it.
 * The call's :class:`~inference.cache.accounting.CallStats` counts what this
   job generated and wrote; ``from_other_jobs`` the distinct inputs other jobs
   generated (not those they failed), which its ``runs`` row does not count
@@ -53,21 +56,19 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol
 
+from inference.cache.patience import patiently
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_sample, stored_sample
 from inference.requests import Request, Sample
 from store.claims import WorkQueue
 from store.errors import (
-    DatabaseBusyError,
     InvalidInputError,
     JudgestoreError,
     RequestRefusedError,
-    ServerBusyError,
-    ServerUnavailableError,
 )
 from store.roles import Role
 
@@ -103,12 +104,12 @@ class SharingModel(Protocol):
         missing: Sequence[PlannedInput],
         run: CallStats,
         on_progress: ProgressCallback | None = None,
+        *,
+        write_patience: float = 0.0,
     ) -> dict[str, Sample]: ...
 
 
-T = TypeVar("T")
 log = logging.getLogger(__name__)
-TRANSIENT = (ServerUnavailableError, ServerBusyError, DatabaseBusyError)  # a store that may answer again soon
 SWEEP_AFTER_LEASES = 30  # claims left behind are swept once past their deadline by this many leases (at least 1 h)
 WAITING_POLLS_PER_SECOND = 40  # what the waiting jobs of a batch ask the store, at most, all together
 
@@ -157,21 +158,6 @@ class _Renewal:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
-
-
-def _patiently(step: Callable[[], T], patience: float) -> T:
-    """``step()``, tried again while the store says it may answer soon, for up to ``patience`` seconds."""
-    deadline = time.monotonic() + patience
-    pause = 0.2
-    while True:
-        try:
-            return step()
-        except TRANSIENT as e:
-            if time.monotonic() + pause > deadline:
-                raise
-            log.warning("the store did not answer (%s); trying again in %.1f s", e, pause)
-            time.sleep(pause)
-            pause = min(pause * 2, 5.0)
 
 
 @dataclass
@@ -223,17 +209,17 @@ def _generate_shared(
     queue = WorkQueue(database, lease_seconds=lease)
     by_key = {inp.key: inp for inp in missing}
     keys = list(by_key)
-    _patiently(lambda: queue.sweep(max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
-    _patiently(lambda: queue.join(keys), patience)
+    patiently(lambda: queue.sweep(max(3600.0, SWEEP_AFTER_LEASES * lease)), patience)
+    patiently(lambda: queue.join(keys), patience)
 
     own = share.own  # what this job generated (or failed)
     failed_elsewhere: dict[str, str] = {}
     pending = list(keys)  # not yet known to be stored, nor failed by this job
-    first = _patiently(functools.partial(queue.state, pending), patience)
+    first = patiently(functools.partial(queue.state, pending), patience)
     if first.failed and not first.leased:
         # No job at work on the batch: its jobs stopped, and this is the batch run again. Its failures are asked
         # for again (a mark stops the jobs of one run from each retrying an input, not the run that follows).
-        _patiently(functools.partial(queue.retry_failed, list(first.failed)), patience)
+        patiently(functools.partial(queue.retry_failed, list(first.failed)), patience)
 
     reported = 0
     most_jobs = 1  # the most jobs seen at work at once: near the end most wait, holding no lease
@@ -246,12 +232,12 @@ def _generate_shared(
 
     with _Renewal(queue):
         while pending:
-            state = _patiently(functools.partial(queue.state, pending), patience)
+            state = patiently(functools.partial(queue.state, pending), patience)
             failed_elsewhere.update(state.failed)
             pending = [k for k in pending if k not in state.stored]
             progress(len(keys) - len(pending) + len(state.failed))
             if state.unqueued:
-                _patiently(functools.partial(queue.join, pending), patience)
+                patiently(functools.partial(queue.join, pending), patience)
             if not state.claimable and not state.leased:  # everything left failed
                 break
             block: list[str] = []
@@ -260,12 +246,12 @@ def _generate_shared(
             if state.claimable:
                 size = block_size(state.claimable, jobs, model.chunk_size, model.in_flight)
                 candidates = [k for k in pending if k not in own]
-                block = _patiently(functools.partial(queue.claim, candidates, size), patience)
+                block = patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:
                 time.sleep(poll_seconds(most_jobs, lease))  # others hold the rest: wait for their rows or leases' end
                 continue
-            # Retried whole when the store stops answering (a restart): before the engine is asked, nothing is
-            # lost; after, the block is asked for again and its rows are written once.
+            # Retried whole when the store stops answering (a restart) past the writes' own patience: before the
+            # engine is asked, nothing is lost; after, the block is asked for again and its rows are written once.
             inputs = [by_key[k] for k in block]
             before = run.generated + len(run.failed)
             failed_before = len(run.failed)
@@ -274,10 +260,12 @@ def _generate_shared(
                 inputs: list[PlannedInput] = inputs, failed_before: int = failed_before
             ) -> dict[str, Sample]:
                 del run.failed[failed_before:]  # a block asked for again reports its failures once
-                return model.generate_missing(role, requests, inputs, run)
+                # Its rows' writes wait for the store as long: a restart past the store's own retries no longer
+                # throws the answers away (each job asked its whole block again).
+                return model.generate_missing(role, requests, inputs, run, write_patience=patience)
 
             try:
-                got = _patiently(generate_block, patience)
+                got = patiently(generate_block, patience)
             except BaseException:
                 # Interrupted (Ctrl-C) or failed mid-block: what it generated of the block first is its share too
                 # (its rows are stored); the rest is given back, for the others (or this command run again) to take
@@ -289,11 +277,11 @@ def _generate_shared(
             own.update(got)
             errors = {k: _error_text(s) for k, s in got.items() if s.error is not None}
             done = [k for k in block if k not in errors]
-            _patiently(functools.partial(queue.finish, done, errors), patience)
+            patiently(functools.partial(queue.finish, done, errors), patience)
             pending = [k for k in pending if k not in errors]
 
-    stored = _patiently(lambda: database.get_many(keys), patience)
-    _patiently(lambda: queue.finish(list(stored)), patience)  # claims a late join enqueued for stored inputs
+    stored = patiently(lambda: database.get_many(keys), patience)
+    patiently(lambda: queue.finish(list(stored)), patience)  # claims a late join enqueued for stored inputs
     results: dict[str, Sample] = {}
     for key in keys:
         inp = by_key[key]

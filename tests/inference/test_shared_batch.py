@@ -163,13 +163,20 @@ def test_a_job_killed_mid_run_costs_only_its_in_flight_leases(
     assert len(lines) == PROMPTS
 
 
-def test_claims_survive_a_postgresql_restart_mid_batch(server: FakeOpenAI, tmp_path: Path) -> None:
+@pytest.mark.parametrize("store_retries", [None, "1"], ids=["store-retries", "past-the-store-retries"])
+def test_claims_survive_a_postgresql_restart_mid_batch(
+    server: FakeOpenAI, tmp_path: Path, store_retries: str | None
+) -> None:
+    """Past the store's own retries (one, here, a fraction of a second against a restart of one), a job asked its
+    whole block again, throwing away the answers it held (was): its writes wait for the store, as its steps do."""
     if server_bin() is None:
         pytest.skip("PostgreSQL's server binaries are not installed (apt-get install postgresql; .ci/setup does it)")
     server.delay = 0.2
     prompts = write_prompts(tmp_path / "prompts.jsonl", PROMPTS)
     with running_cluster() as cluster:  # a server of its own: the restart drops every connection to it
         env = {"JUDGESTORE_STORE_URL": cluster.url(cluster.new_database())}
+        if store_retries is not None:
+            env["JUDGESTORE_LOCK_RETRIES"] = store_retries
         jobs = start_jobs(3, server=server, prompts=prompts, folder=tmp_path, store=env, lease_seconds=10)
         deadline = time.monotonic() + 120
         while len(server.completions()) < 60:
