@@ -92,7 +92,7 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         )  # fmt: skip
     if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
         return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
-    if "permission denied for database" in message:  # refused at connect (libpq's words, no state): no CONNECT
+    if not state and "permission denied for database" in message:  # refused at connect (libpq's words): CONNECT
         return ServerPermissionError(
             shown, f"{message}; the store's user needs CONNECT on the database (GRANT CONNECT ON DATABASE ... TO ...)"
         )
