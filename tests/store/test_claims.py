@@ -7,6 +7,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -322,15 +323,14 @@ def test_concurrent_claimers_split_the_work_without_overlap(database: Database) 
 def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
-    with Store(Settings(), root=store_root) as store:
-        database = store.database("completions", "t", descriptor)
+    with _claims_database(store_root, descriptor) as database:
         WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
         WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
         WorkQueue(database, holder="alive", lease_seconds=60).claim(KEYS, 3)
         time.sleep(0.2)
     judgestore = functools.partial(_judgestore, store_root)
 
-    for command in (["ls"], ["stats"], ["db", "status"]):
+    for command in LISTINGS:
         shown = judgestore(*command)
         assert "in progress: Qwen/Qwen3-8B" in shown.stdout and "3 leased by 1 job, 5 waiting, 2 stale" in shown.stdout
         assert "stale leases" in shown.stderr and "2 past their deadline" in shown.stderr
@@ -346,11 +346,10 @@ def test_a_batch_whose_jobs_stopped_is_shown_left_over_not_in_progress(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
     """Its last job stopped (Ctrl-C: its leases went back), no job at work: "in progress" for an hour (was)."""
-    with Store(Settings(), root=store_root) as store:
-        database = store.database("completions", "t", descriptor)
+    with _claims_database(store_root, descriptor) as database:
         WorkQueue(database, holder="stopped", lease_seconds=60).join(KEYS)
     judgestore = functools.partial(_judgestore, store_root)
-    for command in (["ls"], ["stats"], ["db", "status"]):
+    for command in LISTINGS:
         shown = " ".join(judgestore(*command).stdout.split())
         assert "in progress" not in shown
         assert "left over: Qwen/Qwen3-8B" in shown and "10 waiting; no job holds a lease" in shown, shown
@@ -363,22 +362,31 @@ def test_a_listing_taken_while_leases_live_does_not_hide_them_turning_stale(
 ) -> None:
     # A job dies holding leases and nothing is written after: the files stay as they were when the last listing
     # read them, so a remembered listing would say "leased" forever.
-    with Store(Settings(), root=store_root) as store:
-        database = store.database("completions", "t", descriptor)
+    with _claims_database(store_root, descriptor) as database:
         WorkQueue(database, holder="dead", lease_seconds=2.5).join(KEYS)
         WorkQueue(database, holder="dead", lease_seconds=2.5).claim(KEYS, 2)
         claimed = time.monotonic()
     before = stamp(database.path)
     judgestore = functools.partial(_judgestore, store_root)
 
-    for command in (["ls"], ["db", "status"], ["stats"]):
+    for command in LISTINGS:
         live = judgestore(*command)
         assert "2 leased by 1 job, 8 waiting" in live.stdout and "stale" not in live.stdout + live.stderr
     sleep_until(claimed + 2.6)
-    for command in (["ls"], ["db", "status"], ["stats"]):
+    for command in LISTINGS:
         shown = judgestore(*command)
         assert "8 waiting, 2 stale" in shown.stdout and "2 past their deadline" in shown.stderr
     assert stamp(database.path) == before  # the file's catalog stamp is what it was: nothing was written
+
+
+LISTINGS = (["ls"], ["stats"], ["db", "status"])  # the commands that show a database's claims
+
+
+@contextmanager
+def _claims_database(store_root: Path, descriptor: ModelDescriptor) -> Iterator[Database]:
+    """The completions database of ``descriptor`` in a store at ``store_root``, closed after."""
+    with Store(Settings(), root=store_root) as store:
+        yield store.database("completions", "t", descriptor)
 
 
 def _judgestore(store_root: Path, *args: str) -> Any:
