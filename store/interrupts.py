@@ -19,8 +19,8 @@ Contract:
   in its handshake with the engine process was lost, and the run went on to
   the end, or hung for minutes while the engine waited for an answer). The
   first signal is said on stderr and acted on as the work ends; a second one
-  ends the process at once (its child processes killed first: an engine's
-  would outlive it), exit status 130 or 143. Nothing is written meanwhile.
+  ends the process at once (its child processes, and theirs, killed first:
+  an engine's would outlive it), exit status 130 or 143. Nothing is written meanwhile.
 * :func:`interrupts_reach_the_command` (the command line installs it): Python
   drops, with an "Exception ignored" line, a ``KeyboardInterrupt`` raised in
   a finalizer or weakref callback (Ctrl-C landing while the garbage collector
@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import _thread
 import contextlib
-import multiprocessing
 import os
 import signal
 import sys
@@ -138,8 +137,13 @@ def _end_now(status: int) -> NoReturn:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    for child in multiprocessing.active_children():
-        child.kill()
+    import psutil  # here, not at the command's start: vLLM, whose start this is, has imported it
+
+    # Found by their parent pid, not through multiprocessing's list: a child joins that once its start returns,
+    # and a signal sent as the engine starts lands between the fork and then. Their own children too.
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
     os._exit(status)
 
 

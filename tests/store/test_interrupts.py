@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -65,6 +66,49 @@ def test_a_second_signal_ends_the_process_at_once() -> None:
     )
     assert result.returncode == 128 + signal.SIGTERM and "stopped at once" in result.stderr
     assert result.stdout == ""
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie no one reaps has ended)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_a_second_signal_ends_the_child_processes_started_a_moment_before() -> None:
+    """vLLM's engine process, forked as the signals came: multiprocessing lists a child once its start returns, so
+    the one being started ran on, holding the run's stderr for minutes (was). Its own child processes end too."""
+    result = run(
+        """
+        with deferred_interrupts("once the work is done"):
+            started, said = os.pipe()
+            if (child := os.fork()) == 0:  # an engine process being started, that starts one of its own
+                if (grandchild := os.fork()) != 0:
+                    os.write(said, grandchild.to_bytes(4, "big"))
+                os.close(1), os.close(2)  # the run's output is not held open by them
+                time.sleep(30)
+                os._exit(0)
+            grandchild = int.from_bytes(os.read(started, 4), "big")  # once it is started
+            os.write(1, f"{child} {grandchild}".encode())
+            os.kill(os.getpid(), signal.SIGTERM)
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        """
+    )
+    pids = [int(pid) for pid in result.stdout.split()]
+    try:
+        assert result.returncode == 128 + signal.SIGTERM and "stopped at once" in result.stderr, result.stderr
+        assert len(pids) == 2, pids
+        deadline = time.monotonic() + 10  # a killed process ends a moment after the kill returns
+        while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not any(_running(pid) for pid in pids)
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_a_signal_the_process_ignores_stays_ignored() -> None:
