@@ -400,11 +400,16 @@ class CachedChatModel(BaseChatModel):
     ) -> AIMessage:
         """One conversation, for LangChain's own single-input paths (``stream``); its run manager is LangChain's.
 
-        LangChain's ``stream`` gives ``_stream`` no run manager: the row metadata is then its config's, which
-        :meth:`stream` and :meth:`astream` hold in :data:`_STREAM_METADATA` around each step.
+        The row metadata is the call's config's, as on every other path: a run manager's inheritable metadata
+        (``generate``, ``stream_events(version="v3")``), never its whole ``metadata``, where the model's own
+        ``metadata=`` (tracing tags) wins over the call's. LangChain's ``stream`` gives ``_stream`` no run
+        manager: :meth:`stream` and :meth:`astream` hold the config's in :data:`_STREAM_METADATA` around each step.
         """
         check_call(self._model.descriptor, stop, kwargs)
-        metadata = dict(run_manager.metadata) if run_manager is not None else dict(_STREAM_METADATA.get() or {})
+        if run_manager is not None:
+            metadata = dict(run_manager.inheritable_metadata)
+        else:
+            metadata = dict(_STREAM_METADATA.get() or {})
         requests, outcomes = self._requests([messages], [metadata])
         send(self._model, self.role, requests, outcomes)
         (outcome,) = outcomes

@@ -222,6 +222,24 @@ def test_stream_and_astream_label_their_row_from_the_config(store: Store, fake: 
     ]
 
 
+def test_the_models_own_metadata_never_labels_a_row_on_any_path(store: Store, fake: FakeOpenAI) -> None:
+    """A model built with ``metadata=`` (LangSmith tracing tags): streamed through ``stream_events`` (version v3)
+    or called through ``generate``, its row took the model's instruction_id, not the call's (was)."""
+    config = {"metadata": {"instruction_id": "q-17"}}
+    with chat_model(fake, store, metadata={"instruction_id": "tracing-tag", "benchmark": "tag"}) as chat:
+        chat.invoke("via invoke", config=config)  # type: ignore[arg-type]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # version v3 is in beta
+            assert chat.stream_events("via v3", config=config, version="v3").output.text == "echo: via v3"  # type: ignore[arg-type]
+        chat.generate([[HumanMessage("via generate")]], metadata={"instruction_id": "q-17"})
+    rows = store.query_rows(Selector(role="completions", task="arena"), RowFilter())
+    assert sorted((r.record.completion, r.record.instruction_id, r.record.benchmark) for r in rows) == [  # type: ignore[union-attr]
+        ("echo: via generate", "q-17", None),
+        ("echo: via invoke", "q-17", None),
+        ("echo: via v3", "q-17", None),
+    ]
+
+
 class Events(BaseCallbackHandler):
     """Records each run's events, in order: ("start", run id, messages), ("end", run id, text), ("error", ...)."""
 
