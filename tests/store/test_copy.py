@@ -493,6 +493,34 @@ def test_judgestore_copy_names_the_failing_target_goes_on_and_exits_1(tmp_path: 
     assert {d["role"] for d in orjson.loads(listed.stdout)} == {"completions"}  # no empty judgements database
 
 
+@pytest.mark.postgres
+def test_a_copy_the_server_refuses_to_write_keeps_stderr_json_with_json(
+    tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A role that may read the schemas but not insert: each database's refusal is in the report, and stderr holds
+    JSON objects only (a review saw psycopg's own "error ignored terminating <Pipeline ...>" log line there)."""
+    root = full_store(tmp_path / "folder")
+    assert invoke("--from-root", str(root), "--to-url", pg_url).exit_code == 0
+    database = make_url(pg_url).database
+    assert database is not None
+    schemas = [name for (name,) in pg_cluster.sql("SELECT nspname FROM pg_namespace", database) if "js_" in name]
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE reader LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    for schema in [*schemas, "judgestore"]:
+        pg_cluster.sql(f'GRANT USAGE ON SCHEMA "{schema}" TO reader', database)
+        pg_cluster.sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO reader', database)
+    for schema in schemas:
+        if schema.startswith("js_j"):
+            pg_cluster.sql(f'DELETE FROM "{schema}".judgements', database)  # rows the copy must write
+    reader = pg_cluster.url(database, "reader", "pw")
+    argv = ["copy", "--from-root", str(root), "--to-url", reader, "--json"]
+    code = "from inference.cli import main; main()"  # its own process: pytest's log handlers take no line there
+    result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1 and not orjson.loads(result.stdout)["ok"]
+    assert all(isinstance(orjson.loads(line), dict) for line in result.stderr.splitlines()), result.stderr
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 def test_ctrl_c_in_a_copy_says_how_many_rows_were_copied_and_a_rerun_finishes_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
