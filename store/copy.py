@@ -81,6 +81,7 @@ from store.errors import (
     InvalidInputError,
     JudgestoreError,
     LayoutError,
+    SchemaBehindError,
     ServerAuthError,
     ServerUnavailableError,
 )
@@ -279,10 +280,15 @@ def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: Copied
         if len(result.conflicting_keys) < MAX_LISTED_KEYS:
             result.conflicting_keys.append(record.input_hash)
             fields = ", ".join(_differing_fields(record, held))
-            result.problems.append(
-                f"row {record.input_hash}: the target holds another row under this key (differs in {fields}); "
-                "the target's row was kept"
-            )
+            if record.input_hash in before:
+                said = f"the target holds another row under this key (differs in {fields}); the target's row was kept"
+            else:  # it was not there a moment before: this copy wrote it, or another writer did meanwhile
+                said = (
+                    f"the target gives this row back changed (differs in {fields}): its table may have been altered "
+                    "(run `judgestore verify` on the target), or another writer stored another row under this key "
+                    "meanwhile"
+                )
+            result.problems.append(f"row {record.input_hash}: {said}")
     result.source_rows += len(chunk)
     result.matched += matched
     result.already_there += matched_before + max(0, matched - matched_before - written)
@@ -397,11 +403,8 @@ def copy_store(
             try:
                 database = source.open_existing(location)
             except _DATABASE_ERRORS as e:  # behind or ahead of this library, not ours, edited metadata
-                where, problem = (
-                    f"{source.where}: {location.relative_folder()}",
-                    f"the source database cannot be read: {e}",
-                )
-                report.databases.append(CopiedDatabase(location, where, problems=[problem]))
+                where = f"{source.where}: {location.relative_folder()}"
+                report.databases.append(CopiedDatabase(location, where, problems=[_unreadable_source(e)]))
                 continue
             if database is None:
                 continue  # no tables yet: nothing to copy
@@ -409,6 +412,18 @@ def copy_store(
             report.databases.append(result)
             _copy_one(database, target, result, chunk_size, on_progress, dry_run)
     return report
+
+
+def _unreadable_source(error: JudgestoreError) -> str:
+    """Why a source database cannot be copied; a behind one's own advice (set JUDGESTORE_AUTO_UPGRADE=1, with which
+    a command that writes upgrades it) is no way out here: copy writes only to its target."""
+    if isinstance(error, SchemaBehindError):
+        return (
+            f"the source database {error.where} is at schema revision {error.found}, older than this library's "
+            f"{error.expected}, and copy only reads its source: upgrade the source first (`judgestore db upgrade "
+            "--store-root` or `--store-url` naming it), then copy again"
+        )
+    return f"the source database cannot be read: {error}"
 
 
 def _copy_one(

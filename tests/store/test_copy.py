@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable
 from contextlib import closing
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -261,6 +262,24 @@ def test_a_dry_run_names_the_conflicts_and_leaves_the_target_as_it_was(tmp_path:
     assert file_digests(tmp_path / "b") == before
 
 
+def test_a_source_that_is_behind_is_told_to_be_upgraded_itself_and_is_left_as_it_was(tmp_path: Path) -> None:
+    """Its refusal advised JUDGESTORE_AUTO_UPGRADE=1, "with which a command that writes upgrades it first": copy
+    writes, but only to its target, and the same copy failed the same way (was)."""
+    root = full_store(tmp_path / "a")
+    location = Location.of("completions", "mt-bench", QWEN)
+    with closing(sqlite3.connect(location.db_path(root))) as db, db:
+        db.execute("DROP TABLE claims")  # as revision 0005 left it
+        db.execute("UPDATE judgestore_alembic_version SET version_num = '0005'")
+    before = file_digests(root)
+    with Store(Settings(auto_upgrade=True), root=root, readonly=True) as source, Store(root=tmp_path / "b") as target:
+        report = copy_store(source, target)
+    (behind,) = [d for d in report.databases if not d.verified]
+    (said,) = behind.problems
+    assert behind.location == location and "schema revision 0005" in said and "AUTO_UPGRADE" not in said
+    assert "upgrade the source first (`judgestore db upgrade --store-root` or `--store-url` naming it)" in said
+    assert file_digests(root) == before
+
+
 @pytest.mark.parametrize("damage", ["page", "index"])
 def test_a_damaged_source_is_reported_and_nothing_of_it_is_copied(tmp_path: Path, damage: str) -> None:
     """A damaged index or page hides rows from what a copy streams: it must not say "verified" without them."""
@@ -491,6 +510,31 @@ def test_judgestore_copy_names_the_failing_target_goes_on_and_exits_1(tmp_path: 
     assert bad["role"] == "judgements" and bad["target"] is None and "refused a source row" in bad["problems"][0]
     listed = CliRunner().invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
     assert {d["role"] for d in orjson.loads(listed.stdout)} == {"completions"}  # no empty judgements database
+
+
+@pytest.mark.postgres
+def test_a_row_the_target_changes_as_it_stores_it_is_not_called_the_targets_own(
+    tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A column narrowed by hand on the server: the copy's own rows came back changed, and were reported as rows
+    the target held before and kept (a second writer to look for, and no word of verify) (was)."""
+    root = tmp_path / "folder"
+    location = Location.of("completions", "mt-bench", QWEN)
+    with Store(root=root) as source:
+        precise = datetime(2026, 1, 1, 0, 0, 0, 123456, tzinfo=UTC)
+        rows = [completion_record(i, created_at=precise) for i in range(2)]
+        source.database("completions", "mt-bench", QWEN).put_many(rows)
+    with Store(url=pg_url) as server:
+        server.database("completions", "mt-bench", QWEN)
+    database = make_url(pg_url).database
+    assert database is not None
+    narrowed = "ALTER COLUMN created_at TYPE timestamp(0)"  # a second's precision: microseconds dropped on write
+    pg_cluster.sql(f'ALTER TABLE "{schema_name(location)}".completions {narrowed}', database)
+    with Store(root=root, readonly=True) as source, Store(url=pg_url) as server:
+        (copied,) = copy_store(source, server).databases
+    assert (copied.written, copied.conflicts, copied.verified) == (2, 2, False)
+    assert all("gives this row back changed (differs in created_at)" in p for p in copied.problems), copied.problems
+    assert all("judgestore verify" in p and "holds another row" not in p for p in copied.problems)
 
 
 @pytest.mark.postgres
