@@ -359,8 +359,9 @@ class Storage(Protocol):
     def database(self, location: Location, metadata: Callable[[], bytes]) -> Database:
         """The database of ``location``; a read-write store creates it (recording ``metadata()``) if needed."""
 
-    def check_writable(self, location: Location) -> None:
-        """Raise what writing ``location`` would meet, where that is known without writing anything."""
+    def check_writable(self, location: Location, *, as_a_writer: bool = False) -> None:
+        """Raise what writing ``location`` would meet, where that is known without writing anything
+        (``as_a_writer``: through a read-write open, this handle's being read-only aside)."""
 
     def open(self, location: Location) -> Database:
         """Open an existing database, verifying its metadata and its schema."""

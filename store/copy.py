@@ -467,6 +467,11 @@ def _copy_one(
                 f"the target records the assumptions {list(held.assumptions)}, the source {list(metadata.assumptions)}"
             )
         copy_database(database, destination, result, chunk_size, advance, dry_run=dry_run)
+        if dry_run and (destination is None or result.written or any(result.bookkeeping.values())):
+            try:  # what the copy would meet writing there, asked without writing: grants, a read-only disk
+                target.check_writable(location.role, location.task, metadata.descriptor, as_a_writer=True)
+            except JudgestoreError as e:
+                result.problems.append(f"the copy would fail at the target {result.target}: {e}")
     except _SourceFailed as e:
         result.problems.append(f"the source {database.where} cannot be read: {e.error}")
     except _STOPPING:

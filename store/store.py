@@ -286,13 +286,15 @@ class Store:
         metadata = functools.partial(metadata_bytes, location.role, task, descriptor, assumptions)
         return self._upgraded_if_behind(location, lambda: self.storage.database(location, metadata))
 
-    def check_writable(self, role: str, task: str, descriptor: ModelDescriptor) -> None:
+    def check_writable(self, role: str, task: str, descriptor: ModelDescriptor, *, as_a_writer: bool = False) -> None:
         """Raise what writing this descriptor's database would meet, where that is known without writing anything.
 
         A name the layout refuses, a read-only store (a read-only filesystem,
-        no permission). A full disk shows only when a write fails.
+        no permission, a server's grants). A full disk shows only when a write
+        fails. ``as_a_writer``: what a read-write open of the same store would
+        meet, this handle's being read-only aside (a dry run's question).
         """
-        self.storage.check_writable(Location.of(role, task, descriptor))
+        self.storage.check_writable(Location.of(role, task, descriptor), as_a_writer=as_a_writer)
 
     def find(self, role: str, task: str, descriptor: ModelDescriptor) -> Database | None:
         """The database of ``descriptor`` if it has anything to read (:meth:`open_existing`); creates nothing."""

@@ -46,6 +46,7 @@ from tests.factories import (
     hide_a_row_in_a_page,
     judgement_record,
 )
+from tests.faults import remount, small_filesystem
 from tests.interrupts import ctrl_c_on_call
 from tests.pg_server import Cluster
 from tests.store.test_runs import run
@@ -247,6 +248,40 @@ def test_a_dry_run_counts_what_the_copy_then_writes_and_writes_nothing(
             again = copy_store(source, writable, dry_run=True)
         assert again.ok and again.rows_written == 0 and again.as_dict()["already_there"] == 19
         assert all(d.bookkeeping == {"runs": 0, "adoptions": 0} for d in again.databases)
+
+
+@pytest.mark.postgres
+def test_a_dry_run_says_a_target_whose_grants_refuse_the_write_would_not_verify(
+    tmp_path: Path, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A user who may connect but not create schemas: the dry run said every database would verify, and the copy
+    then failed on each (was)."""
+    root = full_store(tmp_path / "folder")
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE visitor LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    database = make_url(pg_url).database
+    assert database is not None
+    visitor = pg_cluster.url(database, "visitor", "pw")
+    with Store(root=root, readonly=True) as source, Store(url=visitor, readonly=True) as target:
+        preview = copy_store(source, target, dry_run=True)
+    with Store(root=root, readonly=True) as source, Store(url=visitor) as target:
+        copied = copy_store(source, target)
+    assert not any(d.verified for d in copied.databases)  # what the preview must foresee
+    assert preview.databases and not any(d.verified for d in preview.databases)
+    for said in (" ".join(d.problems) for d in preview.databases):
+        assert said.startswith("the copy would fail at the target") and "lacks CREATE on the database" in said
+    assert "js_" not in str(pg_cluster.sql("SELECT nspname FROM pg_namespace", database))  # nothing created
+
+
+def test_a_dry_run_into_a_read_only_folder_says_it_would_not_verify(tmp_path: Path) -> None:
+    root = full_store(tmp_path / "a")
+    with small_filesystem(tmp_path / "disk") as disk:
+        remount(disk, "ro")
+        with Store(root=root, readonly=True) as source, Store(root=disk / "b", readonly=True) as target:
+            preview = copy_store(source, target, dry_run=True)
+    assert preview.databases and not any(d.verified for d in preview.databases)
+    assert all("a read-only filesystem" in " ".join(d.problems) for d in preview.databases)
 
 
 def test_a_dry_run_names_the_conflicts_and_leaves_the_target_as_it_was(tmp_path: Path) -> None:

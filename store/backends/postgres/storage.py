@@ -433,11 +433,11 @@ class PostgresStorage:
 
         return self.retry(attempt)  # every driver error typed (store.backends.postgres.errors.translated)
 
-    def check_writable(self, location: Location) -> None:
+    def check_writable(self, location: Location, *, as_a_writer: bool = False) -> None:
         """Refuse what the server's grants would refuse of a write, asked of the server without writing: every
         write makes sure of the registry's schema (CREATE on the database), and rows go to the schema's table
         of the role and to ``runs`` (INSERT, where they exist). A standby shows only when a write fails."""
-        if self.readonly:
+        if self.readonly and not as_a_writer:
             raise DatabaseMissingError(self.location_where(location), "the store was opened read-only")
         name = schema_name(location)
         # CASE, not AND: PostgreSQL may evaluate has_table_privilege first, which fails for a missing table

@@ -202,9 +202,12 @@ class SqliteStorage:
         """The database of ``location``; a read-write store creates it (and metadata.json: ``metadata()``) if needed."""
         return self._cached(location) or self._open_at(location, None if self.readonly else metadata)
 
-    def check_writable(self, location: Location) -> None:
+    def check_writable(self, location: Location, *, as_a_writer: bool = False) -> None:
         path = location.db_path(self.root)
-        refusal = DatabaseFileError(path, "the store was opened read-only") if self.readonly else write_refusal(path)
+        if self.readonly and not as_a_writer:
+            refusal: JudgestoreError | None = DatabaseFileError(path, "the store was opened read-only")
+        else:
+            refusal = write_refusal(path)
         if refusal is not None:
             raise refusal
 
