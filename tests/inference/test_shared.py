@@ -32,9 +32,11 @@ class SlowBackend(CountingBackend):
     def __init__(self, seconds: float = 0.05, stall: float = 0.0, refuse: Sequence[str] = ()) -> None:
         super().__init__(refuse=refuse)
         self.seconds, self.stall, self.blocks = seconds, stall, 0
+        self.asked = threading.Event()  # set once its first block is asked for (a job's first claim is made)
 
     def generate(self, requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
         self.blocks += 1
+        self.asked.set()
         time.sleep(self.stall if self.blocks == 1 and self.stall else self.seconds)
         return super().generate(requests)
 
@@ -44,10 +46,20 @@ def job(root: Path, descriptor: ModelDescriptor, backend: CountingBackend, lease
     return CachedModel(store, descriptor, task="t", backend_factory=Factory(backend), chunk_size=4, shared=True)
 
 
-def run_jobs(models: list[CachedModel], requests: list, delays: Sequence[float] = ()) -> list[Responses]:  # type: ignore[type-arg]
+def run_jobs(
+    models: list[CachedModel],
+    requests: list,  # type: ignore[type-arg]
+    delays: Sequence[float] = (),
+    after: threading.Event | None = None,
+) -> list[Responses]:
+    """Each model's ``complete(requests)`` in a thread of its own, the i-th after ``delays[i]``; with ``after``,
+    every job but the first starts once it is set (the first job's first block asked for: its claim made,
+    however slow the machine)."""
     results: list[Responses | BaseException | None] = [None] * len(models)
 
     def work(i: int) -> None:
+        if after is not None and i > 0:
+            assert after.wait(60)
         time.sleep(delays[i] if i < len(delays) else 0.0)
         try:
             results[i] = models[i].complete(requests)
@@ -194,7 +206,7 @@ def test_a_late_result_for_a_lease_taken_over_is_never_written_twice(
     stalled, other = SlowBackend(stall=1.5), SlowBackend(seconds=0.05)
     models = [job(store_root, descriptor, stalled, lease=0.5), job(store_root, descriptor, other, lease=0.5)]
     requests = [ask(i) for i in range(8)]
-    responses = run_jobs(models, requests, delays=[0.0, 0.3])
+    responses = run_jobs(models, requests, after=stalled.asked)
     first_block = prompts_of(stalled)[:4]
     assert first_block == ["q0", "q1", "q2", "q3"] and set(first_block) <= set(prompts_of(other))  # taken over
     runs = [rs.run for rs in responses]
@@ -274,7 +286,7 @@ def test_an_interrupted_job_gives_its_leases_back_so_a_rerun_need_not_wait_for_t
 def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: ModelDescriptor) -> None:
     early, late = SlowBackend(seconds=0.2), SlowBackend(seconds=0.2)
     models = [job(store_root, descriptor, early), job(store_root, descriptor, late)]
-    responses = run_jobs(models, [ask(i) for i in range(N)], delays=[0.0, 0.5])
+    responses = run_jobs(models, [ask(i) for i in range(N)], after=early.asked)
     assert prompts_of(late) and "q0" not in prompts_of(late)  # it took part of what was left
     assert sorted(prompts_of(early) + prompts_of(late)) == sorted(f"q{i}" for i in range(N))
     assert [r.text for r in responses[1]] == [f"answer to q{i} #0" for i in range(N)]

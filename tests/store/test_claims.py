@@ -165,7 +165,7 @@ def test_a_late_failure_of_a_lease_taken_over_leaves_the_new_holders_lease_alone
 def test_a_renewal_that_waited_for_the_write_lock_runs_a_whole_lease_from_when_it_got_it(database: Database) -> None:
     # On PostgreSQL a write transaction waits for its schema's write lock first: a deadline measured from the
     # transaction's start (now()) would be a lease after the wait began, already past for a long wait.
-    holder = WorkQueue(database, holder="holder", lease_seconds=1.0)
+    holder = WorkQueue(database, holder="holder", lease_seconds=2.0)
     holder.join(KEYS[:2])
     assert holder.claim(KEYS[:2], 2) == KEYS[:2]
     held = threading.Event()
@@ -173,7 +173,7 @@ def test_a_renewal_that_waited_for_the_write_lock_runs_a_whole_lease_from_when_i
     def long_write() -> None:  # a prune, a delete, an adoption: one write transaction holding the lock
         with database.transaction():
             held.set()
-            time.sleep(2.0)
+            time.sleep(3.0)  # longer than a lease: a deadline from the wait's start is past at the renewal
 
     writer = threading.Thread(target=long_write)
     writer.start()
@@ -182,8 +182,9 @@ def test_a_renewal_that_waited_for_the_write_lock_runs_a_whole_lease_from_when_i
     assert holder.renew() == 2  # waited for the writer, then renewed
     renewed = time.monotonic()
     writer.join(timeout=30)
-    newcomer = WorkQueue(database, holder="newcomer", lease_seconds=1.0)  # a job that never saw the lock
-    assert time.monotonic() - renewed < 0.5 and newcomer.claim(KEYS[:2], 2) == []  # the lease runs from the renewal
+    newcomer = WorkQueue(database, holder="newcomer", lease_seconds=2.0)  # a job that never saw the lock
+    assert newcomer.claim(KEYS[:2], 2) == []  # the lease runs from the renewal...
+    assert time.monotonic() - renewed < 1.5  # ...which that claim came well within a lease of
 
 
 def test_a_lease_that_expires_while_the_database_is_locked_is_spared_until_its_holder_can_renew(
