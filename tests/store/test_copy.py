@@ -708,14 +708,22 @@ def test_judgestore_copy_names_its_own_option_for_a_file_given_as_a_store(tmp_pa
     assert (tmp_path / "file").read_text() == "kept" and not (tmp_path / "b").exists()
 
 
-def kill_midway(argv: list[str], env: dict[str, str], copied: Callable[[], int], rows: int) -> int:
-    """Start the copy ``argv``, SIGKILL it once a tenth of ``rows`` arrived; the rows it left (checked mid-way)."""
+def kill_midway(
+    argv: list[str],
+    env: dict[str, str],
+    copied: Callable[[], int],
+    rows: int,
+    settled: Callable[[], None] = lambda: None,
+) -> int:
+    """Start the copy ``argv``, SIGKILL it once a tenth of ``rows`` arrived; the rows it left (checked mid-way,
+    once ``settled`` returns: a server may still be committing what the killed copy sent)."""
     child = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 60
     while copied() < rows // 10 and child.poll() is None and time.monotonic() < deadline:
         time.sleep(0.01)
     child.send_signal(signal.SIGKILL)
     _, stderr = child.communicate()
+    settled()
     partial = copied()
     assert 0 < partial < rows, f"the copy was not killed mid-way (make it longer): {stderr.decode()}"
     return partial
@@ -737,7 +745,16 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_c
         except Exception:  # the schema does not exist yet
             return 0
 
-    partial = kill_midway(argv, env, copied, rows)
+    def settled() -> None:  # the killed copy's server session has ended: a commit it sent has landed or not
+        others = (
+            "SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend' "
+            f"AND datname = '{database}' AND pid <> pg_backend_pid()"
+        )
+        deadline = time.monotonic() + 30
+        while pg_cluster.sql(others, database)[0][0] and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    partial = kill_midway(argv, env, copied, rows, settled)
 
     again = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert again.returncode == 0, again.stderr
