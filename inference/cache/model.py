@@ -51,7 +51,8 @@ Contract (docs/design.md, "A run, step by step"):
   counts what the misses cost and what the hits saved, and each call in mode
   ``use`` or ``refresh`` appends that accounting to the database's ``runs``
   table (unless ``JUDGESTORE_RECORD_RUNS=0``); a store that refuses that one
-  row (read-only to this user, full) gives a warning, not an error
+  row (read-only to this user, full) or does not answer as the call ends (a
+  server restarting) gives a warning, not an error
   (:class:`~store.runs.RunNotRecordedWarning`): the answers are complete.
 * A plan counts apart the hits that are adopted rows (copied from an older
   descriptor by ``judgestore adopt``, :mod:`inference.drift.adopt`): they answer
@@ -113,6 +114,7 @@ from typing import TYPE_CHECKING
 from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
 from inference.cache.generate import ProgressCallback, Writer, generate_into
+from inference.cache.patience import TRANSIENT
 from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, as_batch, batch_keys, plan_batch
 from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
@@ -452,9 +454,6 @@ class CachedModel:
             return
         if not self.settings.record_runs:
             return
-        database = store.find(plan.role, self.task, self.descriptor)
-        if database is None:  # nothing hit and nothing was written
-            return
         record = last.run_record(
             run_id=self.settings.run_id,
             created_by=self.settings.created_by,
@@ -462,16 +461,18 @@ class CachedModel:
             finished_at=datetime.now(UTC),
         )
         try:
-            record_run(database, record)
-        except (StoreNotWritableError, StoreFullError, ServerPermissionError) as e:
+            database = store.find(plan.role, self.task, self.descriptor)
+            if database is None:  # nothing hit and nothing was written
+                return
+            record_run(database, record)  # not tried again: a commit whose answer was lost would count it twice
+        except (StoreNotWritableError, StoreFullError, ServerPermissionError, *TRANSIENT) as e:
             # Every answer is there (the hits, and what was written): losing them for one row of accounting
-            # would be worse than the missing row (a user who may only read, all hits, on a server store)
-            warnings.warn(
-                f"this run was not recorded in its database's runs table ({e}); its answers are complete. "
-                "`--mode readonly` (or JUDGESTORE_RECORD_RUNS=false) does not try to record it",
-                RunNotRecordedWarning,
-                stacklevel=4,
-            )
+            # would be worse than the missing row (a user who may only read, all hits, on a server store; a
+            # server restarting as the run ends)
+            said = f"this run was not recorded in its database's runs table ({e}); its answers are complete."
+            if not isinstance(e, TRANSIENT):  # a refusal that every run here would meet
+                said += " `--mode readonly` (or JUDGESTORE_RECORD_RUNS=false) does not try to record it"
+            warnings.warn(said, RunNotRecordedWarning, stacklevel=4)
 
     def generate_missing(
         self,

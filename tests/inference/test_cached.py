@@ -565,6 +565,38 @@ def test_on_a_server_store_a_row_it_refuses_fails_alone_too(pg_url: str, descrip
         assert server.database("completions", "t", descriptor).count() == 5 == cached.last.written
 
 
+@pytest.mark.postgres
+def test_a_server_that_stops_answering_as_the_run_ends_costs_the_runs_row_only(
+    descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every row stored, then the server restarted as the run's accounting was written: the call failed, and
+    `generate` wrote no output file and exited 1 (was). A server of its own: this test stops it."""
+    from inference.cache import model as cached_model
+    from store.runs import RunNotRecordedWarning, recent_runs
+    from store.settings import Settings
+    from tests.pg_server import running_cluster
+
+    with running_cluster() as cluster:
+        url = cluster.url(cluster.new_database())
+        recorded = cached_model.record_run
+
+        def record_while_the_server_is_down(*args: Any) -> int:
+            cluster.stop()
+            return recorded(*args)
+
+        monkeypatch.setattr(cached_model, "record_run", record_while_the_server_is_down)
+        with Store(Settings(connect_timeout_s=1), url=url) as server:
+            cached = model(server, descriptor, CountingBackend())
+            with pytest.warns(RunNotRecordedWarning, match="its answers are complete") as said:
+                responses = cached.complete([ask(i) for i in range(3)])
+            assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(3)]
+            assert "JUDGESTORE_RECORD_RUNS" not in str(said[0].message)  # no refusal: nothing to turn off
+        cluster.start_again()
+        with Store(Settings(), url=url, readonly=True) as server:
+            database = server.open(server.locations()[0])
+            assert database.count() == 3 and recent_runs(database) == []
+
+
 @pytest.mark.parametrize("chunk_size", [0, 2.5, "8", True])
 def test_a_chunk_size_that_is_no_count_is_refused_before_a_model_loads(
     store: Store, descriptor: ModelDescriptor, chunk_size: object
