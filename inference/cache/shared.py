@@ -204,8 +204,8 @@ def _generate_shared(
         raise InvalidInputError(f"a shared batch needs a store in mode use, not mode {model.mode!r}")
     lease = model.settings.lease_seconds
     patience = max(lease, 30.0)
-    store.check_writable(role, model.task, model.descriptor)
-    database = store.database(role, model.task, model.descriptor)
+    patiently(lambda: store.check_writable(role, model.task, model.descriptor), patience)  # reads
+    database = patiently(lambda: store.database(role, model.task, model.descriptor), patience)  # creates it once
     queue = WorkQueue(database, lease_seconds=lease)
     by_key = {inp.key: inp for inp in missing}
     keys = list(by_key)

@@ -292,6 +292,37 @@ def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: Model
     assert [r.text for r in responses[1]] == [f"answer to q{i} #0" for i in range(N)]
 
 
+@pytest.mark.postgres
+def test_a_job_that_starts_while_the_server_restarts_waits_for_it(
+    descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job reaching the batch as the server went down for a few seconds ended at once ("cannot reach the
+    server"), though the batch's other steps wait for it (was). A server of its own: this test stops it."""
+    from tests.pg_server import running_cluster
+
+    with running_cluster() as cluster:
+        url = cluster.url(cluster.new_database())
+        store = Store(Settings(connect_timeout_s=1, lease_seconds=30), url=url)
+        checked = store.check_writable
+        back: list[threading.Timer] = []
+
+        def check_as_the_server_goes_down(*args: Any, **kwargs: Any) -> None:
+            if not back:  # the first time: down now, back in two seconds
+                cluster.stop()
+                back.append(threading.Timer(2.0, cluster.start_again))
+                back[0].start()
+            checked(*args, **kwargs)
+
+        monkeypatch.setattr(store, "check_writable", check_as_the_server_goes_down)
+        backend = SlowBackend(seconds=0.0)
+        cached = CachedModel(store, descriptor, task="t", backend_factory=Factory(backend), chunk_size=4, shared=True)
+        with store:
+            responses = cached.complete([ask(i) for i in range(6)])
+            assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(6)]
+            assert store.database("completions", "t", descriptor).count() == 6
+        back[0].join()
+
+
 def test_an_input_one_job_failed_is_reported_by_every_job_and_never_stored(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
