@@ -563,10 +563,15 @@ def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> No
                 highlight=False,
             )
         if claims.stale:
+            who = (  # with no live lease, no job is there to take them over (it said the others would)
+                "the batch's other jobs take them over, and a job started on it again does"
+                if claims.in_progress
+                else "no job is at work on the batch: run it again to take them over"
+            )
             stderr().print(
                 Text(
                     f"stale leases: {name}: {claims.stale} past their deadline (a job of a shared batch died or "
-                    "stalled); the batch's other jobs take them over, and a job started on it again does",
+                    f"stalled); {who}",
                     style="yellow",
                 )
             )

@@ -335,12 +335,27 @@ def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
         shown = judgestore(*command)
         assert "in progress: Qwen/Qwen3-8B" in shown.stdout and "3 leased by 1 job, 5 waiting, 2 stale" in shown.stdout
         assert "stale leases" in shown.stderr and "2 past their deadline" in shown.stderr
+        assert "the batch's other jobs take them over" in " ".join(shown.stderr.split())
     (listed,) = orjson.loads(judgestore("ls", "--json").stdout)
     assert listed["claims"] | {"oldest_stale_deadline": None} == {
         "leased": 3, "stale": 2, "waiting": 5, "failed": 0, "done": 0, "jobs": 1, "oldest_stale_deadline": None,
     }  # fmt: skip
     (stats,) = orjson.loads(judgestore("stats", "--json").stdout)["databases"]
     assert stats["claims"]["stale"] == 2
+
+
+def test_stale_leases_with_no_job_at_work_say_to_run_the_batch_again(
+    store_root: Path, descriptor: ModelDescriptor
+) -> None:
+    """Every job of the batch died: the stale leases' line said the batch's other jobs would take them over (was)."""
+    with _claims_database(store_root, descriptor) as database:
+        WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
+        WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
+        time.sleep(0.2)
+    for command in LISTINGS:
+        said = " ".join(_judgestore(store_root, *command).stderr.split())
+        assert "2 past their deadline" in said and "no job is at work on the batch: run it again" in said, said
+        assert "other jobs" not in said
 
 
 def test_a_batch_whose_jobs_stopped_is_shown_left_over_not_in_progress(

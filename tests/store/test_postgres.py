@@ -259,6 +259,8 @@ def test_a_server_that_cannot_be_used_is_a_typed_error(
     if kind in ("no-password", "no-database", "no-connect"):
         said = {"no-password": "none was given", "no-database": "createdb", "no-connect": "GRANT CONNECT"}[kind]
         assert said in str(caught.value)
+    if kind == "no-password":  # never in the URL of a job script, as the README says (it advised the URL: was)
+        assert "put it in ~/.pgpass or PGPASSWORD" in str(caught.value) and "in the URL" not in str(caught.value)
 
 
 def test_a_user_who_may_not_create_schemas_gets_a_typed_error_and_nothing_changes(

@@ -82,8 +82,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerAuthError(shown, f"the server refused the connection ({message})")
     if "no password supplied" in message:  # libpq's own words, before any SQLSTATE: the server asked for one
         return ServerAuthError(
-            shown, f"the server asks for a password and none was given ({message}); put it in the URL, in "
-            "PGPASSWORD or in ~/.pgpass"
+            shown, f"the server asks for a password and none was given ({message}); put it in ~/.pgpass or "
+            "PGPASSWORD (a URL that holds it shows it to whoever reads the job script)"
         )  # fmt: skip
     if not state and message.startswith("invalid connection option"):  # libpq's, for the URL's query string
         return ServerURLError(
