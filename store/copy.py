@@ -24,7 +24,10 @@ Contract:
   to the source after its rows were read.
 * Rows already in the target are never overwritten. A key the target holds
   with a different row (any column) is a *conflict*: the target's row is
-  kept, the key is reported, and the database is not verified.
+  kept, the key is reported, and the database is not verified. One that
+  differs only in its provenance (``run_id``, ``created_by``, ``created_at``,
+  ``usage``, ``adopted_from``: the same answer, made by another run) is said
+  to be so, with the delete that would let the source's row in.
 * The copy is verified as it goes and per database: each chunk is read back
   from the target, and each row's digest (SHA-256 of its canonical JSON,
   every column, so NaN and -inf compare exactly) must equal the source's.
@@ -213,6 +216,10 @@ def row_digest(record: Record) -> int:
     return int.from_bytes(hashlib.sha256(canonical_json(values)).digest(), "big")
 
 
+# Where, when, by whom and at what cost a row was made: two rows differing only there hold the same answer.
+_PROVENANCE = frozenset({"run_id", "created_by", "created_at", "usage", "adopted_from"})
+
+
 def _differing_fields(ours: Record, theirs: Record) -> list[str]:
     names = record_fields(type(ours))
     return [name for name in names if _plain(getattr(ours, name)) != _plain(getattr(theirs, name))]
@@ -279,8 +286,15 @@ def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: Copied
         result.conflicts += 1  # the target held it, or another writer wrote it between our lookup and our insert
         if len(result.conflicting_keys) < MAX_LISTED_KEYS:
             result.conflicting_keys.append(record.input_hash)
-            fields = ", ".join(_differing_fields(record, held))
-            if record.input_hash in before:
+            differing = _differing_fields(record, held)
+            fields = ", ".join(differing)
+            if record.input_hash in before and set(differing) <= _PROVENANCE:
+                said = (
+                    f"the target holds the same answer under this key, made by another run (differs only in "
+                    f"{fields}); the target's row was kept. To hold this source's row there instead, delete the "
+                    f"target's (`judgestore delete --input-hash {record.input_hash}`) and copy again"
+                )
+            elif record.input_hash in before:
                 said = f"the target holds another row under this key (differs in {fields}); the target's row was kept"
             else:  # it was not there a moment before: this copy wrote it, or another writer did meanwhile
                 said = (

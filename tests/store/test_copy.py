@@ -507,6 +507,23 @@ def test_judgestore_copy_exits_1_when_a_row_conflicts(tmp_path: Path) -> None:
     assert "differs in completion" in result.stderr and "did not verify" in result.stderr
 
 
+def test_a_row_the_target_holds_from_another_run_with_the_same_answer_is_said_to_be_so(tmp_path: Path) -> None:
+    """The same prompts generated in both stores: every row listed as "another row under this key", exit 1, and
+    nothing said of what to do (was)."""
+    root = full_store(tmp_path / "a")
+    with Store(root=tmp_path / "b") as target:
+        other_run = judgement_record(0, run_id="their-run", created_at=datetime(2026, 3, 1, tzinfo=UTC))
+        target.database("judgements", "arena-hard", JUDGE).put_many(
+            [other_run, judgement_record(1, completion="[[B]]")]
+        )
+    result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"))
+    assert result.exit_code == 1  # still not this source's rows: not verified
+    said = " ".join(result.stderr.split())
+    assert "the same answer under this key, made by another run (differs only in run_id, created_at)" in said
+    assert f"judgestore delete --input-hash {other_run.input_hash}" in said
+    assert "another row under this key (differs in completion)" in said  # a different answer is a conflict
+
+
 def test_judgestore_copy_dry_run_shows_what_it_would_write_and_exits_1_on_a_conflict(tmp_path: Path) -> None:
     root = full_store(tmp_path / "a")
     preview = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--dry-run", "--json")
