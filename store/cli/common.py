@@ -220,15 +220,25 @@ def _stdout_error(error: BaseException) -> OutputWriteError | None:
 
 _python_show_warning = warnings.showwarning
 _OUR_LOGGERS = ("judgestore", "store", "inference")  # the loggers judgestore's modules log to, by their roots
+_LIBRARY_LOGGERS = ("psycopg",)  # a library's whose warnings reach the user: shown as judgestore's are
+
+
+def _worth_showing(record: logging.LogRecord) -> bool:
+    """psycopg's "error ignored terminating <Pipeline ...>" (or "exiting", "in rollback") follows an error that
+    ended its pipeline, copy or transaction: that error is what the command reports (the line was bare on stderr,
+    beside --json's objects)."""
+    return not (record.name.startswith("psycopg") and str(record.msg).startswith("error ignored"))
 
 
 class _WarningLines(logging.Handler):
-    """judgestore's own log records of WARNING and above (a hosted API's retries, a store that did not answer) as
-    :func:`_show_warning` shows its warnings (Python's last-resort handler showed them as bare lines)."""
+    """judgestore's own log records of WARNING and above (a hosted API's retries, a store that did not answer), and
+    its driver's, as :func:`_show_warning` shows its warnings (Python's last-resort handler showed them as bare
+    lines)."""
 
     def __init__(self, json_output: bool) -> None:
         super().__init__(logging.WARNING)
         self.json_output = json_output
+        self.addFilter(_worth_showing)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -242,7 +252,7 @@ def _logged_warnings(json_output: bool) -> Iterator[None]:
     """Show judgestore's log warnings while a command runs, as its warnings, and only so: they do not reach the
     process's own handlers meanwhile (a handler on the root logger printed each a second time)."""
     handler = _WarningLines(json_output)
-    loggers = [logging.getLogger(name) for name in _OUR_LOGGERS]
+    loggers = [logging.getLogger(name) for name in (*_OUR_LOGGERS, *_LIBRARY_LOGGERS)]
     propagated = [logger.propagate for logger in loggers]
     for logger in loggers:
         logger.addHandler(handler)

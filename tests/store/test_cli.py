@@ -98,6 +98,30 @@ DAMAGES = {
 }
 
 
+def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lines_not_at_all(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """psycopg's "error ignored terminating <Pipeline ...>" reached stderr bare, beside --json's objects (was): it
+    follows the error that the command reports. Its other warnings are warnings like any."""
+    import logging
+
+    listed = Store.locations
+
+    def locations_as_the_driver_warns(self: Store) -> Any:
+        driver = logging.getLogger("psycopg.pipeline")
+        driver.warning("error ignored terminating %r: %s", "<psycopg.Pipeline [INERROR]>", "pipeline aborted")
+        driver.warning("unknown PostgreSQL timezone: %r; will use UTC", "Mars/Olympus")
+        return listed(self)
+
+    monkeypatch.setattr(Store, "locations", locations_as_the_driver_warns)
+    result = judgestore("ls", "--json", "--store-root", str(filled))
+    assert result.exit_code == 0, result.output
+    assert [as_json(line) for line in result.stderr.splitlines()] == [
+        {"warning": "unknown PostgreSQL timezone: 'Mars/Olympus'; will use UTC", "type": "LogWarning"}
+    ]
+    assert as_json(result.stdout)  # the listing itself
+
+
 @pytest.mark.parametrize("kind", list(DAMAGES))
 def test_ls_and_stats_list_a_damaged_database_with_the_good_ones_and_exit_1(filled: Path, kind: str) -> None:
     """A script running `ls --json && ...` learns that one database could not be read; the others are listed."""

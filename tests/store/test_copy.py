@@ -613,8 +613,10 @@ def test_a_copy_the_server_refuses_to_write_keeps_stderr_json_with_json(
     argv = ["copy", "--from-root", str(root), "--to-url", reader, "--json"]
     code = "from inference.cli import main; main()"  # its own process: pytest's log handlers take no line there
     result = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 1 and not orjson.loads(result.stdout)["ok"]
-    assert all(isinstance(orjson.loads(line), dict) for line in result.stderr.splitlines()), result.stderr
+    assert result.returncode == 1, (result.stdout, result.stderr)
+    assert not orjson.loads(result.stdout)["ok"]
+    for line in result.stderr.splitlines():
+        assert line.startswith("{") and isinstance(orjson.loads(line), dict), result.stderr
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
