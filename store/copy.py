@@ -124,6 +124,7 @@ class CopiedDatabase:
     target_digest: int = 0
     bookkeeping: dict[str, int] = field(default_factory=dict)  # table -> rows copied
     conflicting_keys: list[str] = field(default_factory=list)
+    same_answer_keys: list[str] = field(default_factory=list)  # listed conflicts that differ only in provenance
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -288,11 +289,11 @@ def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: Copied
             result.conflicting_keys.append(record.input_hash)
             differing = _differing_fields(record, held)
             fields = ", ".join(differing)
-            if record.input_hash in before and set(differing) <= _PROVENANCE:
+            if record.input_hash in before and differing and set(differing) <= _PROVENANCE:
+                result.same_answer_keys.append(record.input_hash)
                 said = (
                     f"the target holds the same answer under this key, made by another run (differs only in "
-                    f"{fields}); the target's row was kept. To hold this source's row there instead, delete the "
-                    f"target's (`judgestore delete --input-hash {record.input_hash}`) and copy again"
+                    f"{fields}); the target's row was kept"
                 )
             elif record.input_hash in before:
                 said = f"the target holds another row under this key (differs in {fields}); the target's row was kept"
@@ -428,6 +429,18 @@ def copy_store(
     return report
 
 
+def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -> str:
+    """What to run for the source's rows to take the place of the target's that hold the same answers: a delete
+    naming the target store and the database (the default store may be the source: its rows would go)."""
+    store = f"--store-url {target.where}" if "://" in target.where else f"--store-root {target.where}"
+    hashes = " ".join(f"--input-hash {key}" for key in keys)
+    return (
+        "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "
+        f"`judgestore delete {store} --role {location.role} --task {location.task} "
+        f"--descriptor {location.descriptor_hash16} {hashes}`"
+    )
+
+
 def _unreadable_source(error: JudgestoreError) -> str:
     """Why a source database cannot be copied; a behind one's own advice (set JUDGESTORE_AUTO_UPGRADE=1, with which
     a command that writes upgrades it) is no way out here: copy writes only to its target."""
@@ -481,6 +494,8 @@ def _copy_one(
                 f"the target records the assumptions {list(held.assumptions)}, the source {list(metadata.assumptions)}"
             )
         copy_database(database, destination, result, chunk_size, advance, dry_run=dry_run)
+        if result.same_answer_keys:
+            result.problems.append(_letting_the_source_in(target, location, result.same_answer_keys))
         if dry_run and (destination is None or result.written or any(result.bookkeeping.values())):
             try:  # what the copy would meet writing there, asked without writing: grants, a read-only disk
                 target.check_writable(location.role, location.task, metadata.descriptor, as_a_writer=True)

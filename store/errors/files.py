@@ -264,8 +264,8 @@ class StoreNotWritableError(DatabaseFileError):
             path,
             f"cannot be written ({reason}); nothing was changed. Read-only commands (ls, query, "
             "verify, db status, generate --mode readonly) work here; to write, remount it read-write, "
-            "fix its permissions, or copy the store to a writable folder (`judgestore copy --to-root DIR`) "
-            "and use that.",
+            "fix its permissions, or copy the store to a writable folder (`judgestore copy --from-root STORE "
+            "--to-root DIR`) and use that.",
         )
 
 

@@ -520,7 +520,11 @@ def test_a_row_the_target_holds_from_another_run_with_the_same_answer_is_said_to
     assert result.exit_code == 1  # still not this source's rows: not verified
     said = " ".join(result.stderr.split())
     assert "the same answer under this key, made by another run (differs only in run_id, created_at)" in said
-    assert f"judgestore delete --input-hash {other_run.input_hash}" in said
+    hash16 = Location.of("judgements", "arena-hard", JUDGE).descriptor_hash16
+    assert (
+        f"`judgestore delete --store-root {tmp_path / 'b'} --role judgements --task arena-hard --descriptor {hash16} "
+        f"--input-hash {other_run.input_hash}`" in said
+    )
     assert "another row under this key (differs in completion)" in said  # a different answer is a conflict
 
 
@@ -770,7 +774,8 @@ def test_a_killed_copy_finishes_when_run_again(tmp_path: Path, pg_url: str, pg_c
             f"AND datname = '{database}' AND pid <> pg_backend_pid()"
         )
         deadline = time.monotonic() + 30
-        while pg_cluster.sql(others, database)[0][0] and time.monotonic() < deadline:
+        while pg_cluster.sql(others, database)[0][0]:
+            assert time.monotonic() < deadline, "the killed copy's session never ended"
             time.sleep(0.05)
 
     partial = kill_midway(argv, env, copied, rows, settled)

@@ -75,7 +75,8 @@ def test_push_and_fetch_on_a_read_only_store_refuse_cleanly_before_doing_anythin
         assert file_digests(root) == before and file_digests(shared) == remote_before
         human = judgestore("hub", command, "--all", "--dir", str(shared), "--store-root", str(root))
         assert_failed_cleanly(human)
-        assert "copy the store to a writable folder (`judgestore copy --to-root DIR`)" in " ".join(human.stderr.split())
+        advice = "copy the store to a writable folder (`judgestore copy --from-root STORE --to-root DIR`)"
+        assert advice in " ".join(human.stderr.split())
         # A preview writes nothing, so a store that never shared anything is previewed (was, for a push: refused)
         preview = judgestore("hub", command, "--all", "--dry-run", "--dir", str(shared), "--store-root", str(root))
         assert preview.exit_code == 0, preview.output
