@@ -114,7 +114,7 @@ from typing import TYPE_CHECKING
 from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
 from inference.cache.generate import ProgressCallback, Writer, generate_into
-from inference.cache.patience import TRANSIENT
+from inference.cache.patience import TRANSIENT, batch_patience, patiently
 from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, as_batch, batch_keys, plan_batch
 from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
@@ -342,8 +342,15 @@ class CachedModel:
         if self.mode in ("off", "refresh") or self.store is None or not inputs:
             return {}
         self._fetch(role, run)
-        database = self.store.find(role, self.task, self.descriptor)
-        return {} if database is None else database.get_many(inputs)
+        store = self.store
+
+        def look_up() -> dict[str, Record]:
+            database = store.find(role, self.task, self.descriptor)
+            return {} if database is None else database.get_many(inputs)
+
+        if self.shared:  # a shared batch's job waits out a store that stops answering for a moment, from its start
+            return patiently(look_up, batch_patience(self.settings.lease_seconds))
+        return look_up()
 
     def _run(
         self,
@@ -417,7 +424,7 @@ class CachedModel:
             run.saved = usage_totals(record.usage for record in hits.values())
             run.seconds = time.perf_counter() - started
             with contextlib.suppress(JudgestoreError):
-                self._record_run(plan, started_at, run)
+                self._record_run(plan, started_at, run, failed=True)
             raise
         with gc_paused():
             responses = Responses(
@@ -447,8 +454,9 @@ class CachedModel:
             plan, other_descriptors=sum(info.rows != 0 and info.state is not DatabaseState.EMPTY for info in others)
         )
 
-    def _record_run(self, plan: Plan, started_at: datetime, last: CallStats) -> None:
-        """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store)."""
+    def _record_run(self, plan: Plan, started_at: datetime, last: CallStats, *, failed: bool = False) -> None:
+        """Append this call's accounting to the database's ``runs`` (modes use and refresh, a writable store); a
+        call that ``failed`` gets the store's error raised, for its caller to drop (its own error is what raises)."""
         store = self.store
         if store is None or store.readonly or self.mode not in ("use", "refresh") or not plan.requested:
             return
@@ -466,6 +474,8 @@ class CachedModel:
                 return
             record_run(database, record)  # not tried again: a commit whose answer was lost would count it twice
         except (StoreNotWritableError, StoreFullError, ServerPermissionError, *TRANSIENT) as e:
+            if failed:  # its answers are not complete: the warning would say they are
+                raise
             # Every answer is there (the hits, and what was written): losing them for one row of accounting
             # would be worse than the missing row (a user who may only read, all hits, on a server store; a
             # server restarting as the run ends)

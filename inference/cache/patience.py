@@ -23,6 +23,11 @@ log = logging.getLogger(__name__)
 TRANSIENT = (ServerUnavailableError, ServerBusyError, DatabaseBusyError)  # a store that may answer again soon
 
 
+def batch_patience(lease_seconds: float) -> float:
+    """How long a shared batch's job waits for its store: a lease (its claims outlast that), half a minute at least."""
+    return max(lease_seconds, 30.0)
+
+
 def patiently(step: Callable[[], T], patience: float) -> T:
     """``step()``, tried again while the store says it may answer soon, for up to ``patience`` seconds."""
     deadline = time.monotonic() + patience

@@ -60,7 +60,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from inference.cache.patience import patiently
+from inference.cache.patience import batch_patience, patiently
 from inference.cache.plan import Failure, PlannedInput
 from inference.cache.rows import generated_sample, stored_sample
 from inference.requests import Request, Sample
@@ -203,7 +203,7 @@ def _generate_shared(
     if store is None or model.mode != "use":
         raise InvalidInputError(f"a shared batch needs a store in mode use, not mode {model.mode!r}")
     lease = model.settings.lease_seconds
-    patience = max(lease, 30.0)
+    patience = batch_patience(lease)
     patiently(lambda: store.check_writable(role, model.task, model.descriptor), patience)  # reads
     database = patiently(lambda: store.database(role, model.task, model.descriptor), patience)  # creates it once
     queue = WorkQueue(database, lease_seconds=lease)

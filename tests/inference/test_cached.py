@@ -597,6 +597,35 @@ def test_a_server_that_stops_answering_as_the_run_ends_costs_the_runs_row_only(
             assert database.count() == 3 and recent_runs(database) == []
 
 
+@pytest.mark.postgres
+def test_a_call_the_server_ends_midway_raises_its_error_and_never_says_its_answers_are_complete(
+    descriptor: ModelDescriptor,
+) -> None:
+    import warnings
+
+    from store.errors import ServerUnavailableError
+    from store.settings import Settings
+    from tests.pg_server import running_cluster
+
+    with running_cluster() as cluster:
+        url = cluster.url(cluster.new_database())
+        backend = CountingBackend()
+        answer = backend.generate
+
+        def answer_then_go_down(requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+            if backend.received:  # the second chunk: the server goes before it is written
+                cluster.stop()
+            return answer(requests)
+
+        backend.generate = answer_then_go_down  # type: ignore[method-assign]
+        with Store(Settings(connect_timeout_s=1), url=url) as server, warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            with pytest.raises(ServerUnavailableError):
+                model(server, descriptor, backend, chunk_size=2).complete([ask(i) for i in range(4)])
+        cluster.start_again()  # for the cluster's own stop
+        assert not [w for w in said if "answers are complete" in str(w.message)], [str(w.message) for w in said]
+
+
 @pytest.mark.parametrize("chunk_size", [0, 2.5, "8", True])
 def test_a_chunk_size_that_is_no_count_is_refused_before_a_model_loads(
     store: Store, descriptor: ModelDescriptor, chunk_size: object

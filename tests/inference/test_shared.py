@@ -58,10 +58,10 @@ def run_jobs(
     results: list[Responses | BaseException | None] = [None] * len(models)
 
     def work(i: int) -> None:
-        if after is not None and i > 0:
-            assert after.wait(60)
         time.sleep(delays[i] if i < len(delays) else 0.0)
         try:
+            if after is not None and i > 0 and not after.wait(60):
+                raise AssertionError("the first job never asked for its first block")
             results[i] = models[i].complete(requests)
         except BaseException as e:
             results[i] = e
@@ -293,34 +293,45 @@ def test_a_late_job_joins_the_remaining_work(store_root: Path, descriptor: Model
 
 
 @pytest.mark.postgres
+@pytest.mark.parametrize("down_at", ["its start", "its first claim"])
 def test_a_job_that_starts_while_the_server_restarts_waits_for_it(
-    descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch
+    descriptor: ModelDescriptor, monkeypatch: pytest.MonkeyPatch, down_at: str
 ) -> None:
     """A job reaching the batch as the server went down for a few seconds ended at once ("cannot reach the
-    server"), though the batch's other steps wait for it (was). A server of its own: this test stops it."""
+    server"), though the batch's later steps wait for it (was): at its lookup, or at its first steps in the
+    batch. A server of its own: this test stops it."""
     from tests.pg_server import running_cluster
 
     with running_cluster() as cluster:
         url = cluster.url(cluster.new_database())
         store = Store(Settings(connect_timeout_s=1, lease_seconds=30), url=url)
-        checked = store.check_writable
-        back: list[threading.Timer] = []
+        back = threading.Timer(2.0, cluster.start_again)
 
-        def check_as_the_server_goes_down(*args: Any, **kwargs: Any) -> None:
-            if not back:  # the first time: down now, back in two seconds
+        def down_for_two_seconds() -> None:
+            if not back.is_alive() and not back.finished.is_set():
                 cluster.stop()
-                back.append(threading.Timer(2.0, cluster.start_again))
-                back[0].start()
-            checked(*args, **kwargs)
+                back.start()
 
-        monkeypatch.setattr(store, "check_writable", check_as_the_server_goes_down)
+        if down_at == "its first claim":
+            checked = store.check_writable
+
+            def check_as_the_server_goes_down(*args: Any, **kwargs: Any) -> None:
+                down_for_two_seconds()
+                checked(*args, **kwargs)
+
+            monkeypatch.setattr(store, "check_writable", check_as_the_server_goes_down)
         backend = SlowBackend(seconds=0.0)
         cached = CachedModel(store, descriptor, task="t", backend_factory=Factory(backend), chunk_size=4, shared=True)
-        with store:
-            responses = cached.complete([ask(i) for i in range(6)])
-            assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(6)]
-            assert store.database("completions", "t", descriptor).count() == 6
-        back[0].join()
+        try:
+            with store:
+                if down_at == "its start":
+                    down_for_two_seconds()
+                responses = cached.complete([ask(i) for i in range(6)])
+                assert back.finished.is_set()  # it was down
+                assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(6)]
+                assert store.database("completions", "t", descriptor).count() == 6
+        finally:
+            back.join()  # up again, for the cluster's own stop
 
 
 def test_an_input_one_job_failed_is_reported_by_every_job_and_never_stored(
