@@ -19,8 +19,8 @@ Contract:
   in its handshake with the engine process was lost, and the run went on to
   the end, or hung for minutes while the engine waited for an answer). The
   first signal is said on stderr and acted on as the work ends; a second one
-  ends the process at once (its child processes, and theirs, killed first:
-  an engine's would outlive it), exit status 130 or 143. Nothing is written meanwhile.
+  ends the process at once (the child processes started meanwhile, and
+  theirs, killed first: an engine's would outlive it), exit status 130 or 143. Nothing is written meanwhile.
 * :func:`interrupts_reach_the_command` (the command line installs it): Python
   drops, with an "Exception ignored" line, a ``KeyboardInterrupt`` raised in
   a finalizer or weakref callback (Ctrl-C landing while the garbage collector
@@ -101,10 +101,13 @@ def deferred_interrupts(until: str) -> Iterator[None]:
         if (handler := signal.getsignal(signum)) not in (signal.SIG_IGN, None)  # None: not set from Python
     }
     held: list[int] = []
+    import psutil  # here, not at the command's start: vLLM, whose start this holds, has imported it
+
+    there_before = {child.pid for child in psutil.Process().children(recursive=True)}  # not the body's to end
 
     def hold(signum: int, frame: FrameType | None) -> None:
         if held:  # asked twice: now. Not by an exception: that is what the body cannot take
-            _end_now(128 + signum)
+            _end_now(128 + signum, there_before)
         held.append(signum)
         sys.stderr.write(f"stopping {until} (press Ctrl-C again to stop at once)\n")
         sys.stderr.flush()
@@ -131,19 +134,21 @@ def _restore(handlers: dict[int, _Handler]) -> None:
         signal.signal(signum, handler)  # type: ignore[arg-type]  # what getsignal gave back
 
 
-def _end_now(status: int) -> NoReturn:
-    """End this process now, its child processes first (killed: they may be mid-start and deaf to a request)."""
+def _end_now(status: int, spared: set[int]) -> NoReturn:
+    """End this process now, the child processes the held work started first (killed: they may be mid-start and
+    deaf to a request); those in ``spared`` (there before it, a host program's own) and theirs are left."""
     sys.stderr.write("stopped at once\n")
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    import psutil  # here, not at the command's start: vLLM, whose start this is, has imported it
+    import psutil
 
     # Found by their parent pid, not through multiprocessing's list: a child joins that once its start returns,
     # and a signal sent as the engine starts lands between the fork and then. Their own children too.
     for child in psutil.Process().children(recursive=True):
         with contextlib.suppress(psutil.NoSuchProcess):
-            child.kill()
+            if child.pid not in spared and not any(parent.pid in spared for parent in child.parents()):
+                child.kill()
     os._exit(status)
 
 

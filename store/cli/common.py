@@ -573,10 +573,10 @@ def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> No
                 highlight=False,
             )
         if claims.stale:
-            who = (  # with no live lease, no job is there to take them over (it said the others would)
+            who = (  # with no live lease, there may be no job to take them over (it said the others would)
                 "the batch's other jobs take them over, and a job started on it again does"
                 if claims.in_progress
-                else "no job is at work on the batch: run it again to take them over"
+                else "no job holds a live lease: if none is still running, run the batch again to take them over"
             )
             stderr().print(
                 Text(

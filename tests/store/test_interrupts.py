@@ -79,9 +79,14 @@ def _running(pid: int) -> bool:
 
 def test_a_second_signal_ends_the_child_processes_started_a_moment_before() -> None:
     """vLLM's engine process, forked as the signals came: multiprocessing lists a child once its start returns, so
-    the one being started ran on, holding the run's stderr for minutes (was). Its own child processes end too."""
+    the one being started ran on, holding the run's stderr for minutes (was). Its own child processes end too;
+    one there before (a host program's own) is left."""
     result = run(
         """
+        if (host := os.fork()) == 0:
+            os.close(1), os.close(2)
+            time.sleep(30)
+            os._exit(0)
         with deferred_interrupts("once the work is done"):
             started, said = os.pipe()
             if (child := os.fork()) == 0:  # an engine process being started, that starts one of its own
@@ -91,22 +96,24 @@ def test_a_second_signal_ends_the_child_processes_started_a_moment_before() -> N
                 time.sleep(30)
                 os._exit(0)
             grandchild = int.from_bytes(os.read(started, 4), "big")  # once it is started
-            os.write(1, f"{child} {grandchild}".encode())
+            os.write(1, f"{child} {grandchild} {host}".encode())
             os.kill(os.getpid(), signal.SIGTERM)
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(30)
         """
     )
-    pids = [int(pid) for pid in result.stdout.split()]
+    said = [int(pid) for pid in result.stdout.split()]
     try:
         assert result.returncode == 128 + signal.SIGTERM and "stopped at once" in result.stderr, result.stderr
-        assert len(pids) == 2, pids
+        assert len(said) == 3 and all(pid > 0 for pid in said), said
+        *pids, host = said
         deadline = time.monotonic() + 10  # a killed process ends a moment after the kill returns
         while any(_running(pid) for pid in pids) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not any(_running(pid) for pid in pids)
+        assert _running(host)
     finally:
-        for pid in pids:
+        for pid in said:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
