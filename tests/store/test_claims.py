@@ -322,12 +322,18 @@ def test_concurrent_claimers_split_the_work_without_overlap(database: Database) 
     assert sorted(claimed) == sorted(keys)
 
 
+def _a_job_that_died_holding_two_leases(database: Database) -> None:
+    """KEYS joined, 2 of them claimed with a lease of 0.1 s: stale a moment later."""
+    dead = WorkQueue(database, holder="dead", lease_seconds=0.1)
+    dead.join(KEYS)
+    dead.claim(KEYS, 2)
+
+
 def test_ls_stats_and_db_status_show_work_in_progress_and_flag_stale_leases(
     store_root: Path, descriptor: ModelDescriptor
 ) -> None:
     with _claims_database(store_root, descriptor) as database:
-        WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
-        WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
+        _a_job_that_died_holding_two_leases(database)
         WorkQueue(database, holder="alive", lease_seconds=60).claim(KEYS, 3)
         time.sleep(0.2)
     judgestore = functools.partial(_judgestore, store_root)
@@ -350,8 +356,7 @@ def test_stale_leases_with_no_job_at_work_say_to_run_the_batch_again(
 ) -> None:
     """Every job of the batch died: the stale leases' line said the batch's other jobs would take them over (was)."""
     with _claims_database(store_root, descriptor) as database:
-        WorkQueue(database, holder="dead", lease_seconds=0.1).join(KEYS)
-        WorkQueue(database, holder="dead", lease_seconds=0.1).claim(KEYS, 2)
+        _a_job_that_died_holding_two_leases(database)
         time.sleep(0.2)
     for command in LISTINGS:
         said = " ".join(_judgestore(store_root, *command).stderr.split())
