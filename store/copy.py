@@ -76,6 +76,7 @@ from sqlalchemy import Table, insert, select
 
 from store import jsonvalues
 from store.adoption import ADOPTIONS
+from store.backends.postgres.connections import is_store_url
 from store.descriptor import canonical_json
 from store.errors import (
     CorruptDatabaseError,
@@ -432,7 +433,7 @@ def copy_store(
 def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -> str:
     """What to run for the source's rows to take the place of the target's that hold the same answers: a delete
     naming the target store and the database (the default store may be the source: its rows would go)."""
-    store = f"--store-url {target.where}" if "://" in target.where else f"--store-root {target.where}"
+    store = f"--store-url {target.where}" if is_store_url(target.where) else f"--store-root {target.where}"
     hashes = " ".join(f"--input-hash {key}" for key in keys)
     return (
         "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "
