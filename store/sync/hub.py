@@ -102,6 +102,13 @@ class _Failure:
     detail: str
 
 
+# The client refuses every request while HF_HUB_OFFLINE is set, which vLLM users often set for good.
+OFFLINE = (
+    "HF_HUB_OFFLINE is set, so huggingface_hub sends no request: unset it for this command to share through the "
+    "Hub, or share through a folder (--dir)"
+)
+
+
 def _transport_errors() -> tuple[type[BaseException], ...]:
     kinds: list[type[BaseException]] = [TimeoutError, ConnectionError]
     for module in ("httpx2", "httpx"):  # huggingface_hub 2.x ships on httpx2; be ready for either
@@ -129,12 +136,14 @@ def _retry_after(headers: Any) -> float | None:
 
 def _classify(error: BaseException) -> _Failure | None:
     """What a client exception means for retrying; None for exceptions that are not about the network."""
-    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
 
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:  # the HTTP error may be the cause of another
         seen.add(id(current))
+        if isinstance(current, OfflineModeIsEnabled):  # a ConnectionError, but no retry will get through
+            return _Failure(None, False, None, OFFLINE)
         response = getattr(current, "response", None)
         if isinstance(current, HfHubHTTPError) and response is not None:
             status = int(response.status_code)

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +24,7 @@ from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState, bookkeeping_path
 from store.sync.hub import HubRemote, RetryPolicy, _retry_after
-from tests.fake_hub import FakeHub, Fault
+from tests.fake_hub import FakeHub, Fault, point_client_at
 from tests.sync.helpers import (
     FORMAT_1_SCHEMA,
     QWEN,
@@ -108,6 +109,24 @@ def test_a_bad_token_fails_at_once_without_retrying(hub: FakeHub, make_store: Ma
     with pytest.raises(RemoteAuthError, match=r"403.*write token"):
         push(alice, hub_remote(hub, sleeps, token=READ_TOKEN))
     assert sleeps == []
+
+
+def test_offline_mode_fails_at_once_and_says_what_to_unset(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # vLLM users often set HF_HUB_OFFLINE=1; the client then refuses every request with a ConnectionError, which
+    # no retry gets through
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    before = commits_of(hub)
+    point_client_at(monkeypatch, tmp_path / "hf-home", token=WRITE_TOKEN, offline=True)
+    for sync in (push, fetch):
+        with pytest.raises(RemoteError, match="HF_HUB_OFFLINE is set") as raised:
+            sync(alice, hub_remote(hub, sleeps))
+        assert type(raised.value) is RemoteError
+    assert sleeps == [] and commits_of(hub) == before
+    point_client_at(monkeypatch, tmp_path / "hf-home", token=WRITE_TOKEN)  # online again: the push goes through
+    assert push(alice, hub_remote(hub, sleeps)).ok and commits_of(hub) == before + 1
 
 
 def test_a_missing_repository_fails_at_once_and_create_repo_fixes_it(
