@@ -129,6 +129,23 @@ def test_schema_names_are_short_safe_and_the_registry_keeps_the_whole_name(pg_ur
     assert pg_cluster.sql("SELECT count(*) FROM pg_namespace WHERE nspname = 'public'", database) == [(1,)]
 
 
+def test_connection_parameters_in_the_url_or_pgappname_win_over_judgestores_defaults(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # a cluster's job scripts tell jobs apart in pg_stat_activity by their application name (the test URL has a query)
+    def seen(url: str) -> tuple[str, str]:
+        with Store(Settings(connect_timeout_s=7), url=url) as store, store.storage.engine.connect() as conn:
+            name = conn.execute(text("SELECT current_setting('application_name')")).scalar_one()
+            timeout = conn.connection.dbapi_connection.info.get_parameters().get("connect_timeout")  # libpq's
+            return str(name), str(timeout)
+
+    monkeypatch.delenv("PGAPPNAME", raising=False)
+    assert seen(pg_url) == ("judgestore", "7")
+    assert seen(f"{pg_url}&application_name=job-17&connect_timeout=3") == ("job-17", "3")
+    monkeypatch.setenv("PGAPPNAME", "job-18")
+    assert seen(pg_url) == ("job-18", "7")
+
+
 def test_opening_reads_the_revision_with_one_select(pg_url: str) -> None:
     with Store(url=pg_url) as store:
         store.database("completions", "t", QWEN).put_many([completion_record(1)])

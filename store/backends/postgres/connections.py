@@ -9,12 +9,15 @@ Contract:
 * :func:`create_postgres_engine` is one pooled engine for every schema of the
   server's database (``pool_size``/``pool_overflow``, ``pool_pre_ping``, the
   connect timeout, prepared statements off behind a PgBouncer that cannot
-  keep them), with the JSON serializer that escapes U+0000
+  keep them; a connection parameter the URL gives wins over these), with
+  the JSON serializer that escapes U+0000
   (:mod:`store.backends.postgres.text`).
 """
 
 from __future__ import annotations
 
+import os
+from typing import Any
 from urllib.parse import quote, unquote
 
 from sqlalchemy import Engine, create_engine
@@ -102,6 +105,18 @@ def checked_store_url(url: str) -> URL:
     return parsed
 
 
+def _connect_defaults(parsed: URL, settings: Settings) -> dict[str, Any]:
+    """The driver's connection parameters judgestore sets, less those the URL gives itself (``?connect_timeout=2``,
+    ``?application_name=job-17``: the connection string is the user's word) and, for the application name,
+    libpq's ``PGAPPNAME``, which a cluster's job scripts may set to tell jobs apart in ``pg_stat_activity``."""
+    defaults: dict[str, Any] = {"connect_timeout": settings.connect_timeout_s}
+    if not os.environ.get("PGAPPNAME"):
+        defaults["application_name"] = "judgestore"
+    if not settings.prepared_statements:
+        defaults["prepare_threshold"] = None
+    return {name: value for name, value in defaults.items() if name not in parsed.query}
+
+
 def create_postgres_engine(url: str, settings: Settings) -> Engine:
     """One pooled engine for every schema of the server's database (see the module docstring)."""
     parsed = checked_store_url(url)
@@ -111,11 +126,7 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
             pool_size=settings.pool_size,
             max_overflow=settings.pool_overflow,
             pool_pre_ping=True,  # a connection the server dropped is replaced, not handed out
-            connect_args={
-                "connect_timeout": settings.connect_timeout_s,
-                "application_name": "judgestore",
-                **({} if settings.prepared_statements else {"prepare_threshold": None}),
-            },
+            connect_args=_connect_defaults(parsed, settings),
             json_serializer=pgtext.dumps_json,
             json_deserializer=pgtext.loads_json,
         )
