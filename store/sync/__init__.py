@@ -11,7 +11,8 @@ layer call these):
   planning the run.
 * :func:`open_remote` builds a :class:`HubRemote` (a Hugging Face dataset
   repository) or a :class:`DirectoryRemote` (a shared folder) from arguments
-  or ``JUDGESTORE_HUB_REPO`` / ``JUDGESTORE_SYNC_DIR``.
+  or ``JUDGESTORE_HUB_REPO`` / ``JUDGESTORE_SYNC_DIR`` (one of them: both set
+  is refused, as ``--repo`` with ``--dir`` is).
 
 Importing this package does not import ``huggingface_hub``; building a Hub
 remote does. The protocol and its guarantees are in ``docs/sharing.md`` and
@@ -28,7 +29,7 @@ from pathlib import Path
 from store.errors import InvalidInputError
 from store.settings import SyncSettings, from_environment
 from store.sync.fetch import FetchReport, fetch
-from store.sync.hub import HubRemote, RetryPolicy
+from store.sync.hub import HubRemote, RetryPolicy, check_repo_id
 from store.sync.push import PushReport, push
 from store.sync.remote import DirectoryRemote, Remote
 
@@ -54,7 +55,7 @@ def open_remote(
     token: str | None = None,
     settings: SyncSettings | None = None,
 ) -> Remote:
-    """The remote the arguments name (a repository or a folder, not both), else the settings (a folder first).
+    """The remote the arguments name (a repository or a folder, not both), else the settings' (not both either).
 
     ``revision`` names a branch, tag or commit of a repository; a folder, which has none, refuses one.
     """
@@ -63,6 +64,13 @@ def open_remote(
     settings = settings or from_environment(SyncSettings)
     if directory is None and repo is None:
         directory, repo = settings.sync_dir, settings.hub_repo
+        if directory is not None and repo is not None:
+            raise InvalidInputError(
+                "JUDGESTORE_SYNC_DIR and JUDGESTORE_HUB_REPO are both set, so which remote is meant is unclear: "
+                "unset one (`hub push` and `hub fetch` may instead name theirs with --dir or --repo)"
+            )
+        if repo is not None:
+            check_repo_id(repo, "JUDGESTORE_HUB_REPO")
     if directory is not None:
         if revision is not None:  # a folder has one line of history: pushing "to a branch" would publish to all
             raise InvalidInputError(

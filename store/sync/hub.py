@@ -181,6 +181,18 @@ def _caused_by(error: BaseException, kind: type[BaseException]) -> bool:
     return False
 
 
+def check_repo_id(repo_id: str, named: str = "--repo") -> None:
+    """InvalidInputError, naming where the id came from (``named``), unless ``repo_id`` is a repository's ORG/NAME."""
+    from huggingface_hub.utils import HFValidationError, validate_repo_id
+
+    try:
+        if repo_id.count("/") != 1:
+            raise HFValidationError("a dataset repository id is ORG/NAME")
+        validate_repo_id(repo_id)
+    except HFValidationError as e:
+        raise InvalidInputError(f"{named} must be ORG/NAME (a dataset repository id), got {repo_id!r}: {e}") from e
+
+
 class HubRemote:
     """A dataset repository (and branch) on the Hugging Face Hub, or on any server speaking its API."""
 
@@ -206,14 +218,7 @@ class HubRemote:
                 "`pip install 'huggingface_hub>=2.4,<3'` (or share through a folder with --dir)"
             ) from e
 
-        from huggingface_hub.utils import HFValidationError, validate_repo_id
-
-        try:  # before anything is asked of the Hub or written to the bookkeeping
-            if repo_id.count("/") != 1:
-                raise HFValidationError("a dataset repository id is ORG/NAME")
-            validate_repo_id(repo_id)
-        except HFValidationError as e:
-            raise InvalidInputError(f"--repo must be ORG/NAME (a dataset repository id), got {repo_id!r}: {e}") from e
+        check_repo_id(repo_id)  # before anything is asked of the Hub or written to the bookkeeping
         self.repo_id = repo_id
         self.revision = revision
         self.repo_type = repo_type

@@ -22,7 +22,19 @@ def test_options_win_over_the_environment(tmp_path: Path, monkeypatch: pytest.Mo
     named = open_remote(repo="org/named", revision="main")
     assert isinstance(named, HubRemote) and (named.repo_id, named.revision) == ("org/named", "main")
     monkeypatch.setenv("JUDGESTORE_SYNC_DIR", str(tmp_path))
-    assert isinstance(open_remote(), DirectoryRemote)  # a folder named in the environment wins over a repo
+    with pytest.raises(InvalidInputError, match="JUDGESTORE_SYNC_DIR and JUDGESTORE_HUB_REPO are both set"):
+        open_remote()  # neither silently wins, as --dir and --repo together are refused
+    assert isinstance(open_remote(directory=tmp_path), DirectoryRemote)  # an option still says which
+    assert isinstance(open_remote(repo="org/named"), HubRemote)
+
+
+@pytest.mark.parametrize("repo", ["not a repo", " ", "org/a/b"])
+def test_a_bad_repository_in_the_environment_is_named_by_its_variable(
+    repo: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JUDGESTORE_HUB_REPO", repo)
+    with pytest.raises(InvalidInputError, match=r"^JUDGESTORE_HUB_REPO must be ORG/NAME"):
+        open_remote()
 
 
 @pytest.mark.parametrize("repo", ["just-a-name", "a/b/c", "/name", "org/"])
