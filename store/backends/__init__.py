@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from store.errors import InvalidInputError, JudgestoreError
+from store.settings import home_expanded
 
 if TYPE_CHECKING:
     from store.backend import Storage
@@ -32,14 +33,30 @@ def open_storage(settings: Settings, *, root: Path | str | None, url: str | None
         raise InvalidInputError("the store's URL is empty: give a server's URL, or leave it out")
     if root is not None and not str(root).strip():
         raise InvalidInputError("the store's folder is empty: give its path ('.' for the working directory)")
-    url = url if url is not None else (settings.store_url if root is None else None)
+    if url is None and root is None:
+        check_settings_url(settings)
+        url = settings.store_url
     if url:
         from store.backends.postgres.storage import PostgresStorage
 
         return PostgresStorage(url, settings, readonly=readonly)
     from store.backends.sqlite.storage import SqliteStorage
 
-    return SqliteStorage(Path(root) if root is not None else settings.store_root, settings, readonly=readonly)
+    # a ~ a caller passes on (Store(root="~/x")) is the home folder, as in every setting and option
+    return SqliteStorage(home_expanded(Path(root)) if root is not None else settings.store_root, settings,
+                         readonly=readonly)  # fmt: skip
+
+
+def check_settings_url(settings: Settings) -> None:
+    """InvalidInputError naming ``JUDGESTORE_STORE_URL`` if the settings' store URL is set and not a store's URL:
+    the user may not know where it came from (an exported variable)."""
+    if settings.store_url:
+        from store.backends.postgres.connections import checked_store_url
+
+        try:
+            checked_store_url(settings.store_url)
+        except InvalidInputError as e:
+            raise InvalidInputError(f"JUDGESTORE_STORE_URL: {e}") from e
 
 
 def typed_error(error: BaseException, *, root: Path, url: str | None) -> JudgestoreError:

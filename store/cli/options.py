@@ -27,6 +27,7 @@ from typing import Annotated, Any, TypeVar
 
 import typer
 
+from store.backends import check_settings_url
 from store.errors import FilterValueError, InvalidInputError, StoreMissingError
 from store.layout import Selector
 from store.settings import Settings, from_environment, home_expanded
@@ -112,13 +113,7 @@ def store_settings(
         return settings.model_copy(update={"store_root": store_folder(store_root, "--store-root"), "store_url": None})
     if store_url is not None:
         return settings.model_copy(update={"store_url": store_server(store_url, "--store-url")})
-    if settings.store_url:  # the user may not know where the URL came from: a bad one names the variable
-        from store.backends.postgres.connections import checked_store_url
-
-        try:
-            checked_store_url(settings.store_url)
-        except InvalidInputError as e:
-            raise InvalidInputError(f"JUDGESTORE_STORE_URL: {e}") from e
+    check_settings_url(settings)  # before the command's work, as a bad option is
     return settings
 
 

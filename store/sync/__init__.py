@@ -27,7 +27,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.errors import InvalidInputError
-from store.settings import SyncSettings, from_environment
+from store.settings import SyncSettings, from_environment, home_expanded
 from store.sync.fetch import FetchReport, fetch
 from store.sync.hub import HubRemote, RetryPolicy, check_repo_id
 from store.sync.push import PushReport, push
@@ -77,7 +77,7 @@ def open_remote(
                 f"a folder remote has no branches or tags: --revision {revision} applies to a Hub repository "
                 "(--repo); use another folder for rows you do not want to share yet"
             )
-        return DirectoryRemote(directory)
+        return DirectoryRemote(home_expanded(directory))  # a caller's ~ (open_remote(directory=Path("~/x")))
     if repo is None:
         raise InvalidInputError(
             "no remote given: pass --repo ORG/NAME (a Hugging Face dataset repository) or --dir PATH "

@@ -150,6 +150,33 @@ def test_a_folder_setting_expands_a_tilde(bare_environment: pytest.MonkeyPatch) 
         assert Settings().store_root == Path(name)
 
 
+def test_a_folder_a_python_caller_passes_expands_a_tilde(bare_environment: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Store(root="~/x") and open_remote(directory=Path("~/x")) made a folder named "~" in the working folder."""
+    from store.store import Store
+    from tests.factories import QWEN, completion_record
+
+    bare_environment.setenv("HOME", str(tmp_path / "home"))
+    bare_environment.chdir(tmp_path)
+    with Store(root="~/evals") as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+    assert (tmp_path / "home" / "evals").is_dir() and not (tmp_path / "~").exists()
+    remote = open_remote(directory=Path("~/shared"))
+    assert isinstance(remote, DirectoryRemote) and remote.root == tmp_path / "home" / "shared"
+
+
+def test_a_bad_store_url_in_the_environment_is_named_by_its_variable_in_python_too(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    from store.store import Store
+
+    for url in ("garbage", "sqlite:///x.db"):
+        bare_environment.setenv("JUDGESTORE_STORE_URL", url)
+        with pytest.raises(InvalidInputError, match=r"^JUDGESTORE_STORE_URL: "):
+            Store()
+    with Store(root=tmp_path / "store") as store:  # a folder named wins over the variable, as --store-root does
+        assert store.root == tmp_path / "store"
+
+
 def test_a_user_name_that_is_not_utf8_is_not_recorded(bare_environment: pytest.MonkeyPatch) -> None:
     bare_environment.setenv("LOGNAME", "me\udcfe")
     assert Settings().created_by.startswith("uid-")
