@@ -181,9 +181,37 @@ class DataFrameSource:
             except Exception as e:  # pyarrow raises its own error types for every kind of damage
                 raise DataFrameError(f"is not a readable parquet file ({e})") from e
             return
+        if self.fmt == "csv":  # a zip member's end is checked by its CRC; a plain file's only by its last byte
+            _check_csv_end(self.path)
         with _csv_damage(), _csv_text(self.path) as handle:
-            for row in csv.DictReader(handle):
-                yield {k: (v if v != "" else None) for k, v in row.items() if k is not None}
+            # strict: a quoted field the file ends inside is damage, not a shorter value (the default)
+            reader = csv.reader(handle, strict=True)
+            header = next(reader, [])
+            for fields in reader:
+                if not fields:
+                    continue  # a blank line
+                if len(fields) != len(header):  # a row cut short, or mangled: never padded with NULLs
+                    raise DataFrameError(
+                        f"line {reader.line_num} has {len(fields)} fields where the header has {len(header)}: "
+                        "the file is damaged or cut short"
+                    )
+                yield {name: (value if value != "" else None) for name, value in zip(header, fields, strict=True)}
+
+
+def _check_csv_end(path: Path) -> None:
+    """DataFrameError unless a plain CSV file ends with a line break, as every CSV writer (pandas', the csv
+    module's) ends each row: a file cut short in its last row (a copy or a disk that filled) would otherwise give a
+    shorter answer, or a number cut into another (``2999`` into ``29``), as a whole row."""
+    with path.open("rb") as raw:
+        raw.seek(0, os.SEEK_END)
+        if raw.tell() == 0:
+            return  # no header: said by the header's check
+        raw.seek(-1, os.SEEK_END)
+        if raw.read(1) not in (b"\n", b"\r"):
+            raise DataFrameError(
+                "does not end with a line break, as a CSV writer ends every row: it was cut short (if the file is "
+                "whole, written by hand, add a line break at its end)"
+            )
 
 
 @contextmanager

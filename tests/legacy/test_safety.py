@@ -8,6 +8,7 @@ import sqlite3
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
@@ -446,6 +447,41 @@ def test_a_dataframe_cache_damaged_past_its_header_fails_alone_and_the_rest_is_i
     for name, said in (("late.csv", "is not UTF-8 text"), ("crc.csv.zip", "is not a readable zip archive")):
         assert sources[name].status == "failed" and said in str(sources[name].error), sources[name].as_dict()
     assert not report.ok
+
+
+@pytest.mark.parametrize(
+    ("cut", "said"),
+    [
+        (lambda whole: whole[:-12] + b"\n", "unexpected end of data"),  # inside the last answer's quotes
+        (lambda whole: whole[:-3], "does not end with a line break"),  # inside the last number: 1999 became 19
+        (lambda whole: whole.replace(b',"answer 7 said"', b""), "line 9 has 1 fields where the header has 2"),
+    ],
+    ids=["in-a-quoted-field", "in-a-number", "a-row-short-of-a-field"],
+)
+def test_a_csv_cut_short_or_mangled_fails_its_source_and_stores_no_shortened_answer(
+    cut: Callable[[bytes], bytes], said: str, legacy_root: Path, store_root: Path
+) -> None:
+    """The csv module's defaults read a file that ends inside a quoted field as a shorter answer, and pad a row
+    short of a field with NULLs: a cut-off answer became a hit, and a cut number filed an answer under another
+    instruction (was: "imported", exit 0). A DataFrame is read through (counted) before any row is imported, so
+    the source fails whole, and the other sources are imported."""
+    cache = legacy_root / "frames"
+    cache.mkdir(parents=True)
+    whole = b"instruction_index,completion\n" + b"".join(b'%d,"answer %d said"\n' % (i, i) for i in range(1999))
+    whole += b'1999,"the last answer, which is long"\n'
+    (cache / "cut.csv").write_bytes(cut(whole))
+    (cache / "whole.csv").write_bytes(whole)
+    lines = [{"instruction_index": i, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(2000)]
+    inputs = legacy_root / "inputs.jsonl"
+    inputs.write_bytes(b"".join(orjson.dumps(line) + b"\n" for line in lines))
+
+    report = run_import([cache], store_root, task="t", inputs=inputs)
+    sources = {s.path.name: s for s in report.sources}
+    damaged, whole_one = sources["cut.csv"], sources["whole.csv"]
+    assert damaged.status == "failed" and said in str(damaged.error), damaged.as_dict()
+    assert damaged.imported == 0 and whole_one.imported == 2000 and not report.ok
+    answers = {row["instruction_id"]: row["completion"] for row in all_rows(store_root)}
+    assert answers == {str(i): f"answer {i} said" for i in range(1999)} | {"1999": "the last answer, which is long"}
 
 
 def test_a_csv_saved_with_a_byte_order_mark_reads_its_first_column_by_name(tmp_path: Path) -> None:
