@@ -73,7 +73,8 @@ def _interrupted(
 ) -> NoReturn:
     """Ctrl-C in ``import``: the rows imported before it (each chunk is one transaction: they are kept), and that
     the same import run again imports the rest (rows already stored are found, not written twice). Exit 130."""
-    imported = 0 if report is None else report.totals()["imported"]
+    # a dry run's totals are what it would import: none of it was
+    imported = 0 if report is None or dry_run else report.totals()["imported"]
     started = 0 if report is None else len(report.sources)
     if dry_run:
         message = "interrupted; a dry run writes nothing, so nothing was imported"

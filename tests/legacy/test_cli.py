@@ -383,6 +383,16 @@ def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest
     assert (again["imported"], again["already_present"]) == (4, 4)
     assert sum(len(rows) for rows in stored_rows(root).values()) == 8
 
+    if json_output:  # a dry run stopped so imported nothing, whatever it had counted (was: rows_imported 4)
+        written.clear()
+        with pytest.MonkeyPatch.context() as interrupting:
+            interrupting.setattr(ChunkedWriter, "_write", write_then_ctrl_c)
+            dry = CliRunner().invoke(app(), [*args, "--store-root", str(tmp_path / "dry"), "--dry-run", "--json"])
+        assert dry.exit_code == 130 and len(written) == 4 and not (tmp_path / "dry").exists()
+        stopped = orjson.loads(dry.stderr)
+        assert "a dry run writes nothing, so nothing was imported" in stopped["error"]
+        assert stopped["rows_imported"] == 0
+
 
 def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
