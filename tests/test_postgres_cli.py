@@ -301,14 +301,19 @@ def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_pat
         assert "Traceback" not in result.output
 
 
-def test_a_bad_url_in_the_environment_names_the_variable() -> None:
+def test_a_bad_url_names_the_variable_or_the_option_it_came_from() -> None:
     """Was: 'store URL driver ... is not supported', and nothing said where the URL came from."""
     for url, said in (("postgresq://x@/y", "driver 'postgresq' is not supported"), ("not a url", "not a store URL")):
-        result = judgestore("ls", "--json", env={"JUDGESTORE_STORE_URL": url})
-        assert result.exit_code == 1, result.output
-        error = json.loads(result.stderr)
-        assert error["error"].startswith("JUDGESTORE_STORE_URL: ") and said in error["error"], error
-        assert error["type"] == "InvalidInputError"
+        for args, env, named in (
+            (["ls"], {"JUDGESTORE_STORE_URL": url}, "JUDGESTORE_STORE_URL"),
+            (["ls", "--store-url", url], {}, "--store-url"),
+            (["copy", "--from-url", url, "--to-root", "elsewhere", "--dry-run"], {}, "--from-url"),
+        ):
+            result = judgestore(*args, "--json", env=env)
+            assert result.exit_code == 1, result.output
+            error = json.loads(result.stderr)
+            assert error["error"].startswith(f"{named}: ") and said in error["error"], error
+            assert error["type"] == "InvalidInputError"
 
 
 @pytest.mark.parametrize("backend", ["folder", "server"])

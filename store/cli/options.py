@@ -59,8 +59,16 @@ def environment_settings() -> Settings:
 def store_server(value: str | None, option: str) -> str | None:
     """A store URL given on the command line; an empty one (``--store-url "$UNSET"``) is refused: taken for no URL,
     it silently meant the folder store (the environment's URL dropped too)."""
-    if value is not None and not value.strip():
+    if value is None:
+        return None
+    if not value.strip():
         raise InvalidInputError(f"{option} is empty: give the server's URL (postgresql+psycopg://...), or leave it out")
+    from store.backends.postgres.connections import checked_store_url
+
+    try:  # before the command's work, naming the option, as a bad JUDGESTORE_STORE_URL names the variable
+        checked_store_url(value)
+    except InvalidInputError as e:
+        raise InvalidInputError(f"{option}: {e}") from e
     return value
 
 
