@@ -18,8 +18,9 @@ Contract:
 * The title and the caption are lines of their own, wrapped at the
   console's width (not squeezed into the table's).
 * A control character of a cell (ESC, BEL, a carriage return... but not a
-  tab or a newline) is shown as its escape (``\\x1b``): stored text (model
-  output, rows fetched from others) never drives the terminal.
+  tab or a newline), and a bidirectional one (``\\u202e``...), is shown as
+  its escape (``\\x1b``): stored text (model output, rows fetched from
+  others) never drives the terminal, nor reorders what it shows.
 * ``--json`` output never comes here: it holds every value whole.
 """
 
@@ -145,11 +146,14 @@ def _take(value: str, cells: int) -> str:
     return "".join(taken)
 
 
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but tab and newline, DEL, C1
+# C0 but tab and newline, DEL, C1; and the bidirectional controls, which reorder what a terminal shows after them
+# (a label "gpt\u202e4-mini" shown reversed)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 
 
 def _escape(value: str) -> str:
-    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}", value)
+    return _CONTROL.sub(lambda found: f"\\x{ord(found.group()):02x}" if found.group() < "\u0100" else
+                        f"\\u{ord(found.group()):04x}", value)  # fmt: skip
 
 
 def _visible(cell: Cell) -> Cell:

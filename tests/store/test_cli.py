@@ -365,14 +365,19 @@ def test_query_stopped_by_a_damaged_database_leaves_the_rows_before_it_readable(
 
 
 def test_query_table_shows_control_characters_as_escapes(store_root: Path) -> None:
-    """Stored text never drives the terminal: ESC, BEL and CR reach it as visible escapes; --json keeps them."""
+    """Stored text never drives the terminal: ESC, BEL, CR and the bidirectional controls reach it as visible
+    escapes; --json keeps them."""
     hostile = "a\x1b[2J\x1b]0;TITLE\x07b\rc\x9bd"
+    reversing = "gpt\u202e4-mini\u2066"  # shown as "gpt" and then "inim-4" (was)
     with Store(Settings(), root=store_root) as store:
-        store.database("completions", "mt-bench", QWEN).put_many([completion_record(1, completion=hostile, model="m")])
+        store.database("completions", "mt-bench", QWEN).put_many(
+            [completion_record(1, completion=hostile, model=reversing)]
+        )
     result = judgestore("query", "--columns", "model,completion")
     assert result.exit_code == 0, result.output
-    assert not any(char in result.stdout for char in "\x1b\x07\r\x9b")
+    assert not any(char in result.stdout for char in "\x1b\x07\r\x9b\u202e\u2066")
     assert "a\\x1b[2J\\x1b]0;TITLE\\x07b\\x0dc\\x9bd" in result.stdout
+    assert "gpt\\u202e4-mini\\u2066" in result.stdout
     assert as_json(judgestore("query", "--json", "--columns", "completion").stdout) == [{"completion": hostile}]
 
 
