@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import shlex
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -433,7 +434,9 @@ def copy_store(
 def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -> str:
     """What to run for the source's rows to take the place of the target's that hold the same answers: a delete
     naming the target store and the database (the default store may be the source: its rows would go)."""
-    store = f"--store-url {target.where}" if is_store_url(target.where) else f"--store-root {target.where}"
+    # quoted for a shell: a URL's "?host=..." is a pattern to zsh, a folder may hold a space
+    where = shlex.quote(str(target.where))
+    store = f"--store-url {where}" if is_store_url(target.where) else f"--store-root {where}"
     hashes = " ".join(f"--input-hash {key}" for key in keys)
     return (
         "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import shlex
 import signal
 import sqlite3
 import subprocess
@@ -510,21 +512,23 @@ def test_judgestore_copy_exits_1_when_a_row_conflicts(tmp_path: Path) -> None:
 def test_a_row_the_target_holds_from_another_run_with_the_same_answer_is_said_to_be_so(tmp_path: Path) -> None:
     """The same prompts generated in both stores: every row listed as "another row under this key", exit 1, and
     nothing said of what to do (was)."""
-    root = full_store(tmp_path / "a")
-    with Store(root=tmp_path / "b") as target:
+    root, target_root = full_store(tmp_path / "a"), tmp_path / "their store"  # a space: the command quotes it
+    with Store(root=target_root) as target:
         other_run = judgement_record(0, run_id="their-run", created_at=datetime(2026, 3, 1, tzinfo=UTC))
         target.database("judgements", "arena-hard", JUDGE).put_many(
             [other_run, judgement_record(1, completion="[[B]]")]
         )
-    result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"))
+    result = invoke("--from-root", str(root), "--to-root", str(target_root))
     assert result.exit_code == 1  # still not this source's rows: not verified
     said = " ".join(result.stderr.split())
     assert "the same answer under this key, made by another run (differs only in run_id, created_at)" in said
     hash16 = Location.of("judgements", "arena-hard", JUDGE).descriptor_hash16
-    assert (
-        f"`judgestore delete --store-root {tmp_path / 'b'} --role judgements --task arena-hard --descriptor {hash16} "
-        f"--input-hash {other_run.input_hash}`" in said
-    )
+    command = re.search(r"`(judgestore delete [^`]*)`", said)
+    assert command is not None, said
+    assert shlex.split(command.group(1)) == [
+        "judgestore", "delete", "--store-root", str(target_root), "--role", "judgements", "--task", "arena-hard",
+        "--descriptor", hash16, "--input-hash", other_run.input_hash,
+    ]  # fmt: skip
     assert "another row under this key (differs in completion)" in said  # a different answer is a conflict
 
 
