@@ -18,7 +18,7 @@ from typing import Any
 import psycopg
 import psycopg.errors
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import event, func, select, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
@@ -229,6 +229,22 @@ def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> No
     assert "SELECT, INSERT, UPDATE and DELETE on the schema's tables" in str(typed) and "CREATE on" not in str(typed)
     schemas = translated(URL, wrapped(psycopg.errors.lookup("42501")("permission denied for database evals")))
     assert "CREATE on the database" in str(schemas)
+
+
+@pytest.mark.postgres
+def test_a_value_of_the_callers_own_statement_the_server_refuses_is_said_to_be_the_cause(pg_url: str) -> None:
+    """A U+0000 in a literal of the caller's expression (the store escapes only the values it binds itself) was
+    "judgestore checks values before it sends them: please report this value", to a user who wrote it."""
+    from store import Completion
+
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        with pytest.raises(ServerValueError) as refused:
+            store.execute(select(func.replace(Completion.completion, "\x00", "N"))).all()
+        assert "if the statement is your own (Store.execute, Store.scalars), a value of it is the cause" in str(
+            refused.value
+        )
+        assert store.execute(select(func.count()).select_from(Completion)).all() == [(1,)]  # the store goes on
 
 
 @pytest.mark.postgres
