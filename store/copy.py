@@ -80,6 +80,7 @@ from store.adoption import ADOPTIONS
 from store.backends.postgres.connections import is_store_url
 from store.descriptor import canonical_json
 from store.errors import (
+    STORE_UNUSABLE,
     CorruptDatabaseError,
     DatabaseFileError,
     ForeignSchemaError,
@@ -87,8 +88,6 @@ from store.errors import (
     JudgestoreError,
     LayoutError,
     SchemaBehindError,
-    ServerAuthError,
-    ServerUnavailableError,
 )
 from store.interrupts import carrying
 from store.layout import Location, Selector
@@ -105,7 +104,6 @@ BOOKKEEPING: tuple[Table, ...] = (RUNS, ADOPTIONS)
 # What makes one database impossible to copy while the others can go on (a server that is down stops the copy).
 _DATABASE_ERRORS = (DatabaseFileError, LayoutError, ForeignSchemaError)
 # What stops the whole copy: a server that cannot be reached or refuses the user would fail every database alike.
-_STOPPING = (ServerUnavailableError, ServerAuthError)
 Progress = Callable[[str, int, int], None]  # (phase, done, total), as store.cli.common.progress_bars draws it
 
 
@@ -244,7 +242,7 @@ def _source_side() -> Iterator[None]:
     """Mark what fails inside as the source's (a server that cannot be reached still stops the copy)."""
     try:
         yield
-    except _STOPPING:
+    except STORE_UNUSABLE:
         raise
     except JudgestoreError as e:
         raise _SourceFailed(e) from e
@@ -507,7 +505,7 @@ def _copy_one(
                 result.problems.append(f"the copy would fail at the target {result.target}: {e}")
     except _SourceFailed as e:
         result.problems.append(f"the source {database.where} cannot be read: {e.error}")
-    except _STOPPING:
+    except STORE_UNUSABLE:
         raise
     except KeyboardInterrupt:  # as a failure does: an empty database it created stays listed until a rerun (was)
         if created and not result.written and not any(result.bookkeeping.values()):

@@ -12,6 +12,7 @@ from store.errors.base import JudgestoreError
 from store.errors.inputs import InvalidInputError
 
 __all__ = [
+    "STORE_UNUSABLE",
     "ForeignSchemaError",
     "ServerAuthError",
     "ServerBusyError",
@@ -45,6 +46,11 @@ class ServerURLError(ServerError):
 
 class ServerAuthError(ServerError):
     """The server refused the credentials."""
+
+
+# The server as a whole cannot be used (not one database, not one row): a long command (an import, a copy, a fetch)
+# stops at the first, rather than meet it again for each database or group after waiting out every retry.
+STORE_UNUSABLE: tuple[type[ServerError], ...] = (ServerUnavailableError, ServerAuthError, ServerURLError)
 
 
 class ServerPermissionError(ServerError):

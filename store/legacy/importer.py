@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from store.descriptor import ModelDescriptor
-from store.errors import DataFrameError, InvalidInputError, JudgestoreError
+from store.errors import STORE_UNUSABLE, DataFrameError, InvalidInputError, JudgestoreError
 from store.interrupts import carrying
 from store.legacy.convert import RowNotImported, to_record
 from store.legacy.detect import PROBLEM_STATES, Detection, LegacyVariant, State
@@ -43,7 +43,7 @@ from store.legacy.inputs import InputsTable
 from store.legacy.metadata import check_metadata_folder
 from store.legacy.readonly import WRITTEN_MEANWHILE, file_stamp, pending_journal
 from store.legacy.report import ImportReport, SourceReport
-from store.legacy.writer import STORE_UNUSABLE, ChunkedWriter
+from store.legacy.writer import ChunkedWriter
 from store.roles import Role
 from store.store import Store
 
@@ -250,7 +250,7 @@ def import_sources(
 
     A ``KeyboardInterrupt`` (Ctrl-C) gets ``import_report``, the report so far: its ``imported`` counts are the
     rows of the chunks written before it (the chunk it stopped in is rolled back). A rerun imports the rest. A
-    server that cannot be used (:data:`~store.legacy.writer.STORE_UNUSABLE`) stops the import too, with a note
+    server that cannot be used (:data:`~store.errors.STORE_UNUSABLE`) stops the import too, with a note
     saying how many rows were imported before it.
     """
     options = options or ImportOptions()

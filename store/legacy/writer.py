@@ -21,7 +21,7 @@ Contract:
 * Outcomes go into the :class:`~store.legacy.report.SourceReport` passed
   along; a chunk the store refuses fails its rows and marks the source failed.
   A server that cannot be reached, refuses the login or has no such database
-  (:data:`STORE_UNUSABLE`) is no fault of the source: it is raised, and the
+  (:data:`~store.errors.STORE_UNUSABLE`) is no fault of the source: it is raised, and the
   import stops there.
 """
 
@@ -36,15 +36,12 @@ from typing import Literal
 import orjson
 
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import JudgestoreError, ServerAuthError, ServerUnavailableError, ServerURLError
+from store.errors import STORE_UNUSABLE, JudgestoreError
 from store.layout import Location
 from store.legacy.report import SourceReport
 from store.roles import Role
 from store.store import Database, Store
 from store.tables.records import Record
-
-# What no source can be written through: every source would fail the same way, each after its own wait.
-STORE_UNUSABLE = (ServerUnavailableError, ServerAuthError, ServerURLError)
 
 Outcome = Literal["imported", "present", "conflict"]
 
