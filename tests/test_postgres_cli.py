@@ -8,6 +8,7 @@ engine on a server store is in tests/inference/test_postgres_engine.py.
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -206,6 +207,62 @@ def test_sharing_bookkeeping_belongs_to_the_database_not_the_urls_spelling(
     assert fetched["rows_inserted"] == 6, fetched
     (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
     assert listed["rows"] == 6
+
+
+def test_a_schema_dropped_by_hand_is_fetched_again_whole(pg_cluster: Cluster, pg_url: str, tmp_path: Path) -> None:
+    """Its registry row outlived the DROP SCHEMA, so the folder counted as here and its shards as imported: "1
+    shard already here", and the rows never came back (was)."""
+    remote = tmp_path / "remote"
+    pushed_server_store(pg_url, remote)
+    with Store(Settings(), url=pg_url) as store:
+        (location,) = store.locations()
+    pg_cluster.sql(f'DROP SCHEMA "{schema_name(location)}" CASCADE', make_url(pg_url).database)
+    fetched = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-url", pg_url))
+    assert (fetched["rows_inserted"], fetched["skipped"]) == (6, 0), fetched
+    (listed,) = as_json(judgestore("ls", "--json", "--store-url", pg_url))
+    assert listed["rows"] == 6
+    again = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-url", pg_url))
+    assert (again["rows_inserted"], again["skipped"]) == (0, 1), again  # whole again: skipped as ever
+
+
+def test_a_fetch_the_server_leaves_midway_stops_at_once_and_says_what_it_imported_before(
+    pg_cluster: Cluster, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every later group, and every later folder, waited out the retries and was listed failed with the same
+    "cannot reach the server" (224 s for 311 shards), and nothing said what was imported before (was)."""
+    import store.store
+    from store.sync.fetch import ShardImporter
+
+    remote = tmp_path / "remote"
+    with Store(Settings(), url=pg_url) as source:
+        source.database("completions", "t", ModelDescriptor(provider="vllm", model="org/m")).put_many(
+            [completion_record(i) for i in range(40)]
+        )
+    pushed = as_json(judgestore("hub", "push", "--dir", str(remote), "--all", "--create-repo", "--json",
+                                "--store-url", pg_url, env={"JUDGESTORE_SHARD_TARGET_BYTES": "2000"}))  # fmt: skip
+    assert pushed["shards"] >= 4, pushed
+    target = pg_cluster.url(pg_cluster.new_database())
+    real_put, writes = store.store.Database.put_many, []
+
+    def the_server_goes_away(self: Any, *args: Any, **kwargs: Any) -> Any:
+        writes.append(1)
+        if len(writes) > 1:
+            raise ServerUnavailableError(target, "cannot reach the server")
+        return real_put(self, *args, **kwargs)
+
+    with monkeypatch.context() as patched:
+        patched.setattr(sys.modules[ShardImporter.__module__], "GROUP_SHARDS", 1)  # a transaction per shard
+        patched.setattr(store.store.Database, "put_many", the_server_goes_away)
+        result = judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-url", target)
+    error = orjson.loads(result.stderr)
+    assert result.exit_code == 1 and error["type"] == "ServerUnavailableError", result.output
+    assert len(writes) == 2  # stopped at the first group the server failed
+    said = " ".join(error["notes"])
+    assert "Before it, 1 shard (" in said and "run the same fetch again once the server answers" in said
+    again = as_json(judgestore("hub", "fetch", "--dir", str(remote), "--all", "--json", "--store-url", target))
+    assert again["ok"] and again["skipped"] == 1 and again["shards"] == pushed["shards"] - 1, again
+    (listed,) = as_json(judgestore("ls", "--json", "--store-url", target))
+    assert listed["rows"] == 40
 
 
 def _legacy_judge_cache(tmp_path: Path, files: int = 1) -> tuple[str, ...]:

@@ -29,7 +29,11 @@ Protocol of one fetch (under the store root's sync lock):
    Neither stops the other shards. A group whose import the store refuses
    (busy, full) is reported whole, as its one transaction was: once a part of
    it (a group of wide rows is imported in parts) is refused, the rest of the
-   group is reported not imported, and the next fetch takes them.
+   group is reported not imported, and the next fetch takes them. A server
+   store that cannot be used at all (down, or refusing the login:
+   :data:`~store.errors.STORE_UNUSABLE`) stops the fetch there, noting what
+   was imported before it, rather than fail every later group after waiting
+   out its retries.
 
 The remote is recorded in the bookkeeping with the first shard fetched from
 it: a fetch that fails (a repository the Hub answers with 404) or a dry run
@@ -59,6 +63,7 @@ from typing import Any
 
 from store.descriptor import HASH16_LENGTH
 from store.errors import (
+    STORE_UNUSABLE,
     JudgestoreError,
     RemoteAuthError,
     RemoteError,
@@ -70,6 +75,7 @@ from store.interrupts import carrying
 from store.layout import LEVELS, Location, Selector, StoredMetadata
 from store.repository import records_bytes
 from store.roles import ROLES
+from store.schema import DatabaseState
 from store.segments import encode_segment
 from store.settings import SyncSettings, from_environment
 from store.store import Database, Store
@@ -223,7 +229,7 @@ def _fetch(
     default = at_default(remote)
     # A folder deleted here since (or a schema dropped) lost the rows its shards brought: they are fetched again,
     # whatever the bookkeeping recorded of them (rows already there are kept, as ever).
-    here = {remote_folder(location) for location in store.locations()} if known_id is not None else set()
+    here = _still_here(store, folders) if known_id is not None else set()
     work: list[tuple[RemoteFolder, list[str]]] = []
     for key in sorted(folders):
         listed = folders[key]
@@ -250,10 +256,25 @@ def _fetch(
         try:
             for listed, todo in work:
                 importer.folder(listed, todo, lambda n: progress("Downloading", n, total))
-        except KeyboardInterrupt:
-            pool.shutdown(wait=False, cancel_futures=True)  # queued downloads are dropped, not waited for
+        except BaseException as e:  # Ctrl-C, a server gone: queued downloads are dropped, not waited for
+            pool.shutdown(wait=False, cancel_futures=True)
+            if isinstance(e, STORE_UNUSABLE) and report.shards:
+                shards, rows = report.shards, sum(f.rows_read for f in report.folders)
+                e.add_note(
+                    f"Before it, {shards:,} shard{'s' * (shards != 1)} ({rows:,} row{'s' * (rows != 1)}) "
+                    f"{'were' if shards != 1 else 'was'} imported (kept): run the same fetch again once the server "
+                    "answers, which fetches the rest"
+                )
             raise
     return report
+
+
+def _still_here(store: Store, folders: dict[str, RemoteFolder]) -> set[str]:
+    """The remote's folders whose database this store holds, tables and all: a server's schema dropped by hand
+    stays in its registry (and an emptied folder's file may stay), yet lost its rows."""
+    listed = [location for location in store.locations() if remote_folder(location) in folders]
+    infos = store.infos(listed, count_rows=False)
+    return {remote_folder(info.location) for info in infos if info.state is not DatabaseState.EMPTY}
 
 
 def discover(
@@ -388,6 +409,8 @@ class ShardImporter:
                 database = self.store.database(
                     metadata.role, metadata.task, metadata.descriptor, assumptions=metadata.assumptions
                 )
+            except STORE_UNUSABLE:  # the whole store, not this folder: every other would wait out the retries too
+                raise
             except JudgestoreError as e:  # the local folder is damaged, behind...: a local problem, per folder
                 self.report.failed.append(SyncProblem(remote_folder(location), f"local database cannot take rows: {e}"))
         if metadata is None or database is None:
@@ -502,6 +525,8 @@ class ShardImporter:
         try:
             # In name order, first occurrence wins: every store that fetches these shards keeps the same rows.
             inserted = database.put_many(rows, on_conflict="ignore")
+        except STORE_UNUSABLE:
+            raise
         except JudgestoreError as e:
             for shard, _ in valid:
                 self.report.failed.append(SyncProblem(shard_path(location, shard.name), f"could not be imported: {e}"))
