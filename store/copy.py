@@ -447,11 +447,7 @@ def _unreadable_source(error: JudgestoreError) -> str:
     """Why a source database cannot be copied; a behind one's own advice (set JUDGESTORE_AUTO_UPGRADE=1, with which
     a command that writes upgrades it) is no way out here: copy writes only to its target."""
     if isinstance(error, SchemaBehindError):
-        return (
-            f"the source database {error.where} is at schema revision {error.found}, older than this library's "
-            f"{error.expected}, and copy only reads its source: upgrade the source first (`judgestore db upgrade "
-            "--store-root` or `--store-url` naming it), then copy again"
-        )
+        return error.for_a_reader("copy", what="source database")
     return f"the source database cannot be read: {error}"
 
 

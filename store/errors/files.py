@@ -138,6 +138,15 @@ class SchemaBehindError(SchemaError):
             "it first; one that only reads, such as ls, stats or query, never does, nor does a dry run).",
         )
 
+    def for_a_reader(self, command: str, what: str = "database") -> str:
+        """What to say where ``command`` only reads the database (``what``: copy's source, a push's): setting
+        JUDGESTORE_AUTO_UPGRADE, which the message above offers, changes nothing for a command that never writes."""
+        return (
+            f"the {what} {self.where} is at schema revision {self.found}, older than this library's "
+            f"{self.expected}, and {command} only reads it: upgrade it first (`judgestore db upgrade --store-root` "
+            f"or `--store-url` naming it), then {command} again"
+        )
+
 
 class SchemaAheadError(SchemaError):
     """The database was written by a newer judgestore than this one."""

@@ -59,7 +59,7 @@ from typing import Any
 
 from sqlalchemy import select
 
-from store.errors import JudgestoreError, RemoteError, RemoteMetadataError
+from store.errors import JudgestoreError, RemoteError, RemoteMetadataError, SchemaBehindError
 from store.interrupts import carrying
 from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, metadata_bytes
 from store.repository import STREAM_SLICE
@@ -237,6 +237,10 @@ def _push(
                     )  # fmt: skip
                 except RemoteError:
                     raise  # the remote failed, not this folder: the push stops, with nothing recorded for it
+                except SchemaBehindError as e:  # JUDGESTORE_AUTO_UPGRADE, which its message offers, needs a writer
+                    reason = e.for_a_reader("push") if store.readonly else str(e)  # `hub push` opens it read-only
+                    report.problems.append(SyncProblem(remote_folder(location), reason))
+                    continue
                 except JudgestoreError as e:
                     report.problems.append(SyncProblem(remote_folder(location), str(e)))
                     continue

@@ -313,7 +313,9 @@ def test_a_source_that_is_behind_is_told_to_be_upgraded_itself_and_is_left_as_it
     (behind,) = [d for d in report.databases if not d.verified]
     (said,) = behind.problems
     assert behind.location == location and "schema revision 0005" in said and "AUTO_UPGRADE" not in said
-    assert "upgrade the source first (`judgestore db upgrade --store-root` or `--store-url` naming it)" in said
+    assert (
+        "copy only reads it: upgrade it first (`judgestore db upgrade --store-root` or `--store-url` naming it)" in said
+    )
     assert file_digests(root) == before
 
 

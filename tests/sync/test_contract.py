@@ -10,9 +10,11 @@ from __future__ import annotations
 import gzip
 import hashlib
 import shutil
+import sqlite3
 import threading
 import time
 from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import pytest
 
 from store.descriptor import ModelDescriptor, canonical_json
 from store.layout import Selector, metadata_bytes
+from store.settings import Settings
 from store.store import Store
 from store.sync import fetch, push
 from store.sync.bookkeeping import Bookkeeping, ShardState
@@ -186,6 +189,26 @@ def test_a_folder_deleted_here_since_its_fetch_is_fetched_again(side: RemoteSide
     assert again.ok and (again.rows, again.shards, again.skipped) == (7, 1, 1)
     assert rows(bob) == rows(alice)
     assert fetch(bob, side.new()).shards == 0  # and then it is here
+
+
+def test_a_push_from_a_database_that_is_behind_says_to_upgrade_it_not_to_set_auto_upgrade(
+    tmp_path: Path, make_store: MakeStore
+) -> None:
+    """Its problem passed on the database's own advice, "or set JUDGESTORE_AUTO_UPGRADE=1, with which a command that
+    writes upgrades it first": `hub push` opens the store read-only, and failed the same way with it set (was)."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)), judgements(range(2)))
+    alice.close()
+    with closing(sqlite3.connect(alice.root / QWEN_FOLDER / "completions.db")) as db, db:
+        db.execute("DROP TABLE claims")  # as revision 0005 left it
+        db.execute("UPDATE judgestore_alembic_version SET version_num = '0005'")
+    (tmp_path / "shared").mkdir()
+    with Store(Settings(auto_upgrade=True), root=alice.root, readonly=True) as again:  # as `hub push` opens it
+        pushed = push(again, DirectoryRemote(tmp_path / "shared"))
+    assert pushed.rows == 2 and not pushed.ok  # the judgements went; the completions did not
+    (problem,) = pushed.problems
+    assert problem.path == QWEN_FOLDER and "AUTO_UPGRADE" not in problem.reason
+    assert "push only reads it: upgrade it first (`judgestore db upgrade" in problem.reason, problem.reason
 
 
 def test_fetched_rows_are_never_echoed_back(side: RemoteSide, make_store: MakeStore) -> None:
