@@ -376,8 +376,9 @@ def _render_fetch(report: "FetchReport") -> None:
             for folder in report.folders:
                 table.add_row(*location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows_inserted:,}",
                               f"{folder.rows_read:,}", decimal(folder.bytes))  # fmt: skip
+        rows = "" if report.dry_run else f"{quantity(report.rows, 'new row')}, "  # a dry run cannot count them
         table.caption = (
-            f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'new row')}, {decimal(report.bytes)}; "
+            f"{quantity(report.shards, 'shard')}, {rows}{decimal(report.bytes)}; "
             f"{quantity(report.skipped, 'shard')} already here; {len(report.quarantined)} quarantined"
         )
         out.print(table)

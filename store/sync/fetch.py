@@ -73,6 +73,7 @@ from store.errors import (
 )
 from store.interrupts import carrying
 from store.layout import LEVELS, Location, Selector, StoredMetadata
+from store.reports import DatabaseInfo
 from store.repository import records_bytes
 from store.roles import ROLES
 from store.schema import DatabaseState
@@ -120,8 +121,10 @@ class FetchedFolder:
     rows_inserted: int = 0  # rows that were new here (the rest were already present and kept)
     bytes: int = 0
 
-    def as_dict(self) -> dict[str, Any]:
-        counts = {"shards": self.shards, "rows_read": self.rows_read, "rows_inserted": self.rows_inserted}
+    def as_dict(self, *, downloaded: bool = True) -> dict[str, Any]:
+        """As JSON; rows are None unless ``downloaded`` (a dry run cannot count them)."""
+        rows = (self.rows_read, self.rows_inserted) if downloaded else (None, None)
+        counts = {"shards": self.shards, "rows_read": rows[0], "rows_inserted": rows[1]}
         return {**self.location.as_dict(), **counts, "bytes": self.bytes}
 
 
@@ -163,11 +166,12 @@ class FetchReport:
             "dry_run": self.dry_run,
             "ok": self.ok,
             "shards": self.shards,
-            "rows_read": sum(f.rows_read for f in self.folders),
-            "rows_inserted": self.rows,
+            # a dry run downloads no shard, so it cannot count their rows: null, not a 0 to be misread
+            "rows_read": None if self.dry_run else sum(f.rows_read for f in self.folders),
+            "rows_inserted": None if self.dry_run else self.rows,
             "bytes": self.bytes,
             "skipped": self.skipped,
-            "folders": [f.as_dict() for f in self.folders],
+            "folders": [f.as_dict(downloaded=not self.dry_run) for f in self.folders],
             "quarantined": [p.as_dict() for p in self.quarantined],
             "failed": [p.as_dict() for p in self.failed],
             "rejected_paths": [p.as_dict() for p in self.rejected_paths],
@@ -227,9 +231,12 @@ def _fetch(
     # fails or a dry run leaves the bookkeeping as it was.
     known_id = books.find_remote(remote.url)
     default = at_default(remote)
+    local = _local_databases(store, folders)
     # A folder deleted here since (or a schema dropped) lost the rows its shards brought: they are fetched again,
     # whatever the bookkeeping recorded of them (rows already there are kept, as ever).
-    here = _still_here(store, folders) if known_id is not None else set()
+    here = (
+        {key for key, info in local.items() if info.state is not DatabaseState.EMPTY} if known_id is not None else set()
+    )
     work: list[tuple[RemoteFolder, list[str]]] = []
     for key in sorted(folders):
         listed = folders[key]
@@ -245,6 +252,10 @@ def _fetch(
     total = sum(len(todo) for _, todo in work)
     if dry_run:
         for listed, todo in work:
+            key = remote_folder(listed.location)
+            if key in local and not _takes_rows(local[key], store):  # as the fetch will find it, downloading nothing
+                report.failed.append(SyncProblem(key, f"local database cannot take rows: {local[key].error}"))
+                continue
             size = sum(listed.shards[name] or 0 for name in todo)
             report.folders.append(FetchedFolder(listed.location, shards=len(todo), bytes=size))
         return report
@@ -269,12 +280,16 @@ def _fetch(
     return report
 
 
-def _still_here(store: Store, folders: dict[str, RemoteFolder]) -> set[str]:
-    """The remote's folders whose database this store holds, tables and all: a server's schema dropped by hand
-    stays in its registry (and an emptied folder's file may stay), yet lost its rows."""
+def _local_databases(store: Store, folders: dict[str, RemoteFolder]) -> dict[str, DatabaseInfo]:
+    """What this store holds of the remote's folders, by folder: a server's schema dropped by hand stays in its
+    registry (and an emptied folder's file may stay) as an empty database, which lost its rows."""
     listed = [location for location in store.locations() if remote_folder(location) in folders]
-    infos = store.infos(listed, count_rows=False)
-    return {remote_folder(info.location) for info in infos if info.state is not DatabaseState.EMPTY}
+    return {remote_folder(info.location): info for info in store.infos(listed, count_rows=False)}
+
+
+def _takes_rows(info: DatabaseInfo, store: Store) -> bool:
+    """Whether the fetch can write to the database: a usable one, or one behind that it upgrades first."""
+    return info.ok or (info.state is DatabaseState.BEHIND and store.settings.auto_upgrade)
 
 
 def discover(

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
@@ -174,6 +176,7 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
 
     preview = hub_cli("fetch", "--dir", str(shared), "--all", "--dry-run", "--store-root", str(bob))
     assert preview.exit_code == 0 and "Would download" in preview.stdout
+    assert "new row" not in preview.stdout  # a dry run downloads nothing: it said "0 new rows" (was)
     assert not (bob / ".judgestore-sync").exists()  # was: a preview created the sync workspace (lock, sync.db)
     assert read_rows(bob) == {}
 
@@ -183,7 +186,9 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     assert report["ok"] and report["rows_inserted"] == 7 and report["folders"][0]["model"] == "Qwen/Qwen3-8B"
     rest = hub_cli("fetch", "--dir", str(shared), "--all", "--dry-run", "--json", "--store-root", str(bob))
     assert rest.exit_code == 0, rest.output  # the workspace is there now: its bookkeeping skips what was fetched
-    assert (orjson.loads(rest.stdout)["skipped"], len(orjson.loads(rest.stdout)["folders"])) == (1, 1)
+    planned = orjson.loads(rest.stdout)
+    assert (planned["skipped"], len(planned["folders"])) == (1, 1)
+    assert (planned["rows_read"], planned["rows_inserted"], planned["folders"][0]["rows_inserted"]) == (None,) * 3
 
     again = hub_cli("push", "--dir", str(shared), "--all", "--store-root", str(bob))
     assert again.exit_code == 0 and "Nothing to push" in again.stdout
@@ -191,6 +196,27 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     assert "every selected row is recorded as on it (pushed or fetched), or listed there" in " ".join(
         again.stdout.split()
     )
+
+
+def test_a_fetch_dry_run_says_which_local_database_cannot_take_rows_as_the_fetch_will(tmp_path: Path) -> None:
+    """It said it would download the folder's shards and exited 0; the fetch then failed the folder, exit 1 (was)."""
+    alice, bob, shared = filled_store(tmp_path / "alice"), filled_store(tmp_path / "bob"), tmp_path / "shared"
+    assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(alice)).exit_code == 0
+    with closing(sqlite3.connect(bob / QWEN_FOLDER / "completions.db")) as db, db:
+        db.execute("DROP TABLE claims")  # as revision 0005 left it
+        db.execute("UPDATE judgestore_alembic_version SET version_num = '0005'")
+    args = ("fetch", "--dir", str(shared), "--all", "--json", "--store-root", str(bob))
+    for extra in (["--dry-run"], []):
+        result = hub_cli(*args, *extra)
+        assert result.exit_code == 1, (extra, result.output)
+        report = orjson.loads(result.stdout)
+        (failed,) = report["failed"]
+        assert failed["path"] == QWEN_FOLDER and "local database cannot take rows" in failed["reason"], failed
+        assert "schema revision 0005" in failed["reason"]
+        assert [f["role"] for f in report["folders"]] == ["judgements"], (extra, report)
+    upgrading = hub_cli(*args, "--dry-run", env={"JUDGESTORE_AUTO_UPGRADE": "1"})  # the fetch would upgrade it
+    assert upgrading.exit_code == 0, upgrading.output
+    assert [f["role"] for f in orjson.loads(upgrading.stdout)["folders"]] == ["completions"]  # the rest is here
 
 
 def test_fetch_reports_a_quarantined_shard_and_exits_1(tmp_path: Path) -> None:
