@@ -22,6 +22,7 @@ from store.errors import (
     DatabaseMissingError,
     EmptyFilterError,
     JudgestoreError,
+    SchemaAheadError,
     SchemaBehindError,
 )
 from store.layout import METADATA_FILE, Location, Selector, read_metadata
@@ -526,3 +527,31 @@ def test_a_path_given_as_the_settings_is_a_type_error_naming_root(
     with pytest.raises(TypeError, match=r"Store\(root=\.\.\.\)"):
         Store(where)  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []  # nothing created, neither the folder nor the default store
+
+
+@pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
+def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_another_process(
+    tmp_path: Path, readonly: bool
+) -> None:
+    """A folder store checked a file's revision once, when it first opened it: a browser kept showing the rows of
+    a database a newer judgestore had upgraded, or one a backup had been copied over (was). A server store checks
+    at every open."""
+    root, location = tmp_path / "store", Location.of("completions", "t", QWEN)
+    with Store(root=root) as writer:
+        writer.database("completions", "t", QWEN).put_many([completion_record(1)])
+    (head,) = sqlite3.connect(location.db_path(root)).execute("SELECT version_num FROM judgestore_alembic_version")
+
+    def set_revision(revision: str) -> None:  # as another process's upgrade, or a restored backup, leaves it
+        with closing(sqlite3.connect(location.db_path(root))) as db, db:
+            db.execute("UPDATE judgestore_alembic_version SET version_num = ?", (revision,))
+
+    with Store(root=root, readonly=readonly) as kept:
+        assert kept.open(location).count() == 1
+        set_revision("9001")
+        with pytest.raises(SchemaAheadError, match="9001"):
+            kept.open(location)
+        set_revision(head[0])
+        assert kept.open(location).count() == 1
+        set_revision("0005")
+        with pytest.raises(SchemaBehindError, match="0005"):
+            kept.open_existing(location)

@@ -41,6 +41,7 @@ from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
     ReadOnlyConnection,
     checked_transaction,
+    is_current,
     read_checked,
     sqlite_engine,
     stable_read,
@@ -48,7 +49,7 @@ from store.backends.sqlite.connections import (
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlite_get_many, sqlite_insert
 from store.backends.sqlite.verify import integrity_damage
-from store.errors import ChangedUnderReadError, DatabaseBusyError, StoreFullError
+from store.errors import ChangedUnderReadError, DatabaseBusyError, JudgestoreError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.repository import PARTITION_BYTES, STREAM_SLICE, Repository, records_bytes
 from store.settings import Settings
@@ -109,6 +110,7 @@ class SqliteDatabase(Database):
         self._opened = 0  # raised by close(): connections taken before it are closed as their calls end
         self._engine = engine
         self._engine_lock = threading.Lock()
+        self._current_at = self.stamp()  # the file as it was when it was found current (see still_current)
 
     @property
     def engine(self) -> Engine:
@@ -297,6 +299,23 @@ class SqliteDatabase(Database):
         """The file's and its WAL's sizes and modification times: every commit changes one of them."""
         files = (self.path, wal_path(self.path))
         return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
+
+    def still_current(self) -> bool:
+        """Whether the file is at this library's revision still: read again (one SELECT) only once the file
+        changed since it was last found so (a commit; another process's upgrade, a backup copied over it), so that
+        a store kept open (a browser, a notebook) never reads a file its schema no longer describes. False also
+        when it cannot be read: opening it again says what is wrong."""
+        try:
+            stamp = self.stamp()
+            if stamp == self._current_at:
+                return True
+            with self._translated(), self._driver() as conn:
+                current = is_current(conn, self.path)
+        except (JudgestoreError, OSError):  # gone, unreadable
+            return False
+        if current:
+            self._current_at = stamp
+        return current
 
     def size_bytes(self) -> int:
         assert self.path is not None

@@ -251,10 +251,17 @@ class SqliteStorage:
         return database
 
     def _cached(self, location: Location) -> SqliteDatabase | None:
+        """The database opened before, unless its file left this library's revision since (another process
+        upgraded it, or copied a backup over it): then None, and the caller's open says what it is now, as a
+        server's open does each time."""
         key = location.segments()
         database = self._open.get(key)
-        if database is not None:
-            self._open.move_to_end(key)
+        if database is None:
+            return None
+        if not database.still_current():
+            self._open.pop(key).close()
+            return None
+        self._open.move_to_end(key)
         return database
 
     # ------------------------------------------------------------ the whole root
