@@ -81,14 +81,14 @@ MODELS = ("m1", "m2", "m3")
 @st.composite
 def judgement_rows(draw: st.DrawFn, i: int) -> JudgementRecord:
     """Row ``i`` (its input hash is unique to ``i``) with values drawn from small sets, so ties and NULLs happen."""
-    pointwise = draw(st.booleans()) and draw(st.booleans())
+    model_b = None if draw(st.booleans()) and draw(st.booleans()) else draw(st.sampled_from((*MODELS, None)))
     row = judgement_record(
         i,
-        pointwise=pointwise,
-        orientation=None if pointwise else draw(st.sampled_from(("direct", "reversed"))),
+        pointwise=model_b is None,  # a pointwise judgement has no orientation (the store refuses one)
+        orientation=None if model_b is None else draw(st.sampled_from(("direct", "reversed"))),
         judge=draw(st.sampled_from(JUDGES)),
         model_a=draw(st.sampled_from(MODELS)),
-        **({} if pointwise else {"model_b": draw(st.sampled_from((*MODELS, None)))}),
+        model_b=model_b,
         instruction_id=str(draw(st.integers(0, 6))),
         sample_index=draw(st.integers(0, 2)),
         created_at=T0 + timedelta(hours=draw(st.integers(0, 4))),
