@@ -72,7 +72,10 @@ class PostgresDatabase(Database):
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:
         with self.storage.engine.connect() as conn:
-            conn = conn.execution_options(**self._options, **({} if write else {"postgresql_readonly": True}))
+            # A read is one snapshot, as on SQLite (Database.reading's contract): under READ COMMITTED each
+            # statement took its own, so the figures of one `stats` came from different moments of a writer's work
+            reading = {"postgresql_readonly": True, "isolation_level": "REPEATABLE READ"}
+            conn = conn.execution_options(**self._options, **({} if write else reading))
             try:
                 with conn.begin():
                     if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
