@@ -112,6 +112,5 @@ def adopt_rows(
 def adoptions(database: Database) -> list[AdoptionRecord]:
     """Every adoption into ``database``, newest first."""
     stmt = select(*(ADOPTIONS.c[name] for name in _FIELDS)).order_by(ADOPTIONS.c.id.desc())
-    with database.reading() as repo:
-        rows = repo.conn.execute(stmt).all()
+    rows = database.read(lambda repo: repo.conn.execute(stmt).all())
     return [AdoptionRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]

@@ -209,7 +209,11 @@ class Database(ABC):
         with self._translated(needed_bytes):
             return self._retry(attempt)
 
-    def _read(self, work: Callable[[Repository], T]) -> T:
+    def read(self, work: Callable[[Repository], T]) -> T:
+        """``work`` in one read transaction (:meth:`reading`), run again whole if what it read changed under it (a
+        folder store's read-only reads take no lock: a writer may start meanwhile): a read that returns whole, as a
+        count or a database's statistics do, never fails for a writer's work."""
+
         def attempt() -> T:
             with self.reading() as repo:
                 return work(repo)
@@ -230,7 +234,7 @@ class Database(ABC):
         keys = lookup_keys(hashes)  # checked once, before a connection is opened
         lean = self._deferred_columns() if deferred else None
         with values_read(self.where):
-            return self._read(lambda repo: repo._get_many(keys, lean))
+            return self.read(lambda repo: repo._get_many(keys, lean))
 
     def _deferred_columns(self) -> DeferredColumns:
         """What a deferred lookup's records read their deferred columns through: this database, whole rows, later."""
@@ -260,11 +264,11 @@ class Database(ABC):
         return self._write(delete)
 
     def count(self, flt: RowFilter | None = None) -> int:
-        return self._read(lambda repo: repo.count(flt))
+        return self.read(lambda repo: repo.count(flt))
 
     def count_around(self, flt: RowFilter, moment: datetime) -> tuple[int, int]:
         """The rows ``flt`` matches dated before ``moment``, and at or after it (:meth:`Repository.count_around`)."""
-        return self._read(lambda repo: repo.count_around(flt, moment))
+        return self.read(lambda repo: repo.count_around(flt, moment))
 
     def query(self, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
         """Stream matching rows; the read transaction stays open until the iterator is exhausted or closed.
@@ -280,7 +284,7 @@ class Database(ABC):
         """``work`` on the claims table (:mod:`store.claims`) in one transaction (a write, unless ``write=False``)."""
         if write:
             return self._write(lambda repo: work(self._claim_table(repo.conn)))
-        return self._read(lambda repo: work(self._claim_table(repo.conn)))
+        return self.read(lambda repo: work(self._claim_table(repo.conn)))
 
 
 @contextmanager

@@ -47,8 +47,7 @@ def record_run(database: Database, run: RunRecord) -> int:
 def recent_runs(database: Database, limit: int = 10) -> list[RunRecord]:
     """The ``limit`` most recently started runs, newest first."""
     stmt = select(*(RUNS.c[name] for name in _FIELDS)).order_by(RUNS.c.started_at.desc(), RUNS.c.id.desc())
-    with database.reading() as repo:
-        rows = repo.conn.execute(stmt.limit(limit)).all()
+    rows = database.read(lambda repo: repo.conn.execute(stmt.limit(limit)).all())
     return [RunRecord(**dict(zip(_FIELDS, row, strict=True))) for row in rows]
 
 
@@ -61,8 +60,7 @@ def _totals_statement() -> Select[Any]:
 
 def run_totals(database: Database) -> RunTotals:
     """Every recorded run of the database, added up."""
-    with database.reading() as repo:
-        row = repo.conn.execute(_totals_statement()).one()
+    row = database.read(lambda repo: repo.conn.execute(_totals_statement()).one())
     count, *sums, first, last = row  # min/max keep the column's type: aware UTC datetimes
     typed: dict[str, Any] = {
         name: float(v) if "seconds" in name else int(v) for name, v in zip(RUN_SUMMED, sums, strict=True)

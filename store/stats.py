@@ -30,6 +30,7 @@ from store.claim_table import ClaimsSummary
 from store.claims import claims_summary
 from store.errors import JudgestoreError
 from store.layout import Location
+from store.repository import Repository
 from store.rows import RowTotals
 from store.runs import recent_runs, run_totals
 from store.store import Database, Store
@@ -78,10 +79,12 @@ class DatabaseStats:
 
 def database_stats(database: Database, *, recent: int = 5) -> DatabaseStats:
     """The statistics of one open database; ``recent`` most recent runs are listed."""
-    with database.reading() as repo:
-        totals = repo.totals()
+
+    def figures(repo: Repository) -> tuple[RowTotals, dict[str | None, int], int]:  # one snapshot: they add up
         reasons = {group.key: group.rows for group in repo.groups("finish_reason")}
-        adopted = repo.count(RowFilter(adopted=True))
+        return repo.totals(), reasons, repo.count(RowFilter(adopted=True))
+
+    totals, reasons, adopted = database.read(figures)
     return DatabaseStats(
         database.location,
         database.where,

@@ -206,15 +206,15 @@ class ChangedUnderReadError(DatabaseBusyError):
     def __init__(self, path: Path | str, *, rows_given: int = 0) -> None:
         self.rows_given = rows_given
         given = (
-            f"the {rows_given:,} rows given before it were read before the change and are whole; the rest were not "
-            "given. "
+            f" The {rows_given:,} rows given before it were read before the change and are whole; the rest were not "
+            "given."
             if rows_given
             else ""
         )
         super().__init__(
             path,
             "a writer changed it while it was read read-only (no process had it open when the read started, so "
-            f"the read took no locks: it creates no file); {given}Run the command again: while a writer has the "
+            f"the read took no locks: it creates no file).{given} Run the command again: while a writer has the "
             "database open, read-only reads take SQLite's locks and see one snapshot.",
         )
 

@@ -71,7 +71,7 @@ def test_a_stream_a_writer_changed_under_after_it_gave_rows_stops_with_a_typed_e
     # what was given is a whole prefix of the snapshot the read started on, and the error says how much
     assert given == list(range(len(given))) and len(given) % CHECKED_BATCH_ROWS == 0
     assert caught.value.rows_given == len(given)
-    assert f"the {len(given):,} rows given before it" in str(caught.value)
+    assert f"file). The {len(given):,} rows given before it" in str(caught.value)
 
 
 def test_a_stream_a_writer_changed_before_it_gave_anything_is_read_again_whole(
@@ -145,3 +145,28 @@ def test_a_query_while_a_writer_thread_writes_and_checkpoints_is_one_snapshot(tm
             thread.join()
         assert written.count() > 2 * OLD_ROWS  # the writer did write (and checkpoint) during the read
     assert ids == list(range(OLD_ROWS))  # the snapshot the read began on: no row lost, none given twice
+
+
+def test_statistics_a_writer_changed_under_are_read_again_whole(
+    idle_store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`stats` read its figures without the retry a count has: a short job that opened the file meanwhile made a
+    healthy database "unreadable", with advice to upgrade or verify it (was)."""
+    from store.stats import database_stats
+
+    real = Repository.totals
+    raced: list[int] = []
+
+    def racing(self: Repository, flt: RowFilter | None = None) -> object:
+        found = real(self, flt)
+        if not raced:
+            raced.append(1)
+            _write_and_checkpoint(idle_store, OLD_ROWS, 2 * CHECKED_BATCH_ROWS)
+        return found
+
+    monkeypatch.setattr(Repository, "totals", racing)
+    with Store(root=idle_store, readonly=True) as reader:
+        stats = database_stats(reader.open(Location.of(ROLE, TASK, QWEN)))
+    assert raced
+    after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1  # the state after the write, every figure of it
+    assert stats.rows.rows == after and sum(stats.finish_reasons.values()) == after

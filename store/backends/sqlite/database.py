@@ -293,7 +293,7 @@ class SqliteDatabase(Database):
                     return f"the index {index} holds {held:,} entries for the {rows:,} rows of {table}: it is damaged"
             return None
 
-        return self._read(check)
+        return self.read(check)
 
     def stamp(self) -> object | None:
         """The file's and its WAL's sizes and modification times: every commit changes one of them."""
