@@ -44,7 +44,7 @@ from typing import IO, TYPE_CHECKING, Any, Literal
 import orjson
 
 from store import jsonvalues
-from store.errors import InvalidInputError, MissingDependencyError, install_hint
+from store.errors import ChangedUnderReadError, InvalidInputError, MissingDependencyError, install_hint
 from store.layout import Selector
 from store.outputs import replacing, written_in_place
 from store.rows import FoundRow, row_columns
@@ -248,10 +248,35 @@ def export_rows(
     """
     selector, flt = selector or Selector(), flt or RowFilter()
     chosen = export_columns(selector, flt, columns)
+    if fmt == "parquet" and not isinstance(destination, Path):
+        raise InvalidInputError("Parquet is written to a file: give a path")
+    # A file is written beside it and renamed into place: until then nothing reached it, so a read a writer
+    # changed under (a folder store's read-only reads take no lock) is made again from the start, as a count is
+    again = _READ_AGAIN if isinstance(destination, Path) and not written_in_place(destination) else 1
+    for attempt in range(again):
+        try:
+            return _export_once(store, destination, fmt, selector, flt, chosen, limit)
+        except ChangedUnderReadError:
+            if attempt == again - 1:
+                raise
+    raise AssertionError("unreachable")  # the loop returns or raises
+
+
+_READ_AGAIN = 3  # reads of an export to a file, each from the start, while writers change the store under them
+
+
+def _export_once(
+    store: Store,
+    destination: Path | IO[str],
+    fmt: ExportFormat,
+    selector: Selector,
+    flt: RowFilter,
+    chosen: tuple[str, ...],
+    limit: int | None,
+) -> int:
     with closing(store.query_rows(selector, flt, limit=limit)) as rows:  # an interrupt ends the read, store open
         if fmt == "parquet":
-            if not isinstance(destination, Path):
-                raise InvalidInputError("Parquet is written to a file: give a path")
+            assert isinstance(destination, Path)  # checked by export_rows
             return write_parquet(rows, destination, chosen)
         if isinstance(destination, Path):
             with replacing(destination, "w") as handle:  # a temporary file, but for a pipe or a device

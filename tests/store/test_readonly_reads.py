@@ -170,3 +170,32 @@ def test_statistics_a_writer_changed_under_are_read_again_whole(
     assert raced
     after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1  # the state after the write, every figure of it
     assert stats.rows.rows == after and sum(stats.finish_reasons.values()) == after
+
+
+def test_an_export_to_a_file_a_writer_changed_under_is_read_again_from_the_start(
+    idle_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rows go to a file beside the destination, renamed into place at the end: nothing has reached the user
+    when a writer changes the database under the read, yet `export -o` failed (half the runs, while short jobs
+    wrote) (was)."""
+    from store.export import export_rows
+    from store.layout import Selector
+
+    real = Repository.query
+    raced: list[int] = []
+
+    def racing(self: Repository, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
+        for n, record in enumerate(real(self, flt, limit=limit)):
+            if n == CHECKED_BATCH_ROWS + 10 and not raced:  # a batch was given to the file already
+                raced.append(1)
+                _write_and_checkpoint(idle_store, OLD_ROWS, 2 * CHECKED_BATCH_ROWS)
+            yield record
+
+    monkeypatch.setattr(Repository, "query", racing)
+    out = tmp_path / "rows.jsonl"
+    with Store(root=idle_store, readonly=True) as reader:
+        written = export_rows(reader, out, "jsonl", Selector(), RowFilter())
+    assert raced
+    after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1
+    assert written == after == len(out.read_text().splitlines())
+    assert not list(tmp_path.glob(".rows.jsonl.*"))  # the first attempt's file was removed
