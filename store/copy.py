@@ -81,6 +81,7 @@ from store.backends.postgres.connections import is_store_url
 from store.descriptor import canonical_json
 from store.errors import (
     STORE_UNUSABLE,
+    ChangedUnderReadError,
     CorruptDatabaseError,
     DatabaseFileError,
     ForeignSchemaError,
@@ -328,7 +329,8 @@ def copy_database(
     if result.missing:
         result.problems.append(f"{result.missing} rows written to the target could not be read back from it")
     for table in BOOKKEEPING:
-        result.bookkeeping[str(table.name)] = copy_bookkeeping(source, target, table, dry_run=dry_run)
+        copied = copy_bookkeeping(source, target, table, dry_run=dry_run)
+        result.bookkeeping[str(table.name)] = result.bookkeeping.get(str(table.name), 0) + copied  # an earlier attempt's too
 
 
 # ---------------------------------------------------------------- bookkeeping
@@ -423,10 +425,36 @@ def copy_store(
                 continue
             if database is None:
                 continue  # no tables yet: nothing to copy
-            result = CopiedDatabase(location, database.where)
-            report.databases.append(result)
-            _copy_one(database, target, result, chunk_size, on_progress, dry_run)
+            _copy_while_changed(database, target, report, chunk_size, on_progress, dry_run)
     return report
+
+
+_READ_AGAIN = 3  # copies of one database, each reading its source from the start, while writers change it
+
+
+def _copy_while_changed(
+    database: Database,
+    target: Store,
+    report: CopyReport,
+    chunk_size: int,
+    on_progress: Progress | None,
+    dry_run: bool,
+) -> None:
+    """:func:`_copy_one`, made again from the start (:data:`_READ_AGAIN` times at most) while a writer changes the
+    source under a read that takes no lock; what an earlier attempt wrote counts as this copy's writing (found in
+    the target since, it is no row the target held before)."""
+    result = CopiedDatabase(database.location, database.where)
+    report.databases.append(result)  # in the report from the start: a Ctrl-C's report counts what it wrote
+    for attempt in range(_READ_AGAIN):
+        earlier = result.written
+        changed_under = _copy_one(database, target, result, chunk_size, on_progress, dry_run)
+        if attempt:
+            result.already_there = max(0, result.already_there - earlier)
+        if not changed_under or attempt == _READ_AGAIN - 1:
+            return
+        result = CopiedDatabase(database.location, database.where, written=result.written,
+                                bookkeeping=dict(result.bookkeeping))  # fmt: skip
+        report.databases[-1] = result
 
 
 def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -> str:
@@ -458,12 +486,16 @@ def _copy_one(
     chunk_size: int,
     on_progress: Progress | None,
     dry_run: bool,
-) -> None:
-    """Copy one database; a failure is reported in ``result``, naming the side where it happened (module docstring)."""
+) -> bool:
+    """Copy one database; a failure is reported in ``result``, naming the side where it happened (module docstring).
+
+    True when the failure was a writer changing the source under a read-only read that takes no lock (a folder
+    store's, while short jobs open the file): the file is sound, and reading it again from the start copies it.
+    """
     location = result.location
     phase = f"{location.role}/{location.task}/{location.model}/{location.descriptor_hash16}"
     total = done = 0
-    created = False
+    created = changed_under = False
 
     def advance(rows: int) -> None:
         nonlocal done
@@ -500,7 +532,11 @@ def _copy_one(
             except JudgestoreError as e:
                 result.problems.append(f"the copy would fail at the target {result.target}: {e}")
     except _SourceFailed as e:
-        result.problems.append(f"the source {database.where} cannot be read: {e.error}")
+        if isinstance(e.error, ChangedUnderReadError):
+            changed_under = True
+            result.problems.append(f"the source {database.where} changed while it was read: {e.error}")
+        else:
+            result.problems.append(f"the source {database.where} cannot be read: {e.error}")
     except STORE_UNUSABLE:
         raise
     except KeyboardInterrupt:  # as a failure does: an empty database it created stays listed until a rerun (was)
@@ -522,6 +558,7 @@ def _copy_one(
             on_progress(phase, total, total)  # the bar goes, whatever happened
     if created and result.problems and not result.written and not any(result.bookkeeping.values()):
         _discard(target, location, result)
+    return changed_under
 
 
 def _discard(target: Store, location: Location, result: CopiedDatabase) -> None:

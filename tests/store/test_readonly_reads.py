@@ -199,3 +199,31 @@ def test_an_export_to_a_file_a_writer_changed_under_is_read_again_from_the_start
     after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1
     assert written == after == len(out.read_text().splitlines())
     assert not list(tmp_path.glob(".rows.jsonl.*"))  # the first attempt's file was removed
+
+
+def test_a_copy_whose_source_a_writer_changed_under_copies_it_again_from_the_start(
+    idle_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A short job opening the source file while it was read made the copy fail that database ("the source cannot
+    be read ... Verified: NO"), 10 runs in 12 (was): the file is sound, and is read again."""
+    from store.copy import copy_store
+
+    real = Repository.query
+    raced: list[int] = []
+
+    def racing(self: Repository, flt: RowFilter | None = None, *, limit: int | None = None) -> Iterator[Record]:
+        for n, record in enumerate(real(self, flt, limit=limit)):
+            if n == CHECKED_BATCH_ROWS + 10 and not raced:  # chunks were written to the target already
+                raced.append(1)
+                _write_and_checkpoint(idle_store, OLD_ROWS, 2 * CHECKED_BATCH_ROWS)
+            yield record
+
+    monkeypatch.setattr(Repository, "query", racing)
+    with Store(root=idle_store, readonly=True) as source, Store(root=tmp_path / "target") as target:
+        report = copy_store(source, target, chunk_size=100)
+        (copied,) = report.databases
+        assert raced and copied.verified, copied.as_dict()
+        after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1
+        # the row the writer deleted was copied by the first attempt: it stays, as in any copy of a moving source
+        assert (copied.source_rows, copied.written, copied.already_there) == (after, after + 1, 0)
+        assert target.open(Location.of(ROLE, TASK, QWEN)).count() == after + 1
