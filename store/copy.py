@@ -44,6 +44,9 @@ Contract:
   that database alone: it is reported per database, naming the side where it
   happened (the source that could not be read, or the target that failed or
   refused a source row, with the row and what to do), and the others go on.
+  A source a writer changed under a read that takes no lock (a folder
+  store's read-only read, while a short job opened the file) is sound: its
+  copy is made again from the start, a few times at most.
   A source that its backend's own check finds damaged
   (:meth:`~store.backend.Database.damage`: a damaged page or index hides
   rows from what is streamed) is such a failure, before any row is copied.
@@ -329,8 +332,10 @@ def copy_database(
     if result.missing:
         result.problems.append(f"{result.missing} rows written to the target could not be read back from it")
     for table in BOOKKEEPING:
-        copied = copy_bookkeeping(source, target, table, dry_run=dry_run)
-        result.bookkeeping[str(table.name)] = result.bookkeeping.get(str(table.name), 0) + copied  # an earlier attempt's too
+        name = str(table.name)  # added to an earlier attempt's (_copy_while_changed)
+        result.bookkeeping[name] = result.bookkeeping.get(name, 0) + copy_bookkeeping(
+            source, target, table, dry_run=dry_run
+        )
 
 
 # ---------------------------------------------------------------- bookkeeping
