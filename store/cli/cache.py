@@ -29,7 +29,7 @@ from store.cli.common import (
     command_errors,
     confirmed,
     counted,
-    deletion_interrupted,
+    deleting,
     emit_json,
     exit_if_unread,
     incomplete_output,
@@ -356,11 +356,7 @@ def prune_command(
         return
     where = quantity(len(plan.counts), "database")
     confirmed(f"Prune {quantity(plan.rows, 'row')} from {where}?", yes=yes, json_output=json_output)
-    with Store(settings) as store:
-        try:
-            deleted = prune(store, plan)
-        except KeyboardInterrupt as e:
-            deletion_interrupted(e, json_output)
+    deleted = deleting(settings, lambda store: prune(store, plan), json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

@@ -398,6 +398,26 @@ def interrupted(message: str, json_output: bool, **done: object) -> NoReturn:
     raise typer.Exit(130)
 
 
+def deleting(settings: Settings, delete: Callable[[Store], list[RowCount]], json_output: bool) -> list[RowCount]:
+    """``delete`` on the store of ``settings``, what it deleted; Ctrl-C says what was deleted before it
+    (:func:`deletion_interrupted`), also when it comes as the store closes, every delete done (it said "nothing was
+    deleted" then, the rows gone)."""
+    deleted: list[RowCount] | None = None
+    try:
+        with Store(settings) as store:
+            deleted = delete(store)
+    except KeyboardInterrupt as e:
+        if deleted is not None and not hasattr(e, "rows_deleted"):
+            rows = sum(count.rows for count in deleted)
+            e.rows_deleted = rows  # type: ignore[attr-defined]  # as Store.delete_rows gives it
+            e.add_note(
+                f"Before it, {quantity(rows, 'row')} {'was' if rows == 1 else 'were'} deleted from "
+                f"{quantity(len(deleted), 'database')}: every planned delete was done."
+            )
+        deletion_interrupted(e, json_output)
+    return deleted
+
+
 def deletion_interrupted(error: KeyboardInterrupt, json_output: bool) -> NoReturn:
     """Ctrl-C in a command that deletes: what was deleted before it (the notes and ``rows_deleted``
     :meth:`Store.delete_rows` gave the interrupt), as :func:`interrupted` says it."""

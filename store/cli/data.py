@@ -31,7 +31,7 @@ from store.cli.common import (
     command_errors,
     confirmed,
     counted,
-    deletion_interrupted,
+    deleting,
     emit_json,
     exit_if_unread,
     incomplete_output,
@@ -374,11 +374,7 @@ def delete_command(
         return
     where = quantity(len(plan.counts), "database")
     confirmed(f"Delete {quantity(matched, 'row')} from {where}?", yes=yes, json_output=json_output)
-    with Store(settings) as store:
-        try:
-            deleted = store.delete_rows(plan)
-        except KeyboardInterrupt as e:
-            deletion_interrupted(e, json_output)
+    deleted = deleting(settings, lambda store: store.delete_rows(plan), json_output)
     record_deleted(report, deleted)
     if json_output:
         emit_json(report)

@@ -329,12 +329,13 @@ def fetch_command(
 
     sync_settings = from_environment(SyncSettings)
     remote = _remote(repo, directory, revision, token)
+    report = None
     try:
         with Store(settings) as store, progress_bars(json_output) as progress:
             report = fetch(store, remote, selector, dry_run=dry_run, max_shard_bytes=sync_settings.max_shard_bytes,
                            progress=progress)  # fmt: skip
-    except KeyboardInterrupt as e:
-        _fetch_interrupted(getattr(e, "fetch_report", None), remote.url, json_output)
+    except KeyboardInterrupt as e:  # the fetch's report so far; its whole one when it came as the store closed
+        _fetch_interrupted(getattr(e, "fetch_report", report), remote.url, json_output)
     if json_output:
         emit_json(report.as_dict())
     else:

@@ -753,6 +753,29 @@ def test_ctrl_c_in_a_delete_says_what_was_deleted_before_it(
     assert count_rows(filled, RowFilter(run_id="run-2"), "judgements") == 1  # rolled back
 
 
+@pytest.mark.parametrize("command", ["delete", "prune"])
+def test_ctrl_c_as_the_store_closes_after_every_delete_says_they_were_done(
+    filled: Path, monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """The signal landed in the store's close, the deletes committed: "interrupted", with no rows_deleted, and
+    "nothing was deleted" said of 3 rows gone (was)."""
+    real_close = Store.close
+
+    def close_then_ctrl_c(self: Store) -> None:
+        real_close(self)
+        if not self.readonly:  # the store that deleted (the plan's count reads a read-only one)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "close", close_then_ctrl_c)
+    result = judgestore(command, "--run-id", "run-2", "--yes", "--json")
+    assert result.exit_code == 130 and result.stdout == ""
+    error = as_json(result.stderr)
+    assert error["type"] == "Interrupted" and error["rows_deleted"] == 3, error
+    assert "Before it, 3 rows were deleted from 2 databases: every planned delete was done" in error["error"]
+    monkeypatch.undo()
+    assert count_rows(filled, RowFilter(run_id="run-2")) == 0
+
+
 @pytest.mark.parametrize(
     "command", [("delete", "--run-id", "run-2"), ("prune", "--older-than", "30d")], ids=["delete", "prune"]
 )

@@ -219,6 +219,28 @@ def test_a_fetch_dry_run_says_which_local_database_cannot_take_rows_as_the_fetch
     assert [f["role"] for f in orjson.loads(upgrading.stdout)["folders"]] == ["completions"]  # the rest is here
 
 
+def test_ctrl_c_as_the_store_closes_after_a_fetch_counts_what_it_imported(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal landed in the store's close, every shard imported: "imported no shard ... run the same fetch
+    again" (was)."""
+    alice, bob, shared = filled_store(tmp_path / "alice"), tmp_path / "bob", tmp_path / "shared"
+    assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(alice)).exit_code == 0
+    real_close = Store.close
+
+    def close_then_ctrl_c(self: Store) -> None:
+        real_close(self)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(Store, "close", close_then_ctrl_c)
+        result = hub_cli("fetch", "--dir", str(shared), "--all", "--json", "--store-root", str(bob))
+    assert result.exit_code == 130, result.output
+    error = orjson.loads(result.stderr)
+    assert (error["shards_imported"], error["rows_imported"]) == (2, 10), error
+    assert len(read_rows(bob)) == 10
+
+
 def test_fetch_reports_a_quarantined_shard_and_exits_1(tmp_path: Path) -> None:
     alice, shared = filled_store(tmp_path / "alice"), tmp_path / "shared"
     assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(alice)).exit_code == 0
