@@ -220,14 +220,19 @@ def _stdout_error(error: BaseException) -> OutputWriteError | None:
 
 _python_show_warning = warnings.showwarning
 _OUR_LOGGERS = ("judgestore", "store", "inference")  # the loggers judgestore's modules log to, by their roots
-_LIBRARY_LOGGERS = ("psycopg",)  # a library's whose warnings reach the user: shown as judgestore's are
+# Libraries' whose warnings reach the user: shown as judgestore's are (the pool's, a connection it could not close)
+_LIBRARY_LOGGERS = ("psycopg", "sqlalchemy.pool")
 
 
 def _worth_showing(record: logging.LogRecord) -> bool:
     """psycopg's "error ignored terminating <Pipeline ...>" (or "exiting", "in rollback") follows an error that
     ended its pipeline, copy or transaction: that error is what the command reports (the line was bare on stderr,
-    beside --json's objects)."""
-    return not (record.name.startswith("psycopg") and str(record.msg).startswith("error ignored"))
+    beside --json's objects). So does the pool's "Exception closing connection" of a Ctrl-C that landed in the close
+    (it was a traceback on stderr): the interrupt is what the command reports."""
+    if record.name.startswith("psycopg") and str(record.msg).startswith("error ignored"):
+        return False
+    interrupted = record.exc_info is not None and isinstance(record.exc_info[1], KeyboardInterrupt | SystemExit)
+    return not (record.name.startswith("sqlalchemy.pool") and interrupted)
 
 
 class _WarningLines(logging.Handler):

@@ -99,10 +99,11 @@ DAMAGES = {
 
 
 def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lines_not_at_all(
-    filled: Path, monkeypatch: pytest.MonkeyPatch
+    filled: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """psycopg's "error ignored terminating <Pipeline ...>" reached stderr bare, beside --json's objects (was): it
-    follows the error that the command reports. Its other warnings are warnings like any."""
+    """psycopg's "error ignored terminating <Pipeline ...>", and the pool's traceback of a Ctrl-C in its close,
+    reached stderr bare, beside --json's objects (was): they follow what the command reports. Other warnings are
+    warnings like any."""
     import logging
 
     listed = Store.locations
@@ -111,6 +112,10 @@ def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lin
         driver = logging.getLogger("psycopg.pipeline")
         driver.warning("error ignored terminating %r: %s", "<psycopg.Pipeline [INERROR]>", "pipeline aborted")
         driver.warning("unknown PostgreSQL timezone: %r; will use UTC", "Mars/Olympus")
+        try:  # the pool's traceback of a Ctrl-C that landed as it closed a connection: the interrupt is reported
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
         return listed(self)
 
     monkeypatch.setattr(Store, "locations", locations_as_the_driver_warns)
@@ -120,6 +125,7 @@ def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lin
         {"warning": "unknown PostgreSQL timezone: 'Mars/Olympus'; will use UTC", "type": "LogWarning"}
     ]
     assert as_json(result.stdout)  # the listing itself
+    assert not caplog.records  # nor passed on to the process's handlers (Python's last resort prints tracebacks)
 
 
 @pytest.mark.parametrize("kind", list(DAMAGES))
