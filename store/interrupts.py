@@ -21,6 +21,10 @@ Contract:
   first signal is said on stderr and acted on as the work ends; a second one
   ends the process at once (the child processes started meanwhile, and
   theirs, killed first: an engine's would outlive it), exit status 130 or 143. Nothing is written meanwhile.
+* :func:`say_interrupted`: the line of a Ctrl-C (or SIGTERM) that no command
+  reported, one that came while the program started (its imports, typer
+  reading the command line): "interrupted", or with ``--json`` the JSON
+  object every interrupted command gives, never a traceback or nothing.
 * :func:`interrupts_reach_the_command` (the command line installs it): Python
   drops, with an "Exception ignored" line, a ``KeyboardInterrupt`` raised in
   a finalizer or weakref callback (Ctrl-C landing while the garbage collector
@@ -42,6 +46,13 @@ from types import FrameType
 from typing import Any, NoReturn
 
 MIGRATING = "migrating"
+
+
+def say_interrupted(json_output: bool) -> None:
+    """Say on stderr that the program was interrupted, where no command said what its interrupt left (see the
+    module docstring); stdlib only, so the program may say it before it has imported anything else."""
+    sys.stderr.write('{"error":"interrupted","type":"Interrupted"}\n' if json_output else "interrupted\n")
+    sys.stderr.flush()
 
 
 def interrupts_reach_the_command() -> None:

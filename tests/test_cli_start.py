@@ -135,19 +135,41 @@ def test_a_run_that_loaded_vllm_ends_through_pythons_teardown() -> None:
     assert result.stdout.splitlines() == ["written", "thread done", "atexit ran", "finalized"]
 
 
-def test_ctrl_c_while_the_commands_are_imported_is_one_line_not_a_traceback() -> None:
-    """The first tenths of a second of every command import its modules (was: Python's traceback of the import)."""
-    code = (
-        "import sys\n"
+# Where a signal lands in the program's first second: the commands' import, typer building the commands, typer
+# reading the command line; as Ctrl-C (KeyboardInterrupt) or SIGTERM (the program's own handler, once it is set).
+_EARLY = {
+    "import": (
         "class Interrupting:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'inference.cli.app':\n"
-        "            raise KeyboardInterrupt\n"
+        "            {signal}\n"
         "sys.meta_path.insert(0, Interrupting())\n"
-        "from inference.cli import main\n"
-        "main()\n"
+    ),
+    "building": (
+        "import typer.main\ndef building(*args, **kwargs):\n    {signal}\ntyper.main.get_command = building\n"
+    ),
+    "reading": (
+        "import typer.core\ndef reading(*args, **kwargs):\n    {signal}\ntyper.core.TyperGroup.make_context = reading\n"
+    ),
+}
+_SIGNALS = {"ctrl-c": ("raise KeyboardInterrupt", 130), "sigterm": ("os.kill(os.getpid(), signal.SIGTERM)", 143)}
+
+
+@pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("how", list(_SIGNALS))
+@pytest.mark.parametrize("where", list(_EARLY))
+def test_a_signal_in_the_programs_first_second_is_one_line_not_a_traceback_nor_silence(
+    where: str, how: str, json_output: bool
+) -> None:
+    """The first second of every command imports its modules and builds its command line (was: Python's traceback,
+    killed by SIGINT whatever the signal, or exit 130 with nothing said; with --json, no JSON object)."""
+    statement, status = _SIGNALS[how]
+    code = (
+        "import os, signal, sys\n" + _EARLY[where].format(signal=statement) + "from inference.cli import main\nmain()\n"
     )
+    args = ["ls", "--json"] if json_output else ["ls"]
     done = subprocess.run(
-        [sys.executable, "-c", code, "ls"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
+        [sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
     )
-    assert (done.returncode, done.stdout, done.stderr) == (130, "", "interrupted\n")
+    said = '{"error":"interrupted","type":"Interrupted"}\n' if json_output else "interrupted\n"
+    assert (done.returncode, done.stdout, done.stderr) == (status, "", said)

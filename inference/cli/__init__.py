@@ -3,21 +3,33 @@
 Contract: ``inference.cli:main`` (the ``judgestore`` console script, as
 pyproject.toml names it) imports :func:`inference.cli.app.main` when it is
 called, so that importing one command module does not assemble the whole
-app; a Ctrl-C while the commands are imported (the first few tenths of a
-second) ends the program as one during a command does: the line
-"interrupted" on stderr, exit status 130, no traceback.
+app; a Ctrl-C or SIGTERM while the commands are imported (the first
+second or so) ends the program as one during a command does: the line
+"interrupted" on stderr (with ``--json``, the JSON object), exit status 130
+or 143, no traceback.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
+from types import FrameType
 
 
 def main() -> None:
     """The ``judgestore`` console script."""
+    ended_by: list[int] = []
+
+    def stop(signum: int, frame: FrameType | None) -> None:  # until the program sets its own (run_program)
+        ended_by.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
     try:
         from inference.cli.app import main as run
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        sys.exit(130)
+        from store.interrupts import say_interrupted  # stdlib only
+
+        say_interrupted("--json" in sys.argv[1:])
+        sys.exit(128 + signal.SIGTERM if ended_by else 130)
     run()

@@ -38,9 +38,9 @@ from typing import NoReturn
 import typer
 
 from store.cli import browse, cache, data, db, hub, transfer
-from store.cli.common import to_json
+from store.cli.common import interrupt_said, to_json
 from store.cli.help import plain_help
-from store.interrupts import interrupts_reach_the_command
+from store.interrupts import interrupts_reach_the_command, say_interrupted
 
 Registrar = Callable[[typer.Typer], None]
 STORE_COMMANDS: tuple[Registrar, ...] = (
@@ -128,7 +128,11 @@ def run_program(app: typer.Typer) -> NoReturn:
         code = 1
     except SystemExit as e:
         code = e.code
+    except KeyboardInterrupt:  # before a command could handle it: while typer built the commands (said below)
+        code = 130
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the command is over: a SIGTERM now ends the exit at once
+    if code == 130 and not interrupt_said():  # typer's own Exit(130), of one that came as it read the options
+        say_interrupted("--json" in sys.argv[1:])
     if terminated:
         code = 128 + signal.SIGTERM
     if "vllm" in sys.modules:

@@ -400,7 +400,16 @@ def interrupted(message: str, json_output: bool, **done: object) -> NoReturn:
         sys.stderr.write(to_json({"error": message, "type": "Interrupted", **done}, indent=False) + "\n")
     else:
         stderr().print(message, style="bold yellow", soft_wrap=True, markup=False, highlight=False)
+    _said.append(message)
     raise typer.Exit(130)
+
+
+_said: list[str] = []  # what interrupted() said in this process: run_program says it where nothing did
+
+
+def interrupt_said() -> bool:
+    """Whether a command said what its interrupt left (:func:`interrupted`)."""
+    return bool(_said)
 
 
 def deleting(settings: Settings, delete: Callable[[Store], list[RowCount]], json_output: bool) -> list[RowCount]:
