@@ -436,7 +436,8 @@ class Browser:
         task: str | None,
         skipped: list[Skipped],
     ) -> list[Answer]:
-        """Each model's longest conversation of this instruction (sample 0), from the completion databases.
+        """Each model's longest conversation of this instruction, of its lowest sample (0, unless only later
+        samples were stored: the rows page links those to this page too), from the completion databases.
 
         Without a pair, completions stored without a model are one more answer, named :data:`NO_MODEL`.
         """
@@ -457,13 +458,11 @@ class Browser:
                 continue
             for record in records:
                 assert isinstance(record, CompletionRecord)
-                if record.sample_index != 0:
-                    continue
                 # A completion stored without a model is shown under NO_MODEL, as verdicts without a judge are
                 # under "(no judge)": the rows page links every row of an instruction to its battle.
                 model = NO_MODEL if record.model is None else record.model
                 known = found.get(model)
-                if known is None or len(messages(record.input_text)) > len(messages(known[1].input_text)):
+                if known is None or _shown_before(record, known[1]):
                     found[model] = (name, record)
         models = list(pair) if pair is not None else sorted(found, key=lambda m: (m == NO_MODEL, m))[:MAX_BATTLE_MODELS]
         answers = []
@@ -631,3 +630,12 @@ def _conversation(answers: list[Answer], models: list[str]) -> tuple[list[Turn],
             replies.append(answer.turns[i] if answer is not None and i < len(answer.turns) else None)
         rounds.append(Round(question, replies))
     return system, rounds
+
+
+def _shown_before(record: CompletionRecord, other: CompletionRecord) -> bool:
+    """Whether a battle shows ``record`` rather than ``other`` as its model's answer: the lower sample, then the
+    longer conversation."""
+    return (record.sample_index, -len(messages(record.input_text))) < (
+        other.sample_index,
+        -len(messages(other.input_text)),
+    )

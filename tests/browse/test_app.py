@@ -625,6 +625,32 @@ def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_link
     assert all(f"{model} is here." in crowded for model in ("m1", "m2", "m3", "m4")) and "(no model)" not in crowded
 
 
+def test_a_battle_of_an_instruction_with_only_later_samples_shows_the_lowest(tmp_path: Path) -> None:
+    """The rows page linked sample 1's row to its battle, which kept sample 0 only: a 404 "no row of instruction"
+    (was). Sample 0 is still the one shown where it is stored."""
+    question = [{"role": "user", "content": "Name a colour."}]
+    rendered = render_messages(question)
+
+    def sample(k: int, text: str) -> Any:
+        return dataclasses.replace(demo.completion("tiny-a", "q1", question, text, k), sample_index=k,
+                                   input_hash=input_hash(rendered, k))  # fmt: skip
+
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many(
+            [sample(2, "teal, the second"), sample(1, "red, the first")]
+        )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        href = re.findall(r'class="battle-link" href="([^"]+)"', get(client, "/rows"))[0].replace("&amp;", "&")
+        battle = get(client, href)
+        with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+            store.database("completions", demo.TASK, demo.descriptor("tiny-a")).put_many([sample(0, "blue, at last")])
+        again = get(client, href)
+    reader.close()
+    assert "red, the first" in battle and "teal" not in battle
+    assert "blue, at last" in again and "red, the first" not in again
+
+
 def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_folder: Path, tmp_path: Path) -> None:
     """With the judge's only database damaged, /judges listed no judge and said nothing, and the judge's page was a
     404 "no judgement by judge" that dropped the error (was); the other pages name the databases they skip."""
