@@ -531,11 +531,12 @@ def test_a_path_given_as_the_settings_is_a_type_error_naming_root(
 
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
 def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_another_process(
-    tmp_path: Path, readonly: bool
+    tmp_path: Path, readonly: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A folder store checked a file's revision once, when it first opened it: a browser kept showing the rows of
     a database a newer judgestore had upgraded, or one a backup had been copied over (was). A server store checks
-    at every open."""
+    at every open; a folder store at most every second (here at every open)."""
+    monkeypatch.setattr(database_module, "RECHECK_SECONDS", 0.0)
     root, location = tmp_path / "store", Location.of("completions", "t", QWEN)
     with Store(root=root) as writer:
         writer.database("completions", "t", QWEN).put_many([completion_record(1)])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import itertools
 import sqlite3
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -57,6 +58,7 @@ from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, lookup_keys
 
 T = TypeVar("T")
+RECHECK_SECONDS = 1.0  # how often a database kept open asks whether its file left this library's revision
 
 CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them, at most
 
@@ -111,6 +113,7 @@ class SqliteDatabase(Database):
         self._engine = engine
         self._engine_lock = threading.Lock()
         self._current_at = self.stamp()  # the file as it was when it was found current (see still_current)
+        self._checked_at = time.monotonic()
 
     @property
     def engine(self) -> Engine:
@@ -301,10 +304,17 @@ class SqliteDatabase(Database):
         return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
 
     def still_current(self) -> bool:
-        """Whether the file is at this library's revision still: read again (one SELECT) only once the file
-        changed since it was last found so (a commit; another process's upgrade, a backup copied over it), so that
-        a store kept open (a browser, a notebook) never reads a file its schema no longer describes. False also
-        when it cannot be read: opening it again says what is wrong."""
+        """Whether the file is at this library's revision still, so that a store kept open (a browser, a notebook)
+        never reads a file its schema no longer describes (another process's upgrade, a backup copied over it).
+
+        Asked at most every :data:`RECHECK_SECONDS` (a loop that opens the database for each row pays nothing),
+        and read again (one SELECT) only once the file changed since it was last found so. False also when it
+        cannot be read: opening it again says what is wrong.
+        """
+        now = time.monotonic()
+        if now - self._checked_at < RECHECK_SECONDS:
+            return True
+        self._checked_at = now
         try:
             stamp = self.stamp()
             if stamp == self._current_at:
