@@ -26,8 +26,7 @@ Contract:
   ``usage`` and ``top_logprobs`` are JSON objects (``dict``) or ``None``
   (what the records declare, and what sharing's shards carry);
   ``adopted_from`` is a SHA-256 hex digest; ``orientation`` is ``direct``,
-  ``reversed`` or ``None`` (``None`` where ``model_b`` is: a pointwise
-  judgement); ``created_at`` is a datetime. A value a column's
+  ``reversed`` or ``None``; ``created_at`` is a datetime. A value a column's
   processor refuses (a naive ``created_at``, JSON that cannot be encoded) is
   named by :func:`unwritable`.
 """
@@ -254,11 +253,6 @@ def check_values(role: Role, record: Any) -> None:
     if rules.orientation and record.orientation not in (None, "direct", "reversed"):
         rule = "must be 'direct', 'reversed' or None"
         raise _refused(role, record, "orientation", f"{rule}, got {record.orientation!r}", rule)
-    if rules.orientation and record.orientation is not None and record.model_b is None:
-        # a pointwise judgement has no pair to orient (as a JudgementRequest refuses): it would be found by both
-        # --pointwise and --orientation
-        rule = "must be None on a pointwise judgement (no model_b)"
-        raise _refused(role, record, "orientation", f"{rule}, got {record.orientation!r}", rule)
     if not isinstance(record.created_at, datetime):
         raise _refused(role, record, "created_at", f"must be a datetime, got {type(record.created_at).__name__}")
 
@@ -284,7 +278,6 @@ def plain_values(role: Role, variable: dict[str, str]) -> tuple[str, dict[str, A
     terms += [f"{variable['adopted_from']} is None", f"type({variable['created_at']}) is _datetime"]
     if rules.orientation:
         terms.append(f"{variable['orientation']} in _orientations")
-        terms.append(f"({variable['orientation']} is None or {variable['model_b']} is not None)")
     names = {"_max_sample_index": MAX_SAMPLE_INDEX, "_safe_chars": _SAFE_INDEXED_CHARS, "_datetime": datetime,
              "_orientations": frozenset({None, "direct", "reversed"})}  # fmt: skip
     return " and ".join(terms), names

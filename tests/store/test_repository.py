@@ -438,7 +438,6 @@ def refusals() -> list[Any]:
         pytest.param(completion_record(1, created_at=datetime(2026, 1, 1)), "created_at", id="naive-created-at"),
         pytest.param(completion_record(1, created_at="2026-01-01"), "created_at", id="created-at-text"),
         pytest.param(judgement_record(1, orientation="sideways"), "orientation", id="orientation"),
-        pytest.param(judgement_record(1, model_b=None, orientation="direct"), "orientation", id="pointwise-oriented"),
         pytest.param(judgement_record(1, judge="j\udfff"), "judge", id="surrogate-in-judge"),
     ]
     return rows
