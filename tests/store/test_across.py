@@ -84,7 +84,7 @@ def judgement_rows(draw: st.DrawFn, i: int) -> JudgementRecord:
     model_b = None if draw(st.booleans()) and draw(st.booleans()) else draw(st.sampled_from((*MODELS, None)))
     row = judgement_record(
         i,
-        pointwise=model_b is None,  # a pointwise judgement has no orientation (the store refuses one)
+        pointwise=model_b is None,  # a pointwise judgement has no orientation (a JudgementRequest refuses one)
         orientation=None if model_b is None else draw(st.sampled_from(("direct", "reversed"))),
         judge=draw(st.sampled_from(JUDGES)),
         model_a=draw(st.sampled_from(MODELS)),
