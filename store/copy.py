@@ -447,18 +447,22 @@ def _copy_while_changed(
 ) -> None:
     """:func:`_copy_one`, made again from the start (:data:`_READ_AGAIN` times at most) while a writer changes the
     source under a read that takes no lock; what an earlier attempt wrote counts as this copy's writing (found in
-    the target since, it is no row the target held before)."""
+    the target since, it is no row the target held before). A dry run wrote nothing: it starts afresh."""
     result = CopiedDatabase(database.location, database.where)
     report.databases.append(result)  # in the report from the start: a Ctrl-C's report counts what it wrote
     for attempt in range(_READ_AGAIN):
         earlier = result.written
         changed_under = _copy_one(database, target, result, chunk_size, on_progress, dry_run)
-        if attempt:
+        if attempt and not dry_run:
             result.already_there = max(0, result.already_there - earlier)
         if not changed_under or attempt == _READ_AGAIN - 1:
             return
-        result = CopiedDatabase(database.location, database.where, written=result.written,
-                                bookkeeping=dict(result.bookkeeping))  # fmt: skip
+        result = (
+            CopiedDatabase(database.location, database.where)
+            if dry_run
+            else CopiedDatabase(database.location, database.where, written=result.written,
+                                bookkeeping=dict(result.bookkeeping))
+        )  # fmt: skip
         report.databases[-1] = result
 
 

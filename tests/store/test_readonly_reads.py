@@ -201,8 +201,9 @@ def test_an_export_to_a_file_a_writer_changed_under_is_read_again_from_the_start
     assert not list(tmp_path.glob(".rows.jsonl.*"))  # the first attempt's file was removed
 
 
+@pytest.mark.parametrize("dry_run", [False, True], ids=["copy", "dry-run"])
 def test_a_copy_whose_source_a_writer_changed_under_copies_it_again_from_the_start(
-    idle_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    idle_store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, dry_run: bool
 ) -> None:
     """A short job opening the source file while it was read made the copy fail that database ("the source cannot
     be read ... Verified: NO"), 10 runs in 12 (was): the file is sound, and is read again."""
@@ -220,10 +221,14 @@ def test_a_copy_whose_source_a_writer_changed_under_copies_it_again_from_the_sta
 
     monkeypatch.setattr(Repository, "query", racing)
     with Store(root=idle_store, readonly=True) as source, Store(root=tmp_path / "target") as target:
-        report = copy_store(source, target, chunk_size=100)
+        report = copy_store(source, target, chunk_size=100, dry_run=dry_run)
         (copied,) = report.databases
         assert raced and copied.verified, copied.as_dict()
         after = OLD_ROWS + 2 * CHECKED_BATCH_ROWS - 1
+        if dry_run:  # what the copy would write: the source as the second read found it (was: both reads' rows)
+            assert (copied.source_rows, copied.written, copied.already_there) == (after, after, 0)
+            assert target.open_existing(Location.of(ROLE, TASK, QWEN)) is None
+            return
         # the row the writer deleted was copied by the first attempt: it stays, as in any copy of a moving source
         assert (copied.source_rows, copied.written, copied.already_there) == (after, after + 1, 0)
         assert target.open(Location.of(ROLE, TASK, QWEN)).count() == after + 1
