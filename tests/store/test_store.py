@@ -556,3 +556,14 @@ def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_anothe
         set_revision("0005")
         with pytest.raises(SchemaBehindError, match="0005"):
             kept.open_existing(location)
+        set_revision(head[0])
+        assert kept.open(location).count() == 1
+        # a file renamed over it (mv, rsync): a connection kept open reads the old one, found current (was)
+        newer = tmp_path / "newer.db"
+        with closing(sqlite3.connect(location.db_path(root))) as db, closing(sqlite3.connect(newer)) as copy:
+            db.backup(copy)
+            copy.execute("UPDATE judgestore_alembic_version SET version_num = '9001'")
+            copy.commit()
+        os.replace(newer, location.db_path(root))
+        with pytest.raises(SchemaAheadError, match="9001"):
+            kept.open(location)

@@ -60,6 +60,13 @@ from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled
 T = TypeVar("T")
 RECHECK_SECONDS = 1.0  # how often a database kept open asks whether its file left this library's revision
 
+
+def _identity(path: Path) -> tuple[int, int]:
+    """The file ``path`` names now (device and inode): another file once one was renamed over it."""
+    found = path.stat()
+    return found.st_dev, found.st_ino
+
+
 CHECKED_BATCH_ROWS = 1_000  # rows a stream without locks reads before it checks the file and gives them, at most
 
 
@@ -114,6 +121,7 @@ class SqliteDatabase(Database):
         self._engine_lock = threading.Lock()
         self._current_at = self.stamp()  # the file as it was when it was found current (see still_current)
         self._checked_at = time.monotonic()
+        self._identity = _identity(path)  # the file opened; one renamed over it is another, its revision unknown
 
     @property
     def engine(self) -> Engine:
@@ -316,6 +324,8 @@ class SqliteDatabase(Database):
             return True
         self._checked_at = now
         try:
+            if _identity(self.path) != self._identity:  # replaced (mv, os.replace): a kept connection reads the old
+                return False
             stamp = self.stamp()
             if stamp == self._current_at:
                 return True
