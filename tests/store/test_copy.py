@@ -421,12 +421,16 @@ def test_the_same_store_on_both_sides_is_refused(tmp_path: Path, pg_url: str) ->
         copy_store(source, target)
     assert file_digests(root) == before
     other_spelling = make_url(pg_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    with (
-        Store(url=pg_url, readonly=True) as source,
-        Store(url=other_spelling) as target,
-        pytest.raises(InvalidInputError, match="same store"),
-    ):
-        copy_store(source, target)
+    tuned = f"{pg_url}&application_name=job-17&connect_timeout=3"  # a job's own URL: still the same database
+    for spelling in (other_spelling, tuned):
+        with (
+            Store(url=pg_url, readonly=True) as source,
+            Store(url=spelling) as target,
+            pytest.raises(InvalidInputError, match="same store"),
+        ):
+            copy_store(source, target)
+    with Store(url=pg_url, readonly=True) as source, Store(url=f"{pg_url}&port=1") as elsewhere:
+        assert not source.storage.overlaps(elsewhere.storage)  # another port is another server
 
 
 @pytest.mark.parametrize("nesting", ["target inside the source", "source inside the target"])

@@ -69,9 +69,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 from sqlalchemy import Connection, inspect, select, text
-from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
 
-from store.backends.postgres.connections import create_postgres_engine, display_url
+from store.backends.postgres.connections import create_postgres_engine, display_url, parse_store_url
 from store.backends.postgres.database import PostgresDatabase
 from store.backends.postgres.errors import raise_translated, translated
 from store.backends.postgres.generations import forget, stamps
@@ -576,6 +576,17 @@ def _known(values: Any) -> bool:
     return values is not None  # a schema that could not be read is read again next time
 
 
+# The query parameters that say which server and database a URL reaches; the others tune a connection to it
+# (application_name, connect_timeout, sslmode...), which a job's URL may set as it likes
+_WHICH_DATABASE = frozenset({"host", "hostaddr", "port", "dbname", "user", "service"})
+
+
 def _normalised_url(url: str) -> str:
-    """The server, database and options a URL names, however it is spelled (its passwords left out)."""
-    return display_url("postgresql+psycopg" + url[url.index("://") :] if "://" in url else url)
+    """The server and database a URL names, however it is spelled (its passwords and tuning left out)."""
+    unified = "postgresql+psycopg" + url[url.index("://") :] if "://" in url else url
+    try:
+        parsed = parse_store_url(unified)
+    except (ArgumentError, ValueError):
+        return display_url(unified)
+    which = {name: value for name, value in parsed.query.items() if name in _WHICH_DATABASE}
+    return display_url(parsed.set(query=which).render_as_string(hide_password=False))
