@@ -348,6 +348,9 @@ def _fetch_interrupted(report: "FetchReport | None", remote: str, json_output: b
     """Ctrl-C in ``hub fetch``: what was imported before it (each group of shards is one transaction, counted once
     it committed), and that the same fetch run again imports the rest, skipping the shards recorded as imported (a
     group the interrupt caught before it was recorded is imported again, writing nothing). Exit 130."""
+    if report is not None and report.dry_run:  # its folders are what it would download
+        interrupted("interrupted; a dry run imports nothing", json_output, remote=remote, shards_imported=0,
+                    rows_imported=0)  # fmt: skip
     shards = 0 if report is None else report.shards
     rows = 0 if report is None else sum(folder.rows_read for folder in report.folders)
     if shards:

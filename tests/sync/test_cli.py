@@ -234,7 +234,10 @@ def test_ctrl_c_as_the_store_closes_after_a_fetch_counts_what_it_imported(
 
     with monkeypatch.context() as patched:
         patched.setattr(Store, "close", close_then_ctrl_c)
+        dry = hub_cli("fetch", "--dir", str(shared), "--all", "--json", "--dry-run", "--store-root", str(bob))
         result = hub_cli("fetch", "--dir", str(shared), "--all", "--json", "--store-root", str(bob))
+    planned = orjson.loads(dry.stderr)  # a dry run imports nothing: it said "imported 2 shards" (was)
+    assert dry.exit_code == 130 and planned["shards_imported"] == 0 and "dry run imports nothing" in planned["error"]
     assert result.exit_code == 130, result.output
     error = orjson.loads(result.stderr)
     assert (error["shards_imported"], error["rows_imported"]) == (2, 10), error
