@@ -9,6 +9,7 @@ branches on a dialect or touches a folder or a URL.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,15 +49,16 @@ def open_storage(settings: Settings, *, root: Path | str | None, url: str | None
 
 
 def check_settings_url(settings: Settings) -> None:
-    """InvalidInputError naming ``JUDGESTORE_STORE_URL`` if the settings' store URL is set and not a store's URL:
-    the user may not know where it came from (an exported variable)."""
+    """InvalidInputError naming where the settings' store URL came from (``JUDGESTORE_STORE_URL``, an exported
+    variable the user may have forgotten, or a caller's ``Settings(store_url=...)``) if it is not a store's URL."""
     if settings.store_url:
         from store.backends.postgres.connections import checked_store_url
 
         try:
             checked_store_url(settings.store_url)
         except InvalidInputError as e:
-            raise InvalidInputError(f"JUDGESTORE_STORE_URL: {e}") from e
+            exported = os.environ.get("JUDGESTORE_STORE_URL", "").strip() == settings.store_url.strip()
+            raise InvalidInputError(f"{'JUDGESTORE_STORE_URL' if exported else 'Settings.store_url'}: {e}") from e
 
 
 def typed_error(error: BaseException, *, root: Path, url: str | None) -> JudgestoreError:

@@ -175,6 +175,9 @@ def test_a_bad_store_url_in_the_environment_is_named_by_its_variable_in_python_t
             Store()
     with Store(root=tmp_path / "store") as store:  # a folder named wins over the variable, as --store-root does
         assert store.root == tmp_path / "store"
+    bare_environment.delenv("JUDGESTORE_STORE_URL")
+    with pytest.raises(InvalidInputError, match=r"^Settings.store_url: "):  # not blamed on an unset variable
+        Store(Settings(store_url="mysql://x/y"))
 
 
 def test_a_user_name_that_is_not_utf8_is_not_recorded(bare_environment: pytest.MonkeyPatch) -> None:
