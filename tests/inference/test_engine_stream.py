@@ -11,6 +11,8 @@ module teardown).
 from __future__ import annotations
 
 import json
+import os
+import signal
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -59,6 +61,28 @@ def engine(tiny_model_dir: Path, vllm_env: None) -> Iterator[VLLMBackend]:
     descriptor = describe(tiny_model_dir, GREEDY)
     with create_vllm_backend(descriptor, WIDE_ENGINE_KWARGS, model=str(tiny_model_dir)) as backend:
         yield backend
+
+
+def test_a_signal_while_the_engines_libraries_load_is_held_until_they_are_and_no_engine_starts(
+    tiny_model_dir: Path, vllm_env: None, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A signal inside torch's first import (the chat template's check pulls it in) aborted the process from C++:
+    SIGABRT, a core dump, where a scheduler's SIGTERM meant a clean stop (was)."""
+    import inference.backends.vllm.backend as backend_module
+
+    real = backend_module.effective_chat_template
+
+    def loading(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signal.SIGINT)  # as Ctrl-C lands while torch initialises
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend_module, "effective_chat_template", loading)
+    started: list[int] = []
+    monkeypatch.setattr(backend_module, "check_engine_arguments", lambda *args: started.append(1))
+    with pytest.raises(KeyboardInterrupt):
+        create_vllm_backend(describe(tiny_model_dir, GREEDY), WIDE_ENGINE_KWARGS, model=str(tiny_model_dir))
+    assert "stopping once the engine's libraries are loaded" in capsys.readouterr().err
+    assert started == []  # stopped once they were: the engine was never set up
 
 
 def cached(store: Store | None, engine: VLLMBackend, descriptor: ModelDescriptor, **kw: Any) -> CachedModel:

@@ -503,12 +503,15 @@ def create_vllm_backend(
     # Checked against the descriptor before the slow part.
     explicit = load_chat_template_text(chat_template) if chat_template is not None else None
     engine_template = None
+    # The first import of torch (through transformers, for the template) and of vLLM: a signal inside torch's C++
+    # initialisation aborts the process (SIGABRT, a core dump where a scheduler's SIGTERM meant a clean stop)
+    with deferred_interrupts("once the engine's libraries are loaded"):
+        if not descriptor.unpinned:
+            engine_template = effective_chat_template(model, engine_kwargs=kwargs)
+        from pydantic import ValidationError
+        from vllm import LLM, SamplingParams
     if not descriptor.unpinned:
-        engine_template = effective_chat_template(model, engine_kwargs=kwargs)
         check_template(descriptor, explicit if explicit is not None else engine_template)
-
-    from pydantic import ValidationError
-    from vllm import LLM, SamplingParams
 
     sampling_params(SamplingParams, descriptor, 0)  # a value vLLM refuses, refused before the engine loads
     check_engine_arguments(LLM, kwargs)
