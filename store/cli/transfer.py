@@ -121,6 +121,7 @@ def copy_command(
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
     settings = environment_settings()
+    report = None
     try:
         with (
             _side(settings, from_root, from_url, "from", readonly=True) as source,
@@ -129,8 +130,8 @@ def copy_command(
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE
             report = copy_store(source, target, selector, chunk_size=chunks, on_progress=progress, dry_run=dry_run)
-    except KeyboardInterrupt as e:
-        _interrupted(getattr(e, "copy_report", None), json_output)
+    except KeyboardInterrupt as e:  # the copy's report so far; its whole one when it came as the stores closed
+        _interrupted(getattr(e, "copy_report", report), json_output)
     if json_output:
         emit_json(report.as_dict())
     elif not report.databases:

@@ -691,6 +691,26 @@ def test_ctrl_c_in_a_dry_run_says_nothing_was_written(tmp_path: Path, monkeypatc
     assert not (tmp_path / "b").exists()
 
 
+def test_ctrl_c_as_the_stores_close_after_the_copy_says_what_it_copied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The signal landed as the stores closed, every row copied: "interrupted before any row was copied; nothing
+    was written", rows_written 0 (was)."""
+    root = full_store(tmp_path / "a")
+    real_close = Store.close
+
+    def close_then_ctrl_c(self: Store) -> None:
+        real_close(self)
+        if not self.readonly:  # the target
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "close", close_then_ctrl_c)
+    result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--json")
+    assert result.exit_code == 130, result.output
+    error = orjson.loads(result.stderr)
+    assert error["rows_written"] == 19 and "19 rows had been copied" in error["error"], error
+
+
 def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_if_it_stands(tmp_path: Path) -> None:
     """SIGINT while SQLite commits is raised once the commit returned: the chunk is in the target, and the count
     says so. (Was: 2 rows said, 4 there; a real run: '38,000 rows had been copied' with 40,000 in the target.)"""
