@@ -253,13 +253,12 @@ def export_rows(
     # A file is written beside it and renamed into place: until then nothing reached it, so a read a writer
     # changed under (a folder store's read-only reads take no lock) is made again from the start, as a count is
     again = _READ_AGAIN if isinstance(destination, Path) and not written_in_place(destination) else 1
-    for attempt in range(again):
+    for _ in range(again - 1):
         try:
             return _export_once(store, destination, fmt, selector, flt, chosen, limit)
         except ChangedUnderReadError:
-            if attempt == again - 1:
-                raise
-    raise AssertionError("unreachable")  # the loop returns or raises
+            continue
+    return _export_once(store, destination, fmt, selector, flt, chosen, limit)  # the last: its error is raised
 
 
 _READ_AGAIN = 3  # reads of an export to a file, each from the start, while writers change the store under them
