@@ -21,6 +21,9 @@ Contract:
   first signal is said on stderr and acted on as the work ends; a second one
   ends the process at once (the child processes started meanwhile, and
   theirs, killed first: an engine's would outlive it), exit status 130 or 143. Nothing is written meanwhile.
+  Those two lines are plain text on stderr, or what a command gives
+  :func:`held_signals_said_by` (with ``--json``, JSON objects: stderr
+  carries only JSON there).
 * :func:`say_interrupted`: the line of a Ctrl-C (or SIGTERM) that no command
   reported, one that came while the program started (its imports, typer
   reading the command line): "interrupted", or with ``--json`` the JSON
@@ -46,6 +49,26 @@ from types import FrameType
 from typing import Any, NoReturn
 
 MIGRATING = "migrating"
+
+
+def _say_plain(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()
+
+
+_say_held: Callable[[str], None] = _say_plain  # what says a held signal's lines: see held_signals_said_by
+
+
+@contextmanager
+def held_signals_said_by(say: Callable[[str], None]) -> Iterator[None]:
+    """Within: :func:`deferred_interrupts` says its lines (a held signal, the process ended at once) through
+    ``say``, a command's own way of saying a line on stderr; plain text again after."""
+    global _say_held
+    before, _say_held = _say_held, say
+    try:
+        yield
+    finally:
+        _say_held = before
 
 
 def say_interrupted(json_output: bool) -> None:
@@ -120,8 +143,7 @@ def deferred_interrupts(until: str) -> Iterator[None]:
         if held:  # asked twice: now. Not by an exception: that is what the body cannot take
             _end_now(128 + signum, there_before)
         held.append(signum)
-        sys.stderr.write(f"stopping {until} (press Ctrl-C again to stop at once)\n")
-        sys.stderr.flush()
+        _say_held(f"stopping {until} (press Ctrl-C again to stop at once)")
 
     for signum in before:
         signal.signal(signum, hold)
@@ -148,7 +170,8 @@ def _restore(handlers: dict[int, _Handler]) -> None:
 def _end_now(status: int, spared: set[int]) -> NoReturn:
     """End this process now, the child processes the held work started first (killed: they may be mid-start and
     deaf to a request); those in ``spared`` (there before it, a host program's own) and theirs are left."""
-    sys.stderr.write("stopped at once\n")
+    with contextlib.suppress(Exception):  # a line that cannot be said must not keep the process alive
+        _say_held("stopped at once")
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()

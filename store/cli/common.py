@@ -54,6 +54,7 @@ from store.backends import typed_error
 from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
 from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
+from store.interrupts import held_signals_said_by
 from store.layout import Location, Selector
 from store.outputs import replacing, written_in_place
 from store.reports import DatabaseInfo
@@ -145,7 +146,8 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
     @functools.wraps(func)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         json_output = bool(kwargs.get("json_output"))
-        with warnings.catch_warnings(), _logged_warnings(json_output):  # both as they were when the command returns
+        # All as they were when the command returns.
+        with warnings.catch_warnings(), _logged_warnings(json_output), held_signals_said_by(_held_line(json_output)):
             warnings.showwarning = functools.partial(_show_warning, json_output=json_output)
             return run(*args, **kwargs)
 
@@ -295,6 +297,18 @@ def _warning_line(message: str, kind: str, json_output: bool) -> None:
         sys.stderr.flush()
     else:
         stderr().print(Text.assemble(("warning: ", "bold yellow"), message), soft_wrap=True)
+
+
+def _held_line(json_output: bool) -> Callable[[str], None]:
+    """How a command says a signal held back while its engine starts (:func:`store.interrupts.deferred_interrupts`):
+    the plain line, or with --json a JSON object as a warning's (stderr carries only JSON there)."""
+
+    def say(line: str) -> None:
+        said = to_json({"warning": line, "type": "HeldInterrupt"}, indent=False) if json_output else line
+        sys.stderr.write(said + "\n")
+        sys.stderr.flush()
+
+    return say
 
 
 def to_json(value: object, *, indent: bool = True) -> str:

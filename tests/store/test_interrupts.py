@@ -11,8 +11,11 @@ import textwrap
 import threading
 import time
 
+import orjson
 import pytest
+import typer
 
+from store.cli.common import command_errors
 from store.interrupts import deferred_interrupts, interrupts_reach_the_command
 
 UNTIL = "once the work is done"
@@ -66,6 +69,43 @@ def test_a_second_signal_ends_the_process_at_once() -> None:
     )
     assert result.returncode == 128 + signal.SIGTERM and "stopped at once" in result.stderr
     assert result.stdout == ""
+
+
+@command_errors
+def _command_holding_a_signal(*, json_output: bool, signals: int) -> None:
+    """A command whose work holds signals back (as vLLM's engine start does), interrupted ``signals`` times."""
+    with deferred_interrupts(UNTIL):
+        for _ in range(signals):
+            interrupt_self()
+        time.sleep(0.01 if signals == 1 else 30)
+
+
+def test_with_json_a_held_ctrl_c_is_said_as_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`generate --json`, Ctrl-C as the engine started: a plain "stopping ..." line in stderr's JSON (was)."""
+    with pytest.raises(typer.Exit) as ended:
+        _command_holding_a_signal(json_output=True, signals=1)
+    assert ended.value.exit_code == 130
+    said = [orjson.loads(line) for line in capsys.readouterr().err.splitlines()]
+    assert said == [
+        {"warning": f"stopping {UNTIL} (press Ctrl-C again to stop at once)", "type": "HeldInterrupt"},
+        {"error": "interrupted", "type": "Interrupted"},
+    ]
+    with pytest.raises(KeyboardInterrupt), deferred_interrupts(UNTIL):  # the plain line again after the command
+        interrupt_self()
+    assert capsys.readouterr().err == f"stopping {UNTIL} (press Ctrl-C again to stop at once)\n"
+
+
+def test_with_json_a_second_signal_is_said_as_json_too() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", "from tests.store.test_interrupts import _command_holding_a_signal as c\n"
+         "c(json_output=True, signals=2)"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 128 + signal.SIGINT, result.stderr
+    assert [orjson.loads(line)["warning"] for line in result.stderr.splitlines()] == [
+        f"stopping {UNTIL} (press Ctrl-C again to stop at once)",
+        "stopped at once",
+    ]
 
 
 def _running(pid: int) -> bool:
