@@ -22,7 +22,10 @@ Contract:
   sample when ``n > 1``, logprobs, finish reason, usage, ``cached`` and
   ``error``: null for an answer; for a request that failed (nothing of it
   stored), ``{"type": ..., "message": ...}``, its typed reason on one line.
-  A failed sample's ``completion`` (and ``top_logprobs``) is null.
+  A failed sample's ``completion`` (and ``top_logprobs``) is null. NaN and
+  infinities in ``usage`` and ``top_logprobs`` (vLLM's ``-inf`` logprob of a
+  masked token) are the tag ``{"$float": "-Infinity"}``, as ``query`` and
+  ``export`` write them (JSON has no number for them; orjson wrote null).
 * :func:`make_pairs` refuses an answers file whose line for a prompt is an
   error: judging a failure would judge nothing.
 """
@@ -41,6 +44,7 @@ from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
 from store.descriptor import InputMode, input_hash, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
+from store.jsonvalues import to_plain
 from store.tables.models import Orientation
 
 _REQUEST_KEYS = {"messages", "text", "benchmark", "instruction_id", "n"}
@@ -222,8 +226,8 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
         "input_hash": first.input_hash,
         "completion": _completion(first),
         "finish_reason": first.finish_reason,
-        "usage": _ordered(first.usage),  # as a hit's reads back from the store: a rerun's line is the same bytes
-        "top_logprobs": None if first.error is not None else first.top_logprobs,
+        "usage": to_plain(_ordered(first.usage)),  # as a hit's reads back from the store: a rerun's line is the same
+        "top_logprobs": None if first.error is not None else to_plain(first.top_logprobs),
         "cached": response.cached,
         "error": _error(response.error),
     }
@@ -233,8 +237,8 @@ def response_row(response: Response, label: str | None = None) -> dict[str, Any]
                 "sample_index": s.sample_index,
                 "completion": _completion(s),
                 "finish_reason": s.finish_reason,
-                "usage": _ordered(s.usage),
-                "top_logprobs": None if s.error is not None else s.top_logprobs,
+                "usage": to_plain(_ordered(s.usage)),
+                "top_logprobs": None if s.error is not None else to_plain(s.top_logprobs),
                 "cached": s.cached,
                 "error": _error(s.error),
             }

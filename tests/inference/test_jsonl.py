@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import math
 from pathlib import Path
 
 import orjson
@@ -35,6 +37,22 @@ def test_a_failed_request_has_a_typed_one_line_error_and_no_completion() -> None
         "message": "the prompt is 300 tokens, and the model's context is 256",
     }
     assert response_row(answered(0, "m"), "m")["error"] is None
+
+
+def test_result_lines_keep_infinities_and_nan_as_the_store_gives_them() -> None:
+    """A masked token's -inf logprob, a NaN in usage: written as null, like a JSON null stored there (was)."""
+    logprobs = {"positions": [{"token": "A", "candidates": [{"logprob": -math.inf, "rank": 2}, {"logprob": -0.5}]}]}
+    usage = {"engine_seconds": math.nan, "prompt_tokens": 3, "none": None}
+    samples = tuple(
+        Sample(input_hash(ask(0).render_bytes("chat"), k), k, "A", "stop", usage, logprobs, cached=True)
+        for k in range(2)
+    )
+    out = io.BytesIO()
+    write_responses(out, [Response(ask(0), samples)], "m")
+    line = orjson.loads(out.getvalue())
+    for sample in [line, *line["samples"]]:
+        assert sample["top_logprobs"]["positions"][0]["candidates"][0]["logprob"] == {"$float": "-Infinity"}
+        assert sample["usage"] == {"engine_seconds": {"$float": "NaN"}, "none": None, "prompt_tokens": 3}
 
 
 def test_pairs_refuse_an_answers_file_with_a_failed_line(tmp_path: Path) -> None:
