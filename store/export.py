@@ -220,7 +220,8 @@ def write_parquet(rows: Iterable[FoundRow], path: Path, columns: tuple[str, ...]
 
 
 def export_columns(selector: Selector, flt: RowFilter, columns: Iterable[str] | None = None) -> tuple[str, ...]:
-    """The exported columns: ``columns`` if given (checked), else every column of the roles ``flt`` allows."""
+    """The exported columns: ``columns`` if given (checked: known, each named once), else every column of the roles
+    ``flt`` allows."""
     available = row_columns(roles_for(flt, selector.role))
     if columns is None:
         return available
@@ -228,6 +229,10 @@ def export_columns(selector: Selector, flt: RowFilter, columns: Iterable[str] | 
     unknown = [name for name in chosen if name not in available]
     if unknown or not chosen:
         raise InvalidInputError(f"unknown column(s) {unknown}; choose from {', '.join(available)}")
+    # A repeat would be two columns of one name: Parquet's readers refuse such a file, and JSON keeps one of them
+    repeated = sorted({name for name in chosen if chosen.count(name) > 1})
+    if repeated:
+        raise InvalidInputError(f"column(s) {', '.join(repeated)} named more than once; name each column once")
     return chosen
 
 
