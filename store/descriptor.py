@@ -13,6 +13,17 @@ Contract:
   release (:data:`ADDED_FIELDS`) are hashed only when they differ from their
   default, so every descriptor that does not use them keeps the hash, and the
   folder, it always had.
+* A descriptor's own field names, and the names of its settings (the keys
+  of ``sampling``, ``engine``, ``chat_template_kwargs`` and ``routing``), are
+  hashed in sorted order; a setting's value as it was given, objects nested
+  in it in their own key order: a JSON schema's property order is what
+  structured outputs generate in (reasoning before the score, or after it),
+  and a template iterates a kwarg's objects in theirs, so two orders are two
+  descriptors (they shared one, and the second order was served the first
+  one's answers). A value whose objects are in sorted order hashes as before
+  (every key was sorted then), and so does every descriptor read back from a
+  metadata.json written before (written sorted); :func:`metadata_bytes`
+  keeps a value's order since.
 * A non-finite float (NaN, ``inf``, ``-inf``) anywhere in the free-form
   settings (``sampling``'s extra fields, ``engine``, ``chat_template_kwargs``,
   ``routing``, nested too) is refused with
@@ -82,14 +93,15 @@ def _nonfinite_at(value: Any, where: str) -> str | None:
     return next((found for w, v in items if (found := _nonfinite_at(v, w)) is not None), None)
 
 
-def canonical_json(value: Any) -> bytes:
-    """Canonical JSON bytes of ``value`` (sorted keys, compact, UTF-8).
+def canonical_json(value: Any, *, sort_keys: bool = True) -> bytes:
+    """Canonical JSON bytes of ``value`` (sorted keys, compact, UTF-8); ``sort_keys=False`` keeps every object's
+    own key order (a descriptor's, whose names it has sorted itself).
 
     Raises :class:`InvalidInputError` for values JSON cannot carry (lone
     surrogates, non-string keys, objects orjson does not know).
     """
     try:
-        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS if sort_keys else None)
     except (orjson.JSONEncodeError, TypeError) as e:
         raise InvalidInputError(f"value cannot be written as canonical JSON: {e}") from e
 
@@ -174,13 +186,14 @@ class ModelDescriptor(BaseModel):
         return self.revision is not None and self.revision.startswith(UNPINNED_PREFIX)
 
     def canonical_json(self) -> bytes:
-        """The bytes that are hashed: normalised numbers, sorted keys, added fields only when set."""
+        """The bytes that are hashed: normalised numbers, field and setting names sorted (a setting's value in its
+        own order: see the module docstring), added fields only when set."""
         self._refuse_nonfinite()  # built without __init__ (model_validate, model_copy): refused before hashing
         data = self.model_dump(mode="json")
         for name, default in ADDED_FIELDS.items():
             if data[name] == default:
                 del data[name]
-        return canonical_json(_normalise(data))
+        return canonical_json(_names_sorted(_normalise(data)), sort_keys=False)
 
     def sha256(self) -> str:
         """Full SHA-256 hex of :meth:`canonical_json` (written to metadata.json)."""
@@ -189,6 +202,17 @@ class ModelDescriptor(BaseModel):
     def hash16(self) -> str:
         """First 16 hex characters of :meth:`sha256`: the folder name."""
         return self.sha256()[:HASH16_LENGTH]
+
+
+SETTINGS_FIELDS = ("sampling", "engine", "chat_template_kwargs", "routing")  # objects of named settings
+
+
+def _names_sorted(data: dict[str, Any]) -> dict[str, Any]:
+    """A descriptor's dump with its field names and its settings' names in sorted order, their values as given."""
+    return {
+        name: {key: data[name][key] for key in sorted(data[name])} if name in SETTINGS_FIELDS else data[name]
+        for name in sorted(data)
+    }
 
 
 # Fields added after the first release, with the default that leaves them out of the hash.

@@ -231,7 +231,8 @@ def metadata_bytes(role: Role, task: str, descriptor: ModelDescriptor, assumptio
     }
     if assumptions:
         doc["assumptions"] = list(assumptions)
-    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2) + b"\n"
+    # Its keys sorted, and the descriptor's as it hashes them: a setting's value keeps its own order, which counts
+    return orjson.dumps(dict(sorted(doc.items())), option=orjson.OPT_INDENT_2) + b"\n"
 
 
 def write_metadata(folder: Path, data: bytes) -> None:

@@ -69,18 +69,28 @@ def _short(value: Any, width: int) -> str:
     return text[:width] + "…" if hexlike or len(text) > 3 * width else text
 
 
-def _flatten(value: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf)."""
+def _flatten(value: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
+    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf), a list of
+    objects has its items' (``tools.0.name``). An object inside a setting's value (depth 2 on), whose key order the
+    hash keeps, also has its keys, in order, as the leaf ``PATH.(key order)``."""
     if isinstance(value, Mapping):
         flat: dict[str, Any] = {}
+        if depth >= 2 and len(value) > 1:
+            flat[f"{prefix}(key order)"] = list(value)
         for key in sorted(value):
-            flat |= _flatten(value[key], f"{prefix}{key}.")
+            flat |= _flatten(value[key], f"{prefix}{key}.", depth + 1)
+        return flat
+    if isinstance(value, list) and any(isinstance(item, Mapping) for item in value):  # a tool list: its objects too
+        flat = {}
+        for i, item in enumerate(value):
+            flat |= _flatten(item, f"{prefix}{i}.", depth + 1)
         return flat
     return {prefix.rstrip("."): value}
 
 
 def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list[FieldChange]:
-    """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash)."""
+    """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash; two key
+    orders of an object inside a setting are not: ``PATH.(key order)``)."""
     old, new = _flatten(stored.model_dump(mode="json")), _flatten(wanted.model_dump(mode="json"))
     return [
         FieldChange(name, old.get(name), new.get(name))

@@ -58,6 +58,33 @@ def test_descriptor_changes_name_each_field_stored_to_wanted() -> None:
     assert engine == [FieldChange("engine.dtype", None, "float32")]
 
 
+def test_a_schema_in_another_property_order_is_a_miss_and_explain_names_the_order(store_root: Path) -> None:
+    """The score first or the reasoning first: structured outputs generate in the schema's order, so the two are
+    different runs. The second was a hit on the first one's rows (was)."""
+    props = {"reasoning": {"type": "string"}, "score": {"type": "integer"}}
+
+    def judge(*order: str) -> ModelDescriptor:
+        schema = {"type": "object", "properties": {k: props[k] for k in order}}
+        return with_sampling(BASE, structured_outputs={"json": schema})
+
+    fill(store_root, judge("reasoning", "score"))
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        for order, misses in ((("reasoning", "score"), 0), (("score", "reasoning"), 3)):
+            model = CachedModel(store, judge(*order), task="t", backend_factory=Factory(CountingBackend()))
+            assert model.plan("completions", [ask(i) for i in range(3)]).misses == misses
+    assert descriptor_changes(judge("reasoning", "score"), judge("score", "reasoning")) == [
+        FieldChange(
+            "sampling.structured_outputs.json.properties.(key order)", ["reasoning", "score"], ["score", "reasoning"]
+        )
+    ]
+    name_first, description_first = (
+        BASE.model_copy(update={"chat_template_kwargs": {"tools": [tool]}})
+        for tool in ({"name": "f", "description": "d"}, {"description": "d", "name": "f"})
+    )
+    changes = descriptor_changes(name_first, description_first)
+    assert [c.field for c in changes] == ["chat_template_kwargs.tools.0.(key order)"]
+
+
 def test_a_missing_descriptor_lists_the_stored_ones_nearest_first(store_root: Path) -> None:
     fill(store_root, BASE)
     fill(store_root, with_sampling(BASE, temperature=1.0, seed=3), n=5)

@@ -83,6 +83,24 @@ def reordered(value: Any) -> Any:
     return value
 
 
+def names_reordered(fields: dict[str, Any]) -> dict[str, Any]:
+    """Descriptor fields with the field names, and each setting object's names, in reverse order; values as given."""
+    settings_fields = ("sampling", "engine", "chat_template_kwargs", "routing")
+    return {
+        name: {k: fields[name][k] for k in reversed(list(fields[name]))} if name in settings_fields else fields[name]
+        for name in reversed(list(fields))
+    }
+
+
+def sorted_keys(value: Any) -> Any:
+    """The same JSON value with every object's keys in sorted order."""
+    if isinstance(value, dict):
+        return {k: sorted_keys(value[k]) for k in sorted(value)}
+    if isinstance(value, list):
+        return [sorted_keys(v) for v in value]
+    return value
+
+
 def floats_for_ints(value: Any) -> Any:
     """The same JSON value with every integer written as a float (0 -> 0.0)."""
     if isinstance(value, bool):
@@ -151,9 +169,9 @@ def test_hashes_are_the_same_in_another_process(
 
 @settings(max_examples=60, deadline=None)
 @given(descriptor_fields())
-def test_key_order_and_integral_floats_never_change_the_hash(fields: dict[str, Any]) -> None:
+def test_names_order_and_integral_floats_never_change_the_hash(fields: dict[str, Any]) -> None:
     reference = ModelDescriptor(**fields).sha256()
-    assert ModelDescriptor(**reordered(fields)).sha256() == reference
+    assert ModelDescriptor(**names_reordered(fields)).sha256() == reference
     as_floats = {
         **fields,
         "sampling": floats_for_ints(fields["sampling"]),
@@ -161,6 +179,35 @@ def test_key_order_and_integral_floats_never_change_the_hash(fields: dict[str, A
         "engine": floats_for_ints(fields["engine"]),
     }
     assert ModelDescriptor(**as_floats).sha256() == reference
+
+
+@settings(max_examples=60, deadline=None)
+@given(descriptor_fields())
+def test_a_descriptor_whose_objects_are_in_sorted_order_hashes_as_it_did_when_every_key_was_sorted(
+    fields: dict[str, Any],
+) -> None:
+    """Every store written before a setting's key order counted keeps its folder: its metadata.json is sorted."""
+    canonical = ModelDescriptor(**sorted_keys(fields)).canonical_json()
+    assert canonical == orjson.dumps(orjson.loads(canonical), option=orjson.OPT_SORT_KEYS)
+
+
+def test_the_key_order_inside_a_settings_value_changes_the_hash() -> None:
+    """Structured outputs generate a JSON schema's properties in its order: reasoning then score, or the score
+    first. Both orders hashed alike, and the second was served the first one's answers (was)."""
+    props = {"reasoning": {"type": "string"}, "score": {"type": "integer"}}
+
+    def judge(order: list[str]) -> ModelDescriptor:
+        schema = {"type": "object", "properties": {k: props[k] for k in order}, "required": ["reasoning", "score"]}
+        return ModelDescriptor(provider="vllm", model="m", sampling={"structured_outputs": {"json": schema}})
+
+    first, second = judge(["reasoning", "score"]), judge(["score", "reasoning"])
+    assert first.hash16() != second.hash16()
+    assert judge(["reasoning", "score"]).hash16() == first.hash16()
+    tools = [{"name": "f", "description": "d"}]  # an object in a list, as a template's tools
+    assert (
+        ModelDescriptor(provider="vllm", model="m", chat_template_kwargs={"tools": tools}).hash16()
+        != ModelDescriptor(provider="vllm", model="m", chat_template_kwargs={"tools": reordered(tools)}).hash16()
+    )
 
 
 def test_zero_and_zero_point_zero_hash_alike_in_typed_and_free_form_fields() -> None:

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 from urllib.parse import quote, unquote
 
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -31,6 +32,7 @@ from store.schema import DatabaseState
 from store.segments import NAME_MAX_BYTES, SHORT_PREFIX_BYTES, ShortName, decode_segment, encode_segment
 from store.settings import Settings
 from store.store import Store
+from store.sync.remote_layout import verify_remote_metadata
 from tests.factories import QWEN, completion_record, current_database, file_digests
 
 segments = st.text(min_size=1, max_size=40).filter(lambda s: s not in (".", ".."))
@@ -223,6 +225,26 @@ def test_metadata_round_trips_and_its_bytes_are_deterministic(tmp_path: Path, de
     assert stored.descriptor_sha256 == descriptor.sha256()
     assert stored.assumptions == ("template guessed",)
     assert sorted(p.name for p in folder.iterdir()) == [METADATA_FILE]  # no temporary file left behind
+
+
+def test_a_settings_key_order_survives_its_metadata_and_a_remote_check(tmp_path: Path) -> None:
+    """Written sorted, a descriptor whose schema lists the score first read back as another descriptor: its hash
+    no longer its folder's. Written before that order counted, a metadata.json keeps its bytes."""
+    schema = {"type": "object", "properties": {"score": {"type": "integer"}, "reasoning": {"type": "string"}}}
+    descriptor = ModelDescriptor(provider="vllm", model="m", sampling={"structured_outputs": {"json": schema}})
+    location = Location.of("judgements", "arena", descriptor)
+    data = metadata_bytes("judgements", "arena", descriptor)
+    write_metadata(location.folder(tmp_path), data)
+    stored = read_metadata(location.folder(tmp_path))  # checks the hash against the folder's name
+    assert stored.descriptor == descriptor and stored.descriptor_sha256 == descriptor.sha256()
+    properties = orjson.loads(stored.descriptor.canonical_json())["sampling"]["structured_outputs"]["json"]
+    assert list(properties["properties"]) == ["score", "reasoning"]
+    assert verify_remote_metadata(data, location).descriptor_sha256 == descriptor.sha256()
+    plain = ModelDescriptor(provider="vllm", model="m")
+    as_before = orjson.dumps(
+        {**json.loads(metadata_bytes("completions", "t", plain))}, option=orjson.OPT_SORT_KEYS | orjson.OPT_INDENT_2
+    )
+    assert metadata_bytes("completions", "t", plain) == as_before + b"\n"
 
 
 @pytest.mark.parametrize("failing", ["fsync", "replace"])
