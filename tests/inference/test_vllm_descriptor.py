@@ -154,6 +154,10 @@ def test_local_revision_is_stable_and_follows_the_files(tmp_path: Path, tiny_mod
     (rebuilt / "README.md").write_text("notes")
     assert local_model_digest(rebuilt) == local_model_digest(tiny_model_dir)  # docs do not count
 
+    for name, text in (("tokenizer.model.v3", "one"), ("tokenizer.model.v3", "two"), ("tokenizer.model.v7m1", "x")):
+        before = local_model_digest(rebuilt)  # a Mistral tokenizer, added or edited, counted nowhere (was)
+        (rebuilt / name).write_text(text)
+        assert local_model_digest(rebuilt) != before
     config = json.loads((rebuilt / "config.json").read_text())
     config["rms_norm_eps"] = 1e-5
     (rebuilt / "config.json").write_text(json.dumps(config))

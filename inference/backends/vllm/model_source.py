@@ -64,6 +64,8 @@ TEMPLATE_FILES = ("chat_template.jinja", "tokenizer_config.json")
 # and processor configs), templates, tokenizer vocabularies and remote code.
 _SMALL_FILE_SUFFIXES = (".json", ".jinja", ".model", ".tiktoken", ".py")
 _SMALL_FILE_NAMES = frozenset({"merges.txt", "vocab.txt"})
+# Mistral's tokenizers (mistral_common, which vLLM uses for such a folder): tokenizer.model.v3, tokenizer.model.v7m1
+_VERSIONED_TOKENIZER = re.compile(r".+\.model\.v\w+")
 # A weight fingerprint reads the head of the file (the safetensors header:
 # names, dtypes, shapes) and a few evenly spaced blocks: retrained or replaced
 # weights change them all, and a 100 GB checkpoint costs a few hundred KiB.
@@ -129,7 +131,11 @@ def local_model_digest(folder: Path) -> str:
         name = path.relative_to(folder).as_posix()
         if path.name.endswith(WEIGHT_SUFFIXES):
             entries.append(["weights", name, path.stat().st_size, _weight_fingerprint(path)])
-        elif path.name.endswith(_SMALL_FILE_SUFFIXES) or path.name in _SMALL_FILE_NAMES:
+        elif (
+            path.name.endswith(_SMALL_FILE_SUFFIXES)
+            or path.name in _SMALL_FILE_NAMES
+            or _VERSIONED_TOKENIZER.fullmatch(path.name)
+        ):
             entries.append(["file", name, sha256_hex(path.read_bytes())])
     if not entries:
         raise InvalidInputError(f"{folder}: no model files found (expected config.json, tokenizer and weights)")
