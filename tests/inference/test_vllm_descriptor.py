@@ -326,3 +326,23 @@ def test_weights_edited_where_the_key_does_not_read_are_refused_before_any_hit(t
     assert local_model_digest(model) == before.revision  # the key cannot see it
     with pytest.raises(ModelWeightsChangedError, match=rf"{weights.name} changed since this machine first used"):
         descriptor_from_vllm(str(model))
+
+
+def test_a_folder_of_its_own_name_with_the_same_sampled_bytes_is_another_key_not_a_changed_model(
+    tmp_path: Path,
+) -> None:
+    """Two merges of one base that agree where the key samples: the second, in a folder of its own name (its own
+    key), was refused as the first one edited, and told to take a folder of its own name (was)."""
+    model = build_tiny_model(tmp_path / "merge-a")
+    first = descriptor_from_vllm(str(model))
+    other = shutil.copytree(model, tmp_path / "merge-b")
+    (weights,) = other.glob("*.safetensors")
+    at = _unsampled_offset(weights)
+    with weights.open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    second = descriptor_from_vllm(str(other))
+    assert second.revision == first.revision and second.hash16() != first.hash16()
+    assert descriptor_from_vllm(str(model)).hash16() == first.hash16()  # each still its own

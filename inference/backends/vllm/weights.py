@@ -10,11 +10,15 @@ Contract:
   wrote: a stale hit.
 * :func:`check_weights_unchanged` closes that on the machine where the edit
   happens: it hashes each weight file whole once per state of the file
-  (device, inode, size, modification time) and remembers, per folder digest,
-  the whole-file hashes it was first seen with
-  (``$XDG_CACHE_HOME/judgestore/weights.json``). The same digest with other
+  (device, inode, size, modification time) and remembers, per key (the
+  folder's name and its digest), the whole-file hashes it was first seen
+  with (``$XDG_CACHE_HOME/judgestore/weights.json``). The same key with other
   whole-file hashes raises :class:`~store.errors.ModelWeightsChangedError`
-  before anything is looked up. A folder unchanged since it was last hashed
+  before anything is looked up. A folder of another name is another key,
+  even with the same digest (two merges of one base whose sampled bytes
+  agree): it was refused, told to take a folder of its own name, which it
+  had. Records made before, per digest alone, are not read: each weight
+  file is hashed whole once more. A folder unchanged since it was last hashed
   costs a ``stat`` per file; the first sight of a file costs one read of it.
 * The key itself is unchanged (rows stored under it stay usable). What this
   machine cannot know (weights edited elsewhere before this machine ever saw
@@ -51,14 +55,14 @@ def check_weights_unchanged(folder: Path, digest: str) -> None:
         known: Any = orjson.loads(record.read_bytes())
     except (OSError, orjson.JSONDecodeError):
         known = {}
-    if (
-        not isinstance(known, dict)
-        or not isinstance(known.get("files"), dict)
-        or not isinstance(known.get("digests"), dict)
-    ):
-        known = {"files": {}, "digests": {}}
+    if not isinstance(known, dict) or not isinstance(known.get("files"), dict):
+        known = {"files": {}}
+    if not isinstance(known.get("models"), dict):
+        known["models"] = {}
+    known.pop("digests", None)  # per digest alone: see the module docstring
     files: dict[str, str] = known["files"]
-    seen = known["digests"].get(digest)
+    key = f"{Path(os.path.abspath(folder)).name} {digest}"  # as the descriptor names the model: its folder's name
+    seen = known["models"].get(key)
     seen = seen if isinstance(seen, dict) else {}
     now: dict[str, str] = {}
     hashed = False
@@ -81,7 +85,7 @@ def check_weights_unchanged(folder: Path, digest: str) -> None:
             "old weights"
         )
     if hashed or now.keys() - seen.keys():
-        known["digests"][digest] = {**seen, **now}
+        known["models"][key] = {**seen, **now}
         with contextlib.suppress(OSError):
             record.parent.mkdir(parents=True, exist_ok=True)
             temp = record.with_name(f".{record.name}.{os.getpid()}")
