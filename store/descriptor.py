@@ -61,6 +61,8 @@ UNPINNED_PREFIX = (
     "unpinned:"  # the revision of a model the caller chose not to pin (see inference.backends.vllm.model_source)
 )
 
+LOCAL_DIGEST_PREFIX = "sha256:"  # the revision of a local model folder: a digest of its files (model_source)
+
 _MAX_EXACT_FLOAT_INT = 2**53
 
 

@@ -37,7 +37,7 @@ import orjson
 from inference.cache.plan import Plan
 from inference.requests import Request
 from store import Database, Store
-from store.descriptor import ModelDescriptor, input_hash
+from store.descriptor import LOCAL_DIGEST_PREFIX, ModelDescriptor, input_hash
 from store.errors import JudgestoreError
 from store.layout import Location, Selector
 from store.roles import Role
@@ -143,6 +143,12 @@ def _nearness(n: Neighbour) -> tuple[bool, int, bool, int, str]:
     return (n.error is not None, fields, other_task, -(n.rows or 0), n.location.descriptor_hash16)
 
 
+def _same_model(stored: str, wanted: str) -> bool:
+    """Whether a stored descriptor's model is the run's: its name, or a path to a folder of that name (0.1.0 named
+    a local folder by the path given; its name since, so those rows missed from then on)."""
+    return stored == wanted or (stored.startswith(("/", ".", "~")) and stored.rstrip("/").endswith("/" + wanted))
+
+
 def explain_descriptor(
     store: Store, role: Role, task: str, descriptor: ModelDescriptor, *, limit: int = 5
 ) -> DescriptorReport:
@@ -150,8 +156,11 @@ def explain_descriptor(
     location = Location.of(role, task, descriptor)
     database = store.find(role, task, descriptor)
     neighbours = []
-    for other in store.select(Selector(role=location.role, provider=location.provider, model=location.model)):
-        if other == location:
+    local = descriptor.revision is not None and descriptor.revision.startswith(LOCAL_DIGEST_PREFIX)
+    # A local folder's: also the descriptors judgestore 0.1.0 named it in, by the path it was given
+    selector = Selector(role=location.role, provider=location.provider, model=None if local else location.model)
+    for other in store.select(selector):
+        if other == location or not _same_model(other.model, location.model):
             continue
         changes: list[FieldChange] = []  # unknown (empty) until its descriptor is read
         try:

@@ -85,6 +85,26 @@ def test_a_schema_in_another_property_order_is_a_miss_and_explain_names_the_orde
     assert [c.field for c in changes] == ["chat_template_kwargs.tools.0.(key order)"]
 
 
+def test_a_local_folder_named_by_its_path_as_0_1_0_did_is_a_neighbour_adopt_can_take(store_root: Path) -> None:
+    """judgestore 0.1.0 named a local model folder by the path given; its name since, so those rows missed and
+    explain said no descriptor of the model was stored: adopt found nothing to carry over (was)."""
+    from inference.drift.adopt import adoption_candidates
+
+    wanted = BASE.model_copy(update={"revision": "sha256:" + "c2" * 32})
+    fill(store_root, wanted.model_copy(update={"model": "/models/tiny"}))
+    fill(store_root, wanted.model_copy(update={"model": "/models/tinyish"}))  # another folder: not this model's
+    fill(store_root, wanted.model_copy(update={"model": "org/tiny"}))  # a Hub id: not a path to it
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        report = explain_descriptor(store, "completions", "t", wanted)
+        assert [(n.location.model, n.changes) for n in report.neighbours] == [
+            ("/models/tiny", (FieldChange("model", "/models/tiny", "tiny"),))
+        ]
+        (candidate,) = adoption_candidates(store, "completions", "t", wanted, ["model"])
+        assert candidate.eligible
+        hub = BASE.model_copy(update={"model": "tiny", "revision": "ab" * 20})  # a Hub model's (a commit): by name
+        assert explain_descriptor(store, "completions", "t", hub).neighbours == ()
+
+
 def test_a_missing_descriptor_lists_the_stored_ones_nearest_first(store_root: Path) -> None:
     fill(store_root, BASE)
     fill(store_root, with_sampling(BASE, temperature=1.0, seed=3), n=5)

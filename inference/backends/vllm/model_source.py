@@ -45,7 +45,7 @@ from pathlib import Path
 from pydantic import JsonValue
 
 from inference.backends.vllm.weights import WEIGHT_SUFFIXES, check_weights_unchanged
-from store.descriptor import UNPINNED_PREFIX, canonical_json, sha256_hex
+from store.descriptor import LOCAL_DIGEST_PREFIX, UNPINNED_PREFIX, canonical_json, sha256_hex
 from store.errors import (
     InvalidInputError,
     JudgestoreError,
@@ -86,7 +86,7 @@ class ModelSource:
 
     @property
     def is_local(self) -> bool:
-        return self.revision.startswith("sha256:")
+        return self.revision.startswith(LOCAL_DIGEST_PREFIX)
 
     @property
     def pinned(self) -> bool:
@@ -143,7 +143,7 @@ def local_model_digest(folder: Path) -> str:
         # vLLM would be imported and then refuse it in several lines of its own, blamed on the engine arguments
         raise InvalidInputError(f"{folder}: no config.json, so not a model folder (expected config.json, tokenizer "
                                 "and weights)")  # fmt: skip
-    return "sha256:" + sha256_hex(canonical_json(entries))
+    return LOCAL_DIGEST_PREFIX + sha256_hex(canonical_json(entries))
 
 
 # ---------------------------------------------------------------- the Hugging Face cache and Hub
