@@ -320,7 +320,9 @@ class Store:
         try:
             return open_it()
         except SchemaBehindError as behind:
-            if not self.settings.auto_upgrade or self.readonly:
+            if self.readonly and self.settings.auto_upgrade:  # its message would offer what is set already
+                raise SchemaBehindError(behind.where, behind.found, behind.expected, read_only=True) from None
+            if not self.settings.auto_upgrade:
                 raise
             (result,) = self.storage.upgrade([location])
             if result.outcome is UpgradeOutcome.FAILED:

@@ -127,16 +127,26 @@ class SchemaError(DatabaseFileError):
 class SchemaBehindError(SchemaError):
     """The database was written by an older judgestore: it needs an upgrade."""
 
-    def __init__(self, path: Path | str, found: str, expected: str) -> None:
+    def __init__(self, path: Path | str, found: str, expected: str, *, read_only: bool = False) -> None:
+        """``read_only``: met by a store opened read-only with JUDGESTORE_AUTO_UPGRADE set, which the message would
+        offer again; it says instead that such a store is never upgraded."""
         self.found, self.expected = found, expected
-        super().__init__(
-            path,
-            f"schema revision {found} is older than this library's {expected}. "
-            "Take a backup if you want one (a folder store's upgrade also keeps one beside each file; a server's "
-            "keeps none: use pg_dump), then run "
-            "`judgestore db upgrade` (or set JUDGESTORE_AUTO_UPGRADE=1, with which a command that writes upgrades "
-            "it first; one that only reads, such as ls, stats or query, never does, nor does a dry run).",
-        )
+        head = f"schema revision {found} is older than this library's {expected}"
+        if read_only:
+            message = (
+                f"{head}; this store was opened read-only (by a command or a mode that only reads, such as query or "
+                "generate --mode replay), so JUDGESTORE_AUTO_UPGRADE, which is set, does not upgrade it: run "
+                "`judgestore db upgrade` (a folder store's keeps a backup of each file; for a server's, pg_dump "
+                "first), then the command again."
+            )
+        else:
+            message = (
+                f"{head}. Take a backup if you want one (a folder store's upgrade also keeps one beside each file; a "
+                "server's keeps none: use pg_dump), then run `judgestore db upgrade` (or set "
+                "JUDGESTORE_AUTO_UPGRADE=1, with which a command that writes upgrades it first; one that only reads, "
+                "such as ls, stats or query, never does, nor does a dry run)."
+            )
+        super().__init__(path, message)
 
     def for_a_reader(self, command: str, what: str = "database") -> str:
         """What to say where ``command`` only reads the database (``what``: copy's source, a push's): setting

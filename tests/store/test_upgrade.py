@@ -418,6 +418,24 @@ def test_auto_upgrade_opens_a_database_that_is_behind(
     assert db_path.read_bytes()[18:20] == b"\x02\x02"
 
 
+def test_a_read_only_store_under_auto_upgrade_says_it_is_never_upgraded(
+    store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`generate --mode replay` with JUDGESTORE_AUTO_UPGRADE=1 set: told to set JUDGESTORE_AUTO_UPGRADE=1 (was)."""
+    db_path = current_database(store_root, "judgements", "t", descriptor, sample_rows("replay"))
+    before = file_digests(store_root)
+    pretend_shipped_scripts_are(synthetic, monkeypatch)
+    with (
+        Store(Settings(auto_upgrade=True), root=store_root, readonly=True) as s,
+        pytest.raises(SchemaBehindError) as caught,
+    ):
+        s.database("judgements", "t", descriptor)
+    message = str(caught.value)
+    assert message.startswith(f"{db_path}: schema revision ") and "opened read-only" in message
+    assert "set JUDGESTORE_AUTO_UPGRADE" not in message and "judgestore db upgrade" in message
+    assert file_digests(store_root) == before
+
+
 def test_reads_across_databases_never_upgrade_under_auto_upgrade(
     store_root: Path, descriptor: ModelDescriptor, synthetic: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
