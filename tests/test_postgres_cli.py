@@ -347,6 +347,10 @@ def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tm
         ("not a url", "store URL"),
         # was: 'the transaction was rolled back ... report this message'
         ("postgresql+psycopg://judgestore@/x?host=/tmp&foo=bar", "the URL names an option libpq does not know"),
+        # was: 'failed in a way judgestore has no name for ... report this message' (psycopg's own check)
+        ("postgresql+psycopg://judgestore@/x?host=/tmp&connect_timeout=abc", "gives a connection option a value"),
+        ("postgresql+psycopg://judgestore@/x?host=/tmp&sslmode=bogus", "gives a connection option a value"),
+        ("postgresql+psycopg://judgestore@/x?host=/tmp&port=abc", "gives a connection option a value"),
     ],
 )
 def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_path: Path) -> None:

@@ -134,3 +134,6 @@ def create_postgres_engine(url: str, settings: Settings) -> Engine:
         raise InvalidInputError(
             "a PostgreSQL store needs the psycopg driver: " + install_hint("postgresql", "'psycopg[binary]>=3.2'")
         ) from e
+    except ArgumentError as e:  # SQLAlchemy's reading of the query string (a port that is not a number)
+        raise InvalidInputError(f"{display_url(url)}: the URL gives a connection option a value it refuses ({e}); "
+                                "fix the URL") from e  # fmt: skip

@@ -61,6 +61,8 @@ def _sqlstate(error: DBAPIError) -> str | None:
 # What psycopg says of a value the server sent that Python has no value for (a time of 'infinity', a year past 9999)
 _UNLOADABLE = re.compile(r"^(timestamp|date|time)\w* too (large|small)|^can't parse")
 _NO_DATABASE = re.compile(r'database ".*" does not exist')
+# A connection option's value refused before any server is asked: psycopg's (connect_timeout) or libpq's words
+_BAD_OPTION_VALUE = re.compile(r"^(connection is bad: )?(bad value for \w+|invalid \w+ value|invalid integer value)")
 _NO_SLOT = re.compile(r"too many connections|too many clients|remaining connection slots are reserved")
 
 
@@ -89,6 +91,10 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerURLError(
             shown, f"the URL names an option libpq does not know ({message}); fix the URL (its query string takes "
             "libpq's connection options: host, port, sslmode, application_name...)"
+        )  # fmt: skip
+    if not state and _BAD_OPTION_VALUE.search(message):  # psycopg's or libpq's, for a value in the query string
+        return ServerURLError(
+            shown, f"the URL gives a connection option a value libpq refuses ({message}); fix the URL"
         )  # fmt: skip
     if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
         return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
