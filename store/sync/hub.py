@@ -105,7 +105,8 @@ class _Failure:
 # The client refuses every request while HF_HUB_OFFLINE is set, which vLLM users often set for good.
 OFFLINE = (
     "HF_HUB_OFFLINE is set, so huggingface_hub sends no request: unset it for this command to share through the "
-    "Hub, or share through a folder (--dir)"
+    "Hub, or share through a folder (`hub push`/`hub fetch --dir`; JUDGESTORE_SYNC_DIR for a run's --fetch, "
+    "instead of JUDGESTORE_HUB_REPO)"
 )
 
 

@@ -124,6 +124,7 @@ def test_offline_mode_fails_at_once_and_says_what_to_unset(
         with pytest.raises(RemoteError, match="HF_HUB_OFFLINE is set") as raised:
             sync(alice, hub_remote(hub, sleeps))
         assert type(raised.value) is RemoteError
+        assert "JUDGESTORE_SYNC_DIR for a run's --fetch" in str(raised.value)  # generate has no --dir (was named)
     assert sleeps == [] and commits_of(hub) == before
     point_client_at(monkeypatch, tmp_path / "hf-home", token=WRITE_TOKEN)  # online again: the push goes through
     assert push(alice, hub_remote(hub, sleeps)).ok and commits_of(hub) == before + 1
