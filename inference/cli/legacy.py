@@ -280,6 +280,7 @@ def import_command(
         task=task, dry_run=dry_run, inputs=InputsTable.load(inputs_path) if inputs_path is not None else None
     )
     err = stderr()
+    report = None
     try:
         with Store(settings, readonly=dry_run) as store, progress_bars(json_output) as progress:
 
@@ -288,8 +289,8 @@ def import_command(
 
             report = import_sources(result.detections, store, mapper, options, on_progress=on_progress,
                                     ignored_files=result.ignored_files)  # fmt: skip
-    except KeyboardInterrupt as e:
-        _interrupted(getattr(e, "import_report", None), len(result.detections), dry_run, report_path, json_output)
+    except KeyboardInterrupt as e:  # the import's report so far; its whole one when it came as the store closed
+        _interrupted(getattr(e, "import_report", report), len(result.detections), dry_run, report_path, json_output)
     payload: dict[str, Any] = report.as_dict()
     if report_path is not None:
         report_path.write_text(to_json(payload) + "\n", encoding="utf-8")  # as --json writes it: any path

@@ -427,3 +427,33 @@ def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
     assert result.exit_code == 130
     assert sum(len(rows) for rows in stored_rows(root).values()) == 4
     assert orjson.loads(result.stderr)["rows_imported"] == 4
+
+
+def test_ctrl_c_as_the_store_closes_counts_every_row_imported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every row imported, Ctrl-C as the store closed: 'imported 0 rows from 0 of 1 source' (was)."""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+    from store.store import Store
+
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+            for i in range(4)]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    real_close = Store.close
+
+    def close_then_ctrl_c(self: Store) -> None:
+        real_close(self)
+        if not self.readonly:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(Store, "close", close_then_ctrl_c)
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]
+    result = CliRunner().invoke(app(), [*args, "--json"])
+    assert result.exit_code == 130
+    assert sum(len(rows) for rows in stored_rows(root).values()) == 4
+    said = orjson.loads(result.stderr)
+    assert (said["rows_imported"], said["sources_started"], said["sources"]) == (4, 1, 1)
