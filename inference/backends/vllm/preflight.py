@@ -47,6 +47,7 @@ from inference.backends.vllm.descriptor import load_chat_template_text
 from inference.backends.vllm.model_source import COMMIT_RE, cached_snapshot
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, JudgestoreError, PromptTooLongError, RequestRefusedError
+from store.interrupts import deferred_interrupts
 
 log = logging.getLogger("judgestore.preflight")
 
@@ -181,17 +182,20 @@ class PromptLengthCheck:
         self._context = context_length(model_folder, kwargs)
         if self._context is None:
             return
-        try:
-            from transformers import AutoTokenizer
+        # The run's first import of torch, through transformers: a signal inside its C++ initialisation aborts the
+        # process (SIGABRT, a core dump), so it is held until the tokenizer is loaded, as the engine's start is
+        with deferred_interrupts("once the tokenizer is loaded"):
+            try:
+                from transformers import AutoTokenizer
 
-            self._tokenizer = AutoTokenizer.from_pretrained(
-                os.fspath(tokenizer_folder),
-                trust_remote_code=bool(kwargs.get("trust_remote_code", False)),
-                local_files_only=True,
-            )
-        except Exception as e:  # a tokenizer this check cannot load: the engine decides
-            log.debug("no prompt-length check for %s: %s", self._model, e)
-            self._tokenizer = None
+                self._tokenizer = AutoTokenizer.from_pretrained(
+                    os.fspath(tokenizer_folder),
+                    trust_remote_code=bool(kwargs.get("trust_remote_code", False)),
+                    local_files_only=True,
+                )
+            except Exception as e:  # a tokenizer this check cannot load: the engine decides
+                log.debug("no prompt-length check for %s: %s", self._model, e)
+                self._tokenizer = None
 
     def _folder(self, tokenizer: Any, tokenizer_revision: Any) -> Path | None:
         """The local folder of the model's (or its separate tokenizer's) files, or None when it is not here."""
