@@ -53,7 +53,7 @@ def sampling_settings_from(
     """``SamplingParams``-style kwargs as typed :class:`SamplingSettings`, spelled one way.
 
     ``n`` must be 1 (samples are asked for per request); a ``stop`` string is a
-    one-item list; ``seed=-1`` (vLLM's "no seed") is None; ``logprobs=True``
+    one-item list, and ``stop=None`` the empty one; ``seed=-1`` (vLLM's "no seed") is None; ``logprobs=True``
     is 1. Unknown settings are kept. Shared by the in-process engine and
     hosted APIs (:mod:`inference.backends.hosted.descriptor`), so both hash a setting alike.
     """
@@ -62,6 +62,8 @@ def sampling_settings_from(
         raise InvalidInputError("sampling 'n' must be 1: ask for more samples per request instead")
     if isinstance(sampling.get("stop"), str):
         sampling["stop"] = [sampling["stop"]]
+    if "stop" in sampling and sampling["stop"] is None:  # SamplingParams' "no stop strings", as []
+        sampling["stop"] = []
     if sampling.get("seed") == -1:  # vLLM reads -1 as "no seed"
         sampling["seed"] = None
     if sampling.get("logprobs") is True:  # and True as 1

@@ -122,6 +122,13 @@ def test_integral_floats_hash_like_ints(tiny_model_dir: Path) -> None:
     assert as_int == as_float
 
 
+def test_no_stop_strings_hash_alike_however_spelt(tiny_model_dir: Path) -> None:
+    """SamplingParams takes stop=None as no stop strings; it was refused ("stop: Input should be a valid tuple")."""
+    empty = _hash(tiny_model_dir, sampling={"stop": []})
+    assert _hash(tiny_model_dir, sampling={"stop": None}) == _hash(tiny_model_dir, sampling={}) == empty
+    assert _hash(tiny_model_dir, sampling={"stop": ["x"]}) != empty
+
+
 def test_two_spellings_of_thinking_settings_hash_alike(tiny_model_dir: Path) -> None:
     assert _hash(tiny_model_dir, enable_thinking=True) == _hash(
         tiny_model_dir, chat_template_kwargs={"enable_thinking": True}
