@@ -193,6 +193,18 @@ def test_a_path_that_is_not_a_folder_is_no_such_folder_never_a_hub_id(
         resolve_model(spelling)
 
 
+@pytest.mark.parametrize("spelling", [" {folder}", "{folder} ", " org/model"])
+def test_a_model_with_whitespace_around_it_is_refused_as_a_quoting_slip_never_a_hub_id(
+    spelling: str, tmp_path: Path, hf_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """' /models/m' was taken for a Hub id: refused as unpinned, with advice about the Hugging Face cache (was)."""
+    point_client_at(monkeypatch, hf_home, offline=True)
+    (tmp_path / "m").mkdir()
+    model = spelling.format(folder=tmp_path / "m")
+    with pytest.raises(ModelFolderNotFoundError, match="starts or ends with whitespace"):
+        resolve_model(model)
+
+
 def test_a_folder_of_json_files_without_a_config_is_not_a_model_folder(tmp_path: Path) -> None:
     """A folder holding some *.json (a run's output) but no config.json reached vLLM, which refused it in several
     lines blamed on --engine-arg (was)."""

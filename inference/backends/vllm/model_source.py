@@ -277,8 +277,13 @@ def looks_like_path(model: str) -> bool:
 
 
 def check_folder(model: str) -> None:
-    """Raise :class:`ModelFolderNotFoundError` when ``model`` is spelled as a path and is not a folder."""
+    """Raise :class:`ModelFolderNotFoundError` when ``model`` is spelled as a path and is not a folder, or is no
+    folder and has whitespace around it (a Hub id never has)."""
     path = Path(model)
+    if model != model.strip() and not path.is_dir():  # " /models/m" was taken for a Hub id, and told of its cache
+        raise ModelFolderNotFoundError(
+            f"no such model folder or Hub id: {model!r} starts or ends with whitespace (a quoting slip?)"
+        )
     if path.is_dir() or not looks_like_path(model):
         return
     if path.exists():
