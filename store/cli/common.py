@@ -249,7 +249,11 @@ class _WarningLines(logging.Handler):
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            _warning_line(record.getMessage(), "LogWarning", self.json_output)
+            message = record.getMessage()
+            if record.exc_info is not None and record.exc_info[1] is not None:  # a traceback's gist: what failed
+                error = record.exc_info[1]
+                message += f" ({type(error).__name__}: {error})" if str(error) else f" ({type(error).__name__})"
+            _warning_line(message, "LogWarning", self.json_output)
         except Exception:  # a log line never ends a command
             self.handleError(record)
 

@@ -116,13 +116,21 @@ def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lin
             raise KeyboardInterrupt
         except KeyboardInterrupt:
             logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
+        try:  # any other: its exception named, which the traceback carried (the line said only the first part, was)
+            raise OSError("server closed the connection unexpectedly")
+        except OSError:
+            logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
         return listed(self)
 
     monkeypatch.setattr(Store, "locations", locations_as_the_driver_warns)
     result = judgestore("ls", "--json", "--store-root", str(filled))
     assert result.exit_code == 0, result.output
     assert [as_json(line) for line in result.stderr.splitlines()] == [
-        {"warning": "unknown PostgreSQL timezone: 'Mars/Olympus'; will use UTC", "type": "LogWarning"}
+        {"warning": "unknown PostgreSQL timezone: 'Mars/Olympus'; will use UTC", "type": "LogWarning"},
+        {
+            "warning": "Exception closing connection (OSError: server closed the connection unexpectedly)",
+            "type": "LogWarning",
+        },
     ]
     assert as_json(result.stdout)  # the listing itself
     assert not caplog.records  # nor passed on to the process's handlers (Python's last resort prints tracebacks)
