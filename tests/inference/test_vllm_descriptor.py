@@ -314,6 +314,16 @@ def _unsampled_offset(path: Path) -> int:
     return next(o for o in range(ms._WEIGHT_HEAD_BYTES, size, 512) if not any(a <= o < b for a, b in read))
 
 
+def _edit_where_the_key_does_not_read(weights: Path) -> None:
+    """Flip one byte of ``weights`` that the key's fingerprint does not sample (a same-size edit it cannot see)."""
+    at = _unsampled_offset(weights)
+    with weights.open("r+b") as f:
+        f.seek(at)
+        byte = f.read(1)
+        f.seek(at)
+        f.write(bytes([byte[0] ^ 0xFF]))
+
+
 def test_weights_edited_where_the_key_does_not_read_are_refused_before_any_hit(tmp_path: Path) -> None:
     """A same-size edit the fingerprint's samples miss kept the key: the next run took the old weights' rows
     (a stale hit, was). The key stays; this machine remembers the whole files and refuses the changed ones."""
@@ -324,12 +334,7 @@ def test_weights_edited_where_the_key_does_not_read_are_refused_before_any_hit(t
     copy = shutil.copytree(model, tmp_path / "copy" / "tiny")
     assert descriptor_from_vllm(str(copy)).sha256() == before.sha256()  # the same bytes elsewhere: no alarm
     (weights,) = model.glob("*.safetensors")
-    at = _unsampled_offset(weights)
-    with weights.open("r+b") as f:
-        f.seek(at)
-        byte = f.read(1)
-        f.seek(at)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _edit_where_the_key_does_not_read(weights)
     assert local_model_digest(model) == before.revision  # the key cannot see it
     with pytest.raises(ModelWeightsChangedError, match=rf"{weights.name} changed since this machine first used"):
         descriptor_from_vllm(str(model))
@@ -344,12 +349,7 @@ def test_a_folder_of_its_own_name_with_the_same_sampled_bytes_is_another_key_not
     first = descriptor_from_vllm(str(model))
     other = shutil.copytree(model, tmp_path / "merge-b")
     (weights,) = other.glob("*.safetensors")
-    at = _unsampled_offset(weights)
-    with weights.open("r+b") as f:
-        f.seek(at)
-        byte = f.read(1)
-        f.seek(at)
-        f.write(bytes([byte[0] ^ 0xFF]))
+    _edit_where_the_key_does_not_read(weights)
     second = descriptor_from_vllm(str(other))
     assert second.revision == first.revision and second.hash16() != first.hash16()
     assert descriptor_from_vllm(str(model)).hash16() == first.hash16()  # each still its own

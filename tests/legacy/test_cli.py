@@ -394,6 +394,18 @@ def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest
         assert stopped["rows_imported"] == 0
 
 
+def _one_judge_cache_of_4_rows(tmp_path: Path) -> tuple[list[str], Path]:
+    """A legacy cache of one judge's 4 verdicts, and the import command line (without --json) of it into a store."""
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+            for i in range(4)]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    return ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"], root
+
+
 def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,13 +418,7 @@ def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
     from inference.cli.app import app
     from store.backends.sqlite.database import SqliteDatabase
 
-    legacy, root = tmp_path / "legacy", tmp_path / "store"
-    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
-             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
-            for i in range(4)]  # fmt: skip
-    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
-    descriptor_file = tmp_path / "descriptor.json"
-    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    args, root = _one_judge_cache_of_4_rows(tmp_path)
     real_transaction = SqliteDatabase.transaction
 
     @contextmanager
@@ -422,7 +428,6 @@ def test_ctrl_c_during_a_chunks_commit_counts_the_chunk_that_stands(
         raise KeyboardInterrupt  # the commit is done: as SIGINT during it
 
     monkeypatch.setattr(SqliteDatabase, "transaction", commit_then_ctrl_c)
-    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]
     result = CliRunner().invoke(app(), [*args, "--json"])
     assert result.exit_code == 130
     assert sum(len(rows) for rows in stored_rows(root).values()) == 4
@@ -436,13 +441,7 @@ def test_ctrl_c_as_the_store_closes_counts_every_row_imported(tmp_path: Path, mo
     from inference.cli.app import app
     from store.store import Store
 
-    legacy, root = tmp_path / "legacy", tmp_path / "store"
-    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
-             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
-            for i in range(4)]  # fmt: skip
-    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
-    descriptor_file = tmp_path / "descriptor.json"
-    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    args, root = _one_judge_cache_of_4_rows(tmp_path)
     real_close = Store.close
 
     def close_then_ctrl_c(self: Store) -> None:
@@ -451,7 +450,6 @@ def test_ctrl_c_as_the_store_closes_counts_every_row_imported(tmp_path: Path, mo
             raise KeyboardInterrupt
 
     monkeypatch.setattr(Store, "close", close_then_ctrl_c)
-    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"]
     result = CliRunner().invoke(app(), [*args, "--json"])
     assert result.exit_code == 130
     assert sum(len(rows) for rows in stored_rows(root).values()) == 4
