@@ -23,7 +23,13 @@ Contract:
   one's answers). A value whose objects are in sorted order hashes as before
   (every key was sorted then), and so does every descriptor read back from a
   metadata.json written before (written sorted); :func:`metadata_bytes`
-  keeps a value's order since.
+  keeps a value's order since. A descriptor whose canonical form is not
+  sorted throughout has the format :data:`ORDERED_FORMAT` (derived, whatever
+  a caller gives), which judgestore before this rule refuses as unknown: it
+  would read such a metadata.json as edited, and advise moving its folder.
+  A folder written before the rule, of a setting that holds objects, was
+  keyed without their order: it answers the run whose objects are in sorted
+  order, whichever order generated its rows.
 * A non-finite float (NaN, ``inf``, ``-inf``) anywhere in the free-form
   settings (``sampling``'s extra fields, ``engine``, ``chat_template_kwargs``,
   ``routing``, nested too) is refused with
@@ -49,12 +55,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
 
 from store.errors import InvalidInputError
 
 HASH16_LENGTH = 16  # characters of a descriptor hash that name its folder (hash16)
 DESCRIPTOR_FORMAT: Literal["judgestore-descriptor/v1"] = "judgestore-descriptor/v1"
+# The format of a descriptor a setting of which holds an object whose keys are not in sorted order (see the module
+# docstring): judgestore before 2026-12-06 refuses it, where it read such a metadata.json as edited
+ORDERED_FORMAT: Literal["judgestore-descriptor/v2"] = "judgestore-descriptor/v2"
+DescriptorFormat = Literal["judgestore-descriptor/v1", "judgestore-descriptor/v2"]
 InputMode = Literal["chat", "text"]
 LogprobPositions = Literal["first", "all"]
 UNPINNED_PREFIX = (
@@ -139,7 +149,7 @@ class ModelDescriptor(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    format: Literal["judgestore-descriptor/v1"] = DESCRIPTOR_FORMAT
+    format: DescriptorFormat = DESCRIPTOR_FORMAT  # derived from the settings, whatever is given (module docstring)
     provider: str = Field(min_length=1)
     model: str = Field(min_length=1)
     revision: str | None = None
@@ -187,15 +197,31 @@ class ModelDescriptor(BaseModel):
         """Whether the caller opted into a descriptor that pins neither the model's commit nor its template."""
         return self.revision is not None and self.revision.startswith(UNPINNED_PREFIX)
 
+    @model_validator(mode="after")
+    def _derived_format(self) -> ModelDescriptor:
+        try:
+            derived = orjson.loads(self.canonical_json())["format"]
+        except InvalidInputError:  # refused as built (__init__) and as hashed, as a typed error, not pydantic's
+            return self
+        object.__setattr__(self, "format", derived)  # frozen: set once, here
+        return self
+
     def canonical_json(self) -> bytes:
         """The bytes that are hashed: normalised numbers, field and setting names sorted (a setting's value in its
-        own order: see the module docstring), added fields only when set."""
+        own order, and then the format :data:`ORDERED_FORMAT`: see the module docstring), added fields only when
+        set."""
         self._refuse_nonfinite()  # built without __init__ (model_validate, model_copy): refused before hashing
         data = self.model_dump(mode="json")
         for name, default in ADDED_FIELDS.items():
             if data[name] == default:
                 del data[name]
-        return canonical_json(_names_sorted(_normalise(data)), sort_keys=False)
+        named = _names_sorted(_normalise(data))
+        named["format"] = DESCRIPTOR_FORMAT
+        ordered = canonical_json(named, sort_keys=False)
+        if ordered == canonical_json(named):  # every object in sorted order: the first release's bytes
+            return ordered
+        named["format"] = ORDERED_FORMAT
+        return canonical_json(named, sort_keys=False)
 
     def sha256(self) -> str:
         """Full SHA-256 hex of :meth:`canonical_json` (written to metadata.json)."""

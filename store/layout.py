@@ -345,7 +345,7 @@ def check_location_metadata(root: Path, location: Location) -> None:
         doc = orjson.loads((folder / METADATA_FILE).read_bytes())
         descriptor = doc["descriptor"]
         if type(descriptor) is dict and descriptor.keys() <= _DESCRIPTOR_FIELDS:
-            digest = sha256_hex(orjson.dumps(descriptor, option=orjson.OPT_SORT_KEYS))
+            digest = sha256_hex(orjson.dumps(descriptor))  # the canonical form, as it stands (a value's own order)
             recorded = Location(doc["role"], doc["task"], descriptor["provider"], descriptor["model"], folder.name)
             if (
                 digest == doc["descriptor_sha256"]

@@ -69,18 +69,21 @@ def _short(value: Any, width: int) -> str:
     return text[:width] + "…" if hexlike or len(text) > 3 * width else text
 
 
+_KEY_ORDER = "(key order)"
+
+
 def _flatten(value: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
-    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf), a list of
-    objects has its items' (``tools.0.name``). An object inside a setting's value (depth 2 on), whose key order the
-    hash keeps, also has its keys, in order, as the leaf ``PATH.(key order)``."""
+    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf), a list
+    holding objects or lists has its items' (``tools.0.name``). An object inside a setting's value (depth 2 on),
+    whose key order the hash keeps, also has its keys, in order, as the leaf ``PATH.(key order)``."""
     if isinstance(value, Mapping):
         flat: dict[str, Any] = {}
         if depth >= 2 and len(value) > 1:
-            flat[f"{prefix}(key order)"] = list(value)
+            flat[prefix + _KEY_ORDER] = list(value)
         for key in sorted(value):
             flat |= _flatten(value[key], f"{prefix}{key}.", depth + 1)
         return flat
-    if isinstance(value, list) and any(isinstance(item, Mapping) for item in value):  # a tool list: its objects too
+    if isinstance(value, list) and any(isinstance(item, Mapping | list) for item in value):  # tools: their objects
         flat = {}
         for i, item in enumerate(value):
             flat |= _flatten(item, f"{prefix}{i}.", depth + 1)
@@ -88,15 +91,28 @@ def _flatten(value: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
     return {prefix.rstrip("."): value}
 
 
+def _reordered(old: list[str] | None, new: list[str] | None) -> bool:
+    """Whether an object's keys come in another order: the keys both sides hold, in each side's order (a key added
+    or dropped is a change of its own leaf, not of the order)."""
+    if old is None or new is None:
+        return False
+    return [key for key in old if key in new] != [key for key in new if key in old]
+
+
 def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list[FieldChange]:
     """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash; two key
-    orders of an object inside a setting are not: ``PATH.(key order)``)."""
+    orders of an object inside a setting are not: ``PATH.(key order)``). ``format`` is left out: it follows from
+    the settings (a key order that counts), whose change is listed."""
     old, new = _flatten(stored.model_dump(mode="json")), _flatten(wanted.model_dump(mode="json"))
-    return [
-        FieldChange(name, old.get(name), new.get(name))
-        for name in sorted(old.keys() | new.keys())
-        if old.get(name) != new.get(name)
-    ]
+    changes = []
+    for name in sorted((old.keys() | new.keys()) - {"format"}):
+        if name.endswith(_KEY_ORDER):
+            differs = _reordered(old.get(name), new.get(name))
+        else:
+            differs = old.get(name) != new.get(name)
+        if differs:
+            changes.append(FieldChange(name, old.get(name), new.get(name)))
+    return changes
 
 
 @dataclass(frozen=True)

@@ -83,6 +83,24 @@ def test_a_schema_in_another_property_order_is_a_miss_and_explain_names_the_orde
     )
     changes = descriptor_changes(name_first, description_first)
     assert [c.field for c in changes] == ["chat_template_kwargs.tools.0.(key order)"]
+    nested = [BASE.model_copy(update={"engine": {"x": [[{"b": 1, "a": 2}]]}}),
+              BASE.model_copy(update={"engine": {"x": [[{"a": 2, "b": 1}]]}})]  # fmt: skip
+    assert [c.field for c in descriptor_changes(*nested)] == ["engine.x.0.0.(key order)"]  # said none (was)
+
+
+def test_a_key_added_to_a_settings_object_is_that_keys_change_alone() -> None:
+    """Adding a property to a schema also listed the object's key order, which a precise --across did not allow:
+    adopt refused a source it took before (was)."""
+    props = {"reasoning": {"type": "string"}, "score": {"type": "integer"}}
+    old = with_sampling(BASE, structured_outputs={"json": {"properties": props, "type": "object"}})
+    new = with_sampling(BASE, structured_outputs={"json": {"properties": {**props, "confidence": {"type": "number"}},
+                                                           "type": "object"}})  # fmt: skip
+    assert descriptor_changes(old, new) == [
+        FieldChange("sampling.structured_outputs.json.properties.confidence.type", None, "number")
+    ]
+    built = [ModelDescriptor(**{**d.model_dump(), "format": "judgestore-descriptor/v1"}) for d in (old, new)]
+    assert built[0].format != built[1].format  # the added key is out of sorted order: v2, which is not listed
+    assert descriptor_changes(*built) == descriptor_changes(old, new)
 
 
 def test_a_local_folder_named_by_its_path_as_0_1_0_did_is_a_neighbour_adopt_can_take(store_root: Path) -> None:

@@ -197,12 +197,19 @@ def test_the_key_order_inside_a_settings_value_changes_the_hash() -> None:
     props = {"reasoning": {"type": "string"}, "score": {"type": "integer"}}
 
     def judge(order: list[str]) -> ModelDescriptor:
-        schema = {"type": "object", "properties": {k: props[k] for k in order}, "required": ["reasoning", "score"]}
+        schema = {"properties": {k: props[k] for k in order}, "required": ["reasoning", "score"], "type": "object"}
         return ModelDescriptor(provider="vllm", model="m", sampling={"structured_outputs": {"json": schema}})
 
     first, second = judge(["reasoning", "score"]), judge(["score", "reasoning"])
     assert first.hash16() != second.hash16()
     assert judge(["reasoning", "score"]).hash16() == first.hash16()
+    # Another format, which judgestore before the rule refuses (it read such a metadata.json as edited, and advised
+    # moving its folder); derived, whatever is given
+    assert (first.format, second.format) == ("judgestore-descriptor/v1", "judgestore-descriptor/v2")
+    assert orjson.loads(second.canonical_json())["format"] == "judgestore-descriptor/v2"
+    given = ModelDescriptor(**{**second.model_dump(), "format": "judgestore-descriptor/v1"})
+    assert given.format == second.format and given.hash16() == second.hash16()
+    assert ModelDescriptor.model_validate({**first.model_dump(), "format": "judgestore-descriptor/v2"}) == first
     tools = [{"name": "f", "description": "d"}]  # an object in a list, as a template's tools
     assert (
         ModelDescriptor(provider="vllm", model="m", chat_template_kwargs={"tools": tools}).hash16()
