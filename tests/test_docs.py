@@ -33,6 +33,7 @@ import textwrap
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import orjson
 import pytest
 
 from store.descriptor import ModelDescriptor
@@ -103,7 +104,8 @@ def test_every_block_follows_the_convention() -> None:
 
 @pytest.fixture(scope="session")
 def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A directory laid out like the repository after `bash .ci/setup && bash .ci/demo`."""
+    """A directory laid out like the repository after `bash .ci/setup && bash .ci/demo`: its store, and the
+    judge's result file."""
     root = tmp_path_factory.mktemp("demo-clone")
     recent = datetime.now(UTC) - timedelta(hours=1)
     with Store(Settings(), root=root / "judgestore-data") as store:
@@ -122,6 +124,10 @@ def demo_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
             for o, a, b in (("direct", "tiny-a", "tiny-b"), ("reversed", "tiny-b", "tiny-a"))
         ]
         store.database("judgements", "demo", judge).put_many(pairs)  # fmt: skip
+    (root / "demo-output").mkdir()
+    with (root / "demo-output" / "verdicts.jsonl").open("wb") as verdicts:  # as the demo's judge -o writes it
+        verdicts.writelines(orjson.dumps({"input_hash": p.input_hash, "completion": p.completion}) + b"\n"
+                            for p in pairs)  # fmt: skip
     return root
 
 
@@ -135,6 +141,7 @@ def clone(demo_root: Path, tmp_path: Path) -> Path:
             (here / entry.name).symlink_to(entry)
     (here / ".venv").symlink_to(Path(sys.prefix))
     shutil.copytree(demo_root / "judgestore-data", here / "judgestore-data")
+    shutil.copytree(demo_root / "demo-output", here / "demo-output")
     return here
 
 
