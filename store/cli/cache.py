@@ -107,7 +107,7 @@ def stats_command(
     """What each database holds and what its runs saved: rows, size, tokens, truncated rows, hits, savings.
 
     Read-only. Per role, task, model and descriptor: rows, size on disk,
-    tokens stored (in and out), rows that stopped at max_tokens, recorded
+    tokens stored (in and out), rows that stopped at a length limit, recorded
     runs, their hits and the engine time those hits saved (what the hit rows
     had cost when they were generated). --runs N lists the N most recent
     runs of each database (hit counts over time); --json gives everything,
@@ -172,14 +172,14 @@ def _print_totals(totals: "StoreTotals") -> None:
     rows, run = totals.rows, totals.runs
     lines = [
         f"stored: {rows.rows:,} rows, {rows.prompt_tokens:,} tokens in and {rows.completion_tokens:,} out, "
-        f"{decimal(rows.data_bytes)} of data; {totals.truncated:,} stopped at max_tokens "
-        "(`judgestore query --finish-reason length`)",
+        f"{decimal(rows.data_bytes)} of data; {totals.truncated:,} stopped at a length limit (max_tokens, or the "
+        "context: `judgestore query --finish-reason length`)",
     ]
     if run.runs:
         asked = run.hits + run.misses  # each run's distinct inputs, summed over the runs (an input asked twice: 2)
         rate = 100 * run.hits / asked if asked else 100.0
         lines.append(
-            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {asked:,} inputs asked ({rate:.0f}%); "
+            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {asked:,} distinct inputs asked ({rate:.0f}%); "
             f"saved {run.saved_prompt_tokens:,} tokens in and {run.saved_completion_tokens:,} out, "
             f"~{_seconds(run.saved_engine_seconds)} of engine time"
             + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")

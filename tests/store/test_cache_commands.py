@@ -45,8 +45,11 @@ def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
     result = judgestore("stats")
     assert result.exit_code == 0, result.output
     assert "Cache in" in result.stdout and QWEN.hash16() in result.stdout
-    assert "stored: 13 rows" in result.stdout and "3 stopped at max_tokens" in result.stdout
-    assert "runs: 1 recorded, 2 hits of 10 inputs asked (20%); saved 200 tokens in and 40 out" in result.stdout
+    assert (
+        "stored: 13 rows" in result.stdout
+        and "3 stopped at a length limit (max_tokens, or the context" in result.stdout
+    )
+    assert "runs: 1 recorded, 2 hits of 10 distinct inputs asked (20%); saved 200 tokens in and 40 out" in result.stdout
     report = orjson.loads(judgestore("stats", "--json", "--runs", "3").stdout)
     qwen = next(d for d in report["databases"] if d["model"] == "Qwen/Qwen3-8B")
     assert qwen["rows"]["rows"] == 6 and qwen["finish_reasons"] == {"length": 3, "stop": 3}
