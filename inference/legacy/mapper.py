@@ -175,22 +175,31 @@ class LegacyDescriptorMapper:
         ]
         assumptions += [f"legacy run assumed to have used {note} (not recorded by the file)" for note in assumed_notes]
         notes = [f"live settings that hit these rows: {settings_line(spec)}"]
+        engine_notes, adopt = self._engine_notes(detection, spec, descriptor)
+        return Attribution(descriptor, tuple(assumptions), notes=(*notes, *engine_notes), role_notes=tuple(adopt))
+
+    def _engine_notes(
+        self, detection: Detection, spec: ModelSpec | None, descriptor: ModelDescriptor
+    ) -> tuple[list[str], list[tuple[Role, str]]]:
+        """What the rows of another vLLM than this machine's hit (nothing, here), and the ``judgestore adopt``
+        command that carries them over, by role (none without the live settings, ``spec``)."""
+        if descriptor.provider != "vllm":  # a hosted API's or a server's: no engine of this machine's runs it
+            return [], []
         installed = installed_backend_version()
+        produced = descriptor.backend_version
         if installed is None:  # a core install: judgestore without its vllm extra
-            produced = descriptor.backend_version
-            notes.append(
+            return [
                 f"rows were produced by vLLM {produced}; vLLM is not installed here, so no run on this machine can "
                 f"use them yet: install vLLM {produced} to hit them as they are, or a newer vLLM and then "
                 "`judgestore adopt` them (it audits a sample with the new engine first)"
-            )
-        elif descriptor.backend_version != installed:
-            notes.append(
-                f"rows were produced by vLLM {descriptor.backend_version}; this machine has {installed}: a live run "
-                "here computes another descriptor and will not hit them (a different engine may change outputs)"
-            )
-            adopt = self._adopt_notes(detection, spec, descriptor, installed)
-            return Attribution(descriptor, tuple(assumptions), notes=tuple(notes), role_notes=tuple(adopt))
-        return Attribution(descriptor, tuple(assumptions), notes=tuple(notes))
+            ], []
+        if produced == installed:
+            return [], []
+        note = (
+            f"rows were produced by vLLM {produced}; this machine has {installed}: a live run here computes "
+            "another descriptor and will not hit them (a different engine may change outputs)"
+        )
+        return [note], [] if spec is None else self._adopt_notes(detection, spec, descriptor, installed)
 
     def _adopt_notes(
         self, detection: Detection, spec: ModelSpec, descriptor: ModelDescriptor, installed: str | None
@@ -236,5 +245,8 @@ class LegacyDescriptorMapper:
                     f"({shown}{more}): import each judge's files on their own, each with its judge's --descriptor"
                 ),
             )
-        notes = (f"not mapped from its legacy descriptor: {derived.reason}",) if detection.metadata else ()
-        return Attribution(self.user.descriptor, (self.user.assumption,), notes=notes)
+        notes = [f"not mapped from its legacy descriptor: {derived.reason}"] if detection.metadata else []
+        # An older vLLM the file names: said, with the adopt command, as for a mapped legacy descriptor (was: nothing)
+        engine_notes, adopt = self._engine_notes(detection, self.user.spec, self.user.descriptor)
+        return Attribution(self.user.descriptor, (self.user.assumption,), notes=(*notes, *engine_notes),
+                           role_notes=tuple(adopt))  # fmt: skip

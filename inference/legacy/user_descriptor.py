@@ -41,6 +41,7 @@ class UserDescriptor:
     descriptor: ModelDescriptor
     source: Path
     assumption: str
+    spec: ModelSpec | None = None  # the live settings of the vllm form, which an adopt command line names
 
 
 def load_user_descriptor(path: Path) -> UserDescriptor:
@@ -84,7 +85,7 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
             f"imported under the vLLM settings of {path.name}, given by the user; revision and chat template "
             f"resolved from {spec.model} as it was on {today}; {version}"
         )
-        return UserDescriptor(descriptor, path, assumption)
+        return UserDescriptor(descriptor, path, assumption, spec)
     raw = doc.get("descriptor", doc)
     try:
         descriptor = ModelDescriptor.model_validate(raw)

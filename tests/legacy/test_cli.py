@@ -255,6 +255,31 @@ def test_rows_an_older_vllm_produced_come_with_the_exact_adopt_command(tiny_mode
     assert any(note.endswith("run: " + shlex.join(command)) for note in source["notes"])  # --json carries it whole
 
 
+def test_rows_an_older_vllm_produced_under_a_descriptor_file_come_with_the_adopt_command_too(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """--descriptor naming vLLM 0.8.5: imported with no word that no live run here would hit them, nor the adopt
+    command a legacy descriptor gets (was)."""
+    from inference.backends.vllm.descriptor import backend_version
+
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
+            for i in range(2)]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
+    descriptor_file = tmp_path / "descriptor.json"
+    settings = {"model": str(tiny_model), "sampling": {"temperature": 0, "max_tokens": 8}, "backend_version": "0.8.5"}
+    descriptor_file.write_text(json.dumps({"vllm": settings}))
+    imported = judgestore("import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file),
+                          "--task", "t", "--json")  # fmt: skip
+    assert imported.returncode == 0, imported.stderr
+    (source,) = orjson.loads(imported.stdout)["sources"]
+    assert source["imported"] == 2
+    assert f"rows were produced by vLLM 0.8.5; this machine has {backend_version()}" in " ".join(source["notes"])
+    (location,) = walk(root)
+    assert any(f"--from {location.descriptor_hash16} --across backend_version" in n for n in source["notes"])
+
+
 def test_an_s2_source_gets_the_adopt_command_only_of_the_roles_it_holds(tiny_model: Path, tmp_path: Path) -> None:
     """S2 files hold both roles per row: one holding only completions was told to adopt judgements too (a command
     that finds no rows)."""
