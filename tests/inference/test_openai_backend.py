@@ -399,6 +399,18 @@ def test_a_server_that_refuses_the_first_eight_requests_and_answers_none_refuses
     )
 
 
+@pytest.mark.parametrize("prompts", [12, 40])
+def test_at_the_default_concurrency_eight_refusals_in_a_row_refuse_the_settings_and_no_more_are_sent(
+    store: Store, fake: FakeOpenAI, prompts: int
+) -> None:
+    """Each refusal let its worker start the next request: 40 prompts sent 15 before the verdict, and 12 were all
+    sent, each its own refusal, the settings never named (was)."""
+    fake.add_fault(Fault(status=400, times=1000, body=b'{"error": {"message": "Unrecognized request argument: x"}}'))
+    with pytest.raises(HostedRequestError, match=r"refused the first 8 requests of the batch and answered none"):
+        served(fake).cached(store, task="t").complete([ask(i) for i in range(prompts)])
+    assert len(fake.completions()) == 8
+
+
 def test_the_first_prompts_refused_while_others_are_in_flight_are_not_taken_for_refused_settings(
     store: Store,
 ) -> None:

@@ -30,10 +30,11 @@ Contract:
   context, a value it rejects) fails alone: it comes back as a
   :class:`~inference.backends.base.Refusal` carrying a
   :class:`~store.errors.HostedRequestError` with the server's reason, and
-  the other requests go on. A server that refuses the first
-  :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of them
-  nor of those still in flight (no request starts while they finish) refuses
-  a setting, not a request: no new request starts and that error is raised.
+  the other requests go on. After a refusal, while none is answered, no
+  request starts until those in flight are in. A server that refuses the
+  first :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of
+  them nor of those still in flight refuses a setting, not a request: no new
+  request starts and that error is raised.
   When every one of them says that the request is over the model's context
   (:data:`TOO_LONG_WORDS`), the shortest request not sent yet is sent first:
   refused too, ``max_tokens`` leaves no prompt room (the settings); answered,
@@ -348,10 +349,20 @@ class OpenAIBackend:
         order = iter(range(len(requests)))
         started = answered = refused = too_long = finished = 0
         failures: list[Exception] = []
-        # Cleared while a streak of refusals is checked: no request starts until those in flight have finished.
+        # Cleared while a streak of refusals is checked, and after a refusal while none is answered: no request
+        # starts until those in flight have finished (each refusal let its worker start another, so a batch sent
+        # 2x the concurrency less one before the check, and one that small was never found to refuse the settings).
         may_start = asyncio.Event()
         may_start.set()
         checking = asyncio.Lock()
+
+        def settled() -> None:
+            """After a request finished: starts go on once one is answered, or once those in flight are in and
+            too few were refused to refuse the settings; after a refusal, none start until then."""
+            if answered or (finished == started and refused < REFUSALS_BEFORE_STOP):
+                may_start.set()
+            elif refused:
+                may_start.clear()
 
         async def worker() -> None:
             for i in order:  # shared: each worker takes the next request not taken yet
@@ -400,6 +411,7 @@ class OpenAIBackend:
                     too_long += _too_long(e)
                 finished += 1
                 emit((i, Refusal(e)))
+                settled()
                 if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
                     async with checking:  # one check at a time: a refusal meanwhile waits for its verdict
                         if failures:
@@ -412,14 +424,17 @@ class OpenAIBackend:
             except _FailsAlone as e:  # the server answers others: this request alone is what it cannot serve
                 finished += 1
                 emit((i, Refusal(e.error)))
+                settled()
                 return True
             except Exception as e:
                 finished += 1
                 failures.append(e)
+                may_start.set()  # the workers waiting see the failure and stop
                 return False
             answered += 1
             finished += 1
             emit((i, generation))
+            settled()
             return True
 
         # Each worker has one request in flight at a time: this batch's bound. The slots are the backend's.
