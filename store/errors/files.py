@@ -134,10 +134,10 @@ class SchemaBehindError(SchemaError):
         head = f"schema revision {found} is older than this library's {expected}"
         if read_only:
             message = (
-                f"{head}; this store was opened read-only (by a command or a mode that only reads, such as query or "
-                "generate --mode replay), so JUDGESTORE_AUTO_UPGRADE, which is set, does not upgrade it: run "
-                "`judgestore db upgrade` (a folder store's keeps a backup of each file; for a server's, pg_dump "
-                "first), then the command again."
+                f"{head}; this store was opened read-only (by a command, a mode or a dry run that only reads, such "
+                "as query, generate --mode replay or import --dry-run), so JUDGESTORE_AUTO_UPGRADE, which is set, "
+                "does not upgrade it (the same command without --dry-run would): run `judgestore db upgrade` (a "
+                "folder store's keeps a backup of each file; for a server's, pg_dump first), then the command again."
             )
         else:
             message = (
