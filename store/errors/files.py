@@ -136,7 +136,7 @@ class SchemaBehindError(SchemaError):
             message = (
                 f"{head}; this store was opened read-only (by a command, a mode or a dry run that only reads, such "
                 "as query, generate --mode replay or import --dry-run), so JUDGESTORE_AUTO_UPGRADE, which is set, "
-                "does not upgrade it (the same command without --dry-run would): run `judgestore db upgrade` (a "
+                "does not upgrade it (a command that writes, without --dry-run, would): run `judgestore db upgrade` (a "
                 "folder store's keeps a backup of each file; for a server's, pg_dump first), then the command again."
             )
         else:
