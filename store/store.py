@@ -160,7 +160,7 @@ class Store:
         ``reading``, a database that is behind is refused, whatever ``auto_upgrade`` says (a read never writes)."""
         roles = roles_for(flt, selector.role)
         candidates = self.storage.narrowed((loc for loc in self.select(selector) if loc.role in roles), flt)
-        open_it = self.storage.open_existing if reading else self.open_existing
+        open_it = self._read_existing if reading else self.open_existing
         for location in candidates:
             if (database := open_it(location)) is not None:
                 yield database
@@ -307,6 +307,15 @@ class Store:
     def open(self, location: Location) -> Database:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
         return self._upgraded_if_behind(location, lambda: self.storage.open(location))
+
+    def _read_existing(self, location: Location) -> Database | None:
+        """:meth:`Storage.open_existing` for a read, which never upgrades: one that is behind says so."""
+        try:
+            return self.storage.open_existing(location)
+        except SchemaBehindError as behind:
+            if self.settings.auto_upgrade:  # its message would offer what is set already
+                raise SchemaBehindError(behind.where, behind.found, behind.expected, read_only=True) from None
+            raise
 
     def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T]) -> T:
         """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write).

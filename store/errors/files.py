@@ -128,16 +128,16 @@ class SchemaBehindError(SchemaError):
     """The database was written by an older judgestore: it needs an upgrade."""
 
     def __init__(self, path: Path | str, found: str, expected: str, *, read_only: bool = False) -> None:
-        """``read_only``: met by a store opened read-only with JUDGESTORE_AUTO_UPGRADE set, which the message would
-        offer again; it says instead that such a store is never upgraded."""
+        """``read_only``: met by a read (a read-only store's, or a read across a store) with JUDGESTORE_AUTO_UPGRADE
+        set, which the message would offer again; it says instead that a read never upgrades."""
         self.found, self.expected = found, expected
         head = f"schema revision {found} is older than this library's {expected}"
         if read_only:
             message = (
-                f"{head}; this store was opened read-only (by a command, a mode or a dry run that only reads, such "
-                "as query, generate --mode replay or import --dry-run), so JUDGESTORE_AUTO_UPGRADE, which is set, "
-                "does not upgrade it (a command that writes, without --dry-run, would): run `judgestore db upgrade` (a "
-                "folder store's keeps a backup of each file; for a server's, pg_dump first), then the command again."
+                f"{head}; it was met by a read (a command, a mode or a dry run that only reads, such as query, "
+                "generate --mode replay or import --dry-run), which never upgrades, though JUDGESTORE_AUTO_UPGRADE "
+                "is set (a command that writes, without --dry-run, would): run `judgestore db upgrade` (a folder "
+                "store's keeps a backup of each file; for a server's, pg_dump first), then the command again."
             )
         else:
             message = (

@@ -431,7 +431,7 @@ def test_a_read_only_store_under_auto_upgrade_says_it_is_never_upgraded(
     ):
         s.database("judgements", "t", descriptor)
     message = str(caught.value)
-    assert message.startswith(f"{db_path}: schema revision ") and "opened read-only" in message
+    assert message.startswith(f"{db_path}: schema revision ") and "met by a read" in message
     assert "set JUDGESTORE_AUTO_UPGRADE" not in message and "judgestore db upgrade" in message
     assert file_digests(store_root) == before
 
