@@ -223,8 +223,12 @@ def export_columns(selector: Selector, flt: RowFilter, columns: Iterable[str] | 
     """The exported columns: ``columns`` if given (checked: known, each named once), else every column of the roles
     ``flt`` allows."""
     available = row_columns(roles_for(flt, selector.role))
-    if columns is None:
-        return available
+    return available if columns is None else checked_columns(columns, available)
+
+
+def checked_columns(columns: Iterable[str], available: tuple[str, ...]) -> tuple[str, ...]:
+    """``columns`` as given, each one of ``available`` and named once (``query --columns``, ``export --columns``);
+    :class:`InvalidInputError` saying which are not."""
     chosen = tuple(columns)
     unknown = [name for name in chosen if name not in available]
     if unknown or not chosen:

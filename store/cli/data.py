@@ -52,7 +52,7 @@ from store.cli.common import (
 )
 from store.cli.options import MOST_ROWS, JsonOutput, grouped, row_filter, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import JudgestoreError
+from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Selector
 from store.reports import DatabaseInfo
 from store.rows import row_columns
@@ -215,13 +215,12 @@ def _table_cell(value: Any) -> str:
 def _columns(given: str | None, available: tuple[str, ...], default: tuple[str, ...]) -> tuple[str, ...]:
     if given is None:
         return default
-    chosen = tuple(name.strip() for name in given.split(",") if name.strip())
-    unknown = [name for name in chosen if name not in available]
-    if unknown or not chosen:
-        raise typer.BadParameter(
-            f"unknown column(s) {unknown}; choose from {', '.join(available)}", param_hint="--columns"
-        )
-    return chosen
+    from store.export import checked_columns
+
+    try:  # a usage error (exit 2), as export's
+        return checked_columns((name.strip() for name in given.split(",") if name.strip()), available)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e), param_hint="--columns") from e
 
 
 def query_command(

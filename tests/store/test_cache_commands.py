@@ -245,6 +245,8 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     twice = tmp_path / "twice.parquet"  # four rows of two asked for, a file pyarrow could not read (was)
     repeated = judgestore("export", "-f", "parquet", "-o", str(twice), "-n", "2", "--columns", "input_hash,input_hash")
     assert repeated.exit_code == 2 and "input_hash named more than once" in repeated.stderr and not twice.exists()
+    queried = judgestore("query", "-f", "csv", "-n", "1", "--columns", "completion,input_hash,completion")
+    assert queried.exit_code == 2 and "completion named more than once" in queried.stderr  # its header said it twice
     assert file_digests(filled) == before
 
 
