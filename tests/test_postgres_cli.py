@@ -351,6 +351,7 @@ def test_an_explicit_folder_wins_over_the_url_in_the_environment(pg_url: str, tm
         ("postgresql+psycopg://judgestore@/x?host=/tmp&connect_timeout=abc", "gives a connection option a value"),
         ("postgresql+psycopg://judgestore@/x?host=/tmp&sslmode=bogus", "gives a connection option a value"),
         ("postgresql+psycopg://judgestore@/x?host=/tmp&port=abc", "gives a connection option a value"),
+        ("postgresql+psycopg://judgestore@/x?host=/tmp&port=99999", "gives a connection option a value"),
     ],
 )
 def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_path: Path) -> None:

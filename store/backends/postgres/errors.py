@@ -62,7 +62,9 @@ def _sqlstate(error: DBAPIError) -> str | None:
 _UNLOADABLE = re.compile(r"^(timestamp|date|time)\w* too (large|small)|^can't parse")
 _NO_DATABASE = re.compile(r'database ".*" does not exist')
 # A connection option's value refused before any server is asked: psycopg's (connect_timeout) or libpq's words
-_BAD_OPTION_VALUE = re.compile(r"^(connection is bad: )?(bad value for \w+|invalid \w+ value|invalid integer value)")
+_BAD_OPTION_VALUE = re.compile(
+    r"^(connection is bad: )?(bad value for \w+|invalid \w+ value|invalid integer value|invalid port number)"
+)
 _NO_SLOT = re.compile(r"too many connections|too many clients|remaining connection slots are reserved")
 
 
