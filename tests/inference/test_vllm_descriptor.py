@@ -353,3 +353,25 @@ def test_a_folder_of_its_own_name_with_the_same_sampled_bytes_is_another_key_not
     second = descriptor_from_vllm(str(other))
     assert second.revision == first.revision and second.hash16() != first.hash16()
     assert descriptor_from_vllm(str(model)).hash16() == first.hash16()  # each still its own
+
+
+def test_an_edit_an_older_judgestore_recorded_the_weights_before_is_still_refused(tmp_path: Path) -> None:
+    """Records made per digest alone were dropped on upgrade: weights edited since the last run of the older
+    version were taken as they are, and the old weights' rows served (was)."""
+    import orjson
+
+    from store.catalog import cache_home
+    from store.errors import ModelWeightsChangedError
+
+    model = build_tiny_model(tmp_path / "tiny")
+    digest = descriptor_from_vllm(str(model)).revision
+    record = cache_home() / "weights.json"
+    (remembered,) = orjson.loads(record.read_bytes())["models"].values()
+    record.write_bytes(orjson.dumps({"files": {}, "digests": {digest: remembered}}))  # as the older version left it
+    (weights,) = model.glob("*.safetensors")
+    _edit_where_the_key_does_not_read(weights)
+    with pytest.raises(ModelWeightsChangedError):
+        descriptor_from_vllm(str(model))
+    descriptor_from_vllm(str(build_tiny_model(tmp_path / "other", seed=1)))  # a new record written beside it
+    written = orjson.loads(record.read_bytes())
+    assert written["digests"] == {digest: remembered} and len(written["models"]) == 1  # kept for the older version

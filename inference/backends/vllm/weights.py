@@ -17,8 +17,10 @@ Contract:
   before anything is looked up. A folder of another name is another key,
   even with the same digest (two merges of one base whose sampled bytes
   agree): it was refused, told to take a folder of its own name, which it
-  had. Records made before, per digest alone, are not read: each weight
-  file is hashed whole once more. A folder unchanged since it was last hashed
+  had. A key this machine has no record of yet is checked against the record
+  an older judgestore made per digest alone, if there is one, so an edit
+  made before the upgrade is still refused; those records are kept (an
+  older judgestore on the machine reads them) and no longer written. A folder unchanged since it was last hashed
   costs a ``stat`` per file; the first sight of a file costs one read of it.
 * The key itself is unchanged (rows stored under it stay usable). What this
   machine cannot know (weights edited elsewhere before this machine ever saw
@@ -57,12 +59,12 @@ def check_weights_unchanged(folder: Path, digest: str) -> None:
         known = {}
     if not isinstance(known, dict) or not isinstance(known.get("files"), dict):
         known = {"files": {}}
-    if not isinstance(known.get("models"), dict):
-        known["models"] = {}
-    known.pop("digests", None)  # per digest alone: see the module docstring
+    for kind in ("models", "digests"):  # "digests": an older judgestore's, which resets a file without them
+        if not isinstance(known.get(kind), dict):
+            known[kind] = {}
     files: dict[str, str] = known["files"]
     key = f"{Path(os.path.abspath(folder)).name} {digest}"  # as the descriptor names the model: its folder's name
-    seen = known["models"].get(key)
+    seen = known["models"].get(key, known["digests"].get(digest))  # see the module docstring
     seen = seen if isinstance(seen, dict) else {}
     now: dict[str, str] = {}
     hashed = False
@@ -84,7 +86,7 @@ def check_weights_unchanged(folder: Path, digest: str) -> None:
             f"--model {folder.name} --descriptor HASH` deletes them) and then remove {record}, which remembers the "
             "old weights"
         )
-    if hashed or now.keys() - seen.keys():
+    if hashed or now.keys() - seen.keys() or key not in known["models"]:
         known["models"][key] = {**seen, **now}
         with contextlib.suppress(OSError):
             record.parent.mkdir(parents=True, exist_ok=True)
