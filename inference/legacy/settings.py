@@ -91,17 +91,19 @@ SPEC_FIELDS = frozenset(
 
 def settings_line(spec: ModelSpec) -> str:
     """The settings a live run passes to hit the imported rows, as one line of JSON for reports."""
-    shown: dict[str, Any] = {"model": spec.model, "input_mode": spec.input_mode, "sampling": dict(spec.sampling),
-                             "engine_kwargs": dict(spec.engine_kwargs)}  # fmt: skip
+    shown: dict[str, Any] = {"model": spec.model, "input_mode": spec.input_mode,
+                             "sampling": dict(sorted(spec.sampling.items())),
+                             "engine_kwargs": dict(sorted(spec.engine_kwargs.items()))}  # fmt: skip
     if spec.chat_template_kwargs:
-        shown["chat_template_kwargs"] = dict(spec.chat_template_kwargs)
+        shown["chat_template_kwargs"] = dict(sorted(spec.chat_template_kwargs.items()))
     if spec.enable_thinking:
         shown["enable_thinking"] = spec.enable_thinking
     if spec.thinking_token_budget:
         shown["thinking_token_budget"] = spec.thinking_token_budget
     if spec.chat_template is not None:
         shown["chat_template"] = spec.chat_template if len(spec.chat_template) < 60 else "(inline template)"
-    return orjson.dumps(shown, option=orjson.OPT_SORT_KEYS).decode()
+    # The names sorted, each value in its own order: a JSON schema's property order is part of the key
+    return orjson.dumps(dict(sorted(shown.items()))).decode()
 
 
 def _mapping(value: Any, name: str) -> dict[str, Any]:

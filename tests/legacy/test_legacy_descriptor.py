@@ -58,6 +58,22 @@ def test_s3_kwargs_map_to_the_live_descriptor(tiny_model: Path, tmp_path: Path) 
     assert spec.descriptor == expected
 
 
+def test_the_live_settings_line_builds_the_imported_descriptor_a_schemas_order_kept(
+    tiny_model: Path, tmp_path: Path
+) -> None:
+    """The line said every object's keys sorted: a run built from it computed another descriptor (the schema's
+    properties reversed) and missed the imported rows (was)."""
+    from inference.legacy.settings import settings_line
+
+    schema = {"type": "object", "properties": {"score": {"type": "integer"}, "reason": {"type": "string"}}}
+    legacy_kwargs = {"max_tokens": 8, "temperature": 0, "structured_outputs": {"json": schema}}
+    descriptor, spec, _ = map_legacy_descriptor(s3(str(tiny_model), legacy_kwargs, tmp_path))
+    line = orjson.loads(settings_line(spec))
+    again = ModelSpec(model=line["model"], sampling=line["sampling"], engine_kwargs=line["engine_kwargs"])
+    assert again.descriptor.hash16() == descriptor.hash16()
+    assert list(line["sampling"]["structured_outputs"]["json"]["properties"]) == ["score", "reason"]
+
+
 def test_missing_temperature_and_top_p_mean_the_legacy_defaults(tiny_model: Path, tmp_path: Path) -> None:
     descriptor, _, _ = map_legacy_descriptor(s3(str(tiny_model), {"max_tokens": 16, "top_p": None}, tmp_path))
     assert (descriptor.sampling.temperature, descriptor.sampling.top_p) == (0.6, 0.95)
