@@ -30,6 +30,7 @@ import difflib
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import PurePosixPath
 from typing import Any
 
 import orjson
@@ -160,9 +161,10 @@ def _nearness(n: Neighbour) -> tuple[bool, int, bool, int, str]:
 
 
 def _same_model(stored: str, wanted: str) -> bool:
-    """Whether a stored descriptor's model is the run's: its name, or a path to a folder of that name (0.1.0 named
-    a local folder by the path given; its name since, so those rows missed from then on)."""
-    return stored == wanted or (stored.startswith(("/", ".", "~")) and stored.rstrip("/").endswith("/" + wanted))
+    """Whether a stored descriptor's model may be the run's: its name, or a path to a folder of that name (0.1.0
+    named a local folder by the path given: `/models/tiny`, `models/tiny`, `tiny/`; its name since, so those rows
+    missed from then on). A Hub id spelled alike (`org/tiny`) is told apart by its revision, once read."""
+    return stored == wanted or ("/" in stored and PurePosixPath(stored.rstrip("/")).name == wanted)
 
 
 def explain_descriptor(
@@ -181,7 +183,10 @@ def explain_descriptor(
         changes: list[FieldChange] = []  # unknown (empty) until its descriptor is read
         try:
             opened = store.open(other)
-            changes = descriptor_changes(opened.metadata().descriptor, descriptor)
+            stored = opened.metadata().descriptor
+            if other.model != location.model and not (stored.revision or "").startswith(LOCAL_DIGEST_PREFIX):
+                continue  # a Hub model whose id ends in the folder's name: another model
+            changes = descriptor_changes(stored, descriptor)
             if other.task != task:
                 changes.insert(0, FieldChange("task", other.task, task))
             neighbours.append(Neighbour(other, opened.count(), tuple(changes)))

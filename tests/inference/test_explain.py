@@ -109,16 +109,18 @@ def test_a_local_folder_named_by_its_path_as_0_1_0_did_is_a_neighbour_adopt_can_
     from inference.drift.adopt import adoption_candidates
 
     wanted = BASE.model_copy(update={"revision": "sha256:" + "c2" * 32})
-    fill(store_root, wanted.model_copy(update={"model": "/models/tiny"}))
+    spellings = ["/models/tiny", "models/tiny", "tiny/", "./tiny", "~/m/tiny"]  # as typed: 0.1.0 kept each
+    for spelling in spellings:
+        fill(store_root, wanted.model_copy(update={"model": spelling}))
     fill(store_root, wanted.model_copy(update={"model": "/models/tinyish"}))  # another folder: not this model's
-    fill(store_root, wanted.model_copy(update={"model": "org/tiny"}))  # a Hub id: not a path to it
+    fill(store_root, wanted.model_copy(update={"model": "org/tiny", "revision": "ab" * 20}))  # a Hub model's
     with Store(Settings(), root=store_root, readonly=True) as store:
         report = explain_descriptor(store, "completions", "t", wanted)
-        assert [(n.location.model, n.changes) for n in report.neighbours] == [
-            ("/models/tiny", (FieldChange("model", "/models/tiny", "tiny"),))
-        ]
-        (candidate,) = adoption_candidates(store, "completions", "t", wanted, ["model"])
-        assert candidate.eligible
+        assert sorted((n.location.model, n.changes) for n in report.neighbours) == sorted(
+            (spelling, (FieldChange("model", spelling, "tiny"),)) for spelling in spellings
+        )
+        candidates = adoption_candidates(store, "completions", "t", wanted, ["model"])
+        assert len(candidates) == len(spellings) and all(c.eligible for c in candidates)
         hub = BASE.model_copy(update={"model": "tiny", "revision": "ab" * 20})  # a Hub model's (a commit): by name
         assert explain_descriptor(store, "completions", "t", hub).neighbours == ()
 
