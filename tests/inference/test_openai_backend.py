@@ -411,6 +411,33 @@ def test_at_the_default_concurrency_eight_refusals_in_a_row_refuse_the_settings_
     assert len(fake.completions()) == 8
 
 
+def test_prompts_over_the_context_fail_alone_however_many_and_the_one_that_fits_is_answered(store: Store) -> None:
+    """vLLM says when a prompt alone is over the context: nine such prompts and one that fits stopped the batch as
+    "refuses the settings", the tenth never sent and no result written; so did every rerun whose misses were all
+    too long (was)."""
+    with FakeOpenAI(context_length=40) as fake:
+        spec = served(fake)
+        too_long = [CompletionRequest(messages=[{"role": "user", "content": f"{i} " + "word " * 50}]) for i in range(9)]
+        with pytest.raises(RequestsFailedError, match=r"9 of 10 inputs"):
+            spec.cached(store, task="t").complete([*too_long, ask(0)])
+        assert len(fake.completions()) == 10 and store.database("completions", "t", spec.descriptor).count() == 1
+        with pytest.raises(RequestsFailedError, match=r"9 of 9 inputs .* 1 hits"):  # the rerun: each miss alone
+            spec.cached(store, task="t").complete([*too_long, ask(0)])
+        assert len(fake.completions()) == 19
+
+
+def test_the_probe_after_eight_refusals_is_the_shortest_request_not_sent_one_a_waiting_worker_holds_included(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """After a refusal the workers wait holding their next request: the probe found none left to send, and the
+    batch stopped as "refuses the settings" with those two never sent (was)."""
+    refusal = b'{"error": {"message": "the prompt is too long for this context window"}}'  # no counts: ambiguous
+    fake.add_fault(Fault(status=400, times=8, body=refusal))
+    with pytest.raises(RequestsFailedError, match=r"8 of 10 inputs"):
+        served(fake).cached(store, task="t").complete([ask(i) for i in range(10)])
+    assert len(fake.completions()) == 10
+
+
 def test_the_first_prompts_refused_while_others_are_in_flight_are_not_taken_for_refused_settings(
     store: Store,
 ) -> None:

@@ -30,13 +30,17 @@ Contract:
   context, a value it rejects) fails alone: it comes back as a
   :class:`~inference.backends.base.Refusal` carrying a
   :class:`~store.errors.HostedRequestError` with the server's reason, and
-  the other requests go on. After a refusal, while none is answered, no
-  request starts until those in flight are in. A server that refuses the
+  the other requests go on. A refusal that says its prompt alone is over
+  the context (vLLM's "even without any output tokens", or OpenAI's token
+  counts) is that request's own and counts towards nothing below. After
+  another refusal, while none is answered, no request starts until those in
+  flight are in. A server that refuses the
   first :data:`REFUSALS_BEFORE_STOP` requests of a batch and answers none of
   them nor of those still in flight refuses a setting, not a request: no new
   request starts and that error is raised.
   When every one of them says that the request is over the model's context
-  (:data:`TOO_LONG_WORDS`), the shortest request not sent yet is sent first:
+  (:data:`TOO_LONG_WORDS`), the shortest request not sent yet (one a waiting
+  worker holds included) is sent first:
   refused too, ``max_tokens`` leaves no prompt room (the settings); answered,
   the batch was sorted longest first, and it goes on.
 * A 2xx body that reports an error (:class:`~inference.backends.hosted.wire.ErrorInBody`)
@@ -182,6 +186,22 @@ class _FailsAlone(Exception):
 def _size(request: EngineRequest) -> int:
     """How long a request's input is, to find the shortest (its rendered messages or prompt, as text)."""
     return len(str(request.rendered))
+
+
+# A refusal whose prompt alone is over the context: vLLM's words ("... exceeds this limit even without any output
+# tokens", or a prompt of more characters than any fits), or OpenAI's count of the prompt's tokens
+_PROMPT_ALONE = re.compile(r"even without any output tokens|your prompt contains \d+ characters")
+_OPENAI_COUNTS = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
+
+
+def _prompt_alone_too_long(refusal: HostedRequestError) -> bool:
+    """Whether a refusal says that its prompt alone is over the model's context: that request's own failure,
+    whatever the settings (``max_tokens`` too, which the streak of refusals would be taken to refuse)."""
+    said = str(refusal)
+    if _PROMPT_ALONE.search(said):
+        return True
+    counts = _OPENAI_COUNTS.search(said)
+    return counts is not None and int(counts.group(2)) >= int(counts.group(1))
 
 
 def _too_long(refusal: HostedRequestError) -> bool:
@@ -346,6 +366,7 @@ class OpenAIBackend:
         bound: int,
     ) -> None:
         taken: set[int] = set()  # the requests a worker or a probe has taken, of those in order
+        sent: set[int] = set()  # those started (a worker waiting to start one has taken it, not sent it)
         order = iter(range(len(requests)))
         started = answered = refused = too_long = finished = 0
         failures: list[Exception] = []
@@ -382,14 +403,14 @@ class OpenAIBackend:
                 # answer among them and the batch goes on.
                 while finished < started and not answered:
                     await asyncio.sleep(0.01)
-                if not answered and too_long == refused and len(taken) < len(requests):
+                if not answered and too_long == refused and len(sent) < len(requests):
                     # Each refused as over the context: a max_tokens no prompt leaves room for, or a batch sorted
-                    # longest first? The shortest prompt not sent yet says.
-                    shortest = min(set(range(len(requests))) - taken, key=lambda j: _size(requests[j]))
+                    # longest first? The shortest prompt not sent yet says (one a waiting worker holds included).
+                    shortest = min(set(range(len(requests))) - sent, key=lambda j: _size(requests[j]))
                     taken.add(shortest)
                     await one(shortest, probe=True)
                 # Every request sent (the probe was the last): each refusal stands alone, nothing was held back
-                return not answered and started < len(requests)
+                return not answered and len(sent) < len(requests)
             finally:
                 may_start.set()
 
@@ -400,19 +421,22 @@ class OpenAIBackend:
                 await may_start.wait()
             if failures:
                 return False
+            if i in sent:  # a probe sent it while this worker waited
+                return True
+            sent.add(i)
             started += 1
             try:
                 generation = await self._one(requests[i])
             except HostedRequestError as e:  # this request is refused: it fails alone
                 if e.status is None:  # refused in a 200: the server took the settings, so it is an answer here
                     answered += 1
-                else:
+                elif not _prompt_alone_too_long(e):  # a prompt over the context says nothing of the settings
                     refused += 1
                     too_long += _too_long(e)
                 finished += 1
                 emit((i, Refusal(e)))
                 settled()
-                if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and started < len(requests):
+                if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and len(sent) < len(requests):
                     async with checking:  # one check at a time: a refusal meanwhile waits for its verdict
                         if failures:
                             return False
