@@ -262,19 +262,12 @@ def test_rows_an_older_vllm_produced_under_a_descriptor_file_come_with_the_adopt
     command a legacy descriptor gets (was)."""
     from inference.backends.vllm.descriptor import backend_version
 
-    legacy, root = tmp_path / "legacy", tmp_path / "store"
-    rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
-             "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
-            for i in range(2)]  # fmt: skip
-    b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
-    descriptor_file = tmp_path / "descriptor.json"
     settings = {"model": str(tiny_model), "sampling": {"temperature": 0, "max_tokens": 8}, "backend_version": "0.8.5"}
-    descriptor_file.write_text(json.dumps({"vllm": settings}))
-    imported = judgestore("import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file),
-                          "--task", "t", "--json")  # fmt: skip
+    args, root = _one_judge_cache_of_4_rows(tmp_path, json.dumps({"vllm": settings}))
+    imported = judgestore(*args, "--json")
     assert imported.returncode == 0, imported.stderr
     (source,) = orjson.loads(imported.stdout)["sources"]
-    assert source["imported"] == 2
+    assert source["imported"] == 4
     assert f"rows were produced by vLLM 0.8.5; this machine has {backend_version()}" in " ".join(source["notes"])
     (location,) = walk(root)
     assert any(f"--from {location.descriptor_hash16} --across backend_version" in n for n in source["notes"])
@@ -419,15 +412,16 @@ def test_ctrl_c_in_an_import_says_what_was_imported_and_a_rerun_imports_the_rest
         assert stopped["rows_imported"] == 0
 
 
-def _one_judge_cache_of_4_rows(tmp_path: Path) -> tuple[list[str], Path]:
-    """A legacy cache of one judge's 4 verdicts, and the import command line (without --json) of it into a store."""
+def _one_judge_cache_of_4_rows(tmp_path: Path, descriptor: str | None = None) -> tuple[list[str], Path]:
+    """A legacy cache of one judge's 4 verdicts, and the import command line (without --json) of it into a store,
+    under ``descriptor`` (a --descriptor file's text; default: a plain descriptor)."""
     legacy, root = tmp_path / "legacy", tmp_path / "store"
     rows = [{"benchmark": "mt-bench", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
              "judge_input": f"compare {i}", "judge_completion": "[[A]]", "date": "2025-12-31T23:59:59"}
             for i in range(4)]  # fmt: skip
     b.create_db(legacy / "cache" / "db" / "mt-bench" / "gpt-4.db", b.S0_DDL, rows)
     descriptor_file = tmp_path / "descriptor.json"
-    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge", sampling={}).model_dump_json())
+    descriptor_file.write_text(descriptor or ModelDescriptor(provider="vllm", model="judge").model_dump_json())
     return ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "t"], root
 
 
