@@ -199,12 +199,14 @@ class ModelDescriptor(BaseModel):
 
     @model_validator(mode="after")
     def _derived_format(self) -> ModelDescriptor:
-        try:
-            derived = orjson.loads(self.canonical_json())["format"]
-        except InvalidInputError:  # refused as built (__init__) and as hashed, as a typed error, not pydantic's
-            return self
-        object.__setattr__(self, "format", derived)  # frozen: set once, here
+        object.__setattr__(self, "format", self._format_of())  # frozen: set once, here
         return self
+
+    def _format_of(self) -> DescriptorFormat:
+        """:data:`ORDERED_FORMAT` when a setting's value holds an object whose keys are not in sorted order."""
+        settings = (self.sampling.model_extra or {}, self.engine, self.chat_template_kwargs, self.routing)
+        in_order = all(_keys_in_order(value) for setting in settings for value in setting.values())
+        return DESCRIPTOR_FORMAT if in_order else ORDERED_FORMAT
 
     def canonical_json(self) -> bytes:
         """The bytes that are hashed: normalised numbers, field and setting names sorted (a setting's value in its
@@ -215,13 +217,10 @@ class ModelDescriptor(BaseModel):
         for name, default in ADDED_FIELDS.items():
             if data[name] == default:
                 del data[name]
-        named = _names_sorted(_normalise(data))
-        named["format"] = DESCRIPTOR_FORMAT
-        ordered = canonical_json(named, sort_keys=False)
-        if ordered == canonical_json(named):  # every object in sorted order: the first release's bytes
-            return ordered
-        named["format"] = ORDERED_FORMAT
-        return canonical_json(named, sort_keys=False)
+        data["format"] = self._format_of()  # derived, whatever the field holds (model_copy does not validate)
+        if data["format"] == DESCRIPTOR_FORMAT:  # every object in sorted order: the first release's bytes
+            return canonical_json(_normalise(data))
+        return canonical_json(_names_sorted(_normalise(data)), sort_keys=False)
 
     def sha256(self) -> str:
         """Full SHA-256 hex of :meth:`canonical_json` (written to metadata.json)."""
@@ -233,6 +232,16 @@ class ModelDescriptor(BaseModel):
 
 
 SETTINGS_FIELDS = ("sampling", "engine", "chat_template_kwargs", "routing")  # objects of named settings
+
+
+def _keys_in_order(value: Any) -> bool:
+    """Whether every object in ``value`` has its keys in sorted order (the order canonical JSON sorts them in)."""
+    if isinstance(value, Mapping):
+        keys = list(value)
+        return keys == sorted(keys) and all(_keys_in_order(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return all(_keys_in_order(v) for v in value)
+    return True
 
 
 def _names_sorted(data: dict[str, Any]) -> dict[str, Any]:
