@@ -426,6 +426,47 @@ def test_prompts_over_the_context_fail_alone_however_many_and_the_one_that_fits_
         assert len(fake.completions()) == 19
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        # OpenAI's legacy completions
+        "This model's maximum context length is 4097 tokens, however you requested 5008 tokens (5000 in your "
+        "prompt; 8 for the completion). Please reduce your prompt; or completion length.",
+        # vLLM, a prompt of exactly max_model_len tokens: max_tokens clamped to 0
+        "max_tokens must be at least 1, got 0. (parameter=max_tokens, value=0)",
+    ],
+    ids=["openai-completions", "vllm-exactly-the-context"],
+)
+def test_other_words_for_a_prompt_alone_over_the_context_fail_alone_too(
+    store: Store, fake: FakeOpenAI, said: str
+) -> None:
+    """Not read as the prompt's own length: a batch of such prompts, or every rerun of its misses, stopped as
+    "refuses the settings" with no result written (was)."""
+    fake.add_fault(Fault(status=400, times=100, body_contains="LONG", body=orjson.dumps({"error": {"message": said}})))
+    long = [CompletionRequest(messages=[{"role": "user", "content": f"LONG {i}"}]) for i in range(10)]
+    with pytest.raises(RequestsFailedError, match=r"10 of 11 inputs"):
+        served(fake).cached(store, task="t").complete([*long, ask(0)])
+    assert len(fake.completions()) == 11
+
+
+def test_a_probe_refused_for_its_own_prompt_says_nothing_of_the_settings(store: Store, fake: FakeOpenAI) -> None:
+    """The shortest prompt by characters can be the longest in tokens: its refusal was taken for the settings',
+    and the five prompts that fit were never sent (was)."""
+
+    def refusal(prompt: int) -> bytes:
+        message = (f"This model's maximum context length is 100 tokens. However, you requested {prompt + 60} "
+                   f"tokens ({prompt} in the messages, 60 in the completion).")  # fmt: skip
+        return orjson.dumps({"error": {"message": message, "code": "context_length_exceeded"}})
+
+    fake.add_fault(Fault(status=400, times=100, body_contains="LONG", body=refusal(90)))  # ambiguous: it fits
+    fake.add_fault(Fault(status=400, times=100, body_contains="TINY", body=refusal(150)))  # its own length
+    long = [CompletionRequest(messages=[{"role": "user", "content": f"LONG {i} " + "x" * 80}]) for i in range(8)]
+    tiny = CompletionRequest(messages=[{"role": "user", "content": "TINY"}])
+    with pytest.raises(RequestsFailedError, match=r"9 of 14 inputs"):
+        served(fake).cached(store, task="t").complete([*long, *(ask(i) for i in range(5)), tiny])
+    assert len(fake.completions()) == 14
+
+
 def test_the_probe_after_eight_refusals_is_the_shortest_request_not_sent_one_a_waiting_worker_holds_included(
     store: Store, fake: FakeOpenAI
 ) -> None:

@@ -189,9 +189,12 @@ def _size(request: EngineRequest) -> int:
 
 
 # A refusal whose prompt alone is over the context: vLLM's words ("... exceeds this limit even without any output
-# tokens", or a prompt of more characters than any fits), or OpenAI's count of the prompt's tokens
-_PROMPT_ALONE = re.compile(r"even without any output tokens|your prompt contains \d+ characters")
-_OPENAI_COUNTS = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in the messages", re.S)
+# tokens", a prompt of more characters than any fits, or a prompt of exactly the context, which leaves max_tokens
+# clamped to 0), or OpenAI's count of the prompt's tokens (chat: "N in the messages"; completions: "N in your prompt")
+_PROMPT_ALONE = re.compile(
+    r"even without any output tokens|your prompt contains \d+ characters|max_tokens must be at least 1, got 0"
+)
+_OPENAI_COUNTS = re.compile(r"maximum context length is (\d+) tokens.*?\((\d+) in (?:the messages|your prompt)", re.S)
 
 
 def _prompt_alone_too_long(refusal: HostedRequestError) -> bool:
@@ -368,7 +371,7 @@ class OpenAIBackend:
         taken: set[int] = set()  # the requests a worker or a probe has taken, of those in order
         sent: set[int] = set()  # those started (a worker waiting to start one has taken it, not sent it)
         order = iter(range(len(requests)))
-        started = answered = refused = too_long = finished = 0
+        started = answered = refused = too_long = finished = alone = 0  # alone: refused for the prompt alone
         failures: list[Exception] = []
         # Cleared while a streak of refusals is checked, and after a refusal while none is answered: no request
         # starts until those in flight have finished (each refusal let its worker start another, so a batch sent
@@ -378,9 +381,11 @@ class OpenAIBackend:
         checking = asyncio.Lock()
 
         def settled() -> None:
-            """After a request finished: starts go on once one is answered, or once those in flight are in and
-            too few were refused to refuse the settings; after a refusal, none start until then."""
-            if answered or (finished == started and refused < REFUSALS_BEFORE_STOP):
+            """After a request finished (a streak of refusals long enough to check goes to the check instead):
+            starts go on once one is answered, or once those in flight are in and no check is under way; after a
+            refusal, none start until then. (An event set wakes its waiters for good: it is set only when they may
+            start.)"""
+            if answered or (finished == started and not checking.locked()):
                 may_start.set()
             elif refused:
                 may_start.clear()
@@ -408,7 +413,10 @@ class OpenAIBackend:
                     # longest first? The shortest prompt not sent yet says (one a waiting worker holds included).
                     shortest = min(set(range(len(requests))) - sent, key=lambda j: _size(requests[j]))
                     taken.add(shortest)
+                    before = alone
                     await one(shortest, probe=True)
+                    if alone > before:  # refused for its own length (fewer characters, more tokens): says nothing
+                        return False
                 # Every request sent (the probe was the last): each refusal stands alone, nothing was held back
                 return not answered and len(sent) < len(requests)
             finally:
@@ -416,7 +424,7 @@ class OpenAIBackend:
 
         async def one(i: int, *, probe: bool = False) -> bool:
             """Send request ``i``; False when no more requests should start."""
-            nonlocal started, answered, refused, too_long, finished
+            nonlocal started, answered, refused, too_long, finished, alone
             if not probe:
                 await may_start.wait()
             if failures:
@@ -430,20 +438,25 @@ class OpenAIBackend:
             except HostedRequestError as e:  # this request is refused: it fails alone
                 if e.status is None:  # refused in a 200: the server took the settings, so it is an answer here
                     answered += 1
-                elif not _prompt_alone_too_long(e):  # a prompt over the context says nothing of the settings
+                elif _prompt_alone_too_long(e):  # a prompt over the context says nothing of the settings
+                    alone += 1
+                else:
                     refused += 1
                     too_long += _too_long(e)
                 finished += 1
                 emit((i, Refusal(e)))
-                settled()
                 if not probe and not answered and refused >= REFUSALS_BEFORE_STOP and len(sent) < len(requests):
+                    may_start.clear()  # before the lock, which another check may hold: no start meanwhile
                     async with checking:  # one check at a time: a refusal meanwhile waits for its verdict
                         if failures:
                             return False
                         if answered or not await settings_refused():
+                            may_start.set()
                             return True
                         failures.append(self._refused_settings(e, refused))
+                        may_start.set()  # the workers waiting see the failure and stop
                         return False
+                settled()
                 return True
             except _FailsAlone as e:  # the server answers others: this request alone is what it cannot serve
                 finished += 1
