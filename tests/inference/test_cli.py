@@ -621,7 +621,9 @@ def test_sigterm_while_the_engine_process_starts_stops_the_run_once_it_is_up(
     minutes after saying it was interrupted, the engine's process outliving it (was)."""
     status, said, _, root = _interrupted_during_engine_start(tmp_path / "store", prompts, tiny_model_dir, signals=1)
     assert status == 143, said
-    assert "stopping once the engine has started" in said and "interrupted" in said and "done:" not in said
+    # Held for the engine's start, or (a child process of vLLM's import seen first, on a loaded machine) for its
+    # libraries' import: either way the run stops once that is done
+    assert "stopping once the engine" in said and "interrupted" in said and "done:" not in said
     with Store(root=root, readonly=True) as store:
         assert sum(store.open(location).count() for location in store.locations()) == 0
 
