@@ -55,7 +55,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from store.errors import InvalidInputError
 
@@ -197,10 +197,9 @@ class ModelDescriptor(BaseModel):
         """Whether the caller opted into a descriptor that pins neither the model's commit nor its template."""
         return self.revision is not None and self.revision.startswith(UNPINNED_PREFIX)
 
-    @model_validator(mode="after")
-    def _derived_format(self) -> ModelDescriptor:
+    def model_post_init(self, context: Any, /) -> None:
+        """The format, derived (see the module docstring); after every validation, model_validate's too."""
         object.__setattr__(self, "format", self._format_of())  # frozen: set once, here
-        return self
 
     def _format_of(self) -> DescriptorFormat:
         """:data:`ORDERED_FORMAT` when a setting's value holds an object whose keys are not in sorted order."""
