@@ -310,15 +310,11 @@ class Store:
 
     def _read_existing(self, location: Location) -> Database | None:
         """:meth:`Storage.open_existing` for a read, which never upgrades: one that is behind says so."""
-        try:
-            return self.storage.open_existing(location)
-        except SchemaBehindError as behind:
-            if self.settings.auto_upgrade:  # its message would offer what is set already
-                raise SchemaBehindError(behind.where, behind.found, behind.expected, read_only=True) from None
-            raise
+        return self._upgraded_if_behind(location, lambda: self.storage.open_existing(location), reading=True)
 
-    def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T]) -> T:
-        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set (read-write).
+    def _upgraded_if_behind(self, location: Location, open_it: Callable[[], T], *, reading: bool = False) -> T:
+        """``open_it()``; a database that is behind is upgraded first when ``auto_upgrade`` is set, unless this is a
+        ``reading`` (or the store read-only): a read never upgrades, and says so.
 
         ``up-to-date`` is success too: another process (a job started at the
         same time) upgraded it between the check and the upgrade, which takes
@@ -329,7 +325,8 @@ class Store:
         try:
             return open_it()
         except SchemaBehindError as behind:
-            if self.readonly and self.settings.auto_upgrade:  # its message would offer what is set already
+            read = reading or self.readonly  # never upgrades
+            if read and self.settings.auto_upgrade:  # its message would offer what is set already
                 raise SchemaBehindError(behind.where, behind.found, behind.expected, read_only=True) from None
             if not self.settings.auto_upgrade:
                 raise

@@ -20,8 +20,9 @@ Contract:
   had. A key this machine has no record of yet is checked against the record
   an older judgestore made per digest alone, if there is one, so an edit
   made before the upgrade is still refused; those records are kept (an
-  older judgestore on the machine reads them) and no longer written. A folder unchanged since it was last hashed
-  costs a ``stat`` per file; the first sight of a file costs one read of it.
+  older judgestore on the machine reads them) and no longer written. A
+  folder unchanged since it was last hashed costs a ``stat`` per file; the
+  first sight of a file costs one read of it.
 * The key itself is unchanged (rows stored under it stay usable). What this
   machine cannot know (weights edited elsewhere before this machine ever saw
   them) is not caught; a cache file that cannot be read or written is
