@@ -348,9 +348,17 @@ class CachedModel:
             database = store.find(role, self.task, self.descriptor)
             return {} if database is None else database.get_many(inputs)
 
-        if self.shared:  # a shared batch's job waits out a store that stops answering for a moment, from its start
-            return patiently(look_up, batch_patience(self.settings.lease_seconds))
-        return look_up()
+        try:
+            if self.shared:  # a shared batch's job waits out a store that stops answering for a moment, from its start
+                return patiently(look_up, batch_patience(self.settings.lease_seconds))
+            return look_up()
+        except StoreNotWritableError as e:
+            if self.mode in ("readonly", "replay") and not store.readonly:  # a mode that never writes, on a writer
+                e.add_note(
+                    f"mode {self.mode!r} writes nothing, but this store was opened for writing: open a store you may "
+                    "only read with Store(..., readonly=True), as `judgestore generate --mode readonly` does"
+                )
+            raise
 
     def _run(
         self,

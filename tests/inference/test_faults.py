@@ -13,14 +13,17 @@ from typing import Any
 import orjson
 import pytest
 
+from inference.cache.model import CachedModel
+from inference.cache.plan import Mode
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
+from store.errors import StoreNotWritableError
 from store.layout import walk
 from store.settings import Settings
 from store.store import Store
 from tests.factories import file_digests
 from tests.faults import assert_failed_cleanly, json_error, judgestore, remount, small_filesystem
-from tests.inference.test_cached import CountingBackend
+from tests.inference.test_cached import CountingBackend, ask
 from tests.legacy import builders
 
 
@@ -166,6 +169,35 @@ def test_generate_on_a_read_only_store_fails_before_the_engine_loads_and_readonl
         readonly = generate(tiny_model_dir, root, requests, "--mode", "readonly", "--json")
         assert readonly.exit_code == 0, readonly.output
         assert orjson.loads(readonly.stdout)["hits"] == 2 and len(engine.received) == 2
+        assert file_digests(root) == before
+
+
+def test_python_modes_that_only_read_on_a_read_only_mount_name_the_read_only_open(
+    tmp_path: Path, engine: CountingBackend
+) -> None:
+    requests = [ask(i) for i in range(2)]
+    descriptor = ModelDescriptor(provider="vllm", model="tiny", sampling={"temperature": 0.0})
+
+    def cached(store: Store, mode: Mode) -> CachedModel:
+        return CachedModel(store, descriptor, task="t", mode=mode, backend_factory=lambda: engine)
+
+    with small_filesystem(tmp_path / "disk", "4m") as disk:
+        root = disk / "store"
+        with Store(Settings(), root=root) as store:
+            cached(store, "use").complete(requests)
+        remount(disk, "ro")
+        before = file_digests(root)
+        engine.received.clear()
+        for mode in ("readonly", "replay"):
+            with Store(Settings(), root=root) as store, pytest.raises(StoreNotWritableError) as raised:
+                cached(store, mode).complete(requests)
+            assert "Store(..., readonly=True)" in " ".join(raised.value.__notes__)
+            with Store(Settings(), root=root, readonly=True) as store:
+                model = cached(store, mode)
+                responses = model.complete(requests)
+            assert model.last.plan.hits == 2 and [r.samples[0].text for r in responses] == ["answer to q0 #0",
+                                                                                            "answer to q1 #0"]  # fmt: skip
+        assert engine.received == []
         assert file_digests(root) == before
 
 
