@@ -43,7 +43,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
@@ -396,7 +396,13 @@ class Browser:
         if pair is not None and pair not in pairs and (pair[1], pair[0]) in pairs:
             pair = (pair[1], pair[0])
         chosen = pair if pair is not None else (pairs[0] if pairs else None)
-        answers = self._answers(benchmark, instruction_id, chosen, task, skipped)
+        quoted: dict[str, list[str]] = {}  # each model's judgement prompts: the answers its judges were shown
+        for _, record in judged:
+            prompt = "\n".join(turn.content for turn in messages(record.input_text))
+            for model in {record.model_a, record.model_b}:
+                if model is not None:
+                    quoted.setdefault(model, []).append(prompt)
+        answers = self._answers(benchmark, instruction_id, chosen, task, skipped, quoted)
         where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
         if chosen is None and not answers and not judged:
             without = "" if benchmark is not None else " without a benchmark (give benchmark= for a benchmark's)"
@@ -435,13 +441,18 @@ class Browser:
         pair: tuple[str, str] | None,
         task: str | None,
         skipped: list[Skipped],
+        quoted: dict[str, list[str]],
     ) -> list[Answer]:
-        """Each model's longest conversation of this instruction, of its lowest sample (0, unless only later
-        samples were stored: the rows page links those to this page too), from the completion databases.
+        """Each model's answer to this instruction from the completion databases: one its judges were shown (its
+        completion is in the input of a judgement of the model, ``quoted``), then the lowest sample (0, unless only
+        later samples were stored: the rows page links those to this page too), then the longest conversation.
 
-        Without a pair, completions stored without a model are one more answer, named :data:`NO_MODEL`.
+        A model answered in several databases (other settings) has one shown and the others counted
+        (:attr:`Answer.elsewhere`): the page says so rather than pass one off as the only answer. Without a pair,
+        completions stored without a model are one more answer, named :data:`NO_MODEL`.
         """
         found: dict[str, tuple[str, CompletionRecord]] = {}
+        holding: dict[str, set[str]] = {}  # the databases holding each model's answers
         selector = Selector(role="completions", task=task)
         filters = tuple(
             RowFilter(benchmark=benchmark, instruction_id=instruction_id, model=model) for model in pair or (None,)
@@ -461,8 +472,9 @@ class Browser:
                 # A completion stored without a model is shown under NO_MODEL, as verdicts without a judge are
                 # under "(no judge)": the rows page links every row of an instruction to its battle.
                 model = NO_MODEL if record.model is None else record.model
+                holding.setdefault(model, set()).add(name)
                 known = found.get(model)
-                if known is None or _shown_before(record, known[1]):
+                if known is None or _shown_before(record, known[1], quoted.get(model, ())):
                     found[model] = (name, record)
         models = list(pair) if pair is not None else sorted(found, key=lambda m: (m == NO_MODEL, m))[:MAX_BATTLE_MODELS]
         answers = []
@@ -474,7 +486,10 @@ class Browser:
             inputs = messages(record.input_text)
             earlier = [turn.content for turn in inputs if turn.role == "assistant"]
             answers.append(
-                Answer(model, [*earlier, record.completion], (name, record.input_hash), record.finish_reason, inputs)
+                Answer(
+                    model, [*earlier, record.completion], (name, record.input_hash), record.finish_reason, inputs,
+                    elsewhere=len(holding[model]) - 1, judged=_quoted(record, quoted.get(model, ())),
+                )  # fmt: skip
             )
         return answers
 
@@ -632,10 +647,17 @@ def _conversation(answers: list[Answer], models: list[str]) -> tuple[list[Turn],
     return system, rounds
 
 
-def _shown_before(record: CompletionRecord, other: CompletionRecord) -> bool:
-    """Whether a battle shows ``record`` rather than ``other`` as its model's answer: the lower sample, then the
-    longer conversation."""
-    return (record.sample_index, -len(messages(record.input_text))) < (
-        other.sample_index,
-        -len(messages(other.input_text)),
-    )
+def _quoted(record: CompletionRecord, judged_inputs: Sequence[str]) -> bool:
+    """Whether a judge was shown ``record``'s completion (it is in one of ``judged_inputs``, the prompts of the
+    judgements of its model)."""
+    return bool(record.completion) and any(record.completion in text for text in judged_inputs)
+
+
+def _shown_before(record: CompletionRecord, other: CompletionRecord, judged_inputs: Sequence[str]) -> bool:
+    """Whether a battle shows ``record`` rather than ``other`` as its model's answer: one a judge was shown, then
+    the lower sample, then the longer conversation."""
+
+    def rank(r: CompletionRecord) -> tuple[bool, int, int]:
+        return not _quoted(r, judged_inputs), r.sample_index, -len(messages(r.input_text))
+
+    return rank(record) < rank(other)

@@ -80,6 +80,8 @@ class Answer:
     row: tuple[str, str] | None  # (database, input hash)
     finish_reason: str | None
     inputs: list[Turn] = field(default_factory=list)  # the messages of its last turn's input
+    elsewhere: int = 0  # other databases (other settings) holding an answer of the model to this instruction
+    judged: bool = False  # a judgement of the model quotes this answer
 
 
 @dataclass(frozen=True, slots=True)

@@ -651,6 +651,34 @@ def test_a_battle_of_an_instruction_with_only_later_samples_shows_the_lowest(tmp
     assert "blue, at last" in again and "red, the first" not in again
 
 
+def test_a_model_answering_under_two_settings_shows_the_answer_its_judges_saw_and_says_there_is_another(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    """The battle showed whichever of a model's databases came first (by descriptor hash) beside verdicts on the
+    other's answer, without a word (was): the answer a judgement quotes is shown, and the page counts the rest."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    judged = demo.descriptor("tiny-a")
+    # Settings whose folder comes before the judged one's: the order the databases are found in no longer decides.
+    other = min((demo.descriptor("tiny-a", temperature=t / 10) for t in range(1, 10)), key=lambda d: d.sha256())
+    assert other.sha256() < judged.sha256()
+    question = [{"role": "user", "content": demo.QUESTIONS["00-writing"]}]
+    with Store(Settings(), root=root) as store:
+        store.database("completions", demo.TASK, other).put_many(
+            [demo.completion("tiny-a", "00-writing", question, "An answer no judge saw.", 0)]
+        )
+    reader = Store(Settings(), root=root, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
+        alone = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding")
+    reader.close()
+    card = battle.split('data-model="tiny-a"')[1].split("</article>")[0]
+    assert "The keeper found a <strong>bottle</strong>" in card and "An answer no judge saw." not in card
+    assert "answered this instruction in 2 databases" in card and "the answer its judges were shown" in card
+    assert "model=tiny-a" in card  # the link to every answer of the model
+    assert "answered this instruction in" not in alone  # one database, one answer: nothing to say
+
+
 def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_folder: Path, tmp_path: Path) -> None:
     """With the judge's only database damaged, /judges listed no judge and said nothing, and the judge's page was a
     404 "no judgement by judge" that dropped the error (was); the other pages name the databases they skip."""
