@@ -485,11 +485,13 @@ class Browser:
             name, record = found[model]
             inputs = messages(record.input_text)
             earlier = [turn.content for turn in inputs if turn.role == "assistant"]
+            shown = (name, record.input_hash)
+            judged = _quoted(record, quoted.get(model, ()))
+            turns = [*earlier, record.completion]
             answers.append(
                 Answer(
-                    model, [*earlier, record.completion], (name, record.input_hash), record.finish_reason, inputs,
-                    elsewhere=len(holding[model]) - 1, judged=_quoted(record, quoted.get(model, ())),
-                )  # fmt: skip
+                    model, turns, shown, record.finish_reason, inputs, elsewhere=len(holding[model]) - 1, judged=judged
+                )
             )
         return answers
 

@@ -26,7 +26,9 @@ Contract:
   tens of megabytes), saying how much was left out.
 * A stored U+0000 is shown as ``␀`` (U+2400), in markdown too (:func:`shown`,
   every value a template prints): a browser drops the character itself, and
-  markdown turns it into U+FFFD.
+  markdown turns it into U+FFFD. A bidirectional embedding, override or
+  isolate is shown as its escape (``\u202e``): it would reorder the page's
+  own text after it (a count beside a model's name read backwards).
 """
 
 from __future__ import annotations
@@ -48,6 +50,10 @@ SNIPPET_CHARS = 160
 
 
 NUL_SHOWN = "\u2400"  # ␀, what a page shows for a stored U+0000
+# Embeddings, overrides and isolates reorder what follows them up to the end of its paragraph, the page's own text
+# included: a model named "m\u202e" showed its row count "17" as "71". The marks (U+200E, U+200F, U+061C) only
+# place the characters beside them, as right-to-left text needs: those are kept.
+_BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
 _MAX_NESTING = 20  # markdown-it's own limit (CommonMark preset): what is nested deeper is dropped
 
 
@@ -90,8 +96,15 @@ def _as_stored(text: str) -> Markup:
 
 
 def shown(value: Any) -> Any:
-    """A value as a template prints it (Jinja's ``finalize``): text with each U+0000 as ``␀``."""
-    return value.replace("\x00", NUL_SHOWN) if isinstance(value, str) else value
+    """A value as a template prints it (Jinja's ``finalize``): text with each U+0000 as ``␀`` and each bidirectional
+    embedding, override or isolate as its escape (``\\u202e``), as the command line's tables show them."""
+    if not isinstance(value, str):
+        return value
+    value = value.replace("\x00", NUL_SHOWN)
+    if _BIDI_CONTROLS.search(value) is None:
+        return value
+    escaped = _BIDI_CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
+    return Markup(escaped) if isinstance(value, Markup) else escaped  # re.sub makes a str of a Markup
 
 
 @dataclass(frozen=True, slots=True)

@@ -325,6 +325,31 @@ def test_a_stored_nul_is_shown_as_a_symbol_never_sent_raw(tmp_path: Path) -> Non
     assert "\x00" not in row and "\ufffd" not in row
 
 
+def test_bidirectional_overrides_in_stored_text_are_shown_escaped_and_reorder_nothing(tmp_path: Path) -> None:
+    """A right-to-left override in a model's name or a finish reason reversed the page's own text after it (the
+    overview's "17 rows" read "71"; was): each embedding, override or isolate is shown as its escape; the marks that
+    right-to-left text needs are kept."""
+    model, reason = "m\u202eodel", "st\u2067op"
+    question = [{"role": "user", "content": "\u05e9\u05dc\u05d5\u05dd\u200f? \u202dforced"}]
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        record = demo.completion(model, "q1", question, "x \u202e<b>y</b>", 0)
+        store.database("completions", demo.TASK, demo.descriptor(model)).put_many(
+            [dataclasses.replace(record, finish_reason=reason)]
+        )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        pages = [get(client, "/"), listing := get(client, "/rows"), get(client, "/rows", model=model)]
+        (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', listing)
+        pages += [get(client, href.replace("&amp;", "&")), get(client, "/battle", benchmark=demo.BENCH,
+                                                                instruction_id="q1")]  # fmt: skip
+    reader.close()
+    for html in pages:
+        assert not re.search("[\u202a-\u202e\u2066-\u2069]", html)
+        assert "m\\u202eodel" in html
+    assert "st\\u2067op" in pages[3] and "x \\u202e&lt;b&gt;y&lt;/b&gt;" in pages[3]  # escaped, and still escaped
+    assert "\u200f" in pages[3] and "\\u202dforced" in pages[3]  # the mark kept, the override shown
+
+
 def test_a_multi_turn_battle_shows_each_turn_with_each_models_answer(client: TestClient) -> None:
     html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="02-multi")
     turns = html.split('class="round"')[1:]

@@ -195,8 +195,8 @@ def test_python_modes_that_only_read_on_a_read_only_mount_name_the_read_only_ope
             with Store(Settings(), root=root, readonly=True) as store:
                 model = cached(store, mode)
                 responses = model.complete(requests)
-            assert model.last.plan.hits == 2 and [r.samples[0].text for r in responses] == ["answer to q0 #0",
-                                                                                            "answer to q1 #0"]  # fmt: skip
+            assert model.last.plan.hits == 2
+            assert [r.samples[0].text for r in responses] == ["answer to q0 #0", "answer to q1 #0"]
         assert engine.received == []
         assert file_digests(root) == before
 
