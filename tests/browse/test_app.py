@@ -13,7 +13,9 @@ import dataclasses
 import math
 import re
 import shutil
+import sqlite3
 from collections.abc import Iterator
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -103,6 +105,34 @@ def test_the_overview_lists_every_database_with_its_figures(client: TestClient, 
     assert "260 tokens in, 156 out, ~3.2 s" in html  # what tiny-b's rerun (13 hits) saved
     assert html.count(">current<") == 4
     assert f'href="/judges?judge={demo.JUDGE}"' in html
+
+
+def test_the_overview_total_leaves_out_the_rows_of_a_database_that_needs_attention(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    """A database whose metadata.json was edited counted in the overview's total without a word, where `ls` leaves
+    its rows out and says so (was)."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+
+    def total() -> tuple[int, str]:
+        reader = Store(Settings(), root=root, readonly=True)
+        with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+            html = get(client, "/")
+        reader.close()
+        found = re.search(r'<p class="lede">\d+ databases, ([\d,]+) rows', html)
+        assert found is not None
+        return int(found.group(1).replace(",", "")), html
+
+    before, html = total()
+    assert 'id="not-counted"' not in html
+    edited = next(root.glob("completions/*/*/tiny-b/*/metadata.json"))
+    edited.write_text(edited.read_text().replace('"max_tokens": 24', '"max_tokens": 25'))
+    with closing(sqlite3.connect(edited.with_name("completions.db"))) as conn:
+        (its_rows,) = conn.execute("SELECT count(*) FROM completions").fetchone()
+    after, html = total()
+    assert its_rows > 0 and after == before - its_rows
+    assert "1 database needs attention (below): its rows are not counted." in html
 
 
 def test_finish_reasons_of_large_databases_are_counted_when_asked(
