@@ -35,6 +35,7 @@ Contract:
 from __future__ import annotations
 
 import enum
+import os
 import sqlite3
 import zipfile
 from collections.abc import Iterable, Iterator, Sequence
@@ -372,14 +373,34 @@ def _may_be_a_cache(path: Path, kind: str) -> bool:
 # ---------------------------------------------------------------- walking
 
 
-def _candidates(source: Path) -> Iterator[tuple[Path, bool]]:
-    """(file, named explicitly) for every file under ``source``, sorted, sidecars left out."""
-    if source.is_dir():
-        for path in sorted(p for p in source.rglob("*") if p.is_file()):
-            if not path.name.endswith(_SIDECARS):
-                yield path, False
-    else:
+def _candidates(source: Path, unlisted: list[Detection]) -> Iterator[tuple[Path, bool]]:
+    """(file, named explicitly) for every file under ``source``, sorted, sidecars left out.
+
+    Folders reached through a symbolic link are walked too (a cache tree linked into a data folder is part of it),
+    each real folder once (a link to a folder above it is no loop). A folder that cannot be listed is added to
+    ``unlisted`` as a corrupt source: its rows would be missing without a word.
+    """
+    if not source.is_dir():
         yield source, True
+        return
+    files: list[Path] = []
+    walked: set[Path] = set()
+
+    def unreadable(error: OSError) -> None:
+        where = Path(error.filename) if error.filename else source
+        unlisted.append(Detection(where, State.CORRUPT, f"a folder that cannot be listed ({error.strerror})",
+                                  kind="other"))  # fmt: skip
+
+    for folder, subfolders, names in os.walk(source, onerror=unreadable, followlinks=True):
+        real = Path(folder).resolve()
+        if real in walked:
+            subfolders.clear()  # met before, through another link
+            continue
+        walked.add(real)
+        files.extend(Path(folder, name) for name in names if not name.endswith(_SIDECARS))
+    for path in sorted(files):
+        if path.is_file():
+            yield path, False
 
 
 def detect_file(path: Path, *, named: bool = True) -> Detection | None:
@@ -388,6 +409,12 @@ def detect_file(path: Path, *, named: bool = True) -> Detection | None:
         return Detection(path, State.MISSING, "does not exist (check the path)", kind="other")
     if path.stat().st_size == 0:  # what a legacy run that stopped before creating its tables leaves: no rows
         return Detection(path, State.NOT_OURS, "an empty file: nothing to import", kind="other") if named else None
+    try:
+        with path.open("rb"):
+            pass
+    except OSError as e:  # whatever it holds, it cannot be told: the user must look (its rows would be missing)
+        return Detection(path, State.CORRUPT, f"cannot be read ({e.strerror}); nothing of it was imported",
+                         kind="other")  # fmt: skip
     kind = file_kind(path)
     if kind == "sqlite":
         return _detect_sqlite(path)
@@ -405,25 +432,34 @@ def detect(sources: Sequence[Path] | Iterable[Path]) -> DetectionResult:
     """Detect every candidate under ``sources``; see the module docstring."""
     detections: list[Detection] = []
     ignored = 0
-    seen: set[Path] = set()
     folders_with_data: set[Path] = set()
     lone_metadata: list[Path] = []
+    candidates: list[tuple[Path, bool]] = []
     for source in sources:
-        for path, named in _candidates(Path(source)):
-            resolved = path.resolve()
-            if resolved in seen:
-                continue
-            seen.add(resolved)
-            if path.name == LEGACY_METADATA_FILE:
-                lone_metadata.append(path)
-                continue
-            detection = detect_file(path, named=named)
-            if detection is None:
-                ignored += 1
-                continue
-            if detection.kind == "sqlite":
-                folders_with_data.add(path.parent.resolve())
-            detections.append(detection)
+        candidates.extend(_candidates(Path(source), detections))
+    # A file met twice (a link to it, a source named twice) is detected once, at its own place rather than a
+    # link's: the metadata.json beside it and the tree it lies in are what say which run wrote it.
+    kept: dict[Path, int] = {}  # each file's candidate: the first that is no link, else the first
+    for index, (path, _) in enumerate(candidates):
+        known = kept.setdefault(path.resolve(), index)
+        if candidates[known][0].is_symlink() and not path.is_symlink():
+            kept[path.resolve()] = index
+    for index, (path, named) in enumerate(candidates):
+        resolved = path.resolve()
+        if kept[resolved] != index:
+            continue
+        if path.is_symlink() and not (path.parent / LEGACY_METADATA_FILE).is_file():
+            path = resolved  # a linked file with nothing beside the link: its own folder says what it is
+        if path.name == LEGACY_METADATA_FILE:
+            lone_metadata.append(path)
+            continue
+        detection = detect_file(path, named=named)
+        if detection is None:
+            ignored += 1
+            continue
+        if detection.kind != "metadata":  # a database there, readable or not: the metadata.json is not alone
+            folders_with_data.add(path.parent.resolve())
+        detections.append(detection)
     for path in lone_metadata:
         if path.parent.resolve() in folders_with_data:
             continue

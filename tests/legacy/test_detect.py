@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from store.descriptor import ModelDescriptor
 from store.legacy.detect import BOOKKEEPING_TABLES, Detection, State, detect, detect_file
@@ -127,3 +133,73 @@ def test_a_lone_metadata_json_beside_an_empty_database_names_it(legacy_root: Pat
     (found,) = detect([legacy_root]).detections
     assert found.path == folder / "metadata.json"
     assert "whose database completions.db is empty (0 bytes: a run that stopped before writing" in found.detail
+
+
+def test_a_linked_database_is_detected_once_at_its_own_place_with_its_metadata(legacy_root: Path) -> None:
+    """A link sorting before the file it names was detected instead of it: no metadata.json beside the link, so its
+    rows went under whatever --descriptor said, and the tree's metadata.json was "with no database beside it" (was).
+    """
+    folder = b.legacy_folder(legacy_root, "completions", "t", "VLLM", "m", b.s3_metadata("m", {"top_p": 0.95}))
+    database = b.create_db(folder / "completions.db", b.S4C_DDL)
+    (legacy_root / "again.db").symlink_to(database)
+    outside = legacy_root.parent / "outside"
+    outside.mkdir()
+    (outside / "alone.db").symlink_to(database)  # a link named on its own, nothing beside it
+    for sources in ([legacy_root], [outside / "alone.db"], [outside / "alone.db", legacy_root]):
+        (found,) = detect(sources).detections
+        assert found.path == database and found.variant == "S4c", sources
+        assert found.metadata is not None and found.metadata.path == folder / "metadata.json"
+
+
+def test_a_cache_tree_linked_into_the_folder_is_walked_each_folder_once(legacy_root: Path, tmp_path: Path) -> None:
+    """A folder reached through a link was skipped without a word: "No legacy cache found", exit 0 (was)."""
+    elsewhere = tmp_path / "elsewhere"
+    folder = b.legacy_folder(elsewhere, "completions", "t", "VLLM", "m", b.s3_metadata("m", {}))
+    database = b.create_db(folder / "completions.db", b.S4C_DDL)
+    legacy_root.mkdir()
+    (legacy_root / "completions").symlink_to(elsewhere / "completions", target_is_directory=True)
+    (folder / "up").symlink_to(legacy_root, target_is_directory=True)  # a loop back to the top
+    (found,) = detect([legacy_root]).detections
+    assert found.path.resolve() == database and found.metadata is not None
+
+
+def test_a_damaged_database_beside_its_metadata_is_named_and_the_metadata_not_called_alone(legacy_root: Path) -> None:
+    """Beside the corrupt database's own line, its metadata.json was reported "with no database beside it" (was)."""
+    folder = b.legacy_folder(legacy_root, "completions", "t", "VLLM", "m", b.s3_metadata("m", {}))
+    (folder / "completions.db").write_bytes(b"not a database at all" * 10)
+    (found,) = detect([legacy_root]).detections
+    assert (found.path, found.state) == (folder / "completions.db", State.CORRUPT)
+
+
+def test_a_file_or_folder_that_cannot_be_read_is_a_problem_not_a_wrong_header_or_nothing(legacy_root: Path) -> None:
+    """An unreadable database was "not an SQLite database (wrong header)", an unreadable zip or folder not reported
+    at all, exit 0 (was). Root reads anything: the detection runs without its capabilities (setpriv)."""
+    folder = b.legacy_folder(legacy_root, "completions", "t", "VLLM", "m", b.s3_metadata("m", {}))
+    database = b.create_db(folder / "completions.db", b.S4C_DDL)
+    hidden = b.legacy_folder(legacy_root, "completions", "u", "VLLM", "m", b.s3_metadata("m", {}))
+    b.create_db(hidden / "completions.db", b.S4C_DDL)
+    archive = legacy_root / "cache" / "model-y.csv.zip"
+    archive.parent.mkdir()
+    archive.write_bytes(b"PK\x03\x04 whatever")
+    database.chmod(0)
+    archive.chmod(0)
+    hidden.chmod(0)
+    script = (
+        "import sys, json; from pathlib import Path; from store.legacy.detect import detect; "
+        "print(json.dumps([[str(d.path), d.state.value, d.detail] for d in detect([Path(sys.argv[1])]).detections]))"
+    )
+    command = [sys.executable, "-c", script, str(legacy_root)]
+    if os.geteuid() == 0:
+        if shutil.which("setpriv") is None:
+            pytest.skip("root reads any file; dropping that needs setpriv (util-linux)")
+        command = ["setpriv", "--inh-caps=-all", "--bounding-set=-all", *command]
+    try:
+        ran = subprocess.run(command, capture_output=True, text=True, check=False, cwd=Path(__file__).parents[2])
+    finally:
+        hidden.chmod(0o755)
+    assert ran.returncode == 0, ran.stderr
+    found = {Path(path): (state, detail) for path, state, detail in json.loads(ran.stdout)}
+    assert found[database] == ("corrupt", "cannot be read (Permission denied); nothing of it was imported")
+    assert found[archive][0] == "corrupt" and "cannot be read" in found[archive][1]
+    assert found[hidden] == ("corrupt", "a folder that cannot be listed (Permission denied)")
+    assert folder / "metadata.json" not in found  # its database is there, unreadable: not "no database beside it"
