@@ -158,9 +158,12 @@ class Writer:
         Done again after an interrupt cut it short (see :func:`_stream`), it counts each outcome once: what it
         paid and refused is counted before the rows are written (a write that fails still leaves them in the
         run), and an outcome is kept (``results``) only once its row is written, so the redo writes and counts
-        what the first attempt did not.
+        what the first attempt did not. An interrupt that lands after the first attempt's commit, before its
+        count, leaves rows the redo's insert ignores: in a redo, the rows stored just as generated are counted
+        as this call's (so ``rows_kept`` says what the store holds).
         """
         done = _priced([(inp, outcome) for inp, outcome in done if inp.key not in self.results], seconds)
+        redone = any(inp.key in self._paid for inp, _ in done)
         run = self.run
         uncounted = [gen for inp, gen in done if isinstance(gen, Generation) and inp.key not in self._paid]
         run.spent += usage_totals(gen.usage for gen in uncounted)
@@ -178,9 +181,12 @@ class Writer:
         stored_first: dict[str, Record] = {}
         if self.database is not None and records:
             written, not_kept = self._put(self.database, records)
-            run.written += written
             if written < len(records) - len(not_kept) and self.policy == "ignore":
-                stored_first = self._stored_first(self.database, answered, not_kept)
+                found = self._stored(self.database, answered, not_kept)
+                stored_first = {key: record for key, (record, differs) in found.items() if differs}
+                if redone:
+                    written = sum(not differs for _, differs in found.values())
+            run.written += written
         for inp, gen in answered:
             if inp.key in not_kept:
                 self.fail(inp, not_kept[inp.key], gen)
@@ -194,18 +200,20 @@ class Writer:
             self.progress(len(self.results) - self.done)
 
     @staticmethod
-    def _stored_first(
+    def _stored(
         database: Database, answered: list[tuple[PlannedInput, Generation]], not_kept: dict[str, InvalidInputError]
-    ) -> dict[str, Record]:
-        """The rows another call stored first under keys of ``answered`` (their writes were ignored), by key.
+    ) -> dict[str, tuple[Record, bool]]:
+        """The rows stored under keys of ``answered`` (after a write that ignored some), by key, each with whether
+        it differs from this call's generation.
 
-        Another job, or a concurrent call of this process, planned the same miss and wrote it while this one
-        generated: the stored row is the answer of record (every later run gets it back), so the call returns it
-        too, not its own generation (at a temperature above 0, another text that nothing kept).
+        One that differs was stored first by another job, or a concurrent call of this process, that planned the
+        same miss and wrote it while this one generated: the stored row is the answer of record (every later run
+        gets it back), so the call returns it too, not its own generation (at a temperature above 0, another text
+        that nothing kept).
         """
         keys = [inp.key for inp, _ in answered if inp.key not in not_kept]
         found = database.get_many(keys)
-        return {inp.key: found[inp.key] for inp, gen in answered if inp.key in found and _differs(found[inp.key], gen)}
+        return {inp.key: (found[inp.key], _differs(found[inp.key], gen)) for inp, gen in answered if inp.key in found}
 
     def _put(self, database: Database, records: list[Record]) -> tuple[int, dict[str, InvalidInputError]]:
         """Write one batch: the rows written, and the rows the store refused (by input hash) with its reason.
