@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -219,6 +220,45 @@ def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_r
         holder.join()
     with Store(url=pg_url) as store:
         assert store.open(location).count() == 0
+
+
+@pytest.mark.postgres
+def test_a_writer_waits_for_another_sessions_write_lock_as_long_as_a_locked_file_then_says_busy(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A session holding the schema's write lock (a job suspended inside a write) held every other writer for as
+    long as it held it, without a word (was): the wait is the busy timeout times the tries, then a busy error."""
+    from store.backends.postgres.generations import write_lock
+    from store.backends.postgres.registry import schema_name
+
+    with Store(url=pg_url) as store:
+        location = store.database("completions", "t", QWEN).location
+    holding, release = threading.Event(), threading.Event()
+    database = make_url(pg_url).database
+    assert database is not None
+
+    def hold() -> None:
+        with Store(url=pg_url) as store, store.storage.engine.connect() as conn, conn.begin():  # type: ignore[attr-defined]
+            write_lock(conn, schema_name(location))
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        with Store(Settings(busy_timeout_ms=400, lock_retries=2), url=pg_url) as store:
+            started = time.monotonic()
+            with pytest.raises(ServerBusyError, match="a lock it could not get"):
+                store.open(location).put_many([completion_record(1)])
+            waited = time.monotonic() - started
+    finally:
+        release.set()
+        holder.join()
+    assert 1.1 < waited < 20  # 400 ms times 3 tries, not the minute the holder would have held it
+    with Store(url=pg_url) as store:
+        assert store.open(location).count() == 0  # nothing of the refused write
+        assert store.open(location).put_many([completion_record(1)]) == 1  # free again: the next write goes in
 
 
 def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> None:

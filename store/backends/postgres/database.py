@@ -62,6 +62,9 @@ class PostgresDatabase(Database):
         self.readonly = storage.readonly
         self._options = schema_options(location)
         self._schema = schema_name(location)
+        # As long as a write waits for a locked SQLite file in all (each try's busy timeout, then the retries): a
+        # writer frozen inside its transaction (a suspended job) held every other writer of the schema, silently.
+        self._patience_ms = self.settings.busy_timeout_ms * (self.settings.lock_retries + 1)
 
     def _repository(self, conn: Connection) -> PostgresRepository:
         return PostgresRepository(conn, self.location.role)
@@ -79,7 +82,7 @@ class PostgresDatabase(Database):
             try:
                 with conn.begin():
                     if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
-                        write_lock(conn, self._schema)
+                        write_lock(conn, self._schema, wait_ms=self._patience_ms)
                     yield conn
             except DBAPIError as e:  # a write in our read-only transaction: the same error as on SQLite
                 if not write and getattr(e.orig, "sqlstate", None) == "25006" and _writes(e.statement):

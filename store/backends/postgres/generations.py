@@ -105,11 +105,12 @@ LEFT JOIN {REGISTRY_SCHEMA}.registry AS r ON r.schema_name = n.nspname
 )
 
 
-def write_lock(conn: Connection, name: str) -> None:
+def write_lock(conn: Connection, name: str, *, wait_ms: int | None = None) -> None:
     """Take schema ``name``'s write lock for the caller's transaction (see the module docstring): an advisory
     lock, which needs no grant on the registry, of its own (not the schema's creation and upgrade lock, which a
-    transaction may hold while another of the same process writes)."""
-    advisory_lock(conn, f"{name}:writes")
+    transaction may hold while another of the same process writes). ``wait_ms``: as
+    :func:`~store.backends.postgres.registry.advisory_lock`'s."""
+    advisory_lock(conn, f"{name}:writes", wait_ms=wait_ms)
 
 
 def _ensure_touch(conn: Connection) -> None:

@@ -108,9 +108,23 @@ def quoted(identifier: str) -> str:
     return f'"{identifier}"'
 
 
-def advisory_lock(conn: Connection, name: str) -> None:
-    """Hold a transaction-level advisory lock on ``name`` until the caller's transaction ends."""
+def advisory_lock(conn: Connection, name: str, *, wait_ms: int | None = None) -> None:
+    """Hold a transaction-level advisory lock on ``name`` until the caller's transaction ends.
+
+    ``wait_ms``: how long to wait while another session holds it, after which the statement fails with 55P03
+    (lock_not_available: a :class:`~store.errors.ServerBusyError`, as a SQLite file locked past its busy timeout
+    is a busy error); None waits as the session's ``lock_timeout`` says (0, the default: until it is free). A free
+    lock is taken in one statement; only a wait sets the timeout, for this transaction, and only where the session
+    has none of its own (the URL's ``options``, the role's settings win).
+    """
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
+    if wait_ms is not None:
+        if conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar_one():
+            return
+        conn.execute(
+            text("SELECT set_config('lock_timeout', :wait, true) WHERE current_setting('lock_timeout') = '0'"),
+            {"wait": f"{max(1, wait_ms)}ms"},  # 0 would be PostgreSQL's "wait forever"
+        )
     conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 
