@@ -261,6 +261,29 @@ def test_a_writer_waits_for_another_sessions_write_lock_as_long_as_a_locked_file
         assert store.open(location).put_many([completion_record(1)]) == 1  # free again: the next write goes in
 
 
+@pytest.mark.postgres
+def test_a_statement_binding_more_values_than_postgresql_takes_says_so_not_that_the_server_is_gone(
+    pg_url: str,
+) -> None:
+    """An IN list of 70,000 hashes (the README's filter on a result file's hashes) was "cannot reach the server;
+    is it running, and is the URL right?" (was)."""
+    from sqlalchemy import func, select
+
+    from store import Completion
+
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        hashes = [f"{i:064x}" for i in range(70_000)] + [completion_record(1).input_hash]
+        with pytest.raises(ServerValueError, match="Split a long IN") as caught:
+            statement = select(func.count()).select_from(Completion).where(Completion.input_hash.in_(hashes))
+            store.execute(statement).scalar_one()
+        assert "cannot reach" not in str(caught.value)
+        counted = store.execute(
+            select(func.count()).select_from(Completion).where(Completion.input_hash.in_(hashes[-60_000:]))
+        )
+        assert counted.scalar_one() == 1  # under the limit the same statement runs: the server was there all along
+
+
 def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> None:
     """(Was: "needs CREATE on the database", for a role that may read but not delete.)"""
     denied = psycopg.errors.lookup("42501")("permission denied for table completions")

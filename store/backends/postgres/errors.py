@@ -156,6 +156,12 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"a statement of the same batch failed before this one ({message}); the transaction was rolled "
             "back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
         )  # fmt: skip
+    if not state and "number of parameters must be between" in message:  # libpq's limit, the client's refusal
+        return ServerValueError(
+            shown, f"the statement binds more values than PostgreSQL takes in one statement ({message}); nothing "
+            "was sent. Split a long IN (...) list into parts of at most 65,535 values (summing their counts), or "
+            "filter with fewer values"
+        )  # fmt: skip
     if (
         state.startswith("08")
         or state in _GONE_STATES
