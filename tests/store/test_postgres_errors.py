@@ -284,6 +284,29 @@ def test_a_statement_binding_more_values_than_postgresql_takes_says_so_not_that_
         assert counted.scalar_one() == 1  # under the limit the same statement runs: the server was there all along
 
 
+@pytest.mark.postgres
+def test_results_left_half_read_holding_every_pooled_connection_give_a_busy_error_naming_them(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The next query waited for the pool, then raised SQLAlchemy's own TimeoutError, untyped (was)."""
+    from sqlalchemy import select
+
+    from store import Completion
+
+    with Store(Settings(pool_size=1, pool_overflow=0), url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(i) for i in range(3)])
+        monkeypatch.setattr(store.storage.engine.pool, "_timeout", 0.3)  # type: ignore[attr-defined]
+        half_read = store.scalars(select(Completion))
+        next(half_read)
+        with pytest.raises(ServerBusyError, match="not read to its end holds one") as caught:
+            store.execute(select(Completion.input_hash)).all()
+        assert "JUDGESTORE_POOL_SIZE" in str(caught.value)
+        with pytest.raises(ServerBusyError):
+            store.open(store.locations()[0]).count()
+        half_read.close()  # given back: the next query runs
+        assert store.open(store.locations()[0]).count() == 3
+
+
 def test_a_permission_denied_on_a_table_asks_for_table_grants_not_create() -> None:
     """(Was: "needs CREATE on the database", for a role that may read but not delete.)"""
     denied = psycopg.errors.lookup("42501")("permission denied for table completions")

@@ -17,9 +17,10 @@ from typing import Protocol, TypeVar
 
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from store.backend import Database
-from store.backends.postgres.errors import raise_translated
+from store.backends.postgres.errors import pool_exhausted, raise_translated
 from store.backends.postgres.generations import write_lock
 from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
@@ -74,7 +75,12 @@ class PostgresDatabase(Database):
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:
-        with self.storage.engine.connect() as conn:
+        try:
+            checked_out = self.storage.engine.connect()
+        except PoolTimeoutError as e:
+            settings = self.settings
+            raise pool_exhausted(self.storage.url, settings.pool_size, settings.pool_overflow, e) from e
+        with checked_out as conn:
             # A read is one snapshot, as on SQLite (Database.reading's contract): under READ COMMITTED each
             # statement took its own, so the figures of one `stats` came from different moments of a writer's work
             reading = {"postgresql_readonly": True, "isolation_level": "REPEATABLE READ"}

@@ -219,3 +219,15 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
 
 def raise_translated(url: str, error: DBAPIError) -> NoReturn:
     raise translated(url, error) from error
+
+
+def pool_exhausted(url: str, pool_size: int, pool_overflow: int, error: Exception) -> ServerBusyError:
+    """SQLAlchemy's ``TimeoutError`` of a pool whose every connection stayed in use past its wait, typed: in this
+    process, not the server (which ``pg_stat_activity`` would show idle)."""
+    return ServerBusyError(
+        display_url(url),
+        f"every connection this process may open to the server ({pool_size} kept, {pool_overflow} more at a burst) "
+        f"was in use and none came back in time ({error.__class__.__name__}: {str(error).splitlines()[0]}). "
+        "Each result of Store.scalars or Store.execute not read to its end holds one: read it whole (list(...)) or "
+        "close it before the next query; or raise JUDGESTORE_POOL_SIZE",
+    )

@@ -70,10 +70,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import orjson
 from sqlalchemy import Connection, inspect, select, text
 from sqlalchemy.exc import ArgumentError, DBAPIError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from store.backends.postgres.connections import create_postgres_engine, display_url, parse_store_url
 from store.backends.postgres.database import PostgresDatabase
-from store.backends.postgres.errors import raise_translated, translated
+from store.backends.postgres.errors import pool_exhausted, raise_translated, translated
 from store.backends.postgres.generations import forget, stamps
 from store.backends.postgres.registry import (
     advisory_lock,
@@ -222,6 +223,8 @@ class PostgresStorage:
                     yield conn
         except DBAPIError as e:
             raise_translated(self.url, e)
+        except PoolTimeoutError as e:
+            raise pool_exhausted(self.url, self.settings.pool_size, self.settings.pool_overflow, e) from e
 
     def retry(self, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` again after what a healthy server may answer (see the module docstring); ``attempt`` may
