@@ -145,6 +145,8 @@ class Writer:
                 f"they are kept; the other {left} inputs of this refresh still hold their old rows, if they had any "
                 "(mode use would return those): run it again with --mode refresh to refresh them"
             )
+        if run.written == 0:  # "they are kept" would speak of rows that are not there
+            return "nothing of it is kept: running it again generates them again"
         return "they are kept, and running it again in mode use generates only the rest"
 
     def progress(self, count: int) -> None:

@@ -220,6 +220,27 @@ def test_a_chunk_the_store_refuses_still_counts_what_it_cost_and_its_refusals(
     assert [f.request_index for f in run.failed] == [15]  # and its refusal is reported
 
 
+def test_a_failure_before_any_row_was_stored_does_not_say_they_are_kept(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was: "This run stored 0 rows before the failure (10 generated ...); they are kept"."""
+    database = store.database("completions", "t", DESCRIPTOR)
+    kind = type(database)
+
+    def full(self: Database, records: Any, policy: Any = "ignore") -> int:
+        raise StoreFullError(database.path, free_bytes=0, needed_bytes=1)
+
+    monkeypatch.setattr(kind, "put_many", full)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
+    with pytest.raises(StoreFullError) as raised:
+        model.complete(asks(25))
+    monkeypatch.undo()
+    said = " ".join(raised.value.__notes__)
+    assert raised.value.rows_kept == 0 == database.count()  # type: ignore[attr-defined]
+    assert "stored 0 rows" in said and "nothing of it is kept: running it again generates them again" in said
+    assert "they are kept" not in said
+
+
 class Watched:
     """Every request finishes at once; it notes whether the call's database existed when the stream was asked
     for (the engine taking the requests) and when it was first stepped, and whether it was closed."""
