@@ -153,7 +153,7 @@ def stats_command(
         table.add_row(*location_cells(entry.location), f"{entry.rows.rows:,}", decimal(entry.size_bytes),
                       f"{entry.runs.hits:,}", _seconds(entry.runs.saved_engine_seconds))  # fmt: skip
     table.caption = (
-        f"{totals.databases} databases, {totals.rows.rows:,} rows, {decimal(totals.size_bytes)}; "
+        f"{quantity(totals.databases, 'database')}, {quantity(totals.rows.rows, 'row')}, {decimal(totals.size_bytes)}; "
         "Hits: of recorded runs; Saved: engine time they saved"
     )
     stdout().print(table)
@@ -427,7 +427,7 @@ def vacuum_command(
             style = "bold red" if r in failed else "green"
             table.add_row(*location_cells(r.location), decimal(r.bytes_before), decimal(r.bytes_after),
                           Text(r.outcome.value.replace("_", " "), style=style))  # fmt: skip
-        table.caption = f"{len(results)} databases, {decimal(freed)} {'to free' if dry_run else 'freed'}"
+        table.caption = f"{quantity(len(results), 'database')}, {decimal(freed)} {'to free' if dry_run else 'freed'}"
         stdout().print(table)
         for r in failed:
             note(r.error or r.outcome.value, json_output=False)

@@ -90,7 +90,12 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
             stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
         else:
-            note(f"All {len(infos)} databases are usable; none needs `judgestore db upgrade`.", json_output=json_output)
+            usable = (
+                "The database is usable; it does not need"
+                if len(infos) == 1
+                else f"All {len(infos)} databases are usable; none needs"
+            )
+            note(f"{usable} `judgestore db upgrade`.", json_output=json_output)
     if bad:
         raise typer.Exit(1)
 
@@ -274,13 +279,13 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
             message = unprefixed(problem.message, problem.where)
             table.add_row(Text(store.shown(problem.where)), problem.kind.value, Text(message))
         said = quantity(len(problems), "problem")
-        table.caption = f"{said}; checked {len(results)} databases, {rows:,} rows"
+        table.caption = f"{said}; checked {quantity(len(results), 'database')}, {quantity(rows, 'row')}"
         stdout().print(table)
     elif not results:
         no_databases(store, json_output, selector)
     else:
         of_which = f" ({adopted:,} adopted from older descriptors)" if adopted else ""
-        stdout().print(f"OK: {len(results)} databases, {rows:,} rows{of_which}, no problems.")
+        stdout().print(f"OK: {quantity(len(results), 'database')}, {quantity(rows, 'row')}{of_which}, no problems.")
     if problems:
         raise typer.Exit(1)
 

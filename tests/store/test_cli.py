@@ -1567,3 +1567,18 @@ def test_ctrl_c_at_the_confirmation_is_an_interrupt_that_changed_nothing(
     assert file_digests(filled) == before
     no = judgestore(*command, input="n\n")
     assert no.exit_code == 1 and "Aborted!" in no.stderr and file_digests(filled) == before
+
+
+def test_a_store_of_one_database_is_counted_in_the_singular(store_root: Path) -> None:
+    """Was: "1 databases", "All 1 databases are usable; none needs"."""
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(0)])
+    vacuumed = judgestore("vacuum")
+    assert vacuumed.exit_code == 0, vacuumed.output
+    assert "1 database," in vacuumed.stdout and "1 databases" not in vacuumed.stdout
+    status = judgestore("db", "status")
+    assert status.stderr.strip() == "The database is usable; it does not need `judgestore db upgrade`."
+    verified = judgestore("verify")
+    assert "OK: 1 database, 1 row, no problems." in verified.stdout
+    stats = judgestore("stats")
+    assert "1 database, 1 row," in " ".join(stats.stdout.split())
