@@ -143,9 +143,13 @@ def _import_table(report: "ImportReport") -> FittedTable:
         )
     totals = report.totals()
     table.caption = (
-        f"{totals['rows']:,} rows: {totals['imported']:,} imported, {totals['already_present']:,} already present, "
-        f"{totals['conflicts']:,} conflicts, {totals['skipped']:,} skipped, {totals['failed']:,} failed"
-    ) + (f"; {report.ignored_files:,} other files ignored" if report.ignored_files else "")
+        (
+            f"{totals['rows']:,} rows: {totals['imported']:,} imported, {totals['already_present']:,} already present, "
+            f"{totals['conflicts']:,} conflicts, {totals['skipped']:,} skipped, {totals['failed']:,} failed"
+        )
+        + (f"; {quantity(totals['failed_sources'], 'source')} failed" if totals["failed_sources"] else "")
+        + (f"; {report.ignored_files:,} other files ignored" if report.ignored_files else "")
+    )
     return table
 
 

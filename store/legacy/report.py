@@ -146,6 +146,8 @@ class ImportReport:
             "skipped": sum(sum(s.skipped.values()) for s in self.sources),
             "unattributed": sum(s.unattributed for s in self.sources),
             "failed": sum(sum(s.failed.values()) for s in self.sources),
+            # sources that failed with nothing imported: a file whose rows cannot be read adds none to "failed"
+            "failed_sources": sum(s.status == "failed" for s in self.sources),
         }
 
     @property

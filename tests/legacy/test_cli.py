@@ -93,6 +93,7 @@ def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path:
         "skipped": 0,
         "unattributed": 0,
         "failed": 0,
+        "failed_sources": 0,
     }
     by_role = {loc.role: loc for loc in walk(root)}
     assert set(by_role) == {"completions", "judgements"}
@@ -136,6 +137,24 @@ def test_a_source_of_exactly_one_chunk_of_rows_ends_with_its_report(tmp_path: Pa
     assert result.returncode == 0, result.stderr
     assert orjson.loads(result.stdout)["totals"]["imported"] == DEFAULT_CHUNK_SIZE
     assert orjson.loads(report_file.read_bytes())["totals"]["imported"] == DEFAULT_CHUNK_SIZE
+
+
+def test_a_source_that_cannot_be_read_is_counted_in_the_summary_line(tmp_path: Path) -> None:
+    """A damaged file beside a good one: exit 1, and a summary of "N rows: N imported, ..., 0 failed" (was)."""
+    legacy, root = tmp_path / "legacy", tmp_path / "store"
+    rows = [{"benchmark": "b", "instruction_id": str(i), "model_a": "a", "model_b": "b", "judge": "gpt-4",
+             "judge_input": f"Compare {i}", "judge_completion": "[[A]]"} for i in range(3)]  # fmt: skip
+    b.create_db(legacy / "cache" / "db" / "b" / "gpt-4.db", b.S0_DDL, rows)
+    (legacy / "cache" / "db" / "b" / "broken.db").write_bytes(b"this was a database once" * 50)
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="judge").model_dump_json())
+    args = ["import", str(legacy), "--store-root", str(root), "--descriptor", str(descriptor_file), "--task", "b"]
+    result = judgestore(*args)
+    assert result.returncode == 1
+    assert "3 rows: 3 imported" in " ".join(result.stdout.split())
+    assert "0 failed; 1 source failed" in " ".join(result.stdout.split())
+    as_json = judgestore(*args, "--json")
+    assert orjson.loads(as_json.stdout)["totals"]["failed_sources"] == 1
 
 
 def test_rows_the_store_refuses_for_one_reason_are_counted_under_that_reason_once(tmp_path: Path) -> None:
