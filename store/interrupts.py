@@ -26,8 +26,9 @@ Contract:
   carries only JSON there).
 * :func:`say_interrupted`: the line of a Ctrl-C (or SIGTERM) that no command
   reported, one that came while the program started (its imports, typer
-  reading the command line): "interrupted", or with ``--json`` the JSON
-  object every interrupted command gives, never a traceback or nothing.
+  reading the command line): "interrupted as the command started: nothing
+  was done", or with ``--json`` that as the JSON object every interrupted
+  command gives, never a traceback or nothing.
 * :func:`interrupts_reach_the_command` (the command line installs it): Python
   drops, with an "Exception ignored" line, a ``KeyboardInterrupt`` raised in
   a finalizer or weakref callback (Ctrl-C landing while the garbage collector
@@ -74,7 +75,8 @@ def held_signals_said_by(say: Callable[[str], None]) -> Iterator[None]:
 def say_interrupted(json_output: bool) -> None:
     """Say on stderr that the program was interrupted, where no command said what its interrupt left (see the
     module docstring); stdlib only, so the program may say it before it has imported anything else."""
-    sys.stderr.write('{"error":"interrupted","type":"Interrupted"}\n' if json_output else "interrupted\n")
+    said = "interrupted as the command started: nothing was done"  # no command ran to say what it left
+    sys.stderr.write(f'{{"error":"{said}","type":"Interrupted"}}\n' if json_output else f"{said}\n")
     sys.stderr.flush()
 
 

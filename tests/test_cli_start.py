@@ -171,5 +171,6 @@ def test_a_signal_in_the_programs_first_second_is_one_line_not_a_traceback_nor_s
     done = subprocess.run(
         [sys.executable, "-c", code, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=60, check=False
     )
-    said = '{"error":"interrupted","type":"Interrupted"}\n' if json_output else "interrupted\n"
+    words = "interrupted as the command started: nothing was done"  # was the bare "interrupted"
+    said = f'{{"error":"{words}","type":"Interrupted"}}\n' if json_output else f"{words}\n"
     assert (done.returncode, done.stdout, done.stderr) == (status, "", said)

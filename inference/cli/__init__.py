@@ -5,7 +5,8 @@ pyproject.toml names it) imports :func:`inference.cli.app.main` when it is
 called, so that importing one command module does not assemble the whole
 app; a Ctrl-C or SIGTERM while the commands are imported (the first
 second or so) ends the program as one during a command does: the line
-"interrupted" on stderr (with ``--json``, the JSON object), exit status 130
+"interrupted as the command started: nothing was done" on stderr (with
+``--json``, the JSON object), exit status 130
 or 143, no traceback.
 """
 
