@@ -38,7 +38,7 @@ import enum
 import os
 import sqlite3
 import zipfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -373,34 +373,80 @@ def _may_be_a_cache(path: Path, kind: str) -> bool:
 # ---------------------------------------------------------------- walking
 
 
-def _candidates(source: Path, unlisted: list[Detection]) -> Iterator[tuple[Path, bool]]:
-    """(file, named explicitly) for every file under ``source``, sorted, sidecars left out.
+def _candidates(sources: Sequence[Path], problems: list[Detection]) -> list[tuple[Path, bool]]:
+    """(file, named explicitly) for every file named or under a named folder, sidecars left out; each folder's
+    files sorted.
 
-    Folders reached through a symbolic link are walked too (a cache tree linked into a data folder is part of it),
-    each real folder once (a link to a folder above it is no loop). A folder that cannot be listed is added to
-    ``unlisted`` as a corrupt source: its rows would be missing without a word.
+    Folders reached through a symbolic link are walked too (a cache tree linked into a data folder is part of
+    it), but only after every folder reachable without one: a folder met both ways is walked at its own place,
+    where the legacy tree it lies in says which task and model wrote it (a ``latest`` link to a run folder would
+    otherwise stand for it). Each real folder is walked once (a link to a folder above it is no loop). A folder
+    that cannot be listed, a link to nothing named as a cache, and a link loop are added to ``problems``:
+    their rows would be missing without a word.
     """
-    if not source.is_dir():
-        yield source, True
-        return
-    files: list[Path] = []
+    found: list[tuple[Path, bool]] = []
     walked: set[Path] = set()
+    links: list[Path] = []
 
     def unreadable(error: OSError) -> None:
-        where = Path(error.filename) if error.filename else source
-        unlisted.append(Detection(where, State.CORRUPT, f"a folder that cannot be listed ({error.strerror})",
+        where = Path(error.filename) if error.filename else Path(".")
+        problems.append(Detection(where, State.CORRUPT, f"a folder that cannot be listed ({error.strerror})",
                                   kind="other"))  # fmt: skip
 
-    for folder, subfolders, names in os.walk(source, onerror=unreadable, followlinks=True):
-        real = Path(folder).resolve()
-        if real in walked:
-            subfolders.clear()  # met before, through another link
-            continue
-        walked.add(real)
-        files.extend(Path(folder, name) for name in names if not name.endswith(_SIDECARS))
-    for path in sorted(files):
-        if path.is_file():
-            yield path, False
+    def walk(top: Path) -> None:
+        files = []
+        for folder, subfolders, names in os.walk(top, onerror=unreadable):  # links to folders are not entered
+            real = Path(folder).resolve()
+            if real in walked:
+                subfolders.clear()
+                continue
+            walked.add(real)
+            subfolders.sort()
+            links.extend(Path(folder, name) for name in subfolders if Path(folder, name).is_symlink())
+            for name in names:
+                path = Path(folder, name)
+                if name.endswith(_SIDECARS):
+                    continue
+                if path.is_file():
+                    files.append(path)
+                elif path.is_symlink() and (problem := _broken_link(path)) is not None:
+                    problems.append(problem)
+        found.extend((path, False) for path in sorted(files))
+
+    for source in sources:
+        if _resolved(source) is None:
+            problems.append(Detection(source, State.CORRUPT, _LOOP, kind="other"))
+        elif source.is_dir():
+            walk(source)
+        else:
+            found.append((source, True))
+    while links:  # breadth first: the links nearest the sources first
+        link = links.pop(0)
+        if _resolved(link) is not None:
+            walk(link)
+    return found
+
+
+_CACHE_SUFFIXES = (".db", ".sqlite", ".sqlite3", ".csv", ".zip", ".parquet")
+_LOOP = "a symbolic link that leads back to itself (a loop)"
+
+
+def _resolved(path: Path) -> Path | None:
+    """``path`` with every link followed; None for a link loop."""
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):  # Python 3.11 raises RuntimeError on a loop
+        return None
+
+
+def _broken_link(path: Path) -> Detection | None:
+    """A link that leads nowhere as a problem, where its name says it stood for a cache (another is ignored)."""
+    if _resolved(path) is None:
+        return Detection(path, State.CORRUPT, _LOOP, kind="other")
+    if not path.name.endswith(_CACHE_SUFFIXES):
+        return None
+    target = os.readlink(path)
+    return Detection(path, State.MISSING, f"a symbolic link to {target}, which does not exist", kind="other")
 
 
 def detect_file(path: Path, *, named: bool = True) -> Detection | None:
@@ -434,9 +480,7 @@ def detect(sources: Sequence[Path] | Iterable[Path]) -> DetectionResult:
     ignored = 0
     folders_with_data: set[Path] = set()
     lone_metadata: list[Path] = []
-    candidates: list[tuple[Path, bool]] = []
-    for source in sources:
-        candidates.extend(_candidates(Path(source), detections))
+    candidates = _candidates([Path(source) for source in sources], detections)
     # A file met twice (a link to it, a source named twice) is detected once, at its own place rather than a
     # link's: the metadata.json beside it and the tree it lies in are what say which run wrote it.
     kept: dict[Path, int] = {}  # each file's candidate: the first that is no link, else the first

@@ -203,3 +203,28 @@ def test_a_file_or_folder_that_cannot_be_read_is_a_problem_not_a_wrong_header_or
     assert found[archive][0] == "corrupt" and "cannot be read" in found[archive][1]
     assert found[hidden] == ("corrupt", "a folder that cannot be listed (Permission denied)")
     assert folder / "metadata.json" not in found  # its database is there, unreadable: not "no database beside it"
+
+
+def test_a_run_folder_linked_inside_its_tree_is_read_at_its_own_place(legacy_root: Path) -> None:
+    """A `latest` link to a run folder listed before the tree stood for it: no tree, so no task, and under --task
+    its rows went to another task's folder (the first mend of links did this; was)."""
+    folder = b.legacy_folder(legacy_root, "completions", "mytask", "OpenAI", "gpt-4o", b.s3_metadata("gpt-4o", {}))
+    database = b.create_db(folder / "completions.db", b.S4C_DDL)
+    for name in ("aaa", "latest", "best", "zzz", "run-1", "run-2", "x", "newest"):  # listed before "completions"
+        (legacy_root / name).symlink_to(folder, target_is_directory=True)  # or after, as the folder has them
+    (found,) = detect([legacy_root]).detections
+    assert found.path == database and found.tree is not None and found.tree.task == "mytask"
+
+
+def test_links_to_nothing_and_link_loops_are_named_not_skipped_or_a_traceback(legacy_root: Path) -> None:
+    legacy_root.mkdir()
+    (legacy_root / "gone.db").symlink_to(legacy_root / "nowhere" / "completions.db")
+    (legacy_root / "notes.txt").symlink_to(legacy_root / "nowhere.txt")  # not a cache's name: ignored
+    loop = legacy_root / "loop.db"
+    loop.symlink_to(loop)
+    found = {d.path.name: (d.state, d.detail) for d in detect([legacy_root]).detections}
+    assert found["gone.db"][0] is State.MISSING and "which does not exist" in found["gone.db"][1]
+    assert found["loop.db"] == (State.CORRUPT, "a symbolic link that leads back to itself (a loop)")
+    assert "notes.txt" not in found
+    (named,) = detect([loop]).detections  # named on its own: RuntimeError, a traceback (was)
+    assert named.state is State.CORRUPT
