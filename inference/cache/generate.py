@@ -225,21 +225,26 @@ class Writer:
         how many rows this call stored before it, and raises.
         """
         refused: dict[str, InvalidInputError] = {}
+        written = 0  # by the parts of a split batch that stand, should a later part fail
 
-        def put(batch: list[Record]) -> int:
+        def put(batch: list[Record]) -> None:
+            nonlocal written
             try:
-                return patiently(lambda: database.put_many(batch, self.policy), self.write_patience)
+                written += patiently(lambda: database.put_many(batch, self.policy), self.write_patience)
             except InvalidInputError as e:  # the store refused a value before writing anything of the batch
                 if len(batch) == 1:  # alone: every other row is written (its batch was this row only)
                     said = str(e).removesuffix(NOTHING_WRITTEN)
                     refused[batch[0].input_hash] = e if said == str(e) else InvalidInputError(f"{said}; not stored")
-                    return 0
+                    return
                 half = len(batch) // 2
-                return put(batch[:half]) + put(batch[half:])
+                put(batch[:half])
+                put(batch[half:])
 
         try:
-            return put(records), refused
+            put(records)
+            return written, refused
         except JudgestoreError as e:
+            self.run.written += written  # the parts written before the failure stand (each its own transaction)
             e.rows_kept = self.run.written
             e.add_note(
                 f"This run stored {self.run.written} rows before the failure ({self.run.generated + len(records)} "

@@ -25,7 +25,7 @@ from inference.cache import generate
 from inference.cache.model import CachedModel
 from inference.requests import CompletionRequest
 from store.descriptor import ModelDescriptor
-from store.errors import JudgestoreError, RequestRefusedError, StoreFullError
+from store.errors import InvalidInputError, JudgestoreError, RequestRefusedError, StoreFullError
 from store.store import Database, Store
 from tests.fake_openai import FakeOpenAI, Fault
 from tests.inference.test_openai_backend import ask, served
@@ -239,6 +239,32 @@ def test_a_failure_before_any_row_was_stored_does_not_say_they_are_kept(
     assert raised.value.rows_kept == 0 == database.count()  # type: ignore[attr-defined]
     assert "stored 0 rows" in said and "nothing of it is kept: running it again generates them again" in said
     assert "they are kept" not in said
+
+
+def test_a_failure_in_a_later_part_of_a_split_chunk_counts_the_parts_written_before(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk split around a row the store refuses: its first parts were written, then the disk filled: "stored
+    0 rows ... nothing of it is kept" with 4 rows in the store (was)."""
+    database = store.database("completions", "t", DESCRIPTOR)
+    kind = type(database)
+    put_many = kind.put_many
+
+    def picky(self: Database, records: Any, policy: Any = "ignore") -> int:
+        texts = {record.completion for record in records}
+        if "a2" in texts:
+            raise InvalidInputError("a value the store cannot hold; nothing was written")
+        if "a7" in texts:
+            raise StoreFullError(database.path, free_bytes=0, needed_bytes=1)
+        return put_many(self, records, policy)
+
+    monkeypatch.setattr(kind, "put_many", picky)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Priced, chunk_size=10)
+    with pytest.raises(StoreFullError) as raised:
+        model.complete(asks(25))
+    monkeypatch.undo()
+    assert database.count() == 4 == raised.value.rows_kept == model.last.written  # type: ignore[attr-defined]
+    assert "This run stored 4 rows before the failure" in " ".join(raised.value.__notes__)
 
 
 class Watched:
