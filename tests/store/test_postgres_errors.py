@@ -41,6 +41,7 @@ from store.errors import (
 )
 from store.settings import Settings
 from store.store import Store
+from store.tables.filters import RowFilter
 from tests.factories import QWEN, completion_record
 from tests.pg_server import Cluster
 
@@ -282,6 +283,11 @@ def test_a_statement_binding_more_values_than_postgresql_takes_says_so_not_that_
             select(func.count()).select_from(Completion).where(Completion.input_hash.in_(hashes[-60_000:]))
         )
         assert counted.scalar_one() == 1  # under the limit the same statement runs: the server was there all along
+        database = store.open(store.locations()[0])
+        started = time.monotonic()
+        with pytest.raises(ServerValueError, match="Split a long IN"):  # a row filter's: refused at once, not retried
+            database.count(RowFilter(input_hashes=hashes))
+        assert time.monotonic() - started < 5  # nine tries over 33 s, then "try again later" (was)
 
 
 @pytest.mark.postgres
@@ -303,6 +309,8 @@ def test_results_left_half_read_holding_every_pooled_connection_give_a_busy_erro
         assert "JUDGESTORE_POOL_SIZE" in str(caught.value)
         with pytest.raises(ServerBusyError):
             store.open(store.locations()[0]).count()
+        with pytest.raises(ServerBusyError, match="not read to its end holds one"):  # a new schema's creation too
+            store.database("completions", "t2", QWEN).count()
         half_read.close()  # given back: the next query runs
         assert store.open(store.locations()[0]).count() == 3
 

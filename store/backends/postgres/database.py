@@ -15,12 +15,11 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, TypeVar
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Connection
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from store.backend import Database
-from store.backends.postgres.errors import pool_exhausted, raise_translated
+from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.generations import write_lock
 from store.backends.postgres.registry import schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
@@ -35,11 +34,12 @@ class Server(Protocol):
     """What a schema's database uses of its storage (:class:`~.storage.PostgresStorage`)."""
 
     url: str
-    engine: Engine
     settings: Settings
     readonly: bool
 
     def location_where(self, location: Location) -> str: ...
+
+    def connect(self) -> Connection: ...
 
     def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
 
@@ -75,12 +75,7 @@ class PostgresDatabase(Database):
 
     @contextmanager
     def _connect(self, *, write: bool) -> Iterator[Connection]:
-        try:
-            checked_out = self.storage.engine.connect()
-        except PoolTimeoutError as e:
-            settings = self.settings
-            raise pool_exhausted(self.storage.url, settings.pool_size, settings.pool_overflow, e) from e
-        with checked_out as conn:
+        with self.storage.connect() as conn:
             # A read is one snapshot, as on SQLite (Database.reading's contract): under READ COMMITTED each
             # statement took its own, so the figures of one `stats` came from different moments of a writer's work
             reading = {"postgresql_readonly": True, "isolation_level": "REPEATABLE READ"}

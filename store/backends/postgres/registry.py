@@ -115,7 +115,8 @@ def advisory_lock(conn: Connection, name: str, *, wait_ms: int | None = None) ->
     (lock_not_available: a :class:`~store.errors.ServerBusyError`, as a SQLite file locked past its busy timeout
     is a busy error); None waits as the session's ``lock_timeout`` says (0, the default: until it is free). A free
     lock is taken in one statement; only a wait sets the timeout, for this transaction, and only where the session
-    has none of its own (the URL's ``options``, the role's settings win).
+    has none of its own: a ``lock_timeout`` other than 0 of the URL's ``options`` or the role's settings wins (an
+    explicit 0 cannot be told from the default: ``JUDGESTORE_BUSY_TIMEOUT_MS`` bounds it).
     """
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
     if wait_ms is not None:

@@ -103,6 +103,7 @@ from store.errors import (
     ServerPermissionError,
     ServerSchemaError,
     ServerURLError,
+    ServerValueError,
 )
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import (
@@ -136,8 +137,11 @@ def _retryable(error: DBAPIError) -> bool:
     # No SQLSTATE on an OperationalError: the client could not reach the server (one restarting refuses
     # connections for a moment); a server that answered, even with a refusal, says why with a state.
     refused = state is None and isinstance(error, OperationalError)
-    if refused and isinstance(translated("", error), ServerURLError | ServerAuthError | ServerPermissionError):
-        # libpq's words of a server that answered and refused: asking again gets the same answer
+    if refused and isinstance(
+        translated("", error), ServerURLError | ServerAuthError | ServerPermissionError | ServerValueError
+    ):
+        # libpq's words of a server that answered and refused, or of a statement it cannot send (too many values):
+        # asking again gets the same answer
         return False
     return error.connection_invalidated or refused or state in RETRYABLE_STATES
 
@@ -212,19 +216,25 @@ class PostgresStorage:
 
     # ------------------------------------------------------------ connections
 
+    def connect(self) -> Connection:
+        """A connection of the pool; one every connection of which stayed in use past the pool's wait is a
+        :class:`~store.errors.ServerBusyError` naming what holds them (SQLAlchemy's own ``TimeoutError`` was)."""
+        try:
+            return self.engine.connect()
+        except PoolTimeoutError as e:
+            raise pool_exhausted(self.url, self.settings.pool_size, self.settings.pool_overflow, e) from e
+
     @contextmanager
     def connection(self, *, write: bool = False) -> Iterator[Connection]:
         """A connection in a transaction (read-only unless ``write``), driver errors typed."""
         try:
-            with self.engine.connect() as conn:
+            with self.connect() as conn:
                 if not write:
                     conn = conn.execution_options(postgresql_readonly=True)
                 with conn.begin():
                     yield conn
         except DBAPIError as e:
             raise_translated(self.url, e)
-        except PoolTimeoutError as e:
-            raise pool_exhausted(self.url, self.settings.pool_size, self.settings.pool_overflow, e) from e
 
     def retry(self, attempt: Callable[[], T]) -> T:
         """Run ``attempt`` again after what a healthy server may answer (see the module docstring); ``attempt`` may
@@ -381,7 +391,7 @@ class PostgresStorage:
         descriptor_sha256 = orjson.loads(metadata)["descriptor_sha256"]
 
         def attempt() -> None:
-            with self.engine.connect() as conn, conn.begin():
+            with self.connect() as conn, conn.begin():
                 self._refuse_a_lost_registry(conn)
                 ensure_registry(conn)
                 advisory_lock(conn, name)
@@ -419,7 +429,7 @@ class PostgresStorage:
         name = schema_name(location)
 
         def attempt() -> bool:
-            with self.engine.connect() as conn, conn.begin():
+            with self.connect() as conn, conn.begin():
                 advisory_lock(conn, name)
                 if self.metadata(conn, location) is None:
                     return False
