@@ -48,10 +48,10 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from store.browse.browser import Browser
+from store.browse.browser import NO_MODEL, Browser
 from store.browse.pages import NotFoundError, RowsQuery, database_name
 from store.browse.queries import ORDERS, SCAN_WINDOW, Key
-from store.browse.render import clipped, input_snippet, markdown, shown
+from store.browse.render import Typed, clipped, input_snippet, markdown, shown
 from store.browse.verdicts import CONFIDENCE_BINS, read_preference, source_pair
 from store.errors import InvalidInputError, JudgestoreError
 from store.layout import Selector
@@ -204,13 +204,13 @@ def environment() -> Environment:
     )
     env.filters.update(
         when=_when, number=_number, percent=_percent, json=_json, markdown=markdown, size=decimal,
-        snippet=input_snippet, clipped=clipped, exp=math.exp, dict_without=_without, dict_with=_with,
+        snippet=input_snippet, clipped=clipped, exp=math.exp, dict_without=_without, dict_with=_with, typed=Typed,
     )  # fmt: skip
     env.globals.update(
         link=link, row_link=row_link, battle_link=battle_link, database_name=database_name,
         CONFIDENCE_BINS=CONFIDENCE_BINS, ORDERS=ORDERS, ORIENTATIONS=ORIENTATIONS, read_preference=read_preference,
         pair_of=lambda row: source_pair(row.model_a, row.model_b, row.orientation),
-        scan_window=SCAN_WINDOW,
+        scan_window=SCAN_WINDOW, NO_MODEL=NO_MODEL,
     )  # fmt: skip
     return env
 

@@ -444,15 +444,16 @@ class Browser:
         quoted: dict[str, list[str]],
     ) -> list[Answer]:
         """Each model's answer to this instruction from the completion databases: one its judges were shown (its
-        completion is in the input of a judgement of the model, ``quoted``), then the lowest sample (0, unless only
-        later samples were stored: the rows page links those to this page too), then the longest conversation.
+        completion is in a prompt of a judgement of the model, ``quoted``; of several, the longest: a prefix of it,
+        an answer cut short, is in that prompt too), then the lowest sample (0, unless only later samples were
+        stored: the rows page links those to this page too), then the longest conversation.
 
         A model answered in several databases (other settings) has one shown and the others counted
-        (:attr:`Answer.elsewhere`): the page says so rather than pass one off as the only answer. Without a pair,
-        completions stored without a model are one more answer, named :data:`NO_MODEL`.
+        (:attr:`Answer.elsewhere`): the page says so rather than pass one off as the only answer, and says it is
+        the one its judges were shown (:attr:`Answer.judged`) only where no other answer of the model is in their
+        prompts. Without a pair, completions stored without a model are one more answer, named :data:`NO_MODEL`.
         """
-        found: dict[str, tuple[str, CompletionRecord]] = {}
-        holding: dict[str, set[str]] = {}  # the databases holding each model's answers
+        candidates: dict[str, list[tuple[str, CompletionRecord]]] = {}
         selector = Selector(role="completions", task=task)
         filters = tuple(
             RowFilter(benchmark=benchmark, instruction_id=instruction_id, model=model) for model in pair or (None,)
@@ -472,26 +473,27 @@ class Browser:
                 # A completion stored without a model is shown under NO_MODEL, as verdicts without a judge are
                 # under "(no judge)": the rows page links every row of an instruction to its battle.
                 model = NO_MODEL if record.model is None else record.model
-                holding.setdefault(model, set()).add(name)
-                known = found.get(model)
-                if known is None or _shown_before(record, known[1], quoted.get(model, ())):
-                    found[model] = (name, record)
-        models = list(pair) if pair is not None else sorted(found, key=lambda m: (m == NO_MODEL, m))[:MAX_BATTLE_MODELS]
+                candidates.setdefault(model, []).append((name, record))
+        models = (
+            list(pair) if pair is not None else sorted(candidates, key=lambda m: (m == NO_MODEL, m))[:MAX_BATTLE_MODELS]
+        )
         answers = []
         for model in models:
-            if model not in found:
+            if model not in candidates:
                 answers.append(Answer(model, [], None, None))
                 continue
-            name, record = found[model]
+            prompts = quoted.get(model, ())
+            in_prompts = {record.completion for _, record in candidates[model] if _quoted(record, prompts)}
+            name, record = min(candidates[model], key=lambda candidate: _rank(candidate[1], in_prompts))
             inputs = messages(record.input_text)
             earlier = [turn.content for turn in inputs if turn.role == "assistant"]
-            shown = (name, record.input_hash)
-            judged = _quoted(record, quoted.get(model, ()))
             turns = [*earlier, record.completion]
+            others = len({database for database, _ in candidates[model]}) - 1
+            # No other answer of the model is in its judges' prompts but as a part of this one (one cut short)
+            whole = {text for text in in_prompts if not any(text != other and text in other for other in in_prompts)}
+            judged = whole == {record.completion}
             answers.append(
-                Answer(
-                    model, turns, shown, record.finish_reason, inputs, elsewhere=len(holding[model]) - 1, judged=judged
-                )
+                Answer(model, turns, (name, record.input_hash), record.finish_reason, inputs, others, judged)
             )
         return answers
 
@@ -655,11 +657,9 @@ def _quoted(record: CompletionRecord, judged_inputs: Sequence[str]) -> bool:
     return bool(record.completion) and any(record.completion in text for text in judged_inputs)
 
 
-def _shown_before(record: CompletionRecord, other: CompletionRecord, judged_inputs: Sequence[str]) -> bool:
-    """Whether a battle shows ``record`` rather than ``other`` as its model's answer: one a judge was shown, then
-    the lower sample, then the longer conversation."""
-
-    def rank(r: CompletionRecord) -> tuple[bool, int, int]:
-        return not _quoted(r, judged_inputs), r.sample_index, -len(messages(r.input_text))
-
-    return rank(record) < rank(other)
+def _rank(record: CompletionRecord, in_prompts: set[str]) -> tuple[bool, int, int, int]:
+    """Where a battle ranks ``record`` among its model's answers (the lowest is shown): one in a judge's prompt
+    (``in_prompts``: the completions that are), the longest of those, then the lower sample, then the longer
+    conversation."""
+    quoted = record.completion in in_prompts
+    return not quoted, -len(record.completion) if quoted else 0, record.sample_index, -len(messages(record.input_text))

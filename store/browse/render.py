@@ -95,13 +95,20 @@ def _as_stored(text: str) -> Markup:
     return Markup('<pre class="text">{}</pre>').format(text.replace("\x00", NUL_SHOWN))
 
 
+class Typed(str):
+    """A form field's value as the user typed it (the ``typed`` filter): shown with its bidirectional controls as
+    they are, so that the form sends back what was asked (an input box keeps their reordering to itself)."""
+
+
 def shown(value: Any) -> Any:
     """A value as a template prints it (Jinja's ``finalize``): text with each U+0000 as ``␀`` and each bidirectional
-    embedding, override or isolate as its escape (``\\u202e``), as the command line's tables show them."""
+    embedding, override or isolate as its escape (``\\u202e``), as the command line's tables show them; a
+    :class:`Typed` value keeps those controls."""
     if not isinstance(value, str):
         return value
+    typed = isinstance(value, Typed)
     value = value.replace("\x00", NUL_SHOWN)
-    if _BIDI_CONTROLS.search(value) is None:
+    if typed or _BIDI_CONTROLS.search(value) is None:
         return value
     escaped = _BIDI_CONTROLS.sub(lambda found: f"\\u{ord(found.group()):04x}", value)
     return Markup(escaped) if isinstance(value, Markup) else escaped  # re.sub makes a str of a Markup

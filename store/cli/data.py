@@ -161,7 +161,7 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     rows = sum(info.rows or 0 for info in infos if info.ok)  # what the note after the table says
     size = sum(info.size_bytes for info in infos)
     selected = "" if matching is None else f" ({sum(n or 0 for n in matching):,} matching)"
-    table.caption = f"{len(infos)} databases, {rows:,} rows{selected}, {decimal(size)}"
+    table.caption = f"{quantity(len(infos), 'database')}, {quantity(rows, 'row')}{selected}, {decimal(size)}"
     stdout().print(table)
     print_claims((info.location, info.claims) for info in infos)
     exit_if_unread(unread, len(infos), json_output=False, left_out="see State; their rows are not counted")

@@ -10,6 +10,7 @@ reported without breaking the page.
 from __future__ import annotations
 
 import dataclasses
+import html as html_module
 import math
 import re
 import shutil
@@ -372,9 +373,13 @@ def test_bidirectional_overrides_in_stored_text_are_shown_escaped_and_reorder_no
         (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', listing)
         pages += [get(client, href.replace("&amp;", "&")), get(client, "/battle", benchmark=demo.BENCH,
                                                                 instruction_id="q1")]  # fmt: skip
+        # A form field keeps what was typed: sent back, it asks for the same rows (its escape found none; was)
+        (typed,) = re.findall(r'<input name="model" value="([^"]*)"', pages[2])
+        again = get(client, "/rows", model=html_module.unescape(typed))
     reader.close()
+    assert html_module.unescape(typed) == model and again.count('class="row-link hash"') == 1
     for html in pages:
-        assert not re.search("[\u202a-\u202e\u2066-\u2069]", html)
+        assert not re.search("[\u202a-\u202e\u2066-\u2069]", re.sub(r"<input [^>]*>", "", html))
         assert "m\\u202eodel" in html
     assert "st\\u2067op" in pages[3] and "x \\u202e&lt;b&gt;y&lt;/b&gt;" in pages[3]  # escaped, and still escaped
     assert "\u200f" in pages[3] and "\\u202dforced" in pages[3]  # the mark kept, the override shown
@@ -732,6 +737,53 @@ def test_a_model_answering_under_two_settings_shows_the_answer_its_judges_saw_an
     assert "answered this instruction in 2 databases" in card and "the answer its judges were shown" in card
     assert "model=tiny-a" in card  # the link to every answer of the model
     assert "answered this instruction in" not in alone  # one database, one answer: nothing to say
+
+
+@pytest.mark.parametrize("kind", ["a prefix of the judged answer", "the other model's answer"])
+def test_an_other_settings_answer_a_judge_prompt_also_holds_is_not_taken_for_the_judged_one(
+    demo_folder: Path, tmp_path: Path, kind: str
+) -> None:
+    """A plain substring test took an answer cut short (a prefix of the judged one) or one equal to the other
+    model's answer, both in the judge's prompt, for the answer the judges were shown, and said so (was)."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    judged = demo.descriptor("tiny-a")
+    other = min((demo.descriptor("tiny-a", max_tokens=t) for t in range(2, 20)), key=lambda d: d.sha256())
+    assert other.sha256() < judged.sha256()  # found first
+    full = demo.answer_of("00-writing", "tiny-a")
+    text = full[:18] if kind == "a prefix of the judged answer" else demo.answer_of("00-writing", "tiny-b")
+    question = [{"role": "user", "content": demo.QUESTIONS["00-writing"]}]
+    with Store(Settings(), root=root) as store:
+        store.database("completions", demo.TASK, other).put_many(
+            [demo.completion("tiny-a", "00-writing", question, text, 0)]
+        )
+    reader = Store(Settings(), root=root, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="00-writing")
+    reader.close()
+    card = battle.split('data-model="tiny-a"')[1].split("</article>")[0]
+    assert "answered this instruction in 2 databases" in card
+    if kind == "a prefix of the judged answer":  # the longest answer in the prompt: the judged one, said so
+        assert "<strong>bottle</strong>" in card and "the answer its judges were shown" in card
+    else:  # two answers of tiny-a are in the prompt: it cannot tell which the judges saw, and does not say
+        assert "the answer its judges were shown" not in card and "one of them" in card
+
+
+def test_the_every_answer_link_of_completions_without_a_model_lists_them(tmp_path: Path) -> None:
+    """Its link filtered on the model "(no model)", which no row has: an empty list (was)."""
+    question = [{"role": "user", "content": "Anyone there?"}]
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        for settings in ({}, {"max_tokens": 9}):
+            store.database("completions", demo.TASK, demo.descriptor("tiny-a", **settings)).put_many(
+                [dataclasses.replace(demo.completion("tiny-a", "q1", question, f"Nobody {settings}", 0), model=None)]
+            )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q1")
+        (href,) = re.findall(r'href="([^"]+)">every answer</a>', battle)
+        listing = get(client, href.replace("&amp;", "&"))
+    reader.close()
+    assert "model=" not in href and listing.count('class="row-link hash"') == 2
 
 
 def test_the_judge_pages_name_a_judgements_database_that_cannot_be_read(demo_folder: Path, tmp_path: Path) -> None:

@@ -1582,3 +1582,5 @@ def test_a_store_of_one_database_is_counted_in_the_singular(store_root: Path) ->
     assert "OK: 1 database, 1 row, no problems." in verified.stdout
     stats = judgestore("stats")
     assert "1 database, 1 row," in " ".join(stats.stdout.split())
+    listed = judgestore("ls")
+    assert "1 database, 1 row," in " ".join(listed.stdout.split())
