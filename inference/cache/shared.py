@@ -223,6 +223,8 @@ def _generate_shared(
 
     reported = 0
     most_jobs = 1  # the most jobs seen at work at once: near the end most wait, holding no lease
+    waiting_since: float | None = None  # when this job last found nothing to claim, with nothing done since
+    said_waiting = False
 
     def progress(done: int) -> None:
         nonlocal reported
@@ -248,8 +250,19 @@ def _generate_shared(
                 candidates = [k for k in pending if k not in own]
                 block = patiently(functools.partial(queue.claim, candidates, size), patience)
             if not block:
+                now = time.monotonic()
+                waiting_since = now if waiting_since is None else waiting_since
+                if not said_waiting and now - waiting_since >= lease / 4:
+                    # Said once: a job that died holds its inputs until its leases end, and a rerun waits that long
+                    said_waiting = True
+                    log.warning(
+                        "waiting for %d inputs other jobs hold (%d at work); a job that stopped gives its inputs up "
+                        "when its leases end, within %.0f s of its last renewal (JUDGESTORE_LEASE_SECONDS)",
+                        state.leased, len(state.holders - {queue.holder}), lease,
+                    )  # fmt: skip
                 time.sleep(poll_seconds(most_jobs, lease))  # others hold the rest: wait for their rows or leases' end
                 continue
+            waiting_since = None
             # Retried whole when the store stops answering (a restart) past the writes' own patience: before the
             # engine is asked, nothing is lost; after, the block is asked for again and its rows are written once.
             inputs = [by_key[k] for k in block]

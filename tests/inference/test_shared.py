@@ -3,6 +3,7 @@ one folder, an engine that counts what it is asked. The processes, servers and k
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -215,6 +216,20 @@ def test_a_late_result_for_a_lease_taken_over_is_never_written_twice(
     database = models[0].store.database("completions", "t", descriptor)  # type: ignore[union-attr]
     assert database.count() == 8
     assert [r.text for r in responses[0]] == [r.text for r in responses[1]]
+
+
+def test_a_job_left_waiting_on_inputs_others_hold_says_so_once(
+    store_root: Path, descriptor: ModelDescriptor, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A rerun after a job was killed sat silent until the dead job's leases ended (was): it says what it waits for
+    once, after a quarter of a lease."""
+    slow, quick = SlowBackend(stall=2.5), SlowBackend(seconds=0.01)
+    models = [job(store_root, descriptor, slow, lease=2.0), job(store_root, descriptor, quick, lease=2.0)]
+    with caplog.at_level(logging.WARNING, logger="inference.cache.shared"):
+        run_jobs(models, [ask(i) for i in range(8)], after=slow.asked)
+    said = [r.getMessage() for r in caplog.records if r.name == "inference.cache.shared"]
+    assert len(said) == 1, said  # the quick job waited on the slow one's block, and said it once
+    assert said[0].startswith("waiting for 4 inputs other jobs hold (1 at work)") and "leases end" in said[0]
 
 
 class FailingStream(CountingBackend):
