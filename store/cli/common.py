@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager, suppress
 from datetime import date, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar
+from typing import IO, TYPE_CHECKING, Any, NoReturn, ParamSpec, TypeVar, cast
 
 import orjson
 import typer
@@ -187,10 +187,10 @@ class _MarkedStdout:
     ``BrokenPipeError`` still ends rich's output and :func:`rows_to_stdout` quietly); the rest is the stream's.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[Any]) -> None:
         self._stream = stream
 
-    def write(self, text: str) -> int:
+    def write(self, text: Any) -> int:
         try:
             return self._stream.write(text)
         except OSError as e:
@@ -354,7 +354,9 @@ def output_file(path: Path, what: str, *, after: str = "") -> Iterator[IO[bytes]
     (:func:`store.outputs.replacing`). An ``OSError`` opening, writing or closing it is an
     :class:`OutputWriteError` naming it (``after``: what the user should know then), never blamed on the store."""
     if writes_stdout(path):
-        yield sys.stdout.buffer
+        # Marked as stdout's too (its text stream's wrapper leaves the buffer under it unmarked): a failed write
+        # there was reported as the store's disk being full.
+        yield cast(IO[bytes], _MarkedStdout(sys.stdout.buffer))
         sys.stdout.flush()
         return
     with replacing(path, "wb", what, after) as handle:

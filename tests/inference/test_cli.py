@@ -254,6 +254,24 @@ def test_pairs_read_the_prompts_or_one_answers_file_from_stdin(tmp_path: Path) -
     assert twice.returncode == 2 and "stdin can be read once" in twice.stderr and not twice.stdout
 
 
+def test_pairs_to_a_stdout_that_cannot_be_written_blames_stdout_not_the_store(tmp_path: Path) -> None:
+    """`pairs > /dev/full` (`-o -`, the default) was "the disk is full" of a store it never opens (was)."""
+    prompts = _prompts(tmp_path, ["0", "1"])
+    answers = [_answers(tmp_path, m, [answered(i, m) for i in (0, 1)]) for m in ("a", "b")]
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(tmp_path / "nowhere")}
+    for json_output in ((), ("--json",)):
+        with open("/dev/full", "w") as full:
+            ran = subprocess.run(
+                [sys.executable, "-c", "from inference.cli import main; main()", "pairs", "--prompts", str(prompts),
+                 "--answers", str(answers[0]), "--answers", str(answers[1]), *json_output],
+                cwd=REPO_ROOT, env=env, stdout=full, stderr=subprocess.PIPE, text=True, timeout=120,
+            )  # fmt: skip
+        assert ran.returncode == 1 and "Traceback" not in ran.stderr
+        said = orjson.loads(ran.stderr) if json_output else {"error": ran.stderr}
+        assert "stdout: could not write" in said["error"] and "No space left on device" in said["error"]
+        assert "nowhere" not in ran.stderr and "StoreFullError" not in ran.stderr
+
+
 @pytest.mark.parametrize(
     ("given", "said"),
     [
