@@ -466,7 +466,12 @@ def incomplete_output(written: int, fmt: str, where: str) -> str:
     """What :func:`interrupted` says of rows streamed to ``where`` (stdout, a pipe) when Ctrl-C stopped them: how
     many were written and that the output is incomplete (a JSON array left open never parses as complete)."""
     left = " and its JSON array is left open, so that it does not parse as complete" if fmt == "json" else ""
-    return f"interrupted after {quantity(written, 'row')} written to {where}: the {fmt} output is incomplete{left}"
+    # A row whose write Ctrl-C cut short may be out whole too: the stream may have taken it into its buffer before
+    # the signal came, and what is in that buffer is written as the command ends (nothing tells which it was).
+    return (
+        f"interrupted after {quantity(written, 'row')} written to {where} (and perhaps the one being written as "
+        f"Ctrl-C came): the {fmt} output is incomplete{left}"
+    )
 
 
 def quantity(count: int, noun: str) -> str:

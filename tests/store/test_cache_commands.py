@@ -345,7 +345,10 @@ def test_ctrl_c_in_an_export_to_stdout_or_a_pipe_says_how_many_rows_it_holds(
     with pytest.raises(orjson.JSONDecodeError):  # never a document that looks complete
         orjson.loads(written)
     assert len(orjson.loads(written + "\n]")) == 2  # the rows before the interrupt are whole
-    said = f"interrupted after 2 rows written to {where if where == 'stdout' else fifo}: the json output is incomplete"
+    said = (
+        f"interrupted after 2 rows written to {where if where == 'stdout' else fifo} (and perhaps the one being "
+        "written as Ctrl-C came): the json output is incomplete"
+    )
     if json_output:
         error = orjson.loads(result.stderr)
         assert error["type"] == "Interrupted" and said in error["error"]
