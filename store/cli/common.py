@@ -26,6 +26,7 @@ Contract:
 
 from __future__ import annotations
 
+import codecs
 import enum
 import errno
 import functools
@@ -152,10 +153,12 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
             return run(*args, **kwargs)
 
     def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        if isinstance(sys.stdout, io.TextIOWrapper):
-            # A file name is bytes, which Python gives as lone surrogates where they are not UTF-8; printed, they
-            # are those bytes again (a UTF-8 locale's stdout would refuse them: UnicodeEncodeError).
-            sys.stdout.reconfigure(errors="surrogateescape")
+        for stream in (sys.stdout, sys.stderr):
+            if isinstance(stream, io.TextIOWrapper):
+                # A file name is bytes, which Python gives as lone surrogates where they are not UTF-8; printed, they
+                # are those bytes again (a UTF-8 locale's stdout would refuse them: UnicodeEncodeError). A character
+                # the stream's encoding lacks (a table's "…" to a latin-1 terminal) is its escape, not a traceback.
+                stream.reconfigure(errors=_SHOWN_ANYWAY)
         given = sys.stdout
         try:
             if given is None:  # started with stdout closed (`>&-`): refuse before doing anything
@@ -177,6 +180,22 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
 
 
 STDOUT_CLOSED = "it is closed; give the command a stdout (`> out.txt`, or `> /dev/null` to discard it)"
+
+
+def _shown_anyway(error: UnicodeError) -> tuple[str | bytes, int]:
+    """The encoding error handler of the command line's streams: a file name's undecodable bytes (lone surrogates,
+    as ``surrogateescape`` gives them) are those bytes again; any other character the encoding lacks is its
+    ``\\uXXXX`` escape."""
+    if not isinstance(error, UnicodeEncodeError):
+        raise error
+    chunk = error.object[error.start : error.end]
+    if all(0xDC80 <= ord(c) <= 0xDCFF for c in chunk):
+        return bytes(ord(c) - 0xDC00 for c in chunk), error.end
+    return "".join(f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}" for c in chunk), error.end
+
+
+_SHOWN_ANYWAY = "judgestore-shown-anyway"
+codecs.register_error(_SHOWN_ANYWAY, _shown_anyway)
 
 
 class _MarkedStdout:

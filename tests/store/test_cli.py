@@ -1585,3 +1585,19 @@ def test_a_store_of_one_database_is_counted_in_the_singular(store_root: Path) ->
     assert "1 database, 1 row," in " ".join(stats.stdout.split())
     listed = judgestore("ls")
     assert "1 database, 1 row," in " ".join(listed.stdout.split())
+
+
+@pytest.mark.parametrize("encoding", ["latin-1", "ascii"])
+def test_a_stdout_whose_encoding_lacks_a_character_shows_its_escape_not_a_traceback(
+    store_root: Path, tmp_path: Path, encoding: str
+) -> None:
+    """`PYTHONIOENCODING=latin-1 judgestore ls` ended in UnicodeEncodeError's traceback (was)."""
+    model = ModelDescriptor(provider="vllm", model="mod\u00e8le\u2013x")
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", model).put_many([completion_record(0)])
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "200"}
+    listed = subprocess.run([sys.executable, "-m", "store", "ls"], capture_output=True, cwd=tmp_path, env=env,
+                            timeout=120, check=False)  # fmt: skip
+    assert listed.returncode == 0 and b"Traceback" not in listed.stderr, listed.stderr
+    assert b"\\u2013x" in listed.stdout  # the dash the encoding lacks, as its escape
+    assert ("mod\u00e8le".encode(encoding) if encoding == "latin-1" else b"mod\\u00e8le") in listed.stdout
