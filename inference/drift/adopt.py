@@ -29,7 +29,10 @@ Contract:
   descriptor, whose database never holds them.
 * When the run's own database already holds every row of the source (an
   adoption repeated), :func:`adopt` raises :class:`AdoptionError` before the
-  audit: no engine is loaded and no adoption of nothing is recorded.
+  audit: no engine is loaded and no adoption of nothing is recorded. So it
+  does for a source whose rows lack logprobs the run asks for (none kept,
+  fewer candidates, the first position only where every one is asked): the
+  audit compares texts, and such rows would be served short.
 * Nothing is written when a threshold is not met, nor with ``dry_run``; the
   :class:`AdoptionReport` says why, which sampled rows differed and where,
   and how many rows were (or would be) adopted.
@@ -334,6 +337,13 @@ def adopt(
     chosen = choose_source(candidates, source, own=Location.of(role, task, descriptor), own_rows=own_rows)
     source_db = store.open(chosen.location)
     metadata = source_db.metadata()  # the folder's metadata.json, or the server's registry row
+    if (short := _logprobs_short(metadata.descriptor, descriptor)) is not None:
+        # The audit compares texts: rows kept without the logprobs this run asks for pass it, and were served
+        raise AdoptionError(
+            f"the rows of {chosen.location.descriptor_hash16} cannot answer this run: {short}, and a row keeps the "
+            "logprobs its own settings asked for. Generate them with this run's settings instead; nothing was "
+            "written and no engine was loaded"
+        )
     # Rows an earlier audit of this very source found to differ stay out, whatever a later sample finds.
     known_different = _excluded_before(own, metadata.descriptor_sha256, chosen.location.task)
     if not dry_run and own is not None and plan_adoption(source_db, own, known_different).adopted == 0:
@@ -378,6 +388,21 @@ def adopt(
         role, task, Location.of(role, task, descriptor), chosen.location, metadata.descriptor_sha256, names,
         chosen.neighbour.changes, audit, min_exact, max_logprob_delta, unmet, dry_run, counts, record,
     )  # fmt: skip
+
+
+def _logprobs_short(source: ModelDescriptor, run: ModelDescriptor) -> str | None:
+    """What of the logprobs ``run`` asks for rows of ``source`` lack (None: they hold all of it): logprobs where
+    none were kept, fewer candidates per position, or only the first position where every one is asked."""
+    want, kept = run.sampling.logprobs, source.sampling.logprobs
+    if want is None:
+        return None
+    if kept is None:
+        return f"it asks for {want} top logprobs per position and the rows kept none"
+    if kept < want:
+        return f"it asks for {want} top logprobs per position and the rows kept {kept}"
+    if run.logprob_positions == "all" and source.logprob_positions != "all":
+        return "it asks for the logprobs of every position and the rows kept the first position's"
+    return None
 
 
 def _excluded_before(own: Database | None, source_sha256: str, source_task: str) -> list[str]:

@@ -114,7 +114,7 @@ def test_adopting_across_task_alone_names_the_task_not_a_second_descriptor(store
 def test_the_command_that_takes_adopted_rows_back_out_leaves_another_descriptors_adoption(store: Store) -> None:
     """It named the source alone: with two descriptors of the task adopted from one source, it deleted both (was)."""
     fill(store, OLD)
-    other = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"logprobs": 3})})
+    other = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"logprobs": 1})})  # fewer than kept
     for target, across in ((NEW, ["backend_version"]), (other, ["backend_version", "sampling.logprobs"])):
         report = adopt(store, FakeSpec(CountingBackend(), target), role="completions", task="t", across=across,
                        sample=4, source=OLD.hash16())  # fmt: skip
@@ -160,6 +160,38 @@ def test_adopting_again_is_refused_before_the_audit_and_records_nothing(store: S
     assert "nothing to adopt: every row of" in str(refused.value) and "no engine was loaded" in str(refused.value)
     assert backend.received == [] and file_digests(store.root) == before
     assert [a.rows_adopted for a in adoptions(target)] == [6]  # the first adoption only
+
+
+@pytest.mark.parametrize(
+    ("stored", "asked", "said"),
+    [
+        ({"logprobs": None}, {}, "asks for 2 top logprobs per position and the rows kept none"),
+        ({"logprobs": 1}, {}, "asks for 2 top logprobs per position and the rows kept 1"),
+        ({}, {"logprob_positions": "all"}, "every position and the rows kept the first position's"),
+    ],
+    ids=["none-kept", "fewer-kept", "first-position-kept"],
+)
+def test_rows_kept_without_the_logprobs_a_run_asks_for_are_never_adopted_for_it(
+    store: Store, stored: dict[str, Any], asked: dict[str, Any], said: str
+) -> None:
+    """The audit compares texts: rows stored without logprobs passed it across sampling.logprobs, and every later
+    run asking for logprobs was served rows without them (was)."""
+    source = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update=stored)})
+    run = NEW.model_copy(update=asked)
+    fill(store, source)
+    store.close()
+    before = file_digests(store.root)
+    backend = CountingBackend()
+    with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
+        adopt(again, FakeSpec(backend, run), role="completions", task="t", across=["sampling", "logprob_positions"])
+    assert said in str(refused.value) and "no engine was loaded" in str(refused.value)
+    assert backend.received == [] and file_digests(store.root) == before
+    more = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"logprobs": 5})})
+    with Store(Settings(), root=store.root) as again:  # rows that kept more than asked answer it
+        fill(again, more, task="u")
+        report = adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="u", across=["sampling"],
+                       sample=2)  # fmt: skip
+    assert report.adopted
 
 
 def test_adopted_rows_are_never_served_for_a_descriptor_that_differs_in_a_field_not_allowed(store: Store) -> None:
