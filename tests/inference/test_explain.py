@@ -247,3 +247,39 @@ def test_the_hint_drops_every_option_of_a_run_that_explain_does_not_take() -> No
         for option in sorted(options(run) - options("explain")):
             argv = ["judgestore", run, "--model", "m", option, "value", "--task", "t"]
             assert option not in explain_command_line(argv).split(), option
+
+
+@pytest.mark.parametrize(
+    ("stored", "wanted"),
+    [
+        ({"engine": {"quantization": None}}, {}),
+        ({"engine": {"hf_overrides": {}}}, {}),
+        ({"engine": {"trust": True}}, {"engine": {"trust": 1}}),
+        ({"chat_template_kwargs": {"docs": [{}]}}, {"chat_template_kwargs": {"docs": [{}, {}]}}),
+        ({"engine": {"a.b": 1}}, {"engine": {"a": {"b": 1}}}),
+    ],
+    ids=["null-vs-absent", "empty-object-vs-absent", "true-vs-1", "list-of-objects-longer", "dotted-key"],
+)
+def test_every_difference_the_hash_sees_is_a_change_and_adopt_allows_none_it_was_not_told(
+    stored: dict[str, object], wanted: dict[str, object]
+) -> None:
+    """These were "no difference" though the hash told them apart, and adopt --across revision carried rows across
+    them (was)."""
+    from inference.drift.adopt import allowed
+
+    a = ModelDescriptor(provider="vllm", model="m", **stored)  # type: ignore[arg-type]
+    b = ModelDescriptor(provider="vllm", model="m", **wanted)  # type: ignore[arg-type]
+    assert a.sha256() != b.sha256()
+    changes = descriptor_changes(a, b)
+    assert changes and not any(allowed(c.field, ["revision"]) for c in changes)
+    assert all(c.text() for c in changes)
+
+
+def test_a_long_value_is_shown_where_it_differs() -> None:
+    """Two stop strings alike in their first characters were shown as the same text (was)."""
+    stop = "### End of the answer, reviewer section follows: v"
+    a = ModelDescriptor(provider="vllm", model="m", sampling={"stop": [stop + "1"]})
+    b = ModelDescriptor(provider="vllm", model="m", sampling={"stop": [stop + "2"]})
+    (change,) = descriptor_changes(a, b)
+    old, new = change.text().removeprefix("sampling.stop ").split(" -> ")
+    assert old != new and "v1" in old and "v2" in new
