@@ -370,6 +370,10 @@ class Storage(Protocol):
     def open(self, location: Location) -> Database:
         """Open an existing database, verifying its metadata and its schema."""
 
+    def stored_metadata(self, location: Location) -> StoredMetadata:
+        """``location``'s metadata (its descriptor) verified, without opening its database: what it was written
+        for, readable whatever state its schema is in (behind, ahead)."""
+
     def open_existing(self, location: Location) -> Database | None:
         """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
 

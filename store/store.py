@@ -65,7 +65,7 @@ from store.errors import (
     StoreMissingError,
     UpgradeFailedError,
 )
-from store.layout import Location, Selector, metadata_bytes
+from store.layout import Location, Selector, StoredMetadata, metadata_bytes
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeOutcome, UpgradeResult, VacuumResult
 from store.rows import DeletePlan, FoundRow, RowCount
 from store.settings import Settings, from_environment
@@ -307,6 +307,10 @@ class Store:
     def open(self, location: Location) -> Database:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
         return self._upgraded_if_behind(location, lambda: self.storage.open(location))
+
+    def stored_metadata(self, location: Location) -> StoredMetadata:
+        """``location``'s metadata verified, without opening its database (whatever its schema's state)."""
+        return self.storage.stored_metadata(location)
 
     def _read_existing(self, location: Location) -> Database | None:
         """:meth:`Storage.open_existing` for a read, which never upgrades: one that is behind says so."""

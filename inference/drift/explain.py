@@ -217,14 +217,15 @@ def explain_descriptor(
             continue
         changes: list[FieldChange] = []  # unknown (empty) until its descriptor is read
         try:
-            opened = store.open(other)
-            stored = opened.metadata().descriptor
+            # The descriptor before the database: one whose schema is behind (or ahead) still says what it differs
+            # in, beside why its rows cannot be read (adopt then names it, not "none differs")
+            stored = store.stored_metadata(other).descriptor
             if other.model != location.model and not (stored.revision or "").startswith(LOCAL_DIGEST_PREFIX):
                 continue  # a Hub model whose id ends in the folder's name: another model
             changes = descriptor_changes(stored, descriptor)
             if other.task != task:
                 changes.insert(0, FieldChange("task", other.task, task))
-            neighbours.append(Neighbour(other, opened.count(), tuple(changes)))
+            neighbours.append(Neighbour(other, store.open(other).count(), tuple(changes)))
         except JudgestoreError as e:  # what it differs in is kept when only counting its rows failed
             neighbours.append(Neighbour(other, None, tuple(changes), str(e)))
     neighbours.sort(key=_nearness)

@@ -271,7 +271,15 @@ def test_a_source_whose_rows_cannot_be_read_is_named_with_what_it_met(
     said = str(refused.value)
     assert said.startswith(f"descriptor {OLD.hash16()} (t) differs from this run only in the allowed fields, but "
                            "its rows cannot be read: ") and "malformed" in said  # fmt: skip
-    path.write_bytes(b"not a database " * 1000)
+    with closing(sqlite3.connect(path)) as conn, conn:  # behind the schema head: its metadata.json still reads
+        conn.execute("UPDATE judgestore_alembic_version SET version_num = '0005'")
+    with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
+        adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
+    said = str(refused.value)  # was "no stored descriptor ... differs only in the allowed fields"
+    assert said.startswith(f"descriptor {OLD.hash16()} (t) differs from this run only in the allowed fields, but "
+                           "its rows cannot be read: ") and "judgestore db upgrade" in said  # fmt: skip
+    metadata = path.parent / "metadata.json"
+    metadata.write_text(metadata.read_text().replace('"0.11.0"', '"0.11.1"'))  # edited: its descriptor is not known
     with Store(Settings(), root=store.root) as again, pytest.raises(AdoptionError) as refused:
         adopt(again, FakeSpec(CountingBackend(), NEW), role="completions", task="t", across=["backend_version"])
     said = str(refused.value)

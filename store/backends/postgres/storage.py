@@ -367,6 +367,13 @@ class PostgresStorage:
             return None
         return self.verified(location, row)
 
+    def stored_metadata(self, location: Location) -> StoredMetadata:
+        with self.connection() as conn:
+            metadata = self.metadata(conn, location)
+        if metadata is None:
+            raise DatabaseMissingError(self.location_where(location), "is not in the store's registry")
+        return metadata
+
     def verified(self, location: Location, row: str) -> StoredMetadata:
         """The registry's ``metadata_json`` of ``location``, verified like a metadata.json."""
         return verified_metadata(location, row, f"{self.location_where(location)} (registry)")

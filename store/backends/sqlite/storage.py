@@ -52,7 +52,7 @@ from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.catalog import Catalog
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError, StoreMissingError
-from store.layout import Location, Selector, database_name, prepared_folder, walk
+from store.layout import Location, Selector, StoredMetadata, database_name, prepared_folder, read_metadata, walk
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -231,6 +231,12 @@ class SqliteStorage:
     def open(self, location: Location) -> SqliteDatabase:
         """Open an existing descriptor folder (verifying metadata.json and the schema)."""
         return self._cached(location) or self._open_at(location)
+
+    def stored_metadata(self, location: Location) -> StoredMetadata:
+        try:
+            return read_metadata(location.folder(self.root))
+        except OSError as e:  # an unreadable metadata.json: typed, naming it
+            raise_translated(location.metadata_path(self.root), e)
 
     def _open_at(self, location: Location, metadata: Callable[[], bytes] | None = None) -> SqliteDatabase:
         """Open (given ``metadata``: create if needed) the database of ``location``; it is then cached."""
