@@ -24,6 +24,7 @@ the whole check costs a few seconds of `judgestore` start-ups.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import shutil
@@ -36,7 +37,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from store.descriptor import ModelDescriptor
+from store.descriptor import ModelDescriptor, input_hash
 from store.runs import record_run
 from store.settings import Settings
 from store.store import Store
@@ -188,3 +189,27 @@ def test_the_hosted_judges_guide_gives_vllm_serve_on_a_cpu_what_it_needs() -> No
     arguments = (package / "engine" / "arg_utils.py").read_text()
     assert "kv_cache_memory_bytes" in arguments and "gpu_memory_utilization" in arguments
     assert (package / "entrypoints" / "openai" / "api_server.py").is_file()
+
+
+def test_the_position_consistency_block_counts_each_sample_once(clone: Path, tmp_path: Path) -> None:
+    """With two samples of each judgement, the README's join paired every direct sample with every reversed one:
+    8/8 for 4 (question, sample) pairs (was)."""
+    ((where, _, body),) = [block for block in RUN if "position-consistent" in block[2]]
+    shutil.rmtree(clone / "judgestore-data")
+    with Store(Settings(), root=clone / "judgestore-data") as store:
+        rows = []
+        for i in range(2):
+            for k in range(2):
+                for o, a, b, said in (("direct", "tiny-a", "tiny-b", "[[A]]"),
+                                       ("reversed", "tiny-b", "tiny-a", "[[B]]")):  # fmt: skip
+                    row = judgement_record(i, orientation=o, model_a=a, model_b=b, judge="tiny-judge",
+                                           completion=said if (i, k) != (1, 1) else "[[A]]")  # fmt: skip
+                    rows.append(dataclasses.replace(row, sample_index=k, input_hash=input_hash(row.input_text, k)))
+        judge = ModelDescriptor(provider="vllm", model="tiny-judge", sampling={"temperature": 1, "max_tokens": 8})
+        store.database("judgements", "demo", judge).put_many(rows)
+    home = tmp_path / "home"
+    home.mkdir()
+    result = subprocess.run([sys.executable, "-c", body], cwd=clone, env=environment(home), capture_output=True,
+                            text=True, timeout=300, check=False)  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "tiny-a vs tiny-b: 3/4 position-consistent", where  # sample 1 of question 1 not

@@ -3,13 +3,18 @@
 Contract:
 
 * :func:`preference` reads P(A) and P(B) from a row's stored ``top_logprobs``
-  at the *verdict position*: the first stored position whose candidates
-  include a token that reads ``A`` or ``B`` once whitespace and square
-  brackets are stripped (``"A"``, ``" A"``, ``"[[A"``). That is the first
-  generated token for a judge told to answer with the letter (JudgeArena's
-  ``weighted_token_preference`` reads the first token's ``"A"``/``"B"``);
-  with ``--logprob-positions all``, a judge answering ``[[A]]`` is read at
-  its letter. Candidates that read the same letter add up (their
+  at the *verdict position*: the first stored position whose sampled token
+  reads ``A`` or ``B`` once whitespace and square brackets are stripped
+  (``"A"``, ``" A"``, ``"[[A"``); where the sampled token is not stored
+  (an imported legacy row), the first whose candidates include such a
+  token. That is the first generated token for a judge told to answer with
+  the letter (JudgeArena's ``weighted_token_preference`` reads the first
+  token's ``"A"``/``"B"``); with ``--logprob-positions all``, a judge
+  answering ``[[A]]`` is read at its letter, and with the first position
+  only, such a judge has no verdict position (its ``[[`` was sampled: an
+  unlikely ``B`` among that position's candidates says nothing of the
+  verdict, which was read there, reversed) and is read from its text.
+  Candidates that read the same letter add up (their
   probabilities are summed, as :func:`store.logprobs.text_logprobs` merges
   candidates of the same text). None when no stored position has either.
   The positions past the verdict position are not read (nor checked): a
@@ -85,6 +90,8 @@ class Preference:
 def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
     """The verdict token's preference (see the module docstring); None when no stored position names a slot."""
     for index, position in enumerate(iter_positions(top_logprobs)):  # decoded up to the verdict position only
+        if position.sampled is not None and _letter(position.sampled.text) is None:
+            continue  # the judge wrote something else here ("[[", "The"): not where it gave its verdict
         mass = {"A": 0.0, "B": 0.0}
         found = False
         for candidate in position.candidates:

@@ -43,6 +43,31 @@ def test_a_judge_answering_in_brackets_is_read_at_its_letter_when_every_position
     assert preference(stored({"[[A": math.log(0.9), "[[B": math.log(0.05)})).favoured == "A"  # type: ignore[union-attr]
 
 
+def with_sampled(*positions: tuple[str, dict[str, float]]) -> dict[str, object]:
+    """Positions as the engines store them: the candidates and the token sampled there."""
+    return encode(
+        PositionLogprobs(
+            tuple(TokenLogprob(text, lp, rank=i) for i, (text, lp) in enumerate(candidates.items(), 1)),
+            TokenLogprob(sampled, candidates[sampled], rank=1),
+        )
+        for sampled, candidates in positions
+    )
+
+
+def test_an_unlikely_letter_beside_a_sampled_bracket_is_not_the_verdict() -> None:
+    """A judge answering [[A]], its first position stored: an unlikely B among the "[[" position's candidates was
+    read as the verdict, reversed, at confidence 0.95-1.00 (was). The text decides; with every position, the
+    letter's own position does."""
+    first_only = with_sampled(("[[", {"[[": -0.01, "B": -6.0}))
+    assert preference(first_only) is None
+    assert read_verdict("[[A]]", first_only) == Reading("A", None)
+    every = with_sampled(("[[", {"[[": -0.01, "B": -6.0}), ("A", {"A": -0.05, "B": -3.0}), ("]]", {"]]": -0.01}))
+    pref = preference(every)
+    assert pref is not None and pref.position == 1 and pref.favoured == "A"
+    spaced = preference(with_sampled((" A", {" A": -0.1, "B": -2.6, " B": -3.0, "A": -4.0})))
+    assert spaced is not None and spaced.position == 0 and spaced.favoured == "A"
+
+
 def test_the_old_text_logprob_shape_reads_the_same() -> None:
     pref = preference({"A": math.log(0.2), "B": math.log(0.7)})
     assert pref is not None and pref.p_b == pytest.approx(0.7) and pref.favoured == "B"
