@@ -130,6 +130,12 @@ class JudgementRequest(_Request):
 
     def __post_init__(self) -> None:
         _Request.__post_init__(self)
+        for name in ("model_a", "model_b"):  # "" was stored as a model's name; a legacy cache's "" means none
+            if isinstance(getattr(self, name), str) and not getattr(self, name).strip():
+                raise InvalidInputError(
+                    f"{name} is empty: name the model whose answer the prompt shows"
+                    + (", or leave model_b out (None) for a pointwise judgement" if name == "model_b" else "")
+                )
         if self.orientation is not None and self.orientation not in ORIENTATIONS:
             raise InvalidInputError(f"orientation must be 'direct', 'reversed' or None, got {self.orientation!r}")
         if self.orientation is not None and self.model_b is None:

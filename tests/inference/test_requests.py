@@ -107,6 +107,9 @@ def test_a_judge_conversation_that_names_no_model_is_refused_naming_its_line(tmp
         ({"question": "q", "model_a": "a", "answer_a": "x", "answer_b": "y"}, "answer_b without model_b"),
         ({"question": "q", "model_a": "a", "answer_a": "x", "model_b": None, "answer_b": "y"}, "answer_b without"),
         ({"question": "q", "model_a": ["a"], "answer_a": "x"}, "model_a must be a string"),
+        # "" was stored as a model's name (was), where a legacy cache's "" means a pointwise judgement
+        ({"question": "q", "model_a": "a", "answer_a": "x", "model_b": "", "answer_b": "y"}, "model_b is empty"),
+        ({"question": "q", "model_a": " ", "answer_a": "x"}, "model_a is empty"),
     ],
 )
 def test_a_judge_line_that_names_no_model_for_an_answer_is_refused_naming_its_line(
