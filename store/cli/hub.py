@@ -381,9 +381,13 @@ def _render_fetch(report: "FetchReport") -> None:
                 table.add_row(*location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows_inserted:,}",
                               f"{folder.rows_read:,}", decimal(folder.bytes))  # fmt: skip
         rows = "" if report.dry_run else f"{quantity(report.rows, 'new row')}, "  # a dry run cannot count them
+        conflicts = (
+            f"; {quantity(report.conflicts, 'row')} not imported: another answer is stored under its key here "
+            "(kept)" if report.conflicts else ""
+        )  # fmt: skip
         table.caption = (
             f"{quantity(report.shards, 'shard')}, {rows}{decimal(report.bytes)}; "
-            f"{quantity(report.skipped, 'shard')} already here; {len(report.quarantined)} quarantined"
+            f"{quantity(report.skipped, 'shard')} already here; {len(report.quarantined)} quarantined{conflicts}"
         )
         out.print(table)
     elif report.failed or report.quarantined:

@@ -61,6 +61,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from store import jsonvalues
 from store.descriptor import HASH16_LENGTH
 from store.errors import (
     STORE_UNUSABLE,
@@ -93,6 +94,7 @@ from store.sync.remote_layout import (
 )
 from store.sync.shards import Shard, ShardOrigin, read_shard
 from store.sync.workspace import ProgressCallback, SyncProblem, no_progress, preview_root, quarantine, sync_lock
+from store.tables.records import Record
 
 DONE_STATES = (ShardState.PUSHED, ShardState.IMPORTED)  # shards whose rows this store already has
 DOWNLOAD_WORKERS = 4  # downloads are latency bound: a few at once
@@ -120,11 +122,12 @@ class FetchedFolder:
     rows_read: int = 0  # rows in the imported shards
     rows_inserted: int = 0  # rows that were new here (the rest were already present and kept)
     bytes: int = 0
+    conflicts: int = 0  # rows read whose key holds another answer here (or earlier in the same fetch): not imported
 
     def as_dict(self, *, downloaded: bool = True) -> dict[str, Any]:
         """As JSON; rows are None unless ``downloaded`` (a dry run cannot count them)."""
-        rows = (self.rows_read, self.rows_inserted) if downloaded else (None, None)
-        counts = {"shards": self.shards, "rows_read": rows[0], "rows_inserted": rows[1]}
+        rows = (self.rows_read, self.rows_inserted, self.conflicts) if downloaded else (None, None, None)
+        counts = {"shards": self.shards, "rows_read": rows[0], "rows_inserted": rows[1], "conflicts": rows[2]}
         return {**self.location.as_dict(), **counts, "bytes": self.bytes}
 
 
@@ -156,6 +159,10 @@ class FetchReport:
         return sum(f.bytes for f in self.folders)
 
     @property
+    def conflicts(self) -> int:
+        return sum(f.conflicts for f in self.folders)
+
+    @property
     def ok(self) -> bool:
         return not (self.quarantined or self.failed or self.rejected_paths)
 
@@ -169,6 +176,7 @@ class FetchReport:
             # a dry run downloads no shard, so it cannot count their rows: null, not a 0 to be misread
             "rows_read": None if self.dry_run else sum(f.rows_read for f in self.folders),
             "rows_inserted": None if self.dry_run else self.rows,
+            "conflicts": None if self.dry_run else self.conflicts,
             "bytes": self.bytes,
             "skipped": self.skipped,
             "folders": [f.as_dict(downloaded=not self.dry_run) for f in self.folders],
@@ -555,6 +563,9 @@ class ShardImporter:
         # Counted as soon as the rows committed: a Ctrl-C while they are recorded below still counts them (they
         # are here; the rerun imports the group again, writing nothing)
         self._count(valid, fetched, inserted)
+        if inserted < len(rows):  # some keys were held already: by the same answer, or by another (a conflict)
+            held = database.get_many(r.input_hash for r in rows)
+            fetched.conflicts += sum(_answers_apart(r, held[r.input_hash]) for r in rows if r.input_hash in held)
         self.books.set_state(self.remote_id, [(folder, shard.name) for shard, _ in valid], ShardState.IMPORTED,
                              self.revision)  # fmt: skip
         return True
@@ -565,6 +576,15 @@ class ShardImporter:
         fetched.rows_read += sum(len(shard.records) for shard, _ in valid)
         fetched.rows_inserted += inserted
         fetched.bytes += sum(size for _, size in valid)
+
+
+def _answers_apart(fetched: Record, kept: Record) -> bool:
+    """Whether a fetched row says something else than the row its key holds here (another lab's sample at a
+    temperature above 0, an engine that is not deterministic, or a row refreshed and shared again)."""
+    if (fetched.completion, fetched.finish_reason) != (kept.completion, kept.finish_reason):
+        return True
+    # As stored, not as Python compares them: a NaN logprob is never equal to itself
+    return jsonvalues.dumps_bytes(fetched.top_logprobs) != jsonvalues.dumps_bytes(kept.top_logprobs)
 
 
 def _groups(names: Sequence[str], sizes: dict[str, int | None]) -> list[list[str]]:

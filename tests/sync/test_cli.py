@@ -198,6 +198,29 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     )
 
 
+def test_rows_another_store_answered_otherwise_are_counted_as_conflicts_not_dropped_silently(tmp_path: Path) -> None:
+    """Two labs held other answers under keys 3 and 4; a fetch said only "rows_read 10, rows_inserted 8" and kept
+    one answer of each, saying nothing of the other (was)."""
+    alice, bob, carol, shared = tmp_path / "alice", tmp_path / "bob", tmp_path / "carol", tmp_path / "shared"
+    with Store(Settings(), root=alice) as store:
+        fill(store, completions(range(5)))
+    with Store(Settings(), root=bob) as store:
+        fill(store, completions(range(3)) + completions([3, 4], completion="another answer"))
+    for lab in (alice, bob):
+        assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(lab)).exit_code == 0
+    fetched = hub_cli("fetch", "--dir", str(shared), "--all", "--json", "--store-root", str(carol))
+    assert fetched.exit_code == 0, fetched.output  # temperatures above 0 answer apart: reported, not a failure
+    report = orjson.loads(fetched.stdout)
+    assert (report["rows_read"], report["rows_inserted"], report["conflicts"]) == (10, 5, 2)
+    assert report["folders"][0]["conflicts"] == 2
+    into_bob = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob))
+    assert "2 rows not imported: another answer is stored under its key here (kept)" in " ".join(
+        into_bob.stdout.split()
+    )
+    stored = {record.completion for record in read_rows(bob).values()}
+    assert "another answer" in stored  # bob's own answers are kept
+
+
 def test_a_fetch_dry_run_says_which_local_database_cannot_take_rows_as_the_fetch_will(tmp_path: Path) -> None:
     """It said it would download the folder's shards and exited 0; the fetch then failed the folder, exit 1 (was)."""
     alice, bob, shared = filled_store(tmp_path / "alice"), filled_store(tmp_path / "bob"), tmp_path / "shared"
