@@ -396,10 +396,10 @@ def _render_fetch(report: "FetchReport") -> None:
         verb = "none can be imported" if report.dry_run else "none was imported"
         out.print(
             f"Found new shards at {report.remote}{at} but {verb}: {len(report.failed):,} failed, "
-            f"{len(report.quarantined):,} quarantined ({report.skipped:,} shards already here)."
+            f"{len(report.quarantined):,} quarantined ({quantity(report.skipped, 'shard')} already here)."
         )
     else:
-        out.print(f"Nothing new to fetch from {report.remote}{at} ({report.skipped:,} shards already here).")
+        out.print(f"Nothing new to fetch from {report.remote}{at} ({quantity(report.skipped, 'shard')} already here).")
     _problems(
         "Not imported",
         {"quarantined": report.quarantined, "failed": report.failed, "rejected path": report.rejected_paths},

@@ -219,6 +219,14 @@ def test_rows_another_store_answered_otherwise_are_counted_as_conflicts_not_drop
     )
     stored = {record.completion for record in read_rows(bob).values()}
     assert "another answer" in stored  # bob's own answers are kept
+    nothing = hub_cli("fetch", "--dir", str(shared), "--task", "mt-bench", "--store-root", str(carol))
+    assert "(2 shards already here)" in nothing.stdout
+    alone = tmp_path / "alone"
+    with Store(Settings(), root=alone) as store:
+        fill(store, completions(range(1)))
+    assert hub_cli("push", "--dir", str(tmp_path / "one"), "--create-repo", "--all", "--store-root", str(alone))
+    once = hub_cli("fetch", "--dir", str(tmp_path / "one"), "--all", "--store-root", str(alone))
+    assert "(1 shard already here)" in once.stdout  # "1 shards" (was)
 
 
 def test_a_fetch_dry_run_says_which_local_database_cannot_take_rows_as_the_fetch_will(tmp_path: Path) -> None:
