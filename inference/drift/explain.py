@@ -64,7 +64,9 @@ class FieldChange:
         if self.stored is None and self.wanted is None:  # a setting given as null on one side, absent on the other
             return f"{self.field} null on one side, absent on the other"
         stored, wanted = _shown(self.stored), _shown(self.wanted)
-        at = next((i for i, (a, b) in enumerate(zip(stored, wanted, strict=False)) if a != b), 0)
+        # where they first differ; one the other's prefix: where the shorter ends
+        at = next((i for i, (a, b) in enumerate(zip(stored, wanted, strict=False)) if a != b), None)
+        at = min(len(stored), len(wanted)) if at is None else at
         return f"{self.field} {_short(self.stored, width, at)} -> {_short(self.wanted, width, at)}"
 
 
@@ -126,15 +128,34 @@ def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list
     for name in sorted((old.keys() | new.keys()) - {"format"}):
         if name.endswith(_KEY_ORDER):
             differs = _reordered(old.get(name), new.get(name))
+        elif _filled(name, old, new) or _filled(name, new, old):
+            differs = False  # {} on one side, keys under it on the other: those keys are the changes
         else:
             differs = not _alike(old.get(name, _ABSENT), new.get(name, _ABSENT))
         if differs:
             changes.append(FieldChange(name, old.get(name), new.get(name)))
-    if not changes and stored.sha256() != wanted.sha256():
-        # Keyed apart by something the dotted paths cannot name (a key holding a dot, as another's path): never
-        # "no difference", which adopt would take for one that --across allows
+    if stored.sha256() != wanted.sha256() and (not changes or _dotted(stored) or _dotted(wanted)):
+        # Keyed apart by something the dotted paths cannot name (a key holding a dot reads as another's path):
+        # never "no difference", nor only the differences named, which adopt would take for ones --across allows
         changes.append(FieldChange(DESCRIPTOR_FIELD, stored.sha256(), wanted.sha256()))
     return changes
+
+
+def _filled(name: str, side: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether ``side`` holds ``{}`` at ``name`` where ``other`` holds keys under it (an object that gained keys)."""
+    return side.get(name, _ABSENT) == {} and any(key.startswith(name + ".") for key in other)
+
+
+def _dotted(descriptor: ModelDescriptor) -> bool:
+    """Whether a key inside a setting's value holds a dot (its path could be another's)."""
+
+    def walk(value: Any) -> bool:
+        if isinstance(value, Mapping):
+            return any("." in str(key) or walk(item) for key, item in value.items())
+        return isinstance(value, list) and any(walk(item) for item in value)
+
+    dumped = descriptor.model_dump(mode="json")
+    return any(walk(dumped[name]) for name in ("sampling", "engine", "chat_template_kwargs", "routing"))
 
 
 _ABSENT = object()

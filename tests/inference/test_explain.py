@@ -283,3 +283,28 @@ def test_a_long_value_is_shown_where_it_differs() -> None:
     (change,) = descriptor_changes(a, b)
     old, new = change.text().removeprefix("sampling.stop ").split(" -> ")
     assert old != new and "v1" in old and "v2" in new
+
+
+def test_an_empty_object_that_gains_a_key_is_that_key_added_alone() -> None:
+    """The first mend of empty objects listed `engine.hf_overrides {} -> (none)` beside the added key, and adopt
+    --across engine.hf_overrides.dtype refused it (was)."""
+    a = ModelDescriptor(provider="vllm", model="m", engine={"hf_overrides": {}})
+    b = ModelDescriptor(provider="vllm", model="m", engine={"hf_overrides": {"dtype": "bfloat16"}})
+    assert [c.field for c in descriptor_changes(a, b)] == ["engine.hf_overrides.dtype"]
+    assert [c.field for c in descriptor_changes(b, a)] == ["engine.hf_overrides.dtype"]
+
+
+def test_a_key_holding_a_dot_always_adds_the_change_no_field_names() -> None:
+    """Beside another change, a dotted key's difference was hidden behind it, and --across that field let it pass."""
+    a = ModelDescriptor(provider="vllm", model="m", engine={"a.b": 1, "c": 2})
+    b = ModelDescriptor(provider="vllm", model="m", engine={"a": {"b": 1}, "c": 3})
+    assert [c.field for c in descriptor_changes(a, b)] == ["engine.c", "(descriptor)"]
+
+
+def test_a_long_value_that_only_grew_is_shown_where_it_grew() -> None:
+    short = "You are a helpful assistant who answers briefly and well."
+    a = ModelDescriptor(provider="vllm", model="m", chat_template_kwargs={"sys": short})
+    b = ModelDescriptor(provider="vllm", model="m", chat_template_kwargs={"sys": short + " Cite sources."})
+    (change,) = descriptor_changes(a, b)
+    old, new = change.text().removeprefix("chat_template_kwargs.sys ").split(" -> ")
+    assert old != new and "Cite" in new
