@@ -4,8 +4,10 @@ Contract:
 
 * :func:`preference` reads P(A) and P(B) from a row's stored ``top_logprobs``
   at the *verdict position*: the first stored position whose sampled token
-  reads ``A`` or ``B`` once whitespace and square brackets are stripped
-  (``"A"``, ``" A"``, ``"[[A"``); where the sampled token is not stored
+  is more than whitespace and square brackets, if it then reads ``A`` or
+  ``B`` (``"A"``, ``" A"``, ``"[[A"``; a tie's ``C``, or a judge that
+  writes "The answer is [[A]]", has none: an ``A`` of its explanation is no
+  verdict); where the sampled token is not stored
   (an imported legacy row), the first whose candidates include such a
   token. That is the first generated token for a judge told to answer with
   the letter (JudgeArena's ``weighted_token_preference`` reads the first
@@ -91,7 +93,9 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
     """The verdict token's preference (see the module docstring); None when no stored position names a slot."""
     for index, position in enumerate(iter_positions(top_logprobs)):  # decoded up to the verdict position only
         if position.sampled is not None and _letter(position.sampled.text) is None:
-            continue  # the judge wrote something else here ("[[", "The"): not where it gave its verdict
+            if not position.sampled.text.strip().strip("[]").strip():
+                continue  # "[[" or a space before the letter: the verdict comes later
+            return None  # the judge wrote something else first ("The", a tie's "C"): its text says what it chose
         mass = {"A": 0.0, "B": 0.0}
         found = False
         for candidate in position.candidates:

@@ -66,6 +66,10 @@ def test_an_unlikely_letter_beside_a_sampled_bracket_is_not_the_verdict() -> Non
     assert pref is not None and pref.position == 1 and pref.favoured == "A"
     spaced = preference(with_sampled((" A", {" A": -0.1, "B": -2.6, " B": -3.0, "A": -4.0})))
     assert spaced is not None and spaced.position == 0 and spaced.favoured == "A"
+    # A tie ([[C]]) is no A or B read from the explanation after it (the first mend read " A" there, at 0.95)
+    tie = with_sampled(("[[", {"[[": -0.01}), ("C", {"C": -0.1, "B": -2.5}), ("]]", {"]]": -0.01}),
+                       (" Assistant", {" Assistant": -0.2}), (" A", {" A": -0.05, " B": -3.0}))  # fmt: skip
+    assert preference(tie) is None and read_verdict("[[C]] Assistant A and B are equally good.", tie).slot is None
 
 
 def test_the_old_text_logprob_shape_reads_the_same() -> None:
