@@ -409,13 +409,15 @@ def _candidates(sources: Sequence[Path], problems: list[Detection]) -> list[tupl
                     continue
                 if path.is_file():
                     files.append(path)
-                elif path.is_symlink() and (problem := _broken_link(path)) is not None:
-                    problems.append(problem)
+                elif path.is_symlink() and not path.exists():
+                    problems.append(_broken_link(path))
         found.extend((path, False) for path in sorted(files))
 
     for source in sources:
         if _resolved(source) is None:
             problems.append(Detection(source, State.CORRUPT, _LOOP, kind="other"))
+        elif source.is_dir() and source.is_symlink():
+            links.append(source)  # named, but a link: walked after the real folders (a shell's `legacy/*`)
         elif source.is_dir():
             walk(source)
         else:
@@ -439,14 +441,16 @@ def _resolved(path: Path) -> Path | None:
         return None
 
 
-def _broken_link(path: Path) -> Detection | None:
-    """A link that leads nowhere as a problem, where its name says it stood for a cache (another is ignored)."""
+def _broken_link(path: Path) -> Detection:
+    """A link that leads nowhere: a problem where its name says it stood for a cache file, else listed (what it
+    led to, a cache tree on a disk not mounted, say, was not read) without failing the import."""
     if _resolved(path) is None:
         return Detection(path, State.CORRUPT, _LOOP, kind="other")
-    if not path.name.endswith(_CACHE_SUFFIXES):
-        return None
     target = os.readlink(path)
-    return Detection(path, State.MISSING, f"a symbolic link to {target}, which does not exist", kind="other")
+    if path.name.endswith(_CACHE_SUFFIXES):
+        return Detection(path, State.MISSING, f"a symbolic link to {target}, which does not exist", kind="other")
+    return Detection(path, State.NOT_OURS, f"a symbolic link to {target}, which does not exist: nothing there was "
+                     "read", kind="other")  # fmt: skip
 
 
 def detect_file(path: Path, *, named: bool = True) -> Detection | None:

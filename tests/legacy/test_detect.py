@@ -219,12 +219,30 @@ def test_a_run_folder_linked_inside_its_tree_is_read_at_its_own_place(legacy_roo
 def test_links_to_nothing_and_link_loops_are_named_not_skipped_or_a_traceback(legacy_root: Path) -> None:
     legacy_root.mkdir()
     (legacy_root / "gone.db").symlink_to(legacy_root / "nowhere" / "completions.db")
-    (legacy_root / "notes.txt").symlink_to(legacy_root / "nowhere.txt")  # not a cache's name: ignored
+    (legacy_root / "notes.txt").symlink_to(legacy_root / "nowhere.txt")  # not a cache's name: listed, no failure
     loop = legacy_root / "loop.db"
     loop.symlink_to(loop)
     found = {d.path.name: (d.state, d.detail) for d in detect([legacy_root]).detections}
     assert found["gone.db"][0] is State.MISSING and "which does not exist" in found["gone.db"][1]
     assert found["loop.db"] == (State.CORRUPT, "a symbolic link that leads back to itself (a loop)")
-    assert "notes.txt" not in found
+    assert found["notes.txt"][0] is State.NOT_OURS and "nothing there was read" in found["notes.txt"][1]
     (named,) = detect([loop]).detections  # named on its own: RuntimeError, a traceback (was)
     assert named.state is State.CORRUPT
+
+
+def test_a_link_named_as_a_source_is_walked_after_the_real_folders(legacy_root: Path) -> None:
+    """`import best completions` (a shell's `legacy/*` beside a `best` link) read the run folder through the link,
+    with no tree and so no task (was)."""
+    folder = b.legacy_folder(legacy_root, "completions", "mytask", "OpenAI", "gpt-4o", b.s3_metadata("gpt-4o", {}))
+    database = b.create_db(folder / "completions.db", b.S4C_DDL)
+    (legacy_root / "best").symlink_to(folder, target_is_directory=True)
+    (found,) = detect([legacy_root / "best", legacy_root / "completions"]).detections
+    assert found.path == database and found.tree is not None and found.tree.task == "mytask"
+
+
+def test_a_link_to_a_folder_that_is_not_there_is_listed_without_failing_the_import(legacy_root: Path) -> None:
+    """A data folder's `cache` link to an unmounted disk: "0 sources", exit 0, not a word (was)."""
+    legacy_root.mkdir()
+    (legacy_root / "cache").symlink_to(Path("/nonexistent-mount/judgearena-cache"), target_is_directory=True)
+    (found,) = detect([legacy_root]).detections
+    assert found.state is State.NOT_OURS and "/nonexistent-mount/judgearena-cache, which does not exist" in found.detail
