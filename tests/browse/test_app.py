@@ -770,7 +770,8 @@ def test_an_other_settings_answer_a_judge_prompt_also_holds_is_not_taken_for_the
 
 
 def test_the_every_answer_link_of_completions_without_a_model_lists_them(tmp_path: Path) -> None:
-    """Its link filtered on the model "(no model)", which no row has: an empty list (was)."""
+    """Its link filtered on the model "(no model)", which no row has: an empty list (was). No filter takes the rows
+    without a model alone: the link lists the instruction's answers, and says so."""
     question = [{"role": "user", "content": "Anyone there?"}]
     with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
         for settings in ({}, {"max_tokens": 9}):
@@ -780,7 +781,7 @@ def test_the_every_answer_link_of_completions_without_a_model_lists_them(tmp_pat
     reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
     with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
         battle = get(client, "/battle", benchmark=demo.BENCH, instruction_id="q1")
-        (href,) = re.findall(r'href="([^"]+)">every answer</a>', battle)
+        (href,) = re.findall(r'href="([^"]+)">every answer to this instruction</a>', battle)
         listing = get(client, href.replace("&amp;", "&"))
     reader.close()
     assert "model=" not in href and listing.count('class="row-link hash"') == 2

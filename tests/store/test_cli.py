@@ -1595,7 +1595,7 @@ def test_a_stdout_whose_encoding_lacks_a_character_shows_its_escape_not_a_traceb
     model = ModelDescriptor(provider="vllm", model="mod\u00e8le\u2013x")
     with Store(Settings(), root=store_root) as store:
         store.database("completions", "t", model).put_many([completion_record(0)])
-    env = {**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "200"}
+    env = {**os.environ, "PYTHONIOENCODING": encoding, "COLUMNS": "200", "PYTHONPATH": str(REPO)}
     listed = subprocess.run([sys.executable, "-m", "store", "ls"], capture_output=True, cwd=tmp_path, env=env,
                             timeout=120, check=False)  # fmt: skip
     assert listed.returncode == 0 and b"Traceback" not in listed.stderr, listed.stderr
