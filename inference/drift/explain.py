@@ -91,9 +91,11 @@ _KEY_ORDER = "(key order)"
 
 
 def _flatten(value: Any, prefix: str = "", depth: int = 0) -> dict[str, Any]:
-    """Leaves by dotted path; an empty mapping has none (so ``{}`` -> ``{"dtype": ..}`` is one added leaf), a list
-    holding objects or lists has its items' (``tools.0.name``). An object inside a setting's value (depth 2 on),
-    whose key order the hash keeps, also has its keys, in order, as the leaf ``PATH.(key order)``."""
+    """Leaves by dotted path; a field's empty mapping has none (so ``engine`` ``{}`` -> ``{"dtype": ..}`` is one
+    added leaf), an empty object inside a setting's value (depth 2 on) is a leaf ``{}`` of its own (not absent:
+    :func:`descriptor_changes` leaves it out where the other side has keys under it), a list holding objects or
+    lists has its items' (``tools.0.name``). An object inside a setting's value, whose key order the hash keeps,
+    also has its keys, in order, as the leaf ``PATH.(key order)``."""
     if isinstance(value, Mapping):
         flat: dict[str, Any] = {}
         if depth >= 2 and not value:  # a setting's empty object is a value of its own: {} is not absent
@@ -120,9 +122,11 @@ def _reordered(old: list[str] | None, new: list[str] | None) -> bool:
 
 
 def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list[FieldChange]:
-    """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash; two key
-    orders of an object inside a setting are not: ``PATH.(key order)``). ``format`` is left out: it follows from
-    the settings (a key order that counts), whose change is listed."""
+    """How ``stored`` differs from ``wanted``, field by field (``0`` and ``0.0`` are equal, as in the hash; ``true``
+    and ``1``, a null and an absent setting, and two key orders of an object inside a setting are not: ``PATH.(key
+    order)``). ``format`` is left out: it follows from the settings (a key order that counts), whose change is
+    listed. Two descriptors the hash tells apart always differ in something listed: where no path names it (or a
+    key holding a dot makes paths ambiguous), :data:`DESCRIPTOR_FIELD`, which no ``--across`` allows."""
     old, new = _flatten(stored.model_dump(mode="json")), _flatten(wanted.model_dump(mode="json"))
     changes = []
     for name in sorted((old.keys() | new.keys()) - {"format"}):

@@ -3,7 +3,9 @@
 Contract:
 
 * :func:`detect` walks the given files and folders (sorted, so every run sees
-  the same order) and returns one :class:`Detection` per candidate file:
+  the same order; folders reached through a symbolic link after the others,
+  and a file met twice once, at its own place) and returns one
+  :class:`Detection` per candidate file:
   every SQLite file (by its header, whatever its name), every zip, parquet or
   ``.csv`` file, and every legacy ``metadata.json`` that has no database
   beside it. A file named explicitly is always reported; inside folders,
@@ -381,8 +383,8 @@ def _candidates(sources: Sequence[Path], problems: list[Detection]) -> list[tupl
     it), but only after every folder reachable without one: a folder met both ways is walked at its own place,
     where the legacy tree it lies in says which task and model wrote it (a ``latest`` link to a run folder would
     otherwise stand for it). Each real folder is walked once (a link to a folder above it is no loop). A folder
-    that cannot be listed, a link to nothing named as a cache, and a link loop are added to ``problems``:
-    their rows would be missing without a word.
+    that cannot be listed, a link to nothing (a problem where its name is a cache file's, else only listed) and a
+    link loop are added to ``problems``: their rows would be missing without a word.
     """
     found: list[tuple[Path, bool]] = []
     walked: set[Path] = set()
