@@ -14,6 +14,7 @@ import inspect
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import psycopg
@@ -196,37 +197,47 @@ def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_r
     with Store(url=pg_url) as store:
         location = store.database("completions", "t", QWEN).location
     impatient = pg_url + "&options=-c%20lock_timeout%3D200"
-    holding, release = threading.Event(), threading.Event()
     database = make_url(pg_url).database
     assert database is not None
 
-    def hold() -> None:
+    @contextmanager
+    def table_locked() -> Iterator[None]:
         from store.backends.postgres.registry import schema_name
 
         with psycopg.connect(host=pg_cluster.socket_dir, user="postgres", dbname=database) as conn:
             conn.execute(f'LOCK TABLE "{schema_name(location)}".completions IN ACCESS EXCLUSIVE MODE')
-            holding.set()
-            release.wait(30)
+            yield
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(30)
-        with Store(Settings(lock_retries=0), url=impatient) as store:
-            with pytest.raises(ServerBusyError, match="a lock it could not get") as caught:
-                OPERATIONS[operation](store.open(location))
-            assert "Run the command again" in str(caught.value)
-    finally:
-        release.set()
-        holder.join()
+    with held_by_another_session(table_locked), Store(Settings(lock_retries=0), url=impatient) as store:
+        with pytest.raises(ServerBusyError, match="a lock it could not get") as caught:
+            OPERATIONS[operation](store.open(location))
+        assert "Run the command again" in str(caught.value)
     with Store(url=pg_url) as store:
         assert store.open(location).count() == 0
 
 
+@contextmanager
+def held_by_another_session(hold: Callable[[], AbstractContextManager[None]]) -> Iterator[None]:
+    """The block runs while a thread holds what ``hold()`` takes (another session's lock), given back after it."""
+    holding, release = threading.Event(), threading.Event()
+
+    def run() -> None:
+        with hold():
+            holding.set()
+            release.wait(60)
+
+    holder = threading.Thread(target=run)
+    holder.start()
+    try:
+        assert holding.wait(30)
+        yield
+    finally:
+        release.set()
+        holder.join()
+
+
 @pytest.mark.postgres
-def test_a_writer_waits_for_another_sessions_write_lock_as_long_as_a_locked_file_then_says_busy(
-    pg_url: str, pg_cluster: Cluster
-) -> None:
+def test_a_writer_waits_for_another_sessions_write_lock_as_long_as_a_locked_file_then_says_busy(pg_url: str) -> None:
     """A session holding the schema's write lock (a job suspended inside a write) held every other writer for as
     long as it held it, without a word (was): the wait is the busy timeout times the tries, then a busy error."""
     from store.backends.postgres.generations import write_lock
@@ -234,28 +245,21 @@ def test_a_writer_waits_for_another_sessions_write_lock_as_long_as_a_locked_file
 
     with Store(url=pg_url) as store:
         location = store.database("completions", "t", QWEN).location
-    holding, release = threading.Event(), threading.Event()
-    database = make_url(pg_url).database
-    assert database is not None
 
-    def hold() -> None:
-        with Store(url=pg_url) as store, store.storage.engine.connect() as conn, conn.begin():  # type: ignore[attr-defined]
+    @contextmanager
+    def write_locked() -> Iterator[None]:
+        with Store(url=pg_url) as store, store.storage.connect() as conn, conn.begin():  # type: ignore[attr-defined]
             write_lock(conn, schema_name(location))
-            holding.set()
-            release.wait(60)
+            yield
 
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(30)
-        with Store(Settings(busy_timeout_ms=400, lock_retries=2), url=pg_url) as store:
-            started = time.monotonic()
-            with pytest.raises(ServerBusyError, match="a lock it could not get"):
-                store.open(location).put_many([completion_record(1)])
-            waited = time.monotonic() - started
-    finally:
-        release.set()
-        holder.join()
+    with (
+        held_by_another_session(write_locked),
+        Store(Settings(busy_timeout_ms=400, lock_retries=2), url=pg_url) as store,
+    ):
+        started = time.monotonic()
+        with pytest.raises(ServerBusyError, match="a lock it could not get"):
+            store.open(location).put_many([completion_record(1)])
+        waited = time.monotonic() - started
     assert 1.1 < waited < 20  # 400 ms times 3 tries, not the minute the holder would have held it
     with Store(url=pg_url) as store:
         assert store.open(location).count() == 0  # nothing of the refused write
