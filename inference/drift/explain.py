@@ -54,15 +54,18 @@ MAX_EDITS = 3  # edits listed per differing message
 
 @dataclass(frozen=True, slots=True)
 class FieldChange:
-    """One field that differs: its dotted path, the stored value and the one asked for (None: absent)."""
+    """One field that differs: its dotted path, the stored value and the one asked for (None: absent or null).
+    Where both are None, one side holds null and the other lacks the setting: ``absent`` names the one that lacks
+    it (``"stored"`` or ``"wanted"``); elsewhere it is None."""
 
     field: str
     stored: Any
     wanted: Any
+    absent: str | None = None
 
     def text(self, width: int = 16) -> str:
         if self.stored is None and self.wanted is None:  # a setting given as null on one side, absent on the other
-            return f"{self.field} null on one side, absent on the other"
+            return f"{self.field} (absent) -> null" if self.absent == "stored" else f"{self.field} null -> (absent)"
         stored, wanted = _shown(self.stored), _shown(self.wanted)
         # where they first differ; one the other's prefix: where the shorter ends
         at = next((i for i, (a, b) in enumerate(zip(stored, wanted, strict=False)) if a != b), None)
@@ -137,7 +140,9 @@ def descriptor_changes(stored: ModelDescriptor, wanted: ModelDescriptor) -> list
         else:
             differs = not _alike(old.get(name, _ABSENT), new.get(name, _ABSENT))
         if differs:
-            changes.append(FieldChange(name, old.get(name), new.get(name)))
+            nulls = old.get(name) is None and new.get(name) is None  # a null on one side, absent on the other
+            absent = ("stored" if name not in old else "wanted") if nulls else None
+            changes.append(FieldChange(name, old.get(name), new.get(name), absent))
     if stored.sha256() != wanted.sha256() and (not changes or _dotted(stored) or _dotted(wanted)):
         # Keyed apart by something the dotted paths cannot name (a key holding a dot reads as another's path):
         # never "no difference", nor only the differences named, which adopt would take for ones --across allows

@@ -308,3 +308,18 @@ def test_a_long_value_that_only_grew_is_shown_where_it_grew() -> None:
     (change,) = descriptor_changes(a, b)
     old, new = change.text().removeprefix("chat_template_kwargs.sys ").split(" -> ")
     assert old != new and "Cite" in new
+
+
+@pytest.mark.parametrize(("stored", "wanted", "shown"), [
+    ({"engine": {"quantization": None}}, {}, "engine.quantization null -> (absent)"),
+    ({}, {"engine": {"quantization": None}}, "engine.quantization (absent) -> null"),
+])  # fmt: skip
+def test_a_null_against_an_absent_setting_says_which_side_is_null(
+    stored: dict[str, object], wanted: dict[str, object], shown: str
+) -> None:
+    """Explain said "null on one side, absent on the other" without which, its JSON null for both (was)."""
+    a = ModelDescriptor(provider="vllm", model="m", **stored)  # type: ignore[arg-type]
+    b = ModelDescriptor(provider="vllm", model="m", **wanted)  # type: ignore[arg-type]
+    (change,) = descriptor_changes(a, b)
+    assert change.text() == shown
+    assert change.absent == ("wanted" if stored else "stored")
