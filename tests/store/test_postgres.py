@@ -420,6 +420,69 @@ def test_two_upgrades_started_at_once_migrate_once(
     assert sorted(outcomes) == sorted([UpgradeOutcome.UPGRADED, UpgradeOutcome.UP_TO_DATE])
 
 
+def test_an_upgrade_waits_for_a_writer_inside_its_transaction_and_counts_its_rows(
+    pg_url: str, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job writing while `db upgrade` ran: rows it committed during the migration changed the counts, and the
+    upgrade was refused as if rows were lost, or deadlocked with it (was). The upgrade takes the write lock first."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+        store.open(location).put_many([judgement_record(1)])
+    inside, proceed = threading.Event(), threading.Event()
+
+    def write_slowly() -> None:
+        with Store(url=pg_url) as store:
+            database = store.open(location)  # opened at the shipped head, before the upgrade
+            database._write(lambda repo: (repo.put_many([judgement_record(2)]), inside.set(), proceed.wait(20))[0])
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    assert inside.wait(20)
+    pretend_shipped_scripts_are(synthetic, monkeypatch)  # a newer library upgrades while the job writes
+    results: list[Any] = []
+    with Store(url=pg_url) as store:
+        upgrader = threading.Thread(target=lambda: results.extend(store.upgrade([location])))
+        upgrader.start()
+        upgrader.join(1.0)
+        assert upgrader.is_alive()  # waiting for the writer's transaction
+        proceed.set()
+        writer.join()
+        upgrader.join()
+        ((outcome, rows),) = [(r.outcome, r.rows) for r in results]
+        assert outcome is UpgradeOutcome.UPGRADED and rows is not None and rows["judgements"] == 2
+        assert store.open(location).count() == 2
+
+
+def test_an_upgrade_the_server_rolls_back_for_a_deadlock_runs_again(
+    pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A deadlock with a reader (each holding a table the other asks for) failed the schema's upgrade (was): it is
+    rolled back by the server, and runs again as a write does."""
+    from tests.store.test_upgrade import _FAILING_REVISION
+
+    marker = tmp_path / "deadlocked-once"
+    body = (
+        f"    marker = __import__('pathlib').Path({str(marker)!r})\n"
+        "    if not marker.exists():\n"
+        "        marker.write_text('once')\n"
+        "        op.execute(\"DO $$ BEGIN RAISE EXCEPTION 'injected' USING ERRCODE = '40P01'; END $$\")"
+    )
+    folder = tmp_path / "deadlocks-once"
+    folder.mkdir()
+    revision = _FAILING_REVISION.format(how="a deadlock, once", body=body, shipped=SHIPPED_HEAD)
+    (folder / "9001_deadlocks.py").write_text(revision)
+    from store.schema import read_script_directory
+
+    script = read_script_directory(folder)
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1, benchmark="explode")])
+    pretend_shipped_scripts_are(script, monkeypatch)
+    with Store(url=pg_url) as store:
+        (result,) = store.upgrade(store.locations(), script=script)
+    assert marker.read_text() == "once"  # it did deadlock, the first time
+    assert (result.outcome, result.to_revision, result.error) == (UpgradeOutcome.UPGRADED, "9001", None)
+
+
 @pytest.mark.parametrize("prepared", [True, False])
 def test_prepared_statements_can_be_turned_off_for_a_transaction_pooler(pg_url: str, prepared: bool) -> None:
     with Store(Settings(prepared_statements=prepared), url=pg_url) as store:

@@ -17,8 +17,8 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from typing import TYPE_CHECKING, Protocol
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from sqlalchemy import Column, Connection, MetaData, String, Table, inspect, select
 from sqlalchemy.exc import DBAPIError
@@ -37,6 +37,9 @@ if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
     from store.layout import StoredMetadata
+    from store.settings import Settings
+
+T = TypeVar("T")
 
 
 class SchemaHost(Protocol):
@@ -44,12 +47,14 @@ class SchemaHost(Protocol):
     (:class:`~store.backends.postgres.storage.PostgresStorage`)."""
 
     url: str  # the server as errors name it
+    settings: Settings
 
     def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
     def location_where(self, location: Location) -> str: ...
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None: ...
     def verified(self, location: Location, row: str) -> StoredMetadata: ...
     def size_of(self, location: Location) -> int: ...
+    def retry(self, attempt: Callable[[], T]) -> T: ...
 
 
 UNDEFINED_TABLE = "42P01"

@@ -9,7 +9,12 @@ Contract:
   plain SQL land there too), with the models mapped onto it. Both put the
   generation triggers on its tables.
 * :func:`upgrade_schemas` upgrades each schema in its own transaction under
-  the schema's advisory lock; PostgreSQL's DDL is transactional, so a failed
+  the schema's advisory lock and its write lock
+  (:func:`~store.backends.postgres.generations.write_lock`, waited for as a
+  write waits: writers of that schema wait while it migrates, and rows one
+  committed meanwhile cannot change the counts); a deadlock with a reader
+  (each holding a table the other asks for) runs it again, as a write is.
+  PostgreSQL's DDL is transactional, so a failed
   migration leaves the schema exactly as it was (no backup is needed) and
   the other schemas go on; the row counts (:func:`row_counts`) must be the
   same after as before. Only a ``behind`` schema is migrated; any other state
@@ -31,7 +36,7 @@ from store.backends.postgres import generations
 from store.backends.postgres.errors import translated
 from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
-from store.errors import JudgestoreError, UnexpectedServerError, UpgradeFailedError
+from store.errors import JudgestoreError, ServerBusyError, UnexpectedServerError, UpgradeFailedError
 from store.interrupts import MIGRATING
 from store.layout import Location
 from store.reports import UpgradeOutcome, UpgradeResult
@@ -114,10 +119,21 @@ def _would_upgrade(storage: SchemaHost, location: Location, where: str, known: R
 def _upgrade(
     storage: SchemaHost, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
 ) -> UpgradeResult:
+    """:func:`_upgrade_once`, again after a deadlock the server broke by rolling it back (:meth:`retry`)."""
+    return storage.retry(lambda: _upgrade_once(storage, location, where, known, script))
+
+
+def _upgrade_once(
+    storage: SchemaHost, location: Location, where: str, known: Revisions, script: ScriptDirectory | None
+) -> UpgradeResult:
     migrating = False  # Ctrl-C once it is: the command asks whether its commit finished
+    patience_ms = storage.settings.busy_timeout_ms * (storage.settings.lock_retries + 1)  # as a write's
     try:
         with storage.connection(write=True) as conn:
             advisory_lock(conn, schema_name(location))
+            # A writer that committed rows during the migration changed the counts (the upgrade was refused as if
+            # rows were lost), or deadlocked with it
+            generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
             storage.metadata(conn, location)
             status = classify(conn, location, known)
             if status.state in USABLE_STATES:
@@ -136,6 +152,8 @@ def _upgrade(
                         raise UpgradeFailedError(where, f"row counts changed (before {before}, after {after})")
             except Exception as e:  # whatever a migration script raises: its savepoint is rolled back
                 said = translated(storage.url, e) if isinstance(e, DBAPIError) else e  # a refused right, by its name
+                if isinstance(said, ServerBusyError):  # a deadlock with a reader: the whole transaction again
+                    raise
                 if isinstance(said, UnexpectedServerError):  # what the schema holds: a rerun fails the same way
                     driver = str(getattr(e, "orig", e)).strip().splitlines()[0]
                     said = UpgradeFailedError(where, f"the migration to {known.head} failed there ({driver})")
