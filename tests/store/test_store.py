@@ -529,6 +529,26 @@ def test_a_path_given_as_the_settings_is_a_type_error_naming_root(
     assert list(tmp_path.iterdir()) == []  # nothing created, neither the folder nor the default store
 
 
+def test_a_relative_root_is_fixed_when_the_store_opens_not_at_each_database(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job that changed its working directory (Hydra's job.chdir) wrote its next databases under another folder,
+    and the store no longer listed those it had written (was)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    llama = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B")
+    with Store(root="rel") as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        monkeypatch.chdir(tmp_path / "b")
+        store.database("completions", "t", llama).put_many([completion_record(2)])
+        assert sorted(location.model for location in store.locations()) == sorted([QWEN.model, llama.model])
+        assert store.where == "rel"  # shown as given
+    assert not (tmp_path / "b" / "rel").exists()
+    with Store(root=tmp_path / "a" / "rel") as store:
+        assert sum(store.open(location).count() for location in store.locations()) == 2
+
+
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
 def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_another_process(
     tmp_path: Path, readonly: bool, monkeypatch: pytest.MonkeyPatch

@@ -88,16 +88,22 @@ class SqliteStorage:
 
     def __init__(self, root: Path, settings: Settings, *, readonly: bool = False) -> None:
         """A root that does not exist is an empty store (created by the first write); one that is a file is
-        :class:`StoreMissingError` (a mistyped root must not read as an empty store)."""
+        :class:`StoreMissingError` (a mistyped root must not read as an empty store). A relative root is taken
+        against the working directory of this call, once."""
+        given = root
         if root.exists() and not root.is_dir():
             raise StoreMissingError(
                 root,
                 "it is a file, not a folder: there is no store here; check --store-root (or JUDGESTORE_STORE_ROOT)",
             )
+        # Fixed when the store opens: a relative root followed the working directory, so a job that changed it
+        # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. Paths are
+        # shown as given (where).
+        root = root.absolute()
         self.root = root
         self.local_root = root
         self._prefix = os.path.join(str(root), "")
-        self.where = str(root)
+        self.where = str(given)
         self.settings = settings
         self.readonly = readonly
         self._open: OrderedDict[tuple[str, ...], SqliteDatabase] = OrderedDict()  # by folder names (segments)
