@@ -225,6 +225,37 @@ def test_a_schema_dropped_by_hand_is_fetched_again_whole(pg_cluster: Cluster, pg
     assert (again["rows_inserted"], again["skipped"]) == (0, 1), again  # whole again: skipped as ever
 
 
+def test_a_registry_row_whose_task_was_edited_is_reported_and_copy_says_so(
+    pg_cluster: Cluster, pg_url: str, tmp_path: Path
+) -> None:
+    """Its schema's rows were left behind by copy (exit 0), ls showed the database empty and verify said its rows
+    were gone (was): as a folder store's edited metadata.json, the database is a metadata mismatch."""
+    with Store(Settings(), url=pg_url) as store:
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="a")).put_many(
+            [completion_record(i) for i in range(3)]
+        )
+        store.database("completions", "t", ModelDescriptor(provider="vllm", model="b")).put_many([completion_record(1)])
+        edited = next(location for location in store.locations() if location.model == "a")
+    name = schema_name(edited)
+    pg_cluster.sql(
+        f"UPDATE judgestore.registry SET task = 'other' WHERE schema_name = '{name}'", make_url(pg_url).database
+    )
+    listed = judgestore("ls", "--json", "--store-url", pg_url)
+    assert listed.exit_code == 1
+    by_model = {row["model"]: row for row in orjson.loads(listed.stdout)}
+    assert by_model["a"]["state"] == "metadata-mismatch" and name in str(by_model["a"]["error"])
+    assert by_model["b"]["rows"] == 1
+    verified = judgestore("verify", "--json", "--store-url", pg_url)
+    assert verified.exit_code == 1
+    (problem,) = orjson.loads(verified.stdout)["problems"]
+    assert "edited" in problem["message"] and "rows are gone" not in problem["message"]
+    copied = judgestore("copy", "--from-url", pg_url, "--to-root", str(tmp_path / "copy"), "--json")
+    assert copied.exit_code == 1, copied.output
+    assert "metadata" in copied.output.lower() or name in copied.output
+    with Store(root=tmp_path / "copy") as copy:
+        assert [location.model for location in copy.locations()] == ["b"]  # the other went, and is said not to
+
+
 def test_a_fetch_the_server_leaves_midway_stops_at_once_and_says_what_it_imported_before(
     pg_cluster: Cluster, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -50,7 +50,9 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    and_,
     func,
+    or_,
     select,
     text,
     type_coerce,
@@ -195,6 +197,27 @@ def registered(conn: Connection, unreadable: list[tuple[str, str]] | None = None
         found.append(location)
     found.sort(key=lambda location: (ROLES.index(location.role), location.segments()[1:]))
     return found
+
+
+def misregistered(conn: Connection, location: Location) -> str | None:
+    """The schema of a registry row whose columns name ``location`` though ``location``'s schema is another (its
+    task, provider or model edited by hand: :func:`registered` lists it as ``location``), or None."""
+    c = registry.c
+    names = (c.task, c.provider, c.model)
+    given = (location.task, location.provider, location.model)
+    pairs = list(zip(names, given, strict=True))
+    readings = [and_(*(column == value for column, value in pairs))]  # escaped
+    if not any("\0" in value for value in given):  # a row of before 0005 held its names verbatim, and no U+0000
+        readings.append(and_(*(type_coerce(column, Text()) == value for column, value in pairs)))
+    found = conn.execute(
+        select(c.schema_name).where(
+            c.role == location.role,
+            c.descriptor_hash16 == location.descriptor_hash16,
+            c.schema_name != schema_name(location),
+            or_(*readings),
+        )
+    )
+    return found.scalars().first()
 
 
 def register(conn: Connection, location: Location, descriptor_sha256: str, metadata_json: str) -> None:

@@ -80,6 +80,7 @@ from store.backends.postgres.registry import (
     advisory_lock,
     ensure_registry,
     has_registry,
+    misregistered,
     quoted,
     register,
     registered,
@@ -98,6 +99,7 @@ from store.errors import (
     ForeignSchemaError,
     InvalidInputError,
     JudgestoreError,
+    MetadataMismatchError,
     ServerAuthError,
     ServerError,
     ServerPermissionError,
@@ -364,6 +366,12 @@ class PostgresStorage:
             select(registry.c.metadata_json).where(registry.c.schema_name == schema_name(location))
         ).scalar_one_or_none()
         if row is None:
+            if (other := misregistered(conn, location)) is not None:  # as a folder's metadata.json moved or edited
+                raise MetadataMismatchError(
+                    f"{self.location_where(location)} (registry)",
+                    f"is named by the registry row of schema {other}, whose task, provider or model was edited "
+                    "(the schema's name is a hash of them): set them back to what its metadata_json records",
+                )
             return None
         return self.verified(location, row)
 

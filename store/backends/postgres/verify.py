@@ -47,6 +47,10 @@ def verify_schema(storage: SchemaHost, location: Location) -> DatabaseVerificati
                 storage.metadata(conn, location)
             except MetadataMismatchError as e:
                 problems.append(Problem(e.where, ProblemKind.METADATA, str(e)))
+                named = {"n": schema_name(location)}
+                if conn.execute(text("SELECT to_regnamespace(:n)"), named).scalar() is None:
+                    # a registry row edited to name another location: no schema of its own, no rows lost
+                    return DatabaseVerification(location, where, 0, tuple(problems), 0)
             status = classify(conn, location)
             current = status.state is DatabaseState.CURRENT
             altered = _schema_problems(conn, location, where, status.revision) if current else []
