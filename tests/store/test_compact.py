@@ -55,6 +55,27 @@ def test_a_database_held_by_a_writer_is_reported_busy_and_left_as_it_was(store_r
         assert store.open(location).count() == 100
 
 
+def test_a_reader_that_keeps_the_file_from_shrinking_is_reported_busy_with_every_row_kept(store_root: Path) -> None:
+    """A reader inside its snapshot kept the last checkpoint from writing the compacted pages back: the file was no
+    smaller and its WAL grew, and vacuum said "vacuumed", exit 0 (was)."""
+    path = big_store(store_root)
+    (location,) = walk(store_root)
+    size = path.stat().st_size
+    reader = sqlite3.connect(path)
+    try:
+        reader.execute("BEGIN")
+        assert reader.execute("SELECT count(*) FROM completions").fetchone() == (100,)
+        result = vacuum_database(store_root, location, Settings(busy_timeout_ms=100))
+        assert path.stat().st_size == size  # what the report says: not smaller yet
+    finally:
+        reader.close()
+    assert result.outcome is VacuumOutcome.BUSY and "run judgestore vacuum again" in str(result.error)
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert store.open(location).count() == 100
+    assert vacuum_database(store_root, location, Settings()).outcome is VacuumOutcome.VACUUMED
+    assert path.stat().st_size < size / 1.5
+
+
 def test_a_lock_another_process_holds_past_the_busy_timeout_is_reported_busy(store_root: Path) -> None:
     """Another upgrade or vacuum of the file holds its lock: the vacuum waited for it without a bound (was)."""
     fill_small_store(store_root)

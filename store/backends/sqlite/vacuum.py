@@ -12,7 +12,10 @@ Contract:
   without its free pages, in one transaction of SQLite's own), and
   checkpoints again so the WAL is emptied. Writers and readers of other
   processes, and the file's lock, are waited for up to the busy timeout; a
-  database that stays busy is reported (``busy``) and left as it was.
+  database that stays busy is reported (``busy``) and left as it was. A
+  reader still inside its snapshot after the VACUUM keeps the last
+  checkpoint from writing the compacted pages back (the file no smaller,
+  its WAL grown): that is ``busy`` too, with what to do.
 * :func:`vacuum_store` does that for many databases, one bad or busy file
   never stopping the others. Rows are never changed; only free pages go.
 * A dry run makes the same checks on a read-only connection, without the
@@ -101,7 +104,9 @@ def vacuum_database(root: Path, location: Location, settings: Settings, *, dry_r
                     return result(VacuumOutcome.WOULD_VACUUM, after=_pages_in_use(driver))
                 driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
                 driver.execute("VACUUM")
-                driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                (busy, *_) = driver.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+                if busy:  # a reader's snapshot still needs the old pages: the compacted file waits in the WAL
+                    return result(VacuumOutcome.BUSY, f"{path}: {READ_MEANWHILE.format(settings.busy_timeout_ms)}")
             finally:
                 raw.close()
         except DatabaseError as e:
@@ -121,6 +126,12 @@ def vacuum_database(root: Path, location: Location, settings: Settings, *, dry_r
         finally:
             engine.dispose()
     return result(VacuumOutcome.VACUUMED)
+
+
+READ_MEANWHILE = (
+    "compacted, but another process kept reading it for {} ms, so the file could not take the compacted pages back "
+    "from its write-ahead log (-wal) and is no smaller yet; run judgestore vacuum again once that process is done"
+)
 
 
 def _pages_in_use(connection: sqlite3.Connection) -> int:
