@@ -250,14 +250,16 @@ class Database(ABC):
 
     def delete(self, *filters: RowFilter, at_most: int | None = None) -> int:
         """Delete the rows matching any of ``filters`` in one write transaction; returns how many. No filter, or an
-        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted. More than ``at_most`` rows
-        (what the caller counted and confirmed) is a :class:`MatchedMeanwhileError`, and nothing is deleted."""
+        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted. Another number of rows than
+        ``at_most`` (what the caller counted and confirmed) is a :class:`MatchedMeanwhileError`, and nothing is
+        deleted: rows another process deleted meanwhile would hide as many it committed, which the caller never
+        counted."""
         if not filters or any(flt.is_empty() for flt in filters):  # before the transaction: nothing is written
             raise EmptyFilterError()
 
         def delete(repo: Repository) -> int:
             deleted = sum(repo.delete(flt) for flt in filters)
-            if at_most is not None and deleted > at_most:  # raised inside the transaction: it is rolled back
+            if at_most is not None and deleted != at_most:  # raised inside the transaction: it is rolled back
                 raise MatchedMeanwhileError(self.where, counted=at_most, matching=deleted)
             return deleted
 

@@ -92,15 +92,20 @@ class DatabaseFileError(JudgestoreError):
 
 
 class MatchedMeanwhileError(DatabaseFileError):
-    """A delete met more matching rows than were counted and confirmed (a run committed rows it had dated before
-    the count): nothing was deleted from that database."""
+    """A delete met another number of matching rows than was counted and confirmed (a run committed rows it had
+    dated before the count; another process deleted some): nothing was deleted from that database."""
 
     def __init__(self, where: Path | str, *, counted: int, matching: int) -> None:
         self.counted, self.matching = counted, matching
+        why = (
+            "a run committed rows dated before the count"
+            if matching > counted
+            else "another process deleted some of them (and may have written others)"
+        )
         super().__init__(
             where,
-            f"{matching:,} rows match now, {counted:,} were counted: a run committed rows dated before the count "
-            "while the delete waited, so nothing was deleted from it. Run the command again, which counts again",
+            f"{matching:,} rows match now, {counted:,} were counted: {why} while the delete waited, so nothing was "
+            "deleted from it. Run the command again, which counts again",
         )
 
 

@@ -703,6 +703,38 @@ def test_rows_dated_before_the_count_and_committed_after_it_stop_the_delete_of_t
         assert reader.open(location).count(RowFilter(run_id="run-2")) == 4  # its own 2 and the 2 committed
 
 
+def test_rows_another_process_deleted_meanwhile_do_not_hide_as_many_committed_after_the_count(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two rows deleted by another process while the prompt waited, one dated before the count committed: fewer
+    rows matched than were counted, and the delete took the one it had never counted or shown (was). (Exactly as
+    many committed as were deleted still pass: the check compares numbers.)"""
+    import store.cli.data as data_commands
+
+    asked = data_commands.confirmed
+    earlier = datetime.now(UTC) - timedelta(seconds=30)
+    written = [completion_record(20, model="llama", run_id="run-2", created_at=earlier)]
+
+    def confirm_while_others_delete_and_commit(*args: Any, **kwargs: Any) -> None:
+        with Store(Settings(), root=filled) as other:
+            (location,) = other.select(Selector(model=LLAMA.model))
+            database = other.open(location)
+            gone = [r.input_hash for r in database.query(RowFilter(run_id="run-2"))][:2]
+            assert database.delete(RowFilter(input_hashes=tuple(gone))) == 2
+            database.put_many(written)
+        asked(*args, **kwargs)
+
+    monkeypatch.setattr(data_commands, "confirmed", confirm_while_others_delete_and_commit)
+    result = judgestore("delete", "--run-id", "run-2", "--yes", "--json")
+    assert result.exit_code == 1, result.output
+    error = as_json(result.stderr)
+    assert error["type"] == "MatchedMeanwhileError" and "deleted some of them" in error["error"], error
+    with Store(Settings(), root=filled, readonly=True) as reader:
+        (location,) = reader.select(Selector(model=LLAMA.model))
+        kept = {r.input_hash for r in reader.open(location).query(RowFilter(run_id="run-2"))}
+    assert {r.input_hash for r in written} <= kept  # never counted, never shown: kept
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 @pytest.mark.parametrize("command", ["delete", "prune", "stats"])
 def test_ctrl_c_while_a_command_reads_says_so_and_changes_nothing(
