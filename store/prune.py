@@ -45,8 +45,14 @@ _TICK = timedelta(microseconds=1)  # created_at is stored to the microsecond
 
 
 def parse_duration(text: str) -> timedelta:
-    """``90s``, ``45m``, ``12h``, ``30d``, ``2w`` (a number and one unit)."""
+    """``90s``, ``45m``, ``12h``, ``30d``, ``2w`` (a number and one unit, either case; ``M``, months to some, is
+    refused)."""
     match = _DURATION.match(text)
+    if match and match.group(2) == "M":  # months to many (ISO 8601's P6M, pandas' 6M): 6M was 6 minutes
+        raise InvalidInputError(
+            f"{text!r} is ambiguous: M is months to some and minutes to others; give minutes as m (90m) or months in "
+            "days (180d)"
+        )
     if not match:
         raise InvalidInputError(f"{text!r} is not a duration: give a number and a unit, e.g. 30d, 12h, 2w, 90m, 45s")
     try:

@@ -222,6 +222,14 @@ def test_bad_durations_say_what_to_write(bad: str) -> None:
         parse_duration(bad)
 
 
+@pytest.mark.parametrize("months", ["6M", " 1M "])
+def test_a_capital_m_is_refused_as_months_or_minutes(months: str) -> None:
+    """6M, months to pandas and ISO 8601, pruned everything older than 6 minutes (was)."""
+    with pytest.raises(InvalidInputError, match=r"ambiguous.*\(90m\).*\(180d\)"):
+        parse_duration(months)
+    assert parse_duration("6m") == timedelta(minutes=6) and parse_duration("6H") == timedelta(hours=6)
+
+
 def test_a_duration_beyond_the_calendar_is_refused() -> None:
     with pytest.raises(InvalidInputError, match="longer than a calendar holds"):
         parse_duration("999999999999d")
