@@ -200,6 +200,7 @@ class CachedModel:
         self.settings = settings or (store.settings if store is not None else from_environment(Settings))
         self.chunk_size = chunk_size
         self.label = label or descriptor.model
+        self._descriptor_hash: tuple[ModelDescriptor, str] | None = None  # see descriptor_sha256
         self._backend_factory = backend_factory
         self._backend: Backend | None = None
         self.remote = remote
@@ -215,6 +216,15 @@ class CachedModel:
         self._in_call = threading.local()
         self._engine_lock = threading.Lock()  # and a backend that cannot stream takes one chunk at a time
         self.last = CallStats()  # the latest call's; each call's own is its result's ``.run``
+
+    @property
+    def descriptor_sha256(self) -> str:
+        """``self.descriptor.sha256()``, computed once per descriptor (LangChain's layer names it in every answer's
+        metadata: hashing it again per input cost 0.3 ms each, on the event loop)."""
+        held = self._descriptor_hash
+        if held is None or held[0] is not self.descriptor:
+            held = self._descriptor_hash = (self.descriptor, self.descriptor.sha256())
+        return held[1]
 
     @property
     def engine_loaded(self) -> bool:

@@ -179,7 +179,7 @@ class CachedChatModel(BaseChatModel):
         model = self._model
         return {
             "model_name": model.label,
-            "descriptor_hash": model.descriptor.hash16(),
+            "descriptor_hash": model.descriptor_sha256[:16],
             "task": model.task,
             "role": self.role,
             "mode": model.mode,
@@ -465,7 +465,8 @@ class CachedChatModel(BaseChatModel):
             )
             managers.append(run)
         try:
-            requests, outcomes = self._requests(conversations, [c.get("metadata") for c in configs])
+            metadata = [c.get("metadata") for c in configs]
+            requests, outcomes = await asyncio.to_thread(self._requests, conversations, metadata)  # off the loop
             stats = await asend(self._model, self.role, requests, outcomes, max_concurrency)
         except BaseException as e:
             for run in managers:

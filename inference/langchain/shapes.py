@@ -48,6 +48,7 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
@@ -167,13 +168,13 @@ async def asend(
     outcomes: list[Outcome | None],
     max_concurrency: int | None = None,
 ) -> CallStats | None:
-    """:func:`send` off the event loop."""
+    """:func:`send` off the event loop (the answers' messages too: 10,000 of them held it for seconds)."""
     try:
         responses = await acall(model, role, requests, max_concurrency)
     except CacheMissError as e:
-        replay_misses(e, requests, outcomes, model, role)
+        await asyncio.to_thread(replay_misses, e, requests, outcomes, model, role)
         return None
-    answer(requests, outcomes, responses, model, role)
+    await asyncio.to_thread(answer, requests, outcomes, responses, model, role)
     return responses.run
 
 
@@ -269,7 +270,7 @@ def message_of(response: Response, model: CachedModel, role: Role) -> AIMessage:
         "judgestore": {
             "cached": sample.cached,
             "input_hash": sample.input_hash,
-            "descriptor_hash": model.descriptor.sha256(),
+            "descriptor_hash": model.descriptor_sha256,
             "task": model.task,
             "role": role,
         },
