@@ -437,6 +437,23 @@ def test_a_limit_met_before_a_damaged_database_is_a_whole_result(filled: Path, t
     assert judgestore("query", "--format", "jsonl").exit_code == 1  # without the limit, the damage is met
 
 
+@pytest.mark.parametrize("inside", ["database", "beside"])
+def test_export_into_the_store_is_refused_and_its_database_kept(filled: Path, inside: str) -> None:
+    """`export -o` named one of the store's own databases: it was written over with JSONL, its rows lost; a file
+    beside them was left as a stray that verify reported (was)."""
+    with Store(Settings(), root=filled, readonly=True) as store:
+        location = store.locations()[0]
+        rows = store.open(location).count()
+    output = location.db_path(filled) if inside == "database" else filled / "rows.jsonl"
+    before = file_digests(filled)
+    result = judgestore("export", "--format", "jsonl", "--output", str(output))
+    assert result.exit_code == 1
+    assert "is inside the store's folder" in " ".join(result.output.split())
+    assert file_digests(filled) == before and not (filled / "rows.jsonl").exists()
+    with Store(Settings(), root=filled, readonly=True) as store:
+        assert store.open(location).count() == rows
+
+
 def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled: Path, tmp_path: Path) -> None:
     """export made the missing folders (and left them when it failed), where every other command refuses."""
     result = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "new" / "rows.jsonl"))
