@@ -101,15 +101,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import threading
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import UTC, datetime
-from functools import partial
-from typing import TYPE_CHECKING
+from functools import cache, partial
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from inference.backends.base import Backend, Preflight, check_bound, max_concurrency
 from inference.cache.accounting import CallStats, usage_totals
@@ -155,6 +157,24 @@ class Responses(list[Response]):
     def __init__(self, responses: Iterable[Response] = (), run: CallStats | None = None) -> None:
         super().__init__(responses)
         self.run = run if run is not None else CallStats()
+
+
+T = TypeVar("T")
+CALL_THREADS = 256  # async calls in flight at once, each waiting in its own thread
+
+
+@cache
+def _call_threads() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="judgestore-call")
+
+
+async def in_call_thread(func: Callable[..., T], *args: Any) -> T:
+    """``func(*args)`` in a thread of judgestore's own pool, in a copy of the caller's context (as
+    :func:`asyncio.to_thread`). An async call waits out its whole network or engine time in its thread: in
+    asyncio's default pool (5-6 threads on a machine of 1-2 cores) ``gather`` of 64 ``ainvoke`` of a hosted model
+    had 6 requests in flight, not its ``max_concurrency``, which bounds the calls' requests together."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_call_threads(), partial(context.run, func, *args))
 
 
 class CachedModel:
@@ -309,7 +329,7 @@ class CachedModel:
         sample_repeats: bool = False,
     ) -> Responses:
         """:meth:`complete` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(
+        return await in_call_thread(
             self._run, "completions", requests, on_plan, on_progress, max_concurrency, sample_repeats
         )
 
@@ -323,7 +343,7 @@ class CachedModel:
         sample_repeats: bool = False,
     ) -> Responses:
         """:meth:`judge` in a worker thread (see the module docstring); the callbacks are called there."""
-        return await asyncio.to_thread(
+        return await in_call_thread(
             self._run, "judgements", requests, on_plan, on_progress, max_concurrency, sample_repeats
         )
 

@@ -164,6 +164,29 @@ def test_concurrent_async_calls_of_a_hosted_model_share_its_limit(store: Store, 
     assert fake.max_in_flight == 3  # three batches of six, never more than the model's three at once
 
 
+def test_many_concurrent_single_calls_of_a_hosted_model_reach_its_limit_not_asyncios_pool(
+    store: Store, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each async call waited in a thread of asyncio's default pool (min(32, cores + 4): 6 here): gather of 64
+    single calls had 6 requests in flight, whatever the model's max_concurrency (was)."""
+    import concurrent.futures
+
+    fake.delay = 0.5
+    spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, max_concurrency=16)
+    model = spec.cached(store, task="t")
+
+    async def main() -> list[Responses]:
+        asyncio.get_running_loop().set_default_executor(concurrent.futures.ThreadPoolExecutor(max_workers=4))
+        async with model:
+            return await asyncio.gather(*(model.acomplete([ask(i)]) for i in range(32)))
+
+    results = asyncio.run(main())
+    assert [r.text for r in results[-1]] == ["echo: q31"]
+    # Up to the model's limit (16 when every call has planned within the server's delay, which a loaded machine
+    # may not), and past the 4 threads of the loop's default pool
+    assert 4 < fake.max_in_flight <= 16
+
+
 def test_a_hosted_models_limit_defaults_to_the_setting(
     store_root: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
