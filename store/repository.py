@@ -82,6 +82,10 @@ from store.tables.row_checks import (
 GroupBy = Literal["finish_reason", "run_id", "created_at", "benchmark"]
 DATA_COLUMNS = ("input_text", "completion", "usage", "top_logprobs")  # what RowTotals.data_bytes measures
 USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the usage keys RowTotals adds up
+# An engine_seconds this large adds nothing, as a non-finite one: two of 1e308 summed past the float range (stats
+# crashed on SQLite, whose sum was inf, and called the database unreadable on PostgreSQL); under it, 10^8 rows stay
+# within the range.
+MAX_ENGINE_SECONDS = 1e300
 STREAM_PARTITION = 1_000  # rows a read of raw values (verify's) fetches at a time
 STREAM_SLICE = 100  # records a query builds at a time: its rows' width is known only once they are built
 PARTITION_BYTES = 32 << 20  # about what a reader that gathers records (a checked read) holds at once
@@ -242,6 +246,13 @@ class Repository(ABC):
         NULL or the value is anything but a JSON number (a string, an object, a non-finite float's tag), and
         wide enough for any integer the column keeps (a 64-bit one)."""
 
+    def _usage_numbers(self) -> list[Any]:
+        """The SQL expressions of the :data:`USAGE_TOTALS` a row's ``usage`` holds (:meth:`_json_number`), an
+        ``engine_seconds`` beyond :data:`MAX_ENGINE_SECONDS` NULL."""
+        usage = self.table.c.usage
+        prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
+        return [prompt, completion, case((func.abs(seconds) < MAX_ENGINE_SECONDS, seconds))]
+
     def _data_bytes(self) -> Any:
         c = self.table.c
         input_text, completion, usage, top = (self._byte_length(c[name]) for name in DATA_COLUMNS)
@@ -249,8 +260,7 @@ class Repository(ABC):
 
     def totals(self, flt: RowFilter | None = None) -> RowTotals:
         """The matching rows added up (see :class:`~store.rows.RowTotals`)."""
-        usage = self.table.c.usage
-        prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
+        prompt, completion, seconds = self._usage_numbers()
         stmt = select(
             func.count(),
             func.coalesce(func.sum(self._data_bytes()), 0),

@@ -31,9 +31,9 @@ class RowTotals:
     ``usage`` and ``top_logprobs`` as stored, on PostgreSQL escaped: see
     ``PostgresRepository._byte_length``), without the index and page
     overhead of the file. Only JSON numbers are added up (a token count given
-    as a string, a non-finite ``engine_seconds``, adds nothing), on either
-    backend; ``rows_with_cost`` counts rows whose ``usage`` records
-    ``engine_seconds`` as a finite number.
+    as a string, a non-finite ``engine_seconds`` or one of 1e300 or more,
+    adds nothing), on either backend; ``rows_with_cost`` counts rows whose
+    ``usage`` records ``engine_seconds`` as a number that is added up.
     """
 
     rows: int = 0

@@ -32,6 +32,7 @@ from store.errors import DamagedTextError, EmptyFilterError, InvalidInputError
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.repository import Repository
 from store.settings import Settings
+from store.stats import database_stats
 from store.store import Database, Store
 from store.tables.filters import RowFilter
 from store.tables.models import MODEL_OF_ROLE, UTCDateTime
@@ -403,6 +404,21 @@ def test_usage_totals_past_64_bits_are_exact_on_both_backends(backend: Store, de
     assert (every.engine_seconds, every.rows_with_cost) == (3 * 2**62 + 0.25, 4)
     assert (some.rows, some.prompt_tokens, some.completion_tokens) == (1, 2**63 - 1, 1)
     assert every.data_bytes > some.data_bytes > 0
+
+
+def test_seconds_that_would_add_up_past_the_float_range_add_nothing(
+    backend: Store, descriptor: ModelDescriptor
+) -> None:
+    """Two engine_seconds of 1e308 summed past the float range: stats crashed on SQLite (inf, kept as null) and
+    called the database unreadable on PostgreSQL (was)."""
+    usages = [{"engine_seconds": 1e308}, {"engine_seconds": -1e308}, {"engine_seconds": 1e308}]
+    usages += [{"engine_seconds": 0.5}]
+    database = backend.database("completions", "t", descriptor)
+    database.put_many([completion_record(i, usage=usage) for i, usage in enumerate(usages)])
+    with database.transaction() as repo:
+        totals = repo.totals()
+    assert (totals.rows, totals.engine_seconds, totals.rows_with_cost) == (4, 0.5, 1)
+    assert database_stats(database).rows.engine_seconds == 0.5
 
 
 def refusals() -> list[Any]:

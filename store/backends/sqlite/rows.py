@@ -63,7 +63,7 @@ from sqlalchemy.sql.selectable import TableValuedAlias
 from store.backends.sqlite.connections import sqlite_dialect
 from store.claim_table import CLAIMS, ClaimTable
 from store.errors import InvalidInputError
-from store.repository import BLANK, USAGE_TOTALS, Repository
+from store.repository import BLANK, Repository
 from store.roles import Role
 from store.rows import RowTotals
 from store.tables.deferred import DeferredColumns, looked_up, set_deferred
@@ -402,8 +402,8 @@ class SqliteRepository(Repository):
                 raise
         # SQLite's sum() of 64-bit integers stops at 2^63, where PostgreSQL's numeric goes on. Only a table whose
         # usage adds up past it comes here: its numbers are added up in Python, exactly, as the server does.
-        usage, where = self.table.c.usage, self._where(flt or RowFilter())
-        numbers = [self._json_number(usage, key) for key in USAGE_TOTALS]
+        where = self._where(flt or RowFilter())
+        numbers = self._usage_numbers()
         stmt = select(func.count(), func.coalesce(func.sum(self._data_bytes()), 0), func.count(numbers[-1]))
         rows, data, priced = self.conn.execute(stmt.where(*where)).one()
         sums: list[int | Fraction] = [0, 0, 0]  # a float as a Fraction: 2^63 + 0.5 stays exact until the end
