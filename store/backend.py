@@ -406,6 +406,11 @@ class Storage(Protocol):
         """What lies in the store that is not part of its layout; with a non-empty ``selector``, what lies where
         a database it picks belongs (a descriptor folder whose database is missing)."""
 
+    def unlisted(self) -> list[Problem]:
+        """Databases the store holds that its listing leaves out, as it cannot tell which descriptor they are (a
+        server's schema with no registry row; a registry row that names none): ``ls``, ``db status`` and ``db
+        upgrade`` say so. A folder store's walk lists every database file, so it has none."""
+
     def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
         """Give back the space deleted rows left, or with ``dry_run`` say how much it would, changing nothing; a
         backend that cannot refuses with a typed error saying why."""

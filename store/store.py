@@ -407,3 +407,7 @@ class Store:
         unreadable registry rows; with a non-empty ``selector``, only what lies where the databases it picks
         belong (a folder store's descriptor folder whose database is missing)."""
         return self.storage.strays(selector or Selector())
+
+    def unlisted(self, selector: Selector | None = None) -> list[Problem]:
+        """Databases the listing leaves out (:meth:`Storage.unlisted`); none a non-empty ``selector`` could pick."""
+        return [] if selector is not None and not selector.is_empty() else self.storage.unlisted()

@@ -256,6 +256,31 @@ def test_a_registry_row_whose_task_was_edited_is_reported_and_copy_says_so(
         assert [location.model for location in copy.locations()] == ["b"]  # the other went, and is said not to
 
 
+def test_a_schema_whose_registry_row_was_deleted_is_said_by_ls_db_status_and_db_upgrade(
+    pg_cluster: Cluster, pg_url: str
+) -> None:
+    """db status said "All databases are usable", ls and db upgrade exited 0, without a word of the schema holding
+    rows that every command left out; only verify named it (was). A folder store's lost metadata is said by all."""
+    with Store(Settings(), url=pg_url) as store:
+        for model in ("a", "b"):
+            store.database("completions", "t", ModelDescriptor(provider="vllm", model=model)).put_many(
+                [completion_record(i) for i in range(3)]
+            )
+        lost = schema_name(next(location for location in store.locations() if location.model == "a"))
+    pg_cluster.sql(f"DELETE FROM judgestore.registry WHERE schema_name = '{lost}'", make_url(pg_url).database)
+    status = judgestore("db", "status", "--json", "--store-url", pg_url)
+    assert status.exit_code == 1
+    document = orjson.loads(status.stdout)
+    assert document["ok"] is False and [d["model"] for d in document["databases"]] == ["b"]
+    (unlisted,) = document["unlisted"]
+    assert unlisted["path"] == lost and "3 rows" in unlisted["message"]
+    for args in (["db", "status"], ["ls"], ["db", "upgrade"], ["ls", "--json"], ["db", "upgrade", "--dry-run"]):
+        result = judgestore(*args, "--store-url", pg_url)
+        assert result.exit_code == 1, (args, result.output)
+        assert lost in result.stderr and "left out of this listing" in result.stderr, (args, result.stderr)
+    assert judgestore("ls", "--store-url", pg_url, "--model-id", "b").exit_code == 0  # a selection cannot pick it
+
+
 def test_a_fetch_the_server_leaves_midway_stops_at_once_and_says_what_it_imported_before(
     pg_cluster: Cluster, pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -58,7 +58,7 @@ from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, O
 from store.interrupts import held_signals_said_by
 from store.layout import Location, Selector
 from store.outputs import replacing, written_in_place
-from store.reports import DatabaseInfo
+from store.reports import DatabaseInfo, Problem
 from store.roles import ROLES
 from store.rows import RowCount
 from store.settings import Settings
@@ -646,6 +646,23 @@ def exit_if_unread(unread: int, total: int, *, json_output: bool, left_out: str 
         next_step = "`judgestore db status` says what each needs (`db upgrade` if behind, else `verify`)"
         stderr().print(Text(f"{said}; {next_step}.", style="bold red"), soft_wrap=True)
     raise typer.Exit(1)
+
+
+def report_unlisted(problems: Sequence[Problem], *, json_output: bool) -> bool:
+    """Say on stderr which databases the listing left out (:meth:`~store.store.Store.unlisted`: a server's schema
+    without its registry row...), one line each, or one JSON object (``"unlisted"``: each problem) with
+    ``--json``; whether there were any (the command then exits 1)."""
+    if not problems:
+        return False
+    said = f"{quantity(len(problems), 'database')} of the store left out of this listing"
+    if json_output:
+        payload = {"error": said, "type": "UnlistedDatabases", "unlisted": [p.as_dict() for p in problems]}
+        sys.stderr.write(to_json(payload, indent=False) + "\n")
+    else:
+        stderr().print(Text(f"{said} (`judgestore verify` lists them too):", style="bold red"), soft_wrap=True)
+        for problem in problems:
+            stderr().print(Text(f"  {problem.message}"), soft_wrap=True)
+    return True
 
 
 def print_claims(entries: Iterable[tuple[Location, ClaimsSummary | None]]) -> None:

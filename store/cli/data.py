@@ -46,6 +46,7 @@ from store.cli.common import (
     print_claims,
     quantity,
     record_deleted,
+    report_unlisted,
     rows_to_stdout,
     state_text,
     stdout,
@@ -142,14 +143,17 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
         matching = None
         if not flt.is_empty():
             infos, matching = _matching(store, infos, flt, selector)
+        unlisted = store.unlisted(selector)
     unread = sum(not info.ok for info in infos)
     if json_output:  # each database's "ok" says whether it could be read ("error": why not)
         emit_json(
             [info.as_dict() | ({} if matching is None else {"matching": matching[i]}) for i, info in enumerate(infos)]
         )
+        if report_unlisted(unlisted, json_output=True):  # the list has no room for them: a JSON object on stderr
+            raise typer.Exit(1)
         exit_if_unread(unread, len(infos), json_output=True)
         return
-    if not infos:
+    if not infos and not unlisted:
         no_databases(store, json_output, selector)
         return
     extra = [("Rows", "right")] + ([] if matching is None else [("Matching", "right")])
@@ -164,6 +168,8 @@ def ls_command(settings: Settings, selector: Selector, flt: RowFilter, json_outp
     table.caption = f"{quantity(len(infos), 'database')}, {quantity(rows, 'row')}{selected}, {decimal(size)}"
     stdout().print(table)
     print_claims((info.location, info.claims) for info in infos)
+    if report_unlisted(unlisted, json_output=False) and not unread:
+        raise typer.Exit(1)
     exit_if_unread(unread, len(infos), json_output=False, left_out="see State; their rows are not counted")
 
 

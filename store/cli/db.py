@@ -29,6 +29,7 @@ from store.cli.common import (
     note,
     print_claims,
     quantity,
+    report_unlisted,
     state_text,
     stderr,
     stdout,
@@ -69,11 +70,14 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
         store.require_present("to check")
         locations = store.select(selector)
         infos = list(counted(store.infos(locations, count_rows=False), len(locations), "Checking"))
+        unlisted = store.unlisted(selector)
     head = schema.revisions().head
     bad = [info for info in infos if not info.ok]
     if json_output:
-        emit_json({"head": head, "ok": not bad, "databases": [info.as_dict() for info in infos]})
-    elif not infos:
+        databases = [info.as_dict() for info in infos]
+        emit_json({"head": head, "ok": not bad and not unlisted, "databases": databases,
+                   "unlisted": [problem.as_dict() for problem in unlisted]})  # fmt: skip
+    elif not infos and not unlisted:
         no_databases(store, json_output, selector)
     else:
         columns = [Column("Database", fit=Fit.PATH), Column("State"), Column("Revision")]
@@ -89,6 +93,8 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
             behind = sum(info.state == "behind" for info in bad)
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
             stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
+        elif unlisted:
+            report_unlisted(unlisted, json_output=False)
         else:
             usable = (
                 "The database is usable; it does not need"
@@ -96,7 +102,9 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
                 else f"All {len(infos)} databases are usable; none needs"
             )
             note(f"{usable} `judgestore db upgrade`.", json_output=json_output)
-    if bad:
+        if bad and unlisted:
+            report_unlisted(unlisted, json_output=False)
+    if bad or unlisted:
         raise typer.Exit(1)
 
 
@@ -167,11 +175,13 @@ def db_upgrade_command(
             at_head = any(info.state is DatabaseState.CURRENT for info in store.infos(stopped, count_rows=False))
             _upgrade_interrupted(results, len(locations), at_head, json_output)
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
+        unlisted = store.unlisted(selector)  # never upgraded: no location names them
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
     if json_output:
         results_json = [_result_dict(r) for r in results]
-        emit_json({"head": schema.revisions().head, "ok": not bad, "dry_run": dry_run, "results": results_json})
-    elif not results:
+        emit_json({"head": schema.revisions().head, "ok": not bad and not unlisted, "dry_run": dry_run,
+                   "results": results_json, "unlisted": [problem.as_dict() for problem in unlisted]})  # fmt: skip
+    elif not results and not unlisted:
         no_databases(store, json_output, selector)
     else:
         columns = [Column("Database", fit=Fit.PATH), Column("Result"), Column("From"), Column("To")]
@@ -194,7 +204,8 @@ def db_upgrade_command(
         counts = {outcome: sum(r.outcome is outcome for r in results) for outcome in UpgradeOutcome}
         table.caption = ", ".join(f"{n} {outcome.value.replace('_', ' ')}" for outcome, n in counts.items() if n)
         stdout().print(table)
-    if bad:
+        report_unlisted(unlisted, json_output=False)
+    if bad or unlisted:
         raise typer.Exit(1)
 
 

@@ -572,6 +572,10 @@ class PostgresStorage:
             *(Problem(name, ProblemKind.STRAY, unregistered_message(name, rows)) for name, rows in orphans),
         ]
 
+    def unlisted(self) -> list[Problem]:
+        """The :meth:`strays` of the whole store: every one is a schema, or a registry row, no location names."""
+        return self.strays(Selector())
+
     def read_across(self, databases: Sequence[Database], plan: Plan) -> AcrossRows:
         """One statement over every schema where the SQL allows it (:mod:`store.backends.postgres.across`)."""
         from store.backends.postgres.across import read_across

@@ -310,6 +310,9 @@ class SqliteStorage:
     def strays(self, selector: Selector) -> list[Problem]:
         return stray_paths(self.root, selector)
 
+    def unlisted(self) -> list[Problem]:
+        return []  # the walk lists every database file, one without its metadata.json too
+
     def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
         return vacuum_store(self.root, locations, self.settings, dry_run=dry_run)
 
