@@ -168,6 +168,7 @@ def test_every_help_reads_whole_at_80_columns() -> None:
         lines = result.stdout.splitlines()
         assert all(cell_len(line) <= 80 for line in lines), result.stdout
         assert "…" not in result.stdout and "<bool>" not in result.stdout, result.stdout
+        assert "<list[" not in result.stdout, result.stdout  # pairs --answers <list[Path]> (was)
         for param in command.params if command is not None else ():
             for name in (*param.opts, *param.secondary_opts):
                 assert name in result.stdout.split() or f"{name}," in result.stdout, (path, name, result.stdout)

@@ -266,7 +266,10 @@ def pairs_command(
     answers: Annotated[
         list[Path],
         typer.Option(
-            "--answers", help="A result file of generate (repeat, one per model; '-': stdin).", callback=input_files
+            "--answers",
+            help="A result file of generate (repeat, one per model; '-': stdin).",
+            callback=input_files,
+            metavar="<path>",
         ),
     ],
     output: Annotated[Path, typer.Option("--output", "-o", help="JSONL file of pairs ('-': stdout).")] = Path("-"),

@@ -177,7 +177,9 @@ def _print_reasons(report: "ImportReport", console: Console) -> None:
 
 
 def import_command(
-    sources: Annotated[list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).")],
+    sources: Annotated[
+        list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).", metavar="PATH")
+    ],
     settings: Settings,
     json_output: JsonOutput = False,
     detect_only: Annotated[

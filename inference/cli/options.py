@@ -148,7 +148,7 @@ def model_spec(
     ] = None,
     temperature: Annotated[
         float | None,
-        _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False),
+        _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False, min=0.0),
     ] = None,
     max_tokens: Annotated[
         int | None,
@@ -208,7 +208,8 @@ def model_spec(
         engine_only = {"--engine-arg": engine_arg, "--chat-template": chat_template, "--allow-unpinned": allow_unpinned}
         refused = [name for name, value in engine_only.items() if value]
         if refused:
-            raise InvalidInputError(f"{', '.join(refused)} apply to the in-process engine, not to --provider")
+            verb = "applies" if len(refused) == 1 else "apply"
+            raise InvalidInputError(f"{', '.join(refused)} {verb} to the in-process engine, not to --provider")
         return HostedSpec(
             model=model,
             provider=provider.value,  # type: ignore[arg-type]
@@ -225,8 +226,9 @@ def model_spec(
             max_concurrency=max_concurrency,
         )
     hosted_only = {"--base-url": base_url, "--api-key-env": api_key_env, "--routing": routing}
-    if any(hosted_only.values()):
-        raise InvalidInputError(f"{', '.join(k for k, v in hosted_only.items() if v)} need --provider")
+    if given_hosted := [name for name, value in hosted_only.items() if value]:
+        verb = "needs" if len(given_hosted) == 1 else "need"
+        raise InvalidInputError(f"{', '.join(given_hosted)} {verb} --provider")
     engine_kwargs = parse_key_values(engine_arg, "--engine-arg")
     if allow_unpinned and Path(model).is_dir():  # a folder is pinned by its files' content: the flag would do nothing
         raise InvalidInputError(

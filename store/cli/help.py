@@ -68,7 +68,10 @@ class PanelledCommand(TyperCommand):
                 continue
             default = "Arguments" if param.param_type_name == "argument" else _OPTIONS
             panel = getattr(param, "rich_help_panel", None) or default
-            panels.setdefault(panel, []).append((record[0], _unbreakable(record[1])))
+            name = record[0]
+            if param.param_type_name == "argument" and param.metavar:  # typer adds its type: PATH... <list[Path]>
+                name = param.metavar + ("..." if param.nargs == -1 else "")
+            panels.setdefault(panel, []).append((name, _unbreakable(record[1])))
         start = len(formatter.buffer)
         for name, records in panels.items():
             if records:

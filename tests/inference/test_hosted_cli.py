@@ -87,11 +87,18 @@ def test_engine_options_and_server_options_do_not_mix(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
 ) -> None:
     mixed = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", "--engine-arg", "dtype=float32")
-    assert mixed.exit_code == 1 and "--engine-arg apply to the in-process engine" in mixed.stderr
+    assert mixed.exit_code == 1 and "--engine-arg applies to the in-process engine" in mixed.stderr
     orphan = judgestore(
         "generate", "--model", "m", "--base-url", openai_server.base_url, "--task", "t", "-i", str(chat_prompts)
     )
-    assert orphan.exit_code == 1 and "--base-url need --provider" in orphan.stderr
+    assert orphan.exit_code == 1 and "--base-url needs --provider" in orphan.stderr
+    both = judgestore(
+        "generate", "--model", "m", "--base-url", openai_server.base_url, "--api-key-env", "K", "--task", "t",
+        "-i", str(chat_prompts),
+    )  # fmt: skip
+    assert both.exit_code == 1 and "--base-url, --api-key-env need --provider" in both.stderr
+    negative = judgestore("generate", "--model", "m", "--temperature", "-1", "--task", "t", "-i", str(chat_prompts))
+    assert negative.exit_code == 2 and "--temperature" in negative.stderr  # refused before vLLM was loaded (was)
     assert openai_server.completions() == []
 
 
