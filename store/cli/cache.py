@@ -550,7 +550,7 @@ def export_command(
     if json_output:
         emit_json({"rows": rows, "format": output_format.value, "output": str(output)})
     elif not to_stdout:
-        note(f"exported {rows:,} rows to {output} ({output_format.value})", json_output=False)
+        note(f"exported {quantity(rows, 'row')} to {output} ({output_format.value})", json_output=False)
 
 
 def _export_interrupted(written: int, fmt: str, output: Path, existed: bool, json_output: bool) -> NoReturn:

@@ -304,7 +304,7 @@ def query_command(
                 table.add_row(*(_table_cell(values.get(name)) for name in chosen))
         except KeyboardInterrupt:  # the table is printed at once, after every row was read
             _query_interrupted(0, fmt, json_output)
-    table.caption = f"{min(len(found), shown)} rows"
+    table.caption = quantity(min(len(found), shown), "row")
     stdout().print(table)
     if limit is None and len(found) > shown:
         note(f"Showing the first {shown} rows; pass --limit N, or --format jsonl/csv for all.", json_output=False)

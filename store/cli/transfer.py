@@ -174,11 +174,12 @@ def _render(report: "CopyReport") -> None:
         )
     runs = sum(d.bookkeeping.get("runs", 0) for d in report.databases)
     adopted = sum(d.bookkeeping.get("adoptions", 0) for d in report.databases)
+    records = f"{quantity(runs, 'run')} and {quantity(adopted, 'adoption')}"
     if report.dry_run:
-        done = f"{report.rows_written:,} rows to write, {runs:,} runs and {adopted:,} adoptions to copy"
+        done = f"{quantity(report.rows_written, 'row')} to write, {records} to copy"
     else:
-        done = f"{report.rows_written:,} rows written, {runs:,} runs and {adopted:,} adoptions copied"
-    table.caption = f"{len(report.databases)} databases, {done}"
+        done = f"{quantity(report.rows_written, 'row')} written, {records} copied"
+    table.caption = f"{quantity(len(report.databases), 'database')}, {done}"
     stdout().print(table)
     for d in report.databases:
         for problem in _problems(d):

@@ -22,6 +22,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from store.errors.base import UPGRADE_HOW, JudgestoreError
+from store.errors.inputs import InvalidInputError
 
 __all__ = [
     "ChangedUnderReadError",
@@ -42,6 +43,7 @@ __all__ = [
     "NetworkFilesystemError",
     "NotADatabaseError",
     "OutputWriteError",
+    "RefusedValueError",
     "RowGoneError",
     "SchemaAheadError",
     "SchemaBehindError",
@@ -89,6 +91,11 @@ class DatabaseFileError(JudgestoreError):
     def __init__(self, where: Path | str, message: str) -> None:
         self.where, self.path = _place(where)
         super().__init__(f"{self.where}: {message}")
+
+
+class RefusedValueError(DatabaseFileError, InvalidInputError):
+    """A file's constraint (CHECK, NOT NULL, UNIQUE) refused a value of a statement; nothing of it was kept. The
+    rows judgestore writes are checked before they are written: a statement of the caller's meets this."""
 
 
 class MatchedMeanwhileError(DatabaseFileError):

@@ -24,6 +24,7 @@ from store.errors import (
     DatabaseIOError,
     NetworkFilesystemError,
     NotADatabaseError,
+    RefusedValueError,
     SchemaMismatchError,
     StoreFullError,
     StoreNotWritableError,
@@ -271,6 +272,8 @@ def _sqlite_error(message: str, code: int | None, kind: type[sqlite3.Error] = sq
         (_sqlite_error("Could not decode to UTF-8 column 'completion' with text 'x'", None), DamagedTextError,
          "--input-hash"),
         (_sqlite_error("no such table: completions", 1), SchemaMismatchError, "backup"),
+        (_sqlite_error("CHECK constraint failed: orientation", 19 | (1 << 8), sqlite3.IntegrityError),
+         RefusedValueError, "a value of it is the cause"),  # was: verify the file, restore or delete it
         (_sqlite_error("something new", 1), UnexpectedDatabaseError, "something new"),
         (sqlite3.InterfaceError("bad parameter"), UnexpectedDatabaseError, "judgestore verify"),
         (OSError(errno.ENOSPC, "No space left on device"), StoreFullError, "disk is full"),

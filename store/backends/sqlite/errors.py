@@ -47,6 +47,7 @@ from store.errors import (
     InterruptedWriteError,
     JudgestoreError,
     NotADatabaseError,
+    RefusedValueError,
     SchemaMismatchError,
     StoreFullError,
     StoreNotWritableError,
@@ -65,6 +66,7 @@ _FOREIGN_HINT = "a typo, or one added by hand to some databases only: pick those
 # SQLite's primary result codes (an extended code's low byte)
 _SQLITE_PERM, _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_READONLY, _SQLITE_IOERR, _SQLITE_CORRUPT = 3, 5, 6, 8, 10, 11
 _SQLITE_FULL, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS, _SQLITE_NOTADB = 13, 14, 15, 22, 26
+_SQLITE_CONSTRAINT = 19
 _SQLITE_READONLY_ROLLBACK = _SQLITE_READONLY | (3 << 8)  # extended: a hot journal, and no right to roll it back
 _SQLITE_OS_FAILURES = frozenset({_SQLITE_PERM, _SQLITE_IOERR, _SQLITE_CANTOPEN, _SQLITE_PROTOCOL, _SQLITE_NOLFS})
 _NO_SPACE = frozenset({errno.ENOSPC, errno.EDQUOT})
@@ -147,6 +149,13 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         )
     if primary == _SQLITE_FULL:
         return StoreFullError(path, free_bytes=free_bytes(path), needed_bytes=needed_bytes)
+    if primary == _SQLITE_CONSTRAINT:  # the file is sound: a value of the statement broke one of its constraints
+        return RefusedValueError(
+            path,
+            f"refused a value ({message}); nothing of the statement was kept. judgestore checks the rows it writes "
+            "before it writes them: if the statement is your own (Store.execute, a session), a value of it is the "
+            "cause",
+        )
     if code == _SQLITE_READONLY_ROLLBACK:  # a hot journal that a read-only connection cannot roll back
         return InterruptedWriteError(path)
     if primary == _SQLITE_READONLY:
