@@ -189,11 +189,19 @@ class ForeignDatabaseError(SchemaError):
     def __init__(self, path: Path | str, tables: list[str]) -> None:
         self.tables = tables
         shown = ", ".join(tables[:6]) + (", ..." if len(tables) > 6 else "")
+        on_file = _place(path)[1] is not None
+        backup = "a backup (`*.bak-*` beside it after an upgrade)" if on_file else "a backup (pg_dump)"
         if "judgestore_alembic_version" in tables:  # ours, but its revision was emptied or doubled by hand
             message = (
                 "its judgestore_alembic_version table does not hold exactly one revision (emptied or edited by "
-                "hand), so its schema is unknown; refusing to touch it. Restore it from a backup (`*.bak-*` beside "
-                "it after an upgrade) or delete it to recompute its rows."
+                f"hand), so its schema is unknown; refusing to touch it. Restore it from {backup} or delete it to "
+                "recompute its rows."
+            )
+        elif {"completions", "judgements"} & set(tables) and "runs" in tables:  # ours, its version table dropped
+            message = (
+                f"it has judgestore's tables ({shown}) but no judgestore_alembic_version table (dropped by hand?), "
+                f"so its schema revision is unknown; refusing to touch it. Restore it from {backup} or delete it to "
+                "recompute its rows."
             )
         else:
             message = (
