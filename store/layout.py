@@ -405,6 +405,28 @@ def walk(root: Path) -> Iterator[Location]:
             yield location
 
 
+def enclosing_store(root: Path) -> Path | None:
+    """The store whose role, task, provider or model folder ``root`` is (it holds that store's databases as deep
+    as the layout puts them below that folder), or None. Only a path with a role's name among its last four parts
+    is looked at, and only the first database found under it."""
+    parts = root.parts
+    for depth in range(1, min(5, len(parts))):
+        role = parts[-depth]
+        if role not in ROLES:
+            continue
+        store = Path(*parts[:-depth])
+        pattern = "/".join(["*"] * (5 - depth) + [database_name(role)])  # the folders left down to the database
+        found = next(root.glob(pattern), None)
+        if found is None:
+            continue
+        try:
+            Location.from_db_path(store, found)
+        except InvalidInputError:
+            continue
+        return store
+    return None
+
+
 def _folders(path: str) -> list[str]:
     """The folders in ``path``, as paths; none when it is not a readable folder."""
     try:

@@ -24,6 +24,7 @@ from store.errors import (
     JudgestoreError,
     SchemaAheadError,
     SchemaBehindError,
+    StoreMissingError,
 )
 from store.layout import METADATA_FILE, Location, Selector, read_metadata
 from store.repository import Repository
@@ -547,6 +548,33 @@ def test_a_relative_root_is_fixed_when_the_store_opens_not_at_each_database(
     assert not (tmp_path / "b" / "rel").exists()
     with Store(root=tmp_path / "a" / "rel") as store:
         assert sum(store.open(location).count() for location in store.locations()) == 2
+
+
+@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+@pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
+def test_a_folder_inside_a_store_is_refused_as_a_root_and_names_the_store(
+    tmp_path: Path, depth: int, readonly: bool
+) -> None:
+    """--store-root st/completions read as "No databases" (exit 0), and a write made a store inside the store that
+    its own listing never showed (was)."""
+    root = tmp_path / "st"
+    with Store(root=root) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        location = store.locations()[0]
+    inside = root.joinpath(*location.relative_folder().parts[:depth])
+    before = file_digests(root)
+    with pytest.raises(StoreMissingError, match=f"a folder inside the store {root}, not a store"):
+        Store(root=inside, readonly=readonly)
+    assert file_digests(root) == before
+
+
+def test_a_store_named_after_a_role_is_a_store(tmp_path: Path) -> None:
+    """A store whose own folder is called completions, or lies in one, is no folder inside another store."""
+    for root in (tmp_path / "completions", tmp_path / "completions" / "mine"):
+        with Store(root=root) as store:
+            store.database("completions", "t", QWEN).put_many([completion_record(1)])
+        with Store(root=root, readonly=True) as store:
+            assert [location.model for location in store.locations()] == [QWEN.model]
 
 
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])

@@ -52,7 +52,16 @@ from store.backends.sqlite.vacuum import vacuum_store
 from store.backends.sqlite.verify import stray_paths, verify_database
 from store.catalog import Catalog
 from store.errors import DatabaseFileError, DatabaseMissingError, JudgestoreError, StatementError, StoreMissingError
-from store.layout import Location, Selector, StoredMetadata, database_name, prepared_folder, read_metadata, walk
+from store.layout import (
+    Location,
+    Selector,
+    StoredMetadata,
+    database_name,
+    enclosing_store,
+    prepared_folder,
+    read_metadata,
+    walk,
+)
 from store.reports import (
     DatabaseInfo,
     DatabaseVerification,
@@ -100,6 +109,13 @@ class SqliteStorage:
         # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. Paths are
         # shown as given (where).
         root = root.absolute()
+        if (store := enclosing_store(root)) is not None:  # read as no databases; a write made a store inside it
+            raise StoreMissingError(
+                given,
+                f"it is a folder inside the store {store}, not a store: give {store} as --store-root (or "
+                "JUDGESTORE_STORE_ROOT, Store(root=...)); a selector (--role, --task, --model-id...) picks its "
+                "databases",
+            )
         self.root = root
         self.local_root = root
         self._prefix = os.path.join(str(root), "")
