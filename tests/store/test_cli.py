@@ -464,6 +464,10 @@ def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled:
     blocked = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "afile" / "rows.jsonl"))
     assert blocked.exit_code == 1
     assert f"{tmp_path / 'afile'} is a file, not a folder" in " ".join(blocked.output.split())
+    (tmp_path / "dangling.jsonl").symlink_to(tmp_path / "gone" / "rows.jsonl")
+    dangling = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "dangling.jsonl"))
+    assert dangling.exit_code == 1  # was: "this user may not write in .../gone", of a folder that is not there
+    assert f"there is no folder {tmp_path / 'gone'}" in " ".join(dangling.output.split())
 
 
 @pytest.mark.parametrize("option", ["--task", "--provider", "--model-id", "--descriptor"])
