@@ -231,7 +231,9 @@ def checked_columns(columns: Iterable[str], available: tuple[str, ...]) -> tuple
     :class:`InvalidInputError` saying which are not."""
     chosen = tuple(columns)
     unknown = [name for name in chosen if name not in available]
-    if unknown or not chosen:
+    if not chosen:  # --columns "" or ", ," (was: "unknown column(s) []")
+        raise InvalidInputError(f"no column named; choose from {', '.join(available)}")
+    if unknown:
         raise InvalidInputError(f"unknown column(s) {unknown}; choose from {', '.join(available)}")
     # A repeat would be two columns of one name: Parquet's readers refuse such a file, and JSON keeps one of them
     repeated = sorted({name for name in chosen if chosen.count(name) > 1})

@@ -242,6 +242,9 @@ def test_export_parquet_csv_and_stdout(filled: Path, tmp_path: Path) -> None:
     assert judgestore("export", "-f", "parquet").exit_code == 2  # binary: needs a file
     unknown = judgestore("export", "-f", "csv", "--columns", "input_hash,nope")  # a usage error, as query's (was 1)
     assert unknown.exit_code == 2 and "Invalid value for --columns: unknown column(s) ['nope']" in unknown.stderr
+    for blank in ("", ", ,"):  # was: "unknown column(s) []"
+        none = judgestore("export", "-f", "csv", "--columns", blank)
+        assert none.exit_code == 2 and "Invalid value for --columns: no column named" in none.stderr, none.stderr
     twice = tmp_path / "twice.parquet"  # four rows of two asked for, a file pyarrow could not read (was)
     repeated = judgestore("export", "-f", "parquet", "-o", str(twice), "-n", "2", "--columns", "input_hash,input_hash")
     assert repeated.exit_code == 2 and "input_hash named more than once" in repeated.stderr and not twice.exists()
