@@ -175,11 +175,12 @@ class SchemaAheadError(SchemaError):
 
     def __init__(self, path: Path | str, found: str, expected: str) -> None:
         self.found, self.expected = found, expected
+        it = "the file" if _place(path)[1] is not None else "the schema"  # a server's schema is no file
         super().__init__(
             path,
             f"schema revision {found} is unknown to this library (its newest is "
-            f"{expected}): a newer judgestore wrote the file, or one with migrations of "
-            f"its own. Upgrade the library ({UPGRADE_HOW}); the file was not touched.",
+            f"{expected}): a newer judgestore wrote {it}, or one with migrations of "
+            f"its own. Upgrade the library ({UPGRADE_HOW}); {it} was not touched.",
         )
 
 
