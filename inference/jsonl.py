@@ -130,6 +130,10 @@ class OrientationUnusedWarning(UserWarning):
     """Orientations were asked for, but the file has no pair line for them to apply to."""
 
 
+class FirstSampleWarning(UserWarning):
+    """``pairs`` met answers of several samples (``n`` > 1): it pairs each line's first, its ``completion``."""
+
+
 def read_judgement_requests(
     path: Path,
     orientations: Sequence[Orientation] | None = None,
@@ -299,6 +303,7 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     # model -> (benchmark, instruction_id) -> (completion, file, line, input_hash)
     by_model: dict[str, dict[tuple[Any, Any], tuple[str, Path, int, Any]]] = {}
     files: dict[str, set[Path]] = {}  # model -> the answers files holding its lines
+    sampled: list[str] = []  # lines answering with several samples (n > 1), as path:number
     for path in answers:
         for number, row in read_lines(path):
             model, key = row.get("model"), (row.get("benchmark"), row.get("instruction_id"))
@@ -321,6 +326,15 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                 )
             answered[key] = (row["completion"], path, number, row.get("input_hash"))
             files.setdefault(model, set()).add(path)
+            if isinstance(row.get("samples"), list) and len(row["samples"]) > 1:
+                sampled.append(f"{path}:{number}")
+    if sampled:  # the others were dropped without a word (was)
+        warnings.warn(
+            f"{len(sampled)} answer line{'s hold' if len(sampled) > 1 else ' holds'} several samples (n > 1; first "
+            f"{sampled[0]}): each is paired by its first sample, its completion; the others are not judged",
+            FirstSampleWarning,
+            stacklevel=2,
+        )
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")
     pairs = []

@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inference.jsonl import make_pairs, response_row, write_responses
+from inference.jsonl import FirstSampleWarning, make_pairs, response_row, write_responses
 from inference.requests import CompletionRequest, Response, Sample
 from store.descriptor import input_hash
 from store.errors import InvalidInputError, PromptTooLongError
@@ -119,6 +119,21 @@ def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
         ("q0", "a says 0", "b says 0"),
         ("q1", "a says 1", "b says 1"),
     ]
+
+
+def test_pairs_of_answers_with_several_samples_pair_the_first_and_say_so(tmp_path: Path) -> None:
+    """With n = 2 the second sample was dropped without a word (was)."""
+
+    def sampled(i: int, model: str) -> Response:
+        key = input_hash(ask(i).render_bytes("chat"))
+        return Response(ask(i), tuple(Sample(key, k, f"{model} says {i}.{k}", "stop", None, None, cached=False)
+                                      for k in range(2)))  # fmt: skip
+
+    answers = [_answers(tmp_path, "a", [sampled(i, "a") for i in (0, 1)]), _answers(tmp_path, "b", [answered(0, "b"),
+               answered(1, "b")])]  # fmt: skip
+    with pytest.warns(FirstSampleWarning, match=r"2 answer lines hold several samples .*the others are not judged"):
+        pairs = make_pairs(_prompts(tmp_path, ["0", "1"]), answers)
+    assert [p["answer_a"] for p in pairs] == ["a says 0.0", "a says 1.0"]
 
 
 def test_a_pair_of_a_conversation_shows_the_judge_the_whole_of_it(tmp_path: Path) -> None:
