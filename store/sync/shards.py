@@ -387,7 +387,7 @@ _COMMON: dict[str, Check] = {
     "created_at": _is_utc_timestamp,
     "adopted_from": _is_hash,  # present only when set (OMITTED_WHEN_NULL)
 }
-_SCHEMAS: dict[str, dict[str, Check]] = {
+_CHECKED: dict[str, dict[str, Check]] = {
     "completions": {**_COMMON, "model": _optional(_is_str)},
     "judgements": {
         **_COMMON,
@@ -396,6 +396,30 @@ _SCHEMAS: dict[str, dict[str, Check]] = {
         "judge": _optional(_is_str),
         "orientation": _optional(_is_orientation),
     },
+}
+_OF_TYPE: dict[type, Check] = {str: _is_str, int: lambda v: type(v) is int, bool: lambda v: type(v) is bool,
+                               float: lambda v: type(v) in (int, float)}  # fmt: skip
+
+
+def _declared(role: str, name: str) -> Check:
+    """The check of a column :data:`_CHECKED` does not name (one a schema revision added since, as the worked
+    example's ``verdict``): a value of the type its model declares, or null where the column is nullable. Without
+    it, every shard pushed after the revision was quarantined on fetch for a field it did not expect."""
+    from store.tables.models import MODEL_OF_ROLE
+
+    column = MODEL_OF_ROLE[role].__table__.c[name]
+    try:
+        check = _OF_TYPE.get(column.type.python_type, lambda v: True)
+    except NotImplementedError:
+        check = lambda v: True  # noqa: E731  # a type that names no Python type: any value JSON carries
+    return _optional(check) if column.nullable else check
+
+
+# A shard row's fields, each with its check: every field of the role's records (store.tables.records, generated
+# from the models), so a row of any column round-trips.
+_SCHEMAS: dict[str, dict[str, Check]] = {
+    role: {name: checks.get(name) or _declared(role, name) for name in record_fields(RECORD_OF_ROLE[role])}
+    for role, checks in _CHECKED.items()
 }
 
 

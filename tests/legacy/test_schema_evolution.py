@@ -36,7 +36,7 @@ ALEMBIC = Path(sys.executable).with_name("alembic")
 NEW_REVISION = f"{int(SHIPPED_HEAD) + 1:04d}"  # the guide's new revision, after the newest shipped one
 
 MODEL_ANCHOR = "    orientation: Mapped[Orientation | None] = mapped_column(server_safe(String(16)), sort_order=-77)\n"
-MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=-76)\n"
+MODEL_EDIT = "    verdict: Mapped[str | None] = mapped_column(server_safe(String(16)), sort_order=41)\n"
 CODEGEN = "python -m store.tables.codegen"
 DOCSTRING = """What changes: adds the nullable column judgements.verdict (String(16)).
 Why: parsed verdicts can be filtered on without re-parsing completions.
@@ -146,11 +146,12 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
         "model='new')).path\n"
         "conn = sqlite3.connect(path)\n"
         "print(conn.execute('SELECT version_num FROM judgestore_alembic_version').fetchone()[0], "
-        "[r[1] for r in conn.execute('PRAGMA table_info(judgements)')].count('verdict'))"
+        "','.join(r[1] for r in conn.execute('PRAGMA table_info(judgements)')))"
     )
     created = _run(copy, sys.executable, "-c", fresh, str(tmp_path / "new-store"), env=env)
     assert created.returncode == 0, created.stderr
-    assert created.stdout.split() == [NEW_REVISION, "1"]
+    revision_made, columns_made = created.stdout.split()
+    assert revision_made == NEW_REVISION and columns_made.split(",").count("verdict") == 1
 
     # 3. "run the tests": their synthetic revision (tests/store/revisions) still goes on top of the new head (it
     # added this very column, so after the guide the schema tests failed: duplicate column name)
@@ -185,6 +186,11 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     assert {r["outcome"] for r in orjson.loads(again.stdout)["results"]} == {"up-to-date"}
     verify = _store(copy, "verify", "--store-root", str(root), "--json", env=env)
     assert verify.returncode == 0, verify.stdout
+    # A new database (built from the models) holds the columns in the order an upgraded one does: the guide's
+    # first sort_order put verdict after orientation, the migration at the end (the schema tests then failed)
+    with closing(sqlite3.connect(next(root.glob("judgements/**/judgements.db")))) as upgraded:
+        columns = ",".join(r[1] for r in upgraded.execute("PRAGMA table_info(judgements)"))
+    assert columns == columns_made
     assert orjson.loads(verify.stdout)["rows_checked"] == sum(k + 3 + 4 for k in range(len(DESCRIPTORS)))
 
     # The new column is usable by the new library: write a verdict, read it back.
@@ -201,6 +207,17 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     )
     assert read.returncode == 0, read.stderr
     assert read.stdout.strip() == str(sorted(["A"] + ["None"] * 3))
+
+    # ... and shared: a push and a fetch carry it (a fetch quarantined every judgement shard, for a field it did
+    # not expect, was)
+    hub, fetched = tmp_path / "hub", tmp_path / "fetched"
+    push = ("hub", "push", "--store-root", str(root), "--dir", str(hub), "--all", "--create-repo", "--json")
+    assert (pushed := _store(copy, *push, env=env)).returncode == 0, pushed.stderr
+    fetch = ("hub", "fetch", "--dir", str(hub), "--all", "--store-root", str(fetched), "--json")
+    assert (got := _store(copy, *fetch, env=env)).returncode == 0, got.stdout + got.stderr
+    rows = _store(copy, "query", "--store-root", str(fetched), "--role", "judgements", "--format", "jsonl", env=env)
+    verdicts = [orjson.loads(line)["verdict"] for line in rows.stdout.splitlines()]
+    assert len(verdicts) == sum(k + 3 for k in range(len(DESCRIPTORS))) + 1 and verdicts.count("A") == 1
 
     # 5. going back is refused: alembic downgrade stops, and the older library will not open the file
     down = _run(copy, str(ALEMBIC), "downgrade", "-1", env=env)
