@@ -250,16 +250,17 @@ class Database(ABC):
 
     def delete(self, *filters: RowFilter, at_most: int | None = None) -> int:
         """Delete the rows matching any of ``filters`` in one write transaction; returns how many. No filter, or an
-        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted. Another number of rows than
-        ``at_most`` (what the caller counted and confirmed) is a :class:`MatchedMeanwhileError`, and nothing is
-        deleted: rows another process deleted meanwhile would hide as many it committed, which the caller never
-        counted."""
+        empty one among them, is an :class:`EmptyFilterError`, and nothing is deleted. With ``at_most`` (what the
+        caller counted and confirmed), more rows, or fewer but some, is a :class:`MatchedMeanwhileError`, and
+        nothing is deleted: rows another process deleted meanwhile would hide as many it committed, which the
+        caller never counted. None matching deletes nothing (a plan run again after it failed on a later database
+        meets the ones it finished)."""
         if not filters or any(flt.is_empty() for flt in filters):  # before the transaction: nothing is written
             raise EmptyFilterError()
 
         def delete(repo: Repository) -> int:
             deleted = sum(repo.delete(flt) for flt in filters)
-            if at_most is not None and deleted != at_most:  # raised inside the transaction: it is rolled back
+            if at_most is not None and deleted not in (0, at_most):  # raised inside the transaction: rolled back
                 raise MatchedMeanwhileError(self.where, counted=at_most, matching=deleted)
             return deleted
 

@@ -238,10 +238,12 @@ class Store:
         (a prune gives one per run). A database that fails
         (locked, damaged) raises its error, with ``rows_deleted`` and a note
         saying what was deleted before it, from which databases; the databases
-        after it are left as they were. So does a database where another
-        number of rows match than the plan counted there (a run committed rows
-        it had dated before the count, another process deleted some:
-        :class:`~store.errors.MatchedMeanwhileError`, nothing deleted from it). A ``KeyboardInterrupt`` (Ctrl-C) gets
+        after it are left as they were. So does a database where more rows
+        match than the plan counted there, or fewer but some (a run committed
+        rows it had dated before the count, another process deleted some:
+        :class:`~store.errors.MatchedMeanwhileError`, nothing deleted from it);
+        one where none match is passed (the same plan run again after a
+        failure meets the databases it finished). A ``KeyboardInterrupt`` (Ctrl-C) gets
         the same attribute and note: the database it stopped in is rolled
         back, unless the interrupt came during its commit (then its delete
         stands and is counted, as planned). A plan without filters, or with an
