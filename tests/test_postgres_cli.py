@@ -279,6 +279,21 @@ def test_a_schema_whose_registry_row_was_deleted_is_said_by_ls_db_status_and_db_
         assert result.exit_code == 1, (args, result.output)
         assert lost in result.stderr and "left out of this listing" in result.stderr, (args, result.stderr)
     assert judgestore("ls", "--store-url", pg_url, "--model-id", "b").exit_code == 0  # a selection cannot pick it
+    # A role that may read only the registered schema: ls and db status failed on the other's rows (was)
+    database = make_url(pg_url).database
+    kept = schema_name(next(loc for loc in Store(Settings(), url=pg_url).locations()))
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE partial LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    for schema in (kept, "judgestore"):
+        pg_cluster.sql(f'GRANT USAGE ON SCHEMA "{schema}" TO partial', database)
+        pg_cluster.sql(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO partial', database)
+    partial = pg_cluster.url(database, "partial", "pw")
+    for args in (["ls", "--json"], ["db", "status", "--json"]):
+        result = judgestore(*args, "--store-url", partial)
+        assert result.exit_code == 1 and "rows this role may not read" in result.stderr + result.stdout, result.output
+    (listed,) = orjson.loads(judgestore("ls", "--json", "--store-url", partial).stdout)
+    assert listed["model"] == "b" and listed["rows"] == 3
 
 
 def test_a_fetch_the_server_leaves_midway_stops_at_once_and_says_what_it_imported_before(

@@ -535,8 +535,10 @@ def test_a_registry_row_edited_by_hand_is_left_out_and_verify_reports_it(pg_url:
     pg_cluster.sql(edit, database)
     runner = CliRunner()
     listed = runner.invoke(build_app(), ["ls", "--json", "--store-url", pg_url])
-    assert listed.exit_code == 0, listed.output
+    assert listed.exit_code == 1, listed.output  # the others listed, and this one said on stderr (report_unlisted)
     assert sorted(d["role"] for d in orjson.loads(listed.stdout)) == ["completions", "completions"]
+    (unlisted,) = orjson.loads(listed.stderr)["unlisted"]
+    assert unlisted["path"] == schema_name(judged)
     rows = runner.invoke(build_app(), ["query", "--format", "jsonl", "--store-url", pg_url])
     assert rows.exit_code == 0 and len(rows.stdout.splitlines()) == 15
     verified = runner.invoke(build_app(), ["verify", "--json", "--store-url", pg_url])

@@ -138,9 +138,10 @@ def ensure_registry(conn: Connection) -> None:
     registry_metadata.create_all(conn, checkfirst=True)
 
 
-def unregistered(conn: Connection) -> list[tuple[str, int]]:
+def unregistered(conn: Connection) -> list[tuple[str, int | None]]:
     """Descriptor schemas that hold judgestore's tables but no registry row (one deleted by hand, a partial
-    restore), with their rows: every command leaves them out, as it cannot tell which descriptor they are."""
+    restore), with their rows (None: this role may not read them): every command leaves them out, as it cannot
+    tell which descriptor they are."""
     prefix = f"^{SCHEMA_PREFIX}[cj]_[0-9a-f]{{32}}$"
     orphans = conn.execute(
         text(
@@ -150,13 +151,23 @@ def unregistered(conn: Connection) -> list[tuple[str, int]]:
         {"prefix": prefix, "version": VERSION_TABLE},
     ).scalars()
     known = set(conn.execute(select(registry.c.schema_name)).scalars()) if has_registry(conn) else set()
-    found = []
+    found: list[tuple[str, int | None]] = []
     for name in orphans:
         if name not in known:
             table = "completions" if name[len(SCHEMA_PREFIX)] == "c" else "judgements"
-            has_rows = conn.dialect.has_table(conn, table, schema=name)
-            rows = conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{table}")).scalar_one() if has_rows else 0
-            found.append((name, int(rows)))
+            if not conn.dialect.has_table(conn, table, schema=name):
+                found.append((name, 0))
+                continue
+            # ls and db status say them too: a role that may read only some schemas failed on the others (was)
+            readable = conn.execute(
+                text(
+                    "SELECT has_schema_privilege(CAST(:s AS text), 'USAGE') "
+                    "AND has_table_privilege(format('%I.%I', CAST(:s AS text), CAST(:t AS text)), 'SELECT')"
+                ),
+                {"s": name, "t": table},
+            ).scalar_one()
+            rows = conn.execute(text(f"SELECT count(*) FROM {quoted(name)}.{table}")).scalar_one() if readable else None
+            found.append((name, None if rows is None else int(rows)))
     return found
 
 

@@ -272,7 +272,7 @@ class PostgresStorage:
         dropped it): taken for no store, their rows were listed as none, and a write made a new, empty one."""
         if has_registry(conn) or not (orphans := unregistered(conn)):
             return
-        rows = sum(n for _, n in orphans)
+        rows = sum(n or 0 for _, n in orphans)
         raise ServerSchemaError(
             self.where,
             f"the registry (table judgestore.registry) is missing, but descriptor schemas are here ({len(orphans):,}: "
@@ -417,12 +417,12 @@ class PostgresStorage:
                     return  # already there (another process may have won the race)
                 found = conn.execute(text("SELECT count(*) FROM pg_namespace WHERE nspname = :n"), {"n": name})
                 if found.scalar_one():
-                    orphan = dict(unregistered(conn)).get(name)
+                    orphans = dict(unregistered(conn))
                     tables = ", ".join(inspect(conn).get_table_names(schema=name)) or "none"
                     raise ForeignSchemaError(
                         self.where,
-                        unregistered_message(name, orphan)
-                        if orphan is not None
+                        unregistered_message(name, orphans[name])
+                        if name in orphans
                         else f"schema {name} exists but judgestore did not register it (tables: {tables}); it was "
                         "not touched. Drop it, or point the store at another database",
                     )
@@ -589,9 +589,10 @@ class PostgresStorage:
         )
 
 
-def unregistered_message(name: str, rows: int) -> str:
+def unregistered_message(name: str, rows: int | None) -> str:
+    held = "rows this role may not read" if rows is None else f"{rows:,} rows"
     return (
-        f"schema {name} holds judgestore's tables ({rows:,} rows) but no registry row (deleted by hand, or a partial "
+        f"schema {name} holds judgestore's tables ({held}) but no registry row (deleted by hand, or a partial "
         "restore): every command leaves it out, and it was not touched. Restore its row of judgestore.registry "
         "from a backup (pg_dump); dropping the schema deletes its rows"
     )
