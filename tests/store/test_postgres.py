@@ -454,6 +454,31 @@ def test_an_upgrade_waits_for_a_writer_inside_its_transaction_and_counts_its_row
         assert store.open(location).count() == 2
 
 
+def test_an_upgrade_of_a_current_schema_does_not_wait_for_its_writers(pg_url: str) -> None:
+    """The first mend took the write lock before looking: a schema with nothing to do waited for a writer's
+    transaction, and was refused after the busy timeout (was)."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+    inside, proceed = threading.Event(), threading.Event()
+
+    def write_slowly() -> None:
+        with Store(url=pg_url) as store:
+            store.open(location)._write(
+                lambda repo: (repo.put_many([judgement_record(2)]), inside.set(), proceed.wait(20))[0]
+            )
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    try:
+        assert inside.wait(20)
+        with Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store:
+            (result,) = store.upgrade([location])
+    finally:
+        proceed.set()
+        writer.join()
+    assert result.outcome is UpgradeOutcome.UP_TO_DATE, result.error
+
+
 def test_an_upgrade_the_server_rolls_back_for_a_deadlock_runs_again(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -9,7 +9,7 @@ Contract:
   plain SQL land there too), with the models mapped onto it. Both put the
   generation triggers on its tables.
 * :func:`upgrade_schemas` upgrades each schema in its own transaction under
-  the schema's advisory lock and its write lock
+  the schema's advisory lock and, once it is found behind, its write lock
   (:func:`~store.backends.postgres.generations.write_lock`, waited for as a
   write waits: writers of that schema wait while it migrates, and rows one
   committed meanwhile cannot change the counts); a deadlock with a reader
@@ -131,9 +131,6 @@ def _upgrade_once(
     try:
         with storage.connection(write=True) as conn:
             advisory_lock(conn, schema_name(location))
-            # A writer that committed rows during the migration changed the counts (the upgrade was refused as if
-            # rows were lost), or deadlocked with it
-            generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
             storage.metadata(conn, location)
             status = classify(conn, location, known)
             if status.state in USABLE_STATES:
@@ -143,6 +140,10 @@ def _upgrade_once(
             if status.state is not DatabaseState.BEHIND:
                 return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
                                      error=status_error(status, where))  # fmt: skip
+            # Only a schema to migrate waits for its writers (a current one is reported at once). A writer that
+            # committed rows during the migration changed the counts (refused as if rows were lost), or deadlocked
+            # with it. The revision cannot move meanwhile: only an upgrade moves it, and this one holds its lock.
+            generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
             migrating, before = True, row_counts(conn, location)
             try:
                 with conn.begin_nested():  # rolled back as a whole if anything below fails
