@@ -103,6 +103,7 @@ import asyncio
 import contextlib
 import contextvars
 import logging
+import os
 import threading
 import time
 import warnings
@@ -166,6 +167,10 @@ CALL_THREADS = 256  # async calls in flight at once, each waiting in its own thr
 @cache
 def _call_threads() -> ThreadPoolExecutor:
     return ThreadPoolExecutor(max_workers=CALL_THREADS, thread_name_prefix="judgestore-call")
+
+
+# A forked child inherits the pool without its threads: its calls waited for ever (a multiprocessing worker's)
+os.register_at_fork(after_in_child=_call_threads.cache_clear)
 
 
 async def in_call_thread(func: Callable[..., T], *args: Any) -> T:

@@ -187,6 +187,23 @@ def test_many_concurrent_single_calls_of_a_hosted_model_reach_its_limit_not_asyn
     assert 4 < fake.max_in_flight <= 16
 
 
+def test_an_async_call_in_a_forked_child_runs() -> None:
+    """The child inherited judgestore's call pool without its threads: its async calls waited for ever (was)."""
+    import os
+
+    from inference.cache.model import in_call_thread
+
+    assert asyncio.run(in_call_thread(lambda: "parent")) == "parent"  # the pool exists before the fork
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its call ran
+        try:
+            os._exit(0 if asyncio.run(asyncio.wait_for(in_call_thread(lambda: "child"), 10)) == "child" else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
 def test_a_hosted_models_limit_defaults_to_the_setting(
     store_root: Path, fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
 ) -> None:
