@@ -19,8 +19,9 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import Select, Table, func, insert, select
+from sqlalchemy import Select, Table, case, func, insert, select
 
+from store.repository import MAX_ENGINE_SECONDS
 from store.tables.models import Run
 from store.tables.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
 
@@ -54,8 +55,16 @@ def recent_runs(database: Database, limit: int = 10) -> list[RunRecord]:
 @functools.cache
 def _totals_statement() -> Select[Any]:
     # Built once: a listing of thousands of databases (stats, the browser's overview) runs it in each
-    columns = [func.count(), *(func.coalesce(func.sum(RUNS.c[name]), 0) for name in RUN_SUMMED)]
+    columns = [func.count(), *(func.coalesce(func.sum(_summed(RUNS.c[name])), 0) for name in RUN_SUMMED)]
     return select(*columns, func.min(RUNS.c.started_at), func.max(RUNS.c.finished_at))
+
+
+def _summed(column: Any) -> Any:
+    """A run's figure as its total adds it up: seconds none a run takes (one saved 1e308 s, summed to inf, which
+    crashed stats) are left out, as :meth:`~store.repository.Repository.totals` leaves out a row's."""
+    if "seconds" not in column.name:
+        return column
+    return case((func.abs(column) < MAX_ENGINE_SECONDS, column))
 
 
 def run_totals(database: Database) -> RunTotals:

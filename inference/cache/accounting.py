@@ -32,6 +32,7 @@ from typing import Any
 
 from inference.backends.base import Generation
 from inference.cache.plan import Failure, Plan
+from store.repository import MAX_ENGINE_SECONDS
 from store.tables.records import RunRecord
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
@@ -92,11 +93,11 @@ def usage_totals(usages: Iterable[Mapping[str, Any] | None]) -> UsageTotals:
         p, c, s = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get(ENGINE_SECONDS)
         prompt += p if type(p) is int else int(_number(p) or 0)
         completion += c if type(c) is int else int(_number(c) or 0)
-        if type(s) is float and s == s and s not in (math.inf, -math.inf):
+        if type(s) is float and -MAX_ENGINE_SECONDS < s < MAX_ENGINE_SECONDS:  # NaN fails both comparisons
             seconds += s
-        elif (spent := _number(s)) is not None:
+        elif (spent := _number(s)) is not None and abs(spent) < MAX_ENGINE_SECONDS:
             seconds += spent
-        else:
+        else:  # none, not a number, or none a call takes (as stats adds them up: two of 1e308 summed to inf)
             without += 1
     return UsageTotals(rows, prompt, completion, round(seconds, 6), without)
 

@@ -47,3 +47,6 @@ def test_usage_totals_count_rows_without_engine_time() -> None:
     assert (totals + totals).prompt_tokens == 30
     assert usage_totals([]) == UsageTotals()
     assert totals.as_dict()["engine_seconds"] == pytest.approx(0.25)
+    # Seconds no call takes are none, as stats counts them: two of 1e308 saved "inf s" and crashed stats (was)
+    huge = usage_totals([{"engine_seconds": 1e308}, {"engine_seconds": 10**308}, {"engine_seconds": 0.5}])
+    assert (huge.engine_seconds, huge.without_cost) == (0.5, 2)

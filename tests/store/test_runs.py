@@ -53,6 +53,17 @@ def test_totals_add_up_every_run(store: Store, descriptor: ModelDescriptor) -> N
     assert (totals + totals).runs == 8
 
 
+def test_seconds_no_run_takes_are_left_out_of_the_totals(store: Store, descriptor: ModelDescriptor) -> None:
+    """Two runs that saved 1e308 s (hits of rows whose usage said so) summed to inf, which the stats catalog kept
+    as null: stats crashed on adding it (was)."""
+    database = store.database("completions", "mt-bench", descriptor)
+    for i in range(2):
+        record_run(database, run(i, saved_engine_seconds=1e308, engine_seconds=float("inf")))
+    record_run(database, run(2))
+    totals = run_totals(database)
+    assert (totals.runs, totals.saved_engine_seconds, totals.engine_seconds) == (3, 1.0, 4.0)
+
+
 def test_recording_a_run_leaves_the_rows_alone(store: Store, descriptor: ModelDescriptor) -> None:
     database = store.database("completions", "mt-bench", descriptor)
     database.put_many([completion_record(i) for i in range(3)])
