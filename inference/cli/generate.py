@@ -50,6 +50,7 @@ from store.cli.common import (
     emit_json,
     interrupted,
     output_file,
+    outside_store,
     progress_bars,
     quantity,
     stderr,
@@ -91,6 +92,8 @@ def _run(
     the same command generates only the rest.
     """
     writable_output(run.output, "--output", [run.input_path])
+    if not settings.store_url:  # a folder store: an output among its files wrote over a database (was)
+        outside_store(run.output, "--output", settings.store_root)
     err = stderr()
     if not verbose:
         quiet_engine()

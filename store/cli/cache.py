@@ -532,7 +532,7 @@ def export_command(
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
         store.require_present("to export")  # a mistyped root must not replace a file with an empty export
-        outside_store(output, "--output", store)
+        outside_store(output, "--output", store.root)
         try:
             rows = export_rows(
                 store,

@@ -527,14 +527,14 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
         )
 
 
-def outside_store(path: Path, option: str, store: Store) -> None:
-    """Refuse an output file inside the store's folder: it would replace one of its databases (the rows in it lost)
-    or lie among them, a stray file ``verify`` reports."""
+def outside_store(path: Path, option: str, root: Path) -> None:
+    """Refuse an output file inside the store's folder ``root``: it would replace one of its databases (the rows in
+    it lost) or lie among them, a stray file ``verify`` reports."""
     if str(path) == "-" or writes_stdout(path) or written_in_place(path):
         return
-    if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(store.root)):
+    if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
         raise InvalidInputError(
-            f"{option} {path} is inside the store's folder {store.root}: its files are the store's (a database "
+            f"{option} {path} is inside the store's folder {root}: its files are the store's (a database "
             "written over loses its rows); write it elsewhere"
         )
 

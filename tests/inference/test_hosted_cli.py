@@ -83,6 +83,20 @@ def test_a_rerun_sends_nothing_and_the_summary_counts_what_was_sent(
     assert not any(OPENAI_KEY.encode() in (store_root / name).read_bytes() for name in file_digests(store_root))
 
 
+def test_an_output_inside_the_store_is_refused_and_its_database_kept(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """`generate -o` naming the store's own database wrote the results over it: its rows lost, ls said
+    not-a-database (was)."""
+    assert generate(openai_server, chat_prompts, tmp_path / "out.jsonl").exit_code == 0
+    (database,) = store_root.rglob("completions.db")
+    before, sent = file_digests(store_root), len(openai_server.completions())
+    for output in (database, store_root / "results.jsonl"):
+        refused = generate(openai_server, chat_prompts, output)
+        assert refused.exit_code == 1 and "inside the store's folder" in " ".join(refused.stderr.split())
+    assert file_digests(store_root) == before and len(openai_server.completions()) == sent
+
+
 def test_engine_options_and_server_options_do_not_mix(
     openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
 ) -> None:

@@ -106,8 +106,8 @@ class SqliteStorage:
                 "it is a file, not a folder: there is no store here; check --store-root (or JUDGESTORE_STORE_ROOT)",
             )
         # Fixed when the store opens: a relative root followed the working directory, so a job that changed it
-        # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. Paths are
-        # shown as given (where).
+        # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. The store is
+        # named as given (where); its databases' paths are absolute.
         root = root.absolute()
         if (store := enclosing_store(root)) is not None:  # read as no databases; a write made a store inside it
             raise StoreMissingError(
