@@ -148,7 +148,7 @@ def model_spec(
     ] = None,
     temperature: Annotated[
         float | None,
-        _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False, min=0.0),
+        _sampling("--temperature", f"Default {DEFAULT_SAMPLING['temperature']} (greedy).", show_default=False),
     ] = None,
     max_tokens: Annotated[
         int | None,
@@ -194,6 +194,8 @@ def model_spec(
     ] = None,
 ) -> ModelSpec | HostedSpec:
     """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
+    if temperature is not None and temperature < 0:  # vLLM refused it, after it had loaded (NaN: refused below)
+        raise typer.BadParameter("must be 0 or more (0 is greedy)", param_hint="--temperature")
     given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
     flags = {k: v for k, v in given.items() if v is not None}
     extra = parse_key_values(sampling, "--sampling")

@@ -232,7 +232,7 @@ class AdoptionReport:
             "source_sha256": self.source_sha256,
             "same_descriptor": self.source.descriptor_hash16 == self.target.descriptor_hash16,  # --across task only
             "across": list(self.across),
-            "changes": [asdict(c) for c in self.changes],
+            "changes": [c.as_dict() for c in self.changes],
             "audit": self.audit.as_dict(),
             "min_exact": self.min_exact,
             "max_logprob_delta": self.max_logprob_delta,
@@ -368,7 +368,7 @@ def adopt(
             source_rows=chosen.neighbour.rows or 0,
             details={
                 "across": list(names),
-                "changes": [asdict(c) for c in chosen.neighbour.changes],
+                "changes": [c.as_dict() for c in chosen.neighbour.changes],
                 "source_assumptions": list(metadata.assumptions),
                 "excluded": [
                     {"input_hash": r.input_hash, "first_difference": r.first_difference} for r in audit.mismatches

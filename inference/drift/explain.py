@@ -63,6 +63,11 @@ class FieldChange:
     wanted: Any
     absent: str | None = None
 
+    def as_dict(self) -> dict[str, Any]:
+        """``field``, ``stored`` and ``wanted``, and ``absent`` where it is set (``--json``'s change)."""
+        shown = {"field": self.field, "stored": self.stored, "wanted": self.wanted}
+        return shown if self.absent is None else shown | {"absent": self.absent}
+
     def text(self, width: int = 16) -> str:
         if self.stored is None and self.wanted is None:  # a setting given as null on one side, absent on the other
             return f"{self.field} (absent) -> null" if self.absent == "stored" else f"{self.field} null -> (absent)"
@@ -191,7 +196,7 @@ class Neighbour:
     error: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
-        return {**self.location.as_dict(), "rows": self.rows, "changes": [asdict(c) for c in self.changes],
+        return {**self.location.as_dict(), "rows": self.rows, "changes": [c.as_dict() for c in self.changes],
                 "error": self.error}  # fmt: skip
 
 

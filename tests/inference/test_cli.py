@@ -526,7 +526,7 @@ def test_a_model_folder_vllm_cannot_load_is_one_typed_line_naming_it_not_a_trace
 @pytest.mark.parametrize(
     ("extra", "says"),
     [
-        (("--temperature", "-1"),
+        (("--sampling", "temperature=-1"),  # --temperature -1 is refused as a usage error (exit 2)
          ("vLLM's SamplingParams rejected the descriptor's sampling", "temperature must be non-negative")),
         # was: the engine loaded, then vLLM logged its Jinja traceback (23 lines) before the one-line error
         (("--chat-template", "{{bad"), ("Error: the chat template is not valid Jinja: unexpected end of template",)),

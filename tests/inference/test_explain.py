@@ -322,4 +322,4 @@ def test_a_null_against_an_absent_setting_says_which_side_is_null(
     b = ModelDescriptor(provider="vllm", model="m", **wanted)  # type: ignore[arg-type]
     (change,) = descriptor_changes(a, b)
     assert change.text() == shown
-    assert change.absent == ("wanted" if stored else "stored")
+    assert change.absent == ("wanted" if stored else "stored") == change.as_dict()["absent"]  # --json says it too

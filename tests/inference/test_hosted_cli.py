@@ -121,7 +121,7 @@ def test_engine_options_and_server_options_do_not_mix(
     [
         (["--temperature", "nan"], "'sampling.temperature' = nan is not a finite number"),
         (["--sampling", "top_p=inf"], "top_p"),
-        (["--temperature", "-inf"], "is not a finite number"),
+        (["--temperature", "inf"], "is not a finite number"),  # -inf: below 0, a usage error
         (["--max-tokens", "-5"], "--max-tokens"),
         (["--top-logprobs", "-1"], "--top-logprobs"),
     ],

@@ -438,7 +438,8 @@ def test_folders_one_inside_the_other_are_refused_and_nothing_is_written(tmp_pat
     # A target under the source's root would leave the copy's folders in the source as strays (and the other way).
     outer = tmp_path / "outer"
     root = full_store(outer / "inner") if nesting == "source inside the target" else full_store(outer)
-    target_root = outer if nesting == "source inside the target" else outer / "completions"
+    # (a role folder of the source, outer/completions, is no store at all: Store refuses it, naming the store)
+    target_root = outer if nesting == "source inside the target" else outer / "copies"
     before = file_digests(outer)
     with (
         Store(root=root, readonly=True) as source,
