@@ -271,11 +271,16 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
         try:
             values = check_row(row, where, lineno)
         except ShardError as e:
-            if _newer(header["library_version"]) and isinstance(row, dict) and set(row) - set(_SCHEMAS[origin.role]):
-                raise ShardError(  # a field a newer judgestore adds, not an edit
-                    where,
-                    f"{e.reason}; the shard was written by judgestore {header['library_version']}, newer than this "
-                    f"{library_version()} ({UPGRADE_JUDGESTORE})",
+            unknown = sorted(set(row) - set(_SCHEMAS[origin.role])) if isinstance(row, dict) else []
+            if unknown:  # a column a schema revision this library lacks added, not an edit
+                newer = _newer(header["library_version"])
+                by = (
+                    f"judgestore {header['library_version']}, newer than this {library_version()}"
+                    if newer
+                    else "a judgestore whose schema has revisions this one lacks (a newer one, or one with its own)"
+                )
+                raise ShardError(
+                    where, f"{e.reason}; its {', '.join(unknown)} came from {by} ({UPGRADE_JUDGESTORE})"
                 ) from e
             raise
         if values["input_hash"] <= previous:
@@ -426,8 +431,9 @@ _SCHEMAS: dict[str, dict[str, Check]] = {
 def _row_checker(role: str) -> Callable[[Any, str, int], dict[str, Any]]:
     schema = _SCHEMAS[role]
     names = frozenset(schema)
-
-    required = names - frozenset(OMITTED_WHEN_NULL)
+    # The fields of the first shards; a column added since (a schema revision's) may be absent: a shard pushed
+    # before it holds none, read as NULL, as the upgraded database's rows of before it do
+    required = frozenset(_CHECKED[role]) - frozenset(OMITTED_WHEN_NULL)
 
     def check(row: Any, where: str, lineno: int) -> dict[str, Any]:
         if not isinstance(row, dict) or not required <= set(row) <= names:
@@ -435,7 +441,7 @@ def _row_checker(role: str) -> Callable[[Any, str, int], dict[str, Any]]:
             raise ShardError(
                 where,
                 f"line {lineno}: a {role} row needs exactly the fields {sorted(required)} "
-                f"(and {', '.join(OMITTED_WHEN_NULL)} when set), got {got}",
+                f"(and {', '.join(sorted(names - required))} when set), got {got}",
             )
         bad = [name for name, ok in schema.items() if name in row and not ok(row[name])]
         if bad:

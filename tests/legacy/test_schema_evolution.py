@@ -103,6 +103,11 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
         for k, descriptor in enumerate(DESCRIPTORS):
             store.database("judgements", "mt-bench", descriptor).put_many([judgement_record(i) for i in range(k + 3)])
             store.database("completions", "mt-bench", descriptor).put_many([completion_record(i) for i in range(4)])
+    # ... and shared before the change, by the same library: its shards have no verdict
+    old_hub = tmp_path / "old-hub"
+    shared = ("hub", "push", "--store-root", str(root), "--dir", str(old_hub), "--all", "--create-repo", "--json")
+    before_change = _store(REPO_ROOT, *shared, env={**env, "PYTHONPATH": str(REPO_ROOT)})
+    assert before_change.returncode == 0, before_change.stderr
 
     # 1. the model, edited as the guide shows, and the records generated from it
     _edit(copy / "store" / "tables" / "models.py", MODEL_ANCHOR, MODEL_EDIT)
@@ -218,6 +223,14 @@ def test_add_a_column_generate_check_and_upgrade_a_whole_store(tmp_path: Path) -
     rows = _store(copy, "query", "--store-root", str(fetched), "--role", "judgements", "--format", "jsonl", env=env)
     verdicts = [orjson.loads(line)["verdict"] for line in rows.stdout.splitlines()]
     assert len(verdicts) == sum(k + 3 for k in range(len(DESCRIPTORS))) + 1 and verdicts.count("A") == 1
+    # The shards pushed before the change are still fetched, their verdicts NULL (the first mend required the new
+    # field of every shard, and quarantined every one pushed before it)
+    older = ("hub", "fetch", "--dir", str(old_hub), "--all", "--store-root", str(tmp_path / "older"), "--json")
+    assert (old_got := _store(copy, *older, env=env)).returncode == 0, old_got.stdout + old_got.stderr
+    judged = ("query", "--store-root", str(tmp_path / "older"), "--role", "judgements", "--format", "jsonl")
+    rows = _store(copy, *judged, env=env)
+    verdicts = [orjson.loads(line)["verdict"] for line in rows.stdout.splitlines()]
+    assert len(verdicts) == sum(k + 3 for k in range(len(DESCRIPTORS))) and set(verdicts) == {None}
 
     # 5. going back is refused: alembic downgrade stops, and the older library will not open the file
     down = _run(copy, str(ALEMBIC), "downgrade", "-1", env=env)
