@@ -41,7 +41,9 @@ import orjson
 
 from store import schema
 
-CATALOG_FORMAT = "judgestore-catalog/v1"
+# v2: totals leave out seconds no call takes; a v1 entry may hold null for the inf they summed to (stats crashed on
+# it), so every v1 catalog is read anew once
+CATALOG_FORMAT = "judgestore-catalog/v2"
 # What a value derived from a database that could not be read holds instead (its error): never kept (:func:`readable`)
 UNREADABLE = "$judgestore-error"
 

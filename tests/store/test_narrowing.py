@@ -262,7 +262,10 @@ def test_a_server_store_is_surveyed_a_few_schemas_per_transaction(pg_url: str, m
         assert len(opened) == 5 + 1 + 4 + -(-len(narrowed_before) // 2)
 
 
-@pytest.mark.parametrize(("fmt", "believed"), [(CATALOG_FORMAT, True), ("judgestore-catalog/v0", False)])
+# v1 kept null for the seconds totals that summed to inf: stats crashed on it, also once the totals were mended
+@pytest.mark.parametrize(
+    ("fmt", "believed"), [(CATALOG_FORMAT, True), ("judgestore-catalog/v0", False), ("judgestore-catalog/v1", False)]
+)
 def test_a_catalog_of_another_format_is_not_read(tmp_path: Path, fmt: str, believed: bool) -> None:
     """A catalog written by another format of it (an older library) may mean other things by the same names."""
     path = tmp_path / "catalog.json"
