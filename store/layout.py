@@ -406,17 +406,21 @@ def walk(root: Path) -> Iterator[Location]:
 
 
 def enclosing_store(root: Path) -> Path | None:
-    """The store whose role, task, provider or model folder ``root`` is (it holds that store's databases as deep
-    as the layout puts them below that folder), or None. Only a path with a role's name among its last four parts
-    is looked at, and only the first database found under it."""
-    parts = root.parts
-    for depth in range(1, min(5, len(parts))):
+    """The store whose role, task, provider, model or descriptor folder ``root`` is, links followed (it holds that
+    store's databases as deep as the layout puts them below that folder), or None. Only a path with a role's name
+    among its last five parts is looked at, only the first database found under it, and not a folder holding a
+    role folder of its own: a store's root (one named after a role, or inside a folder that is) is read at once."""
+    real = Path(os.path.realpath(root))
+    parts = real.parts
+    if not any(part in ROLES for part in parts[-5:]) or any((real / role).is_dir() for role in ROLES):
+        return None
+    for depth in range(1, min(6, len(parts))):
         role = parts[-depth]
         if role not in ROLES:
             continue
         store = Path(*parts[:-depth])
         pattern = "/".join(["*"] * (5 - depth) + [database_name(role)])  # the folders left down to the database
-        found = next(root.glob(pattern), None)
+        found = next(real.glob(pattern), None)
         if found is None:
             continue
         try:

@@ -548,23 +548,29 @@ def test_a_relative_root_is_fixed_when_the_store_opens_not_at_each_database(
     assert not (tmp_path / "b" / "rel").exists()
     with Store(root=tmp_path / "a" / "rel") as store:
         assert sum(store.open(location).count() for location in store.locations()) == 2
+    with Store(root="../a/rel", readonly=True) as store:  # from b: its ".." gone from the databases' paths
+        assert all(".." not in str(store.open(location).path) for location in store.locations())
 
 
-@pytest.mark.parametrize("depth", [1, 2, 3, 4])
+@pytest.mark.parametrize("depth", [1, 2, 3, 4, 5])
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
 def test_a_folder_inside_a_store_is_refused_as_a_root_and_names_the_store(
     tmp_path: Path, depth: int, readonly: bool
 ) -> None:
     """--store-root st/completions read as "No databases" (exit 0), and a write made a store inside the store that
-    its own listing never showed (was)."""
+    its own listing never showed (was); the descriptor folder itself, and a link to a role folder, were missed by
+    the first mend."""
     root = tmp_path / "st"
     with Store(root=root) as store:
         store.database("completions", "t", QWEN).put_many([completion_record(1)])
         location = store.locations()[0]
     inside = root.joinpath(*location.relative_folder().parts[:depth])
+    link = tmp_path / "link"
+    link.symlink_to(inside)
     before = file_digests(root)
-    with pytest.raises(StoreMissingError, match=f"a folder inside the store {root}, not a store"):
-        Store(root=inside, readonly=readonly)
+    for given in (inside, link, inside / ".." / inside.name):
+        with pytest.raises(StoreMissingError, match=f"a folder inside the store {root}, not a store"):
+            Store(root=given, readonly=readonly)
     assert file_digests(root) == before
 
 

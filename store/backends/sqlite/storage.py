@@ -108,13 +108,12 @@ class SqliteStorage:
         # Fixed when the store opens: a relative root followed the working directory, so a job that changed it
         # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. The store is
         # named as given (where); its databases' paths are absolute.
-        root = root.absolute()
+        root = Path(os.path.abspath(root))  # its ".." gone, as messages show the databases' paths
         if (store := enclosing_store(root)) is not None:  # read as no databases; a write made a store inside it
             raise StoreMissingError(
                 given,
-                f"it is a folder inside the store {store}, not a store: give {store} as --store-root (or "
-                "JUDGESTORE_STORE_ROOT, Store(root=...)); a selector (--role, --task, --model-id...) picks its "
-                "databases",
+                f"it is a folder inside the store {store}, not a store: name that store's folder instead (a "
+                "selector, such as --role, --task or --model-id, picks its databases)",
             )
         self.root = root
         self.local_root = root
