@@ -532,7 +532,8 @@ def export_command(
     existed = not to_stdout and output.exists()
     with Store(settings, readonly=True) as store, rows_to_stdout():
         store.require_present("to export")  # a mistyped root must not replace a file with an empty export
-        outside_store(output, "--output", store.root)
+        if not settings.store_url:  # a folder store, named as given (as generate and judge name it)
+            outside_store(output, "--output", settings.store_root)
         try:
             rows = export_rows(
                 store,

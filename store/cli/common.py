@@ -517,9 +517,13 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
         return
     if path.exists() and not os.access(path, os.W_OK):  # as `>` would refuse it; a rename would not
         raise InvalidInputError(f"{option} {path}: this user may not write it (permission denied)")
-    folder = path.resolve().parent
+    try:
+        target = path.resolve()
+    except (RuntimeError, OSError) as e:  # a link that leads back to itself (RuntimeError: Symlink loop)
+        raise InvalidInputError(f"{option} {path}: a symbolic link that leads back to itself ({e})") from e
+    folder = target.parent
     if not folder.is_dir():  # a link into a folder that is not there
-        raise InvalidInputError(f"{option} {path}: it is a link to {path.resolve()}, and there is no folder {folder}")
+        raise InvalidInputError(f"{option} {path}: it is a link to {target}, and there is no folder {folder}")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise InvalidInputError(
             f"{option} {path}: this user may not write in {folder} (the file is written beside its destination, "

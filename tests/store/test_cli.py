@@ -468,6 +468,9 @@ def test_export_to_a_folder_that_is_not_there_is_refused_before_any_work(filled:
     dangling = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "dangling.jsonl"))
     assert dangling.exit_code == 1  # was: "this user may not write in .../gone", of a folder that is not there
     assert f"there is no folder {tmp_path / 'gone'}" in " ".join(dangling.output.split())
+    (tmp_path / "loop.jsonl").symlink_to(tmp_path / "loop.jsonl")
+    loop = judgestore("export", "--format", "jsonl", "--output", str(tmp_path / "loop.jsonl"))
+    assert loop.exit_code == 1 and "leads back to itself" in loop.output  # was: a RuntimeError traceback
 
 
 @pytest.mark.parametrize("option", ["--task", "--provider", "--model-id", "--descriptor"])
