@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -477,6 +478,42 @@ def test_an_upgrade_of_a_current_schema_does_not_wait_for_its_writers(pg_url: st
         proceed.set()
         writer.join()
     assert result.outcome is UpgradeOutcome.UP_TO_DATE, result.error
+
+
+def test_an_upgrade_that_puts_back_a_schemas_triggers_waits_for_a_writer_as_long_as_a_write_would(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A current schema without its generation triggers (made before them) waited for a writer's transaction
+    without a bound once the write lock was taken only for a migration (was)."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+    dropped = f'DROP TRIGGER judgestore_generation ON "{schema_name(location)}".judgements'
+    pg_cluster.sql(dropped, make_url(pg_url).database)
+    inside, proceed = threading.Event(), threading.Event()
+
+    def write_slowly() -> None:
+        with Store(url=pg_url) as store:
+            store.open(location)._write(
+                lambda repo: (repo.put_many([judgement_record(2)]), inside.set(), proceed.wait(20))[0]
+            )
+
+    writer = threading.Thread(target=write_slowly)
+    writer.start()
+    try:
+        assert inside.wait(20)
+        started = time.monotonic()
+        with Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store:
+            (result,) = store.upgrade([location])
+        waited = time.monotonic() - started
+    finally:
+        proceed.set()
+        writer.join()
+    assert result.outcome is UpgradeOutcome.REFUSED and "lock" in str(result.error) and waited < 10
+    with Store(url=pg_url) as store:  # once the writer is done, the triggers go back
+        (again,) = store.upgrade([location])
+        assert again.outcome is UpgradeOutcome.UP_TO_DATE
+        with store.storage.connection() as conn:
+            assert generations.installed(conn, schema_name(location))
 
 
 def test_an_upgrade_the_server_rolls_back_for_a_deadlock_runs_again(

@@ -9,7 +9,8 @@ Contract:
   plain SQL land there too), with the models mapped onto it. Both put the
   generation triggers on its tables.
 * :func:`upgrade_schemas` upgrades each schema in its own transaction under
-  the schema's advisory lock and, once it is found behind, its write lock
+  the schema's advisory lock and, once it is found behind (or without its
+  generation triggers), its write lock
   (:func:`~store.backends.postgres.generations.write_lock`, waited for as a
   write waits: writers of that schema wait while it migrates, and rows one
   committed meanwhile cannot change the counts); a deadlock with a reader
@@ -135,6 +136,8 @@ def _upgrade_once(
             status = classify(conn, location, known)
             if status.state in USABLE_STATES:
                 if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
+                    # its triggers' DDL waits for a writer's tables: as long as a write would, not without a bound
+                    generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
                     generations.install(conn, schema_name(location))
                 return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
             if status.state is not DatabaseState.BEHIND:
