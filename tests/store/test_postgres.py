@@ -9,6 +9,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -422,44 +424,10 @@ def test_two_upgrades_started_at_once_migrate_once(
     assert sorted(outcomes) == sorted([UpgradeOutcome.UPGRADED, UpgradeOutcome.UP_TO_DATE])
 
 
-def test_an_upgrade_waits_for_a_writer_inside_its_transaction_and_counts_its_rows(
-    pg_url: str, synthetic: Any, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A job writing while `db upgrade` ran: rows it committed during the migration changed the counts, and the
-    upgrade was refused as if rows were lost, or deadlocked with it (was). The upgrade takes the write lock first."""
-    with Store(url=pg_url) as store:
-        location = store.database("judgements", "t", QWEN).location
-        store.open(location).put_many([judgement_record(1)])
-    inside, proceed = threading.Event(), threading.Event()
-
-    def write_slowly() -> None:
-        with Store(url=pg_url) as store:
-            database = store.open(location)  # opened at the shipped head, before the upgrade
-            database._write(lambda repo: (repo.put_many([judgement_record(2)]), inside.set(), proceed.wait(20))[0])
-
-    writer = threading.Thread(target=write_slowly)
-    writer.start()
-    assert inside.wait(20)
-    pretend_shipped_scripts_are(synthetic, monkeypatch)  # a newer library upgrades while the job writes
-    results: list[Any] = []
-    with Store(url=pg_url) as store:
-        upgrader = threading.Thread(target=lambda: results.extend(store.upgrade([location])))
-        upgrader.start()
-        upgrader.join(1.0)
-        assert upgrader.is_alive()  # waiting for the writer's transaction
-        proceed.set()
-        writer.join()
-        upgrader.join()
-        ((outcome, rows),) = [(r.outcome, r.rows) for r in results]
-        assert outcome is UpgradeOutcome.UPGRADED and rows is not None and rows["judgements"] == 2
-        assert store.open(location).count() == 2
-
-
-def test_an_upgrade_of_a_current_schema_does_not_wait_for_its_writers(pg_url: str) -> None:
-    """The first mend took the write lock before looking: a schema with nothing to do waited for a writer's
-    transaction, and was refused after the busy timeout (was)."""
-    with Store(url=pg_url) as store:
-        location = store.database("judgements", "t", QWEN).location
+@contextmanager
+def a_writer_inside_its_transaction(pg_url: str, location: Location) -> Iterator[threading.Event]:
+    """The block runs while another session (a job opened on the schema as it is now) holds its write lock, inside
+    a write of one row not yet committed; setting the event yielded lets it commit (the block's end does too)."""
     inside, proceed = threading.Event(), threading.Event()
 
     def write_slowly() -> None:
@@ -472,11 +440,45 @@ def test_an_upgrade_of_a_current_schema_does_not_wait_for_its_writers(pg_url: st
     writer.start()
     try:
         assert inside.wait(20)
-        with Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store:
-            (result,) = store.upgrade([location])
+        yield proceed
     finally:
         proceed.set()
         writer.join()
+
+
+def test_an_upgrade_waits_for_a_writer_inside_its_transaction_and_counts_its_rows(
+    pg_url: str, synthetic: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A job writing while `db upgrade` ran: rows it committed during the migration changed the counts, and the
+    upgrade was refused as if rows were lost, or deadlocked with it (was). The upgrade takes the write lock first."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+        store.open(location).put_many([judgement_record(1)])
+    results: list[Any] = []
+    with a_writer_inside_its_transaction(pg_url, location) as commit, Store(url=pg_url) as store:
+        pretend_shipped_scripts_are(synthetic, monkeypatch)  # a newer library upgrades while the job writes
+        upgrader = threading.Thread(target=lambda: results.extend(store.upgrade([location])))
+        upgrader.start()
+        upgrader.join(1.0)
+        assert upgrader.is_alive()  # waiting for the writer's transaction
+        commit.set()
+        upgrader.join()
+    ((outcome, rows),) = [(r.outcome, r.rows) for r in results]
+    assert outcome is UpgradeOutcome.UPGRADED and rows is not None and rows["judgements"] == 2
+    with Store(url=pg_url) as store:
+        assert store.open(location).count() == 2
+
+
+def test_an_upgrade_of_a_current_schema_does_not_wait_for_its_writers(pg_url: str) -> None:
+    """The first mend took the write lock before looking: a schema with nothing to do waited for a writer's
+    transaction, and was refused after the busy timeout (was)."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+    with (
+        a_writer_inside_its_transaction(pg_url, location),
+        Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store,
+    ):
+        (result,) = store.upgrade([location])
     assert result.outcome is UpgradeOutcome.UP_TO_DATE, result.error
 
 
@@ -489,25 +491,13 @@ def test_an_upgrade_that_puts_back_a_schemas_triggers_waits_for_a_writer_as_long
         location = store.database("judgements", "t", QWEN).location
     dropped = f'DROP TRIGGER judgestore_generation ON "{schema_name(location)}".judgements'
     pg_cluster.sql(dropped, make_url(pg_url).database)
-    inside, proceed = threading.Event(), threading.Event()
-
-    def write_slowly() -> None:
-        with Store(url=pg_url) as store:
-            store.open(location)._write(
-                lambda repo: (repo.put_many([judgement_record(2)]), inside.set(), proceed.wait(20))[0]
-            )
-
-    writer = threading.Thread(target=write_slowly)
-    writer.start()
-    try:
-        assert inside.wait(20)
+    with (
+        a_writer_inside_its_transaction(pg_url, location),
+        Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store,
+    ):
         started = time.monotonic()
-        with Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store:
-            (result,) = store.upgrade([location])
+        (result,) = store.upgrade([location])
         waited = time.monotonic() - started
-    finally:
-        proceed.set()
-        writer.join()
     assert result.outcome is UpgradeOutcome.REFUSED and "lock" in str(result.error) and waited < 10
     with Store(url=pg_url) as store:  # once the writer is done, the triggers go back
         (again,) = store.upgrade([location])
