@@ -408,11 +408,11 @@ def walk(root: Path) -> Iterator[Location]:
 def enclosing_store(root: Path) -> Path | None:
     """The store whose role, task, provider, model or descriptor folder ``root`` is, links followed (it holds that
     store's databases as deep as the layout puts them below that folder), or None. Only a path with a role's name
-    among its last five parts is looked at, only the first database found under it, and not a folder holding a
-    role folder of its own: a store's root (one named after a role, or inside a folder that is) is read at once."""
+    among its last five parts is looked at, only the first database found under it, and not a store's own root
+    (:func:`_holds_a_store`: one named after a role, or inside a folder that is, found at its first database)."""
     real = Path(os.path.realpath(root))
     parts = real.parts
-    if not any(part in ROLES for part in parts[-5:]) or any((real / role).is_dir() for role in ROLES):
+    if not any(part in ROLES for part in parts[-5:]) or _holds_a_store(real):
         return None
     for depth in range(1, min(6, len(parts))):
         role = parts[-depth]
@@ -429,6 +429,12 @@ def enclosing_store(root: Path) -> Path | None:
             continue
         return store
     return None
+
+
+def _holds_a_store(folder: Path) -> bool:
+    """Whether ``folder`` is a store's root: a role folder of it holds a database as deep as the layout puts one
+    (a task, provider or model named like a role holds none there)."""
+    return any(next((folder / role).glob("*/*/*/*/" + database_name(role)), None) is not None for role in ROLES)
 
 
 def _folders(path: str) -> list[str]:

@@ -548,8 +548,10 @@ def test_a_relative_root_is_fixed_when_the_store_opens_not_at_each_database(
     assert not (tmp_path / "b" / "rel").exists()
     with Store(root=tmp_path / "a" / "rel") as store:
         assert sum(store.open(location).count() for location in store.locations()) == 2
-    with Store(root="../a/rel", readonly=True) as store:  # from b: its ".." gone from the databases' paths
-        assert all(".." not in str(store.open(location).path) for location in store.locations())
+    (tmp_path / "b" / "link").symlink_to(tmp_path / "a" / "deeper", target_is_directory=True)
+    (tmp_path / "a" / "deeper").mkdir()
+    with Store(root="link/../rel", readonly=True) as store:  # ".." of a link: its target's parent, as ls reads it
+        assert sum(store.open(location).count() for location in store.locations()) == 2
 
 
 @pytest.mark.parametrize("depth", [1, 2, 3, 4, 5])
@@ -581,6 +583,18 @@ def test_a_store_named_after_a_role_is_a_store(tmp_path: Path) -> None:
             store.database("completions", "t", QWEN).put_many([completion_record(1)])
         with Store(root=root, readonly=True) as store:
             assert [location.model for location in store.locations()] == [QWEN.model]
+
+
+def test_a_role_folder_holding_a_task_named_after_a_role_is_still_inside_its_store(tmp_path: Path) -> None:
+    """The second mend took a folder holding a folder named like a role for a store's root: the completions folder
+    of a store with a task named completions opened as an empty store, and a write hid a store inside it (was)."""
+    root = tmp_path / "st"
+    with Store(root=root) as store:
+        store.database("completions", "completions", QWEN).put_many([completion_record(1)])
+        store.database("judgements", "judgements", QWEN).put_many([judgement_record(1)])
+    for role in ("completions", "judgements"):
+        with pytest.raises(StoreMissingError, match=f"a folder inside the store {root}"):
+            Store(root=root / role)
 
 
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])

@@ -108,7 +108,7 @@ class SqliteStorage:
         # Fixed when the store opens: a relative root followed the working directory, so a job that changed it
         # (Hydra's job.chdir) wrote the next databases into another folder and missed the rows it had. The store is
         # named as given (where); its databases' paths are absolute.
-        root = Path(os.path.abspath(root))  # its ".." gone, as messages show the databases' paths
+        root = root.absolute()  # not abspath: a ".." after a link is the link's parent, as the system reads it
         if (store := enclosing_store(root)) is not None:  # read as no databases; a write made a store inside it
             raise StoreMissingError(
                 given,
