@@ -506,6 +506,23 @@ def test_an_upgrade_that_puts_back_a_schemas_triggers_waits_for_a_writer_as_long
             assert generations.installed(conn, schema_name(location))
 
 
+def test_an_upgrade_that_puts_back_triggers_waits_for_a_long_reader_as_long_as_a_write_would(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """With no writer, the triggers' DDL waited for a reader's open transaction without a bound (was)."""
+    with Store(url=pg_url) as store:
+        location = store.database("judgements", "t", QWEN).location
+    name = schema_name(location)
+    pg_cluster.sql(f'DROP TRIGGER judgestore_generation ON "{name}".judgements', make_url(pg_url).database)
+    with Store(url=pg_url) as reader, reader.storage.connection() as held:
+        held.execute(text(f'SELECT count(*) FROM "{name}".adoptions'))  # its lock held until the block ends
+        started = time.monotonic()
+        with Store(Settings(busy_timeout_ms=200, lock_retries=0), url=pg_url) as store:
+            (result,) = store.upgrade([location])
+        waited = time.monotonic() - started
+    assert result.outcome is UpgradeOutcome.REFUSED and "lock" in str(result.error) and waited < 10
+
+
 def test_an_upgrade_the_server_rolls_back_for_a_deadlock_runs_again(
     pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
