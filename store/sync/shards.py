@@ -273,15 +273,12 @@ def read_shard(data: bytes, name: str, origin: ShardOrigin, *, where: str, max_b
         except ShardError as e:
             unknown = sorted(set(row) - set(_SCHEMAS[origin.role])) if isinstance(row, dict) else []
             if unknown:  # a column a schema revision this library lacks added, not an edit
-                newer = _newer(header["library_version"])
-                by = (
-                    f"judgestore {header['library_version']}, newer than this {library_version()}"
-                    if newer
-                    else "a judgestore whose schema has revisions this one lacks (a newer one, or one with its own)"
-                )
-                raise ShardError(
-                    where, f"{e.reason}; its {', '.join(unknown)} came from {by} ({UPGRADE_JUDGESTORE})"
-                ) from e
+                if _newer(header["library_version"]):
+                    by = f"judgestore {header['library_version']}, newer than this {library_version()} "
+                    by += f"({UPGRADE_JUDGESTORE})"
+                else:  # an older or the same release: a schema revision of its own (a fork's, a clone's)
+                    by = "a judgestore with schema revisions this one lacks (its own: a fork's, or an edited clone's)"
+                raise ShardError(where, f"{e.reason}; {', '.join(unknown)} came from {by}") from e
             raise
         if values["input_hash"] <= previous:
             raise ShardError(where, f"line {lineno}: rows are not in strictly increasing input_hash order")

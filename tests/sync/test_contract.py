@@ -428,8 +428,9 @@ def test_a_shard_with_a_field_a_newer_judgestore_writes_says_to_upgrade(
     side.write_raw(shard, None)
     side.write_raw(f"{QWEN_FOLDER}/shards/{hashlib.sha256(content).hexdigest()}.jsonl.gz", gzip.compress(content))
     (quarantined,) = fetch(make_store("bob"), side.new()).quarantined
-    assert "needs exactly the fields" in quarantined.reason
+    assert "needs exactly the fields" in quarantined.reason and "reviewer_note came from" in quarantined.reason
     assert ("newer than this" in quarantined.reason and "upgrade" in quarantined.reason.lower()) == bool(version)
+    assert ("schema revisions this one lacks" in quarantined.reason) == (not version)  # the same release: its own
 
 
 def test_a_shard_whose_header_disagrees_with_its_folder_is_quarantined(side: RemoteSide, make_store: MakeStore) -> None:
