@@ -93,17 +93,14 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
             behind = sum(info.state == "behind" for info in bad)
             hint = f"; run `judgestore db upgrade` for the {behind} behind" if behind else ""
             stderr().print(Text(f"{len(bad)} of {len(infos)} databases need attention{hint}.", style="bold red"))
-        elif unlisted:
-            report_unlisted(unlisted, json_output=False)
-        else:
+        elif not unlisted:
             usable = (
                 "The database is usable; it does not need"
                 if len(infos) == 1
                 else f"All {len(infos)} databases are usable; none needs"
             )
             note(f"{usable} `judgestore db upgrade`.", json_output=json_output)
-        if bad and unlisted:
-            report_unlisted(unlisted, json_output=False)
+        report_unlisted(unlisted, json_output=False)
     if bad or unlisted:
         raise typer.Exit(1)
 
