@@ -33,7 +33,6 @@ Contract:
 from __future__ import annotations
 
 import json
-import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any
@@ -42,6 +41,7 @@ import orjson
 
 from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest, Response, Sample
+from store.caller import warn_the_caller
 from store.descriptor import InputMode, input_hash, render_messages_bytes, render_text_bytes
 from store.errors import InvalidInputError, JudgestoreError
 from store.jsonvalues import to_plain
@@ -199,11 +199,10 @@ def read_judgement_requests(
                 _build(path, number, pairwise_requests, {**row, "orientations": asked, "judge": judge}, input_mode)
             )
     if orientations is not None and requests and not pair_lines:
-        warnings.warn(
+        warn_the_caller(
             f"{path} has no pair lines, so the orientations asked for ({', '.join(orientations)}) change nothing: "
             "a rendered line carries its own orientation, and a pointwise one has none",
             OrientationUnusedWarning,
-            stacklevel=2,
         )
     return requests
 
@@ -329,11 +328,10 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
             if isinstance(row.get("samples"), list) and len(row["samples"]) > 1:
                 sampled.append(f"{path}:{number}")
     if sampled:  # the others were dropped without a word (was)
-        warnings.warn(
+        warn_the_caller(
             f"{len(sampled)} answer line{'s hold' if len(sampled) > 1 else ' holds'} several samples (n > 1; first "
             f"{sampled[0]}): each is paired by its first sample, its completion; the others are not judged",
             FirstSampleWarning,
-            stacklevel=2,
         )
     if len(by_model) < 2:
         raise InvalidInputError(f"answers of at least two models are needed, found {sorted(by_model)}")

@@ -11,7 +11,6 @@ import functools
 import getpass
 import os
 import secrets
-import warnings
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal, TypeVar
@@ -19,6 +18,7 @@ from typing import Literal, TypeVar
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from store.caller import warn_the_caller
 from store.errors import InvalidInputError
 from store.spelling import meant
 
@@ -172,16 +172,16 @@ def _warn_of_misspelt_variables() -> None:
     """Warn of each ``JUDGESTORE_*`` variable that is no setting but is spelt almost like one: it is ignored (a
     newer judgestore's variable must not break this one), so its value would be lost silently."""
     known = {name for kind in (Settings, SyncSettings) for name in kind.model_fields}
-    for name in sorted(os.environ):
-        setting = name.removeprefix("JUDGESTORE_").lower()  # the names alone: the common prefix would match any
-        if name.startswith("JUDGESTORE_") and setting not in known and name not in _warned_variables:
+    for name in sorted(os.environ):  # the settings read names in any case: so is a misspelt one looked at
+        prefixed = name.upper().startswith("JUDGESTORE_")
+        setting = name[len("JUDGESTORE_") :].lower()  # the names alone: the common prefix would match any
+        if prefixed and setting not in known and name not in _warned_variables:
             likely = meant(setting, known)
             if likely is not None:
                 _warned_variables.add(name)
-                warnings.warn(
+                warn_the_caller(
                     f"{name} is not a judgestore setting and is ignored; did you mean JUDGESTORE_{likely.upper()}?",
                     SettingsKeyWarning,
-                    stacklevel=3,
                 )
 
 

@@ -48,7 +48,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import warnings
 from collections.abc import Callable, Generator, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -56,6 +55,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from store.backend import Database, Storage, checked_limit
 from store.backends import open_storage
+from store.caller import warn_the_caller
 from store.descriptor import HASH16_LENGTH, ModelDescriptor
 from store.errors import (
     EmptyFilterError,
@@ -349,11 +349,10 @@ class Store:
                 ) from behind
             if result.outcome is UpgradeOutcome.UPGRADED:  # a file doubled in size, without a word (was)
                 kept = f"; its backup: {result.backup}" if result.backup is not None else ""
-                warnings.warn(
+                warn_the_caller(
                     f"{result.where}: upgraded from revision {result.from_revision} to {result.to_revision} as it was "
                     f"opened (JUDGESTORE_AUTO_UPGRADE){kept}",
                     AutoUpgradeWarning,
-                    stacklevel=3,
                 )
         return open_it()
 

@@ -106,7 +106,6 @@ import logging
 import os
 import threading
 import time
-import warnings
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -122,6 +121,7 @@ from inference.cache.plan import MODES, Mode, Plan, PlannedInput, Slot, as_batch
 from inference.cache.rows import engine_request, stored_sample
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response, Sample
 from store import Settings, Store
+from store.caller import warn_the_caller
 from store.descriptor import ModelDescriptor
 from store.errors import (
     CacheMissError,
@@ -525,7 +525,7 @@ class CachedModel:
             said = f"this run was not recorded in its database's runs table ({e}); its answers are complete."
             if not isinstance(e, TRANSIENT):  # a refusal that every run here would meet
                 said += " `--mode readonly` (or JUDGESTORE_RECORD_RUNS=false) does not try to record it"
-            warnings.warn(said, RunNotRecordedWarning, stacklevel=4)
+            warn_the_caller(said, RunNotRecordedWarning)
 
     def generate_missing(
         self,

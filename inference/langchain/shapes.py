@@ -49,7 +49,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
@@ -63,6 +62,7 @@ from inference.logprob_views import openai_logprobs
 from inference.messages import chat_messages, text_prompt
 from inference.requests import CompletionRequest, JudgementRequest, Request, Response
 from inference.sampling import random_sampling
+from store.caller import warn_the_caller
 from store.descriptor import ModelDescriptor
 from store.errors import CacheMissError, InvalidInputError, RequestsFailedError
 from store.roles import Role
@@ -133,10 +133,9 @@ def _warn_of_near_misses(metadata: Mapping[str, Any], role: Role) -> None:
             continue
         close = meant(key, ROW_FIELDS[role])
         if close is not None:
-            warnings.warn(
+            warn_the_caller(
                 f"config metadata key {key!r} is not a {role} row field, so it is not stored; did you mean {close!r}?",
                 MetadataKeyWarning,
-                stacklevel=2,
             )
 
 

@@ -105,8 +105,9 @@ def test_every_sampling_setting_sent_is_in_the_key() -> None:
 
 def test_pinned_openrouter_routing_is_another_key_and_unpinned_routing_is_warned_about() -> None:
     model = "meta-llama/llama-3.1-70b-instruct"
-    with pytest.warns(HostedKeyWarning, match="not pinned"):
+    with pytest.warns(HostedKeyWarning, match="not pinned") as caught:
         unpinned = HostedSpec(model=model, provider="openrouter").descriptor
+    assert caught[0].filename == __file__
     with pytest.warns(HostedKeyWarning, match="not pinned"):
         fallbacks = HostedSpec(model=model, provider="openrouter", routing={"order": ["deepinfra"]}).descriptor
     with warnings.catch_warnings():
@@ -137,8 +138,9 @@ def test_the_unpinned_routing_warning_gives_the_command_line_form_too() -> None:
 
 
 def test_an_undated_openai_alias_is_warned_about_and_a_dated_snapshot_is_not() -> None:
-    with pytest.warns(HostedKeyWarning, match="dated snapshot"):
+    with pytest.warns(HostedKeyWarning, match="dated snapshot") as caught:
         HostedSpec(model="gpt-4o").descriptor  # noqa: B018
+    assert caught[0].filename == __file__  # the line that asked for it, not judgestore's own
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         HostedSpec(model=DATED).descriptor  # noqa: B018
@@ -152,8 +154,9 @@ SPELT = [("temprature", "temperature"), ("top-p", "top_p"), ("Max_Tokens", "max_
 def test_a_sampling_setting_spelt_almost_like_a_known_one_is_warned_of_and_still_sent(spelt: str, meant: str) -> None:
     """A server ignores a setting it does not know: ``temprature`` was sent and hashed without a word (was)."""
     server = {"model": "m", "provider": "vllm-server", "base_url": "http://h/v1"}
-    with pytest.warns(SamplingKeyWarning, match=f"did you mean '{meant}'"):
+    with pytest.warns(SamplingKeyWarning, match=f"did you mean '{meant}'") as caught:
         descriptor = HostedSpec(**server, sampling={spelt: 0.5}).descriptor
+    assert caught[0].filename == __file__
     assert request_body(descriptor, chat("hi"))[spelt] == 0.5  # a provider's own setting may look like one
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # a provider's own settings that look like none of judgestore's: no word

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from store import Store
 from store.errors import InvalidInputError
 from store.settings import Settings, SettingsKeyWarning, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote
@@ -100,6 +101,28 @@ def test_a_variable_spelt_almost_like_a_setting_is_warned_of_once(bare_environme
         assert from_environment(Settings).store_root == Path("judgestore-data")
         from_environment(SyncSettings)
     assert len(w) == 1
+    assert w[0].filename == __file__  # the caller's line, not judgestore's own
+
+
+def test_a_misspelt_variable_is_warned_of_at_the_line_that_opened_the_store(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Through ``Store()`` the warning named judgestore's own store.py, one frame short (was)."""
+    bare_environment.setenv("JUDGESTORE_STORE_ROOTT", "elsewhere")
+    bare_environment.setattr("store.settings._warned_variables", set())
+    bare_environment.chdir(tmp_path)
+    with pytest.warns(SettingsKeyWarning) as w:
+        Store().close()
+    assert w[0].filename == __file__
+
+
+def test_a_lower_case_variable_spelt_almost_like_a_setting_is_warned_of(bare_environment: pytest.MonkeyPatch) -> None:
+    """The settings read names in any case, so ``judgestore_store_roott`` is as lost as its upper-case spelling;
+    it was not warned of (only ``JUDGESTORE_``-prefixed names were looked at)."""
+    bare_environment.setenv("judgestore_store_roott", "elsewhere")
+    bare_environment.setattr("store.settings._warned_variables", set())
+    with pytest.warns(SettingsKeyWarning, match="judgestore_store_roott .* did you mean JUDGESTORE_STORE_ROOT"):
+        assert from_environment(Settings).store_root == Path("judgestore-data")
 
 
 @pytest.mark.parametrize(
@@ -222,6 +245,7 @@ _IMPORT_EVERYTHING = """
 import os
 import store, store.settings, store.store, store.schema, store.repository, store.layout
 from store.backends.sqlite import connections
+from store import Store
 from store.errors import InvalidInputError
 from store.settings import Settings, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote

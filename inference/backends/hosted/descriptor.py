@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import os
 import re
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
@@ -54,6 +53,7 @@ from pydantic import JsonValue, ValidationError
 from inference.backends.hosted.wire import RESERVED_BODY_KEYS
 from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.sampling import json_value, sampling_settings_from
+from store.caller import warn_the_caller
 from store.descriptor import InputMode, LogprobPositions, ModelDescriptor, SamplingSettings
 from store.errors import InvalidInputError, invalid_values
 from store.spelling import meant
@@ -149,13 +149,12 @@ def _routing(provider: str, routing: Mapping[str, Any], known: list[str]) -> dic
             )
     listed = plain.get("only") or plain.get("order") or []
     if plain.get("allow_fallbacks") is not False or not isinstance(listed, list) or len(listed) != 1:
-        warnings.warn(
+        warn_the_caller(
             "OpenRouter routing is not pinned to one provider: rows under this key may come from different "
             "providers (quantisations, implementations). Pin it with "
             "routing={'order': ['<provider>'], 'allow_fallbacks': False} (on the command line: "
             "--routing 'order=[\"<provider>\"]' --routing allow_fallbacks=false)",
             HostedKeyWarning,
-            stacklevel=4,
         )
     return plain
 
@@ -197,11 +196,10 @@ def hosted_descriptor(
         )
     for extra in extras:  # sent as given, and a server ignores what it does not know: a typo would be lost
         if (close := meant(extra, SamplingSettings.model_fields)) is not None:
-            warnings.warn(
+            warn_the_caller(
                 f"sampling {extra!r} is not a setting judgestore knows, so it is sent as given (and hashed); "
                 f"did you mean {close!r}?",
                 SamplingKeyWarning,
-                stacklevel=2,
             )
     refuse_secrets(settings.model_dump(), "sampling", known)
     template_kwargs: dict[str, JsonValue] = {}
@@ -224,11 +222,10 @@ def hosted_descriptor(
     else:
         enable_thinking = None
     if provider == "openai" and not _DATED.search(model):
-        warnings.warn(
+        warn_the_caller(
             f"{model!r} is an alias OpenAI may move to a newer snapshot without notice; rows cached under it "
             "would then mix two models. Pin a dated snapshot (e.g. gpt-4o-2024-08-06)",
             HostedKeyWarning,
-            stacklevel=3,
         )
     for name, text in (("model", model), ("revision", revision), ("endpoint", endpoint)):
         refuse_secrets(text, name, known)

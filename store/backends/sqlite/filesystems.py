@@ -17,9 +17,9 @@ from __future__ import annotations
 import functools
 import os
 import re
-import warnings
 from pathlib import Path
 
+from store.caller import warn_the_caller
 from store.errors import NetworkFilesystemError
 from store.settings import Settings
 
@@ -120,11 +120,10 @@ def journal_mode_for(
             "Move the store to a local disk, or set JUDGESTORE_JOURNAL_POLICY=auto to use "
             "the rollback journal there.",
         )
-    warnings.warn(
+    warn_the_caller(
         f"{path} lies on a {fstype} network filesystem: WAL needs shared memory that such "
         "filesystems do not provide, so the rollback journal is used (slower writes). "
         "Set JUDGESTORE_JOURNAL_POLICY=refuse-network to refuse instead.",
         NetworkFilesystemWarning,
-        stacklevel=3,
     )
     return "delete"
