@@ -46,7 +46,7 @@ _TICK = timedelta(microseconds=1)  # created_at is stored to the microsecond
 
 def parse_duration(text: str) -> timedelta:
     """``90s``, ``45m``, ``12h``, ``30d``, ``2w`` (a number and one unit, either case; ``M``, months to some, is
-    refused)."""
+    refused), counted back from now: one reaching before the year 1 is refused."""
     match = _DURATION.match(text)
     if match and match.group(2) == "M":  # months to many (ISO 8601's P6M, pandas' 6M): 6M was 6 minutes
         raise InvalidInputError(
@@ -55,12 +55,14 @@ def parse_duration(text: str) -> timedelta:
         )
     if not match:
         raise InvalidInputError(f"{text!r} is not a duration: give a number and a unit, e.g. 30d, 12h, 2w, 90m, 45s")
+    since_year_one = datetime.now(UTC) - datetime.min.replace(tzinfo=UTC)  # a duration is counted back from now
     try:
-        return timedelta(**{_DURATION_UNITS[match.group(2).lower()]: float(match.group(1))})
-    except OverflowError as e:
-        raise InvalidInputError(
-            f"{text!r} is longer than a calendar holds (at most {timedelta.max.days:,} days)"
-        ) from e
+        duration = timedelta(**{_DURATION_UNITS[match.group(2).lower()]: float(match.group(1))})
+    except OverflowError:
+        duration = timedelta.max
+    if duration > since_year_one:  # said here, in the option's words (PruneRule named its field, was)
+        raise InvalidInputError(f"{text!r} reaches before the year 1: give at most {since_year_one.days:,} days")
+    return duration
 
 
 def parse_size(text: str) -> int:

@@ -6,7 +6,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from store.cli.app import build_app
 from store.errors import DatabaseBusyError, InvalidInputError
 from store.layout import Selector
 from store.prune import PruneRule, parse_duration, parse_size, plan_prune, prune
@@ -230,12 +232,26 @@ def test_a_capital_m_is_refused_as_months_or_minutes(months: str) -> None:
     assert parse_duration("6m") == timedelta(minutes=6) and parse_duration("6H") == timedelta(hours=6)
 
 
-def test_a_duration_beyond_the_calendar_is_refused() -> None:
-    with pytest.raises(InvalidInputError, match="longer than a calendar holds"):
-        parse_duration("999999999999d")
-    with pytest.raises(InvalidInputError, match="before the year 1"):
-        PruneRule(older_than=parse_duration("999999d"))  # 2,738 years: a valid timedelta, but no cut-off date
+@pytest.mark.parametrize("beyond", ["999999999999d", "999999d", "2000000d"])
+def test_a_duration_beyond_the_calendar_is_refused_in_its_own_words(beyond: str) -> None:
+    """999999d (2,738 years) is a valid timedelta but no cut-off date: ``--older-than 2000000d`` was refused
+    naming PruneRule's field ``older_than``, and 999999999999d with another message."""
+    with pytest.raises(
+        InvalidInputError, match=rf"^'{beyond}' reaches before the year 1: give at most 7\d\d,\d{{3}} days"
+    ):
+        parse_duration(beyond)
+    with pytest.raises(InvalidInputError, match="before the year 1"):  # the API's own rule holds without parsing
+        PruneRule(older_than=timedelta(days=999_999))
     assert PruneRule(older_than=parse_duration("700000d")).older_than == timedelta(days=700_000)
+
+
+def test_the_command_line_names_the_option_of_a_duration_beyond_the_calendar(aged: Path) -> None:
+    before = remaining(aged)
+    result = CliRunner().invoke(
+        build_app(), ["prune", "--older-than", "2000000d", "--yes"], env={"JUDGESTORE_STORE_ROOT": str(aged)}
+    )
+    assert result.exit_code == 2 and "--older-than" in result.output and "older_than" not in result.output
+    assert remaining(aged) == before  # nothing pruned
 
 
 @pytest.mark.parametrize("bad", ["", "MB", "5 XB", "1iB", "-3MB", "9" * 400 + "TB"])
