@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -104,7 +105,10 @@ def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_
         if input_mode is not None:
             for request in built if isinstance(built, list) else [built]:
                 request.check_shape(input_mode)
-        return built
+        source = f"{path}:{number}"
+        if isinstance(built, list):
+            return [replace(request, source=source) for request in built]
+        return replace(built, source=source)
     except (InvalidInputError, TypeError) as e:
         raise InvalidInputError(f"{path}:{number}: {e}") from e
 

@@ -47,6 +47,9 @@ class _Request:
     benchmark: str | None = None
     instruction_id: str | None = None
     n: int = 1
+    # Where the request was read from (``prompts.jsonl:5``), set by the JSONL readers for the messages that name a
+    # failed or missed input: no part of its key, nor of equality
+    source: str | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if (self.messages is None) == (self.text is None):
@@ -92,6 +95,10 @@ class _Request:
                 "this model takes text input: give `text`, not `messages` (or take chat messages: --input-mode chat, "
                 "input_mode='chat')"
             )
+
+    def named(self, index: int) -> str:
+        """The request for messages: where it was read from, else its index in the call (``request 3``)."""
+        return self.source or f"request {index}"
 
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""

@@ -128,7 +128,7 @@ class Writer:
 
     def fail(self, inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
         request = self.requests[inp.request_index]
-        self.run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, inp.key, error))
+        self.run.failed.append(Failure.of(inp.request_index, request, inp, error))
         self.results[inp.key] = generated_sample(inp, gen, error)
 
     def left_note(self) -> str:

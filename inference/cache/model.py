@@ -443,7 +443,7 @@ class CachedModel:
             missing = [not absent.isdisjoint(ks) for ks in keys]
             raise CacheMissError(
                 f"replay mode: {plan.misses} of {plan.distinct} inputs are not in the store; the first is "
-                f"request {first.request_index} ({request.describe()}), sample {first.sample_index}, "
+                f"{request.named(first.request_index)} ({request.describe()}), sample {first.sample_index}, "
                 f"input hash {first.key[:16]}. Run once with --mode use to fill the store.",
                 missing_requests=[i for i, lacks in enumerate(missing) if lacks],
                 responses=[

@@ -96,6 +96,12 @@ class Failure:
     sample_index: int
     input_hash: str
     error: JudgestoreError
+    source: str | None = None  # where that request was read from (``prompts.jsonl:5``), if from a file
+
+    @classmethod
+    def of(cls, index: int, request: Request, inp: PlannedInput, error: JudgestoreError) -> Failure:
+        """The failure of ``inp``, first asked for by ``request``, the ``index``-th of its call."""
+        return cls(index, request.describe(), inp.sample_index, inp.key, error, request.source)
 
     @property
     def message(self) -> str:
@@ -103,13 +109,16 @@ class Failure:
         return " ".join(str(self.error).split())
 
     def line(self) -> str:
-        """``request 3 (bench/id), sample 0: Type: message``."""
+        """``prompts.jsonl:5 (bench/id), sample 1: Type: message`` (``request 3`` for a request not read from a
+        file; a blank line or a pair's two orientations make a line number no index)."""
+        where = self.source or f"request {self.request_index}"
         sample = f", sample {self.sample_index}" if self.sample_index else ""
-        return f"request {self.request_index} ({self.request}){sample}: {type(self.error).__name__}: {self.message}"
+        return f"{where} ({self.request}){sample}: {type(self.error).__name__}: {self.message}"
 
     def as_dict(self) -> dict[str, object]:
         return {
             "request_index": self.request_index,
+            "source": self.source,
             "request": self.request,
             "sample_index": self.sample_index,
             "input_hash": self.input_hash,

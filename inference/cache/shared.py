@@ -306,7 +306,7 @@ def _generate_shared(
             share.failed_elsewhere += 1
             error = RequestRefusedError(f"failed in another job of the shared batch: {failed_elsewhere.get(key)}")
             request = requests[inp.request_index]
-            run.failed.append(Failure(inp.request_index, request.describe(), inp.sample_index, key, error))
+            run.failed.append(Failure.of(inp.request_index, request, inp, error))
             results[key] = generated_sample(inp, None, error)
     progress(len(keys))
     return results

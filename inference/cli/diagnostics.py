@@ -235,7 +235,7 @@ def _print_inputs(inputs: "InputReport") -> None:
     )
     for miss in inputs.explained:
         sample = f", sample {miss.sample_index}" if miss.sample_index else ""
-        out.print(f"  request {miss.request_index} ({miss.request}{sample}): {miss.reason}", soft_wrap=True)
+        out.print(f"  {miss.named()} ({miss.request}{sample}): {miss.reason}", soft_wrap=True)
         for diff in miss.diffs:
             out.print(f"    {diff.text()}", soft_wrap=True)
     if inputs.misses > len(inputs.explained):

@@ -353,6 +353,11 @@ class MissExplanation:
     similarity: float | None = None
     diffs: tuple[InputDiff, ...] = ()
     stored_under: tuple[str, ...] = ()  # other descriptors (hash16) holding this very input
+    source: str | None = None  # where the request was read from (``prompts.jsonl:5``), if from a file
+
+    def named(self) -> str:
+        """The request for people: where it was read from, else its index (``request 3``)."""
+        return self.source or f"request {self.request_index}"
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
@@ -426,7 +431,9 @@ def explain_inputs(
     for miss in missing:
         request = requests[miss.request_index]
         wanted = miss.rendered.decode()
-        base = MissExplanation(miss.request_index, request.describe(), miss.sample_index, miss.key, "")
+        base = MissExplanation(
+            miss.request_index, request.describe(), miss.sample_index, miss.key, "", source=request.source
+        )
         stored_under = tuple(elsewhere.get(miss.key, ()))
         if stored_under:
             explained.append(_with(base, f"this input is stored under descriptor {', '.join(stored_under)}, "

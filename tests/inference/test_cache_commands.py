@@ -162,9 +162,11 @@ def test_explain_after_editing_one_prompt_and_the_plan_says_to(
     assert (inputs["hits"], inputs["misses"]) == (3, 1)
     (miss,) = inputs["explained"]
     assert miss["request"] == "demo/2" and "same benchmark/instruction" in miss["reason"]
+    assert miss["source"] == f"{edited}:3"  # the line to open (its index alone, was)
     (diff,) = miss["diffs"]
     assert diff["where"] == "message 0 (user) content" and diff["position"] == len("Tell me a ")
-    assert "message 0 (user) content at character 10" in judgestore_here(*hint[1:], root=copy).stdout
+    said = judgestore_here(*hint[1:], root=copy).stdout
+    assert "message 0 (user) content at character 10" in said and f"{edited}:3 (demo/2)" in said
 
 
 def test_prune_dry_run_counts_equal_the_real_prune(built: dict[str, Any], copy: Path) -> None:

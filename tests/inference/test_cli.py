@@ -348,7 +348,7 @@ def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
         check=False,
     )
     assert result.returncode == 1
-    assert "replay mode: 3 of 3 inputs are not in the store; the first is request 0 (demo/0)" in result.stderr
+    assert f"replay mode: 3 of 3 inputs are not in the store; the first is {prompts}:1 (demo/0)" in result.stderr
     assert not root.exists()
 
 
@@ -439,6 +439,7 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert (summary["rows_written"], summary["failed"], summary["engine_loaded"]) == (7, 1, True)
     (failure,) = summary["failures"]
     assert (failure["request_index"], failure["request"], failure["type"]) == (5, "demo/5", "PromptTooLongError")
+    assert failure["source"] == f"{prompts}:6"  # the line a user opens
     assert "context is 256 (max_model_len)" in failure["error"]
     results = lines(tmp_path / "a.jsonl")
     assert [r["error"] is None for r in results] == [True] * 5 + [False] + [True] * 2
@@ -449,7 +450,7 @@ def test_a_prompt_over_max_model_len_fails_alone_with_an_error_line_exit_1_and_t
     assert again.returncode == 1 and "Traceback" not in again.stderr
     assert "7 hits (88%), 1 misses, 1 failed, 0 rows written" in again.stderr
     assert "engine loaded: no (vLLM never imported)" in again.stderr  # the refused prompt never needed it
-    assert "request 5 (demo/5): PromptTooLongError: the prompt is" in again.stderr
+    assert f"{prompts}:6 (demo/5): PromptTooLongError: the prompt is" in again.stderr
     assert [r["completion"] for r in lines(tmp_path / "b.jsonl")] == [r["completion"] for r in results]
 
 

@@ -296,7 +296,7 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     prompts = tmp_path / "prompts.jsonl"
     contents = ["question 0", "word " * 30, "question 2"]  # the second is over the server's context
     rows = [{"instruction_id": str(i), "messages": [{"role": "user", "content": c}]} for i, c in enumerate(contents)]
-    prompts.write_bytes(b"".join(orjson.dumps(r) + b"\n" for r in rows))
+    prompts.write_bytes(b"\n" + b"".join(orjson.dumps(r) + b"\n" for r in rows))  # a blank first line: skipped
 
     result = generate(openai_server, prompts, tmp_path / "a.jsonl", "--json")
     assert result.exit_code == 1 and "Traceback" not in result.output
@@ -304,6 +304,7 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     assert (summary["failed"], summary["rows_written"], summary["misses"]) == (1, 2, 3)
     (failure,) = summary["failures"]
     assert (failure["request_index"], failure["request"], failure["type"]) == (1, "?/1", "HostedRequestError")
+    assert failure["source"] == f"{prompts}:3"  # its line, not its index (named by index alone, was)
     assert "maximum context length is 20 tokens" in failure["error"] and "\n" not in failure["error"]
     lines = [orjson.loads(line) for line in (tmp_path / "a.jsonl").read_bytes().splitlines()]
     assert [line["error"] for line in lines][::2] == [None, None]
@@ -315,7 +316,7 @@ def test_a_request_the_server_refuses_has_an_error_line_the_others_are_written_a
     assert "2 hits (67%), 1 misses, 1 failed, 0 rows written" in human.stderr
     # of the inputs to generate, not of the run's (was: "1 of 1 inputs", with 3 inputs)
     assert "failed: 1 of the 1 inputs to generate were not answered or not stored" in human.stderr
-    assert "request 1 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
+    assert f"{prompts}:3 (?/1): HostedRequestError: " in human.stderr and len(openai_server.completions()) == 4
     assert "only they are asked for (the others are stored)" in " ".join(human.stderr.split())
     refreshed = generate(openai_server, prompts, tmp_path / "c.jsonl", "--mode", "refresh")
     said = " ".join(refreshed.stderr.split())
