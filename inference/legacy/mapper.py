@@ -46,7 +46,7 @@ from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, LegacyMappingError
 from store.legacy.detect import JUDGES_SHOWN, Detection, LegacyVariant
 from store.legacy.importer import Attribution
-from store.legacy.metadata import MetadataForm, check_metadata_folder
+from store.legacy.metadata import MetadataForm
 from store.roles import ROLES, Role
 
 
@@ -115,7 +115,6 @@ class LegacyDescriptorMapper:
             and d.kind != "metadata"
             and d.metadata is not None
             and d.metadata.form in (MetadataForm.S3, MetadataForm.S2)
-            and check_metadata_folder(d.metadata, d.tree) is None
             and self._derive(d).descriptor is None
         }
         self._user_refused = len(falling_back) > 1 and self.user is not None

@@ -41,7 +41,7 @@ import os
 import sqlite3
 import zipfile
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from store.legacy.metadata import (
@@ -49,6 +49,7 @@ from store.legacy.metadata import (
     LegacyMetadata,
     LegacyTree,
     MetadataForm,
+    check_metadata_folder,
     legacy_tree,
     read_legacy_metadata,
 )
@@ -507,6 +508,10 @@ def detect(sources: Sequence[Path] | Iterable[Path]) -> DetectionResult:
         if detection is None:
             ignored += 1
             continue
+        if detection.ok and detection.metadata is not None:  # so `--detect` says what the import would refuse
+            problem = check_metadata_folder(detection.metadata, detection.tree)
+            if problem is not None:
+                detection = replace(detection, state=State.INVALID, detail=problem)
         if detection.kind != "metadata":  # a database there, readable or not: the metadata.json is not alone
             folders_with_data.add(path.parent.resolve())
         detections.append(detection)

@@ -40,7 +40,6 @@ from store.legacy.convert import RowNotImported, to_record
 from store.legacy.detect import PROBLEM_STATES, Detection, LegacyVariant, State
 from store.legacy.formats import count_rows, iter_rows
 from store.legacy.inputs import InputsTable
-from store.legacy.metadata import check_metadata_folder
 from store.legacy.readonly import WRITTEN_MEANWHILE, file_stamp, pending_journal
 from store.legacy.report import ImportReport, SourceReport
 from store.legacy.writer import ChunkedWriter
@@ -161,11 +160,7 @@ class SourceImporter:
         if detection.variant is LegacyVariant.LANGCHAIN:
             report.skip_source(LANGCHAIN_REASON, unattributed=True)
             return False
-        problem = None if detection.metadata is None else check_metadata_folder(detection.metadata, detection.tree)
-        if problem is not None:
-            report.fail_source(problem)
-            return False
-        return True
+        return True  # a metadata.json that does not match its folder is INVALID already (detect)
 
     def _rows(
         self,

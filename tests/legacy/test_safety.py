@@ -408,6 +408,24 @@ def test_detect_prints_what_was_found(legacy_root: Path) -> None:
     assert states == ["not-ours", "not-ours"], named.stdout
 
 
+def test_detect_says_invalid_for_a_metadata_json_the_import_would_refuse(legacy_root: Path) -> None:
+    """An edited metadata.json, or a folder moved under another model: `--detect` said ok (exit 0), then the import
+    failed the source (was)."""
+    edited = _s4c(legacy_root / "a", "edited", 3)
+    doc = orjson.loads((edited.parent / "metadata.json").read_bytes())
+    doc["model_kwargs"]["max_tokens"] = 4096
+    (edited.parent / "metadata.json").write_bytes(orjson.dumps(doc))
+    model_folder = _s4c(legacy_root / "b", "moved", 2).parent.parent  # .../moved/VLLM/m
+    model_folder.rename(model_folder.with_name("other"))
+    _s4c(legacy_root / "c", "good", 2)
+    result = judgestore("import", "--detect", str(legacy_root), "--json")
+    assert result.returncode == 1, result.stderr
+    found = {Path(d["path"]).relative_to(legacy_root).parts[0]: d for d in orjson.loads(result.stdout)["sources"]}
+    assert {name: d["state"] for name, d in found.items()} == {"a": "invalid", "b": "invalid", "c": "ok"}
+    assert "edited or the folder renamed" in found["a"]["detail"]
+    assert "lies under VLLM/other: the folder was moved" in found["b"]["detail"]
+
+
 def test_a_damaged_destination_database_fails_its_source_and_the_import_goes_on(
     tmp_path: Path, store_root: Path
 ) -> None:
