@@ -145,7 +145,7 @@ class LegacyDescriptorMapper:
         metadata = detection.metadata
         if metadata is None or metadata.form not in (MetadataForm.S3, MetadataForm.S2):
             what = detection.variant or "this file"
-            return Attribution(None, reason=f"{what} records no descriptor; import it with --descriptor FILE")
+            return Attribution(None, reason=f"{what} records no descriptor", advice="import it with --descriptor FILE")
         try:
             recorded, _ = live_spec(metadata, assumed=self._settings_for(detection.role))
         except LegacyMappingError as e:
@@ -156,8 +156,11 @@ class LegacyDescriptorMapper:
                 None,
                 reason=(
                     f"the legacy descriptor does not record the resolved revision or chat template of "
-                    f"{recorded.model!r}; pass --assume-current-model {recorded.model!r} to resolve them from the "
-                    "model as it is now (recorded as an assumption), or --descriptor FILE"
+                    f"{recorded.model!r}"
+                ),
+                advice=(
+                    f"pass --assume-current-model {recorded.model!r} to resolve them from the model as it is now "
+                    "(recorded as an assumption), or --descriptor FILE"
                 ),
             )
         try:
@@ -186,17 +189,20 @@ class LegacyDescriptorMapper:
             return [], []
         installed = installed_backend_version()
         produced = descriptor.backend_version
-        if installed is None:  # a core install: judgestore without its vllm extra
-            return [
-                f"rows were produced by vLLM {produced}; vLLM is not installed here, so no run on this machine can "
-                f"use them yet: install vLLM {produced} to hit them as they are, or a newer vLLM and then "
-                "`judgestore adopt` them (it audits a sample with the new engine first)"
-            ], []
         if produced == installed:
             return [], []
+        # A --descriptor file may name no version (it is optional): "vLLM None" was said (was)
+        by = f"vLLM {produced}" if produced else "a vLLM the descriptor does not name (no backend_version)"
+        if installed is None:  # a core install: judgestore without its vllm extra
+            return [
+                f"rows were produced by {by}; vLLM is not installed here, so no run on this machine can use them "
+                f"yet: install {by if produced else 'that vLLM'} to hit them as they are, or a newer vLLM and then "
+                "`judgestore adopt` them "
+                "(it audits a sample with the new engine first)"
+            ], []
         note = (
-            f"rows were produced by vLLM {produced}; this machine has {installed}: a live run here computes "
-            "another descriptor and will not hit them (a different engine may change outputs)"
+            f"rows were produced by {by}; this machine has {installed}: a live run here computes another descriptor "
+            "and will not hit them (a different engine may change outputs)"
         )
         return [note], [] if spec is None else self._adopt_notes(detection, spec, descriptor, installed)
 
@@ -244,7 +250,9 @@ class LegacyDescriptorMapper:
                     f"({shown}{more}): import each judge's files on their own, each with its judge's --descriptor"
                 ),
             )
-        notes = [f"not mapped from its legacy descriptor: {derived.reason}"] if detection.metadata else []
+        # The reason without its advice: --descriptor, which it names, is what was given
+        notes = [f"not mapped from its legacy descriptor ({derived.reason}): imported under --descriptor"]
+        notes = notes if detection.metadata else []
         # An older vLLM the file names: said, with the adopt command, as for a mapped legacy descriptor (was: nothing)
         engine_notes, adopt = self._engine_notes(detection, self.user.spec, self.user.descriptor)
         return Attribution(self.user.descriptor, (self.user.assumption,), notes=(*notes, *engine_notes),

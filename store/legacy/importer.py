@@ -68,6 +68,12 @@ class Attribution:
     notes: tuple[str, ...] = ()
     # Notes for one role only (the command that adopts that role's rows): kept only if the source has rows of it.
     role_notes: tuple[tuple[Role, str], ...] = ()
+    advice: str = ""  # what to give so that it has one (said with the reason; not once it was given)
+
+    @property
+    def why(self) -> str:
+        """The reason there is no descriptor, and what to give."""
+        return f"{self.reason}; {self.advice}" if self.advice else self.reason
 
 
 Resolver = Callable[[Detection], Attribution]
@@ -135,9 +141,9 @@ class SourceImporter:
         report.notes.extend(attribution.notes)
         if attribution.descriptor is None:
             if attribution.failed:
-                report.fail_source(attribution.reason)
+                report.fail_source(attribution.why)
             else:
-                report.skip_source(attribution.reason, unattributed=True)
+                report.skip_source(attribution.why, unattributed=True)
             return
         descriptor = attribution.descriptor
         assumptions = list(attribution.assumptions)

@@ -292,6 +292,30 @@ def test_rows_an_older_vllm_produced_under_a_descriptor_file_come_with_the_adopt
     assert any(f"--from {location.descriptor_hash16} --across backend_version" in n for n in source["notes"])
 
 
+def test_a_tree_source_under_a_descriptor_naming_no_vllm_says_so_without_advising_what_was_given(
+    tmp_path: Path,
+) -> None:
+    """A --descriptor without backend_version was said as "produced by vLLM None", and the note why the legacy
+    descriptor was not used ended advising "or --descriptor FILE", given already (was)."""
+    metadata = b.s3_metadata("legacy-model", {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
+    folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", "legacy-model", metadata)
+    text = b.rendered_messages([{"role": "user", "content": "hi"}])
+    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "t",
+           "instruction_id": "0", "model": "m", "pushed_by": "u", "pushed_at": "2026-01-01", "run_id": "r"}  # fmt: skip
+    b.create_db(folder / "completions.db", b.S4C_DDL, [row])
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="legacy-model").model_dump_json())
+    args = ["import", str(tmp_path / "legacy"), "--store-root", str(tmp_path / "store"), "--descriptor"]
+    result = judgestore(*args, str(descriptor_file), "--json")
+    assert result.returncode == 0, result.stderr
+    (source,) = orjson.loads(result.stdout)["sources"]
+    notes = " ".join(source["notes"])
+    assert source["imported"] == 1 and "None" not in notes
+    assert "rows were produced by a vLLM the descriptor does not name (no backend_version)" in notes
+    assert "does not record the resolved revision or chat template of 'legacy-model'): imported under" in notes
+    assert "or --descriptor FILE" not in notes
+
+
 def test_an_s2_source_gets_the_adopt_command_only_of_the_roles_it_holds(tiny_model: Path, tmp_path: Path) -> None:
     """S2 files hold both roles per row: one holding only completions was told to adopt judgements too (a command
     that finds no rows)."""
