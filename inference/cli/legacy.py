@@ -129,7 +129,9 @@ def _import_table(report: "ImportReport") -> FittedTable:
     columns = [Column("Source", fit=Fit.PATH), Column("Variant")]
     table = FittedTable(title, [*columns, *(Column(name, justify="right") for name in counts), Column("Status")])
     for s in report.sources:
-        style = {"failed": "bold red", "partial": "bold red", "imported": "green"}.get(s.status, "dim")
+        style = {"failed": "bold red", "partial": "bold red", "conflicts": "yellow", "imported": "green"}.get(
+            s.status, "dim"
+        )
         table.add_row(
             Text(_shown(s.path)),
             s.variant or "",
@@ -315,8 +317,9 @@ def import_command(
         unattributed = report.totals()["unattributed"]
         if unattributed:
             err.print(
-                f"{unattributed:,} rows were not imported because their descriptor, task or inputs could not be "
-                "named; see the reasons above (--assume-current-model, --descriptor, --task, --inputs)",
+                f"{unattributed:,} {'row was' if unattributed == 1 else 'rows were'} not imported because their "
+                "descriptor, task or inputs could not be named; see the reasons above (--assume-current-model, "
+                "--descriptor, --task, --inputs)",
                 style="bold red",
                 soft_wrap=True,
             )

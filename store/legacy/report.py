@@ -92,8 +92,10 @@ class SourceReport:
     def status(self) -> str:
         if self.has_failures:
             return "failed" if not (self.imported or self.already_present) else "partial"
-        if self.imported or self.already_present or self.conflicts:
+        if self.imported or self.already_present:
             return "imported"
+        if self.conflicts:  # every row differs from the one stored (kept): nothing of it was imported (was "imported")
+            return "conflicts"
         return "skipped"
 
     def accounted(self) -> int:

@@ -272,6 +272,11 @@ def test_two_legacy_rows_with_one_key_and_two_outputs_are_a_conflict_not_a_merge
     report = run_import([first, second], store_root)
     assert [s.imported for s in report.sources] == [4, 2]
     assert report.sources[1].conflicts == 2 and report.ok
+    assert [s.status for s in report.sources] == ["imported", "imported"]
+    third = _s4c(tmp_path / "carol", "t", 2, completion="carol's answer {i}")  # every row a conflict
+    (only_conflicts,) = run_import([third], store_root).sources
+    assert (only_conflicts.imported, only_conflicts.conflicts) == (0, 2)
+    assert only_conflicts.status == "conflicts"  # nothing of it was imported: "imported" said otherwise (was)
     assert {c["row"].split(" (")[0] for c in report.sources[1].conflict_list} == {"row 1", "row 2"}
     assert not any(
         r["completion"].startswith("bob's") and r["instruction_id"] in ("2", "3") for r in all_rows(store_root)

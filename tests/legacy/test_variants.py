@@ -819,6 +819,9 @@ def test_rows_the_inputs_file_does_not_cover_share_one_reason_and_no_inputs_name
     said = " ".join(result.stderr.split())
     assert "50 rows were not imported because their descriptor, task or inputs could not be named" in said
     assert "--inputs)" in said and "pass --inputs FILE naming each input" in said
+    pd.DataFrame({"completion": ["a0"], "instruction_index": [0]}).to_csv(cache / "x.csv", index=False)
+    one = judgestore("import", str(cache), "--task", "t", "--store-root", str(store_root / "cli"))
+    assert "1 row was not imported because" in " ".join(one.stderr.split())  # "1 rows were" (was)
 
 
 def test_an_s0_token_count_that_is_no_count_fails_its_row(legacy_root: Path, store_root: Path) -> None:
