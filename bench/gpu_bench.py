@@ -195,7 +195,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--model-dir", type=Path, help="where the model is built or found (default: a temp folder)")
     parser.add_argument("--eager", action="store_true", help="enforce_eager=True: no CUDA graphs, no compilation")
-    parser.add_argument("--no-before", action="store_true", help="skip judgestore sending 64 misses at a time")
+    parser.add_argument(
+        "--no-before",
+        action="store_true",
+        help="run only judgestore and the plain call: skip the variants beside them (64 misses at a time, the "
+        "database already created, no store)",
+    )
     parser.add_argument(
         "--own-process", action="store_true", help="the engine core in a process of its own (vLLM's default)"
     )
@@ -207,6 +212,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--max-tokens must be between 1 and {MAX_MODEL_LEN - 1} (the engine's max_model_len)")
     if args.budget <= 0:
         parser.error("--budget must be positive")
+    import torch
+
+    if not torch.cuda.is_available():  # before minutes of building: on a CPU vLLM fails on memory, or runs for hours
+        parser.error(f"no CUDA GPU here (torch {torch.__version__}): this benchmark measures one")
 
     workdir = Path(tempfile.mkdtemp(prefix="judgestore-gpu-bench-"))
     started = time.perf_counter()
