@@ -104,12 +104,16 @@ def stream(store: Store, statement: Any, rows: int) -> dict[str, Any]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", type=int, default=1_000_000)
-    parser.add_argument("--databases", type=int, default=100)
+    parser.add_argument("--rows", type=int, help="rows in all (default 1,000,000)")
+    parser.add_argument("--databases", type=int, help="databases they are spread over (default 100)")
     parser.add_argument("--quick", action="store_true", help="50,000 rows across 20 databases")
     parser.add_argument("--url", help="a PostgreSQL store URL (an empty database) instead of a temporary folder")
     args = parser.parse_args()
-    rows, databases = (50_000, 20) if args.quick else (args.rows, args.databases)
+    if args.quick and (args.rows is not None or args.databases is not None):
+        parser.error("--quick sets --rows and --databases: give either")
+    rows, databases = (50_000, 20) if args.quick else (args.rows or 1_000_000, args.databases or 100)
+    if min(args.rows or 1, args.databases or 1) < 1:
+        parser.error("--rows and --databases must be at least 1")
     with tempfile.TemporaryDirectory(prefix="across-bench-") as folder:
         where = args.url or str(Path(folder) / "store")
         started = time.perf_counter()

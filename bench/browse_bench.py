@@ -318,10 +318,12 @@ def run(root: Path, args: argparse.Namespace) -> None:
             if found or cursor is None:
                 break
             token = cursor.group(1)
-        print(f"{RARE}: shown after {requests} requests, {total_ms:.0f} ms of server time in all", file=sys.stderr)
+        shown = f"shown after {requests} requests" if found else f"not in the store (too few rows), {requests} requests"
+        print(f"{RARE}: {shown}, {total_ms:.0f} ms of server time in all", file=sys.stderr)
         counted = request(f"{base}/?finish_reasons=count")[0]
         print(f"overview, finish reasons counted once (reads every row): {counted / 1000:.1f} s", file=sys.stderr)
-        results.append({"case": f"search {RARE} until shown", "requests": requests, "server_ms": total_ms})
+        searched = {"found": found, "requests": requests, "server_ms": total_ms}
+        results.append({"case": f"search {RARE} until shown", **searched})
         results.append({"case": "overview, finish reasons counted", "cold_ms": counted})
     if args.json:
         write_json(args.json, {"environment": environment(), "rows": args.rows, "store": str(root),

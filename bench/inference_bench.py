@@ -984,7 +984,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if not args.keep:
             shutil.rmtree(workdir, ignore_errors=True)
-    notes = [
+    planned = bool(plan_bench.results)  # the plan's notes only where the plan ran (--only cli said them, was)
+    plan_notes = [
         *plan_bench.notes,
         "floor = per request orjson.dumps({'messages', 'type'}, OPT_SORT_KEYS) + hashlib.sha256 hex; keys "
         f"deduplicated; raw sqlite3 json_each lookup of the {len(HIT_FIELDS)} columns a hit returns "
@@ -997,12 +998,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         "its result inside its timing",
         "split: render + hash = batch_keys vs the dumps+sha256 loop; lookup = CachedModel._lookup "
         "(Store.find + Database.get_many) vs the raw query loop",
+    ]
+    notes = [
+        *(plan_notes if planned else []),
         *cli_bench.notes,
         *(note for engine_bench in engine_benches for note in engine_bench.notes),
-        "plan: medians of interleaved repetitions ("
-        + ", ".join(f"{n:,}: {args.reps or r} x {i} calls" for n, r, i in sizes.plan)
-        + "); ratio = wall clock, CPU ratio = process CPU time; "
-        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; python {env['python']}, "
+        (
+            "plan: medians of interleaved repetitions ("
+            + ", ".join(f"{n:,}: {args.reps or r} x {i} calls" for n, r, i in sizes.plan)
+            + "); ratio = wall clock, CPU ratio = process CPU time; "
+            if planned
+            else ""
+        )
+        + f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after; python {env['python']}, "
         f"sqlite {env['sqlite']}, sqlalchemy {env['sqlalchemy']}, orjson {env['orjson']}, {env['cpus']} CPUs; "
         f"{time.perf_counter() - started:.0f} s in all",
     ]

@@ -49,7 +49,7 @@ from typing import Any
 
 import orjson
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # `python bench/pg_bench.py` from anywhere
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # imported by bench/store_bench.py, run from anywhere
 
 from bench.common import (
     FIELDS,

@@ -324,6 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--backends: unknown {', '.join(sorted(unknown))} (known: folder, postgres)")
     if min(sizes) < 1 or args.rows < 1 or args.reps < 1:
         parser.error("--sizes, --rows and --reps must be at least 1")
+    if len(set(sizes)) < len(sizes):  # the store grows from one size to the next: a size twice failed at the end
+        parser.error(f"--sizes names a size twice: {args.sizes!r}")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-scale-"))
     results: list[Result] = []
     try:

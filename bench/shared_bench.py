@@ -100,6 +100,8 @@ def main() -> None:
         job_counts = [int(n) for n in args.jobs.split(",")]
     except ValueError:
         parser.error(f"--jobs takes comma-separated numbers, not {args.jobs!r}")
+    if job_counts[0] != 1 or sorted(set(job_counts)) != job_counts:  # every ratio is to one process, timed first
+        parser.error(f"--jobs must start at 1 and rise (e.g. 1,2,4,8), not {args.jobs!r}")
     if min(job_counts) < 1 or args.prompts < 1 or args.concurrency < 1 or args.delay < 0:
         parser.error("--jobs, --prompts and --concurrency must be at least 1, --delay at least 0")
     if unknown := set(args.backend.split(",")) - {"folder", "postgresql"}:
@@ -115,7 +117,7 @@ def main() -> None:
                 measured = point(jobs, backend, args, Path(tmp), cluster)
                 ideal = args.prompts * args.delay / (args.concurrency * jobs)
                 results[backend][jobs] = measured | {"floor": floor, "bound": floor + ideal}
-                one = results[backend][min(results[backend])]
+                one = results[backend][1]
                 r = results[backend][jobs]
                 print(
                     f"{backend:10} {jobs} jobs: wall {r['wall']:6.2f} s ({r['wall'] / one['wall']:.2f}x), "

@@ -611,7 +611,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--url", help="with --backend postgresql: bench in this database (default: a throwaway server)")
     args = parser.parse_args(argv)
+    # Checked for both backends (PostgreSQL's took a bad value silently, was)
+    if any(n is not None and n < 1 for n in (args.reps, args.db_rows, args.open_dbs)):
+        parser.error("--reps, --db-rows and --open-dbs must be at least 1")
+    only = set(args.only.split(","))
+    if not only <= {"get", "put", "index", "open"}:
+        parser.error(f"--only: unknown cases {sorted(only - {'get', 'put', 'index', 'open'})}")
     if args.backend == "postgresql":
+        if args.only != parser.get_default("only") and (unbenched := only - {"get", "put"}):
+            parser.error(f"--backend postgresql benches get and put only, not {', '.join(sorted(unbenched))}")
         from bench import pg_bench
 
         return pg_bench.main(args)
@@ -619,12 +627,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         QUICK if args.quick else FULL,
         **{k: v for k, v in (("db_rows", args.db_rows), ("open_dbs", args.open_dbs)) if v is not None},
     )
-    if any(n is not None and n < 1 for n in (args.reps, args.db_rows, args.open_dbs)):
-        parser.error("--reps, --db-rows and --open-dbs must be at least 1")
     reps = args.reps or sizes.reps
-    only = set(args.only.split(","))
-    if not only <= {"get", "put", "index", "open"}:
-        parser.error(f"--only: unknown cases {sorted(only - {'get', 'put', 'index', 'open'})}")
 
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)
