@@ -184,3 +184,19 @@ def test_a_line_to_judge_given_as_a_completion_request_says_which_command_reads_
     with pytest.raises(InvalidInputError, match=r"unknown keys \['benchmrk'\]") as refused:
         read_completion_requests(requests)
     assert "judgestore judge" not in str(refused.value)
+
+
+def test_each_request_names_the_line_it_was_read_from_and_no_key_or_equality_depends_on_it(tmp_path: Path) -> None:
+    """A failed or missed input is named by its line: blank lines are skipped and a pair line is two requests, so
+    a request's index was no line number (was)."""
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_bytes(b'\n{"text": "a"}\n\n{"text": "b"}\n')
+    assert [r.source for r in read_completion_requests(prompts)] == [f"{prompts}:2", f"{prompts}:4"]
+    pairs = tmp_path / "pairs.jsonl"
+    pair = {"question": "q", "model_a": "x", "answer_a": "1", "model_b": "y", "answer_b": "2"}
+    pairs.write_bytes(b"\n" + orjson.dumps(pair) + b"\n")
+    both = read_judgement_requests(pairs, None)
+    assert [(r.orientation, r.source) for r in both] == [("direct", f"{pairs}:2"), ("reversed", f"{pairs}:2")]
+    (read,) = [r for r in read_completion_requests(prompts) if r.text == "a"]
+    assert read == CompletionRequest(text="a") and read.named(7) == f"{prompts}:2"
+    assert CompletionRequest(text="a").named(7) == "request 7"  # not read from a file: its index
