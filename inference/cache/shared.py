@@ -255,10 +255,11 @@ def _generate_shared(
                 if not said_waiting and now - waiting_since >= lease / 4:
                     # Said once: a job that died holds its inputs until its leases end, and a rerun waits that long
                     said_waiting = True
+                    holders = len(state.holders - {queue.holder})  # alive or not: a dead job's lease still holds
                     log.warning(
-                        "waiting for %d inputs other jobs hold (%d at work); a job that stopped gives its inputs up "
-                        "when its leases end, within %.0f s of its last renewal (JUDGESTORE_LEASE_SECONDS)",
-                        state.leased, len(state.holders - {queue.holder}), lease,
+                        "waiting for %d inputs held by %d other job%s; a job that stopped gives its inputs up when "
+                        "its leases end, within %.0f s of its last renewal (JUDGESTORE_LEASE_SECONDS)",
+                        state.leased, holders, "" if holders == 1 else "s", lease,
                     )  # fmt: skip
                 time.sleep(poll_seconds(most_jobs, lease))  # others hold the rest: wait for their rows or leases' end
                 continue
