@@ -13,10 +13,11 @@ import os
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, InitSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from store.caller import warn_the_caller
 from store.errors import InvalidInputError
@@ -135,6 +136,37 @@ class Settings(BaseSettings):
 
     _checked_folder = field_validator("store_root")(_folder)
     _checked_text = field_validator("created_by", "run_id")(_text)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        """The sources as pydantic-settings orders them, but for a folder given as an argument: it means that folder
+        even when ``JUDGESTORE_STORE_URL`` is exported, as ``--store-root`` and ``Store(root=...)`` do (a script's
+        ``Settings(store_root="scratch")`` wrote to the team's server, was)."""
+        given = init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
+        if "store_root" in given and "store_url" not in given:
+            env_settings = _Without(settings_cls, env_settings, "store_url")
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+
+class _Without(PydanticBaseSettingsSource):
+    """A settings source with one field left out."""
+
+    def __init__(self, settings_cls: type[BaseSettings], source: PydanticBaseSettingsSource, field: str) -> None:
+        super().__init__(settings_cls)
+        self._source, self._field = source, field
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)  # unused: __call__ reads the whole source
+
+    def __call__(self) -> dict[str, Any]:
+        return {name: value for name, value in self._source().items() if name != self._field}
 
 
 SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aims for

@@ -16,6 +16,7 @@ from store import Store
 from store.errors import InvalidInputError
 from store.settings import Settings, SettingsKeyWarning, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote
+from tests.factories import QWEN
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -249,6 +250,7 @@ from store import Store
 from store.errors import InvalidInputError
 from store.settings import Settings, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote
+from tests.factories import QWEN
 found = [m.__name__ + "." + k for m in (store.settings, store.store, store.schema, connections, store.repository)
          for k, v in vars(m).items() if isinstance(v, Settings)]
 assert not found, found
@@ -281,3 +283,18 @@ def test_run_ids_differ_between_processes(bare_environment: pytest.MonkeyPatch) 
         for _ in range(2)
     }
     assert len(ids) == 2 and Settings().run_id not in ids
+
+
+def test_a_folder_given_as_an_argument_means_that_folder_even_with_a_store_url_exported(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``Settings(store_root=...)`` with JUDGESTORE_STORE_URL exported opened the server: a script's scratch store
+    wrote to the team's (was). ``--store-root`` and ``Store(root=...)`` already meant the folder."""
+    url = "postgresql+psycopg://nobody@/nowhere"
+    bare_environment.setenv("JUDGESTORE_STORE_URL", url)
+    assert Settings().store_url == url  # the environment alone: the server
+    assert Settings(store_root=tmp_path / "scratch").store_url is None
+    assert Settings(store_root=tmp_path, store_url="postgresql+psycopg://a@/b").store_url == "postgresql+psycopg://a@/b"
+    with Store(Settings(store_root=tmp_path / "scratch")) as store:
+        store.database("completions", "t", QWEN)
+    assert (tmp_path / "scratch").is_dir()  # written there; the unreachable server was never asked
