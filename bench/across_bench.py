@@ -112,7 +112,7 @@ def main() -> int:
     if args.quick and (args.rows is not None or args.databases is not None):
         parser.error("--quick sets --rows and --databases: give either")
     rows, databases = (50_000, 20) if args.quick else (args.rows or 1_000_000, args.databases or 100)
-    if min(args.rows or 1, args.databases or 1) < 1:
+    if any(n is not None and n < 1 for n in (args.rows, args.databases)):  # 0 is given, not the default
         parser.error("--rows and --databases must be at least 1")
     with tempfile.TemporaryDirectory(prefix="across-bench-") as folder:
         where = args.url or str(Path(folder) / "store")

@@ -620,6 +620,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.backend == "postgresql":
         if args.only != parser.get_default("only") and (unbenched := only - {"get", "put"}):
             parser.error(f"--backend postgresql benches get and put only, not {', '.join(sorted(unbenched))}")
+        if args.open_dbs is not None:
+            parser.error("--open-dbs is a case of the SQLite bench (open); --backend postgresql has none")
         from bench import pg_bench
 
         return pg_bench.main(args)

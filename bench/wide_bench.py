@@ -108,6 +108,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rows < 1 or args.completion_chars < 1 or args.positions < 1:
         parser.error("--rows, --completion-chars and --positions must be at least 1")
+    if args.workdir is not None and args.workdir.exists() and not args.workdir.is_dir():
+        parser.error(f"--workdir {args.workdir} is not a folder")
     if args.workdir is not None and args.workdir.exists() and any(args.workdir.iterdir()):
         parser.error(f"--workdir {args.workdir} is not empty: give a new or empty folder (the stores are built there)")
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="judgestore-wide-"))

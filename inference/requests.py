@@ -151,6 +151,11 @@ class JudgementRequest(_Request):
                 f"orientation {self.orientation!r} needs model_b: a pointwise judgement (no model_b) has no orientation"
             )
 
+    def describe(self) -> str:
+        """:meth:`_Request.describe`, and the orientation: a pair line's two requests are told apart by it."""
+        described = _Request.describe(self)
+        return described if self.orientation is None else f"{described}, {self.orientation}"
+
 
 Request = CompletionRequest | JudgementRequest
 

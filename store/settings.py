@@ -150,8 +150,9 @@ class Settings(BaseSettings):
         even when ``JUDGESTORE_STORE_URL`` is exported, as ``--store-root`` and ``Store(root=...)`` do (a script's
         ``Settings(store_root="scratch")`` wrote to the team's server, was)."""
         given = init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
-        if "store_root" in given and "store_url" not in given:
+        if "store_root" in given and "store_url" not in given:  # nor from a dotenv file (``_env_file=``)
             env_settings = _Without(settings_cls, env_settings, "store_url")
+            dotenv_settings = _Without(settings_cls, dotenv_settings, "store_url")
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
 

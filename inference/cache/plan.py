@@ -156,11 +156,13 @@ def batch_keys(
     with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
         for i, request in enumerate(requests):
             if not isinstance(request, expected):
-                raise InvalidInputError(f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}")
+                raise InvalidInputError(
+                    f"{request.named(i)} is a {type(request).__name__}; {role} take {expected.__name__}"
+                )
             try:  # free in Python 3.11 when nothing is raised: this loop is the misses' hot path
                 rendered = request.render_bytes(input_mode)
             except InvalidInputError as e:  # say which request: a batch holds thousands
-                raise InvalidInputError(f"request {i}: {e}") from e
+                raise InvalidInputError(f"{request.named(i)}: {e}") from e
             first = 0
             if request.n == 1:  # the usual request: one sample, no list built to hold its keys
                 key = input_hash(rendered)

@@ -189,7 +189,7 @@ class LegacyDescriptorMapper:
             return [], []
         installed = installed_backend_version()
         produced = descriptor.backend_version
-        if produced == installed:
+        if produced is not None and produced == installed:
             return [], []
         # A --descriptor file may name no version (it is optional): "vLLM None" was said (was)
         by = f"vLLM {produced}" if produced else "a vLLM the descriptor does not name (no backend_version)"

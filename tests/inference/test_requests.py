@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from inference.cache.plan import batch_keys
 from inference.jsonl import OrientationUnusedWarning, read_completion_requests, read_judgement_requests
 from inference.requests import CompletionRequest, JudgementRequest
 from store.errors import InvalidInputError
@@ -197,6 +198,11 @@ def test_each_request_names_the_line_it_was_read_from_and_no_key_or_equality_dep
     pairs.write_bytes(b"\n" + orjson.dumps(pair) + b"\n")
     both = read_judgement_requests(pairs, None)
     assert [(r.orientation, r.source) for r in both] == [("direct", f"{pairs}:2"), ("reversed", f"{pairs}:2")]
+    assert [r.describe().rsplit(", ", 1)[1] for r in both] == ["direct", "reversed"]  # one line: told apart
+    mixed = tmp_path / "mixed.jsonl"
+    mixed.write_bytes(b'{"messages": [{"role": "user", "content": "a"}]}\n\n{"text": "plain"}\n')
+    with pytest.raises(InvalidInputError, match=rf"^{mixed}:3: this model takes chat input"):  # "request 1" (was)
+        batch_keys("completions", read_completion_requests(mixed), "chat")
     (read,) = [r for r in read_completion_requests(prompts) if r.text == "a"]
     assert read == CompletionRequest(text="a") and read.named(7) == f"{prompts}:2"
     assert CompletionRequest(text="a").named(7) == "request 7"  # not read from a file: its index

@@ -517,3 +517,28 @@ def test_ctrl_c_as_the_store_closes_counts_every_row_imported(tmp_path: Path, mo
     assert sum(len(rows) for rows in stored_rows(root).values()) == 4
     said = orjson.loads(result.stderr)
     assert (said["rows_imported"], said["sources_started"], said["sources"]) == (4, 1, 1)
+
+
+def test_on_a_core_install_a_descriptor_naming_no_vllm_still_gets_the_note(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No vLLM here and none named by --descriptor: "None == None" said nothing at all (was)."""
+    import inference.legacy.mapper
+    from inference.legacy.mapper import LegacyDescriptorMapper
+    from inference.legacy.user_descriptor import load_user_descriptor
+    from tests.legacy.conftest import run_import
+
+    monkeypatch.setattr(inference.legacy.mapper, "installed_backend_version", lambda: None)
+    metadata = b.s3_metadata("legacy-model", {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
+    folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", "legacy-model", metadata)
+    text = b.rendered_messages([{"role": "user", "content": "hi"}])
+    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "t",
+           "instruction_id": "0", "model": "m", "pushed_by": "u", "pushed_at": "2026-01-01", "run_id": "r"}  # fmt: skip
+    b.create_db(folder / "completions.db", b.S4C_DDL, [row])
+    descriptor_file = tmp_path / "descriptor.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="legacy-model").model_dump_json())
+    mapper = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file))
+    (source,) = run_import([tmp_path / "legacy"], tmp_path / "store", mapper, dry_run=True).sources
+    notes = " ".join(source.notes)
+    assert "rows were produced by a vLLM the descriptor does not name (no backend_version); vLLM is not" in notes
+    assert "None" not in notes

@@ -298,3 +298,8 @@ def test_a_folder_given_as_an_argument_means_that_folder_even_with_a_store_url_e
     with Store(Settings(store_root=tmp_path / "scratch")) as store:
         store.database("completions", "t", QWEN)
     assert (tmp_path / "scratch").is_dir()  # written there; the unreachable server was never asked
+    dotenv = tmp_path / ".env"
+    dotenv.write_text(f"JUDGESTORE_STORE_URL={url}\n")
+    bare_environment.delenv("JUDGESTORE_STORE_URL")
+    assert Settings(_env_file=dotenv).store_url == url  # type: ignore[call-arg]
+    assert Settings(_env_file=dotenv, store_root=tmp_path).store_url is None  # type: ignore[call-arg]
