@@ -152,7 +152,10 @@ def _json(value: object) -> str:
 
 
 def _hostname(host: str) -> str | None:
-    """The name a ``Host`` header asks for; None for one that is no host (``[``), refused as any other."""
+    """The name a ``Host`` header asks for; None for one that is no host (``[``, a ``user@`` part, which a URL
+    parser would drop), refused as any other."""
+    if "@" in host:
+        return None
     try:
         return urlsplit(f"//{host}").hostname
     except ValueError:

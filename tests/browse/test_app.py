@@ -475,6 +475,18 @@ def test_a_link_to_an_instruction_keeps_the_filters_of_the_page(client: TestClie
     assert "role=completions" in links[0] and "model=tiny-a" in links[0] and "limit=5" in links[0]
 
 
+def test_the_filter_form_keeps_every_filter_of_the_url(client: TestClient) -> None:
+    """Filtering again (a new order, say) dropped a repeated finish reason but one, which then matched nothing, and
+    the page's limit (was): the README says every filter is in the URL."""
+    response = client.get("/rows?finish_reason=length&finish_reason=stop&limit=7&role=completions")
+    assert response.status_code == 200
+    (form,) = re.findall(r'<form class="filters".*?</form>', response.text, re.S)
+    assert re.findall(r'name="finish_reason" value="([^"]*)"', form) == ["length", "stop"]
+    assert '<input type="hidden" name="limit" value="7">' in form
+    (bare,) = re.findall(r'<form class="filters".*?</form>', get(client, "/rows"), re.S)
+    assert re.findall(r'name="finish_reason" value="([^"]*)"', bare) == [""] and 'name="limit"' not in bare
+
+
 def test_a_row_hash_that_is_no_input_hash_is_a_bad_request(client: TestClient, demo_store: Store) -> None:
     """A malformed hash is the reader's mistake (400, naming it, not the library's get_many), not a row that is
     absent (404); one in capitals is found, as query --input-hash finds it (it was refused)."""
@@ -495,7 +507,8 @@ def test_a_loopback_app_answers_loopback_names_only(demo_folder: Path) -> None:
         for base, status in [(LOCAL, 200), ("http://localhost:8765", 200), ("http://[::1]:8765", 200),
                              ("http://evil.example", 403), ("http://127.0.0.1.evil.example:8765", 403)]:  # fmt: skip
             assert TestClient(app, base_url=base).get("/").status_code == status, base
-        for host in ("[", "[::1", "::1]"):  # no host at all: refused as any other, never a 500
+        # no host at all: refused as any other, never a 500; a user part is no host's (evil.com@ was dropped)
+        for host in ("[", "[::1", "::1]", "evil.example@127.0.0.1", "@localhost"):
             assert TestClient(app, base_url=LOCAL).get("/", headers={"host": host}).status_code == 403, host
         assert (
             TestClient(create_app(Browser(store), loopback_only=False), base_url="http://lan-host").get("/").status_code
