@@ -292,11 +292,9 @@ def test_rows_an_older_vllm_produced_under_a_descriptor_file_come_with_the_adopt
     assert any(f"--from {location.descriptor_hash16} --across backend_version" in n for n in source["notes"])
 
 
-def test_a_tree_source_under_a_descriptor_naming_no_vllm_says_so_without_advising_what_was_given(
-    tmp_path: Path,
-) -> None:
-    """A --descriptor without backend_version was said as "produced by vLLM None", and the note why the legacy
-    descriptor was not used ended advising "or --descriptor FILE", given already (was)."""
+def _a_tree_source_and_a_descriptor_naming_no_vllm(tmp_path: Path) -> Path:
+    """A legacy tree source of one row under ``tmp_path/legacy``, whose metadata.json names no revision (so it is
+    not mapped without --assume-current-model), and a --descriptor file without backend_version: its path."""
     metadata = b.s3_metadata("legacy-model", {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
     folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", "legacy-model", metadata)
     text = b.rendered_messages([{"role": "user", "content": "hi"}])
@@ -305,6 +303,15 @@ def test_a_tree_source_under_a_descriptor_naming_no_vllm_says_so_without_advisin
     b.create_db(folder / "completions.db", b.S4C_DDL, [row])
     descriptor_file = tmp_path / "descriptor.json"
     descriptor_file.write_text(ModelDescriptor(provider="vllm", model="legacy-model").model_dump_json())
+    return descriptor_file
+
+
+def test_a_tree_source_under_a_descriptor_naming_no_vllm_says_so_without_advising_what_was_given(
+    tmp_path: Path,
+) -> None:
+    """A --descriptor without backend_version was said as "produced by vLLM None", and the note why the legacy
+    descriptor was not used ended advising "or --descriptor FILE", given already (was)."""
+    descriptor_file = _a_tree_source_and_a_descriptor_naming_no_vllm(tmp_path)
     args = ["import", str(tmp_path / "legacy"), "--store-root", str(tmp_path / "store"), "--descriptor"]
     result = judgestore(*args, str(descriptor_file), "--json")
     assert result.returncode == 0, result.stderr
@@ -529,14 +536,7 @@ def test_on_a_core_install_a_descriptor_naming_no_vllm_still_gets_the_note(
     from tests.legacy.conftest import run_import
 
     monkeypatch.setattr(inference.legacy.mapper, "installed_backend_version", lambda: None)
-    metadata = b.s3_metadata("legacy-model", {"max_tokens": 8, "temperature": 0}, backend_version="0.10.0")
-    folder = b.legacy_folder(tmp_path / "legacy", "completions", "t", "VLLM", "legacy-model", metadata)
-    text = b.rendered_messages([{"role": "user", "content": "hi"}])
-    row = {"input_hash": b.sha(text), "input_text": text, "completion": "hello", "benchmark": "t",
-           "instruction_id": "0", "model": "m", "pushed_by": "u", "pushed_at": "2026-01-01", "run_id": "r"}  # fmt: skip
-    b.create_db(folder / "completions.db", b.S4C_DDL, [row])
-    descriptor_file = tmp_path / "descriptor.json"
-    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="legacy-model").model_dump_json())
+    descriptor_file = _a_tree_source_and_a_descriptor_naming_no_vllm(tmp_path)
     mapper = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file))
     (source,) = run_import([tmp_path / "legacy"], tmp_path / "store", mapper, dry_run=True).sources
     notes = " ".join(source.notes)
