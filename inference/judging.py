@@ -20,6 +20,7 @@ import enum
 from collections.abc import Iterable
 
 from inference.requests import JudgementRequest
+from store.errors import InvalidInputError
 from store.tables.models import Orientation
 
 PAIRWISE_SYSTEM = (
@@ -27,6 +28,17 @@ PAIRWISE_SYSTEM = (
     "Reply with [[A]] if Assistant A's answer is better, [[B]] if Assistant B's answer is better."
 )
 POINTWISE_SYSTEM = "You are an impartial judge. Rate the answer to the user's question from 1 to 10, as [[rating]]."
+
+
+def _texts(**values: object) -> None:
+    """Refuse a question or answer that is not text: it was written into the prompt as its ``repr``, so a missing
+    answer (None) or a list was judged and its verdict cached (was)."""
+    for name, value in values.items():
+        if not isinstance(value, str):
+            raise InvalidInputError(
+                f"{name} must be text, got {type(value).__name__} {value!r:.40}"
+                + ("; a failed or missing answer is not judged: leave its pair out" if value is None else "")
+            )
 
 
 def _pairwise_messages(question: str, first: str, second: str) -> list[dict[str, str]]:
@@ -46,7 +58,11 @@ def pairwise_requests(
     instruction_id: str | None = None,
     judge: str | None = None,
 ) -> list[JudgementRequest]:
-    """One judgement request per orientation for the pair (``model_a``, ``model_b``), slots positional."""
+    """One judgement request per orientation for the pair (``model_a``, ``model_b``), slots positional; a question
+    or answer that is not text, or orientations given as one string, are refused."""
+    _texts(question=question, answer_a=answer_a, answer_b=answer_b)
+    if isinstance(orientations, str):  # "direct" iterated as 'd', 'i', ... (was: "got 'd'")
+        raise InvalidInputError(f"orientations is a list of them, e.g. ({orientations!r},), got the string")
     requests = []
     for orientation in orientations:
         shown = [(model_a, answer_a), (model_b, answer_b)]
@@ -76,7 +92,9 @@ def pointwise_request(
     instruction_id: str | None = None,
     judge: str | None = None,
 ) -> JudgementRequest:
-    """A pointwise judgement of one answer: ``model_b`` and ``orientation`` are None."""
+    """A pointwise judgement of one answer: ``model_b`` and ``orientation`` are None; a question or answer that
+    is not text is refused."""
+    _texts(question=question, answer=answer)
     user = f"[Question]\n{question}\n\n[Answer]\n{answer}\n\n[Rating]"
     return JudgementRequest(
         messages=[{"role": "system", "content": POINTWISE_SYSTEM}, {"role": "user", "content": user}],

@@ -156,8 +156,8 @@ def batch_keys(
     with gc_paused():  # a batch's worth of small containers that outlive the loop: the GC would rescan them
         for i, request in enumerate(requests):
             if not isinstance(request, expected):
-                raise InvalidInputError(
-                    f"{request.named(i)} is a {type(request).__name__}; {role} take {expected.__name__}"
+                raise InvalidInputError(  # named by index: it is no request, and has no line of its own
+                    f"request {i} is a {type(request).__name__}; {role} take {expected.__name__}"
                 )
             try:  # free in Python 3.11 when nothing is raised: this loop is the misses' hot path
                 rendered = request.render_bytes(input_mode)

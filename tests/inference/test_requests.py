@@ -10,6 +10,7 @@ import pytest
 
 from inference.cache.plan import batch_keys
 from inference.jsonl import OrientationUnusedWarning, read_completion_requests, read_judgement_requests
+from inference.judging import pairwise_requests, pointwise_request
 from inference.requests import CompletionRequest, JudgementRequest
 from store.errors import InvalidInputError
 
@@ -206,3 +207,31 @@ def test_each_request_names_the_line_it_was_read_from_and_no_key_or_equality_dep
     (read,) = [r for r in read_completion_requests(prompts) if r.text == "a"]
     assert read == CompletionRequest(text="a") and read.named(7) == f"{prompts}:2"
     assert CompletionRequest(text="a").named(7) == "request 7"  # not read from a file: its index
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("question", ["q1", "q2"]), ("answer_a", None), ("answer_b", 4), ("answer", None)]
+)
+def test_a_judge_prompt_of_a_value_that_is_no_text_is_refused(field: str, value: object) -> None:
+    """``pairwise_requests(answer_a=None)`` wrote "None" into the judge prompt, and the verdict was cached (was)."""
+    pair = {"question": "q", "model_a": "x", "answer_a": "1", "model_b": "y", "answer_b": "2"}
+    single = {"question": "q", "model": "x", "answer": "1"}
+    with pytest.raises(InvalidInputError, match=f"^{field} must be text, got {type(value).__name__}"):
+        if field in pair:
+            pairwise_requests(**{**pair, field: value})  # type: ignore[arg-type]
+        else:
+            pointwise_request(**{**single, field: value})  # type: ignore[arg-type]
+
+
+def test_orientations_given_as_one_string_are_refused() -> None:
+    pair = {"question": "q", "model_a": "x", "answer_a": "1", "model_b": "y", "answer_b": "2"}
+    with pytest.raises(InvalidInputError, match=r"orientations is a list of them, e.g. \('direct',\)"):
+        pairwise_requests(**pair, orientations="direct")  # type: ignore[arg-type]
+    assert [r.orientation for r in pairwise_requests(**pair, orientations=("direct",))] == ["direct"]
+
+
+@pytest.mark.parametrize("wrong", ["hello", {"messages": [{"role": "user", "content": "hi"}]}, None])
+def test_a_batch_holding_something_that_is_no_request_is_refused_by_index(wrong: object) -> None:
+    """It was an AttributeError ('str' object has no attribute 'named') after the requests learnt their lines."""
+    with pytest.raises(InvalidInputError, match=rf"^request 1 is a {type(wrong).__name__}; completions take"):
+        batch_keys("completions", [CompletionRequest(text="a"), wrong], "text")  # type: ignore[list-item]
