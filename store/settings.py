@@ -81,7 +81,35 @@ def default_run_id() -> str:
     return f"slurm-{job}"
 
 
-class Settings(BaseSettings):
+class _SettingsOfJudgestore(BaseSettings):
+    """Settings whose arguments spelt almost like a field's get a :class:`SettingsKeyWarning` (an unknown one is
+    ignored, as a newer judgestore's variable is: ``Settings(store_rot=...)`` put the store in the default folder
+    without a word, was)."""
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        for name in _arguments(init_settings):
+            if name not in settings_cls.model_fields and (likely := meant(name, settings_cls.model_fields)):
+                warn_the_caller(
+                    f"{settings_cls.__name__}({name}=...) names no setting and is ignored; did you mean {likely}?",
+                    SettingsKeyWarning,
+                )
+        return init_settings, env_settings, dotenv_settings, file_secret_settings
+
+
+def _arguments(init_settings: PydanticBaseSettingsSource) -> dict[str, Any]:
+    """The keyword arguments a settings object was built with."""
+    return init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
+
+
+class Settings(_SettingsOfJudgestore):
     """Every knob of judgestore; environment variables use the ``JUDGESTORE_`` prefix."""
 
     model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
@@ -149,11 +177,13 @@ class Settings(BaseSettings):
         """The sources as pydantic-settings orders them, but for a folder given as an argument: it means that folder
         even when ``JUDGESTORE_STORE_URL`` is exported, as ``--store-root`` and ``Store(root=...)`` do (a script's
         ``Settings(store_root="scratch")`` wrote to the team's server, was)."""
-        given = init_settings.init_kwargs if isinstance(init_settings, InitSettingsSource) else {}
+        given = _arguments(init_settings)
         if "store_root" in given and "store_url" not in given:  # nor from a dotenv file (``_env_file=``)
             env_settings = _Without(settings_cls, env_settings, "store_url")
             dotenv_settings = _Without(settings_cls, dotenv_settings, "store_url")
-        return init_settings, env_settings, dotenv_settings, file_secret_settings
+        return super().settings_customise_sources(
+            settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+        )
 
 
 class _Without(PydanticBaseSettingsSource):
@@ -174,7 +204,7 @@ SHARD_TARGET_BYTES = 32 * 1024 * 1024  # uncompressed bytes per shard a push aim
 MAX_SHARD_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloads) for one shard
 
 
-class SyncSettings(BaseSettings):
+class SyncSettings(_SettingsOfJudgestore):
     """Where and how caches are shared (:mod:`store.sync`); environment variables use the ``JUDGESTORE_`` prefix."""
 
     model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
@@ -195,7 +225,8 @@ SettingsKind = TypeVar("SettingsKind", bound=BaseSettings)
 
 
 class SettingsKeyWarning(UserWarning):
-    """A ``JUDGESTORE_*`` variable that is no setting, spelt almost like one (``JUDGESTORE_STORE_ROOTT``)."""
+    """A ``JUDGESTORE_*`` variable, or an argument, that is no setting, spelt almost like one
+    (``JUDGESTORE_STORE_ROOTT``, ``Settings(store_rot=...)``)."""
 
 
 _warned_variables: set[str] = set()  # said once per process: settings are read by every command and call

@@ -303,3 +303,17 @@ def test_a_folder_given_as_an_argument_means_that_folder_even_with_a_store_url_e
     bare_environment.delenv("JUDGESTORE_STORE_URL")
     assert Settings(_env_file=dotenv).store_url == url  # type: ignore[call-arg]
     assert Settings(_env_file=dotenv, store_root=tmp_path).store_url is None  # type: ignore[call-arg]
+
+
+def test_an_argument_spelt_almost_like_a_setting_is_warned_of_at_the_callers_line(
+    bare_environment: pytest.MonkeyPatch,
+) -> None:
+    """``Settings(store_rot=...)`` put the store in ./judgestore-data without a word (was)."""
+    with pytest.warns(SettingsKeyWarning, match=r"Settings\(store_rot=...\) names no setting .* store_root\?") as w:
+        assert Settings(store_rot="elsewhere").store_root == Path("judgestore-data")  # type: ignore[call-arg]
+    assert w[0].filename == __file__
+    with pytest.warns(SettingsKeyWarning, match=r"SyncSettings\(hub_rep=...\) .* did you mean hub_repo"):
+        SyncSettings(hub_rep="org/name")  # type: ignore[call-arg]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no misspelling: nothing said
+        Settings(not_a_setting=1, store_root=Path("x"))  # type: ignore[call-arg]
