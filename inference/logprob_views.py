@@ -103,6 +103,11 @@ def preference(token_logprobs: Mapping[str, float], tokens: tuple[str, str] = ("
     """
     if not isinstance(token_logprobs, Mapping):
         raise InvalidInputError(f"token_logprobs must map tokens to logprobs, got {type(token_logprobs).__name__}")
+    if "positions" in token_logprobs and "format" in token_logprobs:  # a stored row's: no "A" in it, so None (was)
+        raise InvalidInputError(
+            "token_logprobs is a row's stored logprobs (all positions): give one position's {token: logprob}, "
+            "e.g. preference(text_logprobs(row.top_logprobs))"
+        )
     first, second = (token_logprobs.get(t) for t in tokens)
     for token, value in zip(tokens, (first, second), strict=True):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):

@@ -150,7 +150,8 @@ class Spec(abc.ABC):
             store,
             self.descriptor,
             task=task,
-            backend_factory=self._backend_factory(settings or (store.settings if store is not None else None)),
+            # a store that is none (a path) is refused by CachedModel, naming what to give
+            backend_factory=self._backend_factory(settings or (store.settings if isinstance(store, Store) else None)),
             mode=mode,
             chunk_size=chunk_size,
             label=self.display_name,

@@ -121,6 +121,14 @@ class Store:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def __reduce__(self) -> Any:
+        """Refused with what to do: a store holds open connections (pickled for a spawned worker, the message was
+        about a local function of the SQLite connector)."""
+        raise TypeError(
+            "a Store cannot be pickled (it holds open connections): give a worker process what opens it, "
+            "Store(settings, root=...) or url=..., and open its own there"
+        )
+
     def close(self) -> None:
         """Release every connection and open file. A store used again afterwards opens what it needs again
         (databases are opened lazily, and closed as the least recently used when many are open): close it again

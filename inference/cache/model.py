@@ -210,6 +210,12 @@ class CachedModel:
             raise InvalidInputError(f"a shared batch writes what it generates: it needs mode 'use', not {mode!r}")
         if store is None and mode != "off":
             raise InvalidInputError(f"mode {mode!r} needs a store; pass one, or use mode='off'")
+        if store is not None and not isinstance(store, Store):  # a folder's path: an AttributeError (was)
+            raise InvalidInputError(
+                f"store must be a Store, e.g. Store(root={store!r}), got {type(store).__name__}"
+                if isinstance(store, str | os.PathLike)
+                else f"store must be a Store, got {type(store).__name__} {store!r:.40}"
+            )
         if type(chunk_size) is not int or chunk_size < 1:  # before a model loads: range() would refuse 2.5 then
             raise InvalidInputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         if label == "":  # a row whose model or judge is "" names nobody; None is what takes the model's name
@@ -264,6 +270,13 @@ class CachedModel:
             return 1
         own, bound = max_concurrency(self._backend), getattr(self._in_call, "bound", None)
         return own if bound is None else min(own, bound)
+
+    def __reduce__(self) -> Any:
+        """Refused with what to do: the model holds a store and perhaps an engine."""
+        raise TypeError(
+            "a CachedModel cannot be pickled (it holds a store and its engine): give a worker process the model's "
+            "spec (ModelSpec or HostedSpec pickle) and open it there: spec.cached(Store(...), task=...)"
+        )
 
     def close(self) -> None:
         """Close the engine, then wait for the calls still running (a cancelled async call's thread) to end.

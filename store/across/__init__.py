@@ -67,7 +67,7 @@ from sqlalchemy.engine.result import SimpleResultMetaData
 
 from store.across.plan import Plan
 from store.descriptor import ModelDescriptor
-from store.errors import StatementError
+from store.errors import InvalidInputError, StatementError
 from store.layout import Location, Selector
 
 if TYPE_CHECKING:
@@ -121,6 +121,11 @@ def execute(
 
 def _databases(store: Store, plan: Plan, selector: Selector | None) -> list[Database]:
     """The selected databases that hold the statement's tables, opened (those without tables skipped)."""
+    if selector is not None and not isinstance(selector, Selector):  # a role's name: an AttributeError (was)
+        raise InvalidInputError(
+            f"selector must be a Selector, e.g. Selector(role='completions', task='mt-bench'), got "
+            f"{type(selector).__name__} {selector!r:.40}"
+        )
     selector = selector or Selector()
     role = plan.role
     if role is not None and selector.role not in (None, role):

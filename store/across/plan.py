@@ -470,7 +470,8 @@ def _refuse_json(term: ClauseElement, shown: str) -> None:
     if isinstance(getattr(term, "type", None), JSON):
         raise StatementError(
             f"{shown}: JSON values cannot be compared (PostgreSQL's json has neither order nor equality); use a "
-            "typed element, e.g. Judgement.top_logprobs['A'].as_float()"
+            "typed element, e.g. the logprob of the first token sampled: "
+            "Judgement.top_logprobs['positions'][0]['sampled']['logprob'].as_float()"
         )
 
 

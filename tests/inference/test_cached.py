@@ -651,3 +651,27 @@ def test_requests_given_as_a_generator_are_read_once_and_what_is_no_batch_is_ref
             cached.complete(not_a_batch)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="role"):
         cached.plan("x", [ask(0)])  # type: ignore[arg-type]
+
+
+def test_a_store_given_as_a_path_is_refused_naming_what_to_give(tmp_path: Any, descriptor: ModelDescriptor) -> None:
+    """``spec.cached("/tmp/x", task=...)`` was an AttributeError ('str' object has no attribute 'settings')."""
+    from inference.spec import HostedSpec
+
+    with pytest.raises(InvalidInputError, match=r"store must be a Store, e.g. Store\(root='.*x'\), got str"):
+        model(str(tmp_path / "x"), descriptor, CountingBackend())  # type: ignore[arg-type]
+    spec = HostedSpec(model="m", provider="vllm-server", base_url="http://h/v1")
+    with pytest.raises(InvalidInputError, match="store must be a Store"):
+        spec.cached(str(tmp_path / "x"), task="t")  # type: ignore[arg-type]
+    assert not (tmp_path / "x").exists()
+
+
+def test_a_store_and_a_cached_model_say_what_to_give_a_worker_rather_than_pickle(
+    store: Store, descriptor: ModelDescriptor
+) -> None:
+    """Pickled for a spawned worker, they failed on a local function of the SQLite connector (was)."""
+    import pickle
+
+    with pytest.raises(TypeError, match=r"a Store cannot be pickled .* Store\(settings, root=...\)"):
+        pickle.dumps(store)
+    with pytest.raises(TypeError, match=r"a CachedModel cannot be pickled .* spec.cached\(Store\(...\), task=...\)"):
+        pickle.dumps(model(store, descriptor, CountingBackend()))

@@ -116,3 +116,11 @@ def test_get_many_of_no_iterable_is_a_typed_error(store: Store) -> None:
     database = store.database("completions", "t", ModelDescriptor(provider="vllm", model="m"))
     with pytest.raises(InvalidInputError, match="get_many takes an iterable of input hashes, not NoneType None"):
         database.get_many(None)  # type: ignore[arg-type]
+
+
+def test_a_rows_stored_logprobs_are_refused_by_preference_naming_the_view_to_take() -> None:
+    """Given a row's ``top_logprobs`` whole, it found no "A" in it and said None, as for a verdict of neither (was)."""
+    stored = encode([PositionLogprobs(candidates=(TokenLogprob("A", -0.1), TokenLogprob("B", -2.3)))])
+    with pytest.raises(InvalidInputError, match=r"preference\(text_logprobs\(row.top_logprobs\)\)"):
+        preference(stored)
+    assert preference(text_logprobs(stored)) == pytest.approx(math.exp(-2.3) / (math.exp(-0.1) + math.exp(-2.3)))

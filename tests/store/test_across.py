@@ -932,13 +932,22 @@ def test_json_values_are_never_ordered_grouped_or_aggregated(either: Store, stat
         rows = [judgement_record(i * 2 + k, top_logprobs={"A": -(i * 2 + k) / 4}) for k in range(2)]
         either.database("judgements", "arena", descriptor(i)).put_many(rows)
     for selector in (None, Selector(descriptor=descriptor(0).hash16())):  # over one database too
-        with pytest.raises(StatementError, match="JSON values cannot be compared"):
+        with pytest.raises(StatementError, match="JSON values cannot be compared") as refused:
             either.execute(statement(), selector)
+    # The element the refusal suggests is one a stored row has (its ['A'] is in no row: it matched nothing, was)
+    assert "Judgement.top_logprobs['positions'][0]['sampled']['logprob'].as_float()" in str(refused.value)
     # A typed element of the JSON compares, alike on both backends.
     a = Judgement.top_logprobs["A"].as_float()
     assert either.execute(select(func.min(a), func.max(a))).one() == (-0.75, 0.0)
     ordered = select(Judgement.instruction_id).order_by(a.desc()).limit(3)
     assert either.execute(ordered).scalars().all() == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize("selector", ["completions", {"role": "completions"}])
+def test_a_selector_that_is_no_selector_is_refused_naming_one(either: Store, selector: object) -> None:
+    """A role's name given as the selector was an AttributeError ('str' object has no attribute 'role')."""
+    with pytest.raises(InvalidInputError, match=r"selector must be a Selector, e.g. Selector\(role='completions'"):
+        either.scalars(select(Completion), selector)  # type: ignore[arg-type]
 
 
 def test_a_column_that_is_none_of_the_stores_is_the_statements_error_not_damage(either: Store) -> None:
