@@ -45,6 +45,27 @@ def home_expanded(path: Path) -> Path:
     return path
 
 
+def no_url(folder: str, named: str) -> None:
+    """Refuse a folder setting that is a URL: a server's (``postgresql+psycopg://user:password@host/db``) became a
+    local folder of that name, the password in it, and the job's rows went there, not to the server (was). The value
+    is not shown: it may hold a password."""
+    if "://" in folder:
+        raise InvalidInputError(
+            f"{named} is a URL, not a folder (not shown: it may hold a password); a PostgreSQL store is given as "
+            "--store-url or JUDGESTORE_STORE_URL"
+        )
+
+
+def _url_refused(value: object) -> object:
+    """The ``store_root`` check before it becomes a path (which would fold ``://`` into ``:/``)."""
+    if isinstance(value, str | Path):
+        try:
+            no_url(str(value), "the store's folder")
+        except InvalidInputError as e:
+            raise ValueError(str(e)) from None
+    return value
+
+
 def _folder(value: Path | None) -> Path | None:
     """A folder setting, home-expanded (:func:`home_expanded`); a blank one refused (the working directory)."""
     if value is None:
@@ -112,7 +133,12 @@ def _arguments(init_settings: PydanticBaseSettingsSource) -> dict[str, Any]:
 class Settings(_SettingsOfJudgestore):
     """Every knob of judgestore; environment variables use the ``JUDGESTORE_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JUDGESTORE_",
+        extra="ignore",
+        env_ignore_empty=True,
+        hide_input_in_errors=True,  # a URL holds a password
+    )
 
     store_root: Path = Field(default=Path("judgestore-data"), description="Folder holding every descriptor database.")
     store_url: str | None = Field(
@@ -162,6 +188,7 @@ class Settings(_SettingsOfJudgestore):
         "it); a dead job's work is taken over after it.",
     )
 
+    _no_url = field_validator("store_root", mode="before")(_url_refused)
     _checked_folder = field_validator("store_root")(_folder)
     _checked_text = field_validator("created_by", "run_id")(_text)
 
@@ -207,7 +234,12 @@ MAX_SHARD_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloa
 class SyncSettings(_SettingsOfJudgestore):
     """Where and how caches are shared (:mod:`store.sync`); environment variables use the ``JUDGESTORE_`` prefix."""
 
-    model_config = SettingsConfigDict(env_prefix="JUDGESTORE_", extra="ignore", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="JUDGESTORE_",
+        extra="ignore",
+        env_ignore_empty=True,
+        hide_input_in_errors=True,  # a URL holds a password
+    )
 
     hub_repo: str | None = Field(default=None, description="Dataset repository (ORG/NAME) pushed to and fetched from.")
     hub_revision: str = Field(default="main", description="Branch to push to; branch, tag or commit to fetch.")
@@ -259,7 +291,8 @@ def from_environment(kind: type[SettingsKind]) -> SettingsKind:
     except ValidationError as e:
         wrong = "; ".join(
             f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg'].removeprefix('Value error, ')}"
-            + (f", got {err['input']!r:.60}" if isinstance(err.get("input"), str) else "")  # a stray space shows
+            # a stray space shows; a URL may hold a password: not shown
+            + (f", got {err['input']!r:.60}" if isinstance(err.get("input"), str) and "://" not in err["input"] else "")
             for err in e.errors()
         )
         raise InvalidInputError(f"invalid setting in the environment: {wrong}") from e

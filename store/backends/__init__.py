@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from store.errors import InvalidInputError, JudgestoreError
-from store.settings import home_expanded
+from store.settings import home_expanded, no_url
 
 if TYPE_CHECKING:
     from store.backend import Storage
@@ -34,6 +34,8 @@ def open_storage(settings: Settings, *, root: Path | str | None, url: str | None
         raise InvalidInputError("the store's URL is empty: give a server's URL, or leave it out")
     if root is not None and not str(root).strip():
         raise InvalidInputError("the store's folder is empty: give its path ('.' for the working directory)")
+    if root is not None:
+        no_url(str(root), "the store's folder (root)")
     if url is None and root is None:
         check_settings_url(settings)
         url = settings.store_url

@@ -30,7 +30,7 @@ import typer
 from store.backends import check_settings_url
 from store.errors import FilterValueError, InvalidInputError, StoreMissingError
 from store.layout import Selector
-from store.settings import Settings, from_environment, home_expanded
+from store.settings import Settings, from_environment, home_expanded, no_url
 from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestamp
 
 R = TypeVar("R")
@@ -79,6 +79,7 @@ def store_folder(value: str | None, option: str) -> Path | None:
         return None
     if not value.strip():
         raise InvalidInputError(f"{option} is empty: give the store's folder ('.' for this one), or leave it out")
+    no_url(value, option)
     path = home_expanded(Path(value))  # a shell leaves the ~ of --store-root=~/x as it is
     if path.exists() and not path.is_dir():  # as the storage says, with the option this command calls it
         raise StoreMissingError(path, f"it is a file, not a folder: there is no store here; check {option}")

@@ -317,3 +317,28 @@ def test_an_argument_spelt_almost_like_a_setting_is_warned_of_at_the_callers_lin
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no misspelling: nothing said
         Settings(not_a_setting=1, store_root=Path("x"))  # type: ignore[call-arg]
+
+
+def test_a_store_url_given_as_the_folder_is_refused_without_showing_it(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """JUDGESTORE_STORE_ROOT=postgresql+psycopg://eval:pw@host/db made a local folder of that name, the password in
+    it, and the job's rows went there, not to the server; ls printed the password in its title (was)."""
+    url = "postgresql+psycopg://eval:S3cr3tPw@dbhost/evaldb"
+    bare_environment.chdir(tmp_path)
+    bare_environment.setenv("JUDGESTORE_STORE_ROOT", url)
+    with pytest.raises(InvalidInputError, match="JUDGESTORE_STORE_ROOT: the store's folder is a URL") as refused:
+        from_environment(Settings)
+    with pytest.raises(ValidationError, match="is a URL, not a folder") as direct:
+        Settings(store_root=url)
+    bare_environment.delenv("JUDGESTORE_STORE_ROOT")
+    with pytest.raises(InvalidInputError, match=r"the store's folder \(root\) is a URL") as opened:
+        Store(root=url)
+    cli = subprocess.run(
+        [sys.executable, "-m", "store", "ls", "--store-root", url, "--json"],
+        capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
+    )  # fmt: skip
+    assert cli.returncode == 1 and "--store-root is a URL" in cli.stderr
+    for said in (str(refused.value), str(direct.value), str(opened.value), cli.stdout + cli.stderr):
+        assert "S3cr3tPw" not in said
+    assert list(tmp_path.iterdir()) == []  # no folder made
