@@ -674,6 +674,24 @@ def test_no_password_spelling_ever_prints(right: bool, pg_url: str, pg_cluster: 
             assert "pw_user@" in runs["ls"].stdout.replace("\n", "") or "pw_user:***@" in runs["ls"].stdout
 
 
+@pytest.mark.parametrize("wrong", ["password", "failed", "auth"])
+def test_a_wrong_password_that_is_a_word_of_the_refusal_is_still_a_refusal_of_the_credentials(
+    wrong: str, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """The password was blanked out of the driver's message before it was read: "password authentication failed"
+    became "*** authentication failed", and the refusal was said as a server that cannot be reached (was)."""
+    database = make_url(pg_url).database
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE pw_user LOGIN; EXCEPTION WHEN duplicate_object THEN NULL; END $$; "
+        f"ALTER ROLE pw_user PASSWORD '{PASSWORD}'"
+    )
+    url = f"postgresql+psycopg://pw_user:{wrong}@/{database}?host={pg_cluster.socket_dir}"
+    result = judgestore("ls", "--json", "--store-url", url)
+    error = orjson.loads(result.stderr)
+    assert result.exit_code == 1 and error["type"] == "ServerAuthError", error
+    assert "refused the credentials" in error["error"] and "cannot reach" not in error["error"]
+
+
 @pytest.mark.parametrize("assignment", ["""usage = '{"a": 1e999}'""", "created_at = 'infinity'"])
 def test_a_server_value_its_type_cannot_read_fails_reads_cleanly_and_its_row_can_be_deleted(
     pg_url: str, pg_cluster: Cluster, tmp_path: Path, assignment: str

@@ -78,39 +78,42 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
     shown = display_url(url)
     state = _sqlstate(error) or ""
     orig = error.orig if error.orig is not None else error
-    message = _without_secrets(str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__, url)
+    raw = str(orig).strip().splitlines()[0] if str(orig).strip() else type(orig).__name__
+    # Read in the driver's words, shown without the password: blanked first, a password that is a word of the
+    # message ("password", "failed") made an authentication failure read as a server that cannot be reached (was)
+    message = _without_secrets(raw, url)
     kind = type(orig).__name__
-    if state == "28P01" or "password authentication failed" in message:
+    if state == "28P01" or "password authentication failed" in raw:
         return ServerAuthError(shown, f"the server refused the credentials ({message}); check the user and password")
     if state.startswith("28"):
         return ServerAuthError(shown, f"the server refused the connection ({message})")
-    if "no password supplied" in message:  # libpq's own words, before any SQLSTATE: the server asked for one
+    if "no password supplied" in raw:  # libpq's own words, before any SQLSTATE: the server asked for one
         return ServerAuthError(
             shown, f"the server asks for a password and none was given ({message}); put it in ~/.pgpass or "
             "PGPASSWORD (a URL that holds it shows it to whoever reads the job script)"
         )  # fmt: skip
-    if not state and message.startswith("invalid connection option"):  # libpq's, for the URL's query string
+    if not state and raw.startswith("invalid connection option"):  # libpq's, for the URL's query string
         return ServerURLError(
             shown, f"the URL names an option libpq does not know ({message}); fix the URL (its query string takes "
             "libpq's connection options: host, port, sslmode, application_name...)"
         )  # fmt: skip
-    if not state and _BAD_OPTION_VALUE.search(message):  # psycopg's or libpq's, for a value in the query string
+    if not state and _BAD_OPTION_VALUE.search(raw):  # psycopg's or libpq's, for a value in the query string
         return ServerURLError(
             shown, f"the URL gives a connection option a value libpq refuses ({message}); fix the URL"
         )  # fmt: skip
-    if state == "3D000" or (not state and _NO_DATABASE.search(message)):  # refused at connect: libpq's message
+    if state == "3D000" or (not state and _NO_DATABASE.search(raw)):  # refused at connect: libpq's message
         return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
-    if not state and "permission denied for database" in message:  # refused at connect (libpq's words): CONNECT
+    if not state and "permission denied for database" in raw:  # refused at connect (libpq's words): CONNECT
         return ServerPermissionError(
             shown, f"{message}; the store's user needs CONNECT on the database (GRANT CONNECT ON DATABASE ... TO ...)"
         )
-    if state == "42501" and "permission denied for table" in message:
+    if state == "42501" and "permission denied for table" in raw:
         return ServerPermissionError(
             shown,
             f"{message}. The store's user needs SELECT, INSERT, UPDATE and DELETE on the schema's tables (GRANT ... "
             "ON ALL TABLES IN SCHEMA ... TO ...; read-only commands need SELECT only)",
         )
-    if state == "42501" and "permission denied for schema" in message:
+    if state == "42501" and "permission denied for schema" in raw:
         return ServerPermissionError(
             shown,
             f"{message}. The store's user needs USAGE on each judgestore schema and SELECT on its tables to read "
@@ -128,13 +131,13 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"{message}: the server takes no writes (a standby, or default_transaction_read_only); "
             "write to the primary, or open the store read-only"
         )  # fmt: skip
-    if state == "57014" and "statement timeout" in message:  # a limit of the user's or database's, not a contention
+    if state == "57014" and "statement timeout" in raw:  # a limit of the user's or database's, not a contention
         return ServerBusyError(
             shown, f"a statement ran past the server's statement_timeout ({message}) and was cancelled; the "
             "transaction was rolled back. Raise it for the store's user (ALTER ROLE ... SET statement_timeout = ...) "
             "or in the URL (options=-c statement_timeout=0), or ask for fewer databases at once"
         )  # fmt: skip
-    if state == "53300" or _NO_SLOT.search(message):  # at connect, libpq's words and no state
+    if state == "53300" or _NO_SLOT.search(raw):  # at connect, libpq's words and no state
         return ServerUnavailableError(
             shown, f"the server has no connection slot free ({message}). Run fewer jobs at once, open fewer "
             "connections per job (JUDGESTORE_POOL_SIZE=1 JUDGESTORE_POOL_OVERFLOW=0) or put a pooler such as "
@@ -156,7 +159,7 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"a statement of the same batch failed before this one ({message}); the transaction was rolled "
             "back and nothing of it was kept. Run the command again; if it fails the same way, report this message"
         )  # fmt: skip
-    if not state and "number of parameters must be between" in message:  # libpq's limit, the client's refusal
+    if not state and "number of parameters must be between" in raw:  # libpq's limit, the client's refusal
         return ServerValueError(
             shown, f"the statement binds more values than PostgreSQL takes in one statement ({message}); nothing "
             "was sent. Split a long IN (...) list into parts of at most 65,535 values (summing their counts), or "
@@ -168,7 +171,7 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         or error.connection_invalidated
         or (not state and isinstance(error, OperationalError | InterfaceError))  # the client lost the connection
     ):
-        if state in ("57P01", "57P02") or message.startswith("terminating connection"):  # it was reached
+        if state in ("57P01", "57P02") or raw.startswith("terminating connection"):  # it was reached
             return ServerUnavailableError(
                 shown, f"the server ended the connection ({message}): it is shutting down or restarting, or an "
                 "administrator ended the session; the transaction was rolled back. Run the command again once it "
@@ -197,7 +200,7 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             shown, f"the statement divides by zero ({message}): PostgreSQL refuses it where SQLite gives NULL; "
             "divide by nullif(x, 0) to get NULL on both"
         )  # fmt: skip
-    if not state and isinstance(error, DataError) and _UNLOADABLE.search(message):  # psycopg's, reading a row
+    if not state and isinstance(error, DataError) and _UNLOADABLE.search(raw):  # psycopg's, reading a row
         return DamagedValueError.read(shown, f"{kind}: {message}")
     if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(
