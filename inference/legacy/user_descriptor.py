@@ -22,10 +22,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import orjson
 from pydantic import ValidationError
 
+from inference.backends.hosted.descriptor import keys_in_environment
+from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.legacy.settings import SPEC_FIELDS, pinned_descriptor
 from inference.spec import ModelSpec
 from store.descriptor import ModelDescriptor
@@ -85,7 +88,7 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
             f"imported under the vLLM settings of {path.name}, given by the user; revision and chat template "
             f"resolved from {spec.model} as it was on {today}; {version}"
         )
-        return UserDescriptor(descriptor, path, assumption, spec)
+        return UserDescriptor(_without_secrets(descriptor, path), path, assumption, spec)
     raw = doc.get("descriptor", doc)
     try:
         descriptor = ModelDescriptor.model_validate(raw)
@@ -95,4 +98,24 @@ def load_user_descriptor(path: Path) -> UserDescriptor:
             f"{'.'.join(map(str, e.errors()[0]['loc']))}); give a descriptor, a judgestore metadata.json, or "
             '{"vllm": {"model": ..., "engine_kwargs": {...}, "sampling": {...}}}'
         ) from e
-    return UserDescriptor(descriptor, path, f"imported under the descriptor of {path.name}, given by the user")
+    return UserDescriptor(
+        _without_secrets(descriptor, path), path, f"imported under the descriptor of {path.name}, given by the user"
+    )
+
+
+def _without_secrets(descriptor: ModelDescriptor, path: Path) -> ModelDescriptor:
+    """``descriptor``, refused if it holds a credential: it is written into metadata.json and pushed to the Hub
+    with the rows (a key in the file's endpoint or sampling was imported and published, was). The refusal names
+    the field, never the value."""
+    refuse_secrets(
+        descriptor.model_dump(mode="json", exclude={"endpoint"}), f"{path}: descriptor", keys_in_environment()
+    )
+    if descriptor.endpoint is not None:
+        refuse_secrets(descriptor.endpoint, f"{path}: descriptor.endpoint", keys_in_environment())
+        parts = urlsplit(descriptor.endpoint)
+        if "@" in parts.netloc or parts.query or parts.fragment:
+            raise InvalidInputError(
+                f"{path}: descriptor.endpoint carries credentials, a query or a fragment (not shown); give the plain "
+                "base URL (.../v1): " + KEY_REFUSAL
+            )
+    return descriptor

@@ -542,3 +542,25 @@ def test_on_a_core_install_a_descriptor_naming_no_vllm_still_gets_the_note(
     notes = " ".join(source.notes)
     assert "rows were produced by a vLLM the descriptor does not name (no backend_version); vLLM is not" in notes
     assert "None" not in notes
+
+
+@pytest.mark.parametrize(
+    ("where", "descriptor"),
+    [
+        ("endpoint", {"provider": "vllm-server", "model": "j", "endpoint": "http://user:S3cretPw99@127.0.0.1:9/v1"}),
+        ("endpoint", {"provider": "vllm-server", "model": "j", "endpoint": "http://127.0.0.1:9/v1?api_key=S3cretPw99"}),
+        ("sampling.api_key", {"provider": "vllm", "model": "j", "sampling": {"api_key": "S3cretPw99"}}),
+        ("sampling.user", {"provider": "vllm", "model": "j", "sampling": {"user": "sk-" + "S3cretPw99" * 3}}),
+    ],
+)
+def test_a_descriptor_file_holding_a_credential_is_refused_without_showing_it(
+    tmp_path: Path, where: str, descriptor: dict[str, object]
+) -> None:
+    """The key was imported into metadata.json, hashed into the descriptor and published by `hub push` (was)."""
+    args, root = _one_judge_cache_of_4_rows(tmp_path, json.dumps(descriptor))
+    result = judgestore(*args, "--json")
+    assert result.returncode == 1, result.stdout
+    error = orjson.loads(result.stderr)
+    assert error["type"] == "InvalidInputError" and f"descriptor.{where}" in error["error"]
+    assert "S3cretPw99" not in result.stdout + result.stderr
+    assert not root.exists()

@@ -90,7 +90,9 @@ class SamplingKeyWarning(UserWarning):
     """A sampling setting judgestore does not know, spelt almost like one it does (``temprature``)."""
 
 
-def _keys_in_environment(api_key_env: str | None) -> list[str]:
+def keys_in_environment(api_key_env: str | None = None) -> list[str]:
+    """The API keys this environment holds (each provider's variable, and ``api_key_env``): no descriptor may hold
+    one."""
     names = {d.key_env for d in PROVIDER_DEFAULTS.values()} | ({api_key_env} if api_key_env else set())
     return [os.environ[n] for n in sorted(names) if os.environ.get(n)]
 
@@ -185,7 +187,7 @@ def hosted_descriptor(
     """
     if provider not in PROVIDERS:
         raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
-    known = _keys_in_environment(api_key_env)
+    known = keys_in_environment(api_key_env)
     endpoint = normalise_endpoint(provider, base_url)
     settings = sampling_settings_from(sampling or {}, logprob_positions)
     extras = settings.model_extra or {}
