@@ -35,6 +35,7 @@ from __future__ import annotations
 import abc
 import functools
 import os
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
@@ -43,7 +44,14 @@ import orjson
 
 from inference.backends.base import Backend, Preflight
 from inference.backends.hosted.client import DEFAULT_TIMEOUT_S, RequestStats, RetryPolicy
-from inference.backends.hosted.descriptor import PROVIDER_DEFAULTS, PROVIDERS, Provider, hosted_descriptor
+from inference.backends.hosted.descriptor import (
+    PROVIDER_DEFAULTS,
+    PROVIDERS,
+    Provider,
+    hosted_descriptor,
+    keys_in_environment,
+)
+from inference.backends.secrets import refuse_secrets
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
 from inference.cache.plan import Mode
@@ -58,6 +66,8 @@ if TYPE_CHECKING:
 # judgestore's defaults for the library and the command line alike (vLLM's own are
 # temperature 1.0 and max_tokens 16, which silently truncates most answers).
 DEFAULT_SAMPLING: Mapping[str, Any] = {"temperature": 0.0, "max_tokens": 256}
+
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what an environment variable is named
 
 
 def malformed_key_value(items: Sequence[str] | None) -> str | None:
@@ -268,6 +278,14 @@ class HostedSpec(Spec):
             raise InvalidInputError(f"timeout_s must be a number of seconds > 0, got {self.timeout_s!r}")
         if self.provider not in PROVIDERS:
             raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
+        if self.api_key_env is not None:  # a key in the environment, or shaped like one (hf_...), is no name
+            refuse_secrets(self.api_key_env, "api_key_env (--api-key-env)", keys_in_environment())
+        if self.api_key_env is not None and not _VARIABLE_NAME.fullmatch(self.api_key_env):
+            # the key itself, given where its variable's name goes: the message that named "the variable" printed it
+            raise InvalidInputError(
+                "api_key_env (--api-key-env) takes the name of the environment variable that holds the key, e.g. "
+                "OPENAI_API_KEY; what was given is no variable's name (not shown: it may be the key itself)"
+            )
 
     @functools.cached_property
     def descriptor(self) -> ModelDescriptor:

@@ -47,11 +47,17 @@ def refuse_secrets(value: Any, where: str, known: Iterable[str] = ()) -> None:
     known = [k for k in known if len(k) >= 8]
     if isinstance(value, Mapping):
         for name, item in value.items():
+            if _looks_like_a_key(str(name), known):  # not named: the message would show it
+                raise InvalidInputError(f"{where} holds a name that looks like an API key; {KEY_REFUSAL}")
             if _SECRET_NAME.search(str(name)):
                 raise InvalidInputError(f"{where}.{name} is named like a credential; {KEY_REFUSAL}")
             refuse_secrets(item, f"{where}.{name}", known)
     elif isinstance(value, list | tuple):
         for i, item in enumerate(value):
             refuse_secrets(item, f"{where}[{i}]", known)
-    elif isinstance(value, str) and (_SECRET_VALUE.search(value) or any(k in value for k in known)):
+    elif isinstance(value, str) and _looks_like_a_key(value, known):
         raise InvalidInputError(f"{where} holds what looks like an API key; {KEY_REFUSAL}")
+
+
+def _looks_like_a_key(text: str, known: list[str]) -> bool:
+    return bool(_SECRET_VALUE.search(text)) or any(k in text for k in known)

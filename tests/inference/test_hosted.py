@@ -6,10 +6,12 @@ neither a key nor the ``openai`` library (against the fake in ``tests/fake_opena
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,6 +236,7 @@ def test_a_missing_key_is_a_typed_error_naming_the_variable_only_when_something_
 
 
 _FULL_HIT_RUN = """
+import re
 import sys
 from inference.spec import HostedSpec
 from inference.requests import CompletionRequest
@@ -319,3 +322,29 @@ def test_a_spec_refuses_an_empty_model_or_settings_that_are_no_mapping_by_name(
     if kwargs["model"] == "":
         with pytest.raises(InvalidInputError, match=said):
             HostedSpec(model="")
+
+
+@pytest.mark.parametrize("given", ["sk-" + "S3cretKey9" * 3, "hf_" + "S3cretKey9" * 3, "S3cretKey9 with a space"])
+def test_a_key_given_where_its_variables_name_goes_is_refused_without_showing_it(given: str) -> None:
+    """``--api-key-env "$OPENAI_API_KEY"``: the message about the missing variable printed the key (was)."""
+    with pytest.raises(InvalidInputError, match=r"api_key_env \(--api-key-env\)") as refused:
+        HostedSpec(model=DATED, api_key_env=given)
+    assert "S3cretKey9" not in str(refused.value)
+    assert HostedSpec(model=DATED, api_key_env="MY_TEAM_KEY").key_env == "MY_TEAM_KEY"
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        ({"sampling": {"seed": "sk-" + "S3cretKey9" * 3}}, "sampling.seed holds what looks like an API key"),
+        ({"sampling": {"extra": {"sk-" + "S3cretKey9" * 3: 1}}}, "sampling.extra holds a name that looks like"),
+        ({"provider": "vllm-server", "base_url": "http://127.0.0.1:sk-" + "S3cretKey9" * 3 + "/v1"}, "base URL holds"),
+        ({"provider": "vllm-server", "base_url": "http://127.0.0.1:S3cretKey9/v1"}, "base URL is not a URL"),
+    ],
+)
+def test_a_refusal_never_quotes_the_secret_it_refuses(spec: dict[str, Any], said: str) -> None:
+    """A key given as a seed was refused by the sampling parser, which quoted it; a key as a port by urllib, which
+    quoted it; a key as a name inside a setting was named in the path of the refusal (was)."""
+    with pytest.raises(InvalidInputError, match=re.escape(said)) as refused:
+        HostedSpec(**{"model": DATED, **spec}).descriptor  # noqa: B018
+    assert "S3cretKey9" not in str(refused.value)

@@ -116,8 +116,10 @@ def normalise_endpoint(provider: str, base_url: str | None) -> str:
     try:
         parts = urlsplit(url.strip())
         port = parts.port  # parses it: a bad port raises here
-    except ValueError as e:
-        raise InvalidInputError(f"base URL is not a URL: {e}") from e
+    except ValueError as e:  # its message quotes the part it refused: not shown, as the URL may hold a secret
+        raise InvalidInputError(
+            "base URL is not a URL (its port is no number, or a bracket is left open), e.g. http://host:8000/v1"
+        ) from e
     if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
         raise InvalidInputError("base URL must be http:// or https:// with a host, e.g. https://api.openai.com/v1")
     if parts.username is not None or parts.password is not None:
@@ -188,6 +190,9 @@ def hosted_descriptor(
     if provider not in PROVIDERS:
         raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {provider!r}")
     known = keys_in_environment(api_key_env)
+    # Before they are parsed: a parser's message quotes the value it refused (a key given as a seed, as a port)
+    refuse_secrets(base_url, "base URL", known)
+    refuse_secrets(dict(sampling or {}), "sampling", known)
     endpoint = normalise_endpoint(provider, base_url)
     settings = sampling_settings_from(sampling or {}, logprob_positions)
     extras = settings.model_extra or {}
