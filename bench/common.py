@@ -28,6 +28,7 @@ import gc
 import os
 import platform
 import random
+import re
 import sqlite3
 import statistics
 import sys
@@ -319,6 +320,13 @@ def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: b
 # ---------------------------------------------------------------- reporting
 
 
+def _without_password(arg: str) -> str:
+    """A command-line argument as a results file may keep it: a URL's ``user:password@`` shown ``user:***@``, its
+    ``password=`` parameters ``password=***``."""
+    arg = re.sub(r"(://[^/?#:@]*):.*@", r"\1:***@", arg)  # to the last @: a password may hold / and @
+    return re.sub(r"(password=)[^&]*", r"\1***", arg, flags=re.IGNORECASE)
+
+
 def environment() -> dict[str, Any]:
     """Versions and machine facts worth printing beside any figure."""
     import sqlalchemy
@@ -334,7 +342,7 @@ def environment() -> dict[str, Any]:
         "orjson": orjson.__version__,
         "platform": platform.platform(),
         "cpus": cpus,
-        "argv": sys.argv[1:],
+        "argv": [_without_password(arg) for arg in sys.argv[1:]],  # a --url's password never in a results file
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 

@@ -7,7 +7,7 @@ from itertools import pairwise
 
 import pytest
 
-from bench.common import sample_orders
+from bench.common import _without_password, sample_orders
 
 
 @pytest.mark.parametrize("k", [2, 3, 4, 5, 7, 8])
@@ -23,3 +23,18 @@ def test_every_variant_opens_as_often_and_follows_each_other_equally(k: int) -> 
 
 def test_one_variant_runs_alone_in_every_sample() -> None:
     assert {tuple(order) for order in sample_orders(1)} == {(0,)}
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "postgresql+psycopg://eval:S3cr/t@x@dbhost/evaldb",
+        "postgresql+psycopg://eval@/evaldb?host=/tmp/s&password=S3cr/t@x",
+        "postgresql+psycopg://eval:S3cr/t@x@/evaldb?PASSWORD=S3cr/t@x&host=/tmp/s",
+    ],
+)
+def test_a_bench_records_its_command_line_without_a_urls_password(url: str) -> None:
+    """``environment()["argv"]`` kept ``--url`` whole, password and all, in every --json results file (was)."""
+    shown = _without_password(url)
+    assert "S3cr" not in shown and shown.startswith("postgresql+psycopg://eval")
+    assert _without_password("--reps") == "--reps"

@@ -48,6 +48,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import urlsplit
 
 from store.errors import (
     InvalidInputError,
@@ -237,7 +238,10 @@ class HubRemote:
         # The repository, not the revision: a shard fetched at one branch, tag or commit is skipped by a fetch at
         # another and its rows are never echoed. Whether it was the default branch is recorded beside it
         # (store.sync.remote.at_default), so a push to main still sends the rows main lacks.
-        return f"hf:{self.api.endpoint.rstrip('/')}/{self.repo_type}s/{self.repo_id}"
+        # A mirror's HF_ENDPOINT may carry user:password@: recorded in the sync database and printed, never with them
+        parts = urlsplit(self.api.endpoint.rstrip("/"))
+        endpoint = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        return f"hf:{endpoint}/{self.repo_type}s/{self.repo_id}"
 
     @property
     def pushed_to(self) -> str:

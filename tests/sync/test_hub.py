@@ -253,6 +253,14 @@ def test_without_huggingface_hub_the_error_says_what_to_install(monkeypatch: pyt
         HubRemote(REPO)
 
 
+def test_a_mirror_endpoints_credentials_are_never_part_of_the_remotes_name() -> None:
+    """HF_ENDPOINT=http://user:password@mirror printed the password as the remote and kept it in the sync database
+    (was); the name is the same without them, so what was recorded before still matches."""
+    with_credentials = HubRemote(REPO, endpoint="http://mirroruser:S3cretPw@mirror.example:8080")
+    plain = HubRemote(REPO, endpoint="http://mirror.example:8080")
+    assert with_credentials.url == plain.url == f"hf:http://mirror.example:8080/datasets/{REPO}"
+
+
 def test_rows_pushed_to_a_branch_are_still_pushed_to_main(hub: FakeHub, make_store: MakeStore) -> None:
     """A push lands on its branch only: main must not be told it holds what went to `dev`."""
     alice = make_store("alice")
