@@ -53,6 +53,7 @@ class Fault:
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None  # default: an OpenAI-style error object
     delay: float = 0.0  # seconds before answering (longer than the client's timeout: a timeout)
+    trickle: float = 0.0  # with status 200 and no body: seconds between the bytes of the answer (each read is quick)
     choice: dict[str, Any] | None = None  # with status 200 and no body: these fields replace the first choice's
     times: int = 1
     path_contains: str = "/v1/"
@@ -188,12 +189,16 @@ class FakeOpenAI:
                 answer = fake._chat(body, prompt_tokens) if chat else fake._text(body, prompt_tokens)
                 if fault is not None and fault.choice is not None:
                     answer["choices"][0].update(fault.choice)
-                self._json(200, answer)
+                self._json(200, answer, trickle=fault.trickle if fault is not None else 0.0)
 
-            def _json(self, status: int, value: Any, headers: dict[str, str] | None = None) -> None:
-                self._send(status, json.dumps(value).encode(), "application/json", headers or {})
+            def _json(
+                self, status: int, value: Any, headers: dict[str, str] | None = None, trickle: float = 0.0
+            ) -> None:
+                self._send(status, json.dumps(value).encode(), "application/json", headers or {}, trickle)
 
-            def _send(self, status: int, data: bytes, content_type: str, headers: dict[str, str]) -> None:
+            def _send(
+                self, status: int, data: bytes, content_type: str, headers: dict[str, str], trickle: float = 0.0
+            ) -> None:
                 try:
                     self.send_response(status)
                     self.send_header("Content-Type", content_type)
@@ -201,6 +206,12 @@ class FakeOpenAI:
                     for name, value in headers.items():
                         self.send_header(name, value)
                     self.end_headers()
+                    if trickle:  # a byte at a time: no read waits long, the whole answer does
+                        for byte in data:
+                            self.wfile.write(bytes([byte]))
+                            self.wfile.flush()
+                            time.sleep(trickle)
+                        return
                     self.wfile.write(data)
                 except OSError:  # the client gave up (a timeout test)
                     pass

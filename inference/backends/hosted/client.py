@@ -239,6 +239,7 @@ class OpenAIBackend:
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
         retry: RetryPolicy | None = None,
         stats: RequestStats | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if descriptor.endpoint is None:
             raise InvalidInputError(f"the descriptor of {descriptor.model!r} has no endpoint: build it as a hosted one")
@@ -253,6 +254,7 @@ class OpenAIBackend:
         # every "x" of an error made it unreadable ("ma<api key>imum"), and such a key guards nothing
         self._secret = secret if secret and len(secret) >= _SHORTEST_SECRET else None
         self.max_concurrency = max_concurrency
+        self._timeout_s = timeout_s  # the whole answer's: the client's own bounds each read (a trickle held a slot)
         self.retry = retry or RetryPolicy()
         self.stats = stats if stats is not None else RequestStats()
         self._not_before = 0.0  # loop time before which no request starts (a server's Retry-After)
@@ -496,7 +498,11 @@ class OpenAIBackend:
                 await asyncio.sleep(wait)
             self.stats.requests_sent += 1
             try:
-                raw = await self._send(body)
+                async with asyncio.timeout(self._timeout_s):
+                    raw = await self._send(body)
+            except TimeoutError as e:  # an answer that came too slowly, as a whole: retried as the client's timeouts
+                reason, said = "a timeout", ""
+                delay = self._retry_delay(attempt, reason, None, e)
             except self._openai.APIStatusError as e:
                 status = int(e.status_code)
                 said = self._said(getattr(e, "body", None))
@@ -795,4 +801,5 @@ def create_openai_backend(
         max_concurrency=max_concurrency,
         retry=retry,
         stats=stats,
+        timeout_s=timeout_s,
     )
