@@ -282,6 +282,23 @@ def test_retry_warnings_and_the_error_after_the_retries_quote_the_server(
     assert "HTTP 503 (upstream overloaded); retry 1 of 3" in caplog.text  # before: "HTTP 503; retry 1 of 3"
 
 
+def test_what_a_server_says_reaches_the_user_without_the_key_or_a_terminals_escapes(
+    store: Store, fake: FakeOpenAI, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A proxy naming the answering model after the key printed it (that warning was not redacted), and an error
+    message holding a terminal's escapes cleared the user's screen (was)."""
+    key = "sk-" + "S3cretKey9" * 3
+    monkeypatch.setenv("TOGETHER_API_KEY", key)
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": f"proxy-for-{key}", "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}]}  # fmt: skip
+    fake.add_fault(Fault(status=200, body=json.dumps(body).encode()))
+    fake.add_fault(Fault(status=503, body=rb'{"error": {"message": "\u001b[2J\u001b[31moverloaded"}}'))
+    caplog.set_level(logging.WARNING, logger="judgestore.hosted")
+    served(fake, provider="together", max_concurrency=1).cached(store, task="t").complete([ask(0), ask(1)])
+    assert "answered with the model 'proxy-for-<api key>'" in caplog.text and key not in caplog.text
+    assert "HTTP 503 (?[2J?[31moverloaded)" in caplog.text and "\x1b" not in caplog.text
+
+
 def test_a_429_for_a_spent_quota_is_not_retried_and_says_so(store: Store, fake: FakeOpenAI) -> None:
     message = "You exceeded your current quota, please check your plan and billing details."
     quota = {"error": {"message": message, "type": "insufficient_quota", "code": "insufficient_quota"}}

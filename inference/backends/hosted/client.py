@@ -225,6 +225,9 @@ def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
             yield item
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a terminal acts on rather than shows
+
+
 class OpenAIBackend:
     """Requests to one OpenAI-compatible endpoint under one descriptor. Build it with :func:`create_openai_backend`."""
 
@@ -629,6 +632,7 @@ class OpenAIBackend:
     def _said(self, body: Any) -> str:
         """What a server's error body says, the key blanked out, on one line and cut for a message."""
         said = " ".join(self._redact(server_message(body, "")).split())
+        said = _CONTROL.sub("?", said)  # a terminal's escapes (clear the screen, colour) are no message of the server's
         return said if len(said) <= SAID_CHARS else said[: SAID_CHARS - 3] + "..."
 
     def _generation(self, raw: Any) -> Generation:
@@ -674,7 +678,7 @@ class OpenAIBackend:
         log.warning(
             "%s answered with the model %r where %r was asked for: its answers are stored under %r (pin the model, "
             "or turn off the router's fallbacks, if that is not the one you meant)",
-            self._endpoint, served, asked, asked,
+            self._endpoint, self._redact(served), asked, asked,  # a proxy may echo the key in it
         )  # fmt: skip
 
     async def _body_error(self, e: ErrorInBody, said: str, http: int) -> HostedAPIError:
@@ -718,7 +722,10 @@ class OpenAIBackend:
         )
         if model_missing:
             served = await self._served_models()
-            serves = f" It serves: {', '.join(served[:20])}{', ...' if len(served) > 20 else ''}." if served else ""
+            listed = self._redact(
+                ", ".join(served[:20])
+            )  # the server's own words: the key blanked, as in every message
+            serves = f" It serves: {listed}{', ...' if len(served) > 20 else ''}." if served else ""
             return HostedModelNotFoundError(
                 self._endpoint,
                 f"{shown}: the server does not serve the model {model!r} ({message}).{serves} Check --model "
