@@ -65,7 +65,7 @@ from store.settings import Settings
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import ColumnValues, RowFilter
 from store.tables.records import Record
-from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, lookup_keys
+from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, listed_records, lookup_keys
 
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
@@ -245,7 +245,7 @@ class Database(ABC):
         return DeferredColumns(load, self.where)
 
     def put_many(self, records: Iterable[Record], on_conflict: OnConflict = "ignore") -> int:
-        rows = list(records)
+        rows = listed_records(records)
         return self._write(lambda repo: repo.put_many(rows, on_conflict), needed_bytes=lambda: journaled_bytes(rows))
 
     def delete(self, *filters: RowFilter, at_most: int | None = None) -> int:

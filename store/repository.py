@@ -74,6 +74,7 @@ from store.tables.row_checks import (
     check_key,
     check_values,
     gc_paused,
+    listed_records,
     lookup_keys,
     refuse_other_type,
     table_shape,
@@ -217,7 +218,7 @@ class Repository(ABC):
     def _checked(self, records: Iterable[Record]) -> Iterator[Record]:
         """Each record, once it is known to be of this table, to hold values both backends keep, and to be stored
         under the hash of its input."""
-        for record in records:
+        for record in listed_records(records):
             refuse_other_type(self.role, record)
             check_values(self.role, record)  # first, as on SQLite's own path (the same row, the same error)
             check_key(self.role, record)

@@ -33,11 +33,12 @@ Contract:
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import gc
 import hashlib
 import re
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -73,6 +74,15 @@ _HEX_DIGITS = b"0123456789abcdef"
 def journaled_bytes(records: Sequence[Record]) -> int:
     """About the disk space writing ``records`` needs: their text twice over (pages, and SQLite's journal of them)."""
     return 2 * sum(len(r.input_text) + len(r.completion) + ROW_OVERHEAD_BYTES for r in records)
+
+
+def listed_records(records: Iterable[Record]) -> list[Record]:
+    """``records`` as a list; one record, or anything else that holds none, is refused naming what to give (a
+    record alone was a TypeError: 'CompletionRecord' object is not iterable)."""
+    if not isinstance(records, Iterable) or isinstance(records, str | bytes | Mapping):
+        hint = ": put_many([record])" if dataclasses.is_dataclass(records) else ""
+        raise InvalidInputError(f"put_many takes a list of records, not {type(records).__name__}{hint}")
+    return list(records)
 
 
 def lookup_keys(hashes: Iterable[str]) -> list[str]:

@@ -248,6 +248,21 @@ def both(store_root: Path, pg_url: str) -> Iterator[tuple[Store, Store]]:
         yield folder, server
 
 
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [("record", "not CompletionRecord: put_many([record])"), ("none", "not NoneType"), ("dict", "not dict")],
+)
+def test_put_many_of_no_list_of_records_is_refused_naming_what_to_give(
+    backend: Store, descriptor: ModelDescriptor, given: str, said: str
+) -> None:
+    """A record alone was a TypeError ('CompletionRecord' object is not iterable), from inside (was)."""
+    database = backend.database("completions", "t", descriptor)
+    value = {"record": completion_record(0), "none": None, "dict": {"input_hash": "x"}}[given]
+    with pytest.raises(InvalidInputError, match=re.escape(f"put_many takes a list of records, {said}")):
+        database.put_many(value)
+    assert database.count() == 0
+
+
 BAD_KEYS: list[tuple[Any, str]] = [
     ([123], "int 123 is not an input hash"),
     ([None], "NoneType None is not an input hash"),

@@ -55,7 +55,7 @@ from store.layout import Location, StoredMetadata, database_size, read_metadata,
 from store.repository import PARTITION_BYTES, STREAM_SLICE, Repository, records_bytes
 from store.settings import Settings
 from store.tables.records import Record
-from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, lookup_keys
+from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, listed_records, lookup_keys
 
 T = TypeVar("T")
 RECHECK_SECONDS = 1.0  # how often a database kept open asks whether its file left this library's revision
@@ -241,7 +241,7 @@ class SqliteDatabase(Database):
         """
         self._refuse_if_readonly()
         insert = sqlite_insert(self.location.role, on_conflict)
-        records = list(records)
+        records = listed_records(records)
         with gc_paused():  # a batch of tuples that outlive the loop: the GC would rescan them
             rows = insert.rows(records)
         if not rows:
