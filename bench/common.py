@@ -323,6 +323,8 @@ def measure(variants: Sequence[Variant], reps: int, *, inner: int = 1, warmup: b
 def _without_password(arg: str) -> str:
     """A command-line argument as a results file may keep it: a URL's ``user:password@`` shown ``user:***@``, its
     ``password=`` parameters ``password=***``."""
+    if "://" not in arg or not arg.split("://", 1)[0].lower().startswith("postgres"):  # a store URL, the only kind
+        return arg
     arg = re.sub(r"(://[^/?#:@]*):.*@", r"\1:***@", arg)  # to the last @: a password may hold / and @
     return re.sub(r"(password=)[^&]*", r"\1***", arg, flags=re.IGNORECASE)
 

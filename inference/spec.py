@@ -51,7 +51,7 @@ from inference.backends.hosted.descriptor import (
     hosted_descriptor,
     keys_in_environment,
 )
-from inference.backends.secrets import refuse_secrets
+from inference.backends.secrets import KEY_REFUSAL, refuse_secrets
 from inference.backends.vllm.descriptor import descriptor_from_vllm
 from inference.cache.model import DEFAULT_CHUNK_SIZE, CachedModel
 from inference.cache.plan import Mode
@@ -67,7 +67,7 @@ if TYPE_CHECKING:
 # temperature 1.0 and max_tokens 16, which silently truncates most answers).
 DEFAULT_SAMPLING: Mapping[str, Any] = {"temperature": 0.0, "max_tokens": 256}
 
-_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what an environment variable is named
+_VARIABLE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")  # what an environment variable is named (os.environ's)
 
 
 def malformed_key_value(items: Sequence[str] | None) -> str | None:
@@ -279,7 +279,11 @@ class HostedSpec(Spec):
         if self.provider not in PROVIDERS:
             raise InvalidInputError(f"provider must be one of {', '.join(PROVIDERS)}, got {self.provider!r}")
         if self.api_key_env is not None:  # a key in the environment, or shaped like one (hf_...), is no name
-            refuse_secrets(self.api_key_env, "api_key_env (--api-key-env)", keys_in_environment())
+            named = "api_key_env (--api-key-env)"
+            if any(len(key) >= 8 and key in self.api_key_env for key in keys_in_environment()):
+                raise InvalidInputError(f"{named} holds what looks like an API key; {KEY_REFUSAL}")
+            if not self.api_key_env.isupper():  # as variables are named (HF_TOKEN_FOR_ORG), else a key's shape
+                refuse_secrets(self.api_key_env, named)
         if self.api_key_env is not None and not _VARIABLE_NAME.fullmatch(self.api_key_env):
             # the key itself, given where its variable's name goes: the message that named "the variable" printed it
             raise InvalidInputError(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import getpass
 import os
+import re
 import secrets
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,11 +46,17 @@ def home_expanded(path: Path) -> Path:
     return path
 
 
+_SCHEME = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*):/")
+_URL_SCHEMES = frozenset({"postgresql", "postgres", "http", "https", "hf", "s3", "gs", "file", "sqlite", "mysql"})
+
+
 def no_url(folder: str, named: str) -> None:
     """Refuse a folder setting that is a URL: a server's (``postgresql+psycopg://user:password@host/db``) became a
     local folder of that name, the password in it, and the job's rows went there, not to the server (was). The value
-    is not shown: it may hold a password."""
-    if "://" in folder:
+    is not shown: it may hold a password. A ``Path`` made of one has ``:/`` for ``://``: a known scheme, or a
+    driver's (``postgresql+psycopg:/``), is read as one then."""
+    scheme = _SCHEME.match(folder)
+    if "://" in folder or (scheme and (scheme[1].lower() in _URL_SCHEMES or "+" in scheme[1])):
         raise InvalidInputError(
             f"{named} is a URL, not a folder (not shown: it may hold a password); a PostgreSQL store is given as "
             "--store-url or JUDGESTORE_STORE_URL"

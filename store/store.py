@@ -122,12 +122,12 @@ class Store:
         self.close()
 
     def __reduce__(self) -> Any:
-        """Refused with what to do: a store holds open connections (pickled for a spawned worker, the message was
-        about a local function of the SQLite connector)."""
-        raise TypeError(
-            "a Store cannot be pickled (it holds open connections): give a worker process what opens it, "
-            "Store(settings, root=...) or url=..., and open its own there"
-        )
+        """A store pickles (and copies) as what opens it again: its settings, its folder or server, read-only or not.
+        The copy opens its own connections (a worker process cannot share this one's); pickled after a database was
+        opened, a store failed on a local function of the SQLite connector (was)."""
+        url = getattr(self.storage, "url", None)
+        root = None if url is not None else getattr(self.storage, "root", None)
+        return _reopened, (self.settings, root, url, self.readonly)
 
     def close(self) -> None:
         """Release every connection and open file. A store used again afterwards opens what it needs again
@@ -420,3 +420,8 @@ class Store:
     def unlisted(self, selector: Selector | None = None) -> list[Problem]:
         """Databases the listing leaves out (:meth:`Storage.unlisted`); none a non-empty ``selector`` could pick."""
         return [] if selector is not None and not selector.is_empty() else self.storage.unlisted()
+
+
+def _reopened(settings: Settings, root: Path | None, url: str | None, readonly: bool) -> Store:
+    """The store :meth:`Store.__reduce__` describes, opened again."""
+    return Store(settings, root=root, url=url, readonly=readonly)

@@ -38,3 +38,8 @@ def test_a_bench_records_its_command_line_without_a_urls_password(url: str) -> N
     shown = _without_password(url)
     assert "S3cr" not in shown and shown.startswith("postgresql+psycopg://eval")
     assert _without_password("--reps") == "--reps"
+
+
+def test_an_argument_that_is_no_store_url_is_recorded_as_given() -> None:
+    for arg in ("http://host:8000/v1/models@latest", "--note=see http://x:80/ and mail me@example.com"):
+        assert _without_password(arg) == arg

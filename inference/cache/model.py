@@ -271,13 +271,6 @@ class CachedModel:
         own, bound = max_concurrency(self._backend), getattr(self._in_call, "bound", None)
         return own if bound is None else min(own, bound)
 
-    def __reduce__(self) -> Any:
-        """Refused with what to do: the model holds a store and perhaps an engine."""
-        raise TypeError(
-            "a CachedModel cannot be pickled (it holds a store and its engine): give a worker process the model's "
-            "spec (ModelSpec or HostedSpec pickle) and open it there: spec.cached(Store(...), task=...)"
-        )
-
     def close(self) -> None:
         """Close the engine, then wait for the calls still running (a cancelled async call's thread) to end.
 

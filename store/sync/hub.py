@@ -239,8 +239,10 @@ class HubRemote:
         # another and its rows are never echoed. Whether it was the default branch is recorded beside it
         # (store.sync.remote.at_default), so a push to main still sends the rows main lacks.
         # A mirror's HF_ENDPOINT may carry user:password@: recorded in the sync database and printed, never with them
-        parts = urlsplit(self.api.endpoint.rstrip("/"))
-        endpoint = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        endpoint = self.api.endpoint.rstrip("/")
+        parts = urlsplit(endpoint)
+        if "@" in parts.netloc:  # only then rebuilt: any other endpoint names the remote as it always did
+            endpoint = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
         return f"hf:{endpoint}/{self.repo_type}s/{self.repo_id}"
 
     @property

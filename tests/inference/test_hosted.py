@@ -330,7 +330,8 @@ def test_a_key_given_where_its_variables_name_goes_is_refused_without_showing_it
     with pytest.raises(InvalidInputError, match=r"api_key_env \(--api-key-env\)") as refused:
         HostedSpec(model=DATED, api_key_env=given)
     assert "S3cretKey9" not in str(refused.value)
-    assert HostedSpec(model=DATED, api_key_env="MY_TEAM_KEY").key_env == "MY_TEAM_KEY"
+    for name in ("MY_TEAM_KEY", "HF_TOKENFORORGANISATION", "XAI_APIKEYFORPRODUCTION", "my-key"):  # names, not keys
+        assert HostedSpec(model=DATED, api_key_env=name).key_env == name
 
 
 @pytest.mark.parametrize(

@@ -297,6 +297,10 @@ def test_what_a_server_says_reaches_the_user_without_the_key_or_a_terminals_esca
     served(fake, provider="together", max_concurrency=1).cached(store, task="t").complete([ask(0), ask(1)])
     assert "answered with the model 'proxy-for-<api key>'" in caplog.text and key not in caplog.text
     assert "HTTP 503 (?[2J?[31moverloaded)" in caplog.text and "\x1b" not in caplog.text
+    fake.add_fault(Fault(status=400, body=rb'{"error": {"message": "\u001b[2Jbad thing"}}'))  # not retried
+    with pytest.raises(RequestsFailedError) as refused:
+        served(fake).cached(store, task="t").complete([ask(2)])
+    assert "?[2Jbad thing" in str(refused.value) and "\x1b" not in str(refused.value)
 
 
 def test_a_429_for_a_spent_quota_is_not_retried_and_says_so(store: Store, fake: FakeOpenAI) -> None:

@@ -334,6 +334,11 @@ def test_a_store_url_given_as_the_folder_is_refused_without_showing_it(
     bare_environment.delenv("JUDGESTORE_STORE_ROOT")
     with pytest.raises(InvalidInputError, match=r"the store's folder \(root\) is a URL") as opened:
         Store(root=url)
+    with pytest.raises(InvalidInputError, match=r"the store's folder \(root\) is a URL"):
+        Store(root=Path(url))  # a Path folds :// into :/ (it slipped through, was)
+    with pytest.raises(ValidationError, match="is a URL, not a folder"):
+        Settings(store_root=Path(url))
+    assert Settings(store_root=Path("a:/b")).store_root == Path("a:/b")  # a colon in a folder's name is no URL
     cli = subprocess.run(
         [sys.executable, "-m", "store", "ls", "--store-root", url, "--json"],
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},

@@ -259,6 +259,7 @@ def test_a_mirror_endpoints_credentials_are_never_part_of_the_remotes_name() -> 
     with_credentials = HubRemote(REPO, endpoint="http://mirroruser:S3cretPw@mirror.example:8080")
     plain = HubRemote(REPO, endpoint="http://mirror.example:8080")
     assert with_credentials.url == plain.url == f"hf:http://mirror.example:8080/datasets/{REPO}"
+    assert HubRemote(REPO, endpoint="HTTPS://HF-Mirror.com").url == f"hf:HTTPS://HF-Mirror.com/datasets/{REPO}"
 
 
 def test_rows_pushed_to_a_branch_are_still_pushed_to_main(hub: FakeHub, make_store: MakeStore) -> None:

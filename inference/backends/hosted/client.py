@@ -102,6 +102,7 @@ from inference.backends.hosted.wire import (
     error_code,
     generation_from_body,
     messages_of,
+    printable,
     request_body,
     request_body_keys,
     retry_after_seconds,
@@ -223,9 +224,6 @@ def _arrived(arrivals: queue.SimpleQueue[Any]) -> Iterator[Arrival]:
             return
         if item is not _DONE:
             yield item
-
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # what a terminal acts on rather than shows
 
 
 class OpenAIBackend:
@@ -632,7 +630,6 @@ class OpenAIBackend:
     def _said(self, body: Any) -> str:
         """What a server's error body says, the key blanked out, on one line and cut for a message."""
         said = " ".join(self._redact(server_message(body, "")).split())
-        said = _CONTROL.sub("?", said)  # a terminal's escapes (clear the screen, colour) are no message of the server's
         return said if len(said) <= SAID_CHARS else said[: SAID_CHARS - 3] + "..."
 
     def _generation(self, raw: Any) -> Generation:
@@ -678,7 +675,7 @@ class OpenAIBackend:
         log.warning(
             "%s answered with the model %r where %r was asked for: its answers are stored under %r (pin the model, "
             "or turn off the router's fallbacks, if that is not the one you meant)",
-            self._endpoint, self._redact(served), asked, asked,  # a proxy may echo the key in it
+            self._endpoint, printable(self._redact(served)), asked, asked,  # a proxy may echo the key in it
         )  # fmt: skip
 
     async def _body_error(self, e: ErrorInBody, said: str, http: int) -> HostedAPIError:
@@ -695,7 +692,7 @@ class OpenAIBackend:
 
     async def _status_error(self, e: Any) -> HostedAPIError:
         status = int(e.status_code)
-        message = self._redact(server_message(getattr(e, "body", None), str(getattr(e, "message", e))))[:500]
+        message = printable(self._redact(server_message(getattr(e, "body", None), str(getattr(e, "message", e)))))[:500]
         return await self._refusal_error(status, getattr(e, "body", None), message, str(status))
 
     async def _refusal_error(self, status: int | None, body: Any, message: str, shown: str) -> HostedAPIError:
@@ -722,9 +719,8 @@ class OpenAIBackend:
         )
         if model_missing:
             served = await self._served_models()
-            listed = self._redact(
-                ", ".join(served[:20])
-            )  # the server's own words: the key blanked, as in every message
+            # the server's own words: the key blanked and a terminal's escapes shown, as in every message
+            listed = printable(self._redact(", ".join(served[:20])))
             serves = f" It serves: {listed}{', ...' if len(served) > 20 else ''}." if served else ""
             return HostedModelNotFoundError(
                 self._endpoint,

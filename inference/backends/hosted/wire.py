@@ -46,6 +46,7 @@ from __future__ import annotations
 import dataclasses
 import email.utils
 import logging
+import re
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -335,13 +336,23 @@ def status_of_code(code: Any) -> int | None:
 
 
 def server_message(body: Any, fallback: str) -> str:
+    """What an error body says, :func:`printable`."""
     if isinstance(body, dict):
         inner = body.get("error", body)
         if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return inner["message"]
+            return printable(inner["message"])
         if isinstance(inner, str):
-            return inner
-    return body if isinstance(body, str) and body else fallback
+            return printable(inner)
+    return printable(body) if isinstance(body, str) and body else fallback
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # a terminal acts on them (tab and newline are kept)
+
+
+def printable(text: str) -> str:
+    """A server's text as a message may quote it: a terminal's control characters (an escape that clears the
+    screen) shown as ``?``."""
+    return _CONTROL.sub("?", text)
 
 
 def request_body_keys(descriptor: ModelDescriptor) -> set[str]:
