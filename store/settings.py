@@ -112,7 +112,14 @@ def default_run_id() -> str:
 class _SettingsOfJudgestore(BaseSettings):
     """Settings whose arguments spelt almost like a field's get a :class:`SettingsKeyWarning` (an unknown one is
     ignored, as a newer judgestore's variable is: ``Settings(store_rot=...)`` put the store in the default folder
-    without a word, was)."""
+    without a word, was), and whose ``store_root`` given as an argument outranks the environment's ``store_url``."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="JUDGESTORE_",
+        extra="ignore",
+        env_ignore_empty=True,
+        hide_input_in_errors=True,  # a URL holds a password
+    )
 
     @classmethod
     def settings_customise_sources(
@@ -123,12 +130,19 @@ class _SettingsOfJudgestore(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        for name in _arguments(init_settings):
+        given = _arguments(init_settings)
+        for name in given:
             if name not in settings_cls.model_fields and (likely := meant(name, settings_cls.model_fields)):
                 warn_the_caller(
                     f"{settings_cls.__name__}({name}=...) names no setting and is ignored; did you mean {likely}?",
                     SettingsKeyWarning,
                 )
+        # A folder given as an argument means that folder even when JUDGESTORE_STORE_URL is exported (or in a dotenv
+        # file), as --store-root and Store(root=...) do: a script's Settings(store_root="scratch") wrote to the
+        # team's server (was)
+        if "store_root" in given and "store_url" not in given and "store_url" in settings_cls.model_fields:
+            env_settings = _Without(settings_cls, env_settings, "store_url")
+            dotenv_settings = _Without(settings_cls, dotenv_settings, "store_url")
         return init_settings, env_settings, dotenv_settings, file_secret_settings
 
 
@@ -139,13 +153,6 @@ def _arguments(init_settings: PydanticBaseSettingsSource) -> dict[str, Any]:
 
 class Settings(_SettingsOfJudgestore):
     """Every knob of judgestore; environment variables use the ``JUDGESTORE_`` prefix."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="JUDGESTORE_",
-        extra="ignore",
-        env_ignore_empty=True,
-        hide_input_in_errors=True,  # a URL holds a password
-    )
 
     store_root: Path = Field(default=Path("judgestore-data"), description="Folder holding every descriptor database.")
     store_url: str | None = Field(
@@ -199,26 +206,6 @@ class Settings(_SettingsOfJudgestore):
     _checked_folder = field_validator("store_root")(_folder)
     _checked_text = field_validator("created_by", "run_id")(_text)
 
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        """The sources as pydantic-settings orders them, but for a folder given as an argument: it means that folder
-        even when ``JUDGESTORE_STORE_URL`` is exported, as ``--store-root`` and ``Store(root=...)`` do (a script's
-        ``Settings(store_root="scratch")`` wrote to the team's server, was)."""
-        given = _arguments(init_settings)
-        if "store_root" in given and "store_url" not in given:  # nor from a dotenv file (``_env_file=``)
-            env_settings = _Without(settings_cls, env_settings, "store_url")
-            dotenv_settings = _Without(settings_cls, dotenv_settings, "store_url")
-        return super().settings_customise_sources(
-            settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
-        )
-
 
 class _Without(PydanticBaseSettingsSource):
     """A settings source with one field left out."""
@@ -240,13 +227,6 @@ MAX_SHARD_BYTES = 512 * 1024 * 1024  # the most a fetch decompresses (or downloa
 
 class SyncSettings(_SettingsOfJudgestore):
     """Where and how caches are shared (:mod:`store.sync`); environment variables use the ``JUDGESTORE_`` prefix."""
-
-    model_config = SettingsConfigDict(
-        env_prefix="JUDGESTORE_",
-        extra="ignore",
-        env_ignore_empty=True,
-        hide_input_in_errors=True,  # a URL holds a password
-    )
 
     hub_repo: str | None = Field(default=None, description="Dataset repository (ORG/NAME) pushed to and fetched from.")
     hub_revision: str = Field(default="main", description="Branch to push to; branch, tag or commit to fetch.")
