@@ -212,6 +212,20 @@ def test_a_request_that_outlasts_its_retries_where_the_server_answers_others_fai
     assert len(fake.completions()) == 11 + 4
 
 
+def test_an_input_of_several_samples_the_server_always_fails_on_fails_alone_and_the_rest_is_stored(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """Its samples went out first, together, and filled every slot: no other answer came while they were retried, so
+    the run stopped at them, and every rerun again (was). Every input's first sample now goes before any second."""
+    fake.add_fault(Fault(status=500, times=1000, body_contains='question 1"'))
+    spec = served(fake, max_concurrency=2)
+    batch = [CompletionRequest(messages=[{"role": "user", "content": f"question {i}"}], n=3) for i in range(5)]
+    with pytest.raises(RequestsFailedError, match=r"3 of 15 inputs") as raised:
+        spec.cached(store, task="t").complete(batch)
+    assert {f.request_index for f in raised.value.failures} == {1}
+    assert stored(store, spec) == 12  # every other input's samples
+
+
 def test_a_rate_limit_that_outlasts_the_retries_stops_the_batch_though_others_were_answered(
     store: Store, fake: FakeOpenAI
 ) -> None:

@@ -373,7 +373,10 @@ class OpenAIBackend:
     ) -> None:
         taken: set[int] = set()  # the requests a worker or a probe has taken, of those in order
         sent: set[int] = set()  # those started (a worker waiting to start one has taken it, not sent it)
-        order = iter(range(len(requests)))
+        # Every input's first sample before any input's second: an input the server always fails on, asked for with
+        # n > 1, filled every slot with its own samples, so no other answer came to show that it fails alone, and
+        # each rerun stopped at it again (was). Emitted by index: the caller's order is kept.
+        order = iter(sorted(range(len(requests)), key=lambda i: requests[i].sample_index))
         started = answered = refused = too_long = finished = alone = 0  # alone: refused for the prompt alone
         failures: list[Exception] = []
         # Cleared while a streak of refusals is checked, and after a refusal while none is answered: no request
