@@ -28,6 +28,7 @@ from typing import Annotated
 
 import typer
 
+from inference.backends.hosted.client import DEFAULT_TIMEOUT_S
 from inference.cache.plan import Mode
 from inference.spec import DEFAULT_SAMPLING, HostedSpec, ModelSpec, malformed_key_value, parse_key_values
 from store.errors import InvalidInputError
@@ -183,6 +184,15 @@ def model_spec(
         int | None,
         _hosted("--max-concurrency", "Requests in flight at once (default: JUDGESTORE_MAX_CONCURRENCY, 8).", min=1),
     ] = None,
+    timeout: Annotated[
+        float | None,
+        _hosted(
+            "--timeout",
+            f"Seconds a request may take, its whole answer (default {DEFAULT_TIMEOUT_S:g}); a slow model's long "
+            "answers need more.",
+            metavar="SECONDS",
+        ),
+    ] = None,
     routing: Annotated[
         list[str] | None,
         _hosted(
@@ -196,6 +206,8 @@ def model_spec(
     """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
     if temperature is not None and temperature < 0:  # vLLM refused it, after it had loaded (NaN: refused below)
         raise typer.BadParameter("must be 0 or more (0 is greedy)", param_hint="--temperature")
+    if timeout is not None and not timeout > 0:  # NaN too
+        raise typer.BadParameter("must be a number of seconds above 0", param_hint="--timeout")
     given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}
     flags = {k: v for k, v in given.items() if v is not None}
     extra = parse_key_values(sampling, "--sampling")
@@ -226,8 +238,9 @@ def model_spec(
             logprob_positions=logprob_positions.value,  # type: ignore[arg-type]
             revision=revision,
             max_concurrency=max_concurrency,
+            timeout_s=DEFAULT_TIMEOUT_S if timeout is None else timeout,
         )
-    hosted_only = {"--base-url": base_url, "--api-key-env": api_key_env, "--routing": routing}
+    hosted_only = {"--base-url": base_url, "--api-key-env": api_key_env, "--routing": routing, "--timeout": timeout}
     if given_hosted := [name for name, value in hosted_only.items() if value]:
         verb = "needs" if len(given_hosted) == 1 else "need"
         raise InvalidInputError(f"{', '.join(given_hosted)} {verb} --provider")

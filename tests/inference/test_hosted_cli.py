@@ -532,3 +532,21 @@ def test_a_second_ctrl_c_while_the_first_is_recorded_still_counts_the_rows_kept(
     with Store(Settings(), root=store_root, readonly=True) as store:
         stored = sum(store.open(location).count() for location in store.locations())
     assert error["rows_kept"] == stored >= 2 and f"this run stored {stored} rows" in error["error"], error
+
+
+def test_the_timeout_of_a_servers_requests_is_an_option_and_changes_no_key(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
+) -> None:
+    """A slow model's long answers need more than 120 s, and only HostedSpec(timeout_s=) could say so (was)."""
+    openai_server.add_fault(Fault(status=200, delay=1.5))  # the first answer comes after the timeout: retried
+    timed = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--timeout", "0.5", "--json")
+    assert timed.exit_code == 0, timed.stderr
+    summary = orjson.loads(timed.stdout)
+    assert summary["retries"] == 1 and summary["rows_written"] == summary["misses"]
+    again = orjson.loads(generate(openai_server, chat_prompts, tmp_path / "b.jsonl", "--json").stdout)
+    assert again["hits"] == summary["misses"]  # the timeout is no part of the key: the rows are hit without it
+    for bad in ("0", "-1", "nan"):
+        refused = generate(openai_server, chat_prompts, tmp_path / "c.jsonl", "--timeout", bad)
+        assert refused.exit_code == 2 and "--timeout" in refused.stderr, bad
+    orphan = judgestore("generate", "--model", "m", "--timeout", "5", "--task", "t", "-i", str(chat_prompts))
+    assert orphan.exit_code == 1 and "--timeout needs --provider" in orphan.stderr
