@@ -40,6 +40,12 @@ MAX_SAMPLES = 10_000
 _TEXT_FIELDS = ("benchmark", "instruction_id", "model", "model_a", "model_b", "judge")
 
 
+def request_named(source: str | None, index: int) -> str:
+    """A request for messages: where it was read from (``prompts.jsonl:5``), else its index in the call
+    (``request 3``)."""
+    return source or f"request {index}"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Request:
     messages: Sequence[Mapping[str, Any]] | None = None
@@ -97,8 +103,8 @@ class _Request:
             )
 
     def named(self, index: int) -> str:
-        """The request for messages: where it was read from, else its index in the call (``request 3``)."""
-        return self.source or f"request {index}"
+        """:func:`request_named` of this request, the ``index``-th of its call."""
+        return request_named(self.source, index)
 
     def describe(self) -> str:
         """A short human name for messages: benchmark/instruction, or the start of the prompt."""

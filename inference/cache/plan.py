@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, get_args
 
-from inference.requests import CompletionRequest, JudgementRequest, Request
+from inference.requests import CompletionRequest, JudgementRequest, Request, request_named
 from store.descriptor import InputMode, input_hash
 from store.errors import InvalidInputError, JudgestoreError
 from store.roles import Role
@@ -111,7 +111,7 @@ class Failure:
     def line(self) -> str:
         """``prompts.jsonl:5 (bench/id), sample 1: Type: message`` (``request 3`` for a request not read from a
         file; a blank line or a pair's two orientations make a line number no index)."""
-        where = self.source or f"request {self.request_index}"
+        where = request_named(self.source, self.request_index)
         sample = f", sample {self.sample_index}" if self.sample_index else ""
         return f"{where} ({self.request}){sample}: {type(self.error).__name__}: {self.message}"
 

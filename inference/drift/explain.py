@@ -36,7 +36,7 @@ from typing import Any
 import orjson
 
 from inference.cache.plan import Plan
-from inference.requests import Request
+from inference.requests import Request, request_named
 from store import Database, Store
 from store.descriptor import LOCAL_DIGEST_PREFIX, ModelDescriptor, input_hash
 from store.errors import JudgestoreError
@@ -357,7 +357,7 @@ class MissExplanation:
 
     def named(self) -> str:
         """The request for people: where it was read from, else its index (``request 3``)."""
-        return self.source or f"request {self.request_index}"
+        return request_named(self.source, self.request_index)
 
     def as_dict(self) -> dict[str, Any]:
         values = asdict(self)
