@@ -20,6 +20,9 @@ Contract:
   the store) do not stop the run: it returns every response, the failed ones
   marked with their ``error``, and the summary lists them (``failures``);
   the command line writes them with an ``error`` field and exits 1.
+* A run a server's model stopped (a spent quota, the server gone) raises
+  its typed error with a note saying how many HTTP requests it had sent
+  (the rows it kept are in the error's ``rows_kept`` and its own note).
 * The summary says what the cache saved (the tokens and engine seconds the
   hit rows had cost when they were generated), how many hits were adopted
   rows (:mod:`inference.drift.adopt`), and what the misses cost; the
@@ -48,7 +51,7 @@ from inference.cache.plan import Failure, Mode, Plan
 from inference.requests import Request, Response
 from store import Settings, Store, SyncSettings
 from store.descriptor import ModelDescriptor
-from store.errors import InvalidInputError, RequestsFailedError
+from store.errors import InvalidInputError, JudgestoreError, RequestsFailedError
 from store.roles import Role, check_role
 from store.settings import from_environment
 
@@ -284,6 +287,14 @@ def run_requests(
                 responses = cached.judge(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]
         except RequestsFailedError as e:  # the summary lists them; every response is kept
             responses = e.responses
+        except JudgestoreError as e:  # a stopped run (a spent quota, a server gone): what it cost, beside what it kept
+            if (sent := _sent_since(before, spec.sent())) is not None and sent["requests_sent"]:
+                requests_sent, retries = sent["requests_sent"], sent["retries"]
+                e.add_note(
+                    f"It sent {requests_sent} request{'s' * (requests_sent != 1)} to the server before it stopped "
+                    f"({retries} retr{'ies' if retries != 1 else 'y'})"
+                )
+            raise
     summary = RunSummary(
         task=task,
         model=spec.display_name,

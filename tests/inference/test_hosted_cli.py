@@ -550,3 +550,20 @@ def test_the_timeout_of_a_servers_requests_is_an_option_and_changes_no_key(
         assert refused.exit_code == 2 and "--timeout" in refused.stderr, bad
     orphan = judgestore("generate", "--model", "m", "--timeout", "5", "--task", "t", "-i", str(chat_prompts))
     assert orphan.exit_code == 1 and "--timeout needs --provider" in orphan.stderr
+
+
+def test_a_run_a_spent_quota_stops_says_how_many_requests_it_sent_and_rows_it_kept(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path
+) -> None:
+    """A stopped run said what it kept, never what it had sent (what the account was charged for): only a summary
+    said `requests_sent`, and a stopped run prints none (was)."""
+    quota = {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}
+    openai_server.add_fault(Fault(status=429, times=100, after=2, body=orjson.dumps(quota)))
+    human = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--max-concurrency", "1")
+    assert human.exit_code == 1 and "the quota of the account is spent" in human.stderr, human.output
+    assert "This call stored 2 rows before the failure" in human.stderr
+    assert "It sent 3 requests to the server before it stopped (0 retries)" in human.stderr
+    assert len(openai_server.completions()) == 3
+    again = generate(openai_server, chat_prompts, tmp_path / "b.jsonl", "--max-concurrency", "1", "--json")
+    error = orjson.loads(again.stderr.splitlines()[-1])
+    assert error["rows_kept"] == 0 and "It sent 1 request to the server before it stopped (0 retries)" in error["notes"]
