@@ -268,13 +268,15 @@ def _warn_of_misspelt_variables() -> None:
                 )
 
 
-def from_environment(kind: type[SettingsKind]) -> SettingsKind:
+def from_environment(kind: type[SettingsKind], **given: Any) -> SettingsKind:
     """``kind`` (:class:`Settings`, :class:`SyncSettings`) read from the environment, where an empty variable is
     unset; a bad ``JUDGESTORE_*`` value is an :class:`InvalidInputError` naming the variable, and one spelt almost
-    like a setting's gets a :class:`SettingsKeyWarning`."""
+    like a setting's gets a :class:`SettingsKeyWarning`. ``given`` (values a caller checked already, such as a
+    command's ``--store-root``) win over the environment, whose variables for them are then not read at all: a
+    bad one does not stop a command that names its own."""
     _warn_of_misspelt_variables()
     try:
-        return kind()
+        return kind(**given)
     except ValidationError as e:
         wrong = "; ".join(
             f"JUDGESTORE_{'_'.join(map(str, err['loc'])).upper()}: {err['msg'].removeprefix('Value error, ')}"

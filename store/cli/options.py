@@ -117,11 +117,11 @@ def store_settings(
     """
     if store_root is not None and store_url is not None:
         raise InvalidInputError("--store-root and --store-url name two stores; give one")
-    settings = environment_settings()
-    if store_root is not None:
-        return settings.model_copy(update={"store_root": store_folder(store_root, "--store-root"), "store_url": None})
+    if store_root is not None:  # the environment's store (a URL, or a JUDGESTORE_STORE_ROOT holding one) is not read
+        return from_environment(Settings, store_root=store_folder(store_root, "--store-root"), store_url=None)
     if store_url is not None:
-        return settings.model_copy(update={"store_url": store_server(store_url, "--store-url")})
+        return from_environment(Settings, store_url=store_server(store_url, "--store-url"))
+    settings = environment_settings()
     check_settings_url(settings)  # before the command's work, as a bad option is
     return settings
 

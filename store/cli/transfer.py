@@ -16,6 +16,7 @@ Contract:
   finishes it.
 """
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -33,9 +34,9 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.cli.options import JsonOutput, environment_settings, grouped, selection, store_folder, store_server
+from store.cli.options import JsonOutput, grouped, selection, store_folder, store_server
 from store.layout import Selector
-from store.settings import Settings
+from store.settings import Settings, from_environment
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -120,7 +121,9 @@ def copy_command(
 
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
-    settings = environment_settings()
+    # Its options name both stores: the environment's (JUDGESTORE_STORE_ROOT, _URL) is not read, so a bad one does
+    # not stop it; the other settings (timeouts, pool sizes) still come from there.
+    settings = from_environment(Settings, store_root=Path(), store_url=None)
     report = None
     try:
         with (

@@ -16,7 +16,7 @@ from store import Store
 from store.errors import InvalidInputError
 from store.settings import Settings, SettingsKeyWarning, SyncSettings, from_environment
 from store.sync import DirectoryRemote, HubRemote, open_remote
-from tests.factories import QWEN
+from tests.factories import QWEN, fill_small_store
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -347,3 +347,24 @@ def test_a_store_url_given_as_the_folder_is_refused_without_showing_it(
     for said in (str(refused.value), str(direct.value), str(opened.value), cli.stdout + cli.stderr):
         assert "S3cr3tPw" not in said
     assert list(tmp_path.iterdir()) == []  # no folder made
+
+
+def test_a_command_naming_its_store_does_not_read_a_bad_store_of_the_environment(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """JUDGESTORE_STORE_ROOT holding a URL stopped `ls --store-root DIR` and `copy --from-root A --to-root B`, which
+    never use it (was)."""
+    fill_small_store(tmp_path / "a")
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": "postgresql+psycopg://u:S3cr3tPw@h/db"}
+
+    def judgestore(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "store", *args], capture_output=True, text=True, cwd=tmp_path,
+                              env=env)  # fmt: skip
+
+    listed = judgestore("ls", "--store-root", str(tmp_path / "a"), "--json")
+    assert listed.returncode == 0 and listed.stdout.startswith("["), listed.stderr
+    copied = judgestore("copy", "--from-root", str(tmp_path / "a"), "--to-root", str(tmp_path / "b"), "--json")
+    assert copied.returncode == 0 and (tmp_path / "b").is_dir(), copied.stderr
+    unnamed = judgestore("ls", "--json")  # the environment's store is what it would open: refused, as before
+    assert unnamed.returncode == 1 and "JUDGESTORE_STORE_ROOT: the store's folder is a URL" in unnamed.stderr
+    assert not any("S3cr3tPw" in run.stdout + run.stderr for run in (listed, copied, unnamed))
