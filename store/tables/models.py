@@ -36,7 +36,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any, ClassVar, Literal, get_args
 
-from sqlalchemy import JSON, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text, text
+from sqlalchemy import JSON, BigInteger, CheckConstraint, DateTime, Float, Index, Integer, MetaData, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -55,6 +55,10 @@ NAMING_CONVENTION = {
 Orientation = Literal["direct", "reversed"]  # relative to the source pair (see Judgement)
 ORIENTATIONS: tuple[Orientation, ...] = get_args(Orientation)
 SUMMED = {"summed": True}  # a runs column that RunTotals adds up over a database's runs
+# A count or token total a run or an adoption records: a call of a million prompts of 2,200 tokens spends more than
+# PostgreSQL's integer holds (2**31 - 1), so its run was refused after its rows were stored (was). SQLite's INTEGER
+# holds 64 bits already: its schema stays as it was.
+COUNT = BigInteger().with_variant(Integer(), "sqlite")
 FILLED_BY_THE_DATABASE = {"record_default": None}  # a record yet to be written leaves it out (an id, say)
 FILLED_WHEN_WRITTEN = {"record_default": None}  # set by the code that writes the row (store.adoption)
 
@@ -79,7 +83,7 @@ class UTCDateTime(TypeDecorator[datetime]):
 # The revision whose schema these models declare: a new database at this head is created from them
 # (store.schema.head_statements). tests/store/test_migrations.py holds it equal to the scripts' head and the
 # schema the scripts build equal to the models'; a new revision moves it (docs/schema-evolution.md).
-SCHEMA_REVISION = "0006"
+SCHEMA_REVISION = "0007"
 
 
 class Base(DeclarativeBase):
@@ -192,21 +196,21 @@ class Run(Base):
     started_at: Mapped[datetime]
     finished_at: Mapped[datetime]
     mode: Mapped[str] = mapped_column(server_safe(String(16)))
-    requested: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    distinct_inputs: Mapped[int] = mapped_column(Integer)
-    hits: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    misses: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    duplicates: Mapped[int] = mapped_column(Integer)
-    generated: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    rows_written: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    truncated: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    requested: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    distinct_inputs: Mapped[int] = mapped_column(COUNT)
+    hits: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    misses: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    duplicates: Mapped[int] = mapped_column(COUNT)
+    generated: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    rows_written: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    truncated: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    prompt_tokens: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    completion_tokens: Mapped[int] = mapped_column(COUNT, info=SUMMED)
     engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
-    saved_prompt_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
-    saved_completion_tokens: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    saved_prompt_tokens: Mapped[int] = mapped_column(COUNT, info=SUMMED)
+    saved_completion_tokens: Mapped[int] = mapped_column(COUNT, info=SUMMED)
     saved_engine_seconds: Mapped[float] = mapped_column(Float, info=SUMMED)
-    hits_without_cost: Mapped[int] = mapped_column(Integer, info=SUMMED)
+    hits_without_cost: Mapped[int] = mapped_column(COUNT, info=SUMMED)
     wall_seconds: Mapped[float] = mapped_column(Float)
 
     __table_args__ = (
@@ -233,18 +237,18 @@ class Adoption(Base):
     id: Mapped[int] = mapped_column(Integer, primary_key=True, info=FILLED_BY_THE_DATABASE)
     source_descriptor: Mapped[str] = mapped_column(String(64))
     source_task: Mapped[str] = mapped_column(server_safe(String()))
-    source_rows: Mapped[int] = mapped_column(Integer)
+    source_rows: Mapped[int] = mapped_column(COUNT)
     details: Mapped[dict[str, Any]]
-    sampled: Mapped[int] = mapped_column(Integer)
-    exact: Mapped[int] = mapped_column(Integer)
+    sampled: Mapped[int] = mapped_column(COUNT)
+    exact: Mapped[int] = mapped_column(COUNT)
     max_abs_logprob_delta: Mapped[float | None] = mapped_column(Float)
-    top_tokens_changed: Mapped[int] = mapped_column(Integer)
-    sample_seed: Mapped[int | None] = mapped_column(Integer)
+    top_tokens_changed: Mapped[int] = mapped_column(COUNT)
+    sample_seed: Mapped[int | None] = mapped_column(COUNT)
     min_exact: Mapped[float] = mapped_column(Float)
     max_logprob_delta: Mapped[float | None] = mapped_column(Float)
-    rows_adopted: Mapped[int] = mapped_column(Integer, default=0)
-    rows_present: Mapped[int] = mapped_column(Integer, default=0)
-    rows_excluded: Mapped[int] = mapped_column(Integer, default=0)
+    rows_adopted: Mapped[int] = mapped_column(COUNT, default=0)
+    rows_present: Mapped[int] = mapped_column(COUNT, default=0)
+    rows_excluded: Mapped[int] = mapped_column(COUNT, default=0)
     run_id: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
     created_by: Mapped[str | None] = mapped_column(server_safe(String()), info=FILLED_WHEN_WRITTEN)
     adopted_at: Mapped[datetime] = mapped_column(info=FILLED_WHEN_WRITTEN)

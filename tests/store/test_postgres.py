@@ -43,6 +43,7 @@ from store.errors import (
 from store.layout import Location, metadata_bytes
 from store.logprobs import PositionLogprobs, TokenLogprob
 from store.reports import ProblemKind, UpgradeOutcome
+from store.runs import record_run, run_totals
 from store.schema import DatabaseState, migrate
 from store.settings import Settings
 from store.stats import database_stats
@@ -51,6 +52,7 @@ from store.tables.filters import RowFilter
 from tests.factories import SHIPPED_HEAD, SYNTHETIC_HEAD, completion_record, judgement_record
 from tests.pg_server import Cluster
 from tests.store.schema_helpers import pretend_shipped_scripts_are
+from tests.store.test_runs import run
 from tests.store.test_upgrade import FAILURES, failing_script
 
 pytestmark = pytest.mark.postgres
@@ -349,6 +351,40 @@ def test_an_upgrade_the_user_may_not_make_says_so_by_name_and_changes_nothing(pg
     assert result.outcome is UpgradeOutcome.FAILED and result.error is not None
     assert result.error.startswith("ServerPermissionError: ") and "[SQL:" not in result.error
     assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("0005",)]
+
+
+def test_a_run_of_more_tokens_than_an_integer_holds_is_recorded_and_an_older_schema_is_widened(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A call of a million prompts of 2,200 tokens spent more than PostgreSQL's integer holds: its run was refused
+    after its rows were stored, and every all-hit rerun was refused again on its saved tokens (was)."""
+    database = make_url(pg_url).database
+    assert database is not None
+    big = 2**31 + 7
+    with Store(url=pg_url) as store:
+        fresh = store.database("completions", "t", QWEN)
+        record_run(fresh, run(1, prompt_tokens=big, saved_prompt_tokens=2 * big, requested=big))
+        assert (run_totals(fresh).prompt_tokens, run_totals(fresh).saved_prompt_tokens) == (big, 2 * big)
+        older = store.database("completions", "t", ModelDescriptor(provider="vllm", model="older"))
+        older.put_many([completion_record(1)])
+        record_run(older, run(1))
+    old = schema_name(older.location)  # as revision 0006 built it: integer counts
+    widened = ("runs", "prompt_tokens"), ("runs", "hits_without_cost"), ("adoptions", "sample_seed")
+    for table, column in widened:
+        pg_cluster.sql(f'ALTER TABLE "{old}".{table} ALTER COLUMN {column} TYPE integer', database)
+    pg_cluster.sql(f"UPDATE \"{old}\".judgestore_alembic_version SET version_num = '0006'", database)
+    with Store(url=pg_url) as store:
+        (result,) = store.upgrade([older.location])
+        assert (result.outcome, result.from_revision) == (UpgradeOutcome.UPGRADED, "0006"), result.error
+        record_run(store.open(older.location), run(2, prompt_tokens=big))
+        assert run_totals(store.open(older.location)).prompt_tokens == big + run(1).prompt_tokens
+        assert store.open(older.location).count() == 1  # the rows as they were
+    types = pg_cluster.sql(
+        f"SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = '{old}' "
+        "AND table_name IN ('runs', 'adoptions') AND data_type = 'integer'",
+        database,
+    )
+    assert sorted(types) == [("adoptions", "id", "integer"), ("runs", "id", "integer")]  # only the row ids
 
 
 # ---------------------------------------------------------------- revisions per schema
