@@ -297,14 +297,25 @@ def values_read(where: str) -> Iterator[None]:
     ``ValueError``; nothing was changed. Only those decoding errors: any other error (a bug) passes as it is."""
     try:
         yield
-    except (json.JSONDecodeError, ValueError) as e:  # orjson's JSONDecodeError is json's
-        if not isinstance(e, json.JSONDecodeError) and not str(e).startswith(_UNREADABLE_TIMES):
+    except (ValueError, TypeError) as e:  # orjson's JSONDecodeError is json's, a ValueError
+        if not unreadable_value(e):
             raise
         raise DamagedValueError.read(where, f"{type(e).__name__}: {e}") from e
 
 
-# What a time column's reader says of text that is no time (datetime.fromisoformat, SQLAlchemy's SQLite DATETIME)
-_UNREADABLE_TIMES = ("Invalid isoformat string", "Couldn't parse datetime string")
+def unreadable_value(error: Exception) -> bool:
+    """Whether ``error`` is a column reader refusing a stored value (JSON that does not decode, a time that is none:
+    text, or a number or bytes another tool wrote), not a bug."""
+    return isinstance(error, json.JSONDecodeError) or str(error).startswith(_UNREADABLE_TIMES)
+
+
+# What a time column's reader says of a value that is no time (datetime.fromisoformat, SQLAlchemy's SQLite DATETIME):
+# text that does not parse, or a number or bytes (an integer Unix time another tool wrote: was a bare TypeError)
+_UNREADABLE_TIMES = (
+    "Invalid isoformat string",
+    "Couldn't parse datetime string",
+    "fromisoformat: argument must be str",
+)
 
 
 def checked_limit(limit: int | None) -> int | None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store.backends.sqlite.verify import stray_paths, verify_database
-from store.errors import MetadataMissingError
+from store.errors import DamagedValueError, MetadataMissingError
 from store.layout import Location, Selector, select
 from store.reports import ProblemKind
 from store.settings import Settings
@@ -182,3 +182,21 @@ def test_a_value_that_does_not_decode_is_named_by_its_row_and_the_other_rows_are
     assert f"judgestore delete --input-hash {bad_json}" in by_row[bad_json].message
     with Store(settings, root=filled, readonly=True) as store:
         assert result.rows_checked == store.open(qwen).count()
+
+
+@pytest.mark.parametrize("stored", [1767225600, 1767225600.5, b"\x00\x01"], ids=["unix-int", "unix-float", "blob"])
+def test_a_time_another_tool_wrote_as_a_number_is_named_by_its_row_and_reads_refuse_it_typed(
+    filled: Path, settings: Settings, stored: object
+) -> None:
+    """A Unix time (or bytes) in created_at crashed verify, query and export with a bare TypeError (was)."""
+    qwen = location_of(filled, QWEN)
+    bad = completion_record(0, model="qwen").input_hash
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute("UPDATE completions SET created_at = ? WHERE input_hash = ?", (stored, bad))
+    conn.close()
+    before = file_digests(filled)
+    (problem,) = verify_database(filled, qwen, settings).problems
+    assert problem.kind is ProblemKind.VALUE and f"row {bad} (rowid 1): created_at is not a value" in problem.message
+    with Store(settings, root=filled, readonly=True) as store, pytest.raises(DamagedValueError, match="TypeError"):
+        list(store.open(qwen).query())
+    assert file_digests(filled) == before

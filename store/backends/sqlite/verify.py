@@ -31,6 +31,7 @@ from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
+from store.backend import unreadable_value
 from store.backends.sqlite.connections import (
     checked_transaction,
     classify,
@@ -194,7 +195,9 @@ def verify_database(
                         if not isinstance(translated(path, e), DamagedTextError):
                             raise
                         checked, bad_rows = _raw_row_problems(conn, location, path)
-                    except ValueError:  # a JSON value that does not decode: the scan of raw values names its row
+                    except (ValueError, TypeError) as e:  # a value its column cannot read: the raw scan names its row
+                        if isinstance(e, TypeError) and not unreadable_value(e):  # a number as a time, not a bug
+                            raise
                         checked, bad_rows = _raw_row_problems(conn, location, path)
                     found += bad_rows
                     adopted = SqliteRepository(conn, location.role).count(RowFilter(adopted=True))
