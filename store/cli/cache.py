@@ -329,7 +329,8 @@ def prune_command(
             note(
                 f"data {decimal(plan.data_bytes)}, cap {decimal(plan.rule.max_bytes)}: "
                 + (
-                    f"pruning rows written before {plan.size_cutoff:%Y-%m-%d %H:%M:%S}"
+                    # to the microsecond and in UTC: rows a second apart fell either side of "00:00:00" (was)
+                    f"pruning rows written before {plan.size_cutoff:%Y-%m-%d %H:%M:%S.%f} UTC"
                     if plan.size_cutoff
                     else "nothing to prune for size"
                 )

@@ -110,6 +110,9 @@ def test_prune_keep_last_runs_and_max_size(filled: Path) -> None:
     capped = judgestore("prune", "--max-size", "10B", "--run-id", "run-3", "--dry-run")
     said = " ".join(capped.stderr.split())
     assert capped.exit_code == 0 and "pruning rows written before" in said and "still over the cap" in said
+    cutoff = orjson.loads(judgestore("prune", "--max-size", "10B", "--run-id", "run-3", "--dry-run", "--json").stdout)
+    moment = datetime.fromisoformat(cutoff["size_cutoff"])  # the same instant, to the microsecond, in UTC
+    assert f"pruning rows written before {moment:%Y-%m-%d %H:%M:%S.%f} UTC" in said, said
     assert "3 rows" in " ".join(capped.stdout.split())
 
 
