@@ -9,7 +9,9 @@ Contract:
 * :class:`ModelDescriptor` holds everything about a model call that changes its
   output. Its :meth:`~ModelDescriptor.sha256` is stable across processes and
   Python versions; integral floats in free-form fields are written as ints, so
-  ``0`` and ``0.0`` hash alike everywhere. Fields added after the first
+  ``0`` and ``0.0`` hash alike everywhere (below 2**53 in magnitude, where a
+  float is one integer exactly: ``1e16`` and ``10**16`` hash apart, a spurious
+  miss and never a stale hit). Fields added after the first
   release (:data:`ADDED_FIELDS`) are hashed only when they differ from their
   default, so every descriptor that does not use them keeps the hash, and the
   folder, it always had.
@@ -77,7 +79,8 @@ _MAX_EXACT_FLOAT_INT = 2**53
 
 
 def _normalise(value: Any) -> Any:
-    """Integral floats become ints, recursively; everything else is kept."""
+    """Integral floats below 2**53 in magnitude become ints, recursively; everything else is kept (a larger float
+    may stand for several integers: kept a float, it hashes apart from every int)."""
     kind = type(value)
     if kind is str or kind is int or kind is bool or value is None:  # most of a descriptor: answered first
         return value
@@ -92,17 +95,33 @@ def _normalise(value: Any) -> Any:
     return value
 
 
-def _nonfinite_at(value: Any, where: str) -> str | None:
-    """Where in ``value`` a NaN or infinity is, with its value (``where`` names ``value``); None when all are finite."""
+def _unhashable_at(value: Any, where: str) -> str | None:
+    """Where in ``value`` a value the key cannot carry is, and why (``where`` names ``value``); None when there is
+    none: a NaN or infinity (JSON writes null), or a key that is not Unicode text (a lone surrogate: the JSON dump
+    writes U+FFFD for it, so settings {"\\ud800": 1} and {"\\udfff": 1} shared one hash, was). A lone surrogate in
+    a value is refused by :func:`canonical_json`."""
     if isinstance(value, float):
-        return None if math.isfinite(value) else f"{where} = {value}"
+        return None if math.isfinite(value) else (
+            f"{where} = {value}: a descriptor holds finite numbers only (JSON has no NaN or infinity; it would hash "
+            "as null)"
+        )  # fmt: skip
     if isinstance(value, Mapping):
+        if (odd := next((k for k in value if isinstance(k, str) and not _is_text(k)), None)) is not None:
+            return f"{where} has the key {odd!r}, which is no Unicode text (a lone surrogate): a key must be text"
         items: Any = ((f"{where}[{k!r}]", v) for k, v in value.items())
     elif isinstance(value, list | tuple):
         items = ((f"{where}[{i}]", v) for i, v in enumerate(value))
     else:
         return None
-    return next((found for w, v in items if (found := _nonfinite_at(v, w)) is not None), None)
+    return next((found for w, v in items if (found := _unhashable_at(v, w)) is not None), None)
+
+
+def _is_text(name: str) -> bool:
+    try:
+        name.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def canonical_json(value: Any, *, sort_keys: bool = True) -> bytes:
@@ -171,19 +190,16 @@ class ModelDescriptor(BaseModel):
 
     def __init__(self, **data: Any) -> None:
         super().__init__(**data)  # pydantic wraps a validator's ValueError: the typed error is raised here
-        self._refuse_nonfinite()
+        self._refuse_unhashable()
 
-    def _refuse_nonfinite(self) -> None:
-        """Refuse NaN and infinities in the free-form settings: JSON writes them as null (a shared hash)."""
+    def _refuse_unhashable(self) -> None:
+        """Refuse NaN and infinities in the free-form settings (JSON writes them as null: a shared hash), and keys
+        that are no Unicode text (written as U+FFFD: a shared hash too)."""
         free_form = {"sampling": self.sampling.model_extra or {}, "engine": self.engine,
                      "chat_template_kwargs": self.chat_template_kwargs, "routing": self.routing}  # fmt: skip
         for name, value in free_form.items():
-            where = _nonfinite_at(value, name)
-            if where is not None:
-                raise InvalidInputError(
-                    f"{where}: a descriptor holds finite numbers only "
-                    "(JSON has no NaN or infinity; it would hash as null)"
-                )
+            if (why := _unhashable_at(value, name)) is not None:
+                raise InvalidInputError(why)
 
     @field_validator("provider", "model")
     @classmethod
@@ -211,7 +227,7 @@ class ModelDescriptor(BaseModel):
         """The bytes that are hashed: normalised numbers, field and setting names sorted (a setting's value in its
         own order, and then the format :data:`ORDERED_FORMAT`: see the module docstring), added fields only when
         set."""
-        self._refuse_nonfinite()  # built without __init__ (model_validate, model_copy): refused before hashing
+        self._refuse_unhashable()  # built without __init__ (model_validate, model_copy): refused before hashing
         data = self.model_dump(mode="json")
         for name, default in ADDED_FIELDS.items():
             if data[name] == default:

@@ -285,6 +285,25 @@ def test_a_finite_float_in_free_form_settings_hashes_apart_from_none(field: str)
     assert len(hashes) == 3
 
 
+@pytest.mark.parametrize("field", ["engine", "chat_template_kwargs", "routing"])
+@pytest.mark.parametrize("shape", ["flat", "nested"])
+def test_a_setting_named_by_a_lone_surrogate_is_refused_not_hashed_as_another(field: str, shape: str) -> None:
+    """The JSON dump wrote a key "\\ud800" as U+FFFD: {"\\ud800": 1}, {"\\udfff": 1} and {"\\ufffd": 1} shared one
+    descriptor, and so one database's rows (was); a lone surrogate in a value was refused already."""
+    for key in ("\ud800", "\udfff"):
+        settings_ = {key: 1} if shape == "flat" else {"x": [{key: 1}]}
+        with pytest.raises(InvalidInputError, match="which is no Unicode text") as refused:
+            ModelDescriptor(provider="vllm", model="m", **{field: settings_})
+        assert f"the key {key!r}" in str(refused.value)
+    allowed = ModelDescriptor(provider="vllm", model="m", **{field: {"\ufffd": 1}})  # the character itself is text
+    assert allowed.hash16() != ModelDescriptor(provider="vllm", model="m", **{field: {"x": 1}}).hash16()
+    copied = ModelDescriptor(provider="vllm", model="m").model_copy(update={field: {"\ud800": 1}})
+    with pytest.raises(InvalidInputError, match="no Unicode text"):
+        copied.hash16()
+    with pytest.raises(InvalidInputError, match="no Unicode text"):  # a sampling setting's object, as an engine's
+        ModelDescriptor(provider="vllm", model="m", sampling={"x": {"\ud800": 1}})
+
+
 def test_a_non_finite_float_set_after_validation_is_refused_before_hashing() -> None:
     copied = ModelDescriptor(provider="vllm", model="m").model_copy(update={"engine": {"x": float("nan")}})
     with pytest.raises(InvalidInputError, match="finite"):
