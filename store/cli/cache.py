@@ -392,7 +392,7 @@ def vacuum_command(
     with one line on stderr naming the databases vacuumed; the others are as
     they were (VACUUM is one transaction). A folder store only:
     on a PostgreSQL server, autovacuum reuses the space (VACUUM FULL, run by
-    the database owner, gives it back to the disk).
+    the owner of the tables or of the database, gives it back to the disk).
 
     --dry-run reads each database, makes the same checks and changes
     nothing: "After" is then the pages in use, what VACUUM keeps at most (it

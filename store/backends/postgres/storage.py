@@ -585,7 +585,8 @@ class PostgresStorage:
     def vacuum(self, locations: Iterable[Location], *, dry_run: bool = False) -> Iterator[VacuumResult]:
         raise InvalidInputError(
             f"{self.where} is a PostgreSQL store: vacuum compacts SQLite files. The server's autovacuum "
-            "reuses the space of deleted rows; VACUUM FULL (by the database owner) gives it back to the disk"
+            "reuses the space of deleted rows; VACUUM FULL (by the owner of the tables or of the database) gives "
+            "it back to the disk"
         )
 
 
