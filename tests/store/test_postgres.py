@@ -387,6 +387,38 @@ def test_a_run_of_more_tokens_than_an_integer_holds_is_recorded_and_an_older_sch
     assert sorted(types) == [("adoptions", "id", "integer"), ("runs", "id", "integer")]  # only the row ids
 
 
+def test_an_upgrade_of_a_schema_another_login_owns_is_refused_by_its_dry_run_and_its_failure_says_why(
+    pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A colleague granted every right on a schema but not its ownership: the dry run said "would upgrade", and the
+    upgrade then failed on "must be owner of table" with advice to grant what the colleague had (was)."""
+    database = make_url(pg_url).database
+    assert database is not None
+    with Store(url=pg_url) as owner:
+        location = owner.database("completions", "t", QWEN).location
+        owner.open(location).put_many([completion_record(1)])
+    name = schema_name(location)
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '0006'", database)
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE mate LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    pg_cluster.sql(f'GRANT CREATE ON DATABASE "{database}" TO mate', database)
+    pg_cluster.sql(f'GRANT USAGE, CREATE ON SCHEMA "{name}", judgestore TO mate', database)
+    pg_cluster.sql(f'GRANT ALL ON ALL TABLES IN SCHEMA "{name}", judgestore TO mate', database)
+    with Store(url=pg_cluster.url(database, "mate", "pw")) as mate:
+        (planned,) = mate.upgrade([location], dry_run=True)
+        assert planned.outcome is UpgradeOutcome.REFUSED and planned.error is not None
+        assert "lacks ownership of its tables" in planned.error and "runs" in planned.error
+        (tried,) = mate.upgrade([location])
+    assert tried.outcome is UpgradeOutcome.FAILED and tried.error is not None
+    assert "must be owner of" in tried.error and "takes its owner" in tried.error and "GRANT CREATE" not in tried.error
+    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("0006",)]
+    with Store(url=pg_url) as owner:
+        (planned,) = owner.upgrade([location], dry_run=True)
+        assert planned.outcome is UpgradeOutcome.WOULD_UPGRADE, planned.error
+        assert [r.outcome for r in owner.upgrade([location])] == [UpgradeOutcome.UPGRADED]
+
+
 # ---------------------------------------------------------------- revisions per schema
 
 

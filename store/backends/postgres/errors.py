@@ -54,6 +54,14 @@ _FOREIGN_HINT = (
 _ALTERED_STATES = {"42883", "42804"}  # no such operator or function for a column's type, a type mismatch
 
 
+# Granted rights do not let one login alter a table another created: ownership does (README, "Running on a cluster")
+OWNER_ADVICE = (
+    "Altering a table (as an upgrade does) takes its owner: the login that created the schema, or a member of its "
+    "role. A team shares one owner role (GRANT eval TO alice; and options=-crole%3Deval in each member's URL); "
+    "ALTER SCHEMA ... OWNER TO and ALTER TABLE ... OWNER TO hand a schema made otherwise to it"
+)
+
+
 def _sqlstate(error: DBAPIError) -> str | None:
     return getattr(error.orig, "sqlstate", None)
 
@@ -120,6 +128,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
             "(GRANT USAGE ON SCHEMA ... TO ...; GRANT SELECT ON ALL TABLES IN SCHEMA ... TO ...), and INSERT, "
             "UPDATE and DELETE too to write",
         )
+    if state == "42501" and raw.startswith("must be owner of"):  # an upgrade altering a table another login made
+        return ServerPermissionError(shown, f"{message}. {OWNER_ADVICE}")
     if state == "42501":
         return ServerPermissionError(
             shown,

@@ -34,7 +34,7 @@ from sqlalchemy import Connection, inspect, text
 from sqlalchemy.exc import DBAPIError
 
 from store.backends.postgres import generations
-from store.backends.postgres.errors import translated
+from store.backends.postgres.errors import OWNER_ADVICE, translated
 from store.backends.postgres.registry import advisory_lock, bound_lock_waits, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, ServerBusyError, UnexpectedServerError, UpgradeFailedError
@@ -113,8 +113,30 @@ def _would_upgrade(storage: SchemaHost, location: Location, where: str, known: R
         if status.state is not DatabaseState.BEHIND:
             error = status_error(status, where)
             return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None, error=error)
+        if (lacking := _upgrade_rights_lacking(conn, schema_name(location))) is not None:
+            return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None, error=lacking)
         rows = row_counts(conn, location)
     return UpgradeResult(where, UpgradeOutcome.WOULD_UPGRADE, status.revision, known.head, rows=rows)
+
+
+def _upgrade_rights_lacking(conn: Connection, schema: str) -> str | None:
+    """Why the store's user may not upgrade ``schema`` (None: it may): a migration creates tables in it (CREATE on
+    it) and alters its tables, which only their owner (or a member of the owner's role) may do. A dry run said
+    "would upgrade" for a schema a colleague's login owned, whose upgrade then failed (was)."""
+    may_create, foreign = conn.execute(
+        text(
+            "SELECT has_schema_privilege(CAST(:s AS text), 'CREATE'), ARRAY(SELECT c.relname FROM pg_class c "
+            "JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = :s AND c.relkind IN ('r', 'p') "
+            "AND NOT pg_has_role(c.relowner, 'USAGE') ORDER BY c.relname)"
+        ),
+        {"s": schema},
+    ).one()
+    if may_create and not foreign:
+        return None
+    lacks = ([] if may_create else ["CREATE on the schema"]) + (
+        [f"ownership of its tables {', '.join(foreign)}"] if foreign else []
+    )
+    return f"{schema}: the store's user may not upgrade it: it lacks {' and '.join(lacks)}. {OWNER_ADVICE}"
 
 
 def _upgrade(
