@@ -154,6 +154,7 @@ class RowChecks:
         self.checked = 0
         self.bad = 0
         self.problems: list[Problem] = []
+        self._damaged: set[str] = set()  # keys of the rows named damaged: a time that is none is not named again
 
     def _add(self, kind: ProblemKind, message: str) -> None:
         self.bad += 1
@@ -178,6 +179,8 @@ class RowChecks:
         """A row with text that is not UTF-8 (``undecodable`` columns) or values its columns' types cannot read;
         ``place`` says where the row is when its key cannot (``rowid 7``, a server's ``ctid (0,7)``)."""
         self.checked += 1
+        if key is not None:
+            self._damaged.add(key)
         fix = (
             f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
             if key is not None
@@ -194,6 +197,20 @@ class RowChecks:
         self._add(
             ProblemKind.TEXT if undecodable else ProblemKind.VALUE,
             f"row {key or '?'} ({place}): {'; '.join(faults)}. {fix}",
+        )
+
+    def odd_time(self, key: str, place: str, stored: str) -> None:
+        """A row whose ``created_at`` is text in another form than the store writes (another tool wrote it): it
+        reads as a time, but the time filters compare the stored text. Counted among the bad rows, not the checked
+        ones (its row is checked already); a row named damaged already is not named again."""
+        if key in self._damaged:
+            return
+        self._add(
+            ProblemKind.VALUE,
+            f"row {key} ({place}): created_at is {stored[:40]!r}, not in the form the store writes (UTC, "
+            "'YYYY-MM-DD HH:MM:SS.ffffff'; another tool wrote it?): it reads without any offset it gives, and "
+            "--since, --until and prune compare the stored text, so it may fall outside them. Rewrite it in that "
+            f"form, or delete it with `judgestore delete --input-hash {key}` so that it is recomputed",
         )
 
     def result(self) -> tuple[int, list[Problem]]:

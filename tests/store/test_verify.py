@@ -200,3 +200,29 @@ def test_a_time_another_tool_wrote_as_a_number_is_named_by_its_row_and_reads_ref
     with Store(settings, root=filled, readonly=True) as store, pytest.raises(DamagedValueError, match="TypeError"):
         list(store.open(qwen).query())
     assert file_digests(filled) == before
+
+
+@pytest.mark.parametrize(
+    "stored", ["2026-01-01T02:00:00+02:00", "2026-01-01 00:00:00", "2026-01-01T00:00:00.000000"],
+    ids=["offset", "sqlite-current-timestamp", "t-separator"],
+)  # fmt: skip
+def test_a_time_another_tool_wrote_in_another_form_is_named_by_its_row(
+    filled: Path, settings: Settings, stored: str
+) -> None:
+    """Text times in another form read (the offset dropped), so verify said OK, while --since/--until compare the
+    stored text and put such rows on the wrong side of the boundary (was)."""
+    qwen = location_of(filled, QWEN)
+    odd = completion_record(1, model="qwen").input_hash
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute("UPDATE completions SET created_at = ? WHERE input_hash = ?", (stored, odd))
+    conn.close()
+    result = verify_database(filled, qwen, settings)
+    (problem,) = result.problems
+    assert problem.kind is ProblemKind.VALUE and f"row {odd} (rowid 2): created_at is {stored!r}" in problem.message
+    assert f"judgestore delete --input-hash {odd}" in problem.message
+    with Store(settings, root=filled, readonly=True) as store:
+        assert result.rows_checked == store.open(qwen).count()  # every row checked once, the odd one included
+    with sqlite3.connect(qwen.db_path(filled)) as conn:  # in the store's own form again: nothing to say
+        conn.execute("UPDATE completions SET created_at = '2026-01-01 00:00:00.000000' WHERE input_hash = ?", (odd,))
+    conn.close()
+    assert verify_database(filled, qwen, settings).ok

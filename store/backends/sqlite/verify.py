@@ -104,6 +104,7 @@ def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tupl
     checks = RowChecks(path)
     for record in SqliteRepository(conn, location.role).query():
         checks.hashed(record.input_hash, record.sample_index, record.input_text)
+    _odd_times(conn, location, checks)
     return checks.result()
 
 
@@ -144,7 +145,28 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
                 checks.hashed(key, int(row["sample_index"]), row["input_text"])
     finally:
         driver.text_factory = saved
+    _odd_times(conn, location, checks)
     return checks.result()
+
+
+# The text SQLAlchemy's SQLite DateTime writes (UTC, every digit of the microseconds): what the time filters compare
+_STORED_TIME = (
+    "[0-9][0-9][0-9][0-9]-[0-9][0-9]-[0-9][0-9] [0-9][0-9]:[0-9][0-9]:[0-9][0-9].[0-9][0-9][0-9][0-9][0-9][0-9]"
+)
+
+
+def _odd_times(conn: Connection, location: Location, checks: RowChecks) -> None:
+    """Name the rows whose ``created_at`` is text in another form ('2026-01-01T02:00:00+02:00', SQLite's own
+    '2026-01-01 00:00:00'): they read, so verify said OK, while --since, --until and prune, which compare the stored
+    text, put them on the wrong side (was). Values that are no text are the raw scan's (:func:`_raw_row_problems`)."""
+    table = SqliteRepository(conn, location.role).table.name
+    odd = conn.exec_driver_sql(
+        f"SELECT input_hash, rowid, created_at FROM \"{table}\" WHERE typeof(created_at) = 'text' "
+        "AND NOT (length(created_at) = 26 AND created_at GLOB ?)",
+        (_STORED_TIME,),
+    )
+    for key, rowid, stored in odd:
+        checks.odd_time(str(key), f"rowid {rowid}", stored)
 
 
 def _readable(read: Callable[[Any], Any], value: Any) -> bool:
