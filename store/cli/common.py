@@ -771,15 +771,20 @@ def _values_no_row_holds(store: Store, locations: list[Location], flt: RowFilter
     return said
 
 
+def unmatched(store: Store, selector: Selector) -> str | None:
+    """The sentence saying that ``selector`` (a mistyped ``--descriptor``, say) picks none of the store's databases;
+    None when it picks some, or the store holds none."""
+    chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)
+    if chosen and (held := len(store.locations())) and not store.select(selector):
+        held_said = quantity(held, "database")
+        return f"No database in {store.where} matches {chosen} ({held_said} in all; `judgestore ls` lists them)"
+    return None
+
+
 def no_databases(store: Store, json_output: bool, selector: Selector) -> None:
     """Say that a command found no database: the store has none (and why), or none that ``selector`` picks."""
-    chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)
-    if chosen and (held := len(store.locations())):
-        note(
-            f"No database in {store.where} matches {chosen} ({quantity(held, 'database')} in all; "
-            "`judgestore ls` lists them).",
-            json_output=json_output,
-        )
+    if (said := unmatched(store, selector)) is not None:
+        note(f"{said}.", json_output=json_output)
         return
     why = store.storage.absence()
     note(f"No databases in {store.where}{f' ({why})' if why else ''}.", json_output=json_output)

@@ -33,10 +33,12 @@ from store.cli.common import (
     state_text,
     stderr,
     stdout,
+    unmatched,
     unprefixed,
 )
 from store.cli.options import JsonOutput, grouped, selection, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.errors import InvalidInputError
 from store.interrupts import MIGRATING
 from store.layout import Selector
 from store.reports import DatabaseVerification, UpgradeOutcome, UpgradeResult
@@ -247,7 +249,8 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     lists stray files and folders under the root; with a database selector,
     those in the descriptor folders it picks (one whose database is missing).
     Read-only. Exits 1 on any problem, listing each with its file, and when
-    there is no store there at all (a mistyped --store-root). Ctrl-C
+    there is no store there at all (a mistyped --store-root) or no database
+    its selectors pick (a mistyped --descriptor: nothing checked). Ctrl-C
     exits 130 with one line on stderr saying how many databases were checked
     (and the problems found in them): the others were not.
 
@@ -260,6 +263,8 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     with Store(settings, readonly=True) as store:
         store.require_present("to verify")  # a mistyped root must not pass as a store with no problems
         locations = store.select(selector)
+        if not locations and (said := unmatched(store, selector)) is not None:  # nor a mistyped --descriptor
+            raise InvalidInputError(f"{said}: nothing was checked")
         results: list[DatabaseVerification] = []
         try:
             results.extend(counted((store.verify(location) for location in locations), len(locations), "Verifying"))

@@ -261,7 +261,8 @@ def test_store_root_option_wins_over_the_environment(filled: Path, tmp_path: Pat
 def test_a_selector_that_picks_nothing_says_so_not_that_the_store_is_empty(filled: Path, command: list[str]) -> None:
     before = file_digests(filled)
     result = judgestore(*command, "--task", "nope", "--model-id", "Qwen/Qwen3-8B")
-    assert result.exit_code == 0, result.output
+    # verify is a check: one that checked nothing (a mistyped --descriptor) passed a `verify --json &&` gate (was)
+    assert result.exit_code == (1 if command == ["verify"] else 0), result.output
     assert "No database in" in result.stderr and "matches --task nope --model-id Qwen/Qwen3-8B" in result.stderr
     assert "3 databases in all" in result.stderr and "No databases in" not in result.stderr
     assert file_digests(filled) == before  # nothing was touched
@@ -1263,6 +1264,14 @@ def test_a_lock_that_is_gone_is_not_reported_from_the_catalog(filled: Path, monk
 
 
 # ---------------------------------------------------------------- verify
+
+
+def test_verify_of_a_selector_that_picks_nothing_fails_as_a_check_that_checked_nothing(filled: Path) -> None:
+    refused = judgestore("verify", "--descriptor", "ffff", "--json")
+    assert refused.exit_code == 1 and refused.stdout == ""
+    error = as_json(refused.stderr)
+    assert error["type"] == "InvalidInputError" and "matches --descriptor ffff" in error["error"]
+    assert "nothing was checked" in error["error"]
 
 
 def test_verify_a_clean_store(filled: Path) -> None:
