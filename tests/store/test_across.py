@@ -1144,7 +1144,7 @@ def test_a_statement_postgres_cannot_run_says_what_in_it_to_change(pg_url: str) 
     with Store(url=pg_url) as server:
         _runs_and_completions(server)
         rounded = select(Run.run_id, func.round(func.sum(Run.engine_seconds), 2)).group_by(Run.run_id)
-        too_large = select(func.sum(Run.hits) * 4_000_000_000).select_from(Run)  # bound as an integer
+        too_large = select(func.sum(Run.id) * 4_000_000_000).select_from(Run)  # bound as an integer (an id is)
         for stmt, said in ((rounded, r"round\(double precision, integer\) does not exist.*cast"),
                            (too_large, r"out of range.*cast")):  # fmt: skip
             for s in (stmt, stmt.where(Run.id.in_(select(Run.id)))):  # one statement; each schema's
