@@ -171,7 +171,9 @@ def explain_command(
 
         judgestore explain --descriptor-file old/metadata.json --task mt-bench
     """
-    if (spec is None) == (descriptor_file is None):
+    if spec is None and descriptor_file is None:  # "not both" said of neither misled (was)
+        raise typer.BadParameter("give the model (--model and its options) or --descriptor-file")
+    if spec is not None and descriptor_file is not None:
         raise typer.BadParameter("give the model (--model and its options) or --descriptor-file, not both")
     if spec is not None:
         descriptor, recorded = spec.descriptor, None

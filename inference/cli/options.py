@@ -22,6 +22,7 @@ Contract:
 """
 
 import enum
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
@@ -204,8 +205,8 @@ def model_spec(
     ] = None,
 ) -> ModelSpec | HostedSpec:
     """The model of a ``generate``/``judge`` command line; options left out take the library's defaults."""
-    if temperature is not None and temperature < 0:  # vLLM refused it, after it had loaded (NaN: refused below)
-        raise typer.BadParameter("must be 0 or more (0 is greedy)", param_hint="--temperature")
+    if temperature is not None and not 0 <= temperature < math.inf:  # vLLM refused it, after it had loaded
+        raise typer.BadParameter("must be a finite number, 0 or more (0 is greedy)", param_hint="--temperature")
     if timeout is not None and not timeout > 0:  # NaN too
         raise typer.BadParameter("must be a number of seconds above 0", param_hint="--timeout")
     given = {"temperature": temperature, "max_tokens": max_tokens, "seed": seed, "logprobs": top_logprobs}

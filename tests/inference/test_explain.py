@@ -235,6 +235,23 @@ def test_explain_of_a_metadata_file_looks_in_the_role_it_records(tmp_path: Path)
     assert refused.exit_code == 1 and "is the metadata.json of judgements, not completions" in refused.stderr
 
 
+def test_explain_given_neither_a_model_nor_a_descriptor_file_asks_for_one(tmp_path: Path) -> None:
+    """Given neither, explain said "..., not both" (was)."""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+    from tests.factories import fill_small_store
+
+    root = fill_small_store(tmp_path / "store")
+    neither = CliRunner().invoke(app(), ["explain", "--store-root", str(root), "--task", "mt-bench"])
+    assert neither.exit_code == 2 and "or --descriptor-file" in neither.stderr and "not both" not in neither.stderr
+    metadata = next(root.rglob("metadata.json"))
+    both = CliRunner().invoke(
+        app(), ["explain", "--store-root", str(root), "--task", "t", "--model", "m", "--descriptor-file", str(metadata)]
+    )
+    assert both.exit_code == 2 and "not both" in both.stderr
+
+
 def test_the_hint_drops_every_option_of_a_run_that_explain_does_not_take() -> None:
     """The lists in inference.drift.explain against the app itself: an option added to generate or judge later and
     not to explain would make the printed command fail."""
