@@ -434,6 +434,16 @@ def test_a_bad_url_is_one_clear_line_and_exit_1(url: str, expected: str, tmp_pat
         assert "Traceback" not in result.output
 
 
+@pytest.mark.parametrize("setting", ["statement_timeout%3Dabc", "no_such_setting%3D1"])
+def test_a_setting_the_server_refuses_in_the_urls_options_says_to_fix_the_url(pg_url: str, setting: str) -> None:
+    """The server refusing `options=-c statement_timeout=abc` was reported as a server that cannot be reached (was)."""
+    url = f"{pg_url}{'&' if '?' in pg_url else '?'}options=-c%20{setting}"
+    result = judgestore("ls", "--store-url", url, "--json")
+    error = json.loads(result.stderr)
+    assert result.exit_code == 1 and error["type"] == "ServerURLError", error
+    assert "a setting it refuses" in error["error"] and "cannot reach" not in error["error"]
+
+
 def test_a_bad_url_names_the_variable_or_the_option_it_came_from() -> None:
     """Was: 'store URL driver ... is not supported', and nothing said where the URL came from."""
     for url, said in (("postgresq://x@/y", "driver 'postgresq' is not supported"), ("not a url", "not a store URL")):

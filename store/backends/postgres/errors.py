@@ -73,6 +73,7 @@ _NO_DATABASE = re.compile(r'database ".*" does not exist')
 _BAD_OPTION_VALUE = re.compile(
     r"^(connection is bad: )?(bad value for \w+|invalid \w+ value|invalid integer value|invalid port number)"
 )
+_BAD_SETTING = re.compile(r"invalid value for parameter|unrecognized configuration parameter")
 _NO_SLOT = re.compile(r"too many connections|too many clients|remaining connection slots are reserved")
 
 
@@ -109,6 +110,10 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         return ServerURLError(
             shown, f"the URL gives a connection option a value libpq refuses ({message}); fix the URL"
         )  # fmt: skip
+    if not state and _BAD_SETTING.search(raw):  # the server refused a setting of the URL's options (-c name=value)
+        return ServerURLError(
+            shown, f"the URL's options give the server a setting it refuses ({message}); fix the URL's options"
+        )
     if state == "3D000" or (not state and _NO_DATABASE.search(raw)):  # refused at connect: libpq's message
         return ServerURLError(shown, f"{message}; create it (createdb) or fix the URL")
     if not state and "permission denied for database" in raw:  # refused at connect (libpq's words): CONNECT
