@@ -21,11 +21,14 @@ Contract:
   engine closed between two groups stops the call as one closed during a
   group does: a :class:`~store.errors.BackendError` with ``rows_kept``); a
   backend that only generates whole batches gets batches of at most it.
-* The database the rows go to is opened (a new one created) once the
-  backend has returned its stream: the local engine holds every request by
-  then, so an engine core in its own process (vLLM's default) computes
-  meanwhile. A backend without streaming has it opened before its first
-  batch. A call that writes nothing (modes off, readonly) opens none.
+* The database the rows go to is opened (a new one created) when a
+  stream's first outcome arrives: a call none of whose requests is answered
+  (a model the server does not serve, a server not there) creates none, and
+  so records no run either (the store was checked writable before the
+  engine was prepared). An engine core in its own process (vLLM's default)
+  computes while it is created. A backend without streaming has it opened
+  before its first batch. A call that writes nothing (modes off, readonly)
+  opens none.
 * A crash loses at most what finished since the last write (and what was in
   flight); a rerun generates only what is still missing. On a failure or an
   interrupt the stream is closed first (the local engine aborts what is
@@ -120,8 +123,8 @@ class Writer:
     def open(self) -> None:
         """Open (or create) the database the rows go to, once; a call that writes nothing opens nothing.
 
-        A stream calls it once the backend has returned it: the local engine holds every request by then, and an
-        engine core in its own process (vLLM's default) computes while a new database is created.
+        A stream calls it when its first outcome arrives, so that a call whose requests all fail leaves no
+        database: a typo in a hosted model's name left an empty one, and its failed run, for good (was).
         """
         if self.database is None and self._open_database is not None:
             self.database = self._open_database()
@@ -343,6 +346,7 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
 
     def take(arrival: Arrival) -> None:
         if arrival is not None:  # None: a heartbeat, nothing more finished yet
+            writer.open()  # at the first outcome (see the module docstring)
             index, outcome = arrival
             if index in seen or not 0 <= index < len(missing):
                 raise BackendError(f"backend returned request index {index} twice or out of range")
@@ -351,7 +355,6 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
 
     try:
         try:
-            writer.open()  # the local engine holds every request: its core computes meanwhile, if in its own process
             for arrival in stream:
                 take(arrival)
                 if pending and (len(pending) >= chunk_size or time.monotonic() - last_write >= STREAM_FLUSH_SECONDS):

@@ -569,3 +569,19 @@ def test_a_run_a_spent_quota_stops_says_how_many_requests_it_sent_and_rows_it_ke
     again = generate(openai_server, chat_prompts, tmp_path / "b.jsonl", "--max-concurrency", "1", "--json")
     error = orjson.loads(again.stderr.splitlines()[-1])
     assert error["rows_kept"] == 0 and "It sent 1 request to the server before it stopped (0 retries)" in error["notes"]
+
+
+def test_a_model_the_server_does_not_serve_leaves_no_database_and_no_run(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """A typo in a hosted model's name left an empty database, and its failed run, in the store for good (was)."""
+    wrong = judgestore(
+        "generate", "--provider", "vllm-server", "--base-url", openai_server.base_url, "--model", "no-such-judge",
+        "--api-key-env", "JUDGE_KEY", "--task", "t", "-i", str(chat_prompts), "-o", str(tmp_path / "o.jsonl"),
+    )  # fmt: skip
+    assert wrong.exit_code == 1 and "no-such-judge" in wrong.stderr and "Traceback" not in wrong.output
+    assert not store_root.exists() or list(store_root.rglob("*.db")) == []
+    right = generate(openai_server, chat_prompts, tmp_path / "a.jsonl", "--json")  # the same store, answered
+    assert right.exit_code == 0 and orjson.loads(right.stdout)["rows_written"] == 5
+    (database,) = orjson.loads(judgestore("ls", "--json", "--store-root", str(store_root)).stdout)
+    assert database["model"] == "fake-judge" and database["rows"] == 5
