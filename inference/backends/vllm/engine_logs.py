@@ -7,7 +7,8 @@ Contract:
   was given, before vLLM or torch is imported. It keeps out vLLM's log below
   ERROR, torch's (the Python ``torch`` loggers and the C++ ``c10`` log, e.g.
   "Triton not available", "NUMA binding"), the weight-loading progress bars
-  (tqdm) and the warnings vLLM, torch and transformers raise (deprecations).
+  (tqdm) and the warnings vLLM, torch and transformers raise (deprecations;
+  in the engine core's own process too, through ``PYTHONWARNINGS``).
   Errors still show. An environment variable the user set wins: each is only
   set when absent.
   vLLM's own weight-loading bar is turned off where the engine is built
@@ -26,6 +27,9 @@ ENGINE_QUIET_ENV = {
     "TORCH_CPP_LOG_LEVEL": "ERROR",  # c10's log, read when torch loads (the NUMA binding warning)
     "TORCH_LOGS": "-all",  # torch's Python loggers at ERROR ("Triton not available")
     "TQDM_DISABLE": "1",  # progress bars of the libraries below vLLM (tqdm reads it when first imported)
+    # The engine core's own process (vLLM's default) imports vLLM and torch again, without this process's warning
+    # filters: their deprecations reached stderr, `--json` runs' too (was). Read by that process when it starts.
+    "PYTHONWARNINGS": "ignore::DeprecationWarning,ignore::FutureWarning",
 }
 ENGINE_MODULES = r"(vllm|torch|transformers|triton)(\.|$)"
 
