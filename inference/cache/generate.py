@@ -127,7 +127,8 @@ class Writer:
         database: a typo in a hosted model's name left an empty one, and its failed run, for good (was).
         """
         if self.database is None and self._open_database is not None:
-            self.database = self._open_database()
+            # as patient as a write: a shared batch's block whose first answers came as the server restarted
+            self.database = patiently(self._open_database, self.write_patience)
 
     def fail(self, inp: PlannedInput, error: JudgestoreError, gen: Generation | None = None) -> None:
         request = self.requests[inp.request_index]
