@@ -263,8 +263,6 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
     with Store(settings, readonly=True) as store:
         store.require_present("to verify")  # a mistyped root must not pass as a store with no problems
         locations = store.select(selector)
-        if not locations and (said := unmatched(store, selector)) is not None:  # nor a mistyped --descriptor
-            raise InvalidInputError(f"{said}: nothing was checked")
         results: list[DatabaseVerification] = []
         try:
             results.extend(counted((store.verify(location) for location in locations), len(locations), "Verifying"))
@@ -272,6 +270,8 @@ def verify_command(settings: Settings, selector: Selector, json_output: JsonOutp
             _verify_interrupted(results, len(locations), json_output)
         problems = [problem for result in results for problem in result.problems]
         problems += store.strays(selector)
+        if not results and not problems and (said := unmatched(store, selector)) is not None:
+            raise InvalidInputError(f"{said}: nothing was checked")  # nor may a mistyped --descriptor (was: OK)
     rows = sum(result.rows_checked for result in results)
     adopted = sum(result.rows_adopted for result in results)
     if json_output:
