@@ -106,7 +106,7 @@ def _unhashable_at(value: Any, where: str) -> str | None:
             "as null)"
         )  # fmt: skip
     if isinstance(value, Mapping):
-        if (odd := next((k for k in value if isinstance(k, str) and not _is_text(k)), None)) is not None:
+        if (odd := next((k for k in value if isinstance(k, str) and not is_text(k)), None)) is not None:
             return f"{where} has the key {odd!r}, which is no Unicode text (a lone surrogate): a key must be text"
         items: Any = ((f"{where}[{k!r}]", v) for k, v in value.items())
     elif isinstance(value, list | tuple):
@@ -116,9 +116,11 @@ def _unhashable_at(value: Any, where: str) -> str | None:
     return next((found for w, v in items if (found := _unhashable_at(v, w)) is not None), None)
 
 
-def _is_text(name: str) -> bool:
+def is_text(value: str) -> bool:
+    """Whether ``value`` is Unicode text, with UTF-8 bytes: no lone surrogate (what Python makes of bytes that
+    were not UTF-8, a file name's or a command line's)."""
     try:
-        name.encode()
+        value.encode()
     except UnicodeEncodeError:
         return False
     return True

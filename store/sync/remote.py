@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from store.descriptor import is_text
 from store.errors import InvalidInputError, RemoteError, RemoteNotFoundError, UntrustedContentError
 from store.sync.remote_layout import safe_segments
 
@@ -198,14 +199,6 @@ def check_outside_store(remote: Remote, store_root: Path) -> None:
         )
 
 
-def _is_text(path: str) -> bool:
-    try:
-        path.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
 class DirectoryRemote:
     """A remote that is a plain folder (a shared filesystem, a USB disk, a test)."""
 
@@ -217,8 +210,8 @@ class DirectoryRemote:
         # "..": a second name made fetched rows look unsent, and pushed them back), so the url is its real path,
         # unless that is not valid UTF-8 (the bookkeeping stores text) and the path given, a link to it, is.
         real = Path(os.path.realpath(self.root))
-        self._named = real if _is_text(str(real)) else self.root
-        if not _is_text(str(self._named)):
+        self._named = real if is_text(str(real)) else self.root
+        if not is_text(str(self._named)):
             raise InvalidInputError(
                 f"dir:{self.root}: the shared folder's path is not valid UTF-8 text; rename it, or give a link to "
                 "it whose path is"
