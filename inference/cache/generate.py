@@ -21,11 +21,12 @@ Contract:
   engine closed between two groups stops the call as one closed during a
   group does: a :class:`~store.errors.BackendError` with ``rows_kept``); a
   backend that only generates whole batches gets batches of at most it.
-* The database the rows go to is opened (a new one created) when a
-  stream's first outcome arrives: a call none of whose requests is answered
-  (a model the server does not serve, a server not there) creates none, and
-  so records no run either (the store was checked writable before the
-  engine was prepared). An engine core in its own process (vLLM's default)
+* The database the rows go to is opened (a new one created) by a stream's
+  first write of answers (:meth:`Writer.write`), as patiently as a write: a
+  call none of whose requests is answered (a model the server does not
+  serve, a server not there, every request refused) creates none, and so
+  records no run either (the store was checked writable before the engine
+  was prepared). An engine core in its own process (vLLM's default)
   computes while it is created. A backend without streaming has it opened
   before its first batch. A call that writes nothing (modes off, readonly)
   opens none.
@@ -123,7 +124,7 @@ class Writer:
     def open(self) -> None:
         """Open (or create) the database the rows go to, once; a call that writes nothing opens nothing.
 
-        A stream calls it when its first outcome arrives, so that a call whose requests all fail leaves no
+        :meth:`write` calls it for a stream's first answers, so that a call whose requests all fail leaves no
         database: a typo in a hosted model's name left an empty one, and its failed run, for good (was).
         """
         if self.database is None and self._open_database is not None:
@@ -168,6 +169,8 @@ class Writer:
         count, leaves rows the redo's insert ignores: in a redo, the rows stored just as generated are counted
         as this call's (so ``rows_kept`` says what the store holds).
         """
+        if any(isinstance(outcome, Generation) for _, outcome in done):
+            self.open()  # before anything is counted: an open that fails (or is interrupted) leaves the redo all
         done = _priced([(inp, outcome) for inp, outcome in done if inp.key not in self.results], seconds)
         redone = any(inp.key in self._paid for inp, _ in done)
         run = self.run
@@ -347,7 +350,6 @@ def _stream(writer: Writer, stream: Iterator[Arrival], missing: Sequence[Planned
 
     def take(arrival: Arrival) -> None:
         if arrival is not None:  # None: a heartbeat, nothing more finished yet
-            writer.open()  # at the first outcome (see the module docstring)
             index, outcome = arrival
             if index in seen or not 0 <= index < len(missing):
                 raise BackendError(f"backend returned request index {index} twice or out of range")

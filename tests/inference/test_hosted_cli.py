@@ -585,3 +585,13 @@ def test_a_model_the_server_does_not_serve_leaves_no_database_and_no_run(
     assert right.exit_code == 0 and orjson.loads(right.stdout)["rows_written"] == 5
     (database,) = orjson.loads(judgestore("ls", "--json", "--store-root", str(store_root)).stdout)
     assert database["model"] == "fake-judge" and database["rows"] == 5
+
+
+def test_a_run_whose_every_request_is_refused_leaves_no_database_and_no_run(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, store_root: Path
+) -> None:
+    """Refusals are outcomes too: a stream of refusals only opened (created) the database at the first (was)."""
+    openai_server.context_length = 1  # every prompt is over the server's context: each refused alone
+    refused = generate(openai_server, chat_prompts, tmp_path / "o.jsonl", "--json")
+    assert refused.exit_code == 1 and orjson.loads(refused.stdout)["failed"] == 5, refused.output
+    assert not store_root.exists() or list(store_root.rglob("*.db")) == []

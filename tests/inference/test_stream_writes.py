@@ -328,6 +328,31 @@ def test_a_database_that_cannot_be_created_stops_the_stream_and_writes_nothing(
     assert (run.generated, run.written) == (0, 0) and not backend.exists()
 
 
+def test_an_interrupt_while_the_database_is_created_keeps_the_answers_that_had_come(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Created at the first answers: a Ctrl-C landing in that creation dropped them, paid for and not counted
+    (was, in a first version of the later creation)."""
+    backend = Watched(store)
+    model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=lambda: backend, chunk_size=10)
+    create, tries = store.database, []
+
+    def interrupted_once(*args: Any) -> Database:
+        database = create(*args)
+        if not tries:
+            tries.append(1)
+            raise KeyboardInterrupt
+        return database
+
+    monkeypatch.setattr(store, "database", interrupted_once)
+    with pytest.raises(KeyboardInterrupt):
+        model.complete(asks(25))
+    monkeypatch.undo()
+    run = model.last
+    assert backend.closed and run.written == run.generated > 0
+    assert store.database("completions", "t", DESCRIPTOR).count() == run.written
+
+
 # ------------------------------------------------------------------ the hosted backend
 
 
