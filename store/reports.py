@@ -154,7 +154,7 @@ class RowChecks:
         self.checked = 0
         self.bad = 0
         self.problems: list[Problem] = []
-        self._damaged: set[str] = set()  # keys of the rows named damaged: a time that is none is not named again
+        self._named: set[str] = set()  # keys of the rows named already (edited, damaged): not named again
 
     def _add(self, kind: ProblemKind, message: str) -> None:
         self.bad += 1
@@ -168,6 +168,7 @@ class RowChecks:
         except (JudgestoreError, ValueError) as e:
             actual = f"<unhashable: {e}>"
         if actual != key:
+            self._named.add(key)
             self._add(
                 ProblemKind.INPUT_HASH,
                 f"row {key} (sample {sample_index}): its input_text hashes to {actual[:16]}..., not to its "
@@ -180,7 +181,7 @@ class RowChecks:
         ``place`` says where the row is when its key cannot (``rowid 7``, a server's ``ctid (0,7)``)."""
         self.checked += 1
         if key is not None:
-            self._damaged.add(key)
+            self._named.add(key)
         fix = (
             f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
             if key is not None
@@ -202,8 +203,8 @@ class RowChecks:
     def odd_time(self, key: str, place: str, stored: str) -> None:
         """A row whose ``created_at`` is text in another form than the store writes (another tool wrote it): it
         reads as a time, but the time filters compare the stored text. Counted among the bad rows, not the checked
-        ones (its row is checked already); a row named damaged already is not named again."""
-        if key in self._damaged:
+        ones (its row is checked already); a row named already (edited, damaged) is not named again."""
+        if key in self._named:
             return
         self._add(
             ProblemKind.VALUE,

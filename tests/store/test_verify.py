@@ -226,3 +226,28 @@ def test_a_time_another_tool_wrote_in_another_form_is_named_by_its_row(
         conn.execute("UPDATE completions SET created_at = '2026-01-01 00:00:00.000000' WHERE input_hash = ?", (odd,))
     conn.close()
     assert verify_database(filled, qwen, settings).ok
+
+
+def test_a_row_named_for_one_fault_is_not_named_again_for_its_time(filled: Path, settings: Settings) -> None:
+    """A time not UTF-8 made the odd-time scan fail the whole file, its rows uncounted; an edited row with an odd
+    time was named, and counted, twice (was)."""
+    qwen = location_of(filled, QWEN)
+    undecodable, edited = (completion_record(i, model="qwen").input_hash for i in (0, 1))
+    with sqlite3.connect(qwen.db_path(filled)) as conn:
+        conn.execute("UPDATE completions SET created_at = CAST(X'323032362D30312D3031FF' AS TEXT) WHERE input_hash = ?",
+                     (undecodable,))  # fmt: skip
+        conn.execute(
+            "UPDATE completions SET input_text = input_text || ' ', created_at = replace(created_at, ' ', 'T') "
+            "WHERE input_hash = ?",
+            (edited,),
+        )
+    conn.close()
+    result = verify_database(filled, qwen, settings)
+    by_row = {next(k for k in (undecodable, edited) if k in p.message): p for p in result.problems}
+    assert len(result.problems) == 2 and set(by_row) == {undecodable, edited}
+    assert (
+        by_row[undecodable].kind is ProblemKind.TEXT and "created_at is not valid UTF-8" in by_row[undecodable].message
+    )
+    assert by_row[edited].kind is ProblemKind.INPUT_HASH
+    with Store(settings, root=filled, readonly=True) as store:
+        assert result.rows_checked == store.open(qwen).count()

@@ -160,13 +160,19 @@ def _odd_times(conn: Connection, location: Location, checks: RowChecks) -> None:
     '2026-01-01 00:00:00'): they read, so verify said OK, while --since, --until and prune, which compare the stored
     text, put them on the wrong side (was). Values that are no text are the raw scan's (:func:`_raw_row_problems`)."""
     table = SqliteRepository(conn, location.role).table.name
-    odd = conn.exec_driver_sql(
-        f"SELECT input_hash, rowid, created_at FROM \"{table}\" WHERE typeof(created_at) = 'text' "
-        "AND NOT (length(created_at) = 26 AND created_at GLOB ?)",
-        (_STORED_TIME,),
-    )
+    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+    saved, driver.text_factory = driver.text_factory, bytes  # text that is not UTF-8 is the raw scan's: skipped
+    try:
+        odd = driver.execute(
+            f"SELECT input_hash, rowid, created_at FROM \"{table}\" WHERE typeof(created_at) = 'text' "
+            "AND NOT (length(created_at) = 26 AND created_at GLOB ?)",
+            (_STORED_TIME,),
+        ).fetchall()
+    finally:
+        driver.text_factory = saved
     for key, rowid, stored in odd:
-        checks.odd_time(str(key), f"rowid {rowid}", stored)
+        if isinstance(key, bytes) and (named := _utf8(key)) is not None and (time := _utf8(stored)) is not None:
+            checks.odd_time(named, f"rowid {rowid}", time)
 
 
 def _readable(read: Callable[[Any], Any], value: Any) -> bool:
