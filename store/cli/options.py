@@ -119,8 +119,9 @@ def store_settings(
         raise InvalidInputError("--store-root and --store-url name two stores; give one")
     if store_root is not None:  # the environment's store (a URL, or a JUDGESTORE_STORE_ROOT holding one) is not read
         return from_environment(Settings, store_root=store_folder(store_root, "--store-root"), store_url=None)
-    if store_url is not None:
-        return from_environment(Settings, store_url=store_server(store_url, "--store-url"))
+    if store_url is not None:  # nor is its folder (unused beside a URL), a bad JUDGESTORE_STORE_ROOT included
+        folder = Settings.model_fields["store_root"].default
+        return from_environment(Settings, store_url=store_server(store_url, "--store-url"), store_root=folder)
     settings = environment_settings()
     check_settings_url(settings)  # before the command's work, as a bad option is
     return settings

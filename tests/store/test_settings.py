@@ -365,6 +365,8 @@ def test_a_command_naming_its_store_does_not_read_a_bad_store_of_the_environment
     assert listed.returncode == 0 and listed.stdout.startswith("["), listed.stderr
     copied = judgestore("copy", "--from-root", str(tmp_path / "a"), "--to-root", str(tmp_path / "b"), "--json")
     assert copied.returncode == 0 and (tmp_path / "b").is_dir(), copied.stderr
+    served = judgestore("ls", "--store-url", "postgresql+psycopg://u@/db?host=/nonexistent", "--json")
+    assert served.returncode == 1 and "cannot reach the server" in served.stderr, served.stderr  # it was tried
     unnamed = judgestore("ls", "--json")  # the environment's store is what it would open: refused, as before
     assert unnamed.returncode == 1 and "JUDGESTORE_STORE_ROOT: the store's folder is a URL" in unnamed.stderr
-    assert not any("S3cr3tPw" in run.stdout + run.stderr for run in (listed, copied, unnamed))
+    assert not any("S3cr3tPw" in run.stdout + run.stderr for run in (listed, copied, served, unnamed))
