@@ -14,9 +14,12 @@ stored, so the call failed, and every rerun failed again on its saved
 tokens; a copy of such a store from SQLite to PostgreSQL was refused.
 Data impact: none; every value is kept (a wider type), and row ids stay as
 they are.
-Expected cost: on SQLite nothing. On PostgreSQL a rewrite of ``runs`` and
-``adoptions`` (one row per call or adoption: milliseconds for thousands);
-``completions`` and ``judgements`` are not touched.
+Expected cost: on SQLite nothing. On PostgreSQL one rewrite of ``runs`` and
+one of ``adoptions`` (one row per call or adoption: milliseconds for
+thousands); ``completions`` and ``judgements`` are not touched. A view of
+the user's own over these columns stops it (PostgreSQL changes no column
+type a view reads; the upgrade is rolled back and says so): drop the view,
+upgrade, and create it again.
 
 Revision ID: 0007
 Revises: 0006
@@ -50,10 +53,8 @@ _WIDENED = {
 def upgrade() -> None:
     if op.get_bind().dialect.name != "postgresql":
         return  # SQLite's INTEGER holds 64 bits already
-    for table, columns in _WIDENED.items():
-        with op.batch_alter_table(table) as batch_op:  # one ALTER TABLE a table: one rewrite, not one a column
-            for column in columns:
-                batch_op.alter_column(column, type_=sa.BigInteger(), existing_type=sa.Integer())
+    for table, columns in _WIDENED.items():  # one statement a table: one rewrite of it, not one a column
+        op.execute(sa.text(f"ALTER TABLE {table} " + ", ".join(f"ALTER COLUMN {c} TYPE bigint" for c in columns)))
 
 
 def downgrade() -> None:
