@@ -56,6 +56,14 @@ def environment_settings() -> Settings:
     return from_environment(Settings)
 
 
+def named_store_settings(*, store_root: Path | None = None, store_url: str | None = None) -> Settings:
+    """Settings from the environment for a store the command names itself: the environment's store
+    (``JUDGESTORE_STORE_ROOT``, ``JUDGESTORE_STORE_URL``) is not read, so a bad one does not stop it (a URL held by
+    ``JUDGESTORE_STORE_ROOT`` did, was); the other settings (timeouts, pool sizes) still come from there."""
+    folder = store_root if store_root is not None else Settings.model_fields["store_root"].default
+    return from_environment(Settings, store_root=folder, store_url=store_url)
+
+
 def store_server(value: str | None, option: str) -> str | None:
     """A store URL given on the command line; an empty one (``--store-url "$UNSET"``) is refused: taken for no URL,
     it silently meant the folder store (the environment's URL dropped too)."""
@@ -117,11 +125,10 @@ def store_settings(
     """
     if store_root is not None and store_url is not None:
         raise InvalidInputError("--store-root and --store-url name two stores; give one")
-    if store_root is not None:  # the environment's store (a URL, or a JUDGESTORE_STORE_ROOT holding one) is not read
-        return from_environment(Settings, store_root=store_folder(store_root, "--store-root"), store_url=None)
-    if store_url is not None:  # nor is its folder (unused beside a URL), a bad JUDGESTORE_STORE_ROOT included
-        folder = Settings.model_fields["store_root"].default
-        return from_environment(Settings, store_url=store_server(store_url, "--store-url"), store_root=folder)
+    if store_root is not None:
+        return named_store_settings(store_root=store_folder(store_root, "--store-root"))
+    if store_url is not None:
+        return named_store_settings(store_url=store_server(store_url, "--store-url"))
     settings = environment_settings()
     check_settings_url(settings)  # before the command's work, as a bad option is
     return settings

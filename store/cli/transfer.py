@@ -16,7 +16,6 @@ Contract:
   finishes it.
 """
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
@@ -34,9 +33,9 @@ from store.cli.common import (
     stderr,
     stdout,
 )
-from store.cli.options import JsonOutput, grouped, selection, store_folder, store_server
+from store.cli.options import JsonOutput, grouped, named_store_settings, selection, store_folder, store_server
 from store.layout import Selector
-from store.settings import Settings, from_environment
+from store.settings import Settings
 from store.store import Store
 
 if TYPE_CHECKING:
@@ -121,9 +120,7 @@ def copy_command(
 
     _one_of(from_root, from_url, "from")
     _one_of(to_root, to_url, "to")
-    # Its options name both stores: the environment's (JUDGESTORE_STORE_ROOT, _URL) is not read, so a bad one does
-    # not stop it; the other settings (timeouts, pool sizes) still come from there.
-    settings = from_environment(Settings, store_root=Path(), store_url=None)
+    settings = named_store_settings()  # its options name both stores
     report = None
     try:
         with (

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -115,6 +116,17 @@ def _utf8(value: bytes) -> str | None:
         return None
 
 
+@contextmanager
+def _text_as_bytes(conn: Connection) -> Iterator[sqlite3.Connection]:
+    """The driver's connection, reading text as bytes inside (text that is not UTF-8 reads, to be named)."""
+    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
+    saved, driver.text_factory = driver.text_factory, bytes
+    try:
+        yield driver
+    finally:
+        driver.text_factory = saved
+
+
 def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
     """The row scan again, value by value: names the rows whose text is not UTF-8 (damaged pages) or whose values
     their columns' types cannot read (JSON that does not decode, a time that is none), and hashes the others."""
@@ -122,9 +134,7 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
     table = SqliteRepository(conn, location.role).table
     dialect = sqlite_dialect()  # the record readers' own: JSON through store.jsonvalues
     readers = {c.name: c.type.dialect_impl(dialect).result_processor(dialect, None) for c in table.c}
-    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
-    saved, driver.text_factory = driver.text_factory, bytes
-    try:
+    with _text_as_bytes(conn) as driver:
         cursor = driver.execute(f'SELECT rowid, * FROM "{table.name}"')
         names = [column[0] for column in cursor.description]
         for rowid, *values in cursor:
@@ -143,8 +153,6 @@ def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple
                 checks.damaged(key, f"rowid {rowid}", undecodable or ([] if unreadable else ["input_hash"]), unreadable)
             else:
                 checks.hashed(key, int(row["sample_index"]), row["input_text"])
-    finally:
-        driver.text_factory = saved
     _odd_times(conn, location, checks)
     return checks.result()
 
@@ -160,16 +168,12 @@ def _odd_times(conn: Connection, location: Location, checks: RowChecks) -> None:
     '2026-01-01 00:00:00'): they read, so verify said OK, while --since, --until and prune, which compare the stored
     text, put them on the wrong side (was). Values that are no text are the raw scan's (:func:`_raw_row_problems`)."""
     table = SqliteRepository(conn, location.role).table.name
-    driver: sqlite3.Connection = conn.connection.driver_connection  # type: ignore[assignment]
-    saved, driver.text_factory = driver.text_factory, bytes  # text that is not UTF-8 is the raw scan's: skipped
-    try:
+    with _text_as_bytes(conn) as driver:  # text that is not UTF-8 is the raw scan's: skipped below
         odd = driver.execute(
             f"SELECT input_hash, rowid, created_at FROM \"{table}\" WHERE typeof(created_at) = 'text' "
             "AND NOT (length(created_at) = 26 AND created_at GLOB ?)",
             (_STORED_TIME,),
         ).fetchall()
-    finally:
-        driver.text_factory = saved
     for key, rowid, stored in odd:
         if isinstance(key, bytes) and (named := _utf8(key)) is not None and (time := _utf8(stored)) is not None:
             checks.odd_time(named, f"rowid {rowid}", time)
