@@ -22,15 +22,26 @@ import typer
 
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cli.options import VerboseOption, task_name
-from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt
+from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt, check_across
 from inference.spec import Spec
 from store import Settings, Store
 from store.cli.common import command_errors, emit_json, interrupted, stdout
 from store.cli.options import JsonOutput, RoleChoice, grouped, non_negative, share, store_settings
+from store.errors import InvalidInputError
 
 SpecOptions = Callable[..., Spec]
 _WHAT = "What to adopt"
 _WHEN = "When to adopt"
+
+
+def _descriptor_fields(across: list[str]) -> list[str]:
+    """``--across`` checked as it is parsed: a name that is no descriptor field is a usage error (exit 2), found
+    before the store or the engine is opened."""
+    try:
+        check_across(across)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e)) from e
+    return across
 
 
 def registrar(spec_options: SpecOptions) -> Callable[[typer.Typer], None]:
@@ -58,6 +69,7 @@ def adopt_command(
             metavar="FIELD",
             help="A descriptor field the source may differ in (repeat): backend_version, engine.SETTING, task...",
             rich_help_panel=_WHAT,
+            callback=_descriptor_fields,
         ),
     ],
     role: Annotated[

@@ -81,7 +81,7 @@ def check_across(across: Sequence[str]) -> tuple[str, ...]:
     unknown = [name for name in names if name.split(".", 1)[0] not in FIELD_ROOTS]
     if unknown:
         raise InvalidInputError(
-            f"--across {', '.join(unknown)}: not a descriptor field; the fields are {', '.join(sorted(FIELD_ROOTS))} "
+            f"{', '.join(map(repr, unknown))}: not a descriptor field; the fields are {', '.join(sorted(FIELD_ROOTS))} "
             "(dotted for settings inside them, e.g. engine.max_model_len)"
         )
     return names

@@ -10,7 +10,10 @@ Contract:
   backend it came from (:func:`store.backends.typed_error`: the server
   given, else the file the error names or the store root): no command
   prints a Python traceback for a bad file or a bad disk. Usage errors
-  exit 2 (click).
+  exit 2 (click): a value wrong whatever the machine holds (a name that is
+  no field, a malformed repository id, a number out of range). A value
+  that names what the machine lacks or cannot use (a folder, a file, a
+  server) is the command's error: exit 1.
 * stdout carries only the result (a table, JSON, JSONL or CSV; a file
   name whose bytes are not UTF-8 is printed as those bytes); progress
   bars, notes and errors go to stderr, and bars only on a terminal, never with

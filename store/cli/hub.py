@@ -99,7 +99,7 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
 
 
 def _remote(repo: str | None, directory: str | None, revision: str | None, token: str | None) -> "Remote":
-    from store.sync import HubRemote, open_remote
+    from store.sync import HubRemote, check_repo_id, open_remote
 
     if directory is not None and not directory.strip():  # as a path, the working directory
         raise InvalidInputError("--dir is empty: give the shared folder, or leave it out")
@@ -112,6 +112,11 @@ def _remote(repo: str | None, directory: str | None, revision: str | None, token
             f"a folder remote has no branches or tags: --revision {revision} applies to a Hub repository (--repo)",
             param_hint="--revision",
         )
+    if repo is not None:
+        try:  # a malformed id is a usage error; one the Hub does not know is the remote's (exit 1)
+            check_repo_id(repo)
+        except InvalidInputError as e:
+            raise typer.BadParameter(str(e)) from e
     remote = open_remote(repo=repo, directory=folder, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars

@@ -41,6 +41,7 @@ __all__ = [
     "Remote",
     "RetryPolicy",
     "SyncSettings",
+    "check_repo_id",
     "fetch",
     "open_remote",
     "push",

@@ -375,6 +375,7 @@ def test_the_command_line_rebuilds_the_spec_it_was_made_from(tiny_model_dir: Pat
         ("adopt", "--min-exact", "nan", "nan is not a share from 0 to 1"),
         ("adopt", "--max-logprob-delta", "nan", "nan is not a number of 0 or more"),
         ("adopt", "--max-logprob-delta", "-0.5", "-0.5 is not a number of 0 or more"),
+        ("adopt", "--across", "bogus", "'bogus': not a descriptor field"),  # was exit 1, after opening the store
     ],
 )
 def test_a_threshold_option_says_what_it_takes(

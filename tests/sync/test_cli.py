@@ -93,7 +93,7 @@ def test_a_repo_that_is_no_hub_repository_id_is_refused_before_anything_is_writt
     before = file_digests(store)
     for command in ("push", "fetch"):
         result = hub_cli(command, "--repo", repo, "--all", "--store-root", str(store))
-        assert result.exit_code == 1 and "--repo must be ORG/NAME" in result.stderr, result.output
+        assert result.exit_code == 2 and "--repo must be ORG/NAME" in result.stderr, result.output  # a usage error
     assert file_digests(store) == before  # no bookkeeping of a remote that never answered
 
 
