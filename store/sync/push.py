@@ -1,12 +1,14 @@
 """Push: send a remote the rows it does not have yet, as immutable shards, and record what it confirmed.
 
-Protocol of one push (under the store root's sync lock):
+Protocol of one push (step 1 before anything is created here, as a fetch
+asks first; the others under the store root's sync lock):
 
-1. **A branch still to make.** A push to a branch that does not exist (on
-   the Hub; a folder has no branches) pins the commit it would be made from,
-   the repository's default branch head, and reads there (pending shards,
-   listings, metadata.json) what the branch will hold. A missing
-   *repository* is the remote's 404 error.
+1. **Ask the remote.** Its head, or, for a push to a branch that does not
+   exist (on the Hub; a folder has no branches), the commit the branch
+   would be made from: the repository's default branch head, where the push
+   reads (pending shards, listings, metadata.json) what the branch will
+   hold. A missing *repository* or folder is the remote's 404 error, said
+   before a row is exported or the sync workspace is made.
 2. **Settle an interrupted push.** Shards recorded as ``pending`` for this
    remote (built, then the process died or the remote kept failing) are
    looked up on the remote: those there are recorded as pushed, the others
@@ -187,7 +189,18 @@ def push(
     check_outside_store(remote, store.root)
     report = PushReport(remote.url, dry_run)
     with carrying("push_report", report):  # what the remote confirmed before a Ctrl-C, for the CLI
-        return _push(store, remote, selector, report, target_bytes, progress)
+        missing = _reach(remote)
+        return _push(store, remote, selector, report, target_bytes, progress, missing)
+
+
+def _reach(remote: Remote) -> MissingBranch | None:
+    """Ask the remote once before anything is exported or created here, as a fetch does: one that is not there
+    (a folder never made, a repository the Hub answers with 404) or refuses us is said first. Returns the branch
+    the push will make, if any (:meth:`Remote.missing_branch`)."""
+    if not at_default(remote):
+        return remote.missing_branch()
+    remote.head()
+    return None
 
 
 def _push(
@@ -197,8 +210,10 @@ def _push(
     report: PushReport,
     target_bytes: int,
     progress: ProgressCallback,
+    missing: MissingBranch | None,
 ) -> PushReport:
-    """:func:`push` itself, filling ``report`` as it goes (so that an interrupt can tell what was done)."""
+    """:func:`push` itself, filling ``report`` as it goes (so that an interrupt can tell what was done); ``missing``
+    is :func:`_reach`'s."""
     dry_run = report.dry_run
     locations = store.select(selector)
     with (
@@ -221,7 +236,6 @@ def _push(
         on_default = remote if not branch and known else None
         listed_on_default: dict[str, frozenset[str]] = {}
         # A branch still to make is read at the commit it will be made from: that is what it will hold.
-        missing = remote.missing_branch() if branch else None
         at = None if missing is None else missing.base
         if not dry_run and remote_id is not None:
             report.recovered = _settle_pending(books, remote_id, remote, at)

@@ -6,6 +6,7 @@ socket guard installed in the child too.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sqlite3
@@ -142,6 +143,29 @@ def test_a_fetch_from_a_shared_folder_that_is_not_there_creates_nothing(tmp_path
     result = hub_cli("fetch", "--all", "--dir", str(tmp_path / "nowhere"), "--store-root", str(store), "--json")
     assert result.exit_code == 1 and "the folder does not exist" in json.loads(result.stderr)["error"]
     assert not store.exists()
+
+
+def test_a_push_to_a_remote_that_is_not_there_exports_and_creates_nothing(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """It exported every folder's rows into shards, then failed at the remote, and left .judgestore-sync (lock,
+    bookkeeping, staging) behind (was)."""
+    store = filled_store(tmp_path / "store")
+    before = file_digests(store)
+    monkeypatch.setattr(
+        importlib.import_module("store.sync.push"),
+        "_plan_folder",
+        lambda *_, **__: pytest.fail("a folder was exported"),
+    )
+    for dry_run in ([], ["--dry-run"]):
+        result = hub_cli("push", "--all", *dry_run, "--dir", str(tmp_path / "nowhere"), "--store-root", str(store),
+                         "--json")  # fmt: skip
+        assert result.exit_code == 1 and "the folder does not exist" in json.loads(result.stderr)["error"]
+    missing = run_cli("push", "--repo", "org/no-such-cache", "--all", "--json", "--store-root", str(store), hub=hub,
+                      tmp_path=tmp_path)  # fmt: skip
+    assert missing.returncode == 1 and orjson.loads(missing.stderr)["type"] == "RemoteNotFoundError", missing.stderr
+    assert file_digests(store) == before and not (store / ".judgestore-sync").exists()
+    assert not (tmp_path / "nowhere").exists()
 
 
 def test_a_push_from_a_store_that_is_not_there_is_a_store_missing_error(tmp_path: Path) -> None:
