@@ -99,6 +99,7 @@ from store.rows import batched
 from store.runs import RUNS
 from store.store import Database, Store
 from store.tables.records import Record, record_fields
+from store.tables.row_checks import check_row
 
 DEFAULT_CHUNK_SIZE = 2_000
 _DIGEST_MODULUS = 1 << 256
@@ -260,9 +261,12 @@ def _read(records: Iterable[Record]) -> Iterator[Record]:
 def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: CopiedDatabase, dry_run: bool) -> None:
     """Write the rows of ``chunk`` the target lacks (one transaction), then read them back and compare; a dry run
     takes them as written and read back (``target`` None: a dry run's database that is not there yet)."""
+    result.source_rows += len(chunk)  # read, whatever the target makes of them
     before = target.get_many((r.input_hash for r in chunk), deferred=False) if target is not None else {}
     fresh = [r for r in chunk if r.input_hash not in before]
     if dry_run or target is None:
+        for record in fresh:  # what the write would refuse (nothing of the chunk written), a dry run says too
+            check_row(result.location.role, record)
         written, after = len(fresh), {r.input_hash: r for r in fresh}
         result.written += written
     else:
@@ -308,7 +312,6 @@ def _copy_chunk(chunk: Sequence[Record], target: Database | None, result: Copied
                     "meanwhile"
                 )
             result.problems.append(f"row {record.input_hash}: {said}")
-    result.source_rows += len(chunk)
     result.matched += matched
     result.already_there += matched_before + max(0, matched - matched_before - written)
 

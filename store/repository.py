@@ -71,12 +71,10 @@ from store.tables.filters import ERROR_FINISH_REASONS, RowFilter
 from store.tables.records import CompletionRecord, JudgementRecord, Record
 from store.tables.row_checks import (
     OnConflict,
-    check_key,
-    check_values,
+    check_row,
     gc_paused,
     listed_records,
     lookup_keys,
-    refuse_other_type,
     table_shape,
 )
 
@@ -219,9 +217,7 @@ class Repository(ABC):
         """Each record, once it is known to be of this table, to hold values both backends keep, and to be stored
         under the hash of its input."""
         for record in listed_records(records):
-            refuse_other_type(self.role, record)
-            check_values(self.role, record)  # first, as on SQLite's own path (the same row, the same error)
-            check_key(self.role, record)
+            check_row(self.role, record)
             yield record
 
     def delete(self, flt: RowFilter) -> int:

@@ -267,6 +267,15 @@ def check_values(role: Role, record: Any) -> None:
         raise _refused(role, record, "created_at", f"must be a datetime, got {type(record.created_at).__name__}")
 
 
+def check_row(role: Role, record: Any) -> None:
+    """Refuse a row ``put_many`` would refuse, on either backend (the same row, the same error): a record of the
+    other table, a value a backend would refuse or change, a key that is not the hash of its input. A dry run
+    that takes a write as done asks this of each row it would write."""
+    refuse_other_type(role, record)
+    check_values(role, record)  # first, as on SQLite's own path
+    check_key(role, record)
+
+
 def plain_values(role: Role, variable: dict[str, str]) -> tuple[str, dict[str, Any]]:
     """A Python expression, true only of rows :func:`check_values` passes, over the columns' ``variable`` names.
 

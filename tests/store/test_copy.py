@@ -560,6 +560,30 @@ def test_judgestore_copy_dry_run_shows_what_it_would_write_and_exits_1_on_a_conf
     assert file_digests(tmp_path / "b") == before
 
 
+def test_a_dry_run_refuses_the_row_the_copy_would_refuse_and_counts_what_it_read(tmp_path: Path) -> None:
+    """A row whose input was edited by hand: the dry run said 'would verify' and exit 0, where the copy refuses
+    it; and both said 'Read 0' of a database whose rows they had read (was)."""
+    root = full_store(tmp_path / "a")
+    location = Location.of("judgements", "arena-hard", JUDGE)
+    with closing(sqlite3.connect(location.db_path(root))) as conn, conn:
+        (key,) = conn.execute("SELECT input_hash FROM judgements ORDER BY input_hash LIMIT 1").fetchone()
+        conn.execute("UPDATE judgements SET input_text = input_text || ' ' WHERE input_hash = ?", (key,))
+    before = file_digests(root)
+    reports = []
+    for dry_run in (["--dry-run"], []):
+        result = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), *dry_run, "--json")
+        assert result.exit_code == 1, result.output
+        report = orjson.loads(result.stdout)
+        (bad,) = [d for d in report["databases"] if d["role"] == "judgements"]
+        assert not bad.get("would_verify", bad["verified"]) and bad["source_rows"] == 5, bad
+        assert "refused a source row" in bad["problems"][0] and f"{key!r}" in bad["problems"][0]
+        said = [(d["role"], d["source_rows"], [p.partition(" refused ")[2] for p in d["problems"]])
+                for d in report["databases"]]  # fmt: skip
+        reports.append(said)  # the target named as the database it would be, or is
+    assert reports[0] == reports[1]  # the dry run says what the copy then did
+    assert file_digests(root) == before
+
+
 @pytest.mark.postgres
 def test_judgestore_copy_names_the_failing_target_goes_on_and_exits_1(tmp_path: Path, pg_url: str) -> None:
     root = full_store(tmp_path / "folder")
