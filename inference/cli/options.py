@@ -216,7 +216,7 @@ def model_spec(
         options = {"temperature": "--temperature", "max_tokens": "--max-tokens", "seed": "--seed",
                    "logprobs": "--top-logprobs"}  # fmt: skip
         raise InvalidInputError(
-            "; ".join(f"{options[key]} and --sampling {key}= both given" for key in both) + ": pass one of each"
+            "; ".join(f"{options[key]} and --sampling {key}= both given" for key in both) + ": pass each setting once"
         )
     sampling_kwargs = flags | extra
     if provider is not None:
