@@ -288,10 +288,10 @@ def test_a_statement_binding_more_values_than_postgresql_takes_says_so_not_that_
         )
         assert counted.scalar_one() == 1  # under the limit the same statement runs: the server was there all along
         database = store.open(store.locations()[0])
-        started = time.monotonic()
-        with pytest.raises(ServerValueError, match="Split a long IN"):  # a row filter's: refused at once, not retried
+        with pytest.raises(ServerValueError, match="Split a long IN") as refused:  # a row filter's
             database.count(RowFilter(input_hashes=hashes))
-        assert time.monotonic() - started < 5  # nine tries over 33 s, then "try again later" (was)
+        notes = getattr(refused.value, "__notes__", [])
+        assert not any("try again later" in note for note in notes)  # nine tries over 33 s, then that note (was)
 
 
 @pytest.mark.postgres
