@@ -292,8 +292,10 @@ def _unmet(audit: AuditReport, min_exact: float, max_logprob_delta: float | None
         if moved is None:
             unmet.append("no first-token logprobs were stored to compare, so --max-logprob-delta cannot be checked")
         elif moved > max_logprob_delta:
+            rows = [(r, move) for r in audit.rows if (move := r.largest_move()) and abs(move[1]) > max_logprob_delta]
+            named = "; ".join(f"{r.label} {text!r} {delta:+.3g}" for r, (text, delta) in rows)
             unmet.append(f"a first-token logprob moved by {moved:.3g}, more than --max-logprob-delta "
-                         f"{max_logprob_delta:g}")  # fmt: skip
+                         f"{max_logprob_delta:g}, in {len(rows)} sampled rows: {named}")  # fmt: skip
     return tuple(unmet)
 
 

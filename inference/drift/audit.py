@@ -16,7 +16,9 @@ Contract:
   the first differing character, finish reasons, and, when both carry top
   logprobs, the change of each first-token candidate's logprob (JudgeArena's
   ``{text: logprob}`` view, so ``"A"``/``"B"`` verdict tokens compare
-  directly) and whether the most likely first token changed.
+  directly; a candidate that left or joined the top k moved at least as far
+  as that edge: :func:`logprob_deltas`) and whether the most likely first
+  token changed.
 * :func:`audit_database` does all three and returns an :class:`AuditReport`
   (exact-match rate, mismatches, the largest logprob change). It writes
   nothing; the caller decides what to do with the report.
@@ -73,6 +75,16 @@ class RowAudit:
     def top_token_changed(self) -> bool:
         return self.top_token_stored != self.top_token_regenerated
 
+    @property
+    def label(self) -> str:
+        """The row as a report names it: its key's prefix, where it came from, its sample."""
+        where = f"{self.benchmark or '?'}/{self.instruction_id or '?'}"
+        return f"{self.input_hash[:16]} ({where}, sample {self.sample_index})"
+
+    def largest_move(self) -> tuple[str, float] | None:
+        """The first-token candidate whose logprob moved most, and by how much (regenerated - stored)."""
+        return max(self.logprob_deltas.items(), key=lambda item: abs(item[1]), default=None)
+
     def as_dict(self) -> dict[str, Any]:
         return {**asdict(self), "max_abs_delta": self.max_abs_delta, "top_token_changed": self.top_token_changed}
 
@@ -127,10 +139,8 @@ class AuditReport:
                 f"{self.top_tokens_changed} rows with another most likely first token"
             )
         for row in self.mismatches:
-            where = f"{row.benchmark or '?'}/{row.instruction_id or '?'}"
             lines.append(
-                f"  {row.input_hash[:16]} ({where}, sample {row.sample_index}) differs at character "
-                f"{row.first_difference}: {row.stored!r} -> {row.regenerated!r}"
+                f"  {row.label} differs at character {row.first_difference}: {row.stored!r} -> {row.regenerated!r}"
             )
         return lines
 
@@ -227,7 +237,6 @@ def compare(row: Record, sample: Sample) -> RowAudit:
             (i for i, (a, b) in enumerate(zip(stored, now, strict=False)) if a != b), min(len(stored), len(now))
         )
     before, after = text_logprobs(row.top_logprobs, 0), text_logprobs(sample.top_logprobs, 0)
-    deltas = {text: _delta(after[text], lp) for text, lp in before.items() if text in after}
     return RowAudit(
         row.input_hash,
         row.sample_index,
@@ -239,10 +248,36 @@ def compare(row: Record, sample: Sample) -> RowAudit:
         now if position is None else _excerpt(now, position),
         row.finish_reason,
         sample.finish_reason,
-        deltas,
+        logprob_deltas(before, after),
         _top(before),
         _top(after),
     )
+
+
+def logprob_deltas(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    """Each first-token candidate's change, regenerated - stored, when both views list candidates.
+
+    A candidate only one view lists moved across the top k's edge: one that left it now ranks below every
+    candidate listed (at most the lowest of them), one that joined it ranked below every candidate listed
+    before. Its change is the least that implies (0 where the edge is on the far side of its own value), so a
+    verdict token that dropped out counts as the move it is (was: not counted at all).
+    """
+    if not before or not after:
+        return {}
+    deltas = {text: _delta(after[text], lp) for text, lp in before.items() if text in after}
+    edge_after, edge_before = _lowest(after), _lowest(before)
+    for text, lp in before.items():
+        if text not in after:  # now at most edge_after: down by lp - edge_after at least
+            deltas[text] = -gap if (gap := lp - edge_after) > 0 else 0.0  # inf - inf is NaN: no bound, 0
+    for text, lp in after.items():
+        if text not in before:  # was at most edge_before: up by lp - edge_before at least
+            deltas[text] = gap if (gap := lp - edge_before) > 0 else 0.0
+    return deltas
+
+
+def _lowest(view: dict[str, float]) -> float:
+    """The lowest logprob a view lists (NaN left out; -inf where none is a number)."""
+    return min((lp for lp in view.values() if not math.isnan(lp)), default=-math.inf)
 
 
 def audit_database(

@@ -319,6 +319,14 @@ def test_judgements_meet_a_logprob_bound_only_when_logprobs_can_be_compared(stor
                  dry_run=True)  # fmt: skip
     assert kept.met and kept.audit.max_abs_logprob_delta == 0.0
     source = store.database("judgements", "t", OLD)
+    with closing(sqlite3.connect(source.path)) as conn, conn:  # a candidate the engine no longer lists
+        (key,) = conn.execute("SELECT input_hash FROM judgements ORDER BY input_hash LIMIT 1").fetchone()
+        conn.execute("UPDATE judgements SET top_logprobs = '{\"x\": -0.5, \"gone\": -0.2}' WHERE input_hash = ?",
+                     (key,))  # fmt: skip
+    moved = adopt(store, spec, role="judgements", task="t", across=["backend_version"], max_logprob_delta=0.01,
+                  dry_run=True)  # fmt: skip
+    assert not moved.met and moved.audit.max_abs_logprob_delta == pytest.approx(0.3)  # was: met, 0.0
+    assert f"in 1 sampled rows: {key[:16]} (?/?, sample 0) 'gone' -0.3" in moved.unmet[0]  # was: no row named
     with closing(sqlite3.connect(source.path)) as conn, conn:
         conn.execute("UPDATE judgements SET top_logprobs = NULL")
     unchecked = adopt(store, spec, role="judgements", task="t", across=["backend_version"], max_logprob_delta=0.01)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sqlite3
 from contextlib import closing
 from dataclasses import dataclass
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from inference.cache.model import CachedModel
-from inference.drift.audit import audit_database, compare, regenerate, sample_rows
+from inference.drift.audit import audit_database, compare, logprob_deltas, regenerate, sample_rows
 from inference.requests import CompletionRequest, JudgementRequest, Sample
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError
@@ -107,12 +108,24 @@ def test_logprob_deltas_compare_the_first_token_view(store: Store, tmp_path: Pat
     (row,) = store.database("completions", "t", DESCRIPTOR).query()
     moved = Sample(row.input_hash, 0, row.completion, "stop", None, {"x": -0.25, "y": -3.0}, cached=False)
     audit = compare(row, moved)
-    assert audit.exact and audit.logprob_deltas == {"x": 0.25} and audit.max_abs_delta == 0.25
+    assert audit.exact and audit.logprob_deltas == {"x": 0.25, "y": 0.0} and audit.max_abs_delta == 0.25
     flipped = Sample(row.input_hash, 0, row.completion + "!", "length", None, {"x": -5.0, "z": -0.1}, cached=False)
     changed = compare(row, flipped)
     assert changed.top_token_changed and (changed.top_token_stored, changed.top_token_regenerated) == ("x", "z")
     assert changed.first_difference == len(row.completion) and not changed.exact
+    assert changed.logprob_deltas == {"x": -4.5, "z": pytest.approx(0.4)}  # z joined from below -0.5 at least
     assert Settings().record_runs  # audits never add to the runs either: the model runs without the store
+
+
+def test_a_candidate_that_crossed_the_edge_of_the_top_k_counts_as_the_least_move_it_implies() -> None:
+    """A verdict token that dropped out of the top k counted as no change: an adoption with --max-logprob-delta
+    0.01 was met with a candidate that had moved by 0.75 at least (was)."""
+    before, after = {"A": -0.1, "B": -1.7, "C": -2.0}, {"A": -0.1, "C": -2.0, "D": -2.5}
+    assert logprob_deltas(before, after) == {"A": 0.0, "B": pytest.approx(-0.8), "C": 0.0, "D": 0.0}
+    assert logprob_deltas({"A": -0.1, "B": -1.0}, {"A": -0.1, "Z": -0.4}) == {"A": 0.0, "B": 0.0, "Z": 0.6}
+    assert logprob_deltas({"A": -0.1, "B": -0.2}, {"A": -0.1, "C": -math.inf})["B"] == -math.inf
+    assert logprob_deltas({"A": -0.1}, {"A": -0.1, "B": -math.inf}) == {"A": 0.0, "B": 0.0}
+    assert logprob_deltas({"A": -0.1}, {}) == logprob_deltas({}, {"A": -0.1}) == {}  # nothing to compare with
 
 
 @pytest.mark.parametrize("command", [["audit"], ["explain"], ["adopt", "--across", "backend_version"]])
