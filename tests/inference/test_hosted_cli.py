@@ -43,8 +43,8 @@ def generate(openai_server: FakeOpenAI, chat_prompts: Path, out: Path, *extra: s
          "string, unable to parse raw data as a unicode string (got 'caf\\udce9')"),
         # one would silently win over the other, whatever the order (was: --sampling's)
         (("--temperature", "0.2", "--sampling", "temperature=0.7", "--seed", "5", "--sampling", "seed=4"),
-         "--temperature and --sampling temperature= both given; --seed and --sampling seed= both given: pass one of "
-         "each"),
+         "--temperature and --sampling temperature= both given; --seed and --sampling seed= both given: pass each "
+         "setting once"),
     ],
     ids=["sampling", "model", "flag-and-sampling"],
 )  # fmt: skip
