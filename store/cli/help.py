@@ -24,6 +24,8 @@ from typing import Any
 import typer
 from typer.core import TyperCommand, TyperGroup
 
+from store.cli.options import OnceCommand
+
 _UNBREAKABLE = "\u2011"  # a hyphen the wrapper does not break at; turned back into "-" once wrapped
 _OPTIONS = "Options"
 
@@ -48,8 +50,9 @@ def _examples_kept(text: str) -> str:
     )
 
 
-class PanelledCommand(TyperCommand):
-    """A command whose help lists its options under their panels, in click's plain layout."""
+class PanelledCommand(OnceCommand):
+    """A command whose help lists its options under their panels, in click's plain layout (and whose options that
+    take one value take it once: :class:`~store.cli.options.OnceCommand`)."""
 
     def format_help_text(self, ctx: Any, formatter: Any) -> None:
         text = _examples_kept(inspect.cleandoc(self.help).partition("\f")[0]) if self.help else ""

@@ -11,6 +11,12 @@ Contract:
   --adopted-from --adopted/--not-adopted`` (:func:`row_filter`); ``--model`` names the model of
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
+* A filter that takes one value (a row filter or a database selector)
+  takes it once (:class:`OnceCommand`, the base of every command's class):
+  ``--instruction-id 0 --instruction-id 1`` (or ``--empty --non-empty``) is
+  a usage error, where click kept the last and a ``delete`` deleted the rows
+  of one of them. Other options keep click's rule, the last one given wins,
+  so that a script may override what it was given.
 * :func:`grouped` lets a command take a whole group of options as one value
   (a :class:`~store.layout.Selector`, a :class:`~store.tables.filters.RowFilter`, the
   :class:`~store.settings.Settings` naming the store): the group is declared
@@ -20,12 +26,14 @@ Contract:
 import enum
 import functools
 import inspect
+from collections import Counter
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand, TyperOption
 
 from store.backends import check_settings_url
 from store.errors import FilterValueError, InvalidInputError, StoreMissingError
@@ -35,9 +43,29 @@ from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestam
 
 R = TypeVar("R")
 
+
 STORE_PANEL = "Store"
 SELECT_PANEL = "Select databases"
 FILTER_PANEL = "Filter rows"
+
+
+class OnceCommand(TyperCommand):
+    """A command whose filters that take one value refuse to be given twice (see the module docstring); a
+    repeatable filter (``--input-hash``) may repeat."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        if not ctx.resilient_parsing:
+            _, _, order = self.make_parser(ctx).parse_args(args=list(args))  # every option as often as given
+            for param, times in Counter(order).items():
+                if times < 2 or not isinstance(param, TyperOption) or param.multiple:
+                    continue
+                if getattr(param, "rich_help_panel", None) in (SELECT_PANEL, FILTER_PANEL):
+                    raise typer.BadParameter(
+                        f"given {times} times; a filter takes one value: run the command once for each", ctx, param
+                    )
+        return super().parse_args(ctx, args)
+
+
 MOST_ROWS = 2**63 - 1  # the largest count a SQL LIMIT takes (a 64-bit integer, on SQLite and PostgreSQL)
 
 

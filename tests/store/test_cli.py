@@ -1666,3 +1666,33 @@ def test_a_stdout_whose_encoding_lacks_a_character_shows_its_escape_not_a_traceb
     assert listed.returncode == 0 and b"Traceback" not in listed.stderr, listed.stderr
     assert b"\\u2013x" in listed.stdout  # the dash the encoding lacks, as its escape
     assert ("mod\u00e8le".encode(encoding) if encoding == "latin-1" else b"mod\\u00e8le") in listed.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "option"),
+    [
+        (["delete", "--instruction-id", "0", "--instruction-id", "1", "--yes"], "--instruction-id"),
+        (["delete", "--model", "qwen", "--model=llama", "--yes"], "--model"),
+        (["delete", "--empty", "--non-empty", "--task", "mt-bench", "--yes"], "--empty"),
+        (["delete", "--task", "mt-bench", "--task", "arena-hard", "--benchmark", "mt-bench", "--yes"], "--task"),
+        (["query", "--instruction-id", "0", "--instruction-id", "1"], "--instruction-id"),
+    ],
+)
+def test_a_filter_given_twice_is_a_usage_error_and_nothing_is_deleted(
+    filled: Path, args: list[str], option: str
+) -> None:
+    """click kept the last value: `delete --instruction-id 0 --instruction-id 1` deleted the rows of 1 alone, exit
+    0 (was)."""
+    before = file_digests(filled)
+    refused = judgestore(*args)
+    assert refused.exit_code == 2, refused.output
+    assert f"Invalid value for '{option}': given 2 times; a filter takes one value" in refused.stderr
+    assert file_digests(filled) == before and refused.stdout == ""
+
+
+def test_a_repeatable_filter_and_a_plain_flag_may_repeat(filled: Path) -> None:
+    with Store(Settings(), root=filled, readonly=True) as store:
+        key = next(iter(store.open(store.locations()[0]).query())).input_hash
+    twice = judgestore("query", "--input-hash", key, "--input-hash", key, "--json", "--json")
+    assert twice.exit_code == 0, twice.output
+    assert [row["input_hash"] for row in orjson.loads(twice.stdout)] == [key]
