@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import sqlite3
 from collections.abc import Iterable
 from contextlib import closing
@@ -184,6 +185,13 @@ def foreign_database(db_path: Path, kind: str = "optuna") -> None:
 QWEN = ModelDescriptor(provider="vllm", model="Qwen/Qwen3-8B", sampling={"temperature": 0.0})
 LLAMA = ModelDescriptor(provider="vllm", model="meta-llama/Llama-3.1-8B", sampling={"temperature": 0.0})
 JUDGE = ModelDescriptor(provider="vllm", model="judge-1", sampling={"temperature": 0.0, "max_tokens": 8})
+
+
+def left_behind(*paths: Path) -> None:
+    """Date ``paths`` an hour back: what a crash left, not what a live process is creating (verify's grace)."""
+    an_hour_ago = datetime.now(UTC).timestamp() - 3600
+    for path in paths:
+        os.utime(path, (an_hour_ago, an_hour_ago))
 
 
 def fill_small_store(root: Path) -> Path:

@@ -44,6 +44,7 @@ from tests.factories import (
     completion_record,
     file_digests,
     foreign_database,
+    left_behind,
 )
 from tests.faults import damage_page
 from tests.interrupts import NO_READ_LEFT_OPEN, ctrl_c_at_row, ctrl_c_on_call
@@ -1353,6 +1354,7 @@ def test_verify_lists_bad_files_and_strays(filled: Path) -> None:
 def test_verify_with_a_selector_names_a_picked_folder_whose_database_is_missing(filled: Path) -> None:
     judge = location_of(filled, JUDGE)
     judge.db_path(filled).unlink()
+    left_behind(judge.folder(filled))
     before = file_digests(filled)
     result = judgestore("verify", "--model-id", judge.model, "--json")
     assert result.exit_code == 1

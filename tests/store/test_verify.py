@@ -13,7 +13,7 @@ from store.layout import Location, Selector, select
 from store.reports import ProblemKind
 from store.settings import Settings
 from store.store import Store
-from tests.factories import JUDGE, LLAMA, QWEN, completion_record, file_digests
+from tests.factories import JUDGE, LLAMA, QWEN, completion_record, file_digests, left_behind
 from tests.store.conftest import location_of
 
 
@@ -65,6 +65,7 @@ def test_stray_paths_lists_what_is_not_part_of_the_layout(filled: Path) -> None:
     (qwen.folder(filled) / f"completions.db.bak-0001-{'2' * 8}").write_text("a backup is expected")
     empty = Location("completions", "mt-bench", "vllm", "x", "0" * 16).folder(filled)
     empty.mkdir(parents=True)
+    left_behind(empty)
 
     found = {str(Path(p.where).relative_to(filled)): p.kind for p in stray_paths(filled)}
     assert set(found) == {
@@ -82,6 +83,7 @@ def test_a_selector_gets_the_strays_of_the_descriptor_folders_it_picks(filled: P
     with metadata.json and no database: no listing holds it, so a filtered verify said nothing about it."""
     qwen, llama = location_of(filled, QWEN), location_of(filled, LLAMA)
     qwen.db_path(filled).unlink()
+    left_behind(qwen.folder(filled))
     (filled / "notes.txt").write_text("hi")
     everything = {p.where for p in stray_paths(filled)}
     assert everything == {str(qwen.folder(filled)), str(filled / "notes.txt")}
@@ -94,6 +96,24 @@ def test_a_selector_gets_the_strays_of_the_descriptor_folders_it_picks(filled: P
     assert strays(model=llama.model) == []
     assert strays(role="judgements") == []
     assert strays(task="no-such-task") == []
+
+
+def test_what_a_process_creating_a_database_leaves_for_a_moment_is_no_stray_until_it_is_old(filled: Path) -> None:
+    """A verify beside jobs creating databases failed now and then: a metadata.json being written was 'leftover of
+    an interrupted write; safe to delete', and a folder whose database was a moment away 'without' it (was)."""
+    qwen = location_of(filled, QWEN)
+    temp = qwen.folder(filled) / ".metadata.0123456789abcdef.tmp"
+    temp.write_text("{")
+    fresh = Location("completions", "mt-bench", "vllm", "y", "1" * 16).folder(filled)
+    fresh.mkdir(parents=True)
+    (fresh / "metadata.json").write_text("{}")
+    assert stray_paths(filled) == []
+    left_behind(temp, fresh)  # the writer died: the same files an hour later
+    found = {p.where: p.message for p in stray_paths(filled)}
+    assert found == {
+        str(temp): "leftover of an interrupted metadata.json write; safe to delete",
+        str(fresh): "descriptor folder without completions.db",
+    }
 
 
 def test_a_folder_where_a_file_of_the_layout_belongs_is_named_as_such(filled: Path, settings: Settings) -> None:

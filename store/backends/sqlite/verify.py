@@ -17,12 +17,17 @@ Contract:
   (``judgestore adopt``), which are checked like every other row.
 * :func:`stray_paths` lists files and folders under a root that are not part
   of the layout (:mod:`store.layout`), or those in the descriptor folders a
-  selector picks (a folder whose database is missing among them).
+  selector picks (a folder whose database is missing among them). What a
+  process creating a database leaves for a moment (a metadata.json being
+  written, a folder whose database is not there yet) is a stray only once
+  it is :data:`CREATION_GRACE_SECONDS` old: a ``verify`` beside running jobs
+  failed now and then, and called a live writer's file safe to delete.
 """
 
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -255,6 +260,17 @@ def _is_canonical_segment(name: str) -> bool:
     return True
 
 
+CREATION_GRACE_SECONDS = 60.0
+
+
+def _being_created(path: Path) -> bool:
+    """Whether ``path`` changed within :data:`CREATION_GRACE_SECONDS` (gone meanwhile: its writer renamed it)."""
+    try:
+        return time.time() - path.stat().st_mtime < CREATION_GRACE_SECONDS
+    except OSError:
+        return True
+
+
 def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
     db_name = database_name(role)
     expected = descriptor_folder_names(role)
@@ -268,13 +284,15 @@ def _descriptor_folder_problems(folder: Path, role: str) -> list[Problem]:
             what = "a folder" if entry.is_dir() else "a link to nothing" if entry.is_symlink() else "not a file"
             why = f"{what} where the file {entry.name} belongs"
         elif entry.name.startswith(METADATA_TEMP_PREFIX):
+            if _being_created(entry):
+                continue
             why = "leftover of an interrupted metadata.json write; safe to delete"
         elif entry.name.startswith(BACKUP_TEMP_PREFIX):  # the upgrade left the database as it was
             why = "leftover of an upgrade interrupted while copying its backup (not a backup); safe to delete"
         else:
             why = f"not part of a descriptor folder (expected {METADATA_FILE}, {db_name} and its backups)"
         problems.append(Problem(str(entry), ProblemKind.STRAY, why))
-    if db_name not in names:
+    if db_name not in names and not _being_created(folder):  # its metadata.json is written first, then the file
         problems.append(Problem(str(folder), ProblemKind.STRAY, f"descriptor folder without {db_name}"))
     return problems
 
