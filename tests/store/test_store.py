@@ -238,6 +238,10 @@ def test_a_lock_held_too_long_gives_a_typed_error_naming_the_file(
             with pytest.raises(DatabaseBusyError) as caught:
                 waiting.put_many([completion_record(2)])
             assert str(waiting.path) in str(caught.value) and "JUDGESTORE_BUSY_TIMEOUT_MS" in str(caught.value)
+            assert "still locked after 2 tries of 50 ms" in str(caught.value)
+            once = Settings(busy_timeout_ms=50, lock_retries=0)
+            with Store(once, root=store_root) as single, pytest.raises(DatabaseBusyError, match="after 1 try of 50"):
+                single.database("completions", "t", descriptor).put_many([completion_record(2)])  # was: 1 tries
             assert waiting.count() == 0  # readers are not blocked by a writer (WAL)
         assert waiting.put_many([completion_record(2)]) == 1  # once the lock is free, the write goes through
     assert isinstance(caught.value, JudgestoreError)

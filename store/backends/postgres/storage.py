@@ -252,7 +252,11 @@ class PostgresStorage:
                     raise
                 if tries == self.settings.lock_retries:
                     typed = translated(self.url, raw)
-                    typed.add_note(f"(the same {tries + 1} times in a row, over a few seconds; try again later)")
+                    typed.add_note(
+                        "(tried once: JUDGESTORE_LOCK_RETRIES is 0; try again later)"
+                        if tries == 0
+                        else f"(the same {tries + 1} times in a row, over a few seconds; try again later)"
+                    )
                     raise typed from raw
                 time.sleep(min(2.0, 0.05 * 2**tries) * (0.5 + random.random()))
         raise AssertionError("unreachable")

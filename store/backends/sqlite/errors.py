@@ -300,7 +300,8 @@ def retry_while_locked(attempt: Callable[[], T], path: Path, settings: Settings)
                 if is_locked(e):
                     raise DatabaseBusyError(
                         path,
-                        f"still locked after {tries + 1} tries of {settings.busy_timeout_ms} ms; "
+                        f"still locked after {tries + 1} {'try' if tries == 0 else 'tries'} of "
+                        f"{settings.busy_timeout_ms} ms; "
                         "another process holds a long write transaction (raise "
                         "JUDGESTORE_BUSY_TIMEOUT_MS or JUDGESTORE_LOCK_RETRIES)",
                     ) from e
