@@ -504,7 +504,12 @@ def quantity(count: int, noun: str) -> str:
 def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> None:
     """Refuse, before a command does its work, an output file it could not write at the end ('-' is stdout), or
     one that is one of its ``inputs`` (writing it would replace what the command read)."""
-    if str(path) == "-":
+    if str(path) == "-":  # stdout, which a shell may have sent to an input (`-i prompts.jsonl >> prompts.jsonl`)
+        for given in inputs:
+            if str(given) != "-" and writes_stdout(given):
+                raise InvalidInputError(
+                    f"{option} - writes stdout, which is the input file {given}: send it to another file"
+                )
         return
     if path.is_dir():
         raise InvalidInputError(f"{option} {path} is a folder, not a file")

@@ -227,6 +227,24 @@ def test_json_with_the_results_written_to_dev_stdout_keeps_the_summary_out_of_th
     assert again.stdout == fresh.replace('"cached":false', '"cached":true') and fresh.count('"cached":false') == 3
 
 
+def test_stdout_sent_to_the_input_file_is_refused_before_anything(
+    tmp_path: Path, prompts: Path, tiny_model_dir: Path
+) -> None:
+    """`generate -i prompts.jsonl >> prompts.jsonl` appended the results to the prompts, exit 0, and the next run
+    failed on them (was); `-o /dev/stdout` was refused already."""
+    mine = tmp_path / "prompts.jsonl"
+    mine.write_bytes(prompts.read_bytes())
+    before = mine.read_bytes()
+    env = {**os.environ, **VLLM_ENV, "PYTHONPATH": str(REPO_ROOT), "JUDGESTORE_STORE_ROOT": str(tmp_path / "store")}
+    command = [sys.executable, "-c", "from inference.cli import main; main()", "generate", "--model",
+               str(tiny_model_dir), "--task", "t", "-i", str(mine), *ENGINE_ARGS]  # fmt: skip
+    with mine.open("ab") as appended:
+        result = subprocess.run(command, cwd=REPO_ROOT, env=env, stdout=appended, stderr=subprocess.PIPE, text=True,
+                                timeout=600)  # fmt: skip
+    assert result.returncode == 1 and "--output - writes stdout, which is the input file" in result.stderr
+    assert mine.read_bytes() == before and not (tmp_path / "store").exists()
+
+
 def test_input_dash_reads_the_requests_from_stdin_and_a_bad_line_names_it(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:
