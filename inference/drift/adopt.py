@@ -380,7 +380,7 @@ def adopt(
             exact=audit.exact,
             max_abs_logprob_delta=audit.max_abs_logprob_delta,
             top_tokens_changed=audit.top_tokens_changed,
-            sample_seed=seed,
+            sample_seed=audit.seed,  # the seed the audit chose when none was given
             min_exact=min_exact,
             max_logprob_delta=max_logprob_delta,
         )

@@ -132,6 +132,7 @@ class AuditReport:
             f"audit of {self.model} ({self.role}/{self.task}, descriptor {self.descriptor}): "
             f"{self.exact} of {self.sampled} sampled rows regenerated exactly ({self.exact_rate:.1%}); "
             f"{self.rows_in_database:,} rows stored, {self.seconds:.1f} s"
+            + ("" if self.seed is None else f"; --sample-seed {self.seed} picks the same rows")
         ]
         if self.max_abs_logprob_delta is not None:
             lines.append(
@@ -296,6 +297,8 @@ def audit_database(
     engine give the same answers?".
     """
     started = time.perf_counter()
+    if seed is None:  # a new choice, under a seed the report gives: --sample-seed picks the same rows again
+        seed = random.SystemRandom().getrandbits(32)
     rows = sample_rows(database, sample, seed=seed, flt=flt)
     location = database.location
     options: dict[str, Any] = {"mode": "off"} | ({} if chunk_size is None else {"chunk_size": chunk_size})

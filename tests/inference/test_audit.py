@@ -85,6 +85,15 @@ def test_an_audit_of_untouched_rows_is_all_exact_and_writes_nothing(filled: Stor
     assert judged.exact_rate == 1.0 and judged.as_dict()["sampled"] == 3
 
 
+def test_an_audit_without_a_seed_gives_the_one_it_drew_and_it_picks_the_same_rows(filled: Store) -> None:
+    """Without --sample-seed the report said `"seed": null`: the rows it audited could not be picked again (was)."""
+    database = filled.database("completions", "t", DESCRIPTOR)
+    drawn = audit_database(database, FakeSpec(CountingBackend()), sample=4)
+    assert isinstance(drawn.seed, int) and f"--sample-seed {drawn.seed} picks the same rows" in drawn.lines()[0]
+    again = audit_database(database, FakeSpec(CountingBackend()), sample=4, seed=drawn.seed)
+    assert [r.input_hash for r in again.rows] == [r.input_hash for r in drawn.rows] and again.seed == drawn.seed
+
+
 def test_an_altered_completion_is_found_with_its_first_difference(filled: Store) -> None:
     database = filled.database("completions", "t", DESCRIPTOR)
     with closing(sqlite3.connect(database.path)) as conn, conn:
