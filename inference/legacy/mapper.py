@@ -107,14 +107,19 @@ class LegacyDescriptorMapper:
         self.assumed_models = dict(assume_current_model or {})
         self.assumed_settings = _by_role(assume_settings or {})
         self._derived: dict[Path, Attribution] = {}
-        # --descriptor may name one legacy descriptor, never merge several: find out which sources would use it.
+        # --descriptor may name one legacy descriptor, never merge several: find out which sources would use it. An
+        # S1 metadata.json names its model only: two models are two descriptors (was: merged, the one's rows hits
+        # of the other's run).
         falling_back = {
-            d.metadata.sha256
+            d.metadata.sha256 if d.metadata.form is not MetadataForm.S1 else f"S1 {d.metadata.model}"
             for d in detections
             if d.ok
             and d.kind != "metadata"
             and d.metadata is not None
-            and d.metadata.form in (MetadataForm.S3, MetadataForm.S2)
+            and (
+                d.metadata.form in (MetadataForm.S3, MetadataForm.S2)
+                or (d.metadata.form is MetadataForm.S1 and d.metadata.model is not None)
+            )
             and self._derive(d).descriptor is None
         }
         self._user_refused = len(falling_back) > 1 and self.user is not None

@@ -260,6 +260,32 @@ def test_a_user_descriptor_is_never_spread_over_two_legacy_descriptors(
     assert run_import([detections[0].path], store_root, single).totals()["imported"] == 1
 
 
+def test_a_user_descriptor_is_never_spread_over_the_s1_folders_of_two_models(
+    legacy_root: Path, store_root: Path, tmp_path: Path
+) -> None:
+    """An S1 metadata.json names its model: two folders of two models went in under one --descriptor, one model's
+    answers then hits of the other's run, exit 0 (was)."""
+    for model in ("llama-3-8b", "qwen-7b"):
+        folder = legacy_root / "s1" / model
+        folder.mkdir(parents=True)
+        (folder / "metadata.json").write_text(json.dumps({"model": model, "arena": "mt-bench"}))
+        b.create_db(folder / "judgements.db", b.S1J_DDL, [
+            {"instruction_index": 0, "model_A": "a", "model_B": "b", "judge_input": f"p {model}", "judge_output": "A"}
+        ])  # fmt: skip
+    descriptor_file = tmp_path / "d.json"
+    descriptor_file.write_text(ModelDescriptor(provider="vllm", model="m").model_dump_json())
+    detections = detect([legacy_root]).detections
+    mapper = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file), detections=detections)
+    report = run_import([legacy_root], store_root, mapper, task="t")
+    assert report.totals()["imported"] == 0 and len(report.sources) == 2
+    for source in report.sources:
+        (reason,) = source.skipped
+        assert "--descriptor applies to one legacy descriptor" in reason
+    one = [d for d in detections if "qwen" in str(d.path)]
+    single = LegacyDescriptorMapper(user_descriptor=load_user_descriptor(descriptor_file), detections=one)
+    assert run_import([one[0].path.parent], store_root, single, task="t").totals()["imported"] == 1
+
+
 def _s0_of(root: Path, judge: str, verdict: str) -> Path:
     row = {"benchmark": "mt", "instruction_id": "1", "model_a": "a", "model_b": "b", "judge": judge,
            "judge_input": "the same judge prompt", "judge_completion": verdict,
