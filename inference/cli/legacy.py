@@ -22,6 +22,8 @@ Contract:
   report file, if asked for, is the only file written).
 """
 
+import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -45,6 +47,7 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.cli.tables import Column, Fit, FittedTable
+from store.errors import InvalidInputError
 
 if TYPE_CHECKING:  # the legacy readers are imported when `import` runs: other commands do not pay for them
     from store.legacy.detect import Detection, DetectionResult
@@ -178,6 +181,17 @@ def _print_reasons(report: "ImportReport", console: Console) -> None:
                 console.print(line, soft_wrap=True)
 
 
+def _outside_the_sources(report: Path, sources: Sequence[Path]) -> None:
+    """Refuse a report that would land inside a legacy cache folder given (a later import would find it there)."""
+    where = Path(os.path.realpath(report))
+    for source in sources:
+        if source.is_dir() and where.is_relative_to(os.path.realpath(source)):
+            raise InvalidInputError(
+                f"--report {report} is inside the legacy cache {source}, whose files are only read: write the "
+                "report elsewhere"
+            )
+
+
 def import_command(
     sources: Annotated[
         list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).", metavar="PATH")
@@ -263,8 +277,9 @@ def import_command(
     from store.legacy.importer import ImportOptions, import_sources
     from store.legacy.inputs import InputsTable
 
-    if report_path is not None:
-        writable_output(report_path, "--report")
+    if report_path is not None:  # legacy files are only read: the report goes over none of them, nor among them
+        writable_output(report_path, "--report", [*sources, *(p for p in (inputs_path, descriptor_path) if p)])
+        _outside_the_sources(report_path, sources)
     result = detect(sources)
     if detect_only:
         found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}

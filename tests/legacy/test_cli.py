@@ -75,6 +75,16 @@ def test_s0_and_a_pass_level_cache_under_a_user_descriptor_with_inputs(tmp_path:
 
     nowhere = judgestore(*args[:-1], str(tmp_path / "no-such-folder" / "report.json"))  # said before importing
     assert nowhere.returncode == 1 and "there is no folder" in nowhere.stderr and not root.exists()
+    before = b.file_digests(tmp_path)  # the legacy cache, the inputs and the descriptor
+    for over, said in [  # a report over what is read, or among the legacy files (was: written there, exit 0)
+        (inputs, "is the input file"),
+        (descriptor_file, "is the input file"),
+        (legacy / "cache" / "model-x.csv.zip", "is inside the legacy cache"),
+        (legacy / "cache" / "report.json", "is inside the legacy cache"),
+    ]:
+        refused = judgestore(*args[:-1], str(over))
+        assert refused.returncode == 1 and said in " ".join(refused.stderr.split()), refused.stderr
+    assert b.file_digests(tmp_path) == before and not root.exists()
 
     dry = judgestore(*args[:-2], "--dry-run", "--json")
     assert dry.returncode == 0, dry.stderr
