@@ -21,6 +21,7 @@ Contract:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,19 +31,20 @@ import orjson
 
 from store.errors import InvalidInputError
 
+_WRITTEN_AS_FLOAT = re.compile(r"-?(?:0|[1-9][0-9]*)\.0+")
+
 
 def normalise_key(value: Any) -> str:
-    """``7``, ``7.0`` and ``"7"`` name the same instruction (CSV and pandas float columns write ``7.0``)."""
+    """``7``, ``7.0`` and ``"7"`` name the same instruction (CSV and pandas float columns write ``7.0``).
+
+    Other text is an id as written: ``"0010"``, ``"1e1"`` and ``"10"`` are three instructions (was: all 10, so
+    one id's answer was stored under another's prompt)."""
     if isinstance(value, bool):
         return str(value)
     if isinstance(value, float) and math.isfinite(value) and value.is_integer():
         return str(int(value))
     if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return str(int(number)) if math.isfinite(number) and number.is_integer() else value
+        return str(int(value.partition(".")[0])) if _WRITTEN_AS_FLOAT.fullmatch(value) else value
     return str(value)
 
 

@@ -96,3 +96,14 @@ def test_single_beside_a_model_b_fails_its_row_rather_than_dropping_model_b() ->
         to_record(row, TEXT, FALLBACK)
     assert refused.value.kind == "fail"
     assert refused.value.reason == "orientation 'single' (pointwise) but model_b 'y': one of them is wrong"
+
+
+def test_an_instruction_key_is_a_number_only_where_a_float_column_wrote_one() -> None:
+    """Any text float() read was a number: "0010", "1e1" and "10" were one instruction, and "328e1" was 3280, so
+    an answer was stored under another instruction's prompt (was)."""
+    from store.legacy.inputs import normalise_key
+
+    assert [normalise_key(v) for v in (7, 7.0, "7", "7.0", "7.00", "-3.0", 1e1)] == ["7"] * 5 + ["-3", "10"]
+    assert [normalise_key(v) for v in ("0010", "1e1", "328e1", "07.0", "7.5", "nan", "abc")] == [
+        "0010", "1e1", "328e1", "07.0", "7.5", "nan", "abc"
+    ]  # fmt: skip
