@@ -91,6 +91,17 @@ def _text_or_none(value: Any) -> str | None:
     return None if value is None else str(value)
 
 
+def _answer(value: Any, column: str) -> tuple[str | None, str | None]:
+    """A DataFrame's answer cell as text, and the problem that fails its row: a binary column (pyarrow's
+    ``binary``) holds UTF-8 bytes, stored as the text they are (was: ``"b'...'"``), or bytes that are no text."""
+    if isinstance(value, bytes):
+        try:
+            return value.decode("utf-8"), None
+        except UnicodeDecodeError:
+            return None, f"{column} holds bytes that are not UTF-8 text"
+    return _text_or_none(value), None
+
+
 def _flag(value: Any) -> bool | None:
     """A boolean column as pandas read it (a bool, 0/1, or its text); None when missing or unreadable."""
     if hasattr(value, "item"):  # a numpy scalar
@@ -328,7 +339,7 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
             # [[A]] favours the answer shown first (model_a): each model goes in the slot it was shown in. Where the
             # blob does not say which, the row fails: a guess would credit the verdict to the wrong model.
             ours_first = _flag(r.get("our_model_is_position_a"))
-            problem = None
+            verdict, problem = _answer(r.get("judge_completion"), "judge_completion")
             if ours_first is None:
                 problem = f"our_model_is_position_a is {r.get('our_model_is_position_a')!r}, not true or false"
             elif not opponent:
@@ -338,7 +349,7 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
                 role="judgements",
                 input_form=InputForm.GIVEN,
                 given=entry,
-                completion=_text_or_none(r.get("judge_completion")),
+                completion=verdict,
                 benchmark=entry.benchmark if entry else None,
                 instruction_id=entry.instruction_id if entry else None,
                 model_a=ours if ours_first else opponent,
@@ -366,21 +377,25 @@ def _dataframe_rows(detection: Detection, inputs: InputsTable | None, created_at
         }
         base_id = entry.instruction_id if entry and entry.instruction_id else key
         if variant is LegacyVariant.DF_MT_BENCH:
-            first = _text_or_none(r.get("completion_turn_1"))
+            first, _ = _answer(r.get("completion_turn_1"), "completion_turn_1")
             for turn, column in enumerate(("completion_turn_1", "completion_turn_2")):
+                completion, problem = _answer(r.get(column), column)
                 yield LegacyRow(
                     locator=f"row {position} (instruction_index {key}, turn {turn + 1})",
-                    completion=_text_or_none(r.get(column)),
+                    completion=completion,
                     instruction_id=f"{base_id}-turn-{turn + 1}",
                     given_turn=turn,
                     previous_answer=first if turn == 1 else None,
+                    problem=problem,
                     **common,  # type: ignore[arg-type]
                 )
             continue
+        completion, problem = _answer(r.get("completion"), "completion")
         yield LegacyRow(
             locator=f"row {position} (instruction_index {key})",
-            completion=_text_or_none(r.get("completion")),
+            completion=completion,
             instruction_id=base_id,
+            problem=problem,
             **common,  # type: ignore[arg-type]
         )
 

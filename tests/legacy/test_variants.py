@@ -840,3 +840,19 @@ def test_an_s0_token_count_that_is_no_count_fails_its_row(legacy_root: Path, sto
     assert all(reason.startswith("column input_tokens is not a count of tokens") for reason in source.failed)
     ((stored,),) = stored_rows(store_root).values()
     assert stored["usage"] == {"prompt_tokens": 12}
+
+
+def test_a_binary_answer_column_is_stored_as_its_text_or_fails_its_row(legacy_root: Path, store_root: Path) -> None:
+    """pyarrow's binary column came back as bytes and was stored as the text "b'...'" (was)."""
+    pd = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    cache = legacy_root / "cache"
+    cache.mkdir(parents=True)
+    answers = ["bytes ✓".encode(), b"\xff\xfe not text"]
+    pd.DataFrame({"completion": answers, "instruction_index": [0, 1]}).to_parquet(cache / "binary.parquet")
+    lines = [{"instruction_index": i, "messages": [{"role": "user", "content": f"q{i}"}]} for i in range(2)]
+    report = run_import([cache], store_root, task="t", inputs=_inputs_file(legacy_root, lines))
+    (source,) = report.sources
+    assert source.imported == 1 and source.failed == {"completion holds bytes that are not UTF-8 text": 1}
+    ((stored,),) = stored_rows(store_root).values()
+    assert stored["completion"] == "bytes ✓"
