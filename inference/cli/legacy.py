@@ -122,8 +122,9 @@ def _detail(d: "Detection") -> str:
         return d.detail
     if d.metadata is None:
         return "no metadata.json (needs --descriptor)" if d.variant is not LegacyVariant.LANGCHAIN else "never imported"
-    model = d.metadata.model
-    return f"{d.metadata.form.value} metadata.json" + (f": {d.metadata.provider}/{model}" if model else "")
+    model, provider = d.metadata.model, d.metadata.provider  # an S1 metadata.json names no provider
+    named = f"{provider}/{model}" if provider else model
+    return f"{d.metadata.form.value} metadata.json" + (f": {named}" if model else "")
 
 
 def _import_table(report: "ImportReport") -> FittedTable:

@@ -574,3 +574,16 @@ def test_a_descriptor_file_holding_a_credential_is_refused_without_showing_it(
     assert error["type"] == "InvalidInputError" and f"descriptor.{where}" in error["error"]
     assert "S3cretPw99" not in result.stdout + result.stderr
     assert not root.exists()
+
+
+def test_detect_names_an_s1_metadata_model_without_a_provider(tmp_path: Path) -> None:
+    """An S1 metadata.json names no provider: --detect showed "None/model-x" (was)."""
+    folder = tmp_path / "legacy" / "results" / "mt-bench_model-x"
+    folder.mkdir(parents=True)
+    (folder / "metadata.json").write_text(json.dumps({"model": "model-x", "arena": "mt-bench"}))
+    b.create_db(folder / "judgements.db", b.S1J_DDL, [
+        {"instruction_index": 0, "model_A": "a", "model_B": "b", "judge_input": "p", "judge_output": "[[A]]"}
+    ])  # fmt: skip
+    found = judgestore("import", str(tmp_path / "legacy"), "--detect")
+    said = " ".join(found.stdout.split())
+    assert found.returncode == 0 and "S1 metadata.json: model-x" in said and "None/" not in said, found.stdout
