@@ -406,11 +406,11 @@ class Browser:
         where = f"{benchmark}/{instruction_id}" if benchmark is not None else instruction_id
         if chosen is None and not answers and not judged:
             without = "" if benchmark is not None else " without a benchmark (give benchmark= for a benchmark's)"
-            raise NotFoundError(f"no row of instruction {where}{without} in {self.where}")
+            raise NotFoundError(f"no row of instruction {where}{without} in {self.where}{_unread(skipped)}")
         if chosen is not None and chosen not in pairs and not any(a.row for a in answers):
             raise NotFoundError(
                 f"no row of {chosen[0]} or {chosen[1]} for instruction {where} in {self.where}, and no judgement of "
-                "the pair"
+                f"the pair{_unread(skipped)}"
             )
         models = list(chosen) if chosen is not None else [a.model for a in answers]
         system, rounds = _conversation(answers, models)
@@ -590,6 +590,14 @@ class Browser:
             positions, logprobs_error = [], str(e)
         return RowView(name, location, record, messages(record.input_text), positions, metadata,
                        wrote, hit, adopted, judged, logprobs_error)  # fmt: skip
+
+
+def _unread(skipped: Sequence[Skipped]) -> str:
+    """What a "not found" adds when databases were skipped: its rows may be in them (was: a bare 404)."""
+    if not skipped:
+        return ""
+    each = "; ".join(f"{s.name}: {s.error}" for s in skipped)
+    return f", among the databases it could read; {len(skipped)} it could not read may hold them ({each})"
 
 
 def _pair_of(record: JudgementRecord) -> tuple[str, str]:

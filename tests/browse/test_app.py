@@ -558,6 +558,24 @@ def test_a_database_damaged_past_its_first_page_is_skipped_on_the_battle_page(
     assert "A bottle washed up; the keeper read it and wept." in battle  # tiny-b's answer, from its own database
 
 
+def test_a_battle_whose_rows_are_all_in_databases_it_could_not_read_names_them_in_its_404(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    """ "no row of instruction ..." (was), when its rows were there, in databases the page skipped unsaid."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    for database in root.glob("*/*/*/*/*/*.db"):
+        database.write_bytes(b"this is not a database" * 100)
+    with (
+        Store(Settings(), root=root, readonly=True) as store,
+        TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
+    ):
+        response = c.get("/battle", params={"benchmark": demo.BENCH, "instruction_id": "00-writing"})
+    html = " ".join(response.text.split())
+    assert response.status_code == 404 and "no row of instruction" in html
+    assert "could not read may hold them" in html and "is not an SQLite database" in html
+
+
 def test_verdicts_without_a_judge_and_a_row_without_an_instruction_get_no_link_that_leads_nowhere(
     tmp_path: Path,
 ) -> None:
