@@ -117,7 +117,7 @@ def serve(
     """Serve ``browser`` until Ctrl-C (see the module docstring)."""
     sock = bind(host, port)  # first: a host it cannot serve on gets its error, not a warning before it
     if not is_loopback(host):
-        say(exposure(host, port, browser.where))
+        say(exposure(host, sock.getsockname()[1], browser.where))  # the port bound (--port 0: the one given)
     url = url_of(sock)
     server = _server(browser, host)
     say(f"browse: {browser.where} (read-only) at {url} (Ctrl-C stops)")

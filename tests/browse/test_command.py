@@ -86,6 +86,7 @@ def test_browse_on_every_address_says_what_that_exposes_first(demo_folder: Path)
         assert "any web page opened in a browser on a machine that can" in warning  # a DNS rebinding reaches it
         assert str(demo_folder) in warning and "no login and no TLS" in warning
         port = url.rsplit(":", 1)[1].rstrip("/")
+        assert f"on port {port}," in " ".join(warning.split())  # the port bound, not the 0 given (was)
         assert fetch(f"http://127.0.0.1:{port}/", host="lan-host.example")[0] == 200  # other names are answered
 
 
