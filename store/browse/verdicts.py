@@ -26,7 +26,8 @@ Contract:
   them), the last ``[[A]]`` or ``[[B]]`` in its text, or a text that is
   just the letter. None otherwise (and on a tie).
 * A stored ``top_logprobs`` that :mod:`store.logprobs` cannot read (a
-  value another tool stored: ``{"A": "x"}``, a candidate without a text)
+  value another tool stored: ``{"A": "x"}``, a candidate without a text),
+  or whose verdict candidates hold no log-probability (above 0, NaN),
   is no bad request: :func:`read_verdict` reads such a row as one without
   logprobs (the verdict from its text) and says why its logprobs could
   not be read; :func:`preference` itself raises the store's
@@ -89,6 +90,9 @@ class Preference:
         return "A" if self.p_a > self.p_b else "B"
 
 
+_ROUNDING = 1e-6  # an engine's logprob of a certain token may come out a hair above 0
+
+
 def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
     """The verdict token's preference (see the module docstring); None when no stored position names a slot."""
     for index, position in enumerate(iter_positions(top_logprobs)):  # decoded up to the verdict position only
@@ -100,9 +104,15 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
         found = False
         for candidate in position.candidates:
             letter = _letter(candidate.text)
-            if letter is not None and not math.isnan(candidate.logprob):
-                mass[letter] += math.exp(candidate.logprob)
-                found = True
+            if letter is None:
+                continue
+            if not candidate.logprob <= _ROUNDING:  # NaN too: shown as a probability, it read 148.4 or 0 (was)
+                raise InvalidInputError(
+                    f"the verdict token's candidate {candidate.text!r} has the logprob {candidate.logprob!r}, "
+                    "which is no log-probability (at most 0)"
+                )
+            mass[letter] += math.exp(candidate.logprob)
+            found = True
         if found:
             return Preference(mass["A"], mass["B"], index)
     return None

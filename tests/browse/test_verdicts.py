@@ -142,6 +142,17 @@ def test_unreadable_stored_logprobs_leave_the_verdict_to_the_text() -> None:
     assert read_verdict("[[B]]", stored({"A": math.log(0.9)})).logprobs_error is None
 
 
+def test_a_verdict_candidate_that_is_no_log_probability_leaves_the_verdict_to_the_text() -> None:
+    """Logprobs of +5 and +3 were shown as P 148.4 and 20.1, favouring A; a NaN A beside a -inf B as P 0 and 0 and
+    no verdict, though the text said [[A]] (was)."""
+    for value in ({"A": 5.0, "B": 3.0}, {"A": math.nan, "B": -math.inf}):
+        reading = read_verdict("[[A]]", stored(value))
+        assert (reading.slot, reading.preference) == ("A", None), value
+        assert reading.logprobs_error is not None and "which is no log-probability" in reading.logprobs_error
+    certain = preference(stored({"A": 1e-9, "B": -30.0}))  # an engine's certain token, a hair above 0
+    assert certain is not None and certain.favoured == "A"
+
+
 def test_a_row_holding_every_position_is_read_at_its_verdict_position_and_no_further() -> None:
     """The preference decoded every stored position (was): a judge's row holding thousands cost that much, and a
     position past the verdict token that could not be read made the whole row unreadable."""
