@@ -168,6 +168,12 @@ def read_judgement_requests(
             requests.append(request)
             continue
         _check_keys(path, number, row, _PAIR_KEYS)
+        if input_mode == "text":  # was: "give `text`, not `messages`", of a line that has neither
+            raise InvalidInputError(
+                f"{path}:{number}: a pair or pointwise line is judged as chat messages (the judge prompt is built "
+                "from it), which a judge of --input-mode text does not take: give judge conversations with `text`, "
+                "or --input-mode chat"
+            )
         missing = {"question", "model_a", "answer_a"} - set(row)
         if row.get("model_b") is not None:
             missing |= {"answer_b"} - set(row)

@@ -146,7 +146,8 @@ def test_a_line_of_the_wrong_shape_or_type_names_its_line_blank_lines_counted(tm
         read_completion_requests(prompts)
     pairs = tmp_path / "pairs.jsonl"
     pairs.write_bytes(orjson.dumps({"question": "q", "model_a": "a", "answer_a": "x"}) + b"\n")
-    with pytest.raises(InvalidInputError, match=r"pairs.jsonl:1: this model takes text input"):
+    said = r"pairs.jsonl:1: a pair or pointwise line is judged as chat messages .* --input-mode text does not take"
+    with pytest.raises(InvalidInputError, match=said):  # was: "give `text`, not `messages`", of a line with neither
         read_judgement_requests(pairs, ["direct"], input_mode="text")
 
 
