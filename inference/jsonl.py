@@ -74,7 +74,10 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                         f"{path}:{number}: not UTF-8 text (byte {line[bad.start]:#04x} at byte {bad.start + 1} of the "
                         "line); save the file as UTF-8"
                     ) from e
-                raise InvalidInputError(f"{path}:{number}: not valid JSON ({e.msg} at character {e.pos + 1})") from e
+                if "number" not in e.msg:
+                    said = f"{e.msg} at character {e.pos + 1}"
+                    raise InvalidInputError(f"{path}:{number}: not valid JSON ({said})") from e
+                value = _exact_integers(path, number, line)  # past a double's range: valid JSON orjson cannot hold
             if not isinstance(value, dict):
                 raise InvalidInputError(f"{path}:{number}: each line must be a JSON object")
             if any(type(value.get(key)) is float for key in _TEXT_KEYS):
@@ -85,13 +88,23 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
             yield number, value
 
 
-def _exact_integers(path: Path, number: int, line: bytes) -> dict[str, Any]:
-    """A line read again with integers kept whole: orjson reads one past 64 bits as a float, which would lose digits."""
+def _exact_integers(path: Path, number: int, line: bytes) -> Any:
+    """A line read again with integers kept whole: orjson reads one past 64 bits as a float, which would lose digits,
+    and refuses one past a double's range (was: "not valid JSON" of a 400-digit id)."""
     try:
-        value: dict[str, Any] = json.loads(line)
+        return json.loads(line, parse_constant=_no_constant)
+    except _NotJson as e:
+        raise InvalidInputError(f"{path}:{number}: not valid JSON ({e})") from e
     except ValueError as e:  # an integer of more digits than Python converts
         raise InvalidInputError(f"{path}:{number}: {e}; give a long id as text") from e
-    return value
+
+
+class _NotJson(ValueError):
+    pass
+
+
+def _no_constant(name: str) -> Any:
+    raise _NotJson(f"{name} is no JSON value")
 
 
 def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_mode: InputMode | None) -> Any:

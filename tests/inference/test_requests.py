@@ -236,3 +236,19 @@ def test_a_batch_holding_something_that_is_no_request_is_refused_by_index(wrong:
     """It was an AttributeError ('str' object has no attribute 'named') after the requests learnt their lines."""
     with pytest.raises(InvalidInputError, match=rf"^request 1 is a {type(wrong).__name__}; completions take"):
         batch_keys("completions", [CompletionRequest(text="a"), wrong], "text")  # type: ignore[list-item]
+
+
+def test_an_id_past_a_doubles_range_keeps_every_digit_and_nan_stays_refused(tmp_path: Path) -> None:
+    """A 400-digit instruction_id was "not valid JSON (number is infinity when parsed as double)" (was); 300 digits
+    were kept whole. NaN is no JSON value, however the line is read."""
+    prompts = tmp_path / "prompts.jsonl"
+    chat = '"messages": [{"role": "user", "content": "q"}]'
+    prompts.write_text(f'{{"instruction_id": {"7" * 400}, {chat}}}\n')
+    (request,) = read_completion_requests(prompts)
+    assert request.instruction_id == "7" * 400
+    prompts.write_text(f'{{"instruction_id": {"7" * 400}, "n": NaN, {chat}}}\n')
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: not valid JSON \(NaN is no JSON value\)"):
+        read_completion_requests(prompts)
+    prompts.write_text(f'{{"instruction_id": 1{"0" * 5000}, {chat}}}\n')
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: .*give a long id as text"):
+        read_completion_requests(prompts)
