@@ -331,6 +331,11 @@ def adopt(
     if store.readonly and not dry_run:
         raise InvalidInputError("adopting writes the run's database: open the store writable, or pass dry_run")
     descriptor = spec.descriptor
+    if max_logprob_delta is not None and descriptor.sampling.logprobs is None:  # was: said after the audit
+        raise InvalidInputError(
+            "--max-logprob-delta compares first-token logprobs, and this run asks for none: add --top-logprobs N "
+            "(as the rows were generated), or leave --max-logprob-delta out"
+        )
     if not dry_run:  # a read-only disk, no permission: said before anything is opened or audited
         store.check_writable(role, task, descriptor)
     own = store.find(role, task, descriptor)
@@ -348,8 +353,9 @@ def adopt(
         )
     # Rows an earlier audit of this very source found to differ stay out, whatever a later sample finds.
     known_different = _excluded_before(own, metadata.descriptor_sha256, chosen.location.task)
-    if not dry_run and own is not None and plan_adoption(source_db, own, known_different).adopted == 0:
-        # Checked before the audit: a repeated adopt loads no engine and records no adoption of nothing.
+    if own is not None and plan_adoption(source_db, own, known_different).adopted == 0:
+        # Checked before the audit: a repeated adopt loads no engine and records no adoption of nothing (and a dry
+        # run says so too, as the adopt it previews would: was an audit, then "would adopt 0 rows").
         raise AdoptionError(
             f"nothing to adopt: every row of {chosen.location.descriptor_hash16} ({chosen.location.task}) is already "
             f"in this run's own database {descriptor.hash16()} ({task}), adopted before or generated there"

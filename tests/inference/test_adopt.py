@@ -159,7 +159,22 @@ def test_adopting_again_is_refused_before_the_audit_and_records_nothing(store: S
         adopt(again, FakeSpec(backend, NEW), role="completions", task="t", across=["backend_version"])
     assert "nothing to adopt: every row of" in str(refused.value) and "no engine was loaded" in str(refused.value)
     assert backend.received == [] and file_digests(store.root) == before
+    with Store(Settings(), root=store.root, readonly=True) as preview, pytest.raises(AdoptionError) as previewed:
+        adopt(preview, FakeSpec(backend, NEW), role="completions", task="t", across=["backend_version"], dry_run=True)
+    assert str(previewed.value) == str(refused.value)  # was: an audit, then "would adopt 0 rows", exit 0
+    assert backend.received == [] and file_digests(store.root) == before
     assert [a.rows_adopted for a in adoptions(target)] == [6]  # the first adoption only
+
+
+def test_a_logprob_bound_for_a_run_that_asks_for_no_logprobs_is_refused_before_the_audit(store: Store) -> None:
+    """It was said after the engine had regenerated the sample (was)."""
+    plain = NEW.model_copy(update={"sampling": NEW.sampling.model_copy(update={"logprobs": None})})
+    fill(store, plain.model_copy(update={"backend_version": "0.11.0"}))
+    backend = CountingBackend()
+    with pytest.raises(InvalidInputError, match="--max-logprob-delta compares first-token logprobs, and this run"):
+        adopt(store, FakeSpec(backend, plain), role="completions", task="t", across=["backend_version"],
+              max_logprob_delta=0.1, dry_run=True)  # fmt: skip
+    assert backend.received == []
 
 
 @pytest.mark.parametrize(
