@@ -79,8 +79,9 @@ def adopt_command(
         str | None,
         typer.Option(
             "--from",
-            metavar="HASH",
-            help="The descriptor to adopt from (its hash or a prefix); needed when several qualify.",
+            metavar="[TASK/]HASH",
+            help="The descriptor to adopt from (its hash or a prefix; TASK/HASH where it is stored under several "
+            "tasks); needed when several qualify.",
             rich_help_panel=_WHAT,
         ),
     ] = None,

@@ -139,17 +139,21 @@ def choose_source(
         mine = (f"; this run's own descriptor {own.descriptor_hash16} ({own.task}) holds {own_rows:,} rows, which "
                 "a run with these settings already hits")  # fmt: skip
     if source is not None:
-        named = [c for c in candidates if c.location.descriptor_hash16.startswith(source[:16])]
-        if own is not None and not named and own.descriptor_hash16.startswith(source[:16]):
+        task, _, prefix = source.rpartition("/")  # TASK/HASH: one descriptor stored under two tasks is two sources
+        named = [c for c in candidates if c.location.descriptor_hash16.startswith(prefix[:16])
+                 and task in ("", c.location.task)]  # fmt: skip
+        if own is not None and not named and own.descriptor_hash16.startswith(prefix[:16]) and task in ("", own.task):
             raise AdoptionError(
                 f"{source} is this run's own descriptor ({own.role}/{own.task}): its rows hit already. --from names "
                 f"the older descriptor to adopt from; the stored ones, nearest first:\n{listing or '  (none)'}"
             )
         if len(named) != 1:
             what = "no" if not named else "more than one"
+            several_tasks = len(named) > 1 and len({c.location.descriptor_hash16 for c in named}) == 1
+            hint = " (one descriptor stored under several tasks: give --from TASK/HASH)" if several_tasks else ""
             raise AdoptionError(
-                f"{what} stored descriptor of this model and role starts with {source!r}; the stored ones, nearest "
-                f"first:\n{listing or '  (none)'}"
+                f"{what} stored descriptor of this model and role starts with {source!r}{hint}; the stored ones, "
+                f"nearest first:\n{listing or '  (none)'}"
             )
         chosen = named[0]
         if chosen.neighbour.error is not None:

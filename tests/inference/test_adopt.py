@@ -79,6 +79,14 @@ def test_another_task_is_a_difference_that_must_be_allowed_too(store: Store) -> 
         choose_source(adoption_candidates(store, "completions", "t", NEW, ["backend_version"]))
     allowed = adoption_candidates(store, "completions", "t", NEW, ["backend_version", "task"])
     assert choose_source(allowed).location.task == "elsewhere"
+    fill(store, OLD, task="t")  # the same descriptor under two tasks: its hash alone cannot choose (was: no way to)
+    both = adoption_candidates(store, "completions", "t", NEW, ["backend_version", "task"])
+    with pytest.raises(AdoptionError, match=r"more than one .* \(one descriptor stored under several tasks: give"):
+        choose_source(both, OLD.hash16())
+    assert choose_source(both, f"elsewhere/{OLD.hash16()[:8]}").location.task == "elsewhere"
+    assert choose_source(both, f"t/{OLD.hash16()}").location.task == "t"
+    with pytest.raises(AdoptionError, match="no stored descriptor"):
+        choose_source(both, f"nowhere/{OLD.hash16()}")
 
 
 def test_with_only_this_runs_own_rows_stored_the_refusal_says_they_are_there(store: Store) -> None:
