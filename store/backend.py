@@ -57,6 +57,7 @@ from store.errors import (
     EmptyFilterError,
     InvalidInputError,
     MatchedMeanwhileError,
+    SchemaError,
 )
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
     from store.claim_table import ClaimTable
 
 T = TypeVar("T")
+RECHECK_SECONDS = 1.0  # how often a database kept open asks whether it left this library's revision
 
 
 class Database(ABC):
@@ -140,16 +142,26 @@ class Database(ABC):
 
     # ------------------------------------------------------------ transactions
 
-    def _refuse_if_readonly(self) -> None:
+    def _check_writable(self) -> None:
+        """Refuse a write this handle cannot make: a read-only handle's, or one to a database that left this
+        library's revision since it was opened (:meth:`_left_behind`)."""
         if self.readonly:
             raise DatabaseFileError(
                 self.where, "was opened read-only: writes are refused (open the store without readonly)"
             )
+        if (why := self._left_behind()) is not None:
+            raise SchemaError(self.where, why)
+
+    def _left_behind(self) -> str | None:
+        """Why this handle's database is no longer the one it opened (None: it is). A long run keeps its handle:
+        another process's upgrade by a newer judgestore would have it write rows the file's new revision may
+        read otherwise. A backend that can tell overrides this (SQLite)."""
+        return None
 
     @contextmanager
     def transaction(self) -> Iterator[Repository]:
         """A write transaction: commits on success, rolls back on error."""
-        self._refuse_if_readonly()
+        self._check_writable()
         with self._translated(), self._connect(write=True) as conn:
             yield self._repository(conn)
 
@@ -169,7 +181,7 @@ class Database(ABC):
         databases at once, use ``Store.scalars``/``Store.execute``.
         """
         if write:
-            self._refuse_if_readonly()
+            self._check_writable()
         with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
             yield session
             if write:
@@ -200,7 +212,7 @@ class Database(ABC):
             yield from rows(conn)
 
     def _write(self, work: Callable[[Repository], T], needed_bytes: Callable[[], int] | None = None) -> T:
-        self._refuse_if_readonly()
+        self._check_writable()
 
         def attempt() -> T:
             with self._connect(write=True) as conn:

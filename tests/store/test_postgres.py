@@ -34,6 +34,7 @@ from store.errors import (
     InvalidInputError,
     SchemaAheadError,
     SchemaBehindError,
+    SchemaError,
     ServerAuthError,
     ServerPermissionError,
     ServerSchemaError,
@@ -962,3 +963,28 @@ def test_a_side_folder_named_after_the_urls_text_is_carried_over_once(pg_url: st
     with Store(url=pg_url) as store:
         root = store.root
     assert root != by_text and (root / "bookkeeping").read_text() == "pushed shards" and not by_text.exists()
+
+
+def test_a_handle_a_run_keeps_refuses_to_write_a_schema_another_process_moved_to_another_revision(
+    pg_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run writes through the handle it opened: after another process's upgrade by a newer judgestore it went on
+    writing rows of its own revision into the new schema, 76,700 rows (was). Asked at most every second."""
+    from store.backends.postgres import database as database_module
+
+    monkeypatch.setattr(database_module, "RECHECK_SECONDS", 0.0)
+    with Store(url=pg_url) as store:
+        handle = store.database("completions", "t", QWEN)
+        assert handle.put_many([completion_record(1)]) == 1
+        table = f'"{schema_name(handle.location)}".judgestore_alembic_version'
+        engine = create_engine(pg_url)
+        with engine.begin() as conn:  # as the newer judgestore's upgrade leaves it
+            head = conn.execute(text(f"SELECT version_num FROM {table}")).scalar_one()
+            conn.execute(text(f"UPDATE {table} SET version_num = '9999'"))
+        with pytest.raises(SchemaError, match=r"changed under this process .* its revision is now 9999"):
+            handle.put_many([completion_record(2)])
+        with engine.begin() as conn:
+            conn.execute(text(f"UPDATE {table} SET version_num = :head"), {"head": head})
+        engine.dispose()
+        assert handle.count() == 1  # nothing was written
+        assert handle.put_many([completion_record(2)]) == 1  # back at this library's revision: it writes again

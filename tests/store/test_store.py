@@ -24,6 +24,7 @@ from store.errors import (
     JudgestoreError,
     SchemaAheadError,
     SchemaBehindError,
+    SchemaError,
     StoreMissingError,
 )
 from store.layout import METADATA_FILE, Location, Selector, read_metadata
@@ -599,6 +600,28 @@ def test_a_role_folder_holding_a_task_named_after_a_role_is_still_inside_its_sto
     for role in ("completions", "judgements"):
         with pytest.raises(StoreMissingError, match=f"a folder inside the store {root}"):
             Store(root=root / role)
+
+
+def test_a_handle_a_run_keeps_refuses_to_write_a_database_another_process_moved_to_another_revision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run opens its database once and writes through that handle to the end: after another process's upgrade
+    by a newer judgestore it went on writing rows of its own revision into the new one, 80,100 rows (was)."""
+    monkeypatch.setattr(database_module, "RECHECK_SECONDS", 0.0)
+    root, location = tmp_path / "store", Location.of("completions", "t", QWEN)
+    with Store(root=root) as store:
+        handle = store.database("completions", "t", QWEN)
+        assert handle.put_many([completion_record(1)]) == 1
+        with closing(sqlite3.connect(location.db_path(root))) as db, db:  # as the newer judgestore's upgrade leaves it
+            (head,) = db.execute("SELECT version_num FROM judgestore_alembic_version").fetchone()
+            db.execute("UPDATE judgestore_alembic_version SET version_num = '9999'")
+        for write in (lambda: handle.put_many([completion_record(2)]), lambda: handle.delete(RowFilter(run_id="x"))):
+            with pytest.raises(SchemaError, match="changed under this process since it was opened"):
+                write()
+        with closing(sqlite3.connect(location.db_path(root))) as db, db:
+            assert db.execute("SELECT count(*) FROM completions").fetchone() == (1,)  # nothing was written
+            db.execute("UPDATE judgestore_alembic_version SET version_num = ?", (head,))
+        assert handle.put_many([completion_record(2)]) == 1  # back at this library's revision: it writes again
 
 
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])

@@ -11,20 +11,22 @@ are retried by the storage's policy, and every driver error is typed
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, TypeVar
 
-from sqlalchemy import Connection
+from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from store.backend import Database
+from store.backend import RECHECK_SECONDS, Database
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.generations import write_lock
-from store.backends.postgres.registry import schema_name, schema_options
+from store.backends.postgres.registry import quoted, schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.errors import DatabaseMissingError, ReadTransactionWriteError
 from store.layout import Location, StoredMetadata
+from store.schema import VERSION_TABLE, revisions
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -66,9 +68,27 @@ class PostgresDatabase(Database):
         # As long as a write waits for a locked SQLite file in all (each try's busy timeout, then the retries): a
         # writer frozen inside its transaction (a suspended job) held every other writer of the schema, silently.
         self._patience_ms = self.settings.busy_timeout_ms * (self.settings.lock_retries + 1)
+        self._checked_at = time.monotonic()  # opening checked the schema's revision
 
     def _repository(self, conn: Connection) -> PostgresRepository:
         return PostgresRepository(conn, self.location.role)
+
+    def _left_behind(self) -> str | None:
+        """Asked at most every :data:`RECHECK_SECONDS` (one SELECT of the schema's revision), as on SQLite."""
+        now = time.monotonic()
+        if now - self._checked_at < RECHECK_SECONDS:
+            return None
+        with self._translated(), self.storage.connect() as conn:
+            found = conn.execute(text(f"SELECT version_num FROM {quoted(self._schema)}.{VERSION_TABLE}")).scalars()
+            revision = list(found)
+        if revision == [revisions().head]:
+            self._checked_at = now
+            return None
+        return (
+            f"changed under this process since it was opened: its revision is now {', '.join(revision) or 'none'} "
+            "(another process's upgrade by a newer judgestore); nothing was written. Open the store again (a "
+            "newer revision needs a newer judgestore)"
+        )
 
     def _claim_table(self, conn: Connection) -> PostgresClaimTable:
         return PostgresClaimTable(conn, self.location.role)

@@ -37,7 +37,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store.backend import Database, values_read
+from store.backend import RECHECK_SECONDS, Database, values_read
 from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
     ReadOnlyConnection,
@@ -58,7 +58,6 @@ from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, listed_records, lookup_keys
 
 T = TypeVar("T")
-RECHECK_SECONDS = 1.0  # how often a database kept open asks whether its file left this library's revision
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -239,7 +238,7 @@ class SqliteDatabase(Database):
         nothing of a batch holding a malformed row is committed; the row
         processing is done before the write lock is taken.
         """
-        self._refuse_if_readonly()
+        self._check_writable()
         insert = sqlite_insert(self.location.role, on_conflict)
         records = listed_records(records)
         with gc_paused():  # a batch of tuples that outlive the loop: the GC would rescan them
@@ -310,6 +309,15 @@ class SqliteDatabase(Database):
         """The file's and its WAL's sizes and modification times: every commit changes one of them."""
         files = (self.path, wal_path(self.path))
         return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
+
+    def _left_behind(self) -> str | None:
+        if self.still_current():  # a clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice
+            return None
+        return (
+            "changed under this process since it was opened: another process upgraded it (a newer judgestore's "
+            "`db upgrade`) or put another file in its place; nothing was written. Open the store again (a newer "
+            "revision needs a newer judgestore)"
+        )
 
     def still_current(self) -> bool:
         """Whether the file is at this library's revision still, so that a store kept open (a browser, a notebook)
