@@ -34,7 +34,7 @@ from store.runs import record_run
 from store.settings import Settings
 from store.tables.records import JudgementRecord
 from tests.browse import demo
-from tests.factories import judgement_record
+from tests.factories import QWEN, completion_record, judgement_record
 from tests.store.test_runs import run
 
 LOCAL = "http://127.0.0.1:8765"
@@ -145,6 +145,18 @@ def test_finish_reasons_of_large_databases_are_counted_when_asked(
     counted = get(client, "/", finish_reasons="count")
     assert "finish_reasons=count" not in counted and "stop&nbsp;24" in counted
     assert "finish_reasons=count" not in get(client, "/")  # kept while the database is unchanged
+
+
+def test_a_finish_reasons_count_is_written_with_thousands_separators(tmp_path: Path) -> None:
+    """ "stop 100010" beside a rows column of 100,010 (was)."""
+    with Store(Settings(), root=tmp_path) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(i) for i in range(1_234)])
+    with (
+        Store(Settings(), root=tmp_path, readonly=True) as store,
+        TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
+    ):
+        html = get(c, "/", finish_reasons="count")
+    assert "stop&nbsp;1,234" in html and ">1,234</a>" in html
 
 
 def test_an_overview_reads_again_only_the_databases_that_changed(
