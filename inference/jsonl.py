@@ -147,6 +147,10 @@ class OrientationUnusedWarning(UserWarning):
     """Orientations were asked for, but the file has no pair line for them to apply to."""
 
 
+class UnpairedAnswersWarning(UserWarning):
+    """Answers to prompts the prompts file does not hold: ``pairs`` leaves them out."""
+
+
 class FirstSampleWarning(UserWarning):
     """``pairs`` met answers of several samples (``n`` > 1): it pairs each line's first, its ``completion``."""
 
@@ -322,6 +326,10 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
     edited after that model answered it). A prompt that a model did not answer
     raises: judging half a benchmark silently would bias the comparison.
     """
+    named = [path for path in answers if str(path) != "-"]
+    for i, path in enumerate(named):  # was: "answers ... a second time", of its own first line
+        if any(path.exists() and other.exists() and path.samefile(other) for other in named[:i]):
+            raise InvalidInputError(f"{path} is given twice as --answers: give each model's answers once")
     # model -> (benchmark, instruction_id) -> (completion, file, line, input_hash)
     by_model: dict[str, dict[tuple[Any, Any], tuple[str, Path, int, Any]]] = {}
     files: dict[str, set[Path]] = {}  # model -> the answers files holding its lines
@@ -396,4 +404,13 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                         "answer_b": by_model[model_b][key][0],
                     }
                 )
+    unpaired = [(path, number) for answered in by_model.values() for key, (_, path, number, _) in answered.items()
+                if key not in seen]  # fmt: skip
+    if unpaired:  # judging a subset is fine; an empty or wrong prompts file dropped every answer unsaid (was)
+        path, number = min(unpaired)
+        warn_the_caller(
+            f"{len(unpaired)} answer line{'s name' if len(unpaired) > 1 else ' names'} no prompt of {prompts} "
+            f"(first {path}:{number}) and {'are' if len(unpaired) > 1 else 'is'} not paired",
+            UnpairedAnswersWarning,
+        )
     return pairs

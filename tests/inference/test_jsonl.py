@@ -9,7 +9,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from inference.jsonl import FirstSampleWarning, make_pairs, response_row, write_responses
+from inference.jsonl import FirstSampleWarning, UnpairedAnswersWarning, make_pairs, response_row, write_responses
 from inference.requests import CompletionRequest, Response, Sample
 from store.descriptor import input_hash
 from store.errors import InvalidInputError, PromptTooLongError
@@ -119,6 +119,21 @@ def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
         ("q0", "a says 0", "b says 0"),
         ("q1", "a says 1", "b says 1"),
     ]
+
+
+def test_answers_no_prompt_names_are_said_to_be_left_out_and_a_file_given_twice_is_refused(tmp_path: Path) -> None:
+    """An empty prompts file paired nothing of every answer, "0 pairs written", exit 0, and an answers file given
+    twice was "answers ... a second time" of its own first line (was)."""
+    answers = [_answers(tmp_path, m, [answered(i, m) for i in (0, 1)]) for m in ("a", "b")]
+    with pytest.warns(UnpairedAnswersWarning, match=r"^2 answer lines name no prompt of .*prompts.jsonl \(first "):
+        pairs = make_pairs(_prompts(tmp_path, ["0"]), answers)  # a subset: paired, the rest said
+    assert [p["instruction_id"] for p in pairs] == ["0"]
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    with pytest.warns(UnpairedAnswersWarning, match=r"^4 answer lines name no prompt of .*empty.jsonl"):
+        assert make_pairs(empty, answers) == []
+    with pytest.raises(InvalidInputError, match="is given twice as --answers"):
+        make_pairs(_prompts(tmp_path, ["0"]), [answers[0], answers[0]])
 
 
 def test_pairs_of_answers_with_several_samples_pair_the_first_and_say_so(tmp_path: Path) -> None:
