@@ -36,7 +36,7 @@ def filled(store_root: Path) -> Path:
         recent = datetime.now(UTC) - timedelta(hours=1)
         database.put_many([completion_record(i, finish_reason="length", created_at=recent, run_id="run-3")
                            for i in range(20, 23)])  # fmt: skip
-        record_run(database, run(2))
+        record_run(database, run(2, requested=14, duplicates=4))  # two lines asked twice, n=3 on one: 14 slots
     return store_root
 
 
@@ -58,6 +58,8 @@ def test_stats_shows_rows_tokens_truncation_and_savings(filled: Path) -> None:
     listed = judgestore("stats", "--runs", "3", "--model-id", "Qwen/Qwen3-8B")
     assert "Recent runs" in listed.stdout and "Qwen/Qwen3-8B" in listed.stdout
     assert QWEN.hash16() in listed.stdout.split("Recent runs")[1]  # which descriptor ran: one model has several
+    (line,) = [line for line in listed.stdout.splitlines() if " use " in line]
+    assert [cell.strip() for cell in line.split("│")[4:8]] == ["use", "10", "2", "8"]  # hits + misses (was: 14)
     none = judgestore("stats", "--runs", "3", "--model-id", "meta-llama/Llama-3.1-8B")  # no run recorded there
     assert "runs: none recorded yet" in none.stdout and "Recent runs" not in none.stdout  # no empty table
     assert file_digests(filled) == before  # read-only
