@@ -166,7 +166,12 @@ def stats_command(
     for entry in found:
         if entry.error is not None:
             note(entry.error, json_output=False)
-    exit_if_unread(totals.unreadable, totals.databases, json_output=False, left_out="the totals leave them out")
+    exit_if_unread(
+        totals.unreadable,
+        totals.databases,
+        json_output=False,
+        left_out="their rows, tokens and runs are left out of the totals; their files count in the size",
+    )
 
 
 def _print_totals(totals: "StoreTotals") -> None:
