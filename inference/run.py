@@ -53,6 +53,7 @@ from store import Settings, Store, SyncSettings
 from store.descriptor import ModelDescriptor
 from store.errors import InvalidInputError, JudgestoreError, RequestsFailedError
 from store.roles import Role, check_role
+from store.runs import hit_rate
 from store.settings import from_environment
 
 if TYPE_CHECKING:
@@ -173,7 +174,7 @@ class RunSummary:
         plan, call = self.plan, self.call
         distinct = plan.hits + plan.misses
         adopted = f"; {plan.adopted_hits} adopted" if plan.adopted_hits else ""
-        rate = f" ({100 * plan.hits / distinct:.0f}%{adopted})" if distinct else ""  # no inputs: no rate (was 100 %)
+        rate = f" ({hit_rate(plan.hits, distinct)}{adopted})" if distinct else ""  # no inputs: no rate (was 100 %)
         loaded = "engine loaded" if self.sent is None else "client opened"
         failed = f", {self.failed} failed" if call.failed else ""
         if call.from_other_jobs:

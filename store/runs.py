@@ -17,6 +17,7 @@ Contract:
 from __future__ import annotations
 
 import functools
+import math
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, Table, case, func, insert, select
@@ -75,3 +76,14 @@ def run_totals(database: Database) -> RunTotals:
         name: float(v) if "seconds" in name else int(v) for name, v in zip(RUN_SUMMED, sums, strict=True)
     }
     return RunTotals(runs=int(count), **typed, first_started_at=first, last_finished_at=last)
+
+
+def hit_rate(hits: int, asked: int) -> str:
+    """``hits`` of ``asked`` as the whole percentage a person reads: a half rounds up, and 100 % (0 %) only when
+    every input (none) hit: 999 of 1,000 read "100%", 5 of 8 "62%" (was)."""
+    value = math.floor(100 * hits / asked + 0.5)
+    if hits < asked:
+        value = min(value, 99)
+    if hits > 0:
+        value = max(value, 1)
+    return f"{value}%"

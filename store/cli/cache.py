@@ -175,6 +175,8 @@ def stats_command(
 
 
 def _print_totals(totals: "StoreTotals") -> None:
+    from store.runs import hit_rate
+
     rows, run = totals.rows, totals.runs
     lines = [
         f"stored: {rows.rows:,} rows, {rows.prompt_tokens:,} tokens in and {rows.completion_tokens:,} out, "
@@ -183,9 +185,9 @@ def _print_totals(totals: "StoreTotals") -> None:
     ]
     if run.runs:
         asked = run.hits + run.misses  # each run's distinct inputs, summed over the runs (an input asked twice: 2)
-        rate = 100 * run.hits / asked if asked else 100.0
+        rate = hit_rate(run.hits, asked) if asked else "100%"
         lines.append(
-            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {asked:,} distinct inputs asked ({rate:.0f}%); "
+            f"runs: {run.runs:,} recorded, {run.hits:,} hits of {asked:,} distinct inputs asked ({rate}); "
             f"saved {run.saved_prompt_tokens:,} tokens in and {run.saved_completion_tokens:,} out, "
             f"~{_seconds(run.saved_engine_seconds)} of engine time"
             + (f" ({run.hits_without_cost:,} hits without recorded cost)" if run.hits_without_cost else "")

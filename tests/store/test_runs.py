@@ -71,3 +71,12 @@ def test_recording_a_run_leaves_the_rows_alone(store: Store, descriptor: ModelDe
     assert database.count() == 3
     with Store(Settings(), root=store.root, readonly=True) as readonly:
         assert [r.run_id for r in recent_runs(readonly.open(database.location))] == ["run-1"]
+
+
+def test_a_hit_rate_reads_100_percent_only_when_every_input_hit() -> None:
+    """999 hits of 1,000 read "100%" and 1 of 1,000 "0%"; 5 of 8 "62%", a half rounded to even (was)."""
+    from store.runs import hit_rate
+
+    assert [hit_rate(h, n) for h, n in [(999, 1000), (1, 1000), (5, 8), (3, 8), (0, 5), (5, 5), (1, 3)]] == [
+        "99%", "1%", "63%", "38%", "0%", "100%", "33%"
+    ]  # fmt: skip
