@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import unquote_to_bytes, urlencode, urlsplit
 
 import orjson
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
@@ -221,6 +221,18 @@ def environment() -> Environment:
 # ---------------------------------------------------------------- reading a URL
 
 
+def _query_is_text(request: Request) -> None:
+    """Refuse a query whose percent-escapes are no UTF-8 text: the server read them as U+FFFD, and a page filtered
+    on that (`model=%ff%fe`: "No rows match") without a word (was)."""
+    raw: bytes = request.scope.get("query_string", b"")
+    try:
+        unquote_to_bytes(raw.replace(b"+", b" ")).decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise BadParameterError(
+            f"the URL's query is not UTF-8 text (percent-escapes of bytes {e.object[e.start : e.end]!r})"
+        ) from None
+
+
 def _text(params: Mapping[str, str], name: str) -> str | None:
     value = params.get(name)
     return value if value else None
@@ -293,6 +305,7 @@ def create_app(browser: Browser, *, loopback_only: bool = True, hosts: Iterable[
     def handled(work: Callable[[Request], Response]) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
+                _query_is_text(request)
                 return work(request)
             except NotFoundError as e:
                 return page(request, "error.html", 404, title="Not found", message=str(e))

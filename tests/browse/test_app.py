@@ -884,3 +884,11 @@ def test_a_filtered_page_reads_only_the_databases_that_may_hold_its_rows(demo_fo
         TestClient(create_app(Browser(store)), base_url=LOCAL) as c,
     ):
         assert "Skipped judgements/" in get(c, "/rows", model="tiny-b")
+
+
+def test_a_query_whose_escapes_are_no_utf8_text_is_a_bad_request(client: TestClient) -> None:
+    """`/rows?model=%ff%fe` was read as U+FFFD and answered "No rows match", 200 (was)."""
+    for query in ("model=%ff%fe", "q=%ed%a0%80", "judge=ok&benchmark=caf%e9"):
+        response = client.get(f"/rows?{query}")
+        assert response.status_code == 400 and "is not UTF-8 text" in response.text, query
+    assert client.get("/rows?q=%25%20caf%C3%A9").status_code == 200  # "% café": escapes of UTF-8 text
