@@ -209,9 +209,22 @@ def test_other_errors_in_finalizers_are_reported_as_before(monkeypatch: pytest.M
     assert seen == [ValueError]
 
 
-def test_ctrl_c_stops_a_long_delete_at_once_and_deletes_nothing(tmp_path: Path) -> None:
+class Deadline(Exception):
+    """What a deadline's signal handler raises (pytest-timeout's, a job's SIGALRM)."""
+
+
+def _time_is_up(signum: int, frame: object) -> None:
+    raise Deadline("time is up")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGALRM], ids=["ctrl-c", "deadline"])
+def test_a_signal_stops_a_long_delete_at_once_with_its_own_exception_and_deletes_nothing(
+    tmp_path: Path, signum: int
+) -> None:
     """Python runs a signal's handler only between bytecodes: a DELETE of 400,000 rows heard Ctrl-C 6.5 s later,
-    once SQLite had done it (then rolled back) (was). A trigger makes each row's delete take seconds here."""
+    once SQLite had done it (then rolled back) (was); and then every signal's exception came back as a
+    KeyboardInterrupt. A trigger makes each row's delete take a second or more here."""
+    expected: type[BaseException] = Deadline if signum == signal.SIGALRM else KeyboardInterrupt
     with Store(root=tmp_path) as store:
         database = store.database("completions", "t", QWEN)
         database.put_many([completion_record(i) for i in range(800)])
@@ -220,14 +233,16 @@ def test_ctrl_c_stops_a_long_delete_at_once_and_deletes_nothing(tmp_path: Path) 
                      "SELECT count(*) FROM completions a, completions b, completions c; END")  # fmt: skip
     with Store(root=tmp_path) as store:
         database = store.database("completions", "t", QWEN)
-        ctrl_c = threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGINT))
-        ctrl_c.start()
+        previous = signal.signal(signal.SIGALRM, _time_is_up)
+        sender = threading.Timer(0.5, os.kill, (os.getpid(), signum))
+        sender.start()
         started = time.monotonic()
         try:
-            with pytest.raises(KeyboardInterrupt):
+            with pytest.raises(expected):
                 database.delete(RowFilter(benchmark="mt-bench"))
         finally:
-            ctrl_c.cancel()  # a delete that failed at once leaves no Ctrl-C to land in the next test
+            sender.cancel()  # a delete that failed at once leaves no signal to land in the next test
+            signal.signal(signal.SIGALRM, previous)
         stopped = time.monotonic() - started
         assert database.count() == 800  # its transaction rolled back
         assert database.put_many([completion_record(800)]) == 1  # the connection is fit for the next statement

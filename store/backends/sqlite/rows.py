@@ -23,7 +23,7 @@ Contract:
   list. A claim runs in a write transaction that took the database's write
   lock up front (``BEGIN IMMEDIATE``), so claimers on this machine take turns
   and no row lock is needed.
-* A delete hears Ctrl-C while SQLite runs it (:func:`ctrl_c_aborts`):
+* A delete hears Ctrl-C while SQLite runs it (:func:`signals_abort`):
   Python runs a signal's handler only between bytecodes, and a DELETE of
   400,000 rows answered it 6.5 s later, once done (then rolled back).
 """
@@ -382,31 +382,46 @@ def _nul_rewritten(column: Any) -> Any:
     return func.replace(func.replace(aside, text(nul), text(stand_in)), text(_SET_ASIDE), text(backslash))
 
 
-_STEPS_BETWEEN_CHECKS = 100_000  # SQLite VM steps between two looks for Ctrl-C: a few ms of work
+_STEPS_BETWEEN_CHECKS = 100_000  # SQLite VM steps between two looks for a signal: a few ms of work
 
 
 @contextmanager
-def ctrl_c_aborts(conn: sqlite3.Connection) -> Iterator[None]:
-    """Ctrl-C (or SIGTERM, which the command line turns into it) stops a statement run inside at once.
+def signals_abort(conn: sqlite3.Connection) -> Iterator[None]:
+    """A signal whose handler raises (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's, a deadline's own exception) stops
+    a statement run inside at once, and its exception is raised here.
 
     SQLite calls a progress handler every :data:`_STEPS_BETWEEN_CHECKS` steps; being Python code, it runs a
-    pending signal's handler, whose ``KeyboardInterrupt`` makes it fail, which aborts the statement (SQLite rolls
-    back its transaction, and sqlite3 drops the exception: "interrupted"). That error is given back as the
-    ``KeyboardInterrupt`` it was.
+    pending signal's handler, whose exception makes it fail, which aborts the statement (SQLite rolls back its
+    transaction). sqlite3 hands that exception to ``sys.unraisablehook`` (with callback tracebacks on) instead of
+    raising it, so it is kept there, and raised in place of sqlite3's "interrupted" (was: every signal's became a
+    ``KeyboardInterrupt``).
     """
+    raised: list[BaseException] = []
+    previous = sys.unraisablehook
+
+    def kept(unraisable: Any) -> None:
+        if unraisable.object is _steps and unraisable.exc_value is not None:
+            raised.append(unraisable.exc_value)
+        else:
+            previous(unraisable)
+
+    sys.unraisablehook = kept
+    sqlite3.enable_callback_tracebacks(True)
     conn.set_progress_handler(_steps, _STEPS_BETWEEN_CHECKS)
     try:
         yield
-    except (OperationalError, sqlite3.OperationalError) as e:
-        if str(getattr(e, "orig", e)) == "interrupted":  # only a signal's handler makes _steps fail
-            raise KeyboardInterrupt from None
+    except (OperationalError, sqlite3.OperationalError):
+        if raised:
+            raise raised[0] from None
         raise
     finally:
         conn.set_progress_handler(None, _STEPS_BETWEEN_CHECKS)
+        sqlite3.enable_callback_tracebacks(False)  # sqlite3's default (judgestore never turns it on elsewhere)
+        sys.unraisablehook = previous
 
 
 def _steps() -> int:
-    return 0  # go on (a KeyboardInterrupt raised here, by a signal's handler, aborts the statement)
+    return 0  # go on (an exception raised here, by a signal's handler, aborts the statement)
 
 
 class SqliteRepository(Repository):
@@ -418,7 +433,7 @@ class SqliteRepository(Repository):
         return conn
 
     def delete(self, flt: RowFilter) -> int:
-        with ctrl_c_aborts(self._driver()):
+        with signals_abort(self._driver()):
             return super().delete(flt)
 
     def _get_many(self, keys: list[str], deferred: DeferredColumns | None) -> dict[str, Record]:
