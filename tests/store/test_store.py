@@ -624,6 +624,30 @@ def test_a_handle_a_run_keeps_refuses_to_write_a_database_another_process_moved_
         assert handle.put_many([completion_record(2)]) == 1  # back at this library's revision: it writes again
 
 
+def test_a_kept_handle_waits_for_a_writer_of_a_rollback_journal_file_rather_than_call_it_moved(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The revision check's read waited for another writer's lock (a rollback journal's readers do), timed out,
+    and the write was refused as "changed under this process", where it waited and wrote before (was)."""
+    import threading
+
+    monkeypatch.setattr(database_module, "RECHECK_SECONDS", 0.0)
+    root, location = tmp_path / "store", Location.of("completions", "t", QWEN)
+    patient = Settings(journal_policy="rollback", busy_timeout_ms=200, lock_retries=8)
+    with Store(patient, root=root) as store:
+        handle = store.database("completions", "t", QWEN)
+        assert handle.put_many([completion_record(1)]) == 1
+        holder = sqlite3.connect(location.db_path(root), isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN EXCLUSIVE")  # another job's long write
+        threading.Timer(0.6, holder.execute, ("COMMIT",)).start()
+        try:
+            assert handle.put_many([completion_record(2)]) == 1  # waited for it, as a write does
+        finally:
+            time.sleep(0.7)
+            holder.close()
+        assert handle.count() == 2
+
+
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
 def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_another_process(
     tmp_path: Path, readonly: bool, monkeypatch: pytest.MonkeyPatch

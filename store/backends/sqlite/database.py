@@ -311,7 +311,9 @@ class SqliteDatabase(Database):
         return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
 
     def _left_behind(self) -> str | None:
-        if self.still_current():  # a clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice
+        # A clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice. A file a writer locks
+        # (a rollback journal's readers wait) cannot tell: the write itself waits for it (was: refused as moved).
+        if self._revision_kept() is not False:
             return None
         return (
             "changed under this process since it was opened: another process upgraded it (a newer judgestore's "
@@ -325,8 +327,13 @@ class SqliteDatabase(Database):
 
         Asked at most every :data:`RECHECK_SECONDS` (a loop that opens the database for each row pays nothing),
         and read again (one SELECT) only once the file changed since it was last found so. False also when it
-        cannot be read: opening it again says what is wrong.
+        cannot be read (or is locked): opening it again says what is wrong.
         """
+        return self._revision_kept() is True
+
+    def _revision_kept(self) -> bool | None:
+        """:meth:`still_current`'s answer; None where it cannot tell: the file is locked by a writer (a rollback
+        journal's readers wait for it), asked again at the next call."""
         now = time.monotonic()
         if now - self._checked_at < RECHECK_SECONDS:
             return True
@@ -339,6 +346,9 @@ class SqliteDatabase(Database):
                 return True
             with self._translated(), self._driver() as conn:
                 current = is_current(conn, self.path)
+        except DatabaseBusyError:
+            self._checked_at = 0.0
+            return None
         except (JudgestoreError, OSError):  # gone, unreadable
             return False
         if current:
