@@ -266,6 +266,9 @@ def _size(value: str) -> int:
         raise typer.BadParameter(str(e)) from e
 
 
+PRUNE_PANEL = "What to prune"  # its rules: each given once (store.cli.options.OnceCommand)
+
+
 def prune_command(
     settings: Settings,
     selector: Selector,
@@ -276,6 +279,7 @@ def prune_command(
         typer.Option(
             "--older-than",
             metavar="DURATION",
+            rich_help_panel=PRUNE_PANEL,
             parser=_duration,
             help="Rows written before now - DURATION (30d, 12h, 2w, 90m).",
         ),
@@ -285,6 +289,7 @@ def prune_command(
         typer.Option(
             "--keep-last-runs",
             min=0,
+            rich_help_panel=PRUNE_PANEL,
             metavar="N",
             help="Rows of every run but the N newest (a run is as new as its newest row's created_at).",
         ),
@@ -294,6 +299,7 @@ def prune_command(
         typer.Option(
             "--max-size",
             metavar="SIZE",
+            rich_help_panel=PRUNE_PANEL,
             parser=_size,
             help="The oldest rows until the data fits in SIZE (500MB, 2GB, 1.5GiB; what `stats` shows as data).",
         ),

@@ -11,8 +11,9 @@ Contract:
   --adopted-from --adopted/--not-adopted`` (:func:`row_filter`); ``--model`` names the model of
   the rows (a row filter) in the data commands and the model to run in
   ``generate``/``judge``.
-* A filter that takes one value (a row filter or a database selector)
-  takes it once (:class:`OnceCommand`, the base of every command's class):
+* An option that says what a command acts on (a database selector, a row
+  filter, a "What to ..." option: adopt's source, prune's rules) takes one
+  value once (:class:`OnceCommand`, the base of every command's class):
   ``--instruction-id 0 --instruction-id 1`` (or ``--empty --non-empty``) is
   a usage error, where click kept the last and a ``delete`` deleted the rows
   of one of them. Other options keep click's rule, the last one given wins,
@@ -50,20 +51,31 @@ FILTER_PANEL = "Filter rows"
 
 
 class OnceCommand(TyperCommand):
-    """A command whose filters that take one value refuse to be given twice (see the module docstring); a
-    repeatable filter (``--input-hash``) may repeat."""
+    """A command whose options that say what it acts on take one value once (see the module docstring): those
+    under the panels :data:`SELECT_PANEL`, :data:`FILTER_PANEL` and any "What to ..." (adopt's source, prune's
+    rules). A repeatable one (``--input-hash``) may repeat; a flag may, but not with its opposite."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not ctx.resilient_parsing:
+        if not ctx.resilient_parsing and not set(args) & set(ctx.help_option_names):  # --help still helps
             _, _, order = self.make_parser(ctx).parse_args(args=list(args))  # every option as often as given
             for param, times in Counter(order).items():
-                if times < 2 or not isinstance(param, TyperOption) or param.multiple:
-                    continue
-                if getattr(param, "rich_help_panel", None) in (SELECT_PANEL, FILTER_PANEL):
-                    raise typer.BadParameter(
-                        f"given {times} times; a filter takes one value: run the command once for each", ctx, param
-                    )
+                if times > 1 and isinstance(param, TyperOption) and not param.multiple and _says_what(param):
+                    _refuse_twice(ctx, param, times, args)
         return super().parse_args(ctx, args)
+
+
+def _says_what(param: TyperOption) -> bool:
+    panel = str(getattr(param, "rich_help_panel", None) or "")
+    return panel in (SELECT_PANEL, FILTER_PANEL) or panel.startswith("What to ")
+
+
+def _refuse_twice(ctx: Any, param: TyperOption, times: int, args: list[str]) -> None:
+    if not param.is_flag:
+        raise typer.BadParameter(f"given {times} times; it takes one value: run the command once for each", ctx, param)
+    both = [names for names in (param.opts, param.secondary_opts) if set(names) & set(args)]
+    if len(both) == 2:  # --empty --non-empty: the last won (was); the same flag twice says it once more
+        shown = " / ".join(f"'{names[0]}'" for names in both)
+        raise typer.BadParameter("give one of them, not both", ctx, param_hint=shown)
 
 
 MOST_ROWS = 2**63 - 1  # the largest count a SQL LIMIT takes (a 64-bit integer, on SQLite and PostgreSQL)

@@ -421,6 +421,16 @@ def test_a_threshold_option_says_what_it_takes(
     assert not (tmp_path / "store").exists()
 
 
+def test_a_source_named_twice_is_a_usage_error(tmp_path: Path) -> None:
+    """`--from A --from B` adopted from B, the last given (was): what a command acts on is given once."""
+    args = ["adopt", "--model", str(tmp_path / "model"), "--task", "t", "--store-root", str(tmp_path / "store"),
+            "--across", "backend_version", "--from", "aaaa", "--from", "bbbb"]  # fmt: skip
+    result = CliRunner().invoke(app(), args)
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for '--from': given 2 times; it takes one value" in " ".join(result.stderr.split())
+    assert not (tmp_path / "store").exists()
+
+
 def test_an_adoption_interrupted_while_copying_leaves_no_row_and_no_record(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:

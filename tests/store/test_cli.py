@@ -1676,7 +1676,8 @@ def test_a_stdout_whose_encoding_lacks_a_character_shows_its_escape_not_a_traceb
     [
         (["delete", "--instruction-id", "0", "--instruction-id", "1", "--yes"], "--instruction-id"),
         (["delete", "--model", "qwen", "--model=llama", "--yes"], "--model"),
-        (["delete", "--empty", "--non-empty", "--task", "mt-bench", "--yes"], "--empty"),
+        (["delete", "--empty", "--non-empty", "--task", "mt-bench", "--yes"], "--empty' / '--non-empty"),
+        (["prune", "--older-than", "90d", "--older-than", "1d", "--yes"], "--older-than"),  # prune's rules too
         (["delete", "--task", "mt-bench", "--task", "arena-hard", "--benchmark", "mt-bench", "--yes"], "--task"),
         (["query", "--instruction-id", "0", "--instruction-id", "1"], "--instruction-id"),
     ],
@@ -1689,13 +1690,17 @@ def test_a_filter_given_twice_is_a_usage_error_and_nothing_is_deleted(
     before = file_digests(filled)
     refused = judgestore(*args)
     assert refused.exit_code == 2, refused.output
-    assert f"Invalid value for '{option}': given 2 times; a filter takes one value" in refused.stderr
+    said = "give one of them, not both" if "' / '" in option else "given 2 times; it takes one value"
+    assert f"Invalid value for '{option}': {said}" in refused.stderr
     assert file_digests(filled) == before and refused.stdout == ""
 
 
 def test_a_repeatable_filter_and_a_plain_flag_may_repeat(filled: Path) -> None:
     with Store(Settings(), root=filled, readonly=True) as store:
         key = next(iter(store.open(store.locations()[0]).query())).input_hash
-    twice = judgestore("query", "--input-hash", key, "--input-hash", key, "--json", "--json")
+    twice = judgestore("query", "--input-hash", key, "--input-hash", key, "--json", "--json", "--non-empty",
+                       "--non-empty")  # fmt: skip
     assert twice.exit_code == 0, twice.output
     assert [row["input_hash"] for row in orjson.loads(twice.stdout)] == [key]
+    helped = judgestore("query", "--task", "a", "--task", "b", "--help")  # was: the refusal, not the help
+    assert helped.exit_code == 0 and "Usage: judgestore query" in helped.stdout
