@@ -74,7 +74,7 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                         f"{path}:{number}: not UTF-8 text (byte {line[bad.start]:#04x} at byte {bad.start + 1} of the "
                         "line); save the file as UTF-8"
                     ) from e
-                if "number" not in e.msg:
+                if "infinity" not in e.msg:  # orjson's "number is infinity when parsed as double", no other
                     said = f"{e.msg} at character {e.pos + 1}"
                     raise InvalidInputError(f"{path}:{number}: not valid JSON ({said})") from e
                 value = _exact_integers(path, number, line)  # past a double's range: valid JSON orjson cannot hold
@@ -93,7 +93,7 @@ def _exact_integers(path: Path, number: int, line: bytes) -> Any:
     and refuses one past a double's range (was: "not valid JSON" of a 400-digit id)."""
     try:
         return json.loads(line, parse_constant=_no_constant)
-    except _NotJson as e:
+    except (_NotJson, json.JSONDecodeError) as e:
         raise InvalidInputError(f"{path}:{number}: not valid JSON ({e})") from e
     except ValueError as e:  # an integer of more digits than Python converts
         raise InvalidInputError(f"{path}:{number}: {e}; give a long id as text") from e

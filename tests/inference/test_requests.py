@@ -249,6 +249,9 @@ def test_an_id_past_a_doubles_range_keeps_every_digit_and_nan_stays_refused(tmp_
     prompts.write_text(f'{{"instruction_id": {"7" * 400}, "n": NaN, {chat}}}\n')
     with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: not valid JSON \(NaN is no JSON value\)"):
         read_completion_requests(prompts)
+    prompts.write_text(f'{{"instruction_id": 01, {chat}}}\n')  # orjson's own words, not "give a long id as text"
+    with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: not valid JSON \(number with leading zero"):
+        read_completion_requests(prompts)
     prompts.write_text(f'{{"instruction_id": 1{"0" * 5000}, {chat}}}\n')
     with pytest.raises(InvalidInputError, match=r"prompts.jsonl:1: .*give a long id as text"):
         read_completion_requests(prompts)
