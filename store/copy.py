@@ -557,11 +557,15 @@ def _copy_one(
                 target.discard_if_empty(location)
         raise
     except InvalidInputError as e:  # a source row the target refuses: its key, or a value no store keeps now
+        refused = (
+            "would refuse a source row, and the rows of its chunk would not be written"
+            if dry_run
+            else "refused a source row, and the rows of its chunk were not written"
+        )
         result.problems.append(
-            f"the target {result.target or target.where} refused a source row, and the rows of its chunk were not "
-            f"written: {e}. The source was only read: delete or rewrite that row there (`judgestore delete "
-            "--input-hash HASH`; `judgestore verify` checks every row's key), then copy again; rows already "
-            "copied are kept"
+            f"the target {result.target or target.where} {refused}: {e}. The source was only read: delete or "
+            "rewrite that row there (`judgestore delete --input-hash HASH`; `judgestore verify` checks every row's "
+            "key), then copy again" + ("" if dry_run else "; rows already copied are kept")
         )
     except JudgestoreError as e:  # the target's database is behind, ahead, not ours, full, refused a write...
         result.problems.append(f"the target {result.target or target.where} failed: {e}")
