@@ -155,7 +155,7 @@ class Database(ABC):
     def _left_behind(self) -> str | None:
         """Why this handle's database is no longer the one it opened (None: it is). A long run keeps its handle:
         another process's upgrade by a newer judgestore would have it write rows the file's new revision may
-        read otherwise. A backend that can tell overrides this (SQLite)."""
+        read otherwise. Each backend asks at most every :data:`RECHECK_SECONDS`."""
         return None
 
     @contextmanager

@@ -44,7 +44,6 @@ from store.tables.filters import ERROR_FINISH_REASONS, RowFilter, parse_timestam
 
 R = TypeVar("R")
 
-
 STORE_PANEL = "Store"
 SELECT_PANEL = "Select databases"
 FILTER_PANEL = "Filter rows"
