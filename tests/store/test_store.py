@@ -648,6 +648,33 @@ def test_a_kept_handle_waits_for_a_writer_of_a_rollback_journal_file_rather_than
         assert handle.count() == 2
 
 
+@pytest.mark.parametrize("journal", ["wal", "rollback"])
+def test_a_write_that_waited_for_an_upgrade_to_finish_is_refused_under_the_lock(tmp_path: Path, journal: str) -> None:
+    """The revision was checked before the write waited for its lock: an upgrade holding the lock meanwhile moved
+    the file to another revision, and the write went in after it, a row of the old schema in the new file (was)."""
+    import threading
+
+    root, location = tmp_path / "store", Location.of("completions", "t", QWEN)
+    patient = Settings(journal_policy=journal, busy_timeout_ms=200, lock_retries=8)  # type: ignore[arg-type]
+    with Store(patient, root=root) as store:
+        handle = store.database("completions", "t", QWEN)
+        assert handle.put_many([completion_record(1)]) == 1
+        upgrader = sqlite3.connect(location.db_path(root), isolation_level=None, check_same_thread=False)
+        upgrader.execute("BEGIN EXCLUSIVE")  # as a newer judgestore's `db upgrade` holds it
+        upgrader.execute("UPDATE judgestore_alembic_version SET version_num = '9999'")
+        threading.Timer(0.6, upgrader.execute, ("COMMIT",)).start()
+        try:
+            with pytest.raises(SchemaError, match=r"changed under this process.*its revision is now 9999"):
+                handle.put_many([completion_record(2)])
+            with pytest.raises(SchemaError, match="its revision is now 9999"):
+                handle.delete(RowFilter(run_id="run-1"))  # every write, not only put_many
+        finally:
+            time.sleep(0.7)
+            upgrader.close()
+    with closing(sqlite3.connect(location.db_path(root))) as db:
+        assert db.execute("SELECT count(*) FROM completions").fetchone() == (1,)
+
+
 @pytest.mark.parametrize("readonly", [True, False], ids=["read-only", "read-write"])
 def test_a_store_kept_open_sees_its_database_moved_to_another_revision_by_another_process(
     tmp_path: Path, readonly: bool, monkeypatch: pytest.MonkeyPatch

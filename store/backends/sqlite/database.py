@@ -37,6 +37,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
+from store import schema
 from store.backend import RECHECK_SECONDS, Database, values_read
 from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
@@ -50,14 +51,23 @@ from store.backends.sqlite.connections import (
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlite_get_many, sqlite_insert
 from store.backends.sqlite.verify import integrity_damage
-from store.errors import ChangedUnderReadError, DatabaseBusyError, JudgestoreError, StoreFullError
+from store.errors import ChangedUnderReadError, DatabaseBusyError, JudgestoreError, SchemaError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.repository import PARTITION_BYTES, STREAM_SLICE, Repository, records_bytes
+from store.schema import VERSION_TABLE
 from store.settings import Settings
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, listed_records, lookup_keys
 
 T = TypeVar("T")
+
+
+def _moved(how: str) -> str:
+    """What a write refused by :meth:`SqliteDatabase._left_behind` (or in its transaction) says."""
+    return (
+        f"changed under this process since it was opened: {how}; nothing was written. Open the store again (a "
+        "newer revision needs a newer judgestore)"
+    )
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -146,6 +156,7 @@ class SqliteDatabase(Database):
         conn = self.engine.connect().execution_options(write=True)
         try:
             self._retry(conn.begin)  # BEGIN IMMEDIATE: waits for the write lock up front
+            self._refuse_another_revision(conn.connection.driver_connection)  # type: ignore[arg-type]
             yield conn
             conn.commit()
         except BaseException:
@@ -250,6 +261,7 @@ class SqliteDatabase(Database):
             with self._driver() as conn:
                 conn.execute("BEGIN IMMEDIATE")  # waits for the write lock up front
                 try:
+                    self._refuse_another_revision(conn)
                     written = insert.execute(conn, rows)
                     check_keys(self.location.role, records)
                     conn.execute("COMMIT")
@@ -310,15 +322,20 @@ class SqliteDatabase(Database):
         files = (self.path, wal_path(self.path))
         return tuple((f.stat().st_size, f.stat().st_mtime_ns) if f.exists() else None for f in files)
 
+    def _refuse_another_revision(self, conn: sqlite3.Connection) -> None:
+        """Inside a write transaction, which holds the write lock: refuse a file another process moved to another
+        revision, even while this one waited for its lock (an upgrade holds it): one indexed read, some us."""
+        found = [row[0] for row in conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
+        if found != [schema.revisions().head]:
+            raise SchemaError(self.where, _moved(f"its revision is now {', '.join(found) or 'none'}"))
+
     def _left_behind(self) -> str | None:
         # A clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice. A file a writer locks
         # (a rollback journal's readers wait) cannot tell: the write itself waits for it (was: refused as moved).
         if self._revision_kept() is not False:
             return None
-        return (
-            "changed under this process since it was opened: another process upgraded it (a newer judgestore's "
-            "`db upgrade`) or put another file in its place; nothing was written. Open the store again (a newer "
-            "revision needs a newer judgestore)"
+        return _moved(
+            "another process upgraded it (a newer judgestore's `db upgrade`) or put another file in its place"
         )
 
     def still_current(self) -> bool:
