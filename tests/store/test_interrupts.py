@@ -247,3 +247,33 @@ def test_a_signal_stops_a_long_delete_at_once_with_its_own_exception_and_deletes
         assert database.count() == 800  # its transaction rolled back
         assert database.put_many([completion_record(800)]) == 1  # the connection is fit for the next statement
     assert stopped < 60  # uninterrupted: some 20 minutes here (800 rows, 1.5 s each; 400 rows took 92 s)
+
+
+def test_ctrl_c_stops_a_long_delete_while_another_thread_deletes_and_the_hook_is_put_back(tmp_path: Path) -> None:
+    """A delete in another thread that ended first turned sqlite3's callback tracebacks off under the long one:
+    Ctrl-C then came out as "SQLite failed: interrupted ... restore it from a backup" (was); and the thread that
+    ended last put back the other's hook, so the process kept a stale one (was)."""
+    with Store(root=tmp_path) as store:
+        slow = store.database("completions", "t", QWEN)
+        slow.put_many([completion_record(i) for i in range(800)])
+        quick = store.database("completions", "u", QWEN)
+        quick.put_many([completion_record(i) for i in range(10)])
+    with closing(sqlite3.connect(slow.path)) as conn, conn:
+        conn.execute("CREATE TRIGGER slow BEFORE DELETE ON completions BEGIN "
+                     "SELECT count(*) FROM completions a, completions b, completions c; END")  # fmt: skip
+    hook = sys.unraisablehook
+    with Store(root=tmp_path) as store:
+        slow, quick = store.database("completions", "t", QWEN), store.database("completions", "u", QWEN)
+        other = threading.Thread(target=quick.delete, args=(RowFilter(benchmark="mt-bench"),))
+        ctrl_c = threading.Timer(1.0, os.kill, (os.getpid(), signal.SIGINT))
+        threading.Timer(0.3, other.start).start()
+        ctrl_c.start()
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                slow.delete(RowFilter(benchmark="mt-bench"))
+        finally:
+            ctrl_c.cancel()
+            time.sleep(0.4)
+            other.join(timeout=30)
+        assert slow.count() == 800 and quick.count() == 0
+    assert sys.unraisablehook is hook

@@ -34,6 +34,7 @@ import functools
 import linecache
 import sqlite3
 import sys
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -385,6 +386,46 @@ def _nul_rewritten(column: Any) -> Any:
 _STEPS_BETWEEN_CHECKS = 100_000  # SQLite VM steps between two looks for a signal: a few ms of work
 
 
+class _SignalsAbort:
+    """What :func:`signals_abort` shares between the statements running under it at once (threads): sqlite3's
+    callback tracebacks and ``sys.unraisablehook`` are the process's, turned on by the first and back by the
+    last (was: the first to end turned them off under the others); each thread keeps its own exceptions."""
+
+    lock = threading.Lock()
+    users = 0
+    previous_hook: Any = None
+    local = threading.local()
+
+    @classmethod
+    def enter(cls) -> list[BaseException]:
+        with cls.lock:
+            if cls.users == 0:
+                cls.previous_hook = sys.unraisablehook
+                sys.unraisablehook = cls.kept
+                sqlite3.enable_callback_tracebacks(True)
+            cls.users += 1
+        raised: list[BaseException] = []
+        cls.local.raised = raised
+        return raised
+
+    @classmethod
+    def leave(cls) -> None:
+        cls.local.raised = None
+        with cls.lock:
+            cls.users -= 1
+            if cls.users == 0:
+                sqlite3.enable_callback_tracebacks(False)  # sqlite3's default (judgestore never turns it on elsewhere)
+                sys.unraisablehook = cls.previous_hook
+
+    @classmethod
+    def kept(cls, unraisable: Any) -> None:
+        raised = getattr(cls.local, "raised", None)
+        if unraisable.object is _steps and unraisable.exc_value is not None and raised is not None:
+            raised.append(unraisable.exc_value)
+        else:
+            cls.previous_hook(unraisable)
+
+
 @contextmanager
 def signals_abort(conn: sqlite3.Connection) -> Iterator[None]:
     """A signal whose handler raises (Ctrl-C's ``KeyboardInterrupt``, SIGTERM's, a deadline's own exception) stops
@@ -393,20 +434,10 @@ def signals_abort(conn: sqlite3.Connection) -> Iterator[None]:
     SQLite calls a progress handler every :data:`_STEPS_BETWEEN_CHECKS` steps; being Python code, it runs a
     pending signal's handler, whose exception makes it fail, which aborts the statement (SQLite rolls back its
     transaction). sqlite3 hands that exception to ``sys.unraisablehook`` (with callback tracebacks on) instead of
-    raising it, so it is kept there, and raised in place of sqlite3's "interrupted" (was: every signal's became a
-    ``KeyboardInterrupt``).
+    raising it, so it is kept there (:class:`_SignalsAbort`), and raised in place of sqlite3's "interrupted"
+    (was: every signal's became a ``KeyboardInterrupt``).
     """
-    raised: list[BaseException] = []
-    previous = sys.unraisablehook
-
-    def kept(unraisable: Any) -> None:
-        if unraisable.object is _steps and unraisable.exc_value is not None:
-            raised.append(unraisable.exc_value)
-        else:
-            previous(unraisable)
-
-    sys.unraisablehook = kept
-    sqlite3.enable_callback_tracebacks(True)
+    raised = _SignalsAbort.enter()
     conn.set_progress_handler(_steps, _STEPS_BETWEEN_CHECKS)
     try:
         yield
@@ -416,8 +447,7 @@ def signals_abort(conn: sqlite3.Connection) -> Iterator[None]:
         raise
     finally:
         conn.set_progress_handler(None, _STEPS_BETWEEN_CHECKS)
-        sqlite3.enable_callback_tracebacks(False)  # sqlite3's default (judgestore never turns it on elsewhere)
-        sys.unraisablehook = previous
+        _SignalsAbort.leave()
 
 
 def _steps() -> int:
