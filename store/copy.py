@@ -557,10 +557,12 @@ def _copy_one(
                 target.discard_if_empty(location)
         raise
     except InvalidInputError as e:  # a source row the target refuses: its key, or a value no store keeps now
-        refused = (
-            "would refuse a source row, and the rows of its chunk would not be written"
+        refused = (  # the copy of this database stops at its first refused row: the chunks after it are not read
+            "would refuse a source row, and the copy of this database would stop there: its chunk and the rows "
+            "after it would not be written"
             if dry_run
-            else "refused a source row, and the rows of its chunk were not written"
+            else "refused a source row, and the copy of this database stopped there: its chunk and the rows after "
+            "it were not written"
         )
         result.problems.append(
             f"the target {result.target or target.where} {refused}: {e}. The source was only read: delete or "

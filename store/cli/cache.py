@@ -237,7 +237,7 @@ def _print_runs(found: "list[DatabaseStats]", limit: int) -> None:
             Text(location.model),
             location.descriptor_hash16,
             run.mode,
-            f"{run.distinct_inputs:,}",  # what its hits and misses add up to, as the runs line counts (was: slots)
+            f"{run.hits + run.misses:,}",  # as the runs line counts: a shared batch's job asked its own share only
             f"{run.hits:,}",
             f"{run.misses:,}",
             _seconds(run.saved_engine_seconds),
