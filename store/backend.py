@@ -78,6 +78,16 @@ T = TypeVar("T")
 RECHECK_SECONDS = 1.0  # how often a database kept open asks whether it left this library's revision
 
 
+def changed_under(where: str, how: str) -> SchemaError:
+    """The error of a write refused because another process moved its database to another revision (``how``)
+    since this handle opened it (:meth:`Database._left_behind`)."""
+    return SchemaError(
+        where,
+        f"changed under this process since it was opened: {how}; nothing was written. Open the store again (a "
+        "newer revision needs a newer judgestore)",
+    )
+
+
 class Database(ABC):
     """One descriptor database (see the module docstring); built by its storage, never directly."""
 
@@ -149,11 +159,11 @@ class Database(ABC):
             raise DatabaseFileError(
                 self.where, "was opened read-only: writes are refused (open the store without readonly)"
             )
-        if (why := self._left_behind()) is not None:
-            raise SchemaError(self.where, why)
+        if (how := self._left_behind()) is not None:
+            raise changed_under(self.where, how)
 
     def _left_behind(self) -> str | None:
-        """Why this handle's database is no longer the one it opened (None: it is). A long run keeps its handle:
+        """How this handle's database is no longer the one it opened (None: it is). A long run keeps its handle:
         another process's upgrade by a newer judgestore would have it write rows the file's new revision may
         read otherwise. Each backend asks at most every :data:`RECHECK_SECONDS`."""
         return None

@@ -22,8 +22,6 @@ Contract:
   report file, if asked for, is the only file written).
 """
 
-import os
-from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -38,6 +36,7 @@ from store.cli.common import (
     command_errors,
     emit_json,
     interrupted,
+    outside_folder,
     progress_bars,
     quantity,
     stderr,
@@ -47,7 +46,6 @@ from store.cli.common import (
 )
 from store.cli.options import JsonOutput, grouped, store_settings
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import InvalidInputError
 
 if TYPE_CHECKING:  # the legacy readers are imported when `import` runs: other commands do not pay for them
     from store.legacy.detect import Detection, DetectionResult
@@ -182,17 +180,6 @@ def _print_reasons(report: "ImportReport", console: Console) -> None:
                 console.print(line, soft_wrap=True)
 
 
-def _outside_the_sources(report: Path, sources: Sequence[Path]) -> None:
-    """Refuse a report that would land inside a legacy cache folder given (a later import would find it there)."""
-    where = Path(os.path.realpath(report))
-    for source in sources:
-        if source.is_dir() and where.is_relative_to(os.path.realpath(source)):
-            raise InvalidInputError(
-                f"--report {report} is inside the legacy cache {source}, whose files are only read: write the "
-                "report elsewhere"
-            )
-
-
 def import_command(
     sources: Annotated[
         list[Path], typer.Argument(help="Legacy cache files or folders (searched recursively).", metavar="PATH")
@@ -280,7 +267,8 @@ def import_command(
 
     if report_path is not None:  # legacy files are only read: the report goes over none of them, nor among them
         writable_output(report_path, "--report", [*sources, *(p for p in (inputs_path, descriptor_path) if p)])
-        _outside_the_sources(report_path, sources)
+        for source in (s for s in sources if s.is_dir()):  # a later import would find the report there
+            outside_folder(report_path, "--report", source, f"the legacy cache {source}, whose files are only read")
     result = detect(sources)
     if detect_only:
         found = {"sources": [d.as_dict() for d in result.detections], "ignored_files": result.ignored_files}

@@ -542,13 +542,17 @@ def writable_output(path: Path, option: str, inputs: Sequence[Path] = ()) -> Non
 def outside_store(path: Path, option: str, root: Path) -> None:
     """Refuse an output file inside the store's folder ``root``: it would replace one of its databases (the rows in
     it lost) or lie among them, a stray file ``verify`` reports."""
+    outside_folder(path, option, root, f"the store's folder {root}: its files are the store's (a database written "
+                   "over loses its rows)")  # fmt: skip
+
+
+def outside_folder(path: Path, option: str, folder: Path, whose: str) -> None:
+    """Refuse an output file inside ``folder`` (``whose``: the folder as the refusal names it, and why it is not
+    to be written in); stdout and what is written in place (a pipe, a device) are no file there."""
     if str(path) == "-" or writes_stdout(path) or written_in_place(path):
         return
-    if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(root)):
-        raise InvalidInputError(
-            f"{option} {path} is inside the store's folder {root}: its files are the store's (a database "
-            "written over loses its rows); write it elsewhere"
-        )
+    if Path(os.path.realpath(path)).is_relative_to(os.path.realpath(folder)):
+        raise InvalidInputError(f"{option} {path} is inside {whose}; write it elsewhere")
 
 
 def writes_stdout(path: Path) -> bool:

@@ -84,11 +84,7 @@ class PostgresDatabase(Database):
         if revision == [revisions().head]:
             self._checked_at = now
             return None
-        return (
-            f"changed under this process since it was opened: its revision is now {', '.join(revision) or 'none'} "
-            "(another process's upgrade by a newer judgestore); nothing was written. Open the store again (a "
-            "newer revision needs a newer judgestore)"
-        )
+        return f"its revision is now {', '.join(revision) or 'none'} (another process's upgrade by a newer judgestore)"
 
     def _claim_table(self, conn: Connection) -> PostgresClaimTable:
         return PostgresClaimTable(conn, self.location.role)

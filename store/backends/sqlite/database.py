@@ -38,7 +38,7 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
 from store import schema
-from store.backend import RECHECK_SECONDS, Database, values_read
+from store.backend import RECHECK_SECONDS, Database, changed_under, values_read
 from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
     ReadOnlyConnection,
@@ -51,7 +51,7 @@ from store.backends.sqlite.connections import (
 from store.backends.sqlite.errors import retry_while_locked, translated
 from store.backends.sqlite.rows import SqliteClaimTable, SqliteRepository, sqlite_get_many, sqlite_insert
 from store.backends.sqlite.verify import integrity_damage
-from store.errors import ChangedUnderReadError, DatabaseBusyError, JudgestoreError, SchemaError, StoreFullError
+from store.errors import ChangedUnderReadError, DatabaseBusyError, JudgestoreError, StoreFullError
 from store.layout import Location, StoredMetadata, database_size, read_metadata, wal_path
 from store.repository import PARTITION_BYTES, STREAM_SLICE, Repository, records_bytes
 from store.schema import VERSION_TABLE
@@ -60,14 +60,6 @@ from store.tables.records import Record
 from store.tables.row_checks import OnConflict, check_keys, gc_paused, journaled_bytes, listed_records, lookup_keys
 
 T = TypeVar("T")
-
-
-def _moved(how: str) -> str:
-    """What a write refused by :meth:`SqliteDatabase._left_behind` (or in its transaction) says."""
-    return (
-        f"changed under this process since it was opened: {how}; nothing was written. Open the store again (a "
-        "newer revision needs a newer judgestore)"
-    )
 
 
 def _identity(path: Path) -> tuple[int, int]:
@@ -327,16 +319,14 @@ class SqliteDatabase(Database):
         revision, even while this one waited for its lock (an upgrade holds it): one indexed read, some us."""
         found = [row[0] for row in conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
         if found != [schema.revisions().head]:
-            raise SchemaError(self.where, _moved(f"its revision is now {', '.join(found) or 'none'}"))
+            raise changed_under(self.where, f"its revision is now {', '.join(found) or 'none'}")
 
     def _left_behind(self) -> str | None:
         # A clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice. A file a writer locks
         # (a rollback journal's readers wait) cannot tell: the write itself waits for it (was: refused as moved).
         if self._revision_kept() is not False:
             return None
-        return _moved(
-            "another process upgraded it (a newer judgestore's `db upgrade`) or put another file in its place"
-        )
+        return "another process upgraded it (a newer judgestore's `db upgrade`) or put another file in its place"
 
     def still_current(self) -> bool:
         """Whether the file is at this library's revision still, so that a store kept open (a browser, a notebook)
