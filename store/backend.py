@@ -165,7 +165,8 @@ class Database(ABC):
     def _left_behind(self) -> str | None:
         """How this handle's database is no longer the one it opened (None: it is). A long run keeps its handle:
         another process's upgrade by a newer judgestore would have it write rows the file's new revision may
-        read otherwise. Each backend asks at most every :data:`RECHECK_SECONDS`."""
+        read otherwise. Asked before the write's transaction (SQLite: at most every :data:`RECHECK_SECONDS`); each
+        backend asks again inside it, under the write lock an upgrade holds."""
         return None
 
     @contextmanager

@@ -965,14 +965,9 @@ def test_a_side_folder_named_after_the_urls_text_is_carried_over_once(pg_url: st
     assert root != by_text and (root / "bookkeeping").read_text() == "pushed shards" and not by_text.exists()
 
 
-def test_a_handle_a_run_keeps_refuses_to_write_a_schema_another_process_moved_to_another_revision(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_handle_a_run_keeps_refuses_to_write_a_schema_another_process_moved_to_another_revision(pg_url: str) -> None:
     """A run writes through the handle it opened: after another process's upgrade by a newer judgestore it went on
-    writing rows of its own revision into the new schema, 76,700 rows (was). Asked at most every second."""
-    from store.backends.postgres import database as database_module
-
-    monkeypatch.setattr(database_module, "RECHECK_SECONDS", 0.0)
+    writing rows of its own revision into the new schema, 76,700 rows (was). Asked inside every write."""
     with Store(url=pg_url) as store:
         handle = store.database("completions", "t", QWEN)
         assert handle.put_many([completion_record(1)]) == 1
@@ -988,3 +983,37 @@ def test_a_handle_a_run_keeps_refuses_to_write_a_schema_another_process_moved_to
         engine.dispose()
         assert handle.count() == 1  # nothing was written
         assert handle.put_many([completion_record(2)]) == 1  # back at this library's revision: it writes again
+
+
+def test_a_write_that_waited_for_a_schemas_upgrade_is_refused_under_its_write_lock(pg_url: str) -> None:
+    """The revision was asked at most once a second, before the write's transaction: a write made within a second
+    of another process's upgrade, or one that waited for the upgrade's lock, went into the migrated schema (was)."""
+    from store.backends.postgres.generations import write_lock
+
+    with Store(url=pg_url) as store:
+        handle = store.database("completions", "t", QWEN)
+        assert handle.put_many([completion_record(1)]) == 1
+        schema = schema_name(handle.location)
+        table = f'"{schema}".judgestore_alembic_version'
+        engine = create_engine(pg_url)
+        upgrader = engine.connect()
+        upgrade = upgrader.begin()
+        write_lock(upgrader, schema)  # as a newer judgestore's `db upgrade` holds it while it migrates
+        head = upgrader.execute(text(f"SELECT version_num FROM {table}")).scalar_one()
+        upgrader.execute(text(f"UPDATE {table} SET version_num = '9999'"))
+        threading.Timer(0.6, upgrade.commit).start()
+        started = time.monotonic()
+        try:
+            with pytest.raises(SchemaError, match=r"changed under this process .* its revision is now 9999"):
+                handle.put_many([completion_record(2)])
+            assert time.monotonic() - started >= 0.5  # it waited for the upgrade's lock, then read what it left
+            with pytest.raises(SchemaError, match="its revision is now 9999"):
+                handle.delete(RowFilter(run_id="run-1"))  # every write, not only put_many
+        finally:
+            time.sleep(0.2)
+            upgrader.close()
+        with engine.begin() as conn:
+            assert conn.execute(text(f'SELECT count(*) FROM "{schema}".completions')).scalar_one() == 1
+            conn.execute(text(f"UPDATE {table} SET version_num = :head"), {"head": head})
+        engine.dispose()
+        assert handle.put_many([completion_record(2)]) == 1

@@ -11,7 +11,6 @@ are retried by the storage's policy, and every driver error is typed
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol, TypeVar
@@ -19,7 +18,7 @@ from typing import Protocol, TypeVar
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from store.backend import RECHECK_SECONDS, Database
+from store.backend import Database, changed_under
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.generations import write_lock
 from store.backends.postgres.registry import quoted, schema_name, schema_options
@@ -68,23 +67,23 @@ class PostgresDatabase(Database):
         # As long as a write waits for a locked SQLite file in all (each try's busy timeout, then the retries): a
         # writer frozen inside its transaction (a suspended job) held every other writer of the schema, silently.
         self._patience_ms = self.settings.busy_timeout_ms * (self.settings.lock_retries + 1)
-        self._checked_at = time.monotonic()  # opening checked the schema's revision
 
     def _repository(self, conn: Connection) -> PostgresRepository:
         return PostgresRepository(conn, self.location.role)
 
-    def _left_behind(self) -> str | None:
-        """Asked at most every :data:`RECHECK_SECONDS` (one SELECT of the schema's revision), as on SQLite."""
-        now = time.monotonic()
-        if now - self._checked_at < RECHECK_SECONDS:
-            return None
-        with self._translated(), self.storage.connect() as conn:
-            found = conn.execute(text(f"SELECT version_num FROM {quoted(self._schema)}.{VERSION_TABLE}")).scalars()
-            revision = list(found)
-        if revision == [revisions().head]:
-            self._checked_at = now
-            return None
-        return f"its revision is now {', '.join(revision) or 'none'} (another process's upgrade by a newer judgestore)"
+    def _refuse_another_revision(self, conn: Connection) -> None:
+        """Inside a write transaction, after its write lock, which an upgrade holds while it migrates
+        (:mod:`~store.backends.postgres.upgrade`): refuse a schema another process moved to another revision since
+        this handle opened it, even one that moved while this write waited for the lock. One indexed SELECT per
+        write transaction (was: one each second, outside it, so a write made within a second of the upgrade went
+        in)."""
+        found = conn.execute(text(f"SELECT version_num FROM {quoted(self._schema)}.{VERSION_TABLE}")).scalars()
+        revision = list(found)
+        if revision != [revisions().head]:
+            how = (
+                f"its revision is now {', '.join(revision) or 'none'} (another process's upgrade by a newer judgestore)"
+            )
+            raise changed_under(self.where, how)
 
     def _claim_table(self, conn: Connection) -> PostgresClaimTable:
         return PostgresClaimTable(conn, self.location.role)
@@ -100,6 +99,7 @@ class PostgresDatabase(Database):
                 with conn.begin():
                     if write:  # before any row: writers deadlocked over the generation counter (see write_lock)
                         write_lock(conn, self._schema, wait_ms=self._patience_ms)
+                        self._refuse_another_revision(conn)
                     yield conn
             except DBAPIError as e:  # a write in our read-only transaction: the same error as on SQLite
                 if not write and getattr(e.orig, "sqlstate", None) == "25006" and _writes(e.statement):
