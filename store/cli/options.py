@@ -28,7 +28,7 @@ import enum
 import functools
 import inspect
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any, TypeVar
@@ -55,12 +55,32 @@ class OnceCommand(TyperCommand):
     rules). A repeatable one (``--input-hash``) may repeat; a flag may, but not with its opposite."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        if not ctx.resilient_parsing and not set(args) & set(ctx.help_option_names):  # --help still helps
-            _, _, order = self.make_parser(ctx).parse_args(args=list(args))  # every option as often as given
-            for param, times in Counter(order).items():
-                if times > 1 and isinstance(param, TyperOption) and not param.multiple and _says_what(param):
-                    _refuse_twice(ctx, param, times, args)
+        if not ctx.resilient_parsing:
+            try:
+                values, positional, order = self.make_parser(ctx).parse_args(args=list(args))  # each option as given
+            except typer.TyperException:  # a missing value, an unknown option: click's own parse says so
+                return super().parse_args(ctx, args)
+            if not _asks_help(ctx, order):  # --help still helps (`--model --help` names a model: checked)
+                # a token that is an option's value or an argument is not an option given (`--model --non-empty`)
+                tokens = [part for token in args for part in (token.split("=", 1) if token[:2] == "--" else [token])]
+                given = Counter(tokens) - Counter(_taken(values, order)) - Counter(map(str, positional))
+                for param, times in Counter(order).items():
+                    if times > 1 and isinstance(param, TyperOption) and not param.multiple and _says_what(param):
+                        _refuse_twice(ctx, param, times, given)
         return super().parse_args(ctx, args)
+
+
+def _asks_help(ctx: Any, order: list[Any]) -> bool:
+    return any(set(getattr(param, "opts", ())) & set(ctx.help_option_names) for param in order)
+
+
+def _taken(values: dict[str, Any], order: list[Any]) -> Iterator[str]:
+    """The tokens the options of ``order`` took as their values."""
+    for param in set(order):
+        if isinstance(param, TyperOption) and not param.is_flag and param.name in values:
+            value = values[param.name]
+            for item in value if isinstance(value, list | tuple) else [value]:
+                yield from map(str, item) if isinstance(item, list | tuple) else [str(item)]
 
 
 def _says_what(param: TyperOption) -> bool:
@@ -68,10 +88,10 @@ def _says_what(param: TyperOption) -> bool:
     return panel in (SELECT_PANEL, FILTER_PANEL) or panel.startswith("What to ")
 
 
-def _refuse_twice(ctx: Any, param: TyperOption, times: int, args: list[str]) -> None:
+def _refuse_twice(ctx: Any, param: TyperOption, times: int, given: Counter[str]) -> None:
     if not param.is_flag:
         raise typer.BadParameter(f"given {times} times; it takes one value: run the command once for each", ctx, param)
-    both = [names for names in (param.opts, param.secondary_opts) if set(names) & set(args)]
+    both = [names for names in (param.opts, param.secondary_opts) if any(given[name] for name in names)]
     if len(both) == 2:  # --empty --non-empty: the last won (was); the same flag twice says it once more
         shown = " / ".join(f"'{names[0]}'" for names in both)
         raise typer.BadParameter("give one of them, not both", ctx, param_hint=shown)

@@ -1704,3 +1704,18 @@ def test_a_repeatable_filter_and_a_plain_flag_may_repeat(filled: Path) -> None:
     assert [row["input_hash"] for row in orjson.loads(twice.stdout)] == [key]
     helped = judgestore("query", "--task", "a", "--task", "b", "--help")  # was: the refusal, not the help
     assert helped.exit_code == 0 and "Usage: judgestore query" in helped.stdout
+
+
+def test_the_given_once_check_reads_the_options_as_click_parses_them(filled: Path) -> None:
+    """`--help` given as an option's value turned the check off, and a flag's name given as another option's value
+    counted as that flag (`--model --non-empty --empty --empty` was refused as both flags) (was)."""
+    before = file_digests(filled)
+    refused = judgestore("delete", "--model", "--help", "--model", "qwen", "--yes")
+    assert refused.exit_code == 2 and "Invalid value for '--model': given 2 times" in refused.stderr, refused.output
+    assert file_digests(filled) == before
+    for value in (["--model", "--non-empty"], ["--model=--non-empty"]):
+        named = judgestore("query", *value, "--empty", "--empty", "--json")
+        assert named.exit_code == 0, named.output
+        assert orjson.loads(named.stdout) == []  # no row's model is "--non-empty"
+    both = judgestore("query", "--model", "qwen", "--empty", "--non-empty")
+    assert both.exit_code == 2 and "give one of them, not both" in both.stderr
