@@ -3,8 +3,9 @@
 Contract:
 
 * Completion request lines: ``{"messages": [...]}`` or ``{"text": "..."}``,
-  with optional ``benchmark``, ``instruction_id``, ``n`` and ``model`` (the
-  label recorded on the row).
+  with optional ``benchmark``, ``instruction_id``, ``n`` (null: 1) and
+  ``model`` (the label recorded on the row). A file may open with UTF-8's
+  byte order mark.
 * Judgement lines come in three shapes: already rendered (``messages`` or
   ``text`` plus ``model_a``, which ``judge`` requires, ``model_b``,
   ``orientation`` and, like a
@@ -32,6 +33,7 @@ Contract:
 
 from __future__ import annotations
 
+import codecs
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
@@ -62,6 +64,8 @@ def read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         raise InvalidInputError(f"{path}: cannot read ({e.strerror})") from e
     with handle:
         for number, line in enumerate(handle, 1):
+            if number == 1:  # a byte order mark (Windows PowerShell's and Notepad's UTF-8) is no JSON: refused (was)
+                line = line.removeprefix(codecs.BOM_UTF8)
             if not line.strip():
                 continue
             try:
@@ -109,6 +113,8 @@ def _no_constant(name: str) -> Any:
 
 def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_mode: InputMode | None) -> Any:
     """What ``factory`` makes of a line's values (a request, or a list of them); a bad line names itself."""
+    if values.get("n", 1) is None:  # a table's empty cell (pandas writes null): the default, one sample
+        values = {key: value for key, value in values.items() if key != "n"}
     try:
         if "messages" in values:
             render_messages_bytes(values["messages"])  # checked here too, so a bad message names its line

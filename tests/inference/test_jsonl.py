@@ -213,3 +213,26 @@ def test_a_prompt_a_model_did_not_answer_names_the_model_its_file_and_the_prompt
     said = str(refused.value)  # (was: "b has no answer for b/1", naming neither file)
     assert said.startswith(f"b ({tmp_path / 'b.jsonl'}) has no answer for {tmp_path / 'prompts.jsonl'}'s ")
     assert "b/1" in said
+
+
+def test_a_file_that_opens_with_a_byte_order_mark_and_an_empty_n_reads_as_without_them(tmp_path: Path) -> None:
+    """Windows PowerShell's UTF-8 opens with a byte order mark, and pandas writes an empty `n` cell as null: both
+    lines were refused (was). A mark anywhere else is still no JSON."""
+    from inference.jsonl import read_completion_requests, read_judgement_requests
+
+    plain = [{"text": "hello", "instruction_id": "1"}, {"text": "again", "n": 2}]
+    given = [{**plain[0], "n": None}, plain[1]]
+    (tmp_path / "plain.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in plain))
+    (tmp_path / "marked.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(orjson.dumps(row) + b"\r\n" for row in given))
+    read = read_completion_requests(tmp_path / "marked.jsonl")
+    assert [(r.text, r.n) for r in read] == [(r.text, r.n) for r in read_completion_requests(tmp_path / "plain.jsonl")]
+    assert [r.n for r in read] == [1, 2]
+    judged = tmp_path / "judged.jsonl"
+    judged.write_bytes(b"\xef\xbb\xbf" + orjson.dumps({"text": "x", "model_a": "m", "n": None}) + b"\n")
+    assert [r.n for r in read_judgement_requests(judged, to_store=True)] == [1]
+    (tmp_path / "late.jsonl").write_bytes(orjson.dumps(plain[0]) + b"\n\xef\xbb\xbf" + orjson.dumps(plain[1]) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"late\.jsonl:2: not valid JSON"):
+        read_completion_requests(tmp_path / "late.jsonl")
+    (tmp_path / "zero.jsonl").write_bytes(orjson.dumps({"text": "x", "n": 0}) + b"\n")
+    with pytest.raises(InvalidInputError, match=r"zero\.jsonl:1: n must be an integer from 1"):
+        read_completion_requests(tmp_path / "zero.jsonl")
