@@ -517,6 +517,53 @@ def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, 
     assert answers[0] == answers[1]
 
 
+@pytest.mark.postgres
+def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collation(
+    pg_url: str, store_root: Path
+) -> None:
+    """`where(judge > last).order_by(judge)`, paging by keyset: the server compared in its collation (a < B) and
+    ordered by code point, and the pages skipped rows a folder store returned (was)."""
+    judges = [["a", "C", "\u00e9", "_z"], ["B", "d", "Z", "a\0"]]
+    other = aliased(Judgement)
+    statements = [
+        select(Judgement.judge).where(Judgement.judge > "Z").order_by(Judgement.judge),  # one statement
+        select(Judgement.judge).where(Judgement.judge <= "a").order_by(Judgement.judge.desc()),
+        select(Judgement.judge).where(Judgement.judge.between("C", "a")).order_by(Judgement.judge),
+        select(Judgement.judge).where(~Judgement.judge.between("C", "a")).order_by(Judgement.judge),
+        select(Judgement.judge).where(literal("a", String) < Judgement.judge).order_by(Judgement.judge),
+        select(Judgement.judge)  # a join, run in each schema and merged
+        .join(other, other.input_hash == Judgement.input_hash)
+        .where(Judgement.judge >= "_")
+        .order_by(Judgement.judge),
+        select(func.count()).where(Judgement.judge < "a"),
+        select(Judgement.judge, func.count())
+        .where(Judgement.judge > "Z")
+        .group_by(Judgement.judge)
+        .order_by(Judgement.judge),
+    ]
+    pages: list[list[str]] = []
+    answers = []
+    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
+        for store in (server, folder):
+            for i, names in enumerate(judges):
+                rows = [judgement_record(i * 4 + k, judge=name) for k, name in enumerate(names)]
+                store.database("judgements", "arena", descriptor(i)).put_many(rows)
+        _judges_collated_a_before_b(server)
+        for store in (server, folder):
+            answers.append([store.execute(statement).all() for statement in statements])
+            seen: list[str] = []
+            after = select(Judgement).order_by(Judgement.judge).limit(3)  # entities, as a researcher pages them
+            while page := [
+                found.row.judge for found in store.scalars(after.where(Judgement.judge > (seen[-1] if seen else "")))
+            ]:
+                seen += page
+            pages.append(seen)
+    expected = sorted(name for names in judges for name in names)  # code point order: B C Z _z a a\0 d \u00e9
+    assert pages[1] == expected and pages[0] == expected
+    assert [judge for (judge,) in answers[1][0]] == ["_z", "a", "a\0", "d", "\u00e9"]
+    assert answers[0] == answers[1]
+
+
 # ---------------------------------------------------------------- joins stay inside each database
 
 

@@ -37,7 +37,9 @@ Contract:
   :class:`~store.errors.StatementError` that says what to cast
   (:func:`_statement_errors`), not an error of the server or its schema.
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
-  ``min``/``max``) is compared in the ``"C"`` collation, by code point,
+  ``min``/``max``, both sides of a condition's ``<``, ``<=``, ``>``, ``>=``
+  or ``between``: :func:`_code_point_compared`) is compared in the ``"C"``
+  collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
   the merge does. Under the server's own collation (``en_US``: ``a < B``)
   the merged streams of two schemas would not even be in order. Text is
@@ -84,8 +86,10 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql.elements import ColumnElement, FunctionFilter, Label
+from sqlalchemy.sql import operators
+from sqlalchemy.sql.elements import BinaryExpression, ColumnElement, FunctionFilter, Grouping, Label
 from sqlalchemy.sql.sqltypes import NullType
+from sqlalchemy.sql.visitors import replacement_traverse
 
 from store.across.merge import Evaluator, read_each
 from store.across.plan import AcrossRows, Kind, Plan, aggregate_of, compares_as_text
@@ -170,7 +174,7 @@ def _codepoint_ordered(plan: Plan) -> Plan:
     """``plan`` comparing text by code point (its ordering, its ``min``/``max``), as SQLite and the merge compare
     it: in the "C" collation, over :func:`_code_point_key` of the stored (escaped) text; and reading text that
     SQLAlchemy leaves untyped (``lower(x)``...) unescaped (:func:`_read_unescaped`)."""
-    statement = plan.statement
+    statement = _code_point_compared(plan.statement)
     texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
     columns: list[Any] = [d["expr"] for d in statement.column_descriptions]  # an entity stays an entity
     compared: dict[int, Any] = {}  # a text min/max column: what is compared, min(key(x)), before it is read back
@@ -205,6 +209,36 @@ def _codepoint_ordered(plan: Plan) -> Plan:
             )
         statement = statement.order_by(None).order_by(*terms)
     return plan if statement is plan.statement else dataclasses.replace(plan, statement=statement)
+
+
+_ORDERING = frozenset({operators.lt, operators.le, operators.gt, operators.ge})
+_BETWEEN = frozenset({operators.between_op, operators.not_between_op})
+
+
+def _code_point_compared(statement: Select[Any]) -> Select[Any]:
+    """``statement`` with each ordering comparison of text (``<``, ``<=``, ``>``, ``>=``, ``between``: in ``where``,
+    ``having``, anywhere) made over :func:`_code_point_key` of both sides, as SQLite compares text and as this
+    module orders it: under the server's collation (``en_US``: ``'_z' < 'B'``), ``where(x > last)`` over an
+    ``order_by(x)`` by code point skipped rows a folder store returned (was). Equality is the same either way."""
+
+    def keyed(element: Any, **_: Any) -> Any:
+        if not isinstance(element, BinaryExpression):
+            return None
+        if element.operator in _ORDERING and (compares_as_text(element.left) or compares_as_text(element.right)):
+            return element.operator(_code_point_key(element.left), _code_point_key(element.right))
+        if element.operator in _BETWEEN and compares_as_text(element.left):
+            low, high = element.right.clauses
+            # in parentheses: the server's grammar takes no COLLATE between BETWEEN and AND
+            keys = _code_point_key(element.left), Grouping(_code_point_key(low)), Grouping(_code_point_key(high))
+            return element.operator(*keys, symmetric=bool(element.modifiers.get("symmetric")))
+        return None
+
+    # Only the conditions: a copy of a term also in group_by (or order_by) would bind its values under new names,
+    # and the server would no longer see the ordered term as the grouped one.
+    kept = [*statement._raw_columns, *statement._group_by_clauses, *statement._order_by_clauses]
+    compared = replacement_traverse(statement, {"stop_on": kept}, keyed)
+    assert isinstance(compared, Select)  # a copy of the statement
+    return compared
 
 
 def _read_type(term: Any) -> Any:
