@@ -412,9 +412,16 @@ def _order_key(term: ClauseElement, statement: Select[Any]) -> OrderKey:
         )
     _refuse_json(term, f"order_by({term})")
     _refuse_untyped(term, f"order_by({term})")
-    if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
-        raise StatementError(f"order_by({term}) names a collation; across databases rows are ordered by value")
+    _refuse_collation(term, f"order_by({term})", "rows are ordered by value")
     return OrderKey(term, descending, nulls_first)
+
+
+def _refuse_collation(term: ClauseElement, said: str, instead: str) -> None:
+    """A collation (``x.collate("NOCASE")``) in a term the databases' answers are combined by: each database
+    would apply it, and the merge compares values exactly (``'STOP'`` and ``'stop'`` one group in each
+    database, two across them: was)."""
+    if any(isinstance(e, CollationClause) for e in visitors.iterate(term)):
+        raise StatementError(f"{said} names a collation; across databases {instead}")
 
 
 def _named_column(statement: Select[Any], name: str) -> ColumnElement[Any] | None:
@@ -581,8 +588,10 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
             _refuse_json(column, str(column))
         if h in ("min", "max"):
             _refuse_untyped(column, str(column))
+            _refuse_collation(column, str(column), "min and max compare values exactly")
     for group in groups:
         _refuse_json(group, f"group_by({group})")
+        _refuse_collation(group, f"group_by({group})", "rows are grouped by their exact values")
     if not top and not groups:
         for term in statement._order_by_clauses:
             if any(_function_name(e) in COMBINABLE or _function_name(e) in OTHER_AGGREGATES

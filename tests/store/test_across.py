@@ -814,6 +814,13 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         (lambda: select(Judgement).with_for_update(), StatementError, "FOR UPDATE"),
         (lambda: select(Judgement).order_by(text("judge")), StatementError, "text"),
         (lambda: select(Judgement).order_by(Judgement.judge.collate("NOCASE")), StatementError, "collation"),
+        # one group per database for 'STOP' and 'stop', two across them; min and max by exact value (was)
+        (
+            lambda: select(Judgement.judge.collate("NOCASE"), func.count()).group_by(Judgement.judge.collate("NOCASE")),
+            StatementError,
+            "grouped by their exact values",
+        ),
+        (lambda: select(func.min(Judgement.judge.collate("NOCASE"))), StatementError, "min and max compare values"),
         (lambda: select(Judgement).order_by(literal_column("judge")), StatementError, "type of judge is unknown"),
         (lambda: select(Judgement).order_by(func.date(Judgement.created_at)), StatementError, "type_=String"),
         (lambda: select(func.max(func.date(Judgement.created_at))), StatementError, r"type of max\(date"),
