@@ -48,7 +48,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Row, Select
+from sqlalchemy import Connection, Row, Select, event
 from sqlalchemy.orm import Session
 
 from store.errors import (
@@ -65,6 +65,7 @@ from store.repository import Repository
 from store.settings import Settings
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import ColumnValues, RowFilter
+from store.tables.models import MODEL_OF_ROLE
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, listed_records, lookup_keys
 
@@ -188,15 +189,30 @@ class Database(ABC):
 
         For the full ORM on one database: relationships, ``session.get``,
         updates in a migration script (``write=True``: flushed and committed
-        when the block ends, rolled back if it raises). To read many
+        when the block ends, rolled back if it raises; a row of the other
+        role's model is refused, :class:`InvalidInputError`). To read many
         databases at once, use ``Store.scalars``/``Store.execute``.
         """
         if write:
             self._check_writable()
         with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
+            if write:
+                event.listen(session, "before_flush", self._refuse_the_other_role)
             yield session
             if write:
                 session.flush()
+
+    def _refuse_the_other_role(self, session: Session, *_: object) -> None:
+        """Every database holds both roles' tables, and only its own is read (queries, ``verify``, export): a
+        judgement added to a completions database was committed and never seen again (was)."""
+        for row in (*session.new, *session.dirty):
+            role = next((r for r, model in MODEL_OF_ROLE.items() if isinstance(row, model)), self.role)
+            if role != self.role:
+                raise InvalidInputError(
+                    f"{self.where}: a {type(row).__name__} row in a database of {self.role}, whose {role} table "
+                    f"nothing reads; nothing was written. Write it through a database of {role}: "
+                    f"store.database({role!r}, task, descriptor)"
+                )
 
     def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
         """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""

@@ -1353,6 +1353,26 @@ def test_a_session_that_raises_changes_nothing(store: Store) -> None:
     assert [r.benchmark for r in database.query()] == ["arena-hard"]
 
 
+def test_a_session_refuses_a_row_of_the_other_role_and_keeps_nothing_of_its_block(either: Store) -> None:
+    """Every database holds both roles' tables: a Judgement added through a completions database's session was
+    committed into a table no query, verify or export reads (was)."""
+    database = either.database("completions", "t", descriptor(0))
+    database.put_many([completion_record(0)])
+    refused = pytest.raises(
+        InvalidInputError, match=r"a Judgement row in a database of completions.*nothing was written"
+    )
+    with refused, database.session(write=True) as session:
+        session.get(Completion, completion_record(0).input_hash).benchmark = "edited"  # type: ignore[union-attr]
+        session.add(Completion(**dataclasses.asdict(completion_record(1))))
+        session.add(Judgement(**dataclasses.asdict(judgement_record(7))))
+    with database.session() as session:
+        assert session.scalars(select(func.count()).select_from(Judgement)).one() == 0
+        assert session.scalars(select(Completion.benchmark)).all() == [completion_record(0).benchmark]
+    with database.session(write=True) as session:  # its own role's rows still go in
+        session.add(Completion(**dataclasses.asdict(completion_record(1))))
+    assert database.count() == 2
+
+
 @pytest.mark.parametrize("how", ["session", "session-add", "reading", "core"])
 def test_a_write_in_a_read_transaction_is_refused_on_both_backends_and_nothing_kept(either: Store, how: str) -> None:
     """On SQLite a read session's UPDATE, or a put_many in reading(), was committed; PostgreSQL refused it with a
