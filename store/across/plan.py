@@ -70,12 +70,14 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import JSON, Alias, CompoundSelect, Float, Integer, Select, String, Table, type_coerce
 from sqlalchemy.orm.interfaces import LoaderOption
 from sqlalchemy.sql import ClauseElement, ColumnElement, operators, visitors
 from sqlalchemy.sql.elements import (
+    BindParameter,
     ClauseList,
     CollationClause,
     ColumnClause,
@@ -99,9 +101,9 @@ from sqlalchemy.sql.selectable import (
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.util import find_tables
 
-from store.errors import NotCombinableError, StatementError
+from store.errors import InvalidInputError, NotCombinableError, StatementError
 from store.roles import Role
-from store.tables.models import Adoption, Base, Completion, Judgement, Run
+from store.tables.models import Adoption, Base, Completion, Judgement, Run, UTCDateTime
 
 ENTITIES: tuple[type[Base], ...] = (Completion, Judgement, Run, Adoption)
 ROLE_OF_TABLE: dict[str, Role] = {"completions": "completions", "judgements": "judgements"}
@@ -256,6 +258,7 @@ class Plan:
                 "loaded later. select(Entity) reads every column; to read only some, name them: "
                 "Store.execute(select(Judgement.judge, ...))"
             )
+        _refuse_naive_datetimes(statement)
         tables = _tables(statement)
         descriptions = statement.column_descriptions
         is_entity = len(descriptions) == 1 and any(descriptions[0]["expr"] is e for e in ENTITIES)
@@ -282,6 +285,21 @@ class Plan:
         return cls(statement, Kind.AGGREGATE, tables, _single(statement, tables), order, limit, offset,
                    len(descriptions), combine, _order_columns(statement, order), _ungrouped(statement),
                    computed if any(computed) else ())  # fmt: skip
+
+
+def _refuse_naive_datetimes(statement: Select[Any]) -> None:
+    """A naive datetime compared with a stored time (``created_at > datetime(2026, 1, 1)``), refused before
+    anything is read: the column's type refused it as the statement ran, in SQLAlchemy's error holding the whole
+    SQL (a ``UNION ALL`` over every schema of a server, 7,500 characters for nine: was)."""
+    for element in visitors.iterate(statement):
+        if isinstance(element, BindParameter) and isinstance(element.type, UTCDateTime):
+            values = element.value if isinstance(element.value, list | tuple) else [element.value]
+            for value in values:
+                if isinstance(value, datetime) and value.tzinfo is None:
+                    raise InvalidInputError(
+                        "a time compared with a stored one (created_at...) must be timezone-aware (e.g. "
+                        f"datetime(2026, 1, 1, tzinfo=UTC)), got naive {value!r}"
+                    )
 
 
 def _shown(statement: Select[Any]) -> str:

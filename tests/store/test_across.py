@@ -847,6 +847,19 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
             StatementError,
             "limit",
         ),
+        # a naive time: SQLAlchemy's untyped error with the whole SQL, as the statement ran (was)
+        (
+            lambda: select(Judgement).where(Judgement.created_at > datetime(2026, 1, 1)),
+            InvalidInputError,
+            r"must be timezone-aware .*got naive datetime\.datetime\(2026, 1, 1, 0, 0\)$",
+        ),
+        (
+            lambda: select(func.count()).where(
+                Judgement.created_at.in_([datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2)])
+            ),
+            InvalidInputError,
+            "timezone-aware",
+        ),
         # the number itself, not the ":param_1" it is bound as (was)
         (lambda: select(Judgement.judge).limit(-1), StatementError, r"limit must be a whole number >= 0 .*got -1$"),
         (lambda: select(Judgement.judge).offset(-3), StatementError, r"offset must be .*got -3$"),

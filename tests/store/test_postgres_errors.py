@@ -339,7 +339,7 @@ def test_a_value_of_the_callers_own_statement_the_server_refuses_is_said_to_be_t
         store.database("completions", "t", QWEN).put_many([completion_record(1)])
         with pytest.raises(ServerValueError) as refused:
             store.execute(select(func.replace(Completion.completion, "\x00", "N"))).all()
-        assert "if the statement is your own (Store.execute, Store.scalars), a value of it is the cause" in str(
+        assert "if the statement is your own (Store.execute, a session), a value of it is the cause" in str(
             refused.value
         )
         assert store.execute(select(func.count()).select_from(Completion)).all() == [(1,)]  # the store goes on

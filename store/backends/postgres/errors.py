@@ -220,8 +220,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
     if state.startswith(("22", "23", "54")) or isinstance(error, DataError | IntegrityError):
         return ServerValueError(
             shown, f"the server refused a value ({kind}: {message}); nothing of the statement was kept. judgestore "
-            "checks the values it writes before it sends them: if the statement is your own (Store.execute, "
-            "Store.scalars), a value of it is the cause (PostgreSQL's text holds no U+0000); else please report "
+            "checks the values it writes before it sends them: if the statement is your own (Store.execute, a "
+            "session), a value of it is the cause (PostgreSQL's text holds no U+0000); else please report "
             "this value"
         )  # fmt: skip
     if state.startswith(("XX", "58")):
