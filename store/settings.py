@@ -12,6 +12,7 @@ import getpass
 import os
 import re
 import secrets
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal, TypeVar
@@ -73,13 +74,25 @@ def _url_refused(value: object) -> object:
     return value
 
 
+def _blank_refused(what: str) -> Callable[[object], object]:
+    """A check, before the value is converted, that refuses a blank ``what`` setting: ``Settings(store_root="")``
+    became ``Path(".")``, the databases written into the working directory, and ``store_url=""`` the folder
+    store (was)."""
+
+    def check(value: object) -> object:
+        if isinstance(value, str) and not value.strip():
+            raise ValueError(f"is blank: give {what}, or leave it unset")
+        return value
+
+    return check
+
+
+_A_FOLDER = "a folder ('.' for the working directory)"
+
+
 def _folder(value: Path | None) -> Path | None:
-    """A folder setting, home-expanded (:func:`home_expanded`); a blank one refused (the working directory)."""
-    if value is None:
-        return None
-    if not str(value).strip():
-        raise ValueError("is blank: give a folder ('.' for the working directory), or leave it unset")
-    return home_expanded(value)
+    """A folder setting, home-expanded (:func:`home_expanded`)."""
+    return None if value is None else home_expanded(value)
 
 
 def _text(value: str) -> str:
@@ -203,6 +216,10 @@ class Settings(_SettingsOfJudgestore):
     )
 
     _no_url = field_validator("store_root", mode="before")(_url_refused)
+    _blank_folder = field_validator("store_root", mode="before")(_blank_refused(_A_FOLDER))
+    _blank_url = field_validator("store_url", mode="before")(
+        _blank_refused("the server's URL (postgresql+psycopg://...)")
+    )
     _checked_folder = field_validator("store_root")(_folder)
     _checked_text = field_validator("created_by", "run_id")(_text)
 
@@ -237,6 +254,7 @@ class SyncSettings(_SettingsOfJudgestore):
         default=False, description="`judgestore generate/judge` fetch their descriptor folder from the remote first."
     )
 
+    _blank_folder = field_validator("sync_dir", mode="before")(_blank_refused(_A_FOLDER))
     _checked_folder = field_validator("sync_dir")(_folder)
 
 

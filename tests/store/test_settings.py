@@ -158,6 +158,22 @@ def test_an_empty_variable_is_unset_not_the_current_folder(bare_environment: pyt
     assert isinstance(open_remote(), HubRemote) and not isinstance(open_remote(), DirectoryRemote)
 
 
+@pytest.mark.parametrize(
+    ("kind", "given"),
+    [(Settings, {"store_root": ""}), (Settings, {"store_url": ""}), (Settings, {"store_url": " "}),
+     (SyncSettings, {"sync_dir": ""})],
+)  # fmt: skip
+def test_a_blank_folder_or_url_given_as_an_argument_is_refused(
+    bare_environment: pytest.MonkeyPatch, tmp_path: Path, kind: type, given: dict[str, object]
+) -> None:
+    """`Settings(store_root="")` became Path("."), and a store's rows were written into the working directory;
+    `store_url=""` was the folder store (was). A blank value is refused, as an empty --store-root is."""
+    bare_environment.chdir(tmp_path)
+    with pytest.raises(ValidationError, match=r"is blank: give (a folder|the server's URL)"):
+        kind(**given)
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_folder_setting_expands_a_tilde(bare_environment: pytest.MonkeyPatch) -> None:
     """A shell leaves the ~ of JUDGESTORE_STORE_ROOT='~/evals' as it is: a folder named "~" was made here."""
     bare_environment.setenv("JUDGESTORE_STORE_ROOT", "~/evals")
