@@ -143,7 +143,7 @@ def test_what_is_sent_is_the_descriptor(fake: FakeOpenAI) -> None:
         "seed": 10,  # seed + sample index
         "stop": ["\n"],
         "logprobs": True,
-        "top_logprobs": 2,
+        "top_logprobs": 3,  # one more than kept: vLLM's chat list puts the sampled token first, cut at K
         "ignore_eos": True,  # an unknown setting is sent as it is (and is in the key)
     }
     openai = HostedSpec(model="gpt-4o-2024-08-06", sampling={"temperature": 0.5}).descriptor

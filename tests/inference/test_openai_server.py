@@ -182,6 +182,35 @@ def test_text_mode_and_every_position_through_the_completions_route(store: Store
     assert all(len(p.candidates) >= 1 and p.sampled is not None for p in positions)
 
 
+@pytest.mark.parametrize("input_mode", ["chat", "text"])
+def test_sampled_tokens_outside_the_top_k_leave_the_k_best_candidates_ranked(
+    store: Store, server: Server, input_mode: str
+) -> None:
+    """vLLM's server lists the sampled token first and cuts its chat list at K (its text API adds it to the K):
+    at temperature 1.5 a token of logprob -9.6 was stored as rank 1 and the true second candidate lost, and a text
+    row held K + 1 candidates (was)."""
+    sampling = {"max_tokens": 8, "logprobs": 2, "temperature": 1.5, "seed": 1}
+    served = spec(server, input_mode=input_mode, sampling=sampling, logprob_positions="all")
+    asked = CompletionRequest(text="Sample me 0") if input_mode == "text" else ask("Sample me 0")
+    (response,) = served.cached(store, task="t").complete([asked])
+    positions = logprobs.decode(response.samples[0].top_logprobs)
+    assert len(positions) == 8
+    outside = 0
+    for position in positions:
+        assert [c.rank for c in position.candidates] == [1, 2]
+        first, second = (c.logprob for c in position.candidates)
+        assert first >= second
+        assert position.sampled is not None
+        if position.sampled.logprob < second:  # sampled outside the top two: no rank, not a candidate
+            outside += 1
+            assert position.sampled.rank is None
+            # (a text API's candidates are keyed by text: two tokens that decode alike, often "", share one)
+            assert (position.sampled.text, position.sampled.logprob) not in {
+                (c.text, c.logprob) for c in position.candidates
+            }
+    assert outside >= 1  # the case the test is about happened
+
+
 def test_a_model_the_server_does_not_serve_names_the_one_it_does(store: Store, server: Server) -> None:
     with pytest.raises(HostedModelNotFoundError, match=r"It serves: tiny-llama"):
         spec(server, model="tiny-llama-2").cached(store, task="t").complete([ask(QUESTIONS[0])])

@@ -14,10 +14,16 @@ Contract:
   sampling setting as it is; OpenRouter routing as ``provider``; chat
   template kwargs to a ``vllm-server``.
 * Logprobs are stored in the lossless shape of :mod:`store.logprobs`: the
-  candidates in the order the API ranks them (rank 1, 2, ...), their text and
-  ``bytes`` where given, ``token_id`` None (APIs do not give ids), and the
-  sampled token with its rank when it is among the candidates; the first
-  position or all of them (``descriptor.logprob_positions``).
+  K candidates asked for (``sampling.logprobs``), best first (rank 1, 2,
+  ...; equal logprobs in the API's order), their text and ``bytes`` where
+  given, ``token_id`` None (APIs do not give ids), and the sampled token
+  with its rank when it is among them; the first position or all of them
+  (``descriptor.logprob_positions``). A vLLM server lists the sampled token
+  first and cuts its chat list at K, and adds it to its text API's K: a
+  sampled token outside the top K took rank 1 and pushed out the K-th
+  (was). So a ``vllm-server`` chat request asks for K + 1 (below vLLM's
+  limit of :data:`VLLM_MAX_LOGPROBS`), and every answer's candidates are
+  sorted and cut to K.
 * A 2xx body that reports an error instead of a completion raises
   :class:`ErrorInBody` (its code read as an HTTP status where it is one):
   a top-level ``error`` object (OpenRouter and proxies answer an upstream
@@ -98,6 +104,9 @@ def messages_of(request: EngineRequest, input_mode: str) -> Any:
     return request.rendered[expected]
 
 
+VLLM_MAX_LOGPROBS = 20  # the most logprobs a vLLM server gives by default (its --max-logprobs)
+
+
 def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[str, Any]:
     """The JSON body sent for ``request`` under ``descriptor`` (see the module docstring)."""
     chat = descriptor.input_mode == "chat"
@@ -120,7 +129,8 @@ def request_body(descriptor: ModelDescriptor, request: EngineRequest) -> dict[st
         body["stop"] = list(sampling.stop)
     if sampling.logprobs is not None:
         if chat:
-            body["logprobs"], body["top_logprobs"] = True, sampling.logprobs
+            more = descriptor.provider == "vllm-server" and sampling.logprobs < VLLM_MAX_LOGPROBS  # the docstring
+            body["logprobs"], body["top_logprobs"] = True, sampling.logprobs + (1 if more else 0)
         else:
             body["logprobs"] = sampling.logprobs
     body.update(sampling.model_extra or {})
@@ -197,10 +207,17 @@ def _chat_token(entry: Any, rank: int | None, where: str) -> TokenLogprob:
     )
 
 
-def chat_position(entry: Any, where: str = "logprobs.content[0]") -> PositionLogprobs:
-    """One position of chat ``logprobs.content``: its ``top_logprobs`` ranked by order, and the sampled token."""
+def _best(listed: Sequence[TokenLogprob], keep: int) -> tuple[TokenLogprob, ...]:
+    """The ``keep`` best of ``listed`` ranked 1, 2, ... (stable: equal logprobs keep the server's order)."""
+    ordered = sorted(listed, key=lambda token: -token.logprob)[:keep]
+    return tuple(dataclasses.replace(token, rank=rank) for rank, token in enumerate(ordered, 1))
+
+
+def chat_position(entry: Any, keep: int, where: str = "logprobs.content[0]") -> PositionLogprobs:
+    """One position of chat ``logprobs.content``: the ``keep`` best of its ``top_logprobs``, and the sampled
+    token."""
     top = _get(entry, "top_logprobs", list, where, optional=True) or []
-    candidates = tuple(_chat_token(t, i, f"{where}.top_logprobs[{i - 1}]") for i, t in enumerate(top, 1))
+    candidates = _best([_chat_token(t, None, f"{where}.top_logprobs[{i}]") for i, t in enumerate(top)], keep)
     sampled = _chat_token(entry, None, where)
     return PositionLogprobs(candidates, dataclasses.replace(sampled, rank=_rank_of(sampled, candidates)))
 
@@ -216,15 +233,15 @@ def _number(value: Any, where: str) -> float:
     return float(value)
 
 
-def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int) -> PositionLogprobs:
-    """Position ``i`` of a text completion's ``logprobs``: ``top_logprobs[i]`` ({text: logprob}) best first."""
+def text_position(tokens: list[Any], token_logprobs: list[Any], top: list[Any], i: int, keep: int) -> PositionLogprobs:
+    """Position ``i`` of a text completion's ``logprobs``: the ``keep`` best of ``top_logprobs[i]`` ({text:
+    logprob})."""
     where = f"logprobs.top_logprobs[{i}]"
     alternatives = top[i] if i < len(top) and top[i] is not None else {}
     if not isinstance(alternatives, dict):
         raise ValueError(f"{where} is not an object")
-    numbers = [(text, _number(lp, f"{where}[{text!r}]")) for text, lp in alternatives.items()]
-    ordered = sorted(numbers, key=lambda item: -item[1])  # stable: ties keep the server's order
-    candidates = tuple(TokenLogprob(str(text), lp, None, rank) for rank, (text, lp) in enumerate(ordered, 1))
+    listed = [TokenLogprob(str(text), _number(lp, f"{where}[{text!r}]")) for text, lp in alternatives.items()]
+    candidates = _best(listed, keep)
     sampled = None
     if i < len(tokens) and i < len(token_logprobs) and token_logprobs[i] is not None:
         token = TokenLogprob(str(tokens[i]), _number(token_logprobs[i], f"logprobs.token_logprobs[{i}]"))
@@ -276,11 +293,13 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
             pass  # the schemas allow null here: no logprobs, as for logprobs null (the backend warns once)
         elif chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
             content = raw["content"][:1] if first else raw["content"]
-            positions = [chat_position(e, f"logprobs.content[{i}]") for i, e in enumerate(content)]
+            keep = descriptor.sampling.logprobs
+            positions = [chat_position(e, keep, f"logprobs.content[{i}]") for i, e in enumerate(content)]
         elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
             tokens, lps, alternatives = _list(raw.get("tokens")), _list(raw.get("token_logprobs")), raw["top_logprobs"]
             count = min(1, len(alternatives)) if first else len(alternatives)
-            positions = [text_position(tokens, lps, alternatives, i) for i in range(count)]
+            keep = descriptor.sampling.logprobs
+            positions = [text_position(tokens, lps, alternatives, i, keep) for i in range(count)]
         elif raw is not None:
             raise ValueError("choices[0].logprobs is not the shape the API documents")
         if positions is not None:
