@@ -97,8 +97,16 @@ def preview_root(root: Path, dry_run: bool) -> Iterator[Path]:
 
 @contextmanager
 def staging_folder(root: Path) -> Iterator[Path]:
-    """A fresh staging folder, removed when the block ends, however it ends."""
-    folder = workspace(root) / "staging" / uuid.uuid4().hex
+    """A fresh staging folder, removed when the block ends, however it ends. Entered under :func:`sync_lock`, so
+    any other folder in ``staging/`` is a killed push's (SIGKILL, a cluster's time limit): removed first, where it
+    stayed for good, a shard's worth of bytes each (was)."""
+    staging = workspace(root) / "staging"
+    for stale in staging.iterdir() if staging.is_dir() else ():
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
+    folder = staging / uuid.uuid4().hex
     folder.mkdir(parents=True)
     try:
         yield folder

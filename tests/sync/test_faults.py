@@ -54,6 +54,20 @@ def test_fetch_all_brings_every_folder_push_wrote_even_those_whose_names_start_w
     assert len(all_rows(fresh)) == 5
 
 
+def test_a_push_removes_what_a_killed_push_left_in_staging(store_root: Path, shared: Path) -> None:
+    """A push killed by SIGKILL (a cluster's time limit) left its staging folder, a shard's worth of bytes, and
+    every later push kept it (was). Pushes take turns under the workspace lock: any other folder there is stale."""
+    fill_small_store(store_root)
+    staging = store_root / ".judgestore-sync" / "staging"
+    (staging / "5fa6874b").mkdir(parents=True)
+    (staging / "5fa6874b" / "shard-000.jsonl.gz").write_bytes(b"x" * 4096)
+    (staging / "stray-file").write_bytes(b"x")
+    pushed = judgestore("hub", "push", "--all", "--dir", str(shared), "--store-root", str(store_root))
+    assert pushed.exit_code == 0, pushed.output
+    assert list(staging.iterdir()) == []
+    assert any(path.is_file() for path in shared.rglob("*"))  # the push itself went through
+
+
 # ---------------------------------------------------------------- a read-only store
 
 
