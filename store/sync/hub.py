@@ -398,10 +398,17 @@ class HubRemote:
 
         def attempt() -> MissingBranch | None:
             try:
-                self.api.repo_info(self.repo_id, repo_type=self.repo_type, revision=self.revision)
-                return None
+                found = self.api.repo_info(self.repo_id, repo_type=self.repo_type, revision=self.revision)
             except RevisionNotFoundError:  # the repository answered: it is there, the branch is not
                 pass
+            else:
+                if found.sha == self.revision:  # a commit, which a push cannot commit onto: a 404 after the dry run
+                    raise RemoteNotFoundError(  # had said it would push, and a pending shard recorded (was)
+                        self.url,
+                        f"the revision {self.revision!r} is a commit, not a branch: a push commits onto a branch; "
+                        "give its name as --revision (a commit is for hub fetch)",
+                    )
+                return None
             # No revision: the repository's default branch, the one the Hub makes a branch from by default.
             info = self.api.repo_info(self.repo_id, repo_type=self.repo_type)
             if not info.sha:

@@ -742,3 +742,23 @@ def test_a_missing_refs_name_is_not_taken_for_a_branch_to_make(
 
     assert sync_state(alice) == before and commits_of(hub) == commits and sleeps == []
     assert hub.count("POST", "/branch/") == 0 and hub.count("POST", "/paths-info/") == asked  # nothing planned
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_commit_given_as_the_revision_to_push_to_is_refused_before_anything(
+    hub: FakeHub, make_store: MakeStore, sleeps: Sleeps, dry_run: bool
+) -> None:
+    """A commit resolves as a revision, so the dry run said it would push; the push then failed with a 404 that
+    said the revision did not exist, and recorded a pending shard for the commit as a remote (was)."""
+    alice = make_store("alice")
+    fill(alice, completions(range(3)))
+    push(alice, hub_remote(hub))
+    commit = hub.repo(REPO).branches["main"]
+    fill(alice, completions(range(3, 5)))
+    before, commits = sync_state(alice), commits_of(hub)
+
+    with pytest.raises(RemoteNotFoundError, match=rf"'{commit}' is a commit, not a branch: a push commits onto"):
+        push(alice, hub_remote(hub, sleeps, revision=commit), dry_run=dry_run)
+
+    assert sync_state(alice) == before and commits_of(hub) == commits and sleeps == []
+    assert fetch(make_store("bob"), hub_remote(hub, revision=commit)).rows == 3  # a commit is for fetching
