@@ -284,11 +284,11 @@ def _render_push(report: "PushReport", selected: bool) -> None:
             + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
             + f"{quantity(report.unchanged, 'folder')} had nothing new"
             + (f"; {quantity(report.already_present, 'shard')} already there" if report.already_present else "")
-            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push confirmed" if report.recovered else "")
+            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push found there" if report.recovered else "")
         )
         out.print(table)
     elif not report.problems and selected:
-        recovered = f" ({report.recovered} shards of an interrupted push confirmed)" if report.recovered else ""
+        recovered = f" ({report.recovered} shards of an interrupted push found there)" if report.recovered else ""
         out.print(
             f"Nothing to push to {report.remote}: every selected row is recorded as on it (pushed or fetched), "
             f"or listed there{recovered}."

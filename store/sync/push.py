@@ -54,7 +54,10 @@ commit and no branch.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import sqlite3
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, closing, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,7 +70,7 @@ from store.layout import METADATA_FILE, Location, Selector, StoredMetadata, meta
 from store.repository import STREAM_SLICE
 from store.settings import SyncSettings, from_environment
 from store.store import Store
-from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState
+from store.sync.bookkeeping import Bookkeeping, NewShard, ShardState, bookkeeping_path
 from store.sync.remote import MissingBranch, OutgoingFile, Remote, at_default, check_outside_store
 from store.sync.remote_layout import (
     METADATA_MAX_BYTES,
@@ -216,15 +219,16 @@ def _push(
     is :func:`_reach`'s."""
     dry_run = report.dry_run
     locations = store.select(selector)
-    with (
-        preview_root(store.root, dry_run) as root,
-        sync_lock(root),
-        Bookkeeping(root, settings=store.settings) as books,
-        staging_folder(root) as staging,
-    ):
+    with ExitStack() as stack:
+        root = stack.enter_context(preview_root(store.root, dry_run))
+        stack.enter_context(sync_lock(root))
+        books = stack.enter_context(Bookkeeping(root, settings=store.settings))
         # Looked up, not recorded: the remote is recorded with the first shard sent to it, so a push that
         # fails (a repository the Hub answers with 404) or a dry run leaves the bookkeeping as it was.
         remote_id = books.find_remote(remote.pushed_to)
+        if dry_run and remote_id is not None and books.shards(remote_id, ShardState.PENDING):
+            books = stack.enter_context(_scratch_copy(root, store))  # the dry run settles them there, below
+        staging = stack.enter_context(staging_folder(root))
         branch = not at_default(remote)
         repository = books.find_remote(remote.url) if branch else None
         known = [i for i in (remote_id, repository) if i is not None]
@@ -237,7 +241,7 @@ def _push(
         listed_on_default: dict[str, frozenset[str]] = {}
         # A branch still to make is read at the commit it will be made from: that is what it will hold.
         at = None if missing is None else missing.base
-        if not dry_run and remote_id is not None:
+        if remote_id is not None:  # (a dry run's pending shards are settled in a copy of the bookkeeping)
             report.recovered = _settle_pending(books, remote_id, remote, at)
 
         def plan_all(on_branch: Remote | None, at: str | None, staging: Path) -> list[_FolderPlan]:
@@ -295,6 +299,20 @@ def _push(
         )
         _send(plans, remote, books, remote_id, report, progress)
     return report
+
+
+@contextmanager
+def _scratch_copy(root: Path, store: Store) -> Iterator[Bookkeeping]:
+    """A throwaway copy of ``root``'s bookkeeping: a dry run after an interrupted push settles its pending shards
+    there as the push will (asking the remote which it holds), so it says what the push will send; it counted
+    every pending shard as unsent (218 shards where the push then sent 118: was)."""
+    with tempfile.TemporaryDirectory(prefix="judgestore-preview-") as scratch:
+        copied = bookkeeping_path(Path(scratch))
+        copied.parent.mkdir(parents=True)
+        with closing(sqlite3.connect(bookkeeping_path(root))) as source, closing(sqlite3.connect(copied)) as copy:
+            source.backup(copy)
+        with Bookkeeping(Path(scratch), settings=store.settings) as books:
+            yield books
 
 
 def _settle_pending(books: Bookkeeping, remote_id: int, remote: Remote, at: str | None = None) -> int:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import sqlite3
 from collections.abc import Callable, Sequence
+from contextlib import closing
 from pathlib import Path
 from typing import Any
 
 from store.descriptor import ModelDescriptor
 from store.layout import Location, walk
 from store.store import Store
+from store.sync.bookkeeping import bookkeeping_path
 from store.sync.hub import HubRemote, RetryPolicy
 from store.sync.remote import DirectoryRemote, Remote
 from store.tables.records import Record
@@ -128,3 +131,12 @@ def completions(ids: range | list[int], **overrides: Any) -> list[Record]:
 
 def judgements(ids: range | list[int], **overrides: Any) -> list[Record]:
     return [judgement_record(i, **overrides) for i in ids]
+
+
+def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
+    """The bookkeeping file's bytes and every row of its tables."""
+    path = bookkeeping_path(store.root)
+    with closing(sqlite3.connect(path)) as conn:
+        tables = ("remotes", "shards", "shard_keys")
+        content = [row for table in tables for row in conn.execute(f"SELECT '{table}', * FROM {table} ORDER BY 2, 3")]
+    return path.read_bytes(), content

@@ -39,6 +39,7 @@ from tests.sync.helpers import (
     fill,
     judgements,
     rows,
+    sync_state,
 )
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
@@ -322,10 +323,15 @@ def test_a_push_interrupted_after_the_commit_loses_nothing_and_duplicates_nothin
     monkeypatch.setattr(Bookkeeping, "set_state", real_set_state)
     files, commits = side.files(), side.commits()
     assert any("/shards/" in path for path in files)  # the commit went through before the "crash"
+    before = sync_state(alice)
 
+    # The dry run asks the remote which of the pending shards it holds, as the push does, in a copy of the
+    # bookkeeping: it counted them all as unsent, and said it would send what the remote had (was).
+    preview = push(alice, side.new(), target_bytes=3_000, dry_run=True)
+    assert preview.ok and preview.shards == 0 and preview.recovered > 0 and sync_state(alice) == before
     resumed = push(alice, side.new(), target_bytes=3_000)
 
-    assert resumed.ok and resumed.shards == 0 and resumed.recovered > 0
+    assert resumed.ok and resumed.shards == 0 and resumed.recovered == preview.recovered
     assert side.files() == files and side.commits() == commits  # nothing sent twice
     fresh = make_store("fresh")
     assert fetch(fresh, side.new()).rows == 26 and rows(fresh) == rows(alice)

@@ -36,6 +36,7 @@ from tests.sync.helpers import (
     fill,
     hub_remote,
     rows,
+    sync_state,
 )
 
 # huggingface_hub's LFS upload passes a file as `data=`, which httpx2 deprecates; not ours to fix
@@ -478,15 +479,6 @@ def test_an_old_bookkeeping_that_fetched_main_asks_main_once_and_sends_nothing(
     fill(bob, completions(range(4, 5)))
     hub.requests.clear()
     assert push(bob, hub_remote(hub)).rows == 1 and listings_of(hub) == 0
-
-
-def sync_state(store: Store) -> tuple[bytes, list[tuple[object, ...]]]:
-    """The bookkeeping file's bytes and every row of its tables."""
-    path = bookkeeping_path(store.root)
-    with closing(sqlite3.connect(path)) as conn:
-        tables = ("remotes", "shards", "shard_keys")
-        content = [row for table in tables for row in conn.execute(f"SELECT '{table}', * FROM {table} ORDER BY 2, 3")]
-    return path.read_bytes(), content
 
 
 @pytest.mark.parametrize(
