@@ -284,7 +284,7 @@ def _render_push(report: "PushReport", selected: bool) -> None:
             + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
             + f"{quantity(report.unchanged, 'folder')} had nothing new"
             + (f"; {quantity(report.already_present, 'shard')} already there" if report.already_present else "")
-            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push found there" if report.recovered else "")
+            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push there" if report.recovered else "")
         )
         out.print(table)
     elif not report.problems and selected:
