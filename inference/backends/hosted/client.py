@@ -518,6 +518,8 @@ class OpenAIBackend:
                 else:
                     raise await self._status_error(e) from self._cause(e)
             except self._openai.APIConnectionError as e:  # APITimeoutError included
+                if _never_connected(e):  # refused, no route: no server saw it (56 "sent" to none, was)
+                    self.stats.requests_sent -= 1
                 reason = "a timeout" if isinstance(e, self._openai.APITimeoutError) else f"a connection error ({e})"
                 said = ""
                 delay = self._retry_delay(attempt, reason, None, e)
@@ -809,3 +811,15 @@ def create_openai_backend(
         stats=stats,
         timeout_s=timeout_s,
     )
+
+
+def _never_connected(error: BaseException) -> bool:
+    """Whether the client's connection error is one of a request that reached no server (refused, no route, the
+    connect timing out), not one a server dropped after it was sent: only those count as sent. Read by the
+    transport's class names: the client's transport is httpx or its fork httpx2, by version."""
+    cause: BaseException | None = error
+    while cause is not None:
+        if type(cause).__name__ in ("ConnectError", "ConnectTimeout"):
+            return True
+        cause = cause.__cause__ or cause.__context__
+    return False
