@@ -102,7 +102,7 @@ def _remote(repo: str | None, directory: str | None, revision: str | None, token
     from store.sync import HubRemote, check_repo_id, open_remote
 
     if directory is not None and not directory.strip():  # as a path, the working directory
-        raise InvalidInputError("--dir is empty: give the shared folder, or leave it out")
+        raise typer.BadParameter("is empty: give the shared folder, or leave it out", param_hint="'--dir'")
     folder = None if directory is None else home_expanded(Path(directory))  # a shell leaves the ~ of --dir=~/x
 
     if repo is not None and directory is not None:  # usage errors (exit 2), before anything is read

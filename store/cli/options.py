@@ -124,29 +124,38 @@ def named_store_settings(*, store_root: Path | None = None, store_url: str | Non
 
 
 def store_server(value: str | None, option: str) -> str | None:
-    """A store URL given on the command line; an empty one (``--store-url "$UNSET"``) is refused: taken for no URL,
-    it silently meant the folder store (the environment's URL dropped too)."""
+    """A store URL given on the command line, checked before the command's work: an empty one (``--store-url
+    "$UNSET"``) is refused (taken for no URL, it silently meant the folder store, the environment's URL dropped
+    too), as is one that is no PostgreSQL URL: usage errors (exit 2), as every value wrong whatever the machine
+    holds (they exited 1, was)."""
     if value is None:
         return None
     if not value.strip():
-        raise InvalidInputError(f"{option} is empty: give the server's URL (postgresql+psycopg://...), or leave it out")
+        raise typer.BadParameter(
+            "is empty: give the server's URL (postgresql+psycopg://...), or leave it out", param_hint=f"'{option}'"
+        )
     from store.backends.postgres.connections import checked_store_url
 
-    try:  # before the command's work, naming the option, as a bad JUDGESTORE_STORE_URL names the variable
+    try:
         checked_store_url(value)
     except InvalidInputError as e:
-        raise InvalidInputError(f"{option}: {e}") from e
+        raise typer.BadParameter(str(e), param_hint=f"'{option}'") from e
     return value
 
 
 def store_folder(value: str | None, option: str) -> Path | None:
-    """A store folder given on the command line; an empty one (``--store-root "$UNSET"``) is refused: as a path it
-    would be the working directory, where databases would be scattered."""
+    """A store folder given on the command line; an empty one (``--store-root "$UNSET"``) is refused (as a path it
+    would be the working directory, where databases would be scattered), as is a URL: usage errors (exit 2). A
+    file there is what the machine holds: the store's error (exit 1)."""
     if value is None:
         return None
     if not value.strip():
-        raise InvalidInputError(f"{option} is empty: give the store's folder ('.' for this one), or leave it out")
-    no_url(value, option)
+        said = "is empty: give the store's folder ('.' for this one), or leave it out"
+        raise typer.BadParameter(said, param_hint=f"'{option}'")
+    try:
+        no_url(value, "it")
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e), param_hint=f"'{option}'") from e
     path = home_expanded(Path(value))  # a shell leaves the ~ of --store-root=~/x as it is
     if path.exists() and not path.is_dir():  # as the storage says, with the option this command calls it
         raise StoreMissingError(path, f"it is a file, not a folder: there is no store here; check {option}")
@@ -183,7 +192,7 @@ def store_settings(
     else ``./judgestore-data``). ``Store(settings)`` opens it.
     """
     if store_root is not None and store_url is not None:
-        raise InvalidInputError("--store-root and --store-url name two stores; give one")
+        raise typer.BadParameter("name two stores; give one", param_hint="'--store-root' / '--store-url'")
     if store_root is not None:
         return named_store_settings(store_root=store_folder(store_root, "--store-root"))
     if store_url is not None:

@@ -1416,9 +1416,9 @@ def test_an_empty_store_folder_is_refused_not_taken_for_the_working_directory(fi
     work.mkdir()
     for args in (["ls", "--store-root", ""], ["copy", "--from-root", str(filled), "--to-root", " "]):
         refused = run(*args, "--json", cwd=work)
-        assert refused.returncode == 1, refused.stderr
+        assert refused.returncode == 2, refused.stderr  # a usage error, as every value wrong wherever it runs
         error = orjson.loads(refused.stderr)
-        assert error["type"] == "InvalidInputError" and "is empty: give the store's folder" in error["error"]
+        assert error["type"] == "BadParameter" and "is empty: give the store's folder" in error["error"]
     assert list(work.iterdir()) == []
     assert run("ls", "--store-root", ".", cwd=filled).returncode == 0  # '.' is still this folder
 
@@ -1431,15 +1431,15 @@ def test_an_empty_store_url_or_shared_folder_is_refused_not_taken_for_the_folder
     work = tmp_path / "work"
     work.mkdir()
     for args, said in [
-        (["ls", "--store-url", ""], "--store-url is empty"),
-        (["copy", "--from-root", str(filled), "--to-url", ""], "--to-url is empty"),
-        (["copy", "--from-url", " ", "--to-root", "x"], "--from-url is empty"),
-        (["hub", "push", "--all", "--store-root", str(filled), "--dir", ""], "--dir is empty"),
+        (["ls", "--store-url", ""], "'--store-url': is empty"),
+        (["copy", "--from-root", str(filled), "--to-url", ""], "'--to-url': is empty"),
+        (["copy", "--from-url", " ", "--to-root", "x"], "'--from-url': is empty"),
+        (["hub", "push", "--all", "--store-root", str(filled), "--dir", ""], "'--dir': is empty"),
     ]:
         refused = run(*args, "--json", cwd=work)
-        assert refused.returncode == 1, refused.stderr
+        assert refused.returncode == 2, refused.stderr
         error = orjson.loads(refused.stderr)
-        assert error["type"] == "InvalidInputError" and said in error["error"], error
+        assert error["type"] == "BadParameter" and said in error["error"], error
     assert list(work.iterdir()) == []
     with pytest.raises(InvalidInputError, match="URL is empty"):
         Store(Settings(), url="")

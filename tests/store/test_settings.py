@@ -359,7 +359,7 @@ def test_a_store_url_given_as_the_folder_is_refused_without_showing_it(
         [sys.executable, "-m", "store", "ls", "--store-root", url, "--json"],
         capture_output=True, text=True, cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)},
     )  # fmt: skip
-    assert cli.returncode == 1 and "--store-root is a URL" in cli.stderr
+    assert cli.returncode == 2 and "Invalid value for '--store-root': it is a URL" in cli.stderr
     for said in (str(refused.value), str(direct.value), str(opened.value), cli.stdout + cli.stderr):
         assert "S3cr3tPw" not in said
     assert list(tmp_path.iterdir()) == []  # no folder made
