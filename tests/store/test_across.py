@@ -27,6 +27,7 @@ from sqlalchemy import (
     Integer,
     String,
     and_,
+    case,
     create_engine,
     delete,
     desc,
@@ -42,6 +43,7 @@ from sqlalchemy import (
     or_,
     select,
     text,
+    tuple_,
     type_coerce,
     union,
     union_all,
@@ -525,6 +527,10 @@ def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collati
     ordered by code point, and the pages skipped rows a folder store returned (was)."""
     judges = [["a", "C", "\u00e9", "_z"], ["B", "d", "Z", "a\0"]]
     other = aliased(Judgement)
+    later = select(Judgement.judge.label("j")).where(Judgement.judge > "Z").subquery()
+    later_cte = select(Judgement.judge.label("j")).where(Judgement.judge > "Z").cte()
+    after_z = Judgement.judge > "Z"
+    b_or_none = func.coalesce(Judgement.model_b, "none")  # grouped and ordered by: one bound value, kept one
     statements = [
         select(Judgement.judge).where(Judgement.judge > "Z").order_by(Judgement.judge),  # one statement
         select(Judgement.judge).where(Judgement.judge <= "a").order_by(Judgement.judge.desc()),
@@ -540,6 +546,17 @@ def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collati
         .where(Judgement.judge > "Z")
         .group_by(Judgement.judge)
         .order_by(Judgement.judge),
+        # anywhere in the statement: a column's FILTER or CASE, a tuple (keyset paging with a tiebreaker), a
+        # subquery, a CTE, a condition both selected and grouped by (each compared by the server's collation, was)
+        select(func.count().filter(Judgement.judge < "a")),
+        select(func.sum(case((Judgement.judge < "a", 1), else_=0))),
+        select(Judgement.judge)
+        .where(tuple_(Judgement.judge, Judgement.input_hash) > tuple_("Z", ""))
+        .order_by(Judgement.judge, Judgement.input_hash),
+        select(later.c.j).order_by(later.c.j),
+        select(later_cte.c.j).order_by(later_cte.c.j),
+        select(after_z, func.count()).where(after_z).group_by(after_z),
+        select(b_or_none, func.count()).where(Judgement.judge > "Z").group_by(b_or_none).order_by(b_or_none),
     ]
     pages: list[list[str]] = []
     answers = []

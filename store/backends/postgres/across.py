@@ -37,8 +37,9 @@ Contract:
   :class:`~store.errors.StatementError` that says what to cast
   (:func:`_statement_errors`), not an error of the server or its schema.
 * Both ways, text (a ``String`` term of ``order_by``, the argument of a
-  ``min``/``max``, both sides of a condition's ``<``, ``<=``, ``>``, ``>=``
-  or ``between``: :func:`_code_point_compared`) is compared in the ``"C"``
+  ``min``/``max``, both sides of a ``<``, ``<=``, ``>``, ``>=`` or
+  ``between`` anywhere in the statement, tuples' included:
+  :func:`_code_point_compared`) is compared in the ``"C"``
   collation, by code point,
   whatever the server's locale: as SQLite compares it (``BINARY``) and as
   the merge does. Under the server's own collation (``en_US``: ``a < B``)
@@ -80,14 +81,15 @@ from sqlalchemy import (
     literal,
     literal_column,
     select,
+    tuple_,
     type_coerce,
     union_all,
 )
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql import operators
-from sqlalchemy.sql.elements import BinaryExpression, ColumnElement, FunctionFilter, Grouping, Label
+from sqlalchemy.sql import operators, visitors
+from sqlalchemy.sql.elements import BinaryExpression, ColumnElement, FunctionFilter, Grouping, Label, Tuple
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.visitors import replacement_traverse
 
@@ -174,7 +176,7 @@ def _codepoint_ordered(plan: Plan) -> Plan:
     """``plan`` comparing text by code point (its ordering, its ``min``/``max``), as SQLite and the merge compare
     it: in the "C" collation, over :func:`_code_point_key` of the stored (escaped) text; and reading text that
     SQLAlchemy leaves untyped (``lower(x)``...) unescaped (:func:`_read_unescaped`)."""
-    statement = _code_point_compared(plan.statement)
+    statement = plan.statement
     texts = [i for i, how in enumerate(plan.combine) if how in ("min", "max") and _is_text(_arguments(statement, i))]
     columns: list[Any] = [d["expr"] for d in statement.column_descriptions]  # an entity stays an entity
     compared: dict[int, Any] = {}  # a text min/max column: what is compared, min(key(x)), before it is read back
@@ -208,6 +210,7 @@ def _codepoint_ordered(plan: Plan) -> Plan:
                 term if key.nulls_first is None else term.nulls_first() if key.nulls_first else term.nulls_last()
             )
         statement = statement.order_by(None).order_by(*terms)
+    statement = _code_point_compared(statement)  # last: the whole statement copied at once, see there
     return plan if statement is plan.statement else dataclasses.replace(plan, statement=statement)
 
 
@@ -216,29 +219,51 @@ _BETWEEN = frozenset({operators.between_op, operators.not_between_op})
 
 
 def _code_point_compared(statement: Select[Any]) -> Select[Any]:
-    """``statement`` with each ordering comparison of text (``<``, ``<=``, ``>``, ``>=``, ``between``: in ``where``,
-    ``having``, anywhere) made over :func:`_code_point_key` of both sides, as SQLite compares text and as this
-    module orders it: under the server's collation (``en_US``: ``'_z' < 'B'``), ``where(x > last)`` over an
-    ``order_by(x)`` by code point skipped rows a folder store returned (was). Equality is the same either way."""
+    """``statement`` with each ordering comparison of text (``<``, ``<=``, ``>``, ``>=``, ``between``, and those
+    of tuples holding text; anywhere: ``where``, a column's FILTER or CASE, a subquery, a CTE) made over
+    :func:`_code_point_key` of the compared text, as SQLite compares it and as this module orders it: under the
+    server's collation (``en_US``: ``'_z' < 'B'``), ``where(x > last)`` over an ``order_by(x)`` by code point
+    skipped rows a folder store returned (was). Equality is the same either way.
 
-    def keyed(element: Any, **_: Any) -> Any:
-        if not isinstance(element, BinaryExpression):
-            return None
-        if element.operator in _ORDERING and (compares_as_text(element.left) or compares_as_text(element.right)):
-            return element.operator(_code_point_key(element.left), _code_point_key(element.right))
-        if element.operator in _BETWEEN and compares_as_text(element.left):
-            low, high = element.right.clauses
-            # in parentheses: the server's grammar takes no COLLATE between BETWEEN and AND
-            keys = _code_point_key(element.left), Grouping(_code_point_key(low)), Grouping(_code_point_key(high))
-            return element.operator(*keys, symmetric=bool(element.modifiers.get("symmetric")))
-        return None
+    The statement is copied whole, in one traversal, only when it holds such a comparison; a term used twice
+    (grouped and ordered by, a condition selected and grouped by) is copied, or replaced, once: its bound values
+    keep one name, and the server sees one expression.
+    """
+    if not any(_keyed(element) is not None for element in visitors.iterate(statement)):
+        return statement
+    replaced: dict[int, Any] = {}
 
-    # Only the conditions: a copy of a term also in group_by (or order_by) would bind its values under new names,
-    # and the server would no longer see the ordered term as the grouped one.
-    kept = [*statement._raw_columns, *statement._group_by_clauses, *statement._order_by_clauses]
-    compared = replacement_traverse(statement, {"stop_on": kept}, keyed)
+    def once(element: Any, **_: Any) -> Any:
+        if id(element) not in replaced:
+            replaced[id(element)] = _keyed(element)
+        return replaced[id(element)]
+
+    compared = replacement_traverse(statement, {}, once)
     assert isinstance(compared, Select)  # a copy of the statement
     return compared
+
+
+def _keyed(element: Any) -> Any:
+    """:func:`_code_point_compared`'s comparison in place of ``element``, or None where it is none."""
+    if not isinstance(element, BinaryExpression):
+        return None
+    left, right = element.left, element.right
+    if element.operator in _ORDERING:
+        if isinstance(left, Tuple) and isinstance(right, Tuple) and len(left.clauses) == len(right.clauses):
+            pairs = list(zip(left.clauses, right.clauses, strict=True))
+            if not any(compares_as_text(a) or compares_as_text(b) for a, b in pairs):
+                return None
+            keyed = [(_code_point_key(a), _code_point_key(b)) if compares_as_text(a) or compares_as_text(b) else (a, b)
+                     for a, b in pairs]  # fmt: skip
+            return element.operator(tuple_(*(a for a, _ in keyed)), tuple_(*(b for _, b in keyed)))
+        if compares_as_text(left) or compares_as_text(right):
+            return element.operator(_code_point_key(left), _code_point_key(right))
+    if element.operator in _BETWEEN and compares_as_text(left):
+        low, high = right.clauses
+        # in parentheses: the server's grammar takes no COLLATE between BETWEEN and AND
+        bounds = Grouping(_code_point_key(low)), Grouping(_code_point_key(high))
+        return element.operator(_code_point_key(left), *bounds, symmetric=bool(element.modifiers.get("symmetric")))
+    return None
 
 
 def _read_type(term: Any) -> Any:
