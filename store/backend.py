@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from sqlalchemy import Connection, Row, Select, event
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import ORMExecuteState, Session
 
 from store.errors import (
     DamagedValueError,
@@ -197,22 +197,33 @@ class Database(ABC):
             self._check_writable()
         with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
             if write:
-                event.listen(session, "before_flush", self._refuse_the_other_role)
+                event.listen(session, "before_flush", self._refuse_other_role_rows)
+                event.listen(session, "do_orm_execute", self._refuse_other_role_statements)
             yield session
             if write:
                 session.flush()
 
-    def _refuse_the_other_role(self, session: Session, *_: object) -> None:
-        """Every database holds both roles' tables, and only its own is read (queries, ``verify``, export): a
-        judgement added to a completions database was committed and never seen again (was)."""
-        for row in (*session.new, *session.dirty):
+    # Every database holds both roles' tables, and only its own is read (queries, verify, export): a judgement
+    # added to a completions database was committed and never seen again (was).
+
+    def _refuse_other_role_rows(self, session: Session, *_: object) -> None:
+        for row in (*session.new, *session.dirty, *session.deleted):
             role = next((r for r, model in MODEL_OF_ROLE.items() if isinstance(row, model)), self.role)
             if role != self.role:
-                raise InvalidInputError(
-                    f"{self.where}: a {type(row).__name__} row in a database of {self.role}, whose {role} table "
-                    f"nothing reads; nothing was written. Write it through a database of {role}: "
-                    f"store.database({role!r}, task, descriptor)"
-                )
+                raise self._other_role(f"a {type(row).__name__} row", role)
+
+    def _refuse_other_role_statements(self, state: ORMExecuteState) -> None:
+        if state.is_insert or state.is_update or state.is_delete:
+            table = getattr(getattr(state.statement, "table", None), "name", None)
+            role = next((r for r, model in MODEL_OF_ROLE.items() if model.__tablename__ == table), self.role)
+            if role != self.role:
+                raise self._other_role(f"a statement writing {table}", role)
+
+    def _other_role(self, what: str, role: str) -> InvalidInputError:
+        return InvalidInputError(
+            f"{self.where}: {what} in a database of {self.role}, whose {role} table nothing reads; nothing was "
+            f"written. Write it through a database of {role}: store.database({role!r}, task, descriptor)"
+        )
 
     def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
         """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""

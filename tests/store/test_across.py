@@ -1398,8 +1398,22 @@ def test_a_session_refuses_a_row_of_the_other_role_and_keeps_nothing_of_its_bloc
     with database.session() as session:
         assert session.scalars(select(func.count()).select_from(Judgement)).one() == 0
         assert session.scalars(select(Completion.benchmark)).all() == [completion_record(0).benchmark]
+    statements = [  # Core statements through the session, and an ORM delete (was: accepted)
+        insert(Judgement).values(**dataclasses.asdict(judgement_record(8))),
+        update(Judgement).values(benchmark="x"),
+        delete(Judgement),
+    ]
+    for statement in statements:
+        refused = pytest.raises(InvalidInputError, match="a statement writing judgements in a database of completions")
+        with refused, database.session(write=True) as session:
+            session.execute(statement)
+    with database.session() as session:
+        assert session.scalars(select(func.count()).select_from(Judgement)).one() == 0
     with database.session(write=True) as session:  # its own role's rows still go in
         session.add(Completion(**dataclasses.asdict(completion_record(1))))
+        session.execute(
+            update(Completion).where(Completion.input_hash == completion_record(1).input_hash).values(benchmark="b")
+        )
     assert database.count() == 2
 
 
