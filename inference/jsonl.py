@@ -3,7 +3,7 @@
 Contract:
 
 * Completion request lines: ``{"messages": [...]}`` or ``{"text": "..."}``,
-  with optional ``benchmark``, ``instruction_id``, ``n`` (null: 1) and
+  with optional ``benchmark``, ``instruction_id``, ``n`` (null: 1; 2.0: 2) and
   ``model`` (the label recorded on the row). A file may open with UTF-8's
   byte order mark.
 * Judgement lines come in three shapes: already rendered (``messages`` or
@@ -113,8 +113,11 @@ def _no_constant(name: str) -> Any:
 
 def _build(path: Path, number: int, factory: Any, values: dict[str, Any], input_mode: InputMode | None) -> Any:
     """What ``factory`` makes of a line's values (a request, or a list of them); a bad line names itself."""
-    if values.get("n", 1) is None:  # a table's empty cell (pandas writes null): the default, one sample
+    n = values.get("n", 1)
+    if n is None:  # a table's empty cell (pandas writes null): the default, one sample
         values = {key: value for key, value in values.items() if key != "n"}
+    elif isinstance(n, float) and n.is_integer():  # the column's other cells then (pandas writes 2.0)
+        values = {**values, "n": int(n)}
     try:
         if "messages" in values:
             render_messages_bytes(values["messages"])  # checked here too, so a bad message names its line

@@ -221,7 +221,7 @@ def test_a_file_that_opens_with_a_byte_order_mark_and_an_empty_n_reads_as_withou
     from inference.jsonl import read_completion_requests, read_judgement_requests
 
     plain = [{"text": "hello", "instruction_id": "1"}, {"text": "again", "n": 2}]
-    given = [{**plain[0], "n": None}, plain[1]]
+    given = [{**plain[0], "n": None}, {**plain[1], "n": 2.0}]  # pandas writes a column with an empty cell as floats
     (tmp_path / "plain.jsonl").write_bytes(b"".join(orjson.dumps(row) + b"\n" for row in plain))
     (tmp_path / "marked.jsonl").write_bytes(b"\xef\xbb\xbf" + b"".join(orjson.dumps(row) + b"\r\n" for row in given))
     read = read_completion_requests(tmp_path / "marked.jsonl")
@@ -233,6 +233,7 @@ def test_a_file_that_opens_with_a_byte_order_mark_and_an_empty_n_reads_as_withou
     (tmp_path / "late.jsonl").write_bytes(orjson.dumps(plain[0]) + b"\n\xef\xbb\xbf" + orjson.dumps(plain[1]) + b"\n")
     with pytest.raises(InvalidInputError, match=r"late\.jsonl:2: not valid JSON"):
         read_completion_requests(tmp_path / "late.jsonl")
-    (tmp_path / "zero.jsonl").write_bytes(orjson.dumps({"text": "x", "n": 0}) + b"\n")
-    with pytest.raises(InvalidInputError, match=r"zero\.jsonl:1: n must be an integer from 1"):
-        read_completion_requests(tmp_path / "zero.jsonl")
+    for n in (0, 2.5):
+        (tmp_path / "bad.jsonl").write_bytes(orjson.dumps({"text": "x", "n": n}) + b"\n")
+        with pytest.raises(InvalidInputError, match=rf"bad\.jsonl:1: n must be an integer from 1.*got {n}"):
+            read_completion_requests(tmp_path / "bad.jsonl")
