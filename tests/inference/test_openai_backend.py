@@ -155,6 +155,43 @@ def test_what_is_sent_is_the_descriptor(fake: FakeOpenAI) -> None:
     }
 
 
+@pytest.mark.parametrize(("provider", "k"), [("vllm-server", 20), ("vllm-server", 3), ("openai", 20)])
+def test_logprobs_keep_the_k_best_and_never_a_sampled_token_a_vllm_list_may_have_pushed_in(
+    provider: str, k: int
+) -> None:
+    """vLLM's chat list puts the sampled token first and is cut at what was asked: at its limit of 20 (no K + 1
+    to ask), a sampled token sorting 20th may be from outside the top 20, and was stored as rank 20 (was)."""
+    descriptor = HostedSpec(
+        model="gpt-4o-2024-08-06",
+        provider=provider,
+        base_url="http://127.0.0.1:1/v1",
+        sampling={"logprobs": k, "temperature": 1.0},
+    ).descriptor
+
+    def token(text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": logprob, "bytes": list(text.encode())}
+
+    def body(listed: list[dict[str, Any]], sampled: dict[str, Any]) -> dict[str, Any]:
+        content = [{**sampled, "top_logprobs": listed}]
+        return {"choices": [{"message": {"content": "x"}, "finish_reason": "length", "logprobs": {"content": content}}]}
+
+    best = [token(f"t{i}", -0.1 * (i + 1)) for i in range(k)]  # the model's true top k, best first
+    low = token("rare", -9.6)
+    at_limit = provider == "vllm-server" and k == 20  # asked for k, not k + 1: the list holds k
+    cases = [  # (what the server lists, the sampled token, the candidates stored)
+        ([low, *best[: k - 1]], low, k - 1)
+        if at_limit
+        else ([low, *best] if provider == "vllm-server" else best, low, k),
+        ([best[1], best[0], *best[2:]], best[1], k),  # sampled second: listed first, ranked second
+    ]
+    for listed, sampled, kept in cases:
+        (position,) = logprobs.decode(generation_from_body(descriptor, body(listed, sampled)).top_logprobs)
+        assert [c.text for c in position.candidates] == [t["token"] for t in best[:kept]]
+        assert [c.rank for c in position.candidates] == list(range(1, kept + 1))
+        assert position.sampled is not None
+        assert position.sampled.rank == (None if sampled is low else 2)
+
+
 # ------------------------------------------------------------------ retries
 
 

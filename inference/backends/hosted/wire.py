@@ -23,7 +23,8 @@ Contract:
   sampled token outside the top K took rank 1 and pushed out the K-th
   (was). So a ``vllm-server`` chat request asks for K + 1 (below vLLM's
   limit of :data:`VLLM_MAX_LOGPROBS`), and every answer's candidates are
-  sorted and cut to K.
+  sorted and cut to K; at the limit, a sampled token that sorts K-th is
+  left out (K - 1 candidates): it may be a token from outside the K.
 * A 2xx body that reports an error instead of a completion raises
   :class:`ErrorInBody` (its code read as an HTTP status where it is one):
   a top-level ``error`` object (OpenRouter and proxies answer an upstream
@@ -213,12 +214,19 @@ def _best(listed: Sequence[TokenLogprob], keep: int) -> tuple[TokenLogprob, ...]
     return tuple(dataclasses.replace(token, rank=rank) for rank, token in enumerate(ordered, 1))
 
 
-def chat_position(entry: Any, keep: int, where: str = "logprobs.content[0]") -> PositionLogprobs:
+def chat_position(
+    entry: Any, keep: int, where: str = "logprobs.content[0]", *, sampled_first: bool = False
+) -> PositionLogprobs:
     """One position of chat ``logprobs.content``: the ``keep`` best of its ``top_logprobs``, and the sampled
-    token."""
+    token. ``sampled_first``: a vLLM server's list cut at ``keep`` (asked for no more, at its limit), its first
+    entry the sampled token, which sorted last may be the K-th candidate or a token outside the K that pushed the
+    K-th out: it is left out (K - 1 candidates, each sure), not stored as rank K."""
     top = _get(entry, "top_logprobs", list, where, optional=True) or []
-    candidates = _best([_chat_token(t, None, f"{where}.top_logprobs[{i}]") for i, t in enumerate(top)], keep)
+    listed = [_chat_token(t, None, f"{where}.top_logprobs[{i}]") for i, t in enumerate(top)]
     sampled = _chat_token(entry, None, where)
+    candidates = _best(listed, keep)
+    if sampled_first and len(listed) >= keep > 1 and _rank_of(sampled, candidates) == keep == len(candidates):
+        candidates = candidates[:-1]
     return PositionLogprobs(candidates, dataclasses.replace(sampled, rank=_rank_of(sampled, candidates)))
 
 
@@ -294,7 +302,10 @@ def generation_from_body(descriptor: ModelDescriptor, data: Any) -> Generation:
         elif chat and isinstance(raw, dict) and isinstance(raw.get("content"), list):
             content = raw["content"][:1] if first else raw["content"]
             keep = descriptor.sampling.logprobs
-            positions = [chat_position(e, keep, f"logprobs.content[{i}]") for i, e in enumerate(content)]
+            at_limit = descriptor.provider == "vllm-server" and keep >= VLLM_MAX_LOGPROBS  # asked no more than K
+            positions = [
+                chat_position(e, keep, f"logprobs.content[{i}]", sampled_first=at_limit) for i, e in enumerate(content)
+            ]
         elif not chat and isinstance(raw, dict) and isinstance(raw.get("top_logprobs"), list):
             tokens, lps, alternatives = _list(raw.get("tokens")), _list(raw.get("token_logprobs")), raw["top_logprobs"]
             count = min(1, len(alternatives)) if first else len(alternatives)
