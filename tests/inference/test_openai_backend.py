@@ -228,6 +228,25 @@ def test_5xx_that_outlasts_the_retries_is_a_typed_error(store: Store, fake: Fake
     assert len(fake.completions()) == 4
 
 
+def test_an_answer_without_the_logprobs_the_servers_other_answers_carry_is_retried_then_fails_alone(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    """One answer came back without logprobs (a gap in a proxy, a server): it was stored so, a hit without them for
+    good, every rerun silent (was). A server that never gives them still has its answers stored, with a warning."""
+    fake.add_fault(Fault(status=200, choice={"logprobs": None}, times=1, body_contains='question 2"'))
+    spec = served(fake, max_concurrency=1, sampling={"logprobs": 2})
+    answers = spec.cached(store, task="t").complete([ask(i) for i in range(4)])
+    assert all(a.samples[0].top_logprobs is not None for a in answers)  # the gap was retried, not stored
+    assert spec.stats.retries == 1 and stored(store, spec) == 4
+
+    fake.add_fault(Fault(status=200, choice={"logprobs": None}, times=100, body_contains='question 6"'))
+    with pytest.raises(RequestsFailedError, match=r"1 of 4 inputs") as raised:
+        spec.cached(store, task="t").complete([ask(i) for i in range(4, 8)])
+    (failure,) = raised.value.failures
+    assert failure.request_index == 2 and "no logprobs, where the server's other answers" in str(failure.error)
+    assert "fails alone" in str(failure.error) and stored(store, spec) == 7
+
+
 def test_a_request_that_outlasts_its_retries_where_the_server_answers_others_fails_alone(
     store: Store, fake: FakeOpenAI
 ) -> None:

@@ -266,6 +266,7 @@ class OpenAIBackend:
         # Answers the server gave (every batch), and how many when a request last failed alone: one that outlasts
         # its retries fails alone if the server answered since (see the module docstring).
         self._answers = 0
+        self._with_logprobs = 0  # answers that carried the logprobs asked for
         self._answers_at_lone_failure = 0
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="judgestore-openai", daemon=True)
@@ -655,9 +656,15 @@ class OpenAIBackend:
                 f"{'chat ' if self._descriptor.input_mode == 'chat' else ''}completion ({self._redact(str(e))}). "
                 "Is the base URL an OpenAI-compatible API?",
             ) from e
-        self._answers += 1
-        self._check_served_model(data)
         asked = self._descriptor.sampling.logprobs is not None
+        if asked and generation.top_logprobs is None and self._with_logprobs:
+            # The server gave them to other answers: a transient gap, retried (and failing alone), where it was
+            # stored, a hit without logprobs for good, every rerun silent (was).
+            gap = {"code": 503, "message": "no logprobs, where the server's other answers of this run had them"}
+            raise ErrorInBody("choices[0]", gap)
+        self._answers += 1
+        self._with_logprobs += 1 if asked and generation.top_logprobs is not None else 0
+        self._check_served_model(data)
         if asked and generation.top_logprobs is None and not self._warned_no_logprobs:
             self._warned_no_logprobs = True  # some providers ignore the setting; say so once, keep the text
             log.warning("%s returned no logprobs for %s although asked", self._endpoint, self._descriptor.model)
