@@ -73,9 +73,15 @@ def main() -> None:
     run_program(build_app())
 
 
+_PYDANTIC_PREFIX = "Value error, "  # "Invalid value for '--role': Value error, 'x' is not one of ..." (was)
+
+
 def _show_usage_error(error: typer.TyperException) -> int:
     """A command line click refused (an unknown option, a bad value): click's lines, or after ``--json`` one JSON
     object on stderr as :func:`store.cli.common.command_errors` gives every other error; its exit status (2)."""
+    message = getattr(error, "message", None)
+    if isinstance(message, str) and message.startswith(_PYDANTIC_PREFIX):  # typer checks a choice with pydantic
+        error.message = message.removeprefix(_PYDANTIC_PREFIX)  # type: ignore[attr-defined]
     if "--json" in sys.argv[1:]:
         sys.stderr.write(to_json({"error": error.format_message(), "type": type(error).__name__}, indent=False) + "\n")
     elif (show := getattr(error, "show", None)) is not None:  # click's: usage line, hint, error

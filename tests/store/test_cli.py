@@ -1375,6 +1375,17 @@ def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
+def test_a_choice_misspelled_is_said_in_plain_words(filled: Path, tmp_path: Path) -> None:
+    """typer checks a choice with pydantic, whose "Value error, " came first: "Invalid value for '--role': Value
+    error, 'bogus' is not one of ..." (was)."""
+    before = file_digests(filled)
+    for extra in ([], ["--json"]):
+        refused = run("delete", "--role", "bogus", "--run-id", "run-2", "--yes", *extra, cwd=tmp_path)
+        assert refused.returncode == 2 and "Value error" not in refused.stderr, refused.stderr
+        assert "Invalid value for '--role': 'bogus' is not one of 'completions', 'judgements'." in refused.stderr
+    assert file_digests(filled) == before
+
+
 def test_python_m_store_lists_and_queries(filled: Path, tmp_path: Path) -> None:
     listed = run("ls", "--json", cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
