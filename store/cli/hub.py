@@ -198,13 +198,13 @@ def push_command(
         except KeyboardInterrupt as e:
             _push_interrupted(getattr(e, "push_report", None), remote.url, json_output)
         report.created_repo = created
-        selected = bool(report.folders or report.unchanged or store.select(selector))
-        if not selected:  # a mistyped --task: say that nothing was selected, not that the remote has it all
+        picked = len(store.select(selector))
+        if not picked:  # a mistyped --task: say that nothing was selected, not that the remote has it all
             no_databases(store, json_output, selector)
-    if json_output:
-        emit_json(report.as_dict())
+    if json_output:  # with how many databases the selection picked: 0 says a mistyped --task, as the note does
+        emit_json(report.as_dict() | {"databases_selected": picked})
     else:
-        _render_push(report, selected)
+        _render_push(report, bool(picked))
     if not report.ok:
         raise typer.Exit(1)
 
@@ -403,6 +403,8 @@ def _render_fetch(report: "FetchReport") -> None:
             f"Found new shards at {report.remote}{at} but {verb}: {len(report.failed):,} failed, "
             f"{len(report.quarantined):,} quarantined ({quantity(report.skipped, 'shard')} already here)."
         )
+    elif not report.folders_matched:  # a mistyped --task: say that the remote has no such folder, not "nothing new"
+        out.print(f"No folder at {report.remote}{at} matches the selection: nothing to fetch.")
     else:
         out.print(f"Nothing new to fetch from {report.remote}{at} ({quantity(report.skipped, 'shard')} already here).")
     _problems(

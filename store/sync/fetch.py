@@ -145,6 +145,7 @@ class FetchReport:
         default_factory=list
     )  # could not be downloaded or imported now; retried next time
     rejected_paths: list[SyncProblem] = field(default_factory=list)  # listed paths that are not judgestore's layout
+    folders_matched: int = 0  # the remote's descriptor folders the selection picks (0: none there, a mistyped --task)
 
     @property
     def shards(self) -> int:
@@ -179,6 +180,7 @@ class FetchReport:
             "conflicts": None if self.dry_run else self.conflicts,
             "bytes": self.bytes,
             "skipped": self.skipped,
+            "folders_matched": self.folders_matched,
             "folders": [f.as_dict(downloaded=not self.dry_run) for f in self.folders],
             "quarantined": [p.as_dict() for p in self.quarantined],
             "failed": [p.as_dict() for p in self.failed],
@@ -235,6 +237,7 @@ def _fetch(
     prefix = selector.descriptor or ""
     if len(prefix) > HASH16_LENGTH:  # compared whole, as Store.select does: with the hash metadata.json records
         folders = {key: f for key, f in folders.items() if _describes(remote, revision, f, prefix)}
+    report.folders_matched = len(folders)
     # Looked up, not recorded: the remote is recorded with the first shard fetched from it, so a fetch that
     # fails or a dry run leaves the bookkeeping as it was.
     known_id = books.find_remote(remote.url)

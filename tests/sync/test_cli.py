@@ -591,6 +591,28 @@ def test_a_push_whose_selection_matches_no_database_says_so(tmp_path: Path) -> N
     assert result.exit_code == 0 and "every selected row" not in result.stdout
     assert "No database in" in result.stderr and "--task no-such-task" in result.stderr
     assert list(shared.iterdir()) == []
+    # --json said only zeros and ok (was): the count of databases picked says it
+    for task, picked in (("no-such-task", 0), ("mt-bench", None)):
+        pushed = hub_cli("push", "--dir", str(shared), "--task", task, "--json", "--store-root", str(alice))
+        assert pushed.exit_code == 0, pushed.output
+        count = orjson.loads(pushed.stdout)["databases_selected"]
+        assert count == picked if picked is not None else count > 0
+
+
+def test_a_fetch_whose_selection_matches_no_folder_of_the_remote_says_so(tmp_path: Path) -> None:
+    """A mistyped --task was answered "Nothing new to fetch (0 shards already here)", as if it had them all."""
+    alice, shared, bob = filled_store(tmp_path / "alice"), tmp_path / "shared", tmp_path / "bob"
+    shared.mkdir()
+    assert hub_cli("push", "--dir", str(shared), "--all", "--store-root", str(alice)).exit_code == 0
+    missed = hub_cli("fetch", "--dir", str(shared), "--task", "no-such-task", "--store-root", str(bob))
+    assert missed.exit_code == 0 and "matches the selection: nothing to fetch" in missed.stdout, missed.output
+    for task, matched in (("no-such-task", 0), ("mt-bench", None)):
+        fetched = hub_cli("fetch", "--dir", str(shared), "--task", task, "--json", "--store-root", str(bob))
+        count = orjson.loads(fetched.stdout)["folders_matched"]
+        assert count == matched if matched is not None else count > 0
+    assert hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob)).exit_code == 0
+    again = hub_cli("fetch", "--dir", str(shared), "--all", "--store-root", str(bob))
+    assert again.exit_code == 0 and "Nothing new to fetch" in again.stdout  # folders there, all fetched
 
 
 def test_a_dry_run_with_create_repo_previews_the_whole_push_and_creates_nothing(hub: FakeHub, tmp_path: Path) -> None:
