@@ -408,6 +408,19 @@ def test_postgres_join_runs_in_each_schema_on_one_connection(pg_url: str) -> Non
         assert _cost_per_run(store) == _EXPECTED_COST
 
 
+@contextmanager
+def _judges_in_both(pg_url: str, store_root: Path, judges: list[list[str]]) -> Iterator[tuple[Store, Store]]:
+    """A server store whose ``judge`` column collates a < B, and a folder store, each holding one database of
+    judgements per list of ``judges``."""
+    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
+        for store in (server, folder):
+            for i, names in enumerate(judges):
+                rows = [judgement_record(i * len(names) + k, judge=name) for k, name in enumerate(names)]
+                store.database("judgements", "arena", descriptor(i)).put_many(rows)
+        _judges_collated_a_before_b(server)
+        yield server, folder
+
+
 def _judges_collated_a_before_b(server: Store) -> None:
     """Give every schema's ``judge`` column a collation where a < B (as en_US orders)."""
     with server.storage.connection(write=True) as conn:  # type: ignore[attr-defined]
@@ -504,15 +517,8 @@ def test_postgres_orders_text_by_code_point_whatever_the_collation(pg_url: str, 
         select(func.trim(Judgement.judge)).order_by(func.trim(Judgement.judge).desc()),
         select(func.min(func.substr(Judgement.judge, 1)), func.max(func.trim(Judgement.judge))),
     ]
-    answers = []
-    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
-        for store in (server, folder):
-            for i, names in enumerate(judges):
-                rows = [judgement_record(i * 3 + k, judge=name) for k, name in enumerate(names)]
-                store.database("judgements", "arena", descriptor(i)).put_many(rows)
-        _judges_collated_a_before_b(server)
-        for store in (server, folder):
-            answers.append([store.execute(statement).all() for statement in statements])
+    with _judges_in_both(pg_url, store_root, judges) as both:
+        answers = [[store.execute(statement).all() for statement in statements] for store in both]
     expected = sorted(name for names in judges for name in names)  # code point order: B C Z a d é
     assert [judge for (judge,) in answers[1][0]] == expected
     assert [name for (name,) in answers[1][-3]] == ["B", "C", "a", "d", "e", "é"]
@@ -560,13 +566,8 @@ def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collati
     ]
     pages: list[list[str]] = []
     answers = []
-    with Store(Settings(), url=pg_url) as server, Store(Settings(), root=store_root) as folder:
-        for store in (server, folder):
-            for i, names in enumerate(judges):
-                rows = [judgement_record(i * 4 + k, judge=name) for k, name in enumerate(names)]
-                store.database("judgements", "arena", descriptor(i)).put_many(rows)
-        _judges_collated_a_before_b(server)
-        for store in (server, folder):
+    with _judges_in_both(pg_url, store_root, judges) as both:
+        for store in both:
             answers.append([store.execute(statement).all() for statement in statements])
             seen: list[str] = []
             after = select(Judgement).order_by(Judgement.judge).limit(3)  # entities, as a researcher pages them
