@@ -198,7 +198,8 @@ def _interrupted(interrupt: KeyboardInterrupt, run: RunOptions, json_output: boo
     while call is None and cause is not None:
         call, cause = getattr(cause, "call_stats", None), cause.__context__
     kept = 0 if call is None else call.written
-    message = f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: they are kept, and "
+    stored = "they are kept" if kept else "nothing of it is kept"  # "stored 0 rows: they are kept" (was)
+    message = f"interrupted; this run stored {quantity(kept, 'row')} before it stopped: {stored}, and "
     if run.mode == "use":
         message += "running the same command again generates only the rest"
     else:  # mode use would answer the inputs it did not reach with their old rows, unrefreshed

@@ -445,6 +445,23 @@ def test_ctrl_c_counts_the_rows_this_call_wrote_not_those_of_other_jobs_with_the
     assert f"this run stored {kept} rows before it stopped" in error["error"]
 
 
+def test_ctrl_c_before_any_row_was_written_says_nothing_is_kept(
+    openai_server: FakeOpenAI, chat_prompts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C while the tokenizer loaded said "this run stored 0 rows before it stopped: they are kept" (was)."""
+    import inference.cli.generate as generate_module
+
+    def ctrl_c(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(generate_module, "_run_with_progress", ctrl_c)
+    result = generate(openai_server, chat_prompts, tmp_path / "out.jsonl", "--json")
+    assert result.exit_code == 130, result.output
+    error = orjson.loads(result.stderr.splitlines()[-1])
+    assert error["rows_kept"] == 0 and "stored 0 rows before it stopped: nothing of it is kept" in error["error"]
+    assert "they are kept" not in error["error"]
+
+
 def test_json_with_results_on_stdout_puts_the_summary_on_stderr(
     openai_server: FakeOpenAI, chat_prompts: Path, store_root: Path
 ) -> None:
