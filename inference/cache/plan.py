@@ -66,7 +66,8 @@ class Plan:
         adopted = f" ({self.adopted_hits} adopted)" if self.adopted_hits else ""
         return (
             f"{self.role}: {self.requested} requested, {self.distinct} distinct, "
-            f"{self.hits} hits{adopted}, {self.misses} to generate, {self.duplicates} duplicates (mode {self.mode})"
+            f"{self.hits} hits{adopted}, {self.misses} {'missing' if self.mode == 'replay' else 'to generate'}, "
+            f"{self.duplicates} duplicates (mode {self.mode})"  # replay generates nothing: "2 to generate" (was)
         )
 
     @property
@@ -81,9 +82,10 @@ class Plan:
         if self.stored_rows:  # new inputs, a run that stopped early, or inputs that changed: explain tells which
             return f"{self.misses} misses although this descriptor's database holds {self.stored_rows} rows"
         others = "descriptor" if self.other_descriptors == 1 else "descriptors"
+        verb = "is" if self.other_descriptors == 1 else "are"  # "1 other descriptor ... are" (was)
         return (
             f"{self.misses} misses: nothing is stored under this descriptor, but {self.other_descriptors} other "
-            f"{others} of this model and task are"
+            f"{others} of this model and task {verb}"
         )
 
 

@@ -532,7 +532,9 @@ def test_a_plan_says_when_misses_are_unexpected(store: Store, descriptor: ModelD
     with pytest.raises(CacheMissError):
         elsewhere.complete([ask(0)])
     assert elsewhere.last.plan is not None and elsewhere.last.plan.other_descriptors == 1
-    assert "1 other descriptor of this model and task" in str(elsewhere.last.plan.miss_note())
+    assert str(elsewhere.last.plan.miss_note()).endswith("1 other descriptor of this model and task is")
+    # replay generates nothing: its plan says what is missing (was: "1 to generate")
+    assert "1 missing, 0 duplicates (mode replay)" in elsewhere.last.plan.summary()
     # a database created by a run that failed before writing a row stores nothing: no surprise to point at
     unwritten = descriptor.model_copy(update={"sampling": descriptor.sampling.model_copy(update={"top_p": 0.5})})
     store.database("completions", "t", unwritten)
