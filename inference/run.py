@@ -281,6 +281,8 @@ def run_requests(
     before = spec.sent()  # a spec counts what all its backends sent: this run's is what it adds
     responses: list[Response]
     with cached, store if store is not None else nullcontext():
+        if store is not None and readonly:  # a mistyped --store-root is no empty store: every input a miss (was)
+            store.require_present(f"to read in --mode {mode}")
         try:
             if role == "completions":
                 responses = cached.complete(requests, on_plan=on_plan, on_progress=on_progress)  # type: ignore[arg-type]

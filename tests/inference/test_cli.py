@@ -340,6 +340,7 @@ def test_judge_orientation_on_a_file_without_pairs_says_it_changes_nothing(
     line = {"messages": [{"role": "user", "content": "A or B?"}], "model_a": "a", "model_b": "b"}
     rendered.write_bytes(orjson.dumps(line | {"orientation": "reversed"}) + b"\n")
     args = ("judge", "--model", str(tiny_model_dir), "--task", "t", "-i", str(rendered), "--mode", "replay")
+    (tmp_path / "store").mkdir()  # an empty store: every input a miss
     asked = judgestore(*args, "--orientation", "direct", *ENGINE_ARGS, root=tmp_path / "store", check=False)
     assert f"warning: {rendered} has no pair lines, so the orientations asked for (direct)" in asked.stderr
     assert "replay mode: 1 of 1 inputs" in asked.stderr, asked.stderr
@@ -351,23 +352,19 @@ def test_replay_of_an_empty_store_fails_without_preparing_the_engine(
     tmp_path: Path, prompts: Path, tiny_model_dir: Path
 ) -> None:
     root = tmp_path / "store"
-    result = judgestore(
-        "generate",
-        "--model",
-        str(tiny_model_dir),
-        "--task",
-        "t",
-        "-i",
-        str(prompts),
-        "--mode",
-        "replay",
-        *ENGINE_ARGS,
-        root=root,
-        check=False,
-    )
+    root.mkdir()
+    args = ("generate", "--model", str(tiny_model_dir), "--task", "t", "-i", str(prompts), *ENGINE_ARGS)
+    result = judgestore(*args, "--mode", "replay", root=root, check=False)
     assert result.returncode == 1
     assert f"replay mode: 3 of 3 inputs are not in the store; the first is {prompts}:1 (demo/0)" in result.stderr
-    assert not root.exists()
+    assert list(root.iterdir()) == []
+    # A mistyped --store-root is no empty store: replay said only that every input missed, and readonly generated
+    # them all, wrote nothing and exited 0 (was)
+    for mode in ("replay", "readonly"):
+        missing = judgestore(*args, "--mode", mode, root=tmp_path / "no-such-store", check=False)
+        assert missing.returncode == 1, missing.stderr
+        assert f"there is no store to read in --mode {mode}; check --store-root" in " ".join(missing.stderr.split())
+        assert "Traceback" not in missing.stderr and not (tmp_path / "no-such-store").exists()
 
 
 def test_fetch_before_run_turns_a_colleagues_rows_into_hits(
