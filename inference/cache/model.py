@@ -216,6 +216,11 @@ class CachedModel:
                 if isinstance(store, str | os.PathLike)
                 else f"store must be a Store, got {type(store).__name__} {store!r:.40}"
             )
+        if isinstance(store, Store) and store.readonly and mode in ("use", "refresh"):  # before a tokenizer loads
+            raise InvalidInputError(
+                f"mode {mode!r} writes rows, and the store was opened read-only (Store(..., readonly=True)): open it "
+                "for writing, or read it with mode='readonly' (misses generated, not stored) or 'replay'"
+            )
         if type(chunk_size) is not int or chunk_size < 1:  # before a model loads: range() would refuse 2.5 then
             raise InvalidInputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         if label == "":  # a row whose model or judge is "" names nobody; None is what takes the model's name

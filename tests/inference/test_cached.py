@@ -94,6 +94,19 @@ def test_full_hit_never_calls_the_factory(store: Store, descriptor: ModelDescrip
     assert [r.text for r in responses] == [f"answer to q{i} #0" for i in range(5)]
 
 
+@pytest.mark.parametrize("mode", ["use", "refresh"])
+def test_a_mode_that_writes_is_refused_on_a_store_opened_read_only_before_anything(
+    store: Store, descriptor: ModelDescriptor, mode: str
+) -> None:
+    """Refused only once the misses were planned and the tokenizer loaded, as the handle's DatabaseFileError (was)."""
+    model(store, descriptor, CountingBackend()).complete([ask(0)])
+    with Store(root=store.root, readonly=True) as readonly:
+        with pytest.raises(InvalidInputError, match=f"mode '{mode}' writes rows, and the store was opened read-only"):
+            model(readonly, descriptor, CountingBackend(), mode=mode)
+        reading = model(readonly, descriptor, CountingBackend(), mode="readonly")
+        assert [r.cached for r in reading.complete([ask(0)])] == [True]
+
+
 def test_partial_hit_sends_exactly_the_misses_in_caller_order(store: Store, descriptor: ModelDescriptor) -> None:
     model(store, descriptor, CountingBackend()).complete([ask(1), ask(3)])
     backend = CountingBackend()
