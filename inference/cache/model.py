@@ -216,11 +216,6 @@ class CachedModel:
                 if isinstance(store, str | os.PathLike)
                 else f"store must be a Store, got {type(store).__name__} {store!r:.40}"
             )
-        if isinstance(store, Store) and store.readonly and mode in ("use", "refresh"):  # before a tokenizer loads
-            raise InvalidInputError(
-                f"mode {mode!r} writes rows, and the store was opened read-only (Store(..., readonly=True)): open it "
-                "for writing, or read it with mode='readonly' (misses generated, not stored) or 'replay'"
-            )
         if type(chunk_size) is not int or chunk_size < 1:  # before a model loads: range() would refuse 2.5 then
             raise InvalidInputError(f"chunk_size must be an integer >= 1, got {chunk_size!r}")
         if label == "":  # a row whose model or judge is "" names nobody; None is what takes the model's name
@@ -567,6 +562,12 @@ class CachedModel:
         A call's whole generation path; a caller may call it for any part of a plan's misses.
         """
         store = self.store if self.mode in ("use", "refresh") else None  # the store this run writes to
+        if store is not None and store.readonly:  # before the tokenizer loads for the prompts' lengths (was: after)
+            raise InvalidInputError(
+                f"mode {self.mode!r} writes the misses, and the store was opened read-only (Store(..., "
+                "readonly=True)): open it for writing, or read it with mode='readonly' (misses generated, not "
+                "stored) or 'replay'"
+            )
         writer = Writer(
             requests,
             run,

@@ -95,16 +95,22 @@ def test_full_hit_never_calls_the_factory(store: Store, descriptor: ModelDescrip
 
 
 @pytest.mark.parametrize("mode", ["use", "refresh"])
-def test_a_mode_that_writes_is_refused_on_a_store_opened_read_only_before_anything(
+def test_a_mode_that_writes_is_refused_on_a_store_opened_read_only_before_the_tokenizer_loads(
     store: Store, descriptor: ModelDescriptor, mode: str
 ) -> None:
-    """Refused only once the misses were planned and the tokenizer loaded, as the handle's DatabaseFileError (was)."""
+    """Refused only once the tokenizer had loaded to measure the prompts, as the handle's DatabaseFileError (was).
+    A plan, or a call that is all hits, only reads: it still works."""
     model(store, descriptor, CountingBackend()).complete([ask(0)])
     with Store(root=store.root, readonly=True) as readonly:
-        with pytest.raises(InvalidInputError, match=f"mode '{mode}' writes rows, and the store was opened read-only"):
-            model(readonly, descriptor, CountingBackend(), mode=mode)
-        reading = model(readonly, descriptor, CountingBackend(), mode="readonly")
-        assert [r.cached for r in reading.complete([ask(0)])] == [True]
+        engine = CountingBackend()
+        writing = model(readonly, descriptor, engine, mode=mode)
+        assert writing.plan("completions", [ask(0), ask(1)]).misses == (1 if mode == "use" else 2)  # refresh: all
+        said = f"mode '{mode}' writes the misses, and the store was opened read-only"
+        with pytest.raises(InvalidInputError, match=said):
+            writing.complete([ask(0), ask(1)])
+        assert engine.received == []
+        if mode == "use":
+            assert [r.cached for r in writing.complete([ask(0)])] == [True]
 
 
 def test_partial_hit_sends_exactly_the_misses_in_caller_order(store: Store, descriptor: ModelDescriptor) -> None:

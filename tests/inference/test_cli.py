@@ -250,13 +250,14 @@ def test_input_dash_reads_the_requests_from_stdin_and_a_bad_line_names_it(
 ) -> None:
     """`-i -` looked for a file named "-" (was), though `-o -` is stdout."""
     root = tmp_path / "store"
+    root.mkdir()  # an empty store: replay finds every input missing
     args = ("generate", "--model", str(tiny_model_dir), "--task", "t", "-i", "-", "--mode", "replay", *ENGINE_ARGS)
     result = judgestore(*args, root=root, check=False, stdin=prompts.read_bytes())
     assert result.returncode == 1
     assert "replay mode: 3 of 3 inputs are not in the store" in result.stderr, result.stderr
     bad = judgestore(*args, root=root, check=False, stdin=prompts.read_bytes() + b'{"messages": 1\n')
     assert bad.returncode == 1 and "/dev/stdin:4: not valid JSON" in bad.stderr, bad.stderr
-    assert not root.exists()
+    assert list(root.iterdir()) == []
 
 
 def test_pairs_read_the_prompts_or_one_answers_file_from_stdin(tmp_path: Path) -> None:
