@@ -537,6 +537,10 @@ def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collati
     later_cte = select(Judgement.judge.label("j")).where(Judgement.judge > "Z").cte()
     after_z = Judgement.judge > "Z"
     b_or_none = func.coalesce(Judgement.model_b, "none")  # grouped and ordered by: one bound value, kept one
+    inner_judge = (
+        select(other.judge).where(other.input_hash == Judgement.input_hash, other.judge > "Z").scalar_subquery()
+    )
+    below_a = case((Judgement.judge < "a", Judgement.judge), else_=literal("zz"))
     statements = [
         select(Judgement.judge).where(Judgement.judge > "Z").order_by(Judgement.judge),  # one statement
         select(Judgement.judge).where(Judgement.judge <= "a").order_by(Judgement.judge.desc()),
@@ -563,6 +567,18 @@ def test_postgres_compares_text_by_code_point_in_conditions_whatever_the_collati
         select(later_cte.c.j).order_by(later_cte.c.j),
         select(after_z, func.count()).where(after_z).group_by(after_z),
         select(b_or_none, func.count()).where(Judgement.judge > "Z").group_by(b_or_none).order_by(b_or_none),
+        # a comparison inside a compared term: left in the server's collation inside the rewritten one (was)
+        select(Judgement.judge).where(inner_judge > "a").order_by(Judgement.judge),
+        select(Judgement.judge).where(below_a > "Z").order_by(Judgement.judge),
+        select(Judgement.judge)
+        .where(func.coalesce(case((Judgement.judge < "a", Judgement.judge)), "zz") > "Z")
+        .order_by(Judgement.judge),
+        select(Judgement.judge).where(below_a.between("C", "a")).order_by(Judgement.judge),
+        # ordered by a comparison and merged from each schema: the merge compared the server's answers (was)
+        select(Judgement.judge)
+        .join(other, other.input_hash == Judgement.input_hash)
+        .order_by((Judgement.judge > "Z").desc(), Judgement.judge)
+        .limit(6),
     ]
     pages: list[list[str]] = []
     answers = []

@@ -57,10 +57,10 @@ Contract:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import (
     REAL,
@@ -88,7 +88,7 @@ from sqlalchemy import (
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session, make_transient_to_detached
 from sqlalchemy.orm.attributes import set_committed_value
-from sqlalchemy.sql import operators, visitors
+from sqlalchemy.sql import ClauseElement, operators, visitors
 from sqlalchemy.sql.elements import BinaryExpression, ColumnElement, FunctionFilter, Grouping, Label, Tuple
 from sqlalchemy.sql.sqltypes import NullType
 from sqlalchemy.sql.visitors import replacement_traverse
@@ -106,6 +106,7 @@ if TYPE_CHECKING:
 
 DATABASE_COLUMN = "_judgestore_db"  # the index of the schema a row of the union came from
 ROWS_PER_FETCH = 2_000
+C = TypeVar("C", bound=ClauseElement)
 _UNESCAPED = server_safe(Text())  # text read as the models' text columns are: unescaped (still a String, as text)
 
 
@@ -194,7 +195,10 @@ def _codepoint_ordered(plan: Plan) -> Plan:
     if any(new is not d["expr"] for new, d in zip(columns, statement.column_descriptions, strict=True)):
         statement = statement.with_only_columns(*columns)
     # The ordering's values that each schema adds as trailing columns, which the merge compares: unescaped too.
-    order = tuple(dataclasses.replace(key, expression=_read_unescaped(key.expression)) for key in plan.order)
+    # Their comparisons of text by code point, as the statement's own ordering (each schema's) is, below.
+    order = tuple(
+        dataclasses.replace(key, expression=_code_point_compared(_read_unescaped(key.expression))) for key in plan.order
+    )
     plan = dataclasses.replace(plan, order=order)
     if any(_is_text([key.expression]) for key in plan.order):
         terms = []
@@ -218,51 +222,61 @@ _ORDERING = frozenset({operators.lt, operators.le, operators.gt, operators.ge})
 _BETWEEN = frozenset({operators.between_op, operators.not_between_op})
 
 
-def _code_point_compared(statement: Select[Any]) -> Select[Any]:
-    """``statement`` with each ordering comparison of text (``<``, ``<=``, ``>``, ``>=``, ``between``, and those
-    of tuples holding text; anywhere: ``where``, a column's FILTER or CASE, a subquery, a CTE) made over
-    :func:`_code_point_key` of the compared text, as SQLite compares it and as this module orders it: under the
-    server's collation (``en_US``: ``'_z' < 'B'``), ``where(x > last)`` over an ``order_by(x)`` by code point
-    skipped rows a folder store returned (was). Equality is the same either way.
+def _code_point_compared(clause: C) -> C:
+    """``clause`` (a statement, or a term of one) with each ordering comparison of text (``<``, ``<=``, ``>``,
+    ``>=``, ``between``, and those of tuples holding text; anywhere: ``where``, a column's FILTER or CASE, a
+    subquery, a CTE, and inside the compared terms themselves) made over :func:`_code_point_key` of the compared
+    text, as SQLite compares it and as this module orders it: under the server's collation (``en_US``: ``'_z' <
+    'B'``), ``where(x > last)`` over an ``order_by(x)`` by code point skipped rows a folder store returned (was).
+    Equality is the same either way.
 
-    The statement is copied whole, in one traversal, only when it holds such a comparison; a term used twice
-    (grouped and ordered by, a condition selected and grouped by) is copied, or replaced, once: its bound values
-    keep one name, and the server sees one expression.
+    Copied whole, in one traversal, only when it holds such a comparison; a term used twice (grouped and ordered
+    by, a condition selected and grouped by) is copied, or replaced, once: its bound values keep one name, and the
+    server sees one expression.
     """
-    if not any(_keyed(element) is not None for element in visitors.iterate(statement)):
-        return statement
+    if not any(_keyed(element, _as_it_is) is not None for element in visitors.iterate(clause)):
+        return clause
     replaced: dict[int, Any] = {}
 
     def once(element: Any, **_: Any) -> Any:
-        if id(element) not in replaced:
-            replaced[id(element)] = _keyed(element)
+        if id(element) not in replaced:  # the compared terms are traversed too: a comparison may hold another
+            replaced[id(element)] = _keyed(element, lambda term: replacement_traverse(term, {}, once))
         return replaced[id(element)]
 
-    compared = replacement_traverse(statement, {}, once)
-    assert isinstance(compared, Select)  # a copy of the statement
-    return compared
+    compared: Any = replacement_traverse(clause, {}, once)
+    return compared  # type: ignore[no-any-return]
 
 
-def _keyed(element: Any) -> Any:
-    """:func:`_code_point_compared`'s comparison in place of ``element``, or None where it is none."""
+def _as_it_is(term: Any) -> Any:
+    return term
+
+
+def _keyed(element: Any, inner: Callable[[Any], Any]) -> Any:
+    """:func:`_code_point_compared`'s comparison in place of ``element`` (its terms first given to ``inner``), or
+    None where it is none."""
     if not isinstance(element, BinaryExpression):
         return None
-    left, right = element.left, element.right
     if element.operator in _ORDERING:
+        left, right = element.left, element.right
         if isinstance(left, Tuple) and isinstance(right, Tuple) and len(left.clauses) == len(right.clauses):
             pairs = list(zip(left.clauses, right.clauses, strict=True))
             if not any(compares_as_text(a) or compares_as_text(b) for a, b in pairs):
                 return None
-            keyed = [(_code_point_key(a), _code_point_key(b)) if compares_as_text(a) or compares_as_text(b) else (a, b)
-                     for a, b in pairs]  # fmt: skip
+            keyed = [
+                (_code_point_key(inner(a)), _code_point_key(inner(b)))
+                if compares_as_text(a) or compares_as_text(b)
+                else (inner(a), inner(b))
+                for a, b in pairs
+            ]
             return element.operator(tuple_(*(a for a, _ in keyed)), tuple_(*(b for _, b in keyed)))
         if compares_as_text(left) or compares_as_text(right):
-            return element.operator(_code_point_key(left), _code_point_key(right))
-    if element.operator in _BETWEEN and compares_as_text(left):
-        low, high = right.clauses
+            return element.operator(_code_point_key(inner(left)), _code_point_key(inner(right)))
+    if element.operator in _BETWEEN and compares_as_text(element.left):
+        low, high = element.right.clauses
         # in parentheses: the server's grammar takes no COLLATE between BETWEEN and AND
-        bounds = Grouping(_code_point_key(low)), Grouping(_code_point_key(high))
-        return element.operator(_code_point_key(left), *bounds, symmetric=bool(element.modifiers.get("symmetric")))
+        bounds = Grouping(_code_point_key(inner(low))), Grouping(_code_point_key(inner(high)))
+        symmetric = bool(element.modifiers.get("symmetric"))
+        return element.operator(_code_point_key(inner(element.left)), *bounds, symmetric=symmetric)
     return None
 
 
