@@ -48,8 +48,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from sqlalchemy import Connection, Row, Select, event
-from sqlalchemy.orm import ORMExecuteState, Session
+from sqlalchemy import Connection, Row, Select
+from sqlalchemy.orm import Session
 
 from store.errors import (
     DamagedValueError,
@@ -62,10 +62,10 @@ from store.errors import (
 from store.layout import Location, Selector, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
+from store.role_session import OneRoleSession
 from store.settings import Settings
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import ColumnValues, RowFilter
-from store.tables.models import MODEL_OF_ROLE
 from store.tables.records import Record
 from store.tables.row_checks import OnConflict, gc_paused, journaled_bytes, listed_records, lookup_keys
 
@@ -195,35 +195,16 @@ class Database(ABC):
         """
         if write:
             self._check_writable()
-        with self._translated(), self._connect(write=write) as conn, Session(bind=conn, autoflush=write) as session:
-            if write:
-                event.listen(session, "before_flush", self._refuse_other_role_rows)
-                event.listen(session, "do_orm_execute", self._refuse_other_role_statements)
-            yield session
-            if write:
-                session.flush()
-
-    # Every database holds both roles' tables, and only its own is read (queries, verify, export): a judgement
-    # added to a completions database was committed and never seen again (was).
-
-    def _refuse_other_role_rows(self, session: Session, *_: object) -> None:
-        for row in (*session.new, *session.dirty, *session.deleted):
-            role = next((r for r, model in MODEL_OF_ROLE.items() if isinstance(row, model)), self.role)
-            if role != self.role:
-                raise self._other_role(f"a {type(row).__name__} row", role)
-
-    def _refuse_other_role_statements(self, state: ORMExecuteState) -> None:
-        if state.is_insert or state.is_update or state.is_delete:
-            table = getattr(getattr(state.statement, "table", None), "name", None)
-            role = next((r for r, model in MODEL_OF_ROLE.items() if model.__tablename__ == table), self.role)
-            if role != self.role:
-                raise self._other_role(f"a statement writing {table}", role)
-
-    def _other_role(self, what: str, role: str) -> InvalidInputError:
-        return InvalidInputError(
-            f"{self.where}: {what} in a database of {self.role}, whose {role} table nothing reads; nothing was "
-            f"written. Write it through a database of {role}: store.database({role!r}, task, descriptor)"
-        )
+        with self._translated(), self._connect(write=write) as conn:
+            opened = (
+                OneRoleSession(role=self.role, where=self.where, bind=conn)
+                if write
+                else Session(bind=conn, autoflush=False)
+            )
+            with opened as session:
+                yield session
+                if write:
+                    session.flush()
 
     def stream(self, statement: Select[Any], batch: int) -> Iterator[Row[Any]]:
         """The rows of ``statement`` on this database, read ``batch`` at a time in one read transaction."""

@@ -1424,6 +1424,14 @@ def test_a_session_refuses_a_row_of_the_other_role_and_keeps_nothing_of_its_bloc
         refused = pytest.raises(InvalidInputError, match="a statement writing judgements in a database of completions")
         with refused, database.session(write=True) as session:
             session.execute(statement)
+    bulk: list[Callable[[Session], object]] = [  # which neither event sees (was: committed)
+        lambda session: session.bulk_save_objects([Judgement(**dataclasses.asdict(judgement_record(9)))]),
+        lambda session: session.bulk_insert_mappings(Judgement, [dataclasses.asdict(judgement_record(9))]),
+        lambda session: session.bulk_update_mappings(Judgement, [{"input_hash": "x", "benchmark": "y"}]),
+    ]
+    for write in bulk:
+        with pytest.raises(InvalidInputError, match="in a database of completions"), database.session(write=True) as s:
+            write(s)
     with database.session() as session:
         assert session.scalars(select(func.count()).select_from(Judgement)).one() == 0
     with database.session(write=True) as session:  # its own role's rows still go in
