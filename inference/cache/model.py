@@ -372,6 +372,11 @@ class CachedModel:
         """Import the remote's rows of this descriptor folder, once per role and model."""
         if self.remote is None or self.store is None or self.mode not in ("use", "replay") or role in self._fetched:
             return
+        if self.store.readonly:  # the fetch would fail into its report, unread, and replay miss its rows (was)
+            raise InvalidInputError(
+                "a remote is fetched into the store before the lookup, and the store was opened read-only "
+                "(Store(..., readonly=True)): open it for writing, or pass no remote"
+            )
         from store.sync import fetch
 
         report = fetch(self.store, self.remote, Selector.of(role, self.task, self.descriptor))

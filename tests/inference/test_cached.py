@@ -8,6 +8,7 @@ engine was asked.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,6 +26,7 @@ from store.errors import (
     RequestRefusedError,
     RequestsFailedError,
 )
+from store.layout import Selector
 from store.store import Store
 from store.tables.filters import RowFilter
 
@@ -111,6 +113,28 @@ def test_a_mode_that_writes_is_refused_on_a_store_opened_read_only_before_the_to
         assert engine.received == []
         if mode == "use":
             assert [r.cached for r in writing.complete([ask(0)])] == [True]
+
+
+def test_replay_with_a_remote_on_a_store_opened_read_only_is_refused_not_a_silent_miss(
+    store: Store, descriptor: ModelDescriptor, tmp_path: Path
+) -> None:
+    """The fetch failed into its report, which nobody read, and replay raised CacheMissError for a row the remote
+    held, advising to run once with mode use (was)."""
+    from store.sync import DirectoryRemote, push
+
+    model(store, descriptor, CountingBackend()).complete([ask(0)])
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    push(store, DirectoryRemote(shared), Selector())
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with Store(root=empty, readonly=True) as readonly:
+        replay = model(readonly, descriptor, CountingBackend(), mode="replay", remote=DirectoryRemote(shared))
+        with pytest.raises(InvalidInputError, match=r"a remote is fetched into the store.*opened read-only"):
+            replay.complete([ask(0)])
+    with Store(root=empty) as writable:
+        fetched = model(writable, descriptor, CountingBackend(), mode="replay", remote=DirectoryRemote(shared))
+        assert [r.cached for r in fetched.complete([ask(0)])] == [True]
 
 
 def test_partial_hit_sends_exactly_the_misses_in_caller_order(store: Store, descriptor: ModelDescriptor) -> None:
