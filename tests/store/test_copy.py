@@ -771,6 +771,9 @@ def test_judgestore_copy_with_a_wrong_url_is_a_typed_error(tmp_path: Path) -> No
     result = invoke("--from-root", str(root), "--to-url", "mysql://user@host/db", "--json")
     assert result.exit_code == 2  # a value wrong wherever it runs: a usage error
     assert "'--to-url': store URL driver 'mysql' is not supported" in " ".join(result.stderr.split())
+    swapped = invoke("--from-root", "postgresql+psycopg://u:secret@h/db", "--to-root", str(tmp_path / "b"))
+    said = " ".join(swapped.stderr.split())
+    assert swapped.exit_code == 2 and "a PostgreSQL store is given as --from-url" in said and "secret" not in said
     assert file_digests(root) == before
 
 
