@@ -279,12 +279,15 @@ def _render_push(report: "PushReport", selected: bool) -> None:
             table.add_row(
                 *location_cells(folder.location), f"{folder.shards:,}", f"{folder.rows:,}", decimal(folder.bytes)
             )
+        found = (
+            f"; {quantity(report.recovered, 'shard')} of an interrupted push found there" if report.recovered else ""
+        )
         table.caption = (
             f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'row')}, {decimal(report.bytes)}; "
             + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
             + f"{quantity(report.unchanged, 'folder')} had nothing new"
             + (f"; {quantity(report.already_present, 'shard')} already there" if report.already_present else "")
-            + (f"; {quantity(report.recovered, 'shard')} of an interrupted push there" if report.recovered else "")
+            + found
         )
         out.print(table)
     elif not report.problems and selected:

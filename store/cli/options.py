@@ -154,9 +154,11 @@ def store_folder(value: str | None, option: str) -> Path | None:
         raise typer.BadParameter(said, param_hint=f"'{option}'")
     try:
         no_url(value, "it")
-    except InvalidInputError as e:  # naming this command's URL option (copy's --from-url, --to-url)
-        said = str(e).replace("--store-url or JUDGESTORE_STORE_URL", option.replace("-root", "-url"), 1)
-        raise typer.BadParameter(said if option != "--store-root" else str(e), param_hint=f"'{option}'") from e
+    except InvalidInputError as e:
+        said = str(e)
+        if option != "--store-root":  # naming this command's URL option: copy's --from-url, --to-url
+            said = said.replace("--store-url or JUDGESTORE_STORE_URL", option.replace("-root", "-url"))
+        raise typer.BadParameter(said, param_hint=f"'{option}'") from e
     path = home_expanded(Path(value))  # a shell leaves the ~ of --store-root=~/x as it is
     if path.exists() and not path.is_dir():  # as the storage says, with the option this command calls it
         raise StoreMissingError(path, f"it is a file, not a folder: there is no store here; check {option}")

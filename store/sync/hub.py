@@ -402,8 +402,10 @@ class HubRemote:
             except RevisionNotFoundError:  # the repository answered: it is there, the branch is not
                 pass
             else:
-                if found.sha == self.revision:  # a commit, which a push cannot commit onto: a 404 after the dry run
-                    raise RemoteNotFoundError(  # had said it would push, and a pending shard recorded (was)
+                # A commit resolves too, but a push commits onto a branch: it failed with a 404, after a dry run
+                # that said it would push, and left a pending shard recorded (was).
+                if found.sha == self.revision:
+                    raise RemoteNotFoundError(
                         self.url,
                         f"the revision {self.revision!r} is a commit, not a branch: a push commits onto a branch; "
                         "give its name as --revision (a commit is for hub fetch)",

@@ -243,8 +243,8 @@ def _code_point_compared(clause: C) -> C:
             replaced[id(element)] = _keyed(element, lambda term: replacement_traverse(term, {}, once))
         return replaced[id(element)]
 
-    compared: Any = replacement_traverse(clause, {}, once)
-    return compared  # type: ignore[no-any-return]
+    compared: Any = replacement_traverse(clause, {}, once)  # a copy of the same kind as clause
+    return compared
 
 
 def _as_it_is(term: Any) -> Any:
