@@ -63,6 +63,7 @@ from store.layout import Location, Selector, StoredMetadata
 from store.reports import DatabaseInfo, DatabaseVerification, Problem, UpgradeResult, VacuumResult
 from store.repository import Repository
 from store.role_session import OneRoleSession
+from store.schema import revisions
 from store.settings import Settings
 from store.tables.deferred import DeferredColumns
 from store.tables.filters import ColumnValues, RowFilter
@@ -169,6 +170,12 @@ class Database(ABC):
         read otherwise. Asked before the write's transaction (SQLite: at most every :data:`RECHECK_SECONDS`); each
         backend asks again inside it, under the write lock an upgrade holds."""
         return None
+
+    def _refuse_revision(self, found: list[str]) -> None:
+        """Refuse a write whose database, read inside the write's transaction under the write lock an upgrade
+        holds, is at revision(s) ``found``, not this library's head (each backend reads ``found`` its way)."""
+        if found != [revisions().head]:
+            raise changed_under(self.where, f"its revision is now {', '.join(found) or 'none'}")
 
     @contextmanager
     def transaction(self) -> Iterator[Repository]:

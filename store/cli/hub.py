@@ -198,13 +198,12 @@ def push_command(
         except KeyboardInterrupt as e:
             _push_interrupted(getattr(e, "push_report", None), remote.url, json_output)
         report.created_repo = created
-        picked = len(store.select(selector))
-        if not picked:  # a mistyped --task: say that nothing was selected, not that the remote has it all
+        if not report.databases_selected:  # a mistyped --task: say that nothing was selected, not "all there"
             no_databases(store, json_output, selector)
-    if json_output:  # with how many databases the selection picked: 0 says a mistyped --task, as the note does
-        emit_json(report.as_dict() | {"databases_selected": picked})
+    if json_output:
+        emit_json(report.as_dict())
     else:
-        _render_push(report, bool(picked))
+        _render_push(report)
     if not report.ok:
         raise typer.Exit(1)
 
@@ -264,7 +263,7 @@ def _push_interrupted(report: "PushReport | None", remote: str, json_output: boo
     interrupted(message, json_output, remote=remote, shards_pushed=shards, rows_pushed=rows, commits=commits)
 
 
-def _render_push(report: "PushReport", selected: bool) -> None:
+def _render_push(report: "PushReport") -> None:
     out = stdout()
     if report.created_repo:
         out.print(f"{'Would create' if report.dry_run else 'Created'} {report.remote}.", markup=False)
@@ -290,7 +289,7 @@ def _render_push(report: "PushReport", selected: bool) -> None:
             + found
         )
         out.print(table)
-    elif not report.problems and selected:
+    elif not report.problems and report.databases_selected:
         recovered = f" ({report.recovered} shards of an interrupted push found there)" if report.recovered else ""
         out.print(
             f"Nothing to push to {report.remote}: every selected row is recorded as on it (pushed or fetched), "

@@ -120,6 +120,7 @@ class PushReport:
     problems: list[SyncProblem] = field(default_factory=list)
     created_branch: MissingBranch | None = None  # the branch did not exist and was made (a dry run: would be)
     created_repo: bool = False  # --create-repo made the repository or folder (a dry run: would make it)
+    databases_selected: int = 0  # the databases the selection picked (0: a mistyped --task, not "all on the remote")
     # What the remote has confirmed so far and was recorded as pushed: all of it once the push returns, what it had
     # committed before a Ctrl-C (the report an interrupt carries: see push)
     shards_confirmed: int = 0
@@ -155,6 +156,7 @@ class PushReport:
             "recovered": self.recovered,
             "created_branch": None if self.created_branch is None else self.created_branch.as_dict(),
             "created_repo": self.created_repo,
+            "databases_selected": self.databases_selected,
             "folders": [f.as_dict() for f in self.folders],
             "problems": [p.as_dict() for p in self.problems],
         }
@@ -219,6 +221,7 @@ def _push(
     is :func:`_reach`'s."""
     dry_run = report.dry_run
     locations = store.select(selector)
+    report.databases_selected = len(locations)
     with ExitStack() as stack:
         root = stack.enter_context(preview_root(store.root, dry_run))
         stack.enter_context(sync_lock(root))

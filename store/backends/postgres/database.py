@@ -18,14 +18,14 @@ from typing import Protocol, TypeVar
 from sqlalchemy import Connection, text
 from sqlalchemy.exc import DBAPIError
 
-from store.backend import Database, changed_under
+from store.backend import Database
 from store.backends.postgres.errors import raise_translated
 from store.backends.postgres.generations import write_lock
 from store.backends.postgres.registry import quoted, schema_name, schema_options
 from store.backends.postgres.rows import PostgresClaimTable, PostgresRepository
 from store.errors import DatabaseMissingError, ReadTransactionWriteError
 from store.layout import Location, StoredMetadata
-from store.schema import VERSION_TABLE, revisions
+from store.schema import VERSION_TABLE
 from store.settings import Settings
 
 T = TypeVar("T")
@@ -73,17 +73,10 @@ class PostgresDatabase(Database):
 
     def _refuse_another_revision(self, conn: Connection) -> None:
         """Inside a write transaction, after its write lock, which an upgrade holds while it migrates
-        (:mod:`~store.backends.postgres.upgrade`): refuse a schema another process moved to another revision since
-        this handle opened it, even one that moved while this write waited for the lock. One indexed SELECT per
-        write transaction (was: one each second, outside it, so a write made within a second of the upgrade went
-        in)."""
+        (:mod:`~store.backends.postgres.upgrade`): one indexed SELECT per write transaction (was: one each second,
+        outside it, so a write made within a second of another process's upgrade went in)."""
         found = conn.execute(text(f"SELECT version_num FROM {quoted(self._schema)}.{VERSION_TABLE}")).scalars()
-        revision = list(found)
-        if revision != [revisions().head]:
-            how = (
-                f"its revision is now {', '.join(revision) or 'none'} (another process's upgrade by a newer judgestore)"
-            )
-            raise changed_under(self.where, how)
+        self._refuse_revision(list(found))
 
     def _claim_table(self, conn: Connection) -> PostgresClaimTable:
         return PostgresClaimTable(conn, self.location.role)

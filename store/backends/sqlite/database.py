@@ -37,8 +37,7 @@ from typing import TypeVar
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import DBAPIError
 
-from store import schema
-from store.backend import RECHECK_SECONDS, Database, changed_under, values_read
+from store.backend import RECHECK_SECONDS, Database, values_read
 from store.backends.sqlite.connections import (
     READONLY_READ_ATTEMPTS,
     ReadOnlyConnection,
@@ -317,9 +316,7 @@ class SqliteDatabase(Database):
     def _refuse_another_revision(self, conn: sqlite3.Connection) -> None:
         """Inside a write transaction, which holds the write lock: refuse a file another process moved to another
         revision, even while this one waited for its lock (an upgrade holds it): one indexed read, some us."""
-        found = [row[0] for row in conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")]
-        if found != [schema.revisions().head]:
-            raise changed_under(self.where, f"its revision is now {', '.join(found) or 'none'}")
+        self._refuse_revision([row[0] for row in conn.execute(f"SELECT version_num FROM {VERSION_TABLE}")])
 
     def _left_behind(self) -> str | None:
         # A clock read, a file stamp each RECHECK_SECONDS: nothing a write would notice. A file a writer locks
