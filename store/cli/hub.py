@@ -285,7 +285,8 @@ def _render_push(report: "PushReport") -> None:
             f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'row')}, {decimal(report.bytes)}; "
             + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
             + f"{quantity(report.unchanged, 'folder')} had nothing new"
-            + (f"; {quantity(report.already_present, 'shard')} already there" if report.already_present else "")
+            # counted among the shards above: the remote had them (another pusher's, or an interrupted push's)
+            + (f"; {report.already_present:,} of them already there, not sent again" if report.already_present else "")
             + found
         )
         out.print(table)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -220,6 +221,25 @@ def test_push_and_fetch_through_a_shared_folder(tmp_path: Path) -> None:
     assert "every selected row is recorded as on it (pushed or fetched), or listed there" in " ".join(
         again.stdout.split()
     )
+
+
+def test_shards_the_remote_already_had_are_counted_as_among_those_pushed(tmp_path: Path) -> None:
+    """A copy of a store pushes the same shards: the report says they were there, not that it sent them."""
+    alice, shared = filled_store(tmp_path / "alice"), tmp_path / "shared"
+    bob, carol = tmp_path / "bob", tmp_path / "carol"
+    for copy in (bob, carol):  # copied by hand, without the bookkeeping
+        shutil.copytree(alice, copy, ignore=shutil.ignore_patterns(".judgestore-sync"))
+    assert hub_cli("push", "--dir", str(shared), "--create-repo", "--all", "--store-root", str(alice)).exit_code == 0
+
+    text = hub_cli("push", "--dir", str(shared), "--all", "--store-root", str(bob))
+    pushed = hub_cli("push", "--dir", str(shared), "--all", "--json", "--store-root", str(carol))
+
+    assert text.exit_code == 0 and pushed.exit_code == 0, text.output + pushed.output
+    report = orjson.loads(pushed.stdout)
+    assert (report["shards"], report["already_present"]) == (2, 2)
+    # was "2 shards, ...; 2 shards already there": read as four shards, two of them sent
+    caption = " ".join(text.stdout.split())
+    assert "2 shards, 10 rows" in caption and "2 of them already there, not sent again" in caption
 
 
 def test_rows_another_store_answered_otherwise_are_counted_as_conflicts_not_dropped_silently(tmp_path: Path) -> None:
