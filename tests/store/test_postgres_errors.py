@@ -216,6 +216,46 @@ def test_a_lock_the_server_cannot_get_in_time_is_a_busy_error_on_a_write_and_a_r
         assert store.open(location).count() == 0
 
 
+@pytest.mark.postgres
+@pytest.mark.parametrize("operation", ["put_many", "delete"])
+def test_a_table_lock_held_by_another_tool_bounds_a_write_and_names_the_schema(
+    operation: str, pg_url: str, pg_cluster: Cluster
+) -> None:
+    """A LOCK TABLE in psql (an ALTER, a VACUUM FULL) on a descriptor's table, the URL setting no lock_timeout:
+    a write waited until it was released, however long, once the schema's write lock was free (was), and a
+    busy error named the server only (which of thousands of schemas?)."""
+    from store.backends.postgres.registry import schema_name
+
+    with Store(url=pg_url) as store:
+        location = store.database("completions", "t", QWEN).location
+        store.open(location).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    assert database is not None
+    writes: dict[str, Callable[[Any], object]] = {
+        "put_many": lambda db: db.put_many([completion_record(2)]),
+        "delete": lambda db: db.delete(RowFilter(model=completion_record(1).model)),
+    }
+
+    @contextmanager
+    def table_locked() -> Iterator[None]:
+        with psycopg.connect(host=pg_cluster.socket_dir, user="postgres", dbname=database) as conn:
+            conn.execute(f'LOCK TABLE "{schema_name(location)}".completions IN ACCESS EXCLUSIVE MODE')
+            yield
+
+    with (
+        held_by_another_session(table_locked),
+        Store(Settings(busy_timeout_ms=300, lock_retries=1), url=pg_url) as store,
+    ):
+        started = time.monotonic()
+        with pytest.raises(ServerBusyError, match="a lock it could not get") as caught:
+            writes[operation](store.open(location))
+        waited = time.monotonic() - started
+    assert waited < 20  # the holder keeps the table for a minute
+    assert schema_name(location) in str(caught.value)
+    with Store(url=pg_url) as store:
+        assert store.open(location).count() == 1  # nothing of the refused write
+
+
 @contextmanager
 def held_by_another_session(hold: Callable[[], AbstractContextManager[None]]) -> Iterator[None]:
     """The block runs while a thread holds what ``hold()`` takes (another session's lock), given back after it."""

@@ -44,7 +44,7 @@ class Server(Protocol):
 
     def connection(self, *, write: bool = False) -> AbstractContextManager[Connection]: ...
 
-    def retry(self, attempt: Callable[[], T]) -> T: ...
+    def retry(self, attempt: Callable[[], T], *, where: str | None = None) -> T: ...
 
     def metadata(self, conn: Connection, location: Location) -> StoredMetadata | None: ...
 
@@ -104,15 +104,15 @@ class PostgresDatabase(Database):
         try:
             yield
         except DBAPIError as e:
-            raise_translated(self.storage.url, e)
+            raise_translated(self.storage.url, e, where=self.where)
 
     def _retry(self, attempt: Callable[[], T]) -> T:
-        return self.storage.retry(attempt)
+        return self.storage.retry(attempt, where=self.where)
 
     def _stable(self, attempt: Callable[[], T]) -> T:
         """A read that returns whole (a lookup, a count) runs again after a connection lost or a server restarting,
         as a write does: a copy's read-back, a cache's lookup, did not."""
-        return self.storage.retry(attempt)
+        return self.storage.retry(attempt, where=self.where)
 
     def size_bytes(self) -> int:
         return self.storage.size_of(self.location)

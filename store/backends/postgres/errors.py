@@ -77,12 +77,14 @@ _BAD_SETTING = re.compile(r"invalid value for parameter|unrecognized configurati
 _NO_SLOT = re.compile(r"too many connections|too many clients|remaining connection slots are reserved")
 
 
-def translated(url: str, error: DBAPIError) -> JudgestoreError:
+def translated(url: str, error: DBAPIError, *, where: str | None = None) -> JudgestoreError:
     """The typed error a driver failure stands for: every one has a class (see the module docstring).
 
     The message names the server (password hidden: :func:`display_url`), says
     what happened in the driver's words (any password in them hidden too),
-    and the next step.
+    and the next step. ``where``: the schema the transaction wrote or read
+    (:meth:`Server.location_where`), named instead of the server by a busy
+    error, whose lock is that schema's.
     """
     shown = display_url(url)
     state = _sqlstate(error) or ""
@@ -161,8 +163,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
         )  # fmt: skip
     if state in _BUSY_STATES:
         return ServerBusyError(
-            shown, f"the transaction was rolled back after {_BUSY_STATES[state]} ({message}), past every retry; "
-            "nothing of it was kept. Run the command again (rows already stored are kept)"
+            where or shown, f"the transaction was rolled back after {_BUSY_STATES[state]} ({message}), past every "
+            "retry; nothing of it was kept. Run the command again (rows already stored are kept)"
         )  # fmt: skip
     if state.startswith("53") and state not in _GONE_STATES:
         return ServerFullError(
@@ -235,8 +237,8 @@ def translated(url: str, error: DBAPIError) -> JudgestoreError:
     )  # fmt: skip
 
 
-def raise_translated(url: str, error: DBAPIError) -> NoReturn:
-    raise translated(url, error) from error
+def raise_translated(url: str, error: DBAPIError, *, where: str | None = None) -> NoReturn:
+    raise translated(url, error, where=where) from error
 
 
 def pool_exhausted(url: str, pool_size: int, pool_overflow: int, error: Exception) -> ServerBusyError:

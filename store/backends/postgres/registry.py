@@ -115,16 +115,25 @@ def advisory_lock(conn: Connection, name: str, *, wait_ms: int | None = None) ->
 
     ``wait_ms``: how long to wait while another session holds it, after which the statement fails with 55P03
     (lock_not_available: a :class:`~store.errors.ServerBusyError`, as a SQLite file locked past its busy timeout
-    is a busy error); None waits as the session's ``lock_timeout`` says (0, the default: until it is free). A free
-    lock is taken in one statement; only a wait sets the timeout, for this transaction, and only where the session
-    has none of its own: a ``lock_timeout`` other than 0 of the URL's ``options`` or the role's settings wins (an
-    explicit 0 cannot be told from the default: ``JUDGESTORE_BUSY_TIMEOUT_MS`` bounds it).
+    is a busy error), and so every other lock wait of the transaction (a table another tool holds: a ``LOCK
+    TABLE`` in psql, an ``ALTER``); None waits as the session's ``lock_timeout`` says (0, the default: until it is
+    free). A free lock is taken, and the bound set, in one statement. The bound is this transaction's, and only
+    where the session has none of its own: a ``lock_timeout`` other than 0 of the URL's ``options`` or the role's
+    settings wins (an explicit 0 cannot be told from the default: ``JUDGESTORE_BUSY_TIMEOUT_MS`` bounds it).
     """
     key = int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big", signed=True)
     if wait_ms is not None:
-        if conn.execute(select(func.pg_try_advisory_xact_lock(key))).scalar_one():
+        # The bound too, not only on a wait: with the advisory lock free, a write then waited on a table another
+        # tool held for as long as it held it (was)
+        taken = conn.execute(
+            text(
+                "SELECT pg_try_advisory_xact_lock(:key), CASE WHEN current_setting('lock_timeout') = '0' "
+                "THEN set_config('lock_timeout', :wait, true) END"
+            ),
+            {"key": key, "wait": f"{max(1, wait_ms)}ms"},  # 0 would be PostgreSQL's "wait forever"
+        ).first()
+        if taken is not None and taken[0]:
             return
-        bound_lock_waits(conn, wait_ms)
     conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 

@@ -238,9 +238,10 @@ class PostgresStorage:
         except DBAPIError as e:
             raise_translated(self.url, e)
 
-    def retry(self, attempt: Callable[[], T]) -> T:
+    def retry(self, attempt: Callable[[], T], *, where: str | None = None) -> T:
         """Run ``attempt`` again after what a healthy server may answer (see the module docstring); ``attempt`` may
-        raise the driver's error or its typed one (a read's, translated where it was read)."""
+        raise the driver's error or its typed one (a read's, translated where it was read). ``where``: the schema
+        it works on, which a busy error names (see :func:`~store.backends.postgres.errors.translated`)."""
         for tries in range(self.settings.lock_retries + 1):
             try:
                 return attempt()
@@ -248,10 +249,10 @@ class PostgresStorage:
                 raw = e if isinstance(e, DBAPIError) else e.__cause__
                 if not (isinstance(raw, DBAPIError) and _retryable(raw)):
                     if isinstance(e, DBAPIError):
-                        raise_translated(self.url, e)
+                        raise_translated(self.url, e, where=where)
                     raise
                 if tries == self.settings.lock_retries:
-                    typed = translated(self.url, raw)
+                    typed = translated(self.url, raw, where=where)
                     typed.add_note(
                         "(tried once: JUDGESTORE_LOCK_RETRIES is 0; try again later)"
                         if tries == 0
