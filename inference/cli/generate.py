@@ -119,7 +119,7 @@ def _run(
         if (truncated := summary.truncation_note()) is not None:
             err.print(truncated, style="yellow", soft_wrap=True)
         for line in summary.failure_lines():
-            err.print(line, style="red", soft_wrap=True, markup=False)
+            err.print(line, style="red", soft_wrap=True)
     if summary.failures:  # every answer is written and stored; the run still did not do all it was asked
         raise typer.Exit(1)
 

@@ -66,4 +66,4 @@ def browse_command(
     with Store(settings, readonly=True) as store:
         store.require_present("to browse")
         serve(Browser(store), host, port, open_browser=open_browser,
-              say=lambda line: stderr().print(line, soft_wrap=True, markup=False, highlight=False))  # fmt: skip
+              say=lambda line: stderr().print(line, soft_wrap=True))  # fmt: skip

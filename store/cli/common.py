@@ -79,12 +79,15 @@ T = TypeVar("T")
 # ---------------------------------------------------------------- the edge
 
 
+# Without rich's markup: what the CLI prints holds the user's text (prompts, stop strings, model paths, task
+# names), and "[/INST]" in a prompt was a closing tag that crashed `explain` and `generate` (was); "[b]x" lost its
+# "[b]". Styles are given as style=, never as markup.
 def stdout() -> Console:
-    return Console(highlight=False, soft_wrap=False)
+    return Console(highlight=False, soft_wrap=False, markup=False)
 
 
 def stderr() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, markup=False)
 
 
 def _error_payload(error: JudgestoreError) -> dict[str, object]:
@@ -441,7 +444,7 @@ def interrupted(message: str, json_output: bool, **done: object) -> NoReturn:
     if json_output:
         sys.stderr.write(to_json({"error": message, "type": "Interrupted", **done}, indent=False) + "\n")
     else:
-        stderr().print(message, style="bold yellow", soft_wrap=True, markup=False, highlight=False)
+        stderr().print(message, style="bold yellow", soft_wrap=True)
     _said.append(message)
     raise typer.Exit(130)
 
@@ -599,7 +602,7 @@ def progress_bars(json_output: bool = False) -> Iterator[ProgressCallback]:
     (the last count told twice, a phase run again) draws it anew.
     """
     console = stderr()
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    columns = (TextColumn("{task.description}", markup=False), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=True, disable=json_output or not console.is_terminal) as bars:
         tasks: dict[str, Any] = {}
 

@@ -266,11 +266,11 @@ def _push_interrupted(report: "PushReport | None", remote: str, json_output: boo
 def _render_push(report: "PushReport") -> None:
     out = stdout()
     if report.created_repo:
-        out.print(f"{'Would create' if report.dry_run else 'Created'} {report.remote}.", markup=False)
+        out.print(f"{'Would create' if report.dry_run else 'Created'} {report.remote}.")
     if (branch := report.created_branch) is not None:
         made = "Would create" if report.dry_run else "Created"
         line = f"{made} the branch {branch.name!r} of {report.remote}, from the default branch at {branch.base[:12]}."
-        out.print(line, markup=False)  # a branch name is the user's: "[x]" is not markup
+        out.print(line)  # a branch name is the user's: "[x]" is not markup (stdout() reads none)
     if report.folders:
         title = f"{'Would push' if report.dry_run else 'Pushed'} to {report.remote}"
         table = location_table(title, ("Shards", "right"), ("Rows", "right"), ("Bytes", "right"))

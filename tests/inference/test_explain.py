@@ -235,6 +235,26 @@ def test_explain_of_a_metadata_file_looks_in_the_role_it_records(tmp_path: Path)
     assert refused.exit_code == 1 and "is the metadata.json of judgements, not completions" in refused.stderr
 
 
+def test_explain_prints_a_prompt_holding_brackets_as_written(store_root: Path, tmp_path: Path) -> None:
+    """A prompt "[INST] ... [/INST]" was rich markup: its closing tag crashed explain (a traceback, exit 1), and
+    "[b]" vanished from the diff it showed (was)."""
+    from typer.testing import CliRunner
+
+    fill(store_root, BASE)
+    metadata = next(store_root.rglob("metadata.json"))
+    prompt = "[INST] Tell me fact number 1 about the sea. [/INST] [b]x"
+    inputs = tmp_path / "in[v2].jsonl"
+    inputs.write_bytes(orjson.dumps({"messages": [{"role": "user", "content": prompt}], "benchmark": "b",
+                                     "instruction_id": "1"}) + b"\n")  # fmt: skip
+
+    args = ["explain", "--store-root", str(store_root), "--descriptor-file", str(metadata), "--task", "t"]
+    found = CliRunner().invoke(app(), [*args, "-i", str(inputs)], env={"COLUMNS": "300"})
+
+    assert found.exit_code == 0, found.output
+    shown = " ".join(found.stdout.split())
+    assert "in[v2].jsonl:1" in shown and "[/INST] [b]x" in shown
+
+
 def test_explain_given_neither_a_model_nor_a_descriptor_file_asks_for_one(tmp_path: Path) -> None:
     """Given neither, explain said "..., not both" (was)."""
     from typer.testing import CliRunner
