@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # imported when the command runs: starting `judgestore genera
 
 SpecOptions = Callable[..., Spec]
 _WHAT = "What to explain"
+NEIGHBOURS_SHOWN = 5  # stored descriptors listed in the text output; --json lists every one
 _AUDITED = "What to audit"
 
 
@@ -221,13 +222,15 @@ def _print_descriptor(report: "DescriptorReport") -> None:
             out.print("no descriptor of this model is stored (a first run, or another --model / --provider?)")
         return
     out.print("stored descriptors of this model, nearest first (stored -> this run):")
-    for n in report.neighbours:
+    for n in report.neighbours[:NEIGHBOURS_SHOWN]:
         head = f"  {n.location.descriptor_hash16} ({n.location.task}, "
         if n.error is not None:
             out.print(head + f"unreadable): {n.error}", soft_wrap=True)
             continue
         changes = "; ".join(c.text() for c in n.changes) or "no difference"
         out.print(head + f"{n.rows:,} rows): {changes}", soft_wrap=True)
+    if (more := len(report.neighbours) - NEIGHBOURS_SHOWN) > 0:
+        out.print(f"  ... and {more:,} more (--json lists them all)")
 
 
 def _print_inputs(inputs: "InputReport") -> None:

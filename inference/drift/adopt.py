@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import dataclasses
 import shlex
-import sys
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -120,7 +119,7 @@ def adoption_candidates(
 ) -> list[Candidate]:
     """Every stored descriptor of the run's role and model, nearest first (see the module docstring)."""
     names = check_across(across)
-    report = explain_descriptor(store, role, task, descriptor, limit=sys.maxsize)
+    report = explain_descriptor(store, role, task, descriptor)
     return [Candidate(n, tuple(c for c in n.changes if not allowed(c.field, names))) for n in report.neighbours]
 
 

@@ -27,6 +27,7 @@ Contract:
 from __future__ import annotations
 
 import difflib
+import math
 import shlex
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -237,10 +238,9 @@ def _same_model(stored: str, wanted: str) -> bool:
     return stored == wanted or ("/" in stored and PurePosixPath(stored.rstrip("/")).name == wanted)
 
 
-def explain_descriptor(
-    store: Store, role: Role, task: str, descriptor: ModelDescriptor, *, limit: int = 5
-) -> DescriptorReport:
-    """See the module docstring; reads metadata.json files and counts rows, nothing else."""
+def explain_descriptor(store: Store, role: Role, task: str, descriptor: ModelDescriptor) -> DescriptorReport:
+    """See the module docstring; reads metadata.json files and counts rows, nothing else. Every neighbour is
+    listed (the first five were, and a miss stored under a sixth was said to be stored nowhere: was)."""
     location = Location.of(role, task, descriptor)
     database = store.find(role, task, descriptor)
     neighbours = []
@@ -264,7 +264,7 @@ def explain_descriptor(
         except JudgestoreError as e:  # what it differs in is kept when only counting its rows failed
             neighbours.append(Neighbour(other, None, tuple(changes), str(e)))
     neighbours.sort(key=_nearness)
-    return DescriptorReport(location, descriptor, database is not None, _rows(database), tuple(neighbours[:limit]))
+    return DescriptorReport(location, descriptor, database is not None, _rows(database), tuple(neighbours))
 
 
 # ---------------------------------------------------------------- inputs
@@ -385,18 +385,32 @@ class InputReport:
         }
 
 
+def _said(rendered: str) -> str:
+    """What a rendered input says, without the JSON around it: similarity is of what was said (two unrelated
+    prompts shared the rendering's keys, and read "72% similar": was)."""
+    try:
+        value = orjson.loads(rendered)
+        if value.get("type") == "text":
+            return str(value["text"])
+        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in value["messages"])
+    except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):  # not a rendering of ours: as it is
+        return rendered
+
+
 def _nearest(wanted: str, candidates: Iterable[Record]) -> tuple[Record, float] | None:
-    """The candidate whose rendered input is most similar to ``wanted`` (a cheap bound first, then the real ratio)."""
+    """The candidate whose rendered input is most similar to ``wanted`` in what it says (:func:`_said`; a cheap
+    bound first, then the real ratio)."""
     matcher = difflib.SequenceMatcher(None, autojunk=False)
-    matcher.set_seq2(wanted)  # what the matcher indexes, once
+    matcher.set_seq2(_said(wanted))  # what the matcher indexes, once
     scored = []
     for record in candidates:
-        matcher.set_seq1(record.input_text)
-        scored.append((matcher.quick_ratio(), record))
+        said = _said(record.input_text)
+        matcher.set_seq1(said)
+        scored.append((matcher.quick_ratio(), said, record))
     scored.sort(key=lambda item: item[0], reverse=True)
     best: tuple[Record, float] | None = None
-    for _, record in scored[:5]:
-        matcher.set_seq1(record.input_text)
+    for _, said, record in scored[:5]:
+        matcher.set_seq1(said)
         ratio = matcher.ratio()
         if best is None or ratio > best[1]:
             best = (record, ratio)
@@ -418,14 +432,14 @@ def explain_inputs(
     """Explain up to ``limit`` of ``plan``'s misses (see the module docstring)."""
     database = store.find(role, task, descriptor)
     missing = plan.missing[:limit]
-    elsewhere: dict[str, list[str]] = {}
+    elsewhere: dict[str, list[Location]] = {}
     for location in neighbours:
         try:
             found = store.open(location).get_many(m.key for m in missing)
         except JudgestoreError:
             continue
         for key in found:
-            elsewhere.setdefault(key, []).append(location.descriptor_hash16)
+            elsewhere.setdefault(key, []).append(location)
     sample = None
     explained = []
     for miss in missing:
@@ -434,10 +448,13 @@ def explain_inputs(
         base = MissExplanation(
             miss.request_index, request.describe(), miss.sample_index, miss.key, "", source=request.source
         )
-        stored_under = tuple(elsewhere.get(miss.key, ()))
-        if stored_under:
-            explained.append(_with(base, f"this input is stored under descriptor {', '.join(stored_under)}, "
-                                         "not this one", stored_under=stored_under))  # fmt: skip
+        if holders := elsewhere.get(miss.key):
+            # The task is part of where a row is kept, not of its descriptor: "stored under descriptor X, not this
+            # one" named this very descriptor when only the task differed (was)
+            named = ", ".join(h.descriptor_hash16 + ("" if h.task == task else f" (task {h.task})") for h in holders)
+            under = tuple(h.descriptor_hash16 for h in holders)
+            explained.append(_with(base, f"this input is stored under descriptor {named}, not this run's",
+                                   stored_under=under))  # fmt: skip
             continue
         if database is None:
             explained.append(_with(base, "nothing is stored under this descriptor"))
@@ -461,7 +478,8 @@ def explain_inputs(
             continue
         record, ratio = nearest
         diffs = tuple(input_diffs(record.input_text, wanted))
-        reason = f"{how} ({100 * ratio:.0f}% similar) has another rendered input"
+        # Rounded down: one character changed in a long prompt read "100% similar" (was)
+        reason = f"{how} ({math.floor(100 * ratio)}% similar) has another rendered input"
         if not diffs:
             reason = f"{how} has the same rendered input but sample {record.sample_index}"
         explained.append(_with(base, reason, nearest=record.input_hash, similarity=round(ratio, 4), diffs=diffs))

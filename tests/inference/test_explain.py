@@ -192,6 +192,60 @@ def test_a_miss_stored_under_another_descriptor_says_which(store_root: Path) -> 
     assert miss.stored_under == (other.hash16(),) and other.hash16() in miss.reason
 
 
+def test_a_miss_stored_under_a_descriptor_past_the_five_shown_still_says_which(
+    store_root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only the five nearest descriptors were kept: a miss stored under the sixth was "nothing is stored under
+    this descriptor", and nothing said more were stored (was)."""
+    from inference.cli.diagnostics import _print_descriptor
+
+    wanted = with_sampling(BASE, temperature=0.7)
+    fill(store_root, BASE)  # the very inputs, under a temperature of 0: one field away, the fewest rows
+    for k in range(1, 6):  # one field away too (top_k), with more rows of other prompts: listed before it
+        with Store(Settings(), root=store_root) as store:
+            CachedModel(store, with_sampling(wanted, top_k=k), task="t", backend_factory=Factory(CountingBackend())
+                        ).complete([ask(100 + i) for i in range(8)])  # fmt: skip
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        report = explain_descriptor(store, "completions", "t", wanted)
+        model = CachedModel(store, wanted, task="t", backend_factory=Factory(CountingBackend()), mode="readonly")
+        plan = model.plan("completions", [ask(0)])
+        locations = [n.location for n in report.neighbours]
+        (miss,) = explain_inputs(store, "completions", "t", wanted, plan, [ask(0)], neighbours=locations).explained
+        _print_descriptor(report)
+
+    assert len(report.neighbours) == 6 and report.neighbours[-1].location.descriptor_hash16 == BASE.hash16()
+    assert miss.stored_under == (BASE.hash16(),) and BASE.hash16() in miss.reason
+    assert "... and 1 more (--json lists them all)" in capsys.readouterr().out
+
+
+def test_a_miss_stored_under_another_task_names_that_task(store_root: Path) -> None:
+    """The same descriptor under another task: "stored under descriptor X, not this one", X being this very
+    descriptor's hash (was)."""
+    fill(store_root, BASE, task="t")
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        model = CachedModel(store, BASE, task="t2", backend_factory=Factory(CountingBackend()), mode="readonly")
+        plan = model.plan("completions", [ask(0)])
+        neighbours = [n.location for n in explain_descriptor(store, "completions", "t2", BASE).neighbours]
+        (miss,) = explain_inputs(store, "completions", "t2", BASE, plan, [ask(0)], neighbours=neighbours).explained
+    assert f"stored under descriptor {BASE.hash16()} (task t), not this run's" in miss.reason
+
+
+def test_similarity_is_of_what_was_said_and_never_rounds_up_to_the_whole(store_root: Path) -> None:
+    """One character added to a long prompt read "100% similar"; an unrelated prompt, sharing only the
+    rendering's JSON keys, read 72% (was)."""
+    long = "Tell me fact number 1 about the sea, and about the fish that live in it, at length. " * 3
+    with Store(Settings(), root=store_root) as store:
+        CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend())).complete([ask(1, long)])
+    asked = [ask(1, long + "?"), ask(2, "totally different")]
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        model = CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend()), mode="readonly")
+        edited, other = explain_inputs(
+            store, "completions", "t", BASE, model.plan("completions", asked), asked
+        ).explained
+    assert "(99% similar)" in edited.reason and edited.similarity is not None and edited.similarity < 1
+    assert other.similarity is not None and other.similarity < 0.3, other.reason
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [
