@@ -395,7 +395,10 @@ class Browser:
         pairs = sorted({_pair_of(record) for _, record in judged if record.model_a and record.model_b})
         if pair is not None and pair not in pairs and (pair[1], pair[0]) in pairs:
             pair = (pair[1], pair[0])
-        chosen = pair if pair is not None else (pairs[0] if pairs else None)
+        # By default a pair of two models: a model judged against itself (a judge's sanity check) sorting first
+        # hid the instruction's real battles behind "Pairs judged" (was)
+        by_default = sorted(pairs, key=lambda p: p[0] == p[1])
+        chosen = pair if pair is not None else (by_default[0] if by_default else None)
         quoted: dict[str, list[str]] = {}  # each model's judgement prompts: the answers its judges were shown
         for _, record in judged:
             prompt = "\n".join(turn.content for turn in messages(record.input_text))

@@ -41,19 +41,27 @@ STARTUP_SECONDS = 10.0
 BACKLOG = 2048  # uvicorn's own
 
 
+def _loopback_address(address: str) -> bool:
+    """Whether ``address`` is a loopback address, an IPv4 one written as IPv6 (``::ffff:127.0.0.1``) too, which
+    Python 3.11's ``is_loopback`` calls public (then the warning was wrong, and the Host check off: was)."""
+    ip = ipaddress.ip_address(address)
+    mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
 def is_loopback(host: str) -> bool:
     """Whether ``host`` names this machine only (every address it resolves to is a loopback address)."""
     if host == "localhost":
         return True
     try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
+        return _loopback_address(host.strip("[]"))
     except ValueError:
         pass
     try:
         addresses = {info[4][0] for info in socket.getaddrinfo(host, None)}
     except OSError:
         return False
-    return bool(addresses) and all(ipaddress.ip_address(str(a).split("%")[0]).is_loopback for a in addresses)
+    return bool(addresses) and all(_loopback_address(str(a).split("%")[0]) for a in addresses)
 
 
 def exposure(host: str, port: int, where: str) -> str:

@@ -278,6 +278,41 @@ def test_the_battle_shows_both_answers_each_verdict_mapped_to_models_and_the_dis
     assert "orientations agree" in agreeing and "orientations disagree" not in agreeing
 
 
+def test_a_battle_shows_a_pair_of_two_models_before_a_model_judged_against_itself(
+    demo_folder: Path, tmp_path: Path
+) -> None:
+    """A self-judgement (tiny-a against tiny-a) sorts first: it was the pair shown, the real battle only behind
+    "Pairs judged" (was)."""
+    root = tmp_path / "store"
+    shutil.copytree(demo_folder, root)
+    rendered = render_messages(demo.judge_prompt(demo.QUESTIONS["01-coding"], "same", "same"))
+    with Store(Settings(), root=root) as store:
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(
+            [
+                JudgementRecord(
+                    input_hash=input_hash(rendered),
+                    input_text=rendered,
+                    completion="A",
+                    benchmark=demo.BENCH,
+                    instruction_id="01-coding",
+                    model_a="tiny-a",
+                    model_b="tiny-a",
+                    judge=demo.JUDGE,
+                    orientation="direct",
+                    created_at=demo.T0,
+                )
+            ]
+        )
+    with (
+        Store(Settings(), root=root, readonly=True) as reader,
+        TestClient(create_app(Browser(reader)), base_url=LOCAL) as client,
+    ):
+        html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding")
+        itself = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding", a="tiny-a", b="tiny-a")
+    assert html.count('class="verdict"') == 2 and "orientations disagree" in html  # tiny-a against tiny-b
+    assert itself.count('class="verdict"') == 1  # still there when asked for
+
+
 def test_a_battle_without_verdicts_claims_no_agreement_and_a_clipped_answer_says_so(tmp_path: Path) -> None:
     """Judge texts with no verdict in either orientation agree on nothing; an answer longer than a page shows is
     cut with the count of what was left out, as on the row page (its end was once dropped without a word)."""
@@ -452,6 +487,8 @@ def test_an_adopted_row_names_its_source_and_the_adoption(client: TestClient, de
         ("/rows", {"since": "yesterday"}, 400, "&#39;yesterday&#39; is not an ISO-8601 date"),
         ("/rows", {"orientation": "sideways"}, 400, "orientation must be one of direct, reversed"),
         ("/rows", {"limit": "9999"}, 400, "limit must be between 1 and 500"),
+        # a search PostgreSQL takes seconds to compile, every other page waiting (was: served, slowly)
+        ("/rows", {"q": "x" * 1001}, 400, "the search is 1,001 characters long; search at most 1,000"),
         ("/rows", {"after": "not-a-cursor"}, 400, "the page cursor"),
         ("/battle", {}, 400, "the page needs the instruction_id parameter"),
         ("/battle", {"instruction_id": "1", "a": "x"}, 400, "a pair needs both models"),
@@ -699,6 +736,41 @@ def test_a_loopback_app_answers_every_loopback_address_and_the_host_it_was_bound
                              ("http://LOCALHOST:8765", 200), ("http://other-box", 403),
                              ("http://127.0.0.2.evil.example", 403), ("http://10.0.0.1", 403)]:  # fmt: skip
             assert TestClient(app, base_url=base).get("/").status_code == status, base
+
+
+def test_an_ipv4_loopback_address_written_as_ipv6_is_loopback() -> None:
+    """--host ::ffff:127.0.0.1 was warned of as public, and the Host check was off on it (was)."""
+    from store.browse.server import is_loopback
+
+    assert is_loopback("::ffff:127.0.0.1") and is_loopback("[::ffff:127.0.0.2]") and is_loopback("::1")
+    assert not is_loopback("::ffff:10.0.0.1") and not is_loopback("10.0.0.1")
+
+
+def test_a_judgement_stored_without_model_a_shows_no_model_not_none(tmp_path: Path) -> None:
+    """A pointwise judgement with model_a NULL (an import, the ORM) printed "None" as its model (was)."""
+    rendered = render_messages([{"role": "user", "content": "Rate: 4"}])
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(
+            [
+                JudgementRecord(
+                    input_hash=input_hash(rendered),
+                    input_text=rendered,
+                    completion="8",
+                    benchmark="b",
+                    instruction_id="q1",
+                    judge=demo.JUDGE,
+                    created_at=demo.T0,
+                )
+            ]
+        )
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        rows = get(client, "/rows", role="judgements")
+        (href,) = re.findall(r'class="row-link hash" href="([^"]+)"', rows)
+        row = get(client, href.replace("&amp;", "&"))
+    reader.close()
+    assert '<span class="slot">A</span> (no model)' in rows and "> None" not in rows
+    assert "A = (no model)" in row and "A = None" not in row
 
 
 def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_links_to(tmp_path: Path) -> None:
