@@ -42,6 +42,7 @@ from store.errors import InvalidInputError
 from store.interrupts import MIGRATING
 from store.layout import Selector
 from store.reports import DatabaseVerification, UpgradeOutcome, UpgradeResult
+from store.roles import ROLES
 from store.schema import DatabaseState
 from store.settings import Settings
 from store.store import Store
@@ -188,8 +189,8 @@ def db_upgrade_command(
         table = FittedTable(title, [*columns, Column("Backup / problem", fit=Fit.WRAP)])
         for folder, r in zip(folders, results, strict=True):
             detail = unprefixed(r.error, r.where) if r.error else ""
-            if r.outcome is UpgradeOutcome.WOULD_UPGRADE and r.rows is not None:
-                detail = "; ".join(part for part in (detail, f"{sum(r.rows.values()):,} rows kept") if part)
+            if r.outcome in (UpgradeOutcome.WOULD_UPGRADE, UpgradeOutcome.UPGRADED) and r.rows is not None:
+                detail = "; ".join(part for part in (detail, _rows_kept(r.rows)) if part)
             if r.backup is not None:  # a failed upgrade keeps the backup it restored the file from
                 backup = store.shown(str(r.backup))
                 detail = f"{detail}; the file was restored from its backup, kept at {backup}" if detail else backup
@@ -206,6 +207,14 @@ def db_upgrade_command(
         report_unlisted(unlisted, json_output=False)
     if bad or unlisted:
         raise typer.Exit(1)
+
+
+def _rows_kept(rows: dict[str, int]) -> str:
+    """An upgrade's row counts as ``ls`` counts rows (its role's table), the bookkeeping tables beside them: their
+    sum read as rows ("6 rows kept" of 5 answers and 1 recorded run: was)."""
+    kept = sum(n for table, n in rows.items() if table in ROLES)
+    others = ", ".join(f"{n:,} in {table}" for table, n in sorted(rows.items()) if table not in ROLES and n)
+    return f"{kept:,} rows kept" + (f" ({others})" if others else "")
 
 
 def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: bool, json_output: bool) -> NoReturn:

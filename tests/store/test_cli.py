@@ -1096,6 +1096,24 @@ def test_db_upgrade_dry_run_checks_each_database_as_an_upgrade_does_and_changes_
     ) == 2  # the real run does what the dry run said
 
 
+def test_db_upgrade_counts_rows_as_ls_does_and_a_recorded_run_beside_them(
+    filled: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A database of 5 answers and 1 recorded run said "6 rows kept" (was); a real upgrade said nothing of rows."""
+    from store.runs import record_run
+    from tests.store.test_runs import run
+
+    with Store(Settings(), root=filled) as store:
+        record_run(store.open(location_of(filled, QWEN)), run(1))
+        rows = store.open(location_of(filled, QWEN)).count()
+    know_synthetic_revision(monkeypatch)
+
+    for args in (("--dry-run",), ()):
+        text = judgestore("db", "upgrade", *args)
+        assert text.exit_code == 0, text.output
+        assert f"{rows:,} rows kept (1 in runs)" in " ".join(text.stdout.split())
+
+
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])
 def test_ctrl_c_in_db_upgrade_says_how_many_were_upgraded_and_rolls_back_the_one_it_stopped_in(
     filled: Path, synthetic_head: str, json_output: bool
