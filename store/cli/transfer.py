@@ -32,6 +32,7 @@ from store.cli.common import (
     quantity,
     stderr,
     stdout,
+    unmatched,
 )
 from store.cli.options import JsonOutput, grouped, named_store_settings, selection, store_folder, store_server
 from store.layout import Selector
@@ -130,12 +131,15 @@ def copy_command(
         ):
             chunks = chunk_size or DEFAULT_CHUNK_SIZE
             report = copy_store(source, target, selector, chunk_size=chunks, on_progress=progress, dry_run=dry_run)
+            # A mistyped --task: which filters picked none of how many (was: "no databases match", as of no store)
+            unpicked = None if report.databases else unmatched(source, selector)
     except KeyboardInterrupt as e:  # the copy's report so far; its whole one when it came as the stores closed
         _interrupted(getattr(e, "copy_report", report), json_output)
     if json_output:
         emit_json(report.as_dict())
     elif not report.databases:
-        note(f"Nothing to copy: no databases in {report.source} match.", json_output=json_output)
+        said = f"{unpicked}: nothing to copy" if unpicked else f"Nothing to copy: no databases in {report.source}"
+        note(f"{said}.", json_output=json_output)
     else:
         _render(report)
     if not report.ok:

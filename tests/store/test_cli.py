@@ -1611,6 +1611,15 @@ def test_a_closed_stdin_cannot_confirm_and_nothing_is_deleted(filled: Path, args
     assert file_digests(filled) == before and count_rows(filled) == 10
 
 
+def test_a_copy_whose_filters_pick_nothing_names_them_and_what_the_store_holds(filled: Path, tmp_path: Path) -> None:
+    """A mistyped --task said "no databases in STORE match", as of an empty store (was)."""
+    result = judgestore("copy", "--from-root", str(filled), "--to-root", str(tmp_path / "to"), "--task", "Mt-Bench")
+    assert result.exit_code == 0, result.output
+    said = " ".join(result.stderr.split())
+    assert "matches --task Mt-Bench (3 databases in all; `judgestore ls` lists them): nothing to copy." in said
+    assert not (tmp_path / "to").exists() or not list((tmp_path / "to").rglob("*.sqlite"))
+
+
 def test_a_json_error_naming_a_path_that_is_not_utf8_is_still_json(filled: Path, tmp_path: Path) -> None:
     missing = tmp_path / os.fsdecode(b"caf\xe9")  # a Latin-1 name: Python holds the byte as a lone surrogate
     before = file_digests(filled)
