@@ -469,9 +469,10 @@ def _copy_while_changed(
         report.databases[-1] = result
 
 
-def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -> str:
+def _letting_the_source_in(target: Store, location: Location, keys: list[str], unlisted: int) -> str:
     """What to run for the source's rows to take the place of the target's that hold the same answers: a delete
-    naming the target store and the database (the default store may be the source: its rows would go)."""
+    naming the target store and the database (the default store may be the source: its rows would go), of the
+    listed keys; ``unlisted`` conflicts past the list may be more such (said: the delete read as all of them)."""
     # quoted for a shell: a URL's "?host=..." is a pattern to zsh, a folder may hold a space
     where = shlex.quote(str(target.where))
     store = f"--store-url {where}" if is_store_url(target.where) else f"--store-root {where}"
@@ -480,6 +481,11 @@ def _letting_the_source_in(target: Store, location: Location, keys: list[str]) -
         "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "
         f"`judgestore delete {store} --role {location.role} --task {location.task} "
         f"--descriptor {location.descriptor_hash16} {hashes}`"
+        + (
+            f" (the {len(keys)} listed; {unlisted:,} more conflicts are not listed: the next copy lists them)"
+            if unlisted
+            else ""
+        )
     )
 
 
@@ -537,7 +543,8 @@ def _copy_one(
             )
         copy_database(database, destination, result, chunk_size, advance, dry_run=dry_run)
         if result.same_answer_keys:
-            result.problems.append(_letting_the_source_in(target, location, result.same_answer_keys))
+            unlisted = result.conflicts - len(result.conflicting_keys)
+            result.problems.append(_letting_the_source_in(target, location, result.same_answer_keys, unlisted))
         if dry_run and (destination is None or result.written or any(result.bookkeeping.values())):
             try:  # what the copy would meet writing there, asked without writing: grants, a read-only disk
                 target.check_writable(location.role, location.task, metadata.descriptor, as_a_writer=True)

@@ -539,6 +539,23 @@ def test_a_row_the_target_holds_from_another_run_with_the_same_answer_is_said_to
     assert "another row under this key (differs in completion)" in said  # a different answer is a conflict
 
 
+def test_the_delete_copy_suggests_says_when_it_names_only_the_listed_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Conflicts past the listed ones were left out of the suggested delete without a word: it took a round of
+    delete and copy for each list (was)."""
+    monkeypatch.setattr("store.copy.MAX_LISTED_KEYS", 1)
+    root, target_root = full_store(tmp_path / "a"), tmp_path / "b"
+    with Store(root=target_root) as target:
+        target.database("judgements", "arena-hard", JUDGE).put_many(
+            [judgement_record(i, run_id="their-run", created_at=datetime(2026, 3, 1, tzinfo=UTC)) for i in (0, 1)]
+        )
+    result = invoke("--from-root", str(root), "--to-root", str(target_root))
+    said = " ".join(result.stderr.split())
+    assert result.exit_code == 1 and said.count("--input-hash") == 1
+    assert "(the 1 listed; 1 more conflicts are not listed: the next copy lists them)" in said
+
+
 def test_judgestore_copy_dry_run_shows_what_it_would_write_and_exits_1_on_a_conflict(tmp_path: Path) -> None:
     root = full_store(tmp_path / "a")
     preview = invoke("--from-root", str(root), "--to-root", str(tmp_path / "b"), "--dry-run", "--json")
