@@ -216,6 +216,12 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
     if row.skip is not None:  # something the user did not give: the input, or an ELO row's evaluated model
         raise _skip(row.skip)
     rendered = _rendered_input(row, descriptor.input_mode)
+    top_logprobs = _top_logprobs(row.top_logprobs)
+    if top_logprobs is None and (asked := descriptor.sampling.logprobs) is not None:
+        # A hit is served as stored: a run asking for logprobs was served this row without any (was), a row that
+        # adopt refuses for the same reason
+        raise _skip(f"no top_logprobs, where the descriptor asks for {asked} per position: a run would be served "
+                    "it without them (a live run generates it)")  # fmt: skip
     usage = row.usage
     if row.usage_json is not None:
         usage = _json_object(row.usage_json, "usage_json")
@@ -227,7 +233,7 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         "benchmark": row.benchmark,
         "instruction_id": row.instruction_id,
         "usage": usage,
-        "top_logprobs": _top_logprobs(row.top_logprobs),
+        "top_logprobs": top_logprobs,
         "run_id": row.run_id,
         "created_by": row.created_by,
         "created_at": parse_created_at(row.created_at, fallback_time),
@@ -240,7 +246,9 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
             raise _fail(f"unknown orientation {row.orientation!r} (known: direct, reversed, forward, swapped, single)")
         if row.orientation == "single" and row.model_b:  # which is wrong, the orientation or the second model?
             raise _fail(f"orientation 'single' (pointwise) but model_b {row.model_b!r}: one of them is wrong")
-        pointwise = row.orientation == "single" or not row.model_b
+        if row.model_a is not None and not row.model_a.strip():  # no live run writes one; None stays allowed
+            raise _fail(f"model_a is blank ({row.model_a!r}): name the model whose answer was shown first")
+        pointwise = row.orientation == "single" or not (row.model_b or "").strip()  # as a live request reads it
         record = JudgementRecord(
             model_a=row.model_a,
             model_b=None if pointwise else row.model_b,

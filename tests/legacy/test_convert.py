@@ -75,8 +75,9 @@ def test_a_value_the_store_refuses_fails_its_row_alone(usage_json: str, says: st
 
 @pytest.mark.parametrize(
     ("orientation", "model_b", "stored"),
-    [("single", None, (None, None)), ("direct", None, (None, None)), ("swapped", "y", ("y", "reversed"))],
-)
+    [("single", None, (None, None)), ("direct", None, (None, None)), ("swapped", "y", ("y", "reversed")),
+     ("direct", "  ", (None, None))],  # blank as a live request reads it: none (was: a model named "  ")
+)  # fmt: skip
 def test_orientations_and_model_b_are_read_as_pointwise_or_pairwise(
     orientation: str, model_b: str | None, stored: tuple[str | None, str | None]
 ) -> None:
@@ -107,3 +108,27 @@ def test_an_instruction_key_is_a_number_only_where_a_float_column_wrote_one() ->
     assert [normalise_key(v) for v in ("0010", "1e1", "328e1", "07.0", "7.5", "nan", "abc")] == [
         "0010", "1e1", "328e1", "07.0", "7.5", "nan", "abc"
     ]  # fmt: skip
+
+
+def test_a_blank_model_a_fails_its_row() -> None:
+    """Stored as a model's name (was): no live run writes one (it refuses the request)."""
+    rendered = render_text("judge this")
+    row = LegacyRow("row 5", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = " ", "y", "direct"
+    with pytest.raises(RowNotImported) as refused:
+        to_record(row, TEXT, FALLBACK)
+    assert refused.value.kind == "fail" and "model_a is blank (' ')" in refused.value.reason
+
+
+def test_a_row_without_logprobs_under_a_descriptor_that_asks_for_them_is_skipped() -> None:
+    """Imported, it was a hit served without the logprobs the run asked for (was); with them, it is imported."""
+    rendered = render_text("judge this")
+    row = LegacyRow("row 6", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = "x", "y", "direct"
+    asking = TEXT.model_copy(update={"sampling": TEXT.sampling.model_copy(update={"logprobs": 3})})
+    with pytest.raises(RowNotImported) as refused:
+        to_record(row, asking, FALLBACK)
+    assert refused.value.kind == "skip" and "asks for 3 per position" in refused.value.reason
+    assert to_record(row, TEXT, FALLBACK).top_logprobs is None  # a descriptor asking none: imported as it was
+    row.top_logprobs = json.dumps({"A": -0.1, "B": -2.3})
+    assert to_record(row, asking, FALLBACK).top_logprobs is not None
