@@ -74,7 +74,7 @@ class ClaimsSummary:
     leased: int = 0  # live leases on inputs not stored yet: work in progress
     stale: int = 0  # leases past their deadline on inputs not stored: a job died (others take them over)
     waiting: int = 0  # enqueued, never leased
-    failed: int = 0  # live failure marks
+    failed: int = 0  # failure marks: inputs a job could not generate (past its deadline, a later job tries again)
     done: int = 0  # claims of inputs stored already (left behind; swept)
     jobs: int = 0  # distinct jobs holding live leases
     oldest_deadline: datetime | None = None  # of the stale leases
@@ -318,11 +318,11 @@ class ClaimTable(ABC):
                 done += 1
             elif deadline is None:
                 waiting += 1
+            elif error is not None:  # past its deadline too: a mark, not a lease (a job that died, said: was)
+                failed += 1
             elif deadline < now:
                 stale += 1
                 oldest = deadline if oldest is None else min(oldest, deadline)
-            elif error is not None:
-                failed += 1
             else:
                 leased += 1
                 holders.add(holder)

@@ -124,7 +124,10 @@ def test_a_failed_input_is_reported_to_the_others_until_its_lease_ends(database:
     state = b.state(KEYS[:2])
     assert state.stored == {KEYS[0]} and dict(state.failed) == {KEYS[1]: "RequestRefusedError: too long"}
     assert b.claim(KEYS[:2], 2) == []
+    assert (claims_summary(database).failed, claims_summary(database).stale) == (1, 0)
     sleep_until(finished + 1.1)
+    # Past its deadline a mark is still no lease: "a job died or stalled" was said of a batch that ended (was)
+    assert (claims_summary(database).failed, claims_summary(database).stale) == (1, 0)
     assert b.claim(KEYS[:2], 2) == [KEYS[1]]  # a failure is never stored: tried again once its mark ends
 
 
