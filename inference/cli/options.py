@@ -313,7 +313,8 @@ def run_options(
         int,
         typer.Option(
             "--chunk-size",
-            help="Write finished generations every N (or every 2 s); the engine gets every miss at once.",
+            help="Write finished generations every N (or every 2 s); the engine gets every miss at once (with "
+            "--shared-batch, blocks of N: give it what max_num_seqs takes).",
             rich_help_panel=RUN_PANEL,
             min=1,
         ),
