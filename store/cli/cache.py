@@ -436,7 +436,8 @@ def vacuum_command(
     elif not results:
         no_databases(store, json_output, selector)
     else:
-        title = f"Would vacuum in {store.where} (dry run: nothing changed)" if dry_run else f"Vacuumed in {store.where}"
+        # "Vacuumed in" headed a table of databases all refused or busy (was)
+        title = f"Would vacuum in {store.where} (dry run: nothing changed)" if dry_run else f"Vacuum of {store.where}"
         table = location_table(title, ("Before", "right"), ("After", "right"), ("Result", "left"))
         for r in results:
             style = "bold red" if r in failed else "green"

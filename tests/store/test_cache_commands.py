@@ -134,7 +134,7 @@ def test_vacuum_reports_each_database(filled: Path) -> None:
     report = orjson.loads(result.stdout)
     assert {r["outcome"] for r in report["results"]} == {"vacuumed"} and len(report["results"]) == 3
     assert report["ok"] is True  # as every --json report of a command over databases says (was: no "ok")
-    assert "Vacuumed in" in judgestore("vacuum").stdout
+    assert "Vacuum of" in judgestore("vacuum").stdout
     assert orjson.loads(judgestore("stats", "--json").stdout)["totals"]["rows"]["rows"] == 10
 
 
