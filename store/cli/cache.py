@@ -333,6 +333,8 @@ def prune_command(
             plan = plan_prune(store, selector, rule)
         except KeyboardInterrupt:
             interrupted("interrupted while counting; nothing was deleted", json_output, rows_deleted=0)
+        if not plan.counts:  # a mistyped --task or --model: said, as delete says it (was: "No rows match" alone)
+            no_rows(store, json_output, selector, flt)
     report: dict[str, Any] = {**plan.as_dict(), "dry_run": dry_run, "deleted": 0}
     if not json_output:
         if plan.pruned_runs:
