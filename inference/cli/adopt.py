@@ -21,7 +21,7 @@ from typing import Annotated
 import typer
 
 from inference.backends.vllm.engine_logs import quiet_engine
-from inference.cli.options import VerboseOption, task_name
+from inference.cli.options import SEED_MAX, SEED_MIN, VerboseOption, task_name
 from inference.drift.adopt import DEFAULT_SAMPLE, AdoptionReport, adopt, check_across
 from inference.spec import Spec
 from store import Settings, Store
@@ -91,7 +91,12 @@ def adopt_command(
     sample_seed: Annotated[
         int | None,
         typer.Option(
-            "--sample-seed", help="Seed of the random choice of rows (default: a new choice).", rich_help_panel=_WHEN
+            "--sample-seed",
+            help="Seed of the random choice of rows (default: a new choice).",
+            rich_help_panel=_WHEN,
+            # the adoption record keeps it in a 64-bit column: a larger one failed after the whole audit (was)
+            min=SEED_MIN,
+            max=SEED_MAX,
         ),
     ] = None,
     min_exact: Annotated[

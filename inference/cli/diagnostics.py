@@ -27,7 +27,7 @@ from rich.text import Text
 
 from inference.backends.vllm.engine_logs import quiet_engine
 from inference.cache.model import CachedModel
-from inference.cli.options import VerboseOption, input_file, task_name
+from inference.cli.options import SEED_MAX, SEED_MIN, VerboseOption, input_file, task_name
 from inference.jsonl import read_completion_requests, read_judgement_requests
 from inference.judging import OrientationsChoice
 from inference.requests import Request
@@ -265,7 +265,13 @@ def audit_command(
     ] = RoleChoice.completions,
     sample: Annotated[int, typer.Option("--sample", min=1, help="How many stored rows to regenerate.")] = 20,
     sample_seed: Annotated[
-        int | None, typer.Option("--sample-seed", help="Seed of the random choice of rows (default: a new choice).")
+        int | None,
+        typer.Option(
+            "--sample-seed",
+            help="Seed of the random choice of rows (default: a new choice).",
+            min=SEED_MIN,
+            max=SEED_MAX,
+        ),
     ] = None,
     fail_under: Annotated[
         float,

@@ -39,6 +39,8 @@ _MODEL = "Model"
 _HOSTED = "Hosted model (an OpenAI-compatible server)"
 _SAMPLING = "Sampling"
 RUN_PANEL = "Run"
+# --sample-seed's range: what an adoption record keeps it in (a signed 64-bit column on both backends)
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 
 
 class ModeChoice(enum.StrEnum):

@@ -12,8 +12,10 @@ Contract:
   is regenerated as sample ``k`` (its own seed). The model is whatever
   :meth:`~inference.spec.Spec.cached` gives (vLLM, or a hosted API),
   so the same audit checks a row against another engine or descriptor.
-* :func:`compare` puts each stored row beside its regeneration: exact match,
-  the first differing character, finish reasons, and, when both carry top
+* :func:`compare` puts each stored row beside its regeneration: exact match
+  (the same text and, where both are known, the same finish reason: a hit
+  serves the stored one), the first differing character, finish reasons,
+  and, when both carry top
   logprobs, the change of each first-token candidate's logprob (JudgeArena's
   ``{text: logprob}`` view, so ``"A"``/``"B"`` verdict tokens compare
   directly; a candidate that left or joined the top k moved at least as far
@@ -142,6 +144,9 @@ class AuditReport:
         for row in self.mismatches:
             lines.append(
                 f"  {row.label} differs at character {row.first_difference}: {row.stored!r} -> {row.regenerated!r}"
+                if row.first_difference is not None
+                else f"  {row.label} ends otherwise: finish reason {row.finish_reason_stored!r} -> "
+                f"{row.finish_reason_regenerated!r}"
             )
         return lines
 
@@ -231,9 +236,12 @@ def _top(view: dict[str, float]) -> str | None:
 def compare(row: Record, sample: Sample) -> RowAudit:
     """``row`` beside ``sample``, its regeneration (see the module docstring)."""
     stored, now = row.completion, sample.text
-    exact = stored == now
+    # The finish reason is part of what a hit serves: a row whose text agreed but whose end did not was "exact",
+    # and adopt carried the old one over (was). Unknown on either side (a legacy row's) says nothing either way.
+    ends = (row.finish_reason, sample.finish_reason)
+    exact = stored == now and (None in ends or ends[0] == ends[1])
     position = None
-    if not exact:
+    if stored != now:
         position = next(
             (i for i, (a, b) in enumerate(zip(stored, now, strict=False)) if a != b), min(len(stored), len(now))
         )

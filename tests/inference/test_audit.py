@@ -105,6 +105,21 @@ def test_an_altered_completion_is_found_with_its_first_difference(filled: Store)
     assert report.exact == 12 and report.as_dict()["mismatches"][0]["first_difference"] == 14
 
 
+def test_a_stored_finish_reason_the_engine_does_not_give_is_a_mismatch(filled: Store) -> None:
+    """The same text ending otherwise was "exact" (was), and adopt carried the stored finish reason, which a hit
+    serves, over; a finish reason not known (a legacy row's) says nothing either way."""
+    database = filled.database("completions", "t", DESCRIPTOR)
+    with closing(sqlite3.connect(database.path)) as conn, conn:
+        given = conn.execute("SELECT finish_reason FROM completions WHERE instruction_id = '5'").fetchone()[0]
+        conn.execute("UPDATE completions SET finish_reason = 'length' WHERE instruction_id = '5'")
+        conn.execute("UPDATE completions SET finish_reason = NULL WHERE instruction_id = '6'")
+    report = audit_database(database, FakeSpec(CountingBackend()), sample=13, seed=4)
+    (mismatch,) = report.mismatches
+    assert mismatch.instruction_id == "5" and mismatch.first_difference is None and report.exact == 12
+    assert (mismatch.finish_reason_stored, mismatch.finish_reason_regenerated) == ("length", given)
+    assert f"ends otherwise: finish reason 'length' -> {given!r}" in "\n".join(report.lines())
+
+
 def test_regenerating_needs_a_model_without_the_store(filled: Store) -> None:
     rows = sample_rows(filled.database("completions", "t", DESCRIPTOR), 2, seed=0)
     with pytest.raises(InvalidInputError, match="mode 'off'"):
@@ -146,6 +161,23 @@ def test_a_task_that_names_no_folder_is_a_usage_error_of_every_diagnostic(tmp_pa
 
     result = CliRunner().invoke(app(), [*command, "--model", "m", "--task", "..", "--store-root", str(tmp_path / "s")])
     assert result.exit_code == 2 and "Invalid value for '--task'" in result.stderr, result.output
+    assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("command", [["audit"], ["adopt", "--across", "backend_version"]])
+@pytest.mark.parametrize("seed", [str(2**63), str(-(2**63) - 1)])
+def test_a_sample_seed_past_64_bits_is_a_usage_error_before_anything_runs(
+    tmp_path: Path, command: list[str], seed: str
+) -> None:
+    """adopt took it, audited, then failed writing its record (a traceback on SQLite; "please report this value"
+    on PostgreSQL) and left an empty database behind (was); audit takes the same seeds adopt does."""
+    from typer.testing import CliRunner
+
+    from inference.cli.app import app
+
+    args = [*command, "--model", "m", "--task", "t", "--sample-seed", seed, "--store-root", str(tmp_path / "s")]
+    result = CliRunner().invoke(app(), args)
+    assert result.exit_code == 2 and "Invalid value for '--sample-seed'" in result.stderr, result.output
     assert not (tmp_path / "s").exists()
 
 
