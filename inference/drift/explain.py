@@ -392,7 +392,9 @@ def _said(rendered: str) -> str:
         value = orjson.loads(rendered)
         if value.get("type") == "text":
             return str(value["text"])
-        return "\n".join(f"{m.get('role')}: {m.get('content')}" for m in value["messages"])
+        # Each message its own, delimited by what no text says: a conversation flattened into one message
+        # ("Hi\nassistant: ok\nuser: more") read the same as the three messages, "100% similar" (was)
+        return "".join(f"\x00{m.get('role')}\x00{m.get('content')}" for m in value["messages"])
     except (orjson.JSONDecodeError, AttributeError, KeyError, TypeError):  # not a rendering of ours: as it is
         return rendered
 
@@ -479,7 +481,7 @@ def explain_inputs(
         record, ratio = nearest
         diffs = tuple(input_diffs(record.input_text, wanted))
         # Rounded down: one character changed in a long prompt read "100% similar" (was)
-        reason = f"{how} ({math.floor(100 * ratio)}% similar) has another rendered input"
+        reason = f"{how} ({math.floor(round(100 * ratio, 6))}% similar) has another rendered input"  # 57.999...: 58
         if not diffs:
             reason = f"{how} has the same rendered input but sample {record.sample_index}"
         explained.append(_with(base, reason, nearest=record.input_hash, similarity=round(ratio, 4), diffs=diffs))

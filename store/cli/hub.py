@@ -281,12 +281,13 @@ def _render_push(report: "PushReport") -> None:
         found = (
             f"; {quantity(report.recovered, 'shard')} of an interrupted push found there" if report.recovered else ""
         )
+        present = report.already_present
         table.caption = (
             f"{quantity(report.shards, 'shard')}, {quantity(report.rows, 'row')}, {decimal(report.bytes)}; "
             + (f"{quantity(len(report.commits), 'commit')}; " if report.commits else "")  # a folder remote makes none
             + f"{quantity(report.unchanged, 'folder')} had nothing new"
             # counted among the shards above: the remote had them (another pusher's, or an interrupted push's)
-            + (f"; {report.already_present:,} of them already there, not sent again" if report.already_present else "")
+            + (f"; {report.already_present:,} of the shards already there, not sent again" if present else "")
             + found
         )
         out.print(table)

@@ -217,11 +217,6 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
         raise _skip(row.skip)
     rendered = _rendered_input(row, descriptor.input_mode)
     top_logprobs = _top_logprobs(row.top_logprobs)
-    if top_logprobs is None and (asked := descriptor.sampling.logprobs) is not None:
-        # A hit is served as stored: a run asking for logprobs was served this row without any (was), a row that
-        # adopt refuses for the same reason
-        raise _skip(f"no top_logprobs, where the descriptor asks for {asked} per position: a run would be served "
-                    "it without them (a live run generates it)")  # fmt: skip
     usage = row.usage
     if row.usage_json is not None:
         usage = _json_object(row.usage_json, "usage_json")
@@ -244,11 +239,12 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
     else:
         if row.orientation not in _ORIENTATIONS:
             raise _fail(f"unknown orientation {row.orientation!r} (known: direct, reversed, forward, swapped, single)")
-        if row.orientation == "single" and row.model_b:  # which is wrong, the orientation or the second model?
+        blank_b = not (row.model_b or "").strip()  # none, as a live request reads it (was: a model named "  ")
+        if row.orientation == "single" and not blank_b:  # which is wrong, the orientation or the second model?
             raise _fail(f"orientation 'single' (pointwise) but model_b {row.model_b!r}: one of them is wrong")
         if row.model_a is not None and not row.model_a.strip():  # no live run writes one; None stays allowed
             raise _fail(f"model_a is blank ({row.model_a!r}): name the model whose answer was shown first")
-        pointwise = row.orientation == "single" or not (row.model_b or "").strip()  # as a live request reads it
+        pointwise = row.orientation == "single" or blank_b
         record = JudgementRecord(
             model_a=row.model_a,
             model_b=None if pointwise else row.model_b,
@@ -266,4 +262,9 @@ def to_record(row: LegacyRow, descriptor: ModelDescriptor, fallback_time: dateti
             jsonvalues.dumps(getattr(record, name))
         except (TypeError, ValueError) as e:
             raise _fail(f"{name} cannot be stored ({e})") from e
+    if top_logprobs is None and (asked := descriptor.sampling.logprobs) is not None:
+        # A hit is served as stored: a run asking for logprobs was served this row without any (was), a row that
+        # adopt refuses for the same reason. Last: a row that fails for what it holds says so, not that it was skipped
+        raise _skip(f"no top_logprobs, where the descriptor asks for {asked} per position: a run would be served "
+                    "it without them (a live run generates it)")  # fmt: skip
     return record

@@ -747,7 +747,7 @@ def test_an_ipv4_loopback_address_written_as_ipv6_is_loopback() -> None:
 
 
 def test_a_judgement_stored_without_model_a_shows_no_model_not_none(tmp_path: Path) -> None:
-    """A pointwise judgement with model_a NULL (an import, the ORM) printed "None" as its model (was)."""
+    """A pointwise judgement with model_a and judge NULL (an import, the ORM) printed "None" for each (was)."""
     rendered = render_messages([{"role": "user", "content": "Rate: 4"}])
     with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
         store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(
@@ -758,7 +758,6 @@ def test_a_judgement_stored_without_model_a_shows_no_model_not_none(tmp_path: Pa
                     completion="8",
                     benchmark="b",
                     instruction_id="q1",
-                    judge=demo.JUDGE,
                     created_at=demo.T0,
                 )
             ]
@@ -771,6 +770,7 @@ def test_a_judgement_stored_without_model_a_shows_no_model_not_none(tmp_path: Pa
     reader.close()
     assert '<span class="slot">A</span> (no model)' in rows and "> None" not in rows
     assert "A = (no model)" in row and "A = None" not in row
+    assert "judge (no judge)" in row and "judge None" not in row  # as a battle says it
 
 
 def test_a_completion_stored_without_a_model_is_shown_on_the_battle_its_row_links_to(tmp_path: Path) -> None:

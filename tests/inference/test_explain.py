@@ -246,6 +246,23 @@ def test_similarity_is_of_what_was_said_and_never_rounds_up_to_the_whole(store_r
     assert other.similarity is not None and other.similarity < 0.3, other.reason
 
 
+def test_a_conversation_flattened_into_one_message_is_not_the_whole_of_it(store_root: Path) -> None:
+    """The messages were joined as "role: content" lines: one user message saying "Hi\nassistant: ok\nuser:
+    more" said the same, and read "100% similar" (was)."""
+    turns = [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "ok"},
+             {"role": "user", "content": "more"}]  # fmt: skip
+    flat = [{"role": "user", "content": "Hi\nassistant: ok\nuser: more"}]
+    with Store(Settings(), root=store_root) as store:
+        CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend())).complete(
+            [CompletionRequest(messages=turns, benchmark="b", instruction_id="1")]
+        )
+    asked = [CompletionRequest(messages=flat, benchmark="b", instruction_id="1")]
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        model = CachedModel(store, BASE, task="t", backend_factory=Factory(CountingBackend()), mode="readonly")
+        (miss,) = explain_inputs(store, "completions", "t", BASE, model.plan("completions", asked), asked).explained
+    assert miss.similarity is not None and miss.similarity < 0.95 and "100%" not in miss.reason
+
+
 @pytest.mark.parametrize(
     ("argv", "expected"),
     [

@@ -132,3 +132,16 @@ def test_a_row_without_logprobs_under_a_descriptor_that_asks_for_them_is_skipped
     assert to_record(row, TEXT, FALLBACK).top_logprobs is None  # a descriptor asking none: imported as it was
     row.top_logprobs = json.dumps({"A": -0.1, "B": -2.3})
     assert to_record(row, asking, FALLBACK).top_logprobs is not None
+    row.top_logprobs, row.orientation = None, "sideways"  # a row at fault fails for it, not "skipped" (was)
+    with pytest.raises(RowNotImported) as failed:
+        to_record(row, asking, FALLBACK)
+    assert failed.value.kind == "fail" and "unknown orientation 'sideways'" in failed.value.reason
+
+
+def test_single_beside_a_blank_model_b_is_pointwise() -> None:
+    """A blank model_b is none, as a live request reads it: beside "single" it failed as a second model (was)."""
+    rendered = render_text("judge this")
+    row = LegacyRow("row 8", "judgements", InputForm.RENDERED, "8", rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = "x", "  ", "single"
+    record = to_record(row, TEXT, FALLBACK)
+    assert isinstance(record, JudgementRecord) and (record.model_b, record.orientation) == (None, None)

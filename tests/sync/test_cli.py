@@ -239,7 +239,7 @@ def test_shards_the_remote_already_had_are_counted_as_among_those_pushed(tmp_pat
     assert (report["shards"], report["already_present"]) == (2, 2)
     # was "2 shards, ...; 2 shards already there": read as four shards, two of them sent
     caption = " ".join(text.stdout.split())
-    assert "2 shards, 10 rows" in caption and "2 of them already there, not sent again" in caption
+    assert "2 shards, 10 rows" in caption and "2 of the shards already there, not sent again" in caption
 
 
 def test_rows_another_store_answered_otherwise_are_counted_as_conflicts_not_dropped_silently(tmp_path: Path) -> None:

@@ -137,15 +137,6 @@ def advisory_lock(conn: Connection, name: str, *, wait_ms: int | None = None) ->
     conn.execute(select(func.pg_advisory_xact_lock(key)))
 
 
-def bound_lock_waits(conn: Connection, wait_ms: int) -> None:
-    """Bound every lock wait of the caller's transaction to ``wait_ms`` (then 55P03, a busy error), unless the
-    session has a ``lock_timeout`` of its own (the URL's ``options``, the role's settings)."""
-    conn.execute(
-        text("SELECT set_config('lock_timeout', :wait, true) WHERE current_setting('lock_timeout') = '0'"),
-        {"wait": f"{max(1, wait_ms)}ms"},  # 0 would be PostgreSQL's "wait forever"
-    )
-
-
 def ensure_registry(conn: Connection) -> None:
     """Create the registry schema and tables if they are missing (inside the caller's transaction)."""
     advisory_lock(conn, REGISTRY_SCHEMA)

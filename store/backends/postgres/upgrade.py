@@ -35,7 +35,7 @@ from sqlalchemy.exc import DBAPIError
 
 from store.backends.postgres import generations
 from store.backends.postgres.errors import OWNER_ADVICE, translated
-from store.backends.postgres.registry import advisory_lock, bound_lock_waits, quoted, schema_name, schema_options
+from store.backends.postgres.registry import advisory_lock, quoted, schema_name, schema_options
 from store.backends.postgres.status import SchemaHost, classify, known_revisions
 from store.errors import JudgestoreError, ServerBusyError, UnexpectedServerError, UpgradeFailedError
 from store.interrupts import MIGRATING
@@ -159,9 +159,8 @@ def _upgrade_once(
             if status.state in USABLE_STATES:
                 if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
                     # its triggers' DDL waits for writers' and readers' tables: as long as a write would, not without
-                    # a bound (the write lock's wait bounds them only when it had to wait)
+                    # a bound (the write lock's, which bounds every lock wait of the transaction)
                     generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
-                    bound_lock_waits(conn, patience_ms)
                     generations.install(conn, schema_name(location))
                 return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
             if status.state is not DatabaseState.BEHIND:
@@ -170,8 +169,8 @@ def _upgrade_once(
             # Only a schema to migrate waits for its writers (a current one is reported at once). A writer that
             # committed rows during the migration changed the counts (refused as if rows were lost), or deadlocked
             # with it. The revision cannot move meanwhile: only an upgrade moves it, and this one holds its lock.
+            # the migration's DDL waits for a long reader as a write would: the write lock's bound
             generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
-            bound_lock_waits(conn, patience_ms)  # the migration's DDL waits for a long reader as a write would
             migrating, before = True, row_counts(conn, location)
             try:
                 with conn.begin_nested():  # rolled back as a whole if anything below fails
