@@ -16,6 +16,14 @@ from tests.legacy.conftest import TEXT
 FALLBACK = datetime(2026, 1, 1, tzinfo=UTC)
 
 
+def judged(locator: str, model_a: str | None, model_b: str | None, orientation: str, text: str = "[[A]]") -> LegacyRow:
+    """A legacy judgement row of a rendered input, its slots and orientation as given."""
+    rendered = render_text("judge this")
+    row = LegacyRow(locator, "judgements", InputForm.RENDERED, text, rendered, input_hash(rendered))
+    row.model_a, row.model_b, row.orientation = model_a, model_b, orientation
+    return row
+
+
 def test_legacy_times_are_utc_and_a_missing_one_takes_the_fallback() -> None:
     assert parse_created_at("2026-02-01T10:00:00", FALLBACK) == datetime(2026, 2, 1, 10, tzinfo=UTC)
     converted = parse_created_at("2026-02-01T12:00:00+02:00", FALLBACK)
@@ -81,18 +89,14 @@ def test_a_value_the_store_refuses_fails_its_row_alone(usage_json: str, says: st
 def test_orientations_and_model_b_are_read_as_pointwise_or_pairwise(
     orientation: str, model_b: str | None, stored: tuple[str | None, str | None]
 ) -> None:
-    rendered = render_text("judge this")
-    row = LegacyRow("row 3", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
-    row.model_a, row.model_b, row.orientation = "x", model_b, orientation
+    row = judged("row 3", "x", model_b, orientation)
     record = to_record(row, TEXT, FALLBACK)
     assert isinstance(record, JudgementRecord) and (record.model_b, record.orientation) == stored
 
 
 def test_single_beside_a_model_b_fails_its_row_rather_than_dropping_model_b() -> None:
     """Was: stored pointwise, model_b dropped without a word."""
-    rendered = render_text("judge this")
-    row = LegacyRow("row 4", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
-    row.model_a, row.model_b, row.orientation = "x", "y", "single"
+    row = judged("row 4", "x", "y", "single")
     with pytest.raises(RowNotImported) as refused:
         to_record(row, TEXT, FALLBACK)
     assert refused.value.kind == "fail"
@@ -112,9 +116,7 @@ def test_an_instruction_key_is_a_number_only_where_a_float_column_wrote_one() ->
 
 def test_a_blank_model_a_fails_its_row() -> None:
     """Stored as a model's name (was): no live run writes one (it refuses the request)."""
-    rendered = render_text("judge this")
-    row = LegacyRow("row 5", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
-    row.model_a, row.model_b, row.orientation = " ", "y", "direct"
+    row = judged("row 5", " ", "y", "direct")
     with pytest.raises(RowNotImported) as refused:
         to_record(row, TEXT, FALLBACK)
     assert refused.value.kind == "fail" and "model_a is blank (' ')" in refused.value.reason
@@ -122,9 +124,7 @@ def test_a_blank_model_a_fails_its_row() -> None:
 
 def test_a_row_without_logprobs_under_a_descriptor_that_asks_for_them_is_skipped() -> None:
     """Imported, it was a hit served without the logprobs the run asked for (was); with them, it is imported."""
-    rendered = render_text("judge this")
-    row = LegacyRow("row 6", "judgements", InputForm.RENDERED, "[[A]]", rendered, input_hash(rendered))
-    row.model_a, row.model_b, row.orientation = "x", "y", "direct"
+    row = judged("row 6", "x", "y", "direct")
     asking = TEXT.model_copy(update={"sampling": TEXT.sampling.model_copy(update={"logprobs": 3})})
     with pytest.raises(RowNotImported) as refused:
         to_record(row, asking, FALLBACK)
@@ -140,8 +140,6 @@ def test_a_row_without_logprobs_under_a_descriptor_that_asks_for_them_is_skipped
 
 def test_single_beside_a_blank_model_b_is_pointwise() -> None:
     """A blank model_b is none, as a live request reads it: beside "single" it failed as a second model (was)."""
-    rendered = render_text("judge this")
-    row = LegacyRow("row 8", "judgements", InputForm.RENDERED, "8", rendered, input_hash(rendered))
-    row.model_a, row.model_b, row.orientation = "x", "  ", "single"
+    row = judged("row 8", "x", "  ", "single", "8")
     record = to_record(row, TEXT, FALLBACK)
     assert isinstance(record, JudgementRecord) and (record.model_b, record.orientation) == (None, None)
