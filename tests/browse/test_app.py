@@ -285,32 +285,18 @@ def test_a_battle_shows_a_pair_of_two_models_before_a_model_judged_against_itsel
     "Pairs judged" (was)."""
     root = tmp_path / "store"
     shutil.copytree(demo_folder, root)
-    rendered = render_messages(demo.judge_prompt(demo.QUESTIONS["01-coding"], "same", "same"))
+    itself = judgement_record(0, benchmark=demo.BENCH, instruction_id="01-coding", model_a="tiny-a", model_b="tiny-a",
+                              judge=demo.JUDGE)  # fmt: skip
     with Store(Settings(), root=root) as store:
-        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many(
-            [
-                JudgementRecord(
-                    input_hash=input_hash(rendered),
-                    input_text=rendered,
-                    completion="A",
-                    benchmark=demo.BENCH,
-                    instruction_id="01-coding",
-                    model_a="tiny-a",
-                    model_b="tiny-a",
-                    judge=demo.JUDGE,
-                    orientation="direct",
-                    created_at=demo.T0,
-                )
-            ]
-        )
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many([itself])
     with (
         Store(Settings(), root=root, readonly=True) as reader,
         TestClient(create_app(Browser(reader)), base_url=LOCAL) as client,
     ):
         html = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding")
-        itself = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding", a="tiny-a", b="tiny-a")
+        asked = get(client, "/battle", benchmark=demo.BENCH, instruction_id="01-coding", a="tiny-a", b="tiny-a")
     assert html.count('class="verdict"') == 2 and "orientations disagree" in html  # tiny-a against tiny-b
-    assert itself.count('class="verdict"') == 1  # still there when asked for
+    assert asked.count('class="verdict"') == 1  # still there when asked for
 
 
 def test_a_battle_without_verdicts_claims_no_agreement_and_a_clipped_answer_says_so(tmp_path: Path) -> None:
