@@ -358,6 +358,13 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
             if not isinstance(row["completion"], str):
                 raise InvalidInputError(f"{path}:{number}: completion must be a string, got {row['completion']!r:.40}")
             answered = by_model.setdefault(model, {})
+            if key in answered and answered[key][1] != path:  # two models run under one name (two folders `tiny`)
+                raise InvalidInputError(
+                    f"{path}:{number}: {answered[key][1]} and {path} both answer benchmark={key[0]!r} "
+                    f"instruction_id={key[1]!r} as {model!r}: two models run under one name (give each its own "
+                    "--label when it runs generate: pairs tells the models apart by it), or one model's answers "
+                    "given twice"
+                )
             if key in answered:
                 raise InvalidInputError(
                     f"{path}:{number}: {model} answers benchmark={key[0]!r} instruction_id={key[1]!r} a second "

@@ -112,6 +112,19 @@ def test_pairs_refuse_prompts_that_share_their_ids_rather_than_pair_one_with_ano
         make_pairs(_prompts(tmp_path, ["0", "0"]), single)
 
 
+def test_pairs_of_two_models_run_under_one_name_say_so(tmp_path: Path) -> None:
+    """Two model folders both named tiny-llama: "answers ... a second time; pairs joins answers to prompts on these
+    ids", blaming ids that were fine (was)."""
+    first, second = tmp_path / "one", tmp_path / "two"
+    first.mkdir(), second.mkdir()
+    answers = [
+        _answers(folder, "tiny-llama", [answered(i, "tiny-llama") for i in (0, 1)]) for folder in (first, second)
+    ]
+    with pytest.raises(InvalidInputError, match="two models run under one name") as refused:
+        make_pairs(_prompts(tmp_path, ["0", "1"]), answers)
+    assert str(answers[0]) in str(refused.value) and "--label" in str(refused.value)
+
+
 def test_pairs_join_each_prompt_to_its_own_answers(tmp_path: Path) -> None:
     answers = [_answers(tmp_path, m, [answered(i, m) for i in (1, 0)]) for m in ("a", "b")]
     pairs = make_pairs(_prompts(tmp_path, ["0", "1"]), answers)
