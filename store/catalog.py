@@ -81,7 +81,8 @@ class Catalog:
         try:
             doc = orjson.loads(self.path.read_bytes())
             if type(doc) is dict and doc.get("format") == CATALOG_FORMAT and type(doc.get("entries")) is dict:
-                self._entries = doc["entries"]
+                # an entry that is no object is damage, ignored as the rest of a damaged catalog is (it crashed: was)
+                self._entries = {key: entry for key, entry in doc["entries"].items() if type(entry) is dict}
         except (OSError, ValueError):
             pass  # none yet, unreadable or damaged: it is rebuilt from the databases
 
@@ -110,7 +111,10 @@ class Catalog:
         try:
             value = orjson.loads(orjson.dumps(value))
         except orjson.JSONEncodeError:  # text that is not valid Unicode (a path of bytes that are not UTF-8)
-            return json.loads(json.dumps(value))  # as it would read back, and not kept: the catalog cannot hold it
+            try:
+                return json.loads(json.dumps(value))  # as it would read back, and not kept: the catalog cannot hold it
+            except (TypeError, ValueError):  # a BLOB another tool stored in a text column: every filter crashed (was)
+                return value
         if now is None or (lasting is not None and not lasting(value)):
             return value
         entry = self._entries.get(key)

@@ -6,6 +6,7 @@ import dataclasses
 import hashlib
 import os
 import sqlite3
+import time
 from collections.abc import Iterable
 from contextlib import closing
 from datetime import UTC, datetime
@@ -14,6 +15,7 @@ from typing import cast
 
 from sqlalchemy import Connection, Table, insert, inspect
 
+from store.backends.sqlite.catalog import RACY_NS
 from store.backends.sqlite.database import SqliteDatabase
 from store.backends.sqlite.rows import SqliteRepository
 from store.descriptor import ModelDescriptor, input_hash, render_messages
@@ -75,6 +77,14 @@ def judgement_record(
 
 
 # ---------------------------------------------------------------- files and databases
+
+
+def settled() -> None:
+    """Wait until the files written so far have stood still past a folder store's racy window
+    (:data:`store.backends.sqlite.catalog.RACY_NS`): a catalog taken after it is believed by the next command, one
+    taken before is not (a database just written is read again)."""
+    time.sleep(1.5 * RACY_NS / 1e9)
+
 
 SYNTHETIC_REVISIONS = Path(__file__).parent / "store" / "revisions"  # a synthetic revision on top of the shipped head
 SHIPPED_HEAD = revisions().head  # the newest revision the library ships

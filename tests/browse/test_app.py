@@ -34,7 +34,7 @@ from store.runs import record_run
 from store.settings import Settings
 from store.tables.records import JudgementRecord
 from tests.browse import demo
-from tests.factories import QWEN, completion_record, judgement_record
+from tests.factories import QWEN, completion_record, judgement_record, settled
 from tests.store.test_runs import run
 
 LOCAL = "http://127.0.0.1:8765"
@@ -166,6 +166,7 @@ def test_an_overview_reads_again_only_the_databases_that_changed(
     What it read is kept in the store's catalog while a database's files are unchanged, for the next browser too."""
     root = tmp_path / "store"
     shutil.copytree(demo_folder, root)
+    settled()
     opened: list[Any] = []
     real_open = Store.open
     monkeypatch.setattr(Store, "open", lambda self, location: opened.append(location) or real_open(self, location))
@@ -193,6 +194,7 @@ def reopened(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
     if request.param == "folder":
         root = tmp_path / "store"
         shutil.copytree(request.getfixturevalue("demo_folder"), root)
+        settled()  # copied files just changed: a catalog taken now would not be believed
         return lambda readonly=True: Store(Settings(), root=root, readonly=readonly)
     url = request.getfixturevalue("demo_url")
     return lambda readonly=True: Store(Settings(), url=url, readonly=readonly)

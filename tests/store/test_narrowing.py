@@ -22,7 +22,7 @@ from store.settings import Settings
 from store.stats import store_stats
 from store.store import Store
 from store.tables.filters import RowFilter, roles_for
-from tests.factories import completion_record, judgement_record
+from tests.factories import completion_record, judgement_record, settled
 
 FILTERS = [
     RowFilter(model="m-0"),
@@ -80,6 +80,7 @@ def filled(request: pytest.FixtureRequest, store_root: Path) -> Iterator[dict[st
     where = {"root": str(store_root)} if request.param == "folder" else {"url": request.getfixturevalue("pg_url")}
     with Store(Settings(), **where) as store:  # type: ignore[arg-type]
         fill(store)
+    settled()  # a folder store's catalog taken at once would not be believed: the tests read it a second time
     yield where
 
 
@@ -135,6 +136,7 @@ def test_a_folder_copied_in_by_hand_is_found(store_root: Path) -> None:
 def test_a_stale_catalog_is_never_believed(store_root: Path) -> None:
     with Store(Settings(), root=store_root) as store:
         fill(store)
+    settled()
     with Store(Settings(), root=store_root, readonly=True) as store:  # the catalog is built
         assert list(store.query_rows(Selector(), RowFilter(model="new"))) == []
         before = {info.location: info.rows for info in store.infos(store.locations())}
@@ -151,6 +153,68 @@ def test_a_stale_catalog_is_never_believed(store_root: Path) -> None:
         assert after == before | {location: (before[location] or 0) + 1}
         stats = {s.location: s.rows.rows for s in store_stats(store)}
         assert stats == before_stats | {location: before_stats[location] + 1}
+
+
+def test_a_change_within_one_tick_of_a_coarse_clock_is_not_missed(
+    store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """On a filesystem keeping whole seconds, a change made in the second a catalog was taken, the size kept, left
+    the same stamp: the catalog said the database held no m-0 after it did (was). A stamp of files changed within
+    that tick is none: the database is read again. Here every file time reads one second, the clock half past it."""
+    from store.backends.sqlite import catalog as sqlite_catalog
+
+    real_file, second = sqlite_catalog._file, sqlite_catalog.time.time_ns() // 10**9 * 10**9
+    clock = [second + 5 * 10**8]
+
+    def in_that_second(path: str, header: int = 0) -> list[Any] | None:
+        found = real_file(path, header)
+        return None if found is None else [*found[:2], second, second, found[4]]
+
+    monkeypatch.setattr(sqlite_catalog, "_file", in_that_second)
+    monkeypatch.setattr(sqlite_catalog.time, "time_ns", lambda: clock[0])
+    with Store(Settings(), root=store_root) as store:
+        store.database("completions", "t", descriptor(0)).put_many([completion_record(1, model="m-1")])
+        (location,) = store.locations()
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert list(store.query_rows(Selector(), RowFilter(model="m-0"))) == []  # a catalog taken: no m-0 here
+    with closing(sqlite3.connect(location.db_path(store_root))) as conn, conn:  # in the same second, the same size
+        conn.execute("UPDATE completions SET model = 'm-0'")
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert len(list(store.query_rows(Selector(), RowFilter(model="m-0")))) == 1
+    assert sqlite_catalog.stamp(location.db_path(store_root)) is None
+    clock[0] = second + 3 * 10**9  # the files have stood still long enough: a stamp again
+    assert sqlite_catalog.stamp(location.db_path(store_root)) is not None
+
+
+def test_a_blob_in_a_text_column_is_no_crash_of_a_filter(store_root: Path) -> None:
+    """A BLOB another tool stored as a model's name crashed every filtered command of the store (TypeError from
+    the catalog: was); it matches no text, as SQLite compares it."""
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+        location = store.locations()[0]
+    with closing(sqlite3.connect(location.db_path(store_root))) as conn, conn:
+        conn.execute("UPDATE completions SET model = CAST('m-9' AS BLOB) WHERE rowid = 1")
+    settled()
+    for _ in range(2):
+        with Store(Settings(), root=store_root, readonly=True) as store:
+            assert len(list(store.query_rows(Selector(), RowFilter(model="m-1")))) == 3
+            assert list(store.query_rows(Selector(), RowFilter(model="m-9"))) == []
+
+
+def test_a_catalog_entry_that_is_no_object_is_ignored(store_root: Path) -> None:
+    """Valid JSON whose entry is a number crashed every command (AttributeError: was), where a damaged catalog
+    is ignored."""
+    with Store(Settings(), root=store_root) as store:
+        fill(store)
+    settled()
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert list(store.query_rows(Selector(), RowFilter(model="m-0")))
+    path = catalog_path(store_root)
+    doc = orjson.loads(path.read_bytes())
+    doc["entries"] = {key: 5 for key in doc["entries"]}
+    path.write_bytes(orjson.dumps(doc))
+    with Store(Settings(), root=store_root, readonly=True) as store:
+        assert len(list(store.query_rows(Selector(), RowFilter(model="m-0")))) == 3
 
 
 def test_a_database_replaced_by_another_file_is_read_again(store_root: Path) -> None:
@@ -199,6 +263,8 @@ def test_a_hot_journal_that_goes_away_is_noticed(store_root: Path) -> None:
 def test_a_damaged_catalog_is_ignored_and_rebuilt(store_root: Path) -> None:
     with Store(Settings(), root=store_root) as store:
         fill(store)
+    settled()
+    with Store(Settings(), root=store_root) as store:
         assert list(store.query_rows(Selector(), RowFilter(model="m-0")))
     path = catalog_path(store_root)
     path.write_bytes(b"{not json")

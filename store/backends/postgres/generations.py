@@ -19,14 +19,18 @@ Contract:
   of a schema's database (:class:`~store.backends.postgres.database.PostgresDatabase`)
   takes :func:`write_lock` first, before any row: its writers take turns in
   one order (they already did from their first write on).
-* :func:`install` puts the triggers on a schema's tables and raises its
+* :func:`install` puts the triggers on a schema's tables, enabled always
+  (under ``session_replication_role = replica`` too), and raises its
   counter; creating a schema and upgrading one (:mod:`store.backends.postgres.upgrade`)
   and ``judgestore db upgrade`` of a schema created before generations
   existed call it. It is idempotent.
 * :func:`stamps` reads, in one statement, each schema's stamp: its counter, a
   digest of its tables as the server's catalog records them (oids, files,
   column counts and row versions: a table dropped, recreated, altered,
-  rewritten or restored by hand changes it with no trigger firing) and a
+  rewritten or restored by hand changes it with no trigger firing) and of
+  their triggers' row versions (a trigger disabled and enabled again, as
+  ``pg_dump --disable-triggers`` restores do, changes it: the writes between
+  fired none), and a
   digest of its registry row, and when the server started. A server's files
   restored from a copy (a backup, a snapshot, a replica promoted) hold the
   same counters, oids and row versions as when they were copied, so writes
@@ -85,11 +89,11 @@ _STAMPS = text(
     f"""
 WITH relations AS (
     SELECT c.relnamespace AS ns,
-           sum(hashtextextended(concat_ws('.', c.oid, c.relfilenode, c.relnatts, c.xmin), 0)) AS digest,
+           sum(hashtextextended(concat_ws('.', c.oid, c.relfilenode, c.relnatts, c.xmin, t.xmin), 0)) AS digest,
            count(*) AS tables,
            count(t.tgrelid) AS triggered
     FROM pg_class c
-    LEFT JOIN (SELECT tgrelid FROM pg_trigger WHERE tgname = '{TRIGGER}' AND tgenabled <> 'D') AS t
+    LEFT JOIN (SELECT tgrelid, xmin FROM pg_trigger WHERE tgname = '{TRIGGER}' AND tgenabled <> 'D') AS t
         ON t.tgrelid = c.oid
     WHERE c.relkind = 'r'
       AND c.relnamespace IN (SELECT oid FROM pg_namespace WHERE starts_with(nspname, '{SCHEMA_PREFIX}'))
@@ -131,6 +135,9 @@ def install(conn: Connection, name: str) -> None:
             f"CREATE TRIGGER {TRIGGER} AFTER INSERT OR UPDATE OR DELETE OR TRUNCATE ON {target} "
             f"FOR EACH STATEMENT WHEN (current_setting('{RAISED}{name}', true) IS DISTINCT FROM 'yes') "
             f"EXECUTE FUNCTION {TOUCH}()"))  # fmt: skip
+        # Fired under session_replication_role = replica too (a logical replica's apply, a restore's load), where
+        # an ordinary trigger is not: such writes left the counter, and what was derived, as it was (was)
+        conn.execute(text(f"ALTER TABLE {target} ENABLE ALWAYS TRIGGER {TRIGGER}"))
     conn.execute(_RAISE, {"name": name})
 
 
@@ -150,12 +157,12 @@ def installed(conn: Connection, name: str) -> bool:
 
 
 def _tables(conn: Connection, name: str) -> list[tuple[str, bool]]:
-    """The tables a descriptor schema holds, and whether each carries an enabled trigger (looked up by name:
+    """The tables a descriptor schema holds, and whether each carries the trigger enabled always (looked up by name:
     selecting a schema's relations by namespace scans every relation of every schema)."""
     found = conn.execute(
         text(
             "SELECT t, EXISTS (SELECT 1 FROM pg_trigger g WHERE g.tgrelid = to_regclass(format('%I.%I', "
-            f"CAST(:n AS text), t)) AND g.tgname = '{TRIGGER}' AND g.tgenabled <> 'D') "
+            f"CAST(:n AS text), t)) AND g.tgname = '{TRIGGER}' AND g.tgenabled = 'A') "
             "FROM unnest(CAST(:tables AS text[])) AS t WHERE to_regclass(format('%I.%I', CAST(:n AS text), t)) "
             "IS NOT NULL ORDER BY t"
         ),

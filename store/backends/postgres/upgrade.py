@@ -157,7 +157,7 @@ def _upgrade_once(
             storage.metadata(conn, location)
             status = classify(conn, location, known)
             if status.state in USABLE_STATES:
-                if not generations.installed(conn, schema_name(location)):  # a schema made before generations were
+                if not generations.installed(conn, schema_name(location)):  # made before generations, or always-on ones
                     # its triggers' DDL waits for writers' and readers' tables: as long as a write would, not without
                     # a bound (the write lock's, which bounds every lock wait of the transaction)
                     generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)

@@ -14,13 +14,20 @@ Contract:
   read-only until a writer rolls it back: its coming and going changes what
   a read finds, often with the database file untouched) and its folder's
   ``metadata.json``: whatever a write to the database, or a file copied over
-  it, changes.
+  it, changes. A write changes a time only by the filesystem's tick, though:
+  two writes within one tick (a second, where a filesystem keeps whole
+  seconds: ext4 with small inodes, HFS+, some network mounts) that leave the
+  size as it was leave the stamp as it was. So a stamp taken within
+  :data:`RACY_NS` of its files' last change (within :data:`RACY_COARSE_NS`
+  where their times are whole seconds) is no stamp (None): a database
+  just written is read again until its files have stood still that long.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -53,11 +60,22 @@ def _file(path: str, header: int = 0) -> list[Any] | None:
 
 def stamp(db_path: Path | str) -> list[Any] | None:
     """What changes whenever the database's content or its folder's metadata may have changed (see the module
-    docstring); None when the database file is not there."""
+    docstring); None when the database file is not there, or its files changed too recently to tell."""
     path = str(db_path)
     main = _file(path)
     if main is None:
         return None
     metadata = os.path.join(os.path.dirname(path), METADATA_FILE)
-    return [main, _file(path + WAL_SUFFIX, WAL_HEADER_BYTES), _file(path + SHM_SUFFIX, SHM_HEADER_BYTES),
-            _file(path + JOURNAL_SUFFIX, JOURNAL_HEADER_BYTES), _file(metadata)]  # fmt: skip
+    files = [main, _file(path + WAL_SUFFIX, WAL_HEADER_BYTES), _file(path + SHM_SUFFIX, SHM_HEADER_BYTES),
+             _file(path + JOURNAL_SUFFIX, JOURNAL_HEADER_BYTES), _file(metadata)]  # fmt: skip
+    times = [t for f in files if f is not None for t in (f[2], f[3])]
+    # Two writes within one tick of the filesystem's clock, the size kept, left one stamp: a catalog taken between
+    # them was believed after the second (was). The tick is unknown: whole seconds say a coarse clock.
+    window = RACY_COARSE_NS if all(t % 1_000_000_000 == 0 for t in times) else RACY_NS
+    if time.time_ns() - max(times) < window:
+        return None
+    return files
+
+
+RACY_NS = 50_000_000  # a filesystem keeping sub-second times ticks by a few milliseconds at most (a kernel's jiffy)
+RACY_COARSE_NS = 2_000_000_000  # one keeping whole seconds (FAT keeps two)
