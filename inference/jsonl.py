@@ -362,8 +362,8 @@ def make_pairs(prompts: Path, answers: Sequence[Path]) -> list[dict[str, Any]]:
                 raise InvalidInputError(
                     f"{path}:{number}: {answered[key][1]} and {path} both answer benchmark={key[0]!r} "
                     f"instruction_id={key[1]!r} as {model!r}: two models run under one name (give each its own "
-                    "--label when it runs generate: pairs tells the models apart by it), or one model's answers "
-                    "given twice"
+                    '--label when it runs generate, and no "model" in the prompt lines, which names a line\'s '
+                    "answer instead: pairs tells the models apart by it), or one model's answers given twice"
                 )
             if key in answered:
                 raise InvalidInputError(

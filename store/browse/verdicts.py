@@ -7,9 +7,10 @@ Contract:
   is more than whitespace and square brackets, if it then reads ``A`` or
   ``B`` (``"A"``, ``" A"``, ``"[[A"``; a tie's ``C``, or a judge that
   writes "The answer is [[A]]", has none: an ``A`` of its explanation is no
-  verdict), its candidates and, where it ranked below them (under
-  ``allowed_token_ids`` or guided decoding, whose logprobs are the
-  unrestricted ones), the sampled letter itself; where the sampled token is not stored
+  verdict), read from its candidates: none when they hold no letter (a
+  sampled letter ranked below them, under ``allowed_token_ids`` or guided
+  decoding, whose logprobs are the unrestricted ones: the text decides, no
+  later position); where the sampled token is not stored
   (an imported legacy row), the first whose candidates include such a
   token. That is the first generated token for a judge told to answer with
   the letter (JudgeArena's ``weighted_token_preference`` reads the first
@@ -53,7 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from store.errors import InvalidInputError
-from store.logprobs import TokenLogprob, iter_positions
+from store.logprobs import iter_positions
 
 Slot = Literal["A", "B"]
 SLOTS: tuple[Slot, Slot] = ("A", "B")
@@ -104,12 +105,7 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
             return None  # the judge wrote something else first ("The", a tie's "C"): its text says what it chose
         mass = {"A": 0.0, "B": 0.0}
         found = False
-        counted = list(position.candidates)
-        if position.sampled is not None and not any(_same_token(c, position.sampled) for c in counted):
-            # A sampled letter ranked below the candidates kept (allowed_token_ids, guided decoding: the logprobs
-            # are the unrestricted ones) is the verdict still: it was skipped, and a later position read (was)
-            counted.append(position.sampled)
-        for candidate in counted:
+        for candidate in position.candidates:
             letter = _letter(candidate.text)
             if letter is None:
                 continue
@@ -122,12 +118,12 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
             found = True
         if found:
             return Preference(mass["A"], mass["B"], index)
+        if position.sampled is not None:
+            # The verdict position, its sampled letter ranked below the candidates kept (allowed_token_ids, guided
+            # decoding: the logprobs are the unrestricted ones): no preference to read here, and none later (a
+            # later position's letter was read as the verdict: was); the text says it
+            return None
     return None
-
-
-def _same_token(a: TokenLogprob, b: TokenLogprob) -> bool:
-    """Whether two stored tokens of one position are the same: by id where both have one, else by text."""
-    return a.token_id == b.token_id if a.token_id is not None and b.token_id is not None else a.text == b.text
 
 
 def text_verdict(completion: str) -> Slot | None:

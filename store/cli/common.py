@@ -772,7 +772,8 @@ def _values_no_row_holds(store: Store, locations: list[Location], flt: RowFilter
             found = [None if known is None else known.get(column) for column in columns.get(location.role, ())]
             if any(column is None for column in found):
                 break  # not known: no word on it
-            held.update(value for column in found for value in column or () if value is not None)
+            # text only: a BLOB another tool stored there is no value a filter names (sorting it with text crashed)
+            held.update(value for column in found for value in column or () if isinstance(value, str))
         else:
             if given in held:
                 continue

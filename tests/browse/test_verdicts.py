@@ -72,20 +72,15 @@ def test_an_unlikely_letter_beside_a_sampled_bracket_is_not_the_verdict() -> Non
     assert preference(tie) is None and read_verdict("[[C]] Assistant A and B are equally good.", tie).slot is None
 
 
-def test_a_sampled_letter_ranked_below_the_candidates_kept_is_the_verdict_there() -> None:
+def test_a_sampled_letter_ranked_below_the_candidates_kept_leaves_the_verdict_to_the_text() -> None:
     """Under allowed_token_ids the stored logprobs are the unrestricted ones: the sampled A ranked 304th, no letter
     among the 5 kept. That position was skipped and the next one's B read as the verdict (was)."""
     below = PositionLogprobs(
         (TokenLogprob("x", -0.1, 7, 1), TokenLogprob("y", -2.0, 8, 2)), TokenLogprob("A", -9.0, 35, 304)
     )
     later = PositionLogprobs((TokenLogprob("B", -0.01, 36, 1),), TokenLogprob("B", -0.01, 36, 1))
-    pref = preference(encode([below, later]))
-    assert pref is not None and pref.position == 0 and pref.favoured == "A"
-    assert (pref.p_a, pref.p_b) == (pytest.approx(math.exp(-9.0)), 0.0)
-    listed = PositionLogprobs(
-        (TokenLogprob("A", -0.2, 35, 1), TokenLogprob("B", -1.8, 36, 2)), TokenLogprob("A", -0.2, 35, 1)
-    )
-    assert preference(encode([listed])).p_a == pytest.approx(math.exp(-0.2))  # type: ignore[union-attr]  # once
+    assert preference(encode([below, later])) is None
+    assert read_verdict("A", encode([below, later])) == Reading("A", None)
 
 
 def test_the_old_text_logprob_shape_reads_the_same() -> None:

@@ -199,6 +199,12 @@ def test_a_blob_in_a_text_column_is_no_crash_of_a_filter(store_root: Path) -> No
         with Store(Settings(), root=store_root, readonly=True) as store:
             assert len(list(store.query_rows(Selector(), RowFilter(model="m-1")))) == 3
             assert list(store.query_rows(Selector(), RowFilter(model="m-9"))) == []
+    from typer.testing import CliRunner
+
+    from store.cli.app import build_app
+
+    said = CliRunner().invoke(build_app(), ["query", "--model", "zzz", "--store-root", str(store_root)])
+    assert said.exit_code == 0 and "No row here has --model 'zzz'" in said.stderr, said.output  # a TypeError (was)
 
 
 def test_a_catalog_entry_that_is_no_object_is_ignored(store_root: Path) -> None:

@@ -200,6 +200,40 @@ def test_a_role_that_may_only_write_the_tables_raises_the_counter(pg_url: str, p
     assert len(after[3]) == len(before[3]) + 1  # the new row is found: the counter moved with it
 
 
+def test_triggers_not_firing_always_give_no_stamp_until_the_owner_upgrades(pg_url: str, pg_cluster: Cluster) -> None:
+    """A trigger enabled otherwise (an older library's, or put back by a restore's ENABLE TRIGGER ALL) misses a
+    replica's writes: its schema's stamp was believed (was). A role that may not change them is told, not refused."""
+    with Store(Settings(), url=pg_url) as store:
+        fill(store)
+    location = first_completions(pg_url)
+    name, database = schema_name(location), make_url(pg_url).database
+    assert database is not None
+    for table in SCHEMA_TABLES:
+        execute(pg_url, f'ALTER TABLE IF EXISTS "{name}"."{table}" ENABLE TRIGGER {TRIGGER}')  # ordinary, not always
+
+    def stamped() -> bool:
+        with Store(Settings(), url=pg_url, readonly=True) as store, store.storage.connection() as conn:  # type: ignore[attr-defined]
+            return stamps(conn)[name] is not None
+
+    assert not stamped()
+    pg_cluster.sql(
+        "DO $$ BEGIN CREATE ROLE mate LOGIN PASSWORD 'pw'; EXCEPTION WHEN duplicate_object THEN NULL; END $$"
+    )
+    for statement in (
+        f'GRANT USAGE ON SCHEMA "{name}", judgestore TO mate',
+        f'GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA "{name}" TO mate',
+        "GRANT SELECT ON ALL TABLES IN SCHEMA judgestore TO mate",
+    ):
+        pg_cluster.sql(statement, database)
+    with Store(Settings(), url=pg_cluster.url(database, "mate", "pw")) as store:
+        (result,) = store.upgrade([location])
+    assert result.outcome is UpgradeOutcome.UP_TO_DATE and result.error is not None
+    assert "only the tables' owner may change them" in result.error and not stamped()
+    with Store(Settings(), url=pg_url) as store:
+        (result,) = store.upgrade([location])
+    assert (result.outcome, result.error) == (UpgradeOutcome.UP_TO_DATE, None) and stamped()
+
+
 def test_a_role_that_may_read_less_never_gets_another_roles_catalogued_answers(
     pg_url: str, pg_cluster: Cluster
 ) -> None:

@@ -36,9 +36,10 @@ Contract:
   same counters, oids and row versions as when they were copied, so writes
   after the restore could reach a stamp the catalog already holds for other
   rows: no such restore happens without a restart, so a restarted server has
-  every schema read again, once. A schema whose tables do not all carry an
-  enabled trigger, or that has no counter, has no stamp: what is derived from
-  it is never kept (:mod:`store.catalog`).
+  every schema read again, once. A schema whose tables do not all carry the
+  trigger enabled always (one made before, or a restore's ``ENABLE TRIGGER
+  ALL`` put back as an ordinary one), or that has no counter, has no stamp:
+  what is derived from it is never kept (:mod:`store.catalog`).
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ _RAISE = text(
 )
 
 # One row per descriptor schema: its counter, its tables' digest (a sum of hashes: no order, so no sort), its tables,
-# those that carry an enabled trigger, and its registry row's digest. pg_class is read once for every schema (a scan
+# those that carry the trigger enabled always (one enabled otherwise misses a replica's writes, or every other:
+# believed, it hid them), and its registry row's digest. pg_class is read once for every schema (a scan
 # of the server's catalog: the relations themselves are never opened).
 _STAMPS = text(
     f"""
@@ -93,7 +95,7 @@ WITH relations AS (
            count(*) AS tables,
            count(t.tgrelid) AS triggered
     FROM pg_class c
-    LEFT JOIN (SELECT tgrelid, xmin FROM pg_trigger WHERE tgname = '{TRIGGER}' AND tgenabled <> 'D') AS t
+    LEFT JOIN (SELECT tgrelid, xmin FROM pg_trigger WHERE tgname = '{TRIGGER}' AND tgenabled = 'A') AS t
         ON t.tgrelid = c.oid
     WHERE c.relkind = 'r'
       AND c.relnamespace IN (SELECT oid FROM pg_namespace WHERE starts_with(nspname, '{SCHEMA_PREFIX}'))

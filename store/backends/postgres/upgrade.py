@@ -54,6 +54,12 @@ from store.schema import (
 if TYPE_CHECKING:
     from alembic.script import ScriptDirectory
 
+INSUFFICIENT_PRIVILEGE = "42501"
+NOT_STAMPED = (
+    "its generation triggers are older than this library's (they must fire always), and only the tables' owner "
+    "may change them: its rows are read anew by each command until the owner runs `judgestore db upgrade`"
+)
+
 
 def create_schema(conn: Connection, location: Location) -> None:
     """Build ``location``'s new, empty schema at head, and put the generation triggers on its tables.
@@ -157,11 +163,20 @@ def _upgrade_once(
             storage.metadata(conn, location)
             status = classify(conn, location, known)
             if status.state in USABLE_STATES:
-                if not generations.installed(conn, schema_name(location)):  # made before generations, or always-on ones
+                # made before generations, or before its triggers fired always
+                if not generations.installed(conn, schema_name(location)):
                     # its triggers' DDL waits for writers' and readers' tables: as long as a write would, not without
                     # a bound (the write lock's, which bounds every lock wait of the transaction)
                     generations.write_lock(conn, schema_name(location), wait_ms=patience_ms)
-                    generations.install(conn, schema_name(location))
+                    try:
+                        with conn.begin_nested():
+                            generations.install(conn, schema_name(location))
+                    except DBAPIError as e:
+                        if getattr(e.orig, "sqlstate", None) != INSUFFICIENT_PRIVILEGE:
+                            raise
+                        # Usable as it is, read each time (no stamp): not refused, as a colleague's schema was
+                        return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision,
+                                             error=f"{where}: {NOT_STAMPED}")  # fmt: skip
                 return UpgradeResult(where, UpgradeOutcome.UP_TO_DATE, status.revision, status.revision)
             if status.state is not DatabaseState.BEHIND:
                 return UpgradeResult(where, UpgradeOutcome.REFUSED, status.revision, None,
