@@ -23,7 +23,7 @@ Contract:
   (under ``session_replication_role = replica`` too), and raises its
   counter; creating a schema and upgrading one (:mod:`store.backends.postgres.upgrade`)
   and ``judgestore db upgrade`` of a schema created before generations
-  existed call it. It is idempotent.
+  existed, or before its triggers fired always, call it. It is idempotent.
 * :func:`stamps` reads, in one statement, each schema's stamp: its counter, a
   digest of its tables as the server's catalog records them (oids, files,
   column counts and row versions: a table dropped, recreated, altered,

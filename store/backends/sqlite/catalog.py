@@ -37,6 +37,8 @@ from store.layout import JOURNAL_SUFFIX, METADATA_FILE, SHM_SUFFIX, WAL_SUFFIX
 WAL_HEADER_BYTES = 32  # magic, format, page size, checkpoint sequence, salts, checksum
 SHM_HEADER_BYTES = 48  # the WAL-index header: a change counter per commit, the frame count, checksums, salts
 JOURNAL_HEADER_BYTES = 28  # magic (zeroed when committed, in PERSIST mode), page count, nonce, sizes
+RACY_NS = 50_000_000  # a filesystem keeping sub-second times ticks by a few milliseconds at most (a kernel's jiffy)
+RACY_COARSE_NS = 2_000_000_000  # one keeping whole seconds (FAT keeps two)
 
 
 def catalog_path(root: Path) -> Path:
@@ -75,7 +77,3 @@ def stamp(db_path: Path | str) -> list[Any] | None:
     if time.time_ns() - max(times) < window:
         return None
     return files
-
-
-RACY_NS = 50_000_000  # a filesystem keeping sub-second times ticks by a few milliseconds at most (a kernel's jiffy)
-RACY_COARSE_NS = 2_000_000_000  # one keeping whole seconds (FAT keeps two)
