@@ -49,6 +49,11 @@ Contract:
   input, if it has one), as LangChain ends a run whose generation raised.
   A call-time setting fails before any run. LangChain's own ``cache`` is
   not consulted: the store is the cache.
+* The constructor takes its own fields and ``BaseChatModel``'s; anything
+  else (``temperature=0.7``, a misspelt ``rol=``) and a wrong-typed value
+  are an ``InvalidInputError`` (pydantic would drop the one silently and
+  raise its own error for the other). ``output_version="v1"`` gives every
+  path content blocks, as LangChain's own ``generate`` and ``stream`` do.
 """
 
 from __future__ import annotations
@@ -83,7 +88,7 @@ try:
     from langchain_core.runnables import RunnableConfig
     from langchain_core.runnables.config import ensure_config, get_config_list
     from langchain_core.utils.utils import LC_ID_PREFIX
-    from pydantic import ConfigDict
+    from pydantic import ConfigDict, ValidationError
 except ImportError as e:  # pragma: no cover - exercised without the extra installed
     raise MissingDependencyError(
         "inference.langchain needs langchain-core: " + install_hint("langchain", "'langchain-core>=1.0'")
@@ -134,7 +139,20 @@ class CachedChatModel(BaseChatModel):
     cached: CachedModel | None = None
 
     def __init__(self, **data: Any) -> None:
-        super().__init__(**data)
+        known = {name for name, field in type(self).model_fields.items()} | {
+            field.alias for field in type(self).model_fields.values() if field.alias
+        }
+        unknown = sorted(set(data) - known)
+        if unknown:  # pydantic would drop them silently: temperature=0.7 would answer greedily
+            raise InvalidInputError(
+                f"CachedChatModel does not take {unknown}: sampling (temperature, max_tokens, stop, ...) is part of "
+                "the cache key, so set it on the spec (ModelSpec(sampling={...}) / HostedSpec(sampling={...}))"
+            )
+        try:
+            super().__init__(**data)
+        except ValidationError as e:
+            wrong = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
+            raise InvalidInputError(f"CachedChatModel: {wrong}") from None
         self._build_cached()  # here, not in a validator: pydantic would wrap its typed error in a ValidationError
 
     def _build_cached(self) -> None:
@@ -437,6 +455,7 @@ class CachedChatModel(BaseChatModel):
         try:
             requests, outcomes = self._requests(conversations, [c.get("metadata") for c in configs])
             stats = send(self._model, self.role, requests, outcomes, max_concurrency)
+            outcomes = self._in_output_version(outcomes)
         except BaseException as e:
             for run in managers:
                 run.on_llm_error(e)
@@ -468,6 +487,7 @@ class CachedChatModel(BaseChatModel):
             metadata = [c.get("metadata") for c in configs]
             requests, outcomes = await asyncio.to_thread(self._requests, conversations, metadata)  # off the loop
             stats = await asend(self._model, self.role, requests, outcomes, max_concurrency)
+            outcomes = self._in_output_version(outcomes)
         except BaseException as e:
             for run in managers:
                 await run.on_llm_error(e)
@@ -478,6 +498,23 @@ class CachedChatModel(BaseChatModel):
             else:
                 await run.on_llm_end(LLMResult(generations=[[ChatGeneration(message=_with_run_id(outcome, run))]]))
         return cast(list[Outcome], outcomes), managers, stats
+
+    def _in_output_version(self, outcomes: Sequence[Outcome | None]) -> list[Outcome | None]:
+        """The answers with their content as ``output_version`` asks (``"v1"``: standard content blocks), as
+        LangChain's own ``generate`` leaves them; its ``stream`` does so itself."""
+        if self.output_version != "v1":
+            return list(outcomes)
+        return [
+            outcome.model_copy(
+                update={
+                    "content": outcome.content_blocks,
+                    "response_metadata": {**outcome.response_metadata, "output_version": "v1"},
+                }
+            )
+            if isinstance(outcome, AIMessage)
+            else outcome
+            for outcome in outcomes
+        ]
 
     def _batch_inputs(
         self,

@@ -15,7 +15,8 @@ Contract:
   for completions; ``benchmark``, ``instruction_id``, ``model_a``,
   ``model_b``, ``judge`` and ``orientation`` for judgements
   (:data:`ROW_FIELDS`). Other keys are LangChain's and are ignored (one
-  spelt almost like a row field, ``instruction_idd``, is warned of:
+  spelt almost like a row field, ``instruction_idd``, or a row field of the
+  other role, ``model_a`` to a completions model, is warned of:
   :class:`MetadataKeyWarning`). As
   everywhere, metadata is never part of the key.
 * Sampling is the spec's (it is part of the key): a call-time ``stop`` that
@@ -122,14 +123,24 @@ def requests_of(
 
 
 class MetadataKeyWarning(UserWarning):
-    """A config metadata key that is not a row field but spelt almost like one (not stored: LangChain's)."""
+    """A config metadata key that is not a row field of the model's role but spelt almost like one, or one of the
+    other role's (not stored: LangChain's)."""
 
 
 def _warn_of_near_misses(metadata: Mapping[str, Any], role: Role) -> None:
-    """Warn of a key spelt almost like a row field (``instruction_idd``): LangChain's keys are left alone, so
-    a misspelt row field would otherwise be lost silently."""
+    """Warn of a key spelt almost like a row field (``instruction_idd``), or that is a row field of the other
+    role (``model_a`` to a completions model): LangChain's keys are left alone, so such a key would otherwise be
+    lost silently."""
+    other: Role = "judgements" if role == "completions" else "completions"
     for key in metadata:
         if key in ROW_FIELDS[role] or not isinstance(key, str):
+            continue
+        if key in ROW_FIELDS[other]:  # a judge's model_a sent to a completions model: its verdict would lose them
+            warn_the_caller(
+                f"config metadata key {key!r} is a {other} row field, not a {role} one, so it is not stored; "
+                f"a model whose rows hold it is built with role={other!r}",
+                MetadataKeyWarning,
+            )
             continue
         close = meant(key, ROW_FIELDS[role])
         if close is not None:

@@ -550,3 +550,66 @@ def test_a_metadata_key_spelt_almost_like_a_row_field_is_warned_of_and_the_row_s
         warnings.simplefilter("error")  # LangChain's own keys, and far-off ones, say nothing
         with chat_model(fake, store) as chat:
             chat.invoke("other", config={"metadata": {"instruction_id": "8", "ls_provider": "x", "run": "r"}})
+
+
+def test_a_judge_field_sent_to_a_completions_model_is_warned_of(store: Store, fake: FakeOpenAI) -> None:
+    from inference.langchain.shapes import MetadataKeyWarning
+
+    judged = {"instruction_id": "1", "model_a": "x", "model_b": "y", "orientation": "direct"}
+    with chat_model(fake, store) as chat, pytest.warns(MetadataKeyWarning, match="role='judgements'") as seen:
+        chat.batch(["verdict?"], config=[{"metadata": judged}])
+    assert sorted(str(w.message).split("'")[1] for w in seen) == ["model_a", "model_b", "orientation"]
+    (row,) = store.database("completions", "arena", chat.cached.descriptor).query()  # type: ignore[union-attr]
+    assert row.instruction_id == "1"  # the completions field is still stored
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same keys to a judge are its row's
+        with chat_model(fake, store, role="judgements") as judge:
+            judge.batch(["verdict?"], config=[{"metadata": judged}])
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"temperature": 0.7}, "temperature"),
+        ({"max_tokens": 5}, "max_tokens"),
+        ({"rol": "judgements"}, "rol"),
+        ({"model_name": "gpt-4o"}, "model_name"),
+    ],
+)
+def test_a_setting_the_constructor_does_not_take_is_refused(
+    store: Store, fake: FakeOpenAI, settings: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=rf"does not take \['{named}'\].*sampling=") as refused:
+        chat_model(fake, store, **settings)
+    assert "pydantic" not in str(refused.value)
+    assert len(fake.completions()) == 0
+
+
+@pytest.mark.parametrize(
+    ("settings", "named"),
+    [
+        ({"role": "judgment"}, "role"),
+        ({"mode": "replya"}, "mode"),
+        ({"disable_streaming": "sometimes"}, "disable_streaming"),
+    ],
+)
+def test_a_wrong_typed_setting_is_a_typed_error_naming_it(
+    store: Store, fake: FakeOpenAI, settings: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(InvalidInputError, match=rf"CachedChatModel: {named}[:.]") as refused:
+        chat_model(fake, store, **settings)
+    assert "errors.pydantic.dev" not in str(refused.value)
+
+
+def test_output_version_v1_gives_content_blocks_on_every_path(store: Store, fake: FakeOpenAI) -> None:
+    blocks = [{"type": "text", "text": "echo: q one"}]
+    with chat_model(fake, store, output_version="v1") as chat:
+        invoked = chat.invoke("q one")  # a miss, then hits on the other paths
+        batched = chat.batch(["q one"])
+        streamed = list(chat.stream("q one"))
+        awaited = asyncio.run(chat.ainvoke("q one"))
+    for message in (invoked, *batched, awaited, *streamed):
+        assert [{k: b[k] for k in ("type", "text")} for b in message.content] == blocks  # type: ignore[index, union-attr]
+    assert invoked.response_metadata["output_version"] == "v1"
+    with chat_model(fake, store) as plain:
+        assert plain.invoke("q one").content == "echo: q one"
