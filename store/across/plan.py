@@ -17,7 +17,11 @@ Contract:
   ``count``/``sum``/``min``/``max`` (each with a ``FILTER (WHERE ...)`` or
   not: the filtered ones combine as the others do; an aggregate inside a
   FILTER is refused, as a database refuses it), ``count(DISTINCT x)``, an
-  aggregate inside another or in a subquery, arithmetic over aggregates
+  aggregate inside another or in a subquery, an aggregate written as SQL
+  text (``literal_column("count(*)")``: the plan cannot see it, and each
+  database's count would be a row of its own; SQLite's two-argument
+  ``min(a, b)``/``max(a, b)`` is a row's value, no aggregate), arithmetic
+  over aggregates
   (:class:`Computed`) that also reads a column or a subquery outside them
   (``sum(x) / y``) or takes an aggregate of values other than whole numbers
   and floats, a column of an aggregate that is not grouped by (a constant,
@@ -68,6 +72,7 @@ Contract:
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -115,6 +120,9 @@ OTHER_AGGREGATES = frozenset({
     "variance", "var_pop", "var_samp", "median", "mode", "percentile_cont", "percentile_disc", "every",
     "bool_and", "bool_or", "bit_and", "bit_or", "corr", "covar_pop", "covar_samp", "regr_slope",
 })  # fmt: skip
+# An aggregate written as SQL text (literal_column("count(*)"), text(...)): the plan cannot see it, so each
+# database's own answer would come back as a row of its own.
+AGGREGATE_IN_TEXT = re.compile(rf"\b({'|'.join(sorted({*COMBINABLE, *OTHER_AGGREGATES}))})\s*\(", re.IGNORECASE)
 # Functions SQLAlchemy leaves untyped that return text on both backends: ordered (and min/max) as text, by code
 # point; and those that return a number. Any other untyped value is refused where it is compared (see above).
 TEXT_FUNCTIONS = frozenset({
@@ -504,13 +512,24 @@ def _function_name(element: object) -> str | None:
     return element.name.lower() if isinstance(element, FunctionElement) and hasattr(element, "name") else None
 
 
+def _aggregate_name(element: object) -> str | None:
+    """The name of the aggregate function ``element`` is; None for anything else, SQLite's ``min(a, b)`` and
+    ``max(a, b)`` of a row's values among it."""
+    name = _function_name(element)
+    if name not in COMBINABLE and name not in OTHER_AGGREGATES:
+        return None
+    if name in ("min", "max") and len(list(element.clauses)) != 1:  # type: ignore[attr-defined]
+        return None
+    return name
+
+
 def aggregate_of(term: ClauseElement) -> FunctionElement[Any] | None:
     """The ``count``/``sum``/``min``/``max`` that ``term`` is (a label, a ``FILTER`` around it), without
     DISTINCT: what combines across databases as a column of its own. None: anything else."""
     if isinstance(term, Label):
         term = term.element
     function = term.func if isinstance(term, FunctionFilter) else term
-    if not isinstance(function, FunctionElement) or _function_name(function) not in COMBINABLE:
+    if not isinstance(function, FunctionElement) or _aggregate_name(function) not in COMBINABLE:
         return None
     if any(isinstance(e, UnaryExpression) and e.operator is operators.distinct_op for e in visitors.iterate(function)):
         return None
@@ -532,7 +551,7 @@ def _computed(column: ColumnElement[Any]) -> Computed | None:
     def walk(element: ClauseElement) -> None:
         if aggregate_of(element) is not None:
             parts.setdefault(id(element), element)  # type: ignore[arg-type]
-        elif _function_name(element) in COMBINABLE or _function_name(element) in OTHER_AGGREGATES:
+        elif _aggregate_name(element) is not None:
             return  # refused by _combination, as what it is
         elif _reads_rows(element):
             outside.append(element)
@@ -575,6 +594,7 @@ def _reads_rows(element: ClauseElement) -> bool:
 def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Computed | None, ...]] | None:
     """How each result column combines across databases, and how each computed one is computed (None for the
     others); None when the statement aggregates nothing."""
+    _refuse_text_aggregates(statement)
     columns = [c.element if isinstance(c, Label) else c for c in statement.selected_columns]
     how: list[str] = []
     computed: list[Computed | None] = []
@@ -595,9 +615,9 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
     for element in visitors.iterate(statement.order_by(None)):  # an ordering names the result's own columns
         if isinstance(element, Over | WithinGroup):
             raise NotCombinableError("a window function (OVER) or an ordered-set aggregate")
-        name = _function_name(element)
+        name = _aggregate_name(element)
         # (An aggregate's FILTER holds no aggregate: a database refuses one there, so it is refused here too.)
-        if (name in COMBINABLE or name in OTHER_AGGREGATES) and id(element) not in allowed:
+        if name is not None and id(element) not in allowed:
             where = " with DISTINCT, inside another aggregate or in a subquery" if name in COMBINABLE else ""
             raise NotCombinableError(f"{name}(...){where}")
     groups = _groups(statement)
@@ -612,8 +632,7 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
         _refuse_collation(group, f"group_by({group})", "rows are grouped by their exact values")
     if not top and not groups:
         for term in statement._order_by_clauses:
-            if any(_function_name(e) in COMBINABLE or _function_name(e) in OTHER_AGGREGATES
-                   for e in visitors.iterate(term)):  # fmt: skip
+            if any(_aggregate_name(e) is not None for e in visitors.iterate(term)):
                 raise NotCombinableError(f"order_by({term}), an aggregate of a statement that aggregates nothing,")
         return None
     for i, column in enumerate(columns):
@@ -625,13 +644,25 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
     return tuple(how), tuple(computed)
 
 
+def _refuse_text_aggregates(statement: Select[Any]) -> None:
+    """Refuse an aggregate written as SQL text anywhere in ``statement``: it cannot be combined, nor told apart
+    from a column, so each database's count would come back as a row of its own."""
+    for element in visitors.iterate(statement):
+        text = element.text if isinstance(element, TextClause) else None
+        if isinstance(element, ColumnClause) and element.is_literal:
+            text = element.name
+        if text is not None and AGGREGATE_IN_TEXT.search(text):
+            raise NotCombinableError(
+                f"the SQL text {text!r}, an aggregate the plan cannot see (write it as func.count(), func.sum(...)),"
+            )
+
+
 def _constant(column: ColumnElement[Any]) -> bool:
     """Whether ``column`` reads nothing of a row: only bound values and functions and operators over them
     (``literal(2)``, ``func.random()``), no column, no subquery, no aggregate, no text SQL (``literal_column``
     and ``text()`` could name a column)."""
     for element in visitors.iterate(column):
-        name = _function_name(element)
-        if isinstance(element, ColumnClause | TextClause) or name in COMBINABLE or name in OTHER_AGGREGATES:
+        if isinstance(element, ColumnClause | TextClause) or _aggregate_name(element) is not None:
             return False
         if isinstance(element, ScalarSelect | ReturnsRows) and not isinstance(element, FunctionElement):
             return False

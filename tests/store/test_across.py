@@ -856,6 +856,14 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
         ),
         (lambda: select(func.min(Judgement.judge.collate("NOCASE"))), StatementError, "min and max compare values"),
         (lambda: select(Judgement).order_by(literal_column("judge")), StatementError, "type of judge is unknown"),
+        # an aggregate written as SQL text: each database's count came back as a row of its own (was)
+        (lambda: select(literal_column("count(*)")).select_from(Judgement), NotCombinableError, r"'count\(\*\)'"),
+        (lambda: select(text("MAX(judge)")).select_from(Judgement), NotCombinableError, "SQL text 'MAX"),
+        (
+            lambda: select(literal_column("sum(sample_index) + count (*)", Integer)).select_from(Judgement),
+            NotCombinableError,
+            "func.count",
+        ),
         (lambda: select(Judgement).order_by(func.date(Judgement.created_at)), StatementError, "type_=String"),
         (lambda: select(func.max(func.date(Judgement.created_at))), StatementError, r"type of max\(date"),
         (lambda: select(func.count()), StatementError, "none of the store's tables"),
@@ -1519,3 +1527,19 @@ def test_a_limit_that_is_no_count_of_rows_is_refused_alike_on_both_backends(eith
     with pytest.raises(InvalidInputError, match="limit must be a whole number"):
         list(either.query_rows(Selector(), RowFilter(), limit=limit))  # type: ignore[arg-type]
     assert len(list(database.query(limit=2))) == 2 and len(list(database.query(limit=0))) == 0
+
+
+def test_sqlite_two_argument_max_and_min_are_of_each_row_as_in_one_database(store: Store) -> None:
+    """SQLite's ``max(a, b)`` is no aggregate: every row's own value, as one database gives it (it was read as
+    the aggregate, one row for the whole store)."""
+    fill(store, [[judgement_record(i) for i in range(3)], [judgement_record(i) for i in range(3, 5)]])
+    for stmt in (
+        select(func.max(Judgement.instruction_id, "2")),
+        select(func.min(Judgement.instruction_id, "2"), Judgement.judge),
+    ):
+        each = []
+        for location in store.select(Selector(role="judgements")):
+            with store.open(location).session() as session:
+                each += [tuple(row) for row in session.execute(stmt)]
+        assert len(each) == 5
+        assert sorted(tuple(row) for row in store.execute(stmt)) == sorted(each)
