@@ -329,11 +329,13 @@ class HostedSpec(Spec):
         is ``settings``' (None: the environment's)."""
         from inference.backends.hosted.client import create_openai_backend
 
-        key = os.environ.get(self.key_env) or None
+        given = os.environ.get(self.key_env)
+        key = given or None
         if key is None and (self.api_key_env or PROVIDER_DEFAULTS[self.provider].key_required):
+            state = "is not set" if given is None else "is empty"
             raise MissingAPIKeyError(
                 self.descriptor.endpoint or self.provider,
-                f"no API key: the environment variable {self.key_env} is not set. Set it, or name the variable "
+                f"no API key: the environment variable {self.key_env} {state}. Set it, or name the variable "
                 "that holds the key with --api-key-env NAME (api_key_env=...)",
             )
         return create_openai_backend(

@@ -227,6 +227,9 @@ def test_a_missing_key_is_a_typed_error_naming_the_variable_only_when_something_
     spec = HostedSpec(model="fake-judge", provider="vllm-server", base_url=fake.base_url, api_key_env="JUDGE_KEY")
     with pytest.raises(MissingAPIKeyError, match="JUDGE_KEY is not set"):
         spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
+    monkeypatch.setenv("JUDGE_KEY", "")  # set, to nothing: said as it is (it read "is not set")
+    with pytest.raises(MissingAPIKeyError, match="JUDGE_KEY is empty"):
+        spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
     assert fake.completions() == []
     monkeypatch.setenv("JUDGE_KEY", "k-123456789")
     spec.cached(store, task="t").complete([CompletionRequest(messages=[{"role": "user", "content": "hi"}])])
