@@ -20,7 +20,8 @@ Contract:
   messages (and any other role), a message with tool calls (LangChain's
   ``tool_calls``, or OpenAI's ``tool_calls``/``function_call`` in its
   ``additional_kwargs``) or a ``name``, OpenAI's ``developer`` role, and
-  content that is not text (content blocks).
+  content that is not text (content blocks; one text block alone, as
+  LangChain's ``output_version="v1"`` answers hold, is its text).
 * A message and its dict form (``message.model_dump()``, or
   ``messages_to_dict``'s ``{"type", "data"}``) are the same message: what a
   message carries that never reaches the model (its ``id``,
@@ -143,9 +144,26 @@ def _checked(i: int, kind: Any, content: Any, extra: Sequence[str]) -> dict[str,
             f"message {i} ({kind}) carries {', '.join(extra)}, which judgestore cannot key (only the role and the "
             "text reach the model through it): leave them out"
         )
+    content = _one_text_block(content)
     if not isinstance(content, str):
         raise UnsupportedMessageError(
             f"message {i} ({kind}) has {type(content).__name__} content: judgestore keys text; join text blocks "
             "into one string (images and other blocks are not supported)"
         )
     return {"role": role, "content": content}
+
+
+# What a text block may carry beside its text that never reaches the model: where it stood in a stream, its id.
+_BLOCK_UNSENT = frozenset({"type", "text", "id", "index"})
+
+
+def _one_text_block(content: Any) -> Any:
+    """The text of content that is one text block and nothing else (an answer in LangChain's
+    ``output_version="v1"``, put back into the history): the same message as that string. Anything else as it is
+    (several blocks would need a separator the chat template decides)."""
+    if not isinstance(content, list) or len(content) != 1 or not isinstance(content[0], Mapping):
+        return content
+    (block,) = content
+    text = block.get("text")
+    extra = [k for k, v in block.items() if k not in _BLOCK_UNSENT and _given(v)]
+    return text if block.get("type") == "text" and isinstance(text, str) and not extra else content

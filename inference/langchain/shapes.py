@@ -136,9 +136,13 @@ def _warn_of_near_misses(metadata: Mapping[str, Any], role: Role) -> None:
         if key in ROW_FIELDS[role] or not isinstance(key, str):
             continue
         if key in ROW_FIELDS[other]:  # a judge's model_a sent to a completions model: its verdict would lose them
+            advice = (
+                "a judge's model is built with role='judgements'"
+                if role == "completions"
+                else "a judgement names the models it judged as model_a (and model_b)"
+            )
             warn_the_caller(
-                f"config metadata key {key!r} is a {other} row field, not a {role} one, so it is not stored; "
-                f"a model whose rows hold it is built with role={other!r}",
+                f"config metadata key {key!r} is a {other} row field, not a {role} one, so it is not stored; {advice}",
                 MetadataKeyWarning,
             )
             continue

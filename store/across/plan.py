@@ -17,11 +17,11 @@ Contract:
   ``count``/``sum``/``min``/``max`` (each with a ``FILTER (WHERE ...)`` or
   not: the filtered ones combine as the others do; an aggregate inside a
   FILTER is refused, as a database refuses it), ``count(DISTINCT x)``, an
-  aggregate inside another or in a subquery, an aggregate written as SQL
-  text (``literal_column("count(*)")``: the plan cannot see it, and each
-  database's count would be a row of its own; SQLite's two-argument
-  ``min(a, b)``/``max(a, b)`` is a row's value, no aggregate), arithmetic
-  over aggregates
+  aggregate inside another or in a subquery, an aggregate called in SQL
+  text (``literal_column("count(*)")``, ``text("DISTINCT x")`` inside
+  one: the plan cannot see it; quoted text and comments call nothing, nor
+  does SQLite's two-argument ``min(a, b)``/``max(a, b)``, a row's value),
+  arithmetic over aggregates
   (:class:`Computed`) that also reads a column or a subquery outside them
   (``sum(x) / y``) or takes an aggregate of values other than whole numbers
   and floats, a column of an aggregate that is not grouped by (a constant,
@@ -118,11 +118,18 @@ OTHER_AGGREGATES = frozenset({
     "avg", "total", "group_concat", "string_agg", "array_agg", "json_group_array", "json_group_object",
     "json_agg", "jsonb_agg", "json_object_agg", "jsonb_object_agg", "stddev", "stddev_pop", "stddev_samp",
     "variance", "var_pop", "var_samp", "median", "mode", "percentile_cont", "percentile_disc", "every",
-    "bool_and", "bool_or", "bit_and", "bit_or", "corr", "covar_pop", "covar_samp", "regr_slope",
+    "bool_and", "bool_or", "bit_and", "bit_or", "bit_xor", "corr", "covar_pop", "covar_samp", "regr_slope",
+    "regr_intercept", "regr_count", "regr_r2", "regr_avgx", "regr_avgy", "regr_sxx", "regr_sxy", "regr_syy",
+    "xmlagg", "range_agg", "range_intersect_agg", "any_value", "json_objectagg", "json_arrayagg",
+    "jsonb_object_agg_strict", "json_object_agg_strict", "jsonb_object_agg_unique", "json_object_agg_unique",
+    "jsonb_object_agg_unique_strict", "json_object_agg_unique_strict", "jsonb_group_array",
+    "jsonb_group_object",
 })  # fmt: skip
-# An aggregate written as SQL text (literal_column("count(*)"), text(...)): the plan cannot see it, so each
-# database's own answer would come back as a row of its own.
-AGGREGATE_IN_TEXT = re.compile(rf"\b({'|'.join(sorted({*COMBINABLE, *OTHER_AGGREGATES}))})\s*\(", re.IGNORECASE)
+# An aggregate called in SQL text (literal_column("count(*)"), text(...), "count"(*) quoted): the plan cannot see
+# it. What is quoted or a comment is no call (_SQL_NOT_CALLS, removed first).
+AGGREGATE_IN_TEXT = re.compile(rf'"?\b({"|".join(sorted({*COMBINABLE, *OTHER_AGGREGATES}))})\b"?\s*\(', re.IGNORECASE)
+_SQL_NOT_CALLS = re.compile(r"'(?:[^']|'')*'|/\*.*?\*/|--[^\n]*", re.DOTALL)
+_DISTINCT_TEXT = re.compile(r"\s*distinct\b", re.IGNORECASE)
 # Functions SQLAlchemy leaves untyped that return text on both backends: ordered (and min/max) as text, by code
 # point; and those that return a number. Any other untyped value is refused where it is compared (see above).
 TEXT_FUNCTIONS = frozenset({
@@ -518,9 +525,44 @@ def _aggregate_name(element: object) -> str | None:
     name = _function_name(element)
     if name not in COMBINABLE and name not in OTHER_AGGREGATES:
         return None
-    if name in ("min", "max") and len(list(element.clauses)) != 1:  # type: ignore[attr-defined]
+    if name in ("min", "max") and len(list(element.clauses)) > 1:  # type: ignore[attr-defined]
         return None
     return name
+
+
+def _sql_text(element: object) -> str | None:
+    """The SQL text ``element`` is (``text()``, ``literal_column()``); None for anything else."""
+    if isinstance(element, TextClause):
+        return element.text
+    if isinstance(element, ColumnClause) and element.is_literal:
+        return element.name
+    return None
+
+
+def _text_aggregate(sql: str) -> str | None:
+    """The first aggregate function SQL text calls (outside quotes and comments); None where it calls none
+    (SQLite's ``min(a, b)``/``max(a, b)`` are a row's values)."""
+    bare = _SQL_NOT_CALLS.sub(" ", sql)
+    for match in AGGREGATE_IN_TEXT.finditer(bare):
+        name = match.group(1).lower()
+        if name not in ("min", "max") or not _more_than_one_argument(bare, match.end()):
+            return name
+    return None
+
+
+def _more_than_one_argument(sql: str, start: int) -> bool:
+    """Whether the call whose arguments begin at ``sql[start]`` has a comma outside inner parentheses."""
+    depth = 0
+    for char in sql[start:]:
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            if depth == 0:
+                return False
+            depth -= 1
+        elif char == "," and depth == 0:
+            return True
+    return False
 
 
 def aggregate_of(term: ClauseElement) -> FunctionElement[Any] | None:
@@ -531,8 +573,12 @@ def aggregate_of(term: ClauseElement) -> FunctionElement[Any] | None:
     function = term.func if isinstance(term, FunctionFilter) else term
     if not isinstance(function, FunctionElement) or _aggregate_name(function) not in COMBINABLE:
         return None
-    if any(isinstance(e, UnaryExpression) and e.operator is operators.distinct_op for e in visitors.iterate(function)):
-        return None
+    for element in visitors.iterate(function):  # DISTINCT, or "DISTINCT x" as text: not combinable
+        text = _sql_text(element)
+        if (isinstance(element, UnaryExpression) and element.operator is operators.distinct_op) or (
+            text is not None and _DISTINCT_TEXT.match(text)
+        ):
+            return None
     return function
 
 
@@ -645,15 +691,15 @@ def _combination(statement: Select[Any]) -> tuple[tuple[str, ...], tuple[Compute
 
 
 def _refuse_text_aggregates(statement: Select[Any]) -> None:
-    """Refuse an aggregate written as SQL text anywhere in ``statement``: it cannot be combined, nor told apart
-    from a column, so each database's count would come back as a row of its own."""
+    """Refuse an aggregate called in SQL text anywhere in ``statement``: the plan cannot see it to combine it
+    (over a folder store each database's count came back as a row of its own)."""
     for element in visitors.iterate(statement):
-        text = element.text if isinstance(element, TextClause) else None
-        if isinstance(element, ColumnClause) and element.is_literal:
-            text = element.name
-        if text is not None and AGGREGATE_IN_TEXT.search(text):
+        text = _sql_text(element)
+        name = None if text is None else _text_aggregate(text)
+        if name is not None:
             raise NotCombinableError(
-                f"the SQL text {text!r}, an aggregate the plan cannot see (write it as func.count(), func.sum(...)),"
+                f"the SQL text {text!r}, which calls {name}() where the plan cannot see it (write it with "
+                "func.count(), func.sum(...)),"
             )
 
 

@@ -150,7 +150,7 @@ class HostedAPIError(ModelError):
 
 
 class MissingAPIKeyError(HostedAPIError):
-    """The environment variable that should hold the API key is not set."""
+    """The environment variable that should hold the API key is not set, or empty."""
 
 
 class HostedAuthError(HostedAPIError):

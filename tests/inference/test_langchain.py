@@ -556,7 +556,8 @@ def test_a_judge_field_sent_to_a_completions_model_is_warned_of(store: Store, fa
     from inference.langchain.shapes import MetadataKeyWarning
 
     judged = {"instruction_id": "1", "model_a": "x", "model_b": "y", "orientation": "direct"}
-    with chat_model(fake, store) as chat, pytest.warns(MetadataKeyWarning, match="role='judgements'") as seen:
+    told = "built with role='judgements'"
+    with chat_model(fake, store) as chat, pytest.warns(MetadataKeyWarning, match=told) as seen:
         chat.batch(["verdict?"], config=[{"metadata": judged}])
     assert sorted(str(w.message).split("'")[1] for w in seen) == ["model_a", "model_b", "orientation"]
     (row,) = store.database("completions", "arena", chat.cached.descriptor).query()  # type: ignore[union-attr]
@@ -565,6 +566,8 @@ def test_a_judge_field_sent_to_a_completions_model_is_warned_of(store: Store, fa
         warnings.simplefilter("error")  # the same keys to a judge are its row's
         with chat_model(fake, store, role="judgements") as judge:
             judge.batch(["verdict?"], config=[{"metadata": judged}])
+    with chat_model(fake, store, role="judgements") as judge, pytest.warns(MetadataKeyWarning, match="as model_a"):
+        judge.invoke("which?", config={"metadata": {"model": "gpt-4o"}})  # a completions field, to a judge
 
 
 @pytest.mark.parametrize(
@@ -611,5 +614,15 @@ def test_output_version_v1_gives_content_blocks_on_every_path(store: Store, fake
     for message in (invoked, *batched, awaited, *streamed):
         assert [{k: b[k] for k in ("type", "text")} for b in message.content] == blocks  # type: ignore[index, union-attr]
     assert invoked.response_metadata["output_version"] == "v1"
+    with chat_model(fake, store, output_version="v1") as chat:  # an answer put back into the history keys as text
+        history = [HumanMessage("q one"), chat.invoke("q one"), HumanMessage("q two")]
+        again = chat.invoke(history)
+    with chat_model(fake, store) as plain:
+        assert (
+            plain.invoke([HumanMessage("q one"), AIMessage("echo: q one"), HumanMessage("q two")]).response_metadata[
+                "judgestore"
+            ]["input_hash"]
+            == again.response_metadata["judgestore"]["input_hash"]
+        )
     with chat_model(fake, store) as plain:
         assert plain.invoke("q one").content == "echo: q one"

@@ -133,7 +133,10 @@ def test_a_string_is_one_user_message() -> None:
         ),
         ([{"role": "user", "content": "hi", "weight": 2}], "carries weight"),
         ([{"role": "user", "content": "hi", "additional_kwargs": "x"}], "additional_kwargs that are not a dict"),
-        ([HumanMessage(content=[{"type": "text", "text": "hi"}])], "list content"),
+        ([HumanMessage(content=[{"type": "text", "text": "h"}, {"type": "text", "text": "i"}])], "list content"),
+        ([HumanMessage(content=[{"type": "image", "url": "https://x/y.png"}])], "list content"),
+        ([HumanMessage(content=[{"type": "text", "text": "hi", "annotations": [{"type": "citation"}]}])], "list"),
+        ([HumanMessage(content=[{"type": "text", "text": 5}])], "list content"),
         ([], "empty"),
         ([42], "int"),
         ({"role": "user", "content": "hi"}, "not a dict"),
@@ -161,3 +164,14 @@ def test_messages_that_are_not_a_list_are_refused_with_the_typed_error(messages:
     request = CompletionRequest(messages=messages)  # type: ignore[arg-type]
     with pytest.raises(InvalidInputError, match="messages must be a list"):
         request.render_bytes("chat")
+
+
+def test_one_text_block_alone_is_its_text() -> None:
+    """An answer in LangChain's output_version="v1" holds one text block: put back into the history, it keys as
+    the string it is (it was refused, so every chat loop under LC_OUTPUT_VERSION=v1 broke at its second turn)."""
+    answer = AIMessage(content="Answer 1.").content_blocks
+    as_blocks = [HumanMessage("Turn 1?"), AIMessage(content=answer), HumanMessage("Turn 2?")]  # type: ignore[arg-type]
+    as_text = [HumanMessage("Turn 1?"), AIMessage("Answer 1."), HumanMessage("Turn 2?")]
+    assert chat_messages(as_blocks) == chat_messages(as_text)
+    streamed = {"type": "AIMessageChunk", "content": [{"type": "text", "text": "Answer 1.", "index": 0}]}
+    assert chat_messages([streamed]) == [{"role": "assistant", "content": "Answer 1."}]

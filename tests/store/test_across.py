@@ -864,6 +864,17 @@ def test_the_plan_names_the_group_by_terms_that_are_not_selected() -> None:
             NotCombinableError,
             "func.count",
         ),
+        (lambda: select(text('"count"(*)')).select_from(Judgement), NotCombinableError, r"calls count\(\)"),
+        (lambda: select(text("count/**/(*)")).select_from(Judgement), NotCombinableError, r"calls count\(\)"),
+        (lambda: select(text("bit_xor(sample_index)")).select_from(Judgement), NotCombinableError, "bit_xor"),
+        (lambda: select(func.regr_count(Judgement.sample_index, 1)), NotCombinableError, "regr_count"),
+        # "DISTINCT x" as text in an aggregate is DISTINCT: 4 judges counted where there were 2 (was)
+        (lambda: select(func.count(text("DISTINCT judge"))).select_from(Judgement), NotCombinableError, "DISTINCT"),
+        (
+            lambda: select(func.sum(literal_column("distinct sample_index", Integer))).select_from(Judgement),
+            NotCombinableError,
+            "DISTINCT",
+        ),
         (lambda: select(Judgement).order_by(func.date(Judgement.created_at)), StatementError, "type_=String"),
         (lambda: select(func.max(func.date(Judgement.created_at))), StatementError, r"type of max\(date"),
         (lambda: select(func.count()), StatementError, "none of the store's tables"),
@@ -1536,6 +1547,23 @@ def test_sqlite_two_argument_max_and_min_are_of_each_row_as_in_one_database(stor
     for stmt in (
         select(func.max(Judgement.instruction_id, "2")),
         select(func.min(Judgement.instruction_id, "2"), Judgement.judge),
+    ):
+        each = []
+        for location in store.select(Selector(role="judgements")):
+            with store.open(location).session() as session:
+                each += [tuple(row) for row in session.execute(stmt)]
+        assert len(each) == 5
+        assert sorted(tuple(row) for row in store.execute(stmt)) == sorted(each)
+
+
+def test_sql_text_that_calls_no_aggregate_reads_as_on_one_table(store: Store) -> None:
+    """Quoted text, comments and SQLite's two-argument min/max call no aggregate: the rows are one table's."""
+    fill(store, [[judgement_record(i) for i in range(3)], [judgement_record(i) for i in range(3, 5)]])
+    for stmt in (
+        select(Judgement.instruction_id).where(text("max(sample_index, 1) >= 1")),
+        select(Judgement.instruction_id, literal_column("min(sample_index, 1)")),
+        select(Judgement.instruction_id).where(text("completion NOT LIKE '%count(%' /* sum( */")),
+        select(Judgement.instruction_id, literal_column("'sum(x)'")),
     ):
         each = []
         for location in store.select(Selector(role="judgements")):
