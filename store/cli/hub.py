@@ -99,7 +99,7 @@ def _required(selector: Selector, all_folders: bool) -> Selector:
 
 
 def _remote(repo: str | None, directory: str | None, revision: str | None, token: str | None) -> "Remote":
-    from store.sync import HubRemote, check_repo_id, open_remote
+    from store.sync import HubRemote, check_repo_id, check_token, open_remote
 
     if directory is not None and not directory.strip():  # as a path, the working directory
         raise typer.BadParameter("is empty: give the shared folder, or leave it out", param_hint="'--dir'")
@@ -117,6 +117,10 @@ def _remote(repo: str | None, directory: str | None, revision: str | None, token
             check_repo_id(repo)
         except InvalidInputError as e:
             raise typer.BadParameter(str(e)) from e
+    try:  # never shown: the client's own refusal quoted the whole token, retried as a network failure
+        check_token(token)
+    except InvalidInputError as e:
+        raise typer.BadParameter(str(e), param_hint="--token") from e
     remote = open_remote(repo=repo, directory=folder, revision=revision, token=token)
     if isinstance(remote, HubRemote):
         from huggingface_hub.utils.tqdm import disable_progress_bars

@@ -29,7 +29,7 @@ from pathlib import Path
 from store.errors import InvalidInputError
 from store.settings import SyncSettings, from_environment, home_expanded
 from store.sync.fetch import FetchReport, fetch
-from store.sync.hub import HubRemote, RetryPolicy, check_repo_id
+from store.sync.hub import HubRemote, RetryPolicy, check_repo_id, check_token
 from store.sync.push import PushReport, push
 from store.sync.remote import DirectoryRemote, Remote
 
@@ -42,6 +42,7 @@ __all__ = [
     "RetryPolicy",
     "SyncSettings",
     "check_repo_id",
+    "check_token",
     "fetch",
     "open_remote",
     "push",

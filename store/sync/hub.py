@@ -42,6 +42,7 @@ import logging
 import math
 import os
 import random
+import re
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -136,6 +137,9 @@ def _retry_after(headers: Any) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
+_BEARER = re.compile(r"Bearer\s+[^\s'\"]+")
+
+
 def _classify(error: BaseException) -> _Failure | None:
     """What a client exception means for retrying; None for exceptions that are not about the network."""
     from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
@@ -152,8 +156,9 @@ def _classify(error: BaseException) -> _Failure | None:
             retryable = status in RETRYABLE_STATUS or status >= 500
             detail = _first_line(str(current)) or f"HTTP {status}"
             return _Failure(status, retryable, _retry_after(response.headers), detail)
-        if isinstance(current, _transport_errors()):
-            return _Failure(None, True, None, f"{type(current).__name__}: {current}")
+        if isinstance(current, _transport_errors()):  # the client's words may quote a header: never the token
+            said = _BEARER.sub("Bearer ***", str(current))
+            return _Failure(None, True, None, f"{type(current).__name__}: {said}")
         current = current.__cause__ or current.__context__
     if isinstance(error, LocalEntryNotFoundError):  # hf_hub_download could not reach the file
         return _Failure(None, True, None, str(error).splitlines()[0])
@@ -195,6 +200,23 @@ def check_repo_id(repo_id: str, named: str = "--repo") -> None:
         raise InvalidInputError(f"{named} must be ORG/NAME (a dataset repository id), got {repo_id!r}: {e}") from e
 
 
+def check_token(token: str | bool | None) -> None:
+    """Refuse a token no server could take, without showing it: the HTTP client refuses its header locally, an
+    error that holds the whole token, and it read as a network failure retried for a minute and a half."""
+    if not isinstance(token, str):
+        return
+    if not token:
+        raise InvalidInputError(
+            'the token is empty (an unset variable in --token "$VAR"?): pass the token, or leave it out to use '
+            "$HF_TOKEN or the saved one"
+        )
+    if any(char.isspace() or not char.isprintable() for char in token):
+        raise InvalidInputError(
+            "the token holds whitespace or a control character (a file's \\r\\n line ending kept by "
+            '"$(cat file)"?); a token is one word. It is not shown here'
+        )
+
+
 class HubRemote:
     """A dataset repository (and branch) on the Hugging Face Hub, or on any server speaking its API."""
 
@@ -221,6 +243,7 @@ class HubRemote:
             ) from e
 
         check_repo_id(repo_id)  # before anything is asked of the Hub or written to the bookkeeping
+        check_token(token)
         self.repo_id = repo_id
         self.revision = revision
         self.repo_type = repo_type

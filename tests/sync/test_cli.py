@@ -372,6 +372,35 @@ def test_hub_errors_are_one_typed_line(hub: FakeHub, tmp_path: Path, monkeypatch
     assert missing.exit_code == 1 and "--create-repo" in missing.stderr and "Traceback" not in missing.output
 
 
+@pytest.mark.parametrize(("token", "said"), [("", "the token is empty"), ("hf_secret_abc123\r", "control character")])
+def test_a_token_no_server_could_take_is_refused_at_once_and_never_shown(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str, said: str
+) -> None:
+    """An empty --token (an unset variable) or one with a file's \\r: the client refused the header locally, which
+    was retried for a minute and a half as a network failure, and each warning quoted the whole token (was)."""
+    import huggingface_hub.constants
+
+    monkeypatch.setattr(huggingface_hub.constants, "ENDPOINT", hub.endpoint)
+    alice = filled_store(tmp_path / "alice")
+    before = read_rows(alice)
+    for command in ("push", "fetch"):
+        result = hub_cli(command, "--repo", REPO, "--all", "--json", "--token", token, "--store-root", str(alice))
+        assert result.exit_code == 2, result.output
+        assert "Invalid value for --token" in result.stderr and said in result.stderr
+        assert "secret" not in result.output and "retrying" not in result.output
+    assert read_rows(alice) == before
+    assert hub.requests == []  # nothing was asked of the Hub
+
+
+def test_a_client_error_quoting_a_header_never_shows_the_token() -> None:
+    import httpx
+
+    from store.sync.hub import _classify
+
+    failure = _classify(httpx.LocalProtocolError("Illegal header value b'Bearer hf_secret_abc123 '"))
+    assert failure is not None and "hf_secret" not in failure.detail and "Bearer ***" in failure.detail
+
+
 def test_a_push_to_a_new_branch_says_it_creates_it(
     hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
