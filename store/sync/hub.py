@@ -17,7 +17,8 @@ Contract (on top of the remote contract in :mod:`store.sync.remote`):
   ``CommitOperationAdd`` objects (the client mutates them) for the others,
   and commits only those. A commit that was applied although its reply was
   an error (a 500 after the fact, a timeout) is therefore never repeated:
-  the next attempt finds its files and commits nothing.
+  the next attempt finds its files and commits nothing. Those files count
+  as this push's (``added``), not as already there: its commit id is lost.
 * Reads go through ``hf_hub_download`` at a pinned commit into a temporary
   cache that is removed at once, so no shard lingers in the user's HF cache.
 * A push to a branch that does not exist creates it, as ``hf upload
@@ -473,18 +474,22 @@ class HubRemote:
         from huggingface_hub import CommitOperationAdd
 
         wanted = [f.path for f in files]
+        sent: set[str] = set()  # what an attempt committed: found there on the next, its answer was lost
 
         def attempt() -> AddResult:
             # Ask again on every attempt: a failed attempt may have been applied all the same.
             present = self._existing_now(wanted)
             todo = [f for f in files if f.path not in present]
-            if not todo:
-                return AddResult((), tuple(wanted), ())
-            # Fresh operation objects every time: create_commit mutates them and refuses reused ones.
-            operations = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(f.source)) for f in todo]
-            info = self.api.create_commit(
-                self.repo_id, operations, commit_message=message, repo_type=self.repo_type, revision=self.revision
-            )
-            return AddResult(tuple(f.path for f in todo), tuple(p for p in wanted if p in present), (str(info.oid),))
+            commits: tuple[str, ...] = ()
+            if todo:
+                sent.update(f.path for f in todo)
+                # Fresh operation objects every time: create_commit mutates them and refuses reused ones.
+                operations = [CommitOperationAdd(path_in_repo=f.path, path_or_fileobj=str(f.source)) for f in todo]
+                info = self.api.create_commit(
+                    self.repo_id, operations, commit_message=message, repo_type=self.repo_type, revision=self.revision
+                )
+                commits = (str(info.oid),)
+            added = tuple(p for p in wanted if p in sent)  # a lost answer's files among them: this push sent them
+            return AddResult(added, tuple(p for p in wanted if p in present and p not in sent), commits)
 
         return self._call(f"committing {len(files)} files", attempt)
