@@ -34,6 +34,7 @@ Contract::
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import uuid
@@ -45,7 +46,7 @@ import orjson
 from pydantic import ValidationError
 
 from store.descriptor import ModelDescriptor, sha256_hex
-from store.errors import InvalidInputError, MetadataMismatchError, MetadataMissingError
+from store.errors import DatabaseIOError, InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.roles import ROLES, Role, check_role
 from store.segments import ShortName, decode_segment, encode_segment, same_name
 
@@ -390,7 +391,7 @@ def walk(root: Path) -> Iterator[Location]:
             for provider in _folders(task):
                 for model in _folders(provider):
                     for descriptor in _folders(model):
-                        if os.path.exists(os.path.join(descriptor, name)):
+                        if _holds(descriptor, name):
                             found.append(descriptor)
         base = len(str(root)) + len(role) + 2
         for folder in sorted(found, key=lambda path: path[base:].split(os.sep)):  # Path order: part by part
@@ -438,12 +439,38 @@ def _holds_a_store(folder: Path) -> bool:
 
 
 def _folders(path: str) -> list[str]:
-    """The folders in ``path``, as paths; none when it is not a readable folder."""
+    """The folders in ``path``, as paths; none when it is no folder. One this user may not list (or that the disk
+    fails to read) is a :class:`DatabaseIOError`: the databases in it would be missing from every command, a
+    delete leaving their rows (it read as an empty store)."""
     try:
         with os.scandir(path) as entries:
             return [e.path for e in entries if e.is_dir()]
-    except OSError:
+    except (FileNotFoundError, NotADirectoryError):
         return []
+    except OSError as e:
+        raise _unlistable(path, e) from None
+
+
+def _holds(folder: str, name: str) -> bool:
+    """Whether ``folder`` holds the file ``name``; a folder this user may not look into is a
+    :class:`DatabaseIOError` (see :func:`_folders`)."""
+    try:
+        os.stat(os.path.join(folder, name))
+    except (FileNotFoundError, NotADirectoryError):
+        return False
+    except OSError as e:
+        raise _unlistable(folder, e) from None
+    return True
+
+
+def _unlistable(path: str, error: OSError) -> DatabaseIOError:
+    said = "permission denied" if error.errno in (errno.EACCES, errno.EPERM) else (error.strerror or str(error))
+    return DatabaseIOError(
+        path,
+        f"{said}: this user cannot look into the folder, so the databases in it cannot be found and nothing "
+        "was done. Fix its permissions (a reader needs r and x on every folder of the store), or run as a user "
+        "who may read it",
+    )
 
 
 # ---------------------------------------------------------------- selecting databases

@@ -286,3 +286,39 @@ def test_the_fixtures_are_what_they_say(template: Place, tmp_path: Path) -> None
             assert bad_states != {"current"} or kind in ("damaged page", "damaged text"), (kind, bad_states)
             if kind in ("damaged page", "damaged text"):  # the version table is intact; the rows are not
                 assert judgestore("verify", "--store-root", str(place.root)).exit_code == 1
+
+
+@contextmanager
+def shut_folder(folder: Path) -> Iterator[None]:
+    """``folder`` closed to the block's user (as root, the block runs as nobody; files anyone may enter around it)."""
+    folder.chmod(0o700 if is_root() else 0)
+    try:
+        with as_nobody() if is_root() else nullcontext():
+            yield
+    finally:
+        folder.chmod(0o755)
+
+
+@pytest.mark.parametrize("depth", ["store root", "model folder"])
+def test_a_folder_this_user_cannot_look_into_is_an_error_not_an_empty_store(depth: str) -> None:
+    """It read as no databases: ls listed the others and exited 0, delete left the rows inside (was)."""
+    base = Path(tempfile.mkdtemp(prefix="judgestore-shut-"))  # not under pytest's 0700 folders
+    try:
+        root = fill_small_store(base / "store")
+        for path in [base, *base.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o666)
+        before = file_digests(root)
+        locations = list(walk(root))
+        model = next(loc for loc in locations if loc.model == "meta-llama/Llama-3.1-8B").folder(root).parent
+        with shut_folder(root if depth == "store root" else model):
+            listed = judgestore("ls", "--store-root", str(root), "--json")
+            deleted = judgestore("delete", "--store-root", str(root), "--run-id", "run-2", "--yes", "--json")
+        for result in (listed, deleted):
+            assert_no_traceback(result)
+            assert result.exit_code == 1, result.output
+            error = orjson.loads(result.stderr)
+            assert error["type"] == "DatabaseIOError" and "permission denied" in error["error"], error
+            assert str(root if depth == "store root" else model) in error["error"]
+        assert file_digests(root) == before  # nothing deleted: the rows of run-2 in the readable databases too
+    finally:
+        shutil.rmtree(base)
