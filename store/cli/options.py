@@ -172,7 +172,8 @@ def store_settings(
             "--store-root",
             metavar="PATH",
             show_default=False,
-            help="Store root folder (default: $JUDGESTORE_STORE_ROOT, else ./judgestore-data).",
+            help="Store root folder (default: $JUDGESTORE_STORE_URL's server if set, else $JUDGESTORE_STORE_ROOT, "
+            "else ./judgestore-data).",
             rich_help_panel=STORE_PANEL,
         ),
     ] = None,
