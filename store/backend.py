@@ -388,8 +388,9 @@ class Storage(Protocol):
     def shown(self, where: str) -> str:
         """A database's ``where`` as a table shows it: under its root, or as it is."""
 
-    def locations(self) -> list[Location]:
-        """Every descriptor database, in layout order."""
+    def locations(self, selector: Selector | None = None) -> list[Location]:
+        """Every descriptor database, in layout order; with ``selector``, at least those it picks (a folder store
+        looks into no other folder)."""
 
     def narrowed(self, locations: Iterable[Location], flt: RowFilter) -> list[Location]:
         """The ``locations`` (in their order) whose databases may hold a row ``flt`` matches; never leaves out

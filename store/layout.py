@@ -376,22 +376,28 @@ def prepared_folder(root: Path, location: Location, metadata: Callable[[], bytes
     return folder
 
 
-def walk(root: Path) -> Iterator[Location]:
-    """Every descriptor database under ``root``, in sorted order.
+def walk(root: Path, selector: Selector | None = None) -> Iterator[Location]:
+    """Every descriptor database under ``root`` (those ``selector`` may pick), in sorted order.
 
     Paths that do not parse as a location (stray files, foreign folders) are
-    skipped here; ``judgestore verify`` reports them.
+    skipped here, their folders never looked into; ``judgestore verify``
+    reports them. With ``selector``, only the folders its role, task,
+    provider, model and descriptor prefix can match are looked into. A folder
+    looked into that this user cannot list is a :class:`DatabaseIOError`
+    (:func:`_folders`).
     """
-    for role in ROLES:
+    selector = selector or Selector()
+    prefix = (selector.descriptor or "")[:16]
+    for role in ROLES if selector.role is None else (selector.role,):
         name = database_name(role)
         found = []
         # Folder by folder with os.scandir (its d_type, no stat per entry) rather than Path.glob: the same paths
         # (a name starting with a dot included, as pathlib's "*" does), about 3x faster over thousands of databases.
-        for task in _folders(os.path.join(root, role)):
-            for provider in _folders(task):
-                for model in _folders(provider):
+        for task in _folders(os.path.join(root, role), selector.task):
+            for provider in _folders(task, selector.provider):
+                for model in _folders(provider, selector.model):
                     for descriptor in _folders(model):
-                        if _holds(descriptor, name):
+                        if os.path.basename(descriptor).startswith(prefix) and _holds(descriptor, name):
                             found.append(descriptor)
         base = len(str(root)) + len(role) + 2
         for folder in sorted(found, key=lambda path: path[base:].split(os.sep)):  # Path order: part by part
@@ -438,17 +444,36 @@ def _holds_a_store(folder: Path) -> bool:
     return any(next((folder / role).glob("*/*/*/*/" + database_name(role)), None) is not None for role in ROLES)
 
 
-def _folders(path: str) -> list[str]:
-    """The folders in ``path``, as paths; none when it is no folder. One this user may not list (or that the disk
-    fails to read) is a :class:`DatabaseIOError`: the databases in it would be missing from every command, a
-    delete leaving their rows (it read as an empty store)."""
+def _folders(path: str, wanted: str | None = None) -> list[str]:
+    """The folders in ``path`` whose names are layout segments (``wanted``'s, if given), as paths; none when it is
+    no folder. A folder this user may not list (or that the disk fails to read) is a :class:`DatabaseIOError`:
+    the databases in it would be missing from every command, a delete leaving their rows (it read as an empty
+    store). An entry that cannot be looked at (a link into a folder this user may not enter, a loop of links)
+    is no folder of the layout: ``judgestore verify`` reports it."""
     try:
         with os.scandir(path) as entries:
-            return [e.path for e in entries if e.is_dir()]
+            names = [(e.name, e.path) for e in entries if _is_folder(e)]
     except (FileNotFoundError, NotADirectoryError):
         return []
     except OSError as e:
         raise _unlistable(path, e) from None
+    return [folder for name, folder in names if _is_segment(name, wanted)]
+
+
+def _is_folder(entry: os.DirEntry[str]) -> bool:
+    try:
+        return entry.is_dir()
+    except OSError:
+        return False
+
+
+def _is_segment(name: str, wanted: str | None) -> bool:
+    """Whether a folder named ``name`` can hold a location (``wanted``'s, if given)."""
+    try:
+        segment = decode_segment(name)
+    except InvalidInputError:
+        return False
+    return wanted is None or same_name(wanted, segment)
 
 
 def _holds(folder: str, name: str) -> bool:
@@ -464,7 +489,14 @@ def _holds(folder: str, name: str) -> bool:
 
 
 def _unlistable(path: str, error: OSError) -> DatabaseIOError:
-    said = "permission denied" if error.errno in (errno.EACCES, errno.EPERM) else (error.strerror or str(error))
+    """The error of a folder :func:`_folders` cannot list, naming the folder to fix: for a permission, the
+    outermost of those above it this user may not enter (a store root closed to it, not the role folder in it)."""
+    denied = error.errno in (errno.EACCES, errno.EPERM)
+    said = "permission denied" if denied else (error.strerror or str(error))
+    if denied and os.access in os.supports_effective_ids:  # as the process's user (tests run as root, acting as nobody)
+        parent = os.path.dirname(path)
+        while parent != path and not os.access(parent, os.X_OK, effective_ids=True):
+            path, parent = parent, os.path.dirname(parent)
     return DatabaseIOError(
         path,
         f"{said}: this user cannot look into the folder, so the databases in it cannot be found and nothing "
@@ -527,4 +559,4 @@ class Selector:
 def select(root: Path, selector: Selector | None = None) -> list[Location]:
     """Every descriptor database under ``root`` that ``selector`` picks, in walk order."""
     selector = selector or Selector()
-    return [location for location in walk(root) if selector.matches(location)]
+    return [location for location in walk(root, selector) if selector.matches(location)]

@@ -149,7 +149,7 @@ class Store:
         prefix = selector.descriptor or ""
         return [
             location
-            for location in self.locations()
+            for location in self.storage.locations(selector)
             if selector.matches(location) and (len(prefix) <= HASH16_LENGTH or self._hashed(location, prefix))
         ]
 

@@ -289,14 +289,17 @@ def test_the_fixtures_are_what_they_say(template: Place, tmp_path: Path) -> None
 
 
 @contextmanager
-def shut_folder(folder: Path) -> Iterator[None]:
-    """``folder`` closed to the block's user (as root, the block runs as nobody; files anyone may enter around it)."""
-    folder.chmod(0o700 if is_root() else 0)
+def shut_folder(*folders: Path) -> Iterator[None]:
+    """``folders`` closed to the block's user (as root, the block runs as nobody; files anyone may enter around
+    them)."""
+    for folder in folders:
+        folder.chmod(0o700 if is_root() else 0)
     try:
         with as_nobody() if is_root() else nullcontext():
             yield
     finally:
-        folder.chmod(0o755)
+        for folder in folders:
+            folder.chmod(0o755)
 
 
 @pytest.mark.parametrize("depth", ["store root", "model folder"])
@@ -318,7 +321,33 @@ def test_a_folder_this_user_cannot_look_into_is_an_error_not_an_empty_store(dept
             assert result.exit_code == 1, result.output
             error = orjson.loads(result.stderr)
             assert error["type"] == "DatabaseIOError" and "permission denied" in error["error"], error
-            assert str(root if depth == "store root" else model) in error["error"]
+            assert error["error"].startswith(f"{root if depth == 'store root' else model}: "), error  # the one to fix
         assert file_digests(root) == before  # nothing deleted: the rows of run-2 in the readable databases too
+    finally:
+        shutil.rmtree(base)
+
+
+def test_a_closed_folder_elsewhere_stops_no_command_that_does_not_look_there() -> None:
+    """Another user's closed judge folder, and a stray closed folder (lost+found) that can hold no database: a
+    command of the other role, task or model, and every command for the stray, go on (they stopped, was)."""
+    base = Path(tempfile.mkdtemp(prefix="judgestore-shut-"))  # not under pytest's 0700 folders
+    try:
+        root = fill_small_store(base / "store")
+        (root / "completions" / "mt-bench" / "lost+found").mkdir()
+        for path in [base, *base.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o666)
+        judge = next(loc for loc in walk(root) if loc.role == "judgements").folder(root).parent
+        with shut_folder(judge, root / "completions" / "mt-bench" / "lost+found"):
+            listed = judgestore("ls", "--store-root", str(root), "--role", "completions", "--json")
+            by_task = judgestore("query", "--store-root", str(root), "--task", "mt-bench", "--format", "jsonl")
+            whole = judgestore("ls", "--store-root", str(root), "--json")
+            from store import Selector, Store
+
+            with Store(root=root) as store:
+                mine = store.select(Selector(role="completions", task="mt-bench", model="Qwen/Qwen3-8B"))
+        assert listed.exit_code == 0 and len(orjson.loads(listed.stdout)) == 2, listed.output
+        assert by_task.exit_code == 0 and len(by_task.stdout.splitlines()) == 5, by_task.output
+        assert [loc.model for loc in mine] == ["Qwen/Qwen3-8B"]
+        assert whole.exit_code == 1 and str(judge) in orjson.loads(whole.stderr)["error"]  # it does look there
     finally:
         shutil.rmtree(base)

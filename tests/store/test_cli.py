@@ -107,9 +107,9 @@ def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lin
     warnings like any."""
     import logging
 
-    listed = Store.locations
+    listed = Store.select
 
-    def locations_as_the_driver_warns(self: Store) -> Any:
+    def select_as_the_driver_warns(self: Store, selector: Any = None) -> Any:
         driver = logging.getLogger("psycopg.pipeline")
         driver.warning("error ignored terminating %r: %s", "<psycopg.Pipeline [INERROR]>", "pipeline aborted")
         driver.warning("unknown PostgreSQL timezone: %r; will use UTC", "Mars/Olympus")
@@ -121,9 +121,9 @@ def test_the_drivers_warnings_are_shown_as_judgestores_and_its_error_ignored_lin
             raise OSError("server closed the connection unexpectedly")
         except OSError:
             logging.getLogger("sqlalchemy.pool.impl.QueuePool").error("Exception closing connection", exc_info=True)
-        return listed(self)
+        return listed(self, selector)
 
-    monkeypatch.setattr(Store, "locations", locations_as_the_driver_warns)
+    monkeypatch.setattr(Store, "select", select_as_the_driver_warns)
     result = judgestore("ls", "--json", "--store-root", str(filled))
     assert result.exit_code == 0, result.output
     assert [as_json(line) for line in result.stderr.splitlines()] == [
@@ -1111,7 +1111,10 @@ def test_db_upgrade_counts_rows_as_ls_does_and_a_recorded_run_beside_them(
     for args in (("--dry-run",), ()):
         text = judgestore("db", "upgrade", *args)
         assert text.exit_code == 0, text.output
-        assert f"{rows:,} rows kept (1 in runs)" in " ".join(text.stdout.split())
+        said = " ".join(text.stdout.split())
+        assert f"{rows:,} rows kept (1 in runs)" in said
+        assert "restored" not in said  # a success said its file was restored from its backup (was)
+    assert f"{rows:,} rows kept (1 in runs); backup: completions/" in said, said
 
 
 @pytest.mark.parametrize("json_output", [False, True], ids=["text", "json"])

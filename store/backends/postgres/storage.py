@@ -264,8 +264,8 @@ class PostgresStorage:
 
     # ------------------------------------------------------------ the registry
 
-    def locations(self) -> list[Location]:
-        with self.connection() as conn:
+    def locations(self, selector: Selector | None = None) -> list[Location]:
+        with self.connection() as conn:  # the registry lists them all at once: the selector is the caller's
             found = registered(conn)
             if not found:
                 self._refuse_a_lost_registry(conn)

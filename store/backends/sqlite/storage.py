@@ -152,7 +152,9 @@ class SqliteStorage:
         except ValueError:
             return where
 
-    def locations(self) -> list[Location]:
+    def locations(self, selector: Selector | None = None) -> list[Location]:
+        if selector is not None and not selector.is_empty():  # what it picks: the catalog keeps the others
+            return list(walk(self.root, selector))
         found = list(walk(self.root))
         self.catalog.keep_only(self._key(location.db_path(self.root)) for location in found)
         return found
