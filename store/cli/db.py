@@ -191,9 +191,12 @@ def db_upgrade_command(
             detail = unprefixed(r.error, r.where) if r.error else ""
             if r.outcome in (UpgradeOutcome.WOULD_UPGRADE, UpgradeOutcome.UPGRADED) and r.rows is not None:
                 detail = "; ".join(part for part in (detail, _rows_kept(r.rows)) if part)
-            if r.backup is not None:  # a failed upgrade keeps the backup it restored the file from
+            if r.backup is not None:
                 backup = store.shown(str(r.backup))
-                detail = f"{detail}; the file was restored from its backup, kept at {backup}" if detail else backup
+                if r.outcome is UpgradeOutcome.FAILED:  # it keeps the backup it restored the file from
+                    detail = f"{detail}; the file was restored from its backup, kept at {backup}"
+                else:  # an upgraded file's copy from before (a failure's words on every success: was)
+                    detail = "; ".join(part for part in (detail, f"backup: {backup}") if part)
             table.add_row(
                 Text(folder),
                 Text(r.outcome.value.replace("_", " "), style=_OUTCOME_STYLE[r.outcome]),
@@ -228,7 +231,8 @@ def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: b
         f" Each upgraded file's backup is beside it ({quantity(backups, 'backup')}: `*.bak-<revision>-<time>`); "
         "the one it stopped in may have one too."
         if backups
-        else ""
+        else " The one it stopped in may have a backup beside it (`*.bak-<revision>-<time>`), a whole copy of "
+        "the file as it is."
     )
     message = (
         f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: the one it stopped in {stopped}, "

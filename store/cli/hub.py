@@ -118,7 +118,7 @@ def _remote(repo: str | None, directory: str | None, revision: str | None, token
         except InvalidInputError as e:
             raise typer.BadParameter(str(e)) from e
     try:  # never shown: the client's own refusal quoted the whole token, retried as a network failure
-        check_token(token)
+        check_token(None if directory is not None else token)  # a folder remote takes none: an unset one is fine
     except InvalidInputError as e:
         raise typer.BadParameter(str(e), param_hint="--token") from e
     remote = open_remote(repo=repo, directory=folder, revision=revision, token=token)

@@ -211,10 +211,11 @@ def check_token(token: str | bool | None) -> None:
             'the token is empty (an unset variable in --token "$VAR"?): pass the token, or leave it out to use '
             "$HF_TOKEN or the saved one"
         )
-    if any(char.isspace() or not char.isprintable() for char in token):
+    if not token.isascii() or any(char.isspace() or not char.isprintable() for char in token):
         raise InvalidInputError(
-            "the token holds whitespace or a control character (a file's \\r\\n line ending kept by "
-            '"$(cat file)"?); a token is one word. It is not shown here'
+            "the token holds whitespace, a control character or a character that is not ASCII (a file's \\r\\n "
+            'line ending kept by "$(cat file)"?); a token is one word of ASCII letters and digits. It is not shown '
+            "here"
         )
 
 

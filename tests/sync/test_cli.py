@@ -372,7 +372,10 @@ def test_hub_errors_are_one_typed_line(hub: FakeHub, tmp_path: Path, monkeypatch
     assert missing.exit_code == 1 and "--create-repo" in missing.stderr and "Traceback" not in missing.output
 
 
-@pytest.mark.parametrize(("token", "said"), [("", "the token is empty"), ("hf_secret_abc123\r", "control character")])
+@pytest.mark.parametrize(
+    ("token", "said"),
+    [("", "the token is empty"), ("hf_secret_abc123\r", "control character"), ("hf_secrét_abc123", "not ASCII")],
+)
 def test_a_token_no_server_could_take_is_refused_at_once_and_never_shown(
     hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, token: str, said: str
 ) -> None:
@@ -390,6 +393,10 @@ def test_a_token_no_server_could_take_is_refused_at_once_and_never_shown(
         assert "secret" not in result.output and "retrying" not in result.output
     assert read_rows(alice) == before
     assert hub.requests == []  # nothing was asked of the Hub
+    shared = tmp_path / "shared"  # a folder remote takes no token: a script's --token "$UNSET" does no harm there
+    shared.mkdir()
+    pushed = hub_cli("push", "--dir", str(shared), "--all", "--json", "--token", token, "--store-root", str(alice))
+    assert pushed.exit_code == 0 and orjson.loads(pushed.stdout)["ok"], pushed.output
 
 
 def test_a_client_error_quoting_a_header_never_shows_the_token() -> None:
