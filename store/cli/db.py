@@ -194,7 +194,8 @@ def db_upgrade_command(
             if r.backup is not None:
                 backup = store.shown(str(r.backup))
                 if r.outcome is UpgradeOutcome.FAILED:  # it keeps the backup it restored the file from
-                    detail = f"{detail}; the file was restored from its backup, kept at {backup}"
+                    if r.backup.name not in detail:  # a full disk's error names it, and what to do with it
+                        detail = f"{detail}; the file was restored from its backup, kept at {backup}"
                 else:  # an upgraded file's copy from before (a failure's words on every success: was)
                     detail = "; ".join(part for part in (detail, f"backup: {backup}") if part)
             table.add_row(

@@ -270,10 +270,17 @@ class StoreFullError(DatabaseFileError):
     """The filesystem holding a store file is full (or the user's quota is): the write was rolled back."""
 
     def __init__(
-        self, path: Path | str, *, free_bytes: int | None, needed_bytes: int | None = None, needed_for: str = ""
+        self,
+        path: Path | str,
+        *,
+        free_bytes: int | None,
+        needed_bytes: int | None = None,
+        needed_for: str = "",
+        then: str = "run the command again: rows already stored are not computed again",
     ) -> None:
         """``needed_for`` names what the room was needed for when the write was refused before it began (an
-        upgrade's backup); without it, a write met the full disk and was rolled back."""
+        upgrade's backup); without it, a write met the full disk and was rolled back. ``then`` is what to do
+        once there is room."""
         self.free_bytes, self.needed_bytes = free_bytes, needed_bytes
         free = "" if free_bytes is None else f" ({_size(free_bytes)} free on its filesystem)"
         if needed_for:
@@ -289,11 +296,7 @@ class StoreFullError(DatabaseFileError):
                 f"the disk is full{free}: nothing of the failed write was kept, and rows stored before it are intact. "
                 f"{needed}"
             )
-        super().__init__(
-            path,
-            f"{message} or move the store (--store-root), then run the command again: "
-            "rows already stored are not computed again.",
-        )
+        super().__init__(path, f"{message} or move the store (--store-root), then {then}.")
 
 
 class StoreNotWritableError(DatabaseFileError):

@@ -287,8 +287,9 @@ def test_db_upgrade_on_a_full_disk_refuses_and_leaves_no_partial_backup(
         assert file_digests(root) == before  # no partial backup; the database as it was
 
 
+@pytest.mark.parametrize("json_output", [True, False], ids=["json", "text"])
 def test_a_disk_that_fills_during_the_migration_is_named_and_the_file_put_back(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, json_output: bool
 ) -> None:
     """The backup fit, then the migration met a full disk: SQLAlchemy's raw text, its SQL and a link (was)."""
     from store.backends.sqlite import upgrade
@@ -307,12 +308,22 @@ def test_a_disk_that_fills_during_the_migration_is_named_and_the_file_put_back(
             return backup
 
         monkeypatch.setattr(upgrade, "_backup", backup_then_fill)
+        if not json_output:  # the backup named once, with what to do with it (twice, was)
+            result = judgestore("db", "upgrade", "--store-root", str(root))
+            assert_failed_cleanly(result)
+            text = " ".join(result.stdout.split())
+            [backup] = [p for p in root.rglob("*") if ".bak-" in p.name]
+            assert text.count(backup.name) == 1 and "delete it to give a retry the room" in text, text
+            return
         result = judgestore("db", "upgrade", "--store-root", str(root), "--json")
         assert_failed_cleanly(result)
         (outcome,) = orjson.loads(result.stdout)["results"]
         assert outcome["outcome"] == "failed" and "disk is full" in outcome["error"], outcome["error"]
         assert "[SQL:" not in outcome["error"] and "sqlalche.me" not in outcome["error"]
         assert "holds the same bytes: delete it to give a retry the room" in outcome["error"]
+        # said once, for an upgrade (".." and a generate's "rows already stored are not computed again", was)
+        assert "judgestore db upgrade` again" in outcome["error"] and "computed again" not in outcome["error"]
+        assert ".." not in outcome["error"].replace("...", "")
         backup = Path(outcome["backup"])
         kept = {k: v for k, v in file_digests(root).items() if not k.endswith((".lock", "-wal", "-shm"))}
         assert kept.pop(str(backup)) == before[str(backup).split(".bak-")[0]]  # the backup: the file as it was

@@ -306,10 +306,16 @@ def _upgrade_locked(engine: Engine, db_path: Path, known: Revisions, script: Scr
         if isinstance(e, DBAPIError | sqlite3.Error | OSError):  # a full disk, an I/O error: in the store's words
             e = translated(db_path, e)
         error = str(e) if isinstance(e, DatabaseFileError) else f"{type(e).__name__}: {e}"
-        if isinstance(e, StoreFullError):
-            error += (
-                f". The file was put back as it was; its backup {backup.name} beside it holds the same bytes: delete "
-                "it to give a retry the room its own backup needs"
+        if isinstance(e, StoreFullError):  # said for an upgrade: its backup is the room a retry needs
+            error = str(
+                StoreFullError(
+                    db_path,
+                    free_bytes=e.free_bytes,
+                    needed_bytes=e.needed_bytes,
+                    then=f"run `judgestore db upgrade` again. The file was put back as it was; its backup "
+                    f"{backup.name} beside it holds the same bytes: delete it to give a retry the room its own "
+                    "backup needs",
+                )
             )
         return UpgradeResult(str(db_path), UpgradeOutcome.FAILED, found, None, backup, error=error)
     return UpgradeResult(str(db_path), UpgradeOutcome.UPGRADED, found, reached, backup, before)
