@@ -67,6 +67,9 @@ def _make_state(state: str, path: Path, root: Path, descriptor: ModelDescriptor,
     elif state == "revision-emptied":
         with closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("DELETE FROM judgestore_alembic_version")
+    elif state == "revision-nulled":
+        with closing(sqlite3.connect(path)) as conn, conn:
+            conn.execute("UPDATE judgestore_alembic_version SET version_num = ''")
     elif state == "version-table-dropped":
         with closing(sqlite3.connect(path)) as conn, conn:
             conn.execute("DROP TABLE judgestore_alembic_version")
@@ -160,6 +163,8 @@ def _placed(store_root: Path, descriptor: ModelDescriptor) -> Path:
         ("ahead", SchemaAheadError, ["a newer judgestore wrote the file, or one with migrations of its own"]),
         # was: "it has tables ... judgestore_alembic_version ... and no judgestore_alembic_version table"
         ("revision-emptied", ForeignDatabaseError, ["does not hold exactly one revision", "Restore it from a backup"]),
+        # an empty revision read as one from a newer judgestore: "Upgrade the library" (was)
+        ("revision-nulled", ForeignDatabaseError, ["does not hold exactly one revision", "Restore it from a backup"]),
         # was: "not a judgestore database ... Old judgestore-era caches are imported with `judgestore import`"
         ("version-table-dropped", ForeignDatabaseError, ["judgestore's tables", "dropped by hand", "from a backup"]),
         ("foreign-optuna", ForeignDatabaseError, ["alembic_version", "studies", "judgestore_alembic_version"]),

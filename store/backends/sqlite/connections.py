@@ -374,7 +374,7 @@ def classify(conn: Connection, path: Path, known: Revisions | None = None) -> Sc
         unversioned = False
         try:
             rows = conn.execute(text(f"SELECT version_num FROM {VERSION_TABLE}")).all()
-            if rows and len(rows) == 1:
+            if len(rows) == 1 and isinstance(rows[0][0], str) and rows[0][0]:  # an empty or NULL one names none
                 revision = rows[0][0]
                 if revision == known.head:
                     return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
