@@ -20,8 +20,9 @@ Contract:
   ``question_id``) is read as its decimal text, which is what the row keeps,
   every digit of it (past 64 bits too).
 * Result lines carry the request's metadata, the text (sample 0), every
-  sample when ``n > 1``, logprobs, finish reason, usage, ``cached`` and
-  ``error``: null for an answer; for a request that failed (nothing of it
+  sample when ``n > 1``, logprobs, finish reason, usage (sample 0's),
+  ``cached`` (every sample a hit) and ``error`` (the first failed sample's):
+  null for an answer; for a request that failed (nothing of it
   stored), ``{"type": ..., "message": ...}``, its typed reason on one line.
   A failed sample's ``completion`` (and ``top_logprobs``) is null. NaN and
   infinities in ``usage`` and ``top_logprobs`` (vLLM's ``-inf`` logprob of a
