@@ -455,7 +455,7 @@ def _copy_while_changed(
     report.databases.append(result)  # in the report from the start: a Ctrl-C's report counts what it wrote
     for attempt in range(_READ_AGAIN):
         earlier = result.written
-        changed_under = _copy_one(database, target, result, chunk_size, on_progress, dry_run)
+        changed_under = _copy_one(database, target, result, chunk_size, on_progress, dry_run, report.source)
         if attempt and not dry_run:
             result.already_there = max(0, result.already_there - earlier)
         if not changed_under or attempt == _READ_AGAIN - 1:
@@ -473,9 +473,7 @@ def _letting_the_source_in(target: Store, location: Location, keys: list[str], u
     """What to run for the source's rows to take the place of the target's that hold the same answers: a delete
     naming the target store and the database (the default store may be the source: its rows would go), of the
     listed keys; ``unlisted`` conflicts past the list may be more such (said: the delete read as all of them)."""
-    # quoted for a shell: a URL's "?host=..." is a pattern to zsh, a folder may hold a space
-    where = shlex.quote(str(target.where))
-    store = f"--store-url {where}" if is_store_url(target.where) else f"--store-root {where}"
+    store = _store_option(str(target.where))
     hashes = " ".join(f"--input-hash {key}" for key in keys)
     return (
         "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "
@@ -487,6 +485,13 @@ def _letting_the_source_in(target: Store, location: Location, keys: list[str], u
             else ""
         )
     )
+
+
+def _store_option(where: str) -> str:
+    """The option naming the store at ``where`` in a command to paste, quoted for a shell (a URL's "?host=..." is
+    a pattern to zsh, a folder may hold a space)."""
+    quoted = shlex.quote(where)
+    return f"--store-url {quoted}" if is_store_url(where) else f"--store-root {quoted}"
 
 
 def _unreadable_source(error: JudgestoreError) -> str:
@@ -504,8 +509,10 @@ def _copy_one(
     chunk_size: int,
     on_progress: Progress | None,
     dry_run: bool,
+    source: str,
 ) -> bool:
-    """Copy one database; a failure is reported in ``result``, naming the side where it happened (module docstring).
+    """Copy one database (of the store at ``source``); a failure is reported in ``result``, naming the side where
+    it happened (module docstring).
 
     True when the failure was a writer changing the source under a read-only read that takes no lock (a folder
     store's, while short jobs open the file): the file is sound, and reading it again from the start copies it.
@@ -571,10 +578,14 @@ def _copy_one(
             else "refused a source row, and the copy of this database stopped there: its chunk and the rows after "
             "it were not written"
         )
+        delete = (  # of the source, named: the default store may be the target (was: no store named)
+            f"judgestore delete {_store_option(source)} --role {location.role} --task {location.task} "
+            f"--descriptor {location.descriptor_hash16} --input-hash HASH"
+        )
         result.problems.append(
             f"the target {result.target or target.where} {refused}: {e}. The source was only read: delete or "
-            "rewrite that row there (`judgestore delete --input-hash HASH`; `judgestore verify` checks every row's "
-            "key), then copy again" + ("" if dry_run else "; rows already copied are kept")
+            f"rewrite that row in the source (`{delete}`; `judgestore verify` checks every row's key), then copy "
+            "again" + ("" if dry_run else "; rows already copied are kept")
         )
     except JudgestoreError as e:  # the target's database is behind, ahead, not ours, full, refused a write...
         result.problems.append(f"the target {result.target or target.where} failed: {e}")

@@ -595,6 +595,9 @@ def test_a_dry_run_refuses_the_row_the_copy_would_refuse_and_counts_what_it_read
         assert not bad.get("would_verify", bad["verified"]) and bad["source_rows"] == 5, bad
         refused = "would refuse a source row" if dry_run else "refused a source row"  # was: "were not written"
         assert refused in bad["problems"][0] and f"{key!r}" in bad["problems"][0]
+        # the delete names the source store: pasted as it was, it acted on the default one (was)
+        delete = f"judgestore delete --store-root {root} --role judgements --task arena-hard --descriptor "
+        assert f"in the source (`{delete}" in bad["problems"][0], bad["problems"][0]
         said = [(d["role"], d["source_rows"], [p.partition(" written: ")[2].partition(". The source")[0]
                 for p in d["problems"]]) for d in report["databases"]]  # fmt: skip
         reports.append(said)  # the target named as the database it would be, or is
