@@ -85,6 +85,9 @@ USAGE_TOTALS = ("prompt_tokens", "completion_tokens", "engine_seconds")  # the u
 # crashed on SQLite, whose sum was inf, and called the database unreadable on PostgreSQL); under it, 10^8 rows stay
 # within the range.
 MAX_ENGINE_SECONDS = 1e300
+# A token count this large adds nothing either (no call spends it): two of 1e308 summed to inf and stats crashed.
+# Whole numbers under it add up exactly, however large (see the SQLite backend's totals).
+MAX_TOKENS = 1e300
 STREAM_PARTITION = 1_000  # rows a read of raw values (verify's) fetches at a time
 STREAM_SLICE = 100  # records a query builds at a time: its rows' width is known only once they are built
 PARTITION_BYTES = 32 << 20  # about what a reader that gathers records (a checked read) holds at once
@@ -244,11 +247,15 @@ class Repository(ABC):
         wide enough for any integer the column keeps (a 64-bit one)."""
 
     def _usage_numbers(self) -> list[Any]:
-        """The SQL expressions of the :data:`USAGE_TOTALS` a row's ``usage`` holds (:meth:`_json_number`), an
-        ``engine_seconds`` beyond :data:`MAX_ENGINE_SECONDS` NULL."""
+        """The SQL expressions of the :data:`USAGE_TOTALS` a row's ``usage`` holds (:meth:`_json_number`), a
+        token count beyond :data:`MAX_TOKENS` and an ``engine_seconds`` beyond :data:`MAX_ENGINE_SECONDS` NULL."""
         usage = self.table.c.usage
         prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
-        return [prompt, completion, case((func.abs(seconds) < MAX_ENGINE_SECONDS, seconds))]
+        return [
+            case((func.abs(prompt) < MAX_TOKENS, prompt)),
+            case((func.abs(completion) < MAX_TOKENS, completion)),
+            case((func.abs(seconds) < MAX_ENGINE_SECONDS, seconds)),
+        ]
 
     def _data_bytes(self) -> Any:
         c = self.table.c

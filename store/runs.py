@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Select, Table, case, func, insert, select
 
+from store.errors import RunValueError
 from store.repository import MAX_ENGINE_SECONDS
 from store.tables.models import Run
 from store.tables.records import RUN_SUMMED, RunRecord, RunTotals, record_fields
@@ -40,8 +41,12 @@ _FIELDS = record_fields(RunRecord)
 
 
 def record_run(database: Database, run: RunRecord) -> int:
-    """Append ``run`` to the database's ``runs`` (one write transaction); returns its id."""
+    """Append ``run`` to the database's ``runs`` (one write transaction); returns its id. A count no 64-bit
+    integer holds is a :class:`RunValueError`, before anything is written (SQLite raised a bare OverflowError)."""
     values = {name: getattr(run, name) for name in _FIELDS if name != "id"}
+    wide = sorted(name for name, value in values.items() if type(value) is int and not -(2**63) <= value < 2**63)
+    if wide:
+        raise RunValueError(f"{', '.join(wide)} past what the runs table holds (64-bit integers)")
     with database.transaction() as repo:
         return int(repo.conn.execute(insert(RUNS).values(values).returning(RUNS.c.id)).scalar_one())
 

@@ -32,7 +32,7 @@ from typing import Any
 
 from inference.backends.base import Generation
 from inference.cache.plan import Failure, Plan
-from store.repository import MAX_ENGINE_SECONDS
+from store.repository import MAX_ENGINE_SECONDS, MAX_TOKENS
 from store.tables.records import RunRecord
 
 ENGINE_SECONDS = "engine_seconds"  # the usage key of a row's share of its batch's engine time
@@ -91,8 +91,8 @@ def usage_totals(usages: Iterable[Mapping[str, Any] | None]) -> UsageTotals:
             without += 1
             continue
         p, c, s = usage.get("prompt_tokens"), usage.get("completion_tokens"), usage.get(ENGINE_SECONDS)
-        prompt += p if type(p) is int else int(_number(p) or 0)
-        completion += c if type(c) is int else int(_number(c) or 0)
+        prompt += p if type(p) is int else _tokens(p)
+        completion += c if type(c) is int else _tokens(c)
         if type(s) is float and -MAX_ENGINE_SECONDS < s < MAX_ENGINE_SECONDS:  # NaN fails both comparisons
             seconds += s
         elif (spent := _number(s)) is not None and abs(spent) < MAX_ENGINE_SECONDS:
@@ -100,6 +100,12 @@ def usage_totals(usages: Iterable[Mapping[str, Any] | None]) -> UsageTotals:
         else:  # none, not a number, or none a call takes (as stats adds them up: two of 1e308 summed to inf)
             without += 1
     return UsageTotals(rows, prompt, completion, round(seconds, 6), without)
+
+
+def _tokens(value: Any) -> int:
+    """A token count that is not a plain int, as stats adds it up: none past :data:`MAX_TOKENS` (1e308 tokens)."""
+    number = _number(value)
+    return int(number) if number is not None and abs(number) < MAX_TOKENS else 0
 
 
 _SHOWN_FAILURES = 3  # in the failure message; every one is in ``failed``

@@ -128,6 +128,7 @@ from store.errors import (
     InvalidInputError,
     JudgestoreError,
     RequestsFailedError,
+    RunValueError,
     ServerPermissionError,
     StoreFullError,
     StoreNotWritableError,
@@ -527,6 +528,8 @@ class CachedModel:
             if database is None:  # nothing hit and nothing was written
                 return
             record_run(database, record)  # not tried again: a commit whose answer was lost would count it twice
+        except RunValueError as e:  # a row's usage of more tokens than the table's integers hold: its answers stand
+            warn_the_caller(f"this run was not recorded ({e}); its answers are complete.", RunNotRecordedWarning)
         except (StoreNotWritableError, StoreFullError, ServerPermissionError, *TRANSIENT) as e:
             if failed:  # its answers are not complete: the warning would say they are
                 raise

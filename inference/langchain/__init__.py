@@ -71,7 +71,13 @@ from inference.messages import chat_messages
 from inference.requests import Request
 from inference.spec import Spec
 from store import Store
-from store.errors import InvalidInputError, MissingDependencyError, UnsupportedMessageError, install_hint
+from store.errors import (
+    InvalidInputError,
+    MissingDependencyError,
+    UnsupportedMessageError,
+    install_hint,
+    invalid_values,
+)
 
 try:
     from langchain_core.callbacks import (
@@ -151,8 +157,7 @@ class CachedChatModel(BaseChatModel):
         try:
             super().__init__(**data)
         except ValidationError as e:
-            wrong = "; ".join(f"{'.'.join(map(str, err['loc']))}: {err['msg']}" for err in e.errors())
-            raise InvalidInputError(f"CachedChatModel: {wrong}") from None
+            raise InvalidInputError(f"CachedChatModel: {invalid_values(e)}") from None
         self._build_cached()  # here, not in a validator: pydantic would wrap its typed error in a ValidationError
 
     def _build_cached(self) -> None:

@@ -23,6 +23,7 @@ __all__ = [
     "NotCombinableError",
     "ReadTransactionWriteError",
     "RowValueError",
+    "RunValueError",
     "StatementError",
     "UnsupportedMessageError",
     "invalid_values",
@@ -61,6 +62,10 @@ class RowValueError(InvalidInputError):
     def __init__(self, message: str, *, column: str, rule: str) -> None:
         self.column, self.rule = column, rule
         super().__init__(message)
+
+
+class RunValueError(InvalidInputError):
+    """A run's count past what the ``runs`` table's 64-bit integers hold (a row's usage of 2^63 tokens)."""
 
 
 class UnsupportedMessageError(InvalidInputError):

@@ -50,3 +50,6 @@ def test_usage_totals_count_rows_without_engine_time() -> None:
     # Seconds no call takes are none, as stats counts them: two of 1e308 saved "inf s" and crashed stats (was)
     huge = usage_totals([{"engine_seconds": 1e308}, {"engine_seconds": 10**308}, {"engine_seconds": 0.5}])
     assert (huge.engine_seconds, huge.without_cost) == (0.5, 2)
+    # and tokens: a float of 1e308 was a 309-digit count, which no run record holds (was)
+    tokens = usage_totals([{"prompt_tokens": 1e308, "completion_tokens": 3.0}, {"prompt_tokens": 2}])
+    assert (tokens.prompt_tokens, tokens.completion_tokens) == (2, 3)

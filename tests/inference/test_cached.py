@@ -723,3 +723,29 @@ def test_a_store_pickles_as_what_opens_it_again_for_a_worker_process(store: Stor
     assert model(again, descriptor, CountingBackend()).complete([ask(0)])[0].cached  # the row is there
     assert copy.copy(store).where == store.where
     again.close()
+
+
+def test_a_token_count_no_run_record_holds_costs_the_runs_row_only(store: Store, descriptor: ModelDescriptor) -> None:
+    """A server's usage of 2^63 prompt tokens: every row stored, then recording the run raised a bare
+    OverflowError, the answers were lost, and every later hit of the row did the same (was)."""
+    from store.runs import RunNotRecordedWarning, recent_runs
+
+    backend = CountingBackend()
+    answer = backend.generate
+
+    def absurd_usage(requests: Sequence[EngineRequest]) -> list[Generation | Refusal]:
+        return [
+            Generation(g.text, g.finish_reason, {"prompt_tokens": 2**63, "completion_tokens": 1}, g.top_logprobs)
+            if isinstance(g, Generation)
+            else g
+            for g in answer(requests)
+        ]
+
+    backend.generate = absurd_usage  # type: ignore[method-assign]
+    for _ in range(2):  # generated, then all hits: the same
+        with pytest.warns(RunNotRecordedWarning, match=r"prompt_tokens past what the runs table holds") as said:
+            responses = model(store, descriptor, backend).complete([ask(i) for i in range(2)])
+        assert [r.text for r in responses] == ["answer to q0 #0", "answer to q1 #0"]
+        assert "its answers are complete" in str(said[0].message)
+    database = store.database("completions", "t", descriptor)
+    assert database.count() == 2 and recent_runs(database) == []

@@ -436,6 +436,20 @@ def test_seconds_that_would_add_up_past_the_float_range_add_nothing(
     assert database_stats(database).rows.engine_seconds == 0.5
 
 
+def test_token_counts_that_would_add_up_past_the_float_range_add_nothing(
+    backend: Store, descriptor: ModelDescriptor
+) -> None:
+    """Two prompt_tokens of 1e308 summed to inf and stats crashed (int(inf)); whole numbers still add up exactly."""
+    usages = [{"prompt_tokens": 1e308, "completion_tokens": 1.5e308}, {"prompt_tokens": 1e308}]
+    usages += [{"prompt_tokens": 7, "completion_tokens": 2**62}, {"completion_tokens": 2**62}]
+    database = backend.database("completions", "t", descriptor)
+    database.put_many([completion_record(i, usage=usage) for i, usage in enumerate(usages)])
+    with database.transaction() as repo:
+        totals = repo.totals()
+    assert (totals.rows, totals.prompt_tokens, totals.completion_tokens) == (4, 7, 2**63)
+    assert database_stats(database).rows.prompt_tokens == 7
+
+
 def refusals() -> list[Any]:
     """Rows some backend would refuse or change: each is refused on both, with the same error."""
     surrogate = "before \ud800 after"
