@@ -7,10 +7,11 @@ Contract:
   is more than whitespace and square brackets, if it then reads ``A`` or
   ``B`` (``"A"``, ``" A"``, ``"[[A"``; a tie's ``C``, or a judge that
   writes "The answer is [[A]]", has none: an ``A`` of its explanation is no
-  verdict), read from its candidates: none when they hold no letter (a
-  sampled letter ranked below them, under ``allowed_token_ids`` or guided
-  decoding, whose logprobs are the unrestricted ones: the text decides, no
-  later position); where the sampled token is not stored
+  verdict), read from its candidates: none when the sampled letter is
+  not among them (ranked below them: under ``allowed_token_ids`` or guided
+  decoding, whose logprobs are the unrestricted ones, or sampled at a
+  temperature past the other letter kept: the text decides, no later
+  position); where the sampled token is not stored
   (an imported legacy row), the first whose candidates include such a
   token. That is the first generated token for a judge told to answer with
   the letter (JudgeArena's ``weighted_token_preference`` reads the first
@@ -117,6 +118,11 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
             mass[letter] += math.exp(candidate.logprob)
             found = True
         if found:
+            sampled = None if position.sampled is None else _letter(position.sampled.text)
+            if sampled is not None and not any(_letter(c.text) == sampled for c in position.candidates):
+                # The judge sampled the letter ranked below the candidates kept, the other among them: read,
+                # it showed the opposite of what the judge wrote, the sampled letter at P 0 (was); the text says it
+                return None
             return Preference(mass["A"], mass["B"], index)
         if position.sampled is not None:
             # The verdict position, its sampled letter ranked below the candidates kept (allowed_token_ids, guided

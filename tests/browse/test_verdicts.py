@@ -81,6 +81,10 @@ def test_a_sampled_letter_ranked_below_the_candidates_kept_leaves_the_verdict_to
     later = PositionLogprobs((TokenLogprob("B", -0.01, 36, 1),), TokenLogprob("B", -0.01, 36, 1))
     assert preference(encode([below, later])) is None
     assert read_verdict("A", encode([below, later])) == Reading("A", None)
+    # the other letter among the candidates: it was read as the verdict, the one sampled at P 0 (was)
+    other = PositionLogprobs((TokenLogprob("A", -0.4, 1, 1),), TokenLogprob("B", -1.1, 2, 2))
+    assert preference(encode([other])) is None
+    assert read_verdict("B", encode([other])) == Reading("B", None)
 
 
 def test_the_old_text_logprob_shape_reads_the_same() -> None:
