@@ -650,7 +650,7 @@ def test_verdicts_without_a_judge_and_a_row_without_an_instruction_get_no_link_t
     assert judged[1].input_hash in row and 'class="battle-link"' not in row
     # The count of rows with no finish reason linked to every row of the database (was): no filter selects them
     (reasons,) = re.findall(r'data-db="completions/.*?<td class="reasons">(.*?)</td>', overview, re.DOTALL)
-    assert "null&nbsp;1" in reasons and "<a" not in reasons
+    assert "(none)&nbsp;1" in reasons and "<a" not in reasons and "null" not in reasons  # read "null 1" (was)
 
 
 def test_a_battle_asked_without_its_benchmark_says_it_looked_for_rows_without_one(client: TestClient) -> None:
