@@ -1540,34 +1540,25 @@ def test_a_limit_that_is_no_count_of_rows_is_refused_alike_on_both_backends(eith
     assert len(list(database.query(limit=2))) == 2 and len(list(database.query(limit=0))) == 0
 
 
-def test_sqlite_two_argument_max_and_min_are_of_each_row_as_in_one_database(store: Store) -> None:
-    """SQLite's ``max(a, b)`` is no aggregate: every row's own value, as one database gives it (it was read as
-    the aggregate, one row for the whole store)."""
+@pytest.mark.parametrize(
+    "statement",
+    [
+        # SQLite's max(a, b) is no aggregate: it was read as one, one row for the whole store (was)
+        lambda: select(func.max(Judgement.instruction_id, "2")),
+        lambda: select(func.min(Judgement.instruction_id, "2"), Judgement.judge),
+        # SQL text that calls no aggregate: quoted, in a comment, SQLite's min(a, b)
+        lambda: select(Judgement.instruction_id).where(text("max(sample_index, 1) >= 1")),
+        lambda: select(Judgement.instruction_id, literal_column("min(sample_index, 1)")),
+        lambda: select(Judgement.instruction_id).where(text("completion NOT LIKE '%count(%' /* sum( */")),
+        lambda: select(Judgement.instruction_id, literal_column("'sum(x)'")),
+    ],
+)
+def test_what_is_no_aggregate_reads_as_on_one_table(store: Store, statement: Callable[[], Any]) -> None:
     fill(store, [[judgement_record(i) for i in range(3)], [judgement_record(i) for i in range(3, 5)]])
-    for stmt in (
-        select(func.max(Judgement.instruction_id, "2")),
-        select(func.min(Judgement.instruction_id, "2"), Judgement.judge),
-    ):
-        each = []
-        for location in store.select(Selector(role="judgements")):
-            with store.open(location).session() as session:
-                each += [tuple(row) for row in session.execute(stmt)]
-        assert len(each) == 5
-        assert sorted(tuple(row) for row in store.execute(stmt)) == sorted(each)
-
-
-def test_sql_text_that_calls_no_aggregate_reads_as_on_one_table(store: Store) -> None:
-    """Quoted text, comments and SQLite's two-argument min/max call no aggregate: the rows are one table's."""
-    fill(store, [[judgement_record(i) for i in range(3)], [judgement_record(i) for i in range(3, 5)]])
-    for stmt in (
-        select(Judgement.instruction_id).where(text("max(sample_index, 1) >= 1")),
-        select(Judgement.instruction_id, literal_column("min(sample_index, 1)")),
-        select(Judgement.instruction_id).where(text("completion NOT LIKE '%count(%' /* sum( */")),
-        select(Judgement.instruction_id, literal_column("'sum(x)'")),
-    ):
-        each = []
-        for location in store.select(Selector(role="judgements")):
-            with store.open(location).session() as session:
-                each += [tuple(row) for row in session.execute(stmt)]
-        assert len(each) == 5
-        assert sorted(tuple(row) for row in store.execute(stmt)) == sorted(each)
+    stmt = statement()
+    each = []
+    for location in store.select(Selector(role="judgements")):
+        with store.open(location).session() as session:
+            each += [tuple(row) for row in session.execute(stmt)]
+    assert len(each) == 5
+    assert sorted(tuple(row) for row in store.execute(stmt)) == sorted(each)
