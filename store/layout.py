@@ -37,6 +37,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -478,14 +479,16 @@ def _is_segment(name: str, wanted: str | None) -> bool:
 
 def _holds(folder: str, name: str) -> bool:
     """Whether ``folder`` holds the file ``name``; a folder this user may not look into is a
-    :class:`DatabaseIOError` (see :func:`_folders`)."""
+    :class:`DatabaseIOError` (see :func:`_folders`). A link there that leads nowhere (broken, a loop, into a
+    closed folder) holds none: ``judgestore verify`` reports it."""
+    path = os.path.join(folder, name)
     try:
-        os.stat(os.path.join(folder, name))
+        entry = os.lstat(path)
     except (FileNotFoundError, NotADirectoryError):
         return False
     except OSError as e:
         raise _unlistable(folder, e) from None
-    return True
+    return not stat.S_ISLNK(entry.st_mode) or os.path.exists(path)
 
 
 def _unlistable(path: str, error: OSError) -> DatabaseIOError:
@@ -497,11 +500,15 @@ def _unlistable(path: str, error: OSError) -> DatabaseIOError:
         parent = os.path.dirname(path)
         while parent != path and not os.access(parent, os.X_OK, effective_ids=True):
             path, parent = parent, os.path.dirname(parent)
+    advice = (
+        "Fix its permissions (a reader needs r and x on every folder of the store), or run as a user who may read it"
+        if denied
+        else "Check the disk and the path (`judgestore verify`)"
+    )
     return DatabaseIOError(
         path,
         f"{said}: this user cannot look into the folder, so the databases in it cannot be found and nothing "
-        "was done. Fix its permissions (a reader needs r and x on every folder of the store), or run as a user "
-        "who may read it",
+        f"was done. {advice}",
     )
 
 

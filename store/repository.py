@@ -251,10 +251,11 @@ class Repository(ABC):
         token count beyond :data:`MAX_TOKENS` and an ``engine_seconds`` beyond :data:`MAX_ENGINE_SECONDS` NULL."""
         usage = self.table.c.usage
         prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
+        # Compared on both sides, not through abs(): SQLite's abs(-2^63) overflows, and the table read as damaged
         return [
-            case((func.abs(prompt) < MAX_TOKENS, prompt)),
-            case((func.abs(completion) < MAX_TOKENS, completion)),
-            case((func.abs(seconds) < MAX_ENGINE_SECONDS, seconds)),
+            case(((prompt > -MAX_TOKENS) & (prompt < MAX_TOKENS), prompt)),
+            case(((completion > -MAX_TOKENS) & (completion < MAX_TOKENS), completion)),
+            case(((seconds > -MAX_ENGINE_SECONDS) & (seconds < MAX_ENGINE_SECONDS), seconds)),
         ]
 
     def _data_bytes(self) -> Any:

@@ -341,6 +341,7 @@ def test_a_closed_folder_elsewhere_stops_no_command_that_does_not_look_there() -
             listed = judgestore("ls", "--store-root", str(root), "--role", "completions", "--json")
             by_task = judgestore("query", "--store-root", str(root), "--task", "mt-bench", "--format", "jsonl")
             whole = judgestore("ls", "--store-root", str(root), "--json")
+            mistyped = judgestore("ls", "--store-root", str(root), "--task", "mt-bnch")
             from store import Selector, Store
 
             with Store(root=root) as store:
@@ -349,5 +350,21 @@ def test_a_closed_folder_elsewhere_stops_no_command_that_does_not_look_there() -
         assert by_task.exit_code == 0 and len(by_task.stdout.splitlines()) == 5, by_task.output
         assert [loc.model for loc in mine] == ["Qwen/Qwen3-8B"]
         assert whole.exit_code == 1 and str(judge) in orjson.loads(whole.stderr)["error"]  # it does look there
+        # the note of a selection that matches nothing (a permission error of the closed folder, was)
+        assert mistyped.exit_code == 0 and "matches --task mt-bnch" in mistyped.output, mistyped.output
+
     finally:
         shutil.rmtree(base)
+
+
+def test_a_database_file_that_is_a_link_to_nothing_is_a_stray_not_an_error(tmp_path: Path) -> None:
+    """A link loop where a database file belongs stopped ls and verify with "fix its permissions" (was)."""
+    root = fill_small_store(tmp_path / "store")
+    folder = root / "completions" / "t" / "vllm" / "m" / "0123456789abcdef"
+    folder.mkdir(parents=True)
+    (folder / "completions.db").symlink_to("completions.db")
+    listed = judgestore("ls", "--store-root", str(root), "--json")
+    verified = judgestore("verify", "--store-root", str(root), "--json")
+    assert listed.exit_code == 0 and len(orjson.loads(listed.stdout)) == 3, listed.output
+    assert verified.exit_code == 1 and "a link to nothing" in verified.stdout, verified.output
+    assert "permission" not in verified.output

@@ -103,7 +103,7 @@ def usage_totals(usages: Iterable[Mapping[str, Any] | None]) -> UsageTotals:
 
 
 def _tokens(value: Any) -> int:
-    """A token count that is not a plain int, as stats adds it up: none past :data:`MAX_TOKENS` (1e308 tokens)."""
+    """A token count that is not a plain int, as stats adds it up: none past :data:`MAX_TOKENS` (a float of 1e308)."""
     number = _number(value)
     return int(number) if number is not None and abs(number) < MAX_TOKENS else 0
 

@@ -529,6 +529,8 @@ class CachedModel:
                 return
             record_run(database, record)  # not tried again: a commit whose answer was lost would count it twice
         except RunValueError as e:  # a row's usage of more tokens than the table's integers hold: its answers stand
+            if failed:  # its answers are not complete: the warning would say they are
+                raise
             warn_the_caller(f"this run was not recorded ({e}); its answers are complete.", RunNotRecordedWarning)
         except (StoreNotWritableError, StoreFullError, ServerPermissionError, *TRANSIENT) as e:
             if failed:  # its answers are not complete: the warning would say they are

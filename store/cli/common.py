@@ -57,7 +57,7 @@ from store import jsonvalues
 from store.backends import typed_error
 from store.claim_table import ClaimsSummary
 from store.cli.tables import Column, Fit, FittedTable
-from store.errors import EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
+from store.errors import DatabaseIOError, EmptyFilterError, InvalidInputError, JudgestoreError, OutputWriteError
 from store.interrupts import held_signals_said_by
 from store.layout import Location, Selector
 from store.outputs import replacing, written_in_place
@@ -791,7 +791,13 @@ def unmatched(store: Store, selector: Selector) -> str | None:
     """The sentence saying that ``selector`` (a mistyped ``--descriptor``, say) picks none of the store's databases;
     None when it picks some, or the store holds none."""
     chosen = " ".join(f"{_SELECTOR_OPTIONS[name]} {value}" for name, value in selector.as_dict().items() if value)
-    if chosen and (held := len(store.locations())) and not store.select(selector):
+    if not chosen or store.select(selector):
+        return None
+    try:
+        held = len(store.locations())
+    except DatabaseIOError:  # a folder elsewhere closed to this user: the selection never looked there
+        return f"No database in {store.where} matches {chosen} (`judgestore ls` lists them)"
+    if held:
         held_said = quantity(held, "database")
         return f"No database in {store.where} matches {chosen} ({held_said} in all; `judgestore ls` lists them)"
     return None

@@ -20,6 +20,7 @@ import typer
 from rich.text import Text
 
 from store import schema
+from store.backends.postgres.connections import is_store_url
 from store.cli.common import (
     command_errors,
     counted,
@@ -173,7 +174,7 @@ def db_upgrade_command(
             # The database it was migrating, if it was (not one already current): did its commit finish?
             stopped = locations[len(results) :][:1] if getattr(e, MIGRATING, None) else []
             at_head = any(info.state is DatabaseState.CURRENT for info in store.infos(stopped, count_rows=False))
-            _upgrade_interrupted(results, len(locations), at_head, json_output)
+            _upgrade_interrupted(results, len(locations), at_head, json_output, files=not is_store_url(store.where))
         folders = [str(location.relative_folder()) for location in locations]  # one result per location, in order
         unlisted = store.unlisted(selector)  # never upgraded: no location names them
     bad = [r for r in results if r.outcome in (UpgradeOutcome.REFUSED, UpgradeOutcome.FAILED)]
@@ -221,10 +222,13 @@ def _rows_kept(rows: dict[str, int]) -> str:
     return f"{kept:,} rows kept" + (f" ({others})" if others else "")
 
 
-def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: bool, json_output: bool) -> NoReturn:
+def _upgrade_interrupted(
+    results: list[UpgradeResult], selected: int, at_head: bool, json_output: bool, *, files: bool
+) -> NoReturn:
     """Ctrl-C in ``db upgrade``: how many databases were upgraded (exit 130). The migration of the one it stopped
     in is one transaction: rolled back, unless the interrupt came during its commit (then it is ``at_head``, and
-    counted); a backup made of it may stay beside it. The databases not reached are as they were."""
+    counted); a backup made of it may stay beside it (a folder store's ``files``; a server's upgrade makes none).
+    The databases not reached are as they were."""
     upgraded = sum(result.outcome is UpgradeOutcome.UPGRADED for result in results) + at_head
     stopped = "is at head (its commit had finished)" if at_head else "is still at its revision"
     backups = sum(result.backup is not None for result in results)
@@ -234,6 +238,8 @@ def _upgrade_interrupted(results: list[UpgradeResult], selected: int, at_head: b
         if backups
         else " The one it stopped in may have a backup beside it (`*.bak-<revision>-<time>`), a whole copy of "
         "the file as it is."
+        if files
+        else ""
     )
     message = (
         f"interrupted; upgraded {upgraded} of {quantity(selected, 'database')}: the one it stopped in {stopped}, "

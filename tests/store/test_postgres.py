@@ -30,6 +30,7 @@ from store.backends.postgres.text import ESCAPE
 from store.cli.app import build_app
 from store.descriptor import ModelDescriptor, input_hash
 from store.errors import (
+    ForeignDatabaseError,
     ForeignSchemaError,
     InvalidInputError,
     SchemaAheadError,
@@ -263,6 +264,21 @@ def test_a_newer_revision_in_a_schema_is_refused_untouched(pg_url: str, pg_clust
         (info,) = store.infos(store.locations())
         assert info.state is DatabaseState.AHEAD
     assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("f00d",)]
+
+
+def test_an_emptied_revision_in_a_schema_is_said_to_hold_none(pg_url: str, pg_cluster: Cluster) -> None:
+    """It read as a newer judgestore's revision: "Upgrade the library" (was), as on SQLite."""
+    with Store(url=pg_url) as store:
+        store.database("completions", "t", QWEN).put_many([completion_record(1)])
+    database = make_url(pg_url).database
+    name = schema_name(Location.of("completions", "t", QWEN))
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = ''", database)
+    with Store(url=pg_url) as store:
+        with pytest.raises(ForeignDatabaseError, match="does not hold exactly one revision"):
+            store.open(Location.of("completions", "t", QWEN))
+        (info,) = store.infos(store.locations())
+        assert info.state is DatabaseState.FOREIGN
+    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("",)]
 
 
 @pytest.mark.parametrize("kind", ["bad-scheme", "down", "password", "no-password", "no-database", "no-connect"])

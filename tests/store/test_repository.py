@@ -442,12 +442,13 @@ def test_token_counts_that_would_add_up_past_the_float_range_add_nothing(
     """Two prompt_tokens of 1e308 summed to inf and stats crashed (int(inf)); whole numbers still add up exactly."""
     usages = [{"prompt_tokens": 1e308, "completion_tokens": 1.5e308}, {"prompt_tokens": 1e308}]
     usages += [{"prompt_tokens": 7, "completion_tokens": 2**62}, {"completion_tokens": 2**62}]
+    usages += [{"prompt_tokens": -(2**63)}]  # SQLite's abs() of it overflowed: the table read as damaged
     database = backend.database("completions", "t", descriptor)
     database.put_many([completion_record(i, usage=usage) for i, usage in enumerate(usages)])
     with database.transaction() as repo:
         totals = repo.totals()
-    assert (totals.rows, totals.prompt_tokens, totals.completion_tokens) == (4, 7, 2**63)
-    assert database_stats(database).rows.prompt_tokens == 7
+    assert (totals.rows, totals.prompt_tokens, totals.completion_tokens) == (5, 7 - 2**63, 2**63)
+    assert database_stats(database).rows.prompt_tokens == 7 - 2**63
 
 
 def refusals() -> list[Any]:

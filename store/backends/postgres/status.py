@@ -85,7 +85,7 @@ def classify(conn: Connection, location: Location, known: Revisions | None = Non
             if getattr(e.orig, "sqlstate", None) != UNDEFINED_TABLE:
                 raise
             rows, unversioned = [], True
-        if len(rows) == 1:
+        if len(rows) == 1 and isinstance(rows[0][0], str) and rows[0][0]:  # an empty one names none
             revision = rows[0][0]
             if revision == known.head:
                 return SchemaStatus(DatabaseState.CURRENT, revision, known.head)
@@ -149,7 +149,7 @@ def _surveyed(
         rows, versions, counts, sizes, claims = {}, {}, {}, {}, {}
     for name, location in names.items():
         revision = versions.get(name)
-        if name not in rows or revision is None or name not in sizes:
+        if name not in rows or not revision or name not in sizes:  # an empty revision names none: classify says so
             yield schema_info(storage, location, known=known, count_rows=count_rows)
             continue
         where = storage.location_where(location)
