@@ -182,7 +182,8 @@ def test_a_database_the_target_refuses_is_reported_as_the_targets_and_leaves_no_
             problem = " ".join(bad.problems)
             assert bad.location == location and bad.written == 0 and bad.target is None
             assert problem.startswith(f"the target {server.where} schema {schema_name(location)} refused a source row")
-            assert key in problem and "benchmark" in problem and "judgestore delete --input-hash" in problem
+            assert key in problem and "benchmark" in problem and f"judgestore delete --store-root {root} " in problem
+            assert "--input-hash HASH`" in problem
             assert "removed" in problem and "recompute" not in problem and "SQLite" not in problem
             assert [d.verified for d in report.databases].count(True) == 3
             assert sum(d.written for d in report.databases) == (14 if attempt == 0 else 0)
