@@ -251,34 +251,31 @@ def test_a_schema_that_is_not_ours_is_refused_untouched(pg_url: str, pg_cluster:
     assert pg_cluster.sql(f'SELECT x FROM "{name}".theirs', database) == [(7,)]
 
 
-def test_a_newer_revision_in_a_schema_is_refused_untouched(pg_url: str, pg_cluster: Cluster) -> None:
+@pytest.mark.parametrize(
+    ("revision", "error", "said", "state"),
+    [
+        ("f00d", SchemaAheadError, "f00d", DatabaseState.AHEAD),
+        # emptied: it read as a newer judgestore's revision, "Upgrade the library" (was), as on SQLite
+        ("", ForeignDatabaseError, "does not hold exactly one revision", DatabaseState.FOREIGN),
+    ],
+)
+def test_a_revision_this_library_does_not_know_is_refused_untouched(
+    pg_url: str, pg_cluster: Cluster, revision: str, error: type[Exception], said: str, state: DatabaseState
+) -> None:
     with Store(url=pg_url) as store:
         store.database("completions", "t", QWEN).put_many([completion_record(1)])
     database = make_url(pg_url).database
     name = schema_name(Location.of("completions", "t", QWEN))
-    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = 'f00d'", database)
+    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = '{revision}'", database)
     with Store(url=pg_url) as store:
-        with pytest.raises(SchemaAheadError, match="f00d") as caught:
+        with pytest.raises(error, match=said) as caught:
             store.open(Location.of("completions", "t", QWEN))
-        assert "the schema was not touched" in str(caught.value) and "file" not in str(caught.value)  # was: file
+        assert "file" not in str(caught.value)  # a schema (was: file)
+        if revision:
+            assert "the schema was not touched" in str(caught.value)
         (info,) = store.infos(store.locations())
-        assert info.state is DatabaseState.AHEAD
-    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("f00d",)]
-
-
-def test_an_emptied_revision_in_a_schema_is_said_to_hold_none(pg_url: str, pg_cluster: Cluster) -> None:
-    """It read as a newer judgestore's revision: "Upgrade the library" (was), as on SQLite."""
-    with Store(url=pg_url) as store:
-        store.database("completions", "t", QWEN).put_many([completion_record(1)])
-    database = make_url(pg_url).database
-    name = schema_name(Location.of("completions", "t", QWEN))
-    pg_cluster.sql(f"UPDATE \"{name}\".judgestore_alembic_version SET version_num = ''", database)
-    with Store(url=pg_url) as store:
-        with pytest.raises(ForeignDatabaseError, match="does not hold exactly one revision"):
-            store.open(Location.of("completions", "t", QWEN))
-        (info,) = store.infos(store.locations())
-        assert info.state is DatabaseState.FOREIGN
-    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [("",)]
+        assert info.state is state
+    assert pg_cluster.sql(f'SELECT version_num FROM "{name}".judgestore_alembic_version', database) == [(revision,)]
 
 
 @pytest.mark.parametrize("kind", ["bad-scheme", "down", "password", "no-password", "no-database", "no-connect"])
