@@ -46,7 +46,7 @@ from pathlib import Path
 import orjson
 from pydantic import ValidationError
 
-from store.descriptor import ModelDescriptor, sha256_hex
+from store.descriptor import HASH16_LENGTH, ModelDescriptor, sha256_hex
 from store.errors import DatabaseIOError, InvalidInputError, MetadataMismatchError, MetadataMissingError
 from store.roles import ROLES, Role, check_role
 from store.segments import ShortName, decode_segment, encode_segment, same_name
@@ -388,7 +388,7 @@ def walk(root: Path, selector: Selector | None = None) -> Iterator[Location]:
     (:func:`_folders`).
     """
     selector = selector or Selector()
-    prefix = (selector.descriptor or "")[:16]
+    prefix = (selector.descriptor or "")[:HASH16_LENGTH]  # a folder's name; a longer prefix is the caller's
     for role in ROLES if selector.role is None else (selector.role,):
         name = database_name(role)
         found = []

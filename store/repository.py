@@ -250,13 +250,10 @@ class Repository(ABC):
         """The SQL expressions of the :data:`USAGE_TOTALS` a row's ``usage`` holds (:meth:`_json_number`), a
         token count beyond :data:`MAX_TOKENS` and an ``engine_seconds`` beyond :data:`MAX_ENGINE_SECONDS` NULL."""
         usage = self.table.c.usage
-        prompt, completion, seconds = (self._json_number(usage, key) for key in USAGE_TOTALS)
+        bounds = (MAX_TOKENS, MAX_TOKENS, MAX_ENGINE_SECONDS)  # in USAGE_TOTALS' order
+        numbers = (self._json_number(usage, key) for key in USAGE_TOTALS)
         # Compared on both sides, not through abs(): SQLite's abs(-2^63) overflows, and the table read as damaged
-        return [
-            case(((prompt > -MAX_TOKENS) & (prompt < MAX_TOKENS), prompt)),
-            case(((completion > -MAX_TOKENS) & (completion < MAX_TOKENS), completion)),
-            case(((seconds > -MAX_ENGINE_SECONDS) & (seconds < MAX_ENGINE_SECONDS), seconds)),
-        ]
+        return [case(((n > -bound) & (n < bound), n)) for n, bound in zip(numbers, bounds, strict=True)]
 
     def _data_bytes(self) -> Any:
         c = self.table.c

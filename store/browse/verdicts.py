@@ -117,18 +117,15 @@ def preference(top_logprobs: Mapping[str, Any] | None) -> Preference | None:
                 )
             mass[letter] += math.exp(candidate.logprob)
             found = True
-        if found:
-            sampled = None if position.sampled is None else _letter(position.sampled.text)
-            if sampled is not None and not any(_letter(c.text) == sampled for c in position.candidates):
-                # The judge sampled the letter ranked below the candidates kept, the other among them: read,
-                # it showed the opposite of what the judge wrote, the sampled letter at P 0 (was); the text says it
-                return None
-            return Preference(mass["A"], mass["B"], index)
-        if position.sampled is not None:
+        sampled = None if position.sampled is None else _letter(position.sampled.text)
+        if sampled is not None and not any(_letter(c.text) == sampled for c in position.candidates):
             # The verdict position, its sampled letter ranked below the candidates kept (allowed_token_ids, guided
-            # decoding: the logprobs are the unrestricted ones): no preference to read here, and none later (a
-            # later position's letter was read as the verdict: was); the text says it
+            # decoding: the logprobs are the unrestricted ones; or sampled past the other letter kept): no
+            # preference here, and none later. Read, a later position's letter was the verdict, or the other
+            # letter kept, the one sampled at P 0 (was); the text says it
             return None
+        if found:
+            return Preference(mass["A"], mass["B"], index)
     return None
 
 
