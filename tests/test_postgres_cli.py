@@ -445,7 +445,12 @@ def test_a_setting_the_server_refuses_in_the_urls_options_says_to_fix_the_url(pg
 
 def test_a_bad_url_names_the_variable_or_the_option_it_came_from() -> None:
     """Was: 'store URL driver ... is not supported', and nothing said where the URL came from."""
-    for url, said in (("postgresq://x@/y", "driver 'postgresq' is not supported"), ("not a url", "not a store URL")):
+    for url, said in (
+        ("postgresq://x@/y", "driver 'postgresq' is not supported"),
+        ("not a url", "not a store URL"),
+        ("postgresql+psycopg://x@localhost:65536/y", "port 65536 is not a TCP port"),  # exit 1 on connecting (was)
+        ("postgresql+psycopg://x@localhost:0/y", "port 0 is not a TCP port"),
+    ):
         for args, env, named in (
             (["ls"], {"JUDGESTORE_STORE_URL": url}, "JUDGESTORE_STORE_URL"),
             (["ls", "--store-url", url], {}, "--store-url"),

@@ -75,6 +75,7 @@ def _without_secrets(message: str, url: str) -> str:
 
 
 POSTGRES_DRIVERS = ("postgresql", "postgresql+psycopg")
+MAX_PORT = 65_535
 
 
 def is_store_url(value: str) -> bool:
@@ -102,6 +103,10 @@ def checked_store_url(url: str) -> URL:
         ) from e
     if parsed.drivername not in POSTGRES_DRIVERS:
         raise InvalidInputError(f"store URL driver {parsed.drivername!r} is not supported; use postgresql+psycopg")
+    if parsed.port is not None and not 1 <= parsed.port <= MAX_PORT:  # found only on connecting, as exit 1 (was)
+        raise InvalidInputError(
+            f"{display_url(url)} is not a store URL (port {parsed.port} is not a TCP port, 1-{MAX_PORT})"
+        )
     return parsed
 
 
