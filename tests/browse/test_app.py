@@ -30,6 +30,7 @@ from store.browse.app import create_app
 from store.browse.browser import Browser
 from store.browse.render import SHOWN_CHARS
 from store.descriptor import input_hash, render_messages
+from store.logprobs import PositionLogprobs, TokenLogprob, encode
 from store.runs import record_run
 from store.settings import Settings
 from store.tables.records import JudgementRecord
@@ -669,6 +670,33 @@ def _judgement(instruction: str, orientation: str, completion: str, top_logprobs
         finish_reason="stop", run_id="r", created_by="t", created_at=demo.T0 + timedelta(minutes=minute),
         top_logprobs=top_logprobs,
     )  # fmt: skip
+
+
+def test_the_row_page_shows_a_sampled_token_kept_apart_from_the_candidates_with_its_logprob(tmp_path: Path) -> None:
+    """A sampled token ranked below the candidates kept (allowed_token_ids: the unrestricted logprobs) showed its
+    rank alone, its logprob nowhere; a position stored with its sampled token alone (no candidates) had no row."""
+    below = PositionLogprobs(
+        (TokenLogprob("x", -0.1, 7, 1), TokenLogprob("y", -2.0, 8, 2)), TokenLogprob("A", -9.0, 35, 304)
+    )
+    alone = PositionLogprobs((), TokenLogprob("]]", -0.25, 40, 1))
+    kept = PositionLogprobs(
+        (TokenLogprob("B", -0.5, 36, 1), TokenLogprob("A", -1.5, 35, 2)), TokenLogprob("B", -0.5, 36, 1)
+    )
+    row = _judgement("q0", "direct", "A]]B", encode([below, alone, kept]))
+    with Store(Settings(store_root=tmp_path), root=tmp_path) as store:
+        store.database("judgements", demo.TASK, demo.descriptor(demo.JUDGE)).put_many([row])
+    reader = Store(Settings(store_root=tmp_path), root=tmp_path, readonly=True)
+    with TestClient(create_app(Browser(reader)), base_url=LOCAL) as client:
+        html = get(client, "/row", db=next(iter(names_of(reader).values())), hash=row.input_hash)
+    reader.close()
+    table = html.split('id="logprobs"')[1].split("</table>")[0]
+    positions = [part.split("</td>")[0] for part in table.split('<td rowspan="')[1:]]
+    assert positions[0] == '2">0'
+    said = " ".join(positions[1].split())
+    assert said.endswith("(rank 304; not among the candidates kept: logprob -9.0000, P 0.0001)"), said
+    assert positions[2] == '1">1' and "(rank 1; not among the candidates kept: logprob -0.2500, P 0.7788)" in table
+    assert positions[4] == '2">2' and "(rank 1)" in positions[5]  # among the candidates: its row is the marked one
+    assert table.count('<tr class="sampled">') == 1 and table.count("<tr class=") == 5  # 2 + 1 (alone) + 2
 
 
 def test_stored_logprobs_that_cannot_be_read_leave_the_verdict_to_the_text_and_say_so(tmp_path: Path) -> None:
