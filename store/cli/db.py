@@ -61,9 +61,7 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
     """Schema state of every database against this library's head revision.
 
     Read-only. Exits 1 if any database is behind, ahead, foreign, damaged
-    beyond opening, or has a metadata.json that does not match its folder,
-    and when there is no store there (a mistyped --store-root) or no
-    database its selectors pick (a mistyped --descriptor).
+    beyond opening, or has a metadata.json that does not match its folder.
     It reads each file's schema, not every page: `judgestore verify` does.
 
     Examples:
@@ -75,8 +73,6 @@ def db_status_command(settings: Settings, selector: Selector, json_output: JsonO
     with Store(settings, readonly=True) as store:
         store.require_present("to check")
         locations = store.select(selector)
-        if not locations and (said := unmatched(store, selector)) is not None:
-            raise InvalidInputError(f"{said}: nothing was checked")  # a mistyped --descriptor read "ok": true (was)
         infos = list(counted(store.infos(locations, count_rows=False), len(locations), "Checking"))
         unlisted = store.unlisted(selector)
     head = schema.revisions().head
@@ -141,9 +137,7 @@ def db_upgrade_command(
     damaged files are refused and not touched. A second run does nothing.
     On a PostgreSQL server each schema is migrated in one transaction (a
     failure leaves it as it was) and no backup is made: take one with pg_dump.
-    Exits 1 if anything was refused or failed, and when there is no store
-    there (a mistyped --store-root) or no database its selectors pick (a
-    mistyped --descriptor: nothing upgraded). Ctrl-C exits 130 with one line
+    Exits 1 if anything was refused or failed. Ctrl-C exits 130 with one line
     on stderr saying how many were upgraded: the one it stopped in is left at
     its revision (its migration is one transaction), and so are the rest.
 
@@ -167,10 +161,7 @@ def db_upgrade_command(
             json_output=json_output,
         )
     with Store(settings, readonly=dry_run) as store:
-        store.require_present("to upgrade")  # a mistyped root is no store with nothing behind ("ok": true, was)
         locations = store.select(selector)
-        if not locations and (said := unmatched(store, selector)) is not None:
-            raise InvalidInputError(f"{said}: nothing was upgraded")  # nor is a mistyped --descriptor
         results: list[UpgradeResult] = []
         upgrades = store.upgrade(locations, keep_backup=not no_backup, dry_run=dry_run)
         try:
