@@ -669,7 +669,9 @@ def test_a_second_sigterm_while_the_engine_process_starts_ends_the_run_at_once(
 ) -> None:
     status, said, waited, _ = _interrupted_during_engine_start(tmp_path / "store", prompts, tiny_model_dir, signals=2)
     assert status == 143 and "stopped at once" in said, said
-    assert waited < 10  # not once the engine is up
+    # Not once the engine is up: that is 37-43 s after the signal on this 2-vCPU host (the test above), at once
+    # 0.07 s when the host is idle and 10.2 s at worst seen under the whole suite (a limit of 10 s failed there)
+    assert waited < 20
 
 
 def test_judge_refuses_a_prompts_file_naming_its_line(tmp_path: Path, prompts: Path, tiny_model_dir: Path) -> None:
