@@ -41,7 +41,10 @@ Contract:
   (:func:`inference.messages.chat_messages`) before LangChain's own coercion,
   which would drop a dict's unknown keys: one it cannot key is refused
   before anything is sent, on every path. ``bind_tools`` and
-  ``with_structured_output`` are refused (no tool call is text to key).
+  ``with_structured_output`` are refused (no tool call is text to key),
+  and so is ``configurable_fields`` (fields are fixed once the model is
+  built; ``configurable_alternatives`` picks between models built
+  beforehand).
   Callbacks see one LLM run per input, started before the plan and ended
   (or errored) after it, each answer named after its run as LangChain's own
   ``generate`` names it (its ``id``); an input judgestore cannot key has its run too,
@@ -196,6 +199,16 @@ class CachedChatModel(BaseChatModel):
     def with_structured_output(self, schema: Any, **kwargs: Any) -> Any:
         """Refused: it works through tools or a provider's response format, which are not part of the key."""
         raise InvalidInputError(_NO_TOOLS)
+
+    def configurable_fields(self, **kwargs: Any) -> Any:
+        """Refused when it is asked, not at the first call: LangChain's configured copy would be built from this
+        one's fields, its spec and its built cached model together (and its engine prepared anew per call)."""
+        raise InvalidInputError(
+            f"CachedChatModel's fields are fixed once it is built ({', '.join(sorted(kwargs)) or 'none given'} asked"
+            " for): its spec is part of the cache key and its engine is prepared once. Build one CachedChatModel"
+            " per setting and choose between them at run time with configurable_alternatives(ConfigurableField("
+            "id=...), default_key=..., other=other_model)"
+        )
 
     @property
     def _identifying_params(self) -> dict[str, Any]:

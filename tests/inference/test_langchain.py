@@ -52,7 +52,7 @@ def served(fake: FakeOpenAI, **kw: Any) -> HostedSpec:
 
 def chat_model(fake: FakeOpenAI, store: Store, **kw: Any) -> CachedChatModel:
     spec_kw = {k: kw.pop(k) for k in ("sampling", "input_mode", "max_concurrency") if k in kw}
-    return CachedChatModel(spec=served(fake, **spec_kw), store=store, task="arena", **kw)
+    return CachedChatModel(spec=served(fake, **spec_kw), store=store, **{"task": "arena", **kw})
 
 
 def test_it_is_a_langchain_chat_model_and_a_second_batch_sends_nothing(store: Store, fake: FakeOpenAI) -> None:
@@ -615,3 +615,30 @@ def test_output_version_v1_gives_content_blocks_on_every_path(store: Store, fake
         )
     with chat_model(fake, store) as plain:
         assert plain.invoke("q one").content == "echo: q one"
+
+
+def test_configurable_fields_is_refused_when_asked_and_configurable_alternatives_picks_a_built_model(
+    store: Store, fake: FakeOpenAI
+) -> None:
+    from langchain_core.runnables import ConfigurableField
+
+    with chat_model(fake, store) as arena, chat_model(fake, store, task="other") as other:
+        # LangChain would build the configured copy from this model's spec and its built cached model together,
+        # at the first call ("takes a spec ... or a cached model, not both"): refused here, naming the way that works.
+        with pytest.raises(InvalidInputError, match=r"\(task asked for\).*configurable_alternatives"):
+            arena.configurable_fields(task=ConfigurableField(id="task"))
+        assert arena.invoke("still the same").content == "echo: still the same"  # the refusal changed nothing
+        chooser = arena.configurable_alternatives(ConfigurableField(id="task"), default_key="arena", other=other)
+        by_default = chooser.invoke("picked")
+        chosen = chooser.with_config(configurable={"task": "other"}).invoke("picked")
+        again = chooser.with_config(configurable={"task": "other"}).invoke("picked")
+    assert by_default.content == chosen.content == "echo: picked"
+    assert not chosen.response_metadata["judgestore"]["cached"] and again.response_metadata["judgestore"]["cached"]
+    assert len(fake.completions()) == 3  # "still the same", then "picked" once per task
+    tasks = {
+        task: sorted(
+            row.record.completion for row in store.query_rows(Selector(role="completions", task=task), RowFilter())
+        )
+        for task in ("arena", "other")
+    }
+    assert tasks == {"arena": ["echo: picked", "echo: still the same"], "other": ["echo: picked"]}
