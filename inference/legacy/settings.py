@@ -30,7 +30,9 @@ The mapping of a legacy VLLM descriptor:
   skipped until ``--assume-setting max_tokens=N`` names it.
 * ``backend_version`` is the legacy one (the vLLM that produced the rows), not
   the installed one: a live run on another vLLM version computes another
-  descriptor and misses, by design.
+  descriptor and misses, by design. One that is not a version string is
+  refused, and so is a ``max_tokens`` below 1 (vLLM refuses it: no live run
+  computes that descriptor).
 * A legacy key this module does not know (top level, or ``input_mode`` other
   than chat/text) is not guessed: the source is skipped with its name.
 * Settings the legacy wrapper hard-coded and never wrote (a logprobs count,
@@ -215,6 +217,10 @@ def live_spec(
         raise LegacyMappingError(
             "max_tokens is not recorded; pass --assume-setting max_tokens=N with the value the legacy run used"
         )
+    max_tokens = sampling["max_tokens"]
+    if isinstance(max_tokens, int | float) and not isinstance(max_tokens, bool) and max_tokens < 1:
+        # vLLM refuses it, so no live run could compute the descriptor and the rows would never hit.
+        raise LegacyMappingError(f"max_tokens {max_tokens!r}: a live run needs at least 1 (vLLM refuses less)")
     # The legacy vLLM wrapper's defaults: a missing or null temperature / top_p meant these.
     if sampling.get("temperature") is None:
         sampling["temperature"] = VLLM_LEGACY_TEMPERATURE
@@ -236,8 +242,16 @@ def live_spec(
 
 
 def legacy_backend_version(metadata: LegacyMetadata) -> str | None:
-    value = metadata.doc.get("backend_version" if metadata.form is MetadataForm.S3 else "vllm_version")
-    return value if isinstance(value, str) else None
+    """The vLLM version the legacy rows came from, None where the file records none.
+
+    Any other value (a number, an empty string) is refused: read as "none
+    recorded", it would put the rows of two engine versions under one descriptor.
+    """
+    name = "backend_version" if metadata.form is MetadataForm.S3 else "vllm_version"
+    value = metadata.doc.get(name)
+    if value is not None and not (isinstance(value, str) and value.strip()):
+        raise LegacyMappingError(f"{name} {value!r} is not a version (a string, such as '0.10.1')")
+    return value
 
 
 def pinned_descriptor(spec: ModelSpec) -> ModelDescriptor:
@@ -265,6 +279,7 @@ def map_legacy_descriptor(
     Resolves revision and chat template from the model *as it is now* (that is
     what the live rules do): callers record that as an assumption.
     """
+    backend_version = legacy_backend_version(metadata)  # first: it may refuse the file before the model is read
     spec, notes = live_spec(metadata, model=model, assumed=assumed)
     try:
         descriptor = pinned_descriptor(spec)
@@ -272,4 +287,4 @@ def map_legacy_descriptor(
         raise
     except (InvalidInputError, OSError) as e:
         raise LegacyMappingError(f"the live rules refuse these settings: {e}") from e
-    return descriptor.model_copy(update={"backend_version": legacy_backend_version(metadata)}), spec, notes
+    return descriptor.model_copy(update={"backend_version": backend_version}), spec, notes

@@ -115,6 +115,19 @@ def test_backend_version_is_the_legacy_one(tiny_model: Path, tmp_path: Path) -> 
     assert descriptor.backend_version == "0.10.1"
 
 
+@pytest.mark.parametrize("recorded", [10, "", " ", {"vllm": "0.10.1"}])
+def test_a_backend_version_that_is_no_version_string_is_refused_not_read_as_none_recorded(
+    tiny_model: Path, tmp_path: Path, recorded: Any
+) -> None:
+    doc = b.s3_metadata(str(tiny_model), {"max_tokens": 8}, backend_version=None)
+    path = tmp_path / "metadata.json"
+    path.write_text(json.dumps({**doc, "backend_version": recorded}))
+    with pytest.raises(LegacyMappingError, match=r"backend_version .* is not a version \(a string"):
+        map_legacy_descriptor(read_legacy_metadata(path))
+    path.write_text(json.dumps({**doc, "backend_version": None}))  # recorded as none: no version, as before
+    assert map_legacy_descriptor(read_legacy_metadata(path))[0].backend_version is None
+
+
 @pytest.mark.parametrize(
     ("extra", "kwargs", "reason"),
     [
@@ -124,6 +137,8 @@ def test_backend_version_is_the_legacy_one(tiny_model: Path, tmp_path: Path) -> 
         ({"sampling_v2": {}}, {}, "fields ['sampling_v2'] that judgestore does not know"),
         ({}, {"chat_template": 3}, "chat_template is not a string"),
         ({}, {"max_tokens": None}, "max_tokens is not recorded; pass --assume-setting max_tokens=N"),
+        ({}, {"max_tokens": -3}, "max_tokens -3: a live run needs at least 1"),
+        ({}, {"max_tokens": 0.0}, "max_tokens 0.0: a live run needs at least 1"),
     ],
 )
 def test_what_the_live_rules_cannot_reproduce_is_refused(
@@ -198,6 +213,20 @@ def test_without_an_assumption_the_source_is_skipped_and_says_what_to_pass(
     assert "does not record the resolved revision or chat template" in reason
     assert f"--assume-current-model '{tiny_model}'" in reason
     assert not store_root.exists()
+
+
+def test_a_source_whose_settings_no_live_run_computes_is_skipped_with_its_reason_and_nothing_written(
+    tiny_model: Path, legacy_root: Path, store_root: Path
+) -> None:
+    _tree_with(legacy_root, str(tiny_model), {"max_tokens": -3, "temperature": 0})
+    detections = detect([legacy_root]).detections
+    mapper = LegacyDescriptorMapper(
+        assume_current_model=parse_assumed_models([f"{tiny_model}={tiny_model}"]), detections=detections
+    )
+    report = run_import([legacy_root], store_root, mapper)
+    (reason,) = report.sources[0].skipped
+    assert "max_tokens -3: a live run needs at least 1" in reason
+    assert report.totals()["imported"] == 0 and not store_root.exists()
 
 
 def test_the_assumption_is_recorded_in_metadata_json(tiny_model: Path, legacy_root: Path, store_root: Path) -> None:
