@@ -477,8 +477,7 @@ def _letting_the_source_in(target: Store, location: Location, keys: list[str], u
     hashes = " ".join(f"--input-hash {key}" for key in keys)
     return (
         "the answers agree; to hold the source's rows there instead, delete the target's and copy again: "
-        f"`judgestore delete {store} --role {location.role} --task {shlex.quote(location.task)} "
-        f"--descriptor {location.descriptor_hash16} {hashes}`"
+        f"`judgestore delete {store} {location.selector_options()} {hashes}`"
         + (
             f" (the {len(keys)} listed; {unlisted:,} more conflicts are not listed: the next copy lists them)"
             if unlisted
@@ -579,8 +578,7 @@ def _copy_one(
             "it were not written"
         )
         delete = (  # of the source, named: the default store may be the target (was: no store named)
-            f"judgestore delete {_store_option(source)} --role {location.role} --task {shlex.quote(location.task)} "
-            f"--descriptor {location.descriptor_hash16} --input-hash HASH"
+            f"judgestore delete {_store_option(source)} {location.selector_options()} --input-hash HASH"
         )
         result.problems.append(
             f"the target {result.target or target.where} {refused}: {e}. The source was only read: delete or "

@@ -37,6 +37,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import shlex
 import stat
 import uuid
 from collections.abc import Callable, Iterator
@@ -107,6 +108,11 @@ class Location:
 
     def metadata_path(self, root: Path) -> Path:
         return self.folder(root) / METADATA_FILE
+
+    def selector_options(self) -> str:
+        """The CLI options that pick this database alone (``--role``, ``--task``, ``--descriptor``), for advice to
+        print: an input hash alone picks its rows in every database that holds the same input."""
+        return f"--role {self.role} --task {shlex.quote(self.task)} --descriptor {self.descriptor_hash16}"
 
     def as_dict(self, *, model_key: str = "model") -> dict[str, str]:
         """The location as ``--json`` outputs show it (rows name it ``descriptor_model``: ``model`` is theirs)."""

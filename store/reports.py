@@ -145,16 +145,22 @@ class DatabaseVerification:
 class RowChecks:
     """Problems found row by row: rows whose input does not hash to their key, rows whose text is damaged.
 
-    ``where`` names the database in each problem (a file, or a server's schema); at most
-    :data:`MAX_LISTED_BAD_ROWS` rows are listed, then one problem counts them all.
+    ``where`` names the database in each problem (a file, or a server's schema), and each row named comes with
+    the delete that removes it from ``location``'s database alone; at most :data:`MAX_LISTED_BAD_ROWS` rows are
+    listed, then one problem counts them all.
     """
 
-    def __init__(self, where: Path | str) -> None:
+    def __init__(self, where: Path | str, location: Location) -> None:
         self.where = str(where)
+        self.location = location
         self.checked = 0
         self.bad = 0
         self.problems: list[Problem] = []
         self._named: set[str] = set()  # keys of the rows named already (edited, damaged): not named again
+
+    def _delete(self, key: str) -> str:
+        """The command that deletes row ``key`` of this database, and no other database's row of the same input."""
+        return f"judgestore delete {self.location.selector_options()} --input-hash {key}"
 
     def _add(self, kind: ProblemKind, message: str) -> None:
         self.bad += 1
@@ -172,8 +178,8 @@ class RowChecks:
             self._add(
                 ProblemKind.INPUT_HASH,
                 f"row {key} (sample {sample_index}): its input_text hashes to {actual[:16]}..., not to its "
-                f"input_hash; the row was edited. Delete it with `judgestore delete --input-hash {key}` so that "
-                "it is recomputed",
+                f"input_hash; the row was edited. Delete it with `{self._delete(key)}` so that it is "
+                "recomputed",
             )
 
     def damaged(self, key: str | None, place: str, undecodable: list[str], unreadable: list[str]) -> None:
@@ -183,7 +189,7 @@ class RowChecks:
         if key is not None:
             self._named.add(key)
         fix = (
-            f"Delete it with `judgestore delete --input-hash {key}` so that it is recomputed"
+            f"Delete it with `{self._delete(key)}` so that it is recomputed"
             if key is not None
             else "Its key is damaged too: restore the file from a backup, or delete the file to recompute its rows"
         )
@@ -211,7 +217,7 @@ class RowChecks:
             f"row {key} ({place}): created_at is {stored[:40]!r}, not in the form the store writes (UTC, "
             "'YYYY-MM-DD HH:MM:SS.ffffff'; another tool wrote it?): it reads without any offset it gives, and "
             "--since, --until and prune compare the stored text, so it may fall outside them. Rewrite it in that "
-            f"form, or delete it with `judgestore delete --input-hash {key}` so that it is recomputed",
+            f"form, or delete it with `{self._delete(key)}` so that it is recomputed",
         )
 
     def result(self) -> tuple[int, list[Problem]]:

@@ -264,10 +264,7 @@ class AdoptionReport:
         left_out = f", {counts.excluded:,} sampled rows that differed left out" if counts.excluded else ""
         into = f"into {self.task}/{self.target.descriptor_hash16} ({counts.present:,} already there{left_out})"
         # the target's descriptor too: other descriptors of the task may have adopted from the same source
-        take_back = (
-            f"judgestore delete --role {self.role} --task {shlex.quote(self.task)} "
-            f"--descriptor {self.target.descriptor_hash16}"
-        )
+        take_back = f"judgestore delete {self.target.selector_options()}"
         if self.unmet:
             lines.append("refused: " + "; ".join(self.unmet) + ". Nothing was written.")
         elif self.dry_run:

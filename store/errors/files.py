@@ -342,8 +342,8 @@ class DamagedValueError(DatabaseFileError):
         return cls(
             where,
             f"holds a value its column's type cannot read ({detail}); nothing was changed. `judgestore verify` "
-            "names each such row: delete them with `judgestore delete --input-hash HASH` so that they are "
-            "recomputed, or restore the database from a backup",
+            "names each such row and the `judgestore delete` that removes it from this database alone, so that "
+            "it is recomputed; or restore the database from a backup",
         )
 
 

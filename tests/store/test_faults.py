@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import errno
 import os
+import re
+import shlex
 import shutil
 import sqlite3
 import subprocess
@@ -21,7 +23,7 @@ from store.settings import Settings
 from store.store import Store
 from store.tables.filters import RowFilter
 from store.tables.records import CompletionRecord
-from tests.factories import QWEN, completion_record, file_digests, fill_small_store, judgement_record
+from tests.factories import LLAMA, QWEN, completion_record, file_digests, fill_small_store, judgement_record
 from tests.faults import assert_failed_cleanly, damage_text, fill_up, json_error, judgestore, small_filesystem
 from tests.store.conftest import know_synthetic_revision
 
@@ -54,7 +56,7 @@ def test_damaged_text_read_through_the_api_is_a_typed_error(damaged_text: tuple[
         with pytest.raises(CorruptDatabaseError):
             _ = found[key].input_text
     assert caught.value.path == qwen_db(root)
-    assert "judgestore verify" in str(caught.value) and "--input-hash" in str(caught.value)
+    assert "judgestore verify" in str(caught.value) and "`judgestore delete` that removes each" in str(caught.value)
     if readonly:
         assert file_digests(root) == before
 
@@ -148,19 +150,30 @@ def test_push_reports_the_damaged_folder_and_pushes_the_others(damaged_text: tup
     assert any(p.name.endswith(".jsonl.gz") for p in shared.rglob("*"))  # the other folders were pushed
 
 
-def test_verify_names_the_damaged_row_and_delete_by_hash_repairs_the_store(damaged_text: tuple[Path, str]) -> None:
+def test_verify_names_the_damaged_row_and_the_delete_it_advises_removes_that_row_alone(
+    damaged_text: tuple[Path, str],
+) -> None:
     root, key = damaged_text
+    with Store(Settings(), root=root) as store:  # the same input, healthy, in two other databases
+        for task, descriptor in (("mt-bench", LLAMA), ("other-task", QWEN)):
+            store.database("completions", task, descriptor).put_many([completion_record(0, model="kept")])
     found = judgestore("verify", "--store-root", str(root), "--json")
     assert_failed_cleanly(found)
     assert "Traceback" not in found.stdout
     (problem,) = orjson.loads(found.stdout)["problems"]
     assert problem["kind"] == "text" and key in problem["message"]
-    assert f"judgestore delete --input-hash {key}" in problem["message"]
-    deleted = judgestore("delete", "--input-hash", key, "--yes", "--store-root", str(root))
+    advised = re.search(r"`judgestore (delete [^`]*)`", problem["message"])
+    assert advised is not None and f"--input-hash {key}" in advised.group(1)
+    # An input hash alone would pick this input's rows in the other two databases as well (it did).
+    deleted = judgestore(*shlex.split(advised.group(1)), "--yes", "--store-root", str(root), "--json")
     assert deleted.exit_code == 0, deleted.output
+    assert orjson.loads(deleted.stdout)["deleted"] == 1
     assert judgestore("verify", "--store-root", str(root)).exit_code == 0
     with Store(Settings(), root=root, readonly=True) as store:  # the other rows are intact
         assert len(list(store.database("completions", "mt-bench", QWEN).query())) == 2
+        for task, descriptor in (("mt-bench", LLAMA), ("other-task", QWEN)):
+            kept = store.database("completions", task, descriptor).get_many([key], deferred=False)
+            assert [r.completion for r in kept.values()] == ["answer 0"]
 
 
 def test_verify_still_checks_the_hash_of_the_rows_around_damaged_text(store_root: Path) -> None:

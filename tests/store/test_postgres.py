@@ -737,7 +737,7 @@ def test_verify_finds_rows_whose_key_was_edited_on_the_server(pg_url: str, pg_cl
     results = _verify(pg_url)
     (problem,) = results["completions/Qwen/Qwen3-8B"].problems
     assert problem.kind is ProblemKind.INPUT_HASH and edited in problem.message and name in problem.where
-    assert f"judgestore delete --input-hash {edited}" in problem.message
+    assert f"judgestore delete {qwen.selector_options()} --input-hash {edited}`" in problem.message
     assert results["completions/Qwen/Qwen3-8B"].rows_checked == 12
     assert all(r.ok for key, r in results.items() if key != "completions/Qwen/Qwen3-8B")
     command = CliRunner().invoke(build_app(), ["verify", "--store-url", pg_url, "--json"])
@@ -770,7 +770,10 @@ def test_verify_on_a_server_names_each_row_whose_value_its_type_cannot_read(pg_u
     named = [p.message for p in result.problems if p.kind is ProblemKind.VALUE]
     assert any(m.startswith(f"row {bad_json} (ctid (") and "usage is not a value of its type" in m for m in named)
     assert any(m.startswith(f"row {bad_time} (ctid (") and "created_at is not a value of its type" in m for m in named)
-    assert f"judgestore delete --input-hash {bad_json}" in " ".join(named) and edited in by_kind[ProblemKind.INPUT_HASH]
+    assert (
+        f"judgestore delete {qwen.selector_options()} --input-hash {bad_json}`" in " ".join(named)
+        and edited in by_kind[ProblemKind.INPUT_HASH]
+    )
     assert pg_cluster.sql(f'SELECT c::text FROM "{name}".completions AS c ORDER BY 1', database) == before
 
 

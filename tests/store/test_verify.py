@@ -37,7 +37,9 @@ def test_verify_finds_a_row_whose_input_was_edited(filled: Path, settings: Setti
     result = verify_database(filled, qwen, settings)
     assert [p.kind for p in result.problems] == [ProblemKind.INPUT_HASH]
     assert victim in result.problems[0].message and result.problems[0].where == str(qwen.db_path(filled))
-    assert f"judgestore delete --input-hash {victim}" in result.problems[0].message
+    # This database's row alone: the same input is in other databases too (an input hash alone picked them all)
+    assert f"judgestore delete {qwen.selector_options()} --input-hash {victim}`" in result.problems[0].message
+    assert qwen.selector_options() == f"--role completions --task mt-bench --descriptor {QWEN.hash16()}"
 
 
 def test_verify_finds_metadata_schema_and_file_problems(filled: Path, settings: Settings) -> None:
@@ -199,7 +201,7 @@ def test_a_value_that_does_not_decode_is_named_by_its_row_and_the_other_rows_are
     )
     assert by_row[bad_time].kind is ProblemKind.VALUE and ": created_at is not a value" in by_row[bad_time].message
     assert by_row[edited].kind is ProblemKind.INPUT_HASH
-    assert f"judgestore delete --input-hash {bad_json}" in by_row[bad_json].message
+    assert f"judgestore delete {qwen.selector_options()} --input-hash {bad_json}`" in by_row[bad_json].message
     with Store(settings, root=filled, readonly=True) as store:
         assert result.rows_checked == store.open(qwen).count()
 
@@ -239,7 +241,7 @@ def test_a_time_another_tool_wrote_in_another_form_is_named_by_its_row(
     result = verify_database(filled, qwen, settings)
     (problem,) = result.problems
     assert problem.kind is ProblemKind.VALUE and f"row {odd} (rowid 2): created_at is {stored!r}" in problem.message
-    assert f"judgestore delete --input-hash {odd}" in problem.message
+    assert f"judgestore delete {qwen.selector_options()} --input-hash {odd}`" in problem.message
     with Store(settings, root=filled, readonly=True) as store:
         assert result.rows_checked == store.open(qwen).count()  # every row checked once, the odd one included
     with sqlite3.connect(qwen.db_path(filled)) as conn:  # in the store's own form again: nothing to say

@@ -115,7 +115,7 @@ def _schema_problems(conn: Connection, location: Location, where: str, revision:
 
 def _verify_rows(storage: SchemaHost, location: Location, where: str) -> tuple[int, list[Problem], int]:
     """Every row's input hash, and the adopted rows counted; a table another tool changed is a problem."""
-    checks = RowChecks(where)
+    checks = RowChecks(where, location)
     try:
         with storage.connection() as conn:  # its own transaction: a failure here ends only this one
             repo = PostgresRepository(conn.execution_options(**schema_options(location)), location.role)
@@ -139,7 +139,7 @@ def _raw_row_problems(storage: SchemaHost, location: Location, where: str) -> tu
     """The row scan again, every value fetched as text and read here: names the rows whose values their columns'
     types cannot read (JSON that does not decode, a time Python has no date for: another tool wrote them) by their
     key, and hashes the others."""
-    checks = RowChecks(where)
+    checks = RowChecks(where, location)
     table = table_shape(location.role)[0]
     readers = {column.name: _text_reader(column.type) for column in table.c}
     columns = ", ".join(f"{quoted(column.name)}::text" for column in table.c)

@@ -197,8 +197,8 @@ def translated(path: Path, error: BaseException, *, needed_bytes: int | None = N
         return DamagedTextError(
             path,
             f"holds text that is not valid UTF-8 in column {undecodable.group(1)} (a damaged page); nothing was "
-            "changed. `judgestore verify` names the rows: delete them with `judgestore delete --input-hash HASH` "
-            "so that they are recomputed, or restore the file from a backup",
+            "changed. `judgestore verify` names the rows and the `judgestore delete` that removes each from this "
+            "database alone, so that it is recomputed; or restore the file from a backup",
         )
     missing = _MISSING_NAME.match(message)
     if missing is not None and (

@@ -107,7 +107,7 @@ def _missing_parts(conn: Connection) -> str | None:
 
 
 def _row_hash_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
-    checks = RowChecks(path)
+    checks = RowChecks(path, location)
     for record in SqliteRepository(conn, location.role).query():
         checks.hashed(record.input_hash, record.sample_index, record.input_text)
     _odd_times(conn, location, checks)
@@ -135,7 +135,7 @@ def _text_as_bytes(conn: Connection) -> Iterator[sqlite3.Connection]:
 def _raw_row_problems(conn: Connection, location: Location, path: Path) -> tuple[int, list[Problem]]:
     """The row scan again, value by value: names the rows whose text is not UTF-8 (damaged pages) or whose values
     their columns' types cannot read (JSON that does not decode, a time that is none), and hashes the others."""
-    checks = RowChecks(path)
+    checks = RowChecks(path, location)
     table = SqliteRepository(conn, location.role).table
     dialect = sqlite_dialect()  # the record readers' own: JSON through store.jsonvalues
     readers = {c.name: c.type.dialect_impl(dialect).result_processor(dialect, None) for c in table.c}
