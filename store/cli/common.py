@@ -166,6 +166,7 @@ def command_errors(func: Callable[P, R]) -> Callable[P, R]:
                 # the stream's encoding lacks (a table's "…" to a latin-1 terminal) is its escape, not a traceback.
                 stream.reconfigure(errors=_SHOWN_ANYWAY)
         given = sys.stdout
+        _deleted.clear()
         try:
             if given is None:  # started with stdout closed (`>&-`): refuse before doing anything
                 raise OutputWriteError("stdout", "the output", OSError(errno.EBADF, STDOUT_CLOSED))
@@ -242,7 +243,15 @@ def _stdout_error(error: BaseException) -> OutputWriteError | None:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())  # type: ignore[union-attr]
     if isinstance(error, BrokenPipeError):
         raise typer.Exit(1) from None
-    return OutputWriteError("stdout", "the output", error)
+    typed = OutputWriteError("stdout", "the output", error)
+    if _deleted:  # the report of a delete that was done: a script reading only the error would think nothing was
+        rows = sum(count.rows for count in _deleted)
+        typed.rows_deleted = rows
+        typed.add_note(
+            f"Before it, {quantity(rows, 'row')} {'was' if rows == 1 else 'were'} deleted from "
+            f"{quantity(len(_deleted), 'database')}: every planned delete was done, only its report was lost."
+        )
+    return typed
 
 
 _python_show_warning = warnings.showwarning
@@ -465,6 +474,7 @@ def deleting(settings: Settings, delete: Callable[[Store], list[RowCount]], json
     try:
         with Store(settings) as store:
             deleted = delete(store)
+        _deleted.extend(deleted)
     except KeyboardInterrupt as e:
         if deleted is not None and not hasattr(e, "rows_deleted"):
             rows = sum(count.rows for count in deleted)
@@ -475,6 +485,10 @@ def deleting(settings: Settings, delete: Callable[[Store], list[RowCount]], json
             )
         deletion_interrupted(e, json_output)
     return deleted
+
+
+# What the running command deleted (:func:`deleting`), for a failure to write its report afterwards to say.
+_deleted: list[RowCount] = []
 
 
 def deletion_interrupted(error: KeyboardInterrupt, json_output: bool) -> NoReturn:

@@ -1591,6 +1591,33 @@ def test_every_command_says_a_full_stdout_is_stdout_not_the_store(filled: Path, 
     assert file_digests(filled) == before
 
 
+@pytest.mark.parametrize(
+    ("args", "deleted", "databases"),
+    [
+        (["delete", "--run-id", "run-2", "--yes", "--json"], 3, 2),
+        (["prune", "--older-than", "30d", "--yes", "--json"], 10, 3),
+    ],
+)
+def test_a_delete_whose_report_stdout_refuses_says_what_it_deleted(
+    filled: Path, args: list[str], deleted: int, databases: int
+) -> None:
+    """The rows were deleted, then the report could not be written: the error said only that (a script reading it
+    would think nothing was deleted)."""
+    with Store(Settings(), root=filled, readonly=True) as store:
+        before = sum(store.open(location).count() for location in store.locations())
+    with open("/dev/full", "w") as full:
+        result = this_checkout(*args, stdout=full)
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    error = as_json(result.stderr)
+    assert error["type"] == "OutputWriteError" and error["rows_deleted"] == deleted
+    assert error["notes"] == [
+        f"Before it, {deleted} rows were deleted from {databases} databases: every planned delete was done, only its report "
+        "was lost."
+    ]
+    with Store(Settings(), root=filled, readonly=True) as store:
+        assert sum(store.open(location).count() for location in store.locations()) == before - deleted
+
+
 @pytest.mark.parametrize("args", [["ls"], ["query", "--json"], ["delete", "--run-id", "run-2", "--yes"]])
 def test_a_closed_stdout_is_refused_before_the_command_does_anything(filled: Path, args: list[str]) -> None:
     before = file_digests(filled)
