@@ -39,7 +39,7 @@ from store.tables.filters import RowFilter
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d|w)\s*$", re.IGNORECASE)
 _DURATION_UNITS = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?))?b?\s*$", re.IGNORECASE)
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(?:([kmgt])(i?))?(b?)\s*$", re.IGNORECASE)
 _SIZE_POWERS = {"k": 1, "m": 2, "g": 3, "t": 4}
 _TICK = timedelta(microseconds=1)  # created_at is stored to the microsecond
 
@@ -66,11 +66,20 @@ def parse_duration(text: str) -> timedelta:
 
 
 def parse_size(text: str) -> int:
-    """Bytes of ``500MB``, ``1.5GiB``, ``200k``, ``1000`` (decimal units; ``i`` for powers of 1024)."""
+    """Bytes of ``500MB``, ``1.5GiB``, ``200k``, ``1000B`` (decimal units; ``i`` for powers of 1024).
+
+    A number without a unit is refused, as a duration without one is: ``--max-size 20`` meant 20 bytes, and
+    pruned the whole store for a user who meant 20GB.
+    """
     match = _SIZE.match(text)
+    if match and match.group(2) is None and not match.group(4):
+        raise InvalidInputError(
+            f"{text.strip()!r} has no unit: give bytes as {match.group(1)}B, or a unit, e.g. {match.group(1)}GB, "
+            f"{match.group(1)}MB"
+        )
     if not match:
         raise InvalidInputError(f"{text!r} is not a size: give a number and a unit, e.g. 500MB, 2GB, 1.5GiB")
-    number, prefix, binary = match.groups()
+    number, prefix, binary, _ = match.groups()
     power = 0 if prefix is None else _SIZE_POWERS[prefix.lower()]
     size = float(number) * (1024 if binary else 1000) ** power
     if size == float("inf"):  # a number of hundreds of digits: a float holds it only as infinity

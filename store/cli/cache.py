@@ -301,7 +301,8 @@ def prune_command(
             metavar="SIZE",
             rich_help_panel=PRUNE_PANEL,
             parser=_size,
-            help="The oldest rows until the data fits in SIZE (500MB, 2GB, 1.5GiB; what `stats` shows as data).",
+            help="The oldest rows until the data fits in SIZE (500MB, 2GB, 1.5GiB, 0B: a unit is required; what "
+            "`stats` shows as data).",
         ),
     ] = None,
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,

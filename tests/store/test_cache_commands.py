@@ -125,6 +125,10 @@ def test_prune_needs_a_criterion_and_valid_values(filled: Path) -> None:
     assert refused.exit_code == 1 and "nothing is pruned that a filter did not select" in refused.stderr
     assert judgestore("prune", "--older-than", "soon").exit_code == 2
     assert "e.g. 500MB" in judgestore("prune", "--max-size", "big").stderr
+    before = file_digests(filled)
+    bare = judgestore("prune", "--max-size", "20", "--yes")  # was 20 bytes: every row pruned
+    assert bare.exit_code == 2 and "'20' has no unit: give bytes as 20B, or a unit, e.g. 20GB" in bare.stderr
+    assert file_digests(filled) == before
 
 
 def test_prune_matching_nothing_names_a_filter_that_picks_nothing(filled: Path) -> None:

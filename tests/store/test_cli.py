@@ -1611,8 +1611,8 @@ def test_a_delete_whose_report_stdout_refuses_says_what_it_deleted(
     error = as_json(result.stderr)
     assert error["type"] == "OutputWriteError" and error["rows_deleted"] == deleted
     assert error["notes"] == [
-        f"Before it, {deleted} rows were deleted from {databases} databases: every planned delete was done, only its report "
-        "was lost."
+        f"Before it, {deleted} rows were deleted from {databases} databases: every planned delete was done, only "
+        "its report was lost."
     ]
     with Store(Settings(), root=filled, readonly=True) as store:
         assert sum(store.open(location).count() for location in store.locations()) == before - deleted

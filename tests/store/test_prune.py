@@ -209,13 +209,21 @@ def test_durations(text: str, expected: timedelta) -> None:
         ("2gb", 2 * 10**9),
         ("1.5GiB", int(1.5 * 2**30)),
         ("200k", 200_000),
-        ("1000", 1000),
+        ("1000B", 1000),
         ("10 KiB", 10 * 1024),
         ("7B", 7),
     ],
 )
 def test_sizes(text: str, expected: int) -> None:
     assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("bare", ["20", " 1000 ", "0", "1.5"])
+def test_a_size_without_a_unit_is_refused_naming_bytes_and_a_unit(bare: str) -> None:
+    """``--max-size 20`` was 20 bytes: the whole store, to a user who meant 20GB."""
+    number = bare.strip()
+    with pytest.raises(InvalidInputError, match=rf"^'{number}' has no unit: give bytes as {number}B, or a unit"):
+        parse_size(bare)
 
 
 @pytest.mark.parametrize("bad", ["", "30", "3 days", "d", "-1d"])
