@@ -15,9 +15,15 @@ from collections.abc import Iterable
 
 def meant(name: str, names: Iterable[str], *, cutoff: float = 0.85) -> str | None:
     """The known name ``name`` is most likely a misspelling of, or None (see the module docstring)."""
-    known = list(names)
-    spelt = name.lower().replace("-", "_")
-    if spelt != name and spelt in known:
-        return spelt
-    close = difflib.get_close_matches(spelt, known, n=1, cutoff=cutoff)
-    return close[0] if close else None
+    by_spelling: dict[str, str] = {}  # both sides spelt alike: RUN-2 for a known run-2 (was: only the given one)
+    for known in names:
+        by_spelling.setdefault(_spelling(known), known)
+    spelt = _spelling(name)
+    if by_spelling.get(spelt, name) != name:
+        return by_spelling[spelt]
+    close = difflib.get_close_matches(spelt, list(by_spelling), n=1, cutoff=cutoff)
+    return by_spelling[close[0]] if close else None
+
+
+def _spelling(name: str) -> str:
+    return name.lower().replace("-", "_")

@@ -971,6 +971,7 @@ def test_delete_with_nothing_matching(filled: Path) -> None:
         ("delete", ["--model", "/models/llama", "--yes"], "--model '/models/llama'; did you mean 'llama'?"),
         ("query", ["--model", "lama"], "--model 'lama'; did you mean 'llama'?"),
         ("query", ["--benchmark", "MT-bench"], "--benchmark 'MT-bench'; did you mean 'mt-bench'?"),
+        ("query", ["--run-id", "RUN-2"], "--run-id 'RUN-2'; did you mean 'run-2'?"),  # short: case and - aside
         ("delete", ["--judge", "zzz", "--yes"], "--judge 'zzz' (they hold 'judge-1')."),
         ("query", ["--model", "llama", "--run-id", "nope"], "--run-id 'nope' (they hold 'run-1', 'run-2')."),
     ],
