@@ -135,11 +135,11 @@ def test_prune_matching_nothing_names_a_filter_that_picks_nothing(filled: Path) 
     """A mistyped --task or --model said "No rows match; nothing to prune." alone, where delete names it (was)."""
     before = file_digests(filled)
     task = judgestore("prune", "--task", "mtbench", "--older-than", "1d", "--yes")
-    model = judgestore("prune", "--model", "model-aa", "--older-than", "1d", "--yes")
+    model = judgestore("prune", "--model", "gpt-9", "--older-than", "1d", "--yes")
     assert task.exit_code == model.exit_code == 0, task.output + model.output
     assert "nothing to prune" in task.stdout and "nothing to prune" in model.stdout
     assert "matches --task mtbench" in " ".join(task.stderr.split())
-    assert "No row here has --model 'model-aa' (they hold 'llama', 'model-a'," in " ".join(model.stderr.split())
+    assert "No row here has --model 'gpt-9' (they hold 'llama', 'model-a'," in " ".join(model.stderr.split())
     assert file_digests(filled) == before
 
 
