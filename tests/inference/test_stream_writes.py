@@ -482,6 +482,44 @@ def test_a_closed_hosted_backend_says_so_to_the_call_still_streaming(fake: FakeO
     closer.join()
 
 
+def test_a_batch_submitted_as_the_backend_closes_is_refused_not_left_waiting(
+    fake: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """close() from another thread between a call's check that the backend is open and its submit (a cancelled
+    async call's close): the batch went to a loop that had stopped, and its caller waited for it forever (the
+    process then hung at exit, was)."""
+    import inference.backends.hosted.client as client
+
+    backend = served(fake, max_concurrency=2).backend()
+    checked = client.messages_of
+    closers: list[threading.Thread] = []
+
+    def closed_meanwhile(request: Any, mode: Any) -> Any:
+        if not closers:  # the first request's check: the call is past its "is it closed?" and has sent nothing
+            closers.append(threading.Thread(target=backend.close))
+            closers[0].start()
+            closers[0].join()
+        return checked(request, mode)
+
+    monkeypatch.setattr(client, "messages_of", closed_meanwhile)
+    raised: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            list(backend.generate_stream([EngineRequest({"type": "messages", "messages": [
+                {"role": "user", "content": "q"}]})]))  # fmt: skip
+        except BaseException as e:  # whatever it is, the assertions below name it
+            raised.append(e)
+
+    caller = threading.Thread(target=call, daemon=True)
+    caller.start()
+    caller.join(timeout=30)
+    assert not caller.is_alive(), "the call still waits for a batch that never runs"
+    (error,) = raised
+    assert isinstance(error, JudgestoreError) and "is closed" in str(error), repr(error)
+    assert fake.completions() == []  # nothing was sent
+
+
 def test_a_call_started_after_close_prepares_the_engine_again(store: Store) -> None:
     Counted.made = Counted.closed = 0
     model = CachedModel(store, DESCRIPTOR, task="t", backend_factory=Counted)

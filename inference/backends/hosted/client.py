@@ -275,6 +275,9 @@ class OpenAIBackend:
         self._stop_loop = weakref.finalize(self, self._loop.call_soon_threadsafe, self._loop.stop)
         self._closed = False
         self._batches: set[concurrent.futures.Future[None]] = set()  # generate_stream's, until each is done
+        # Held while a batch is submitted and while close() takes the batches to cancel: a batch submitted as
+        # close() stopped the loop never ran, and its caller waited for it forever (a cancelled async call).
+        self._submitting = threading.Lock()
 
     @property
     def descriptor(self) -> ModelDescriptor:
@@ -299,16 +302,17 @@ class OpenAIBackend:
         """:meth:`generate_stream` with at most ``max_concurrency`` of these requests in flight (and at most the
         backend's own ``max_concurrency`` over every batch it sends)."""
         check_bound(max_concurrency)
-        if self._closed:
-            raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
+        self._refuse_closed()
         for request in requests:  # refuse a wrong input mode before anything is sent
             messages_of(request, self._descriptor.input_mode)
         if not requests:
             return
         arrivals: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put, max_concurrency), self._loop)
-        self._batches.add(future)
-        future.add_done_callback(self._batches.discard)
+        with self._submitting:
+            self._refuse_closed()  # again: close() may have come since, from another thread
+            future = asyncio.run_coroutine_threadsafe(self._run(requests, arrivals.put, max_concurrency), self._loop)
+            self._batches.add(future)
+        future.add_done_callback(self._forget)  # outside the lock: a batch done already calls it at once
         future.add_done_callback(lambda _: arrivals.put(_DONE))
         try:
             try:
@@ -335,6 +339,14 @@ class OpenAIBackend:
         finally:
             future.cancel()  # no-op once done; otherwise the caller stopped early: stop sending
 
+    def _refuse_closed(self) -> None:
+        if self._closed:
+            raise JudgestoreError(f"the backend for {self._descriptor.model!r} at {self._endpoint} is closed")
+
+    def _forget(self, batch: concurrent.futures.Future[None]) -> None:
+        with self._submitting:
+            self._batches.discard(batch)
+
     def close(self) -> None:
         """Stop the batches in flight, close the HTTP client and stop the event loop thread. Safe to call twice.
 
@@ -342,10 +354,11 @@ class OpenAIBackend:
         then a :class:`~store.errors.JudgestoreError` saying the backend was closed; its requests in flight are
         abandoned.
         """
-        if self._closed:
-            return
-        self._closed = True
-        batches = list(self._batches)
+        with self._submitting:
+            if self._closed:
+                return
+            self._closed = True
+            batches = list(self._batches)
         for batch in batches:
             batch.cancel()
         concurrent.futures.wait(batches, timeout=10)
