@@ -55,6 +55,9 @@ Contract:
 * A request that fails (refused by the engine or server) fails alone: every
   other answer is stored, then the call raises
   :class:`~store.errors.RequestsFailedError`, which carries every response.
+* A :class:`PreparedModel` pickles and copies (a process pool's argument)
+  as prepared, before or after its first call: the copy builds its own
+  cached model, engine and store at its first call.
 """
 
 from __future__ import annotations
@@ -175,11 +178,16 @@ class PreparedModel:
         """What the latest :func:`do_inference` call did (each call's own is its result's ``.run``)."""
         return self._cached.last if self._cached is not None else CallStats()
 
-    def __getstate__(self) -> dict[str, Any]:  # a lock neither pickles nor copies: a copy gets a lock of its own
-        return {name: value for name, value in self.__dict__.items() if name != "_building"}
+    # A copy (pickle, deepcopy: a process pool's argument) is the model as prepared: what a call built (the cached
+    # model, its engine, the store it opened) is this process's, holds locks and threads, and is built again by the
+    # copy's first call. The lock is the copy's own.
+    _BUILT = frozenset({"_building", "_cached", "_own_store"})
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {name: value for name, value in self.__dict__.items() if name not in self._BUILT}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state, _building=threading.Lock())
+        self.__dict__.update(state, _building=threading.Lock(), _cached=None, _own_store=None)
 
     def materialize(self) -> CachedModel:
         """The model behind its store (the store is opened now; the engine when a call has misses)."""

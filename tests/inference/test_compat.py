@@ -11,6 +11,7 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -163,6 +164,26 @@ def test_a_prepared_model_pickles_and_copies_as_before_its_lock(fake: FakeOpenAI
         assert (copied.spec, copied.task) == (model.spec, model.task) and copied._building is not model._building
         assert do_inference(copied, ["q"]) == ["echo: q"]
         copied.close()
+
+
+def test_a_prepared_model_that_has_answered_copies_as_prepared(fake: FakeOpenAI, store_root: Path) -> None:
+    """After its first call it held the cached model (locks, the backend's thread): pickle and deepcopy raised a
+    bare TypeError ("cannot pickle '_thread.RLock' object")."""
+    with Store(root=store_root) as store:
+        for model in (
+            prepare_model(served(fake), task="arena"),
+            prepare_model(served(fake), task="arena", store=store),
+        ):
+            assert do_inference(model, ["q"], cache_metadata=ids(1)) == ["echo: q"]
+            built = model.materialize()
+            for copied in (copy.deepcopy(model), pickle.loads(pickle.dumps(model))):
+                assert copied._cached is None and copied._own_store is None and not copied.engine_loaded
+                assert do_inference(copied, ["q"], cache_metadata=ids(1)) == ["echo: q"]
+                assert copied.last.plan is not None and copied.last.plan.hits == 1  # the same store: a hit
+                copied.close()
+            assert model.materialize() is built  # the original keeps its own
+            model.close()
+    assert len(fake.completions()) == 1
 
 
 def test_prepare_model_resolves_nothing_until_a_call(tmp_path: Any) -> None:
