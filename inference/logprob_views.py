@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from store.errors import InvalidInputError
-from store.logprobs import TokenLogprob, decode, text_logprobs
+from store.logprobs import TokenLogprob, check_position, decode, text_logprobs
 
 
 def token_logprobs_merged(top_logprobs: Mapping[str, Any] | None, position: int = 0) -> dict[str, float]:
@@ -62,7 +62,9 @@ def token_logprobs_last_wins(
     top_logprobs: Mapping[str, Any] | None, position: int = 0, *, sampled_first: bool = False
 ) -> dict[str, float]:
     """``{text: logprob}`` at ``position``; of candidates with the same text, the last in rank order stays
-    (``sampled_first``: in vLLM's order, the sampled token first; see the module docstring)."""
+    (``sampled_first``: in vLLM's order, the sampled token first; see the module docstring). ``position`` is
+    checked as :func:`token_logprobs_merged` checks it: the two views of one row agree on what they refuse."""
+    check_position(position)
     positions = decode(top_logprobs)
     if position >= len(positions):
         return {}

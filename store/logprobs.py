@@ -165,14 +165,20 @@ def logsumexp(values: Sequence[float]) -> float:
     return top + math.log(sum(math.exp(v - top) for v in values))
 
 
+def check_position(position: object) -> None:
+    """Refuse a ``position`` that is no generated token's index: a negative one (it would count from the end), a
+    non-integer (a bare TypeError further on)."""
+    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
+        raise InvalidInputError(f"position must be an integer from 0 (the first generated token), not {position!r}")
+
+
 def text_logprobs(value: Mapping[str, Any] | None, position: int = 0) -> dict[str, float]:
     """JudgeArena's ``{text: logprob}`` view of one position (see the module docstring).
 
     Empty when nothing was stored for that position; ``position`` counts from 0 (a negative or non-integer one is an
     :class:`InvalidInputError`, as is a stored value in neither shape).
     """
-    if isinstance(position, bool) or not isinstance(position, int) or position < 0:
-        raise InvalidInputError(f"position must be an integer from 0 (the first generated token), not {position!r}")
+    check_position(position)
     positions = decode(value)
     if position >= len(positions):
         return {}

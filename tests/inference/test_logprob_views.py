@@ -49,6 +49,14 @@ def test_in_vllms_order_the_sampled_token_comes_first_and_counts_outside_the_top
     assert token_logprobs_last_wins(ROW, position=1, sampled_first=True) == {"]]": -0.1}
 
 
+@pytest.mark.parametrize("view", [token_logprobs_merged, token_logprobs_last_wins])
+@pytest.mark.parametrize("position", [-1, "0", 0.0, True])
+def test_both_views_refuse_a_position_that_is_no_token_index(view: Callable[..., object], position: object) -> None:
+    """last-wins read -1 as the last position (merged refused it) and "0" as a bare TypeError."""
+    with pytest.raises(InvalidInputError, match="position must be an integer from 0"):
+        view(ROW, position)
+
+
 def test_the_two_views_read_the_same_row_as_two_different_preferences() -> None:
     assert preference(token_logprobs_merged(ROW)) == pytest.approx(0.14691, abs=1e-5)  # model_a clearly preferred
     assert preference(token_logprobs_last_wins(ROW)) == pytest.approx(0.75026, abs=1e-5)  # read the other way
