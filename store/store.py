@@ -312,14 +312,17 @@ class Store:
 
     def open_existing(self, location: Location) -> Database | None:
         """:meth:`open`, or None when there is nothing to read (no database, or no tables yet)."""
+        _check_location(location, "open_existing")
         return self._upgraded_if_behind(location, lambda: self.storage.open_existing(location))
 
     def open(self, location: Location) -> Database:
         """Open an existing descriptor database (verifying its metadata and its schema)."""
+        _check_location(location, "open")
         return self._upgraded_if_behind(location, lambda: self.storage.open(location))
 
     def stored_metadata(self, location: Location) -> StoredMetadata:
         """``location``'s metadata verified, without opening its database (whatever its schema's state)."""
+        _check_location(location, "stored_metadata")
         return self.storage.stored_metadata(location)
 
     def _read_existing(self, location: Location) -> Database | None:
@@ -425,3 +428,13 @@ class Store:
 def _reopened(settings: Settings, root: Path | None, url: str | None, readonly: bool) -> Store:
     """The store :meth:`Store.__reduce__` describes, opened again."""
     return Store(settings, root=root, url=url, readonly=readonly)
+
+
+def _check_location(location: object, method: str) -> None:
+    """Refuse what is no :class:`Location` (a path, a role, None): it failed deep inside as a bare AttributeError."""
+    if not isinstance(location, Location):
+        raise InvalidInputError(
+            f"Store.{method} takes a Location (from store.locations() or store.select(...)), not "
+            f"{type(location).__name__} {location!r:.60}; by role, task and descriptor: store.find(role, task, "
+            "descriptor)"
+        )

@@ -21,6 +21,7 @@ from store.errors import (
     DatabaseFileError,
     DatabaseMissingError,
     EmptyFilterError,
+    InvalidInputError,
     JudgestoreError,
     SchemaAheadError,
     SchemaBehindError,
@@ -89,6 +90,18 @@ def test_database_creates_folder_metadata_and_schema(
 def test_the_same_database_is_returned_while_cached(store: Store, descriptor: ModelDescriptor) -> None:
     assert store.database("completions", "t", descriptor) is store.database("completions", "t", descriptor)
     assert store.open(Location.of("completions", "t", descriptor)) is store.database("completions", "t", descriptor)
+
+
+@pytest.mark.parametrize("given", ["completions/t", None, ("completions", "t")])
+def test_opening_what_is_no_location_is_a_typed_error_naming_what_to_pass(
+    store: Store, descriptor: ModelDescriptor, given: object
+) -> None:
+    """It was a bare AttributeError ('str' object has no attribute 'segments') from deep inside the storage."""
+    store.database("completions", "t", descriptor).put_many([completion_record(1)])
+    for method in (store.open, store.open_existing, store.stored_metadata):
+        with pytest.raises(InvalidInputError, match=rf"Store\.{method.__name__} takes a Location .*store\.find\("):
+            method(given)  # type: ignore[arg-type]
+    assert store.database("completions", "t", descriptor).count() == 1
 
 
 def test_rows_persist_across_stores(store_root: Path, descriptor: ModelDescriptor) -> None:
