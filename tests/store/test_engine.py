@@ -270,7 +270,7 @@ def _sqlite_error(message: str, code: int | None, kind: type[sqlite3.Error] = sq
         (_sqlite_error("unable to open database file", 14), DatabaseIOError, "permissions"),
         (_sqlite_error("database is locked", 5), DatabaseBusyError, "JUDGESTORE_BUSY_TIMEOUT_MS"),
         (_sqlite_error("Could not decode to UTF-8 column 'completion' with text 'x'", None), DamagedTextError,
-         "--input-hash"),
+         "removes each from this database alone"),
         (_sqlite_error("no such table: completions", 1), SchemaMismatchError, "backup"),
         (_sqlite_error("CHECK constraint failed: orientation", 19 | (1 << 8), sqlite3.IntegrityError),
          RefusedValueError, "a value of it is the cause"),  # was: verify the file, restore or delete it
