@@ -50,7 +50,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from store.errors import InvalidInputError
-from store.logprobs import TokenLogprob, check_position, decode, text_logprobs
+from store.logprobs import TokenLogprob, check_position, decode, same_token, text_logprobs
 
 
 def token_logprobs_merged(top_logprobs: Mapping[str, Any] | None, position: int = 0) -> dict[str, float]:
@@ -71,15 +71,8 @@ def token_logprobs_last_wins(
     at = positions[position]
     ordered = at.candidates
     if sampled_first and at.sampled is not None:
-        ordered = (at.sampled, *(c for c in at.candidates if not _same_token(c, at.sampled)))
+        ordered = (at.sampled, *(c for c in at.candidates if not same_token(c, at.sampled)))
     return {candidate.text: candidate.logprob for candidate in ordered}
-
-
-def _same_token(a: TokenLogprob, b: TokenLogprob) -> bool:
-    """One token: the same id, or (no id stored) the same text and logprob."""
-    if a.token_id is not None and b.token_id is not None:
-        return a.token_id == b.token_id
-    return (a.text, a.logprob) == (b.text, b.logprob)
 
 
 def openai_logprobs(top_logprobs: Mapping[str, Any] | None) -> dict[str, list[dict[str, Any]]] | None:

@@ -76,12 +76,27 @@ class TokenLogprob:
             raise InvalidInputError(f"not a stored token logprob ({e!r}): {value!r:.80}") from e
 
 
+def same_token(a: TokenLogprob, b: TokenLogprob) -> bool:
+    """One token: the same id, or (no id stored) the same text and logprob."""
+    if a.token_id is not None and b.token_id is not None:
+        return a.token_id == b.token_id
+    return (a.text, a.logprob) == (b.text, b.logprob)
+
+
 @dataclass(frozen=True, slots=True)
 class PositionLogprobs:
     """The top candidates at one generated position, and the token that was sampled there."""
 
     candidates: tuple[TokenLogprob, ...]
     sampled: TokenLogprob | None = None
+
+    def sampled_index(self) -> int | None:
+        """Where the sampled token is among the candidates (:func:`same_token`); None when it was not kept (it
+        ranked below them) or nothing was sampled."""
+        if self.sampled is None:
+            return None
+        sampled = self.sampled
+        return next((i for i, c in enumerate(self.candidates) if same_token(c, sampled)), None)
 
     def to_json(self) -> dict[str, Any]:
         return {
